@@ -1,0 +1,204 @@
+// rt_kernels.h — the compute kernels (forward and backward) that generated step code calls.
+//
+// Every kernel is fp32 on raw pointers with explicit dimensions (llm.c style). The
+// generated code owns all memory: buffers come from the static per-rank arena, so a
+// kernel never allocates and never decides a shape. Mixed precision (bf16/fp16) is done
+// by the generated code rounding values around these calls, not here.
+//
+// Conventions the generator relies on:
+//   * Forward kernels OVERWRITE their outputs.
+//   * Backward kernels ACCUMULATE (+=) into every gradient they write — input gradients
+//     and parameter gradients alike — and never zero them. The generated code zeroes a
+//     gradient buffer (rt_zero) before its first contribution. This is what lets one
+//     buffer collect several contributions (residual branches, tied weights, several
+//     forwards before one backward) without extra copies.
+//   * A gradient output documented as "nullable" may be NULL: that gradient is then not
+//     computed at all (input that needs no grad, frozen parameter).
+//   * Aliasing: elementwise forward kernels allow out == inp (in place). A backward
+//     kernel's gradient outputs must not alias its inputs (dinp += f(dout) with
+//     dinp == dout would double count). Other kernels: no aliasing.
+//   * Thread safety: kernels keep no mutable global state, so ranks (threads of one
+//     process) may call them concurrently. Call rt_kernels_init() once per process.
+//   * Kernels abort with a "file:line: error: ..." message on arguments that would
+//     corrupt memory (token id out of range, odd head dim); these are generator or data
+//     bugs, never recoverable conditions.
+//
+// Shape legend: B batch, T sequence, C channels, OC output channels, N rows (usually
+// B*T), NH query heads, NKV key/value heads, HD head dim, V vocabulary, n flat count.
+// Row-major everywhere; [B,T,C] means index (b*T + t)*C + c.
+#ifndef FSDPGEN_RT_KERNELS_H
+#define FSDPGEN_RT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ----------------------------------------------------------------------------
+// setup
+
+// Sets OpenBLAS to one thread: ranks already run as threads of one process, and
+// OpenBLAS's own pool would oversubscribe the cores. Idempotent; call before any kernel.
+void rt_kernels_init(void);
+
+// ----------------------------------------------------------------------------
+// linear: out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (nn.Linear layout)
+
+void rt_linear_forward(float* out, const float* inp, const float* weight,
+                       const float* bias /*nullable*/, int N, int C, int OC);
+// dinp[N,C] += dout·weight; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_rows(dout).
+// dinp, dweight, dbias are each nullable.
+void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, int N, int C, int OC);
+
+// ----------------------------------------------------------------------------
+// embedding: out[N,C] = weight[ids[n], :], weight [V,C]; ids are int32 in [0, V).
+
+void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, int N, int C,
+                          int V);
+// dweight[ids[n], :] += dout[n, :] (repeated ids accumulate in order n = 0..N-1).
+void rt_embedding_backward(float* dweight, const float* dout, const int32_t* ids, int N, int C,
+                           int V);
+// ids[i] = start + i for i in [0, n): position ids for a positional embedding.
+void rt_arange_i32(int32_t* ids, int n, int32_t start);
+
+// ----------------------------------------------------------------------------
+// LayerNorm over the last dim (nn.LayerNorm(C), biased variance, eps inside the sqrt).
+// mean[N], rstd[N] are saved for backward (nullable in forward when no backward follows).
+// weight, bias nullable (treated as 1 and 0). PyTorch default eps is RT_LAYERNORM_EPS.
+
+#define RT_LAYERNORM_EPS 1e-5f
+void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                          const float* weight, const float* bias, int N, int C, float eps);
+// dinp, dweight, dbias nullable; mean, rstd are what forward saved.
+void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                           const float* inp, const float* weight, const float* mean,
+                           const float* rstd, int N, int C);
+
+// ----------------------------------------------------------------------------
+// RMSNorm over the last dim: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps).
+// rstd[N] saved for backward (nullable in forward); weight nullable (treated as 1).
+
+void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                        int C, float eps);
+// dinp, dweight nullable.
+void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                         const float* weight, const float* rstd, int N, int C);
+
+// ----------------------------------------------------------------------------
+// elementwise activations over n values. Backward takes the forward INPUT.
+
+// exact GELU (nn.GELU(), erf form): 0.5 * x * (1 + erf(x / sqrt(2))).
+void rt_gelu_forward(float* out, const float* inp, size_t n);
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+// ReLU; gradient at 0 is 0 as PyTorch. Backward may be given the output instead of the
+// input (out > 0 exactly when inp > 0).
+void rt_relu_forward(float* out, const float* inp, size_t n);
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+// SiLU: x * sigmoid(x).
+void rt_silu_forward(float* out, const float* inp, size_t n);
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+// SwiGLU gate: out = silu(a) * b (Llama FFN: w2(silu(w1 x) * w3 x)). da, db nullable.
+void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n);
+void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
+                        size_t n);
+
+// ----------------------------------------------------------------------------
+// rotary position embeddings (Meta Llama): over x[B,T,NH,HD], the consecutive pair
+// (x[2i], x[2i+1]) at position t is rotated by angle t * theta^(-2i/HD), i < HD/2.
+// Backward applies the inverse rotation. HD must be even and <= RT_ROPE_MAX_HD.
+// Forward allows out == inp. Llama's default theta is RT_ROPE_THETA.
+
+#define RT_ROPE_THETA 10000.0f
+#define RT_ROPE_MAX_HD 1024
+void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta);
+void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
+                      float theta);
+
+// ----------------------------------------------------------------------------
+// scaled-dot-product attention, multi-head and grouped-query.
+//   q [B,T,NH*HD], k and v [B,T,NKV*HD], out [B,T,NH*HD]; NH % NKV == 0, query head h
+//   uses kv head h / (NH/NKV) (as repeat_interleave of kv heads); scale 1/sqrt(HD);
+//   causal != 0 masks key positions > query position.
+// Forward keeps the softmax probabilities in probs [B,NH,T,T]
+// (rt_attention_probs_floats); backward reads them and needs a scratch of
+// rt_attention_scratch_floats(T) floats that it overwrites.
+
+size_t rt_attention_probs_floats(int B, int NH, int T);
+size_t rt_attention_scratch_floats(int T);
+void rt_attention_forward(float* out, float* probs, const float* q, const float* k,
+                          const float* v, int B, int T, int NH, int NKV, int HD, int causal);
+// dq, dk, dv nullable; probs is what forward wrote.
+void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
+                           const float* q, const float* k, const float* v, const float* probs,
+                           int B, int T, int NH, int NKV, int HD, int causal);
+
+// ----------------------------------------------------------------------------
+// binary elementwise ops (residual add, product, broadcast add)
+
+// out = a + b. Backward: da += dout, db += dout (each nullable).
+void rt_residual_forward(float* out, const float* a, const float* b, size_t n);
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n);
+// out = a * b. Backward: da += dout * b, db += dout * a (each nullable).
+void rt_mul_forward(float* out, const float* a, const float* b, size_t n);
+void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
+                     size_t n);
+// out[r,c] = a[r,c] + b[c] over a[rows,cols], b[cols] (e.g. positional embedding [T*C]
+// added to every batch row, rows = B). Backward: da += dout, db += sum over rows of dout.
+void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols);
+void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols);
+
+// ----------------------------------------------------------------------------
+// buffer helpers
+
+void rt_zero(float* x, size_t n);                                 // x = 0
+void rt_copy(float* dst, const float* src, size_t n);             // dst = src
+void rt_scale(float* out, const float* inp, size_t n, float s);   // out = s * inp (out == inp ok)
+void rt_accumulate(float* dst, const float* src, size_t n);       // dst += src
+void rt_axpy(float* dst, const float* src, size_t n, float alpha); // dst += alpha * src
+// sum of x[i]^2 accumulated in double (per-rank part of a global grad norm).
+double rt_sumsq(const float* x, size_t n);
+
+// ----------------------------------------------------------------------------
+// dropout with a counter-based RNG, so masks depend only on (seed, stream, element index):
+// element i of this call has global index e = offset + i (its index in the full logical
+// tensor), and draws u(e) in [0,1) from Philox4x32-10 with key (seed lo32, seed hi32) and
+// counter (e/4 lo32, e/4 hi32, stream lo32, stream hi32), lane e%4, u = (x >> 8) * 2^-24.
+// Kept iff u(e) >= p, kept values scaled by 1/(1-p). A sharded run passing each piece's
+// offset draws exactly the masks of the unsharded run. p == 0 is an exact copy; p >= 1
+// zeroes. Backward regenerates the same mask (no mask buffer), dinp += mask*scale*dout.
+
+void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index);
+void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
+                        uint64_t stream, uint64_t offset);
+void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
+                         uint64_t stream, uint64_t offset);
+
+// ----------------------------------------------------------------------------
+// losses (the scalar loss is written to loss[0])
+
+// "sum" loss: loss = sum of all n logits (the PyTorch tests' model(inp).sum()),
+// accumulated in double. Backward: dlogits[i] += dloss (dloss = 1 for loss.backward()).
+void rt_sum_loss_forward(float* loss, const float* logits, size_t n);
+void rt_sum_loss_backward(float* dlogits, size_t n, float dloss);
+
+// cross-entropy with mean reduction (F.cross_entropy(logits.view(-1,V), targets.view(-1))):
+// logits [N,V], targets [N] int32 in [0,V) or RT_IGNORE_INDEX (skipped; the mean is over
+// the M non-ignored rows, M = N when none is ignored, as PyTorch). Forward writes the
+// per-row losses (nullable; 0 for ignored rows) and loss[0] = their mean. Backward
+// recomputes the softmax from the logits (no probs buffer) and accumulates
+// dlogits += (softmax - onehot(target)) * dloss / M.
+#define RT_IGNORE_INDEX (-100)
+void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
+                              const int32_t* targets, int N, int V);
+void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
+                               int N, int V, float dloss);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,105 @@
+// Binary elementwise ops (residual add, product, broadcast add) and the flat buffer
+// helpers (zero, copy, scale, accumulate, axpy, sum of squares).
+#include "rt_kernels.h"
+
+#include <string.h>
+
+#include "kcheck.h"
+
+// ----------------------------------------------------------------------------
+// residual add: out = a + b
+
+void rt_residual_forward(float* out, const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n) {
+    if (da)
+        for (size_t i = 0; i < n; i++) da[i] += dout[i];
+    if (db)
+        for (size_t i = 0; i < n; i++) db[i] += dout[i];
+}
+
+// ----------------------------------------------------------------------------
+// product: out = a * b
+
+void rt_mul_forward(float* out, const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
+                     size_t n) {
+    if (da)
+        for (size_t i = 0; i < n; i++) da[i] += dout[i] * b[i];
+    if (db)
+        for (size_t i = 0; i < n; i++) db[i] += dout[i] * a[i];
+}
+
+// ----------------------------------------------------------------------------
+// broadcast add: out[rows,cols] = a[rows,cols] + b[cols]
+
+void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        const float* ar = a + (size_t)r * cols;
+        float* o = out + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) o[c] = ar[c] + b[c];
+    }
+}
+
+void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols) {
+    if (da)
+        for (size_t i = 0; i < (size_t)rows * cols; i++) da[i] += dout[i];
+    if (db) {
+        // Column sums in double, a block of columns at a time (see linear.c).
+        for (int c0 = 0; c0 < cols; c0 += RT_COLBLOCK) {
+            int cn = cols - c0 < RT_COLBLOCK ? cols - c0 : RT_COLBLOCK;
+            double acc[RT_COLBLOCK] = {0};
+            for (int r = 0; r < rows; r++) {
+                const float* d = dout + (size_t)r * cols + c0;
+                for (int c = 0; c < cn; c++) acc[c] += d[c];
+            }
+            for (int c = 0; c < cn; c++) db[c0 + c] += (float)acc[c];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// buffer helpers
+
+void rt_zero(float* x, size_t n) {
+    if (n) memset(x, 0, n * sizeof(float));
+}
+
+void rt_copy(float* dst, const float* src, size_t n) {
+    if (n && dst != src) memmove(dst, src, n * sizeof(float));
+}
+
+void rt_scale(float* out, const float* inp, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) out[i] = s * inp[i];
+}
+
+void rt_accumulate(float* dst, const float* src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void rt_axpy(float* dst, const float* src, size_t n, float alpha) {
+    for (size_t i = 0; i < n; i++) dst[i] += alpha * src[i];
+}
+
+// ----------------------------------------------------------------------------
+// sum of squares (global-norm clipping): double accumulation, so the sum of the ranks'
+// partial sums agrees with the unsharded sum to well below fp32 resolution
+
+double rt_sumsq(const float* x, size_t n) {
+    // Four independent accumulators let the loop pipeline without reassociation flags.
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)x[i] * x[i];
+        s1 += (double)x[i + 1] * x[i + 1];
+        s2 += (double)x[i + 2] * x[i + 2];
+        s3 += (double)x[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++) s0 += (double)x[i] * x[i];
+    return (s0 + s1) + (s2 + s3);
+}

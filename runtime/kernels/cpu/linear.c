@@ -1,0 +1,63 @@
+// Linear layer (nn.Linear): forward and backward through OpenBLAS sgemm.
+#include "rt_kernels.h"
+
+#include <cblas.h>
+
+#include "kcheck.h"
+
+// ----------------------------------------------------------------------------
+// forward: out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]
+
+void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                       int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    float beta = 0.0f;
+    if (bias) {
+        // Seed every row with the bias and let the GEMM accumulate onto it (beta = 1),
+        // which saves a second pass over out.
+        for (int n = 0; n < N; n++) {
+            float* o = out + (size_t)n * OC;
+            for (int j = 0; j < OC; j++) o[j] = bias[j];
+        }
+        beta = 1.0f;
+    }
+    if (C <= 0) {
+        if (!bias)
+            for (size_t i = 0; i < (size_t)N * OC; i++) out[i] = 0.0f;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
+                out, OC);
+}
+
+// ----------------------------------------------------------------------------
+// backward (accumulating): dinp += dout·W, dW += dout^T·inp, dbias += column sums of dout
+
+void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (dinp && C > 0) {
+        // dinp[N,C] += dout[N,OC] · weight[OC,C]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
+                    C, 1.0f, dinp, C);
+    }
+    if (dweight && C > 0) {
+        // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                    1.0f, dweight, C);
+    }
+    if (dbias) {
+        // Column sums in double over blocks of RT_COLBLOCK columns: the accumulators stay
+        // in registers/L1, rows are read contiguously, and N can be large (B*T) without
+        // float round-off growing with it.
+        for (int j0 = 0; j0 < OC; j0 += RT_COLBLOCK) {
+            int jn = OC - j0 < RT_COLBLOCK ? OC - j0 : RT_COLBLOCK;
+            double acc[RT_COLBLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float* d = dout + (size_t)n * OC + j0;
+                for (int j = 0; j < jn; j++) acc[j] += d[j];
+            }
+            for (int j = 0; j < jn; j++) dbias[j0 + j] += (float)acc[j];
+        }
+    }
+}

@@ -1,0 +1,88 @@
+// Losses: the "sum" loss of the PyTorch tests (model(inp).sum()) and cross-entropy with
+// mean reduction, fused with its softmax so no probabilities buffer is needed.
+#include "rt_kernels.h"
+
+#include <math.h>
+
+#include "kcheck.h"
+
+// ----------------------------------------------------------------------------
+// sum loss: loss = sum(logits)
+
+void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += logits[i];
+    loss[0] = (float)s;
+}
+
+// d(sum)/d(logit) = 1 for every element, times the incoming dloss.
+void rt_sum_loss_backward(float* dlogits, size_t n, float dloss) {
+    for (size_t i = 0; i < n; i++) dlogits[i] += dloss;
+}
+
+// ----------------------------------------------------------------------------
+// cross-entropy: loss_n = logsumexp(logits[n,:]) - logits[n, target_n], mean over rows
+// whose target is not RT_IGNORE_INDEX
+
+static void ce_check_target_(int32_t t, int n, int V) {
+    RT_KCHECK(t == RT_IGNORE_INDEX || (t >= 0 && t < V),
+              "targets must be class ids in [0, vocab_size) or -100 (ignored)",
+              "cross-entropy target %d at row %d is outside [0, %d)", (int)t, n, V);
+}
+
+// max and sum(exp(x - max)) of one row; the max shift keeps exp from overflowing.
+static void row_lse_(const float* x, int V, float* mx_out, double* sum_out) {
+    float mx = x[0];
+    for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    double s = 0.0;
+    for (int j = 0; j < V; j++) s += expf(x[j] - mx);
+    *mx_out = mx;
+    *sum_out = s;
+}
+
+void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
+                              const int32_t* targets, int N, int V) {
+    double total = 0.0;
+    int count = 0;
+    for (int n = 0; n < N; n++) {
+        const int32_t t = targets[n];
+        ce_check_target_(t, n, V);
+        if (t == RT_IGNORE_INDEX) {
+            if (losses) losses[n] = 0.0f;
+            continue;
+        }
+        const float* x = logits + (size_t)n * V;
+        float mx;
+        double s;
+        row_lse_(x, V, &mx, &s);
+        const double l = log(s) + (double)mx - (double)x[t];
+        if (losses) losses[n] = (float)l;
+        total += l;
+        count++;
+    }
+    // 0/0 = NaN when every target is ignored, as PyTorch's mean reduction.
+    loss[0] = (float)(total / (double)count);
+}
+
+void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
+                               int N, int V, float dloss) {
+    int count = 0;
+    for (int n = 0; n < N; n++) {
+        ce_check_target_(targets[n], n, V);
+        if (targets[n] != RT_IGNORE_INDEX) count++;
+    }
+    if (count == 0) return;  // no row contributes: zero gradient, as PyTorch
+    const double g = (double)dloss / (double)count;
+    for (int n = 0; n < N; n++) {
+        const int32_t t = targets[n];
+        if (t == RT_IGNORE_INDEX) continue;
+        const float* x = logits + (size_t)n * V;
+        float* dx = dlogits + (size_t)n * V;
+        float mx;
+        double s;
+        row_lse_(x, V, &mx, &s);
+        const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
+        for (int j = 0; j < V; j++) dx[j] += expf(x[j] - mx) * gs;
+        dx[t] -= (float)g;
+    }
+}

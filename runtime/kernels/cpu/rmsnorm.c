@@ -1,0 +1,64 @@
+// RMSNorm over the last dimension (nn.RMSNorm / Llama): forward saves rstd per row.
+#include "rt_kernels.h"
+
+#include <math.h>
+
+#include "kcheck.h"
+
+// ----------------------------------------------------------------------------
+// forward: out[N,C] = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps)
+
+void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                        int C, float eps) {
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        float* o = out + (size_t)n * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+        float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
+        for (int c = 0; c < C; c++) {
+            float y = x[c] * rs;
+            o[c] = weight ? y * weight[c] : y;
+        }
+        if (rstd) rstd[n] = rs;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// backward (accumulating). With xhat = x * rstd and g = dout * weight:
+//   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
+
+void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                         const float* weight, const float* rstd, int N, int C) {
+    if (dinp) {
+        for (int n = 0; n < N; n++) {
+            const float* x = inp + (size_t)n * C;
+            const float* d = dout + (size_t)n * C;
+            float* dx = dinp + (size_t)n * C;
+            float rs = rstd[n];
+            double sgx = 0.0;
+            for (int c = 0; c < C; c++) {
+                float g = weight ? d[c] * weight[c] : d[c];
+                sgx += (double)g * (x[c] * rs);
+            }
+            float mgx = (float)(sgx / C);
+            for (int c = 0; c < C; c++) {
+                float g = weight ? d[c] * weight[c] : d[c];
+                dx[c] += rs * (g - (x[c] * rs) * mgx);
+            }
+        }
+    }
+    if (dweight) {
+        for (int c0 = 0; c0 < C; c0 += RT_COLBLOCK) {
+            int cn = C - c0 < RT_COLBLOCK ? C - c0 : RT_COLBLOCK;
+            double aw[RT_COLBLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float* x = inp + (size_t)n * C + c0;
+                const float* d = dout + (size_t)n * C + c0;
+                float rs = rstd[n];
+                for (int c = 0; c < cn; c++) aw[c] += (double)d[c] * (x[c] * rs);
+            }
+            for (int c = 0; c < cn; c++) dweight[c0 + c] += (float)aw[c];
+        }
+    }
+}
