@@ -1,0 +1,117 @@
+-- Spec errors: one line `FILE:LINE: error: what is wrong (and what is allowed)`, never a
+-- Lua traceback. The line is the innermost stack frame that belongs to the spec file, so
+-- an error raised deep inside a model or the planner still points at the spec line that
+-- caused it.
+local M = {}
+
+M.spec_path = nil -- set by the loader; frames from this chunk name the error's line
+
+local SpecError = {}
+SpecError.__index = SpecError
+SpecError.__tostring = function(e) return e.text end
+
+local function spec_line(level)
+  if not M.spec_path then return nil end
+  local lvl = level or 2
+  while true do
+    local info = debug.getinfo(lvl, "Sl")
+    if not info then return nil end
+    if info.source == "@" .. M.spec_path and info.currentline and info.currentline > 0 then
+      return info.currentline
+    end
+    lvl = lvl + 1
+  end
+end
+
+function M.new(msg, line)
+  return setmetatable({ msg = msg, line = line }, SpecError)
+end
+
+-- Raises a spec error. `line` may be given explicitly (e.g. a location remembered when
+-- a module was created); otherwise the innermost spec frame on the stack is used.
+function M.raise(msg, line)
+  local where = line or spec_line(3)
+  error(setmetatable({ msg = msg, line = where }, SpecError), 0)
+end
+
+function M.is_spec_error(e)
+  return getmetatable(e) == SpecError
+end
+
+-- The spec line currently executing (for remembering where a module or call was made).
+function M.current_line()
+  return spec_line(3)
+end
+
+-- Message handler for xpcall: keeps spec errors, turns any other Lua error raised while
+-- running spec code into a spec error at the innermost spec line (so `nil + 1` in a
+-- custom forward is reported as the user's line, not as our traceback).
+function M.handler(e)
+  if M.is_spec_error(e) then return e end
+  local msg = tostring(e)
+  local line = spec_line(3)
+  -- Lua errors raised directly in the spec chunk already carry "path:line:" prefixes.
+  local file, ln, rest = msg:match("^(.-):(%d+): (.*)$")
+  if file and M.spec_path and file == M.spec_path then
+    return setmetatable({ msg = rest, line = tonumber(ln) }, SpecError)
+  end
+  if line then
+    if file then msg = rest end
+    return setmetatable({ msg = msg, line = line }, SpecError)
+  end
+  return setmetatable({ msg = msg, internal = debug.traceback(msg, 2) }, SpecError)
+end
+
+function M.format(e, path)
+  if e.line then
+    return string.format("%s:%d: error: %s", path, e.line, e.msg)
+  end
+  return string.format("%s: error: %s", path, e.msg)
+end
+
+-- Closest valid name, for "unknown option 'reshard_after_forwrd' (did you mean ...)".
+local function distance(a, b)
+  local la, lb = #a, #b
+  local prev = {}
+  for j = 0, lb do prev[j] = j end
+  for i = 1, la do
+    local cur = { [0] = i }
+    for j = 1, lb do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[lb]
+end
+
+function M.closest(name, candidates)
+  local best, bestd
+  for _, c in ipairs(candidates) do
+    local d = distance(name, c)
+    if not bestd or d < bestd then best, bestd = c, d end
+  end
+  if best and bestd <= math.max(2, #name // 3) then return best end
+  return nil
+end
+
+-- Checks that every key of `opts` is one of `allowed` (a sorted list of names).
+function M.check_keys(opts, allowed, what, line)
+  local set = {}
+  for _, k in ipairs(allowed) do set[k] = true end
+  local bad = {}
+  for k in pairs(opts) do
+    if type(k) ~= "string" or not set[k] then bad[#bad + 1] = tostring(k) end
+  end
+  table.sort(bad)
+  if #bad > 0 then
+    local k = bad[1]
+    local hint = M.closest(k, allowed)
+    local msg = string.format("unknown %s '%s'", what, k)
+    if hint then msg = msg .. string.format(" (did you mean '%s'?)", hint) end
+    msg = msg .. "; allowed: " .. table.concat(allowed, ", ")
+    M.raise(msg, line)
+  end
+end
+
+return M

@@ -1,0 +1,434 @@
+-- The `fsdp` spec API in FSDP2's vocabulary: fully_shard, the FSDPModule setters,
+-- MixedPrecisionPolicy, and fsdp.spec{...} which validates a whole spec.
+local errors = require("errors")
+local nn = require("nn")
+local trace = require("trace")
+
+local fsdp = {}
+
+local states = {}      -- every fully_shard call, in call order
+fsdp._states = states
+
+function fsdp._reset()
+  for i = #states, 1, -1 do states[i] = nil end
+end
+
+-- ---------------------------------------------------------------------------- policies
+
+function fsdp.MixedPrecisionPolicy(opts)
+  opts = opts or {}
+  errors.check_keys(opts, { "cast_forward_inputs", "output_dtype", "param_dtype", "reduce_dtype" },
+    "MixedPrecisionPolicy option")
+  local p = { _mp_policy = true, cast_forward_inputs = opts.cast_forward_inputs ~= false }
+  for _, k in ipairs({ "param_dtype", "reduce_dtype", "output_dtype" }) do
+    if opts[k] ~= nil then
+      p[k] = trace.dtype(opts[k], k)
+      if not trace.is_float(p[k]) then
+        errors.raise(string.format("unsupported dtype %s for %s; allowed: bf16, fp16, fp32", opts[k], k))
+      end
+    end
+  end
+  return p
+end
+
+function fsdp.CPUOffloadPolicy(opts)
+  opts = opts or {}
+  errors.check_keys(opts, { "pin_memory" }, "CPUOffloadPolicy option")
+  return { _offload_policy = true, kind = "cpu", pin_memory = opts.pin_memory ~= false }
+end
+
+-- ---------------------------------------------------------------------------- fully_shard
+
+local function check_rAF(v, what, line)
+  if v == nil or type(v) == "boolean" then return end
+  if math.type(v) == "integer" then return end
+  errors.raise(string.format("%s must be true, false, nil or an integer divisor of the shard size, got %s",
+    what, type(v) == "string" and ("'" .. v .. "'") or tostring(v)), line)
+end
+
+local function check_mesh(mesh, what, line)
+  if type(mesh) ~= "table" then errors.raise(what .. " must be a table { replicate = R, shard = S }", line) end
+  errors.check_keys(mesh, { "replicate", "shard" }, what .. " key", line)
+  for _, k in ipairs({ "replicate", "shard" }) do
+    local v = mesh[k]
+    if math.type(v) ~= "integer" or v < 1 then
+      errors.raise(string.format("%s.%s must be a positive integer, got %s", what, k, tostring(v)), line)
+    end
+  end
+  return { replicate = mesh.replicate, shard = mesh.shard }
+end
+
+function fsdp.fully_shard(target, opts)
+  local line = errors.current_line()
+  opts = opts or {}
+  if type(opts) ~= "table" then errors.raise("fully_shard options must be a table") end
+  errors.check_keys(opts, { "mesh", "mp_policy", "offload_policy", "reshard_after_forward", "shard_placement" },
+    "fully_shard option")
+  local modules
+  if nn.is_module(target) then
+    modules = { target }
+  elseif type(target) == "table" and #target > 0 then
+    modules = {}
+    for i, m in ipairs(target) do
+      if not nn.is_module(m) then errors.raise(string.format("fully_shard: list element %d is not a module", i)) end
+      modules[i] = m
+    end
+  else
+    errors.raise("fully_shard expects a module or a non-empty list of modules")
+  end
+  for _, m in ipairs(modules) do
+    local prev = rawget(m, "_fsdp_state")
+    if prev then
+      errors.raise(string.format("module %s is already sharded (fully_shard at line %s); each module may be sharded once",
+        rawget(m, "_type"), tostring(prev.line)))
+    end
+  end
+  check_rAF(opts.reshard_after_forward, "reshard_after_forward")
+  if opts.mp_policy ~= nil and (type(opts.mp_policy) ~= "table" or not opts.mp_policy._mp_policy) then
+    errors.raise("mp_policy must be fsdp.MixedPrecisionPolicy{ param_dtype = ..., reduce_dtype = ... }")
+  end
+  local placement = opts.shard_placement or "dim0"
+  if placement ~= "dim0" and placement ~= "largest_dim" then
+    errors.raise(string.format("shard_placement must be \"dim0\" or \"largest_dim\", got %s", tostring(placement)))
+  end
+  local offload = opts.offload_policy
+  if offload == "cpu" then offload = fsdp.CPUOffloadPolicy() end
+  if offload ~= nil and (type(offload) ~= "table" or not offload._offload_policy) then
+    errors.raise("offload_policy must be \"cpu\" or fsdp.CPUOffloadPolicy{}")
+  end
+
+  -- The group takes the parameters under these modules that no inner fully_shard owns
+  -- (subtrees already sharded are skipped), in module pre-order, deduplicated.
+  local params, seen = {}, {}
+  local function collect(m, top)
+    if not top and rawget(m, "_fsdp_state") then return end
+    for _, pn in ipairs(rawget(m, "_params")) do
+      local p = rawget(m, "_params_by_name")[pn]
+      if not seen[p] then
+        seen[p] = true
+        params[#params + 1] = p
+      end
+    end
+    for _, c in ipairs(m:named_children()) do collect(c[2], false) end
+  end
+  for _, m in ipairs(modules) do collect(m, true) end
+
+  local state = {
+    index = #states + 1, modules = modules, params = params, line = line,
+    rAF = opts.reshard_after_forward, auto_rAF = opts.reshard_after_forward == nil,
+    mp = opts.mp_policy or fsdp.MixedPrecisionPolicy{},
+    mesh = opts.mesh and check_mesh(opts.mesh, "fully_shard mesh", line),
+    placement = placement, offload = offload,
+    fwd_prefetch = {}, bwd_prefetch = {},
+    reshard_after_backward = true, reduce_grads = true, all_reduce_grads = true,
+    divide_factor = nil, force_sum = false, unshard_in_backward = true,
+  }
+  states[#states + 1] = state
+  for _, m in ipairs(modules) do rawset(m, "_fsdp_state", state) end
+  return #modules == 1 and modules[1] or modules
+end
+
+-- ---------------------------------------------------------------------------- FSDPModule methods
+
+local M = nn.Module_methods
+
+local function state_of(m, method)
+  local s = rawget(m, "_fsdp_state")
+  if not s then
+    errors.raise(string.format("%s: module %s is not sharded; call fsdp.fully_shard on it first", method,
+      rawget(m, "_type")))
+  end
+  return s
+end
+
+local function sharded_list(list, method)
+  if type(list) ~= "table" then errors.raise(method .. " expects a list of sharded modules") end
+  local out = {}
+  for i, m in ipairs(list) do
+    if not nn.is_module(m) or not rawget(m, "_fsdp_state") then
+      errors.raise(string.format("%s: element %d is not a sharded module (prefetch targets must be passed to fully_shard)",
+        method, i))
+    end
+    out[i] = rawget(m, "_fsdp_state")
+  end
+  return out
+end
+
+-- States of this module and (recursively) every sharded module below it, like
+-- `[m for m in self.modules() if isinstance(m, FSDPModule)]`.
+local function states_below(m, recurse)
+  if not recurse then return { state_of(m, "set") } end
+  local out, seen = {}, {}
+  for _, e in ipairs(m:named_modules()) do
+    local s = rawget(e[2], "_fsdp_state")
+    if s and not seen[s] then
+      seen[s] = true
+      out[#out + 1] = s
+    end
+  end
+  return out
+end
+
+local function recurse_opt(opts, method)
+  opts = opts or {}
+  if type(opts) ~= "table" then errors.raise(method .. ": options must be a table { recurse = true }") end
+  errors.check_keys(opts, { "recurse" }, method .. " option")
+  return opts.recurse ~= false
+end
+
+local function bool_arg(v, method)
+  if type(v) ~= "boolean" then errors.raise(string.format("%s expects true or false, got %s", method, tostring(v))) end
+end
+
+function M:set_modules_to_forward_prefetch(list)
+  state_of(self, "set_modules_to_forward_prefetch").fwd_prefetch = sharded_list(list, "set_modules_to_forward_prefetch")
+end
+
+function M:set_modules_to_backward_prefetch(list)
+  state_of(self, "set_modules_to_backward_prefetch").bwd_prefetch = sharded_list(list, "set_modules_to_backward_prefetch")
+end
+
+function M:set_reshard_after_forward(v, opts)
+  state_of(self, "set_reshard_after_forward")
+  bool_arg(v, "set_reshard_after_forward")
+  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_reshard_after_forward"))) do
+    s.rAF, s.auto_rAF = v, false
+  end
+end
+
+function M:set_reshard_after_backward(v, opts)
+  state_of(self, "set_reshard_after_backward")
+  bool_arg(v, "set_reshard_after_backward")
+  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_reshard_after_backward"))) do
+    s.reshard_after_backward = v
+  end
+end
+
+function M:set_requires_gradient_sync(v, opts)
+  state_of(self, "set_requires_gradient_sync")
+  bool_arg(v, "set_requires_gradient_sync")
+  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_requires_gradient_sync"))) do
+    s.reduce_grads = v
+  end
+end
+
+function M:set_requires_all_reduce(v, opts)
+  state_of(self, "set_requires_all_reduce")
+  bool_arg(v, "set_requires_all_reduce")
+  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_requires_all_reduce"))) do
+    s.all_reduce_grads = v
+  end
+end
+
+function M:set_gradient_divide_factor(f)
+  local s = state_of(self, "set_gradient_divide_factor")
+  if type(f) ~= "number" or f <= 0 then
+    errors.raise("set_gradient_divide_factor expects a positive number, got " .. tostring(f))
+  end
+  s.divide_factor = f
+end
+M.set_reduce_scatter_divide_factor = M.set_gradient_divide_factor
+
+function M:set_force_sum_reduction_for_comms(v)
+  bool_arg(v, "set_force_sum_reduction_for_comms")
+  state_of(self, "set_force_sum_reduction_for_comms").force_sum = v
+end
+
+function M:set_unshard_in_backward(v)
+  bool_arg(v, "set_unshard_in_backward")
+  state_of(self, "set_unshard_in_backward").unshard_in_backward = v
+end
+
+-- ---------------------------------------------------------------------------- spec
+
+local spec_keys = { "grad_clip", "input", "loss", "mesh", "model", "name", "optimizer", "seed", "step", "world_size" }
+
+local optimizer_defaults = {
+  sgd = { lr = 1e-3, momentum = 0.0, dampening = 0.0, weight_decay = 0.0, nesterov = false },
+  adam = { lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0 },
+  adamw = { lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2 },
+}
+
+local function check_optimizer(o)
+  o = o or { "adam" }
+  if type(o) == "string" then o = { o } end
+  if type(o) ~= "table" or type(o[1]) ~= "string" then
+    errors.raise("optimizer must be { \"adam\" | \"adamw\" | \"sgd\", lr = ... }")
+  end
+  local kind = o[1]:lower()
+  local d = optimizer_defaults[kind]
+  if not d then
+    errors.raise(string.format("unknown optimizer '%s'; allowed: adam, adamw, sgd", o[1]))
+  end
+  local allowed = {}
+  for k in pairs(d) do allowed[#allowed + 1] = k end
+  allowed[#allowed + 1] = "betas"
+  table.sort(allowed)
+  local rest = {}
+  for k, v in pairs(o) do
+    if k ~= 1 then rest[k] = v end
+  end
+  errors.check_keys(rest, allowed, kind .. " option")
+  local out = { kind = kind }
+  for k, v in pairs(d) do out[k] = v end
+  for k, v in pairs(rest) do
+    if k == "betas" then
+      if type(v) ~= "table" or type(v[1]) ~= "number" or type(v[2]) ~= "number" then
+        errors.raise("optimizer betas must be { beta1, beta2 }")
+      end
+      out.beta1, out.beta2 = v[1], v[2]
+    else
+      if type(v) ~= type(d[k]) then
+        errors.raise(string.format("optimizer %s must be a %s, got %s", k, type(d[k]), tostring(v)))
+      end
+      out[k] = v
+    end
+  end
+  if out.lr <= 0 then errors.raise("optimizer lr must be positive, got " .. tostring(out.lr)) end
+  return out
+end
+
+local step_kinds = { "backward", "forward", "optimizer", "reshard", "set_requires_gradient_sync" }
+
+local function check_step(step)
+  step = step or { "forward", "backward", "optimizer" }
+  if type(step) ~= "table" or #step == 0 then
+    errors.raise("step must be a non-empty list such as { \"forward\", \"backward\", \"optimizer\" }")
+  end
+  local out = {}
+  for i, item in ipairs(step) do
+    local it = type(item) == "string" and { item } or item
+    if type(it) ~= "table" or type(it[1]) ~= "string" then
+      errors.raise(string.format("step[%d] must be a string or a table { \"backward\", ... }", i))
+    end
+    local kind = it[1]
+    local known = false
+    for _, k in ipairs(step_kinds) do known = known or k == kind end
+    if not known then
+      local hint = errors.closest(kind, step_kinds)
+      errors.raise(string.format("step[%d]: unknown step '%s'%s; allowed: %s", i, kind,
+        hint and (" (did you mean '" .. hint .. "'?)") or "", table.concat(step_kinds, ", ")))
+    end
+    local rest = {}
+    for k, v in pairs(it) do
+      if k ~= 1 and k ~= 2 then rest[k] = v end
+    end
+    local e = { kind = kind }
+    if kind == "backward" then
+      errors.check_keys(rest, { "is_last_backward", "output" }, "backward option")
+      if rest.output ~= nil and (math.type(rest.output) ~= "integer" or rest.output < 1) then
+        errors.raise(string.format("step[%d]: backward output must be a positive integer (1-based)", i))
+      end
+      e.output = rest.output
+      e.is_last_backward = rest.is_last_backward ~= false
+    elseif kind == "set_requires_gradient_sync" then
+      errors.check_keys(rest, {}, "set_requires_gradient_sync option")
+      if type(it[2]) ~= "boolean" then
+        errors.raise(string.format("step[%d]: { \"set_requires_gradient_sync\", true|false }", i))
+      end
+      e.value = it[2]
+    else
+      errors.check_keys(rest, {}, kind .. " option")
+    end
+    out[i] = e
+  end
+  return out
+end
+
+local function check_input(inp, model)
+  if type(inp) ~= "table" then
+    errors.raise("input must be { batch = B, seq_len = T } for token models or { shape = { ... } } for float inputs")
+  end
+  if inp.shape ~= nil then
+    errors.check_keys(inp, { "dtype", "shape" }, "input key")
+    if type(inp.shape) ~= "table" or #inp.shape == 0 then errors.raise("input.shape must be a list of sizes") end
+    for _, d in ipairs(inp.shape) do
+      if math.type(d) ~= "integer" or d < 1 then
+        errors.raise("input.shape sizes must be positive integers, got " .. tostring(d))
+      end
+    end
+    return { shape = { table.unpack(inp.shape) }, dtype = trace.dtype(inp.dtype or "fp32", "input"), tokens = false }
+  end
+  errors.check_keys(inp, { "batch", "seq_len" }, "input key")
+  for _, k in ipairs({ "batch", "seq_len" }) do
+    if math.type(inp[k]) ~= "integer" or inp[k] < 1 then
+      errors.raise(string.format("input.%s must be a positive integer, got %s", k, tostring(inp[k])))
+    end
+  end
+  local max = rawget(model, "max_seq_len")
+  if max and inp.seq_len > max then
+    errors.raise(string.format("input seq_len %d exceeds the model's max_seq_len %d", inp.seq_len, max))
+  end
+  return { shape = { inp.batch, inp.seq_len }, dtype = "int64", tokens = true }
+end
+
+function fsdp.spec(t)
+  local line = errors.current_line()
+  if type(t) ~= "table" then errors.raise("fsdp.spec expects a table") end
+  errors.check_keys(t, spec_keys, "spec key")
+  if type(t.name) ~= "string" or not t.name:match("^[%w_%-]+$") then
+    errors.raise("spec name must be a non-empty string of letters, digits, '_' or '-'")
+  end
+  if t.model == nil then errors.raise("spec is missing 'model' (the root module)") end
+  if not nn.is_module(t.model) then errors.raise("spec model must be a module") end
+  local mesh
+  if t.mesh ~= nil then
+    if t.world_size ~= nil then errors.raise("give either world_size or mesh, not both") end
+    mesh = check_mesh(t.mesh, "mesh")
+  else
+    local ws = t.world_size
+    if math.type(ws) ~= "integer" or ws < 1 then
+      errors.raise(string.format("world_size must be an integer >= 1, got %s", tostring(ws)))
+    end
+    mesh = { replicate = 1, shard = ws }
+  end
+  local loss = t.loss or "sum"
+  if loss ~= "sum" and loss ~= "cross_entropy" then
+    errors.raise(string.format("loss must be \"sum\" or \"cross_entropy\", got %s", tostring(loss)))
+  end
+  local input = check_input(t.input or {}, t.model)
+  if loss == "cross_entropy" and not input.tokens then
+    errors.raise("loss \"cross_entropy\" needs a token model (input = { batch, seq_len })")
+  end
+  if t.grad_clip ~= nil and (type(t.grad_clip) ~= "number" or t.grad_clip <= 0) then
+    errors.raise("grad_clip must be a positive number (max global gradient norm)")
+  end
+  if t.seed ~= nil and math.type(t.seed) ~= "integer" then errors.raise("seed must be an integer") end
+  local root_state = rawget(t.model, "_fsdp_state")
+  if not root_state then
+    errors.raise("the model itself is not sharded; call fsdp.fully_shard(model) last, on the root")
+  end
+  local spec = {
+    _spec = true, line = line, name = t.name, model = t.model, mesh = mesh,
+    world_size = mesh.replicate * mesh.shard, input = input, loss = loss,
+    optimizer = check_optimizer(t.optimizer), step = check_step(t.step),
+    grad_clip = t.grad_clip, seed = t.seed or 42, states = {},
+  }
+  -- Validate every group against the mesh (integer reshard_after_forward must divide
+  -- the shard size), reported at the fully_shard call that set it.
+  for _, s in ipairs(states) do
+    local m = s.mesh or mesh
+    if m.replicate * m.shard ~= spec.world_size then
+      errors.raise(string.format("fully_shard mesh %dx%d does not match the world size %d",
+        m.replicate, m.shard, spec.world_size), s.line)
+    end
+    if math.type(s.rAF) == "integer" then
+      if s.rAF < 1 or s.rAF > m.shard or m.shard % s.rAF ~= 0 then
+        errors.raise(string.format("reshard_after_forward = %d must divide the shard size %d (allowed: %s)",
+          s.rAF, m.shard, fsdp._divisors(m.shard)), s.line)
+      end
+    end
+    spec.states[#spec.states + 1] = s
+  end
+  return spec
+end
+
+function fsdp._divisors(n)
+  local d = {}
+  for i = 1, n do
+    if n % i == 0 then d[#d + 1] = tostring(i) end
+  end
+  return table.concat(d, ", ") .. ", true or false"
+end
+
+return fsdp

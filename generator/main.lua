@@ -1,0 +1,122 @@
+-- fsdpgen command line: `plan`, `events`, `counts`, `build`, `test`, `run`, `bench`.
+-- Exit status: 0 success, 1 failure at run time, 2 bad spec or bad arguments.
+local ROOT = arg[1]
+package.path = table.concat({ ROOT .. "/generator/?.lua", ROOT .. "/?.lua", ROOT .. "/?/init.lua" }, ";")
+
+local errors = require("errors")
+local loader = require("loader")
+local planner = require("planner")
+
+local USAGE = [[
+usage: fsdpgen COMMAND SPEC [options]
+  plan SPEC [-o DIR]      write DIR/<name>.schedule (default build/<name>/)
+  events SPEC             print one step's FSDP events: STATE KIND "GROUP"
+  counts SPEC             print the step's collective counts
+  build SPEC [--cuda]     emit the C and build build/<name>/<name>
+  test SPEC               build and run the spec's conformance test
+  run SPEC [-- ARGS]      build and train
+  bench comm [ARGS]       collective benchmark (see README)]]
+
+local function die(status, msg)
+  io.stderr:write(msg, "\n")
+  os.exit(status)
+end
+
+local function usage_error(msg)
+  die(2, "fsdpgen: " .. msg .. "\n" .. USAGE)
+end
+
+-- Loads and plans a spec; spec errors exit 2 with one line.
+local function plan_spec(path)
+  local ok, res = pcall(function()
+    local spec = loader.load(path)
+    return loader.protect(spec.line, planner.plan, spec)
+  end)
+  if ok then return res end
+  if errors.is_spec_error(res) then
+    if res.internal and os.getenv("FSDPGEN_DEBUG") then io.stderr:write(res.internal, "\n") end
+    die(2, errors.format(res, path))
+  end
+  die(1, "fsdpgen: internal error: " .. tostring(res) .. " (set FSDPGEN_DEBUG=1 for a traceback)")
+end
+
+local commands = {}
+
+function commands.events(args)
+  if #args ~= 1 then usage_error("events takes exactly one SPEC") end
+  local plan = plan_spec(args[1])
+  local out = {}
+  for _, e in ipairs(plan.events) do
+    out[#out + 1] = string.format('%s %s "%s"', e.state, e.kind, e.group)
+  end
+  io.write(table.concat(out, "\n"), #out > 0 and "\n" or "")
+end
+
+function commands.counts(args)
+  if #args ~= 1 then usage_error("counts takes exactly one SPEC") end
+  local plan = plan_spec(args[1])
+  local c = plan.counts
+  local lines = {
+    "forward all_gather " .. (c["forward all_gather"] or 0),
+    "backward all_gather " .. (c["backward all_gather"] or 0),
+    "backward reduce_scatter " .. (c["backward reduce_scatter"] or 0),
+  }
+  if plan.spec.mesh.replicate > 1 then
+    lines[#lines + 1] = "backward all_reduce " .. (c["backward all_reduce"] or 0)
+  end
+  io.write(table.concat(lines, "\n"), "\n")
+end
+
+function commands.plan(args)
+  local spec_path, out_dir
+  local i = 1
+  while i <= #args do
+    if args[i] == "-o" then
+      out_dir = args[i + 1]
+      if not out_dir then usage_error("-o needs a directory") end
+      i = i + 2
+    elseif not spec_path then
+      spec_path = args[i]
+      i = i + 1
+    else
+      usage_error("unexpected argument '" .. args[i] .. "'")
+    end
+  end
+  if not spec_path then usage_error("plan needs a SPEC") end
+  local plan = plan_spec(spec_path)
+  local schedule = require("schedule")
+  out_dir = out_dir or (ROOT .. "/build/" .. plan.spec.name)
+  local path, changed = schedule.write(plan, out_dir, spec_path)
+  if not path then die(1, "fsdpgen: " .. changed) end
+  print((changed and "wrote " or "unchanged ") .. path)
+end
+
+function commands.bench(args)
+  if args[1] ~= "comm" then usage_error("bench takes 'comm' (bench train comes with code generation)") end
+  local bin = ROOT .. "/build/runtime/bench_comm"
+  local ok = os.execute("cd '" .. ROOT .. "' && ninja -f runtime/core.ninja build/runtime/bench_comm >/dev/null")
+  if not ok then die(1, "fsdpgen: could not build build/runtime/bench_comm (run: ninja -f runtime/core.ninja)") end
+  local quoted = {}
+  for k = 2, #args do quoted[#quoted + 1] = "'" .. args[k]:gsub("'", "'\\''") .. "'" end
+  local _, _, status = os.execute("'" .. bin .. "' " .. table.concat(quoted, " "))
+  os.exit(status or 1)
+end
+
+local function not_yet(name)
+  return function()
+    die(1, "fsdpgen " .. name .. ": code generation and the training binary are not implemented yet; "
+      .. "available now: plan, events, counts, bench comm")
+  end
+end
+commands.build, commands.test, commands.run = not_yet("build"), not_yet("test"), not_yet("run")
+
+local cmd = arg[2]
+if not cmd or cmd == "-h" or cmd == "--help" then
+  print(USAGE)
+  os.exit(cmd and 0 or 2)
+end
+local fn = commands[cmd]
+if not fn then usage_error("unknown command '" .. cmd .. "'") end
+local rest = {}
+for k = 3, #arg do rest[#rest + 1] = arg[k] end
+fn(rest)

@@ -1,0 +1,519 @@
+-- The `nn` API specs build models with: modules (PyTorch names and FQNs), parameters, and
+-- functional ops on symbolic tensors. Shapes and dtypes are checked as they flow; a
+-- mismatch is a spec error at the line that caused it.
+local errors = require("errors")
+local trace = require("trace")
+
+local nn = {}
+local Tensor = trace.Tensor
+local shape_str = trace.shape_str
+
+-- ---------------------------------------------------------------------------- parameters
+
+local Parameter = {}
+Parameter.__index = Parameter
+setmetatable(Parameter, { __index = Tensor })
+Parameter.__tostring = function(p)
+  return string.format("Parameter %s%s", p.fqn or "?", shape_str(p.shape))
+end
+
+local next_param = 0
+-- `init` records how PyTorch initializes it (the training binary reproduces the kind).
+function nn.Parameter(shape, init)
+  next_param = next_param + 1
+  for _, d in ipairs(shape) do
+    if math.type(d) ~= "integer" or d < 1 then
+      errors.raise("parameter shape " .. shape_str(shape) .. " must have positive integer sizes")
+    end
+  end
+  return setmetatable({
+    uid = next_param, shape = shape, dtype = "fp32", requires_grad = true,
+    is_param = true, init = init or { kind = "normal", std = 1.0 }, id = -next_param,
+  }, Parameter)
+end
+nn.Parameter_mt = Parameter
+function nn.is_parameter(x) return getmetatable(x) == Parameter end
+
+-- ---------------------------------------------------------------------------- modules
+
+local Module = {}
+nn.Module_methods = Module
+
+local module_mt = {}
+
+function nn.is_module(x) return getmetatable(x) == module_mt end
+
+module_mt.__index = function(self, k)
+  local m = rawget(self, "_modules_by_name")[k]
+  if m then return m end
+  local p = rawget(self, "_params_by_name")[k]
+  if p then return p end
+  local cls = rawget(self, "_class")
+  if cls and cls[k] ~= nil then return cls[k] end
+  if type(k) == "number" then
+    return rawget(self, "_modules_by_name")[tostring(k - 1)]
+  end
+  return Module[k]
+end
+
+module_mt.__newindex = function(self, k, v)
+  if nn.is_module(v) then
+    self:add_module(k, v)
+  elseif nn.is_parameter(v) then
+    self:register_parameter(k, v)
+  else
+    rawset(self, k, v)
+  end
+end
+
+module_mt.__call = function(self, ...)
+  return trace.call_module(self, table.pack(...))
+end
+
+module_mt.__len = function(self) return #rawget(self, "_modules") end
+
+module_mt.__tostring = function(self)
+  return string.format("%s(%s)", rawget(self, "_type"), rawget(self, "_fqn") or "?")
+end
+
+local function new_module(type_name, class)
+  local m = {
+    _type = type_name, _class = class,
+    _modules = {}, _modules_by_name = {},
+    _params = {}, _params_by_name = {},
+    _line = errors.current_line(),
+  }
+  return setmetatable(m, module_mt)
+end
+nn.new_module = new_module
+
+function Module:add_module(name, m)
+  name = tostring(name)
+  if not rawget(self, "_modules_by_name")[name] then
+    local list = rawget(self, "_modules")
+    list[#list + 1] = name
+  end
+  rawget(self, "_modules_by_name")[name] = m
+  return m
+end
+
+function Module:register_parameter(name, p)
+  if not rawget(self, "_params_by_name")[name] then
+    local list = rawget(self, "_params")
+    list[#list + 1] = name
+  end
+  rawget(self, "_params_by_name")[name] = p
+  return p
+end
+
+-- Direct children in registration order: { name, module } pairs.
+function Module:named_children()
+  local out = {}
+  for _, n in ipairs(rawget(self, "_modules")) do
+    out[#out + 1] = { n, rawget(self, "_modules_by_name")[n] }
+  end
+  return out
+end
+
+-- All modules, pre-order, deduplicated, with PyTorch FQNs ("" for self).
+function Module:named_modules()
+  local out, seen = {}, {}
+  local function walk(m, prefix)
+    if seen[m] then return end
+    seen[m] = true
+    out[#out + 1] = { prefix, m }
+    for _, c in ipairs(m:named_children()) do
+      walk(c[2], prefix == "" and c[1] or (prefix .. "." .. c[1]))
+    end
+  end
+  walk(self, "")
+  return out
+end
+
+-- Parameters with every name they have (tied parameters have several), in PyTorch's
+-- named_parameters order (first occurrence wins).
+function Module:named_parameters()
+  local out, index = {}, {}
+  for _, e in ipairs(self:named_modules()) do
+    local prefix, m = e[1], e[2]
+    for _, pn in ipairs(rawget(m, "_params")) do
+      local p = rawget(m, "_params_by_name")[pn]
+      local fqn = prefix == "" and pn or (prefix .. "." .. pn)
+      if index[p] then
+        local names = out[index[p]][3]
+        names[#names + 1] = fqn
+      else
+        out[#out + 1] = { fqn, p, { fqn } }
+        index[p] = #out
+      end
+    end
+  end
+  return out
+end
+
+-- Also collects tied names that appear under modules visited more than once (a module
+-- shared by two parents still yields one FQN, as PyTorch's remove_duplicate=True).
+function Module:parameters()
+  local out = {}
+  for _, e in ipairs(self:named_parameters()) do out[#out + 1] = e[2] end
+  return out
+end
+
+function Module:get(path)
+  local m = self
+  for part in tostring(path):gmatch("[^%.]+") do
+    local c = rawget(m, "_modules_by_name")[part]
+    if not c then
+      local p = rawget(m, "_params_by_name")[part]
+      if p then return p end
+      local names = {}
+      for _, ch in ipairs(m:named_children()) do names[#names + 1] = ch[1] end
+      local hint = errors.closest(part, names)
+      errors.raise(string.format("no submodule '%s' in '%s'%s", part, path,
+        hint and (" (did you mean '" .. hint .. "'?)") or ""))
+    end
+    m = c
+  end
+  return m
+end
+
+function Module:fqn() return rawget(self, "_fqn") or "?" end
+
+function Module:forward()
+  errors.raise(string.format("module %s has no forward function", rawget(self, "_type")))
+end
+
+-- ---------------------------------------------------------------------------- checks
+
+local function check_tensor(x, what)
+  if not trace.is_tensor(x) and not nn.is_parameter(x) then
+    errors.raise(string.format("%s expects a tensor, got %s", what, type(x)))
+  end
+end
+
+local function float_dtype(what, ...)
+  local d
+  for _, t in ipairs({ ... }) do
+    if t then
+      if not trace.is_float(t.dtype) then
+        errors.raise(string.format("%s expects floating-point tensors, got %s", what, t.dtype))
+      end
+      if d and d ~= t.dtype then
+        errors.raise(string.format("%s got mixed dtypes %s and %s (cast one, or give every group the same mp_policy)",
+          what, d, t.dtype))
+      end
+      d = t.dtype
+    end
+  end
+  return d
+end
+
+local function copy(shape) return { table.unpack(shape) } end
+
+-- ---------------------------------------------------------------------------- functional ops
+
+local F = {}
+nn.functional = F
+
+function F.linear(x, w, b)
+  check_tensor(x, "linear")
+  local in_f = w.shape[2]
+  if x.shape[#x.shape] ~= in_f then
+    errors.raise(string.format("linear: input %s does not match weight %s (last input dim must be %d)",
+      shape_str(x.shape), shape_str(w.shape), in_f))
+  end
+  local d = float_dtype("linear", x, w, b)
+  local s = copy(x.shape)
+  s[#s] = w.shape[1]
+  return trace.record("linear", b and { x, w, b } or { x, w }, { { shape = s, dtype = d } })
+end
+
+function F.embedding(idx, w)
+  check_tensor(idx, "embedding")
+  if trace.is_float(idx.dtype) then
+    errors.raise("embedding expects integer token ids, got " .. idx.dtype .. " (use input = { batch, seq_len } for token models)")
+  end
+  local s = copy(idx.shape)
+  s[#s + 1] = w.shape[2]
+  return trace.record("embedding", { idx, w }, { { shape = s, dtype = w.dtype } })
+end
+
+local function norm_check(name, x, w)
+  if x.shape[#x.shape] ~= w.shape[1] then
+    errors.raise(string.format("%s: input %s does not match normalized shape [%d]", name,
+      shape_str(x.shape), w.shape[1]))
+  end
+end
+
+function F.layer_norm(x, w, b, eps)
+  norm_check("layer_norm", x, w)
+  local d = float_dtype("layer_norm", x, w, b)
+  return trace.record("layer_norm", { x, w, b }, { { shape = copy(x.shape), dtype = d } }, { eps = eps })
+end
+
+function F.rms_norm(x, w, eps)
+  norm_check("rms_norm", x, w)
+  local d = float_dtype("rms_norm", x, w)
+  return trace.record("rms_norm", { x, w }, { { shape = copy(x.shape), dtype = d } }, { eps = eps })
+end
+
+local function unary(kind)
+  return function(x)
+    check_tensor(x, kind)
+    local d = float_dtype(kind, x)
+    return trace.record(kind, { x }, { { shape = copy(x.shape), dtype = d } })
+  end
+end
+F.relu, F.gelu, F.silu = unary("relu"), unary("gelu"), unary("silu")
+
+-- Elementwise binary ops broadcast `b` over the leading dims of `a` (b's shape must be a
+-- suffix of a's), as pos-embeddings [T, C] broadcast over a batch [B, T, C].
+local function binary(kind)
+  return function(a, b)
+    check_tensor(a, kind)
+    check_tensor(b, kind)
+    if #b.shape > #a.shape then a, b = b, a end
+    local off = #a.shape - #b.shape
+    for i = 1, #b.shape do
+      if b.shape[i] ~= a.shape[off + i] then
+        errors.raise(string.format("%s: shapes %s and %s do not broadcast", kind,
+          shape_str(a.shape), shape_str(b.shape)))
+      end
+    end
+    local d = float_dtype(kind, a, b)
+    return trace.record(kind, { a, b }, { { shape = copy(a.shape), dtype = d } })
+  end
+end
+F.add, F.mul = binary("add"), binary("mul")
+
+function F.swiglu(a, b)
+  return F.mul(F.silu(a), b)
+end
+
+-- Dropout draws from a counter-based RNG keyed by (seed, site) so sharded and unsharded
+-- runs draw the same mask. p = 0 records nothing.
+function F.dropout(x, p)
+  p = p or 0.5
+  if type(p) ~= "number" or p < 0 or p >= 1 then
+    errors.raise("dropout probability must be in [0, 1), got " .. tostring(p))
+  end
+  if p == 0 then return x end
+  local d = float_dtype("dropout", x)
+  return trace.record("dropout", { x }, { { shape = copy(x.shape), dtype = d } }, { p = p })
+end
+
+-- Scaled dot-product attention over heads. q: [B, T, NH*HD]; k, v: [B, T, NKV*HD].
+function F.attention(q, k, v, opts)
+  opts = opts or {}
+  errors.check_keys(opts, { "causal", "n_heads", "n_kv_heads" }, "attention option")
+  local nh = opts.n_heads
+  if math.type(nh) ~= "integer" or nh < 1 then
+    errors.raise("attention needs n_heads (a positive integer)")
+  end
+  local nkv = opts.n_kv_heads or nh
+  local C = q.shape[#q.shape]
+  if C % nh ~= 0 then
+    errors.raise(string.format("attention: n_heads %d does not divide the model dim %d", nh, C))
+  end
+  local hd = C // nh
+  if math.type(nkv) ~= "integer" or nkv < 1 or nh % nkv ~= 0 then
+    errors.raise(string.format("attention: n_kv_heads %s must divide n_heads %d", tostring(nkv), nh))
+  end
+  for _, t in ipairs({ k, v }) do
+    if t.shape[#t.shape] ~= nkv * hd or #t.shape ~= #q.shape then
+      errors.raise(string.format("attention: key/value %s must be [..., %d] for %d kv heads of dim %d",
+        shape_str(t.shape), nkv * hd, nkv, hd))
+    end
+  end
+  local d = float_dtype("attention", q, k, v)
+  return trace.record("attention", { q, k, v }, { { shape = copy(q.shape), dtype = d } },
+    { causal = opts.causal ~= false, n_heads = nh, n_kv_heads = nkv, head_dim = hd })
+end
+
+-- Rotary position embeddings over heads of x: [B, T, NH*HD] (consecutive pairs rotated).
+function F.rotary(x, opts)
+  opts = opts or {}
+  local nh = opts.n_heads
+  local C = x.shape[#x.shape]
+  if math.type(nh) ~= "integer" or C % nh ~= 0 or (C // nh) % 2 ~= 0 then
+    errors.raise(string.format("rotary: n_heads %s must divide dim %d into even head dims", tostring(nh), C))
+  end
+  local d = float_dtype("rotary", x)
+  return trace.record("rotary", { x }, { { shape = copy(x.shape), dtype = d } },
+    { n_heads = nh, head_dim = C // nh, theta = opts.theta or 10000.0 })
+end
+
+function F.cast(x, dtype)
+  dtype = trace.dtype(dtype, "cast")
+  if x.dtype == dtype then return x end
+  return trace.record("cast", { x }, { { shape = copy(x.shape), dtype = dtype } }, { to = dtype })
+end
+
+function F.sum(x)
+  return trace.record("sum", { x }, { { shape = {}, dtype = x.dtype } })
+end
+
+function F.cross_entropy(logits, targets)
+  local V = logits.shape[#logits.shape]
+  if #targets.shape ~= #logits.shape - 1 then
+    errors.raise(string.format("cross_entropy: targets %s do not match logits %s",
+      shape_str(targets.shape), shape_str(logits.shape)))
+  end
+  return trace.record("cross_entropy", { logits, targets }, { { shape = {}, dtype = "fp32" } }, { vocab = V })
+end
+
+-- Token positions 0..T-1 (no gradient), for learned position embeddings.
+function F.arange(n)
+  return trace.record("arange", {}, { { shape = { n }, dtype = "int64", no_grad = true } })
+end
+
+nn.relu, nn.gelu, nn.silu, nn.swiglu = F.relu, F.gelu, F.silu, F.swiglu
+nn.attention, nn.rotary, nn.dropout = F.attention, F.rotary, F.dropout
+nn.linear, nn.embedding, nn.cross_entropy = F.linear, F.embedding, F.cross_entropy
+nn.checkpoint = trace.checkpoint
+
+-- Tensor methods and operators.
+Tensor.__add = function(a, b) return F.add(a, b) end
+Tensor.__mul = function(a, b) return F.mul(a, b) end
+Tensor.__len = function(t) return t.shape[1] end
+function Tensor:float() return F.cast(self, "fp32") end
+function Tensor:to(dtype) return F.cast(self, dtype) end
+function Tensor:sum() return F.sum(self) end
+Parameter.__add, Parameter.__mul = Tensor.__add, Tensor.__mul
+
+-- ---------------------------------------------------------------------------- layers
+
+local function posint(v, what, type_name)
+  if math.type(v) ~= "integer" or v < 1 then
+    errors.raise(string.format("%s: %s must be a positive integer, got %s", type_name, what, tostring(v)))
+  end
+  return v
+end
+
+local function opts_of(opts, allowed, type_name)
+  opts = opts or {}
+  if type(opts) ~= "table" then errors.raise(type_name .. " options must be a table") end
+  errors.check_keys(opts, allowed, type_name .. " option")
+  return opts
+end
+
+local Linear = {}
+function Linear.forward(self, x) return F.linear(x, self.weight, self.bias) end
+function nn.Linear(in_f, out_f, opts)
+  opts = opts_of(opts, { "bias" }, "Linear")
+  posint(in_f, "in_features", "Linear")
+  posint(out_f, "out_features", "Linear")
+  local m = new_module("Linear", Linear)
+  rawset(m, "in_features", in_f)
+  rawset(m, "out_features", out_f)
+  local bound = 1 / math.sqrt(in_f)
+  m.weight = nn.Parameter({ out_f, in_f }, { kind = "uniform", bound = bound })
+  if opts.bias ~= false then m.bias = nn.Parameter({ out_f }, { kind = "uniform", bound = bound }) end
+  return m
+end
+
+local Embedding = {}
+function Embedding.forward(self, idx) return F.embedding(idx, self.weight) end
+function nn.Embedding(n, dim)
+  posint(n, "num_embeddings", "Embedding")
+  posint(dim, "embedding_dim", "Embedding")
+  local m = new_module("Embedding", Embedding)
+  m.weight = nn.Parameter({ n, dim }, { kind = "normal", std = 1.0 })
+  return m
+end
+
+local LayerNorm = {}
+function LayerNorm.forward(self, x) return F.layer_norm(x, self.weight, self.bias, self.eps) end
+function nn.LayerNorm(dim, opts)
+  opts = opts_of(opts, { "eps" }, "LayerNorm")
+  posint(dim, "normalized_shape", "LayerNorm")
+  local m = new_module("LayerNorm", LayerNorm)
+  rawset(m, "eps", opts.eps or 1e-5)
+  m.weight = nn.Parameter({ dim }, { kind = "ones" })
+  m.bias = nn.Parameter({ dim }, { kind = "zeros" })
+  return m
+end
+
+local RMSNorm = {}
+function RMSNorm.forward(self, x) return F.rms_norm(x, self.weight, self.eps) end
+function nn.RMSNorm(dim, opts)
+  opts = opts_of(opts, { "eps" }, "RMSNorm")
+  posint(dim, "normalized_shape", "RMSNorm")
+  local m = new_module("RMSNorm", RMSNorm)
+  rawset(m, "eps", opts.eps or 1e-6)
+  m.weight = nn.Parameter({ dim }, { kind = "ones" })
+  return m
+end
+
+local Dropout = {}
+function Dropout.forward(self, x) return F.dropout(x, self.p) end
+function nn.Dropout(p)
+  local m = new_module("Dropout", Dropout)
+  rawset(m, "p", p or 0.5)
+  return m
+end
+
+local function activation(name, fn)
+  local cls = { forward = function(_, x) return fn(x) end }
+  return function() return new_module(name, cls) end
+end
+nn.ReLU, nn.GELU, nn.SiLU = activation("ReLU", F.relu), activation("GELU", F.gelu), activation("SiLU", F.silu)
+
+local function add_list(m, mods, type_name)
+  if type(mods) ~= "table" then errors.raise(type_name .. " expects a list of modules") end
+  for i, c in ipairs(mods) do
+    if not nn.is_module(c) then
+      errors.raise(string.format("%s: element %d is not a module", type_name, i))
+    end
+    m:add_module(tostring(i - 1), c)
+  end
+end
+
+local Sequential = {}
+function Sequential.forward(self, ...)
+  local out = table.pack(...)
+  for i = 1, #self do
+    out = table.pack(self[i](table.unpack(out, 1, out.n)))
+  end
+  return table.unpack(out, 1, out.n)
+end
+function nn.Sequential(mods)
+  local m = new_module("Sequential", Sequential)
+  add_list(m, mods, "Sequential")
+  return m
+end
+
+local ModuleList = {}
+function ModuleList.forward()
+  errors.raise("ModuleList has no forward; call its elements")
+end
+function ModuleList.append(self, c)
+  self:add_module(tostring(#self), c)
+  return self
+end
+function nn.ModuleList(mods)
+  local m = new_module("ModuleList", ModuleList)
+  add_list(m, mods or {}, "ModuleList")
+  return m
+end
+
+-- Custom modules: nn.Module{ lin = nn.Linear(16, 16), forward = function(self, x) ... end }.
+-- Children and parameters given in the table are registered in sorted name order (a Lua
+-- table has no order); assign them afterwards (m.a = ...; m.b = ...) for a chosen order.
+function nn.Module(def)
+  if type(def) ~= "table" then errors.raise("nn.Module expects a table { ..., forward = function(self, ...) end }") end
+  local cls = { forward = def.forward }
+  local m = new_module(def.name or "Module", cls)
+  local keys = {}
+  for k in pairs(def) do
+    if k ~= "forward" and k ~= "name" then keys[#keys + 1] = k end
+  end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do m[k] = def[k] end
+  if def.forward ~= nil and type(def.forward) ~= "function" then
+    errors.raise("nn.Module: forward must be a function")
+  end
+  return m
+end
+
+return nn

@@ -1,0 +1,522 @@
+-- The FSDP2 planner: runs the spec's training step symbolically and reproduces what
+-- PyTorch's fully_shard runtime would do, hook by hook (_fsdp_state.py,
+-- _fsdp_param_group.py). Forward runs the traced model with FSDP's forward hooks;
+-- backward walks the op graph in autograd's order (reverse creation order over the nodes
+-- reachable from the loss), firing pre-backward hooks on module outputs and post-backward
+-- hooks where the inputs' gradients are done, then the root's final callback.
+-- The result is the ordered schedule (collectives, compute, frees) with its FSDP events.
+local errors = require("errors")
+local trace = require("trace")
+local layout = require("layout")
+
+local M = {}
+
+local FORWARD, PRE_BACKWARD, POST_BACKWARD, IDLE = "FORWARD", "PRE_BACKWARD", "POST_BACKWARD", "IDLE"
+local SHARDED, SHARDED_POST_FORWARD, UNSHARDED = "sharded", "sharded_post_forward", "unsharded"
+
+-- Ops whose backward needs no saved activation (a checkpointed region is recomputed at
+-- the first node that unpacks one).
+local saves_nothing = { add = true, sum = true, cast = true, post_backward_hook = true, arange = true }
+
+-- ---------------------------------------------------------------------------- setup
+
+local function assign_names(model)
+  for _, e in ipairs(model:named_modules()) do rawset(e[2], "_fqn", e[1]) end
+  local params = model:named_parameters()
+  for _, e in ipairs(params) do
+    e[2].fqn = e[1]
+    e[2].names = e[3]
+  end
+  return params
+end
+
+-- Resolves reshard_after_forward into the post-forward shard size: nil (keep unsharded),
+-- the shard size (reshard fully) or a smaller divisor (reshard into a sub-group).
+local function post_forward_size(rAF, is_root, auto, shard)
+  if auto then rAF = not is_root end
+  if rAF == false then return nil end
+  if rAF == true then return shard end
+  if rAF == 1 then return nil end     -- PyTorch: int 1 means "world size 1", i.e. False
+  return rAF
+end
+
+local function build_groups(spec)
+  local model = spec.model
+  local all_params = assign_names(model)
+  local states, seen = {}, {}
+  for _, e in ipairs(model:named_modules()) do
+    local s = rawget(e[2], "_fsdp_state")
+    if s and not seen[s] then
+      seen[s] = true
+      states[#states + 1] = s
+    end
+  end
+  local root = rawget(model, "_fsdp_state")
+  local owner = {}
+  local groups = {}
+  for _, s in ipairs(states) do
+    -- The group's name: its modules' FQNs in named_modules order.
+    local names = {}
+    local set = {}
+    for _, m in ipairs(s.modules) do set[m] = true end
+    for _, e in ipairs(model:named_modules()) do
+      if set[e[2]] then names[#names + 1] = e[1] end
+    end
+    s.name = table.concat(names, ", ")
+    s.is_root = s == root
+    s.training = IDLE
+    s.modules_to_run = {}
+    s.group = nil
+    if #s.params > 0 then
+      for _, p in ipairs(s.params) do
+        if owner[p] then
+          errors.raise(string.format("parameter '%s' is shared with group '%s'; put tied modules in one group with fully_shard({a, b})",
+            p.fqn, owner[p].name), s.line)
+        end
+      end
+      local mesh = s.mesh or spec.mesh
+      local g = {
+        index = #groups + 1, state = s, name = s.name, params = s.params,
+        shard = mesh.shard, replicate = mesh.replicate,
+        pf_size = post_forward_size(s.rAF, s.is_root, s.auto_rAF, mesh.shard),
+        param_dtype = s.mp.param_dtype or "fp32",
+        reduce_dtype = s.mp.reduce_dtype or s.mp.param_dtype or "fp32",
+        sharded = SHARDED, training = IDLE, pending = nil, pf_indices = {},
+        grads_accumulated = false,
+      }
+      g.layout = layout.group(s.params, mesh.shard, s.placement)
+      g.factors = layout.divide_factors(mesh.shard, mesh.shard * mesh.replicate, g.reduce_dtype,
+        s.divide_factor, s.force_sum)
+      for _, p in ipairs(s.params) do
+        owner[p] = g
+        p.dtype = g.param_dtype         -- what compute sees after the all-gather cast
+      end
+      s.group = g
+      groups[#groups + 1] = g
+    end
+  end
+  -- States that fully_shard made outside the model's tree take no part.
+  return states, groups, all_params, owner
+end
+
+-- ---------------------------------------------------------------------------- simulation
+
+local Sim = {}
+Sim.__index = Sim
+
+function M.new(spec)
+  local states, groups, params, owner = build_groups(spec)
+  local sim = setmetatable({
+    spec = spec, states = states, groups = groups, params = params, owner = owner,
+    graph = trace.new_graph(), steps = {}, events = {},
+    counts = {}, phase = nil, section = 0,
+    post_forward_order = {}, final_queued = false, is_last_backward = true,
+    pending = {},     -- forward results awaiting backward: { outs = {...}, targets = t }
+    ag_seq = 0, rs_seq = 0,
+  }, Sim)
+  return sim
+end
+
+function Sim:emit(step)
+  step.section = self.section
+  step.phase = self.phase
+  self.steps[#self.steps + 1] = step
+  return step
+end
+
+function Sim:event(kind, g, state)
+  local e = { state = state or g.training, kind = kind, group = g.name, section = self.section }
+  self.events[#self.events + 1] = e
+  self.steps[#self.steps].event = e
+end
+
+function Sim:count(what)
+  local key = self.phase .. " " .. what
+  self.counts[key] = (self.counts[key] or 0) + 1
+end
+
+-- FSDPParamGroup.unshard: issue the all-gather unless already unsharded or in flight.
+function Sim:unshard(g)
+  if g.pending or g.sharded == UNSHARDED then return end
+  local sub = g.sharded == SHARDED_POST_FORWARD
+  self.ag_seq = self.ag_seq + 1
+  g.pending = { seq = self.ag_seq, sub = sub }
+  self:emit({ stream = "ag", op = "all_gather", group = g, sub = sub, ag = self.ag_seq })
+  self:event("unshard", g)
+  self:count("all_gather")
+end
+
+function Sim:wait_for_unshard(g)
+  if not g.pending then return end
+  self:emit({ stream = "compute", op = "all_gather_wait", group = g, ag = g.pending.seq, sub = g.pending.sub })
+  g.pending = nil
+  g.sharded = UNSHARDED
+end
+
+-- FSDPParamGroup.reshard: after forward only if reshard_after_forward (into the
+-- post-forward sub-group for an integer), otherwise back to the sharded state.
+function Sim:reshard(g)
+  if g.training == FORWARD then
+    if not g.pf_size then return end
+    if g.pf_size ~= g.shard then
+      if g.sharded ~= SHARDED_POST_FORWARD then
+        local was = g.sharded
+        g.sharded = SHARDED_POST_FORWARD
+        self:emit({ stream = "compute", op = "reshard_post_forward", group = g })
+        if was == UNSHARDED then self:event("reshard", g) end
+      end
+      return
+    end
+  end
+  if g.sharded ~= SHARDED then
+    local was = g.sharded
+    g.sharded = SHARDED
+    self:emit({ stream = "compute", op = "reshard", group = g, from = was })
+    if was == UNSHARDED then self:event("reshard", g) end
+  end
+end
+
+function Sim:prefetch(g, training)
+  local old = g.training
+  g.training = training
+  self:unshard(g)
+  g.training = old
+end
+
+function Sim:backward_prefetch(g)
+  if g.training ~= PRE_BACKWARD then return end
+  if #g.pf_indices == 0 then return end
+  local idx = table.remove(g.pf_indices)
+  if idx - 1 < 1 then return end
+  self:prefetch(self.post_forward_order[idx - 1], PRE_BACKWARD)
+end
+
+-- FSDPParamGroup.post_backward: reshard, then reduce-scatter the gradients it has.
+function Sim:post_backward(g)
+  g.training = POST_BACKWARD
+  local s = g.state
+  if not s.reduce_grads then
+    if s.reshard_after_backward then self:reshard(g) end
+    if g.has_grad then
+      g.grads_accumulated = true
+      self:emit({ stream = "compute", op = "accumulate_unsharded_grads", group = g })
+    end
+    g.has_grad = false
+    self:emit({ stream = "compute", op = "post_backward", group = g })
+    self:event("post_backward", g)
+    return
+  end
+  local with_grad = g.has_grad or g.grads_accumulated
+  g.has_grad, g.grads_accumulated = false, false
+  if s.reshard_after_backward then self:reshard(g) end
+  if with_grad then
+    self.rs_seq = self.rs_seq + 1
+    self:emit({ stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq })
+    self:count("reduce_scatter")
+    if g.replicate > 1 and s.all_reduce_grads then
+      self:emit({ stream = "ar", op = "all_reduce", group = g, rs = self.rs_seq })
+      self:count("all_reduce")
+    end
+  end
+  self:emit({ stream = "compute", op = "post_backward", group = g })
+  self:event("post_backward", g)
+end
+
+-- ---------------------------------------------------------------------------- hooks
+
+function Sim:state_pre_forward(s, args)
+  if s.training == PRE_BACKWARD then
+    -- Activation-checkpoint recompute inside backward: only make sure params are there.
+    local g = s.group
+    if g and g.sharded ~= UNSHARDED then
+      self:unshard(g)
+      self:wait_for_unshard(g)
+    end
+    return args
+  end
+  s.training = FORWARD
+  local g = s.group
+  if g then
+    if g.param_dtype ~= "fp32" and s.mp.cast_forward_inputs then
+      for i = 1, args.n or #args do
+        local a = args[i]
+        if trace.is_tensor(a) and trace.is_float(a.dtype) and a.dtype ~= g.param_dtype then
+          args[i] = trace.record("cast", { a }, { { shape = a.shape, dtype = g.param_dtype } }, { to = g.param_dtype })
+        end
+      end
+    end
+    g.training = FORWARD
+    self:unshard(g)
+    self:wait_for_unshard(g)
+    if not trace.in_recompute() then
+      -- RegisterPostBackwardFunction over the inputs that require grad: its backward node
+      -- (created before the module's ops) is where post_backward fires.
+      local idx, ins = {}, {}
+      for i = 1, args.n or #args do
+        local a = args[i]
+        if trace.is_tensor(a) and a.requires_grad then
+          idx[#idx + 1] = i
+          ins[#ins + 1] = a
+        end
+      end
+      if #ins > 0 then
+        local specs = {}
+        for i, a in ipairs(ins) do specs[i] = { shape = a.shape, dtype = a.dtype } end
+        local outs = { trace.record("post_backward_hook", ins, specs, { state = s }) }
+        for k, i in ipairs(idx) do args[i] = outs[k] end
+      end
+    end
+  end
+  for _, t in ipairs(s.fwd_prefetch) do
+    if t.group then self:prefetch(t.group, FORWARD) end
+  end
+  return args
+end
+
+function Sim:state_post_forward(s, outs)
+  if s.training == PRE_BACKWARD then return end
+  local g = s.group
+  if g then
+    if not trace.in_recompute() then
+      self:reshard(g)
+      self.post_forward_order[#self.post_forward_order + 1] = g
+      g.pf_indices[#g.pf_indices + 1] = #self.post_forward_order
+    end
+    g.training = IDLE
+  end
+  if not trace.in_recompute() then
+    for i = 1, outs.n or #outs do
+      local t = outs[i]
+      if trace.is_tensor(t) and t.requires_grad then
+        t.pre_backward_hooks = t.pre_backward_hooks or {}
+        table.insert(t.pre_backward_hooks, s)
+      end
+    end
+  end
+  s.training = IDLE
+end
+
+function Sim:state_pre_backward(s)
+  s.training = PRE_BACKWARD
+  self.final_queued = true
+  local default = #s.bwd_prefetch == 0
+  local g = s.group
+  if g and g.training ~= PRE_BACKWARD then
+    g.training = PRE_BACKWARD
+    if s.unshard_in_backward then
+      self:unshard(g)
+      self:wait_for_unshard(g)
+    end
+    if default then self:backward_prefetch(g) end
+  end
+  for _, t in ipairs(s.bwd_prefetch) do
+    if t.group then self:prefetch(t.group, PRE_BACKWARD) end
+  end
+end
+
+function Sim:final_callback()
+  for _, s in ipairs(self.states) do
+    local g = s.group
+    if g then
+      if g.training ~= POST_BACKWARD then self:post_backward(g) end
+      g.training = IDLE
+    end
+    s.training = IDLE
+    if self.is_last_backward then
+      s.modules_to_run = {}
+      if g then
+        if g.pending then
+          -- A mistargeted prefetch nobody waited for: its result is dropped.
+          self:emit({ stream = "compute", op = "all_gather_drop", group = g, ag = g.pending.seq })
+          g.pending = nil
+        end
+        g.pf_indices = {}
+      end
+    end
+  end
+  if self.is_last_backward then self.post_forward_order = {} end
+  self.final_queued = false
+end
+
+function Sim:trace_hooks()
+  local sim = self
+  return {
+    pre_forward = function(module, args)
+      local s = rawget(module, "_fsdp_state")
+      if not s or s.name == nil then return args end
+      if next(s.modules_to_run) ~= nil then return args end   -- not the group's first module
+      for _, m in ipairs(s.modules) do s.modules_to_run[m] = true end
+      return sim:state_pre_forward(s, args)
+    end,
+    post_forward = function(module, _, outs)
+      local s = rawget(module, "_fsdp_state")
+      if not s or s.name == nil then return end
+      s.modules_to_run[module] = nil
+      if next(s.modules_to_run) ~= nil then return end        -- not the group's last module
+      sim:state_post_forward(s, outs)
+    end,
+    on_op = function(op)
+      if op.kind ~= "post_backward_hook" then
+        sim:emit({ stream = "compute", op = trace.in_recompute() and "recompute" or "forward", node = op })
+      end
+      for _, t in ipairs(op.ins) do
+        if t.is_param then
+          local g = sim.owner[t]
+          if g and g.sharded ~= UNSHARDED and not trace.in_recompute() then
+            errors.raise(string.format("parameter '%s' of group '%s' is used while its group is sharded (used outside the modules passed to fully_shard)",
+              t.fqn, g.name))
+          end
+        end
+      end
+    end,
+  }
+end
+
+-- ---------------------------------------------------------------------------- step items
+
+function Sim:make_input()
+  local inp = self.spec.input
+  local t = trace.new_tensor(inp.shape, inp.dtype, false, nil)
+  t.is_input = true
+  return t
+end
+
+function Sim:run_forward()
+  local spec = self.spec
+  local inp = self:make_input()
+  local outs = table.pack(spec.model(inp))
+  local targets
+  if spec.loss == "cross_entropy" then
+    targets = trace.new_tensor(inp.shape, inp.dtype, false, nil)
+    targets.is_target = true
+  end
+  local list = {}
+  for i = 1, outs.n do
+    if not trace.is_tensor(outs[i]) then
+      errors.raise(string.format("model forward returned %s as output %d; expected tensors", type(outs[i]), i), spec.line)
+    end
+    list[i] = outs[i]
+  end
+  if #list == 0 then errors.raise("model forward returned nothing", spec.line) end
+  self.pending[#self.pending + 1] = { outs = list, targets = targets, input = inp }
+end
+
+-- Loss over the selected outputs of every pending forward: sum(out) (as the PyTorch tests'
+-- model(inp).sum()) or mean cross-entropy, added together.
+function Sim:build_loss(item)
+  local loss
+  if #self.pending == 0 then errors.raise("step: backward without a forward before it", self.spec.line) end
+  for _, f in ipairs(self.pending) do
+    local sel = f.outs
+    if item.output then
+      if not f.outs[item.output] then
+        errors.raise(string.format("step: backward output %d, but the model returns %d output(s)", item.output, #f.outs),
+          self.spec.line)
+      end
+      sel = { f.outs[item.output] }
+    end
+    for _, o in ipairs(sel) do
+      local l
+      if self.spec.loss == "sum" then
+        l = trace.record("sum", { o }, { { shape = {}, dtype = o.dtype } })
+      else
+        l = trace.record("cross_entropy", { o, f.targets }, { { shape = {}, dtype = "fp32" } }, { vocab = o.shape[#o.shape] })
+      end
+      loss = loss and trace.record("add", { loss, l }, { { shape = {}, dtype = "fp32" } }) or l
+    end
+  end
+  if not loss.requires_grad then
+    errors.raise("the loss does not require a gradient (no parameter was used)", self.spec.line)
+  end
+  return loss
+end
+
+function Sim:run_backward(item)
+  self.is_last_backward = item.is_last_backward
+  local loss = self:build_loss(item)
+  -- Nodes reachable from the loss through tensors that require grad.
+  local reach, order = {}, {}
+  local stack = { loss.producer }
+  while #stack > 0 do
+    local op = table.remove(stack)
+    if not reach[op] then
+      reach[op] = true
+      order[#order + 1] = op
+      for _, t in ipairs(op.ins) do
+        if t.requires_grad then
+          if t.producer then
+            stack[#stack + 1] = t.producer
+          elseif t.is_param then
+            local g = self.owner[t]
+            if g then g.has_grad = true end
+          end
+        end
+      end
+    end
+  end
+  table.sort(order, function(a, b) return a.id > b.id end)
+  self:emit({ stream = "compute", op = "loss_grad", node = loss.producer })
+  local recomputed = {}
+  for _, op in ipairs(order) do
+    for _, t in ipairs(op.outs) do
+      for _, s in ipairs(t.pre_backward_hooks or {}) do self:state_pre_backward(s) end
+    end
+    local region = op.region
+    if region and not recomputed[region] and not saves_nothing[op.kind] then
+      recomputed[region] = true
+      self:emit({ stream = "compute", op = "recompute_begin", region = region })
+      trace.replay(region)
+    end
+    if op.kind == "post_backward_hook" then
+      local g = op.attrs.state.group
+      if g then self:post_backward(g) end
+    elseif op ~= loss.producer then
+      self:emit({ stream = "compute", op = "backward", node = op })
+    end
+  end
+  if self.final_queued then self:final_callback() end
+  if item.is_last_backward then self.pending = {} end
+end
+
+function Sim:run_manual_reshard()
+  for _, s in ipairs(self.states) do
+    if s.group then self:reshard(s.group) end
+  end
+end
+
+function Sim:run_optimizer()
+  for _, g in ipairs(self.groups) do
+    self:emit({ stream = "compute", op = "optimizer", group = g })
+  end
+end
+
+-- Runs the whole step program; returns the plan.
+function Sim:run()
+  trace.begin(self.graph, self:trace_hooks())
+  for i, item in ipairs(self.spec.step) do
+    self.section = i
+    if item.kind == "forward" then
+      self.phase = "forward"
+      self:run_forward()
+    elseif item.kind == "backward" then
+      self.phase = "backward"
+      self:run_backward(item)
+    elseif item.kind == "reshard" then
+      self.phase = "reshard"
+      self:run_manual_reshard()
+    elseif item.kind == "optimizer" then
+      self.phase = "optimizer"
+      self:run_optimizer()
+    elseif item.kind == "set_requires_gradient_sync" then
+      for _, s in ipairs(self.states) do s.reduce_grads = item.value end
+    end
+  end
+  trace.begin(nil, nil)
+  return self
+end
+
+function M.plan(spec)
+  return M.new(spec):run()
+end
+
+return M

@@ -1,0 +1,163 @@
+-- Symbolic tensors and the op graph. Forward functions run on symbolic tensors; every op
+-- is recorded in creation order (its id is PyTorch autograd's sequence number, which is
+-- what orders the backward pass). Module calls go through hooks so the FSDP planner can
+-- act exactly where PyTorch's forward hooks fire.
+local errors = require("errors")
+
+local M = {}
+
+-- ---------------------------------------------------------------------------- dtypes
+
+M.dtype_names = { "bf16", "fp16", "fp32", "int32", "int64" }
+local dtype_alias = {
+  fp32 = "fp32", float32 = "fp32", float = "fp32",
+  bf16 = "bf16", bfloat16 = "bf16",
+  fp16 = "fp16", float16 = "fp16", half = "fp16",
+  int32 = "int32", int64 = "int64",
+}
+M.dtype_bytes = { fp32 = 4, bf16 = 2, fp16 = 2, int32 = 4, int64 = 8 }
+
+function M.dtype(name, what, line)
+  local d = type(name) == "string" and dtype_alias[name]
+  if not d then
+    errors.raise(string.format("unsupported dtype %s for %s; allowed: %s", tostring(name), what,
+      table.concat(M.dtype_names, ", ")), line)
+  end
+  return d
+end
+
+function M.is_float(d) return d == "fp32" or d == "bf16" or d == "fp16" end
+
+-- ---------------------------------------------------------------------------- tensors
+
+local Tensor = {}
+Tensor.__index = Tensor
+M.Tensor = Tensor
+
+local function shape_str(shape) return "[" .. table.concat(shape, ", ") .. "]" end
+M.shape_str = shape_str
+
+function M.numel(shape)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  return n
+end
+
+function Tensor:numel() return M.numel(self.shape) end
+function Tensor:dim() return #self.shape end
+function Tensor:size(i)
+  if i == nil then return self.shape end
+  if i < 0 then i = #self.shape + i + 1 end
+  return self.shape[i]
+end
+Tensor.__tostring = function(t) return string.format("tensor%s %s", shape_str(t.shape), t.dtype) end
+
+function M.is_tensor(x) return getmetatable(x) == Tensor end
+
+-- ---------------------------------------------------------------------------- tracer
+
+-- The active trace. `graph.ops` holds ops in creation order; `recompute` is set while an
+-- activation-checkpointed region is replayed inside backward (ops are then not part of the
+-- autograd graph and hooks see PyTorch's is_bw() == true).
+local state = {
+  graph = nil,
+  next_tensor = 0,
+  scope = {},            -- stack of modules being called
+  ckpt = nil,            -- current checkpoint region
+  recompute = false,
+  hooks = nil,           -- { pre_forward(module, args) -> args, post_forward(module, args, outs), on_op(op) }
+  grad_enabled = true,
+}
+M.state = state
+
+function M.new_graph()
+  return { ops = {}, regions = {}, forwards = {} }
+end
+
+function M.begin(graph, hooks)
+  state.graph = graph
+  state.hooks = hooks
+  state.scope = {}
+  state.ckpt = nil
+  state.recompute = false
+end
+
+local function new_tensor(shape, dtype, requires_grad, producer, index)
+  state.next_tensor = state.next_tensor + 1
+  return setmetatable({
+    id = state.next_tensor, shape = shape, dtype = dtype,
+    requires_grad = requires_grad and true or false,
+    producer = producer, out_index = index,
+  }, Tensor)
+end
+M.new_tensor = new_tensor
+
+-- Records one op. `outs` is a list of { shape, dtype } (optionally `no_grad = true`);
+-- returns the output tensors. Output tensors require grad when any input does.
+function M.record(kind, ins, outs, attrs)
+  local g = state.graph
+  if not g then errors.raise("tensor op '" .. kind .. "' used outside a traced forward") end
+  local rg = false
+  for _, t in ipairs(ins) do
+    if t.requires_grad then rg = true end
+  end
+  rg = rg and state.grad_enabled
+  local op = {
+    kind = kind, ins = ins, attrs = attrs or {}, outs = {},
+    scope = { table.unpack(state.scope) },
+    region = state.ckpt, recompute = state.recompute,
+    line = errors.current_line(),
+  }
+  if not state.recompute then
+    g.ops[#g.ops + 1] = op
+    op.id = #g.ops
+  else
+    op.id = -1
+  end
+  for i, o in ipairs(outs) do
+    op.outs[i] = new_tensor(o.shape, o.dtype, rg and not o.no_grad, op, i)
+  end
+  op.requires_grad = rg
+  if state.hooks and state.hooks.on_op then state.hooks.on_op(op) end
+  return table.unpack(op.outs)
+end
+
+-- ---------------------------------------------------------------------------- module calls
+
+-- Calls `module.forward` with FSDP-style hooks around it.
+function M.call_module(module, args)
+  local hooks = state.hooks
+  if hooks and hooks.pre_forward then args = hooks.pre_forward(module, args) end
+  state.scope[#state.scope + 1] = module
+  local outs = table.pack(module:forward(table.unpack(args, 1, args.n or #args)))
+  state.scope[#state.scope] = nil
+  if hooks and hooks.post_forward then hooks.post_forward(module, args, outs) end
+  return table.unpack(outs, 1, outs.n)
+end
+
+-- Activation checkpointing: ops inside `fn(...)` form a region that backward recomputes.
+function M.checkpoint(fn, ...)
+  if state.recompute or not state.graph then return fn(...) end
+  local g = state.graph
+  local region = { id = #g.regions + 1, fn = fn, args = table.pack(...), first = #g.ops + 1 }
+  g.regions[region.id] = region
+  local outer = state.ckpt
+  state.ckpt = region
+  local outs = table.pack(fn(...))
+  state.ckpt = outer
+  region.last = #g.ops
+  return table.unpack(outs, 1, outs.n)
+end
+
+-- Replays a checkpointed region inside backward: hooks fire (with is_bw), ops are not
+-- recorded in the autograd graph.
+function M.replay(region)
+  local was = state.recompute
+  state.recompute = true
+  region.fn(table.unpack(region.args, 1, region.args.n))
+  state.recompute = was
+end
+
+function M.in_recompute() return state.recompute end
+
+return M
