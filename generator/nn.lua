@@ -372,6 +372,15 @@ nn.attention, nn.rotary, nn.dropout = F.attention, F.rotary, F.dropout
 nn.linear, nn.embedding, nn.cross_entropy = F.linear, F.embedding, F.cross_entropy
 nn.checkpoint = trace.checkpoint
 
+-- Composable activation checkpointing of a module, like
+-- torch.distributed._composable.checkpoint(module) or apply_activation_checkpointing:
+-- every call of the module becomes a recomputed region.
+function nn.checkpoint_module(m)
+  if not nn.is_module(m) then errors.raise("checkpoint_module expects a module") end
+  rawset(m, "_checkpoint", true)
+  return m
+end
+
 -- Tensor methods and operators.
 Tensor.__add = function(a, b) return F.add(a, b) end
 Tensor.__mul = function(a, b) return F.mul(a, b) end

@@ -461,7 +461,7 @@ function Sim:run_backward(item)
     for _, t in ipairs(op.outs) do
       for _, s in ipairs(t.pre_backward_hooks or {}) do self:state_pre_backward(s) end
     end
-    local region = op.region
+    local region = op.region and trace.outermost(op.region)
     if region and not recomputed[region] and not saves_nothing[op.kind] then
       recomputed[region] = true
       self:emit({ stream = "compute", op = "recompute_begin", region = region })

@@ -124,8 +124,18 @@ end
 
 -- ---------------------------------------------------------------------------- module calls
 
--- Calls `module.forward` with FSDP-style hooks around it.
+-- Calls `module.forward` with FSDP-style hooks around it. A module marked with
+-- nn.checkpoint_module (composable `checkpoint(module)`) runs as a checkpointed region.
+local call_hooked
 function M.call_module(module, args)
+  if rawget(module, "_checkpoint") and state.graph and not state.recompute then
+    return M.checkpoint(function(...) return call_hooked(module, table.pack(...)) end,
+      table.unpack(args, 1, args.n or #args))
+  end
+  return call_hooked(module, args)
+end
+
+call_hooked = function(module, args)
   local hooks = state.hooks
   if hooks and hooks.pre_forward then args = hooks.pre_forward(module, args) end
   state.scope[#state.scope + 1] = module
@@ -139,7 +149,7 @@ end
 function M.checkpoint(fn, ...)
   if state.recompute or not state.graph then return fn(...) end
   local g = state.graph
-  local region = { id = #g.regions + 1, fn = fn, args = table.pack(...), first = #g.ops + 1 }
+  local region = { id = #g.regions + 1, fn = fn, args = table.pack(...), first = #g.ops + 1, parent = state.ckpt }
   g.regions[region.id] = region
   local outer = state.ckpt
   state.ckpt = region
@@ -147,6 +157,13 @@ function M.checkpoint(fn, ...)
   state.ckpt = outer
   region.last = #g.ops
   return table.unpack(outs, 1, outs.n)
+end
+
+-- The outermost checkpointed region containing `region`: nested regions are recomputed
+-- together with their outermost one.
+function M.outermost(region)
+  while region.parent do region = region.parent end
+  return region
 end
 
 -- Replays a checkpointed region inside backward: hooks fire (with is_bw), ops are not

@@ -1,0 +1,13 @@
+-- Seed: TestFullyShardCommunication.test_manual_reshard_with_reshard_after_forward_false:
+-- every sharded module resharded by hand between forward and backward.
+local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
+local model = models.Transformer{}
+for _, layer in ipairs(model.layers) do
+  fsdp.fully_shard(layer, { reshard_after_forward = false })
+end
+fsdp.fully_shard(model, { reshard_after_forward = false })
+return fsdp.spec{
+  name = "manual_reshard_raf_false", model = model, world_size = 4,
+  input = { batch = 2, seq_len = 16 }, loss = "sum", optimizer = { "adam", lr = 1e-2 },
+  step = { "forward", "reshard", "backward" },
+}
