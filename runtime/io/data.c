@@ -45,8 +45,8 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
         return io_errf(err, errlen, "token file '%s': sequence length must be > 0, got %lld",
                        path, (long long)seq_len);
     int u16 = ends_with(path, ".u16");
-    const char *fmt = u16 ? "little-endian uint16 tokens, as the name ends in .u16"
-                          : "raw bytes, one token each (name does not end in .u16)";
+    const char *fmt = u16 ? "2-byte little-endian tokens, as the name ends in .u16"
+                          : "1-byte tokens, as the name does not end in .u16";
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return IO_SYSERR(err, errlen, "cannot open token file '%s'", path);
     struct stat st;
@@ -62,8 +62,8 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
     }
     if (u16 && size % 2 != 0) {
         close(fd);
-        return io_errf(err, errlen, "token file '%s' has an odd length of %llu bytes (expected %s, "
-                       "2 bytes each; truncated?)", path, (unsigned long long)size, fmt);
+        return io_errf(err, errlen, "token file '%s' has an odd length of %llu bytes (expected %s; "
+                       "truncated?)", path, (unsigned long long)size, fmt);
     }
     int64_t n = (int64_t)(u16 ? size / 2 : size);
     if (n <= seq_len) {

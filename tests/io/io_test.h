@@ -34,7 +34,7 @@ static inline void io_test_cleanup_(void) {
 }
 
 // Creates a fresh directory under $TMPDIR (or /tmp), removed when the test exits.
-static const char *test_dir(void) {
+static inline const char *test_dir(void) {
     if (io_test_dir_[0]) return io_test_dir_;
     const char *base = getenv("TMPDIR");
     snprintf(io_test_dir_, sizeof io_test_dir_, "%s/fsdpgen_io_XXXXXX",
@@ -48,7 +48,7 @@ static const char *test_dir(void) {
 }
 
 // test_dir()/name into a static rotating buffer (4 live at once).
-static const char *tpath(const char *name) {
+static inline const char *tpath(const char *name) {
     static char bufs[4][4096];
     static int k = 0;
     char *b = bufs[k++ & 3];
@@ -66,7 +66,7 @@ static inline int write_bytes(const char *path, const void *data, size_t n) {
 }
 
 // Whole file into a malloc'd buffer (NUL-terminated); NULL if unreadable.
-static unsigned char *read_bytes(const char *path, size_t *n) {
+static inline unsigned char *read_bytes(const char *path, size_t *n) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return NULL;
     fseek(fp, 0, SEEK_END);

@@ -1,0 +1,196 @@
+// Tests for token data: the batch offset contract on small synthetic files (raw bytes
+// and .u16), exactness of the offset formula, and each open/batch error a user can hit.
+#include <stdint.h>
+
+#include "io_test.h"
+#include "rt_data.h"
+
+static char err[512];
+
+// The contract, written independently of the library (plain 64-bit arithmetic).
+static int64_t ref_offset(int64_t N, int64_t W, int64_t A, int64_t B, int64_t T, int64_t s,
+                          int64_t a, int64_t r, int64_t b) {
+    return ((((s * A + a) * W + r) * B + b) * T) % (N - T);
+}
+
+// ---- offsets and batches ------------------------------------------------------------
+
+static void test_raw_bytes(void) {
+    enum { N = 1000 };
+    unsigned char bytes[N];
+    for (int i = 0; i < N; i++) bytes[i] = (unsigned char)((i * 37 + 11) % 251);
+    write_bytes(tpath("tokens.bin"), bytes, N);
+    rt_data *d = NULL;
+    int rc = rt_data_open(tpath("tokens.bin"), 256, 8, &d, err, sizeof err);
+    CHECK(rc == 0, "open raw byte file of %d tokens (%s)", N, rc ? err : "ok");
+    if (rc) return;
+    CHECK(rt_data_n_tokens(d) == N, "N = %lld", (long long)rt_data_n_tokens(d));
+
+    // A worked example of the formula: W=2, A=3, B=2, T=8, step 1, micro 2, rank 1, row 1:
+    // ((((1*3+2)*2+1)*2+1)*8) = 184, mod (1000-8) = 184.
+    rt_data_shape sh = {.world_size = 2, .n_micro = 3, .batch = 2, .seq_len = 8};
+    int64_t o = rt_data_offset(&sh, N, 1, 2, 1, 1);
+    CHECK(o == 184, "offset(s=1,a=2,r=1,b=1) = %lld, expected 184", (long long)o);
+    // Step 20: (((20*3+2)*2+1)*2+1)*8 = 2008 -> 2008 mod 992 = 24 (wraps around the file).
+    o = rt_data_offset(&sh, N, 20, 2, 1, 1);
+    CHECK(o == 24, "offset(s=20,a=2,r=1,b=1) = %lld, expected 24 (wrapped)", (long long)o);
+
+    // Every (s, a, r, b) over a few steps: offset matches the reference and the batch
+    // holds tokens o..o+T-1 and o+1..o+T.
+    int32_t in[2 * 8], tg[2 * 8];
+    int bad_off = 0, bad_tok = 0, n_seq = 0;
+    for (int64_t s = 0; s < 25; s++)
+        for (int64_t a = 0; a < 3; a++)
+            for (int64_t r = 0; r < 2; r++) {
+                rc = rt_data_batch(d, &sh, s, a, r, in, tg, err, sizeof err);
+                if (rc) {
+                    bad_tok++;
+                    continue;
+                }
+                for (int64_t b = 0; b < 2; b++, n_seq++) {
+                    int64_t want = ref_offset(N, 2, 3, 2, 8, s, a, r, b);
+                    if (rt_data_offset(&sh, N, s, a, r, b) != want) bad_off++;
+                    for (int t = 0; t < 8; t++)
+                        if (in[b * 8 + t] != bytes[want + t] || tg[b * 8 + t] != bytes[want + t + 1])
+                            bad_tok++;
+                }
+            }
+    CHECK(bad_off == 0, "%d sequences: offsets match the contract formula (%d mismatches)", n_seq,
+          bad_off);
+    CHECK(bad_tok == 0, "%d sequences: inputs = tokens[o..o+T), targets = tokens[o+1..o+T] (%d "
+          "mismatches)", n_seq, bad_tok);
+
+    // ---- batch argument errors
+    rc = rt_data_batch(d, &sh, 0, 0, 2, in, tg, err, sizeof err);
+    CHECK_ERR(rc, err, "rank == W", "rank 2 out of range", "rank < 2");
+    rc = rt_data_batch(d, &sh, 0, 3, 0, in, tg, err, sizeof err);
+    CHECK_ERR(rc, err, "microbatch == A", "microbatch 3", "microbatch < 3");
+    rc = rt_data_batch(d, &sh, -1, 0, 0, in, tg, err, sizeof err);
+    CHECK_ERR(rc, err, "negative step", "step -1");
+    rt_data_shape sh16 = sh;
+    sh16.seq_len = 16;
+    rc = rt_data_batch(d, &sh16, 0, 0, 0, in, tg, err, sizeof err);
+    CHECK_ERR(rc, err, "seq_len differs from open", "seq_len 16", "opened for seq_len 8");
+    rt_data_shape sh0 = sh;
+    sh0.batch = 0;
+    rc = rt_data_batch(d, &sh0, 0, 0, 0, in, tg, err, sizeof err);
+    CHECK_ERR(rc, err, "zero batch", "must all be > 0");
+    rt_data_close(d);
+}
+
+static void test_u16(void) {
+    enum { N = 3000 };
+    unsigned char bytes[2 * N];
+    uint16_t tok[N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (uint16_t)((i * 7919u + 3) % 50257u);
+        bytes[2 * i] = (unsigned char)(tok[i] & 0xFF);  // little-endian on disk
+        bytes[2 * i + 1] = (unsigned char)(tok[i] >> 8);
+    }
+    write_bytes(tpath("tokens.u16"), bytes, sizeof bytes);
+    rt_data *d = NULL;
+    int rc = rt_data_open(tpath("tokens.u16"), 50257, 64, &d, err, sizeof err);
+    CHECK(rc == 0 && rt_data_n_tokens(d) == N, ".u16 file opens as %d uint16 tokens (%s)", N,
+          rc ? err : "ok");
+    if (rc) return;
+    int maxtok = 0;
+    for (int i = 0; i < N; i++)
+        if (rt_data_token(d, i) > maxtok) maxtok = rt_data_token(d, i);
+    CHECK(maxtok > 255 && rt_data_token(d, 5) == tok[5], "tokens above 255 decode little-endian "
+          "(max %d, token[5] = %d want %d)", maxtok, rt_data_token(d, 5), tok[5]);
+    rt_data_shape sh = {.world_size = 4, .n_micro = 2, .batch = 3, .seq_len = 64};
+    int32_t in[3 * 64], tg[3 * 64];
+    int bad = 0, n_seq = 0;
+    for (int64_t s = 0; s < 10; s++)
+        for (int64_t a = 0; a < 2; a++)
+            for (int64_t r = 0; r < 4; r++) {
+                rc = rt_data_batch(d, &sh, s, a, r, in, tg, err, sizeof err);
+                for (int64_t b = 0; b < 3; b++, n_seq++) {
+                    int64_t o = ref_offset(N, 4, 2, 3, 64, s, a, r, b);
+                    for (int t = 0; t < 64; t++)
+                        bad += rc != 0 || in[b * 64 + t] != tok[o + t] || tg[b * 64 + t] != tok[o + t + 1];
+                }
+            }
+    CHECK(bad == 0, ".u16: %d sequences (W=4 A=2 B=3 T=64) match the contract (%d mismatches)",
+          n_seq, bad);
+    rt_data_close(d);
+}
+
+static void test_offset_exact(void) {
+    // Large values: computed exactly (here no 64-bit overflow, so equal to int64 math).
+    rt_data_shape sh = {.world_size = 8, .n_micro = 4, .batch = 16, .seq_len = 2048};
+    int64_t N = 1000000007;
+    int64_t got = rt_data_offset(&sh, N, 123456789, 3, 5, 15);
+    int64_t want = ref_offset(N, 8, 4, 16, 2048, 123456789, 3, 5, 15);
+    CHECK(got == want, "offset at step 123456789, N=1e9+7: %lld == %lld", (long long)got,
+          (long long)want);
+    // Past 2^63 the product would overflow int64; the library reduces mod (N-T) exactly.
+    // Reference value from Python: ((((2**50*4+3)*8+5)*16+15)*2048) % (10**9+7-2048).
+    got = rt_data_offset(&sh, N, (int64_t)1 << 50, 3, 5, 15);
+    CHECK(got == 828145085, "offset at step 2^50 (product > 2^63) = %lld, exact value 828145085",
+          (long long)got);
+    // N = T + 1: only one possible sequence, every offset is 0.
+    rt_data_shape one = {.world_size = 3, .n_micro = 2, .batch = 5, .seq_len = 9};
+    int nz = 0;
+    for (int s = 0; s < 5; s++)
+        for (int b = 0; b < 5; b++) nz += rt_data_offset(&one, 10, s, 1, 2, b) != 0;
+    CHECK(nz == 0, "N = T + 1: all offsets are 0 (%d nonzero)", nz);
+}
+
+// ---- open errors --------------------------------------------------------------------
+
+static void test_errors(void) {
+    rt_data *d = NULL;
+    int rc = rt_data_open(tpath("missing.u16"), 100, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "missing file", "cannot open token file", "missing.u16", "No such file");
+    CHECK(d == NULL, "no handle on error");
+
+    write_bytes(tpath("empty.bin"), "", 0);
+    rc = rt_data_open(tpath("empty.bin"), 100, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "empty file", "empty.bin' is empty", "1-byte tokens");
+
+    write_bytes(tpath("odd.u16"), "abcde", 5);
+    rc = rt_data_open(tpath("odd.u16"), 30000, 1, &d, err, sizeof err);
+    CHECK_ERR(rc, err, ".u16 with odd length", "odd length of 5 bytes", "2-byte little-endian tokens");
+
+    write_bytes(tpath("short.bin"), "abcdefgh", 8);
+    rc = rt_data_open(tpath("short.bin"), 256, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "N == T", "has 8 tokens", "sequences of 8 tokens need at least 9");
+    unsigned char s16[16] = {0};
+    write_bytes(tpath("short.u16"), s16, 16);
+    rc = rt_data_open(tpath("short.u16"), 256, 32, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "N < T (.u16)", "has 8 tokens", "need at least 33");
+
+    unsigned char b[40];
+    for (int i = 0; i < 40; i++) b[i] = (unsigned char)(i % 50);
+    b[17] = 200;
+    write_bytes(tpath("badtok.bin"), b, 40);
+    rc = rt_data_open(tpath("badtok.bin"), 100, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "byte token >= vocab", "token 200", "token offset 17", "vocab size 100");
+
+    unsigned char w[40] = {0};
+    w[2 * 13] = 0x10;  // token 13 = 0x2710 = 10000
+    w[2 * 13 + 1] = 0x27;
+    write_bytes(tpath("badtok.u16"), w, 40);
+    rc = rt_data_open(tpath("badtok.u16"), 5000, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "u16 token >= vocab", "token 10000", "token offset 13", "byte offset 26",
+              "vocab size 5000");
+    rc = rt_data_open(tpath("badtok.u16"), 10001, 8, &d, err, sizeof err);
+    CHECK(rc == 0, "same file opens with vocab 10001 (largest token 10000)");
+    rt_data_close(d);
+    d = NULL;
+
+    rc = rt_data_open(tpath("badtok.u16"), 0, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "vocab 0", "vocab size must be > 0");
+    rc = rt_data_open(tpath("badtok.u16"), 100, 0, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "seq_len 0", "sequence length must be > 0");
+}
+
+int main(void) {
+    printf("== token data ==\n");
+    test_raw_bytes();
+    test_u16();
+    test_offset_exact();
+    test_errors();
+    return check_summary();
+}
