@@ -10,17 +10,36 @@ local SpecError = {}
 SpecError.__index = SpecError
 SpecError.__tostring = function(e) return e.text end
 
+-- The innermost spec frame on the stack; a tail call (`return fsdp.spec{...}`,
+-- `return self.down(x)`) erases its caller's frame, so the last spec line the line hook
+-- saw running stands in for it.
 local function spec_line(level)
   if not M.spec_path then return nil end
   local lvl = level or 2
   while true do
     local info = debug.getinfo(lvl, "Sl")
-    if not info then return nil end
+    if not info then return M.last_spec_line end
     if info.source == "@" .. M.spec_path and info.currentline and info.currentline > 0 then
       return info.currentline
     end
     lvl = lvl + 1
   end
+end
+
+M.last_spec_line = nil
+
+-- While spec code runs (loading and tracing), remembers the last spec line executed.
+function M.track_spec_lines(on)
+  if not on then
+    debug.sethook()
+    return
+  end
+  local src = "@" .. M.spec_path
+  M.last_spec_line = nil
+  debug.sethook(function(_, line)
+    local info = debug.getinfo(2, "S")
+    if info.source == src then M.last_spec_line = line end
+  end, "l")
 end
 
 function M.new(msg, line)
@@ -92,6 +111,9 @@ function M.closest(name, candidates)
     if not bestd or d < bestd then best, bestd = c, d end
   end
   if best and bestd <= math.max(2, #name // 3) then return best end
+  for _, c in ipairs(candidates) do
+    if #name >= 3 and (c:sub(1, #name) == name or name:sub(1, #c) == c) then return c end
+  end
   return nil
 end
 

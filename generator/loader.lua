@@ -28,7 +28,9 @@ function M.load(path)
     local ln, msg = tostring(err):match(":(%d+): (.*)$")
     error(errors.new("syntax error: " .. (msg or tostring(err)), tonumber(ln)), 0)
   end
+  errors.track_spec_lines(true)
   local spec = M.protect(nil, chunk)
+  if type(spec) == "table" and spec._spec then spec.line = spec.line or errors.last_spec_line end
   if type(spec) ~= "table" or not spec._spec then
     error(errors.new(spec == nil and "the spec returns nothing; it must end with `return fsdp.spec{ ... }`"
       or "the spec must return fsdp.spec{ ... }, got a " .. type(spec)), 0)

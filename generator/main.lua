@@ -32,12 +32,12 @@ local function plan_spec(path)
     local spec = loader.load(path)
     return loader.protect(spec.line, planner.plan, spec)
   end)
+  errors.track_spec_lines(false)
   if ok then return res end
-  if errors.is_spec_error(res) then
-    if res.internal and os.getenv("FSDPGEN_DEBUG") then io.stderr:write(res.internal, "\n") end
-    die(2, errors.format(res, path))
-  end
-  die(1, "fsdpgen: internal error: " .. tostring(res) .. " (set FSDPGEN_DEBUG=1 for a traceback)")
+  if errors.is_spec_error(res) and not res.internal then die(2, errors.format(res, path)) end
+  if os.getenv("FSDPGEN_DEBUG") then io.stderr:write(res.internal or tostring(res), "\n") end
+  die(1, "fsdpgen: internal error while planning " .. path .. ": " .. tostring(res.msg or res)
+    .. " (please report it; FSDPGEN_DEBUG=1 shows a traceback)")
 end
 
 local commands = {}

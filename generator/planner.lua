@@ -113,6 +113,7 @@ function M.new(spec)
     post_forward_order = {}, final_queued = false, is_last_backward = true,
     pending = {},     -- forward results awaiting backward: { outs = {...}, targets = t }
     ag_seq = 0, rs_seq = 0,
+    label_counts = {}, forward_index = 0, recompute_ops = {},
   }, Sim)
   return sim
 end
@@ -356,8 +357,12 @@ function Sim:trace_hooks()
       sim:state_post_forward(s, outs)
     end,
     on_op = function(op)
+      sim:label(op)
+      if trace.in_recompute() then
+        sim.recompute_ops[#sim.recompute_ops + 1] = op
+      end
       if op.kind ~= "post_backward_hook" then
-        sim:emit({ stream = "compute", op = trace.in_recompute() and "recompute" or "forward", node = op })
+        sim:emit({ stream = "compute", op = trace.in_recompute() and "recompute" or "forward", node = op, label = op.label })
       end
       for _, t in ipairs(op.ins) do
         if t.is_param then
@@ -372,6 +377,24 @@ function Sim:trace_hooks()
   }
 end
 
+-- Stable names for op outputs: the innermost module's FQN and the op kind (with #k for
+-- repeats and @f for the f-th forward of the step), so a one-line spec change renames
+-- little in the schedule.
+function Sim:label(op)
+  local scope = op.scope[#op.scope]
+  local fqn = scope and rawget(scope, "_fqn") or ""
+  local base = (fqn ~= "" and (fqn .. ".") or "") .. op.kind
+  local key = base .. "@" .. self.section
+  local n = (self.label_counts[key] or 0) + 1
+  self.label_counts[key] = n
+  local label = base .. (n > 1 and ("#" .. n) or "")
+  if self.forward_index > 1 then label = label .. "@" .. self.forward_index end
+  op.label = label
+  for i, t in ipairs(op.outs) do
+    t.label = #op.outs > 1 and (label .. ":" .. i) or label
+  end
+end
+
 -- ---------------------------------------------------------------------------- step items
 
 function Sim:make_input()
@@ -383,6 +406,7 @@ end
 
 function Sim:run_forward()
   local spec = self.spec
+  self.forward_index = self.forward_index + 1
   local inp = self:make_input()
   local outs = table.pack(spec.model(inp))
   local targets
@@ -455,7 +479,7 @@ function Sim:run_backward(item)
     end
   end
   table.sort(order, function(a, b) return a.id > b.id end)
-  self:emit({ stream = "compute", op = "loss_grad", node = loss.producer })
+  self:emit({ stream = "compute", op = "loss_grad", node = loss.producer, label = loss.label })
   local recomputed = {}
   for _, op in ipairs(order) do
     for _, t in ipairs(op.outs) do
@@ -465,17 +489,37 @@ function Sim:run_backward(item)
     if region and not recomputed[region] and not saves_nothing[op.kind] then
       recomputed[region] = true
       self:emit({ stream = "compute", op = "recompute_begin", region = region })
+      self.recompute_ops = {}
       trace.replay(region)
+      self:pair_recomputed(region)
     end
     if op.kind == "post_backward_hook" then
       local g = op.attrs.state.group
       if g then self:post_backward(g) end
     elseif op ~= loss.producer then
-      self:emit({ stream = "compute", op = "backward", node = op })
+      self:emit({ stream = "compute", op = "backward", node = op, label = op.label })
     end
   end
   if self.final_queued then self:final_callback() end
   if item.is_last_backward then self.pending = {} end
+end
+
+-- Backward reads the recomputed copies of a checkpointed region's activations: pair the
+-- region's original ops with the replayed ones (same order; FSDP's post-backward hook
+-- nodes are only created in the original forward).
+function Sim:pair_recomputed(region)
+  local orig = {}
+  for id = region.first, region.last do
+    local op = self.graph.ops[id]
+    if op.kind ~= "post_backward_hook" then orig[#orig + 1] = op end
+  end
+  for k, op in ipairs(orig) do
+    local r = self.recompute_ops[k]
+    if not r or r.kind ~= op.kind then
+      error("recomputed region does not replay the same ops (forward is not deterministic)")
+    end
+    for i, t in ipairs(op.outs) do t.recomputed = r.outs[i] end
+  end
 end
 
 function Sim:run_manual_reshard()
@@ -516,7 +560,9 @@ function Sim:run()
 end
 
 function M.plan(spec)
-  return M.new(spec):run()
+  local sim = M.new(spec):run()
+  sim.memory = require("memory").plan(sim)
+  return sim
 end
 
 return M
