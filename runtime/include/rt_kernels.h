@@ -122,9 +122,15 @@ void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int 
 //   q [B,T,NH*HD], k and v [B,T,NKV*HD], out [B,T,NH*HD]; NH % NKV == 0, query head h
 //   uses kv head h / (NH/NKV) (as repeat_interleave of kv heads); scale 1/sqrt(HD);
 //   causal != 0 masks key positions > query position.
-// Forward keeps the softmax probabilities in probs [B,NH,T,T]
-// (rt_attention_probs_floats); backward reads them and needs a scratch of
-// rt_attention_scratch_floats(T) floats that it overwrites.
+// Two variants with bit-identical results; pick by memory:
+//   * probs: forward keeps the softmax probabilities in probs [B,NH,T,T]
+//     (rt_attention_probs_floats); backward reads them and overwrites a scratch of
+//     rt_attention_scratch_floats(T) floats.
+//   * lowmem: forward keeps only each softmax row's (max, 1/sum) in stats [B,NH,T,2]
+//     (rt_attention_stats_floats) and uses a scratch of rt_attention_lowmem_scratch_floats(T);
+//     backward recomputes the probabilities from q, k and stats (one extra QK^T GEMM per
+//     head) with a scratch of the same size. O(T) instead of O(T^2) saved per head.
+// Scratch buffers hold nothing between calls (any dead buffer of that size will do).
 
 size_t rt_attention_probs_floats(int B, int NH, int T);
 size_t rt_attention_scratch_floats(int T);
@@ -134,6 +140,17 @@ void rt_attention_forward(float* out, float* probs, const float* q, const float*
 void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
                            const float* q, const float* k, const float* v, const float* probs,
                            int B, int T, int NH, int NKV, int HD, int causal);
+
+size_t rt_attention_stats_floats(int B, int NH, int T);
+size_t rt_attention_lowmem_scratch_floats(int T);
+void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
+                                 const float* k, const float* v, int B, int T, int NH, int NKV,
+                                 int HD, int causal);
+// dq, dk, dv nullable; stats is what rt_attention_lowmem_forward wrote.
+void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
+                                  const float* dout, const float* q, const float* k,
+                                  const float* v, const float* stats, int B, int T, int NH,
+                                  int NKV, int HD, int causal);
 
 // ----------------------------------------------------------------------------
 // binary elementwise ops (residual add, product, broadcast add)

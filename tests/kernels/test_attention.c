@@ -210,6 +210,61 @@ static void test_gqa_equals_mha(int causal) {
     att_free(&g), att_free(&m);
 }
 
+// ----------------------------------------------------------------------------
+// lowmem variant: same numbers as the probs variant, bit for bit, and its own gradcheck
+
+typedef struct {
+    att_ctx* c;
+    float *stats, *scratch;
+} low_ctx;
+
+static double low_loss(void* p) {
+    low_ctx* l = (low_ctx*)p;
+    att_ctx* c = l->c;
+    rt_attention_lowmem_forward(c->out, l->stats, l->scratch, c->q, c->k, c->v, c->B, c->T, c->NH,
+                                c->NKV, c->HD, c->causal);
+    return tk_dot(c->out, c->proj, (size_t)c->B * c->T * c->NH * c->HD);
+}
+
+static void test_lowmem(int B, int T, int NH, int NKV, int HD, int causal) {
+    att_ctx c = att_new(B, T, NH, NKV, HD, causal);
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    low_ctx l = {&c, tk_alloc(rt_attention_stats_floats(B, NH, T)),
+                 tk_alloc(rt_attention_lowmem_scratch_floats(T))};
+    att_loss(&c);
+    float* out_probs = tk_dup(c.out, nq);
+    low_loss(&l);
+    char name[160];
+    const char* tag = causal ? "causal" : "full";
+    snprintf(name, sizeof name, "attention lowmem forward (%s, NH=%d NKV=%d, T=%d) bit-identical to "
+             "the probs variant", tag, NH, NKV, T);
+    CHECK(memcmp(out_probs, c.out, nq * sizeof(float)) == 0, "%s", name);
+    float *aq = tk_alloc(nq), *ak = tk_alloc(nk), *av = tk_alloc(nk);
+    float *bq = tk_alloc(nq), *bk = tk_alloc(nk), *bv = tk_alloc(nk);
+    float* scratch = tk_alloc(rt_attention_scratch_floats(T));
+    rt_attention_backward(aq, ak, av, scratch, c.proj, c.q, c.k, c.v, c.probs, B, T, NH, NKV, HD,
+                          causal);
+    rt_attention_lowmem_backward(bq, bk, bv, l.scratch, c.proj, c.q, c.k, c.v, l.stats, B, T, NH,
+                                 NKV, HD, causal);
+    snprintf(name, sizeof name, "attention lowmem backward (%s, NH=%d NKV=%d) dq, dk, dv "
+             "bit-identical to the probs variant", tag, NH, NKV);
+    CHECK(memcmp(aq, bq, nq * sizeof(float)) == 0 && memcmp(ak, bk, nk * sizeof(float)) == 0 &&
+              memcmp(av, bv, nk * sizeof(float)) == 0, "%s", name);
+    tk_grad dq = tk_grad_new(nq), dk = tk_grad_new(nk), dv = tk_grad_new(nk);
+    rt_attention_lowmem_backward(dq.buf, dk.buf, dv.buf, l.scratch, c.proj, c.q, c.k, c.v, l.stats,
+                                 B, T, NH, NKV, HD, causal);
+    snprintf(name, sizeof name, "attention lowmem dq (%s, NH=%d NKV=%d)", tag, NH, NKV);
+    tk_gradcheck(name, c.q, tk_grad_delta(&dq), nq, low_loss, &l, 1e-2f, 1e-2, 1e-3);
+    snprintf(name, sizeof name, "attention lowmem dk (%s, NH=%d NKV=%d)", tag, NH, NKV);
+    tk_gradcheck(name, c.k, tk_grad_delta(&dk), nk, low_loss, &l, 1e-2f, 1e-2, 1e-3);
+    snprintf(name, sizeof name, "attention lowmem dv (%s, NH=%d NKV=%d)", tag, NH, NKV);
+    tk_gradcheck(name, c.v, tk_grad_delta(&dv), nk, low_loss, &l, 1e-2f, 1e-2, 1e-3);
+    tk_grad_free(&dq), tk_grad_free(&dk), tk_grad_free(&dv);
+    free(aq), free(ak), free(av), free(bq), free(bk), free(bv), free(scratch), free(out_probs);
+    free(l.stats), free(l.scratch);
+    att_free(&c);
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(5);
@@ -225,5 +280,8 @@ int main(void) {
     test_gradcheck(1, 4, 4, 1, 2, 0);
     test_gqa_equals_mha(1);
     test_gqa_equals_mha(0);
+    test_lowmem(2, 5, 4, 2, 3, 1);
+    test_lowmem(2, 5, 2, 2, 3, 0);
+    test_lowmem(1, 40, 4, 1, 16, 1);
     return tk_summary("test_attention");
 }

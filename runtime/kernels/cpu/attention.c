@@ -3,6 +3,12 @@
 // Per (batch, head): S = scale * Q K^T (sgemm), row softmax (causal rows stop at the
 // diagonal), O = P V (sgemm). Heads are addressed in place through the leading
 // dimension of the [B,T,heads*HD] layouts, so no transposes or copies are needed.
+//
+// Two ways to carry the softmax to backward, same numbers:
+//   * probs: forward keeps P [B,NH,T,T]; backward reads it.
+//   * lowmem: forward keeps each row's (max, 1/sum) [B,NH,T,2]; backward recomputes S
+//     with the same sgemm call and rebuilds P with the same float operations, so P is
+//     bit-identical to the stored one, for O(T) instead of O(T^2) memory per head.
 #include "rt_kernels.h"
 
 #include <cblas.h>
@@ -17,103 +23,172 @@ size_t rt_attention_probs_floats(int B, int NH, int T) { return (size_t)B * NH *
 
 size_t rt_attention_scratch_floats(int T) { return (size_t)T * T; }
 
+size_t rt_attention_stats_floats(int B, int NH, int T) { return (size_t)B * NH * T * 2; }
+
+size_t rt_attention_lowmem_scratch_floats(int T) { return (size_t)T * T * 2; }
+
 static void attention_check_(int NH, int NKV, int HD) {
     RT_KCHECK(NH > 0 && NKV > 0 && NH % NKV == 0, "n_heads must be a multiple of n_kv_heads",
               "attention with %d query heads and %d kv heads", NH, NKV);
     RT_KCHECK(HD > 0, "head dim must be positive", "attention head dim %d", HD);
 }
 
-// ----------------------------------------------------------------------------
-// forward: out[B,T,NH*HD], probs[B,NH,T,T] (masked entries stored as exact zeros)
+// Where one (b, h) pair's operands live inside the [B,T,heads*HD] buffers.
+typedef struct {
+    size_t qoff, koff;  // offsets of q/out/dq and of k/v/dk/dv
+    int ldq, ldk;       // row strides: NH*HD and NKV*HD
+} head_view;
 
-void rt_attention_forward(float* out, float* probs, const float* q, const float* k,
-                          const float* v, int B, int T, int NH, int NKV, int HD, int causal) {
-    attention_check_(NH, NKV, HD);
-    const int group = NH / NKV;        // query heads per kv head
-    const int ldq = NH * HD, ldk = NKV * HD;
-    const float scale = (float)(1.0 / sqrt((double)HD));
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const int hk = h / group;
-            const float* qp = q + (size_t)b * T * ldq + (size_t)h * HD;
-            const float* kp = k + (size_t)b * T * ldk + (size_t)hk * HD;
-            const float* vp = v + (size_t)b * T * ldk + (size_t)hk * HD;
-            float* op = out + (size_t)b * T * ldq + (size_t)h * HD;
-            float* P = probs + ((size_t)b * NH + h) * T * T;
-            // S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: upper triangle computed then
-            // overwritten; a full GEMM is still faster than T small ones)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, qp, ldq, kp,
-                        ldk, 0.0f, P, T);
-            for (int t = 0; t < T; t++) {
-                float* row = P + (size_t)t * T;
-                const int len = causal ? t + 1 : T;  // keys visible to query t
-                float mx = row[0];
-                for (int s = 1; s < len; s++) mx = row[s] > mx ? row[s] : mx;
-                double sum = 0.0;
-                for (int s = 0; s < len; s++) {
-                    float e = expf(row[s] - mx);
-                    row[s] = e;
-                    sum += e;
-                }
-                const float inv = (float)(1.0 / sum);
-                for (int s = 0; s < len; s++) row[s] *= inv;
-                for (int s = len; s < T; s++) row[s] = 0.0f;
-            }
-            // O[T,HD] = P[T,T] V[T,HD]
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, vp, ldk,
-                        0.0f, op, ldq);
+static inline head_view head_view_(int b, int h, int T, int NH, int NKV, int HD) {
+    head_view v;
+    v.ldq = NH * HD;
+    v.ldk = NKV * HD;
+    v.qoff = (size_t)b * T * v.ldq + (size_t)h * HD;
+    v.koff = (size_t)b * T * v.ldk + (size_t)(h / (NH / NKV)) * HD;  // kv head of query head h
+    return v;
+}
+
+static inline float attention_scale_(int HD) { return (float)(1.0 / sqrt((double)HD)); }
+
+// S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: the upper triangle is computed and then
+// overwritten; one full GEMM is still faster than T small ones)
+static inline void scores_(float* S, const float* q, const float* k, head_view v, int T, int HD) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, attention_scale_(HD),
+                q + v.qoff, v.ldq, k + v.koff, v.ldk, 0.0f, S, T);
+}
+
+// ----------------------------------------------------------------------------
+// forward core: P (probs slice or scratch) gets the probabilities; stats (nullable)
+// gets each row's (max, 1/sum)
+
+static void forward_head_(float* out, float* P, float* stats, const float* q, const float* k,
+                          const float* v, head_view hv, int T, int HD, int causal) {
+    scores_(P, q, k, hv, T, HD);
+    for (int t = 0; t < T; t++) {
+        float* row = P + (size_t)t * T;
+        const int len = causal ? t + 1 : T;  // keys visible to query t
+        float mx = row[0];
+        for (int s = 1; s < len; s++) mx = row[s] > mx ? row[s] : mx;
+        double sum = 0.0;
+        for (int s = 0; s < len; s++) {
+            float e = expf(row[s] - mx);
+            row[s] = e;
+            sum += e;
         }
+        const float inv = (float)(1.0 / sum);
+        for (int s = 0; s < len; s++) row[s] *= inv;
+        for (int s = len; s < T; s++) row[s] = 0.0f;
+        if (stats) {
+            stats[2 * t] = mx;
+            stats[2 * t + 1] = inv;
+        }
+    }
+    // O[T,HD] = P[T,T] V[T,HD]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, v + hv.koff,
+                hv.ldk, 0.0f, out + hv.qoff, hv.ldq);
+}
+
+// Rebuilds P from the saved statistics with the forward's exact float operations.
+static void recompute_probs_(float* P, const float* stats, const float* q, const float* k,
+                             head_view hv, int T, int HD, int causal) {
+    scores_(P, q, k, hv, T, HD);
+    for (int t = 0; t < T; t++) {
+        float* row = P + (size_t)t * T;
+        const int len = causal ? t + 1 : T;
+        const float mx = stats[2 * t], inv = stats[2 * t + 1];
+        for (int s = 0; s < len; s++) {
+            float e = expf(row[s] - mx);
+            row[s] = e * inv;
+        }
+        for (int s = len; s < T; s++) row[s] = 0.0f;
     }
 }
 
 // ----------------------------------------------------------------------------
-// backward (accumulating), per (b, h) with P the saved probabilities:
+// backward core (accumulating), with P the probabilities and dS a [T,T] scratch:
 //   dV += P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P));
 //   dQ += scale * dS K;  dK += scale * dS^T Q
 // Query heads sharing a kv head accumulate into the same dK/dV slice (GQA).
+
+static void backward_head_(float* dq, float* dk, float* dv, float* dS, const float* P,
+                           const float* dout, const float* q, const float* k, const float* v,
+                           head_view hv, int T, int HD, int causal) {
+    const float* dop = dout + hv.qoff;
+    if (dv) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, dop, hv.ldq,
+                    1.0f, dv + hv.koff, hv.ldk);
+    }
+    if (!dq && !dk) return;
+    // dP[T,T] = dO[T,HD] V[T,HD]^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dop, hv.ldq, v + hv.koff,
+                hv.ldk, 0.0f, dS, T);
+    for (int t = 0; t < T; t++) {
+        const float* p = P + (size_t)t * T;
+        float* d = dS + (size_t)t * T;
+        const int len = causal ? t + 1 : T;
+        double dot = 0.0;
+        for (int s = 0; s < len; s++) dot += (double)d[s] * p[s];
+        const float df = (float)dot;
+        for (int s = 0; s < len; s++) d[s] = p[s] * (d[s] - df);
+        for (int s = len; s < T; s++) d[s] = 0.0f;  // masked keys: no probability, no gradient
+    }
+    const float scale = attention_scale_(HD);
+    if (dq) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dS, T,
+                    k + hv.koff, hv.ldk, 1.0f, dq + hv.qoff, hv.ldq);
+    }
+    if (dk) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dS, T, q + hv.qoff,
+                    hv.ldq, 1.0f, dk + hv.koff, hv.ldk);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// probs variant
+
+void rt_attention_forward(float* out, float* probs, const float* q, const float* k,
+                          const float* v, int B, int T, int NH, int NKV, int HD, int causal) {
+    attention_check_(NH, NKV, HD);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            forward_head_(out, probs + ((size_t)b * NH + h) * T * T, NULL, q, k, v,
+                          head_view_(b, h, T, NH, NKV, HD), T, HD, causal);
+}
 
 void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
                            const float* q, const float* k, const float* v, const float* probs,
                            int B, int T, int NH, int NKV, int HD, int causal) {
     attention_check_(NH, NKV, HD);
-    const int group = NH / NKV;
-    const int ldq = NH * HD, ldk = NKV * HD;
-    const float scale = (float)(1.0 / sqrt((double)HD));
-    float* dS = scratch;  // [T,T]: dP, then dS in place
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            backward_head_(dq, dk, dv, scratch, probs + ((size_t)b * NH + h) * T * T, dout, q, k,
+                           v, head_view_(b, h, T, NH, NKV, HD), T, HD, causal);
+}
+
+// ----------------------------------------------------------------------------
+// lowmem variant
+
+void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
+                                 const float* k, const float* v, int B, int T, int NH, int NKV,
+                                 int HD, int causal) {
+    attention_check_(NH, NKV, HD);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            forward_head_(out, scratch, stats + ((size_t)b * NH + h) * T * 2, q, k, v,
+                          head_view_(b, h, T, NH, NKV, HD), T, HD, causal);
+}
+
+void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
+                                  const float* dout, const float* q, const float* k,
+                                  const float* v, const float* stats, int B, int T, int NH,
+                                  int NKV, int HD, int causal) {
+    attention_check_(NH, NKV, HD);
+    float* P = scratch;
+    float* dS = scratch + (size_t)T * T;
+    for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const int hk = h / group;
-            const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
-            const size_t koff = (size_t)b * T * ldk + (size_t)hk * HD;
-            const float* P = probs + ((size_t)b * NH + h) * T * T;
-            const float* dop = dout + qoff;
-            if (dv) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, dop,
-                            ldq, 1.0f, dv + koff, ldk);
-            }
-            if (!dq && !dk) continue;
-            // dP[T,T] = dO[T,HD] V[T,HD]^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dop, ldq,
-                        v + koff, ldk, 0.0f, dS, T);
-            for (int t = 0; t < T; t++) {
-                const float* p = P + (size_t)t * T;
-                float* d = dS + (size_t)t * T;
-                const int len = causal ? t + 1 : T;
-                double dot = 0.0;
-                for (int s = 0; s < len; s++) dot += (double)d[s] * p[s];
-                const float df = (float)dot;
-                for (int s = 0; s < len; s++) d[s] = p[s] * (d[s] - df);
-                // masked keys got no probability, so no gradient
-                for (int s = len; s < T; s++) d[s] = 0.0f;
-            }
-            if (dq) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dS, T,
-                            k + koff, ldk, 1.0f, dq + qoff, ldq);
-            }
-            if (dk) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dS, T,
-                            q + qoff, ldq, 1.0f, dk + koff, ldk);
-            }
+            const head_view hv = head_view_(b, h, T, NH, NKV, HD);
+            recompute_probs_(P, stats + ((size_t)b * NH + h) * T * 2, q, k, hv, T, HD, causal);
+            backward_head_(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal);
         }
-    }
 }
