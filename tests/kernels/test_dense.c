@@ -232,6 +232,32 @@ static void test_helpers(void) {
     free(x);
 }
 
+// ----------------------------------------------------------------------------
+// scale as an op: out = s * inp, backward dinp += s * dout (rt_axpy)
+
+typedef struct {
+    float *out, *inp, *proj;
+    size_t n;
+    float s;
+} scale_ctx;
+
+static double scale_loss(void* p) {
+    scale_ctx* c = (scale_ctx*)p;
+    rt_scale(c->out, c->inp, c->n, c->s);
+    return tk_dot(c->out, c->proj, c->n);
+}
+
+static void test_scale_grad(void) {
+    scale_ctx c = {tk_alloc(20), tk_alloc(20), tk_alloc(20), 20, -1.75f};
+    tk_fill(c.inp, 20, -1, 1), tk_fill(c.proj, 20, -1, 1);
+    tk_grad di = tk_grad_new(20);
+    rt_axpy(di.buf, c.proj, 20, c.s);
+    tk_gradcheck("scale (s=-1.75) dinp via axpy", c.inp, tk_grad_delta(&di), 20, scale_loss, &c,
+                 1e-2f, 1e-2, 1e-3);
+    tk_grad_free(&di);
+    free(c.out), free(c.inp), free(c.proj);
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(1);
@@ -241,5 +267,6 @@ int main(void) {
     test_embedding();
     test_binary();
     test_helpers();
+    test_scale_grad();
     return tk_summary("test_dense");
 }
