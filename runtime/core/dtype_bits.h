@@ -1,0 +1,81 @@
+// Private inline bit-level conversions between fp32 and the 16-bit float formats, shared
+// by the scalar API (core/dtype.c) and the hot reduction loops (comm/reduce.c) so both
+// round identically and the loops can inline them.
+#ifndef RT_DTYPE_BITS_H
+#define RT_DTYPE_BITS_H
+
+#include <stdint.h>
+#include <string.h>
+
+// ---- raw bit access ---------------------------------------------------------------------
+
+static inline uint32_t rt_bits_f32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float rt_f32_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// ---- bf16 -------------------------------------------------------------------------------
+
+static inline uint16_t rt_bf16_from_f32_inl(float x) {
+    uint32_t u = rt_bits_f32(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN: canonical quiet NaN
+    // Round to nearest even: add 0x7FFF plus the lowest kept bit, then truncate. A carry
+    // out of the mantissa bumps the exponent, which is exactly right (and gives inf past
+    // the largest finite bf16).
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float rt_bf16_to_f32_inl(uint16_t h) { return rt_f32_bits((uint32_t)h << 16); }
+
+// ---- fp16 -------------------------------------------------------------------------------
+
+static inline uint16_t rt_f16_from_f32_inl(float x) {
+    uint32_t u = rt_bits_f32(x);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);  // NaN
+    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);  // >= 65520: rounds to inf
+    if (a >= 0x38800000u) {
+        // Normal fp16 (>= 2^-14): rebias the exponent (127 -> 15) and drop 13 mantissa
+        // bits with round-to-nearest-even; a mantissa carry correctly bumps the exponent.
+        uint32_t r = a - (112u << 23);
+        r += 0x0FFFu + ((r >> 13) & 1u);
+        return (uint16_t)(sign | (r >> 13));
+    }
+    if (a <= 0x33000000u) return sign;  // <= 2^-25: half of the smallest subnormal, ties to 0
+    // Subnormal fp16: the value in units of 2^-24 is m * 2^(e - 126) with the implicit bit.
+    uint32_t e = a >> 23;
+    uint32_t m = (a & 0x007FFFFFu) | 0x00800000u;
+    uint32_t shift = 126u - e;  // 14..24 for this range
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;  // may carry into the smallest normal
+    return (uint16_t)(sign | q);
+}
+
+static inline float rt_f16_to_f32_inl(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = ((uint32_t)h >> 10) & 0x1Fu;
+    uint32_t m = (uint32_t)h & 0x3FFu;
+    if (e == 0x1F) return rt_f32_bits(sign | 0x7F800000u | (m << 13));  // inf / NaN
+    if (e != 0) return rt_f32_bits(sign | ((e + 112u) << 23) | (m << 13));
+    if (m == 0) return rt_f32_bits(sign);
+    // Subnormal: m * 2^-24 is exact in fp32; build it by normalising the mantissa.
+    uint32_t shift = 0;
+    while (!(m & 0x400u)) {
+        m <<= 1;
+        shift++;
+    }
+    return rt_f32_bits(sign | ((113u - shift) << 23) | ((m & 0x3FFu) << 13));
+}
+
+#endif

@@ -1,0 +1,300 @@
+// FSDP2's foreach collectives on the host: sharding, all-gather copy-in / copy-out and
+// reduce-scatter copy-in / divide / view-out around rt_comm, for one parameter group laid
+// out by rt_fsdp_layout (see rt_fsdp.h for the layouts they follow).
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_fsdp.h"
+
+// ---- helpers ----------------------------------------------------------------------------
+
+static int fsdp_error(rt_fsdp_layout* l, int status, const char* op, const char* fmt, ...) {
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    snprintf(l->error, sizeof l->error, "rt_fsdp %s of group '%s' (world %d, rank %d): %s", op,
+             l->name, l->world, l->rank, why);
+    return status;
+}
+
+static char* at(const void* base, int64_t elems, rt_dtype dt) {
+    return (char*)base + (size_t)elems * rt_dtype_size(dt);
+}
+
+// Checks the pointer arrays and dtypes every entry point takes.
+static int check_bufs(rt_fsdp_layout* l, const char* op, const void* const* per_param,
+                      const char* what, const void* flat, rt_dtype a, rt_dtype b) {
+    if (!l->params && l->nparams) return fsdp_error(l, RT_ERR_ARG, op, "layout is not initialised");
+    if (!rt_dtype_valid(a) || !rt_dtype_valid(b))
+        return fsdp_error(l, RT_ERR_ARG, op, "invalid dtype");
+    if (l->nparams > 0 && !per_param) return fsdp_error(l, RT_ERR_ARG, op, "%s is NULL", what);
+    for (int i = 0; i < l->nparams; i++)
+        if (!per_param[i] && l->params[i].numel > 0)
+            return fsdp_error(l, RT_ERR_ARG, op, "%s[%d] ('%s') is NULL", what, i, l->params[i].name);
+    if (!flat && l->total_numel > 0) return fsdp_error(l, RT_ERR_ARG, op, "flat buffer is NULL");
+    return 0;
+}
+
+// Fails when the communicator is not the one the layout was made for. The peers are
+// released through rt_comm_abort instead of waiting for the timeout.
+static int check_comm(rt_fsdp_layout* l, const char* op, rt_comm* comm) {
+    if (!comm) return fsdp_error(l, RT_ERR_ARG, op, "communicator is NULL");
+    if (rt_comm_size(comm) == l->world && rt_comm_rank(comm) == l->rank) return 0;
+    fsdp_error(l, RT_ERR_ARG, op, "the layout is for world %d rank %d but communicator '%s' has "
+               "size %d rank %d", l->world, l->rank, rt_comm_name(comm), rt_comm_size(comm),
+               rt_comm_rank(comm));
+    rt_comm_abort(comm, l->error);
+    return RT_ERR_ARG;
+}
+
+static int comm_error(rt_fsdp_layout* l, const char* op, rt_comm* comm, int st) {
+    return fsdp_error(l, st, op, "%s", rt_comm_last_error(comm));
+}
+
+// Rows of rank r along the shard dim (torch.chunk).
+static int64_t rows_of(const rt_fsdp_param_layout* p, int r) {
+    int64_t start = p->chunk * r;
+    int64_t rows = p->dim_size > start ? p->dim_size - start : 0;
+    return rows < p->chunk ? rows : p->chunk;
+}
+
+// Moves rank r's part of parameter p between the unsharded tensor `full` (row-major, its
+// own shape) and a padded chunk (outer x chunk x inner, contiguous): to_chunk copies full
+// -> chunk and zero-fills the padding; otherwise chunk -> full, dropping the padding.
+static void move_chunk(const rt_fsdp_param_layout* p, int r, void* full, rt_dtype full_dt,
+                       void* chunk, rt_dtype chunk_dt, int to_chunk) {
+    int64_t rows = rows_of(p, r);
+    int64_t n = rows * p->inner, pad = (p->chunk - rows) * p->inner;
+    for (int64_t o = 0; o < p->outer; o++) {
+        char* f = at(full, (o * p->dim_size + r * p->chunk) * p->inner, full_dt);
+        char* c = at(chunk, o * p->chunk * p->inner, chunk_dt);
+        if (to_chunk) {
+            if (n) rt_convert(c, chunk_dt, f, full_dt, (size_t)n);
+            if (pad) memset(at(c, n, chunk_dt), 0, (size_t)pad * rt_dtype_size(chunk_dt));
+        } else if (n) {
+            rt_convert(f, full_dt, c, chunk_dt, (size_t)n);
+        }
+    }
+}
+
+// ---- sharding ---------------------------------------------------------------------------
+
+int rt_fsdp_shard_params(rt_fsdp_layout* l, const void* const* full, rt_dtype dtype,
+                         void* const* shards) {
+    const char* op = "shard_params";
+    if (!l) return RT_ERR_ARG;
+    if (l->post_forward) return fsdp_error(l, RT_ERR_ARG, op, "needs a sharded (not post-forward) layout");
+    int st = check_bufs(l, op, full, "full", "", dtype, dtype);
+    if (!st) st = check_bufs(l, op, (const void* const*)shards, "shards", "", dtype, dtype);
+    if (st) return st;
+    for (int i = 0; i < l->nparams; i++)
+        move_chunk(&l->params[i], l->rank, (void*)full[i], dtype, shards[i], dtype, 1);
+    return 0;
+}
+
+int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded, rt_dtype dtype,
+                                void* const* shards) {
+    const char* op = "post_forward_shards";
+    if (!pf) return RT_ERR_ARG;
+    if (!pf->post_forward) return fsdp_error(pf, RT_ERR_ARG, op, "needs a post-forward layout");
+    int st = check_bufs(pf, op, unsharded, "unsharded", "", dtype, dtype);
+    if (!st) st = check_bufs(pf, op, (const void* const*)shards, "shards", "", dtype, dtype);
+    if (st) return st;
+    size_t es = rt_dtype_size(dtype);
+    for (int i = 0; i < pf->nparams; i++) {
+        const rt_fsdp_param_layout* p = &pf->params[i];
+        int64_t start = p->in_numel * pf->rank;
+        int64_t n = p->numel > start ? p->numel - start : 0;
+        if (n > p->in_numel) n = p->in_numel;
+        if (n) memcpy(shards[i], at(unsharded[i], start, dtype), (size_t)n * es);
+        if (p->in_numel > n) memset(at(shards[i], n, dtype), 0, (size_t)(p->in_numel - n) * es);
+    }
+    return 0;
+}
+
+// ---- all-gather -------------------------------------------------------------------------
+
+int rt_fsdp_all_gather_copy_in(rt_fsdp_layout* l, const void* const* shards, rt_dtype shard_dtype,
+                               void* ag_output, rt_dtype param_dtype) {
+    if (!l) return RT_ERR_ARG;
+    int st = check_bufs(l, "all_gather_copy_in", shards, "shards", ag_output, shard_dtype, param_dtype);
+    if (st) return st;
+    char* block = at(ag_output, l->block_numel * l->rank, param_dtype);
+    for (int i = 0; i < l->nparams; i++) {
+        const rt_fsdp_param_layout* p = &l->params[i];
+        if (p->in_numel)
+            rt_convert(at(block, p->offset, param_dtype), param_dtype, shards[i], shard_dtype,
+                       (size_t)p->in_numel);
+    }
+    return 0;
+}
+
+int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* comm, void* ag_output, rt_dtype param_dtype,
+                       void* stream) {
+    const char* op = "all_gather";
+    if (!l) return RT_ERR_ARG;
+    int st = check_comm(l, op, comm);
+    if (st) return st;
+    // In place: this rank's block already holds its input (copy-in wrote it there).
+    const void* input = at(ag_output, l->block_numel * l->rank, param_dtype);
+    st = rt_comm_all_gather(comm, input, ag_output, l->block_numel, param_dtype, stream);
+    return st ? comm_error(l, op, comm, st) : 0;
+}
+
+int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
+                                void* const* unsharded) {
+    if (!l) return RT_ERR_ARG;
+    int st = check_bufs(l, "all_gather_copy_out", (const void* const*)unsharded, "unsharded",
+                        ag_output, param_dtype, param_dtype);
+    if (st) return st;
+    size_t es = rt_dtype_size(param_dtype);
+    for (int r = 0; r < l->world; r++) {
+        const char* block = at(ag_output, l->block_numel * r, param_dtype);
+        for (int i = 0; i < l->nparams; i++) {
+            const rt_fsdp_param_layout* p = &l->params[i];
+            if (l->post_forward) {
+                // Blocks hold flat slices of the padded parameter: concatenate, drop padding.
+                int64_t start = p->in_numel * r;
+                int64_t n = p->numel > start ? p->numel - start : 0;
+                if (n > p->in_numel) n = p->in_numel;
+                if (n) memcpy(at(unsharded[i], start, param_dtype), block + (size_t)p->offset * es,
+                              (size_t)n * es);
+            } else {
+                move_chunk(p, r, unsharded[i], param_dtype, (void*)(block + (size_t)p->offset * es),
+                           param_dtype, 0);
+            }
+        }
+    }
+    return 0;
+}
+
+int rt_fsdp_foreach_all_gather(rt_fsdp_layout* l, rt_comm* comm, const void* const* shards,
+                               rt_dtype shard_dtype, void* ag_output, rt_dtype param_dtype,
+                               void* const* unsharded, void* stream) {
+    int st = rt_fsdp_all_gather_copy_in(l, shards, shard_dtype, ag_output, param_dtype);
+    if (st && comm) rt_comm_abort(comm, l->error);  // peers must not wait for this rank
+    if (!st) st = rt_fsdp_all_gather(l, comm, ag_output, param_dtype, stream);
+    if (!st) st = rt_fsdp_all_gather_copy_out(l, ag_output, param_dtype, unsharded);
+    return st;
+}
+
+// ---- reduce-scatter ---------------------------------------------------------------------
+
+int rt_fsdp_reduce_scatter_copy_in(rt_fsdp_layout* l, const void* const* grads, rt_dtype grad_dtype,
+                                   void* rs_input, rt_dtype reduce_dtype) {
+    const char* op = "reduce_scatter_copy_in";
+    if (!l) return RT_ERR_ARG;
+    if (l->post_forward) return fsdp_error(l, RT_ERR_ARG, op, "needs a sharded (not post-forward) layout");
+    int st = check_bufs(l, op, grads, "grads", rs_input, grad_dtype, reduce_dtype);
+    if (st) return st;
+    for (int r = 0; r < l->world; r++) {
+        char* block = at(rs_input, l->block_numel * r, reduce_dtype);
+        for (int i = 0; i < l->nparams; i++) {
+            const rt_fsdp_param_layout* p = &l->params[i];
+            move_chunk(p, r, (void*)grads[i], grad_dtype, at(block, p->offset, reduce_dtype),
+                       reduce_dtype, 1);
+        }
+    }
+    return 0;
+}
+
+// x /= factor element-wise, in fp32, rounding once to dt (_div_if_needed).
+static void divide(void* buf, int64_t n, rt_dtype dt, double factor) {
+    if (factor == 1.0) return;
+    float f = (float)factor;
+    if (dt == RT_F32) {
+        float* x = buf;
+        for (int64_t i = 0; i < n; i++) x[i] /= f;
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) rt_store_f32(buf, dt, (size_t)i, rt_load_f32(buf, dt, (size_t)i) / f);
+}
+
+int rt_fsdp_reduce_scatter(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, void* rs_input,
+                           void* rs_output) {
+    const char* op = "reduce_scatter";
+    if (!l) return RT_ERR_ARG;
+    if (!a) return fsdp_error(l, RT_ERR_ARG, op, "args is NULL");
+    rt_dtype rdt = a->reduce_dtype;
+    int st = 0;
+    if (l->post_forward) st = fsdp_error(l, RT_ERR_ARG, op, "needs a sharded (not post-forward) layout");
+    else if (!rt_dtype_is_float(rdt)) st = fsdp_error(l, RT_ERR_ARG, op, "reduce dtype must be fp32, bf16 or fp16");
+    else if ((!rs_input || !rs_output) && l->total_numel > 0)
+        st = fsdp_error(l, RT_ERR_ARG, op, "%s is NULL", rs_input ? "rs_output" : "rs_input");
+    if (st) {
+        if (a->shard_comm) rt_comm_abort(a->shard_comm, l->error);
+        return st;
+    }
+    if (l->world > 1 || a->shard_comm) {
+        st = check_comm(l, op, a->shard_comm);
+        if (st) return st;
+    }
+    int replicate = a->replicate_comm ? rt_comm_size(a->replicate_comm) : 0;
+    rt_fsdp_divide d = rt_fsdp_gradient_divide_factors(l->world, replicate, rdt, a->divide_factor,
+                                                       a->force_sum);
+    divide(rs_input, l->total_numel, rdt, d.predivide);
+    if (l->world > 1) {
+        st = rt_comm_reduce_scatter(a->shard_comm, rs_input, rs_output, l->block_numel, rdt,
+                                    d.rs_op, a->stream);
+        if (st) return comm_error(l, op, a->shard_comm, st);
+    } else {
+        // FSDP2 skips the collective for one rank but still applies a custom factor.
+        if (rs_output != rs_input && l->block_numel)
+            memcpy(rs_output, rs_input, (size_t)l->block_numel * rt_dtype_size(rdt));
+        if (a->divide_factor > 0) divide(rs_output, l->block_numel, rdt, a->divide_factor);
+    }
+    if (a->replicate_comm) {
+        st = rt_comm_all_reduce(a->replicate_comm, rs_output, rs_output, l->block_numel, rdt,
+                                d.ar_op, a->stream);
+        if (st) return comm_error(l, op, a->replicate_comm, st);
+    }
+    divide(rs_output, l->block_numel, rdt, d.postdivide);
+    return 0;
+}
+
+int rt_fsdp_reduce_scatter_view_out(rt_fsdp_layout* l, const void* rs_output, rt_dtype reduce_dtype,
+                                    void* const* sharded_grads, rt_dtype grad_dtype, int accumulate) {
+    const char* op = "reduce_scatter_view_out";
+    if (!l) return RT_ERR_ARG;
+    if (l->post_forward) return fsdp_error(l, RT_ERR_ARG, op, "needs a sharded (not post-forward) layout");
+    int st = check_bufs(l, op, (const void* const*)sharded_grads, "sharded_grads", rs_output,
+                        reduce_dtype, grad_dtype);
+    if (st) return st;
+    for (int i = 0; i < l->nparams; i++) {
+        const rt_fsdp_param_layout* p = &l->params[i];
+        const char* src = at(rs_output, p->offset, reduce_dtype);
+        if (!accumulate) {
+            if (p->shard_numel)
+                rt_convert(sharded_grads[i], grad_dtype, src, reduce_dtype, (size_t)p->shard_numel);
+            continue;
+        }
+        for (int64_t k = 0; k < p->shard_numel; k++) {
+            // Cast the new gradient to grad_dtype first, then add in grad_dtype.
+            float g = rt_load_f32(src, reduce_dtype, (size_t)k);
+            if (grad_dtype != reduce_dtype) {
+                char tmp[8];
+                rt_store_f32(tmp, grad_dtype, 0, g);
+                g = rt_load_f32(tmp, grad_dtype, 0);
+            }
+            float acc = rt_load_f32(sharded_grads[i], grad_dtype, (size_t)k);
+            rt_store_f32(sharded_grads[i], grad_dtype, (size_t)k, acc + g);
+        }
+    }
+    return 0;
+}
+
+int rt_fsdp_foreach_reduce(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, const void* const* grads,
+                           rt_dtype grad_dtype, void* rs_input, void* rs_output,
+                           void* const* sharded_grads, int accumulate) {
+    if (!l || !a) return RT_ERR_ARG;
+    int st = rt_fsdp_reduce_scatter_copy_in(l, grads, grad_dtype, rs_input, a->reduce_dtype);
+    if (st && a->shard_comm) rt_comm_abort(a->shard_comm, l->error);
+    if (!st) st = rt_fsdp_reduce_scatter(l, a, rs_input, rs_output);
+    if (!st) st = rt_fsdp_reduce_scatter_view_out(l, rs_output, a->reduce_dtype, sharded_grads,
+                                                  grad_dtype, accumulate);
+    return st;
+}

@@ -1,0 +1,168 @@
+// Communicator interface: the collectives FSDP needs (all-gather, reduce-scatter,
+// all-reduce, broadcast, barrier) and communicator splitting, behind one API with two
+// backends:
+//   threads  ranks are threads of one process; collectives go through shared memory and
+//            block on futexes (no busy-waiting), each rank doing its own slice of the work.
+//   nccl     the same calls over NCCL, one thread per GPU (librt_nccl.a; needs CUDA).
+//
+// Semantics shared by both backends:
+// - Every call is collective over the communicator: all its ranks make the same calls in
+//   the same order with the same count, dtype and reduction.
+// - `stream` is an opaque cudaStream_t for the nccl backend (NULL = default stream; the
+//   call is enqueued and returns before the data moves). The threads backend ignores it
+//   and completes the collective before returning.
+// - Buffers are host memory (threads) or device memory (nccl); rt_comm_buffer_* allocate
+//   and move data where the backend wants it, so callers can stay backend-agnostic.
+// - Reductions (threads backend): every element is accumulated in fp32 in rank order
+//   0..n-1 and rounded once to the buffer's dtype, so bf16/fp16 results are the correctly
+//   rounded fp32 sums (NCCL itself accumulates in the buffer type, so results may differ
+//   by a rounding step there). AVG is a pre-multiplied sum by 1/n (as NCCL does for
+//   floating types); PREMUL_SUM multiplies each input by the fp32 factor before summing
+//   (ncclRedOpCreatePreMulSum). Reductions support fp32, bf16 and fp16.
+// - Errors: calls return RT_OK (0) or a negative rt_status. A failed collective poisons
+//   its communicator: the rank that detects it prints one line to stderr naming the
+//   operation, the communicator and the ranks at fault, every rank's pending and later
+//   calls on that communicator return the same status, and rt_comm_last_error() returns
+//   the line. rt_threads_run then returns non-zero.
+// - A rank that never joins a collective is reported after the timeout (default 60 s,
+//   env RT_COMM_TIMEOUT_MS, or rt_comm_set_timeout_ms), or at once when that rank's
+//   function has already returned (threads backend).
+#ifndef RT_COMM_H
+#define RT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_dtype.h"
+
+// ---- status -----------------------------------------------------------------------------
+
+typedef enum rt_status {
+    RT_OK = 0,
+    RT_ERR_ARG = -1,       // bad argument on some rank (NULL, negative count, bad root, ...)
+    RT_ERR_MISMATCH = -2,  // ranks disagree on the operation, count, dtype or reduction
+    RT_ERR_TIMEOUT = -3,   // some ranks did not join within the timeout (or had exited)
+    RT_ERR_ABORTED = -4,   // a rank called rt_comm_abort
+    RT_ERR_BACKEND = -5,   // the backend (NCCL/CUDA/system) failed
+    RT_ERR_NOMEM = -6,
+} rt_status;
+
+// "ok", "bad argument", "mismatch", "timeout", "aborted", "backend error", "out of memory".
+const char* rt_status_name(int status);
+
+// ---- reductions -------------------------------------------------------------------------
+
+typedef enum rt_red_kind {
+    RT_RED_SUM = 0,
+    RT_RED_AVG = 1,         // sum / n, computed as a pre-multiplied sum by 1/n
+    RT_RED_PREMUL_SUM = 2,  // sum of (input * factor)
+} rt_red_kind;
+
+typedef struct rt_redop {
+    rt_red_kind kind;
+    double factor;  // used by RT_RED_PREMUL_SUM only (rounded to fp32 when applied)
+} rt_redop;
+
+static inline rt_redop rt_red_sum(void) { return (rt_redop){RT_RED_SUM, 1.0}; }
+static inline rt_redop rt_red_avg(void) { return (rt_redop){RT_RED_AVG, 1.0}; }
+static inline rt_redop rt_red_premul_sum(double factor) {
+    return (rt_redop){RT_RED_PREMUL_SUM, factor};
+}
+// "sum", "avg", "premul_sum(0.25)" into buf. Returns buf.
+char* rt_redop_str(rt_redop op, char* buf, size_t cap);
+
+// ---- communicator -----------------------------------------------------------------------
+
+typedef struct rt_comm rt_comm;
+
+int rt_comm_rank(const rt_comm* comm);  // -1 for NULL
+int rt_comm_size(const rt_comm* comm);  // -1 for NULL
+const char* rt_comm_backend(const rt_comm* comm);  // "threads" or "nccl"
+// A readable name: "world", "world/split(color 2)", ... (for messages).
+const char* rt_comm_name(const rt_comm* comm);
+
+// Time a rank waits for its peers in one collective before failing it; 0 or negative
+// restores the default. Per rank handle; inherited by communicators split from it.
+void rt_comm_set_timeout_ms(rt_comm* comm, int64_t ms);
+int64_t rt_comm_timeout_ms(const rt_comm* comm);
+// The default: RT_COMM_TIMEOUT_MS from the environment if set to a positive integer,
+// else 60000.
+int64_t rt_comm_default_timeout_ms(void);
+
+// The one-line message of this rank's last failure ("" if none).
+const char* rt_comm_last_error(const rt_comm* comm);
+
+// Fails the communicator on purpose (e.g. this rank hit an error of its own): peers
+// blocked in or entering collectives on it return RT_ERR_ABORTED instead of waiting for
+// the timeout. Returns RT_ERR_ABORTED.
+int rt_comm_abort(rt_comm* comm, const char* reason);
+
+// Releases this rank's handle of a communicator made by rt_comm_split (the world handles
+// belong to the launcher). NULL is ignored.
+void rt_comm_free(rt_comm* comm);
+
+// ---- collectives ------------------------------------------------------------------------
+
+// All-gather: recvbuf (sendcount * size elements) receives every rank's sendbuf in rank
+// order. In-place when sendbuf == recvbuf + rank * sendcount * elemsize.
+int rt_comm_all_gather(rt_comm* comm, const void* sendbuf, void* recvbuf, int64_t sendcount,
+                       rt_dtype dtype, void* stream);
+
+// Reduce-scatter: sendbuf holds size blocks of recvcount elements; rank r receives the
+// reduction of every rank's block r. In-place when recvbuf == sendbuf + rank * recvcount.
+int rt_comm_reduce_scatter(rt_comm* comm, const void* sendbuf, void* recvbuf, int64_t recvcount,
+                           rt_dtype dtype, rt_redop op, void* stream);
+
+// All-reduce of count elements (sendbuf == recvbuf allowed).
+int rt_comm_all_reduce(rt_comm* comm, const void* sendbuf, void* recvbuf, int64_t count,
+                       rt_dtype dtype, rt_redop op, void* stream);
+
+// Broadcast count elements from root's sendbuf into every rank's recvbuf (sendbuf is
+// read on root only; root may pass sendbuf == recvbuf).
+int rt_comm_broadcast(rt_comm* comm, const void* sendbuf, void* recvbuf, int64_t count,
+                      rt_dtype dtype, int root, void* stream);
+
+// Returns once every rank has entered (nccl: enqueues a tiny all-reduce on stream and
+// waits for it).
+int rt_comm_barrier(rt_comm* comm, void* stream);
+
+// ---- sub-communicators ------------------------------------------------------------------
+
+// Like MPI_Comm_split: ranks passing the same color form a new communicator, ordered by
+// key, then by parent rank. color RT_COMM_SPLIT_NONE (-1) joins no group (*out = NULL);
+// any other negative color is RT_ERR_ARG. Collective over parent.
+#define RT_COMM_SPLIT_NONE (-1)
+int rt_comm_split(rt_comm* parent, int color, int key, rt_comm** out);
+
+// ---- buffers where the backend wants them -----------------------------------------------
+
+// Host memory (threads) or device memory on this rank's GPU (nccl). NULL on failure.
+void* rt_comm_buffer_alloc(rt_comm* comm, size_t bytes);
+void rt_comm_buffer_free(rt_comm* comm, void* buf);
+// Copies between host memory and a backend buffer (synchronous). Return 0 or an rt_status.
+int rt_comm_buffer_write(rt_comm* comm, void* dst, const void* host_src, size_t bytes);
+int rt_comm_buffer_read(rt_comm* comm, void* host_dst, const void* src, size_t bytes);
+// Waits until everything enqueued on stream finished (no-op for threads).
+int rt_comm_sync(rt_comm* comm, void* stream);
+
+// ---- launchers --------------------------------------------------------------------------
+
+typedef void (*rt_rank_fn)(rt_comm* comm, void* arg);
+
+// Runs fn on `world` threads, each with its rank's world communicator (world >= 1; at
+// least 1024 ranks are supported). Returns 0 when every rank returned and no communicator
+// failed, else non-zero (1). world < 1 or a NULL fn: prints an error, returns 2.
+int rt_threads_run(int world, rt_rank_fn fn, void* arg);
+
+// nccl backend (librt_nccl.a): one thread per GPU, rank r on device r, communicators made
+// with ncclCommInitRank from one shared ncclUniqueId. Same return convention.
+int rt_nccl_run(int world, rt_rank_fn fn, void* arg);
+// Number of visible GPUs, or a negative rt_status when CUDA is unusable.
+int rt_nccl_device_count(void);
+// Multi-process bootstrap (e.g. over MPI): rank 0 makes the id (128 bytes), everyone
+// receives it out of band, then each process calls rt_nccl_comm_init on its own device.
+int rt_nccl_get_unique_id(void* id_out, size_t id_bytes);
+int rt_nccl_comm_init(int world, const void* id, size_t id_bytes, int rank, int device,
+                      rt_comm** out);
+
+#endif
