@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
+# Suites: generator (Lua: unit, seed conformance, bad specs, golden schedules) and the C
+# runtime (runtime core and comm, kernels, I/O; each also under ASan/UBSan).
+set -u
+cd "$(dirname "$0")/.."
+
+total_pass=0
+total_fail=0
+broken=()
+
+run_suite() {
+  local name=$1
+  shift
+  local log
+  log=$(mktemp)
+  echo "=== $name"
+  "$@" 2>&1 | tee "$log" | grep -v '^PASS' || true
+  local rc=${PIPESTATUS[0]}
+  local last
+  last=$(grep -E '^([A-Za-z_]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+  rm -f "$log"
+  if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    total_pass=$((total_pass + BASH_REMATCH[1]))
+    total_fail=$((total_fail + BASH_REMATCH[2]))
+    if [[ $rc -ne 0 && ${BASH_REMATCH[2]} -eq 0 ]]; then
+      broken+=("$name (exit $rc)")
+      total_fail=$((total_fail + 1))
+    fi
+  else
+    broken+=("$name (no summary line, exit $rc)")
+    total_fail=$((total_fail + 1))
+  fi
+}
+
+run_suite "generator: layout units" lua5.4 tests/generator/unit_layout.lua
+run_suite "generator: seed conformance" lua5.4 tests/generator/seed_conformance.lua
+run_suite "generator: bad specs" lua5.4 tests/generator/spec_errors.lua
+run_suite "generator: golden schedules" lua5.4 tests/generator/golden_schedules.lua
+for suite in runtime kernels io; do
+  if [[ -x tests/$suite/run.sh ]]; then
+    run_suite "runtime: $suite" tests/$suite/run.sh
+  fi
+done
+
+for b in "${broken[@]+"${broken[@]}"}"; do echo "suite failed: $b"; done
+echo "${total_pass} passed, ${total_fail} failed"
+[[ $total_fail -eq 0 ]]
