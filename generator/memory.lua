@@ -10,6 +10,8 @@ local ALIGN = 256
 
 local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 
+local function Q(g) return '"' .. g.name .. '"' end
+
 local function bytes(numel, dtype) return numel * trace.dtype_bytes[dtype] end
 
 -- Scratch an op keeps for its backward beyond its inputs/outputs.
@@ -43,9 +45,9 @@ function M.plan(plan)
   -- Persistent per group: fp32 sharded params, their gradients, optimizer state.
   for _, g in ipairs(plan.groups) do
     local sb = bytes(g.layout.shard_numel, "fp32")
-    buf(g.name .. " sharded params", "persistent", sb, 0, n + 1)
-    buf(g.name .. " sharded grads", "persistent", sb, 0, n + 1)
-    if opt_states > 0 then buf(g.name .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
+    buf(Q(g) .. " sharded params", "persistent", sb, 0, n + 1)
+    buf(Q(g) .. " sharded grads", "persistent", sb, 0, n + 1)
+    if opt_states > 0 then buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
   end
 
   -- Walk the steps: open/close transient buffers.
@@ -85,21 +87,21 @@ function M.plan(plan)
       local dt = g.param_dtype
       local ws = st.sub and g.pf_size or g.shard
       local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or L.shard_numel
-      start("ag_in " .. st.ag, g.name .. " all-gather input", "all_gather", bytes(in_numel, dt), i)
-      start("ag_out " .. st.ag, g.name .. " all-gather output", "all_gather", bytes(in_numel * ws, dt), i)
+      start("ag_in " .. st.ag, Q(g) .. " all-gather input", "all_gather", bytes(in_numel, dt), i)
+      start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, dt), i)
       if st.sub then stop("pf " .. g.index, i) end
     elseif st.op == "all_gather_wait" or st.op == "all_gather_drop" then
       stop("ag_in " .. st.ag, i)
       stop("ag_out " .. st.ag, i)
       if st.op == "all_gather_wait" then
-        start("unsharded " .. g.index, g.name .. " unsharded params", "unsharded", bytes(g.layout.padded_numel, g.param_dtype), i)
+        start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded", bytes(g.layout.padded_numel, g.param_dtype), i)
       end
     elseif st.op == "reshard" then
       stop("unsharded " .. g.index, i)
       stop("pf " .. g.index, i)
     elseif st.op == "reshard_post_forward" then
       stop("unsharded " .. g.index, i)
-      start("pf " .. g.index, g.name .. " post-forward shard", "unsharded",
+      start("pf " .. g.index, Q(g) .. " post-forward shard", "unsharded",
         bytes(g.layout.padded_numel // g.pf_size, g.param_dtype), i)
     elseif st.op == "reduce_scatter" then
       -- One reduce-scatter in flight: the previous one's buffers are freed now.
@@ -108,11 +110,11 @@ function M.plan(plan)
       end
       stop("ugrad " .. g.index, i)
       stop("accgrad " .. g.index, i)
-      start("rs " .. st.rs .. " in", g.name .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
-      start("rs " .. st.rs .. " out", g.name .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
+      start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
+      start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
     elseif st.op == "accumulate_unsharded_grads" then
       stop("ugrad " .. g.index, i)
-      start("accgrad " .. g.index, g.name .. " accumulated unsharded grads", "grads", bytes(g.layout.padded_numel, g.reduce_dtype), i)
+      start("accgrad " .. g.index, Q(g) .. " accumulated unsharded grads", "grads", bytes(g.layout.padded_numel, g.reduce_dtype), i)
     elseif st.op == "forward" or st.op == "recompute" then
       local op = st.node
       for _, t in ipairs(op.ins) do act(t, i) end
@@ -141,7 +143,7 @@ function M.plan(plan)
         if t.requires_grad and t.is_param then
           local pg = plan.owner[t]
           if pg then
-            start("ugrad " .. pg.index, pg.name .. " unsharded grads", "grads", bytes(pg.layout.padded_numel, pg.param_dtype), i)
+            start("ugrad " .. pg.index, pQ(g) .. " unsharded grads", "grads", bytes(pg.layout.padded_numel, pg.param_dtype), i)
           end
         elseif t.requires_grad and not grad_buf[t] and t.producer then
           grad_buf[t] = buf("grad of " .. (t.label or "?"), "activation_grad", bytes(trace.numel(t.shape), t.dtype), i, i)

@@ -61,7 +61,20 @@ local function node_detail(op)
   return s
 end
 
-local function step_line(i, st, plan)
+-- What a step acts on: a group, a region or a tensor.
+local function step_target(st)
+  if st.group then return quoted(st.group.name) end
+  if st.region then return "region " .. st.region.id end
+  return st.label or st.node.label or st.node.kind
+end
+
+-- A stable name for a step (no running numbers, so inserting a step renames nothing):
+-- its section, op and target.
+function M.step_name(st)
+  return string.format("%s%d %s %s", st.phase, st.section, st.op, step_target(st))
+end
+
+local function step_line(st, plan)
   local g = st.group
   local name, detail = "", ""
   if st.op == "all_gather" then
@@ -69,14 +82,14 @@ local function step_line(i, st, plan)
     local ranks = st.sub and g.pf_size or g.shard
     local per = st.sub and (L.padded_numel // g.pf_size) or L.shard_numel
     name = quoted(g.name)
-    detail = string.format("ag%d: %d x %s per rank -> %d, %s (%d ranks)", st.ag, per, g.param_dtype,
+    detail = string.format("%d x %s per rank -> %d, %s (%d ranks)", per, g.param_dtype,
       per * ranks, st.sub and "post-forward group" or "shard group", ranks)
   elseif st.op == "all_gather_wait" then
     name = quoted(g.name)
-    detail = string.format("wait ag%d, copy-out %d params", st.ag, #g.params)
+    detail = string.format("wait for the all-gather, copy-out %d params", #g.params)
   elseif st.op == "all_gather_drop" then
     name = quoted(g.name)
-    detail = string.format("wait ag%d, drop (mistargeted prefetch)", st.ag)
+    detail = "wait for the all-gather, drop it (mistargeted prefetch)"
   elseif st.op == "reshard" then
     name = quoted(g.name)
     detail = st.from == "unsharded" and "free unsharded params" or "free post-forward shard"
@@ -85,11 +98,11 @@ local function step_line(i, st, plan)
     detail = string.format("keep 1/%d of the unsharded params, free the rest", g.pf_size)
   elseif st.op == "reduce_scatter" then
     name = quoted(g.name)
-    detail = string.format("rs%d: %d x %s -> %d per rank, %s", st.rs, g.layout.padded_numel, g.reduce_dtype,
+    detail = string.format("%d x %s -> %d per rank, %s", g.layout.padded_numel, g.reduce_dtype,
       g.layout.shard_numel, reduce_str(g))
   elseif st.op == "all_reduce" then
     name = quoted(g.name)
-    detail = string.format("after rs%d: %d x %s over %d replicas", st.rs, g.layout.shard_numel, g.reduce_dtype, g.replicate)
+    detail = string.format("%d x %s over %d replicas", g.layout.shard_numel, g.reduce_dtype, g.replicate)
   elseif st.op == "accumulate_unsharded_grads" then
     name = quoted(g.name)
     detail = "keep unsharded grads (no gradient sync)"
@@ -107,7 +120,7 @@ local function step_line(i, st, plan)
     detail = (st.op == "backward" and "grad of " or "") .. op.kind .. " " .. node_detail(op)
   end
   local ev = st.event and (st.event.kind .. " " .. st.event.state) or ""
-  return string.format("%5d  %-8s %-22s %-44s %s%s", i, st.stream, st.op, name, detail,
+  return string.format("  %-8s %-22s %-44s %s%s", st.stream, st.op, name, detail,
     ev ~= "" and ("  [" .. ev .. "]") or "")
 end
 
@@ -163,14 +176,14 @@ function M.render(plan, spec_file)
     b:dedent()
   end
   local section
-  for i, st in ipairs(plan.steps) do
+  for _, st in ipairs(plan.steps) do
     if st.section ~= section then
       section = st.section
       b:line("")
-      b:line("%s (step item %d)", st.phase, st.section)
-      b:line("%5s  %-8s %-22s %-44s %s", "#", "stream", "op", "group / tensor", "detail")
+      b:line("%s%d (step item %d: %s)", st.phase, st.section, st.section, st.phase)
+      b:line("  %-8s %-22s %-44s %s", "stream", "op", "group / tensor", "detail")
     end
-    b:line("%s", step_line(i, st, plan))
+    b:line("%s", step_line(st, plan))
   end
   local mem = plan.memory
   b:line("")
@@ -180,9 +193,15 @@ function M.render(plan, spec_file)
   for k in pairs(mem.totals) do kinds[#kinds + 1] = k end
   table.sort(kinds)
   for _, k in ipairs(kinds) do b:line("  %-16s %d (sum of buffer sizes)", k, mem.totals[k]) end
-  b:line("  %-60s %-16s %12s %12s  %s", "buffer", "kind", "bytes", "offset", "steps")
+  b:line("  %-60s %-16s %12s %12s  %s", "buffer", "kind", "bytes", "offset", "live from .. to (step)")
+  local steps = plan.steps
+  local function at(i)
+    if i < 1 then return "start" end
+    if i > #steps then return "end" end
+    return M.step_name(steps[i])
+  end
   for _, buf in ipairs(mem.buffers) do
-    b:line("  %-60s %-16s %12d %12d  %d-%d", buf.name, buf.kind, buf.bytes, buf.offset, buf.first, buf.last)
+    b:line("  %-60s %-16s %12d %12d  %s .. %s", buf.name, buf.kind, buf.bytes, buf.offset, at(buf.first), at(buf.last))
   end
   return b:text()
 end
