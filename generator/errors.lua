@@ -62,23 +62,18 @@ function M.current_line()
   return spec_line(3)
 end
 
--- Message handler for xpcall: keeps spec errors, turns any other Lua error raised while
--- running spec code into a spec error at the innermost spec line (so `nil + 1` in a
--- custom forward is reported as the user's line, not as our traceback).
+-- Message handler for xpcall. Spec errors stay as they are; a Lua error raised in the
+-- spec file itself (`nil + 1` in a custom forward) becomes a spec error at that line; any
+-- other Lua error is a bug of fsdpgen, reported as internal (with the spec line it was
+-- working on, and a traceback for FSDPGEN_DEBUG), never blamed on the spec.
 function M.handler(e)
   if M.is_spec_error(e) then return e end
   local msg = tostring(e)
-  local line = spec_line(3)
-  -- Lua errors raised directly in the spec chunk already carry "path:line:" prefixes.
   local file, ln, rest = msg:match("^(.-):(%d+): (.*)$")
   if file and M.spec_path and file == M.spec_path then
     return setmetatable({ msg = rest, line = tonumber(ln) }, SpecError)
   end
-  if line then
-    if file then msg = rest end
-    return setmetatable({ msg = msg, line = line }, SpecError)
-  end
-  return setmetatable({ msg = msg, internal = debug.traceback(msg, 2) }, SpecError)
+  return setmetatable({ msg = msg, line = spec_line(3), internal = debug.traceback(msg, 2) }, SpecError)
 end
 
 function M.format(e, path)

@@ -36,7 +36,8 @@ local function plan_spec(path)
   if ok then return res end
   if errors.is_spec_error(res) and not res.internal then die(2, errors.format(res, path)) end
   if os.getenv("FSDPGEN_DEBUG") then io.stderr:write(res.internal or tostring(res), "\n") end
-  die(1, "fsdpgen: internal error while planning " .. path .. ": " .. tostring(res.msg or res)
+  local where = type(res) == "table" and res.line and (path .. ":" .. res.line) or path
+  die(1, "fsdpgen: internal error while planning " .. where .. ": " .. tostring(res.msg or res)
     .. " (please report it; FSDPGEN_DEBUG=1 shows a traceback)")
 end
 

@@ -143,7 +143,7 @@ function M.plan(plan)
         if t.requires_grad and t.is_param then
           local pg = plan.owner[t]
           if pg then
-            start("ugrad " .. pg.index, pQ(g) .. " unsharded grads", "grads", bytes(pg.layout.padded_numel, pg.param_dtype), i)
+            start("ugrad " .. pg.index, Q(pg) .. " unsharded grads", "grads", bytes(pg.layout.padded_numel, pg.param_dtype), i)
           end
         elseif t.requires_grad and not grad_buf[t] and t.producer then
           grad_buf[t] = buf("grad of " .. (t.label or "?"), "activation_grad", bytes(trace.numel(t.shape), t.dtype), i, i)
