@@ -237,11 +237,22 @@ static int missing_members(tgroup* g, uint64_t target, int only_exited, int* out
 
 static int fail_missing(thandle* h, const char* opname, uint64_t target, int exited, int64_t waited_ms) {
     tgroup* g = h->g;
-    int* ranks = malloc((size_t)g->size * sizeof *ranks);
-    char list[200] = "?", prefix[200], msg[RT_COMM_ERRLEN];
+    int* ranks = calloc((size_t)g->size, sizeof *ranks);
+    char list[200] = "?", wlist[120], prefix[200], msg[RT_COMM_ERRLEN];
     if (ranks) {
         int n = missing_members(g, target, exited, ranks);
         rt_comm_rank_list(ranks, n, list, sizeof list);
+        // In a sub-communicator also name the world ranks, which is what logs show.
+        int identity = g->size == g->world->size;
+        for (int i = 0; i < n; i++) {
+            identity &= g->wranks[ranks[i]] == ranks[i];
+            ranks[i] = g->wranks[ranks[i]];
+        }
+        if (!identity) {
+            size_t len = strlen(list);
+            snprintf(list + len, sizeof list - len, " (world ranks %s)",
+                     rt_comm_rank_list(ranks, n, wlist, sizeof wlist));
+        }
         free(ranks);
     }
     rt_comm_msg_prefix(&h->base, opname, prefix, sizeof prefix);
