@@ -90,8 +90,8 @@ int rt_ckpt_probe(const char *dir, int *world_size, uint64_t *step, char *err,
 // Loads this rank's state and blobs. Checks, in order: the COMPLETE marker and its
 // world size, the rank file exists, its magic / version / header CRC, world size,
 // rank, step (== the marker's), file size, that the blob table matches `slots`
-// exactly (missing, unexpected, dtype, count), and the payload CRC32. On error the
-// contents of *st and the slot buffers are unspecified.
+// exactly (missing, unexpected, dtype, count), and the payload CRC32. `st` may be NULL.
+// On error the contents of *st and the slot buffers are unspecified.
 int rt_ckpt_load_rank(const char *dir, int world_size, int rank, rt_ckpt_state *st,
                       const rt_ckpt_slot *slots, size_t n_slots, char *err,
                       size_t errlen);

@@ -44,7 +44,8 @@ int32_t rt_data_token(const rt_data *d, int64_t i);
 // The contract: sequence b of rank r in microbatch a of step s starts at
 //   o = ((((s*A + a)*W + r)*B + b)*T) mod (N - T)
 // The product is computed exactly (128-bit), so it equals 64-bit arithmetic whenever
-// that does not overflow. Requires n_tokens > T.
+// that does not overflow. Returns -1 for invalid input (a count <= 0, n_tokens <= T,
+// or a negative index).
 int64_t rt_data_offset(const rt_data_shape *shape, int64_t n_tokens, int64_t step,
                        int64_t micro, int64_t rank, int64_t row);
 

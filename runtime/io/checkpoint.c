@@ -104,6 +104,8 @@ int rt_ckpt_save_rank(const char *dir, int world_size, int rank, const rt_ckpt_s
     if (rt_ckpt_rank_path(dir, rank, path, sizeof path) != 0)
         return io_errf(err, errlen, "checkpoint directory path too long: '%s'", dir);
     if (n_blobs > UINT32_MAX) return io_errf(err, errlen, "checkpoint save: too many blobs");
+    if (!st) return io_errf(err, errlen, "checkpoint save '%s': NULL state", path);
+    if (n_blobs > 0 && !blobs) return io_errf(err, errlen, "checkpoint save '%s': NULL blobs", path);
 
     // ---- validate and lay out before creating the file
     uint64_t header_bytes = CK_FIXED;

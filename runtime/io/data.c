@@ -136,6 +136,10 @@ int32_t rt_data_token(const rt_data *d, int64_t i) {
 
 int64_t rt_data_offset(const rt_data_shape *shape, int64_t n_tokens, int64_t step,
                        int64_t micro, int64_t rank, int64_t row) {
+    if (shape->world_size <= 0 || shape->n_micro <= 0 || shape->batch <= 0 ||
+        shape->seq_len <= 0 || n_tokens <= shape->seq_len || step < 0 || micro < 0 ||
+        rank < 0 || row < 0)
+        return -1;  // mod by zero or a negative index: no valid offset
     // ((((s*A + a)*W + r)*B + b)*T) mod M, reducing mod M after each step: exact, since
     // (x*k + c) mod M == ((x mod M)*k + c) mod M and every partial fits in 128 bits.
     unsigned __int128 m = (unsigned __int128)(uint64_t)(n_tokens - shape->seq_len);

@@ -589,15 +589,16 @@ int rt_st_load(const rt_st_file *f, const char *name, rt_st_dtype dtype, int ndi
     if (t->dtype != dtype)
         return io_errf(err, errlen, "tensor '%s' in '%s' has dtype %s, expected %s", name, f->path,
                        rt_st_dtype_name(t->dtype), rt_st_dtype_name(dtype));
+    if (ndim < 0 || ndim > RT_ST_MAX_DIMS || (ndim > 0 && !shape))
+        return io_errf(err, errlen, "loading '%s': expected shape has %d dims%s (allowed 0..%d)",
+                       name, ndim, ndim > 0 && !shape ? " but no shape array" : "",
+                       RT_ST_MAX_DIMS);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
         char got[160], want[160];
         shape_str(t->ndim, t->shape, got, sizeof got);
-        if (ndim < 0 || ndim > RT_ST_MAX_DIMS || (ndim > 0 && !shape))
-            snprintf(want, sizeof want, "(%d dims)", ndim);
-        else
-            shape_str(ndim, shape, want, sizeof want);
+        shape_str(ndim, shape, want, sizeof want);
         return io_errf(err, errlen, "tensor '%s' in '%s' has shape %s, expected %s", name, f->path,
                        got, want);
     }

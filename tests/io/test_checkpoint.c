@@ -214,6 +214,21 @@ static void test_damage(const char *dir) {
     rc = load_one(dir, WORLD, 1);
     CHECK(rc == 0, "restored file loads again (%s)", rc ? err : "ok");
 
+    // Any single damaged byte anywhere (header, table, blob, padding) must be refused.
+    int accepted = 0, tried = 0;
+    uint32_t x = 777;
+    for (long pos = 0; pos < (long)backup_n; pos += 1 + (long)((x = x * 1664525u + 1013904223u) >> 27)) {
+        flip_byte(p1, pos);
+        if (load_one(dir, WORLD, 1) == 0) {
+            accepted++;
+            printf("  flip at byte %ld was accepted\n", pos);
+        }
+        restore(p1);
+        tried++;
+    }
+    CHECK(accepted == 0 && tried > 500, "%d single-byte corruptions spread over the %zu-byte file: "
+          "all refused (%d accepted)", tried, backup_n, accepted);
+
     // ---- mismatches with this run
     rc = load_one(dir, 2, 1);
     CHECK_ERR(rc, err, "wrong world size", "saved with world size 4", "world size 2");

@@ -135,6 +135,8 @@ static void test_offset_exact(void) {
     for (int s = 0; s < 5; s++)
         for (int b = 0; b < 5; b++) nz += rt_data_offset(&one, 10, s, 1, 2, b) != 0;
     CHECK(nz == 0, "N = T + 1: all offsets are 0 (%d nonzero)", nz);
+    CHECK(rt_data_offset(&one, 9, 0, 0, 0, 0) == -1 && rt_data_offset(&one, 100, 0, 0, -1, 0) == -1,
+          "offset is -1 for N <= T or a negative index (no division by zero)");
 }
 
 // ---- open errors --------------------------------------------------------------------

@@ -195,6 +195,8 @@ static void test_round_trip(void) {
     CHECK_ERR(rc, err, "wrong dtype", "dtype F32, expected BF16");
     rc = rt_st_load(f, "layers.0.wq.weight", RT_ST_F32, 2, sh_f32, dst, 40, err, sizeof err);
     CHECK_ERR(rc, err, "destination too small", "48 bytes", "40 bytes");
+    rc = rt_st_load(f, "layers.0.wq.weight", RT_ST_F32, 2, NULL, dst, sizeof dst, err, sizeof err);
+    CHECK_ERR(rc, err, "2 dims but no shape array", "no shape array");
     rt_st_close(f);
 
     // ---- determinism: the same tensors given in another order give identical bytes
@@ -364,6 +366,55 @@ static void test_corrupt(void) {
     free(raw);
 }
 
+// Random damage to a valid file (deterministic): every open must either succeed with a
+// header whose tensors all load, or fail with a message; never crash or read out of
+// bounds (the ASan build runs this too).
+static void test_mutations(void) {
+    size_t n;
+    unsigned char *good = read_bytes(tpath("model.safetensors"), &n);
+    if (!good) return;
+    unsigned char *buf = malloc(n);
+    uint32_t x = 12345;
+    int opened = 0, refused = 0, load_fail = 0, silent = 0;
+    const char *path = tpath("mut.safetensors");
+    for (int iter = 0; iter < 3000; iter++) {
+        memcpy(buf, good, n);
+        size_t len = n;
+        int edits = 1 + iter % 4;
+        for (int k = 0; k < edits; k++) {
+            x = x * 1664525u + 1013904223u;
+            size_t pos = (x >> 8) % (iter % 2 ? n : 8 + 700);  // favour the header
+            if (pos >= n) pos = n - 1;
+            x = x * 1664525u + 1013904223u;
+            static const char pool[] = "{}[]\":,0123456789- eE.FIBU\\";
+            buf[pos] = (x >> 24) & 1 ? (unsigned char)(x >> 16) : (unsigned char)pool[(x >> 16) % (sizeof pool - 1)];
+        }
+        if (iter % 7 == 0) len = (x >> 4) % n;  // truncation too
+        write_bytes(path, buf, len);
+        rt_st_file *f = NULL;
+        err[0] = 0;
+        if (rt_st_open(path, &f, err, sizeof err) != 0) {
+            refused++;
+            silent += err[0] == 0;
+            continue;
+        }
+        opened++;
+        for (size_t i = 0; i < rt_st_count(f); i++) {
+            const rt_st_info *t = rt_st_at(f, i);
+            unsigned char dst[256];
+            if (t->nbytes <= sizeof dst &&
+                rt_st_load(f, t->name, t->dtype, t->ndim, t->shape, dst, sizeof dst, err, sizeof err) != 0)
+                load_fail++;
+        }
+        rt_st_close(f);
+    }
+    CHECK(silent == 0, "3000 random mutations: %d opened, %d refused with a message, %d without "
+          "one", opened, refused, silent);
+    CHECK(load_fail == 0, "every tensor of every file that opened loads (%d failures)", load_fail);
+    free(buf);
+    free(good);
+}
+
 int main(void) {
     printf("== safetensors ==\n");
     test_json();
@@ -372,5 +423,6 @@ int main(void) {
     test_write_errors();
     test_foreign();
     test_corrupt();
+    test_mutations();
     return check_summary();
 }
