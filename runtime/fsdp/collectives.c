@@ -289,12 +289,12 @@ int rt_fsdp_reduce_scatter_view_out(rt_fsdp_layout* l, const void* rs_output, rt
 
 int rt_fsdp_foreach_reduce(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, const void* const* grads,
                            rt_dtype grad_dtype, void* rs_input, void* rs_output,
-                           void* const* sharded_grads, int accumulate) {
+                           void* const* sharded_grads, rt_dtype sharded_dtype, int accumulate) {
     if (!l || !a) return RT_ERR_ARG;
     int st = rt_fsdp_reduce_scatter_copy_in(l, grads, grad_dtype, rs_input, a->reduce_dtype);
     if (st && a->shard_comm) rt_comm_abort(a->shard_comm, l->error);
     if (!st) st = rt_fsdp_reduce_scatter(l, a, rs_input, rs_output);
     if (!st) st = rt_fsdp_reduce_scatter_view_out(l, rs_output, a->reduce_dtype, sharded_grads,
-                                                  grad_dtype, accumulate);
+                                                  sharded_dtype, accumulate);
     return st;
 }

@@ -158,8 +158,9 @@ static int plan_field(rt_fsdp_layout* l, int i, const char* field, int64_t plann
         return layout_error(l, RT_ERR_MISMATCH, "%s: generated code says %lld, runtime computes %lld (%s)",
                             field, (long long)planned, (long long)computed, PLAN_HINT);
     return layout_error(l, RT_ERR_MISMATCH,
-                        "param %d %s: generated code says %lld, runtime computes %lld (%s)", i,
-                        field, (long long)planned, (long long)computed, PLAN_HINT);
+                        "param %d '%s' %s: generated code says %lld, runtime computes %lld (%s)",
+                        i, l->params[i].name, field, (long long)planned, (long long)computed,
+                        PLAN_HINT);
 }
 
 int rt_fsdp_layout_check(rt_fsdp_layout* l, const rt_fsdp_plan* plan) {

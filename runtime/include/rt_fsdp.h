@@ -186,10 +186,11 @@ int rt_fsdp_reduce_scatter(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, void
 // cast, as `grad += new_sharded_grad`).
 int rt_fsdp_reduce_scatter_view_out(rt_fsdp_layout* l, const void* rs_output, rt_dtype reduce_dtype,
                                     void* const* sharded_grads, rt_dtype grad_dtype, int accumulate);
-// Copy-in, reduce, view-out; grads and sharded grads share grad_dtype.
+// Copy-in, reduce, view-out. grads are unsharded gradients in grad_dtype (param_dtype
+// under mixed precision); sharded_grads are in sharded_dtype (the parameter's orig dtype).
 int rt_fsdp_foreach_reduce(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, const void* const* grads,
                            rt_dtype grad_dtype, void* rs_input, void* rs_output,
-                           void* const* sharded_grads, int accumulate);
+                           void* const* sharded_grads, rt_dtype sharded_dtype, int accumulate);
 
 // ---- meshes -----------------------------------------------------------------------------
 
