@@ -25,6 +25,7 @@ typedef struct nhandle {
     int failed;     // sticky status
     int* scratch;   // one device int for barriers
     int owns_nc;
+    int launcher_owned;  // rt_nccl_run's world handles: rt_comm_free ignores them
 } nhandle;
 
 static const rt_comm_ops nccl_ops;
@@ -200,11 +201,15 @@ static int n_split(rt_comm* c, int color, int key, rt_comm** out) {
     return 0;
 }
 
-static void n_free(rt_comm* c) {
-    nhandle* h = (nhandle*)c;
+static void n_release(nhandle* h) {
     if (h->nc && h->owns_nc) ncclCommDestroy(h->nc);
     cudaFree(h->scratch);
     free(h);
+}
+
+static void n_free(rt_comm* c) {
+    nhandle* h = (nhandle*)c;
+    if (!h->launcher_owned) n_release(h);
 }
 
 // ---- buffers ----------------------------------------------------------------------------
@@ -321,15 +326,16 @@ static void* nrank_main(void* p) {
     rt_comm* comm = NULL;
     ctx->status = rt_nccl_comm_init(ctx->world, ctx->id, sizeof *ctx->id, ctx->rank, ctx->rank, &comm);
     if (ctx->status) return NULL;
-    ctx->fn(comm, ctx->arg);
     nhandle* h = (nhandle*)comm;
+    h->launcher_owned = 1;
+    ctx->fn(comm, ctx->arg);
     if (h->failed) ctx->status = h->failed;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess && !ctx->status) {
         fprintf(stderr, "rt_nccl_run: rank %d: %s\n", ctx->rank, cudaGetErrorString(e));
         ctx->status = RT_ERR_BACKEND;
     }
-    rt_comm_free(comm);
+    n_release(h);
     return NULL;
 }
 

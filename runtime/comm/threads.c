@@ -83,6 +83,7 @@ typedef struct thandle {
     uint64_t epoch;     // barriers this member has entered
     const void** srcs;  // scratch: one pointer per member
     void** dsts;
+    int launcher_owned; // world handles: rt_comm_free ignores them, the launcher frees them
 } thandle;
 
 static const rt_comm_ops threads_ops;
@@ -531,11 +532,15 @@ static int t_split(rt_comm* c, int color, int key, rt_comm** out) {
 
 // ---- handles and buffers ----------------------------------------------------------------
 
-static void t_free(rt_comm* c) {
-    thandle* h = (thandle*)c;
+static void handle_release(thandle* h) {
     tgroup* g = h->g;
     handle_free(h);
     group_unref(g);
+}
+
+static void t_free(rt_comm* c) {
+    thandle* h = (thandle*)c;
+    if (!h->launcher_owned) handle_release(h);
 }
 
 static void* t_buf_alloc(rt_comm* c, size_t bytes) {
@@ -626,6 +631,7 @@ int rt_threads_run(int world, rt_rank_fn fn, void* arg) {
     for (int r = 0; r < world; r++) {
         ctx[r] = (rank_ctx){&w, handle_new(g, r, "world", timeout), r, fn, arg};
         if (!ctx[r].handle) goto out;
+        ctx[r].handle->launcher_owned = 1;
     }
     setup_ok = 1;
     // Small-ish stacks: 1024 ranks x the default 8 MiB would reserve 8 GiB of address space.
@@ -651,7 +657,7 @@ out:
     if (!setup_ok) fprintf(stderr, "rt_threads_run: out of memory setting up %d ranks\n", world);
     if (ctx)
         for (int r = 0; r < world; r++)
-            if (ctx[r].handle) t_free(&ctx[r].handle->base);
+            if (ctx[r].handle) handle_release(ctx[r].handle);
     // Groups whose handles were never freed (sub-communicators leaked by rank code).
     while (w.groups) {
         tgroup* next = w.groups->next;

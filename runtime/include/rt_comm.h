@@ -97,8 +97,9 @@ const char* rt_comm_last_error(const rt_comm* comm);
 // the timeout. Returns RT_ERR_ABORTED.
 int rt_comm_abort(rt_comm* comm, const char* reason);
 
-// Releases this rank's handle of a communicator made by rt_comm_split (the world handles
-// belong to the launcher). NULL is ignored.
+// Releases this rank's handle of a communicator made by rt_comm_split or
+// rt_nccl_comm_init. NULL and the world handles rt_threads_run / rt_nccl_run pass to the
+// rank function (the launcher frees those) are ignored.
 void rt_comm_free(rt_comm* comm);
 
 // ---- collectives ------------------------------------------------------------------------

@@ -175,6 +175,7 @@ static void rank_misc(rt_comm* comm, void* arg) {
     note(c, rt_comm_all_reduce(comm, NULL, NULL, 0, RT_F16, rt_red_sum(), NULL));
     free(buf);
     free(want);
+    rt_comm_free(comm);  // a world handle belongs to the launcher: this is a no-op
 }
 
 // ---- split ------------------------------------------------------------------------------
@@ -266,6 +267,7 @@ int main(void) {
     run("broadcast, barrier, zero counts", 128, 10, rank_misc);
     run("split (color r%3, key -r), nested split, SPLIT_NONE", 128, 0, rank_split);
     run("50 all_reduce of one element", 128, 1, rank_many);
+    run("50 all_reduce of one element", 1024, 1, rank_many);
     run("large all_gather + reductions (several tiles per rank)", 4, 300000, rank_all_gather);
     CHECK(rt_threads_run(0, rank_many, NULL) == 2, "rt_threads_run(0, ...) is rejected with status 2");
     CHECK(rt_threads_run(2, NULL, NULL) == 2, "rt_threads_run with a NULL function is rejected");
