@@ -348,6 +348,11 @@ int main(int argc, char** argv) {
     double t0 = now_s();
     int rc = o.nccl ? rt_nccl_run(o.world, bench_rank, &sh) : rt_threads_run(o.world, bench_rank, &sh);
     double total = now_s() - t0;
+    // Measured again after the table: on a shared machine the two differ when the load
+    // changed during the run, which is worth knowing when reading the ratios.
+    double mcpy_end = memcpy_bw();
+    printf("# memcpy bandwidth after the run: %.2f GB/s (%.2f GB/s before; ratios use the latter)\n",
+           mcpy_end / 1e9, sh.mcpy / 1e9);
     static const char* names[2] = {"all_gather", "reduce_scatter"};
     for (int which = 0; which < 2; which++) {
         if (!(o.ops & (1 << which)) || !sh.best_size[which]) continue;

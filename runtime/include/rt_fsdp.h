@@ -176,7 +176,8 @@ typedef struct rt_fsdp_reduce_args {
 } rt_fsdp_reduce_args;
 
 // Pre-divide rs_input in place, reduce-scatter into rs_output (block_numel elements; a
-// world of 1 copies, dividing by divide_factor if set, as FSDP2 does), all-reduce over
+// world of 1 copies instead, dividing by divide_factor if set on top of the pre/post
+// factors, exactly as FSDP2's foreach_reduce does), all-reduce over
 // the replicate group if any, post-divide. Divisions compute in fp32 and round once to
 // reduce_dtype (as a PyTorch div_ on a reduced-precision tensor does).
 int rt_fsdp_reduce_scatter(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, void* rs_input,

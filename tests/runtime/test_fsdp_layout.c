@@ -205,6 +205,47 @@ static void test_divide(void) {
     expect_div("HSDP 2x4 factor 4 = shard size", rt_fsdp_gradient_divide_factors(4, 2, RT_F32, 4, 0), 1, 1, A, S);
 }
 
+// ---- world size 1 -----------------------------------------------------------------------
+
+// FSDP2 skips the collective for one rank but still divides by a custom factor while
+// copying, on top of the pre/post factors: fp16 with factor 2 divides by 2 (pre) and by 2
+// (copy), i.e. by 4. Pinned here because conformance means matching that exactly.
+static void test_world1(void) {
+    rt_fsdp_param_desc d = {"w", 2, {3, 2}, RT_SHARD_DIM0};
+    rt_fsdp_layout l;
+    rt_fsdp_layout_init(&l, "g", &d, 1, 1, 0);
+    float g[6] = {8, -4, 2, 1, 0.5f, 16}, out[6];
+    const void* gs[1] = {g};
+    void* os[1] = {out};
+    float in32[6], out32[6];
+    uint16_t in16[6], out16[6];
+    struct {
+        const char* what;
+        rt_dtype rdt;
+        double factor;
+        int force;
+        double div;
+    } cases[] = {
+        {"fp32, no factor: SUM, unchanged", RT_F32, 0, 0, 1},
+        {"fp32, factor 2: divided by 2", RT_F32, 2, 0, 2},
+        {"fp16, no factor: pre 1, post 1", RT_F16, 0, 0, 1},
+        {"fp16, factor 2: pre 2 and copy / 2 = / 4 (as FSDP2)", RT_F16, 2, 0, 4},
+        {"fp32 forced sum, factor 4: copy / 4 and post 4 = / 16 (as FSDP2)", RT_F32, 4, 1, 16},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        rt_fsdp_reduce_args a = {NULL, NULL, cases[k].rdt, cases[k].factor, cases[k].force, NULL};
+        int f32 = cases[k].rdt == RT_F32;
+        void* rin = f32 ? (void*)in32 : (void*)in16;
+        void* rout = f32 ? (void*)out32 : (void*)out16;
+        int st = rt_fsdp_foreach_reduce(&l, &a, gs, RT_F32, rin, rout, os, RT_F32, 0);
+        int ok = st == 0;
+        for (int i = 0; i < 6; i++) ok &= out[i] == (float)(g[i] / cases[k].div);
+        CHECK(ok, "world 1, %s: got %g %g ... want %g %g ...", cases[k].what, out[0], out[1], g[0] / cases[k].div,
+              g[1] / cases[k].div);
+    }
+    rt_fsdp_layout_free(&l);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_chunks();
@@ -213,5 +254,6 @@ int main(void) {
     test_post_forward();
     test_padding();
     test_divide();
+    test_world1();
     return check_summary();
 }
