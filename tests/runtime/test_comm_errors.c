@@ -46,7 +46,8 @@ static void rank_fn(rt_comm* comm, void* arg) {
     int r = rt_comm_rank(comm), n = rt_comm_size(comm);
     float buf[64] = {0}, out[64 * MAXW];
     int st = 0;
-    if (c->scenario != S_ENV_TIMEOUT) rt_comm_set_timeout_ms(comm, 200);
+    // 200 ms, except where the point is that no timeout is needed (a rank that exited).
+    if (c->scenario != S_ENV_TIMEOUT) rt_comm_set_timeout_ms(comm, c->scenario == S_EXITS ? 5000 : 200);
     c->timeout[r] = rt_comm_timeout_ms(comm);
     double t0 = seconds();
     rt_comm* sub = NULL;
@@ -84,7 +85,7 @@ static void rank_fn(rt_comm* comm, void* arg) {
             st = rt_comm_split(comm, r == 3 ? -5 : 0, r, &sub);
             break;
         case S_NEVER_JOINS:  // the last rank is late by more than the timeout, then joins
-            if (r == n - 1) sleep_ms(600);
+            if (r == n - 1) sleep_ms(1200);
             st = rt_comm_barrier(comm, NULL);
             break;
         case S_EXITS:  // rank 3 returns without joining
@@ -100,11 +101,11 @@ static void rank_fn(rt_comm* comm, void* arg) {
             if (st) break;
             t0 = seconds();
             if (r != 6) st = rt_comm_all_gather(sub, buf, out, 4, RT_F32, NULL);
-            else sleep_ms(500);
+            else sleep_ms(1200);
             break;
         }
         case S_ENV_TIMEOUT:
-            if (r == 0) sleep_ms(500);
+            if (r == 0) sleep_ms(1200);
             else st = rt_comm_barrier(comm, NULL);
             break;
     }
@@ -166,11 +167,11 @@ int main(void) {
     memset(&c, 0, sizeof c);
     c.scenario = S_EXITS;
     rt_threads_run(4, rank_fn, &c);
-    CHECK(c.elapsed[0] < 0.15, "a rank that exited is reported at once: %.3f s (timeout 0.2 s)", c.elapsed[0]);
+    CHECK(c.elapsed[0] < 1.0, "a rank that exited is reported at once: %.3f s (timeout 5 s)", c.elapsed[0]);
     memset(&c, 0, sizeof c);
     c.scenario = S_NEVER_JOINS;
     rt_threads_run(4, rank_fn, &c);
-    CHECK(c.elapsed[0] >= 0.19 && c.elapsed[0] < 0.5, "a late rank is reported after the timeout: %.3f s (timeout 0.2 s)",
+    CHECK(c.elapsed[0] >= 0.19 && c.elapsed[0] < 1.1, "a late rank is reported after the timeout: %.3f s (timeout 0.2 s)",
           c.elapsed[0]);
 
     // RT_COMM_TIMEOUT_MS sets the default.
