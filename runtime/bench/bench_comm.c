@@ -257,9 +257,15 @@ static void bench_rank(rt_comm* comm, void* arg) {
     char* hb = malloc(maxb + 16);
     char hexp[8];
     int ok = dsend && drecv && hf && hb;
-    float okf = ok ? 1.0f : 0.0f, all_ok = 0;
     // Everyone must agree whether to go on, or the ranks that did allocate would hang.
-    if (rt_comm_all_reduce(comm, &okf, &all_ok, 1, RT_F32, rt_red_sum(), NULL) == 0 && all_ok == (float)n) {
+    // The vote goes through a backend buffer (device memory for nccl).
+    float okf = ok ? 1.0f : 0.0f, all_ok = 0;
+    void* vote = rt_comm_buffer_alloc(comm, sizeof(float));
+    int vst = vote ? rt_comm_buffer_write(comm, vote, &okf, sizeof okf) : RT_ERR_NOMEM;
+    if (!vst) vst = rt_comm_all_reduce(comm, vote, vote, 1, RT_F32, rt_red_sum(), NULL);
+    if (!vst) vst = rt_comm_buffer_read(comm, &all_ok, vote, sizeof all_ok);
+    rt_comm_buffer_free(comm, vote);
+    if (!vst && all_ok == (float)n) {
         static const char* names[2] = {"all_gather", "reduce_scatter"};
         if (r == 0) {
             printf("#\n#%-34s %-45s %s\n", "", "out-of-place", "in-place");
