@@ -255,6 +255,7 @@ static void run(const char* what, int world, int64_t count, rt_rank_fn fn) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // keep PASS lines and stderr messages in order
     int worlds[] = {1, 2, 3, 4, 7};
     for (int w = 0; w < 5; w++) {
         run("all_gather fp32/bf16/fp16/int32/int64 (out-of-place + in-place)", worlds[w], 1003, rank_all_gather);

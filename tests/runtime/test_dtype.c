@@ -240,6 +240,7 @@ static void test_names(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // keep PASS lines and stderr messages in order
     test_bf16_edges();
     test_bf16_all_patterns();
     test_bf16_random();
