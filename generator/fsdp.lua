@@ -188,37 +188,20 @@ function M:set_modules_to_backward_prefetch(list)
   state_of(self, "set_modules_to_backward_prefetch").bwd_prefetch = sharded_list(list, "set_modules_to_backward_prefetch")
 end
 
-function M:set_reshard_after_forward(v, opts)
-  state_of(self, "set_reshard_after_forward")
-  bool_arg(v, "set_reshard_after_forward")
-  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_reshard_after_forward"))) do
-    s.rAF, s.auto_rAF = v, false
+-- The boolean setters that apply to this module and, with recurse (the default), every
+-- sharded module below it; `apply(state, v)` sets the state's field.
+local function recursive_setter(method, apply)
+  M[method] = function(self, v, opts)
+    state_of(self, method)
+    bool_arg(v, method)
+    for _, s in ipairs(states_below(self, recurse_opt(opts, method))) do apply(s, v) end
   end
 end
 
-function M:set_reshard_after_backward(v, opts)
-  state_of(self, "set_reshard_after_backward")
-  bool_arg(v, "set_reshard_after_backward")
-  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_reshard_after_backward"))) do
-    s.reshard_after_backward = v
-  end
-end
-
-function M:set_requires_gradient_sync(v, opts)
-  state_of(self, "set_requires_gradient_sync")
-  bool_arg(v, "set_requires_gradient_sync")
-  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_requires_gradient_sync"))) do
-    s.reduce_grads = v
-  end
-end
-
-function M:set_requires_all_reduce(v, opts)
-  state_of(self, "set_requires_all_reduce")
-  bool_arg(v, "set_requires_all_reduce")
-  for _, s in ipairs(states_below(self, recurse_opt(opts, "set_requires_all_reduce"))) do
-    s.all_reduce_grads = v
-  end
-end
+recursive_setter("set_reshard_after_forward", function(s, v) s.rAF, s.auto_rAF = v, false end)
+recursive_setter("set_reshard_after_backward", function(s, v) s.reshard_after_backward = v end)
+recursive_setter("set_requires_gradient_sync", function(s, v) s.reduce_grads = v end)
+recursive_setter("set_requires_all_reduce", function(s, v) s.all_reduce_grads = v end)
 
 function M:set_gradient_divide_factor(f)
   local s = state_of(self, "set_gradient_divide_factor")

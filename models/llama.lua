@@ -124,8 +124,6 @@ function M.Llama(given)
   rawset(m, "model_args", a)
   rawset(m, "max_seq_len", a.max_seq_len)
   rawset(m, "checkpoint_activations", a.checkpoint_activations)
-  rawset(m, "token_model", true)
-  rawset(m, "vocab_size", a.vocab_size)
   m.tok_embeddings = nn.Embedding(a.vocab_size, a.dim)
   local layers = nn.ModuleList()
   for _ = 1, a.n_layers do layers:append(block(a)) end
