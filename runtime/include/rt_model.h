@@ -1,0 +1,124 @@
+// rt_model.h — what the generator emits about one spec: parameters, FSDP groups, the
+// static memory plan's persistent offsets, the optimizer, the input and the step function,
+// plus the events and collective counts the planner expects (for the conformance test).
+//
+// Everything here is decided by the generator; the runtime recomputes the layouts from
+// the parameter shapes and compares them with these numbers before the first step.
+#ifndef FSDPGEN_RT_MODEL_H
+#define FSDPGEN_RT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_dtype.h"
+#include "rt_fsdp.h"
+#include "rt_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rt_rank;
+
+// ---- parameters -------------------------------------------------------------------------
+
+// How PyTorch initializes the parameter (nn.Linear: uniform(-1/sqrt(in), 1/sqrt(in));
+// nn.Embedding: normal(0, 1); norms: ones / zeros).
+typedef enum rt_init_kind { RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL, RT_INIT_UNIFORM } rt_init_kind;
+
+typedef struct rt_model_param {
+    const char* fqn;              // PyTorch FQN, e.g. "layers.0.attention.wq.weight"
+    const char* const* aliases;   // further names of a tied parameter (NULL-terminated), or NULL
+    int ndim;
+    int64_t shape[RT_MAX_DIMS];
+    int group;                    // index into rt_model.groups
+    int64_t block_offset;         // element offset inside one rank block (sharded params/grads)
+    int64_t unsharded_offset;     // element offset inside the group's unsharded buffers
+    rt_init_kind init;
+    double init_scale;            // std (normal) or bound (uniform)
+} rt_model_param;
+
+// ---- groups -----------------------------------------------------------------------------
+
+typedef struct rt_model_group {
+    const char* name;             // FQNs joined by ", " ("" for the root)
+    int nparams;
+    const int* params;            // indices into rt_model.params, in group order
+    rt_shard_placement placement;
+    int pf_world;                 // reshard_after_forward = int: post-forward group size; 0 otherwise
+    rt_dtype param_dtype;         // all-gather / compute dtype (mp_policy.param_dtype)
+    rt_dtype reduce_dtype;        // reduce-scatter dtype
+    double divide_factor;         // set_gradient_divide_factor, <= 0 for none
+    int force_sum;                // set_force_sum_reduction_for_comms
+    int all_reduce;               // HSDP: all-reduce across replicas after the reduce-scatter
+    int64_t block_numel;          // one rank block (sharded params = all-gather input)
+    int64_t padded_numel;         // block_numel * shard world (unsharded, padded)
+    const rt_fsdp_param_plan* plan;  // [shard world][nparams]: the planned layout per rank
+    size_t params_off;            // arena byte offsets of the persistent fp32 buffers
+    size_t grads_off;
+    size_t state_off;             // optimizer state (0..2 buffers of block_numel), if any
+} rt_model_group;
+
+// ---- expectations -----------------------------------------------------------------------
+
+typedef struct rt_model_event {
+    const char* state;            // FORWARD, PRE_BACKWARD, POST_BACKWARD
+    const char* kind;             // unshard, reshard, post_backward
+    const char* group;
+} rt_model_event;
+
+typedef struct rt_model_count {
+    const char* what;             // "forward all_gather", "backward reduce_scatter", ...
+    int count;
+} rt_model_count;
+
+// ---- the model --------------------------------------------------------------------------
+
+typedef enum rt_loss_kind { RT_LOSS_SUM, RT_LOSS_CROSS_ENTROPY } rt_loss_kind;
+typedef enum rt_optim_kind { RT_OPTIM_SGD, RT_OPTIM_ADAM, RT_OPTIM_ADAMW } rt_optim_kind;
+
+typedef struct rt_model_optim {
+    rt_optim_kind kind;
+    double lr, beta1, beta2, eps, weight_decay;  // Adam/AdamW
+    double momentum, dampening;                  // SGD (weight_decay shared)
+    int nesterov;
+    int nstates;                                 // state buffers per group: 2, 1 or 0
+} rt_model_optim;
+
+typedef struct rt_model {
+    const char* name;             // spec name
+    const char* spec_file;        // spec file name (no directory)
+    const char* generator;        // "fsdpgen X.Y"
+    int world;                    // replicate * shard
+    int replicate;                // 1 without HSDP
+    int shard;
+    int nparams;
+    const rt_model_param* params;
+    int ngroups;
+    const rt_model_group* groups;
+    // Input of one forward on one rank: tokens [batch, seq_len] (int32 ids < vocab, plus
+    // shifted targets for cross-entropy) or a float tensor of input_shape.
+    int tokens;
+    int64_t batch, seq_len, vocab;
+    int input_ndim;
+    int64_t input_shape[RT_MAX_DIMS];
+    rt_loss_kind loss;
+    int n_forward;                // forward items per step (= microbatches A)
+    int n_backward;               // backward items per step (each records one loss)
+    rt_model_optim optim;
+    int has_optimizer;            // the step program runs optimizer.step()
+    double grad_clip;             // max global grad norm, 0 for none
+    uint64_t seed;
+    size_t arena_bytes;           // capacity of each rank's arena
+    size_t predicted_peak;        // the memory plan's peak
+    void (*step)(struct rt_rank* R);
+    int nevents;
+    const rt_model_event* events;
+    int ncounts;
+    const rt_model_count* counts;
+} rt_model;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

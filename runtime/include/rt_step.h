@@ -1,0 +1,157 @@
+// rt_step.h — one rank's state while it runs a generated step, and the calls the
+// generated step makes for its FSDP lines (all-gather, wait and copy-out, reshard,
+// reduce-scatter, optimizer, ...). Kernels are called directly (rt_kernels.h) on views of
+// the arena at planned offsets (RT_BUF).
+//
+// Each FSDP call moves the group's state machine (sharded -> unsharded -> sharded, or the
+// post-forward state for reshard_after_forward = int) exactly as FSDP2's FSDPParamGroup
+// does, records an event only on a real transition (an all-gather issued, unsharded
+// parameters freed, every post-backward) and counts the collectives it issues. A call
+// that does not fit the group's state (all-gather of an unsharded group, copy-out without
+// an all-gather) is a generator bug: it aborts the communicator and exits with status 1.
+//
+// Any failure prints one line "fsdpgen: rank R: ..." and exits with status 1 (after
+// aborting the communicator so that no peer waits forever).
+#ifndef FSDPGEN_RT_STEP_H
+#define FSDPGEN_RT_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_arena.h"
+#include "rt_comm.h"
+#include "rt_fsdp.h"
+#include "rt_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rt_group_state { RT_SHARDED, RT_SHARDED_POST_FORWARD, RT_UNSHARDED } rt_group_state;
+
+#define RT_STEP_MAX_COUNTS 16
+typedef struct rt_step_count {
+    char what[48];               // "forward all_gather", "backward reduce_scatter", ...
+    int count;
+} rt_step_count;
+
+typedef struct rt_step_event {
+    const char* state;
+    const char* kind;
+    int group;
+} rt_step_event;
+
+// Per-group runtime state.
+typedef struct rt_rank_group {
+    rt_fsdp_layout layout;       // sharded layout (shard world, this rank)
+    rt_fsdp_layout pf_layout;    // post-forward layout (pf_world > 0 only)
+    rt_comm* pf_comm;            // post-forward sub-group (pf_world > 0 only)
+    rt_group_state state;
+    int pending;                 // an all-gather was issued and not yet waited for
+    int pending_sub;             // ... from the post-forward shards
+    size_t pending_out;          // its output's arena offset
+    int reduced;                 // reduce-scatters so far this step (first assigns, next add)
+} rt_rank_group;
+
+typedef struct rt_rank {
+    const rt_model* model;
+    int rank, world;
+    rt_comm* comm;               // all ranks
+    rt_fsdp_mesh mesh;           // shard group, replicate group (HSDP)
+    rt_arena arena;
+    rt_rank_group* groups;       // model->ngroups
+    int64_t step;                // 0-based index of the step being run
+    // Inputs of this step, one per forward item (set by the driver before each step).
+    int32_t** tokens;            // [n_forward][batch * seq_len] (token models)
+    int32_t** targets;           // [n_forward][batch * seq_len] (cross-entropy)
+    float** inputs;              // [n_forward][numel(input_shape)] (float models)
+    double* losses;              // [n_backward]: each backward's loss on this rank
+    // What happened (reset by rt_step_begin).
+    rt_step_event* events;
+    int nevents, cap_events;
+    const char* phase;           // the step item running: "forward", "backward", ...
+    rt_step_count counts[RT_STEP_MAX_COUNTS];  // collectives issued, by "phase op"
+    int ncounts;
+    struct rt_trace* trace;      // Chrome trace (NULL: none); collectives and optimizer spans
+    // Time spent, seconds (accumulated over steps; the driver resets them).
+    double t_comm, t_optim, t_total;
+} rt_rank;
+
+// ---- setup ------------------------------------------------------------------------------
+
+// Sets up one rank of model over comm (size model->world): mesh, post-forward groups,
+// layouts (checked against the plan), arena (arena_bytes). Collective. Returns 0, or
+// prints the error and returns 1.
+int rt_rank_init(rt_rank* R, const rt_model* model, rt_comm* comm);
+void rt_rank_free(rt_rank* R);
+
+// Prints "fsdpgen: rank R: <message>", aborts the communicator, exits with status 1.
+void rt_rank_die(rt_rank* R, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+// ---- arena views ------------------------------------------------------------------------
+
+// The planned buffer [off, off + bytes) of this rank's arena (checked, raises the
+// measured peak). Generated code writes RT_BUF(R, off, bytes).
+void* rt_step_buffer(rt_rank* R, size_t off, size_t bytes, const char* file, int line);
+#define RT_BUF(R, off, bytes) rt_step_buffer((R), (off), (bytes), __FILE__, __LINE__)
+#define RT_F32(R, off, bytes) ((float*)RT_BUF(R, off, bytes))
+#define RT_I32(R, off, bytes) ((int32_t*)RT_BUF(R, off, bytes))
+
+// ---- the step ---------------------------------------------------------------------------
+
+// Start of a step: zero the sharded gradients (optimizer.zero_grad()), reset events and
+// counts and the reduce-scatter counters.
+void rt_step_begin(rt_rank* R);
+// Start of a step item (section of the schedule): "forward", "backward", "optimizer", ...
+void rt_step_section(rt_rank* R, const char* phase);
+// End of a step: every group must be sharded again (what the next step's plan assumes).
+void rt_step_end(rt_rank* R);
+
+// "ag all_gather": copy-in (from the sharded fp32 params, or the post-forward shards at
+// pf_off when sub) cast to param_dtype into this rank's block of the all-gather output at
+// out_off, then the all-gather (shard group, or post-forward group when sub).
+void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t out_off, size_t pf_off);
+// "all_gather_wait": copy-out into the unsharded parameters (fp32 storage at
+// unsharded_off, values in param_dtype).
+void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off);
+// "all_gather_drop": a prefetch nobody waited for; its result is dropped.
+void rt_step_all_gather_drop(rt_rank* R, int g);
+// "reshard": free the unsharded parameters (event when they were unsharded).
+void rt_step_reshard(rt_rank* R, int g, const char* state);
+// "reshard_post_forward": keep this rank's slice of the unsharded parameters in the
+// post-forward shards at pf_off (fp32 storage), free the unsharded ones.
+void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t unsharded_off,
+                                  size_t pf_off);
+// Rounds n fp32 values to dtype in place (mixed precision: compute stores fp32 values that
+// carry param_dtype's precision). No-op for fp32.
+void rt_step_round(float* x, size_t n, rt_dtype dtype);
+// "accumulate_unsharded_grads" (gradient sync off): acc (fp32, zeroed by the caller when
+// new) += this backward's unsharded grads.
+void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off);
+// "reduce_scatter": copy-in of the unsharded grads at grads_off (fp32 storage, rounded to
+// param_dtype first) into the reduce-scatter input (reduce_dtype), pre-divide,
+// reduce-scatter over the shard group, then (HSDP) the all-reduce over replicas,
+// post-divide and view-out into the sharded fp32 grads (assign on the group's first
+// reduce-scatter of the step, accumulate after).
+void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, size_t rs_in_off, size_t rs_out_off);
+// "all_reduce" (HSDP): done by rt_step_reduce_scatter, which must apply the post-divide
+// after it; this call checks that it happened and counts it.
+void rt_step_all_reduce(rt_rank* R, int g);
+// "post_backward": the event.
+void rt_step_post_backward(rt_rank* R, int g, const char* state);
+// "clip_grad_norm": global norm over every group's sharded grads (all-reduce over the shard
+// group: replicas hold identical shards), then scale every grad by clip_coef.
+void rt_step_clip_grad_norm(rt_rank* R);
+// "optimizer": the model's optimizer on group g's sharded params (step count R->step + 1).
+void rt_step_optimizer(rt_rank* R, int g);
+// Records backward k's loss (the scalar at loss).
+void rt_step_loss(rt_rank* R, int k, const float* loss);
+// The dropout RNG stream of op `site` in this rank's step: (step, rank, site) mixed, so
+// sharded and unsharded runs (same rank, same data) draw identical masks and a
+// checkpointed region's recompute draws the forward's.
+uint64_t rt_step_rng_stream(const rt_rank* R, int site);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
