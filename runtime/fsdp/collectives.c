@@ -147,9 +147,14 @@ int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* comm, void* ag_output, rt_dty
 
 int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
                                 void* const* unsharded) {
+    return rt_fsdp_all_gather_copy_out_as(l, ag_output, param_dtype, unsharded, param_dtype);
+}
+
+int rt_fsdp_all_gather_copy_out_as(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
+                                   void* const* unsharded, rt_dtype unsharded_dtype) {
     if (!l) return RT_ERR_ARG;
     int st = check_bufs(l, "all_gather_copy_out", (const void* const*)unsharded, "unsharded",
-                        ag_output, param_dtype, param_dtype);
+                        ag_output, param_dtype, unsharded_dtype);
     if (st) return st;
     size_t es = rt_dtype_size(param_dtype);
     for (int r = 0; r < l->world; r++) {
@@ -161,10 +166,11 @@ int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dty
                 int64_t start = p->in_numel * r;
                 int64_t n = p->numel > start ? p->numel - start : 0;
                 if (n > p->in_numel) n = p->in_numel;
-                if (n) memcpy(at(unsharded[i], start, param_dtype), block + (size_t)p->offset * es,
-                              (size_t)n * es);
+                if (n)
+                    rt_convert(at(unsharded[i], start, unsharded_dtype), unsharded_dtype,
+                               block + (size_t)p->offset * es, param_dtype, (size_t)n);
             } else {
-                move_chunk(p, r, unsharded[i], param_dtype, (void*)(block + (size_t)p->offset * es),
+                move_chunk(p, r, unsharded[i], unsharded_dtype, (void*)(block + (size_t)p->offset * es),
                            param_dtype, 0);
             }
         }

@@ -131,6 +131,10 @@ int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* comm, void* ag_output, rt_dty
 // param_dtype, the parameter's own shape); padding is dropped.
 int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
                                 void* const* unsharded);
+// The same into unsharded tensors of another dtype (the CPU backend computes on fp32
+// storage holding param_dtype values).
+int rt_fsdp_all_gather_copy_out_as(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
+                                   void* const* unsharded, rt_dtype unsharded_dtype);
 // The three above in order.
 int rt_fsdp_foreach_all_gather(rt_fsdp_layout* l, rt_comm* comm, const void* const* shards,
                                rt_dtype shard_dtype, void* ag_output, rt_dtype param_dtype,

@@ -125,15 +125,18 @@ void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t u
 // Rounds n fp32 values to dtype in place (mixed precision: compute stores fp32 values that
 // carry param_dtype's precision). No-op for fp32.
 void rt_step_round(float* x, size_t n, rt_dtype dtype);
-// "accumulate_unsharded_grads" (gradient sync off): acc (fp32, zeroed by the caller when
-// new) += this backward's unsharded grads.
+// "accumulate_unsharded_grads" (gradient sync off), and before a reduce-scatter of
+// accumulated grads: acc (fp32, zeroed by the caller when new) += this backward's
+// unsharded grads (rounded to param_dtype first).
 void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off);
-// "reduce_scatter": copy-in of the unsharded grads at grads_off (fp32 storage, rounded to
-// param_dtype first) into the reduce-scatter input (reduce_dtype), pre-divide,
+// "reduce_scatter": copy-in of the unsharded grads at grads_off (fp32 storage holding
+// values rounded to grads_dtype: param_dtype for this backward's grads, reduce_dtype for
+// accumulated ones) into the reduce-scatter input (reduce_dtype), pre-divide,
 // reduce-scatter over the shard group, then (HSDP) the all-reduce over replicas,
 // post-divide and view-out into the sharded fp32 grads (assign on the group's first
 // reduce-scatter of the step, accumulate after).
-void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, size_t rs_in_off, size_t rs_out_off);
+void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+                            size_t rs_in_off, size_t rs_out_off);
 // "all_reduce" (HSDP): done by rt_step_reduce_scatter, which must apply the post-divide
 // after it; this call checks that it happened and counts it.
 void rt_step_all_reduce(rt_rank* R, int g);
@@ -143,6 +146,8 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state);
 // group: replicas hold identical shards), then scale every grad by clip_coef.
 void rt_step_clip_grad_norm(rt_rank* R);
 // "optimizer": the model's optimizer on group g's sharded params (step count R->step + 1).
+// A group without a reduce-scatter this step has no gradient and is skipped, as
+// torch.optim skips parameters whose grad is None.
 void rt_step_optimizer(rt_rank* R, int g);
 // Records backward k's loss (the scalar at loss).
 void rt_step_loss(rt_rank* R, int k, const float* loss);
