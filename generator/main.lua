@@ -26,19 +26,25 @@ local function usage_error(msg)
   die(2, "fsdpgen: " .. msg .. "\n" .. USAGE)
 end
 
--- Loads and plans a spec; spec errors exit 2 with one line.
-local function plan_spec(path)
-  local ok, res = pcall(function()
-    local spec = loader.load(path)
-    return loader.protect(spec.line, planner.plan, spec)
-  end)
+-- Runs fn(path) (load, plan, emit); spec errors exit 2 with one line.
+local function guarded(path, what, fn)
+  local ok, res = pcall(fn)
   errors.track_spec_lines(false)
   if ok then return res end
   if errors.is_spec_error(res) and not res.internal then die(2, errors.format(res, path)) end
   if os.getenv("FSDPGEN_DEBUG") then io.stderr:write(res.internal or tostring(res), "\n") end
   local where = type(res) == "table" and res.line and (path .. ":" .. res.line) or path
-  die(1, "fsdpgen: internal error while planning " .. where .. ": " .. tostring(res.msg or res)
+  die(1, "fsdpgen: internal error while " .. what .. " " .. where .. ": " .. tostring(type(res) == "table" and res.msg or res)
     .. " (please report it; FSDPGEN_DEBUG=1 shows a traceback)")
+end
+
+-- Loads and plans a spec (`transform` adjusts the loaded spec first, e.g. the reference).
+local function plan_spec(path, transform)
+  return guarded(path, "planning", function()
+    local spec = loader.load(path)
+    if transform then transform(spec) end
+    return loader.protect(spec.line, planner.plan, spec)
+  end)
 end
 
 local commands = {}
@@ -103,13 +109,69 @@ function commands.bench(args)
   os.exit(status or 1)
 end
 
-local function not_yet(name)
-  return function()
-    die(1, "fsdpgen " .. name .. ": code generation and the training binary are not implemented yet; "
-      .. "available now: plan, events, counts, bench comm")
+local function sh_quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
+
+-- Emits the C and builds build/<name>/<name> and its conformance test; returns the
+-- output directory (relative to ROOT) and the spec name.
+local function build_spec(args)
+  local spec_path, cuda = nil, false
+  for _, a in ipairs(args) do
+    if a == "--cuda" then cuda = true
+    elseif a:sub(1, 1) == "-" then usage_error("unknown build option '" .. a .. "' (allowed: --cuda)")
+    elseif spec_path then usage_error("unexpected argument '" .. a .. "'")
+    else spec_path = a end
   end
+  if not spec_path then usage_error("build needs a SPEC") end
+  if cuda then
+    die(2, "fsdpgen build --cuda: the CUDA backend is not available yet; build without --cuda for the CPU (threads) backend")
+  end
+  local plan = plan_spec(spec_path)
+  local reference = plan_spec(spec_path, require("reference").transform)
+  local dir = "build/" .. plan.spec.name
+  guarded(spec_path, "emitting", function()
+    return loader.protect(plan.spec.line, require("emit_build").write, ROOT, dir, plan, reference, spec_path)
+  end)
+  local cmd = "cd " .. sh_quote(ROOT) .. " && ninja --quiet -f " .. sh_quote(dir .. "/build.ninja")
+  if not os.execute(cmd .. " >&2") then
+    die(1, "fsdpgen build: compiling " .. dir .. " failed (see the compiler output above)")
+  end
+  return dir, plan.spec.name
 end
-commands.build, commands.test, commands.run = not_yet("build"), not_yet("test"), not_yet("run")
+
+-- Splits "SPEC [opts] [-- ARGS]" into the build arguments and the program's arguments.
+local function split_args(args)
+  local mine, rest, seen = {}, {}, false
+  for _, a in ipairs(args) do
+    if seen then rest[#rest + 1] = a
+    elseif a == "--" then seen = true
+    else mine[#mine + 1] = a end
+  end
+  return mine, rest
+end
+
+local function exec(bin, args)
+  local q = { sh_quote(bin) }
+  for _, a in ipairs(args) do q[#q + 1] = sh_quote(a) end
+  local _, _, status = os.execute(table.concat(q, " "))
+  os.exit(status or 1)
+end
+
+function commands.build(args)
+  local dir, name = build_spec(args)
+  print("built " .. dir .. "/" .. name .. " and " .. dir .. "/" .. name .. "_test")
+end
+
+function commands.test(args)
+  local mine, rest = split_args(args)
+  local dir, name = build_spec(mine)
+  exec(ROOT .. "/" .. dir .. "/" .. name .. "_test", rest)
+end
+
+function commands.run(args)
+  local mine, rest = split_args(args)
+  local dir, name = build_spec(mine)
+  exec(ROOT .. "/" .. dir .. "/" .. name, rest)
+end
 
 local cmd = arg[2]
 if not cmd or cmd == "-h" or cmd == "--help" then

@@ -2,6 +2,15 @@
 -- reduce-scatter buffers, unsharded parameters and gradients, activations and their
 -- gradients) gets a lifetime over the schedule's steps and an offset in one arena. The
 -- predicted peak is the arena's high-water mark, which the runtime checks.
+--
+-- Storage: collective buffers hold their dtype (param_dtype all-gathers, reduce_dtype
+-- reduce-scatters); compute buffers (activations, their gradients, unsharded parameters
+-- and gradients, post-forward shards) hold fp32 values rounded to the tensor's dtype,
+-- which is what the CPU kernels compute on; integer tensors are int32.
+--
+-- Each step is annotated for the emitter with the buffers it uses (`st.bufs`), tensors
+-- with their buffer (`t.buf`, `t.grad_buf`) and ops with their saved statistics
+-- (`op.scratch_buf`).
 local trace = require("trace")
 
 local M = {}
@@ -13,18 +22,39 @@ local function align(n) return (n + ALIGN - 1) // ALIGN * ALIGN end
 local function Q(g) return '"' .. g.name .. '"' end
 
 local function bytes(numel, dtype) return numel * trace.dtype_bytes[dtype] end
+local function compute_bytes(numel) return numel * 4 end
 
--- Scratch an op keeps for its backward beyond its inputs/outputs.
-local function scratch_bytes(op)
+-- The tensor whose buffer holds t's value: FSDP's post-backward hook passes its inputs
+-- through unchanged, and backward reads the recomputed copy of a checkpointed activation.
+function M.base(t)
+  while t.producer and t.producer.kind == "post_backward_hook" do
+    t = t.producer.ins[t.out_index]
+  end
+  return t
+end
+
+function M.saved(t)
+  t = M.base(t)
+  return t.recomputed or t
+end
+
+-- Statistics an op saves for its backward besides its inputs and outputs, in floats:
+-- attention probabilities [B, NH, T, T]; norm mean and rstd [N] each.
+function M.attention_dims(op)
+  local q = op.ins[1].shape
+  local B, T = 1, q[#q - 1]
+  for i = 1, #q - 2 do B = B * q[i] end
+  return B, T
+end
+
+local function scratch_floats(op)
   if op.kind == "attention" then
-    local q = op.ins[1].shape
-    local B, T = q[1], q[#q - 1]
-    if #q == 2 then B, T = 1, q[1] end
-    return B * op.attrs.n_heads * T * T * 4
+    local B, T = M.attention_dims(op)
+    return B * op.attrs.n_heads * T * T
   end
   if op.kind == "layer_norm" or op.kind == "rms_norm" then
     local s = op.ins[1].shape
-    return 2 * 4 * trace.numel(s) // s[#s]
+    return 2 * (trace.numel(s) // s[#s])
   end
   return 0
 end
@@ -45,22 +75,18 @@ function M.plan(plan)
   -- Persistent per group: fp32 sharded params, their gradients, optimizer state.
   for _, g in ipairs(plan.groups) do
     local sb = bytes(g.layout.shard_numel, "fp32")
-    buf(Q(g) .. " sharded params", "persistent", sb, 0, n + 1)
-    buf(Q(g) .. " sharded grads", "persistent", sb, 0, n + 1)
-    if opt_states > 0 then buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
+    g.params_buf = buf(Q(g) .. " sharded params", "persistent", sb, 0, n + 1)
+    g.grads_buf = buf(Q(g) .. " sharded grads", "persistent", sb, 0, n + 1)
+    if opt_states > 0 then g.state_buf = buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
   end
 
   -- Walk the steps: open/close transient buffers.
   local open = {}   -- key -> buffer
   local function start(key, name, kind, size, i)
-    if open[key] then return open[key] end
+    if open[key] then return open[key], false end
     local b = buf(name, kind, size, i, i)
     open[key] = b
-    return b
-  end
-  local function touch(key, i)
-    local b = open[key]
-    if b and i > b.last then b.last = i end
+    return b, true
   end
   local function stop(key, i)
     local b = open[key]
@@ -68,101 +94,113 @@ function M.plan(plan)
       if i > b.last then b.last = i end
       open[key] = nil
     end
+    return b
   end
-
-  local tensor_last = {}   -- tensor -> buffer (activation)
-  local grad_buf = {}      -- tensor -> buffer (its gradient)
-  local function act(t, i)
-    if t.is_param or t.is_input or t.is_target then return end
-    local b = tensor_last[t]
-    if b then
-      if i > b.last then b.last = i end
-    end
+  local function touch(b, i)
+    if b and i > b.last then b.last = i end
   end
 
   for i, st in ipairs(steps) do
     local g = st.group
+    local u = st.bufs or {}
+    st.bufs = u
     if st.op == "all_gather" then
-      local L = g.layout
-      local dt = g.param_dtype
+      -- In place, as FSDP2: the all-gather input is this rank's block of the output.
       local ws = st.sub and g.pf_size or g.shard
-      local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or L.shard_numel
-      start("ag_in " .. st.ag, Q(g) .. " all-gather input", "all_gather", bytes(in_numel, dt), i)
-      start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, dt), i)
-      if st.sub then stop("pf " .. g.index, i) end
+      local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or g.layout.shard_numel
+      u.out = start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, g.param_dtype), i)
+      if st.sub then u.pf = stop("pf " .. g.index, i) end
     elseif st.op == "all_gather_wait" or st.op == "all_gather_drop" then
-      stop("ag_in " .. st.ag, i)
       stop("ag_out " .. st.ag, i)
       if st.op == "all_gather_wait" then
-        start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded", bytes(g.layout.padded_numel, g.param_dtype), i)
+        u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
+          compute_bytes(g.layout.padded_numel), i)
       end
     elseif st.op == "reshard" then
       stop("unsharded " .. g.index, i)
       stop("pf " .. g.index, i)
     elseif st.op == "reshard_post_forward" then
-      stop("unsharded " .. g.index, i)
-      start("pf " .. g.index, Q(g) .. " post-forward shard", "unsharded",
-        bytes(g.layout.padded_numel // g.pf_size, g.param_dtype), i)
+      u.unsharded = stop("unsharded " .. g.index, i)
+      u.pf = start("pf " .. g.index, Q(g) .. " post-forward shard", "unsharded",
+        compute_bytes(g.layout.padded_numel // g.pf_size), i)
     elseif st.op == "reduce_scatter" then
       -- One reduce-scatter in flight: the previous one's buffers are freed now.
+      local keys = {}
       for k in pairs(open) do
-        if k:match("^rs ") then stop(k, i) end
+        if k:match("^rs ") then keys[#keys + 1] = k end
       end
-      stop("ugrad " .. g.index, i)
-      stop("accgrad " .. g.index, i)
-      start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
-      start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
+      for _, k in ipairs(keys) do stop(k, i) end
+      u.ugrad = stop("ugrad " .. g.index, i)
+      u.acc = stop("accgrad " .. g.index, i)
+      u.rs_in = start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
+      u.rs_out = start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
+    elseif st.op == "all_reduce" then
+      touch(open["rs " .. st.rs .. " out"], i)
     elseif st.op == "accumulate_unsharded_grads" then
-      stop("ugrad " .. g.index, i)
-      start("accgrad " .. g.index, Q(g) .. " accumulated unsharded grads", "grads", bytes(g.layout.padded_numel, g.reduce_dtype), i)
+      u.ugrad = stop("ugrad " .. g.index, i)
+      u.acc, u.acc_new = start("accgrad " .. g.index, Q(g) .. " accumulated unsharded grads", "grads",
+        compute_bytes(g.layout.padded_numel), i)
     elseif st.op == "forward" or st.op == "recompute" then
       local op = st.node
-      for _, t in ipairs(op.ins) do act(t, i) end
+      for _, t in ipairs(op.ins) do touch(M.base(t).buf, i) end
       for _, t in ipairs(op.outs) do
-        local b = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation",
-          bytes(trace.numel(t.shape), t.dtype) + 0, i, i)
-        if b then tensor_last[t] = b end
+        t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation",
+          compute_bytes(trace.numel(t.shape)), i, i)
       end
-      local sb = scratch_bytes(op)
-      if sb > 0 then
-        local b = buf(st.label .. " saved stats", "activation", sb, i, i)
-        op.scratch_buf = b
-      end
+      local sf = scratch_floats(op)
+      if sf > 0 then op.scratch_buf = buf(st.label .. " saved stats", "activation", compute_bytes(sf), i, i) end
     elseif st.op == "backward" or st.op == "loss_grad" then
       local op = st.node
       -- Reads saved inputs and outputs and the output gradients; writes input gradients
       -- and (for parameters) the group's unsharded gradients.
-      for _, t in ipairs(op.ins) do act(t.recomputed or t, i) end
+      u.zero, u.ugrad = {}, {}
+      for _, t in ipairs(op.ins) do touch(M.saved(t).buf, i) end
       for _, t in ipairs(op.outs) do
-        act(t.recomputed or t, i)
-        local gb = grad_buf[t]
-        if gb and i > gb.last then gb.last = i end
+        touch(M.saved(t).buf, i)
+        touch(M.base(t).grad_buf, i)
       end
-      if op.scratch_buf and i > op.scratch_buf.last then op.scratch_buf.last = i end
+      touch((op.recomputed_op or op).scratch_buf, i)
+      if op.kind == "attention" then
+        local _, T = M.attention_dims(op)
+        u.scratch = buf(st.label .. " backward scratch", "activation_grad", compute_bytes(T * T), i, i)
+      end
       for _, t in ipairs(op.ins) do
+        local b = M.base(t)
         if t.requires_grad and t.is_param then
           local pg = plan.owner[t]
           if pg then
-            start("ugrad " .. pg.index, Q(pg) .. " unsharded grads", "grads", bytes(pg.layout.padded_numel, pg.param_dtype), i)
+            local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads", "grads",
+              compute_bytes(pg.layout.padded_numel), i)
+            u.ugrad[pg.index] = gb
+            if new then u.zero[#u.zero + 1] = gb end
           end
-        elseif t.requires_grad and not grad_buf[t] and t.producer then
-          grad_buf[t] = buf("grad of " .. (t.label or "?"), "activation_grad", bytes(trace.numel(t.shape), t.dtype), i, i)
+        elseif t.requires_grad and b.producer and not b.grad_buf then
+          b.grad_buf = buf("grad of " .. (b.label or "?"), "activation_grad", compute_bytes(trace.numel(b.shape)), i, i)
+          u.zero[#u.zero + 1] = b.grad_buf
         end
       end
     end
   end
-  for k in pairs(open) do stop(k, n) end
+  local rest = {}
+  for k in pairs(open) do rest[#rest + 1] = k end
+  for _, k in ipairs(rest) do stop(k, n) end
 
   -- First-fit offsets in order of allocation (activations of recomputed regions end at
   -- their last forward use; backward reads the recomputed copies).
-  table.sort(bufs, function(a, b)
+  local order = {}
+  for k, b in ipairs(bufs) do
+    b.seq = k
+    order[k] = b
+  end
+  table.sort(order, function(a, b)
     if a.first ~= b.first then return a.first < b.first end
     if a.bytes ~= b.bytes then return a.bytes > b.bytes end
-    return a.name < b.name
+    if a.name ~= b.name then return a.name < b.name end
+    return a.seq < b.seq
   end)
   local live = {}
   local peak = 0
-  for _, b in ipairs(bufs) do
+  for _, b in ipairs(order) do
     -- drop buffers that ended before this one starts
     local keep = {}
     for _, l in ipairs(live) do
@@ -180,8 +218,8 @@ function M.plan(plan)
     if off + b.bytes > peak then peak = off + b.bytes end
   end
   local totals = {}
-  for _, b in ipairs(bufs) do totals[b.kind] = (totals[b.kind] or 0) + b.bytes end
-  return { buffers = bufs, peak = peak, totals = totals }
+  for _, b in ipairs(order) do totals[b.kind] = (totals[b.kind] or 0) + b.bytes end
+  return { buffers = order, peak = peak, totals = totals }
 end
 
 return M

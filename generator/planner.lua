@@ -121,6 +121,7 @@ end
 function Sim:emit(step)
   step.section = self.section
   step.phase = self.phase
+  step.state = step.group and step.group.training   -- the state FSDP events carry
   self.steps[#self.steps + 1] = step
   return step
 end
@@ -401,6 +402,7 @@ function Sim:make_input()
   local inp = self.spec.input
   local t = trace.new_tensor(inp.shape, inp.dtype, false, nil)
   t.is_input = true
+  t.forward_index = self.forward_index
   return t
 end
 
@@ -413,6 +415,7 @@ function Sim:run_forward()
   if spec.loss == "cross_entropy" then
     targets = trace.new_tensor(inp.shape, inp.dtype, false, nil)
     targets.is_target = true
+    targets.forward_index = self.forward_index
   end
   local list = {}
   for i = 1, outs.n do
@@ -519,6 +522,7 @@ function Sim:pair_recomputed(region)
       error("recomputed region does not replay the same ops (forward is not deterministic)")
     end
     for i, t in ipairs(op.outs) do t.recomputed = r.outs[i] end
+    op.recomputed_op, r.original = r, op
   end
 end
 
@@ -529,6 +533,9 @@ function Sim:run_manual_reshard()
 end
 
 function Sim:run_optimizer()
+  if self.spec.grad_clip then
+    self:emit({ stream = "compute", op = "clip_grad_norm" })
+  end
   for _, g in ipairs(self.groups) do
     self:emit({ stream = "compute", op = "optimizer", group = g })
   end

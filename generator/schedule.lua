@@ -64,6 +64,7 @@ end
 -- What a step acts on: a group, a region or a tensor.
 local function step_target(st)
   if st.group then return quoted(st.group.name) end
+  if st.op == "clip_grad_norm" then return "all groups" end
   if st.region then return "region " .. st.region.id end
   return st.label or st.node.label or st.node.kind
 end
@@ -74,7 +75,7 @@ function M.step_name(st)
   return string.format("%s%d %s %s", st.phase, st.section, st.op, step_target(st))
 end
 
-local function step_line(st, plan)
+function M.step_line(st, plan)
   local g = st.group
   local name, detail = "", ""
   if st.op == "all_gather" then
@@ -111,6 +112,9 @@ local function step_line(st, plan)
   elseif st.op == "optimizer" then
     name = quoted(g.name)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind, g.layout.shard_numel)
+  elseif st.op == "clip_grad_norm" then
+    name = "all groups"
+    detail = string.format("scale grads by min(1, %s / global norm), norm over the shard group", num(plan.spec.grad_clip))
   elseif st.op == "recompute_begin" then
     name = "region " .. st.region.id
     detail = "recompute checkpointed forward"
@@ -183,7 +187,7 @@ function M.render(plan, spec_file)
       b:line("%s%d (step item %d: %s)", st.phase, st.section, st.section, st.phase)
       b:line("  %-8s %-22s %-44s %s", "stream", "op", "group / tensor", "detail")
     end
-    b:line("%s", step_line(st, plan))
+    b:line("%s", M.step_line(st, plan))
   end
   local mem = plan.memory
   b:line("")

@@ -61,6 +61,7 @@ typedef struct rt_rank {
     rt_arena arena;
     rt_rank_group* groups;       // model->ngroups
     int64_t step;                // 0-based index of the step being run
+    uint64_t seed;               // run seed (dropout masks); the driver sets it
     // Inputs of this step, one per forward item (set by the driver before each step).
     int32_t** tokens;            // [n_forward][batch * seq_len] (token models)
     int32_t** targets;           // [n_forward][batch * seq_len] (cross-entropy)

@@ -1,0 +1,53 @@
+-- Emits everything `fsdpgen build` writes for a spec besides the schedule: the step of
+-- the sharded model and of its non-sharded reference, the training binary's main, the
+-- conformance test and build.ninja, from the files in templates/. Files are written only
+-- when their content changes, so rebuilding an unchanged spec recompiles nothing.
+local buffer = require("buffer")
+local emit_step = require("emit_step")
+local schedule = require("schedule")
+
+local M = {}
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- Fills @KEY@ placeholders; an unknown key is a bug in the template.
+local function fill(text, vars)
+  return (text:gsub("@(%u+)@", function(k)
+    local v = vars[k]
+    if v == nil then error("template placeholder @" .. k .. "@ has no value") end
+    return tostring(v)
+  end))
+end
+
+-- Writes the generated files for `plan` and its `reference` plan into dir (relative to
+-- root). Returns the list of { path, changed }.
+function M.write(root, dir, plan, reference, spec_path)
+  local spec = plan.spec
+  local spec_file = spec_path:match("[^/]+$")
+  local name = spec.name
+  local id = emit_step.ident(name)
+  local out = {}
+  local function put(file, text)
+    local path, changed = buffer.write_if_changed(root .. "/" .. dir .. "/" .. file, text)
+    if not path then error(changed, 0) end
+    out[#out + 1] = { path = path, changed = changed }
+  end
+  put(name .. ".schedule", schedule.render(plan, spec_file))
+  put(name .. "_step.c", emit_step.render(plan, spec_file, id))
+  put(name .. "_reference_step.c", emit_step.render(reference, spec_file, id .. "_reference"))
+  local vars = { NAME = name, ID = id, SPEC = spec_file, VERSION = schedule.VERSION, DIR = dir,
+    WORLD = spec.world_size }
+  for _, t in ipairs({ { "main.c.in", name .. "_main.c" }, { "test.c.in", name .. "_test.c" },
+                       { "build.ninja.in", "build.ninja" } }) do
+    vars.FILE = t[2]
+    put(t[2], fill(read(root .. "/templates/" .. t[1]), vars))
+  end
+  return out
+end
+
+return M

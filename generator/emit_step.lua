@@ -1,0 +1,434 @@
+-- Emits `<name>_step.c`: the model description (parameters, groups with their planned
+-- layouts and persistent buffers, expected events and counts) and the training step as
+-- straight-line C, one runtime call per schedule line, each under a comment with the line
+-- it implements. The walk over the schedule tracks which buffer holds each group's
+-- unsharded parameters and gradients at every step; the memory plan gives the offsets.
+local buffer = require("buffer")
+local errors = require("errors")
+local kernels = require("kernels_c")
+local memory = require("memory")
+local schedule = require("schedule")
+local trace = require("trace")
+
+local M = {}
+
+local C_DTYPE = { fp32 = "RT_F32", bf16 = "RT_BF16", fp16 = "RT_F16" }
+local C_INIT = { zeros = "RT_INIT_ZEROS", ones = "RT_INIT_ONES", normal = "RT_INIT_NORMAL", uniform = "RT_INIT_UNIFORM" }
+local C_OPTIM = { sgd = "RT_OPTIM_SGD", adam = "RT_OPTIM_ADAM", adamw = "RT_OPTIM_ADAMW" }
+
+-- A C identifier from a spec name.
+function M.ident(name)
+  local s = tostring(name):gsub("[^%w_]", "_")
+  if s:match("^%d") then s = "_" .. s end
+  return s
+end
+
+local function cstr(s) return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
+
+local function num(x)
+  if math.type(x) == "integer" then return tostring(x) end
+  return string.format("%.17g", x)
+end
+
+local function shape_init(shape)
+  local t = {}
+  for i, d in ipairs(shape) do t[i] = tostring(d) end
+  return "{" .. table.concat(t, ", ") .. "}"
+end
+
+-- ---------------------------------------------------------------------------- description
+
+-- Parameter table: every parameter owned by a group, in named_parameters order.
+local function param_table(plan)
+  local list, index = {}, {}
+  for _, e in ipairs(plan.params) do
+    local p = e[2]
+    local g = plan.owner[p]
+    if not g then
+      errors.raise(string.format("parameter '%s' is in no fully_shard group; call fully_shard on the root module too", e[1]))
+    end
+    list[#list + 1] = p
+    index[p] = #list - 1
+  end
+  return list, index
+end
+
+local function emit_params(b, plan, list)
+  for i, p in ipairs(list) do
+    if #p.names > 1 then
+      local names = {}
+      for k = 2, #p.names do names[#names + 1] = cstr(p.names[k]) end
+      b:line("static const char* const param%d_aliases[] = {%s, NULL};", i - 1, table.concat(names, ", "))
+    end
+  end
+  b:line("")
+  b:line("static const rt_model_param params[] = {")
+  b:indent()
+  b:line("// fqn, aliases, ndim, shape, group, block offset, unsharded offset, init")
+  for i, p in ipairs(list) do
+    local g = plan.owner[p]
+    local l
+    for _, pl in ipairs(g.layout.params) do
+      if pl.param == p then l = pl end
+    end
+    local init = p.init or { kind = "normal", std = 1 }
+    local scale = init.std or init.bound or 0
+    b:line("{%s, %s, %d, %s, %d, %d, %d, %s, %s},", cstr(p.fqn), #p.names > 1 and ("param" .. (i - 1) .. "_aliases") or "NULL",
+      #p.shape, shape_init(p.shape), g.index - 1, l.offset, l.offset * g.shard, C_INIT[init.kind], num(scale))
+  end
+  b:dedent()
+  b:line("};")
+end
+
+local function emit_groups(b, plan, index, opt_states)
+  for _, g in ipairs(plan.groups) do
+    if g.shard ~= plan.spec.mesh.shard or g.replicate ~= plan.spec.mesh.replicate then
+      errors.raise(string.format("group '%s' has its own mesh %dx%d; the code emitter supports one mesh per spec (%dx%d)",
+        g.name, g.replicate, g.shard, plan.spec.mesh.replicate, plan.spec.mesh.shard), g.state.line)
+    end
+  end
+  for _, g in ipairs(plan.groups) do
+    local gi = g.index - 1
+    local ids = {}
+    for k, p in ipairs(g.params) do ids[k] = tostring(index[p]) end
+    b:line("")
+    b:line("// group %d %s", g.index, cstr(g.name))
+    b:line("static const int group%d_params[] = {%s};", gi, table.concat(ids, ", "))
+    b:line("static const rt_fsdp_param_plan group%d_plan[] = {  // [rank][param]: dim, block, offset, shard", gi)
+    b:indent()
+    for r = 1, g.shard do
+      local row = {}
+      for k, l in ipairs(g.layout.params) do
+        row[k] = string.format("{%d, %d, %d, %d}", l.dim, l.shard_numel, l.offset, l.rows[r] * l.inner)
+      end
+      b:line("%s,  // rank %d", table.concat(row, ", "), r - 1)
+    end
+    b:dedent()
+    b:line("};")
+  end
+  b:line("")
+  b:line("static const rt_model_group groups[] = {")
+  b:indent()
+  for _, g in ipairs(plan.groups) do
+    local gi = g.index - 1
+    local s = g.state
+    local pf = (g.pf_size and g.pf_size ~= g.shard) and g.pf_size or 0
+    b:line("{%s, %d, group%d_params, %s, %d, %s, %s, %s, %d, %d, %d, %d, group%d_plan, %d, %d, %d},",
+      cstr(g.name), #g.params, gi, s.placement == "largest_dim" and "RT_SHARD_LARGEST_DIM" or "RT_SHARD_DIM0",
+      pf, C_DTYPE[g.param_dtype], C_DTYPE[g.reduce_dtype], num(s.divide_factor or 0), s.force_sum and 1 or 0,
+      (g.replicate > 1 and s.all_reduce_grads ~= false) and 1 or 0, g.layout.shard_numel, g.layout.padded_numel,
+      gi, g.params_buf.offset, g.grads_buf.offset, opt_states > 0 and g.state_buf.offset or 0)
+  end
+  b:dedent()
+  b:line("};")
+end
+
+local function emit_expectations(b, plan)
+  b:line("")
+  b:line("static const rt_model_event events[] = {")
+  b:indent()
+  for _, e in ipairs(plan.events) do
+    b:line("{%s, %s, %s},", cstr(e.state), cstr(e.kind), cstr(e.group))
+  end
+  if #plan.events == 0 then b:line("{NULL, NULL, NULL},") end
+  b:dedent()
+  b:line("};")
+  local keys = {}
+  for k in pairs(plan.counts) do keys[#keys + 1] = k end
+  table.sort(keys)
+  b:line("")
+  b:line("static const rt_model_count counts[] = {")
+  b:indent()
+  for _, k in ipairs(keys) do b:line("{%s, %d},", cstr(k), plan.counts[k]) end
+  if #keys == 0 then b:line("{NULL, 0},") end
+  b:dedent()
+  b:line("};")
+  return #keys
+end
+
+-- ---------------------------------------------------------------------------- the step
+
+-- Walks the schedule and returns the C of each step, with the state it tracks.
+local Walker = {}
+Walker.__index = Walker
+
+local function F(bf, elem, n, int)
+  return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), 4 * (n or (bf.bytes // 4)))
+end
+
+function Walker.new(plan)
+  return setmetatable({ plan = plan, unsharded = {}, ugrad = {}, loss = nil, nbackward = 0 }, Walker)
+end
+
+function Walker:param_offset(p)
+  local g = self.plan.owner[p]
+  for _, l in ipairs(g.layout.params) do
+    if l.param == p then return g, l.offset * g.shard end
+  end
+end
+
+function Walker:val(t, saved)
+  if t.is_param then
+    local g, off = self:param_offset(t)
+    local un = self.unsharded[g.index]
+    if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
+    return F(un, off, trace.numel(t.shape))
+  end
+  if t.is_input then
+    return string.format("R->%s[%d]", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
+  end
+  if t.is_target then return string.format("R->targets[%d]", t.forward_index - 1) end
+  local s = saved and memory.saved(t) or memory.base(t)
+  if not s.buf then error("no buffer for " .. tostring(s.label)) end
+  return F(s.buf, 0, trace.numel(s.shape), not trace.is_float(s.dtype))
+end
+
+function Walker:grad(t, st)
+  if not t.requires_grad or t.is_input or t.is_target then return "NULL" end
+  if t.is_param then
+    local g, off = self:param_offset(t)
+    local ug = st.bufs.ugrad[g.index]
+    if not ug then error("no unsharded gradient buffer for " .. t.fqn) end
+    return F(ug, off, trace.numel(t.shape))
+  end
+  local b = memory.base(t)
+  if not b.grad_buf then return "NULL" end
+  return F(b.grad_buf, 0, trace.numel(b.shape))
+end
+
+function Walker:ctx(st, saved)
+  local w = self
+  local function stats(op)
+    local sop = saved and (op.recomputed_op or op) or op
+    local sb = sop.scratch_buf
+    if not sb then error("no saved statistics for " .. tostring(op.label)) end
+    local s = op.ins[1].shape
+    local n = trace.numel(s) // s[#s]
+    local floats = sb.bytes // 4
+    return F(sb, 0, floats), F(sb, n, floats - n)
+  end
+  return {
+    val = function(t) return w:val(t, saved) end,
+    grad = function(t) return w:grad(t, st) end,
+    dout = function(t)
+      if t == w.loss then return "rt_one" end
+      local b = memory.base(t)
+      if not b.grad_buf then error("no gradient for output " .. tostring(b.label)) end
+      return F(b.grad_buf, 0, trace.numel(b.shape))
+    end,
+    dloss = function(t)
+      if t == w.loss then return "1.0f" end
+      local b = memory.base(t)
+      if not b.grad_buf then error("no gradient for output " .. tostring(b.label)) end
+      return F(b.grad_buf, 0, 1) .. "[0]"
+    end,
+    stats = stats,
+    scratch = st.bufs.scratch and F(st.bufs.scratch) or "NULL",
+    site = function(op) return (op.original or op).id end,
+  }
+end
+
+local function zero(calls, bufs)
+  for _, bf in ipairs(bufs or {}) do
+    calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.bytes // 4)
+  end
+end
+
+-- C statements implementing one schedule step.
+function Walker:step(st)
+  local g = st.group
+  local gi = g and (g.index - 1)
+  local u = st.bufs
+  local state = st.state and cstr(st.state) or "NULL"
+  local calls = {}
+  local op = st.op
+  if op == "all_gather" then
+    calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %d, %d);", gi, st.sub and 1 or 0, state,
+      u.out.offset, u.pf and u.pf.offset or 0)
+  elseif op == "all_gather_wait" then
+    calls[1] = string.format("rt_step_all_gather_wait(R, %d, %d);", gi, u.unsharded.offset)
+    self.unsharded[g.index] = u.unsharded
+  elseif op == "all_gather_drop" then
+    calls[1] = string.format("rt_step_all_gather_drop(R, %d);", gi)
+  elseif op == "reshard" then
+    calls[1] = string.format("rt_step_reshard(R, %d, %s);", gi, state)
+    self.unsharded[g.index] = nil
+  elseif op == "reshard_post_forward" then
+    calls[1] = string.format("rt_step_reshard_post_forward(R, %d, %s, %d, %d);", gi, state,
+      u.unsharded.offset, u.pf.offset)
+    self.unsharded[g.index] = nil
+  elseif op == "accumulate_unsharded_grads" then
+    if u.acc_new then zero(calls, { u.acc }) end
+    calls[#calls + 1] = string.format("rt_step_accumulate_grads(R, %d, %d, %d);", gi, u.ugrad.offset, u.acc.offset)
+  elseif op == "reduce_scatter" then
+    local src, dt = u.ugrad, g.param_dtype
+    if u.acc then
+      if u.ugrad then
+        calls[#calls + 1] = string.format("rt_step_accumulate_grads(R, %d, %d, %d);", gi, u.ugrad.offset, u.acc.offset)
+      end
+      src, dt = u.acc, g.reduce_dtype
+    end
+    calls[#calls + 1] = string.format("rt_step_reduce_scatter(R, %d, %d, %s, %d, %d);", gi, src.offset,
+      C_DTYPE[dt], u.rs_in.offset, u.rs_out.offset)
+  elseif op == "all_reduce" then
+    calls[1] = string.format("rt_step_all_reduce(R, %d);", gi)
+  elseif op == "post_backward" then
+    calls[1] = string.format("rt_step_post_backward(R, %d, %s);", gi, state)
+  elseif op == "clip_grad_norm" then
+    calls[1] = "rt_step_clip_grad_norm(R);"
+  elseif op == "optimizer" then
+    calls[1] = string.format("rt_step_optimizer(R, %d);", gi)
+  elseif op == "recompute_begin" then
+    -- a marker: the recompute steps follow
+  elseif op == "forward" or op == "recompute" then
+    local node = st.node
+    local o = node.outs[1]
+    local out = F(o.buf, 0, trace.numel(o.shape), not trace.is_float(o.dtype))
+    calls = kernels.forward(node, self:ctx(st, false), out)
+  elseif op == "loss_grad" or op == "backward" then
+    local node = st.node
+    if op == "loss_grad" then
+      self.loss = node.outs[1]
+      self.nbackward = self.nbackward + 1
+    end
+    zero(calls, u.zero)
+    for _, c in ipairs(kernels.backward(node, self:ctx(st, true))) do calls[#calls + 1] = c end
+    if op == "loss_grad" then
+      calls[#calls + 1] = string.format("rt_step_loss(R, %d, %s);", self.nbackward - 1, F(self.loss.buf, 0, 1))
+    end
+  else
+    error("unknown schedule op " .. tostring(op))
+  end
+  return calls
+end
+
+local function section_name(st) return st.phase .. st.section end
+
+-- ---------------------------------------------------------------------------- file
+
+function M.render(plan, spec_file, prefix)
+  local spec = plan.spec
+  local b = buffer.new("    ")
+  local opt_states = ({ adam = 2, adamw = 2, sgd = (spec.optimizer.momentum or 0) > 0 and 1 or 0 })[spec.optimizer.kind]
+  local list, index = param_table(plan)
+  b:line("// %s_step.c: generated by %s from %s; do not edit.", prefix, schedule.VERSION, spec_file)
+  b:line("// The model description and the training step of spec '%s' (%d ranks = replicate %d x shard %d),",
+    spec.name, spec.world_size, spec.mesh.replicate, spec.mesh.shard)
+  b:line("// one runtime call per line of %s.schedule.", spec.name)
+  b:line("#include <stddef.h>")
+  b:line("")
+  b:line('#include "rt_kernels.h"')
+  b:line('#include "rt_model.h"')
+  b:line('#include "rt_step.h"')
+  b:line("")
+  b:line("// Views of this rank's arena at planned byte offsets: F(offset, bytes) of fp32, I(...) of int32.")
+  b:line("#define F(off, bytes) RT_F32(R, (off), (bytes))")
+  b:line("#define I(off, bytes) RT_I32(R, (off), (bytes))")
+  b:line("")
+  b:line("static const float rt_one[1] __attribute__((unused)) = {1.0f};  // d loss / d loss")
+  b:line("")
+  b:line("// ---- parameters and groups")
+  emit_params(b, plan, list)
+  emit_groups(b, plan, index, opt_states)
+  b:line("")
+  b:line("// ---- what the planner expects (checked by %s_test)", prefix)
+  local ncounts = emit_expectations(b, plan)
+
+  -- The step, one function per schedule section.
+  local w = Walker.new(plan)
+  local sections, current = {}, nil
+  for i, st in ipairs(plan.steps) do
+    local name = section_name(st)
+    if name ~= current then
+      current = name
+      sections[#sections + 1] = name
+      b:line("")
+      b:line("// ---- %s (step item %d: %s)", name, st.section, st.phase)
+      b:line("static void %s(rt_rank* R) {", name)
+      b:indent()
+      b:line("rt_step_section(R, %s);", cstr(st.phase))
+    end
+    local calls = w:step(st)
+    b:line("// %s", (schedule.step_line(st, plan):gsub("^%s+", "")))
+    for _, c in ipairs(calls) do b:line("%s", c) end
+    local nxt = plan.steps[i + 1]
+    if not nxt or section_name(nxt) ~= name then
+      b:dedent()
+      b:line("}")
+    end
+  end
+  for _, g in ipairs(plan.groups) do
+    if w.unsharded[g.index] then
+      errors.raise(string.format("group '%s' is still unsharded at the end of the step; the generated step "
+        .. "assumes every group sharded between steps (reshard it, or keep reshard_after_backward = true)", g.name))
+    end
+  end
+  b:line("")
+  b:line("static void step(rt_rank* R) {")
+  b:indent()
+  b:line("rt_step_begin(R);")
+  for _, s in ipairs(sections) do b:line("%s(R);", s) end
+  b:line("rt_step_end(R);")
+  b:dedent()
+  b:line("}")
+
+  -- The model.
+  local inp = spec.input
+  local o = spec.optimizer
+  local n_forward = 0
+  for _, it in ipairs(spec.step) do
+    if it.kind == "forward" then n_forward = n_forward + 1 end
+  end
+  local has_opt = false
+  for _, it in ipairs(spec.step) do
+    if it.kind == "optimizer" then has_opt = true end
+  end
+  local input_shape = inp.shape
+  b:line("")
+  b:line("const rt_model %s_model = {", prefix)
+  b:indent()
+  b:line(".name = %s,", cstr(spec.name))
+  b:line(".spec_file = %s,", cstr(spec_file))
+  b:line(".generator = %s,", cstr(schedule.VERSION))
+  b:line(".world = %d, .replicate = %d, .shard = %d,", spec.world_size, spec.mesh.replicate, spec.mesh.shard)
+  b:line(".nparams = %d, .params = params,", #list)
+  b:line(".ngroups = %d, .groups = groups,", #plan.groups)
+  if inp.tokens then
+    b:line(".tokens = 1, .batch = %d, .seq_len = %d, .vocab = %d,", input_shape[1], input_shape[2], M.vocab(plan))
+  else
+    b:line(".tokens = 0,")
+  end
+  b:line(".input_ndim = %d, .input_shape = %s,", #input_shape, shape_init(input_shape))
+  b:line(".loss = %s,", spec.loss == "sum" and "RT_LOSS_SUM" or "RT_LOSS_CROSS_ENTROPY")
+  b:line(".n_forward = %d, .n_backward = %d,", n_forward, w.nbackward)
+  b:line(".optim = {%s, %s, %s, %s, %s, %s, %s, %s, %d, %d},", C_OPTIM[o.kind], num(o.lr), num(o.beta1 or 0.9),
+    num(o.beta2 or 0.999), num(o.eps or 1e-8), num(o.weight_decay or 0), num(o.momentum or 0), num(o.dampening or 0),
+    o.nesterov and 1 or 0, opt_states)
+  b:line(".has_optimizer = %d,", has_opt and 1 or 0)
+  b:line(".grad_clip = %s,", num(spec.grad_clip or 0))
+  b:line(".seed = %d,", spec.seed)
+  b:line(".arena_bytes = %d, .predicted_peak = %d,", plan.memory.peak, plan.memory.peak)
+  b:line(".step = step,")
+  b:line(".nevents = %d, .events = events,", #plan.events)
+  b:line(".ncounts = %d, .counts = counts,", ncounts)
+  b:dedent()
+  b:line("};")
+  return b:text()
+end
+
+-- Token vocabulary: rows of the embedding(s) the input feeds.
+function M.vocab(plan)
+  local v
+  for _, op in ipairs(plan.graph.ops) do
+    if op.kind == "embedding" and op.ins[1].is_input then
+      local rows = op.ins[2].shape[1]
+      v = v and math.min(v, rows) or rows
+    end
+  end
+  if not v then
+    errors.raise("token input feeds no embedding; use input = { shape = { ... } } for float models")
+  end
+  return v
+end
+
+return M
