@@ -366,7 +366,6 @@ int main(int argc, char** argv) {
     double total = now_s() - t0;
     // Measured again after the table: on a shared machine the two differ when the load
     // changed during the run, which is worth knowing when reading the ratios.
-    // Measured again after the table: on a shared machine the readings drift with the load.
     double mean_end = 0, mcpy_end = memcpy_bw(&mean_end);
     printf("# memcpy bandwidth after the run: best %.2f GB/s, mean %.2f GB/s (the table used best %.2f GB/s; "
            "the summary below uses the higher best)\n", mcpy_end / 1e9, mean_end / 1e9, sh.mcpy / 1e9);

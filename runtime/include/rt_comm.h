@@ -26,7 +26,13 @@
 //   the line. rt_threads_run then returns non-zero.
 // - A rank that never joins a collective is reported after the timeout (default 60 s,
 //   env RT_COMM_TIMEOUT_MS, or rt_comm_set_timeout_ms), or at once when that rank's
-//   function has already returned (threads backend).
+//   function has already returned (threads backend). The nccl backend uses non-blocking
+//   communicators: creation, split and the enqueue are bounded by the timeout, and an
+//   enqueued collective that has not completed on the GPU by its deadline (enqueue time +
+//   timeout) is reported by the next call on that handle that checks it (every call
+//   checks without waiting; rt_comm_sync, rt_comm_barrier and the buffer copies wait),
+//   after which the communicator is aborted (ncclCommAbort). NCCL cannot say which ranks
+//   are missing, so its message says that some of the other ranks never joined.
 #ifndef RT_COMM_H
 #define RT_COMM_H
 
@@ -81,8 +87,9 @@ const char* rt_comm_backend(const rt_comm* comm);  // "threads" or "nccl"
 // A readable name: "world", "world/split(color 2)", ... (for messages).
 const char* rt_comm_name(const rt_comm* comm);
 
-// Time a rank waits for its peers in one collective before failing it; 0 or negative
-// restores the default. Per rank handle; inherited by communicators split from it.
+// Time a rank waits for its peers in one collective before failing it (nccl: from the
+// collective's enqueue to its completion on the GPU); 0 or negative restores the default.
+// Per rank handle; inherited by communicators split from it.
 void rt_comm_set_timeout_ms(rt_comm* comm, int64_t ms);
 int64_t rt_comm_timeout_ms(const rt_comm* comm);
 // The default: RT_COMM_TIMEOUT_MS from the environment if set to a positive integer,
@@ -156,12 +163,16 @@ typedef void (*rt_rank_fn)(rt_comm* comm, void* arg);
 int rt_threads_run(int world, rt_rank_fn fn, void* arg);
 
 // nccl backend (librt_nccl.a): one thread per GPU, rank r on device r, communicators made
-// with ncclCommInitRank from one shared ncclUniqueId. Same return convention.
+// non-blocking (ncclCommInitRankConfig, config.blocking = 0) from one shared ncclUniqueId.
+// Same return convention; each rank waits (bounded by the timeout) for what its function
+// left in flight before its world communicator is destroyed.
 int rt_nccl_run(int world, rt_rank_fn fn, void* arg);
 // Number of visible GPUs, or a negative rt_status when CUDA is unusable.
 int rt_nccl_device_count(void);
 // Multi-process bootstrap (e.g. over MPI): rank 0 makes the id (128 bytes), everyone
 // receives it out of band, then each process calls rt_nccl_comm_init on its own device.
+// rt_nccl_comm_init returns RT_ERR_TIMEOUT (with a line on stderr) when some ranks do not
+// join within rt_comm_default_timeout_ms().
 int rt_nccl_get_unique_id(void* id_out, size_t id_bytes);
 int rt_nccl_comm_init(int world, const void* id, size_t id_bytes, int rank, int device,
                       rt_comm** out);

@@ -1,11 +1,14 @@
 // The NCCL backend of rt_comm: links against NCCL/cudart everywhere; without a GPU it
 // checks that the launcher fails with a clear error instead of crashing; with GPUs it runs
-// the collectives on one rank per visible GPU (up to 8) and compares with references.
+// the collectives on one rank per visible GPU (up to 8) and compares with references, and
+// checks the timeouts: a rank that never joins communicator creation (one GPU is enough)
+// or a collective (two GPUs) is reported, the communicator aborted, nothing hangs.
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "rt_comm.h"
@@ -76,6 +79,41 @@ static void rank_fn(rt_comm* comm, void* arg) {
     free(out);
 }
 
+// ---- timeouts (on GPUs) -----------------------------------------------------------------
+
+// World 2 where rank 1 skips the second all-gather: rank 0 must time out (after the
+// first one, so the connections exist and the wait is on the GPU side), not hang.
+typedef struct tctx {
+    int st0;          // rank 0's status from the collective + sync
+    char msg[512];    // rank 0's last error
+    double waited_s;  // rank 0's time in the collective + sync
+} tctx;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void skip_rank_fn(rt_comm* comm, void* arg) {
+    tctx* t = arg;
+    int r = rt_comm_rank(comm);
+    rt_comm_set_timeout_ms(comm, 1500);
+    void* buf = rt_comm_buffer_alloc(comm, 1 << 20);
+    if (!buf) return;
+    rt_comm_all_gather(comm, (char*)buf + r * (1 << 19), buf, (1 << 19) / 4, RT_F32, NULL);
+    rt_comm_sync(comm, NULL);
+    if (r == 0) {
+        double t0 = now_s();
+        int st = rt_comm_all_gather(comm, buf, buf, (1 << 19) / 4, RT_F32, NULL);
+        if (!st) st = rt_comm_sync(comm, NULL);
+        t->waited_s = now_s() - t0;
+        t->st0 = st;
+        snprintf(t->msg, sizeof t->msg, "%s", rt_comm_last_error(comm));
+    }
+    rt_comm_buffer_free(comm, buf);
+}
+
 static void never_called(rt_comm* comm, void* arg) {
     (void)comm;
     (void)arg;
@@ -100,5 +138,31 @@ int main(void) {
           "NCCL world %d: all_gather, reduce_scatter sum/avg/premul, split + all_reduce, barrier: %ld elements "
           "compared, %ld wrong, %ld errors", world, (long)c.compared, (long)c.wrong, (long)c.errors);
     CHECK(rt_nccl_run(ndev + 1, never_called, NULL) == 1, "asking for %d ranks on %d GPUs fails cleanly", ndev + 1, ndev);
+
+    // Communicator creation where rank 1 never comes (rank 0 alone, on device 0).
+    setenv("RT_COMM_TIMEOUT_MS", "1500", 1);
+    rt_comm* lonely = NULL;
+    double t0 = now_s();
+    int st = rt_nccl_get_unique_id(id, sizeof id);
+    if (!st) st = rt_nccl_comm_init(2, id, sizeof id, 0, 0, &lonely);
+    double waited = now_s() - t0;
+    CHECK(st == RT_ERR_TIMEOUT && !lonely && waited >= 1.4 && waited < 30,
+          "world 2 init without rank 1: %s after %.1f s (want timeout after RT_COMM_TIMEOUT_MS=1500)",
+          rt_status_name(st), waited);
+    unsetenv("RT_COMM_TIMEOUT_MS");
+    if (lonely) rt_comm_free(lonely);
+
+    if (ndev >= 2) {
+        tctx t;
+        memset(&t, 0, sizeof t);
+        rc = rt_nccl_run(2, skip_rank_fn, &t);
+        CHECK(rc == 1 && t.st0 == RT_ERR_TIMEOUT && strstr(t.msg, "all_gather") &&
+                  strstr(t.msg, "'world'") && strstr(t.msg, "never joined") && t.waited_s >= 1.4 &&
+                  t.waited_s < 30,
+              "rank 1 skips an all_gather: rank 0 gets %s after %.1f s, run status %d: %s",
+              rt_status_name(t.st0), t.waited_s, rc, t.msg);
+    } else {
+        printf("SKIP collective timeout: needs 2 GPUs, %d visible\n", ndev);
+    }
     return check_summary();
 }
