@@ -1,0 +1,207 @@
+// cli.c — command-line options of a generated training binary and of a generated
+// conformance test: parsing (`--opt VALUE` or `--opt=VALUE`), the --help text, and the
+// one-line `fsdpgen: bad argument ...: what is allowed` errors (exit status 2).
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_internal.h"
+
+// ---- help -------------------------------------------------------------------------------
+
+static void print_train_help(const rt_model* m, const char* prog) {
+    printf("usage: %s [options]\n"
+           "Trains %s (%s, %s) on %d ranks (threads; mesh replicate %d x shard %d).\n"
+           "\n"
+           "options:\n"
+           "  --steps N             optimizer steps to run (default 20; with --resume: N more)\n"
+           "  --seed S              seed of parameter init, synthetic data and dropout\n"
+           "                        (default %" PRIu64 ", the spec's)\n"
+           "  --log-every N         print every N-th step line (default 1; the first and the\n"
+           "                        last step are always printed)\n"
+           "  --data FILE           token file (raw bytes, or little-endian uint16 when the\n"
+           "                        name ends in .u16); without it the data is synthetic\n"
+           "  --save FILE           after training, write every parameter (fp32, full shapes,\n"
+           "                        under its PyTorch name and each tied alias) as safetensors\n"
+           "  --load FILE           before step 1, read every parameter from safetensors\n"
+           "                        (fp32, the model's names and shapes)\n"
+           "  --checkpoint DIR      save a resumable checkpoint (per-rank parameter shards,\n"
+           "                        optimizer state, step) at the end\n"
+           "  --checkpoint-every N  ... and after every N-th step (needs --checkpoint)\n"
+           "  --resume DIR          continue from the checkpoint in DIR (same world size);\n"
+           "                        the result is bit-identical to an uninterrupted run\n"
+           "  --trace FILE          write a Chrome trace (Perfetto) of every rank\n"
+           "  --bench               print throughput and the compute / exposed communication /\n"
+           "                        optimizer split of a step\n"
+           "  --help                this text\n"
+           "\n"
+           "Each step prints `step N loss X | T %s/s | M ms`, X the mean over ranks and\n"
+           "backward items. Synthetic data: %s from Philox keyed by (seed, step, microbatch,\n"
+           "rank, index) (rt_train.h). Exit status: 0 ok, 1 failure at run time (I/O, a loss\n"
+           "that is nan or inf), 2 bad arguments.\n",
+           prog, m->name, m->spec_file ? m->spec_file : "?", m->generator ? m->generator : "?",
+           m->world, m->replicate, m->shard, m->seed, m->tokens ? "tok" : "samples",
+           m->tokens ? "tokens uniform in [0, vocab), targets the next token"
+                     : "inputs uniform in [-1, 1)");
+}
+
+static void print_conformance_help(const rt_model* m, const char* prog) {
+    printf("usage: %s [options]\n"
+           "Conformance test of %s (%s): runs it sharded (mesh %d x %d) and as the reference\n"
+           "(replicate %d x shard 1) on %d ranks with the same seed and synthetic data, and\n"
+           "checks the step-1 events, the collective counts, loss and parameter parity and\n"
+           "the memory peak.\n"
+           "\n"
+           "options:\n"
+           "  --steps N    steps of each run (default 10)\n"
+           "  --seed S     seed (default %" PRIu64 ")\n"
+           "  --verbose    also print the step-1 events as `STATE KIND \"GROUP\"` lines\n"
+           "  --help       this text\n"
+           "\n"
+           "Prints one PASS/FAIL line per check and `N passed, N failed`. Exit status: 0 all\n"
+           "passed, 1 a check failed, 2 bad arguments.\n",
+           prog, m->name, m->spec_file ? m->spec_file : "?", m->replicate, m->shard, m->world,
+           m->world, m->seed);
+}
+
+// ---- values -----------------------------------------------------------------------------
+
+static int bad(const char* opt, const char* val, const char* allowed) {
+    if (val)
+        fprintf(stderr, "fsdpgen: bad argument %s '%s': %s\n", opt, val, allowed);
+    else
+        fprintf(stderr, "fsdpgen: bad argument %s: %s\n", opt, allowed);
+    return 2;
+}
+
+// Decimal integer in [lo, hi]; returns 0 or 2 after the message.
+static int parse_int(const char* opt, const char* s, int64_t lo, int64_t hi, int64_t* out) {
+    char allowed[128];
+    snprintf(allowed, sizeof allowed, "expected an integer from %" PRId64 " to %" PRId64, lo, hi);
+    if (!s || !*s || s[0] == ' ') return bad(opt, s, allowed);
+    errno = 0;
+    char* end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return bad(opt, s, allowed);
+    *out = v;
+    return 0;
+}
+
+static int parse_seed(const char* opt, const char* s, uint64_t* out) {
+    const char* allowed = "expected an unsigned 64-bit integer (decimal, or hex with 0x)";
+    if (!s || !*s || s[0] == '-' || s[0] == '+' || s[0] == ' ') return bad(opt, s, allowed);
+    errno = 0;
+    char* end = NULL;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end) return bad(opt, s, allowed);
+    *out = v;
+    return 0;
+}
+
+static int parse_path(const char* opt, const char* s, const char** out) {
+    if (!s || !*s) return bad(opt, s, "expected a non-empty path");
+    *out = s;
+    return 0;
+}
+
+// ---- parsing ----------------------------------------------------------------------------
+
+#define MAX_STEPS ((int64_t)1 << 40)
+
+enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_SAVE, O_LOAD, O_CKPT, O_CKPT_EVERY, O_RESUME,
+       O_TRACE, O_BENCH, O_VERBOSE, O_HELP };
+
+typedef struct opt_def {
+    const char* name;
+    int id;
+    int takes_value;
+    int train, conformance;  // valid where
+} opt_def;
+
+static const opt_def opts[] = {
+    {"--steps", O_STEPS, 1, 1, 1},
+    {"--seed", O_SEED, 1, 1, 1},
+    {"--log-every", O_LOG, 1, 1, 0},
+    {"--data", O_DATA, 1, 1, 0},
+    {"--save", O_SAVE, 1, 1, 0},
+    {"--load", O_LOAD, 1, 1, 0},
+    {"--checkpoint", O_CKPT, 1, 1, 0},
+    {"--checkpoint-every", O_CKPT_EVERY, 1, 1, 0},
+    {"--resume", O_RESUME, 1, 1, 0},
+    {"--trace", O_TRACE, 1, 1, 0},
+    {"--bench", O_BENCH, 0, 1, 0},
+    {"--verbose", O_VERBOSE, 0, 0, 1},
+    {"--help", O_HELP, 0, 1, 1},
+};
+
+static const char* allowed_list(int conformance) {
+    return conformance ? "allowed: --steps N, --seed S, --verbose, --help"
+                       : "allowed: --steps N, --seed S, --log-every N, --data FILE, --save FILE, "
+                         "--load FILE, --checkpoint DIR, --checkpoint-every N, --resume DIR, "
+                         "--trace FILE, --bench, --help";
+}
+
+int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, train_opts* o) {
+    memset(o, 0, sizeof *o);
+    o->steps = conformance ? 10 : 20;
+    o->seed = m->seed;
+    o->log_every = 1;
+    const char* prog = argc > 0 && argv[0] ? argv[0] : m->name;
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        const char* eq = strchr(arg, '=');
+        size_t nlen = eq && strncmp(arg, "--", 2) == 0 ? (size_t)(eq - arg) : strlen(arg);
+        const opt_def* d = NULL;
+        for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
+            if (strlen(opts[k].name) == nlen && strncmp(opts[k].name, arg, nlen) == 0 &&
+                (conformance ? opts[k].conformance : opts[k].train))
+                d = &opts[k];
+        if (!d) {
+            char what[160];
+            snprintf(what, sizeof what, "'%.120s'", arg);
+            return bad(what, NULL, strncmp(arg, "--", 2) == 0 ? allowed_list(conformance)
+                                                               : "unexpected positional argument; "
+                                                                 "see --help");
+        }
+        const char* val = NULL;
+        if (d->takes_value) {
+            if (eq && nlen < strlen(arg)) val = eq + 1;
+            else if (i + 1 < argc) val = argv[++i];
+            else return bad(d->name, NULL, "missing its value (see --help)");
+        } else if (eq && nlen < strlen(arg)) {
+            return bad(d->name, eq + 1, "takes no value");
+        }
+        int rc = 0;
+        switch (d->id) {
+        case O_STEPS: rc = parse_int(d->name, val, 1, MAX_STEPS, &o->steps); o->steps_set = 1; break;
+        case O_SEED: rc = parse_seed(d->name, val, &o->seed); o->seed_set = 1; break;
+        case O_LOG: rc = parse_int(d->name, val, 1, MAX_STEPS, &o->log_every); break;
+        case O_DATA: rc = parse_path(d->name, val, &o->data); break;
+        case O_SAVE: rc = parse_path(d->name, val, &o->save); break;
+        case O_LOAD: rc = parse_path(d->name, val, &o->load); break;
+        case O_CKPT: rc = parse_path(d->name, val, &o->checkpoint); break;
+        case O_CKPT_EVERY: rc = parse_int(d->name, val, 1, MAX_STEPS, &o->checkpoint_every); break;
+        case O_RESUME: rc = parse_path(d->name, val, &o->resume); break;
+        case O_TRACE: rc = parse_path(d->name, val, &o->trace); break;
+        case O_BENCH: o->bench = 1; break;
+        case O_VERBOSE: o->verbose = 1; break;
+        case O_HELP:
+            if (conformance) print_conformance_help(m, prog);
+            else print_train_help(m, prog);
+            return -1;
+        }
+        if (rc) return rc;
+    }
+    // Combinations.
+    if (o->load && o->resume)
+        return bad("--load", o->load, "cannot be combined with --resume (the checkpoint holds "
+                                      "the parameters); use one of them");
+    if (o->checkpoint_every && !o->checkpoint)
+        return bad("--checkpoint-every", NULL, "needs --checkpoint DIR");
+    if (o->data && !m->tokens)
+        return bad("--data", o->data, "this model takes float inputs, not tokens; run it "
+                                      "without --data (synthetic inputs)");
+    return 0;
+}

@@ -1,0 +1,355 @@
+// conformance.c — rt_conformance_main, the main() of a generated conformance test: runs the
+// sharded model and its reference (same model, mesh {replicate = world, shard = 1}: full
+// parameters on every rank, gradients all-reduced) on the threads backend with the same
+// seed and synthetic data, and checks
+//   events   every rank's step-1 FSDP events equal the planned ones, in order;
+//   counts   every rank's collective counts equal the planned ones (nothing missing or extra);
+//   parity   per-step mean loss and the full parameters after step 1 and after the last step
+//            agree with the reference: |a - b| <= atol + rtol * |b|;
+//   memory   every rank's measured arena peak equals the planned peak.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_kernels.h"
+#include "rt_train.h"
+#include "train_internal.h"
+
+// ---- capture ----------------------------------------------------------------------------
+
+typedef struct conf_event {
+    char state[32], kind[32];
+    int group;
+} conf_event;
+
+typedef struct conf_capture {
+    conf_event** events;     // [world][nevents[r]] after step 1
+    int* nevents;
+    rt_step_count** counts;  // [world][ncounts[r]] after step 1
+    int* ncounts;
+    float** params_first;    // [nparams] full, after step 1
+    float** params_last;     // [nparams] full, after the last step
+} conf_capture;
+
+static int64_t numel_of(const rt_model_param* p) {
+    int64_t n = 1;
+    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
+    return n;
+}
+
+static float** alloc_params(const rt_model* m) {
+    float** v = calloc((size_t)m->nparams + 1, sizeof(float*));
+    for (int p = 0; v && p < m->nparams; p++)
+        if (!(v[p] = calloc((size_t)numel_of(&m->params[p]) + 1, sizeof(float)))) return v;
+    return v;
+}
+
+static void free_params(const rt_model* m, float** v) {
+    if (!v) return;
+    for (int p = 0; p < m->nparams; p++) free(v[p]);
+    free(v);
+}
+
+static int capture_init(conf_capture* c, const rt_model* m) {
+    memset(c, 0, sizeof *c);
+    c->events = calloc((size_t)m->world, sizeof *c->events);
+    c->nevents = calloc((size_t)m->world, sizeof *c->nevents);
+    c->counts = calloc((size_t)m->world, sizeof *c->counts);
+    c->ncounts = calloc((size_t)m->world, sizeof *c->ncounts);
+    c->params_first = alloc_params(m);
+    c->params_last = alloc_params(m);
+    int ok = c->events && c->nevents && c->counts && c->ncounts && c->params_first && c->params_last;
+    for (int p = 0; ok && p < m->nparams; p++) ok = c->params_first[p] && c->params_last[p];
+    return ok ? 0 : 1;
+}
+
+static void capture_free(conf_capture* c, const rt_model* m) {
+    for (int r = 0; r < m->world; r++) {
+        if (c->events) free(c->events[r]);
+        if (c->counts) free(c->counts[r]);
+    }
+    free(c->events);
+    free(c->nevents);
+    free(c->counts);
+    free(c->ncounts);
+    free_params(m, c->params_first);
+    free_params(m, c->params_last);
+}
+
+// After each step, on every rank: step 1's events and counts, and the full parameters
+// after step 1 and after the last step.
+static void capture_hook(train_run* run, rt_rank* R, int64_t idx) {
+    conf_capture* c = run->hook_arg;
+    if (idx == 0) {
+        int r = R->rank, n = R->nevents > 0 ? R->nevents : 0;
+        c->events[r] = calloc((size_t)n + 1, sizeof(conf_event));
+        c->counts[r] = calloc((size_t)(R->ncounts > 0 ? R->ncounts : 0) + 1, sizeof(rt_step_count));
+        if (!c->events[r] || !c->counts[r]) {
+            train_fail(run, "rank %d: out of memory capturing events", r);
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            snprintf(c->events[r][i].state, sizeof c->events[r][i].state, "%s",
+                     R->events[i].state ? R->events[i].state : "(null)");
+            snprintf(c->events[r][i].kind, sizeof c->events[r][i].kind, "%s",
+                     R->events[i].kind ? R->events[i].kind : "(null)");
+            c->events[r][i].group = R->events[i].group;
+        }
+        c->nevents[r] = n;
+        for (int i = 0; i < R->ncounts && i < RT_STEP_MAX_COUNTS; i++) c->counts[r][i] = R->counts[i];
+        c->ncounts[r] = R->ncounts < RT_STEP_MAX_COUNTS ? R->ncounts : RT_STEP_MAX_COUNTS;
+        if (train_gather_params(run, R, c->params_first)) return;
+    }
+    if (idx == run->nsteps - 1) train_gather_params(run, R, c->params_last);
+}
+
+// ---- running ----------------------------------------------------------------------------
+
+// Runs m for o's steps with the capture hook; returns 0 or 1 (the failure was printed).
+static int run_model(const rt_model* m, const train_opts* o, train_run* run, conf_capture* c) {
+    if (train_run_init(run, m, o)) return 1;
+    run->quiet = 1;
+    run->hook = capture_hook;
+    run->hook_arg = c;
+    if (capture_init(c, m)) {
+        fprintf(stderr, "fsdpgen: out of memory for the conformance captures of %s\n", m->name);
+        return 1;
+    }
+    return train_run_exec(run);
+}
+
+// ---- checks -----------------------------------------------------------------------------
+
+static int passed_, failed_;
+
+static void verdict(int ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void verdict(int ok, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok) passed_++;
+    else failed_++;
+}
+
+static const char* group_name(const rt_model* m, int g) {
+    return g >= 0 && g < m->ngroups ? m->groups[g].name : "(bad group index)";
+}
+
+static void check_events(const rt_model* m, const conf_capture* c, int verbose) {
+    printf("events: %d planned per step\n", m->nevents);
+    if (verbose) {
+        for (int i = 0; i < c->nevents[0]; i++)
+            printf("%s %s \"%s\"\n", c->events[0][i].state, c->events[0][i].kind,
+                   group_name(m, c->events[0][i].group));
+    }
+    int bad_ranks = 0;
+    char first[512] = "";
+    for (int r = 0; r < m->world; r++) {
+        const conf_event* ev = c->events[r];
+        int n = c->nevents[r], diff = -1;
+        for (int i = 0; i < n || i < m->nevents; i++) {
+            if (i >= n || i >= m->nevents || strcmp(ev[i].state, m->events[i].state) != 0 ||
+                strcmp(ev[i].kind, m->events[i].kind) != 0 ||
+                strcmp(group_name(m, ev[i].group), m->events[i].group) != 0) {
+                diff = i;
+                break;
+            }
+        }
+        if (diff < 0) continue;
+        bad_ranks++;
+        if (first[0]) continue;
+        char got[160], want[160];
+        if (diff < n)
+            snprintf(got, sizeof got, "%s %s \"%s\"", ev[diff].state, ev[diff].kind,
+                     group_name(m, ev[diff].group));
+        else
+            snprintf(got, sizeof got, "nothing (only %d events recorded)", n);
+        if (diff < m->nevents)
+            snprintf(want, sizeof want, "%s %s \"%s\"", m->events[diff].state,
+                     m->events[diff].kind, m->events[diff].group);
+        else
+            snprintf(want, sizeof want, "nothing (only %d events planned)", m->nevents);
+        snprintf(first, sizeof first, "rank %d event %d: got %s, planned %s", r, diff + 1, got, want);
+    }
+    if (bad_ranks) printf("events: first difference: %s\n", first);
+    verdict(!bad_ranks, "events: %d of %d ranks recorded exactly the %d planned step-1 events",
+            m->world - bad_ranks, m->world, m->nevents);
+}
+
+static int find_count(const rt_step_count* v, int n, const char* what) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(v[i].what, what) == 0) return i;
+    return -1;
+}
+
+static void check_counts(const rt_model* m, const conf_capture* c) {
+    printf("counts: planned");
+    for (int i = 0; i < m->ncounts; i++)
+        printf("%s %s %d", i ? "," : "", m->counts[i].what, m->counts[i].count);
+    printf("%s\n", m->ncounts ? "" : " none");
+    int bad = 0;
+    for (int r = 0; r < m->world; r++) {
+        const rt_step_count* got = c->counts[r];
+        int n = c->ncounts[r];
+        for (int i = 0; i < m->ncounts; i++) {
+            int j = find_count(got, n, m->counts[i].what);
+            int v = j < 0 ? 0 : got[j].count;
+            if (v != m->counts[i].count) {
+                if (!bad++)
+                    printf("counts: rank %d: %s %d, planned %d%s\n", r, m->counts[i].what, v,
+                           m->counts[i].count, j < 0 ? " (missing)" : "");
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            int planned = 0;
+            for (int i = 0; i < m->ncounts; i++) planned |= strcmp(m->counts[i].what, got[j].what) == 0;
+            if (!planned && got[j].count != 0 && !bad++)
+                printf("counts: rank %d: %s %d, not planned (extra)\n", r, got[j].what, got[j].count);
+        }
+    }
+    verdict(!bad, "counts: every rank's step-1 collective counts equal the %d planned (%d "
+                  "differences)", m->ncounts, bad);
+}
+
+typedef struct diff_stats {
+    double max_abs, max_rel;
+    int64_t n, bad;
+    int64_t worst;  // index of the largest abs difference
+} diff_stats;
+
+static void diff_add(diff_stats* d, double a, double b, double rtol, double atol, int64_t idx) {
+    double ad = fabs(a - b);
+    double rel = fabs(b) > 0 ? ad / fabs(b) : (ad > 0 ? INFINITY : 0);
+    int ok = ad <= atol + rtol * fabs(b);  // false for nan
+    if (!(ad <= d->max_abs)) d->max_abs = ad, d->worst = idx;
+    if (rel > d->max_rel || isnan(rel)) d->max_rel = rel;
+    d->n++;
+    if (!ok) d->bad++;
+}
+
+static void check_loss(const train_run* a, const train_run* b, double rtol, double atol, int verbose) {
+    diff_stats d = {0, 0, 0, 0, -1};
+    for (int64_t i = 0; i < a->nsteps; i++) {
+        diff_add(&d, a->loss[i], b->loss[i], rtol, atol, i);
+        if (verbose)
+            printf("step %lld loss sharded %.9g reference %.9g\n", (long long)(i + 1), a->loss[i],
+                   b->loss[i]);
+    }
+    printf("loss: step 1 sharded %.9g reference %.9g; step %lld sharded %.9g reference %.9g\n",
+           a->loss[0], b->loss[0], (long long)a->nsteps, a->loss[a->nsteps - 1],
+           b->loss[b->nsteps - 1]);
+    verdict(!d.bad, "parity loss: %lld steps, %lld outside rtol %g atol %g (max abs diff %.3g, "
+                    "max rel diff %.3g)", (long long)d.n, (long long)d.bad, rtol, atol, d.max_abs,
+            d.max_rel);
+}
+
+static void check_params(const rt_model* m, float* const* a, float* const* b, const char* when,
+                         double rtol, double atol) {
+    diff_stats all = {0, 0, 0, 0, -1};
+    int worst_p = -1;
+    double worst = -1;
+    for (int p = 0; p < m->nparams; p++) {
+        diff_stats d = {0, 0, 0, 0, -1};
+        int64_t n = numel_of(&m->params[p]);
+        for (int64_t e = 0; e < n; e++) diff_add(&d, a[p][e], b[p][e], rtol, atol, e);
+        if (d.bad && (worst_p < 0 || !(d.max_abs <= worst))) worst_p = p, worst = d.max_abs;
+        if (!(d.max_abs <= all.max_abs)) all.max_abs = d.max_abs;
+        if (d.max_rel > all.max_rel || isnan(d.max_rel)) all.max_rel = d.max_rel;
+        all.n += d.n;
+        all.bad += d.bad;
+    }
+    if (worst_p >= 0)
+        printf("params %s: largest difference in '%s' (max abs diff %.3g)\n", when,
+               m->params[worst_p].fqn, worst);
+    verdict(!all.bad, "parity params %s: %d tensors, %lld elements, %lld outside rtol %g atol %g "
+                      "(max abs diff %.3g, max rel diff %.3g)", when, m->nparams,
+            (long long)all.n, (long long)all.bad, rtol, atol, all.max_abs, all.max_rel);
+}
+
+static void check_memory(const rt_model* m, const train_run* run) {
+    int bad = 0;
+    for (int r = 0; r < m->world; r++)
+        if (run->peak[r] != m->predicted_peak) {
+            if (!bad) printf("memory: rank %d measured peak %zu bytes, planned %zu\n", r,
+                             run->peak[r], m->predicted_peak);
+            bad++;
+        }
+    verdict(!bad, "memory: %d of %d ranks measured exactly the planned peak of %zu bytes (arena "
+                  "%zu bytes)", m->world - bad, m->world, m->predicted_peak, m->arena_bytes);
+}
+
+// The reference must be the same model: same parameters, world and inputs.
+static const char* reference_mismatch(const rt_model* s, const rt_model* r) {
+    if (r->world != s->world) return "world size";
+    if (r->nparams != s->nparams) return "number of parameters";
+    for (int p = 0; p < s->nparams; p++) {
+        if (strcmp(s->params[p].fqn, r->params[p].fqn) != 0) return "parameter names";
+        if (numel_of(&s->params[p]) != numel_of(&r->params[p])) return "parameter shapes";
+    }
+    if (r->tokens != s->tokens || train_input_numel(r) != train_input_numel(s) ||
+        r->n_forward != s->n_forward || r->n_backward != s->n_backward || r->vocab != s->vocab)
+        return "inputs";
+    return NULL;
+}
+
+// ---- main -------------------------------------------------------------------------------
+
+int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!sharded || !reference || !sharded->step || !reference->step) {
+        fprintf(stderr, "fsdpgen: internal error: conformance test without both models\n");
+        return 1;
+    }
+    train_opts o;
+    int rc = train_parse_args(sharded, 1, argc, argv, &o);
+    if (rc == -1) return 0;
+    if (rc) return 2;
+    const char* why = reference_mismatch(sharded, reference);
+    if (why) {
+        fprintf(stderr, "fsdpgen: internal error: the reference model of %s differs in its %s\n",
+                sharded->name, why);
+        return 1;
+    }
+    rt_kernels_init();
+    double rtol = 1e-5, atol = 1e-6;
+    for (int g = 0; g < sharded->ngroups; g++)
+        if (sharded->groups[g].param_dtype != RT_F32 || sharded->groups[g].reduce_dtype != RT_F32)
+            rtol = 1e-3;
+    printf("conformance: %s (%s): world %d, sharded mesh %d x %d vs reference mesh %d x %d, %lld "
+           "steps, seed %llu\n", sharded->name, sharded->spec_file ? sharded->spec_file : "?",
+           sharded->world, sharded->replicate, sharded->shard, reference->replicate,
+           reference->shard, (long long)o.steps, (unsigned long long)o.seed);
+
+    train_run a, b;
+    conf_capture ca, cb;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&ca, 0, sizeof ca);
+    memset(&cb, 0, sizeof cb);
+    int ra = run_model(sharded, &o, &a, &ca);
+    int rb = ra ? 1 : run_model(reference, &o, &b, &cb);
+    if (ra || rb) {
+        verdict(0, "run: the %s model did not complete %lld steps (see the error above)",
+                ra ? "sharded" : "reference", (long long)o.steps);
+    } else {
+        check_events(sharded, &ca, o.verbose);
+        check_counts(sharded, &ca);
+        check_loss(&a, &b, rtol, atol, o.verbose);
+        check_params(sharded, ca.params_first, cb.params_first, "after step 1", rtol, atol);
+        char when[48];
+        snprintf(when, sizeof when, "after step %lld", (long long)o.steps);
+        check_params(sharded, ca.params_last, cb.params_last, when, rtol, atol);
+        check_memory(sharded, &a);
+    }
+    capture_free(&ca, sharded);
+    capture_free(&cb, reference);
+    if (a.m) train_run_free(&a);
+    if (b.m) train_run_free(&b);
+    printf("%d passed, %d failed\n", passed_, failed_);
+    return failed_ ? 1 : 0;
+}

@@ -1,0 +1,342 @@
+// driver.c — one training run: the model's ranks as threads (rt_threads_run), each set up
+// with rt_rank_init, its parameters initialized / loaded / resumed, then the step loop
+// (inputs, the generated step, the loss mean over ranks and backward items, the step
+// line, divergence check, periodic checkpoints), then --save and --checkpoint.
+// rt_train_main (the generated binary's main) is at the end.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rt_kernels.h"
+#include "rt_train.h"
+#include "train_internal.h"
+
+// ---- shared helpers ---------------------------------------------------------------------
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void train_fail(train_run* run, const char* fmt, ...) {
+    pthread_mutex_lock(&run->mu);
+    if (!run->failed) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "fsdpgen: %s\n", msg);
+        fflush(stderr);
+    }
+    run->failed = 1;
+    pthread_mutex_unlock(&run->mu);
+}
+
+int train_agree(train_run* run, rt_rank* R) {
+    int st = rt_comm_barrier(R->comm, NULL);
+    pthread_mutex_lock(&run->mu);
+    if (st != 0) run->failed = 1;  // rt_comm printed why
+    int failed = run->failed;
+    pthread_mutex_unlock(&run->mu);
+    return failed;
+}
+
+float* train_arena_f32(rt_rank* R, size_t off, int64_t numel) {
+    size_t bytes = (size_t)(numel > 0 ? numel : 0) * sizeof(float);
+    if (off % sizeof(float) != 0 || off > R->arena.capacity || bytes > R->arena.capacity - off) {
+        fprintf(stderr, "fsdpgen: rank %d: persistent buffer [%zu, +%zu bytes) lies outside the "
+                        "arena of %zu bytes (generated plan is inconsistent)\n",
+                R->rank, off, bytes, R->arena.capacity);
+        return NULL;
+    }
+    return (float*)(R->arena.base + off);
+}
+
+// ---- the run ----------------------------------------------------------------------------
+
+int train_run_init(train_run* run, const rt_model* m, const train_opts* o) {
+    memset(run, 0, sizeof *run);
+    run->m = m;
+    run->o = o;
+    run->seed = o->seed;
+    run->nsteps = o->steps;
+    pthread_mutex_init(&run->mu, NULL);
+    size_t n = (size_t)run->nsteps;
+    run->slots = calloc((size_t)2 * (size_t)m->world * (size_t)m->n_backward, sizeof(double));
+    run->loss = calloc(n, sizeof(double));
+    run->step_ms = calloc(n, sizeof(double));
+    run->comm_ms = calloc(n, sizeof(double));
+    run->optim_ms = calloc(n, sizeof(double));
+    run->peak = calloc((size_t)m->world, sizeof(size_t));
+    if (!run->slots || !run->loss || !run->step_ms || !run->comm_ms || !run->optim_ms ||
+        !run->peak) {
+        fprintf(stderr, "fsdpgen: out of memory for the bookkeeping of %lld steps\n",
+                (long long)run->nsteps);
+        train_run_free(run);
+        run->m = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+void train_run_free(train_run* run) {
+    free(run->slots);
+    free(run->loss);
+    free(run->step_ms);
+    free(run->comm_ms);
+    free(run->optim_ms);
+    free(run->peak);
+    run->slots = run->loss = run->step_ms = run->comm_ms = run->optim_ms = NULL;
+    run->peak = NULL;
+    pthread_mutex_destroy(&run->mu);
+}
+
+// ---- per-rank buffers -------------------------------------------------------------------
+
+// The step's input and loss arrays. rt_rank_init may have set some itself; the driver
+// fills (and frees) only those it allocates.
+typedef struct rank_bufs {
+    int own_tokens, own_targets, own_inputs, own_losses;
+} rank_bufs;
+
+static void** alloc_items(int n, size_t bytes) {
+    void** v = calloc((size_t)n, sizeof(void*));
+    if (!v) return NULL;
+    for (int a = 0; a < n; a++)
+        if (!(v[a] = calloc(bytes ? bytes : 1, 1))) {
+            for (int b = 0; b < a; b++) free(v[b]);
+            free(v);
+            return NULL;
+        }
+    return v;
+}
+
+static void free_items(void** v, int n) {
+    if (!v) return;
+    for (int a = 0; a < n; a++) free(v[a]);
+    free(v);
+}
+
+static int rank_alloc(train_run* run, rt_rank* R, rank_bufs* b) {
+    const rt_model* m = run->m;
+    size_t numel = (size_t)train_input_numel(m);
+    memset(b, 0, sizeof *b);
+    if (m->tokens) {
+        if (!R->tokens && (R->tokens = (int32_t**)alloc_items(m->n_forward, numel * sizeof(int32_t))))
+            b->own_tokens = 1;
+        if (!R->targets && (R->targets = (int32_t**)alloc_items(m->n_forward, numel * sizeof(int32_t))))
+            b->own_targets = 1;
+        if (!R->tokens || !R->targets) goto oom;
+    } else {
+        if (!R->inputs && (R->inputs = (float**)alloc_items(m->n_forward, numel * sizeof(float))))
+            b->own_inputs = 1;
+        if (!R->inputs) goto oom;
+    }
+    if (!R->losses && (R->losses = calloc((size_t)m->n_backward, sizeof(double)))) b->own_losses = 1;
+    if (!R->losses) goto oom;
+    return 0;
+oom:
+    train_fail(run, "rank %d: out of memory for the step inputs (%d x %zu elements)", R->rank,
+               m->n_forward, numel);
+    return 1;
+}
+
+static void rank_release(train_run* run, rt_rank* R, const rank_bufs* b) {
+    int n = run->m->n_forward;
+    if (b->own_tokens) free_items((void**)R->tokens, n), R->tokens = NULL;
+    if (b->own_targets) free_items((void**)R->targets, n), R->targets = NULL;
+    if (b->own_inputs) free_items((void**)R->inputs, n), R->inputs = NULL;
+    if (b->own_losses) free(R->losses), R->losses = NULL;
+}
+
+// ---- the step loop ----------------------------------------------------------------------
+
+static int should_log(const train_run* run, int64_t i) {
+    int64_t n = run->start_step + i + 1;  // 1-based step number
+    return i == 0 || i + 1 == run->nsteps || n % run->o->log_every == 0;
+}
+
+// Runs the steps; returns 0, or 1 when the run failed or diverged (already reported).
+static int rank_steps(train_run* run, rt_rank* R) {
+    const rt_model* m = run->m;
+    const int64_t W = m->world, NB = m->n_backward;
+    const int64_t items = train_items_per_step(m);
+    for (int64_t i = 0; i < run->nsteps; i++) {
+        const int64_t s = run->start_step + i;
+        R->step = s;
+        train_feed(run, R, s);
+        for (int64_t k = 0; k < NB; k++) R->losses[k] = 0.0;
+        const double c0 = R->t_comm, o0 = R->t_optim;
+        const double ts = run->trace ? rt_trace_now_us(run->trace) : 0.0;
+        const double t0 = now_s();
+        m->step(R);
+        double* mine = run->slots + ((s & 1) * W + R->rank) * NB;
+        for (int64_t k = 0; k < NB; k++) mine[k] = R->losses[k];
+        if (train_agree(run, R)) return 1;
+        const double dt = now_s() - t0;
+        R->t_total += dt;
+        // Same order on every rank, so every rank computes the same mean.
+        double sum = 0.0;
+        const double* all = run->slots + (s & 1) * W * NB;
+        for (int64_t j = 0; j < W * NB; j++) sum += all[j];
+        const double mean = sum / (double)(W * NB);
+        if (run->trace) {
+            char name[48];
+            snprintf(name, sizeof name, "step %lld", (long long)(s + 1));
+            rt_trace_complete(run->trace, R->rank, RT_TRACE_COMPUTE, name, "step", ts, dt * 1e6,
+                              NULL, NULL);
+        }
+        if (R->rank == 0) {
+            run->loss[i] = mean;
+            run->step_ms[i] = dt * 1e3;
+            run->comm_ms[i] = (R->t_comm - c0) * 1e3;
+            run->optim_ms[i] = (R->t_optim - o0) * 1e3;
+            run->steps_done = i + 1;
+            if (!run->quiet && should_log(run, i))
+                printf("step %lld loss %.6f | %.0f %s/s | %.2f ms\n", (long long)(s + 1), mean,
+                       dt > 0 ? (double)items / dt : 0.0, m->tokens ? "tok" : "samples", dt * 1e3);
+        }
+        if (!isfinite(mean)) {
+            if (R->rank == 0) {
+                fprintf(stderr, "fsdpgen: step %lld: loss is %s (training diverged; lower the "
+                                "learning rate or check the data)\n",
+                        (long long)(s + 1), isnan(mean) ? "nan" : "inf");
+                pthread_mutex_lock(&run->mu);
+                run->diverged = 1;
+                pthread_mutex_unlock(&run->mu);
+            }
+            return 1;
+        }
+        if (run->hook) run->hook(run, R, i);
+        const train_opts* o = run->o;
+        if (o->checkpoint && o->checkpoint_every && (s + 1) % o->checkpoint_every == 0 &&
+            i + 1 < run->nsteps)
+            if (train_checkpoint_save(run, R, o->checkpoint, s + 1)) return 1;
+    }
+    return 0;
+}
+
+static void rank_main(rt_comm* comm, void* arg) {
+    train_run* run = arg;
+    const rt_model* m = run->m;
+    const train_opts* o = run->o;
+    rt_rank R;
+    memset(&R, 0, sizeof R);
+    if (rt_rank_init(&R, m, comm) != 0) {  // it printed why
+        pthread_mutex_lock(&run->mu);
+        run->failed = 1;
+        pthread_mutex_unlock(&run->mu);
+        return;
+    }
+    R.trace = run->trace;
+    R.t_comm = R.t_optim = R.t_total = 0.0;
+    rank_bufs bufs;
+    int rc = rank_alloc(run, &R, &bufs);
+    if (!rc) {
+        if (o->resume) rc = train_checkpoint_load(run, &R, o->resume);
+        else if (o->load) rc = train_load(run, &R, o->load);
+        else rc = train_init_params(run, &R);
+        if (rc) train_fail(run, "rank %d: parameter setup failed", R.rank);  // first message wins
+    }
+    if (train_agree(run, &R)) goto out;
+    if (rank_steps(run, &R)) goto out;
+    if (o->save && train_save(run, &R, o->save, run->start_step + run->nsteps)) goto out;
+    if (o->checkpoint && train_checkpoint_save(run, &R, o->checkpoint, run->start_step + run->nsteps))
+        goto out;
+out:
+    run->peak[R.rank] = rt_arena_peak(&R.arena);
+    rank_release(run, &R, &bufs);
+    rt_rank_free(&R);
+}
+
+int train_run_exec(train_run* run) {
+    int rc = rt_threads_run(run->m->world, rank_main, run);
+    return rc != 0 || run->failed || run->diverged ? 1 : 0;
+}
+
+// ---- model sanity -----------------------------------------------------------------------
+
+// The generator guarantees these; a hand-written or corrupted model gets a clear message.
+static int check_model(const rt_model* m) {
+    const char* why = NULL;
+    if (!m) why = "no model";
+    else if (!m->step) why = "step function is NULL";
+    else if (m->world < 1) why = "world < 1";
+    else if (m->n_forward < 1) why = "n_forward < 1";
+    else if (m->n_backward < 1) why = "n_backward < 1";
+    else if (m->nparams < 0 || (m->nparams > 0 && !m->params)) why = "bad parameter table";
+    else if (m->ngroups < 0 || (m->ngroups > 0 && !m->groups)) why = "bad group table";
+    else if (m->tokens && (m->batch < 1 || m->seq_len < 1 || m->vocab < 1))
+        why = "token model without batch/seq_len/vocab";
+    else if (!m->tokens && train_input_numel(m) < 1) why = "float model without an input shape";
+    if (why) {
+        fprintf(stderr, "fsdpgen: internal error: model '%s': %s (generated code is inconsistent)\n",
+                m && m->name ? m->name : "?", why);
+        return 1;
+    }
+    return 0;
+}
+
+// ---- main -------------------------------------------------------------------------------
+
+// Opens --data and fetches step 0 once, so a bad file is reported before any rank starts.
+static int open_data(train_run* run, const char* path) {
+    const rt_model* m = run->m;
+    char err[512];
+    if (rt_data_open(path, m->vocab, m->seq_len, &run->data, err, sizeof err) != 0) {
+        fprintf(stderr, "fsdpgen: --data: %s\n", err);
+        return 1;
+    }
+    rt_data_shape shape = {m->world, m->n_forward, m->batch, m->seq_len};
+    size_t n = (size_t)(m->batch * m->seq_len);
+    int32_t* a = malloc(n * sizeof(int32_t));
+    int32_t* b = malloc(n * sizeof(int32_t));
+    int rc = !a || !b ? -1 : rt_data_batch(run->data, &shape, 0, 0, 0, a, b, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "fsdpgen: --data: %s\n", !a || !b ? "out of memory" : err);
+    free(a);
+    free(b);
+    return rc != 0;
+}
+
+int rt_train_main(const rt_model* m, int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (check_model(m)) return 1;
+    train_opts o;
+    int rc = train_parse_args(m, 0, argc, argv, &o);
+    if (rc == -1) return 0;
+    if (rc) return 2;
+    rt_kernels_init();
+    train_run run;
+    if (train_run_init(&run, m, &o)) return 1;
+    char err[512];
+    rc = 0;
+    if (o.data && open_data(&run, o.data)) rc = 1;
+    if (!rc && o.resume && train_checkpoint_probe(m, o.resume, &run.start_step)) rc = 1;
+    if (!rc && o.trace && rt_trace_create(m->world, 0, 0, &run.trace, err, sizeof err) != 0) {
+        fprintf(stderr, "fsdpgen: --trace %s: %s\n", o.trace, err);
+        rc = 1;
+    }
+    if (!rc) {
+        char seed[48];
+        if (o.resume && !o.seed_set) snprintf(seed, sizeof seed, "the checkpoint's");
+        else snprintf(seed, sizeof seed, "%llu", (unsigned long long)o.seed);
+        printf("%s: world %d (replicate %d x shard %d), steps %lld..%lld, seed %s, data %s\n",
+               m->name, m->world, m->replicate, m->shard, (long long)run.start_step + 1,
+               (long long)(run.start_step + run.nsteps), seed, o.data ? o.data : "synthetic");
+        rc = train_run_exec(&run);
+        if (run.trace && rt_trace_write(run.trace, o.trace, err, sizeof err) != 0) {
+            fprintf(stderr, "fsdpgen: --trace %s: %s\n", o.trace, err);
+            rc = 1;
+        }
+        if (!rc && o.bench) train_bench_report(&run);
+    }
+    if (run.trace) rt_trace_destroy(run.trace);
+    if (run.data) rt_data_close(run.data);
+    train_run_free(&run);
+    return rc;
+}

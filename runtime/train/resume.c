@@ -1,0 +1,203 @@
+// resume.c — --checkpoint / --resume: each rank saves its sharded fp32 parameters and
+// optimizer state (rt_checkpoint.h: begin / save_rank / finish with barriers between, so a
+// half-written save never loads), plus the step and seed. Since the data offset, the
+// synthetic data and the dropout streams depend only on the step index, restoring the
+// step makes the continued run bit-identical to an uninterrupted one. A model fingerprint
+// blob rejects a checkpoint written by another model or plan.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_checkpoint.h"
+#include "rt_train.h"
+#include "train_internal.h"
+
+// ---- fingerprint ------------------------------------------------------------------------
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t mix_str(uint64_t h, const char* s) {
+    for (; s && *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return mix(h, 0);
+}
+
+// What a checkpoint's shards depend on: the names, shapes and layout of the parameters,
+// the mesh and the optimizer's state buffers (not the hyperparameters).
+static int64_t model_fingerprint(const rt_model* m) {
+    uint64_t h = mix_str(0xcbf29ce484222325ull, m->name);
+    h = mix(mix(mix(h, (uint64_t)m->world), (uint64_t)m->replicate), (uint64_t)m->shard);
+    h = mix(mix(h, (uint64_t)m->optim.kind), (uint64_t)m->optim.nstates);
+    for (int p = 0; p < m->nparams; p++) {
+        const rt_model_param* P = &m->params[p];
+        h = mix(mix(mix_str(h, P->fqn), (uint64_t)P->group), (uint64_t)P->block_offset);
+        for (int d = 0; d < P->ndim; d++) h = mix(h, (uint64_t)P->shape[d]);
+    }
+    for (int g = 0; g < m->ngroups; g++) h = mix(h, (uint64_t)m->groups[g].block_numel);
+    return (int64_t)h;
+}
+
+// ---- blobs ------------------------------------------------------------------------------
+
+typedef struct ckpt_blobs {
+    int n;
+    char (*names)[32];
+    rt_ckpt_slot* slots;  // also used as blobs (same fields)
+    int64_t fingerprint;
+} ckpt_blobs;
+
+static void blobs_free(ckpt_blobs* b) {
+    free(b->names);
+    free(b->slots);
+}
+
+// The blob list of this rank: "model" (fingerprint), then per group g "gG.params" and
+// "gG.stateK" pointing into the arena.
+static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
+    const rt_model* m = run->m;
+    int nstates = m->optim.nstates > 0 ? m->optim.nstates : 0;
+    memset(b, 0, sizeof *b);
+    b->n = 1 + m->ngroups * (1 + nstates);
+    b->names = calloc((size_t)b->n, sizeof *b->names);
+    b->slots = calloc((size_t)b->n, sizeof *b->slots);
+    if (!b->names || !b->slots) {
+        blobs_free(b);
+        train_fail(run, "rank %d: out of memory for the checkpoint table", R->rank);
+        return 1;
+    }
+    int k = 0;
+    snprintf(b->names[k], sizeof b->names[k], "model");
+    b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_I64, 1, &b->fingerprint};
+    k++;
+    for (int g = 0; g < m->ngroups; g++) {
+        const rt_model_group* G = &m->groups[g];
+        uint64_t n = (uint64_t)G->block_numel;
+        float* params = train_arena_f32(R, G->params_off, G->block_numel);
+        float* state = train_arena_f32(R, G->state_off, G->block_numel * nstates);
+        if (!params || !state) {
+            blobs_free(b);
+            train_fail(run, "rank %d: the persistent buffers of group '%s' lie outside the arena",
+                       R->rank, G->name);
+            return 1;
+        }
+        snprintf(b->names[k], sizeof b->names[k], "g%d.params", g);
+        b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, n, params};
+        k++;
+        for (int s = 0; s < nstates; s++) {
+            snprintf(b->names[k], sizeof b->names[k], "g%d.state%d", g, s);
+            b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, n, state + (int64_t)s * G->block_numel};
+            k++;
+        }
+    }
+    return 0;
+}
+
+// ---- save -------------------------------------------------------------------------------
+
+int train_checkpoint_save(train_run* run, rt_rank* R, const char* dir, int64_t steps_completed) {
+    const rt_model* m = run->m;
+    char err[512];
+    if (R->rank == 0 && rt_ckpt_begin(dir, err, sizeof err) != 0)
+        train_fail(run, "--checkpoint %s: %s", dir, err);
+    if (train_agree(run, R)) return 1;
+    ckpt_blobs b;
+    if (blobs_init(run, R, &b) == 0) {
+        b.fingerprint = model_fingerprint(m);
+        rt_ckpt_blob* blobs = malloc((size_t)b.n * sizeof *blobs);
+        if (!blobs) {
+            train_fail(run, "rank %d: out of memory for the checkpoint table", R->rank);
+        } else {
+            for (int i = 0; i < b.n; i++)
+                blobs[i] = (rt_ckpt_blob){b.slots[i].name, b.slots[i].dtype, b.slots[i].count,
+                                          b.slots[i].data};
+            rt_ckpt_state st = {(uint64_t)steps_completed, (uint64_t)steps_completed, run->seed, 0};
+            if (rt_ckpt_save_rank(dir, m->world, R->rank, &st, blobs, (size_t)b.n, err,
+                                  sizeof err) != 0)
+                train_fail(run, "--checkpoint %s: rank %d: %s", dir, R->rank, err);
+            free(blobs);
+        }
+        blobs_free(&b);
+    }
+    if (train_agree(run, R)) return 1;
+    if (R->rank == 0 &&
+        rt_ckpt_finish(dir, m->world, (uint64_t)steps_completed, err, sizeof err) != 0)
+        train_fail(run, "--checkpoint %s: %s", dir, err);
+    if (train_agree(run, R)) return 1;
+    if (R->rank == 0 && !run->quiet)
+        printf("checkpoint: step %" PRId64 " saved to %s\n", steps_completed, dir);
+    return 0;
+}
+
+// ---- load -------------------------------------------------------------------------------
+
+int train_checkpoint_probe(const rt_model* m, const char* dir, int64_t* step) {
+    char err[512];
+    int world = 0;
+    uint64_t s = 0;
+    int pr = rt_ckpt_probe(dir, &world, &s, err, sizeof err);
+    if (pr < 0) {
+        fprintf(stderr, "fsdpgen: --resume %s: %s\n", dir, err);
+        return 1;
+    }
+    if (pr == 0) {
+        fprintf(stderr, "fsdpgen: --resume %s: no complete checkpoint there (%s/COMPLETE is "
+                        "missing: the save did not finish, or this is not a checkpoint directory)\n",
+                dir, dir);
+        return 1;
+    }
+    if (world != m->world) {
+        fprintf(stderr, "fsdpgen: --resume %s: the checkpoint was saved with world size %d, %s "
+                        "runs %d ranks (resharding a checkpoint is not supported)\n",
+                dir, world, m->name, m->world);
+        return 1;
+    }
+    if (s > (uint64_t)INT64_MAX / 2) {
+        fprintf(stderr, "fsdpgen: --resume %s: step %llu is out of range\n", dir,
+                (unsigned long long)s);
+        return 1;
+    }
+    *step = (int64_t)s;
+    return 0;
+}
+
+int train_checkpoint_load(train_run* run, rt_rank* R, const char* dir) {
+    const rt_model* m = run->m;
+    ckpt_blobs b;
+    if (blobs_init(run, R, &b) != 0) return 1;
+    char err[512];
+    rt_ckpt_state st;
+    int rc = 0;
+    if (rt_ckpt_load_rank(dir, m->world, R->rank, &st, b.slots, (size_t)b.n, err, sizeof err) != 0) {
+        train_fail(run, "--resume %s: rank %d: %s (was it written by this model's binary?)", dir,
+                   R->rank, err);
+        rc = 1;
+    } else if (b.fingerprint != model_fingerprint(m)) {
+        train_fail(run, "--resume %s: the checkpoint was saved by a different model or plan "
+                        "(parameter names, shapes or sharding differ from %s's)", dir, m->name);
+        rc = 1;
+    } else if (st.step != (uint64_t)run->start_step || st.data_cursor != st.step) {
+        train_fail(run, "--resume %s: rank %d holds step %llu (data cursor %llu), expected step "
+                        "%lld", dir, R->rank, (unsigned long long)st.step,
+                   (unsigned long long)st.data_cursor, (long long)run->start_step);
+        rc = 1;
+    } else if (run->o->seed_set && st.rng_seed != run->o->seed) {
+        train_fail(run, "--resume %s: the checkpoint was trained with seed %llu, not --seed %llu "
+                        "(the data and dropout streams would differ); drop --seed to continue it",
+                   dir, (unsigned long long)st.rng_seed, (unsigned long long)run->o->seed);
+        rc = 1;
+    } else if (R->rank == 0) {
+        // Read by the other ranks only after the agreement barrier that follows setup.
+        run->seed = st.rng_seed;
+    }
+    blobs_free(&b);
+    return rc;
+}

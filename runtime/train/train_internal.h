@@ -1,0 +1,119 @@
+// train_internal.h — what the files of the training driver share: the parsed options, the
+// run (state shared by the rank threads), and the per-file entry points.
+//
+// Error discipline inside rank threads: a rank that hits an error calls train_fail (the
+// first message of the run is printed, later ones are dropped), then every rank meets in
+// train_agree, which returns non-zero on every rank when any rank failed, so all ranks
+// leave together and nobody waits in a collective for a peer that gave up.
+#ifndef FSDPGEN_TRAIN_INTERNAL_H
+#define FSDPGEN_TRAIN_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_data.h"
+#include "rt_model.h"
+#include "rt_step.h"
+#include "rt_trace.h"
+
+// ---- options (cli.c) ---------------------------------------------------------------------
+
+typedef struct train_opts {
+    int64_t steps;
+    int steps_set;
+    uint64_t seed;
+    int seed_set;
+    int64_t log_every;
+    const char* data;
+    const char* save;
+    const char* load;
+    const char* checkpoint;
+    int64_t checkpoint_every;  // 0: only at the end
+    const char* resume;
+    const char* trace;
+    int bench;
+    int verbose;
+} train_opts;
+
+// Parses argv for a training binary (conformance = 0) or a conformance test (1). Returns 0
+// to run, 2 after printing a bad-argument line, or -1 after printing --help (exit 0).
+int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, train_opts* o);
+
+// ---- the run (driver.c) ------------------------------------------------------------------
+
+struct train_run;
+// Called on every rank after step index `idx` (0-based within this run); collective.
+typedef void (*train_hook)(struct train_run* run, rt_rank* R, int64_t idx);
+
+typedef struct train_run {
+    const rt_model* m;
+    const train_opts* o;
+    uint64_t seed;           // param init, synthetic data, dropout
+    int64_t start_step;      // 0, or the step a --resume checkpoint holds
+    int64_t nsteps;
+    rt_data* data;           // --data, or NULL (synthetic)
+    rt_trace* trace;         // --trace, or NULL
+    int quiet;               // no step lines (conformance)
+    train_hook hook;
+    void* hook_arg;
+    // Shared between ranks.
+    pthread_mutex_t mu;
+    int failed;              // sticky: some rank failed
+    int diverged;            // the mean loss was not finite
+    double* slots;           // [2][world][n_backward] this step's losses (double-buffered)
+    double* loss;            // [nsteps] mean loss per step
+    double* step_ms;         // [nsteps] rank 0's step time
+    double* comm_ms;         // [nsteps] rank 0's exposed communication
+    double* optim_ms;        // [nsteps] rank 0's optimizer time
+    size_t* peak;            // [world] measured arena peak at the end
+    int64_t steps_done;
+} train_run;
+
+// Sets up run for m and o (allocations); returns 0 or prints and returns 1.
+int train_run_init(train_run* run, const rt_model* m, const train_opts* o);
+void train_run_free(train_run* run);
+// Runs every rank; returns the exit status (0, or 1).
+int train_run_exec(train_run* run);
+
+// Records a rank's failure (the first one of the run is printed as "fsdpgen: ...").
+void train_fail(train_run* run, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// Barrier of all ranks; returns 1 on every rank when any rank failed (or the barrier did).
+int train_agree(train_run* run, rt_rank* R);
+
+// A checked fp32 pointer into the rank's arena that does not move the measured peak (the
+// driver's own accesses to the persistent buffers are not part of the step's plan).
+float* train_arena_f32(rt_rank* R, size_t off, int64_t numel);
+
+// ---- per-file entry points ---------------------------------------------------------------
+
+// init.c: deterministic parameter init into the sharded params. Returns 0 (cannot fail
+// except on memory, reported through train_fail).
+int train_init_params(train_run* run, rt_rank* R);
+
+// data_feed.c: fills R->tokens/targets/inputs for step s. Returns 0 (a file batch that
+// fails after open_data fetched step 0 with the same shape ends the process: rt_rank_die).
+int train_feed(train_run* run, rt_rank* R, int64_t s);
+
+// weights.c: --save / --load, and the gather the conformance test uses. full[p] (numel of
+// param p floats, for every param p of the model) is filled on rank 0 only; every rank of
+// rank 0's shard group must call (others may call too: they do nothing).
+int train_gather_params(train_run* run, rt_rank* R, float* const* full);
+int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_completed);
+int train_load(train_run* run, rt_rank* R, const char* path);
+
+// resume.c: --checkpoint / --resume.
+int train_checkpoint_save(train_run* run, rt_rank* R, const char* dir, int64_t steps_completed);
+int train_checkpoint_load(train_run* run, rt_rank* R, const char* dir);
+// Main thread, before the ranks start: checks that dir holds a complete checkpoint for this
+// world size and returns its step in *step. Returns 0, or prints and returns 1.
+int train_checkpoint_probe(const rt_model* m, const char* dir, int64_t* step);
+
+// bench.c: the --bench report from run->step_ms / comm_ms / optim_ms.
+void train_bench_report(const train_run* run);
+
+// Numbers of one step.
+int64_t train_items_per_step(const rt_model* m);  // tokens (token models) or samples
+int64_t train_input_numel(const rt_model* m);     // floats of one forward item's input
+
+#endif

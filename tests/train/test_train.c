@@ -1,0 +1,609 @@
+// test_train.c — tests of the training driver (runtime/train) over the hand-written models
+// of tiny_model.c: in-process checks of parameter init, shard split, synthetic data and the
+// --save/--load round trip, then the training binary and the conformance test run as
+// subprocesses for exit codes, messages and files (resume bit-identity, corrupt inputs,
+// divergence, bad arguments).
+//
+// usage: test_train TINY_TRAIN TINY_CONFORMANCE WORKDIR
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "rt_comm.h"
+#include "rt_kernels.h"
+#include "rt_safetensors.h"
+#include "rt_step.h"
+#include "rt_train.h"
+#include "tiny_model.h"
+#include "train_internal.h"
+
+static const char* g_train;
+static const char* g_conf;
+static const char* g_dir;
+
+// ---- files ------------------------------------------------------------------------------
+
+// WORKDIR/name (a few rotating buffers, so several may be live in one call).
+static const char* P(const char* name) {
+    static char buf[8][4096];
+    static int k;
+    char* b = buf[k++ % 8];
+    snprintf(b, sizeof buf[0], "%s/%s", g_dir, name);
+    return b;
+}
+
+static char* read_all(const char* path, size_t* len) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char* s = malloc(cap + 1);
+    size_t r;
+    while (s && (r = fread(s + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) s = realloc(s, (cap *= 2) + 1);
+    }
+    fclose(f);
+    if (!s) return NULL;
+    s[n] = 0;
+    if (len) *len = n;
+    return s;
+}
+
+static int write_all(const char* path, const void* data, size_t n) {
+    FILE* f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+static int exists(const char* path) { return access(path, F_OK) == 0; }
+
+static int same_file(const char* a, const char* b) {
+    size_t na = 0, nb = 0;
+    char* x = read_all(a, &na);
+    char* y = read_all(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static int copy_file(const char* from, const char* to) {
+    size_t n = 0;
+    char* s = read_all(from, &n);
+    int rc = s ? write_all(to, s, n) : -1;
+    free(s);
+    return rc;
+}
+
+static int copy_ckpt(const char* from, const char* to) {
+    mkdir(to, 0755);
+    char a[4096], b[4096];
+    const char* names[] = {"rank00000.ckpt", "rank00001.ckpt", "COMPLETE"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/%s", from, names[i]);
+        snprintf(b, sizeof b, "%s/%s", to, names[i]);
+        if (copy_file(a, b)) return -1;
+    }
+    return 0;
+}
+
+// ---- subprocesses -----------------------------------------------------------------------
+
+typedef struct proc {
+    int rc;     // exit status, or 128 + signal
+    char* out;  // stdout
+    char* err;  // stderr
+} proc;
+
+static void proc_free(proc* p) {
+    free(p->out);
+    free(p->err);
+    p->out = p->err = NULL;
+}
+
+// Runs bin with TINY_MODEL=model and the NULL-terminated arguments; 120 s at most.
+static proc run(const char* bin, const char* model, ...) {
+    const char* argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    va_list ap;
+    va_start(ap, model);
+    const char* a;
+    while ((a = va_arg(ap, const char*)) && n < 63) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    const char* out = P("proc.out");
+    const char* err = P("proc.err");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0) _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        if (model) setenv("TINY_MODEL", model, 1);
+        else unsetenv("TINY_MODEL");
+        alarm(120);
+        execv(bin, (char* const*)argv);
+        _exit(127);
+    }
+    proc p = {-1, NULL, NULL};
+    int st = 0;
+    if (pid > 0 && waitpid(pid, &st, 0) == pid)
+        p.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    p.out = read_all(out, NULL);
+    p.err = read_all(err, NULL);
+    if (!p.out) p.out = strdup("");
+    if (!p.err) p.err = strdup("");
+    return p;
+}
+
+static int has(const char* s, const char* sub) { return s && strstr(s, sub) != NULL; }
+
+static int count_lines(const char* s) {
+    int n = 0;
+    for (; s && *s; s++) n += *s == '\n';
+    return n;
+}
+
+// The "loss X" of step n's line, or NULL.
+static const char* loss_of(const char* out, int n, char* buf, size_t cap) {
+    char key[32];
+    snprintf(key, sizeof key, "step %d loss ", n);
+    const char* p = strstr(out, key);
+    if (!p) return NULL;
+    p += strlen(key);
+    size_t k = 0;
+    while (p[k] && p[k] != ' ' && k + 1 < cap) buf[k] = p[k], k++;
+    buf[k] = 0;
+    return buf;
+}
+
+// Prints a failed process's output so the failure can be diagnosed.
+static void show(const proc* p) {
+    printf("  exit %d\n  stdout: %s\n  stderr: %s\n", p->rc, p->out, p->err);
+}
+
+#define CHECK_PROC(p, cond, ...)      \
+    do {                              \
+        int ok_ = (cond);             \
+        CHECK(ok_, __VA_ARGS__);      \
+        if (!ok_) show(&(p));         \
+    } while (0)
+
+// ---- in-process: init, shard split, data ------------------------------------------------
+
+static void test_fnv_and_init(void) {
+    CHECK(rt_train_fnv1a("") == 0xcbf29ce484222325ull && rt_train_fnv1a("a") == 0xaf63dc4c8601ec8cull,
+          "FNV-1a test vectors ('' and 'a')");
+    const rt_model_param* w = &tiny_model.params[0];
+    float a[20], b[20], c[20];
+    rt_train_init_param(w, 1234, a);
+    rt_train_init_param(w, 1234, b);
+    rt_train_init_param(w, 1235, c);
+    int in_range = 1, differs = 0;
+    for (int i = 0; i < 20; i++) {
+        in_range &= a[i] >= -0.5f && a[i] < 0.5f;
+        differs += a[i] != c[i];
+    }
+    CHECK(!memcmp(a, b, sizeof a), "init is deterministic: same seed, same 20 values");
+    CHECK(differs >= 19, "init depends on the seed: %d of 20 values differ", differs);
+    CHECK(in_range, "UNIFORM(0.5) values lie in [-0.5, 0.5)");
+    float u0 = rt_dropout_uniform(1234, rt_train_fnv1a("lin.weight"), 0);
+    CHECK(a[0] == (float)(-0.5 + 1.0 * u0), "UNIFORM element 0 = -s + 2 s u(seed, fnv(fqn), 0)");
+
+    static float big[40000];
+    rt_model_param nrm = {"x.weight", NULL, 1, {40000}, 0, 0, 0, RT_INIT_NORMAL, 2.0};
+    rt_train_init_param(&nrm, 7, big);
+    double s = 0, ss = 0;
+    for (int i = 0; i < 40000; i++) s += big[i], ss += (double)big[i] * big[i];
+    double mean = s / 40000, sd = sqrt(ss / 40000 - mean * mean);
+    CHECK(fabs(mean) < 0.05 && fabs(sd - 2.0) < 0.05, "NORMAL(0, 2) over 40000 values: mean %.4f std %.4f",
+          mean, sd);
+    rt_model_param ones = {"n.weight", NULL, 1, {7}, 0, 0, 0, RT_INIT_ONES, 0.0};
+    rt_model_param zeros = {"n.bias", NULL, 1, {7}, 0, 0, 0, RT_INIT_ZEROS, 0.0};
+    float o[7], z[7];
+    rt_train_init_param(&ones, 1, o);
+    rt_train_init_param(&zeros, 1, z);
+    int ok = 1;
+    for (int i = 0; i < 7; i++) ok &= o[i] == 1.0f && z[i] == 0.0f;
+    CHECK(ok, "ONES and ZEROS are exact");
+}
+
+static void test_synthetic(void) {
+    int32_t t1[12], g1[12], t2[12], g2[12], t3[12];
+    rt_train_synthetic_tokens(5, 16, 3, 1, 0, 2, 6, t1, g1);
+    rt_train_synthetic_tokens(5, 16, 3, 1, 0, 2, 6, t2, g2);
+    rt_train_synthetic_tokens(5, 16, 3, 1, 1, 2, 6, t3, NULL);
+    int shift = 1, range = 1, diff = 0;
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < 5; t++) shift &= g1[b * 6 + t] == t1[b * 6 + t + 1];
+    for (int i = 0; i < 12; i++) {
+        range &= t1[i] >= 0 && t1[i] < 16 && g1[i] >= 0 && g1[i] < 16;
+        diff += t1[i] != t3[i];
+    }
+    CHECK(!memcmp(t1, t2, sizeof t1) && !memcmp(g1, g2, sizeof g1), "synthetic tokens are deterministic");
+    CHECK(shift, "synthetic targets are the next token of the same stream");
+    CHECK(range, "synthetic tokens and targets lie in [0, vocab)");
+    CHECK(diff > 4, "synthetic tokens differ between ranks (%d of 12)", diff);
+    float x[12], y[12];
+    rt_train_synthetic_inputs(5, 0, 0, 0, 12, x);
+    rt_train_synthetic_inputs(5, 1, 0, 0, 12, y);
+    int in = 1, d = 0;
+    for (int i = 0; i < 12; i++) in &= x[i] >= -1.0f && x[i] < 1.0f, d += x[i] != y[i];
+    CHECK(in && d > 10, "synthetic float inputs lie in [-1, 1) and change with the step");
+}
+
+// Rank function of the in-process checks: init (seed 99), compare the shard with the full
+// parameters; --save; scramble; --load; compare again.
+typedef struct inproc {
+    train_opts o;
+    train_run run;
+    const char* path;
+    int shard_ok[2], padding_ok[2], save_rc[2], load_rc[2], roundtrip_ok[2];
+} inproc;
+
+static void inproc_rank(rt_comm* comm, void* arg) {
+    inproc* c = arg;
+    rt_rank R;
+    if (rt_rank_init(&R, &tiny_model, comm)) return;
+    int r = R.rank;
+    train_init_params(&c->run, &R);
+    float* block = train_arena_f32(&R, tiny_model.groups[0].params_off, 15);
+    float w[20], b[5];
+    rt_train_init_param(&tiny_model.params[0], 99, w);
+    rt_train_init_param(&tiny_model.params[1], 99, b);
+    int rows = r == 0 ? 3 : 2, ok = 1, pad = 1;
+    for (int i = 0; i < rows * 4; i++) ok &= block[i] == w[r * 12 + i];
+    for (int i = 0; i < rows; i++) ok &= block[12 + i] == b[r * 3 + i];
+    for (int i = rows * 4; i < 12; i++) pad &= block[i] == 0.0f;
+    for (int i = rows; i < 3; i++) pad &= block[12 + i] == 0.0f;
+    c->shard_ok[r] = ok;
+    c->padding_ok[r] = pad;
+    float before[15];
+    memcpy(before, block, sizeof before);
+    c->save_rc[r] = train_save(&c->run, &R, c->path, 0);
+    for (int i = 0; i < 15; i++) block[i] = 1e9f;
+    c->load_rc[r] = train_load(&c->run, &R, c->path);
+    c->roundtrip_ok[r] = !memcmp(before, block, sizeof before);
+    train_agree(&c->run, &R);
+    rt_rank_free(&R);
+}
+
+static void test_shard_and_roundtrip(void) {
+    inproc c;
+    memset(&c, 0, sizeof c);
+    c.o.steps = 1;
+    c.o.seed = 99;
+    c.o.log_every = 1;
+    c.path = P("inproc.safetensors");
+    if (train_run_init(&c.run, &tiny_model, &c.o)) {
+        CHECK(0, "train_run_init");
+        return;
+    }
+    c.run.quiet = 1;
+    int rc = rt_threads_run(2, inproc_rank, &c);
+    CHECK(rc == 0 && !c.run.failed, "in-process init / save / load ran on 2 ranks (rc %d)", rc);
+    for (int r = 0; r < 2; r++) {
+        CHECK(c.shard_ok[r], "rank %d holds rows %s of the full init (weight and bias)", r,
+              r ? "3..4" : "0..2");
+        CHECK(c.padding_ok[r], "rank %d's padding rows are zero", r);
+        CHECK(c.save_rc[r] == 0 && c.load_rc[r] == 0 && c.roundtrip_ok[r],
+              "rank %d: --save then --load restores its shard bit for bit", r);
+    }
+    train_run_free(&c.run);
+    // The file: every name (the tied alias too), F32, full shapes, the init values.
+    rt_st_file* f = NULL;
+    char err[256];
+    float w[20], b[5], fw[20], fb[5], fa[5];
+    rt_train_init_param(&tiny_model.params[0], 99, w);
+    rt_train_init_param(&tiny_model.params[1], 99, b);
+    int64_t sw[2] = {5, 4}, sb[1] = {5};
+    int ok = rt_st_open(c.path, &f, err, sizeof err) == 0 && rt_st_count(f) == 3 &&
+             rt_st_load(f, "lin.weight", RT_ST_F32, 2, sw, fw, sizeof fw, err, sizeof err) == 0 &&
+             rt_st_load(f, "lin.bias", RT_ST_F32, 1, sb, fb, sizeof fb, err, sizeof err) == 0 &&
+             rt_st_load(f, "head.bias", RT_ST_F32, 1, sb, fa, sizeof fa, err, sizeof err) == 0;
+    CHECK(ok, "saved file holds lin.weight [5, 4], lin.bias [5] and its alias head.bias, F32 (%s)",
+          ok ? "ok" : err);
+    CHECK(ok && !memcmp(fw, w, sizeof w) && !memcmp(fb, b, sizeof b) && !memcmp(fa, b, sizeof b),
+          "saved tensors equal the full init values exactly");
+    CHECK(f && rt_st_meta_get(f, "format") && !strcmp(rt_st_meta_get(f, "format"), "pt"),
+          "saved file has metadata format=pt");
+    rt_st_close(f);
+}
+
+// ---- subprocess: runs -------------------------------------------------------------------
+
+static void test_basic_run(void) {
+    proc p = run(g_train, "tiny", "--steps", "5", "--log-every", "2", NULL);
+    CHECK_PROC(p, p.rc == 0, "tiny --steps 5 --log-every 2 exits 0");
+    CHECK_PROC(p, has(p.out, "step 1 loss ") && has(p.out, "step 2 loss ") &&
+                      !has(p.out, "step 3 loss ") && has(p.out, "step 4 loss ") &&
+                      has(p.out, "step 5 loss "),
+               "step lines 1, 2, 4, 5 (first, every 2nd, last)");
+    CHECK_PROC(p, has(p.out, " samples/s | ") && has(p.out, " ms\n"), "step line has samples/s and ms");
+    proc q = run(g_train, "tiny", "--steps", "5", "--log-every=2", NULL);
+    char a[32], b[32];
+    CHECK(loss_of(p.out, 5, a, sizeof a) && loss_of(q.out, 5, b, sizeof b) && !strcmp(a, b),
+          "two runs print the same step-5 loss (%s)", a);
+    proc s = run(g_train, "tiny", "--steps", "2", "--seed", "77", NULL);
+    char c[32];
+    CHECK(loss_of(s.out, 1, c, sizeof c) && loss_of(p.out, 1, a, sizeof a) && strcmp(a, c),
+          "--seed changes the run (step 1 loss %s vs %s)", c, a);
+    proc_free(&p);
+    proc_free(&q);
+    proc_free(&s);
+
+    p = run(g_train, "tok", "--steps", "3", "--bench", NULL);
+    CHECK_PROC(p, p.rc == 0 && has(p.out, " tok/s | ") && has(p.out, "bench: ") &&
+                      has(p.out, "exposed communication") && has(p.out, "optimizer"),
+               "tok --bench: tok/s step lines and the compute/communication/optimizer split");
+    proc_free(&p);
+
+    p = run(g_train, "tiny", "--steps", "2", "--trace", P("t.json"), NULL);
+    char* t = read_all(P("t.json"), NULL);
+    CHECK_PROC(p, p.rc == 0 && has(t, "\"traceEvents\"") && has(t, "step 1") && has(t, "step 2") &&
+                      has(t, "reduce_scatter"),
+               "--trace writes a Chrome trace with per-rank step spans and rt_step's collectives");
+    free(t);
+    proc_free(&p);
+
+    p = run(g_train, "tiny", "--help", NULL);
+    CHECK_PROC(p, p.rc == 0 && has(p.out, "--steps N") && has(p.out, "--checkpoint-every N") &&
+                      has(p.out, "--resume DIR"),
+               "--help exits 0 and documents the options");
+    proc_free(&p);
+}
+
+static void test_resume(void) {
+    proc a = run(g_train, "tiny", "--steps", "5", "--checkpoint", P("ckA"), "--save", P("a.st"), NULL);
+    proc b = run(g_train, "tiny", "--steps", "3", "--checkpoint", P("ckB"), NULL);
+    CHECK_PROC(a, a.rc == 0 && exists(P("ckA/COMPLETE")), "5 steps + checkpoint: exit 0, COMPLETE");
+    CHECK_PROC(b, b.rc == 0 && exists(P("ckB/COMPLETE")), "3 steps + checkpoint: exit 0, COMPLETE");
+    copy_ckpt(P("ckB"), P("ckB_copy"));
+    proc c = run(g_train, "tiny", "--resume", P("ckB"), "--steps", "2", "--checkpoint", P("ckC"),
+                 "--save", P("c.st"), NULL);
+    CHECK_PROC(c, c.rc == 0 && has(c.out, "step 4 loss") && has(c.out, "step 5 loss") &&
+                      !has(c.out, "step 3 loss"),
+               "--resume ckB --steps 2 runs steps 4 and 5");
+    CHECK(same_file(P("ckA/rank00000.ckpt"), P("ckC/rank00000.ckpt")) &&
+              same_file(P("ckA/rank00001.ckpt"), P("ckC/rank00001.ckpt")),
+          "resumed params + optimizer state equal the uninterrupted run's, byte for byte");
+    CHECK(same_file(P("a.st"), P("c.st")), "resumed --save file equals the uninterrupted one");
+    char x[32], y[32], u[32], v[32];
+    CHECK(loss_of(a.out, 4, x, 32) && loss_of(c.out, 4, y, 32) && !strcmp(x, y) &&
+              loss_of(a.out, 5, u, 32) && loss_of(c.out, 5, v, 32) && !strcmp(u, v),
+          "resumed step 4/5 losses equal the uninterrupted ones (%s %s)", y, v);
+    proc_free(&a);
+    proc_free(&b);
+    proc_free(&c);
+
+    a = run(g_train, "tiny", "--steps", "5", "--checkpoint", P("ckE"), "--checkpoint-every", "2", NULL);
+    CHECK_PROC(a, a.rc == 0 && has(a.out, "checkpoint: step 2 saved") &&
+                      has(a.out, "checkpoint: step 4 saved") && has(a.out, "checkpoint: step 5 saved"),
+               "--checkpoint-every 2 saves after steps 2 and 4 and at the end");
+    proc_free(&a);
+
+    a = run(g_train, "tiny", "--resume", P("ckB_copy"), "--steps", "1", "--seed", "5", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "seed"), "resume with another --seed exits 1 naming the seed");
+    proc_free(&a);
+
+    // Corruptions: one flipped payload byte, a truncated rank file, no COMPLETE marker, a
+    // checkpoint of another model, a directory that does not exist.
+    copy_ckpt(P("ckB_copy"), P("ckD"));
+    size_t n = 0;
+    char* s = read_all(P("ckD/rank00001.ckpt"), &n);
+    if (s && n > 8) s[n - 5] ^= 0x40;
+    if (s) write_all(P("ckD/rank00001.ckpt"), s, n);
+    a = run(g_train, "tiny", "--resume", P("ckD"), "--steps", "1", "--checkpoint", P("ckOut"),
+            "--save", P("out.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --resume") && count_lines(a.err) == 1,
+               "a flipped byte in a rank file: exit 1, one line");
+    CHECK(!exists(P("ckOut/COMPLETE")) && !exists(P("out.st")),
+          "... and no checkpoint or save is written");
+    proc_free(&a);
+    if (s && n > 100) write_all(P("ckD/rank00001.ckpt"), s, n / 2);
+    a = run(g_train, "tiny", "--resume", P("ckD"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --resume"), "a truncated rank file: exit 1");
+    proc_free(&a);
+    free(s);
+    copy_ckpt(P("ckB_copy"), P("ckF"));
+    unlink(P("ckF/COMPLETE"));
+    a = run(g_train, "tiny", "--resume", P("ckF"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "no complete checkpoint"), "no COMPLETE marker: exit 1");
+    proc_free(&a);
+    a = run(g_train, "tok", "--resume", P("ckB_copy"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --resume"),
+               "another model's checkpoint: exit 1 (%s)", a.err);
+    proc_free(&a);
+    a = run(g_train, "tiny", "--resume", P("no_such_dir"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "no complete checkpoint"), "missing directory: exit 1");
+    proc_free(&a);
+    // Saving into a path below a regular file fails cleanly.
+    write_all(P("plainfile"), "x", 1);
+    a = run(g_train, "tiny", "--steps", "1", "--checkpoint", P("plainfile/ck"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --checkpoint"), "unwritable --checkpoint: exit 1");
+    proc_free(&a);
+}
+
+static void test_bad_weights(void) {
+    proc a = run(g_train, "tiny", "--steps", "2", "--save", P("w.st"), NULL);
+    CHECK_PROC(a, a.rc == 0, "--save w.st");
+    proc_free(&a);
+    a = run(g_train, "tiny", "--load", P("w.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 0, "--load of a saved file trains");
+    proc_free(&a);
+    size_t n = 0;
+    char* s = read_all(P("w.st"), &n);
+    if (s) write_all(P("trunc.st"), s, n - 7);
+    free(s);
+    a = run(g_train, "tiny", "--load", P("trunc.st"), "--steps", "1", "--save", P("x.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --load") && has(a.err, "trunc.st") &&
+                      count_lines(a.err) == 1 && !exists(P("x.st")),
+               "truncated safetensors: exit 1, one line naming the file, nothing saved");
+    proc_free(&a);
+
+    float data[20] = {0};
+    int64_t s45[2] = {4, 5}, s54[2] = {5, 4}, s5[1] = {5};
+    char err[256];
+    rt_st_tensor bad_shape[] = {{"lin.weight", RT_ST_F32, 2, s45, data},
+                                {"lin.bias", RT_ST_F32, 1, s5, data}};
+    rt_st_write(P("shape.st"), bad_shape, 2, NULL, 0, err, sizeof err);
+    a = run(g_train, "tiny", "--load", P("shape.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "lin.weight") && has(a.err, "[4, 5]") && has(a.err, "[5, 4]"),
+               "wrong shape: exit 1 naming the tensor, found and expected shapes");
+    proc_free(&a);
+    rt_st_tensor bad_name[] = {{"lin.wieght", RT_ST_F32, 2, s54, data},
+                               {"lin.bias", RT_ST_F32, 1, s5, data}};
+    rt_st_write(P("name.st"), bad_name, 2, NULL, 0, err, sizeof err);
+    a = run(g_train, "tiny", "--load", P("name.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "lin.wieght"), "unexpected name: exit 1 naming it");
+    proc_free(&a);
+    rt_st_tensor missing[] = {{"lin.weight", RT_ST_F32, 2, s54, data}};
+    rt_st_write(P("missing.st"), missing, 1, NULL, 0, err, sizeof err);
+    a = run(g_train, "tiny", "--load", P("missing.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "'lin.bias' is missing"), "missing tensor: exit 1 naming it");
+    proc_free(&a);
+    uint16_t half[5] = {0};
+    rt_st_tensor f16[] = {{"lin.weight", RT_ST_F32, 2, s54, data}, {"lin.bias", RT_ST_F16, 1, s5, half}};
+    rt_st_write(P("f16.st"), f16, 2, NULL, 0, err, sizeof err);
+    a = run(g_train, "tiny", "--load", P("f16.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "lin.bias") && has(a.err, "F32"),
+               "wrong dtype: exit 1 naming the tensor and F32");
+    proc_free(&a);
+    float other[5] = {1, 2, 3, 4, 5};
+    rt_st_tensor untied[] = {{"lin.weight", RT_ST_F32, 2, s54, data}, {"lin.bias", RT_ST_F32, 1, s5, data},
+                             {"head.bias", RT_ST_F32, 1, s5, other}};
+    rt_st_write(P("untied.st"), untied, 3, NULL, 0, err, sizeof err);
+    a = run(g_train, "tiny", "--load", P("untied.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "head.bias") && has(a.err, "tied"),
+               "tied names with different values: exit 1");
+    proc_free(&a);
+    rt_st_tensor alias_only[] = {{"lin.weight", RT_ST_F32, 2, s54, data}, {"head.bias", RT_ST_F32, 1, s5, other}};
+    rt_st_write(P("alias.st"), alias_only, 2, NULL, 0, err, sizeof err);
+    a = run(g_train, "tiny", "--load", P("alias.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 0, "a tied parameter present only under its alias loads");
+    proc_free(&a);
+    a = run(g_train, "tiny", "--load", P("nothing.st"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "nothing.st"), "missing safetensors file: exit 1");
+    proc_free(&a);
+}
+
+static void test_data(void) {
+    unsigned char tok[1000];
+    for (int i = 0; i < 1000; i++) tok[i] = (unsigned char)((i * 7 + i / 13) % 16);
+    write_all(P("good.bin"), tok, sizeof tok);
+    write_all(P("short.bin"), tok, 3);
+    tok[500] = 200;
+    write_all(P("vocab.bin"), tok, sizeof tok);
+    proc a = run(g_train, "tok", "--data", P("good.bin"), "--steps", "3", NULL);
+    proc b = run(g_train, "tok", "--data", P("good.bin"), "--steps", "3", NULL);
+    proc c = run(g_train, "tok", "--steps", "3", NULL);
+    char x[32], y[32], z[32];
+    CHECK_PROC(a, a.rc == 0 && loss_of(a.out, 3, x, 32) && loss_of(b.out, 3, y, 32) && !strcmp(x, y),
+               "--data good.bin: exit 0, deterministic (step 3 loss %s)", x);
+    CHECK(loss_of(c.out, 3, z, 32) && strcmp(x, z), "file data differs from synthetic data");
+    proc_free(&a);
+    proc_free(&b);
+    proc_free(&c);
+    a = run(g_train, "tok", "--data", P("absent.bin"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "absent.bin") && count_lines(a.err) == 1,
+               "missing data file: exit 1, one line naming it");
+    proc_free(&a);
+    a = run(g_train, "tok", "--data", P("short.bin"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "short.bin"), "data file shorter than a sequence: exit 1");
+    proc_free(&a);
+    a = run(g_train, "tok", "--data", P("vocab.bin"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "vocab"), "token out of the vocabulary: exit 1");
+    proc_free(&a);
+}
+
+static void test_divergence(void) {
+    proc a = run(g_train, "tiny_nan", "--steps", "5", "--save", P("nan.st"), "--checkpoint",
+                 P("ckN"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: step 2: loss is ") &&
+                      has(a.err, "training diverged") && !has(a.out, "step 3 loss"),
+               "lr 1e38: step 2's loss is not finite, exit 1 with the divergence line");
+    CHECK(!exists(P("nan.st")) && !exists(P("ckN/COMPLETE")), "no --save and no checkpoint after it");
+    proc_free(&a);
+}
+
+static void test_bad_args(void) {
+    const char* cases[][4] = {
+        {"--bogus", NULL},
+        {"--steps", "0", NULL},
+        {"--steps", "abc", NULL},
+        {"--steps", NULL},
+        {"--seed", "-1", NULL},
+        {"--log-every", "2x", NULL},
+        {"--checkpoint-every", "3", NULL},
+        {"--load", "a.st", "--resume", "d"},
+        {"--data", "x.bin", NULL},  // tiny takes float inputs
+        {"positional", NULL},
+        {"--bench=1", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char** c = cases[i];
+        proc p = run(g_train, "tiny", c[0], c[1], c[1] ? c[2] : NULL, c[1] && c[2] ? c[3] : NULL, NULL);
+        CHECK_PROC(p, p.rc == 2 && !strncmp(p.err, "fsdpgen: bad argument ", 22) &&
+                          count_lines(p.err) == 1,
+                   "bad argument %s %s: exit 2, one line: %.*s", c[0], c[1] ? c[1] : "",
+                   (int)strcspn(p.err, "\n"), p.err);
+        proc_free(&p);
+    }
+    proc p = run(g_conf, NULL, "--save", "x", NULL);
+    CHECK_PROC(p, p.rc == 2 && has(p.err, "bad argument"), "conformance: --save is a bad argument (exit 2)");
+    proc_free(&p);
+}
+
+static void test_conformance(void) {
+    proc p = run(g_conf, NULL, "--verbose", NULL);
+    CHECK_PROC(p, p.rc == 0 && has(p.out, "6 passed, 0 failed") && has(p.out, "FORWARD unshard \"lin\"") &&
+                      has(p.out, "PASS memory"),
+               "conformance of tiny: 6 passed, events printed with --verbose");
+    proc_free(&p);
+    p = run(g_conf, NULL, "--steps", "1", NULL);
+    CHECK_PROC(p, p.rc == 0 && has(p.out, "after step 1"), "conformance --steps 1");
+    proc_free(&p);
+    p = run(g_conf, "tiny_bad", NULL);
+    CHECK_PROC(p, p.rc == 1 && has(p.out, "FAIL events") && has(p.out, "FAIL counts") &&
+                      has(p.out, "FAIL memory") && has(p.out, "PASS parity loss") &&
+                      has(p.out, "first difference: rank 0 event 2") && has(p.out, "3 passed, 3 failed"),
+               "wrongly planned events, counts and peak: those 3 checks fail, exit 1");
+    proc_free(&p);
+}
+
+// ---- main -------------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s TINY_TRAIN TINY_CONFORMANCE WORKDIR\n", argv[0]);
+        return 2;
+    }
+    g_train = argv[1];
+    g_conf = argv[2];
+    g_dir = argv[3];
+    rt_kernels_init();
+    test_fnv_and_init();
+    test_synthetic();
+    test_shard_and_roundtrip();
+    test_basic_run();
+    test_resume();
+    test_bad_weights();
+    test_data();
+    test_divergence();
+    test_bad_args();
+    test_conformance();
+    return check_summary();
+}

@@ -1,0 +1,189 @@
+// tiny_model.c — hand-written rt_models (what the generator would emit) for the driver
+// tests: parameters, one FSDP group each, arena offsets, planned events / counts / peak and
+// the step functions calling rt_step.h as a generated step does. See tiny_model.h.
+#include "tiny_model.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "rt_kernels.h"
+#include "rt_step.h"
+
+// ---- tiny: Linear(4 -> 5), sum loss ---------------------------------------------------
+
+// Arena offsets (bytes) of one plan of the tiny step.
+typedef struct tiny_offsets {
+    size_t ag, unsh, out, loss, dout, ugrad, rs_in, rs_out;
+    int64_t padded;  // group padded_numel (unsharded buffers are viewed at this size)
+    int hsdp;
+} tiny_offsets;
+
+// shard 2: block 15 (weight 12 + bias 3), padded 30; peak = end of rs_out = 960 + 60.
+static const tiny_offsets tiny_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0};
+// shard 1: block 25 (weight 20 + bias 5), padded 25; peak = 1216 + 100.
+static const tiny_offsets ref_off = {512, 640, 768, 832, 896, 960, 1088, 1216, 25, 1};
+
+static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
+    const int N = 3, C = 4, OC = 5;
+    rt_step_begin(R);
+    rt_step_section(R, "forward");
+    rt_step_all_gather(R, 0, 0, "FORWARD", o->ag, 0);
+    rt_step_all_gather_wait(R, 0, o->unsh);
+    float* w = RT_F32(R, o->unsh, 4 * 20);
+    float* b = RT_F32(R, o->unsh + 4 * 20, 4 * 5);
+    float* out = RT_F32(R, o->out, 4 * 15);
+    rt_linear_forward(out, R->inputs[0], w, b, N, C, OC);
+    float* loss = RT_F32(R, o->loss, 4);
+    rt_sum_loss_forward(loss, out, 15);
+    rt_step_loss(R, 0, loss);
+    rt_step_section(R, "backward");
+    float* dout = RT_F32(R, o->dout, 4 * 15);
+    rt_zero(dout, 15);
+    rt_sum_loss_backward(dout, 15, 1.0f);
+    float* ug = RT_F32(R, o->ugrad, 4 * (size_t)o->padded);
+    rt_zero(ug, (size_t)o->padded);
+    rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC);
+    rt_step_reshard(R, 0, "POST_BACKWARD");
+    rt_step_reduce_scatter(R, 0, o->ugrad, RT_F32, o->rs_in, o->rs_out);
+    if (o->hsdp) rt_step_all_reduce(R, 0);
+    rt_step_post_backward(R, 0, "POST_BACKWARD");
+    rt_step_section(R, "optimizer");
+    rt_step_optimizer(R, 0);
+    rt_step_end(R);
+}
+
+static void tiny_step(rt_rank* R) { tiny_step_with(R, &tiny_off); }
+static void tiny_ref_step(rt_rank* R) { tiny_step_with(R, &ref_off); }
+
+static const char* const bias_aliases[] = {"head.bias", NULL};
+
+static const rt_model_param tiny_params_sharded[] = {
+    {"lin.weight", NULL, 2, {5, 4}, 0, 0, 0, RT_INIT_UNIFORM, 0.5},
+    {"lin.bias", bias_aliases, 1, {5}, 0, 12, 20, RT_INIT_ZEROS, 0.0},
+};
+static const rt_model_param tiny_params_ref[] = {
+    {"lin.weight", NULL, 2, {5, 4}, 0, 0, 0, RT_INIT_UNIFORM, 0.5},
+    {"lin.bias", bias_aliases, 1, {5}, 0, 20, 20, RT_INIT_ZEROS, 0.0},
+};
+static const int tiny_group_params[] = {0, 1};
+
+// [shard world][nparams]: shard_dim, in_numel, offset, shard_numel.
+static const rt_fsdp_param_plan tiny_plan[] = {
+    {0, 12, 0, 12}, {0, 3, 12, 3},  // rank 0: rows 0..2
+    {0, 12, 0, 8},  {0, 3, 12, 2},  // rank 1: rows 3..4
+};
+static const rt_fsdp_param_plan tiny_ref_plan[] = {{0, 20, 0, 20}, {0, 5, 20, 5}};
+
+#define TINY_GROUP(PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)                          \
+    {"lin", 2, tiny_group_params, RT_SHARD_DIM0, 0, RT_F32, RT_F32, 0.0, 0, ALLRED, BLOCK,    \
+     PADDED, PLAN, POFF, GOFF, SOFF}
+
+static const rt_model_group tiny_groups[] = {TINY_GROUP(tiny_plan, 15, 30, 0, 0, 64, 128)};
+static const rt_model_group tiny_ref_groups[] = {TINY_GROUP(tiny_ref_plan, 25, 25, 1, 0, 128, 256)};
+
+static const rt_model_event tiny_events[] = {
+    {"FORWARD", "unshard", "lin"},
+    {"POST_BACKWARD", "reshard", "lin"},
+    {"POST_BACKWARD", "post_backward", "lin"},
+};
+static const rt_model_count tiny_counts[] = {{"forward all_gather", 1}, {"backward reduce_scatter", 1}};
+static const rt_model_count tiny_ref_counts[] = {
+    {"forward all_gather", 1}, {"backward reduce_scatter", 1}, {"backward all_reduce", 1}};
+static const rt_model_event tiny_bad_events[] = {
+    {"FORWARD", "unshard", "lin"},
+    {"POST_BACKWARD", "post_backward", "lin"},
+};
+static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
+
+static const rt_model_optim tiny_adamw = {RT_OPTIM_ADAMW, 1e-2, 0.9, 0.999, 1e-8, 1e-2, 0, 0, 0, 2};
+static const rt_model_optim tiny_sgd_huge = {RT_OPTIM_SGD, 1e38, 0, 0, 0, 0, 0, 0, 0, 0};
+
+#define TINY_MODEL(NAME, WORLD_R, WORLD_S, PARAMS, GROUPS, OPTIM, ARENA, PEAK, STEP, EVENTS,    \
+                   NEVENTS, COUNTS, NCOUNTS)                                                   \
+    {NAME, "tiny.lua", "fsdpgen test", 2, WORLD_R, WORLD_S, 2, PARAMS, 1, GROUPS, 0, 0, 0, 0,  \
+     2, {3, 4}, RT_LOSS_SUM, 1, 1, OPTIM, 1, 0.0, 1234, ARENA, PEAK, STEP, NEVENTS, EVENTS,    \
+     NCOUNTS, COUNTS}
+
+const rt_model tiny_model = TINY_MODEL("tiny", 1, 2, tiny_params_sharded, tiny_groups, tiny_adamw,
+                                       1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2);
+const rt_model tiny_ref_model = TINY_MODEL("tiny", 2, 1, tiny_params_ref, tiny_ref_groups,
+                                           tiny_adamw, 1344, 1316, tiny_ref_step, tiny_events, 3,
+                                           tiny_ref_counts, 3);
+const rt_model tiny_nan_model = TINY_MODEL("tiny_nan", 1, 2, tiny_params_sharded, tiny_groups,
+                                           tiny_sgd_huge, 1024, 1020, tiny_step, tiny_events, 3,
+                                           tiny_counts, 2);
+const rt_model tiny_bad_model = TINY_MODEL("tiny_bad", 1, 2, tiny_params_sharded, tiny_groups,
+                                           tiny_adamw, 1024, 1000, tiny_step, tiny_bad_events, 2,
+                                           tiny_bad_counts, 1);
+
+// ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
+
+enum {
+    TOK_V = 16, TOK_B = 2, TOK_T = 3, TOK_N = TOK_B * TOK_T,
+    // arena (bytes): params 0, grads 512, state 1024 (2 x 128 floats), then:
+    TOK_AG = 2048, TOK_UNSH = 3072, TOK_LOGITS = 4096, TOK_LOSS = 4480, TOK_DLOGITS = 4544,
+    TOK_UGRAD = 4928, TOK_RS_IN = 5952, TOK_RS_OUT = 6976, TOK_ARENA = 7488,
+};
+
+static void tok_step(rt_rank* R) {
+    rt_step_begin(R);
+    for (int a = 0; a < 2; a++) {
+        rt_step_section(R, "forward");
+        rt_step_all_gather(R, 0, 0, "FORWARD", TOK_AG, 0);
+        rt_step_all_gather_wait(R, 0, TOK_UNSH);
+        float* w = RT_F32(R, TOK_UNSH, 4 * TOK_V * TOK_V);
+        float* logits = RT_F32(R, TOK_LOGITS, 4 * TOK_N * TOK_V);
+        rt_embedding_forward(logits, R->tokens[a], w, TOK_N, TOK_V, TOK_V);
+        float* loss = RT_F32(R, TOK_LOSS, 4);
+        rt_cross_entropy_forward(loss, NULL, logits, R->targets[a], TOK_N, TOK_V);
+        rt_step_loss(R, a, loss);
+        rt_step_section(R, "backward");
+        float* dl = RT_F32(R, TOK_DLOGITS, 4 * TOK_N * TOK_V);
+        rt_zero(dl, TOK_N * TOK_V);
+        rt_cross_entropy_backward(dl, logits, R->targets[a], TOK_N, TOK_V, 1.0f);
+        float* ug = RT_F32(R, TOK_UGRAD, 4 * 256);
+        rt_zero(ug, 256);
+        rt_embedding_backward(ug, dl, R->tokens[a], TOK_N, TOK_V, TOK_V);
+        rt_step_reshard(R, 0, "POST_BACKWARD");
+        rt_step_reduce_scatter(R, 0, TOK_UGRAD, RT_F32, TOK_RS_IN, TOK_RS_OUT);
+        rt_step_post_backward(R, 0, "POST_BACKWARD");
+    }
+    rt_step_section(R, "optimizer");
+    rt_step_optimizer(R, 0);
+    rt_step_end(R);
+}
+
+static const rt_model_param tok_params[] = {
+    {"emb.weight", NULL, 2, {TOK_V, TOK_V}, 0, 0, 0, RT_INIT_NORMAL, 1.0},
+};
+static const int tok_group_params[] = {0};
+static const rt_fsdp_param_plan tok_plan[] = {{0, 128, 0, 128}, {0, 128, 0, 128}};
+static const rt_model_group tok_groups[] = {
+    {"emb", 1, tok_group_params, RT_SHARD_DIM0, 0, RT_F32, RT_F32, 0.0, 0, 0, 128, 256, tok_plan,
+     0, 512, 1024},
+};
+static const rt_model_event tok_events[] = {
+    {"FORWARD", "unshard", "emb"}, {"POST_BACKWARD", "reshard", "emb"},
+    {"POST_BACKWARD", "post_backward", "emb"},
+    {"FORWARD", "unshard", "emb"}, {"POST_BACKWARD", "reshard", "emb"},
+    {"POST_BACKWARD", "post_backward", "emb"},
+};
+static const rt_model_count tok_counts[] = {{"forward all_gather", 2}, {"backward reduce_scatter", 2}};
+
+const rt_model tok_model = {
+    "tok", "tok.lua", "fsdpgen test", 2, 1, 2, 1, tok_params, 1, tok_groups,
+    1, TOK_B, TOK_T, TOK_V, 0, {0}, RT_LOSS_CROSS_ENTROPY, 2, 2,
+    {RT_OPTIM_ADAM, 1e-1, 0.9, 0.999, 1e-8, 0.0, 0, 0, 0, 2}, 1, 0.0, 7, TOK_ARENA, TOK_ARENA,
+    tok_step, 6, tok_events, 2, tok_counts,
+};
+
+// ---- lookup -----------------------------------------------------------------------------
+
+const rt_model* tiny_model_by_name(const char* name) {
+    if (!name || !*name || !strcmp(name, "tiny")) return &tiny_model;
+    if (!strcmp(name, "tiny_ref")) return &tiny_ref_model;
+    if (!strcmp(name, "tiny_nan")) return &tiny_nan_model;
+    if (!strcmp(name, "tiny_bad")) return &tiny_bad_model;
+    if (!strcmp(name, "tok")) return &tok_model;
+    return NULL;
+}

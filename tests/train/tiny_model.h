@@ -1,0 +1,24 @@
+// tiny_model.h — hand-written rt_models standing in for generated code in the driver tests:
+//   tiny_model       Linear(4 -> 5) (weight [5,4] uniform, bias [5] zeros, tied alias
+//                    "head.bias"), sum loss over an input [3,4], AdamW; world 2, shard 2
+//                    (uneven: rank 1 holds 2 of 5 rows)
+//   tiny_ref_model   the same planned with mesh {replicate 2, shard 1} (HSDP all-reduce)
+//   tiny_nan_model   tiny with SGD lr 1e38: step 2's loss overflows
+//   tiny_bad_model   tiny with wrong planned events, counts and peak (conformance must fail)
+//   tok_model        Embedding [16,16] read as logits, cross-entropy over tokens [2,3],
+//                    2 microbatches (gradient accumulation), Adam; world 2, shard 2
+#ifndef FSDPGEN_TESTS_TINY_MODEL_H
+#define FSDPGEN_TESTS_TINY_MODEL_H
+
+#include "rt_model.h"
+
+extern const rt_model tiny_model;
+extern const rt_model tiny_ref_model;
+extern const rt_model tiny_nan_model;
+extern const rt_model tiny_bad_model;
+extern const rt_model tok_model;
+
+// The model named by TINY_MODEL ("tiny" when unset), or NULL for an unknown name.
+const rt_model* tiny_model_by_name(const char* name);
+
+#endif

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""PyTorch check of the training driver's contracts on the tiny model (tests/train).
+
+Usage: torch_load.py TINY_TRAIN WORK_DIR
+
+1. `tiny_train --steps 3 --save W/t.safetensors`; the file is parsed by hand (json +
+   torch.frombuffer: the `safetensors` package is not available) and loaded with
+   load_state_dict(strict=True) into the PyTorch module it mirrors (Linear(4, 5) plus a
+   tied alias head.bias of lin.bias).
+2. The same 3 steps are recomputed in PyTorch from the documented deterministic sources
+   (rt_train.h): parameter init from Philox4x32-10 keyed by (seed, FNV-1a(fqn), index),
+   synthetic inputs keyed by (seed, step, microbatch, rank, index), sum loss on each of the
+   2 ranks, gradients averaged over ranks (FSDP's reduce-scatter AVG), AdamW. The printed
+   losses and the saved parameters must agree (rtol 1e-5, atol 1e-6).
+
+Prints PASS/FAIL lines and ends with `N passed, N failed`. Without torch it prints a SKIP
+line and exits 77, which run.sh counts as skipped, not failed.
+"""
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+
+try:
+    import torch
+except Exception as e:  # ImportError, or a broken install
+    print(f"SKIP torch_load: cannot import torch ({e.__class__.__name__}: {e}); "
+          "apt-get install python3-torch to run it")
+    sys.exit(77)
+
+passed = 0
+failed = 0
+
+
+def check(ok, msg):
+    global passed, failed
+    print(("PASS " if ok else "FAIL ") + msg)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+
+
+# ---- deterministic sources (rt_train.h, rt_kernels.h) --------------------------------
+
+MASK = 0xFFFFFFFF
+
+
+def philox(ctr, key):
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for r in range(10):
+        if r:
+            k0 = (k0 + 0x9E3779B9) & MASK
+            k1 = (k1 + 0xBB67AE85) & MASK
+        p0 = 0xD2511F53 * c0
+        p1 = 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK, (p0 >> 32) ^ c3 ^ k1, p0 & MASK
+    return c0, c1, c2, c3
+
+
+def uniform(seed, stream, e):
+    b = e >> 2
+    o = philox((b & MASK, b >> 32, stream & MASK, stream >> 32), (seed & MASK, seed >> 32))
+    return (o[e & 3] >> 8) * 2.0 ** -24
+
+
+def fnv1a(data):
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def data_stream(step, micro, rank):
+    return fnv1a(b"data" + b"".join(v.to_bytes(8, "little") for v in (step, micro, rank)))
+
+
+def init_uniform(fqn, seed, shape, scale):
+    h = fnv1a(fqn.encode())
+    n = 1
+    for d in shape:
+        n *= d
+    vals = [-scale + 2.0 * scale * uniform(seed, h, e) for e in range(n)]
+    return torch.tensor(vals, dtype=torch.float32).reshape(shape)
+
+
+def synthetic_inputs(seed, step, micro, rank, shape):
+    s = data_stream(step, micro, rank)
+    n = shape[0] * shape[1]
+    return torch.tensor([2.0 * uniform(seed, s, e) - 1.0 for e in range(n)],
+                        dtype=torch.float32).reshape(shape)
+
+
+# ---- safetensors by hand -------------------------------------------------------------
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        b, e = info["data_offsets"]
+        t = torch.frombuffer(bytearray(data[b:e]), dtype=torch.float32).reshape(info["shape"])
+        out[name] = t.clone()
+    return out, meta
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 5)
+        self.head = torch.nn.Module()
+        self.head.bias = self.lin.bias  # tied: state_dict lists it under both names
+
+
+def main():
+    if len(sys.argv) != 3:
+        print("usage: torch_load.py TINY_TRAIN WORK_DIR")
+        return 2
+    binary, work = sys.argv[1], sys.argv[2]
+    path = os.path.join(work, "t.safetensors")
+    env = dict(os.environ, TINY_MODEL="tiny")
+    r = subprocess.run([binary, "--steps", "3", "--save", path], env=env, capture_output=True,
+                       text=True, timeout=120)
+    check(r.returncode == 0, f"tiny_train --steps 3 --save: exit {r.returncode} {r.stderr.strip()}")
+    if r.returncode != 0:
+        print(f"{passed} passed, {failed} failed")
+        return 1
+    losses = [float(m) for m in re.findall(r"^step \d+ loss (\S+)", r.stdout, re.M)]
+
+    # 1. load_state_dict accepts the file.
+    sd, meta = read_safetensors(path)
+    model = Tiny()
+    try:
+        model.load_state_dict(sd, strict=True)
+        ok, why = True, ""
+    except Exception as e:  # RuntimeError listing missing / unexpected keys
+        ok, why = False, str(e)
+    check(ok, f"load_state_dict(strict=True) accepts {sorted(sd)} {why}")
+    check(set(sd) == set(model.state_dict()), "file names == the module's state_dict names")
+    check(torch.equal(sd["lin.bias"], sd["head.bias"]) and model.head.bias is model.lin.bias,
+          "tied alias head.bias holds lin.bias's values")
+    check(meta.get("format") == "pt" and meta.get("fsdpgen_step") == "3",
+          f"metadata format=pt, fsdpgen_step=3 ({meta})")
+
+    # 2. The same 3 steps in PyTorch.
+    seed = 1234
+    ref = Tiny()
+    with torch.no_grad():
+        ref.lin.weight.copy_(init_uniform("lin.weight", seed, [5, 4], 0.5))
+        ref.lin.bias.zero_()
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=1e-2)
+    ref_losses = []
+    for step in range(3):
+        opt.zero_grad()
+        grads = None
+        total = 0.0
+        for rank in range(2):
+            x = synthetic_inputs(seed, step, 0, rank, [3, 4])
+            loss = ref.lin(x).sum()
+            g = torch.autograd.grad(loss, [ref.lin.weight, ref.lin.bias])
+            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+            total += loss.item()
+        ref.lin.weight.grad = grads[0] / 2
+        ref.lin.bias.grad = grads[1] / 2
+        opt.step()
+        ref_losses.append(total / 2)
+    close = all(abs(a - b) <= 1e-6 + 1e-5 * abs(b) + 5e-7 for a, b in zip(losses, ref_losses))
+    check(len(losses) == 3 and close,
+          f"step losses {losses} match PyTorch's {[round(v, 6) for v in ref_losses]}")
+    for name, t in (("lin.weight", ref.lin.weight), ("lin.bias", ref.lin.bias)):
+        diff = (sd[name] - t.detach()).abs().max().item()
+        ok = torch.allclose(sd[name], t.detach(), rtol=1e-5, atol=1e-6)
+        check(ok, f"{name} after 3 steps matches PyTorch (max abs diff {diff:.3g})")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
