@@ -152,8 +152,15 @@ end
 local Walker = {}
 Walker.__index = Walker
 
+-- The view of buffer bf (elements [elem, elem + n)), checked against its planned
+-- lifetime: a buffer used outside it would be overwritten by another.
+local current_step, current_index
 local function F(bf, elem, n, int)
-  return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), 4 * (n or (bf.bytes // 4)))
+  if current_index and (current_index < bf.first or current_index > bf.last) then
+    error(string.format("buffer '%s' (live %d..%d) used at step %d (%s)", bf.name, bf.first, bf.last,
+      current_index, schedule.step_name(current_step)))
+  end
+  return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), n and 4 * n or bf.size)
 end
 
 function Walker.new(plan)
@@ -167,7 +174,7 @@ function Walker:param_offset(p)
   end
 end
 
-function Walker:val(t, saved)
+function Walker:val(t, saved_by)
   if t.is_param then
     local g, off = self:param_offset(t)
     local un = self.unsharded[g.index]
@@ -178,7 +185,7 @@ function Walker:val(t, saved)
     return string.format("R->%s[%d]", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
   end
   if t.is_target then return string.format("R->targets[%d]", t.forward_index - 1) end
-  local s = saved and memory.saved(t) or memory.base(t)
+  local s = saved_by and memory.saved(t, saved_by) or memory.base(t)
   if not s.buf then error("no buffer for " .. tostring(s.label)) end
   return F(s.buf, 0, trace.numel(s.shape), not trace.is_float(s.dtype))
 end
@@ -198,17 +205,18 @@ end
 
 function Walker:ctx(st, saved)
   local w = self
+  local node = saved and st.node
   local function stats(op)
     local sop = saved and (op.recomputed_op or op) or op
     local sb = sop.scratch_buf
     if not sb then error("no saved statistics for " .. tostring(op.label)) end
     local s = op.ins[1].shape
     local n = trace.numel(s) // s[#s]
-    local floats = sb.bytes // 4
+    local floats = sb.size // 4
     return F(sb, 0, floats), F(sb, n, floats - n)
   end
   return {
-    val = function(t) return w:val(t, saved) end,
+    val = function(t) return w:val(t, node) end,
     grad = function(t) return w:grad(t, st) end,
     dout = function(t)
       if t == w.loss then return "rt_one" end
@@ -230,12 +238,13 @@ end
 
 local function zero(calls, bufs)
   for _, bf in ipairs(bufs or {}) do
-    calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.bytes // 4)
+    calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.size // 4)
   end
 end
 
 -- C statements implementing one schedule step.
-function Walker:step(st)
+function Walker:step(st, index)
+  current_step, current_index = st, index
   local g = st.group
   local gi = g and (g.index - 1)
   local u = st.bufs
@@ -348,7 +357,7 @@ function M.render(plan, spec_file, prefix)
       b:indent()
       b:line("rt_step_section(R, %s);", cstr(st.phase))
     end
-    local calls = w:step(st)
+    local calls = w:step(st, i)
     b:line("// %s", (schedule.step_line(st, plan):gsub("^%s+", "")))
     for _, c in ipairs(calls) do b:line("%s", c) end
     local nxt = plan.steps[i + 1]
@@ -407,7 +416,7 @@ function M.render(plan, spec_file, prefix)
   b:line(".has_optimizer = %d,", has_opt and 1 or 0)
   b:line(".grad_clip = %s,", num(spec.grad_clip or 0))
   b:line(".seed = %d,", spec.seed)
-  b:line(".arena_bytes = %d, .predicted_peak = %d,", plan.memory.peak, plan.memory.peak)
+  b:line(".arena_bytes = %d, .predicted_peak = %d,", plan.memory.arena, plan.memory.peak)
   b:line(".step = step,")
   b:line(".nevents = %d, .events = events,", #plan.events)
   b:line(".ncounts = %d, .counts = counts,", ncounts)

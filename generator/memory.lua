@@ -1,7 +1,7 @@
 -- Static memory plan: every buffer of one rank (sharded state, all-gather and
 -- reduce-scatter buffers, unsharded parameters and gradients, activations and their
 -- gradients) gets a lifetime over the schedule's steps and an offset in one arena. The
--- predicted peak is the arena's high-water mark, which the runtime checks.
+-- predicted peak is the highest byte a buffer uses, which the runtime measures and checks.
 --
 -- Storage: collective buffers hold their dtype (param_dtype all-gathers, reduce_dtype
 -- reduce-scatters); compute buffers (activations, their gradients, unsharded parameters
@@ -25,7 +25,7 @@ local function bytes(numel, dtype) return numel * trace.dtype_bytes[dtype] end
 local function compute_bytes(numel) return numel * 4 end
 
 -- The tensor whose buffer holds t's value: FSDP's post-backward hook passes its inputs
--- through unchanged, and backward reads the recomputed copy of a checkpointed activation.
+-- through unchanged.
 function M.base(t)
   while t.producer and t.producer.kind == "post_backward_hook" do
     t = t.producer.ins[t.out_index]
@@ -33,9 +33,13 @@ function M.base(t)
   return t
 end
 
-function M.saved(t)
+-- What op's backward reads for its input or output t: inside a checkpointed region the
+-- recomputed copy; a region's outputs read from outside it are saved as usual.
+function M.saved(t, op)
   t = M.base(t)
-  return t.recomputed or t
+  local r = t.recomputed and op.region and t.producer.region
+  if r and trace.outermost(op.region) == trace.outermost(r) then return t.recomputed end
+  return t
 end
 
 -- Statistics an op saves for its backward besides its inputs and outputs, in floats:
@@ -65,7 +69,7 @@ function M.plan(plan)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end
-    local b = { name = name, kind = kind, bytes = align(size), first = first, last = last or first }
+    local b = { name = name, kind = kind, size = size, bytes = align(size), first = first, last = last or first }
     bufs[#bufs + 1] = b
     return b
   end
@@ -154,9 +158,9 @@ function M.plan(plan)
       -- Reads saved inputs and outputs and the output gradients; writes input gradients
       -- and (for parameters) the group's unsharded gradients.
       u.zero, u.ugrad = {}, {}
-      for _, t in ipairs(op.ins) do touch(M.saved(t).buf, i) end
+      for _, t in ipairs(op.ins) do touch(M.saved(t, op).buf, i) end
       for _, t in ipairs(op.outs) do
-        touch(M.saved(t).buf, i)
+        touch(M.saved(t, op).buf, i)
         touch(M.base(t).grad_buf, i)
       end
       touch((op.recomputed_op or op).scratch_buf, i)
@@ -199,7 +203,7 @@ function M.plan(plan)
     return a.seq < b.seq
   end)
   local live = {}
-  local peak = 0
+  local peak, arena = 0, 0
   for _, b in ipairs(order) do
     -- drop buffers that ended before this one starts
     local keep = {}
@@ -215,11 +219,14 @@ function M.plan(plan)
     end
     b.offset = off
     live[#live + 1] = b
-    if off + b.bytes > peak then peak = off + b.bytes end
+    -- The peak is the highest byte any buffer really uses; the arena also holds the
+    -- alignment padding of the top buffer.
+    peak = math.max(peak, off + b.size)
+    arena = math.max(arena, off + b.bytes)
   end
   local totals = {}
   for _, b in ipairs(order) do totals[b.kind] = (totals[b.kind] or 0) + b.bytes end
-  return { buffers = order, peak = peak, totals = totals }
+  return { buffers = order, peak = peak, arena = arena, totals = totals }
 end
 
 return M

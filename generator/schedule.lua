@@ -192,7 +192,7 @@ function M.render(plan, spec_file)
   local mem = plan.memory
   b:line("")
   b:line("memory (bytes per rank, offsets in one arena)")
-  b:line("  predicted peak   %d", mem.peak)
+  b:line("  predicted peak   %d (arena %d with alignment)", mem.peak, mem.arena)
   local kinds = {}
   for k in pairs(mem.totals) do kinds[#kinds + 1] = k end
   table.sort(kinds)
