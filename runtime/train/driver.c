@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rt_kernels.h"
 #include "rt_train.h"
@@ -227,10 +229,11 @@ static void rank_main(rt_comm* comm, void* arg) {
     const train_opts* o = run->o;
     rt_rank R;
     memset(&R, 0, sizeof R);
-    if (rt_rank_init(&R, m, comm) != 0) {  // it printed why
+    if (rt_rank_init(&R, m, comm) != 0) {  // it printed why and aborted the communicator
         pthread_mutex_lock(&run->mu);
         run->failed = 1;
         pthread_mutex_unlock(&run->mu);
+        rt_rank_free(&R);
         return;
     }
     R.trace = run->trace;
@@ -303,6 +306,28 @@ static int open_data(train_run* run, const char* path) {
     return rc != 0;
 }
 
+// An output file's directory must exist and be writable before training starts, so that a
+// long run does not fail only at its end.
+static int check_output(const char* opt, const char* path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "fsdpgen: %s %s: directory '%s' does not exist (create it first)\n", opt,
+                path, dir);
+        return 1;
+    }
+    if (access(dir, W_OK) != 0) {
+        fprintf(stderr, "fsdpgen: %s %s: directory '%s' is not writable\n", opt, path, dir);
+        return 1;
+    }
+    return 0;
+}
+
 int rt_train_main(const rt_model* m, int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (check_model(m)) return 1;
@@ -315,7 +340,9 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     if (train_run_init(&run, m, &o)) return 1;
     char err[512];
     rc = 0;
-    if (o.data && open_data(&run, o.data)) rc = 1;
+    if (o.save && check_output("--save", o.save)) rc = 1;
+    if (!rc && o.trace && check_output("--trace", o.trace)) rc = 1;
+    if (!rc && o.data && open_data(&run, o.data)) rc = 1;
     if (!rc && o.resume && train_checkpoint_probe(m, o.resume, &run.start_step)) rc = 1;
     if (!rc && o.trace && rt_trace_create(m->world, 0, 0, &run.trace, err, sizeof err) != 0) {
         fprintf(stderr, "fsdpgen: --trace %s: %s\n", o.trace, err);
@@ -332,6 +359,14 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
         if (run.trace && rt_trace_write(run.trace, o.trace, err, sizeof err) != 0) {
             fprintf(stderr, "fsdpgen: --trace %s: %s\n", o.trace, err);
             rc = 1;
+        } else if (run.trace) {
+            uint64_t dropped = rt_trace_dropped(run.trace);
+            printf("trace: %llu events written to %s", (unsigned long long)rt_trace_recorded(run.trace),
+                   o.trace);
+            if (dropped)
+                printf(" (%llu dropped: the per-rank buffer was full; trace fewer steps)",
+                       (unsigned long long)dropped);
+            printf("\n");
         }
         if (!rc && o.bench) train_bench_report(&run);
     }

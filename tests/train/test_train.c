@@ -538,6 +538,23 @@ static void test_divergence(void) {
     proc_free(&a);
 }
 
+static void test_setup_failures(void) {
+    proc a = run(g_train, "tiny_wrong", "--steps", "1", "--save", P("wrong.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: rank 1") && has(a.err, "lin.weight") &&
+                      !exists(P("wrong.st")),
+               "a sharding plan the runtime rejects: exit 1 naming the parameter, nothing saved");
+    proc_free(&a);
+    a = run(g_train, "tiny", "--steps", "1", "--save", P("no_such_dir/x.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --save") && count_lines(a.err) == 1 &&
+                      !has(a.out, "step 1 loss"),
+               "--save into a missing directory: exit 1 before training, one line");
+    proc_free(&a);
+    a = run(g_train, "tiny", "--steps", "1", "--trace", P("no_such_dir/t.json"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --trace") && !has(a.out, "step 1 loss"),
+               "--trace into a missing directory: exit 1 before training");
+    proc_free(&a);
+}
+
 static void test_bad_args(void) {
     const char* cases[][4] = {
         {"--bogus", NULL},
@@ -603,6 +620,7 @@ int main(int argc, char** argv) {
     test_bad_weights();
     test_data();
     test_divergence();
+    test_setup_failures();
     test_bad_args();
     test_conformance();
     return check_summary();

@@ -73,12 +73,18 @@ static const rt_fsdp_param_plan tiny_plan[] = {
     {0, 12, 0, 8},  {0, 3, 12, 2},  // rank 1: rows 3..4
 };
 static const rt_fsdp_param_plan tiny_ref_plan[] = {{0, 20, 0, 20}, {0, 5, 20, 5}};
+// A plan the runtime must reject: rank 1's weight shard planned with 3 rows instead of 2.
+static const rt_fsdp_param_plan tiny_wrong_plan[] = {
+    {0, 12, 0, 12}, {0, 3, 12, 3},
+    {0, 12, 0, 12}, {0, 3, 12, 2},
+};
 
 #define TINY_GROUP(PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)                          \
     {"lin", 2, tiny_group_params, RT_SHARD_DIM0, 0, RT_F32, RT_F32, 0.0, 0, ALLRED, BLOCK,    \
      PADDED, PLAN, POFF, GOFF, SOFF}
 
 static const rt_model_group tiny_groups[] = {TINY_GROUP(tiny_plan, 15, 30, 0, 0, 64, 128)};
+static const rt_model_group tiny_wrong_groups[] = {TINY_GROUP(tiny_wrong_plan, 15, 30, 0, 0, 64, 128)};
 static const rt_model_group tiny_ref_groups[] = {TINY_GROUP(tiny_ref_plan, 25, 25, 1, 0, 128, 256)};
 
 static const rt_model_event tiny_events[] = {
@@ -115,6 +121,9 @@ const rt_model tiny_nan_model = TINY_MODEL("tiny_nan", 1, 2, tiny_params_sharded
 const rt_model tiny_bad_model = TINY_MODEL("tiny_bad", 1, 2, tiny_params_sharded, tiny_groups,
                                            tiny_adamw, 1024, 1000, tiny_step, tiny_bad_events, 2,
                                            tiny_bad_counts, 1);
+const rt_model tiny_wrong_model = TINY_MODEL("tiny_wrong", 1, 2, tiny_params_sharded,
+                                             tiny_wrong_groups, tiny_adamw, 1024, 1020, tiny_step,
+                                             tiny_events, 3, tiny_counts, 2);
 
 // ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
 
@@ -184,6 +193,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_ref")) return &tiny_ref_model;
     if (!strcmp(name, "tiny_nan")) return &tiny_nan_model;
     if (!strcmp(name, "tiny_bad")) return &tiny_bad_model;
+    if (!strcmp(name, "tiny_wrong")) return &tiny_wrong_model;
     if (!strcmp(name, "tok")) return &tok_model;
     return NULL;
 }

@@ -5,6 +5,7 @@
 //   tiny_ref_model   the same planned with mesh {replicate 2, shard 1} (HSDP all-reduce)
 //   tiny_nan_model   tiny with SGD lr 1e38: step 2's loss overflows
 //   tiny_bad_model   tiny with wrong planned events, counts and peak (conformance must fail)
+//   tiny_wrong_model tiny with a wrong sharding plan (rt_rank_init must reject it)
 //   tok_model        Embedding [16,16] read as logits, cross-entropy over tokens [2,3],
 //                    2 microbatches (gradient accumulation), Adam; world 2, shard 2
 #ifndef FSDPGEN_TESTS_TINY_MODEL_H
@@ -16,6 +17,7 @@ extern const rt_model tiny_model;
 extern const rt_model tiny_ref_model;
 extern const rt_model tiny_nan_model;
 extern const rt_model tiny_bad_model;
+extern const rt_model tiny_wrong_model;
 extern const rt_model tok_model;
 
 // The model named by TINY_MODEL ("tiny" when unset), or NULL for an unknown name.
