@@ -39,7 +39,7 @@ function M.write(root, dir, plan, reference, spec_path)
   end
   put(name .. ".schedule", schedule.render(plan, spec_file))
   put(name .. "_step.c", emit_step.render(plan, spec_file, id))
-  put(name .. "_reference_step.c", emit_step.render(reference, spec_file, id .. "_reference"))
+  put(name .. "_reference_step.c", emit_step.render(reference, spec_file, id .. "_reference", true))
   local vars = { NAME = name, ID = id, SPEC = spec_file, VERSION = schedule.VERSION, DIR = dir,
     WORLD = spec.world_size }
   for _, t in ipairs({ { "main.c.in", name .. "_main.c" }, { "test.c.in", name .. "_test.c" },

@@ -315,7 +315,7 @@ local function section_name(st) return st.phase .. st.section end
 
 -- ---------------------------------------------------------------------------- file
 
-function M.render(plan, spec_file, prefix)
+function M.render(plan, spec_file, prefix, is_reference)
   local spec = plan.spec
   local b = buffer.new("    ")
   local opt_states = ({ adam = 2, adamw = 2, sgd = (spec.optimizer.momentum or 0) > 0 and 1 or 0 })[spec.optimizer.kind]
@@ -417,6 +417,7 @@ function M.render(plan, spec_file, prefix)
   b:line(".grad_clip = %s,", num(spec.grad_clip or 0))
   b:line(".seed = %d,", spec.seed)
   b:line(".arena_bytes = %d, .predicted_peak = %d,", plan.memory.arena, plan.memory.peak)
+  b:line(".reference = %d,", is_reference and 1 or 0)
   b:line(".step = step,")
   b:line(".nevents = %d, .events = events,", #plan.events)
   b:line(".ncounts = %d, .counts = counts,", ncounts)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
 # Suites: generator (Lua: unit, seed conformance, bad specs, golden schedules) and the C
-# runtime (runtime core and comm, kernels, I/O; each also under ASan/UBSan).
+# runtime (runtime core and comm, kernels, I/O, training driver; each also under
+# ASan/UBSan) and the generated conformance tests of every spec.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,7 @@ run_suite "generator: layout units" lua5.4 tests/generator/unit_layout.lua
 run_suite "generator: seed conformance" lua5.4 tests/generator/seed_conformance.lua
 run_suite "generator: bad specs" lua5.4 tests/generator/spec_errors.lua
 run_suite "generator: golden schedules" lua5.4 tests/generator/golden_schedules.lua
-for suite in runtime kernels io train; do
+for suite in runtime kernels io train conformance; do
   if [[ -x tests/$suite/run.sh ]]; then
     run_suite "runtime: $suite" tests/$suite/run.sh
   fi

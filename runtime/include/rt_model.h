@@ -111,6 +111,10 @@ typedef struct rt_model {
     uint64_t seed;
     size_t arena_bytes;           // capacity of each rank's arena
     size_t predicted_peak;        // the memory plan's peak
+    // 1 for the conformance test's non-sharded reference (mesh replicate = world x shard
+    // 1): gradients are all-reduced over every rank with the divide factors the sharded
+    // model uses (rt_fsdp_gradient_divide_factors over the whole world).
+    int reference;
     void (*step)(struct rt_rank* R);
     int nevents;
     const rt_model_event* events;

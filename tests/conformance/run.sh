@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Generated end-to-end conformance tests: for every spec (the seed's scenarios, the
+# feature specs, the conformance specs at world sizes 1, 2 and 4, and the examples),
+# `fsdpgen test SPEC` emits the C, builds the binary and its test, and runs the test
+# (events, counts, parity with a non-sharded reference over 10 steps, arena peak).
+# Counts every check of every spec's test (a spec that does not build counts as one
+# failure); ends with `N passed, N failed`.
+set -u
+cd "$(dirname "$0")/../.."
+
+pass=0
+fail=0
+specs=(tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua examples/*.lua)
+for spec in "${specs[@]}"; do
+  log=$(mktemp)
+  ./fsdpgen test "$spec" >"$log" 2>&1
+  rc=$?
+  last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+  if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    pass=$((pass + BASH_REMATCH[1]))
+    fail=$((fail + BASH_REMATCH[2]))
+  else
+    fail=$((fail + 1))
+  fi
+  if [[ $rc -eq 0 ]]; then
+    echo "PASS $spec: $(grep -E '^loss:' "$log")"
+  else
+    [[ $last =~ ([0-9]+)\ passed,\ 0\ failed ]] && fail=$((fail + 1))
+    echo "FAIL $spec (exit $rc)"
+    sed 's/^/    /' "$log" | grep -v '^    PASS' | tail -n 20
+  fi
+  rm -f "$log"
+done
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
