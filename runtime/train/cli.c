@@ -38,9 +38,10 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "  --help                this text\n"
            "\n"
            "Each step prints `step N loss X | T %s/s | M ms`, X the mean over ranks and\n"
-           "backward items. Synthetic data: %s from Philox keyed by (seed, step, microbatch,\n"
-           "rank, index) (rt_train.h). Exit status: 0 ok, 1 failure at run time (I/O, a loss\n"
-           "that is nan or inf), 2 bad arguments.\n",
+           "backward items. Synthetic data (without --data): %s,\n"
+           "drawn from Philox keyed by (seed, step, microbatch, rank, index); see rt_train.h.\n"
+           "Exit status: 0 ok, 1 failure at run time (I/O, a loss that is nan or inf),\n"
+           "2 bad arguments.\n",
            prog, m->name, m->spec_file ? m->spec_file : "?", m->generator ? m->generator : "?",
            m->world, m->replicate, m->shard, m->seed, m->tokens ? "tok" : "samples",
            m->tokens ? "tokens uniform in [0, vocab), targets the next token"

@@ -270,6 +270,8 @@ static int check_model(const rt_model* m) {
     if (!m) why = "no model";
     else if (!m->step) why = "step function is NULL";
     else if (m->world < 1) why = "world < 1";
+    else if (m->shard < 1 || m->replicate < 1 || m->shard * m->replicate != m->world)
+        why = "mesh replicate x shard does not equal the world size";
     else if (m->n_forward < 1) why = "n_forward < 1";
     else if (m->n_backward < 1) why = "n_backward < 1";
     else if (m->nparams < 0 || (m->nparams > 0 && !m->params)) why = "bad parameter table";

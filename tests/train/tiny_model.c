@@ -57,13 +57,20 @@ static void tiny_ref_step(rt_rank* R) { tiny_step_with(R, &ref_off); }
 
 static const char* const bias_aliases[] = {"head.bias", NULL};
 
+// Designated initializers throughout: rt_model.h may grow fields.
+#define PARAM(FQN, ALIASES, NDIM, SHAPE, BLOCK_OFF, UNSH_OFF, INIT, SCALE)                     \
+    {.fqn = FQN, .aliases = ALIASES, .ndim = NDIM, .shape = SHAPE, .group = 0,                \
+     .block_offset = BLOCK_OFF, .unsharded_offset = UNSH_OFF, .init = INIT, .init_scale = SCALE}
+#define SHAPE2(A, B) {A, B}
+#define SHAPE1(A) {A}
+
 static const rt_model_param tiny_params_sharded[] = {
-    {"lin.weight", NULL, 2, {5, 4}, 0, 0, 0, RT_INIT_UNIFORM, 0.5},
-    {"lin.bias", bias_aliases, 1, {5}, 0, 12, 20, RT_INIT_ZEROS, 0.0},
+    PARAM("lin.weight", NULL, 2, SHAPE2(5, 4), 0, 0, RT_INIT_UNIFORM, 0.5),
+    PARAM("lin.bias", bias_aliases, 1, SHAPE1(5), 12, 20, RT_INIT_ZEROS, 0.0),
 };
 static const rt_model_param tiny_params_ref[] = {
-    {"lin.weight", NULL, 2, {5, 4}, 0, 0, 0, RT_INIT_UNIFORM, 0.5},
-    {"lin.bias", bias_aliases, 1, {5}, 0, 20, 20, RT_INIT_ZEROS, 0.0},
+    PARAM("lin.weight", NULL, 2, SHAPE2(5, 4), 0, 0, RT_INIT_UNIFORM, 0.5),
+    PARAM("lin.bias", bias_aliases, 1, SHAPE1(5), 20, 20, RT_INIT_ZEROS, 0.0),
 };
 static const int tiny_group_params[] = {0, 1};
 
@@ -79,9 +86,13 @@ static const rt_fsdp_param_plan tiny_wrong_plan[] = {
     {0, 12, 0, 12}, {0, 3, 12, 2},
 };
 
-#define TINY_GROUP(PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)                          \
-    {"lin", 2, tiny_group_params, RT_SHARD_DIM0, 0, RT_F32, RT_F32, 0.0, 0, ALLRED, BLOCK,    \
-     PADDED, PLAN, POFF, GOFF, SOFF}
+#define GROUP(NAME, NPARAMS, PARAMS, PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)           \
+    {.name = NAME, .nparams = NPARAMS, .params = PARAMS, .placement = RT_SHARD_DIM0,         \
+     .pf_world = 0, .param_dtype = RT_F32, .reduce_dtype = RT_F32, .divide_factor = 0.0,      \
+     .force_sum = 0, .all_reduce = ALLRED, .block_numel = BLOCK, .padded_numel = PADDED,      \
+     .plan = PLAN, .params_off = POFF, .grads_off = GOFF, .state_off = SOFF}
+#define TINY_GROUP(PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF) \
+    GROUP("lin", 2, tiny_group_params, PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)
 
 static const rt_model_group tiny_groups[] = {TINY_GROUP(tiny_plan, 15, 30, 0, 0, 64, 128)};
 static const rt_model_group tiny_wrong_groups[] = {TINY_GROUP(tiny_wrong_plan, 15, 30, 0, 0, 64, 128)};
@@ -101,28 +112,33 @@ static const rt_model_event tiny_bad_events[] = {
 };
 static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
 
-static const rt_model_optim tiny_adamw = {RT_OPTIM_ADAMW, 1e-2, 0.9, 0.999, 1e-8, 1e-2, 0, 0, 0, 2};
-static const rt_model_optim tiny_sgd_huge = {RT_OPTIM_SGD, 1e38, 0, 0, 0, 0, 0, 0, 0, 0};
+#define ADAMW {.kind = RT_OPTIM_ADAMW, .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, \
+               .weight_decay = 1e-2, .nstates = 2}
+#define SGD_HUGE {.kind = RT_OPTIM_SGD, .lr = 1e38, .nstates = 0}
 
 #define TINY_MODEL(NAME, WORLD_R, WORLD_S, PARAMS, GROUPS, OPTIM, ARENA, PEAK, STEP, EVENTS,    \
                    NEVENTS, COUNTS, NCOUNTS)                                                   \
-    {NAME, "tiny.lua", "fsdpgen test", 2, WORLD_R, WORLD_S, 2, PARAMS, 1, GROUPS, 0, 0, 0, 0,  \
-     2, {3, 4}, RT_LOSS_SUM, 1, 1, OPTIM, 1, 0.0, 1234, ARENA, PEAK, STEP, NEVENTS, EVENTS,    \
-     NCOUNTS, COUNTS}
+    {.name = NAME, .spec_file = "tiny.lua", .generator = "fsdpgen test", .world = 2,          \
+     .replicate = WORLD_R, .shard = WORLD_S, .nparams = 2, .params = PARAMS, .ngroups = 1,     \
+     .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
+     .loss = RT_LOSS_SUM, .n_forward = 1, .n_backward = 1, .optim = OPTIM,                    \
+     .has_optimizer = 1, .grad_clip = 0.0, .seed = 1234, .arena_bytes = ARENA,               \
+     .predicted_peak = PEAK, .step = STEP, .nevents = NEVENTS, .events = EVENTS,             \
+     .ncounts = NCOUNTS, .counts = COUNTS}
 
-const rt_model tiny_model = TINY_MODEL("tiny", 1, 2, tiny_params_sharded, tiny_groups, tiny_adamw,
+const rt_model tiny_model = TINY_MODEL("tiny", 1, 2, tiny_params_sharded, tiny_groups, ADAMW,
                                        1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2);
 const rt_model tiny_ref_model = TINY_MODEL("tiny", 2, 1, tiny_params_ref, tiny_ref_groups,
-                                           tiny_adamw, 1344, 1316, tiny_ref_step, tiny_events, 3,
+                                           ADAMW, 1344, 1316, tiny_ref_step, tiny_events, 3,
                                            tiny_ref_counts, 3);
 const rt_model tiny_nan_model = TINY_MODEL("tiny_nan", 1, 2, tiny_params_sharded, tiny_groups,
-                                           tiny_sgd_huge, 1024, 1020, tiny_step, tiny_events, 3,
+                                           SGD_HUGE, 1024, 1020, tiny_step, tiny_events, 3,
                                            tiny_counts, 2);
 const rt_model tiny_bad_model = TINY_MODEL("tiny_bad", 1, 2, tiny_params_sharded, tiny_groups,
-                                           tiny_adamw, 1024, 1000, tiny_step, tiny_bad_events, 2,
+                                           ADAMW, 1024, 1000, tiny_step, tiny_bad_events, 2,
                                            tiny_bad_counts, 1);
 const rt_model tiny_wrong_model = TINY_MODEL("tiny_wrong", 1, 2, tiny_params_sharded,
-                                             tiny_wrong_groups, tiny_adamw, 1024, 1020, tiny_step,
+                                             tiny_wrong_groups, ADAMW, 1024, 1020, tiny_step,
                                              tiny_events, 3, tiny_counts, 2);
 
 // ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
@@ -163,13 +179,12 @@ static void tok_step(rt_rank* R) {
 }
 
 static const rt_model_param tok_params[] = {
-    {"emb.weight", NULL, 2, {TOK_V, TOK_V}, 0, 0, 0, RT_INIT_NORMAL, 1.0},
+    PARAM("emb.weight", NULL, 2, SHAPE2(TOK_V, TOK_V), 0, 0, RT_INIT_NORMAL, 1.0),
 };
 static const int tok_group_params[] = {0};
 static const rt_fsdp_param_plan tok_plan[] = {{0, 128, 0, 128}, {0, 128, 0, 128}};
 static const rt_model_group tok_groups[] = {
-    {"emb", 1, tok_group_params, RT_SHARD_DIM0, 0, RT_F32, RT_F32, 0.0, 0, 0, 128, 256, tok_plan,
-     0, 512, 1024},
+    GROUP("emb", 1, tok_group_params, tok_plan, 128, 256, 0, 0, 512, 1024),
 };
 static const rt_model_event tok_events[] = {
     {"FORWARD", "unshard", "emb"}, {"POST_BACKWARD", "reshard", "emb"},
@@ -180,10 +195,14 @@ static const rt_model_event tok_events[] = {
 static const rt_model_count tok_counts[] = {{"forward all_gather", 2}, {"backward reduce_scatter", 2}};
 
 const rt_model tok_model = {
-    "tok", "tok.lua", "fsdpgen test", 2, 1, 2, 1, tok_params, 1, tok_groups,
-    1, TOK_B, TOK_T, TOK_V, 0, {0}, RT_LOSS_CROSS_ENTROPY, 2, 2,
-    {RT_OPTIM_ADAM, 1e-1, 0.9, 0.999, 1e-8, 0.0, 0, 0, 0, 2}, 1, 0.0, 7, TOK_ARENA, TOK_ARENA,
-    tok_step, 6, tok_events, 2, tok_counts,
+    .name = "tok", .spec_file = "tok.lua", .generator = "fsdpgen test", .world = 2,
+    .replicate = 1, .shard = 2, .nparams = 1, .params = tok_params, .ngroups = 1,
+    .groups = tok_groups, .tokens = 1, .batch = TOK_B, .seq_len = TOK_T, .vocab = TOK_V,
+    .loss = RT_LOSS_CROSS_ENTROPY, .n_forward = 2, .n_backward = 2,
+    .optim = {.kind = RT_OPTIM_ADAM, .lr = 1e-1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+              .weight_decay = 0.0, .nstates = 2},
+    .has_optimizer = 1, .seed = 7, .arena_bytes = TOK_ARENA, .predicted_peak = TOK_ARENA,
+    .step = tok_step, .nevents = 6, .events = tok_events, .ncounts = 2, .counts = tok_counts,
 };
 
 // ---- lookup -----------------------------------------------------------------------------
