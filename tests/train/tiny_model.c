@@ -123,8 +123,8 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
      .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
      .loss = RT_LOSS_SUM, .n_forward = 1, .n_backward = 1, .optim = OPTIM,                    \
      .has_optimizer = 1, .grad_clip = 0.0, .seed = 1234, .arena_bytes = ARENA,               \
-     .predicted_peak = PEAK, .step = STEP, .nevents = NEVENTS, .events = EVENTS,             \
-     .ncounts = NCOUNTS, .counts = COUNTS}
+     .predicted_peak = PEAK, .reference = (WORLD_S == 1), .step = STEP, .nevents = NEVENTS,   \
+     .events = EVENTS, .ncounts = NCOUNTS, .counts = COUNTS}
 
 const rt_model tiny_model = TINY_MODEL("tiny", 1, 2, tiny_params_sharded, tiny_groups, ADAMW,
                                        1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2);

@@ -2,7 +2,7 @@
 //   tiny_model       Linear(4 -> 5) (weight [5,4] uniform, bias [5] zeros, tied alias
 //                    "head.bias"), sum loss over an input [3,4], AdamW; world 2, shard 2
 //                    (uneven: rank 1 holds 2 of 5 rows)
-//   tiny_ref_model   the same planned with mesh {replicate 2, shard 1} (HSDP all-reduce)
+//   tiny_ref_model   the same planned with mesh {replicate 2, shard 1} (reference = 1)
 //   tiny_nan_model   tiny with SGD lr 1e38: step 2's loss overflows
 //   tiny_bad_model   tiny with wrong planned events, counts and peak (conformance must fail)
 //   tiny_wrong_model tiny with a wrong sharding plan (rt_rank_init must reject it)
