@@ -447,10 +447,11 @@ static void test_bad_weights(void) {
     char* s = read_all(P("w.st"), &n);
     if (s) write_all(P("trunc.st"), s, n - 7);
     free(s);
-    a = run(g_train, "tiny", "--load", P("trunc.st"), "--steps", "1", "--save", P("x.st"), NULL);
+    a = run(g_train, "tiny", "--load", P("trunc.st"), "--steps", "1", "--save", P("x.st"),
+            "--checkpoint", P("ckT"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --load") && has(a.err, "trunc.st") &&
-                      count_lines(a.err) == 1 && !exists(P("x.st")),
-               "truncated safetensors: exit 1, one line naming the file, nothing saved");
+                      count_lines(a.err) == 1 && !exists(P("x.st")) && !exists(P("ckT/COMPLETE")),
+               "truncated safetensors: exit 1, one line naming the file, nothing saved or checkpointed");
     proc_free(&a);
 
     float data[20] = {0};
@@ -520,8 +521,9 @@ static void test_data(void) {
     CHECK_PROC(a, a.rc == 1 && has(a.err, "absent.bin") && count_lines(a.err) == 1,
                "missing data file: exit 1, one line naming it");
     proc_free(&a);
-    a = run(g_train, "tok", "--data", P("short.bin"), "--steps", "1", NULL);
-    CHECK_PROC(a, a.rc == 1 && has(a.err, "short.bin"), "data file shorter than a sequence: exit 1");
+    a = run(g_train, "tok", "--data", P("short.bin"), "--steps", "1", "--checkpoint", P("ckS"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "short.bin") && !exists(P("ckS/COMPLETE")),
+               "data file shorter than a sequence: exit 1, no checkpoint");
     proc_free(&a);
     a = run(g_train, "tok", "--data", P("vocab.bin"), "--steps", "1", NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "vocab"), "token out of the vocabulary: exit 1");
