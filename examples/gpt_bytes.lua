@@ -5,7 +5,7 @@ local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
 
 local model = models.Transformer{
   n_layers = 4, vocab_size = 256, max_seq_len = 64, dim = 128, n_heads = 4,
-  dropout_p = 0, weight_tying = true,
+  dropout_p = 0, weight_tying = false,
 }
 for _, layer in ipairs(model.layers) do
   fsdp.fully_shard(layer, { reshard_after_forward = true })

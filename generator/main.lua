@@ -15,7 +15,10 @@ usage: fsdpgen COMMAND SPEC [options]
   build SPEC [--cuda]     emit the C and build build/<name>/<name>
   test SPEC               build and run the spec's conformance test
   run SPEC [-- ARGS]      build and train
-  bench comm [ARGS]       collective benchmark (see README)]]
+  bench comm [ARGS]       collective benchmark (see README)
+  bench train SPEC [--steps N] [-- ARGS]
+                          build, train N steps (default 20) and print tokens/s and the
+                          compute / exposed communication / optimizer split]]
 
 local function die(status, msg)
   io.stderr:write(msg, "\n")
@@ -98,8 +101,12 @@ function commands.plan(args)
   print((changed and "wrote " or "unchanged ") .. path)
 end
 
+local bench_train
+-- `bench comm ARGS`: the collective benchmark; `bench train SPEC [--steps N] [-- ARGS]`:
+-- builds the spec and runs its binary with --bench.
 function commands.bench(args)
-  if args[1] ~= "comm" then usage_error("bench takes 'comm' (bench train comes with code generation)") end
+  if args[1] == "train" then return bench_train({ table.unpack(args, 2) }) end
+  if args[1] ~= "comm" then usage_error("bench takes 'comm' or 'train'") end
   local bin = ROOT .. "/build/runtime/bench_comm"
   local ok = os.execute("cd '" .. ROOT .. "' && ninja -f runtime/core.ninja build/runtime/bench_comm >/dev/null")
   if not ok then die(1, "fsdpgen: could not build build/runtime/bench_comm (run: ninja -f runtime/core.ninja)") end
@@ -131,8 +138,11 @@ local function build_spec(args)
   guarded(spec_path, "emitting", function()
     return loader.protect(plan.spec.line, require("emit_build").write, ROOT, dir, plan, reference, spec_path)
   end)
-  local cmd = "cd " .. sh_quote(ROOT) .. " && ninja --quiet -f " .. sh_quote(dir .. "/build.ninja")
-  if not os.execute(cmd .. " >&2") then
+  -- Quiet unless the build fails: then the compiler's output is what the user needs.
+  local p = io.popen("cd " .. sh_quote(ROOT) .. " && ninja -f " .. sh_quote(dir .. "/build.ninja") .. " 2>&1")
+  local out = p:read("a")
+  if not p:close() then
+    io.stderr:write(out)
     die(1, "fsdpgen build: compiling " .. dir .. " failed (see the compiler output above)")
   end
   return dir, plan.spec.name
@@ -154,6 +164,29 @@ local function exec(bin, args)
   for _, a in ipairs(args) do q[#q + 1] = sh_quote(a) end
   local _, _, status = os.execute(table.concat(q, " "))
   os.exit(status or 1)
+end
+
+bench_train = function(args)
+  local mine, rest = split_args(args)
+  local steps = "20"
+  local build_args = {}
+  local i = 1
+  while i <= #mine do
+    if mine[i] == "--steps" then
+      steps = mine[i + 1]
+      if not steps or not steps:match("^%d+$") or tonumber(steps) < 2 then
+        usage_error("bench train --steps needs an integer >= 2 (the first step is warm-up)")
+      end
+      i = i + 2
+    else
+      build_args[#build_args + 1] = mine[i]
+      i = i + 1
+    end
+  end
+  local dir, name = build_spec(build_args)
+  local run = { "--bench", "--steps", steps, "--log-every", steps }
+  for _, a in ipairs(rest) do run[#run + 1] = a end
+  exec(ROOT .. "/" .. dir .. "/" .. name, run)
 end
 
 function commands.build(args)
