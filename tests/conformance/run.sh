@@ -2,15 +2,17 @@
 # Generated end-to-end conformance tests: for every spec (the seed's scenarios, the
 # feature specs, the conformance specs at world sizes 1, 2 and 4, and the examples),
 # `fsdpgen test SPEC` emits the C, builds the binary and its test, and runs the test
-# (events, counts, parity with a non-sharded reference over 10 steps, arena peak).
+# (events, counts, parity with a non-sharded reference over 10 steps, arena peak); then a
+# second `fsdpgen build` of the unchanged spec must rewrite none of the generated files.
 # Counts every check of every spec's test (a spec that does not build counts as one
 # failure); ends with `N passed, N failed`.
 set -u
+# SPECS="a.lua b.lua" runs only those.
 cd "$(dirname "$0")/../.."
 
 pass=0
 fail=0
-specs=(tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua examples/*.lua)
+read -r -a specs <<< "${SPECS:-$(echo tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua examples/*.lua)}"
 for spec in "${specs[@]}"; do
   log=$(mktemp)
   ./fsdpgen test "$spec" >"$log" 2>&1
@@ -29,7 +31,20 @@ for spec in "${specs[@]}"; do
     echo "FAIL $spec (exit $rc)"
     sed 's/^/    /' "$log" | grep -v '^    PASS' | tail -n 20
   fi
+  name=$(sed -n 's/^conformance: \([^ ]*\) .*/\1/p' "$log" | head -n 1)
   rm -f "$log"
+  if [[ -n $name ]]; then
+    marker=$(mktemp)
+    ./fsdpgen build "$spec" >/dev/null 2>&1
+    rewritten=$(find "build/$name" -maxdepth 1 -type f -newer "$marker" | tr '\n' ' ')
+    rm -f "$marker"
+    if [[ -z $rewritten ]]; then
+      pass=$((pass + 1))
+    else
+      fail=$((fail + 1))
+      echo "FAIL $spec: rebuilding the unchanged spec rewrote $rewritten"
+    fi
+  fi
 done
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
