@@ -164,7 +164,7 @@ local function F(bf, elem, n, int)
 end
 
 function Walker.new(plan)
-  return setmetatable({ plan = plan, unsharded = {}, ugrad = {}, loss = nil, nbackward = 0 }, Walker)
+  return setmetatable({ plan = plan, unsharded = {}, loss = nil, nbackward = 0 }, Walker)
 end
 
 function Walker:param_offset(p)
@@ -203,6 +203,13 @@ function Walker:grad(t, st)
   return F(b.grad_buf, 0, trace.numel(b.shape))
 end
 
+-- The gradient buffer of an op's output (n elements of it).
+local function output_grad(t, n)
+  local b = memory.base(t)
+  if not b.grad_buf then error("no gradient for output " .. tostring(b.label)) end
+  return F(b.grad_buf, 0, n)
+end
+
 function Walker:ctx(st, saved)
   local w = self
   local node = saved and st.node
@@ -220,15 +227,11 @@ function Walker:ctx(st, saved)
     grad = function(t) return w:grad(t, st) end,
     dout = function(t)
       if t == w.loss then return "rt_one" end
-      local b = memory.base(t)
-      if not b.grad_buf then error("no gradient for output " .. tostring(b.label)) end
-      return F(b.grad_buf, 0, trace.numel(b.shape))
+      return output_grad(t, trace.numel(t.shape))
     end,
     dloss = function(t)
       if t == w.loss then return "1.0f" end
-      local b = memory.base(t)
-      if not b.grad_buf then error("no gradient for output " .. tostring(b.label)) end
-      return F(b.grad_buf, 0, 1) .. "[0]"
+      return output_grad(t, 1) .. "[0]"
     end,
     stats = stats,
     scratch = st.bufs.scratch and F(st.bufs.scratch) or "NULL",
