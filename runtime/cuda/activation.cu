@@ -1,0 +1,191 @@
+// Elementwise activations on the GPU (exact GELU, ReLU, SiLU, the SwiGLU gate) and rotary
+// position embeddings: same contracts and float expressions as
+// runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
+// Forward kernels allow out == inp (no __restrict__ on them).
+#include "cuda_common.cuh"
+
+#define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
+#define RTC_INV_SQRT_2PI 0.39894228040143267794f  // 1/sqrt(2*pi)
+
+#define RTC_LAUNCH_FLAT(kernel, n, ...)                                             \
+    do {                                                                            \
+        if ((n) == 0) break;                                                        \
+        kernel<<<rtc_blocks((n), RTC_THREADS), RTC_THREADS>>>(__VA_ARGS__);         \
+        RTC_CHECK_LAUNCH(kernel);                                                   \
+    } while (0)
+
+__device__ __forceinline__ float rtc_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// d/dx [x * s(x)] = s * (1 + x * (1 - s))
+__device__ __forceinline__ float rtc_silu_grad(float x) {
+    const float s = rtc_sigmoidf(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
+// ----------------------------------------------------------------------------
+// exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); backward Phi(x) + x * phi(x)
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + erff(x * RTC_SQRT1_2));
+    }
+}
+
+__global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+                                     const float* __restrict__ inp, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const float x = inp[i];
+        const float cdf = 0.5f * (1.0f + erff(x * RTC_SQRT1_2));
+        const float pdf = RTC_INV_SQRT_2PI * expf(-0.5f * x * x);
+        dinp[i] += dout[i] * (cdf + x * pdf);
+    }
+}
+
+void rt_gelu_forward(float* out, const float* inp, size_t n) {
+    RTC_LAUNCH_FLAT(gelu_forward_kernel, n, out, inp, n);
+}
+
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+    RTC_LAUNCH_FLAT(gelu_backward_kernel, n, dinp, dout, inp, n);
+}
+
+// ----------------------------------------------------------------------------
+// ReLU (gradient 0 at x == 0, as PyTorch's threshold_backward)
+
+__global__ void relu_forward_kernel(float* out, const float* inp, size_t n) {
+    RTC_GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+__global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+                                     const float* __restrict__ inp, size_t n) {
+    RTC_GRID_STRIDE(i, n) if (inp[i] > 0.0f) dinp[i] += dout[i];
+}
+
+void rt_relu_forward(float* out, const float* inp, size_t n) {
+    RTC_LAUNCH_FLAT(relu_forward_kernel, n, out, inp, n);
+}
+
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+    RTC_LAUNCH_FLAT(relu_backward_kernel, n, dinp, dout, inp, n);
+}
+
+// ----------------------------------------------------------------------------
+// SiLU: x * sigmoid(x)
+
+__global__ void silu_forward_kernel(float* out, const float* inp, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const float x = inp[i];
+        out[i] = x * rtc_sigmoidf(x);
+    }
+}
+
+__global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+                                     const float* __restrict__ inp, size_t n) {
+    RTC_GRID_STRIDE(i, n) dinp[i] += dout[i] * rtc_silu_grad(inp[i]);
+}
+
+void rt_silu_forward(float* out, const float* inp, size_t n) {
+    RTC_LAUNCH_FLAT(silu_forward_kernel, n, out, inp, n);
+}
+
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+    RTC_LAUNCH_FLAT(silu_backward_kernel, n, dinp, dout, inp, n);
+}
+
+// ----------------------------------------------------------------------------
+// SwiGLU gate: out = silu(a) * b; one kernel for both gradients
+
+__global__ void swiglu_forward_kernel(float* out, const float* a, const float* b, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const float x = a[i];
+        out[i] = x * rtc_sigmoidf(x) * b[i];
+    }
+}
+
+__global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buffer
+                                       const float* __restrict__ dout,
+                                       const float* __restrict__ a,
+                                       const float* __restrict__ b, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const float x = a[i];
+        if (da) da[i] += dout[i] * b[i] * rtc_silu_grad(x);
+        if (db) db[i] += dout[i] * (x * rtc_sigmoidf(x));
+    }
+}
+
+void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n) {
+    RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, out, a, b, n);
+}
+
+void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
+                        size_t n) {
+    if (!da && !db) return;
+    RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n);
+}
+
+// ----------------------------------------------------------------------------
+// rotary position embeddings over [B,T,NH,HD]: pair (x[2i], x[2i+1]) at position t rotated
+// by t * theta^(-2i/HD). One thread per pair; the angle is computed as the CPU kernel does
+// (float exponent, float frequency and angle, cos/sin in double rounded to float). powf
+// is taken through double pow rounded to float: the correctly rounded value, as glibc's
+// powf gives, where the device powf may be 2 ulp off.
+
+__device__ __forceinline__ void rtc_rope_cos_sin(int t, int i, int HD, float theta, float* cs,
+                                                 float* sn) {
+    const float e = (float)(2 * i) / (float)HD;
+    const float freq = 1.0f / (float)pow((double)theta, (double)e);
+    const float ang = (float)t * freq;
+    *cs = (float)cos((double)ang);
+    *sn = (float)sin((double)ang);
+}
+
+__global__ void rope_forward_kernel(float* out, const float* inp, int T, int NH, int HD,
+                                    float theta, size_t npairs) {
+    const int half = HD / 2;
+    RTC_GRID_STRIDE(p, npairs) {
+        const int i = (int)(p % (size_t)half);
+        const int t = (int)((p / ((size_t)half * NH)) % (size_t)T);
+        float cs, sn;
+        rtc_rope_cos_sin(t, i, HD, theta, &cs, &sn);
+        const float x0 = inp[2 * p], x1 = inp[2 * p + 1];  // read both first: out == inp ok
+        out[2 * p] = x0 * cs - x1 * sn;
+        out[2 * p + 1] = x0 * sn + x1 * cs;
+    }
+}
+
+// backward (accumulating): rotation by -angle
+__global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+                                     int T, int NH, int HD, float theta, size_t npairs) {
+    const int half = HD / 2;
+    RTC_GRID_STRIDE(p, npairs) {
+        const int i = (int)(p % (size_t)half);
+        const int t = (int)((p / ((size_t)half * NH)) % (size_t)T);
+        float cs, sn;
+        rtc_rope_cos_sin(t, i, HD, theta, &cs, &sn);
+        const float d0 = dout[2 * p], d1 = dout[2 * p + 1];
+        dinp[2 * p] += d0 * cs + d1 * sn;
+        dinp[2 * p + 1] += -d0 * sn + d1 * cs;
+    }
+}
+
+static void rope_check(int HD) {
+    RTC_KCHECK(HD % 2 == 0 && HD > 0 && HD <= RT_ROPE_MAX_HD,
+               "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",
+               "rope head dim %d is not even or exceeds %d", HD, RT_ROPE_MAX_HD);
+}
+
+void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta) {
+    rope_check(HD);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    const size_t npairs = (size_t)B * T * NH * (HD / 2);
+    RTC_LAUNCH_FLAT(rope_forward_kernel, npairs, out, inp, T, NH, HD, theta, npairs);
+}
+
+void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
+                      float theta) {
+    rope_check(HD);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    const size_t npairs = (size_t)B * T * NH * (HD / 2);
+    RTC_LAUNCH_FLAT(rope_backward_kernel, npairs, dinp, dout, T, NH, HD, theta, npairs);
+}

@@ -1,0 +1,157 @@
+// Setup of the CUDA kernels: the per-thread context (cuBLAS handle, reduction scratch),
+// rt_kernels_init, the row-major SGEMM wrapper and the deterministic flat reductions.
+//
+// One context per host thread. Ranks are threads of one process (one GPU per thread with
+// NCCL, or several ranks on one GPU in the local test mode), and a cuBLAS handle is neither
+// safe to share between threads issuing work concurrently nor usable on another device, so
+// each thread gets its own, created on its first call for the device that is current then.
+// rt_kernels_init() creates the calling thread's context eagerly (so a missing GPU is
+// reported there, not inside the first GEMM); other threads create theirs lazily. A thread
+// must not change its current device afterwards: that is checked and reported.
+#include <pthread.h>
+
+#include "cuda_common.cuh"
+
+// ----------------------------------------------------------------------------
+// cuBLAS hints
+
+const char* rtc_cublas_hint(int status) {
+    switch (status) {
+        case CUBLAS_STATUS_NOT_INITIALIZED:
+            return "cuBLAS could not initialise: check the driver (nvidia-smi) and that a GPU "
+                   "is visible";
+        case CUBLAS_STATUS_ALLOC_FAILED:
+            return "cuBLAS could not allocate its workspace: the GPU is out of memory";
+        case CUBLAS_STATUS_INVALID_VALUE:
+            return "a GEMM argument is invalid: check the shapes and leading dimensions";
+        case CUBLAS_STATUS_ARCH_MISMATCH:
+            return "this GPU lacks a feature the call needs: check its compute capability";
+        case CUBLAS_STATUS_EXECUTION_FAILED:
+            return "a cuBLAS kernel failed: an earlier kernel may have faulted; rerun with "
+                   "CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer";
+        case CUBLAS_STATUS_NOT_SUPPORTED:
+            return "this combination of types or options is not supported by this cuBLAS";
+        default:
+            return "rerun with CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=stderr";
+    }
+}
+
+// ----------------------------------------------------------------------------
+// per-thread context
+
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+// Thread exit: release the handle and scratch. Errors are ignored here (the process may be
+// tearing the device down); nothing is left to report them to.
+static void ctx_free(void* p) {
+    rtc_ctx* c = (rtc_ctx*)p;
+    if (!c) return;
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != c->device) (void)cudaSetDevice(c->device);
+    (void)cublasDestroy(c->blas);
+    (void)cudaFree(c->scratch);
+    free(c);
+}
+
+static void ctx_key_make(void) {
+    int rc = pthread_key_create(&ctx_key, ctx_free);
+    RT_CHECK_SYS(rc == 0, "pthread_key_create (CUDA kernel context)");
+}
+
+rtc_ctx* rtc_get(void) {
+    pthread_once(&ctx_once, ctx_key_make);
+    int dev = -1;
+    RT_CHECK_CUDA(cudaGetDevice(&dev));
+    rtc_ctx* c = (rtc_ctx*)pthread_getspecific(ctx_key);
+    if (c) {
+        if (c->device != dev) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "this thread's kernel context belongs to device %d, current device is %d",
+                     c->device, dev);
+            rt_check_fail(__FILE__, __LINE__, "rtc_get", why,
+                          "call cudaSetDevice once per rank thread, before its first kernel, "
+                          "and keep it");
+        }
+        return c;
+    }
+    c = (rtc_ctx*)calloc(1, sizeof *c);
+    RT_CHECK_SYS(c != NULL, "calloc (CUDA kernel context)");
+    c->device = dev;
+    RT_CHECK_CUBLAS(cublasCreate(&c->blas));
+    // fp32 SGEMM without TF32 (the CPU backend's numbers within fp32 round-off); the legacy
+    // default stream until the step backend passes streams (see cuda_common.cuh).
+    RT_CHECK_CUBLAS(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    RT_CHECK_CUBLAS(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST));
+    RT_CHECK_CUBLAS(cublasSetStream(c->blas, (cudaStream_t)0));
+    RT_CHECK_CUDA(cudaMalloc((void**)&c->scratch, RTC_SCRATCH_DOUBLES * sizeof(double)));
+    int rc = pthread_setspecific(ctx_key, c);
+    RT_CHECK_SYS(rc == 0, "pthread_setspecific (CUDA kernel context)");
+    return c;
+}
+
+// ----------------------------------------------------------------------------
+// init
+
+void rt_kernels_init(void) {
+    // Creates this thread's context now: a missing GPU or driver problem is reported here
+    // with its hint. Idempotent (the context is created once per thread).
+    (void)rtc_get();
+}
+
+// ----------------------------------------------------------------------------
+// GEMM
+
+void rtc_sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    rtc_ctx* ctx = rtc_get();
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
+    // and the M/N roles; a row-major matrix with row stride ld is its column-major
+    // transpose with leading dimension ld, so the op flags carry over unchanged.
+    RT_CHECK_CUBLAS(cublasSgemm(ctx->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
+                                &beta, C, ldc));
+}
+
+// ----------------------------------------------------------------------------
+// flat reductions: pass 1 writes one double per block, pass 2 sums them in one block
+
+__global__ void reduce_partial_kernel(double* partial, const float* x, size_t n, int squares) {
+    double s = 0.0;
+    RTC_GRID_STRIDE(i, n) {
+        const double v = x[i];
+        s += squares ? v * v : v;
+    }
+    s = rtc_block_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void reduce_final_kernel(double* result, float* fout, const double* partial,
+                                    int nparts) {
+    double s = 0.0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += partial[i];
+    s = rtc_block_sum(s);
+    if (threadIdx.x == 0) {
+        result[0] = s;
+        if (fout) fout[0] = (float)s;
+    }
+}
+
+void rtc_reduce_sum(rtc_ctx* ctx, const float* x, size_t n, int squares, float* fout) {
+    unsigned parts = 1;
+    if (n > 0) {
+        // ~8 values per thread before using more blocks, at most RTC_PARTIALS blocks
+        const size_t per_block = (size_t)RTC_THREADS * 8;
+        size_t b = (n + per_block - 1) / per_block;
+        parts = (unsigned)(b < RTC_PARTIALS ? b : RTC_PARTIALS);
+        reduce_partial_kernel<<<parts, RTC_THREADS>>>(ctx->scratch, x, n, squares);
+        RTC_CHECK_LAUNCH(reduce_partial_kernel);
+    } else {
+        RT_CHECK_CUDA(cudaMemsetAsync(ctx->scratch, 0, sizeof(double), (cudaStream_t)0));
+    }
+    reduce_final_kernel<<<1, 1024>>>(ctx->scratch + RTC_RESULT_SLOT, fout, ctx->scratch,
+                                     (int)parts);
+    RTC_CHECK_LAUNCH(reduce_final_kernel);
+}

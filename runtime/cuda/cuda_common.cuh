@@ -1,0 +1,195 @@
+// Internal to the CUDA kernels (runtime/cuda/*.cu): error checks, the per-thread context
+// (cuBLAS handle and a small reduction scratch), launch helpers, block reductions and the
+// row-major SGEMM wrapper. Not part of the public API: generated code sees only
+// rt_kernels.h and rt_optim.h, whose functions this backend implements with the same
+// names and semantics, on device pointers.
+//
+// Streams. Every kernel, memset, copy and cuBLAS call here runs on the legacy default
+// stream (stream 0) of the calling thread's current device. Stream selection (the compute
+// stream of a rank, events against the NCCL streams) comes with the CUDA step backend;
+// until then a caller that needs overlap has nothing to choose.
+//
+// Numerics. Compiled with -fmad=false, IEEE division and sqrt, so a*b+c rounds twice as
+// the CPU kernels (built with -ffp-contract=off) do: the optimizers and the pure
+// add/multiply kernels give the CPU kernels' bits; transcendental functions (expf, erff)
+// and reductions (tree order instead of sequential, in double as the CPU) differ in the
+// last bits. GEMMs are cuBLAS fp32 (CUBLAS_DEFAULT_MATH: no TF32).
+#ifndef FSDPGEN_CUDA_COMMON_CUH
+#define FSDPGEN_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// rt_check.h is C11 (_Noreturn, no extern "C"): include it with C linkage and the C++
+// spelling of noreturn, so RT_CHECK_CUDA reports through core/check.c as everywhere else.
+#define _Noreturn [[noreturn]]
+extern "C" {
+#include "rt_check.h"
+}
+#undef _Noreturn
+
+#include "rt_kernels.h"
+#include "rt_optim.h"
+
+// ----------------------------------------------------------------------------
+// error checks
+
+// Hint for a cuBLAS status (rt_check.h has tables for CUDA and NCCL only).
+const char* rtc_cublas_hint(int status);
+
+// RT_CHECK_CUBLAS(cublasSgemm(...)): `file:line: error: CALL failed: WHY (hint: ...)`, exit 1.
+#define RT_CHECK_CUBLAS(call)                                                          \
+    do {                                                                               \
+        cublasStatus_t rt_st_ = (call);                                                \
+        if (rt_st_ != CUBLAS_STATUS_SUCCESS)                                           \
+            rt_check_fail(__FILE__, __LINE__, #call, cublasGetStatusString(rt_st_),    \
+                          rtc_cublas_hint((int)rt_st_));                               \
+    } while (0)
+
+// After every kernel launch: a bad configuration (grid too large, no kernel image for this
+// GPU) is reported here, at the launch that caused it. Errors inside a running kernel are
+// asynchronous and surface at the next checked call.
+#define RTC_CHECK_LAUNCH(name) RT_CHECK_CUDA(cudaGetLastError() /* launch of name */)
+
+// Host-side argument checks (same messages as the CPU kernels' RT_KCHECK): arguments that
+// would corrupt memory are generator or data bugs, so the process aborts.
+#define RTC_KCHECK(cond, hint, ...)                                                \
+    do {                                                                           \
+        if (!(cond)) {                                                             \
+            fflush(stdout);                                                        \
+            fprintf(stderr, "%s:%d: error: ", __FILE__, __LINE__);                 \
+            fprintf(stderr, __VA_ARGS__);                                          \
+            fprintf(stderr, " (hint: %s)\n", hint);                                \
+            abort();                                                               \
+        }                                                                          \
+    } while (0)
+
+// Device-side data checks (token ids, targets live on the device): the first thread that
+// sees a bad value prints the CPU kernels' message and traps. The trap makes the next CUDA
+// call on this context fail (cudaErrorLaunchFailure), which RT_CHECK_CUDA reports; the
+// context is unusable afterwards, as the CPU kernels abort on the same data.
+#define RTC_DEVICE_FAIL(hint, fmt, ...)                                                \
+    do {                                                                               \
+        printf("%s:%d: error: " fmt " (hint: %s)\n", __FILE__, __LINE__, __VA_ARGS__,  \
+               hint);                                                                  \
+        __trap();                                                                      \
+    } while (0)
+
+// ----------------------------------------------------------------------------
+// per-thread context
+
+// Number of per-block partial results a deterministic two-pass reduction may use; the
+// scratch holds 2 * RTC_PARTIALS doubles plus a few result slots.
+#define RTC_PARTIALS 1024
+#define RTC_SCRATCH_DOUBLES (2 * RTC_PARTIALS + 8)
+
+// One per host thread, created on the thread's first kernel call (or by rt_kernels_init on
+// the calling thread) for the device current on that thread, and freed when the thread
+// exits. A thread must keep the same current device afterwards (checked on every GEMM and
+// reduction): cuBLAS handles and device memory belong to one device.
+typedef struct rtc_ctx {
+    cublasHandle_t blas;
+    int device;
+    double* scratch;  // RTC_SCRATCH_DOUBLES on the device: reduction partials and results
+} rtc_ctx;
+
+rtc_ctx* rtc_get(void);
+
+// ----------------------------------------------------------------------------
+// launch helpers
+
+#define RTC_THREADS 256
+
+// Blocks for a grid-stride loop over n items (n > 0), capped so the grid stays legal.
+static inline unsigned rtc_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    const size_t cap = (size_t)1 << 20;
+    return (unsigned)(b < cap ? b : cap);
+}
+
+// Threads for one block per row of `len` values: a power of two from 32 to 1024 with at
+// least ~4 values per thread. Fixed by len, so a row's reduction order (and its result)
+// does not depend on anything else.
+static inline unsigned rtc_row_threads(int len) {
+    unsigned t = 32;
+    while (t < 1024 && (int)(4 * t) < len) t *= 2;
+    return t;
+}
+
+#define RTC_GRID_STRIDE(i, n)                                                              \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
+         i += (size_t)blockDim.x * gridDim.x)
+
+// ----------------------------------------------------------------------------
+// block reductions (blockDim.x a multiple of 32, at most 1024; every thread gets the
+// result; call from all threads of the block)
+
+template <typename T>
+__device__ __forceinline__ T rtc_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float rtc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T rtc_block_sum(T v) {
+    __shared__ T sh[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = rtc_warp_sum(v);
+    __syncthreads();  // an earlier call's readers are done with sh
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : T(0);
+    return rtc_warp_sum(v);  // every warp reduces the same partials: same result everywhere
+}
+
+__device__ __forceinline__ float rtc_block_max(float v) {
+    __shared__ float sh[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = rtc_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return rtc_warp_max(v);
+}
+
+// ----------------------------------------------------------------------------
+// GEMM (cuBLAS, fp32)
+
+// Row-major C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb); lda, ldb,
+// ldc are row strides. Runs as the column-major product C^T = op(B)^T op(A)^T.
+// TODO(issue 5): bf16 inputs with fp32 accumulation on tensor cores (cublasGemmEx /
+// cublasLt with CUBLAS_COMPUTE_32F, bf16 A/B), and optionally TF32, once mixed precision
+// reaches the kernels; today everything is fp32 SGEMM on the CUDA cores.
+void rtc_sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc);
+
+// ----------------------------------------------------------------------------
+// column sums (linear.cu): db[c] += sum over rows of d[r, c] for d[rows, cols], in double,
+// deterministic (fixed order for given rows, cols)
+
+void rtc_colsum_acc(float* db, const float* d, int rows, int cols);
+
+// ----------------------------------------------------------------------------
+// deterministic reductions over a flat array (two passes through the context scratch)
+
+// Slot of ctx->scratch that receives a reduction's double result.
+#define RTC_RESULT_SLOT (2 * RTC_PARTIALS)
+
+// Sum of x[i] (squares != 0: of x[i]^2) over n values, in double, left in
+// ctx->scratch[RTC_RESULT_SLOT] on the device and, when fout is not NULL, rounded to float
+// into fout[0] (a device pointer). Fixed block count and order for a given n: the same n
+// gives the same bits run after run.
+void rtc_reduce_sum(rtc_ctx* ctx, const float* x, size_t n, int squares, float* fout);
+
+#endif

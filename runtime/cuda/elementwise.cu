@@ -1,0 +1,135 @@
+// Binary elementwise ops (residual add, product, broadcast add) and the flat buffer
+// helpers (zero, copy, scale, accumulate, axpy, sum of squares) on the GPU; same contracts
+// as runtime/kernels/cpu/elementwise.c. Forward kernels allow out == a or out == b.
+#include "cuda_common.cuh"
+
+#define RTC_LAUNCH_FLAT(kernel, n, ...)                                             \
+    do {                                                                            \
+        if ((n) == 0) break;                                                        \
+        kernel<<<rtc_blocks((n), RTC_THREADS), RTC_THREADS>>>(__VA_ARGS__);         \
+        RTC_CHECK_LAUNCH(kernel);                                                   \
+    } while (0)
+
+// ----------------------------------------------------------------------------
+// residual add: out = a + b; backward da += dout, db += dout (one kernel for both)
+
+__global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
+    RTC_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+// da and db may be the same buffer (x + x): no __restrict__ on them, each is read back.
+__global__ void acc2_kernel(float* da, float* db,
+                            const float* __restrict__ dout, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const float d = dout[i];
+        if (da) da[i] += d;
+        if (db) db[i] += d;
+    }
+}
+
+void rt_residual_forward(float* out, const float* a, const float* b, size_t n) {
+    RTC_LAUNCH_FLAT(add_kernel, n, out, a, b, n);
+}
+
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n) {
+    if (!da && !db) return;
+    RTC_LAUNCH_FLAT(acc2_kernel, n, da, db, dout, n);
+}
+
+// ----------------------------------------------------------------------------
+// product: out = a * b; backward da += dout * b, db += dout * a
+
+__global__ void mul_kernel(float* out, const float* a, const float* b, size_t n) {
+    RTC_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+}
+
+__global__ void mul_backward_kernel(float* da, float* db,  // may be one buffer (x * x)
+                                    const float* __restrict__ dout, const float* __restrict__ a,
+                                    const float* __restrict__ b, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const float d = dout[i];
+        if (da) da[i] += d * b[i];
+        if (db) db[i] += d * a[i];
+    }
+}
+
+void rt_mul_forward(float* out, const float* a, const float* b, size_t n) {
+    RTC_LAUNCH_FLAT(mul_kernel, n, out, a, b, n);
+}
+
+void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
+                     size_t n) {
+    if (!da && !db) return;
+    RTC_LAUNCH_FLAT(mul_backward_kernel, n, da, db, dout, a, b, n);
+}
+
+// ----------------------------------------------------------------------------
+// broadcast add: out[rows,cols] = a[rows,cols] + b[cols]; backward da += dout,
+// db += column sums of dout (double, deterministic: rtc_colsum_acc)
+
+__global__ void broadcast_add_kernel(float* out, const float* a, const float* b, int cols,
+                                     size_t n) {
+    RTC_GRID_STRIDE(i, n) out[i] = a[i] + b[i % (size_t)cols];
+}
+
+void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    const size_t n = (size_t)rows * cols;
+    RTC_LAUNCH_FLAT(broadcast_add_kernel, n, out, a, b, cols, n);
+}
+
+void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    const size_t n = (size_t)rows * cols;
+    if (da) RTC_LAUNCH_FLAT(acc2_kernel, n, da, (float*)NULL, dout, n);
+    if (db) rtc_colsum_acc(db, dout, rows, cols);
+}
+
+// ----------------------------------------------------------------------------
+// buffer helpers
+
+__global__ void scale_kernel(float* out, const float* inp, size_t n, float s) {
+    RTC_GRID_STRIDE(i, n) out[i] = s * inp[i];
+}
+
+__global__ void axpy_kernel(float* __restrict__ dst, const float* __restrict__ src, size_t n,
+                            float alpha) {
+    RTC_GRID_STRIDE(i, n) dst[i] += alpha * src[i];
+}
+
+void rt_zero(float* x, size_t n) {
+    if (n) RT_CHECK_CUDA(cudaMemsetAsync(x, 0, n * sizeof(float), (cudaStream_t)0));
+}
+
+// dst and src must not overlap partially (the CPU kernel's memmove allows it; no generated
+// copy needs it, and cudaMemcpyAsync's result is undefined then). dst == src is a no-op.
+void rt_copy(float* dst, const float* src, size_t n) {
+    if (n && dst != src)
+        RT_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault,
+                                      (cudaStream_t)0));
+}
+
+void rt_scale(float* out, const float* inp, size_t n, float s) {
+    RTC_LAUNCH_FLAT(scale_kernel, n, out, inp, n, s);
+}
+
+void rt_accumulate(float* dst, const float* src, size_t n) {
+    RTC_LAUNCH_FLAT(acc2_kernel, n, dst, (float*)NULL, src, n);
+}
+
+void rt_axpy(float* dst, const float* src, size_t n, float alpha) {
+    RTC_LAUNCH_FLAT(axpy_kernel, n, dst, src, n, alpha);
+}
+
+// ----------------------------------------------------------------------------
+// sum of squares in double, on the device; the result is copied back, which waits for the
+// default stream (the caller needs the number on the host to combine ranks' partial sums).
+
+double rt_sumsq(const float* x, size_t n) {
+    rtc_ctx* ctx = rtc_get();
+    rtc_reduce_sum(ctx, x, n, 1, NULL);
+    double s = 0.0;
+    RT_CHECK_CUDA(cudaMemcpy(&s, ctx->scratch + RTC_RESULT_SLOT, sizeof s,
+                             cudaMemcpyDeviceToHost));
+    return s;
+}

@@ -1,0 +1,159 @@
+// Linear layer (nn.Linear) through cuBLAS SGEMM, and the embedding lookup, on the GPU.
+// Same contracts as runtime/kernels/cpu/linear.c and embedding.c: forward overwrites,
+// backward accumulates, NULL gradients are skipped.
+#include "cuda_common.cuh"
+
+// ----------------------------------------------------------------------------
+// column sums: db[c] += sum over rows of d[r, c], in double (as the CPU kernels). Block
+// (32, RTC_COLSUM_Y): x walks columns (coalesced), y strides rows; the RTC_COLSUM_Y partial
+// sums of a column are added in a fixed order, so the result is deterministic.
+// Shared with rt_broadcast_add_backward (elementwise.cu).
+
+#define RTC_COLSUM_Y 16
+
+__global__ void colsum_acc_kernel(float* __restrict__ db, const float* __restrict__ d, int rows,
+                                  int cols) {
+    __shared__ double sh[RTC_COLSUM_Y][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    double acc = 0.0;
+    if (c < cols)
+        for (int r = threadIdx.y; r < rows; r += RTC_COLSUM_Y) acc += d[(size_t)r * cols + c];
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        double s = 0.0;
+        for (int y = 0; y < RTC_COLSUM_Y; y++) s += sh[y][threadIdx.x];
+        db[c] += (float)s;
+    }
+}
+
+void rtc_colsum_acc(float* db, const float* d, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    colsum_acc_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, RTC_COLSUM_Y)>>>(db, d, rows,
+                                                                                 cols);
+    RTC_CHECK_LAUNCH(colsum_acc_kernel);
+}
+
+// ----------------------------------------------------------------------------
+// linear forward: out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]
+
+// out[n, j] = bias[j] (the GEMM then accumulates onto it with beta = 1), or 0 when C == 0
+// and there is no bias.
+__global__ void rows_fill_kernel(float* __restrict__ out, const float* __restrict__ bias,
+                                 size_t n, int OC) {
+    RTC_GRID_STRIDE(i, n) out[i] = bias ? bias[i % (size_t)OC] : 0.0f;
+}
+
+void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                       int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    const size_t n = (size_t)N * OC;
+    if (bias || C <= 0) {
+        rows_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(out, bias, n, OC);
+        RTC_CHECK_LAUNCH(rows_fill_kernel);
+    }
+    if (C <= 0) return;
+    // TODO(issue 5): fuse the bias into a cublasLt epilogue (CUBLASLT_EPILOGUE_BIAS) and
+    // run bf16 on tensor cores; see rtc_sgemm_rm.
+    rtc_sgemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+}
+
+// ----------------------------------------------------------------------------
+// linear backward (accumulating): dinp += dout·W, dW += dout^T·inp, dbias += colsum(dout)
+
+void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (dinp && C > 0)  // dinp[N,C] += dout[N,OC] · weight[OC,C]
+        rtc_sgemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dweight && C > 0)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
+        rtc_sgemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias) rtc_colsum_acc(dbias, dout, N, OC);
+}
+
+// ----------------------------------------------------------------------------
+// embedding forward: out[N,C] = weight[ids[n], :]
+
+#define RTC_EMB_HINT "check the token data against the model's vocab_size"
+
+__global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ ids,
+                                         const float* __restrict__ weight, int N, int C, int V) {
+    const size_t total = (size_t)N * C;
+    RTC_GRID_STRIDE(i, total) {
+        const int n = (int)(i / (size_t)C), c = (int)(i % (size_t)C);
+        const int32_t id = ids[n];
+        if (id < 0 || id >= V) {
+            if (c == 0)
+                RTC_DEVICE_FAIL(RTC_EMB_HINT, "embedding id %d at row %d is outside [0, %d)",
+                                (int)id, n, V);
+            return;
+        }
+        out[i] = weight[(size_t)id * C + c];
+    }
+}
+
+void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, int N, int C,
+                          int V) {
+    if (N <= 0 || C <= 0) return;
+    const size_t total = (size_t)N * C;
+    embedding_forward_kernel<<<rtc_blocks(total, RTC_THREADS), RTC_THREADS>>>(out, ids, weight,
+                                                                              N, C, V);
+    RTC_CHECK_LAUNCH(embedding_forward_kernel);
+}
+
+// ----------------------------------------------------------------------------
+// embedding backward (accumulating), deterministic and in the CPU kernel's order:
+// dweight[ids[n], :] += dout[n, :] for n = 0..N-1, so a repeated id sums its rows in row
+// order and the result has the CPU kernel's bits. No atomics: thread (c, p) owns column c
+// of the vocabulary rows with id % P == p and walks all N ids in order, adding the rows
+// that are its own. Every thread reads all N ids (a warp reads the same id: one broadcast
+// load), so the cost is O(N) per thread; P is chosen to give the GPU ~64k threads.
+// TODO(issue 5): a sort-based kernel (ids sorted with their row numbers, one segment per
+// distinct id) when N gets large; it needs a scratch buffer from the memory plan.
+
+__global__ void embedding_backward_kernel(float* __restrict__ dweight,
+                                          const float* __restrict__ dout,
+                                          const int32_t* __restrict__ ids, int N, int C, int V,
+                                          int P) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int p = blockIdx.y;
+    if (c >= C) return;
+    for (int n = 0; n < N; n++) {
+        const int32_t id = ids[n];
+        if (id < 0 || id >= V) {
+            if (c == 0 && p == 0)
+                RTC_DEVICE_FAIL(RTC_EMB_HINT, "embedding id %d at row %d is outside [0, %d)",
+                                (int)id, n, V);
+            return;
+        }
+        if (id % P != p) continue;
+        dweight[(size_t)id * C + c] += dout[(size_t)n * C + c];
+    }
+}
+
+void rt_embedding_backward(float* dweight, const float* dout, const int32_t* ids, int N, int C,
+                           int V) {
+    if (N <= 0 || C <= 0 || V <= 0) return;
+    const int threads = C >= 128 ? 128 : 32;
+    const int cblocks = (C + threads - 1) / threads;
+    int P = (int)((65536 + (size_t)cblocks * threads - 1) / ((size_t)cblocks * threads));
+    if (P > V) P = V;
+    if (P > 65535) P = 65535;  // grid.y limit
+    if (P < 1) P = 1;
+    embedding_backward_kernel<<<dim3((unsigned)cblocks, (unsigned)P), threads>>>(
+        dweight, dout, ids, N, C, V, P);
+    RTC_CHECK_LAUNCH(embedding_backward_kernel);
+}
+
+// ----------------------------------------------------------------------------
+// position ids
+
+__global__ void arange_kernel(int32_t* ids, int n, int32_t start) {
+    RTC_GRID_STRIDE(i, (size_t)n) ids[i] = start + (int32_t)i;
+}
+
+void rt_arange_i32(int32_t* ids, int n, int32_t start) {
+    if (n <= 0) return;
+    arange_kernel<<<rtc_blocks((size_t)n, RTC_THREADS), RTC_THREADS>>>(ids, n, start);
+    RTC_CHECK_LAUNCH(arange_kernel);
+}

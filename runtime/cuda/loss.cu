@@ -1,0 +1,158 @@
+// Losses on the GPU: the "sum" loss of the PyTorch tests and cross-entropy with mean
+// reduction, fused with its softmax (no probabilities buffer): same contracts as
+// runtime/kernels/cpu/loss.c. loss, losses, logits, targets and dlogits are device
+// pointers. Means and sums are in double and deterministic: per-block partial results in
+// the thread's context scratch, added in a fixed order by a second kernel.
+// TODO(issue 5): a vocabulary-parallel (chunked) variant for V >> 64k, and fusing the
+// backward into the forward when the loss is the last op (llm.c style).
+#include "cuda_common.cuh"
+
+#define RTC_CE_HINT "targets must be class ids in [0, vocab_size) or -100 (ignored)"
+
+// ----------------------------------------------------------------------------
+// sum loss: loss = sum(logits) in double; backward dlogits += dloss
+
+__global__ void add_scalar_kernel(float* __restrict__ x, size_t n, float v) {
+    RTC_GRID_STRIDE(i, n) x[i] += v;
+}
+
+void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
+    rtc_reduce_sum(rtc_get(), logits, n, 0, loss);
+}
+
+void rt_sum_loss_backward(float* dlogits, size_t n, float dloss) {
+    if (n == 0) return;
+    add_scalar_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(dlogits, n, dloss);
+    RTC_CHECK_LAUNCH(add_scalar_kernel);
+}
+
+// ----------------------------------------------------------------------------
+// cross-entropy: loss_n = logsumexp(logits[n,:]) - logits[n, target_n], mean over the rows
+// whose target is not RT_IGNORE_INDEX
+
+// max and sum(exp(x - max)) of one row, over the whole block (every thread gets both)
+__device__ __forceinline__ void rtc_row_lse(const float* x, int V, float* mx_out,
+                                            double* sum_out) {
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = rtc_block_max(mx);
+    double s = 0.0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(x[j] - mx);
+    *mx_out = mx;
+    *sum_out = rtc_block_sum(s);
+}
+
+// Block b handles rows b, b + gridDim.x, ...; its (sum of losses, count) go to
+// partial[b] and partial[gridDim.x + b].
+__global__ void ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
+                                  const float* __restrict__ logits,
+                                  const int32_t* __restrict__ targets, int N, int V) {
+    double total = 0.0, count = 0.0;
+    for (int n = blockIdx.x; n < N; n += gridDim.x) {
+        const int32_t t = targets[n];  // the same for the whole block: no divergence
+        if (t != RT_IGNORE_INDEX && (t < 0 || t >= V)) {
+            if (threadIdx.x == 0)
+                RTC_DEVICE_FAIL(RTC_CE_HINT, "cross-entropy target %d at row %d is outside [0, %d)",
+                                (int)t, n, V);
+            return;
+        }
+        if (t == RT_IGNORE_INDEX) {
+            if (threadIdx.x == 0 && losses) losses[n] = 0.0f;
+            continue;
+        }
+        const float* x = logits + (size_t)n * V;
+        float mx;
+        double s;
+        rtc_row_lse(x, V, &mx, &s);
+        if (threadIdx.x == 0) {
+            const double l = log(s) + (double)mx - (double)x[t];
+            if (losses) losses[n] = (float)l;
+            total += l;
+            count += 1.0;
+        }
+    }
+    if (threadIdx.x == 0) {
+        partial[blockIdx.x] = total;
+        partial[gridDim.x + blockIdx.x] = count;
+    }
+}
+
+// loss[0] = sum(partial totals) / sum(partial counts), in block order; 0/0 = NaN when
+// every target is ignored, as PyTorch's mean reduction.
+__global__ void ce_final_kernel(float* loss, const double* partial, int nparts) {
+    double total = 0.0, count = 0.0;
+    for (int b = 0; b < nparts; b++) {
+        total += partial[b];
+        count += partial[nparts + b];
+    }
+    loss[0] = (float)(total / count);
+}
+
+void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
+                              const int32_t* targets, int N, int V) {
+    rtc_ctx* ctx = rtc_get();
+    if (N <= 0 || V <= 0) {  // no rows: the mean of nothing
+        const float nan = NAN;
+        RT_CHECK_CUDA(cudaMemcpy(loss, &nan, sizeof nan, cudaMemcpyHostToDevice));
+        return;
+    }
+    const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
+    ce_forward_kernel<<<(unsigned)parts, rtc_row_threads(V)>>>(ctx->scratch, losses, logits,
+                                                               targets, N, V);
+    RTC_CHECK_LAUNCH(ce_forward_kernel);
+    ce_final_kernel<<<1, 1>>>(loss, ctx->scratch, parts);
+    RTC_CHECK_LAUNCH(ce_final_kernel);
+}
+
+// ----------------------------------------------------------------------------
+// backward (accumulating): dlogits += (softmax - onehot(target)) * dloss / M, M the number
+// of non-ignored rows (counted first, with the targets checked, into the scratch)
+
+__global__ void ce_count_kernel(double* __restrict__ count_out,
+                                const int32_t* __restrict__ targets, int N, int V) {
+    double c = 0.0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) {
+        const int32_t t = targets[n];
+        if (t == RT_IGNORE_INDEX) continue;
+        if (t < 0 || t >= V)
+            RTC_DEVICE_FAIL(RTC_CE_HINT, "cross-entropy target %d at row %d is outside [0, %d)",
+                            (int)t, n, V);
+        c += 1.0;
+    }
+    c = rtc_block_sum(c);
+    if (threadIdx.x == 0) count_out[0] = c;
+}
+
+__global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
+                                   const int32_t* __restrict__ targets,
+                                   const double* __restrict__ count_in, int V, float dloss) {
+    const double count = count_in[0];
+    const size_t n = blockIdx.x;
+    const int32_t t = targets[n];
+    if (count == 0.0 || t == RT_IGNORE_INDEX) return;  // no contribution (block-uniform)
+    const float* x = logits + n * V;
+    float* dx = dlogits + n * V;
+    float mx;
+    double s;
+    rtc_row_lse(x, V, &mx, &s);
+    const double g = (double)dloss / count;
+    const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
+    const float gf = (float)g;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float d = dx[j] + expf(x[j] - mx) * gs;
+        if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
+        dx[j] = d;
+    }
+}
+
+void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
+                               int N, int V, float dloss) {
+    if (N <= 0 || V <= 0) return;
+    rtc_ctx* ctx = rtc_get();
+    double* count = ctx->scratch + RTC_RESULT_SLOT + 1;
+    ce_count_kernel<<<1, 1024>>>(count, targets, N, V);
+    RTC_CHECK_LAUNCH(ce_count_kernel);
+    ce_backward_kernel<<<(unsigned)N, rtc_row_threads(V)>>>(dlogits, logits, targets, count, V,
+                                                            dloss);
+    RTC_CHECK_LAUNCH(ce_backward_kernel);
+}

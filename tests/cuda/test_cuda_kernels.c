@@ -1,0 +1,778 @@
+// Tests of the CUDA kernels (runtime/cuda/, build/cuda/librt_kernels_cuda.a) against the
+// CPU kernels, which are compiled into this test under renamed symbols (cpu_rt_*, see
+// tests/cuda/gen_symbols.sh). Every function of rt_kernels.h and rt_optim.h is linked
+// (all_symbols.c), so a missing CUDA implementation fails the build.
+//
+// Without a GPU (cudaGetDeviceCount reports none, as in CI) it prints a SKIP line and
+// `0 passed, 0 failed`. With one, every kernel runs on random data of odd sizes on both
+// backends and the results are compared: forward outputs, and backward gradients
+// accumulated onto non-zero buffers (the += contract), with NULL gradients where they are
+// nullable. Each check prints the largest difference, as |got - want| / max(1, |want|).
+// Tolerances: 0 where the GPU does the CPU's float operations in the CPU's order
+// (elementwise add/mul, dropout masks, embedding rows, optimizer steps, compiled with
+// -fmad=false); ~1e-6 where only expf/erff or a double reduction order differ; ~1e-4 where
+// cuBLAS and OpenBLAS sum GEMM products in different orders.
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rt_check.h"
+
+// the CUDA backend: rt_*
+#include "rt_kernels.h"
+#include "rt_optim.h"
+// the CPU reference: cpu_rt_* (same headers, names renamed)
+#undef FSDPGEN_RT_KERNELS_H
+#undef FSDPGEN_RT_OPTIM_H
+#include "cpu_rename.h"
+#include "rt_kernels.h"
+#include "rt_optim.h"
+#include "cpu_unrename.h"
+
+extern const int rt_all_symbols_count;
+
+#define TOL_EXACT 0.0
+#define TOL_ELEM 2e-6
+#define TOL_GEMM 1e-4
+
+// ----------------------------------------------------------------------------
+// helpers: random data, device copies, comparison
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float frand(void) {  // uniform in [-1, 1)
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static float* hrand(size_t n, float scale, float shift) {
+    float* h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) abort();
+    for (size_t i = 0; i < n; i++) h[i] = frand() * scale + shift;
+    return h;
+}
+
+static float* hcopy(const float* src, size_t n) {
+    float* h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) abort();
+    memcpy(h, src, n * sizeof(float));
+    return h;
+}
+
+static void* dalloc(size_t bytes) {
+    void* d = NULL;
+    RT_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 4));
+    return d;
+}
+
+static float* dup(const float* h, size_t n) {
+    float* d = dalloc(n * sizeof(float));
+    if (n) RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static int32_t* dup_i32(const int32_t* h, size_t n) {
+    int32_t* d = dalloc(n * sizeof(int32_t));
+    if (n) RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static float* down(const float* d, size_t n) {
+    float* h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) abort();
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+    if (n) RT_CHECK_CUDA(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Compares n device values with n host values; NaN matches only NaN.
+static void cmp(const char* name, const float* dgot, const float* want, size_t n, double tol) {
+    float* got = down(dgot, n);
+    double maxabs = 0.0, maxerr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double g = got[i], w = want[i];
+        double err, abs;
+        if (isnan(g) || isnan(w)) {
+            err = abs = (isnan(g) && isnan(w)) ? 0.0 : INFINITY;
+        } else {
+            abs = fabs(g - w);
+            err = abs / (fabs(w) > 1.0 ? fabs(w) : 1.0);
+        }
+        if (abs > maxabs) maxabs = abs;
+        if (err > maxerr) maxerr = err;
+    }
+    free(got);
+    CHECK(maxerr <= tol, "%s: %zu values, max diff %.3g (abs %.3g), tol %.3g", name, n, maxerr,
+          maxabs, tol);
+}
+
+// Two device buffers (e.g. the probs and lowmem variants on the GPU).
+static void cmp_dev(const char* name, const float* da, const float* db, size_t n, double tol) {
+    float* b = down(db, n);
+    cmp(name, da, b, n, tol);
+    free(b);
+}
+
+static void dfree(void* p) { RT_CHECK_CUDA(cudaFree(p)); }
+
+// ----------------------------------------------------------------------------
+// linear
+
+static void test_linear(int N, int C, int OC, int use_bias) {
+    char nm[128];
+    float* inp = hrand((size_t)N * C, 1.0f, 0.0f);
+    float* w = hrand((size_t)OC * C, 0.5f, 0.0f);
+    float* b = hrand((size_t)OC, 1.0f, 0.0f);
+    float* dout = hrand((size_t)N * OC, 1.0f, 0.0f);
+    float* dinp = hrand((size_t)N * C, 1.0f, 0.0f);
+    float* dw = hrand((size_t)OC * C, 1.0f, 0.0f);
+    float* db = hrand((size_t)OC, 1.0f, 0.0f);
+    float* out = hrand((size_t)N * OC, 1.0f, 0.0f);
+    float *d_inp = dup(inp, (size_t)N * C), *d_w = dup(w, (size_t)OC * C), *d_b = dup(b, OC);
+    float *d_dout = dup(dout, (size_t)N * OC), *d_out = dup(out, (size_t)N * OC);
+    float *d_dinp = dup(dinp, (size_t)N * C), *d_dw = dup(dw, (size_t)OC * C),
+          *d_db = dup(db, OC);
+
+    cpu_rt_linear_forward(out, inp, w, use_bias ? b : NULL, N, C, OC);
+    rt_linear_forward(d_out, d_inp, d_w, use_bias ? d_b : NULL, N, C, OC);
+    snprintf(nm, sizeof nm, "linear forward N=%d C=%d OC=%d bias=%d", N, C, OC, use_bias);
+    cmp(nm, d_out, out, (size_t)N * OC, TOL_GEMM);
+
+    cpu_rt_linear_backward(dinp, dw, use_bias ? db : NULL, dout, inp, w, N, C, OC);
+    rt_linear_backward(d_dinp, d_dw, use_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
+    snprintf(nm, sizeof nm, "linear backward dinp (+=) N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_dinp, dinp, (size_t)N * C, TOL_GEMM);
+    snprintf(nm, sizeof nm, "linear backward dweight (+=) N=%d C=%d OC=%d", N, C, OC);
+    cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
+    snprintf(nm, sizeof nm, "linear backward dbias (+=) N=%d OC=%d (%s)", N, OC,
+             use_bias ? "computed" : "NULL: untouched");
+    cmp(nm, d_db, db, OC, TOL_ELEM);
+
+    // dweight only (dinp, dbias NULL)
+    cpu_rt_linear_backward(NULL, dw, NULL, dout, inp, w, N, C, OC);
+    rt_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC);
+    snprintf(nm, sizeof nm, "linear backward dweight only, dinp unchanged N=%d C=%d OC=%d", N, C,
+             OC);
+    cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
+    cmp("  ... dinp untouched", d_dinp, dinp, (size_t)N * C, TOL_GEMM);
+
+    free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
+    dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_dinp),
+        dfree(d_dw), dfree(d_db);
+}
+
+// ----------------------------------------------------------------------------
+// embedding and arange
+
+static void test_embedding(void) {
+    const int N = 300, C = 70, V = 50;
+    int32_t ids[300];
+    for (int n = 0; n < N; n++) ids[n] = (int32_t)((n * 7 + n / 3) % V);  // repeats
+    float* w = hrand((size_t)V * C, 1.0f, 0.0f);
+    float* dout = hrand((size_t)N * C, 1.0f, 0.0f);
+    float* dw = hrand((size_t)V * C, 1.0f, 0.0f);
+    float* out = hrand((size_t)N * C, 1.0f, 0.0f);
+    int32_t* d_ids = dup_i32(ids, N);
+    float *d_w = dup(w, (size_t)V * C), *d_dout = dup(dout, (size_t)N * C),
+          *d_dw = dup(dw, (size_t)V * C), *d_out = dup(out, (size_t)N * C);
+
+    cpu_rt_embedding_forward(out, ids, w, N, C, V);
+    rt_embedding_forward(d_out, d_ids, d_w, N, C, V);
+    cmp("embedding forward N=300 C=70 V=50", d_out, out, (size_t)N * C, TOL_EXACT);
+    cpu_rt_embedding_backward(dw, dout, ids, N, C, V);
+    rt_embedding_backward(d_dw, d_dout, d_ids, N, C, V);
+    cmp("embedding backward (+=, repeated ids in row order: CPU bits)", d_dw, dw, (size_t)V * C,
+        TOL_EXACT);
+
+    int32_t got[37], want[37];
+    cpu_rt_arange_i32(want, 37, 5);
+    rt_arange_i32(d_ids, 37, 5);
+    RT_CHECK_CUDA(cudaMemcpy(got, d_ids, sizeof got, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(got, want, sizeof got) == 0, "arange_i32 n=37 start=5: got %d..%d", got[0],
+          got[36]);
+
+    free(w), free(dout), free(dw), free(out);
+    dfree(d_ids), dfree(d_w), dfree(d_dout), dfree(d_dw), dfree(d_out);
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm and RMSNorm
+
+static void test_layernorm(int N, int C, int affine) {
+    char nm[128];
+    const size_t nc = (size_t)N * C;
+    float* x = hrand(nc, 2.0f, 3.0f);  // non-zero mean
+    float* w = hrand(C, 1.0f, 1.0f);
+    float* b = hrand(C, 1.0f, 0.0f);
+    float* dout = hrand(nc, 1.0f, 0.0f);
+    float* out = hrand(nc, 1.0f, 0.0f);
+    float* mean = hrand(N, 1.0f, 0.0f);
+    float* rstd = hrand(N, 1.0f, 0.0f);
+    float* dx = hrand(nc, 1.0f, 0.0f);
+    float* dw = hrand(C, 1.0f, 0.0f);
+    float* db = hrand(C, 1.0f, 0.0f);
+    float *d_x = dup(x, nc), *d_w = dup(w, C), *d_b = dup(b, C), *d_dout = dup(dout, nc),
+          *d_out = dup(out, nc), *d_mean = dup(mean, N), *d_rstd = dup(rstd, N),
+          *d_dx = dup(dx, nc), *d_dw = dup(dw, C), *d_db = dup(db, C);
+    const float *wp = affine ? w : NULL, *bp = affine ? b : NULL;
+    const float *d_wp = affine ? d_w : NULL, *d_bp = affine ? d_b : NULL;
+
+    cpu_rt_layernorm_forward(out, mean, rstd, x, wp, bp, N, C, RT_LAYERNORM_EPS);
+    rt_layernorm_forward(d_out, d_mean, d_rstd, d_x, d_wp, d_bp, N, C, RT_LAYERNORM_EPS);
+    snprintf(nm, sizeof nm, "layernorm forward N=%d C=%d affine=%d: out", N, C, affine);
+    cmp(nm, d_out, out, nc, TOL_ELEM);
+    cmp("  ... mean", d_mean, mean, N, TOL_ELEM);
+    cmp("  ... rstd", d_rstd, rstd, N, TOL_ELEM);
+
+    // backward from the CPU statistics on both sides, so only the backward is compared
+    RT_CHECK_CUDA(cudaMemcpy(d_mean, mean, N * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_rstd, rstd, N * sizeof(float), cudaMemcpyHostToDevice));
+    cpu_rt_layernorm_backward(dx, affine ? dw : NULL, affine ? db : NULL, dout, x, wp, mean, rstd,
+                              N, C);
+    rt_layernorm_backward(d_dx, affine ? d_dw : NULL, affine ? d_db : NULL, d_dout, d_x, d_wp,
+                          d_mean, d_rstd, N, C);
+    snprintf(nm, sizeof nm, "layernorm backward N=%d C=%d affine=%d: dinp (+=)", N, C, affine);
+    cmp(nm, d_dx, dx, nc, 1e-5);
+    cmp("  ... dweight (+=)", d_dw, dw, C, 1e-5);
+    cmp("  ... dbias (+=)", d_db, db, C, 1e-5);
+    // dinp NULL: only the parameter gradients
+    if (affine) {
+        cpu_rt_layernorm_backward(NULL, dw, db, dout, x, wp, mean, rstd, N, C);
+        rt_layernorm_backward(NULL, d_dw, d_db, d_dout, d_x, d_wp, d_mean, d_rstd, N, C);
+        cmp("layernorm backward dinp NULL: dweight (+=)", d_dw, dw, C, 1e-5);
+        cmp("  ... dbias (+=)", d_db, db, C, 1e-5);
+    }
+
+    free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(dx), free(dw),
+        free(db);
+    dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_mean),
+        dfree(d_rstd), dfree(d_dx), dfree(d_dw), dfree(d_db);
+}
+
+static void test_rmsnorm(int N, int C, int affine) {
+    char nm[128];
+    const size_t nc = (size_t)N * C;
+    float* x = hrand(nc, 2.0f, 0.5f);
+    float* w = hrand(C, 1.0f, 1.0f);
+    float* dout = hrand(nc, 1.0f, 0.0f);
+    float* out = hrand(nc, 1.0f, 0.0f);
+    float* rstd = hrand(N, 1.0f, 0.0f);
+    float* dx = hrand(nc, 1.0f, 0.0f);
+    float* dw = hrand(C, 1.0f, 0.0f);
+    float *d_x = dup(x, nc), *d_w = dup(w, C), *d_dout = dup(dout, nc), *d_out = dup(out, nc),
+          *d_rstd = dup(rstd, N), *d_dx = dup(dx, nc), *d_dw = dup(dw, C);
+    const float* wp = affine ? w : NULL;
+    const float* d_wp = affine ? d_w : NULL;
+
+    cpu_rt_rmsnorm_forward(out, rstd, x, wp, N, C, 1e-6f);
+    rt_rmsnorm_forward(d_out, d_rstd, d_x, d_wp, N, C, 1e-6f);
+    snprintf(nm, sizeof nm, "rmsnorm forward N=%d C=%d affine=%d: out", N, C, affine);
+    cmp(nm, d_out, out, nc, TOL_ELEM);
+    cmp("  ... rstd", d_rstd, rstd, N, TOL_ELEM);
+
+    RT_CHECK_CUDA(cudaMemcpy(d_rstd, rstd, N * sizeof(float), cudaMemcpyHostToDevice));
+    cpu_rt_rmsnorm_backward(dx, affine ? dw : NULL, dout, x, wp, rstd, N, C);
+    rt_rmsnorm_backward(d_dx, affine ? d_dw : NULL, d_dout, d_x, d_wp, d_rstd, N, C);
+    snprintf(nm, sizeof nm, "rmsnorm backward N=%d C=%d affine=%d: dinp (+=)", N, C, affine);
+    cmp(nm, d_dx, dx, nc, 1e-5);
+    cmp("  ... dweight (+=)", d_dw, dw, C, 1e-5);
+
+    free(x), free(w), free(dout), free(out), free(rstd), free(dx), free(dw);
+    dfree(d_x), dfree(d_w), dfree(d_dout), dfree(d_out), dfree(d_rstd), dfree(d_dx), dfree(d_dw);
+}
+
+// ----------------------------------------------------------------------------
+// activations
+
+typedef void (*act_fwd)(float*, const float*, size_t);
+typedef void (*act_bwd)(float*, const float*, const float*, size_t);
+
+static void test_activation(const char* name, act_fwd cf, act_fwd gf, act_bwd cb, act_bwd gb) {
+    char nm[128];
+    const size_t n = 100003;
+    float* x = hrand(n, 4.0f, 0.0f);
+    x[0] = 0.0f;  // ReLU's gradient at 0
+    float* dout = hrand(n, 1.0f, 0.0f);
+    float* out = hrand(n, 1.0f, 0.0f);
+    float* dx = hrand(n, 1.0f, 0.0f);
+    float *d_x = dup(x, n), *d_dout = dup(dout, n), *d_out = dup(out, n), *d_dx = dup(dx, n);
+    cf(out, x, n);
+    gf(d_out, d_x, n);
+    snprintf(nm, sizeof nm, "%s forward n=%zu", name, n);
+    cmp(nm, d_out, out, n, TOL_ELEM);
+    cb(dx, dout, x, n);
+    gb(d_dx, d_dout, d_x, n);
+    snprintf(nm, sizeof nm, "%s backward (+=) n=%zu", name, n);
+    cmp(nm, d_dx, dx, n, TOL_ELEM);
+    gf(d_x, d_x, n);  // in place
+    snprintf(nm, sizeof nm, "%s forward in place (out == inp)", name);
+    cmp(nm, d_x, out, n, TOL_ELEM);
+    free(x), free(dout), free(out), free(dx);
+    dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx);
+}
+
+static void test_swiglu(void) {
+    const size_t n = 4099;
+    float *a = hrand(n, 4.0f, 0.0f), *b = hrand(n, 2.0f, 0.0f), *dout = hrand(n, 1.0f, 0.0f);
+    float *out = hrand(n, 1.0f, 0.0f), *da = hrand(n, 1.0f, 0.0f), *db = hrand(n, 1.0f, 0.0f);
+    float *d_a = dup(a, n), *d_b = dup(b, n), *d_dout = dup(dout, n), *d_out = dup(out, n),
+          *d_da = dup(da, n), *d_db = dup(db, n);
+    cpu_rt_swiglu_forward(out, a, b, n);
+    rt_swiglu_forward(d_out, d_a, d_b, n);
+    cmp("swiglu forward n=4099", d_out, out, n, TOL_ELEM);
+    cpu_rt_swiglu_backward(da, db, dout, a, b, n);
+    rt_swiglu_backward(d_da, d_db, d_dout, d_a, d_b, n);
+    cmp("swiglu backward da (+=)", d_da, da, n, TOL_ELEM);
+    cmp("  ... db (+=)", d_db, db, n, TOL_ELEM);
+    cpu_rt_swiglu_backward(NULL, db, dout, a, b, n);
+    rt_swiglu_backward(NULL, d_db, d_dout, d_a, d_b, n);
+    cmp("swiglu backward da NULL: db (+=)", d_db, db, n, TOL_ELEM);
+    cmp("  ... da untouched", d_da, da, n, TOL_ELEM);
+    free(a), free(b), free(dout), free(out), free(da), free(db);
+    dfree(d_a), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_da), dfree(d_db);
+}
+
+// ----------------------------------------------------------------------------
+// rope
+
+static void test_rope(void) {
+    const int B = 2, T = 45, NH = 3, HD = 16;
+    const size_t n = (size_t)B * T * NH * HD;
+    float *x = hrand(n, 1.0f, 0.0f), *dout = hrand(n, 1.0f, 0.0f);
+    float *out = hrand(n, 1.0f, 0.0f), *dx = hrand(n, 1.0f, 0.0f);
+    float *d_x = dup(x, n), *d_dout = dup(dout, n), *d_out = dup(out, n), *d_dx = dup(dx, n);
+    cpu_rt_rope_forward(out, x, B, T, NH, HD, RT_ROPE_THETA);
+    rt_rope_forward(d_out, d_x, B, T, NH, HD, RT_ROPE_THETA);
+    cmp("rope forward B=2 T=45 NH=3 HD=16", d_out, out, n, TOL_ELEM);
+    rt_rope_forward(d_x, d_x, B, T, NH, HD, RT_ROPE_THETA);
+    cmp("rope forward in place", d_x, out, n, TOL_ELEM);
+    cpu_rt_rope_backward(dx, dout, B, T, NH, HD, 500000.0f);
+    rt_rope_backward(d_dx, d_dout, B, T, NH, HD, 500000.0f);
+    cmp("rope backward (+=) theta=5e5", d_dx, dx, n, TOL_ELEM);
+    free(x), free(dout), free(out), free(dx);
+    dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx);
+}
+
+// ----------------------------------------------------------------------------
+// attention: probs and lowmem variants against the CPU, and against each other
+
+static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
+    char nm[160];
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    const size_t np = cpu_rt_attention_probs_floats(B, NH, T);
+    const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
+    CHECK(rt_attention_probs_floats(B, NH, T) == np &&
+              rt_attention_stats_floats(B, NH, T) == ns &&
+              rt_attention_scratch_floats(T) == cpu_rt_attention_scratch_floats(T) &&
+              rt_attention_lowmem_scratch_floats(T) == cpu_rt_attention_lowmem_scratch_floats(T),
+          "attention buffer sizes equal the CPU backend's (B=%d NH=%d T=%d)", B, NH, T);
+    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(T);
+    float *q = hrand(nq, 1.0f, 0.0f), *k = hrand(nk, 1.0f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
+    float *dout = hrand(nq, 1.0f, 0.0f), *out = hrand(nq, 1.0f, 0.0f);
+    float *probs = hrand(np, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f);
+    float *scratch = hrand(nsc, 1.0f, 0.0f);
+    float *dq = hrand(nq, 1.0f, 0.0f), *dk = hrand(nk, 1.0f, 0.0f), *dv = hrand(nk, 1.0f, 0.0f);
+    float *dq0 = hcopy(dq, nq), *dk0 = hcopy(dk, nk), *dv0 = hcopy(dv, nk);
+    float *d_q = dup(q, nq), *d_k = dup(k, nk), *d_v = dup(v, nk), *d_dout = dup(dout, nq);
+    float *d_out = dup(out, nq), *d_out2 = dup(out, nq), *d_probs = dup(probs, np),
+          *d_stats = dup(stats, ns), *d_scratch = dup(scratch, nsc);
+    float *d_dq = dup(dq, nq), *d_dk = dup(dk, nk), *d_dv = dup(dv, nk);
+    float *d_dq2 = dup(dq, nq), *d_dk2 = dup(dk, nk), *d_dv2 = dup(dv, nk);
+    snprintf(nm, sizeof nm, "attention B=%d T=%d NH=%d NKV=%d HD=%d causal=%d", B, T, NH, NKV, HD,
+             causal);
+
+    // probs variant vs CPU
+    cpu_rt_attention_forward(out, probs, q, k, v, B, T, NH, NKV, HD, causal);
+    rt_attention_forward(d_out, d_probs, d_q, d_k, d_v, B, T, NH, NKV, HD, causal);
+    printf("== %s\n", nm);
+    cmp("  probs forward: out", d_out, out, nq, TOL_GEMM);
+    cmp("  probs forward: probs", d_probs, probs, np, TOL_GEMM);
+    RT_CHECK_CUDA(cudaMemcpy(d_probs, probs, np * sizeof(float), cudaMemcpyHostToDevice));
+    cpu_rt_attention_backward(dq, dk, dv, scratch, dout, q, k, v, probs, B, T, NH, NKV, HD,
+                              causal);
+    rt_attention_backward(d_dq, d_dk, d_dv, d_scratch, d_dout, d_q, d_k, d_v, d_probs, B, T, NH,
+                          NKV, HD, causal);
+    cmp("  probs backward (CPU probs): dq (+=)", d_dq, dq, nq, TOL_GEMM);
+    cmp("  probs backward (CPU probs): dk (+=)", d_dk, dk, nk, TOL_GEMM);
+    cmp("  probs backward (CPU probs): dv (+=)", d_dv, dv, nk, TOL_GEMM);
+
+    // lowmem variant: forward vs the GPU probs variant (same SGEMMs, same softmax code),
+    // then both backwards on the GPU from fresh gradient buffers (dq0..dv0)
+    rt_attention_forward(d_out, d_probs, d_q, d_k, d_v, B, T, NH, NKV, HD, causal);
+    rt_attention_lowmem_forward(d_out2, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD,
+                                causal);
+    cmp_dev("  lowmem forward out vs GPU probs variant", d_out2, d_out, nq, 1e-6);
+    RT_CHECK_CUDA(cudaMemcpy(d_dq, dq0, nq * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_dk, dk0, nk * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_dv, dv0, nk * sizeof(float), cudaMemcpyHostToDevice));
+    rt_attention_backward(d_dq, d_dk, d_dv, d_scratch, d_dout, d_q, d_k, d_v, d_probs, B, T, NH,
+                          NKV, HD, causal);
+    rt_attention_lowmem_backward(d_dq2, d_dk2, d_dv2, d_scratch, d_dout, d_q, d_k, d_v, d_stats, B,
+                                 T, NH, NKV, HD, causal);
+    cmp_dev("  lowmem backward dq vs GPU probs variant", d_dq2, d_dq, nq, 1e-6);
+    cmp_dev("  lowmem backward dk vs GPU probs variant", d_dk2, d_dk, nk, 1e-6);
+    cmp_dev("  lowmem backward dv vs GPU probs variant", d_dv2, d_dv, nk, 1e-6);
+
+    // lowmem variant vs CPU: forward, then backward from the CPU's stats
+    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal);
+    cmp("  lowmem forward: out vs CPU", d_out2, out, nq, TOL_GEMM);
+    cmp("  lowmem forward: stats vs CPU", d_stats, stats, ns, TOL_GEMM);
+    float *dq2 = hcopy(dq0, nq), *dk2 = hcopy(dk0, nk), *dv2 = hcopy(dv0, nk);
+    RT_CHECK_CUDA(cudaMemcpy(d_stats, stats, ns * sizeof(float), cudaMemcpyHostToDevice));
+    float *d_dq3 = dup(dq2, nq), *d_dk3 = dup(dk2, nk), *d_dv3 = dup(dv2, nk);
+    cpu_rt_attention_lowmem_backward(dq2, dk2, dv2, scratch, dout, q, k, v, stats, B, T, NH, NKV,
+                                     HD, causal);
+    rt_attention_lowmem_backward(d_dq3, d_dk3, d_dv3, d_scratch, d_dout, d_q, d_k, d_v, d_stats,
+                                 B, T, NH, NKV, HD, causal);
+    cmp("  lowmem backward (CPU stats): dq (+=)", d_dq3, dq2, nq, TOL_GEMM);
+    cmp("  lowmem backward (CPU stats): dk (+=)", d_dk3, dk2, nk, TOL_GEMM);
+    cmp("  lowmem backward (CPU stats): dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
+    // dv only (dq, dk NULL)
+    cpu_rt_attention_lowmem_backward(NULL, NULL, dv2, scratch, dout, q, k, v, stats, B, T, NH,
+                                     NKV, HD, causal);
+    rt_attention_lowmem_backward(NULL, NULL, d_dv3, d_scratch, d_dout, d_q, d_k, d_v, d_stats, B,
+                                 T, NH, NKV, HD, causal);
+    cmp("  lowmem backward dq, dk NULL: dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
+    cmp("  ... dq untouched", d_dq3, dq2, nq, TOL_GEMM);
+
+    free(q), free(k), free(v), free(dout), free(out), free(probs), free(stats), free(scratch);
+    free(dq), free(dk), free(dv), free(dq0), free(dk0), free(dv0), free(dq2), free(dk2), free(dv2);
+    dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_dout), dfree(d_out), dfree(d_out2);
+    dfree(d_probs), dfree(d_stats), dfree(d_scratch), dfree(d_dq), dfree(d_dk), dfree(d_dv);
+    dfree(d_dq2), dfree(d_dk2), dfree(d_dv2), dfree(d_dq3), dfree(d_dk3), dfree(d_dv3);
+}
+
+// ----------------------------------------------------------------------------
+// binary elementwise ops and buffer helpers
+
+static void test_elementwise(void) {
+    const size_t n = 10007;
+    const int rows = 37, cols = 101;
+    const size_t nb = (size_t)rows * cols;
+    float *a = hrand(n, 1.0f, 0.0f), *b = hrand(n, 1.0f, 0.0f), *dout = hrand(n, 1.0f, 0.0f);
+    float *out = hrand(n, 1.0f, 0.0f), *da = hrand(n, 1.0f, 0.0f), *db = hrand(n, 1.0f, 0.0f);
+    float *d_a = dup(a, n), *d_b = dup(b, n), *d_dout = dup(dout, n), *d_out = dup(out, n),
+          *d_da = dup(da, n), *d_db = dup(db, n);
+
+    cpu_rt_residual_forward(out, a, b, n);
+    rt_residual_forward(d_out, d_a, d_b, n);
+    cmp("residual forward n=10007", d_out, out, n, TOL_EXACT);
+    cpu_rt_residual_backward(da, db, dout, n);
+    rt_residual_backward(d_da, d_db, d_dout, n);
+    cmp("residual backward da (+=)", d_da, da, n, TOL_EXACT);
+    cmp("  ... db (+=)", d_db, db, n, TOL_EXACT);
+    cpu_rt_residual_backward(da, da, dout, n);  // one buffer for both (x + x)
+    rt_residual_backward(d_da, d_da, d_dout, n);
+    cmp("residual backward da == db (x + x): += 2 dout", d_da, da, n, TOL_EXACT);
+
+    cpu_rt_mul_forward(out, a, b, n);
+    rt_mul_forward(d_out, d_a, d_b, n);
+    cmp("mul forward", d_out, out, n, TOL_EXACT);
+    cpu_rt_mul_backward(da, db, dout, a, b, n);
+    rt_mul_backward(d_da, d_db, d_dout, d_a, d_b, n);
+    cmp("mul backward da (+=)", d_da, da, n, TOL_EXACT);
+    cmp("  ... db (+=)", d_db, db, n, TOL_EXACT);
+    cpu_rt_mul_backward(NULL, db, dout, a, b, n);
+    rt_mul_backward(NULL, d_db, d_dout, d_a, d_b, n);
+    cmp("mul backward da NULL: db (+=)", d_db, db, n, TOL_EXACT);
+
+    cpu_rt_broadcast_add_forward(out, a, b, rows, cols);
+    rt_broadcast_add_forward(d_out, d_a, d_b, rows, cols);
+    cmp("broadcast_add forward rows=37 cols=101", d_out, out, nb, TOL_EXACT);
+    cpu_rt_broadcast_add_backward(da, db, dout, rows, cols);
+    rt_broadcast_add_backward(d_da, d_db, d_dout, rows, cols);
+    cmp("broadcast_add backward da (+=)", d_da, da, nb, TOL_EXACT);
+    cmp("  ... db (+=, column sums)", d_db, db, cols, TOL_ELEM);
+
+    cpu_rt_scale(out, a, n, 0.37f);
+    rt_scale(d_out, d_a, n, 0.37f);
+    cmp("scale", d_out, out, n, TOL_EXACT);
+    cpu_rt_scale(out, out, n, -3.0f);
+    rt_scale(d_out, d_out, n, -3.0f);
+    cmp("scale in place", d_out, out, n, TOL_EXACT);
+    cpu_rt_accumulate(out, b, n);
+    rt_accumulate(d_out, d_b, n);
+    cmp("accumulate", d_out, out, n, TOL_EXACT);
+    cpu_rt_axpy(out, a, n, -0.7f);
+    rt_axpy(d_out, d_a, n, -0.7f);
+    cmp("axpy", d_out, out, n, TOL_EXACT);
+    cpu_rt_copy(out + 1, a, n - 1);
+    rt_copy(d_out + 1, d_a, n - 1);
+    cmp("copy", d_out, out, n, TOL_EXACT);
+    cpu_rt_zero(out + 3, n - 5);
+    rt_zero(d_out + 3, n - 5);
+    cmp("zero (a middle range)", d_out, out, n, TOL_EXACT);
+
+    const size_t nbig = 1000003;
+    float* big = hrand(nbig, 3.0f, 0.5f);
+    float* d_big = dup(big, nbig);
+    const double want = cpu_rt_sumsq(big, nbig), got = rt_sumsq(d_big, nbig);
+    CHECK(fabs(got - want) <= 1e-12 * want, "sumsq n=%zu: got %.17g want %.17g (rel diff %.3g)",
+          nbig, got, want, fabs(got - want) / want);
+    CHECK(rt_sumsq(d_big, 0) == 0.0 && rt_sumsq(d_big, 1) == (double)big[0] * big[0],
+          "sumsq of 0 and 1 values");
+    const double again = rt_sumsq(d_big, nbig);
+    CHECK(again == got, "sumsq deterministic: %.17g twice", got);
+
+    free(a), free(b), free(dout), free(out), free(da), free(db), free(big);
+    dfree(d_a), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_da), dfree(d_db), dfree(d_big);
+}
+
+// ----------------------------------------------------------------------------
+// dropout
+
+static void test_dropout(void) {
+    const size_t n = 1001;
+    const uint64_t seed = 0x1234567890abcdefull, stream = 7, offset = 13;  // offset % 4 != 0
+    float *x = hrand(n, 1.0f, 0.0f), *dout = hrand(n, 1.0f, 0.0f);
+    float *out = hrand(n, 1.0f, 0.0f), *dx = hrand(n, 1.0f, 0.0f);
+    float *d_x = dup(x, n), *d_dout = dup(dout, n), *d_out = dup(out, n), *d_dx = dup(dx, n);
+
+    uint32_t ctr[4] = {1, 2, 3, 4}, key[2] = {5, 6}, o1[4], o2[4];
+    rt_philox4x32_10(ctr, key, o1);
+    cpu_rt_philox4x32_10(ctr, key, o2);
+    CHECK(memcmp(o1, o2, sizeof o1) == 0, "philox4x32_10 (host function): %08x %08x %08x %08x",
+          o1[0], o1[1], o1[2], o1[3]);
+    CHECK(rt_dropout_uniform(seed, stream, 12345) == cpu_rt_dropout_uniform(seed, stream, 12345),
+          "dropout_uniform(seed, 7, 12345) = %.9g", rt_dropout_uniform(seed, stream, 12345));
+
+    const float ps[3] = {0.1f, 0.0f, 1.0f};
+    for (int pi = 0; pi < 3; pi++) {
+        char nm[96];
+        const float p = ps[pi];
+        cpu_rt_dropout_forward(out, x, n, p, seed, stream, offset);
+        rt_dropout_forward(d_out, d_x, n, p, seed, stream, offset);
+        snprintf(nm, sizeof nm, "dropout forward p=%g offset=13 (CPU masks)", p);
+        cmp(nm, d_out, out, n, TOL_EXACT);
+        cpu_rt_dropout_backward(dx, dout, n, p, seed, stream, offset);
+        rt_dropout_backward(d_dx, d_dout, n, p, seed, stream, offset);
+        snprintf(nm, sizeof nm, "dropout backward (+=) p=%g", p);
+        cmp(nm, d_dx, dx, n, TOL_EXACT);
+    }
+    // in place, and a piece of the tensor (offset) reproduces the whole
+    float* whole = hcopy(x, n);
+    cpu_rt_dropout_forward(whole, whole, n, 0.3f, seed, stream, 0);
+    RT_CHECK_CUDA(cudaMemcpy(d_out, x, n * sizeof(float), cudaMemcpyHostToDevice));
+    rt_dropout_forward(d_out, d_out, 500, 0.3f, seed, stream, 0);
+    rt_dropout_forward(d_out + 500, d_out + 500, n - 500, 0.3f, seed, stream, 500);
+    cmp("dropout in place, in two pieces == whole (CPU)", d_out, whole, n, TOL_EXACT);
+
+    free(x), free(dout), free(out), free(dx), free(whole);
+    dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx);
+}
+
+// ----------------------------------------------------------------------------
+// losses
+
+static void test_sum_loss(void) {
+    const size_t n = 300007;
+    float *x = hrand(n, 1.0f, 0.1f), *dx = hrand(n, 1.0f, 0.0f);
+    float *d_x = dup(x, n), *d_dx = dup(dx, n), *d_loss = dup(x, 1);
+    float loss;
+    cpu_rt_sum_loss_forward(&loss, x, n);
+    rt_sum_loss_forward(d_loss, d_x, n);
+    cmp("sum loss forward n=300007", d_loss, &loss, 1, TOL_ELEM);
+    cpu_rt_sum_loss_backward(dx, n, 0.5f);
+    rt_sum_loss_backward(d_dx, n, 0.5f);
+    cmp("sum loss backward (+=) dloss=0.5", d_dx, dx, n, TOL_EXACT);
+    free(x), free(dx);
+    dfree(d_x), dfree(d_dx), dfree(d_loss);
+}
+
+static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) {
+    char nm[128];
+    const size_t nv = (size_t)N * V;
+    int32_t* t = malloc((size_t)N * sizeof(int32_t));
+    if (!t) abort();
+    for (int n = 0; n < N; n++)
+        t[n] = (all_ignored || (ignore_every && n % ignore_every == 1)) ? RT_IGNORE_INDEX
+                                                                        : (int32_t)((n * 131) % V);
+    float *x = hrand(nv, 5.0f, 0.0f), *dx = hrand(nv, 1.0f, 0.0f), *losses = hrand(N, 1.0f, 0.0f);
+    float loss = 0.0f;
+    float *d_x = dup(x, nv), *d_dx = dup(dx, nv), *d_losses = dup(losses, N), *d_loss = dup(x, 1);
+    int32_t* d_t = dup_i32(t, N);
+    cpu_rt_cross_entropy_forward(&loss, losses, x, t, N, V);
+    rt_cross_entropy_forward(d_loss, d_losses, d_x, d_t, N, V);
+    snprintf(nm, sizeof nm, "cross-entropy forward N=%d V=%d ignore_every=%d all_ignored=%d: loss",
+             N, V, ignore_every, all_ignored);
+    cmp(nm, d_loss, &loss, 1, TOL_ELEM);
+    cmp("  ... per-row losses", d_losses, losses, N, TOL_ELEM);
+    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f);
+    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f);
+    cmp("  ... backward dlogits (+=) dloss=2", d_dx, dx, nv, TOL_ELEM);
+    free(t), free(x), free(dx), free(losses);
+    dfree(d_x), dfree(d_dx), dfree(d_losses), dfree(d_loss), dfree(d_t);
+}
+
+// ----------------------------------------------------------------------------
+// optimizers and clipping (three steps each; the GPU is expected to give the CPU's bits)
+
+static void test_optim(void) {
+    const size_t n = 10007;
+    float* g[3] = {hrand(n, 1.0f, 0.0f), hrand(n, 0.1f, 0.0f), hrand(n, 3.0f, 0.0f)};
+    float* d_g[3] = {dup(g[0], n), dup(g[1], n), dup(g[2], n)};
+    for (int kind = 0; kind < 5; kind++) {
+        static const char* names[5] = {"sgd", "sgd momentum+dampening+wd", "sgd nesterov+wd",
+                                       "adam wd=0.01", "adamw"};
+        float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.0f, 0.0f), *v = hrand(n, 0.0f, 0.0f);
+        float *d_p = dup(p, n), *d_m = dup(m, n), *d_v = dup(v, n);
+        for (int64_t step = 1; step <= 3; step++) {
+            const float* gs = g[step - 1];
+            const float* d_gs = d_g[step - 1];
+            switch (kind) {
+                case 0:
+                    cpu_rt_sgd_step(p, gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
+                    rt_sgd_step(d_p, d_gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
+                    break;
+                case 1:
+                    cpu_rt_sgd_step(p, gs, m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
+                    rt_sgd_step(d_p, d_gs, d_m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
+                    break;
+                case 2:
+                    cpu_rt_sgd_step(p, gs, m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
+                    rt_sgd_step(d_p, d_gs, d_m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
+                    break;
+                case 3:
+                    cpu_rt_adam_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+                    rt_adam_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+                    break;
+                default:
+                    cpu_rt_adamw_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
+                    rt_adamw_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
+                    break;
+            }
+        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s: param after 3 steps (n=%zu)", names[kind], n);
+        cmp(nm, d_p, p, n, TOL_EXACT);
+        if (kind > 0) cmp("  ... exp_avg / momentum_buf", d_m, m, n, TOL_EXACT);
+        if (kind > 2) cmp("  ... exp_avg_sq", d_v, v, n, TOL_EXACT);
+        free(p), free(m), free(v);
+        dfree(d_p), dfree(d_m), dfree(d_v);
+    }
+
+    // clipping
+    CHECK(rt_clip_coef(10.0, 1.0) == cpu_rt_clip_coef(10.0, 1.0) &&
+              rt_clip_coef(0.5, 1.0) == 1.0f,
+          "clip_coef(10, 1) = %.9g, clip_coef(0.5, 1) = 1", rt_clip_coef(10.0, 1.0));
+    float* gc = hcopy(g[0], n);
+    const float cc = cpu_rt_clip_grad_norm(gc, n, 7.5, 2.0);
+    const float cg = rt_clip_grad_norm(d_g[0], n, 7.5, 2.0);
+    CHECK(cc == cg, "clip_grad_norm coefficient %.9g (CPU %.9g)", cg, cc);
+    cmp("clip_grad_norm scaled grads", d_g[0], gc, n, TOL_EXACT);
+    (void)rt_clip_grad_norm(d_g[0], n, 0.5, 2.0);  // coef 1: untouched
+    cmp("clip_grad_norm below max_norm: untouched", d_g[0], gc, n, TOL_EXACT);
+    free(gc);
+    for (int i = 0; i < 3; i++) {
+        free(g[i]);
+        dfree(d_g[i]);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// threads: each thread gets its own cuBLAS handle (created on its first GEMM)
+
+typedef struct {
+    const float *inp, *w, *want;
+    int N, C, OC;
+    double err;
+} thread_arg;
+
+static void* thread_fn(void* p) {
+    thread_arg* a = p;
+    const size_t n = (size_t)a->N * a->OC;
+    float* d_inp = dup(a->inp, (size_t)a->N * a->C);
+    float* d_w = dup(a->w, (size_t)a->OC * a->C);
+    float* d_out = dalloc(n * sizeof(float));
+    for (int it = 0; it < 4; it++) rt_linear_forward(d_out, d_inp, d_w, NULL, a->N, a->C, a->OC);
+    float* got = down(d_out, n);
+    a->err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - a->want[i]) / (fabs(a->want[i]) > 1 ? fabs(a->want[i]) : 1);
+        if (!(e <= a->err)) a->err = e;
+    }
+    free(got);
+    dfree(d_inp), dfree(d_w), dfree(d_out);
+    return NULL;
+}
+
+static void test_threads(void) {
+    enum { NT = 4 };
+    const int N = 64, C = 96, OC = 80;
+    float *inp = hrand((size_t)N * C, 1.0f, 0.0f), *w = hrand((size_t)OC * C, 1.0f, 0.0f);
+    float* want = hrand((size_t)N * OC, 1.0f, 0.0f);
+    cpu_rt_linear_forward(want, inp, w, NULL, N, C, OC);
+    pthread_t th[NT];
+    thread_arg args[NT];
+    int dev = 0;
+    RT_CHECK_CUDA(cudaGetDevice(&dev));
+    for (int i = 0; i < NT; i++) {
+        args[i] = (thread_arg){inp, w, want, N, C, OC, 0.0};
+        RT_CHECK_SYS(pthread_create(&th[i], NULL, thread_fn, &args[i]) == 0, "pthread_create");
+    }
+    double worst = 0.0;
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        if (!(args[i].err <= worst)) worst = args[i].err;
+    }
+    CHECK(worst <= TOL_GEMM, "%d threads, one cuBLAS handle each: linear forward max diff %.3g",
+          NT, worst);
+    free(inp), free(w), free(want);
+}
+
+// ----------------------------------------------------------------------------
+
+int main(void) {
+    printf("linked: all %d functions of rt_kernels.h and rt_optim.h from the CUDA library\n",
+           rt_all_symbols_count);
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        printf("SKIP cuda kernels: no GPU (cudaGetDeviceCount: %s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        printf("0 passed, 0 failed\n");
+        return 0;
+    }
+    struct cudaDeviceProp prop;
+    RT_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    RT_CHECK_CUDA(cudaSetDevice(0));
+    rt_kernels_init();
+    cpu_rt_kernels_init();
+
+    test_linear(37, 65, 29, 1);
+    test_linear(256, 384, 512, 1);
+    test_linear(33, 17, 9, 0);
+    test_embedding();
+    test_layernorm(67, 768, 1);
+    test_layernorm(5, 33, 0);
+    test_layernorm(3, 5000, 1);
+    test_rmsnorm(67, 768, 1);
+    test_rmsnorm(9, 31, 0);
+    test_activation("gelu", cpu_rt_gelu_forward, rt_gelu_forward, cpu_rt_gelu_backward,
+                    rt_gelu_backward);
+    test_activation("relu", cpu_rt_relu_forward, rt_relu_forward, cpu_rt_relu_backward,
+                    rt_relu_backward);
+    test_activation("silu", cpu_rt_silu_forward, rt_silu_forward, cpu_rt_silu_backward,
+                    rt_silu_backward);
+    test_swiglu();
+    test_rope();
+    test_attention(2, 37, 4, 2, 16, 1);
+    test_attention(1, 64, 2, 2, 32, 0);
+    test_attention(2, 130, 6, 1, 8, 1);
+    test_elementwise();
+    test_dropout();
+    test_sum_loss();
+    test_cross_entropy(67, 1000, 5, 0);
+    test_cross_entropy(8, 50257, 0, 0);
+    test_cross_entropy(1500, 64, 3, 0);  // more rows than reduction partials
+    test_cross_entropy(4, 100, 0, 1);    // every target ignored: NaN loss, no gradient
+    test_optim();
+    test_threads();
+
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+    return check_summary();
+}
