@@ -54,7 +54,13 @@ const char* rtc_cublas_hint(int status);
 // After every kernel launch: a bad configuration (grid too large, no kernel image for this
 // GPU) is reported here, at the launch that caused it. Errors inside a running kernel are
 // asynchronous and surface at the next checked call.
-#define RTC_CHECK_LAUNCH(name) RT_CHECK_CUDA(cudaGetLastError() /* launch of name */)
+#define RTC_CHECK_LAUNCH(name)                                                         \
+    do {                                                                               \
+        cudaError_t rt_le_ = cudaGetLastError();                                       \
+        if (rt_le_ != cudaSuccess)                                                     \
+            rt_check_fail(__FILE__, __LINE__, "launch of " #name,                      \
+                          cudaGetErrorString(rt_le_), rt_check_cuda_hint((int)rt_le_)); \
+    } while (0)
 
 // Host-side argument checks (same messages as the CPU kernels' RT_KCHECK): arguments that
 // would corrupt memory are generator or data bugs, so the process aborts.
