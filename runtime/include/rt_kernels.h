@@ -39,8 +39,11 @@ extern "C" {
 // ----------------------------------------------------------------------------
 // setup
 
-// Sets OpenBLAS to one thread: ranks already run as threads of one process, and
-// OpenBLAS's own pool would oversubscribe the cores. Idempotent; call before any kernel.
+// CPU: sets OpenBLAS to one thread: ranks already run as threads of one process, and
+// OpenBLAS's own pool would oversubscribe the cores. CUDA (runtime/cuda): creates the
+// calling thread's cuBLAS handle on its current device (other threads get theirs on first
+// use; a thread keeps one device), and pointers are device pointers. Idempotent; call
+// before any kernel.
 void rt_kernels_init(void);
 
 // ----------------------------------------------------------------------------
