@@ -11,9 +11,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_io_tests.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export TMPDIR="$work"  # the suites make their own temp dirs under it
 
-passed=0
-failed=0
-skipped=()
+suite_tag="[io]"
+. tests/common/suite.sh
 
 # ---- build --------------------------------------------------------------------------
 
@@ -26,41 +25,6 @@ fi
 
 # ---- suites -------------------------------------------------------------------------
 
-# run_suite LABEL COMMAND...: runs a program that ends with `N passed, N failed`.
-run_suite() {
-    local label=$1
-    shift
-    local log="$work/${label//\//_}.log"
-    "$@" >"$log" 2>&1
-    local rc=$?
-    local line
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
-    if [ "$rc" -eq 77 ] && grep -q '^SKIP' "$log"; then
-        skipped+=("$label: $(grep '^SKIP' "$log" | head -n 1)")
-        echo "[io] $label: skipped"
-        return
-    fi
-    if [ -z "$line" ]; then
-        cat "$log"
-        echo "[io] $label: CRASHED (exit $rc, no summary line), counted as 1 failure"
-        failed=$((failed + 1))
-        return
-    fi
-    local p=${line%% passed*} f
-    f=${line#*passed, }
-    f=${f%% failed}
-    passed=$((passed + p))
-    failed=$((failed + f))
-    if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then
-        cat "$log"
-        echo "[io] $label: FAILED ($f of $((p + f)) checks, exit $rc)"
-        [ "$f" -eq 0 ] && failed=$((failed + 1))
-    else
-        [ "${VERBOSE:-0}" = 1 ] && cat "$log"
-        echo "[io] $label: ok ($p checks)"
-    fi
-}
-
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 for t in test_safetensors test_data test_checkpoint test_trace; do
@@ -70,18 +34,7 @@ done
 
 # ---- PyTorch interop ----------------------------------------------------------------
 
-# Prefer an interpreter that has torch (Debian's python3-torch lives in /usr/bin/python3,
-# which may not be the python3 first on PATH).
-py=""
-for cand in python3 /usr/bin/python3; do
-    if command -v "$cand" >/dev/null 2>&1; then
-        [ -z "$py" ] && py=$cand
-        if "$cand" -c 'import torch' >/dev/null 2>&1; then
-            py=$cand
-            break
-        fi
-    fi
-done
+find_python
 if [ -z "$py" ]; then
     skipped+=("torch_interop: SKIP no python3 found")
     echo "[io] torch_interop: skipped"
@@ -94,9 +47,4 @@ fi
 
 # ---- summary ------------------------------------------------------------------------
 
-if [ ${#skipped[@]} -gt 0 ]; then
-    echo "[io] ${#skipped[@]} suite(s) skipped (not failures):"
-    for s in "${skipped[@]}"; do echo "[io]   $s"; done
-fi
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+suite_summary

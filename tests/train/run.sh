@@ -12,9 +12,8 @@ cd "$(dirname "$0")/../.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_train_tests.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-passed=0
-failed=0
-skipped=()
+suite_tag="[train]"
+. tests/common/suite.sh
 
 # ---- build --------------------------------------------------------------------------
 
@@ -34,41 +33,6 @@ fi
 
 # ---- suites -------------------------------------------------------------------------
 
-# run_suite LABEL COMMAND...: runs a program that ends with `N passed, N failed`.
-run_suite() {
-    local label=$1
-    shift
-    local log="$work/${label//\//_}.log"
-    "$@" >"$log" 2>&1
-    local rc=$?
-    local line
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
-    if [ "$rc" -eq 77 ] && grep -q '^SKIP' "$log"; then
-        skipped+=("$label: $(grep '^SKIP' "$log" | head -n 1)")
-        echo "[train] $label: skipped"
-        return
-    fi
-    if [ -z "$line" ]; then
-        cat "$log"
-        echo "[train] $label: CRASHED (exit $rc, no summary line), counted as 1 failure"
-        failed=$((failed + 1))
-        return
-    fi
-    local p=${line%% passed*} f
-    f=${line#*passed, }
-    f=${f%% failed}
-    passed=$((passed + p))
-    failed=$((failed + f))
-    if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then
-        cat "$log"
-        echo "[train] $label: FAILED ($f of $((p + f)) checks, exit $rc)"
-        [ "$f" -eq 0 ] && failed=$((failed + 1))
-    else
-        [ "${VERBOSE:-0}" = 1 ] && cat "$log"
-        echo "[train] $label: ok ($p checks)"
-    fi
-}
-
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 mkdir -p "$work/normal" "$work/asan" "$work/torch"
@@ -79,18 +43,7 @@ run_suite asan/test_train build/train/asan/tests/test_train build/train/asan/tes
 
 # ---- PyTorch load_state_dict ----------------------------------------------------------
 
-# Prefer an interpreter that has torch (Debian's python3-torch lives in /usr/bin/python3,
-# which may not be the python3 first on PATH).
-py=""
-for cand in python3 /usr/bin/python3; do
-    if command -v "$cand" >/dev/null 2>&1; then
-        [ -z "$py" ] && py=$cand
-        if "$cand" -c 'import torch' >/dev/null 2>&1; then
-            py=$cand
-            break
-        fi
-    fi
-done
+find_python
 if [ -z "$py" ]; then
     skipped+=("torch_load: SKIP no python3 found")
     echo "[train] torch_load: skipped"
@@ -100,9 +53,4 @@ fi
 
 # ---- summary ------------------------------------------------------------------------
 
-if [ ${#skipped[@]} -gt 0 ]; then
-    echo "[train] ${#skipped[@]} suite(s) skipped (not failures):"
-    for s in "${skipped[@]}"; do echo "[train]   $s"; done
-fi
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+suite_summary

@@ -16,10 +16,8 @@ Usage: torch_load.py TINY_TRAIN WORK_DIR
 Prints PASS/FAIL lines and ends with `N passed, N failed`. Without torch it prints a SKIP
 line and exits 77, which run.sh counts as skipped, not failed.
 """
-import json
 import os
 import re
-import struct
 import subprocess
 import sys
 
@@ -30,86 +28,18 @@ except Exception as e:  # ImportError, or a broken install
           "apt-get install python3-torch to run it")
     sys.exit(77)
 
-passed = 0
-failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from fsdpgen_ref import check, dropout_uniform, fnv1a, read_safetensors, summary, synthetic_inputs  # noqa: E402
 
-
-def check(ok, msg):
-    global passed, failed
-    print(("PASS " if ok else "FAIL ") + msg)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-
-
-# ---- deterministic sources (rt_train.h, rt_kernels.h) --------------------------------
-
-MASK = 0xFFFFFFFF
-
-
-def philox(ctr, key):
-    c0, c1, c2, c3 = ctr
-    k0, k1 = key
-    for r in range(10):
-        if r:
-            k0 = (k0 + 0x9E3779B9) & MASK
-            k1 = (k1 + 0xBB67AE85) & MASK
-        p0 = 0xD2511F53 * c0
-        p1 = 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK, (p0 >> 32) ^ c3 ^ k1, p0 & MASK
-    return c0, c1, c2, c3
-
-
-def uniform(seed, stream, e):
-    b = e >> 2
-    o = philox((b & MASK, b >> 32, stream & MASK, stream >> 32), (seed & MASK, seed >> 32))
-    return (o[e & 3] >> 8) * 2.0 ** -24
-
-
-def fnv1a(data):
-    h = 0xCBF29CE484222325
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def data_stream(step, micro, rank):
-    return fnv1a(b"data" + b"".join(v.to_bytes(8, "little") for v in (step, micro, rank)))
-
+# ---- deterministic init (rt_train.h) ---------------------------------------------
 
 def init_uniform(fqn, seed, shape, scale):
     h = fnv1a(fqn.encode())
     n = 1
     for d in shape:
         n *= d
-    vals = [-scale + 2.0 * scale * uniform(seed, h, e) for e in range(n)]
+    vals = [-scale + 2.0 * scale * dropout_uniform(seed, h, e) for e in range(n)]
     return torch.tensor(vals, dtype=torch.float32).reshape(shape)
-
-
-def synthetic_inputs(seed, step, micro, rank, shape):
-    s = data_stream(step, micro, rank)
-    n = shape[0] * shape[1]
-    return torch.tensor([2.0 * uniform(seed, s, e) - 1.0 for e in range(n)],
-                        dtype=torch.float32).reshape(shape)
-
-
-# ---- safetensors by hand -------------------------------------------------------------
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    out = {}
-    for name, info in header.items():
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        b, e = info["data_offsets"]
-        t = torch.frombuffer(bytearray(data[b:e]), dtype=torch.float32).reshape(info["shape"])
-        out[name] = t.clone()
-    return out, meta
 
 
 class Tiny(torch.nn.Module):
@@ -131,7 +61,7 @@ def main():
                        text=True, timeout=120)
     check(r.returncode == 0, f"tiny_train --steps 3 --save: exit {r.returncode} {r.stderr.strip()}")
     if r.returncode != 0:
-        print(f"{passed} passed, {failed} failed")
+        summary()
         return 1
     losses = [float(m) for m in re.findall(r"^step \d+ loss (\S+)", r.stdout, re.M)]
 
@@ -180,8 +110,7 @@ def main():
         diff = (sd[name] - t.detach()).abs().max().item()
         ok = torch.allclose(sd[name], t.detach(), rtol=1e-5, atol=1e-6)
         check(ok, f"{name} after 3 steps matches PyTorch (max abs diff {diff:.3g})")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return summary()
 
 
 if __name__ == "__main__":
