@@ -209,7 +209,7 @@ int rt_fsdp_reduce_scatter_copy_in(rt_fsdp_layout* l, const void* const* grads, 
 }
 
 // x /= factor element-wise, in fp32, rounding once to dt (_div_if_needed).
-static void divide(void* buf, int64_t n, rt_dtype dt, double factor) {
+void rt_fsdp_divide_buffer(void* buf, int64_t n, rt_dtype dt, double factor) {
     if (factor == 1.0) return;
     float f = (float)factor;
     if (dt == RT_F32) {
@@ -242,7 +242,7 @@ int rt_fsdp_reduce_scatter(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, void
     int replicate = a->replicate_comm ? rt_comm_size(a->replicate_comm) : 0;
     rt_fsdp_divide d = rt_fsdp_gradient_divide_factors(l->world, replicate, rdt, a->divide_factor,
                                                        a->force_sum);
-    divide(rs_input, l->total_numel, rdt, d.predivide);
+    rt_fsdp_divide_buffer(rs_input, l->total_numel, rdt, d.predivide);
     if (l->world > 1) {
         st = rt_comm_reduce_scatter(a->shard_comm, rs_input, rs_output, l->block_numel, rdt,
                                     d.rs_op, a->stream);
@@ -251,14 +251,14 @@ int rt_fsdp_reduce_scatter(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, void
         // FSDP2 skips the collective for one rank but still applies a custom factor.
         if (rs_output != rs_input && l->block_numel)
             memcpy(rs_output, rs_input, (size_t)l->block_numel * rt_dtype_size(rdt));
-        if (a->divide_factor > 0) divide(rs_output, l->block_numel, rdt, a->divide_factor);
+        if (a->divide_factor > 0) rt_fsdp_divide_buffer(rs_output, l->block_numel, rdt, a->divide_factor);
     }
     if (a->replicate_comm) {
         st = rt_comm_all_reduce(a->replicate_comm, rs_output, rs_output, l->block_numel, rdt,
                                 d.ar_op, a->stream);
         if (st) return comm_error(l, op, a->replicate_comm, st);
     }
-    divide(rs_output, l->block_numel, rdt, d.postdivide);
+    rt_fsdp_divide_buffer(rs_output, l->block_numel, rdt, d.postdivide);
     return 0;
 }
 

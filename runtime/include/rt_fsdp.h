@@ -162,6 +162,10 @@ rt_fsdp_divide rt_fsdp_gradient_divide_factors(int shard_size, int replicate_siz
                                                rt_dtype reduce_dtype, double factor,
                                                int force_sum);
 
+// buf[i] /= factor for n elements of dt, computed in fp32 and rounded once to dt (FSDP2's
+// _div_if_needed on a reduced-precision tensor). A factor of 1 does nothing.
+void rt_fsdp_divide_buffer(void* buf, int64_t n, rt_dtype dt, double factor);
+
 // ---- reduce-scatter ---------------------------------------------------------------------
 
 // Copy-in: grads[i] (numel elements of grad_dtype, unsharded shape) into rs_input

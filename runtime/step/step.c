@@ -337,13 +337,6 @@ void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_of
     rt_accumulate(f32_at(R, acc_off, 0, mg->padded_numel), u, (size_t)mg->padded_numel);
 }
 
-// x /= factor in fp32, rounded once to dt (as rt_fsdp divides).
-static void divide(void* x, int64_t n, rt_dtype dt, double factor) {
-    if (factor == 1.0) return;
-    for (int64_t i = 0; i < n; i++)
-        rt_store_f32(x, dt, (size_t)i, rt_load_f32(x, dt, (size_t)i) / (float)factor);
-}
-
 // The reference's reduction: what the sharded model computes (pre-divide, reduce with
 // the same op, post-divide; factors over the whole world), as one all-reduce of full
 // gradients. Going through rt_fsdp_reduce_scatter at shard size 1 would add FSDP2's
@@ -351,14 +344,14 @@ static void divide(void* x, int64_t n, rt_dtype dt, double factor) {
 static int reference_reduce(rt_rank* R, const rt_model_group* mg, rt_fsdp_layout* L, void* in, void* out) {
     rt_fsdp_divide d = rt_fsdp_gradient_divide_factors(R->world, 0, mg->reduce_dtype, mg->divide_factor,
                                                        mg->force_sum);
-    divide(in, L->total_numel, mg->reduce_dtype, d.predivide);
+    rt_fsdp_divide_buffer(in, L->total_numel, mg->reduce_dtype, d.predivide);
     int st = rt_comm_all_reduce(R->comm, in, out, L->total_numel, mg->reduce_dtype, d.rs_op, NULL);
     if (st) {
         snprintf(L->error, sizeof L->error, "reference all-reduce of group '%s': %s", mg->name,
                  rt_comm_last_error(R->comm));
         return st;
     }
-    divide(out, L->block_numel, mg->reduce_dtype, d.postdivide);
+    rt_fsdp_divide_buffer(out, L->block_numel, mg->reduce_dtype, d.postdivide);
     return 0;
 }
 
