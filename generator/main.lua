@@ -101,6 +101,15 @@ function commands.plan(args)
   print((changed and "wrote " or "unchanged ") .. path)
 end
 
+local function sh_quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
+
+local function exec(bin, args)
+  local q = { sh_quote(bin) }
+  for _, a in ipairs(args) do q[#q + 1] = sh_quote(a) end
+  local _, _, status = os.execute(table.concat(q, " "))
+  os.exit(status or 1)
+end
+
 local bench_train
 -- `bench comm ARGS`: the collective benchmark; `bench train SPEC [--steps N] [-- ARGS]`:
 -- builds the spec and runs its binary with --bench.
@@ -108,15 +117,10 @@ function commands.bench(args)
   if args[1] == "train" then return bench_train({ table.unpack(args, 2) }) end
   if args[1] ~= "comm" then usage_error("bench takes 'comm' or 'train'") end
   local bin = ROOT .. "/build/runtime/bench_comm"
-  local ok = os.execute("cd '" .. ROOT .. "' && ninja -f runtime/core.ninja build/runtime/bench_comm >/dev/null")
+  local ok = os.execute("cd " .. sh_quote(ROOT) .. " && ninja -f runtime/core.ninja build/runtime/bench_comm >/dev/null")
   if not ok then die(1, "fsdpgen: could not build build/runtime/bench_comm (run: ninja -f runtime/core.ninja)") end
-  local quoted = {}
-  for k = 2, #args do quoted[#quoted + 1] = "'" .. args[k]:gsub("'", "'\\''") .. "'" end
-  local _, _, status = os.execute("'" .. bin .. "' " .. table.concat(quoted, " "))
-  os.exit(status or 1)
+  exec(bin, { table.unpack(args, 2) })
 end
-
-local function sh_quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
 
 -- Emits the C and builds build/<name>/<name> and its conformance test; returns the
 -- output directory (relative to ROOT) and the spec name.
@@ -159,12 +163,6 @@ local function split_args(args)
   return mine, rest
 end
 
-local function exec(bin, args)
-  local q = { sh_quote(bin) }
-  for _, a in ipairs(args) do q[#q + 1] = sh_quote(a) end
-  local _, _, status = os.execute(table.concat(q, " "))
-  os.exit(status or 1)
-end
 
 bench_train = function(args)
   local mine, rest = split_args(args)

@@ -63,6 +63,13 @@ local function scratch_floats(op)
   return 0
 end
 
+-- fp32 state buffers the optimizer keeps per parameter element: Adam's exp_avg and
+-- exp_avg_sq, SGD's momentum buffer (none without momentum).
+function M.optimizer_states(o)
+  if o.kind == "sgd" then return (o.momentum or 0) > 0 and 1 or 0 end
+  return 2
+end
+
 -- Builds buffers with [first, last] step intervals, then assigns offsets.
 function M.plan(plan)
   local steps = plan.steps
@@ -74,7 +81,7 @@ function M.plan(plan)
     return b
   end
   local n = #steps
-  local opt_states = ({ adam = 2, adamw = 2, sgd = (plan.spec.optimizer.momentum or 0) > 0 and 1 or 0 })[plan.spec.optimizer.kind]
+  local opt_states = M.optimizer_states(plan.spec.optimizer)
 
   -- Persistent per group: fp32 sharded params, their gradients, optimizer state.
   for _, g in ipairs(plan.groups) do
