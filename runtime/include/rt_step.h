@@ -51,6 +51,8 @@ typedef struct rt_rank_group {
     int pending_sub;             // ... from the post-forward shards
     size_t pending_out;          // its output's arena offset
     int reduced;                 // reduce-scatters so far this step (first assigns, next add)
+    void** ptrs[2];              // nparams per-parameter pointers for the collective calls
+                                 // (allocated once, so no step allocates)
 } rt_rank_group;
 
 typedef struct rt_rank {

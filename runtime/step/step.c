@@ -94,11 +94,6 @@ static void param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out)
     }
 }
 
-static void** scratch_ptrs(rt_rank* R, int g) {
-    void** p = calloc((size_t)G(R, g)->nparams + 1, sizeof *p);
-    if (!p) rt_rank_die(R, "out of memory");
-    return p;
-}
 
 static const char* state_name(rt_group_state s) {
     return s == RT_UNSHARDED ? "unsharded" : s == RT_SHARDED ? "sharded" : "sharded_post_forward";
@@ -137,6 +132,13 @@ static int layouts_init(rt_rank* R, int g) {
                         mg->name, rg->pf_layout.error[0] ? rg->pf_layout.error : rt_status_name(st));
     }
     free(d);
+    for (int k = 0; k < 2 && !st; k++) {
+        rg->ptrs[k] = calloc((size_t)mg->nparams + 1, sizeof *rg->ptrs[k]);
+        if (!rg->ptrs[k]) {
+            fprintf(stderr, "fsdpgen: rank %d: out of memory setting up group '%s'\n", R->rank, mg->name);
+            st = RT_ERR_NOMEM;
+        }
+    }
     return st;
 }
 
@@ -184,6 +186,8 @@ void rt_rank_free(rt_rank* R) {
     if (!R->model) return;
     for (int g = 0; R->groups && g < R->model->ngroups; g++) {
         rt_fsdp_layout_free(&R->groups[g].layout);
+        free(R->groups[g].ptrs[0]);
+        free(R->groups[g].ptrs[1]);
         if (R->groups[g].pf_comm) {
             rt_fsdp_layout_free(&R->groups[g].pf_layout);
             rt_comm_free(R->groups[g].pf_comm);
@@ -248,7 +252,7 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
     double t0 = now_s();
     rt_fsdp_layout* L = sub ? &rg->pf_layout : &rg->layout;
     rt_comm* comm = sub ? rg->pf_comm : R->mesh.shard;
-    void** shards = scratch_ptrs(R, g);
+    void** shards = rg->ptrs[0];
     for (int i = 0; i < mg->nparams; i++) {
         rt_fsdp_param_layout* p = &L->params[i];
         size_t base = sub ? pf_off : mg->params_off;
@@ -259,7 +263,6 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
     int st = rt_fsdp_all_gather_copy_in(L, (const void* const*)shards, RT_F32, out, mg->param_dtype);
     if (st) rt_rank_die(R, "%s", L->error);
     st = rt_fsdp_all_gather(L, comm, out, mg->param_dtype, NULL);
-    free(shards);
     if (st) rt_rank_die(R, "%s", L->error);
     rg->pending = 1;
     rg->pending_sub = sub;
@@ -276,10 +279,9 @@ void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
     rt_fsdp_layout* L = rg->pending_sub ? &rg->pf_layout : &rg->layout;
     void* out = RT_BUF(R, rg->pending_out, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
     RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
-    void** un = scratch_ptrs(R, g);
+    void** un = rg->ptrs[0];
     param_ptrs(R, g, unsharded_off, 1, un);
     int st = rt_fsdp_all_gather_copy_out_as(L, out, mg->param_dtype, un, RT_F32);
-    free(un);
     if (st) rt_rank_die(R, "%s", L->error);
     rg->pending = 0;
     rg->state = RT_UNSHARDED;
@@ -306,16 +308,14 @@ void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t u
     rt_rank_group* rg = &R->groups[g];
     if (rg->state != RT_UNSHARDED || !rg->pf_comm)
         rt_rank_die(R, "post-forward reshard of group '%s' while it is %s", mg->name, state_name(rg->state));
-    void** un = scratch_ptrs(R, g);
-    void** shards = scratch_ptrs(R, g);
+    void** un = rg->ptrs[0];
+    void** shards = rg->ptrs[1];
     param_ptrs(R, g, unsharded_off, 1, un);
     for (int i = 0; i < mg->nparams; i++) {
         rt_fsdp_param_layout* p = &rg->pf_layout.params[i];
         shards[i] = f32_at(R, pf_off, p->offset, p->in_numel);
     }
     int st = rt_fsdp_post_forward_shards(&rg->pf_layout, (const void* const*)un, RT_F32, shards);
-    free(un);
-    free(shards);
     if (st) rt_rank_die(R, "%s", rg->pf_layout.error);
     event(R, state, "reshard", g);
     rg->state = RT_SHARDED_POST_FORWARD;
@@ -363,8 +363,8 @@ void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_
     rt_fsdp_layout* L = &rg->layout;
     size_t es = rt_dtype_size(mg->reduce_dtype);
     rt_step_round(f32_at(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
-    void** grads = scratch_ptrs(R, g);
-    void** sharded = scratch_ptrs(R, g);
+    void** grads = rg->ptrs[0];
+    void** sharded = rg->ptrs[1];
     param_ptrs(R, g, grads_off, 1, grads);
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
@@ -379,8 +379,6 @@ void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_
     int st = rt_fsdp_reduce_scatter_copy_in(L, (const void* const*)grads, RT_F32, in, mg->reduce_dtype);
     if (!st) st = R->model->reference ? reference_reduce(R, mg, L, in, out) : rt_fsdp_reduce_scatter(L, &a, in, out);
     if (!st) st = rt_fsdp_reduce_scatter_view_out(L, out, mg->reduce_dtype, sharded, RT_F32, rg->reduced > 0);
-    free(grads);
-    free(sharded);
     if (st) rt_rank_die(R, "%s", L->error);
     rg->reduced++;
     count(R, "reduce_scatter");
