@@ -3,6 +3,7 @@
 local nn = require("nn")
 local errors = require("errors")
 local args = require("models.args")
+local decoder = require("models.decoder")
 
 local M = {}
 
@@ -103,18 +104,8 @@ end
 
 local Llama = {}
 function Llama.forward(self, tokens)
-  local seq_len = tokens.shape[2]
-  if seq_len > self.max_seq_len then
-    errors.raise(string.format("input seq_len %d exceeds the model's max_seq_len %d", seq_len, self.max_seq_len))
-  end
-  local h = self.tok_embeddings(tokens)
-  for i = 1, #self.layers do
-    if self.checkpoint_activations then
-      h = nn.checkpoint(self.layers[i], h)
-    else
-      h = self.layers[i](h)
-    end
-  end
+  decoder.check_seq_len(self, tokens)
+  local h = decoder.run_layers(self, self.tok_embeddings(tokens))
   return self.output(self.norm(h)):float()
 end
 

@@ -4,6 +4,7 @@
 local nn = require("nn")
 local errors = require("errors")
 local args = require("models.args")
+local decoder = require("models.decoder")
 
 local M = {}
 
@@ -72,21 +73,10 @@ end
 
 local Transformer = {}
 function Transformer.forward(self, tokens)
-  local seq_len = tokens.shape[2]
-  if seq_len > self.max_seq_len then
-    errors.raise(string.format("input seq_len %d exceeds the model's max_seq_len %d", seq_len, self.max_seq_len))
-  end
+  local seq_len = decoder.check_seq_len(self, tokens)
   local h = self.tok_embeddings(tokens)
   local p = self.pos_embeddings(nn.functional.arange(seq_len))
-  h = self.dropout(h + p)
-  for i = 1, #self.layers do
-    local layer = self.layers[i]
-    if self.checkpoint_activations then
-      h = nn.checkpoint(layer, h)
-    else
-      h = layer(h)
-    end
-  end
+  h = decoder.run_layers(self, self.dropout(h + p))
   h = self.norm(h)
   return self.output(h):float()
 end
