@@ -185,9 +185,9 @@ function Walker:val(t, saved_by)
     return F(un, off, trace.numel(t.shape))
   end
   if t.is_input then
-    return string.format("R->%s[%d]", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
+    return string.format("rt_step_%s(R, %d)", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
   end
-  if t.is_target then return string.format("R->targets[%d]", t.forward_index - 1) end
+  if t.is_target then return string.format("rt_step_targets(R, %d)", t.forward_index - 1) end
   local s = saved_by and memory.saved(t, saved_by) or memory.base(t)
   if not s.buf then error("no buffer for " .. tostring(s.label)) end
   return F(s.buf, 0, trace.numel(s.shape), not trace.is_float(s.dtype))
@@ -422,6 +422,11 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line(".has_optimizer = %d,", has_opt and 1 or 0)
   b:line(".grad_clip = %s,", num(spec.grad_clip or 0))
   b:line(".seed = %d,", spec.seed)
+  local draws_rng = false
+  for _, op in ipairs(plan.graph.ops) do
+    if op.kind == "dropout" and op.attrs.p > 0 then draws_rng = true end
+  end
+  b:line(".draws_rng = %d,", draws_rng and 1 or 0)
   b:line(".arena_bytes = %d, .predicted_peak = %d,", plan.memory.arena, plan.memory.peak)
   b:line(".reference = %d,", is_reference and 1 or 0)
   b:line(".step = step,")

@@ -109,6 +109,8 @@ typedef struct rt_model {
     int has_optimizer;            // the step program runs optimizer.step()
     double grad_clip;             // max global grad norm, 0 for none
     uint64_t seed;
+    int draws_rng;                // dropout with p > 0: masks differ every step, so the CUDA
+                                  // backend replays no graph (kernel arguments would freeze)
     size_t arena_bytes;           // capacity of each rank's arena
     size_t predicted_peak;        // the memory plan's peak
     // 1 for the conformance test's non-sharded reference (mesh replicate = world x shard

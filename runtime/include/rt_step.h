@@ -76,9 +76,46 @@ typedef struct rt_rank {
     rt_step_count counts[RT_STEP_MAX_COUNTS];  // collectives issued, by "phase op"
     int ncounts;
     struct rt_trace* trace;      // Chrome trace (NULL: none); collectives and optimizer spans
-    // Time spent, seconds (accumulated over steps; the driver resets them).
+    // Time spent, seconds (accumulated over steps; the driver resets them). The CUDA
+    // backend measures none of t_comm and t_optim (its collectives overlap compute on
+    // their own streams; --trace shows them).
     double t_comm, t_optim, t_total;
+    void* backend;               // the backend's own state of this rank
 } rt_rank;
+
+// ---- backend ----------------------------------------------------------------------------
+// Implemented by the step library a binary links: build/step/librt_step.a ("cpu": ranks
+// are threads, buffers host memory) or build/cuda_step/librt_step_cuda.a ("cuda").
+
+typedef struct rt_launch_opts {
+    int local;        // cuda: every rank on one GPU (cuda_local communicators), for tests
+    int no_graph;     // cuda: run every step eagerly instead of replaying a CUDA graph
+} rt_launch_opts;
+
+// "cpu" or "cuda".
+const char* rt_step_backend(void);
+// Runs fn on every rank of a world of `world` ranks, each with its world communicator:
+// cpu: threads (rt_threads_run); cuda: one process per rank under mpirun (rt_mpi_run),
+// else one thread per GPU (rt_nccl_run) when there are enough GPUs and not o->local,
+// else every rank on GPU 0 (rt_cuda_local_run). Returns 0, or non-zero when a rank failed
+// (2: it could not start, after a one-line message).
+int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg);
+// Runs one step (R->model->step; cuda: eagerly, or captured once as a CUDA graph and then
+// replayed) and waits for it: R->losses hold its losses afterwards.
+void rt_step_run(rt_rank* R);
+// What the generated step reads as forward item `item`'s input. The driver fills
+// R->tokens / R->targets / R->inputs (host memory) before rt_step_run; cuda returns device
+// copies that the step itself uploads.
+const int32_t* rt_step_tokens(rt_rank* R, int item);
+const int32_t* rt_step_targets(rt_rank* R, int item);
+const float* rt_step_inputs(rt_rank* R, int item);
+// The driver's access to the persistent buffers (sharded parameters, gradients, optimizer
+// state): a host view of arena bytes [off, off + bytes) (NULL with a message when outside
+// them). cpu: the arena itself; cuda: a host mirror that rt_rank_pull fills from the device
+// and rt_rank_push copies back. Both are collective-free and return 0 or 1 (printed).
+void* rt_rank_host(rt_rank* R, size_t off, size_t bytes);
+int rt_rank_pull(rt_rank* R);
+int rt_rank_push(rt_rank* R);
 
 // ---- setup ------------------------------------------------------------------------------
 
@@ -126,7 +163,7 @@ void rt_step_reshard(rt_rank* R, int g, const char* state);
 void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t unsharded_off,
                                   size_t pf_off);
 // Rounds n fp32 values to dtype in place (mixed precision: compute stores fp32 values that
-// carry param_dtype's precision). No-op for fp32.
+// carry param_dtype's precision). No-op for fp32. cuda: on the calling thread's stream.
 void rt_step_round(float* x, size_t n, rt_dtype dtype);
 // "accumulate_unsharded_grads" (gradient sync off), and before a reduce-scatter of
 // accumulated grads: acc (fp32, zeroed by the caller when new) += this backward's

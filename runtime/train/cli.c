@@ -11,9 +11,20 @@
 
 // ---- help -------------------------------------------------------------------------------
 
+static int cuda(void) { return strcmp(rt_step_backend(), "cuda") == 0; }
+
+// The options of CUDA binaries (rt_launch_opts), in both help texts.
+static const char* cuda_help(void) {
+    return cuda() ? "  --local               run every rank on GPU 0 (tests a multi-rank schedule on\n"
+                    "                        one GPU; the default with fewer GPUs than ranks)\n"
+                    "  --no-graph            run every step eagerly (default: capture the step\n"
+                    "                        once as a CUDA graph and replay it)\n"
+                  : "";
+}
+
 static void print_train_help(const rt_model* m, const char* prog) {
     printf("usage: %s [options]\n"
-           "Trains %s (%s, %s) on %d ranks (threads; mesh replicate %d x shard %d).\n"
+           "Trains %s (%s, %s) on %d ranks (%s; mesh replicate %d x shard %d).\n"
            "\n"
            "options:\n"
            "  --steps N             optimizer steps to run (default 20; with --resume: N more)\n"
@@ -35,6 +46,7 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "  --trace FILE          write a Chrome trace (Perfetto) of every rank\n"
            "  --bench               print throughput and the compute / exposed communication /\n"
            "                        optimizer split of a step\n"
+           "%s"
            "  --help                this text\n"
            "\n"
            "Each step prints `step N loss X | T %s/s | M ms`, X the mean over ranks and\n"
@@ -43,7 +55,8 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "Exit status: 0 ok, 1 failure at run time (I/O, a loss that is nan or inf),\n"
            "2 bad arguments.\n",
            prog, m->name, m->spec_file ? m->spec_file : "?", m->generator ? m->generator : "?",
-           m->world, m->replicate, m->shard, m->seed, m->tokens ? "tok" : "samples",
+           m->world, cuda() ? "GPUs" : "threads", m->replicate, m->shard, m->seed, cuda_help(),
+           m->tokens ? "tok" : "samples",
            m->tokens ? "tokens uniform in [0, vocab), targets the next token"
                      : "inputs uniform in [-1, 1)");
 }
@@ -59,12 +72,13 @@ static void print_conformance_help(const rt_model* m, const char* prog) {
            "  --steps N    steps of each run (default 10)\n"
            "  --seed S     seed (default %" PRIu64 ")\n"
            "  --verbose    also print the step-1 events as `STATE KIND \"GROUP\"` lines\n"
+           "%s"
            "  --help       this text\n"
            "\n"
            "Prints one PASS/FAIL line per check and `N passed, N failed`. Exit status: 0 all\n"
            "passed, 1 a check failed, 2 bad arguments.\n",
            prog, m->name, m->spec_file ? m->spec_file : "?", m->replicate, m->shard, m->world,
-           m->world, m->seed);
+           m->world, m->seed, cuda_help());
 }
 
 // ---- values -----------------------------------------------------------------------------
@@ -112,7 +126,7 @@ static int parse_path(const char* opt, const char* s, const char** out) {
 #define MAX_STEPS ((int64_t)1 << 40)
 
 enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_SAVE, O_LOAD, O_CKPT, O_CKPT_EVERY, O_RESUME,
-       O_TRACE, O_BENCH, O_VERBOSE, O_HELP };
+       O_TRACE, O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
 
 typedef struct opt_def {
     const char* name;
@@ -134,10 +148,17 @@ static const opt_def opts[] = {
     {"--trace", O_TRACE, 1, 1, 0},
     {"--bench", O_BENCH, 0, 1, 0},
     {"--verbose", O_VERBOSE, 0, 0, 1},
+    {"--local", O_LOCAL, 0, 1, 1},
+    {"--no-graph", O_NO_GRAPH, 0, 1, 1},
     {"--help", O_HELP, 0, 1, 1},
 };
 
 static const char* allowed_list(int conformance) {
+    if (cuda())
+        return conformance ? "allowed: --steps N, --seed S, --verbose, --local, --no-graph, --help"
+                           : "allowed: --steps N, --seed S, --log-every N, --data FILE, --save FILE, "
+                             "--load FILE, --checkpoint DIR, --checkpoint-every N, --resume DIR, "
+                             "--trace FILE, --bench, --local, --no-graph, --help";
     return conformance ? "allowed: --steps N, --seed S, --verbose, --help"
                        : "allowed: --steps N, --seed S, --log-every N, --data FILE, --save FILE, "
                          "--load FILE, --checkpoint DIR, --checkpoint-every N, --resume DIR, "
@@ -157,7 +178,8 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
         const opt_def* d = NULL;
         for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
             if (strlen(opts[k].name) == nlen && strncmp(opts[k].name, arg, nlen) == 0 &&
-                (conformance ? opts[k].conformance : opts[k].train))
+                (conformance ? opts[k].conformance : opts[k].train) &&
+                (cuda() || (opts[k].id != O_LOCAL && opts[k].id != O_NO_GRAPH)))
                 d = &opts[k];
         if (!d) {
             char what[160];
@@ -188,6 +210,8 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
         case O_TRACE: rc = parse_path(d->name, val, &o->trace); break;
         case O_BENCH: o->bench = 1; break;
         case O_VERBOSE: o->verbose = 1; break;
+        case O_LOCAL: o->local = 1; break;
+        case O_NO_GRAPH: o->no_graph = 1; break;
         case O_HELP:
             if (conformance) print_conformance_help(m, prog);
             else print_train_help(m, prog);

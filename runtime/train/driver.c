@@ -1,4 +1,4 @@
-// driver.c — one training run: the model's ranks as threads (rt_threads_run), each set up
+// driver.c — one training run: the model's ranks (rt_step_launch: threads, GPUs), each set up
 // with rt_rank_init, its parameters initialized / loaded / resumed, then the step loop
 // (inputs, the generated step, the loss mean over ranks and backward items, the step
 // line, divergence check, periodic checkpoints), then --save and --checkpoint.
@@ -49,14 +49,12 @@ int train_agree(train_run* run, rt_rank* R) {
 }
 
 float* train_arena_f32(rt_rank* R, size_t off, int64_t numel) {
-    size_t bytes = (size_t)(numel > 0 ? numel : 0) * sizeof(float);
-    if (off % sizeof(float) != 0 || off > R->arena.capacity || bytes > R->arena.capacity - off) {
-        fprintf(stderr, "fsdpgen: rank %d: persistent buffer [%zu, +%zu bytes) lies outside the "
-                        "arena of %zu bytes (generated plan is inconsistent)\n",
-                R->rank, off, bytes, R->arena.capacity);
+    if (off % sizeof(float) != 0) {
+        fprintf(stderr, "fsdpgen: rank %d: persistent buffer at byte %zu is not fp32-aligned "
+                        "(generated plan is inconsistent)\n", R->rank, off);
         return NULL;
     }
-    return (float*)(R->arena.base + off);
+    return rt_rank_host(R, off, (size_t)(numel > 0 ? numel : 0) * sizeof(float));
 }
 
 // ---- the run ----------------------------------------------------------------------------
@@ -176,7 +174,7 @@ static int rank_steps(train_run* run, rt_rank* R) {
         const double c0 = R->t_comm, o0 = R->t_optim;
         const double ts = run->trace ? rt_trace_now_us(run->trace) : 0.0;
         const double t0 = now_s();
-        m->step(R);
+        rt_step_run(R);
         double* mine = run->slots + ((s & 1) * W + R->rank) * NB;
         for (int64_t k = 0; k < NB; k++) mine[k] = R->losses[k];
         if (train_agree(run, R)) return 1;
@@ -245,6 +243,7 @@ static void rank_main(rt_comm* comm, void* arg) {
         else if (o->load) rc = train_load(run, &R, o->load);
         else rc = train_init_params(run, &R);
         if (rc) train_fail(run, "rank %d: parameter setup failed", R.rank);  // first message wins
+        else if (rt_rank_push(&R)) train_fail(run, "rank %d: copying the parameters to the device failed", R.rank);
     }
     if (train_agree(run, &R)) goto out;
     if (rank_steps(run, &R)) goto out;
@@ -258,7 +257,9 @@ out:
 }
 
 int train_run_exec(train_run* run) {
-    int rc = rt_threads_run(run->m->world, rank_main, run);
+    rt_launch_opts lo = {run->o->local, run->o->no_graph};
+    int rc = rt_step_launch(run->m->world, &lo, rank_main, run);
+    if (rc == 2) return 2;
     return rc != 0 || run->failed || run->diverged ? 1 : 0;
 }
 

@@ -108,6 +108,7 @@ int train_checkpoint_save(train_run* run, rt_rank* R, const char* dir, int64_t s
     char err[512];
     if (R->rank == 0 && rt_ckpt_begin(dir, err, sizeof err) != 0)
         train_fail(run, "--checkpoint %s: %s", dir, err);
+    if (rt_rank_pull(R)) train_fail(run, "rank %d: copying the state from the device failed", R->rank);
     if (train_agree(run, R)) return 1;
     ckpt_blobs b;
     if (blobs_init(run, R, &b) == 0) {

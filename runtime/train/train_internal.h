@@ -34,6 +34,8 @@ typedef struct train_opts {
     const char* trace;
     int bench;
     int verbose;
+    int local;                 // --local (CUDA binaries): every rank on GPU 0
+    int no_graph;              // --no-graph (CUDA binaries): no CUDA graph replay
 } train_opts;
 
 // Parses argv for a training binary (conformance = 0) or a conformance test (1). Returns 0

@@ -45,6 +45,11 @@ int train_gather_params(train_run* run, rt_rank* R, float* const* full) {
     const rt_model* m = run->m;
     if (R->rank >= m->shard) return 0;  // shard groups are runs of `shard` ranks from 0
     rt_comm* comm = R->mesh.shard;
+    if (rt_rank_pull(R)) {
+        train_fail(run, "rank %d: copying the parameters from the device failed", R->rank);
+        rt_comm_abort(comm, "device copy failed");
+        return 1;
+    }
     for (int g = 0; g < m->ngroups; g++) {
         const rt_model_group* G = &m->groups[g];
         rt_fsdp_layout* L = &R->groups[g].layout;

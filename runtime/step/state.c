@@ -1,18 +1,15 @@
-// The FSDP side of a generated step on one rank: the group state machine of FSDP2's
-// FSDPParamGroup (sharded / post-forward / unsharded), its collectives through rt_fsdp,
-// events and counts, the optimizer over the sharded parameters, and checked views of the
-// rank's arena. See rt_step.h for the contract of each call.
+// The FSDP side of a generated step on one rank, common to every backend: the group state
+// machine of FSDP2's FSDPParamGroup (sharded / post-forward / unsharded), events and
+// counts, the checks that every call fits the group's state, setup of the mesh and the
+// layouts, and checked views of the rank's arena. The data movement behind each call is
+// the backend's (step_backend.h). See rt_step.h for the contract of each call.
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include "rt_kernels.h"
-#include "rt_optim.h"
-#include "rt_step.h"
 #include "rt_trace.h"
+#include "step_backend.h"
 
 // ---- helpers ----------------------------------------------------------------------------
 
@@ -26,22 +23,6 @@ void rt_rank_die(rt_rank* R, const char* fmt, ...) {
     fflush(stderr);
     if (R && R->comm) rt_comm_abort(R->comm, msg);
     exit(1);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// Adds the span [t0, now) to *acc and to the trace (stream tid) when one is attached.
-static void span(rt_rank* R, double t0, double* acc, int tid, const char* name, const char* cat) {
-    double t1 = now_s();
-    *acc += t1 - t0;
-    if (R->trace) {
-        double end = rt_trace_now_us(R->trace), dur = (t1 - t0) * 1e6;
-        rt_trace_complete(R->trace, R->rank, tid, name, cat, end - dur, dur, NULL, NULL);
-    }
 }
 
 static const rt_model_group* G(rt_rank* R, int g) {
@@ -78,19 +59,17 @@ static void event(rt_rank* R, const char* state, const char* kind, int g) {
     }
 }
 
-static float* f32_at(rt_rank* R, size_t off, int64_t elem, int64_t n) {
+float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
     return (float*)rt_step_buffer(R, off + 4 * (size_t)elem, 4 * (size_t)n, __FILE__, __LINE__);
 }
 
-// Per-parameter pointers into an fp32 buffer at byte offset off: param i of group g at
-// element unsharded_offset (unsharded buffers) or block_offset (sharded ones).
-static void param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out) {
+void rt_step_param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out) {
     const rt_model_group* mg = G(R, g);
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
         rt_fsdp_param_layout* l = &R->groups[g].layout.params[i];
-        if (unsharded) out[i] = f32_at(R, off, p->unsharded_offset, l->numel);
-        else out[i] = f32_at(R, off, p->block_offset, l->padded_shard_numel);
+        if (unsharded) out[i] = rt_step_f32(R, off, p->unsharded_offset, l->numel);
+        else out[i] = rt_step_f32(R, off, p->block_offset, l->padded_shard_numel);
     }
 }
 
@@ -171,12 +150,8 @@ int rt_rank_init(rt_rank* R, const rt_model* model, rt_comm* comm) {
             rt_comm_abort(comm, "layout check failed");
             return 1;
         }
-    char name[48];
-    snprintf(name, sizeof name, "rank %d", R->rank);
-    if (rt_arena_init(&R->arena, model->arena_bytes, name)) {
-        fprintf(stderr, "fsdpgen: rank %d: arena of %zu bytes: %s\n", R->rank, model->arena_bytes,
-                R->arena.error);
-        rt_comm_abort(comm, "arena allocation failed");
+    if (rtb_rank_init(R)) {
+        rt_comm_abort(comm, "backend setup failed");
         return 1;
     }
     return 0;
@@ -193,11 +168,11 @@ void rt_rank_free(rt_rank* R) {
             rt_comm_free(R->groups[g].pf_comm);
         }
     }
+    rtb_rank_free(R);
     free(R->groups);
     free(R->losses);
     free(R->events);
     rt_fsdp_mesh_free(&R->mesh);
-    rt_arena_free(&R->arena);
     memset(R, 0, sizeof *R);
 }
 
@@ -209,6 +184,18 @@ void* rt_step_buffer(rt_rank* R, size_t off, size_t bytes, const char* file, int
     return p;
 }
 
+size_t rt_step_persistent_end(const rt_model* m) {
+    size_t end = 0, states = (size_t)m->optim.nstates;
+    for (int g = 0; g < m->ngroups; g++) {
+        const rt_model_group* mg = &m->groups[g];
+        size_t b = 4 * (size_t)mg->block_numel;
+        size_t e[3] = {mg->params_off + b, mg->grads_off + b, states ? mg->state_off + states * b : 0};
+        for (int k = 0; k < 3; k++)
+            if (e[k] > end) end = e[k];
+    }
+    return end;
+}
+
 // ---- step -------------------------------------------------------------------------------
 
 void rt_step_begin(rt_rank* R) {
@@ -217,15 +204,14 @@ void rt_step_begin(rt_rank* R) {
     R->ncounts = 0;
     R->phase = NULL;
     for (int g = 0; g < m->ngroups; g++) {
-        const rt_model_group* mg = &m->groups[g];
         rt_rank_group* rg = &R->groups[g];
         if (rg->state != RT_SHARDED || rg->pending)
-            rt_rank_die(R, "step %lld begins with group '%s' %s", (long long)R->step + 1, mg->name,
-                        state_name(rg->state));
+            rt_rank_die(R, "step %lld begins with group '%s' %s", (long long)R->step + 1,
+                        m->groups[g].name, state_name(rg->state));
         rg->reduced = 0;
-        rt_zero(f32_at(R, mg->grads_off, 0, mg->block_numel), (size_t)mg->block_numel);
     }
     for (int k = 0; k < m->n_backward; k++) R->losses[k] = 0;
+    rtb_step_begin(R);
 }
 
 void rt_step_section(rt_rank* R, const char* phase) { R->phase = phase; }
@@ -238,6 +224,7 @@ void rt_step_end(rt_rank* R) {
                         "group sharded)", R->model->groups[g].name, state_name(rg->state),
                         rg->pending ? " and an all-gather in flight" : "");
     }
+    rtb_step_end(R);
 }
 
 // ---- all-gather -------------------------------------------------------------------------
@@ -249,40 +236,19 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
         rt_rank_die(R, "all-gather of group '%s' (%s) while it is %s%s", mg->name,
                     sub ? "from post-forward shards" : "from shards", state_name(rg->state),
                     rg->pending ? " with an all-gather in flight" : "");
-    double t0 = now_s();
-    rt_fsdp_layout* L = sub ? &rg->pf_layout : &rg->layout;
-    rt_comm* comm = sub ? rg->pf_comm : R->mesh.shard;
-    void** shards = rg->ptrs[0];
-    for (int i = 0; i < mg->nparams; i++) {
-        rt_fsdp_param_layout* p = &L->params[i];
-        size_t base = sub ? pf_off : mg->params_off;
-        int64_t at = sub ? p->offset : R->model->params[mg->params[i]].block_offset;
-        shards[i] = f32_at(R, base, at, p->in_numel);
-    }
-    void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
-    int st = rt_fsdp_all_gather_copy_in(L, (const void* const*)shards, RT_F32, out, mg->param_dtype);
-    if (st) rt_rank_die(R, "%s", L->error);
-    st = rt_fsdp_all_gather(L, comm, out, mg->param_dtype, NULL);
-    if (st) rt_rank_die(R, "%s", L->error);
+    rtb_all_gather(R, g, sub, out_off, pf_off);
     rg->pending = 1;
     rg->pending_sub = sub;
     rg->pending_out = out_off;
     event(R, state, "unshard", g);
     count(R, "all_gather");
-    span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
 }
 
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
     if (!rg->pending) rt_rank_die(R, "wait for an all-gather of group '%s' that was not issued", mg->name);
-    rt_fsdp_layout* L = rg->pending_sub ? &rg->pf_layout : &rg->layout;
-    void* out = RT_BUF(R, rg->pending_out, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
-    RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
-    void** un = rg->ptrs[0];
-    param_ptrs(R, g, unsharded_off, 1, un);
-    int st = rt_fsdp_all_gather_copy_out_as(L, out, mg->param_dtype, un, RT_F32);
-    if (st) rt_rank_die(R, "%s", L->error);
+    rtb_all_gather_wait(R, g, rg->pending_sub, rg->pending_out, unsharded_off);
     rg->pending = 0;
     rg->state = RT_UNSHARDED;
 }
@@ -290,6 +256,7 @@ void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
 void rt_step_all_gather_drop(rt_rank* R, int g) {
     rt_rank_group* rg = &R->groups[g];
     if (!rg->pending) rt_rank_die(R, "drop of an all-gather of group '%s' that was not issued", G(R, g)->name);
+    rtb_all_gather_drop(R, g);
     rg->pending = 0;
 }
 
@@ -308,81 +275,27 @@ void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t u
     rt_rank_group* rg = &R->groups[g];
     if (rg->state != RT_UNSHARDED || !rg->pf_comm)
         rt_rank_die(R, "post-forward reshard of group '%s' while it is %s", mg->name, state_name(rg->state));
-    void** un = rg->ptrs[0];
-    void** shards = rg->ptrs[1];
-    param_ptrs(R, g, unsharded_off, 1, un);
-    for (int i = 0; i < mg->nparams; i++) {
-        rt_fsdp_param_layout* p = &rg->pf_layout.params[i];
-        shards[i] = f32_at(R, pf_off, p->offset, p->in_numel);
-    }
-    int st = rt_fsdp_post_forward_shards(&rg->pf_layout, (const void* const*)un, RT_F32, shards);
-    if (st) rt_rank_die(R, "%s", rg->pf_layout.error);
+    rtb_reshard_post_forward(R, g, unsharded_off, pf_off);
     event(R, state, "reshard", g);
     rg->state = RT_SHARDED_POST_FORWARD;
 }
 
 // ---- gradients --------------------------------------------------------------------------
 
-void rt_step_round(float* x, size_t n, rt_dtype dtype) {
-    if (dtype == RT_BF16)
-        for (size_t i = 0; i < n; i++) x[i] = rt_bf16_to_f32(rt_f32_to_bf16(x[i]));
-    else if (dtype == RT_F16)
-        for (size_t i = 0; i < n; i++) x[i] = rt_f16_to_f32(rt_f32_to_f16(x[i]));
-}
-
 void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
-    const rt_model_group* mg = G(R, g);
-    float* u = f32_at(R, ugrad_off, 0, mg->padded_numel);
-    rt_step_round(u, (size_t)mg->padded_numel, mg->param_dtype);
-    rt_accumulate(f32_at(R, acc_off, 0, mg->padded_numel), u, (size_t)mg->padded_numel);
-}
-
-// The reference's reduction: what the sharded model computes (pre-divide, reduce with
-// the same op, post-divide; factors over the whole world), as one all-reduce of full
-// gradients. Going through rt_fsdp_reduce_scatter at shard size 1 would add FSDP2's
-// single-rank custom-factor division, which the sharded model does not do.
-static int reference_reduce(rt_rank* R, const rt_model_group* mg, rt_fsdp_layout* L, void* in, void* out) {
-    rt_fsdp_divide d = rt_fsdp_gradient_divide_factors(R->world, 0, mg->reduce_dtype, mg->divide_factor,
-                                                       mg->force_sum);
-    rt_fsdp_divide_buffer(in, L->total_numel, mg->reduce_dtype, d.predivide);
-    int st = rt_comm_all_reduce(R->comm, in, out, L->total_numel, mg->reduce_dtype, d.rs_op, NULL);
-    if (st) {
-        snprintf(L->error, sizeof L->error, "reference all-reduce of group '%s': %s", mg->name,
-                 rt_comm_last_error(R->comm));
-        return st;
-    }
-    rt_fsdp_divide_buffer(out, L->block_numel, mg->reduce_dtype, d.postdivide);
-    return 0;
+    G(R, g);
+    rtb_accumulate_grads(R, g, ugrad_off, acc_off);
 }
 
 void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
                             size_t rs_in_off, size_t rs_out_off) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
-    double t0 = now_s();
-    rt_fsdp_layout* L = &rg->layout;
-    size_t es = rt_dtype_size(mg->reduce_dtype);
-    rt_step_round(f32_at(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
-    void** grads = rg->ptrs[0];
-    void** sharded = rg->ptrs[1];
-    param_ptrs(R, g, grads_off, 1, grads);
-    for (int i = 0; i < mg->nparams; i++) {
-        const rt_model_param* p = &R->model->params[mg->params[i]];
-        sharded[i] = f32_at(R, mg->grads_off, p->block_offset, L->params[i].shard_numel);
-    }
-    void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
-    void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
-    rt_fsdp_reduce_args a = {R->mesh.shard, mg->all_reduce ? R->mesh.replicate : NULL,
-                             mg->reduce_dtype, mg->divide_factor, mg->force_sum, NULL};
     if (mg->all_reduce && !R->mesh.replicate)
         rt_rank_die(R, "group '%s' all-reduces across replicas, but the mesh has none", mg->name);
-    int st = rt_fsdp_reduce_scatter_copy_in(L, (const void* const*)grads, RT_F32, in, mg->reduce_dtype);
-    if (!st) st = R->model->reference ? reference_reduce(R, mg, L, in, out) : rt_fsdp_reduce_scatter(L, &a, in, out);
-    if (!st) st = rt_fsdp_reduce_scatter_view_out(L, out, mg->reduce_dtype, sharded, RT_F32, rg->reduced > 0);
-    if (st) rt_rank_die(R, "%s", L->error);
+    rtb_reduce_scatter(R, g, grads_off, grads_dtype, rs_in_off, rs_out_off, rg->reduced > 0);
     rg->reduced++;
     count(R, "reduce_scatter");
-    span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
 }
 
 void rt_step_all_reduce(rt_rank* R, int g) {
@@ -399,57 +312,19 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state) {
 
 // ---- optimizer --------------------------------------------------------------------------
 
-void rt_step_clip_grad_norm(rt_rank* R) {
-    const rt_model* m = R->model;
-    double t0 = now_s();
-    double local = 0;
-    for (int g = 0; g < m->ngroups; g++)
-        local += rt_sumsq(f32_at(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                          (size_t)m->groups[g].block_numel);
-    // Replicas hold identical shards: the norm sums over one shard group.
-    float sum = (float)local;
-    if (rt_comm_size(R->mesh.shard) > 1) {
-        int st = rt_comm_all_reduce(R->mesh.shard, &sum, &sum, 1, RT_F32, rt_red_sum(), NULL);
-        if (st) rt_rank_die(R, "clip_grad_norm all-reduce: %s", rt_comm_last_error(R->mesh.shard));
-    }
-    double total = sqrt((double)sum);
-    for (int g = 0; g < m->ngroups; g++)
-        rt_clip_grad_norm(f32_at(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                          (size_t)m->groups[g].block_numel, total, m->grad_clip);
-    span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
-}
+void rt_step_clip_grad_norm(rt_rank* R) { rtb_clip_grad_norm(R); }
 
 void rt_step_optimizer(rt_rank* R, int g) {
-    const rt_model_group* mg = G(R, g);
-    const rt_model_optim* o = &R->model->optim;
+    G(R, g);
     // A group that got no gradient this step has grad None: torch.optim skips it.
-    if (!R->groups[g].reduced) return;
-    double t0 = now_s();
-    size_t n = (size_t)mg->block_numel;
-    float* p = f32_at(R, mg->params_off, 0, mg->block_numel);
-    float* gr = f32_at(R, mg->grads_off, 0, mg->block_numel);
-    float* s = o->nstates ? f32_at(R, mg->state_off, 0, o->nstates * mg->block_numel) : NULL;
-    int64_t step = R->step + 1;
-    switch (o->kind) {
-    case RT_OPTIM_SGD:
-        rt_sgd_step(p, gr, o->momentum > 0 ? s : NULL, n, step, o->lr, o->momentum, o->dampening,
-                    o->weight_decay, o->nesterov);
-        break;
-    case RT_OPTIM_ADAM:
-        rt_adam_step(p, gr, s, s + n, n, step, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
-        break;
-    case RT_OPTIM_ADAMW:
-        rt_adamw_step(p, gr, s, s + n, n, step, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
-        break;
-    }
-    span(R, t0, &R->t_optim, 0, mg->name, "optimizer");
+    if (R->groups[g].reduced) rtb_optimizer(R, g);
 }
 
 // ---- losses and RNG ---------------------------------------------------------------------
 
 void rt_step_loss(rt_rank* R, int k, const float* loss) {
     if (k < 0 || k >= R->model->n_backward) rt_rank_die(R, "loss index %d out of range", k);
-    R->losses[k] = loss[0];
+    rtb_loss(R, k, loss);
 }
 
 static uint64_t splitmix64(uint64_t x) {

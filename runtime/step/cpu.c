@@ -1,0 +1,247 @@
+// The CPU step backend (step_backend.h): the arena is host memory, ranks are threads of one
+// process (rt_threads_run), FSDP's copies are rt_fsdp's host functions, and collectives
+// complete before they return, so a step needs no streams. Host time spent in collectives
+// and the optimizer is accumulated in R->t_comm / R->t_optim and traced as spans.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "rt_kernels.h"
+#include "rt_optim.h"
+#include "rt_trace.h"
+#include "step_backend.h"
+
+// ---- helpers ----------------------------------------------------------------------------
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Adds the span [t0, now) to *acc and to the trace (stream tid) when one is attached.
+static void span(rt_rank* R, double t0, double* acc, int tid, const char* name, const char* cat) {
+    double t1 = now_s();
+    *acc += t1 - t0;
+    if (R->trace) {
+        double end = rt_trace_now_us(R->trace), dur = (t1 - t0) * 1e6;
+        rt_trace_complete(R->trace, R->rank, tid, name, cat, end - dur, dur, NULL, NULL);
+    }
+}
+
+// ---- backend ----------------------------------------------------------------------------
+
+const char* rt_step_backend(void) { return "cpu"; }
+
+int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
+    if (o && (o->local || o->no_graph)) {
+        fprintf(stderr, "fsdpgen: %s is for CUDA binaries (build with `fsdpgen build SPEC --cuda`); "
+                        "this one runs on the CPU\n", o->local ? "--local" : "--no-graph");
+        return 2;
+    }
+    return rt_threads_run(world, fn, arg);
+}
+
+void rt_step_run(rt_rank* R) { R->model->step(R); }
+
+const int32_t* rt_step_tokens(rt_rank* R, int item) { return R->tokens[item]; }
+const int32_t* rt_step_targets(rt_rank* R, int item) { return R->targets[item]; }
+const float* rt_step_inputs(rt_rank* R, int item) { return R->inputs[item]; }
+
+void* rt_rank_host(rt_rank* R, size_t off, size_t bytes) {
+    if (off > R->arena.capacity || bytes > R->arena.capacity - off) {
+        fprintf(stderr, "fsdpgen: rank %d: persistent buffer [%zu, +%zu bytes) lies outside the "
+                        "arena of %zu bytes (generated plan is inconsistent)\n",
+                R->rank, off, bytes, R->arena.capacity);
+        return NULL;
+    }
+    return R->arena.base + off;
+}
+
+int rt_rank_pull(rt_rank* R) { return (void)R, 0; }
+int rt_rank_push(rt_rank* R) { return (void)R, 0; }
+
+// ---- rank lifetime ----------------------------------------------------------------------
+
+int rtb_rank_init(rt_rank* R) {
+    char name[48];
+    snprintf(name, sizeof name, "rank %d", R->rank);
+    if (rt_arena_init(&R->arena, R->model->arena_bytes, name)) {
+        fprintf(stderr, "fsdpgen: rank %d: arena of %zu bytes: %s\n", R->rank,
+                R->model->arena_bytes, R->arena.error);
+        return 1;
+    }
+    return 0;
+}
+
+void rtb_rank_free(rt_rank* R) { rt_arena_free(&R->arena); }
+
+// ---- step -------------------------------------------------------------------------------
+
+void rtb_step_begin(rt_rank* R) {
+    for (int g = 0; g < R->model->ngroups; g++) {
+        const rt_model_group* mg = &R->model->groups[g];
+        rt_zero(rt_step_f32(R, mg->grads_off, 0, mg->block_numel), (size_t)mg->block_numel);
+    }
+}
+
+void rtb_step_end(rt_rank* R) { (void)R; }
+
+// ---- all-gather -------------------------------------------------------------------------
+
+void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    double t0 = now_s();
+    rt_fsdp_layout* L = sub ? &rg->pf_layout : &rg->layout;
+    void** shards = rg->ptrs[0];
+    for (int i = 0; i < mg->nparams; i++) {
+        rt_fsdp_param_layout* p = &L->params[i];
+        size_t base = sub ? pf_off : mg->params_off;
+        int64_t at = sub ? p->offset : R->model->params[mg->params[i]].block_offset;
+        shards[i] = rt_step_f32(R, base, at, p->in_numel);
+    }
+    void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
+    int st = rt_fsdp_all_gather_copy_in(L, (const void* const*)shards, RT_F32, out, mg->param_dtype);
+    RTB_FSDP_CHECK(R, st, L);
+    st = rt_fsdp_all_gather(L, sub ? rg->pf_comm : R->mesh.shard, out, mg->param_dtype, NULL);
+    RTB_FSDP_CHECK(R, st, L);
+    span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
+}
+
+void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    rt_fsdp_layout* L = sub ? &rg->pf_layout : &rg->layout;
+    void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
+    RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
+    void** un = rg->ptrs[0];
+    rt_step_param_ptrs(R, g, unsharded_off, 1, un);
+    int st = rt_fsdp_all_gather_copy_out_as(L, out, mg->param_dtype, un, RT_F32);
+    RTB_FSDP_CHECK(R, st, L);
+}
+
+void rtb_all_gather_drop(rt_rank* R, int g) { (void)R, (void)g; }
+
+void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf_off) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    void** un = rg->ptrs[0];
+    void** shards = rg->ptrs[1];
+    rt_step_param_ptrs(R, g, unsharded_off, 1, un);
+    for (int i = 0; i < mg->nparams; i++) {
+        rt_fsdp_param_layout* p = &rg->pf_layout.params[i];
+        shards[i] = rt_step_f32(R, pf_off, p->offset, p->in_numel);
+    }
+    int st = rt_fsdp_post_forward_shards(&rg->pf_layout, (const void* const*)un, RT_F32, shards);
+    RTB_FSDP_CHECK(R, st, &rg->pf_layout);
+}
+
+// ---- gradients --------------------------------------------------------------------------
+
+void rt_step_round(float* x, size_t n, rt_dtype dtype) {
+    if (dtype == RT_BF16)
+        for (size_t i = 0; i < n; i++) x[i] = rt_bf16_to_f32(rt_f32_to_bf16(x[i]));
+    else if (dtype == RT_F16)
+        for (size_t i = 0; i < n; i++) x[i] = rt_f16_to_f32(rt_f32_to_f16(x[i]));
+}
+
+void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
+    const rt_model_group* mg = &R->model->groups[g];
+    float* u = rt_step_f32(R, ugrad_off, 0, mg->padded_numel);
+    rt_step_round(u, (size_t)mg->padded_numel, mg->param_dtype);
+    rt_accumulate(rt_step_f32(R, acc_off, 0, mg->padded_numel), u, (size_t)mg->padded_numel);
+}
+
+// The reference's reduction: what the sharded model computes (pre-divide, reduce with
+// the same op, post-divide; factors over the whole world), as one all-reduce of full
+// gradients. Going through rt_fsdp_reduce_scatter at shard size 1 would add FSDP2's
+// single-rank custom-factor division, which the sharded model does not do.
+static int reference_reduce(rt_rank* R, const rt_model_group* mg, rt_fsdp_layout* L, void* in, void* out) {
+    rt_fsdp_divide d = rt_fsdp_gradient_divide_factors(R->world, 0, mg->reduce_dtype, mg->divide_factor,
+                                                       mg->force_sum);
+    rt_fsdp_divide_buffer(in, L->total_numel, mg->reduce_dtype, d.predivide);
+    int st = rt_comm_all_reduce(R->comm, in, out, L->total_numel, mg->reduce_dtype, d.rs_op, NULL);
+    if (st) {
+        snprintf(L->error, sizeof L->error, "reference all-reduce of group '%s': %s", mg->name,
+                 rt_comm_last_error(R->comm));
+        return st;
+    }
+    rt_fsdp_divide_buffer(out, L->block_numel, mg->reduce_dtype, d.postdivide);
+    return 0;
+}
+
+void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+                        size_t rs_in_off, size_t rs_out_off, int accumulate) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    double t0 = now_s();
+    rt_fsdp_layout* L = &rg->layout;
+    size_t es = rt_dtype_size(mg->reduce_dtype);
+    rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
+    void** grads = rg->ptrs[0];
+    void** sharded = rg->ptrs[1];
+    rt_step_param_ptrs(R, g, grads_off, 1, grads);
+    for (int i = 0; i < mg->nparams; i++) {
+        const rt_model_param* p = &R->model->params[mg->params[i]];
+        sharded[i] = rt_step_f32(R, mg->grads_off, p->block_offset, L->params[i].shard_numel);
+    }
+    void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
+    void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
+    rt_fsdp_reduce_args a = {R->mesh.shard, mg->all_reduce ? R->mesh.replicate : NULL,
+                             mg->reduce_dtype, mg->divide_factor, mg->force_sum, NULL};
+    int st = rt_fsdp_reduce_scatter_copy_in(L, (const void* const*)grads, RT_F32, in, mg->reduce_dtype);
+    if (!st) st = R->model->reference ? reference_reduce(R, mg, L, in, out) : rt_fsdp_reduce_scatter(L, &a, in, out);
+    if (!st) st = rt_fsdp_reduce_scatter_view_out(L, out, mg->reduce_dtype, sharded, RT_F32, accumulate);
+    RTB_FSDP_CHECK(R, st, L);
+    span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
+}
+
+// ---- optimizer --------------------------------------------------------------------------
+
+void rtb_clip_grad_norm(rt_rank* R) {
+    const rt_model* m = R->model;
+    double t0 = now_s();
+    double local = 0;
+    for (int g = 0; g < m->ngroups; g++)
+        local += rt_sumsq(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                          (size_t)m->groups[g].block_numel);
+    // Replicas hold identical shards: the norm sums over one shard group.
+    float sum = (float)local;
+    if (rt_comm_size(R->mesh.shard) > 1) {
+        int st = rt_comm_all_reduce(R->mesh.shard, &sum, &sum, 1, RT_F32, rt_red_sum(), NULL);
+        if (st) rt_rank_die(R, "clip_grad_norm all-reduce: %s", rt_comm_last_error(R->mesh.shard));
+    }
+    double total = sqrt((double)sum);
+    for (int g = 0; g < m->ngroups; g++)
+        rt_clip_grad_norm(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                          (size_t)m->groups[g].block_numel, total, m->grad_clip);
+    span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
+}
+
+void rtb_optimizer(rt_rank* R, int g) {
+    const rt_model_group* mg = &R->model->groups[g];
+    const rt_model_optim* o = &R->model->optim;
+    double t0 = now_s();
+    size_t n = (size_t)mg->block_numel;
+    float* p = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
+    float* gr = rt_step_f32(R, mg->grads_off, 0, mg->block_numel);
+    float* s = o->nstates ? rt_step_f32(R, mg->state_off, 0, o->nstates * mg->block_numel) : NULL;
+    int64_t step = R->step + 1;
+    switch (o->kind) {
+    case RT_OPTIM_SGD:
+        rt_sgd_step(p, gr, o->momentum > 0 ? s : NULL, n, step, o->lr, o->momentum, o->dampening,
+                    o->weight_decay, o->nesterov);
+        break;
+    case RT_OPTIM_ADAM:
+        rt_adam_step(p, gr, s, s + n, n, step, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+        break;
+    case RT_OPTIM_ADAMW:
+        rt_adamw_step(p, gr, s, s + n, n, step, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+        break;
+    }
+    span(R, t0, &R->t_optim, 0, mg->name, "optimizer");
+}
+
+void rtb_loss(rt_rank* R, int k, const float* loss) { R->losses[k] = loss[0]; }

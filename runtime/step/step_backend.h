@@ -1,0 +1,58 @@
+// step_backend.h — what a step backend implements under the shared FSDP state machine
+// (runtime/step/state.c). state.c checks every call against the group's state, records
+// events and counts, and resolves the model's numbers; the backend only moves data:
+//   cpu   runtime/step/cpu.c: host arena, rt_fsdp's host copies, synchronous collectives;
+//   cuda  runtime/cuda_step/: device arena, copy kernels, collectives and compute on their
+//         own streams ordered by events, CUDA graphs.
+// Internal to the step libraries; generated code and the driver see rt_step.h only.
+#ifndef FSDPGEN_STEP_BACKEND_H
+#define FSDPGEN_STEP_BACKEND_H
+
+#include "rt_step.h"
+
+// ---- rank lifetime ----------------------------------------------------------------------
+
+// After state.c set up the mesh, the layouts and R->groups: the arena (arena_bytes) and
+// whatever the backend keeps per rank in R->backend. Returns 0, or prints and returns 1.
+int rtb_rank_init(rt_rank* R);
+void rtb_rank_free(rt_rank* R);
+
+// ---- step -------------------------------------------------------------------------------
+
+// Start of a step: zero every group's sharded gradients, stage the inputs.
+void rtb_step_begin(rt_rank* R);
+// End of a step: everything the step issued is ordered before the next step's work.
+void rtb_step_end(rt_rank* R);
+
+// ---- FSDP data movement (the state checks are done) ----------------------------------------
+
+// Copy-in of the shards (sub: the post-forward shards at pf_off) into this rank's block of
+// the output at out_off, then the all-gather over layout L's communicator.
+void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off);
+// The issued all-gather is needed now: copy-out into the unsharded parameters.
+void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off);
+// The issued all-gather's result is not needed (its buffer may be reused after it ends).
+void rtb_all_gather_drop(rt_rank* R, int g);
+void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf_off);
+void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off);
+// accumulate: the sharded grads already hold this step's earlier reduce-scatters.
+void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+                        size_t rs_in_off, size_t rs_out_off, int accumulate);
+void rtb_clip_grad_norm(rt_rank* R);
+void rtb_optimizer(rt_rank* R, int g);
+void rtb_loss(rt_rank* R, int k, const float* loss);
+
+// ---- shared helpers (state.c) -------------------------------------------------------------
+
+// Per-parameter pointers into the arena at byte offset off: param i of group g at element
+// unsharded_offset (unsharded buffers) or block_offset (sharded ones).
+void rt_step_param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out);
+// fp32 view [elem, elem + n) of the buffer at byte offset off (checked).
+float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n);
+// Byte end of the persistent buffers (sharded params, grads, optimizer state) of every group.
+size_t rt_step_persistent_end(const rt_model* m);
+// Error message of a failed rt_fsdp call on the rank's communicator (for rt_rank_die).
+#define RTB_FSDP_CHECK(R, st, layout) \
+    do { if (st) rt_rank_die((R), "%s", (layout)->error); } while (0)
+
+#endif
