@@ -1,0 +1,21 @@
+-- Benchmark config (bench/run.sh): the Llama "1B" preset (16 layers, dim 2048, 32 heads,
+-- 8 kv heads, SwiGLU 8192, vocab 128256, untied output: 1.5 B parameters), seq 2048,
+-- batch 2, one GPU. fully_shard per block and the root, bf16 parameters with fp32
+-- gradient reduction, AdamW. bench/torch_fsdp2.py builds the same model
+-- (`--config llama_1b`). Batch 2 because the memory plan (an upper bound: it counts
+-- compute buffers as fp32, and attention keeps its T x T probabilities) predicts 66 GB
+-- per GPU at batch 2 and 105 GB at batch 4.
+local fsdp, models = require("fsdp"), require("models")
+
+local model = models.Llama{ preset = "1B" }
+local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
+for _, layer in ipairs(model.layers) do
+  fsdp.fully_shard(layer, { mp_policy = mp })
+end
+fsdp.fully_shard(model, { mp_policy = mp })
+
+return fsdp.spec{
+  name = "bench_llama_1b", model = model, world_size = 1,
+  input = { batch = 2, seq_len = 2048 }, loss = "cross_entropy",
+  optimizer = { "adamw", lr = 3e-4 },
+}
