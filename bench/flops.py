@@ -152,7 +152,7 @@ def table(lines, peak):
                 t = next((r for r in mine if r.get("impl") == impl and r.get("ms_per_step")), None)
                 if t:
                     x = float(t["ms_per_step"]) / base
-                    verdicts.append(f"{name}: fsdpgen vs {impl}: {x:.2f}x faster "
+                    verdicts.append(f"{name}: speedup of fsdpgen over {impl}: {x:.2f}x "
                                     f"(target >= {target:.2f}x): {'met' if x >= target else 'MISSED'}")
             if name == "llama_1b":
                 m = 100 * mfu(fpt, float(ours["tokens_per_s"]), peak)
