@@ -7,13 +7,6 @@
 #define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
 #define RTC_INV_SQRT_2PI 0.39894228040143267794f  // 1/sqrt(2*pi)
 
-#define RTC_LAUNCH_FLAT(kernel, n, ...)                                             \
-    do {                                                                            \
-        if ((n) == 0) break;                                                        \
-        kernel<<<rtc_blocks((n), RTC_THREADS), RTC_THREADS>>>(__VA_ARGS__);         \
-        RTC_CHECK_LAUNCH(kernel);                                                   \
-    } while (0)
-
 __device__ __forceinline__ float rtc_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // d/dx [x * s(x)] = s * (1 + x * (1 - s))

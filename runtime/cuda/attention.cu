@@ -91,7 +91,8 @@ __global__ void softmax_rows_kernel(float* P, float* stats, int T, int causal) {
 }
 
 static void softmax_rows(float* P, float* stats, size_t rows, int T, int causal) {
-    softmax_rows_kernel<<<(unsigned)rows, rtc_row_threads(T)>>>(P, stats, T, causal);
+    softmax_rows_kernel<<<(unsigned)rows, rtc_row_threads(T), 0, rtc_stream()>>>(P, stats, T,
+                                                                                causal);
     RTC_CHECK_LAUNCH(softmax_rows_kernel);
 }
 
@@ -139,7 +140,8 @@ static void backward_head(float* dq, float* dk, float* dv, float* dS, const floa
     if (dv) rtc_sgemm_rm(1, 0, T, HD, T, 1.0f, P, T, dop, hv.ldq, 1.0f, dv + hv.koff, hv.ldk);
     if (!dq && !dk) return;
     rtc_sgemm_rm(0, 1, T, T, HD, 1.0f, dop, hv.ldq, v + hv.koff, hv.ldk, 0.0f, dS, T);
-    softmax_backward_rows_kernel<<<(unsigned)T, rtc_row_threads(T)>>>(dS, P, T, causal);
+    softmax_backward_rows_kernel<<<(unsigned)T, rtc_row_threads(T), 0, rtc_stream()>>>(
+        dS, P, T, causal);
     RTC_CHECK_LAUNCH(softmax_backward_rows_kernel);
     const float scale = attention_scale(HD);
     if (dq)
@@ -216,7 +218,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
         for (int h = 0; h < NH; h++) {
             const head_view hv = head_view_of(b, h, T, NH, NKV, HD);
             scores(P, q, k, hv, T, HD);
-            recompute_probs_kernel<<<rtc_blocks(tt, RTC_THREADS), RTC_THREADS>>>(
+            recompute_probs_kernel<<<rtc_blocks(tt, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
                 P, stats + ((size_t)b * NH + h) * T * 2, T, causal);
             RTC_CHECK_LAUNCH(recompute_probs_kernel);
             backward_head(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal);

@@ -1,5 +1,6 @@
-// Setup of the CUDA kernels: the per-thread context (cuBLAS handle, reduction scratch),
-// rt_kernels_init, the row-major SGEMM wrapper and the deterministic flat reductions.
+// Setup of the CUDA kernels: the per-thread context (stream, cuBLAS handle and workspace,
+// reduction scratch), rt_kernels_init, rt_cuda_set_stream / rt_cuda_get_stream, the
+// row-major SGEMM wrapper and the deterministic flat reductions.
 //
 // One context per host thread. Ranks are threads of one process (one GPU per thread with
 // NCCL, or several ranks on one GPU in the local test mode), and a cuBLAS handle is neither
@@ -7,7 +8,9 @@
 // each thread gets its own, created on its first call for the device that is current then.
 // rt_kernels_init() creates the calling thread's context eagerly (so a missing GPU is
 // reported there, not inside the first GEMM); other threads create theirs lazily. A thread
-// must not change its current device afterwards: that is checked and reported.
+// must not change its current device afterwards: that is checked and reported. All device
+// and pinned memory a context uses is allocated here, at creation, so no kernel call
+// allocates (CUDA graph capture forbids it).
 #include <pthread.h>
 
 #include "cuda_common.cuh"
@@ -42,16 +45,25 @@ const char* rtc_cublas_hint(int status) {
 static pthread_key_t ctx_key;
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
 
-// Thread exit: release the handle and scratch. Errors are ignored here (the process may be
-// tearing the device down); nothing is left to report them to.
+// Thread exit: release the handle, workspace and scratch. Errors are ignored here (the
+// process may be tearing the device down); nothing is left to report them to.
 static void ctx_free(void* p) {
     rtc_ctx* c = (rtc_ctx*)p;
     if (!c) return;
     int cur = -1;
     if (cudaGetDevice(&cur) == cudaSuccess && cur != c->device) (void)cudaSetDevice(c->device);
     (void)cublasDestroy(c->blas);
+    (void)cudaFree(c->blas_workspace);
     (void)cudaFree(c->scratch);
+    (void)cudaFreeHost(c->host_result);
     free(c);
+}
+
+// cuBLAS on the context's stream with the context's workspace: cublasSetStream resets the
+// workspace to cuBLAS's own pool, so the workspace is set again after it every time.
+static void blas_bind_stream(rtc_ctx* c) {
+    RT_CHECK_CUBLAS(cublasSetStream(c->blas, c->stream));
+    RT_CHECK_CUBLAS(cublasSetWorkspace(c->blas, c->blas_workspace, RTC_BLAS_WORKSPACE));
 }
 
 static void ctx_key_make(void) {
@@ -79,13 +91,16 @@ rtc_ctx* rtc_get(void) {
     c = (rtc_ctx*)calloc(1, sizeof *c);
     RT_CHECK_SYS(c != NULL, "calloc (CUDA kernel context)");
     c->device = dev;
+    c->stream = (cudaStream_t)0;  // the legacy default stream until rt_cuda_set_stream
+    RT_CHECK_CUDA(cudaMalloc((void**)&c->scratch, RTC_SCRATCH_DOUBLES * sizeof(double)));
+    RT_CHECK_CUDA(cudaMalloc(&c->blas_workspace, RTC_BLAS_WORKSPACE));
+    RT_CHECK_CUDA(cudaMallocHost((void**)&c->host_result, sizeof(double)));
     RT_CHECK_CUBLAS(cublasCreate(&c->blas));
-    // fp32 SGEMM without TF32 (the CPU backend's numbers within fp32 round-off); the legacy
-    // default stream until the step backend passes streams (see cuda_common.cuh).
+    // fp32 SGEMM without TF32 (the CPU backend's numbers within fp32 round-off); scalars
+    // alpha and beta from host memory (each call site's constants)
     RT_CHECK_CUBLAS(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
     RT_CHECK_CUBLAS(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST));
-    RT_CHECK_CUBLAS(cublasSetStream(c->blas, (cudaStream_t)0));
-    RT_CHECK_CUDA(cudaMalloc((void**)&c->scratch, RTC_SCRATCH_DOUBLES * sizeof(double)));
+    blas_bind_stream(c);
     int rc = pthread_setspecific(ctx_key, c);
     RT_CHECK_SYS(rc == 0, "pthread_setspecific (CUDA kernel context)");
     return c;
@@ -99,6 +114,18 @@ void rt_kernels_init(void) {
     // with its hint. Idempotent (the context is created once per thread).
     (void)rtc_get();
 }
+
+// ----------------------------------------------------------------------------
+// streams (rt_cuda.h)
+
+void rt_cuda_set_stream(void* stream) {
+    rtc_ctx* c = rtc_get();
+    if (c->stream == (cudaStream_t)stream) return;
+    c->stream = (cudaStream_t)stream;
+    blas_bind_stream(c);
+}
+
+void* rt_cuda_get_stream(void) { return (void*)rtc_get()->stream; }
 
 // ----------------------------------------------------------------------------
 // GEMM
@@ -128,30 +155,30 @@ __global__ void reduce_partial_kernel(double* partial, const float* x, size_t n,
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void reduce_final_kernel(double* result, float* fout, const double* partial,
-                                    int nparts) {
+__global__ void reduce_final_kernel(double* result, float* fout, double* dacc,
+                                    const double* partial, int nparts) {
     double s = 0.0;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += partial[i];
     s = rtc_block_sum(s);
     if (threadIdx.x == 0) {
         result[0] = s;
         if (fout) fout[0] = (float)s;
+        if (dacc) dacc[0] = dacc[0] + s;
     }
 }
 
-void rtc_reduce_sum(rtc_ctx* ctx, const float* x, size_t n, int squares, float* fout) {
-    unsigned parts = 1;
+void rtc_reduce_sum(rtc_ctx* ctx, const float* x, size_t n, int squares, float* fout,
+                    double* dacc) {
+    unsigned parts = 0;  // n == 0: the final kernel sums no partials (0.0)
     if (n > 0) {
         // ~8 values per thread before using more blocks, at most RTC_PARTIALS blocks
         const size_t per_block = (size_t)RTC_THREADS * 8;
         size_t b = (n + per_block - 1) / per_block;
         parts = (unsigned)(b < RTC_PARTIALS ? b : RTC_PARTIALS);
-        reduce_partial_kernel<<<parts, RTC_THREADS>>>(ctx->scratch, x, n, squares);
+        reduce_partial_kernel<<<parts, RTC_THREADS, 0, ctx->stream>>>(ctx->scratch, x, n, squares);
         RTC_CHECK_LAUNCH(reduce_partial_kernel);
-    } else {
-        RT_CHECK_CUDA(cudaMemsetAsync(ctx->scratch, 0, sizeof(double), (cudaStream_t)0));
     }
-    reduce_final_kernel<<<1, 1024>>>(ctx->scratch + RTC_RESULT_SLOT, fout, ctx->scratch,
-                                     (int)parts);
+    reduce_final_kernel<<<1, 1024, 0, ctx->stream>>>(ctx->scratch + RTC_RESULT_SLOT, fout, dacc,
+                                                     ctx->scratch, (int)parts);
     RTC_CHECK_LAUNCH(reduce_final_kernel);
 }

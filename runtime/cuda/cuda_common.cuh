@@ -1,13 +1,15 @@
 // Internal to the CUDA kernels (runtime/cuda/*.cu): error checks, the per-thread context
-// (cuBLAS handle and a small reduction scratch), launch helpers, block reductions and the
-// row-major SGEMM wrapper. Not part of the public API: generated code sees only
-// rt_kernels.h and rt_optim.h, whose functions this backend implements with the same
-// names and semantics, on device pointers.
+// (stream, cuBLAS handle and workspace, a small reduction scratch), launch helpers, block
+// reductions and the row-major SGEMM wrapper. Not part of the public API: generated code
+// sees only rt_kernels.h and rt_optim.h, whose functions this backend implements with the
+// same names and semantics, on device pointers (the CUDA step backend also rt_cuda.h).
 //
-// Streams. Every kernel, memset, copy and cuBLAS call here runs on the legacy default
-// stream (stream 0) of the calling thread's current device. Stream selection (the compute
-// stream of a rank, events against the NCCL streams) comes with the CUDA step backend;
-// until then a caller that needs overlap has nothing to choose.
+// Streams. Every kernel, memset, copy and cuBLAS call here runs on the calling thread's
+// stream (rt_cuda_set_stream in rt_cuda.h; the legacy default stream until one is set) on
+// the thread's current device. Nothing here synchronizes, allocates or uses the legacy
+// stream behind the caller's back, so a whole training step can be captured into a CUDA
+// graph; the few functions that return a host value (rt_sumsq) synchronize only the
+// thread's stream and cannot be captured (rt_cuda.h lists them).
 //
 // Numerics. Compiled with -fmad=false, IEEE division and sqrt, so a*b+c rounds twice as
 // the CPU kernels (built with -ffp-contract=off) do: the optimizers and the pure
@@ -33,6 +35,7 @@ extern "C" {
 }
 #undef _Noreturn
 
+#include "rt_cuda.h"
 #include "rt_kernels.h"
 #include "rt_optim.h"
 
@@ -90,21 +93,42 @@ const char* rtc_cublas_hint(int status);
 // per-thread context
 
 // Number of per-block partial results a deterministic two-pass reduction may use; the
-// scratch holds 2 * RTC_PARTIALS doubles plus a few result slots.
+// scratch holds 2 * RTC_PARTIALS doubles, a few result slots and RTC_ARGS_DOUBLES of
+// kernel arguments computed on the device (rtc_args).
 #define RTC_PARTIALS 1024
-#define RTC_SCRATCH_DOUBLES (2 * RTC_PARTIALS + 8)
+#define RTC_ARGS_DOUBLES 8
+#define RTC_SCRATCH_DOUBLES (2 * RTC_PARTIALS + 8 + RTC_ARGS_DOUBLES)
+// Slot of ctx->scratch that receives a reduction's double result (a few more follow it).
+#define RTC_RESULT_SLOT (2 * RTC_PARTIALS)
+#define RTC_ARGS_SLOT (2 * RTC_PARTIALS + 8)
 
-// One per host thread, created on the thread's first kernel call (or by rt_kernels_init on
-// the calling thread) for the device current on that thread, and freed when the thread
-// exits. A thread must keep the same current device afterwards (checked on every GEMM and
-// reduction): cuBLAS handles and device memory belong to one device.
+// cuBLAS workspace per handle, allocated with the context and set after every stream
+// change (cublasSetStream resets it): with a workspace of its own cuBLAS never allocates
+// inside a GEMM, which graph capture requires. 32 MiB is NVIDIA's recommendation for Hopper.
+#define RTC_BLAS_WORKSPACE ((size_t)32 << 20)
+
+// One per host thread, created on the thread's first kernel call (or by rt_kernels_init /
+// rt_cuda_set_stream on the calling thread) for the device current on that thread, and
+// freed when the thread exits. A thread must keep the same current device afterwards
+// (checked on every call): cuBLAS handles and device memory belong to one device.
 typedef struct rtc_ctx {
     cublasHandle_t blas;
     int device;
-    double* scratch;  // RTC_SCRATCH_DOUBLES on the device: reduction partials and results
+    cudaStream_t stream;   // where this thread's work goes (0: the legacy default stream)
+    double* scratch;       // RTC_SCRATCH_DOUBLES on the device: reduction partials, results
+    void* blas_workspace;  // RTC_BLAS_WORKSPACE bytes on the device, cuBLAS's own
+    double* host_result;   // one pinned host double: a reduction's result copied back
 } rtc_ctx;
 
 rtc_ctx* rtc_get(void);
+
+// The calling thread's stream: pass it to every launch (<<<grid, block, smem,
+// rtc_stream()>>>), memset and copy.
+static inline cudaStream_t rtc_stream(void) { return rtc_get()->stream; }
+
+// Device memory for a few kernel arguments computed on the device (the optimizers' step
+// scalars): stream-ordered, reused by the next call on the same stream.
+static inline void* rtc_args(rtc_ctx* ctx) { return ctx->scratch + RTC_ARGS_SLOT; }
 
 // ----------------------------------------------------------------------------
 // launch helpers
@@ -126,6 +150,14 @@ static inline unsigned rtc_row_threads(int len) {
     while (t < 1024 && (int)(4 * t) < len) t *= 2;
     return t;
 }
+
+// One grid-stride kernel over n items on the thread's stream (nothing when n == 0).
+#define RTC_LAUNCH_FLAT(kernel, n, ...)                                                    \
+    do {                                                                                   \
+        if ((n) == 0) break;                                                               \
+        kernel<<<rtc_blocks((n), RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(__VA_ARGS__); \
+        RTC_CHECK_LAUNCH(kernel);                                                          \
+    } while (0)
 
 #define RTC_GRID_STRIDE(i, n)                                                              \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
@@ -189,13 +221,12 @@ void rtc_colsum_acc(float* db, const float* d, int rows, int cols);
 // ----------------------------------------------------------------------------
 // deterministic reductions over a flat array (two passes through the context scratch)
 
-// Slot of ctx->scratch that receives a reduction's double result.
-#define RTC_RESULT_SLOT (2 * RTC_PARTIALS)
-
 // Sum of x[i] (squares != 0: of x[i]^2) over n values, in double, left in
-// ctx->scratch[RTC_RESULT_SLOT] on the device and, when fout is not NULL, rounded to float
-// into fout[0] (a device pointer). Fixed block count and order for a given n: the same n
-// gives the same bits run after run.
-void rtc_reduce_sum(rtc_ctx* ctx, const float* x, size_t n, int squares, float* fout);
+// ctx->scratch[RTC_RESULT_SLOT] on the device; when fout is not NULL also rounded to float
+// into fout[0], and when dacc is not NULL added to dacc[0] (dacc[0] = dacc[0] + sum); both
+// are device pointers. Fixed block count and order for a given n: the same n gives the
+// same bits run after run. Runs on ctx->stream.
+void rtc_reduce_sum(rtc_ctx* ctx, const float* x, size_t n, int squares, float* fout,
+                    double* dacc);
 
 #endif

@@ -99,7 +99,7 @@ static void dropout_apply(float* dst, const float* src, size_t n, float p, uint6
                           uint64_t stream, uint64_t offset, int acc) {
     const float scale = (float)(1.0 / (1.0 - (double)p));
     const uint64_t nblocks = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
-    dropout_kernel<<<rtc_blocks((size_t)nblocks, RTC_THREADS), RTC_THREADS>>>(
+    dropout_kernel<<<rtc_blocks((size_t)nblocks, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
         dst, src, n, p, scale, seed, stream, offset, acc);
     RTC_CHECK_LAUNCH(dropout_kernel);
 }
@@ -115,7 +115,8 @@ void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_
         return;
     }
     if (p >= 1.0f) {  // everything dropped (PyTorch returns zeros)
-        dropout_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(out, NULL, n, 0);
+        dropout_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
+            out, NULL, n, 0);
         RTC_CHECK_LAUNCH(dropout_fill_kernel);
         return;
     }
@@ -126,7 +127,8 @@ void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint
                          uint64_t stream, uint64_t offset) {
     if (n == 0 || p >= 1.0f) return;
     if (p <= 0.0f) {
-        dropout_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(dinp, dout, n, 1);
+        dropout_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
+            dinp, dout, n, 1);
         RTC_CHECK_LAUNCH(dropout_fill_kernel);
         return;
     }

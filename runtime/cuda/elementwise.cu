@@ -3,13 +3,6 @@
 // as runtime/kernels/cpu/elementwise.c. Forward kernels allow out == a or out == b.
 #include "cuda_common.cuh"
 
-#define RTC_LAUNCH_FLAT(kernel, n, ...)                                             \
-    do {                                                                            \
-        if ((n) == 0) break;                                                        \
-        kernel<<<rtc_blocks((n), RTC_THREADS), RTC_THREADS>>>(__VA_ARGS__);         \
-        RTC_CHECK_LAUNCH(kernel);                                                   \
-    } while (0)
-
 // ----------------------------------------------------------------------------
 // residual add: out = a + b; backward da += dout, db += dout (one kernel for both)
 
@@ -98,15 +91,15 @@ __global__ void axpy_kernel(float* __restrict__ dst, const float* __restrict__ s
 }
 
 void rt_zero(float* x, size_t n) {
-    if (n) RT_CHECK_CUDA(cudaMemsetAsync(x, 0, n * sizeof(float), (cudaStream_t)0));
+    if (n) RT_CHECK_CUDA(cudaMemsetAsync(x, 0, n * sizeof(float), rtc_stream()));
 }
 
 // dst and src must not overlap partially (the CPU kernel's memmove allows it; no generated
 // copy needs it, and cudaMemcpyAsync's result is undefined then). dst == src is a no-op.
 void rt_copy(float* dst, const float* src, size_t n) {
     if (n && dst != src)
-        RT_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault,
-                                      (cudaStream_t)0));
+        RT_CHECK_CUDA(
+            cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, rtc_stream()));
 }
 
 void rt_scale(float* out, const float* inp, size_t n, float s) {
@@ -122,14 +115,16 @@ void rt_axpy(float* dst, const float* src, size_t n, float alpha) {
 }
 
 // ----------------------------------------------------------------------------
-// sum of squares in double, on the device; the result is copied back, which waits for the
-// default stream (the caller needs the number on the host to combine ranks' partial sums).
+// sum of squares in double, on the device. rt_sumsq copies the result back into the
+// context's pinned double and waits for the thread's stream (the caller needs the number
+// on the host), so it cannot be captured in a graph; rt_cuda_sumsq_accumulate (rt_cuda.h)
+// leaves it on the device.
 
 double rt_sumsq(const float* x, size_t n) {
     rtc_ctx* ctx = rtc_get();
-    rtc_reduce_sum(ctx, x, n, 1, NULL);
-    double s = 0.0;
-    RT_CHECK_CUDA(cudaMemcpy(&s, ctx->scratch + RTC_RESULT_SLOT, sizeof s,
-                             cudaMemcpyDeviceToHost));
-    return s;
+    rtc_reduce_sum(ctx, x, n, 1, NULL, NULL);
+    RT_CHECK_CUDA(cudaMemcpyAsync(ctx->host_result, ctx->scratch + RTC_RESULT_SLOT, sizeof(double),
+                                  cudaMemcpyDeviceToHost, ctx->stream));
+    RT_CHECK_CUDA(cudaStreamSynchronize(ctx->stream));
+    return *ctx->host_result;
 }

@@ -29,8 +29,8 @@ __global__ void colsum_acc_kernel(float* __restrict__ db, const float* __restric
 
 void rtc_colsum_acc(float* db, const float* d, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
-    colsum_acc_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, RTC_COLSUM_Y)>>>(db, d, rows,
-                                                                                 cols);
+    colsum_acc_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, RTC_COLSUM_Y), 0, rtc_stream()>>>(
+        db, d, rows, cols);
     RTC_CHECK_LAUNCH(colsum_acc_kernel);
 }
 
@@ -49,7 +49,8 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
     if (N <= 0 || OC <= 0) return;
     const size_t n = (size_t)N * OC;
     if (bias || C <= 0) {
-        rows_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(out, bias, n, OC);
+        rows_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
+            out, bias, n, OC);
         RTC_CHECK_LAUNCH(rows_fill_kernel);
     }
     if (C <= 0) return;
@@ -96,8 +97,8 @@ void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, i
                           int V) {
     if (N <= 0 || C <= 0) return;
     const size_t total = (size_t)N * C;
-    embedding_forward_kernel<<<rtc_blocks(total, RTC_THREADS), RTC_THREADS>>>(out, ids, weight,
-                                                                              N, C, V);
+    embedding_forward_kernel<<<rtc_blocks(total, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
+        out, ids, weight, N, C, V);
     RTC_CHECK_LAUNCH(embedding_forward_kernel);
 }
 
@@ -140,7 +141,7 @@ void rt_embedding_backward(float* dweight, const float* dout, const int32_t* ids
     if (P > V) P = V;
     if (P > 65535) P = 65535;  // grid.y limit
     if (P < 1) P = 1;
-    embedding_backward_kernel<<<dim3((unsigned)cblocks, (unsigned)P), threads>>>(
+    embedding_backward_kernel<<<dim3((unsigned)cblocks, (unsigned)P), threads, 0, rtc_stream()>>>(
         dweight, dout, ids, N, C, V, P);
     RTC_CHECK_LAUNCH(embedding_backward_kernel);
 }
@@ -154,6 +155,7 @@ __global__ void arange_kernel(int32_t* ids, int n, int32_t start) {
 
 void rt_arange_i32(int32_t* ids, int n, int32_t start) {
     if (n <= 0) return;
-    arange_kernel<<<rtc_blocks((size_t)n, RTC_THREADS), RTC_THREADS>>>(ids, n, start);
+    arange_kernel<<<rtc_blocks((size_t)n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
+        ids, n, start);
     RTC_CHECK_LAUNCH(arange_kernel);
 }

@@ -17,12 +17,13 @@ __global__ void add_scalar_kernel(float* __restrict__ x, size_t n, float v) {
 }
 
 void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
-    rtc_reduce_sum(rtc_get(), logits, n, 0, loss);
+    rtc_reduce_sum(rtc_get(), logits, n, 0, loss, NULL);
 }
 
 void rt_sum_loss_backward(float* dlogits, size_t n, float dloss) {
     if (n == 0) return;
-    add_scalar_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(dlogits, n, dloss);
+    add_scalar_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
+        dlogits, n, dloss);
     RTC_CHECK_LAUNCH(add_scalar_kernel);
 }
 
@@ -91,16 +92,16 @@ __global__ void ce_final_kernel(float* loss, const double* partial, int nparts) 
 void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
                               const int32_t* targets, int N, int V) {
     rtc_ctx* ctx = rtc_get();
-    if (N <= 0 || V <= 0) {  // no rows: the mean of nothing
-        const float nan = NAN;
-        RT_CHECK_CUDA(cudaMemcpy(loss, &nan, sizeof nan, cudaMemcpyHostToDevice));
+    if (N <= 0 || V <= 0) {  // no rows: the mean of nothing, 0/0 = NaN, written on the stream
+        ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, 0);
+        RTC_CHECK_LAUNCH(ce_final_kernel);
         return;
     }
     const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
-    ce_forward_kernel<<<(unsigned)parts, rtc_row_threads(V)>>>(ctx->scratch, losses, logits,
-                                                               targets, N, V);
+    ce_forward_kernel<<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
+        ctx->scratch, losses, logits, targets, N, V);
     RTC_CHECK_LAUNCH(ce_forward_kernel);
-    ce_final_kernel<<<1, 1>>>(loss, ctx->scratch, parts);
+    ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
     RTC_CHECK_LAUNCH(ce_final_kernel);
 }
 
@@ -150,9 +151,9 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
     if (N <= 0 || V <= 0) return;
     rtc_ctx* ctx = rtc_get();
     double* count = ctx->scratch + RTC_RESULT_SLOT + 1;
-    ce_count_kernel<<<1, 1024>>>(count, targets, N, V);
+    ce_count_kernel<<<1, 1024, 0, rtc_stream()>>>(count, targets, N, V);
     RTC_CHECK_LAUNCH(ce_count_kernel);
-    ce_backward_kernel<<<(unsigned)N, rtc_row_threads(V)>>>(dlogits, logits, targets, count, V,
-                                                            dloss);
+    ce_backward_kernel<<<(unsigned)N, rtc_row_threads(V), 0, rtc_stream()>>>(
+        dlogits, logits, targets, count, V, dloss);
     RTC_CHECK_LAUNCH(ce_backward_kernel);
 }

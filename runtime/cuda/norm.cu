@@ -44,8 +44,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                           const float* weight, const float* bias, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
-    layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C)>>>(out, mean, rstd, inp, weight,
-                                                                   bias, C, eps);
+    layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+        out, mean, rstd, inp, weight, bias, C, eps);
     RTC_CHECK_LAUNCH(layernorm_forward_kernel);
 }
 
@@ -118,14 +118,14 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
                            const float* rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     if (dinp) {
-        layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C)>>>(dinp, dout, inp,
-                                                                             weight, mean, rstd,
-                                                                             C);
+        layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+            dinp, dout, inp, weight, mean, rstd, C);
         RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
     }
     if (dweight || dbias) {
-        layernorm_backward_dwb_kernel<<<(unsigned)((C + 31) / 32), dim3(32, RTC_NORM_COL_Y)>>>(
-            dweight, dbias, dout, inp, mean, rstd, N, C);
+        const dim3 grid((unsigned)((C + 31) / 32)), block(32, RTC_NORM_COL_Y);
+        layernorm_backward_dwb_kernel<<<grid, block, 0, rtc_stream()>>>(dweight, dbias, dout, inp,
+                                                                        mean, rstd, N, C);
         RTC_CHECK_LAUNCH(layernorm_backward_dwb_kernel);
     }
 }
@@ -152,7 +152,8 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps) {
     if (N <= 0 || C <= 0) return;
-    rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C)>>>(out, rstd, inp, weight, C, eps);
+    rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+        out, rstd, inp, weight, C, eps);
     RTC_CHECK_LAUNCH(rmsnorm_forward_kernel);
 }
 
@@ -208,13 +209,14 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
                          const float* weight, const float* rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     if (dinp) {
-        rmsnorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C)>>>(dinp, dout, inp,
-                                                                           weight, rstd, C);
+        rmsnorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+            dinp, dout, inp, weight, rstd, C);
         RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
     }
     if (dweight) {
-        rmsnorm_backward_dw_kernel<<<(unsigned)((C + 31) / 32), dim3(32, RTC_NORM_COL_Y)>>>(
-            dweight, dout, inp, rstd, N, C);
+        const dim3 grid((unsigned)((C + 31) / 32)), block(32, RTC_NORM_COL_Y);
+        rmsnorm_backward_dw_kernel<<<grid, block, 0, rtc_stream()>>>(dweight, dout, inp, rstd, N,
+                                                                     C);
         RTC_CHECK_LAUNCH(rmsnorm_backward_dw_kernel);
     }
 }

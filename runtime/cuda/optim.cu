@@ -37,7 +37,7 @@ void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
     if (n == 0) return;
-    sgd_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(
+    sgd_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
         param, grad, momentum_buf, n, step <= 1, weight_decay != 0.0, momentum != 0.0, nesterov,
         (float)weight_decay, (float)momentum, (float)(1.0 - dampening), (float)(-lr));
     RTC_CHECK_LAUNCH(sgd_kernel);
@@ -92,8 +92,8 @@ static void adam_launch(float* param, const float* grad, float* exp_avg, float* 
     s.use_l2 = l2_decay != 0.0;
     s.use_decay = decoupled_decay != 0.0;
     s.decay = (float)(1.0 - lr * decoupled_decay);
-    adam_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(param, grad, exp_avg, exp_avg_sq, n,
-                                                             s);
+    adam_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(param, grad, exp_avg,
+                                                                              exp_avg_sq, n, s);
     RTC_CHECK_LAUNCH(adam_kernel);
 }
 
@@ -128,7 +128,8 @@ __global__ void clip_scale_kernel(float* __restrict__ grad, size_t n, float coef
 float rt_clip_grad_norm(float* grad, size_t n, double total_norm, double max_norm) {
     const float coef = rt_clip_coef(total_norm, max_norm);
     if (coef != 1.0f && n > 0) {
-        clip_scale_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS>>>(grad, n, coef);
+        clip_scale_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(grad, n,
+                                                                                        coef);
         RTC_CHECK_LAUNCH(clip_scale_kernel);
     }
     return coef;

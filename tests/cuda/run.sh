@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the CUDA kernels and their test (runtime/cuda.ninja) and runs the test. The build
-# needs nvcc and cuBLAS under /usr/local/cuda but no GPU, so CI compiles everything; the
-# test itself skips cleanly (`SKIP cuda kernels: no GPU`, `0 passed, 0 failed`) where
-# cudaGetDeviceCount finds no device, and compares every CUDA kernel with the CPU kernel
-# where it does. The last line is `N passed, N failed`; the exit status is non-zero when
+# Builds the CUDA kernels and their tests (runtime/cuda.ninja) and runs the tests. The
+# build needs nvcc and cuBLAS under /usr/local/cuda but no GPU, so CI compiles everything.
+# Tests needing a GPU skip cleanly (`SKIP ...: no GPU`, `0 passed, 0 failed`) where
+# cudaGetDeviceCount finds no device; where it does, test_cuda_kernels compares every CUDA
+# kernel with the CPU kernel and test_cuda_streams checks streams and CUDA-graph capture.
+# The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
 cd "$(dirname "$0")/../.."
@@ -23,21 +24,30 @@ if ! ninja -f runtime/cuda.ninja cuda cuda_tests; then
 fi
 echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 
-out=$(build/cuda/test_cuda_kernels 2>&1)
-rc=$?
-printf '%s\n' "$out"
-last=$(printf '%s\n' "$out" | tail -n 1)
-if [[ "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
-    passed=${BASH_REMATCH[1]}
-    failed=${BASH_REMATCH[2]}
-else
-    passed=0
-    failed=0
-fi
-# a crash or an aborted check without a failed line still counts as a failure
-if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-    echo "tests/cuda: test_cuda_kernels exited with status $rc"
-    failed=1
-fi
+tests="test_cuda_kernels test_cuda_streams"
+
+passed=0
+failed=0
+for t in $tests; do
+    echo "== $t"
+    out=$("build/cuda/$t" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    last=$(printf '%s\n' "$out" | tail -n 1)
+    if [[ "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        p=${BASH_REMATCH[1]}
+        f=${BASH_REMATCH[2]}
+    else
+        p=0
+        f=0
+    fi
+    # a crash or an aborted check without a failed line still counts as a failure
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "tests/cuda: $t exited with status $rc"
+        f=1
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cuda_helpers.h"
 #include "rt_check.h"
 
 // the CUDA backend: rt_*
@@ -33,90 +34,6 @@
 #include "cpu_unrename.h"
 
 extern const int rt_all_symbols_count;
-
-#define TOL_EXACT 0.0
-#define TOL_ELEM 2e-6
-#define TOL_GEMM 1e-4
-
-// ----------------------------------------------------------------------------
-// helpers: random data, device copies, comparison
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static float frand(void) {  // uniform in [-1, 1)
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-static float* hrand(size_t n, float scale, float shift) {
-    float* h = malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    for (size_t i = 0; i < n; i++) h[i] = frand() * scale + shift;
-    return h;
-}
-
-static float* hcopy(const float* src, size_t n) {
-    float* h = malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    memcpy(h, src, n * sizeof(float));
-    return h;
-}
-
-static void* dalloc(size_t bytes) {
-    void* d = NULL;
-    RT_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 4));
-    return d;
-}
-
-static float* dup(const float* h, size_t n) {
-    float* d = dalloc(n * sizeof(float));
-    if (n) RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static int32_t* dup_i32(const int32_t* h, size_t n) {
-    int32_t* d = dalloc(n * sizeof(int32_t));
-    if (n) RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(int32_t), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static float* down(const float* d, size_t n) {
-    float* h = malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    RT_CHECK_CUDA(cudaDeviceSynchronize());
-    if (n) RT_CHECK_CUDA(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-}
-
-// Compares n device values with n host values; NaN matches only NaN.
-static void cmp(const char* name, const float* dgot, const float* want, size_t n, double tol) {
-    float* got = down(dgot, n);
-    double maxabs = 0.0, maxerr = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        const double g = got[i], w = want[i];
-        double err, abs;
-        if (isnan(g) || isnan(w)) {
-            err = abs = (isnan(g) && isnan(w)) ? 0.0 : INFINITY;
-        } else {
-            abs = fabs(g - w);
-            err = abs / (fabs(w) > 1.0 ? fabs(w) : 1.0);
-        }
-        if (abs > maxabs) maxabs = abs;
-        if (err > maxerr) maxerr = err;
-    }
-    free(got);
-    CHECK(maxerr <= tol, "%s: %zu values, max diff %.3g (abs %.3g), tol %.3g", name, n, maxerr,
-          maxabs, tol);
-}
-
-// Two device buffers (e.g. the probs and lowmem variants on the GPU).
-static void cmp_dev(const char* name, const float* da, const float* db, size_t n, double tol) {
-    float* b = down(db, n);
-    cmp(name, da, b, n, tol);
-    free(b);
-}
-
-static void dfree(void* p) { RT_CHECK_CUDA(cudaFree(p)); }
 
 // ----------------------------------------------------------------------------
 // linear

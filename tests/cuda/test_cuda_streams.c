@@ -1,0 +1,215 @@
+// Tests of the CUDA kernels' streams (rt_cuda.h): the per-thread stream setting, the same
+// bits on a created stream as on the legacy default stream, and a small training step
+// (linear, LayerNorm, GELU, dropout, cross-entropy, their backwards) captured into a CUDA
+// graph on that stream in the strict capture mode (cudaStreamCaptureModeGlobal: any
+// synchronizing, allocating or legacy-stream call inside the step fails the capture) and
+// replayed, which must reproduce the eager step's bits.
+//
+// Without a GPU (cudaGetDeviceCount reports none, as in CI) it prints a SKIP line and
+// `0 passed, 0 failed`.
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cuda_helpers.h"
+#include "rt_check.h"
+#include "rt_cuda.h"
+#include "rt_kernels.h"
+#include "rt_optim.h"
+
+// ----------------------------------------------------------------------------
+// a small step: logits = W2 gelu(dropout(layernorm(W1 x + b1))), cross-entropy, backward.
+// Shapes: N rows (B*T), C inputs, H hidden, V classes.
+
+enum { N = 96, C = 72, H = 160, V = 50 };
+
+typedef struct {
+    float *x, *w1, *b1, *w2, *lnw, *lnb;                  // inputs and parameters
+    float *h, *ln, *mean, *rstd, *drop, *act, *logits;   // activations
+    float *loss, *losses;                                  // loss outputs
+    float *dlogits, *dact, *ddrop, *dln, *dh;              // activation gradients
+    float *dw1, *db1, *dw2, *dlnw, *dlnb;                  // parameter gradients
+    int32_t* targets;
+} step_bufs;
+
+#define STEP_FIELDS(X)                                                                   \
+    X(x, N * C) X(w1, H * C) X(b1, H) X(w2, V * H) X(lnw, H) X(lnb, H) X(h, N * H)       \
+    X(ln, N * H) X(mean, N) X(rstd, N) X(drop, N * H) X(act, N * H) X(logits, N * V)    \
+    X(loss, 1) X(losses, N) X(dlogits, N * V) X(dact, N * H) X(ddrop, N * H)            \
+    X(dln, N * H) X(dh, N * H) X(dw1, H * C) X(db1, H) X(dw2, V * H) X(dlnw, H) X(dlnb, H)
+
+static step_bufs step_alloc(void) {
+    step_bufs s;
+#define ALLOC(f, n)                                                     \
+    {                                                                   \
+        float* h_ = hrand((size_t)(n), 1.0f, 0.0f);                     \
+        s.f = dup(h_, (size_t)(n));                                     \
+        free(h_);                                                       \
+    }
+    STEP_FIELDS(ALLOC)
+#undef ALLOC
+    int32_t t[N];
+    for (int i = 0; i < N; i++) t[i] = (i % 7 == 3) ? RT_IGNORE_INDEX : (int32_t)((i * 37) % V);
+    s.targets = dup_i32(t, N);
+    return s;
+}
+
+static void step_free(step_bufs* s) {
+#define FREE(f, n) dfree(s->f);
+    STEP_FIELDS(FREE)
+#undef FREE
+    dfree(s->targets);
+}
+
+// Copies every buffer of `from` into `to` (device to device, synchronously: test setup).
+static void step_copy(step_bufs* to, const step_bufs* from) {
+#define COPY(f, n) \
+    RT_CHECK_CUDA(cudaMemcpy(to->f, from->f, (size_t)(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+    STEP_FIELDS(COPY)
+#undef COPY
+}
+
+// Compares every buffer of two steps, exactly.
+static void step_cmp(const char* what, const step_bufs* got, const step_bufs* want) {
+    char nm[160];
+#define CMP(f, n)                                                  \
+    snprintf(nm, sizeof nm, "%s: " #f " (%d values)", what, (int)(n)); \
+    cmp_dev(nm, got->f, want->f, (size_t)(n), TOL_EXACT);
+    STEP_FIELDS(CMP)
+#undef CMP
+}
+
+// The step itself: only rt_* kernel calls, all on the calling thread's stream.
+static void step_run(step_bufs* s) {
+    rt_linear_forward(s->h, s->x, s->w1, s->b1, N, C, H);
+    rt_layernorm_forward(s->ln, s->mean, s->rstd, s->h, s->lnw, s->lnb, N, H, RT_LAYERNORM_EPS);
+    rt_dropout_forward(s->drop, s->ln, (size_t)N * H, 0.1f, 1234, 5, 0);
+    rt_gelu_forward(s->act, s->drop, (size_t)N * H);
+    rt_linear_forward(s->logits, s->act, s->w2, NULL, N, H, V);
+    rt_cross_entropy_forward(s->loss, s->losses, s->logits, s->targets, N, V);
+    // backward: gradients zeroed first (memsets), then accumulated
+    rt_zero(s->dlogits, (size_t)N * V);
+    rt_zero(s->dact, (size_t)N * H);
+    rt_zero(s->ddrop, (size_t)N * H);
+    rt_zero(s->dln, (size_t)N * H);
+    rt_zero(s->dh, (size_t)N * H);
+    rt_zero(s->dw1, (size_t)H * C);
+    rt_zero(s->db1, H);
+    rt_zero(s->dw2, (size_t)V * H);
+    rt_zero(s->dlnw, H);
+    rt_zero(s->dlnb, H);
+    rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, 1.0f);
+    rt_linear_backward(s->dact, s->dw2, NULL, s->dlogits, s->act, s->w2, N, H, V);
+    rt_gelu_backward(s->ddrop, s->dact, s->drop, (size_t)N * H);
+    rt_dropout_backward(s->dln, s->ddrop, (size_t)N * H, 0.1f, 1234, 5, 0);
+    rt_layernorm_backward(s->dh, s->dlnw, s->dlnb, s->dln, s->h, s->lnw, s->mean, s->rstd, N, H);
+    rt_linear_backward(NULL, s->dw1, s->db1, s->dh, s->x, s->w1, N, C, H);
+    rt_scale(s->dw1, s->dw1, (size_t)H * C, 0.5f);
+    rt_copy(s->dact, s->dh, (size_t)N * H);
+}
+
+// ----------------------------------------------------------------------------
+// the stream setting
+
+typedef struct {
+    void* seen_before;
+    void* seen_after;
+    void* set;
+} thread_arg;
+
+static void* stream_thread(void* p) {
+    thread_arg* a = p;
+    RT_CHECK_CUDA(cudaSetDevice(0));
+    a->seen_before = rt_cuda_get_stream();
+    rt_cuda_set_stream(a->set);
+    a->seen_after = rt_cuda_get_stream();
+    return NULL;
+}
+
+static void test_stream_setting(cudaStream_t s) {
+    CHECK(rt_cuda_get_stream() == NULL, "a new context runs on the legacy default stream (NULL)");
+    rt_cuda_set_stream(s);
+    CHECK(rt_cuda_get_stream() == (void*)s, "rt_cuda_set_stream(s): rt_cuda_get_stream() == s");
+    thread_arg a = {(void*)1, NULL, (void*)s};
+    pthread_t th;
+    RT_CHECK_SYS(pthread_create(&th, NULL, stream_thread, &a) == 0, "pthread_create");
+    pthread_join(th, NULL);
+    CHECK(a.seen_before == NULL && a.seen_after == (void*)s && rt_cuda_get_stream() == (void*)s,
+          "the stream is per thread: another thread starts on NULL, sets its own");
+    rt_cuda_set_stream(NULL);
+    CHECK(rt_cuda_get_stream() == NULL, "rt_cuda_set_stream(NULL): back to the legacy stream");
+}
+
+// ----------------------------------------------------------------------------
+// eager on the legacy stream == eager on a created stream == graph replay on that stream
+
+static void test_step_on_streams(cudaStream_t s) {
+    step_bufs init = step_alloc(), legacy = step_alloc(), eager = step_alloc(),
+              graphed = step_alloc();
+
+    // the reference: the step on the legacy default stream
+    step_copy(&legacy, &init);
+    rt_cuda_set_stream(NULL);
+    step_run(&legacy);
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+
+    // the same step on s, eagerly
+    step_copy(&eager, &init);
+    rt_cuda_set_stream(s);
+    step_run(&eager);
+    RT_CHECK_CUDA(cudaStreamSynchronize(s));
+    step_cmp("step on a created stream == on the legacy stream", &eager, &legacy);
+    rt_cuda_set_stream(NULL);
+    const double ss_legacy = rt_sumsq(legacy.dw1, (size_t)H * C);
+    rt_cuda_set_stream(s);
+    const double ss_stream = rt_sumsq(eager.dw1, (size_t)H * C);
+    CHECK(ss_stream == ss_legacy, "rt_sumsq on the created stream (waits for it only): %.17g",
+          ss_stream);
+
+    // captured in the strict mode, then replayed twice from the initial buffers
+    step_copy(&graphed, &init);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    RT_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    step_run(&graphed);
+    RT_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+    size_t nodes = 0;
+    RT_CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
+    RT_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK(nodes > 20, "step captured in cudaStreamCaptureModeGlobal: %zu graph nodes", nodes);
+    for (int replay = 1; replay <= 2; replay++) {
+        RT_CHECK_CUDA(cudaGraphLaunch(exec, s));
+        RT_CHECK_CUDA(cudaStreamSynchronize(s));
+        char what[64];
+        snprintf(what, sizeof what, "graph replay %d == eager step", replay);
+        step_cmp(what, &graphed, &legacy);
+    }
+    RT_CHECK_CUDA(cudaGraphExecDestroy(exec));
+    RT_CHECK_CUDA(cudaGraphDestroy(graph));
+    rt_cuda_set_stream(NULL);
+    step_free(&init), step_free(&legacy), step_free(&eager), step_free(&graphed);
+}
+
+// ----------------------------------------------------------------------------
+
+int main(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        printf("SKIP cuda streams: no GPU (cudaGetDeviceCount: %s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        printf("0 passed, 0 failed\n");
+        return 0;
+    }
+    RT_CHECK_CUDA(cudaSetDevice(0));
+    rt_kernels_init();
+    cudaStream_t s;
+    RT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    test_stream_setting(s);
+    test_step_on_streams(s);
+    RT_CHECK_CUDA(cudaStreamDestroy(s));
+    return check_summary();
+}
