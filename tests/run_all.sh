@@ -43,6 +43,7 @@ for suite in runtime kernels io train conformance torch cuda; do
     run_suite "runtime: $suite" tests/$suite/run.sh
   fi
 done
+run_suite "bench: checks without a GPU" tests/bench/run.sh
 
 for b in "${broken[@]+"${broken[@]}"}"; do echo "suite failed: $b"; done
 echo "${total_pass} passed, ${total_fail} failed"
