@@ -15,7 +15,8 @@ F.scaled_dot_product_attention (enable_gqa for Llama), F.rms_norm, rotary tables
 once on the device, position ids on the device.
 
   torch_fsdp2.py --config gpt2_124m|llama_1b [--compile] [--warmup W] [--steps N]
-                 [--schedule FILE]      check names and shapes against an fsdpgen .schedule
+                 [--schedule FILE]      check parameter names and shapes, batch and
+                                        seq_len against an fsdpgen .schedule first
   torch_fsdp2.py --config C --check-only [--schedule FILE]
       no GPU or FSDP2 needed (PyTorch 1.13 is enough): builds the model on the meta device,
       prints its parameter count, compares it with FILE's; exit 0 when they agree.
@@ -68,14 +69,17 @@ def build(cfg, device):
 
 
 def read_schedule(path):
-    """{name: shape} of an fsdpgen .schedule header (tied names included) and the sum of its
-    groups' numels."""
-    shapes, total = {}, 0
+    """{name: shape} of an fsdpgen .schedule header (tied names included), the sum of its
+    groups' numels and its input shape [batch, seq_len]."""
+    shapes, total, inp = {}, 0, None
     row = re.compile(r"^    (\S+)\s+\[([\d, ]*)\]\s+\d+ .*?(?:\(tied: ([^)]+)\))?$")
     with open(path) as f:
         for line in f:
             if line.startswith("memory"):
                 break
+            m = re.match(r"^input\s+\[(\d+), (\d+)\]", line)
+            if m:
+                inp = (int(m.group(1)), int(m.group(2)))
             m = re.search(r"^    params \d+, numel (\d+),", line)
             if m:
                 total += int(m.group(1))
@@ -85,7 +89,7 @@ def read_schedule(path):
                 shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
                 for name in [m.group(1)] + ([t.strip() for t in m.group(3).split(",")] if m.group(3) else []):
                     shapes[name] = shape
-    return shapes, total
+    return shapes, total, inp
 
 
 def check_against(model, cfg, name, schedule):
@@ -104,8 +108,12 @@ def check_against(model, cfg, name, schedule):
         ok = False
     line = f"CHECK config={name} torch_params={total}"
     if schedule:
-        theirs, their_total = read_schedule(schedule)
-        print(f"fsdpgen {os.path.basename(schedule)}: {their_total} parameters, {len(theirs)} names")
+        theirs, their_total, inp = read_schedule(schedule)
+        print(f"fsdpgen {os.path.basename(schedule)}: {their_total} parameters, {len(theirs)} names, "
+              f"input {inp}")
+        if inp != (cfg["batch"], cfg["seq_len"]):
+            print(f"MISMATCH input: fsdpgen {inp}, bench/flops.py batch {cfg['batch']} x seq {cfg['seq_len']}")
+            ok = False
         line += f" fsdpgen_params={their_total}"
         if mine != theirs:
             print(f"MISMATCH torch model vs {schedule}: {diff(mine, theirs)}")
@@ -113,7 +121,7 @@ def check_against(model, cfg, name, schedule):
         if total != their_total:
             print(f"MISMATCH parameter count: torch {total}, fsdpgen {their_total}")
             ok = False
-    print(line + f" names={'match' if ok else 'MISMATCH'}")
+    print(line + f" agree={'yes' if ok else 'no'}")
     return ok
 
 
@@ -218,7 +226,7 @@ def bench(a, cfg):
     if a.schedule and not check_against(model, cfg, a.config, a.schedule):
         return 1
     if a.compile:  # per block, before fully_shard (torchtitan's apply_compile)
-        for i, layer in enumerate(model.layers):
+        for i, layer in enumerate(list(model.layers)):
             model.layers.register_module(str(i), torch.compile(layer))
     mesh = init_device_mesh("cuda", (1,))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -43,8 +43,8 @@ for c in gpt2_124m llama_1b; do
     rc=$?
     line=$(grep -m 1 '^CHECK ' <<<"$out")
     tp=$(sed -n 's/.* torch_params=\([0-9]*\).*/\1/p' <<<"$line")
-    check "$([ $rc = 0 ] && [ "$tp" = "$ours" ] && grep -q 'names=match' <<<"$line" && echo 1 || echo 0)" \
-      "$c: PyTorch model parameters ${tp:-?} == fsdpgen's $ours, same names and shapes (exit $rc)"
+    check "$([ $rc = 0 ] && [ "$tp" = "$ours" ] && grep -q 'agree=yes' <<<"$line" && echo 1 || echo 0)" \
+      "$c: PyTorch model parameters ${tp:-?} == fsdpgen's $ours, same names, shapes and input (exit $rc)"
     [ $rc = 0 ] || echo "$out" | sed 's/^/    /'
   else
     echo "SKIP $c: PyTorch parameter count: no python3 can import torch (apt-get install python3-torch)"
