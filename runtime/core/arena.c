@@ -40,9 +40,23 @@ int rt_arena_init(rt_arena* arena, size_t capacity, const char* name) {
     return 0;
 }
 
+int rt_arena_init_at(rt_arena* arena, void* base, size_t capacity, const char* name) {
+    if (!arena) return -1;
+    memset(arena, 0, sizeof *arena);
+    snprintf(arena->name, sizeof arena->name, "%s", name ? name : "arena");
+    if (!base && capacity) {
+        set_error(arena, "rt_arena '%s': no memory given for %zu bytes", arena->name, capacity);
+        return -1;
+    }
+    arena->base = base;
+    arena->capacity = capacity;
+    arena->external = 1;
+    return 0;
+}
+
 void rt_arena_free(rt_arena* arena) {
     if (!arena) return;
-    free(arena->base);
+    if (!arena->external) free(arena->base);
     arena->base = NULL;
     arena->capacity = 0;
 }

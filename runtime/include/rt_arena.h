@@ -19,6 +19,7 @@ typedef struct rt_arena {
     uint8_t* base;
     size_t capacity;   // bytes
     size_t peak;       // highest byte offset + 1 reached by any view so far
+    int external;      // base belongs to the caller (rt_arena_init_at)
     char name[48];     // for messages, e.g. "rank 3"
     char error[256];   // the last error, one line
 } rt_arena;
@@ -29,6 +30,10 @@ typedef struct rt_arena {
 // (every non-empty view then fails). Returns 0, or -1 (message in arena->error) when
 // arena is NULL or the allocation fails.
 int rt_arena_init(rt_arena* arena, size_t capacity, const char* name);
+// Views into memory the caller owns and frees (e.g. a device allocation: the arena only
+// computes and checks addresses, it never touches the bytes). Returns 0, or -1 when arena
+// is NULL or base is NULL with a non-zero capacity.
+int rt_arena_init_at(rt_arena* arena, void* base, size_t capacity, const char* name);
 void rt_arena_free(rt_arena* arena);
 
 // ---- views ------------------------------------------------------------------------------

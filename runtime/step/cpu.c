@@ -86,6 +86,8 @@ void rtb_step_begin(rt_rank* R) {
     }
 }
 
+void rtb_section(rt_rank* R, const char* phase) { (void)R, (void)phase; }
+
 void rtb_step_end(rt_rank* R) { (void)R; }
 
 // ---- all-gather -------------------------------------------------------------------------

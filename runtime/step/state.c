@@ -159,6 +159,7 @@ int rt_rank_init(rt_rank* R, const rt_model* model, rt_comm* comm) {
 
 void rt_rank_free(rt_rank* R) {
     if (!R->model) return;
+    rtb_rank_free(R);  // first: it waits for the rank's work, which uses the communicators
     for (int g = 0; R->groups && g < R->model->ngroups; g++) {
         rt_fsdp_layout_free(&R->groups[g].layout);
         free(R->groups[g].ptrs[0]);
@@ -168,7 +169,6 @@ void rt_rank_free(rt_rank* R) {
             rt_comm_free(R->groups[g].pf_comm);
         }
     }
-    rtb_rank_free(R);
     free(R->groups);
     free(R->losses);
     free(R->events);
@@ -214,7 +214,10 @@ void rt_step_begin(rt_rank* R) {
     rtb_step_begin(R);
 }
 
-void rt_step_section(rt_rank* R, const char* phase) { R->phase = phase; }
+void rt_step_section(rt_rank* R, const char* phase) {
+    R->phase = phase;
+    rtb_section(R, phase);
+}
 
 void rt_step_end(rt_rank* R) {
     for (int g = 0; g < R->model->ngroups; g++) {

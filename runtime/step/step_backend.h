@@ -21,6 +21,8 @@ void rtb_rank_free(rt_rank* R);
 
 // Start of a step: zero every group's sharded gradients, stage the inputs.
 void rtb_step_begin(rt_rank* R);
+// A step item (schedule section) begins: "forward", "backward", "optimizer", ...
+void rtb_section(rt_rank* R, const char* phase);
 // End of a step: everything the step issued is ordered before the next step's work.
 void rtb_step_end(rt_rank* R);
 

@@ -39,14 +39,37 @@ void train_fail(train_run* run, const char* fmt, ...) {
     pthread_mutex_unlock(&run->mu);
 }
 
-int train_agree(train_run* run, rt_rank* R) {
-    int st = rt_comm_barrier(R->comm, NULL);
+// Every rank's `n` int64 values (this rank's in mine) gathered into all[world * n] on every
+// rank, with the ranks' failure flags: returns 1 on every rank when any rank failed. Goes
+// through the communicator (a buffer of its backend: device memory for NCCL), so it works
+// whether the ranks share this process or not (mpirun).
+static int exchange(train_run* run, rt_rank* R, const void* mine, int n, int64_t* all) {
+    const int W = R->world, blk = n + 1;
+    int64_t* host = run->xhost[R->rank];
     pthread_mutex_lock(&run->mu);
-    if (st != 0) run->failed = 1;  // rt_comm printed why
     int failed = run->failed;
     pthread_mutex_unlock(&run->mu);
+    if (n) memcpy(host, mine, (size_t)n * sizeof *host);
+    host[n] = failed;
+    void* x = run->xbuf[R->rank];
+    size_t bytes = (size_t)blk * sizeof(int64_t);
+    int st = rt_comm_buffer_write(R->comm, (char*)x + (size_t)R->rank * bytes, host, bytes);
+    if (!st) st = rt_comm_all_gather(R->comm, (char*)x + (size_t)R->rank * bytes, x, blk, RT_I64, NULL);
+    if (!st) st = rt_comm_buffer_read(R->comm, host, x, (size_t)W * bytes);
+    if (st) failed = 1;  // rt_comm printed why
+    for (int r = 0; !st && r < W; r++) {
+        if (host[(size_t)r * blk + n]) failed = 1;
+        if (all) memcpy(all + (size_t)r * n, host + (size_t)r * blk, (size_t)n * sizeof *all);
+    }
+    if (failed) {
+        pthread_mutex_lock(&run->mu);
+        run->failed = 1;
+        pthread_mutex_unlock(&run->mu);
+    }
     return failed;
 }
+
+int train_agree(train_run* run, rt_rank* R) { return exchange(run, R, NULL, 0, NULL); }
 
 float* train_arena_f32(rt_rank* R, size_t off, int64_t numel) {
     if (off % sizeof(float) != 0) {
@@ -67,13 +90,16 @@ int train_run_init(train_run* run, const rt_model* m, const train_opts* o) {
     run->nsteps = o->steps;
     pthread_mutex_init(&run->mu, NULL);
     size_t n = (size_t)run->nsteps;
-    run->slots = calloc((size_t)2 * (size_t)m->world * (size_t)m->n_backward, sizeof(double));
+    size_t W = (size_t)m->world, NB = (size_t)m->n_backward;
+    run->slots = calloc(W * W * NB, sizeof(int64_t));
+    run->xhost = calloc(W, sizeof *run->xhost);
+    run->xbuf = calloc(W, sizeof *run->xbuf);
     run->loss = calloc(n, sizeof(double));
     run->step_ms = calloc(n, sizeof(double));
     run->comm_ms = calloc(n, sizeof(double));
     run->optim_ms = calloc(n, sizeof(double));
     run->peak = calloc((size_t)m->world, sizeof(size_t));
-    if (!run->slots || !run->loss || !run->step_ms || !run->comm_ms || !run->optim_ms ||
+    if (!run->slots || !run->xhost || !run->xbuf || !run->loss || !run->step_ms || !run->comm_ms || !run->optim_ms ||
         !run->peak) {
         fprintf(stderr, "fsdpgen: out of memory for the bookkeeping of %lld steps\n",
                 (long long)run->nsteps);
@@ -86,12 +112,17 @@ int train_run_init(train_run* run, const rt_model* m, const train_opts* o) {
 
 void train_run_free(train_run* run) {
     free(run->slots);
+    free(run->xhost);
+    free(run->xbuf);
+    run->xhost = NULL;
+    run->xbuf = NULL;
     free(run->loss);
     free(run->step_ms);
     free(run->comm_ms);
     free(run->optim_ms);
     free(run->peak);
-    run->slots = run->loss = run->step_ms = run->comm_ms = run->optim_ms = NULL;
+    run->slots = NULL;
+    run->loss = run->step_ms = run->comm_ms = run->optim_ms = NULL;
     run->peak = NULL;
     pthread_mutex_destroy(&run->mu);
 }
@@ -175,15 +206,17 @@ static int rank_steps(train_run* run, rt_rank* R) {
         const double ts = run->trace ? rt_trace_now_us(run->trace) : 0.0;
         const double t0 = now_s();
         rt_step_run(R);
-        double* mine = run->slots + ((s & 1) * W + R->rank) * NB;
-        for (int64_t k = 0; k < NB; k++) mine[k] = R->losses[k];
-        if (train_agree(run, R)) return 1;
+        // Losses travel as their bits, so every rank sums the same doubles in rank order.
+        int64_t* all = run->slots + (size_t)R->rank * W * NB;
+        if (exchange(run, R, R->losses, (int)NB, all)) return 1;
         const double dt = now_s() - t0;
         R->t_total += dt;
-        // Same order on every rank, so every rank computes the same mean.
         double sum = 0.0;
-        const double* all = run->slots + (s & 1) * W * NB;
-        for (int64_t j = 0; j < W * NB; j++) sum += all[j];
+        for (int64_t j = 0; j < W * NB; j++) {
+            double v;
+            memcpy(&v, &all[j], sizeof v);
+            sum += v;
+        }
         const double mean = sum / (double)(W * NB);
         if (run->trace) {
             char name[48];
@@ -236,6 +269,14 @@ static void rank_main(rt_comm* comm, void* arg) {
     }
     R.trace = run->trace;
     R.t_comm = R.t_optim = R.t_total = 0.0;
+    size_t xbytes = (size_t)m->world * ((size_t)m->n_backward + 1) * sizeof(int64_t);
+    run->xhost[R.rank] = malloc(xbytes);
+    run->xbuf[R.rank] = rt_comm_buffer_alloc(R.comm, xbytes);
+    if (!run->xhost[R.rank] || !run->xbuf[R.rank]) {
+        train_fail(run, "rank %d: out of memory for the driver's exchange buffer", R.rank);
+        rt_comm_abort(R.comm, "out of memory");
+        goto out_free;
+    }
     rank_bufs bufs;
     int rc = rank_alloc(run, &R, &bufs);
     if (!rc) {
@@ -253,6 +294,11 @@ static void rank_main(rt_comm* comm, void* arg) {
 out:
     run->peak[R.rank] = rt_arena_peak(&R.arena);
     rank_release(run, &R, &bufs);
+out_free:
+    free(run->xhost[R.rank]);
+    if (run->xbuf[R.rank]) rt_comm_buffer_free(R.comm, run->xbuf[R.rank]);
+    run->xhost[R.rank] = NULL;
+    run->xbuf[R.rank] = NULL;
     rt_rank_free(&R);
 }
 

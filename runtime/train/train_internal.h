@@ -63,7 +63,10 @@ typedef struct train_run {
     pthread_mutex_t mu;
     int failed;              // sticky: some rank failed
     int diverged;            // the mean loss was not finite
-    double* slots;           // [2][world][n_backward] this step's losses (double-buffered)
+    int64_t* slots;          // [world][world][n_backward]: each rank's copy of every rank's
+                             // losses of this step (doubles as bits, exchanged in driver.c)
+    int64_t** xhost;         // [world] each rank's host side of the exchange ...
+    void** xbuf;             // ... and its communicator buffer (device memory for NCCL)
     double* loss;            // [nsteps] mean loss per step
     double* step_ms;         // [nsteps] rank 0's step time
     double* comm_ms;         // [nsteps] rank 0's exposed communication
@@ -80,7 +83,8 @@ int train_run_exec(train_run* run);
 
 // Records a rank's failure (the first one of the run is printed as "fsdpgen: ...").
 void train_fail(train_run* run, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-// Barrier of all ranks; returns 1 on every rank when any rank failed (or the barrier did).
+// Agreement of all ranks (a collective over the communicator, so it also holds across
+// processes): returns 1 on every rank when any rank failed (or the collective did).
 int train_agree(train_run* run, rt_rank* R);
 
 // A checked fp32 pointer into the rank's arena that does not move the measured peak (the

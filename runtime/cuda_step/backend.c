@@ -1,0 +1,371 @@
+// The CUDA step backend (step_backend.h): the arena lives on the rank's GPU, the generated
+// kernels run on the rank's compute stream, and FSDP2's collectives run on their own
+// streams, ordered by events exactly as FSDP2 orders them:
+//
+//   all-gather       the copy-in stream waits for compute (the shards are current), copies
+//                    in; the all-gather stream waits for the copy-in and gathers; compute
+//                    waits for the group's all-gather only at all_gather_wait (copy-out).
+//                    A prefetch therefore overlaps whatever compute comes before its wait.
+//   reduce-scatter   copy-in on compute (the unsharded gradients are freed right after it);
+//                    the reduce-scatter stream waits for compute, divides, reduce-scatters,
+//                    views out into the sharded gradients (HSDP: the all-reduce and what
+//                    follows on the all-reduce stream). Compute waits for it at the next
+//                    reduce-scatter (one in flight, FSDP2's reduce_scatter_state: the plan
+//                    frees its buffers there), and before clipping and the optimizer.
+//   step end         compute joins every side stream, so nothing leaks into the next step.
+//
+// The host never waits inside a step. rt_step_run waits once per step (for the losses),
+// and replays the step as a CUDA graph after one eager warm-up step unless graphs are off
+// (--no-graph, --trace, the cuda_local communicators of --local, or dropout masks that
+// change every step).
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kernels.h"
+#include "rt_cuda.h"
+#include "rt_kernels.h"
+
+// ---- errors -------------------------------------------------------------------------------
+
+void cs_check(rt_rank* R, int err, const char* call, const char* file, int line) {
+    if (err == 0) return;
+    rt_rank_die(R, "%s:%d: %s failed: %s (hint: %s)", file, line, call,
+                cudaGetErrorString((cudaError_t)err), rt_check_cuda_hint(err));
+}
+
+// ---- launch -------------------------------------------------------------------------------
+
+static rt_launch_opts launch_opts;
+
+const char* rt_step_backend(void) { return "cuda"; }
+
+int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
+    launch_opts = o ? *o : (rt_launch_opts){0};
+    if (rt_mpi_launched()) {
+        if (launch_opts.local) {
+            fprintf(stderr, "fsdpgen: --local runs every rank in this process; it cannot be "
+                            "combined with mpirun (run the binary without mpirun)\n");
+            return 2;
+        }
+        return rt_mpi_run(world, fn, arg);
+    }
+    int gpus = rt_nccl_device_count();
+    if (gpus < 1) {
+        fprintf(stderr, "fsdpgen: no usable GPU (%s); this binary was built with --cuda (build the "
+                        "spec without --cuda to train on the CPU)\n",
+                gpus < 0 ? "CUDA could not be initialised: check nvidia-smi" : "none is visible");
+        return 1;
+    }
+    if (launch_opts.local || gpus < world) {
+        if (!launch_opts.local)
+            printf("fsdpgen: %d ranks but %d GPU%s: every rank runs on GPU 0 (--local)\n", world,
+                   gpus, gpus == 1 ? "" : "s");
+        return rt_cuda_local_run(world, 0, fn, arg);
+    }
+    return rt_nccl_run(world, fn, arg);
+}
+
+// ---- host access ----------------------------------------------------------------------------
+
+void* rt_rank_host(rt_rank* R, size_t off, size_t bytes) {
+    cuda_rank* c = R->backend;
+    if (off > c->mirror_bytes || bytes > c->mirror_bytes - off) {
+        fprintf(stderr, "fsdpgen: rank %d: persistent buffer [%zu, +%zu bytes) lies outside the "
+                        "persistent region of %zu bytes (generated plan is inconsistent)\n",
+                R->rank, off, bytes, c->mirror_bytes);
+        return NULL;
+    }
+    return c->mirror + off;
+}
+
+static int copy_persistent(rt_rank* R, int to_device) {
+    cuda_rank* c = R->backend;
+    cudaError_t e = cudaStreamSynchronize(c->compute);
+    if (e == cudaSuccess)
+        e = to_device ? cudaMemcpy(c->arena, c->mirror, c->mirror_bytes, cudaMemcpyHostToDevice)
+                      : cudaMemcpy(c->mirror, c->arena, c->mirror_bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "fsdpgen: rank %d: copying %zu bytes of parameters and optimizer state %s "
+                        "the GPU failed: %s\n", R->rank, c->mirror_bytes, to_device ? "to" : "from",
+                cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+
+int rt_rank_pull(rt_rank* R) { return copy_persistent(R, 0); }
+int rt_rank_push(rt_rank* R) { return copy_persistent(R, 1); }
+
+const int32_t* rt_step_tokens(rt_rank* R, int item) { return ((cuda_rank*)R->backend)->d_tokens[item]; }
+const int32_t* rt_step_targets(rt_rank* R, int item) { return ((cuda_rank*)R->backend)->d_targets[item]; }
+const float* rt_step_inputs(rt_rank* R, int item) { return ((cuda_rank*)R->backend)->d_inputs[item]; }
+
+// ---- the step ---------------------------------------------------------------------------
+
+// Why this rank replays no graph (NULL: it does).
+static const char* graph_off_reason(const rt_rank* R) {
+    if (launch_opts.no_graph) return NULL;  // asked for: nothing to explain
+    if (R->trace) return "--trace times every collective of every step";
+    if (strcmp(rt_comm_backend(R->comm), "nccl") != 0)
+        return "the local mode's communicators synchronize ranks across threads";
+    if (R->model->draws_rng) return "dropout draws new masks every step";
+    return NULL;
+}
+
+static void capture(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    CS(R, cudaStreamBeginCapture(c->compute, cudaStreamCaptureModeThreadLocal));
+    R->model->step(R);
+    cudaError_t e = cudaStreamEndCapture(c->compute, &c->graph);
+    if (e != cudaSuccess)
+        rt_rank_die(R, "capturing the step as a CUDA graph failed: %s (hint: rerun with --no-graph, "
+                       "and report the spec)", cudaGetErrorString(e));
+    CS(R, cudaGraphInstantiate(&c->exec, c->graph, 0));
+}
+
+void rt_step_run(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    if (!c->decided) {
+        const char* why = graph_off_reason(R);
+        c->use_graph = !launch_opts.no_graph && !why;
+        if (why && R->rank == 0) printf("fsdpgen: CUDA graphs off: %s\n", why);
+        c->decided = 1;
+    }
+    c->h_step[0] = R->step + 1;
+    if (!c->use_graph || !c->warm) {
+        // Eager; the first step also creates what capture must not (NCCL connections,
+        // cuBLAS state).
+        R->model->step(R);
+        c->warm = 1;
+    } else {
+        if (!c->exec) capture(R);
+        CS(R, cudaGraphLaunch(c->exec, c->compute));
+    }
+    cudaError_t e = cudaStreamSynchronize(c->compute);
+    if (e != cudaSuccess)
+        rt_rank_die(R, "step %lld failed on the GPU: %s (hint: %s; rerun with --no-graph and "
+                       "CUDA_LAUNCH_BLOCKING=1, or under compute-sanitizer, to find the kernel)",
+                    (long long)R->step + 1, cudaGetErrorString(e), rt_check_cuda_hint((int)e));
+    if (R->trace) cs_trace_flush(R);
+    for (int k = 0; k < R->model->n_backward; k++) R->losses[k] = c->h_losses[k];
+}
+
+void rtb_step_begin(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    const rt_model* m = R->model;
+    if (R->trace) cs_trace_begin(R);
+    CS(R, cudaMemcpyAsync(c->d_step, c->h_step, sizeof(int64_t), cudaMemcpyHostToDevice, c->compute));
+    for (int a = 0; a < m->n_forward; a++) {
+        if (m->tokens) {
+            CS(R, cudaMemcpyAsync(c->d_tokens[a], R->tokens[a], c->input_bytes, cudaMemcpyHostToDevice, c->compute));
+            CS(R, cudaMemcpyAsync(c->d_targets[a], R->targets[a], c->input_bytes, cudaMemcpyHostToDevice, c->compute));
+        } else {
+            CS(R, cudaMemcpyAsync(c->d_inputs[a], R->inputs[a], c->input_bytes, cudaMemcpyHostToDevice, c->compute));
+        }
+    }
+    for (int g = 0; g < m->ngroups; g++) {
+        const rt_model_group* mg = &m->groups[g];
+        CS(R, cudaMemsetAsync(rt_step_f32(R, mg->grads_off, 0, mg->block_numel), 0,
+                              4 * (size_t)mg->block_numel, c->compute));
+    }
+}
+
+void rtb_section(rt_rank* R, const char* phase) {
+    if (R->trace) cs_trace_section(R, phase);
+}
+
+void rtb_step_end(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    cudaStream_t side[CS_SIDE_STREAMS] = {c->ag_copy, c->ag, c->rs, c->ar};
+    for (int s = 0; s < CS_SIDE_STREAMS; s++) {
+        CS(R, cudaEventRecord(c->join[s], side[s]));
+        CS(R, cudaStreamWaitEvent(c->compute, c->join[s], 0));
+    }
+    c->rs_pending = 0;
+    if (R->trace) cs_trace_section(R, NULL);
+}
+
+// stream `waiter` waits for everything issued so far on `on`.
+static void after(rt_rank* R, cudaStream_t waiter, cudaStream_t on, cudaEvent_t ev) {
+    CS(R, cudaEventRecord(ev, on));
+    CS(R, cudaStreamWaitEvent(waiter, ev, 0));
+}
+
+// Compute waits for the reduce-scatter in flight, if any.
+static void wait_reduce_scatter(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    if (!c->rs_pending) return;
+    CS(R, cudaStreamWaitEvent(c->compute, c->rs_done, 0));
+    c->rs_pending = 0;
+}
+
+// ---- all-gather -------------------------------------------------------------------------
+
+void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
+    cuda_rank* c = R->backend;
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    cuda_group* cg = &c->groups[g];
+    rt_fsdp_layout* L = sub ? &rg->pf_layout : &rg->layout;
+    void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
+    const float* shards = sub ? rt_step_f32(R, pf_off, 0, L->block_numel)
+                              : rt_step_f32(R, mg->params_off, 0, mg->block_numel);
+    after(R, c->ag_copy, c->compute, c->fork);
+    int t = cs_trace_open(R, c->ag_copy, RT_TRACE_ALL_GATHER_COPY, mg->name, "all_gather_copy_in");
+    rtcs_copy(sub ? &cg->pf_ag_in : &cg->ag_in, out, mg->param_dtype, shards, RT_F32, 0, c->ag_copy);
+    cs_trace_close(R, t, c->ag_copy);
+    after(R, c->ag, c->ag_copy, c->copied);
+    t = cs_trace_open(R, c->ag, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
+    int st = rt_fsdp_all_gather(L, sub ? rg->pf_comm : R->mesh.shard, out, mg->param_dtype, c->ag);
+    RTB_FSDP_CHECK(R, st, L);
+    cs_trace_close(R, t, c->ag);
+    CS(R, cudaEventRecord(cg->ag_done, c->ag));
+}
+
+void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off) {
+    cuda_rank* c = R->backend;
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_fsdp_layout* L = sub ? &R->groups[g].pf_layout : &R->groups[g].layout;
+    cuda_group* cg = &c->groups[g];
+    const void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
+    float* un = rt_step_f32(R, unsharded_off, 0, mg->padded_numel);
+    CS(R, cudaStreamWaitEvent(c->compute, cg->ag_done, 0));
+    rtcs_copy(sub ? &cg->pf_ag_out : &cg->ag_out, un, RT_F32, out, mg->param_dtype, 0, c->compute);
+}
+
+// Nobody copies the result out, but the plan reuses its buffer after this line.
+void rtb_all_gather_drop(rt_rank* R, int g) {
+    cuda_rank* c = R->backend;
+    CS(R, cudaStreamWaitEvent(c->compute, c->groups[g].ag_done, 0));
+}
+
+void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf_off) {
+    cuda_rank* c = R->backend;
+    const rt_model_group* mg = &R->model->groups[g];
+    const rt_fsdp_layout* pf = &R->groups[g].pf_layout;
+    rtcs_copy(&c->groups[g].pf_shards, rt_step_f32(R, pf_off, 0, pf->block_numel), RT_F32,
+              rt_step_f32(R, unsharded_off, 0, mg->padded_numel), RT_F32, 0, c->compute);
+}
+
+// ---- gradients --------------------------------------------------------------------------
+
+void rt_step_round(float* x, size_t n, rt_dtype dtype) { rtcs_round(x, n, dtype, rt_cuda_get_stream()); }
+
+void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
+    const rt_model_group* mg = &R->model->groups[g];
+    float* u = rt_step_f32(R, ugrad_off, 0, mg->padded_numel);
+    rt_step_round(u, (size_t)mg->padded_numel, mg->param_dtype);
+    rt_accumulate(rt_step_f32(R, acc_off, 0, mg->padded_numel), u, (size_t)mg->padded_numel);
+}
+
+// The reduction on the reduce-scatter stream, as rt_fsdp_reduce_scatter does it on the
+// host (pre-divide, reduce-scatter or the single-rank copy with its custom factor, HSDP
+// all-reduce, post-divide); the reference model all-reduces full gradients instead (see
+// runtime/step/cpu.c). Returns the stream the result is complete on.
+static cudaStream_t reduce(rt_rank* R, int g, void* in, void* out) {
+    cuda_rank* c = R->backend;
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_fsdp_layout* L = &R->groups[g].layout;
+    rt_dtype rdt = mg->reduce_dtype;
+    int replicate = mg->all_reduce ? rt_comm_size(R->mesh.replicate) : 0;
+    rt_fsdp_divide d = R->model->reference
+        ? rt_fsdp_gradient_divide_factors(R->world, 0, rdt, mg->divide_factor, mg->force_sum)
+        : rt_fsdp_gradient_divide_factors(L->world, replicate, rdt, mg->divide_factor, mg->force_sum);
+    rtcs_divide(in, L->total_numel, rdt, d.predivide, c->rs);
+    int st;
+    if (R->model->reference) {
+        st = rt_comm_all_reduce(R->comm, in, out, L->total_numel, rdt, d.rs_op, c->rs);
+        if (st) rt_rank_die(R, "reference all-reduce of group '%s': %s", mg->name, rt_comm_last_error(R->comm));
+    } else if (L->world > 1) {
+        st = rt_comm_reduce_scatter(R->mesh.shard, in, out, L->block_numel, rdt, d.rs_op, c->rs);
+        if (st) rt_rank_die(R, "reduce-scatter of group '%s': %s", mg->name, rt_comm_last_error(R->mesh.shard));
+    } else {
+        if (out != in)
+            CS(R, cudaMemcpyAsync(out, in, (size_t)L->block_numel * rt_dtype_size(rdt),
+                                  cudaMemcpyDeviceToDevice, c->rs));
+        if (mg->divide_factor > 0) rtcs_divide(out, L->block_numel, rdt, mg->divide_factor, c->rs);
+    }
+    cudaStream_t done = c->rs;
+    if (replicate && !R->model->reference) {
+        after(R, c->ar, c->rs, c->forked_ar);
+        int t = cs_trace_open(R, c->ar, RT_TRACE_ALL_REDUCE, mg->name, "all_reduce");
+        st = rt_comm_all_reduce(R->mesh.replicate, out, out, L->block_numel, rdt, d.ar_op, c->ar);
+        if (st) rt_rank_die(R, "HSDP all-reduce of group '%s': %s", mg->name, rt_comm_last_error(R->mesh.replicate));
+        cs_trace_close(R, t, c->ar);
+        done = c->ar;
+    }
+    rtcs_divide(out, L->block_numel, rdt, d.postdivide, done);
+    return done;
+}
+
+void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+                        size_t rs_in_off, size_t rs_out_off, int accumulate) {
+    cuda_rank* c = R->backend;
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_fsdp_layout* L = &R->groups[g].layout;
+    size_t es = rt_dtype_size(mg->reduce_dtype);
+    wait_reduce_scatter(R);
+    float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
+    void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
+    void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
+    rtcs_round(grads, (size_t)mg->padded_numel, grads_dtype, c->compute);
+    rtcs_copy(&c->groups[g].rs_in, in, mg->reduce_dtype, grads, RT_F32, 0, c->compute);
+    after(R, c->rs, c->compute, c->fork);
+    int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
+    cudaStream_t done = reduce(R, g, in, out);
+    rtcs_copy(&c->groups[g].view_out, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32, out,
+              mg->reduce_dtype, accumulate, done);
+    cs_trace_close(R, t, done);
+    CS(R, cudaEventRecord(c->rs_done, done));
+    c->rs_pending = 1;
+}
+
+// ---- optimizer --------------------------------------------------------------------------
+
+void rtb_clip_grad_norm(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    const rt_model* m = R->model;
+    wait_reduce_scatter(R);
+    int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, "clip_grad_norm", "optimizer");
+    CS(R, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
+    for (int g = 0; g < m->ngroups; g++)
+        rt_cuda_sumsq_accumulate(c->d_sumsq, rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                                 (size_t)m->groups[g].block_numel);
+    rtcs_f64_to_f32(c->d_total, c->d_sumsq, c->compute);
+    // Replicas hold identical shards: the norm sums over one shard group.
+    if (rt_comm_size(R->mesh.shard) > 1) {
+        int st = rt_comm_all_reduce(R->mesh.shard, c->d_total, c->d_total, 1, RT_F32, rt_red_sum(), c->compute);
+        if (st) rt_rank_die(R, "clip_grad_norm all-reduce: %s", rt_comm_last_error(R->mesh.shard));
+    }
+    for (int g = 0; g < m->ngroups; g++)
+        rt_cuda_clip_by_total(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                              (size_t)m->groups[g].block_numel, c->d_total, m->grad_clip);
+    cs_trace_close(R, t, c->compute);
+}
+
+void rtb_optimizer(rt_rank* R, int g) {
+    cuda_rank* c = R->backend;
+    const rt_model_group* mg = &R->model->groups[g];
+    const rt_model_optim* o = &R->model->optim;
+    wait_reduce_scatter(R);
+    size_t n = (size_t)mg->block_numel;
+    float* p = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
+    float* gr = rt_step_f32(R, mg->grads_off, 0, mg->block_numel);
+    float* s = o->nstates ? rt_step_f32(R, mg->state_off, 0, o->nstates * mg->block_numel) : NULL;
+    int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, mg->name, "optimizer");
+    if (o->kind == RT_OPTIM_SGD)
+        rt_cuda_sgd_step_dev(p, gr, o->momentum > 0 ? s : NULL, n, c->d_step, o->lr, o->momentum,
+                             o->dampening, o->weight_decay, o->nesterov);
+    else
+        rt_cuda_adam_step_dev(p, gr, s, s + n, n, c->d_step, o->lr, o->beta1, o->beta2, o->eps,
+                              o->weight_decay, o->kind == RT_OPTIM_ADAMW);
+    cs_trace_close(R, t, c->compute);
+}
+
+void rtb_loss(rt_rank* R, int k, const float* loss) {
+    cuda_rank* c = R->backend;
+    CS(R, cudaMemcpyAsync(&c->h_losses[k], loss, sizeof(float), cudaMemcpyDeviceToHost, c->compute));
+}

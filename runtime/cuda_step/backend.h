@@ -1,0 +1,87 @@
+// backend.h — what the files of the CUDA step backend share: one rank's device state
+// (streams, events, arena, staged inputs, copy plans, graph), the CUDA error check that
+// fails the rank (rt_rank_die: its communicator is aborted, so no peer waits), and the
+// GPU-timed trace spans.
+//   backend.c  the step calls (step_backend.h), rt_step_run, rt_step_launch
+//   rank.c     rtb_rank_init / rtb_rank_free
+//   trace.c    --trace spans timed with CUDA events, one Chrome-trace thread per stream
+#ifndef FSDPGEN_CUDA_STEP_BACKEND_H
+#define FSDPGEN_CUDA_STEP_BACKEND_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "rt_check.h"
+#include "rt_trace.h"
+#include "step_backend.h"
+
+// ---- errors -------------------------------------------------------------------------------
+
+// CS(R, cudaCall(...)): on failure "fsdpgen: rank R: file:line: call failed: why (hint)".
+void cs_check(rt_rank* R, int err, const char* call, const char* file, int line);
+#define CS(R, call) cs_check((R), (int)(call), #call, __FILE__, __LINE__)
+
+// ---- one rank ---------------------------------------------------------------------------
+
+typedef struct cuda_group {
+    rtcs_plan ag_in, ag_out;          // all-gather from the shards
+    rtcs_plan pf_ag_in, pf_ag_out;    // ... from the post-forward shards
+    rtcs_plan pf_shards;              // post-forward reshard
+    rtcs_plan rs_in, view_out;        // reduce-scatter copy-in, view-out
+    cudaEvent_t ag_done;              // its last all-gather finished (all-gather stream)
+} cuda_group;
+
+typedef struct cs_span {
+    cudaEvent_t start, end;
+    int tid;
+    const char* name;
+    const char* cat;
+} cs_span;
+
+#define CS_SIDE_STREAMS 4
+#define CS_MAX_SPANS 4096
+
+typedef struct cuda_rank {
+    int device;
+    cudaStream_t compute;             // the generated kernels (rt_cuda_set_stream)
+    cudaStream_t ag_copy, ag, rs, ar; // FSDP2's all-gather copy-in, all-gather,
+                                      // reduce-scatter and all-reduce streams
+    cudaEvent_t fork, copied, forked_ar, rs_done, join[CS_SIDE_STREAMS];
+    int rs_pending;                   // a reduce-scatter compute has not waited for yet
+    cuda_group* groups;
+    uint8_t* arena;                   // device, model->arena_bytes
+    uint8_t* mirror;                  // pinned host copy of the persistent buffers
+    size_t mirror_bytes;
+    size_t input_bytes;               // one forward item's tokens (or float inputs)
+    int32_t** d_tokens;               // [n_forward] device copies of R->tokens ...
+    int32_t** d_targets;
+    float** d_inputs;
+    float* h_losses;                  // pinned [n_backward], written by the step
+    int64_t* h_step;                  // pinned: the 1-based step the next run executes
+    int64_t* d_step;                  // device copy (the optimizer reads it; graph-safe)
+    double* d_sumsq;                  // clipping: sum of squares of every shard
+    float* d_total;                   // ... as fp32, all-reduced over the shard group
+    // CUDA graph
+    int decided, use_graph, warm;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    // --trace
+    cs_span* spans;
+    int nspans, section;              // section: index of the open compute span, or -1
+    cudaEvent_t t0, t_end;            // the step's start and end on the compute stream
+    int dropped;                      // spans past CS_MAX_SPANS this step
+} cuda_rank;
+
+// ---- trace (no-ops without R->trace) --------------------------------------------------------
+
+void cs_trace_begin(rt_rank* R);
+// Opens a span on stream; returns its index for cs_trace_close, or -1.
+int cs_trace_open(rt_rank* R, cudaStream_t stream, int tid, const char* name, const char* cat);
+void cs_trace_close(rt_rank* R, int span, cudaStream_t stream);
+// Closes the open compute section and opens the next (phase NULL: none).
+void cs_trace_section(rt_rank* R, const char* phase);
+// After the step's work finished: writes its spans to R->trace.
+void cs_trace_flush(rt_rank* R);
+
+#endif

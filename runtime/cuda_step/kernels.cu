@@ -1,0 +1,146 @@
+// The CUDA step backend's kernels (kernels.h): one launch per FSDP copy of a whole group,
+// driven by its segments.h plan (each thread finds its run by binary search over the
+// plan's end offsets, so runs of any length share one grid), plus the small element-wise
+// kernels around the reduce-scatter and clipping.
+//
+// Casts round to nearest even as the host's rt_convert does (NaN payloads may differ).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+// rt_check.h is C11 (_Noreturn, no extern "C").
+#define _Noreturn [[noreturn]]
+extern "C" {
+#include "rt_check.h"
+}
+#undef _Noreturn
+
+#include "kernels.h"
+
+// ---- launch helpers -----------------------------------------------------------------------
+
+static const int THREADS = 256;
+
+static unsigned blocks_for(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    if (b > 8192) b = 8192;  // grid-stride beyond: enough to fill any GPU
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+#define CHECK_LAUNCH(name)                                                              \
+    do {                                                                                \
+        cudaError_t e_ = cudaGetLastError();                                            \
+        if (e_ != cudaSuccess)                                                          \
+            rt_check_fail(__FILE__, __LINE__, "launch of " name, cudaGetErrorString(e_), \
+                          rt_check_cuda_hint((int)e_));                                 \
+    } while (0)
+
+// ---- dtypes -------------------------------------------------------------------------------
+
+__device__ __forceinline__ float load(const void* b, int dt, int64_t i) {
+    if (dt == RT_BF16) return __bfloat162float(((const __nv_bfloat16*)b)[i]);
+    if (dt == RT_F16) return __half2float(((const __half*)b)[i]);
+    return ((const float*)b)[i];
+}
+
+__device__ __forceinline__ void store(void* b, int dt, int64_t i, float v) {
+    if (dt == RT_BF16) ((__nv_bfloat16*)b)[i] = __float2bfloat16_rn(v);
+    else if (dt == RT_F16) ((__half*)b)[i] = __float2half_rn(v);
+    else ((float*)b)[i] = v;
+}
+
+__device__ __forceinline__ float round_to(int dt, float v) {
+    if (dt == RT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (dt == RT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+// ---- plans --------------------------------------------------------------------------------
+
+extern "C" int rtcs_plan_upload(rtcs_plan* out, const rt_seg_plan* p) {
+    memset(out, 0, sizeof *out);
+    out->nsegs = p->nsegs;
+    out->total = p->total;
+    if (p->nsegs == 0) return 0;
+    int64_t* ends = (int64_t*)malloc((size_t)p->nsegs * sizeof *ends);
+    if (!ends) return (int)cudaErrorMemoryAllocation;
+    int64_t acc = 0;
+    for (int k = 0; k < p->nsegs; k++) ends[k] = acc += p->segs[k].n;
+    cudaError_t e = cudaMalloc((void**)&out->segs, (size_t)p->nsegs * sizeof(rt_seg));
+    if (e == cudaSuccess) e = cudaMalloc((void**)&out->ends, (size_t)p->nsegs * sizeof(int64_t));
+    if (e == cudaSuccess)
+        e = cudaMemcpy(out->segs, p->segs, (size_t)p->nsegs * sizeof(rt_seg), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(out->ends, ends, (size_t)p->nsegs * sizeof(int64_t), cudaMemcpyHostToDevice);
+    free(ends);
+    if (e != cudaSuccess) rtcs_plan_free(out);
+    return (int)e;
+}
+
+extern "C" void rtcs_plan_free(rtcs_plan* p) {
+    cudaFree(p->segs);
+    cudaFree(p->ends);
+    memset(p, 0, sizeof *p);
+}
+
+// ---- copy ---------------------------------------------------------------------------------
+
+__global__ void seg_copy_kernel(void* dst, int dst_dt, const void* src, int src_dt,
+                                const rt_seg* segs, const int64_t* ends, int nsegs, int64_t total,
+                                int accumulate) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int lo = 0, hi = nsegs - 1;  // the first run whose end is past e
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (ends[mid] > e) hi = mid;
+            else lo = mid + 1;
+        }
+        rt_seg s = segs[lo];
+        int64_t k = e - (ends[lo] - s.n);
+        float v = s.src < 0 ? 0.0f : load(src, src_dt, s.src + k);
+        if (accumulate) v = load(dst, dst_dt, s.dst + k) + round_to(dst_dt, v);
+        store(dst, dst_dt, s.dst + k, v);
+    }
+}
+
+extern "C" void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src,
+                          rt_dtype src_dt, int accumulate, void* stream) {
+    if (p->total == 0) return;
+    seg_copy_kernel<<<blocks_for(p->total), THREADS, 0, (cudaStream_t)stream>>>(
+        dst, (int)dst_dt, src, (int)src_dt, p->segs, p->ends, p->nsegs, p->total, accumulate);
+    CHECK_LAUNCH("seg_copy_kernel");
+}
+
+// ---- element-wise ---------------------------------------------------------------------------
+
+__global__ void divide_kernel(void* buf, int64_t n, int dt, float f) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        store(buf, dt, i, load(buf, dt, i) / f);
+}
+
+extern "C" void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, void* stream) {
+    if (factor == 1.0 || n <= 0) return;
+    divide_kernel<<<blocks_for(n), THREADS, 0, (cudaStream_t)stream>>>(buf, n, (int)dt, (float)factor);
+    CHECK_LAUNCH("divide_kernel");
+}
+
+__global__ void round_kernel(float* x, int64_t n, int dt) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = round_to(dt, x[i]);
+}
+
+extern "C" void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream) {
+    if (dt == RT_F32 || n == 0) return;
+    round_kernel<<<blocks_for((int64_t)n), THREADS, 0, (cudaStream_t)stream>>>(x, (int64_t)n, (int)dt);
+    CHECK_LAUNCH("round_kernel");
+}
+
+__global__ void f64_to_f32_kernel(float* out, const double* in) { out[0] = (float)in[0]; }
+
+extern "C" void rtcs_f64_to_f32(float* out, const double* in, void* stream) {
+    f64_to_f32_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(out, in);
+    CHECK_LAUNCH("f64_to_f32_kernel");
+}

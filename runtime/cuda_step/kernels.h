@@ -1,0 +1,45 @@
+// kernels.h — the CUDA step backend's own kernels (kernels.cu), callable from C: FSDP2's
+// copies from a segments.h plan held on the device, gradient division, rounding to
+// bf16/fp16, and the scalars of global-norm clipping. Every call is asynchronous on the
+// stream it is given (a cudaStream_t) and capturable in a CUDA graph.
+#ifndef FSDPGEN_CUDA_STEP_KERNELS_H
+#define FSDPGEN_CUDA_STEP_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_dtype.h"
+#include "segments.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A segments.h plan uploaded once: runs and their end offsets (prefix sums of n).
+typedef struct rtcs_plan {
+    rt_seg* segs;         // device
+    int64_t* ends;        // device: ends[k] = runs 0..k's elements
+    int nsegs;
+    int64_t total;
+} rtcs_plan;
+
+// Uploads p (synchronously; setup only). Returns 0, or a cudaError_t.
+int rtcs_plan_upload(rtcs_plan* out, const rt_seg_plan* p);
+void rtcs_plan_free(rtcs_plan* p);
+
+// Applies the plan on stream: as rt_seg_apply (dtype casts round to nearest even).
+void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, rt_dtype src_dt,
+               int accumulate, void* stream);
+// buf[i] /= factor in fp32, rounded once to dt (rt_fsdp_divide_buffer). factor 1: nothing.
+void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, void* stream);
+// x[i] = (float)(dtype)x[i] (rt_step_round). fp32: nothing.
+void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream);
+// out[0] = (float)in[0].
+void rtcs_f64_to_f32(float* out, const double* in, void* stream);
+
+// Launch errors are reported by the caller's check of cudaGetLastError.
+
+#ifdef __cplusplus
+}
+#endif
+#endif

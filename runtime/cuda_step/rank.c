@@ -1,0 +1,220 @@
+// Setup and teardown of one rank of the CUDA step backend: streams (FSDP2's collective
+// streams at the highest priority, so a ready collective is not queued behind compute),
+// events, the device arena, the pinned staging of inputs, losses and the step count, the
+// host mirror of the persistent buffers, and every group's copy plans uploaded once.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "rt_cuda.h"
+#include "segments.h"
+
+// ---- copy plans -----------------------------------------------------------------------------
+
+typedef int (*plan_fn)(rt_seg_plan*, const rt_fsdp_layout*, const int64_t*);
+
+static int upload(rt_rank* R, rtcs_plan* out, plan_fn build, const rt_fsdp_layout* l, const int64_t* off) {
+    rt_seg_plan p = {0};
+    int st = build(&p, l, off);
+    int e = st ? 0 : rtcs_plan_upload(out, &p);
+    rt_seg_plan_free(&p);
+    if (st || e) {
+        fprintf(stderr, "fsdpgen: rank %d: copy plan of group '%s': %s\n", R->rank, l->name,
+                st ? "out of host memory" : cudaGetErrorString((cudaError_t)e));
+        return 1;
+    }
+    return 0;
+}
+
+static int group_plans(rt_rank* R, int g) {
+    cuda_rank* c = R->backend;
+    const rt_model* m = R->model;
+    const rt_model_group* mg = &m->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    cuda_group* cg = &c->groups[g];
+    int64_t* block = calloc((size_t)mg->nparams + 1, sizeof *block);
+    int64_t* unsharded = calloc((size_t)mg->nparams + 1, sizeof *unsharded);
+    int64_t* pf = calloc((size_t)mg->nparams + 1, sizeof *pf);
+    int rc = !block || !unsharded || !pf;
+    if (rc) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
+    for (int i = 0; !rc && i < mg->nparams; i++) {
+        block[i] = m->params[mg->params[i]].block_offset;
+        unsharded[i] = m->params[mg->params[i]].unsharded_offset;
+        if (rg->pf_comm) pf[i] = rg->pf_layout.params[i].offset;
+    }
+    if (!rc) rc = upload(R, &cg->ag_in, rt_seg_all_gather_in, &rg->layout, block);
+    if (!rc) rc = upload(R, &cg->ag_out, rt_seg_all_gather_out, &rg->layout, unsharded);
+    if (!rc) rc = upload(R, &cg->rs_in, rt_seg_reduce_scatter_in, &rg->layout, unsharded);
+    if (!rc) rc = upload(R, &cg->view_out, rt_seg_view_out, &rg->layout, block);
+    if (!rc && rg->pf_comm) {
+        rc = upload(R, &cg->pf_ag_in, rt_seg_all_gather_in, &rg->pf_layout, pf);
+        if (!rc) rc = upload(R, &cg->pf_ag_out, rt_seg_all_gather_out, &rg->pf_layout, unsharded);
+        if (!rc) rc = upload(R, &cg->pf_shards, rt_seg_post_forward, &rg->pf_layout, unsharded);
+    }
+    if (!rc && cudaEventCreateWithFlags(&cg->ag_done, cudaEventDisableTiming) != cudaSuccess) {
+        fprintf(stderr, "fsdpgen: rank %d: cudaEventCreate failed\n", R->rank);
+        rc = 1;
+    }
+    free(block), free(unsharded), free(pf);
+    return rc;
+}
+
+// ---- allocation helpers ---------------------------------------------------------------------
+
+// The first CUDA failure of the setup, printed once; later calls are skipped.
+typedef struct setup {
+    rt_rank* R;
+    int failed;
+} setup;
+
+static void ok(setup* s, cudaError_t e, const char* what) {
+    if (s->failed || e == cudaSuccess) return;
+    fprintf(stderr, "fsdpgen: rank %d: %s failed: %s (hint: %s)\n", s->R->rank, what,
+            cudaGetErrorString(e), rt_check_cuda_hint((int)e));
+    s->failed = 1;
+}
+
+static void* device(setup* s, size_t bytes, const char* what) {
+    void* p = NULL;
+    if (!s->failed) ok(s, cudaMalloc(&p, bytes ? bytes : 1), what);
+    return p;
+}
+
+static void* pinned(setup* s, size_t bytes, const char* what) {
+    void* p = NULL;
+    if (!s->failed) ok(s, cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault), what);
+    if (p) memset(p, 0, bytes ? bytes : 1);
+    return p;
+}
+
+// n arrays of `bytes`, pinned (host) or on the device.
+static void** arrays(setup* s, int n, size_t bytes, int host, const char* what) {
+    void** v = calloc((size_t)n + 1, sizeof *v);
+    if (!v) {
+        s->failed = 1;
+        fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", s->R->rank);
+        return NULL;
+    }
+    for (int a = 0; a < n; a++) v[a] = host ? pinned(s, bytes, what) : device(s, bytes, what);
+    return v;
+}
+
+static void free_arrays(void** v, int n, int host) {
+    for (int a = 0; v && a < n; a++) {
+        if (host) cudaFreeHost(v[a]);
+        else cudaFree(v[a]);
+    }
+    free(v);
+}
+
+// ---- rank lifetime ----------------------------------------------------------------------
+
+int rtb_rank_init(rt_rank* R) {
+    const rt_model* m = R->model;
+    cuda_rank* c = calloc(1, sizeof *c);
+    if (!c || !(c->groups = calloc((size_t)m->ngroups + 1, sizeof *c->groups))) {
+        free(c);
+        fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
+        return 1;
+    }
+    R->backend = c;
+    c->section = -1;
+    setup s = {R, 0};
+    ok(&s, cudaGetDevice(&c->device), "cudaGetDevice");
+    int least = 0, greatest = 0;
+    ok(&s, cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    ok(&s, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "cudaStreamCreate (compute)");
+    cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar};
+    for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
+        ok(&s, cudaStreamCreateWithPriority(side[k], cudaStreamNonBlocking, greatest), "cudaStreamCreate (collectives)");
+    cudaEvent_t* evs[4] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done};
+    for (int k = 0; k < 4 && !s.failed; k++) ok(&s, cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming), "cudaEventCreate");
+    for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
+        ok(&s, cudaEventCreateWithFlags(&c->join[k], cudaEventDisableTiming), "cudaEventCreate");
+    if (!s.failed) rt_cuda_set_stream(c->compute);
+
+    // The arena: the plan's offsets on the device; rt_step_buffer checks them as on the CPU.
+    c->arena = device(&s, m->arena_bytes, "cudaMalloc (arena)");
+    if (!s.failed) ok(&s, cudaMemset(c->arena, 0, m->arena_bytes), "cudaMemset (arena)");
+    char name[48];
+    snprintf(name, sizeof name, "rank %d (GPU %d)", R->rank, c->device);
+    if (!s.failed && rt_arena_init_at(&R->arena, c->arena, m->arena_bytes, name)) {
+        fprintf(stderr, "fsdpgen: rank %d: %s\n", R->rank, R->arena.error);
+        s.failed = 1;
+    }
+    c->mirror_bytes = rt_step_persistent_end(m);
+    c->mirror = pinned(&s, c->mirror_bytes, "cudaHostAlloc (parameter mirror)");
+
+    // Inputs: the driver fills R->tokens / R->targets / R->inputs (pinned), the step
+    // uploads them (a graph replays the upload, reading the pinned buffers anew).
+    int n = m->n_forward;
+    size_t numel = (size_t)m->batch * (size_t)m->seq_len;
+    if (!m->tokens) {
+        numel = 1;
+        for (int d = 0; d < m->input_ndim; d++) numel *= (size_t)m->input_shape[d];
+    }
+    c->input_bytes = numel * 4;
+    if (m->tokens) {
+        R->tokens = (int32_t**)arrays(&s, n, c->input_bytes, 1, "cudaHostAlloc (tokens)");
+        R->targets = (int32_t**)arrays(&s, n, c->input_bytes, 1, "cudaHostAlloc (targets)");
+        c->d_tokens = (int32_t**)arrays(&s, n, c->input_bytes, 0, "cudaMalloc (tokens)");
+        c->d_targets = (int32_t**)arrays(&s, n, c->input_bytes, 0, "cudaMalloc (targets)");
+    } else {
+        R->inputs = (float**)arrays(&s, n, c->input_bytes, 1, "cudaHostAlloc (inputs)");
+        c->d_inputs = (float**)arrays(&s, n, c->input_bytes, 0, "cudaMalloc (inputs)");
+    }
+    c->h_losses = pinned(&s, (size_t)m->n_backward * sizeof(float), "cudaHostAlloc (losses)");
+    c->h_step = pinned(&s, sizeof(int64_t), "cudaHostAlloc (step)");
+    uint8_t* small = device(&s, 32, "cudaMalloc (step scalars)");
+    c->d_step = (int64_t*)small;
+    c->d_sumsq = (double*)(small + 8);
+    c->d_total = (float*)(small + 16);
+    for (int g = 0; g < m->ngroups && !s.failed; g++) s.failed = group_plans(R, g);
+    return s.failed;
+}
+
+void rtb_rank_free(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    if (!c) return;
+    const rt_model* m = R->model;
+    if (c->compute) cudaStreamSynchronize(c->compute);
+    if (c->exec) cudaGraphExecDestroy(c->exec);
+    if (c->graph) cudaGraphDestroy(c->graph);
+    for (int g = 0; g < m->ngroups; g++) {
+        cuda_group* cg = &c->groups[g];
+        rtcs_plan* plans[7] = {&cg->ag_in, &cg->ag_out, &cg->pf_ag_in, &cg->pf_ag_out,
+                               &cg->pf_shards, &cg->rs_in, &cg->view_out};
+        for (int k = 0; k < 7; k++) rtcs_plan_free(plans[k]);
+        if (cg->ag_done) cudaEventDestroy(cg->ag_done);
+    }
+    free(c->groups);
+    for (int k = 0; k < c->nspans; k++) {
+        cudaEventDestroy(c->spans[k].start);
+        cudaEventDestroy(c->spans[k].end);
+    }
+    free(c->spans);
+    if (c->t0) cudaEventDestroy(c->t0);
+    if (c->t_end) cudaEventDestroy(c->t_end);
+    int n = m->n_forward;
+    free_arrays((void**)R->tokens, n, 1), free_arrays((void**)R->targets, n, 1);
+    free_arrays((void**)R->inputs, n, 1);
+    R->tokens = R->targets = NULL, R->inputs = NULL;
+    free_arrays((void**)c->d_tokens, n, 0), free_arrays((void**)c->d_targets, n, 0);
+    free_arrays((void**)c->d_inputs, n, 0);
+    cudaFreeHost(c->h_losses), cudaFreeHost(c->h_step), cudaFreeHost(c->mirror);
+    cudaFree(c->d_step);
+    cudaFree(c->arena);
+    rt_arena_free(&R->arena);
+    cudaEvent_t evs[4] = {c->fork, c->copied, c->forked_ar, c->rs_done};
+    for (int k = 0; k < 4; k++)
+        if (evs[k]) cudaEventDestroy(evs[k]);
+    for (int k = 0; k < CS_SIDE_STREAMS; k++)
+        if (c->join[k]) cudaEventDestroy(c->join[k]);
+    cudaStream_t streams[5] = {c->compute, c->ag_copy, c->ag, c->rs, c->ar};
+    if (c->compute) rt_cuda_set_stream(NULL);
+    for (int k = 0; k < 5; k++)
+        if (streams[k]) cudaStreamDestroy(streams[k]);
+    free(c);
+    R->backend = NULL;
+}
