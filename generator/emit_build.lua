@@ -1,6 +1,7 @@
 -- Emits everything `fsdpgen build` writes for a spec besides the schedule: the step of
 -- the sharded model and of its non-sharded reference, the training binary's main, the
--- conformance test and build.ninja, from the files in templates/. Files are written only
+-- conformance test, build.ninja (CPU) and build_cuda.ninja (--cuda), from the files in
+-- templates/. Files are written only
 -- when their content changes, so rebuilding an unchanged spec recompiles nothing.
 local buffer = require("buffer")
 local emit_step = require("emit_step")
@@ -24,6 +25,20 @@ local function fill(text, vars)
   end))
 end
 
+-- How the CUDA binaries reach MPI (mpirun bootstrap): linked by mpicc against
+-- librt_mpi.a where mpicc exists, else against the stub that explains how to get it.
+function M.mpi()
+  local p = io.popen("command -v mpicc 2>/dev/null")
+  local found = p:read("a") ~= ""
+  p:close()
+  if found then
+    return { LINKER = "mpicc", MPI_LIB = "librt_mpi.a",
+      MPI_NOTE = "MPI found: the binary runs under mpirun (one rank per process)." }
+  end
+  return { LINKER = "gcc", MPI_LIB = "librt_mpi_stub.a",
+    MPI_NOTE = "no mpicc: built without MPI (install libopenmpi-dev and rebuild for mpirun)." }
+end
+
 -- Writes the generated files for `plan` and its `reference` plan into dir (relative to
 -- root). Returns the list of { path, changed }.
 function M.write(root, dir, plan, reference, spec_path)
@@ -42,8 +57,9 @@ function M.write(root, dir, plan, reference, spec_path)
   put(name .. "_reference_step.c", emit_step.render(reference, spec_file, id .. "_reference", true))
   local vars = { NAME = name, ID = id, SPEC = spec_file, VERSION = schedule.VERSION, DIR = dir,
     WORLD = spec.world_size }
+  for k, v in pairs(M.mpi()) do vars[k] = v end
   for _, t in ipairs({ { "main.c.in", name .. "_main.c" }, { "test.c.in", name .. "_test.c" },
-                       { "build.ninja.in", "build.ninja" } }) do
+                       { "build.ninja.in", "build.ninja" }, { "build_cuda.ninja.in", "build_cuda.ninja" } }) do
     vars.FILE = t[2]
     put(t[2], fill(read(root .. "/templates/" .. t[1]), vars))
   end

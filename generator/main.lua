@@ -12,11 +12,12 @@ usage: fsdpgen COMMAND SPEC [options]
   plan SPEC [-o DIR]      write DIR/<name>.schedule (default build/<name>/)
   events SPEC             print one step's FSDP events: STATE KIND "GROUP"
   counts SPEC             print the step's collective counts
-  build SPEC [--cuda]     emit the C and build build/<name>/<name>
-  test SPEC               build and run the spec's conformance test
-  run SPEC [-- ARGS]      build and train
+  build SPEC [--cuda]     emit the C and build build/<name>/<name> (--cuda: <name>_cuda)
+  test SPEC [--cuda]      build and run the spec's conformance test
+  run SPEC [--cuda] [-- ARGS]
+                          build and train
   bench comm [ARGS]       collective benchmark (see README)
-  bench train SPEC [--steps N] [-- ARGS]
+  bench train SPEC [--cuda] [--steps N] [-- ARGS]
                           build, train N steps (default 20) and print tokens/s and the
                           compute / exposed communication / optimizer split]]
 
@@ -122,8 +123,9 @@ function commands.bench(args)
   exec(bin, { table.unpack(args, 2) })
 end
 
--- Emits the C and builds build/<name>/<name> and its conformance test; returns the
--- output directory (relative to ROOT) and the spec name.
+-- Emits the C and builds build/<name>/<name> and its conformance test (--cuda:
+-- <name>_cuda and <name>_cuda_test); returns the output directory (relative to ROOT) and
+-- the binary's name.
 local function build_spec(args)
   local spec_path, cuda = nil, false
   for _, a in ipairs(args) do
@@ -133,8 +135,9 @@ local function build_spec(args)
     else spec_path = a end
   end
   if not spec_path then usage_error("build needs a SPEC") end
-  if cuda then
-    die(2, "fsdpgen build --cuda: the CUDA backend is not available yet; build without --cuda for the CPU (threads) backend")
+  if cuda and not io.open("/usr/local/cuda/bin/nvcc", "r") then
+    die(2, "fsdpgen build --cuda: /usr/local/cuda/bin/nvcc not found (install the CUDA toolkit with cuBLAS and NCCL, "
+      .. "or build without --cuda for the CPU backend)")
   end
   local plan = plan_spec(spec_path)
   local reference = plan_spec(spec_path, require("reference").transform)
@@ -143,13 +146,14 @@ local function build_spec(args)
     return loader.protect(plan.spec.line, require("emit_build").write, ROOT, dir, plan, reference, spec_path)
   end)
   -- Quiet unless the build fails: then the compiler's output is what the user needs.
-  local p = io.popen("cd " .. sh_quote(ROOT) .. " && ninja -f " .. sh_quote(dir .. "/build.ninja") .. " 2>&1")
+  local ninja_file = dir .. (cuda and "/build_cuda.ninja" or "/build.ninja")
+  local p = io.popen("cd " .. sh_quote(ROOT) .. " && ninja -f " .. sh_quote(ninja_file) .. " 2>&1")
   local out = p:read("a")
   if not p:close() then
     io.stderr:write(out)
     die(1, "fsdpgen build: compiling " .. dir .. " failed (see the compiler output above)")
   end
-  return dir, plan.spec.name
+  return dir, plan.spec.name .. (cuda and "_cuda" or "")
 end
 
 -- Splits "SPEC [opts] [-- ARGS]" into the build arguments and the program's arguments.

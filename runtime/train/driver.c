@@ -71,6 +71,23 @@ static int exchange(train_run* run, rt_rank* R, const void* mine, int n, int64_t
 
 int train_agree(train_run* run, rt_rank* R) { return exchange(run, R, NULL, 0, NULL); }
 
+int train_rank_attach(train_run* run, rt_rank* R) {
+    size_t bytes = (size_t)R->world * ((size_t)run->m->n_backward + 1) * sizeof(int64_t);
+    run->xhost[R->rank] = malloc(bytes);
+    run->xbuf[R->rank] = rt_comm_buffer_alloc(R->comm, bytes);
+    if (run->xhost[R->rank] && run->xbuf[R->rank]) return 0;
+    train_fail(run, "rank %d: out of memory for the driver's exchange buffer", R->rank);
+    rt_comm_abort(R->comm, "out of memory");
+    return 1;
+}
+
+void train_rank_detach(train_run* run, rt_rank* R) {
+    free(run->xhost[R->rank]);
+    if (run->xbuf[R->rank]) rt_comm_buffer_free(R->comm, run->xbuf[R->rank]);
+    run->xhost[R->rank] = NULL;
+    run->xbuf[R->rank] = NULL;
+}
+
 float* train_arena_f32(rt_rank* R, size_t off, int64_t numel) {
     if (off % sizeof(float) != 0) {
         fprintf(stderr, "fsdpgen: rank %d: persistent buffer at byte %zu is not fp32-aligned "
@@ -269,14 +286,7 @@ static void rank_main(rt_comm* comm, void* arg) {
     }
     R.trace = run->trace;
     R.t_comm = R.t_optim = R.t_total = 0.0;
-    size_t xbytes = (size_t)m->world * ((size_t)m->n_backward + 1) * sizeof(int64_t);
-    run->xhost[R.rank] = malloc(xbytes);
-    run->xbuf[R.rank] = rt_comm_buffer_alloc(R.comm, xbytes);
-    if (!run->xhost[R.rank] || !run->xbuf[R.rank]) {
-        train_fail(run, "rank %d: out of memory for the driver's exchange buffer", R.rank);
-        rt_comm_abort(R.comm, "out of memory");
-        goto out_free;
-    }
+    if (train_rank_attach(run, &R)) goto out_free;
     rank_bufs bufs;
     int rc = rank_alloc(run, &R, &bufs);
     if (!rc) {
@@ -295,10 +305,7 @@ out:
     run->peak[R.rank] = rt_arena_peak(&R.arena);
     rank_release(run, &R, &bufs);
 out_free:
-    free(run->xhost[R.rank]);
-    if (run->xbuf[R.rank]) rt_comm_buffer_free(R.comm, run->xbuf[R.rank]);
-    run->xhost[R.rank] = NULL;
-    run->xbuf[R.rank] = NULL;
+    train_rank_detach(run, &R);
     rt_rank_free(&R);
 }
 

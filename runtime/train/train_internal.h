@@ -83,6 +83,11 @@ int train_run_exec(train_run* run);
 
 // Records a rank's failure (the first one of the run is printed as "fsdpgen: ...").
 void train_fail(train_run* run, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// A rank's driver state (the buffers train_agree exchanges through), after rt_rank_init
+// and before anything collective of this file; detach before rt_rank_free. Attach returns
+// 0, or 1 after train_fail and aborting the communicator.
+int train_rank_attach(train_run* run, rt_rank* R);
+void train_rank_detach(train_run* run, rt_rank* R);
 // Agreement of all ranks (a collective over the communicator, so it also holds across
 // processes): returns 1 on every rank when any rank failed (or the collective did).
 int train_agree(train_run* run, rt_rank* R);

@@ -68,9 +68,17 @@ int train_gather_params(train_run* run, rt_rank* R, float* const* full) {
                 shards[i] = params + L->params[i].offset;
                 out[i] = full ? full[G->params[i]] : NULL;
             }
+            // The collective runs on a buffer of the communicator's backend (device memory
+            // for the CUDA communicators); copy-in and copy-out stay on the host.
+            size_t bytes = (size_t)(L->total_numel > 0 ? L->total_numel : 1) * sizeof(float);
+            void* dev = rt_comm_buffer_alloc(comm, bytes);
             int st = rt_fsdp_all_gather_copy_in(L, shards, RT_F32, ag, RT_F32);
             if (st) rt_comm_abort(comm, L->error);
-            if (!st) st = rt_fsdp_all_gather(L, comm, ag, RT_F32, NULL);
+            else if (!dev) st = rt_comm_abort(comm, "out of memory for the gather buffer");
+            if (!st) st = rt_comm_buffer_write(comm, dev, ag, bytes);
+            if (!st) st = rt_fsdp_all_gather(L, comm, dev, RT_F32, NULL);
+            if (!st) st = rt_comm_buffer_read(comm, ag, dev, bytes);
+            if (dev) rt_comm_buffer_free(comm, dev);
             if (!st && R->rank == 0) st = rt_fsdp_all_gather_copy_out(L, ag, RT_F32, out);
             if (st) {
                 train_fail(run, "rank %d: gathering the parameters of group '%s' failed: %s",

@@ -257,6 +257,10 @@ static void inproc_rank(rt_comm* comm, void* arg) {
     inproc* c = arg;
     rt_rank R;
     if (rt_rank_init(&R, &tiny_model, comm)) return;
+    if (train_rank_attach(&c->run, &R)) {
+        rt_rank_free(&R);
+        return;
+    }
     int r = R.rank;
     train_init_params(&c->run, &R);
     float* block = train_arena_f32(&R, tiny_model.groups[0].params_off, 15);
@@ -277,6 +281,7 @@ static void inproc_rank(rt_comm* comm, void* arg) {
     c->load_rc[r] = train_load(&c->run, &R, c->path);
     c->roundtrip_ok[r] = !memcmp(before, block, sizeof before);
     train_agree(&c->run, &R);
+    train_rank_detach(&c->run, &R);
     rt_rank_free(&R);
 }
 

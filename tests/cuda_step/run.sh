@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The CUDA step backend (runtime/cuda_step) and `fsdpgen build --cuda`.
+# Everywhere (CI has nvcc, cuBLAS and NCCL but no GPU):
+#   - test_segments: the backend's copy plans against runtime/fsdp's host copies (CPU,
+#     AddressSanitizer + UBSan);
+#   - every spec below builds with --cuda: the generated C links against the CUDA backend.
+# With a GPU (nvidia-smi lists one):
+#   - the generated conformance test of each spec on the CUDA backend (world 2 and 4 run
+#     every rank on the one GPU: --local);
+#   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance;
+#   - compute-sanitizer (memcheck, racecheck) on a small spec reports no error.
+# Without one those print a SKIP line. Ends with `N passed, N failed`.
+set -u
+cd "$(dirname "$0")/../.."
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_cuda_step.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+suite_tag="[cuda_step]"
+. tests/common/suite.sh
+
+pass() { passed=$((passed + 1)); echo "PASS $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL $*"; }
+
+# spec and its CPU-vs-CUDA rtol (fp32 specs 1e-3; mixed precision 3e-2). Worlds 1, 2, 4
+# and an HSDP 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
+# bf16 and fp16 mixed precision, GQA.
+specs=(
+  "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
+  "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
+  "tests/specs/conformance/transformer_w4_int_raf.lua 1e-3"
+  "tests/specs/conformance/seed_divide_factor_mp.lua 3e-2"
+  "tests/specs/conformance/llama_w2_fp16.lua 3e-2"
+  "tests/specs/features/llama_gqa_bf16.lua 3e-2"
+  "tests/specs/features/hsdp_int_reshard.lua 1e-3"
+)
+
+# ---- build (no GPU needed) ----------------------------------------------------------------
+
+if ! ninja -f runtime/cuda_step.ninja cuda_step >"$work/build.log" 2>&1; then
+    cat "$work/build.log"
+    echo "$suite_tag build of runtime/cuda_step failed"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+run_suite test_segments build/cuda_step/test_segments
+
+for entry in "${specs[@]}"; do
+    read -r spec rtol <<<"$entry"
+    if ./fsdpgen build "$spec" --cuda >"$work/b.log" 2>&1; then
+        pass "fsdpgen build $spec --cuda: $(tail -n 1 "$work/b.log")"
+    else
+        cat "$work/b.log"
+        fail "fsdpgen build $spec --cuda"
+    fi
+done
+
+# ---- on a GPU -------------------------------------------------------------------------------
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
+    skipped+=("conformance, CUDA vs CPU and compute-sanitizer: SKIP no GPU (nvidia-smi lists none)")
+    suite_summary
+    exit $?
+fi
+
+find_python
+for entry in "${specs[@]}"; do
+    read -r spec rtol <<<"$entry"
+    name=$(basename "$spec" .lua)
+    run_suite "conformance/$name" ./fsdpgen test "$spec" --cuda
+    if [ -z "$py" ]; then
+        skipped+=("CUDA vs CPU $name: SKIP no python3 with torch")
+        continue
+    fi
+    ./fsdpgen run "$spec" -- --steps 5 --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
+    ./fsdpgen run "$spec" --cuda -- --steps 5 --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
+    PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name" "$py" tests/cuda_step/compare_runs.py \
+        "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
+        "$work/$name.cuda.safetensors" "$rtol" "$name"
+done
+
+sanitizer=/usr/local/cuda/bin/compute-sanitizer
+command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=compute-sanitizer
+if [ -x "$sanitizer" ] || command -v "$sanitizer" >/dev/null 2>&1; then
+    spec=tests/specs/conformance/mlp_w2_sgd_prefetch.lua
+    bin=build/mlp_w2_sgd_prefetch/mlp_w2_sgd_prefetch_cuda
+    for tool in memcheck racecheck; do
+        if "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin" --steps 2 --no-graph >"$work/san.log" 2>&1; then
+            pass "compute-sanitizer --tool $tool on $spec (2 steps): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/san.log" | tail -n 1)"
+        else
+            tail -n 30 "$work/san.log"
+            fail "compute-sanitizer --tool $tool on $spec"
+        fi
+    done
+else
+    skipped+=("compute-sanitizer: SKIP not found")
+fi
+suite_summary
