@@ -38,7 +38,8 @@ run_suite "generator: layout units" lua5.4 tests/generator/unit_layout.lua
 run_suite "generator: seed conformance" lua5.4 tests/generator/seed_conformance.lua
 run_suite "generator: bad specs" lua5.4 tests/generator/spec_errors.lua
 run_suite "generator: golden schedules" lua5.4 tests/generator/golden_schedules.lua
-for suite in runtime kernels io train conformance torch cuda; do
+run_suite "generator: forward all-gathers" lua5.4 tests/generator/forward_all_gathers.lua
+for suite in runtime kernels io train conformance torch cuda cuda_step; do
   if [[ -x tests/$suite/run.sh ]]; then
     run_suite "runtime: $suite" tests/$suite/run.sh
   fi
