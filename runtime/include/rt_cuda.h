@@ -43,6 +43,39 @@ void rt_cuda_set_stream(void* stream);
 // This thread's current stream (NULL: the legacy default stream).
 void* rt_cuda_get_stream(void);
 
+// ----------------------------------------------------------------------------
+// graph-safe optimizer steps: rt_optim.h's steps with the 1-based step count read from
+// device memory (d_step, an int64 the step backend increments on the device) when the
+// kernel runs, so one captured graph serves every step. Same element arithmetic as
+// rt_sgd_step / rt_adam_step / rt_adamw_step (one shared function): for the same step the
+// results are bit-identical. adamw != 0: AdamW (decoupled weight decay), else Adam (L2).
+
+void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
+                           const int64_t* d_step, double lr, double beta1, double beta2,
+                           double eps, double weight_decay, int adamw);
+void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
+                          const int64_t* d_step, double lr, double momentum, double dampening,
+                          double weight_decay, int nesterov);
+
+// ----------------------------------------------------------------------------
+// graph-safe gradient clipping, the device-side form of what the CPU step does
+// (local = sum of rt_sumsq over the rank's shards in double; sum = (float)local, all-reduced
+// over the shard group; total_norm = sqrt(sum); each shard scaled by rt_clip_coef):
+//   cudaMemsetAsync(d_acc, 0, sizeof(double), stream);
+//   for each shard: rt_cuda_sumsq_accumulate(d_acc, grad, n);
+//   rt_cuda_sumsq_to_float(d_sum, d_acc);  then all-reduce d_sum (NCCL, fp32 sum);
+//   for each shard: rt_cuda_clip_by_total(grad, n, d_sum, max_norm);
+
+// *d_acc += sum of x[i]^2 (in double, deterministic: fixed order for a given n; the
+// partial sums are rt_sumsq's), on the thread's stream.
+void rt_cuda_sumsq_accumulate(double* d_acc, const float* x, size_t n);
+// *d_out = (float)*d_acc, on the thread's stream.
+void rt_cuda_sumsq_to_float(float* d_out, const double* d_acc);
+// x *= rt_clip_coef(sqrt((double)*d_total_sumsq), max_norm), the coefficient computed on the
+// device when the kernel runs (no-op when it is 1); the same bits as rt_clip_grad_norm with
+// that norm.
+void rt_cuda_clip_by_total(float* x, size_t n, const float* d_total_sumsq, double max_norm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,8 @@
 # Tests needing a GPU skip cleanly (`SKIP ...: no GPU`, `0 passed, 0 failed`) where
 # cudaGetDeviceCount finds no device; where it does, test_cuda_kernels compares every CUDA
 # kernel with the CPU kernel and test_cuda_streams checks streams and CUDA-graph capture.
+# test_optim_math runs everywhere: the optimizer math shared by host and device, compiled
+# for the host, against the CPU optimizers.
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
@@ -24,7 +26,7 @@ if ! ninja -f runtime/cuda.ninja cuda cuda_tests; then
 fi
 echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 
-tests="test_cuda_kernels test_cuda_streams"
+tests="test_optim_math test_cuda_kernels test_cuda_streams"
 
 passed=0
 failed=0

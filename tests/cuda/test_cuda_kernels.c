@@ -21,6 +21,7 @@
 #include "check.h"
 #include "cuda_helpers.h"
 #include "rt_check.h"
+#include "rt_cuda.h"
 
 // the CUDA backend: rt_*
 #include "rt_kernels.h"
@@ -525,53 +526,74 @@ static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) 
 }
 
 // ----------------------------------------------------------------------------
-// optimizers and clipping (three steps each; the GPU is expected to give the CPU's bits)
+// optimizers and clipping (three steps each; the GPU is expected to give the CPU's bits),
+// with the host step count (rt_optim.h) and with the step count in device memory
+// (rt_cuda.h's graph-safe variants)
+
+static void set_dev_step(int64_t* d_step, int64_t step) {
+    RT_CHECK_CUDA(cudaMemcpy(d_step, &step, sizeof step, cudaMemcpyHostToDevice));
+}
 
 static void test_optim(void) {
     const size_t n = 10007;
     float* g[3] = {hrand(n, 1.0f, 0.0f), hrand(n, 0.1f, 0.0f), hrand(n, 3.0f, 0.0f)};
     float* d_g[3] = {dup(g[0], n), dup(g[1], n), dup(g[2], n)};
+    int64_t* d_step = dalloc(sizeof(int64_t));
     for (int kind = 0; kind < 5; kind++) {
         static const char* names[5] = {"sgd", "sgd momentum+dampening+wd", "sgd nesterov+wd",
                                        "adam wd=0.01", "adamw"};
         float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.0f, 0.0f), *v = hrand(n, 0.0f, 0.0f);
         float *d_p = dup(p, n), *d_m = dup(m, n), *d_v = dup(v, n);
+        float *e_p = dup(p, n), *e_m = dup(m, n), *e_v = dup(v, n);  // device-step variant
         for (int64_t step = 1; step <= 3; step++) {
             const float* gs = g[step - 1];
             const float* d_gs = d_g[step - 1];
+            set_dev_step(d_step, step);
             switch (kind) {
                 case 0:
                     cpu_rt_sgd_step(p, gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
                     rt_sgd_step(d_p, d_gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, NULL, n, d_step, 0.1, 0.0, 0.0, 0.0, 0);
                     break;
                 case 1:
                     cpu_rt_sgd_step(p, gs, m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
                     rt_sgd_step(d_p, d_gs, d_m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, 0.1, 0.9, 0.1, 0.01, 0);
                     break;
                 case 2:
                     cpu_rt_sgd_step(p, gs, m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
                     rt_sgd_step(d_p, d_gs, d_m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, 0.05, 0.9, 0.0, 0.01, 1);
                     break;
                 case 3:
                     cpu_rt_adam_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
                     rt_adam_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, 1e-2, 0.9, 0.999, 1e-8,
+                                          0.01, 0);
                     break;
                 default:
                     cpu_rt_adamw_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
                     rt_adamw_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
+                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, 1e-2, 0.9, 0.95, 1e-8,
+                                          0.1, 1);
                     break;
             }
         }
-        char nm[96];
+        char nm[128];
         snprintf(nm, sizeof nm, "%s: param after 3 steps (n=%zu)", names[kind], n);
         cmp(nm, d_p, p, n, TOL_EXACT);
         if (kind > 0) cmp("  ... exp_avg / momentum_buf", d_m, m, n, TOL_EXACT);
         if (kind > 2) cmp("  ... exp_avg_sq", d_v, v, n, TOL_EXACT);
+        snprintf(nm, sizeof nm, "%s, step count on the device (rt_cuda_*_step_dev): param",
+                 names[kind]);
+        cmp(nm, e_p, p, n, TOL_EXACT);
+        if (kind > 0) cmp("  ... exp_avg / momentum_buf", e_m, m, n, TOL_EXACT);
+        if (kind > 2) cmp("  ... exp_avg_sq", e_v, v, n, TOL_EXACT);
         free(p), free(m), free(v);
-        dfree(d_p), dfree(d_m), dfree(d_v);
+        dfree(d_p), dfree(d_m), dfree(d_v), dfree(e_p), dfree(e_m), dfree(e_v);
     }
 
-    // clipping
+    // clipping with a host norm
     CHECK(rt_clip_coef(10.0, 1.0) == cpu_rt_clip_coef(10.0, 1.0) &&
               rt_clip_coef(0.5, 1.0) == 1.0f,
           "clip_coef(10, 1) = %.9g, clip_coef(0.5, 1) = 1", rt_clip_coef(10.0, 1.0));
@@ -582,7 +604,43 @@ static void test_optim(void) {
     cmp("clip_grad_norm scaled grads", d_g[0], gc, n, TOL_EXACT);
     (void)rt_clip_grad_norm(d_g[0], n, 0.5, 2.0);  // coef 1: untouched
     cmp("clip_grad_norm below max_norm: untouched", d_g[0], gc, n, TOL_EXACT);
+
+    // clipping with the norm on the device: the sum of squares of three shards accumulated
+    // in double, rounded to float, then each shard scaled, as the CPU step does on the host
+    double* d_acc = dalloc(sizeof(double));
+    float* d_sum = dalloc(sizeof(float));
+    RT_CHECK_CUDA(cudaMemset(d_acc, 0, sizeof(double)));
+    double host_local = 0.0, cpu_local = 0.0;
+    for (int i = 0; i < 3; i++) {
+        rt_cuda_sumsq_accumulate(d_acc, d_g[i], n - (size_t)i);  // odd sizes
+        host_local += rt_sumsq(d_g[i], n - (size_t)i);
+        cpu_local += cpu_rt_sumsq(i == 0 ? gc : g[i], n - (size_t)i);  // g[0] clipped above
+    }
+    rt_cuda_sumsq_to_float(d_sum, d_acc);
+    double acc = 0.0;
+    float sum = 0.0f;
+    RT_CHECK_CUDA(cudaMemcpy(&acc, d_acc, sizeof acc, cudaMemcpyDeviceToHost));
+    RT_CHECK_CUDA(cudaMemcpy(&sum, d_sum, sizeof sum, cudaMemcpyDeviceToHost));
+    CHECK(acc == host_local && sum == (float)host_local &&
+              fabs(acc - cpu_local) <= 1e-12 * cpu_local,
+          "sumsq_accumulate over 3 shards: %.17g == sum of rt_sumsq (CPU %.17g, rel diff %.3g); "
+          "to_float %.9g",
+          acc, cpu_local, fabs(acc - cpu_local) / cpu_local, sum);
+    const double max_norms[2] = {0.5 * sqrt((double)sum), 2.0 * sqrt((double)sum)};
+    for (int c = 0; c < 2; c++) {
+        float* want = down(d_g[1], n);  // the host-norm path on a copy
+        float* d_want = dup(want, n);
+        (void)rt_clip_grad_norm(d_want, n, sqrt((double)sum), max_norms[c]);
+        rt_cuda_clip_by_total(d_g[1], n, d_sum, max_norms[c]);
+        char nm[128];
+        snprintf(nm, sizeof nm, "clip_by_total (norm on the device, %s) == clip_grad_norm",
+                 c ? "below max_norm: untouched" : "coefficient 0.5");
+        cmp_dev(nm, d_g[1], d_want, n, TOL_EXACT);
+        free(want);
+        dfree(d_want);
+    }
     free(gc);
+    dfree(d_acc), dfree(d_sum), dfree(d_step);
     for (int i = 0; i < 3; i++) {
         free(g[i]);
         dfree(d_g[i]);

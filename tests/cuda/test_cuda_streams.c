@@ -1,9 +1,14 @@
-// Tests of the CUDA kernels' streams (rt_cuda.h): the per-thread stream setting, the same
-// bits on a created stream as on the legacy default stream, and a small training step
-// (linear, LayerNorm, GELU, dropout, cross-entropy, their backwards) captured into a CUDA
-// graph on that stream in the strict capture mode (cudaStreamCaptureModeGlobal: any
-// synchronizing, allocating or legacy-stream call inside the step fails the capture) and
-// replayed, which must reproduce the eager step's bits.
+// Tests of the CUDA kernels' streams and graph-safe steps (rt_cuda.h): the per-thread
+// stream setting, and a small training step (linear, LayerNorm, dropout, GELU,
+// cross-entropy, their backwards, gradient clipping, AdamW and SGD with momentum) run three
+// ways, three steps each, which must give the same bits:
+//   * eagerly on the legacy default stream with rt_optim.h's host step count and host norm
+//     (rt_sumsq, rt_clip_grad_norm);
+//   * eagerly on a created stream with rt_cuda.h's device step count and device norm;
+//   * captured once into a CUDA graph on that stream in the strict capture mode
+//     (cudaStreamCaptureModeGlobal: any synchronizing, allocating or legacy-stream call
+//     inside the step fails the capture) and replayed for each step, only the device step
+//     counter changing between replays.
 //
 // Without a GPU (cudaGetDeviceCount reports none, as in CI) it prints a SKIP line and
 // `0 passed, 0 failed`.
@@ -32,14 +37,19 @@ typedef struct {
     float *loss, *losses;                                  // loss outputs
     float *dlogits, *dact, *ddrop, *dln, *dh;              // activation gradients
     float *dw1, *db1, *dw2, *dlnw, *dlnb;                  // parameter gradients
+    float *m1, *v1, *mom2;                                 // AdamW state of w1, SGD's of w2
+    float* sum;                                            // the grad norm's sum of squares
     int32_t* targets;
+    int64_t* step;  // the device step counter
+    double* acc;    // the sum of squares in double
 } step_bufs;
 
 #define STEP_FIELDS(X)                                                                   \
     X(x, N * C) X(w1, H * C) X(b1, H) X(w2, V * H) X(lnw, H) X(lnb, H) X(h, N * H)       \
     X(ln, N * H) X(mean, N) X(rstd, N) X(drop, N * H) X(act, N * H) X(logits, N * V)    \
     X(loss, 1) X(losses, N) X(dlogits, N * V) X(dact, N * H) X(ddrop, N * H)            \
-    X(dln, N * H) X(dh, N * H) X(dw1, H * C) X(db1, H) X(dw2, V * H) X(dlnw, H) X(dlnb, H)
+    X(dln, N * H) X(dh, N * H) X(dw1, H * C) X(db1, H) X(dw2, V * H) X(dlnw, H) X(dlnb, H)  \
+    X(m1, H * C) X(v1, H * C) X(mom2, V * H) X(sum, 1)
 
 static step_bufs step_alloc(void) {
     step_bufs s;
@@ -51,9 +61,13 @@ static step_bufs step_alloc(void) {
     }
     STEP_FIELDS(ALLOC)
 #undef ALLOC
+    RT_CHECK_CUDA(cudaMemset(s.m1, 0, (size_t)H * C * sizeof(float)));  // Adam: zero state
+    RT_CHECK_CUDA(cudaMemset(s.v1, 0, (size_t)H * C * sizeof(float)));
     int32_t t[N];
     for (int i = 0; i < N; i++) t[i] = (i % 7 == 3) ? RT_IGNORE_INDEX : (int32_t)((i * 37) % V);
     s.targets = dup_i32(t, N);
+    s.step = dalloc(sizeof(int64_t));
+    s.acc = dalloc(sizeof(double));
     return s;
 }
 
@@ -61,13 +75,13 @@ static void step_free(step_bufs* s) {
 #define FREE(f, n) dfree(s->f);
     STEP_FIELDS(FREE)
 #undef FREE
-    dfree(s->targets);
+    dfree(s->targets), dfree(s->step), dfree(s->acc);
 }
 
 // Copies every buffer of `from` into `to` (device to device, synchronously: test setup).
 static void step_copy(step_bufs* to, const step_bufs* from) {
 #define COPY(f, n) \
-    RT_CHECK_CUDA(cudaMemcpy(to->f, from->f, (size_t)(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(to->f, from->f, (size_t)(n) * sizeof(float), cudaMemcpyDefault));
     STEP_FIELDS(COPY)
 #undef COPY
 }
@@ -82,8 +96,8 @@ static void step_cmp(const char* what, const step_bufs* got, const step_bufs* wa
 #undef CMP
 }
 
-// The step itself: only rt_* kernel calls, all on the calling thread's stream.
-static void step_run(step_bufs* s) {
+// Forward and backward: only rt_* kernel calls, all on the calling thread's stream.
+static void step_forward_backward(step_bufs* s) {
     rt_linear_forward(s->h, s->x, s->w1, s->b1, N, C, H);
     rt_layernorm_forward(s->ln, s->mean, s->rstd, s->h, s->lnw, s->lnb, N, H, RT_LAYERNORM_EPS);
     rt_dropout_forward(s->drop, s->ln, (size_t)N * H, 0.1f, 1234, 5, 0);
@@ -109,6 +123,44 @@ static void step_run(step_bufs* s) {
     rt_linear_backward(NULL, s->dw1, s->db1, s->dh, s->x, s->w1, N, C, H);
     rt_scale(s->dw1, s->dw1, (size_t)H * C, 0.5f);
     rt_copy(s->dact, s->dh, (size_t)N * H);
+}
+
+#define MAX_NORM 0.05  // small enough to clip
+#define LR 1e-2
+
+// Clipping and optimizer with the host step count and norm (rt_optim.h, as the CPU step).
+static float step_optimize_host(step_bufs* s, int64_t step) {
+    const double local = rt_sumsq(s->dw1, (size_t)H * C) + rt_sumsq(s->dw2, (size_t)V * H);
+    const float sum = (float)local;  // the CPU step all-reduces this float
+    RT_CHECK_CUDA(cudaMemcpyAsync(s->sum, &sum, sizeof sum, cudaMemcpyHostToDevice,
+                                  (cudaStream_t)rt_cuda_get_stream()));
+    const double total = sqrt((double)sum);
+    const float coef = rt_clip_grad_norm(s->dw1, (size_t)H * C, total, MAX_NORM);
+    (void)rt_clip_grad_norm(s->dw2, (size_t)V * H, total, MAX_NORM);
+    rt_adamw_step(s->w1, s->dw1, s->m1, s->v1, (size_t)H * C, step, LR, 0.9, 0.95, 1e-8, 0.1);
+    rt_sgd_step(s->w2, s->dw2, s->mom2, (size_t)V * H, step, LR, 0.9, 0.1, 0.01, 1);
+    return coef;
+}
+
+// The same with the step count and norm in device memory (rt_cuda.h): capturable.
+static void step_optimize_dev(step_bufs* s) {
+    RT_CHECK_CUDA(cudaMemsetAsync(s->acc, 0, sizeof(double), (cudaStream_t)rt_cuda_get_stream()));
+    rt_cuda_sumsq_accumulate(s->acc, s->dw1, (size_t)H * C);
+    rt_cuda_sumsq_accumulate(s->acc, s->dw2, (size_t)V * H);
+    rt_cuda_sumsq_to_float(s->sum, s->acc);
+    rt_cuda_clip_by_total(s->dw1, (size_t)H * C, s->sum, MAX_NORM);
+    rt_cuda_clip_by_total(s->dw2, (size_t)V * H, s->sum, MAX_NORM);
+    rt_cuda_adam_step_dev(s->w1, s->dw1, s->m1, s->v1, (size_t)H * C, s->step, LR, 0.9, 0.95,
+                          1e-8, 0.1, 1);
+    rt_cuda_sgd_step_dev(s->w2, s->dw2, s->mom2, (size_t)V * H, s->step, LR, 0.9, 0.1, 0.01, 1);
+}
+
+static void set_step(step_bufs* s, int64_t step) {  // outside the graph, on the stream
+    static int64_t host_step;  // pinned would be faster; pageable is fine for a test
+    host_step = step;
+    RT_CHECK_CUDA(cudaMemcpyAsync(s->step, &host_step, sizeof host_step, cudaMemcpyHostToDevice,
+                                  (cudaStream_t)rt_cuda_get_stream()));
+    RT_CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)rt_cuda_get_stream()));
 }
 
 // ----------------------------------------------------------------------------
@@ -144,53 +196,64 @@ static void test_stream_setting(cudaStream_t s) {
 }
 
 // ----------------------------------------------------------------------------
-// eager on the legacy stream == eager on a created stream == graph replay on that stream
+// host-step eager on the legacy stream == device-step eager on a created stream == graph
+// replays on that stream, after every step
 
-static void test_step_on_streams(cudaStream_t s) {
-    step_bufs init = step_alloc(), legacy = step_alloc(), eager = step_alloc(),
+static void test_steps_on_streams(cudaStream_t s) {
+    step_bufs init = step_alloc(), host = step_alloc(), eager = step_alloc(),
               graphed = step_alloc();
-
-    // the reference: the step on the legacy default stream
-    step_copy(&legacy, &init);
-    rt_cuda_set_stream(NULL);
-    step_run(&legacy);
-    RT_CHECK_CUDA(cudaDeviceSynchronize());
-
-    // the same step on s, eagerly
+    step_copy(&host, &init);
     step_copy(&eager, &init);
-    rt_cuda_set_stream(s);
-    step_run(&eager);
-    RT_CHECK_CUDA(cudaStreamSynchronize(s));
-    step_cmp("step on a created stream == on the legacy stream", &eager, &legacy);
-    rt_cuda_set_stream(NULL);
-    const double ss_legacy = rt_sumsq(legacy.dw1, (size_t)H * C);
-    rt_cuda_set_stream(s);
-    const double ss_stream = rt_sumsq(eager.dw1, (size_t)H * C);
-    CHECK(ss_stream == ss_legacy, "rt_sumsq on the created stream (waits for it only): %.17g",
-          ss_stream);
-
-    // captured in the strict mode, then replayed twice from the initial buffers
     step_copy(&graphed, &init);
+
+    // captured once, in the strict mode
+    rt_cuda_set_stream(s);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     RT_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    step_run(&graphed);
+    step_forward_backward(&graphed);
+    step_optimize_dev(&graphed);
     RT_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
     size_t nodes = 0;
     RT_CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
     RT_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    CHECK(nodes > 20, "step captured in cudaStreamCaptureModeGlobal: %zu graph nodes", nodes);
-    for (int replay = 1; replay <= 2; replay++) {
+    CHECK(nodes > 30, "training step captured in cudaStreamCaptureModeGlobal: %zu graph nodes",
+          nodes);
+
+    for (int64_t step = 1; step <= 3; step++) {
+        char what[96];
+        // the reference: host step count and norm, legacy default stream
+        rt_cuda_set_stream(NULL);
+        step_forward_backward(&host);
+        const float coef = step_optimize_host(&host, step);
+        RT_CHECK_CUDA(cudaDeviceSynchronize());
+        // device step count and norm, eagerly on s
+        rt_cuda_set_stream(s);
+        set_step(&eager, step);
+        step_forward_backward(&eager);
+        step_optimize_dev(&eager);
+        RT_CHECK_CUDA(cudaStreamSynchronize(s));
+        snprintf(what, sizeof what, "step %d (clip coef %.6g), device step on a stream == host",
+                 (int)step, coef);
+        step_cmp(what, &eager, &host);
+        // graph replay
+        set_step(&graphed, step);
         RT_CHECK_CUDA(cudaGraphLaunch(exec, s));
         RT_CHECK_CUDA(cudaStreamSynchronize(s));
-        char what[64];
-        snprintf(what, sizeof what, "graph replay %d == eager step", replay);
-        step_cmp(what, &graphed, &legacy);
+        snprintf(what, sizeof what, "step %d, graph replay == host", (int)step);
+        step_cmp(what, &graphed, &host);
     }
     RT_CHECK_CUDA(cudaGraphExecDestroy(exec));
     RT_CHECK_CUDA(cudaGraphDestroy(graph));
+
+    // rt_sumsq on a created stream waits for that stream only, same value
     rt_cuda_set_stream(NULL);
-    step_free(&init), step_free(&legacy), step_free(&eager), step_free(&graphed);
+    const double ss_legacy = rt_sumsq(host.dw1, (size_t)H * C);
+    rt_cuda_set_stream(s);
+    const double ss_stream = rt_sumsq(eager.dw1, (size_t)H * C);
+    CHECK(ss_stream == ss_legacy, "rt_sumsq on the created stream: %.17g", ss_stream);
+    rt_cuda_set_stream(NULL);
+    step_free(&init), step_free(&host), step_free(&eager), step_free(&graphed);
 }
 
 // ----------------------------------------------------------------------------
@@ -209,7 +272,7 @@ int main(void) {
     cudaStream_t s;
     RT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     test_stream_setting(s);
-    test_step_on_streams(s);
+    test_steps_on_streams(s);
     RT_CHECK_CUDA(cudaStreamDestroy(s));
     return check_summary();
 }
