@@ -1,38 +1,56 @@
 // Communicator interface: the collectives FSDP needs (all-gather, reduce-scatter,
-// all-reduce, broadcast, barrier) and communicator splitting, behind one API with two
+// all-reduce, broadcast, barrier) and communicator splitting, behind one API with three
 // backends:
-//   threads  ranks are threads of one process; collectives go through shared memory and
-//            block on futexes (no busy-waiting), each rank doing its own slice of the work.
-//   nccl     the same calls over NCCL, one thread per GPU (librt_nccl.a; needs CUDA).
+//   threads     ranks are threads of one process; collectives go through shared memory and
+//               block on futexes (no busy-waiting), each rank doing its own slice of the
+//               work (librt_core.a).
+//   nccl        the same calls over NCCL, one GPU per rank: one thread per GPU in one
+//               process (rt_nccl_run), or one process per GPU started by mpirun/srun
+//               (rt_mpi_run, librt_mpi.a) (librt_nccl.a; needs CUDA).
+//   cuda_local  N ranks as threads of one process sharing ONE GPU (rt_cuda_local_run,
+//               librt_cuda_local.a), to test the multi-rank schedule on a single-GPU
+//               machine: the threads backend's rendezvous on the host, data moved by
+//               stream-ordered copies and kernels on the GPU.
 //
-// Semantics shared by both backends:
+// Semantics shared by the backends:
 // - Every call is collective over the communicator: all its ranks make the same calls in
 //   the same order with the same count, dtype and reduction.
-// - `stream` is an opaque cudaStream_t for the nccl backend (NULL = default stream; the
-//   call is enqueued and returns before the data moves). The threads backend ignores it
-//   and completes the collective before returning.
-// - Buffers are host memory (threads) or device memory (nccl); rt_comm_buffer_* allocate
-//   and move data where the backend wants it, so callers can stay backend-agnostic.
-// - Reductions (threads backend): every element is accumulated in fp32 in rank order
-//   0..n-1 and rounded once to the buffer's dtype, so bf16/fp16 results are the correctly
-//   rounded fp32 sums (NCCL itself accumulates in the buffer type, so results may differ
-//   by a rounding step there). AVG is a pre-multiplied sum by 1/n (as NCCL does for
-//   floating types); PREMUL_SUM multiplies each input by the fp32 factor before summing
-//   (ncclRedOpCreatePreMulSum). Reductions support fp32, bf16 and fp16.
+// - `stream` is an opaque cudaStream_t for the nccl and cuda_local backends (NULL = the
+//   legacy default stream; the call is enqueued and returns before the data moves). The
+//   threads backend ignores it and completes the collective before returning.
+// - Buffers are host memory (threads) or device memory (nccl, cuda_local);
+//   rt_comm_buffer_* allocate and move data where the backend wants it, so callers can
+//   stay backend-agnostic.
+// - Reductions (threads and cuda_local backends): every element is accumulated in fp32 in
+//   rank order 0..n-1 and rounded once to the buffer's dtype, so bf16/fp16 results are the
+//   correctly rounded fp32 sums and the two backends give the same bits (NaN results are
+//   NaN in both; their payload and sign may differ). NCCL itself accumulates in the buffer
+//   type, so its results may differ by a rounding step. AVG is a pre-multiplied sum by 1/n
+//   (as NCCL does for floating types); PREMUL_SUM multiplies each input by the fp32 factor
+//   before summing (ncclRedOpCreatePreMulSum). Reductions support fp32, bf16 and fp16.
 // - Errors: calls return RT_OK (0) or a negative rt_status. A failed collective poisons
 //   its communicator: the rank that detects it prints one line to stderr naming the
 //   operation, the communicator and the ranks at fault, every rank's pending and later
 //   calls on that communicator return the same status, and rt_comm_last_error() returns
-//   the line. rt_threads_run then returns non-zero.
+//   the line. The launchers then return non-zero.
 // - A rank that never joins a collective is reported after the timeout (default 60 s,
 //   env RT_COMM_TIMEOUT_MS, or rt_comm_set_timeout_ms), or at once when that rank's
-//   function has already returned (threads backend). The nccl backend uses non-blocking
-//   communicators: creation, split and the enqueue are bounded by the timeout, and an
-//   enqueued collective that has not completed on the GPU by its deadline (enqueue time +
-//   timeout) is reported by the next call on that handle that checks it (every call
-//   checks without waiting; rt_comm_sync, rt_comm_barrier and the buffer copies wait),
-//   after which the communicator is aborted (ncclCommAbort). NCCL cannot say which ranks
-//   are missing, so its message says that some of the other ranks never joined.
+//   function has already returned (threads and cuda_local). The nccl backend uses
+//   non-blocking communicators: creation, split and the enqueue are bounded by the
+//   timeout, and an enqueued collective that has not completed on the GPU by its deadline
+//   (enqueue time + timeout) is reported by the next call on that handle that checks it
+//   (every call checks without waiting; rt_comm_sync, rt_comm_barrier and the buffer
+//   copies wait), after which the communicator is aborted (ncclCommAbort). NCCL cannot
+//   say which ranks are missing, so its message says that some of the other ranks never
+//   joined.
+// - CUDA graphs. nccl: collectives may be captured into a CUDA graph (cudaStreamIsCapturing
+//   is checked on every call); a captured collective is not tracked, so its timeout is not
+//   enforced when the graph is replayed (a missing rank hangs the replay), and
+//   rt_comm_sync / rt_comm_barrier on a capturing stream return RT_ERR_ARG with a message
+//   (they would have to wait). cuda_local: NOT capturable (its ranks wait on each other's
+//   CUDA events across threads); a collective on a capturing stream fails the communicator
+//   with RT_ERR_ARG, rt_comm_sync returns RT_ERR_ARG. The step backend turns graphs off in
+//   local mode.
 #ifndef RT_COMM_H
 #define RT_COMM_H
 
@@ -83,7 +101,7 @@ typedef struct rt_comm rt_comm;
 
 int rt_comm_rank(const rt_comm* comm);  // -1 for NULL
 int rt_comm_size(const rt_comm* comm);  // -1 for NULL
-const char* rt_comm_backend(const rt_comm* comm);  // "threads" or "nccl"
+const char* rt_comm_backend(const rt_comm* comm);  // "threads", "nccl" or "cuda_local"
 // A readable name: "world", "world/split(color 2)", ... (for messages).
 const char* rt_comm_name(const rt_comm* comm);
 
@@ -131,7 +149,8 @@ int rt_comm_broadcast(rt_comm* comm, const void* sendbuf, void* recvbuf, int64_t
                       rt_dtype dtype, int root, void* stream);
 
 // Returns once every rank has entered (nccl: enqueues a tiny all-reduce on stream and
-// waits for it).
+// waits for it; cuda_local: also waits until every rank's work enqueued before it on the
+// GPU is done).
 int rt_comm_barrier(rt_comm* comm, void* stream);
 
 // ---- sub-communicators ------------------------------------------------------------------
@@ -144,13 +163,16 @@ int rt_comm_split(rt_comm* parent, int color, int key, rt_comm** out);
 
 // ---- buffers where the backend wants them -----------------------------------------------
 
-// Host memory (threads) or device memory on this rank's GPU (nccl). NULL on failure.
+// Host memory (threads) or device memory on this rank's GPU (nccl, cuda_local). NULL on
+// failure (cuda_local: with a line naming cudaMalloc on stderr and in last_error).
 void* rt_comm_buffer_alloc(rt_comm* comm, size_t bytes);
 void rt_comm_buffer_free(rt_comm* comm, void* buf);
-// Copies between host memory and a backend buffer (synchronous). Return 0 or an rt_status.
+// Copies between host memory and a backend buffer (synchronous; nccl and cuda_local first
+// wait for this rank's collectives on this communicator). Return 0 or an rt_status.
 int rt_comm_buffer_write(rt_comm* comm, void* dst, const void* host_src, size_t bytes);
 int rt_comm_buffer_read(rt_comm* comm, void* host_dst, const void* src, size_t bytes);
-// Waits until everything enqueued on stream finished (no-op for threads).
+// Waits until everything enqueued on stream (and this rank's collectives on this
+// communicator) finished (no-op for threads).
 int rt_comm_sync(rt_comm* comm, void* stream);
 
 // ---- launchers --------------------------------------------------------------------------
@@ -176,5 +198,18 @@ int rt_nccl_device_count(void);
 int rt_nccl_get_unique_id(void* id_out, size_t id_bytes);
 int rt_nccl_comm_init(int world, const void* id, size_t id_bytes, int rank, int device,
                       rt_comm** out);
+
+// cuda_local backend (librt_cuda_local.a; link with -lcudart): `world` threads of this
+// process (1 <= world <= 128), every one calling cudaSetDevice(device) before fn, all on
+// that one GPU. Collectives are stream-ordered and asynchronous: the host threads meet at
+// the enqueue (exchanging buffer pointers and CUDA events; timeouts, mismatches and
+// rt_comm_abort as the threads backend), then each rank's stream waits for its peers'
+// inputs, does its part (copies, or a reduction kernel reading every rank's input), and
+// waits for every peer's part before it goes on, so an input may be reused right after the
+// call. Results are bit-identical to the threads backend. Not CUDA-graph capturable (see
+// above). Same return convention as rt_threads_run (2: bad world/device/fn; 1: a failure,
+// including no usable GPU or device >= the visible count); each rank waits for what it
+// left on the GPU before its function's end is reported. Restores the caller's device.
+int rt_cuda_local_run(int world, int device, rt_rank_fn fn, void* arg);
 
 #endif
