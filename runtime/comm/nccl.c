@@ -20,6 +20,13 @@
 // NCCL cannot tell which peers are missing, so the line cannot name them (the threads
 // backend does).
 //
+// CUDA graphs. A collective enqueued on a stream that is being captured (checked with
+// cudaStreamIsCapturing on every call) is captured with NCCL's own graph support; it is
+// not put in the in-flight queue (no event recorded on the capturing stream, and no
+// cudaEventQuery on that path, which capture forbids), so the timeout is not enforced
+// when the graph is replayed. rt_comm_sync and rt_comm_barrier, which would have to
+// wait, return RT_ERR_ARG on a capturing stream and leave the communicator usable.
+//
 // Other differences from the threads backend, by NCCL's design: reductions accumulate in
 // the buffer type (bf16/fp16 round at every step); a failure is only seen by the rank that
 // detects it (peers time out in turn); rt_comm_abort calls ncclCommAbort.
@@ -168,6 +175,31 @@ static int refuse_if_failed(nhandle* h) {
     return h->failed;  // last_error already holds the message
 }
 
+// ---- CUDA graph capture -----------------------------------------------------------------
+
+// *cap = 1 when stream is being captured into a CUDA graph. Returns 0 or fails the handle
+// (e.g. the legacy stream queried while another thread captures in global mode).
+static int capture_state(nhandle* h, const char* opname, void* stream, int* cap) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
+    *cap = e == cudaSuccess && cs != cudaStreamCaptureStatusNone;
+    return e == cudaSuccess ? 0 : cuda_err(h, opname, e);
+}
+
+// rt_comm_sync / rt_comm_barrier on a capturing stream: they would have to wait for the
+// GPU. Prints the line, keeps it in last_error and returns RT_ERR_ARG; the communicator
+// stays usable (aborting it would call into CUDA from inside the capture).
+static int refuse_capture(nhandle* h, const char* opname) {
+    char prefix[200];
+    rt_comm_set_error(&h->base, "%s: bad argument on rank %d: the stream is being captured into "
+                      "a CUDA graph, and %s has to wait for the GPU (hint: call it outside the "
+                      "capture, after launching the graph)",
+                      rt_comm_msg_prefix(&h->base, opname, prefix, sizeof prefix), h->base.rank, opname);
+    fflush(stdout);
+    fprintf(stderr, "%s\n", h->base.last_error);
+    return RT_ERR_ARG;
+}
+
 // Waits until `nc` (h->nc, or a communicator being made from it) leaves ncclInProgress
 // (non-blocking mode), at most until start + the handle's timeout; `what` says what did
 // not finish in the timeout line. Returns 0, or fails the handle (and aborts `nc`).
@@ -232,10 +264,12 @@ static int progress(nhandle* h, int wait) {
 }
 
 // Bookkeeping after an enqueue on `stream` that started at `start`: waits out an
-// ncclInProgress result, then records the collective's event.
-static int enqueued(nhandle* h, const char* opname, ncclResult_t r, void* stream, int64_t start) {
+// ncclInProgress result, then records the collective's event, unless the stream is being
+// captured (cap): a captured collective is not tracked (its timeout is not enforced).
+static int enqueued(nhandle* h, const char* opname, ncclResult_t r, void* stream, int64_t start,
+                    int cap) {
     int st = nccl_done(h, opname, r, start);
-    if (st) return st;
+    if (st || cap) return st;
     // Queue full: wait for the oldest (bounded by its deadline).
     for (int round = 64; h->qlen == RT_NCCL_INFLIGHT; backoff(&round)) {
         st = progress(h, 0);
@@ -252,8 +286,18 @@ static int enqueued(nhandle* h, const char* opname, ncclResult_t r, void* stream
 }
 
 // Entry check of every call: refuses on a failed communicator and retires (or times out)
-// what finished so far.
-static int enter(nhandle* h) {
+// what finished so far. A collective on a capturing stream (*cap = 1) skips the retiring:
+// no cudaEventQuery while capturing.
+static int enter(nhandle* h, const char* opname, void* stream, int* cap) {
+    *cap = 0;
+    if (refuse_if_failed(h)) return h->failed;
+    int st = capture_state(h, opname, stream, cap);
+    if (st) return st;
+    return *cap ? 0 : progress(h, 0);
+}
+
+// Entry check of calls without a stream (split).
+static int enter_host(nhandle* h) {
     if (refuse_if_failed(h)) return h->failed;
     return progress(h, 0);
 }
@@ -295,17 +339,19 @@ static ncclResult_t nccl_red(nhandle* h, rt_redop op, rt_dtype dt, ncclRedOp_t* 
 static int n_all_gather(rt_comm* c, const void* send, void* recv, int64_t count, rt_dtype dt,
                         void* stream) {
     nhandle* h = (nhandle*)c;
-    int st = enter(h);
+    int cap;
+    int st = enter(h, "all_gather", stream, &cap);
     if (st) return st;
     int64_t t0 = now_ns();
     ncclResult_t r = ncclAllGather(send, recv, (size_t)count, nccl_type(dt), h->nc,
                                    (cudaStream_t)stream);
-    return enqueued(h, "all_gather", r, stream, t0);
+    return enqueued(h, "all_gather", r, stream, t0, cap);
 }
 
 static int n_reduce(nhandle* h, const char* opname, int all, const void* send, void* recv,
                     int64_t count, rt_dtype dt, rt_redop op, void* stream) {
-    int st = enter(h);
+    int cap;
+    int st = enter(h, opname, stream, &cap);
     if (st) return st;
     int64_t t0 = now_ns();
     ncclRedOp_t red;
@@ -319,7 +365,7 @@ static int n_reduce(nhandle* h, const char* opname, int all, const void* send, v
         r = ncclReduceScatter(send, recv, (size_t)count, nccl_type(dt), red, h->nc,
                               (cudaStream_t)stream);
     // The custom op may go once the enqueue finished (after an ncclInProgress too).
-    st = enqueued(h, opname, r, stream, t0);
+    st = enqueued(h, opname, r, stream, t0, cap);
     if (custom && !st) ncclRedOpDestroy(red, h->nc);
     return st;
 }
@@ -337,22 +383,27 @@ static int n_all_reduce(rt_comm* c, const void* send, void* recv, int64_t count,
 static int n_broadcast(rt_comm* c, const void* send, void* recv, int64_t count, rt_dtype dt,
                        int root, void* stream) {
     nhandle* h = (nhandle*)c;
-    int st = enter(h);
+    int cap;
+    int st = enter(h, "broadcast", stream, &cap);
     if (st) return st;
     int64_t t0 = now_ns();
     ncclResult_t r = ncclBroadcast(send, recv, (size_t)count, nccl_type(dt), root, h->nc,
                                    (cudaStream_t)stream);
-    return enqueued(h, "broadcast", r, stream, t0);
+    return enqueued(h, "broadcast", r, stream, t0, cap);
 }
 
+// A barrier waits for the GPU, which a capturing stream cannot: RT_ERR_ARG (nothing is
+// enqueued; a peer that did enqueue its barrier times out).
 static int n_barrier(rt_comm* c, void* stream) {
     nhandle* h = (nhandle*)c;
-    int st = enter(h);
+    int cap;
+    int st = enter(h, "barrier", stream, &cap);
     if (st) return st;
+    if (cap) return refuse_capture(h, "barrier");
     int64_t t0 = now_ns();
     ncclResult_t r = ncclAllReduce(h->scratch, h->scratch, 1, ncclInt32, ncclSum, h->nc,
                                    (cudaStream_t)stream);
-    st = enqueued(h, "barrier", r, stream, t0);
+    st = enqueued(h, "barrier", r, stream, t0, 0);
     return st ? st : progress(h, 1);
 }
 
@@ -388,7 +439,7 @@ static nhandle* handle_new(ncclComm_t nc, int device, const char* name, int64_t 
 
 static int n_split(rt_comm* c, int color, int key, rt_comm** out) {
     nhandle* h = (nhandle*)c;
-    int st = enter(h);
+    int st = enter_host(h);
     if (st) return st;
 #if RT_NCCL_HAS_SPLIT
     int64_t t0 = now_ns();
@@ -500,10 +551,15 @@ static int n_buf_read(rt_comm* c, void* dst, const void* src, size_t bytes) {
     return e == cudaSuccess ? 0 : cuda_err(h, "buffer_read", e);
 }
 
-// Waits for this handle's collectives (bounded), then for the rest of the stream.
+// Waits for this handle's collectives (bounded), then for the rest of the stream. A
+// capturing stream cannot be waited for: RT_ERR_ARG (refuse_capture).
 static int n_sync(rt_comm* c, void* stream) {
     nhandle* h = (nhandle*)c;
-    int st = progress(h, 1);  // after a failure the communicator is aborted: no hang below
+    int cap;
+    int st = capture_state(h, "sync", stream, &cap);
+    if (st) return st;
+    if (cap) return refuse_capture(h, "sync");
+    st = progress(h, 1);  // after a failure the communicator is aborted: no hang below
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
     if (st) return st;
     return e == cudaSuccess ? 0 : cuda_err(h, "sync", e);

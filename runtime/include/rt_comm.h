@@ -44,13 +44,14 @@
 //   say which ranks are missing, so its message says that some of the other ranks never
 //   joined.
 // - CUDA graphs. nccl: collectives may be captured into a CUDA graph (cudaStreamIsCapturing
-//   is checked on every call); a captured collective is not tracked, so its timeout is not
-//   enforced when the graph is replayed (a missing rank hangs the replay), and
+//   is checked on every call; capture in cudaStreamCaptureModeThreadLocal when the ranks
+//   are threads, as with rt_nccl_run); a captured collective is not tracked, so timeouts
+//   are NOT enforced inside a replayed graph (a missing rank hangs the replay), and
 //   rt_comm_sync / rt_comm_barrier on a capturing stream return RT_ERR_ARG with a message
-//   (they would have to wait). cuda_local: NOT capturable (its ranks wait on each other's
-//   CUDA events across threads); a collective on a capturing stream fails the communicator
-//   with RT_ERR_ARG, rt_comm_sync returns RT_ERR_ARG. The step backend turns graphs off in
-//   local mode.
+//   (they would have to wait) and leave the communicator usable. cuda_local: NOT
+//   capturable (its ranks wait on each other's CUDA events across threads); a collective
+//   (barrier included) on a capturing stream fails the communicator with RT_ERR_ARG,
+//   rt_comm_sync returns RT_ERR_ARG. The step backend turns graphs off in local mode.
 #ifndef RT_COMM_H
 #define RT_COMM_H
 

@@ -2,7 +2,11 @@
 // checks that the launcher fails with a clear error instead of crashing; with GPUs it runs
 // the collectives on one rank per visible GPU (up to 8) and compares with references, and
 // checks the timeouts: a rank that never joins communicator creation (one GPU is enough)
-// or a collective (two GPUs) is reported, the communicator aborted, nothing hangs.
+// or a collective (two GPUs) is reported, the communicator aborted, nothing hangs; and
+// CUDA graph capture: a collective captured on every rank replays correctly, while
+// rt_comm_sync / rt_comm_barrier on a capturing stream return RT_ERR_ARG and leave the
+// communicator usable.
+#include <cuda_runtime.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -114,6 +118,62 @@ static void skip_rank_fn(rt_comm* comm, void* arg) {
     rt_comm_buffer_free(comm, buf);
 }
 
+// ---- CUDA graph capture (on GPUs) --------------------------------------------------------
+
+typedef struct gctx {
+    _Atomic long wrong, errors;
+    int sync_st[8], barrier_st[8];
+} gctx;
+
+// Every rank captures an all-gather into a graph (thread-local mode: the ranks are threads
+// of one process), checks that rt_comm_sync refuses the capturing stream, then replays the
+// graph twice, clearing the output between the replays; then a barrier on a capturing
+// stream is refused and one outside the capture works.
+static void capture_fn(rt_comm* comm, void* arg) {
+    gctx* g = arg;
+    int r = rt_comm_rank(comm), n = rt_comm_size(comm);
+    const int64_t cnt = 1031;
+    float host[1031 * 8];
+    cudaStream_t st = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    void* send = rt_comm_buffer_alloc(comm, (size_t)cnt * sizeof(float));
+    void* recv = rt_comm_buffer_alloc(comm, (size_t)(cnt * n) * sizeof(float));
+    long bad = 0, err = 0;
+    err |= !send || !recv || cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess;
+    for (int64_t i = 0; i < cnt && !err; i++) host[i] = value(r, i);
+    if (!err) err |= rt_comm_buffer_write(comm, send, host, (size_t)cnt * sizeof(float)) != 0;
+    if (!err) err |= cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+    if (!err) {
+        err |= rt_comm_all_gather(comm, send, recv, cnt, RT_F32, st) != 0;
+        g->sync_st[r] = rt_comm_sync(comm, st);
+        err |= cudaStreamEndCapture(st, &graph) != cudaSuccess;
+    }
+    if (!err) err |= cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess;
+    for (int rep = 0; rep < 2 && !err; rep++) {
+        err |= cudaMemsetAsync(recv, 0, (size_t)(cnt * n) * sizeof(float), st) != cudaSuccess;
+        err |= cudaGraphLaunch(exec, st) != cudaSuccess;
+        err |= rt_comm_sync(comm, st) != 0;
+        err |= rt_comm_buffer_read(comm, host, recv, (size_t)(cnt * n) * sizeof(float)) != 0;
+        for (int s = 0; s < n && !err; s++)
+            for (int64_t i = 0; i < cnt; i++) bad += host[s * cnt + i] != value(s, i);
+    }
+    // A barrier on a capturing stream is refused; the communicator stays usable.
+    if (!err && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        cudaGraph_t g2 = NULL;
+        g->barrier_st[r] = rt_comm_barrier(comm, st);
+        if (cudaStreamEndCapture(st, &g2) == cudaSuccess && g2) cudaGraphDestroy(g2);
+        err |= rt_comm_barrier(comm, st) != 0;
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (st) cudaStreamDestroy(st);
+    rt_comm_buffer_free(comm, send);
+    rt_comm_buffer_free(comm, recv);
+    atomic_fetch_add(&g->wrong, bad);
+    atomic_fetch_add(&g->errors, err);
+}
+
 static void never_called(rt_comm* comm, void* arg) {
     (void)comm;
     (void)arg;
@@ -138,6 +198,20 @@ int main(void) {
           "NCCL world %d: all_gather, reduce_scatter sum/avg/premul, split + all_reduce, barrier: %ld elements "
           "compared, %ld wrong, %ld errors", world, (long)c.compared, (long)c.wrong, (long)c.errors);
     CHECK(rt_nccl_run(ndev + 1, never_called, NULL) == 1, "asking for %d ranks on %d GPUs fails cleanly", ndev + 1, ndev);
+
+    static gctx g;
+    rc = rt_nccl_run(world, capture_fn, &g);
+    int sync_ok = 1, barrier_ok = 1;
+    for (int r = 0; r < world; r++) {
+        sync_ok &= g.sync_st[r] == RT_ERR_ARG;
+        barrier_ok &= g.barrier_st[r] == RT_ERR_ARG;
+    }
+    CHECK(g.errors == 0 && g.wrong == 0 && sync_ok,
+          "NCCL world %d: all_gather captured into a CUDA graph, replayed twice: %ld wrong, %ld errors; "
+          "rt_comm_sync on the capturing stream: %s", world, (long)g.wrong, (long)g.errors,
+          sync_ok ? "bad argument on every rank" : "WRONG");
+    CHECK(barrier_ok && rc == 0, "rt_comm_barrier on a capturing stream: %s, then a barrier outside works; run status %d",
+          barrier_ok ? "bad argument on every rank" : "WRONG", rc);
 
     // Communicator creation where rank 1 never comes (rank 0 alone, on device 0).
     setenv("RT_COMM_TIMEOUT_MS", "1500", 1);
