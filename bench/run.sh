@@ -50,7 +50,7 @@ for c in "${configs[@]}"; do
   bytes=$(sed -n 's/^  predicted peak *\([0-9]*\).*/\1/p' "$sched")
   plan_gb[$c]=$(awk -v b="$bytes" 'BEGIN { printf "%.2f", b / 1e9 }')
   python3 bench/flops.py info "$c"
-  echo "$c: fsdpgen memory plan: predicted peak ${plan_gb[$c]} GB per GPU (compute buffers counted as fp32: an upper bound)"
+  echo "$c: fsdpgen memory plan: predicted peak ${plan_gb[$c]} GB per GPU (the arena the CUDA binary allocates; compute buffers as fp32)"
   if [[ -n $py ]]; then
     "$py" bench/torch_fsdp2.py --check-only --config "$c" --schedule "$sched" || status=1
   else

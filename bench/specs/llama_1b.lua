@@ -2,9 +2,9 @@
 -- 8 kv heads, SwiGLU 8192, vocab 128256, untied output: 1.5 B parameters), seq 2048,
 -- batch 2, one GPU. fully_shard per block and the root, bf16 parameters with fp32
 -- gradient reduction, AdamW. bench/torch_fsdp2.py builds the same model
--- (`--config llama_1b`). Batch 2 because the memory plan (an upper bound: it counts
--- compute buffers as fp32, and attention keeps its T x T probabilities) predicts 66 GB
--- per GPU at batch 2 and 105 GB at batch 4.
+-- (`--config llama_1b`). Batch 2 because the memory plan, which sizes the CUDA arena,
+-- predicts 66 GB per GPU at batch 2 and 105 GB at batch 4 (it stores compute buffers as
+-- fp32, and attention keeps its T x T probabilities).
 local fsdp, models = require("fsdp"), require("models")
 
 local model = models.Llama{ preset = "1B" }

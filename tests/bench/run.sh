@@ -34,7 +34,7 @@ for c in gpt2_124m llama_1b; do
   fi
   peak=$(sed -n 's/^  predicted peak *\([0-9]*\).*/\1/p' "$sched")
   check "$([ -n "$peak" ] && [ "$peak" -le 70000000000 ] && echo 1 || echo 0)" \
-    "$c: plans; predicted peak ${peak:-?} bytes per GPU <= 70 GB (CPU plan, compute buffers as fp32)"
+    "$c: plans; predicted peak ${peak:-?} bytes per GPU <= 70 GB (the CUDA arena; compute buffers as fp32)"
   ours=$(awk '/^    params [0-9]+, numel/ { gsub(",", "", $4); s += $4 } END { print s + 0 }' "$sched")
   table=$(flops "print(flops.param_counts(flops.CONFIGS['$c'])[0])")
   check "$(is "$ours" "$table")" "$c: fsdpgen parameters (sum of group numels) $ours == bench/flops.py's $table"
