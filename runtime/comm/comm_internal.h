@@ -1,5 +1,6 @@
 // Private: the backend vtable behind rt_comm.h and the helpers the backends share
-// (message formatting, rank-list compression). Only runtime/comm/*.c include this.
+// (message formatting, rank-list compression, the nccl launcher hooks). Only
+// runtime/comm/*.c include this.
 #ifndef RT_COMM_INTERNAL_H
 #define RT_COMM_INTERNAL_H
 
@@ -59,5 +60,14 @@ void rt_comm_set_error(rt_comm* c, const char* fmt, ...);
 // The common fields of a fresh handle (timeout from the environment or the parent).
 void rt_comm_init_base(rt_comm* c, const rt_comm_ops* ops, int rank, int size, const char* name,
                        int64_t timeout_ms);
+
+// ---- nccl launcher hooks (nccl.c), for the launchers in other files (mpi.c) ---------------
+
+// Makes a handle from rt_nccl_comm_init the launcher's world handle: rt_comm_free ignores it.
+void rt_nccl_world_own(rt_comm* c);
+// After the rank function: waits (bounded by the timeout) for what it left in flight and
+// for the device, then destroys the communicator and frees the handle. Returns 0, or the
+// failure status (a line was printed).
+int rt_nccl_world_finish(rt_comm* c);
 
 #endif

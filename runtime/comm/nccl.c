@@ -675,22 +675,32 @@ typedef struct nrank_ctx {
     int status;
 } nrank_ctx;
 
+void rt_nccl_world_own(rt_comm* c) {
+    if (c) ((nhandle*)c)->launcher_owned = 1;
+}
+
+int rt_nccl_world_finish(rt_comm* c) {
+    nhandle* h = (nhandle*)c;
+    progress(h, 1);  // what the function left in flight (bounded by the timeout)
+    int status = h->failed;
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess && !status) {
+        fprintf(stderr, "rt_comm: rank %d: cudaDeviceSynchronize after the rank function failed: "
+                        "%s\n", c->rank, cudaGetErrorString(e));
+        status = RT_ERR_BACKEND;
+    }
+    n_release(h);
+    return status;
+}
+
 static void* nrank_main(void* p) {
     nrank_ctx* ctx = p;
     rt_comm* comm = NULL;
     ctx->status = rt_nccl_comm_init(ctx->world, ctx->id, sizeof *ctx->id, ctx->rank, ctx->rank, &comm);
     if (ctx->status) return NULL;
-    nhandle* h = (nhandle*)comm;
-    h->launcher_owned = 1;
+    rt_nccl_world_own(comm);
     ctx->fn(comm, ctx->arg);
-    progress(h, 1);  // what the function left in flight (bounded by the timeout)
-    if (h->failed) ctx->status = h->failed;
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess && !ctx->status) {
-        fprintf(stderr, "rt_nccl_run: rank %d: %s\n", ctx->rank, cudaGetErrorString(e));
-        ctx->status = RT_ERR_BACKEND;
-    }
-    n_release(h);
+    ctx->status = rt_nccl_world_finish(comm);
     return NULL;
 }
 

@@ -213,4 +213,22 @@ int rt_nccl_comm_init(int world, const void* id, size_t id_bytes, int rank, int 
 // left on the GPU before its function's end is reported. Restores the caller's device.
 int rt_cuda_local_run(int world, int device, rt_rank_fn fn, void* arg);
 
+// Multi-process / multi-node runs: `mpirun -np N build/<name>/<name>` (librt_mpi.a, built
+// with mpicc; binaries built without MPI link librt_mpi_stub.a instead).
+// 1 when this process was started by an MPI launcher (mpirun/mpiexec, srun --mpi=pmix or
+// pmi2: OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE, PMI_RANK, MPI_LOCALNRANKS,
+// MV2_COMM_WORLD_SIZE or PALS_RANKID is set), else 0. In both libraries.
+int rt_mpi_launched(void);
+// One nccl rank per process: MPI_Init (unless the caller did), the number of processes
+// must equal world (else a line naming both on rank 0 and 2 on every process), the local
+// rank on this node (MPI_COMM_TYPE_SHARED) picks the GPU (local_rank % visible devices),
+// rank 0 makes the NCCL unique id and MPI_Bcast's it, rt_nccl_comm_init, fn(comm, arg) on
+// the calling thread, a bounded wait for what fn left in flight, the communicator freed,
+// MPI_Finalize (if it called MPI_Init). Returns 0; any failure (MPI, CUDA, NCCL, or the
+// communicator failed during fn) prints a line and aborts the whole MPI job (MPI_Abort),
+// so no process is left waiting for one that gave up. world < 1 or NULL fn: 2.
+// librt_mpi_stub.a: prints "fsdpgen: this binary was built without MPI (install
+// libopenmpi-dev, then rebuild)" and returns 2.
+int rt_mpi_run(int world, rt_rank_fn fn, void* arg);
+
 #endif

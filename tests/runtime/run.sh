@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the runtime core (runtime/core.ninja) and runs its test suites twice: the normal
 # build and the AddressSanitizer+UBSan build (build/runtime/asan/), plus a smoke run of
-# bench_comm. Passes every suite's output through and ends with the summed
+# bench_comm, and, where mpicc/mpirun exist, the MPI bootstrap (runtime/mpi.ninja) under
+# mpirun -np 2. Passes every suite's output through and ends with the summed
 # `N passed, N failed` line; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/../.."
@@ -44,7 +45,7 @@ run_suite() {
     fi
 }
 
-suites="test_dtype test_arena test_comm test_comm_errors test_fsdp_layout test_fsdp_collectives"
+suites="test_dtype test_arena test_comm test_comm_errors test_fsdp_layout test_fsdp_collectives test_mpi_stub"
 # The CUDA-linked suites run once, not under ASan; without a GPU they print a SKIP line.
 for t in $suites test_nccl test_cuda_local; do
     run_suite "$t" "build/runtime/$t"
@@ -73,6 +74,32 @@ if build/runtime/bench_comm --world 0 >/dev/null 2>&1; then
 else
     echo "PASS bench_comm --world 0 is rejected"
     passed=$((passed + 1))
+fi
+
+# MPI bootstrap: built with mpicc by its own fragment, run on 2 processes (bounded by a
+# timeout: a hang is a failure, not a stuck CI job).
+echo "==== test_mpi_boot (mpirun -np 2)"
+if ! command -v mpicc >/dev/null 2>&1; then
+    echo "SKIP test_mpi_boot: mpicc not found (install libopenmpi-dev to build librt_mpi.a)"
+elif ! ninja -f runtime/mpi.ninja runtime_mpi; then
+    echo "FAIL build of runtime/mpi.ninja (librt_mpi.a, test_mpi_boot)"
+    failed=$((failed + 1))
+elif ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP test_mpi_boot: mpirun not found (install libopenmpi-dev)"
+else
+    mpirun_np2=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2)
+    run_suite "test_mpi_boot" "${mpirun_np2[@]}" build/runtime/test_mpi_boot
+    run_suite "test_mpi_boot --self" "${mpirun_np2[@]}" build/runtime/test_mpi_boot --self 2
+    out=$("${mpirun_np2[@]}" build/runtime/test_mpi_boot --abort 2 2>&1)
+    rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "rank 1 of 2: the rank function failed; aborting the MPI job" <<<"$out"; then
+        echo "PASS test_mpi_boot --abort: a failing rank aborts the whole job (mpirun status $rc, no hang)"
+        passed=$((passed + 1))
+    else
+        printf '%s\n' "$out"
+        echo "FAIL test_mpi_boot --abort: mpirun status $rc (want non-zero, not the timeout's 124) and the abort line"
+        failed=$((failed + 1))
+    fi
 fi
 
 echo "$passed passed, $failed failed"
