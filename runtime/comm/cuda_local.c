@@ -370,7 +370,7 @@ int rt_cuda_local_run(int world, int device, rt_rank_fn fn, void* arg) {
     // The events are destroyed on this thread when the run ends: on the ranks' device, and
     // the caller's current device is restored afterwards.
     int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;  // none current: nothing to restore
     e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         fprintf(stderr, "rt_cuda_local_run: cudaSetDevice(%d) failed: %s (hint: %s)\n", device,
@@ -388,6 +388,10 @@ int rt_cuda_local_run(int world, int device, rt_rank_fn fn, void* arg) {
         .ctx = &ctx,
     };
     int rc = rdv_run(&be, world, fn, arg);
-    if (prev >= 0 && prev != device) (void)cudaSetDevice(prev);
+    if (prev >= 0 && prev != device && (e = cudaSetDevice(prev)) != cudaSuccess) {
+        fprintf(stderr, "rt_cuda_local_run: restoring the caller's device: cudaSetDevice(%d) failed: %s\n",
+                prev, cudaGetErrorString(e));
+        rc = 1;
+    }
     return rc;
 }
