@@ -32,11 +32,11 @@ function M.mpi()
   local found = p:read("a") ~= ""
   p:close()
   if found then
-    return { LINKER = "mpicc", MPI_LIB = "librt_mpi.a",
-      MPI_NOTE = "MPI found: the binary runs under mpirun (one rank per process)." }
+    return { LINKER = "mpicc", MPILIB = "librt_mpi.a", MPININJA = "subninja runtime/mpi.ninja",
+      MPINOTE = "MPI found: the binary runs under mpirun (one rank per process)." }
   end
-  return { LINKER = "gcc", MPI_LIB = "librt_mpi_stub.a",
-    MPI_NOTE = "no mpicc: built without MPI (install libopenmpi-dev and rebuild for mpirun)." }
+  return { LINKER = "gcc", MPILIB = "librt_mpi_stub.a", MPININJA = "",
+    MPINOTE = "no mpicc: built without MPI (install libopenmpi-dev and rebuild for mpirun)." }
 end
 
 -- Writes the generated files for `plan` and its `reference` plan into dir (relative to

@@ -40,6 +40,7 @@ int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg)
                         "this one runs on the CPU\n", o->local ? "--local" : "--no-graph");
         return 2;
     }
+    rt_kernels_init();
     return rt_threads_run(world, fn, arg);
 }
 

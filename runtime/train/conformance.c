@@ -315,7 +315,6 @@ int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int 
                 sharded->name, why);
         return 1;
     }
-    rt_kernels_init();
     double rtol = 1e-5, atol = 1e-6;
     for (int g = 0; g < sharded->ngroups; g++)
         if (sharded->groups[g].param_dtype != RT_F32 || sharded->groups[g].reduce_dtype != RT_F32)

@@ -391,7 +391,6 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     int rc = train_parse_args(m, 0, argc, argv, &o);
     if (rc == -1) return 0;
     if (rc) return 2;
-    rt_kernels_init();
     train_run run;
     if (train_run_init(&run, m, &o)) return 1;
     char err[512];
