@@ -180,18 +180,26 @@ void rtb_section(rt_rank* R, const char* phase) {
 void rtb_step_end(rt_rank* R) {
     cuda_rank* c = R->backend;
     cudaStream_t side[CS_SIDE_STREAMS] = {c->ag_copy, c->ag, c->rs, c->ar};
-    for (int s = 0; s < CS_SIDE_STREAMS; s++) {
-        CS(R, cudaEventRecord(c->join[s], side[s]));
-        CS(R, cudaStreamWaitEvent(c->compute, c->join[s], 0));
-    }
+    // Only the streams this step used: under capture they joined it (every use starts with
+    // a wait on a captured event), while waiting on an event recorded outside the capture
+    // would break it.
+    for (int s = 0; s < CS_SIDE_STREAMS; s++)
+        if (c->used & (1u << s)) {
+            CS(R, cudaEventRecord(c->join[s], side[s]));
+            CS(R, cudaStreamWaitEvent(c->compute, c->join[s], 0));
+        }
+    c->used = 0;
     c->rs_pending = 0;
     if (R->trace) cs_trace_section(R, NULL);
 }
 
-// stream `waiter` waits for everything issued so far on `on`.
-static void after(rt_rank* R, cudaStream_t waiter, cudaStream_t on, cudaEvent_t ev) {
+// Side stream `waiter` (index `side` of rtb_step_end's list) waits for everything issued
+// so far on `on`.
+static void after(rt_rank* R, int side, cudaStream_t waiter, cudaStream_t on, cudaEvent_t ev) {
+    cuda_rank* c = R->backend;
     CS(R, cudaEventRecord(ev, on));
     CS(R, cudaStreamWaitEvent(waiter, ev, 0));
+    c->used |= 1u << side;
 }
 
 // Compute waits for the reduce-scatter in flight, if any.
@@ -213,11 +221,11 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
     void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
     const float* shards = sub ? rt_step_f32(R, pf_off, 0, L->block_numel)
                               : rt_step_f32(R, mg->params_off, 0, mg->block_numel);
-    after(R, c->ag_copy, c->compute, c->fork);
+    after(R, 0, c->ag_copy, c->compute, c->fork);
     int t = cs_trace_open(R, c->ag_copy, RT_TRACE_ALL_GATHER_COPY, mg->name, "all_gather_copy_in");
     rtcs_copy(sub ? &cg->pf_ag_in : &cg->ag_in, out, mg->param_dtype, shards, RT_F32, 0, c->ag_copy);
     cs_trace_close(R, t, c->ag_copy);
-    after(R, c->ag, c->ag_copy, c->copied);
+    after(R, 1, c->ag, c->ag_copy, c->copied);
     t = cs_trace_open(R, c->ag, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
     int st = rt_fsdp_all_gather(L, sub ? rg->pf_comm : R->mesh.shard, out, mg->param_dtype, c->ag);
     RTB_FSDP_CHECK(R, st, L);
@@ -290,7 +298,7 @@ static cudaStream_t reduce(rt_rank* R, int g, void* in, void* out) {
     }
     cudaStream_t done = c->rs;
     if (replicate && !R->model->reference) {
-        after(R, c->ar, c->rs, c->forked_ar);
+        after(R, 3, c->ar, c->rs, c->forked_ar);
         int t = cs_trace_open(R, c->ar, RT_TRACE_ALL_REDUCE, mg->name, "all_reduce");
         st = rt_comm_all_reduce(R->mesh.replicate, out, out, L->block_numel, rdt, d.ar_op, c->ar);
         if (st) rt_rank_die(R, "HSDP all-reduce of group '%s': %s", mg->name, rt_comm_last_error(R->mesh.replicate));
@@ -313,7 +321,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
     rtcs_round(grads, (size_t)mg->padded_numel, grads_dtype, c->compute);
     rtcs_copy(&c->groups[g].rs_in, in, mg->reduce_dtype, grads, RT_F32, 0, c->compute);
-    after(R, c->rs, c->compute, c->fork);
+    after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
     cudaStream_t done = reduce(R, g, in, out);
     rtcs_copy(&c->groups[g].view_out, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32, out,

@@ -49,6 +49,8 @@ typedef struct cuda_rank {
                                       // reduce-scatter and all-reduce streams
     cudaEvent_t fork, copied, forked_ar, rs_done, join[CS_SIDE_STREAMS];
     int rs_pending;                   // a reduce-scatter compute has not waited for yet
+    unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar order)
+                                      // this step issued work on
     cuda_group* groups;
     uint8_t* arena;                   // device, model->arena_bytes
     uint8_t* mirror;                  // pinned host copy of the persistent buffers
