@@ -5,9 +5,9 @@
 --   ctx.grad(t)     the gradient buffer to accumulate into, or "NULL" (no grad needed)
 --   ctx.dout(t)     the gradient of an output (pointer expression)
 --   ctx.dloss(t)    the gradient of a scalar output (float expression)
---   ctx.stats(op)   the op's saved statistics: its start (attention probabilities, RMSNorm
---                   rstd) and the start of the second half (LayerNorm: mean, rstd)
---   ctx.scratch     attention backward's scratch buffer
+--   ctx.stats(op)   the op's saved statistics: its start (attention softmax (max, 1/sum) rows,
+--                   RMSNorm rstd) and the start of the second half (LayerNorm: mean, rstd)
+--   ctx.scratch     attention's scratch buffer (forward and backward)
 --   ctx.site(op)    the op's dropout RNG site
 -- Backward kernels accumulate into gradients, so several consumers of one tensor add up.
 local errors = require("errors")
@@ -109,13 +109,16 @@ function forward.dropout(op, c, out)
     out, c.val(x), numel(x), fmt_float(op.attrs.p), c.site(op)) }
 end
 
+-- Attention keeps O(T) per head for backward (rt_attention_lowmem_*): the softmax rows'
+-- (max, 1/sum) in the op's saved statistics, plus a scratch buffer during each call.
 function forward.attention(op, c, out)
   local q, k, v = op.ins[1], op.ins[2], op.ins[3]
   local B, T = batch_seq(q)
   local a = op.attrs
-  local probs = c.stats(op)
-  return { string.format("rt_attention_forward(%s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d);", out, probs,
-    c.val(q), c.val(k), c.val(v), B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0) }
+  local stats = c.stats(op)
+  return { string.format("rt_attention_lowmem_forward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d);", out,
+    stats, c.scratch, c.val(q), c.val(k), c.val(v), B, T, a.n_heads, a.n_kv_heads, a.head_dim,
+    a.causal and 1 or 0) }
 end
 
 function forward.rotary(op, c, out)
@@ -209,10 +212,10 @@ function backward.attention(op, c)
   local q, k, v = op.ins[1], op.ins[2], op.ins[3]
   local B, T = batch_seq(q)
   local a = op.attrs
-  local probs = c.stats(op)
-  return { string.format("rt_attention_backward(%s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d);",
-    c.grad(q), c.grad(k), c.grad(v), c.scratch, c.dout(op.outs[1]), c.val(q), c.val(k), c.val(v), probs,
-    B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0) }
+  local stats = c.stats(op)
+  return { string.format("rt_attention_lowmem_backward(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d);",
+    c.grad(q), c.grad(k), c.grad(v), c.scratch, c.dout(op.outs[1]), c.val(op.outs[1]), c.val(q), c.val(k),
+    c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0) }
 end
 
 function backward.rotary(op, c)

@@ -43,7 +43,8 @@ function M.saved(t, op)
 end
 
 -- Statistics an op saves for its backward besides its inputs and outputs, in floats:
--- attention probabilities [B, NH, T, T]; norm mean and rstd [N] each.
+-- attention softmax rows' (max, 1/sum) [B, NH, T, 2] (rt_attention_stats_floats); norm
+-- mean and rstd [N] each.
 function M.attention_dims(op)
   local q = op.ins[1].shape
   local B, T = 1, q[#q - 1]
@@ -54,13 +55,20 @@ end
 local function scratch_floats(op)
   if op.kind == "attention" then
     local B, T = M.attention_dims(op)
-    return B * op.attrs.n_heads * T * T
+    return B * op.attrs.n_heads * T * 2
   end
   if op.kind == "layer_norm" or op.kind == "rms_norm" then
     local s = op.ins[1].shape
     return 2 * (trace.numel(s) // s[#s])
   end
   return 0
+end
+
+-- Scratch of an attention call, forward or backward, in floats
+-- (rt_attention_lowmem_scratch_floats: max(2*T*T, B*NH*T)).
+local function attention_scratch_floats(op)
+  local B, T = M.attention_dims(op)
+  return math.max(2 * T * T, B * op.attrs.n_heads * T)
 end
 
 -- fp32 state buffers the optimizer keeps per parameter element: Adam's exp_avg and
@@ -160,6 +168,9 @@ function M.plan(plan)
       end
       local sf = scratch_floats(op)
       if sf > 0 then op.scratch_buf = buf(st.label .. " saved stats", "activation", compute_bytes(sf), i, i) end
+      if op.kind == "attention" then
+        u.scratch = buf(st.label .. " scratch", "activation", compute_bytes(attention_scratch_floats(op)), i, i)
+      end
     elseif st.op == "backward" or st.op == "loss_grad" then
       local op = st.node
       -- Reads saved inputs and outputs and the output gradients; writes input gradients
@@ -172,8 +183,8 @@ function M.plan(plan)
       end
       touch((op.recomputed_op or op).scratch_buf, i)
       if op.kind == "attention" then
-        local _, T = M.attention_dims(op)
-        u.scratch = buf(st.label .. " backward scratch", "activation_grad", compute_bytes(T * T), i, i)
+        u.scratch = buf(st.label .. " backward scratch", "activation_grad",
+          compute_bytes(attention_scratch_floats(op)), i, i)
       end
       for _, t in ipairs(op.ins) do
         local b = M.base(t)

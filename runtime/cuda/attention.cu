@@ -1,26 +1,25 @@
-// Scaled-dot-product attention on the GPU, multi-head and grouped-query: the same
-// straightforward algorithm as runtime/kernels/cpu/attention.c, one (batch, head) at a
-// time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax kernel (causal rows stop
-// at the diagonal; one block per row, statistics in double as the CPU), O = P V (SGEMM).
-// Heads are addressed in place through the leading dimension of the [B,T,heads*HD]
-// layouts, so there are no transposes or copies.
+// Scaled-dot-product attention on the GPU, multi-head and grouped-query.
 //
-// The probs variant materialises P [B,NH,T,T] like the CPU one; the lowmem variant keeps
-// (max, 1/sum) per row and recomputes P in backward with the same SGEMM call and the same
-// float operations. The two variants give the same bits as long as cuBLAS picks the same
-// kernel for the S GEMM of both, which it does for equal shapes, strides and operand
-// alignment (the output slice of the probs variant starts at a multiple of T*T floats,
-// the lowmem scratch at its base; cuBLAS may choose by pointer alignment when T*T*4 is not
-// a multiple of 16 bytes).
+// lowmem variant (what the generated code calls): flash attention, flash_attention.cuh's
+// kernels. Forward keeps only (max, 1/sum) per query row in stats; backward recomputes
+// the probabilities tile by tile from q, k and stats, with D = rowsum(dout * out) in the
+// scratch; no T x T matrix ever reaches global memory, every launch covers all heads, and
+// the gradients are deterministic (no atomics). Head dims up to 256.
 //
-// Backward's scratch is one [T,T] matrix (the API's rt_attention_scratch_floats), so the
-// backward GEMMs run per head: B*NH*(4 or 5) small GEMMs and a softmax-backward kernel per
-// head. Correct, not fast.
-// TODO(issue 5): a flash-attention kernel (tiled online softmax, no [T,T] buffer, one
-// launch for all heads, recomputation in backward; FlashAttention-2 on sm_90a, later
-// wgmma/TMA as in FlashAttention-3), bf16 inputs on tensor cores, and batched GEMMs over
-// heads where the scratch allows.
+// probs variant: the straightforward algorithm of runtime/kernels/cpu/attention.c, one
+// (batch, head) at a time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax
+// kernel (causal rows stop at the diagonal; one block per row, statistics in double as
+// the CPU), O = P V (SGEMM); P [B,NH,T,T] is kept for backward, whose scratch is one [T,T]
+// matrix, so its GEMMs run per head. Heads are addressed in place through the leading
+// dimension of the [B,T,heads*HD] layouts, so there are no transposes or copies.
+//
+// The two variants agree within fp32 round-off (different summation orders: cuBLAS tiles
+// against in-kernel dot products, the online softmax's rescaling), not bit for bit as on
+// the CPU.
+#include <string.h>
+
 #include "cuda_common.cuh"
+#include "flash_attention.cuh"
 
 // ----------------------------------------------------------------------------
 // sizes (same as the CPU backend: the memory plan must not depend on the backend)
@@ -31,7 +30,10 @@ size_t rt_attention_scratch_floats(int T) { return (size_t)T * T; }
 
 size_t rt_attention_stats_floats(int B, int NH, int T) { return (size_t)B * NH * T * 2; }
 
-size_t rt_attention_lowmem_scratch_floats(int T) { return (size_t)T * T * 2; }
+size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T) {
+    const size_t tt = (size_t)T * T * 2, d = (size_t)B * NH * T;
+    return tt > d ? tt : d;
+}
 
 static void attention_check(int NH, int NKV, int HD) {
     RTC_KCHECK(NH > 0 && NKV > 0 && NH % NKV == 0, "n_heads must be a multiple of n_kv_heads",
@@ -65,9 +67,9 @@ static void scores(float* S, const float* q, const float* k, head_view hv, int T
 
 // ----------------------------------------------------------------------------
 // softmax over rows of [rows, T] score matrices (one block per row; row r is query
-// position r % T). Writes P in place; stats (nullable) gets (max, 1/sum) per row.
+// position r % T). Writes P in place.
 
-__global__ void softmax_rows_kernel(float* P, float* stats, int T, int causal) {
+__global__ void softmax_rows_kernel(float* P, int T, int causal) {
     const size_t r = blockIdx.x;
     const int t = (int)(r % (size_t)T);
     float* row = P + r * T;
@@ -84,32 +86,11 @@ __global__ void softmax_rows_kernel(float* P, float* stats, int T, int causal) {
     sum = rtc_block_sum(sum);
     const float inv = (float)(1.0 / sum);
     for (int s = threadIdx.x; s < T; s += blockDim.x) row[s] = s < len ? row[s] * inv : 0.0f;
-    if (threadIdx.x == 0 && stats) {
-        stats[2 * r] = mx;
-        stats[2 * r + 1] = inv;
-    }
 }
 
-static void softmax_rows(float* P, float* stats, size_t rows, int T, int causal) {
-    softmax_rows_kernel<<<(unsigned)rows, rtc_row_threads(T), 0, rtc_stream()>>>(P, stats, T,
-                                                                                causal);
+static void softmax_rows(float* P, size_t rows, int T, int causal) {
+    softmax_rows_kernel<<<(unsigned)rows, rtc_row_threads(T), 0, rtc_stream()>>>(P, T, causal);
     RTC_CHECK_LAUNCH(softmax_rows_kernel);
-}
-
-// Rebuilds one head's P [T,T] from S and the saved (max, 1/sum) with the forward's float
-// operations (e = expf(s - max), p = e * inv).
-__global__ void recompute_probs_kernel(float* P, const float* stats, int T, int causal) {
-    const size_t n = (size_t)T * T;
-    RTC_GRID_STRIDE(i, n) {
-        const int t = (int)(i / (size_t)T), s = (int)(i % (size_t)T);
-        const int len = causal ? t + 1 : T;
-        if (s < len) {
-            const float e = expf(P[i] - stats[2 * t]);
-            P[i] = e * stats[2 * t + 1];
-        } else {
-            P[i] = 0.0f;
-        }
-    }
 }
 
 // dS = P * (dP - rowsum(dP * P)) in place over one head's dP [T,T], one block per row;
@@ -169,7 +150,7 @@ void rt_attention_forward(float* out, float* probs, const float* q, const float*
         for (int h = 0; h < NH; h++)
             scores(probs + ((size_t)b * NH + h) * T * T, q, k, head_view_of(b, h, T, NH, NKV, HD),
                    T, HD);
-    softmax_rows(probs, NULL, (size_t)B * NH * T, T, causal);  // every row in one launch
+    softmax_rows(probs, (size_t)B * NH * T, T, causal);  // every row in one launch
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             probs_times_v(out, probs + ((size_t)b * NH + h) * T * T, v,
@@ -188,39 +169,62 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 }
 
 // ----------------------------------------------------------------------------
-// lowmem variant: forward keeps (max, 1/sum) per row; backward recomputes P per head
-// into the first half of the scratch and uses the second half as dS.
+// lowmem variant: flash attention (flash_attention.cuh)
 
+// Launches one flash kernel with RTC_FA_NT threads and `smem` bytes of dynamic shared
+// memory on the thread's stream. The opt-in above 48 KiB is a function attribute, set on
+// every launch (cheap, and allowed during graph capture).
+struct rtc_fa_launcher {
+    cudaStream_t stream;
+    void operator()(rtc_fa_kernel kernel, dim3 grid, size_t smem, const rtc_fa_args& a) const {
+        RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+        kernel<<<grid, RTC_FA_NT, smem, stream>>>(a);
+        RTC_CHECK_LAUNCH(rtc_fa_kernel);
+    }
+};
+
+static rtc_fa_args flash_args(const float* q, const float* k, const float* v, int B, int T,
+                              int NH, int NKV, int HD, int causal) {
+    attention_check(NH, NKV, HD);
+    RTC_KCHECK(rtc_fa_hdp(HD) != 0, "use the probs variant (rt_attention_forward) for larger heads",
+               "CUDA flash attention supports head dims up to %d, got %d", RTC_FA_MAX_HD, HD);
+    RTC_KCHECK(T <= 65535 * 16, "sequence too long for the flash kernels' grid",
+               "CUDA flash attention with T = %d", T);
+    rtc_fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.k = k, a.v = v;
+    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
+    a.scale = attention_scale(HD);
+    return a;
+}
+
+// The scratch is not used: tiles live in shared memory.
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
                                  int HD, int causal) {
-    attention_check(NH, NKV, HD);
+    (void)scratch;
+    rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
     if (B <= 0 || T <= 0) return;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const head_view hv = head_view_of(b, h, T, NH, NKV, HD);
-            scores(scratch, q, k, hv, T, HD);
-            softmax_rows(scratch, stats + ((size_t)b * NH + h) * T * 2, (size_t)T, T, causal);
-            probs_times_v(out, scratch, v, hv, T, HD);
-        }
+    a.out = out;
+    a.stats = stats;
+    rtc_fa_launcher launch = {rtc_stream()};
+    rtc_fa_forward(launch, a);
 }
 
+// The scratch holds D [B,NH,T] (rt_attention_lowmem_scratch_floats >= B*NH*T).
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
-                                  const float* dout, const float* q, const float* k,
-                                  const float* v, const float* stats, int B, int T, int NH,
-                                  int NKV, int HD, int causal) {
-    attention_check(NH, NKV, HD);
+                                  const float* dout, const float* out, const float* q,
+                                  const float* k, const float* v, const float* stats, int B,
+                                  int T, int NH, int NKV, int HD, int causal) {
+    rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
     if (B <= 0 || T <= 0) return;
-    float* P = scratch;
-    float* dS = scratch + (size_t)T * T;
-    const size_t tt = (size_t)T * T;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const head_view hv = head_view_of(b, h, T, NH, NKV, HD);
-            scores(P, q, k, hv, T, HD);
-            recompute_probs_kernel<<<rtc_blocks(tt, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-                P, stats + ((size_t)b * NH + h) * T * 2, T, causal);
-            RTC_CHECK_LAUNCH(recompute_probs_kernel);
-            backward_head(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal);
-        }
+    a.dq = dq, a.dk = dk, a.dv = dv;
+    a.dout = dout;
+    a.out_in = out;
+    a.stats_in = stats;
+    a.D = scratch;
+    rtc_fa_launcher launch = {rtc_stream()};
+    rtc_fa_backward(launch, a);
 }

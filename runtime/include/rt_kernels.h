@@ -125,14 +125,19 @@ void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int 
 //   q [B,T,NH*HD], k and v [B,T,NKV*HD], out [B,T,NH*HD]; NH % NKV == 0, query head h
 //   uses kv head h / (NH/NKV) (as repeat_interleave of kv heads); scale 1/sqrt(HD);
 //   causal != 0 masks key positions > query position.
-// Two variants with bit-identical results; pick by memory:
+// Two variants; pick by memory (the generated code uses lowmem):
 //   * probs: forward keeps the softmax probabilities in probs [B,NH,T,T]
 //     (rt_attention_probs_floats); backward reads them and overwrites a scratch of
 //     rt_attention_scratch_floats(T) floats.
 //   * lowmem: forward keeps only each softmax row's (max, 1/sum) in stats [B,NH,T,2]
-//     (rt_attention_stats_floats) and uses a scratch of rt_attention_lowmem_scratch_floats(T);
-//     backward recomputes the probabilities from q, k and stats (one extra QK^T GEMM per
-//     head) with a scratch of the same size. O(T) instead of O(T^2) saved per head.
+//     (rt_attention_stats_floats), O(T) instead of O(T^2) saved per head; backward
+//     recomputes the probabilities from q, k and stats. Forward and backward each take a
+//     scratch of rt_attention_lowmem_scratch_floats(B, NH, T) floats (one size for both
+//     backends, so the memory plan does not depend on the backend): the CPU kernel works
+//     per head on [T,T] matrices in it (recomputing S with one extra QK^T GEMM per head,
+//     results bit-identical to the probs variant); the CUDA kernel is flash attention
+//     (tiles in shared memory, nothing T x T in global memory) and keeps
+//     D = rowsum(dout * out) [B,NH,T] in it during backward.
 // Scratch buffers hold nothing between calls (any dead buffer of that size will do).
 
 size_t rt_attention_probs_floats(int B, int NH, int T);
@@ -145,15 +150,19 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
                            int B, int T, int NH, int NKV, int HD, int causal);
 
 size_t rt_attention_stats_floats(int B, int NH, int T);
-size_t rt_attention_lowmem_scratch_floats(int T);
+// max(2*T*T, B*NH*T): the CPU kernel's two [T,T] matrices, the CUDA kernel's D.
+size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T);
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
                                  int HD, int causal);
-// dq, dk, dv nullable; stats is what rt_attention_lowmem_forward wrote.
+// dq, dk, dv nullable; out and stats are what rt_attention_lowmem_forward wrote (the
+// softmax backward needs rowsum(dP * P) per query row, which equals rowsum(dout * out): the
+// CUDA kernel computes it from out, the CPU kernel from the whole [T] row of dP * P it has,
+// without reading out). HD up to 256 on CUDA.
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
-                                  const float* dout, const float* q, const float* k,
-                                  const float* v, const float* stats, int B, int T, int NH,
-                                  int NKV, int HD, int causal);
+                                  const float* dout, const float* out, const float* q,
+                                  const float* k, const float* v, const float* stats, int B,
+                                  int T, int NH, int NKV, int HD, int causal);
 
 // ----------------------------------------------------------------------------
 // binary elementwise ops (residual add, product, broadcast add)

@@ -275,23 +275,24 @@ static void test_rope(void) {
 }
 
 // ----------------------------------------------------------------------------
-// attention: probs and lowmem variants against the CPU, and against each other
+// attention: the probs variant (cuBLAS) and the lowmem variant (flash attention) against
+// the CPU, and against each other; the flash backward run twice gives the same bits
 
 static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     char nm[160];
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     const size_t np = cpu_rt_attention_probs_floats(B, NH, T);
     const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
+    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
     CHECK(rt_attention_probs_floats(B, NH, T) == np &&
               rt_attention_stats_floats(B, NH, T) == ns &&
               rt_attention_scratch_floats(T) == cpu_rt_attention_scratch_floats(T) &&
-              rt_attention_lowmem_scratch_floats(T) == cpu_rt_attention_lowmem_scratch_floats(T),
+              rt_attention_lowmem_scratch_floats(B, NH, T) == nsc,
           "attention buffer sizes equal the CPU backend's (B=%d NH=%d T=%d)", B, NH, T);
-    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(T);
     float *q = hrand(nq, 1.0f, 0.0f), *k = hrand(nk, 1.0f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
     float *dout = hrand(nq, 1.0f, 0.0f), *out = hrand(nq, 1.0f, 0.0f);
     float *probs = hrand(np, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f);
-    float *scratch = hrand(nsc, 1.0f, 0.0f);
+    float* scratch = hrand(nsc, 1.0f, 0.0f);
     float *dq = hrand(nq, 1.0f, 0.0f), *dk = hrand(nk, 1.0f, 0.0f), *dv = hrand(nk, 1.0f, 0.0f);
     float *dq0 = hcopy(dq, nq), *dk0 = hcopy(dk, nk), *dv0 = hcopy(dv, nk);
     float *d_q = dup(q, nq), *d_k = dup(k, nk), *d_v = dup(v, nk), *d_dout = dup(dout, nq);
@@ -317,43 +318,42 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     cmp("  probs backward (CPU probs): dk (+=)", d_dk, dk, nk, TOL_GEMM);
     cmp("  probs backward (CPU probs): dv (+=)", d_dv, dv, nk, TOL_GEMM);
 
-    // lowmem variant: forward vs the GPU probs variant (same SGEMMs, same softmax code),
-    // then both backwards on the GPU from fresh gradient buffers (dq0..dv0)
-    rt_attention_forward(d_out, d_probs, d_q, d_k, d_v, B, T, NH, NKV, HD, causal);
+    // flash forward vs CPU lowmem, and vs the GPU probs variant
+    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal);
     rt_attention_lowmem_forward(d_out2, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD,
                                 causal);
-    cmp_dev("  lowmem forward out vs GPU probs variant", d_out2, d_out, nq, 1e-6);
-    RT_CHECK_CUDA(cudaMemcpy(d_dq, dq0, nq * sizeof(float), cudaMemcpyHostToDevice));
-    RT_CHECK_CUDA(cudaMemcpy(d_dk, dk0, nk * sizeof(float), cudaMemcpyHostToDevice));
-    RT_CHECK_CUDA(cudaMemcpy(d_dv, dv0, nk * sizeof(float), cudaMemcpyHostToDevice));
-    rt_attention_backward(d_dq, d_dk, d_dv, d_scratch, d_dout, d_q, d_k, d_v, d_probs, B, T, NH,
-                          NKV, HD, causal);
-    rt_attention_lowmem_backward(d_dq2, d_dk2, d_dv2, d_scratch, d_dout, d_q, d_k, d_v, d_stats, B,
-                                 T, NH, NKV, HD, causal);
-    cmp_dev("  lowmem backward dq vs GPU probs variant", d_dq2, d_dq, nq, 1e-6);
-    cmp_dev("  lowmem backward dk vs GPU probs variant", d_dk2, d_dk, nk, 1e-6);
-    cmp_dev("  lowmem backward dv vs GPU probs variant", d_dv2, d_dv, nk, 1e-6);
+    cmp("  flash forward: out vs CPU", d_out2, out, nq, TOL_GEMM);
+    cmp("  flash forward: stats (max, 1/sum) vs CPU", d_stats, stats, ns, TOL_GEMM);
+    rt_attention_forward(d_out, d_probs, d_q, d_k, d_v, B, T, NH, NKV, HD, causal);
+    cmp_dev("  flash forward: out vs GPU probs variant", d_out2, d_out, nq, TOL_GEMM);
 
-    // lowmem variant vs CPU: forward, then backward from the CPU's stats
-    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal);
-    cmp("  lowmem forward: out vs CPU", d_out2, out, nq, TOL_GEMM);
-    cmp("  lowmem forward: stats vs CPU", d_stats, stats, ns, TOL_GEMM);
+    // flash backward from the CPU's out and stats vs the CPU (accumulating onto dq0..dv0)
     float *dq2 = hcopy(dq0, nq), *dk2 = hcopy(dk0, nk), *dv2 = hcopy(dv0, nk);
+    RT_CHECK_CUDA(cudaMemcpy(d_out2, out, nq * sizeof(float), cudaMemcpyHostToDevice));
     RT_CHECK_CUDA(cudaMemcpy(d_stats, stats, ns * sizeof(float), cudaMemcpyHostToDevice));
     float *d_dq3 = dup(dq2, nq), *d_dk3 = dup(dk2, nk), *d_dv3 = dup(dv2, nk);
-    cpu_rt_attention_lowmem_backward(dq2, dk2, dv2, scratch, dout, q, k, v, stats, B, T, NH, NKV,
-                                     HD, causal);
-    rt_attention_lowmem_backward(d_dq3, d_dk3, d_dv3, d_scratch, d_dout, d_q, d_k, d_v, d_stats,
-                                 B, T, NH, NKV, HD, causal);
-    cmp("  lowmem backward (CPU stats): dq (+=)", d_dq3, dq2, nq, TOL_GEMM);
-    cmp("  lowmem backward (CPU stats): dk (+=)", d_dk3, dk2, nk, TOL_GEMM);
-    cmp("  lowmem backward (CPU stats): dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
-    // dv only (dq, dk NULL)
-    cpu_rt_attention_lowmem_backward(NULL, NULL, dv2, scratch, dout, q, k, v, stats, B, T, NH,
+    cpu_rt_attention_lowmem_backward(dq2, dk2, dv2, scratch, dout, out, q, k, v, stats, B, T, NH,
                                      NKV, HD, causal);
-    rt_attention_lowmem_backward(NULL, NULL, d_dv3, d_scratch, d_dout, d_q, d_k, d_v, d_stats, B,
-                                 T, NH, NKV, HD, causal);
-    cmp("  lowmem backward dq, dk NULL: dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
+    rt_attention_lowmem_backward(d_dq3, d_dk3, d_dv3, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal);
+    cmp("  flash backward (CPU out, stats): dq (+=)", d_dq3, dq2, nq, TOL_GEMM);
+    cmp("  flash backward (CPU out, stats): dk (+=)", d_dk3, dk2, nk, TOL_GEMM);
+    cmp("  flash backward (CPU out, stats): dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
+    // deterministic: the same call from the same buffers gives the same bits
+    RT_CHECK_CUDA(cudaMemcpy(d_dq2, dq0, nq * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_dk2, dk0, nk * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_dv2, dv0, nk * sizeof(float), cudaMemcpyHostToDevice));
+    rt_attention_lowmem_backward(d_dq2, d_dk2, d_dv2, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal);
+    cmp_dev("  flash backward run twice: dq bit-identical", d_dq2, d_dq3, nq, TOL_EXACT);
+    cmp_dev("  ... dk bit-identical", d_dk2, d_dk3, nk, TOL_EXACT);
+    cmp_dev("  ... dv bit-identical", d_dv2, d_dv3, nk, TOL_EXACT);
+    // dv only (dq, dk NULL)
+    cpu_rt_attention_lowmem_backward(NULL, NULL, dv2, scratch, dout, out, q, k, v, stats, B, T,
+                                     NH, NKV, HD, causal);
+    rt_attention_lowmem_backward(NULL, NULL, d_dv3, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal);
+    cmp("  flash backward dq, dk NULL: dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
     cmp("  ... dq untouched", d_dq3, dq2, nq, TOL_GEMM);
 
     free(q), free(k), free(v), free(dout), free(out), free(probs), free(stats), free(scratch);
@@ -738,6 +738,11 @@ int main(void) {
     test_attention(2, 37, 4, 2, 16, 1);
     test_attention(1, 64, 2, 2, 32, 0);
     test_attention(2, 130, 6, 1, 8, 1);
+    test_attention(2, 64, 4, 4, 32, 1);     // gpt_bytes
+    test_attention(1, 200, 4, 2, 64, 1);    // head dims of each flash tile configuration
+    test_attention(1, 150, 2, 1, 128, 0);
+    test_attention(1, 97, 2, 2, 200, 1);
+    test_attention(2, 1024, 12, 12, 64, 1);  // a GPT-2 layer
     test_elementwise();
     test_dropout();
     test_sum_loss();

@@ -1,7 +1,7 @@
 // Tests of the CUDA kernels' streams and graph-safe steps (rt_cuda.h): the per-thread
-// stream setting, and a small training step (linear, LayerNorm, dropout, GELU,
-// cross-entropy, their backwards, gradient clipping, AdamW and SGD with momentum) run three
-// ways, three steps each, which must give the same bits:
+// stream setting, and a small training step (linear, LayerNorm, dropout, causal flash
+// attention, GELU, cross-entropy, their backwards, gradient clipping, AdamW and SGD with
+// momentum) run three ways, three steps each, which must give the same bits:
 //   * eagerly on the legacy default stream with rt_optim.h's host step count and host norm
 //     (rt_sumsq, rt_clip_grad_norm);
 //   * eagerly on a created stream with rt_cuda.h's device step count and device norm;
@@ -26,16 +26,19 @@
 #include "rt_optim.h"
 
 // ----------------------------------------------------------------------------
-// a small step: logits = W2 gelu(dropout(layernorm(W1 x + b1))), cross-entropy, backward.
-// Shapes: N rows (B*T), C inputs, H hidden, V classes.
+// a small step: h = W1 x + b1, ln = layernorm(h), drop = dropout(ln),
+// att = attention(q = ln, k = h, v = drop), logits = W2 gelu(att), cross-entropy, backward.
+// Shapes: N rows (B*T), C inputs, H hidden (NH heads of HD), V classes.
 
-enum { N = 96, C = 72, H = 160, V = 50 };
+enum { B = 2, T = 48, N = B * T, C = 72, NH = 5, HD = 32, H = NH * HD, V = 50 };
+enum { NSTATS = B * NH * T * 2, NSCRATCH = 2 * T * T };  // rt_attention_*_floats
 
 typedef struct {
     float *x, *w1, *b1, *w2, *lnw, *lnb;                  // inputs and parameters
-    float *h, *ln, *mean, *rstd, *drop, *act, *logits;   // activations
+    float *h, *ln, *mean, *rstd, *drop, *att, *act, *logits;  // activations
+    float *astats, *ascratch;                             // attention's saved stats, scratch
     float *loss, *losses;                                  // loss outputs
-    float *dlogits, *dact, *ddrop, *dln, *dh;              // activation gradients
+    float *dlogits, *dact, *datt, *ddrop, *dln, *dh;       // activation gradients
     float *dw1, *db1, *dw2, *dlnw, *dlnb;                  // parameter gradients
     float *m1, *v1, *mom2;                                 // AdamW state of w1, SGD's of w2
     float* sum;                                            // the grad norm's sum of squares
@@ -46,8 +49,9 @@ typedef struct {
 
 #define STEP_FIELDS(X)                                                                   \
     X(x, N * C) X(w1, H * C) X(b1, H) X(w2, V * H) X(lnw, H) X(lnb, H) X(h, N * H)       \
-    X(ln, N * H) X(mean, N) X(rstd, N) X(drop, N * H) X(act, N * H) X(logits, N * V)    \
-    X(loss, 1) X(losses, N) X(dlogits, N * V) X(dact, N * H) X(ddrop, N * H)            \
+    X(ln, N * H) X(mean, N) X(rstd, N) X(drop, N * H) X(att, N * H) X(astats, NSTATS)   \
+    X(ascratch, NSCRATCH) X(act, N * H) X(logits, N * V) X(loss, 1) X(losses, N)         \
+    X(dlogits, N * V) X(dact, N * H) X(datt, N * H) X(ddrop, N * H)                      \
     X(dln, N * H) X(dh, N * H) X(dw1, H * C) X(db1, H) X(dw2, V * H) X(dlnw, H) X(dlnb, H)  \
     X(m1, H * C) X(v1, H * C) X(mom2, V * H) X(sum, 1)
 
@@ -101,12 +105,15 @@ static void step_forward_backward(step_bufs* s) {
     rt_linear_forward(s->h, s->x, s->w1, s->b1, N, C, H);
     rt_layernorm_forward(s->ln, s->mean, s->rstd, s->h, s->lnw, s->lnb, N, H, RT_LAYERNORM_EPS);
     rt_dropout_forward(s->drop, s->ln, (size_t)N * H, 0.1f, 1234, 5, 0);
-    rt_gelu_forward(s->act, s->drop, (size_t)N * H);
+    rt_attention_lowmem_forward(s->att, s->astats, s->ascratch, s->ln, s->h, s->drop, B, T, NH,
+                                NH, HD, 1);
+    rt_gelu_forward(s->act, s->att, (size_t)N * H);
     rt_linear_forward(s->logits, s->act, s->w2, NULL, N, H, V);
     rt_cross_entropy_forward(s->loss, s->losses, s->logits, s->targets, N, V);
     // backward: gradients zeroed first (memsets), then accumulated
     rt_zero(s->dlogits, (size_t)N * V);
     rt_zero(s->dact, (size_t)N * H);
+    rt_zero(s->datt, (size_t)N * H);
     rt_zero(s->ddrop, (size_t)N * H);
     rt_zero(s->dln, (size_t)N * H);
     rt_zero(s->dh, (size_t)N * H);
@@ -117,7 +124,9 @@ static void step_forward_backward(step_bufs* s) {
     rt_zero(s->dlnb, H);
     rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, 1.0f);
     rt_linear_backward(s->dact, s->dw2, NULL, s->dlogits, s->act, s->w2, N, H, V);
-    rt_gelu_backward(s->ddrop, s->dact, s->drop, (size_t)N * H);
+    rt_gelu_backward(s->datt, s->dact, s->att, (size_t)N * H);
+    rt_attention_lowmem_backward(s->dln, s->dh, s->ddrop, s->ascratch, s->datt, s->att, s->ln,
+                                 s->h, s->drop, s->astats, B, T, NH, NH, HD, 1);
     rt_dropout_backward(s->dln, s->ddrop, (size_t)N * H, 0.1f, 1234, 5, 0);
     rt_layernorm_backward(s->dh, s->dlnw, s->dlnb, s->dln, s->h, s->lnw, s->mean, s->rstd, N, H);
     rt_linear_backward(NULL, s->dw1, s->db1, s->dh, s->x, s->w1, N, C, H);
@@ -200,6 +209,9 @@ static void test_stream_setting(cudaStream_t s) {
 // replays on that stream, after every step
 
 static void test_steps_on_streams(cudaStream_t s) {
+    CHECK(rt_attention_stats_floats(B, NH, T) == NSTATS &&
+              rt_attention_lowmem_scratch_floats(B, NH, T) == NSCRATCH,
+          "attention buffers of the test step: %d stats, %d scratch floats", NSTATS, NSCRATCH);
     step_bufs init = step_alloc(), host = step_alloc(), eager = step_alloc(),
               graphed = step_alloc();
     step_copy(&host, &init);

@@ -1,7 +1,8 @@
 // Tests of scaled-dot-product attention: forward vs a naive double implementation
 // (causal and not, MHA and GQA), the causal mask (future keys/values cannot change
 // earlier outputs), GQA == MHA with repeated kv heads (forward and backward), saved
-// probabilities, and gradcheck of q, k, v.
+// probabilities, gradcheck of q, k, v, and the lowmem variant (what the generated code
+// calls) bit for bit against the probs variant over a sweep of shapes.
 #include "gradcheck.h"
 
 typedef struct {
@@ -230,7 +231,7 @@ static void test_lowmem(int B, int T, int NH, int NKV, int HD, int causal) {
     att_ctx c = att_new(B, T, NH, NKV, HD, causal);
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     low_ctx l = {&c, tk_alloc(rt_attention_stats_floats(B, NH, T)),
-                 tk_alloc(rt_attention_lowmem_scratch_floats(T))};
+                 tk_alloc(rt_attention_lowmem_scratch_floats(B, NH, T))};
     att_loss(&c);
     float* out_probs = tk_dup(c.out, nq);
     low_loss(&l);
@@ -244,15 +245,15 @@ static void test_lowmem(int B, int T, int NH, int NKV, int HD, int causal) {
     float* scratch = tk_alloc(rt_attention_scratch_floats(T));
     rt_attention_backward(aq, ak, av, scratch, c.proj, c.q, c.k, c.v, c.probs, B, T, NH, NKV, HD,
                           causal);
-    rt_attention_lowmem_backward(bq, bk, bv, l.scratch, c.proj, c.q, c.k, c.v, l.stats, B, T, NH,
-                                 NKV, HD, causal);
+    rt_attention_lowmem_backward(bq, bk, bv, l.scratch, c.proj, c.out, c.q, c.k, c.v, l.stats, B,
+                                 T, NH, NKV, HD, causal);
     snprintf(name, sizeof name, "attention lowmem backward (%s, NH=%d NKV=%d) dq, dk, dv "
              "bit-identical to the probs variant", tag, NH, NKV);
     CHECK(memcmp(aq, bq, nq * sizeof(float)) == 0 && memcmp(ak, bk, nk * sizeof(float)) == 0 &&
               memcmp(av, bv, nk * sizeof(float)) == 0, "%s", name);
     tk_grad dq = tk_grad_new(nq), dk = tk_grad_new(nk), dv = tk_grad_new(nk);
-    rt_attention_lowmem_backward(dq.buf, dk.buf, dv.buf, l.scratch, c.proj, c.q, c.k, c.v, l.stats,
-                                 B, T, NH, NKV, HD, causal);
+    rt_attention_lowmem_backward(dq.buf, dk.buf, dv.buf, l.scratch, c.proj, c.out, c.q, c.k, c.v,
+                                 l.stats, B, T, NH, NKV, HD, causal);
     snprintf(name, sizeof name, "attention lowmem dq (%s, NH=%d NKV=%d)", tag, NH, NKV);
     tk_gradcheck(name, c.q, tk_grad_delta(&dq), nq, low_loss, &l, 1e-2f, 1e-2, 1e-3);
     snprintf(name, sizeof name, "attention lowmem dk (%s, NH=%d NKV=%d)", tag, NH, NKV);
@@ -263,6 +264,60 @@ static void test_lowmem(int B, int T, int NH, int NKV, int HD, int causal) {
     free(aq), free(ak), free(av), free(bq), free(bk), free(bv), free(scratch), free(out_probs);
     free(l.stats), free(l.scratch);
     att_free(&c);
+}
+
+// The generated code calls the lowmem variant; the probs variant is the straightforward
+// one. Over a sweep of shapes (odd T, the examples' and test specs' shapes, MHA and GQA,
+// causal and not) both must give the same bits: forward out, and backward dq, dk, dv
+// accumulated onto the same non-zero buffers.
+static void test_lowmem_sweep(void) {
+    static const int shapes[][5] = {
+        // B, T, NH, NKV, HD
+        {1, 1, 1, 1, 1},   {1, 2, 2, 1, 4},  {2, 3, 4, 4, 8},  {1, 7, 3, 1, 5},
+        {2, 16, 4, 4, 4},  {2, 17, 6, 2, 7}, {1, 31, 2, 2, 33}, {2, 32, 8, 2, 8},
+        {2, 64, 4, 4, 32}, {8, 64, 4, 4, 32}, {1, 65, 4, 2, 16}, {1, 100, 2, 1, 64},
+        {1, 129, 2, 2, 24},
+    };
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    int same = 0, cases = 0;
+    char first_bad[96] = "none";
+    for (int si = 0; si < nshapes; si++)
+        for (int causal = 0; causal < 2; causal++) {
+            const int B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2];
+            const int NKV = shapes[si][3], HD = shapes[si][4];
+            const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+            att_ctx c = att_new(B, T, NH, NKV, HD, causal);
+            float* stats = tk_alloc(rt_attention_stats_floats(B, NH, T));
+            float* scratch = tk_alloc(rt_attention_lowmem_scratch_floats(B, NH, T));
+            float* pscratch = tk_alloc(rt_attention_scratch_floats(T));
+            float* out2 = tk_alloc(nq);
+            float *aq = tk_alloc(nq), *ak = tk_alloc(nk), *av = tk_alloc(nk);
+            tk_fill(aq, nq, -1, 1), tk_fill(ak, nk, -1, 1), tk_fill(av, nk, -1, 1);
+            float *bq = tk_dup(aq, nq), *bk = tk_dup(ak, nk), *bv = tk_dup(av, nk);
+            rt_attention_forward(c.out, c.probs, c.q, c.k, c.v, B, T, NH, NKV, HD, causal);
+            rt_attention_lowmem_forward(out2, stats, scratch, c.q, c.k, c.v, B, T, NH, NKV, HD,
+                                        causal);
+            rt_attention_backward(aq, ak, av, pscratch, c.proj, c.q, c.k, c.v, c.probs, B, T, NH,
+                                  NKV, HD, causal);
+            rt_attention_lowmem_backward(bq, bk, bv, scratch, c.proj, out2, c.q, c.k, c.v, stats,
+                                         B, T, NH, NKV, HD, causal);
+            const int ok = memcmp(c.out, out2, nq * sizeof(float)) == 0 &&
+                           memcmp(aq, bq, nq * sizeof(float)) == 0 &&
+                           memcmp(ak, bk, nk * sizeof(float)) == 0 &&
+                           memcmp(av, bv, nk * sizeof(float)) == 0;
+            same += ok;
+            cases++;
+            if (!ok && !strcmp(first_bad, "none"))
+                snprintf(first_bad, sizeof first_bad, "B=%d T=%d NH=%d NKV=%d HD=%d causal=%d", B,
+                         T, NH, NKV, HD, causal);
+            free(stats), free(scratch), free(pscratch), free(out2);
+            free(aq), free(ak), free(av), free(bq), free(bk), free(bv);
+            att_free(&c);
+        }
+    CHECK(same == cases,
+          "attention lowmem == probs bit for bit (out, dq, dk, dv) in %d of %d shape cases "
+          "(T 1..129, HD 1..64, MHA and GQA, causal and not; first difference: %s)",
+          same, cases, first_bad);
 }
 
 int main(void) {
@@ -283,5 +338,6 @@ int main(void) {
     test_lowmem(2, 5, 4, 2, 3, 1);
     test_lowmem(2, 5, 2, 2, 3, 0);
     test_lowmem(1, 40, 4, 1, 16, 1);
+    test_lowmem_sweep();
     return tk_summary("test_attention");
 }

@@ -8,7 +8,8 @@
 //   * probs: forward keeps P [B,NH,T,T]; backward reads it.
 //   * lowmem: forward keeps each row's (max, 1/sum) [B,NH,T,2]; backward recomputes S
 //     with the same sgemm call and rebuilds P with the same float operations, so P is
-//     bit-identical to the stored one, for O(T) instead of O(T^2) memory per head.
+//     bit-identical to the stored one, for O(T) instead of O(T^2) memory per head. The
+//     scratch holds S/P and dS, [T,T] each (the size also covers the CUDA kernel's D).
 #include "rt_kernels.h"
 
 #include <cblas.h>
@@ -25,7 +26,10 @@ size_t rt_attention_scratch_floats(int T) { return (size_t)T * T; }
 
 size_t rt_attention_stats_floats(int B, int NH, int T) { return (size_t)B * NH * T * 2; }
 
-size_t rt_attention_lowmem_scratch_floats(int T) { return (size_t)T * T * 2; }
+size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T) {
+    const size_t tt = (size_t)T * T * 2, d = (size_t)B * NH * T;
+    return tt > d ? tt : d;
+}
 
 static void attention_check_(int NH, int NKV, int HD) {
     RT_KCHECK(NH > 0 && NKV > 0 && NH % NKV == 0, "n_heads must be a multiple of n_kv_heads",
@@ -178,10 +182,13 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
                           head_view_(b, h, T, NH, NKV, HD), T, HD, causal);
 }
 
+// out is not read: backward_head_ takes rowsum(dP * P) from whole rows of the scratch,
+// which keeps the result bit-identical to the probs variant.
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
-                                  const float* dout, const float* q, const float* k,
-                                  const float* v, const float* stats, int B, int T, int NH,
-                                  int NKV, int HD, int causal) {
+                                  const float* dout, const float* out, const float* q,
+                                  const float* k, const float* v, const float* stats, int B,
+                                  int T, int NH, int NKV, int HD, int causal) {
+    (void)out;
     attention_check_(NH, NKV, HD);
     float* P = scratch;
     float* dS = scratch + (size_t)T * T;
