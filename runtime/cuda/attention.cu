@@ -171,15 +171,25 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 // ----------------------------------------------------------------------------
 // lowmem variant: flash attention (flash_attention.cuh)
 
+// Lets every flash kernel use its dynamic shared memory (above the default 48 KiB for some
+// head dims): a per-device function attribute, set when a thread's context is created
+// (rtc_get), so launches, captured ones included, set nothing.
+void rtc_attention_init(void) {
+    struct setter {
+        void operator()(rtc_fa_kernel kernel, size_t smem) const {
+            RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem));
+        }
+    } set;
+    rtc_fa_each_kernel(set);
+}
+
 // Launches one flash kernel with RTC_FA_NT threads and `smem` bytes of dynamic shared
-// memory on the thread's stream. The opt-in above 48 KiB is a function attribute, set on
-// every launch (cheap, and allowed during graph capture).
+// memory on the thread's stream.
 struct rtc_fa_launcher {
     cudaStream_t stream;
     void operator()(rtc_fa_kernel kernel, dim3 grid, size_t smem, const rtc_fa_args& a) const {
-        RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem));
         kernel<<<grid, RTC_FA_NT, smem, stream>>>(a);
         RTC_CHECK_LAUNCH(rtc_fa_kernel);
     }

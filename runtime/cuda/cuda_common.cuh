@@ -122,6 +122,10 @@ typedef struct rtc_ctx {
 
 rtc_ctx* rtc_get(void);
 
+// Per-device setup of the attention kernels (attention.cu), run by rtc_get when it creates
+// a thread's context.
+void rtc_attention_init(void);
+
 // The calling thread's stream: pass it to every launch (<<<grid, block, smem,
 // rtc_stream()>>>), memset and copy.
 static inline cudaStream_t rtc_stream(void) { return rtc_get()->stream; }

@@ -435,6 +435,23 @@ void rtc_fa_backward_hd(Launch& launch, const rtc_fa_args& a) {
                rtc_fa_dq_smem<HDP>() * sizeof(float), a);
 }
 
+// Calls set(kernel, smem_bytes) for every kernel that takes dynamic shared memory, with the
+// most it uses (what cudaFuncAttributeMaxDynamicSharedMemorySize must allow).
+template <int HDP, class Set>
+void rtc_fa_each_kernel_hd(Set& set) {
+    set(rtc_fa_forward_kernel<HDP>, rtc_fa_fwd_smem<HDP>() * sizeof(float));
+    set(rtc_fa_dkdv_kernel<HDP>, rtc_fa_dkdv_smem<HDP>() * sizeof(float));
+    set(rtc_fa_dq_kernel<HDP>, rtc_fa_dq_smem<HDP>() * sizeof(float));
+}
+
+template <class Set>
+void rtc_fa_each_kernel(Set& set) {
+    rtc_fa_each_kernel_hd<32>(set);
+    rtc_fa_each_kernel_hd<64>(set);
+    rtc_fa_each_kernel_hd<128>(set);
+    rtc_fa_each_kernel_hd<256>(set);
+}
+
 // Forward: out and stats. B, T > 0 and rtc_fa_hdp(HD) != 0 (the caller checks).
 template <class Launch>
 void rtc_fa_forward(Launch& launch, const rtc_fa_args& a) {

@@ -171,6 +171,17 @@ int main(void) {
     test_shape(1, 33, 2, 2, 128, 0);
     test_shape(1, 37, 2, 1, 200, 1);
     test_shape(1, 20, 1, 1, 256, 0);
+    // every kernel configuration, launched above or not, fits the smallest opt-in limit
+    struct smem_check {
+        size_t worst = 0;
+        void operator()(rtc_fa_kernel, size_t smem) {
+            if (smem > worst) worst = smem;
+        }
+    } all;
+    rtc_fa_each_kernel(all);
+    CHECK(all.worst <= EMU_MAX_SMEM,
+          "all 12 flash kernel configurations: largest shared memory %zu bytes (limit %d)",
+          all.worst, EMU_MAX_SMEM);
     CHECK(emu_limit_errors == 0,
           "every launch within the GPU limits (%ld blocks emulated; largest shared memory %zu "
           "bytes, limit %d)",
