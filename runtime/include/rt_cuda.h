@@ -5,7 +5,8 @@
 // backend (runtime/cuda_step) calls them.
 //
 // Streams. Each host thread (one per rank) has its own kernel context: cuBLAS handle with
-// a fixed 32 MiB workspace, a small device scratch for reductions, and a stream. Every
+// a fixed 32 MiB workspace, a small device scratch for reductions and device-computed
+// kernel arguments, and a stream. Every
 // kernel, memset, copy and cuBLAS call of rt_kernels.h / rt_optim.h made by that thread is
 // issued on its stream, asynchronously. No kernel function synchronizes, allocates or
 // frees, or touches the legacy default stream once a stream is set, so a whole training
@@ -49,6 +50,9 @@ void* rt_cuda_get_stream(void);
 // kernel runs, so one captured graph serves every step. Same element arithmetic as
 // rt_sgd_step / rt_adam_step / rt_adamw_step (one shared function): for the same step the
 // results are bit-identical. adamw != 0: AdamW (decoupled weight decay), else Adam (L2).
+// Adam's per-step scalars are computed on the device by a one-thread kernel (beta^step as
+// an exact integer power, on the host path too; their fp32 values equal the CPU backend's,
+// which uses glibc pow, for every step checked: tests/cuda/test_optim_math.cu).
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
                            const int64_t* d_step, double lr, double beta1, double beta2,
