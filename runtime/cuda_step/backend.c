@@ -342,7 +342,7 @@ void rtb_clip_grad_norm(rt_rank* R) {
     for (int g = 0; g < m->ngroups; g++)
         rt_cuda_sumsq_accumulate(c->d_sumsq, rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
                                  (size_t)m->groups[g].block_numel);
-    rtcs_f64_to_f32(c->d_total, c->d_sumsq, c->compute);
+    rt_cuda_sumsq_to_float(c->d_total, c->d_sumsq);
     // Replicas hold identical shards: the norm sums over one shard group.
     if (rt_comm_size(R->mesh.shard) > 1) {
         int st = rt_comm_all_reduce(R->mesh.shard, c->d_total, c->d_total, 1, RT_F32, rt_red_sum(), c->compute);

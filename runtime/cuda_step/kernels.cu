@@ -1,7 +1,7 @@
 // The CUDA step backend's kernels (kernels.h): one launch per FSDP copy of a whole group,
 // driven by its segments.h plan (each thread finds its run by binary search over the
-// plan's end offsets, so runs of any length share one grid), plus the small element-wise
-// kernels around the reduce-scatter and clipping.
+// plan's end offsets, so runs of any length share one grid), plus the element-wise
+// kernels around the reduce-scatter.
 //
 // Casts round to nearest even as the host's rt_convert does (NaN payloads may differ).
 #include <cuda_bf16.h>
@@ -136,11 +136,4 @@ extern "C" void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream) {
     if (dt == RT_F32 || n == 0) return;
     round_kernel<<<blocks_for((int64_t)n), THREADS, 0, (cudaStream_t)stream>>>(x, (int64_t)n, (int)dt);
     CHECK_LAUNCH("round_kernel");
-}
-
-__global__ void f64_to_f32_kernel(float* out, const double* in) { out[0] = (float)in[0]; }
-
-extern "C" void rtcs_f64_to_f32(float* out, const double* in, void* stream) {
-    f64_to_f32_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(out, in);
-    CHECK_LAUNCH("f64_to_f32_kernel");
 }

@@ -1,7 +1,7 @@
 // kernels.h — the CUDA step backend's own kernels (kernels.cu), callable from C: FSDP2's
-// copies from a segments.h plan held on the device, gradient division, rounding to
-// bf16/fp16, and the scalars of global-norm clipping. Every call is asynchronous on the
-// stream it is given (a cudaStream_t) and capturable in a CUDA graph.
+// copies from a segments.h plan held on the device, gradient division and rounding to
+// bf16/fp16. Every call is asynchronous on the stream it is given (a cudaStream_t) and
+// capturable in a CUDA graph.
 #ifndef FSDPGEN_CUDA_STEP_KERNELS_H
 #define FSDPGEN_CUDA_STEP_KERNELS_H
 
@@ -34,8 +34,6 @@ void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, 
 void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, void* stream);
 // x[i] = (float)(dtype)x[i] (rt_step_round). fp32: nothing.
 void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream);
-// out[0] = (float)in[0].
-void rtcs_f64_to_f32(float* out, const double* in, void* stream);
 
 // Launch errors are reported by the caller's check of cudaGetLastError.
 
