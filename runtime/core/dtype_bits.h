@@ -1,21 +1,28 @@
 // Private inline bit-level conversions between fp32 and the 16-bit float formats, shared
-// by the scalar API (core/dtype.c) and the hot reduction loops (comm/reduce.c) so both
-// round identically and the loops can inline them.
+// by the scalar API (core/dtype.c), the hot reduction loops (comm/reduce.c) and, compiled
+// by nvcc as __host__ __device__ functions, the GPU kernels that must round exactly as the
+// host does (comm/cuda_reduce.cu, cuda_step/kernels.cu).
 #ifndef RT_DTYPE_BITS_H
 #define RT_DTYPE_BITS_H
 
 #include <stdint.h>
 #include <string.h>
 
+#ifdef __CUDACC__
+#define RT_BITS_FN static inline __host__ __device__
+#else
+#define RT_BITS_FN static inline
+#endif
+
 // ---- raw bit access ---------------------------------------------------------------------
 
-static inline uint32_t rt_bits_f32(float x) {
+RT_BITS_FN uint32_t rt_bits_f32(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static inline float rt_f32_bits(uint32_t u) {
+RT_BITS_FN float rt_f32_bits(uint32_t u) {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
@@ -23,7 +30,7 @@ static inline float rt_f32_bits(uint32_t u) {
 
 // ---- bf16 -------------------------------------------------------------------------------
 
-static inline uint16_t rt_bf16_from_f32_inl(float x) {
+RT_BITS_FN uint16_t rt_bf16_from_f32_inl(float x) {
     uint32_t u = rt_bits_f32(x);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN: canonical quiet NaN
     // Round to nearest even: add 0x7FFF plus the lowest kept bit, then truncate. A carry
@@ -33,11 +40,11 @@ static inline uint16_t rt_bf16_from_f32_inl(float x) {
     return (uint16_t)(u >> 16);
 }
 
-static inline float rt_bf16_to_f32_inl(uint16_t h) { return rt_f32_bits((uint32_t)h << 16); }
+RT_BITS_FN float rt_bf16_to_f32_inl(uint16_t h) { return rt_f32_bits((uint32_t)h << 16); }
 
 // ---- fp16 -------------------------------------------------------------------------------
 
-static inline uint16_t rt_f16_from_f32_inl(float x) {
+RT_BITS_FN uint16_t rt_f16_from_f32_inl(float x) {
     uint32_t u = rt_bits_f32(x);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7FFFFFFFu;
@@ -62,7 +69,7 @@ static inline uint16_t rt_f16_from_f32_inl(float x) {
     return (uint16_t)(sign | q);
 }
 
-static inline float rt_f16_to_f32_inl(uint16_t h) {
+RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t e = ((uint32_t)h >> 10) & 0x1Fu;
     uint32_t m = (uint32_t)h & 0x3FFu;

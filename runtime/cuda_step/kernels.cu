@@ -3,10 +3,11 @@
 // plan's end offsets, so runs of any length share one grid), plus the element-wise
 // kernels around the reduce-scatter.
 //
-// Casts round to nearest even as the host's rt_convert does (NaN payloads may differ).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// Casts round exactly as the host's rt_convert does (runtime/core/dtype_bits.h).
 #include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 // rt_check.h is C11 (_Noreturn, no extern "C").
 #define _Noreturn [[noreturn]]
@@ -15,6 +16,7 @@ extern "C" {
 }
 #undef _Noreturn
 
+#include "dtype_bits.h"
 #include "kernels.h"
 
 // ---- launch helpers -----------------------------------------------------------------------
@@ -38,20 +40,20 @@ static unsigned blocks_for(int64_t n) {
 // ---- dtypes -------------------------------------------------------------------------------
 
 __device__ __forceinline__ float load(const void* b, int dt, int64_t i) {
-    if (dt == RT_BF16) return __bfloat162float(((const __nv_bfloat16*)b)[i]);
-    if (dt == RT_F16) return __half2float(((const __half*)b)[i]);
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(((const uint16_t*)b)[i]);
+    if (dt == RT_F16) return rt_f16_to_f32_inl(((const uint16_t*)b)[i]);
     return ((const float*)b)[i];
 }
 
 __device__ __forceinline__ void store(void* b, int dt, int64_t i, float v) {
-    if (dt == RT_BF16) ((__nv_bfloat16*)b)[i] = __float2bfloat16_rn(v);
-    else if (dt == RT_F16) ((__half*)b)[i] = __float2half_rn(v);
+    if (dt == RT_BF16) ((uint16_t*)b)[i] = rt_bf16_from_f32_inl(v);
+    else if (dt == RT_F16) ((uint16_t*)b)[i] = rt_f16_from_f32_inl(v);
     else ((float*)b)[i] = v;
 }
 
 __device__ __forceinline__ float round_to(int dt, float v) {
-    if (dt == RT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    if (dt == RT_F16) return __half2float(__float2half_rn(v));
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
+    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
     return v;
 }
 

@@ -35,7 +35,9 @@ void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, void* stream)
 // x[i] = (float)(dtype)x[i] (rt_step_round). fp32: nothing.
 void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream);
 
-// Launch errors are reported by the caller's check of cudaGetLastError.
+// A failed launch (no kernel image for this GPU, bad configuration) exits with a
+// `file:line: error:` line (rt_check_fail); faults inside a kernel surface at the step's
+// synchronization.
 
 #ifdef __cplusplus
 }
