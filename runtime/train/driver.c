@@ -39,11 +39,12 @@ void train_fail(train_run* run, const char* fmt, ...) {
     pthread_mutex_unlock(&run->mu);
 }
 
-// Every rank's `n` int64 values (this rank's in mine) gathered into all[world * n] on every
-// rank, with the ranks' failure flags: returns 1 on every rank when any rank failed. Goes
-// through the communicator (a buffer of its backend: device memory for NCCL), so it works
-// whether the ranks share this process or not (mpirun).
-static int exchange(train_run* run, rt_rank* R, const void* mine, int n, int64_t* all) {
+// Every rank's `n` int64 values (this rank's in mine) and failure flag gathered on every
+// rank: afterwards run->xhost[R->rank][r * (n + 1) + k] holds rank r's value k. Returns 1
+// on every rank when any rank failed. Goes through the communicator (a buffer of its
+// backend: device memory for NCCL), so it works whether the ranks share this process or
+// not (mpirun).
+static int exchange(train_run* run, rt_rank* R, const void* mine, int n) {
     const int W = R->world, blk = n + 1;
     int64_t* host = run->xhost[R->rank];
     pthread_mutex_lock(&run->mu);
@@ -57,10 +58,8 @@ static int exchange(train_run* run, rt_rank* R, const void* mine, int n, int64_t
     if (!st) st = rt_comm_all_gather(R->comm, (char*)x + (size_t)R->rank * bytes, x, blk, RT_I64, NULL);
     if (!st) st = rt_comm_buffer_read(R->comm, host, x, (size_t)W * bytes);
     if (st) failed = 1;  // rt_comm printed why
-    for (int r = 0; !st && r < W; r++) {
+    for (int r = 0; !st && r < W; r++)
         if (host[(size_t)r * blk + n]) failed = 1;
-        if (all) memcpy(all + (size_t)r * n, host + (size_t)r * blk, (size_t)n * sizeof *all);
-    }
     if (failed) {
         pthread_mutex_lock(&run->mu);
         run->failed = 1;
@@ -69,7 +68,7 @@ static int exchange(train_run* run, rt_rank* R, const void* mine, int n, int64_t
     return failed;
 }
 
-int train_agree(train_run* run, rt_rank* R) { return exchange(run, R, NULL, 0, NULL); }
+int train_agree(train_run* run, rt_rank* R) { return exchange(run, R, NULL, 0); }
 
 int train_rank_attach(train_run* run, rt_rank* R) {
     size_t bytes = (size_t)R->world * ((size_t)run->m->n_backward + 1) * sizeof(int64_t);
@@ -107,17 +106,15 @@ int train_run_init(train_run* run, const rt_model* m, const train_opts* o) {
     run->nsteps = o->steps;
     pthread_mutex_init(&run->mu, NULL);
     size_t n = (size_t)run->nsteps;
-    size_t W = (size_t)m->world, NB = (size_t)m->n_backward;
-    run->slots = calloc(W * W * NB, sizeof(int64_t));
-    run->xhost = calloc(W, sizeof *run->xhost);
-    run->xbuf = calloc(W, sizeof *run->xbuf);
+    run->xhost = calloc((size_t)m->world, sizeof *run->xhost);
+    run->xbuf = calloc((size_t)m->world, sizeof *run->xbuf);
     run->loss = calloc(n, sizeof(double));
     run->step_ms = calloc(n, sizeof(double));
     run->comm_ms = calloc(n, sizeof(double));
     run->optim_ms = calloc(n, sizeof(double));
     run->peak = calloc((size_t)m->world, sizeof(size_t));
-    if (!run->slots || !run->xhost || !run->xbuf || !run->loss || !run->step_ms || !run->comm_ms || !run->optim_ms ||
-        !run->peak) {
+    if (!run->xhost || !run->xbuf || !run->loss || !run->step_ms || !run->comm_ms ||
+        !run->optim_ms || !run->peak) {
         fprintf(stderr, "fsdpgen: out of memory for the bookkeeping of %lld steps\n",
                 (long long)run->nsteps);
         train_run_free(run);
@@ -128,7 +125,6 @@ int train_run_init(train_run* run, const rt_model* m, const train_opts* o) {
 }
 
 void train_run_free(train_run* run) {
-    free(run->slots);
     free(run->xhost);
     free(run->xbuf);
     run->xhost = NULL;
@@ -138,7 +134,6 @@ void train_run_free(train_run* run) {
     free(run->comm_ms);
     free(run->optim_ms);
     free(run->peak);
-    run->slots = NULL;
     run->loss = run->step_ms = run->comm_ms = run->optim_ms = NULL;
     run->peak = NULL;
     pthread_mutex_destroy(&run->mu);
@@ -224,16 +219,16 @@ static int rank_steps(train_run* run, rt_rank* R) {
         const double t0 = now_s();
         rt_step_run(R);
         // Losses travel as their bits, so every rank sums the same doubles in rank order.
-        int64_t* all = run->slots + (size_t)R->rank * W * NB;
-        if (exchange(run, R, R->losses, (int)NB, all)) return 1;
+        if (exchange(run, R, R->losses, (int)NB)) return 1;
         const double dt = now_s() - t0;
         R->t_total += dt;
         double sum = 0.0;
-        for (int64_t j = 0; j < W * NB; j++) {
-            double v;
-            memcpy(&v, &all[j], sizeof v);
-            sum += v;
-        }
+        for (int64_t r = 0; r < W; r++)
+            for (int64_t k = 0; k < NB; k++) {
+                double v;
+                memcpy(&v, &run->xhost[R->rank][r * (NB + 1) + k], sizeof v);
+                sum += v;
+            }
         const double mean = sum / (double)(W * NB);
         if (run->trace) {
             char name[48];

@@ -63,9 +63,8 @@ typedef struct train_run {
     pthread_mutex_t mu;
     int failed;              // sticky: some rank failed
     int diverged;            // the mean loss was not finite
-    int64_t* slots;          // [world][world][n_backward]: each rank's copy of every rank's
-                             // losses of this step (doubles as bits, exchanged in driver.c)
-    int64_t** xhost;         // [world] each rank's host side of the exchange ...
+    int64_t** xhost;         // [world] each rank's host side of train_agree's exchange
+                             // (also every rank's step losses, as bits) ...
     void** xbuf;             // ... and its communicator buffer (device memory for NCCL)
     double* loss;            // [nsteps] mean loss per step
     double* step_ms;         // [nsteps] rank 0's step time
