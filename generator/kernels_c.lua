@@ -21,6 +21,18 @@ local function rows(t) return numel(t) // last(t) end
 
 local round_dtype = { bf16 = "RT_BF16", fp16 = "RT_F16" }
 
+-- Operand precision of a matrix product (rt_kernels.h `prec`): the dtype its float
+-- operands share, whose values the CUDA backend may multiply on tensor cores; fp32 when
+-- they differ (no narrowing of a value that is not representable).
+local function prec(...)
+  local d
+  for _, t in ipairs({ ... }) do
+    if d and t.dtype ~= d then return "RT_F32" end
+    d = t.dtype
+  end
+  return round_dtype[d] or "RT_F32"
+end
+
 -- Mixed precision: values of a bf16/fp16 tensor are rounded after every write.
 local function rounded(calls, expr, t)
   local d = round_dtype[t.dtype]
@@ -54,8 +66,8 @@ local forward = {}
 
 function forward.linear(op, c, out)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
-  return { string.format("rt_linear_forward(%s, %s, %s, %s, %d, %d, %d);", out, c.val(x), c.val(w),
-    b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1]) }
+  return { string.format("rt_linear_forward(%s, %s, %s, %s, %d, %d, %d, %s);", out, c.val(x), c.val(w),
+    b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], prec(x, w)) }
 end
 
 function forward.embedding(op, c, out)
@@ -116,9 +128,9 @@ function forward.attention(op, c, out)
   local B, T = batch_seq(q)
   local a = op.attrs
   local stats = c.stats(op)
-  return { string.format("rt_attention_lowmem_forward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d);", out,
-    stats, c.scratch, c.val(q), c.val(k), c.val(v), B, T, a.n_heads, a.n_kv_heads, a.head_dim,
-    a.causal and 1 or 0) }
+  return { string.format("rt_attention_lowmem_forward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s);",
+    out, stats, c.scratch, c.val(q), c.val(k), c.val(v), B, T, a.n_heads, a.n_kv_heads, a.head_dim,
+    a.causal and 1 or 0, prec(q, k, v)) }
 end
 
 function forward.rotary(op, c, out)
@@ -156,8 +168,9 @@ local backward = {}
 
 function backward.linear(op, c)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
-  return { string.format("rt_linear_backward(%s, %s, %s, %s, %s, %s, %d, %d, %d);", c.grad(x), c.grad(w),
-    b and c.grad(b) or "NULL", c.dout(op.outs[1]), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1]) }
+  local y = op.outs[1]
+  return { string.format("rt_linear_backward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %s);", c.grad(x), c.grad(w),
+    b and c.grad(b) or "NULL", c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], prec(x, w, y)) }
 end
 
 function backward.embedding(op, c)
@@ -213,9 +226,10 @@ function backward.attention(op, c)
   local B, T = batch_seq(q)
   local a = op.attrs
   local stats = c.stats(op)
-  return { string.format("rt_attention_lowmem_backward(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d);",
-    c.grad(q), c.grad(k), c.grad(v), c.scratch, c.dout(op.outs[1]), c.val(op.outs[1]), c.val(q), c.val(k),
-    c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0) }
+  local y = op.outs[1]
+  return { string.format("rt_attention_lowmem_backward(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s);",
+    c.grad(q), c.grad(k), c.grad(v), c.scratch, c.dout(y), c.val(y), c.val(q), c.val(k),
+    c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, prec(q, k, v, y)) }
 end
 
 function backward.rotary(op, c)

@@ -61,8 +61,8 @@ static inline float attention_scale(int HD) { return (float)(1.0 / sqrt((double)
 // S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: the upper triangle is computed, then
 // overwritten by the softmax kernels)
 static void scores(float* S, const float* q, const float* k, head_view hv, int T, int HD) {
-    rtc_sgemm_rm(0, 1, T, T, HD, attention_scale(HD), q + hv.qoff, hv.ldq, k + hv.koff, hv.ldk,
-                 0.0f, S, T);
+    rtc_gemm_rm(0, 1, T, T, HD, attention_scale(HD), q + hv.qoff, hv.ldq, k + hv.koff, hv.ldk,
+                0.0f, S, T, RT_F32);
 }
 
 // ----------------------------------------------------------------------------
@@ -118,25 +118,27 @@ static void backward_head(float* dq, float* dk, float* dv, float* dS, const floa
                           const float* dout, const float* q, const float* k, const float* v,
                           head_view hv, int T, int HD, int causal) {
     const float* dop = dout + hv.qoff;
-    if (dv) rtc_sgemm_rm(1, 0, T, HD, T, 1.0f, P, T, dop, hv.ldq, 1.0f, dv + hv.koff, hv.ldk);
+    if (dv)
+        rtc_gemm_rm(1, 0, T, HD, T, 1.0f, P, T, dop, hv.ldq, 1.0f, dv + hv.koff, hv.ldk, RT_F32);
     if (!dq && !dk) return;
-    rtc_sgemm_rm(0, 1, T, T, HD, 1.0f, dop, hv.ldq, v + hv.koff, hv.ldk, 0.0f, dS, T);
+    rtc_gemm_rm(0, 1, T, T, HD, 1.0f, dop, hv.ldq, v + hv.koff, hv.ldk, 0.0f, dS, T, RT_F32);
     softmax_backward_rows_kernel<<<(unsigned)T, rtc_row_threads(T), 0, rtc_stream()>>>(
         dS, P, T, causal);
     RTC_CHECK_LAUNCH(softmax_backward_rows_kernel);
     const float scale = attention_scale(HD);
     if (dq)
-        rtc_sgemm_rm(0, 0, T, HD, T, scale, dS, T, k + hv.koff, hv.ldk, 1.0f, dq + hv.qoff,
-                     hv.ldq);
+        rtc_gemm_rm(0, 0, T, HD, T, scale, dS, T, k + hv.koff, hv.ldk, 1.0f, dq + hv.qoff,
+                    hv.ldq, RT_F32);
     if (dk)
-        rtc_sgemm_rm(1, 0, T, HD, T, scale, dS, T, q + hv.qoff, hv.ldq, 1.0f, dk + hv.koff,
-                     hv.ldk);
+        rtc_gemm_rm(1, 0, T, HD, T, scale, dS, T, q + hv.qoff, hv.ldq, 1.0f, dk + hv.koff,
+                    hv.ldk, RT_F32);
 }
 
 // O[T,HD] = P[T,T] V[T,HD]
 static void probs_times_v(float* out, const float* P, const float* v, head_view hv, int T,
                           int HD) {
-    rtc_sgemm_rm(0, 0, T, HD, T, 1.0f, P, T, v + hv.koff, hv.ldk, 0.0f, out + hv.qoff, hv.ldq);
+    rtc_gemm_rm(0, 0, T, HD, T, 1.0f, P, T, v + hv.koff, hv.ldk, 0.0f, out + hv.qoff, hv.ldq,
+                RT_F32);
 }
 
 // ----------------------------------------------------------------------------
@@ -211,10 +213,11 @@ static rtc_fa_args flash_args(const float* q, const float* k, const float* v, in
 }
 
 // The scratch is not used: tiles live in shared memory.
+// TODO(issue 5): prec RT_BF16/RT_F16 on tensor cores; the fp32 kernels serve every prec.
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
-                                 int HD, int causal) {
-    (void)scratch;
+                                 int HD, int causal, rt_dtype prec) {
+    (void)scratch, (void)prec;
     rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
     if (B <= 0 || T <= 0) return;
     a.out = out;
@@ -227,7 +230,8 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
                                   const float* dout, const float* out, const float* q,
                                   const float* k, const float* v, const float* stats, int B,
-                                  int T, int NH, int NKV, int HD, int causal) {
+                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec) {
+    (void)prec;
     rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
     if (B <= 0 || T <= 0) return;
     a.dq = dq, a.dk = dk, a.dv = dv;

@@ -131,16 +131,27 @@ void* rt_cuda_get_stream(void) { return (void*)rtc_get()->stream; }
 // ----------------------------------------------------------------------------
 // GEMM
 
-void rtc_sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
-                  const float* B, int ldb, float beta, float* C, int ldc) {
+static cublasComputeType_t compute_type_of(rt_dtype prec) {
+    RTC_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
+               "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16", "GEMM with prec %d",
+               (int)prec);
+    return prec == RT_BF16  ? CUBLAS_COMPUTE_32F_FAST_16BF
+           : prec == RT_F16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                            : CUBLAS_COMPUTE_32F;
+}
+
+void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec) {
+    const cublasComputeType_t compute = compute_type_of(prec);
     if (M <= 0 || N <= 0) return;
     rtc_ctx* ctx = rtc_get();
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
     // and the M/N roles; a row-major matrix with row stride ld is its column-major
     // transpose with leading dimension ld, so the op flags carry over unchanged.
-    RT_CHECK_CUBLAS(cublasSgemm(ctx->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
-                                &beta, C, ldc));
+    RT_CHECK_CUBLAS(cublasGemmEx(ctx->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
+                                 ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute,
+                                 CUBLAS_GEMM_DEFAULT));
 }
 
 // ----------------------------------------------------------------------------

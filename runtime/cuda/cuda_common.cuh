@@ -15,7 +15,8 @@
 // the CPU kernels (built with -ffp-contract=off) do: the optimizers and the pure
 // add/multiply kernels give the CPU kernels' bits; transcendental functions (expf, erff)
 // and reductions (tree order instead of sequential, in double as the CPU) differ in the
-// last bits. GEMMs are cuBLAS fp32 (CUBLAS_DEFAULT_MATH: no TF32).
+// last bits. GEMMs are cuBLAS: fp32 (CUBLAS_DEFAULT_MATH: no TF32), or on tensor cores
+// when the operands are bf16/fp16 values (rtc_gemm_rm).
 #ifndef FSDPGEN_CUDA_COMMON_CUH
 #define FSDPGEN_CUDA_COMMON_CUH
 
@@ -206,15 +207,18 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 }
 
 // ----------------------------------------------------------------------------
-// GEMM (cuBLAS, fp32)
+// GEMM (cuBLAS)
 
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb); lda, ldb,
-// ldc are row strides. Runs as the column-major product C^T = op(B)^T op(A)^T.
-// TODO(issue 5): bf16 inputs with fp32 accumulation on tensor cores (cublasGemmEx /
-// cublasLt with CUBLAS_COMPUTE_32F, bf16 A/B), and optionally TF32, once mixed precision
-// reaches the kernels; today everything is fp32 SGEMM on the CUDA cores.
-void rtc_sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
-                  const float* B, int ldb, float beta, float* C, int ldc);
+// ldc are row strides; A, B, C fp32. Runs as the column-major product C^T = op(B)^T op(A)^T.
+// prec (rt_kernels.h) is the dtype A's and B's values are representable in: RT_BF16 /
+// RT_F16 multiply on tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF / _16F: cuBLAS narrows the
+// operands, which is exact for such values, and accumulates in fp32); RT_F32 is fp32
+// arithmetic (CUBLAS_COMPUTE_32F under CUBLAS_DEFAULT_MATH: no TF32).
+// TODO(issue 5): 16-bit storage of compute buffers would halve the operand traffic and let
+// cublasLt fuse the bias (CUBLASLT_EPILOGUE_BIAS) and the output rounding.
+void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // column sums (linear.cu): db[c] += sum over rows of d[r, c] for d[rows, cols], in double,

@@ -1,4 +1,5 @@
-// Linear layer (nn.Linear) through cuBLAS SGEMM, and the embedding lookup, on the GPU.
+// Linear layer (nn.Linear) through cuBLAS (tensor cores for bf16/fp16 operands), and the
+// embedding lookup, on the GPU.
 // Same contracts as runtime/kernels/cpu/linear.c and embedding.c: forward overwrites,
 // backward accumulates, NULL gradients are skipped.
 #include "cuda_common.cuh"
@@ -45,7 +46,7 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
 }
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                       int N, int C, int OC) {
+                       int N, int C, int OC, rt_dtype prec) {
     if (N <= 0 || OC <= 0) return;
     const size_t n = (size_t)N * OC;
     if (bias || C <= 0) {
@@ -54,21 +55,20 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
         RTC_CHECK_LAUNCH(rows_fill_kernel);
     }
     if (C <= 0) return;
-    // TODO(issue 5): fuse the bias into a cublasLt epilogue (CUBLASLT_EPILOGUE_BIAS) and
-    // run bf16 on tensor cores; see rtc_sgemm_rm.
-    rtc_sgemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+    rtc_gemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, prec);
 }
 
 // ----------------------------------------------------------------------------
 // linear backward (accumulating): dinp += dout·W, dW += dout^T·inp, dbias += colsum(dout)
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, int N, int C, int OC) {
+                        const float* inp, const float* weight, int N, int C, int OC,
+                        rt_dtype prec) {
     if (N <= 0 || OC <= 0) return;
     if (dinp && C > 0)  // dinp[N,C] += dout[N,OC] · weight[OC,C]
-        rtc_sgemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, prec);
     if (dweight && C > 0)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-        rtc_sgemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, prec);
     if (dbias) rtc_colsum_acc(dbias, dout, N, OC);
 }
 

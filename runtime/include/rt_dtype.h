@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // ---- types ----------------------------------------------------------------------------
 
 typedef enum rt_dtype {
@@ -57,5 +61,9 @@ void rt_store_f32(void* buf, rt_dtype dt, size_t i, float v);
 // saturates at the int range (NaN -> 0), so the result is always defined.
 // Returns 0, or -1 for an invalid dtype or a NULL pointer with n > 0.
 int rt_convert(void* dst, rt_dtype dt, const void* src, rt_dtype st, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

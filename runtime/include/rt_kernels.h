@@ -5,6 +5,15 @@
 // kernel never allocates and never decides a shape. Mixed precision (bf16/fp16) is done
 // by the generated code rounding values around these calls, not here.
 //
+// Operand precision (`prec`, the last argument of the matrix-product kernels: linear and
+// lowmem attention): the dtype all of the call's float operands are representable in, i.e.
+// the tensors' dtype under mixed precision (RT_F32, RT_BF16 or RT_F16). Products of such
+// values are exact in fp32, so a 16-bit `prec` lets the CUDA backend multiply on tensor
+// cores (16-bit inputs, fp32 accumulation) with results that differ from fp32 arithmetic
+// only in summation order; RT_F32 keeps fp32 arithmetic (no TF32). The CPU backend
+// multiplies in fp32 whatever `prec` says. Outputs are fp32 either way; the generated code
+// rounds them as for every other kernel.
+//
 // Conventions the generator relies on:
 //   * Forward kernels OVERWRITE their outputs.
 //   * Backward kernels ACCUMULATE (+=) into every gradient they write — input gradients
@@ -32,6 +41,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rt_dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -50,11 +61,12 @@ void rt_kernels_init(void);
 // linear: out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (nn.Linear layout)
 
 void rt_linear_forward(float* out, const float* inp, const float* weight,
-                       const float* bias /*nullable*/, int N, int C, int OC);
+                       const float* bias /*nullable*/, int N, int C, int OC, rt_dtype prec);
 // dinp[N,C] += dout·weight; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_rows(dout).
 // dinp, dweight, dbias are each nullable.
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, int N, int C, int OC);
+                        const float* inp, const float* weight, int N, int C, int OC,
+                        rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // embedding: out[N,C] = weight[ids[n], :], weight [V,C]; ids are int32 in [0, V).
@@ -154,7 +166,7 @@ size_t rt_attention_stats_floats(int B, int NH, int T);
 size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T);
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
-                                 int HD, int causal);
+                                 int HD, int causal, rt_dtype prec);
 // dq, dk, dv nullable; out and stats are what rt_attention_lowmem_forward wrote (the
 // softmax backward needs rowsum(dP * P) per query row, which equals rowsum(dout * out): the
 // CUDA kernel computes it from out, the CPU kernel from the whole [T] row of dP * P it has,
@@ -162,7 +174,7 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
                                   const float* dout, const float* out, const float* q,
                                   const float* k, const float* v, const float* stats, int B,
-                                  int T, int NH, int NKV, int HD, int causal);
+                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // binary elementwise ops (residual add, product, broadcast add)

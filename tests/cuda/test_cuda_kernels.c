@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../runtime/core/dtype_bits.h"
 #include "check.h"
 #include "cuda_helpers.h"
 #include "rt_check.h"
@@ -39,12 +40,27 @@ extern const int rt_all_symbols_count;
 // ----------------------------------------------------------------------------
 // linear
 
-static void test_linear(int N, int C, int OC, int use_bias) {
-    char nm[128];
+// x[i] rounded to prec's 16-bit format (unchanged for RT_F32): the values a tensor of that
+// dtype holds under mixed precision.
+static void round_to(float* x, size_t n, rt_dtype prec) {
+    for (size_t i = 0; i < n; i++) {
+        if (prec == RT_BF16) x[i] = rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x[i]));
+        if (prec == RT_F16) x[i] = rt_f16_to_f32_inl(rt_f16_from_f32_inl(x[i]));
+    }
+}
+
+// prec RT_BF16 / RT_F16 runs the CUDA GEMMs on tensor cores; with operands exact in that
+// dtype the products are exact, so only the summation order differs from the CPU's fp32
+// GEMM and the tolerance stays TOL_GEMM.
+static void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec) {
+    char nm[160];
     float* inp = hrand((size_t)N * C, 1.0f, 0.0f);
     float* w = hrand((size_t)OC * C, 0.5f, 0.0f);
     float* b = hrand((size_t)OC, 1.0f, 0.0f);
     float* dout = hrand((size_t)N * OC, 1.0f, 0.0f);
+    round_to(inp, (size_t)N * C, prec);
+    round_to(w, (size_t)OC * C, prec);
+    round_to(dout, (size_t)N * OC, prec);
     float* dinp = hrand((size_t)N * C, 1.0f, 0.0f);
     float* dw = hrand((size_t)OC * C, 1.0f, 0.0f);
     float* db = hrand((size_t)OC, 1.0f, 0.0f);
@@ -54,26 +70,27 @@ static void test_linear(int N, int C, int OC, int use_bias) {
     float *d_dinp = dup(dinp, (size_t)N * C), *d_dw = dup(dw, (size_t)OC * C),
           *d_db = dup(db, OC);
 
-    cpu_rt_linear_forward(out, inp, w, use_bias ? b : NULL, N, C, OC);
-    rt_linear_forward(d_out, d_inp, d_w, use_bias ? d_b : NULL, N, C, OC);
-    snprintf(nm, sizeof nm, "linear forward N=%d C=%d OC=%d bias=%d", N, C, OC, use_bias);
+    const char* P = prec == RT_BF16 ? "bf16" : prec == RT_F16 ? "fp16" : "fp32";
+    cpu_rt_linear_forward(out, inp, w, use_bias ? b : NULL, N, C, OC, prec);
+    rt_linear_forward(d_out, d_inp, d_w, use_bias ? d_b : NULL, N, C, OC, prec);
+    snprintf(nm, sizeof nm, "linear forward %s N=%d C=%d OC=%d bias=%d", P, N, C, OC, use_bias);
     cmp(nm, d_out, out, (size_t)N * OC, TOL_GEMM);
 
-    cpu_rt_linear_backward(dinp, dw, use_bias ? db : NULL, dout, inp, w, N, C, OC);
-    rt_linear_backward(d_dinp, d_dw, use_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
-    snprintf(nm, sizeof nm, "linear backward dinp (+=) N=%d C=%d OC=%d", N, C, OC);
+    cpu_rt_linear_backward(dinp, dw, use_bias ? db : NULL, dout, inp, w, N, C, OC, prec);
+    rt_linear_backward(d_dinp, d_dw, use_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, prec);
+    snprintf(nm, sizeof nm, "linear backward %s dinp (+=) N=%d C=%d OC=%d", P, N, C, OC);
     cmp(nm, d_dinp, dinp, (size_t)N * C, TOL_GEMM);
-    snprintf(nm, sizeof nm, "linear backward dweight (+=) N=%d C=%d OC=%d", N, C, OC);
+    snprintf(nm, sizeof nm, "linear backward %s dweight (+=) N=%d C=%d OC=%d", P, N, C, OC);
     cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
     snprintf(nm, sizeof nm, "linear backward dbias (+=) N=%d OC=%d (%s)", N, OC,
              use_bias ? "computed" : "NULL: untouched");
     cmp(nm, d_db, db, OC, TOL_ELEM);
 
     // dweight only (dinp, dbias NULL)
-    cpu_rt_linear_backward(NULL, dw, NULL, dout, inp, w, N, C, OC);
-    rt_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC);
-    snprintf(nm, sizeof nm, "linear backward dweight only, dinp unchanged N=%d C=%d OC=%d", N, C,
-             OC);
+    cpu_rt_linear_backward(NULL, dw, NULL, dout, inp, w, N, C, OC, prec);
+    rt_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC, prec);
+    snprintf(nm, sizeof nm, "linear backward %s dweight only, dinp unchanged N=%d C=%d OC=%d", P,
+             N, C, OC);
     cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
     cmp("  ... dinp untouched", d_dinp, dinp, (size_t)N * C, TOL_GEMM);
 
@@ -319,9 +336,10 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     cmp("  probs backward (CPU probs): dv (+=)", d_dv, dv, nk, TOL_GEMM);
 
     // flash forward vs CPU lowmem, and vs the GPU probs variant
-    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal);
+    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
+                                    RT_F32);
     rt_attention_lowmem_forward(d_out2, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD,
-                                causal);
+                                causal, RT_F32);
     cmp("  flash forward: out vs CPU", d_out2, out, nq, TOL_GEMM);
     cmp("  flash forward: stats (max, 1/sum) vs CPU", d_stats, stats, ns, TOL_GEMM);
     rt_attention_forward(d_out, d_probs, d_q, d_k, d_v, B, T, NH, NKV, HD, causal);
@@ -333,9 +351,9 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     RT_CHECK_CUDA(cudaMemcpy(d_stats, stats, ns * sizeof(float), cudaMemcpyHostToDevice));
     float *d_dq3 = dup(dq2, nq), *d_dk3 = dup(dk2, nk), *d_dv3 = dup(dv2, nk);
     cpu_rt_attention_lowmem_backward(dq2, dk2, dv2, scratch, dout, out, q, k, v, stats, B, T, NH,
-                                     NKV, HD, causal);
+                                     NKV, HD, causal, RT_F32);
     rt_attention_lowmem_backward(d_dq3, d_dk3, d_dv3, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal);
+                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32);
     cmp("  flash backward (CPU out, stats): dq (+=)", d_dq3, dq2, nq, TOL_GEMM);
     cmp("  flash backward (CPU out, stats): dk (+=)", d_dk3, dk2, nk, TOL_GEMM);
     cmp("  flash backward (CPU out, stats): dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
@@ -344,15 +362,15 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     RT_CHECK_CUDA(cudaMemcpy(d_dk2, dk0, nk * sizeof(float), cudaMemcpyHostToDevice));
     RT_CHECK_CUDA(cudaMemcpy(d_dv2, dv0, nk * sizeof(float), cudaMemcpyHostToDevice));
     rt_attention_lowmem_backward(d_dq2, d_dk2, d_dv2, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal);
+                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32);
     cmp_dev("  flash backward run twice: dq bit-identical", d_dq2, d_dq3, nq, TOL_EXACT);
     cmp_dev("  ... dk bit-identical", d_dk2, d_dk3, nk, TOL_EXACT);
     cmp_dev("  ... dv bit-identical", d_dv2, d_dv3, nk, TOL_EXACT);
     // dv only (dq, dk NULL)
     cpu_rt_attention_lowmem_backward(NULL, NULL, dv2, scratch, dout, out, q, k, v, stats, B, T,
-                                     NH, NKV, HD, causal);
+                                     NH, NKV, HD, causal, RT_F32);
     rt_attention_lowmem_backward(NULL, NULL, d_dv3, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal);
+                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32);
     cmp("  flash backward dq, dk NULL: dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
     cmp("  ... dq untouched", d_dq3, dq2, nq, TOL_GEMM);
 
@@ -662,7 +680,8 @@ static void* thread_fn(void* p) {
     float* d_inp = dup(a->inp, (size_t)a->N * a->C);
     float* d_w = dup(a->w, (size_t)a->OC * a->C);
     float* d_out = dalloc(n * sizeof(float));
-    for (int it = 0; it < 4; it++) rt_linear_forward(d_out, d_inp, d_w, NULL, a->N, a->C, a->OC);
+    for (int it = 0; it < 4; it++)
+        rt_linear_forward(d_out, d_inp, d_w, NULL, a->N, a->C, a->OC, RT_F32);
     float* got = down(d_out, n);
     a->err = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -679,7 +698,7 @@ static void test_threads(void) {
     const int N = 64, C = 96, OC = 80;
     float *inp = hrand((size_t)N * C, 1.0f, 0.0f), *w = hrand((size_t)OC * C, 1.0f, 0.0f);
     float* want = hrand((size_t)N * OC, 1.0f, 0.0f);
-    cpu_rt_linear_forward(want, inp, w, NULL, N, C, OC);
+    cpu_rt_linear_forward(want, inp, w, NULL, N, C, OC, RT_F32);
     pthread_t th[NT];
     thread_arg args[NT];
     int dev = 0;
@@ -718,9 +737,12 @@ int main(void) {
     rt_kernels_init();
     cpu_rt_kernels_init();
 
-    test_linear(37, 65, 29, 1);
-    test_linear(256, 384, 512, 1);
-    test_linear(33, 17, 9, 0);
+    test_linear(37, 65, 29, 1, RT_F32);
+    test_linear(256, 384, 512, 1, RT_F32);
+    test_linear(33, 17, 9, 0, RT_F32);
+    test_linear(37, 65, 29, 1, RT_BF16);
+    test_linear(256, 384, 512, 1, RT_BF16);
+    test_linear(256, 384, 512, 0, RT_F16);
     test_embedding();
     test_layernorm(67, 768, 1);
     test_layernorm(5, 33, 0);

@@ -105,7 +105,8 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
              rtc_fa_hdp(HD), causal ? "causal" : "full");
 
     // forward
-    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal);
+    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
+                                    RT_F32);
     rtc_fa_args a;
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v;
@@ -126,7 +127,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
     float *dq = hcopy(dq0, nq), *dk = hcopy(dk0, nk), *dv = hcopy(dv0, nk);
     float *edq = hcopy(dq0, nq), *edk = hcopy(dk0, nk), *edv = hcopy(dv0, nk);
     cpu_rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV,
-                                     HD, causal);
+                                     HD, causal, RT_F32);
     rtc_fa_args ba = a;
     ba.dout = dout, ba.out_in = eout, ba.stats_in = estats, ba.D = escratch;
     ba.dq = edq, ba.dk = edk, ba.dv = edv;

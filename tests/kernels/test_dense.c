@@ -13,7 +13,7 @@ typedef struct {
 
 static double linear_loss(void* p) {
     linear_ctx* c = (linear_ctx*)p;
-    rt_linear_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    rt_linear_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC, RT_F32);
     return tk_dot(c->out, c->proj, (size_t)c->N * c->OC);
 }
 
@@ -27,7 +27,7 @@ static void test_linear(int with_bias) {
     tk_fill(c.proj, (size_t)N * OC, -1, 1);
 
     // forward vs the triple loop in double
-    rt_linear_forward(c.out, c.inp, c.w, c.b, N, C, OC);
+    rt_linear_forward(c.out, c.inp, c.w, c.b, N, C, OC, RT_F32);
     double* ref = (double*)calloc((size_t)N * OC, sizeof(double));
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -41,7 +41,7 @@ static void test_linear(int with_bias) {
     free(ref);
 
     tk_grad di = tk_grad_new((size_t)N * C), dw = tk_grad_new((size_t)OC * C), db = tk_grad_new(OC);
-    rt_linear_backward(di.buf, dw.buf, c.b ? db.buf : NULL, c.proj, c.inp, c.w, N, C, OC);
+    rt_linear_backward(di.buf, dw.buf, c.b ? db.buf : NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32);
     const char* tag = with_bias ? "(bias)" : "(no bias)";
     char name[96];
     snprintf(name, sizeof name, "linear dinp %s", tag);
@@ -57,10 +57,10 @@ static void test_linear(int with_bias) {
 
     // nullable gradients: only dweight requested, dinp buffer untouched
     tk_grad di2 = tk_grad_new((size_t)N * C), dw2 = tk_grad_new((size_t)OC * C);
-    rt_linear_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, N, C, OC);
+    rt_linear_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32);
     TK_CHECK_SAME("linear dweight alone equals dweight with all grads", tk_grad_delta(&dw2),
                   dw.delta, (size_t)OC * C, 1e-6);
-    rt_linear_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, N, C, OC);
+    rt_linear_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32);
     TK_CHECK_SAME("linear dinp alone equals dinp with all grads", tk_grad_delta(&di2), di.delta,
                   (size_t)N * C, 1e-6);
     tk_grad_free(&di), tk_grad_free(&dw), tk_grad_free(&db), tk_grad_free(&di2), tk_grad_free(&dw2);
@@ -75,8 +75,8 @@ static void test_linear_large(void) {
     float *di = tk_alloc((size_t)N * C), *dw = tk_alloc((size_t)OC * C), *db = tk_alloc(OC);
     tk_fill(inp, (size_t)N * C, -1, 1), tk_fill(w, (size_t)OC * C, -1, 1), tk_fill(b, OC, -1, 1);
     tk_fill(dout, (size_t)N * OC, -1, 1);
-    rt_linear_forward(out, inp, w, b, N, C, OC);
-    rt_linear_backward(di, dw, db, dout, inp, w, N, C, OC);
+    rt_linear_forward(out, inp, w, b, N, C, OC, RT_F32);
+    rt_linear_backward(di, dw, db, dout, inp, w, N, C, OC, RT_F32);
     double* r = (double*)calloc((size_t)N * C + (size_t)OC * C + (size_t)N * OC + OC, sizeof(double));
     double *rout = r, *rdi = r + (size_t)N * OC, *rdw = rdi + (size_t)N * C, *rdb = rdw + (size_t)OC * C;
     for (int n = 0; n < N; n++)

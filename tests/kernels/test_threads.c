@@ -43,9 +43,9 @@ static void work_free(work* w) {
 // forward: q,k,v projections, rope, causal GQA attention, gelu, residual; sum loss;
 // backward through all of it; one Adam step on wq
 static void work_run(work* w) {
-    rt_linear_forward(w->q, w->x, w->wq, NULL, B * T, C, C);
-    rt_linear_forward(w->k, w->x, w->wk, NULL, B * T, C, NKV * HD);
-    rt_linear_forward(w->v, w->x, w->wv, NULL, B * T, C, NKV * HD);
+    rt_linear_forward(w->q, w->x, w->wq, NULL, B * T, C, C, RT_F32);
+    rt_linear_forward(w->k, w->x, w->wk, NULL, B * T, C, NKV * HD, RT_F32);
+    rt_linear_forward(w->v, w->x, w->wv, NULL, B * T, C, NKV * HD, RT_F32);
     rt_rope_forward(w->q, w->q, B, T, NH, HD, RT_ROPE_THETA);
     rt_rope_forward(w->k, w->k, B, T, NKV, HD, RT_ROPE_THETA);
     rt_attention_forward(w->att, w->probs, w->q, w->k, w->v, B, T, NH, NKV, HD, 1);
@@ -64,11 +64,11 @@ static void work_run(work* w) {
     // q, k hold the rotated values; rope backward into fresh buffers before the linears
     rt_zero(w->att, NX);
     rt_rope_backward(w->att, w->dq, B, T, NH, HD, RT_ROPE_THETA);
-    rt_linear_backward(w->dx, w->dwq, NULL, w->att, w->x, w->wq, B * T, C, C);
+    rt_linear_backward(w->dx, w->dwq, NULL, w->att, w->x, w->wq, B * T, C, C, RT_F32);
     rt_zero(w->q, NKVX);
     rt_rope_backward(w->q, w->dk, B, T, NKV, HD, RT_ROPE_THETA);
-    rt_linear_backward(w->dx, w->dwk, NULL, w->q, w->x, w->wk, B * T, C, NKV * HD);
-    rt_linear_backward(w->dx, w->dwv, NULL, w->dv, w->x, w->wv, B * T, C, NKV * HD);
+    rt_linear_backward(w->dx, w->dwk, NULL, w->q, w->x, w->wk, B * T, C, NKV * HD, RT_F32);
+    rt_linear_backward(w->dx, w->dwv, NULL, w->dv, w->x, w->wv, B * T, C, NKV * HD, RT_F32);
     rt_adam_step(w->wq, w->dwq, w->m, w->s, (size_t)C * C, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0);
 }
 

@@ -32,7 +32,7 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     float* w = RT_F32(R, o->unsh, 4 * 20);
     float* b = RT_F32(R, o->unsh + 4 * 20, 4 * 5);
     float* out = RT_F32(R, o->out, 4 * 15);
-    rt_linear_forward(out, R->inputs[0], w, b, N, C, OC);
+    rt_linear_forward(out, R->inputs[0], w, b, N, C, OC, RT_F32);
     float* loss = RT_F32(R, o->loss, 4);
     rt_sum_loss_forward(loss, out, 15);
     rt_step_loss(R, 0, loss);
@@ -42,7 +42,7 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     rt_sum_loss_backward(dout, 15, 1.0f);
     float* ug = RT_F32(R, o->ugrad, 4 * (size_t)o->padded);
     rt_zero(ug, (size_t)o->padded);
-    rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC);
+    rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC, RT_F32);
     rt_step_reshard(R, 0, "POST_BACKWARD");
     rt_step_reduce_scatter(R, 0, o->ugrad, RT_F32, o->rs_in, o->rs_out);
     if (o->hsdp) rt_step_all_reduce(R, 0);

@@ -1,4 +1,5 @@
-// Linear layer (nn.Linear): forward and backward through OpenBLAS sgemm.
+// Linear layer (nn.Linear): forward and backward through OpenBLAS sgemm (fp32 for every
+// operand precision: products of bf16/fp16 values are exact in fp32).
 #include "rt_kernels.h"
 
 #include <cblas.h>
@@ -9,7 +10,8 @@
 // forward: out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                       int N, int C, int OC) {
+                       int N, int C, int OC, rt_dtype prec) {
+    RT_KCHECK_PREC(prec, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     float beta = 0.0f;
     if (bias) {
@@ -34,7 +36,9 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 // backward (accumulating): dinp += dout·W, dW += dout^T·inp, dbias += column sums of dout
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, int N, int C, int OC) {
+                        const float* inp, const float* weight, int N, int C, int OC,
+                        rt_dtype prec) {
+    RT_KCHECK_PREC(prec, "rt_linear_backward");
     if (N <= 0 || OC <= 0) return;
     if (dinp && C > 0) {
         // dinp[N,C] += dout[N,OC] · weight[OC,C]
