@@ -6,12 +6,24 @@
 //                    in; the all-gather stream waits for the copy-in and gathers; compute
 //                    waits for the group's all-gather only at all_gather_wait (copy-out).
 //                    A prefetch therefore overlaps whatever compute comes before its wait.
-//   reduce-scatter   copy-in on compute (the unsharded gradients are freed right after it);
-//                    the reduce-scatter stream waits for compute, divides, reduce-scatters,
-//                    views out into the sharded gradients (HSDP: the all-reduce and what
-//                    follows on the all-reduce stream). Compute waits for it at the next
-//                    reduce-scatter (one in flight, FSDP2's reduce_scatter_state: the plan
-//                    frees its buffers there), and before clipping and the optimizer.
+//   reduce-scatter   FSDP2's foreach_reduce: copy-in on compute (the unsharded gradients are
+//                    freed right after it); the reduce-scatter stream waits for compute,
+//                    pre-divides and reduce-scatters, then records rs_done (FSDP2's
+//                    reduce_scatter_event). Without HSDP the post-divide and view-out into
+//                    the sharded gradients follow on the same stream; with HSDP the
+//                    all-reduce stream waits for the reduce-scatter stream and runs the
+//                    all-reduce, post-divide and view-out. post_done (FSDP2's
+//                    post_reduce_event) follows the view-out.
+//   waits            compute waits for rs_done at the next reduce-scatter, before its
+//                    copy-in (FSDP2's reduce_scatter_state: one reduce-scatter in flight),
+//                    so that reduce-scatter's collective may overlap the previous group's
+//                    all-reduce. Compute waits for post_done at the end of that next
+//                    reduce-scatter, where FSDP2 would not (it holds the all-reduce buffer
+//                    until the end of backward, _all_reduce_state): our static plan
+//                    (generator/memory.lua) ends the reduce-scatter output's lifetime at the
+//                    next reduce-scatter step, and the all-reduce reads and writes that
+//                    output in place, so a buffer planned after that step may sit on it.
+//                    Clipping and the optimizer wait for both (FSDP2's finalize_backward).
 //   step end         compute joins every side stream, so nothing leaks into the next step.
 //
 // The host never waits inside a step. rt_step_run waits once per step (for the losses),
@@ -189,7 +201,7 @@ void rtb_step_end(rt_rank* R) {
             CS(R, cudaStreamWaitEvent(c->compute, c->join[s], 0));
         }
     c->used = 0;
-    c->rs_pending = 0;
+    c->rs_pending = c->post_pending = 0;
     if (R->trace) cs_trace_section(R, NULL);
 }
 
@@ -202,12 +214,23 @@ static void after(rt_rank* R, int side, cudaStream_t waiter, cudaStream_t on, cu
     c->used |= 1u << side;
 }
 
-// Compute waits for the reduce-scatter in flight, if any.
+// Compute waits for the reduce-scatter collective in flight, if any (FSDP2's
+// reduce_scatter_state.event): its input buffer is free afterwards.
 static void wait_reduce_scatter(rt_rank* R) {
     cuda_rank* c = R->backend;
     if (!c->rs_pending) return;
     CS(R, cudaStreamWaitEvent(c->compute, c->rs_done, 0));
     c->rs_pending = 0;
+}
+
+// Compute waits for the previous reduction's all-reduce, post-divide and view-out, if any
+// (FSDP2's post_reduce_event and all-reduce event): its output buffer is free and the
+// sharded gradients are complete afterwards.
+static void wait_post_reduce(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    if (!c->post_pending) return;
+    CS(R, cudaStreamWaitEvent(c->compute, c->post_done, 0));
+    c->post_pending = 0;
 }
 
 // ---- all-gather -------------------------------------------------------------------------
@@ -269,11 +292,14 @@ void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
     rt_accumulate(rt_step_f32(R, acc_off, 0, mg->padded_numel), u, (size_t)mg->padded_numel);
 }
 
-// The reduction on the reduce-scatter stream, as rt_fsdp_reduce_scatter does it on the
-// host (pre-divide, reduce-scatter or the single-rank copy with its custom factor, HSDP
-// all-reduce, post-divide); the reference model all-reduces full gradients instead (see
-// runtime/step/cpu.c). Returns the stream the result is complete on.
-static cudaStream_t reduce(rt_rank* R, int g, void* in, void* out) {
+// The reduction as rt_fsdp_reduce_scatter does it on the host (pre-divide, reduce-scatter
+// or the single-rank copy with its custom factor, HSDP all-reduce, post-divide); the
+// reference model all-reduces full gradients instead (see runtime/step/cpu.c). Issues the
+// pre-divide and the collective on the reduce-scatter stream, records rs_done after it,
+// then (HSDP) the all-reduce on the all-reduce stream, and the post-divide on the stream
+// the result is complete on, which it returns. *span is the open reduce-scatter trace
+// span; an all-reduce closes it and opens its own.
+static cudaStream_t reduce(rt_rank* R, int g, void* in, void* out, int* span) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     rt_fsdp_layout* L = &R->groups[g].layout;
@@ -296,13 +322,15 @@ static cudaStream_t reduce(rt_rank* R, int g, void* in, void* out) {
                                   cudaMemcpyDeviceToDevice, c->rs));
         if (mg->divide_factor > 0) rtcs_divide(out, L->block_numel, rdt, mg->divide_factor, c->rs);
     }
+    CS(R, cudaEventRecord(c->rs_done, c->rs));
+    c->rs_pending = 1;
     cudaStream_t done = c->rs;
     if (replicate && !R->model->reference) {
+        cs_trace_close(R, *span, c->rs);
         after(R, 3, c->ar, c->rs, c->forked_ar);
-        int t = cs_trace_open(R, c->ar, RT_TRACE_ALL_REDUCE, mg->name, "all_reduce");
+        *span = cs_trace_open(R, c->ar, RT_TRACE_ALL_REDUCE, mg->name, "all_reduce");
         st = rt_comm_all_reduce(R->mesh.replicate, out, out, L->block_numel, rdt, d.ar_op, c->ar);
         if (st) rt_rank_die(R, "HSDP all-reduce of group '%s': %s", mg->name, rt_comm_last_error(R->mesh.replicate));
-        cs_trace_close(R, t, c->ar);
         done = c->ar;
     }
     rtcs_divide(out, L->block_numel, rdt, d.postdivide, done);
@@ -321,14 +349,19 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
     rtcs_round(grads, (size_t)mg->padded_numel, grads_dtype, c->compute);
     rtcs_copy(&c->groups[g].rs_in, in, mg->reduce_dtype, grads, RT_F32, 0, c->compute);
+    // The fork precedes compute's wait for the previous all-reduce (below), so this
+    // reduce-scatter does not queue behind it.
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
-    cudaStream_t done = reduce(R, g, in, out);
+    cudaStream_t done = reduce(R, g, in, out, &t);
     rtcs_copy(&c->groups[g].view_out, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32, out,
               mg->reduce_dtype, accumulate, done);
     cs_trace_close(R, t, done);
-    CS(R, cudaEventRecord(c->rs_done, done));
-    c->rs_pending = 1;
+    // The plan frees the previous reduction's output at this step (see the top of the file);
+    // waited before post_done is recorded again.
+    wait_post_reduce(R);
+    CS(R, cudaEventRecord(c->post_done, done));
+    c->post_pending = 1;
 }
 
 // ---- optimizer --------------------------------------------------------------------------
@@ -337,6 +370,7 @@ void rtb_clip_grad_norm(rt_rank* R) {
     cuda_rank* c = R->backend;
     const rt_model* m = R->model;
     wait_reduce_scatter(R);
+    wait_post_reduce(R);
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, "clip_grad_norm", "optimizer");
     CS(R, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
     for (int g = 0; g < m->ngroups; g++)
@@ -359,6 +393,7 @@ void rtb_optimizer(rt_rank* R, int g) {
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     wait_reduce_scatter(R);
+    wait_post_reduce(R);
     size_t n = (size_t)mg->block_numel;
     float* p = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
     float* gr = rt_step_f32(R, mg->grads_off, 0, mg->block_numel);

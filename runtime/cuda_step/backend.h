@@ -47,8 +47,12 @@ typedef struct cuda_rank {
     cudaStream_t compute;             // the generated kernels (rt_cuda_set_stream)
     cudaStream_t ag_copy, ag, rs, ar; // FSDP2's all-gather copy-in, all-gather,
                                       // reduce-scatter and all-reduce streams
-    cudaEvent_t fork, copied, forked_ar, rs_done, join[CS_SIDE_STREAMS];
-    int rs_pending;                   // a reduce-scatter compute has not waited for yet
+    cudaEvent_t fork, copied, forked_ar, join[CS_SIDE_STREAMS];
+    cudaEvent_t rs_done;              // the last reduce-scatter collective finished
+                                      // (reduce-scatter stream; FSDP2's reduce_scatter_event)
+    cudaEvent_t post_done;            // ... its all-reduce, post-divide and view-out too
+                                      // (FSDP2's post_reduce_event)
+    int rs_pending, post_pending;     // recorded, and compute has not waited for it yet
     unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar order)
                                       // this step issued work on
     cuda_group* groups;

@@ -128,8 +128,8 @@ int rtb_rank_init(rt_rank* R) {
     cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar};
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
         ok(&s, cudaStreamCreateWithPriority(side[k], cudaStreamNonBlocking, greatest), "cudaStreamCreate (collectives)");
-    cudaEvent_t* evs[4] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done};
-    for (int k = 0; k < 4 && !s.failed; k++) ok(&s, cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming), "cudaEventCreate");
+    cudaEvent_t* evs[5] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done, &c->post_done};
+    for (int k = 0; k < 5 && !s.failed; k++) ok(&s, cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming), "cudaEventCreate");
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
         ok(&s, cudaEventCreateWithFlags(&c->join[k], cudaEventDisableTiming), "cudaEventCreate");
     if (!s.failed) rt_cuda_set_stream(c->compute);
@@ -206,8 +206,8 @@ void rtb_rank_free(rt_rank* R) {
     cudaFree(c->d_step);
     cudaFree(c->arena);
     rt_arena_free(&R->arena);
-    cudaEvent_t evs[4] = {c->fork, c->copied, c->forked_ar, c->rs_done};
-    for (int k = 0; k < 4; k++)
+    cudaEvent_t evs[5] = {c->fork, c->copied, c->forked_ar, c->rs_done, c->post_done};
+    for (int k = 0; k < 5; k++)
         if (evs[k]) cudaEventDestroy(evs[k]);
     for (int k = 0; k < CS_SIDE_STREAMS; k++)
         if (c->join[k]) cudaEventDestroy(c->join[k]);
