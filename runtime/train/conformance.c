@@ -120,6 +120,17 @@ static int run_model(const rt_model* m, const train_opts* o, train_run* run, con
     return train_run_exec(run);
 }
 
+// The checks compare every rank's captures in this process, and MPI starts only once per
+// process (the reference would be a second run): under mpirun a process holds one rank.
+// Returns 0, or 1 after saying so.
+static int not_all_ranks_here(const train_run* run) {
+    if (run->here_count == 0 || run->here_count == run->m->world) return 0;
+    fprintf(stderr, "fsdpgen: the conformance test runs all %d ranks in one process, but this "
+                    "process ran %d (started by mpirun?); run it without mpirun\n",
+            run->m->world, run->here_count);
+    return 1;
+}
+
 // ---- checks -----------------------------------------------------------------------------
 
 static int passed_, failed_;
@@ -331,8 +342,9 @@ int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int 
     memset(&ca, 0, sizeof ca);
     memset(&cb, 0, sizeof cb);
     int ra = run_model(sharded, &o, &a, &ca);
-    int rb = ra ? 1 : run_model(reference, &o, &b, &cb);
-    if (ra || rb) {
+    if (a.m && not_all_ranks_here(&a)) {
+        rc = 2;  // said why; no check ran
+    } else if (ra || run_model(reference, &o, &b, &cb)) {
         verdict(0, "run: the %s model did not complete %lld steps (see the error above)",
                 ra ? "sharded" : "reference", (long long)o.steps);
     } else {
@@ -349,6 +361,7 @@ int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int 
     capture_free(&cb, reference);
     if (a.m) train_run_free(&a);
     if (b.m) train_run_free(&b);
+    if (rc == 2) return 2;
     printf("%d passed, %d failed\n", passed_, failed_);
     return failed_ ? 1 : 0;
 }

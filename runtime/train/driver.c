@@ -1,7 +1,9 @@
-// driver.c — one training run: the model's ranks (rt_step_launch: threads, GPUs), each set up
-// with rt_rank_init, its parameters initialized / loaded / resumed, then the step loop
-// (inputs, the generated step, the loss mean over ranks and backward items, the step
-// line, divergence check, periodic checkpoints), then --save and --checkpoint.
+// driver.c — one training run: the model's ranks (rt_step_launch: threads, GPUs, or one
+// process per rank under mpirun), each set up with rt_rank_init, its parameters
+// initialized / loaded / resumed, then the step loop (inputs, the generated step, the loss
+// mean over ranks and backward items, the step line, divergence check, periodic
+// checkpoints), then --save and --checkpoint. Which process prints the run's lines and
+// where each process writes its trace is decided in "processes" below.
 // rt_train_main (the generated binary's main) is at the end.
 #include <math.h>
 #include <stdarg.h>
@@ -94,6 +96,76 @@ float* train_arena_f32(rt_rank* R, size_t off, int64_t numel) {
         return NULL;
     }
     return rt_rank_host(R, off, (size_t)(numel > 0 ? numel : 0) * sizeof(float));
+}
+
+// ---- processes --------------------------------------------------------------------------
+// One process holds every rank (CPU threads, a thread per GPU, --local), or each process
+// holds one (mpirun; runtime/comm/mpi.c). Every process runs rt_train_main, so the run's
+// lines (header, steps, checkpoints, trace and bench summaries) come from the process that
+// holds rank 0 only, while errors are printed by whichever process hits them. Each
+// process writes the trace of its own ranks to its own file.
+
+int train_path_tag(const char* path, const char* tag, char* out, size_t cap) {
+    const char* base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char* dot = strrchr(base, '.');
+    // A leading dot names a hidden file, not an extension (".trace" has none).
+    size_t stem = dot && dot != base ? (size_t)(dot - path) : strlen(path);
+    int n = snprintf(out, cap, "%.*s%s%s", (int)stem, path, tag, path + stem);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int train_trace_path(const char* path, int first, char* out, size_t cap) {
+    if (first == 0) {
+        int n = snprintf(out, cap, "%s", path);
+        return n < 0 || (size_t)n >= cap ? -1 : 0;
+    }
+    char tag[32];
+    snprintf(tag, sizeof tag, ".rank%d", first);
+    return train_path_tag(path, tag, out, cap);
+}
+
+int train_holds_rank0(const train_run* run) { return run->here_count > 0 && run->here_first == 0; }
+
+// Called by rank_main on each rank it starts in this process.
+static void note_rank_here(train_run* run, int rank) {
+    pthread_mutex_lock(&run->mu);
+    if (run->here_count == 0 || rank < run->here_first) run->here_first = rank;
+    run->here_count++;
+    pthread_mutex_unlock(&run->mu);
+}
+
+int train_write_trace(train_run* run, const char* path) {
+    if (!run->trace || run->here_count == 0) return 0;  // no rank ran here: nothing to write
+    char mine[4096], err[512];
+    if (train_trace_path(path, run->here_first, mine, sizeof mine) != 0) {
+        fprintf(stderr, "fsdpgen: --trace %s: the path of rank %d's trace is too long (at most %zu "
+                        "bytes)\n", path, run->here_first, sizeof mine - 1);
+        return 1;
+    }
+    if (rt_trace_write(run->trace, mine, err, sizeof err) != 0) {
+        fprintf(stderr, "fsdpgen: --trace %s: %s\n", mine, err);
+        return 1;
+    }
+    unsigned long long dropped = (unsigned long long)rt_trace_dropped(run->trace);
+    if (!train_holds_rank0(run)) {
+        if (dropped)
+            fprintf(stderr, "fsdpgen: --trace %s: %llu events dropped (the per-rank buffer was full; "
+                            "trace fewer steps)\n", mine, dropped);
+        return 0;
+    }
+    printf("trace: %llu events written to %s", (unsigned long long)rt_trace_recorded(run->trace), mine);
+    const int W = run->m->world, next = run->here_count;  // this process: ranks 0..next-1
+    if (next < W) {
+        char other[4096];
+        if (train_path_tag(path, ".rank<r>", other, sizeof other) != 0) snprintf(other, sizeof other, "%s", "?");
+        if (next + 1 == W) printf("; rank %d writes its to %s", next, other);
+        else printf("; ranks %d..%d write theirs to %s, one file per process", next, W - 1, other);
+    }
+    if (dropped)
+        printf(" (%llu dropped: the per-rank buffer was full; trace fewer steps)", dropped);
+    printf("\n");
+    return 0;
 }
 
 // ---- the run ----------------------------------------------------------------------------
@@ -247,14 +319,15 @@ static int rank_steps(train_run* run, rt_rank* R) {
                        dt > 0 ? (double)items / dt : 0.0, m->tokens ? "tok" : "samples", dt * 1e3);
         }
         if (!isfinite(mean)) {
-            if (R->rank == 0) {
+            // Every rank sees the same mean: each marks the run (under mpirun each process
+            // has its own run and must exit 1), rank 0 says why.
+            if (R->rank == 0)
                 fprintf(stderr, "fsdpgen: step %lld: loss is %s (training diverged; lower the "
                                 "learning rate or check the data)\n",
                         (long long)(s + 1), isnan(mean) ? "nan" : "inf");
-                pthread_mutex_lock(&run->mu);
-                run->diverged = 1;
-                pthread_mutex_unlock(&run->mu);
-            }
+            pthread_mutex_lock(&run->mu);
+            run->diverged = 1;
+            pthread_mutex_unlock(&run->mu);
             return 1;
         }
         if (run->hook) run->hook(run, R, i);
@@ -266,10 +339,24 @@ static int rank_steps(train_run* run, rt_rank* R) {
     return 0;
 }
 
+// The run's first line, from rank 0 as it starts.
+static void print_header(const train_run* run) {
+    const rt_model* m = run->m;
+    const train_opts* o = run->o;
+    char seed[48];
+    if (o->resume && !o->seed_set) snprintf(seed, sizeof seed, "the checkpoint's");
+    else snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    printf("%s: world %d (replicate %d x shard %d), steps %lld..%lld, seed %s, data %s\n",
+           m->name, m->world, m->replicate, m->shard, (long long)run->start_step + 1,
+           (long long)(run->start_step + run->nsteps), seed, o->data ? o->data : "synthetic");
+}
+
 static void rank_main(rt_comm* comm, void* arg) {
     train_run* run = arg;
     const rt_model* m = run->m;
     const train_opts* o = run->o;
+    note_rank_here(run, rt_comm_rank(comm));
+    if (rt_comm_rank(comm) == 0 && !run->quiet) print_header(run);
     rt_rank R;
     memset(&R, 0, sizeof R);
     if (rt_rank_init(&R, m, comm) != 0) {  // it printed why and aborted the communicator
@@ -292,6 +379,7 @@ static void rank_main(rt_comm* comm, void* arg) {
         else if (rt_rank_push(&R)) train_fail(run, "rank %d: copying the parameters to the device failed", R.rank);
     }
     if (train_agree(run, &R)) goto out;
+    R.seed = run->seed;  // dropout masks (a --resume sets run->seed before the agreement)
     if (rank_steps(run, &R)) goto out;
     if (o->save && train_save(run, &R, o->save, run->start_step + run->nsteps)) goto out;
     if (o->checkpoint && train_checkpoint_save(run, &R, o->checkpoint, run->start_step + run->nsteps))
@@ -399,26 +487,9 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
         rc = 1;
     }
     if (!rc) {
-        char seed[48];
-        if (o.resume && !o.seed_set) snprintf(seed, sizeof seed, "the checkpoint's");
-        else snprintf(seed, sizeof seed, "%llu", (unsigned long long)o.seed);
-        printf("%s: world %d (replicate %d x shard %d), steps %lld..%lld, seed %s, data %s\n",
-               m->name, m->world, m->replicate, m->shard, (long long)run.start_step + 1,
-               (long long)(run.start_step + run.nsteps), seed, o.data ? o.data : "synthetic");
-        rc = train_run_exec(&run);
-        if (run.trace && rt_trace_write(run.trace, o.trace, err, sizeof err) != 0) {
-            fprintf(stderr, "fsdpgen: --trace %s: %s\n", o.trace, err);
-            rc = 1;
-        } else if (run.trace) {
-            uint64_t dropped = rt_trace_dropped(run.trace);
-            printf("trace: %llu events written to %s", (unsigned long long)rt_trace_recorded(run.trace),
-                   o.trace);
-            if (dropped)
-                printf(" (%llu dropped: the per-rank buffer was full; trace fewer steps)",
-                       (unsigned long long)dropped);
-            printf("\n");
-        }
-        if (!rc && o.bench) train_bench_report(&run);
+        rc = train_run_exec(&run);  // rank 0 prints the header as it starts
+        if (train_write_trace(&run, o.trace)) rc = 1;
+        if (!rc && o.bench && train_holds_rank0(&run)) train_bench_report(&run);
     }
     if (run.trace) rt_trace_destroy(run.trace);
     if (run.data) rt_data_close(run.data);

@@ -195,9 +195,12 @@ int train_checkpoint_load(train_run* run, rt_rank* R, const char* dir) {
                         "(the data and dropout streams would differ); drop --seed to continue it",
                    dir, (unsigned long long)st.rng_seed, (unsigned long long)run->o->seed);
         rc = 1;
-    } else if (R->rank == 0) {
-        // Read by the other ranks only after the agreement barrier that follows setup.
+    } else {
+        // Every rank sets it (each process has its own run under mpirun; the checkpoint's
+        // ranks all hold the same seed); read only after the agreement that follows setup.
+        pthread_mutex_lock(&run->mu);
         run->seed = st.rng_seed;
+        pthread_mutex_unlock(&run->mu);
     }
     blobs_free(&b);
     return rc;

@@ -72,6 +72,8 @@ typedef struct train_run {
     double* optim_ms;        // [nsteps] rank 0's optimizer time
     size_t* peak;            // [world] measured arena peak at the end
     int64_t steps_done;
+    int here_first;          // the lowest rank this process ran (mpirun: its only one) ...
+    int here_count;          // ... and how many (0: none started)
 } train_run;
 
 // Sets up run for m and o (allocations); returns 0 or prints and returns 1.
@@ -90,6 +92,25 @@ void train_rank_detach(train_run* run, rt_rank* R);
 // Agreement of all ranks (a collective over the communicator, so it also holds across
 // processes): returns 1 on every rank when any rank failed (or the collective did).
 int train_agree(train_run* run, rt_rank* R);
+
+// ---- processes (driver.c) ------------------------------------------------------------------
+// Under mpirun each process holds one rank and runs rt_train_main itself; otherwise one
+// process holds every rank. The process holding rank 0 prints the run's lines; errors are
+// printed by whichever process hits them; each process writes its ranks' trace.
+
+// path with tag inserted before the extension of its last component (out.json + ".rank1"
+// -> out.rank1.json; out -> out.rank1; a leading dot is no extension: .trace -> .trace.rank1).
+// Returns 0, or -1 when it does not fit in cap bytes.
+int train_path_tag(const char* path, const char* tag, char* out, size_t cap);
+// The trace file of the process whose lowest rank is `first`: path itself for rank 0,
+// else path tagged ".rank<first>". Returns 0, or -1 when it does not fit.
+int train_trace_path(const char* path, int first, char* out, size_t cap);
+// Whether this process ran rank 0 (it prints the run's summary lines).
+int train_holds_rank0(const train_run* run);
+// After train_run_exec: writes this process's trace (run->trace, no-op without one) to
+// train_trace_path(path, run->here_first); the process holding rank 0 prints where it and
+// the other processes wrote. Returns 0, or 1 after printing why.
+int train_write_trace(train_run* run, const char* path);
 
 // A checked fp32 pointer into the rank's arena that does not move the measured peak (the
 // driver's own accesses to the persistent buffers are not part of the step's plan).

@@ -327,6 +327,207 @@ static void test_shard_and_roundtrip(void) {
     rt_st_close(f);
 }
 
+// ---- processes: who prints, where each process's trace goes (mpirun) ---------------------
+
+static void test_trace_paths(void) {
+    static const struct {
+        const char* path;
+        int first;
+        const char* want;
+    } cases[] = {
+        {"out.json", 0, "out.json"},           {"out.json", 1, "out.rank1.json"},
+        {"dir/out.json", 12, "dir/out.rank12.json"},
+        {"/abs/t.json", 3, "/abs/t.rank3.json"}, {"out", 2, "out.rank2"},
+        {"a.b/out", 1, "a.b/out.rank1"},        {"dir/.trace", 1, "dir/.trace.rank1"},
+        {"x.tar.gz", 5, "x.tar.rank5.gz"},      {"./t.json", 7, "./t.rank7.json"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[256] = "";
+        int rc = train_trace_path(cases[i].path, cases[i].first, out, sizeof out);
+        CHECK(rc == 0 && !strcmp(out, cases[i].want), "trace path of the process with first rank %d "
+              "for '%s': '%s' (want '%s')", cases[i].first, cases[i].path, out, cases[i].want);
+    }
+    char small[12];
+    CHECK(train_trace_path("out.json", 1, small, sizeof small) == -1 &&
+              train_trace_path("out.json", 0, small, 8) == -1 &&
+              train_trace_path("out.json", 0, small, 9) == 0,
+          "a path that does not fit the buffer: -1 (out.rank1.json in 12 bytes; out.json in 8), "
+          "fits in 9");
+    char pat[64];
+    CHECK(train_path_tag("dir/out.json", ".rank<r>", pat, sizeof pat) == 0 &&
+              !strcmp(pat, "dir/out.rank<r>.json"),
+          "the pattern rank 0 prints: '%s'", pat);
+}
+
+// What train_write_trace did for one process's view of the run.
+typedef struct trace_out {
+    int rc;
+    char* out;
+    char* err;
+} trace_out;
+
+// Runs train_write_trace(run, path) in a child process (its stdout and stderr captured), as
+// the process that ran ranks [first, first + count) of run's world.
+static trace_out write_trace_as(train_run* run, int first, int count, const char* path) {
+    run->here_first = first;
+    run->here_count = count;
+    const char* out = P("wt.out");
+    const char* err = P("wt.err");
+    fflush(stdout);
+    trace_out t = {-1, NULL, NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr)) _exit(126);
+        int rc = train_write_trace(run, path);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    int st = 0;
+    if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st)) t.rc = WEXITSTATUS(st);
+    t.out = read_all(out, NULL);
+    t.err = read_all(err, NULL);
+    if (!t.out) t.out = strdup("");
+    if (!t.err) t.err = strdup("");
+    return t;
+}
+
+static void trace_out_free(trace_out* t) {
+    free(t->out);
+    free(t->err);
+}
+
+static void test_process_trace(void) {
+    // A world of 4 ranks; under mpirun each process records only its own rank's spans.
+    rt_model m4 = tiny_model;
+    m4.world = 4;
+    train_opts o;
+    memset(&o, 0, sizeof o);
+    o.steps = 1;
+    train_run run;
+    char err[256];
+    if (train_run_init(&run, &m4, &o) || rt_trace_create(4, 0, 0, &run.trace, err, sizeof err)) {
+        CHECK(0, "train_run_init / rt_trace_create");
+        return;
+    }
+    // (Span names unlike the streams' names, which every rank's metadata carries.)
+    rt_trace_complete(run.trace, 0, RT_TRACE_COMPUTE, "step 1", "step", 0, 5, NULL, NULL);
+    rt_trace_complete(run.trace, 0, RT_TRACE_REDUCE_SCATTER, "rank-0-span", "reduce_scatter", 1, 2,
+                      NULL, NULL);
+
+    // One process holds every rank (CPU threads, a thread per GPU): PATH, one line.
+    run.here_first = 0, run.here_count = 4;
+    CHECK(train_holds_rank0(&run), "the process holding ranks 0..3 holds rank 0");
+    trace_out t = write_trace_as(&run, 0, 4, P("all.json"));
+    char want[512];
+    snprintf(want, sizeof want, "trace: 2 events written to %s\n", P("all.json"));
+    CHECK(t.rc == 0 && !strcmp(t.out, want) && !t.err[0] && exists(P("all.json")) &&
+              !exists(P("all.rank1.json")),
+          "every rank here: writes PATH and says so in one line ('%s')", t.out);
+    trace_out_free(&t);
+
+    // mpirun, rank 0's process: PATH, and where the others go.
+    t = write_trace_as(&run, 0, 1, P("mpi.json"));
+    char* body = read_all(P("mpi.json"), NULL);
+    snprintf(want, sizeof want, "trace: 2 events written to %s; ranks 1..3 write theirs to %s, one "
+                                "file per process\n", P("mpi.json"), P("mpi.rank<r>.json"));
+    CHECK(t.rc == 0 && !strcmp(t.out, want) && !t.err[0] && has(body, "\"traceEvents\"") &&
+              has(body, "rank-0-span"),
+          "rank 0 of 4 processes: writes PATH, says once where ranks 1..3 write ('%s')", t.out);
+    free(body);
+    trace_out_free(&t);
+
+    // mpirun, rank 2's process: PATH.rank2, silently.
+    rt_trace* mine = run.trace;
+    if (rt_trace_create(4, 0, 0, &run.trace, err, sizeof err) == 0) {
+        rt_trace_complete(run.trace, 2, RT_TRACE_ALL_REDUCE, "rank-2-span", "all_reduce", 3, 4, NULL, NULL);
+        CHECK(!train_holds_rank0(&(train_run){.here_first = 2, .here_count = 1}),
+              "the process holding rank 2 does not hold rank 0");
+        t = write_trace_as(&run, 2, 1, P("mpi.json"));
+        body = read_all(P("mpi.rank2.json"), NULL);
+        char* zero = read_all(P("mpi.json"), NULL);
+        CHECK(t.rc == 0 && !t.out[0] && !t.err[0] && has(body, "rank-2-span") &&
+                  !has(body, "rank-0-span") && has(zero, "rank-0-span") && !has(zero, "rank-2-span"),
+              "rank 2's process writes its spans to mpi.rank2.json, prints nothing, leaves rank 0's "
+              "mpi.json alone");
+        free(body);
+        free(zero);
+        trace_out_free(&t);
+        rt_trace_destroy(run.trace);
+    }
+    run.trace = mine;
+
+    // Two processes of two ranks each would name the files by their first rank.
+    rt_model m2 = tiny_model;
+    run.m = &m2;
+    t = write_trace_as(&run, 0, 1, P("two.json"));
+    snprintf(want, sizeof want, "trace: 2 events written to %s; rank 1 writes its to %s\n",
+             P("two.json"), P("two.rank<r>.json"));
+    CHECK(t.rc == 0 && !strcmp(t.out, want), "world 2, rank 0's process names rank 1's file ('%s')", t.out);
+    trace_out_free(&t);
+    run.m = &m4;
+
+    // No rank started in this process (the launch failed): nothing written or printed.
+    t = write_trace_as(&run, 0, 0, P("none.json"));
+    CHECK(t.rc == 0 && !t.out[0] && !exists(P("none.json")),
+          "no rank ran here: no trace file, no line");
+    trace_out_free(&t);
+
+    // A file that cannot be written: exit 1 naming this process's file.
+    t = write_trace_as(&run, 3, 1, P("no_such_dir/x.json"));
+    CHECK(t.rc == 1 && has(t.err, "fsdpgen: --trace ") && has(t.err, "no_such_dir/x.rank3.json") &&
+              count_lines(t.err) == 1,
+          "an unwritable trace: 1, one line naming x.rank3.json ('%s')", t.err);
+    trace_out_free(&t);
+    rt_trace_destroy(run.trace);
+    run.trace = NULL;
+    train_run_free(&run);
+}
+
+// The CPU path: one process runs every rank, so it holds rank 0 and prints everything once;
+// each rank's dropout seed is the run's.
+typedef struct seen {
+    uint64_t seed[2];
+} seen;
+
+static void seed_hook(train_run* run, rt_rank* R, int64_t idx) {
+    (void)idx;
+    ((seen*)run->hook_arg)->seed[R->rank] = R->seed;
+}
+
+static void test_one_process(void) {
+    train_opts o;
+    memset(&o, 0, sizeof o);
+    o.steps = 1;
+    o.seed = 4242;
+    o.log_every = 1;
+    train_run tr;
+    seen s = {{0, 0}};
+    if (train_run_init(&tr, &tiny_model, &o)) {
+        CHECK(0, "train_run_init");
+        return;
+    }
+    tr.quiet = 1;
+    tr.hook = seed_hook;
+    tr.hook_arg = &s;
+    int rc = train_run_exec(&tr);
+    CHECK(rc == 0 && tr.here_first == 0 && tr.here_count == 2 && train_holds_rank0(&tr),
+          "threads: this process ran ranks %d..%d of 2 and holds rank 0", tr.here_first,
+          tr.here_first + tr.here_count - 1);
+    CHECK(s.seed[0] == 4242 && s.seed[1] == 4242, "every rank's dropout seed is --seed (%llu, %llu)",
+          (unsigned long long)s.seed[0], (unsigned long long)s.seed[1]);
+    train_run_free(&tr);
+
+    proc p = run(g_train, "tok", "--steps", "2", "--bench", "--trace", P("one.json"), NULL);
+    int headers = 0;
+    for (const char* q = p.out; (q = strstr(q, "tok: world 2")); q++) headers++;
+    CHECK_PROC(p, p.rc == 0 && headers == 1 && has(p.out, "trace: ") &&
+                      !has(p.out, ".rank<r>") && exists(P("one.json")) && !exists(P("one.rank1.json")) &&
+                      has(p.out, "bench: "),
+               "2 ranks in one process: one header, one trace file (no per-rank files), bench");
+    proc_free(&p);
+}
+
 // ---- subprocess: runs -------------------------------------------------------------------
 
 static void test_basic_run(void) {
@@ -622,6 +823,9 @@ int main(int argc, char** argv) {
     test_fnv_and_init();
     test_synthetic();
     test_shard_and_roundtrip();
+    test_trace_paths();
+    test_process_trace();
+    test_one_process();
     test_basic_run();
     test_resume();
     test_bad_weights();
