@@ -25,7 +25,7 @@ CONFIGS = {
                       max_seq_len=1024, batch=16, seq_len=1024, spec="bench/specs/gpt2_124m.lua"),
     "llama_1b": dict(model="llama", n_layers=16, dim=2048, n_heads=32, n_kv_heads=8, ffn_dim=8192,
                      vocab_size=128256, max_seq_len=2048, norm_eps=1e-5, rope_theta=500000.0,
-                     batch=2, seq_len=2048, spec="bench/specs/llama_1b.lua"),
+                     batch=4, seq_len=2048, spec="bench/specs/llama_1b.lua"),
 }
 
 # bf16 dense peak (no sparsity), TFLOP/s: (pattern on the device name, value). First match.

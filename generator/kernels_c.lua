@@ -100,6 +100,12 @@ for _, k in ipairs({ "relu", "gelu", "silu" }) do
   end
 end
 
+function forward.swiglu(op, c, out)
+  local a, b = op.ins[1], op.ins[2]
+  return { string.format("rt_swiglu_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a),
+    prec(a, b)) }
+end
+
 function forward.add(op, c, out)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) == numel(b) then
@@ -198,6 +204,12 @@ for _, k in ipairs({ "relu", "gelu", "silu" }) do
     local x = op.ins[1]
     return { string.format("rt_%s_backward(%s, %s, %s, %d);", k, c.grad(x), c.dout(op.outs[1]), c.val(x), numel(x)) }
   end
+end
+
+function backward.swiglu(op, c)
+  local a, b = op.ins[1], op.ins[2]
+  return { string.format("rt_swiglu_backward(%s, %s, %s, %s, %s, %d, %s);", c.grad(a), c.grad(b),
+    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), prec(a, b, op.outs[1])) }
 end
 
 function backward.add(op, c)

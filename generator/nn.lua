@@ -286,8 +286,17 @@ local function binary(kind)
 end
 F.add, F.mul = binary("add"), binary("mul")
 
+-- silu(a) * b as one op (one kernel, and no silu(a) buffer kept for backward), with the
+-- numerics of the two ops (rt_swiglu_*).
 function F.swiglu(a, b)
-  return F.mul(F.silu(a), b)
+  check_tensor(a, "swiglu")
+  check_tensor(b, "swiglu")
+  if shape_str(a.shape) ~= shape_str(b.shape) then
+    errors.raise(string.format("swiglu: shapes %s and %s differ (gate and value must match)",
+      shape_str(a.shape), shape_str(b.shape)))
+  end
+  local d = float_dtype("swiglu", a, b)
+  return trace.record("swiglu", { a, b }, { { shape = copy(a.shape), dtype = d } })
 end
 
 -- Dropout draws from a counter-based RNG keyed by (seed, site) so sharded and unsharded

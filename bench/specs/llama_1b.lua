@@ -1,10 +1,9 @@
 -- Benchmark config (bench/run.sh): the Llama "1B" preset (16 layers, dim 2048, 32 heads,
 -- 8 kv heads, SwiGLU 8192, vocab 128256, untied output: 1.5 B parameters), seq 2048,
--- batch 2, one GPU. fully_shard per block and the root, bf16 parameters with fp32
+-- batch 4, one GPU. fully_shard per block and the root, bf16 parameters with fp32
 -- gradient reduction, AdamW. bench/torch_fsdp2.py builds the same model
--- (`--config llama_1b`). Batch 2 because the memory plan, which sizes the CUDA arena,
--- predicts 66 GB per GPU at batch 2 and 105 GB at batch 4 (it stores compute buffers as
--- fp32, and attention keeps its T x T probabilities).
+-- (`--config llama_1b`). The memory plan, which sizes the CUDA arena, predicts 66.7 GB per
+-- GPU at batch 4 (it stores compute buffers as fp32); batch 5 would not fit 80 GB.
 local fsdp, models = require("fsdp"), require("models")
 
 local model = models.Llama{ preset = "1B" }
@@ -16,6 +15,6 @@ fsdp.fully_shard(model, { mp_policy = mp })
 
 return fsdp.spec{
   name = "bench_llama_1b", model = model, world_size = 1,
-  input = { batch = 2, seq_len = 2048 }, loss = "cross_entropy",
+  input = { batch = 4, seq_len = 2048 }, loss = "cross_entropy",
   optimizer = { "adamw", lr = 3e-4 },
 }

@@ -2,6 +2,7 @@
 // position embeddings: same contracts and float expressions as
 // runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
 // Forward kernels allow out == inp (no __restrict__ on them).
+#include "../core/dtype_bits.h"
 #include "cuda_common.cuh"
 
 #define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
@@ -87,34 +88,42 @@ void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n
 }
 
 // ----------------------------------------------------------------------------
-// SwiGLU gate: out = silu(a) * b; one kernel for both gradients
+// SwiGLU gate: out = silu(a) * b; one kernel for both gradients. The intermediates are
+// rounded to dt where separate silu and mul kernels would have rounded their outputs.
 
-__global__ void swiglu_forward_kernel(float* out, const float* a, const float* b, size_t n) {
+__device__ __forceinline__ float rtc_round_to(float v, rt_dtype dt) {
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
+    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
+    return v;
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* a, const float* b, size_t n,
+                                      rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = a[i];
-        out[i] = x * rtc_sigmoidf(x) * b[i];
+        out[i] = rtc_round_to(x * rtc_sigmoidf(x), dt) * b[i];
     }
 }
 
 __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buffer
                                        const float* __restrict__ dout,
                                        const float* __restrict__ a,
-                                       const float* __restrict__ b, size_t n) {
+                                       const float* __restrict__ b, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = a[i];
-        if (da) da[i] += dout[i] * b[i] * rtc_silu_grad(x);
-        if (db) db[i] += dout[i] * (x * rtc_sigmoidf(x));
+        if (da) da[i] += rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
+        if (db) db[i] += dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt);
     }
 }
 
-void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n) {
-    RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, out, a, b, n);
+void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, out, a, b, n, dt);
 }
 
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                        size_t n) {
+                        size_t n, rt_dtype dt) {
     if (!da && !db) return;
-    RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n);
+    RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n, dt);
 }
 
 // ----------------------------------------------------------------------------

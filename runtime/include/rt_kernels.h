@@ -116,9 +116,13 @@ void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n
 void rt_silu_forward(float* out, const float* inp, size_t n);
 void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n);
 // SwiGLU gate: out = silu(a) * b (Llama FFN: w2(silu(w1 x) * w3 x)). da, db nullable.
-void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n);
+// One kernel for the silu and the product, and nothing of size n kept for backward but a
+// and b. dt is the dtype of the op's tensors: the intermediates silu(a) and, in backward,
+// dout * b are rounded to it (RT_F32: not rounded) exactly where separate silu and mul
+// kernels with rounded outputs would round them, so the fused op gives their bits.
+void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                        size_t n);
+                        size_t n, rt_dtype dt);
 
 // ----------------------------------------------------------------------------
 // rotary position embeddings (Meta Llama): over x[B,T,NH,HD], the consecutive pair

@@ -1,5 +1,7 @@
 // Tests of the activations: known values (GELU(1) = 0.8413447, ...), forward vs double
-// reference, gradcheck, ReLU's zero gradient at 0, in-place forward.
+// reference, gradcheck, ReLU's zero gradient at 0, in-place forward, and the fused SwiGLU
+// against separate silu and mul kernels with rounded outputs (bit for bit, fp32/bf16/fp16).
+#include "../../runtime/core/dtype_bits.h"
 #include "gradcheck.h"
 
 // ----------------------------------------------------------------------------
@@ -18,7 +20,7 @@ static double act_loss(void* p) {
     if (c->op == 0) rt_gelu_forward(c->out, c->a, c->n);
     if (c->op == 1) rt_relu_forward(c->out, c->a, c->n);
     if (c->op == 2) rt_silu_forward(c->out, c->a, c->n);
-    if (c->op == 3) rt_swiglu_forward(c->out, c->a, c->b, c->n);
+    if (c->op == 3) rt_swiglu_forward(c->out, c->a, c->b, c->n, RT_F32);
     return tk_dot(c->out, c->proj, c->n);
 }
 
@@ -52,13 +54,13 @@ static void test_act(int op) {
     if (op == 0) rt_gelu_backward(da.buf, c.proj, c.a, n);
     if (op == 1) rt_relu_backward(da.buf, c.proj, c.a, n);
     if (op == 2) rt_silu_backward(da.buf, c.proj, c.a, n);
-    if (op == 3) rt_swiglu_backward(da.buf, db.buf, c.proj, c.a, c.b, n);
+    if (op == 3) rt_swiglu_backward(da.buf, db.buf, c.proj, c.a, c.b, n, RT_F32);
     snprintf(name, sizeof name, "%s dinp", act_names[op]);
     tk_gradcheck(name, c.a, tk_grad_delta(&da), n, act_loss, &c, 1e-2f, 1e-2, 1e-3);
     if (op == 3) {
         tk_gradcheck("swiglu db", c.b, tk_grad_delta(&db), n, act_loss, &c, 1e-2f, 1e-2, 1e-3);
         tk_grad da2 = tk_grad_new(n);
-        rt_swiglu_backward(da2.buf, NULL, c.proj, c.a, c.b, n);
+        rt_swiglu_backward(da2.buf, NULL, c.proj, c.a, c.b, n, RT_F32);
         TK_CHECK_SAME("swiglu da with db NULL", tk_grad_delta(&da2), da.delta, n, 1e-6);
         tk_grad_free(&da2);
     }
@@ -67,7 +69,7 @@ static void test_act(int op) {
     if (op == 0) rt_gelu_forward(x, x, n);
     if (op == 1) rt_relu_forward(x, x, n);
     if (op == 2) rt_silu_forward(x, x, n);
-    if (op == 3) rt_swiglu_forward(x, x, c.b, n);
+    if (op == 3) rt_swiglu_forward(x, x, c.b, n, RT_F32);
     act_loss(&c);
     snprintf(name, sizeof name, "%s forward in place equals out of place", act_names[op]);
     CHECK(memcmp(x, c.out, n * sizeof(float)) == 0, "%s", name);
@@ -106,7 +108,7 @@ static void test_known(void) {
     CHECK(g[0] == 1.0f && g[1] == 0.0f && g[2] == 0.0f,
           "ReLU gradient at (1,-1,0) = (%g,%g,%g): 0 at the kink as PyTorch", g[0], g[1], g[2]);
     float b[5] = {2, 2, 2, 2, 2};
-    rt_swiglu_forward(y, x, b, 5);
+    rt_swiglu_forward(y, x, b, 5, RT_F32);
     CHECK_CLOSE("SwiGLU(a=1, b=2) = 2 SiLU(1)", y[0], 2 * 0.7310585786300049, 2e-7);
     // large |x|: no overflow to NaN in the sigmoid
     float big[2] = {-100.0f, 100.0f}, ob[2];
@@ -116,10 +118,61 @@ static void test_known(void) {
     CHECK(ob[0] == 0.0f && ob[1] == 100.0f, "GELU(-100) = %g, GELU(100) = %g", ob[0], ob[1]);
 }
 
+// ----------------------------------------------------------------------------
+// fused SwiGLU = silu, round, mul, round (the generated code's unfused sequence)
+
+static void round_all(float* x, size_t n, rt_dtype dt) {
+    for (size_t i = 0; i < n; i++) {
+        if (dt == RT_BF16) x[i] = rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x[i]));
+        if (dt == RT_F16) x[i] = rt_f16_to_f32_inl(rt_f16_from_f32_inl(x[i]));
+    }
+}
+
+static void test_swiglu_matches_unfused(rt_dtype dt) {
+    const size_t n = 4096;
+    float *a = tk_alloc(n), *b = tk_alloc(n), *dout = tk_alloc(n);
+    float *da = tk_alloc(n), *db = tk_alloc(n), *out = tk_alloc(n);
+    tk_fill(a, n, -6, 6), tk_fill(b, n, -3, 3), tk_fill(dout, n, -2, 2);
+    tk_fill(da, n, -1, 1), tk_fill(db, n, -1, 1);
+    a[0] = 0.0f, dout[1] = -0.0f, b[2] = 0.0f;  // signed zeros through both paths
+    round_all(a, n, dt), round_all(b, n, dt), round_all(dout, n, dt);
+    round_all(da, n, dt), round_all(db, n, dt);
+    float *da_u = tk_dup(da, n), *db_u = tk_dup(db, n), *s = tk_alloc(n), *out_u = tk_alloc(n);
+    float* ds = tk_alloc(n);
+
+    rt_swiglu_forward(out, a, b, n, dt);
+    round_all(out, n, dt);
+    rt_swiglu_backward(da, db, dout, a, b, n, dt);
+    round_all(da, n, dt), round_all(db, n, dt);
+
+    rt_silu_forward(s, a, n);
+    round_all(s, n, dt);
+    rt_mul_forward(out_u, s, b, n);
+    round_all(out_u, n, dt);
+    memset(ds, 0, n * sizeof(float));  // rt_zero before the first contribution
+    rt_mul_backward(ds, db_u, dout, s, b, n);
+    round_all(ds, n, dt), round_all(db_u, n, dt);
+    rt_silu_backward(da_u, ds, a, n);
+    round_all(da_u, n, dt);
+
+    const char* nm = dt == RT_BF16 ? "bf16" : dt == RT_F16 ? "fp16" : "fp32";
+    CHECK(memcmp(out, out_u, n * sizeof(float)) == 0,
+          "%s swiglu forward equals silu, round, mul, round bit for bit (%zu values)", nm, n);
+    CHECK(memcmp(da, da_u, n * sizeof(float)) == 0,
+          "%s swiglu da (+=) equals mul then silu backward, rounded, bit for bit", nm);
+    CHECK(memcmp(db, db_u, n * sizeof(float)) == 0,
+          "%s swiglu db (+=) equals mul backward, rounded, bit for bit", nm);
+    free(a), free(b), free(dout), free(da), free(db), free(out), free(da_u), free(db_u), free(s),
+        free(out_u), free(ds);
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(3);
     test_known();
     for (int op = 0; op < 4; op++) test_act(op);
+    test_swiglu_matches_unfused(RT_F32);
+    test_swiglu_matches_unfused(RT_BF16);
+    test_swiglu_matches_unfused(RT_F16);
     return tk_summary("test_activation");
 }

@@ -5,6 +5,8 @@
 
 #include <math.h>
 
+#include "../../core/dtype_bits.h"
+
 // ----------------------------------------------------------------------------
 // exact GELU (nn.GELU() default, approximate='none')
 
@@ -64,22 +66,31 @@ void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n
 }
 
 // ----------------------------------------------------------------------------
-// SwiGLU gate: out = silu(a) * b
+// SwiGLU gate: out = silu(a) * b, with the intermediates rounded to dt where separate silu
+// and mul kernels would have rounded their outputs (rt_kernels.h)
 
-void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n) {
+static inline float round_to_(float v, rt_dtype dt) {
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
+    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
+    return v;
+}
+
+void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
     for (size_t i = 0; i < n; i++) {
         float x = a[i];
-        out[i] = x * sigmoidf_(x) * b[i];
+        out[i] = round_to_(x * sigmoidf_(x), dt) * b[i];
     }
 }
 
+// da += round(dout * b) * silu'(a) (the mul's gradient of silu(a), then the silu's);
+// db += dout * round(silu(a)).
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                        size_t n) {
+                        size_t n, rt_dtype dt) {
     if (da)
-        for (size_t i = 0; i < n; i++) da[i] += dout[i] * b[i] * silu_grad_(a[i]);
+        for (size_t i = 0; i < n; i++) da[i] += round_to_(dout[i] * b[i], dt) * silu_grad_(a[i]);
     if (db)
         for (size_t i = 0; i < n; i++) {
             float x = a[i];
-            db[i] += dout[i] * (x * sigmoidf_(x));
+            db[i] += dout[i] * round_to_(x * sigmoidf_(x), dt);
         }
 }
