@@ -2,8 +2,10 @@
 # Builds the training driver (runtime/train.ninja) with the libraries it links, and runs
 # its test suite (tests/train/test_train.c: in-process checks plus the tiny training and
 # conformance binaries as subprocesses) in a normal build and in an AddressSanitizer +
-# UBSan build, then the PyTorch load_state_dict check of a saved file (skipped, not
-# failed, when torch cannot be imported). Prints one line per suite (full output with
+# UBSan build, then the stream and event ordering of the CUDA step backend on the CPU
+# (tests/train/test_stream_order.c; needs the CUDA headers only, skipped without them),
+# then the PyTorch load_state_dict check of a saved file (skipped, not failed, when torch
+# cannot be imported). Prints one line per suite (full output with
 # VERBOSE=1, and always for a suite that fails) and ends with the summed
 # `N passed, N failed`. Exit status is non-zero if anything failed.
 set -u
@@ -40,6 +42,23 @@ run_suite test_train build/train/tests/test_train build/train/tests/tiny_train \
     build/train/tests/tiny_conformance "$work/normal"
 run_suite asan/test_train build/train/asan/tests/test_train build/train/asan/tests/tiny_train \
     build/train/asan/tests/tiny_conformance "$work/asan"
+
+# ---- CUDA step backend: stream order (CPU) ---------------------------------------------
+
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -f "$cuda_home/include/cuda_runtime.h" ]; then
+    skipped+=("stream_order: SKIP no CUDA headers in $cuda_home/include")
+    echo "[train] stream_order: skipped"
+elif ! cc -std=c11 -Wall -Wextra -Werror -O1 -g -D_GNU_SOURCE -pthread \
+        -fsanitize=address,undefined -fno-sanitize-recover=all -Iruntime/include -Iruntime/step \
+        -Iruntime/cuda_step -I"$cuda_home/include" -Itests/common tests/train/test_stream_order.c \
+        runtime/cuda_step/backend.c -o "$work/test_stream_order" -lm >"$work/stream_order.log" 2>&1; then
+    cat "$work/stream_order.log"
+    echo "[train] stream_order: build failed, counted as 1 failure"
+    failed=$((failed + 1))
+else
+    run_suite stream_order "$work/test_stream_order"
+fi
 
 # ---- PyTorch load_state_dict ----------------------------------------------------------
 

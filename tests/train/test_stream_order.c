@@ -1,0 +1,478 @@
+// test_stream_order.c — the CUDA step backend's stream and event ordering, checked on the
+// CPU: runtime/cuda_step/backend.c is compiled as it is and linked against a recording
+// stand-in for the CUDA runtime, its kernels and the communicators (defined below). Every
+// kernel, copy and collective is an access to a byte range on a stream; streams and
+// events carry vector clocks (an op follows everything earlier on its stream; a wait on
+// an event follows everything before the event's record). Two accesses to overlapping
+// bytes, one of them a write, on different streams, with neither ordered before the
+// other, are a race: on a GPU they may run in either order.
+//
+// The scenarios replay what a generated backward does around FSDP2's reductions (compute
+// writes the unsharded gradients, rtb_reduce_scatter per group, the optimizer), with
+// arena offsets as generator/memory.lua plans them: a reduce-scatter's input and output
+// live until the next reduce-scatter step, after which a later buffer may sit on them.
+// Checked: no race under that reuse, with HSDP and without; FSDP2's ordering (compute
+// waits for the previous reduce-scatter collective before the next copy-in, and neither
+// that copy-in nor the next reduce-scatter waits for the previous all-reduce, so they
+// overlap); and, as a control that the checker sees the overlap, a write to the previous
+// reduce-scatter output while it is still planned live is reported as a race.
+//
+// Lives in tests/train (built by its run.sh) because it needs no GPU, only the CUDA
+// headers. usage: test_stream_order
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "rt_cuda.h"
+#include "rt_kernels.h"
+
+// ---- streams, events, accesses --------------------------------------------------------
+
+#define NS 8        // streams (compute, four side streams, spares)
+#define MAXACC 4096
+
+struct CUstream_st {
+    int id;
+};
+struct CUevent_st {
+    unsigned vc[NS];
+};
+
+typedef struct access {
+    int s;              // stream
+    unsigned vc[NS];    // its clock when it ran
+    uintptr_t lo, hi;   // bytes [lo, hi)
+    int write;
+    const char* what;
+} access;
+
+static struct CUstream_st streams[NS];
+static unsigned clocks[NS][NS];
+static int nstreams;
+static access acc[MAXACC];
+static int nacc;
+static int races;
+static char first_race[512];
+static int races_with_all_reduce;  // races whose earlier access is an all-reduce
+static void* cur_stream;  // rt_cuda_set_stream
+static uintptr_t arena_base;  // for messages
+
+static int sid(cudaStream_t s) {
+    if (!s) {
+        fprintf(stderr, "test_stream_order: an op on the legacy default stream\n");
+        exit(1);
+    }
+    return s->id;
+}
+
+// Records an access of [p, p + n) on stream s (n 0: nothing).
+static void touch(cudaStream_t st, const void* p, size_t n, int write, const char* what) {
+    if (!n || !p) return;
+    int s = sid(st);
+    clocks[s][s]++;
+    if (nacc == MAXACC) {
+        fprintf(stderr, "test_stream_order: more than %d accesses\n", MAXACC);
+        exit(1);
+    }
+    access* a = &acc[nacc++];
+    a->s = s;
+    memcpy(a->vc, clocks[s], sizeof a->vc);
+    a->lo = (uintptr_t)p;
+    a->hi = a->lo + n;
+    a->write = write;
+    a->what = what;
+    for (int k = 0; k < nacc - 1; k++) {
+        const access* b = &acc[k];
+        if (b->s == s || b->hi <= a->lo || a->hi <= b->lo || !(a->write || b->write)) continue;
+        if (b->vc[b->s] <= a->vc[b->s]) continue;  // b happens before a
+        races_with_all_reduce += !strcmp(b->what, "all_reduce");
+        if (!races++)
+            snprintf(first_race, sizeof first_race, "%s on stream %d and %s on stream %d, bytes "
+                     "[%zu, %zu) and [%zu, %zu) of the arena", b->what, b->s, a->what, s,
+                     (size_t)(b->lo - arena_base), (size_t)(b->hi - arena_base),
+                     (size_t)(a->lo - arena_base), (size_t)(a->hi - arena_base));
+    }
+}
+
+// Whether access i happens before access j (i issued first).
+static int before(int i, int j) { return acc[i].vc[acc[i].s] <= acc[j].vc[acc[i].s]; }
+
+// The first access in [from, to) whose label is what, or -1.
+static int find(int from, int to, const char* what) {
+    for (int k = from; k < to; k++)
+        if (!strcmp(acc[k].what, what)) return k;
+    return -1;
+}
+
+static void reset_clocks(void) {
+    memset(clocks, 0, sizeof clocks);
+    nacc = races = races_with_all_reduce = 0;
+    first_race[0] = 0;
+}
+
+// ---- the CUDA runtime, as backend.c uses it ---------------------------------------------
+
+const char* cudaGetErrorString(cudaError_t e) { return e ? "mock error" : "no error"; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f) {
+    (void)f;
+    streams[nstreams].id = nstreams;
+    *s = &streams[nstreams++];
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int f, int p) {
+    (void)p;
+    return cudaStreamCreateWithFlags(s, f);
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int f) {
+    (void)f;
+    *e = calloc(1, sizeof **e);
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { return free(e), cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    memcpy(e->vc, clocks[sid(s)], sizeof e->vc);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) {
+    (void)f;
+    unsigned* c = clocks[sid(s)];
+    for (int k = 0; k < NS; k++)
+        if (e->vc[k] > c[k]) c[k] = e->vc[k];
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
+    (void)k;
+    touch(st, s, n, 0, "memcpy read");
+    touch(st, d, n, 1, "memcpy write");
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {
+    (void)v;
+    touch(st, p, n, 1, "memset");
+    return cudaSuccess;
+}
+// Not reached by the scenarios (eager steps, no setup through rank.c).
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return (void)s, cudaSuccess; }
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) {
+    return (void)d, (void)s, (void)n, (void)k, cudaErrorNotSupported;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) {
+    return (void)s, (void)m, cudaErrorNotSupported;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
+    return (void)s, (void)g, cudaErrorNotSupported;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long f) {
+    return (void)e, (void)g, (void)f, cudaErrorNotSupported;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+    return (void)e, (void)s, cudaErrorNotSupported;
+}
+
+// ---- the backend's kernels, rt_cuda, kernels, trace ----------------------------------------
+
+void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, rt_dtype src_dt,
+               int accumulate, void* stream) {
+    touch(stream, src, (size_t)p->total * rt_dtype_size(src_dt), 0, "copy read");
+    if (accumulate) touch(stream, dst, (size_t)p->total * rt_dtype_size(dst_dt), 0, "copy read");
+    touch(stream, dst, (size_t)p->total * rt_dtype_size(dst_dt), 1, "copy write");
+}
+void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, void* stream) {
+    if (factor == 1.0) return;  // the kernel launches nothing
+    touch(stream, buf, (size_t)n * rt_dtype_size(dt), 1, "divide");
+}
+void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream) {
+    if (dt != RT_F32) touch(stream, x, n * sizeof(float), 1, "round");
+}
+void rt_cuda_set_stream(void* stream) { cur_stream = stream; }
+void* rt_cuda_get_stream(void) { return cur_stream; }
+void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
+                           const int64_t* d_step, double lr, double beta1, double beta2,
+                           double eps, double weight_decay, int adamw) {
+    (void)d_step, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
+    touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
+    touch(cur_stream, p, n * 4, 1, "optimizer");
+    touch(cur_stream, m, n * 4, 1, "optimizer");
+    touch(cur_stream, v, n * 4, 1, "optimizer");
+}
+void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
+                          const int64_t* d_step, double lr, double momentum, double dampening,
+                          double weight_decay, int nesterov) {
+    (void)d_step, (void)lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
+    touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
+    touch(cur_stream, p, n * 4, 1, "optimizer");
+    if (momentum_buf) touch(cur_stream, momentum_buf, n * 4, 1, "optimizer");
+}
+void rt_cuda_sumsq_accumulate(double* d_acc, const float* x, size_t n) {
+    touch(cur_stream, x, n * 4, 0, "clip reads grads");
+    touch(cur_stream, d_acc, 8, 1, "clip sum");
+}
+void rt_cuda_sumsq_to_float(float* d_out, const double* d_acc) {
+    touch(cur_stream, d_acc, 8, 0, "clip sum");
+    touch(cur_stream, d_out, 4, 1, "clip sum");
+}
+void rt_cuda_clip_by_total(float* x, size_t n, const float* d_total, double max_norm) {
+    (void)max_norm;
+    touch(cur_stream, d_total, 4, 0, "clip sum");
+    touch(cur_stream, x, n * 4, 1, "clip scales grads");
+}
+void rt_accumulate(float* dst, const float* src, size_t n) {
+    touch(cur_stream, src, n * 4, 0, "accumulate");
+    touch(cur_stream, dst, n * 4, 1, "accumulate");
+}
+const char* rt_check_cuda_hint(int code) { return (void)code, "mock"; }
+void cs_trace_begin(rt_rank* R) { (void)R; }
+int cs_trace_open(rt_rank* R, cudaStream_t s, int tid, const char* name, const char* cat) {
+    return (void)R, (void)s, (void)tid, (void)name, (void)cat, -1;
+}
+void cs_trace_close(rt_rank* R, int span, cudaStream_t s) { (void)R, (void)span, (void)s; }
+void cs_trace_section(rt_rank* R, const char* phase) { (void)R, (void)phase; }
+void cs_trace_flush(rt_rank* R) { (void)R; }
+
+// ---- communicators and the step state (runtime/step/state.c) ------------------------------
+
+struct rt_comm {
+    int size;
+};
+
+int rt_comm_size(const rt_comm* c) { return c ? c->size : -1; }
+const char* rt_comm_backend(const rt_comm* c) { return (void)c, "nccl"; }
+const char* rt_comm_last_error(const rt_comm* c) { return (void)c, "mock"; }
+size_t rt_dtype_size(rt_dtype dt) { return dt == RT_F32 ? 4 : 2; }
+int rt_comm_reduce_scatter(rt_comm* c, const void* send, void* recv, int64_t n, rt_dtype dt,
+                           rt_redop op, void* stream) {
+    (void)op;
+    touch(stream, send, (size_t)(n * c->size) * rt_dtype_size(dt), 0, "reduce_scatter");
+    touch(stream, recv, (size_t)n * rt_dtype_size(dt), 1, "reduce_scatter");
+    return 0;
+}
+int rt_comm_all_reduce(rt_comm* c, const void* send, void* recv, int64_t n, rt_dtype dt,
+                       rt_redop op, void* stream) {
+    (void)c, (void)op;
+    touch(stream, send, (size_t)n * rt_dtype_size(dt), 0, "all_reduce");
+    touch(stream, recv, (size_t)n * rt_dtype_size(dt), 1, "all_reduce");
+    return 0;
+}
+int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* c, void* out, rt_dtype dt, void* stream) {
+    (void)c;
+    touch(stream, out, (size_t)l->total_numel * rt_dtype_size(dt), 1, "all_gather");
+    return 0;
+}
+rt_fsdp_divide rt_fsdp_gradient_divide_factors(int shard, int replicate, rt_dtype dt, double f,
+                                               int force_sum) {
+    (void)shard, (void)replicate, (void)dt, (void)f, (void)force_sum;
+    // Pre- and post-divides that run, so their kernels are accesses too.
+    return (rt_fsdp_divide){2.0, 2.0, rt_red_sum(), rt_red_sum()};
+}
+// Not reached: launching ranks.
+int rt_mpi_launched(void) { return 0; }
+int rt_mpi_run(int w, rt_rank_fn f, void* a) { return (void)w, (void)f, (void)a, 2; }
+int rt_nccl_device_count(void) { return 0; }
+int rt_nccl_run(int w, rt_rank_fn f, void* a) { return (void)w, (void)f, (void)a, 2; }
+int rt_cuda_local_run(int w, int d, rt_rank_fn f, void* a) { return (void)w, (void)d, (void)f, (void)a, 2; }
+
+static uint8_t* arena;
+static size_t arena_bytes;
+
+void* rt_step_buffer(rt_rank* R, size_t off, size_t bytes, const char* file, int line) {
+    if (off + bytes > arena_bytes) rt_rank_die(R, "%s:%d: buffer outside the arena", file, line);
+    return arena + off;
+}
+float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
+    return (float*)rt_step_buffer(R, off + 4 * (size_t)elem, 4 * (size_t)n, __FILE__, __LINE__);
+}
+void rt_rank_die(rt_rank* R, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "test_stream_order: rank %d: ", R->rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+// ---- a rank with three groups -------------------------------------------------------------
+
+// Three groups of one 256-float parameter each, shard world 2 (block 128), reduced in
+// backward order C, B, A... named by index here: 0, 1, 2. Arena byte offsets, as the
+// plan places them: persistent params / grads / Adam state, then per group its unsharded
+// gradients and the reduce-scatter input and output.
+enum { NG = 3, PADDED = 256, BLOCK = 128 };
+
+typedef struct world {
+    rt_model m;
+    rt_model_group groups[NG];
+    rt_rank R;
+    rt_rank_group rg[NG];
+    cuda_rank c;
+    cuda_group cg[NG];
+    rt_comm shard, replicate;
+    size_t ugrad[NG];
+    size_t rs_in[2], rs_out[2];  // reduce-scatter n uses region n % 2
+} world;
+
+static void world_init(world* w, int hsdp) {
+    memset(w, 0, sizeof *w);
+    nstreams = 0;
+    reset_clocks();
+    size_t off = 0;
+    for (int g = 0; g < NG; g++) {
+        rt_model_group* G = &w->groups[g];
+        G->name = g == 0 ? "layers.0" : g == 1 ? "layers.1" : "layers.2";
+        G->param_dtype = G->reduce_dtype = RT_F32;
+        G->all_reduce = hsdp;
+        G->block_numel = BLOCK;
+        G->padded_numel = PADDED;
+        G->params_off = off, off += 4 * BLOCK;
+        G->grads_off = off, off += 4 * BLOCK;
+        G->state_off = off, off += 8 * BLOCK;
+        rt_fsdp_layout* L = &w->rg[g].layout;
+        L->world = 2;
+        L->block_numel = BLOCK;
+        L->total_numel = PADDED;
+        w->cg[g].rs_in.total = PADDED;
+        w->cg[g].view_out.total = BLOCK;
+    }
+    // Transient buffers. The plan ends reduce-scatter n's input and output at
+    // reduce-scatter n + 1's line, so reduce-scatter n + 2 may take the same bytes.
+    for (int g = 0; g < NG; g++) w->ugrad[g] = off, off += 4 * PADDED;
+    for (int k = 0; k < 2; k++) {
+        w->rs_in[k] = off, off += 4 * PADDED;
+        w->rs_out[k] = off, off += 4 * BLOCK;
+    }
+    arena_bytes = off + 64;
+    free(arena);
+    arena = calloc(1, arena_bytes);
+    arena_base = (uintptr_t)arena;
+    w->m.name = "stream_order";
+    w->m.world = hsdp ? 4 : 2;
+    w->m.shard = 2;
+    w->m.replicate = hsdp ? 2 : 1;
+    w->m.ngroups = NG;
+    w->m.groups = w->groups;
+    w->m.optim.kind = RT_OPTIM_ADAM;
+    w->m.optim.nstates = 2;
+    w->m.grad_clip = 1.0;
+    w->shard.size = 2;
+    w->replicate.size = 2;
+    w->R.model = &w->m;
+    w->R.world = w->m.world;
+    w->R.groups = w->rg;
+    w->R.mesh.shard = &w->shard;
+    w->R.mesh.replicate = hsdp ? &w->replicate : NULL;
+    w->R.backend = &w->c;
+    w->rg[0].reduced = w->rg[1].reduced = w->rg[2].reduced = 1;
+    cuda_rank* c = &w->c;
+    c->groups = w->cg;
+    cudaStreamCreateWithFlags(&c->compute, 0);
+    cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar};
+    for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaStreamCreateWithPriority(side[k], 0, -1);
+    cudaEvent_t* evs[5] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done, &c->post_done};
+    for (int k = 0; k < 5; k++) cudaEventCreateWithFlags(evs[k], 0);
+    for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaEventCreateWithFlags(&c->join[k], 0);
+    uint8_t* small = arena + off;  // the step scalars (clipping's sums)
+    c->d_step = (int64_t*)small;
+    c->d_sumsq = (double*)(small + 8);
+    c->d_total = (float*)(small + 16);
+    rt_cuda_set_stream(c->compute);
+}
+
+static void world_free(world* w) {
+    cuda_rank* c = &w->c;
+    cudaEvent_t evs[5] = {c->fork, c->copied, c->forked_ar, c->rs_done, c->post_done};
+    for (int k = 0; k < 5; k++) cudaEventDestroy(evs[k]);
+    for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaEventDestroy(c->join[k]);
+}
+
+// Compute writes [off, off + bytes) of the arena (a kernel of the generated step).
+static void compute_writes(world* w, size_t off, size_t bytes, const char* what) {
+    touch(w->c.compute, arena + off, bytes, 1, what);
+}
+
+// ---- scenarios ------------------------------------------------------------------------------
+
+// `passes` backwards over groups 2, 1, 0 (the second accumulates into the sharded grads,
+// as a second backward of the step does), reduce-scatter n in region n % 2; right after
+// reduce-scatter n's line, where the plan ends reduce-scatter n - 1's buffers, compute
+// writes a later buffer over both of them. Then clipping, the optimizer, the step end and
+// the next step's first write.
+static void test_plan_reuse(int hsdp, int passes) {
+    const char* mode = hsdp ? "HSDP (replicate 2 x shard 2)" : "FSDP (shard 2)";
+    world w;
+    world_init(&w, hsdp);
+    int start[8], n = 0;
+    for (int pass = 0; pass < passes; pass++)
+        for (int g = NG - 1; g >= 0; g--, n++) {
+            compute_writes(&w, w.ugrad[g], 4 * PADDED, "backward writes unsharded grads");
+            start[n] = nacc;
+            rtb_reduce_scatter(&w.R, g, w.ugrad[g], RT_F32, w.rs_in[n % 2], w.rs_out[n % 2], pass > 0);
+            if (n > 0) {
+                int k = (n - 1) % 2;
+                compute_writes(&w, w.rs_out[k], 4 * BLOCK, "a later buffer on the previous output");
+                compute_writes(&w, w.rs_in[k], 4 * PADDED, "a later buffer on the previous input");
+            }
+        }
+    start[n] = nacc;
+    rtb_clip_grad_norm(&w.R);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g);
+    rtb_step_end(&w.R);
+    compute_writes(&w, w.rs_out[(n - 1) % 2], 4 * BLOCK, "the next step");
+    CHECK(races == 0, "%s, %d backward%s: no race over %d accesses (%d reduce-scatters, each "
+          "one's buffers reused after the next one's line, clipping, optimizer)%s%s", mode, passes,
+          passes > 1 ? "s" : "", nacc, n, races ? "; first: " : "", first_race);
+
+    // FSDP2's ordering around the second reduce-scatter (group 1 after group 2).
+    int rs0 = find(start[0], start[1], "reduce_scatter");
+    int copy1 = find(start[1], start[2], "copy write"), rs1 = find(start[1], start[2], "reduce_scatter");
+    CHECK(rs0 >= 0 && copy1 >= 0 && rs1 >= 0 && before(rs0, copy1),
+          "%s: group 1's copy-in (compute) follows group 2's reduce-scatter collective "
+          "(reduce_scatter_state: one in flight)", mode);
+    if (hsdp) {
+        int ar0 = find(start[0], start[1], "all_reduce"), view0 = -1;
+        for (int k = start[0]; k < start[1]; k++)
+            if (!strcmp(acc[k].what, "copy write") && acc[k].s == w.c.ar->id) view0 = k;
+        CHECK(ar0 >= 0 && view0 >= 0 && acc[ar0].s == w.c.ar->id && before(rs0, ar0),
+              "HSDP: group 2's all-reduce and view-out run on the all-reduce stream, after its "
+              "reduce-scatter");
+        CHECK(!before(ar0, copy1) && !before(ar0, rs1),
+              "HSDP: neither group 1's copy-in nor its reduce-scatter waits for group 2's "
+              "all-reduce (they overlap it, as in FSDP2)");
+        int later = find(start[1], start[2], "a later buffer on the previous output");
+        CHECK(later >= 0 && before(view0, later),
+              "HSDP: compute waited for group 2's all-reduce and view-out by the end of group 1's "
+              "reduce-scatter line, where the plan frees group 2's output");
+    }
+    world_free(&w);
+}
+
+// Control: compute writes group 2's reduce-scatter output while the plan still holds it
+// (before the next reduce-scatter line): reported as a race; with HSDP also against the
+// all-reduce, which overlaps compute there.
+static void test_control(int hsdp) {
+    world w;
+    world_init(&w, hsdp);
+    compute_writes(&w, w.ugrad[2], 4 * PADDED, "backward writes unsharded grads");
+    rtb_reduce_scatter(&w.R, 2, w.ugrad[2], RT_F32, w.rs_in[0], w.rs_out[0], 0);
+    compute_writes(&w, w.rs_out[0], 4 * BLOCK, "a write the plan does not allow");
+    CHECK(races > 0 && (!hsdp || races_with_all_reduce > 0),
+          "control (%s): writing a reduce-scatter output before its lifetime ends is reported "
+          "as a race (%d, %d with the all-reduce; first: %s)", hsdp ? "HSDP" : "FSDP", races,
+          races_with_all_reduce, first_race);
+    world_free(&w);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    test_plan_reuse(1, 1);
+    test_plan_reuse(0, 1);
+    test_plan_reuse(1, 2);
+    test_plan_reuse(0, 2);
+    test_control(1);
+    test_control(0);
+    free(arena);
+    return check_summary();
+}
