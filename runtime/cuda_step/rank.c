@@ -1,5 +1,7 @@
-// Setup and teardown of one rank of the CUDA step backend: streams (FSDP2's collective
-// streams at the highest priority, so a ready collective is not queued behind compute),
+// Setup and teardown of one rank of the CUDA step backend: streams (FSDP2's all-gather
+// copy-in, all-gather and reduce-scatter streams at the highest priority, so a ready
+// collective is not queued behind compute; its all-reduce stream at the default priority,
+// as FSDP2's FSDPCommContext makes it),
 // events, the device arena, the pinned staging of inputs, losses and the step count, the
 // host mirror of the persistent buffers, and every group's copy plans uploaded once.
 #include <stdio.h>
@@ -127,7 +129,8 @@ int rtb_rank_init(rt_rank* R) {
     ok(&s, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "cudaStreamCreate (compute)");
     cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar};
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
-        ok(&s, cudaStreamCreateWithPriority(side[k], cudaStreamNonBlocking, greatest), "cudaStreamCreate (collectives)");
+        ok(&s, cudaStreamCreateWithPriority(side[k], cudaStreamNonBlocking, side[k] == &c->ar ? 0 : greatest),
+           "cudaStreamCreate (collectives)");
     cudaEvent_t* evs[5] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done, &c->post_done};
     for (int k = 0; k < 5 && !s.failed; k++) ok(&s, cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming), "cudaEventCreate");
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
