@@ -159,7 +159,7 @@ int train_write_trace(train_run* run, const char* path) {
     if (next < W) {
         char other[4096];
         if (train_path_tag(path, ".rank<r>", other, sizeof other) != 0) snprintf(other, sizeof other, "%s", "?");
-        if (next + 1 == W) printf("; rank %d writes its to %s", next, other);
+        if (next + 1 == W) printf("; rank %d writes its own to %s", next, other);
         else printf("; ranks %d..%d write theirs to %s, one file per process", next, W - 1, other);
     }
     if (dropped)

@@ -461,7 +461,7 @@ static void test_process_trace(void) {
     rt_model m2 = tiny_model;
     run.m = &m2;
     t = write_trace_as(&run, 0, 1, P("two.json"));
-    snprintf(want, sizeof want, "trace: 2 events written to %s; rank 1 writes its to %s\n",
+    snprintf(want, sizeof want, "trace: 2 events written to %s; rank 1 writes its own to %s\n",
              P("two.json"), P("two.rank<r>.json"));
     CHECK(t.rc == 0 && !strcmp(t.out, want), "world 2, rank 0's process names rank 1's file ('%s')", t.out);
     trace_out_free(&t);
