@@ -298,7 +298,7 @@ function Walker:step(st, index)
   elseif op == "forward" or op == "recompute" then
     local node = st.node
     local o = node.outs[1]
-    local out = F(o.buf, 0, trace.numel(o.shape), not trace.is_float(o.dtype))
+    local out = F(memory.base(o).buf, 0, trace.numel(o.shape), not trace.is_float(o.dtype))
     calls = kernels.forward(node, self:ctx(st, false), out)
   elseif op == "loss_grad" or op == "backward" then
     local node = st.node

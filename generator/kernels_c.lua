@@ -11,6 +11,7 @@
 --   ctx.site(op)    the op's dropout RNG site
 -- Backward kernels accumulate into gradients, so several consumers of one tensor add up.
 local errors = require("errors")
+local memory = require("memory")
 local trace = require("trace")
 
 local M = {}
@@ -147,7 +148,9 @@ function forward.rotary(op, c, out)
     a.n_heads, a.head_dim, fmt_float(a.theta)) }
 end
 
+-- A view cast (memory.lua) shares its input's buffer: nothing to copy.
 function forward.cast(op, c, out)
+  if memory.is_view(op) then return {} end
   return { string.format("rt_copy(%s, %s, %d);", out, c.val(op.ins[1]), numel(op.ins[1])) }
 end
 
@@ -252,7 +255,10 @@ function backward.rotary(op, c)
     B, T, a.n_heads, a.head_dim, fmt_float(a.theta)) }
 end
 
+-- A view cast's input and output share one gradient buffer: only the rounding to the
+-- input's dtype (M.backward) is left to do.
 function backward.cast(op, c)
+  if memory.is_view(op) then return {} end
   return { string.format("rt_accumulate(%s, %s, %d);", c.grad(op.ins[1]), c.dout(op.outs[1]), numel(op.ins[1])) }
 end
 

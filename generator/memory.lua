@@ -25,12 +25,33 @@ local function bytes(numel, dtype) return numel * trace.dtype_bytes[dtype] end
 local function compute_bytes(numel) return numel * 4 end
 
 -- The tensor whose buffer holds t's value: FSDP's post-backward hook passes its inputs
--- through unchanged.
+-- through unchanged, and so does a view cast (M.plan marks them).
 function M.base(t)
-  while t.producer and t.producer.kind == "post_backward_hook" do
+  while t.producer and (t.producer.kind == "post_backward_hook" or M.is_view(t.producer)) do
     t = t.producer.ins[t.out_index]
   end
   return t
+end
+
+-- A cast to fp32 changes no stored value (compute buffers hold fp32 values rounded to
+-- their dtype). When it is the only reader of an activation it is a view: output and
+-- input share one buffer, and one gradient buffer (the input's gradient is the output's,
+-- rounded to the input's dtype), so the fp32 logits of a bf16 model cost no copy and no
+-- memory. A recomputed cast is a view when its original is.
+function M.is_view(op) return (op.original or op).view == true end
+
+local function mark_view_casts(graph)
+  local readers = {}
+  for _, op in ipairs(graph.ops) do
+    for _, t in ipairs(op.ins) do readers[t] = (readers[t] or 0) + 1 end
+  end
+  for _, op in ipairs(graph.ops) do
+    local x = op.ins[1]
+    if op.kind == "cast" and op.outs[1].dtype == "fp32" and readers[x] == 1 then
+      local b = M.base(x)  -- an activation (earlier view casts are already marked)
+      op.view = b.producer ~= nil and not b.is_param and not b.is_input
+    end
+  end
 end
 
 -- What op's backward reads for its input or output t: inside a checkpointed region the
@@ -80,6 +101,7 @@ end
 
 -- Builds buffers with [first, last] step intervals, then assigns offsets.
 function M.plan(plan)
+  mark_view_casts(plan.graph)
   local steps = plan.steps
   local bufs = {}
   local function buf(name, kind, size, first, last)
@@ -162,7 +184,7 @@ function M.plan(plan)
     elseif st.op == "forward" or st.op == "recompute" then
       local op = st.node
       for _, t in ipairs(op.ins) do touch(M.base(t).buf, i) end
-      for _, t in ipairs(op.outs) do
+      for _, t in ipairs(M.is_view(op) and {} or op.outs) do
         t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation",
           compute_bytes(trace.numel(t.shape)), i, i)
       end

@@ -3,6 +3,7 @@
 -- meant to be reviewed and diffed like code.
 local trace = require("trace")
 local buffer = require("buffer")
+local memory = require("memory")
 
 local M = {}
 
@@ -122,6 +123,7 @@ function M.step_line(st, plan)
     local op = st.node
     name = st.label or op.label or op.kind
     detail = (st.op == "backward" and "grad of " or "") .. op.kind .. " " .. node_detail(op)
+    if memory.is_view(op) then detail = detail .. " (view: same buffer)" end
   end
   local ev = st.event and (st.event.kind .. " " .. st.event.state) or ""
   return string.format("  %-8s %-22s %-44s %s%s", st.stream, st.op, name, detail,
