@@ -1,10 +1,16 @@
 // Scaled-dot-product attention on the GPU, multi-head and grouped-query.
 //
-// lowmem variant (what the generated code calls): flash attention, flash_attention.cuh's
-// kernels. Forward keeps only (max, 1/sum) per query row in stats; backward recomputes
-// the probabilities tile by tile from q, k and stats, with D = rowsum(dout * out) in the
-// scratch; no T x T matrix ever reaches global memory, every launch covers all heads, and
-// the gradients are deterministic (no atomics). Head dims up to 256.
+// lowmem variant (what the generated code calls): flash attention. Forward keeps only
+// (max, 1/sum) per query row in stats; backward recomputes the probabilities tile by tile
+// from q, k and stats, with D = rowsum(dout * out) in the scratch; no T x T matrix ever
+// reaches global memory, every launch covers all heads, and the gradients are
+// deterministic (no atomics). Two sets of kernels, chosen per call by prec and HD:
+//   * prec RT_BF16 / RT_F16 with HD a multiple of 16 up to 128: tensor cores
+//     (flash_attention_tc.cuh; 16-bit operands, fp32 accumulation, P and dS narrowed to
+//     the 16-bit type before their products as in FlashAttention-2);
+//   * otherwise (prec RT_F32, or other head dims up to 256): fp32 on CUDA cores
+//     (flash_attention.cuh), the reference path.
+// Both write the same stats (m, 1/l), so either backward accepts either forward's stats.
 //
 // probs variant: the straightforward algorithm of runtime/kernels/cpu/attention.c, one
 // (batch, head) at a time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax
@@ -20,6 +26,7 @@
 
 #include "cuda_common.cuh"
 #include "flash_attention.cuh"
+#include "flash_attention_tc.cuh"
 
 // ----------------------------------------------------------------------------
 // sizes (same as the CPU backend: the memory plan must not depend on the backend)
@@ -173,9 +180,9 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 // ----------------------------------------------------------------------------
 // lowmem variant: flash attention (flash_attention.cuh)
 
-// Lets every flash kernel use its dynamic shared memory (above the default 48 KiB for some
-// head dims): a per-device function attribute, set when a thread's context is created
-// (rtc_get), so launches, captured ones included, set nothing.
+// Lets every flash kernel, fp32 and tensor-core, use its dynamic shared memory (above the
+// default 48 KiB for most): a per-device function attribute, set when a thread's context
+// is created (rtc_get), so launches, captured ones included, set nothing.
 void rtc_attention_init(void) {
     struct setter {
         void operator()(rtc_fa_kernel kernel, size_t smem) const {
@@ -185,17 +192,32 @@ void rtc_attention_init(void) {
         }
     } set;
     rtc_fa_each_kernel(set);
+    rtc_fa_tc_each_kernel<__nv_bfloat16>(set);
+    rtc_fa_tc_each_kernel<__half>(set);
 }
 
-// Launches one flash kernel with RTC_FA_NT threads and `smem` bytes of dynamic shared
-// memory on the thread's stream.
+// Launches one flash kernel with `smem` bytes of dynamic shared memory on the thread's
+// stream: RTC_FA_NT threads (flash_attention.cuh's launch logic) or `threads`
+// (flash_attention_tc.cuh's).
 struct rtc_fa_launcher {
     cudaStream_t stream;
     void operator()(rtc_fa_kernel kernel, dim3 grid, size_t smem, const rtc_fa_args& a) const {
-        kernel<<<grid, RTC_FA_NT, smem, stream>>>(a);
+        (*this)(kernel, grid, (unsigned)RTC_FA_NT, smem, a);
+    }
+    void operator()(rtc_fa_kernel kernel, dim3 grid, unsigned threads, size_t smem,
+                    const rtc_fa_args& a) const {
+        kernel<<<grid, threads, smem, stream>>>(a);
         RTC_CHECK_LAUNCH(rtc_fa_kernel);
     }
 };
+
+// The tensor-core kernels serve this call: 16-bit operands and a head dim they support.
+static bool use_tensor_cores(rt_dtype prec, int HD) {
+    RTC_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
+               "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16",
+               "lowmem attention with prec %d", (int)prec);
+    return prec != RT_F32 && rtc_fa_tc_hdp(HD) != 0;
+}
 
 static rtc_fa_args flash_args(const float* q, const float* k, const float* v, int B, int T,
                               int NH, int NKV, int HD, int causal) {
@@ -213,17 +235,22 @@ static rtc_fa_args flash_args(const float* q, const float* k, const float* v, in
 }
 
 // The scratch is not used: tiles live in shared memory.
-// TODO(issue 5): prec RT_BF16/RT_F16 on tensor cores; the fp32 kernels serve every prec.
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
                                  int HD, int causal, rt_dtype prec) {
-    (void)scratch, (void)prec;
+    (void)scratch;
     rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
+    const bool tc = use_tensor_cores(prec, HD);
     if (B <= 0 || T <= 0) return;
     a.out = out;
     a.stats = stats;
     rtc_fa_launcher launch = {rtc_stream()};
-    rtc_fa_forward(launch, a);
+    if (!tc)
+        rtc_fa_forward(launch, a);
+    else if (prec == RT_BF16)
+        rtc_fa_tc_forward<__nv_bfloat16>(launch, a);
+    else
+        rtc_fa_tc_forward<__half>(launch, a);
 }
 
 // The scratch holds D [B,NH,T] (rt_attention_lowmem_scratch_floats >= B*NH*T).
@@ -231,8 +258,8 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
                                   const float* dout, const float* out, const float* q,
                                   const float* k, const float* v, const float* stats, int B,
                                   int T, int NH, int NKV, int HD, int causal, rt_dtype prec) {
-    (void)prec;
     rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
+    const bool tc = use_tensor_cores(prec, HD);
     if (B <= 0 || T <= 0) return;
     a.dq = dq, a.dk = dk, a.dv = dv;
     a.dout = dout;
@@ -240,5 +267,10 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
     a.stats_in = stats;
     a.D = scratch;
     rtc_fa_launcher launch = {rtc_stream()};
-    rtc_fa_backward(launch, a);
+    if (!tc)
+        rtc_fa_backward(launch, a);
+    else if (prec == RT_BF16)
+        rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
+    else
+        rtc_fa_tc_backward<__half>(launch, a);
 }

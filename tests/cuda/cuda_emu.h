@@ -1,24 +1,54 @@
-// A CPU emulation of the little CUDA that runtime/cuda/flash_attention.cuh uses, so its
-// kernels and launch logic run (slowly) on a machine without a GPU: every CUDA thread of
-// a block is a pthread, __syncthreads is a barrier of the block's threads, dynamic shared
-// memory is one heap buffer (filled with NaN before each block, so a read of anything the
-// block did not write shows up in the results; its exact size lets AddressSanitizer catch
-// an overrun), and blocks run one after another on the same threads. Built with
+// A CPU emulation of the little CUDA that runtime/cuda/flash_attention.cuh and
+// flash_attention_tc.cuh use, so their kernels and launch logic run (slowly) on a machine
+// without a GPU: every CUDA thread of a block is a pthread, __syncthreads is a barrier of
+// the block's threads, __syncwarp a barrier of the warp's 32 threads, dynamic shared memory
+// is one heap buffer (128-byte aligned, and filled before each block with 0x7FFF7FFF, a
+// NaN as fp32 and as either 16-bit half in bf16 and fp16, so a read of anything the block
+// did not write shows up in the results; its exact size lets AddressSanitizer catch an
+// overrun), and blocks run one after another on the same threads. Built with
 // ThreadSanitizer it finds shared-memory races between two barriers (a missing
-// __syncthreads).
+// __syncthreads or __syncwarp).
 //
-// Not modelled: warps (the kernels use no warp intrinsics), the device's expf rounding
-// (host libm here), launch limits (emu_launch checks the ones the kernels rely on and
-// reports a violation as a failed check).
+// Warp-level operations, modelled from their documented semantics only (no layout):
+//   * __shfl_xor_sync with the full mask: each lane publishes its value, a warp barrier,
+//     each lane reads its partner's, a warp barrier.
+//   * nvcuda::wmma, 16x16x16, __nv_bfloat16 / __half (and float, an emulator-only
+//     instantiation the tests use to run the tensor-core kernels without 16-bit rounding)
+//     with fp32 accumulators: every lane's fragment holds the WHOLE tile, so no result can
+//     depend on how hardware spreads a fragment over lanes (the kernels must only touch
+//     fragments through fill_fragment, load_matrix_sync, store_matrix_sync and mma_sync;
+//     the emulated fragment has no element access, so anything else fails to compile).
+//     load_matrix_sync: every lane reads the whole tile; store_matrix_sync: lane 0 writes
+//     the whole tile. Neither synchronizes: this is stricter than the hardware (where the
+//     ops wait for the warp's lanes but the documentation promises no memory ordering),
+//     so a kernel must order other lanes' shared-memory writes and reads around them with
+//     __syncwarp / __syncthreads itself, and ThreadSanitizer reports it where it does not.
+//     Pointer alignment (32 bytes) and ldm (a multiple of 16 bytes) are checked as the
+//     CUDA documentation requires. mma_sync computes D = A B + C with exact products
+//     (16-bit products are exact in fp32) summed in fp32 in k order: tensor cores also
+//     multiply exactly and accumulate in (at least) fp32, in an undocumented order, so
+//     sums agree with the hardware within fp32 round-off, not bit for bit.
+//   * Every lane of a warp must make the same number of wmma calls in a block (they are
+//     warp-collective); the emulator counts them and reports a divergent warp as a failed
+//     launch check.
+//
+// Not modelled: the device's expf/exp2f rounding (host libm here), the tensor cores'
+// internal summation order, launch limits (emu_launch checks the ones the kernels rely on
+// and reports a violation as a failed check).
 #ifndef FSDPGEN_TESTS_CUDA_EMU_H
 #define FSDPGEN_TESTS_CUDA_EMU_H
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include <type_traits>
 #include <vector>
+
+#include "../../runtime/core/dtype_bits.h"
 
 #define __global__
 #define __device__
@@ -33,17 +63,173 @@ struct dim3 {
 struct uint3 {
     unsigned x, y, z;
 };
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) {
+    float4 v = {x, y, z, w};
+    return v;
+}
 
 static thread_local uint3 threadIdx;
 static uint3 blockIdx;
 static dim3 blockDim, gridDim;
 static float* emu_smem;
 static pthread_barrier_t emu_barrier;
+static pthread_barrier_t* emu_warp_barriers;  // one per warp of the block
+struct emu_warp_slots {
+    float lane[32];
+};
+static emu_warp_slots* emu_shfl_slots;  // one per warp
+static thread_local long emu_wmma_calls;       // this thread's wmma calls in the block
 
 static inline void __syncthreads(void) { pthread_barrier_wait(&emu_barrier); }
 
+static inline void emu_fatal(const char* what) {
+    fprintf(stderr, "cuda_emu: %s\n", what);
+    abort();
+}
+
+static inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) {
+    if (mask != 0xFFFFFFFFu) emu_fatal("__syncwarp: only the full mask is emulated");
+    pthread_barrier_wait(&emu_warp_barriers[threadIdx.x / 32]);
+}
+
+// The value of lane (this lane ^ lane_mask) of the warp.
+static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32) {
+    if (mask != 0xFFFFFFFFu || width != 32 || lane_mask < 0 || lane_mask > 31)
+        emu_fatal("__shfl_xor_sync: only the full mask and width 32 are emulated");
+    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    emu_shfl_slots[w].lane[lane] = v;
+    __syncwarp();
+    const float r = emu_shfl_slots[w].lane[lane ^ (unsigned)lane_mask];
+    __syncwarp();  // every lane read before the slots are reused
+    return r;
+}
+
 // the kernels' dynamic shared memory
 #define RTC_FA_SMEM(name) float* name = emu_smem
+#define RTC_TC_SMEM(name) unsigned char* name = (unsigned char*)emu_smem
+
+// ----------------------------------------------------------------------------
+// 16-bit floats (cuda_bf16.h, cuda_fp16.h): the bits, converted as the host runtime does
+// (runtime/core/dtype_bits.h: round to nearest even, the device intrinsics' rounding)
+
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __half {
+    uint16_t bits;
+};
+static inline __nv_bfloat16 __float2bfloat16_rn(float x) {
+    __nv_bfloat16 h = {rt_bf16_from_f32_inl(x)};
+    return h;
+}
+static inline float __bfloat162float(__nv_bfloat16 h) { return rt_bf16_to_f32_inl(h.bits); }
+static inline __half __float2half_rn(float x) {
+    __half h = {rt_f16_from_f32_inl(x)};
+    return h;
+}
+static inline float __half2float(__half h) { return rt_f16_to_f32_inl(h.bits); }
+
+static inline float emu_to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
+static inline float emu_to_float(__half h) { return __half2float(h); }
+static inline float emu_to_float(float x) { return x; }
+
+// ----------------------------------------------------------------------------
+// nvcuda::wmma, 16x16x16 (see the top of this file)
+
+namespace nvcuda {
+namespace wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+// The whole 16x16 tile in every lane, row-major by the tile's own (row, column); NaN until
+// written, so an unfilled accumulator poisons what it touches.
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "cuda_emu: only 16x16x16 wmma is emulated");
+    float v[256];
+    fragment() {
+        for (int i = 0; i < 256; i++) v[i] = NAN;
+    }
+};
+
+static inline void emu_wmma_check(const void* p, unsigned ldm, size_t elem) {
+    emu_wmma_calls++;
+    if ((uintptr_t)p % 32 != 0) emu_fatal("wmma: pointer not 256-bit aligned");
+    if ((ldm * elem) % 16 != 0) emu_fatal("wmma: ldm not a multiple of 16 bytes");
+}
+
+template <class T, class Layout>
+static inline void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, Layout>& f, const T* p,
+                                    unsigned ldm) {
+    emu_wmma_check(p, ldm, sizeof(T));
+    const bool row = std::is_same<Layout, row_major>::value;
+    for (int m = 0; m < 16; m++)
+        for (int k = 0; k < 16; k++)
+            f.v[m * 16 + k] = emu_to_float(row ? p[(size_t)m * ldm + k] : p[(size_t)k * ldm + m]);
+}
+
+template <class T, class Layout>
+static inline void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, Layout>& f, const T* p,
+                                    unsigned ldm) {
+    emu_wmma_check(p, ldm, sizeof(T));
+    const bool row = std::is_same<Layout, row_major>::value;
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < 16; n++)
+            f.v[k * 16 + n] = emu_to_float(row ? p[(size_t)k * ldm + n] : p[(size_t)n * ldm + k]);
+}
+
+static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
+                                    unsigned ldm, layout_t layout) {
+    emu_wmma_check(p, ldm, sizeof(float));
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++)
+            f.v[m * 16 + n] =
+                layout == mem_row_major ? p[(size_t)m * ldm + n] : p[(size_t)n * ldm + m];
+}
+
+static inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
+                                     unsigned ldm, layout_t layout) {
+    emu_wmma_check(p, ldm, sizeof(float));
+    if (threadIdx.x % 32 != 0) return;  // lane 0 writes the tile
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++)
+            (layout == mem_row_major ? p[(size_t)m * ldm + n] : p[(size_t)n * ldm + m]) =
+                f.v[m * 16 + n];
+}
+
+template <class Use, class T, class Layout>
+static inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float value) {
+    emu_wmma_calls++;
+    for (int i = 0; i < 256; i++) f.v[i] = value;
+}
+
+// D = A B + C (d may be c). Lane-private data only, so neither sanitizer needs to see it.
+template <class T, class LA, class LB>
+__attribute__((no_sanitize("address", "thread", "undefined"))) static inline void mma_sync(
+    fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LA>& a,
+    const fragment<matrix_b, 16, 16, 16, T, LB>& b,
+    const fragment<accumulator, 16, 16, 16, float>& c) {
+    emu_wmma_calls++;
+    float r[256];
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float acc = c.v[m * 16 + n];
+            for (int k = 0; k < 16; k++) acc += a.v[m * 16 + k] * b.v[k * 16 + n];
+            r[m * 16 + n] = acc;
+        }
+    memcpy(d.v, r, sizeof r);
+}
+
+}  // namespace wmma
+}  // namespace nvcuda
 
 // ----------------------------------------------------------------------------
 // launches
@@ -52,6 +238,9 @@ static inline void __syncthreads(void) { pthread_barrier_wait(&emu_barrier); }
 // memory any target GPU grants, sm_86/sm_89: 99 KiB; grid.y at most 65535).
 #define EMU_MAX_SMEM (99 * 1024)
 
+// The shared-memory limit checked: EMU_MAX_SMEM, unless a test raises it for a kernel
+// instantiation that never runs on a GPU (the tensor-core kernels' float mode).
+static size_t emu_smem_limit = EMU_MAX_SMEM;
 static int emu_limit_errors = 0;
 static size_t emu_max_smem_seen = 0;
 static long emu_blocks_run = 0;
@@ -61,37 +250,137 @@ struct emu_launch_state {
     void (*kernel)(Args);
     const Args* args;
     dim3 grid;
-    std::vector<float>* smem;
+    unsigned threads;
+    float* smem;
+    size_t smem_floats;
+    std::vector<long>* wmma_calls;  // per thread, of the block just run
 };
 
+// After a block: every lane of a warp made the same number of wmma calls (thread 0, once
+// every thread has published its count and passed a barrier).
 template <class Args>
-struct emu_thread {
-    const emu_launch_state<Args>* launch;
-    unsigned tid;
-};
+static void emu_check_warps(const emu_launch_state<Args>* L) {
+    const std::vector<long>& n = *L->wmma_calls;
+    for (unsigned t = 0; t < L->threads; t++)
+        if (n[t] != n[t - t % 32]) {
+            fprintf(stderr, "cuda_emu: block (%u, %u, %u): thread %u made %ld wmma calls, lane 0 "
+                    "of its warp %ld (divergent warp-collective calls)\n", blockIdx.x,
+                    blockIdx.y, blockIdx.z, t, n[t], n[t - t % 32]);
+            emu_limit_errors++;
+            return;
+        }
+}
 
 // One CUDA thread: runs its part of every block, in block order. Thread 0 sets up each
 // block (index, poisoned shared memory) between two barriers.
 template <class Args>
-static void* emu_thread_main(void* p) {
-    const emu_thread<Args>* t = (const emu_thread<Args>*)p;
-    const emu_launch_state<Args>* L = t->launch;
-    threadIdx.x = t->tid;
+static void emu_thread_main(void* launch, unsigned tid) {
+    const emu_launch_state<Args>* L = (const emu_launch_state<Args>*)launch;
+    threadIdx.x = tid;
     threadIdx.y = threadIdx.z = 0;
+    bool first = true;
     for (unsigned z = 0; z < L->grid.z; z++)
         for (unsigned y = 0; y < L->grid.y; y++)
             for (unsigned x = 0; x < L->grid.x; x++) {
-                if (t->tid == 0) {
+                if (tid == 0) {
+                    if (!first) emu_check_warps(L);
                     blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
-                    for (size_t i = 0; i < L->smem->size(); i++) (*L->smem)[i] = NAN;
-                    emu_smem = L->smem->empty() ? NULL : L->smem->data();
+                    const uint32_t poison = 0x7FFF7FFFu;  // NaN as fp32, bf16 and fp16
+                    for (size_t i = 0; i < L->smem_floats; i++)
+                        memcpy(&L->smem[i], &poison, sizeof poison);
+                    emu_smem = L->smem_floats ? L->smem : NULL;
                     emu_blocks_run++;
                 }
+                first = false;
+                emu_wmma_calls = 0;
                 pthread_barrier_wait(&emu_barrier);  // the block is set up
                 L->kernel(*L->args);
+                (*L->wmma_calls)[tid] = emu_wmma_calls;
                 pthread_barrier_wait(&emu_barrier);  // every thread left the block
             }
+    if (tid == 0 && !first) emu_check_warps(L);
+}
+
+// The CUDA threads' pthreads: a pool kept between launches, worker t running CUDA thread t
+// of every launch with more than t threads (creating a block's 128-256 threads and their
+// stacks on every launch cost more than the kernels). Grows to the largest block; joined
+// at exit.
+struct emu_pool_state {
+    pthread_mutex_t mu;
+    pthread_cond_t start, done;
+    std::vector<pthread_t> workers;
+    unsigned long generation;  // launches started
+    unsigned active;           // threads of the current launch
+    unsigned running;          // of those, not finished yet
+    bool quit;
+    void (*job)(void* launch, unsigned tid);
+    void* launch;
+};
+static emu_pool_state emu_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                                  PTHREAD_COND_INITIALIZER, std::vector<pthread_t>(), 0, 0, 0,
+                                  false, NULL, NULL};
+
+struct emu_worker_arg {
+    unsigned tid;
+    unsigned long seen;  // the generation when the worker was created
+};
+
+static void* emu_worker(void* p) {
+    const emu_worker_arg w = *(emu_worker_arg*)p;
+    delete (emu_worker_arg*)p;
+    unsigned long seen = w.seen;
+    pthread_mutex_lock(&emu_pool.mu);
+    for (;;) {
+        while (!emu_pool.quit && emu_pool.generation == seen)
+            pthread_cond_wait(&emu_pool.start, &emu_pool.mu);
+        if (emu_pool.quit) break;
+        seen = emu_pool.generation;
+        if (w.tid >= emu_pool.active) continue;  // a smaller block
+        void (*job)(void*, unsigned) = emu_pool.job;
+        void* launch = emu_pool.launch;
+        pthread_mutex_unlock(&emu_pool.mu);
+        job(launch, w.tid);
+        pthread_mutex_lock(&emu_pool.mu);
+        if (--emu_pool.running == 0) pthread_cond_signal(&emu_pool.done);
+    }
+    pthread_mutex_unlock(&emu_pool.mu);
     return NULL;
+}
+
+static void emu_pool_join(void) {
+    pthread_mutex_lock(&emu_pool.mu);
+    emu_pool.quit = true;
+    pthread_cond_broadcast(&emu_pool.start);
+    pthread_mutex_unlock(&emu_pool.mu);
+    for (size_t i = 0; i < emu_pool.workers.size(); i++) pthread_join(emu_pool.workers[i], NULL);
+    emu_pool.workers.clear();
+}
+
+// job(launch, t) on worker t for t < threads; returns when every one has returned.
+static void emu_pool_run(unsigned threads, void (*job)(void*, unsigned), void* launch) {
+    pthread_mutex_lock(&emu_pool.mu);
+    if (emu_pool.workers.empty()) atexit(emu_pool_join);
+    while (emu_pool.workers.size() < threads) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 1 << 20);
+        emu_worker_arg* w = new emu_worker_arg{(unsigned)emu_pool.workers.size(),
+                                               emu_pool.generation};
+        pthread_t t;
+        if (pthread_create(&t, &attr, emu_worker, w) != 0) {
+            perror("emu_launch: pthread_create");
+            abort();
+        }
+        pthread_attr_destroy(&attr);
+        emu_pool.workers.push_back(t);
+    }
+    emu_pool.job = job;
+    emu_pool.launch = launch;
+    emu_pool.active = emu_pool.running = threads;
+    emu_pool.generation++;
+    pthread_cond_broadcast(&emu_pool.start);
+    while (emu_pool.running != 0) pthread_cond_wait(&emu_pool.done, &emu_pool.mu);
+    pthread_mutex_unlock(&emu_pool.mu);
 }
 
 // kernel<<<grid, threads, smem>>>(args): the blocks one after another, each on the same
@@ -99,33 +388,37 @@ static void* emu_thread_main(void* p) {
 template <class Args>
 static void emu_launch(void (*kernel)(Args), dim3 grid, unsigned threads, size_t smem,
                        const Args& args) {
-    if (smem > EMU_MAX_SMEM || grid.y > 65535 || grid.z > 65535 || threads > 1024) {
+    if (smem > emu_smem_limit || grid.y > 65535 || grid.z > 65535 || threads > 1024 ||
+        threads == 0) {
         fprintf(stderr, "emu_launch: launch outside the GPU limits: grid (%u, %u, %u), %u "
                 "threads, %zu bytes of shared memory\n", grid.x, grid.y, grid.z, threads, smem);
         emu_limit_errors++;
+        if (threads == 0 || threads > 1024) return;
     }
-    if (smem > emu_max_smem_seen) emu_max_smem_seen = smem;
+    if (emu_smem_limit == EMU_MAX_SMEM && smem > emu_max_smem_seen) emu_max_smem_seen = smem;
     gridDim = grid;
     blockDim = dim3(threads);
-    std::vector<float> sm(smem / sizeof(float));
-    emu_launch_state<Args> L = {kernel, &args, grid, &sm};
-    std::vector<pthread_t> th(threads);
-    std::vector<emu_thread<Args> > ta(threads);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 1 << 20);
-    pthread_barrier_init(&emu_barrier, NULL, threads);
-    for (unsigned t = 0; t < threads; t++) {
-        ta[t].launch = &L;
-        ta[t].tid = t;
-        if (pthread_create(&th[t], &attr, emu_thread_main<Args>, &ta[t]) != 0) {
-            perror("emu_launch: pthread_create");
-            abort();
-        }
+    const size_t smem_floats = smem / sizeof(float);
+    void* sm_raw = NULL;  // exactly smem bytes, so AddressSanitizer sees an overrun
+    if (smem_floats && posix_memalign(&sm_raw, 128, smem_floats * sizeof(float)) != 0)
+        emu_fatal("posix_memalign (shared memory)");
+    float* sm = (float*)sm_raw;
+    std::vector<long> wmma_calls(threads);
+    emu_launch_state<Args> L = {kernel, &args, grid, threads, sm, smem_floats, &wmma_calls};
+    const unsigned warps = (threads + 31) / 32;
+    std::vector<pthread_barrier_t> wb(warps);
+    std::vector<emu_warp_slots> slots(warps);
+    for (unsigned w = 0; w < warps; w++) {
+        const unsigned n = w + 1 < warps || threads % 32 == 0 ? 32 : threads % 32;
+        pthread_barrier_init(&wb[w], NULL, n);
     }
-    for (unsigned t = 0; t < threads; t++) pthread_join(th[t], NULL);
+    emu_warp_barriers = wb.data();
+    emu_shfl_slots = slots.data();
+    pthread_barrier_init(&emu_barrier, NULL, threads);
+    emu_pool_run(threads, emu_thread_main<Args>, &L);
     pthread_barrier_destroy(&emu_barrier);
-    pthread_attr_destroy(&attr);
+    for (unsigned w = 0; w < warps; w++) pthread_barrier_destroy(&wb[w]);
+    free(sm);
 }
 
 #endif

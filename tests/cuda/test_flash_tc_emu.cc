@@ -1,0 +1,318 @@
+// The tensor-core flash-attention kernels (runtime/cuda/flash_attention_tc.cuh: forward,
+// dK/dV, dQ, with flash_attention.cuh's D kernel, and the launch logic that picks tiles,
+// threads and grids) run on the CPU through tests/cuda/cuda_emu.h (one pthread per CUDA
+// thread, warp barriers, nvcuda::wmma with whole tiles in every lane) against the CPU
+// attention kernel (runtime/kernels/cpu/attention.c, linked as cpu_rt_*). Needs no GPU;
+// what only a GPU run can show (the tensor cores' own summation, device exp2f, speed) is
+// left to test_cuda_kernels. Built twice by runtime/cuda.ninja: with AddressSanitizer and
+// UBSan (shared-memory overruns, reads of unwritten shared memory through NaN poisoning,
+// misaligned float4 loads) and with ThreadSanitizer (races between barriers, a missing
+// __syncwarp around a wmma load or store included).
+//
+// For each shape (HD 16 to 128, T not a multiple of the tiles, MHA and GQA, causal and
+// not) and each element type:
+//   bf16, fp16 (q, k, v, dout rounded to it, as the generated code's compute buffers):
+//     forward out against the CPU within the per-element bound of tests/cuda/
+//     attention_tc_ref.h (P narrowed) plus the fp32 kernels' tolerance, stats (m, 1/l)
+//     within the fp32 tolerance (no 16-bit rounding reaches them);
+//     backward from the CPU's out and stats, accumulated onto non-zero dq, dk, dv, within
+//     the bound (P, dS narrowed); backward from the kernels' own forward (its out error
+//     carried into D); dq, dk, dv each requested alone: the joint call's bits; the fp32
+//     backward (flash_attention.cuh) from the tensor-core forward's out and stats (the
+//     stats are interchangeable);
+//   float (an emulator-only instantiation, nothing narrowed): forward and backward within
+//     the fp32 flash kernels' tolerances (test_flash_emu.cc), which checks tiling,
+//     masking, the online softmax and the GQA walk tightly.
+// One shape runs on buffers offset by one float (the kernels' scalar-load path).
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cuda_emu.h"
+#include "flash_attention_tc.cuh"
+#include "attention_tc_ref.h"
+// the CPU reference: cpu_rt_*
+#include "cpu_rename.h"
+#include "rt_kernels.h"
+#include "cpu_unrename.h"
+
+// The fp32 flash kernels' tolerances against the CPU kernel (test_flash_emu.cc), as
+// |got - want| / max(1, |want|): the fp32 part of every allowance here.
+#define TOL_FWD 2e-5
+#define TOL_BWD 1e-4
+
+struct emu_launcher {
+    void operator()(rtc_fa_kernel kernel, dim3 grid, size_t smem, const rtc_fa_args& a) const {
+        emu_launch(kernel, grid, RTC_FA_NT, smem, a);
+    }
+    void operator()(rtc_fa_kernel kernel, dim3 grid, unsigned threads, size_t smem,
+                    const rtc_fa_args& a) const {
+        emu_launch(kernel, grid, threads, smem, a);
+    }
+};
+
+// ----------------------------------------------------------------------------
+// helpers
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static float frand(void) {  // uniform in [-1, 1)
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+// n floats of scale * U[-1, 1).
+static float* hrand(size_t n, float scale) {
+    float* h = (float*)malloc((n ? n : 1) * sizeof(float));
+    if (!h) abort();
+    for (size_t i = 0; i < n; i++) h[i] = frand() * scale;
+    return h;
+}
+
+static float* hcopy(const float* src, size_t n) {
+    float* h = (float*)malloc((n ? n : 1) * sizeof(float));
+    if (!h) abort();
+    memcpy(h, src, n * sizeof(float));
+    return h;
+}
+
+enum elem { EL_BF16, EL_F16, EL_F32 };
+static const char* elem_name(elem e) {
+    return e == EL_BF16 ? "bf16" : e == EL_F16 ? "fp16" : "float (unrounded)";
+}
+
+static void round_to(float* x, size_t n, elem e) {
+    for (size_t i = 0; i < n; i++) {
+        if (e == EL_BF16) x[i] = rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x[i]));
+        if (e == EL_F16) x[i] = rt_f16_to_f32_inl(rt_f16_from_f32_inl(x[i]));
+    }
+}
+
+static void tc_forward(elem e, const rtc_fa_args& a) {
+    emu_launcher launch;
+    if (e == EL_BF16) rtc_fa_tc_forward<__nv_bfloat16>(launch, a);
+    if (e == EL_F16) rtc_fa_tc_forward<__half>(launch, a);
+    if (e == EL_F32) rtc_fa_tc_forward<float>(launch, a);
+}
+
+static void tc_backward(elem e, const rtc_fa_args& a) {
+    emu_launcher launch;
+    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
+    if (e == EL_F16) rtc_fa_tc_backward<__half>(launch, a);
+    if (e == EL_F32) rtc_fa_tc_backward<float>(launch, a);
+}
+
+// Largest |got - want| / max(1, |want|) over every `stride`-th value from `first`.
+static double maxdiff(const float* got, const float* want, size_t n, size_t first,
+                      size_t stride) {
+    double worst = 0.0;
+    for (size_t i = first; i < n; i += stride) {
+        const double g = got[i], w = want[i];
+        const double e = (isnan(g) || isnan(w)) ? INFINITY : fabs(g - w) / fmax(1.0, fabs(w));
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+static int same_bits(const float* a, const float* b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// One gradient's comparison against its allowance; prints and returns pass/fail.
+static bool grad_ok(const char* what, const float* got, const float* want, const double* bound,
+                    const double* bound2, size_t n, double* worst_ratio) {
+    const attn_tc_cmp_result r = attn_tc_compare(got, want, bound, bound2, n, TOL_BWD);
+    printf("    %s: max diff %.3g, max diff/allowance %.3f (allowance up to %.3g)\n", what,
+           r.diff, r.ratio, r.allow);
+    if (r.ratio > *worst_ratio) *worst_ratio = r.ratio;
+    return r.ratio <= 1.0;
+}
+
+// Per family of checks: the largest diff/allowance seen (printed at the end).
+static double worst_fwd[3], worst_bwd[3], worst_e2e[3], worst_interop[3];
+static double worst_f32_fwd, worst_f32_bwd;
+
+// ----------------------------------------------------------------------------
+// one shape, one element type
+
+static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e, int off) {
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
+    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
+    // operands (offset by `off` floats inside their allocations)
+    float *qb = hrand(nq + off, 1.5f), *kb = hrand(nk + off, 1.5f), *vb = hrand(nk + off, 1.0f);
+    float* dob = hrand(nq + off, 1.0f);
+    float *q = qb + off, *k = kb + off, *v = vb + off, *dout = dob + off;
+    round_to(q, nq, e), round_to(k, nk, e), round_to(v, nk, e), round_to(dout, nq, e);
+    float *dq0 = hrand(nq, 1.0f), *dk0 = hrand(nk, 1.0f), *dv0 = hrand(nk, 1.0f);
+    float *out = hrand(nq, 1.0f), *stats = hrand(ns, 1.0f), *scratch = hrand(nsc, 1.0f);
+    float *eout = hrand(nq, 1.0f), *estats = hrand(ns, 1.0f), *escratch = hrand(nsc, 1.0f);
+    char nm[200];
+    snprintf(nm, sizeof nm, "%s B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s%s", elem_name(e),
+             B, T, NH, NKV, HD, rtc_fa_tc_hdp(HD), causal ? "causal" : "full",
+             off ? ", unaligned buffers" : "");
+    const bool exact = e == EL_F32;
+    attn_tc_bound bd;
+    attn_tc_bound_compute(&bd, q, k, v, dout, B, T, NH, NKV, HD, causal,
+                          exact ? 0.0 : attn_tc_u(e == EL_BF16),
+                          exact ? 0.0 : attn_tc_eta(e == EL_BF16));
+    if (exact) emu_smem_limit = 227 * 1024;  // float tiles are twice as large; never on a GPU
+    printf("== %s\n", nm);
+
+    // forward
+    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
+                                    RT_F32);
+    rtc_fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.k = k, a.v = v;
+    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
+    a.scale = (float)(1.0 / sqrt((double)HD));
+    rtc_fa_args fa = a;
+    fa.out = eout;
+    fa.stats = estats;
+    tc_forward(e, fa);
+    const attn_tc_cmp_result ro = attn_tc_compare(eout, out, bd.out, NULL, nq, TOL_FWD);
+    const double e_m = maxdiff(estats, stats, ns, 0, 2), e_inv = maxdiff(estats, stats, ns, 1, 2);
+    CHECK(ro.ratio <= 1.0 && e_m <= TOL_FWD && e_inv <= TOL_FWD,
+          "tc forward %s: out max diff %.3g, max diff/allowance %.3f (allowance up to %.3g); "
+          "stats m %.3g, 1/l %.3g (tol %.3g)",
+          nm, ro.diff, ro.ratio, ro.allow, e_m, e_inv, TOL_FWD);
+    if (exact) {
+        if (ro.ratio > worst_f32_fwd) worst_f32_fwd = ro.ratio;
+    } else if (ro.ratio > worst_fwd[e]) {
+        worst_fwd[e] = ro.ratio;
+    }
+
+    // backward from the CPU's out and stats, all three gradients, onto dq0/dk0/dv0
+    float *dq = hcopy(dq0, nq), *dk = hcopy(dk0, nk), *dv = hcopy(dv0, nk);
+    cpu_rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH,
+                                     NKV, HD, causal, RT_F32);
+    float *edq = hcopy(dq0, nq), *edk = hcopy(dk0, nk), *edv = hcopy(dv0, nk);
+    rtc_fa_args ba = a;
+    ba.dout = dout, ba.out_in = out, ba.stats_in = stats, ba.D = escratch;
+    ba.dq = edq, ba.dk = edk, ba.dv = edv;
+    tc_backward(e, ba);
+    {
+        printf("  tc backward from the CPU's out and stats (+=):\n");
+        double* w = exact ? &worst_f32_bwd : &worst_bwd[e];
+        bool ok = grad_ok("dq", edq, dq, bd.dq, NULL, nq, w);
+        ok = grad_ok("dk", edk, dk, bd.dk, NULL, nk, w) && ok;
+        ok = grad_ok("dv", edv, dv, bd.dv, NULL, nk, w) && ok;
+        CHECK(ok, "tc backward %s from the CPU's out and stats: dq, dk, dv within allowance", nm);
+    }
+    if (exact) {
+        emu_smem_limit = EMU_MAX_SMEM;
+        free(edq), free(edk), free(edv), free(dq), free(dk), free(dv);
+        free(qb), free(kb), free(vb), free(dob), free(dq0), free(dk0), free(dv0);
+        free(out), free(stats), free(scratch), free(eout), free(estats), free(escratch);
+        attn_tc_bound_free(&bd);
+        return;
+    }
+
+    // backward from the tensor-core forward's out and stats (its out error reaches D)
+    float *gdq = hcopy(dq0, nq), *gdk = hcopy(dk0, nk), *gdv = hcopy(dv0, nk);
+    rtc_fa_args ga = ba;
+    ga.out_in = eout, ga.stats_in = estats;
+    ga.dq = gdq, ga.dk = gdk, ga.dv = gdv;
+    tc_backward(e, ga);
+    {
+        printf("  tc backward from the tc forward's out and stats (+=):\n");
+        bool ok = grad_ok("dq", gdq, dq, bd.dq, bd.dq_D, nq, &worst_e2e[e]);
+        ok = grad_ok("dk", gdk, dk, bd.dk, bd.dk_D, nk, &worst_e2e[e]) && ok;
+        ok = grad_ok("dv", gdv, dv, bd.dv, NULL, nk, &worst_e2e[e]) && ok;
+        CHECK(ok, "tc forward then tc backward %s: dq, dk, dv within allowance", nm);
+    }
+
+    // each gradient alone (the others NULL) gives the joint call's bits
+    float *sdq = hcopy(dq0, nq), *sdk = hcopy(dk0, nk), *sdv = hcopy(dv0, nk);
+    rtc_fa_args s1 = ga;
+    s1.dk = s1.dv = NULL, s1.dq = sdq;
+    tc_backward(e, s1);
+    rtc_fa_args s2 = ga;
+    s2.dq = s2.dv = NULL, s2.dk = sdk;
+    tc_backward(e, s2);
+    rtc_fa_args s3 = ga;
+    s3.dq = s3.dk = NULL, s3.dv = sdv;
+    tc_backward(e, s3);
+    CHECK(same_bits(sdq, gdq, nq) && same_bits(sdk, gdk, nk) && same_bits(sdv, gdv, nk),
+          "tc backward %s: dq, dk, dv each alone == the joint call, bit for bit", nm);
+
+    // the fp32 backward accepts the tensor-core forward's stats (P exact, D from its out)
+    float *fdq = hcopy(dq0, nq), *fdk = hcopy(dk0, nk), *fdv = hcopy(dv0, nk);
+    rtc_fa_args fb = ga;
+    fb.dq = fdq, fb.dk = fdk, fb.dv = fdv;
+    {
+        emu_launcher launch;
+        rtc_fa_backward(launch, fb);
+        printf("  fp32 backward (flash_attention.cuh) from the tc forward's out and stats:\n");
+        double* zero = attn_tc_zeros(nk);
+        bool ok = grad_ok("dq", fdq, dq, bd.dq_D, NULL, nq, &worst_interop[e]);
+        ok = grad_ok("dk", fdk, dk, bd.dk_D, NULL, nk, &worst_interop[e]) && ok;
+        ok = grad_ok("dv", fdv, dv, zero, NULL, nk, &worst_interop[e]) && ok;
+        free(zero);
+        CHECK(ok, "tc forward then fp32 backward %s: dq, dk, dv within allowance (D only)", nm);
+    }
+
+    free(qb), free(kb), free(vb), free(dob), free(dq0), free(dk0), free(dv0);
+    free(out), free(stats), free(scratch), free(eout), free(estats), free(escratch);
+    free(dq), free(dk), free(dv), free(edq), free(edk), free(edv), free(gdq), free(gdk),
+        free(gdv);
+    free(sdq), free(sdk), free(sdv), free(fdq), free(fdk), free(fdv);
+    attn_tc_bound_free(&bd);
+}
+
+// ----------------------------------------------------------------------------
+
+struct shape {
+    int B, T, NH, NKV, HD, causal;
+};
+
+int main(void) {
+    cpu_rt_kernels_init();
+    // B, T, NH, NKV, HD, causal: HD 16..128 (both tile configurations), T below, at and
+    // across the tiles (forward 128/64 rows, backward 64/32), MHA and GQA
+    static const shape shapes[] = {
+        {1, 1, 1, 1, 16, 1},   {2, 37, 4, 2, 16, 1}, {2, 33, 4, 4, 32, 0},
+        {1, 70, 2, 1, 32, 1},  {1, 45, 3, 3, 48, 1}, {1, 150, 2, 1, 64, 1},
+        {1, 64, 2, 2, 64, 0},  {1, 40, 2, 1, 80, 0}, {1, 97, 2, 1, 128, 1},
+        {1, 33, 2, 2, 128, 0},
+    };
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < nshapes; i++) {
+        const shape& s = shapes[i];
+        for (int e = EL_BF16; e <= EL_F32; e++)
+            test_shape(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e, 0);
+    }
+    test_shape(1, 50, 2, 1, 64, 1, EL_BF16, 1);  // scalar loads
+
+    // every kernel configuration, launched above or not, fits the smallest opt-in limit
+    struct smem_check {
+        size_t worst = 0;
+        int n = 0;
+        void operator()(rtc_fa_kernel, size_t smem) {
+            if (smem > worst) worst = smem;
+            n++;
+        }
+    } all;
+    rtc_fa_tc_each_kernel<__nv_bfloat16>(all);
+    rtc_fa_tc_each_kernel<__half>(all);
+    CHECK(all.worst <= EMU_MAX_SMEM,
+          "all %d tensor-core flash kernel configurations: largest shared memory %zu bytes "
+          "(limit %d)",
+          all.n, all.worst, EMU_MAX_SMEM);
+    CHECK(emu_limit_errors == 0,
+          "every launch within the GPU limits, no divergent wmma calls (%ld blocks emulated; "
+          "largest shared memory %zu bytes, limit %d)",
+          emu_blocks_run, emu_max_smem_seen, EMU_MAX_SMEM);
+    printf("largest max diff/allowance per family (<= 1 passes):\n");
+    for (int e = EL_BF16; e <= EL_F16; e++)
+        printf("  %s: forward %.3f, backward %.3f, forward+backward %.3f, fp32 backward from tc "
+               "forward %.3f\n",
+               elem_name((elem)e), worst_fwd[e], worst_bwd[e], worst_e2e[e], worst_interop[e]);
+    printf("  float (unrounded, fp32 tolerances): forward %.3f, backward %.3f\n", worst_f32_fwd,
+           worst_f32_bwd);
+    return check_summary();
+}
