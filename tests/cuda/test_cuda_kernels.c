@@ -11,7 +11,8 @@
 // Tolerances: 0 where the GPU does the CPU's float operations in the CPU's order
 // (elementwise add/mul, dropout masks, embedding rows, optimizer steps, compiled with
 // -fmad=false); ~1e-6 where only expf/erff or a double reduction order differ; ~1e-4 where
-// cuBLAS and OpenBLAS sum GEMM products in different orders.
+// cuBLAS and OpenBLAS sum GEMM products in different orders; for attention on tensor cores
+// a per-element bound on its 16-bit rounding of P and dS (attention_tc_ref.h) on top.
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "../../runtime/core/dtype_bits.h"
+#include "attention_tc_ref.h"
 #include "check.h"
 #include "cuda_helpers.h"
 #include "rt_check.h"
@@ -390,6 +392,102 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_dout), dfree(d_out), dfree(d_out2);
     dfree(d_probs), dfree(d_stats), dfree(d_scratch), dfree(d_dq), dfree(d_dk), dfree(d_dv);
     dfree(d_dq2), dfree(d_dk2), dfree(d_dv2), dfree(d_dq3), dfree(d_dk3), dfree(d_dv3);
+}
+
+// ----------------------------------------------------------------------------
+// attention on tensor cores (prec RT_BF16 / RT_F16: runtime/cuda/flash_attention_tc.cuh)
+// against the CPU, q, k, v and dout rounded to prec. Allowance per element: the bound of
+// attention_tc_ref.h on the narrowing of P and dS to prec (u = 2^-8 bf16, 2^-11 fp16,
+// times the sum of the magnitudes of the element's product terms) plus TOL_GEMM *
+// max(1, |want|), what the fp32 flash kernels meet here; it passes at max diff/allowance
+// <= 1.
+
+// Compares n device values with the CPU's within bound (+ bound2) + tol * max(1, |want|).
+static void cmp_tc(const char* name, const float* dgot, const float* want, const double* bound,
+                   const double* bound2, size_t n, double tol) {
+    float* got = down(dgot, n);
+    const attn_tc_cmp_result r = attn_tc_compare(got, want, bound, bound2, n, tol);
+    CHECK(r.ratio <= 1.0, "%s: %zu values, max diff %.3g, max diff/allowance %.3f (allowance "
+          "up to %.3g)", name, n, r.diff, r.ratio, r.allow);
+    free(got);
+}
+
+static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec) {
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
+    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
+    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
+    float* dout = hrand(nq, 1.0f, 0.0f);
+    round_to(q, nq, prec), round_to(k, nk, prec), round_to(v, nk, prec), round_to(dout, nq, prec);
+    float *out = hrand(nq, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f);
+    float* scratch = hrand(nsc, 1.0f, 0.0f);
+    float *dq0 = hrand(nq, 1.0f, 0.0f), *dk0 = hrand(nk, 1.0f, 0.0f), *dv0 = hrand(nk, 1.0f, 0.0f);
+    float *dq = hcopy(dq0, nq), *dk = hcopy(dk0, nk), *dv = hcopy(dv0, nk);
+    float *d_q = dup(q, nq), *d_k = dup(k, nk), *d_v = dup(v, nk), *d_dout = dup(dout, nq);
+    float *d_out = dup(out, nq), *d_stats = dup(stats, ns), *d_scratch = dup(scratch, nsc);
+    float *d_cout = dup(out, nq), *d_cstats = dup(stats, ns);
+    attn_tc_bound bd;
+    attn_tc_bound_compute(&bd, q, k, v, dout, B, T, NH, NKV, HD, causal,
+                          attn_tc_u(prec == RT_BF16), attn_tc_eta(prec == RT_BF16));
+    const char* P = prec == RT_BF16 ? "bf16" : "fp16";
+    printf("== attention on tensor cores, %s, B=%d T=%d NH=%d NKV=%d HD=%d causal=%d\n", P, B, T,
+           NH, NKV, HD, causal);
+
+    // forward vs CPU
+    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
+                                    RT_F32);
+    rt_attention_lowmem_forward(d_out, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD,
+                                causal, prec);
+    cmp_tc("  tc forward: out vs CPU", d_out, out, bd.out, NULL, nq, TOL_GEMM);
+    cmp("  tc forward: stats (max, 1/sum) vs CPU (no 16-bit rounding)", d_stats, stats, ns,
+        TOL_GEMM);
+
+    // backward from the CPU's out and stats, accumulated onto dq0..dv0
+    RT_CHECK_CUDA(cudaMemcpy(d_cout, out, nq * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_cstats, stats, ns * sizeof(float), cudaMemcpyHostToDevice));
+    cpu_rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH,
+                                     NKV, HD, causal, RT_F32);
+    float *d_dq = dup(dq0, nq), *d_dk = dup(dk0, nk), *d_dv = dup(dv0, nk);
+    rt_attention_lowmem_backward(d_dq, d_dk, d_dv, d_scratch, d_dout, d_cout, d_q, d_k, d_v,
+                                 d_cstats, B, T, NH, NKV, HD, causal, prec);
+    cmp_tc("  tc backward (CPU out, stats): dq (+=)", d_dq, dq, bd.dq, NULL, nq, TOL_GEMM);
+    cmp_tc("  tc backward (CPU out, stats): dk (+=)", d_dk, dk, bd.dk, NULL, nk, TOL_GEMM);
+    cmp_tc("  tc backward (CPU out, stats): dv (+=)", d_dv, dv, bd.dv, NULL, nk, TOL_GEMM);
+
+    // backward from the GPU forward's out and stats (its out error reaches D)
+    float *d_gdq = dup(dq0, nq), *d_gdk = dup(dk0, nk), *d_gdv = dup(dv0, nk);
+    rt_attention_lowmem_backward(d_gdq, d_gdk, d_gdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+    cmp_tc("  tc forward then backward: dq (+=)", d_gdq, dq, bd.dq, bd.dq_D, nq, TOL_GEMM);
+    cmp_tc("  tc forward then backward: dk (+=)", d_gdk, dk, bd.dk, bd.dk_D, nk, TOL_GEMM);
+    cmp_tc("  tc forward then backward: dv (+=)", d_gdv, dv, bd.dv, NULL, nk, TOL_GEMM);
+
+    // deterministic, and each gradient alone gives the joint call's bits
+    float *d_sdq = dup(dq0, nq), *d_sdk = dup(dk0, nk), *d_sdv = dup(dv0, nk);
+    rt_attention_lowmem_backward(d_sdq, NULL, NULL, d_scratch, d_dout, d_out, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+    rt_attention_lowmem_backward(NULL, d_sdk, NULL, d_scratch, d_dout, d_out, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+    rt_attention_lowmem_backward(NULL, NULL, d_sdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+    cmp_dev("  tc backward dq alone: the joint call's bits", d_sdq, d_gdq, nq, TOL_EXACT);
+    cmp_dev("  ... dk alone", d_sdk, d_gdk, nk, TOL_EXACT);
+    cmp_dev("  ... dv alone", d_sdv, d_gdv, nk, TOL_EXACT);
+    RT_CHECK_CUDA(cudaMemcpy(d_sdq, dq0, nq * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_sdk, dk0, nk * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_sdv, dv0, nk * sizeof(float), cudaMemcpyHostToDevice));
+    rt_attention_lowmem_backward(d_sdq, d_sdk, d_sdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+    cmp_dev("  tc backward run twice: dq, dk, dv bit-identical", d_sdq, d_gdq, nq, TOL_EXACT);
+    cmp_dev("  ... dk", d_sdk, d_gdk, nk, TOL_EXACT);
+    cmp_dev("  ... dv", d_sdv, d_gdv, nk, TOL_EXACT);
+
+    attn_tc_bound_free(&bd);
+    free(q), free(k), free(v), free(dout), free(out), free(stats), free(scratch);
+    free(dq0), free(dk0), free(dv0), free(dq), free(dk), free(dv);
+    dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_dout), dfree(d_out), dfree(d_stats);
+    dfree(d_scratch), dfree(d_cout), dfree(d_cstats), dfree(d_dq), dfree(d_dk), dfree(d_dv);
+    dfree(d_gdq), dfree(d_gdk), dfree(d_gdv), dfree(d_sdq), dfree(d_sdk), dfree(d_sdv);
 }
 
 // ----------------------------------------------------------------------------
@@ -777,6 +875,13 @@ int main(void) {
     test_attention(1, 150, 2, 1, 128, 0);
     test_attention(1, 97, 2, 2, 200, 1);
     test_attention(2, 1024, 12, 12, 64, 1);  // a GPT-2 layer
+    test_attention_tc(2, 37, 4, 2, 16, 1, RT_BF16);  // tensor cores: each tile configuration
+    test_attention_tc(1, 200, 4, 2, 64, 1, RT_BF16);
+    test_attention_tc(1, 200, 4, 2, 64, 0, RT_F16);
+    test_attention_tc(1, 150, 2, 1, 128, 0, RT_BF16);
+    test_attention_tc(1, 97, 2, 2, 128, 1, RT_F16);
+    test_attention_tc(1, 1024, 4, 4, 64, 1, RT_BF16);  // GPT-2's head dim at seq 1024
+    test_attention_tc(1, 512, 8, 2, 64, 1, RT_BF16);   // Llama 1B's GQA ratio (32/8), HD 64
     test_elementwise();
     test_dropout();
     test_sum_loss();
