@@ -178,7 +178,7 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 }
 
 // ----------------------------------------------------------------------------
-// lowmem variant: flash attention (flash_attention.cuh)
+// lowmem variant: flash attention (flash_attention.cuh, flash_attention_tc.cuh)
 
 // Lets every flash kernel, fp32 and tensor-core, use its dynamic shared memory (above the
 // default 48 KiB for most): a per-device function attribute, set when a thread's context

@@ -211,10 +211,16 @@ __device__ __forceinline__ bool rtc_tc_aligned16(const void* p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
+// Four consecutive elements, stored together.
+template <class E>
+struct alignas(4 * sizeof(E)) rtc_tc_e4 {
+    E v[4];
+};
+
 // Rows [t0, t0 + R) of one head (row t at src + t * ld, HD floats) narrowed into a shared
 // tile of E with row stride LDE; rows past T are zero (finite, masked later), dims past HD
-// are never read. vec: the buffer is 16-byte aligned, so (HD and the head offset being
-// multiples of 16) every row is and float4 loads apply.
+// are never read. vec: the buffers are 16-byte aligned, so (HD and the head offset being
+// multiples of 16) every row is, and float4 loads apply.
 template <class E, int NT, int LDE>
 __device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld, int t0, int R,
                                             int T, int HD, bool vec) {
@@ -224,11 +230,12 @@ __device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld,
             const int r = i / n4, d = (i % n4) * 4, t = t0 + r;
             const float4 x = t < T ? *(const float4*)(src + (size_t)t * ld + d)
                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            E* o = dst + r * LDE + d;
-            o[0] = rtc_tc_narrow<E>(x.x);
-            o[1] = rtc_tc_narrow<E>(x.y);
-            o[2] = rtc_tc_narrow<E>(x.z);
-            o[3] = rtc_tc_narrow<E>(x.w);
+            rtc_tc_e4<E> w;  // one 8-byte shared store (d and LDE are multiples of 4)
+            w.v[0] = rtc_tc_narrow<E>(x.x);
+            w.v[1] = rtc_tc_narrow<E>(x.y);
+            w.v[2] = rtc_tc_narrow<E>(x.z);
+            w.v[3] = rtc_tc_narrow<E>(x.w);
+            *(rtc_tc_e4<E>*)(dst + r * LDE + d) = w;
         }
     } else {
         for (int i = threadIdx.x; i < R * HD; i += NT) {

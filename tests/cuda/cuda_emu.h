@@ -5,7 +5,8 @@
 // is one heap buffer (128-byte aligned, and filled before each block with 0x7FFF7FFF, a
 // NaN as fp32 and as either 16-bit half in bf16 and fp16, so a read of anything the block
 // did not write shows up in the results; its exact size lets AddressSanitizer catch an
-// overrun), and blocks run one after another on the same threads. Built with
+// overrun), and blocks run one after another on the same threads (a pool kept between
+// launches). Built with
 // ThreadSanitizer it finds shared-memory races between two barriers (a missing
 // __syncthreads or __syncwarp).
 //
