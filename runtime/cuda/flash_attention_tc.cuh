@@ -74,16 +74,19 @@
 // emulator can give every lane the whole tile and the results cannot depend on a register
 // layout; a wrong guess about mma.sync's layout would have been reproduced identically
 // by kernel and emulator and passed. The price is that softmax and rescaling go through
-// shared memory instead of registers. Expected performance (reasoned, NOT measured): per
-// warp and 64-key tile at HD 64 the forward does 131k MACs (32 wmma 16x16x16) and moves
-// about 28 KiB through shared memory (K, V fragments 16 KiB, S store and reads 8 KiB, P
-// 4 KiB); an H100 SM does ~2048 dense bf16 MAC/clk but moves 128 B/clk of shared memory,
-// so these kernels are bound by shared memory (~220 clk per warp-tile against ~64 for the
-// MACs, plus 1024 exp2 at 16/clk), i.e. an estimated 20-35% of tensor-core peak, several
-// times the fp32 kernels (CUDA cores, ~1/15 of the bf16 peak at best). wmma compiles to
-// mma.sync on sm_90; Hopper's asynchronous wgmma and TMA, register-resident softmax (FA2),
-// 32 rows per warp (halving K/V fragment traffic per MAC) and a bf16 copy of K/V in
-// global memory are the known next steps, each unmeasured here.
+// shared memory instead of registers. Expected performance (reasoned, NOT measured; no
+// GPU has run these kernels): per warp and 64-key tile at HD 64 the forward does 131k
+// MACs (32 wmma 16x16x16) and moves about 28 KiB through shared memory (K and V fragments
+// 16 KiB, S stored and read 8 KiB, P 4 KiB). An H100 SXM SM does ~1900 dense bf16 MAC/clk
+// (989 TFLOP/s over 132 SMs at 1.98 GHz) but moves 128 B/clk of shared memory and 16
+// exp2/clk: ~70 clk of MACs against ~220 clk of shared memory and ~64 clk of exp2 per
+// warp-tile, so the forward is bound by shared memory at best near 30% of the tensor-core
+// peak, less after the tile loads and barriers; the backward stages S and dP and reads
+// more fragments per MAC, so expect less. Against the fp32 kernels (CUDA cores: fp32 peak
+// is 1/15 of the bf16 one, and they reach a fraction of it) that is still several times
+// faster. wmma compiles to the HMMA instructions of mma.sync; Hopper's asynchronous wgmma and TMA,
+// register-resident softmax (FA2), 32 rows per warp (halving the K/V fragment traffic per
+// MAC) and a bf16 copy of K/V in global memory are the known next steps, none measured.
 //
 // Emulator-only instantiation E = float (no 16-bit rounding anywhere; no such 16x16x16
 // wmma shape exists on hardware, so nvcc never sees it): the test runs the very same
