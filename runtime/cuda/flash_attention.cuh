@@ -28,8 +28,8 @@
 // Only CUDA C++ that also compiles for the host with tests/cuda/cuda_emu.h (__syncthreads
 // as the only synchronisation, no warp intrinsics): tests/cuda/test_flash_emu.cc runs
 // these very kernels and their launch logic on the CPU, one thread per CUDA thread.
-// TODO(issue 5): bf16 inputs on tensor cores (mma.sync / wgmma) with fp32 accumulation,
-// register-tiled score and output products, and causal tile scheduling (longest first).
+// These fp32 kernels serve prec RT_F32 and head dims the tensor-core kernels do not take;
+// bf16/fp16 operands run on tensor cores in flash_attention_tc.cuh.
 #ifndef FSDPGEN_CUDA_FLASH_ATTENTION_CUH
 #define FSDPGEN_CUDA_FLASH_ATTENTION_CUH
 
