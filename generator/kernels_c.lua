@@ -10,6 +10,12 @@
 --   ctx.scratch     attention's scratch buffer (forward and backward)
 --   ctx.site(op)    the op's dropout RNG site
 -- Backward kernels accumulate into gradients, so several consumers of one tensor add up.
+--
+-- Mixed precision: the value of a bf16/fp16 tensor is rounded to its dtype after every
+-- write. Most kernels do it themselves at the store (rt_kernels.h `dt`, the last argument:
+-- the op's tensor dtype); `ROUNDS` says which of their outputs they round, and an
+-- explicit rt_step_round follows every call for any other 16-bit output (attention,
+-- embedding, cast, and gradients a kernel leaves unrounded).
 local errors = require("errors")
 local memory = require("memory")
 local trace = require("trace")
@@ -22,10 +28,10 @@ local function rows(t) return numel(t) // last(t) end
 
 local round_dtype = { bf16 = "RT_BF16", fp16 = "RT_F16" }
 
--- Operand precision of a matrix product (rt_kernels.h `prec`): the dtype its float
--- operands share, whose values the CUDA backend may multiply on tensor cores; fp32 when
--- they differ (no narrowing of a value that is not representable).
-local function prec(...)
+-- The C dtype the given tensors share (rt_kernels.h `dt`, attention's `prec`): the dtype
+-- a kernel rounds what it writes to and whose values the CUDA backend may multiply on
+-- tensor cores; fp32 when they differ (no narrowing of a value that is not representable).
+local function dtype_of(...)
   local d
   for _, t in ipairs({ ... }) do
     if d and t.dtype ~= d then return "RT_F32" end
@@ -34,11 +40,50 @@ local function prec(...)
   return round_dtype[d] or "RT_F32"
 end
 
+-- The `dt` of an op's kernels: the dtype its float tensors (inputs and output) share.
+local function op_dtype(op)
+  local ts = {}
+  for _, t in ipairs(op.ins) do
+    if trace.is_float(t.dtype) then ts[#ts + 1] = t end
+  end
+  ts[#ts + 1] = op.outs[1]
+  return dtype_of(table.unpack(ts))
+end
+
 -- Mixed precision: values of a bf16/fp16 tensor are rounded after every write.
 local function rounded(calls, expr, t)
   local d = round_dtype[t.dtype]
   if d then calls[#calls + 1] = string.format("rt_step_round(%s, %d, %s);", expr, numel(t), d) end
   return calls
+end
+
+-- What the kernels that take `dt` round (rt_kernels.h): their forward output, and in
+-- backward the gradients of the inputs at positions `grads` (the others, such as a
+-- linear's or a norm's weight and bias and a broadcast add's b, are parameter gradients
+-- to the kernel). `alias_ok`: the kernel's two gradients may be one buffer (x + x; it
+-- adds both before rounding). `fixed_dt`: dt also rounds intermediates, so a call cannot
+-- fall back to RT_F32 (backward_rounding).
+local ROUNDS = {
+  linear = { grads = { 1 } },
+  layer_norm = { grads = { 1 } },
+  rms_norm = { grads = { 1 } },
+  relu = { grads = { 1 } },
+  gelu = { grads = { 1 } },
+  silu = { grads = { 1 } },
+  swiglu = { grads = { 1, 2 }, alias_ok = true, fixed_dt = true },
+  rotary = { grads = { 1 } },
+  mul = { grads = { 1, 2 }, alias_ok = true },
+  dropout = { grads = { 1 } },
+  add = function(op)  -- rt_residual_* or rt_broadcast_add_*
+    if numel(op.ins[1]) == numel(op.ins[2]) then return { grads = { 1, 2 }, alias_ok = true } end
+    return { grads = { 1 } }
+  end,
+}
+
+local function rounds_of(op)
+  local r = ROUNDS[op.kind]
+  if type(r) == "function" then r = r(op) end
+  return r
 end
 
 local function fmt_float(x)
@@ -65,10 +110,10 @@ end
 
 local forward = {}
 
-function forward.linear(op, c, out)
+function forward.linear(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   return { string.format("rt_linear_forward(%s, %s, %s, %s, %d, %d, %d, %s);", out, c.val(x), c.val(w),
-    b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], prec(x, w)) }
+    b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], dt) }
 end
 
 function forward.embedding(op, c, out)
@@ -81,51 +126,50 @@ function forward.arange(op, _, out)
   return { string.format("rt_arange_i32(%s, %d, 0);", out, numel(op.outs[1])) }
 end
 
-function forward.layer_norm(op, c, out)
+function forward.layer_norm(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local mean, rstd = c.stats(op)
-  return { string.format("rt_layernorm_forward(%s, %s, %s, %s, %s, %s, %d, %d, %s);", out, mean, rstd,
-    c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x), last(x), fmt_float(op.attrs.eps or 1e-5)) }
+  return { string.format("rt_layernorm_forward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", out, mean, rstd,
+    c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x), last(x), fmt_float(op.attrs.eps or 1e-5), dt) }
 end
 
-function forward.rms_norm(op, c, out)
+function forward.rms_norm(op, c, out, dt)
   local x, w = op.ins[1], op.ins[2]
   local rstd = c.stats(op)
-  return { string.format("rt_rmsnorm_forward(%s, %s, %s, %s, %d, %d, %s);", out, rstd, c.val(x),
-    c.val(w), rows(x), last(x), fmt_float(op.attrs.eps or 1e-6)) }
+  return { string.format("rt_rmsnorm_forward(%s, %s, %s, %s, %d, %d, %s, %s);", out, rstd, c.val(x),
+    c.val(w), rows(x), last(x), fmt_float(op.attrs.eps or 1e-6), dt) }
 end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
-  forward[k] = function(op, c, out)
-    return { string.format("rt_%s_forward(%s, %s, %d);", k, out, c.val(op.ins[1]), numel(op.ins[1])) }
+  forward[k] = function(op, c, out, dt)
+    return { string.format("rt_%s_forward(%s, %s, %d, %s);", k, out, c.val(op.ins[1]), numel(op.ins[1]), dt) }
   end
 end
 
-function forward.swiglu(op, c, out)
+function forward.swiglu(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_swiglu_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a),
-    prec(a, b)) }
+  return { string.format("rt_swiglu_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
 end
 
-function forward.add(op, c, out)
+function forward.add(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) == numel(b) then
-    return { string.format("rt_residual_forward(%s, %s, %s, %d);", out, c.val(a), c.val(b), numel(a)) }
+    return { string.format("rt_residual_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
   end
-  return { string.format("rt_broadcast_add_forward(%s, %s, %s, %d, %d);", out, c.val(a), c.val(b),
-    numel(a) // numel(b), numel(b)) }
+  return { string.format("rt_broadcast_add_forward(%s, %s, %s, %d, %d, %s);", out, c.val(a), c.val(b),
+    numel(a) // numel(b), numel(b), dt) }
 end
 
-function forward.mul(op, c, out)
+function forward.mul(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) ~= numel(b) then unsupported(op, "broadcasting") end
-  return { string.format("rt_mul_forward(%s, %s, %s, %d);", out, c.val(a), c.val(b), numel(a)) }
+  return { string.format("rt_mul_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
 end
 
-function forward.dropout(op, c, out)
+function forward.dropout(op, c, out, dt)
   local x = op.ins[1]
-  return { string.format("rt_dropout_forward(%s, %s, %d, %s, R->seed, rt_step_rng_stream(R, %d), 0);",
-    out, c.val(x), numel(x), fmt_float(op.attrs.p), c.site(op)) }
+  return { string.format("rt_dropout_forward(%s, %s, %d, %s, R->seed, rt_step_rng_stream(R, %d), 0, %s);",
+    out, c.val(x), numel(x), fmt_float(op.attrs.p), c.site(op), dt) }
 end
 
 -- Attention keeps O(T) per head for backward (rt_attention_lowmem_*): the softmax rows'
@@ -137,15 +181,15 @@ function forward.attention(op, c, out)
   local stats = c.stats(op)
   return { string.format("rt_attention_lowmem_forward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s);",
     out, stats, c.scratch, c.val(q), c.val(k), c.val(v), B, T, a.n_heads, a.n_kv_heads, a.head_dim,
-    a.causal and 1 or 0, prec(q, k, v)) }
+    a.causal and 1 or 0, dtype_of(q, k, v)) }
 end
 
-function forward.rotary(op, c, out)
+function forward.rotary(op, c, out, dt)
   local x = op.ins[1]
   local B, T = batch_seq(x)
   local a = op.attrs
-  return { string.format("rt_rope_forward(%s, %s, %d, %d, %d, %d, %s);", out, c.val(x), B, T,
-    a.n_heads, a.head_dim, fmt_float(a.theta)) }
+  return { string.format("rt_rope_forward(%s, %s, %d, %d, %d, %d, %s, %s);", out, c.val(x), B, T,
+    a.n_heads, a.head_dim, fmt_float(a.theta), dt) }
 end
 
 -- A view cast (memory.lua) shares its input's buffer: nothing to copy.
@@ -164,22 +208,27 @@ function forward.cross_entropy(op, c, out)
     c.val(targets), rows(logits), last(logits)) }
 end
 
--- Forward calls of op writing its output to `out`.
+-- Forward calls of op writing its output to `out`: the kernel, then the rounding of a
+-- 16-bit output it does not round itself.
 function M.forward(op, c, out)
   local f = forward[op.kind]
   if not f then unsupported(op, "the forward") end
-  return rounded(f(op, c, out), out, op.outs[1])
+  local r, y = rounds_of(op), op.outs[1]
+  local dt = r and op_dtype(op)
+  local calls = f(op, c, out, dt)
+  if r and dt == round_dtype[y.dtype] then return calls end
+  return rounded(calls, out, y)
 end
 
 -- ---------------------------------------------------------------------------- backward
 
 local backward = {}
 
-function backward.linear(op, c)
+function backward.linear(op, c, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local y = op.outs[1]
   return { string.format("rt_linear_backward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %s);", c.grad(x), c.grad(w),
-    b and c.grad(b) or "NULL", c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], prec(x, w, y)) }
+    b and c.grad(b) or "NULL", c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], dt) }
 end
 
 function backward.embedding(op, c)
@@ -188,52 +237,55 @@ function backward.embedding(op, c)
     c.val(idx), numel(idx), w.shape[2], w.shape[1]) }
 end
 
-function backward.layer_norm(op, c)
+function backward.layer_norm(op, c, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local mean, rstd = c.stats(op)
-  return { string.format("rt_layernorm_backward(%s, %s, %s, %s, %s, %s, %s, %s, %d, %d);", c.grad(x),
-    c.grad(w), b and c.grad(b) or "NULL", c.dout(op.outs[1]), c.val(x), c.val(w), mean, rstd, rows(x), last(x)) }
+  return { string.format("rt_layernorm_backward(%s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %s);", c.grad(x),
+    c.grad(w), b and c.grad(b) or "NULL", c.dout(op.outs[1]), c.val(x), c.val(w), mean, rstd, rows(x), last(x),
+    dt) }
 end
 
-function backward.rms_norm(op, c)
+function backward.rms_norm(op, c, dt)
   local x, w = op.ins[1], op.ins[2]
   local rstd = c.stats(op)
-  return { string.format("rt_rmsnorm_backward(%s, %s, %s, %s, %s, %s, %d, %d);", c.grad(x), c.grad(w),
-    c.dout(op.outs[1]), c.val(x), c.val(w), rstd, rows(x), last(x)) }
+  return { string.format("rt_rmsnorm_backward(%s, %s, %s, %s, %s, %s, %d, %d, %s);", c.grad(x), c.grad(w),
+    c.dout(op.outs[1]), c.val(x), c.val(w), rstd, rows(x), last(x), dt) }
 end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
-  backward[k] = function(op, c)
+  backward[k] = function(op, c, dt)
     local x = op.ins[1]
-    return { string.format("rt_%s_backward(%s, %s, %s, %d);", k, c.grad(x), c.dout(op.outs[1]), c.val(x), numel(x)) }
+    return { string.format("rt_%s_backward(%s, %s, %s, %d, %s);", k, c.grad(x), c.dout(op.outs[1]), c.val(x),
+      numel(x), dt) }
   end
 end
 
-function backward.swiglu(op, c)
+function backward.swiglu(op, c, dt)
   local a, b = op.ins[1], op.ins[2]
   return { string.format("rt_swiglu_backward(%s, %s, %s, %s, %s, %d, %s);", c.grad(a), c.grad(b),
-    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), prec(a, b, op.outs[1])) }
+    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt) }
 end
 
-function backward.add(op, c)
+function backward.add(op, c, dt)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) == numel(b) then
-    return { string.format("rt_residual_backward(%s, %s, %s, %d);", c.grad(a), c.grad(b), c.dout(op.outs[1]), numel(a)) }
+    return { string.format("rt_residual_backward(%s, %s, %s, %d, %s);", c.grad(a), c.grad(b), c.dout(op.outs[1]),
+      numel(a), dt) }
   end
-  return { string.format("rt_broadcast_add_backward(%s, %s, %s, %d, %d);", c.grad(a), c.grad(b),
-    c.dout(op.outs[1]), numel(a) // numel(b), numel(b)) }
+  return { string.format("rt_broadcast_add_backward(%s, %s, %s, %d, %d, %s);", c.grad(a), c.grad(b),
+    c.dout(op.outs[1]), numel(a) // numel(b), numel(b), dt) }
 end
 
-function backward.mul(op, c)
+function backward.mul(op, c, dt)
   local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_mul_backward(%s, %s, %s, %s, %s, %d);", c.grad(a), c.grad(b), c.dout(op.outs[1]),
-    c.val(a), c.val(b), numel(a)) }
+  return { string.format("rt_mul_backward(%s, %s, %s, %s, %s, %d, %s);", c.grad(a), c.grad(b), c.dout(op.outs[1]),
+    c.val(a), c.val(b), numel(a), dt) }
 end
 
-function backward.dropout(op, c)
+function backward.dropout(op, c, dt)
   local x = op.ins[1]
-  return { string.format("rt_dropout_backward(%s, %s, %d, %s, R->seed, rt_step_rng_stream(R, %d), 0);",
-    c.grad(x), c.dout(op.outs[1]), numel(x), fmt_float(op.attrs.p), c.site(op)) }
+  return { string.format("rt_dropout_backward(%s, %s, %d, %s, R->seed, rt_step_rng_stream(R, %d), 0, %s);",
+    c.grad(x), c.dout(op.outs[1]), numel(x), fmt_float(op.attrs.p), c.site(op), dt) }
 end
 
 function backward.attention(op, c)
@@ -244,15 +296,15 @@ function backward.attention(op, c)
   local y = op.outs[1]
   return { string.format("rt_attention_lowmem_backward(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s);",
     c.grad(q), c.grad(k), c.grad(v), c.scratch, c.dout(y), c.val(y), c.val(q), c.val(k),
-    c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, prec(q, k, v, y)) }
+    c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v, y)) }
 end
 
-function backward.rotary(op, c)
+function backward.rotary(op, c, dt)
   local x = op.ins[1]
   local B, T = batch_seq(x)
   local a = op.attrs
-  return { string.format("rt_rope_backward(%s, %s, %d, %d, %d, %d, %s);", c.grad(x), c.dout(op.outs[1]),
-    B, T, a.n_heads, a.head_dim, fmt_float(a.theta)) }
+  return { string.format("rt_rope_backward(%s, %s, %d, %d, %d, %d, %s, %s);", c.grad(x), c.dout(op.outs[1]),
+    B, T, a.n_heads, a.head_dim, fmt_float(a.theta), dt) }
 end
 
 -- A view cast's input and output share one gradient buffer: only the rounding to the
@@ -273,15 +325,53 @@ function backward.cross_entropy(op, c)
     c.val(targets), rows(logits), last(logits), c.dloss(op.outs[1])) }
 end
 
--- Backward calls of op (gradients of its inputs that need one, accumulated).
+-- Whether the gradient of t is rounded after each backward that writes it: activation
+-- gradients keep their tensor's precision; parameter gradients are rounded once, before
+-- the reduce-scatter.
+local function grad_rounded(t)
+  return t.requires_grad and not t.is_param and round_dtype[t.dtype] ~= nil
+end
+
+-- The inputs (by position) whose gradients op's backward kernel rounds, and the dt to pass
+-- it: the op's dtype, unless a gradient the kernel would round must not be rounded there
+-- (a parameter's; one sharing its buffer with another gradient of the call, which would be
+-- rounded between the two contributions); then RT_F32 and only explicit roundings, as
+-- for every 16-bit output of the kernels without dt.
+local function backward_rounding(op, c)
+  local r = rounds_of(op)
+  if not r then return nil, {} end
+  local dt = op_dtype(op)
+  if dt == "RT_F32" then return dt, {} end
+  local by_kernel, in_grads = {}, {}
+  for _, i in ipairs(r.grads) do in_grads[i] = true end
+  local ok = true
+  for _, i in ipairs(r.grads) do
+    local t = op.ins[i]
+    local g = c.grad(t)
+    if g ~= "NULL" then
+      if not grad_rounded(t) or round_dtype[t.dtype] ~= dt then ok = false end
+      for j, u in ipairs(op.ins) do
+        if j ~= i and trace.is_float(u.dtype) and c.grad(u) == g and not (r.alias_ok and in_grads[j]) then
+          ok = false
+        end
+      end
+      by_kernel[i] = true
+    end
+  end
+  if ok then return dt, by_kernel end
+  if r.fixed_dt then unsupported(op, "a bf16/fp16 parameter operand") end
+  return "RT_F32", {}
+end
+
+-- Backward calls of op (gradients of its inputs that need one, accumulated): the kernel,
+-- then the rounding of each 16-bit activation gradient it does not round itself.
 function M.backward(op, c)
   local f = backward[op.kind]
   if not f then unsupported(op, "the backward") end
-  local calls = f(op, c)
-  -- Activation gradients keep their tensor's precision (parameter gradients are rounded
-  -- once, before the reduce-scatter).
-  for _, t in ipairs(op.ins) do
-    if t.requires_grad and not t.is_param and round_dtype[t.dtype] then
+  local dt, by_kernel = backward_rounding(op, c)
+  local calls = f(op, c, dt)
+  for i, t in ipairs(op.ins) do
+    if grad_rounded(t) and not by_kernel[i] then
       local g = c.grad(t)
       if g ~= "NULL" then rounded(calls, g, t) end
     end

@@ -1,8 +1,8 @@
 // Elementwise activations on the GPU (exact GELU, ReLU, SiLU, the SwiGLU gate) and rotary
 // position embeddings: same contracts and float expressions as
 // runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
-// Forward kernels allow out == inp (no __restrict__ on them).
-#include "../core/dtype_bits.h"
+// Forward kernels allow out == inp (no __restrict__ on them). Every value written is
+// rounded to dt at its store (rtc_round_to).
 #include "cuda_common.cuh"
 
 #define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
@@ -19,89 +19,91 @@ __device__ __forceinline__ float rtc_silu_grad(float x) {
 // ----------------------------------------------------------------------------
 // exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); backward Phi(x) + x * phi(x)
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + erff(x * RTC_SQRT1_2));
+        out[i] = rtc_round_to(0.5f * x * (1.0f + erff(x * RTC_SQRT1_2)), dt);
     }
 }
 
 __global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n) {
+                                     const float* __restrict__ inp, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = inp[i];
         const float cdf = 0.5f * (1.0f + erff(x * RTC_SQRT1_2));
         const float pdf = RTC_INV_SQRT_2PI * expf(-0.5f * x * x);
-        dinp[i] += dout[i] * (cdf + x * pdf);
+        dinp[i] = rtc_round_to(dinp[i] + dout[i] * (cdf + x * pdf), dt);
     }
 }
 
-void rt_gelu_forward(float* out, const float* inp, size_t n) {
-    RTC_LAUNCH_FLAT(gelu_forward_kernel, n, out, inp, n);
+void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_gelu_forward");
+    RTC_LAUNCH_FLAT(gelu_forward_kernel, n, out, inp, n, dt);
 }
 
-void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
-    RTC_LAUNCH_FLAT(gelu_backward_kernel, n, dinp, dout, inp, n);
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_gelu_backward");
+    RTC_LAUNCH_FLAT(gelu_backward_kernel, n, dinp, dout, inp, n, dt);
 }
 
 // ----------------------------------------------------------------------------
 // ReLU (gradient 0 at x == 0, as PyTorch's threshold_backward)
 
-__global__ void relu_forward_kernel(float* out, const float* inp, size_t n) {
-    RTC_GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+__global__ void relu_forward_kernel(float* out, const float* inp, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? rtc_round_to(inp[i], dt) : 0.0f;
 }
 
 __global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n) {
-    RTC_GRID_STRIDE(i, n) if (inp[i] > 0.0f) dinp[i] += dout[i];
+                                     const float* __restrict__ inp, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) if (inp[i] > 0.0f) dinp[i] = rtc_round_to(dinp[i] + dout[i], dt);
 }
 
-void rt_relu_forward(float* out, const float* inp, size_t n) {
-    RTC_LAUNCH_FLAT(relu_forward_kernel, n, out, inp, n);
+void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_relu_forward");
+    RTC_LAUNCH_FLAT(relu_forward_kernel, n, out, inp, n, dt);
 }
 
-void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
-    RTC_LAUNCH_FLAT(relu_backward_kernel, n, dinp, dout, inp, n);
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_relu_backward");
+    RTC_LAUNCH_FLAT(relu_backward_kernel, n, dinp, dout, inp, n, dt);
 }
 
 // ----------------------------------------------------------------------------
 // SiLU: x * sigmoid(x)
 
-__global__ void silu_forward_kernel(float* out, const float* inp, size_t n) {
+__global__ void silu_forward_kernel(float* out, const float* inp, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = inp[i];
-        out[i] = x * rtc_sigmoidf(x);
+        out[i] = rtc_round_to(x * rtc_sigmoidf(x), dt);
     }
 }
 
 __global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n) {
-    RTC_GRID_STRIDE(i, n) dinp[i] += dout[i] * rtc_silu_grad(inp[i]);
+                                     const float* __restrict__ inp, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) dinp[i] = rtc_round_to(dinp[i] + dout[i] * rtc_silu_grad(inp[i]), dt);
 }
 
-void rt_silu_forward(float* out, const float* inp, size_t n) {
-    RTC_LAUNCH_FLAT(silu_forward_kernel, n, out, inp, n);
+void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_silu_forward");
+    RTC_LAUNCH_FLAT(silu_forward_kernel, n, out, inp, n, dt);
 }
 
-void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
-    RTC_LAUNCH_FLAT(silu_backward_kernel, n, dinp, dout, inp, n);
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_silu_backward");
+    RTC_LAUNCH_FLAT(silu_backward_kernel, n, dinp, dout, inp, n, dt);
 }
 
 // ----------------------------------------------------------------------------
 // SwiGLU gate: out = silu(a) * b; one kernel for both gradients. The intermediates are
-// rounded to dt where separate silu and mul kernels would have rounded their outputs.
-
-__device__ __forceinline__ float rtc_round_to(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
+// rounded to dt where separate silu and mul kernels would have rounded their outputs, and
+// out, da, db at their stores. da == db (swiglu(x, x)) gets both contributions, da's
+// first, and one rounding.
 
 __global__ void swiglu_forward_kernel(float* out, const float* a, const float* b, size_t n,
                                       rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = a[i];
-        out[i] = rtc_round_to(x * rtc_sigmoidf(x), dt) * b[i];
+        out[i] = rtc_round_to(rtc_round_to(x * rtc_sigmoidf(x), dt) * b[i], dt);
     }
 }
 
@@ -111,17 +113,28 @@ __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buff
                                        const float* __restrict__ b, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = a[i];
-        if (da) da[i] += rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
-        if (db) db[i] += dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt);
+        if (da && da == db) {
+            float v = da[i] + rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
+            v += dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt);
+            da[i] = rtc_round_to(v, dt);
+            continue;
+        }
+        if (da) {
+            const float g = rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
+            da[i] = rtc_round_to(da[i] + g, dt);
+        }
+        if (db) db[i] = rtc_round_to(db[i] + dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt), dt);
     }
 }
 
 void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_swiglu_forward");
     RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, out, a, b, n, dt);
 }
 
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                         size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_swiglu_backward");
     if (!da && !db) return;
     RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n, dt);
 }
@@ -143,7 +156,7 @@ __device__ __forceinline__ void rtc_rope_cos_sin(int t, int i, int HD, float the
 }
 
 __global__ void rope_forward_kernel(float* out, const float* inp, int T, int NH, int HD,
-                                    float theta, size_t npairs) {
+                                    float theta, size_t npairs, rt_dtype dt) {
     const int half = HD / 2;
     RTC_GRID_STRIDE(p, npairs) {
         const int i = (int)(p % (size_t)half);
@@ -151,14 +164,15 @@ __global__ void rope_forward_kernel(float* out, const float* inp, int T, int NH,
         float cs, sn;
         rtc_rope_cos_sin(t, i, HD, theta, &cs, &sn);
         const float x0 = inp[2 * p], x1 = inp[2 * p + 1];  // read both first: out == inp ok
-        out[2 * p] = x0 * cs - x1 * sn;
-        out[2 * p + 1] = x0 * sn + x1 * cs;
+        out[2 * p] = rtc_round_to(x0 * cs - x1 * sn, dt);
+        out[2 * p + 1] = rtc_round_to(x0 * sn + x1 * cs, dt);
     }
 }
 
 // backward (accumulating): rotation by -angle
 __global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     int T, int NH, int HD, float theta, size_t npairs) {
+                                     int T, int NH, int HD, float theta, size_t npairs,
+                                     rt_dtype dt) {
     const int half = HD / 2;
     RTC_GRID_STRIDE(p, npairs) {
         const int i = (int)(p % (size_t)half);
@@ -166,8 +180,8 @@ __global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __re
         float cs, sn;
         rtc_rope_cos_sin(t, i, HD, theta, &cs, &sn);
         const float d0 = dout[2 * p], d1 = dout[2 * p + 1];
-        dinp[2 * p] += d0 * cs + d1 * sn;
-        dinp[2 * p + 1] += -d0 * sn + d1 * cs;
+        dinp[2 * p] = rtc_round_to(dinp[2 * p] + (d0 * cs + d1 * sn), dt);
+        dinp[2 * p + 1] = rtc_round_to(dinp[2 * p + 1] + (-d0 * sn + d1 * cs), dt);
     }
 }
 
@@ -177,17 +191,20 @@ static void rope_check(int HD) {
                "rope head dim %d is not even or exceeds %d", HD, RT_ROPE_MAX_HD);
 }
 
-void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta) {
+void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
+                     rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_rope_forward");
     rope_check(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const size_t npairs = (size_t)B * T * NH * (HD / 2);
-    RTC_LAUNCH_FLAT(rope_forward_kernel, npairs, out, inp, T, NH, HD, theta, npairs);
+    RTC_LAUNCH_FLAT(rope_forward_kernel, npairs, out, inp, T, NH, HD, theta, npairs, dt);
 }
 
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
-                      float theta) {
+                      float theta, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_rope_backward");
     rope_check(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const size_t npairs = (size_t)B * T * NH * (HD / 2);
-    RTC_LAUNCH_FLAT(rope_backward_kernel, npairs, dinp, dout, T, NH, HD, theta, npairs);
+    RTC_LAUNCH_FLAT(rope_backward_kernel, npairs, dinp, dout, T, NH, HD, theta, npairs, dt);
 }

@@ -17,6 +17,11 @@
 // and reductions (tree order instead of sequential, in double as the CPU) differ in the
 // last bits. GEMMs are cuBLAS: fp32 (CUBLAS_DEFAULT_MATH: no TF32), or on tensor cores
 // when the operands are bf16/fp16 values (rtc_gemm_rm).
+//
+// Mixed precision. Kernels with a dt (rt_kernels.h) round each value they write at its
+// store with rtc_round_to, the bit-level converters of core/dtype_bits.h that the host
+// uses too, so a rounded store has the CPU kernels' (and rt_step_round's) bits; GEMM
+// outputs are rounded by rtc_round_buf after cuBLAS.
 #ifndef FSDPGEN_CUDA_COMMON_CUH
 #define FSDPGEN_CUDA_COMMON_CUH
 
@@ -36,6 +41,7 @@ extern "C" {
 }
 #undef _Noreturn
 
+#include "../core/dtype_bits.h"
 #include "rt_cuda.h"
 #include "rt_kernels.h"
 #include "rt_optim.h"
@@ -89,6 +95,25 @@ const char* rtc_cublas_hint(int status);
                hint);                                                                  \
         __trap();                                                                      \
     } while (0)
+
+// A kernel's dt is RT_F32, RT_BF16 or RT_F16 (the CPU kernels' check and message).
+#define RTC_KCHECK_DT(dt, kernel)                                                          \
+    RTC_KCHECK((dt) == RT_F32 || (dt) == RT_BF16 || (dt) == RT_F16,                        \
+               "dt is the op's tensor dtype: RT_F32, RT_BF16 or RT_F16", "%s with dtype %d", \
+               kernel, (int)(dt))
+
+// ----------------------------------------------------------------------------
+// rounding to a kernel's dt (rt_kernels.h "Mixed precision")
+
+// v rounded to nearest even in dt (RT_F32: v).
+__device__ __forceinline__ float rtc_round_to(float v, rt_dtype dt) {
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
+    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
+    return v;
+}
+
+// x[0..n) rounded to dt in place on the thread's stream (linear.cu); nothing for RT_F32.
+void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 
 // ----------------------------------------------------------------------------
 // per-thread context
@@ -211,10 +236,11 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb); lda, ldb,
 // ldc are row strides; A, B, C fp32. Runs as the column-major product C^T = op(B)^T op(A)^T.
-// prec (rt_kernels.h) is the dtype A's and B's values are representable in: RT_BF16 /
-// RT_F16 multiply on tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF / _16F: cuBLAS narrows the
-// operands, which is exact for such values, and accumulates in fp32); RT_F32 is fp32
-// arithmetic (CUBLAS_COMPUTE_32F under CUBLAS_DEFAULT_MATH: no TF32).
+// prec (rt_kernels.h "Operand precision": the linear kernels' dt, attention's prec) is the
+// dtype A's and B's values are representable in: RT_BF16 / RT_F16 multiply on tensor cores
+// (CUBLAS_COMPUTE_32F_FAST_16BF / _16F: cuBLAS narrows the operands, which is exact for
+// such values, and accumulates in fp32); RT_F32 is fp32 arithmetic (CUBLAS_COMPUTE_32F
+// under CUBLAS_DEFAULT_MATH: no TF32). C is not rounded (the linear kernels round it after).
 // TODO(issue 5): 16-bit storage of compute buffers would halve the operand traffic and let
 // cublasLt fuse the bias (CUBLASLT_EPILOGUE_BIAS) and the output rounding.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,

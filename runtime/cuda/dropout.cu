@@ -4,6 +4,7 @@
 // both backends, sharded or not). One thread per counter block: one Philox call serves
 // the (up to) 4 elements of its block that fall inside the call's range.
 // rt_philox4x32_10 and rt_dropout_uniform are host functions here too (host pointers).
+// Written values are rounded to dt at their stores.
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
@@ -61,11 +62,12 @@ float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 
 // ----------------------------------------------------------------------------
 // kernels: dst = mask * scale * src (acc = 0) or dst += mask * scale * src (acc = 1) over
-// [offset, offset + n); thread k handles counter block offset/4 + k. out == inp allowed in
-// forward (each element is read and written by one thread).
+// [offset, offset + n), rounded to dt; thread k handles counter block offset/4 + k.
+// out == inp allowed in forward (each element is read and written by one thread).
 
 __global__ void dropout_kernel(float* dst, const float* src, size_t n, float p, float scale,
-                               uint64_t seed, uint64_t stream, uint64_t offset, int acc) {
+                               uint64_t seed, uint64_t stream, uint64_t offset, int acc,
+                               rt_dtype dt) {
     const uint64_t first = offset >> 2;
     const uint64_t nblocks = ((offset + n - 1) >> 2) - first + 1;
     RTC_GRID_STRIDE(k, nblocks) {
@@ -77,30 +79,28 @@ __global__ void dropout_kernel(float* dst, const float* src, size_t n, float p, 
             if (e < offset || e - offset >= n) continue;
             const size_t i = (size_t)(e - offset);
             const float v = rtc_u01(o[lane]) >= p ? src[i] * scale : 0.0f;
-            if (acc)
-                dst[i] += v;
-            else
-                dst[i] = v;
+            dst[i] = rtc_round_to(acc ? dst[i] + v : v, dt);
         }
     }
 }
 
-__global__ void dropout_fill_kernel(float* dst, const float* src, size_t n, int mode) {
+__global__ void dropout_fill_kernel(float* dst, const float* src, size_t n, int mode,
+                                    rt_dtype dt) {
     // mode 0: dst = 0 (p >= 1 forward); mode 1: dst += src (p <= 0 backward)
     RTC_GRID_STRIDE(i, n) {
         if (mode == 0)
             dst[i] = 0.0f;
         else
-            dst[i] += src[i];
+            dst[i] = rtc_round_to(dst[i] + src[i], dt);
     }
 }
 
 static void dropout_apply(float* dst, const float* src, size_t n, float p, uint64_t seed,
-                          uint64_t stream, uint64_t offset, int acc) {
+                          uint64_t stream, uint64_t offset, int acc, rt_dtype dt) {
     const float scale = (float)(1.0 / (1.0 - (double)p));
     const uint64_t nblocks = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
     dropout_kernel<<<rtc_blocks((size_t)nblocks, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-        dst, src, n, p, scale, seed, stream, offset, acc);
+        dst, src, n, p, scale, seed, stream, offset, acc, dt);
     RTC_CHECK_LAUNCH(dropout_kernel);
 }
 
@@ -108,29 +108,31 @@ static void dropout_apply(float* dst, const float* src, size_t n, float p, uint6
 // forward / backward
 
 void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
-                        uint64_t stream, uint64_t offset) {
+                        uint64_t stream, uint64_t offset, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_dropout_forward");
     if (n == 0) return;
-    if (p <= 0.0f) {  // exact copy, no RNG work (dropout_p = 0 and eval mode)
+    if (p <= 0.0f) {  // exact copy (of values exact in dt), no RNG work (eval mode)
         rt_copy(out, inp, n);
         return;
     }
     if (p >= 1.0f) {  // everything dropped (PyTorch returns zeros)
         dropout_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-            out, NULL, n, 0);
+            out, NULL, n, 0, dt);
         RTC_CHECK_LAUNCH(dropout_fill_kernel);
         return;
     }
-    dropout_apply(out, inp, n, p, seed, stream, offset, 0);
+    dropout_apply(out, inp, n, p, seed, stream, offset, 0, dt);
 }
 
 void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
-                         uint64_t stream, uint64_t offset) {
+                         uint64_t stream, uint64_t offset, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_dropout_backward");
     if (n == 0 || p >= 1.0f) return;
     if (p <= 0.0f) {
         dropout_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-            dinp, dout, n, 1);
+            dinp, dout, n, 1, dt);
         RTC_CHECK_LAUNCH(dropout_fill_kernel);
         return;
     }
-    dropout_apply(dinp, dout, n, p, seed, stream, offset, 1);
+    dropout_apply(dinp, dout, n, p, seed, stream, offset, 1, dt);
 }

@@ -1,80 +1,99 @@
 // Binary elementwise ops (residual add, product, broadcast add) and the flat buffer
 // helpers (zero, copy, scale, accumulate, axpy, sum of squares) on the GPU; same contracts
-// as runtime/kernels/cpu/elementwise.c. Forward kernels allow out == a or out == b.
+// as runtime/kernels/cpu/elementwise.c. Forward kernels allow out == a or out == b. The
+// ops round what they write to dt at the store (rtc_round_to); the buffer helpers do not.
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
 // residual add: out = a + b; backward da += dout, db += dout (one kernel for both)
 
-__global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
-    RTC_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+__global__ void add_kernel(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(a[i] + b[i], dt);
 }
 
-// da and db may be the same buffer (x + x): no __restrict__ on them, each is read back.
+// da and db may be the same buffer (x + x): no __restrict__ on them; then the element gets
+// both contributions, da's first, and one rounding. rt_accumulate uses it with RT_F32.
 __global__ void acc2_kernel(float* da, float* db,
-                            const float* __restrict__ dout, size_t n) {
+                            const float* __restrict__ dout, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float d = dout[i];
-        if (da) da[i] += d;
-        if (db) db[i] += d;
+        if (da && da == db) {
+            da[i] = rtc_round_to((da[i] + d) + d, dt);
+            continue;
+        }
+        if (da) da[i] = rtc_round_to(da[i] + d, dt);
+        if (db) db[i] = rtc_round_to(db[i] + d, dt);
     }
 }
 
-void rt_residual_forward(float* out, const float* a, const float* b, size_t n) {
-    RTC_LAUNCH_FLAT(add_kernel, n, out, a, b, n);
+void rt_residual_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_residual_forward");
+    RTC_LAUNCH_FLAT(add_kernel, n, out, a, b, n, dt);
 }
 
-void rt_residual_backward(float* da, float* db, const float* dout, size_t n) {
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_residual_backward");
     if (!da && !db) return;
-    RTC_LAUNCH_FLAT(acc2_kernel, n, da, db, dout, n);
+    RTC_LAUNCH_FLAT(acc2_kernel, n, da, db, dout, n, dt);
 }
 
 // ----------------------------------------------------------------------------
 // product: out = a * b; backward da += dout * b, db += dout * a
 
-__global__ void mul_kernel(float* out, const float* a, const float* b, size_t n) {
-    RTC_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+__global__ void mul_kernel(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(a[i] * b[i], dt);
 }
 
-__global__ void mul_backward_kernel(float* da, float* db,  // may be one buffer (x * x)
+// da and db may be one buffer (x * x): both contributions, da's first, one rounding.
+__global__ void mul_backward_kernel(float* da, float* db,
                                     const float* __restrict__ dout, const float* __restrict__ a,
-                                    const float* __restrict__ b, size_t n) {
+                                    const float* __restrict__ b, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float d = dout[i];
-        if (da) da[i] += d * b[i];
-        if (db) db[i] += d * a[i];
+        if (da && da == db) {
+            da[i] = rtc_round_to((da[i] + d * b[i]) + d * a[i], dt);
+            continue;
+        }
+        if (da) da[i] = rtc_round_to(da[i] + d * b[i], dt);
+        if (db) db[i] = rtc_round_to(db[i] + d * a[i], dt);
     }
 }
 
-void rt_mul_forward(float* out, const float* a, const float* b, size_t n) {
-    RTC_LAUNCH_FLAT(mul_kernel, n, out, a, b, n);
+void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_mul_forward");
+    RTC_LAUNCH_FLAT(mul_kernel, n, out, a, b, n, dt);
 }
 
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                     size_t n) {
+                     size_t n, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_mul_backward");
     if (!da && !db) return;
-    RTC_LAUNCH_FLAT(mul_backward_kernel, n, da, db, dout, a, b, n);
+    RTC_LAUNCH_FLAT(mul_backward_kernel, n, da, db, dout, a, b, n, dt);
 }
 
 // ----------------------------------------------------------------------------
-// broadcast add: out[rows,cols] = a[rows,cols] + b[cols]; backward da += dout,
-// db += column sums of dout (double, deterministic: rtc_colsum_acc)
+// broadcast add: out[rows,cols] = a[rows,cols] + b[cols]; backward da += dout (rounded),
+// db += column sums of dout (double, deterministic: rtc_colsum_acc; not rounded)
 
 __global__ void broadcast_add_kernel(float* out, const float* a, const float* b, int cols,
-                                     size_t n) {
-    RTC_GRID_STRIDE(i, n) out[i] = a[i] + b[i % (size_t)cols];
+                                     size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(a[i] + b[i % (size_t)cols], dt);
 }
 
-void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols) {
+void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols,
+                              rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_broadcast_add_forward");
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
-    RTC_LAUNCH_FLAT(broadcast_add_kernel, n, out, a, b, cols, n);
+    RTC_LAUNCH_FLAT(broadcast_add_kernel, n, out, a, b, cols, n, dt);
 }
 
-void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols) {
+void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols,
+                               rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_broadcast_add_backward");
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
-    if (da) RTC_LAUNCH_FLAT(acc2_kernel, n, da, (float*)NULL, dout, n);
+    if (da) RTC_LAUNCH_FLAT(acc2_kernel, n, da, (float*)NULL, dout, n, dt);
     if (db) rtc_colsum_acc(db, dout, rows, cols);
 }
 
@@ -107,7 +126,7 @@ void rt_scale(float* out, const float* inp, size_t n, float s) {
 }
 
 void rt_accumulate(float* dst, const float* src, size_t n) {
-    RTC_LAUNCH_FLAT(acc2_kernel, n, dst, (float*)NULL, src, n);
+    RTC_LAUNCH_FLAT(acc2_kernel, n, dst, (float*)NULL, src, n, RT_F32);
 }
 
 void rt_axpy(float* dst, const float* src, size_t n, float alpha) {

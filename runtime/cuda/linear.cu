@@ -1,8 +1,21 @@
 // Linear layer (nn.Linear) through cuBLAS (tensor cores for bf16/fp16 operands), and the
 // embedding lookup, on the GPU.
 // Same contracts as runtime/kernels/cpu/linear.c and embedding.c: forward overwrites,
-// backward accumulates, NULL gradients are skipped.
+// backward accumulates, NULL gradients are skipped; out and dinp are rounded to dt by a
+// kernel after the GEMM (rtc_round_buf).
 #include "cuda_common.cuh"
+
+// ----------------------------------------------------------------------------
+// rounding of a GEMM's output: x[i] = (float)(dt)x[i], nothing for RT_F32
+
+__global__ void round_buf_kernel(float* __restrict__ x, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) x[i] = rtc_round_to(x[i], dt);
+}
+
+void rtc_round_buf(float* x, size_t n, rt_dtype dt) {
+    if (dt != RT_BF16 && dt != RT_F16) return;
+    RTC_LAUNCH_FLAT(round_buf_kernel, n, x, n, dt);
+}
 
 // ----------------------------------------------------------------------------
 // column sums: db[c] += sum over rows of d[r, c], in double (as the CPU kernels). Block
@@ -46,7 +59,8 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
 }
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                       int N, int C, int OC, rt_dtype prec) {
+                       int N, int C, int OC, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     const size_t n = (size_t)N * OC;
     if (bias || C <= 0) {
@@ -54,8 +68,9 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
             out, bias, n, OC);
         RTC_CHECK_LAUNCH(rows_fill_kernel);
     }
-    if (C <= 0) return;
-    rtc_gemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, prec);
+    if (C <= 0) return;  // bias values are exact in dt
+    rtc_gemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, dt);
+    rtc_round_buf(out, n, dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -63,12 +78,15 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
-                        rt_dtype prec) {
+                        rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_linear_backward");
     if (N <= 0 || OC <= 0) return;
-    if (dinp && C > 0)  // dinp[N,C] += dout[N,OC] · weight[OC,C]
-        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, prec);
+    if (dinp && C > 0) {  // dinp[N,C] += dout[N,OC] · weight[OC,C], rounded to dt
+        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, dt);
+        rtc_round_buf(dinp, (size_t)N * C, dt);
+    }
     if (dweight && C > 0)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, prec);
+        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dt);
     if (dbias) rtc_colsum_acc(dbias, dout, N, OC);
 }
 

@@ -3,6 +3,7 @@
 // statistics (in double, two passes as the CPU kernel) and writes the normalised row in
 // the same kernel; backward computes a row's input gradient in one kernel and the
 // weight/bias gradients (column reductions over rows, in double) in one more.
+// out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32.
 // TODO(issue 5): one-kernel backward (per-block partial dweight/dbias in a planned scratch,
 // llm.c style) and vectorised float4 loads once the shapes are known to allow them.
 #include "cuda_common.cuh"
@@ -14,7 +15,7 @@
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
                                          const float* weight, const float* bias, int C,
-                                         float eps) {
+                                         float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
     float* o = out + n * C;
@@ -33,7 +34,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
         float y = (x[c] - mf) * rs;
         if (weight) y *= weight[c];
         if (bias) y += bias[c];
-        o[c] = y;
+        o[c] = rtc_round_to(y, dt);
     }
     if (threadIdx.x == 0) {
         if (mean) mean[n] = mf;
@@ -42,10 +43,12 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 }
 
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                          const float* weight, const float* bias, int N, int C, float eps) {
+                          const float* weight, const float* bias, int N, int C, float eps,
+                          rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_layernorm_forward");
     if (N <= 0 || C <= 0) return;
     layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-        out, mean, rstd, inp, weight, bias, C, eps);
+        out, mean, rstd, inp, weight, bias, C, eps, dt);
     RTC_CHECK_LAUNCH(layernorm_forward_kernel);
 }
 
@@ -59,7 +62,8 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
                                                const float* __restrict__ inp,
                                                const float* __restrict__ weight,
                                                const float* __restrict__ mean,
-                                               const float* __restrict__ rstd, int C) {
+                                               const float* __restrict__ rstd, int C,
+                                               rt_dtype dt) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
     const float* d = dout + n * C;
@@ -78,7 +82,7 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float xhat = (x[c] - mf) * rs;
         const float g = weight ? d[c] * weight[c] : d[c];
-        dx[c] += rs * (g - mg - xhat * mgx);
+        dx[c] = rtc_round_to(dx[c] + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
@@ -115,11 +119,12 @@ __global__ void layernorm_backward_dwb_kernel(float* __restrict__ dweight,
 
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
-                           const float* rstd, int N, int C) {
+                           const float* rstd, int N, int C, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_layernorm_backward");
     if (N <= 0 || C <= 0) return;
     if (dinp) {
         layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-            dinp, dout, inp, weight, mean, rstd, C);
+            dinp, dout, inp, weight, mean, rstd, C, dt);
         RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
     }
     if (dweight || dbias) {
@@ -134,7 +139,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
 // RMSNorm forward: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps)
 
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
-                                       const float* weight, int C, float eps) {
+                                       const float* weight, int C, float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
     float* o = out + n * C;
@@ -144,16 +149,17 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
     const float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float y = x[c] * rs;
-        o[c] = weight ? y * weight[c] : y;
+        o[c] = rtc_round_to(weight ? y * weight[c] : y, dt);
     }
     if (threadIdx.x == 0 && rstd) rstd[n] = rs;
 }
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
-                        int C, float eps) {
+                        int C, float eps, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_rmsnorm_forward");
     if (N <= 0 || C <= 0) return;
     rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-        out, rstd, inp, weight, C, eps);
+        out, rstd, inp, weight, C, eps, dt);
     RTC_CHECK_LAUNCH(rmsnorm_forward_kernel);
 }
 
@@ -165,7 +171,7 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
                                              const float* __restrict__ dout,
                                              const float* __restrict__ inp,
                                              const float* __restrict__ weight,
-                                             const float* __restrict__ rstd, int C) {
+                                             const float* __restrict__ rstd, int C, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
     const float* d = dout + n * C;
@@ -180,7 +186,7 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
     const float mgx = (float)(sgx / C);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float g = weight ? d[c] * weight[c] : d[c];
-        dx[c] += rs * (g - (x[c] * rs) * mgx);
+        dx[c] = rtc_round_to(dx[c] + rs * (g - (x[c] * rs) * mgx), dt);
     }
 }
 
@@ -206,11 +212,12 @@ __global__ void rmsnorm_backward_dw_kernel(float* __restrict__ dweight,
 }
 
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                         const float* weight, const float* rstd, int N, int C) {
+                         const float* weight, const float* rstd, int N, int C, rt_dtype dt) {
+    RTC_KCHECK_DT(dt, "rt_rmsnorm_backward");
     if (N <= 0 || C <= 0) return;
     if (dinp) {
         rmsnorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-            dinp, dout, inp, weight, rstd, C);
+            dinp, dout, inp, weight, rstd, C, dt);
         RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
     }
     if (dweight) {

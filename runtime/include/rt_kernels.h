@@ -2,17 +2,33 @@
 //
 // Every kernel is fp32 on raw pointers with explicit dimensions (llm.c style). The
 // generated code owns all memory: buffers come from the static per-rank arena, so a
-// kernel never allocates and never decides a shape. Mixed precision (bf16/fp16) is done
-// by the generated code rounding values around these calls, not here.
+// kernel never allocates and never decides a shape.
 //
-// Operand precision (`prec`, the last argument of the matrix-product kernels: linear and
-// lowmem attention): the dtype all of the call's float operands are representable in, i.e.
-// the tensors' dtype under mixed precision (RT_F32, RT_BF16 or RT_F16). Products of such
-// values are exact in fp32, so a 16-bit `prec` lets the CUDA backend multiply on tensor
-// cores (16-bit inputs, fp32 accumulation) with results that differ from fp32 arithmetic
-// only in summation order; RT_F32 keeps fp32 arithmetic (no TF32). The CPU backend
-// multiplies in fp32 whatever `prec` says. Outputs are fp32 either way; the generated code
-// rounds them as for every other kernel.
+// Mixed precision (`dt`, the last argument of every kernel that writes activations or
+// activation gradients: linear, layernorm, rmsnorm, gelu, relu, silu, swiglu, rope,
+// residual, mul, broadcast_add, dropout): the dtype of the op's activation tensors, i.e.
+// the tensors' dtype under a bf16/fp16 MixedPrecisionPolicy (RT_BF16, RT_F16), else
+// RT_F32. Compute buffers hold fp32 values; with a 16-bit dt
+//   * the float inputs (activations, parameters, and the gradient buffers a backward
+//     kernel accumulates into) hold values exact in dt;
+//   * the kernel rounds (to nearest even) every activation value and activation-gradient
+//     value it writes to dt, at the store: the bits are those of the same kernel with
+//     RT_F32 followed by rounding those outputs in a separate pass (a backward kernel
+//     rounds the accumulated value, dinp = round(dinp + ...));
+//   * parameter gradients (dweight, dbias, broadcast_add's db) and saved statistics (norm
+//     mean/rstd, attention stats) stay fp32: the generated code rounds parameter
+//     gradients once, before the reduce-scatter, and rounds the gradient of a
+//     non-parameter tensor that a kernel treats as a parameter gradient after the call.
+// Each kernel says which outputs it rounds. RT_F32: nothing is rounded. The kernels that
+// take no dt (embedding, attention, losses, buffer helpers) round nothing; the generated
+// code rounds after them where their output is a 16-bit tensor.
+//
+// Operand precision: products of dt values are exact in fp32, so a 16-bit dt also lets
+// the CUDA backend multiply the linear kernels' operands on tensor cores (16-bit inputs,
+// fp32 accumulation) with results that differ from fp32 arithmetic only in summation
+// order; RT_F32 keeps fp32 arithmetic (no TF32). The lowmem attention kernels take the
+// same dtype as `prec` with this meaning only (their outputs are not rounded). The CPU
+// backend multiplies in fp32 whatever dt or prec says.
 //
 // Conventions the generator relies on:
 //   * Forward kernels OVERWRITE their outputs.
@@ -25,7 +41,10 @@
 //     computed at all (input that needs no grad, frozen parameter).
 //   * Aliasing: elementwise forward kernels allow out == inp (in place). A backward
 //     kernel's gradient outputs must not alias its inputs (dinp += f(dout) with
-//     dinp == dout would double count). Other kernels: no aliasing.
+//     dinp == dout would double count). The two gradients of residual, mul and swiglu
+//     backward may be one buffer (x + x, x * x, swiglu(x, x)): each element gets da's
+//     contribution, then db's, and is rounded once. Other kernels: no aliasing.
+//   * Kernels with dt abort on a dt other than RT_F32, RT_BF16 or RT_F16.
 //   * Thread safety: kernels keep no mutable global state, so ranks (threads of one
 //     process) may call them concurrently. Call rt_kernels_init() once per process.
 //   * Kernels abort with a "file:line: error: ..." message on arguments that would
@@ -59,14 +78,17 @@ void rt_kernels_init(void);
 
 // ----------------------------------------------------------------------------
 // linear: out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (nn.Linear layout)
+// Rounds out (forward) and dinp (backward) to dt; dweight and dbias are parameter
+// gradients (not rounded). The GEMM result is rounded after the GEMM (the CPU after the
+// sgemm, CUDA in a kernel after cuBLAS), the same bits as a separate pass.
 
 void rt_linear_forward(float* out, const float* inp, const float* weight,
-                       const float* bias /*nullable*/, int N, int C, int OC, rt_dtype prec);
+                       const float* bias /*nullable*/, int N, int C, int OC, rt_dtype dt);
 // dinp[N,C] += dout·weight; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_rows(dout).
 // dinp, dweight, dbias are each nullable.
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
-                        rt_dtype prec);
+                        rt_dtype dt);
 
 // ----------------------------------------------------------------------------
 // embedding: out[N,C] = weight[ids[n], :], weight [V,C]; ids are int32 in [0, V).
@@ -83,43 +105,47 @@ void rt_arange_i32(int32_t* ids, int n, int32_t start);
 // LayerNorm over the last dim (nn.LayerNorm(C), biased variance, eps inside the sqrt).
 // mean[N], rstd[N] are saved for backward (nullable in forward when no backward follows).
 // weight, bias nullable (treated as 1 and 0). PyTorch default eps is RT_LAYERNORM_EPS.
+// Rounds out (forward) and dinp (backward) to dt; mean, rstd, dweight, dbias stay fp32.
 
 #define RT_LAYERNORM_EPS 1e-5f
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                          const float* weight, const float* bias, int N, int C, float eps);
+                          const float* weight, const float* bias, int N, int C, float eps,
+                          rt_dtype dt);
 // dinp, dweight, dbias nullable; mean, rstd are what forward saved.
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
-                           const float* rstd, int N, int C);
+                           const float* rstd, int N, int C, rt_dtype dt);
 
 // ----------------------------------------------------------------------------
 // RMSNorm over the last dim: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps).
 // rstd[N] saved for backward (nullable in forward); weight nullable (treated as 1).
+// Rounds out (forward) and dinp (backward) to dt; rstd and dweight stay fp32.
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
-                        int C, float eps);
+                        int C, float eps, rt_dtype dt);
 // dinp, dweight nullable.
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                         const float* weight, const float* rstd, int N, int C);
+                         const float* weight, const float* rstd, int N, int C, rt_dtype dt);
 
 // ----------------------------------------------------------------------------
-// elementwise activations over n values. Backward takes the forward INPUT.
+// elementwise activations over n values. Backward takes the forward INPUT. Each rounds
+// out (forward) and dinp (backward) to dt.
 
 // exact GELU (nn.GELU(), erf form): 0.5 * x * (1 + erf(x / sqrt(2))).
-void rt_gelu_forward(float* out, const float* inp, size_t n);
-void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
-// ReLU; gradient at 0 is 0 as PyTorch. Backward may be given the output instead of the
-// input (out > 0 exactly when inp > 0).
-void rt_relu_forward(float* out, const float* inp, size_t n);
-void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt);
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt);
+// ReLU; gradient at 0 is 0 as PyTorch (dinp[i] is not written where inp[i] <= 0).
+// Backward may be given the output instead of the input (out > 0 exactly when inp > 0).
+void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt);
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt);
 // SiLU: x * sigmoid(x).
-void rt_silu_forward(float* out, const float* inp, size_t n);
-void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n);
-// SwiGLU gate: out = silu(a) * b (Llama FFN: w2(silu(w1 x) * w3 x)). da, db nullable.
-// One kernel for the silu and the product, and nothing of size n kept for backward but a
-// and b. dt is the dtype of the op's tensors: the intermediates silu(a) and, in backward,
-// dout * b are rounded to it (RT_F32: not rounded) exactly where separate silu and mul
-// kernels with rounded outputs would round them, so the fused op gives their bits.
+void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt);
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt);
+// SwiGLU gate: out = silu(a) * b (Llama FFN: w2(silu(w1 x) * w3 x)). da, db nullable (and
+// may be one buffer). One kernel for the silu and the product, and nothing of size n kept
+// for backward but a and b. Rounds out, da and db to dt, and the intermediates silu(a)
+// and, in backward, dout * b exactly where separate silu and mul kernels would round
+// their outputs, so the fused op gives their bits.
 void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                         size_t n, rt_dtype dt);
@@ -128,13 +154,15 @@ void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a,
 // rotary position embeddings (Meta Llama): over x[B,T,NH,HD], the consecutive pair
 // (x[2i], x[2i+1]) at position t is rotated by angle t * theta^(-2i/HD), i < HD/2.
 // Backward applies the inverse rotation. HD must be even and <= RT_ROPE_MAX_HD.
-// Forward allows out == inp. Llama's default theta is RT_ROPE_THETA.
+// Forward allows out == inp. Llama's default theta is RT_ROPE_THETA. Rounds out
+// (forward) and dinp (backward) to dt.
 
 #define RT_ROPE_THETA 10000.0f
 #define RT_ROPE_MAX_HD 1024
-void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta);
+void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
+                     rt_dtype dt);
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
-                      float theta);
+                      float theta, rt_dtype dt);
 
 // ----------------------------------------------------------------------------
 // scaled-dot-product attention, multi-head and grouped-query.
@@ -183,17 +211,23 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
 // ----------------------------------------------------------------------------
 // binary elementwise ops (residual add, product, broadcast add)
 
-// out = a + b. Backward: da += dout, db += dout (each nullable).
-void rt_residual_forward(float* out, const float* a, const float* b, size_t n);
-void rt_residual_backward(float* da, float* db, const float* dout, size_t n);
-// out = a * b. Backward: da += dout * b, db += dout * a (each nullable).
-void rt_mul_forward(float* out, const float* a, const float* b, size_t n);
+// out = a + b. Backward: da += dout, db += dout (each nullable; may be one buffer).
+// Rounds out, da and db to dt.
+void rt_residual_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt);
+// out = a * b. Backward: da += dout * b, db += dout * a (each nullable; may be one buffer).
+// Rounds out, da and db to dt.
+void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                     size_t n);
+                     size_t n, rt_dtype dt);
 // out[r,c] = a[r,c] + b[c] over a[rows,cols], b[cols] (e.g. positional embedding [T*C]
 // added to every batch row, rows = B). Backward: da += dout, db += sum over rows of dout.
-void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols);
-void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols);
+// Rounds out and da to dt; db, a reduction over rows like a bias gradient, is treated as
+// a parameter gradient (not rounded).
+void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols,
+                              rt_dtype dt);
+void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols,
+                               rt_dtype dt);
 
 // ----------------------------------------------------------------------------
 // buffer helpers
@@ -213,14 +247,15 @@ double rt_sumsq(const float* x, size_t n);
 // counter (e/4 lo32, e/4 hi32, stream lo32, stream hi32), lane e%4, u = (x >> 8) * 2^-24.
 // Kept iff u(e) >= p, kept values scaled by 1/(1-p). A sharded run passing each piece's
 // offset draws exactly the masks of the unsharded run. p == 0 is an exact copy; p >= 1
-// zeroes. Backward regenerates the same mask (no mask buffer), dinp += mask*scale*dout.
+// zeroes. Backward regenerates the same mask (no mask buffer), dinp += mask*scale*dout
+// (p >= 1: dinp is not written). Rounds out (forward) and dinp (backward) to dt.
 
 void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
-                        uint64_t stream, uint64_t offset);
+                        uint64_t stream, uint64_t offset, rt_dtype dt);
 void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
-                         uint64_t stream, uint64_t offset);
+                         uint64_t stream, uint64_t offset, rt_dtype dt);
 
 // ----------------------------------------------------------------------------
 // losses (the scalar loss is written to loss[0])

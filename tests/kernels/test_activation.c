@@ -17,9 +17,9 @@ static const char* act_names[4] = {"gelu", "relu", "silu", "swiglu"};
 
 static double act_loss(void* p) {
     act_ctx* c = (act_ctx*)p;
-    if (c->op == 0) rt_gelu_forward(c->out, c->a, c->n);
-    if (c->op == 1) rt_relu_forward(c->out, c->a, c->n);
-    if (c->op == 2) rt_silu_forward(c->out, c->a, c->n);
+    if (c->op == 0) rt_gelu_forward(c->out, c->a, c->n, RT_F32);
+    if (c->op == 1) rt_relu_forward(c->out, c->a, c->n, RT_F32);
+    if (c->op == 2) rt_silu_forward(c->out, c->a, c->n, RT_F32);
     if (c->op == 3) rt_swiglu_forward(c->out, c->a, c->b, c->n, RT_F32);
     return tk_dot(c->out, c->proj, c->n);
 }
@@ -51,9 +51,9 @@ static void test_act(int op) {
     snprintf(name, sizeof name, "%s forward vs double reference on [-4,4]", act_names[op]);
     TK_CHECK_REF(name, c.out, ref, n, 1e-6);
     tk_grad da = tk_grad_new(n), db = tk_grad_new(n);
-    if (op == 0) rt_gelu_backward(da.buf, c.proj, c.a, n);
-    if (op == 1) rt_relu_backward(da.buf, c.proj, c.a, n);
-    if (op == 2) rt_silu_backward(da.buf, c.proj, c.a, n);
+    if (op == 0) rt_gelu_backward(da.buf, c.proj, c.a, n, RT_F32);
+    if (op == 1) rt_relu_backward(da.buf, c.proj, c.a, n, RT_F32);
+    if (op == 2) rt_silu_backward(da.buf, c.proj, c.a, n, RT_F32);
     if (op == 3) rt_swiglu_backward(da.buf, db.buf, c.proj, c.a, c.b, n, RT_F32);
     snprintf(name, sizeof name, "%s dinp", act_names[op]);
     tk_gradcheck(name, c.a, tk_grad_delta(&da), n, act_loss, &c, 1e-2f, 1e-2, 1e-3);
@@ -66,9 +66,9 @@ static void test_act(int op) {
     }
     // in place: out == inp
     float* x = tk_dup(c.a, n);
-    if (op == 0) rt_gelu_forward(x, x, n);
-    if (op == 1) rt_relu_forward(x, x, n);
-    if (op == 2) rt_silu_forward(x, x, n);
+    if (op == 0) rt_gelu_forward(x, x, n, RT_F32);
+    if (op == 1) rt_relu_forward(x, x, n, RT_F32);
+    if (op == 2) rt_silu_forward(x, x, n, RT_F32);
     if (op == 3) rt_swiglu_forward(x, x, c.b, n, RT_F32);
     act_loss(&c);
     snprintf(name, sizeof name, "%s forward in place equals out of place", act_names[op]);
@@ -82,7 +82,7 @@ static void test_act(int op) {
 
 static void test_known(void) {
     float x[5] = {1.0f, -1.0f, 0.0f, 2.0f, -3.0f}, y[5];
-    rt_gelu_forward(y, x, 5);
+    rt_gelu_forward(y, x, 5, RT_F32);
     CHECK_CLOSE("GELU(1) = 0.8413447", y[0], 0.8413447460685429, 2e-7);
     CHECK_CLOSE("GELU(-1) = -0.1586553", y[1], -0.15865525393145707, 2e-7);
     CHECK(y[2] == 0.0f, "GELU(0) = 0 exactly: got %g", y[2]);
@@ -90,21 +90,21 @@ static void test_known(void) {
     CHECK_CLOSE("GELU(-3) = -0.0040497", y[4], -0.00404969409489031, 1e-8);
     float g[5] = {0};
     const float ones[5] = {1, 1, 1, 1, 1};
-    rt_gelu_backward(g, ones, x, 5);
+    rt_gelu_backward(g, ones, x, 5, RT_F32);
     CHECK_CLOSE("GELU'(1) = Phi(1) + phi(1) = 1.0833155", g[0], 1.0833154705876864, 2e-7);
     CHECK_CLOSE("GELU'(0) = 0.5", g[2], 0.5, 1e-7);
-    rt_silu_forward(y, x, 5);
+    rt_silu_forward(y, x, 5, RT_F32);
     CHECK_CLOSE("SiLU(1) = 0.7310586", y[0], 0.7310585786300049, 2e-7);
     CHECK_CLOSE("SiLU(-1) = -0.2689414", y[1], -0.2689414213699951, 2e-7);
     memset(g, 0, sizeof g);
-    rt_silu_backward(g, ones, x, 5);
+    rt_silu_backward(g, ones, x, 5, RT_F32);
     CHECK_CLOSE("SiLU'(0) = 0.5", g[2], 0.5, 1e-7);
     CHECK_CLOSE("SiLU'(1) = s(1)(1 + 1 - s(1)) = 0.9276705", g[0], 0.9276705118714869, 2e-7);
-    rt_relu_forward(y, x, 5);
+    rt_relu_forward(y, x, 5, RT_F32);
     CHECK(y[0] == 1.0f && y[1] == 0.0f && y[2] == 0.0f && y[3] == 2.0f,
           "ReLU(1,-1,0,2) = (%g,%g,%g,%g)", y[0], y[1], y[2], y[3]);
     memset(g, 0, sizeof g);
-    rt_relu_backward(g, ones, x, 5);
+    rt_relu_backward(g, ones, x, 5, RT_F32);
     CHECK(g[0] == 1.0f && g[1] == 0.0f && g[2] == 0.0f,
           "ReLU gradient at (1,-1,0) = (%g,%g,%g): 0 at the kink as PyTorch", g[0], g[1], g[2]);
     float b[5] = {2, 2, 2, 2, 2};
@@ -112,14 +112,15 @@ static void test_known(void) {
     CHECK_CLOSE("SwiGLU(a=1, b=2) = 2 SiLU(1)", y[0], 2 * 0.7310585786300049, 2e-7);
     // large |x|: no overflow to NaN in the sigmoid
     float big[2] = {-100.0f, 100.0f}, ob[2];
-    rt_silu_forward(ob, big, 2);
+    rt_silu_forward(ob, big, 2, RT_F32);
     CHECK(ob[0] == 0.0f && ob[1] == 100.0f, "SiLU(-100) = %g, SiLU(100) = %g (no NaN)", ob[0], ob[1]);
-    rt_gelu_forward(ob, big, 2);
+    rt_gelu_forward(ob, big, 2, RT_F32);
     CHECK(ob[0] == 0.0f && ob[1] == 100.0f, "GELU(-100) = %g, GELU(100) = %g", ob[0], ob[1]);
 }
 
 // ----------------------------------------------------------------------------
-// fused SwiGLU = silu, round, mul, round (the generated code's unfused sequence)
+// fused SwiGLU (which rounds out, da, db and its intermediates itself) = silu, round, mul,
+// round (the unfused sequence: fp32 kernels, each output rounded in a separate pass)
 
 static void round_all(float* x, size_t n, rt_dtype dt) {
     for (size_t i = 0; i < n; i++) {
@@ -141,18 +142,16 @@ static void test_swiglu_matches_unfused(rt_dtype dt) {
     float* ds = tk_alloc(n);
 
     rt_swiglu_forward(out, a, b, n, dt);
-    round_all(out, n, dt);
     rt_swiglu_backward(da, db, dout, a, b, n, dt);
-    round_all(da, n, dt), round_all(db, n, dt);
 
-    rt_silu_forward(s, a, n);
+    rt_silu_forward(s, a, n, RT_F32);
     round_all(s, n, dt);
-    rt_mul_forward(out_u, s, b, n);
+    rt_mul_forward(out_u, s, b, n, RT_F32);
     round_all(out_u, n, dt);
     memset(ds, 0, n * sizeof(float));  // rt_zero before the first contribution
-    rt_mul_backward(ds, db_u, dout, s, b, n);
+    rt_mul_backward(ds, db_u, dout, s, b, n, RT_F32);
     round_all(ds, n, dt), round_all(db_u, n, dt);
-    rt_silu_backward(da_u, ds, a, n);
+    rt_silu_backward(da_u, ds, a, n, RT_F32);
     round_all(da_u, n, dt);
 
     const char* nm = dt == RT_BF16 ? "bf16" : dt == RT_F16 ? "fp16" : "fp32";

@@ -149,9 +149,9 @@ typedef struct {
 static double bin_loss(void* p) {
     bin_ctx* c = (bin_ctx*)p;
     size_t n = (size_t)c->rows * c->cols;
-    if (c->op == 0) rt_residual_forward(c->out, c->a, c->b, n);
-    if (c->op == 1) rt_mul_forward(c->out, c->a, c->b, n);
-    if (c->op == 2) rt_broadcast_add_forward(c->out, c->a, c->b, c->rows, c->cols);
+    if (c->op == 0) rt_residual_forward(c->out, c->a, c->b, n, RT_F32);
+    if (c->op == 1) rt_mul_forward(c->out, c->a, c->b, n, RT_F32);
+    if (c->op == 2) rt_broadcast_add_forward(c->out, c->a, c->b, c->rows, c->cols, RT_F32);
     return tk_dot(c->out, c->proj, n);
 }
 
@@ -172,18 +172,18 @@ static void test_binary(void) {
         snprintf(name, sizeof name, "%s forward vs reference", names[op]);
         TK_CHECK_REF(name, c.out, ref, n, 1e-6);
         tk_grad da = tk_grad_new(n), db = tk_grad_new(nb);
-        if (op == 0) rt_residual_backward(da.buf, db.buf, c.proj, n);
-        if (op == 1) rt_mul_backward(da.buf, db.buf, c.proj, c.a, c.b, n);
-        if (op == 2) rt_broadcast_add_backward(da.buf, db.buf, c.proj, rows, cols);
+        if (op == 0) rt_residual_backward(da.buf, db.buf, c.proj, n, RT_F32);
+        if (op == 1) rt_mul_backward(da.buf, db.buf, c.proj, c.a, c.b, n, RT_F32);
+        if (op == 2) rt_broadcast_add_backward(da.buf, db.buf, c.proj, rows, cols, RT_F32);
         snprintf(name, sizeof name, "%s da", names[op]);
         tk_gradcheck(name, c.a, tk_grad_delta(&da), n, bin_loss, &c, 1e-2f, 1e-2, 1e-3);
         snprintf(name, sizeof name, "%s db", names[op]);
         tk_gradcheck(name, c.b, tk_grad_delta(&db), nb, bin_loss, &c, 1e-2f, 1e-2, 1e-3);
         // nullable: each side alone
         tk_grad da2 = tk_grad_new(n);
-        if (op == 0) rt_residual_backward(da2.buf, NULL, c.proj, n);
-        if (op == 1) rt_mul_backward(da2.buf, NULL, c.proj, c.a, c.b, n);
-        if (op == 2) rt_broadcast_add_backward(da2.buf, NULL, c.proj, rows, cols);
+        if (op == 0) rt_residual_backward(da2.buf, NULL, c.proj, n, RT_F32);
+        if (op == 1) rt_mul_backward(da2.buf, NULL, c.proj, c.a, c.b, n, RT_F32);
+        if (op == 2) rt_broadcast_add_backward(da2.buf, NULL, c.proj, rows, cols, RT_F32);
         snprintf(name, sizeof name, "%s da with db NULL", names[op]);
         TK_CHECK_SAME(name, tk_grad_delta(&da2), da.delta, n, 1e-6);
         tk_grad_free(&da), tk_grad_free(&db), tk_grad_free(&da2);
@@ -191,7 +191,7 @@ static void test_binary(void) {
     }
     // in place forward: out == a
     float x[4] = {1, 2, 3, 4}, y[4] = {10, 20, 30, 40};
-    rt_residual_forward(x, x, y, 4);
+    rt_residual_forward(x, x, y, 4, RT_F32);
     CHECK(x[0] == 11 && x[3] == 44, "residual forward in place (out == a): %g %g", x[0], x[3]);
 }
 

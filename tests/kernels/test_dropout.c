@@ -40,13 +40,13 @@ static void test_forward(void) {
     float *x = tk_alloc(n), *y = tk_alloc(n);
     tk_fill(x, n, 0.5f, 2.0f);  // nonzero, so a zero output means dropped
 
-    rt_dropout_forward(y, x, n, 0.0f, 42, 7, 0);
+    rt_dropout_forward(y, x, n, 0.0f, 42, 7, 0, RT_F32);
     CHECK(memcmp(x, y, n * sizeof(float)) == 0, "dropout p=0: %zu values are an exact copy", n);
     float* z = tk_dup(x, n);
-    rt_dropout_forward(z, z, n, 0.0f, 42, 7, 0);
+    rt_dropout_forward(z, z, n, 0.0f, 42, 7, 0, RT_F32);
     CHECK(memcmp(x, z, n * sizeof(float)) == 0, "dropout p=0 in place leaves the values unchanged");
 
-    rt_dropout_forward(y, x, n, 1.0f, 42, 7, 0);
+    rt_dropout_forward(y, x, n, 1.0f, 42, 7, 0, RT_F32);
     size_t nz = 0;
     for (size_t i = 0; i < n; i++) nz += y[i] != 0.0f;
     CHECK(nz == 0, "dropout p=1 zeroes everything: %zu nonzero", nz);
@@ -55,7 +55,7 @@ static void test_forward(void) {
     for (int k = 0; k < 3; k++) {
         const float p = ps[k];
         const float scale = (float)(1.0 / (1.0 - (double)p));
-        rt_dropout_forward(y, x, n, p, 1234, 0, 0);
+        rt_dropout_forward(y, x, n, p, 1234, 0, 0, RT_F32);
         size_t dropped = 0, bad = 0;
         for (size_t i = 0; i < n; i++) {
             if (y[i] == 0.0f) dropped++;
@@ -66,19 +66,19 @@ static void test_forward(void) {
               "dropout p=%.1f: dropped fraction %.4f (|diff| %.4f < 5 sigma = %.4f), kept values "
               "exactly x/(1-p): %zu mismatches", p, frac, fabs(frac - p), 5 * sigma, bad);
         // the same call again is bit-identical (pure function of seed, stream, index)
-        rt_dropout_forward(z, x, n, p, 1234, 0, 0);
+        rt_dropout_forward(z, x, n, p, 1234, 0, 0, RT_F32);
         CHECK(memcmp(y, z, n * sizeof(float)) == 0, "dropout p=%.1f is deterministic", p);
     }
 
     // streams and seeds give different masks; count agreement of the drop decisions
-    rt_dropout_forward(y, x, n, 0.5f, 1234, 0, 0);
-    rt_dropout_forward(z, x, n, 0.5f, 1234, 1, 0);
+    rt_dropout_forward(y, x, n, 0.5f, 1234, 0, 0, RT_F32);
+    rt_dropout_forward(z, x, n, 0.5f, 1234, 1, 0, RT_F32);
     size_t agree = 0;
     for (size_t i = 0; i < n; i++) agree += (y[i] == 0.0f) == (z[i] == 0.0f);
     CHECK(fabs((double)agree / n - 0.5) < 0.01,
           "dropout stream 0 vs stream 1 (p=0.5): masks agree on %.4f of elements (independent: 0.5)",
           (double)agree / n);
-    rt_dropout_forward(z, x, n, 0.5f, 1235, 0, 0);
+    rt_dropout_forward(z, x, n, 0.5f, 1235, 0, 0, RT_F32);
     agree = 0;
     for (size_t i = 0; i < n; i++) agree += (y[i] == 0.0f) == (z[i] == 0.0f);
     CHECK(fabs((double)agree / n - 0.5) < 0.01,
@@ -105,14 +105,14 @@ static void test_sharded(void) {
     const size_t n = 1003;
     float *x = tk_alloc(n), *full = tk_alloc(n), *pieces = tk_alloc(n);
     tk_fill(x, n, -1, 1);
-    rt_dropout_forward(full, x, n, 0.25f, 77, 5, 0);
+    rt_dropout_forward(full, x, n, 0.25f, 77, 5, 0, RT_F32);
     const size_t cut[5] = {0, 1, 250, 601, n};
     for (int r = 0; r < 4; r++)
-        rt_dropout_forward(pieces + cut[r], x + cut[r], cut[r + 1] - cut[r], 0.25f, 77, 5, cut[r]);
+        rt_dropout_forward(pieces + cut[r], x + cut[r], cut[r + 1] - cut[r], 0.25f, 77, 5, cut[r], RT_F32);
     CHECK(memcmp(full, pieces, n * sizeof(float)) == 0,
           "dropout: 4 pieces at offsets 0,1,250,601 are bit-identical to the unsharded %zu", n);
     // a global offset shifts the mask: the tensor's second half drawn alone
-    rt_dropout_forward(pieces, x + 500, n - 500, 0.25f, 77, 5, 500);
+    rt_dropout_forward(pieces, x + 500, n - 500, 0.25f, 77, 5, 500, RT_F32);
     CHECK(memcmp(full + 500, pieces, (n - 500) * sizeof(float)) == 0,
           "dropout: elements [500, %zu) drawn with offset 500 match the full draw", n);
     free(x), free(full), free(pieces);
@@ -129,7 +129,7 @@ typedef struct {
 
 static double drop_loss(void* q) {
     drop_ctx* c = (drop_ctx*)q;
-    rt_dropout_forward(c->out, c->inp, c->n, c->p, 5, 9, 13);
+    rt_dropout_forward(c->out, c->inp, c->n, c->p, 5, 9, 13, RT_F32);
     return tk_dot(c->out, c->proj, c->n);
 }
 
@@ -139,7 +139,7 @@ static void test_backward(void) {
     tk_fill(c.inp, n, 0.5f, 1.5f), tk_fill(c.proj, n, -1, 1);
     drop_loss(&c);
     tk_grad di = tk_grad_new(n);
-    rt_dropout_backward(di.buf, c.proj, n, c.p, 5, 9, 13);
+    rt_dropout_backward(di.buf, c.proj, n, c.p, 5, 9, 13, RT_F32);
     const float* d = tk_grad_delta(&di);
     size_t same_mask = 0;
     for (size_t i = 0; i < n; i++) same_mask += (c.out[i] == 0.0f) == (d[i] == 0.0f);
@@ -149,7 +149,7 @@ static void test_backward(void) {
     // p = 0 backward: exact accumulate of dout
     float g[3] = {1, 2, 3};
     const float dd[3] = {0.5f, 0.25f, -1};
-    rt_dropout_backward(g, dd, 3, 0.0f, 1, 1, 0);
+    rt_dropout_backward(g, dd, 3, 0.0f, 1, 1, 0, RT_F32);
     CHECK(g[0] == 1.5f && g[1] == 2.25f && g[2] == 2.0f, "dropout p=0 backward adds dout exactly");
     tk_grad_free(&di);
     free(c.out), free(c.inp), free(c.proj);

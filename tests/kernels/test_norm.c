@@ -14,7 +14,7 @@ typedef struct {
 
 static double ln_loss(void* p) {
     ln_ctx* c = (ln_ctx*)p;
-    rt_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, c->eps);
+    rt_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, c->eps, RT_F32);
     return tk_dot(c->out, c->proj, (size_t)c->N * c->C);
 }
 
@@ -45,7 +45,7 @@ static void test_layernorm(void) {
 
     // without affine params the rows have mean 0 and (biased) variance 1/(1+eps/var)
     float* o2 = tk_alloc(n);
-    rt_layernorm_forward(o2, NULL, NULL, c.inp, NULL, NULL, N, C, RT_LAYERNORM_EPS);
+    rt_layernorm_forward(o2, NULL, NULL, c.inp, NULL, NULL, N, C, RT_LAYERNORM_EPS, RT_F32);
     double worst_m = 0, worst_v = 0;
     for (int r = 0; r < N; r++) {
         double m = 0, v = 0;
@@ -61,7 +61,7 @@ static void test_layernorm(void) {
           worst_m, worst_v);
 
     tk_grad di = tk_grad_new(n), dw = tk_grad_new(C), db = tk_grad_new(C);
-    rt_layernorm_backward(di.buf, dw.buf, db.buf, c.proj, c.inp, c.w, c.mean, c.rstd, N, C);
+    rt_layernorm_backward(di.buf, dw.buf, db.buf, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32);
     tk_gradcheck("layernorm dinp", c.inp, tk_grad_delta(&di), n, ln_loss, &c, 1e-2f, 1e-2, 1e-3);
     tk_gradcheck("layernorm dweight", c.w, tk_grad_delta(&dw), C, ln_loss, &c, 1e-2f, 1e-2, 1e-3);
     tk_gradcheck("layernorm dbias", c.b, tk_grad_delta(&db), C, ln_loss, &c, 1e-2f, 1e-2, 1e-3);
@@ -69,8 +69,8 @@ static void test_layernorm(void) {
 
     // nullable gradients give the same values
     tk_grad di2 = tk_grad_new(n), dw2 = tk_grad_new(C);
-    rt_layernorm_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C);
-    rt_layernorm_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C);
+    rt_layernorm_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32);
+    rt_layernorm_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32);
     TK_CHECK_SAME("layernorm dinp alone", tk_grad_delta(&di2), di.delta, n, 1e-6);
     TK_CHECK_SAME("layernorm dweight alone", tk_grad_delta(&dw2), dw.delta, (size_t)C, 1e-6);
 
@@ -79,7 +79,7 @@ static void test_layernorm(void) {
     c2.w = NULL, c2.b = NULL;
     ln_loss(&c2);
     tk_grad di3 = tk_grad_new(n);
-    rt_layernorm_backward(di3.buf, NULL, NULL, c.proj, c.inp, NULL, c.mean, c.rstd, N, C);
+    rt_layernorm_backward(di3.buf, NULL, NULL, c.proj, c.inp, NULL, c.mean, c.rstd, N, C, RT_F32);
     tk_gradcheck("layernorm dinp (no affine)", c.inp, tk_grad_delta(&di3), n, ln_loss, &c2, 1e-2f,
                  1e-2, 1e-3);
     tk_grad_free(&di), tk_grad_free(&dw), tk_grad_free(&db), tk_grad_free(&di2);
@@ -99,7 +99,7 @@ typedef struct {
 
 static double rms_loss(void* p) {
     rms_ctx* c = (rms_ctx*)p;
-    rt_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->N, c->C, c->eps);
+    rt_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->N, c->C, c->eps, RT_F32);
     return tk_dot(c->out, c->proj, (size_t)c->N * c->C);
 }
 
@@ -121,24 +121,24 @@ static void test_rmsnorm(void) {
     TK_CHECK_REF("rmsnorm saved rstd", c.rstd, rr, (size_t)N, 1e-6);
     // known value: row (3, 4) -> rms = sqrt(12.5), out = (3, 4) / sqrt(12.5)
     float x2[2] = {3, 4}, o2[2], r2;
-    rt_rmsnorm_forward(o2, &r2, x2, NULL, 1, 2, 0.0f);
+    rt_rmsnorm_forward(o2, &r2, x2, NULL, 1, 2, 0.0f, RT_F32);
     CHECK_CLOSE("rmsnorm (3,4) eps 0 -> 3/sqrt(12.5)", o2[0], 3.0 / sqrt(12.5), 1e-7);
     CHECK_CLOSE("rmsnorm (3,4) eps 0 -> 4/sqrt(12.5)", o2[1], 4.0 / sqrt(12.5), 1e-7);
 
     tk_grad di = tk_grad_new(n), dw = tk_grad_new(C);
-    rt_rmsnorm_backward(di.buf, dw.buf, c.proj, c.inp, c.w, c.rstd, N, C);
+    rt_rmsnorm_backward(di.buf, dw.buf, c.proj, c.inp, c.w, c.rstd, N, C, RT_F32);
     tk_gradcheck("rmsnorm dinp", c.inp, tk_grad_delta(&di), n, rms_loss, &c, 1e-2f, 1e-2, 1e-3);
     tk_gradcheck("rmsnorm dweight", c.w, tk_grad_delta(&dw), C, rms_loss, &c, 1e-2f, 1e-2, 1e-3);
     rms_loss(&c);
     tk_grad di2 = tk_grad_new(n);
-    rt_rmsnorm_backward(di2.buf, NULL, c.proj, c.inp, c.w, c.rstd, N, C);
+    rt_rmsnorm_backward(di2.buf, NULL, c.proj, c.inp, c.w, c.rstd, N, C, RT_F32);
     TK_CHECK_SAME("rmsnorm dinp alone", tk_grad_delta(&di2), di.delta, n, 1e-6);
 
     rms_ctx c2 = c;
     c2.w = NULL;
     rms_loss(&c2);
     tk_grad di3 = tk_grad_new(n);
-    rt_rmsnorm_backward(di3.buf, NULL, c.proj, c.inp, NULL, c.rstd, N, C);
+    rt_rmsnorm_backward(di3.buf, NULL, c.proj, c.inp, NULL, c.rstd, N, C, RT_F32);
     tk_gradcheck("rmsnorm dinp (no weight)", c.inp, tk_grad_delta(&di3), n, rms_loss, &c2, 1e-2f,
                  1e-2, 1e-3);
     tk_grad_free(&di), tk_grad_free(&dw), tk_grad_free(&di2), tk_grad_free(&di3);

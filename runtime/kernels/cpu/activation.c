@@ -1,11 +1,12 @@
 // Elementwise activations: exact GELU, ReLU, SiLU and the SwiGLU gate, forward and
 // backward. Backward kernels take the forward input and recompute what they need, so
-// no activation output has to be kept alive for them.
+// no activation output has to be kept alive for them. Every value written is rounded to
+// dt at its store (rt_kernels.h "Mixed precision").
 #include "rt_kernels.h"
 
 #include <math.h>
 
-#include "../../core/dtype_bits.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // exact GELU (nn.GELU() default, approximate='none')
@@ -13,34 +14,38 @@
 #define RT_SQRT1_2 0.70710678118654752440f      // 1/sqrt(2)
 #define RT_INV_SQRT_2PI 0.39894228040143267794f // 1/sqrt(2*pi)
 
-void rt_gelu_forward(float* out, const float* inp, size_t n) {
+void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_gelu_forward");
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
+        out[i] = rt_kround(0.5f * x * (1.0f + erff(x * RT_SQRT1_2)), dt);
     }
 }
 
 // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
-void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_gelu_backward");
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
         float pdf = RT_INV_SQRT_2PI * expf(-0.5f * x * x);
-        dinp[i] += dout[i] * (cdf + x * pdf);
+        dinp[i] = rt_kround(dinp[i] + dout[i] * (cdf + x * pdf), dt);
     }
 }
 
 // ----------------------------------------------------------------------------
 // ReLU
 
-void rt_relu_forward(float* out, const float* inp, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_relu_forward");
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? rt_kround(inp[i], dt) : 0.0f;
 }
 
 // Gradient 0 at x == 0, as PyTorch's threshold_backward.
-void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_relu_backward");
     for (size_t i = 0; i < n; i++)
-        if (inp[i] > 0.0f) dinp[i] += dout[i];
+        if (inp[i] > 0.0f) dinp[i] = rt_kround(dinp[i] + dout[i], dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -48,10 +53,11 @@ void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-void rt_silu_forward(float* out, const float* inp, size_t n) {
+void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_silu_forward");
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = x * sigmoidf_(x);
+        out[i] = rt_kround(x * sigmoidf_(x), dt);
     }
 }
 
@@ -61,36 +67,44 @@ static inline float silu_grad_(float x) {
     return s * (1.0f + x * (1.0f - s));
 }
 
-void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
-    for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * silu_grad_(inp[i]);
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_silu_backward");
+    for (size_t i = 0; i < n; i++) dinp[i] = rt_kround(dinp[i] + dout[i] * silu_grad_(inp[i]), dt);
 }
 
 // ----------------------------------------------------------------------------
 // SwiGLU gate: out = silu(a) * b, with the intermediates rounded to dt where separate silu
 // and mul kernels would have rounded their outputs (rt_kernels.h)
 
-static inline float round_to_(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
-
 void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_swiglu_forward");
     for (size_t i = 0; i < n; i++) {
         float x = a[i];
-        out[i] = round_to_(x * sigmoidf_(x), dt) * b[i];
+        out[i] = rt_kround(rt_kround(x * sigmoidf_(x), dt) * b[i], dt);
     }
 }
 
 // da += round(dout * b) * silu'(a) (the mul's gradient of silu(a), then the silu's);
-// db += dout * round(silu(a)).
+// db += dout * round(silu(a)). da == db (swiglu(x, x)) gets both, da's first, then one
+// rounding.
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                         size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_swiglu_backward");
+    if (da && da == db) {
+        for (size_t i = 0; i < n; i++) {
+            float x = a[i];
+            float v = da[i] + rt_kround(dout[i] * b[i], dt) * silu_grad_(x);
+            v += dout[i] * rt_kround(x * sigmoidf_(x), dt);
+            da[i] = rt_kround(v, dt);
+        }
+        return;
+    }
     if (da)
-        for (size_t i = 0; i < n; i++) da[i] += round_to_(dout[i] * b[i], dt) * silu_grad_(a[i]);
+        for (size_t i = 0; i < n; i++)
+            da[i] = rt_kround(da[i] + rt_kround(dout[i] * b[i], dt) * silu_grad_(a[i]), dt);
     if (db)
         for (size_t i = 0; i < n; i++) {
             float x = a[i];
-            db[i] += dout[i] * round_to_(x * sigmoidf_(x), dt);
+            db[i] = rt_kround(db[i] + dout[i] * rt_kround(x * sigmoidf_(x), dt), dt);
         }
 }

@@ -175,7 +175,7 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
                                  int HD, int causal, rt_dtype prec) {
-    RT_KCHECK_PREC(prec, "rt_attention_lowmem_forward");
+    RT_KCHECK_DT(prec, "rt_attention_lowmem_forward");
     attention_check_(NH, NKV, HD);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -190,7 +190,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
                                   const float* k, const float* v, const float* stats, int B,
                                   int T, int NH, int NKV, int HD, int causal, rt_dtype prec) {
     (void)out;
-    RT_KCHECK_PREC(prec, "rt_attention_lowmem_backward");
+    RT_KCHECK_DT(prec, "rt_attention_lowmem_backward");
     attention_check_(NH, NKV, HD);
     float* P = scratch;
     float* dS = scratch + (size_t)T * T;

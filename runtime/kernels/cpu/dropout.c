@@ -1,10 +1,13 @@
 // Dropout driven by a counter-based RNG (Philox4x32-10, Salmon et al., SC'11): each
 // element's draw is a pure function of (seed, stream, global element index), so a
 // sharded run, a run split into pieces, and the backward pass all regenerate the exact
-// masks of the unsharded forward without storing them.
+// masks of the unsharded forward without storing them. Written values are rounded to dt
+// at their stores.
 #include "rt_kernels.h"
 
 #include <string.h>
+
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // Philox4x32-10
@@ -56,9 +59,10 @@ float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return u01_(o[index & 3]);
 }
 
-// Applies mask * scale to src, either writing (acc = 0) or accumulating (acc = 1).
+// Applies mask * scale to src, either writing (acc = 0) or accumulating (acc = 1), and
+// rounds to dt.
 static void dropout_apply_(float* dst, const float* src, size_t n, float p, uint64_t seed,
-                           uint64_t stream, uint64_t offset, int acc) {
+                           uint64_t stream, uint64_t offset, int acc, rt_dtype dt) {
     const float scale = (float)(1.0 / (1.0 - (double)p));
     size_t i = 0;
     while (i < n) {
@@ -68,10 +72,7 @@ static void dropout_apply_(float* dst, const float* src, size_t n, float p, uint
         // consume the lanes of this block that fall inside [offset, offset + n)
         for (unsigned lane = (unsigned)(e & 3); lane < 4 && i < n; lane++, i++) {
             const float v = u01_(o[lane]) >= p ? src[i] * scale : 0.0f;
-            if (acc)
-                dst[i] += v;
-            else
-                dst[i] = v;
+            dst[i] = rt_kround(acc ? dst[i] + v : v, dt);
         }
     }
 }
@@ -80,8 +81,9 @@ static void dropout_apply_(float* dst, const float* src, size_t n, float p, uint
 // forward / backward
 
 void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
-                        uint64_t stream, uint64_t offset) {
-    if (p <= 0.0f) {  // exact copy, no RNG work (dropout_p = 0 and eval mode)
+                        uint64_t stream, uint64_t offset, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_dropout_forward");
+    if (p <= 0.0f) {  // exact copy (of values exact in dt), no RNG work (eval mode)
         if (n && out != inp) memmove(out, inp, n * sizeof(float));
         return;
     }
@@ -89,15 +91,16 @@ void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_
         for (size_t i = 0; i < n; i++) out[i] = 0.0f;
         return;
     }
-    dropout_apply_(out, inp, n, p, seed, stream, offset, 0);
+    dropout_apply_(out, inp, n, p, seed, stream, offset, 0, dt);
 }
 
 void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
-                         uint64_t stream, uint64_t offset) {
+                         uint64_t stream, uint64_t offset, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_dropout_backward");
     if (p <= 0.0f) {
-        for (size_t i = 0; i < n; i++) dinp[i] += dout[i];
+        for (size_t i = 0; i < n; i++) dinp[i] = rt_kround(dinp[i] + dout[i], dt);
         return;
     }
     if (p >= 1.0f) return;
-    dropout_apply_(dinp, dout, n, p, seed, stream, offset, 1);
+    dropout_apply_(dinp, dout, n, p, seed, stream, offset, 1, dt);
 }

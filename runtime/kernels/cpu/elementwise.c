@@ -1,54 +1,75 @@
-// Binary elementwise ops (residual add, product, broadcast add) and the flat buffer
-// helpers (zero, copy, scale, accumulate, axpy, sum of squares).
+// Binary elementwise ops (residual add, product, broadcast add), which round what they
+// write to dt (rt_kernels.h "Mixed precision"), and the flat buffer helpers (zero, copy,
+// scale, accumulate, axpy, sum of squares).
 #include "rt_kernels.h"
 
 #include <string.h>
 
-#include "kcheck.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // residual add: out = a + b
 
-void rt_residual_forward(float* out, const float* a, const float* b, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+void rt_residual_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_residual_forward");
+    for (size_t i = 0; i < n; i++) out[i] = rt_kround(a[i] + b[i], dt);
 }
 
-void rt_residual_backward(float* da, float* db, const float* dout, size_t n) {
+// da == db (x + x): (da + dout) + dout, rounded once.
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_residual_backward");
+    if (da && da == db) {
+        for (size_t i = 0; i < n; i++) da[i] = rt_kround((da[i] + dout[i]) + dout[i], dt);
+        return;
+    }
     if (da)
-        for (size_t i = 0; i < n; i++) da[i] += dout[i];
+        for (size_t i = 0; i < n; i++) da[i] = rt_kround(da[i] + dout[i], dt);
     if (db)
-        for (size_t i = 0; i < n; i++) db[i] += dout[i];
+        for (size_t i = 0; i < n; i++) db[i] = rt_kround(db[i] + dout[i], dt);
 }
 
 // ----------------------------------------------------------------------------
 // product: out = a * b
 
-void rt_mul_forward(float* out, const float* a, const float* b, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_mul_forward");
+    for (size_t i = 0; i < n; i++) out[i] = rt_kround(a[i] * b[i], dt);
 }
 
+// da == db (x * x): (da + dout * b) + dout * a, rounded once.
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                     size_t n) {
+                     size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_mul_backward");
+    if (da && da == db) {
+        for (size_t i = 0; i < n; i++)
+            da[i] = rt_kround((da[i] + dout[i] * b[i]) + dout[i] * a[i], dt);
+        return;
+    }
     if (da)
-        for (size_t i = 0; i < n; i++) da[i] += dout[i] * b[i];
+        for (size_t i = 0; i < n; i++) da[i] = rt_kround(da[i] + dout[i] * b[i], dt);
     if (db)
-        for (size_t i = 0; i < n; i++) db[i] += dout[i] * a[i];
+        for (size_t i = 0; i < n; i++) db[i] = rt_kround(db[i] + dout[i] * a[i], dt);
 }
 
 // ----------------------------------------------------------------------------
 // broadcast add: out[rows,cols] = a[rows,cols] + b[cols]
 
-void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols) {
+void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols,
+                              rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_broadcast_add_forward");
     for (int r = 0; r < rows; r++) {
         const float* ar = a + (size_t)r * cols;
         float* o = out + (size_t)r * cols;
-        for (int c = 0; c < cols; c++) o[c] = ar[c] + b[c];
+        for (int c = 0; c < cols; c++) o[c] = rt_kround(ar[c] + b[c], dt);
     }
 }
 
-void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols) {
+// db (a reduction over rows, like a bias gradient) is not rounded.
+void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols,
+                               rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_broadcast_add_backward");
     if (da)
-        for (size_t i = 0; i < (size_t)rows * cols; i++) da[i] += dout[i];
+        for (size_t i = 0; i < (size_t)rows * cols; i++) da[i] = rt_kround(da[i] + dout[i], dt);
     if (db) {
         // Column sums in double, a block of columns at a time (see linear.c).
         for (int c0 = 0; c0 < cols; c0 += RT_COLBLOCK) {

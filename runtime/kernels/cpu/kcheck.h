@@ -17,13 +17,13 @@
         }                                                                          \
     } while (0)
 
-// A matrix-product kernel's operand precision (rt_kernels.h): the CPU multiplies in fp32
-// whatever it says, but a value outside fp32/bf16/fp16 is a generator bug the CUDA backend
-// would reject, so it is rejected here too.
-#define RT_KCHECK_PREC(prec, kernel)                                                    \
-    RT_KCHECK((prec) == RT_F32 || (prec) == RT_BF16 || (prec) == RT_F16,                \
-              "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16", "%s with prec %d", \
-              kernel, (int)(prec))
+// A kernel's dt (rt_kernels.h "Mixed precision") or attention's operand precision: the
+// CPU multiplies in fp32 whatever it says, but a value outside fp32/bf16/fp16 is a
+// generator bug the CUDA backend would reject, so it is rejected here too.
+#define RT_KCHECK_DT(dt, kernel)                                                          \
+    RT_KCHECK((dt) == RT_F32 || (dt) == RT_BF16 || (dt) == RT_F16,                        \
+              "dt is the op's tensor dtype: RT_F32, RT_BF16 or RT_F16", "%s with dtype %d", \
+              kernel, (int)(dt))
 
 // Column-block width for reductions over rows (bias / norm-weight gradients): the double
 // accumulators of one block fit in L1 while rows stream through contiguously.

@@ -1,16 +1,19 @@
 // LayerNorm over the last dimension (nn.LayerNorm): forward saves mean and rstd per row,
-// backward uses them instead of recomputing the statistics.
+// backward uses them instead of recomputing the statistics. out and dinp are rounded to
+// dt at their stores; mean, rstd, dweight and dbias stay fp32.
 #include "rt_kernels.h"
 
 #include <math.h>
 
-#include "kcheck.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // forward: out[N,C] = (inp - mean) * rstd * weight + bias, rstd = 1/sqrt(var + eps)
 
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                          const float* weight, const float* bias, int N, int C, float eps) {
+                          const float* weight, const float* bias, int N, int C, float eps,
+                          rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_layernorm_forward");
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
         float* o = out + (size_t)n * C;
@@ -31,7 +34,7 @@ void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp
             float y = (x[c] - mf) * rs;
             if (weight) y *= weight[c];
             if (bias) y += bias[c];
-            o[c] = y;
+            o[c] = rt_kround(y, dt);
         }
         if (mean) mean[n] = mf;
         if (rstd) rstd[n] = rs;
@@ -45,7 +48,8 @@ void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp
 
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
-                           const float* rstd, int N, int C) {
+                           const float* rstd, int N, int C, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_layernorm_backward");
     if (dinp) {
         for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
@@ -63,7 +67,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
             for (int c = 0; c < C; c++) {
                 float xhat = (x[c] - mf) * rs;
                 float g = weight ? d[c] * weight[c] : d[c];
-                dx[c] += rs * (g - mg - xhat * mgx);
+                dx[c] = rt_kround(dx[c] + rs * (g - mg - xhat * mgx), dt);
             }
         }
     }

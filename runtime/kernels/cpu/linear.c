@@ -1,17 +1,18 @@
 // Linear layer (nn.Linear): forward and backward through OpenBLAS sgemm (fp32 for every
-// operand precision: products of bf16/fp16 values are exact in fp32).
+// dt: products of bf16/fp16 values are exact in fp32). out and dinp are rounded to dt in
+// a pass after the sgemm; dweight and dbias are parameter gradients (not rounded).
 #include "rt_kernels.h"
 
 #include <cblas.h>
 
-#include "kcheck.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // forward: out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                       int N, int C, int OC, rt_dtype prec) {
-    RT_KCHECK_PREC(prec, "rt_linear_forward");
+                       int N, int C, int OC, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     float beta = 0.0f;
     if (bias) {
@@ -26,10 +27,11 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
     if (C <= 0) {
         if (!bias)
             for (size_t i = 0; i < (size_t)N * OC; i++) out[i] = 0.0f;
-        return;
+        return;  // bias values are exact in dt
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
                 out, OC);
+    rt_kround_buf(out, (size_t)N * OC, dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -37,13 +39,14 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
-                        rt_dtype prec) {
-    RT_KCHECK_PREC(prec, "rt_linear_backward");
+                        rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_linear_backward");
     if (N <= 0 || OC <= 0) return;
     if (dinp && C > 0) {
         // dinp[N,C] += dout[N,OC] · weight[OC,C]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
                     C, 1.0f, dinp, C);
+        rt_kround_buf(dinp, (size_t)N * C, dt);
     }
     if (dweight && C > 0) {
         // dweight[OC,C] += dout^T[OC,N] · inp[N,C]

@@ -1,15 +1,17 @@
-// RMSNorm over the last dimension (nn.RMSNorm / Llama): forward saves rstd per row.
+// RMSNorm over the last dimension (nn.RMSNorm / Llama): forward saves rstd per row. out
+// and dinp are rounded to dt at their stores; rstd and dweight stay fp32.
 #include "rt_kernels.h"
 
 #include <math.h>
 
-#include "kcheck.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // forward: out[N,C] = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps)
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
-                        int C, float eps) {
+                        int C, float eps, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_rmsnorm_forward");
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
         float* o = out + (size_t)n * C;
@@ -18,7 +20,7 @@ void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* 
         float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
         for (int c = 0; c < C; c++) {
             float y = x[c] * rs;
-            o[c] = weight ? y * weight[c] : y;
+            o[c] = rt_kround(weight ? y * weight[c] : y, dt);
         }
         if (rstd) rstd[n] = rs;
     }
@@ -29,7 +31,8 @@ void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* 
 //   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
 
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                         const float* weight, const float* rstd, int N, int C) {
+                         const float* weight, const float* rstd, int N, int C, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_rmsnorm_backward");
     if (dinp) {
         for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
@@ -44,7 +47,7 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
             float mgx = (float)(sgx / C);
             for (int c = 0; c < C; c++) {
                 float g = weight ? d[c] * weight[c] : d[c];
-                dx[c] += rs * (g - (x[c] * rs) * mgx);
+                dx[c] = rt_kround(dx[c] + rs * (g - (x[c] * rs) * mgx), dt);
             }
         }
     }

@@ -1,10 +1,11 @@
 // Rotary position embeddings (Meta Llama's apply_rotary_emb, complex-pair layout):
-// consecutive pairs (x[2i], x[2i+1]) are rotated by angle t * theta^(-2i/HD).
+// consecutive pairs (x[2i], x[2i+1]) are rotated by angle t * theta^(-2i/HD). out and
+// dinp are rounded to dt at their stores.
 #include "rt_kernels.h"
 
 #include <math.h>
 
-#include "kcheck.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // angles: freq_i = 1 / theta^(2i/HD) and angle = t * freq_i, both in float as Meta's
@@ -28,7 +29,9 @@ static void rope_check_(int HD) {
 // ----------------------------------------------------------------------------
 // forward over [B,T,NH,HD]: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)
 
-void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta) {
+void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
+                     rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_rope_forward");
     rope_check_(HD);
     float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
     // Position outermost: the trig is computed once per (t, i) and reused for every
@@ -42,8 +45,8 @@ void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD,
                 float* o = out + base;
                 for (int i = 0; i < HD / 2; i++) {
                     float x0 = x[2 * i], x1 = x[2 * i + 1];  // read both first: out == inp ok
-                    o[2 * i] = x0 * cs[i] - x1 * sn[i];
-                    o[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+                    o[2 * i] = rt_kround(x0 * cs[i] - x1 * sn[i], dt);
+                    o[2 * i + 1] = rt_kround(x0 * sn[i] + x1 * cs[i], dt);
                 }
             }
         }
@@ -55,7 +58,8 @@ void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD,
 // output gradient rotated by -angle: (d0, d1) -> (d0 cos + d1 sin, -d0 sin + d1 cos)
 
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
-                      float theta) {
+                      float theta, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_rope_backward");
     rope_check_(HD);
     float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
     for (int t = 0; t < T; t++) {
@@ -67,8 +71,8 @@ void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int 
                 float* dx = dinp + base;
                 for (int i = 0; i < HD / 2; i++) {
                     float d0 = d[2 * i], d1 = d[2 * i + 1];
-                    dx[2 * i] += d0 * cs[i] + d1 * sn[i];
-                    dx[2 * i + 1] += -d0 * sn[i] + d1 * cs[i];
+                    dx[2 * i] = rt_kround(dx[2 * i] + (d0 * cs[i] + d1 * sn[i]), dt);
+                    dx[2 * i + 1] = rt_kround(dx[2 * i + 1] + (-d0 * sn[i] + d1 * cs[i]), dt);
                 }
             }
         }

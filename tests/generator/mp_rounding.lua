@@ -1,0 +1,220 @@
+-- Mixed-precision rounding in the emitted step C (generator/kernels_c.lua): the kernels
+-- that take a dt round their own outputs (rt_kernels.h), and the generator adds an explicit
+-- rt_step_round only where a 16-bit value is left unrounded. Checks, on the step C of every
+-- spec (tests/specs, examples, bench/specs):
+--   * every forward (and recomputed) output is rounded exactly once when its tensor is
+--     bf16/fp16 (by the kernel's dt or by one rt_step_round) and never when it is fp32;
+--   * no rt_step_round repeats the rounding of a buffer the backward kernel just rounded;
+-- and, on tests/specs/features/mixed_precision_odd_ops.lua and bench GPT-2, the cases the
+-- kernels cannot round themselves (parameter operands, tensors used twice, broadcast_add's
+-- db of an activation), and that swiglu with a bf16 parameter operand is refused.
+-- Run from the repository root: lua5.4 tests/generator/mp_rounding.lua
+package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
+local loader = require("loader")
+local planner = require("planner")
+local emit_step = require("emit_step")
+
+local passed, failed = 0, 0
+local function check(ok, msg)
+  print((ok and "PASS " or "FAIL ") .. msg)
+  if ok then passed = passed + 1 else failed = failed + 1 end
+end
+
+local function step_c(path)
+  local spec = loader.load(path)
+  local plan = loader.protect(spec.line, planner.plan, spec)
+  return emit_step.render(plan, path, plan.spec.name), plan.spec.name
+end
+
+-- The kernels with a dt (their last argument) and the argument positions they round.
+local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = true, relu = true, silu = true,
+  swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true }
+local DT_BACKWARD_ROUNDS = { linear = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
+  silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
+  broadcast_add = { 1 } }
+
+-- Top-level arguments of a C call "name(a, F(x, y), ...);".
+local function args_of(call)
+  local inner = call:match("^[%w_]+%((.*)%);$")
+  local out, depth, cur = {}, 0, {}
+  for ch in inner:gmatch(".") do
+    if ch == "(" then depth = depth + 1 elseif ch == ")" then depth = depth - 1 end
+    if ch == "," and depth == 0 then
+      out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
+      cur = {}
+    else
+      cur[#cur + 1] = ch
+    end
+  end
+  out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
+  return out
+end
+
+local SIXTEEN = { RT_BF16 = true, RT_F16 = true }
+
+-- The compute steps of a step C: { kind = forward|recompute|backward, dtype, calls = {...} }.
+local function compute_steps(text)
+  local steps, cur = {}, nil
+  for line in text:gmatch("[^\n]+") do
+    local kind, rest = line:match("^%s*// compute%s+(%a+)%s+(.*)$")
+    if kind then
+      cur = { kind = kind, dtype = rest:match("%] (%w+) <%-") or rest:match("%] (%w+)$"), calls = {},
+        head = line }
+      steps[#steps + 1] = cur
+    elseif line:match("^%s*//") then
+      cur = nil
+    elseif cur then
+      local call = line:match("^%s*(rt_[%w_]+%(.*%);)$")
+      if call then cur.calls[#cur.calls + 1] = call end
+    end
+  end
+  return steps
+end
+
+local function kernel_of(call)
+  local k, dir = call:match("^rt_([%w_]+)_(%a+)ward%(")
+  return k, dir and (dir .. "ward")
+end
+
+-- Checks the two rules on one spec's step C; returns counts for the summary line.
+local function check_rules(text, name)
+  local bad_fwd, bad_bwd, nfwd, nbwd = {}, {}, 0, 0
+  for _, st in ipairs(compute_steps(text)) do
+    if (st.kind == "forward" or st.kind == "recompute") and st.calls[1] then
+      local first = st.calls[1]
+      local a = args_of(first)
+      local out = a[1]
+      local k = kernel_of(first)
+      local rounds = 0
+      if k and DT_FORWARD[k] and first:match("_forward%(") and SIXTEEN[a[#a]] then rounds = rounds + 1 end
+      for i = 2, #st.calls do
+        local r = st.calls[i]:match("^rt_step_round%((.*)%);$")
+        if r and args_of(st.calls[i])[1] == out then rounds = rounds + 1 end
+      end
+      local want = (st.dtype == "bf16" or st.dtype == "fp16") and 1 or 0
+      if st.dtype and first:match("^rt_") and not first:match("^rt_arange") then
+        nfwd = nfwd + 1
+        if rounds ~= want then bad_fwd[#bad_fwd + 1] = string.format("%s: rounded %d times", st.head, rounds) end
+      end
+    elseif st.kind == "backward" then
+      local rounded = {}
+      for _, call in ipairs(st.calls) do
+        local k, dir = kernel_of(call)
+        if k and dir == "backward" and DT_BACKWARD_ROUNDS[k] then
+          nbwd = nbwd + 1
+          local a = args_of(call)
+          if SIXTEEN[a[#a]] then
+            for _, i in ipairs(DT_BACKWARD_ROUNDS[k]) do
+              if a[i] ~= "NULL" then rounded[a[i]] = true end
+            end
+          end
+        elseif call:match("^rt_step_round%(") then
+          local buf = args_of(call)[1]
+          if rounded[buf] then bad_bwd[#bad_bwd + 1] = st.head .. ": " .. call end
+        end
+      end
+    end
+  end
+  check(#bad_fwd == 0, string.format("%s: %d forward outputs, each bf16/fp16 one rounded once, fp32 ones never%s",
+    name, nfwd, bad_fwd[1] and (" (" .. bad_fwd[1] .. ")") or ""))
+  check(#bad_bwd == 0, string.format("%s: %d backward kernel calls, no rt_step_round repeats a kernel's own rounding%s",
+    name, nbwd, bad_bwd[1] and (" (" .. bad_bwd[1] .. ")") or ""))
+end
+
+local specs = {}
+local p = io.popen("ls tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua "
+  .. "examples/*.lua bench/specs/*.lua 2>/dev/null")
+for f in p:lines() do specs[#specs + 1] = f end
+p:close()
+local texts = {}
+for _, spec in ipairs(specs) do
+  local ok, text, name = pcall(step_c, spec)
+  check(ok, spec .. ": step C emitted" .. (ok and "" or (": " .. tostring(type(text) == "table" and text.msg or text))))
+  if ok then
+    texts[name] = text
+    check_rules(text, name)
+  end
+end
+
+-- ---------------------------------------------------------------------------- odd cases
+
+-- The calls of the backward step of the op labelled `label`, without the zeroing of new
+-- gradient buffers.
+local function backward_calls(text, label)
+  for _, st in ipairs(compute_steps(text)) do
+    if st.kind == "backward" and st.head:match("^%s*// compute%s+%a+%s+(%S+)") == label then
+      local calls = {}
+      for _, c in ipairs(st.calls) do
+        if not c:match("^rt_zero%(") then calls[#calls + 1] = c end
+      end
+      return calls
+    end
+  end
+  return {}
+end
+
+local function count_rounds(calls)
+  local n = 0
+  for _, c in ipairs(calls) do if c:match("^rt_step_round%(") then n = n + 1 end end
+  return n
+end
+
+local odd = texts["mixed_precision_odd_ops"]
+check(odd ~= nil, "mixed_precision_odd_ops: step C emitted")
+if odd then
+  local function expect(label, pattern, nrounds, what)
+    local calls = backward_calls(odd, label)
+    local ok = calls[1] ~= nil and calls[1]:match(pattern) ~= nil and count_rounds(calls) == nrounds
+    check(ok, string.format("odd ops %s backward: %s (%s then %d rt_step_round)", label, what,
+      calls[1] or "no call", count_rounds(calls)))
+  end
+  local F = "F%(%d+, %d+%)"
+  expect("child.mul#2", "^rt_mul_backward%((" .. F .. "), %1, .*RT_BF16%);$", 0,
+    "x * x: one buffer for both gradients, rounded by the kernel")
+  expect("child.add", "^rt_residual_backward%((" .. F .. "), %1, .*RT_BF16%);$", 0,
+    "x + x: one buffer, rounded by the kernel")
+  expect("child.swiglu", "^rt_swiglu_backward%((" .. F .. "), %1, .*RT_BF16%);$", 0,
+    "swiglu(x, x): one buffer, rounded by the kernel")
+  expect("child.add#2", "^rt_residual_backward%(.*RT_F32%);$", 1,
+    "x + parameter: RT_F32 (the parameter's gradient is not rounded), the activation's rounded explicitly")
+  expect("child.mul#3", "^rt_mul_backward%(.*RT_F32%);$", 1, "x * parameter: as x + parameter")
+  expect("child.add#3", "^rt_broadcast_add_backward%(.*RT_BF16%);$", 0,
+    "x + bias parameter [16]: da rounded by the kernel, db (the parameter's) left alone")
+  expect("child.linear", "^rt_linear_backward%(.*RT_F32%);$", 0,
+    "linear(parameter, weight): RT_F32, nothing rounded (both gradients are parameters')")
+  expect("cast#2", "^rt_step_round%(", 1, "the fp32 view cast rounds its input's gradient to bf16")
+end
+
+local gpt2 = texts["bench_gpt2_124m"]
+if gpt2 then
+  local calls = backward_calls(gpt2, "add")
+  local a = calls[1] and calls[1]:match("^rt_broadcast_add_backward") and args_of(calls[1])
+  local ok = a and a[#a] == "RT_BF16" and #calls == 2 and args_of(calls[2])[1] == a[2]
+  check(ok, "gpt2 tok + pos broadcast add backward: da rounded by the kernel, db (the bf16 position "
+    .. "embedding's gradient, an activation) by one rt_step_round")
+end
+
+-- ---------------------------------------------------------------------------- refused
+
+local tmp = os.tmpname() .. ".lua"
+local f = assert(io.open(tmp, "w"))
+f:write([[
+local nn, fsdp = require("nn"), require("fsdp")
+local M = {}
+function M.forward(self, x) return nn.swiglu(self.lin(x), self.p) end
+local m = nn.new_module("M", M)
+m.lin = nn.Linear(8, 8)
+m.p = nn.Parameter({ 2, 8 })
+fsdp.fully_shard(m, { mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16" } })
+return fsdp.spec{ name = "mp_swiglu_param", model = m, world_size = 1, input = { shape = { 2, 8 } },
+  loss = "sum", optimizer = { "sgd", lr = 0.1 } }
+]])
+f:close()
+local ok, err = pcall(step_c, tmp)
+os.remove(tmp)
+local msg = type(err) == "table" and (err.msg or "") or tostring(err)
+check(not ok and msg:find("parameter operand", 1, true) ~= nil,
+  "swiglu with a bf16 parameter operand is refused (its dt would round the parameter's gradient): " .. msg)
+
+print(string.format("%d passed, %d failed", passed, failed))
+os.exit(failed == 0 and 0 or 1)
