@@ -275,8 +275,28 @@ function Sim:state_pre_forward(s, args)
   return args
 end
 
+-- The indices of the outputs that s's MixedPrecisionPolicy.output_dtype casts (floating
+-- tensors of another dtype), or nil.
+local function output_casts(s, outs)
+  local d, idx = s.mp.output_dtype, {}
+  if not d then return nil end
+  for i = 1, outs.n or #outs do
+    local t = outs[i]
+    if trace.is_tensor(t) and trace.is_float(t.dtype) and t.dtype ~= d then idx[#idx + 1] = i end
+  end
+  return #idx > 0 and idx or nil
+end
+
 function Sim:state_post_forward(s, outs)
-  if s.training == PRE_BACKWARD then return end
+  if s.training == PRE_BACKWARD then
+    -- FSDP2 returns early in a recompute, without the output cast below, so the
+    -- recomputed region would not replay its forward.
+    if s.mp.output_dtype and output_casts(s, outs) then
+      errors.raise(string.format("group '%s' has mp_policy output_dtype = %s inside an activation-checkpointed region: FSDP2 skips that cast when recomputing (allowed: output_dtype on groups outside checkpointed regions)",
+        s.name, s.mp.output_dtype), s.line)
+    end
+    return
+  end
   local g = s.group
   if g then
     if not trace.in_recompute() then
@@ -294,6 +314,12 @@ function Sim:state_post_forward(s, outs)
         table.insert(t.pre_backward_hooks, s)
       end
     end
+  end
+  -- MixedPrecisionPolicy.output_dtype: floating outputs of another dtype are cast after
+  -- the pre-backward hooks are registered (on the uncast outputs), as FSDP2 does.
+  for _, i in ipairs(output_casts(s, outs) or {}) do
+    local t, d = outs[i], s.mp.output_dtype
+    outs[i] = trace.record("cast", { t }, { { shape = t.shape, dtype = d } }, { to = d })
   end
   s.training = IDLE
 end
