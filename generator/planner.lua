@@ -237,16 +237,19 @@ function Sim:state_pre_forward(s, args)
     return args
   end
   s.training = FORWARD
-  local g = s.group
-  if g then
-    if g.param_dtype ~= "fp32" and s.mp.cast_forward_inputs then
-      for i = 1, args.n or #args do
-        local a = args[i]
-        if trace.is_tensor(a) and trace.is_float(a.dtype) and a.dtype ~= g.param_dtype then
-          args[i] = trace.record("cast", { a }, { { shape = a.shape, dtype = g.param_dtype } }, { to = g.param_dtype })
-        end
+  -- cast_forward_inputs: every state whose policy sets param_dtype (with params or not,
+  -- fp32 included) casts its floating inputs to it, as FSDP2's _pre_forward.
+  local pd = s.mp.param_dtype
+  if pd and s.mp.cast_forward_inputs then
+    for i = 1, args.n or #args do
+      local a = args[i]
+      if trace.is_tensor(a) and trace.is_float(a.dtype) and a.dtype ~= pd then
+        args[i] = trace.record("cast", { a }, { { shape = a.shape, dtype = pd } }, { to = pd })
       end
     end
+  end
+  local g = s.group
+  if g then
     g.training = FORWARD
     self:unshard(g)
     self:wait_for_unshard(g)
