@@ -238,13 +238,22 @@ function Walker:ctx(st, saved)
     end,
     stats = stats,
     scratch = st.bufs.scratch and F(st.bufs.scratch) or "NULL",
+    fresh = function(t)  -- t's gradient buffer if this backward step creates it (u.zero)
+      local b = not t.is_param and memory.base(t).grad_buf
+      if not b or b.kind ~= "activation_grad" then return nil end
+      for _, z in ipairs(st.bufs.zero or {}) do
+        if z == b then return b end
+      end
+      return nil
+    end,
     site = function(op) return (op.original or op).id end,
   }
 end
 
-local function zero(calls, bufs)
+-- rt_zero of each buffer in bufs but those in `skip` (a set).
+local function zero(calls, bufs, skip)
   for _, bf in ipairs(bufs or {}) do
-    calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.size // 4)
+    if not (skip and skip[bf]) then calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.size // 4) end
   end
 end
 
@@ -306,8 +315,13 @@ function Walker:step(st, index)
       self.loss = node.outs[1]
       self.nbackward = self.nbackward + 1
     end
-    zero(calls, u.zero)
-    for _, c in ipairs(kernels.backward(node, self:ctx(st, true))) do calls[#calls + 1] = c end
+    -- New gradient buffers are zeroed before the kernel, except those its first (and only)
+    -- contribution in this step assigns.
+    local bcalls, assigned = kernels.backward(node, self:ctx(st, true))
+    local skip = {}
+    for _, bf in ipairs(assigned) do skip[bf] = true end
+    zero(calls, u.zero, skip)
+    for _, c in ipairs(bcalls) do calls[#calls + 1] = c end
     if op == "loss_grad" then
       calls[#calls + 1] = string.format("rt_step_loss(R, %d, %s);", self.nbackward - 1, F(self.loss.buf, 0, 1))
     end

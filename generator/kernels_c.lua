@@ -9,7 +9,11 @@
 --                   RMSNorm rstd) and the start of the second half (LayerNorm: mean, rstd)
 --   ctx.scratch     attention's scratch buffer (forward and backward)
 --   ctx.site(op)    the op's dropout RNG site
--- Backward kernels accumulate into gradients, so several consumers of one tensor add up.
+--   ctx.fresh(t)    the gradient buffer of t when it is an activation-gradient buffer that
+--                   this backward step creates (memory.lua `u.zero`), else nil
+-- Backward kernels accumulate into gradients, so several consumers of one tensor add up;
+-- a fresh buffer's first contribution is assigned instead (rt_kernels.h "Assign": the
+-- kernel's `assign` bits, so the buffer needs no rt_zero), where the kernel can.
 --
 -- Mixed precision: the value of a bf16/fp16 tensor is rounded to its dtype after every
 -- write. Most kernels do it themselves at the store (rt_kernels.h `dt`, the last argument:
@@ -224,11 +228,11 @@ end
 
 local backward = {}
 
-function backward.linear(op, c, dt)
+function backward.linear(op, c, dt, as)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local y = op.outs[1]
-  return { string.format("rt_linear_backward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %s);", c.grad(x), c.grad(w),
-    b and c.grad(b) or "NULL", c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], dt) }
+  return { string.format("rt_linear_backward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %s, %s);", c.grad(x), c.grad(w),
+    b and c.grad(b) or "NULL", c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], dt, as) }
 end
 
 function backward.embedding(op, c)
@@ -237,55 +241,55 @@ function backward.embedding(op, c)
     c.val(idx), numel(idx), w.shape[2], w.shape[1]) }
 end
 
-function backward.layer_norm(op, c, dt)
+function backward.layer_norm(op, c, dt, as)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local mean, rstd = c.stats(op)
-  return { string.format("rt_layernorm_backward(%s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %s);", c.grad(x),
+  return { string.format("rt_layernorm_backward(%s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", c.grad(x),
     c.grad(w), b and c.grad(b) or "NULL", c.dout(op.outs[1]), c.val(x), c.val(w), mean, rstd, rows(x), last(x),
-    dt) }
+    dt, as) }
 end
 
-function backward.rms_norm(op, c, dt)
+function backward.rms_norm(op, c, dt, as)
   local x, w = op.ins[1], op.ins[2]
   local rstd = c.stats(op)
-  return { string.format("rt_rmsnorm_backward(%s, %s, %s, %s, %s, %s, %d, %d, %s);", c.grad(x), c.grad(w),
-    c.dout(op.outs[1]), c.val(x), c.val(w), rstd, rows(x), last(x), dt) }
+  return { string.format("rt_rmsnorm_backward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", c.grad(x), c.grad(w),
+    c.dout(op.outs[1]), c.val(x), c.val(w), rstd, rows(x), last(x), dt, as) }
 end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
-  backward[k] = function(op, c, dt)
+  backward[k] = function(op, c, dt, as)
     local x = op.ins[1]
-    return { string.format("rt_%s_backward(%s, %s, %s, %d, %s);", k, c.grad(x), c.dout(op.outs[1]), c.val(x),
-      numel(x), dt) }
+    return { string.format("rt_%s_backward(%s, %s, %s, %d, %s, %s);", k, c.grad(x), c.dout(op.outs[1]), c.val(x),
+      numel(x), dt, as) }
   end
 end
 
-function backward.swiglu(op, c, dt)
+function backward.swiglu(op, c, dt, as)
   local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_swiglu_backward(%s, %s, %s, %s, %s, %d, %s);", c.grad(a), c.grad(b),
-    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt) }
+  return { string.format("rt_swiglu_backward(%s, %s, %s, %s, %s, %d, %s, %s);", c.grad(a), c.grad(b),
+    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt, as) }
 end
 
-function backward.add(op, c, dt)
+function backward.add(op, c, dt, as)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) == numel(b) then
-    return { string.format("rt_residual_backward(%s, %s, %s, %d, %s);", c.grad(a), c.grad(b), c.dout(op.outs[1]),
-      numel(a), dt) }
+    return { string.format("rt_residual_backward(%s, %s, %s, %d, %s, %s);", c.grad(a), c.grad(b),
+      c.dout(op.outs[1]), numel(a), dt, as) }
   end
-  return { string.format("rt_broadcast_add_backward(%s, %s, %s, %d, %d, %s);", c.grad(a), c.grad(b),
-    c.dout(op.outs[1]), numel(a) // numel(b), numel(b), dt) }
+  return { string.format("rt_broadcast_add_backward(%s, %s, %s, %d, %d, %s, %s);", c.grad(a), c.grad(b),
+    c.dout(op.outs[1]), numel(a) // numel(b), numel(b), dt, as) }
 end
 
-function backward.mul(op, c, dt)
+function backward.mul(op, c, dt, as)
   local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_mul_backward(%s, %s, %s, %s, %s, %d, %s);", c.grad(a), c.grad(b), c.dout(op.outs[1]),
-    c.val(a), c.val(b), numel(a), dt) }
+  return { string.format("rt_mul_backward(%s, %s, %s, %s, %s, %d, %s, %s);", c.grad(a), c.grad(b),
+    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt, as) }
 end
 
-function backward.dropout(op, c, dt)
+function backward.dropout(op, c, dt, as)
   local x = op.ins[1]
-  return { string.format("rt_dropout_backward(%s, %s, %d, %s, R->seed, rt_step_rng_stream(R, %d), 0, %s);",
-    c.grad(x), c.dout(op.outs[1]), numel(x), fmt_float(op.attrs.p), c.site(op), dt) }
+  return { string.format("rt_dropout_backward(%s, %s, %d, %s, R->seed, rt_step_rng_stream(R, %d), 0, %s, %s);",
+    c.grad(x), c.dout(op.outs[1]), numel(x), fmt_float(op.attrs.p), c.site(op), dt, as) }
 end
 
 function backward.attention(op, c)
@@ -299,12 +303,12 @@ function backward.attention(op, c)
     c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v, y)) }
 end
 
-function backward.rotary(op, c, dt)
+function backward.rotary(op, c, dt, as)
   local x = op.ins[1]
   local B, T = batch_seq(x)
   local a = op.attrs
-  return { string.format("rt_rope_backward(%s, %s, %d, %d, %d, %d, %s, %s);", c.grad(x), c.dout(op.outs[1]),
-    B, T, a.n_heads, a.head_dim, fmt_float(a.theta), dt) }
+  return { string.format("rt_rope_backward(%s, %s, %d, %d, %d, %d, %s, %s, %s);", c.grad(x), c.dout(op.outs[1]),
+    B, T, a.n_heads, a.head_dim, fmt_float(a.theta), dt, as) }
 end
 
 -- A view cast's input and output share one gradient buffer: only the rounding to the
@@ -314,15 +318,15 @@ function backward.cast(op, c)
   return { string.format("rt_accumulate(%s, %s, %d);", c.grad(op.ins[1]), c.dout(op.outs[1]), numel(op.ins[1])) }
 end
 
-function backward.sum(op, c)
-  return { string.format("rt_sum_loss_backward(%s, %d, %s);", c.grad(op.ins[1]), numel(op.ins[1]),
-    c.dloss(op.outs[1])) }
+function backward.sum(op, c, _, as)
+  return { string.format("rt_sum_loss_backward(%s, %d, %s, %s);", c.grad(op.ins[1]), numel(op.ins[1]),
+    c.dloss(op.outs[1]), as) }
 end
 
-function backward.cross_entropy(op, c)
+function backward.cross_entropy(op, c, _, as)
   local logits, targets = op.ins[1], op.ins[2]
-  return { string.format("rt_cross_entropy_backward(%s, %s, %s, %d, %d, %s);", c.grad(logits), c.val(logits),
-    c.val(targets), rows(logits), last(logits), c.dloss(op.outs[1])) }
+  return { string.format("rt_cross_entropy_backward(%s, %s, %s, %d, %d, %s, %s);", c.grad(logits),
+    c.val(logits), c.val(targets), rows(logits), last(logits), c.dloss(op.outs[1]), as) }
 end
 
 -- Whether the gradient of t is rounded after each backward that writes it: activation
@@ -363,20 +367,59 @@ local function backward_rounding(op, c)
   return "RT_F32", {}
 end
 
--- Backward calls of op (gradients of its inputs that need one, accumulated): the kernel,
--- then the rounding of each 16-bit activation gradient it does not round itself.
+-- The kernels that take `assign` (rt_kernels.h "Assign"): the inputs (by position) whose
+-- gradients are their RT_ASSIGN_1, RT_ASSIGN_2, ... outputs. Parameter-gradient outputs
+-- (weights, biases, broadcast_add's db) have no bit.
+local ASSIGNS = {
+  linear = { 1 }, layer_norm = { 1 }, rms_norm = { 1 }, relu = { 1 }, gelu = { 1 }, silu = { 1 },
+  swiglu = { 1, 2 }, mul = { 1, 2 }, dropout = { 1 }, sum = { 1 }, cross_entropy = { 1 },
+  add = function(op) return numel(op.ins[1]) == numel(op.ins[2]) and { 1, 2 } or { 1 } end,
+  rotary = function(op)  -- the kernel writes B*T*NH*HD values: all of the buffer
+    local B, T = batch_seq(op.ins[1])
+    return B * T * op.attrs.n_heads * op.attrs.head_dim == numel(op.ins[1]) and { 1 } or {}
+  end,
+}
+
+-- The `assign` argument of op's backward kernel and the gradient buffers it assigns: the
+-- fresh activation-gradient buffers (ctx.fresh) of the kernel's assignable outputs, each
+-- but one that is also another gradient output of the call (x + x accumulates both
+-- contributions into one buffer).
+local function backward_assign(op, c)
+  local a = ASSIGNS[op.kind]
+  if type(a) == "function" then a = a(op) end
+  local bits, bufs = {}, {}
+  for bit, i in ipairs(a or {}) do
+    local t = op.ins[i]
+    local g, fresh = c.grad(t), c.fresh(t)
+    local alone = true
+    for j, u in ipairs(op.ins) do
+      if j ~= i and trace.is_float(u.dtype) and c.grad(u) == g then alone = false end
+    end
+    if g ~= "NULL" and fresh and alone then
+      bits[#bits + 1] = "RT_ASSIGN_" .. bit
+      bufs[#bufs + 1] = fresh
+    end
+  end
+  return bits[1] and table.concat(bits, " | ") or "RT_ACCUMULATE", bufs
+end
+
+-- Backward calls of op (gradients of its inputs that need one, accumulated, or assigned
+-- where the buffer is fresh): the kernel, then the rounding of each 16-bit activation
+-- gradient it does not round itself. Returns the calls and the buffers the kernel assigns
+-- (which need no rt_zero).
 function M.backward(op, c)
   local f = backward[op.kind]
   if not f then unsupported(op, "the backward") end
   local dt, by_kernel = backward_rounding(op, c)
-  local calls = f(op, c, dt)
+  local as, assigned = backward_assign(op, c)
+  local calls = f(op, c, dt, as)
   for i, t in ipairs(op.ins) do
     if grad_rounded(t) and not by_kernel[i] then
       local g = c.grad(t)
       if g ~= "NULL" then rounded(calls, g, t) end
     end
   end
-  return calls
+  return calls, assigned
 end
 
 return M

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
-# Suites: generator (Lua: unit, seed conformance, bad specs, golden schedules, rounding in
-# the step C) and the C runtime (runtime core and comm, kernels, I/O, training driver;
-# each also under ASan/UBSan) and the generated conformance tests of every spec.
+# Suites: generator (Lua: unit, seed conformance, bad specs, golden schedules, rounding and
+# gradient-buffer initialisation in the step C) and the C runtime (runtime core and comm,
+# kernels, I/O, training driver; each also under ASan/UBSan) and the generated conformance
+# tests of every spec.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -40,6 +41,7 @@ run_suite "generator: bad specs" lua5.4 tests/generator/spec_errors.lua
 run_suite "generator: golden schedules" lua5.4 tests/generator/golden_schedules.lua
 run_suite "generator: forward all-gathers" lua5.4 tests/generator/forward_all_gathers.lua
 run_suite "generator: mixed-precision rounding" lua5.4 tests/generator/mp_rounding.lua
+run_suite "generator: gradient initialisation" lua5.4 tests/generator/grad_init.lua
 for suite in runtime kernels io train conformance torch cuda cuda_step; do
   if [[ -x tests/$suite/run.sh ]]; then
     run_suite "runtime: $suite" tests/$suite/run.sh

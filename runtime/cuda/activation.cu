@@ -27,12 +27,13 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n, rt_d
 }
 
 __global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n, rt_dtype dt) {
+                                     const float* __restrict__ inp, size_t n, rt_dtype dt,
+                                     int as) {
     RTC_GRID_STRIDE(i, n) {
         const float x = inp[i];
         const float cdf = 0.5f * (1.0f + erff(x * RTC_SQRT1_2));
         const float pdf = RTC_INV_SQRT_2PI * expf(-0.5f * x * x);
-        dinp[i] = rtc_round_to(dinp[i] + dout[i] * (cdf + x * pdf), dt);
+        dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i] * (cdf + x * pdf), dt);
     }
 }
 
@@ -41,9 +42,10 @@ void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
     RTC_LAUNCH_FLAT(gelu_forward_kernel, n, out, inp, n, dt);
 }
 
-void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign) {
     RTC_KCHECK_DT(dt, "rt_gelu_backward");
-    RTC_LAUNCH_FLAT(gelu_backward_kernel, n, dinp, dout, inp, n, dt);
+    RTC_LAUNCH_FLAT(gelu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
 }
 
 // ----------------------------------------------------------------------------
@@ -54,8 +56,14 @@ __global__ void relu_forward_kernel(float* out, const float* inp, size_t n, rt_d
 }
 
 __global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) if (inp[i] > 0.0f) dinp[i] = rtc_round_to(dinp[i] + dout[i], dt);
+                                     const float* __restrict__ inp, size_t n, rt_dtype dt,
+                                     int as) {
+    RTC_GRID_STRIDE(i, n) {
+        if (inp[i] > 0.0f)
+            dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i], dt);
+        else if (as)
+            dinp[i] = 0.0f;
+    }
 }
 
 void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
@@ -63,9 +71,10 @@ void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
     RTC_LAUNCH_FLAT(relu_forward_kernel, n, out, inp, n, dt);
 }
 
-void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign) {
     RTC_KCHECK_DT(dt, "rt_relu_backward");
-    RTC_LAUNCH_FLAT(relu_backward_kernel, n, dinp, dout, inp, n, dt);
+    RTC_LAUNCH_FLAT(relu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
 }
 
 // ----------------------------------------------------------------------------
@@ -79,8 +88,11 @@ __global__ void silu_forward_kernel(float* out, const float* inp, size_t n, rt_d
 }
 
 __global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) dinp[i] = rtc_round_to(dinp[i] + dout[i] * rtc_silu_grad(inp[i]), dt);
+                                     const float* __restrict__ inp, size_t n, rt_dtype dt,
+                                     int as) {
+    RTC_GRID_STRIDE(i, n) {
+        dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i] * rtc_silu_grad(inp[i]), dt);
+    }
 }
 
 void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
@@ -88,9 +100,10 @@ void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
     RTC_LAUNCH_FLAT(silu_forward_kernel, n, out, inp, n, dt);
 }
 
-void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign) {
     RTC_KCHECK_DT(dt, "rt_silu_backward");
-    RTC_LAUNCH_FLAT(silu_backward_kernel, n, dinp, dout, inp, n, dt);
+    RTC_LAUNCH_FLAT(silu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
 }
 
 // ----------------------------------------------------------------------------
@@ -110,10 +123,11 @@ __global__ void swiglu_forward_kernel(float* out, const float* a, const float* b
 __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buffer
                                        const float* __restrict__ dout,
                                        const float* __restrict__ a,
-                                       const float* __restrict__ b, size_t n, rt_dtype dt) {
+                                       const float* __restrict__ b, size_t n, rt_dtype dt,
+                                       int as1, int as2) {
     RTC_GRID_STRIDE(i, n) {
         const float x = a[i];
-        if (da && da == db) {
+        if (da && da == db) {  // aliased: accumulates whatever the bits say
             float v = da[i] + rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
             v += dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt);
             da[i] = rtc_round_to(v, dt);
@@ -121,9 +135,11 @@ __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buff
         }
         if (da) {
             const float g = rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
-            da[i] = rtc_round_to(da[i] + g, dt);
+            da[i] = rtc_round_to(RTC_BASE(da[i], as1) + g, dt);
         }
-        if (db) db[i] = rtc_round_to(db[i] + dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt), dt);
+        if (db)
+            db[i] = rtc_round_to(
+                RTC_BASE(db[i], as2) + dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt), dt);
     }
 }
 
@@ -133,10 +149,11 @@ void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_
 }
 
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                        size_t n, rt_dtype dt) {
+                        size_t n, rt_dtype dt, int assign) {
     RTC_KCHECK_DT(dt, "rt_swiglu_backward");
     if (!da && !db) return;
-    RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n, dt);
+    RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n, dt, assign & RT_ASSIGN_1,
+                    assign & RT_ASSIGN_2);
 }
 
 // ----------------------------------------------------------------------------
@@ -172,7 +189,7 @@ __global__ void rope_forward_kernel(float* out, const float* inp, int T, int NH,
 // backward (accumulating): rotation by -angle
 __global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
                                      int T, int NH, int HD, float theta, size_t npairs,
-                                     rt_dtype dt) {
+                                     rt_dtype dt, int as) {
     const int half = HD / 2;
     RTC_GRID_STRIDE(p, npairs) {
         const int i = (int)(p % (size_t)half);
@@ -180,8 +197,8 @@ __global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __re
         float cs, sn;
         rtc_rope_cos_sin(t, i, HD, theta, &cs, &sn);
         const float d0 = dout[2 * p], d1 = dout[2 * p + 1];
-        dinp[2 * p] = rtc_round_to(dinp[2 * p] + (d0 * cs + d1 * sn), dt);
-        dinp[2 * p + 1] = rtc_round_to(dinp[2 * p + 1] + (-d0 * sn + d1 * cs), dt);
+        dinp[2 * p] = rtc_round_to(RTC_BASE(dinp[2 * p], as) + (d0 * cs + d1 * sn), dt);
+        dinp[2 * p + 1] = rtc_round_to(RTC_BASE(dinp[2 * p + 1], as) + (-d0 * sn + d1 * cs), dt);
     }
 }
 
@@ -201,10 +218,11 @@ void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD,
 }
 
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
-                      float theta, rt_dtype dt) {
+                      float theta, rt_dtype dt, int assign) {
     RTC_KCHECK_DT(dt, "rt_rope_backward");
     rope_check(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const size_t npairs = (size_t)B * T * NH * (HD / 2);
-    RTC_LAUNCH_FLAT(rope_backward_kernel, npairs, dinp, dout, T, NH, HD, theta, npairs, dt);
+    RTC_LAUNCH_FLAT(rope_backward_kernel, npairs, dinp, dout, T, NH, HD, theta, npairs, dt,
+                    assign & RT_ASSIGN_1);
 }

@@ -112,6 +112,11 @@ __device__ __forceinline__ float rtc_round_to(float v, rt_dtype dt) {
     return v;
 }
 
+// The value a backward kernel adds its contribution to: the gradient's current value, or
+// 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of accumulating
+// onto a zeroed buffer). x is not read when assigning.
+#define RTC_BASE(x, assigning) ((assigning) ? 0.0f : (x))
+
 // x[0..n) rounded to dt in place on the thread's stream (linear.cu); nothing for RT_F32.
 void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 

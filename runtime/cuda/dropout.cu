@@ -79,19 +79,20 @@ __global__ void dropout_kernel(float* dst, const float* src, size_t n, float p, 
             if (e < offset || e - offset >= n) continue;
             const size_t i = (size_t)(e - offset);
             const float v = rtc_u01(o[lane]) >= p ? src[i] * scale : 0.0f;
-            dst[i] = rtc_round_to(acc ? dst[i] + v : v, dt);
+            dst[i] = rtc_round_to(acc ? RTC_BASE(dst[i], acc == 2) + v : v, dt);
         }
     }
 }
 
 __global__ void dropout_fill_kernel(float* dst, const float* src, size_t n, int mode,
                                     rt_dtype dt) {
-    // mode 0: dst = 0 (p >= 1 forward); mode 1: dst += src (p <= 0 backward)
+    // mode 0: dst = 0 (p >= 1 forward, or assigned backward); mode 1: dst += src (p <= 0
+    // backward); mode 2: dst = 0 + src (p <= 0 backward, assigned)
     RTC_GRID_STRIDE(i, n) {
         if (mode == 0)
             dst[i] = 0.0f;
         else
-            dst[i] = rtc_round_to(dst[i] + src[i], dt);
+            dst[i] = rtc_round_to(RTC_BASE(dst[i], mode == 2) + src[i], dt);
     }
 }
 
@@ -125,14 +126,15 @@ void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_
 }
 
 void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
-                         uint64_t stream, uint64_t offset, rt_dtype dt) {
+                         uint64_t stream, uint64_t offset, rt_dtype dt, int assign) {
     RTC_KCHECK_DT(dt, "rt_dropout_backward");
-    if (n == 0 || p >= 1.0f) return;
-    if (p <= 0.0f) {
+    const int as = assign & RT_ASSIGN_1;
+    if (n == 0 || (p >= 1.0f && !as)) return;
+    if (p <= 0.0f || p >= 1.0f) {  // p >= 1 and assigned: zeros
         dropout_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-            dinp, dout, n, 1, dt);
+            dinp, dout, n, p >= 1.0f ? 0 : as ? 2 : 1, dt);
         RTC_CHECK_LAUNCH(dropout_fill_kernel);
         return;
     }
-    dropout_apply(dinp, dout, n, p, seed, stream, offset, 1, dt);
+    dropout_apply(dinp, dout, n, p, seed, stream, offset, as ? 2 : 1, dt);
 }

@@ -12,17 +12,19 @@ __global__ void add_kernel(float* out, const float* a, const float* b, size_t n,
 }
 
 // da and db may be the same buffer (x + x): no __restrict__ on them; then the element gets
-// both contributions, da's first, and one rounding. rt_accumulate uses it with RT_F32.
+// both contributions, da's first, and one rounding (the assign bits are then ignored).
+// rt_accumulate uses it with RT_F32.
 __global__ void acc2_kernel(float* da, float* db,
-                            const float* __restrict__ dout, size_t n, rt_dtype dt) {
+                            const float* __restrict__ dout, size_t n, rt_dtype dt, int as1,
+                            int as2) {
     RTC_GRID_STRIDE(i, n) {
         const float d = dout[i];
         if (da && da == db) {
             da[i] = rtc_round_to((da[i] + d) + d, dt);
             continue;
         }
-        if (da) da[i] = rtc_round_to(da[i] + d, dt);
-        if (db) db[i] = rtc_round_to(db[i] + d, dt);
+        if (da) da[i] = rtc_round_to(RTC_BASE(da[i], as1) + d, dt);
+        if (db) db[i] = rtc_round_to(RTC_BASE(db[i], as2) + d, dt);
     }
 }
 
@@ -31,10 +33,12 @@ void rt_residual_forward(float* out, const float* a, const float* b, size_t n, r
     RTC_LAUNCH_FLAT(add_kernel, n, out, a, b, n, dt);
 }
 
-void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt) {
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt,
+                          int assign) {
     RTC_KCHECK_DT(dt, "rt_residual_backward");
     if (!da && !db) return;
-    RTC_LAUNCH_FLAT(acc2_kernel, n, da, db, dout, n, dt);
+    RTC_LAUNCH_FLAT(acc2_kernel, n, da, db, dout, n, dt, assign & RT_ASSIGN_1,
+                    assign & RT_ASSIGN_2);
 }
 
 // ----------------------------------------------------------------------------
@@ -47,15 +51,16 @@ __global__ void mul_kernel(float* out, const float* a, const float* b, size_t n,
 // da and db may be one buffer (x * x): both contributions, da's first, one rounding.
 __global__ void mul_backward_kernel(float* da, float* db,
                                     const float* __restrict__ dout, const float* __restrict__ a,
-                                    const float* __restrict__ b, size_t n, rt_dtype dt) {
+                                    const float* __restrict__ b, size_t n, rt_dtype dt, int as1,
+                                    int as2) {
     RTC_GRID_STRIDE(i, n) {
         const float d = dout[i];
         if (da && da == db) {
             da[i] = rtc_round_to((da[i] + d * b[i]) + d * a[i], dt);
             continue;
         }
-        if (da) da[i] = rtc_round_to(da[i] + d * b[i], dt);
-        if (db) db[i] = rtc_round_to(db[i] + d * a[i], dt);
+        if (da) da[i] = rtc_round_to(RTC_BASE(da[i], as1) + d * b[i], dt);
+        if (db) db[i] = rtc_round_to(RTC_BASE(db[i], as2) + d * a[i], dt);
     }
 }
 
@@ -65,10 +70,11 @@ void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dty
 }
 
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                     size_t n, rt_dtype dt) {
+                     size_t n, rt_dtype dt, int assign) {
     RTC_KCHECK_DT(dt, "rt_mul_backward");
     if (!da && !db) return;
-    RTC_LAUNCH_FLAT(mul_backward_kernel, n, da, db, dout, a, b, n, dt);
+    RTC_LAUNCH_FLAT(mul_backward_kernel, n, da, db, dout, a, b, n, dt, assign & RT_ASSIGN_1,
+                    assign & RT_ASSIGN_2);
 }
 
 // ----------------------------------------------------------------------------
@@ -89,11 +95,11 @@ void rt_broadcast_add_forward(float* out, const float* a, const float* b, int ro
 }
 
 void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols,
-                               rt_dtype dt) {
+                               rt_dtype dt, int assign) {
     RTC_KCHECK_DT(dt, "rt_broadcast_add_backward");
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
-    if (da) RTC_LAUNCH_FLAT(acc2_kernel, n, da, (float*)NULL, dout, n, dt);
+    if (da) RTC_LAUNCH_FLAT(acc2_kernel, n, da, (float*)NULL, dout, n, dt, assign & RT_ASSIGN_1, 0);
     if (db) rtc_colsum_acc(db, dout, rows, cols);
 }
 
@@ -126,7 +132,7 @@ void rt_scale(float* out, const float* inp, size_t n, float s) {
 }
 
 void rt_accumulate(float* dst, const float* src, size_t n) {
-    RTC_LAUNCH_FLAT(acc2_kernel, n, dst, (float*)NULL, src, n, RT_F32);
+    RTC_LAUNCH_FLAT(acc2_kernel, n, dst, (float*)NULL, src, n, RT_F32, 0, 0);
 }
 
 void rt_axpy(float* dst, const float* src, size_t n, float alpha) {

@@ -78,11 +78,13 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
-                        rt_dtype dt) {
+                        rt_dtype dt, int assign) {
     RTC_KCHECK_DT(dt, "rt_linear_backward");
+    const int as = assign & RT_ASSIGN_1;
+    if (dinp && as && N > 0 && C > 0 && OC <= 0) rt_zero(dinp, (size_t)N * C);  // no terms
     if (N <= 0 || OC <= 0) return;
-    if (dinp && C > 0) {  // dinp[N,C] += dout[N,OC] · weight[OC,C], rounded to dt
-        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, dt);
+    if (dinp && C > 0) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
+        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
         rtc_round_buf(dinp, (size_t)N * C, dt);
     }
     if (dweight && C > 0)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]

@@ -12,18 +12,18 @@
 // ----------------------------------------------------------------------------
 // sum loss: loss = sum(logits) in double; backward dlogits += dloss
 
-__global__ void add_scalar_kernel(float* __restrict__ x, size_t n, float v) {
-    RTC_GRID_STRIDE(i, n) x[i] += v;
+__global__ void add_scalar_kernel(float* __restrict__ x, size_t n, float v, int as) {
+    RTC_GRID_STRIDE(i, n) x[i] = RTC_BASE(x[i], as) + v;
 }
 
 void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
     rtc_reduce_sum(rtc_get(), logits, n, 0, loss, NULL);
 }
 
-void rt_sum_loss_backward(float* dlogits, size_t n, float dloss) {
+void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign) {
     if (n == 0) return;
     add_scalar_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-        dlogits, n, dloss);
+        dlogits, n, dloss, assign & RT_ASSIGN_1);
     RTC_CHECK_LAUNCH(add_scalar_kernel);
 }
 
@@ -126,13 +126,18 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
 
 __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
                                    const int32_t* __restrict__ targets,
-                                   const double* __restrict__ count_in, int V, float dloss) {
+                                   const double* __restrict__ count_in, int V, float dloss,
+                                   int as) {
     const double count = count_in[0];
     const size_t n = blockIdx.x;
     const int32_t t = targets[n];
-    if (count == 0.0 || t == RT_IGNORE_INDEX) return;  // no contribution (block-uniform)
-    const float* x = logits + n * V;
     float* dx = dlogits + n * V;
+    if (count == 0.0 || t == RT_IGNORE_INDEX) {  // no contribution (block-uniform)
+        if (as)
+            for (int j = threadIdx.x; j < V; j += blockDim.x) dx[j] = 0.0f;
+        return;
+    }
+    const float* x = logits + n * V;
     float mx;
     double s;
     rtc_row_lse(x, V, &mx, &s);
@@ -140,20 +145,20 @@ __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __r
     const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
     const float gf = (float)g;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = dx[j] + expf(x[j] - mx) * gs;
+        float d = RTC_BASE(dx[j], as) + expf(x[j] - mx) * gs;
         if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
         dx[j] = d;
     }
 }
 
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss) {
+                               int N, int V, float dloss, int assign) {
     if (N <= 0 || V <= 0) return;
     rtc_ctx* ctx = rtc_get();
     double* count = ctx->scratch + RTC_RESULT_SLOT + 1;
     ce_count_kernel<<<1, 1024, 0, rtc_stream()>>>(count, targets, N, V);
     RTC_CHECK_LAUNCH(ce_count_kernel);
     ce_backward_kernel<<<(unsigned)N, rtc_row_threads(V), 0, rtc_stream()>>>(
-        dlogits, logits, targets, count, V, dloss);
+        dlogits, logits, targets, count, V, dloss, assign & RT_ASSIGN_1);
     RTC_CHECK_LAUNCH(ce_backward_kernel);
 }

@@ -63,7 +63,7 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
                                                const float* __restrict__ weight,
                                                const float* __restrict__ mean,
                                                const float* __restrict__ rstd, int C,
-                                               rt_dtype dt) {
+                                               rt_dtype dt, int as) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
     const float* d = dout + n * C;
@@ -82,7 +82,7 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float xhat = (x[c] - mf) * rs;
         const float g = weight ? d[c] * weight[c] : d[c];
-        dx[c] = rtc_round_to(dx[c] + rs * (g - mg - xhat * mgx), dt);
+        dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
@@ -119,12 +119,12 @@ __global__ void layernorm_backward_dwb_kernel(float* __restrict__ dweight,
 
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
-                           const float* rstd, int N, int C, rt_dtype dt) {
+                           const float* rstd, int N, int C, rt_dtype dt, int assign) {
     RTC_KCHECK_DT(dt, "rt_layernorm_backward");
     if (N <= 0 || C <= 0) return;
     if (dinp) {
         layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-            dinp, dout, inp, weight, mean, rstd, C, dt);
+            dinp, dout, inp, weight, mean, rstd, C, dt, assign & RT_ASSIGN_1);
         RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
     }
     if (dweight || dbias) {
@@ -171,7 +171,8 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
                                              const float* __restrict__ dout,
                                              const float* __restrict__ inp,
                                              const float* __restrict__ weight,
-                                             const float* __restrict__ rstd, int C, rt_dtype dt) {
+                                             const float* __restrict__ rstd, int C, rt_dtype dt,
+                                             int as) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
     const float* d = dout + n * C;
@@ -186,7 +187,7 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
     const float mgx = (float)(sgx / C);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float g = weight ? d[c] * weight[c] : d[c];
-        dx[c] = rtc_round_to(dx[c] + rs * (g - (x[c] * rs) * mgx), dt);
+        dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - (x[c] * rs) * mgx), dt);
     }
 }
 
@@ -212,12 +213,13 @@ __global__ void rmsnorm_backward_dw_kernel(float* __restrict__ dweight,
 }
 
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                         const float* weight, const float* rstd, int N, int C, rt_dtype dt) {
+                         const float* weight, const float* rstd, int N, int C, rt_dtype dt,
+                         int assign) {
     RTC_KCHECK_DT(dt, "rt_rmsnorm_backward");
     if (N <= 0 || C <= 0) return;
     if (dinp) {
         rmsnorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-            dinp, dout, inp, weight, rstd, C, dt);
+            dinp, dout, inp, weight, rstd, C, dt, assign & RT_ASSIGN_1);
         RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
     }
     if (dweight) {

@@ -37,6 +37,18 @@
 //     gradient buffer (rt_zero) before its first contribution. This is what lets one
 //     buffer collect several contributions (residual branches, tied weights, several
 //     forwards before one backward) without extra copies.
+//   * Assign (`assign`, the last argument of the backward kernels that write activation
+//     gradients: linear, layernorm, rmsnorm, gelu, relu, silu, swiglu, rope, residual,
+//     mul, broadcast_add, dropout, sum loss, cross_entropy): a bitmask naming the
+//     gradient outputs, counted in parameter order among the kernel's ACTIVATION-gradient
+//     outputs (RT_ASSIGN_1 the first, RT_ASSIGN_2 the second), that the call ASSIGNS (=)
+//     instead of accumulating into: the output is written in full without being read,
+//     with the bits of the same call accumulating onto a zeroed buffer (0 + x, rounded
+//     to dt as usual; only a zero's sign may differ, -0 where 0 + -0 gives +0), so the
+//     generated code needs no rt_zero before a gradient's first contribution. RT_ACCUMULATE (0) accumulates every output. Parameter gradients
+//     (dweight, dbias, broadcast_add's db) always accumulate and have no bit. Two
+//     gradient outputs that are one buffer (da == db below) ignore their bits and
+//     accumulate. Each kernel names its bits.
 //   * A gradient output documented as "nullable" may be NULL: that gradient is then not
 //     computed at all (input that needs no grad, frozen parameter).
 //   * Aliasing: elementwise forward kernels allow out == inp (in place). A backward
@@ -66,6 +78,11 @@
 extern "C" {
 #endif
 
+// `assign` bits (see "Assign" above).
+#define RT_ACCUMULATE 0
+#define RT_ASSIGN_1 1
+#define RT_ASSIGN_2 2
+
 // ----------------------------------------------------------------------------
 // setup
 
@@ -85,10 +102,10 @@ void rt_kernels_init(void);
 void rt_linear_forward(float* out, const float* inp, const float* weight,
                        const float* bias /*nullable*/, int N, int C, int OC, rt_dtype dt);
 // dinp[N,C] += dout·weight; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_rows(dout).
-// dinp, dweight, dbias are each nullable.
+// dinp, dweight, dbias are each nullable. RT_ASSIGN_1: dinp = (beta = 0 in the GEMM).
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
-                        rt_dtype dt);
+                        rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // embedding: out[N,C] = weight[ids[n], :], weight [V,C]; ids are int32 in [0, V).
@@ -111,10 +128,10 @@ void rt_arange_i32(int32_t* ids, int n, int32_t start);
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                           const float* weight, const float* bias, int N, int C, float eps,
                           rt_dtype dt);
-// dinp, dweight, dbias nullable; mean, rstd are what forward saved.
+// dinp, dweight, dbias nullable; mean, rstd are what forward saved. RT_ASSIGN_1: dinp.
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
-                           const float* rstd, int N, int C, rt_dtype dt);
+                           const float* rstd, int N, int C, rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // RMSNorm over the last dim: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps).
@@ -123,46 +140,51 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps, rt_dtype dt);
-// dinp, dweight nullable.
+// dinp, dweight nullable. RT_ASSIGN_1: dinp.
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                         const float* weight, const float* rstd, int N, int C, rt_dtype dt);
+                         const float* weight, const float* rstd, int N, int C, rt_dtype dt,
+                         int assign);
 
 // ----------------------------------------------------------------------------
 // elementwise activations over n values. Backward takes the forward INPUT. Each rounds
-// out (forward) and dinp (backward) to dt.
+// out (forward) and dinp (backward) to dt. RT_ASSIGN_1: dinp (written in full, relu's
+// zeros included).
 
 // exact GELU (nn.GELU(), erf form): 0.5 * x * (1 + erf(x / sqrt(2))).
 void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt);
-void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt);
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign);
 // ReLU; gradient at 0 is 0 as PyTorch (dinp[i] is not written where inp[i] <= 0).
 // Backward may be given the output instead of the input (out > 0 exactly when inp > 0).
 void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt);
-void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt);
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign);
 // SiLU: x * sigmoid(x).
 void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt);
-void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt);
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign);
 // SwiGLU gate: out = silu(a) * b (Llama FFN: w2(silu(w1 x) * w3 x)). da, db nullable (and
 // may be one buffer). One kernel for the silu and the product, and nothing of size n kept
 // for backward but a and b. Rounds out, da and db to dt, and the intermediates silu(a)
 // and, in backward, dout * b exactly where separate silu and mul kernels would round
-// their outputs, so the fused op gives their bits.
+// their outputs, so the fused op gives their bits. RT_ASSIGN_1: da, RT_ASSIGN_2: db.
 void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                        size_t n, rt_dtype dt);
+                        size_t n, rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // rotary position embeddings (Meta Llama): over x[B,T,NH,HD], the consecutive pair
 // (x[2i], x[2i+1]) at position t is rotated by angle t * theta^(-2i/HD), i < HD/2.
 // Backward applies the inverse rotation. HD must be even and <= RT_ROPE_MAX_HD.
 // Forward allows out == inp. Llama's default theta is RT_ROPE_THETA. Rounds out
-// (forward) and dinp (backward) to dt.
+// (forward) and dinp (backward) to dt. RT_ASSIGN_1: dinp.
 
 #define RT_ROPE_THETA 10000.0f
 #define RT_ROPE_MAX_HD 1024
 void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
                      rt_dtype dt);
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
-                      float theta, rt_dtype dt);
+                      float theta, rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // scaled-dot-product attention, multi-head and grouped-query.
@@ -212,22 +234,23 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
 // binary elementwise ops (residual add, product, broadcast add)
 
 // out = a + b. Backward: da += dout, db += dout (each nullable; may be one buffer).
-// Rounds out, da and db to dt.
+// Rounds out, da and db to dt. RT_ASSIGN_1: da, RT_ASSIGN_2: db.
 void rt_residual_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
-void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt);
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt,
+                          int assign);
 // out = a * b. Backward: da += dout * b, db += dout * a (each nullable; may be one buffer).
-// Rounds out, da and db to dt.
+// Rounds out, da and db to dt. RT_ASSIGN_1: da, RT_ASSIGN_2: db.
 void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                     size_t n, rt_dtype dt);
+                     size_t n, rt_dtype dt, int assign);
 // out[r,c] = a[r,c] + b[c] over a[rows,cols], b[cols] (e.g. positional embedding [T*C]
 // added to every batch row, rows = B). Backward: da += dout, db += sum over rows of dout.
 // Rounds out and da to dt; db, a reduction over rows like a bias gradient, is treated as
-// a parameter gradient (not rounded).
+// a parameter gradient (not rounded). RT_ASSIGN_1: da (db always accumulates).
 void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols,
                               rt_dtype dt);
 void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols,
-                               rt_dtype dt);
+                               rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // buffer helpers
@@ -248,34 +271,37 @@ double rt_sumsq(const float* x, size_t n);
 // Kept iff u(e) >= p, kept values scaled by 1/(1-p). A sharded run passing each piece's
 // offset draws exactly the masks of the unsharded run. p == 0 is an exact copy; p >= 1
 // zeroes. Backward regenerates the same mask (no mask buffer), dinp += mask*scale*dout
-// (p >= 1: dinp is not written). Rounds out (forward) and dinp (backward) to dt.
+// (p >= 1: dinp is not written, or zeroed with RT_ASSIGN_1). Rounds out (forward) and
+// dinp (backward) to dt. RT_ASSIGN_1: dinp.
 
 void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
                         uint64_t stream, uint64_t offset, rt_dtype dt);
 void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
-                         uint64_t stream, uint64_t offset, rt_dtype dt);
+                         uint64_t stream, uint64_t offset, rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // losses (the scalar loss is written to loss[0])
 
 // "sum" loss: loss = sum of all n logits (the PyTorch tests' model(inp).sum()),
 // accumulated in double. Backward: dlogits[i] += dloss (dloss = 1 for loss.backward()).
+// RT_ASSIGN_1: dlogits.
 void rt_sum_loss_forward(float* loss, const float* logits, size_t n);
-void rt_sum_loss_backward(float* dlogits, size_t n, float dloss);
+void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign);
 
 // cross-entropy with mean reduction (F.cross_entropy(logits.view(-1,V), targets.view(-1))):
 // logits [N,V], targets [N] int32 in [0,V) or RT_IGNORE_INDEX (skipped; the mean is over
 // the M non-ignored rows, M = N when none is ignored, as PyTorch). Forward writes the
 // per-row losses (nullable; 0 for ignored rows) and loss[0] = their mean. Backward
 // recomputes the softmax from the logits (no probs buffer) and accumulates
-// dlogits += (softmax - onehot(target)) * dloss / M.
+// dlogits += (softmax - onehot(target)) * dloss / M (ignored rows add 0). RT_ASSIGN_1:
+// dlogits.
 #define RT_IGNORE_INDEX (-100)
 void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
                               const int32_t* targets, int N, int V);
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss);
+                               int N, int V, float dloss, int assign);
 
 #ifdef __cplusplus
 }

@@ -128,8 +128,8 @@ static void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec) {
     snprintf(nm, sizeof nm, "linear forward %s N=%d C=%d OC=%d bias=%d", P, N, C, OC, use_bias);
     cmp_dt(nm, d_out, out, (size_t)N * OC, TOL_GEMM, prec, 1);
 
-    cpu_rt_linear_backward(dinp, dw, use_bias ? db : NULL, dout, inp, w, N, C, OC, prec);
-    rt_linear_backward(d_dinp, d_dw, use_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, prec);
+    cpu_rt_linear_backward(dinp, dw, use_bias ? db : NULL, dout, inp, w, N, C, OC, prec, RT_ACCUMULATE);
+    rt_linear_backward(d_dinp, d_dw, use_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC, prec, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "linear backward %s dinp (+=) N=%d C=%d OC=%d", P, N, C, OC);
     cmp_dt(nm, d_dinp, dinp, (size_t)N * C, TOL_GEMM, prec, 1);
     snprintf(nm, sizeof nm, "linear backward %s dweight (+=) N=%d C=%d OC=%d", P, N, C, OC);
@@ -139,8 +139,8 @@ static void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec) {
     cmp(nm, d_db, db, OC, TOL_ELEM);
 
     // dweight only (dinp, dbias NULL)
-    cpu_rt_linear_backward(NULL, dw, NULL, dout, inp, w, N, C, OC, prec);
-    rt_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC, prec);
+    cpu_rt_linear_backward(NULL, dw, NULL, dout, inp, w, N, C, OC, prec, RT_ACCUMULATE);
+    rt_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC, prec, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "linear backward %s dweight only, dinp unchanged N=%d C=%d OC=%d", P,
              N, C, OC);
     cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
@@ -223,9 +223,9 @@ static void test_layernorm(int N, int C, int affine, rt_dtype dt) {
     RT_CHECK_CUDA(cudaMemcpy(d_mean, mean, N * sizeof(float), cudaMemcpyHostToDevice));
     RT_CHECK_CUDA(cudaMemcpy(d_rstd, rstd, N * sizeof(float), cudaMemcpyHostToDevice));
     cpu_rt_layernorm_backward(dx, affine ? dw : NULL, affine ? db : NULL, dout, x, wp, mean, rstd,
-                              N, C, dt);
+                              N, C, dt, RT_ACCUMULATE);
     rt_layernorm_backward(d_dx, affine ? d_dw : NULL, affine ? d_db : NULL, d_dout, d_x, d_wp,
-                          d_mean, d_rstd, N, C, dt);
+                          d_mean, d_rstd, N, C, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "layernorm %s backward N=%d C=%d affine=%d: dinp (+=)", P, N, C,
              affine);
     cmp_dt(nm, d_dx, dx, nc, 1e-5, dt, 1);
@@ -233,8 +233,8 @@ static void test_layernorm(int N, int C, int affine, rt_dtype dt) {
     cmp("  ... dbias (+=)", d_db, db, C, 1e-5);
     // dinp NULL: only the parameter gradients
     if (affine) {
-        cpu_rt_layernorm_backward(NULL, dw, db, dout, x, wp, mean, rstd, N, C, dt);
-        rt_layernorm_backward(NULL, d_dw, d_db, d_dout, d_x, d_wp, d_mean, d_rstd, N, C, dt);
+        cpu_rt_layernorm_backward(NULL, dw, db, dout, x, wp, mean, rstd, N, C, dt, RT_ACCUMULATE);
+        rt_layernorm_backward(NULL, d_dw, d_db, d_dout, d_x, d_wp, d_mean, d_rstd, N, C, dt, RT_ACCUMULATE);
         cmp("layernorm backward dinp NULL: dweight (+=)", d_dw, dw, C, 1e-5);
         cmp("  ... dbias (+=)", d_db, db, C, 1e-5);
     }
@@ -269,8 +269,8 @@ static void test_rmsnorm(int N, int C, int affine, rt_dtype dt) {  // dt: as tes
     cmp("  ... rstd", d_rstd, rstd, N, TOL_ELEM);
 
     RT_CHECK_CUDA(cudaMemcpy(d_rstd, rstd, N * sizeof(float), cudaMemcpyHostToDevice));
-    cpu_rt_rmsnorm_backward(dx, affine ? dw : NULL, dout, x, wp, rstd, N, C, dt);
-    rt_rmsnorm_backward(d_dx, affine ? d_dw : NULL, d_dout, d_x, d_wp, d_rstd, N, C, dt);
+    cpu_rt_rmsnorm_backward(dx, affine ? dw : NULL, dout, x, wp, rstd, N, C, dt, RT_ACCUMULATE);
+    rt_rmsnorm_backward(d_dx, affine ? d_dw : NULL, d_dout, d_x, d_wp, d_rstd, N, C, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "rmsnorm %s backward N=%d C=%d affine=%d: dinp (+=)", P, N, C,
              affine);
     cmp_dt(nm, d_dx, dx, nc, 1e-5, dt, 1);
@@ -284,7 +284,7 @@ static void test_rmsnorm(int N, int C, int affine, rt_dtype dt) {  // dt: as tes
 // activations
 
 typedef void (*act_fwd)(float*, const float*, size_t, rt_dtype);
-typedef void (*act_bwd)(float*, const float*, const float*, size_t, rt_dtype);
+typedef void (*act_bwd)(float*, const float*, const float*, size_t, rt_dtype, int);
 
 // dt RT_BF16: out and dinp rounded to bf16 on both backends; where the device's expf/erff
 // differ from the host's in the last fp32 bit, the rounding may go the other way (one ulp).
@@ -304,8 +304,8 @@ static void test_activation(const char* name, act_fwd cf, act_fwd gf, act_bwd cb
     gf(d_out, d_x, n, dt);
     snprintf(nm, sizeof nm, "%s %s forward n=%zu", name, P, n);
     cmp_dt(nm, d_out, out, n, TOL_ELEM, dt, 1);
-    cb(dx, dout, x, n, dt);
-    gb(d_dx, d_dout, d_x, n, dt);
+    cb(dx, dout, x, n, dt, RT_ACCUMULATE);
+    gb(d_dx, d_dout, d_x, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "%s %s backward (+=) n=%zu", name, P, n);
     cmp_dt(nm, d_dx, dx, n, TOL_ELEM, dt, 1);
     gf(d_x, d_x, n, dt);  // in place
@@ -313,6 +313,154 @@ static void test_activation(const char* name, act_fwd cf, act_fwd gf, act_bwd cb
     cmp_dt(nm, d_x, out, n, TOL_ELEM, dt, 1);
     free(x), free(dout), free(out), free(dx);
     dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx);
+}
+
+// ----------------------------------------------------------------------------
+// assigned gradient outputs (rt_kernels.h "Assign"): each kernel with `assign`, each bit,
+// against the CPU kernel with the same bits (test_assign there checks that equals
+// accumulating onto zeros). Assigned outputs start NaN on both sides, so a read of them
+// shows; an output whose bit is clear accumulates onto its old values as before.
+
+static float* hnan(size_t n) {
+    float* x = (float*)malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+// fills host h and device d (n values) with NaN (assigned) or copies of init
+static void reset_out(float* h, float* d, const float* init, size_t n, int assigned) {
+    float* src = assigned ? hnan(n) : (float*)init;
+    memcpy(h, src, n * sizeof(float));
+    RT_CHECK_CUDA(cudaMemcpy(d, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (assigned) free(src);
+}
+
+static void test_assign(rt_dtype dt) {
+    const char* P = dt == RT_BF16 ? "bf16" : "fp32";
+    char nm[160];
+    const int N = 67, C = 96, OC = 40;
+    const size_t n = 4099, nc = (size_t)N * C;
+    float *x = hrand(nc, 2.0f, 0.5f), *w = hrand((size_t)OC * C, 0.5f, 0.0f);
+    float *y = hrand(nc, 2.0f, 0.0f), *dout = hrand(nc, 1.0f, 0.0f);
+    float *init = hrand(nc, 1.0f, 0.0f), *init2 = hrand(nc, 1.0f, 0.0f);
+    round_to(x, nc, dt), round_to(w, (size_t)OC * C, dt), round_to(y, nc, dt);
+    round_to(dout, nc, dt), round_to(init, nc, dt), round_to(init2, nc, dt);
+    x[0] = 0.0f;  // ReLU's kink
+    float *d_x = dup(x, nc), *d_w = dup(w, (size_t)OC * C), *d_y = dup(y, nc),
+          *d_dout = dup(dout, nc);
+    float *h1 = hrand(nc, 1.0f, 0.0f), *h2 = hrand(nc, 1.0f, 0.0f);
+    float *d1 = dup(h1, nc), *d2 = dup(h2, nc);
+
+    // linear dinp (dout [N,OC] from the first N*OC values of dout)
+    reset_out(h1, d1, init, nc, 1);
+    cpu_rt_linear_backward(h1, NULL, NULL, dout, x, w, N, C, OC, dt, RT_ASSIGN_1);
+    rt_linear_backward(d1, NULL, NULL, d_dout, d_x, d_w, N, C, OC, dt, RT_ASSIGN_1);
+    snprintf(nm, sizeof nm, "assign %s linear backward dinp (=)", P);
+    cmp_dt(nm, d1, h1, nc, TOL_GEMM, dt, 1);
+
+    // norms: statistics from the CPU forward on both sides
+    float *mean = hrand(N, 1.0f, 0.0f), *rstd = hrand(N, 1.0f, 0.0f), *out = hrand(nc, 1.0f, 0.0f);
+    cpu_rt_layernorm_forward(out, mean, rstd, x, w, NULL, N, C, RT_LAYERNORM_EPS, RT_F32);
+    float *d_mean = dup(mean, N), *d_rstd = dup(rstd, N);
+    reset_out(h1, d1, init, nc, 1);
+    cpu_rt_layernorm_backward(h1, NULL, NULL, dout, x, w, mean, rstd, N, C, dt, RT_ASSIGN_1);
+    rt_layernorm_backward(d1, NULL, NULL, d_dout, d_x, d_w, d_mean, d_rstd, N, C, dt, RT_ASSIGN_1);
+    snprintf(nm, sizeof nm, "assign %s layernorm backward dinp (=)", P);
+    cmp_dt(nm, d1, h1, nc, 1e-5, dt, 1);
+    cpu_rt_rmsnorm_forward(out, rstd, x, w, N, C, 1e-6f, RT_F32);
+    RT_CHECK_CUDA(cudaMemcpy(d_rstd, rstd, N * sizeof(float), cudaMemcpyHostToDevice));
+    reset_out(h1, d1, init, nc, 1);
+    cpu_rt_rmsnorm_backward(h1, NULL, dout, x, w, rstd, N, C, dt, RT_ASSIGN_1);
+    rt_rmsnorm_backward(d1, NULL, d_dout, d_x, d_w, d_rstd, N, C, dt, RT_ASSIGN_1);
+    snprintf(nm, sizeof nm, "assign %s rmsnorm backward dinp (=)", P);
+    cmp_dt(nm, d1, h1, nc, 1e-5, dt, 1);
+
+    // unary elementwise
+    act_bwd cb[3] = {cpu_rt_gelu_backward, cpu_rt_relu_backward, cpu_rt_silu_backward};
+    act_bwd gb[3] = {rt_gelu_backward, rt_relu_backward, rt_silu_backward};
+    const char* an[3] = {"gelu", "relu", "silu"};
+    for (int k = 0; k < 3; k++) {
+        reset_out(h1, d1, init, n, 1);
+        cb[k](h1, dout, x, n, dt, RT_ASSIGN_1);
+        gb[k](d1, d_dout, d_x, n, dt, RT_ASSIGN_1);
+        snprintf(nm, sizeof nm, "assign %s %s backward dinp (=)", P, an[k]);
+        cmp_dt(nm, d1, h1, n, TOL_ELEM, dt, 1);
+    }
+    reset_out(h1, d1, init, n, 1);
+    cpu_rt_rope_backward(h1, dout, 2, 7, 4, 16, RT_ROPE_THETA, dt, RT_ASSIGN_1);  // 896 values
+    rt_rope_backward(d1, d_dout, 2, 7, 4, 16, RT_ROPE_THETA, dt, RT_ASSIGN_1);
+    snprintf(nm, sizeof nm, "assign %s rope backward dinp (=)", P);
+    cmp_dt(nm, d1, h1, 896, TOL_ELEM, dt, 1);
+    const float ps[3] = {0.3f, 0.0f, 1.0f};
+    for (int k = 0; k < 3; k++) {
+        reset_out(h1, d1, init, n, 1);
+        cpu_rt_dropout_backward(h1, dout, n, ps[k], 7, 2, 3, dt, RT_ASSIGN_1);
+        rt_dropout_backward(d1, d_dout, n, ps[k], 7, 2, 3, dt, RT_ASSIGN_1);
+        snprintf(nm, sizeof nm, "assign %s dropout p=%g backward dinp (=)", P, (double)ps[k]);
+        cmp_dt(nm, d1, h1, n, TOL_ELEM, dt, 1);
+    }
+
+    // two gradient outputs: both assigned, then da assigned and db accumulated
+    for (int mask = 1; mask <= 3; mask += 2) {
+        const int as2 = (mask & RT_ASSIGN_2) != 0;
+        for (int k = 0; k < 3; k++) {
+            reset_out(h1, d1, init, n, 1);
+            reset_out(h2, d2, init2, n, as2);
+            const char* kn = k == 0 ? "residual" : k == 1 ? "mul" : "swiglu";
+            if (k == 0) {
+                cpu_rt_residual_backward(h1, h2, dout, n, dt, mask);
+                rt_residual_backward(d1, d2, d_dout, n, dt, mask);
+            } else if (k == 1) {
+                cpu_rt_mul_backward(h1, h2, dout, x, y, n, dt, mask);
+                rt_mul_backward(d1, d2, d_dout, d_x, d_y, n, dt, mask);
+            } else {
+                cpu_rt_swiglu_backward(h1, h2, dout, x, y, n, dt, mask);
+                rt_swiglu_backward(d1, d2, d_dout, d_x, d_y, n, dt, mask);
+            }
+            snprintf(nm, sizeof nm, "assign %s %s backward bits %d: da (=)", P, kn, mask);
+            cmp_dt(nm, d1, h1, n, TOL_ELEM, dt, 2);
+            snprintf(nm, sizeof nm, "  ... db (%s)", as2 ? "=" : "+=");
+            cmp_dt(nm, d2, h2, n, TOL_ELEM, dt, 2);
+        }
+    }
+    // broadcast add: da assigned, db (a parameter gradient) accumulated
+    reset_out(h1, d1, init, nc, 1);
+    reset_out(h2, d2, init2, C, 0);
+    cpu_rt_broadcast_add_backward(h1, h2, dout, N, C, dt, RT_ASSIGN_1);
+    rt_broadcast_add_backward(d1, d2, d_dout, N, C, dt, RT_ASSIGN_1);
+    snprintf(nm, sizeof nm, "assign %s broadcast_add backward da (=)", P);
+    cmp_dt(nm, d1, h1, nc, TOL_ELEM, dt, 1);
+    cmp("  ... db (+=)", d2, h2, C, 1e-5);
+
+    // losses (no dt): once
+    if (dt == RT_F32) {
+        reset_out(h1, d1, init, n, 1);
+        cpu_rt_sum_loss_backward(h1, n, 0.5f, RT_ASSIGN_1);
+        rt_sum_loss_backward(d1, n, 0.5f, RT_ASSIGN_1);
+        cmp("assign sum loss backward dlogits (=)", d1, h1, n, TOL_EXACT);
+        const int CN = 40, CV = 100;
+        int32_t t[40];
+        for (int i = 0; i < CN; i++) t[i] = i % 4 == 1 ? RT_IGNORE_INDEX : (int32_t)((i * 37) % CV);
+        int32_t* d_t = NULL;
+        RT_CHECK_CUDA(cudaMalloc((void**)&d_t, sizeof t));
+        for (int all = 0; all < 2; all++) {
+            if (all)
+                for (int i = 0; i < CN; i++) t[i] = RT_IGNORE_INDEX;
+            RT_CHECK_CUDA(cudaMemcpy(d_t, t, sizeof t, cudaMemcpyHostToDevice));
+            reset_out(h1, d1, init, (size_t)CN * CV, 1);
+            cpu_rt_cross_entropy_backward(h1, x, t, CN, CV, 2.0f, RT_ASSIGN_1);
+            rt_cross_entropy_backward(d1, d_x, d_t, CN, CV, 2.0f, RT_ASSIGN_1);
+            snprintf(nm, sizeof nm, "assign cross_entropy backward dlogits (=)%s",
+                     all ? ", every target ignored: zeros" : ", some targets ignored");
+            cmp(nm, d1, h1, (size_t)CN * CV, TOL_ELEM);
+        }
+        RT_CHECK_CUDA(cudaFree(d_t));
+    }
+
+    free(x), free(w), free(y), free(dout), free(init), free(init2), free(h1), free(h2),
+        free(mean), free(rstd), free(out);
+    dfree(d_x), dfree(d_w), dfree(d_y), dfree(d_dout), dfree(d1), dfree(d2), dfree(d_mean),
+        dfree(d_rstd);
 }
 
 // dt RT_BF16 rounds the intermediates silu(a) and dout * b and the results out, da, db:
@@ -334,20 +482,20 @@ static void test_swiglu(rt_dtype dt) {
     rt_swiglu_forward(d_out, d_a, d_b, n, dt);
     snprintf(nm, sizeof nm, "swiglu %s forward n=4099", P);
     cmp_dt(nm, d_out, out, n, tol, dt, 2);
-    cpu_rt_swiglu_backward(da, db, dout, a, b, n, dt);
-    rt_swiglu_backward(d_da, d_db, d_dout, d_a, d_b, n, dt);
+    cpu_rt_swiglu_backward(da, db, dout, a, b, n, dt, RT_ACCUMULATE);
+    rt_swiglu_backward(d_da, d_db, d_dout, d_a, d_b, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "swiglu %s backward da (+=)", P);
     cmp_dt(nm, d_da, da, n, tol, dt, 2);
     cmp_dt("  ... db (+=)", d_db, db, n, tol, dt, 2);
-    cpu_rt_swiglu_backward(NULL, db, dout, a, b, n, dt);
-    rt_swiglu_backward(NULL, d_db, d_dout, d_a, d_b, n, dt);
+    cpu_rt_swiglu_backward(NULL, db, dout, a, b, n, dt, RT_ACCUMULATE);
+    rt_swiglu_backward(NULL, d_db, d_dout, d_a, d_b, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "swiglu %s backward da NULL: db (+=)", P);
     cmp_dt(nm, d_db, db, n, tol, dt, 4);  // two roundings, each of which may go either way
     cmp_dt("  ... da untouched", d_da, da, n, tol, dt, 2);
     // swiglu(x, x): da == db gets both contributions and one rounding
     RT_CHECK_CUDA(cudaMemcpy(d_da, da, n * sizeof(float), cudaMemcpyHostToDevice));
-    cpu_rt_swiglu_backward(da, da, dout, a, a, n, dt);
-    rt_swiglu_backward(d_da, d_da, d_dout, d_a, d_a, n, dt);
+    cpu_rt_swiglu_backward(da, da, dout, a, a, n, dt, RT_ACCUMULATE);
+    rt_swiglu_backward(d_da, d_da, d_dout, d_a, d_a, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "swiglu %s backward da == db (swiglu(x, x))", P);
     cmp_dt(nm, d_da, da, n, tol, dt, 2);
     free(a), free(b), free(dout), free(out), free(da), free(db);
@@ -375,8 +523,8 @@ static void test_rope(rt_dtype dt) {
     rt_rope_forward(d_x, d_x, B, T, NH, HD, RT_ROPE_THETA, dt);
     snprintf(nm, sizeof nm, "rope %s forward in place", P);
     cmp_dt(nm, d_x, out, n, TOL_ELEM, dt, 1);
-    cpu_rt_rope_backward(dx, dout, B, T, NH, HD, 500000.0f, dt);
-    rt_rope_backward(d_dx, d_dout, B, T, NH, HD, 500000.0f, dt);
+    cpu_rt_rope_backward(dx, dout, B, T, NH, HD, 500000.0f, dt, RT_ACCUMULATE);
+    rt_rope_backward(d_dx, d_dout, B, T, NH, HD, 500000.0f, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "rope %s backward (+=) theta=5e5", P);
     cmp_dt(nm, d_dx, dx, n, TOL_ELEM, dt, 1);
     free(x), free(dout), free(out), free(dx);
@@ -592,13 +740,13 @@ static void test_elementwise(rt_dtype dt) {
     rt_residual_forward(d_out, d_a, d_b, n, dt);
     snprintf(nm, sizeof nm, "residual %s forward n=10007", P);
     cmp_dt(nm, d_out, out, n, TOL_EXACT, dt, 0);
-    cpu_rt_residual_backward(da, db, dout, n, dt);
-    rt_residual_backward(d_da, d_db, d_dout, n, dt);
+    cpu_rt_residual_backward(da, db, dout, n, dt, RT_ACCUMULATE);
+    rt_residual_backward(d_da, d_db, d_dout, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "residual %s backward da (+=)", P);
     cmp_dt(nm, d_da, da, n, TOL_EXACT, dt, 0);
     cmp_dt("  ... db (+=)", d_db, db, n, TOL_EXACT, dt, 0);
-    cpu_rt_residual_backward(da, da, dout, n, dt);  // one buffer for both (x + x)
-    rt_residual_backward(d_da, d_da, d_dout, n, dt);
+    cpu_rt_residual_backward(da, da, dout, n, dt, RT_ACCUMULATE);  // one buffer for both (x + x)
+    rt_residual_backward(d_da, d_da, d_dout, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "residual %s backward da == db (x + x): += 2 dout", P);
     cmp_dt(nm, d_da, da, n, TOL_EXACT, dt, 0);
 
@@ -606,17 +754,17 @@ static void test_elementwise(rt_dtype dt) {
     rt_mul_forward(d_out, d_a, d_b, n, dt);
     snprintf(nm, sizeof nm, "mul %s forward", P);
     cmp_dt(nm, d_out, out, n, TOL_EXACT, dt, 0);
-    cpu_rt_mul_backward(da, db, dout, a, b, n, dt);
-    rt_mul_backward(d_da, d_db, d_dout, d_a, d_b, n, dt);
+    cpu_rt_mul_backward(da, db, dout, a, b, n, dt, RT_ACCUMULATE);
+    rt_mul_backward(d_da, d_db, d_dout, d_a, d_b, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "mul %s backward da (+=)", P);
     cmp_dt(nm, d_da, da, n, TOL_EXACT, dt, 0);
     cmp_dt("  ... db (+=)", d_db, db, n, TOL_EXACT, dt, 0);
-    cpu_rt_mul_backward(NULL, db, dout, a, b, n, dt);
-    rt_mul_backward(NULL, d_db, d_dout, d_a, d_b, n, dt);
+    cpu_rt_mul_backward(NULL, db, dout, a, b, n, dt, RT_ACCUMULATE);
+    rt_mul_backward(NULL, d_db, d_dout, d_a, d_b, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "mul %s backward da NULL: db (+=)", P);
     cmp_dt(nm, d_db, db, n, TOL_EXACT, dt, 0);
-    cpu_rt_mul_backward(da, da, dout, a, a, n, dt);  // x * x
-    rt_mul_backward(d_da, d_da, d_dout, d_a, d_a, n, dt);
+    cpu_rt_mul_backward(da, da, dout, a, a, n, dt, RT_ACCUMULATE);  // x * x
+    rt_mul_backward(d_da, d_da, d_dout, d_a, d_a, n, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "mul %s backward da == db (x * x)", P);
     cmp_dt(nm, d_da, da, n, TOL_EXACT, dt, 0);
 
@@ -624,8 +772,8 @@ static void test_elementwise(rt_dtype dt) {
     rt_broadcast_add_forward(d_out, d_a, d_b, rows, cols, dt);
     snprintf(nm, sizeof nm, "broadcast_add %s forward rows=37 cols=101", P);
     cmp_dt(nm, d_out, out, nb, TOL_EXACT, dt, 0);
-    cpu_rt_broadcast_add_backward(da, db, dout, rows, cols, dt);
-    rt_broadcast_add_backward(d_da, d_db, d_dout, rows, cols, dt);
+    cpu_rt_broadcast_add_backward(da, db, dout, rows, cols, dt, RT_ACCUMULATE);
+    rt_broadcast_add_backward(d_da, d_db, d_dout, rows, cols, dt, RT_ACCUMULATE);
     snprintf(nm, sizeof nm, "broadcast_add %s backward da (+=)", P);
     cmp_dt(nm, d_da, da, nb, TOL_EXACT, dt, 0);
     cmp("  ... db (+=, column sums, not rounded)", d_db, db, cols, TOL_ELEM);
@@ -707,8 +855,8 @@ static void test_dropout(void) {
             rt_dropout_forward(d_out, d_x, n, p, seed, stream, offset, dt);
             snprintf(nm, sizeof nm, "dropout %s forward p=%g offset=13 (CPU masks)", P, p);
             cmp_dt(nm, d_out, out, n, TOL_EXACT, dt, 0);
-            cpu_rt_dropout_backward(dx, dout, n, p, seed, stream, offset, dt);
-            rt_dropout_backward(d_dx, d_dout, n, p, seed, stream, offset, dt);
+            cpu_rt_dropout_backward(dx, dout, n, p, seed, stream, offset, dt, RT_ACCUMULATE);
+            rt_dropout_backward(d_dx, d_dout, n, p, seed, stream, offset, dt, RT_ACCUMULATE);
             snprintf(nm, sizeof nm, "dropout %s backward (+=) p=%g", P, p);
             cmp_dt(nm, d_dx, dx, n, TOL_EXACT, dt, 0);
         }
@@ -735,8 +883,8 @@ static void test_sum_loss(void) {
     cpu_rt_sum_loss_forward(&loss, x, n);
     rt_sum_loss_forward(d_loss, d_x, n);
     cmp("sum loss forward n=300007", d_loss, &loss, 1, TOL_ELEM);
-    cpu_rt_sum_loss_backward(dx, n, 0.5f);
-    rt_sum_loss_backward(d_dx, n, 0.5f);
+    cpu_rt_sum_loss_backward(dx, n, 0.5f, RT_ACCUMULATE);
+    rt_sum_loss_backward(d_dx, n, 0.5f, RT_ACCUMULATE);
     cmp("sum loss backward (+=) dloss=0.5", d_dx, dx, n, TOL_EXACT);
     free(x), free(dx);
     dfree(d_x), dfree(d_dx), dfree(d_loss);
@@ -760,8 +908,8 @@ static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) 
              N, V, ignore_every, all_ignored);
     cmp(nm, d_loss, &loss, 1, TOL_ELEM);
     cmp("  ... per-row losses", d_losses, losses, N, TOL_ELEM);
-    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f);
-    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f);
+    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f, RT_ACCUMULATE);
+    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f, RT_ACCUMULATE);
     cmp("  ... backward dlogits (+=) dloss=2", d_dx, dx, nv, TOL_ELEM);
     free(t), free(x), free(dx), free(losses);
     dfree(d_x), dfree(d_dx), dfree(d_losses), dfree(d_loss), dfree(d_t);
@@ -1011,6 +1159,8 @@ int main(void) {
     test_cross_entropy(8, 50257, 0, 0);
     test_cross_entropy(1500, 64, 3, 0);  // more rows than reduction partials
     test_cross_entropy(4, 100, 0, 1);    // every target ignored: NaN loss, no gradient
+    test_assign(RT_F32);
+    test_assign(RT_BF16);
     test_optim();
     test_threads();
 

@@ -122,14 +122,14 @@ static void step_forward_backward(step_bufs* s) {
     rt_zero(s->dw2, (size_t)V * H);
     rt_zero(s->dlnw, H);
     rt_zero(s->dlnb, H);
-    rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, 1.0f);
-    rt_linear_backward(s->dact, s->dw2, NULL, s->dlogits, s->act, s->w2, N, H, V, RT_F32);
-    rt_gelu_backward(s->datt, s->dact, s->att, (size_t)N * H, RT_F32);
+    rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, 1.0f, RT_ACCUMULATE);
+    rt_linear_backward(s->dact, s->dw2, NULL, s->dlogits, s->act, s->w2, N, H, V, RT_F32, RT_ACCUMULATE);
+    rt_gelu_backward(s->datt, s->dact, s->att, (size_t)N * H, RT_F32, RT_ACCUMULATE);
     rt_attention_lowmem_backward(s->dln, s->dh, s->ddrop, s->ascratch, s->datt, s->att, s->ln,
                                  s->h, s->drop, s->astats, B, T, NH, NH, HD, 1, RT_F32);
-    rt_dropout_backward(s->dln, s->ddrop, (size_t)N * H, 0.1f, 1234, 5, 0, RT_F32);
-    rt_layernorm_backward(s->dh, s->dlnw, s->dlnb, s->dln, s->h, s->lnw, s->mean, s->rstd, N, H, RT_F32);
-    rt_linear_backward(NULL, s->dw1, s->db1, s->dh, s->x, s->w1, N, C, H, RT_F32);
+    rt_dropout_backward(s->dln, s->ddrop, (size_t)N * H, 0.1f, 1234, 5, 0, RT_F32, RT_ACCUMULATE);
+    rt_layernorm_backward(s->dh, s->dlnw, s->dlnb, s->dln, s->h, s->lnw, s->mean, s->rstd, N, H, RT_F32, RT_ACCUMULATE);
+    rt_linear_backward(NULL, s->dw1, s->db1, s->dh, s->x, s->w1, N, C, H, RT_F32, RT_ACCUMULATE);
     rt_scale(s->dw1, s->dw1, (size_t)H * C, 0.5f);
     rt_copy(s->dact, s->dh, (size_t)N * H);
 }

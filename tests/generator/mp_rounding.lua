@@ -26,7 +26,8 @@ local function step_c(path)
   return emit_step.render(plan, path, plan.spec.name), plan.spec.name
 end
 
--- The kernels with a dt (their last argument) and the argument positions they round.
+-- The kernels with a dt (their last argument; a backward kernel's next to last, before its
+-- assign bits) and the argument positions they round.
 local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = true, relu = true, silu = true,
   swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
@@ -103,7 +104,7 @@ local function check_rules(text, name)
         if k and dir == "backward" and DT_BACKWARD_ROUNDS[k] then
           nbwd = nbwd + 1
           local a = args_of(call)
-          if SIXTEEN[a[#a]] then
+          if SIXTEEN[a[#a - 1]] then  -- dt, then the assign bits
             for _, i in ipairs(DT_BACKWARD_ROUNDS[k]) do
               if a[i] ~= "NULL" then rounded[a[i]] = true end
             end
@@ -169,18 +170,19 @@ if odd then
       calls[1] or "no call", count_rounds(calls)))
   end
   local F = "F%(%d+, %d+%)"
-  expect("child.mul#2", "^rt_mul_backward%((" .. F .. "), %1, .*RT_BF16%);$", 0,
+  local AS = ", [%w_ |]+%);$"  -- the assign bits after dt
+  expect("child.mul#2", "^rt_mul_backward%((" .. F .. "), %1, .*RT_BF16" .. AS, 0,
     "x * x: one buffer for both gradients, rounded by the kernel")
-  expect("child.add", "^rt_residual_backward%((" .. F .. "), %1, .*RT_BF16%);$", 0,
+  expect("child.add", "^rt_residual_backward%((" .. F .. "), %1, .*RT_BF16" .. AS, 0,
     "x + x: one buffer, rounded by the kernel")
-  expect("child.swiglu", "^rt_swiglu_backward%((" .. F .. "), %1, .*RT_BF16%);$", 0,
+  expect("child.swiglu", "^rt_swiglu_backward%((" .. F .. "), %1, .*RT_BF16" .. AS, 0,
     "swiglu(x, x): one buffer, rounded by the kernel")
-  expect("child.add#2", "^rt_residual_backward%(.*RT_F32%);$", 1,
+  expect("child.add#2", "^rt_residual_backward%(.*RT_F32" .. AS, 1,
     "x + parameter: RT_F32 (the parameter's gradient is not rounded), the activation's rounded explicitly")
-  expect("child.mul#3", "^rt_mul_backward%(.*RT_F32%);$", 1, "x * parameter: as x + parameter")
-  expect("child.add#3", "^rt_broadcast_add_backward%(.*RT_BF16%);$", 0,
+  expect("child.mul#3", "^rt_mul_backward%(.*RT_F32" .. AS, 1, "x * parameter: as x + parameter")
+  expect("child.add#3", "^rt_broadcast_add_backward%(.*RT_BF16" .. AS, 0,
     "x + bias parameter [16]: da rounded by the kernel, db (the parameter's) left alone")
-  expect("child.linear", "^rt_linear_backward%(.*RT_F32%);$", 0,
+  expect("child.linear", "^rt_linear_backward%(.*RT_F32" .. AS, 0,
     "linear(parameter, weight): RT_F32, nothing rounded (both gradients are parameters')")
   expect("cast#2", "^rt_step_round%(", 1, "the fp32 view cast rounds its input's gradient to bf16")
 end
@@ -189,7 +191,7 @@ local gpt2 = texts["bench_gpt2_124m"]
 if gpt2 then
   local calls = backward_calls(gpt2, "add")
   local a = calls[1] and calls[1]:match("^rt_broadcast_add_backward") and args_of(calls[1])
-  local ok = a and a[#a] == "RT_BF16" and #calls == 2 and args_of(calls[2])[1] == a[2]
+  local ok = a and a[#a - 1] == "RT_BF16" and #calls == 2 and args_of(calls[2])[1] == a[2]
   check(ok, "gpt2 tok + pos broadcast add backward: da rounded by the kernel, db (the bf16 position "
     .. "embedding's gradient, an activation) by one rt_step_round")
 end

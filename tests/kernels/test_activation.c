@@ -51,16 +51,16 @@ static void test_act(int op) {
     snprintf(name, sizeof name, "%s forward vs double reference on [-4,4]", act_names[op]);
     TK_CHECK_REF(name, c.out, ref, n, 1e-6);
     tk_grad da = tk_grad_new(n), db = tk_grad_new(n);
-    if (op == 0) rt_gelu_backward(da.buf, c.proj, c.a, n, RT_F32);
-    if (op == 1) rt_relu_backward(da.buf, c.proj, c.a, n, RT_F32);
-    if (op == 2) rt_silu_backward(da.buf, c.proj, c.a, n, RT_F32);
-    if (op == 3) rt_swiglu_backward(da.buf, db.buf, c.proj, c.a, c.b, n, RT_F32);
+    if (op == 0) rt_gelu_backward(da.buf, c.proj, c.a, n, RT_F32, RT_ACCUMULATE);
+    if (op == 1) rt_relu_backward(da.buf, c.proj, c.a, n, RT_F32, RT_ACCUMULATE);
+    if (op == 2) rt_silu_backward(da.buf, c.proj, c.a, n, RT_F32, RT_ACCUMULATE);
+    if (op == 3) rt_swiglu_backward(da.buf, db.buf, c.proj, c.a, c.b, n, RT_F32, RT_ACCUMULATE);
     snprintf(name, sizeof name, "%s dinp", act_names[op]);
     tk_gradcheck(name, c.a, tk_grad_delta(&da), n, act_loss, &c, 1e-2f, 1e-2, 1e-3);
     if (op == 3) {
         tk_gradcheck("swiglu db", c.b, tk_grad_delta(&db), n, act_loss, &c, 1e-2f, 1e-2, 1e-3);
         tk_grad da2 = tk_grad_new(n);
-        rt_swiglu_backward(da2.buf, NULL, c.proj, c.a, c.b, n, RT_F32);
+        rt_swiglu_backward(da2.buf, NULL, c.proj, c.a, c.b, n, RT_F32, RT_ACCUMULATE);
         TK_CHECK_SAME("swiglu da with db NULL", tk_grad_delta(&da2), da.delta, n, 1e-6);
         tk_grad_free(&da2);
     }
@@ -90,21 +90,21 @@ static void test_known(void) {
     CHECK_CLOSE("GELU(-3) = -0.0040497", y[4], -0.00404969409489031, 1e-8);
     float g[5] = {0};
     const float ones[5] = {1, 1, 1, 1, 1};
-    rt_gelu_backward(g, ones, x, 5, RT_F32);
+    rt_gelu_backward(g, ones, x, 5, RT_F32, RT_ACCUMULATE);
     CHECK_CLOSE("GELU'(1) = Phi(1) + phi(1) = 1.0833155", g[0], 1.0833154705876864, 2e-7);
     CHECK_CLOSE("GELU'(0) = 0.5", g[2], 0.5, 1e-7);
     rt_silu_forward(y, x, 5, RT_F32);
     CHECK_CLOSE("SiLU(1) = 0.7310586", y[0], 0.7310585786300049, 2e-7);
     CHECK_CLOSE("SiLU(-1) = -0.2689414", y[1], -0.2689414213699951, 2e-7);
     memset(g, 0, sizeof g);
-    rt_silu_backward(g, ones, x, 5, RT_F32);
+    rt_silu_backward(g, ones, x, 5, RT_F32, RT_ACCUMULATE);
     CHECK_CLOSE("SiLU'(0) = 0.5", g[2], 0.5, 1e-7);
     CHECK_CLOSE("SiLU'(1) = s(1)(1 + 1 - s(1)) = 0.9276705", g[0], 0.9276705118714869, 2e-7);
     rt_relu_forward(y, x, 5, RT_F32);
     CHECK(y[0] == 1.0f && y[1] == 0.0f && y[2] == 0.0f && y[3] == 2.0f,
           "ReLU(1,-1,0,2) = (%g,%g,%g,%g)", y[0], y[1], y[2], y[3]);
     memset(g, 0, sizeof g);
-    rt_relu_backward(g, ones, x, 5, RT_F32);
+    rt_relu_backward(g, ones, x, 5, RT_F32, RT_ACCUMULATE);
     CHECK(g[0] == 1.0f && g[1] == 0.0f && g[2] == 0.0f,
           "ReLU gradient at (1,-1,0) = (%g,%g,%g): 0 at the kink as PyTorch", g[0], g[1], g[2]);
     float b[5] = {2, 2, 2, 2, 2};
@@ -142,16 +142,16 @@ static void test_swiglu_matches_unfused(rt_dtype dt) {
     float* ds = tk_alloc(n);
 
     rt_swiglu_forward(out, a, b, n, dt);
-    rt_swiglu_backward(da, db, dout, a, b, n, dt);
+    rt_swiglu_backward(da, db, dout, a, b, n, dt, RT_ACCUMULATE);
 
     rt_silu_forward(s, a, n, RT_F32);
     round_all(s, n, dt);
     rt_mul_forward(out_u, s, b, n, RT_F32);
     round_all(out_u, n, dt);
     memset(ds, 0, n * sizeof(float));  // rt_zero before the first contribution
-    rt_mul_backward(ds, db_u, dout, s, b, n, RT_F32);
+    rt_mul_backward(ds, db_u, dout, s, b, n, RT_F32, RT_ACCUMULATE);
     round_all(ds, n, dt), round_all(db_u, n, dt);
-    rt_silu_backward(da_u, ds, a, n, RT_F32);
+    rt_silu_backward(da_u, ds, a, n, RT_F32, RT_ACCUMULATE);
     round_all(da_u, n, dt);
 
     const char* nm = dt == RT_BF16 ? "bf16" : dt == RT_F16 ? "fp16" : "fp32";

@@ -41,7 +41,7 @@ static void test_linear(int with_bias) {
     free(ref);
 
     tk_grad di = tk_grad_new((size_t)N * C), dw = tk_grad_new((size_t)OC * C), db = tk_grad_new(OC);
-    rt_linear_backward(di.buf, dw.buf, c.b ? db.buf : NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32);
+    rt_linear_backward(di.buf, dw.buf, c.b ? db.buf : NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32, RT_ACCUMULATE);
     const char* tag = with_bias ? "(bias)" : "(no bias)";
     char name[96];
     snprintf(name, sizeof name, "linear dinp %s", tag);
@@ -57,10 +57,10 @@ static void test_linear(int with_bias) {
 
     // nullable gradients: only dweight requested, dinp buffer untouched
     tk_grad di2 = tk_grad_new((size_t)N * C), dw2 = tk_grad_new((size_t)OC * C);
-    rt_linear_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32);
+    rt_linear_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32, RT_ACCUMULATE);
     TK_CHECK_SAME("linear dweight alone equals dweight with all grads", tk_grad_delta(&dw2),
                   dw.delta, (size_t)OC * C, 1e-6);
-    rt_linear_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32);
+    rt_linear_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, N, C, OC, RT_F32, RT_ACCUMULATE);
     TK_CHECK_SAME("linear dinp alone equals dinp with all grads", tk_grad_delta(&di2), di.delta,
                   (size_t)N * C, 1e-6);
     tk_grad_free(&di), tk_grad_free(&dw), tk_grad_free(&db), tk_grad_free(&di2), tk_grad_free(&dw2);
@@ -76,7 +76,7 @@ static void test_linear_large(void) {
     tk_fill(inp, (size_t)N * C, -1, 1), tk_fill(w, (size_t)OC * C, -1, 1), tk_fill(b, OC, -1, 1);
     tk_fill(dout, (size_t)N * OC, -1, 1);
     rt_linear_forward(out, inp, w, b, N, C, OC, RT_F32);
-    rt_linear_backward(di, dw, db, dout, inp, w, N, C, OC, RT_F32);
+    rt_linear_backward(di, dw, db, dout, inp, w, N, C, OC, RT_F32, RT_ACCUMULATE);
     double* r = (double*)calloc((size_t)N * C + (size_t)OC * C + (size_t)N * OC + OC, sizeof(double));
     double *rout = r, *rdi = r + (size_t)N * OC, *rdw = rdi + (size_t)N * C, *rdb = rdw + (size_t)OC * C;
     for (int n = 0; n < N; n++)
@@ -172,18 +172,18 @@ static void test_binary(void) {
         snprintf(name, sizeof name, "%s forward vs reference", names[op]);
         TK_CHECK_REF(name, c.out, ref, n, 1e-6);
         tk_grad da = tk_grad_new(n), db = tk_grad_new(nb);
-        if (op == 0) rt_residual_backward(da.buf, db.buf, c.proj, n, RT_F32);
-        if (op == 1) rt_mul_backward(da.buf, db.buf, c.proj, c.a, c.b, n, RT_F32);
-        if (op == 2) rt_broadcast_add_backward(da.buf, db.buf, c.proj, rows, cols, RT_F32);
+        if (op == 0) rt_residual_backward(da.buf, db.buf, c.proj, n, RT_F32, RT_ACCUMULATE);
+        if (op == 1) rt_mul_backward(da.buf, db.buf, c.proj, c.a, c.b, n, RT_F32, RT_ACCUMULATE);
+        if (op == 2) rt_broadcast_add_backward(da.buf, db.buf, c.proj, rows, cols, RT_F32, RT_ACCUMULATE);
         snprintf(name, sizeof name, "%s da", names[op]);
         tk_gradcheck(name, c.a, tk_grad_delta(&da), n, bin_loss, &c, 1e-2f, 1e-2, 1e-3);
         snprintf(name, sizeof name, "%s db", names[op]);
         tk_gradcheck(name, c.b, tk_grad_delta(&db), nb, bin_loss, &c, 1e-2f, 1e-2, 1e-3);
         // nullable: each side alone
         tk_grad da2 = tk_grad_new(n);
-        if (op == 0) rt_residual_backward(da2.buf, NULL, c.proj, n, RT_F32);
-        if (op == 1) rt_mul_backward(da2.buf, NULL, c.proj, c.a, c.b, n, RT_F32);
-        if (op == 2) rt_broadcast_add_backward(da2.buf, NULL, c.proj, rows, cols, RT_F32);
+        if (op == 0) rt_residual_backward(da2.buf, NULL, c.proj, n, RT_F32, RT_ACCUMULATE);
+        if (op == 1) rt_mul_backward(da2.buf, NULL, c.proj, c.a, c.b, n, RT_F32, RT_ACCUMULATE);
+        if (op == 2) rt_broadcast_add_backward(da2.buf, NULL, c.proj, rows, cols, RT_F32, RT_ACCUMULATE);
         snprintf(name, sizeof name, "%s da with db NULL", names[op]);
         TK_CHECK_SAME(name, tk_grad_delta(&da2), da.delta, n, 1e-6);
         tk_grad_free(&da), tk_grad_free(&db), tk_grad_free(&da2);

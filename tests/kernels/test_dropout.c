@@ -139,7 +139,7 @@ static void test_backward(void) {
     tk_fill(c.inp, n, 0.5f, 1.5f), tk_fill(c.proj, n, -1, 1);
     drop_loss(&c);
     tk_grad di = tk_grad_new(n);
-    rt_dropout_backward(di.buf, c.proj, n, c.p, 5, 9, 13, RT_F32);
+    rt_dropout_backward(di.buf, c.proj, n, c.p, 5, 9, 13, RT_F32, RT_ACCUMULATE);
     const float* d = tk_grad_delta(&di);
     size_t same_mask = 0;
     for (size_t i = 0; i < n; i++) same_mask += (c.out[i] == 0.0f) == (d[i] == 0.0f);
@@ -149,7 +149,7 @@ static void test_backward(void) {
     // p = 0 backward: exact accumulate of dout
     float g[3] = {1, 2, 3};
     const float dd[3] = {0.5f, 0.25f, -1};
-    rt_dropout_backward(g, dd, 3, 0.0f, 1, 1, 0, RT_F32);
+    rt_dropout_backward(g, dd, 3, 0.0f, 1, 1, 0, RT_F32, RT_ACCUMULATE);
     CHECK(g[0] == 1.5f && g[1] == 2.25f && g[2] == 2.0f, "dropout p=0 backward adds dout exactly");
     tk_grad_free(&di);
     free(c.out), free(c.inp), free(c.proj);

@@ -61,7 +61,7 @@ static void test_layernorm(void) {
           worst_m, worst_v);
 
     tk_grad di = tk_grad_new(n), dw = tk_grad_new(C), db = tk_grad_new(C);
-    rt_layernorm_backward(di.buf, dw.buf, db.buf, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32);
+    rt_layernorm_backward(di.buf, dw.buf, db.buf, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32, RT_ACCUMULATE);
     tk_gradcheck("layernorm dinp", c.inp, tk_grad_delta(&di), n, ln_loss, &c, 1e-2f, 1e-2, 1e-3);
     tk_gradcheck("layernorm dweight", c.w, tk_grad_delta(&dw), C, ln_loss, &c, 1e-2f, 1e-2, 1e-3);
     tk_gradcheck("layernorm dbias", c.b, tk_grad_delta(&db), C, ln_loss, &c, 1e-2f, 1e-2, 1e-3);
@@ -69,8 +69,8 @@ static void test_layernorm(void) {
 
     // nullable gradients give the same values
     tk_grad di2 = tk_grad_new(n), dw2 = tk_grad_new(C);
-    rt_layernorm_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32);
-    rt_layernorm_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32);
+    rt_layernorm_backward(di2.buf, NULL, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32, RT_ACCUMULATE);
+    rt_layernorm_backward(NULL, dw2.buf, NULL, c.proj, c.inp, c.w, c.mean, c.rstd, N, C, RT_F32, RT_ACCUMULATE);
     TK_CHECK_SAME("layernorm dinp alone", tk_grad_delta(&di2), di.delta, n, 1e-6);
     TK_CHECK_SAME("layernorm dweight alone", tk_grad_delta(&dw2), dw.delta, (size_t)C, 1e-6);
 
@@ -79,7 +79,7 @@ static void test_layernorm(void) {
     c2.w = NULL, c2.b = NULL;
     ln_loss(&c2);
     tk_grad di3 = tk_grad_new(n);
-    rt_layernorm_backward(di3.buf, NULL, NULL, c.proj, c.inp, NULL, c.mean, c.rstd, N, C, RT_F32);
+    rt_layernorm_backward(di3.buf, NULL, NULL, c.proj, c.inp, NULL, c.mean, c.rstd, N, C, RT_F32, RT_ACCUMULATE);
     tk_gradcheck("layernorm dinp (no affine)", c.inp, tk_grad_delta(&di3), n, ln_loss, &c2, 1e-2f,
                  1e-2, 1e-3);
     tk_grad_free(&di), tk_grad_free(&dw), tk_grad_free(&db), tk_grad_free(&di2);
@@ -126,19 +126,19 @@ static void test_rmsnorm(void) {
     CHECK_CLOSE("rmsnorm (3,4) eps 0 -> 4/sqrt(12.5)", o2[1], 4.0 / sqrt(12.5), 1e-7);
 
     tk_grad di = tk_grad_new(n), dw = tk_grad_new(C);
-    rt_rmsnorm_backward(di.buf, dw.buf, c.proj, c.inp, c.w, c.rstd, N, C, RT_F32);
+    rt_rmsnorm_backward(di.buf, dw.buf, c.proj, c.inp, c.w, c.rstd, N, C, RT_F32, RT_ACCUMULATE);
     tk_gradcheck("rmsnorm dinp", c.inp, tk_grad_delta(&di), n, rms_loss, &c, 1e-2f, 1e-2, 1e-3);
     tk_gradcheck("rmsnorm dweight", c.w, tk_grad_delta(&dw), C, rms_loss, &c, 1e-2f, 1e-2, 1e-3);
     rms_loss(&c);
     tk_grad di2 = tk_grad_new(n);
-    rt_rmsnorm_backward(di2.buf, NULL, c.proj, c.inp, c.w, c.rstd, N, C, RT_F32);
+    rt_rmsnorm_backward(di2.buf, NULL, c.proj, c.inp, c.w, c.rstd, N, C, RT_F32, RT_ACCUMULATE);
     TK_CHECK_SAME("rmsnorm dinp alone", tk_grad_delta(&di2), di.delta, n, 1e-6);
 
     rms_ctx c2 = c;
     c2.w = NULL;
     rms_loss(&c2);
     tk_grad di3 = tk_grad_new(n);
-    rt_rmsnorm_backward(di3.buf, NULL, c.proj, c.inp, NULL, c.rstd, N, C, RT_F32);
+    rt_rmsnorm_backward(di3.buf, NULL, c.proj, c.inp, NULL, c.rstd, N, C, RT_F32, RT_ACCUMULATE);
     tk_gradcheck("rmsnorm dinp (no weight)", c.inp, tk_grad_delta(&di3), n, rms_loss, &c2, 1e-2f,
                  1e-2, 1e-3);
     tk_grad_free(&di), tk_grad_free(&dw), tk_grad_free(&di2), tk_grad_free(&di3);

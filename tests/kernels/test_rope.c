@@ -60,13 +60,13 @@ static void test_rope(void) {
     CHECK(pos0_same, "rope leaves position 0 exactly unchanged");
 
     tk_grad di = tk_grad_new(n);
-    rt_rope_backward(di.buf, c.proj, B, T, NH, HD, c.theta, RT_F32);
+    rt_rope_backward(di.buf, c.proj, B, T, NH, HD, c.theta, RT_F32, RT_ACCUMULATE);
     tk_gradcheck("rope dinp", c.inp, tk_grad_delta(&di), n, rope_loss, &c, 1e-2f, 1e-2, 1e-3);
 
     rope_loss(&c);  // out of the unperturbed input again (gradcheck left the last probe)
     // backward is the inverse rotation: rotating the output back gives the input
     float* back = tk_alloc(n);
-    rt_rope_backward(back, c.out, B, T, NH, HD, c.theta, RT_F32);
+    rt_rope_backward(back, c.out, B, T, NH, HD, c.theta, RT_F32, RT_ACCUMULATE);
     TK_CHECK_SAME("rope backward(forward(x)) == x", back, c.inp, n, 1e-6);
 
     float* inplace = tk_dup(c.inp, n);

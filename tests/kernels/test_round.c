@@ -67,7 +67,7 @@ static void c_linear_fwd_nobias(float* const* o, float* const* in, rt_dtype dt) 
     rt_linear_forward(o[0], in[0], in[1], NULL, N_, C_, OC_, dt);
 }
 static void c_linear_bwd(float* const* o, float* const* in, rt_dtype dt) {
-    rt_linear_backward(o[0], o[1], o[2], in[3], in[0], in[1], N_, C_, OC_, dt);
+    rt_linear_backward(o[0], o[1], o[2], in[3], in[0], in[1], N_, C_, OC_, dt, RT_ACCUMULATE);
 }
 // -- layernorm / rmsnorm: in = inp[RN,RC], w[RC], b[RC], dout[RN,RC]; the statistics
 // come from an fp32 forward of the same inputs (as the generated code's saved ones)
@@ -77,7 +77,7 @@ static void c_layernorm_fwd(float* const* o, float* const* in, rt_dtype dt) {
 static void c_layernorm_bwd(float* const* o, float* const* in, rt_dtype dt) {
     float mean[RN], rstd[RN], y[RN * RC];
     rt_layernorm_forward(y, mean, rstd, in[0], in[1], in[2], RN, RC, RT_LAYERNORM_EPS, RT_F32);
-    rt_layernorm_backward(o[0], o[1], o[2], in[3], in[0], in[1], mean, rstd, RN, RC, dt);
+    rt_layernorm_backward(o[0], o[1], o[2], in[3], in[0], in[1], mean, rstd, RN, RC, dt, RT_ACCUMULATE);
 }
 static void c_rmsnorm_fwd(float* const* o, float* const* in, rt_dtype dt) {
     rt_rmsnorm_forward(o[0], o[1], in[0], in[1], RN, RC, 1e-6f, dt);
@@ -85,21 +85,21 @@ static void c_rmsnorm_fwd(float* const* o, float* const* in, rt_dtype dt) {
 static void c_rmsnorm_bwd(float* const* o, float* const* in, rt_dtype dt) {
     float rstd[RN], y[RN * RC];
     rt_rmsnorm_forward(y, rstd, in[0], in[1], RN, RC, 1e-6f, RT_F32);
-    rt_rmsnorm_backward(o[0], o[1], in[3], in[0], in[1], rstd, RN, RC, dt);
+    rt_rmsnorm_backward(o[0], o[1], in[3], in[0], in[1], rstd, RN, RC, dt, RT_ACCUMULATE);
 }
 // -- elementwise: in = a[EN], b[EN], dout[EN]
 static void c_gelu_fwd(float* const* o, float* const* in, rt_dtype dt) { rt_gelu_forward(o[0], in[0], EN, dt); }
-static void c_gelu_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_gelu_backward(o[0], in[2], in[0], EN, dt); }
+static void c_gelu_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_gelu_backward(o[0], in[2], in[0], EN, dt, RT_ACCUMULATE); }
 static void c_relu_fwd(float* const* o, float* const* in, rt_dtype dt) { rt_relu_forward(o[0], in[0], EN, dt); }
-static void c_relu_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_relu_backward(o[0], in[2], in[0], EN, dt); }
+static void c_relu_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_relu_backward(o[0], in[2], in[0], EN, dt, RT_ACCUMULATE); }
 static void c_silu_fwd(float* const* o, float* const* in, rt_dtype dt) { rt_silu_forward(o[0], in[0], EN, dt); }
-static void c_silu_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_silu_backward(o[0], in[2], in[0], EN, dt); }
+static void c_silu_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_silu_backward(o[0], in[2], in[0], EN, dt, RT_ACCUMULATE); }
 static void c_swiglu_fwd(float* const* o, float* const* in, rt_dtype dt) { rt_swiglu_forward(o[0], in[0], in[1], EN, dt); }
 static void c_swiglu_bwd(float* const* o, float* const* in, rt_dtype dt) {
-    rt_swiglu_backward(o[0], o[1], in[2], in[0], in[1], EN, dt);
+    rt_swiglu_backward(o[0], o[1], in[2], in[0], in[1], EN, dt, RT_ACCUMULATE);
 }
 static void c_swiglu_bwd_alias(float* const* o, float* const* in, rt_dtype dt) {
-    rt_swiglu_backward(o[0], o[0], in[2], in[0], in[0], EN, dt);  // swiglu(x, x)
+    rt_swiglu_backward(o[0], o[0], in[2], in[0], in[0], EN, dt, RT_ACCUMULATE);  // swiglu(x, x)
 }
 // SwiGLU as the kernel computed it before it rounded its outputs: intermediates silu(a)
 // and dout * b rounded to dt, out, da, db not (da's loop, then db's).
@@ -123,33 +123,33 @@ static void r_swiglu_bwd_alias(float* const* o, float* const* in, rt_dtype dt) {
     r_swiglu_bwd_(o[0], o[0], in[2], in[0], in[0], dt);
 }
 static void c_residual_fwd(float* const* o, float* const* in, rt_dtype dt) { rt_residual_forward(o[0], in[0], in[1], EN, dt); }
-static void c_residual_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_residual_backward(o[0], o[1], in[2], EN, dt); }
+static void c_residual_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_residual_backward(o[0], o[1], in[2], EN, dt, RT_ACCUMULATE); }
 static void c_residual_bwd_alias(float* const* o, float* const* in, rt_dtype dt) {
-    rt_residual_backward(o[0], o[0], in[2], EN, dt);  // x + x
+    rt_residual_backward(o[0], o[0], in[2], EN, dt, RT_ACCUMULATE);  // x + x
 }
 static void c_mul_fwd(float* const* o, float* const* in, rt_dtype dt) { rt_mul_forward(o[0], in[0], in[1], EN, dt); }
-static void c_mul_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_mul_backward(o[0], o[1], in[2], in[0], in[1], EN, dt); }
+static void c_mul_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_mul_backward(o[0], o[1], in[2], in[0], in[1], EN, dt, RT_ACCUMULATE); }
 static void c_mul_bwd_alias(float* const* o, float* const* in, rt_dtype dt) {
-    rt_mul_backward(o[0], o[0], in[2], in[0], in[0], EN, dt);  // x * x
+    rt_mul_backward(o[0], o[0], in[2], in[0], in[0], EN, dt, RT_ACCUMULATE);  // x * x
 }
 static void c_dropout_fwd(float* const* o, float* const* in, rt_dtype dt) {
     rt_dropout_forward(o[0], in[0], EN, 0.3f, 11, 3, 5, dt);
 }
 static void c_dropout_bwd(float* const* o, float* const* in, rt_dtype dt) {
-    rt_dropout_backward(o[0], in[2], EN, 0.3f, 11, 3, 5, dt);
+    rt_dropout_backward(o[0], in[2], EN, 0.3f, 11, 3, 5, dt, RT_ACCUMULATE);
 }
 static void c_dropout_fwd_p0(float* const* o, float* const* in, rt_dtype dt) {
     rt_dropout_forward(o[0], in[0], EN, 0.0f, 11, 3, 5, dt);
 }
 static void c_dropout_bwd_p0(float* const* o, float* const* in, rt_dtype dt) {
-    rt_dropout_backward(o[0], in[2], EN, 0.0f, 11, 3, 5, dt);
+    rt_dropout_backward(o[0], in[2], EN, 0.0f, 11, 3, 5, dt, RT_ACCUMULATE);
 }
 // -- broadcast add: in = a[RN,RC], b[RC], dout[RN,RC]
 static void c_bcast_fwd(float* const* o, float* const* in, rt_dtype dt) {
     rt_broadcast_add_forward(o[0], in[0], in[1], RN, RC, dt);
 }
 static void c_bcast_bwd(float* const* o, float* const* in, rt_dtype dt) {
-    rt_broadcast_add_backward(o[0], o[1], in[2], RN, RC, dt);
+    rt_broadcast_add_backward(o[0], o[1], in[2], RN, RC, dt, RT_ACCUMULATE);
 }
 // -- rope: in = x[B,T,NH,HD], dout[B,T,NH,HD]
 static void c_rope_fwd(float* const* o, float* const* in, rt_dtype dt) {
@@ -160,7 +160,7 @@ static void c_rope_fwd_inplace(float* const* o, float* const* in, rt_dtype dt) {
     rt_rope_forward(o[0], o[0], B_, T_, NH_, HD_, RT_ROPE_THETA, dt);
 }
 static void c_rope_bwd(float* const* o, float* const* in, rt_dtype dt) {
-    rt_rope_backward(o[0], in[1], B_, T_, NH_, HD_, RT_ROPE_THETA, dt);
+    rt_rope_backward(o[0], in[1], B_, T_, NH_, HD_, RT_ROPE_THETA, dt, RT_ACCUMULATE);
 }
 
 #define LIN_IN 4, {N_ * C_, OC_ * C_, OC_, N_ * OC_}, {-2, -1, -1, -1}, {2, 1, 1, 1}

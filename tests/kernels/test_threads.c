@@ -55,20 +55,20 @@ static void work_run(work* w) {
     rt_zero(w->dx, NX), rt_zero(w->dwq, (size_t)C * C);
     rt_zero(w->dwk, (size_t)NKV * HD * C), rt_zero(w->dwv, (size_t)NKV * HD * C);
     float* datt = w->h;  // reuse: h is dead after the loss
-    rt_sum_loss_backward(w->dh, NX, 1.0f);
-    rt_residual_backward(NULL, w->dx, w->dh, NX, RT_F32);
+    rt_sum_loss_backward(w->dh, NX, 1.0f, RT_ACCUMULATE);
+    rt_residual_backward(NULL, w->dx, w->dh, NX, RT_F32, RT_ACCUMULATE);
     rt_zero(datt, NX);
-    rt_gelu_backward(datt, w->dh, w->att, NX, RT_F32);
+    rt_gelu_backward(datt, w->dh, w->att, NX, RT_F32, RT_ACCUMULATE);
     rt_attention_backward(w->dq, w->dk, w->dv, w->scratch, datt, w->q, w->k, w->v, w->probs, B, T,
                           NH, NKV, HD, 1);
     // q, k hold the rotated values; rope backward into fresh buffers before the linears
     rt_zero(w->att, NX);
-    rt_rope_backward(w->att, w->dq, B, T, NH, HD, RT_ROPE_THETA, RT_F32);
-    rt_linear_backward(w->dx, w->dwq, NULL, w->att, w->x, w->wq, B * T, C, C, RT_F32);
+    rt_rope_backward(w->att, w->dq, B, T, NH, HD, RT_ROPE_THETA, RT_F32, RT_ACCUMULATE);
+    rt_linear_backward(w->dx, w->dwq, NULL, w->att, w->x, w->wq, B * T, C, C, RT_F32, RT_ACCUMULATE);
     rt_zero(w->q, NKVX);
-    rt_rope_backward(w->q, w->dk, B, T, NKV, HD, RT_ROPE_THETA, RT_F32);
-    rt_linear_backward(w->dx, w->dwk, NULL, w->q, w->x, w->wk, B * T, C, NKV * HD, RT_F32);
-    rt_linear_backward(w->dx, w->dwv, NULL, w->dv, w->x, w->wv, B * T, C, NKV * HD, RT_F32);
+    rt_rope_backward(w->q, w->dk, B, T, NKV, HD, RT_ROPE_THETA, RT_F32, RT_ACCUMULATE);
+    rt_linear_backward(w->dx, w->dwk, NULL, w->q, w->x, w->wk, B * T, C, NKV * HD, RT_F32, RT_ACCUMULATE);
+    rt_linear_backward(w->dx, w->dwv, NULL, w->dv, w->x, w->wv, B * T, C, NKV * HD, RT_F32, RT_ACCUMULATE);
     rt_adam_step(w->wq, w->dwq, w->m, w->s, (size_t)C * C, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0);
 }
 

@@ -39,10 +39,10 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     rt_step_section(R, "backward");
     float* dout = RT_F32(R, o->dout, 4 * 15);
     rt_zero(dout, 15);
-    rt_sum_loss_backward(dout, 15, 1.0f);
+    rt_sum_loss_backward(dout, 15, 1.0f, RT_ACCUMULATE);
     float* ug = RT_F32(R, o->ugrad, 4 * (size_t)o->padded);
     rt_zero(ug, (size_t)o->padded);
-    rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC, RT_F32);
+    rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC, RT_F32, RT_ACCUMULATE);
     rt_step_reshard(R, 0, "POST_BACKWARD");
     rt_step_reduce_scatter(R, 0, o->ugrad, RT_F32, o->rs_in, o->rs_out);
     if (o->hsdp) rt_step_all_reduce(R, 0);
@@ -165,7 +165,7 @@ static void tok_step(rt_rank* R) {
         rt_step_section(R, "backward");
         float* dl = RT_F32(R, TOK_DLOGITS, 4 * TOK_N * TOK_V);
         rt_zero(dl, TOK_N * TOK_V);
-        rt_cross_entropy_backward(dl, logits, R->targets[a], TOK_N, TOK_V, 1.0f);
+        rt_cross_entropy_backward(dl, logits, R->targets[a], TOK_N, TOK_V, 1.0f, RT_ACCUMULATE);
         float* ug = RT_F32(R, TOK_UGRAD, 4 * 256);
         rt_zero(ug, 256);
         rt_embedding_backward(ug, dl, R->tokens[a], TOK_N, TOK_V, TOK_V);

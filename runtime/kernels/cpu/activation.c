@@ -23,13 +23,15 @@ void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
 }
 
 // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
-void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign) {
+    const int as = assign & RT_ASSIGN_1;
     RT_KCHECK_DT(dt, "rt_gelu_backward");
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
         float pdf = RT_INV_SQRT_2PI * expf(-0.5f * x * x);
-        dinp[i] = rt_kround(dinp[i] + dout[i] * (cdf + x * pdf), dt);
+        dinp[i] = rt_kround(RT_KBASE(dinp[i], as) + dout[i] * (cdf + x * pdf), dt);
     }
 }
 
@@ -41,11 +43,14 @@ void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
     for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? rt_kround(inp[i], dt) : 0.0f;
 }
 
-// Gradient 0 at x == 0, as PyTorch's threshold_backward.
-void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+// Gradient 0 at x == 0, as PyTorch's threshold_backward (assigned: written as 0).
+void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign) {
+    const int as = assign & RT_ASSIGN_1;
     RT_KCHECK_DT(dt, "rt_relu_backward");
     for (size_t i = 0; i < n; i++)
-        if (inp[i] > 0.0f) dinp[i] = rt_kround(dinp[i] + dout[i], dt);
+        if (inp[i] > 0.0f) dinp[i] = rt_kround(RT_KBASE(dinp[i], as) + dout[i], dt);
+        else if (as) dinp[i] = 0.0f;
 }
 
 // ----------------------------------------------------------------------------
@@ -67,9 +72,12 @@ static inline float silu_grad_(float x) {
     return s * (1.0f + x * (1.0f - s));
 }
 
-void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt) {
+void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
+                      int assign) {
     RT_KCHECK_DT(dt, "rt_silu_backward");
-    for (size_t i = 0; i < n; i++) dinp[i] = rt_kround(dinp[i] + dout[i] * silu_grad_(inp[i]), dt);
+    const int as = assign & RT_ASSIGN_1;
+    for (size_t i = 0; i < n; i++)
+        dinp[i] = rt_kround(RT_KBASE(dinp[i], as) + dout[i] * silu_grad_(inp[i]), dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -88,8 +96,9 @@ void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_
 // db += dout * round(silu(a)). da == db (swiglu(x, x)) gets both, da's first, then one
 // rounding.
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                        size_t n, rt_dtype dt) {
+                        size_t n, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_swiglu_backward");
+    const int as1 = assign & RT_ASSIGN_1, as2 = assign & RT_ASSIGN_2;
     if (da && da == db) {
         for (size_t i = 0; i < n; i++) {
             float x = a[i];
@@ -101,10 +110,11 @@ void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a,
     }
     if (da)
         for (size_t i = 0; i < n; i++)
-            da[i] = rt_kround(da[i] + rt_kround(dout[i] * b[i], dt) * silu_grad_(a[i]), dt);
+            da[i] = rt_kround(
+                RT_KBASE(da[i], as1) + rt_kround(dout[i] * b[i], dt) * silu_grad_(a[i]), dt);
     if (db)
         for (size_t i = 0; i < n; i++) {
             float x = a[i];
-            db[i] = rt_kround(db[i] + dout[i] * rt_kround(x * sigmoidf_(x), dt), dt);
+            db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i] * rt_kround(x * sigmoidf_(x), dt), dt);
         }
 }

@@ -59,8 +59,8 @@ float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return u01_(o[index & 3]);
 }
 
-// Applies mask * scale to src, either writing (acc = 0) or accumulating (acc = 1), and
-// rounds to dt.
+// Applies mask * scale to src, either writing (acc = 0), accumulating (acc = 1) or
+// assigning as accumulating onto zeros (acc = 2), and rounds to dt.
 static void dropout_apply_(float* dst, const float* src, size_t n, float p, uint64_t seed,
                            uint64_t stream, uint64_t offset, int acc, rt_dtype dt) {
     const float scale = (float)(1.0 / (1.0 - (double)p));
@@ -72,7 +72,7 @@ static void dropout_apply_(float* dst, const float* src, size_t n, float p, uint
         // consume the lanes of this block that fall inside [offset, offset + n)
         for (unsigned lane = (unsigned)(e & 3); lane < 4 && i < n; lane++, i++) {
             const float v = u01_(o[lane]) >= p ? src[i] * scale : 0.0f;
-            dst[i] = rt_kround(acc ? dst[i] + v : v, dt);
+            dst[i] = rt_kround(acc ? RT_KBASE(dst[i], acc == 2) + v : v, dt);
         }
     }
 }
@@ -95,12 +95,17 @@ void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_
 }
 
 void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
-                         uint64_t stream, uint64_t offset, rt_dtype dt) {
+                         uint64_t stream, uint64_t offset, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_dropout_backward");
+    const int as = assign & RT_ASSIGN_1;
     if (p <= 0.0f) {
-        for (size_t i = 0; i < n; i++) dinp[i] = rt_kround(dinp[i] + dout[i], dt);
+        for (size_t i = 0; i < n; i++) dinp[i] = rt_kround(RT_KBASE(dinp[i], as) + dout[i], dt);
         return;
     }
-    if (p >= 1.0f) return;
-    dropout_apply_(dinp, dout, n, p, seed, stream, offset, 1, dt);
+    if (p >= 1.0f) {  // nothing kept: assigned means zeroed
+        if (as)
+            for (size_t i = 0; i < n; i++) dinp[i] = 0.0f;
+        return;
+    }
+    dropout_apply_(dinp, dout, n, p, seed, stream, offset, as ? 2 : 1, dt);
 }

@@ -16,16 +16,18 @@ void rt_residual_forward(float* out, const float* a, const float* b, size_t n, r
 }
 
 // da == db (x + x): (da + dout) + dout, rounded once.
-void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt) {
+void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt,
+                          int assign) {
     RT_KCHECK_DT(dt, "rt_residual_backward");
+    const int as1 = assign & RT_ASSIGN_1, as2 = assign & RT_ASSIGN_2;
     if (da && da == db) {
         for (size_t i = 0; i < n; i++) da[i] = rt_kround((da[i] + dout[i]) + dout[i], dt);
         return;
     }
     if (da)
-        for (size_t i = 0; i < n; i++) da[i] = rt_kround(da[i] + dout[i], dt);
+        for (size_t i = 0; i < n; i++) da[i] = rt_kround(RT_KBASE(da[i], as1) + dout[i], dt);
     if (db)
-        for (size_t i = 0; i < n; i++) db[i] = rt_kround(db[i] + dout[i], dt);
+        for (size_t i = 0; i < n; i++) db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i], dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -38,17 +40,18 @@ void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dty
 
 // da == db (x * x): (da + dout * b) + dout * a, rounded once.
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
-                     size_t n, rt_dtype dt) {
+                     size_t n, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_mul_backward");
+    const int as1 = assign & RT_ASSIGN_1, as2 = assign & RT_ASSIGN_2;
     if (da && da == db) {
         for (size_t i = 0; i < n; i++)
             da[i] = rt_kround((da[i] + dout[i] * b[i]) + dout[i] * a[i], dt);
         return;
     }
     if (da)
-        for (size_t i = 0; i < n; i++) da[i] = rt_kround(da[i] + dout[i] * b[i], dt);
+        for (size_t i = 0; i < n; i++) da[i] = rt_kround(RT_KBASE(da[i], as1) + dout[i] * b[i], dt);
     if (db)
-        for (size_t i = 0; i < n; i++) db[i] = rt_kround(db[i] + dout[i] * a[i], dt);
+        for (size_t i = 0; i < n; i++) db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i] * a[i], dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -66,10 +69,12 @@ void rt_broadcast_add_forward(float* out, const float* a, const float* b, int ro
 
 // db (a reduction over rows, like a bias gradient) is not rounded.
 void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols,
-                               rt_dtype dt) {
+                               rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_broadcast_add_backward");
+    const int as = assign & RT_ASSIGN_1;
     if (da)
-        for (size_t i = 0; i < (size_t)rows * cols; i++) da[i] = rt_kround(da[i] + dout[i], dt);
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            da[i] = rt_kround(RT_KBASE(da[i], as) + dout[i], dt);
     if (db) {
         // Column sums in double, a block of columns at a time (see linear.c).
         for (int c0 = 0; c0 < cols; c0 += RT_COLBLOCK) {

@@ -48,8 +48,9 @@ void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp
 
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
-                           const float* rstd, int N, int C, rt_dtype dt) {
+                           const float* rstd, int N, int C, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_layernorm_backward");
+    const int as = assign & RT_ASSIGN_1;
     if (dinp) {
         for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
@@ -67,7 +68,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
             for (int c = 0; c < C; c++) {
                 float xhat = (x[c] - mf) * rs;
                 float g = weight ? d[c] * weight[c] : d[c];
-                dx[c] = rt_kround(dx[c] + rs * (g - mg - xhat * mgx), dt);
+                dx[c] = rt_kround(RT_KBASE(dx[c], as) + rs * (g - mg - xhat * mgx), dt);
             }
         }
     }

@@ -39,13 +39,16 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
-                        rt_dtype dt) {
+                        rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
+    const int as = assign & RT_ASSIGN_1;
+    if (dinp && as && C > 0 && (N <= 0 || OC <= 0))  // assigned, no contribution: zeros
+        for (size_t i = 0; i < (size_t)(N > 0 ? N : 0) * C; i++) dinp[i] = 0.0f;
     if (N <= 0 || OC <= 0) return;
     if (dinp && C > 0) {
-        // dinp[N,C] += dout[N,OC] · weight[OC,C]
+        // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0, dinp not read)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
-                    C, 1.0f, dinp, C);
+                    C, as ? 0.0f : 1.0f, dinp, C);
         rt_kround_buf(dinp, (size_t)N * C, dt);
     }
     if (dweight && C > 0) {

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "kcheck.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // sum loss: loss = sum(logits)
@@ -16,8 +17,9 @@ void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
 }
 
 // d(sum)/d(logit) = 1 for every element, times the incoming dloss.
-void rt_sum_loss_backward(float* dlogits, size_t n, float dloss) {
-    for (size_t i = 0; i < n; i++) dlogits[i] += dloss;
+void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign) {
+    const int as = assign & RT_ASSIGN_1;
+    for (size_t i = 0; i < n; i++) dlogits[i] = RT_KBASE(dlogits[i], as) + dloss;
 }
 
 // ----------------------------------------------------------------------------
@@ -65,24 +67,33 @@ void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
 }
 
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss) {
+                               int N, int V, float dloss, int assign) {
+    const int as = assign & RT_ASSIGN_1;
     int count = 0;
     for (int n = 0; n < N; n++) {
         ce_check_target_(targets[n], n, V);
         if (targets[n] != RT_IGNORE_INDEX) count++;
     }
-    if (count == 0) return;  // no row contributes: zero gradient, as PyTorch
+    if (count == 0) {  // no row contributes: zero gradient, as PyTorch
+        if (as)
+            for (size_t i = 0; i < (size_t)N * V; i++) dlogits[i] = 0.0f;
+        return;
+    }
     const double g = (double)dloss / (double)count;
     for (int n = 0; n < N; n++) {
         const int32_t t = targets[n];
-        if (t == RT_IGNORE_INDEX) continue;
-        const float* x = logits + (size_t)n * V;
         float* dx = dlogits + (size_t)n * V;
+        if (t == RT_IGNORE_INDEX) {  // adds 0
+            if (as)
+                for (int j = 0; j < V; j++) dx[j] = 0.0f;
+            continue;
+        }
+        const float* x = logits + (size_t)n * V;
         float mx;
         double s;
         row_lse_(x, V, &mx, &s);
         const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
-        for (int j = 0; j < V; j++) dx[j] += expf(x[j] - mx) * gs;
+        for (int j = 0; j < V; j++) dx[j] = RT_KBASE(dx[j], as) + expf(x[j] - mx) * gs;
         dx[t] -= (float)g;
     }
 }

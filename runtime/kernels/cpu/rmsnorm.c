@@ -31,8 +31,10 @@ void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* 
 //   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
 
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                         const float* weight, const float* rstd, int N, int C, rt_dtype dt) {
+                         const float* weight, const float* rstd, int N, int C, rt_dtype dt,
+                         int assign) {
     RT_KCHECK_DT(dt, "rt_rmsnorm_backward");
+    const int as = assign & RT_ASSIGN_1;
     if (dinp) {
         for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
@@ -47,7 +49,7 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
             float mgx = (float)(sgx / C);
             for (int c = 0; c < C; c++) {
                 float g = weight ? d[c] * weight[c] : d[c];
-                dx[c] = rt_kround(dx[c] + rs * (g - (x[c] * rs) * mgx), dt);
+                dx[c] = rt_kround(RT_KBASE(dx[c], as) + rs * (g - (x[c] * rs) * mgx), dt);
             }
         }
     }

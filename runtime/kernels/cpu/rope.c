@@ -58,7 +58,8 @@ void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD,
 // output gradient rotated by -angle: (d0, d1) -> (d0 cos + d1 sin, -d0 sin + d1 cos)
 
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
-                      float theta, rt_dtype dt) {
+                      float theta, rt_dtype dt, int assign) {
+    const int as = assign & RT_ASSIGN_1;
     RT_KCHECK_DT(dt, "rt_rope_backward");
     rope_check_(HD);
     float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
@@ -71,8 +72,9 @@ void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int 
                 float* dx = dinp + base;
                 for (int i = 0; i < HD / 2; i++) {
                     float d0 = d[2 * i], d1 = d[2 * i + 1];
-                    dx[2 * i] = rt_kround(dx[2 * i] + (d0 * cs[i] + d1 * sn[i]), dt);
-                    dx[2 * i + 1] = rt_kround(dx[2 * i + 1] + (-d0 * sn[i] + d1 * cs[i]), dt);
+                    dx[2 * i] = rt_kround(RT_KBASE(dx[2 * i], as) + (d0 * cs[i] + d1 * sn[i]), dt);
+                    dx[2 * i + 1] =
+                        rt_kround(RT_KBASE(dx[2 * i + 1], as) + (-d0 * sn[i] + d1 * cs[i]), dt);
                 }
             }
         }

@@ -1,0 +1,189 @@
+-- Initialisation of activation-gradient buffers in the emitted step C: backward kernels
+-- accumulate (rt_kernels.h), so a gradient buffer's first contribution must land on zeros
+-- (an rt_zero before it) or be assigned (the kernel's assign bit, rt_kernels.h "Assign").
+-- Checks, on the step C of every spec (tests/specs, examples, bench/specs), following each
+-- activation-gradient buffer of the memory plan through the backward steps in order:
+--   * its first contribution has exactly one of: an rt_zero of the buffer earlier in the
+--     same step, or the assign bit of the kernel output that writes it;
+--   * no later contribution assigns it or zeroes it;
+--   * no call assigns an output that is also another gradient output of the call (x + x);
+--   * every parameter-gradient buffer a step creates is still zeroed (never assigned).
+-- Run from the repository root: lua5.4 tests/generator/grad_init.lua
+package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
+local loader = require("loader")
+local planner = require("planner")
+local emit_step = require("emit_step")
+local kernels = require("kernels_c")
+local memory = require("memory")
+
+local passed, failed = 0, 0
+local function check(ok, msg)
+  print((ok and "PASS " or "FAIL ") .. msg)
+  if ok then passed = passed + 1 else failed = failed + 1 end
+end
+
+-- Top-level arguments of a C call "name(a, F(x, y), ...);".
+local function args_of(call)
+  local inner = call:match("^[%w_]+%((.*)%);$")
+  local out, depth, cur = {}, 0, {}
+  for ch in inner:gmatch(".") do
+    if ch == "(" then depth = depth + 1 elseif ch == ")" then depth = depth - 1 end
+    if ch == "," and depth == 0 then
+      out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
+      cur = {}
+    else
+      cur[#cur + 1] = ch
+    end
+  end
+  out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
+  return out
+end
+
+-- The kernels with an `assign` argument (their last) and, by bit, the argument position of
+-- the gradient output it names (RT_ASSIGN_k is the k-th argument for all of them).
+local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu = 1, silu = 1, swiglu = 2,
+  rope = 1, residual = 2, mul = 2, broadcast_add = 1, dropout = 1, sum_loss = 1, cross_entropy = 1 }
+
+-- Argument positions (1-based) whose assign bit the call sets.
+local function assigned_args(call)
+  local k = call:match("^rt_([%w_]+)_backward%(")
+  local nbits = k and ASSIGN_KERNELS[k]
+  if not nbits then return {} end
+  local a = args_of(call)
+  local bits = a[#a]
+  local set = {}
+  if bits ~= "RT_ACCUMULATE" then
+    for b in bits:gmatch("RT_ASSIGN_(%d)") do set[tonumber(b)] = true end
+  end
+  for b in pairs(set) do
+    if b > nbits then set[b] = nil; set.bad = true end
+  end
+  return set
+end
+
+local function F(bf) return string.format("F(%d, %d)", bf.offset, bf.size) end
+
+-- Backward steps' sections of the step C, in order: { calls = {...} }.
+local function backward_sections(text)
+  local secs, cur = {}, nil
+  for line in text:gmatch("[^\n]+") do
+    local kind = line:match("^%s*// compute%s+([%w_]+)%s")
+    if kind then
+      cur = (kind == "backward" or kind == "loss_grad") and { calls = {}, head = line } or nil
+      if cur then secs[#secs + 1] = cur end
+    elseif line:match("^%s*//") then
+      cur = nil
+    elseif cur then
+      local call = line:match("^%s*(rt_[%w_]+%(.*%);)$")
+      if call then cur.calls[#cur.calls + 1] = call end
+    end
+  end
+  return secs
+end
+
+local function check_spec(path)
+  local spec = loader.load(path)
+  local plan = loader.protect(spec.line, planner.plan, spec)
+  -- Record the op of every backward step, in the order the emitter walks them.
+  local nodes = {}
+  local orig = kernels.backward
+  kernels.backward = function(op, c)
+    nodes[#nodes + 1] = op
+    return orig(op, c)
+  end
+  local ok, text = pcall(emit_step.render, plan, path, plan.spec.name)
+  kernels.backward = orig
+  if not ok then
+    check(false, path .. ": step C emitted: " .. tostring(type(text) == "table" and text.msg or text))
+    return
+  end
+  local name = plan.spec.name
+  local secs = backward_sections(text)
+  if #secs ~= #nodes then
+    check(false, string.format("%s: %d backward sections for %d backward steps", name, #secs, #nodes))
+    return
+  end
+  local state = {}  -- activation-gradient buffer -> "init" after its first contribution
+  local bad = {}
+  local nbuf, nassigned, nzeroed, nlater, npzero = 0, 0, 0, 0, 0
+  local function fail(k, msg) bad[#bad + 1] = secs[k].head:match("^%s*(.-)%s*$") .. ": " .. msg end
+  for k, op in ipairs(nodes) do
+    local calls = secs[k].calls
+    -- rt_zero lines (before the kernel) and the gradient outputs each call assigns
+    local zeroed, assigned, kernel_at = {}, {}, nil
+    for ci, call in ipairs(calls) do
+      if call:match("^rt_zero%(") then
+        local e = args_of(call)[1]
+        zeroed[e] = ci
+      elseif call:match("^rt_[%w_]+_backward%(") or call:match("^rt_accumulate%(") then
+        kernel_at = kernel_at or ci
+        local a = args_of(call)
+        local set = assigned_args(call)
+        if set.bad then fail(k, "assign bit without a gradient output: " .. call) end
+        for pos in pairs(set) do
+          if pos ~= "bad" then
+            local e = a[pos]
+            for j, x in ipairs(a) do
+              if j ~= pos and x == e then fail(k, "assigns an output that is also argument " .. j .. ": " .. call) end
+            end
+            if e == "NULL" then fail(k, "assign bit on a NULL output: " .. call) end
+            assigned[e] = true
+          end
+        end
+      end
+    end
+    -- every activation-gradient buffer this op's backward writes
+    local seen = {}
+    for _, t in ipairs(op.ins) do
+      local b = not t.is_param and memory.base(t).grad_buf
+      if b and b.kind == "activation_grad" and not seen[b] then
+        seen[b] = true
+        local e = F(b)
+        local written = false
+        for _, call in ipairs(calls) do
+          if not call:match("^rt_zero%(") and call:find(e, 1, true) then written = true end
+        end
+        local z, as = zeroed[e], assigned[e]
+        if not state[b] then
+          if written or z then
+            nbuf = nbuf + 1
+            if z and as then fail(k, e .. " zeroed and assigned") end
+            if not z and not as then fail(k, e .. " first contribution neither zeroed nor assigned") end
+            if z and kernel_at and z > kernel_at then fail(k, e .. " zeroed after the kernel") end
+            if as then nassigned = nassigned + 1 else nzeroed = nzeroed + 1 end
+            state[b] = "init"
+          end
+        elseif written or z then
+          nlater = nlater + 1
+          if as then fail(k, e .. " assigned by a later contribution") end
+          if z then fail(k, e .. " zeroed after its first contribution") end
+        end
+      end
+    end
+    -- only activation-gradient buffers are assigned (never a parameter's gradient)
+    for e in pairs(assigned) do
+      local isact = false
+      for b in pairs(seen) do if F(b) == e then isact = true end end
+      if not isact then fail(k, e .. " assigned but not an activation gradient of the op") end
+    end
+    for e in pairs(zeroed) do
+      local isact = false
+      for b in pairs(seen) do if F(b) == e then isact = true end end
+      if not isact then npzero = npzero + 1 end
+    end
+  end
+  check(#bad == 0, string.format("%s: %d activation-gradient buffers, %d assigned and %d zeroed at their first "
+    .. "contribution, %d later contributions accumulate; %d other buffers zeroed%s", name, nbuf, nassigned,
+    nzeroed, nlater, npzero, bad[1] and (" (" .. bad[1] .. ")") or ""))
+  return text
+end
+
+local specs = {}
+local p = io.popen("ls tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua "
+  .. "examples/*.lua bench/specs/*.lua 2>/dev/null")
+for f in p:lines() do specs[#specs + 1] = f end
+p:close()
+for _, spec in ipairs(specs) do check_spec(spec) end
+
+print(string.format("%d passed, %d failed", passed, failed))
+os.exit(failed == 0 and 0 or 1)
