@@ -16,28 +16,8 @@ local emit_step = require("emit_step")
 local kernels = require("kernels_c")
 local memory = require("memory")
 
-local passed, failed = 0, 0
-local function check(ok, msg)
-  print((ok and "PASS " or "FAIL ") .. msg)
-  if ok then passed = passed + 1 else failed = failed + 1 end
-end
-
--- Top-level arguments of a C call "name(a, F(x, y), ...);".
-local function args_of(call)
-  local inner = call:match("^[%w_]+%((.*)%);$")
-  local out, depth, cur = {}, 0, {}
-  for ch in inner:gmatch(".") do
-    if ch == "(" then depth = depth + 1 elseif ch == ")" then depth = depth - 1 end
-    if ch == "," and depth == 0 then
-      out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
-      cur = {}
-    else
-      cur[#cur + 1] = ch
-    end
-  end
-  out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
-  return out
-end
+local util = require("tests.generator.step_c")
+local check, args_of = util.check, util.args_of
 
 -- The kernels with an `assign` argument (their last) and, by bit, the argument position of
 -- the gradient output it names (RT_ASSIGN_k is the k-th argument for all of them).
@@ -178,12 +158,6 @@ local function check_spec(path)
   return text
 end
 
-local specs = {}
-local p = io.popen("ls tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua "
-  .. "examples/*.lua bench/specs/*.lua 2>/dev/null")
-for f in p:lines() do specs[#specs + 1] = f end
-p:close()
-for _, spec in ipairs(specs) do check_spec(spec) end
+for _, spec in ipairs(util.all_specs()) do check_spec(spec) end
 
-print(string.format("%d passed, %d failed", passed, failed))
-os.exit(failed == 0 and 0 or 1)
+util.finish()

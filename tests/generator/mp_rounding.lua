@@ -14,11 +14,8 @@ local loader = require("loader")
 local planner = require("planner")
 local emit_step = require("emit_step")
 
-local passed, failed = 0, 0
-local function check(ok, msg)
-  print((ok and "PASS " or "FAIL ") .. msg)
-  if ok then passed = passed + 1 else failed = failed + 1 end
-end
+local util = require("tests.generator.step_c")
+local check, args_of = util.check, util.args_of
 
 local function step_c(path)
   local spec = loader.load(path)
@@ -34,22 +31,6 @@ local DT_BACKWARD_ROUNDS = { linear = { 1 }, layernorm = { 1 }, rmsnorm = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
   broadcast_add = { 1 } }
 
--- Top-level arguments of a C call "name(a, F(x, y), ...);".
-local function args_of(call)
-  local inner = call:match("^[%w_]+%((.*)%);$")
-  local out, depth, cur = {}, 0, {}
-  for ch in inner:gmatch(".") do
-    if ch == "(" then depth = depth + 1 elseif ch == ")" then depth = depth - 1 end
-    if ch == "," and depth == 0 then
-      out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
-      cur = {}
-    else
-      cur[#cur + 1] = ch
-    end
-  end
-  out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
-  return out
-end
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }
 
@@ -122,11 +103,7 @@ local function check_rules(text, name)
     name, nbwd, bad_bwd[1] and (" (" .. bad_bwd[1] .. ")") or ""))
 end
 
-local specs = {}
-local p = io.popen("ls tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua "
-  .. "examples/*.lua bench/specs/*.lua 2>/dev/null")
-for f in p:lines() do specs[#specs + 1] = f end
-p:close()
+local specs = util.all_specs()
 local texts = {}
 for _, spec in ipairs(specs) do
   local ok, text, name = pcall(step_c, spec)
@@ -218,5 +195,4 @@ local msg = type(err) == "table" and (err.msg or "") or tostring(err)
 check(not ok and msg:find("parameter operand", 1, true) ~= nil,
   "swiglu with a bf16 parameter operand is refused (its dt would round the parameter's gradient): " .. msg)
 
-print(string.format("%d passed, %d failed", passed, failed))
-os.exit(failed == 0 and 0 or 1)
+util.finish()

@@ -1,0 +1,46 @@
+-- Shared by the generator tests that read the emitted step C (mp_rounding.lua,
+-- grad_init.lua): the pass/fail count, the list of every spec, and a C call's arguments.
+local M = {}
+
+local passed, failed = 0, 0
+
+function M.check(ok, msg)
+  print((ok and "PASS " or "FAIL ") .. msg)
+  if ok then passed = passed + 1 else failed = failed + 1 end
+end
+
+-- Prints the closing `N passed, N failed` line and exits (1 on any failure).
+function M.finish()
+  print(string.format("%d passed, %d failed", passed, failed))
+  os.exit(failed == 0 and 0 or 1)
+end
+
+-- Every spec with a step program: tests/specs (seed, features, conformance), examples and
+-- the benchmark configs.
+function M.all_specs()
+  local specs = {}
+  local p = io.popen("ls tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua "
+    .. "examples/*.lua bench/specs/*.lua 2>/dev/null")
+  for f in p:lines() do specs[#specs + 1] = f end
+  p:close()
+  return specs
+end
+
+-- Top-level arguments of a C call "name(a, F(x, y), ...);".
+function M.args_of(call)
+  local inner = call:match("^[%w_]+%((.*)%);$")
+  local out, depth, cur = {}, 0, {}
+  for ch in inner:gmatch(".") do
+    if ch == "(" then depth = depth + 1 elseif ch == ")" then depth = depth - 1 end
+    if ch == "," and depth == 0 then
+      out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
+      cur = {}
+    else
+      cur[#cur + 1] = ch
+    end
+  end
+  out[#out + 1] = table.concat(cur):match("^%s*(.-)%s*$")
+  return out
+end
+
+return M
