@@ -1,5 +1,5 @@
-// Shared helpers of the kernel tests: a deterministic RNG, buffers, error summaries, and
-// the gradient check against central finite differences.
+// Shared helpers of the kernel tests: a deterministic RNG, buffers, error summaries,
+// rounding to a 16-bit dtype, and the gradient check against central finite differences.
 //
 // Gradient check protocol (every op): the scalar is L = sum(proj * out) with a random
 // projection proj (so every output element matters, with its own weight), computed in
@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../runtime/core/dtype_bits.h"
 #include "check.h"
 #include "rt_kernels.h"
 
@@ -49,6 +50,20 @@ static inline void tk_fill_away_from_zero(float* x, size_t n, float lo, float hi
         float m = tk_uniform(lo, hi);
         x[i] = (tk_next() & 1) ? m : -m;
     }
+}
+
+// ----------------------------------------------------------------------------
+// rounding to a tensor dtype (RT_BF16, RT_F16; RT_F32 leaves values alone), as the kernels'
+// dt and rt_step_round round
+
+static inline float tk_round(float v, rt_dtype dt) {
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
+    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
+    return v;
+}
+
+static inline void tk_round_all(float* x, size_t n, rt_dtype dt) {
+    for (size_t i = 0; i < n; i++) x[i] = tk_round(x[i], dt);
 }
 
 // ----------------------------------------------------------------------------

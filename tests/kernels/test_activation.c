@@ -1,7 +1,6 @@
 // Tests of the activations: known values (GELU(1) = 0.8413447, ...), forward vs double
 // reference, gradcheck, ReLU's zero gradient at 0, in-place forward, and the fused SwiGLU
 // against separate silu and mul kernels with rounded outputs (bit for bit, fp32/bf16/fp16).
-#include "../../runtime/core/dtype_bits.h"
 #include "gradcheck.h"
 
 // ----------------------------------------------------------------------------
@@ -122,13 +121,6 @@ static void test_known(void) {
 // fused SwiGLU (which rounds out, da, db and its intermediates itself) = silu, round, mul,
 // round (the unfused sequence: fp32 kernels, each output rounded in a separate pass)
 
-static void round_all(float* x, size_t n, rt_dtype dt) {
-    for (size_t i = 0; i < n; i++) {
-        if (dt == RT_BF16) x[i] = rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x[i]));
-        if (dt == RT_F16) x[i] = rt_f16_to_f32_inl(rt_f16_from_f32_inl(x[i]));
-    }
-}
-
 static void test_swiglu_matches_unfused(rt_dtype dt) {
     const size_t n = 4096;
     float *a = tk_alloc(n), *b = tk_alloc(n), *dout = tk_alloc(n);
@@ -136,8 +128,8 @@ static void test_swiglu_matches_unfused(rt_dtype dt) {
     tk_fill(a, n, -6, 6), tk_fill(b, n, -3, 3), tk_fill(dout, n, -2, 2);
     tk_fill(da, n, -1, 1), tk_fill(db, n, -1, 1);
     a[0] = 0.0f, dout[1] = -0.0f, b[2] = 0.0f;  // signed zeros through both paths
-    round_all(a, n, dt), round_all(b, n, dt), round_all(dout, n, dt);
-    round_all(da, n, dt), round_all(db, n, dt);
+    tk_round_all(a, n, dt), tk_round_all(b, n, dt), tk_round_all(dout, n, dt);
+    tk_round_all(da, n, dt), tk_round_all(db, n, dt);
     float *da_u = tk_dup(da, n), *db_u = tk_dup(db, n), *s = tk_alloc(n), *out_u = tk_alloc(n);
     float* ds = tk_alloc(n);
 
@@ -145,14 +137,14 @@ static void test_swiglu_matches_unfused(rt_dtype dt) {
     rt_swiglu_backward(da, db, dout, a, b, n, dt, RT_ACCUMULATE);
 
     rt_silu_forward(s, a, n, RT_F32);
-    round_all(s, n, dt);
+    tk_round_all(s, n, dt);
     rt_mul_forward(out_u, s, b, n, RT_F32);
-    round_all(out_u, n, dt);
+    tk_round_all(out_u, n, dt);
     memset(ds, 0, n * sizeof(float));  // rt_zero before the first contribution
     rt_mul_backward(ds, db_u, dout, s, b, n, RT_F32, RT_ACCUMULATE);
-    round_all(ds, n, dt), round_all(db_u, n, dt);
+    tk_round_all(ds, n, dt), tk_round_all(db_u, n, dt);
     rt_silu_backward(da_u, ds, a, n, RT_F32, RT_ACCUMULATE);
-    round_all(da_u, n, dt);
+    tk_round_all(da_u, n, dt);
 
     const char* nm = dt == RT_BF16 ? "bf16" : dt == RT_F16 ? "fp16" : "fp32";
     CHECK(memcmp(out, out_u, n * sizeof(float)) == 0,

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/core/dtype_bits.h"
 #include "gradcheck.h"
 #include "rt_dtype.h"
 #include "rt_kernels.h"
@@ -29,12 +28,6 @@ static const int32_t ce_targets[CN] = {3, RT_IGNORE_INDEX, 0, 10, 5, RT_IGNORE_I
 static const int32_t ce_ignored[CN] = {RT_IGNORE_INDEX, RT_IGNORE_INDEX, RT_IGNORE_INDEX,
                                        RT_IGNORE_INDEX, RT_IGNORE_INDEX, RT_IGNORE_INDEX,
                                        RT_IGNORE_INDEX, RT_IGNORE_INDEX, RT_IGNORE_INDEX};
-
-static float ref_round(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
 
 // a == b bit for bit, or both zeros when zero_sign_ok
 static int same(float a, float b, int zero_sign_ok) {
@@ -160,7 +153,7 @@ static void run_mask(const acase* c, rt_dtype dt, int mask) {
     for (int i = 0; i < c->nin; i++) {
         in[i] = tk_alloc(c->in_n[i]);
         tk_fill(in[i], c->in_n[i], c->in_lo[i], c->in_hi[i]);
-        for (size_t j = 0; j < c->in_n[i]; j++) in[i][j] = ref_round(in[i][j], dt);
+        for (size_t j = 0; j < c->in_n[i]; j++) in[i][j] = tk_round(in[i][j], dt);
     }
     in[0][0] = 0.0f;  // ReLU's kink and signed zeros
     in[0][1] = -0.0f;
@@ -169,7 +162,7 @@ static void run_mask(const acase* c, rt_dtype dt, int mask) {
         const int assigned = c->bit[k] && (mask & c->bit[k]);
         want[k] = tk_alloc(n);
         tk_fill(want[k], n, -1, 1);
-        for (size_t j = 0; j < n; j++) want[k][j] = ref_round(want[k][j], dt);
+        for (size_t j = 0; j < n; j++) want[k][j] = tk_round(want[k][j], dt);
         got[k] = tk_dup(want[k], n);
         if (assigned)
             for (size_t j = 0; j < n; j++) want[k][j] = 0.0f, got[k][j] = NAN;
@@ -197,7 +190,7 @@ static void test_alias_and_null(rt_dtype dt) {
     float *a = tk_alloc(EN), *dout = tk_alloc(EN), *init = tk_alloc(EN);
     tk_fill(a, EN, -3, 3), tk_fill(dout, EN, -2, 2), tk_fill(init, EN, -1, 1);
     for (size_t j = 0; j < EN; j++)
-        a[j] = ref_round(a[j], dt), dout[j] = ref_round(dout[j], dt), init[j] = ref_round(init[j], dt);
+        a[j] = tk_round(a[j], dt), dout[j] = tk_round(dout[j], dt), init[j] = tk_round(init[j], dt);
     const char* names[3] = {"residual", "mul", "swiglu"};
     for (int k = 0; k < 3; k++) {
         float* got = tk_dup(init, EN);

@@ -14,23 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/core/dtype_bits.h"
 #include "gradcheck.h"
 #include "rt_dtype.h"
 #include "rt_kernels.h"
 
 // ----------------------------------------------------------------------------
 // the reference rounding: rt_step_round's converters (core/dtype.c wraps these)
-
-static float ref_round(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
-
-static void ref_round_all(float* x, size_t n, rt_dtype dt) {
-    for (size_t i = 0; i < n; i++) x[i] = ref_round(x[i], dt);
-}
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
@@ -109,12 +98,12 @@ static float silu_grad_(float x) {
     return s * (1.0f + x * (1.0f - s));
 }
 static void r_swiglu_fwd(float* const* o, float* const* in, rt_dtype dt) {
-    for (size_t i = 0; i < EN; i++) o[0][i] = ref_round(in[0][i] * sig_(in[0][i]), dt) * in[1][i];
+    for (size_t i = 0; i < EN; i++) o[0][i] = tk_round(in[0][i] * sig_(in[0][i]), dt) * in[1][i];
 }
 static void r_swiglu_bwd_(float* da, float* db, const float* dout, const float* a, const float* b,
                           rt_dtype dt) {
-    for (size_t i = 0; i < EN; i++) da[i] += ref_round(dout[i] * b[i], dt) * silu_grad_(a[i]);
-    for (size_t i = 0; i < EN; i++) db[i] += dout[i] * ref_round(a[i] * sig_(a[i]), dt);
+    for (size_t i = 0; i < EN; i++) da[i] += tk_round(dout[i] * b[i], dt) * silu_grad_(a[i]);
+    for (size_t i = 0; i < EN; i++) db[i] += dout[i] * tk_round(a[i] * sig_(a[i]), dt);
 }
 static void r_swiglu_bwd(float* const* o, float* const* in, rt_dtype dt) {
     r_swiglu_bwd_(o[0], o[1], in[2], in[0], in[1], dt);
@@ -213,7 +202,7 @@ static void run_case(const rcase* c, rt_dtype dt) {
     for (int i = 0; i < c->nin; i++) {
         in[i] = tk_alloc(c->in_n[i]);
         tk_fill(in[i], c->in_n[i], c->in_lo[i], c->in_hi[i]);
-        ref_round_all(in[i], c->in_n[i], dt);
+        tk_round_all(in[i], c->in_n[i], dt);
     }
     // signed zeros and the ReLU kink through both paths
     in[0][0] = 0.0f;
@@ -225,7 +214,7 @@ static void run_case(const rcase* c, rt_dtype dt) {
             memcpy(init[k], in[0], n * sizeof(float));
         else
             tk_fill(init[k], n, -1, 1);
-        ref_round_all(init[k], n, dt);  // accumulated-into buffers hold values exact in dt
+        tk_round_all(init[k], n, dt);  // accumulated-into buffers hold values exact in dt
         got[k] = tk_dup(init[k], n);
         want[k] = tk_dup(init[k], n);
     }
@@ -236,14 +225,14 @@ static void run_case(const rcase* c, rt_dtype dt) {
         c->call(want, in, RT_F32);
     for (int k = 0; k < c->nout; k++) {
         raw[k] = tk_dup(want[k], c->out_n[k]);
-        if (c->rounded[k]) ref_round_all(want[k], c->out_n[k], dt);
+        if (c->rounded[k]) tk_round_all(want[k], c->out_n[k], dt);
     }
     for (int k = 0; k < c->nout; k++) {
         const size_t n = c->out_n[k];
         size_t diff = 0, changed = 0, inexact = 0;
         for (size_t i = 0; i < n; i++) {
             if (!same_bits(got[k][i], want[k][i])) diff++;
-            if (!same_bits(raw[k][i], ref_round(raw[k][i], dt))) {
+            if (!same_bits(raw[k][i], tk_round(raw[k][i], dt))) {
                 if (c->rounded[k]) changed++;
                 else inexact++;
             }
@@ -270,7 +259,7 @@ static void test_fp16_overflow(void) {
     float got[4], want[4];
     rt_residual_forward(got, a, b, 4, RT_F16);
     rt_residual_forward(want, a, b, 4, RT_F32);
-    ref_round_all(want, 4, RT_F16);
+    tk_round_all(want, 4, RT_F16);
     CHECK(memcmp(got, want, sizeof got) == 0 && got[0] > 65504.0f && got[1] < -65504.0f,
           "fp16 residual 60000 + 60000 = %g, -60000 - 60000 = %g (inf, as the separate rounding)",
           got[0], got[1]);
