@@ -246,6 +246,8 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 // (CUBLAS_COMPUTE_32F_FAST_16BF / _16F: cuBLAS narrows the operands, which is exact for
 // such values, and accumulates in fp32); RT_F32 is fp32 arithmetic (CUBLAS_COMPUTE_32F
 // under CUBLAS_DEFAULT_MATH: no TF32). C is not rounded (the linear kernels round it after).
+// cublas_api.h lets the FAST modes narrow to TF32 instead, which is as exact for 16-bit
+// values but runs at half the bf16 rate: which kernels cuBLAS picks is not measured yet.
 // TODO(issue 5): 16-bit storage of compute buffers would halve the operand traffic and let
 // cublasLt fuse the bias (CUBLASLT_EPILOGUE_BIAS) and the output rounding.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
