@@ -43,20 +43,11 @@ end
 
 local function F(bf) return string.format("F(%d, %d)", bf.offset, bf.size) end
 
--- Backward steps' sections of the step C, in order: { calls = {...} }.
+-- Backward steps' sections of the step C, in order.
 local function backward_sections(text)
-  local secs, cur = {}, nil
-  for line in text:gmatch("[^\n]+") do
-    local kind = line:match("^%s*// compute%s+([%w_]+)%s")
-    if kind then
-      cur = (kind == "backward" or kind == "loss_grad") and { calls = {}, head = line } or nil
-      if cur then secs[#secs + 1] = cur end
-    elseif line:match("^%s*//") then
-      cur = nil
-    elseif cur then
-      local call = line:match("^%s*(rt_[%w_]+%(.*%);)$")
-      if call then cur.calls[#cur.calls + 1] = call end
-    end
+  local secs = {}
+  for _, st in ipairs(util.compute_steps(text)) do
+    if st.kind == "backward" or st.kind == "loss_grad" then secs[#secs + 1] = st end
   end
   return secs
 end

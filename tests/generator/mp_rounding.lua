@@ -15,7 +15,7 @@ local planner = require("planner")
 local emit_step = require("emit_step")
 
 local util = require("tests.generator.step_c")
-local check, args_of = util.check, util.args_of
+local check, args_of, compute_steps = util.check, util.args_of, util.compute_steps
 
 local function step_c(path)
   local spec = loader.load(path)
@@ -33,25 +33,6 @@ local DT_BACKWARD_ROUNDS = { linear = { 1 }, layernorm = { 1 }, rmsnorm = { 1 },
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }
-
--- The compute steps of a step C: { kind = forward|recompute|backward, dtype, calls = {...} }.
-local function compute_steps(text)
-  local steps, cur = {}, nil
-  for line in text:gmatch("[^\n]+") do
-    local kind, rest = line:match("^%s*// compute%s+(%a+)%s+(.*)$")
-    if kind then
-      cur = { kind = kind, dtype = rest:match("%] (%w+) <%-") or rest:match("%] (%w+)$"), calls = {},
-        head = line }
-      steps[#steps + 1] = cur
-    elseif line:match("^%s*//") then
-      cur = nil
-    elseif cur then
-      local call = line:match("^%s*(rt_[%w_]+%(.*%);)$")
-      if call then cur.calls[#cur.calls + 1] = call end
-    end
-  end
-  return steps
-end
 
 local function kernel_of(call)
   local k, dir = call:match("^rt_([%w_]+)_(%a+)ward%(")

@@ -1,5 +1,6 @@
 -- Shared by the generator tests that read the emitted step C (mp_rounding.lua,
--- grad_init.lua): the pass/fail count, the list of every spec, and a C call's arguments.
+-- grad_init.lua): the pass/fail count, the list of every spec, the step C's compute
+-- sections and a C call's arguments.
 local M = {}
 
 local passed, failed = 0, 0
@@ -24,6 +25,26 @@ function M.all_specs()
   for f in p:lines() do specs[#specs + 1] = f end
   p:close()
   return specs
+end
+
+-- The compute steps of a step C, in order: { kind (forward, backward, loss_grad, ...),
+-- head (the schedule comment), dtype (the output's, when the line names one), calls }.
+function M.compute_steps(text)
+  local steps, cur = {}, nil
+  for line in text:gmatch("[^\n]+") do
+    local kind, rest = line:match("^%s*// compute%s+([%w_]+)%s+(.*)$")
+    if kind then
+      cur = { kind = kind, dtype = rest:match("%] (%w+) <%-") or rest:match("%] (%w+)$"), calls = {},
+        head = line }
+      steps[#steps + 1] = cur
+    elseif line:match("^%s*//") then
+      cur = nil
+    elseif cur then
+      local call = line:match("^%s*(rt_[%w_]+%(.*%);)$")
+      if call then cur.calls[#cur.calls + 1] = call end
+    end
+  end
+  return steps
 end
 
 -- Top-level arguments of a C call "name(a, F(x, y), ...);".
