@@ -5,59 +5,20 @@
 // the (up to) 4 elements of its block that fall inside the call's range.
 // rt_philox4x32_10 and rt_dropout_uniform are host functions here too (host pointers).
 // Written values are rounded to dt at their stores.
+#include "../kernels/philox.h"
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
-// Philox4x32-10 (host and device)
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u  // golden ratio
-#define PHILOX_W1 0xBB67AE85u  // sqrt(3) - 1
-
-__host__ __device__ __forceinline__ void rtc_philox(uint32_t c0, uint32_t c1, uint32_t c2,
-                                                    uint32_t c3, uint32_t k0, uint32_t k1,
-                                                    uint32_t out[4]) {
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {  // key schedule: bumped between rounds
-            k0 += PHILOX_W0;
-            k1 += PHILOX_W1;
-        }
-        const uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        const uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-// the 4 lanes of counter block `block`
-__host__ __device__ __forceinline__ void rtc_philox_block(uint64_t seed, uint64_t stream,
-                                                          uint64_t block, uint32_t o[4]) {
-    rtc_philox((uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
-               (uint32_t)(stream >> 32), (uint32_t)seed, (uint32_t)(seed >> 32), o);
-}
-
-// Top 24 bits: every value is exactly representable in float and u < 1.
-__host__ __device__ __forceinline__ float rtc_u01(uint32_t x) {
-    return (float)(x >> 8) * (1.0f / 16777216.0f);
-}
+// Philox4x32-10 (runtime/kernels/philox.h, host and device)
 
 void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-    rtc_philox(ctr[0], ctr[1], ctr[2], ctr[3], key[0], key[1], out);
+    rt_philox_inl(ctr[0], ctr[1], ctr[2], ctr[3], key[0], key[1], out);
 }
 
 float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     uint32_t o[4];
-    rtc_philox_block(seed, stream, index >> 2, o);
-    return rtc_u01(o[index & 3]);
+    rt_philox_block_inl(seed, stream, index >> 2, o);
+    return rt_philox_u01_inl(o[index & 3]);
 }
 
 // ----------------------------------------------------------------------------
@@ -73,12 +34,12 @@ __global__ void dropout_kernel(float* dst, const float* src, size_t n, float p, 
     RTC_GRID_STRIDE(k, nblocks) {
         const uint64_t blk = first + k;
         uint32_t o[4];
-        rtc_philox_block(seed, stream, blk, o);
+        rt_philox_block_inl(seed, stream, blk, o);
         for (int lane = 0; lane < 4; lane++) {
             const uint64_t e = blk * 4 + (uint64_t)lane;
             if (e < offset || e - offset >= n) continue;
             const size_t i = (size_t)(e - offset);
-            const float v = rtc_u01(o[lane]) >= p ? src[i] * scale : 0.0f;
+            const float v = rt_philox_u01_inl(o[lane]) >= p ? src[i] * scale : 0.0f;
             dst[i] = rtc_round_to(acc ? RTC_BASE(dst[i], acc == 2) + v : v, dt);
         }
     }
