@@ -24,22 +24,26 @@
 // the CPU.
 #include <string.h>
 
+#include "../kernels/attention_shape.h"
 #include "cuda_common.cuh"
 #include "flash_attention.cuh"
 #include "flash_attention_tc.cuh"
 
 // ----------------------------------------------------------------------------
-// sizes (same as the CPU backend: the memory plan must not depend on the backend)
+// sizes (attention_shape.h: the CPU backend's, as the memory plan needs)
 
-size_t rt_attention_probs_floats(int B, int NH, int T) { return (size_t)B * NH * T * T; }
+size_t rt_attention_probs_floats(int B, int NH, int T) {
+    return rt_attention_probs_floats_inl(B, NH, T);
+}
 
-size_t rt_attention_scratch_floats(int T) { return (size_t)T * T; }
+size_t rt_attention_scratch_floats(int T) { return rt_attention_scratch_floats_inl(T); }
 
-size_t rt_attention_stats_floats(int B, int NH, int T) { return (size_t)B * NH * T * 2; }
+size_t rt_attention_stats_floats(int B, int NH, int T) {
+    return rt_attention_stats_floats_inl(B, NH, T);
+}
 
 size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T) {
-    const size_t tt = (size_t)T * T * 2, d = (size_t)B * NH * T;
-    return tt > d ? tt : d;
+    return rt_attention_lowmem_scratch_floats_inl(B, NH, T);
 }
 
 static void attention_check(int NH, int NKV, int HD) {
@@ -48,27 +52,10 @@ static void attention_check(int NH, int NKV, int HD) {
     RTC_KCHECK(HD > 0, "head dim must be positive", "attention head dim %d", HD);
 }
 
-// Where one (b, h) pair's operands live inside the [B,T,heads*HD] buffers.
-typedef struct {
-    size_t qoff, koff;  // offsets of q/out/dq and of k/v/dk/dv
-    int ldq, ldk;       // row strides: NH*HD and NKV*HD
-} head_view;
-
-static inline head_view head_view_of(int b, int h, int T, int NH, int NKV, int HD) {
-    head_view v;
-    v.ldq = NH * HD;
-    v.ldk = NKV * HD;
-    v.qoff = (size_t)b * T * v.ldq + (size_t)h * HD;
-    v.koff = (size_t)b * T * v.ldk + (size_t)(h / (NH / NKV)) * HD;  // kv head of query head h
-    return v;
-}
-
-static inline float attention_scale(int HD) { return (float)(1.0 / sqrt((double)HD)); }
-
 // S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: the upper triangle is computed, then
 // overwritten by the softmax kernels)
-static void scores(float* S, const float* q, const float* k, head_view hv, int T, int HD) {
-    rtc_gemm_rm(0, 1, T, T, HD, attention_scale(HD), q + hv.qoff, hv.ldq, k + hv.koff, hv.ldk,
+static void scores(float* S, const float* q, const float* k, rt_head_view hv, int T, int HD) {
+    rtc_gemm_rm(0, 1, T, T, HD, rt_attention_scale(HD), q + hv.qoff, hv.ldq, k + hv.koff, hv.ldk,
                 0.0f, S, T, RT_F32);
 }
 
@@ -123,7 +110,7 @@ __global__ void softmax_backward_rows_kernel(float* __restrict__ dS, const float
 
 static void backward_head(float* dq, float* dk, float* dv, float* dS, const float* P,
                           const float* dout, const float* q, const float* k, const float* v,
-                          head_view hv, int T, int HD, int causal) {
+                          rt_head_view hv, int T, int HD, int causal) {
     const float* dop = dout + hv.qoff;
     if (dv)
         rtc_gemm_rm(1, 0, T, HD, T, 1.0f, P, T, dop, hv.ldq, 1.0f, dv + hv.koff, hv.ldk, RT_F32);
@@ -132,7 +119,7 @@ static void backward_head(float* dq, float* dk, float* dv, float* dS, const floa
     softmax_backward_rows_kernel<<<(unsigned)T, rtc_row_threads(T), 0, rtc_stream()>>>(
         dS, P, T, causal);
     RTC_CHECK_LAUNCH(softmax_backward_rows_kernel);
-    const float scale = attention_scale(HD);
+    const float scale = rt_attention_scale(HD);
     if (dq)
         rtc_gemm_rm(0, 0, T, HD, T, scale, dS, T, k + hv.koff, hv.ldk, 1.0f, dq + hv.qoff,
                     hv.ldq, RT_F32);
@@ -142,7 +129,7 @@ static void backward_head(float* dq, float* dk, float* dv, float* dS, const floa
 }
 
 // O[T,HD] = P[T,T] V[T,HD]
-static void probs_times_v(float* out, const float* P, const float* v, head_view hv, int T,
+static void probs_times_v(float* out, const float* P, const float* v, rt_head_view hv, int T,
                           int HD) {
     rtc_gemm_rm(0, 0, T, HD, T, 1.0f, P, T, v + hv.koff, hv.ldk, 0.0f, out + hv.qoff, hv.ldq,
                 RT_F32);
@@ -157,13 +144,13 @@ void rt_attention_forward(float* out, float* probs, const float* q, const float*
     if (B <= 0 || T <= 0) return;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            scores(probs + ((size_t)b * NH + h) * T * T, q, k, head_view_of(b, h, T, NH, NKV, HD),
-                   T, HD);
+            scores(probs + ((size_t)b * NH + h) * T * T, q, k,
+                   rt_head_view_of(b, h, T, NH, NKV, HD), T, HD);
     softmax_rows(probs, (size_t)B * NH * T, T, causal);  // every row in one launch
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             probs_times_v(out, probs + ((size_t)b * NH + h) * T * T, v,
-                          head_view_of(b, h, T, NH, NKV, HD), T, HD);
+                          rt_head_view_of(b, h, T, NH, NKV, HD), T, HD);
 }
 
 void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
@@ -174,7 +161,7 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             backward_head(dq, dk, dv, scratch, probs + ((size_t)b * NH + h) * T * T, dout, q, k,
-                          v, head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
+                          v, rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
 }
 
 // ----------------------------------------------------------------------------
@@ -230,7 +217,7 @@ static rtc_fa_args flash_args(const float* q, const float* k, const float* v, in
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v;
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
-    a.scale = attention_scale(HD);
+    a.scale = rt_attention_scale(HD);
     return a;
 }
 

@@ -15,20 +15,24 @@
 #include <cblas.h>
 #include <math.h>
 
+#include "../attention_shape.h"
 #include "kcheck.h"
 
 // ----------------------------------------------------------------------------
 // sizes
 
-size_t rt_attention_probs_floats(int B, int NH, int T) { return (size_t)B * NH * T * T; }
+size_t rt_attention_probs_floats(int B, int NH, int T) {
+    return rt_attention_probs_floats_inl(B, NH, T);
+}
 
-size_t rt_attention_scratch_floats(int T) { return (size_t)T * T; }
+size_t rt_attention_scratch_floats(int T) { return rt_attention_scratch_floats_inl(T); }
 
-size_t rt_attention_stats_floats(int B, int NH, int T) { return (size_t)B * NH * T * 2; }
+size_t rt_attention_stats_floats(int B, int NH, int T) {
+    return rt_attention_stats_floats_inl(B, NH, T);
+}
 
 size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T) {
-    const size_t tt = (size_t)T * T * 2, d = (size_t)B * NH * T;
-    return tt > d ? tt : d;
+    return rt_attention_lowmem_scratch_floats_inl(B, NH, T);
 }
 
 static void attention_check_(int NH, int NKV, int HD) {
@@ -37,27 +41,11 @@ static void attention_check_(int NH, int NKV, int HD) {
     RT_KCHECK(HD > 0, "head dim must be positive", "attention head dim %d", HD);
 }
 
-// Where one (b, h) pair's operands live inside the [B,T,heads*HD] buffers.
-typedef struct {
-    size_t qoff, koff;  // offsets of q/out/dq and of k/v/dk/dv
-    int ldq, ldk;       // row strides: NH*HD and NKV*HD
-} head_view;
-
-static inline head_view head_view_(int b, int h, int T, int NH, int NKV, int HD) {
-    head_view v;
-    v.ldq = NH * HD;
-    v.ldk = NKV * HD;
-    v.qoff = (size_t)b * T * v.ldq + (size_t)h * HD;
-    v.koff = (size_t)b * T * v.ldk + (size_t)(h / (NH / NKV)) * HD;  // kv head of query head h
-    return v;
-}
-
-static inline float attention_scale_(int HD) { return (float)(1.0 / sqrt((double)HD)); }
-
 // S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: the upper triangle is computed and then
 // overwritten; one full GEMM is still faster than T small ones)
-static inline void scores_(float* S, const float* q, const float* k, head_view v, int T, int HD) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, attention_scale_(HD),
+static inline void scores_(float* S, const float* q, const float* k, rt_head_view v, int T,
+                           int HD) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, rt_attention_scale(HD),
                 q + v.qoff, v.ldq, k + v.koff, v.ldk, 0.0f, S, T);
 }
 
@@ -66,7 +54,7 @@ static inline void scores_(float* S, const float* q, const float* k, head_view v
 // gets each row's (max, 1/sum)
 
 static void forward_head_(float* out, float* P, float* stats, const float* q, const float* k,
-                          const float* v, head_view hv, int T, int HD, int causal) {
+                          const float* v, rt_head_view hv, int T, int HD, int causal) {
     scores_(P, q, k, hv, T, HD);
     for (int t = 0; t < T; t++) {
         float* row = P + (size_t)t * T;
@@ -94,7 +82,7 @@ static void forward_head_(float* out, float* P, float* stats, const float* q, co
 
 // Rebuilds P from the saved statistics with the forward's exact float operations.
 static void recompute_probs_(float* P, const float* stats, const float* q, const float* k,
-                             head_view hv, int T, int HD, int causal) {
+                             rt_head_view hv, int T, int HD, int causal) {
     scores_(P, q, k, hv, T, HD);
     for (int t = 0; t < T; t++) {
         float* row = P + (size_t)t * T;
@@ -116,7 +104,7 @@ static void recompute_probs_(float* P, const float* stats, const float* q, const
 
 static void backward_head_(float* dq, float* dk, float* dv, float* dS, const float* P,
                            const float* dout, const float* q, const float* k, const float* v,
-                           head_view hv, int T, int HD, int causal) {
+                           rt_head_view hv, int T, int HD, int causal) {
     const float* dop = dout + hv.qoff;
     if (dv) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, dop, hv.ldq,
@@ -136,7 +124,7 @@ static void backward_head_(float* dq, float* dk, float* dv, float* dS, const flo
         for (int s = 0; s < len; s++) d[s] = p[s] * (d[s] - df);
         for (int s = len; s < T; s++) d[s] = 0.0f;  // masked keys: no probability, no gradient
     }
-    const float scale = attention_scale_(HD);
+    const float scale = rt_attention_scale(HD);
     if (dq) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dS, T,
                     k + hv.koff, hv.ldk, 1.0f, dq + hv.qoff, hv.ldq);
@@ -156,7 +144,7 @@ void rt_attention_forward(float* out, float* probs, const float* q, const float*
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head_(out, probs + ((size_t)b * NH + h) * T * T, NULL, q, k, v,
-                          head_view_(b, h, T, NH, NKV, HD), T, HD, causal);
+                          rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
 }
 
 void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
@@ -166,7 +154,7 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             backward_head_(dq, dk, dv, scratch, probs + ((size_t)b * NH + h) * T * T, dout, q, k,
-                           v, head_view_(b, h, T, NH, NKV, HD), T, HD, causal);
+                           v, rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
 }
 
 // ----------------------------------------------------------------------------
@@ -180,7 +168,7 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head_(out, scratch, stats + ((size_t)b * NH + h) * T * 2, q, k, v,
-                          head_view_(b, h, T, NH, NKV, HD), T, HD, causal);
+                          rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
 }
 
 // out is not read: backward_head_ takes rowsum(dP * P) from whole rows of the scratch,
@@ -196,7 +184,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
     float* dS = scratch + (size_t)T * T;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const head_view hv = head_view_(b, h, T, NH, NKV, HD);
+            const rt_head_view hv = rt_head_view_of(b, h, T, NH, NKV, HD);
             recompute_probs_(P, stats + ((size_t)b * NH + h) * T * 2, q, k, hv, T, HD, causal);
             backward_head_(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal);
         }
