@@ -38,13 +38,13 @@ __global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __re
 }
 
 void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_gelu_forward");
+    RT_KCHECK_DT(dt, "rt_gelu_forward");
     RTC_LAUNCH_FLAT(gelu_forward_kernel, n, out, inp, n, dt);
 }
 
 void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
                       int assign) {
-    RTC_KCHECK_DT(dt, "rt_gelu_backward");
+    RT_KCHECK_DT(dt, "rt_gelu_backward");
     RTC_LAUNCH_FLAT(gelu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
 }
 
@@ -67,13 +67,13 @@ __global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __re
 }
 
 void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_relu_forward");
+    RT_KCHECK_DT(dt, "rt_relu_forward");
     RTC_LAUNCH_FLAT(relu_forward_kernel, n, out, inp, n, dt);
 }
 
 void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
                       int assign) {
-    RTC_KCHECK_DT(dt, "rt_relu_backward");
+    RT_KCHECK_DT(dt, "rt_relu_backward");
     RTC_LAUNCH_FLAT(relu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
 }
 
@@ -96,13 +96,13 @@ __global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __re
 }
 
 void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_silu_forward");
+    RT_KCHECK_DT(dt, "rt_silu_forward");
     RTC_LAUNCH_FLAT(silu_forward_kernel, n, out, inp, n, dt);
 }
 
 void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
                       int assign) {
-    RTC_KCHECK_DT(dt, "rt_silu_backward");
+    RT_KCHECK_DT(dt, "rt_silu_backward");
     RTC_LAUNCH_FLAT(silu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
 }
 
@@ -144,13 +144,13 @@ __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buff
 }
 
 void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_swiglu_forward");
+    RT_KCHECK_DT(dt, "rt_swiglu_forward");
     RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, out, a, b, n, dt);
 }
 
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                         size_t n, rt_dtype dt, int assign) {
-    RTC_KCHECK_DT(dt, "rt_swiglu_backward");
+    RT_KCHECK_DT(dt, "rt_swiglu_backward");
     if (!da && !db) return;
     RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n, dt, assign & RT_ASSIGN_1,
                     assign & RT_ASSIGN_2);
@@ -203,14 +203,14 @@ __global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __re
 }
 
 static void rope_check(int HD) {
-    RTC_KCHECK(HD % 2 == 0 && HD > 0 && HD <= RT_ROPE_MAX_HD,
-               "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",
-               "rope head dim %d is not even or exceeds %d", HD, RT_ROPE_MAX_HD);
+    RT_KCHECK(HD % 2 == 0 && HD > 0 && HD <= RT_ROPE_MAX_HD,
+              "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",
+              "rope head dim %d is not even or exceeds %d", HD, RT_ROPE_MAX_HD);
 }
 
 void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
                      rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_rope_forward");
+    RT_KCHECK_DT(dt, "rt_rope_forward");
     rope_check(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const size_t npairs = (size_t)B * T * NH * (HD / 2);
@@ -219,7 +219,7 @@ void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD,
 
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
                       float theta, rt_dtype dt, int assign) {
-    RTC_KCHECK_DT(dt, "rt_rope_backward");
+    RT_KCHECK_DT(dt, "rt_rope_backward");
     rope_check(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const size_t npairs = (size_t)B * T * NH * (HD / 2);

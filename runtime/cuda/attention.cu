@@ -47,9 +47,9 @@ size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T) {
 }
 
 static void attention_check(int NH, int NKV, int HD) {
-    RTC_KCHECK(NH > 0 && NKV > 0 && NH % NKV == 0, "n_heads must be a multiple of n_kv_heads",
-               "attention with %d query heads and %d kv heads", NH, NKV);
-    RTC_KCHECK(HD > 0, "head dim must be positive", "attention head dim %d", HD);
+    RT_KCHECK(NH > 0 && NKV > 0 && NH % NKV == 0, "n_heads must be a multiple of n_kv_heads",
+              "attention with %d query heads and %d kv heads", NH, NKV);
+    RT_KCHECK(HD > 0, "head dim must be positive", "attention head dim %d", HD);
 }
 
 // S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: the upper triangle is computed, then
@@ -200,19 +200,19 @@ struct rtc_fa_launcher {
 
 // The tensor-core kernels serve this call: 16-bit operands and a head dim they support.
 static bool use_tensor_cores(rt_dtype prec, int HD) {
-    RTC_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
-               "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16",
-               "lowmem attention with prec %d", (int)prec);
+    RT_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
+              "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16",
+              "lowmem attention with prec %d", (int)prec);
     return prec != RT_F32 && rtc_fa_tc_hdp(HD) != 0;
 }
 
 static rtc_fa_args flash_args(const float* q, const float* k, const float* v, int B, int T,
                               int NH, int NKV, int HD, int causal) {
     attention_check(NH, NKV, HD);
-    RTC_KCHECK(rtc_fa_hdp(HD) != 0, "use the probs variant (rt_attention_forward) for larger heads",
-               "CUDA flash attention supports head dims up to %d, got %d", RTC_FA_MAX_HD, HD);
-    RTC_KCHECK(T <= 65535 * 16, "sequence too long for the flash kernels' grid",
-               "CUDA flash attention with T = %d", T);
+    RT_KCHECK(rtc_fa_hdp(HD) != 0, "use the probs variant (rt_attention_forward) for larger heads",
+              "CUDA flash attention supports head dims up to %d, got %d", RTC_FA_MAX_HD, HD);
+    RT_KCHECK(T <= 65535 * 16, "sequence too long for the flash kernels' grid",
+              "CUDA flash attention with T = %d", T);
     rtc_fa_args a;
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v;

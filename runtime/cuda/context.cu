@@ -132,9 +132,9 @@ void* rt_cuda_get_stream(void) { return (void*)rtc_get()->stream; }
 // GEMM
 
 static cublasComputeType_t compute_type_of(rt_dtype prec) {
-    RTC_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
-               "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16", "GEMM with prec %d",
-               (int)prec);
+    RT_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
+              "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16", "GEMM with prec %d",
+              (int)prec);
     return prec == RT_BF16  ? CUBLAS_COMPUTE_32F_FAST_16BF
            : prec == RT_F16 ? CUBLAS_COMPUTE_32F_FAST_16F
                             : CUBLAS_COMPUTE_32F;

@@ -42,6 +42,7 @@ extern "C" {
 #undef _Noreturn
 
 #include "../core/dtype_bits.h"
+#include "../kernels/kcheck.h"  // RT_KCHECK, RT_KCHECK_DT: host-side argument checks
 #include "rt_cuda.h"
 #include "rt_kernels.h"
 #include "rt_optim.h"
@@ -72,19 +73,6 @@ const char* rtc_cublas_hint(int status);
                           cudaGetErrorString(rt_le_), rt_check_cuda_hint((int)rt_le_)); \
     } while (0)
 
-// Host-side argument checks (same messages as the CPU kernels' RT_KCHECK): arguments that
-// would corrupt memory are generator or data bugs, so the process aborts.
-#define RTC_KCHECK(cond, hint, ...)                                                \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fflush(stdout);                                                        \
-            fprintf(stderr, "%s:%d: error: ", __FILE__, __LINE__);                 \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fprintf(stderr, " (hint: %s)\n", hint);                                \
-            abort();                                                               \
-        }                                                                          \
-    } while (0)
-
 // Device-side data checks (token ids, targets live on the device): the first thread that
 // sees a bad value prints the CPU kernels' message and traps. The trap makes the next CUDA
 // call on this context fail (cudaErrorLaunchFailure), which RT_CHECK_CUDA reports; the
@@ -95,12 +83,6 @@ const char* rtc_cublas_hint(int status);
                hint);                                                                  \
         __trap();                                                                      \
     } while (0)
-
-// A kernel's dt is RT_F32, RT_BF16 or RT_F16 (the CPU kernels' check and message).
-#define RTC_KCHECK_DT(dt, kernel)                                                          \
-    RTC_KCHECK((dt) == RT_F32 || (dt) == RT_BF16 || (dt) == RT_F16,                        \
-               "dt is the op's tensor dtype: RT_F32, RT_BF16 or RT_F16", "%s with dtype %d", \
-               kernel, (int)(dt))
 
 // ----------------------------------------------------------------------------
 // rounding to a kernel's dt (rt_kernels.h "Mixed precision")

@@ -71,7 +71,7 @@ static void dropout_apply(float* dst, const float* src, size_t n, float p, uint6
 
 void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
                         uint64_t stream, uint64_t offset, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_dropout_forward");
+    RT_KCHECK_DT(dt, "rt_dropout_forward");
     if (n == 0) return;
     if (p <= 0.0f) {  // exact copy (of values exact in dt), no RNG work (eval mode)
         rt_copy(out, inp, n);
@@ -88,7 +88,7 @@ void rt_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_
 
 void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint64_t seed,
                          uint64_t stream, uint64_t offset, rt_dtype dt, int assign) {
-    RTC_KCHECK_DT(dt, "rt_dropout_backward");
+    RT_KCHECK_DT(dt, "rt_dropout_backward");
     const int as = assign & RT_ASSIGN_1;
     if (n == 0 || (p >= 1.0f && !as)) return;
     if (p <= 0.0f || p >= 1.0f) {  // p >= 1 and assigned: zeros

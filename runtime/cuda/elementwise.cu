@@ -29,13 +29,13 @@ __global__ void acc2_kernel(float* da, float* db,
 }
 
 void rt_residual_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_residual_forward");
+    RT_KCHECK_DT(dt, "rt_residual_forward");
     RTC_LAUNCH_FLAT(add_kernel, n, out, a, b, n, dt);
 }
 
 void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt,
                           int assign) {
-    RTC_KCHECK_DT(dt, "rt_residual_backward");
+    RT_KCHECK_DT(dt, "rt_residual_backward");
     if (!da && !db) return;
     RTC_LAUNCH_FLAT(acc2_kernel, n, da, db, dout, n, dt, assign & RT_ASSIGN_1,
                     assign & RT_ASSIGN_2);
@@ -65,13 +65,13 @@ __global__ void mul_backward_kernel(float* da, float* db,
 }
 
 void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_mul_forward");
+    RT_KCHECK_DT(dt, "rt_mul_forward");
     RTC_LAUNCH_FLAT(mul_kernel, n, out, a, b, n, dt);
 }
 
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                      size_t n, rt_dtype dt, int assign) {
-    RTC_KCHECK_DT(dt, "rt_mul_backward");
+    RT_KCHECK_DT(dt, "rt_mul_backward");
     if (!da && !db) return;
     RTC_LAUNCH_FLAT(mul_backward_kernel, n, da, db, dout, a, b, n, dt, assign & RT_ASSIGN_1,
                     assign & RT_ASSIGN_2);
@@ -88,7 +88,7 @@ __global__ void broadcast_add_kernel(float* out, const float* a, const float* b,
 
 void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols,
                               rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_broadcast_add_forward");
+    RT_KCHECK_DT(dt, "rt_broadcast_add_forward");
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
     RTC_LAUNCH_FLAT(broadcast_add_kernel, n, out, a, b, cols, n, dt);
@@ -96,7 +96,7 @@ void rt_broadcast_add_forward(float* out, const float* a, const float* b, int ro
 
 void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows, int cols,
                                rt_dtype dt, int assign) {
-    RTC_KCHECK_DT(dt, "rt_broadcast_add_backward");
+    RT_KCHECK_DT(dt, "rt_broadcast_add_backward");
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
     if (da) RTC_LAUNCH_FLAT(acc2_kernel, n, da, (float*)NULL, dout, n, dt, assign & RT_ASSIGN_1, 0);

@@ -60,7 +60,7 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
                        int N, int C, int OC, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_linear_forward");
+    RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     const size_t n = (size_t)N * OC;
     if (bias || C <= 0) {
@@ -79,7 +79,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
-    RTC_KCHECK_DT(dt, "rt_linear_backward");
+    RT_KCHECK_DT(dt, "rt_linear_backward");
     const int as = assign & RT_ASSIGN_1;
     if (dinp && as && N > 0 && C > 0 && OC <= 0) rt_zero(dinp, (size_t)N * C);  // no terms
     if (N <= 0 || OC <= 0) return;

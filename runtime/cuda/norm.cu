@@ -45,7 +45,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                           const float* weight, const float* bias, int N, int C, float eps,
                           rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_layernorm_forward");
+    RT_KCHECK_DT(dt, "rt_layernorm_forward");
     if (N <= 0 || C <= 0) return;
     layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
         out, mean, rstd, inp, weight, bias, C, eps, dt);
@@ -120,7 +120,7 @@ __global__ void layernorm_backward_dwb_kernel(float* __restrict__ dweight,
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
                            const float* rstd, int N, int C, rt_dtype dt, int assign) {
-    RTC_KCHECK_DT(dt, "rt_layernorm_backward");
+    RT_KCHECK_DT(dt, "rt_layernorm_backward");
     if (N <= 0 || C <= 0) return;
     if (dinp) {
         layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
@@ -156,7 +156,7 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps, rt_dtype dt) {
-    RTC_KCHECK_DT(dt, "rt_rmsnorm_forward");
+    RT_KCHECK_DT(dt, "rt_rmsnorm_forward");
     if (N <= 0 || C <= 0) return;
     rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
         out, rstd, inp, weight, C, eps, dt);
@@ -215,7 +215,7 @@ __global__ void rmsnorm_backward_dw_kernel(float* __restrict__ dweight,
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                          int assign) {
-    RTC_KCHECK_DT(dt, "rt_rmsnorm_backward");
+    RT_KCHECK_DT(dt, "rt_rmsnorm_backward");
     if (N <= 0 || C <= 0) return;
     if (dinp) {
         rmsnorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(

@@ -48,8 +48,8 @@ void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n,
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
                           const int64_t* d_step, double lr, double momentum, double dampening,
                           double weight_decay, int nesterov) {
-    RTC_KCHECK(d_step != NULL, "pass the step counter's device address",
-               "rt_cuda_sgd_step_dev without a step counter");
+    RT_KCHECK(d_step != NULL, "pass the step counter's device address",
+              "rt_cuda_sgd_step_dev without a step counter");
     sgd_launch(p, g, momentum_buf, n, 0, d_step, lr, momentum, dampening, weight_decay,
                nesterov);
 }
@@ -100,8 +100,8 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
                            const int64_t* d_step, double lr, double beta1, double beta2,
                            double eps, double weight_decay, int adamw) {
-    RTC_KCHECK(d_step != NULL, "pass the step counter's device address",
-               "rt_cuda_adam_step_dev without a step counter");
+    RT_KCHECK(d_step != NULL, "pass the step counter's device address",
+              "rt_cuda_adam_step_dev without a step counter");
     if (n == 0) return;
     rtc_ctx* ctx = rtc_get();
     rtc_adam_scalars* d_s = (rtc_adam_scalars*)rtc_args(ctx);
@@ -136,8 +136,8 @@ float rt_clip_grad_norm(float* grad, size_t n, double total_norm, double max_nor
 }
 
 void rt_cuda_clip_by_total(float* x, size_t n, const float* d_total_sumsq, double max_norm) {
-    RTC_KCHECK(d_total_sumsq != NULL, "pass the total sum of squares' device address",
-               "rt_cuda_clip_by_total without a norm");
+    RT_KCHECK(d_total_sumsq != NULL, "pass the total sum of squares' device address",
+              "rt_cuda_clip_by_total without a norm");
     RTC_LAUNCH_FLAT(clip_scale_kernel, n, x, n, 1.0f, d_total_sumsq, max_norm);
 }
 

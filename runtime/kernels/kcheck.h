@@ -1,0 +1,31 @@
+// Private to the kernels of both backends (runtime/kernels/cpu, runtime/cuda): host-side
+// argument checks that abort with a file:line message. Kernels check only what would
+// corrupt memory (an id out of range, an unsupported shape) or a generator bug (a dt
+// outside the enum); such a failure has nothing to return to, so the process aborts,
+// after flushing stdout so the error comes after what the run printed.
+#ifndef FSDPGEN_KERNELS_KCHECK_H
+#define FSDPGEN_KERNELS_KCHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define RT_KCHECK(cond, hint, ...)                                                 \
+    do {                                                                           \
+        if (!(cond)) {                                                             \
+            fflush(stdout);                                                        \
+            fprintf(stderr, "%s:%d: error: ", __FILE__, __LINE__);                 \
+            fprintf(stderr, __VA_ARGS__);                                          \
+            fprintf(stderr, " (hint: %s)\n", hint);                                \
+            abort();                                                               \
+        }                                                                          \
+    } while (0)
+
+// A kernel's dt (rt_kernels.h "Mixed precision") or attention's operand precision: the
+// CPU multiplies in fp32 whatever it says, but a value outside fp32/bf16/fp16 is a
+// generator bug the CUDA backend would reject, so both reject it.
+#define RT_KCHECK_DT(dt, kernel)                                                          \
+    RT_KCHECK((dt) == RT_F32 || (dt) == RT_BF16 || (dt) == RT_F16,                        \
+              "dt is the op's tensor dtype: RT_F32, RT_BF16 or RT_F16", "%s with dtype %d", \
+              kernel, (int)(dt))
+
+#endif
