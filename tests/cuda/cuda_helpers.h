@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "host_data.h"  // rng_state, frand, hrand, hcopy
 #include "rt_check.h"
 
 #define TOL_EXACT 0.0
@@ -18,28 +19,7 @@
 #define TOL_GEMM 1e-4
 
 // ----------------------------------------------------------------------------
-// random data, device copies, comparison
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static inline float frand(void) {  // uniform in [-1, 1)
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-static inline float* hrand(size_t n, float scale, float shift) {
-    float* h = malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    for (size_t i = 0; i < n; i++) h[i] = frand() * scale + shift;
-    return h;
-}
-
-static inline float* hcopy(const float* src, size_t n) {
-    float* h = malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    memcpy(h, src, n * sizeof(float));
-    return h;
-}
+// device copies, comparison (random host data: host_data.h)
 
 static inline void* dalloc(size_t bytes) {
     void* d = NULL;

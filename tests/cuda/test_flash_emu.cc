@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "cuda_emu.h"
+#include "host_data.h"
 #include "flash_attention.cuh"
 // the CPU reference: cpu_rt_*
 #include "cpu_rename.h"
@@ -39,27 +40,6 @@ struct emu_launcher {
 
 // ----------------------------------------------------------------------------
 // helpers
-
-static uint64_t rng_state = 0x853C49E6748FEA9Bull;
-
-static float frand(void) {  // uniform in [-1, 1)
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-static float* hrand(size_t n, float scale) {
-    float* h = (float*)malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    for (size_t i = 0; i < n; i++) h[i] = frand() * scale;
-    return h;
-}
-
-static float* hcopy(const float* src, size_t n) {
-    float* h = (float*)malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    memcpy(h, src, n * sizeof(float));
-    return h;
-}
 
 // Largest |got - want| / max(1, |want|); NaN anywhere is infinitely far.
 static double maxdiff(const float* got, const float* want, size_t n) {
@@ -94,11 +74,13 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
     const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
-    float *q = hrand(nq, 1.5f), *k = hrand(nk, 1.5f), *v = hrand(nk, 1.0f);
-    float* dout = hrand(nq, 1.0f);
-    float *dq0 = hrand(nq, 1.0f), *dk0 = hrand(nk, 1.0f), *dv0 = hrand(nk, 1.0f);
-    float *out = hrand(nq, 1.0f), *stats = hrand(ns, 1.0f), *scratch = hrand(nsc, 1.0f);
-    float *eout = hrand(nq, 1.0f), *estats = hrand(ns, 1.0f), *escratch = hrand(nsc, 1.0f);
+    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
+    float* dout = hrand(nq, 1.0f, 0.0f);
+    float *dq0 = hrand(nq, 1.0f, 0.0f), *dk0 = hrand(nk, 1.0f, 0.0f), *dv0 = hrand(nk, 1.0f, 0.0f);
+    float *out = hrand(nq, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f),
+          *scratch = hrand(nsc, 1.0f, 0.0f);
+    float *eout = hrand(nq, 1.0f, 0.0f), *estats = hrand(ns, 1.0f, 0.0f),
+          *escratch = hrand(nsc, 1.0f, 0.0f);
     emu_launcher launch;
     char nm[200];
     snprintf(nm, sizeof nm, "B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s", B, T, NH, NKV, HD,
@@ -160,6 +142,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
 // ----------------------------------------------------------------------------
 
 int main(void) {
+    rng_state = 0x853C49E6748FEA9Bull;  // this test's own random stream
     cpu_rt_kernels_init();
     // B, T, NH, NKV, HD, causal: each padded head dim, T below, at and across tile sizes
     test_shape(1, 1, 1, 1, 1, 1);

@@ -32,6 +32,7 @@
 
 #include "check.h"
 #include "cuda_emu.h"
+#include "host_data.h"
 #include "flash_attention_tc.cuh"
 #include "attention_tc_ref.h"
 // the CPU reference: cpu_rt_*
@@ -56,28 +57,6 @@ struct emu_launcher {
 
 // ----------------------------------------------------------------------------
 // helpers
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static float frand(void) {  // uniform in [-1, 1)
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-// n floats of scale * U[-1, 1).
-static float* hrand(size_t n, float scale) {
-    float* h = (float*)malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    for (size_t i = 0; i < n; i++) h[i] = frand() * scale;
-    return h;
-}
-
-static float* hcopy(const float* src, size_t n) {
-    float* h = (float*)malloc((n ? n : 1) * sizeof(float));
-    if (!h) abort();
-    memcpy(h, src, n * sizeof(float));
-    return h;
-}
 
 enum elem { EL_BF16, EL_F16, EL_F32 };
 static const char* elem_name(elem e) {
@@ -143,13 +122,16 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
     const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
     // operands (offset by `off` floats inside their allocations)
-    float *qb = hrand(nq + off, 1.5f), *kb = hrand(nk + off, 1.5f), *vb = hrand(nk + off, 1.0f);
-    float* dob = hrand(nq + off, 1.0f);
+    float *qb = hrand(nq + off, 1.5f, 0.0f), *kb = hrand(nk + off, 1.5f, 0.0f),
+          *vb = hrand(nk + off, 1.0f, 0.0f);
+    float* dob = hrand(nq + off, 1.0f, 0.0f);
     float *q = qb + off, *k = kb + off, *v = vb + off, *dout = dob + off;
     round_to(q, nq, e), round_to(k, nk, e), round_to(v, nk, e), round_to(dout, nq, e);
-    float *dq0 = hrand(nq, 1.0f), *dk0 = hrand(nk, 1.0f), *dv0 = hrand(nk, 1.0f);
-    float *out = hrand(nq, 1.0f), *stats = hrand(ns, 1.0f), *scratch = hrand(nsc, 1.0f);
-    float *eout = hrand(nq, 1.0f), *estats = hrand(ns, 1.0f), *escratch = hrand(nsc, 1.0f);
+    float *dq0 = hrand(nq, 1.0f, 0.0f), *dk0 = hrand(nk, 1.0f, 0.0f), *dv0 = hrand(nk, 1.0f, 0.0f);
+    float *out = hrand(nq, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f),
+          *scratch = hrand(nsc, 1.0f, 0.0f);
+    float *eout = hrand(nq, 1.0f, 0.0f), *estats = hrand(ns, 1.0f, 0.0f),
+          *escratch = hrand(nsc, 1.0f, 0.0f);
     char nm[200];
     snprintf(nm, sizeof nm, "%s B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s%s", elem_name(e),
              B, T, NH, NKV, HD, rtc_fa_tc_hdp(HD), causal ? "causal" : "full",
@@ -271,6 +253,7 @@ struct shape {
 };
 
 int main(void) {
+    rng_state = 0x2545F4914F6CDD1Dull;  // this test's own random stream
     cpu_rt_kernels_init();
     // B, T, NH, NKV, HD, causal: HD 16..128 (both tile configurations), T below, at and
     // across the tiles (forward 128/64 rows, backward 64/32), MHA and GQA
