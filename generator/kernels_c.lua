@@ -264,10 +264,13 @@ for _, k in ipairs({ "relu", "gelu", "silu" }) do
   end
 end
 
-function backward.swiglu(op, c, dt, as)
-  local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_swiglu_backward(%s, %s, %s, %s, %s, %d, %s, %s);", c.grad(a), c.grad(b),
-    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt, as) }
+-- swiglu and mul: da, db, dout, a, b, n
+for _, k in ipairs({ "swiglu", "mul" }) do
+  backward[k] = function(op, c, dt, as)
+    local a, b = op.ins[1], op.ins[2]
+    return { string.format("rt_%s_backward(%s, %s, %s, %s, %s, %d, %s, %s);", k, c.grad(a), c.grad(b),
+      c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt, as) }
+  end
 end
 
 function backward.add(op, c, dt, as)
@@ -278,12 +281,6 @@ function backward.add(op, c, dt, as)
   end
   return { string.format("rt_broadcast_add_backward(%s, %s, %s, %d, %d, %s, %s);", c.grad(a), c.grad(b),
     c.dout(op.outs[1]), numel(a) // numel(b), numel(b), dt, as) }
-end
-
-function backward.mul(op, c, dt, as)
-  local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_mul_backward(%s, %s, %s, %s, %s, %d, %s, %s);", c.grad(a), c.grad(b),
-    c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt, as) }
 end
 
 function backward.dropout(op, c, dt, as)
