@@ -34,6 +34,7 @@
 #include <nccl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,11 @@ typedef struct nhandle {
     int launcher_owned;  // rt_nccl_run's world handles: rt_comm_free ignores them
     inflight q[RT_NCCL_INFLIGHT];  // ring, every slot's event created with the handle
     int qhead, qlen;
+    // ncclCommSplit's result cell. In non-blocking mode NCCL writes it from its own thread
+    // when the split job gets there, which can be after ncclCommSplit returned (even with
+    // ncclSuccess) and after the parent looks ready; so it lives as long as the parent
+    // (which NCCL finishes with before the parent is destroyed) and starts as a sentinel.
+    ncclComm_t split_out;
 } nhandle;
 
 static const rt_comm_ops nccl_ops;
@@ -437,34 +443,51 @@ static nhandle* handle_new(ncclComm_t nc, int device, const char* name, int64_t 
     return h;
 }
 
+// What split_out holds until NCCL stores the new communicator (or NULL) there.
+#define SPLIT_PENDING ((ncclComm_t)(uintptr_t)1)
+
+// Waits (bounded by start + the handle's timeout) until NCCL stored the split's result in
+// h->split_out; returns it through *nc. Fails (and aborts h) on a timeout.
+static int wait_split_out(nhandle* h, int64_t start, ncclComm_t* nc) {
+    int64_t limit = h->base.timeout_ms * 1000000;
+    for (int round = 0;; backoff(&round)) {
+        ncclComm_t v = __atomic_load_n(&h->split_out, __ATOMIC_ACQUIRE);
+        if (v != SPLIT_PENDING) {
+            *nc = v;
+            return 0;
+        }
+        int64_t waited = now_ns() - start;
+        if (waited >= limit)
+            return timeout_err(h, "split", h->base.calls, waited,
+                               "NCCL did not hand out the new communicator (that needs every rank)");
+    }
+}
+
 static int n_split(rt_comm* c, int color, int key, rt_comm** out) {
     nhandle* h = (nhandle*)c;
     int st = enter_host(h);
     if (st) return st;
 #if RT_NCCL_HAS_SPLIT
     int64_t t0 = now_ns();
-    // Non-blocking: NCCL stores the new communicator into *cell when the split finished,
-    // from its own thread, so the cell must outlive a timeout (then it is leaked).
-    ncclComm_t* cell = calloc(1, sizeof *cell);
-    if (!cell) {
+    int nocolor = color == RT_COMM_SPLIT_NONE;
+    __atomic_store_n(&h->split_out, SPLIT_PENDING, __ATOMIC_RELEASE);
+    ncclResult_t r = ncclCommSplit(h->nc, nocolor ? NCCL_SPLIT_NOCOLOR : color, key, &h->split_out, NULL);
+    if (r != ncclSuccess && !in_progress(r)) return nccl_err(h, "split", r);
+    // The parent is busy until every rank joined the split (non-blocking mode); a timeout
+    // aborts it, which stops the split job.
+    st = wait_ready(h, h->nc, "split", t0, SETUP_WHAT);
+    if (st || nocolor) return st;
+    ncclComm_t nc = NULL;
+    st = wait_split_out(h, t0, &nc);
+    if (st) return st;
+    if (!nc) {
         char prefix[200], msg[RT_COMM_ERRLEN];
-        snprintf(msg, sizeof msg, "%s: out of memory", rt_comm_msg_prefix(c, "split", prefix, sizeof prefix));
-        return n_fail(c, RT_ERR_NOMEM, msg);
+        snprintf(msg, sizeof msg, "%s: NCCL returned no communicator for color %d",
+                 rt_comm_msg_prefix(c, "split", prefix, sizeof prefix), color);
+        return n_fail(c, RT_ERR_BACKEND, msg);
     }
-    ncclResult_t r = ncclCommSplit(h->nc, color == RT_COMM_SPLIT_NONE ? NCCL_SPLIT_NOCOLOR : color,
-                                   key, cell, NULL);
-    // The parent is in progress until every rank joined; then the new communicator
-    // (inheriting the parent's non-blocking config) may still be.
-    if (in_progress(r)) {
-        st = wait_ready(h, h->nc, "split", t0, SETUP_WHAT);
-        if (st) return st;  // the parent is aborted, which stops the split; cell leaked
-    } else if (r != ncclSuccess) {
-        free(cell);
-        return nccl_err(h, "split", r);
-    }
-    ncclComm_t nc = *cell;
-    free(cell);
-    if (!nc) return 0;  // RT_COMM_SPLIT_NONE
+    // The new communicator (inheriting the parent's non-blocking config) may still be
+    // connecting.
     st = wait_ready(h, nc, "split", t0, "NCCL did not finish making the new communicator "
                                         "(that needs every rank)");
     if (st) return st;

@@ -1,8 +1,15 @@
 """CUDA vs CPU: the same spec trained the same steps with the same seed by the CPU binary
 and the CUDA binary. Compares the printed per-step losses and every saved parameter
 (--save) within a tolerance (fp32 specs: the GPU's reduction orders and transcendental
-functions differ in the last bits, which Adam's early steps amplify; mixed precision:
-bf16/fp16 rounding steps).
+functions differ in the last bits; mixed precision: bf16/fp16 rounding steps).
+
+Parameters are compared per tensor, normwise: |cuda - cpu|_2 <= rtol * |cpu|_2. Elementwise
+comparison cannot work for Adam: where an element's gradient is near zero, a last-bit
+difference flips the sign of its update (Adam divides by sqrt(v)), so one element can move
+2 * lr per step the other way on one backend. Seen on an H100: llama_gqa_bf16 (AdamW, lr
+3e-4, 5 steps) had elements of layer 0's w1/w3 off by up to 0.135 relative to |p| + 1e-3,
+about the 2 * 5 * 3e-4 such flips give, while its losses agreed. The largest elementwise
+difference is printed for information.
 
 usage: compare_runs.py CPU_LOG CUDA_LOG CPU.safetensors CUDA.safetensors RTOL LABEL
 """
@@ -26,20 +33,22 @@ def main():
           f"{label}: {len(a)} step losses, CUDA vs CPU max rel diff {worst:.3g} (rtol {rtol:g})")
     pa, _ = read_safetensors(cpu_st)
     pb, _ = read_safetensors(cuda_st)
-    bad, worst, n = [], 0.0, 0
+    bad, worst, worst_elem, n = [], 0.0, 0.0, 0
     for name in sorted(pa):
         if name not in pb or pa[name].shape != pb[name].shape:
             bad.append(name)
             continue
-        d = (pa[name] - pb[name]).abs()
-        lim = rtol * (pa[name].abs() + 1e-3)
+        d = pa[name].double() - pb[name].double()
         n += pa[name].numel()
-        worst = max(worst, float((d / (pa[name].abs() + 1e-3)).max()))
-        if bool((d > lim).any()):
-            bad.append(name)
+        rel = float(d.norm() / max(float(pa[name].double().norm()), 1e-30))
+        worst = max(worst, rel)
+        worst_elem = max(worst_elem, float(d.abs().max()))
+        if rel > rtol:
+            bad.append(f"{name} ({rel:.3g})")
     check(not bad and set(pa) == set(pb),
-          f"{label}: {len(pa)} parameters ({n} elements), CUDA vs CPU max rel diff {worst:.3g} "
-          f"(rtol {rtol:g}){'; outside: ' + ', '.join(bad[:5]) if bad else ''}")
+          f"{label}: {len(pa)} parameters ({n} elements), CUDA vs CPU largest normwise rel diff "
+          f"{worst:.3g} (rtol {rtol:g}; largest elementwise abs diff {worst_elem:.3g})"
+          f"{'; outside: ' + ', '.join(bad[:5]) if bad else ''}")
     return summary()
 
 

@@ -65,6 +65,7 @@ static void rank_fn(rt_comm* comm, void* arg) {
     // split into odd/even ranks and all-reduce there
     rt_comm* sub = NULL;
     st |= rt_comm_split(comm, r % 2, r, &sub);
+    if (!sub) st |= 1;  // every rank has a color: each must get a communicator
     if (sub) {
         host[0] = 1.0f;
         st |= rt_comm_buffer_write(sub, dsend, host, sizeof(float));
