@@ -10,7 +10,11 @@
 // reported there, not inside the first GEMM); other threads create theirs lazily. A thread
 // must not change its current device afterwards: that is checked and reported. All device
 // and pinned memory a context uses is allocated here, at creation, so no kernel call
-// allocates (CUDA graph capture forbids it).
+// allocates (CUDA graph capture forbids it), except the 16-bit GEMM operand scratch: it
+// grows to the largest operands seen, which the first step (always eager) meets, and a
+// capture that would need more stops with a message.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <pthread.h>
 
 #include "cuda_common.cuh"
@@ -55,6 +59,8 @@ static void ctx_free(void* p) {
     (void)cublasDestroy(c->blas);
     (void)cudaFree(c->blas_workspace);
     (void)cudaFree(c->scratch);
+    (void)cudaFree(c->colsum_partials);
+    (void)cudaFree(c->operands);
     (void)cudaFreeHost(c->host_result);
     free(c);
 }
@@ -94,6 +100,7 @@ rtc_ctx* rtc_get(void) {
     c->stream = (cudaStream_t)0;  // the legacy default stream until rt_cuda_set_stream
     RT_CHECK_CUDA(cudaMalloc((void**)&c->scratch, RTC_SCRATCH_DOUBLES * sizeof(double)));
     RT_CHECK_CUDA(cudaMalloc(&c->blas_workspace, RTC_BLAS_WORKSPACE));
+    RT_CHECK_CUDA(cudaMalloc((void**)&c->colsum_partials, RTC_COLSUM_PARTIAL_DOUBLES * sizeof(double)));
     RT_CHECK_CUDA(cudaMallocHost((void**)&c->host_result, sizeof(double)));
     RT_CHECK_CUBLAS(cublasCreate(&c->blas));
     // fp32 SGEMM without TF32 (the CPU backend's numbers within fp32 round-off); scalars
@@ -131,27 +138,71 @@ void* rt_cuda_get_stream(void) { return (void*)rtc_get()->stream; }
 // ----------------------------------------------------------------------------
 // GEMM
 
-static cublasComputeType_t compute_type_of(rt_dtype prec) {
-    RT_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
-              "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16", "GEMM with prec %d",
-              (int)prec);
-    return prec == RT_BF16  ? CUBLAS_COMPUTE_32F_FAST_16BF
-           : prec == RT_F16 ? CUBLAS_COMPUTE_32F_FAST_16F
-                            : CUBLAS_COMPUTE_32F;
+// x[i] -> 16 bits, i < n: exact for the bf16/fp16 values rtc_gemm_rm is given.
+template <typename T>
+__global__ void narrow_kernel(T* __restrict__ out, const float* __restrict__ x, size_t n) {
+    RTC_GRID_STRIDE(i, n) out[i] = (T)x[i];
+}
+
+// Elements a row-major rows x cols matrix with row stride ld spans.
+static size_t span_of(int rows, int cols, int ld) { return (size_t)(rows - 1) * ld + cols; }
+
+// The context's operand scratch, at least `bytes` long. Grows only outside a capture.
+static void* operand_scratch(rtc_ctx* ctx, size_t bytes) {
+    if (bytes <= ctx->operand_bytes) return ctx->operands;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    RT_CHECK_CUDA(cudaStreamIsCapturing(ctx->stream, &cap));
+    RT_KCHECK(cap == cudaStreamCaptureStatusNone,
+              "the 16-bit GEMM operand scratch grows on an eager step (the first step is one)",
+              "a GEMM captured into a CUDA graph needs %zu bytes of operand scratch, %zu "
+              "allocated (rerun with --no-graph, and report the spec)",
+              bytes, ctx->operand_bytes);
+    RT_CHECK_CUDA(cudaFree(ctx->operands));  // waits for the GPU: no kernel still reads it
+    ctx->operands = NULL;
+    ctx->operand_bytes = 0;
+    RT_CHECK_CUDA(cudaMalloc(&ctx->operands, bytes));
+    ctx->operand_bytes = bytes;
+    return ctx->operands;
+}
+
+template <typename T>
+static const T* narrow_to(T* out, const float* x, size_t n) {
+    RTC_LAUNCH_FLAT(narrow_kernel<T>, n, out, x, n);
+    return out;
 }
 
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec) {
-    const cublasComputeType_t compute = compute_type_of(prec);
+    RT_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
+              "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16", "GEMM with prec %d",
+              (int)prec);
     if (M <= 0 || N <= 0) return;
     rtc_ctx* ctx = rtc_get();
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
     // and the M/N roles; a row-major matrix with row stride ld is its column-major
     // transpose with leading dimension ld, so the op flags carry over unchanged.
-    RT_CHECK_CUBLAS(cublasGemmEx(ctx->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
-                                 ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute,
-                                 CUBLAS_GEMM_DEFAULT));
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (prec == RT_F32 || K <= 0) {
+        RT_CHECK_CUBLAS(cublasGemmEx(ctx->blas, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+                                     CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+        return;
+    }
+    // 16-bit copies with the same strides; B's starts 16-byte aligned after A's.
+    const size_t na = span_of(ta ? K : M, ta ? M : K, lda), nb = span_of(tb ? N : K, tb ? K : N, ldb);
+    const size_t na_padded = (na + 7) & ~(size_t)7;
+    const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    void* scratch = operand_scratch(ctx, (na_padded + nb) * 2);
+    const void *a16, *b16;
+    if (prec == RT_BF16) {
+        a16 = narrow_to((__nv_bfloat16*)scratch, A, na);
+        b16 = narrow_to((__nv_bfloat16*)scratch + na_padded, B, nb);
+    } else {
+        a16 = narrow_to((__half*)scratch, A, na);
+        b16 = narrow_to((__half*)scratch + na_padded, B, nb);
+    }
+    RT_CHECK_CUBLAS(cublasGemmEx(ctx->blas, opb, opa, N, M, K, &alpha, b16, t16, ldb, a16, t16, lda,
+                                 &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // ----------------------------------------------------------------------------

@@ -15,8 +15,8 @@
 // the CPU kernels (built with -ffp-contract=off) do: the optimizers and the pure
 // add/multiply kernels give the CPU kernels' bits; transcendental functions (expf, erff)
 // and reductions (tree order instead of sequential, in double as the CPU) differ in the
-// last bits. GEMMs are cuBLAS: fp32 (CUBLAS_DEFAULT_MATH: no TF32), or on tensor cores
-// when the operands are bf16/fp16 values (rtc_gemm_rm).
+// last bits. GEMMs are cuBLAS: fp32 (CUBLAS_DEFAULT_MATH: no TF32), or bf16/fp16 tensor
+// cores on 16-bit copies of the operands when their values are bf16/fp16 (rtc_gemm_rm).
 //
 // Mixed precision. Kernels with a dt (rt_kernels.h) round each value they write at its
 // store with rtc_round_to, the bit-level converters of core/dtype_bits.h that the host
@@ -119,6 +119,8 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 // change (cublasSetStream resets it): with a workspace of its own cuBLAS never allocates
 // inside a GEMM, which graph capture requires. 32 MiB is NVIDIA's recommendation for Hopper.
 #define RTC_BLAS_WORKSPACE ((size_t)32 << 20)
+// Doubles of per-chunk column sums (column_sums.cuh): 8 MiB, 64 chunks of 2 x 8192 columns.
+#define RTC_COLSUM_PARTIAL_DOUBLES ((size_t)1 << 20)
 
 // One per host thread, created on the thread's first kernel call (or by rt_kernels_init /
 // rt_cuda_set_stream on the calling thread) for the device current on that thread, and
@@ -131,6 +133,10 @@ typedef struct rtc_ctx {
     double* scratch;       // RTC_SCRATCH_DOUBLES on the device: reduction partials, results
     void* blas_workspace;  // RTC_BLAS_WORKSPACE bytes on the device, cuBLAS's own
     double* host_result;   // one pinned host double: a reduction's result copied back
+    double* colsum_partials;  // RTC_COLSUM_PARTIAL_DOUBLES: column-sum chunks (column_sums.cuh)
+    void* operands;        // 16-bit GEMM operand copies (rtc_gemm_rm), operand_bytes long;
+                           // reused by every GEMM of the thread, ordered by its one stream
+    size_t operand_bytes;
 } rtc_ctx;
 
 rtc_ctx* rtc_get(void);
@@ -224,13 +230,14 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb); lda, ldb,
 // ldc are row strides; A, B, C fp32. Runs as the column-major product C^T = op(B)^T op(A)^T.
 // prec (rt_kernels.h "Operand precision": the linear kernels' dt, attention's prec) is the
-// dtype A's and B's values are representable in: RT_BF16 / RT_F16 multiply on tensor cores
-// (CUBLAS_COMPUTE_32F_FAST_16BF / _16F: cuBLAS narrows the operands, which is exact for
-// such values, and accumulates in fp32); RT_F32 is fp32 arithmetic (CUBLAS_COMPUTE_32F
-// under CUBLAS_DEFAULT_MATH: no TF32). C is not rounded (the linear kernels round it after).
-// cublas_api.h lets the FAST modes narrow to TF32 instead, which is as exact for 16-bit
-// values but runs at half the bf16 rate: which kernels cuBLAS picks is not measured yet.
-// TODO(issue 5): 16-bit storage of compute buffers would halve the operand traffic and let
+// dtype A's and B's values are representable in. RT_F32 is fp32 arithmetic
+// (CUBLAS_COMPUTE_32F under CUBLAS_DEFAULT_MATH: no TF32). RT_BF16 / RT_F16: A and B are
+// narrowed (exactly, being such values) into 16-bit copies in the context's operand
+// scratch, then multiplied on bf16/fp16 tensor cores with fp32 accumulation and an fp32 C.
+// Measured on an H100: handed fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF, cuBLAS
+// picked TF32 kernels (sm90_xmma_gemm_f32f32_tf32f32, cutlass s1688gemm), which ran at
+// 60-350 TFLOP/s. C is not rounded (the linear kernels round it after).
+// TODO(issue 5): 16-bit storage of compute buffers would drop the narrowing copies and let
 // cublasLt fuse the bias (CUBLASLT_EPILOGUE_BIAS) and the output rounding.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec);

@@ -3,7 +3,7 @@
 // Same contracts as runtime/kernels/cpu/linear.c and embedding.c: forward overwrites,
 // backward accumulates, NULL gradients are skipped; out and dinp are rounded to dt by a
 // kernel after the GEMM (rtc_round_buf).
-#include "cuda_common.cuh"
+#include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
 // rounding of a GEMM's output: x[i] = (float)(dt)x[i], nothing for RT_F32
@@ -18,34 +18,17 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt) {
 }
 
 // ----------------------------------------------------------------------------
-// column sums: db[c] += sum over rows of d[r, c], in double (as the CPU kernels). Block
-// (32, RTC_COLSUM_Y): x walks columns (coalesced), y strides rows; the RTC_COLSUM_Y partial
-// sums of a column are added in a fixed order, so the result is deterministic.
-// Shared with rt_broadcast_add_backward (elementwise.cu).
+// column sums: db[c] += sum over rows of d[r, c], in double (as the CPU kernels), in row
+// chunks (column_sums.cuh)
 
-#define RTC_COLSUM_Y 16
-
-__global__ void colsum_acc_kernel(float* __restrict__ db, const float* __restrict__ d, int rows,
-                                  int cols) {
-    __shared__ double sh[RTC_COLSUM_Y][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    double acc = 0.0;
-    if (c < cols)
-        for (int r = threadIdx.y; r < rows; r += RTC_COLSUM_Y) acc += d[(size_t)r * cols + c];
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-        double s = 0.0;
-        for (int y = 0; y < RTC_COLSUM_Y; y++) s += sh[y][threadIdx.x];
-        db[c] += (float)s;
-    }
-}
+struct colsum_term {
+    const float* d;
+    int C;
+    __device__ void operator()(int r, int c, double* acc) const { acc[0] += d[(size_t)r * C + c]; }
+};
 
 void rtc_colsum_acc(float* db, const float* d, int rows, int cols) {
-    if (rows <= 0 || cols <= 0) return;
-    colsum_acc_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, RTC_COLSUM_Y), 0, rtc_stream()>>>(
-        db, d, rows, cols);
-    RTC_CHECK_LAUNCH(colsum_acc_kernel);
+    rtc_column_sums<1>(db, (float*)NULL, colsum_term{d, cols}, rows, cols);
 }
 
 // ----------------------------------------------------------------------------

@@ -2,13 +2,12 @@
 // runtime/kernels/cpu/layernorm.c and rmsnorm.c). Fused: one block per row computes the
 // statistics (in double, two passes as the CPU kernel) and writes the normalised row in
 // the same kernel; backward computes a row's input gradient in one kernel and the
-// weight/bias gradients (column reductions over rows, in double) in one more.
+// weight/bias gradients (column reductions over rows, in double, in row chunks:
+// column_sums.cuh) in one or two more.
 // out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32.
-// TODO(issue 5): one-kernel backward (per-block partial dweight/dbias in a planned scratch,
-// llm.c style) and vectorised float4 loads once the shapes are known to allow them.
-#include "cuda_common.cuh"
-
-#define RTC_NORM_COL_Y 16  // rows walked in parallel by a column-reduction block (32 x this)
+// TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
+// kernel, llm.c style) and vectorised float4 loads once the shapes are known to allow them.
+#include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
@@ -86,36 +85,16 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     }
 }
 
-// Block (32, RTC_NORM_COL_Y): x walks columns, y strides rows; fixed-order final sum.
-__global__ void layernorm_backward_dwb_kernel(float* __restrict__ dweight,
-                                              float* __restrict__ dbias,
-                                              const float* __restrict__ dout,
-                                              const float* __restrict__ inp,
-                                              const float* __restrict__ mean,
-                                              const float* __restrict__ rstd, int N, int C) {
-    __shared__ double shw[RTC_NORM_COL_Y][33], shb[RTC_NORM_COL_Y][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    double aw = 0.0, ab = 0.0;
-    if (c < C)
-        for (int r = threadIdx.y; r < N; r += RTC_NORM_COL_Y) {
-            const size_t i = (size_t)r * C + c;
-            const float mf = mean[r], rs = rstd[r];
-            aw += (double)dout[i] * ((inp[i] - mf) * rs);
-            ab += dout[i];
-        }
-    shw[threadIdx.y][threadIdx.x] = aw;
-    shb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        double sw = 0.0, sb = 0.0;
-        for (int y = 0; y < RTC_NORM_COL_Y; y++) {
-            sw += shw[y][threadIdx.x];
-            sb += shb[y][threadIdx.x];
-        }
-        if (dweight) dweight[c] += (float)sw;
-        if (dbias) dbias[c] += (float)sb;
+// dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
+struct layernorm_dwb_term {
+    const float *dout, *inp, *mean, *rstd;
+    int C;
+    __device__ void operator()(int r, int c, double* acc) const {
+        const size_t i = (size_t)r * C + c;
+        acc[0] += (double)dout[i] * ((inp[i] - mean[r]) * rstd[r]);
+        acc[1] += dout[i];
     }
-}
+};
 
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
@@ -127,12 +106,8 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
             dinp, dout, inp, weight, mean, rstd, C, dt, assign & RT_ASSIGN_1);
         RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
     }
-    if (dweight || dbias) {
-        const dim3 grid((unsigned)((C + 31) / 32)), block(32, RTC_NORM_COL_Y);
-        layernorm_backward_dwb_kernel<<<grid, block, 0, rtc_stream()>>>(dweight, dbias, dout, inp,
-                                                                        mean, rstd, N, C);
-        RTC_CHECK_LAUNCH(layernorm_backward_dwb_kernel);
-    }
+    if (dweight || dbias)
+        rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term{dout, inp, mean, rstd, C}, N, C);
 }
 
 // ----------------------------------------------------------------------------
@@ -191,26 +166,15 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
     }
 }
 
-__global__ void rmsnorm_backward_dw_kernel(float* __restrict__ dweight,
-                                           const float* __restrict__ dout,
-                                           const float* __restrict__ inp,
-                                           const float* __restrict__ rstd, int N, int C) {
-    __shared__ double shw[RTC_NORM_COL_Y][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    double aw = 0.0;
-    if (c < C)
-        for (int r = threadIdx.y; r < N; r += RTC_NORM_COL_Y) {
-            const size_t i = (size_t)r * C + c;
-            aw += (double)dout[i] * (inp[i] * rstd[r]);
-        }
-    shw[threadIdx.y][threadIdx.x] = aw;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        double sw = 0.0;
-        for (int y = 0; y < RTC_NORM_COL_Y; y++) sw += shw[y][threadIdx.x];
-        dweight[c] += (float)sw;
+// dweight += sum_rows(dout * inp * rstd)
+struct rmsnorm_dw_term {
+    const float *dout, *inp, *rstd;
+    int C;
+    __device__ void operator()(int r, int c, double* acc) const {
+        const size_t i = (size_t)r * C + c;
+        acc[0] += (double)dout[i] * (inp[i] * rstd[r]);
     }
-}
+};
 
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, const float* rstd, int N, int C, rt_dtype dt,
@@ -222,10 +186,5 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
             dinp, dout, inp, weight, rstd, C, dt, assign & RT_ASSIGN_1);
         RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
     }
-    if (dweight) {
-        const dim3 grid((unsigned)((C + 31) / 32)), block(32, RTC_NORM_COL_Y);
-        rmsnorm_backward_dw_kernel<<<grid, block, 0, rtc_stream()>>>(dweight, dout, inp, rstd, N,
-                                                                     C);
-        RTC_CHECK_LAUNCH(rmsnorm_backward_dw_kernel);
-    }
+    if (dweight) rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term{dout, inp, rstd, C}, N, C);
 }

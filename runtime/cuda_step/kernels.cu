@@ -90,16 +90,26 @@ extern "C" void rtcs_plan_free(rtcs_plan* p) {
 __global__ void seg_copy_kernel(void* dst, int dst_dt, const void* src, int src_dt,
                                 const rt_seg* segs, const int64_t* ends, int nsegs, int64_t total,
                                 int accumulate) {
+    // A thread's elements only increase, and runs are long (whole parameters), so the run
+    // found for one element usually holds the next: search again only past its end (the
+    // search per element took half the copy's time on an H100, Llama 1B).
+    int lo = 0;
+    int64_t run_end = -1, run_start = 0;
+    rt_seg s = {0, 0, 0};
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (int64_t)gridDim.x * blockDim.x) {
-        int lo = 0, hi = nsegs - 1;  // the first run whose end is past e
-        while (lo < hi) {
-            int mid = (lo + hi) / 2;
-            if (ends[mid] > e) hi = mid;
-            else lo = mid + 1;
+        if (e >= run_end) {
+            int hi = nsegs - 1;  // the first run whose end is past e, at or after lo
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (ends[mid] > e) hi = mid;
+                else lo = mid + 1;
+            }
+            s = segs[lo];
+            run_end = ends[lo];
+            run_start = run_end - s.n;
         }
-        rt_seg s = segs[lo];
-        int64_t k = e - (ends[lo] - s.n);
+        int64_t k = e - run_start;
         float v = s.src < 0 ? 0.0f : load(src, src_dt, s.src + k);
         if (accumulate) v = load(dst, dst_dt, s.dst + k) + round_to(dst_dt, v);
         store(dst, dst_dt, s.dst + k, v);

@@ -1115,6 +1115,7 @@ int main(void) {
     test_linear(37, 65, 29, 1, RT_BF16);
     test_linear(256, 384, 512, 1, RT_BF16);
     test_linear(256, 384, 512, 0, RT_F16);
+    test_linear(2050, 64, 40, 1, RT_F32);  // bias gradient over 33 row chunks
     test_embedding();
     test_layernorm(67, 768, 1, RT_F32);
     test_layernorm(5, 33, 0, RT_F32);
@@ -1123,6 +1124,9 @@ int main(void) {
     test_rmsnorm(67, 768, 1, RT_F32);
     test_rmsnorm(9, 31, 0, RT_F32);
     test_rmsnorm(67, 768, 1, RT_BF16);
+    // many rows: the weight/bias gradients are summed in row chunks (column_sums.cuh)
+    test_layernorm(4100, 96, 1, RT_F32);
+    test_rmsnorm(3000, 200, 1, RT_BF16);
     for (int di = 0; di < 2; di++) {
         const rt_dtype dt = di ? RT_BF16 : RT_F32;
         test_activation("gelu", cpu_rt_gelu_forward, rt_gelu_forward, cpu_rt_gelu_backward,
