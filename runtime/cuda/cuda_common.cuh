@@ -234,13 +234,33 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 // (CUBLAS_COMPUTE_32F under CUBLAS_DEFAULT_MATH: no TF32). RT_BF16 / RT_F16: A and B are
 // narrowed (exactly, being such values) into 16-bit copies in the context's operand
 // scratch, then multiplied on bf16/fp16 tensor cores with fp32 accumulation and an fp32 C.
-// Measured on an H100: handed fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF, cuBLAS
-// picked TF32 kernels (sm90_xmma_gemm_f32f32_tf32f32, cutlass s1688gemm), which ran at
-// 60-350 TFLOP/s. C is not rounded (the linear kernels round it after).
+// Measured on an H100: handed the fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF instead,
+// cuBLAS picked TF32 kernels (sm90_xmma_gemm_f32f32_tf32f32, cutlass s1688gemm); GPT-2's
+// LM head (16384 x 768 x 50257) ran at about 120 TFLOP/s. C is not rounded (the linear
+// kernels round it after).
 // TODO(issue 5): 16-bit storage of compute buffers would drop the narrowing copies and let
 // cublasLt fuse the bias (CUBLASLT_EPILOGUE_BIAS) and the output rounding.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec);
+
+// 16-bit operands (context.cu). A row-major rows x cols matrix narrowed to bf16/fp16 with
+// its row stride padded to 8 elements (16 bytes: cuBLAS's fast kernels need aligned rows;
+// an odd stride such as GPT-2's vocabulary of 50257 sent it to align1 kernels 5x slower).
+typedef struct rtc_operand16 {
+    const void* p;
+    int ld;
+} rtc_operand16;
+static inline int rtc_ld16(int cols) { return (cols + 7) & ~7; }
+// Elements of such a copy; consecutive copies in one scratch stay 16-byte aligned.
+static inline size_t rtc_elems16(int rows, int cols) { return (size_t)rows * rtc_ld16(cols); }
+// The thread's operand scratch, at least `bytes` long: grown on an eager step, a capture
+// that needs more stops with a message. One per thread, reused by each GEMM in stream order.
+void* rtc_operand_scratch(size_t bytes);
+// Narrows src (row stride ld) into dst, which holds rtc_elems16(rows, cols) elements.
+rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld, rt_dtype prec);
+// rtc_gemm_rm on narrowed operands (prec RT_BF16 / RT_F16), fp32 C.
+void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A, rtc_operand16 B,
+                float beta, float* C, int ldc, rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // column sums (linear.cu): db[c] += sum over rows of d[r, c] for d[rows, cols], in double,

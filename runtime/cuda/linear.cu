@@ -41,10 +41,44 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
     RTC_GRID_STRIDE(i, n) out[i] = bias ? bias[i % (size_t)OC] : 0.0f;
 }
 
+// out[n, j] = round(t[n * ldt + j] + bias[j]): a padded GEMM result into its place.
+__global__ void unpad_bias_round_kernel(float* __restrict__ out, const float* __restrict__ t,
+                                        int ldt, const float* __restrict__ bias, size_t n, int OC,
+                                        rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) {
+        const size_t r = i / (size_t)OC;
+        const int j = (int)(i % (size_t)OC);
+        const float v = t[r * ldt + j];
+        out[i] = rtc_round_to(bias ? v + bias[j] : v, dt);
+    }
+}
+
+// 16-bit operands with an output row stride that is not a multiple of 8 (GPT-2's LM head,
+// vocabulary 50257): cuBLAS takes its slow align1 kernels for such a C (13 ms instead of
+// ~2 for that GEMM on an H100), so the product goes to a padded fp32 block of the operand
+// scratch and is moved into place with the bias and the rounding, in the pass that rounds
+// anyway.
+static void linear_forward_padded(float* out, const float* inp, const float* weight,
+                                  const float* bias, int N, int C, int OC, rt_dtype dt) {
+    const size_t nx = rtc_elems16(N, C), nw = rtc_elems16(OC, C);
+    const int ldt = rtc_ld16(OC);
+    char* s = (char*)rtc_operand_scratch((nx + nw) * 2 + (size_t)N * ldt * sizeof(float));
+    const rtc_operand16 x16 = rtc_narrow(s, inp, N, C, C, dt);
+    const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
+    float* t = (float*)(s + (nx + nw) * 2);  // 16-byte aligned: both copies are
+    rtc_gemm16(0, 1, N, OC, C, 1.0f, x16, w16, 0.0f, t, ldt, dt);
+    const size_t n = (size_t)N * OC;
+    RTC_LAUNCH_FLAT(unpad_bias_round_kernel, n, out, t, ldt, bias, n, OC, dt);
+}
+
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
                        int N, int C, int OC, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
+    if (dt != RT_F32 && C > 0 && OC % 8 != 0) {
+        linear_forward_padded(out, inp, weight, bias, N, C, OC, dt);
+        return;
+    }
     const size_t n = (size_t)N * OC;
     if (bias || C <= 0) {
         rows_fill_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
@@ -66,12 +100,30 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
     const int as = assign & RT_ASSIGN_1;
     if (dinp && as && N > 0 && C > 0 && OC <= 0) rt_zero(dinp, (size_t)N * C);  // no terms
     if (N <= 0 || OC <= 0) return;
-    if (dinp && C > 0) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
-        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
-        rtc_round_buf(dinp, (size_t)N * C, dt);
+    const int want_dinp = dinp && C > 0, want_dw = dweight && C > 0;
+    if (dt != RT_F32 && (want_dinp || want_dw)) {
+        // 16-bit: dout narrowed once for both products
+        const size_t nd = rtc_elems16(N, OC), nw = want_dinp ? rtc_elems16(OC, C) : 0;
+        const size_t ni = want_dw ? rtc_elems16(N, C) : 0;
+        char* s = (char*)rtc_operand_scratch((nd + nw + ni) * 2);
+        const rtc_operand16 d16 = rtc_narrow(s, dout, N, OC, OC, dt);
+        if (want_dinp) {
+            const rtc_operand16 w16 = rtc_narrow(s + nd * 2, weight, OC, C, C, dt);
+            rtc_gemm16(0, 0, N, C, OC, 1.0f, d16, w16, as ? 0.0f : 1.0f, dinp, C, dt);
+            rtc_round_buf(dinp, (size_t)N * C, dt);
+        }
+        if (want_dw) {
+            const rtc_operand16 i16 = rtc_narrow(s + (nd + nw) * 2, inp, N, C, C, dt);
+            rtc_gemm16(1, 0, OC, C, N, 1.0f, d16, i16, 1.0f, dweight, C, dt);
+        }
+    } else {
+        if (want_dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
+            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
+            rtc_round_buf(dinp, (size_t)N * C, dt);
+        }
+        if (want_dw)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
+            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dt);
     }
-    if (dweight && C > 0)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dt);
     if (dbias) rtc_colsum_acc(dbias, dout, N, OC);
 }
 

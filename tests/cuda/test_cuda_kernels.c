@@ -1116,6 +1116,7 @@ int main(void) {
     test_linear(256, 384, 512, 1, RT_BF16);
     test_linear(256, 384, 512, 0, RT_F16);
     test_linear(2050, 64, 40, 1, RT_F32);  // bias gradient over 33 row chunks
+    test_linear(33, 17, 9, 0, RT_F16);     // output stride not a multiple of 8: padded product
     test_embedding();
     test_layernorm(67, 768, 1, RT_F32);
     test_layernorm(5, 33, 0, RT_F32);
