@@ -160,7 +160,7 @@ void* rtc_operand_scratch(size_t bytes) {
 }
 
 // dst[r * ldp + c] = (16 bits) src[r * ld + c]: exact for bf16/fp16 values. Four columns
-// per thread (one float4 load, one 8-byte store) when ld and cols allow it.
+// per thread (one float4 load) when ld, cols and src allow it.
 template <typename T, int V>
 __global__ void narrow_kernel(T* __restrict__ dst, int ldp, const float* __restrict__ src, int ld,
                               int cols, size_t n) {

@@ -54,8 +54,8 @@ __global__ void unpad_bias_round_kernel(float* __restrict__ out, const float* __
 }
 
 // 16-bit operands with an output row stride that is not a multiple of 8 (GPT-2's LM head,
-// vocabulary 50257): cuBLAS takes its slow align1 kernels for such a C (13 ms instead of
-// ~2 for that GEMM on an H100), so the product goes to a padded fp32 block of the operand
+// vocabulary 50257): cuBLAS takes its slow align1 kernels for such a C (that GEMM took
+// 13 ms on an H100, about 95 TFLOP/s), so the product goes to a padded fp32 block of the operand
 // scratch and is moved into place with the bias and the rounding, in the pass that rounds
 // anyway.
 static void linear_forward_padded(float* out, const float* inp, const float* weight,
