@@ -53,6 +53,8 @@ uint64_t rt_train_fnv1a(const char* s);
 //   NORMAL  scale * sqrt(-2 ln(1 - u(seed, h, 2e))) * cos(2 pi u(seed, h, 2e + 1))
 //           (Box–Muller, computed in double); each value then rounded to fp32.
 void rt_train_init_param(const rt_model_param* p, uint64_t seed, float* out);
+// Elements [e0, e0 + n) of that value: out[k] is element e0 + k (a rank's rows of it).
+void rt_train_init_range(const rt_model_param* p, uint64_t seed, int64_t e0, int64_t n, float* out);
 
 // The RNG stream of the synthetic inputs of forward item `micro` of `rank` at 0-based step
 // `step`: FNV-1a over the 4 bytes "data" followed by step, micro and rank as 8-byte

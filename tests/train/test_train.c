@@ -210,6 +210,19 @@ static void test_fnv_and_init(void) {
     double mean = s / 40000, sd = sqrt(ss / 40000 - mean * mean);
     CHECK(fabs(mean) < 0.05 && fabs(sd - 2.0) < 0.05, "NORMAL(0, 2) over 40000 values: mean %.4f std %.4f",
           mean, sd);
+    // A range (threaded once long enough) equals that slice of the whole parameter.
+    static float whole[700001], part[600001];
+    rt_model_param nrm2 = {"y.weight", NULL, 2, {7, 100000}, 0, 0, 0, RT_INIT_NORMAL, 0.02};
+    rt_model_param uni = {"u.weight", NULL, 1, {700001}, 0, 0, 0, RT_INIT_UNIFORM, 0.1};
+    int same = 1;
+    rt_train_init_param(&uni, 3, whole);
+    rt_train_init_range(&uni, 3, 99999, 600001, part);
+    same &= !memcmp(whole + 99999, part, 600001 * sizeof(float));
+    rt_train_init_param(&nrm2, 3, whole);
+    rt_train_init_range(&nrm2, 3, 12345, 600001 - 12346, part);
+    same &= !memcmp(whole + 12345, part, (600001 - 12346) * sizeof(float));
+    CHECK(same, "rt_train_init_range: elements [e0, e0 + n) of UNIFORM and NORMAL parameters equal that "
+          "slice of rt_train_init_param (ranges of 587655 and 600001 values, several threads)");
     rt_model_param ones = {"n.weight", NULL, 1, {7}, 0, 0, 0, RT_INIT_ONES, 0.0};
     rt_model_param zeros = {"n.bias", NULL, 1, {7}, 0, 0, 0, RT_INIT_ZEROS, 0.0};
     float o[7], z[7];
