@@ -1,0 +1,18 @@
+# Sourced on a GPU machine (tests/gpu/run_on_device.sh): unpacks the Debian packages of
+# tests/gpu/fetch_tools.sh into /opt/devroot (not into /, whose libraries they could
+# replace) and points PATH, the loader and the compiler at them. Only the Lua and OpenBLAS
+# libraries go on LD_LIBRARY_PATH; libgfortran only where the machine has none, so that
+# Python's own libraries are untouched.
+D=/opt/devroot
+if [ ! -x $D/usr/bin/lua5.4 ]; then
+    mkdir -p $D
+    for f in .devtools/debs/*.deb; do dpkg -x "$f" $D; done
+fi
+L=$D/usr/lib/x86_64-linux-gnu
+mkdir -p $D/lib
+ln -sf $L/liblua5.4.so.0 $D/lib/
+if ! ldconfig -p | grep -q 'libgfortran.so.5 '; then ln -sf $L/libgfortran.so.5 $L/libquadmath.so.0 $D/lib/; fi
+export PATH=$D/usr/bin:$PATH
+export LD_LIBRARY_PATH=$L/openblas-pthread:$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LIBRARY_PATH=$L/openblas-pthread
+export C_INCLUDE_PATH=$D/usr/include/x86_64-linux-gnu/openblas-pthread

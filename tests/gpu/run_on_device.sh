@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one device call (device time is scarce):
+#   tests/gpu/run_on_device.sh [STAGE...]     stages: tests example bench profile (default: all)
+# Logs and a summary go to $OUT (the device tool's folder) or ./gpu_logs. Each step has a
+# time limit, and the whole run stops starting steps after $BUDGET seconds (default 540),
+# so it ends inside one 10-minute call. Needs tests/gpu/fetch_tools.sh's .devtools.
+#   tests    ninja, the CUDA kernel and stream tests, NCCL and local-mode comm tests, and
+#            tests/cuda_step/run.sh (CUDA conformance, CUDA vs CPU, compute-sanitizer)
+#   example  the README's example on the GPU (300 steps), and 20 steps with --trace
+#   bench    bench/run.sh all
+#   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph);
+#            summarise a CSV with tests/gpu/kernel_times.py
+# Ends with the summed `N passed, N failed` of the test stages.
+set -u
+cd "$(dirname "$0")/../.."
+out=${OUT:-gpu_logs}
+mkdir -p "$out"
+stages=${*:-tests example bench profile}
+deadline=$(( $(date +%s) + ${BUDGET:-540} ))
+passed=0 failed=0
+
+# step NAME LOG LIMIT CMD...: runs CMD with LIMIT seconds (less if the budget is nearly
+# spent), appends to LOG, adds a `N passed, N failed` line it prints to the totals.
+step() {
+    local name=$1 log=$out/$2 max=$3
+    shift 3
+    local left=$(( deadline - $(date +%s) ))
+    [ "$max" -gt "$left" ] && max=$left
+    if [ "$max" -lt 15 ]; then echo "SKIPPED $name: no time left" | tee -a "$out/summary.txt"; return; fi
+    echo "=== $name (limit ${max}s)" >>"$log"
+    local t0 rc last
+    t0=$(date +%s)
+    timeout -k 5 "$max" "$@" >>"$log" 2>&1
+    rc=$?
+    last=$(tail -n 5 "$log" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        passed=$((passed + BASH_REMATCH[1])) failed=$((failed + BASH_REMATCH[2]))
+    fi
+    # a crash, a timeout or a failed build without a failure count is one failure
+    if [ "$rc" -ne 0 ] && [[ ! $last =~ [1-9][0-9]*\ failed ]]; then failed=$((failed + 1)); fi
+    echo "$name: exit $rc after $(( $(date +%s) - t0 ))s ${last:+| $last}" | tee -a "$out/summary.txt"
+}
+
+for s in $stages; do
+    case $s in
+    tests | example | bench | profile) ;;
+    *) echo "run_on_device.sh: unknown stage '$s' (stages: tests example bench profile)"; exit 2 ;;
+    esac
+done
+[ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
+. tests/gpu/device_env.sh
+nvidia-smi -L >"$out/env.txt" 2>&1
+step "build" build.log 240 ninja -j"$(nproc)"
+step "build cuda_step" build.log 120 ninja -j"$(nproc)" -f runtime/cuda_step.ninja cuda_step
+for s in $stages; do
+    case $s in
+    tests)
+        for t in test_cuda_kernels test_cuda_streams; do step "test $t" tests.log 120 build/cuda/$t; done
+        for t in test_nccl test_cuda_local; do step "test $t" tests.log 60 build/runtime/$t; done
+        VERBOSE=1 step "test cuda_step" cuda_step.log 240 tests/cuda_step/run.sh ;;
+    example)
+        step "example" example.log 90 ./fsdpgen run examples/gpt_bytes.lua --cuda -- \
+            --data .devtools/GPL-3 --steps 300
+        step "example --trace" example.log 40 ./fsdpgen run examples/gpt_bytes.lua --cuda -- \
+            --data .devtools/GPL-3 --steps 20 --trace "$out/gpt_bytes.trace.json" ;;
+    bench)
+        step "bench" bench.log 300 bench/run.sh all ;;
+    profile)
+        for b in gpt2_124m llama_1b; do
+            step "profile $b" profile.log 120 ncu --clock-control none --metrics gpu__time_duration.sum \
+                --csv --page raw --log-file "$out/ncu_$b.csv" build/bench_$b/bench_${b}_cuda --steps 2 --no-graph
+        done ;;
+    esac
+done
+echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
+[ "$failed" -eq 0 ]
