@@ -10,12 +10,14 @@
 #   bench    bench/run.sh all
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph);
 #            summarise a CSV with tests/gpu/kernel_times.py
+#   attention  ncu's throughput, memory, warp-stall and occupancy sections for the three
+#            tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt)
 # Ends with the summed `N passed, N failed` of the test stages.
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu_logs}
 mkdir -p "$out"
-stages=${*:-tests example bench profile}
+stages=${*:-tests example bench profile attention}
 deadline=$(( $(date +%s) + ${BUDGET:-540} ))
 passed=0 failed=0
 
@@ -43,8 +45,8 @@ step() {
 
 for s in $stages; do
     case $s in
-    tests | example | bench | profile) ;;
-    *) echo "run_on_device.sh: unknown stage '$s' (stages: tests example bench profile)"; exit 2 ;;
+    tests | example | bench | profile | attention) ;;
+    *) echo "run_on_device.sh: unknown stage '$s' (stages: tests example bench profile attention)"; exit 2 ;;
     esac
 done
 [ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
@@ -70,6 +72,11 @@ for s in $stages; do
             step "profile $b" profile.log 120 ncu --clock-control none --metrics gpu__time_duration.sum \
                 --csv --page raw --log-file "$out/ncu_$b.csv" build/bench_$b/bench_${b}_cuda --steps 2 --no-graph
         done ;;
+    attention)
+        step "attention sections" profile.log 150 ncu -k regex:rtc_fa_tc --launch-count 3 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+            --section Occupancy --log-file "$out/ncu_attention.txt" \
+            build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph ;;
     esac
 done
 echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
