@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one device call (device time is scarce):
-#   tests/gpu/run_on_device.sh [STAGE...]     stages: tests example bench profile (default: all)
+#   tests/gpu/run_on_device.sh [STAGE...]     stages below, in order (default: all of them, which
+#   on an H100 take about as long as one call allows: later ones may be skipped)
 # Logs and a summary go to $OUT (the device tool's folder) or ./gpu_logs. Each step has a
 # time limit, and the whole run stops starting steps after $BUDGET seconds (default 540),
 # so it ends inside one 10-minute call. Needs tests/gpu/fetch_tools.sh's .devtools.
