@@ -233,11 +233,13 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dot_kernel(rtc_fa_args a) {
 }
 
 // Loads (m, 1/l) and D of query rows [q0, q0 + R) of head h (zeros past T; D is not read
-// when it is NULL, i.e. when no dS is needed).
+// when it is NULL, i.e. when no dS is needed), with the block's NT threads (the tensor-core
+// kernels of flash_attention_tc.cuh run other block sizes).
+template <int NT = RTC_FA_NT>
 __device__ __forceinline__ void rtc_fa_load_stats(float* ms, float* invs, float* Ds,
                                                   const rtc_fa_args& a, int b, int h, int q0,
                                                   int R) {
-    for (int i = threadIdx.x; i < R; i += RTC_FA_NT) {
+    for (int i = threadIdx.x; i < R; i += NT) {
         const int t = q0 + i;
         const size_t row = ((size_t)b * a.NH + h) * a.T + t;
         const bool in = t < a.T;

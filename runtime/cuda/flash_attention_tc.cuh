@@ -254,22 +254,6 @@ __device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld,
     }
 }
 
-// (m, 1/l) and D of query rows [q0, q0 + R) of head h (zeros past T; D is not read when
-// a.D is NULL, i.e. when no dS is needed).
-template <int NT>
-__device__ __forceinline__ void rtc_tc_load_stats(float* ms, float* invs, float* Ds,
-                                                  const rtc_fa_args& a, int b, int h, int q0,
-                                                  int R) {
-    for (int i = threadIdx.x; i < R; i += NT) {
-        const int t = q0 + i;
-        const size_t row = ((size_t)b * a.NH + h) * a.T + t;
-        const bool in = t < a.T;
-        ms[i] = in ? a.stats_in[2 * row] : 0.0f;
-        invs[i] = in ? a.stats_in[2 * row + 1] : 0.0f;
-        Ds[i] = in && a.D ? a.D[row] : 0.0f;
-    }
-}
-
 // Hands a warp's 16 x HD accumulator rows (acc[0..nkd), 16 dims each) to f(row, dim,
 // value), CH fragments at a time through the warp's fp32 staging rows st (stride LDST >=
 // 16 * CH). Lanes take consecutive dims (coalesced global writes in f).
@@ -507,7 +491,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
             __syncthreads();  // the previous tile's readers are done
             rtc_tc_load<E, NT, LDE>(qs, a.q + qoff, ldq, q0, BR, T, HD, vec);
             rtc_tc_load<E, NT, LDE>(dos, a.dout + qoff, ldq, q0, BR, T, HD, vec);
-            rtc_tc_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
+            rtc_fa_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
             __syncthreads();
             if (k0 + r0 >= T || (a.causal && q0 + BR - 1 < k0 + r0)) continue;  // all masked
             // S^T = K Q^T and dP^T = V dO^T into the warp's rows
@@ -640,7 +624,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2) rtc_fa_tc_dq_kernel(
 
     rtc_tc_load<E, NT, LDE>(qs, a.q + qoff, ldq, q0, BR, T, HD, vec);
     rtc_tc_load<E, NT, LDE>(dos, a.dout + qoff, ldq, q0, BR, T, HD, vec);
-    rtc_tc_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
+    rtc_fa_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
     __syncthreads();
     wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> qa[NF], doa[NF];
 #pragma unroll
