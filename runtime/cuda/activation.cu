@@ -202,16 +202,10 @@ __global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __re
     }
 }
 
-static void rope_check(int HD) {
-    RT_KCHECK(HD % 2 == 0 && HD > 0 && HD <= RT_ROPE_MAX_HD,
-              "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",
-              "rope head dim %d is not even or exceeds %d", HD, RT_ROPE_MAX_HD);
-}
-
 void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
                      rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_rope_forward");
-    rope_check(HD);
+    RT_KCHECK_ROPE_HD(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const size_t npairs = (size_t)B * T * NH * (HD / 2);
     RTC_LAUNCH_FLAT(rope_forward_kernel, npairs, out, inp, T, NH, HD, theta, npairs, dt);
@@ -220,7 +214,7 @@ void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD,
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
                       float theta, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_rope_backward");
-    rope_check(HD);
+    RT_KCHECK_ROPE_HD(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const size_t npairs = (size_t)B * T * NH * (HD / 2);
     RTC_LAUNCH_FLAT(rope_backward_kernel, npairs, dinp, dout, T, NH, HD, theta, npairs, dt,

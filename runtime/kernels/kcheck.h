@@ -28,4 +28,10 @@
               "dt is the op's tensor dtype: RT_F32, RT_BF16 or RT_F16", "%s with dtype %d", \
               kernel, (int)(dt))
 
+// Rotary embeddings rotate pairs of a head's dims, up to RT_ROPE_MAX_HD (rt_kernels.h).
+#define RT_KCHECK_ROPE_HD(HD)                                                    \
+    RT_KCHECK((HD) % 2 == 0 && (HD) > 0 && (HD) <= RT_ROPE_MAX_HD,                \
+              "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",    \
+              "rope head dim %d is not even or exceeds %d", (int)(HD), RT_ROPE_MAX_HD)
+
 #endif

@@ -20,19 +20,13 @@ static void rope_cos_sin_(float* cs, float* sn, int t, int HD, float theta) {
     }
 }
 
-static void rope_check_(int HD) {
-    RT_KCHECK(HD % 2 == 0 && HD > 0 && HD <= RT_ROPE_MAX_HD,
-              "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",
-              "rope head dim %d is not even or exceeds %d", HD, RT_ROPE_MAX_HD);
-}
-
 // ----------------------------------------------------------------------------
 // forward over [B,T,NH,HD]: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)
 
 void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
                      rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_rope_forward");
-    rope_check_(HD);
+    RT_KCHECK_ROPE_HD(HD);
     float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
     // Position outermost: the trig is computed once per (t, i) and reused for every
     // batch row and head.
@@ -61,7 +55,7 @@ void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int 
                       float theta, rt_dtype dt, int assign) {
     const int as = assign & RT_ASSIGN_1;
     RT_KCHECK_DT(dt, "rt_rope_backward");
-    rope_check_(HD);
+    RT_KCHECK_ROPE_HD(HD);
     float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
     for (int t = 0; t < T; t++) {
         rope_cos_sin_(cs, sn, t, HD, theta);
