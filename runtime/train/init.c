@@ -81,11 +81,14 @@ static void* init_job_run(void* arg) {
 }
 
 void rt_train_init_range(const rt_model_param* p, uint64_t seed, int64_t e0, int64_t n, float* out) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t nt = n / INIT_ELEMS_PER_THREAD;
-    if (nt > cpus) nt = cpus;
-    if (nt > INIT_THREADS_MAX) nt = INIT_THREADS_MAX;
-    if (p->init == RT_INIT_ZEROS || p->init == RT_INIT_ONES || nt < 2) {
+    const int random = p->init == RT_INIT_UNIFORM || p->init == RT_INIT_NORMAL;
+    int64_t nt = random ? n / INIT_ELEMS_PER_THREAD : 1;
+    if (nt >= 2) {  // glibc reads /sys for the CPU count: only for ranges worth splitting
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (nt > cpus) nt = cpus;
+        if (nt > INIT_THREADS_MAX) nt = INIT_THREADS_MAX;
+    }
+    if (nt < 2) {
         init_range(p, seed, out, e0, n);
         return;
     }
