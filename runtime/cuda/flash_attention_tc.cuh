@@ -9,37 +9,44 @@
 //
 // Numerics. q, k, v and dout are fp32 buffers holding bf16/fp16 values; their tiles are
 // narrowed to E (__nv_bfloat16 / __half) on their way into shared memory, which is exact.
-// Every product runs on tensor cores (16-bit inputs, fp32 accumulation), so the scores
-// S = Q K^T and dP = dO V^T equal fp32 arithmetic up to summation order. As in
-// FlashAttention-2 and PyTorch's bf16/fp16 SDPA, the probabilities and their gradients are
-// narrowed to E before the products they feed: P (unnormalised, exp(s - m) in [0, 1])
-// before O += P V; P before dV += P^T dO; dS = P (dP - D) before dQ += dS K and
-// dK += dS^T Q. The row max and sum, the rescaling and dS itself are fp32 (l sums the
-// unrounded exponentials). That narrowing is the only error beyond fp32 round-off: an
-// output element built from product terms x_i y_i (one factor narrowed) is off by at most
-// u * sum_i |x_i y_i|, u the unit roundoff (2^-8 bf16, 2^-11 fp16; fp16 also has an
-// absolute 2^-25 per narrowed value below its normal range, 2^-14);
+// Every product runs on tensor cores (mma.sync m16n8k16: 16-bit inputs, fp32
+// accumulation), so the scores S = Q K^T and dP = dO V^T equal fp32 arithmetic up to
+// summation order. As in FlashAttention-2 and PyTorch's bf16/fp16 SDPA, the probabilities
+// and their gradients are narrowed to E before the products they feed: P (unnormalised,
+// exp(s - m) in [0, 1]) before O += P V; P before dV += P^T dO; dS = P (dP - D) before
+// dQ += dS K and dK += dS^T Q. The row max and sum, the rescaling and dS itself are fp32
+// (l sums the unrounded exponentials). That narrowing is the only error beyond fp32
+// round-off: an output element built from product terms x_i y_i (one factor narrowed) is
+// off by at most u * sum_i |x_i y_i|, u the unit roundoff (2^-8 bf16, 2^-11 fp16; fp16 also
+// has an absolute 2^-25 per narrowed value below its normal range, 2^-14);
 // tests/cuda/attention_tc_ref.h evaluates that bound per element for the tests.
 //
-// Kernels (W = 16-row wmma tiles; a warp owns W rows of its block's tile):
-//   forward   grid (B*NH, ceil(T/FBR)), FBR/16 warps. The warp's Q fragments stay in
-//             registers. Per key tile of FBC keys (K and V narrowed into shared memory by the
-//             whole block): S = Q K^T (16 x FBC per warp) stored to the warp's fp32 score
-//             rows; the online softmax reads them, two lanes per row (interleaved columns,
-//             the row max combined with one __shfl_xor_sync); P narrowed into the warp's P
-//             rows; O (16 x HD, accumulator fragments) rescaled by exp(m_old - m_new), but
-//             only when some row's max moved (multiplying by exactly 1 changes no bit, so
-//             skipping it is exact) and through the score rows, since a fragment's
-//             elements are only reachable through memory; then O += P V.
+// Register-resident, FlashAttention-2 style. A warp owns 16 rows of its block's tile and
+// keeps everything about them in registers: its A operand fragments, the score and dP
+// accumulators, the running max and sum, and the output accumulators. mma.sync's
+// accumulator layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
+// type": lane = 4 * group + t holds rows group and group + 8, columns 2t and 2t + 1 of each
+// 8-column tile) is also the A operand layout of the next product once two adjacent
+// column tiles are narrowed in pairs, so P and dS go from one product to the next without
+// touching memory, and the softmax's row reductions are two shuffles within a group of 4.
+// Shared memory holds only the narrowed operand tiles: B operands are read as 32-bit pairs
+// of consecutive k, so a tile is stored k-contiguous: row-major when k runs along a row
+// (K for S = Q K^T), transposed on its way in when k runs down the columns (V^T for
+// O += P V). Rows are padded by 8 elements (16 bytes), which makes both the fragment reads
+// (8 groups x 4 lanes) and the transposed stores free of bank conflicts.
+//
+// Kernels (W = 16 rows per warp):
+//   forward   grid (B*NH, ceil(T/FBR)), FBR/16 warps. Q fragments stay in registers; per
+//             key tile of FBC keys (K row-major, V^T): S = Q K^T, the online softmax on the
+//             accumulators (O rescaled by exp(m_old - m_new) per row), O += P V.
 //   backward  FlashAttention-2 without atomics, as flash_attention.cuh:
 //             1. D = rowsum(dO * O) into the scratch (rtc_fa_dot_kernel);
 //             2. dK, dV: grid (B*NKV, ceil(T/KBC)), KBC/16 warps of 16 keys each; walks the
-//                query tiles (KBR queries) of every query head of the GQA group in head
-//                order: S^T = K Q^T and dP^T = V dO^T into the warp's fp32 rows, P^T and
-//                dS^T computed there in fp32 and narrowed, dV += P^T dO and dK += dS^T Q in
-//                accumulator fragments;
+//                query tiles (KBR queries; Q, dO row-major and transposed) of every query
+//                head of the GQA group in head order: S^T = K Q^T and dP^T = V dO^T, P^T
+//                and dS^T in fp32 on the accumulators, dV += P^T dO and dK += dS^T Q;
 //             3. dQ: grid (B*NH, ceil(T/QBR)), QBR/16 warps of 16 queries: per key tile
-//                (QBC keys) S, dP, dS as in 2, dQ += dS K.
+//                (QBC keys; K row-major and transposed, V row-major) S and dP, dS, dQ += dS K.
 //             Every gradient element has one owner block, which adds to it once at the end
 //             (the += contract): deterministic, no atomics, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
@@ -48,69 +55,49 @@
 //   see none of the current tile skips its products (its state cannot change), and blocks
 //   run longest first: the forward and dQ grids map blockIdx.y to query tiles from the
 //   last (most key tiles) down, and dK/dV's key tile 0 (all queries) is already first.
-//   Blocks are dispatched roughly in blockIdx order, so the short blocks fill the tail.
 //
-// Tiles, threads and shared memory (bytes; E = 2 bytes, rows padded by 8 elements or 4
-// floats so consecutive rows start 16 bytes apart in the bank cycle; every region 128-byte
-// aligned for wmma's 32-byte pointer rule):
+// Tiles, threads and shared memory (bytes, E = 2 bytes):
 //              HD <= 64 (HDP 64)                    HD <= 128 (HDP 128)
-//   forward    FBR 128, FBC 64, 8 warps, 90624      FBR 64, FBC 64, 4 warps, 79104
-//   dK/dV      KBC 64, KBR 64, 4 warps, 90880       KBC 64, KBR 32, 4 warps, 81280
-//   dQ         QBR 64, QBC 64, 4 warps, 81664       QBR 64, QBC 32, 4 warps, 76544
-// All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89; sm_80 has
-// 163 KiB, H100 227 KiB), as every flash kernel here (rtc_attention_init sets the opt-in;
-// tests/cuda/test_flash_tc_emu.cc checks every configuration). On an H100 each kernel
-// fits two blocks per SM (8 to 16 warps), so one block's global->shared tile loads overlap
-// another's tensor-core work; that is the only latency hiding (no double buffering: the
-// operands are fp32 in global memory and must pass through registers to be narrowed, so
-// cp.async/TMA cannot stage them, and a register prefetch of the next K/V tile costs 64
-// registers per thread at these tiles). The larger query tile goes to the forward at
-// HDP 64 (K/V loads amortised over 128 queries); HDP 128 and the backward kernels hold
-// two fp32 16 x 64 staging tiles per warp and stay at 4 warps to fit.
+//   forward    FBR 128, FBC 64, 8 warps, 36864      FBR 64, FBC 64, 4 warps, 53248
+//   dK/dV      KBC 64, KBR 64, 4 warps, 56064       KBC 64, KBR 32, 4 warps, 73088
+//   dQ         QBR 64, QBC 64, 4 warps, 46848       QBR 64, QBC 32, 4 warps, 63232
+// All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89), as every
+// flash kernel here (rtc_attention_init sets the opt-in; tests/cuda/test_flash_tc_emu.cc
+// checks every configuration); an H100 SM holds 2 to 4 of these blocks, whose tile loads
+// (fp32 in global memory, narrowed through registers, so no cp.async/TMA) overlap each
+// other's tensor-core work.
 //
-// Why wmma (nvcuda::wmma, 16x16x16) rather than mma.sync/wgmma PTX. There is no GPU where
-// this is developed, so the kernels must be testable in tests/cuda/cuda_emu.h: wmma's
-// fragments are opaque (the kernels touch them only through fill/load/store/mma), so the
-// emulator can give every lane the whole tile and the results cannot depend on a register
-// layout; a wrong guess about mma.sync's layout would have been reproduced identically
-// by kernel and emulator and passed. The price is that softmax and rescaling go through
-// shared memory instead of registers. Expected performance (reasoned before any GPU ran
-// them; the measurement follows): per warp and 64-key tile at HD 64 the forward does 131k
-// MACs (32 wmma 16x16x16) and moves about 28 KiB through shared memory (K and V fragments
-// 16 KiB, S stored and read 8 KiB, P 4 KiB). An H100 SXM SM does ~1900 dense bf16 MAC/clk
-// (989 TFLOP/s over 132 SMs at 1.98 GHz) but moves 128 B/clk of shared memory and 16
-// exp2/clk: ~70 clk of MACs against ~220 clk of shared memory and ~64 clk of exp2 per
-// warp-tile, so the forward is bound by shared memory at best near 30% of the tensor-core
-// peak, less after the tile loads and barriers; the backward stages S and dP and reads
-// more fragments per MAC, so expect less. Against the fp32 kernels (CUDA cores: fp32 peak
-// is 1/15 of the bf16 one, and they reach a fraction of it) that is still several times
-// faster. wmma compiles to the HMMA instructions of mma.sync; Hopper's asynchronous wgmma and TMA,
-// register-resident softmax (FA2), 32 rows per warp (halving the K/V fragment traffic per
-// MAC) and a bf16 copy of K/V in global memory are the known next steps, none tried yet.
-// Measured on an H100 (ncu, 2026-11-22), causal, HD 64, per layer, counting the causal
-// half of each T x T product: GPT-2 bench (B 16, T 1024, 12 heads) forward 0.48 ms
-// (53 TFLOP/s), dK/dV 1.51 ms (34), dQ 1.06 ms (37); Llama 1B bench (B 4, T 2048, 32
-// heads) forward 1.12 ms (62 TFLOP/s). That is 4-6% of the bf16 peak, far under the 30%
-// reasoned above, and a quarter of the Llama 1B step (105 of 409 ms): the first thing to
-// profile (ncu's shared-memory and stall metrics) and rewrite.
+// History and expectations. The first version (wmma 16x16x16, softmax and rescaling
+// through fp32 shared-memory rows, because wmma fragments are opaque) measured 4-6% of the
+// H100's bf16 peak (ncu, 2026-11-22, causal, HD 64, counting the causal half: GPT-2 bench
+// forward 0.48 ms per layer, dK/dV 1.51, dQ 1.06; Llama 1B forward 1.12), a quarter of the
+// Llama 1B step. This version removes the shared-memory round trips of S, P, dP, dS and O
+// and the fp32 staging rows (the forward moves 16 KiB of fragments through shared memory
+// per warp and 64-key tile at HD 64, against 28 KiB before, and no barriers inside a
+// tile's products). Not yet run on a GPU: it was written in a session without one, and
+// only the emulator below has checked it; its speed is unmeasured.
 //
-// Emulator-only instantiation E = float (no 16-bit rounding anywhere; no such 16x16x16
-// wmma shape exists on hardware, so nvcc never sees it): the test runs the very same
-// kernels unrounded and holds them to the fp32 kernels' tolerances, which checks the
-// indexing, masking, online softmax and GQA walk tightly, apart from the 16-bit bound.
+// Testing without a GPU. tests/cuda/cuda_emu.h emulates mma.sync from the PTX ISA's
+// fragment tables alone (each lane publishes its registers, every lane rebuilds the whole
+// A and B tiles from the documented lane mapping), independently of how these kernels
+// use it, so a kernel that assumed a different mapping fails against the CPU reference.
+// Emulator-only instantiation E = float (a register holds two floats instead of two
+// 16-bit halves; nvcc never sees it): the test runs the very same kernels unrounded and
+// holds them to the fp32 kernels' tolerances, which checks the indexing, masking, online
+// softmax and GQA walk tightly, apart from the 16-bit bound.
 #ifndef FSDPGEN_CUDA_FLASH_ATTENTION_TC_CUH
 #define FSDPGEN_CUDA_FLASH_ATTENTION_TC_CUH
 
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "flash_attention.cuh"
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 #endif
 
 // Dynamic shared memory of a kernel, 128-byte aligned (the emulator supplies its own).
@@ -123,7 +110,7 @@
 #define RTC_TC_FULL 0xFFFFFFFFu
 
 // ----------------------------------------------------------------------------
-// element types
+// element types and mma.sync operands
 
 // x rounded to nearest even in E (exact for values of E's format).
 template <class E>
@@ -139,6 +126,144 @@ __device__ __forceinline__ __half rtc_tc_narrow<__half>(float x) {
 template <>
 __device__ __forceinline__ float rtc_tc_narrow<float>(float x) {  // emulator only
     return x;
+}
+
+// One register of an A or B fragment: two elements consecutive in k, the lower k in the
+// low half (for E = float, the emulator's unrounded mode, a pair of floats).
+template <class E>
+struct rtc_tc_reg {
+    typedef uint32_t type;
+};
+struct rtc_tc_f32_pair {
+    float lo, hi;
+};
+template <>
+struct rtc_tc_reg<float> {
+    typedef rtc_tc_f32_pair type;
+};
+
+// (lo, hi) narrowed to E into one register.
+template <class E>
+__device__ __forceinline__ typename rtc_tc_reg<E>::type rtc_tc_pack(float lo, float hi) {
+    const E l = rtc_tc_narrow<E>(lo), h = rtc_tc_narrow<E>(hi);
+    uint16_t lb, hb;
+    memcpy(&lb, &l, sizeof lb);
+    memcpy(&hb, &h, sizeof hb);
+    return (uint32_t)lb | (uint32_t)hb << 16;
+}
+template <>
+__device__ __forceinline__ rtc_tc_f32_pair rtc_tc_pack<float>(float lo, float hi) {
+    rtc_tc_f32_pair r = {lo, hi};
+    return r;
+}
+#ifdef __CUDACC__
+template <>
+__device__ __forceinline__ uint32_t rtc_tc_pack<__nv_bfloat16>(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo, the low half
+    return *(const uint32_t*)&h;
+}
+template <>
+__device__ __forceinline__ uint32_t rtc_tc_pack<__half>(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t*)&h;
+}
+#endif
+
+// The register of elements p[0], p[1], and its store (p 4-byte aligned: even columns, even
+// strides). The emulator copies bytes (its E is a struct, and a cast would break aliasing
+// rules); nvcc gets the plain 32-bit access (its memcpy cannot assume the alignment).
+template <class E>
+__device__ __forceinline__ typename rtc_tc_reg<E>::type rtc_tc_ld(const E* p) {
+#ifdef __CUDACC__
+    return *(const typename rtc_tc_reg<E>::type*)p;
+#else
+    typename rtc_tc_reg<E>::type r;
+    memcpy(&r, p, sizeof r);
+    return r;
+#endif
+}
+template <class E>
+__device__ __forceinline__ void rtc_tc_st(E* p, typename rtc_tc_reg<E>::type r) {
+#ifdef __CUDACC__
+    *(typename rtc_tc_reg<E>::type*)p = r;
+#else
+    memcpy(p, &r, sizeof r);
+#endif
+}
+
+#ifdef __CUDACC__
+// d += a b: one warp-wide mma.sync.m16n8k16 with fp32 accumulation. a: the 16x16 A
+// fragment (4 registers), b: the 16x8 B fragment (2), d: the 16x8 accumulator (4), in the
+// PTX ISA's layouts (the emulator, tests/cuda/cuda_emu.h, has its own rtc_tc_mma).
+template <class E>
+__device__ __forceinline__ void rtc_tc_mma(float (&d)[4], const uint32_t (&a)[4],
+                                           const uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void rtc_tc_mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                          const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void rtc_tc_mma<__half>(float (&d)[4], const uint32_t (&a)[4],
+                                                   const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+// The A fragment of rows [0, 16) x columns [0, 16) of the row-major tile p (row stride ld):
+// lane 4g + t holds rows g and g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9.
+template <class E>
+__device__ __forceinline__ void rtc_tc_lda(typename rtc_tc_reg<E>::type (&a)[4], const E* p,
+                                           int ld, int g, int t) {
+    a[0] = rtc_tc_ld<E>(p + g * ld + 2 * t);
+    a[1] = rtc_tc_ld<E>(p + (g + 8) * ld + 2 * t);
+    a[2] = rtc_tc_ld<E>(p + g * ld + 2 * t + 8);
+    a[3] = rtc_tc_ld<E>(p + (g + 8) * ld + 2 * t + 8);
+}
+
+// The B fragment (16 k x 8 n) of a k-contiguous tile: element (k, n) at p[n * ld + k];
+// lane 4g + t holds column g, k = 2t, 2t + 1, 2t + 8, 2t + 9.
+template <class E>
+__device__ __forceinline__ void rtc_tc_ldb(typename rtc_tc_reg<E>::type (&b)[2], const E* p,
+                                           int ld, int g, int t) {
+    b[0] = rtc_tc_ld<E>(p + g * ld + 2 * t);
+    b[1] = rtc_tc_ld<E>(p + g * ld + 2 * t + 8);
+}
+
+// The A fragment of columns [16 kk, 16 kk + 16) of a warp's accumulator rows (acc[j]: the
+// 8 columns from 8 j), narrowed: the accumulator layout of two adjacent column tiles is the
+// A layout.
+template <class E, int NJ>
+__device__ __forceinline__ void rtc_tc_acc_to_a(typename rtc_tc_reg<E>::type (&a)[4],
+                                                const float (&acc)[NJ][4], int kk) {
+    a[0] = rtc_tc_pack<E>(acc[2 * kk][0], acc[2 * kk][1]);
+    a[1] = rtc_tc_pack<E>(acc[2 * kk][2], acc[2 * kk][3]);
+    a[2] = rtc_tc_pack<E>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+    a[3] = rtc_tc_pack<E>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+}
+
+template <int NJ>
+__device__ __forceinline__ void rtc_tc_zero(float (&acc)[NJ][4]) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+}
+
+// The max (or sum) of v over the 4 lanes of a group (the lanes sharing accumulator rows).
+__device__ __forceinline__ float rtc_tc_group_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(RTC_TC_FULL, v, 1));
+    return fmaxf(v, __shfl_xor_sync(RTC_TC_FULL, v, 2));
+}
+__device__ __forceinline__ float rtc_tc_group_sum(float v) {
+    v += __shfl_xor_sync(RTC_TC_FULL, v, 1);
+    return v + __shfl_xor_sync(RTC_TC_FULL, v, 2);
 }
 
 // ----------------------------------------------------------------------------
@@ -157,79 +282,66 @@ struct rtc_tc_cfg<128> {
 
 constexpr size_t rtc_tc_al(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
-// forward: qs [BR][LDE] E, ks/vs [BC][LDE] E, ss [BR][LDS] fp32 (scores, staging),
-// ps [BR][LDP] E (P), al [BR] fp32 (per-row alpha, then 1/l)
+// Bytes of a tile of `rows` rows of `cols` elements E, each row padded by 8 elements.
+template <class E>
+constexpr size_t rtc_tc_tile(int rows, int cols) {
+    return rtc_tc_al((size_t)rows * (cols + 8) * sizeof(E));
+}
+
+// forward: qs [BR][HDP+8] (staging for the Q fragments), ks [BC][HDP+8], vt [HDP][BC+8]
 template <class E, int HDP>
 struct rtc_tc_fwd_layout {
-    enum { BR = rtc_tc_cfg<HDP>::FBR, BC = rtc_tc_cfg<HDP>::FBC };
-    enum { LDE = HDP + 8, LDS = BC + 4, LDP = BC + 8 };
+    enum { BR = rtc_tc_cfg<HDP>::FBR, BC = rtc_tc_cfg<HDP>::FBC, LDE = HDP + 8, LDT = BC + 8 };
     static constexpr size_t q = 0;
-    static constexpr size_t k = q + rtc_tc_al((size_t)BR * LDE * sizeof(E));
-    static constexpr size_t v = k + rtc_tc_al((size_t)BC * LDE * sizeof(E));
-    static constexpr size_t s = v + rtc_tc_al((size_t)BC * LDE * sizeof(E));
-    static constexpr size_t p = s + rtc_tc_al((size_t)BR * LDS * sizeof(float));
-    static constexpr size_t al = p + rtc_tc_al((size_t)BR * LDP * sizeof(E));
-    static constexpr size_t bytes = al + rtc_tc_al((size_t)BR * sizeof(float));
+    static constexpr size_t k = q + rtc_tc_tile<E>(BR, HDP);
+    static constexpr size_t vt = k + rtc_tc_tile<E>(BC, HDP);
+    static constexpr size_t bytes = vt + rtc_tc_tile<E>(HDP, BC);
 };
 
-// dK/dV: ks/vs [BC][LDE] E (the block's keys), qs/dos [BR][LDE] E (the query tile),
-// st/dpt [BC][LDT] fp32 (S^T, dP^T, staging), pt/dst [BC][LDQ] E (P^T, dS^T), m/inv/D [BR]
+// dK/dV: ks, vs [BC][HDP+8] (the block's keys), qs, dos [BR][HDP+8] and qt, dot
+// [HDP][BR+8] (the query tile both ways), m, inv, D [BR]
 template <class E, int HDP>
 struct rtc_tc_dkdv_layout {
-    enum { BC = rtc_tc_cfg<HDP>::KBC, BR = rtc_tc_cfg<HDP>::KBR };
-    enum { LDE = HDP + 8, LDT = BR + 4, LDQ = BR + 8 };
+    enum { BC = rtc_tc_cfg<HDP>::KBC, BR = rtc_tc_cfg<HDP>::KBR, LDE = HDP + 8, LDT = BR + 8 };
     static constexpr size_t k = 0;
-    static constexpr size_t v = k + rtc_tc_al((size_t)BC * LDE * sizeof(E));
-    static constexpr size_t q = v + rtc_tc_al((size_t)BC * LDE * sizeof(E));
-    static constexpr size_t dout = q + rtc_tc_al((size_t)BR * LDE * sizeof(E));
-    static constexpr size_t st = dout + rtc_tc_al((size_t)BR * LDE * sizeof(E));
-    static constexpr size_t dpt = st + rtc_tc_al((size_t)BC * LDT * sizeof(float));
-    static constexpr size_t pt = dpt + rtc_tc_al((size_t)BC * LDT * sizeof(float));
-    static constexpr size_t dst = pt + rtc_tc_al((size_t)BC * LDQ * sizeof(E));
-    static constexpr size_t m = dst + rtc_tc_al((size_t)BC * LDQ * sizeof(E));
+    static constexpr size_t v = k + rtc_tc_tile<E>(BC, HDP);
+    static constexpr size_t q = v + rtc_tc_tile<E>(BC, HDP);
+    static constexpr size_t dout = q + rtc_tc_tile<E>(BR, HDP);
+    static constexpr size_t qt = dout + rtc_tc_tile<E>(BR, HDP);
+    static constexpr size_t dot = qt + rtc_tc_tile<E>(HDP, BR);
+    static constexpr size_t m = dot + rtc_tc_tile<E>(HDP, BR);
     static constexpr size_t inv = m + rtc_tc_al((size_t)BR * sizeof(float));
     static constexpr size_t D = inv + rtc_tc_al((size_t)BR * sizeof(float));
     static constexpr size_t bytes = D + rtc_tc_al((size_t)BR * sizeof(float));
 };
 
-// dQ: qs/dos [BR][LDE] E, ks/vs [BC][LDE] E, ss/dps [BR][LDS] fp32 (S, dP, staging),
-// dss [BR][LDP] E (dS), m/inv/D [BR]
+// dQ: qs, dos [BR][HDP+8] (staging for the fragments), ks, vs [BC][HDP+8], kt [HDP][BC+8],
+// m, inv, D [BR]
 template <class E, int HDP>
 struct rtc_tc_dq_layout {
-    enum { BR = rtc_tc_cfg<HDP>::QBR, BC = rtc_tc_cfg<HDP>::QBC };
-    enum { LDE = HDP + 8, LDS = BC + 4, LDP = BC + 8 };
+    enum { BR = rtc_tc_cfg<HDP>::QBR, BC = rtc_tc_cfg<HDP>::QBC, LDE = HDP + 8, LDT = BC + 8 };
     static constexpr size_t q = 0;
-    static constexpr size_t dout = q + rtc_tc_al((size_t)BR * LDE * sizeof(E));
-    static constexpr size_t k = dout + rtc_tc_al((size_t)BR * LDE * sizeof(E));
-    static constexpr size_t v = k + rtc_tc_al((size_t)BC * LDE * sizeof(E));
-    static constexpr size_t s = v + rtc_tc_al((size_t)BC * LDE * sizeof(E));
-    static constexpr size_t dp = s + rtc_tc_al((size_t)BR * LDS * sizeof(float));
-    static constexpr size_t ds = dp + rtc_tc_al((size_t)BR * LDS * sizeof(float));
-    static constexpr size_t m = ds + rtc_tc_al((size_t)BR * LDP * sizeof(E));
+    static constexpr size_t dout = q + rtc_tc_tile<E>(BR, HDP);
+    static constexpr size_t k = dout + rtc_tc_tile<E>(BR, HDP);
+    static constexpr size_t v = k + rtc_tc_tile<E>(BC, HDP);
+    static constexpr size_t kt = v + rtc_tc_tile<E>(BC, HDP);
+    static constexpr size_t m = kt + rtc_tc_tile<E>(HDP, BC);
     static constexpr size_t inv = m + rtc_tc_al((size_t)BR * sizeof(float));
     static constexpr size_t D = inv + rtc_tc_al((size_t)BR * sizeof(float));
     static constexpr size_t bytes = D + rtc_tc_al((size_t)BR * sizeof(float));
 };
 
 // ----------------------------------------------------------------------------
-// device helpers
-
-typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> rtc_tc_acc;
+// tile loads
 
 __device__ __forceinline__ bool rtc_tc_aligned16(const void* p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
-// Four consecutive elements, stored together.
-template <class E>
-struct alignas(4 * sizeof(E)) rtc_tc_e4 {
-    E v[4];
-};
-
-// Rows [t0, t0 + R) of one head (row t at src + t * ld, HD floats) narrowed into a shared
-// tile of E with row stride LDE; rows past T are zero (finite, masked later), dims past HD
-// are never read. vec: the buffers are 16-byte aligned, so (HD and the head offset being
-// multiples of 16) every row is, and float4 loads apply.
+// Rows [t0, t0 + R) of one head (row t at src + t * ld, HD floats) narrowed into a
+// row-major shared tile of E with row stride LDE; rows past T are zero (finite, masked
+// later), dims past HD are never read. vec: the buffers are 16-byte aligned, so (HD and
+// the head offset being multiples of 16) every row is, and float4 loads apply.
 template <class E, int NT, int LDE>
 __device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld, int t0, int R,
                                             int T, int HD, bool vec) {
@@ -239,12 +351,8 @@ __device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld,
             const int r = i / n4, d = (i % n4) * 4, t = t0 + r;
             const float4 x = t < T ? *(const float4*)(src + (size_t)t * ld + d)
                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            rtc_tc_e4<E> w;  // one 8-byte shared store (d and LDE are multiples of 4)
-            w.v[0] = rtc_tc_narrow<E>(x.x);
-            w.v[1] = rtc_tc_narrow<E>(x.y);
-            w.v[2] = rtc_tc_narrow<E>(x.z);
-            w.v[3] = rtc_tc_narrow<E>(x.w);
-            *(rtc_tc_e4<E>*)(dst + r * LDE + d) = w;
+            rtc_tc_st<E>(dst + r * LDE + d, rtc_tc_pack<E>(x.x, x.y));  // d, LDE even
+            rtc_tc_st<E>(dst + r * LDE + d + 2, rtc_tc_pack<E>(x.z, x.w));
         }
     } else {
         for (int i = threadIdx.x; i < R * HD; i += NT) {
@@ -254,58 +362,30 @@ __device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld,
     }
 }
 
-// Hands a warp's 16 x HD accumulator rows (acc[0..nkd), 16 dims each) to f(row, dim,
-// value), CH fragments at a time through the warp's fp32 staging rows st (stride LDST >=
-// 16 * CH). Lanes take consecutive dims (coalesced global writes in f).
-template <int NF, int CH, int LDST, class F>
-__device__ __forceinline__ void rtc_tc_drain(const rtc_tc_acc (&acc)[NF], float* st, int nkd,
-                                             int lane, F f) {
-#pragma unroll
-    for (int c0 = 0; c0 < NF; c0 += CH) {
-        if (c0 < nkd) {
-            __syncwarp();  // earlier readers of st are done
-#pragma unroll
-            for (int i = 0; i < CH; i++)
-                if (c0 + i < nkd)
-                    nvcuda::wmma::store_matrix_sync(st + 16 * i, acc[c0 + i], LDST,
-                                                    nvcuda::wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 16 * 16 * CH; e += 32) {
-                const int r = e / (16 * CH), col = e % (16 * CH);
-                if (c0 * 16 + col < nkd * 16) f(r, c0 * 16 + col, st[r * LDST + col]);
-            }
+// The same rows transposed: dst[d * LDT + r] (d < HD, r < R; R even). Thread i takes the
+// row pair r = 2 (i % (R/2)), r + 1 and four dims, and stores four registers (one per dim,
+// the pair's two elements), consecutive threads in consecutive registers of a row.
+template <class E, int NT, int LDT>
+__device__ __forceinline__ void rtc_tc_load_t(E* dst, const float* src, size_t ld, int t0,
+                                              int R, int T, int HD, bool vec) {
+    const int np = R / 2;
+    if (vec) {
+        for (int i = threadIdx.x; i < np * (HD / 4); i += NT) {
+            const int r = 2 * (i % np), d = (i / np) * 4, t = t0 + r;
+            const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float4 x0 = t < T ? *(const float4*)(src + (size_t)t * ld + d) : z;
+            const float4 x1 = t + 1 < T ? *(const float4*)(src + (size_t)(t + 1) * ld + d) : z;
+            rtc_tc_st<E>(dst + (d + 0) * LDT + r, rtc_tc_pack<E>(x0.x, x1.x));
+            rtc_tc_st<E>(dst + (d + 1) * LDT + r, rtc_tc_pack<E>(x0.y, x1.y));
+            rtc_tc_st<E>(dst + (d + 2) * LDT + r, rtc_tc_pack<E>(x0.z, x1.z));
+            rtc_tc_st<E>(dst + (d + 3) * LDT + r, rtc_tc_pack<E>(x0.w, x1.w));
+        }
+    } else {
+        for (int i = threadIdx.x; i < R * HD; i += NT) {
+            const int r = i % R, d = i / R, t = t0 + r;
+            dst[d * LDT + r] = rtc_tc_narrow<E>(t < T ? src[(size_t)t * ld + d] : 0.0f);
         }
     }
-    __syncwarp();  // st is free again
-}
-
-// acc row r *= alpha[r] (r < 16), through the warp's staging rows st as in rtc_tc_drain.
-template <int NF, int CH, int LDST>
-__device__ __forceinline__ void rtc_tc_rescale(rtc_tc_acc (&acc)[NF], float* st,
-                                               const float* alpha, int nkd, int lane) {
-#pragma unroll
-    for (int c0 = 0; c0 < NF; c0 += CH) {
-        if (c0 < nkd) {
-            __syncwarp();  // earlier readers of st are done
-#pragma unroll
-            for (int i = 0; i < CH; i++)
-                if (c0 + i < nkd)
-                    nvcuda::wmma::store_matrix_sync(st + 16 * i, acc[c0 + i], LDST,
-                                                    nvcuda::wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 16 * 16 * CH; e += 32) {
-                const int r = e / (16 * CH), col = e % (16 * CH);
-                st[r * LDST + col] *= alpha[r];
-            }
-            __syncwarp();
-#pragma unroll
-            for (int i = 0; i < CH; i++)
-                if (c0 + i < nkd)
-                    nvcuda::wmma::load_matrix_sync(acc[c0 + i], st + 16 * i, LDST,
-                                                   nvcuda::wmma::mem_row_major);
-        }
-    }
-    __syncwarp();  // every lane loaded before st is reused
 }
 
 // ----------------------------------------------------------------------------
@@ -314,125 +394,127 @@ __device__ __forceinline__ void rtc_tc_rescale(rtc_tc_acc (&acc)[NF], float* st,
 template <class E, int HDP>
 __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
     rtc_fa_tc_forward_kernel(rtc_fa_args a) {
-    namespace wmma = nvcuda::wmma;
     typedef rtc_tc_fwd_layout<E, HDP> L;
-    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE, LDS = L::LDS, LDP = L::LDP };
-    enum { NF = HDP / 16, NJ = BC / 16 };
+    typedef typename rtc_tc_reg<E>::type reg;
+    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE, LDT = L::LDT };
+    enum { NK = HDP / 16, ND = HDP / 8, NJ = BC / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
-    unsigned char* sm = rtc_tc_smem;
-    E* qs = (E*)(sm + L::q);
-    E* ks = (E*)(sm + L::k);
-    E* vs = (E*)(sm + L::v);
-    float* ss = (float*)(sm + L::s);
-    E* ps = (E*)(sm + L::p);
-    float* al = (float*)(sm + L::al);
-    const int T = a.T, HD = a.HD, nkd = HD / 16;
+    E* qs = (E*)(rtc_tc_smem + L::q);
+    E* ks = (E*)(rtc_tc_smem + L::k);
+    E* vt = (E*)(rtc_tc_smem + L::vt);
+    const int T = a.T, HD = a.HD, nk = HD / 16, nd = HD / 8;
     const int b = blockIdx.x / a.NH, h = blockIdx.x % a.NH, hk = h / (a.NH / a.NKV);
     const int qt = a.causal ? (int)gridDim.y - 1 - (int)blockIdx.y : (int)blockIdx.y;
     const int q0 = qt * BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
-    const int rr = lane >> 1, half = lane & 1, tq = q0 + r0 + rr;  // this lane's row
+    const int g = lane >> 2, t = lane & 3;
+    const int tq[2] = {q0 + r0 + g, q0 + r0 + g + 8};  // this lane's two rows
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const float* qg = a.q + (size_t)b * T * ldq + (size_t)h * HD;
     const float* kg = a.k + (size_t)b * T * ldk + (size_t)hk * HD;
     const float* vg = a.v + (size_t)b * T * ldk + (size_t)hk * HD;
     const bool vec = rtc_tc_aligned16(a.q) && rtc_tc_aligned16(a.k) && rtc_tc_aligned16(a.v);
-    float* sw = ss + r0 * LDS;  // the warp's score rows (and staging)
-    E* pw = ps + r0 * LDP;      // the warp's P rows
-    float* alw = al + r0;
 
     rtc_tc_load<E, NT, LDE>(qs, qg, ldq, q0, BR, T, HD, vec);
     __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> qa[NF];
+    reg qa[NK][4];
 #pragma unroll
-    for (int kk = 0; kk < NF; kk++)
-        if (kk < nkd) wmma::load_matrix_sync(qa[kk], qs + r0 * LDE + 16 * kk, LDE);
-    rtc_tc_acc o[NF];
-#pragma unroll
-    for (int i = 0; i < NF; i++) wmma::fill_fragment(o[i], 0.0f);
-    float m = -INFINITY, l = 0.0f;  // row tq's running max; this lane's part of its sum
+    for (int kk = 0; kk < NK; kk++)
+        if (kk < nk) rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, g, t);
+    float o[ND][4];
+    rtc_tc_zero<ND>(o);
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's columns only
     const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
     const bool rows_in = q0 + r0 < T;
     for (int k0 = 0; k0 < kend; k0 += BC) {
-        __syncthreads();  // the previous tile's readers of ks and vs are done
+        __syncthreads();  // the previous tile's readers of ks and vt are done
         rtc_tc_load<E, NT, LDE>(ks, kg, ldk, k0, BC, T, HD, vec);
-        rtc_tc_load<E, NT, LDE>(vs, vg, ldk, k0, BC, T, HD, vec);
+        rtc_tc_load_t<E, NT, LDT>(vt, vg, ldk, k0, BC, T, HD, vec);
         __syncthreads();
         if (!rows_in || (a.causal && q0 + r0 + 15 < k0)) continue;  // all masked for the warp
-        // S = Q K^T into the warp's score rows
+        // S = Q K^T
+        float s[NJ][4];
+        rtc_tc_zero<NJ>(s);
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-            rtc_tc_acc sacc;
-            wmma::fill_fragment(sacc, 0.0f);
 #pragma unroll
-            for (int kk = 0; kk < NF; kk++) {
-                if (kk < nkd) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major> kb;
-                    wmma::load_matrix_sync(kb, ks + 16 * j * LDE + 16 * kk, LDE);
-                    wmma::mma_sync(sacc, qa[kk], kb, sacc);
+            for (int kk = 0; kk < NK; kk++) {
+                if (kk < nk) {
+                    reg kb[2];
+                    rtc_tc_ldb<E>(kb, ks + 8 * j * LDE + 16 * kk, LDE, g, t);
+                    rtc_tc_mma<E>(s[j], qa[kk], kb);
                 }
             }
-            wmma::store_matrix_sync(sw + 16 * j, sacc, LDS, wmma::mem_row_major);
         }
-        __syncwarp();
-        // online softmax of row rr: this lane takes columns half, half + 2, ...
-        float sv[BC / 2];
-        float mt = -INFINITY;
+        // online softmax: element i of s[j] is row tq[i / 2], key k0 + 8 j + 2 t + i % 2
+        float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int i = 0; i < BC / 2; i++) {
-            const int c = 2 * i + half;
-            sv[i] = rtc_fa_visible(tq, k0 + c, T, a.causal) ? a.scale * sw[rr * LDS + c]
-                                                            : -INFINITY;
-            mt = fmaxf(mt, sv[i]);
+        for (int j = 0; j < NJ; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int tk = k0 + 8 * j + 2 * t + (i & 1);
+                s[j][i] = rtc_fa_visible(tq[i >> 1], tk, T, a.causal) ? a.scale * s[j][i]
+                                                                      : -INFINITY;
+                mt[i >> 1] = fmaxf(mt[i >> 1], s[j][i]);
+            }
         }
-        mt = fmaxf(mt, __shfl_xor_sync(RTC_TC_FULL, mt, 1));
-        const float mnew = fmaxf(m, mt);
-        const float mref = mnew == -INFINITY ? 0.0f : mnew;  // a row past T stays empty
-        const float alpha = mnew == m ? 1.0f : exp2f((m - mref) * RTC_TC_LOG2E);
-        float lt = 0.0f;
+        float mref[2], alpha[2];
 #pragma unroll
-        for (int i = 0; i < BC / 2; i++) {
-            const float p = exp2f((sv[i] - mref) * RTC_TC_LOG2E);
-            lt += p;
-            pw[rr * LDP + 2 * i + half] = rtc_tc_narrow<E>(p);
+        for (int r = 0; r < 2; r++) {
+            const float mnew = fmaxf(m[r], rtc_tc_group_max(mt[r]));
+            mref[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row with nothing visible stays empty
+            alpha[r] = mnew == m[r] ? 1.0f : exp2f((m[r] - mref[r]) * RTC_TC_LOG2E);
+            m[r] = mnew;
+            l[r] *= alpha[r];
         }
-        l = l * alpha + lt;
-        m = mnew;
-        if (half == 0) alw[rr] = alpha;
-        __syncwarp();  // P, alpha written; the score rows are free
-        bool moved = false;
 #pragma unroll
-        for (int i = 0; i < 16; i++) moved = moved || alw[i] != 1.0f;
-        if (moved) rtc_tc_rescale<NF, NJ, LDS>(o, sw, alw, nkd, lane);
+        for (int j = 0; j < NJ; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                s[j][i] = exp2f((s[j][i] - mref[i >> 1]) * RTC_TC_LOG2E);
+                l[i >> 1] += s[j][i];
+            }
+        }
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            o[d][0] *= alpha[0], o[d][1] *= alpha[0];
+            o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+        }
         // O += P V
 #pragma unroll
-        for (int kk = 0; kk < NJ; kk++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> pa;
-            wmma::load_matrix_sync(pa, pw + 16 * kk, LDP);
+        for (int kk = 0; kk < BC / 16; kk++) {
+            reg pa[4];
+            rtc_tc_acc_to_a<E, NJ>(pa, s, kk);
 #pragma unroll
-            for (int i = 0; i < NF; i++) {
-                if (i < nkd) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major> vb;
-                    wmma::load_matrix_sync(vb, vs + 16 * kk * LDE + 16 * i, LDE);
-                    wmma::mma_sync(o[i], pa, vb, o[i]);
+            for (int d = 0; d < ND; d++) {
+                if (d < nd) {
+                    reg vb[2];
+                    rtc_tc_ldb<E>(vb, vt + 8 * d * LDT + 16 * kk, LDT, g, t);
+                    rtc_tc_mma<E>(o[d], pa, vb);
                 }
             }
         }
     }
-    l += __shfl_xor_sync(RTC_TC_FULL, l, 1);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // l >= 1 for every row inside T
-    __syncwarp();  // the last tile's readers of alw are done
-    if (half == 0) alw[rr] = inv;
-    __syncwarp();
     float* og = a.out + (size_t)b * T * ldq + (size_t)h * HD;
-    rtc_tc_drain<NF, NJ, LDS>(o, sw, nkd, lane, [&](int r, int d, float x) {
-        const int t = q0 + r0 + r;
-        if (t < T) og[(size_t)t * ldq + d] = x * alw[r];
-    });
-    if (half == 0 && tq < T) {
-        float* st = a.stats + (((size_t)b * a.NH + h) * T + tq) * 2;
-        st[0] = m;
-        st[1] = inv;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float lr = rtc_tc_group_sum(l[r]);
+        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;  // l >= 1 for every row inside T
+        if (tq[r] < T) {
+            float* orow = og + (size_t)tq[r] * ldq + 2 * t;
+#pragma unroll
+            for (int d = 0; d < ND; d++) {
+                if (d < nd) {
+                    orow[8 * d] = o[d][2 * r] * inv;
+                    orow[8 * d + 1] = o[d][2 * r + 1] * inv;
+                }
+            }
+            if (t == 0) {
+                float* st = a.stats + (((size_t)b * a.NH + h) * T + tq[r]) * 2;
+                st[0] = m[r];
+                st[1] = inv;
+            }
+        }
     }
 }
 
@@ -443,146 +525,139 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
 template <class E, int HDP>
 __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
     rtc_fa_tc_dkdv_kernel(rtc_fa_args a) {
-    namespace wmma = nvcuda::wmma;
     typedef rtc_tc_dkdv_layout<E, HDP> L;
-    enum { BC = L::BC, BR = L::BR, NT = BC * 2, LDE = L::LDE, LDT = L::LDT, LDQ = L::LDQ };
-    enum { NF = HDP / 16, NJ = BR / 16 };
+    typedef typename rtc_tc_reg<E>::type reg;
+    enum { BC = L::BC, BR = L::BR, NT = BC * 2, LDE = L::LDE, LDT = L::LDT };
+    enum { NK = HDP / 16, ND = HDP / 8, NJ = BR / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
-    unsigned char* sm = rtc_tc_smem;
-    E* ks = (E*)(sm + L::k);
-    E* vs = (E*)(sm + L::v);
-    E* qs = (E*)(sm + L::q);
-    E* dos = (E*)(sm + L::dout);
-    float* sts = (float*)(sm + L::st);
-    float* dpts = (float*)(sm + L::dpt);
-    E* pts = (E*)(sm + L::pt);
-    E* dsts = (E*)(sm + L::dst);
-    float* ms = (float*)(sm + L::m);
-    float* invs = (float*)(sm + L::inv);
-    float* Ds = (float*)(sm + L::D);
-    const int T = a.T, HD = a.HD, nkd = HD / 16, G = a.NH / a.NKV;
+    E* ks = (E*)(rtc_tc_smem + L::k);
+    E* vs = (E*)(rtc_tc_smem + L::v);
+    E* qs = (E*)(rtc_tc_smem + L::q);
+    E* dos = (E*)(rtc_tc_smem + L::dout);
+    E* qts = (E*)(rtc_tc_smem + L::qt);
+    E* dots = (E*)(rtc_tc_smem + L::dot);
+    float* ms = (float*)(rtc_tc_smem + L::m);
+    float* invs = (float*)(rtc_tc_smem + L::inv);
+    float* Ds = (float*)(rtc_tc_smem + L::D);
+    const int T = a.T, HD = a.HD, nk = HD / 16, nd = HD / 8, G = a.NH / a.NKV;
     const int b = blockIdx.x / a.NKV, hk = blockIdx.x % a.NKV;
     const int k0 = blockIdx.y * BC;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
-    const int rr = lane >> 1, half = lane & 1, tk = k0 + r0 + rr;  // this lane's key
+    const int g = lane >> 2, t = lane & 3;
+    const int tk[2] = {k0 + r0 + g, k0 + r0 + g + 8};  // this lane's two keys
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
     const bool want_dk = a.dk != NULL, want_dv = a.dv != NULL;
     const bool vec = rtc_tc_aligned16(a.q) && rtc_tc_aligned16(a.k) && rtc_tc_aligned16(a.v) &&
                      rtc_tc_aligned16(a.dout);
-    float* stw = sts + r0 * LDT;  // the warp's rows: S^T (and staging), dP^T, P^T, dS^T
-    float* dptw = dpts + r0 * LDT;
-    E* ptw = pts + r0 * LDQ;
-    E* dstw = dsts + r0 * LDQ;
 
     rtc_tc_load<E, NT, LDE>(ks, a.k + kvoff, ldk, k0, BC, T, HD, vec);
     rtc_tc_load<E, NT, LDE>(vs, a.v + kvoff, ldk, k0, BC, T, HD, vec);
-    rtc_tc_acc dk[NF], dv[NF];
-#pragma unroll
-    for (int i = 0; i < NF; i++) {
-        wmma::fill_fragment(dk[i], 0.0f);
-        wmma::fill_fragment(dv[i], 0.0f);
-    }
+    float dk[ND][4], dv[ND][4];
+    rtc_tc_zero<ND>(dk);
+    rtc_tc_zero<ND>(dv);
     const int qstart = a.causal ? k0 / BR * BR : 0;  // earlier queries see none of these keys
-    for (int g = 0; g < G; g++) {
-        const int h = hk * G + g;
+    for (int gi = 0; gi < G; gi++) {
+        const int h = hk * G + gi;
         const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
         for (int q0 = qstart; q0 < T; q0 += BR) {
             __syncthreads();  // the previous tile's readers are done
             rtc_tc_load<E, NT, LDE>(qs, a.q + qoff, ldq, q0, BR, T, HD, vec);
-            rtc_tc_load<E, NT, LDE>(dos, a.dout + qoff, ldq, q0, BR, T, HD, vec);
+            if (want_dk) {
+                rtc_tc_load_t<E, NT, LDT>(qts, a.q + qoff, ldq, q0, BR, T, HD, vec);
+                rtc_tc_load<E, NT, LDE>(dos, a.dout + qoff, ldq, q0, BR, T, HD, vec);
+            }
+            if (want_dv) rtc_tc_load_t<E, NT, LDT>(dots, a.dout + qoff, ldq, q0, BR, T, HD, vec);
             rtc_fa_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
             __syncthreads();
             if (k0 + r0 >= T || (a.causal && q0 + BR - 1 < k0 + r0)) continue;  // all masked
-            // S^T = K Q^T and dP^T = V dO^T into the warp's rows
-            rtc_tc_acc sacc[NJ], pacc[NJ];
+            // S^T = K Q^T and dP^T = V dO^T: rows are this warp's keys, columns the queries
+            float st[NJ][4], dpt[NJ][4];
+            rtc_tc_zero<NJ>(st);
+            rtc_tc_zero<NJ>(dpt);
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                wmma::fill_fragment(sacc[j], 0.0f);
-                if (want_dk) wmma::fill_fragment(pacc[j], 0.0f);
-            }
-#pragma unroll
-            for (int kk = 0; kk < NF; kk++) {
-                if (kk < nkd) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> xa;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major> yb;
-                    wmma::load_matrix_sync(xa, ks + r0 * LDE + 16 * kk, LDE);
+            for (int kk = 0; kk < NK; kk++) {
+                if (kk < nk) {
+                    reg xa[4];
+                    rtc_tc_lda<E>(xa, ks + r0 * LDE + 16 * kk, LDE, g, t);
 #pragma unroll
                     for (int j = 0; j < NJ; j++) {
-                        wmma::load_matrix_sync(yb, qs + 16 * j * LDE + 16 * kk, LDE);
-                        wmma::mma_sync(sacc[j], xa, yb, sacc[j]);
+                        reg yb[2];
+                        rtc_tc_ldb<E>(yb, qs + 8 * j * LDE + 16 * kk, LDE, g, t);
+                        rtc_tc_mma<E>(st[j], xa, yb);
                     }
                     if (want_dk) {
-                        wmma::load_matrix_sync(xa, vs + r0 * LDE + 16 * kk, LDE);
+                        rtc_tc_lda<E>(xa, vs + r0 * LDE + 16 * kk, LDE, g, t);
 #pragma unroll
                         for (int j = 0; j < NJ; j++) {
-                            wmma::load_matrix_sync(yb, dos + 16 * j * LDE + 16 * kk, LDE);
-                            wmma::mma_sync(pacc[j], xa, yb, pacc[j]);
+                            reg yb[2];
+                            rtc_tc_ldb<E>(yb, dos + 8 * j * LDE + 16 * kk, LDE, g, t);
+                            rtc_tc_mma<E>(dpt[j], xa, yb);
                         }
                     }
                 }
             }
+            // P^T (into st) and dS^T (into dpt): element i of st[j] is key tk[i / 2], query
+            // column c = 8 j + 2 t + i % 2
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-                wmma::store_matrix_sync(stw + 16 * j, sacc[j], LDT, wmma::mem_row_major);
-                if (want_dk)
-                    wmma::store_matrix_sync(dptw + 16 * j, pacc[j], LDT, wmma::mem_row_major);
-            }
-            __syncwarp();
-            // P^T and dS^T of key rr: this lane takes queries half, half + 2, ...
 #pragma unroll
-            for (int i = 0; i < BR / 2; i++) {
-                const int c = 2 * i + half;
-                const float p = rtc_fa_visible(q0 + c, tk, T, a.causal)
-                                    ? exp2f((a.scale * stw[rr * LDT + c] - ms[c]) *
-                                            RTC_TC_LOG2E) * invs[c]
-                                    : 0.0f;
-                if (want_dv) ptw[rr * LDQ + c] = rtc_tc_narrow<E>(p);
-                if (want_dk) dstw[rr * LDQ + c] = rtc_tc_narrow<E>(p * (dptw[rr * LDT + c] - Ds[c]));
+                for (int i = 0; i < 4; i++) {
+                    const int c = 8 * j + 2 * t + (i & 1);
+                    const float p = rtc_fa_visible(q0 + c, tk[i >> 1], T, a.causal)
+                                        ? exp2f((a.scale * st[j][i] - ms[c]) * RTC_TC_LOG2E) *
+                                              invs[c]
+                                        : 0.0f;
+                    st[j][i] = p;
+                    if (want_dk) dpt[j][i] = p * (dpt[j][i] - Ds[c]);
+                }
             }
-            __syncwarp();
             // dV += P^T dO, dK += dS^T Q
 #pragma unroll
-            for (int kk = 0; kk < NJ; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> xa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major> yb;
+            for (int kk = 0; kk < BR / 16; kk++) {
+                reg xa[4];
                 if (want_dv) {
-                    wmma::load_matrix_sync(xa, ptw + 16 * kk, LDQ);
+                    rtc_tc_acc_to_a<E, NJ>(xa, st, kk);
 #pragma unroll
-                    for (int i = 0; i < NF; i++) {
-                        if (i < nkd) {
-                            wmma::load_matrix_sync(yb, dos + 16 * kk * LDE + 16 * i, LDE);
-                            wmma::mma_sync(dv[i], xa, yb, dv[i]);
+                    for (int d = 0; d < ND; d++) {
+                        if (d < nd) {
+                            reg yb[2];
+                            rtc_tc_ldb<E>(yb, dots + 8 * d * LDT + 16 * kk, LDT, g, t);
+                            rtc_tc_mma<E>(dv[d], xa, yb);
                         }
                     }
                 }
                 if (want_dk) {
-                    wmma::load_matrix_sync(xa, dstw + 16 * kk, LDQ);
+                    rtc_tc_acc_to_a<E, NJ>(xa, dpt, kk);
 #pragma unroll
-                    for (int i = 0; i < NF; i++) {
-                        if (i < nkd) {
-                            wmma::load_matrix_sync(yb, qs + 16 * kk * LDE + 16 * i, LDE);
-                            wmma::mma_sync(dk[i], xa, yb, dk[i]);
+                    for (int d = 0; d < ND; d++) {
+                        if (d < nd) {
+                            reg yb[2];
+                            rtc_tc_ldb<E>(yb, qts + 8 * d * LDT + 16 * kk, LDT, g, t);
+                            rtc_tc_mma<E>(dk[d], xa, yb);
                         }
                     }
                 }
             }
         }
     }
-    const float scale = a.scale;
-    if (want_dv) {
-        float* dvg = a.dv + kvoff;
-        rtc_tc_drain<NF, NJ, LDT>(dv, stw, nkd, lane, [&](int r, int d, float x) {
-            const int t = k0 + r0 + r;
-            if (t < T) dvg[(size_t)t * ldk + d] += x;
-        });
-    }
-    if (want_dk) {
-        float* dkg = a.dk + kvoff;
-        rtc_tc_drain<NF, NJ, LDT>(dk, stw, nkd, lane, [&](int r, int d, float x) {
-            const int t = k0 + r0 + r;
-            if (t < T) dkg[(size_t)t * ldk + d] += scale * x;
-        });
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (tk[r] >= T) continue;
+        const size_t row = kvoff + (size_t)tk[r] * ldk + 2 * t;
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            if (d < nd) {
+                if (want_dv) {
+                    a.dv[row + 8 * d] += dv[d][2 * r];
+                    a.dv[row + 8 * d + 1] += dv[d][2 * r + 1];
+                }
+                if (want_dk) {
+                    a.dk[row + 8 * d] += a.scale * dk[d][2 * r];
+                    a.dk[row + 8 * d + 1] += a.scale * dk[d][2 * r + 1];
+                }
+            }
+        }
     }
 }
 
@@ -591,112 +666,114 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
 
 template <class E, int HDP>
 __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2) rtc_fa_tc_dq_kernel(rtc_fa_args a) {
-    namespace wmma = nvcuda::wmma;
     typedef rtc_tc_dq_layout<E, HDP> L;
-    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE, LDS = L::LDS, LDP = L::LDP };
-    enum { NF = HDP / 16, NJ = BC / 16 };
+    typedef typename rtc_tc_reg<E>::type reg;
+    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE, LDT = L::LDT };
+    enum { NK = HDP / 16, ND = HDP / 8, NJ = BC / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
-    unsigned char* sm = rtc_tc_smem;
-    E* qs = (E*)(sm + L::q);
-    E* dos = (E*)(sm + L::dout);
-    E* ks = (E*)(sm + L::k);
-    E* vs = (E*)(sm + L::v);
-    float* ss = (float*)(sm + L::s);
-    float* dps = (float*)(sm + L::dp);
-    E* dss = (E*)(sm + L::ds);
-    float* ms = (float*)(sm + L::m);
-    float* invs = (float*)(sm + L::inv);
-    float* Ds = (float*)(sm + L::D);
-    const int T = a.T, HD = a.HD, nkd = HD / 16;
+    E* qs = (E*)(rtc_tc_smem + L::q);
+    E* dos = (E*)(rtc_tc_smem + L::dout);
+    E* ks = (E*)(rtc_tc_smem + L::k);
+    E* vs = (E*)(rtc_tc_smem + L::v);
+    E* kts = (E*)(rtc_tc_smem + L::kt);
+    float* ms = (float*)(rtc_tc_smem + L::m);
+    float* invs = (float*)(rtc_tc_smem + L::inv);
+    float* Ds = (float*)(rtc_tc_smem + L::D);
+    const int T = a.T, HD = a.HD, nk = HD / 16, nd = HD / 8;
     const int b = blockIdx.x / a.NH, h = blockIdx.x % a.NH, hk = h / (a.NH / a.NKV);
     const int qt = a.causal ? (int)gridDim.y - 1 - (int)blockIdx.y : (int)blockIdx.y;
     const int q0 = qt * BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
-    const int rr = lane >> 1, half = lane & 1, tq = q0 + r0 + rr;  // this lane's query
+    const int g = lane >> 2, t = lane & 3;
+    const int tq[2] = {q0 + r0 + g, q0 + r0 + g + 8};  // this lane's two queries
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
     const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
     const bool vec = rtc_tc_aligned16(a.q) && rtc_tc_aligned16(a.k) && rtc_tc_aligned16(a.v) &&
                      rtc_tc_aligned16(a.dout);
-    float* sw = ss + r0 * LDS;  // the warp's rows: S (and staging), dP, dS
-    float* dpw = dps + r0 * LDS;
-    E* dsw = dss + r0 * LDP;
 
     rtc_tc_load<E, NT, LDE>(qs, a.q + qoff, ldq, q0, BR, T, HD, vec);
     rtc_tc_load<E, NT, LDE>(dos, a.dout + qoff, ldq, q0, BR, T, HD, vec);
     rtc_fa_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
     __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> qa[NF], doa[NF];
+    reg qa[NK][4], doa[NK][4];
 #pragma unroll
-    for (int kk = 0; kk < NF; kk++) {
-        if (kk < nkd) {
-            wmma::load_matrix_sync(qa[kk], qs + r0 * LDE + 16 * kk, LDE);
-            wmma::load_matrix_sync(doa[kk], dos + r0 * LDE + 16 * kk, LDE);
+    for (int kk = 0; kk < NK; kk++) {
+        if (kk < nk) {
+            rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, g, t);
+            rtc_tc_lda<E>(doa[kk], dos + r0 * LDE + 16 * kk, LDE, g, t);
         }
     }
-    rtc_tc_acc dq[NF];
-#pragma unroll
-    for (int i = 0; i < NF; i++) wmma::fill_fragment(dq[i], 0.0f);
-    const float mr = ms[r0 + rr], invr = invs[r0 + rr], Dr = Ds[r0 + rr];
+    const float mr[2] = {ms[r0 + g], ms[r0 + g + 8]}, invr[2] = {invs[r0 + g], invs[r0 + g + 8]};
+    const float Dr[2] = {Ds[r0 + g], Ds[r0 + g + 8]};
+    float dq[ND][4];
+    rtc_tc_zero<ND>(dq);
     const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
     const bool rows_in = q0 + r0 < T;
     for (int k0 = 0; k0 < kend; k0 += BC) {
-        __syncthreads();  // the previous tile's readers of ks and vs are done
+        __syncthreads();  // the previous tile's readers of ks, vs and kts are done
         rtc_tc_load<E, NT, LDE>(ks, a.k + kvoff, ldk, k0, BC, T, HD, vec);
         rtc_tc_load<E, NT, LDE>(vs, a.v + kvoff, ldk, k0, BC, T, HD, vec);
+        rtc_tc_load_t<E, NT, LDT>(kts, a.k + kvoff, ldk, k0, BC, T, HD, vec);
         __syncthreads();
         if (!rows_in || (a.causal && q0 + r0 + 15 < k0)) continue;  // all masked for the warp
-        // S = Q K^T and dP = dO V^T into the warp's rows
+        // S = Q K^T and dP = dO V^T
+        float s[NJ][4], dp[NJ][4];
+        rtc_tc_zero<NJ>(s);
+        rtc_tc_zero<NJ>(dp);
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-            rtc_tc_acc sacc, pacc;
-            wmma::fill_fragment(sacc, 0.0f);
-            wmma::fill_fragment(pacc, 0.0f);
 #pragma unroll
-            for (int kk = 0; kk < NF; kk++) {
-                if (kk < nkd) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major> yb;
-                    wmma::load_matrix_sync(yb, ks + 16 * j * LDE + 16 * kk, LDE);
-                    wmma::mma_sync(sacc, qa[kk], yb, sacc);
-                    wmma::load_matrix_sync(yb, vs + 16 * j * LDE + 16 * kk, LDE);
-                    wmma::mma_sync(pacc, doa[kk], yb, pacc);
+            for (int kk = 0; kk < NK; kk++) {
+                if (kk < nk) {
+                    reg yb[2];
+                    rtc_tc_ldb<E>(yb, ks + 8 * j * LDE + 16 * kk, LDE, g, t);
+                    rtc_tc_mma<E>(s[j], qa[kk], yb);
+                    rtc_tc_ldb<E>(yb, vs + 8 * j * LDE + 16 * kk, LDE, g, t);
+                    rtc_tc_mma<E>(dp[j], doa[kk], yb);
                 }
             }
-            wmma::store_matrix_sync(sw + 16 * j, sacc, LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dpw + 16 * j, pacc, LDS, wmma::mem_row_major);
         }
-        __syncwarp();
-        // dS of row rr: this lane takes keys half, half + 2, ...
+        // dS (into s): element i of s[j] is query tq[i / 2], key k0 + 8 j + 2 t + i % 2
 #pragma unroll
-        for (int i = 0; i < BC / 2; i++) {
-            const int c = 2 * i + half;
-            const float p = rtc_fa_visible(tq, k0 + c, T, a.causal)
-                                ? exp2f((a.scale * sw[rr * LDS + c] - mr) * RTC_TC_LOG2E) * invr
-                                : 0.0f;
-            dsw[rr * LDP + c] = rtc_tc_narrow<E>(p * (dpw[rr * LDS + c] - Dr));
+        for (int j = 0; j < NJ; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = i >> 1, tk = k0 + 8 * j + 2 * t + (i & 1);
+                const float p = rtc_fa_visible(tq[r], tk, T, a.causal)
+                                    ? exp2f((a.scale * s[j][i] - mr[r]) * RTC_TC_LOG2E) * invr[r]
+                                    : 0.0f;
+                s[j][i] = p * (dp[j][i] - Dr[r]);
+            }
         }
-        __syncwarp();
         // dQ += dS K
 #pragma unroll
-        for (int kk = 0; kk < NJ; kk++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> dsa;
-            wmma::load_matrix_sync(dsa, dsw + 16 * kk, LDP);
+        for (int kk = 0; kk < BC / 16; kk++) {
+            reg dsa[4];
+            rtc_tc_acc_to_a<E, NJ>(dsa, s, kk);
 #pragma unroll
-            for (int i = 0; i < NF; i++) {
-                if (i < nkd) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major> kb;
-                    wmma::load_matrix_sync(kb, ks + 16 * kk * LDE + 16 * i, LDE);
-                    wmma::mma_sync(dq[i], dsa, kb, dq[i]);
+            for (int d = 0; d < ND; d++) {
+                if (d < nd) {
+                    reg kb[2];
+                    rtc_tc_ldb<E>(kb, kts + 8 * d * LDT + 16 * kk, LDT, g, t);
+                    rtc_tc_mma<E>(dq[d], dsa, kb);
                 }
             }
         }
     }
-    const float scale = a.scale;
     float* dqg = a.dq + qoff;
-    rtc_tc_drain<NF, NJ, LDS>(dq, sw, nkd, lane, [&](int r, int d, float x) {
-        const int t = q0 + r0 + r;
-        if (t < T) dqg[(size_t)t * ldq + d] += scale * x;
-    });
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (tq[r] >= T) continue;
+        float* row = dqg + (size_t)tq[r] * ldq + 2 * t;
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            if (d < nd) {
+                row[8 * d] += a.scale * dq[d][2 * r];
+                row[8 * d + 1] += a.scale * dq[d][2 * r + 1];
+            }
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -10,29 +10,30 @@
 // ThreadSanitizer it finds shared-memory races between two barriers (a missing
 // __syncthreads or __syncwarp).
 //
-// Warp-level operations, modelled from their documented semantics only (no layout):
+// Warp-level operations, modelled from their documented semantics:
 //   * __shfl_xor_sync with the full mask: each lane publishes its value, a warp barrier,
 //     each lane reads its partner's, a warp barrier.
-//   * nvcuda::wmma, 16x16x16, __nv_bfloat16 / __half (and float, an emulator-only
-//     instantiation the tests use to run the tensor-core kernels without 16-bit rounding)
-//     with fp32 accumulators: every lane's fragment holds the WHOLE tile, so no result can
-//     depend on how hardware spreads a fragment over lanes (the kernels must only touch
-//     fragments through fill_fragment, load_matrix_sync, store_matrix_sync and mma_sync;
-//     the emulated fragment has no element access, so anything else fails to compile).
-//     load_matrix_sync: every lane reads the whole tile; store_matrix_sync: lane 0 writes
-//     the whole tile. Neither synchronizes: this is stricter than the hardware (where the
-//     ops wait for the warp's lanes but the documentation promises no memory ordering),
-//     so a kernel must order other lanes' shared-memory writes and reads around them with
-//     __syncwarp / __syncthreads itself, and ThreadSanitizer reports it where it does not.
-//     Pointer alignment (32 bytes) and ldm (a multiple of 16 bytes) are checked as the
-//     CUDA documentation requires. mma_sync computes D = A B + C with exact products
-//     (16-bit products are exact in fp32) summed in fp32 in k order: tensor cores also
-//     multiply exactly and accumulate in (at least) fp32, in an undocumented order, so
-//     sums agree with the hardware within fp32 round-off, not bit for bit.
-//   * Every lane of a warp must make the same number of wmma calls in a block (they are
-//     warp-collective); the emulator counts them and reports a divergent warp as a failed
-//     launch check.
-//
+//   * mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, as the kernels'
+//     rtc_tc_mma<E>(d, a, b) (d += a b): each lane publishes its A registers (4, two
+//     elements each) and B registers (2), a warp barrier, then each lane rebuilds the whole
+//     16x16 A and 16x8 B tiles from the lane mapping of the PTX ISA's "Matrix Fragments for
+//     mma.m16n8k16 with floating point type" (groupID = lane >> 2, threadID_in_group =
+//     lane % 4; A element a_i: row groupID + 8 for i in {2, 3, 6, 7}, column
+//     2 threadID_in_group + (i & 1) + 8 for i >= 4; B element b_i: row (k)
+//     2 threadID_in_group + (i & 1) + 8 for i >= 2, column groupID; C/D element c_i: row
+//     groupID + 8 for i >= 2, column 2 threadID_in_group + (i & 1)) and computes its own four
+//     accumulators. The mapping is written here from the documentation alone, not from the
+//     kernels, so a kernel that assumed another one fails its tests. Products are exact
+//     (16-bit products are exact in fp32) and summed in fp32 in k order: tensor cores also
+//     multiply exactly and accumulate in (at least) fp32, in an undocumented order, so sums
+//     agree with the hardware within fp32 round-off, not bit for bit. The published
+//     registers are double-buffered per warp (a lane writes one buffer while a slower lane
+//     may still read the other), so one barrier per call suffices. E = float is an
+//     emulator-only instantiation: a register is a pair of floats, nothing is rounded.
+//   * Every lane of a warp must make the same number of warp-collective calls (mma and
+//     shuffles) in a block; the emulator counts them and reports a divergent warp as a
+//     failed launch check.
+
 // Not modelled: the device's expf/exp2f rounding (host libm here), the tensor cores'
 // internal summation order, launch limits (emu_launch checks the ones the kernels rely on
 // and reports a violation as a failed check).
@@ -82,7 +83,7 @@ struct emu_warp_slots {
     float lane[32];
 };
 static emu_warp_slots* emu_shfl_slots;  // one per warp
-static thread_local long emu_wmma_calls;       // this thread's wmma calls in the block
+static thread_local long emu_warp_calls;  // this thread's warp-collective calls in the block
 
 static inline void __syncthreads(void) { pthread_barrier_wait(&emu_barrier); }
 
@@ -98,6 +99,7 @@ static inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) {
 
 // The value of lane (this lane ^ lane_mask) of the warp.
 static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32) {
+    emu_warp_calls++;
     if (mask != 0xFFFFFFFFu || width != 32 || lane_mask < 0 || lane_mask > 31)
         emu_fatal("__shfl_xor_sync: only the full mask and width 32 are emulated");
     const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -138,99 +140,56 @@ static inline float emu_to_float(__half h) { return __half2float(h); }
 static inline float emu_to_float(float x) { return x; }
 
 // ----------------------------------------------------------------------------
-// nvcuda::wmma, 16x16x16 (see the top of this file)
+// mma.sync m16n8k16 (see the top of this file)
 
-namespace nvcuda {
-namespace wmma {
-
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-
-// The whole 16x16 tile in every lane, row-major by the tile's own (row, column); NaN until
-// written, so an unfilled accumulator poisons what it touches.
-template <class Use, int M, int N, int K, class T, class Layout = void>
-struct fragment {
-    static_assert(M == 16 && N == 16 && K == 16, "cuda_emu: only 16x16x16 wmma is emulated");
-    float v[256];
-    fragment() {
-        for (int i = 0; i < 256; i++) v[i] = NAN;
-    }
+// Each warp's published registers, two buffers used alternately by successive calls.
+struct emu_mma_slots {
+    float a[2][32][8];
+    float b[2][32][4];
 };
+static emu_mma_slots* emu_mma;                 // one per warp
+static thread_local unsigned emu_mma_buffer;  // this lane's next buffer (0 at block start)
 
-static inline void emu_wmma_check(const void* p, unsigned ldm, size_t elem) {
-    emu_wmma_calls++;
-    if ((uintptr_t)p % 32 != 0) emu_fatal("wmma: pointer not 256-bit aligned");
-    if ((ldm * elem) % 16 != 0) emu_fatal("wmma: ldm not a multiple of 16 bytes");
+// The two elements of one register, low half first.
+template <class E>
+static inline void emu_reg_floats(uint32_t r, float* f) {
+    const E lo = {(uint16_t)(r & 0xFFFFu)}, hi = {(uint16_t)(r >> 16)};
+    f[0] = emu_to_float(lo);
+    f[1] = emu_to_float(hi);
+}
+template <class E, class Pair>
+static inline void emu_reg_floats(const Pair& r, float* f) {  // E = float: {lo, hi}
+    f[0] = r.lo;
+    f[1] = r.hi;
 }
 
-template <class T, class Layout>
-static inline void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, Layout>& f, const T* p,
-                                    unsigned ldm) {
-    emu_wmma_check(p, ldm, sizeof(T));
-    const bool row = std::is_same<Layout, row_major>::value;
-    for (int m = 0; m < 16; m++)
-        for (int k = 0; k < 16; k++)
-            f.v[m * 16 + k] = emu_to_float(row ? p[(size_t)m * ldm + k] : p[(size_t)k * ldm + m]);
-}
-
-template <class T, class Layout>
-static inline void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, Layout>& f, const T* p,
-                                    unsigned ldm) {
-    emu_wmma_check(p, ldm, sizeof(T));
-    const bool row = std::is_same<Layout, row_major>::value;
-    for (int k = 0; k < 16; k++)
-        for (int n = 0; n < 16; n++)
-            f.v[k * 16 + n] = emu_to_float(row ? p[(size_t)k * ldm + n] : p[(size_t)n * ldm + k]);
-}
-
-static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
-                                    unsigned ldm, layout_t layout) {
-    emu_wmma_check(p, ldm, sizeof(float));
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++)
-            f.v[m * 16 + n] =
-                layout == mem_row_major ? p[(size_t)m * ldm + n] : p[(size_t)n * ldm + m];
-}
-
-static inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
-                                     unsigned ldm, layout_t layout) {
-    emu_wmma_check(p, ldm, sizeof(float));
-    if (threadIdx.x % 32 != 0) return;  // lane 0 writes the tile
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++)
-            (layout == mem_row_major ? p[(size_t)m * ldm + n] : p[(size_t)n * ldm + m]) =
-                f.v[m * 16 + n];
-}
-
-template <class Use, class T, class Layout>
-static inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float value) {
-    emu_wmma_calls++;
-    for (int i = 0; i < 256; i++) f.v[i] = value;
-}
-
-// D = A B + C (d may be c). Lane-private data only, so neither sanitizer needs to see it.
-template <class T, class LA, class LB>
-__attribute__((no_sanitize("address", "thread", "undefined"))) static inline void mma_sync(
-    fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LA>& a,
-    const fragment<matrix_b, 16, 16, 16, T, LB>& b,
-    const fragment<accumulator, 16, 16, 16, float>& c) {
-    emu_wmma_calls++;
-    float r[256];
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 16; n++) {
-            float acc = c.v[m * 16 + n];
-            for (int k = 0; k < 16; k++) acc += a.v[m * 16 + k] * b.v[k * 16 + n];
-            r[m * 16 + n] = acc;
+template <class E, class R>
+static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
+    emu_warp_calls++;
+    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, buf = emu_mma_buffer;
+    emu_mma_buffer ^= 1u;
+    float* ap = emu_mma[w].a[buf][lane];
+    float* bp = emu_mma[w].b[buf][lane];
+    for (int i = 0; i < 4; i++) emu_reg_floats<E>(a[i], ap + 2 * i);
+    for (int i = 0; i < 2; i++) emu_reg_floats<E>(b[i], bp + 2 * i);
+    __syncwarp();
+    const float(*A)[8] = emu_mma[w].a[buf];
+    const float(*B)[4] = emu_mma[w].b[buf];
+    const int group = (int)lane >> 2, tig = (int)lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int row = group + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
+        float acc = d[i];
+        for (int k = 0; k < 16; k++) {
+            // A (row, k): lane 4 (row % 8) + (k % 8) / 2, element (k & 1) + 2 [row >= 8] +
+            // 4 [k >= 8]; B (k, col): lane 4 col + (k % 8) / 2, element (k & 1) + 2 [k >= 8]
+            const float x = A[4 * (row % 8) + (k % 8) / 2][(k & 1) + (row >= 8 ? 2 : 0) +
+                                                            (k >= 8 ? 4 : 0)];
+            const float y = B[4 * col + (k % 8) / 2][(k & 1) + (k >= 8 ? 2 : 0)];
+            acc += x * y;
         }
-    memcpy(d.v, r, sizeof r);
+        d[i] = acc;
+    }
 }
-
-}  // namespace wmma
-}  // namespace nvcuda
 
 // ----------------------------------------------------------------------------
 // launches
@@ -254,17 +213,17 @@ struct emu_launch_state {
     unsigned threads;
     float* smem;
     size_t smem_floats;
-    std::vector<long>* wmma_calls;  // per thread, of the block just run
+    std::vector<long>* warp_calls;  // per thread, of the block just run
 };
 
-// After a block: every lane of a warp made the same number of wmma calls (thread 0, once
+// After a block: every lane of a warp made the same number of warp-collective calls (thread 0, once
 // every thread has published its count and passed a barrier).
 template <class Args>
 static void emu_check_warps(const emu_launch_state<Args>* L) {
-    const std::vector<long>& n = *L->wmma_calls;
+    const std::vector<long>& n = *L->warp_calls;
     for (unsigned t = 0; t < L->threads; t++)
         if (n[t] != n[t - t % 32]) {
-            fprintf(stderr, "cuda_emu: block (%u, %u, %u): thread %u made %ld wmma calls, lane 0 "
+            fprintf(stderr, "cuda_emu: block (%u, %u, %u): thread %u made %ld warp-collective calls, lane 0 "
                     "of its warp %ld (divergent warp-collective calls)\n", blockIdx.x,
                     blockIdx.y, blockIdx.z, t, n[t], n[t - t % 32]);
             emu_limit_errors++;
@@ -293,10 +252,11 @@ static void emu_thread_main(void* launch, unsigned tid) {
                     emu_blocks_run++;
                 }
                 first = false;
-                emu_wmma_calls = 0;
+                emu_warp_calls = 0;
+                emu_mma_buffer = 0;
                 pthread_barrier_wait(&emu_barrier);  // the block is set up
                 L->kernel(*L->args);
-                (*L->wmma_calls)[tid] = emu_wmma_calls;
+                (*L->warp_calls)[tid] = emu_warp_calls;
                 pthread_barrier_wait(&emu_barrier);  // every thread left the block
             }
     if (tid == 0 && !first) emu_check_warps(L);
@@ -404,17 +364,19 @@ static void emu_launch(void (*kernel)(Args), dim3 grid, unsigned threads, size_t
     if (smem_floats && posix_memalign(&sm_raw, 128, smem_floats * sizeof(float)) != 0)
         emu_fatal("posix_memalign (shared memory)");
     float* sm = (float*)sm_raw;
-    std::vector<long> wmma_calls(threads);
-    emu_launch_state<Args> L = {kernel, &args, grid, threads, sm, smem_floats, &wmma_calls};
+    std::vector<long> warp_calls(threads);
+    emu_launch_state<Args> L = {kernel, &args, grid, threads, sm, smem_floats, &warp_calls};
     const unsigned warps = (threads + 31) / 32;
     std::vector<pthread_barrier_t> wb(warps);
     std::vector<emu_warp_slots> slots(warps);
+    std::vector<emu_mma_slots> mma_slots(warps);
     for (unsigned w = 0; w < warps; w++) {
         const unsigned n = w + 1 < warps || threads % 32 == 0 ? 32 : threads % 32;
         pthread_barrier_init(&wb[w], NULL, n);
     }
     emu_warp_barriers = wb.data();
     emu_shfl_slots = slots.data();
+    emu_mma = mma_slots.data();
     pthread_barrier_init(&emu_barrier, NULL, threads);
     emu_pool_run(threads, emu_thread_main<Args>, &L);
     pthread_barrier_destroy(&emu_barrier);

@@ -6,7 +6,7 @@
 # kernel with the CPU kernel and test_cuda_streams checks streams and CUDA-graph capture.
 # test_optim_math, test_flash_emu(_tsan) and test_flash_tc_emu(_tsan) run everywhere: the
 # optimizer math shared by host and device compiled for the host, and the fp32 and
-# tensor-core (wmma) flash-attention kernels emulated on the CPU (one pthread per CUDA
+# tensor-core (mma.sync) flash-attention kernels emulated on the CPU (one pthread per CUDA
 # thread, under ASan+UBSan and under TSan), each against the CPU kernels.
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.

@@ -1,13 +1,13 @@
 // The tensor-core flash-attention kernels (runtime/cuda/flash_attention_tc.cuh: forward,
 // dK/dV, dQ, with flash_attention.cuh's D kernel, and the launch logic that picks tiles,
 // threads and grids) run on the CPU through tests/cuda/cuda_emu.h (one pthread per CUDA
-// thread, warp barriers, nvcuda::wmma with whole tiles in every lane) against the CPU
+// thread, warp barriers, mma.sync rebuilt from the PTX ISA's fragment layouts) against the CPU
 // attention kernel (runtime/kernels/cpu/attention.c, linked as cpu_rt_*). Needs no GPU;
 // what only a GPU run can show (the tensor cores' own summation, device exp2f, speed) is
 // left to test_cuda_kernels. Built twice by runtime/cuda.ninja: with AddressSanitizer and
 // UBSan (shared-memory overruns, reads of unwritten shared memory through NaN poisoning,
 // misaligned float4 loads) and with ThreadSanitizer (races between barriers, a missing
-// __syncwarp around a wmma load or store included).
+// __syncwarp around the shared-memory tiles included).
 //
 // For each shape (HD 16 to 128, T not a multiple of the tiles, MHA and GQA, causal and
 // not) and each element type:
@@ -287,7 +287,7 @@ int main(void) {
           "(limit %d)",
           all.n, all.worst, EMU_MAX_SMEM);
     CHECK(emu_limit_errors == 0,
-          "every launch within the GPU limits, no divergent wmma calls (%ld blocks emulated; "
+          "every launch within the GPU limits, no divergent warp-collective calls (%ld blocks emulated; "
           "largest shared memory %zu bytes, limit %d)",
           emu_blocks_run, emu_max_smem_seen, EMU_MAX_SMEM);
     printf("largest max diff/allowance per family (<= 1 passes):\n");
