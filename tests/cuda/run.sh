@@ -4,10 +4,12 @@
 # Tests needing a GPU skip cleanly (`SKIP ...: no GPU`, `0 passed, 0 failed`) where
 # cudaGetDeviceCount finds no device; where it does, test_cuda_kernels compares every CUDA
 # kernel with the CPU kernel and test_cuda_streams checks streams and CUDA-graph capture.
-# test_optim_math, test_flash_emu(_tsan) and test_flash_tc_emu(_tsan) run everywhere: the
-# optimizer math shared by host and device compiled for the host, and the fp32 and
-# tensor-core (mma.sync) flash-attention kernels emulated on the CPU (one pthread per CUDA
-# thread, under ASan+UBSan and under TSan), each against the CPU kernels.
+# test_optim_math, test_mma_layout_emu, test_flash_emu(_tsan) and test_flash_tc_emu(_tsan)
+# run everywhere: the optimizer math shared by host and device compiled for the host, the
+# mma.sync fragment helpers on the emulator (test_mma_layout runs the same checks on the
+# GPU), and the fp32 and tensor-core (mma.sync) flash-attention kernels emulated on the CPU
+# (one pthread per CUDA thread, under ASan+UBSan and under TSan), each against the CPU
+# kernels.
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
@@ -28,8 +30,8 @@ if ! ninja -f runtime/cuda.ninja cuda cuda_tests; then
 fi
 echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 
-tests="test_optim_math test_flash_emu test_flash_emu_tsan test_flash_tc_emu test_flash_tc_emu_tsan
-test_cuda_kernels test_cuda_streams"
+tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_emu_tsan test_flash_tc_emu
+test_flash_tc_emu_tsan test_mma_layout test_cuda_kernels test_cuda_streams"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"

@@ -58,7 +58,9 @@ step "build cuda_step" build.log 120 ninja -j"$(nproc)" -f runtime/cuda_step.nin
 for s in $stages; do
     case $s in
     tests)
-        for t in test_cuda_kernels test_cuda_streams; do step "test $t" tests.log 120 build/cuda/$t; done
+        for t in test_mma_layout test_cuda_kernels test_cuda_streams; do
+            step "test $t" tests.log 120 build/cuda/$t
+        done
         for t in test_nccl test_cuda_local; do step "test $t" tests.log 60 build/runtime/$t; done
         VERBOSE=1 step "test cuda_step" cuda_step.log 240 tests/cuda_step/run.sh ;;
     example)
