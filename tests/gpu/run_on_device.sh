@@ -11,8 +11,9 @@
 #   bench    bench/run.sh all
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph);
 #            summarise a CSV with tests/gpu/kernel_times.py
-#   attention  ncu's throughput, memory, warp-stall and occupancy sections for the three
-#            tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt)
+#   attention  bench/attention.sh (the flash kernels against PyTorch's SDPA on the bench
+#            shapes), then ncu's throughput, memory, warp-stall and occupancy sections for
+#            the three tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt)
 # Ends with the summed `N passed, N failed` of the test stages.
 set -u
 cd "$(dirname "$0")/../.."
@@ -76,6 +77,7 @@ for s in $stages; do
                 --csv --page raw --log-file "$out/ncu_$b.csv" build/bench_$b/bench_${b}_cuda --steps 2 --no-graph
         done ;;
     attention)
+        step "attention vs sdpa" attention.log 90 bench/attention.sh
         step "attention sections" profile.log 150 ncu -k regex:rtc_fa_tc --launch-count 3 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section Occupancy --log-file "$out/ncu_attention.txt" \

@@ -1,0 +1,100 @@
+// Times fsdpgen's CUDA flash attention (rt_attention_lowmem_forward / _backward, prec bf16:
+// the tensor-core kernels of runtime/cuda/flash_attention_tc.cuh) on one shape; bench/
+// attention.sh runs it beside PyTorch's scaled_dot_product_attention on the same shapes.
+//   attention_fsdpgen B T NH NKV HD [iters]
+// Prints `RESULT impl=fsdpgen pass=forward|backward ms=... tflops=...`: the mean over
+// `iters` calls after 3 warm-up calls, the device synchronized around the timed loop (each
+// call is one or a few kernel launches on the runtime's stream). FLOPs count the causal
+// half of each T x T product, as FlashAttention's benchmarks do: forward 2 products,
+// backward 5 (this backward runs 7, recomputing S and dP in its dQ pass).
+#define _POSIX_C_SOURCE 199309L  // clock_gettime
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+#include "../runtime/core/dtype_bits.h"
+#include "rt_check.h"
+#include "rt_kernels.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// n floats on the device, bf16 values of a fixed pseudo-random pattern in [-scale, scale).
+static float* dev_random(size_t n, float scale, unsigned seed) {
+    float* h = (float*)malloc(n * sizeof(float));
+    if (!h) {
+        fprintf(stderr, "attention_fsdpgen: out of host memory\n");
+        exit(1);
+    }
+    unsigned s = seed;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        const float x = scale * ((float)(s >> 8) / 8388608.0f - 1.0f);
+        h[i] = rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x));
+    }
+    float* d;
+    RT_CHECK_CUDA(cudaMalloc((void**)&d, n * sizeof(float)));
+    RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static float* dev_zeros(size_t n) {
+    float* d;
+    RT_CHECK_CUDA(cudaMalloc((void**)&d, n * sizeof(float)));
+    RT_CHECK_CUDA(cudaMemset(d, 0, n * sizeof(float)));
+    return d;
+}
+
+int main(int argc, char** argv) {
+    int B, T, NH, NKV, HD, iters = 20;
+    if ((argc != 6 && argc != 7) || sscanf(argv[1], "%d", &B) != 1 ||
+        sscanf(argv[2], "%d", &T) != 1 || sscanf(argv[3], "%d", &NH) != 1 ||
+        sscanf(argv[4], "%d", &NKV) != 1 || sscanf(argv[5], "%d", &HD) != 1 ||
+        (argc == 7 && sscanf(argv[6], "%d", &iters) != 1) || B < 1 || T < 1 || NH < 1 ||
+        NKV < 1 || NH % NKV != 0 || HD < 1 || iters < 1) {
+        fprintf(stderr, "usage: attention_fsdpgen B T NH NKV HD [iters] (positive; NH a multiple "
+                "of NKV)\n");
+        return 2;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("attention_fsdpgen: no GPU: nothing measured\n");
+        return 0;
+    }
+    rt_kernels_init();
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    float *q = dev_random(nq, 2.0f, 1), *k = dev_random(nk, 2.0f, 2), *v = dev_random(nk, 1.0f, 3);
+    float *dout = dev_random(nq, 1.0f, 4), *out = dev_zeros(nq);
+    float* stats = dev_zeros(rt_attention_stats_floats(B, NH, T));
+    float* scratch = dev_zeros(rt_attention_lowmem_scratch_floats(B, NH, T));
+    float *dq = dev_zeros(nq), *dk = dev_zeros(nk), *dv = dev_zeros(nk);
+    const double causal_flops = 4.0 * B * NH * (double)T * T * HD / 2.0;  // one forward
+    for (int pass = 0; pass < 2; pass++) {
+        double t0 = 0.0;
+        for (int i = 0; i < 3 + iters; i++) {
+            if (i == 3) {
+                RT_CHECK_CUDA(cudaDeviceSynchronize());
+                t0 = now_s();
+            }
+            if (pass == 0)
+                rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, 1,
+                                            RT_BF16);
+            else  // accumulates into dq, dk, dv: values grow, the work does not change
+                rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B,
+                                             T, NH, NKV, HD, 1, RT_BF16);
+        }
+        RT_CHECK_CUDA(cudaDeviceSynchronize());
+        const double ms = (now_s() - t0) * 1e3 / iters;
+        const double flops = causal_flops * (pass == 0 ? 1.0 : 2.5);
+        printf("RESULT impl=fsdpgen pass=%s ms=%.4f tflops=%.1f\n",
+               pass == 0 ? "forward" : "backward", ms, flops / (ms * 1e-3) / 1e12);
+    }
+    RT_CHECK_CUDA(cudaGetLastError());
+    return 0;
+}
