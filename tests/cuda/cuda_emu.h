@@ -33,7 +33,7 @@
 //   * Every lane of a warp must make the same number of warp-collective calls (mma and
 //     shuffles) in a block; the emulator counts them and reports a divergent warp as a
 //     failed launch check.
-
+//
 // Not modelled: the device's expf/exp2f rounding (host libm here), the tensor cores'
 // internal summation order, launch limits (emu_launch checks the ones the kernels rely on
 // and reports a violation as a failed check).
@@ -47,7 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <type_traits>
 #include <vector>
 
 #include "../../runtime/core/dtype_bits.h"
