@@ -63,9 +63,11 @@
 //   dQ         QBR 64, QBC 64, 4 warps, 46848       QBR 64, QBC 32, 4 warps, 63232
 // All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89), as every
 // flash kernel here (rtc_attention_init sets the opt-in; tests/cuda/test_flash_tc_emu.cc
-// checks every configuration); an H100 SM holds 2 to 4 of these blocks, whose tile loads
-// (fp32 in global memory, narrowed through registers, so no cp.async/TMA) overlap each
-// other's tensor-core work.
+// checks every configuration). Registers bound the blocks per SM: ptxas (sm_90a) gives
+// the forward 128 (HDP 64; 20 bytes spilled) and 168 per thread, dK/dV 220 and 225, dQ 196
+// and 233, so an H100 SM runs 2 (3 for the HDP 128 forward) blocks, whose tile loads (fp32
+// in global memory, narrowed through registers, so no cp.async/TMA) overlap each other's
+// tensor-core work; there is no double buffering within a block.
 //
 // History and expectations. The first version (wmma 16x16x16, softmax and rescaling
 // through fp32 shared-memory rows, because wmma fragments are opaque) measured 4-6% of the
