@@ -64,7 +64,7 @@
 // All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89), as every
 // flash kernel here (rtc_attention_init sets the opt-in; tests/cuda/test_flash_tc_emu.cc
 // checks every configuration). Registers bound the blocks per SM: ptxas (sm_90a) gives
-// the forward 128 (HDP 64; 20 bytes spilled) and 168 per thread, dK/dV 220 and 225, dQ 196
+// the forward 128 (HDP 64; 20 bytes spilled) and 168 per thread, dK/dV 220 and 225, dQ 195
 // and 233, so an H100 SM runs 2 (3 for the HDP 128 forward) blocks, whose tile loads (fp32
 // in global memory, narrowed through registers, so no cp.async/TMA) overlap each other's
 // tensor-core work; there is no double buffering within a block.
@@ -258,6 +258,57 @@ __device__ __forceinline__ void rtc_tc_zero(float (&acc)[NJ][4]) {
     for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 }
 
+// acc[n] += a B_n for the 8-column blocks n < nn of the k-contiguous tile b (element (k, n)
+// at b[n * ld + k], k from 0): one A fragment against a row of B fragments.
+template <class E, int NN>
+__device__ __forceinline__ void rtc_tc_mma_row(float (&acc)[NN][4],
+                                               const typename rtc_tc_reg<E>::type (&a)[4],
+                                               const E* b, int ld, int nn, int g, int t) {
+#pragma unroll
+    for (int n = 0; n < NN; n++) {
+        if (n < nn) {
+            typename rtc_tc_reg<E>::type y[2];
+            rtc_tc_ldb<E>(y, b + 8 * n * ld, ld, g, t);
+            rtc_tc_mma<E>(acc[n], a, y);
+        }
+    }
+}
+
+// acc[j] += a b_j for the 8-column blocks j < NJ, with a's NK column blocks of 16 (the first
+// nk used) in registers: acc = X Y^T for the warp's rows X and the rows of the tile y
+// (row stride ld). Block by block (each acc[j] finished before the next), which keeps
+// fewer B fragments live than rtc_tc_mma_row per k block.
+template <class E, int NJ, int NK>
+__device__ __forceinline__ void rtc_tc_mma_nt(float (&acc)[NJ][4],
+                                              const typename rtc_tc_reg<E>::type (&a)[NK][4],
+                                              const E* y, int ld, int nk, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+#pragma unroll
+        for (int kk = 0; kk < NK; kk++) {
+            if (kk < nk) {
+                typename rtc_tc_reg<E>::type b[2];
+                rtc_tc_ldb<E>(b, y + 8 * j * ld + 16 * kk, ld, g, t);
+                rtc_tc_mma<E>(acc[j], a[kk], b);
+            }
+        }
+    }
+}
+
+// out[8 d + 2 t + i] += scale * acc[d][2 r + i] (i = 0, 1; d < nd): this lane's elements of
+// accumulator row r (0: row g, 1: row g + 8), out being that row's start plus 2 t.
+template <int ND>
+__device__ __forceinline__ void rtc_tc_add_row(float* out, const float (&acc)[ND][4], int r,
+                                               float scale, int nd) {
+#pragma unroll
+    for (int d = 0; d < ND; d++) {
+        if (d < nd) {
+            out[8 * d] += scale * acc[d][2 * r];
+            out[8 * d + 1] += scale * acc[d][2 * r + 1];
+        }
+    }
+}
+
 // The max (or sum) of v over the 4 lanes of a group (the lanes sharing accumulator rows).
 __device__ __forceinline__ float rtc_tc_group_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(RTC_TC_FULL, v, 1));
@@ -437,17 +488,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
         // S = Q K^T
         float s[NJ][4];
         rtc_tc_zero<NJ>(s);
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-#pragma unroll
-            for (int kk = 0; kk < NK; kk++) {
-                if (kk < nk) {
-                    reg kb[2];
-                    rtc_tc_ldb<E>(kb, ks + 8 * j * LDE + 16 * kk, LDE, g, t);
-                    rtc_tc_mma<E>(s[j], qa[kk], kb);
-                }
-            }
-        }
+        rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, g, t);
         // online softmax: element i of s[j] is row tq[i / 2], key k0 + 8 j + 2 t + i % 2
         float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -487,14 +528,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
         for (int kk = 0; kk < BC / 16; kk++) {
             reg pa[4];
             rtc_tc_acc_to_a<E, NJ>(pa, s, kk);
-#pragma unroll
-            for (int d = 0; d < ND; d++) {
-                if (d < nd) {
-                    reg vb[2];
-                    rtc_tc_ldb<E>(vb, vt + 8 * d * LDT + 16 * kk, LDT, g, t);
-                    rtc_tc_mma<E>(o[d], pa, vb);
-                }
-            }
+            rtc_tc_mma_row<E, ND>(o, pa, vt + 16 * kk, LDT, nd, g, t);
         }
     }
     float* og = a.out + (size_t)b * T * ldq + (size_t)h * HD;
@@ -582,20 +616,10 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
                 if (kk < nk) {
                     reg xa[4];
                     rtc_tc_lda<E>(xa, ks + r0 * LDE + 16 * kk, LDE, g, t);
-#pragma unroll
-                    for (int j = 0; j < NJ; j++) {
-                        reg yb[2];
-                        rtc_tc_ldb<E>(yb, qs + 8 * j * LDE + 16 * kk, LDE, g, t);
-                        rtc_tc_mma<E>(st[j], xa, yb);
-                    }
+                    rtc_tc_mma_row<E, NJ>(st, xa, qs + 16 * kk, LDE, NJ, g, t);
                     if (want_dk) {
                         rtc_tc_lda<E>(xa, vs + r0 * LDE + 16 * kk, LDE, g, t);
-#pragma unroll
-                        for (int j = 0; j < NJ; j++) {
-                            reg yb[2];
-                            rtc_tc_ldb<E>(yb, dos + 8 * j * LDE + 16 * kk, LDE, g, t);
-                            rtc_tc_mma<E>(dpt[j], xa, yb);
-                        }
+                        rtc_tc_mma_row<E, NJ>(dpt, xa, dos + 16 * kk, LDE, NJ, g, t);
                     }
                 }
             }
@@ -620,25 +644,11 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
                 reg xa[4];
                 if (want_dv) {
                     rtc_tc_acc_to_a<E, NJ>(xa, st, kk);
-#pragma unroll
-                    for (int d = 0; d < ND; d++) {
-                        if (d < nd) {
-                            reg yb[2];
-                            rtc_tc_ldb<E>(yb, dots + 8 * d * LDT + 16 * kk, LDT, g, t);
-                            rtc_tc_mma<E>(dv[d], xa, yb);
-                        }
-                    }
+                    rtc_tc_mma_row<E, ND>(dv, xa, dots + 16 * kk, LDT, nd, g, t);
                 }
                 if (want_dk) {
                     rtc_tc_acc_to_a<E, NJ>(xa, dpt, kk);
-#pragma unroll
-                    for (int d = 0; d < ND; d++) {
-                        if (d < nd) {
-                            reg yb[2];
-                            rtc_tc_ldb<E>(yb, qts + 8 * d * LDT + 16 * kk, LDT, g, t);
-                            rtc_tc_mma<E>(dk[d], xa, yb);
-                        }
-                    }
+                    rtc_tc_mma_row<E, ND>(dk, xa, qts + 16 * kk, LDT, nd, g, t);
                 }
             }
         }
@@ -647,19 +657,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
     for (int r = 0; r < 2; r++) {
         if (tk[r] >= T) continue;
         const size_t row = kvoff + (size_t)tk[r] * ldk + 2 * t;
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            if (d < nd) {
-                if (want_dv) {
-                    a.dv[row + 8 * d] += dv[d][2 * r];
-                    a.dv[row + 8 * d + 1] += dv[d][2 * r + 1];
-                }
-                if (want_dk) {
-                    a.dk[row + 8 * d] += a.scale * dk[d][2 * r];
-                    a.dk[row + 8 * d + 1] += a.scale * dk[d][2 * r + 1];
-                }
-            }
-        }
+        if (want_dv) rtc_tc_add_row<ND>(a.dv + row, dv, r, 1.0f, nd);  // x * 1 is x, bit for bit
+        if (want_dk) rtc_tc_add_row<ND>(a.dk + row, dk, r, a.scale, nd);
     }
 }
 
@@ -723,19 +722,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2) rtc_fa_tc_dq_kernel(
         float s[NJ][4], dp[NJ][4];
         rtc_tc_zero<NJ>(s);
         rtc_tc_zero<NJ>(dp);
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-#pragma unroll
-            for (int kk = 0; kk < NK; kk++) {
-                if (kk < nk) {
-                    reg yb[2];
-                    rtc_tc_ldb<E>(yb, ks + 8 * j * LDE + 16 * kk, LDE, g, t);
-                    rtc_tc_mma<E>(s[j], qa[kk], yb);
-                    rtc_tc_ldb<E>(yb, vs + 8 * j * LDE + 16 * kk, LDE, g, t);
-                    rtc_tc_mma<E>(dp[j], doa[kk], yb);
-                }
-            }
-        }
+        rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, g, t);
+        rtc_tc_mma_nt<E, NJ, NK>(dp, doa, vs, LDE, nk, g, t);
         // dS (into s): element i of s[j] is query tq[i / 2], key k0 + 8 j + 2 t + i % 2
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
@@ -753,28 +741,14 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2) rtc_fa_tc_dq_kernel(
         for (int kk = 0; kk < BC / 16; kk++) {
             reg dsa[4];
             rtc_tc_acc_to_a<E, NJ>(dsa, s, kk);
-#pragma unroll
-            for (int d = 0; d < ND; d++) {
-                if (d < nd) {
-                    reg kb[2];
-                    rtc_tc_ldb<E>(kb, kts + 8 * d * LDT + 16 * kk, LDT, g, t);
-                    rtc_tc_mma<E>(dq[d], dsa, kb);
-                }
-            }
+            rtc_tc_mma_row<E, ND>(dq, dsa, kts + 16 * kk, LDT, nd, g, t);
         }
     }
     float* dqg = a.dq + qoff;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (tq[r] >= T) continue;
-        float* row = dqg + (size_t)tq[r] * ldq + 2 * t;
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            if (d < nd) {
-                row[8 * d] += a.scale * dq[d][2 * r];
-                row[8 * d + 1] += a.scale * dq[d][2 * r + 1];
-            }
-        }
+        rtc_tc_add_row<ND>(dqg + (size_t)tq[r] * ldq + 2 * t, dq, r, a.scale, nd);
     }
 }
 
