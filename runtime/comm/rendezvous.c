@@ -175,15 +175,22 @@ int rdv_ops_fail(rt_comm* c, int status, const char* msg) {
 
 // ---- barrier ----------------------------------------------------------------------------
 
+// Member i's function returned without reaching `target`. Reading exited first matters:
+// once a rank has exited its arrived is final, whereas arrived read first may be stale by
+// the time exited is read (the member arrives, completes the barrier as its last arriver,
+// finishes its function and exits in between), which would fail a barrier that succeeded.
+static int member_gone(rdv_group* g, int i, uint64_t target) {
+    return atomic_load(&g->world->exited[g->wranks[i]]) &&
+           atomic_load(&g->slots[i].arrived) < target;
+}
+
 // Members that have not reached `target`; with only_exited, just those whose function
 // already returned. Returns how many, their ranks in out.
 static int missing_members(rdv_group* g, uint64_t target, int only_exited, int* out) {
     int n = 0;
-    for (int i = 0; i < g->size; i++) {
-        if (atomic_load(&g->slots[i].arrived) >= target) continue;
-        if (only_exited && !atomic_load(&g->world->exited[g->wranks[i]])) continue;
-        out[n++] = i;
-    }
+    for (int i = 0; i < g->size; i++)
+        if (only_exited ? member_gone(g, i, target) : atomic_load(&g->slots[i].arrived) < target)
+            out[n++] = i;
     return n;
 }
 
@@ -240,12 +247,8 @@ int rdv_barrier(rdv_handle* h, const char* opname) {
         if (atomic_load(&g->epoch) >= target) return 0;
         if (atomic_load(&g->status)) return group_failed(h);
         // A missing member whose function returned will never come: fail now.
-        for (int i = 0; i < g->size; i++) {
-            if (atomic_load(&g->slots[i].arrived) < target &&
-                atomic_load(&g->world->exited[g->wranks[i]])) {
-                return fail_missing(h, opname, target, 1, 0);
-            }
-        }
+        for (int i = 0; i < g->size; i++)
+            if (member_gone(g, i, target)) return fail_missing(h, opname, target, 1, 0);
         int64_t now = now_ns();
         if (now >= deadline) return fail_missing(h, opname, target, 0, (now - start) / 1000000);
         futex_wait(&g->wake, w, deadline - now);

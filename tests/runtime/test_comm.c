@@ -232,6 +232,21 @@ static void rank_many(rt_comm* comm, void* arg) {
     }
 }
 
+// ---- exiting right after the last collective ------------------------------------------
+
+// One barrier in pairs, then return: the last arriver of a pair completes the barrier and
+// exits while its peer may still be scanning the group for members that exited without
+// arriving. Repeated many times, this caught a peer that read the last arriver's slot
+// before it arrived and its exit flag after it left, and failed a barrier that succeeded.
+static void rank_exit_after_barrier(rt_comm* comm, void* arg) {
+    ctx* c = arg;
+    int r = rt_comm_rank(comm);
+    rt_comm* pair = NULL;
+    note(c, rt_comm_split(comm, r / 2, r, &pair));
+    note(c, rt_comm_barrier(pair, NULL));
+    rt_comm_free(pair);
+}
+
 // ---- driver -----------------------------------------------------------------------------
 
 static double seconds(void) {
@@ -270,6 +285,13 @@ int main(void) {
     run("50 all_reduce of one element", 128, 1, rank_many);
     run("50 all_reduce of one element", 1024, 1, rank_many);
     run("large all_gather + reductions (several tiles per rank)", 4, 300000, rank_all_gather);
+    ctx c;
+    memset(&c, 0, sizeof c);
+    int runs = 300, failed_runs = 0;
+    for (int i = 0; i < runs; i++) failed_runs += rt_threads_run(64, rank_exit_after_barrier, &c) != 0;
+    CHECK(failed_runs == 0 && c.errors == 0,
+          "%d runs of 64 ranks that split into pairs, barrier once and return: %d failed, %d error returns",
+          runs, failed_runs, (int)c.errors);
     CHECK(rt_threads_run(0, rank_many, NULL) == 2, "rt_threads_run(0, ...) is rejected with status 2");
     CHECK(rt_threads_run(2, NULL, NULL) == 2, "rt_threads_run with a NULL function is rejected");
     return check_summary();
