@@ -42,11 +42,13 @@
 //   backward  FlashAttention-2 without atomics, as flash_attention.cuh:
 //             1. D = rowsum(dO * O) into the scratch (rtc_fa_dot_kernel);
 //             2. dK, dV: grid (B*NKV, ceil(T/KBC)), KBC/16 warps of 16 keys each; walks the
-//                query tiles (KBR queries; Q, dO row-major and transposed) of every query
-//                head of the GQA group in head order: S^T = K Q^T and dP^T = V dO^T, P^T
+//                query tiles (KBR queries; Q, dO row-major and transposed, each read
+//                from global memory once: rtc_tc_load_both) of every query head of the
+//                GQA group in head order: S^T = K Q^T and dP^T = V dO^T, P^T
 //                and dS^T in fp32 on the accumulators, dV += P^T dO and dK += dS^T Q;
 //             3. dQ: grid (B*NH, ceil(T/QBR)), QBR/16 warps of 16 queries: per key tile
-//                (QBC keys; K row-major and transposed, V row-major) S and dP, dS, dQ += dS K.
+//                (QBC keys; K row-major and transposed from one read, V row-major) S and
+//                dP, dS, dQ += dS K.
 //             Every gradient element has one owner block, which adds to it once at the end
 //             (the += contract): deterministic, no atomics, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
@@ -64,10 +66,10 @@
 // All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89), as every
 // flash kernel here (rtc_attention_init sets the opt-in; tests/cuda/test_flash_tc_emu.cc
 // checks every configuration). Registers bound the blocks per SM: ptxas (sm_90a) gives
-// the forward 128 (HDP 64; 20 bytes spilled) and 168 per thread, dK/dV 220 and 225, dQ 195
-// and 233, so an H100 SM runs 2 (3 for the HDP 128 forward) blocks, whose tile loads (fp32
-// in global memory, narrowed through registers, so no cp.async/TMA) overlap each other's
-// tensor-core work; there is no double buffering within a block.
+// the forward 128 (HDP 64; 20 bytes spilled) and 168 per thread, dK/dV 225 and 230, dQ 155
+// and 208, so an H100 SM runs 2 blocks (3 for the HDP 128 forward and the HDP 64 dQ),
+// whose tile loads (fp32 in global memory, narrowed through registers, so no cp.async/TMA)
+// overlap each other's tensor-core work; there is no double buffering within a block.
 //
 // History and expectations. The first version (wmma 16x16x16, softmax and rescaling
 // through fp32 shared-memory rows, because wmma fragments are opaque) measured 4-6% of the
@@ -441,6 +443,45 @@ __device__ __forceinline__ void rtc_tc_load_t(E* dst, const float* src, size_t l
     }
 }
 
+// The same rows both ways from one read of global memory: row-major into dst (as
+// rtc_tc_load) and transposed into dstt (as rtc_tc_load_t), for the tiles the backward
+// kernels need in both layouts (Q and dO in dK/dV, K in dQ). Thread i takes a row pair and
+// four dims; a warp covers 16 row pairs x 2 dim groups, i.e. 32 bytes of each of 32 rows
+// (whole 32-byte sectors). Worked out by hand, not measured: with LDT = R + 8 (R 32 or 64,
+// a row of LDT / 2 = 4 mod 32 words) a warp's transposed stores hit 32 distinct banks; its
+// row-major stores are 4-way conflicted (rows 2 apart at LDE / 2 = 4 mod 32 words), a
+// small cost next to the global read this saves. R: a multiple of 32.
+template <class E, int NT, int R, int LDE, int LDT>
+__device__ __forceinline__ void rtc_tc_load_both(E* dst, E* dstt, const float* src, size_t ld,
+                                                 int t0, int T, int HD, bool vec) {
+    static_assert(R % 32 == 0, "rtc_tc_load_both: R must be a multiple of 32");
+    enum { NB = R / 32 };  // blocks of 16 row pairs
+    if (vec) {
+        for (int i = threadIdx.x; i < R / 2 * (HD / 4); i += NT) {
+            const int c = i / 32, p = (i % 32) / 2, q = i % 2;
+            const int r = 2 * (16 * (c % NB) + p), d = 4 * (2 * (c / NB) + q), t = t0 + r;
+            const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float4 x0 = t < T ? *(const float4*)(src + (size_t)t * ld + d) : z;
+            const float4 x1 = t + 1 < T ? *(const float4*)(src + (size_t)(t + 1) * ld + d) : z;
+            rtc_tc_st<E>(dst + r * LDE + d, rtc_tc_pack<E>(x0.x, x0.y));
+            rtc_tc_st<E>(dst + r * LDE + d + 2, rtc_tc_pack<E>(x0.z, x0.w));
+            rtc_tc_st<E>(dst + (r + 1) * LDE + d, rtc_tc_pack<E>(x1.x, x1.y));
+            rtc_tc_st<E>(dst + (r + 1) * LDE + d + 2, rtc_tc_pack<E>(x1.z, x1.w));
+            rtc_tc_st<E>(dstt + (d + 0) * LDT + r, rtc_tc_pack<E>(x0.x, x1.x));
+            rtc_tc_st<E>(dstt + (d + 1) * LDT + r, rtc_tc_pack<E>(x0.y, x1.y));
+            rtc_tc_st<E>(dstt + (d + 2) * LDT + r, rtc_tc_pack<E>(x0.z, x1.z));
+            rtc_tc_st<E>(dstt + (d + 3) * LDT + r, rtc_tc_pack<E>(x0.w, x1.w));
+        }
+    } else {
+        for (int i = threadIdx.x; i < R * HD; i += NT) {
+            const int r = i / HD, d = i % HD, t = t0 + r;
+            const E x = rtc_tc_narrow<E>(t < T ? src[(size_t)t * ld + d] : 0.0f);
+            dst[r * LDE + d] = x;
+            dstt[d * LDT + r] = x;
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // forward: grid (B*NH, ceil(T/FBR)), FBR/16 warps; out and stats of the block's queries
 
@@ -598,12 +639,18 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
         const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
         for (int q0 = qstart; q0 < T; q0 += BR) {
             __syncthreads();  // the previous tile's readers are done
-            rtc_tc_load<E, NT, LDE>(qs, a.q + qoff, ldq, q0, BR, T, HD, vec);
+            // Q row-major always, transposed for dK; dO row-major for dK, transposed for dV
+            const float *qg = a.q + qoff, *dog = a.dout + qoff;
             if (want_dk) {
-                rtc_tc_load_t<E, NT, LDT>(qts, a.q + qoff, ldq, q0, BR, T, HD, vec);
-                rtc_tc_load<E, NT, LDE>(dos, a.dout + qoff, ldq, q0, BR, T, HD, vec);
+                rtc_tc_load_both<E, NT, BR, LDE, LDT>(qs, qts, qg, ldq, q0, T, HD, vec);
+                if (want_dv)
+                    rtc_tc_load_both<E, NT, BR, LDE, LDT>(dos, dots, dog, ldq, q0, T, HD, vec);
+                else
+                    rtc_tc_load<E, NT, LDE>(dos, dog, ldq, q0, BR, T, HD, vec);
+            } else {
+                rtc_tc_load<E, NT, LDE>(qs, qg, ldq, q0, BR, T, HD, vec);
+                rtc_tc_load_t<E, NT, LDT>(dots, dog, ldq, q0, BR, T, HD, vec);  // want_dv
             }
-            if (want_dv) rtc_tc_load_t<E, NT, LDT>(dots, a.dout + qoff, ldq, q0, BR, T, HD, vec);
             rtc_fa_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
             __syncthreads();
             if (k0 + r0 >= T || (a.causal && q0 + BR - 1 < k0 + r0)) continue;  // all masked
@@ -713,9 +760,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2) rtc_fa_tc_dq_kernel(
     const bool rows_in = q0 + r0 < T;
     for (int k0 = 0; k0 < kend; k0 += BC) {
         __syncthreads();  // the previous tile's readers of ks, vs and kts are done
-        rtc_tc_load<E, NT, LDE>(ks, a.k + kvoff, ldk, k0, BC, T, HD, vec);
+        rtc_tc_load_both<E, NT, BC, LDE, LDT>(ks, kts, a.k + kvoff, ldk, k0, T, HD, vec);
         rtc_tc_load<E, NT, LDE>(vs, a.v + kvoff, ldk, k0, BC, T, HD, vec);
-        rtc_tc_load_t<E, NT, LDT>(kts, a.k + kvoff, ldk, k0, BC, T, HD, vec);
         __syncthreads();
         if (!rows_in || (a.causal && q0 + r0 + 15 < k0)) continue;  // all masked for the warp
         // S = Q K^T and dP = dO V^T
