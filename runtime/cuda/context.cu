@@ -194,8 +194,41 @@ rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld
     return o;
 }
 
-void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A, rtc_operand16 B,
-                float beta, float* C, int ldc, rt_dtype prec) {
+// dst[r * cols + c] = src[r * lds + c] widened (exact). Four columns per thread (one float4
+// store) when cols and dst allow it.
+template <typename T, int V>
+__global__ void widen_kernel(float* __restrict__ dst, const T* __restrict__ src, int lds,
+                             int cols, size_t n) {
+    const int vcols = cols / V;
+    RTC_GRID_STRIDE(i, n) {
+        const size_t r = i / (size_t)vcols;
+        const int c = (int)(i % (size_t)vcols) * V;
+        const T* x = src + r * lds + c;
+        if (V == 4)
+            *(float4*)(dst + r * cols + c) =
+                make_float4((float)x[0], (float)x[1], (float)x[2], (float)x[3]);
+        else
+            dst[r * cols + c] = (float)x[0];
+    }
+}
+
+template <typename T>
+static void widen_rows(float* dst, const T* src, int rows, int cols, int lds) {
+    const int vec = cols % 4 == 0 && ((uintptr_t)dst & 15) == 0;
+    const size_t n = (size_t)rows * (vec ? cols / 4 : cols);
+    if (vec) RTC_LAUNCH_FLAT((widen_kernel<T, 4>), n, dst, src, lds, cols, n);
+    else RTC_LAUNCH_FLAT((widen_kernel<T, 1>), n, dst, src, lds, cols, n);
+}
+
+void rtc_widen(float* dst, rtc_operand16 src, int rows, int cols, rt_dtype prec) {
+    if (rows <= 0 || cols <= 0) return;
+    if (prec == RT_BF16) widen_rows(dst, (const __nv_bfloat16*)src.p, rows, cols, src.ld);
+    else widen_rows(dst, (const __half*)src.p, rows, cols, src.ld);
+}
+
+// cuBLAS on 16-bit operands; C fp32, or (c16) of prec's 16-bit type.
+static void gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A,
+                   rtc_operand16 B, float beta, void* C, int c16, int ldc, rt_dtype prec) {
     if (M <= 0 || N <= 0) return;
     RT_KCHECK(prec == RT_BF16 || prec == RT_F16, "16-bit operands are RT_BF16 or RT_F16",
               "rtc_gemm16 with prec %d", (int)prec);
@@ -203,8 +236,18 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T (see rtc_gemm_rm).
     RT_CHECK_CUBLAS(cublasGemmEx(rtc_get()->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B.p, t16, B.ld,
-                                 A.p, t16, A.ld, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
+                                 A.p, t16, A.ld, &beta, C, c16 ? t16 : CUDA_R_32F, ldc,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A, rtc_operand16 B,
+                float beta, float* C, int ldc, rt_dtype prec) {
+    gemm16(ta, tb, M, N, K, alpha, A, B, beta, C, 0, ldc, prec);
+}
+
+void rtc_gemm16_c16(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
+                    float beta, void* C, int ldc, rt_dtype prec) {
+    gemm16(ta, tb, M, N, K, 1.0f, A, B, beta, C, 1, ldc, prec);
 }
 
 // ---- GEMM -------------------------------------------------------------------------------

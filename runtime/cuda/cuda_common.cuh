@@ -21,7 +21,8 @@
 // Mixed precision. Kernels with a dt (rt_kernels.h) round each value they write at its
 // store with rtc_round_to, the bit-level converters of core/dtype_bits.h that the host
 // uses too, so a rounded store has the CPU kernels' (and rt_step_round's) bits; GEMM
-// outputs are rounded by rtc_round_buf after cuBLAS.
+// outputs are rounded by cuBLAS into a 16-bit copy (rtc_gemm16_c16), or by rtc_round_buf
+// after it where they accumulate onto an fp32 buffer.
 #ifndef FSDPGEN_CUDA_COMMON_CUH
 #define FSDPGEN_CUDA_COMMON_CUH
 
@@ -261,6 +262,13 @@ rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld
 // rtc_gemm_rm on narrowed operands (prec RT_BF16 / RT_F16), fp32 C.
 void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A, rtc_operand16 B,
                 float beta, float* C, int ldc, rt_dtype prec);
+// The same with alpha 1 and a 16-bit C of prec's type (row stride ldc, a multiple of 8):
+// cuBLAS adds beta * C to the fp32 product and rounds the sum to nearest even in its
+// epilogue, as rtc_round_to does, so the output needs no rounding pass.
+void rtc_gemm16_c16(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
+                    float beta, void* C, int ldc, rt_dtype prec);
+// dst[r * cols + c] = src (a 16-bit copy of prec's type, row stride src.ld) widened, exact.
+void rtc_widen(float* dst, rtc_operand16 src, int rows, int cols, rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // column sums (linear.cu): db[c] += sum over rows of d[r, c] for d[rows, cols], in double,

@@ -1,8 +1,9 @@
 // Linear layer (nn.Linear) through cuBLAS (tensor cores for bf16/fp16 operands), and the
 // embedding lookup, on the GPU.
 // Same contracts as runtime/kernels/cpu/linear.c and embedding.c: forward overwrites,
-// backward accumulates, NULL gradients are skipped; out and dinp are rounded to dt by a
-// kernel after the GEMM (rtc_round_buf).
+// backward accumulates, NULL gradients are skipped. out and dinp are rounded to dt: by
+// cuBLAS's epilogue into a 16-bit copy that is widened into place (forward, assigned dinp),
+// or by a pass after an fp32 GEMM (rtc_round_buf: a dinp accumulated onto).
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -41,42 +42,32 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
     RTC_GRID_STRIDE(i, n) out[i] = bias ? bias[i % (size_t)OC] : 0.0f;
 }
 
-// out[n, j] = round(t[n * ldt + j] + bias[j]): a padded GEMM result into its place.
-__global__ void unpad_bias_round_kernel(float* __restrict__ out, const float* __restrict__ t,
-                                        int ldt, const float* __restrict__ bias, size_t n, int OC,
-                                        rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) {
-        const size_t r = i / (size_t)OC;
-        const int j = (int)(i % (size_t)OC);
-        const float v = t[r * ldt + j];
-        out[i] = rtc_round_to(bias ? v + bias[j] : v, dt);
-    }
-}
-
-// 16-bit operands with an output row stride that is not a multiple of 8 (GPT-2's LM head,
-// vocabulary 50257): cuBLAS takes its slow align1 kernels for such a C (that GEMM took
-// 13 ms on an H100, about 95 TFLOP/s), so the product goes to a padded fp32 block of the operand
-// scratch and is moved into place with the bias and the rounding, in the pass that rounds
-// anyway.
-static void linear_forward_padded(float* out, const float* inp, const float* weight,
-                                  const float* bias, int N, int C, int OC, rt_dtype dt) {
+// 16-bit operands: the product goes to a 16-bit block of the operand scratch whose rows are
+// padded to 8 elements (cuBLAS takes its slow align1 kernels for an output row stride that
+// is not a multiple of 8: GPT-2's LM head, vocabulary 50257, took 13 ms on an H100, about
+// 95 TFLOP/s). The block holds the bias rows first when there is a bias (exactly: bias
+// values are dt values), cuBLAS rounds the fp32 sum to dt in its epilogue, and rtc_widen
+// moves the result into place: per output element 2 bytes of bias, 2 + 2 for cuBLAS and
+// 2 + 4 for the widening, against 4 + 4 + 4 and a rounding pass's 4 + 4 with an fp32 output.
+static void linear_forward16(float* out, const float* inp, const float* weight,
+                             const float* bias, int N, int C, int OC, rt_dtype dt) {
     const size_t nx = rtc_elems16(N, C), nw = rtc_elems16(OC, C);
-    const int ldt = rtc_ld16(OC);
-    char* s = (char*)rtc_operand_scratch((nx + nw) * 2 + (size_t)N * ldt * sizeof(float));
+    char* s = (char*)rtc_operand_scratch((nx + nw + rtc_elems16(N, OC)) * 2);
     const rtc_operand16 x16 = rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
-    float* t = (float*)(s + (nx + nw) * 2);  // 16-byte aligned: both copies are
-    rtc_gemm16(0, 1, N, OC, C, 1.0f, x16, w16, 0.0f, t, ldt, dt);
-    const size_t n = (size_t)N * OC;
-    RTC_LAUNCH_FLAT(unpad_bias_round_kernel, n, out, t, ldt, bias, n, OC, dt);
+    char* t = s + (nx + nw) * 2;  // 16-byte aligned: both copies are
+    if (bias) rtc_narrow(t, bias, N, OC, 0, dt);  // row stride 0: every row the bias
+    rtc_gemm16_c16(0, 1, N, OC, C, x16, w16, bias ? 1.0f : 0.0f, t, rtc_ld16(OC), dt);
+    const rtc_operand16 t16 = {t, rtc_ld16(OC)};
+    rtc_widen(out, t16, N, OC, dt);
 }
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
                        int N, int C, int OC, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
-    if (dt != RT_F32 && C > 0 && OC % 8 != 0) {
-        linear_forward_padded(out, inp, weight, bias, N, C, OC, dt);
+    if (dt != RT_F32 && C > 0) {
+        linear_forward16(out, inp, weight, bias, N, C, OC, dt);
         return;
     }
     const size_t n = (size_t)N * OC;
@@ -86,8 +77,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
         RTC_CHECK_LAUNCH(rows_fill_kernel);
     }
     if (C <= 0) return;  // bias values are exact in dt
-    rtc_gemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, dt);
-    rtc_round_buf(out, n, dt);
+    rtc_gemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, RT_F32);
 }
 
 // ----------------------------------------------------------------------------
@@ -102,15 +92,23 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
     if (N <= 0 || OC <= 0) return;
     const int want_dinp = dinp && C > 0, want_dw = dweight && C > 0;
     if (dt != RT_F32 && (want_dinp || want_dw)) {
-        // 16-bit: dout narrowed once for both products
+        // 16-bit: dout narrowed once for both products; an assigned dinp is rounded in
+        // cuBLAS's epilogue and widened into place (as linear_forward16's output)
         const size_t nd = rtc_elems16(N, OC), nw = want_dinp ? rtc_elems16(OC, C) : 0;
         const size_t ni = want_dw ? rtc_elems16(N, C) : 0;
-        char* s = (char*)rtc_operand_scratch((nd + nw + ni) * 2);
+        const size_t nt = want_dinp && as ? rtc_elems16(N, C) : 0;
+        char* s = (char*)rtc_operand_scratch((nd + nw + ni + nt) * 2);
         const rtc_operand16 d16 = rtc_narrow(s, dout, N, OC, OC, dt);
         if (want_dinp) {
             const rtc_operand16 w16 = rtc_narrow(s + nd * 2, weight, OC, C, C, dt);
-            rtc_gemm16(0, 0, N, C, OC, 1.0f, d16, w16, as ? 0.0f : 1.0f, dinp, C, dt);
-            rtc_round_buf(dinp, (size_t)N * C, dt);
+            if (as) {
+                const rtc_operand16 t16 = {s + (nd + nw + ni) * 2, rtc_ld16(C)};
+                rtc_gemm16_c16(0, 0, N, C, OC, d16, w16, 0.0f, (void*)t16.p, t16.ld, dt);
+                rtc_widen(dinp, t16, N, C, dt);
+            } else {
+                rtc_gemm16(0, 0, N, C, OC, 1.0f, d16, w16, 1.0f, dinp, C, dt);
+                rtc_round_buf(dinp, (size_t)N * C, dt);
+            }
         }
         if (want_dw) {
             const rtc_operand16 i16 = rtc_narrow(s + (nd + nw) * 2, inp, N, C, C, dt);

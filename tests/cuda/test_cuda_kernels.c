@@ -98,6 +98,15 @@ static void cmp_dt(const char* name, const float* dgot, const float* want, size_
           name, n, worst, tol, ulps, P, over, inexact, P);
 }
 
+// fills host h and device d (n values) with NaN (assigned) or copies of init
+static void reset_out(float* h, float* d, const float* init, size_t n, int assigned) {
+    if (assigned)
+        for (size_t i = 0; i < n; i++) h[i] = NAN;
+    else
+        memcpy(h, init, n * sizeof(float));
+    RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
 // prec RT_BF16 / RT_F16 runs the CUDA GEMMs on tensor cores; with operands exact in that
 // dtype the products are exact, so only the summation order differs from the CPU's fp32
 // GEMM (TOL_GEMM), and out and dinp are rounded to that dtype on both backends (cmp_dt:
@@ -145,6 +154,13 @@ static void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec) {
              N, C, OC);
     cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
     cmp_dt("  ... dinp untouched", d_dinp, dinp, (size_t)N * C, TOL_GEMM, prec, 1);
+
+    // dinp assigned over NaN (16-bit: rounded by cuBLAS into a padded copy, then widened)
+    reset_out(dinp, d_dinp, NULL, (size_t)N * C, 1);
+    cpu_rt_linear_backward(dinp, NULL, NULL, dout, inp, w, N, C, OC, prec, RT_ASSIGN_1);
+    rt_linear_backward(d_dinp, NULL, NULL, d_dout, d_inp, d_w, N, C, OC, prec, RT_ASSIGN_1);
+    snprintf(nm, sizeof nm, "linear backward %s dinp (=) N=%d C=%d OC=%d", P, N, C, OC);
+    cmp_dt(nm, d_dinp, dinp, (size_t)N * C, TOL_GEMM, prec, 1);
 
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
     dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_dinp),
@@ -320,20 +336,6 @@ static void test_activation(const char* name, act_fwd cf, act_fwd gf, act_bwd cb
 // against the CPU kernel with the same bits (test_assign there checks that equals
 // accumulating onto zeros). Assigned outputs start NaN on both sides, so a read of them
 // shows; an output whose bit is clear accumulates onto its old values as before.
-
-static float* hnan(size_t n) {
-    float* x = (float*)malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-    return x;
-}
-
-// fills host h and device d (n values) with NaN (assigned) or copies of init
-static void reset_out(float* h, float* d, const float* init, size_t n, int assigned) {
-    float* src = assigned ? hnan(n) : (float*)init;
-    memcpy(h, src, n * sizeof(float));
-    RT_CHECK_CUDA(cudaMemcpy(d, src, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (assigned) free(src);
-}
 
 static void test_assign(rt_dtype dt) {
     const char* P = dt == RT_BF16 ? "bf16" : "fp32";
@@ -1117,6 +1119,7 @@ int main(void) {
     test_linear(256, 384, 512, 0, RT_F16);
     test_linear(2050, 64, 40, 1, RT_F32);  // bias gradient over 33 row chunks
     test_linear(33, 17, 9, 0, RT_F16);     // output stride not a multiple of 8: padded product
+    test_linear(33, 17, 9, 1, RT_BF16);    // the same with the bias rows in the padded copy
     test_embedding();
     test_layernorm(67, 768, 1, RT_F32);
     test_layernorm(5, 33, 0, RT_F32);
