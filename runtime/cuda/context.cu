@@ -220,10 +220,10 @@ static void widen_rows(float* dst, const T* src, int rows, int cols, int lds) {
     else RTC_LAUNCH_FLAT((widen_kernel<T, 1>), n, dst, src, lds, cols, n);
 }
 
-void rtc_widen(float* dst, rtc_operand16 src, int rows, int cols, rt_dtype prec) {
+static void widen(float* dst, const void* src, int rows, int cols, int lds, rt_dtype prec) {
     if (rows <= 0 || cols <= 0) return;
-    if (prec == RT_BF16) widen_rows(dst, (const __nv_bfloat16*)src.p, rows, cols, src.ld);
-    else widen_rows(dst, (const __half*)src.p, rows, cols, src.ld);
+    if (prec == RT_BF16) widen_rows(dst, (const __nv_bfloat16*)src, rows, cols, lds);
+    else widen_rows(dst, (const __half*)src, rows, cols, lds);
 }
 
 // cuBLAS on 16-bit operands; C fp32, or (c16) of prec's 16-bit type.
@@ -245,9 +245,11 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
     gemm16(ta, tb, M, N, K, alpha, A, B, beta, C, 0, ldc, prec);
 }
 
-void rtc_gemm16_c16(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                    float beta, void* C, int ldc, rt_dtype prec) {
-    gemm16(ta, tb, M, N, K, 1.0f, A, B, beta, C, 1, ldc, prec);
+void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
+                        float beta, void* T, float* C, rt_dtype prec) {
+    if (M <= 0 || N <= 0) return;
+    gemm16(ta, tb, M, N, K, 1.0f, A, B, beta, T, 1, rtc_ld16(N), prec);
+    widen(C, T, M, N, rtc_ld16(N), prec);
 }
 
 // ---- GEMM -------------------------------------------------------------------------------

@@ -21,7 +21,7 @@
 // Mixed precision. Kernels with a dt (rt_kernels.h) round each value they write at its
 // store with rtc_round_to, the bit-level converters of core/dtype_bits.h that the host
 // uses too, so a rounded store has the CPU kernels' (and rt_step_round's) bits; GEMM
-// outputs are rounded by cuBLAS into a 16-bit copy (rtc_gemm16_c16), or by rtc_round_buf
+// outputs are rounded by cuBLAS into a 16-bit copy (rtc_gemm16_rounded), or by rtc_round_buf
 // after it where they accumulate onto an fp32 buffer.
 #ifndef FSDPGEN_CUDA_COMMON_CUH
 #define FSDPGEN_CUDA_COMMON_CUH
@@ -135,8 +135,9 @@ typedef struct rtc_ctx {
     void* blas_workspace;  // RTC_BLAS_WORKSPACE bytes on the device, cuBLAS's own
     double* host_result;   // one pinned host double: a reduction's result copied back
     double* colsum_partials;  // RTC_COLSUM_PARTIAL_DOUBLES: column-sum chunks (column_sums.cuh)
-    void* operands;        // 16-bit GEMM operand copies (rtc_gemm_rm), operand_bytes long;
-                           // reused by every GEMM of the thread, ordered by its one stream
+    void* operands;        // 16-bit GEMM operands and rounded outputs (rtc_gemm_rm, the
+                           // linear kernels), operand_bytes long; reused by every GEMM of
+                           // the thread, ordered by its one stream
     size_t operand_bytes;
 } rtc_ctx;
 
@@ -238,9 +239,9 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 // Measured on an H100: handed the fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF instead,
 // cuBLAS picked TF32 kernels (sm90_xmma_gemm_f32f32_tf32f32, cutlass s1688gemm); GPT-2's
 // LM head (16384 x 768 x 50257) ran at about 120 TFLOP/s. C is not rounded (the linear
-// kernels round it after).
-// TODO(issue 5): 16-bit storage of compute buffers would drop the narrowing copies and let
-// cublasLt fuse the bias (CUBLASLT_EPILOGUE_BIAS) and the output rounding.
+// kernels round it after, or use rtc_gemm16_rounded).
+// TODO(issue 5): 16-bit storage of compute buffers would drop the narrowing copies and the
+// widening of rounded outputs.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec);
 
@@ -262,13 +263,12 @@ rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld
 // rtc_gemm_rm on narrowed operands (prec RT_BF16 / RT_F16), fp32 C.
 void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A, rtc_operand16 B,
                 float beta, float* C, int ldc, rt_dtype prec);
-// The same with alpha 1 and a 16-bit C of prec's type (row stride ldc, a multiple of 8):
-// cuBLAS adds beta * C to the fp32 product and rounds the sum to nearest even in its
-// epilogue, as rtc_round_to does, so the output needs no rounding pass.
-void rtc_gemm16_c16(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                    float beta, void* C, int ldc, rt_dtype prec);
-// dst[r * cols + c] = src (a 16-bit copy of prec's type, row stride src.ld) widened, exact.
-void rtc_widen(float* dst, rtc_operand16 src, int rows, int cols, rt_dtype prec);
+// C[M,N] (row-major, fp32) = op(A) op(B) + beta * T, rounded to prec, without a rounding
+// pass: cuBLAS writes the sum into T, a 16-bit M x rtc_ld16(N) block of prec's type (so
+// rtc_elems16(M, N) elements; holding beta's addend when beta != 0), rounding the fp32 sum
+// to nearest even in its epilogue as rtc_round_to does, and one pass widens T into C.
+void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
+                        float beta, void* T, float* C, rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // column sums (linear.cu): db[c] += sum over rows of d[r, c] for d[rows, cols], in double,

@@ -46,9 +46,10 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
 // padded to 8 elements (cuBLAS takes its slow align1 kernels for an output row stride that
 // is not a multiple of 8: GPT-2's LM head, vocabulary 50257, took 13 ms on an H100, about
 // 95 TFLOP/s). The block holds the bias rows first when there is a bias (exactly: bias
-// values are dt values), cuBLAS rounds the fp32 sum to dt in its epilogue, and rtc_widen
-// moves the result into place: per output element 2 bytes of bias, 2 + 2 for cuBLAS and
-// 2 + 4 for the widening, against 4 + 4 + 4 and a rounding pass's 4 + 4 with an fp32 output.
+// values are dt values), cuBLAS rounds the fp32 sum to dt in its epilogue, and one pass
+// widens the result into place (rtc_gemm16_rounded): per output element 2 bytes of bias,
+// 2 + 2 for cuBLAS and 2 + 4 for the widening, against 4 + 4 + 4 and a rounding pass's
+// 4 + 4 with an fp32 output.
 static void linear_forward16(float* out, const float* inp, const float* weight,
                              const float* bias, int N, int C, int OC, rt_dtype dt) {
     const size_t nx = rtc_elems16(N, C), nw = rtc_elems16(OC, C);
@@ -57,9 +58,7 @@ static void linear_forward16(float* out, const float* inp, const float* weight,
     const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
     char* t = s + (nx + nw) * 2;  // 16-byte aligned: both copies are
     if (bias) rtc_narrow(t, bias, N, OC, 0, dt);  // row stride 0: every row the bias
-    rtc_gemm16_c16(0, 1, N, OC, C, x16, w16, bias ? 1.0f : 0.0f, t, rtc_ld16(OC), dt);
-    const rtc_operand16 t16 = {t, rtc_ld16(OC)};
-    rtc_widen(out, t16, N, OC, dt);
+    rtc_gemm16_rounded(0, 1, N, OC, C, x16, w16, bias ? 1.0f : 0.0f, t, out, dt);
 }
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -102,9 +101,8 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
         if (want_dinp) {
             const rtc_operand16 w16 = rtc_narrow(s + nd * 2, weight, OC, C, C, dt);
             if (as) {
-                const rtc_operand16 t16 = {s + (nd + nw + ni) * 2, rtc_ld16(C)};
-                rtc_gemm16_c16(0, 0, N, C, OC, d16, w16, 0.0f, (void*)t16.p, t16.ld, dt);
-                rtc_widen(dinp, t16, N, C, dt);
+                char* t = s + (nd + nw + ni) * 2;
+                rtc_gemm16_rounded(0, 0, N, C, OC, d16, w16, 0.0f, t, dinp, dt);
             } else {
                 rtc_gemm16(0, 0, N, C, OC, 1.0f, d16, w16, 1.0f, dinp, C, dt);
                 rtc_round_buf(dinp, (size_t)N * C, dt);
