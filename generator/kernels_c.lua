@@ -333,6 +333,18 @@ local function grad_rounded(t)
   return t.requires_grad and not t.is_param and round_dtype[t.dtype] ~= nil
 end
 
+-- Whether the gradient buffer of op's input i is also that of another float input j (one
+-- not in the set `except`): x + x, x * x give one buffer two contributions in one call.
+local function grad_shared(op, c, i, except)
+  local g = c.grad(op.ins[i])
+  for j, u in ipairs(op.ins) do
+    if j ~= i and trace.is_float(u.dtype) and c.grad(u) == g and not (except and except[j]) then
+      return true
+    end
+  end
+  return false
+end
+
 -- The inputs (by position) whose gradients op's backward kernel rounds, and the dt to pass
 -- it: the op's dtype, unless a gradient the kernel would round must not be rounded there
 -- (a parameter's; one sharing its buffer with another gradient of the call, which would be
@@ -348,14 +360,9 @@ local function backward_rounding(op, c)
   local ok = true
   for _, i in ipairs(r.grads) do
     local t = op.ins[i]
-    local g = c.grad(t)
-    if g ~= "NULL" then
+    if c.grad(t) ~= "NULL" then
       if not grad_rounded(t) or round_dtype[t.dtype] ~= dt then ok = false end
-      for j, u in ipairs(op.ins) do
-        if j ~= i and trace.is_float(u.dtype) and c.grad(u) == g and not (r.alias_ok and in_grads[j]) then
-          ok = false
-        end
-      end
+      if grad_shared(op, c, i, r.alias_ok and in_grads) then ok = false end
       by_kernel[i] = true
     end
   end
@@ -387,12 +394,8 @@ local function backward_assign(op, c)
   local bits, bufs = {}, {}
   for bit, i in ipairs(a or {}) do
     local t = op.ins[i]
-    local g, fresh = c.grad(t), c.fresh(t)
-    local alone = true
-    for j, u in ipairs(op.ins) do
-      if j ~= i and trace.is_float(u.dtype) and c.grad(u) == g then alone = false end
-    end
-    if g ~= "NULL" and fresh and alone then
+    local fresh = c.fresh(t)
+    if c.grad(t) ~= "NULL" and fresh and not grad_shared(op, c, i) then
       bits[#bits + 1] = "RT_ASSIGN_" .. bit
       bufs[#bufs + 1] = fresh
     end
