@@ -167,8 +167,39 @@ local function F(bf, elem, n, int)
   return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), n and 4 * n or bf.size)
 end
 
+-- The parameter gradients whose first contribution in the life of their group's unsharded
+-- gradient buffer assigns them (kernels_c.assigns_param: linear's dweight) instead of adding
+-- onto the zeroed buffer: by backward step, the parameters it assigns; by buffer, the
+-- parameters it need not zero.
+local function param_assigns(plan)
+  local by_step, by_buf, seen = {}, {}, {}
+  for _, st in ipairs(plan.steps) do
+    if st.op == "backward" or st.op == "loss_grad" then
+      for i, t in ipairs(st.node.ins) do
+        local g = t.requires_grad and t.is_param and plan.owner[t]
+        local ug = g and st.bufs.ugrad[g.index]
+        if ug then
+          seen[ug] = seen[ug] or {}
+          if not seen[ug][t] then
+            seen[ug][t] = true
+            if kernels.assigns_param(st.node, i) then
+              by_step[st] = by_step[st] or {}
+              by_step[st][t] = true
+              by_buf[ug] = by_buf[ug] or {}
+              by_buf[ug][#by_buf[ug] + 1] = t
+            end
+          end
+        end
+      end
+    end
+  end
+  return by_step, by_buf
+end
+
 function Walker.new(plan)
-  return setmetatable({ plan = plan, unsharded = {}, loss = nil, nbackward = 0 }, Walker)
+  local w = setmetatable({ plan = plan, unsharded = {}, loss = nil, nbackward = 0 }, Walker)
+  w.assigns_by_step, w.assigns_by_buf = param_assigns(plan)
+  return w
 end
 
 -- A parameter's group and its offset in the group's unsharded buffers (elements).
@@ -250,10 +281,31 @@ function Walker:ctx(st, saved)
   }
 end
 
--- rt_zero of each buffer in bufs but those in `skip` (a set).
-local function zero(calls, bufs, skip)
+-- rt_zero of each buffer in bufs but those in `skip` (a set); of an unsharded gradient
+-- buffer, only the elements around the parameters `assigned[bf]` whose gradients are
+-- assigned later (in order of offset: the gaps, padding included).
+local function zero(calls, bufs, skip, assigned, plan)
+  local function emit(bf, elem, n)
+    if n > 0 then calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf, elem, n), n) end
+  end
   for _, bf in ipairs(bufs or {}) do
-    if not (skip and skip[bf]) then calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.size // 4) end
+    local ps = assigned and assigned[bf]
+    if ps then
+      local ranges = {}
+      for _, p in ipairs(ps) do
+        local g, l = param_layout(plan, p)
+        ranges[#ranges + 1] = { l.offset * g.shard, trace.numel(p.shape) }
+      end
+      table.sort(ranges, function(a, b) return a[1] < b[1] end)
+      local at = 0
+      for _, r in ipairs(ranges) do
+        emit(bf, at, r[1] - at)
+        at = r[1] + r[2]
+      end
+      emit(bf, at, bf.size // 4 - at)
+    elseif not (skip and skip[bf]) then
+      calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.size // 4)
+    end
   end
 end
 
@@ -316,11 +368,15 @@ function Walker:step(st, index)
       self.nbackward = self.nbackward + 1
     end
     -- New gradient buffers are zeroed before the kernel, except those its first (and only)
-    -- contribution in this step assigns.
-    local bcalls, assigned = kernels.backward(node, self:ctx(st, true))
+    -- contribution in this step assigns, and the parameters' gradients that their first
+    -- contribution (here or later) assigns.
+    local c = self:ctx(st, true)
+    local params = self.assigns_by_step[st] or {}
+    c.assign_param = function(t) return params[t] == true end
+    local bcalls, assigned = kernels.backward(node, c)
     local skip = {}
     for _, bf in ipairs(assigned) do skip[bf] = true end
-    zero(calls, u.zero, skip)
+    zero(calls, u.zero, skip, self.assigns_by_buf, self.plan)
     for _, c in ipairs(bcalls) do calls[#calls + 1] = c end
     if op == "loss_grad" then
       calls[#calls + 1] = string.format("rt_step_loss(R, %d, %s);", self.nbackward - 1, F(self.loss.buf, 0, 1))

@@ -11,6 +11,9 @@
 --   ctx.site(op)    the op's dropout RNG site
 --   ctx.fresh(t)    the gradient buffer of t when it is an activation-gradient buffer that
 --                   this backward step creates (memory.lua `u.zero`), else nil
+--   ctx.assign_param(t)  whether this step makes the first contribution to parameter t's
+--                   gradient in its buffer's life, one the kernel assigns (M.assigns_param;
+--                   the emitter leaves it out of the buffer's rt_zero)
 -- Backward kernels accumulate into gradients, so several consumers of one tensor add up;
 -- a fresh buffer's first contribution is assigned instead (rt_kernels.h "Assign": the
 -- kernel's `assign` bits, so the buffer needs no rt_zero), where the kernel can.
@@ -384,10 +387,21 @@ local ASSIGNS = {
   end,
 }
 
+-- Whether op's backward kernel can assign the gradient of its input i, a parameter
+-- (rt_kernels.h RT_ASSIGN_DWEIGHT: linear's weight, unless another input is the same
+-- tensor and adds to that gradient in the same call).
+function M.assigns_param(op, i)
+  if op.kind ~= "linear" or i ~= 2 then return false end
+  for j, u in ipairs(op.ins) do
+    if j ~= i and u == op.ins[i] then return false end
+  end
+  return true
+end
+
 -- The `assign` argument of op's backward kernel and the gradient buffers it assigns: the
 -- fresh activation-gradient buffers (ctx.fresh) of the kernel's assignable outputs, each
 -- but one that is also another gradient output of the call (x + x accumulates both
--- contributions into one buffer).
+-- contributions into one buffer); and linear's dweight where ctx.assign_param says.
 local function backward_assign(op, c)
   local a = ASSIGNS[op.kind]
   if type(a) == "function" then a = a(op) end
@@ -399,6 +413,9 @@ local function backward_assign(op, c)
       bits[#bits + 1] = "RT_ASSIGN_" .. bit
       bufs[#bufs + 1] = fresh
     end
+  end
+  if op.kind == "linear" and c.assign_param and c.assign_param(op.ins[2]) then
+    bits[#bits + 1] = "RT_ASSIGN_DWEIGHT"
   end
   return bits[1] and table.concat(bits, " | ") or "RT_ACCUMULATE", bufs
 end

@@ -80,15 +80,18 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 }
 
 // ----------------------------------------------------------------------------
-// linear backward (accumulating): dinp += dout·W, dW += dout^T·inp, dbias += colsum(dout)
+// linear backward (accumulating, or assigning dinp and dweight by their bits): dinp += dout·W,
+// dW += dout^T·inp, dbias += colsum(dout)
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
-    const int as = assign & RT_ASSIGN_1;
+    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (dinp && as && N > 0 && C > 0 && OC <= 0) rt_zero(dinp, (size_t)N * C);  // no terms
+    if (dweight && as_w && N <= 0 && C > 0 && OC > 0) rt_zero(dweight, (size_t)OC * C);
     if (N <= 0 || OC <= 0) return;
+    const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const int want_dinp = dinp && C > 0, want_dw = dweight && C > 0;
     if (dt != RT_F32 && (want_dinp || want_dw)) {
         // 16-bit: dout narrowed once for both products; an assigned dinp is rounded in
@@ -110,7 +113,7 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
         }
         if (want_dw) {
             const rtc_operand16 i16 = rtc_narrow(s + (nd + nw) * 2, inp, N, C, C, dt);
-            rtc_gemm16(1, 0, OC, C, N, 1.0f, d16, i16, 1.0f, dweight, C, dt);
+            rtc_gemm16(1, 0, OC, C, N, 1.0f, d16, i16, beta_w, dweight, C, dt);
         }
     } else {
         if (want_dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
@@ -118,7 +121,7 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
             rtc_round_buf(dinp, (size_t)N * C, dt);
         }
         if (want_dw)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dt);
+            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, beta_w, dweight, C, dt);
     }
     if (dbias) rtc_colsum_acc(dbias, dout, N, OC);
 }

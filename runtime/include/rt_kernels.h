@@ -46,7 +46,9 @@
 //     with the bits of the same call accumulating onto a zeroed buffer (0 + x, rounded
 //     to dt as usual; only a zero's sign may differ, -0 where 0 + -0 gives +0), so the
 //     generated code needs no rt_zero before a gradient's first contribution. RT_ACCUMULATE (0) accumulates every output. Parameter gradients
-//     (dweight, dbias, broadcast_add's db) always accumulate and have no bit. Two
+//     (dweight, dbias, broadcast_add's db) accumulate and have no bit, but for linear's
+//     dweight: RT_ASSIGN_DWEIGHT (the largest parameter gradients; the generator zeroes
+//     the rest of a group's gradient buffer around the weights it assigns). Two
 //     gradient outputs that are one buffer (da == db below) ignore their bits and
 //     accumulate. Each kernel names its bits.
 //   * A gradient output documented as "nullable" may be NULL: that gradient is then not
@@ -82,6 +84,7 @@ extern "C" {
 #define RT_ACCUMULATE 0
 #define RT_ASSIGN_1 1
 #define RT_ASSIGN_2 2
+#define RT_ASSIGN_DWEIGHT 8  // rt_linear_backward's dweight
 
 // ----------------------------------------------------------------------------
 // setup
@@ -102,7 +105,8 @@ void rt_kernels_init(void);
 void rt_linear_forward(float* out, const float* inp, const float* weight,
                        const float* bias /*nullable*/, int N, int C, int OC, rt_dtype dt);
 // dinp[N,C] += dout·weight; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_rows(dout).
-// dinp, dweight, dbias are each nullable. RT_ASSIGN_1: dinp = (beta = 0 in the GEMM).
+// dinp, dweight, dbias are each nullable. RT_ASSIGN_1: dinp = (beta = 0 in the GEMM);
+// RT_ASSIGN_DWEIGHT: dweight = (beta = 0; zeros when N is 0).
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign);

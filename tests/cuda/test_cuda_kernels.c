@@ -162,6 +162,13 @@ static void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec) {
     snprintf(nm, sizeof nm, "linear backward %s dinp (=) N=%d C=%d OC=%d", P, N, C, OC);
     cmp_dt(nm, d_dinp, dinp, (size_t)N * C, TOL_GEMM, prec, 1);
 
+    // dweight assigned over NaN (beta = 0: cuBLAS does not read it)
+    reset_out(dw, d_dw, NULL, (size_t)OC * C, 1);
+    cpu_rt_linear_backward(NULL, dw, NULL, dout, inp, w, N, C, OC, prec, RT_ASSIGN_DWEIGHT);
+    rt_linear_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC, prec, RT_ASSIGN_DWEIGHT);
+    snprintf(nm, sizeof nm, "linear backward %s dweight (=) N=%d C=%d OC=%d", P, N, C, OC);
+    cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
+
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
     dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_dinp),
         dfree(d_dw), dfree(d_db);

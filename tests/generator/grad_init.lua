@@ -7,7 +7,11 @@
 --     same step, or the assign bit of the kernel output that writes it;
 --   * no later contribution assigns it or zeroes it;
 --   * no call assigns an output that is also another gradient output of the call (x + x);
---   * every parameter-gradient buffer a step creates is still zeroed (never assigned).
+-- and following each unsharded parameter-gradient buffer through its life:
+--   * its rt_zero ranges and the weights that linear backward assigns (RT_ASSIGN_DWEIGHT)
+--     tile it exactly (no element twice, none left out, padding included);
+--   * a parameter's gradient is assigned only by its first contribution, and every other
+--     contribution lands on elements already zeroed or assigned.
 -- Run from the repository root: lua5.4 tests/generator/grad_init.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local loader = require("loader")
@@ -15,9 +19,11 @@ local planner = require("planner")
 local emit_step = require("emit_step")
 local kernels = require("kernels_c")
 local memory = require("memory")
+local trace = require("trace")
 
 local util = require("tests.generator.step_c")
 local check, args_of = util.check, util.args_of
+local check_param_grads
 
 -- The kernels with an `assign` argument (their last) and, by bit, the argument position of
 -- the gradient output it names (RT_ASSIGN_k is the k-th argument for all of them).
@@ -52,6 +58,87 @@ local function backward_sections(text)
   return secs
 end
 
+-- Byte ranges [lo, hi) of parameter-gradient buffers: whether r overlaps any of rs, and
+-- whether rs covers r.
+local function overlaps(rs, r)
+  for _, x in ipairs(rs) do
+    if x[1] < r[2] and r[1] < x[2] then return true end
+  end
+  return false
+end
+local function covered(rs, r)
+  local at = r[1]
+  local sorted = {}
+  for i, x in ipairs(rs) do sorted[i] = x end
+  table.sort(sorted, function(a, b) return a[1] < b[1] end)
+  for _, x in ipairs(sorted) do
+    if x[1] <= at and x[2] > at then at = x[2] end
+  end
+  return at >= r[2]
+end
+
+-- The unsharded parameter-gradient buffers (see the top of the file), from the calls of
+-- each backward step and the memory plan's buffers.
+check_param_grads = function(name, plan, secs, bsteps)
+  local inits, order, bad = {}, {}, {}
+  local nassign, nacc = 0, 0
+  for k, st in ipairs(bsteps) do
+    local calls = secs[k].calls
+    local function fail(msg) bad[#bad + 1] = secs[k].head:match("^%s*(.-)%s*$") .. ": " .. msg end
+    local function buffer_of(lo)
+      for _, bf in pairs(st.bufs.ugrad) do
+        if lo >= bf.offset and lo < bf.offset + bf.size then return bf end
+      end
+    end
+    for _, call in ipairs(calls) do
+      if call:match("^rt_zero%(") then
+        local off, bytes = args_of(call)[1]:match("^F%((%d+), (%d+)%)$")
+        local r = { tonumber(off), tonumber(off) + tonumber(bytes) }
+        local bf = buffer_of(r[1])
+        if bf then
+          if not inits[bf] then inits[bf] = {}; order[#order + 1] = bf end
+          if overlaps(inits[bf], r) then fail("zeroes elements already zeroed or assigned: " .. call) end
+          inits[bf][#inits[bf] + 1] = r
+        end
+      end
+    end
+    for _, t in ipairs(st.node.ins) do
+      local g = t.requires_grad and t.is_param and plan.owner[t]
+      local bf = g and st.bufs.ugrad[g.index]
+      if bf then
+        local off
+        for _, l in ipairs(g.layout.params) do
+          if l.param == t then off = l.offset * g.shard end
+        end
+        local r = { bf.offset + 4 * off, bf.offset + 4 * (off + trace.numel(t.shape)) }
+        local e = string.format("F(%d, %d)", r[1], r[2] - r[1])
+        local assigned = false
+        for _, call in ipairs(calls) do
+          local a = call:match("^rt_linear_backward%(") and args_of(call)
+          if a and a[2] == e and a[#a]:find("RT_ASSIGN_DWEIGHT", 1, true) then assigned = true end
+        end
+        inits[bf] = inits[bf] or {}
+        if assigned then
+          nassign = nassign + 1
+          if overlaps(inits[bf], r) then fail(t.fqn .. "'s gradient assigned onto zeroed or written elements") end
+          inits[bf][#inits[bf] + 1] = r
+        else
+          nacc = nacc + 1
+          if not covered(inits[bf], r) then fail(t.fqn .. "'s gradient accumulates onto elements never zeroed") end
+        end
+      end
+    end
+  end
+  for _, bf in ipairs(order) do
+    if not covered(inits[bf], { bf.offset, bf.offset + bf.size }) then
+      bad[#bad + 1] = bf.name .. ": not every element zeroed or assigned"
+    end
+  end
+  check(#bad == 0, string.format("%s: %d unsharded gradient buffers tiled by their zeros and assigned weights; "
+    .. "%d parameter contributions assign, %d accumulate%s", name, #order, nassign, nacc,
+    bad[1] and (" (" .. bad[1] .. ")") or ""))
+end
+
 local function check_spec(path)
   local spec = loader.load(path)
   local plan = loader.protect(spec.line, planner.plan, spec)
@@ -70,6 +157,10 @@ local function check_spec(path)
   end
   local name = plan.spec.name
   local secs = backward_sections(text)
+  local bsteps = {}
+  for _, st in ipairs(plan.steps) do
+    if st.op == "backward" or st.op == "loss_grad" then bsteps[#bsteps + 1] = st end
+  end
   if #secs ~= #nodes then
     check(false, string.format("%s: %d backward sections for %d backward steps", name, #secs, #nodes))
     return
@@ -146,6 +237,7 @@ local function check_spec(path)
   check(#bad == 0, string.format("%s: %d activation-gradient buffers, %d assigned and %d zeroed at their first "
     .. "contribution, %d later contributions accumulate; %d other buffers zeroed%s", name, nbuf, nassigned,
     nzeroed, nlater, npzero, bad[1] and (" (" .. bad[1] .. ")") or ""))
+  check_param_grads(name, plan, secs, bsteps)
   return text
 end
 

@@ -6,8 +6,8 @@
 //   * an output whose bit is clear accumulates onto its old values exactly as before;
 // and the special cases: relu's and dropout's unwritten elements (written as 0 when
 // assigned), dropout p = 0 and p = 1, cross-entropy's ignored rows and all-ignored batch,
-// aliased outputs (da == db: the bits are ignored, both contributions accumulate) and a
-// NULL output whose bit is set.
+// aliased outputs (da == db: the bits are ignored, both contributions accumulate), a
+// NULL output whose bit is set, and linear backward without rows.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,7 +44,7 @@ typedef struct {
     float in_lo[MAXB], in_hi[MAXB];
     int nout;
     size_t out_n[MAXB];
-    int bit[MAXB];  // the output's RT_ASSIGN_ bit (0: a parameter gradient, always +=)
+    int bit[MAXB];  // the output's RT_ASSIGN_ bit (0: a parameter gradient that always +=)
     const char* out_name[MAXB];
     int has_dt;     // takes a dt (else run with RT_F32 only)
     call_fn call;
@@ -123,7 +123,7 @@ static void c_ce_ignored(float* const* o, float* const* in, rt_dtype dt, int as)
 #define CE_IN 1, {CN * CV}, {-4}, {4}
 
 static const acase cases[] = {
-    {"linear backward", LIN_IN, 3, {N_ * C_, OC_ * C_, OC_}, {1, 0, 0}, {"dinp", "dweight", "dbias"}, 1, c_linear},
+    {"linear backward", LIN_IN, 3, {N_ * C_, OC_ * C_, OC_}, {1, RT_ASSIGN_DWEIGHT, 0}, {"dinp", "dweight", "dbias"}, 1, c_linear},
     {"layernorm backward", NORM_IN, 3, {RN * RC, RC, RC}, {1, 0, 0}, {"dinp", "dweight", "dbias"}, 1, c_layernorm},
     {"rmsnorm backward", NORM_IN, 2, {RN * RC, RC}, {1, 0}, {"dinp", "dweight"}, 1, c_rmsnorm},
     {"gelu backward", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_gelu},
@@ -231,6 +231,21 @@ static void test_alias_and_null(rt_dtype dt) {
     free(a), free(dout), free(init);
 }
 
+// No rows (N = 0): an assigned dinp has no elements, an assigned dweight is all zeros (the
+// empty sum), an accumulated one keeps its values.
+static void test_no_rows(void) {
+    float dw[OC_ * C_], keep[OC_ * C_], dummy[1] = {0};
+    for (int as = 0; as < 2; as++) {
+        for (int i = 0; i < OC_ * C_; i++) dw[i] = keep[i] = as ? NAN : 0.25f * (float)(i % 7);
+        rt_linear_backward(dummy, dw, NULL, dummy, dummy, dummy, 0, C_, OC_, RT_BF16,
+                           as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE);
+        size_t diff = 0;
+        for (int i = 0; i < OC_ * C_; i++) diff += !same(dw[i], as ? 0.0f : keep[i], 0);
+        CHECK(diff == 0, "linear backward N=0 dweight (%s): %d values %s: %zu differ",
+              as ? "assigned" : "accumulated", OC_ * C_, as ? "zero" : "unchanged", diff);
+    }
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(23);
@@ -249,6 +264,7 @@ int main(void) {
             }
     }
     for (int d = 0; d < 3; d++) test_alias_and_null(dts[d]);
+    test_no_rows();
     printf("test_assign: %zu kernel cases, %d (dt, bits) runs\n", ncases, nruns);
     return check_summary();
 }

@@ -41,9 +41,11 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
-    const int as = assign & RT_ASSIGN_1;
+    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (dinp && as && C > 0 && (N <= 0 || OC <= 0))  // assigned, no contribution: zeros
         for (size_t i = 0; i < (size_t)(N > 0 ? N : 0) * C; i++) dinp[i] = 0.0f;
+    if (dweight && as_w && C > 0 && OC > 0 && N <= 0)
+        for (size_t i = 0; i < (size_t)OC * C; i++) dweight[i] = 0.0f;
     if (N <= 0 || OC <= 0) return;
     if (dinp && C > 0) {
         // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0, dinp not read)
@@ -52,9 +54,9 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
         rt_kround_buf(dinp, (size_t)N * C, dt);
     }
     if (dweight && C > 0) {
-        // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
+        // dweight[OC,C] += dout^T[OC,N] · inp[N,C] (assigned: beta = 0)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                    1.0f, dweight, C);
+                    as_w ? 0.0f : 1.0f, dweight, C);
     }
     if (dbias) {
         // Column sums in double over blocks of RT_COLBLOCK columns: the accumulators stay
