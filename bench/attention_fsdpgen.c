@@ -1,5 +1,6 @@
-// Times fsdpgen's CUDA flash attention (rt_attention_lowmem_forward / _backward, prec bf16:
-// the tensor-core kernels of runtime/cuda/flash_attention_tc.cuh) on one shape; bench/
+// Times fsdpgen's CUDA flash attention (rt_attention_lowmem_forward / _backward, prec and dt
+// bf16, gradients assigned, as the generated code calls them: the tensor-core kernels of
+// runtime/cuda/flash_attention_tc.cuh) on one shape; bench/
 // attention.sh runs it beside PyTorch's scaled_dot_product_attention on the same shapes.
 //   attention_fsdpgen B T NH NKV HD [iters]
 // Prints `RESULT impl=fsdpgen pass=forward|backward ms=... tflops=...`: the mean over
@@ -84,10 +85,11 @@ int main(int argc, char** argv) {
             }
             if (pass == 0)
                 rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, 1,
-                                            RT_BF16);
-            else  // accumulates into dq, dk, dv: values grow, the work does not change
+                                            RT_BF16, RT_BF16);
+            else  // as the generated code: bf16 gradients, assigned
                 rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B,
-                                             T, NH, NKV, HD, 1, RT_BF16);
+                                             T, NH, NKV, HD, 1, RT_BF16, RT_BF16,
+                                             RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
         }
         RT_CHECK_CUDA(cudaDeviceSynchronize());
         const double ms = (now_s() - t0) * 1e3 / iters;

@@ -21,8 +21,8 @@
 -- Mixed precision: the value of a bf16/fp16 tensor is rounded to its dtype after every
 -- write. Most kernels do it themselves at the store (rt_kernels.h `dt`, the last argument:
 -- the op's tensor dtype); `ROUNDS` says which of their outputs they round, and an
--- explicit rt_step_round follows every call for any other 16-bit output (attention,
--- embedding, cast, and gradients a kernel leaves unrounded).
+-- explicit rt_step_round follows every call for any other 16-bit output (embedding, cast,
+-- and gradients a kernel leaves unrounded).
 local errors = require("errors")
 local memory = require("memory")
 local trace = require("trace")
@@ -85,6 +85,7 @@ local ROUNDS = {
     if numel(op.ins[1]) == numel(op.ins[2]) then return { grads = { 1, 2 }, alias_ok = true } end
     return { grads = { 1 } }
   end,
+  attention = { grads = { 1, 2, 3 } },  -- rt_attention_lowmem_*: dt after prec
 }
 
 local function rounds_of(op)
@@ -181,14 +182,14 @@ end
 
 -- Attention keeps O(T) per head for backward (rt_attention_lowmem_*): the softmax rows'
 -- (max, 1/sum) in the op's saved statistics, plus a scratch buffer during each call.
-function forward.attention(op, c, out)
+function forward.attention(op, c, out, dt)
   local q, k, v = op.ins[1], op.ins[2], op.ins[3]
   local B, T = batch_seq(q)
   local a = op.attrs
   local stats = c.stats(op)
-  return { string.format("rt_attention_lowmem_forward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s);",
+  return { string.format("rt_attention_lowmem_forward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s, %s);",
     out, stats, c.scratch, c.val(q), c.val(k), c.val(v), B, T, a.n_heads, a.n_kv_heads, a.head_dim,
-    a.causal and 1 or 0, dtype_of(q, k, v)) }
+    a.causal and 1 or 0, dtype_of(q, k, v), dt) }
 end
 
 function forward.rotary(op, c, out, dt)
@@ -292,15 +293,16 @@ function backward.dropout(op, c, dt, as)
     c.grad(x), c.dout(op.outs[1]), numel(x), fmt_float(op.attrs.p), c.site(op), dt, as) }
 end
 
-function backward.attention(op, c)
+function backward.attention(op, c, dt, as)
   local q, k, v = op.ins[1], op.ins[2], op.ins[3]
   local B, T = batch_seq(q)
   local a = op.attrs
   local stats = c.stats(op)
   local y = op.outs[1]
-  return { string.format("rt_attention_lowmem_backward(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s);",
+  return { string.format("rt_attention_lowmem_backward(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s, %s, %s);",
     c.grad(q), c.grad(k), c.grad(v), c.scratch, c.dout(y), c.val(y), c.val(q), c.val(k),
-    c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v, y)) }
+    c.val(v), stats, B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v, y),
+    dt, as) }
 end
 
 function backward.rotary(op, c, dt, as)
@@ -380,6 +382,7 @@ end
 local ASSIGNS = {
   linear = { 1 }, layer_norm = { 1 }, rms_norm = { 1 }, relu = { 1 }, gelu = { 1 }, silu = { 1 },
   swiglu = { 1, 2 }, mul = { 1, 2 }, dropout = { 1 }, sum = { 1 }, cross_entropy = { 1 },
+  attention = { 1, 2, 3 },
   add = function(op) return numel(op.ins[1]) == numel(op.ins[2]) and { 1, 2 } or { 1 } end,
   rotary = function(op)  -- the kernel writes B*T*NH*HD values: all of the buffer
     local B, T = batch_seq(op.ins[1])

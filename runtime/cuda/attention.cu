@@ -10,7 +10,9 @@
 //     the 16-bit type before their products as in FlashAttention-2);
 //   * otherwise (prec RT_F32, or other head dims up to 256): fp32 on CUDA cores
 //     (flash_attention.cuh), the reference path.
-// Both write the same stats (m, 1/l), so either backward accepts either forward's stats.
+// Both write the same stats (m, 1/l), so either backward accepts either forward's stats,
+// and both store each element of out, dq, dk and dv once, rounded to dt there (and dq, dk,
+// dv added to or assigned), so rounding and assigning cost no pass of their own.
 //
 // probs variant: the straightforward algorithm of runtime/kernels/cpu/attention.c, one
 // (batch, head) at a time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax
@@ -198,12 +200,13 @@ struct rtc_fa_launcher {
     }
 };
 
-// The tensor-core kernels serve this call: 16-bit operands and a head dim they support.
-static bool use_tensor_cores(rt_dtype prec, int HD) {
+// The tensor-core kernels serve this call: 16-bit operands, a head dim they support, and
+// outputs rounded to the operands' type or not at all (rtc_tc_round).
+static bool use_tensor_cores(rt_dtype prec, rt_dtype dt, int HD) {
     RT_KCHECK(prec == RT_F32 || prec == RT_BF16 || prec == RT_F16,
               "prec is the operands' dtype: RT_F32, RT_BF16 or RT_F16",
               "lowmem attention with prec %d", (int)prec);
-    return prec != RT_F32 && rtc_fa_tc_hdp(HD) != 0;
+    return prec != RT_F32 && rtc_fa_tc_hdp(HD) != 0 && (dt == RT_F32 || dt == prec);
 }
 
 static rtc_fa_args flash_args(const float* q, const float* k, const float* v, int B, int T,
@@ -224,11 +227,13 @@ static rtc_fa_args flash_args(const float* q, const float* k, const float* v, in
 // The scratch is not used: tiles live in shared memory.
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
-                                 int HD, int causal, rt_dtype prec) {
+                                 int HD, int causal, rt_dtype prec, rt_dtype dt) {
     (void)scratch;
+    RT_KCHECK_DT(dt, "rt_attention_lowmem_forward");
     rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
-    const bool tc = use_tensor_cores(prec, HD);
+    const bool tc = use_tensor_cores(prec, dt, HD);
     if (B <= 0 || T <= 0) return;
+    a.dt = dt;
     a.out = out;
     a.stats = stats;
     rtc_fa_launcher launch = {rtc_stream()};
@@ -244,10 +249,21 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
                                   const float* dout, const float* out, const float* q,
                                   const float* k, const float* v, const float* stats, int B,
-                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec) {
+                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
+                                  rt_dtype dt, int assign) {
+    RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
+    const bool qk = dq && dq == dk, qv = dq && dq == dv, kv = dk && dk == dv;
+    RT_KCHECK(dt == RT_F32 || !(qk || qv || kv),
+              "gradient outputs that are one buffer need dt RT_F32",
+              "lowmem attention backward with aliased dq/dk/dv and dt %d", (int)dt);
     rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
-    const bool tc = use_tensor_cores(prec, HD);
+    const bool tc = use_tensor_cores(prec, dt, HD);
     if (B <= 0 || T <= 0) return;
+    a.dt = dt;
+    // the bits of outputs that are one buffer are ignored: both contributions add
+    a.assign = ((assign & RT_ASSIGN_1) && !qk && !qv ? RTC_FA_ASSIGN_DQ : 0) |
+               ((assign & RT_ASSIGN_2) && !qk && !kv ? RTC_FA_ASSIGN_DK : 0) |
+               ((assign & RT_ASSIGN_3) && !qv && !kv ? RTC_FA_ASSIGN_DV : 0);
     a.dq = dq, a.dk = dk, a.dv = dv;
     a.dout = dout;
     a.out_in = out;

@@ -10,7 +10,7 @@
 //             2. dK, dV: one block per (batch, kv head, tile of KBC keys) walks the query
 //                tiles of every query head sharing that kv head (GQA), in head order,
 //                recomputing P = exp(s - m) / l and dS = P (dP - D) per tile, and owns
-//                its dK/dV rows (one read-modify-write each: the += contract);
+//                its dK/dV rows (one store each: added to, or assigned, and rounded);
 //             3. dQ: one block per (batch, query head, tile of QBR queries) walks the key
 //                tiles, recomputing the same P and dS (same float operations, same bits
 //                as in 2), and owns its dQ rows.
@@ -36,6 +36,9 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "../core/dtype_bits.h"
+#include "rt_dtype.h"
+
 // Dynamic shared memory of a kernel (the emulator supplies its own).
 #ifndef RTC_FA_SMEM
 #define RTC_FA_SMEM(name) extern __shared__ float name[]
@@ -46,14 +49,19 @@
 
 // Shapes (B batch, T sequence, NH query heads, NKV kv heads, HD head dim) and buffers:
 //   q, out, dout, dq [B,T,NH*HD]; k, v, dk, dv [B,T,NKV*HD]; stats [B,NH,T,2] (m, 1/l);
-//   D [B,NH,T]. dq, dk, dv nullable (backward accumulates into them).
+//   D [B,NH,T]. dq, dk, dv nullable (backward adds to them, or assigns those whose
+//   RTC_FA_ASSIGN_ bit is set; never two of them one buffer with a bit set or dt 16-bit).
 typedef struct {
     const float *q, *k, *v, *dout, *out_in;
     float *out, *stats, *D, *dq, *dk, *dv;
     const float* stats_in;
     int B, T, NH, NKV, HD, causal;
     float scale;  // 1/sqrt(HD), as the CPU kernel rounds it
+    rt_dtype dt;  // out, dq, dk, dv rounded to it at their one store (RT_F32: not rounded)
+    int assign;   // RTC_FA_ASSIGN_DQ | _DK | _DV (rt_kernels.h RT_ASSIGN_1, _2, _3)
 } rtc_fa_args;
+
+enum { RTC_FA_ASSIGN_DQ = 1, RTC_FA_ASSIGN_DK = 2, RTC_FA_ASSIGN_DV = 4 };
 
 // Tile sizes per padded head dim: forward FBR queries x FBC keys, dK/dV KBC keys x KBR
 // queries, dQ QBR queries x QBC keys. Each row count divides RTC_FA_NT; each column count
@@ -122,6 +130,19 @@ __device__ __forceinline__ void rtc_fa_dots(float* acc, const float* x, const fl
 #pragma unroll
         for (int i = 0; i < N; i++) acc[i] += xd * y[i * TPR * LD + d];
     }
+}
+
+// v rounded to nearest even in dt (RT_F32: v), the host's bits (core/dtype_bits.h).
+__device__ __forceinline__ float rtc_fa_round(float v, rt_dtype dt) {
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
+    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
+    return v;
+}
+
+// A gradient element's one store: its call's total v added to the old value, or to 0 when
+// assigned (0 + v: the bits of accumulating onto a zeroed buffer; *g not read), rounded.
+__device__ __forceinline__ void rtc_fa_store_grad(float* g, float v, bool assign, rt_dtype dt) {
+    *g = rtc_fa_round((assign ? 0.0f : *g) + v, dt);
 }
 
 // Key tk visible from query tq (both inside the sequence, causal mask).
@@ -205,7 +226,7 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_forward_kernel(rtc_fa_args a
 #pragma unroll
         for (int i = 0; i < DPT; i++) {
             const int d = j + i * TPR;
-            if (d < HD) og[d] = o[i] * inv;
+            if (d < HD) og[d] = rtc_fa_round(o[i] * inv, a.dt);
         }
         if (j == 0) {
             float* st = a.stats + (((size_t)b * a.NH + h) * T + tq) * 2;
@@ -331,8 +352,9 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dkdv_kernel(rtc_fa_args a) {
         for (int i = 0; i < DPT; i++) {
             const int d = j + i * TPR;
             if (d >= HD) continue;
-            if (dvg) dvg[d] += dv[i];
-            if (dkg) dkg[d] += a.scale * dk[i];
+            if (dvg) rtc_fa_store_grad(dvg + d, dv[i], a.assign & RTC_FA_ASSIGN_DV, a.dt);
+            if (dkg)
+                rtc_fa_store_grad(dkg + d, a.scale * dk[i], a.assign & RTC_FA_ASSIGN_DK, a.dt);
         }
     }
 }
@@ -401,7 +423,8 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dq_kernel(rtc_fa_args a) {
 #pragma unroll
         for (int i = 0; i < DPT; i++) {
             const int d = j + i * TPR;
-            if (d < HD) dqg[d] += a.scale * dq[i];
+            if (d < HD)
+                rtc_fa_store_grad(dqg + d, a.scale * dq[i], a.assign & RTC_FA_ASSIGN_DQ, a.dt);
         }
     }
 }

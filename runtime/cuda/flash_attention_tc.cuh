@@ -49,8 +49,9 @@
 //             3. dQ: grid (B*NH, ceil(T/QBR)), QBR/16 warps of 16 queries: per key tile
 //                (QBC keys; K row-major and transposed from one read, V row-major) S and
 //                dP, dS, dQ += dS K.
-//             Every gradient element has one owner block, which adds to it once at the end
-//             (the += contract): deterministic, no atomics, and dq, dk, dv requested alone
+//             Every gradient element has one owner block, which stores it once at the end
+//             (added to, or assigned, and rounded to dt: rtc_fa_store_grad): deterministic,
+//             no atomics, rounding and assigning free, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
 //             way; D is only computed when dq or dk is wanted).
 //   Causal: key tiles past a query tile's last row are never loaded, a warp whose 16 rows
@@ -65,11 +66,15 @@
 //   dQ         QBR 64, QBC 64, 4 warps, 46848       QBR 64, QBC 32, 4 warps, 63232
 // All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89), as every
 // flash kernel here (rtc_attention_init sets the opt-in; tests/cuda/test_flash_tc_emu.cc
-// checks every configuration). Registers bound the blocks per SM: ptxas (sm_90a) gives
-// the forward 128 (HDP 64; 20 bytes spilled) and 168 per thread, dK/dV 225 and 230, dQ 155
-// and 208, so an H100 SM runs 2 blocks (3 for the HDP 128 forward and the HDP 64 dQ),
-// whose tile loads (fp32 in global memory, narrowed through registers, so no cp.async/TMA)
-// overlap each other's tensor-core work; there is no double buffering within a block.
+// checks every configuration). Registers bound the blocks per SM, so each kernel asks
+// __launch_bounds__ for a count (rtc_tc_cfg FMB, KMB, QMB: 2 or 3), because ptxas's choice
+// without one moves by 40 registers across a blocks-per-SM boundary on unrelated edits
+// (two ints added to rtc_fa_args took the HDP 128 forward from 168 to 209). ptxas (sm_90a)
+// then gives the forward 128 (HDP 64) and 168 (HDP 128; 4 bytes spilled), dK/dV 168 and
+// 247, dQ 164 and 207: an H100 SM runs 3 blocks of the HDP 64 dK/dV and dQ and the HDP 128
+// forward, 2 of the others, whose tile loads (fp32 in global memory, narrowed through
+// registers, so no cp.async/TMA) overlap each other's tensor-core work; there is no double
+// buffering within a block.
 //
 // History and expectations. The first version (wmma 16x16x16, softmax and rescaling
 // through fp32 shared-memory rows, because wmma fragments are opaque) measured 4-6% of the
@@ -129,6 +134,25 @@ __device__ __forceinline__ __half rtc_tc_narrow<__half>(float x) {
 }
 template <>
 __device__ __forceinline__ float rtc_tc_narrow<float>(float x) {  // emulator only
+    return x;
+}
+
+// x rounded to nearest even in E and widened back (E's values: the bits of the host's
+// converters, rt_step_round's, but for NaN payloads), one conversion each way on the GPU;
+// the kernels' store of out, dq, dk, dv when dt is E (the launcher sends other dts to the
+// fp32 kernels).
+template <class E>
+__device__ __forceinline__ float rtc_tc_round(float x);
+template <>
+__device__ __forceinline__ float rtc_tc_round<__nv_bfloat16>(float x) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+template <>
+__device__ __forceinline__ float rtc_tc_round<__half>(float x) {
+    return __half2float(__float2half_rn(x));
+}
+template <>
+__device__ __forceinline__ float rtc_tc_round<float>(float x) {  // emulator only
     return x;
 }
 
@@ -297,16 +321,20 @@ __device__ __forceinline__ void rtc_tc_mma_nt(float (&acc)[NJ][4],
     }
 }
 
-// out[8 d + 2 t + i] += scale * acc[d][2 r + i] (i = 0, 1; d < nd): this lane's elements of
-// accumulator row r (0: row g, 1: row g + 8), out being that row's start plus 2 t.
-template <int ND>
+// out[8 d + 2 t + i] += scale * acc[d][2 r + i] (i = 0, 1; d < nd), or = when assigned
+// (0 + x, as rtc_fa_store_grad), rounded to E when rnd: this lane's elements of accumulator
+// row r (0: row g, 1: row g + 8), out being that row's start plus 2 t.
+template <class E, int ND>
 __device__ __forceinline__ void rtc_tc_add_row(float* out, const float (&acc)[ND][4], int r,
-                                               float scale, int nd) {
+                                               float scale, int nd, bool assign, bool rnd) {
 #pragma unroll
     for (int d = 0; d < ND; d++) {
         if (d < nd) {
-            out[8 * d] += scale * acc[d][2 * r];
-            out[8 * d + 1] += scale * acc[d][2 * r + 1];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const float x = (assign ? 0.0f : out[8 * d + i]) + scale * acc[d][2 * r + i];
+                out[8 * d + i] = rnd ? rtc_tc_round<E>(x) : x;
+            }
         }
     }
 }
@@ -329,10 +357,12 @@ struct rtc_tc_cfg;
 template <>
 struct rtc_tc_cfg<64> {
     enum { FBR = 128, FBC = 64, KBC = 64, KBR = 64, QBR = 64, QBC = 64 };
+    enum { FMB = 2, KMB = 3, QMB = 3 };
 };
 template <>
 struct rtc_tc_cfg<128> {
     enum { FBR = 64, FBC = 64, KBC = 64, KBR = 32, QBR = 64, QBC = 32 };
+    enum { FMB = 3, KMB = 2, QMB = 2 };
 };
 
 constexpr size_t rtc_tc_al(size_t bytes) { return (bytes + 127) / 128 * 128; }
@@ -486,7 +516,7 @@ __device__ __forceinline__ void rtc_tc_load_both(E* dst, E* dstt, const float* s
 // forward: grid (B*NH, ceil(T/FBR)), FBR/16 warps; out and stats of the block's queries
 
 template <class E, int HDP>
-__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
+__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB)
     rtc_fa_tc_forward_kernel(rtc_fa_args a) {
     typedef rtc_tc_fwd_layout<E, HDP> L;
     typedef typename rtc_tc_reg<E>::type reg;
@@ -573,6 +603,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
         }
     }
     float* og = a.out + (size_t)b * T * ldq + (size_t)h * HD;
+    const bool rnd = a.dt != RT_F32;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float lr = rtc_tc_group_sum(l[r]);
@@ -582,8 +613,9 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
 #pragma unroll
             for (int d = 0; d < ND; d++) {
                 if (d < nd) {
-                    orow[8 * d] = o[d][2 * r] * inv;
-                    orow[8 * d + 1] = o[d][2 * r + 1] * inv;
+                    const float x0 = o[d][2 * r] * inv, x1 = o[d][2 * r + 1] * inv;
+                    orow[8 * d] = rnd ? rtc_tc_round<E>(x0) : x0;
+                    orow[8 * d + 1] = rnd ? rtc_tc_round<E>(x1) : x1;
                 }
             }
             if (t == 0) {
@@ -600,7 +632,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2)
 // summed over the query tiles of the NH/NKV query heads that share the kv head
 
 template <class E, int HDP>
-__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
+__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB)
     rtc_fa_tc_dkdv_kernel(rtc_fa_args a) {
     typedef rtc_tc_dkdv_layout<E, HDP> L;
     typedef typename rtc_tc_reg<E>::type reg;
@@ -700,12 +732,15 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
             }
         }
     }
+    const bool rnd = a.dt != RT_F32;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (tk[r] >= T) continue;
         const size_t row = kvoff + (size_t)tk[r] * ldk + 2 * t;
-        if (want_dv) rtc_tc_add_row<ND>(a.dv + row, dv, r, 1.0f, nd);  // x * 1 is x, bit for bit
-        if (want_dk) rtc_tc_add_row<ND>(a.dk + row, dk, r, a.scale, nd);
+        if (want_dv)  // x * 1 is x, bit for bit
+            rtc_tc_add_row<E, ND>(a.dv + row, dv, r, 1.0f, nd, a.assign & RTC_FA_ASSIGN_DV, rnd);
+        if (want_dk)
+            rtc_tc_add_row<E, ND>(a.dk + row, dk, r, a.scale, nd, a.assign & RTC_FA_ASSIGN_DK, rnd);
     }
 }
 
@@ -713,7 +748,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2)
 // backward 3: grid (B*NH, ceil(T/QBR)), QBR/16 warps; dQ of the block's queries
 
 template <class E, int HDP>
-__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2) rtc_fa_tc_dq_kernel(rtc_fa_args a) {
+__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB)
+    rtc_fa_tc_dq_kernel(rtc_fa_args a) {
     typedef rtc_tc_dq_layout<E, HDP> L;
     typedef typename rtc_tc_reg<E>::type reg;
     enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE, LDT = L::LDT };
@@ -791,10 +827,12 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2) rtc_fa_tc_dq_kernel(
         }
     }
     float* dqg = a.dq + qoff;
+    const bool rnd = a.dt != RT_F32;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (tq[r] >= T) continue;
-        rtc_tc_add_row<ND>(dqg + (size_t)tq[r] * ldq + 2 * t, dq, r, a.scale, nd);
+        rtc_tc_add_row<E, ND>(dqg + (size_t)tq[r] * ldq + 2 * t, dq, r, a.scale, nd,
+                              a.assign & RTC_FA_ASSIGN_DQ, rnd);
     }
 }
 

@@ -4,11 +4,12 @@
 // generated code owns all memory: buffers come from the static per-rank arena, so a
 // kernel never allocates and never decides a shape.
 //
-// Mixed precision (`dt`, the last argument of every kernel that writes activations or
-// activation gradients: linear, layernorm, rmsnorm, gelu, relu, silu, swiglu, rope,
-// residual, mul, broadcast_add, dropout): the dtype of the op's activation tensors, i.e.
-// the tensors' dtype under a bf16/fp16 MixedPrecisionPolicy (RT_BF16, RT_F16), else
-// RT_F32. Compute buffers hold fp32 values; with a 16-bit dt
+// Mixed precision (`dt`, the last argument (before `assign`) of every kernel that writes
+// activations or activation gradients: linear, layernorm, rmsnorm, gelu, relu, silu,
+// swiglu, rope, residual, mul, broadcast_add, dropout, lowmem attention): the dtype of
+// the op's activation tensors, i.e. the tensors' dtype under a bf16/fp16
+// MixedPrecisionPolicy (RT_BF16, RT_F16), else RT_F32. Compute buffers hold fp32 values;
+// with a 16-bit dt
 //   * the float inputs (activations, parameters, and the gradient buffers a backward
 //     kernel accumulates into) hold values exact in dt;
 //   * the kernel rounds (to nearest even) every activation value and activation-gradient
@@ -20,15 +21,15 @@
 //     gradients once, before the reduce-scatter, and rounds the gradient of a
 //     non-parameter tensor that a kernel treats as a parameter gradient after the call.
 // Each kernel says which outputs it rounds. RT_F32: nothing is rounded. The kernels that
-// take no dt (embedding, attention, losses, buffer helpers) round nothing; the generated
-// code rounds after them where their output is a 16-bit tensor.
+// take no dt (embedding, the probs attention, losses, buffer helpers) round nothing; the
+// generated code rounds after them where their output is a 16-bit tensor.
 //
 // Operand precision: products of dt values are exact in fp32, so a 16-bit dt also lets
 // the CUDA backend multiply the linear kernels' operands on tensor cores (16-bit inputs,
 // fp32 accumulation) with results that differ from fp32 arithmetic only in summation
 // order; RT_F32 keeps fp32 arithmetic (no TF32). The lowmem attention kernels take the
-// same dtype as `prec` with this meaning only (their outputs are not rounded). The CPU
-// backend multiplies in fp32 whatever dt or prec says.
+// same dtype as `prec` with this meaning only, and a `dt` of their own for the rounding
+// of their outputs. The CPU backend multiplies in fp32 whatever dt or prec says.
 //
 // Conventions the generator relies on:
 //   * Forward kernels OVERWRITE their outputs.
@@ -39,13 +40,14 @@
 //     forwards before one backward) without extra copies.
 //   * Assign (`assign`, the last argument of the backward kernels that write activation
 //     gradients: linear, layernorm, rmsnorm, gelu, relu, silu, swiglu, rope, residual,
-//     mul, broadcast_add, dropout, sum loss, cross_entropy): a bitmask naming the
-//     gradient outputs, counted in parameter order among the kernel's ACTIVATION-gradient
-//     outputs (RT_ASSIGN_1 the first, RT_ASSIGN_2 the second), that the call ASSIGNS (=)
-//     instead of accumulating into: the output is written in full without being read,
-//     with the bits of the same call accumulating onto a zeroed buffer (0 + x, rounded
-//     to dt as usual; only a zero's sign may differ, -0 where 0 + -0 gives +0), so the
-//     generated code needs no rt_zero before a gradient's first contribution. RT_ACCUMULATE (0) accumulates every output. Parameter gradients
+//     mul, broadcast_add, dropout, lowmem attention, sum loss, cross_entropy): a bitmask
+//     naming the gradient outputs, counted in parameter order among the kernel's
+//     ACTIVATION-gradient outputs (RT_ASSIGN_1 the first, RT_ASSIGN_2, RT_ASSIGN_3),
+//     that the call ASSIGNS (=) instead of accumulating into: the output is written in
+//     full without being read, with the bits of the same call accumulating onto a zeroed
+//     buffer (0 + x, rounded to dt as usual; only a zero's sign may differ, -0 where
+//     0 + -0 gives +0), so the generated code needs no rt_zero before a gradient's first
+//     contribution. RT_ACCUMULATE (0) accumulates every output. Parameter gradients
 //     (dweight, dbias, broadcast_add's db) accumulate and have no bit, but for linear's
 //     dweight: RT_ASSIGN_DWEIGHT (the largest parameter gradients; the generator zeroes
 //     the rest of a group's gradient buffer around the weights it assigns). Two
@@ -84,6 +86,7 @@ extern "C" {
 #define RT_ACCUMULATE 0
 #define RT_ASSIGN_1 1
 #define RT_ASSIGN_2 2
+#define RT_ASSIGN_3 4
 #define RT_ASSIGN_DWEIGHT 8  // rt_linear_backward's dweight
 
 // ----------------------------------------------------------------------------
@@ -222,17 +225,22 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 size_t rt_attention_stats_floats(int B, int NH, int T);
 // max(2*T*T, B*NH*T): the CPU kernel's two [T,T] matrices, the CUDA kernel's D.
 size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T);
+// Rounds out to dt (the last store: the same bits as an rt_step_round after the call).
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
-                                 int HD, int causal, rt_dtype prec);
+                                 int HD, int causal, rt_dtype prec, rt_dtype dt);
 // dq, dk, dv nullable; out and stats are what rt_attention_lowmem_forward wrote (the
 // softmax backward needs rowsum(dP * P) per query row, which equals rowsum(dout * out): the
 // CUDA kernel computes it from out, the CPU kernel from the whole [T] row of dP * P it has,
-// without reading out). HD up to 256 on CUDA.
+// without reading out). HD up to 256 on CUDA. Rounds dq, dk, dv to dt once, after all of
+// the call's contributions. RT_ASSIGN_1: dq, RT_ASSIGN_2: dk, RT_ASSIGN_3: dv. Two of them
+// may be one buffer (attention(x, x, x)) only with dt = RT_F32 (the CUDA backend adds dQ
+// and dK/dV in two passes, rounding would come between them); they then accumulate.
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
                                   const float* dout, const float* out, const float* q,
                                   const float* k, const float* v, const float* stats, int B,
-                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec);
+                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
+                                  rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // binary elementwise ops (residual add, product, broadcast add)

@@ -55,7 +55,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 struct dim3 {
     unsigned x, y, z;

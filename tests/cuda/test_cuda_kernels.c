@@ -586,9 +586,9 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
 
     // flash forward vs CPU lowmem, and vs the GPU probs variant
     cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
-                                    RT_F32);
+                                    RT_F32, RT_F32);
     rt_attention_lowmem_forward(d_out2, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD,
-                                causal, RT_F32);
+                                causal, RT_F32, RT_F32);
     cmp("  flash forward: out vs CPU", d_out2, out, nq, TOL_GEMM);
     cmp("  flash forward: stats (max, 1/sum) vs CPU", d_stats, stats, ns, TOL_GEMM);
     rt_attention_forward(d_out, d_probs, d_q, d_k, d_v, B, T, NH, NKV, HD, causal);
@@ -600,9 +600,9 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     RT_CHECK_CUDA(cudaMemcpy(d_stats, stats, ns * sizeof(float), cudaMemcpyHostToDevice));
     float *d_dq3 = dup(dq2, nq), *d_dk3 = dup(dk2, nk), *d_dv3 = dup(dv2, nk);
     cpu_rt_attention_lowmem_backward(dq2, dk2, dv2, scratch, dout, out, q, k, v, stats, B, T, NH,
-                                     NKV, HD, causal, RT_F32);
+                                     NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     rt_attention_lowmem_backward(d_dq3, d_dk3, d_dv3, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32);
+                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     cmp("  flash backward (CPU out, stats): dq (+=)", d_dq3, dq2, nq, TOL_GEMM);
     cmp("  flash backward (CPU out, stats): dk (+=)", d_dk3, dk2, nk, TOL_GEMM);
     cmp("  flash backward (CPU out, stats): dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
@@ -611,15 +611,15 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
     RT_CHECK_CUDA(cudaMemcpy(d_dk2, dk0, nk * sizeof(float), cudaMemcpyHostToDevice));
     RT_CHECK_CUDA(cudaMemcpy(d_dv2, dv0, nk * sizeof(float), cudaMemcpyHostToDevice));
     rt_attention_lowmem_backward(d_dq2, d_dk2, d_dv2, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32);
+                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     cmp_dev("  flash backward run twice: dq bit-identical", d_dq2, d_dq3, nq, TOL_EXACT);
     cmp_dev("  ... dk bit-identical", d_dk2, d_dk3, nk, TOL_EXACT);
     cmp_dev("  ... dv bit-identical", d_dv2, d_dv3, nk, TOL_EXACT);
     // dv only (dq, dk NULL)
     cpu_rt_attention_lowmem_backward(NULL, NULL, dv2, scratch, dout, out, q, k, v, stats, B, T,
-                                     NH, NKV, HD, causal, RT_F32);
+                                     NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     rt_attention_lowmem_backward(NULL, NULL, d_dv3, d_scratch, d_dout, d_out2, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32);
+                                 d_stats, B, T, NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     cmp("  flash backward dq, dk NULL: dv (+=)", d_dv3, dv2, nk, TOL_GEMM);
     cmp("  ... dq untouched", d_dq3, dq2, nq, TOL_GEMM);
 
@@ -671,9 +671,9 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
 
     // forward vs CPU
     cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
-                                    RT_F32);
+                                    RT_F32, RT_F32);
     rt_attention_lowmem_forward(d_out, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD,
-                                causal, prec);
+                                causal, prec, RT_F32);
     cmp_tc("  tc forward: out vs CPU", d_out, out, bd.out, NULL, nq, TOL_GEMM);
     cmp("  tc forward: stats (max, 1/sum) vs CPU (no 16-bit rounding)", d_stats, stats, ns,
         TOL_GEMM);
@@ -682,10 +682,10 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
     RT_CHECK_CUDA(cudaMemcpy(d_cout, out, nq * sizeof(float), cudaMemcpyHostToDevice));
     RT_CHECK_CUDA(cudaMemcpy(d_cstats, stats, ns * sizeof(float), cudaMemcpyHostToDevice));
     cpu_rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH,
-                                     NKV, HD, causal, RT_F32);
+                                     NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     float *d_dq = dup(dq0, nq), *d_dk = dup(dk0, nk), *d_dv = dup(dv0, nk);
     rt_attention_lowmem_backward(d_dq, d_dk, d_dv, d_scratch, d_dout, d_cout, d_q, d_k, d_v,
-                                 d_cstats, B, T, NH, NKV, HD, causal, prec);
+                                 d_cstats, B, T, NH, NKV, HD, causal, prec, RT_F32, RT_ACCUMULATE);
     cmp_tc("  tc backward (CPU out, stats): dq (+=)", d_dq, dq, bd.dq, NULL, nq, TOL_GEMM);
     cmp_tc("  tc backward (CPU out, stats): dk (+=)", d_dk, dk, bd.dk, NULL, nk, TOL_GEMM);
     cmp_tc("  tc backward (CPU out, stats): dv (+=)", d_dv, dv, bd.dv, NULL, nk, TOL_GEMM);
@@ -693,7 +693,7 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
     // backward from the GPU forward's out and stats (its out error reaches D)
     float *d_gdq = dup(dq0, nq), *d_gdk = dup(dk0, nk), *d_gdv = dup(dv0, nk);
     rt_attention_lowmem_backward(d_gdq, d_gdk, d_gdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+                                 d_stats, B, T, NH, NKV, HD, causal, prec, RT_F32, RT_ACCUMULATE);
     cmp_tc("  tc forward then backward: dq (+=)", d_gdq, dq, bd.dq, bd.dq_D, nq, TOL_GEMM);
     cmp_tc("  tc forward then backward: dk (+=)", d_gdk, dk, bd.dk, bd.dk_D, nk, TOL_GEMM);
     cmp_tc("  tc forward then backward: dv (+=)", d_gdv, dv, bd.dv, NULL, nk, TOL_GEMM);
@@ -701,11 +701,11 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
     // deterministic, and each gradient alone gives the joint call's bits
     float *d_sdq = dup(dq0, nq), *d_sdk = dup(dk0, nk), *d_sdv = dup(dv0, nk);
     rt_attention_lowmem_backward(d_sdq, NULL, NULL, d_scratch, d_dout, d_out, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+                                 d_stats, B, T, NH, NKV, HD, causal, prec, RT_F32, RT_ACCUMULATE);
     rt_attention_lowmem_backward(NULL, d_sdk, NULL, d_scratch, d_dout, d_out, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+                                 d_stats, B, T, NH, NKV, HD, causal, prec, RT_F32, RT_ACCUMULATE);
     rt_attention_lowmem_backward(NULL, NULL, d_sdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+                                 d_stats, B, T, NH, NKV, HD, causal, prec, RT_F32, RT_ACCUMULATE);
     cmp_dev("  tc backward dq alone: the joint call's bits", d_sdq, d_gdq, nq, TOL_EXACT);
     cmp_dev("  ... dk alone", d_sdk, d_gdk, nk, TOL_EXACT);
     cmp_dev("  ... dv alone", d_sdv, d_gdv, nk, TOL_EXACT);
@@ -713,10 +713,47 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
     RT_CHECK_CUDA(cudaMemcpy(d_sdk, dk0, nk * sizeof(float), cudaMemcpyHostToDevice));
     RT_CHECK_CUDA(cudaMemcpy(d_sdv, dv0, nk * sizeof(float), cudaMemcpyHostToDevice));
     rt_attention_lowmem_backward(d_sdq, d_sdk, d_sdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
-                                 d_stats, B, T, NH, NKV, HD, causal, prec);
+                                 d_stats, B, T, NH, NKV, HD, causal, prec, RT_F32, RT_ACCUMULATE);
     cmp_dev("  tc backward run twice: dq, dk, dv bit-identical", d_sdq, d_gdq, nq, TOL_EXACT);
     cmp_dev("  ... dk", d_sdk, d_gdk, nk, TOL_EXACT);
     cmp_dev("  ... dv", d_sdv, d_gdv, nk, TOL_EXACT);
+
+    // as the generated code calls it: out, dq, dk, dv rounded to prec at their store, the
+    // gradients assigned over NaN: the fp32 stores' bits (onto zeros), rounded
+    // (test_flash_tc_emu checks every combination of the bits)
+    float* h = hrand(nq, 1.0f, 0.0f);
+    reset_out(h, d_sdq, NULL, nq, 1);
+    rt_attention_lowmem_forward(d_sdq, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD,
+                                causal, prec, prec);
+    float* want = down(d_out, nq);
+    round_to(want, nq, prec);
+    cmp("  tc forward, dt = prec: out == the fp32 store rounded", d_sdq, want, nq, TOL_EXACT);
+    free(want);
+    memset(h, 0, nq * sizeof(float));
+    RT_CHECK_CUDA(cudaMemcpy(d_gdq, h, nq * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_gdk, h, nk * sizeof(float), cudaMemcpyHostToDevice));
+    RT_CHECK_CUDA(cudaMemcpy(d_gdv, h, nk * sizeof(float), cudaMemcpyHostToDevice));
+    rt_attention_lowmem_backward(d_gdq, d_gdk, d_gdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal, prec, RT_F32, RT_ACCUMULATE);
+    reset_out(h, d_sdq, NULL, nq, 1);
+    reset_out(h, d_sdk, NULL, nk, 1);
+    reset_out(h, d_sdv, NULL, nk, 1);
+    rt_attention_lowmem_backward(d_sdq, d_sdk, d_sdv, d_scratch, d_dout, d_out, d_q, d_k, d_v,
+                                 d_stats, B, T, NH, NKV, HD, causal, prec, prec,
+                                 RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
+    const char* gname[3] = {
+        "  tc backward, dt = prec, assigned: dq == the fp32 store onto 0, rounded", "  ... dk",
+        "  ... dv"};
+    float* dgot[3] = {d_sdq, d_sdk, d_sdv};
+    float* dref[3] = {d_gdq, d_gdk, d_gdv};
+    for (int i = 0; i < 3; i++) {
+        const size_t n = i == 0 ? nq : nk;
+        want = down(dref[i], n);
+        round_to(want, n, prec);
+        cmp(gname[i], dgot[i], want, n, TOL_EXACT);
+        free(want);
+    }
+    free(h);
 
     attn_tc_bound_free(&bd);
     free(q), free(k), free(v), free(dout), free(out), free(stats), free(scratch);

@@ -106,7 +106,7 @@ static void step_forward_backward(step_bufs* s) {
     rt_layernorm_forward(s->ln, s->mean, s->rstd, s->h, s->lnw, s->lnb, N, H, RT_LAYERNORM_EPS, RT_F32);
     rt_dropout_forward(s->drop, s->ln, (size_t)N * H, 0.1f, 1234, 5, 0, RT_F32);
     rt_attention_lowmem_forward(s->att, s->astats, s->ascratch, s->ln, s->h, s->drop, B, T, NH,
-                                NH, HD, 1, RT_F32);
+                                NH, HD, 1, RT_F32, RT_F32);
     rt_gelu_forward(s->act, s->att, (size_t)N * H, RT_F32);
     rt_linear_forward(s->logits, s->act, s->w2, NULL, N, H, V, RT_F32);
     rt_cross_entropy_forward(s->loss, s->losses, s->logits, s->targets, N, V);
@@ -126,7 +126,8 @@ static void step_forward_backward(step_bufs* s) {
     rt_linear_backward(s->dact, s->dw2, NULL, s->dlogits, s->act, s->w2, N, H, V, RT_F32, RT_ACCUMULATE);
     rt_gelu_backward(s->datt, s->dact, s->att, (size_t)N * H, RT_F32, RT_ACCUMULATE);
     rt_attention_lowmem_backward(s->dln, s->dh, s->ddrop, s->ascratch, s->datt, s->att, s->ln,
-                                 s->h, s->drop, s->astats, B, T, NH, NH, HD, 1, RT_F32);
+                                 s->h, s->drop, s->astats, B, T, NH, NH, HD, 1, RT_F32, RT_F32,
+                                 RT_ACCUMULATE);
     rt_dropout_backward(s->dln, s->ddrop, (size_t)N * H, 0.1f, 1234, 5, 0, RT_F32, RT_ACCUMULATE);
     rt_layernorm_backward(s->dh, s->dlnw, s->dlnb, s->dln, s->h, s->lnw, s->mean, s->rstd, N, H, RT_F32, RT_ACCUMULATE);
     rt_linear_backward(NULL, s->dw1, s->db1, s->dh, s->x, s->w1, N, C, H, RT_F32, RT_ACCUMULATE);

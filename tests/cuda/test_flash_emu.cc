@@ -13,7 +13,9 @@
 //   forward out and stats (m, 1/l) against the CPU lowmem forward;
 //   backward dq, dk, dv accumulated onto non-zero buffers, from the emulated forward's out
 //   and stats, against the CPU lowmem backward from the CPU's;
-//   dq, dk, dv each requested alone: the same bits as the joint call.
+//   dq, dk, dv each requested alone: the same bits as the joint call;
+//   dt bf16 and the assign bits: the unrounded, accumulating call's values rounded, bit
+//   for bit (flash_store_check.h).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "cuda_emu.h"
 #include "host_data.h"
 #include "flash_attention.cuh"
+#include "flash_store_check.h"
 // the CPU reference: cpu_rt_*
 #include "cpu_rename.h"
 #include "rt_kernels.h"
@@ -88,7 +91,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
 
     // forward
     cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
-                                    RT_F32);
+                                    RT_F32, RT_F32);
     rtc_fa_args a;
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v;
@@ -109,7 +112,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
     float *dq = hcopy(dq0, nq), *dk = hcopy(dk0, nk), *dv = hcopy(dv0, nk);
     float *edq = hcopy(dq0, nq), *edk = hcopy(dk0, nk), *edv = hcopy(dv0, nk);
     cpu_rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV,
-                                     HD, causal, RT_F32);
+                                     HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     rtc_fa_args ba = a;
     ba.dout = dout, ba.out_in = eout, ba.stats_in = estats, ba.D = escratch;
     ba.dq = edq, ba.dk = edk, ba.dv = edv;
@@ -133,6 +136,14 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
     rtc_fa_backward(launch, s3);
     CHECK(same_bits(sdq, edq, nq) && same_bits(sdk, edk, nk) && same_bits(sdv, edv, nk),
           "flash backward %s: dq, dk, dv each alone == the joint call, bit for bit", nm);
+    {
+        auto fwd = [&launch](const rtc_fa_args& x) { rtc_fa_forward(launch, x); };
+        auto bwd = [&launch](const rtc_fa_args& x) { rtc_fa_backward(launch, x); };
+        char what[240];
+        snprintf(what, sizeof what, "flash %s, dt bf16", nm);
+        check_round_assign(fwd, bwd, RT_BF16, fa, eout, estats, ba, edq, edk, edv, dq0, dk0, dv0,
+                           what);
+    }
 
     free(q), free(k), free(v), free(dout), free(dq0), free(dk0), free(dv0);
     free(out), free(stats), free(scratch), free(eout), free(estats), free(escratch);

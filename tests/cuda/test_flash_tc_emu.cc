@@ -17,7 +17,9 @@
 //     within the fp32 tolerance (no 16-bit rounding reaches them);
 //     backward from the CPU's out and stats, accumulated onto non-zero dq, dk, dv, within
 //     the bound (P, dS narrowed); backward from the kernels' own forward (its out error
-//     carried into D); dq, dk, dv each requested alone: the joint call's bits; the fp32
+//     carried into D); dq, dk, dv each requested alone: the joint call's bits; dt and the
+//     assign bits: the unrounded, accumulating call's values rounded, bit for bit
+//     (flash_store_check.h); the fp32
 //     backward (flash_attention.cuh) from the tensor-core forward's out and stats (the
 //     stats are interchangeable);
 //   float (an emulator-only instantiation, nothing narrowed): forward and backward within
@@ -35,6 +37,7 @@
 #include "host_data.h"
 #include "flash_attention_tc.cuh"
 #include "attention_tc_ref.h"
+#include "flash_store_check.h"
 // the CPU reference: cpu_rt_*
 #include "cpu_rename.h"
 #include "rt_kernels.h"
@@ -146,7 +149,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
 
     // forward
     cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
-                                    RT_F32);
+                                    RT_F32, RT_F32);
     rtc_fa_args a;
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v;
@@ -171,7 +174,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     // backward from the CPU's out and stats, all three gradients, onto dq0/dk0/dv0
     float *dq = hcopy(dq0, nq), *dk = hcopy(dk0, nk), *dv = hcopy(dv0, nk);
     cpu_rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH,
-                                     NKV, HD, causal, RT_F32);
+                                     NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     float *edq = hcopy(dq0, nq), *edk = hcopy(dk0, nk), *edv = hcopy(dv0, nk);
     rtc_fa_args ba = a;
     ba.dout = dout, ba.out_in = out, ba.stats_in = stats, ba.D = escratch;
@@ -221,6 +224,14 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     tc_backward(e, s3);
     CHECK(same_bits(sdq, gdq, nq) && same_bits(sdk, gdk, nk) && same_bits(sdv, gdv, nk),
           "tc backward %s: dq, dk, dv each alone == the joint call, bit for bit", nm);
+    {
+        const rt_dtype dt = e == EL_BF16 ? RT_BF16 : RT_F16;
+        auto fwd = [e](const rtc_fa_args& x) { tc_forward(e, x); };
+        auto bwd = [e](const rtc_fa_args& x) { tc_backward(e, x); };
+        char what[240];
+        snprintf(what, sizeof what, "tc %s, dt %s", nm, elem_name(e));
+        check_round_assign(fwd, bwd, dt, fa, eout, estats, ga, gdq, gdk, gdv, dq0, dk0, dv0, what);
+    }
 
     // the fp32 backward accepts the tensor-core forward's stats (P exact, D from its out)
     float *fdq = hcopy(dq0, nq), *fdk = hcopy(dk0, nk), *fdv = hcopy(dv0, nk);

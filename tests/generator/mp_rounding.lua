@@ -26,10 +26,11 @@ end
 -- The kernels with a dt (their last argument; a backward kernel's next to last, before its
 -- assign bits) and the argument positions they round.
 local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = true, relu = true, silu = true,
-  swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true }
+  swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true,
+  attention_lowmem = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
-  broadcast_add = { 1 } }
+  broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 } }
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }

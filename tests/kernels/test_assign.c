@@ -6,7 +6,8 @@
 //   * an output whose bit is clear accumulates onto its old values exactly as before;
 // and the special cases: relu's and dropout's unwritten elements (written as 0 when
 // assigned), dropout p = 0 and p = 1, cross-entropy's ignored rows and all-ignored batch,
-// aliased outputs (da == db: the bits are ignored, both contributions accumulate), a
+// aliased outputs (da == db, attention's dq == dk == dv: the bits are ignored, the
+// contributions accumulate), a
 // NULL output whose bit is set, and linear backward without rows.
 #include <math.h>
 #include <stdint.h>
@@ -115,12 +116,25 @@ static void c_ce_ignored(float* const* o, float* const* in, rt_dtype dt, int as)
     rt_cross_entropy_backward(o[0], in[0], ce_ignored, CN, CV, 0.5f, as);
 }
 
+// -- lowmem attention (GQA, causal): in = q[B,T,NH*HD], k, v [B,T,HD], dout; backward
+// from an fp32 forward
+#define ATT_Q (B_ * T_ * NH_ * HD_)
+#define ATT_KV (B_ * T_ * HD_)
+static void c_attention(float* const* o, float* const* in, rt_dtype dt, int as) {
+    float scratch[2 * T_ * T_ + B_ * NH_ * T_], out[ATT_Q], stats[B_ * NH_ * T_ * 2];
+    rt_attention_lowmem_forward(out, stats, scratch, in[0], in[1], in[2], B_, T_, NH_, 1, HD_, 1,
+                                RT_F32, RT_F32);
+    rt_attention_lowmem_backward(o[0], o[1], o[2], scratch, in[3], out, in[0], in[1], in[2],
+                                 stats, B_, T_, NH_, 1, HD_, 1, RT_F32, dt, as);
+}
+
 #define LIN_IN 3, {N_ * C_, OC_ * C_, N_ * OC_}, {-2, -1, -1}, {2, 1, 1}
 #define NORM_IN 4, {RN * RC, RC, RC, RN * RC}, {-3, 0.5f, -1, -1}, {3, 1.5f, 1, 1}
 #define EW_IN 3, {EN, EN, EN}, {-6, -3, -2}, {6, 3, 2}
 #define BC_IN 3, {RN * RC, RC, RN * RC}, {-3, -3, -2}, {3, 3, 2}
 #define ROPE_IN 2, {ROPE_N, ROPE_N}, {-2, -2}, {2, 2}
 #define CE_IN 1, {CN * CV}, {-4}, {4}
+#define ATT_IN 4, {ATT_Q, ATT_KV, ATT_KV, ATT_Q}, {-2, -2, -2, -1}, {2, 2, 2, 1}
 
 static const acase cases[] = {
     {"linear backward", LIN_IN, 3, {N_ * C_, OC_ * C_, OC_}, {1, RT_ASSIGN_DWEIGHT, 0}, {"dinp", "dweight", "dbias"}, 1, c_linear},
@@ -137,6 +151,7 @@ static const acase cases[] = {
     {"dropout backward p=1", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_dropout_p1},
     {"broadcast_add backward", BC_IN, 2, {RN * RC, RC}, {1, 0}, {"da", "db"}, 1, c_bcast},
     {"rope backward", ROPE_IN, 1, {ROPE_N}, {1}, {"dinp"}, 1, c_rope},
+    {"attention lowmem backward", ATT_IN, 3, {ATT_Q, ATT_KV, ATT_KV}, {1, 2, 4}, {"dq", "dk", "dv"}, 1, c_attention},
     {"sum loss backward", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 0, c_sum},
     {"cross_entropy backward", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 0, c_ce},
     {"cross_entropy backward all ignored", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 0, c_ce_ignored},
@@ -231,6 +246,25 @@ static void test_alias_and_null(rt_dtype dt) {
     free(a), free(dout), free(init);
 }
 
+// Lowmem attention with dq, dk, dv one buffer (attention(x, x, x); NH = NKV, dt fp32): the
+// bits are ignored, all three contributions accumulate.
+static void test_attention_alias(void) {
+    enum { N1 = B_ * T_ * HD_ };
+    float x[N1], dout[N1], out[N1], stats[B_ * T_ * 2], scratch[2 * T_ * T_ + B_ * T_];
+    float got[N1], want[N1];
+    tk_fill(x, N1, -2, 2), tk_fill(dout, N1, -1, 1), tk_fill(got, N1, -1, 1);
+    memcpy(want, got, sizeof got);
+    rt_attention_lowmem_forward(out, stats, scratch, x, x, x, B_, T_, 1, 1, HD_, 1, RT_F32, RT_F32);
+    rt_attention_lowmem_backward(got, got, got, scratch, dout, out, x, x, x, stats, B_, T_, 1, 1,
+                                 HD_, 1, RT_F32, RT_F32, RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
+    rt_attention_lowmem_backward(want, want, want, scratch, dout, out, x, x, x, stats, B_, T_, 1,
+                                 1, HD_, 1, RT_F32, RT_F32, RT_ACCUMULATE);
+    size_t diff = 0;
+    for (int i = 0; i < N1; i++) diff += !same(got[i], want[i], 0);
+    CHECK(diff == 0, "fp32 attention lowmem backward dq == dk == dv with all bits set: %d values "
+          "equal to accumulating (bits ignored): %zu differ", N1, diff);
+}
+
 // No rows (N = 0): an assigned dinp has no elements, an assigned dweight is all zeros (the
 // empty sum), an accumulated one keeps its values.
 static void test_no_rows(void) {
@@ -265,6 +299,7 @@ int main(void) {
     }
     for (int d = 0; d < 3; d++) test_alias_and_null(dts[d]);
     test_no_rows();
+    test_attention_alias();
     printf("test_assign: %zu kernel cases, %d (dt, bits) runs\n", ncases, nruns);
     return check_summary();
 }

@@ -223,7 +223,7 @@ static double low_loss(void* p) {
     low_ctx* l = (low_ctx*)p;
     att_ctx* c = l->c;
     rt_attention_lowmem_forward(c->out, l->stats, l->scratch, c->q, c->k, c->v, c->B, c->T, c->NH,
-                                c->NKV, c->HD, c->causal, RT_F32);
+                                c->NKV, c->HD, c->causal, RT_F32, RT_F32);
     return tk_dot(c->out, c->proj, (size_t)c->B * c->T * c->NH * c->HD);
 }
 
@@ -246,14 +246,14 @@ static void test_lowmem(int B, int T, int NH, int NKV, int HD, int causal) {
     rt_attention_backward(aq, ak, av, scratch, c.proj, c.q, c.k, c.v, c.probs, B, T, NH, NKV, HD,
                           causal);
     rt_attention_lowmem_backward(bq, bk, bv, l.scratch, c.proj, c.out, c.q, c.k, c.v, l.stats, B,
-                                 T, NH, NKV, HD, causal, RT_F32);
+                                 T, NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     snprintf(name, sizeof name, "attention lowmem backward (%s, NH=%d NKV=%d) dq, dk, dv "
              "bit-identical to the probs variant", tag, NH, NKV);
     CHECK(memcmp(aq, bq, nq * sizeof(float)) == 0 && memcmp(ak, bk, nk * sizeof(float)) == 0 &&
               memcmp(av, bv, nk * sizeof(float)) == 0, "%s", name);
     tk_grad dq = tk_grad_new(nq), dk = tk_grad_new(nk), dv = tk_grad_new(nk);
     rt_attention_lowmem_backward(dq.buf, dk.buf, dv.buf, l.scratch, c.proj, c.out, c.q, c.k, c.v,
-                                 l.stats, B, T, NH, NKV, HD, causal, RT_F32);
+                                 l.stats, B, T, NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
     snprintf(name, sizeof name, "attention lowmem dq (%s, NH=%d NKV=%d)", tag, NH, NKV);
     tk_gradcheck(name, c.q, tk_grad_delta(&dq), nq, low_loss, &l, 1e-2f, 1e-2, 1e-3);
     snprintf(name, sizeof name, "attention lowmem dk (%s, NH=%d NKV=%d)", tag, NH, NKV);
@@ -296,11 +296,11 @@ static void test_lowmem_sweep(void) {
             float *bq = tk_dup(aq, nq), *bk = tk_dup(ak, nk), *bv = tk_dup(av, nk);
             rt_attention_forward(c.out, c.probs, c.q, c.k, c.v, B, T, NH, NKV, HD, causal);
             rt_attention_lowmem_forward(out2, stats, scratch, c.q, c.k, c.v, B, T, NH, NKV, HD,
-                                        causal, RT_F32);
+                                        causal, RT_F32, RT_F32);
             rt_attention_backward(aq, ak, av, pscratch, c.proj, c.q, c.k, c.v, c.probs, B, T, NH,
                                   NKV, HD, causal);
             rt_attention_lowmem_backward(bq, bk, bv, scratch, c.proj, out2, c.q, c.k, c.v, stats,
-                                         B, T, NH, NKV, HD, causal, RT_F32);
+                                         B, T, NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
             const int ok = memcmp(c.out, out2, nq * sizeof(float)) == 0 &&
                            memcmp(aq, bq, nq * sizeof(float)) == 0 &&
                            memcmp(ak, bk, nk * sizeof(float)) == 0 &&

@@ -152,11 +152,29 @@ static void c_rope_bwd(float* const* o, float* const* in, rt_dtype dt) {
     rt_rope_backward(o[0], in[1], B_, T_, NH_, HD_, RT_ROPE_THETA, dt, RT_ACCUMULATE);
 }
 
+// -- lowmem attention (GQA, causal): in = q[B,T,NH*HD], k, v [B,T,HD], dout[B,T,NH*HD];
+// backward from an fp32 forward
+#define ATT_KV ((size_t)B_ * T_ * HD_)
+#define ATT_STATS ((size_t)B_ * NH_ * T_ * 2)
+static void c_attention_fwd(float* const* o, float* const* in, rt_dtype dt) {
+    float scratch[2 * T_ * T_ + B_ * NH_ * T_];
+    rt_attention_lowmem_forward(o[0], o[1], scratch, in[0], in[1], in[2], B_, T_, NH_, 1, HD_,
+                                1, RT_F32, dt);
+}
+static void c_attention_bwd(float* const* o, float* const* in, rt_dtype dt) {
+    float scratch[2 * T_ * T_ + B_ * NH_ * T_], out[ROPE_N], stats[ATT_STATS];
+    rt_attention_lowmem_forward(out, stats, scratch, in[0], in[1], in[2], B_, T_, NH_, 1, HD_, 1,
+                                RT_F32, RT_F32);
+    rt_attention_lowmem_backward(o[0], o[1], o[2], scratch, in[3], out, in[0], in[1], in[2],
+                                 stats, B_, T_, NH_, 1, HD_, 1, RT_F32, dt, RT_ACCUMULATE);
+}
+
 #define LIN_IN 4, {N_ * C_, OC_ * C_, OC_, N_ * OC_}, {-2, -1, -1, -1}, {2, 1, 1, 1}
 #define NORM_IN 4, {RN * RC, RC, RC, RN * RC}, {-3, 0.5f, -1, -1}, {3, 1.5f, 1, 1}
 #define EW_IN 3, {EN, EN, EN}, {-6, -3, -2}, {6, 3, 2}
 #define BC_IN 3, {RN * RC, RC, RN * RC}, {-3, -3, -2}, {3, 3, 2}
 #define ROPE_IN 2, {ROPE_N, ROPE_N}, {-2, -2}, {2, 2}
+#define ATT_IN 4, {ROPE_N, ATT_KV, ATT_KV, ROPE_N}, {-2, -2, -2, -1}, {2, 2, 2, 1}
 
 static const rcase cases[] = {
     {"linear forward", LIN_IN, 1, {N_ * OC_}, {1}, {"out"}, 0, c_linear_fwd, 0, NULL},
@@ -190,6 +208,8 @@ static const rcase cases[] = {
     {"rope forward", ROPE_IN, 1, {ROPE_N}, {1}, {"out"}, 0, c_rope_fwd, 0, NULL},
     {"rope forward in place", ROPE_IN, 1, {ROPE_N}, {1}, {"out"}, 1, c_rope_fwd_inplace, 0, NULL},
     {"rope backward", ROPE_IN, 1, {ROPE_N}, {1}, {"dinp"}, 0, c_rope_bwd, 0, NULL},
+    {"attention lowmem forward", ATT_IN, 2, {ROPE_N, ATT_STATS}, {1, 0}, {"out", "stats"}, 0, c_attention_fwd, 0, NULL},
+    {"attention lowmem backward", ATT_IN, 3, {ROPE_N, ATT_KV, ATT_KV}, {1, 1, 1}, {"dq", "dk", "dv"}, 0, c_attention_bwd, 0, NULL},
 };
 
 // ----------------------------------------------------------------------------

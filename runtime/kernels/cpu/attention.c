@@ -17,6 +17,7 @@
 
 #include "../attention_shape.h"
 #include "kcheck.h"
+#include "kround.h"
 
 // ----------------------------------------------------------------------------
 // sizes
@@ -162,13 +163,23 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
-                                 int HD, int causal, rt_dtype prec) {
+                                 int HD, int causal, rt_dtype prec, rt_dtype dt) {
     RT_KCHECK_DT(prec, "rt_attention_lowmem_forward");
+    RT_KCHECK_DT(dt, "rt_attention_lowmem_forward");
     attention_check_(NH, NKV, HD);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head_(out, scratch, stats + ((size_t)b * NH + h) * T * 2, q, k, v,
                           rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
+    if (B > 0 && T > 0) rt_kround_buf(out, (size_t)B * T * NH * HD, dt);
+}
+
+// An assigned gradient output of lowmem backward, zeroed (its contributions then add
+// onto zeros: the Assign contract's bits); nothing when it is NULL, not assigned, or one
+// buffer with another output (then both accumulate).
+static void zero_assigned_(float* x, const float* o1, const float* o2, int assigned, size_t n) {
+    if (!x || !assigned || x == o1 || x == o2) return;
+    for (size_t i = 0; i < n; i++) x[i] = 0.0f;
 }
 
 // out is not read: backward_head_ takes rowsum(dP * P) from whole rows of the scratch,
@@ -176,10 +187,20 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
                                   const float* dout, const float* out, const float* q,
                                   const float* k, const float* v, const float* stats, int B,
-                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec) {
+                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
+                                  rt_dtype dt, int assign) {
     (void)out;
     RT_KCHECK_DT(prec, "rt_attention_lowmem_backward");
+    RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
+    RT_KCHECK(dt == RT_F32 || !((dq && (dq == dk || dq == dv)) || (dk && dk == dv)),
+              "gradient outputs that are one buffer need dt RT_F32",
+              "lowmem attention backward with aliased dq/dk/dv and dt %d", (int)dt);
     attention_check_(NH, NKV, HD);
+    if (B <= 0 || T <= 0) return;
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    zero_assigned_(dq, dk, dv, assign & RT_ASSIGN_1, nq);
+    zero_assigned_(dk, dq, dv, assign & RT_ASSIGN_2, nk);
+    zero_assigned_(dv, dq, dk, assign & RT_ASSIGN_3, nk);
     float* P = scratch;
     float* dS = scratch + (size_t)T * T;
     for (int b = 0; b < B; b++)
@@ -188,4 +209,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
             recompute_probs_(P, stats + ((size_t)b * NH + h) * T * 2, q, k, hv, T, HD, causal);
             backward_head_(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal);
         }
+    if (dq) rt_kround_buf(dq, nq, dt);
+    if (dk) rt_kround_buf(dk, nk, dt);
+    if (dv) rt_kround_buf(dv, nk, dt);
 }
