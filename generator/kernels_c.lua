@@ -313,8 +313,26 @@ function backward.rotary(op, c, dt, as)
     B, T, a.n_heads, a.head_dim, fmt_float(a.theta), dt, as) }
 end
 
+-- Whether the gradient of t is rounded after each backward that writes it: activation
+-- gradients keep their tensor's precision; parameter gradients are rounded once, before
+-- the reduce-scatter.
+local function grad_rounded(t)
+  return t.requires_grad and not t.is_param and round_dtype[t.dtype] ~= nil
+end
+
+-- Whether a view cast's rounding of its gradient (to its input's 16-bit dtype) is done by
+-- its output's only reader, a cross-entropy whose backward is then the buffer's only
+-- contribution and rounds it at the store (rt_kernels.h: its dt); returns that dtype.
+local function cast_rounded_by_loss(cast)
+  local o = cast.original or cast
+  local r = o.sole_reader
+  if not (memory.is_view(o) and r and r.kind == "cross_entropy" and r.ins[1] == o.outs[1]) then return nil end
+  local x = o.ins[1]
+  return grad_rounded(x) and round_dtype[x.dtype] or nil
+end
+
 -- A view cast's input and output share one gradient buffer: only the rounding to the
--- input's dtype (M.backward) is left to do.
+-- input's dtype (M.backward) is left to do, unless the loss did it.
 function backward.cast(op, c)
   if memory.is_view(op) then return {} end
   return { string.format("rt_accumulate(%s, %s, %d);", c.grad(op.ins[1]), c.dout(op.outs[1]), numel(op.ins[1])) }
@@ -327,15 +345,10 @@ end
 
 function backward.cross_entropy(op, c, _, as)
   local logits, targets = op.ins[1], op.ins[2]
-  return { string.format("rt_cross_entropy_backward(%s, %s, %s, %d, %d, %s, %s);", c.grad(logits),
-    c.val(logits), c.val(targets), rows(logits), last(logits), c.dloss(op.outs[1]), as) }
-end
-
--- Whether the gradient of t is rounded after each backward that writes it: activation
--- gradients keep their tensor's precision; parameter gradients are rounded once, before
--- the reduce-scatter.
-local function grad_rounded(t)
-  return t.requires_grad and not t.is_param and round_dtype[t.dtype] ~= nil
+  local cast = logits.producer
+  local dt = cast and cast.kind == "cast" and cast_rounded_by_loss(cast) or "RT_F32"
+  return { string.format("rt_cross_entropy_backward(%s, %s, %s, %d, %d, %s, %s, %s);", c.grad(logits),
+    c.val(logits), c.val(targets), rows(logits), last(logits), c.dloss(op.outs[1]), dt, as) }
 end
 
 -- Whether the gradient buffer of op's input i is also that of another float input j (one
@@ -433,6 +446,7 @@ function M.backward(op, c)
   local dt, by_kernel = backward_rounding(op, c)
   local as, assigned = backward_assign(op, c)
   local calls = f(op, c, dt, as)
+  if op.kind == "cast" and cast_rounded_by_loss(op) then by_kernel[1] = true end
   for i, t in ipairs(op.ins) do
     if grad_rounded(t) and not by_kernel[i] then
       local g = c.grad(t)

@@ -40,16 +40,22 @@ end
 -- memory. A recomputed cast is a view when its original is.
 function M.is_view(op) return (op.original or op).view == true end
 
+-- A view cast also records `sole_reader`, the one op that reads its output, if there is one:
+-- then that op's backward is the only contribution to the shared gradient buffer.
 local function mark_view_casts(graph)
   local readers = {}
   for _, op in ipairs(graph.ops) do
-    for _, t in ipairs(op.ins) do readers[t] = (readers[t] or 0) + 1 end
+    for _, t in ipairs(op.ins) do
+      readers[t] = readers[t] or {}
+      readers[t][#readers[t] + 1] = op
+    end
   end
   for _, op in ipairs(graph.ops) do
-    local x = op.ins[1]
-    if op.kind == "cast" and op.outs[1].dtype == "fp32" and readers[x] == 1 then
+    local x, rs = op.ins[1], readers[op.outs[1]] or {}
+    if op.kind == "cast" and op.outs[1].dtype == "fp32" and #(readers[x] or {}) == 1 then
       local b = M.base(x)  -- an activation (earlier view casts are already marked)
       op.view = b.producer ~= nil and not b.is_param and not b.is_input
+      op.sole_reader = op.view and #rs == 1 and rs[1] or nil
     end
   end
 end

@@ -138,7 +138,7 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
 __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
                                    const int32_t* __restrict__ targets,
                                    const double* __restrict__ count_in, int V, float dloss,
-                                   int as) {
+                                   rt_dtype dt, int as) {
     const double count = count_in[0];
     const size_t n = blockIdx.x;
     const int32_t t = targets[n];
@@ -158,18 +158,19 @@ __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __r
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float d = RTC_BASE(dx[j], as) + expf(x[j] - mx) * gs;
         if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
-        dx[j] = d;
+        dx[j] = rtc_round_to(d, dt);
     }
 }
 
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss, int assign) {
+                               int N, int V, float dloss, rt_dtype dt, int assign) {
+    RT_KCHECK_DT(dt, "rt_cross_entropy_backward");
     if (N <= 0 || V <= 0) return;
     rtc_ctx* ctx = rtc_get();
     double* count = ctx->scratch + RTC_RESULT_SLOT + 1;
     ce_count_kernel<<<1, 1024, 0, rtc_stream()>>>(count, targets, N, V);
     RTC_CHECK_LAUNCH(ce_count_kernel);
     ce_backward_kernel<<<(unsigned)N, rtc_row_threads(V), 0, rtc_stream()>>>(
-        dlogits, logits, targets, count, V, dloss, assign & RT_ASSIGN_1);
+        dlogits, logits, targets, count, V, dloss, dt, assign & RT_ASSIGN_1);
     RTC_CHECK_LAUNCH(ce_backward_kernel);
 }

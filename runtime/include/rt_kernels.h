@@ -6,10 +6,10 @@
 //
 // Mixed precision (`dt`, the last argument (before `assign`) of every kernel that writes
 // activations or activation gradients: linear, layernorm, rmsnorm, gelu, relu, silu,
-// swiglu, rope, residual, mul, broadcast_add, dropout, lowmem attention): the dtype of
-// the op's activation tensors, i.e. the tensors' dtype under a bf16/fp16
-// MixedPrecisionPolicy (RT_BF16, RT_F16), else RT_F32. Compute buffers hold fp32 values;
-// with a 16-bit dt
+// swiglu, rope, residual, mul, broadcast_add, dropout, lowmem attention; cross-entropy
+// backward has its own, see there): the dtype of the op's activation tensors, i.e. the
+// tensors' dtype under a bf16/fp16 MixedPrecisionPolicy (RT_BF16, RT_F16), else RT_F32.
+// Compute buffers hold fp32 values; with a 16-bit dt
 //   * the float inputs (activations, parameters, and the gradient buffers a backward
 //     kernel accumulates into) hold values exact in dt;
 //   * the kernel rounds (to nearest even) every activation value and activation-gradient
@@ -307,13 +307,14 @@ void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign);
 // the M non-ignored rows, M = N when none is ignored, as PyTorch). Forward writes the
 // per-row losses (nullable; 0 for ignored rows) and loss[0] = their mean. Backward
 // recomputes the softmax from the logits (no probs buffer) and accumulates
-// dlogits += (softmax - onehot(target)) * dloss / M (ignored rows add 0). RT_ASSIGN_1:
-// dlogits.
+// dlogits += (softmax - onehot(target)) * dloss / M (ignored rows add 0), rounded to dt
+// (the logits being a 16-bit tensor's fp32 view, whose gradient is the view's rounded).
+// RT_ASSIGN_1: dlogits.
 #define RT_IGNORE_INDEX (-100)
 void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
                               const int32_t* targets, int N, int V);
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss, int assign);
+                               int N, int V, float dloss, rt_dtype dt, int assign);
 
 #ifdef __cplusplus
 }

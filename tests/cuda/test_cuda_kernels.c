@@ -457,8 +457,8 @@ static void test_assign(rt_dtype dt) {
                 for (int i = 0; i < CN; i++) t[i] = RT_IGNORE_INDEX;
             RT_CHECK_CUDA(cudaMemcpy(d_t, t, sizeof t, cudaMemcpyHostToDevice));
             reset_out(h1, d1, init, (size_t)CN * CV, 1);
-            cpu_rt_cross_entropy_backward(h1, x, t, CN, CV, 2.0f, RT_ASSIGN_1);
-            rt_cross_entropy_backward(d1, d_x, d_t, CN, CV, 2.0f, RT_ASSIGN_1);
+            cpu_rt_cross_entropy_backward(h1, x, t, CN, CV, 2.0f, RT_F32, RT_ASSIGN_1);
+            rt_cross_entropy_backward(d1, d_x, d_t, CN, CV, 2.0f, RT_F32, RT_ASSIGN_1);
             snprintf(nm, sizeof nm, "assign cross_entropy backward dlogits (=)%s",
                      all ? ", every target ignored: zeros" : ", some targets ignored");
             cmp(nm, d1, h1, (size_t)CN * CV, TOL_ELEM);
@@ -954,9 +954,14 @@ static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) 
              N, V, ignore_every, all_ignored);
     cmp(nm, d_loss, &loss, 1, TOL_ELEM);
     cmp("  ... per-row losses", d_losses, losses, N, TOL_ELEM);
-    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f, RT_ACCUMULATE);
-    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f, RT_ACCUMULATE);
+    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f, RT_F32, RT_ACCUMULATE);
+    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f, RT_F32, RT_ACCUMULATE);
     cmp("  ... backward dlogits (+=) dloss=2", d_dx, dx, nv, TOL_ELEM);
+    // assigned and rounded to bf16 (the gradient of a bf16 tensor's fp32 view)
+    reset_out(dx, d_dx, NULL, nv, 1);
+    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f, RT_BF16, RT_ASSIGN_1);
+    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f, RT_BF16, RT_ASSIGN_1);
+    cmp_dt("  ... backward dlogits (=) rounded to bf16", d_dx, dx, nv, TOL_ELEM, RT_BF16, 1);
     free(t), free(x), free(dx), free(losses);
     dfree(d_x), dfree(d_dx), dfree(d_losses), dfree(d_loss), dfree(d_t);
 }

@@ -122,7 +122,8 @@ static void step_forward_backward(step_bufs* s) {
     rt_zero(s->dw2, (size_t)V * H);
     rt_zero(s->dlnw, H);
     rt_zero(s->dlnb, H);
-    rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, 1.0f, RT_ACCUMULATE);
+    rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, 1.0f, RT_F32,
+                              RT_ACCUMULATE);
     rt_linear_backward(s->dact, s->dw2, NULL, s->dlogits, s->act, s->w2, N, H, V, RT_F32, RT_ACCUMULATE);
     rt_gelu_backward(s->datt, s->dact, s->att, (size_t)N * H, RT_F32, RT_ACCUMULATE);
     rt_attention_lowmem_backward(s->dln, s->dh, s->ddrop, s->ascratch, s->datt, s->att, s->ln,

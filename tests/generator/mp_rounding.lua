@@ -30,7 +30,7 @@ local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = tru
   attention_lowmem = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
-  broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 } }
+  broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 } }
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }
@@ -153,6 +153,21 @@ if gpt2 then
   local ok = a and a[#a - 1] == "RT_BF16" and #calls == 2 and args_of(calls[2])[1] == a[2]
   check(ok, "gpt2 tok + pos broadcast add backward: da rounded by the kernel, db (the bf16 position "
     .. "embedding's gradient, an activation) by one rt_step_round")
+end
+
+-- The fp32 logits of a bf16 model (a view cast, read only by the loss): the cross-entropy
+-- backward rounds their gradient to bf16 itself, the cast's backward has nothing left to do.
+local llama = texts["bench_llama_1b"]
+if llama then
+  local ce
+  for _, st in ipairs(compute_steps(llama)) do
+    if st.kind == "loss_grad" then ce = st.calls[1] end
+  end
+  local a = ce and ce:match("^rt_cross_entropy_backward%(") and args_of(ce)
+  local cast = backward_calls(llama, "cast")
+  check(a and a[#a - 1] == "RT_BF16" and a[#a] == "RT_ASSIGN_1" and #cast == 0,
+    "llama 1B logits: cross-entropy backward assigns dlogits rounded to bf16 (" .. tostring(ce)
+    .. "), the view cast's backward emits nothing (" .. #cast .. " calls)")
 end
 
 -- ---------------------------------------------------------------------------- refused

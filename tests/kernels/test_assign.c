@@ -108,12 +108,10 @@ static void c_sum(float* const* o, float* const* in, rt_dtype dt, int as) {
     rt_sum_loss_backward(o[0], CN * CV, 0.75f, as);
 }
 static void c_ce(float* const* o, float* const* in, rt_dtype dt, int as) {
-    (void)dt;
-    rt_cross_entropy_backward(o[0], in[0], ce_targets, CN, CV, 0.5f, as);
+    rt_cross_entropy_backward(o[0], in[0], ce_targets, CN, CV, 0.5f, dt, as);
 }
 static void c_ce_ignored(float* const* o, float* const* in, rt_dtype dt, int as) {
-    (void)dt;
-    rt_cross_entropy_backward(o[0], in[0], ce_ignored, CN, CV, 0.5f, as);
+    rt_cross_entropy_backward(o[0], in[0], ce_ignored, CN, CV, 0.5f, dt, as);
 }
 
 // -- lowmem attention (GQA, causal): in = q[B,T,NH*HD], k, v [B,T,HD], dout; backward
@@ -153,8 +151,8 @@ static const acase cases[] = {
     {"rope backward", ROPE_IN, 1, {ROPE_N}, {1}, {"dinp"}, 1, c_rope},
     {"attention lowmem backward", ATT_IN, 3, {ATT_Q, ATT_KV, ATT_KV}, {1, 2, 4}, {"dq", "dk", "dv"}, 1, c_attention},
     {"sum loss backward", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 0, c_sum},
-    {"cross_entropy backward", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 0, c_ce},
-    {"cross_entropy backward all ignored", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 0, c_ce_ignored},
+    {"cross_entropy backward", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 1, c_ce},
+    {"cross_entropy backward all ignored", CE_IN, 1, {CN * CV}, {1}, {"dlogits"}, 1, c_ce_ignored},
 };
 
 static const char* dt_name(rt_dtype dt) {

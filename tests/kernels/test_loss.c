@@ -78,7 +78,7 @@ static void test_ce_known(void) {
     CHECK_CLOSE("cross-entropy logits (1,2,3) target 2 = 0.4076060", l, 0.40760596444438013, 1e-7);
     // its gradient: softmax - onehot = (0.0900306, 0.2447285, -0.3347590)
     float g[3] = {0};
-    rt_cross_entropy_backward(g, z2, &t2, 1, 3, 1.0f, RT_ACCUMULATE);
+    rt_cross_entropy_backward(g, z2, &t2, 1, 3, 1.0f, RT_F32, RT_ACCUMULATE);
     CHECK_CLOSE("cross-entropy grad logit 0 = softmax 0.0900306", g[0], 0.09003057317038046, 1e-7);
     CHECK_CLOSE("cross-entropy grad logit 2 = softmax - 1 = -0.3347590", g[2], -0.3347590442251781, 1e-7);
     // large logits: no overflow, same loss as shifted ones
@@ -112,7 +112,7 @@ static void test_ce(void) {
                  ref, (size_t)N, 1e-6);
     CHECK_CLOSE("cross-entropy mean over the 5 non-ignored rows", l, mean, 1e-6);
     tk_grad d = tk_grad_new((size_t)N * V);
-    rt_cross_entropy_backward(d.buf, c.logits, targets, N, V, 0.7f, RT_ACCUMULATE);
+    rt_cross_entropy_backward(d.buf, c.logits, targets, N, V, 0.7f, RT_F32, RT_ACCUMULATE);
     const float* delta = tk_grad_delta(&d);
     tk_gradcheck("cross-entropy dlogits (dloss 0.7, one ignored row)", c.logits, delta,
                  (size_t)N * V, ce_loss, &c, 1e-2f, 1e-2, 1e-3);
@@ -132,7 +132,7 @@ static void test_ce(void) {
     const int32_t all_ign[2] = {RT_IGNORE_INDEX, RT_IGNORE_INDEX};
     rt_cross_entropy_forward(&l, NULL, c.logits, all_ign, 2, V);
     float g2[18] = {0};
-    rt_cross_entropy_backward(g2, c.logits, all_ign, 2, V, 1.0f, RT_ACCUMULATE);
+    rt_cross_entropy_backward(g2, c.logits, all_ign, 2, V, 1.0f, RT_F32, RT_ACCUMULATE);
     int zero = 1;
     for (int i = 0; i < 18; i++) zero &= g2[i] == 0.0f;
     CHECK(isnan(l) && zero, "cross-entropy with every target ignored: loss %g (NaN), gradient zero", l);

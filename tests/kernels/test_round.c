@@ -169,11 +169,19 @@ static void c_attention_bwd(float* const* o, float* const* in, rt_dtype dt) {
                                  stats, B_, T_, NH_, 1, HD_, 1, RT_F32, dt, RT_ACCUMULATE);
 }
 
+// -- cross-entropy backward: in = logits[RN,RC]; rows 1 and 4 ignored
+static void c_ce_bwd(float* const* o, float* const* in, rt_dtype dt) {
+    int32_t t[RN];
+    for (int n = 0; n < RN; n++) t[n] = n % 3 == 1 ? RT_IGNORE_INDEX : (int32_t)(n * 7 % RC);
+    rt_cross_entropy_backward(o[0], in[0], t, RN, RC, 0.75f, dt, RT_ACCUMULATE);
+}
+
 #define LIN_IN 4, {N_ * C_, OC_ * C_, OC_, N_ * OC_}, {-2, -1, -1, -1}, {2, 1, 1, 1}
 #define NORM_IN 4, {RN * RC, RC, RC, RN * RC}, {-3, 0.5f, -1, -1}, {3, 1.5f, 1, 1}
 #define EW_IN 3, {EN, EN, EN}, {-6, -3, -2}, {6, 3, 2}
 #define BC_IN 3, {RN * RC, RC, RN * RC}, {-3, -3, -2}, {3, 3, 2}
 #define ROPE_IN 2, {ROPE_N, ROPE_N}, {-2, -2}, {2, 2}
+#define CE_IN 1, {RN * RC}, {-4}, {4}
 #define ATT_IN 4, {ROPE_N, ATT_KV, ATT_KV, ROPE_N}, {-2, -2, -2, -1}, {2, 2, 2, 1}
 
 static const rcase cases[] = {
@@ -208,6 +216,7 @@ static const rcase cases[] = {
     {"rope forward", ROPE_IN, 1, {ROPE_N}, {1}, {"out"}, 0, c_rope_fwd, 0, NULL},
     {"rope forward in place", ROPE_IN, 1, {ROPE_N}, {1}, {"out"}, 1, c_rope_fwd_inplace, 0, NULL},
     {"rope backward", ROPE_IN, 1, {ROPE_N}, {1}, {"dinp"}, 0, c_rope_bwd, 0, NULL},
+    {"cross_entropy backward", CE_IN, 1, {RN * RC}, {1}, {"dlogits"}, 0, c_ce_bwd, 0, NULL},
     {"attention lowmem forward", ATT_IN, 2, {ROPE_N, ATT_STATS}, {1, 0}, {"out", "stats"}, 0, c_attention_fwd, 0, NULL},
     {"attention lowmem backward", ATT_IN, 3, {ROPE_N, ATT_KV, ATT_KV}, {1, 1, 1}, {"dq", "dk", "dv"}, 0, c_attention_bwd, 0, NULL},
 };

@@ -165,7 +165,8 @@ static void tok_step(rt_rank* R) {
         rt_step_section(R, "backward");
         float* dl = RT_F32(R, TOK_DLOGITS, 4 * TOK_N * TOK_V);
         rt_zero(dl, TOK_N * TOK_V);
-        rt_cross_entropy_backward(dl, logits, R->targets[a], TOK_N, TOK_V, 1.0f, RT_ACCUMULATE);
+        rt_cross_entropy_backward(dl, logits, R->targets[a], TOK_N, TOK_V, 1.0f, RT_F32,
+                                  RT_ACCUMULATE);
         float* ug = RT_F32(R, TOK_UGRAD, 4 * 256);
         rt_zero(ug, 256);
         rt_embedding_backward(ug, dl, R->tokens[a], TOK_N, TOK_V, TOK_V);

@@ -67,7 +67,8 @@ void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
 }
 
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss, int assign) {
+                               int N, int V, float dloss, rt_dtype dt, int assign) {
+    RT_KCHECK_DT(dt, "rt_cross_entropy_backward");
     const int as = assign & RT_ASSIGN_1;
     int count = 0;
     for (int n = 0; n < N; n++) {
@@ -95,5 +96,6 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
         const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
         for (int j = 0; j < V; j++) dx[j] = RT_KBASE(dx[j], as) + expf(x[j] - mx) * gs;
         dx[t] -= (float)g;
+        rt_kround_buf(dx, (size_t)V, dt);
     }
 }
