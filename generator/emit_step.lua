@@ -284,7 +284,7 @@ end
 -- rt_zero of each buffer in bufs but those in `skip` (a set); of an unsharded gradient
 -- buffer, only the elements around the parameters `assigned[bf]` whose gradients are
 -- assigned later (in order of offset: the gaps, padding included).
-local function zero(calls, bufs, skip, assigned, plan)
+local function zero(calls, bufs, skip, assigned, w)
   local function emit(bf, elem, n)
     if n > 0 then calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf, elem, n), n) end
   end
@@ -293,8 +293,8 @@ local function zero(calls, bufs, skip, assigned, plan)
     if ps then
       local ranges = {}
       for _, p in ipairs(ps) do
-        local g, l = param_layout(plan, p)
-        ranges[#ranges + 1] = { l.offset * g.shard, trace.numel(p.shape) }
+        local _, off = w:param_offset(p)
+        ranges[#ranges + 1] = { off, trace.numel(p.shape) }
       end
       table.sort(ranges, function(a, b) return a[1] < b[1] end)
       local at = 0
@@ -376,7 +376,7 @@ function Walker:step(st, index)
     local bcalls, assigned = kernels.backward(node, c)
     local skip = {}
     for _, bf in ipairs(assigned) do skip[bf] = true end
-    zero(calls, u.zero, skip, self.assigns_by_buf, self.plan)
+    zero(calls, u.zero, skip, self.assigns_by_buf, self)
     for _, c in ipairs(bcalls) do calls[#calls + 1] = c end
     if op == "loss_grad" then
       calls[#calls + 1] = string.format("rt_step_loss(R, %d, %s);", self.nbackward - 1, F(self.loss.buf, 0, 1))

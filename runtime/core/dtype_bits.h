@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rt_dtype.h"
+
 #ifdef __CUDACC__
 #define RT_BITS_FN static inline __host__ __device__
 #else
@@ -83,6 +85,16 @@ RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
         shift++;
     }
     return rt_f32_bits(sign | ((113u - shift) << 23) | ((m & 0x3FFu) << 13));
+}
+
+// ---- rounding ---------------------------------------------------------------------------
+
+// v rounded to nearest even in dt and widened back (RT_F32, or any other dt: v): the
+// rounding of every 16-bit value a kernel stores, on the host and on the GPU alike.
+RT_BITS_FN float rt_round_inl(float v, rt_dtype dt) {
+    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
+    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
+    return v;
 }
 
 #endif

@@ -89,11 +89,7 @@ const char* rtc_cublas_hint(int status);
 // rounding to a kernel's dt (rt_kernels.h "Mixed precision")
 
 // v rounded to nearest even in dt (RT_F32: v).
-__device__ __forceinline__ float rtc_round_to(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
+__device__ __forceinline__ float rtc_round_to(float v, rt_dtype dt) { return rt_round_inl(v, dt); }
 
 // The value a backward kernel adds its contribution to: the gradient's current value, or
 // 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of accumulating

@@ -36,8 +36,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../core/dtype_bits.h"
-#include "rt_dtype.h"
+#include "../core/dtype_bits.h"  // rt_round_inl
 
 // Dynamic shared memory of a kernel (the emulator supplies its own).
 #ifndef RTC_FA_SMEM
@@ -132,17 +131,10 @@ __device__ __forceinline__ void rtc_fa_dots(float* acc, const float* x, const fl
     }
 }
 
-// v rounded to nearest even in dt (RT_F32: v), the host's bits (core/dtype_bits.h).
-__device__ __forceinline__ float rtc_fa_round(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
-
 // A gradient element's one store: its call's total v added to the old value, or to 0 when
 // assigned (0 + v: the bits of accumulating onto a zeroed buffer; *g not read), rounded.
 __device__ __forceinline__ void rtc_fa_store_grad(float* g, float v, bool assign, rt_dtype dt) {
-    *g = rtc_fa_round((assign ? 0.0f : *g) + v, dt);
+    *g = rt_round_inl((assign ? 0.0f : *g) + v, dt);
 }
 
 // Key tk visible from query tq (both inside the sequence, causal mask).
@@ -226,7 +218,7 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_forward_kernel(rtc_fa_args a
 #pragma unroll
         for (int i = 0; i < DPT; i++) {
             const int d = j + i * TPR;
-            if (d < HD) og[d] = rtc_fa_round(o[i] * inv, a.dt);
+            if (d < HD) og[d] = rt_round_inl(o[i] * inv, a.dt);
         }
         if (j == 0) {
             float* st = a.stats + (((size_t)b * a.NH + h) * T + tq) * 2;

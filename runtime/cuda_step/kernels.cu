@@ -51,12 +51,6 @@ __device__ __forceinline__ void store(void* b, int dt, int64_t i, float v) {
     else ((float*)b)[i] = v;
 }
 
-__device__ __forceinline__ float round_to(int dt, float v) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
-
 // ---- plans --------------------------------------------------------------------------------
 
 extern "C" int rtcs_plan_upload(rtcs_plan* out, const rt_seg_plan* p) {
@@ -111,7 +105,7 @@ __global__ void seg_copy_kernel(void* dst, int dst_dt, const void* src, int src_
         }
         int64_t k = e - run_start;
         float v = s.src < 0 ? 0.0f : load(src, src_dt, s.src + k);
-        if (accumulate) v = load(dst, dst_dt, s.dst + k) + round_to(dst_dt, v);
+        if (accumulate) v = load(dst, dst_dt, s.dst + k) + rt_round_inl(v, (rt_dtype)dst_dt);
         store(dst, dst_dt, s.dst + k, v);
     }
 }
@@ -141,7 +135,7 @@ extern "C" void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, vo
 __global__ void round_kernel(float* x, int64_t n, int dt) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = round_to(dt, x[i]);
+        x[i] = rt_round_inl(x[i], (rt_dtype)dt);
 }
 
 extern "C" void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream) {

@@ -22,9 +22,7 @@ static float* fsc_nan_filled(size_t n) {
 // x rounded to dt by the host's converters (rt_step_round's)
 static float* fsc_rounded_copy(const float* x, size_t n, rt_dtype dt) {
     float* y = hcopy(x, n);
-    for (size_t i = 0; i < n; i++)
-        y[i] = dt == RT_BF16 ? rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(y[i]))
-                             : rt_f16_to_f32_inl(rt_f16_from_f32_inl(y[i]));
+    for (size_t i = 0; i < n; i++) y[i] = rt_round_inl(y[i], dt);
     return y;
 }
 

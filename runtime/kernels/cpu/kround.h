@@ -12,11 +12,7 @@
 #include "rt_dtype.h"
 
 // v rounded to dt (RT_F32: v).
-static inline float rt_kround(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
-}
+static inline float rt_kround(float v, rt_dtype dt) { return rt_round_inl(v, dt); }
 
 // The value a backward kernel adds its contribution to: the gradient's current value,
 // or 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of
