@@ -57,6 +57,7 @@ static void ctx_free(void* p) {
     int cur = -1;
     if (cudaGetDevice(&cur) == cudaSuccess && cur != c->device) (void)cudaSetDevice(c->device);
     (void)cublasDestroy(c->blas);
+    (void)cublasLtDestroy(c->blas_lt);
     (void)cudaFree(c->blas_workspace);
     (void)cudaFree(c->scratch);
     (void)cudaFree(c->colsum_partials);
@@ -103,6 +104,7 @@ rtc_ctx* rtc_get(void) {
     RT_CHECK_CUDA(cudaMalloc((void**)&c->colsum_partials, RTC_COLSUM_PARTIAL_DOUBLES * sizeof(double)));
     RT_CHECK_CUDA(cudaMallocHost((void**)&c->host_result, sizeof(double)));
     RT_CHECK_CUBLAS(cublasCreate(&c->blas));
+    RT_CHECK_CUBLAS(cublasLtCreate(&c->blas_lt));
     // fp32 SGEMM without TF32 (the CPU backend's numbers within fp32 round-off); scalars
     // alpha and beta from host memory (each call site's constants)
     RT_CHECK_CUBLAS(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
@@ -191,7 +193,16 @@ rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld
     if (rows <= 0 || cols <= 0) return o;
     if (prec == RT_BF16) narrow_rows((__nv_bfloat16*)dst, o.ld, src, rows, cols, ld);
     else narrow_rows((__half*)dst, o.ld, src, rows, cols, ld);
+    if (o.ld != cols)  // the padding columns are zeros: a product may sum over them
+        RT_CHECK_CUDA(cudaMemset2DAsync((char*)dst + (size_t)cols * 2, (size_t)o.ld * 2, 0,
+                                        (size_t)(o.ld - cols) * 2, (size_t)rows, rtc_stream()));
     return o;
+}
+
+void rtc_zero_rows16(rtc_operand16 o, int from, int to) {
+    if (to > from)
+        RT_CHECK_CUDA(cudaMemsetAsync((char*)o.p + (size_t)from * o.ld * 2, 0,
+                                      (size_t)(to - from) * o.ld * 2, rtc_stream()));
 }
 
 // dst[r * cols + c] = src[r * lds + c] widened (exact). Four columns per thread (one float4
@@ -246,9 +257,49 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
 }
 
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                        float beta, void* T, float* C, rt_dtype prec) {
+                        void* T, float* C, rt_dtype prec) {
     if (M <= 0 || N <= 0) return;
-    gemm16(ta, tb, M, N, K, 1.0f, A, B, beta, T, 1, rtc_ld16(N), prec);
+    gemm16(ta, tb, M, rtc_ld16(N), K, 1.0f, A, B, 0.0f, T, 1, rtc_ld16(N), prec);
+    widen(C, T, M, N, rtc_ld16(N), prec);
+}
+
+// cuBLASLt's bias epilogue: D = op(A) op(B) + bias (per column of the row-major D), summed
+// in fp32 and rounded once to prec. Not cublasGemmEx with the bias rows as a 16-bit C and
+// beta = 1: on an H100 (cuBLAS 13) that gave results up to 255 bf16 ulps off in place.
+static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
+                        const void* bias, void* D, int ldd, rt_dtype prec) {
+    rtc_ctx* c = rtc_get();
+    const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtMatmulDesc_t op;
+    RT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                   sizeof epilogue));
+    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof bias));
+    // Column-major, as gemm16: D^T[N, M] = op(B)^T op(A)^T, each matrix as stored.
+    cublasLtMatrixLayout_t la, lb, ld;
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, t16, tb ? K : N, tb ? N : K, B.ld));
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, t16, ta ? M : K, ta ? K : M, A.ld));
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, t16, N, M, ldd));
+    const float one = 1.0f, zero = 0.0f;
+    RT_CHECK_CUBLAS(cublasLtMatmul(c->blas_lt, op, &one, B.p, la, A.p, lb, &zero,
+                                   D, ld, D, ld, NULL, c->blas_workspace, RTC_BLAS_WORKSPACE,
+                                   c->stream));
+    (void)cublasLtMatrixLayoutDestroy(la);
+    (void)cublasLtMatrixLayoutDestroy(lb);
+    (void)cublasLtMatrixLayoutDestroy(ld);
+    (void)cublasLtMatmulDescDestroy(op);
+}
+
+void rtc_gemm16_bias_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A,
+                             rtc_operand16 B, const void* bias16, void* T, float* C,
+                             rt_dtype prec) {
+    if (M <= 0 || N <= 0) return;
+    gemm16_bias(ta, tb, M, rtc_ld16(N), K, A, B, bias16, T, rtc_ld16(N), prec);
     widen(C, T, M, N, rtc_ld16(N), prec);
 }
 

@@ -42,23 +42,40 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
     RTC_GRID_STRIDE(i, n) out[i] = bias ? bias[i % (size_t)OC] : 0.0f;
 }
 
-// 16-bit operands: the product goes to a 16-bit block of the operand scratch whose rows are
-// padded to 8 elements (cuBLAS takes its slow align1 kernels for an output row stride that
-// is not a multiple of 8: GPT-2's LM head, vocabulary 50257, took 13 ms on an H100, about
-// 95 TFLOP/s). The block holds the bias rows first when there is a bias (exactly: bias
-// values are dt values), cuBLAS rounds the fp32 sum to dt in its epilogue, and one pass
-// widens the result into place (rtc_gemm16_rounded): per output element 2 bytes of bias,
-// 2 + 2 for cuBLAS and 2 + 4 for the widening, against 4 + 4 + 4 and a rounding pass's
-// 4 + 4 with an fp32 output.
+// 16-bit operands: cuBLAS writes the product rounded to dt into a 16-bit block of the
+// operand scratch (with the bias added before the rounding, by cuBLASLt's epilogue) and one
+// pass widens it into place (rtc_gemm16_rounded): per output element 2 + 2 + 4 bytes against
+// 4 + 4 + 4 and a rounding pass's 4 + 4 with an fp32 output. The product spans OC rounded up
+// to 8 columns, over zero rows of the weight's copy (GPT-2's LM head: 1.8 ms, not 13.2),
+// and sums over C rounded up to 8, the copies' zero padding (on an H100 the bias epilogue
+// with C = 65 and C = 17 gave values up to 11 times test_cuda_kernels' tolerance off).
 static void linear_forward16(float* out, const float* inp, const float* weight,
                              const float* bias, int N, int C, int OC, rt_dtype dt) {
-    const size_t nx = rtc_elems16(N, C), nw = rtc_elems16(OC, C);
-    char* s = (char*)rtc_operand_scratch((nx + nw + rtc_elems16(N, OC)) * 2);
+    const int OCp = rtc_ld16(OC);
+    const size_t nx = rtc_elems16(N, C), nw = rtc_elems16(OCp, C), nb = bias ? (size_t)OCp : 0;
+    char* s = (char*)rtc_operand_scratch((nx + nw + nb + rtc_elems16(N, OC)) * 2);
     const rtc_operand16 x16 = rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
-    char* t = s + (nx + nw) * 2;  // 16-byte aligned: both copies are
-    if (bias) rtc_narrow(t, bias, N, OC, 0, dt);  // row stride 0: every row the bias
-    rtc_gemm16_rounded(0, 1, N, OC, C, x16, w16, bias ? 1.0f : 0.0f, t, out, dt);
+    rtc_zero_rows16(w16, OC, OCp);
+    char* t = s + (nx + nw + nb) * 2;  // 16-byte aligned: every copy before it is
+    if (bias) {
+        const rtc_operand16 b16 = rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt);
+        rtc_gemm16_bias_rounded(0, 1, N, OC, x16.ld, x16, w16, b16.p, t, out, dt);
+    } else {
+        rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, t, out, dt);
+    }
+}
+
+// dweight[OC, C] (+)= dout16^T · inp16 (beta 0 or 1). OC is the product's row count here
+// and the contiguous one of dout's copy: not a multiple of 8, it sends cuBLAS to an align1
+// kernel (GPT-2's LM head: 2.3 ms, against 1.4 ms for 50264 rows), so the last OC % 8 rows
+// are a second, small product.
+static void dweight16(float* dweight, rtc_operand16 d16, rtc_operand16 i16, int N, int C, int OC,
+                      float beta, rt_dtype dt) {
+    const int bulk = OC & ~7;
+    rtc_gemm16(1, 0, bulk, C, N, 1.0f, d16, i16, beta, dweight, C, dt);
+    const rtc_operand16 tail = {(const char*)d16.p + (size_t)bulk * 2, d16.ld};
+    rtc_gemm16(1, 0, OC - bulk, C, N, 1.0f, tail, i16, beta, dweight + (size_t)bulk * C, C, dt);
 }
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -94,26 +111,30 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const int want_dinp = dinp && C > 0, want_dw = dweight && C > 0;
     if (dt != RT_F32 && (want_dinp || want_dw)) {
-        // 16-bit: dout narrowed once for both products; an assigned dinp is rounded in
-        // cuBLAS's epilogue and widened into place (as linear_forward16's output)
-        const size_t nd = rtc_elems16(N, OC), nw = want_dinp ? rtc_elems16(OC, C) : 0;
+        // 16-bit: dout narrowed once for both products; dinp's sums run over OC rounded up to
+        // 8 (dout's zero padding times the weight copy's zero rows: an odd OC sent cuBLAS to
+        // an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an assigned dinp is
+        // rounded in cuBLAS's epilogue and widened into place (as linear_forward16's output)
+        const int OCp = rtc_ld16(OC);
+        const size_t nd = rtc_elems16(N, OC), nw = want_dinp ? rtc_elems16(OCp, C) : 0;
         const size_t ni = want_dw ? rtc_elems16(N, C) : 0;
         const size_t nt = want_dinp && as ? rtc_elems16(N, C) : 0;
         char* s = (char*)rtc_operand_scratch((nd + nw + ni + nt) * 2);
         const rtc_operand16 d16 = rtc_narrow(s, dout, N, OC, OC, dt);
         if (want_dinp) {
             const rtc_operand16 w16 = rtc_narrow(s + nd * 2, weight, OC, C, C, dt);
+            rtc_zero_rows16(w16, OC, OCp);
             if (as) {
                 char* t = s + (nd + nw + ni) * 2;
-                rtc_gemm16_rounded(0, 0, N, C, OC, d16, w16, 0.0f, t, dinp, dt);
+                rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, t, dinp, dt);
             } else {
-                rtc_gemm16(0, 0, N, C, OC, 1.0f, d16, w16, 1.0f, dinp, C, dt);
+                rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, dinp, C, dt);
                 rtc_round_buf(dinp, (size_t)N * C, dt);
             }
         }
         if (want_dw) {
             const rtc_operand16 i16 = rtc_narrow(s + (nd + nw) * 2, inp, N, C, C, dt);
-            rtc_gemm16(1, 0, OC, C, N, 1.0f, d16, i16, beta_w, dweight, C, dt);
+            dweight16(dweight, d16, i16, N, C, OC, beta_w, dt);
         }
     } else {
         if (want_dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)

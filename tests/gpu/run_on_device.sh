@@ -32,10 +32,12 @@ step() {
     [ "$max" -gt "$left" ] && max=$left
     if [ "$max" -lt 15 ]; then echo "SKIPPED $name: no time left" | tee -a "$out/summary.txt"; return; fi
     echo "=== $name (limit ${max}s)" >>"$log"
-    local t0 rc last
+    local t0 rc last from
     t0=$(date +%s)
+    from=$(wc -l <"$log")
     timeout -k 5 "$max" "$@" >>"$log" 2>&1
     rc=$?
+    tail -n +"$((from + 1))" "$log" | grep -E '^FAIL' | head -n 20 >>"$out/summary.txt"
     last=$(tail -n 5 "$log" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
         passed=$((passed + BASH_REMATCH[1])) failed=$((failed + BASH_REMATCH[2]))
@@ -73,11 +75,13 @@ for s in $stages; do
         step "bench" bench.log 300 bench/run.sh all ;;
     profile)
         for b in gpt2_124m llama_1b; do
+            step "build bench_$b" build.log 60 ./fsdpgen build bench/specs/$b.lua --cuda
             step "profile $b" profile.log 120 ncu --clock-control none --metrics gpu__time_duration.sum \
                 --csv --page raw --log-file "$out/ncu_$b.csv" build/bench_$b/bench_${b}_cuda --steps 2 --no-graph
         done ;;
     attention)
         step "attention vs sdpa" attention.log 90 bench/attention.sh
+        step "build bench_gpt2_124m" build.log 60 ./fsdpgen build bench/specs/gpt2_124m.lua --cuda
         step "attention sections" profile.log 150 ncu -k regex:rtc_fa_tc --launch-count 3 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section Occupancy --log-file "$out/ncu_attention.txt" \
