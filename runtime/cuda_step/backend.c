@@ -347,8 +347,9 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
     float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
-    rtcs_round(grads, (size_t)mg->padded_numel, grads_dtype, c->compute);
-    rtcs_copy(&c->groups[g].rs_in, in, mg->reduce_dtype, grads, RT_F32, 0, c->compute);
+    // the rounding to grads_dtype in the copy-in: no pass over the unsharded grads, which
+    // nothing reads after it (Llama 1B: 12 GB of traffic, about 4 ms on an H100)
+    rtcs_copy_rounded(&c->groups[g].rs_in, in, mg->reduce_dtype, grads, grads_dtype, c->compute);
     // The fork precedes compute's wait for the previous all-reduce (below), so this
     // reduce-scatter does not queue behind it.
     after(R, 2, c->rs, c->compute, c->fork);

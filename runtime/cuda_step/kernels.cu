@@ -81,7 +81,7 @@ extern "C" void rtcs_plan_free(rtcs_plan* p) {
 
 // ---- copy ---------------------------------------------------------------------------------
 
-__global__ void seg_copy_kernel(void* dst, int dst_dt, const void* src, int src_dt,
+__global__ void seg_copy_kernel(void* dst, int dst_dt, const void* src, int src_dt, int round_dt,
                                 const rt_seg* segs, const int64_t* ends, int nsegs, int64_t total,
                                 int accumulate) {
     // A thread's elements only increase, and runs are long (whole parameters), so the run
@@ -104,18 +104,29 @@ __global__ void seg_copy_kernel(void* dst, int dst_dt, const void* src, int src_
             run_start = run_end - s.n;
         }
         int64_t k = e - run_start;
-        float v = s.src < 0 ? 0.0f : load(src, src_dt, s.src + k);
+        float v = s.src < 0 ? 0.0f : rt_round_inl(load(src, src_dt, s.src + k), (rt_dtype)round_dt);
         if (accumulate) v = load(dst, dst_dt, s.dst + k) + rt_round_inl(v, (rt_dtype)dst_dt);
         store(dst, dst_dt, s.dst + k, v);
     }
 }
 
-extern "C" void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src,
-                          rt_dtype src_dt, int accumulate, void* stream) {
+static void copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, rt_dtype src_dt,
+                 rt_dtype round_dt, int accumulate, void* stream) {
     if (p->total == 0) return;
     seg_copy_kernel<<<blocks_for(p->total), THREADS, 0, (cudaStream_t)stream>>>(
-        dst, (int)dst_dt, src, (int)src_dt, p->segs, p->ends, p->nsegs, p->total, accumulate);
+        dst, (int)dst_dt, src, (int)src_dt, (int)round_dt, p->segs, p->ends, p->nsegs, p->total,
+        accumulate);
     CHECK_LAUNCH("seg_copy_kernel");
+}
+
+extern "C" void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src,
+                          rt_dtype src_dt, int accumulate, void* stream) {
+    copy(p, dst, dst_dt, src, src_dt, RT_F32, accumulate, stream);
+}
+
+extern "C" void rtcs_copy_rounded(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const float* src,
+                                  rt_dtype round_dt, void* stream) {
+    copy(p, dst, dst_dt, src, RT_F32, round_dt, 0, stream);
 }
 
 // ---- element-wise ---------------------------------------------------------------------------

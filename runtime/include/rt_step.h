@@ -169,9 +169,10 @@ void rt_step_round(float* x, size_t n, rt_dtype dtype);
 // accumulated grads: acc (fp32, zeroed by the caller when new) += this backward's
 // unsharded grads (rounded to param_dtype first).
 void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off);
-// "reduce_scatter": copy-in of the unsharded grads at grads_off (fp32 storage holding
-// values rounded to grads_dtype: param_dtype for this backward's grads, reduce_dtype for
-// accumulated ones) into the reduce-scatter input (reduce_dtype), pre-divide,
+// "reduce_scatter": copy-in of the unsharded grads at grads_off (fp32 storage), each
+// value rounded to grads_dtype (param_dtype for this backward's grads, reduce_dtype for
+// accumulated ones), into the reduce-scatter input (reduce_dtype; the unsharded grads are
+// dead after it, and a backend may leave them unrounded), pre-divide,
 // reduce-scatter over the shard group, then (HSDP) the all-reduce over replicas,
 // post-divide and view-out into the sharded fp32 grads (assign on the group's first
 // reduce-scatter of the step, accumulate after).
