@@ -1,7 +1,6 @@
-// Linear layer (nn.Linear) through cuBLAS (tensor cores for bf16/fp16 operands), and the
-// embedding lookup, on the GPU.
-// Same contracts as runtime/kernels/cpu/linear.c and embedding.c: forward overwrites,
-// backward accumulates, NULL gradients are skipped. out and dinp are rounded to dt: by
+// Linear layer (nn.Linear) through cuBLAS (tensor cores for bf16/fp16 operands) on the GPU.
+// Same contracts as runtime/kernels/cpu/linear.c: forward overwrites, backward accumulates,
+// NULL gradients are skipped. out and dinp are rounded to dt: by
 // cuBLAS's epilogue into a 16-bit copy that is widened into place (forward, assigned dinp),
 // or by a pass after an fp32 GEMM (rtc_round_buf: a dinp accumulated onto).
 #include "column_sums.cuh"
@@ -145,92 +144,4 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
             rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, beta_w, dweight, C, dt);
     }
     if (dbias) rtc_colsum_acc(dbias, dout, N, OC);
-}
-
-// ----------------------------------------------------------------------------
-// embedding forward: out[N,C] = weight[ids[n], :]
-
-#define RTC_EMB_HINT "check the token data against the model's vocab_size"
-
-__global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ ids,
-                                         const float* __restrict__ weight, int N, int C, int V) {
-    const size_t total = (size_t)N * C;
-    RTC_GRID_STRIDE(i, total) {
-        const int n = (int)(i / (size_t)C), c = (int)(i % (size_t)C);
-        const int32_t id = ids[n];
-        if (id < 0 || id >= V) {
-            if (c == 0)
-                RTC_DEVICE_FAIL(RTC_EMB_HINT, "embedding id %d at row %d is outside [0, %d)",
-                                (int)id, n, V);
-            return;
-        }
-        out[i] = weight[(size_t)id * C + c];
-    }
-}
-
-void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, int N, int C,
-                          int V) {
-    if (N <= 0 || C <= 0) return;
-    const size_t total = (size_t)N * C;
-    embedding_forward_kernel<<<rtc_blocks(total, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-        out, ids, weight, N, C, V);
-    RTC_CHECK_LAUNCH(embedding_forward_kernel);
-}
-
-// ----------------------------------------------------------------------------
-// embedding backward (accumulating), deterministic and in the CPU kernel's order:
-// dweight[ids[n], :] += dout[n, :] for n = 0..N-1, so a repeated id sums its rows in row
-// order and the result has the CPU kernel's bits. No atomics: thread (c, p) owns column c
-// of the vocabulary rows with id % P == p and walks all N ids in order, adding the rows
-// that are its own. Every thread reads all N ids (a warp reads the same id: one broadcast
-// load), so the cost is O(N) per thread; P is chosen to give the GPU ~64k threads.
-// TODO(issue 5): a sort-based kernel (ids sorted with their row numbers, one segment per
-// distinct id) when N gets large; it needs a scratch buffer from the memory plan.
-
-__global__ void embedding_backward_kernel(float* __restrict__ dweight,
-                                          const float* __restrict__ dout,
-                                          const int32_t* __restrict__ ids, int N, int C, int V,
-                                          int P) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const int p = blockIdx.y;
-    if (c >= C) return;
-    for (int n = 0; n < N; n++) {
-        const int32_t id = ids[n];
-        if (id < 0 || id >= V) {
-            if (c == 0 && p == 0)
-                RTC_DEVICE_FAIL(RTC_EMB_HINT, "embedding id %d at row %d is outside [0, %d)",
-                                (int)id, n, V);
-            return;
-        }
-        if (id % P != p) continue;
-        dweight[(size_t)id * C + c] += dout[(size_t)n * C + c];
-    }
-}
-
-void rt_embedding_backward(float* dweight, const float* dout, const int32_t* ids, int N, int C,
-                           int V) {
-    if (N <= 0 || C <= 0 || V <= 0) return;
-    const int threads = C >= 128 ? 128 : 32;
-    const int cblocks = (C + threads - 1) / threads;
-    int P = (int)((65536 + (size_t)cblocks * threads - 1) / ((size_t)cblocks * threads));
-    if (P > V) P = V;
-    if (P > 65535) P = 65535;  // grid.y limit
-    if (P < 1) P = 1;
-    embedding_backward_kernel<<<dim3((unsigned)cblocks, (unsigned)P), threads, 0, rtc_stream()>>>(
-        dweight, dout, ids, N, C, V, P);
-    RTC_CHECK_LAUNCH(embedding_backward_kernel);
-}
-
-// ----------------------------------------------------------------------------
-// position ids
-
-__global__ void arange_kernel(int32_t* ids, int n, int32_t start) {
-    RTC_GRID_STRIDE(i, (size_t)n) ids[i] = start + (int32_t)i;
-}
-
-void rt_arange_i32(int32_t* ids, int n, int32_t start) {
-    if (n <= 0) return;
-    arange_kernel<<<rtc_blocks((size_t)n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-        ids, n, start);
-    RTC_CHECK_LAUNCH(arange_kernel);
 }

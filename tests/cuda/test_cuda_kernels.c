@@ -177,10 +177,14 @@ static void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec) {
 // ----------------------------------------------------------------------------
 // embedding and arange
 
-static void test_embedding(void) {
-    const int N = 300, C = 70, V = 50;
-    int32_t ids[300];
-    for (int n = 0; n < N; n++) ids[n] = (int32_t)((n * 7 + n / 3) % V);  // repeats
+// ids: pattern 0 spreads repeats over the vocabulary ((7 n + n / 3) % V); pattern 1 makes
+// every other row id 7 (one long run after the sort, rows far apart) and the rest distinct
+// where V allows.
+static void test_embedding(int N, int C, int V, int pattern) {
+    char nm[160];
+    int32_t* ids = (int32_t*)malloc((size_t)N * sizeof *ids);
+    for (int n = 0; n < N; n++)
+        ids[n] = (int32_t)(pattern == 0 ? (n * 7 + n / 3) % V : n % 2 ? 7 : (n / 2) % V);
     float* w = hrand((size_t)V * C, 1.0f, 0.0f);
     float* dout = hrand((size_t)N * C, 1.0f, 0.0f);
     float* dw = hrand((size_t)V * C, 1.0f, 0.0f);
@@ -191,21 +195,28 @@ static void test_embedding(void) {
 
     cpu_rt_embedding_forward(out, ids, w, N, C, V);
     rt_embedding_forward(d_out, d_ids, d_w, N, C, V);
-    cmp("embedding forward N=300 C=70 V=50", d_out, out, (size_t)N * C, TOL_EXACT);
+    snprintf(nm, sizeof nm, "embedding forward N=%d C=%d V=%d", N, C, V);
+    cmp(nm, d_out, out, (size_t)N * C, TOL_EXACT);
     cpu_rt_embedding_backward(dw, dout, ids, N, C, V);
     rt_embedding_backward(d_dw, d_dout, d_ids, N, C, V);
-    cmp("embedding backward (+=, repeated ids in row order: CPU bits)", d_dw, dw, (size_t)V * C,
-        TOL_EXACT);
+    snprintf(nm, sizeof nm,
+             "embedding backward N=%d C=%d V=%d ids pattern %d (+=, repeated ids in row order: "
+             "CPU bits)", N, C, V, pattern);
+    cmp(nm, d_dw, dw, (size_t)V * C, TOL_EXACT);
 
-    int32_t got[37], want[37];
+    free(ids), free(w), free(dout), free(dw), free(out);
+    dfree(d_ids), dfree(d_w), dfree(d_dout), dfree(d_dw), dfree(d_out);
+}
+
+static void test_arange(void) {
+    int32_t got[37] = {0}, want[37];
+    int32_t* d = dup_i32(got, 37);
     cpu_rt_arange_i32(want, 37, 5);
-    rt_arange_i32(d_ids, 37, 5);
-    RT_CHECK_CUDA(cudaMemcpy(got, d_ids, sizeof got, cudaMemcpyDeviceToHost));
+    rt_arange_i32(d, 37, 5);
+    RT_CHECK_CUDA(cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost));
     CHECK(memcmp(got, want, sizeof got) == 0, "arange_i32 n=37 start=5: got %d..%d", got[0],
           got[36]);
-
-    free(w), free(dout), free(dw), free(out);
-    dfree(d_ids), dfree(d_w), dfree(d_dout), dfree(d_dw), dfree(d_out);
+    dfree(d);
 }
 
 // ----------------------------------------------------------------------------
@@ -1169,7 +1180,9 @@ int main(void) {
     test_linear(2050, 64, 40, 1, RT_F32);  // bias gradient over 33 row chunks
     test_linear(33, 17, 9, 0, RT_F16);     // output stride not a multiple of 8: padded product
     test_linear(33, 17, 9, 1, RT_BF16);    // the same with the bias rows in the padded copy
-    test_embedding();
+    test_embedding(300, 70, 50, 0);
+    test_embedding(5000, 300, 1000, 1);  // a 2500-row run, the rest 1-3 rows per id
+    test_arange();
     test_layernorm(67, 768, 1, RT_F32);
     test_layernorm(5, 33, 0, RT_F32);
     test_layernorm(3, 5000, 1, RT_F32);
