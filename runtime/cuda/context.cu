@@ -180,12 +180,34 @@ __global__ void narrow_kernel(T* __restrict__ dst, int ldp, const float* __restr
     }
 }
 
+// Long rows that float4 cannot serve (GPT-2's logits, 50257 columns): a block per row at a
+// time, threads along it, so no thread divides a 64-bit index per element (the flat
+// kernel's one element per thread made both copies of the LM head run at about 2 TB/s).
+template <typename T>
+__global__ void narrow_long_rows_kernel(T* __restrict__ dst, int ldp, const float* __restrict__ src,
+                                        int ld, int rows, int cols) {
+    for (int r = blockIdx.x; r < rows; r += gridDim.x)
+        for (int c = threadIdx.x; c < cols; c += blockDim.x)
+            dst[(size_t)r * ldp + c] = (T)src[(size_t)r * ld + c];
+}
+
+enum { RTC_LONG_ROW = 1024 };  // columns from which the per-row kernels serve scalar copies
+
+static unsigned long_row_blocks(int rows) { return (unsigned)(rows < 65535 ? rows : 65535); }
+
 template <typename T>
 static void narrow_rows(T* dst, int ldp, const float* src, int rows, int cols, int ld) {
     const int vec = cols % 4 == 0 && ld % 4 == 0 && ((uintptr_t)src & 15) == 0;
     const size_t n = (size_t)rows * (vec ? cols / 4 : cols);
-    if (vec) RTC_LAUNCH_FLAT((narrow_kernel<T, 4>), n, dst, ldp, src, ld, cols, n);
-    else RTC_LAUNCH_FLAT((narrow_kernel<T, 1>), n, dst, ldp, src, ld, cols, n);
+    if (vec) {
+        RTC_LAUNCH_FLAT((narrow_kernel<T, 4>), n, dst, ldp, src, ld, cols, n);
+    } else if (cols >= RTC_LONG_ROW) {
+        narrow_long_rows_kernel<T><<<long_row_blocks(rows), 256, 0, rtc_stream()>>>(dst, ldp, src,
+                                                                                   ld, rows, cols);
+        RTC_CHECK_LAUNCH(narrow_long_rows_kernel);
+    } else {
+        RTC_LAUNCH_FLAT((narrow_kernel<T, 1>), n, dst, ldp, src, ld, cols, n);
+    }
 }
 
 rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld, rt_dtype prec) {
@@ -224,11 +246,26 @@ __global__ void widen_kernel(float* __restrict__ dst, const T* __restrict__ src,
 }
 
 template <typename T>
+__global__ void widen_long_rows_kernel(float* __restrict__ dst, const T* __restrict__ src, int lds,
+                                       int rows, int cols) {
+    for (int r = blockIdx.x; r < rows; r += gridDim.x)
+        for (int c = threadIdx.x; c < cols; c += blockDim.x)
+            dst[(size_t)r * cols + c] = (float)src[(size_t)r * lds + c];
+}
+
+template <typename T>
 static void widen_rows(float* dst, const T* src, int rows, int cols, int lds) {
     const int vec = cols % 4 == 0 && ((uintptr_t)dst & 15) == 0;
     const size_t n = (size_t)rows * (vec ? cols / 4 : cols);
-    if (vec) RTC_LAUNCH_FLAT((widen_kernel<T, 4>), n, dst, src, lds, cols, n);
-    else RTC_LAUNCH_FLAT((widen_kernel<T, 1>), n, dst, src, lds, cols, n);
+    if (vec) {
+        RTC_LAUNCH_FLAT((widen_kernel<T, 4>), n, dst, src, lds, cols, n);
+    } else if (cols >= RTC_LONG_ROW) {
+        widen_long_rows_kernel<T><<<long_row_blocks(rows), 256, 0, rtc_stream()>>>(dst, src, lds,
+                                                                                  rows, cols);
+        RTC_CHECK_LAUNCH(widen_long_rows_kernel);
+    } else {
+        RTC_LAUNCH_FLAT((widen_kernel<T, 1>), n, dst, src, lds, cols, n);
+    }
 }
 
 static void widen(float* dst, const void* src, int rows, int cols, int lds, rt_dtype prec) {

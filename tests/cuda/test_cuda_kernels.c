@@ -1179,7 +1179,8 @@ int main(void) {
     test_linear(256, 384, 512, 0, RT_F16);
     test_linear(2050, 64, 40, 1, RT_F32);  // bias gradient over 33 row chunks
     test_linear(33, 17, 9, 0, RT_F16);     // output stride not a multiple of 8: padded product
-    test_linear(33, 17, 9, 1, RT_BF16);    // the same with the bias rows in the padded copy
+    test_linear(33, 17, 9, 1, RT_BF16);    // the same with a bias (cuBLASLt's epilogue)
+    test_linear(40, 48, 1027, 1, RT_BF16);  // rows of 1027: per-row narrowing and widening
     test_embedding(300, 70, 50, 0);
     test_embedding(5000, 300, 1000, 1);  // a 2500-row run, the rest 1-3 rows per id
     test_arange();
