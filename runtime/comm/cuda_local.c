@@ -243,6 +243,11 @@ static int cl_buf_copy(rt_comm* c, void* dst, const void* src, size_t bytes, enu
     const char* op = kind == cudaMemcpyHostToDevice ? "buffer_write" : "buffer_read";
     CL_CHECK(h, op, cudaEventSynchronize(ev(h, h->idx, EV_END)));
     if (bytes) CL_CHECK(h, op, cudaMemcpy(dst, src, bytes, kind));
+    // From pageable memory cudaMemcpy may return before its DMA lands, and the ranks'
+    // non-blocking streams do not wait for the legacy stream: wait for it. The likely cause
+    // of test_cuda_local's failure at world 8 in 2 of 4 runs on an H100 (stale inputs).
+    if (bytes && kind == cudaMemcpyHostToDevice)
+        CL_CHECK(h, op, cudaStreamSynchronize(cudaStreamLegacy));
     return 0;
 }
 

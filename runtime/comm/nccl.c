@@ -561,6 +561,8 @@ static int n_buf_write(rt_comm* c, void* dst, const void* src, size_t bytes) {
         if (st) return st;
     }
     cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    // from pageable memory it may return before the DMA lands (cuda_local.c's cl_buf_copy)
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy);
     return e == cudaSuccess ? 0 : cuda_err(h, "buffer_write", e);
 }
 
