@@ -36,18 +36,33 @@ void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign) {
 // overflow L2, so a second pass would read DRAM again): each thread keeps a running max m
 // and the sum of exp(x - m) (in double, rescaled when m grows); the block then rescales the
 // threads' sums to the row max. Agrees with the CPU's two passes within a few float
-// roundings of the sum (one per rescale).
+// roundings of the sum (one per rescale). A thread loads RTC_LSE_U elements before using
+// any, so that many loads are in flight: with one per iteration (the running max a branch
+// on each value) the forward read GPT-2's logits at 1.7 TB/s on an H100.
+enum { RTC_LSE_U = 8 };
+
 __device__ __forceinline__ void rtc_row_lse(const float* x, int V, float* mx_out,
                                             double* sum_out) {
     float m = -INFINITY;
     double s = 0.0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float v = x[j];
-        if (v > m) {
-            s *= expf(m - v);  // 0 while m is -inf: s is 0 then
-            m = v;
+    for (int j0 = threadIdx.x; j0 < V; j0 += RTC_LSE_U * blockDim.x) {
+        float v[RTC_LSE_U];
+#pragma unroll
+        for (int u = 0; u < RTC_LSE_U; u++) {
+            const int j = j0 + u * (int)blockDim.x;
+            v[u] = j < V ? x[j] : -INFINITY;  // exp gives 0 for the padding
         }
-        if (m != -INFINITY) s += expf(v - m);  // else v is -inf too: exp gives 0
+        float mu = m;
+#pragma unroll
+        for (int u = 0; u < RTC_LSE_U; u++)
+            if (v[u] > mu) mu = v[u];
+        if (mu > m) {
+            s *= expf(m - mu);  // 0 while m is -inf: s is 0 then
+            m = mu;
+        }
+        if (m != -INFINITY)  // else every v is -inf too: exp gives 0
+#pragma unroll
+            for (int u = 0; u < RTC_LSE_U; u++) s += expf(v[u] - m);
     }
     const float mx = rtc_block_max(m);
     *mx_out = mx;
@@ -155,6 +170,7 @@ __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __r
     const double g = (double)dloss / count;
     const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
     const float gf = (float)g;
+#pragma unroll 4
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float d = RTC_BASE(dx[j], as) + expf(x[j] - mx) * gs;
         if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
