@@ -9,8 +9,8 @@
 #            tests/cuda_step/run.sh (CUDA conformance, CUDA vs CPU, compute-sanitizer)
 #   example  the README's example on the GPU (300 steps), and 20 steps with --trace
 #   bench    bench/run.sh all
-#   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph);
-#            summarise a CSV with tests/gpu/kernel_times.py
+#   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
+#            summed per kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
 #   attention  bench/attention.sh (the flash kernels against PyTorch's SDPA on the bench
 #            shapes), then ncu's throughput, memory, warp-stall and occupancy sections for
 #            the three tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt)
@@ -78,6 +78,8 @@ for s in $stages; do
             step "build bench_$b" build.log 60 ./fsdpgen build bench/specs/$b.lua --cuda
             step "profile $b" profile.log 120 ncu --clock-control none --metrics gpu__time_duration.sum \
                 --csv --page raw --log-file "$out/ncu_$b.csv" build/bench_$b/bench_${b}_cuda --steps 2 --no-graph
+            [ -s "$out/ncu_$b.csv" ] && python3 tests/gpu/kernel_times.py "$out/ncu_$b.csv" 2 25 \
+                >"$out/kernels_$b.txt" 2>&1
         done ;;
     attention)
         step "attention vs sdpa" attention.log 90 bench/attention.sh
