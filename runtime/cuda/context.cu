@@ -307,12 +307,15 @@ static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
                         const void* bias, void* D, int ldd, rt_dtype prec) {
     rtc_ctx* c = rtc_get();
     const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cublasLtMatmulDesc_t op;
     RT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    RT_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    RT_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                    sizeof epilogue));
     RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
