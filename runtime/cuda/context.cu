@@ -293,18 +293,12 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
     gemm16(ta, tb, M, N, K, alpha, A, B, beta, C, 0, ldc, prec);
 }
 
-void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                        void* T, float* C, rt_dtype prec) {
-    if (M <= 0 || N <= 0) return;
-    gemm16(ta, tb, M, rtc_ld16(N), K, 1.0f, A, B, 0.0f, T, 1, rtc_ld16(N), prec);
-    widen(C, T, M, N, rtc_ld16(N), prec);
-}
-
-// cuBLASLt's bias epilogue: D = op(A) op(B) + bias (per column of the row-major D), summed
-// in fp32 and rounded once to prec. Not cublasGemmEx with the bias rows as a 16-bit C and
-// beta = 1: on an H100 (cuBLAS 13) that gave results up to 255 bf16 ulps off in place.
+// cuBLASLt's bias epilogue: D = op(A) op(B) + bias (per column of the row-major D, row
+// stride N), summed in fp32 and rounded once to prec. Not cublasGemmEx with the bias rows
+// as a 16-bit C and beta = 1: on an H100 (cuBLAS 13) that gave results up to 255 bf16 ulps
+// off in place.
 static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                        const void* bias, void* D, int ldd, rt_dtype prec) {
+                        const void* bias, void* D, rt_dtype prec) {
     rtc_ctx* c = rtc_get();
     const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -324,7 +318,7 @@ static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
     cublasLtMatrixLayout_t la, lb, ld;
     RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, t16, tb ? K : N, tb ? N : K, B.ld));
     RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, t16, ta ? M : K, ta ? K : M, A.ld));
-    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, t16, N, M, ldd));
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, t16, N, M, N));
     const float one = 1.0f, zero = 0.0f;
     RT_CHECK_CUBLAS(cublasLtMatmul(c->blas_lt, op, &one, B.p, la, A.p, lb, &zero,
                                    D, ld, D, ld, NULL, c->blas_workspace, RTC_BLAS_WORKSPACE,
@@ -335,12 +329,13 @@ static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
     (void)cublasLtMatmulDescDestroy(op);
 }
 
-void rtc_gemm16_bias_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A,
-                             rtc_operand16 B, const void* bias16, void* T, float* C,
-                             rt_dtype prec) {
+void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
+                        const void* bias16, void* T, float* C, rt_dtype prec) {
     if (M <= 0 || N <= 0) return;
-    gemm16_bias(ta, tb, M, rtc_ld16(N), K, A, B, bias16, T, rtc_ld16(N), prec);
-    widen(C, T, M, N, rtc_ld16(N), prec);
+    const int ldt = rtc_ld16(N);
+    if (bias16) gemm16_bias(ta, tb, M, ldt, K, A, B, bias16, T, prec);
+    else gemm16(ta, tb, M, ldt, K, 1.0f, A, B, 0.0f, T, 1, ldt, prec);
+    widen(C, T, M, N, ldt, prec);
 }
 
 // ---- GEMM -------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 // (checked on every call): cuBLAS handles and device memory belong to one device.
 typedef struct rtc_ctx {
     cublasHandle_t blas;
-    cublasLtHandle_t blas_lt;  // the bias epilogue (rtc_gemm16_bias_rounded)
+    cublasLtHandle_t blas_lt;  // the bias epilogue (rtc_gemm16_rounded)
     int device;
     cudaStream_t stream;   // where this thread's work goes (0: the legacy default stream)
     double* scratch;       // RTC_SCRATCH_DOUBLES on the device: reduction partials, results
@@ -264,21 +264,17 @@ void rtc_zero_rows16(rtc_operand16 o, int from, int to);
 // rtc_gemm_rm on narrowed operands (prec RT_BF16 / RT_F16), fp32 C.
 void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A, rtc_operand16 B,
                 float beta, float* C, int ldc, rt_dtype prec);
-// C[M,N] (row-major, fp32, row stride N) = op(A) op(B), rounded to prec without a rounding
-// pass: cuBLAS writes the product into T, a 16-bit block of prec's type of rtc_elems16(M, N)
-// elements, rounding the fp32 sum to nearest even in its epilogue as rtc_round_to does, and
-// one pass widens T into C. The product spans rtc_ld16(N) columns (an output row length that
-// is not a multiple of 8 sends cuBLAS to align1 kernels: GPT-2's LM head, vocabulary 50257,
-// took 13.2 ms on an H100 against 1.8 ms padded to 50264), so op(B) must have that many
-// columns, the extra ones zeros: a narrowed B's padding (op N) or rows zeroed with
-// rtc_zero_rows16 (op T).
+// C[M,N] (row-major, fp32, row stride N) = op(A) op(B), plus bias16[j] on column j when
+// bias16 is not NULL (cuBLASLt's bias epilogue; rtc_ld16(N) values of prec's type), rounded
+// to prec without a rounding pass: cuBLAS writes the result into T, a 16-bit block of
+// prec's type of rtc_elems16(M, N) elements, rounding the fp32 sum to nearest even in its
+// epilogue as rtc_round_to does, and one pass widens T into C. The product spans
+// rtc_ld16(N) columns (an output row length that is not a multiple of 8 sends cuBLAS to
+// align1 kernels: GPT-2's LM head, vocabulary 50257, took 13.2 ms on an H100 against 1.8
+// ms padded to 50264), so op(B) must have that many columns, the extra ones zeros: a
+// narrowed B's padding (op N) or rows zeroed with rtc_zero_rows16 (op T).
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                        void* T, float* C, rt_dtype prec);
-// The same plus bias16[j] on column j before the rounding (cuBLASLt's bias epilogue): bias16
-// holds rtc_ld16(N) values of prec's type.
-void rtc_gemm16_bias_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A,
-                             rtc_operand16 B, const void* bias16, void* T, float* C,
-                             rt_dtype prec);
+                        const void* bias16, void* T, float* C, rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // column sums (linear.cu): db[c] += sum over rows of d[r, c] for d[rows, cols], in double,

@@ -1,8 +1,8 @@
 // Linear layer (nn.Linear) through cuBLAS (tensor cores for bf16/fp16 operands) on the GPU.
 // Same contracts as runtime/kernels/cpu/linear.c: forward overwrites, backward accumulates,
-// NULL gradients are skipped. out and dinp are rounded to dt: by
-// cuBLAS's epilogue into a 16-bit copy that is widened into place (forward, assigned dinp),
-// or by a pass after an fp32 GEMM (rtc_round_buf: a dinp accumulated onto).
+// NULL gradients are skipped. out and dinp are rounded to dt: by cuBLAS's epilogue into a
+// 16-bit copy that is widened into place (forward, assigned dinp), or by a pass after an
+// fp32 GEMM (rtc_round_buf: a dinp accumulated onto).
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -56,13 +56,9 @@ static void linear_forward16(float* out, const float* inp, const float* weight,
     const rtc_operand16 x16 = rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
     rtc_zero_rows16(w16, OC, OCp);
+    const void* b16 = bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
     char* t = s + (nx + nw + nb) * 2;  // 16-byte aligned: every copy before it is
-    if (bias) {
-        const rtc_operand16 b16 = rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt);
-        rtc_gemm16_bias_rounded(0, 1, N, OC, x16.ld, x16, w16, b16.p, t, out, dt);
-    } else {
-        rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, t, out, dt);
-    }
+    rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, b16, t, out, dt);
 }
 
 // dweight[OC, C] (+)= dout16^T · inp16 (beta 0 or 1). OC is the product's row count here
@@ -125,7 +121,7 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
             rtc_zero_rows16(w16, OC, OCp);
             if (as) {
                 char* t = s + (nd + nw + ni) * 2;
-                rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, t, dinp, dt);
+                rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, t, dinp, dt);
             } else {
                 rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, dinp, C, dt);
                 rtc_round_buf(dinp, (size_t)N * C, dt);
