@@ -447,6 +447,25 @@ __device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld,
     }
 }
 
+// Rows t and t + 1 of src (row stride ld), four floats from column d each (zeros past T);
+// src 16-byte aligned as the vec paths below require.
+__device__ __forceinline__ void rtc_tc_ld_pair(float4& x0, float4& x1, const float* src,
+                                               size_t ld, int t, int d, int T) {
+    const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    x0 = t < T ? *(const float4*)(src + (size_t)t * ld + d) : z;
+    x1 = t + 1 < T ? *(const float4*)(src + (size_t)(t + 1) * ld + d) : z;
+}
+
+// That pair transposed into rows d..d+3 of dstt (row stride LDT) at column r: one register
+// (x0's element, x1's element) per dim.
+template <class E, int LDT>
+__device__ __forceinline__ void rtc_tc_st_pair_t(E* dstt, int r, int d, float4 x0, float4 x1) {
+    rtc_tc_st<E>(dstt + (d + 0) * LDT + r, rtc_tc_pack<E>(x0.x, x1.x));
+    rtc_tc_st<E>(dstt + (d + 1) * LDT + r, rtc_tc_pack<E>(x0.y, x1.y));
+    rtc_tc_st<E>(dstt + (d + 2) * LDT + r, rtc_tc_pack<E>(x0.z, x1.z));
+    rtc_tc_st<E>(dstt + (d + 3) * LDT + r, rtc_tc_pack<E>(x0.w, x1.w));
+}
+
 // The same rows transposed: dst[d * LDT + r] (d < HD, r < R; R even). Thread i takes the
 // row pair r = 2 (i % (R/2)), r + 1 and four dims, and stores four registers (one per dim,
 // the pair's two elements), consecutive threads in consecutive registers of a row.
@@ -456,14 +475,10 @@ __device__ __forceinline__ void rtc_tc_load_t(E* dst, const float* src, size_t l
     const int np = R / 2;
     if (vec) {
         for (int i = threadIdx.x; i < np * (HD / 4); i += NT) {
-            const int r = 2 * (i % np), d = (i / np) * 4, t = t0 + r;
-            const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            const float4 x0 = t < T ? *(const float4*)(src + (size_t)t * ld + d) : z;
-            const float4 x1 = t + 1 < T ? *(const float4*)(src + (size_t)(t + 1) * ld + d) : z;
-            rtc_tc_st<E>(dst + (d + 0) * LDT + r, rtc_tc_pack<E>(x0.x, x1.x));
-            rtc_tc_st<E>(dst + (d + 1) * LDT + r, rtc_tc_pack<E>(x0.y, x1.y));
-            rtc_tc_st<E>(dst + (d + 2) * LDT + r, rtc_tc_pack<E>(x0.z, x1.z));
-            rtc_tc_st<E>(dst + (d + 3) * LDT + r, rtc_tc_pack<E>(x0.w, x1.w));
+            const int r = 2 * (i % np), d = (i / np) * 4;
+            float4 x0, x1;
+            rtc_tc_ld_pair(x0, x1, src, ld, t0 + r, d, T);
+            rtc_tc_st_pair_t<E, LDT>(dst, r, d, x0, x1);
         }
     } else {
         for (int i = threadIdx.x; i < R * HD; i += NT) {
@@ -489,18 +504,14 @@ __device__ __forceinline__ void rtc_tc_load_both(E* dst, E* dstt, const float* s
     if (vec) {
         for (int i = threadIdx.x; i < R / 2 * (HD / 4); i += NT) {
             const int c = i / 32, p = (i % 32) / 2, q = i % 2;
-            const int r = 2 * (16 * (c % NB) + p), d = 4 * (2 * (c / NB) + q), t = t0 + r;
-            const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            const float4 x0 = t < T ? *(const float4*)(src + (size_t)t * ld + d) : z;
-            const float4 x1 = t + 1 < T ? *(const float4*)(src + (size_t)(t + 1) * ld + d) : z;
+            const int r = 2 * (16 * (c % NB) + p), d = 4 * (2 * (c / NB) + q);
+            float4 x0, x1;
+            rtc_tc_ld_pair(x0, x1, src, ld, t0 + r, d, T);
             rtc_tc_st<E>(dst + r * LDE + d, rtc_tc_pack<E>(x0.x, x0.y));
             rtc_tc_st<E>(dst + r * LDE + d + 2, rtc_tc_pack<E>(x0.z, x0.w));
             rtc_tc_st<E>(dst + (r + 1) * LDE + d, rtc_tc_pack<E>(x1.x, x1.y));
             rtc_tc_st<E>(dst + (r + 1) * LDE + d + 2, rtc_tc_pack<E>(x1.z, x1.w));
-            rtc_tc_st<E>(dstt + (d + 0) * LDT + r, rtc_tc_pack<E>(x0.x, x1.x));
-            rtc_tc_st<E>(dstt + (d + 1) * LDT + r, rtc_tc_pack<E>(x0.y, x1.y));
-            rtc_tc_st<E>(dstt + (d + 2) * LDT + r, rtc_tc_pack<E>(x0.z, x1.z));
-            rtc_tc_st<E>(dstt + (d + 3) * LDT + r, rtc_tc_pack<E>(x0.w, x1.w));
+            rtc_tc_st_pair_t<E, LDT>(dstt, r, d, x0, x1);
         }
     } else {
         for (int i = threadIdx.x; i < R * HD; i += NT) {
