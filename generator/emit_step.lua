@@ -304,7 +304,7 @@ local function zero(calls, bufs, skip, assigned, w)
       end
       emit(bf, at, bf.size // 4 - at)
     elseif not (skip and skip[bf]) then
-      calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf), bf.size // 4)
+      emit(bf, 0, bf.size // 4)
     end
   end
 end
