@@ -252,10 +252,8 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
                                   int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
                                   rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
+    RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
     const bool qk = dq && dq == dk, qv = dq && dq == dv, kv = dk && dk == dv;
-    RT_KCHECK(dt == RT_F32 || !(qk || qv || kv),
-              "gradient outputs that are one buffer need dt RT_F32",
-              "lowmem attention backward with aliased dq/dk/dv and dt %d", (int)dt);
     rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
     const bool tc = use_tensor_cores(prec, dt, HD);
     if (B <= 0 || T <= 0) return;

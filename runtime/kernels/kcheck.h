@@ -34,4 +34,13 @@
               "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",    \
               "rope head dim %d is not even or exceeds %d", (int)(HD), RT_ROPE_MAX_HD)
 
+// Lowmem attention backward: gradient outputs that are one buffer take both contributions
+// in separate stores (the CUDA kernels write dQ and dK/dV in two launches), so they cannot
+// be rounded to a 16-bit dt at their store.
+#define RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt)                                      \
+    RT_KCHECK((dt) == RT_F32 || !(((dq) && ((dq) == (dk) || (dq) == (dv))) ||           \
+                                  ((dk) && (dk) == (dv))),                             \
+              "gradient outputs that are one buffer need dt RT_F32",                    \
+              "lowmem attention backward with aliased dq/dk/dv and dt %d", (int)(dt))
+
 #endif

@@ -192,9 +192,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
     (void)out;
     RT_KCHECK_DT(prec, "rt_attention_lowmem_backward");
     RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
-    RT_KCHECK(dt == RT_F32 || !((dq && (dq == dk || dq == dv)) || (dk && dk == dv)),
-              "gradient outputs that are one buffer need dt RT_F32",
-              "lowmem attention backward with aliased dq/dk/dv and dt %d", (int)dt);
+    RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
     attention_check_(NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
