@@ -224,7 +224,22 @@ static rtc_fa_args flash_args(const float* q, const float* k, const float* v, in
     return a;
 }
 
-// The scratch is not used: tiles live in shared memory.
+// q, k, v (and dout when it is not NULL) narrowed into dense 16-bit copies of prec's type
+// in the operand scratch, for the tensor-core kernels' cp.async tile loads (2 bytes an
+// element instead of 4, no conversion on the way into shared memory). Rows of NH*HD or
+// NKV*HD elements, multiples of 16: rtc_narrow adds no padding.
+static void narrow_operands(rtc_fa_args& a, const float* dout, rt_dtype prec) {
+    const int rows = a.B * a.T, cq = a.NH * a.HD, ck = a.NKV * a.HD;
+    const size_t nq = rtc_elems16(rows, cq), nk = rtc_elems16(rows, ck);
+    char* s = (char*)rtc_operand_scratch(((dout ? 2 : 1) * nq + 2 * nk) * 2);
+    a.q16 = rtc_narrow(s, a.q, rows, cq, cq, prec).p;
+    a.k16 = rtc_narrow(s + nq * 2, a.k, rows, ck, ck, prec).p;
+    a.v16 = rtc_narrow(s + (nq + nk) * 2, a.v, rows, ck, ck, prec).p;
+    if (dout) a.dout16 = rtc_narrow(s + (nq + 2 * nk) * 2, dout, rows, cq, cq, prec).p;
+}
+
+// The scratch is not used: tiles live in shared memory (the tensor-core kernels' 16-bit
+// copies in the operand scratch).
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
                                  int HD, int causal, rt_dtype prec, rt_dtype dt) {
@@ -237,6 +252,7 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
     a.out = out;
     a.stats = stats;
     rtc_fa_launcher launch = {rtc_stream()};
+    if (tc) narrow_operands(a, NULL, prec);
     if (!tc)
         rtc_fa_forward(launch, a);
     else if (prec == RT_BF16)
@@ -268,6 +284,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
     a.stats_in = stats;
     a.D = scratch;
     rtc_fa_launcher launch = {rtc_stream()};
+    if (tc && (dq || dk || dv)) narrow_operands(a, dout, prec);
     if (!tc)
         rtc_fa_backward(launch, a);
     else if (prec == RT_BF16)

@@ -54,6 +54,9 @@ typedef struct {
     const float *q, *k, *v, *dout, *out_in;
     float *out, *stats, *D, *dq, *dk, *dv;
     const float* stats_in;
+    // the tensor-core kernels' operands (flash_attention_tc.cuh): q, k, v, dout narrowed to
+    // their 16-bit type, dense in the same layout (dout16 for backward only)
+    const void *q16, *k16, *v16, *dout16;
     int B, T, NH, NKV, HD, causal;
     float scale;  // 1/sqrt(HD), as the CPU kernel rounds it
     rt_dtype dt;  // out, dq, dk, dv rounded to it at their one store (RT_F32: not rounded)

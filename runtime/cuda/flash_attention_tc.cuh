@@ -7,19 +7,19 @@
 // can consume either forward's stats; D = rowsum(dO * O) is that header's rtc_fa_dot_kernel.
 // Nothing of size T x T reaches global memory.
 //
-// Numerics. q, k, v and dout are fp32 buffers holding bf16/fp16 values; their tiles are
-// narrowed to E (__nv_bfloat16 / __half) on their way into shared memory, which is exact.
-// Every product runs on tensor cores (mma.sync m16n8k16: 16-bit inputs, fp32
-// accumulation), so the scores S = Q K^T and dP = dO V^T equal fp32 arithmetic up to
-// summation order. As in FlashAttention-2 and PyTorch's bf16/fp16 SDPA, the probabilities
-// and their gradients are narrowed to E before the products they feed: P (unnormalised,
-// exp(s - m) in [0, 1]) before O += P V; P before dV += P^T dO; dS = P (dP - D) before
-// dQ += dS K and dK += dS^T Q. The row max and sum, the rescaling and dS itself are fp32
-// (l sums the unrounded exponentials). That narrowing is the only error beyond fp32
-// round-off: an output element built from product terms x_i y_i (one factor narrowed) is
-// off by at most u * sum_i |x_i y_i|, u the unit roundoff (2^-8 bf16, 2^-11 fp16; fp16 also
-// has an absolute 2^-25 per narrowed value below its normal range, 2^-14);
-// tests/cuda/attention_tc_ref.h evaluates that bound per element for the tests.
+// Numerics. q, k, v and dout are fp32 buffers holding bf16/fp16 values; the caller narrows
+// them (exactly) into dense 16-bit copies of the same layout (rtc_fa_args q16, k16, v16,
+// dout16), which the kernels read. Every product runs on tensor cores (mma.sync m16n8k16:
+// 16-bit inputs, fp32 accumulation), so the scores S = Q K^T and dP = dO V^T equal fp32
+// arithmetic up to summation order. As in FlashAttention-2 and PyTorch's bf16/fp16 SDPA,
+// the probabilities and their gradients are narrowed to E before the products they feed:
+// P (unnormalised, exp(s - m) in [0, 1]) before O += P V; P before dV += P^T dO;
+// dS = P (dP - D) before dQ += dS K and dK += dS^T Q. The row max and sum, the rescaling
+// and dS itself are fp32 (l sums the unrounded exponentials). That narrowing is the only
+// error beyond fp32 round-off: an output element built from product terms x_i y_i (one
+// factor narrowed) is off by at most u * sum_i |x_i y_i|, u the unit roundoff (2^-8 bf16,
+// 2^-11 fp16; fp16 also has an absolute 2^-25 per narrowed value below its normal range,
+// 2^-14); tests/cuda/attention_tc_ref.h evaluates that bound per element for the tests.
 //
 // Register-resident, FlashAttention-2 style. A warp owns 16 rows of its block's tile and
 // keeps everything about them in registers: its A operand fragments, the score and dP
@@ -29,26 +29,30 @@
 // 8-column tile) is also the A operand layout of the next product once two adjacent
 // column tiles are narrowed in pairs, so P and dS go from one product to the next without
 // touching memory, and the softmax's row reductions are two shuffles within a group of 4.
-// Shared memory holds only the narrowed operand tiles: B operands are read as 32-bit pairs
-// of consecutive k, so a tile is stored k-contiguous: row-major when k runs along a row
-// (K for S = Q K^T), transposed on its way in when k runs down the columns (V^T for
-// O += P V). Rows are padded by 8 elements (16 bytes), which makes both the fragment reads
-// (8 groups x 4 lanes) and the transposed stores free of bank conflicts.
+//
+// Shared memory holds only 16-bit operand tiles, row-major as in global memory (a row is
+// one token's head: HD elements, padded by 8 to LDE = HDP + 8, i.e. 16 bytes, so the 8
+// row addresses of an ldmatrix hit 8 distinct 16-byte bank groups). Tiles arrive by
+// cp.async (16 bytes per copy, rows past T zero-filled by the copy itself), with no
+// register staging, and the streamed tiles are double-buffered: the next tile's copies are
+// in flight while the current one is multiplied. Fragments come out by ldmatrix.x4 (four
+// 8x8 matrices per instruction: a whole A fragment, or the B fragments of two 8-column
+// blocks); a B operand whose k runs down the tile's columns (V for O += P V, dO and Q for
+// dV and dK, K for dQ) is read with ldmatrix's .trans, so no tile is stored transposed.
 //
 // Kernels (W = 16 rows per warp):
 //   forward   grid (B*NH, ceil(T/FBR)), FBR/16 warps. Q fragments stay in registers; per
-//             key tile of FBC keys (K row-major, V^T): S = Q K^T, the online softmax on the
-//             accumulators (O rescaled by exp(m_old - m_new) per row), O += P V.
+//             key tile of FBC keys (K and V double-buffered): S = Q K^T, the online softmax
+//             on the accumulators (O rescaled by exp(m_old - m_new) per row), O += P V.
 //   backward  FlashAttention-2 without atomics, as flash_attention.cuh:
 //             1. D = rowsum(dO * O) into the scratch (rtc_fa_dot_kernel);
 //             2. dK, dV: grid (B*NKV, ceil(T/KBC)), KBC/16 warps of 16 keys each; walks the
-//                query tiles (KBR queries; Q, dO row-major and transposed, each read
-//                from global memory once: rtc_tc_load_both) of every query head of the
-//                GQA group in head order: S^T = K Q^T and dP^T = V dO^T, P^T
-//                and dS^T in fp32 on the accumulators, dV += P^T dO and dK += dS^T Q;
+//                query tiles (KBR queries; Q, dO and their (m, 1/l, D) double-buffered) of
+//                every query head of the GQA group in head order: S^T = K Q^T and
+//                dP^T = V dO^T, P^T and dS^T in fp32 on the accumulators, dV += P^T dO and
+//                dK += dS^T Q;
 //             3. dQ: grid (B*NH, ceil(T/QBR)), QBR/16 warps of 16 queries: per key tile
-//                (QBC keys; K row-major and transposed from one read, V row-major) S and
-//                dP, dS, dQ += dS K.
+//                (QBC keys; K and V double-buffered) S and dP, dS, dQ += dS K.
 //             Every gradient element has one owner block, which stores it once at the end
 //             (added to, or assigned, and rounded to dt: rtc_fa_store_grad): deterministic,
 //             no atomics, rounding and assigning free, and dq, dk, dv requested alone
@@ -59,41 +63,41 @@
 //   run longest first: the forward and dQ grids map blockIdx.y to query tiles from the
 //   last (most key tiles) down, and dK/dV's key tile 0 (all queries) is already first.
 //
-// Tiles, threads and shared memory (bytes, E = 2 bytes):
-//              HD <= 64 (HDP 64)                    HD <= 128 (HDP 128)
-//   forward    FBR 128, FBC 64, 8 warps, 36864      FBR 64, FBC 64, 4 warps, 53248
-//   dK/dV      KBC 64, KBR 64, 4 warps, 56064       KBC 64, KBR 32, 4 warps, 73088
-//   dQ         QBR 64, QBC 64, 4 warps, 46848       QBR 64, QBC 32, 4 warps, 63232
+// Tiles, threads and shared memory (bytes, E = 2 bytes; x2: double-buffered):
+//              HD <= 64 (HDP 64)                       HD <= 128 (HDP 128)
+//   forward    FBR 128, FBC 64 x2, 8 warps, 36864      FBR 64, FBC 64 x2, 4 warps, 69632
+//   dK/dV      KBC 64, KBR 64 x2, 4 warps, 56832       KBC 64, KBR 32 x2, 4 warps, 70400
+//   dQ         QBR 64, QBC 64 x2, 4 warps, 56064       QBR 64, QBC 32 x2, 4 warps, 70400
 // All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89), as every
 // flash kernel here (rtc_attention_init sets the opt-in; tests/cuda/test_flash_tc_emu.cc
 // checks every configuration). Registers bound the blocks per SM, so each kernel asks
 // __launch_bounds__ for a count (rtc_tc_cfg FMB, KMB, QMB: 2 or 3), because ptxas's choice
-// without one moves by 40 registers across a blocks-per-SM boundary on unrelated edits
-// (two ints added to rtc_fa_args took the HDP 128 forward from 168 to 209). ptxas (sm_90a)
-// then gives the forward 128 (HDP 64) and 168 (HDP 128; 4 bytes spilled), dK/dV 168 and
-// 247, dQ 164 and 207: an H100 SM runs 3 blocks of the HDP 64 dK/dV and dQ and the HDP 128
-// forward, 2 of the others, whose tile loads (fp32 in global memory, narrowed through
-// registers, so no cp.async/TMA) overlap each other's tensor-core work; there is no double
-// buffering within a block.
+// without one moves by 40 registers across a blocks-per-SM boundary on unrelated edits.
+// ptxas (sm_90a, CUDA 13) gives the forward 128 registers (HDP 64, 8 bytes spilled) and
+// 162 (HDP 128), dK/dV 168 and 210, dQ 166 and 198: an H100 SM runs 3 blocks of the HDP 64
+// dK/dV and dQ and of the HDP 128 forward, 2 of the others.
 //
-// History and expectations. The first version (wmma 16x16x16, softmax and rescaling
-// through fp32 shared-memory rows, because wmma fragments are opaque) measured 4-6% of the
-// H100's bf16 peak (ncu, 2026-11-22, causal, HD 64, counting the causal half: GPT-2 bench
-// forward 0.48 ms per layer, dK/dV 1.51, dQ 1.06; Llama 1B forward 1.12), a quarter of the
-// Llama 1B step. This version removes the shared-memory round trips of S, P, dP, dS and O
-// and the fp32 staging rows (the forward moves 16 KiB of fragments through shared memory
-// per warp and 64-key tile at HD 64, against 28 KiB before, and no barriers inside a
-// tile's products). Not yet run on a GPU: it was written in a session without one, and
-// only the emulator below has checked it; its speed is unmeasured.
+// History. The first version (wmma, softmax through fp32 shared-memory rows) measured 4-6%
+// of the H100's bf16 peak. The second kept P and dS in registers (this structure) but read
+// the fp32 buffers, narrowed through registers into shared memory (transposed copies for
+// the .trans operands above, no overlap of a block's loads with its products, B fragments
+// by 32-bit shared loads); on an H100 (2026-11-22, session 9) it ran at 0.23-0.30x of
+// PyTorch's SDPA (bench/attention.sh; Llama 1B shape, forward 0.73 ms against 0.18, backward
+// 2.84 against 0.66), with 25% occupancy and K/V read from DRAM at about 1.1 TB/s. This
+// version (16-bit copies, cp.async, double buffering, ldmatrix) halves the bytes read and
+// overlaps them with the products; it was written without a GPU, checked by the emulator
+// below, and its speed is unmeasured.
 //
-// Testing without a GPU. tests/cuda/cuda_emu.h emulates mma.sync from the PTX ISA's
-// fragment tables alone (each lane publishes its registers, every lane rebuilds the whole
-// A and B tiles from the documented lane mapping), independently of how these kernels
-// use it, so a kernel that assumed a different mapping fails against the CPU reference.
-// Emulator-only instantiation E = float (a register holds two floats instead of two
-// 16-bit halves; nvcc never sees it): the test runs the very same kernels unrounded and
-// holds them to the fp32 kernels' tolerances, which checks the indexing, masking, online
-// softmax and GQA walk tightly, apart from the 16-bit bound.
+// Testing without a GPU. tests/cuda/cuda_emu.h emulates mma.sync and ldmatrix from the PTX
+// ISA's fragment tables alone (each lane publishes its registers or row address, every lane
+// rebuilds its part from the documented lane mapping), independently of how these kernels
+// use them, so a kernel that assumed a different mapping fails against the CPU reference;
+// cp.async there poisons its destination when issued and copies at the wait that covers it,
+// so a read before the wait sees NaN. Emulator-only instantiation E = float (a register
+// holds two floats instead of two 16-bit halves, the copies are fp32; nvcc never sees it):
+// the test runs the very same kernels unrounded and holds them to the fp32 kernels'
+// tolerances, which checks the indexing, masking, online softmax and GQA walk tightly,
+// apart from the 16-bit bound.
 #ifndef FSDPGEN_CUDA_FLASH_ATTENTION_TC_CUH
 #define FSDPGEN_CUDA_FLASH_ATTENTION_TC_CUH
 
@@ -197,28 +201,6 @@ __device__ __forceinline__ uint32_t rtc_tc_pack<__half>(float lo, float hi) {
 }
 #endif
 
-// The register of elements p[0], p[1], and its store (p 4-byte aligned: even columns, even
-// strides). The emulator copies bytes (its E is a struct, and a cast would break aliasing
-// rules); nvcc gets the plain 32-bit access (its memcpy cannot assume the alignment).
-template <class E>
-__device__ __forceinline__ typename rtc_tc_reg<E>::type rtc_tc_ld(const E* p) {
-#ifdef __CUDACC__
-    return *(const typename rtc_tc_reg<E>::type*)p;
-#else
-    typename rtc_tc_reg<E>::type r;
-    memcpy(&r, p, sizeof r);
-    return r;
-#endif
-}
-template <class E>
-__device__ __forceinline__ void rtc_tc_st(E* p, typename rtc_tc_reg<E>::type r) {
-#ifdef __CUDACC__
-    *(typename rtc_tc_reg<E>::type*)p = r;
-#else
-    memcpy(p, &r, sizeof r);
-#endif
-}
-
 #ifdef __CUDACC__
 // d += a b: one warp-wide mma.sync.m16n8k16 with fp32 accumulation. a: the 16x16 A
 // fragment (4 registers), b: the 16x8 B fragment (2), d: the 16x8 accumulator (4), in the
@@ -244,26 +226,90 @@ __device__ __forceinline__ void rtc_tc_mma<__half>(float (&d)[4], const uint32_t
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-#endif
 
-// The A fragment of rows [0, 16) x columns [0, 16) of the row-major tile p (row stride ld):
-// lane 4g + t holds rows g and g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9.
-template <class E>
-__device__ __forceinline__ void rtc_tc_lda(typename rtc_tc_reg<E>::type (&a)[4], const E* p,
-                                           int ld, int g, int t) {
-    a[0] = rtc_tc_ld<E>(p + g * ld + 2 * t);
-    a[1] = rtc_tc_ld<E>(p + (g + 8) * ld + 2 * t);
-    a[2] = rtc_tc_ld<E>(p + g * ld + 2 * t + 8);
-    a[3] = rtc_tc_ld<E>(p + (g + 8) * ld + 2 * t + 8);
+__device__ __forceinline__ unsigned rtc_tc_smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
 }
 
-// The B fragment (16 k x 8 n) of a k-contiguous tile: element (k, n) at p[n * ld + k];
-// lane 4g + t holds column g, k = 2t, 2t + 1, 2t + 8, 2t + 9.
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8x8 matrices of 16-bit elements;
+// lane l gives the address of row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned).
+// Register j of lane l: matrix j's row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (low
+// half first); with .trans, column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1.
 template <class E>
-__device__ __forceinline__ void rtc_tc_ldb(typename rtc_tc_reg<E>::type (&b)[2], const E* p,
-                                           int ld, int g, int t) {
-    b[0] = rtc_tc_ld<E>(p + g * ld + 2 * t);
-    b[1] = rtc_tc_ld<E>(p + g * ld + 2 * t + 8);
+__device__ __forceinline__ void rtc_tc_ldsm(uint32_t (&r)[4], const E* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(rtc_tc_smem_addr(row))
+                 : "memory");
+}
+template <class E>
+__device__ __forceinline__ void rtc_tc_ldsm_t(uint32_t (&r)[4], const E* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(rtc_tc_smem_addr(row))
+                 : "memory");
+}
+
+// cp.async: 8 elements (16 bytes, both addresses 16-byte aligned) from global src into
+// shared dst, or 8 zeros when !valid (src-size 0: nothing is read; src must still be a
+// valid address); and one float (4 bytes). They land by the wait that covers their group.
+template <class E>
+__device__ __forceinline__ void rtc_tc_cp8(E* dst, const E* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rtc_tc_smem_addr(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void rtc_tc_cp1f(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(rtc_tc_smem_addr(dst)),
+                 "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+}
+// Closes the group of this thread's copies issued since the last commit.
+__device__ __forceinline__ void rtc_tc_cp_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are in flight (the newest N).
+template <int N>
+__device__ __forceinline__ void rtc_tc_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// fragments through ldmatrix (x4: four 8x8 matrices, see rtc_tc_ldsm)
+
+// The A fragment of rows [0, 16) x columns [0, 16) of the row-major tile p (row stride ld):
+// lane 4g + t holds rows g and g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9, i.e. matrices
+// (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) in that order.
+template <class E>
+__device__ __forceinline__ void rtc_tc_lda(typename rtc_tc_reg<E>::type (&a)[4], const E* p,
+                                           int ld, int lane) {
+    rtc_tc_ldsm<E>(a, p + (lane & 15) * ld + (lane >> 4) * 8);
+}
+
+// The B fragments (16 k x 8 n; lane 4g + t holds column g, k = 2t, 2t + 1, 2t + 8, 2t + 9)
+// of the 8-column blocks n 0-7 (b[0], b[1]) and 8-15 (b[2], b[3]) of a 16-k slice at p:
+//   k-contiguous (KC): element (k, n) at p[n * ld + k] (K for S = Q K^T): plain ldmatrix,
+//     matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15);
+//   n-contiguous: element (k, n) at p[k * ld + n] (V for O += P V): .trans, matrices
+//     (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
+template <class E, bool KC>
+__device__ __forceinline__ void rtc_tc_ldb2(typename rtc_tc_reg<E>::type (&b)[4], const E* p,
+                                            int ld, int lane) {
+    if (KC)
+        rtc_tc_ldsm<E>(b, p + ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8);
+    else
+        rtc_tc_ldsm_t<E>(b, p + (lane & 15) * ld + (lane >> 4) * 8);
+}
+
+// acc[n] += a B_n and acc[n + 1] += a B_{n + 1} for the pair of B fragments from rtc_tc_ldb2.
+template <class E>
+__device__ __forceinline__ void rtc_tc_mma2(float (&acc0)[4], float (&acc1)[4],
+                                            const typename rtc_tc_reg<E>::type (&a)[4],
+                                            const typename rtc_tc_reg<E>::type (&b)[4]) {
+    const typename rtc_tc_reg<E>::type b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+    rtc_tc_mma<E>(acc0, a, b0);
+    rtc_tc_mma<E>(acc1, a, b1);
 }
 
 // The A fragment of columns [16 kk, 16 kk + 16) of a warp's accumulator rows (acc[j]: the
@@ -284,38 +330,38 @@ __device__ __forceinline__ void rtc_tc_zero(float (&acc)[NJ][4]) {
     for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 }
 
-// acc[n] += a B_n for the 8-column blocks n < nn of the k-contiguous tile b (element (k, n)
-// at b[n * ld + k], k from 0): one A fragment against a row of B fragments.
-template <class E, int NN>
+// acc[n] += a B_n for the 8-column blocks n < nn (nn even) of the 16-k slice b of a shared
+// tile, k-contiguous or not as rtc_tc_ldb2: one A fragment against a row of B fragments.
+template <class E, int NN, bool KC>
 __device__ __forceinline__ void rtc_tc_mma_row(float (&acc)[NN][4],
                                                const typename rtc_tc_reg<E>::type (&a)[4],
-                                               const E* b, int ld, int nn, int g, int t) {
+                                               const E* b, int ld, int nn, int lane) {
 #pragma unroll
-    for (int n = 0; n < NN; n++) {
+    for (int n = 0; n < NN; n += 2) {
         if (n < nn) {
-            typename rtc_tc_reg<E>::type y[2];
-            rtc_tc_ldb<E>(y, b + 8 * n * ld, ld, g, t);
-            rtc_tc_mma<E>(acc[n], a, y);
+            typename rtc_tc_reg<E>::type y[4];
+            rtc_tc_ldb2<E, KC>(y, KC ? b + 8 * n * ld : b + 8 * n, ld, lane);
+            rtc_tc_mma2<E>(acc[n], acc[n + 1], a, y);
         }
     }
 }
 
 // acc[j] += a b_j for the 8-column blocks j < NJ, with a's NK column blocks of 16 (the first
-// nk used) in registers: acc = X Y^T for the warp's rows X and the rows of the tile y
-// (row stride ld). Block by block (each acc[j] finished before the next), which keeps
-// fewer B fragments live than rtc_tc_mma_row per k block.
+// nk used) in registers: acc = X Y^T for the warp's rows X and the rows of the shared tile
+// y (row stride ld). Two column blocks at a time (each pair finished before the next),
+// which keeps fewer B fragments live than rtc_tc_mma_row per k block.
 template <class E, int NJ, int NK>
 __device__ __forceinline__ void rtc_tc_mma_nt(float (&acc)[NJ][4],
                                               const typename rtc_tc_reg<E>::type (&a)[NK][4],
-                                              const E* y, int ld, int nk, int g, int t) {
+                                              const E* y, int ld, int nk, int lane) {
 #pragma unroll
-    for (int j = 0; j < NJ; j++) {
+    for (int j = 0; j < NJ; j += 2) {
 #pragma unroll
         for (int kk = 0; kk < NK; kk++) {
             if (kk < nk) {
-                typename rtc_tc_reg<E>::type b[2];
-                rtc_tc_ldb<E>(b, y + 8 * j * ld + 16 * kk, ld, g, t);
-                rtc_tc_mma<E>(acc[j], a[kk], b);
+                typename rtc_tc_reg<E>::type b[4];
+                rtc_tc_ldb2<E, true>(b, y + 8 * j * ld + 16 * kk, ld, lane);
+                rtc_tc_mma2<E>(acc[j], acc[j + 1], a[kk], b);
             }
         }
     }
@@ -367,159 +413,92 @@ struct rtc_tc_cfg<128> {
 
 constexpr size_t rtc_tc_al(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
-// Bytes of a tile of `rows` rows of `cols` elements E, each row padded by 8 elements.
-template <class E>
-constexpr size_t rtc_tc_tile(int rows, int cols) {
-    return rtc_tc_al((size_t)rows * (cols + 8) * sizeof(E));
+// Bytes of a tile of `rows` rows of HDP elements E, each row padded by 8 elements.
+template <class E, int HDP>
+constexpr size_t rtc_tc_tile(int rows) {
+    return rtc_tc_al((size_t)rows * (HDP + 8) * sizeof(E));
 }
 
-// forward: qs [BR][HDP+8] (staging for the Q fragments), ks [BC][HDP+8], vt [HDP][BC+8]
+// Bytes of `n` floats.
+constexpr size_t rtc_tc_floats(int n) { return rtc_tc_al((size_t)n * sizeof(float)); }
+
+// forward: buffers 0 and 1 of k, v [BC][LDE] (buffer i's k at k + i * buf, its v at
+// v + i * buf), and q [BR][LDE], staging for the Q fragments, over buffer 1 (the kernel
+// reads its fragments before the first copy into buffer 1 is issued)
 template <class E, int HDP>
 struct rtc_tc_fwd_layout {
-    enum { BR = rtc_tc_cfg<HDP>::FBR, BC = rtc_tc_cfg<HDP>::FBC, LDE = HDP + 8, LDT = BC + 8 };
-    static constexpr size_t q = 0;
-    static constexpr size_t k = q + rtc_tc_tile<E>(BR, HDP);
-    static constexpr size_t vt = k + rtc_tc_tile<E>(BC, HDP);
-    static constexpr size_t bytes = vt + rtc_tc_tile<E>(HDP, BC);
+    enum { BR = rtc_tc_cfg<HDP>::FBR, BC = rtc_tc_cfg<HDP>::FBC, LDE = HDP + 8 };
+    static constexpr size_t kv = rtc_tc_tile<E, HDP>(BC);  // one tile of k or v
+    static constexpr size_t buf = 2 * kv;
+    static constexpr size_t k = 0;
+    static constexpr size_t v = kv;
+    static constexpr size_t q = buf;
+    static constexpr size_t bytes = buf + (2 * kv > rtc_tc_tile<E, HDP>(BR) ? 2 * kv
+                                                                              : rtc_tc_tile<E, HDP>(BR));
 };
 
-// dK/dV: ks, vs [BC][HDP+8] (the block's keys), qs, dos [BR][HDP+8] and qt, dot
-// [HDP][BR+8] (the query tile both ways), m, inv, D [BR]
+// dK/dV: k, v [BC][LDE] (the block's keys), q, dout [2][BR][LDE] (the query tile), and its
+// m, inv, D [2][BR]
 template <class E, int HDP>
 struct rtc_tc_dkdv_layout {
-    enum { BC = rtc_tc_cfg<HDP>::KBC, BR = rtc_tc_cfg<HDP>::KBR, LDE = HDP + 8, LDT = BR + 8 };
+    enum { BC = rtc_tc_cfg<HDP>::KBC, BR = rtc_tc_cfg<HDP>::KBR, LDE = HDP + 8 };
+    static constexpr size_t qd = rtc_tc_tile<E, HDP>(BR);  // one buffer of q or dout
+    static constexpr size_t st = rtc_tc_floats(BR);        // one buffer of m, inv or D
     static constexpr size_t k = 0;
-    static constexpr size_t v = k + rtc_tc_tile<E>(BC, HDP);
-    static constexpr size_t q = v + rtc_tc_tile<E>(BC, HDP);
-    static constexpr size_t dout = q + rtc_tc_tile<E>(BR, HDP);
-    static constexpr size_t qt = dout + rtc_tc_tile<E>(BR, HDP);
-    static constexpr size_t dot = qt + rtc_tc_tile<E>(HDP, BR);
-    static constexpr size_t m = dot + rtc_tc_tile<E>(HDP, BR);
-    static constexpr size_t inv = m + rtc_tc_al((size_t)BR * sizeof(float));
-    static constexpr size_t D = inv + rtc_tc_al((size_t)BR * sizeof(float));
-    static constexpr size_t bytes = D + rtc_tc_al((size_t)BR * sizeof(float));
+    static constexpr size_t v = k + rtc_tc_tile<E, HDP>(BC);
+    static constexpr size_t q = v + rtc_tc_tile<E, HDP>(BC);
+    static constexpr size_t dout = q + 2 * qd;
+    static constexpr size_t m = dout + 2 * qd;
+    static constexpr size_t inv = m + 2 * st;
+    static constexpr size_t D = inv + 2 * st;
+    static constexpr size_t bytes = D + 2 * st;
 };
 
-// dQ: qs, dos [BR][HDP+8] (staging for the fragments), ks, vs [BC][HDP+8], kt [HDP][BC+8],
-// m, inv, D [BR]
+// dQ: q, dout [BR][LDE] (staging for the fragments), k, v [2][BC][LDE], m, inv, D [BR]
 template <class E, int HDP>
 struct rtc_tc_dq_layout {
-    enum { BR = rtc_tc_cfg<HDP>::QBR, BC = rtc_tc_cfg<HDP>::QBC, LDE = HDP + 8, LDT = BC + 8 };
+    enum { BR = rtc_tc_cfg<HDP>::QBR, BC = rtc_tc_cfg<HDP>::QBC, LDE = HDP + 8 };
+    static constexpr size_t kv = rtc_tc_tile<E, HDP>(BC);
     static constexpr size_t q = 0;
-    static constexpr size_t dout = q + rtc_tc_tile<E>(BR, HDP);
-    static constexpr size_t k = dout + rtc_tc_tile<E>(BR, HDP);
-    static constexpr size_t v = k + rtc_tc_tile<E>(BC, HDP);
-    static constexpr size_t kt = v + rtc_tc_tile<E>(BC, HDP);
-    static constexpr size_t m = kt + rtc_tc_tile<E>(HDP, BC);
-    static constexpr size_t inv = m + rtc_tc_al((size_t)BR * sizeof(float));
-    static constexpr size_t D = inv + rtc_tc_al((size_t)BR * sizeof(float));
-    static constexpr size_t bytes = D + rtc_tc_al((size_t)BR * sizeof(float));
+    static constexpr size_t dout = q + rtc_tc_tile<E, HDP>(BR);
+    static constexpr size_t k = dout + rtc_tc_tile<E, HDP>(BR);
+    static constexpr size_t v = k + 2 * kv;
+    static constexpr size_t m = v + 2 * kv;
+    static constexpr size_t inv = m + rtc_tc_floats(BR);
+    static constexpr size_t D = inv + rtc_tc_floats(BR);
+    static constexpr size_t bytes = D + rtc_tc_floats(BR);
 };
 
 // ----------------------------------------------------------------------------
-// tile loads
+// tile loads (cp.async; the caller commits and waits)
 
-__device__ __forceinline__ bool rtc_tc_aligned16(const void* p) {
-    return ((uintptr_t)p & 15u) == 0;
-}
-
-// Rows [t0, t0 + R) of one head (row t at src + t * ld, HD floats) narrowed into a
-// row-major shared tile of E with row stride LDE; rows past T are zero (finite, masked
-// later), dims past HD are never read. vec: the buffers are 16-byte aligned, so (HD and
-// the head offset being multiples of 16) every row is, and float4 loads apply.
+// Rows [t0, t0 + R) of one head of a 16-bit copy (row t at src + t * ld, HD elements) into
+// a row-major shared tile with row stride LDE; rows past T are zeros (finite, masked
+// later), dims past HD are never written nor read. HD and the head offset are multiples of
+// 16 elements, so every 8-element copy is 16-byte aligned.
 template <class E, int NT, int LDE>
-__device__ __forceinline__ void rtc_tc_load(E* dst, const float* src, size_t ld, int t0, int R,
-                                            int T, int HD, bool vec) {
-    if (vec) {
-        const int n4 = HD / 4;
-        for (int i = threadIdx.x; i < R * n4; i += NT) {
-            const int r = i / n4, d = (i % n4) * 4, t = t0 + r;
-            const float4 x = t < T ? *(const float4*)(src + (size_t)t * ld + d)
-                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            rtc_tc_st<E>(dst + r * LDE + d, rtc_tc_pack<E>(x.x, x.y));  // d, LDE even
-            rtc_tc_st<E>(dst + r * LDE + d + 2, rtc_tc_pack<E>(x.z, x.w));
-        }
-    } else {
-        for (int i = threadIdx.x; i < R * HD; i += NT) {
-            const int r = i / HD, d = i % HD, t = t0 + r;
-            dst[r * LDE + d] = rtc_tc_narrow<E>(t < T ? src[(size_t)t * ld + d] : 0.0f);
-        }
+__device__ __forceinline__ void rtc_tc_load(E* dst, const E* src, size_t ld, int t0, int R,
+                                            int T, int HD) {
+    const int nc = HD / 8;
+    for (int i = threadIdx.x; i < R * nc; i += NT) {
+        const int r = i / nc, c = (i % nc) * 8, t = t0 + r;
+        rtc_tc_cp8<E>(dst + r * LDE + c, src + (t < T ? (size_t)t * ld + c : 0), t < T);
     }
 }
 
-// Rows t and t + 1 of src (row stride ld), four floats from column d each (zeros past T);
-// src 16-byte aligned as the vec paths below require.
-__device__ __forceinline__ void rtc_tc_ld_pair(float4& x0, float4& x1, const float* src,
-                                               size_t ld, int t, int d, int T) {
-    const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    x0 = t < T ? *(const float4*)(src + (size_t)t * ld + d) : z;
-    x1 = t + 1 < T ? *(const float4*)(src + (size_t)(t + 1) * ld + d) : z;
-}
-
-// That pair transposed into rows d..d+3 of dstt (row stride LDT) at column r: one register
-// (x0's element, x1's element) per dim.
-template <class E, int LDT>
-__device__ __forceinline__ void rtc_tc_st_pair_t(E* dstt, int r, int d, float4 x0, float4 x1) {
-    rtc_tc_st<E>(dstt + (d + 0) * LDT + r, rtc_tc_pack<E>(x0.x, x1.x));
-    rtc_tc_st<E>(dstt + (d + 1) * LDT + r, rtc_tc_pack<E>(x0.y, x1.y));
-    rtc_tc_st<E>(dstt + (d + 2) * LDT + r, rtc_tc_pack<E>(x0.z, x1.z));
-    rtc_tc_st<E>(dstt + (d + 3) * LDT + r, rtc_tc_pack<E>(x0.w, x1.w));
-}
-
-// The same rows transposed: dst[d * LDT + r] (d < HD, r < R; R even). Thread i takes the
-// row pair r = 2 (i % (R/2)), r + 1 and four dims, and stores four registers (one per dim,
-// the pair's two elements), consecutive threads in consecutive registers of a row.
-template <class E, int NT, int LDT>
-__device__ __forceinline__ void rtc_tc_load_t(E* dst, const float* src, size_t ld, int t0,
-                                              int R, int T, int HD, bool vec) {
-    const int np = R / 2;
-    if (vec) {
-        for (int i = threadIdx.x; i < np * (HD / 4); i += NT) {
-            const int r = 2 * (i % np), d = (i / np) * 4;
-            float4 x0, x1;
-            rtc_tc_ld_pair(x0, x1, src, ld, t0 + r, d, T);
-            rtc_tc_st_pair_t<E, LDT>(dst, r, d, x0, x1);
-        }
-    } else {
-        for (int i = threadIdx.x; i < R * HD; i += NT) {
-            const int r = i % R, d = i / R, t = t0 + r;
-            dst[d * LDT + r] = rtc_tc_narrow<E>(t < T ? src[(size_t)t * ld + d] : 0.0f);
-        }
-    }
-}
-
-// The same rows both ways from one read of global memory: row-major into dst (as
-// rtc_tc_load) and transposed into dstt (as rtc_tc_load_t), for the tiles the backward
-// kernels need in both layouts (Q and dO in dK/dV, K in dQ). Thread i takes a row pair and
-// four dims; a warp covers 16 row pairs x 2 dim groups, i.e. 32 bytes of each of 32 rows
-// (whole 32-byte sectors). Worked out by hand, not measured: with LDT = R + 8 (R 32 or 64,
-// a row of LDT / 2 = 4 mod 32 words) a warp's transposed stores hit 32 distinct banks; its
-// row-major stores are 4-way conflicted (rows 2 apart at LDE / 2 = 4 mod 32 words), a
-// small cost next to the global read this saves. R: a multiple of 32.
-template <class E, int NT, int R, int LDE, int LDT>
-__device__ __forceinline__ void rtc_tc_load_both(E* dst, E* dstt, const float* src, size_t ld,
-                                                 int t0, int T, int HD, bool vec) {
-    static_assert(R % 32 == 0, "rtc_tc_load_both: R must be a multiple of 32");
-    enum { NB = R / 32 };  // blocks of 16 row pairs
-    if (vec) {
-        for (int i = threadIdx.x; i < R / 2 * (HD / 4); i += NT) {
-            const int c = i / 32, p = (i % 32) / 2, q = i % 2;
-            const int r = 2 * (16 * (c % NB) + p), d = 4 * (2 * (c / NB) + q);
-            float4 x0, x1;
-            rtc_tc_ld_pair(x0, x1, src, ld, t0 + r, d, T);
-            rtc_tc_st<E>(dst + r * LDE + d, rtc_tc_pack<E>(x0.x, x0.y));
-            rtc_tc_st<E>(dst + r * LDE + d + 2, rtc_tc_pack<E>(x0.z, x0.w));
-            rtc_tc_st<E>(dst + (r + 1) * LDE + d, rtc_tc_pack<E>(x1.x, x1.y));
-            rtc_tc_st<E>(dst + (r + 1) * LDE + d + 2, rtc_tc_pack<E>(x1.z, x1.w));
-            rtc_tc_st_pair_t<E, LDT>(dstt, r, d, x0, x1);
-        }
-    } else {
-        for (int i = threadIdx.x; i < R * HD; i += NT) {
-            const int r = i / HD, d = i % HD, t = t0 + r;
-            const E x = rtc_tc_narrow<E>(t < T ? src[(size_t)t * ld + d] : 0.0f);
-            dst[r * LDE + d] = x;
-            dstt[d * LDT + r] = x;
-        }
+// (m, 1/l) and D of query rows [q0, q0 + R) of head h, as rtc_fa_load_stats (zeros past T;
+// D zeros when a.D is NULL), by cp.async.
+template <int NT>
+__device__ __forceinline__ void rtc_tc_load_stats(float* ms, float* invs, float* Ds,
+                                                  const rtc_fa_args& a, int b, int h, int q0,
+                                                  int R) {
+    for (int i = threadIdx.x; i < R; i += NT) {
+        const int t = q0 + i;
+        const bool in = t < a.T;
+        const size_t row = in ? ((size_t)b * a.NH + h) * a.T + t : 0;
+        rtc_tc_cp1f(ms + i, a.stats_in + 2 * row, in);
+        rtc_tc_cp1f(invs + i, a.stats_in + 2 * row + 1, in);
+        rtc_tc_cp1f(Ds + i, a.D ? a.D + row : a.stats_in, in && a.D);
     }
 }
 
@@ -531,12 +510,10 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
     rtc_fa_tc_forward_kernel(rtc_fa_args a) {
     typedef rtc_tc_fwd_layout<E, HDP> L;
     typedef typename rtc_tc_reg<E>::type reg;
-    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE, LDT = L::LDT };
+    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE };
     enum { NK = HDP / 16, ND = HDP / 8, NJ = BC / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
     E* qs = (E*)(rtc_tc_smem + L::q);
-    E* ks = (E*)(rtc_tc_smem + L::k);
-    E* vt = (E*)(rtc_tc_smem + L::vt);
     const int T = a.T, HD = a.HD, nk = HD / 16, nd = HD / 8;
     const int b = blockIdx.x / a.NH, h = blockIdx.x % a.NH, hk = h / (a.NH / a.NKV);
     const int qt = a.causal ? (int)gridDim.y - 1 - (int)blockIdx.y : (int)blockIdx.y;
@@ -545,73 +522,92 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
     const int g = lane >> 2, t = lane & 3;
     const int tq[2] = {q0 + r0 + g, q0 + r0 + g + 8};  // this lane's two rows
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
-    const float* qg = a.q + (size_t)b * T * ldq + (size_t)h * HD;
-    const float* kg = a.k + (size_t)b * T * ldk + (size_t)hk * HD;
-    const float* vg = a.v + (size_t)b * T * ldk + (size_t)hk * HD;
-    const bool vec = rtc_tc_aligned16(a.q) && rtc_tc_aligned16(a.k) && rtc_tc_aligned16(a.v);
+    const E* kg = (const E*)a.k16 + (size_t)b * T * ldk + (size_t)hk * HD;
+    const E* vg = (const E*)a.v16 + (size_t)b * T * ldk + (size_t)hk * HD;
+    const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
+    const int ntiles = (kend + BC - 1) / BC;
 
-    rtc_tc_load<E, NT, LDE>(qs, qg, ldq, q0, BR, T, HD, vec);
+    rtc_tc_load<E, NT, LDE>(qs, (const E*)a.q16 + (size_t)b * T * ldq + (size_t)h * HD, ldq, q0,
+                            BR, T, HD);
+    rtc_tc_cp_commit();
+    // key tile j goes to buffer j % 2: group 0 Q, group j + 1 key tile j
+    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k), kg, ldk, 0, BC, T, HD);
+    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v), vg, ldk, 0, BC, T, HD);
+    rtc_tc_cp_commit();
+    rtc_tc_cp_wait<1>();  // Q
     __syncthreads();
     reg qa[NK][4];
 #pragma unroll
     for (int kk = 0; kk < NK; kk++)
-        if (kk < nk) rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, g, t);
+        if (kk < nk) rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, lane);
+    __syncthreads();  // every warp has its Q fragments: key tile 1 may land over qs
     float o[ND][4];
     rtc_tc_zero<ND>(o);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's columns only
-    const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
     const bool rows_in = q0 + r0 < T;
-    for (int k0 = 0; k0 < kend; k0 += BC) {
-        __syncthreads();  // the previous tile's readers of ks and vt are done
-        rtc_tc_load<E, NT, LDE>(ks, kg, ldk, k0, BC, T, HD, vec);
-        rtc_tc_load_t<E, NT, LDT>(vt, vg, ldk, k0, BC, T, HD, vec);
+    for (int j = 0; j < ntiles; j++) {
+        const int k0 = j * BC;
+        if (j + 1 < ntiles) {  // the buffer tile j - 1 used: its readers passed the barrier
+            const size_t nb = (size_t)((j + 1) & 1) * L::buf;
+            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k + nb), kg, ldk, k0 + BC, BC, T, HD);
+            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v + nb), vg, ldk, k0 + BC, BC, T, HD);
+            rtc_tc_cp_commit();
+            rtc_tc_cp_wait<1>();  // tile j
+        } else {
+            rtc_tc_cp_wait<0>();
+        }
         __syncthreads();
-        if (!rows_in || (a.causal && q0 + r0 + 15 < k0)) continue;  // all masked for the warp
-        // S = Q K^T
-        float s[NJ][4];
-        rtc_tc_zero<NJ>(s);
-        rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, g, t);
-        // online softmax: element i of s[j] is row tq[i / 2], key k0 + 8 j + 2 t + i % 2
-        float mt[2] = {-INFINITY, -INFINITY};
+        const size_t cb = (size_t)(j & 1) * L::buf;
+        const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
+        const E* vs = (const E*)(rtc_tc_smem + L::v + cb);
+        if (rows_in && !(a.causal && q0 + r0 + 15 < k0)) {  // else all masked for the warp
+            // S = Q K^T
+            float s[NJ][4];
+            rtc_tc_zero<NJ>(s);
+            rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, lane);
+            // online softmax: element i of s[j] is row tq[i / 2], key k0 + 8 j + 2 t + i % 2
+            float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
+            for (int jj = 0; jj < NJ; jj++) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int tk = k0 + 8 * j + 2 * t + (i & 1);
-                s[j][i] = rtc_fa_visible(tq[i >> 1], tk, T, a.causal) ? a.scale * s[j][i]
-                                                                      : -INFINITY;
-                mt[i >> 1] = fmaxf(mt[i >> 1], s[j][i]);
+                for (int i = 0; i < 4; i++) {
+                    const int tk = k0 + 8 * jj + 2 * t + (i & 1);
+                    s[jj][i] = rtc_fa_visible(tq[i >> 1], tk, T, a.causal) ? a.scale * s[jj][i]
+                                                                          : -INFINITY;
+                    mt[i >> 1] = fmaxf(mt[i >> 1], s[jj][i]);
+                }
+            }
+            float mref[2], alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float mnew = fmaxf(m[r], rtc_tc_group_max(mt[r]));
+                mref[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row with nothing visible stays empty
+                alpha[r] = mnew == m[r] ? 1.0f : exp2f((m[r] - mref[r]) * RTC_TC_LOG2E);
+                m[r] = mnew;
+                l[r] *= alpha[r];
+            }
+#pragma unroll
+            for (int jj = 0; jj < NJ; jj++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    s[jj][i] = exp2f((s[jj][i] - mref[i >> 1]) * RTC_TC_LOG2E);
+                    l[i >> 1] += s[jj][i];
+                }
+            }
+#pragma unroll
+            for (int d = 0; d < ND; d++) {
+                o[d][0] *= alpha[0], o[d][1] *= alpha[0];
+                o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+            }
+            // O += P V (V: k = key down the tile, n = dim along its rows)
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                reg pa[4];
+                rtc_tc_acc_to_a<E, NJ>(pa, s, kk);
+                rtc_tc_mma_row<E, ND, false>(o, pa, vs + 16 * kk * LDE, LDE, nd, lane);
             }
         }
-        float mref[2], alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float mnew = fmaxf(m[r], rtc_tc_group_max(mt[r]));
-            mref[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row with nothing visible stays empty
-            alpha[r] = mnew == m[r] ? 1.0f : exp2f((m[r] - mref[r]) * RTC_TC_LOG2E);
-            m[r] = mnew;
-            l[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                s[j][i] = exp2f((s[j][i] - mref[i >> 1]) * RTC_TC_LOG2E);
-                l[i >> 1] += s[j][i];
-            }
-        }
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            o[d][0] *= alpha[0], o[d][1] *= alpha[0];
-            o[d][2] *= alpha[1], o[d][3] *= alpha[1];
-        }
-        // O += P V
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++) {
-            reg pa[4];
-            rtc_tc_acc_to_a<E, NJ>(pa, s, kk);
-            rtc_tc_mma_row<E, ND>(o, pa, vt + 16 * kk, LDT, nd, g, t);
-        }
+        __syncthreads();  // every reader of buffer j % 2 is done before tile j + 2 lands there
     }
     float* og = a.out + (size_t)b * T * ldq + (size_t)h * HD;
     const bool rnd = a.dt != RT_F32;
@@ -647,18 +643,11 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
     rtc_fa_tc_dkdv_kernel(rtc_fa_args a) {
     typedef rtc_tc_dkdv_layout<E, HDP> L;
     typedef typename rtc_tc_reg<E>::type reg;
-    enum { BC = L::BC, BR = L::BR, NT = BC * 2, LDE = L::LDE, LDT = L::LDT };
+    enum { BC = L::BC, BR = L::BR, NT = BC * 2, LDE = L::LDE };
     enum { NK = HDP / 16, ND = HDP / 8, NJ = BR / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
-    E* ks = (E*)(rtc_tc_smem + L::k);
-    E* vs = (E*)(rtc_tc_smem + L::v);
-    E* qs = (E*)(rtc_tc_smem + L::q);
-    E* dos = (E*)(rtc_tc_smem + L::dout);
-    E* qts = (E*)(rtc_tc_smem + L::qt);
-    E* dots = (E*)(rtc_tc_smem + L::dot);
-    float* ms = (float*)(rtc_tc_smem + L::m);
-    float* invs = (float*)(rtc_tc_smem + L::inv);
-    float* Ds = (float*)(rtc_tc_smem + L::D);
+    const E* ks = (const E*)(rtc_tc_smem + L::k);
+    const E* vs = (const E*)(rtc_tc_smem + L::v);
     const int T = a.T, HD = a.HD, nk = HD / 16, nd = HD / 8, G = a.NH / a.NKV;
     const int b = blockIdx.x / a.NKV, hk = blockIdx.x % a.NKV;
     const int k0 = blockIdx.y * BC;
@@ -668,36 +657,54 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
     const bool want_dk = a.dk != NULL, want_dv = a.dv != NULL;
-    const bool vec = rtc_tc_aligned16(a.q) && rtc_tc_aligned16(a.k) && rtc_tc_aligned16(a.v) &&
-                     rtc_tc_aligned16(a.dout);
+    // query tiles: nq per head from qstart (earlier queries see none of these keys), for
+    // the G heads of the group in order; tile n (head hk * G + n / nq) goes to buffer n % 2
+    const int qstart = a.causal ? k0 / BR * BR : 0;
+    const int nq = (T - qstart + BR - 1) / BR, ntiles = G * nq;
+    struct tile_at {  // where tile n's rows come from
+        int h, q0;
+    };
+    auto tile = [&](int n) {
+        tile_at x = {hk * G + n / nq, qstart + n % nq * BR};
+        return x;
+    };
+    auto issue = [&](int n) {  // tile n's copies (Q, dO, stats) into buffer n % 2
+        const tile_at x = tile(n);
+        const size_t qoff = (size_t)b * T * ldq + (size_t)x.h * HD, nb = (size_t)(n & 1);
+        rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::q + nb * L::qd), (const E*)a.q16 + qoff,
+                                ldq, x.q0, BR, T, HD);
+        rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::dout + nb * L::qd),
+                                (const E*)a.dout16 + qoff, ldq, x.q0, BR, T, HD);
+        rtc_tc_load_stats<NT>((float*)(rtc_tc_smem + L::m + nb * L::st),
+                              (float*)(rtc_tc_smem + L::inv + nb * L::st),
+                              (float*)(rtc_tc_smem + L::D + nb * L::st), a, b, x.h, x.q0, BR);
+        rtc_tc_cp_commit();
+    };
 
-    rtc_tc_load<E, NT, LDE>(ks, a.k + kvoff, ldk, k0, BC, T, HD, vec);
-    rtc_tc_load<E, NT, LDE>(vs, a.v + kvoff, ldk, k0, BC, T, HD, vec);
+    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k), (const E*)a.k16 + kvoff, ldk, k0, BC, T, HD);
+    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v), (const E*)a.v16 + kvoff, ldk, k0, BC, T, HD);
+    issue(0);  // one group with K and V
     float dk[ND][4], dv[ND][4];
     rtc_tc_zero<ND>(dk);
     rtc_tc_zero<ND>(dv);
-    const int qstart = a.causal ? k0 / BR * BR : 0;  // earlier queries see none of these keys
-    for (int gi = 0; gi < G; gi++) {
-        const int h = hk * G + gi;
-        const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
-        for (int q0 = qstart; q0 < T; q0 += BR) {
-            __syncthreads();  // the previous tile's readers are done
-            // Q row-major always, transposed for dK; dO row-major for dK, transposed for dV
-            const float *qg = a.q + qoff, *dog = a.dout + qoff;
-            if (want_dk) {
-                rtc_tc_load_both<E, NT, BR, LDE, LDT>(qs, qts, qg, ldq, q0, T, HD, vec);
-                if (want_dv)
-                    rtc_tc_load_both<E, NT, BR, LDE, LDT>(dos, dots, dog, ldq, q0, T, HD, vec);
-                else
-                    rtc_tc_load<E, NT, LDE>(dos, dog, ldq, q0, BR, T, HD, vec);
-            } else {
-                rtc_tc_load<E, NT, LDE>(qs, qg, ldq, q0, BR, T, HD, vec);
-                rtc_tc_load_t<E, NT, LDT>(dots, dog, ldq, q0, BR, T, HD, vec);  // want_dv
-            }
-            rtc_fa_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
-            __syncthreads();
-            if (k0 + r0 >= T || (a.causal && q0 + BR - 1 < k0 + r0)) continue;  // all masked
+    for (int n = 0; n < ntiles; n++) {
+        if (n + 1 < ntiles) {  // the buffer tile n - 1 used: its readers passed the barrier
+            issue(n + 1);
+            rtc_tc_cp_wait<1>();  // tile n
+        } else {
+            rtc_tc_cp_wait<0>();
+        }
+        __syncthreads();
+        const tile_at x = tile(n);
+        const size_t cb = (size_t)(n & 1);
+        const E* qs = (const E*)(rtc_tc_smem + L::q + cb * L::qd);
+        const E* dos = (const E*)(rtc_tc_smem + L::dout + cb * L::qd);
+        const float* ms = (const float*)(rtc_tc_smem + L::m + cb * L::st);
+        const float* invs = (const float*)(rtc_tc_smem + L::inv + cb * L::st);
+        const float* Ds = (const float*)(rtc_tc_smem + L::D + cb * L::st);
+        if (k0 + r0 < T && !(a.causal && x.q0 + BR - 1 < k0 + r0)) {  // else all masked
             // S^T = K Q^T and dP^T = V dO^T: rows are this warp's keys, columns the queries
+            // (k = dim along the rows of Q and dO)
             float st[NJ][4], dpt[NJ][4];
             rtc_tc_zero<NJ>(st);
             rtc_tc_zero<NJ>(dpt);
@@ -705,11 +712,11 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
             for (int kk = 0; kk < NK; kk++) {
                 if (kk < nk) {
                     reg xa[4];
-                    rtc_tc_lda<E>(xa, ks + r0 * LDE + 16 * kk, LDE, g, t);
-                    rtc_tc_mma_row<E, NJ>(st, xa, qs + 16 * kk, LDE, NJ, g, t);
+                    rtc_tc_lda<E>(xa, ks + r0 * LDE + 16 * kk, LDE, lane);
+                    rtc_tc_mma_row<E, NJ, true>(st, xa, qs + 16 * kk, LDE, NJ, lane);
                     if (want_dk) {
-                        rtc_tc_lda<E>(xa, vs + r0 * LDE + 16 * kk, LDE, g, t);
-                        rtc_tc_mma_row<E, NJ>(dpt, xa, dos + 16 * kk, LDE, NJ, g, t);
+                        rtc_tc_lda<E>(xa, vs + r0 * LDE + 16 * kk, LDE, lane);
+                        rtc_tc_mma_row<E, NJ, true>(dpt, xa, dos + 16 * kk, LDE, NJ, lane);
                     }
                 }
             }
@@ -720,7 +727,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int c = 8 * j + 2 * t + (i & 1);
-                    const float p = rtc_fa_visible(q0 + c, tk[i >> 1], T, a.causal)
+                    const float p = rtc_fa_visible(x.q0 + c, tk[i >> 1], T, a.causal)
                                         ? exp2f((a.scale * st[j][i] - ms[c]) * RTC_TC_LOG2E) *
                                               invs[c]
                                         : 0.0f;
@@ -728,20 +735,21 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
                     if (want_dk) dpt[j][i] = p * (dpt[j][i] - Ds[c]);
                 }
             }
-            // dV += P^T dO, dK += dS^T Q
+            // dV += P^T dO, dK += dS^T Q (k = query down the tiles, n = dim along their rows)
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
                 reg xa[4];
                 if (want_dv) {
                     rtc_tc_acc_to_a<E, NJ>(xa, st, kk);
-                    rtc_tc_mma_row<E, ND>(dv, xa, dots + 16 * kk, LDT, nd, g, t);
+                    rtc_tc_mma_row<E, ND, false>(dv, xa, dos + 16 * kk * LDE, LDE, nd, lane);
                 }
                 if (want_dk) {
                     rtc_tc_acc_to_a<E, NJ>(xa, dpt, kk);
-                    rtc_tc_mma_row<E, ND>(dk, xa, qts + 16 * kk, LDT, nd, g, t);
+                    rtc_tc_mma_row<E, ND, false>(dk, xa, qs + 16 * kk * LDE, LDE, nd, lane);
                 }
             }
         }
+        __syncthreads();  // every reader of buffer n % 2 is done before tile n + 2 lands there
     }
     const bool rnd = a.dt != RT_F32;
 #pragma unroll
@@ -763,14 +771,11 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     rtc_fa_tc_dq_kernel(rtc_fa_args a) {
     typedef rtc_tc_dq_layout<E, HDP> L;
     typedef typename rtc_tc_reg<E>::type reg;
-    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE, LDT = L::LDT };
+    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE };
     enum { NK = HDP / 16, ND = HDP / 8, NJ = BC / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
     E* qs = (E*)(rtc_tc_smem + L::q);
     E* dos = (E*)(rtc_tc_smem + L::dout);
-    E* ks = (E*)(rtc_tc_smem + L::k);
-    E* vs = (E*)(rtc_tc_smem + L::v);
-    E* kts = (E*)(rtc_tc_smem + L::kt);
     float* ms = (float*)(rtc_tc_smem + L::m);
     float* invs = (float*)(rtc_tc_smem + L::inv);
     float* Ds = (float*)(rtc_tc_smem + L::D);
@@ -783,59 +788,78 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     const int tq[2] = {q0 + r0 + g, q0 + r0 + g + 8};  // this lane's two queries
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
-    const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
-    const bool vec = rtc_tc_aligned16(a.q) && rtc_tc_aligned16(a.k) && rtc_tc_aligned16(a.v) &&
-                     rtc_tc_aligned16(a.dout);
+    const E* kg = (const E*)a.k16 + (size_t)b * T * ldk + (size_t)hk * HD;
+    const E* vg = (const E*)a.v16 + (size_t)b * T * ldk + (size_t)hk * HD;
+    const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
+    const int ntiles = (kend + BC - 1) / BC;
 
-    rtc_tc_load<E, NT, LDE>(qs, a.q + qoff, ldq, q0, BR, T, HD, vec);
-    rtc_tc_load<E, NT, LDE>(dos, a.dout + qoff, ldq, q0, BR, T, HD, vec);
-    rtc_fa_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
+    rtc_tc_load<E, NT, LDE>(qs, (const E*)a.q16 + qoff, ldq, q0, BR, T, HD);
+    rtc_tc_load<E, NT, LDE>(dos, (const E*)a.dout16 + qoff, ldq, q0, BR, T, HD);
+    rtc_tc_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
+    rtc_tc_cp_commit();
+    // key tile j goes to buffer j % 2: group 0 Q, dO and stats, group j + 1 key tile j
+    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k), kg, ldk, 0, BC, T, HD);
+    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v), vg, ldk, 0, BC, T, HD);
+    rtc_tc_cp_commit();
+    rtc_tc_cp_wait<1>();  // Q, dO, stats
     __syncthreads();
     reg qa[NK][4], doa[NK][4];
 #pragma unroll
     for (int kk = 0; kk < NK; kk++) {
         if (kk < nk) {
-            rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, g, t);
-            rtc_tc_lda<E>(doa[kk], dos + r0 * LDE + 16 * kk, LDE, g, t);
+            rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, lane);
+            rtc_tc_lda<E>(doa[kk], dos + r0 * LDE + 16 * kk, LDE, lane);
         }
     }
     const float mr[2] = {ms[r0 + g], ms[r0 + g + 8]}, invr[2] = {invs[r0 + g], invs[r0 + g + 8]};
     const float Dr[2] = {Ds[r0 + g], Ds[r0 + g + 8]};
     float dq[ND][4];
     rtc_tc_zero<ND>(dq);
-    const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
     const bool rows_in = q0 + r0 < T;
-    for (int k0 = 0; k0 < kend; k0 += BC) {
-        __syncthreads();  // the previous tile's readers of ks, vs and kts are done
-        rtc_tc_load_both<E, NT, BC, LDE, LDT>(ks, kts, a.k + kvoff, ldk, k0, T, HD, vec);
-        rtc_tc_load<E, NT, LDE>(vs, a.v + kvoff, ldk, k0, BC, T, HD, vec);
+    for (int j = 0; j < ntiles; j++) {
+        const int k0 = j * BC;
+        if (j + 1 < ntiles) {  // the buffer tile j - 1 used: its readers passed the barrier
+            const size_t nb = (size_t)((j + 1) & 1) * L::kv;
+            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k + nb), kg, ldk, k0 + BC, BC, T, HD);
+            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v + nb), vg, ldk, k0 + BC, BC, T, HD);
+            rtc_tc_cp_commit();
+            rtc_tc_cp_wait<1>();  // tile j
+        } else {
+            rtc_tc_cp_wait<0>();
+        }
         __syncthreads();
-        if (!rows_in || (a.causal && q0 + r0 + 15 < k0)) continue;  // all masked for the warp
-        // S = Q K^T and dP = dO V^T
-        float s[NJ][4], dp[NJ][4];
-        rtc_tc_zero<NJ>(s);
-        rtc_tc_zero<NJ>(dp);
-        rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, g, t);
-        rtc_tc_mma_nt<E, NJ, NK>(dp, doa, vs, LDE, nk, g, t);
-        // dS (into s): element i of s[j] is query tq[i / 2], key k0 + 8 j + 2 t + i % 2
+        const size_t cb = (size_t)(j & 1) * L::kv;
+        const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
+        const E* vs = (const E*)(rtc_tc_smem + L::v + cb);
+        if (rows_in && !(a.causal && q0 + r0 + 15 < k0)) {  // else all masked for the warp
+            // S = Q K^T and dP = dO V^T
+            float s[NJ][4], dp[NJ][4];
+            rtc_tc_zero<NJ>(s);
+            rtc_tc_zero<NJ>(dp);
+            rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, lane);
+            rtc_tc_mma_nt<E, NJ, NK>(dp, doa, vs, LDE, nk, lane);
+            // dS (into s): element i of s[jj] is query tq[i / 2], key k0 + 8 jj + 2 t + i % 2
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
+            for (int jj = 0; jj < NJ; jj++) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int r = i >> 1, tk = k0 + 8 * j + 2 * t + (i & 1);
-                const float p = rtc_fa_visible(tq[r], tk, T, a.causal)
-                                    ? exp2f((a.scale * s[j][i] - mr[r]) * RTC_TC_LOG2E) * invr[r]
-                                    : 0.0f;
-                s[j][i] = p * (dp[j][i] - Dr[r]);
+                for (int i = 0; i < 4; i++) {
+                    const int r = i >> 1, tk = k0 + 8 * jj + 2 * t + (i & 1);
+                    const float p = rtc_fa_visible(tq[r], tk, T, a.causal)
+                                        ? exp2f((a.scale * s[jj][i] - mr[r]) * RTC_TC_LOG2E) *
+                                              invr[r]
+                                        : 0.0f;
+                    s[jj][i] = p * (dp[jj][i] - Dr[r]);
+                }
+            }
+            // dQ += dS K (k = key down the tile, n = dim along its rows)
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                reg dsa[4];
+                rtc_tc_acc_to_a<E, NJ>(dsa, s, kk);
+                rtc_tc_mma_row<E, ND, false>(dq, dsa, ks + 16 * kk * LDE, LDE, nd, lane);
             }
         }
-        // dQ += dS K
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++) {
-            reg dsa[4];
-            rtc_tc_acc_to_a<E, NJ>(dsa, s, kk);
-            rtc_tc_mma_row<E, ND>(dq, dsa, kts + 16 * kk, LDT, nd, g, t);
-        }
+        __syncthreads();  // every reader of buffer j % 2 is done before tile j + 2 lands there
     }
     float* dqg = a.dq + qoff;
     const bool rnd = a.dt != RT_F32;
@@ -893,7 +917,8 @@ void rtc_fa_tc_each_kernel(Set& set) {
     rtc_fa_tc_each_kernel_hd<E, 128>(set);
 }
 
-// Forward: out and stats. B, T > 0 and rtc_fa_tc_hdp(HD) != 0 (the caller checks).
+// Forward: out and stats. B, T > 0 and rtc_fa_tc_hdp(HD) != 0 (the caller checks); a.q16,
+// a.k16, a.v16 hold q, k, v narrowed to E.
 template <class E, class Launch>
 void rtc_fa_tc_forward(Launch& launch, const rtc_fa_args& a) {
     if (rtc_fa_tc_hdp(a.HD) == 64)
@@ -902,7 +927,8 @@ void rtc_fa_tc_forward(Launch& launch, const rtc_fa_args& a) {
         rtc_fa_tc_forward_hd<E, 128>(launch, a);
 }
 
-// Backward: D into a.D (when dq or dk is wanted; a.D is the scratch), then dK/dV and dQ.
+// Backward: D into a.D (when dq or dk is wanted; a.D is the scratch), then dK/dV and dQ;
+// a.q16, a.k16, a.v16, a.dout16 hold q, k, v, dout narrowed to E.
 template <class E, class Launch>
 void rtc_fa_tc_backward(Launch& launch, rtc_fa_args a) {
     if (!a.dq && !a.dk && !a.dv) return;

@@ -30,9 +30,21 @@
 //     registers are double-buffered per warp (a lane writes one buffer while a slower lane
 //     may still read the other), so one barrier per call suffices. E = float is an
 //     emulator-only instantiation: a register is a pair of floats, nothing is rounded.
-//   * Every lane of a warp must make the same number of warp-collective calls (mma and
-//     shuffles) in a block; the emulator counts them and reports a divergent warp as a
-//     failed launch check.
+//   * ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16, as rtc_tc_ldsm<E>(r, row) and
+//     rtc_tc_ldsm_t: each lane publishes its row address, a warp barrier, each lane takes
+//     register j from matrix j (rows from lanes 8 j .. 8 j + 7) by the PTX ISA's "Warp-level
+//     matrix load instruction: ldmatrix" layout (lane l: row l / 4, elements 2 (l % 4) and
+//     2 (l % 4) + 1; with .trans, element l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1), a warp
+//     barrier. Every row address must be 16-byte aligned and inside the shared memory.
+//   * cp.async (rtc_tc_cp8: 8 elements, rtc_tc_cp1f: one float; zero-fill when not valid),
+//     commit_group and wait_group N, per thread as on the GPU: an issued copy poisons its
+//     destination at once (so a read before the wait that covers it sees NaN, and
+//     ThreadSanitizer sees the write where it was issued) and copies its data when a
+//     wait_group retires its group (all but the newest N committed groups). A block that
+//     ends with copies not waited for is reported as a failed launch check.
+//   * Every lane of a warp must make the same number of warp-collective calls (mma,
+//     ldmatrix and shuffles) in a block; the emulator counts them and reports a divergent
+//     warp as a failed launch check.
 //
 // Not modelled: the device's expf/exp2f rounding (host libm here), the tensor cores'
 // internal summation order, launch limits (emu_launch checks the ones the kernels rely on
@@ -76,6 +88,7 @@ static thread_local uint3 threadIdx;
 static uint3 blockIdx;
 static dim3 blockDim, gridDim;
 static float* emu_smem;
+static size_t emu_smem_bytes;
 static pthread_barrier_t emu_barrier;
 static pthread_barrier_t* emu_warp_barriers;  // one per warp of the block
 struct emu_warp_slots {
@@ -191,6 +204,114 @@ static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
 }
 
 // ----------------------------------------------------------------------------
+// ldmatrix (see the top of this file)
+
+static int emu_limit_errors = 0;
+
+// `bytes` bytes at p lie inside the block's shared memory, aligned to min(bytes, 16).
+static inline void emu_check_smem_row(const void* p, size_t bytes, const char* what) {
+    const char *c = (const char*)p, *s = (const char*)emu_smem;
+    const uintptr_t mask = (bytes < 16 ? bytes : 16) - 1;
+    if (((uintptr_t)p & mask) != 0 || s == NULL || c < s || c + bytes > s + emu_smem_bytes) {
+        fprintf(stderr, "cuda_emu: %s: %zu bytes at %p: misaligned or outside the shared memory "
+                "(%p, %zu bytes)\n", what, bytes, p, (const void*)s, emu_smem_bytes);
+        emu_fatal("bad shared-memory address");
+    }
+}
+
+struct emu_ldsm_slots {
+    const void* row[2][32];
+};
+static emu_ldsm_slots* emu_ldsm;              // one per warp
+static thread_local unsigned emu_ldsm_buffer;  // this lane's next buffer (0 at block start)
+
+// One register from two elements, the first in the low half.
+template <class E>
+static inline void emu_set_reg(uint32_t& r, E lo, E hi) {
+    r = (uint32_t)lo.bits | (uint32_t)hi.bits << 16;
+}
+template <class E, class Pair>
+static inline void emu_set_reg(Pair& r, float lo, float hi) {  // E = float: {lo, hi}
+    r.lo = lo;
+    r.hi = hi;
+}
+
+template <class E, class R>
+static inline void emu_ldsm_x4(R (&r)[4], const E* row, bool trans) {
+    emu_warp_calls++;
+    emu_check_smem_row(row, 8 * sizeof(E), "ldmatrix row");
+    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, buf = emu_ldsm_buffer;
+    emu_ldsm_buffer ^= 1u;
+    emu_ldsm[w].row[buf][lane] = row;
+    __syncwarp();
+    const void* const* rows = emu_ldsm[w].row[buf];
+    for (int j = 0; j < 4; j++) {
+        const int a = (int)lane / 4, c = 2 * ((int)lane % 4);
+        const E *p0, *p1;  // the register's two elements
+        if (!trans) {
+            p0 = (const E*)rows[8 * j + a] + c;
+            p1 = p0 + 1;
+        } else {
+            p0 = (const E*)rows[8 * j + c] + a;
+            p1 = (const E*)rows[8 * j + c + 1] + a;
+        }
+        emu_set_reg<E>(r[j], *p0, *p1);
+    }
+}
+template <class E, class R>
+static inline void rtc_tc_ldsm(R (&r)[4], const E* row) {
+    emu_ldsm_x4<E>(r, row, false);
+}
+template <class E, class R>
+static inline void rtc_tc_ldsm_t(R (&r)[4], const E* row) {
+    emu_ldsm_x4<E>(r, row, true);
+}
+
+// ----------------------------------------------------------------------------
+// cp.async (see the top of this file)
+
+struct emu_copy {
+    void* dst;
+    const void* src;  // NULL: zero-fill
+    size_t bytes;
+};
+static thread_local std::vector<emu_copy> emu_copies;  // issued, not yet landed, in order
+static thread_local std::vector<size_t> emu_groups;    // per committed group: its end in emu_copies
+
+static inline void emu_cp_issue(void* dst, const void* src, size_t bytes, bool valid) {
+    emu_check_smem_row(dst, bytes, "cp.async destination");
+    if (((uintptr_t)src & ((bytes < 16 ? bytes : 16) - 1)) != 0)
+        emu_fatal("cp.async: misaligned source");
+    const uint32_t poison = 0x7FFF7FFFu;  // NaN as fp32, bf16 and fp16
+    for (size_t i = 0; i < bytes; i += 4) memcpy((char*)dst + i, &poison, 4);
+    emu_copy c = {dst, valid ? src : NULL, bytes};
+    emu_copies.push_back(c);
+}
+template <class E>
+static inline void rtc_tc_cp8(E* dst, const E* src, bool valid) {
+    emu_cp_issue(dst, src, 8 * sizeof(E), valid);
+}
+static inline void rtc_tc_cp1f(float* dst, const float* src, bool valid) {
+    emu_cp_issue(dst, src, sizeof(float), valid);
+}
+static inline void rtc_tc_cp_commit(void) { emu_groups.push_back(emu_copies.size()); }
+template <int N>
+static inline void rtc_tc_cp_wait(void) {
+    if (emu_groups.size() <= (size_t)N) return;
+    const size_t done = emu_groups[emu_groups.size() - 1 - N];  // copies of the retired groups
+    for (size_t i = 0; i < done; i++) {
+        const emu_copy& c = emu_copies[i];
+        if (c.src)
+            memcpy(c.dst, c.src, c.bytes);
+        else
+            memset(c.dst, 0, c.bytes);
+    }
+    emu_copies.erase(emu_copies.begin(), emu_copies.begin() + (long)done);
+    emu_groups.erase(emu_groups.begin(), emu_groups.end() - N);
+    for (size_t& e : emu_groups) e -= done;
+}
+
+// ----------------------------------------------------------------------------
 // launches
 
 // Limits a real launch must respect, checked on every emulated one (largest dynamic shared
@@ -200,7 +321,6 @@ static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
 // The shared-memory limit checked: EMU_MAX_SMEM, unless a test raises it for a kernel
 // instantiation that never runs on a GPU (the tensor-core kernels' float mode).
 static size_t emu_smem_limit = EMU_MAX_SMEM;
-static int emu_limit_errors = 0;
 static size_t emu_max_smem_seen = 0;
 static long emu_blocks_run = 0;
 
@@ -248,14 +368,23 @@ static void emu_thread_main(void* launch, unsigned tid) {
                     for (size_t i = 0; i < L->smem_floats; i++)
                         memcpy(&L->smem[i], &poison, sizeof poison);
                     emu_smem = L->smem_floats ? L->smem : NULL;
+                    emu_smem_bytes = L->smem_floats * sizeof(float);
                     emu_blocks_run++;
                 }
                 first = false;
                 emu_warp_calls = 0;
-                emu_mma_buffer = 0;
+                emu_mma_buffer = emu_ldsm_buffer = 0;
                 pthread_barrier_wait(&emu_barrier);  // the block is set up
                 L->kernel(*L->args);
                 (*L->warp_calls)[tid] = emu_warp_calls;
+                if (!emu_copies.empty()) {
+                    fprintf(stderr, "cuda_emu: block (%u, %u, %u): thread %u ended with %zu "
+                            "cp.async copies not waited for\n", blockIdx.x, blockIdx.y,
+                            blockIdx.z, tid, emu_copies.size());
+                    __atomic_add_fetch(&emu_limit_errors, 1, __ATOMIC_RELAXED);
+                    emu_copies.clear();
+                }
+                emu_groups.clear();
                 pthread_barrier_wait(&emu_barrier);  // every thread left the block
             }
     if (tid == 0 && !first) emu_check_warps(L);
@@ -369,6 +498,7 @@ static void emu_launch(void (*kernel)(Args), dim3 grid, unsigned threads, size_t
     std::vector<pthread_barrier_t> wb(warps);
     std::vector<emu_warp_slots> slots(warps);
     std::vector<emu_mma_slots> mma_slots(warps);
+    std::vector<emu_ldsm_slots> ldsm_slots(warps);
     for (unsigned w = 0; w < warps; w++) {
         const unsigned n = w + 1 < warps || threads % 32 == 0 ? 32 : threads % 32;
         pthread_barrier_init(&wb[w], NULL, n);
@@ -376,6 +506,7 @@ static void emu_launch(void (*kernel)(Args), dim3 grid, unsigned threads, size_t
     emu_warp_barriers = wb.data();
     emu_shfl_slots = slots.data();
     emu_mma = mma_slots.data();
+    emu_ldsm = ldsm_slots.data();
     pthread_barrier_init(&emu_barrier, NULL, threads);
     emu_pool_run(threads, emu_thread_main<Args>, &L);
     pthread_barrier_destroy(&emu_barrier);

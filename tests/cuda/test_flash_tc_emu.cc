@@ -25,7 +25,6 @@
 //   float (an emulator-only instantiation, nothing narrowed): forward and backward within
 //     the fp32 flash kernels' tolerances (test_flash_emu.cc), which checks tiling,
 //     masking, the online softmax and the GQA walk tightly.
-// One shape runs on buffers offset by one float (the kernels' scalar-load path).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,18 +72,44 @@ static void round_to(float* x, size_t n, elem e) {
     }
 }
 
-static void tc_forward(elem e, const rtc_fa_args& a) {
-    emu_launcher launch;
-    if (e == EL_BF16) rtc_fa_tc_forward<__nv_bfloat16>(launch, a);
-    if (e == EL_F16) rtc_fa_tc_forward<__half>(launch, a);
-    if (e == EL_F32) rtc_fa_tc_forward<float>(launch, a);
+// x[0..n) narrowed to e (as attention.cu's rtc_narrow): 16-bit bits, or floats for the
+// unrounded mode; NULL for NULL.
+static void* narrow_copy(const float* x, size_t n, elem e) {
+    if (!x) return NULL;
+    if (e == EL_F32) return hcopy(x, n);
+    uint16_t* c = (uint16_t*)malloc(n * sizeof(uint16_t) + 1);
+    for (size_t i = 0; i < n; i++)
+        c[i] = e == EL_BF16 ? rt_bf16_from_f32_inl(x[i]) : rt_f16_from_f32_inl(x[i]);
+    return c;
 }
 
-static void tc_backward(elem e, const rtc_fa_args& a) {
+// The kernels' 16-bit operand copies of a call's q, k, v (and dout), freed on return.
+struct narrowed {
+    rtc_fa_args a;
+    narrowed(elem e, const rtc_fa_args& x) : a(x) {
+        const size_t nq = (size_t)x.B * x.T * x.NH * x.HD, nk = (size_t)x.B * x.T * x.NKV * x.HD;
+        a.q16 = narrow_copy(x.q, nq, e), a.k16 = narrow_copy(x.k, nk, e);
+        a.v16 = narrow_copy(x.v, nk, e), a.dout16 = narrow_copy(x.dout, nq, e);
+    }
+    ~narrowed() {
+        free((void*)a.q16), free((void*)a.k16), free((void*)a.v16), free((void*)a.dout16);
+    }
+};
+
+static void tc_forward(elem e, const rtc_fa_args& x) {
     emu_launcher launch;
-    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
-    if (e == EL_F16) rtc_fa_tc_backward<__half>(launch, a);
-    if (e == EL_F32) rtc_fa_tc_backward<float>(launch, a);
+    const narrowed n(e, x);
+    if (e == EL_BF16) rtc_fa_tc_forward<__nv_bfloat16>(launch, n.a);
+    if (e == EL_F16) rtc_fa_tc_forward<__half>(launch, n.a);
+    if (e == EL_F32) rtc_fa_tc_forward<float>(launch, n.a);
+}
+
+static void tc_backward(elem e, const rtc_fa_args& x) {
+    emu_launcher launch;
+    const narrowed n(e, x);
+    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, n.a);
+    if (e == EL_F16) rtc_fa_tc_backward<__half>(launch, n.a);
+    if (e == EL_F32) rtc_fa_tc_backward<float>(launch, n.a);
 }
 
 // Largest |got - want| / max(1, |want|) over every `stride`-th value from `first`.
@@ -120,15 +145,12 @@ static double worst_f32_fwd, worst_f32_bwd;
 // ----------------------------------------------------------------------------
 // one shape, one element type
 
-static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e, int off) {
+static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e) {
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
     const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
-    // operands (offset by `off` floats inside their allocations)
-    float *qb = hrand(nq + off, 1.5f, 0.0f), *kb = hrand(nk + off, 1.5f, 0.0f),
-          *vb = hrand(nk + off, 1.0f, 0.0f);
-    float* dob = hrand(nq + off, 1.0f, 0.0f);
-    float *q = qb + off, *k = kb + off, *v = vb + off, *dout = dob + off;
+    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
+    float* dout = hrand(nq, 1.0f, 0.0f);
     round_to(q, nq, e), round_to(k, nk, e), round_to(v, nk, e), round_to(dout, nq, e);
     float *dq0 = hrand(nq, 1.0f, 0.0f), *dk0 = hrand(nk, 1.0f, 0.0f), *dv0 = hrand(nk, 1.0f, 0.0f);
     float *out = hrand(nq, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f),
@@ -136,9 +158,8 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     float *eout = hrand(nq, 1.0f, 0.0f), *estats = hrand(ns, 1.0f, 0.0f),
           *escratch = hrand(nsc, 1.0f, 0.0f);
     char nm[200];
-    snprintf(nm, sizeof nm, "%s B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s%s", elem_name(e),
-             B, T, NH, NKV, HD, rtc_fa_tc_hdp(HD), causal ? "causal" : "full",
-             off ? ", unaligned buffers" : "");
+    snprintf(nm, sizeof nm, "%s B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s", elem_name(e), B,
+             T, NH, NKV, HD, rtc_fa_tc_hdp(HD), causal ? "causal" : "full");
     const bool exact = e == EL_F32;
     attn_tc_bound bd;
     attn_tc_bound_compute(&bd, q, k, v, dout, B, T, NH, NKV, HD, causal,
@@ -191,7 +212,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     if (exact) {
         emu_smem_limit = EMU_MAX_SMEM;
         free(edq), free(edk), free(edv), free(dq), free(dk), free(dv);
-        free(qb), free(kb), free(vb), free(dob), free(dq0), free(dk0), free(dv0);
+        free(q), free(k), free(v), free(dout), free(dq0), free(dk0), free(dv0);
         free(out), free(stats), free(scratch), free(eout), free(estats), free(escratch);
         attn_tc_bound_free(&bd);
         return;
@@ -249,7 +270,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
         CHECK(ok, "tc forward then fp32 backward %s: dq, dk, dv within allowance (D only)", nm);
     }
 
-    free(qb), free(kb), free(vb), free(dob), free(dq0), free(dk0), free(dv0);
+    free(q), free(k), free(v), free(dout), free(dq0), free(dk0), free(dv0);
     free(out), free(stats), free(scratch), free(eout), free(estats), free(escratch);
     free(dq), free(dk), free(dv), free(edq), free(edk), free(edv), free(gdq), free(gdk),
         free(gdv);
@@ -278,9 +299,8 @@ int main(void) {
     for (int i = 0; i < nshapes; i++) {
         const shape& s = shapes[i];
         for (int e = EL_BF16; e <= EL_F32; e++)
-            test_shape(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e, 0);
+            test_shape(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e);
     }
-    test_shape(1, 50, 2, 1, 64, 1, EL_BF16, 1);  // scalar loads
 
     // every kernel configuration, launched above or not, fits the smallest opt-in limit
     struct smem_check {
