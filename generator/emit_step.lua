@@ -360,7 +360,13 @@ function Walker:step(st, index)
     local node = st.node
     local o = node.outs[1]
     local out = F(memory.base(o).buf, 0, trace.numel(o.shape), not trace.is_float(o.dtype))
-    calls = kernels.forward(node, self:ctx(st, false), out)
+    local nxt = self.plan.steps[index + 1]
+    if kernels.fuses_with_loss_grad(node) and nxt and nxt.op == "loss_grad" and nxt.node == node then
+      self.loss_out = out  -- computed with its gradient, by the next step's one call
+      calls[1] = "// (computed with its gradient below)"
+    else
+      calls = kernels.forward(node, self:ctx(st, false), out)
+    end
   elseif op == "loss_grad" or op == "backward" then
     local node = st.node
     if op == "loss_grad" then
@@ -371,6 +377,7 @@ function Walker:step(st, index)
     -- contribution in this step assigns, and the parameters' gradients that their first
     -- contribution (here or later) assigns.
     local c = self:ctx(st, true)
+    c.loss_out, self.loss_out = self.loss_out, nil
     local params = self.assigns_by_step[st] or {}
     c.assign_param = function(t) return params[t] == true end
     local bcalls, assigned = kernels.backward(node, c)

@@ -11,6 +11,8 @@
 --   ctx.site(op)    the op's dropout RNG site
 --   ctx.fresh(t)    the gradient buffer of t when it is an activation-gradient buffer that
 --                   this backward step creates (memory.lua `u.zero`), else nil
+--   ctx.loss_out    at a loss gradient whose forward the emitter left to it (M.fuses_with_loss_grad):
+--                   the forward's output, which the backward's call then computes too
 --   ctx.assign_param(t)  whether this step makes the first contribution to parameter t's
 --                   gradient in its buffer's life, one the kernel assigns (M.assigns_param;
 --                   the emitter leaves it out of the buffer's rt_zero)
@@ -347,8 +349,18 @@ function backward.cross_entropy(op, c, _, as)
   local logits, targets = op.ins[1], op.ins[2]
   local cast = logits.producer
   local dt = cast and cast.kind == "cast" and cast_rounded_by_loss(cast) or "RT_F32"
-  return { string.format("rt_cross_entropy_backward(%s, %s, %s, %d, %d, %s, %s, %s);", c.grad(logits),
-    c.val(logits), c.val(targets), rows(logits), last(logits), c.dloss(op.outs[1]), dt, as) }
+  local args = string.format("%s, %s, %d, %d, %s, %s, %s", c.val(logits), c.val(targets), rows(logits),
+    last(logits), c.dloss(op.outs[1]), dt, as)
+  if c.loss_out then
+    return { string.format("rt_cross_entropy_forward_backward(%s, %s, %s);", c.grad(logits), c.loss_out, args) }
+  end
+  return { string.format("rt_cross_entropy_backward(%s, %s);", c.grad(logits), args) }
+end
+
+-- Whether op's forward can be left to its loss gradient's call when that directly follows
+-- (ctx.loss_out): cross-entropy, whose fused kernel reads each row's logits once for both.
+function M.fuses_with_loss_grad(op)
+  return op.kind == "cross_entropy"
 end
 
 -- Whether the gradient buffer of op's input i is also that of another float input j (one

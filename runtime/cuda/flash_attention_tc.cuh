@@ -454,16 +454,18 @@ struct rtc_tc_dkdv_layout {
     static constexpr size_t bytes = D + 2 * st;
 };
 
-// dQ: q, dout [BR][LDE] (staging for the fragments), k, v [2][BC][LDE], m, inv, D [BR]
+// dQ: q, dout [BR][LDE] (staging for the fragments), buffers 0 and 1 of k, v [BC][LDE] (as
+// the forward's), m, inv, D [BR]
 template <class E, int HDP>
 struct rtc_tc_dq_layout {
     enum { BR = rtc_tc_cfg<HDP>::QBR, BC = rtc_tc_cfg<HDP>::QBC, LDE = HDP + 8 };
     static constexpr size_t kv = rtc_tc_tile<E, HDP>(BC);
+    static constexpr size_t buf = 2 * kv;
     static constexpr size_t q = 0;
     static constexpr size_t dout = q + rtc_tc_tile<E, HDP>(BR);
     static constexpr size_t k = dout + rtc_tc_tile<E, HDP>(BR);
-    static constexpr size_t v = k + 2 * kv;
-    static constexpr size_t m = v + 2 * kv;
+    static constexpr size_t v = k + kv;
+    static constexpr size_t m = k + 2 * buf;
     static constexpr size_t inv = m + rtc_tc_floats(BR);
     static constexpr size_t D = inv + rtc_tc_floats(BR);
     static constexpr size_t bytes = D + rtc_tc_floats(BR);
@@ -502,6 +504,32 @@ __device__ __forceinline__ void rtc_tc_load_stats(float* ms, float* invs, float*
     }
 }
 
+// The key-tile pipeline of the forward and dQ kernels (layout L: buffer i's K tile at
+// L::k + i L::buf, its V tile at L::v + i L::buf): key tile j (keys from j BC, of the kv
+// head at kg, vg) goes to buffer j % 2, one commit group per tile.
+template <class E, class L, int NT>
+__device__ __forceinline__ void rtc_tc_kv_issue(unsigned char* smem, const E* kg, const E* vg,
+                                                size_t ldk, int j, int T, int HD) {
+    const size_t at = (size_t)(j & 1) * L::buf;
+    rtc_tc_load<E, NT, L::LDE>((E*)(smem + L::k + at), kg, ldk, j * L::BC, L::BC, T, HD);
+    rtc_tc_load<E, NT, L::LDE>((E*)(smem + L::v + at), vg, ldk, j * L::BC, L::BC, T, HD);
+    rtc_tc_cp_commit();
+}
+
+// At the top of iteration j of ntiles (tile j issued before): issues tile j + 1, into the
+// buffer tile j - 1 used (its readers passed the barrier ending that iteration), and waits
+// for tile j; the caller's barrier then makes tile j visible to the block.
+template <class E, class L, int NT>
+__device__ __forceinline__ void rtc_tc_kv_next(unsigned char* smem, const E* kg, const E* vg,
+                                               size_t ldk, int j, int ntiles, int T, int HD) {
+    if (j + 1 < ntiles) {
+        rtc_tc_kv_issue<E, L, NT>(smem, kg, vg, ldk, j + 1, T, HD);
+        rtc_tc_cp_wait<1>();
+    } else {
+        rtc_tc_cp_wait<0>();
+    }
+}
+
 // ----------------------------------------------------------------------------
 // forward: grid (B*NH, ceil(T/FBR)), FBR/16 warps; out and stats of the block's queries
 
@@ -530,11 +558,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
     rtc_tc_load<E, NT, LDE>(qs, (const E*)a.q16 + (size_t)b * T * ldq + (size_t)h * HD, ldq, q0,
                             BR, T, HD);
     rtc_tc_cp_commit();
-    // key tile j goes to buffer j % 2: group 0 Q, group j + 1 key tile j
-    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k), kg, ldk, 0, BC, T, HD);
-    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v), vg, ldk, 0, BC, T, HD);
-    rtc_tc_cp_commit();
-    rtc_tc_cp_wait<1>();  // Q
+    rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, key tile 0
+    rtc_tc_cp_wait<1>();                                             // Q
     __syncthreads();
     reg qa[NK][4];
 #pragma unroll
@@ -547,15 +572,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
     const bool rows_in = q0 + r0 < T;
     for (int j = 0; j < ntiles; j++) {
         const int k0 = j * BC;
-        if (j + 1 < ntiles) {  // the buffer tile j - 1 used: its readers passed the barrier
-            const size_t nb = (size_t)((j + 1) & 1) * L::buf;
-            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k + nb), kg, ldk, k0 + BC, BC, T, HD);
-            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v + nb), vg, ldk, k0 + BC, BC, T, HD);
-            rtc_tc_cp_commit();
-            rtc_tc_cp_wait<1>();  // tile j
-        } else {
-            rtc_tc_cp_wait<0>();
-        }
+        rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD);
         __syncthreads();
         const size_t cb = (size_t)(j & 1) * L::buf;
         const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
@@ -797,11 +814,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     rtc_tc_load<E, NT, LDE>(dos, (const E*)a.dout16 + qoff, ldq, q0, BR, T, HD);
     rtc_tc_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
     rtc_tc_cp_commit();
-    // key tile j goes to buffer j % 2: group 0 Q, dO and stats, group j + 1 key tile j
-    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k), kg, ldk, 0, BC, T, HD);
-    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v), vg, ldk, 0, BC, T, HD);
-    rtc_tc_cp_commit();
-    rtc_tc_cp_wait<1>();  // Q, dO, stats
+    rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, dO, stats; tile 0
+    rtc_tc_cp_wait<1>();                                             // Q, dO, stats
     __syncthreads();
     reg qa[NK][4], doa[NK][4];
 #pragma unroll
@@ -818,17 +832,9 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     const bool rows_in = q0 + r0 < T;
     for (int j = 0; j < ntiles; j++) {
         const int k0 = j * BC;
-        if (j + 1 < ntiles) {  // the buffer tile j - 1 used: its readers passed the barrier
-            const size_t nb = (size_t)((j + 1) & 1) * L::kv;
-            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k + nb), kg, ldk, k0 + BC, BC, T, HD);
-            rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v + nb), vg, ldk, k0 + BC, BC, T, HD);
-            rtc_tc_cp_commit();
-            rtc_tc_cp_wait<1>();  // tile j
-        } else {
-            rtc_tc_cp_wait<0>();
-        }
+        rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD);
         __syncthreads();
-        const size_t cb = (size_t)(j & 1) * L::kv;
+        const size_t cb = (size_t)(j & 1) * L::buf;
         const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
         const E* vs = (const E*)(rtc_tc_smem + L::v + cb);
         if (rows_in && !(a.causal && q0 + r0 + 15 < k0)) {  // else all masked for the warp

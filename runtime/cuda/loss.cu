@@ -3,8 +3,9 @@
 // runtime/kernels/cpu/loss.c. loss, losses, logits, targets and dlogits are device
 // pointers. Means and sums are in double and deterministic: per-block partial results in
 // the thread's context scratch, added in a fixed order by a second kernel.
-// TODO(issue 5): a vocabulary-parallel (chunked) variant for V >> 64k, and fusing the
-// backward into the forward when the loss is the last op (llm.c style).
+// rt_cross_entropy_forward_backward fuses the two when the loss's backward follows its
+// forward (llm.c style): one row statistics pass serves both.
+// TODO(issue 5): a vocabulary-parallel (chunked) variant for V >> 64k.
 #include "cuda_common.cuh"
 
 #define RTC_CE_HINT "targets must be class ids in [0, vocab_size) or -100 (ignored)"
@@ -69,11 +70,78 @@ __device__ __forceinline__ void rtc_row_lse(const float* x, int V, float* mx_out
     *sum_out = rtc_block_sum(m == -INFINITY ? 0.0 : s * expf(m - mx));
 }
 
-// Block b handles rows b, b + gridDim.x, ...; its (sum of losses, count) go to
-// partial[b] and partial[gridDim.x + b].
+// ----------------------------------------------------------------------------
+// backward (accumulating): dlogits += (softmax - onehot(target)) * dloss / M, M the number
+// of non-ignored rows (counted first, with the targets checked, into the scratch)
+
+__global__ void ce_count_kernel(double* __restrict__ count_out,
+                                const int32_t* __restrict__ targets, int N, int V) {
+    double c = 0.0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) {
+        const int32_t t = targets[n];
+        if (t == RT_IGNORE_INDEX) continue;
+        if (t < 0 || t >= V)
+            RTC_DEVICE_FAIL(RTC_CE_HINT, "cross-entropy target %d at row %d is outside [0, %d)",
+                            (int)t, n, V);
+        c += 1.0;
+    }
+    c = rtc_block_sum(c);
+    if (threadIdx.x == 0) count_out[0] = c;
+}
+
+// dlogits row n from the row's statistics (mx, s) (block-wide; count > 0, target t kept).
+__device__ __forceinline__ void rtc_ce_grad_row(float* __restrict__ dx, const float* __restrict__ x,
+                                                int V, int32_t t, float mx, double s, double count,
+                                                float dloss, rt_dtype dt, int as) {
+    const double g = (double)dloss / count;
+    const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
+    const float gf = (float)g;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float d = RTC_BASE(dx[j], as) + expf(x[j] - mx) * gs;
+        if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
+        dx[j] = rtc_round_to(d, dt);
+    }
+}
+
+// A row without contribution (ignored, or every row ignored): assigned rows become zeros.
+__device__ __forceinline__ void rtc_ce_no_grad_row(float* dx, int V, int as) {
+    if (as)
+        for (int j = threadIdx.x; j < V; j += blockDim.x) dx[j] = 0.0f;
+}
+
+__global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
+                                   const int32_t* __restrict__ targets,
+                                   const double* __restrict__ count_in, int V, float dloss,
+                                   rt_dtype dt, int as) {
+    const double count = count_in[0];
+    const size_t n = blockIdx.x;
+    const int32_t t = targets[n];
+    float* dx = dlogits + n * V;
+    if (count == 0.0 || t == RT_IGNORE_INDEX) {  // block-uniform
+        rtc_ce_no_grad_row(dx, V, as);
+        return;
+    }
+    const float* x = logits + n * V;
+    float mx;
+    double s;
+    rtc_row_lse(x, V, &mx, &s);
+    rtc_ce_grad_row(dx, x, V, t, mx, s, count, dloss, dt, as);
+}
+
+// ----------------------------------------------------------------------------
+// forward, alone or with the backward
+
+// The forward: block b handles rows b, b + gridDim.x, ...; its (sum of losses, count) go to
+// partial[b] and partial[gridDim.x + b], the rows' losses to `losses` when not NULL. With
+// dlogits (rt_cross_entropy_forward_backward; count_in from ce_count_kernel) also each
+// row's gradient, from the statistics its loss used (the backward kernel's function: the
+// same bits), so the logits are read once less.
 __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
-                                  const float* __restrict__ logits,
-                                  const int32_t* __restrict__ targets, int N, int V) {
+                                  float* __restrict__ dlogits, const float* __restrict__ logits,
+                                  const int32_t* __restrict__ targets,
+                                  const double* __restrict__ count_in, int N, int V, float dloss,
+                                  rt_dtype dt, int as) {
     double total = 0.0, count = 0.0;
     for (int n = blockIdx.x; n < N; n += gridDim.x) {
         const int32_t t = targets[n];  // the same for the whole block: no divergence
@@ -85,6 +153,7 @@ __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restric
         }
         if (t == RT_IGNORE_INDEX) {
             if (threadIdx.x == 0 && losses) losses[n] = 0.0f;
+            if (dlogits) rtc_ce_no_grad_row(dlogits + (size_t)n * V, V, as);
             continue;
         }
         const float* x = logits + (size_t)n * V;
@@ -97,6 +166,8 @@ __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restric
             total += l;
             count += 1.0;
         }
+        if (dlogits)
+            rtc_ce_grad_row(dlogits + (size_t)n * V, x, V, t, mx, s, count_in[0], dloss, dt, as);
     }
     if (threadIdx.x == 0) {
         partial[blockIdx.x] = total;
@@ -125,68 +196,49 @@ void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
     }
     const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
     ce_forward_kernel<<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
-        ctx->scratch, losses, logits, targets, N, V);
+        ctx->scratch, losses, NULL, logits, targets, NULL, N, V, 0.0f, RT_F32, 0);
     RTC_CHECK_LAUNCH(ce_forward_kernel);
     ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
     RTC_CHECK_LAUNCH(ce_final_kernel);
 }
 
 // ----------------------------------------------------------------------------
-// backward (accumulating): dlogits += (softmax - onehot(target)) * dloss / M, M the number
-// of non-ignored rows (counted first, with the targets checked, into the scratch)
+// backward entry points
 
-__global__ void ce_count_kernel(double* __restrict__ count_out,
-                                const int32_t* __restrict__ targets, int N, int V) {
-    double c = 0.0;
-    for (int n = threadIdx.x; n < N; n += blockDim.x) {
-        const int32_t t = targets[n];
-        if (t == RT_IGNORE_INDEX) continue;
-        if (t < 0 || t >= V)
-            RTC_DEVICE_FAIL(RTC_CE_HINT, "cross-entropy target %d at row %d is outside [0, %d)",
-                            (int)t, n, V);
-        c += 1.0;
-    }
-    c = rtc_block_sum(c);
-    if (threadIdx.x == 0) count_out[0] = c;
-}
-
-__global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
-                                   const int32_t* __restrict__ targets,
-                                   const double* __restrict__ count_in, int V, float dloss,
-                                   rt_dtype dt, int as) {
-    const double count = count_in[0];
-    const size_t n = blockIdx.x;
-    const int32_t t = targets[n];
-    float* dx = dlogits + n * V;
-    if (count == 0.0 || t == RT_IGNORE_INDEX) {  // no contribution (block-uniform)
-        if (as)
-            for (int j = threadIdx.x; j < V; j += blockDim.x) dx[j] = 0.0f;
-        return;
-    }
-    const float* x = logits + n * V;
-    float mx;
-    double s;
-    rtc_row_lse(x, V, &mx, &s);
-    const double g = (double)dloss / count;
-    const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
-    const float gf = (float)g;
-#pragma unroll 4
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = RTC_BASE(dx[j], as) + expf(x[j] - mx) * gs;
-        if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
-        dx[j] = rtc_round_to(d, dt);
-    }
+// M (the rows kept) into the context scratch, the targets checked: the backward's first step.
+static double* ce_count(rtc_ctx* ctx, const int32_t* targets, int N, int V) {
+    double* count = ctx->scratch + RTC_RESULT_SLOT + 1;
+    ce_count_kernel<<<1, 1024, 0, rtc_stream()>>>(count, targets, N, V);
+    RTC_CHECK_LAUNCH(ce_count_kernel);
+    return count;
 }
 
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
                                int N, int V, float dloss, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_cross_entropy_backward");
     if (N <= 0 || V <= 0) return;
-    rtc_ctx* ctx = rtc_get();
-    double* count = ctx->scratch + RTC_RESULT_SLOT + 1;
-    ce_count_kernel<<<1, 1024, 0, rtc_stream()>>>(count, targets, N, V);
-    RTC_CHECK_LAUNCH(ce_count_kernel);
+    const double* count = ce_count(rtc_get(), targets, N, V);
     ce_backward_kernel<<<(unsigned)N, rtc_row_threads(V), 0, rtc_stream()>>>(
         dlogits, logits, targets, count, V, dloss, dt, assign & RT_ASSIGN_1);
     RTC_CHECK_LAUNCH(ce_backward_kernel);
+}
+
+void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
+                                       const int32_t* targets, int N, int V, float dloss,
+                                       rt_dtype dt, int assign) {
+    RT_KCHECK_DT(dt, "rt_cross_entropy_forward_backward");
+    if (N <= 0 || V <= 0) {  // the forward's NaN; no gradient rows
+        rt_cross_entropy_forward(loss, NULL, logits, targets, N, V);
+        return;
+    }
+    rtc_ctx* ctx = rtc_get();
+    const double* count = ce_count(ctx, targets, N, V);
+    const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
+    // the partials start at scratch[0], below the count's slot (RTC_RESULT_SLOT + 1)
+    ce_forward_kernel<<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
+        ctx->scratch, NULL, dlogits, logits, targets, count, N, V, dloss, dt,
+        assign & RT_ASSIGN_1);
+    RTC_CHECK_LAUNCH(ce_forward_kernel);
+    ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
+    RTC_CHECK_LAUNCH(ce_final_kernel);
 }

@@ -315,6 +315,13 @@ void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
                               const int32_t* targets, int N, int V);
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
                                int N, int V, float dloss, rt_dtype dt, int assign);
+// Both, when the loss's backward directly follows its forward: the bits of
+// rt_cross_entropy_forward(loss, NULL, ...) then rt_cross_entropy_backward(dlogits, ...),
+// with each row's softmax statistics computed once (one read of the logits less on a GPU).
+// The gradient comes first, as in every backward (RT_ASSIGN_1: dlogits).
+void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
+                                       const int32_t* targets, int N, int V, float dloss,
+                                       rt_dtype dt, int assign);
 
 #ifdef __cplusplus
 }

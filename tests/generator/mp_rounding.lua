@@ -157,17 +157,21 @@ end
 
 -- The fp32 logits of a bf16 model (a view cast, read only by the loss): the cross-entropy
 -- backward rounds their gradient to bf16 itself, the cast's backward has nothing left to do.
+-- The loss's forward, directly before its gradient, is left to the same fused call.
 local llama = texts["bench_llama_1b"]
 if llama then
-  local ce
+  local ce, fwd
   for _, st in ipairs(compute_steps(llama)) do
     if st.kind == "loss_grad" then ce = st.calls[1] end
+    if st.kind == "forward" and st.head:match("cross_entropy") then fwd = st.calls end
   end
-  local a = ce and ce:match("^rt_cross_entropy_backward%(") and args_of(ce)
+  local a = ce and ce:match("^rt_cross_entropy_forward_backward%(") and args_of(ce)
   local cast = backward_calls(llama, "cast")
   check(a and a[#a - 1] == "RT_BF16" and a[#a] == "RT_ASSIGN_1" and #cast == 0,
     "llama 1B logits: cross-entropy backward assigns dlogits rounded to bf16 (" .. tostring(ce)
     .. "), the view cast's backward emits nothing (" .. #cast .. " calls)")
+  check(fwd and #fwd == 0, "llama 1B: the cross-entropy forward emits no call of its own ("
+    .. tostring(fwd and fwd[1]) .. ")")
 end
 
 -- ---------------------------------------------------------------------------- refused

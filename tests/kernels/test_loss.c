@@ -1,6 +1,6 @@
 // Tests of the losses: sum loss (known value, backward adds dloss), cross-entropy (known
 // values, per-row losses vs a double reference, gradcheck with a dloss scale, large
-// logits, ignore_index -100 as PyTorch).
+// logits, ignore_index -100 as PyTorch), the fused forward+backward (the two calls' bits).
 #include "gradcheck.h"
 
 // ----------------------------------------------------------------------------
@@ -136,6 +136,21 @@ static void test_ce(void) {
     int zero = 1;
     for (int i = 0; i < 18; i++) zero &= g2[i] == 0.0f;
     CHECK(isnan(l) && zero, "cross-entropy with every target ignored: loss %g (NaN), gradient zero", l);
+
+    // forward and backward in one call: the two calls' bits, accumulated and assigned
+    for (int as = 0; as < 2; as++) {
+        const int assign = as ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        float g_sep[54], g_fused[54], l_sep, l_fused;
+        for (int i = 0; i < N * V; i++) g_sep[i] = g_fused[i] = as ? NAN : 0.25f * (float)(i % 7);
+        rt_cross_entropy_forward(&l_sep, NULL, c.logits, targets, N, V);
+        rt_cross_entropy_backward(g_sep, c.logits, targets, N, V, 0.7f, RT_BF16, assign);
+        rt_cross_entropy_forward_backward(g_fused, &l_fused, c.logits, targets, N, V, 0.7f,
+                                          RT_BF16, assign);
+        CHECK(memcmp(&l_sep, &l_fused, sizeof l_sep) == 0 &&
+                  memcmp(g_sep, g_fused, sizeof g_sep) == 0,
+              "cross-entropy forward_backward (%s, dt bf16) == forward then backward, bit for bit",
+              as ? "assigned" : "accumulated");
+    }
     tk_grad_free(&d);
     free(c.logits), free(c.losses);
 }

@@ -99,3 +99,11 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
         rt_kround_buf(dx, (size_t)V, dt);
     }
 }
+
+// The CPU has no second read to save: the two kernels, in order.
+void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
+                                       const int32_t* targets, int N, int V, float dloss,
+                                       rt_dtype dt, int assign) {
+    rt_cross_entropy_forward(loss, NULL, logits, targets, N, V);
+    rt_cross_entropy_backward(dlogits, logits, targets, N, V, dloss, dt, assign);
+}
