@@ -232,20 +232,46 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_forward_kernel(rtc_fa_args a
 }
 
 // ----------------------------------------------------------------------------
-// backward 1: D[b,h,t] = sum over d of dout * out (in double, rounded once), one thread
-// per (b, t, h) row; rows are consecutive in memory in that order
+// backward 1: D[b,h,t] = sum over d of dout * out (in double, rounded once). Rows are
+// consecutive in memory in (b, t, h) order; RTC_FA_DOT_LANES threads share a row, thread j
+// summing d = j, j + LANES, ... in order, and the row's first thread adds the LANES partial
+// sums in order: a warp's loads cover a 32-byte sector of each of its 4 rows (one thread
+// per row walked 32 rows at once, 4 bytes of each sector per load).
+
+#define RTC_FA_DOT_LANES 8
 
 __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dot_kernel(rtc_fa_args a) {
-    const size_t rows = (size_t)a.B * a.T * a.NH;
-    for (size_t i = (size_t)blockIdx.x * RTC_FA_NT + threadIdx.x; i < rows;
-         i += (size_t)gridDim.x * RTC_FA_NT) {
-        const float* x = a.dout + i * a.HD;
-        const float* y = a.out_in + i * a.HD;
+    RTC_FA_SMEM(sm);
+    double* part = (double*)sm;  // RTC_FA_NT partial sums
+    const size_t rows = (size_t)a.B * a.T * a.NH, per = RTC_FA_NT / RTC_FA_DOT_LANES;
+    const int lane = threadIdx.x % RTC_FA_DOT_LANES;
+    for (size_t r0 = (size_t)blockIdx.x * per; r0 < rows; r0 += (size_t)gridDim.x * per) {
+        const size_t i = r0 + threadIdx.x / RTC_FA_DOT_LANES;
         double acc = 0.0;
-        for (int d = 0; d < a.HD; d++) acc += (double)x[d] * y[d];
-        const size_t h = i % a.NH, bt = i / a.NH, t = bt % a.T, b = bt / a.T;
-        a.D[(b * a.NH + h) * a.T + t] = (float)acc;
+        if (i < rows) {
+            const float* x = a.dout + i * a.HD;
+            const float* y = a.out_in + i * a.HD;
+            for (int d = lane; d < a.HD; d += RTC_FA_DOT_LANES) acc += (double)x[d] * y[d];
+        }
+        part[threadIdx.x] = acc;
+        __syncthreads();
+        if (lane == 0 && i < rows) {
+            double sum = 0.0;
+            for (int j = 0; j < RTC_FA_DOT_LANES; j++) sum += part[threadIdx.x + j];
+            const size_t h = i % a.NH, bt = i / a.NH, t = bt % a.T, b = bt / a.T;
+            a.D[(b * a.NH + h) * a.T + t] = (float)sum;
+        }
+        __syncthreads();  // the partials are read before the next rows overwrite them
     }
+}
+
+// D of every row of a into a.D: one launch of rtc_fa_dot_kernel.
+template <class Launch>
+void rtc_fa_dot(Launch& launch, const rtc_fa_args& a) {
+    const size_t rows = (size_t)a.B * a.T * a.NH, per = RTC_FA_NT / RTC_FA_DOT_LANES;
+    size_t blocks = (rows + per - 1) / per;
+    if (blocks > 65535) blocks = 65535;
+    launch(rtc_fa_dot_kernel, dim3((unsigned)blocks), RTC_FA_NT * sizeof(double), a);
 }
 
 // Loads (m, 1/l) and D of query rows [q0, q0 + R) of head h (zeros past T; D is not read
@@ -488,10 +514,7 @@ template <class Launch>
 void rtc_fa_backward(Launch& launch, rtc_fa_args a) {
     if (!a.dq && !a.dk && !a.dv) return;
     if (a.dq || a.dk) {
-        const size_t rows = (size_t)a.B * a.T * a.NH;
-        size_t blocks = (rows + RTC_FA_NT - 1) / RTC_FA_NT;
-        if (blocks > 65535) blocks = 65535;
-        launch(rtc_fa_dot_kernel, dim3((unsigned)blocks), 0, a);
+        rtc_fa_dot(launch, a);
     } else {
         a.D = NULL;  // dV alone needs no dS
     }

@@ -939,10 +939,7 @@ template <class E, class Launch>
 void rtc_fa_tc_backward(Launch& launch, rtc_fa_args a) {
     if (!a.dq && !a.dk && !a.dv) return;
     if (a.dq || a.dk) {
-        const size_t rows = (size_t)a.B * a.T * a.NH;
-        size_t blocks = (rows + RTC_FA_NT - 1) / RTC_FA_NT;
-        if (blocks > 65535) blocks = 65535;
-        launch(rtc_fa_dot_kernel, dim3((unsigned)blocks), (unsigned)RTC_FA_NT, (size_t)0, a);
+        rtc_fa_dot(launch, a);
     } else {
         a.D = NULL;  // dV alone needs no dS
     }
