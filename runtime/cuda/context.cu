@@ -335,7 +335,7 @@ void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
     const int ldt = rtc_ld16(N);
     if (bias16) gemm16_bias(ta, tb, M, ldt, K, A, B, bias16, T, prec);
     else gemm16(ta, tb, M, ldt, K, 1.0f, A, B, 0.0f, T, 1, ldt, prec);
-    widen(C, T, M, N, ldt, prec);
+    if (C) widen(C, T, M, N, ldt, prec);
 }
 
 // ---- GEMM -------------------------------------------------------------------------------

@@ -272,7 +272,8 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
 // rtc_ld16(N) columns (an output row length that is not a multiple of 8 sends cuBLAS to
 // align1 kernels: GPT-2's LM head, vocabulary 50257, took 13.2 ms on an H100 against 1.8
 // ms padded to 50264), so op(B) must have that many columns, the extra ones zeros: a
-// narrowed B's padding (op N) or rows zeroed with rtc_zero_rows16 (op T).
+// narrowed B's padding (op N) or rows zeroed with rtc_zero_rows16 (op T). C NULL: the
+// result stays in T (a packed output, rt_kernels.h "packed 16-bit logits").
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
                         const void* bias16, void* T, float* C, rt_dtype prec);
 

@@ -48,16 +48,17 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
 // to 8 columns, over zero rows of the weight's copy (GPT-2's LM head: 1.8 ms, not 13.2),
 // and sums over C rounded up to 8, the copies' zero padding (on an H100 the bias epilogue
 // with C = 65 and C = 17 gave values up to 11 times test_cuda_kernels' tolerance off).
+// out16 not NULL: the rounded product stays there, packed (out is not written).
 static void linear_forward16(float* out, const float* inp, const float* weight,
-                             const float* bias, int N, int C, int OC, rt_dtype dt) {
+                             const float* bias, int N, int C, int OC, rt_dtype dt, void* out16) {
     const int OCp = rtc_ld16(OC);
     const size_t nx = rtc_elems16(N, C), nw = rtc_elems16(OCp, C), nb = bias ? (size_t)OCp : 0;
-    char* s = (char*)rtc_operand_scratch((nx + nw + nb + rtc_elems16(N, OC)) * 2);
+    char* s = (char*)rtc_operand_scratch((nx + nw + nb + (out16 ? 0 : rtc_elems16(N, OC))) * 2);
     const rtc_operand16 x16 = rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
     rtc_zero_rows16(w16, OC, OCp);
     const void* b16 = bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
-    char* t = s + (nx + nw + nb) * 2;  // 16-byte aligned: every copy before it is
+    char* t = out16 ? (char*)out16 : s + (nx + nw + nb) * 2;  // 16-byte aligned
     rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, b16, t, out, dt);
 }
 
@@ -78,7 +79,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
     RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     if (dt != RT_F32 && C > 0) {
-        linear_forward16(out, inp, weight, bias, N, C, OC, dt);
+        linear_forward16(out, inp, weight, bias, N, C, OC, dt, NULL);
         return;
     }
     const size_t n = (size_t)N * OC;
@@ -95,49 +96,100 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 // linear backward (accumulating, or assigning dinp and dweight by their bits): dinp += dout·W,
 // dW += dout^T·inp, dbias += colsum(dout)
 
+// 16-bit elements of the copies linear_backward16 makes (dout's aside).
+static size_t linear_backward16_elems(const float* dinp, const float* dweight, int N, int C,
+                                      int OC, int as) {
+    return (dinp ? rtc_elems16(rtc_ld16(OC), C) : 0) + (dweight ? rtc_elems16(N, C) : 0) +
+           (dinp && as ? rtc_elems16(N, C) : 0);
+}
+
+// The 16-bit products of the backward from dout's 16-bit copy d16 (rows of rtc_ld16(OC),
+// zero padding), the other copies at s (linear_backward16_elems of them, in the operand
+// scratch). dinp's sums run over OC rounded up to 8 (dout's zero padding times the weight
+// copy's zero rows: an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head
+// against 1.4); an assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
+// linear_forward16's output).
+static void linear_backward16(float* dinp, float* dweight, rtc_operand16 d16, char* s,
+                              const float* inp, const float* weight, int N, int C, int OC,
+                              rt_dtype dt, int as, float beta_w) {
+    const int OCp = rtc_ld16(OC);
+    const size_t nw = dinp ? rtc_elems16(OCp, C) : 0, ni = dweight ? rtc_elems16(N, C) : 0;
+    if (dinp) {
+        const rtc_operand16 w16 = rtc_narrow(s, weight, OC, C, C, dt);
+        rtc_zero_rows16(w16, OC, OCp);
+        if (as) {
+            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, dinp, dt);
+        } else {
+            rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, dinp, C, dt);
+            rtc_round_buf(dinp, (size_t)N * C, dt);
+        }
+    }
+    if (dweight) {
+        const rtc_operand16 i16 = rtc_narrow(s + nw * 2, inp, N, C, C, dt);
+        dweight16(dweight, d16, i16, N, C, OC, beta_w, dt);
+    }
+}
+
+// The degenerate shapes' gradients (no terms); returns whether there is nothing more to do.
+static bool linear_backward_empty(float* dinp, float* dweight, int N, int C, int OC, int as,
+                                  int as_w) {
+    if (dinp && as && N > 0 && C > 0 && OC <= 0) rt_zero(dinp, (size_t)N * C);
+    if (dweight && as_w && N <= 0 && C > 0 && OC > 0) rt_zero(dweight, (size_t)OC * C);
+    return N <= 0 || OC <= 0 || C <= 0;
+}
+
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
-    if (dinp && as && N > 0 && C > 0 && OC <= 0) rt_zero(dinp, (size_t)N * C);  // no terms
-    if (dweight && as_w && N <= 0 && C > 0 && OC > 0) rt_zero(dweight, (size_t)OC * C);
-    if (N <= 0 || OC <= 0) return;
+    const bool done = linear_backward_empty(dinp, dweight, N, C, OC, as, as_w);
+    if (dbias && N > 0 && OC > 0) rtc_colsum_acc(dbias, dout, N, OC);
+    if (done || (!dinp && !dweight)) return;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
-    const int want_dinp = dinp && C > 0, want_dw = dweight && C > 0;
-    if (dt != RT_F32 && (want_dinp || want_dw)) {
-        // 16-bit: dout narrowed once for both products; dinp's sums run over OC rounded up to
-        // 8 (dout's zero padding times the weight copy's zero rows: an odd OC sent cuBLAS to
-        // an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an assigned dinp is
-        // rounded in cuBLAS's epilogue and widened into place (as linear_forward16's output)
-        const int OCp = rtc_ld16(OC);
-        const size_t nd = rtc_elems16(N, OC), nw = want_dinp ? rtc_elems16(OCp, C) : 0;
-        const size_t ni = want_dw ? rtc_elems16(N, C) : 0;
-        const size_t nt = want_dinp && as ? rtc_elems16(N, C) : 0;
-        char* s = (char*)rtc_operand_scratch((nd + nw + ni + nt) * 2);
+    if (dt != RT_F32) {  // dout narrowed once for both products
+        const size_t nd = rtc_elems16(N, OC);
+        char* s = (char*)rtc_operand_scratch(
+            (nd + linear_backward16_elems(dinp, dweight, N, C, OC, as)) * 2);
         const rtc_operand16 d16 = rtc_narrow(s, dout, N, OC, OC, dt);
-        if (want_dinp) {
-            const rtc_operand16 w16 = rtc_narrow(s + nd * 2, weight, OC, C, C, dt);
-            rtc_zero_rows16(w16, OC, OCp);
-            if (as) {
-                char* t = s + (nd + nw + ni) * 2;
-                rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, t, dinp, dt);
-            } else {
-                rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, dinp, C, dt);
-                rtc_round_buf(dinp, (size_t)N * C, dt);
-            }
-        }
-        if (want_dw) {
-            const rtc_operand16 i16 = rtc_narrow(s + (nd + nw) * 2, inp, N, C, C, dt);
-            dweight16(dweight, d16, i16, N, C, OC, beta_w, dt);
-        }
-    } else {
-        if (want_dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
-            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
-            rtc_round_buf(dinp, (size_t)N * C, dt);
-        }
-        if (want_dw)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, beta_w, dweight, C, dt);
+        linear_backward16(dinp, dweight, d16, s + nd * 2, inp, weight, N, C, OC, dt, as, beta_w);
+        return;
     }
-    if (dbias) rtc_colsum_acc(dbias, dout, N, OC);
+    if (dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
+        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
+        rtc_round_buf(dinp, (size_t)N * C, dt);
+    }
+    if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
+        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, beta_w, dweight, C, dt);
+}
+
+// ----------------------------------------------------------------------------
+// packed 16-bit logits (rt_kernels.h): the 16-bit paths above, with the output kept in (or
+// the output gradient read from) the packed buffer instead of a copy in the scratch
+
+static void check_packed_dt(rt_dtype dt, const char* kernel) {
+    RT_KCHECK(dt == RT_BF16 || dt == RT_F16, "packed storage is 16-bit: dt RT_BF16 or RT_F16",
+              "%s with dtype %d", kernel, (int)dt);
+}
+
+void rt_linear_forward_packed(void* out16, const float* inp, const float* weight, int N, int C,
+                              int OC, rt_dtype dt) {
+    check_packed_dt(dt, "rt_linear_forward_packed");
+    if (N <= 0 || OC <= 0) return;
+    if (C <= 0) {  // no terms: zeros
+        RT_CHECK_CUDA(cudaMemsetAsync(out16, 0, (size_t)N * rtc_ld16(OC) * 2, rtc_stream()));
+        return;
+    }
+    linear_forward16(NULL, inp, weight, NULL, N, C, OC, dt, out16);
+}
+
+void rt_linear_backward_packed(float* dinp, float* dweight, const void* dout16,
+                               const float* inp, const float* weight, int N, int C, int OC,
+                               rt_dtype dt, int assign) {
+    check_packed_dt(dt, "rt_linear_backward_packed");
+    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
+    if (linear_backward_empty(dinp, dweight, N, C, OC, as, as_w) || (!dinp && !dweight)) return;
+    char* s = (char*)rtc_operand_scratch(linear_backward16_elems(dinp, dweight, N, C, OC, as) * 2);
+    const rtc_operand16 d16 = {dout16, rtc_ld16(OC)};
+    linear_backward16(dinp, dweight, d16, s, inp, weight, N, C, OC, dt, as, as_w ? 0.0f : 1.0f);
 }

@@ -42,7 +42,21 @@ void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign) {
 // on each value) the forward read GPT-2's logits at 1.7 TB/s on an H100.
 enum { RTC_LSE_U = 8 };
 
-__device__ __forceinline__ void rtc_row_lse(const float* x, int V, float* mx_out,
+// Logits and their gradients are fp32 values, or (S = uint16_t) packed 16-bit values of dt
+// (rt_kernels.h "packed 16-bit logits"): element j of a row, and its rounded store.
+__device__ __forceinline__ float rtc_ce_ld(const float* p, int j, rt_dtype) { return p[j]; }
+__device__ __forceinline__ float rtc_ce_ld(const uint16_t* p, int j, rt_dtype dt) {
+    return dt == RT_BF16 ? rt_bf16_to_f32_inl(p[j]) : rt_f16_to_f32_inl(p[j]);
+}
+__device__ __forceinline__ void rtc_ce_st(float* p, int j, float v, rt_dtype dt) {
+    p[j] = rtc_round_to(v, dt);
+}
+__device__ __forceinline__ void rtc_ce_st(uint16_t* p, int j, float v, rt_dtype dt) {
+    p[j] = dt == RT_BF16 ? rt_bf16_from_f32_inl(v) : rt_f16_from_f32_inl(v);
+}
+
+template <class S>
+__device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, float* mx_out,
                                             double* sum_out) {
     float m = -INFINITY;
     double s = 0.0;
@@ -51,7 +65,7 @@ __device__ __forceinline__ void rtc_row_lse(const float* x, int V, float* mx_out
 #pragma unroll
         for (int u = 0; u < RTC_LSE_U; u++) {
             const int j = j0 + u * (int)blockDim.x;
-            v[u] = j < V ? x[j] : -INFINITY;  // exp gives 0 for the padding
+            v[u] = j < V ? rtc_ce_ld(x, j, dt) : -INFINITY;  // exp gives 0 for the padding
         }
         float mu = m;
 #pragma unroll
@@ -90,24 +104,26 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
 }
 
 // dlogits row n from the row's statistics (mx, s) (block-wide; count > 0, target t kept).
-__device__ __forceinline__ void rtc_ce_grad_row(float* __restrict__ dx, const float* __restrict__ x,
-                                                int V, int32_t t, float mx, double s, double count,
+template <class S>
+__device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __restrict__ x, int V,
+                                                int32_t t, float mx, double s, double count,
                                                 float dloss, rt_dtype dt, int as) {
     const double g = (double)dloss / count;
     const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
     const float gf = (float)g;
 #pragma unroll 4
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = RTC_BASE(dx[j], as) + expf(x[j] - mx) * gs;
+        float d = (as ? 0.0f : rtc_ce_ld(dx, j, dt)) + expf(rtc_ce_ld(x, j, dt) - mx) * gs;
         if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
-        dx[j] = rtc_round_to(d, dt);
+        rtc_ce_st(dx, j, d, dt);
     }
 }
 
 // A row without contribution (ignored, or every row ignored): assigned rows become zeros.
-__device__ __forceinline__ void rtc_ce_no_grad_row(float* dx, int V, int as) {
+template <class S>
+__device__ __forceinline__ void rtc_ce_no_grad_row(S* dx, int V, int as) {
     if (as)
-        for (int j = threadIdx.x; j < V; j += blockDim.x) dx[j] = 0.0f;
+        for (int j = threadIdx.x; j < V; j += blockDim.x) dx[j] = 0;
 }
 
 __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
@@ -125,20 +141,22 @@ __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __r
     const float* x = logits + n * V;
     float mx;
     double s;
-    rtc_row_lse(x, V, &mx, &s);
+    rtc_row_lse(x, V, dt, &mx, &s);
     rtc_ce_grad_row(dx, x, V, t, mx, s, count, dloss, dt, as);
 }
 
 // ----------------------------------------------------------------------------
 // forward, alone or with the backward
 
-// The forward: block b handles rows b, b + gridDim.x, ...; its (sum of losses, count) go to
-// partial[b] and partial[gridDim.x + b], the rows' losses to `losses` when not NULL. With
-// dlogits (rt_cross_entropy_forward_backward; count_in from ce_count_kernel) also each
-// row's gradient, from the statistics its loss used (the backward kernel's function: the
-// same bits), so the logits are read once less.
+// The forward: block b handles rows b, b + gridDim.x, ... (row n at n * ld); its (sum of
+// losses, count) go to partial[b] and partial[gridDim.x + b], the rows' losses to `losses`
+// when not NULL. With dlogits (rt_cross_entropy_forward_backward(_packed); count_in from
+// ce_count_kernel) also each row's gradient, from the statistics its loss used (the
+// backward kernel's function: the same bits), so the logits are read once less; a packed
+// row's padding columns [V, ld) are zeroed (the head's backward sums over them).
+template <class S>
 __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
-                                  float* __restrict__ dlogits, const float* __restrict__ logits,
+                                  S* __restrict__ dlogits, const S* __restrict__ logits, int ld,
                                   const int32_t* __restrict__ targets,
                                   const double* __restrict__ count_in, int N, int V, float dloss,
                                   rt_dtype dt, int as) {
@@ -151,23 +169,25 @@ __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restric
                                 (int)t, n, V);
             return;
         }
+        S* dx = dlogits ? dlogits + (size_t)n * ld : NULL;
+        if (dx)
+            for (int j = V + threadIdx.x; j < ld; j += blockDim.x) dx[j] = 0;
         if (t == RT_IGNORE_INDEX) {
             if (threadIdx.x == 0 && losses) losses[n] = 0.0f;
-            if (dlogits) rtc_ce_no_grad_row(dlogits + (size_t)n * V, V, as);
+            if (dx) rtc_ce_no_grad_row(dx, V, as);
             continue;
         }
-        const float* x = logits + (size_t)n * V;
+        const S* x = logits + (size_t)n * ld;
         float mx;
         double s;
-        rtc_row_lse(x, V, &mx, &s);
+        rtc_row_lse(x, V, dt, &mx, &s);
         if (threadIdx.x == 0) {
-            const double l = log(s) + (double)mx - (double)x[t];
+            const double l = log(s) + (double)mx - (double)rtc_ce_ld(x, t, dt);
             if (losses) losses[n] = (float)l;
             total += l;
             count += 1.0;
         }
-        if (dlogits)
-            rtc_ce_grad_row(dlogits + (size_t)n * V, x, V, t, mx, s, count_in[0], dloss, dt, as);
+        if (dx) rtc_ce_grad_row(dx, x, V, t, mx, s, count_in[0], dloss, dt, as);
     }
     if (threadIdx.x == 0) {
         partial[blockIdx.x] = total;
@@ -186,17 +206,21 @@ __global__ void ce_final_kernel(float* loss, const double* partial, int nparts) 
     loss[0] = (float)(total / count);
 }
 
+// No rows: the mean of nothing, 0/0 = NaN, written on the stream (and no gradient rows).
+static bool ce_no_rows(float* loss, int N, int V) {
+    if (N > 0 && V > 0) return false;
+    ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, rtc_get()->scratch, 0);
+    RTC_CHECK_LAUNCH(ce_final_kernel);
+    return true;
+}
+
 void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
                               const int32_t* targets, int N, int V) {
+    if (ce_no_rows(loss, N, V)) return;
     rtc_ctx* ctx = rtc_get();
-    if (N <= 0 || V <= 0) {  // no rows: the mean of nothing, 0/0 = NaN, written on the stream
-        ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, 0);
-        RTC_CHECK_LAUNCH(ce_final_kernel);
-        return;
-    }
     const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
-    ce_forward_kernel<<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
-        ctx->scratch, losses, NULL, logits, targets, NULL, N, V, 0.0f, RT_F32, 0);
+    ce_forward_kernel<float><<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
+        ctx->scratch, losses, NULL, logits, V, targets, NULL, N, V, 0.0f, RT_F32, 0);
     RTC_CHECK_LAUNCH(ce_forward_kernel);
     ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
     RTC_CHECK_LAUNCH(ce_final_kernel);
@@ -223,22 +247,37 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
     RTC_CHECK_LAUNCH(ce_backward_kernel);
 }
 
-void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
-                                       const int32_t* targets, int N, int V, float dloss,
-                                       rt_dtype dt, int assign) {
-    RT_KCHECK_DT(dt, "rt_cross_entropy_forward_backward");
-    if (N <= 0 || V <= 0) {  // the forward's NaN; no gradient rows
-        rt_cross_entropy_forward(loss, NULL, logits, targets, N, V);
-        return;
-    }
+// Loss and gradient in one pass; rows of ld elements of S. N, V > 0.
+template <class S>
+static void ce_forward_backward(S* dlogits, float* loss, const S* logits, int ld,
+                                const int32_t* targets, int N, int V, float dloss, rt_dtype dt,
+                                int assign) {
     rtc_ctx* ctx = rtc_get();
     const double* count = ce_count(ctx, targets, N, V);
     const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
     // the partials start at scratch[0], below the count's slot (RTC_RESULT_SLOT + 1)
-    ce_forward_kernel<<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
-        ctx->scratch, NULL, dlogits, logits, targets, count, N, V, dloss, dt,
+    ce_forward_kernel<S><<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
+        ctx->scratch, NULL, dlogits, logits, ld, targets, count, N, V, dloss, dt,
         assign & RT_ASSIGN_1);
     RTC_CHECK_LAUNCH(ce_forward_kernel);
     ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
     RTC_CHECK_LAUNCH(ce_final_kernel);
+}
+
+void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
+                                       const int32_t* targets, int N, int V, float dloss,
+                                       rt_dtype dt, int assign) {
+    RT_KCHECK_DT(dt, "rt_cross_entropy_forward_backward");
+    if (ce_no_rows(loss, N, V)) return;
+    ce_forward_backward(dlogits, loss, logits, V, targets, N, V, dloss, dt, assign);
+}
+
+void rt_cross_entropy_forward_backward_packed(void* dlogits16, float* loss, const void* logits16,
+                                              const int32_t* targets, int N, int V, float dloss,
+                                              rt_dtype dt, int assign) {
+    RT_KCHECK(dt == RT_BF16 || dt == RT_F16, "packed storage is 16-bit: dt RT_BF16 or RT_F16",
+              "rt_cross_entropy_forward_backward_packed with dtype %d", (int)dt);
+    if (ce_no_rows(loss, N, V)) return;
+    ce_forward_backward((uint16_t*)dlogits16, loss, (const uint16_t*)logits16, RT_LD16(V),
+                        targets, N, V, dloss, dt, assign);
 }

@@ -323,6 +323,28 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
                                        const int32_t* targets, int N, int V, float dloss,
                                        rt_dtype dt, int assign);
 
+// ----------------------------------------------------------------------------
+// packed 16-bit logits: the generator's storage for a bias-free 16-bit linear whose output
+// only feeds a cross-entropy (through its fp32 view) computed with its gradient, i.e. a
+// language model's head. logits16 and dlogits16 hold N rows of RT_LD16(V) elements of dt's
+// 16-bit type (RT_BF16 / RT_F16 bits), the padding columns zeros: half the bytes of the
+// fp32 storage and no narrowing or widening pass on the GPU. Each call gives the bits of
+// its fp32-storage twin (rt_linear_forward without bias, rt_cross_entropy_forward_backward,
+// rt_linear_backward without dbias) on the same values, every 16-bit value being exact in
+// fp32. The CPU widens and narrows around those twins, in a per-thread scratch outside the
+// memory plan (as the GPU's GEMM operand copies).
+
+// Row length, in elements, of a packed [rows, cols] matrix: cols rounded up to 8 (16 bytes).
+#define RT_LD16(cols) (((cols) + 7) & ~7)
+void rt_linear_forward_packed(void* out16, const float* inp, const float* weight, int N, int C,
+                              int OC, rt_dtype dt);
+void rt_cross_entropy_forward_backward_packed(void* dlogits16, float* loss, const void* logits16,
+                                              const int32_t* targets, int N, int V, float dloss,
+                                              rt_dtype dt, int assign);
+void rt_linear_backward_packed(float* dinp, float* dweight, const void* dout16,
+                               const float* inp, const float* weight, int N, int C, int OC,
+                               rt_dtype dt, int assign);
+
 #ifdef __cplusplus
 }
 #endif

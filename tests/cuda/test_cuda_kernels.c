@@ -977,6 +977,86 @@ static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) 
     dfree(d_x), dfree(d_dx), dfree(d_losses), dfree(d_loss), dfree(d_t);
 }
 
+// packed 16-bit logits (rt_kernels.h): the LM head's forward, the fused cross-entropy and
+// the head's backward on packed buffers give the fp32-storage calls' bits on the GPU (the
+// same products and kernels), with the padding columns zeros
+
+// n_rows rows of RT_LD16(cols) 16-bit values at d16, widened, equal x[rows, cols] (device)
+// bit for bit; *pad counts non-zero padding values.
+static int packed_same(const void* d16, const float* dx, int rows, int cols, rt_dtype dt,
+                       int* pad) {
+    const int ld = RT_LD16(cols);
+    uint16_t* h = malloc((size_t)rows * ld * sizeof(uint16_t));
+    float* x = down(dx, (size_t)rows * cols);
+    if (!h) abort();
+    RT_CHECK_CUDA(cudaMemcpy(h, d16, (size_t)rows * ld * 2, cudaMemcpyDeviceToHost));
+    int same = 1;
+    *pad = 0;
+    for (int n = 0; n < rows; n++) {
+        for (int j = 0; j < cols; j++) {
+            const uint16_t b = h[(size_t)n * ld + j];
+            const float w = dt == RT_BF16 ? rt_bf16_to_f32_inl(b) : rt_f16_to_f32_inl(b);
+            same &= memcmp(&w, &x[(size_t)n * cols + j], sizeof w) == 0;
+        }
+        for (int j = cols; j < ld; j++) *pad += h[(size_t)n * ld + j] != 0;
+    }
+    free(h), free(x);
+    return same;
+}
+
+static int dev_same(const float* da, const float* db, size_t n) {
+    float *a = down(da, n), *b = down(db, n);
+    const int same = memcmp(a, b, n * sizeof(float)) == 0;
+    free(a), free(b);
+    return same;
+}
+
+static void test_packed(rt_dtype dt, int N, int C, int V) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    const size_t np = (size_t)N * RT_LD16(V) * 2;
+    float *inp = hrand((size_t)N * C, 1.0f, 0.0f), *w = hrand((size_t)V * C, 0.2f, 0.0f);
+    round_to(inp, (size_t)N * C, dt), round_to(w, (size_t)V * C, dt);
+    int32_t* t = malloc((size_t)N * sizeof(int32_t));
+    if (!t) abort();
+    for (int n = 0; n < N; n++) t[n] = n % 7 == 3 ? RT_IGNORE_INDEX : (int32_t)((n * 131) % V);
+    float *d_inp = dup(inp, (size_t)N * C), *d_w = dup(w, (size_t)V * C);
+    int32_t* d_t = dup_i32(t, N);
+    float* d_logits = dalloc((size_t)N * V * sizeof(float));
+    void *d_l16 = dalloc(np), *d_g16 = dalloc(np);
+    RT_CHECK_CUDA(cudaMemset(d_l16, 0xAB, np));  // the padding must be written
+    RT_CHECK_CUDA(cudaMemset(d_g16, 0xAB, np));
+    rt_linear_forward(d_logits, d_inp, d_w, NULL, N, C, V, dt);
+    rt_linear_forward_packed(d_l16, d_inp, d_w, N, C, V, dt);
+    int pad;
+    int ok = packed_same(d_l16, d_logits, N, V, dt, &pad);
+    CHECK(ok && pad == 0, "%s packed linear forward N=%d C=%d OC=%d == rt_linear_forward, bit for "
+          "bit; %d non-zero padding values", nm, N, C, V, pad);
+    float* d_g = dalloc((size_t)N * V * sizeof(float));
+    float *d_loss = dalloc(sizeof(float)), *d_loss16 = dalloc(sizeof(float));
+    rt_cross_entropy_forward_backward(d_g, d_loss, d_logits, d_t, N, V, 1.0f, dt, RT_ASSIGN_1);
+    rt_cross_entropy_forward_backward_packed(d_g16, d_loss16, d_l16, d_t, N, V, 1.0f, dt,
+                                             RT_ASSIGN_1);
+    ok = packed_same(d_g16, d_g, N, V, dt, &pad) && dev_same(d_loss, d_loss16, 1);
+    CHECK(ok && pad == 0, "%s packed cross-entropy forward_backward (=) == fp32 storage: loss and "
+          "dlogits bit for bit; %d non-zero padding values", nm, pad);
+    float *dinp0 = hrand((size_t)N * C, 1.0f, 0.0f), *dw0 = hrand((size_t)V * C, 1.0f, 0.0f);
+    round_to(dinp0, (size_t)N * C, dt);
+    for (int as = 0; as < 2; as++) {
+        const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+        float *d_dinp = dup(dinp0, (size_t)N * C), *d_dw = dup(dw0, (size_t)V * C);
+        float *d_dinp2 = dup(dinp0, (size_t)N * C), *d_dw2 = dup(dw0, (size_t)V * C);
+        rt_linear_backward(d_dinp, d_dw, NULL, d_g, d_inp, d_w, N, C, V, dt, bits);
+        rt_linear_backward_packed(d_dinp2, d_dw2, d_g16, d_inp, d_w, N, C, V, dt, bits);
+        CHECK(dev_same(d_dinp, d_dinp2, (size_t)N * C) && dev_same(d_dw, d_dw2, (size_t)V * C),
+              "%s packed linear backward (%s) == rt_linear_backward: dinp, dweight bit for bit", nm,
+              as ? "assigned" : "accumulated");
+        dfree(d_dinp), dfree(d_dw), dfree(d_dinp2), dfree(d_dw2);
+    }
+    free(inp), free(w), free(t), free(dinp0), free(dw0);
+    dfree(d_inp), dfree(d_w), dfree(d_t), dfree(d_logits), dfree(d_l16), dfree(d_g16);
+    dfree(d_g), dfree(d_loss), dfree(d_loss16);
+}
+
 // ----------------------------------------------------------------------------
 // optimizers and clipping (three steps each; the GPU is expected to give the CPU's bits),
 // with the host step count (rt_optim.h) and with the step count in device memory
@@ -1230,6 +1310,8 @@ int main(void) {
     test_cross_entropy(8, 50257, 0, 0);
     test_cross_entropy(1500, 64, 3, 0);  // more rows than reduction partials
     test_cross_entropy(4, 100, 0, 1);    // every target ignored: NaN loss, no gradient
+    test_packed(RT_BF16, 37, 24, 1027);  // odd vocabulary: padded rows
+    test_packed(RT_F16, 16, 40, 64);
     test_assign(RT_F32);
     test_assign(RT_BF16);
     test_optim();
