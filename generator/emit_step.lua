@@ -164,7 +164,9 @@ local function F(bf, elem, n, int)
     error(string.format("buffer '%s' (live %d..%d) used at step %d (%s)", bf.name, bf.first, bf.last,
       current_index, schedule.step_name(current_step)))
   end
-  return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), n and 4 * n or bf.size)
+  -- a packed buffer (memory.lua) is passed whole: its bytes are not 4 per element
+  local bytes = n and not bf.packed and 4 * n or bf.size
+  return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), bytes)
 end
 
 -- The parameter gradients whose first contribution in the life of their group's unsharded

@@ -122,6 +122,10 @@ local forward = {}
 
 function forward.linear(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
+  if op.outs[1].packed then  -- memory.lua: packed 16-bit logits (no bias)
+    return { string.format("rt_linear_packed_forward(%s, %s, %s, %d, %d, %d, %s);", out, c.val(x), c.val(w),
+      rows(x), w.shape[2], w.shape[1], dt) }
+  end
   return { string.format("rt_linear_forward(%s, %s, %s, %s, %d, %d, %d, %s);", out, c.val(x), c.val(w),
     b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], dt) }
 end
@@ -237,6 +241,10 @@ local backward = {}
 function backward.linear(op, c, dt, as)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local y = op.outs[1]
+  if y.packed then
+    return { string.format("rt_linear_packed_backward(%s, %s, %s, %s, %s, %d, %d, %d, %s, %s);", c.grad(x),
+      c.grad(w), c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], dt, as) }
+  end
   return { string.format("rt_linear_backward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %s, %s);", c.grad(x), c.grad(w),
     b and c.grad(b) or "NULL", c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], dt, as) }
 end
@@ -352,7 +360,9 @@ function backward.cross_entropy(op, c, _, as)
   local args = string.format("%s, %s, %d, %d, %s, %s, %s", c.val(logits), c.val(targets), rows(logits),
     last(logits), c.dloss(op.outs[1]), dt, as)
   if c.loss_out then
-    return { string.format("rt_cross_entropy_forward_backward(%s, %s, %s);", c.grad(logits), c.loss_out, args) }
+    local packed = memory.base(logits).packed and "packed_" or ""
+    return { string.format("rt_cross_entropy_%sforward_backward(%s, %s, %s);", packed, c.grad(logits), c.loss_out,
+      args) }
   end
   return { string.format("rt_cross_entropy_backward(%s, %s);", c.grad(logits), args) }
 end

@@ -60,6 +60,34 @@ local function mark_view_casts(graph)
   end
 end
 
+-- Packed 16-bit logits (rt_kernels.h): a bias-free linear's 16-bit output read only by a
+-- view cast to fp32 that only a cross-entropy reads, whose forward the emitter leaves to
+-- its loss gradient (the next step; kernels_c.fuses_with_loss_grad), i.e. a language
+-- model's head. That output and its gradient are stored as 16-bit values in rows padded to
+-- 8 elements (`t.packed`; the emitter calls the packed kernels): no widening of the
+-- head's output and no narrowing of its gradient on the GPU, half the bytes.
+local function mark_packed(steps)
+  for i, st in ipairs(steps) do
+    local ce, nxt = st.node, steps[i + 1]
+    if st.op == "forward" and ce.kind == "cross_entropy" and nxt and nxt.op == "loss_grad" and nxt.node == ce then
+      local cast = ce.ins[1].producer
+      local y = cast and cast.kind == "cast" and M.is_view(cast) and cast.sole_reader == ce and M.base(cast.ins[1])
+      local lin = y and y.producer
+      if lin and lin.kind == "linear" and not lin.ins[3] and not lin.region and y.requires_grad
+          and (y.dtype == "bf16" or y.dtype == "fp16") then
+        y.packed = true
+      end
+    end
+  end
+end
+
+-- Bytes of t's buffer (and of its gradient's): fp32 values, or packed 16-bit rows.
+local function tensor_bytes(t)
+  if not t.packed then return compute_bytes(trace.numel(t.shape)) end
+  local cols = t.shape[#t.shape]
+  return trace.numel(t.shape) // cols * ((cols + 7) // 8 * 8) * 2
+end
+
 -- What op's backward reads for its input or output t: inside a checkpointed region the
 -- recomputed copy; a region's outputs read from outside it are saved as usual.
 function M.saved(t, op)
@@ -109,6 +137,7 @@ end
 function M.plan(plan)
   mark_view_casts(plan.graph)
   local steps = plan.steps
+  mark_packed(steps)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end
@@ -191,8 +220,8 @@ function M.plan(plan)
       local op = st.node
       for _, t in ipairs(op.ins) do touch(M.base(t).buf, i) end
       for _, t in ipairs(M.is_view(op) and {} or op.outs) do
-        t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation",
-          compute_bytes(trace.numel(t.shape)), i, i)
+        t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation", tensor_bytes(t), i, i)
+        t.buf.packed = t.packed
       end
       local sf = scratch_floats(op)
       if sf > 0 then op.scratch_buf = buf(st.label .. " saved stats", "activation", compute_bytes(sf), i, i) end
@@ -225,7 +254,8 @@ function M.plan(plan)
             if new then u.zero[#u.zero + 1] = gb end
           end
         elseif t.requires_grad and b.producer and not b.grad_buf then
-          b.grad_buf = buf("grad of " .. (b.label or "?"), "activation_grad", compute_bytes(trace.numel(b.shape)), i, i)
+          b.grad_buf = buf("grad of " .. (b.label or "?"), "activation_grad", tensor_bytes(b), i, i)
+          b.grad_buf.packed = b.packed
           u.zero[#u.zero + 1] = b.grad_buf
         end
       end

@@ -172,9 +172,9 @@ static void check_packed_dt(rt_dtype dt, const char* kernel) {
               "%s with dtype %d", kernel, (int)dt);
 }
 
-void rt_linear_forward_packed(void* out16, const float* inp, const float* weight, int N, int C,
+void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
                               int OC, rt_dtype dt) {
-    check_packed_dt(dt, "rt_linear_forward_packed");
+    check_packed_dt(dt, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
     if (C <= 0) {  // no terms: zeros
         RT_CHECK_CUDA(cudaMemsetAsync(out16, 0, (size_t)N * rtc_ld16(OC) * 2, rtc_stream()));
@@ -183,10 +183,10 @@ void rt_linear_forward_packed(void* out16, const float* inp, const float* weight
     linear_forward16(NULL, inp, weight, NULL, N, C, OC, dt, out16);
 }
 
-void rt_linear_backward_packed(float* dinp, float* dweight, const void* dout16,
+void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
                                const float* inp, const float* weight, int N, int C, int OC,
                                rt_dtype dt, int assign) {
-    check_packed_dt(dt, "rt_linear_backward_packed");
+    check_packed_dt(dt, "rt_linear_packed_backward");
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (linear_backward_empty(dinp, dweight, N, C, OC, as, as_w) || (!dinp && !dweight)) return;
     char* s = (char*)rtc_operand_scratch(linear_backward16_elems(dinp, dweight, N, C, OC, as) * 2);

@@ -150,7 +150,7 @@ __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __r
 
 // The forward: block b handles rows b, b + gridDim.x, ... (row n at n * ld); its (sum of
 // losses, count) go to partial[b] and partial[gridDim.x + b], the rows' losses to `losses`
-// when not NULL. With dlogits (rt_cross_entropy_forward_backward(_packed); count_in from
+// when not NULL. With dlogits (rt_cross_entropy_(packed_)forward_backward; count_in from
 // ce_count_kernel) also each row's gradient, from the statistics its loss used (the
 // backward kernel's function: the same bits), so the logits are read once less; a packed
 // row's padding columns [V, ld) are zeroed (the head's backward sums over them).
@@ -272,11 +272,11 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
     ce_forward_backward(dlogits, loss, logits, V, targets, N, V, dloss, dt, assign);
 }
 
-void rt_cross_entropy_forward_backward_packed(void* dlogits16, float* loss, const void* logits16,
+void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign) {
     RT_KCHECK(dt == RT_BF16 || dt == RT_F16, "packed storage is 16-bit: dt RT_BF16 or RT_F16",
-              "rt_cross_entropy_forward_backward_packed with dtype %d", (int)dt);
+              "rt_cross_entropy_packed_forward_backward with dtype %d", (int)dt);
     if (ce_no_rows(loss, N, V)) return;
     ce_forward_backward((uint16_t*)dlogits16, loss, (const uint16_t*)logits16, RT_LD16(V),
                         targets, N, V, dloss, dt, assign);

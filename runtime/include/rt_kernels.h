@@ -336,12 +336,12 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 
 // Row length, in elements, of a packed [rows, cols] matrix: cols rounded up to 8 (16 bytes).
 #define RT_LD16(cols) (((cols) + 7) & ~7)
-void rt_linear_forward_packed(void* out16, const float* inp, const float* weight, int N, int C,
+void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
                               int OC, rt_dtype dt);
-void rt_cross_entropy_forward_backward_packed(void* dlogits16, float* loss, const void* logits16,
+void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign);
-void rt_linear_backward_packed(float* dinp, float* dweight, const void* dout16,
+void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
                                const float* inp, const float* weight, int N, int C, int OC,
                                rt_dtype dt, int assign);
 

@@ -1026,7 +1026,7 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
     RT_CHECK_CUDA(cudaMemset(d_l16, 0xAB, np));  // the padding must be written
     RT_CHECK_CUDA(cudaMemset(d_g16, 0xAB, np));
     rt_linear_forward(d_logits, d_inp, d_w, NULL, N, C, V, dt);
-    rt_linear_forward_packed(d_l16, d_inp, d_w, N, C, V, dt);
+    rt_linear_packed_forward(d_l16, d_inp, d_w, N, C, V, dt);
     int pad;
     int ok = packed_same(d_l16, d_logits, N, V, dt, &pad);
     CHECK(ok && pad == 0, "%s packed linear forward N=%d C=%d OC=%d == rt_linear_forward, bit for "
@@ -1034,7 +1034,7 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
     float* d_g = dalloc((size_t)N * V * sizeof(float));
     float *d_loss = dalloc(sizeof(float)), *d_loss16 = dalloc(sizeof(float));
     rt_cross_entropy_forward_backward(d_g, d_loss, d_logits, d_t, N, V, 1.0f, dt, RT_ASSIGN_1);
-    rt_cross_entropy_forward_backward_packed(d_g16, d_loss16, d_l16, d_t, N, V, 1.0f, dt,
+    rt_cross_entropy_packed_forward_backward(d_g16, d_loss16, d_l16, d_t, N, V, 1.0f, dt,
                                              RT_ASSIGN_1);
     ok = packed_same(d_g16, d_g, N, V, dt, &pad) && dev_same(d_loss, d_loss16, 1);
     CHECK(ok && pad == 0, "%s packed cross-entropy forward_backward (=) == fp32 storage: loss and "
@@ -1046,7 +1046,7 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
         float *d_dinp = dup(dinp0, (size_t)N * C), *d_dw = dup(dw0, (size_t)V * C);
         float *d_dinp2 = dup(dinp0, (size_t)N * C), *d_dw2 = dup(dw0, (size_t)V * C);
         rt_linear_backward(d_dinp, d_dw, NULL, d_g, d_inp, d_w, N, C, V, dt, bits);
-        rt_linear_backward_packed(d_dinp2, d_dw2, d_g16, d_inp, d_w, N, C, V, dt, bits);
+        rt_linear_packed_backward(d_dinp2, d_dw2, d_g16, d_inp, d_w, N, C, V, dt, bits);
         CHECK(dev_same(d_dinp, d_dinp2, (size_t)N * C) && dev_same(d_dw, d_dw2, (size_t)V * C),
               "%s packed linear backward (%s) == rt_linear_backward: dinp, dweight bit for bit", nm,
               as ? "assigned" : "accumulated");

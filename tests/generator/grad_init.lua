@@ -29,7 +29,7 @@ local check_param_grads
 -- the gradient output it names (RT_ASSIGN_k is the k-th argument for all of them).
 local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu = 1, silu = 1, swiglu = 2,
   rope = 1, residual = 2, mul = 2, broadcast_add = 1, dropout = 1, sum_loss = 1, cross_entropy = 1,
-  cross_entropy_forward = 1, attention_lowmem = 3 }
+  cross_entropy_forward = 1, cross_entropy_packed_forward = 1, linear_packed = 1, attention_lowmem = 3 }
 
 -- Argument positions (1-based) whose assign bit the call sets.
 local function assigned_args(call)
@@ -115,7 +115,7 @@ check_param_grads = function(name, plan, secs, bsteps)
         local e = string.format("F(%d, %d)", r[1], r[2] - r[1])
         local assigned = false
         for _, call in ipairs(calls) do
-          local a = call:match("^rt_linear_backward%(") and args_of(call)
+          local a = (call:match("^rt_linear_backward%(") or call:match("^rt_linear_packed_backward%(")) and args_of(call)
           if a and a[2] == e and a[#a]:find("RT_ASSIGN_DWEIGHT", 1, true) then assigned = true end
         end
         inits[bf] = inits[bf] or {}

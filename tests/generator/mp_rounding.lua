@@ -27,8 +27,8 @@ end
 -- assign bits) and the argument positions they round.
 local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = true, relu = true, silu = true,
   swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true,
-  attention_lowmem = true }
-local DT_BACKWARD_ROUNDS = { linear = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
+  attention_lowmem = true, linear_packed = true }
+local DT_BACKWARD_ROUNDS = { linear = { 1 }, linear_packed = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
   broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 } }
 
@@ -165,7 +165,7 @@ if llama then
     if st.kind == "loss_grad" then ce = st.calls[1] end
     if st.kind == "forward" and st.head:match("cross_entropy") then fwd = st.calls end
   end
-  local a = ce and ce:match("^rt_cross_entropy_forward_backward%(") and args_of(ce)
+  local a = ce and ce:match("^rt_cross_entropy_packed_forward_backward%(") and args_of(ce)
   local cast = backward_calls(llama, "cast")
   check(a and a[#a - 1] == "RT_BF16" and a[#a] == "RT_ASSIGN_1" and #cast == 0,
     "llama 1B logits: cross-entropy backward assigns dlogits rounded to bf16 (" .. tostring(ce)

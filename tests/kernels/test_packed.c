@@ -48,7 +48,7 @@ static void test_dt(rt_dtype dt) {
     memset(logits16, 0xAB, sizeof(uint16_t) * N * ld);  // padding must be overwritten
     float* logits = tk_alloc(N * V);
     rt_linear_forward(logits, inp, w, NULL, N, C, V, dt);
-    rt_linear_forward_packed(logits16, inp, w, N, C, V, dt);
+    rt_linear_packed_forward(logits16, inp, w, N, C, V, dt);
     int pad;
     const int fwd_ok = packed_equals(logits16, logits, N, V, dt, &pad);
     CHECK(fwd_ok && pad == 0, "%s linear forward packed == rt_linear_forward (N %d, C %d, OC %d "
@@ -68,7 +68,7 @@ static void test_dt(rt_dtype dt) {
                 g16[n * ld + j] = j < V ? to16(g[n * V + j], dt) : (uint16_t)0xAB;
         float l, l16;
         rt_cross_entropy_forward_backward(g, &l, logits, targets, N, V, 0.5f, dt, assign);
-        rt_cross_entropy_forward_backward_packed(g16, &l16, logits16, targets, N, V, 0.5f, dt,
+        rt_cross_entropy_packed_forward_backward(g16, &l16, logits16, targets, N, V, 0.5f, dt,
                                                  assign);
         const int ok = packed_equals(g16, g, N, V, dt, &pad);
         CHECK(ok && pad == 0 && memcmp(&l, &l16, sizeof l) == 0,
@@ -83,7 +83,7 @@ static void test_dt(rt_dtype dt) {
         float *dinp2 = tk_dup(dinp, N * C), *dw2 = tk_dup(dw, V * C);
         const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
         rt_linear_backward(dinp, dw, NULL, g, inp, w, N, C, V, dt, bits);
-        rt_linear_backward_packed(dinp2, dw2, g16, inp, w, N, C, V, dt, bits);
+        rt_linear_packed_backward(dinp2, dw2, g16, inp, w, N, C, V, dt, bits);
         CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, V * C),
               "%s linear backward packed (%s) == rt_linear_backward: dinp and dweight, bit for bit",
               nm, as ? "assigned" : "accumulated");

@@ -75,19 +75,19 @@ static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
 
 static size_t elems(int N, int cols) { return N > 0 && cols > 0 ? (size_t)N * cols : 1; }
 
-void rt_linear_forward_packed(void* out16, const float* inp, const float* weight, int N, int C,
+void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
                               int OC, rt_dtype dt) {
-    check_dt(dt, "rt_linear_forward_packed");
+    check_dt(dt, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
     float* out = scratch_floats(elems(N, OC));
     rt_linear_forward(out, inp, weight, NULL, N, C, OC, dt);
     pack(out16, out, N, OC, dt);
 }
 
-void rt_cross_entropy_forward_backward_packed(void* dlogits16, float* loss, const void* logits16,
+void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign) {
-    check_dt(dt, "rt_cross_entropy_forward_backward_packed");
+    check_dt(dt, "rt_cross_entropy_packed_forward_backward");
     const size_t n = elems(N, V);
     float* x = scratch_floats(2 * n);
     float* g = x + n;
@@ -99,10 +99,10 @@ void rt_cross_entropy_forward_backward_packed(void* dlogits16, float* loss, cons
     if (N > 0 && V > 0) pack(dlogits16, g, N, V, dt);
 }
 
-void rt_linear_backward_packed(float* dinp, float* dweight, const void* dout16,
+void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
                                const float* inp, const float* weight, int N, int C, int OC,
                                rt_dtype dt, int assign) {
-    check_dt(dt, "rt_linear_backward_packed");
+    check_dt(dt, "rt_linear_packed_backward");
     float* dout = scratch_floats(elems(N, OC));
     if (N > 0 && OC > 0) unpack(dout, dout16, N, OC, dt);
     rt_linear_backward(dinp, dweight, NULL, dout, inp, weight, N, C, OC, dt, assign);
