@@ -2,7 +2,9 @@
 //
 // Every kernel is fp32 on raw pointers with explicit dimensions (llm.c style). The
 // generated code owns all memory: buffers come from the static per-rank arena, so a
-// kernel never allocates and never decides a shape.
+// kernel never decides a shape, and allocates nothing but a per-thread scratch for copies
+// of its operands, grown on first use and kept (the CUDA backend's 16-bit GEMM and
+// attention operands, the CPU's widened packed logits).
 //
 // Mixed precision (`dt`, the last argument (before `assign`) of every kernel that writes
 // activations or activation gradients: linear, layernorm, rmsnorm, gelu, relu, silu,

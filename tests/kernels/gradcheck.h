@@ -67,7 +67,7 @@ static inline void tk_round_all(float* x, size_t n, rt_dtype dt) {
 }
 
 // ----------------------------------------------------------------------------
-// buffers (tests may allocate; kernels never do)
+// buffers (tests allocate; kernels take theirs from the caller, rt_kernels.h)
 
 static inline float* tk_alloc(size_t n) {
     float* p = (float*)calloc(n ? n : 1, sizeof(float));
