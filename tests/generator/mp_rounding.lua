@@ -196,4 +196,34 @@ local msg = type(err) == "table" and (err.msg or "") or tostring(err)
 check(not ok and msg:find("parameter operand", 1, true) ~= nil,
   "swiglu with a bf16 parameter operand is refused (its dt would round the parameter's gradient): " .. msg)
 
+-- Packed logits (memory.lua mark_packed) only for a bias-free head: the same small token
+-- model with and without the head's bias.
+for _, bias in ipairs({ false, true }) do
+  local path = os.tmpname() .. ".lua"
+  local h = assert(io.open(path, "w"))
+  h:write(string.format([[
+local nn, fsdp = require("nn"), require("fsdp")
+local M = {}
+function M.forward(self, tok) return self.head(self.emb(tok)):float() end
+local m = nn.new_module("M", M)
+m.emb = nn.Embedding(16, 8)
+m.head = nn.Linear(8, 13, { bias = %s })
+fsdp.fully_shard(m, { mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16" } })
+return fsdp.spec{ name = "mp_head", model = m, world_size = 1, input = { batch = 2, seq_len = 4 },
+  loss = "cross_entropy", optimizer = { "sgd", lr = 0.1 } }
+]], tostring(bias)))
+  h:close()
+  local ok, text = pcall(step_c, path)
+  os.remove(path)
+  local packed = ok and text:find("rt_linear_packed_forward(", 1, true) ~= nil
+    and text:find("rt_cross_entropy_packed_forward_backward(", 1, true) ~= nil
+    and text:find("rt_linear_packed_backward(", 1, true) ~= nil
+  local plain = ok and text:find("rt_linear_forward(", 1, true) ~= nil
+    and text:find("rt_cross_entropy_forward_backward(", 1, true) ~= nil
+  check(ok and (bias and plain and not packed or not bias and packed),
+    string.format("bf16 head with%s bias, vocabulary 13: logits %s", bias and "" or "out",
+      bias and "in fp32 storage (rt_linear_forward, rt_cross_entropy_forward_backward)"
+        or "packed (rt_linear_packed_forward, rt_cross_entropy_packed_forward_backward, rt_linear_packed_backward)"))
+end
+
 util.finish()
