@@ -362,8 +362,7 @@ function Walker:step(st, index)
     local node = st.node
     local o = node.outs[1]
     local out = F(memory.base(o).buf, 0, trace.numel(o.shape), not trace.is_float(o.dtype))
-    local nxt = self.plan.steps[index + 1]
-    if kernels.fuses_with_loss_grad(node) and nxt and nxt.op == "loss_grad" and nxt.node == node then
+    if memory.forward_with_loss_grad(self.plan.steps, index) then
       self.loss_out = out  -- computed with its gradient, by the next step's one call
       calls[1] = "// (computed with its gradient below)"
     else

@@ -11,7 +11,7 @@
 --   ctx.site(op)    the op's dropout RNG site
 --   ctx.fresh(t)    the gradient buffer of t when it is an activation-gradient buffer that
 --                   this backward step creates (memory.lua `u.zero`), else nil
---   ctx.loss_out    at a loss gradient whose forward the emitter left to it (M.fuses_with_loss_grad):
+--   ctx.loss_out    at a loss gradient whose forward the emitter left to it (memory.forward_with_loss_grad):
 --                   the forward's output, which the backward's call then computes too
 --   ctx.assign_param(t)  whether this step makes the first contribution to parameter t's
 --                   gradient in its buffer's life, one the kernel assigns (M.assigns_param;
@@ -365,12 +365,6 @@ function backward.cross_entropy(op, c, _, as)
       args) }
   end
   return { string.format("rt_cross_entropy_backward(%s, %s);", c.grad(logits), args) }
-end
-
--- Whether op's forward can be left to its loss gradient's call when that directly follows
--- (ctx.loss_out): cross-entropy, whose fused kernel reads each row's logits once for both.
-function M.fuses_with_loss_grad(op)
-  return op.kind == "cross_entropy"
 end
 
 -- Whether the gradient buffer of op's input i is also that of another float input j (one

@@ -60,16 +60,24 @@ local function mark_view_casts(graph)
   end
 end
 
+-- Whether step i, a cross-entropy's forward, is left to its loss gradient, the next step:
+-- that step's one call (rt_cross_entropy_forward_backward) reads each row of logits once for
+-- both (emit_step), and its logits may be packed (below).
+function M.forward_with_loss_grad(steps, i)
+  local st, nxt = steps[i], steps[i + 1]
+  return st.op == "forward" and st.node.kind == "cross_entropy" and nxt ~= nil and nxt.op == "loss_grad"
+    and nxt.node == st.node
+end
+
 -- Packed 16-bit logits (rt_kernels.h): a bias-free linear's 16-bit output read only by a
--- view cast to fp32 that only a cross-entropy reads, whose forward the emitter leaves to
--- its loss gradient (the next step; kernels_c.fuses_with_loss_grad), i.e. a language
--- model's head. That output and its gradient are stored as 16-bit values in rows padded to
+-- view cast to fp32 that only a cross-entropy reads, whose forward is left to its loss
+-- gradient (M.forward_with_loss_grad), i.e. a language model's head. That output and its gradient are stored as 16-bit values in rows padded to
 -- 8 elements (`t.packed`; the emitter calls the packed kernels): no widening of the
 -- head's output and no narrowing of its gradient on the GPU, half the bytes.
 local function mark_packed(steps)
   for i, st in ipairs(steps) do
-    local ce, nxt = st.node, steps[i + 1]
-    if st.op == "forward" and ce.kind == "cross_entropy" and nxt and nxt.op == "loss_grad" and nxt.node == ce then
+    local ce = st.node
+    if M.forward_with_loss_grad(steps, i) then
       local cast = ce.ins[1].producer
       local y = cast and cast.kind == "cast" and M.is_view(cast) and cast.sole_reader == ce and M.base(cast.ins[1])
       local lin = y and y.producer

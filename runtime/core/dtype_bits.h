@@ -87,14 +87,22 @@ RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
     return rt_f32_bits(sign | ((113u - shift) << 23) | ((m & 0x3FFu) << 13));
 }
 
-// ---- rounding ---------------------------------------------------------------------------
+// ---- by dtype ---------------------------------------------------------------------------
+
+// The bits of v rounded to nearest even in dt's 16-bit format (dt RT_BF16 or RT_F16), and
+// a 16-bit value of dt widened: the elements of packed 16-bit buffers (rt_kernels.h).
+RT_BITS_FN uint16_t rt_bits16_from_f32_inl(float v, rt_dtype dt) {
+    return dt == RT_BF16 ? rt_bf16_from_f32_inl(v) : rt_f16_from_f32_inl(v);
+}
+RT_BITS_FN float rt_bits16_to_f32_inl(uint16_t h, rt_dtype dt) {
+    return dt == RT_BF16 ? rt_bf16_to_f32_inl(h) : rt_f16_to_f32_inl(h);
+}
 
 // v rounded to nearest even in dt and widened back (RT_F32, or any other dt: v): the
 // rounding of every 16-bit value a kernel stores, on the host and on the GPU alike.
 RT_BITS_FN float rt_round_inl(float v, rt_dtype dt) {
-    if (dt == RT_BF16) return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(v));
-    if (dt == RT_F16) return rt_f16_to_f32_inl(rt_f16_from_f32_inl(v));
-    return v;
+    if (dt != RT_BF16 && dt != RT_F16) return v;
+    return rt_bits16_to_f32_inl(rt_bits16_from_f32_inl(v, dt), dt);
 }
 
 #endif

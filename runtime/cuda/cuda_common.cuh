@@ -250,7 +250,7 @@ typedef struct rtc_operand16 {
     const void* p;
     int ld;
 } rtc_operand16;
-static inline int rtc_ld16(int cols) { return (cols + 7) & ~7; }
+static inline int rtc_ld16(int cols) { return RT_LD16(cols); }  // packed buffers' rows too
 // Elements of such a copy; consecutive copies in one scratch stay 16-byte aligned.
 static inline size_t rtc_elems16(int rows, int cols) { return (size_t)rows * rtc_ld16(cols); }
 // The thread's operand scratch, at least `bytes` long: grown on an eager step, a capture

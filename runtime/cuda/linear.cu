@@ -167,14 +167,9 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
 // packed 16-bit logits (rt_kernels.h): the 16-bit paths above, with the output kept in (or
 // the output gradient read from) the packed buffer instead of a copy in the scratch
 
-static void check_packed_dt(rt_dtype dt, const char* kernel) {
-    RT_KCHECK(dt == RT_BF16 || dt == RT_F16, "packed storage is 16-bit: dt RT_BF16 or RT_F16",
-              "%s with dtype %d", kernel, (int)dt);
-}
-
 void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
                               int OC, rt_dtype dt) {
-    check_packed_dt(dt, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
     if (C <= 0) {  // no terms: zeros
         RT_CHECK_CUDA(cudaMemsetAsync(out16, 0, (size_t)N * rtc_ld16(OC) * 2, rtc_stream()));
@@ -186,7 +181,7 @@ void rt_linear_packed_forward(void* out16, const float* inp, const float* weight
 void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
                                const float* inp, const float* weight, int N, int C, int OC,
                                rt_dtype dt, int assign) {
-    check_packed_dt(dt, "rt_linear_packed_backward");
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (linear_backward_empty(dinp, dweight, N, C, OC, as, as_w) || (!dinp && !dweight)) return;
     char* s = (char*)rtc_operand_scratch(linear_backward16_elems(dinp, dweight, N, C, OC, as) * 2);

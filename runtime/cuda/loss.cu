@@ -46,13 +46,13 @@ enum { RTC_LSE_U = 8 };
 // (rt_kernels.h "packed 16-bit logits"): element j of a row, and its rounded store.
 __device__ __forceinline__ float rtc_ce_ld(const float* p, int j, rt_dtype) { return p[j]; }
 __device__ __forceinline__ float rtc_ce_ld(const uint16_t* p, int j, rt_dtype dt) {
-    return dt == RT_BF16 ? rt_bf16_to_f32_inl(p[j]) : rt_f16_to_f32_inl(p[j]);
+    return rt_bits16_to_f32_inl(p[j], dt);
 }
 __device__ __forceinline__ void rtc_ce_st(float* p, int j, float v, rt_dtype dt) {
     p[j] = rtc_round_to(v, dt);
 }
 __device__ __forceinline__ void rtc_ce_st(uint16_t* p, int j, float v, rt_dtype dt) {
-    p[j] = dt == RT_BF16 ? rt_bf16_from_f32_inl(v) : rt_f16_from_f32_inl(v);
+    p[j] = rt_bits16_from_f32_inl(v, dt);
 }
 
 template <class S>
@@ -275,8 +275,7 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign) {
-    RT_KCHECK(dt == RT_BF16 || dt == RT_F16, "packed storage is 16-bit: dt RT_BF16 or RT_F16",
-              "rt_cross_entropy_packed_forward_backward with dtype %d", (int)dt);
+    RT_KCHECK_PACKED_DT(dt, "rt_cross_entropy_packed_forward_backward");
     if (ce_no_rows(loss, N, V)) return;
     ce_forward_backward((uint16_t*)dlogits16, loss, (const uint16_t*)logits16, RT_LD16(V),
                         targets, N, V, dloss, dt, assign);

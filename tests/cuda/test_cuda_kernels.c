@@ -994,8 +994,7 @@ static int packed_same(const void* d16, const float* dx, int rows, int cols, rt_
     *pad = 0;
     for (int n = 0; n < rows; n++) {
         for (int j = 0; j < cols; j++) {
-            const uint16_t b = h[(size_t)n * ld + j];
-            const float w = dt == RT_BF16 ? rt_bf16_to_f32_inl(b) : rt_f16_to_f32_inl(b);
+            const float w = rt_bits16_to_f32_inl(h[(size_t)n * ld + j], dt);
             same &= memcmp(&w, &x[(size_t)n * cols + j], sizeof w) == 0;
         }
         for (int j = cols; j < ld; j++) *pad += h[(size_t)n * ld + j] != 0;

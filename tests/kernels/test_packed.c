@@ -13,13 +13,6 @@
 
 enum { N = 6, C = 10, V = 13 };
 
-static uint16_t to16(float x, rt_dtype dt) {
-    return dt == RT_BF16 ? rt_bf16_from_f32_inl(x) : rt_f16_from_f32_inl(x);
-}
-static float from16(uint16_t h, rt_dtype dt) {
-    return dt == RT_BF16 ? rt_bf16_to_f32_inl(h) : rt_f16_to_f32_inl(h);
-}
-
 // p (N rows of RT_LD16(V)) widened equals x bit for bit; counts non-zero padding in *pad.
 static int packed_equals(const uint16_t* p, const float* x, int rows, int cols, rt_dtype dt,
                          int* pad) {
@@ -28,7 +21,7 @@ static int packed_equals(const uint16_t* p, const float* x, int rows, int cols, 
     *pad = 0;
     for (int n = 0; n < rows; n++) {
         for (int j = 0; j < cols; j++) {
-            const float w = from16(p[n * ld + j], dt);
+            const float w = rt_bits16_to_f32_inl(p[n * ld + j], dt);
             same &= memcmp(&w, &x[n * cols + j], sizeof w) == 0;
         }
         for (int j = cols; j < ld; j++) *pad += p[n * ld + j] != 0;
@@ -65,7 +58,7 @@ static void test_dt(rt_dtype dt) {
         uint16_t* g16 = malloc(sizeof(uint16_t) * N * ld);
         for (int n = 0; n < N; n++)
             for (int j = 0; j < ld; j++)
-                g16[n * ld + j] = j < V ? to16(g[n * V + j], dt) : (uint16_t)0xAB;
+                g16[n * ld + j] = j < V ? rt_bits16_from_f32_inl(g[n * V + j], dt) : (uint16_t)0xAB;
         float l, l16;
         rt_cross_entropy_forward_backward(g, &l, logits, targets, N, V, 0.5f, dt, assign);
         rt_cross_entropy_packed_forward_backward(g16, &l16, logits16, targets, N, V, 0.5f, dt,

@@ -43,11 +43,6 @@ static float* scratch_floats(size_t n) {
     return s->p;
 }
 
-static void check_dt(rt_dtype dt, const char* kernel) {
-    RT_KCHECK(dt == RT_BF16 || dt == RT_F16, "packed storage is 16-bit: dt RT_BF16 or RT_F16",
-              "%s with dtype %d", kernel, (int)dt);
-}
-
 // x[N, cols] (fp32, values of dt) into dst's rows of RT_LD16(cols), padding zeroed.
 static void pack(void* dst, const float* x, int N, int cols, rt_dtype dt) {
     uint16_t* d = dst;
@@ -55,8 +50,7 @@ static void pack(void* dst, const float* x, int N, int cols, rt_dtype dt) {
     for (int n = 0; n < N; n++) {
         const float* xr = x + (size_t)n * cols;
         uint16_t* dr = d + (size_t)n * ld;
-        for (int j = 0; j < cols; j++)
-            dr[j] = dt == RT_BF16 ? rt_bf16_from_f32_inl(xr[j]) : rt_f16_from_f32_inl(xr[j]);
+        for (int j = 0; j < cols; j++) dr[j] = rt_bits16_from_f32_inl(xr[j], dt);
         for (int j = cols; j < ld; j++) dr[j] = 0;
     }
 }
@@ -68,8 +62,7 @@ static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
     for (int n = 0; n < N; n++) {
         const uint16_t* sr = s + (size_t)n * ld;
         float* xr = x + (size_t)n * cols;
-        for (int j = 0; j < cols; j++)
-            xr[j] = dt == RT_BF16 ? rt_bf16_to_f32_inl(sr[j]) : rt_f16_to_f32_inl(sr[j]);
+        for (int j = 0; j < cols; j++) xr[j] = rt_bits16_to_f32_inl(sr[j], dt);
     }
 }
 
@@ -77,7 +70,7 @@ static size_t elems(int N, int cols) { return N > 0 && cols > 0 ? (size_t)N * co
 
 void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
                               int OC, rt_dtype dt) {
-    check_dt(dt, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
     float* out = scratch_floats(elems(N, OC));
     rt_linear_forward(out, inp, weight, NULL, N, C, OC, dt);
@@ -87,7 +80,7 @@ void rt_linear_packed_forward(void* out16, const float* inp, const float* weight
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign) {
-    check_dt(dt, "rt_cross_entropy_packed_forward_backward");
+    RT_KCHECK_PACKED_DT(dt, "rt_cross_entropy_packed_forward_backward");
     const size_t n = elems(N, V);
     float* x = scratch_floats(2 * n);
     float* g = x + n;
@@ -102,7 +95,7 @@ void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, cons
 void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
                                const float* inp, const float* weight, int N, int C, int OC,
                                rt_dtype dt, int assign) {
-    check_dt(dt, "rt_linear_packed_backward");
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
     float* dout = scratch_floats(elems(N, OC));
     if (N > 0 && OC > 0) unpack(dout, dout16, N, OC, dt);
     rt_linear_backward(dinp, dweight, NULL, dout, inp, weight, N, C, OC, dt, assign);
