@@ -120,11 +120,21 @@ end
 
 local forward = {}
 
+-- A packed linear's `packed` argument (rt_kernels.h): its packed output (forward) or output
+-- gradient (backward), and its packed input; nil when neither is packed.
+local function linear_packed(out_packed, x)
+  local bits = {}
+  if out_packed then bits[#bits + 1] = "RT_PACKED_OUT" end
+  if memory.base(x).packed then bits[#bits + 1] = "RT_PACKED_INP" end
+  return #bits > 0 and table.concat(bits, " | ") or nil
+end
+
 function forward.linear(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
-  if op.outs[1].packed then  -- memory.lua: packed 16-bit logits (no bias)
-    return { string.format("rt_linear_packed_forward(%s, %s, %s, %d, %d, %d, %s);", out, c.val(x), c.val(w),
-      rows(x), w.shape[2], w.shape[1], dt) }
+  local packed = linear_packed(op.outs[1].packed, x)
+  if packed then
+    return { string.format("rt_linear_packed_forward(%s, %s, %s, %s, %d, %d, %d, %s, %s);", out, c.val(x), c.val(w),
+      b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], packed, dt) }
   end
   return { string.format("rt_linear_forward(%s, %s, %s, %s, %d, %d, %d, %s);", out, c.val(x), c.val(w),
     b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], dt) }
@@ -140,29 +150,34 @@ function forward.arange(op, _, out)
   return { string.format("rt_arange_i32(%s, %d, 0);", out, numel(op.outs[1])) }
 end
 
+-- "packed_" in the name of a forward kernel writing a packed output (memory.lua).
+local function packed_infix(op) return op.outs[1].packed and "packed_" or "" end
+
 function forward.layer_norm(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local mean, rstd = c.stats(op)
-  return { string.format("rt_layernorm_forward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", out, mean, rstd,
+  return { string.format("rt_layernorm_%sforward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out, mean, rstd,
     c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x), last(x), fmt_float(op.attrs.eps or 1e-5), dt) }
 end
 
 function forward.rms_norm(op, c, out, dt)
   local x, w = op.ins[1], op.ins[2]
   local rstd = c.stats(op)
-  return { string.format("rt_rmsnorm_forward(%s, %s, %s, %s, %d, %d, %s, %s);", out, rstd, c.val(x),
+  return { string.format("rt_rmsnorm_%sforward(%s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out, rstd, c.val(x),
     c.val(w), rows(x), last(x), fmt_float(op.attrs.eps or 1e-6), dt) }
 end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
   forward[k] = function(op, c, out, dt)
-    return { string.format("rt_%s_forward(%s, %s, %d, %s);", k, out, c.val(op.ins[1]), numel(op.ins[1]), dt) }
+    return { string.format("rt_%s_%sforward(%s, %s, %d, %s);", k, packed_infix(op), out, c.val(op.ins[1]),
+      numel(op.ins[1]), dt) }
   end
 end
 
 function forward.swiglu(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_swiglu_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
+  return { string.format("rt_swiglu_%sforward(%s, %s, %s, %d, %s);", packed_infix(op), out, c.val(a), c.val(b),
+    numel(a), dt) }
 end
 
 function forward.add(op, c, out, dt)
@@ -241,12 +256,11 @@ local backward = {}
 function backward.linear(op, c, dt, as)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local y = op.outs[1]
-  if y.packed then
-    return { string.format("rt_linear_packed_backward(%s, %s, %s, %s, %s, %d, %d, %d, %s, %s);", c.grad(x),
-      c.grad(w), c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], dt, as) }
-  end
-  return { string.format("rt_linear_backward(%s, %s, %s, %s, %s, %s, %d, %d, %d, %s, %s);", c.grad(x), c.grad(w),
-    b and c.grad(b) or "NULL", c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1], dt, as) }
+  local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d", c.grad(x), c.grad(w), b and c.grad(b) or "NULL",
+    c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1])
+  local packed = linear_packed(y.grad_packed, x)
+  if packed then return { string.format("rt_linear_packed_backward(%s, %s, %s, %s);", args, packed, dt, as) } end
+  return { string.format("rt_linear_backward(%s, %s, %s);", args, dt, as) }
 end
 
 function backward.embedding(op, c)

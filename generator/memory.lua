@@ -69,29 +69,68 @@ function M.forward_with_loss_grad(steps, i)
     and nxt.node == st.node
 end
 
--- Packed 16-bit logits (rt_kernels.h): a bias-free linear's 16-bit output read only by a
--- view cast to fp32 that only a cross-entropy reads, whose forward is left to its loss
--- gradient (M.forward_with_loss_grad), i.e. a language model's head. That output and its gradient are stored as 16-bit values in rows padded to
--- 8 elements (`t.packed`; the emitter calls the packed kernels): no widening of the
--- head's output and no narrowing of its gradient on the GPU, half the bytes.
-local function mark_packed(steps)
+local function sixteen(t) return t.dtype == "bf16" or t.dtype == "fp16" end
+
+-- Whether every float input of op has y's dtype (so op's kernel `dt` is y's: kernels_c).
+local function inputs_have_dtype(op, y)
+  for _, t in ipairs(op.ins) do
+    if trace.is_float(t.dtype) and t.dtype ~= y.dtype then return false end
+  end
+  return true
+end
+
+-- Packed 16-bit storage (rt_kernels.h), where it saves the GPU a narrowing or widening pass;
+-- the emitter calls the packed kernels for `t.packed` (value) and `t.grad_packed` (gradient).
+--   * Logits: a bias-free 16-bit linear's output read only by a view cast to fp32 that only
+--     a cross-entropy reads, whose forward is left to its loss gradient
+--     (M.forward_with_loss_grad), i.e. a language model's head. Value and gradient are
+--     packed, in rows padded to 8 elements: no widening of the head's output and no
+--     narrowing of its gradient.
+local function mark_packed_logits(steps)
   for i, st in ipairs(steps) do
     local ce = st.node
     if M.forward_with_loss_grad(steps, i) then
       local cast = ce.ins[1].producer
       local y = cast and cast.kind == "cast" and M.is_view(cast) and cast.sole_reader == ce and M.base(cast.ins[1])
       local lin = y and y.producer
-      if lin and lin.kind == "linear" and not lin.ins[3] and not lin.region and y.requires_grad
-          and (y.dtype == "bf16" or y.dtype == "fp16") then
-        y.packed = true
+      if lin and lin.kind == "linear" and not lin.ins[3] and not lin.region and y.requires_grad and sixteen(y) then
+        y.packed, y.grad_packed = true, true
       end
     end
   end
 end
 
--- Bytes of t's buffer (and of its gradient's): fp32 values, or packed 16-bit rows.
-local function tensor_bytes(t)
-  if not t.packed then return compute_bytes(trace.numel(t.shape)) end
+-- The producers with packed-output kernels (rt_kernels.h "packed 16-bit storage").
+local PACKED_PRODUCERS = { layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true, swiglu = true }
+
+--   * Linear inputs: a norm's or an activation's 16-bit output read only by linears, as
+--     their input, in its dtype (a block's attention and MLP inputs, the MLP's hidden
+--     activation, the head's input): the GEMMs read its rows in place instead of a copy
+--     narrowed in every forward and backward. Only the value is packed; its last dimension
+--     is a multiple of 8 (dense rows). Checkpointed regions keep fp32 storage.
+local function mark_packed_inputs(graph)
+  local readers = {}
+  for _, op in ipairs(graph.ops) do
+    for _, t in ipairs(op.ins) do
+      readers[t] = readers[t] or {}
+      readers[t][#readers[t] + 1] = op
+    end
+  end
+  for _, op in ipairs(graph.ops) do
+    local y, rs = op.outs[1], readers[op.outs[1]] or {}
+    local ok = PACKED_PRODUCERS[op.kind] and not op.region and sixteen(y) and inputs_have_dtype(op, y)
+      and y.shape[#y.shape] % 8 == 0 and #rs > 0
+    for _, r in ipairs(rs) do
+      ok = ok and r.kind == "linear" and r.ins[1] == y and r.ins[2] ~= y and r.ins[3] ~= y and not r.region
+        and inputs_have_dtype(r, y) and r.outs[1].dtype == y.dtype
+    end
+    if ok then y.packed = true end
+  end
+end
+
+-- Bytes of a buffer of t's shape: fp32 values, or packed 16-bit rows.
+local function tensor_bytes(t, packed)
+  if not packed then return compute_bytes(trace.numel(t.shape)) end
   local cols = t.shape[#t.shape]
   return trace.numel(t.shape) // cols * ((cols + 7) // 8 * 8) * 2
 end
@@ -145,7 +184,8 @@ end
 function M.plan(plan)
   mark_view_casts(plan.graph)
   local steps = plan.steps
-  mark_packed(steps)
+  mark_packed_logits(steps)
+  mark_packed_inputs(plan.graph)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end
@@ -228,7 +268,8 @@ function M.plan(plan)
       local op = st.node
       for _, t in ipairs(op.ins) do touch(M.base(t).buf, i) end
       for _, t in ipairs(M.is_view(op) and {} or op.outs) do
-        t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation", tensor_bytes(t), i, i)
+        t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation",
+          tensor_bytes(t, t.packed), i, i)
         t.buf.packed = t.packed
       end
       local sf = scratch_floats(op)
@@ -262,8 +303,8 @@ function M.plan(plan)
             if new then u.zero[#u.zero + 1] = gb end
           end
         elseif t.requires_grad and b.producer and not b.grad_buf then
-          b.grad_buf = buf("grad of " .. (b.label or "?"), "activation_grad", tensor_bytes(b), i, i)
-          b.grad_buf.packed = b.packed
+          b.grad_buf = buf("grad of " .. (b.label or "?"), "activation_grad", tensor_bytes(b, b.grad_packed), i, i)
+          b.grad_buf.packed = b.grad_packed
           u.zero[#u.zero + 1] = b.grad_buf
         end
       end

@@ -2,7 +2,8 @@
 // position embeddings: same contracts and float expressions as
 // runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
 // Forward kernels allow out == inp (no __restrict__ on them). Every value written is
-// rounded to dt at its store (rtc_round_to).
+// rounded to dt at its store (rtc_round_to, rtc_st); the forwards of GELU, ReLU, SiLU and
+// SwiGLU also write packed 16-bit outputs (rt_kernels.h "packed 16-bit storage").
 #include "cuda_common.cuh"
 
 #define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
@@ -19,10 +20,11 @@ __device__ __forceinline__ float rtc_silu_grad(float x) {
 // ----------------------------------------------------------------------------
 // exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); backward Phi(x) + x * phi(x)
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n, rt_dtype dt) {
+template <class O>
+__global__ void gelu_forward_kernel(O* out, const float* inp, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = inp[i];
-        out[i] = rtc_round_to(0.5f * x * (1.0f + erff(x * RTC_SQRT1_2)), dt);
+        rtc_st(out, i, 0.5f * x * (1.0f + erff(x * RTC_SQRT1_2)), dt);
     }
 }
 
@@ -39,7 +41,12 @@ __global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __re
 
 void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_gelu_forward");
-    RTC_LAUNCH_FLAT(gelu_forward_kernel, n, out, inp, n, dt);
+    RTC_LAUNCH_FLAT(gelu_forward_kernel<float>, n, out, inp, n, dt);
+}
+
+void rt_gelu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_gelu_packed_forward");
+    RTC_LAUNCH_FLAT(gelu_forward_kernel<uint16_t>, n, (uint16_t*)out16, inp, n, dt);
 }
 
 void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
@@ -51,8 +58,9 @@ void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n
 // ----------------------------------------------------------------------------
 // ReLU (gradient 0 at x == 0, as PyTorch's threshold_backward)
 
-__global__ void relu_forward_kernel(float* out, const float* inp, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) out[i] = inp[i] > 0.0f ? rtc_round_to(inp[i], dt) : 0.0f;
+template <class O>
+__global__ void relu_forward_kernel(O* out, const float* inp, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) rtc_st(out, i, inp[i] > 0.0f ? inp[i] : 0.0f, dt);
 }
 
 __global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
@@ -68,7 +76,12 @@ __global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __re
 
 void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_relu_forward");
-    RTC_LAUNCH_FLAT(relu_forward_kernel, n, out, inp, n, dt);
+    RTC_LAUNCH_FLAT(relu_forward_kernel<float>, n, out, inp, n, dt);
+}
+
+void rt_relu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_relu_packed_forward");
+    RTC_LAUNCH_FLAT(relu_forward_kernel<uint16_t>, n, (uint16_t*)out16, inp, n, dt);
 }
 
 void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
@@ -80,10 +93,11 @@ void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n
 // ----------------------------------------------------------------------------
 // SiLU: x * sigmoid(x)
 
-__global__ void silu_forward_kernel(float* out, const float* inp, size_t n, rt_dtype dt) {
+template <class O>
+__global__ void silu_forward_kernel(O* out, const float* inp, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = inp[i];
-        out[i] = rtc_round_to(x * rtc_sigmoidf(x), dt);
+        rtc_st(out, i, x * rtc_sigmoidf(x), dt);
     }
 }
 
@@ -97,7 +111,12 @@ __global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __re
 
 void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_silu_forward");
-    RTC_LAUNCH_FLAT(silu_forward_kernel, n, out, inp, n, dt);
+    RTC_LAUNCH_FLAT(silu_forward_kernel<float>, n, out, inp, n, dt);
+}
+
+void rt_silu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_silu_packed_forward");
+    RTC_LAUNCH_FLAT(silu_forward_kernel<uint16_t>, n, (uint16_t*)out16, inp, n, dt);
 }
 
 void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
@@ -112,11 +131,12 @@ void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n
 // out, da, db at their stores. da == db (swiglu(x, x)) gets both contributions, da's
 // first, and one rounding.
 
-__global__ void swiglu_forward_kernel(float* out, const float* a, const float* b, size_t n,
+template <class O>
+__global__ void swiglu_forward_kernel(O* out, const float* a, const float* b, size_t n,
                                       rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
         const float x = a[i];
-        out[i] = rtc_round_to(rtc_round_to(x * rtc_sigmoidf(x), dt) * b[i], dt);
+        rtc_st(out, i, rtc_round_to(x * rtc_sigmoidf(x), dt) * b[i], dt);
     }
 }
 
@@ -145,7 +165,12 @@ __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buff
 
 void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_swiglu_forward");
-    RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, out, a, b, n, dt);
+    RTC_LAUNCH_FLAT(swiglu_forward_kernel<float>, n, out, a, b, n, dt);
+}
+
+void rt_swiglu_packed_forward(void* out16, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_forward");
+    RTC_LAUNCH_FLAT(swiglu_forward_kernel<uint16_t>, n, (uint16_t*)out16, a, b, n, dt);
 }
 
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,

@@ -92,6 +92,19 @@ const char* rtc_cublas_hint(int status);
 // v rounded to nearest even in dt (RT_F32: v).
 __device__ __forceinline__ float rtc_round_to(float v, rt_dtype dt) { return rt_round_inl(v, dt); }
 
+// Element j of fp32 storage, or of packed 16-bit storage of dt (rt_kernels.h "packed 16-bit
+// storage"), and its store rounded to dt: kernels templated on their storage type use these.
+__device__ __forceinline__ float rtc_ld(const float* p, size_t j, rt_dtype) { return p[j]; }
+__device__ __forceinline__ float rtc_ld(const uint16_t* p, size_t j, rt_dtype dt) {
+    return rt_bits16_to_f32_inl(p[j], dt);
+}
+__device__ __forceinline__ void rtc_st(float* p, size_t j, float v, rt_dtype dt) {
+    p[j] = rtc_round_to(v, dt);
+}
+__device__ __forceinline__ void rtc_st(uint16_t* p, size_t j, float v, rt_dtype dt) {
+    p[j] = rt_bits16_from_f32_inl(v, dt);
+}
+
 // The value a backward kernel adds its contribution to: the gradient's current value, or
 // 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of accumulating
 // onto a zeroed buffer). x is not read when assigning.
@@ -238,8 +251,9 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 // cuBLAS picked TF32 kernels (sm90_xmma_gemm_f32f32_tf32f32, cutlass s1688gemm); GPT-2's
 // LM head (16384 x 768 x 50257) ran at about 120 TFLOP/s. C is not rounded (the linear
 // kernels round it after, or use rtc_gemm16_rounded).
-// TODO(issue 5): 16-bit storage of compute buffers would drop the narrowing copies and the
-// widening of rounded outputs.
+// TODO(issue 5): 16-bit storage of the compute buffers not yet packed (rt_kernels.h "packed
+// 16-bit storage": logits and linears' inputs are) would drop the other narrowing copies and
+// the widening of rounded outputs.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec);
 
@@ -273,7 +287,7 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
 // align1 kernels: GPT-2's LM head, vocabulary 50257, took 13.2 ms on an H100 against 1.8
 // ms padded to 50264), so op(B) must have that many columns, the extra ones zeros: a
 // narrowed B's padding (op N) or rows zeroed with rtc_zero_rows16 (op T). C NULL: the
-// result stays in T (a packed output, rt_kernels.h "packed 16-bit logits").
+// result stays in T (a packed output, rt_kernels.h "packed 16-bit storage").
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
                         const void* bias16, void* T, float* C, rt_dtype prec);
 

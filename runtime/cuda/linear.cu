@@ -48,13 +48,14 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
 // to 8 columns, over zero rows of the weight's copy (GPT-2's LM head: 1.8 ms, not 13.2),
 // and sums over C rounded up to 8, the copies' zero padding (on an H100 the bias epilogue
 // with C = 65 and C = 17 gave values up to 11 times test_cuda_kernels' tolerance off).
-// out16 not NULL: the rounded product stays there, packed (out is not written).
-static void linear_forward16(float* out, const float* inp, const float* weight,
+// Packed operands (rt_kernels.h) are used in place: x16 not NULL is the input's packed rows
+// (no copy of inp), out16 not NULL receives the rounded product (out is not written).
+static void linear_forward16(float* out, const float* inp, const void* x16p, const float* weight,
                              const float* bias, int N, int C, int OC, rt_dtype dt, void* out16) {
     const int OCp = rtc_ld16(OC);
-    const size_t nx = rtc_elems16(N, C), nw = rtc_elems16(OCp, C), nb = bias ? (size_t)OCp : 0;
+    const size_t nx = x16p ? 0 : rtc_elems16(N, C), nw = rtc_elems16(OCp, C), nb = bias ? (size_t)OCp : 0;
     char* s = (char*)rtc_operand_scratch((nx + nw + nb + (out16 ? 0 : rtc_elems16(N, OC))) * 2);
-    const rtc_operand16 x16 = rtc_narrow(s, inp, N, C, C, dt);
+    const rtc_operand16 x16 = x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
     rtc_zero_rows16(w16, OC, OCp);
     const void* b16 = bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
@@ -79,7 +80,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
     RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     if (dt != RT_F32 && C > 0) {
-        linear_forward16(out, inp, weight, bias, N, C, OC, dt, NULL);
+        linear_forward16(out, inp, NULL, weight, bias, N, C, OC, dt, NULL);
         return;
     }
     const size_t n = (size_t)N * OC;
@@ -96,24 +97,25 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 // linear backward (accumulating, or assigning dinp and dweight by their bits): dinp += dout·W,
 // dW += dout^T·inp, dbias += colsum(dout)
 
-// 16-bit elements of the copies linear_backward16 makes (dout's aside).
-static size_t linear_backward16_elems(const float* dinp, const float* dweight, int N, int C,
-                                      int OC, int as) {
-    return (dinp ? rtc_elems16(rtc_ld16(OC), C) : 0) + (dweight ? rtc_elems16(N, C) : 0) +
-           (dinp && as ? rtc_elems16(N, C) : 0);
+// 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input).
+static size_t linear_backward16_elems(const float* dinp, const float* dweight, bool packed_inp,
+                                      int N, int C, int OC, int as) {
+    return (dinp ? rtc_elems16(rtc_ld16(OC), C) : 0) +
+           (dweight && !packed_inp ? rtc_elems16(N, C) : 0) + (dinp && as ? rtc_elems16(N, C) : 0);
 }
 
-// The 16-bit products of the backward from dout's 16-bit copy d16 (rows of rtc_ld16(OC),
-// zero padding), the other copies at s (linear_backward16_elems of them, in the operand
-// scratch). dinp's sums run over OC rounded up to 8 (dout's zero padding times the weight
-// copy's zero rows: an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head
-// against 1.4); an assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
+// The 16-bit products of the backward from dout's 16-bit rows d16 (rtc_ld16(OC) long, zero
+// padding: a copy or the packed dout) and the input's (x16p: packed; NULL: a copy of inp),
+// the other copies at s (linear_backward16_elems of them, in the operand scratch). dinp's
+// sums run over OC rounded up to 8 (dout's zero padding times the weight copy's zero rows:
+// an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an
+// assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
 // linear_forward16's output).
 static void linear_backward16(float* dinp, float* dweight, rtc_operand16 d16, char* s,
-                              const float* inp, const float* weight, int N, int C, int OC,
-                              rt_dtype dt, int as, float beta_w) {
+                              const float* inp, const void* x16p, const float* weight, int N,
+                              int C, int OC, rt_dtype dt, int as, float beta_w) {
     const int OCp = rtc_ld16(OC);
-    const size_t nw = dinp ? rtc_elems16(OCp, C) : 0, ni = dweight ? rtc_elems16(N, C) : 0;
+    const size_t nw = dinp ? rtc_elems16(OCp, C) : 0, ni = dweight && !x16p ? rtc_elems16(N, C) : 0;
     if (dinp) {
         const rtc_operand16 w16 = rtc_narrow(s, weight, OC, C, C, dt);
         rtc_zero_rows16(w16, OC, OCp);
@@ -125,7 +127,8 @@ static void linear_backward16(float* dinp, float* dweight, rtc_operand16 d16, ch
         }
     }
     if (dweight) {
-        const rtc_operand16 i16 = rtc_narrow(s + nw * 2, inp, N, C, C, dt);
+        const rtc_operand16 i16 =
+            x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s + nw * 2, inp, N, C, C, dt);
         dweight16(dweight, d16, i16, N, C, OC, beta_w, dt);
     }
 }
@@ -138,53 +141,73 @@ static bool linear_backward_empty(float* dinp, float* dweight, int N, int C, int
     return N <= 0 || OC <= 0 || C <= 0;
 }
 
+// The 16-bit backward, either operand packed or not (rt_linear_packed_backward's
+// contract; no checks here): dout is narrowed once for both products unless packed.
+static void linear_backward_any(float* dinp, float* dweight, float* dbias, const void* dout,
+                                const void* inp, const float* weight, int N, int C, int OC,
+                                int packed, rt_dtype dt, int assign) {
+    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
+    const bool done = linear_backward_empty(dinp, dweight, N, C, OC, as, as_w);
+    if (dbias && N > 0 && OC > 0) rtc_colsum_acc(dbias, (const float*)dout, N, OC);
+    if (done || (!dinp && !dweight)) return;
+    const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
+    const size_t nd = pd ? 0 : rtc_elems16(N, OC);
+    char* s = (char*)rtc_operand_scratch(
+        (nd + linear_backward16_elems(dinp, dweight, pi, N, C, OC, as)) * 2);
+    const rtc_operand16 d16 = pd ? rtc_operand16{dout, rtc_ld16(OC)}
+                                 : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
+    linear_backward16(dinp, dweight, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL, weight,
+                      N, C, OC, dt, as, as_w ? 0.0f : 1.0f);
+}
+
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
+    if (dt != RT_F32) {
+        linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign);
+        return;
+    }
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const bool done = linear_backward_empty(dinp, dweight, N, C, OC, as, as_w);
     if (dbias && N > 0 && OC > 0) rtc_colsum_acc(dbias, dout, N, OC);
     if (done || (!dinp && !dweight)) return;
-    const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
-    if (dt != RT_F32) {  // dout narrowed once for both products
-        const size_t nd = rtc_elems16(N, OC);
-        char* s = (char*)rtc_operand_scratch(
-            (nd + linear_backward16_elems(dinp, dweight, N, C, OC, as)) * 2);
-        const rtc_operand16 d16 = rtc_narrow(s, dout, N, OC, OC, dt);
-        linear_backward16(dinp, dweight, d16, s + nd * 2, inp, weight, N, C, OC, dt, as, beta_w);
-        return;
-    }
     if (dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
         rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
         rtc_round_buf(dinp, (size_t)N * C, dt);
     }
     if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, beta_w, dweight, C, dt);
+        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, as_w ? 0.0f : 1.0f, dweight, C, dt);
 }
 
 // ----------------------------------------------------------------------------
-// packed 16-bit logits (rt_kernels.h): the 16-bit paths above, with the output kept in (or
-// the output gradient read from) the packed buffer instead of a copy in the scratch
+// packed 16-bit storage (rt_kernels.h): the 16-bit paths above, reading packed operands in
+// place and leaving a packed output in its buffer
 
-void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
-                              int OC, rt_dtype dt) {
+void rt_linear_packed_forward(void* out, const void* inp, const float* weight, const float* bias,
+                              int N, int C, int OC, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
-    if (C <= 0) {  // no terms: zeros
-        RT_CHECK_CUDA(cudaMemsetAsync(out16, 0, (size_t)N * rtc_ld16(OC) * 2, rtc_stream()));
+    const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
+    if (C <= 0) {  // no terms: the bias rows (or zeros), narrowed into a packed output
+        if (!po) {
+            rt_linear_forward((float*)out, NULL, weight, bias, N, C, OC, dt);
+            return;
+        }
+        float* y = (float*)rtc_operand_scratch((size_t)N * OC * sizeof(float));
+        rt_linear_forward(y, NULL, weight, bias, N, C, OC, dt);
+        rtc_narrow(out, y, N, OC, OC, dt);
         return;
     }
-    linear_forward16(NULL, inp, weight, NULL, N, C, OC, dt, out16);
+    linear_forward16(po ? NULL : (float*)out, pi ? NULL : (const float*)inp, pi ? inp : NULL,
+                     weight, bias, N, C, OC, dt, po ? out : NULL);
 }
 
-void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
-                               const float* inp, const float* weight, int N, int C, int OC,
-                               rt_dtype dt, int assign) {
+void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+                               const void* inp, const float* weight, int N, int C, int OC,
+                               int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
-    if (linear_backward_empty(dinp, dweight, N, C, OC, as, as_w) || (!dinp && !dweight)) return;
-    char* s = (char*)rtc_operand_scratch(linear_backward16_elems(dinp, dweight, N, C, OC, as) * 2);
-    const rtc_operand16 d16 = {dout16, rtc_ld16(OC)};
-    linear_backward16(dinp, dweight, d16, s, inp, weight, N, C, OC, dt, as, as_w ? 0.0f : 1.0f);
+    RT_KCHECK(!dbias || !(packed & RT_PACKED_OUT), "dbias needs an fp32-storage dout",
+              "rt_linear_packed_backward with dbias and a packed dout");
+    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign);
 }

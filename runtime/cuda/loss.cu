@@ -43,18 +43,7 @@ void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign) {
 enum { RTC_LSE_U = 8 };
 
 // Logits and their gradients are fp32 values, or (S = uint16_t) packed 16-bit values of dt
-// (rt_kernels.h "packed 16-bit logits"): element j of a row, and its rounded store.
-__device__ __forceinline__ float rtc_ce_ld(const float* p, int j, rt_dtype) { return p[j]; }
-__device__ __forceinline__ float rtc_ce_ld(const uint16_t* p, int j, rt_dtype dt) {
-    return rt_bits16_to_f32_inl(p[j], dt);
-}
-__device__ __forceinline__ void rtc_ce_st(float* p, int j, float v, rt_dtype dt) {
-    p[j] = rtc_round_to(v, dt);
-}
-__device__ __forceinline__ void rtc_ce_st(uint16_t* p, int j, float v, rt_dtype dt) {
-    p[j] = rt_bits16_from_f32_inl(v, dt);
-}
-
+// (rt_kernels.h "packed 16-bit storage"), read and stored by rtc_ld / rtc_st.
 template <class S>
 __device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, float* mx_out,
                                             double* sum_out) {
@@ -65,7 +54,7 @@ __device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, floa
 #pragma unroll
         for (int u = 0; u < RTC_LSE_U; u++) {
             const int j = j0 + u * (int)blockDim.x;
-            v[u] = j < V ? rtc_ce_ld(x, j, dt) : -INFINITY;  // exp gives 0 for the padding
+            v[u] = j < V ? rtc_ld(x, j, dt) : -INFINITY;  // exp gives 0 for the padding
         }
         float mu = m;
 #pragma unroll
@@ -113,9 +102,9 @@ __device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __r
     const float gf = (float)g;
 #pragma unroll 4
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = (as ? 0.0f : rtc_ce_ld(dx, j, dt)) + expf(rtc_ce_ld(x, j, dt) - mx) * gs;
+        float d = (as ? 0.0f : rtc_ld(dx, j, dt)) + expf(rtc_ld(x, j, dt) - mx) * gs;
         if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
-        rtc_ce_st(dx, j, d, dt);
+        rtc_st(dx, j, d, dt);
     }
 }
 
@@ -182,7 +171,7 @@ __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restric
         double s;
         rtc_row_lse(x, V, dt, &mx, &s);
         if (threadIdx.x == 0) {
-            const double l = log(s) + (double)mx - (double)rtc_ce_ld(x, t, dt);
+            const double l = log(s) + (double)mx - (double)rtc_ld(x, t, dt);
             if (losses) losses[n] = (float)l;
             total += l;
             count += 1.0;

@@ -4,7 +4,8 @@
 // the same kernel; backward computes a row's input gradient in one kernel and the
 // weight/bias gradients (column reductions over rows, in double, in row chunks:
 // column_sums.cuh) in one or two more.
-// out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32.
+// out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32. The
+// forwards also write packed 16-bit outputs (rt_kernels.h "packed 16-bit storage").
 // TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
 // kernel, llm.c style) and vectorised float4 loads once the shapes are known to allow them.
 #include "column_sums.cuh"
@@ -12,12 +13,14 @@
 // ----------------------------------------------------------------------------
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+// O: the output's storage, fp32 or packed 16-bit (rt_kernels.h; rows of C, a multiple of 8).
+template <class O>
+__global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const float* inp,
                                          const float* weight, const float* bias, int C,
                                          float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
-    float* o = out + n * C;
+    O* o = out + n * C;
     double s = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
     const double m = rtc_block_sum(s) / C;
@@ -33,7 +36,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
         float y = (x[c] - mf) * rs;
         if (weight) y *= weight[c];
         if (bias) y += bias[c];
-        o[c] = rtc_round_to(y, dt);
+        rtc_st(o, c, y, dt);
     }
     if (threadIdx.x == 0) {
         if (mean) mean[n] = mf;
@@ -41,14 +44,29 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
     }
 }
 
-void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                          const float* weight, const float* bias, int N, int C, float eps,
-                          rt_dtype dt) {
-    RT_KCHECK_DT(dt, "rt_layernorm_forward");
+template <class O>
+static void layernorm_forward(O* out, float* mean, float* rstd, const float* inp,
+                              const float* weight, const float* bias, int N, int C, float eps,
+                              rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
     layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
         out, mean, rstd, inp, weight, bias, C, eps, dt);
     RTC_CHECK_LAUNCH(layernorm_forward_kernel);
+}
+
+void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                          const float* weight, const float* bias, int N, int C, float eps,
+                          rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_layernorm_forward");
+    layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, dt);
+}
+
+void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C, float eps,
+                                 rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_forward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_forward");
+    layernorm_forward((uint16_t*)out16, mean, rstd, inp, weight, bias, N, C, eps, dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -113,29 +131,43 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
 // ----------------------------------------------------------------------------
 // RMSNorm forward: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps)
 
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
+template <class O>  // as layernorm_forward_kernel
+__global__ void rmsnorm_forward_kernel(O* out, float* rstd, const float* inp,
                                        const float* weight, int C, float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const float* x = inp + n * C;
-    float* o = out + n * C;
+    O* o = out + n * C;
     double ss = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) ss += (double)x[c] * x[c];
     ss = rtc_block_sum(ss);
     const float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float y = x[c] * rs;
-        o[c] = rtc_round_to(weight ? y * weight[c] : y, dt);
+        rtc_st(o, c, weight ? y * weight[c] : y, dt);
     }
     if (threadIdx.x == 0 && rstd) rstd[n] = rs;
+}
+
+template <class O>
+static void rmsnorm_forward(O* out, float* rstd, const float* inp, const float* weight, int N,
+                            int C, float eps, rt_dtype dt) {
+    if (N <= 0 || C <= 0) return;
+    rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+        out, rstd, inp, weight, C, eps, dt);
+    RTC_CHECK_LAUNCH(rmsnorm_forward_kernel);
 }
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_rmsnorm_forward");
-    if (N <= 0 || C <= 0) return;
-    rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-        out, rstd, inp, weight, C, eps, dt);
-    RTC_CHECK_LAUNCH(rmsnorm_forward_kernel);
+    rmsnorm_forward(out, rstd, inp, weight, N, C, eps, dt);
+}
+
+void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const float* weight,
+                               int N, int C, float eps, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_forward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_forward");
+    rmsnorm_forward((uint16_t*)out16, rstd, inp, weight, N, C, eps, dt);
 }
 
 // ----------------------------------------------------------------------------

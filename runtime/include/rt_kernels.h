@@ -326,26 +326,47 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
                                        rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
-// packed 16-bit logits: the generator's storage for a bias-free 16-bit linear whose output
-// only feeds a cross-entropy (through its fp32 view) computed with its gradient, i.e. a
-// language model's head. logits16 and dlogits16 hold N rows of RT_LD16(V) elements of dt's
-// 16-bit type (RT_BF16 / RT_F16 bits), the padding columns zeros: half the bytes of the
-// fp32 storage and no narrowing or widening pass on the GPU. Each call gives the bits of
-// its fp32-storage twin (rt_linear_forward without bias, rt_cross_entropy_forward_backward,
-// rt_linear_backward without dbias) on the same values, every 16-bit value being exact in
-// fp32. The CPU widens and narrows around those twins, in a per-thread scratch outside the
-// memory plan (as the GPU's GEMM operand copies).
+// packed 16-bit storage: the generator stores some 16-bit tensors as dt's 16-bit type
+// (RT_BF16 / RT_F16 bits) in rows of RT_LD16(cols) elements, the padding columns zeros:
+// half the bytes of the fp32 storage and no narrowing or widening pass on the GPU, whose
+// GEMMs read and write such rows directly.
+//   * logits: a bias-free 16-bit linear's output that only feeds a cross-entropy (through
+//     its fp32 view) computed with its gradient, i.e. a language model's head; the value
+//     and its gradient are packed.
+//   * linear inputs: a norm's or an activation's 16-bit output that only linears read (as
+//     their input), with a last dimension that is a multiple of 8 (dense rows); the value
+//     is packed, its gradient is fp32 storage.
+// Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
+// the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
+// around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
+// operand copies).
 
 // Row length, in elements, of a packed [rows, cols] matrix: cols rounded up to 8 (16 bytes).
 #define RT_LD16(cols) (((cols) + 7) & ~7)
-void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
-                              int OC, rt_dtype dt);
+// A packed linear's packed operands (`packed`, either or both): forward out or backward
+// dout (RT_PACKED_OUT), inp (RT_PACKED_INP); the others are fp32 storage.
+#define RT_PACKED_OUT 1
+#define RT_PACKED_INP 2
+void rt_linear_packed_forward(void* out, const void* inp, const float* weight,
+                              const float* bias /*nullable*/, int N, int C, int OC, int packed,
+                              rt_dtype dt);
+// dbias must be NULL when dout is packed.
+void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+                               const void* inp, const float* weight, int N, int C, int OC,
+                               int packed, rt_dtype dt, int assign);
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign);
-void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
-                               const float* inp, const float* weight, int N, int C, int OC,
-                               rt_dtype dt, int assign);
+// Packed outputs (C and n multiples of 8: dense rows).
+void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C, float eps,
+                                 rt_dtype dt);
+void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const float* weight,
+                               int N, int C, float eps, rt_dtype dt);
+void rt_gelu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt);
+void rt_relu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt);
+void rt_silu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt);
+void rt_swiglu_packed_forward(void* out16, const float* a, const float* b, size_t n, rt_dtype dt);
 
 #ifdef __cplusplus
 }

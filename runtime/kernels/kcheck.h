@@ -34,11 +34,16 @@
               "rotary embeddings need an even head dim up to RT_ROPE_MAX_HD",    \
               "rope head dim %d is not even or exceeds %d", (int)(HD), RT_ROPE_MAX_HD)
 
-// Packed 16-bit buffers (rt_kernels.h "packed 16-bit logits") hold bf16 or fp16 values.
+// Packed 16-bit buffers (rt_kernels.h "packed 16-bit storage") hold bf16 or fp16 values.
 #define RT_KCHECK_PACKED_DT(dt, kernel)                                                   \
     RT_KCHECK((dt) == RT_BF16 || (dt) == RT_F16,                                          \
               "packed storage is 16-bit: dt RT_BF16 or RT_F16", "%s with dtype %d", kernel, \
               (int)(dt))
+
+// Packed norm outputs are dense rows (rt_kernels.h "packed 16-bit storage").
+#define RT_KCHECK_PACKED_ROWS(C, kernel)                                                  \
+    RT_KCHECK((C) % 8 == 0, "a packed output's rows are dense: C a multiple of 8",        \
+              "%s with C = %d", kernel, (int)(C))
 
 // Lowmem attention backward: gradient outputs that are one buffer take both contributions
 // in separate stores (the CUDA kernels write dQ and dK/dV in two launches), so they cannot

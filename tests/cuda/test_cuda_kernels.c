@@ -1025,7 +1025,7 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
     RT_CHECK_CUDA(cudaMemset(d_l16, 0xAB, np));  // the padding must be written
     RT_CHECK_CUDA(cudaMemset(d_g16, 0xAB, np));
     rt_linear_forward(d_logits, d_inp, d_w, NULL, N, C, V, dt);
-    rt_linear_packed_forward(d_l16, d_inp, d_w, N, C, V, dt);
+    rt_linear_packed_forward(d_l16, d_inp, d_w, NULL, N, C, V, RT_PACKED_OUT, dt);
     int pad;
     int ok = packed_same(d_l16, d_logits, N, V, dt, &pad);
     CHECK(ok && pad == 0, "%s packed linear forward N=%d C=%d OC=%d == rt_linear_forward, bit for "
@@ -1045,7 +1045,8 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
         float *d_dinp = dup(dinp0, (size_t)N * C), *d_dw = dup(dw0, (size_t)V * C);
         float *d_dinp2 = dup(dinp0, (size_t)N * C), *d_dw2 = dup(dw0, (size_t)V * C);
         rt_linear_backward(d_dinp, d_dw, NULL, d_g, d_inp, d_w, N, C, V, dt, bits);
-        rt_linear_packed_backward(d_dinp2, d_dw2, d_g16, d_inp, d_w, N, C, V, dt, bits);
+        rt_linear_packed_backward(d_dinp2, d_dw2, NULL, d_g16, d_inp, d_w, N, C, V, RT_PACKED_OUT, dt,
+                                  bits);
         CHECK(dev_same(d_dinp, d_dinp2, (size_t)N * C) && dev_same(d_dw, d_dw2, (size_t)V * C),
               "%s packed linear backward (%s) == rt_linear_backward: dinp, dweight bit for bit", nm,
               as ? "assigned" : "accumulated");
@@ -1054,6 +1055,101 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
     free(inp), free(w), free(t), free(dinp0), free(dw0);
     dfree(d_inp), dfree(d_w), dfree(d_t), dfree(d_logits), dfree(d_l16), dfree(d_g16);
     dfree(d_g), dfree(d_loss), dfree(d_loss16);
+}
+
+// x[rows, cols] (values of dt) as packed rows of RT_LD16(cols) on the device, zero padding.
+static void* dev_packed(const float* x, int rows, int cols, rt_dtype dt) {
+    const int ld = RT_LD16(cols);
+    uint16_t* h = calloc((size_t)rows * ld, sizeof *h);
+    if (!h) abort();
+    for (int n = 0; n < rows; n++)
+        for (int j = 0; j < cols; j++)
+            h[(size_t)n * ld + j] = rt_bits16_from_f32_inl(x[(size_t)n * cols + j], dt);
+    void* d = dalloc((size_t)rows * ld * 2);
+    RT_CHECK_CUDA(cudaMemcpy(d, h, (size_t)rows * ld * 2, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+// packed linear inputs (rt_kernels.h): a linear reading its input's packed rows (with a
+// bias; its output fp32 or packed), its backward (fp32 dout with dbias; packed dout), and the
+// packed outputs of the norms and activations that feed it: the fp32-storage calls' bits.
+static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    const size_t ni = (size_t)N * C, no = (size_t)N * OC;
+    float *inp = hrand(ni, 1.0f, 0.0f), *w = hrand((size_t)OC * C, 0.2f, 0.0f),
+          *b = hrand((size_t)OC, 1.0f, 0.0f), *dout = hrand(no, 1.0f, 0.0f);
+    round_to(inp, ni, dt), round_to(w, (size_t)OC * C, dt), round_to(b, OC, dt), round_to(dout, no, dt);
+    float *d_inp = dup(inp, ni), *d_w = dup(w, (size_t)OC * C), *d_b = dup(b, OC), *d_dout = dup(dout, no);
+    void *d_i16 = dev_packed(inp, N, C, dt), *d_d16 = dev_packed(dout, N, OC, dt);
+    float *d_out = dalloc(no * sizeof(float)), *d_out2 = dalloc(no * sizeof(float));
+    void* d_o16 = dalloc((size_t)N * RT_LD16(OC) * 2);
+    RT_CHECK_CUDA(cudaMemset(d_o16, 0xAB, (size_t)N * RT_LD16(OC) * 2));
+    rt_linear_forward(d_out, d_inp, d_w, d_b, N, C, OC, dt);
+    rt_linear_packed_forward(d_out2, d_i16, d_w, d_b, N, C, OC, RT_PACKED_INP, dt);
+    rt_linear_packed_forward(d_o16, d_i16, d_w, d_b, N, C, OC, RT_PACKED_INP | RT_PACKED_OUT, dt);
+    int pad;
+    const int ok = packed_same(d_o16, d_out, N, OC, dt, &pad);
+    CHECK(dev_same(d_out, d_out2, no) && ok && pad == 0, "%s linear forward N=%d C=%d OC=%d, packed "
+          "input (and output) == rt_linear_forward, bit for bit; %d non-zero padding", nm, N, C, OC, pad);
+    float *dinp0 = hrand(ni, 1.0f, 0.0f), *dw0 = hrand((size_t)OC * C, 1.0f, 0.0f),
+          *db0 = hrand(OC, 1.0f, 0.0f);
+    round_to(dinp0, ni, dt);
+    for (int as = 0; as < 2; as++) {
+        const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+        float *d_dinp = dup(dinp0, ni), *d_dw = dup(dw0, (size_t)OC * C), *d_db = dup(db0, OC);
+        float *d_dinp2 = dup(dinp0, ni), *d_dw2 = dup(dw0, (size_t)OC * C), *d_db2 = dup(db0, OC);
+        float *d_dinp3 = dup(dinp0, ni), *d_dw3 = dup(dw0, (size_t)OC * C);
+        rt_linear_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, dt, bits);
+        rt_linear_packed_backward(d_dinp2, d_dw2, d_db2, d_dout, d_i16, d_w, N, C, OC, RT_PACKED_INP,
+                                  dt, bits);
+        rt_linear_packed_backward(d_dinp3, d_dw3, NULL, d_d16, d_i16, d_w, N, C, OC,
+                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits);
+        CHECK(dev_same(d_dinp, d_dinp2, ni) && dev_same(d_dw, d_dw2, (size_t)OC * C) &&
+                  dev_same(d_db, d_db2, OC) && dev_same(d_dinp, d_dinp3, ni) &&
+                  dev_same(d_dw, d_dw3, (size_t)OC * C),
+              "%s linear backward (%s), packed input (and dout) == rt_linear_backward, bit for bit",
+              nm, as ? "assigned" : "accumulated");
+        dfree(d_dinp), dfree(d_dw), dfree(d_db), dfree(d_dinp2), dfree(d_dw2), dfree(d_db2);
+        dfree(d_dinp3), dfree(d_dw3);
+    }
+
+    // the producers: [N, C] outputs, C a multiple of 8
+    float *d_mean = dalloc(N * sizeof(float)), *d_rstd = dalloc(N * sizeof(float));
+    float *d_mean2 = dalloc(N * sizeof(float)), *d_rstd2 = dalloc(N * sizeof(float));
+    float* d_y = dalloc(ni * sizeof(float));
+    void* d_y16 = dalloc(ni * 2);
+    float* g = hrand(C, 1.0f, 0.0f);
+    round_to(g, C, dt);
+    float* d_g = dup(g, C);  // the norms' weight and LayerNorm's bias
+    rt_layernorm_forward(d_y, d_mean, d_rstd, d_inp, d_g, d_g, N, C, RT_LAYERNORM_EPS, dt);
+    rt_layernorm_packed_forward(d_y16, d_mean2, d_rstd2, d_inp, d_g, d_g, N, C, RT_LAYERNORM_EPS, dt);
+    CHECK(packed_same(d_y16, d_y, N, C, dt, &pad) && dev_same(d_mean, d_mean2, N) &&
+              dev_same(d_rstd, d_rstd2, N),
+          "%s layernorm packed forward N=%d C=%d == rt_layernorm_forward: out, mean, rstd", nm, N, C);
+    rt_rmsnorm_forward(d_y, d_rstd, d_inp, d_g, N, C, 1e-6f, dt);
+    rt_rmsnorm_packed_forward(d_y16, d_rstd2, d_inp, d_g, N, C, 1e-6f, dt);
+    CHECK(packed_same(d_y16, d_y, N, C, dt, &pad) && dev_same(d_rstd, d_rstd2, N),
+          "%s rmsnorm packed forward N=%d C=%d == rt_rmsnorm_forward: out, rstd", nm, N, C);
+    void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
+                                                                rt_silu_forward};
+    void (*packed[3])(void*, const float*, size_t, rt_dtype) = {
+        rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
+    const char* names[3] = {"gelu", "relu", "silu"};
+    float* d_dinp_b = dup(dinp0, ni);  // swiglu's b
+    for (int k = 0; k < 3; k++) {
+        plain[k](d_y, d_inp, ni, dt);
+        packed[k](d_y16, d_inp, ni, dt);
+        CHECK(packed_same(d_y16, d_y, N, C, dt, &pad), "%s %s packed forward == rt_%s_forward", nm,
+              names[k], names[k]);
+    }
+    rt_swiglu_forward(d_y, d_inp, d_dinp_b, ni, dt);
+    rt_swiglu_packed_forward(d_y16, d_inp, d_dinp_b, ni, dt);
+    CHECK(packed_same(d_y16, d_y, N, C, dt, &pad), "%s swiglu packed forward == rt_swiglu_forward", nm);
+    free(inp), free(w), free(b), free(dout), free(dinp0), free(dw0), free(db0), free(g);
+    dfree(d_g), dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_i16), dfree(d_d16), dfree(d_out);
+    dfree(d_out2), dfree(d_o16), dfree(d_mean), dfree(d_rstd), dfree(d_mean2), dfree(d_rstd2);
+    dfree(d_y), dfree(d_y16), dfree(d_dinp_b);
 }
 
 // ----------------------------------------------------------------------------
@@ -1311,6 +1407,8 @@ int main(void) {
     test_cross_entropy(4, 100, 0, 1);    // every target ignored: NaN loss, no gradient
     test_packed(RT_BF16, 37, 24, 1027);  // odd vocabulary: padded rows
     test_packed(RT_F16, 16, 40, 64);
+    test_packed_inputs(RT_BF16, 37, 24, 1027);  // OC odd: padded rows of a packed output
+    test_packed_inputs(RT_F16, 64, 128, 96);
     test_assign(RT_F32);
     test_assign(RT_BF16);
     test_optim();

@@ -7,7 +7,8 @@
 --   * no rt_step_round repeats the rounding of a buffer the backward kernel just rounded;
 -- and, on tests/specs/features/mixed_precision_odd_ops.lua and bench GPT-2, the cases the
 -- kernels cannot round themselves (parameter operands, tensors used twice, broadcast_add's
--- db of an activation), and that swiglu with a bf16 parameter operand is refused.
+-- db of an activation), that swiglu with a bf16 parameter operand is refused, and which
+-- tensors are packed into 16 bits (memory.lua: a head's logits, linears' inputs).
 -- Run from the repository root: lua5.4 tests/generator/mp_rounding.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local loader = require("loader")
@@ -27,7 +28,8 @@ end
 -- assign bits) and the argument positions they round.
 local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = true, relu = true, silu = true,
   swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true,
-  attention_lowmem = true, linear_packed = true }
+  attention_lowmem = true, linear_packed = true, layernorm_packed = true, rmsnorm_packed = true, gelu_packed = true,
+  relu_packed = true, silu_packed = true, swiglu_packed = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, linear_packed = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
   broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 } }
@@ -224,6 +226,43 @@ return fsdp.spec{ name = "mp_head", model = m, world_size = 1, input = { batch =
     string.format("bf16 head with%s bias, vocabulary 13: logits %s", bias and "" or "out",
       bias and "in fp32 storage (rt_linear_forward, rt_cross_entropy_forward_backward)"
         or "packed (rt_linear_packed_forward, rt_cross_entropy_packed_forward_backward, rt_linear_packed_backward)"))
+end
+
+-- Packed linear inputs (memory.lua mark_packed_inputs): an activation's bf16 output that only
+-- linears read is packed; read by an add too, or 12 wide (not a multiple of 8), or in fp32,
+-- it is not.
+local function act_spec(width, extra_reader, dtype)
+  return string.format([[
+local nn, fsdp = require("nn"), require("fsdp")
+local M = {}
+function M.forward(self, x)
+  local h = nn.relu(self.up(x))
+  local y = self.down(h)
+  %s
+end
+local m = nn.new_module("M", M)
+m.up = nn.Linear(8, %d)
+m.down = nn.Linear(%d, 8)
+fsdp.fully_shard(m, { mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = "%s" } })
+return fsdp.spec{ name = "mp_act", model = m, world_size = 1, input = { shape = { 4, 8 }, dtype = "%s" },
+  loss = "sum", optimizer = { "sgd", lr = 0.1 } }
+]], extra_reader and "return (y + self.down(h + self.up(x))):float()" or "return y:float()", width, width, dtype, dtype)
+end
+for _, c in ipairs({
+  { 16, false, "bf16", true }, { 16, true, "bf16", false }, { 12, false, "bf16", false }, { 16, false, "fp32", false },
+}) do
+  local path = os.tmpname() .. ".lua"
+  local h = assert(io.open(path, "w"))
+  h:write(act_spec(c[1], c[2], c[3]))
+  h:close()
+  local ok, text = pcall(step_c, path)
+  os.remove(path)
+  local packed = ok and text:find("rt_relu_packed_forward(", 1, true) ~= nil
+  local readers_packed = ok and text:find("RT_PACKED_INP, RT_BF16);", 1, true) ~= nil
+    and text:find("rt_linear_packed_backward(", 1, true) ~= nil
+  check(ok and packed == c[4] and readers_packed == c[4], string.format("%s relu output %d wide%s: %s%s", c[3], c[1],
+    c[2] and ", also read by an add" or "", c[4] and "packed, and read packed by its linear" or "fp32 storage",
+    ok and "" or " (" .. tostring(text) .. ")"))
 end
 
 util.finish()

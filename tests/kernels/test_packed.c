@@ -1,7 +1,8 @@
-// Packed 16-bit logits (rt_kernels.h): each packed call against its fp32-storage twin on
-// the same values, bit for bit, for bf16 and fp16, an odd vocabulary (13: padded to 16),
-// an ignored row, and the accumulate and assign variants; the padding columns written are
-// zeros.
+// Packed 16-bit storage (rt_kernels.h): each packed call against its fp32-storage twin on
+// the same values, bit for bit, for bf16 and fp16: the logits (an odd vocabulary, 13:
+// padded to 16; an ignored row; accumulated and assigned), linears with a packed input
+// (odd C, padded; with a bias; with the output packed too), and the norms' and
+// activations' packed outputs. The padding columns written are zeros.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +32,21 @@ static int packed_equals(const uint16_t* p, const float* x, int rows, int cols, 
 
 static int same(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof *a) == 0; }
 
+// x[rows, cols] (values of dt) as packed rows of RT_LD16(cols), zero padding.
+static uint16_t* packed_copy(const float* x, int rows, int cols, rt_dtype dt) {
+    const int ld = RT_LD16(cols);
+    uint16_t* p = calloc((size_t)rows * ld, sizeof *p);
+    for (int n = 0; n < rows; n++)
+        for (int j = 0; j < cols; j++) p[n * ld + j] = rt_bits16_from_f32_inl(x[n * cols + j], dt);
+    return p;
+}
+
+static uint16_t* poisoned16(size_t n) {
+    uint16_t* p = malloc(n * sizeof *p);
+    memset(p, 0xAB, n * sizeof *p);  // what a packed call writes must overwrite it
+    return p;
+}
+
 static void test_dt(rt_dtype dt) {
     const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
     const int ld = RT_LD16(V);
@@ -41,7 +57,7 @@ static void test_dt(rt_dtype dt) {
     memset(logits16, 0xAB, sizeof(uint16_t) * N * ld);  // padding must be overwritten
     float* logits = tk_alloc(N * V);
     rt_linear_forward(logits, inp, w, NULL, N, C, V, dt);
-    rt_linear_packed_forward(logits16, inp, w, N, C, V, dt);
+    rt_linear_packed_forward(logits16, inp, w, NULL, N, C, V, RT_PACKED_OUT, dt);
     int pad;
     const int fwd_ok = packed_equals(logits16, logits, N, V, dt, &pad);
     CHECK(fwd_ok && pad == 0, "%s linear forward packed == rt_linear_forward (N %d, C %d, OC %d "
@@ -76,7 +92,7 @@ static void test_dt(rt_dtype dt) {
         float *dinp2 = tk_dup(dinp, N * C), *dw2 = tk_dup(dw, V * C);
         const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
         rt_linear_backward(dinp, dw, NULL, g, inp, w, N, C, V, dt, bits);
-        rt_linear_packed_backward(dinp2, dw2, g16, inp, w, N, C, V, dt, bits);
+        rt_linear_packed_backward(dinp2, dw2, NULL, g16, inp, w, N, C, V, RT_PACKED_OUT, dt, bits);
         CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, V * C),
               "%s linear backward packed (%s) == rt_linear_backward: dinp and dweight, bit for bit",
               nm, as ? "assigned" : "accumulated");
@@ -85,10 +101,101 @@ static void test_dt(rt_dtype dt) {
     free(inp), free(w), free(logits16), free(logits);
 }
 
+// A linear whose input is packed (rows of RT_LD16(C)), with a bias, its output fp32 storage
+// or packed too; the backward from an fp32 dout with dbias, and from a packed dout.
+static void test_packed_input(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { OC = 12 };
+    float *inp = tk_alloc(N * C), *w = tk_alloc(OC * C), *b = tk_alloc(OC);
+    tk_fill(inp, N * C, -1.0f, 1.0f), tk_fill(w, OC * C, -1.0f, 1.0f), tk_fill(b, OC, -1.0f, 1.0f);
+    tk_round_all(inp, N * C, dt), tk_round_all(w, OC * C, dt), tk_round_all(b, OC, dt);
+    uint16_t* inp16 = packed_copy(inp, N, C, dt);
+    float *out = tk_alloc(N * OC), *out2 = tk_alloc(N * OC);
+    rt_linear_forward(out, inp, w, b, N, C, OC, dt);
+    rt_linear_packed_forward(out2, inp16, w, b, N, C, OC, RT_PACKED_INP, dt);
+    CHECK(same(out, out2, N * OC), "%s linear forward, packed input (C %d padded to %d) == "
+          "rt_linear_forward, bit for bit", nm, C, RT_LD16(C));
+    uint16_t* out16 = poisoned16((size_t)N * RT_LD16(OC));
+    rt_linear_packed_forward(out16, inp16, w, b, N, C, OC, RT_PACKED_INP | RT_PACKED_OUT, dt);
+    int pad;
+    const int ok = packed_equals(out16, out, N, OC, dt, &pad);
+    CHECK(ok && pad == 0, "%s linear forward, input and output packed == rt_linear_forward, "
+          "%d non-zero padding values", nm, pad);
+
+    float* dout = tk_alloc(N * OC);
+    tk_fill(dout, N * OC, -1.0f, 1.0f), tk_round_all(dout, N * OC, dt);
+    uint16_t* dout16 = packed_copy(dout, N, OC, dt);
+    for (int as = 0; as < 2; as++) {
+        const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+        const char* how = as ? "assigned" : "accumulated";
+        float *dinp = tk_alloc(N * C), *dw = tk_alloc(OC * C), *db = tk_alloc(OC);
+        tk_fill(dinp, N * C, -1.0f, 1.0f), tk_fill(dw, OC * C, -1.0f, 1.0f), tk_fill(db, OC, -1.0f, 1.0f);
+        tk_round_all(dinp, N * C, dt);
+        float *dinp2 = tk_dup(dinp, N * C), *dw2 = tk_dup(dw, OC * C), *db2 = tk_dup(db, OC);
+        float *dinp3 = tk_dup(dinp, N * C), *dw3 = tk_dup(dw, OC * C);
+        rt_linear_packed_backward(dinp2, dw2, db2, dout, inp16, w, N, C, OC, RT_PACKED_INP, dt, bits);
+        rt_linear_packed_backward(dinp3, dw3, NULL, dout16, inp16, w, N, C, OC,
+                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits);
+        rt_linear_backward(dinp, dw, db, dout, inp, w, N, C, OC, dt, bits);
+        CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, OC * C) && same(db, db2, OC),
+              "%s linear backward, packed input (%s) == rt_linear_backward: dinp, dweight, dbias",
+              nm, how);
+        CHECK(same(dinp, dinp3, N * C) && same(dw, dw3, OC * C),
+              "%s linear backward, packed input and dout (%s) == rt_linear_backward: dinp, dweight",
+              nm, how);
+        free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dinp3), free(dw3);
+    }
+    free(inp), free(w), free(b), free(inp16), free(out), free(out2), free(out16), free(dout), free(dout16);
+}
+
+// The packed outputs of the norms and activations (dense rows: C a multiple of 8).
+static void test_packed_outputs(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { R = 5, D = 24, NE = R * D };
+    float *x = tk_alloc(NE), *x2 = tk_alloc(NE), *w = tk_alloc(D), *b = tk_alloc(D);
+    tk_fill(x, NE, -3.0f, 3.0f), tk_fill(x2, NE, -3.0f, 3.0f), tk_fill(w, D, 0.5f, 1.5f),
+        tk_fill(b, D, -1.0f, 1.0f);
+    tk_round_all(x, NE, dt), tk_round_all(x2, NE, dt), tk_round_all(w, D, dt), tk_round_all(b, D, dt);
+    float *y = tk_alloc(NE), *s1 = tk_alloc(R), *s2 = tk_alloc(R), *t1 = tk_alloc(R), *t2 = tk_alloc(R);
+    uint16_t* y16 = poisoned16(NE);
+    int pad;
+
+    rt_layernorm_forward(y, s1, s2, x, w, b, R, D, RT_LAYERNORM_EPS, dt);
+    rt_layernorm_packed_forward(y16, t1, t2, x, w, b, R, D, RT_LAYERNORM_EPS, dt);
+    CHECK(packed_equals(y16, y, R, D, dt, &pad) && same(s1, t1, R) && same(s2, t2, R),
+          "%s layernorm packed forward == rt_layernorm_forward: out, mean, rstd", nm);
+    rt_rmsnorm_forward(y, s1, x, w, R, D, 1e-6f, dt);
+    rt_rmsnorm_packed_forward(y16, t1, x, w, R, D, 1e-6f, dt);
+    CHECK(packed_equals(y16, y, R, D, dt, &pad) && same(s1, t1, R),
+          "%s rmsnorm packed forward == rt_rmsnorm_forward: out, rstd", nm);
+
+    void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
+                                                                rt_silu_forward};
+    void (*packed[3])(void*, const float*, size_t, rt_dtype) = {
+        rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
+    const char* names[3] = {"gelu", "relu", "silu"};
+    for (int k = 0; k < 3; k++) {
+        memset(y16, 0xAB, NE * sizeof *y16);
+        plain[k](y, x, NE, dt);
+        packed[k](y16, x, NE, dt);
+        CHECK(packed_equals(y16, y, 1, NE, dt, &pad), "%s %s packed forward == rt_%s_forward", nm,
+              names[k], names[k]);
+    }
+    memset(y16, 0xAB, NE * sizeof *y16);
+    rt_swiglu_forward(y, x, x2, NE, dt);
+    rt_swiglu_packed_forward(y16, x, x2, NE, dt);
+    CHECK(packed_equals(y16, y, 1, NE, dt, &pad), "%s swiglu packed forward == rt_swiglu_forward", nm);
+    free(x), free(x2), free(w), free(b), free(y), free(s1), free(s2), free(t1), free(t2), free(y16);
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(11);
-    test_dt(RT_BF16);
-    test_dt(RT_F16);
+    for (int k = 0; k < 2; k++) {
+        const rt_dtype dt = k ? RT_F16 : RT_BF16;
+        test_dt(dt);
+        test_packed_input(dt);
+        test_packed_outputs(dt);
+    }
     return tk_summary("test_packed");
 }

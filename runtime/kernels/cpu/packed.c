@@ -1,4 +1,4 @@
-// Packed 16-bit logits on the CPU (rt_kernels.h "packed 16-bit logits"): each call widens
+// Packed 16-bit storage on the CPU (rt_kernels.h "packed 16-bit storage"): each call widens
 // what it reads into fp32, runs its fp32-storage twin and narrows what it writes (exact:
 // the twins round to dt). The fp32 copies live in a per-thread scratch that grows to the
 // largest call and is freed when the thread exits; the CPU saves nothing by packing, the
@@ -32,12 +32,12 @@ static float* scratch_floats(size_t n) {
     scratch* s = pthread_getspecific(scratch_key);
     if (!s) {
         s = calloc(1, sizeof *s);
-        RT_KCHECK(s != NULL, "free memory", "packed logits: out of memory for the scratch");
+        RT_KCHECK(s != NULL, "free memory", "packed storage: out of memory for the scratch");
         pthread_setspecific(scratch_key, s);
     }
     if (s->n < n) {
         float* p = realloc(s->p, n * sizeof(float));
-        RT_KCHECK(p != NULL, "free memory", "packed logits: out of memory for %zu floats of scratch", n);
+        RT_KCHECK(p != NULL, "free memory", "packed storage: out of memory for %zu floats of scratch", n);
         s->p = p, s->n = n;
     }
     return s->p;
@@ -68,13 +68,36 @@ static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
 
 static size_t elems(int N, int cols) { return N > 0 && cols > 0 ? (size_t)N * cols : 1; }
 
-void rt_linear_packed_forward(void* out16, const float* inp, const float* weight, int N, int C,
-                              int OC, rt_dtype dt) {
+// The fp32 operand of a packed linear: p itself, or its packed rows widened into x.
+static const float* operand(float* x, const void* p, int N, int cols, int packed, rt_dtype dt) {
+    if (!packed) return p;
+    if (N > 0 && cols > 0) unpack(x, p, N, cols, dt);
+    return x;
+}
+
+void rt_linear_packed_forward(void* out, const void* inp, const float* weight, const float* bias,
+                              int N, int C, int OC, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
-    float* out = scratch_floats(elems(N, OC));
-    rt_linear_forward(out, inp, weight, NULL, N, C, OC, dt);
-    pack(out16, out, N, OC, dt);
+    const size_t ni = elems(N, C);
+    float* s = scratch_floats(ni + elems(N, OC));
+    const float* x = operand(s, inp, N, C, packed & RT_PACKED_INP, dt);
+    float* y = packed & RT_PACKED_OUT ? s + ni : out;
+    rt_linear_forward(y, x, weight, bias, N, C, OC, dt);
+    if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
+}
+
+void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+                               const void* inp, const float* weight, int N, int C, int OC,
+                               int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
+    RT_KCHECK(!dbias || !(packed & RT_PACKED_OUT), "dbias needs an fp32-storage dout",
+              "rt_linear_packed_backward with dbias and a packed dout");
+    const size_t nd = elems(N, OC);
+    float* s = scratch_floats(nd + elems(N, C));
+    const float* d = operand(s, dout, N, OC, packed & RT_PACKED_OUT, dt);
+    const float* x = operand(s + nd, inp, N, C, packed & RT_PACKED_INP, dt);
+    rt_linear_backward(dinp, dweight, dbias, d, x, weight, N, C, OC, dt, assign);
 }
 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
@@ -92,11 +115,54 @@ void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, cons
     if (N > 0 && V > 0) pack(dlogits16, g, N, V, dt);
 }
 
-void rt_linear_packed_backward(float* dinp, float* dweight, const void* dout16,
-                               const float* inp, const float* weight, int N, int C, int OC,
-                               rt_dtype dt, int assign) {
-    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    float* dout = scratch_floats(elems(N, OC));
-    if (N > 0 && OC > 0) unpack(dout, dout16, N, OC, dt);
-    rt_linear_backward(dinp, dweight, NULL, dout, inp, weight, N, C, OC, dt, assign);
+// ---- packed outputs of norms and activations: the twin into the scratch, then narrowed
+
+void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C, float eps,
+                                 rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_forward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_forward");
+    if (N <= 0 || C <= 0) return;
+    float* y = scratch_floats(elems(N, C));
+    rt_layernorm_forward(y, mean, rstd, inp, weight, bias, N, C, eps, dt);
+    pack(out16, y, N, C, dt);
+}
+
+void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const float* weight,
+                               int N, int C, float eps, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_forward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_forward");
+    if (N <= 0 || C <= 0) return;
+    float* y = scratch_floats(elems(N, C));
+    rt_rmsnorm_forward(y, rstd, inp, weight, N, C, eps, dt);
+    pack(out16, y, N, C, dt);
+}
+
+// Elementwise: n values, dense.
+#define PACKED_ELEMENTWISE(name, twin, ...)                  \
+    RT_KCHECK_PACKED_DT(dt, name);                           \
+    if (n == 0) return;                                      \
+    float* y = scratch_floats(n);                            \
+    twin(y, __VA_ARGS__, n, dt);                             \
+    pack_dense(out16, y, n, dt)
+
+static void pack_dense(void* dst, const float* x, size_t n, rt_dtype dt) {
+    uint16_t* d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = rt_bits16_from_f32_inl(x[i], dt);
+}
+
+void rt_gelu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
+    PACKED_ELEMENTWISE("rt_gelu_packed_forward", rt_gelu_forward, inp);
+}
+
+void rt_relu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
+    PACKED_ELEMENTWISE("rt_relu_packed_forward", rt_relu_forward, inp);
+}
+
+void rt_silu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
+    PACKED_ELEMENTWISE("rt_silu_packed_forward", rt_silu_forward, inp);
+}
+
+void rt_swiglu_packed_forward(void* out16, const float* a, const float* b, size_t n, rt_dtype dt) {
+    PACKED_ELEMENTWISE("rt_swiglu_packed_forward", rt_swiglu_forward, a, b);
 }
