@@ -120,18 +120,22 @@ end
 
 local forward = {}
 
--- A packed linear's `packed` argument (rt_kernels.h): its packed output (forward) or output
--- gradient (backward), and its packed input; nil when neither is packed.
-local function linear_packed(out_packed, x)
+-- A packed call's `packed` argument (rt_kernels.h), nil when nothing is packed: its output
+-- (forward; backward: the output gradient) when out_packed, and its inputs at positions 1
+-- and 2 (RT_PACKED_INP, RT_PACKED_INP2) whose values are packed (memory.lua).
+local function packed_bits(out_packed, op)
   local bits = {}
   if out_packed then bits[#bits + 1] = "RT_PACKED_OUT" end
-  if memory.base(x).packed then bits[#bits + 1] = "RT_PACKED_INP" end
+  for j, name in ipairs({ "RT_PACKED_INP", "RT_PACKED_INP2" }) do
+    local x = op.ins[j]
+    if x and memory.base(x).packed then bits[#bits + 1] = name end
+  end
   return #bits > 0 and table.concat(bits, " | ") or nil
 end
 
 function forward.linear(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
-  local packed = linear_packed(op.outs[1].packed, x)
+  local packed = packed_bits(op.outs[1].packed, op)
   if packed then
     return { string.format("rt_linear_packed_forward(%s, %s, %s, %s, %d, %d, %d, %s, %s);", out, c.val(x), c.val(w),
       b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], packed, dt) }
@@ -169,15 +173,23 @@ end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
   forward[k] = function(op, c, out, dt)
-    return { string.format("rt_%s_%sforward(%s, %s, %d, %s);", k, packed_infix(op), out, c.val(op.ins[1]),
-      numel(op.ins[1]), dt) }
+    local x = op.ins[1]
+    local packed = packed_bits(op.outs[1].packed, op)
+    if packed then
+      return { string.format("rt_%s_packed_forward(%s, %s, %d, %s, %s);", k, out, c.val(x), numel(x), packed, dt) }
+    end
+    return { string.format("rt_%s_forward(%s, %s, %d, %s);", k, out, c.val(x), numel(x), dt) }
   end
 end
 
 function forward.swiglu(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
-  return { string.format("rt_swiglu_%sforward(%s, %s, %s, %d, %s);", packed_infix(op), out, c.val(a), c.val(b),
-    numel(a), dt) }
+  local packed = packed_bits(op.outs[1].packed, op)
+  if packed then
+    return { string.format("rt_swiglu_packed_forward(%s, %s, %s, %d, %s, %s);", out, c.val(a), c.val(b), numel(a),
+      packed, dt) }
+  end
+  return { string.format("rt_swiglu_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
 end
 
 function forward.add(op, c, out, dt)
@@ -258,7 +270,7 @@ function backward.linear(op, c, dt, as)
   local y = op.outs[1]
   local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d", c.grad(x), c.grad(w), b and c.grad(b) or "NULL",
     c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1])
-  local packed = linear_packed(y.grad_packed, x)
+  local packed = packed_bits(y.grad_packed, op)
   if packed then return { string.format("rt_linear_packed_backward(%s, %s, %s, %s);", args, packed, dt, as) } end
   return { string.format("rt_linear_backward(%s, %s, %s);", args, dt, as) }
 end
@@ -287,8 +299,10 @@ end
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
   backward[k] = function(op, c, dt, as)
     local x = op.ins[1]
-    return { string.format("rt_%s_backward(%s, %s, %s, %d, %s, %s);", k, c.grad(x), c.dout(op.outs[1]), c.val(x),
-      numel(x), dt, as) }
+    local args = string.format("%s, %s, %s, %d", c.grad(x), c.dout(op.outs[1]), c.val(x), numel(x))
+    local packed = packed_bits(false, op)
+    if packed then return { string.format("rt_%s_packed_backward(%s, %s, %s, %s);", k, args, packed, dt, as) } end
+    return { string.format("rt_%s_backward(%s, %s, %s);", k, args, dt, as) }
   end
 end
 
@@ -296,8 +310,11 @@ end
 for _, k in ipairs({ "swiglu", "mul" }) do
   backward[k] = function(op, c, dt, as)
     local a, b = op.ins[1], op.ins[2]
-    return { string.format("rt_%s_backward(%s, %s, %s, %s, %s, %d, %s, %s);", k, c.grad(a), c.grad(b),
-      c.dout(op.outs[1]), c.val(a), c.val(b), numel(a), dt, as) }
+    local args = string.format("%s, %s, %s, %s, %s, %d", c.grad(a), c.grad(b), c.dout(op.outs[1]), c.val(a), c.val(b),
+      numel(a))
+    local packed = packed_bits(false, op)  -- swiglu only (memory.lua)
+    if packed then return { string.format("rt_%s_packed_backward(%s, %s, %s, %s);", k, args, packed, dt, as) } end
+    return { string.format("rt_%s_backward(%s, %s, %s);", k, args, dt, as) }
   end
 end
 

@@ -100,15 +100,19 @@ local function mark_packed_logits(steps)
   end
 end
 
--- The producers with packed-output kernels (rt_kernels.h "packed 16-bit storage").
-local PACKED_PRODUCERS = { layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true, swiglu = true }
+-- The packed kernels (rt_kernels.h "packed 16-bit storage"): the ops that write a packed
+-- output, and the input positions that ops read packed.
+local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true,
+  swiglu = true }
+local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true } }
 
---   * Linear inputs: a norm's or an activation's 16-bit output read only by linears, as
---     their input, in its dtype (a block's attention and MLP inputs, the MLP's hidden
---     activation, the head's input): the GEMMs read its rows in place instead of a copy
---     narrowed in every forward and backward. Only the value is packed; its last dimension
---     is a multiple of 8 (dense rows). Checkpointed regions keep fp32 storage.
-local function mark_packed_inputs(graph)
+--   * Activations: a linear's, a norm's or an activation's 16-bit output read only where
+--     the packed kernels take it (a linear's input, an activation's inputs), by ops of its
+--     dtype: a block's attention and MLP inputs, the MLP's hidden activations, the head's
+--     input. The GEMMs read its rows in place instead of a copy narrowed in every forward
+--     and backward, and a linear's output is not widened. Only the value is packed; its
+--     last dimension is a multiple of 8 (dense rows). Checkpointed regions keep fp32 storage.
+local function mark_packed_activations(graph)
   local readers = {}
   for _, op in ipairs(graph.ops) do
     for _, t in ipairs(op.ins) do
@@ -118,11 +122,13 @@ local function mark_packed_inputs(graph)
   end
   for _, op in ipairs(graph.ops) do
     local y, rs = op.outs[1], readers[op.outs[1]] or {}
-    local ok = PACKED_PRODUCERS[op.kind] and not op.region and sixteen(y) and inputs_have_dtype(op, y)
+    local ok = PACKED_OUT[op.kind] and not op.region and sixteen(y) and inputs_have_dtype(op, y)
       and y.shape[#y.shape] % 8 == 0 and #rs > 0
     for _, r in ipairs(rs) do
-      ok = ok and r.kind == "linear" and r.ins[1] == y and r.ins[2] ~= y and r.ins[3] ~= y and not r.region
-        and inputs_have_dtype(r, y) and r.outs[1].dtype == y.dtype
+      ok = ok and not r.region and inputs_have_dtype(r, y) and r.outs[1].dtype == y.dtype
+      for j, t in ipairs(r.ins) do
+        if t == y then ok = ok and (PACKED_IN[r.kind] or {})[j] == true end
+      end
     end
     if ok then y.packed = true end
   end
@@ -185,7 +191,7 @@ function M.plan(plan)
   mark_view_casts(plan.graph)
   local steps = plan.steps
   mark_packed_logits(steps)
-  mark_packed_inputs(plan.graph)
+  mark_packed_activations(plan.graph)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end

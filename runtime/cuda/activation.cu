@@ -2,8 +2,8 @@
 // position embeddings: same contracts and float expressions as
 // runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
 // Forward kernels allow out == inp (no __restrict__ on them). Every value written is
-// rounded to dt at its store (rtc_round_to, rtc_st); the forwards of GELU, ReLU, SiLU and
-// SwiGLU also write packed 16-bit outputs (rt_kernels.h "packed 16-bit storage").
+// rounded to dt at its store (rtc_round_to, rtc_st). GELU, ReLU, SiLU and SwiGLU also read
+// and write packed 16-bit storage (rt_kernels.h "packed 16-bit storage").
 #include "cuda_common.cuh"
 
 #define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
@@ -17,113 +17,114 @@ __device__ __forceinline__ float rtc_silu_grad(float x) {
     return s * (1.0f + x * (1.0f - s));
 }
 
+// Storage: the forwards' O and I and the backwards' I are float (fp32 storage) or uint16_t
+// (packed 16-bit values of dt, rt_kernels.h "packed 16-bit storage"), read and written with
+// rtc_ld / rtc_st; gradients are fp32 storage.
+
 // ----------------------------------------------------------------------------
 // exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); backward Phi(x) + x * phi(x)
 
-template <class O>
-__global__ void gelu_forward_kernel(O* out, const float* inp, size_t n, rt_dtype dt) {
+template <class O, class I>
+__global__ void gelu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
-        const float x = inp[i];
+        const float x = rtc_ld(inp, i, dt);
         rtc_st(out, i, 0.5f * x * (1.0f + erff(x * RTC_SQRT1_2)), dt);
     }
 }
 
+template <class I>
 __global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n, rt_dtype dt,
-                                     int as) {
+                                     const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
     RTC_GRID_STRIDE(i, n) {
-        const float x = inp[i];
+        const float x = rtc_ld(inp, i, dt);
         const float cdf = 0.5f * (1.0f + erff(x * RTC_SQRT1_2));
         const float pdf = RTC_INV_SQRT_2PI * expf(-0.5f * x * x);
         dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i] * (cdf + x * pdf), dt);
     }
 }
 
-void rt_gelu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
-    RT_KCHECK_DT(dt, "rt_gelu_forward");
-    RTC_LAUNCH_FLAT(gelu_forward_kernel<float>, n, out, inp, n, dt);
-}
-
-void rt_gelu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_gelu_packed_forward");
-    RTC_LAUNCH_FLAT(gelu_forward_kernel<uint16_t>, n, (uint16_t*)out16, inp, n, dt);
-}
-
-void rt_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
-                      int assign) {
-    RT_KCHECK_DT(dt, "rt_gelu_backward");
-    RTC_LAUNCH_FLAT(gelu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
-}
-
 // ----------------------------------------------------------------------------
 // ReLU (gradient 0 at x == 0, as PyTorch's threshold_backward)
 
-template <class O>
-__global__ void relu_forward_kernel(O* out, const float* inp, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) rtc_st(out, i, inp[i] > 0.0f ? inp[i] : 0.0f, dt);
+template <class O, class I>
+__global__ void relu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) {
+        const float x = rtc_ld(inp, i, dt);
+        rtc_st(out, i, x > 0.0f ? x : 0.0f, dt);
+    }
 }
 
+template <class I>
 __global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n, rt_dtype dt,
-                                     int as) {
+                                     const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
     RTC_GRID_STRIDE(i, n) {
-        if (inp[i] > 0.0f)
+        if (rtc_ld(inp, i, dt) > 0.0f)
             dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i], dt);
         else if (as)
             dinp[i] = 0.0f;
     }
 }
 
-void rt_relu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
-    RT_KCHECK_DT(dt, "rt_relu_forward");
-    RTC_LAUNCH_FLAT(relu_forward_kernel<float>, n, out, inp, n, dt);
-}
-
-void rt_relu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_relu_packed_forward");
-    RTC_LAUNCH_FLAT(relu_forward_kernel<uint16_t>, n, (uint16_t*)out16, inp, n, dt);
-}
-
-void rt_relu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
-                      int assign) {
-    RT_KCHECK_DT(dt, "rt_relu_backward");
-    RTC_LAUNCH_FLAT(relu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
-}
-
 // ----------------------------------------------------------------------------
 // SiLU: x * sigmoid(x)
 
-template <class O>
-__global__ void silu_forward_kernel(O* out, const float* inp, size_t n, rt_dtype dt) {
+template <class O, class I>
+__global__ void silu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
-        const float x = inp[i];
+        const float x = rtc_ld(inp, i, dt);
         rtc_st(out, i, x * rtc_sigmoidf(x), dt);
     }
 }
 
+template <class I>
 __global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     const float* __restrict__ inp, size_t n, rt_dtype dt,
-                                     int as) {
+                                     const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
     RTC_GRID_STRIDE(i, n) {
-        dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i] * rtc_silu_grad(inp[i]), dt);
+        const float g = dout[i] * rtc_silu_grad(rtc_ld(inp, i, dt));
+        dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + g, dt);
     }
 }
 
-void rt_silu_forward(float* out, const float* inp, size_t n, rt_dtype dt) {
-    RT_KCHECK_DT(dt, "rt_silu_forward");
-    RTC_LAUNCH_FLAT(silu_forward_kernel<float>, n, out, inp, n, dt);
-}
+// The launches of GELU, ReLU and SiLU, for any storage of out and inp (packed: RT_PACKED_OUT,
+// RT_PACKED_INP bits).
+#define RTC_ACTIVATION(name)                                                                  \
+    static void name##_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt) { \
+        rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {                            \
+            rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {                        \
+                RTC_LAUNCH_FLAT(name##_forward_kernel, n, o, x, n, dt);                        \
+            });                                                                                \
+        });                                                                                    \
+    }                                                                                          \
+    static void name##_backward(float* dinp, const float* dout, const void* inp, size_t n,    \
+                                int packed, rt_dtype dt, int assign) {                         \
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {                            \
+            RTC_LAUNCH_FLAT(name##_backward_kernel, n, dinp, dout, x, n, dt,                   \
+                            assign & RT_ASSIGN_1);                                             \
+        });                                                                                    \
+    }                                                                                          \
+    void rt_##name##_forward(float* out, const float* inp, size_t n, rt_dtype dt) {            \
+        RT_KCHECK_DT(dt, "rt_" #name "_forward");                                              \
+        name##_forward(out, inp, n, 0, dt);                                                    \
+    }                                                                                          \
+    void rt_##name##_backward(float* dinp, const float* dout, const float* inp, size_t n,      \
+                              rt_dtype dt, int assign) {                                       \
+        RT_KCHECK_DT(dt, "rt_" #name "_backward");                                             \
+        name##_backward(dinp, dout, inp, n, 0, dt, assign);                                    \
+    }                                                                                          \
+    void rt_##name##_packed_forward(void* out, const void* inp, size_t n, int packed,          \
+                                    rt_dtype dt) {                                             \
+        RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_forward");                                \
+        name##_forward(out, inp, n, packed, dt);                                               \
+    }                                                                                          \
+    void rt_##name##_packed_backward(float* dinp, const float* dout, const void* inp, size_t n, \
+                                     int packed, rt_dtype dt, int assign) {                    \
+        RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_backward");                               \
+        name##_backward(dinp, dout, inp, n, packed, dt, assign);                               \
+    }
 
-void rt_silu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_silu_packed_forward");
-    RTC_LAUNCH_FLAT(silu_forward_kernel<uint16_t>, n, (uint16_t*)out16, inp, n, dt);
-}
-
-void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n, rt_dtype dt,
-                      int assign) {
-    RT_KCHECK_DT(dt, "rt_silu_backward");
-    RTC_LAUNCH_FLAT(silu_backward_kernel, n, dinp, dout, inp, n, dt, assign & RT_ASSIGN_1);
-}
+RTC_ACTIVATION(gelu)
+RTC_ACTIVATION(relu)
+RTC_ACTIVATION(silu)
 
 // ----------------------------------------------------------------------------
 // SwiGLU gate: out = silu(a) * b; one kernel for both gradients. The intermediates are
@@ -131,30 +132,29 @@ void rt_silu_backward(float* dinp, const float* dout, const float* inp, size_t n
 // out, da, db at their stores. da == db (swiglu(x, x)) gets both contributions, da's
 // first, and one rounding.
 
-template <class O>
-__global__ void swiglu_forward_kernel(O* out, const float* a, const float* b, size_t n,
-                                      rt_dtype dt) {
+template <class O, class A, class B>
+__global__ void swiglu_forward_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
     RTC_GRID_STRIDE(i, n) {
-        const float x = a[i];
-        rtc_st(out, i, rtc_round_to(x * rtc_sigmoidf(x), dt) * b[i], dt);
+        const float x = rtc_ld(a, i, dt);
+        rtc_st(out, i, rtc_round_to(x * rtc_sigmoidf(x), dt) * rtc_ld(b, i, dt), dt);
     }
 }
 
+template <class A, class B>
 __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buffer
-                                       const float* __restrict__ dout,
-                                       const float* __restrict__ a,
-                                       const float* __restrict__ b, size_t n, rt_dtype dt,
-                                       int as1, int as2) {
+                                       const float* __restrict__ dout, const A* __restrict__ a,
+                                       const B* __restrict__ b, size_t n, rt_dtype dt, int as1,
+                                       int as2) {
     RTC_GRID_STRIDE(i, n) {
-        const float x = a[i];
+        const float x = rtc_ld(a, i, dt), y = rtc_ld(b, i, dt);
         if (da && da == db) {  // aliased: accumulates whatever the bits say
-            float v = da[i] + rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
+            float v = da[i] + rtc_round_to(dout[i] * y, dt) * rtc_silu_grad(x);
             v += dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt);
             da[i] = rtc_round_to(v, dt);
             continue;
         }
         if (da) {
-            const float g = rtc_round_to(dout[i] * b[i], dt) * rtc_silu_grad(x);
+            const float g = rtc_round_to(dout[i] * y, dt) * rtc_silu_grad(x);
             da[i] = rtc_round_to(RTC_BASE(da[i], as1) + g, dt);
         }
         if (db)
@@ -163,22 +163,50 @@ __global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buff
     }
 }
 
-void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
-    RT_KCHECK_DT(dt, "rt_swiglu_forward");
-    RTC_LAUNCH_FLAT(swiglu_forward_kernel<float>, n, out, a, b, n, dt);
+// packed: RT_PACKED_OUT (forward), RT_PACKED_INP (a), RT_PACKED_INP2 (b).
+static void swiglu_forward(void* out, const void* a, const void* b, size_t n, int packed,
+                           rt_dtype dt) {
+    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+        rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
+            rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
+                RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, o, x, y, n, dt);
+            });
+        });
+    });
 }
 
-void rt_swiglu_packed_forward(void* out16, const float* a, const float* b, size_t n, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_forward");
-    RTC_LAUNCH_FLAT(swiglu_forward_kernel<uint16_t>, n, (uint16_t*)out16, a, b, n, dt);
+static void swiglu_backward(float* da, float* db, const float* dout, const void* a,
+                            const void* b, size_t n, int packed, rt_dtype dt, int assign) {
+    if (!da && !db) return;
+    rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
+        rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
+            RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, x, y, n, dt,
+                            assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
+        });
+    });
+}
+
+void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_swiglu_forward");
+    swiglu_forward(out, a, b, n, 0, dt);
 }
 
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                         size_t n, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_swiglu_backward");
-    if (!da && !db) return;
-    RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, a, b, n, dt, assign & RT_ASSIGN_1,
-                    assign & RT_ASSIGN_2);
+    swiglu_backward(da, db, dout, a, b, n, 0, dt, assign);
+}
+
+void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
+                              rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_forward");
+    swiglu_forward(out, a, b, n, packed, dt);
+}
+
+void rt_swiglu_packed_backward(float* da, float* db, const float* dout, const void* a,
+                               const void* b, size_t n, int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
+    swiglu_backward(da, db, dout, a, b, n, packed, dt, assign);
 }
 
 // ----------------------------------------------------------------------------

@@ -105,6 +105,19 @@ __device__ __forceinline__ void rtc_st(uint16_t* p, size_t j, float v, rt_dtype 
     p[j] = rt_bits16_from_f32_inl(v, dt);
 }
 
+// Host: calls f with p cast to its storage, const or not as p is: uint16_t (packed, a
+// kernel templated on its storage then reads it with rtc_ld / writes it with rtc_st) or float.
+template <class F>
+static inline void rtc_with_storage(bool packed, const void* p, F f) {
+    if (packed) f((const uint16_t*)p);
+    else f((const float*)p);
+}
+template <class F>
+static inline void rtc_with_storage(bool packed, void* p, F f) {
+    if (packed) f((uint16_t*)p);
+    else f((float*)p);
+}
+
 // The value a backward kernel adds its contribution to: the gradient's current value, or
 // 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of accumulating
 // onto a zeroed buffer). x is not read when assigning.

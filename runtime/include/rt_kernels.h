@@ -333,9 +333,10 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //   * logits: a bias-free 16-bit linear's output that only feeds a cross-entropy (through
 //     its fp32 view) computed with its gradient, i.e. a language model's head; the value
 //     and its gradient are packed.
-//   * linear inputs: a norm's or an activation's 16-bit output that only linears read (as
-//     their input), with a last dimension that is a multiple of 8 (dense rows); the value
-//     is packed, its gradient is fp32 storage.
+//   * activations between kernels that read and write them packed: a linear's, a norm's or
+//     an activation's 16-bit output that only linears (as their input) and activations
+//     read, with a last dimension that is a multiple of 8 (dense rows); the value is
+//     packed, its gradient is fp32 storage.
 // Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
 // the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
 // around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
@@ -343,10 +344,12 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 
 // Row length, in elements, of a packed [rows, cols] matrix: cols rounded up to 8 (16 bytes).
 #define RT_LD16(cols) (((cols) + 7) & ~7)
-// A packed linear's packed operands (`packed`, either or both): forward out or backward
-// dout (RT_PACKED_OUT), inp (RT_PACKED_INP); the others are fp32 storage.
+// A packed call's packed operands (`packed`, any of them; the others are fp32 storage): the
+// output (forward) or output gradient (backward: linear's dout) RT_PACKED_OUT, the input
+// (inp, swiglu's a) RT_PACKED_INP, swiglu's b RT_PACKED_INP2. Other gradients are fp32.
 #define RT_PACKED_OUT 1
 #define RT_PACKED_INP 2
+#define RT_PACKED_INP2 4
 void rt_linear_packed_forward(void* out, const void* inp, const float* weight,
                               const float* bias /*nullable*/, int N, int C, int OC, int packed,
                               rt_dtype dt);
@@ -357,16 +360,26 @@ void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign);
-// Packed outputs (C and n multiples of 8: dense rows).
+// Norms with a packed output (C a multiple of 8: dense rows).
 void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C, float eps,
                                  rt_dtype dt);
 void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const float* weight,
                                int N, int C, float eps, rt_dtype dt);
-void rt_gelu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt);
-void rt_relu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt);
-void rt_silu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt);
-void rt_swiglu_packed_forward(void* out16, const float* a, const float* b, size_t n, rt_dtype dt);
+// Activations over n dense values.
+void rt_gelu_packed_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt);
+void rt_gelu_packed_backward(float* dinp, const float* dout, const void* inp, size_t n,
+                             int packed, rt_dtype dt, int assign);
+void rt_relu_packed_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt);
+void rt_relu_packed_backward(float* dinp, const float* dout, const void* inp, size_t n,
+                             int packed, rt_dtype dt, int assign);
+void rt_silu_packed_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt);
+void rt_silu_packed_backward(float* dinp, const float* dout, const void* inp, size_t n,
+                             int packed, rt_dtype dt, int assign);
+void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
+                              rt_dtype dt);
+void rt_swiglu_packed_backward(float* da, float* db, const float* dout, const void* a,
+                               const void* b, size_t n, int packed, rt_dtype dt, int assign);
 
 #ifdef __cplusplus
 }

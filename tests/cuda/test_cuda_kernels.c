@@ -1131,25 +1131,58 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     rt_rmsnorm_packed_forward(d_y16, d_rstd2, d_inp, d_g, N, C, 1e-6f, dt);
     CHECK(packed_same(d_y16, d_y, N, C, dt, &pad) && dev_same(d_rstd, d_rstd2, N),
           "%s rmsnorm packed forward N=%d C=%d == rt_rmsnorm_forward: out, rstd", nm, N, C);
+    // activations: out, inp (swiglu's b: dinp0's values) each fp32 or packed; backward (dout:
+    // dy) from packed inputs
     void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
                                                                 rt_silu_forward};
-    void (*packed[3])(void*, const float*, size_t, rt_dtype) = {
+    void (*packed[3])(void*, const void*, size_t, int, rt_dtype) = {
         rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
+    void (*plain_b[3])(float*, const float*, const float*, size_t, rt_dtype, int) = {
+        rt_gelu_backward, rt_relu_backward, rt_silu_backward};
+    void (*packed_b[3])(float*, const float*, const void*, size_t, int, rt_dtype, int) = {
+        rt_gelu_packed_backward, rt_relu_packed_backward, rt_silu_packed_backward};
     const char* names[3] = {"gelu", "relu", "silu"};
-    float* d_dinp_b = dup(dinp0, ni);  // swiglu's b
+    float *d_b2 = dup(dinp0, ni), *d_y2 = dalloc(ni * sizeof(float));
+    float *d_g1 = dup(dinp0, ni), *d_g2 = dup(dinp0, ni), *d_h1 = dup(dinp0, ni), *d_h2 = dup(dinp0, ni);
+    void* d_b16 = dev_packed(dinp0, N, C, dt);
+    float* dy = hrand(ni, 1.0f, 0.0f);
+    round_to(dy, ni, dt);
+    float* d_dy = dup(dy, ni);
     for (int k = 0; k < 3; k++) {
         plain[k](d_y, d_inp, ni, dt);
-        packed[k](d_y16, d_inp, ni, dt);
-        CHECK(packed_same(d_y16, d_y, N, C, dt, &pad), "%s %s packed forward == rt_%s_forward", nm,
-              names[k], names[k]);
+        int ok = 1;
+        for (int bits = 1; bits < 4; bits++) {
+            packed[k](bits & RT_PACKED_OUT ? d_y16 : (void*)d_y2,
+                      bits & RT_PACKED_INP ? d_i16 : (const void*)d_inp, ni, bits, dt);
+            ok &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad)
+                                       : dev_same(d_y, d_y2, ni);
+        }
+        plain_b[k](d_g1, d_dy, d_inp, ni, dt, RT_ACCUMULATE);
+        packed_b[k](d_g2, d_dy, d_i16, ni, RT_PACKED_INP, dt, RT_ACCUMULATE);
+        CHECK(ok && dev_same(d_g1, d_g2, ni), "%s %s packed forward (out, inp, both packed) and "
+              "backward (packed inp) == rt_%s_forward, rt_%s_backward", nm, names[k], names[k],
+              names[k]);
     }
-    rt_swiglu_forward(d_y, d_inp, d_dinp_b, ni, dt);
-    rt_swiglu_packed_forward(d_y16, d_inp, d_dinp_b, ni, dt);
-    CHECK(packed_same(d_y16, d_y, N, C, dt, &pad), "%s swiglu packed forward == rt_swiglu_forward", nm);
+    rt_swiglu_forward(d_y, d_inp, d_b2, ni, dt);
+    int ok_s = 1;
+    for (int bits = 1; bits < 8; bits++) {
+        rt_swiglu_packed_forward(bits & RT_PACKED_OUT ? d_y16 : (void*)d_y2,
+                                 bits & RT_PACKED_INP ? d_i16 : (const void*)d_inp,
+                                 bits & RT_PACKED_INP2 ? d_b16 : (const void*)d_b2, ni, bits, dt);
+        ok_s &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_y2, ni);
+    }
+    rt_swiglu_backward(d_g1, d_h1, d_dy, d_inp, d_b2, ni, dt, RT_ASSIGN_1);
+    rt_swiglu_packed_backward(d_g2, d_h2, d_dy, d_i16, d_b16, ni, RT_PACKED_INP | RT_PACKED_INP2,
+                              dt, RT_ASSIGN_1);
+    CHECK(ok_s && dev_same(d_g1, d_g2, ni) && dev_same(d_h1, d_h2, ni),
+          "%s swiglu packed forward (every storage of out, a, b) and backward (packed a, b) == "
+          "rt_swiglu_forward, rt_swiglu_backward", nm);
+    dfree(d_b2), dfree(d_y2), dfree(d_g1), dfree(d_g2), dfree(d_h1), dfree(d_h2), dfree(d_b16);
+    dfree(d_dy), free(dy);
     free(inp), free(w), free(b), free(dout), free(dinp0), free(dw0), free(db0), free(g);
     dfree(d_g), dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_i16), dfree(d_d16), dfree(d_out);
     dfree(d_out2), dfree(d_o16), dfree(d_mean), dfree(d_rstd), dfree(d_mean2), dfree(d_rstd2);
-    dfree(d_y), dfree(d_y16), dfree(d_dinp_b);
+    dfree(d_y), dfree(d_y16);
 }
 
 // ----------------------------------------------------------------------------

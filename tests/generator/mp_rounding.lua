@@ -32,7 +32,8 @@ local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = tru
   relu_packed = true, silu_packed = true, swiglu_packed = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, linear_packed = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
-  broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 } }
+  broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 }, gelu_packed = { 1 }, relu_packed = { 1 },
+  silu_packed = { 1 }, swiglu_packed = { 1, 2 } }
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }
@@ -198,7 +199,7 @@ local msg = type(err) == "table" and (err.msg or "") or tostring(err)
 check(not ok and msg:find("parameter operand", 1, true) ~= nil,
   "swiglu with a bf16 parameter operand is refused (its dt would round the parameter's gradient): " .. msg)
 
--- Packed logits (memory.lua mark_packed) only for a bias-free head: the same small token
+-- Packed logits (memory.lua mark_packed_logits) only for a bias-free head: the same small token
 -- model with and without the head's bias.
 for _, bias in ipairs({ false, true }) do
   local path = os.tmpname() .. ".lua"
@@ -228,9 +229,9 @@ return fsdp.spec{ name = "mp_head", model = m, world_size = 1, input = { batch =
         or "packed (rt_linear_packed_forward, rt_cross_entropy_packed_forward_backward, rt_linear_packed_backward)"))
 end
 
--- Packed linear inputs (memory.lua mark_packed_inputs): an activation's bf16 output that only
--- linears read is packed; read by an add too, or 12 wide (not a multiple of 8), or in fp32,
--- it is not.
+-- Packed activations (memory.lua mark_packed_activations): an activation's bf16 output that only
+-- a linear reads is packed (as is the linear output it reads); read by an add too, or 12 wide
+-- (not a multiple of 8), or in fp32, it is not.
 local function act_spec(width, extra_reader, dtype)
   return string.format([[
 local nn, fsdp = require("nn"), require("fsdp")
@@ -257,7 +258,8 @@ for _, c in ipairs({
   h:close()
   local ok, text = pcall(step_c, path)
   os.remove(path)
-  local packed = ok and text:find("rt_relu_packed_forward(", 1, true) ~= nil
+  local relu = ok and text:match("rt_relu_packed_forward%([^\n]*")
+  local packed = relu and relu:find("RT_PACKED_OUT", 1, true) ~= nil or false
   local readers_packed = ok and text:find("RT_PACKED_INP, RT_BF16);", 1, true) ~= nil
     and text:find("rt_linear_packed_backward(", 1, true) ~= nil
   check(ok and packed == c[4] and readers_packed == c[4], string.format("%s relu output %d wide%s: %s%s", c[3], c[1],

@@ -169,22 +169,53 @@ static void test_packed_outputs(rt_dtype dt) {
     CHECK(packed_equals(y16, y, R, D, dt, &pad) && same(s1, t1, R),
           "%s rmsnorm packed forward == rt_rmsnorm_forward: out, rstd", nm);
 
+    // activations: every storage of out and inp (and b), forward and backward
     void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
                                                                 rt_silu_forward};
-    void (*packed[3])(void*, const float*, size_t, rt_dtype) = {
+    void (*packed[3])(void*, const void*, size_t, int, rt_dtype) = {
         rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
+    void (*plain_b[3])(float*, const float*, const float*, size_t, rt_dtype, int) = {
+        rt_gelu_backward, rt_relu_backward, rt_silu_backward};
+    void (*packed_b[3])(float*, const float*, const void*, size_t, int, rt_dtype, int) = {
+        rt_gelu_packed_backward, rt_relu_packed_backward, rt_silu_packed_backward};
     const char* names[3] = {"gelu", "relu", "silu"};
+    uint16_t *x16 = packed_copy(x, 1, NE, dt), *x216 = packed_copy(x2, 1, NE, dt);
+    float *dy = tk_alloc(NE), *g0 = tk_alloc(NE), *g = tk_alloc(NE), *g2 = tk_alloc(NE),
+          *h = tk_alloc(NE), *h2 = tk_alloc(NE);
+    tk_fill(dy, NE, -1.0f, 1.0f), tk_fill(g0, NE, -1.0f, 1.0f);
+    tk_round_all(dy, NE, dt), tk_round_all(g0, NE, dt);
+    float* y2 = tk_alloc(NE);
     for (int k = 0; k < 3; k++) {
-        memset(y16, 0xAB, NE * sizeof *y16);
         plain[k](y, x, NE, dt);
-        packed[k](y16, x, NE, dt);
-        CHECK(packed_equals(y16, y, 1, NE, dt, &pad), "%s %s packed forward == rt_%s_forward", nm,
-              names[k], names[k]);
+        memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
+        plain_b[k](g, dy, x, NE, dt, RT_ACCUMULATE);
+        packed_b[k](g2, dy, x16, NE, RT_PACKED_INP, dt, RT_ACCUMULATE);
+        int ok = same(g, g2, NE);
+        for (int bits = 1; bits < 4; bits++) {
+            memset(y16, 0xAB, NE * sizeof *y16);
+            packed[k](bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2, bits & RT_PACKED_INP ? (const void*)x16 : x,
+                      NE, bits, dt);
+            ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
+        }
+        CHECK(ok, "%s %s packed forward (out, inp, both packed) == rt_%s_forward, and backward "
+              "from a packed inp == rt_%s_backward", nm, names[k], names[k], names[k]);
     }
-    memset(y16, 0xAB, NE * sizeof *y16);
     rt_swiglu_forward(y, x, x2, NE, dt);
-    rt_swiglu_packed_forward(y16, x, x2, NE, dt);
-    CHECK(packed_equals(y16, y, 1, NE, dt, &pad), "%s swiglu packed forward == rt_swiglu_forward", nm);
+    memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
+    memcpy(h, g0, sizeof(float) * NE), memcpy(h2, g0, sizeof(float) * NE);
+    rt_swiglu_backward(g, h, dy, x, x2, NE, dt, RT_ASSIGN_2);
+    rt_swiglu_packed_backward(g2, h2, dy, x16, x216, NE, RT_PACKED_INP | RT_PACKED_INP2, dt, RT_ASSIGN_2);
+    int ok = same(g, g2, NE) && same(h, h2, NE);
+    for (int bits = 1; bits < 8; bits++) {
+        memset(y16, 0xAB, NE * sizeof *y16);
+        rt_swiglu_packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2,
+                                 bits & RT_PACKED_INP ? (const void*)x16 : x,
+                                 bits & RT_PACKED_INP2 ? (const void*)x216 : x2, NE, bits, dt);
+        ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
+    }
+    CHECK(ok, "%s swiglu packed forward (every storage of out, a, b) == rt_swiglu_forward, and "
+          "backward from packed a and b == rt_swiglu_backward", nm);
+    free(x16), free(x216), free(dy), free(g0), free(g), free(g2), free(h), free(h2), free(y2);
     free(x), free(x2), free(w), free(b), free(y), free(s1), free(s2), free(t1), free(t2), free(y16);
 }
 

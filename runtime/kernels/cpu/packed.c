@@ -138,31 +138,66 @@ void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const
     pack(out16, y, N, C, dt);
 }
 
-// Elementwise: n values, dense.
-#define PACKED_ELEMENTWISE(name, twin, ...)                  \
-    RT_KCHECK_PACKED_DT(dt, name);                           \
-    if (n == 0) return;                                      \
-    float* y = scratch_floats(n);                            \
-    twin(y, __VA_ARGS__, n, dt);                             \
-    pack_dense(out16, y, n, dt)
+// ---- activations: n dense values, packed ones widened into the scratch around the twins
+
+static void unpack_dense(float* x, const void* src, size_t n, rt_dtype dt) {
+    const uint16_t* s = src;
+    for (size_t i = 0; i < n; i++) x[i] = rt_bits16_to_f32_inl(s[i], dt);
+}
 
 static void pack_dense(void* dst, const float* x, size_t n, rt_dtype dt) {
     uint16_t* d = dst;
     for (size_t i = 0; i < n; i++) d[i] = rt_bits16_from_f32_inl(x[i], dt);
 }
 
-void rt_gelu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
-    PACKED_ELEMENTWISE("rt_gelu_packed_forward", rt_gelu_forward, inp);
+// The fp32 view of the k-th n-value slot of the scratch s: p itself, or p widened there.
+static const float* dense_operand(float* s, int k, const void* p, size_t n, int packed, rt_dtype dt) {
+    if (!packed) return p;
+    unpack_dense(s + (size_t)k * n, p, n, dt);
+    return s + (size_t)k * n;
 }
 
-void rt_relu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
-    PACKED_ELEMENTWISE("rt_relu_packed_forward", rt_relu_forward, inp);
+#define PACKED_ACTIVATION(name)                                                                \
+    void rt_##name##_packed_forward(void* out, const void* inp, size_t n, int packed,          \
+                                    rt_dtype dt) {                                             \
+        RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_forward");                                \
+        if (n == 0) return;                                                                    \
+        float* s = scratch_floats(2 * n);                                                      \
+        const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);              \
+        float* y = packed & RT_PACKED_OUT ? s + n : out;                                       \
+        rt_##name##_forward(y, x, n, dt);                                                      \
+        if (packed & RT_PACKED_OUT) pack_dense(out, y, n, dt);                                 \
+    }                                                                                          \
+    void rt_##name##_packed_backward(float* dinp, const float* dout, const void* inp, size_t n, \
+                                     int packed, rt_dtype dt, int assign) {                    \
+        RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_backward");                               \
+        if (n == 0) return;                                                                    \
+        const float* x = dense_operand(scratch_floats(n), 0, inp, n, packed & RT_PACKED_INP, dt); \
+        rt_##name##_backward(dinp, dout, x, n, dt, assign);                                    \
+    }
+
+PACKED_ACTIVATION(gelu)
+PACKED_ACTIVATION(relu)
+PACKED_ACTIVATION(silu)
+
+void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
+                              rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_forward");
+    if (n == 0) return;
+    float* s = scratch_floats(3 * n);
+    const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
+    const float* z = dense_operand(s, 1, b, n, packed & RT_PACKED_INP2, dt);
+    float* y = packed & RT_PACKED_OUT ? s + 2 * n : out;
+    rt_swiglu_forward(y, x, z, n, dt);
+    if (packed & RT_PACKED_OUT) pack_dense(out, y, n, dt);
 }
 
-void rt_silu_packed_forward(void* out16, const float* inp, size_t n, rt_dtype dt) {
-    PACKED_ELEMENTWISE("rt_silu_packed_forward", rt_silu_forward, inp);
-}
-
-void rt_swiglu_packed_forward(void* out16, const float* a, const float* b, size_t n, rt_dtype dt) {
-    PACKED_ELEMENTWISE("rt_swiglu_packed_forward", rt_swiglu_forward, a, b);
+void rt_swiglu_packed_backward(float* da, float* db, const float* dout, const void* a,
+                               const void* b, size_t n, int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
+    if (n == 0) return;
+    float* s = scratch_floats(2 * n);
+    const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
+    const float* z = dense_operand(s, 1, b, n, packed & RT_PACKED_INP2, dt);
+    rt_swiglu_backward(da, db, dout, x, z, n, dt, assign);
 }
