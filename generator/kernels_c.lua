@@ -133,15 +133,17 @@ local function packed_bits(out_packed, op)
   return #bits > 0 and table.concat(bits, " | ") or nil
 end
 
+-- The call rt_<k>_<dir>(args, dt[, as]), or its packed twin's with the packed bits before dt.
+local function kcall(k, dir, args, packed, dt, as)
+  local tail = (packed and packed .. ", " or "") .. dt .. (as and ", " .. as or "")
+  return { string.format("rt_%s_%s%s(%s, %s);", k, packed and "packed_" or "", dir, args, tail) }
+end
+
 function forward.linear(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
-  local packed = packed_bits(op.outs[1].packed, op)
-  if packed then
-    return { string.format("rt_linear_packed_forward(%s, %s, %s, %s, %d, %d, %d, %s, %s);", out, c.val(x), c.val(w),
-      b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], packed, dt) }
-  end
-  return { string.format("rt_linear_forward(%s, %s, %s, %s, %d, %d, %d, %s);", out, c.val(x), c.val(w),
-    b and c.val(b) or "NULL", rows(x), w.shape[2], w.shape[1], dt) }
+  local args = string.format("%s, %s, %s, %s, %d, %d, %d", out, c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x),
+    w.shape[2], w.shape[1])
+  return kcall("linear", "forward", args, packed_bits(op.outs[1].packed, op), dt)
 end
 
 function forward.embedding(op, c, out)
@@ -160,36 +162,29 @@ local function packed_infix(op) return op.outs[1].packed and "packed_" or "" end
 function forward.layer_norm(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local mean, rstd = c.stats(op)
-  return { string.format("rt_layernorm_%sforward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out, mean, rstd,
-    c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x), last(x), fmt_float(op.attrs.eps or 1e-5), dt) }
+  return { string.format("rt_layernorm_%sforward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out,
+    mean, rstd, c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x), last(x), fmt_float(op.attrs.eps or 1e-5), dt) }
 end
 
 function forward.rms_norm(op, c, out, dt)
   local x, w = op.ins[1], op.ins[2]
   local rstd = c.stats(op)
-  return { string.format("rt_rmsnorm_%sforward(%s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out, rstd, c.val(x),
-    c.val(w), rows(x), last(x), fmt_float(op.attrs.eps or 1e-6), dt) }
+  return { string.format("rt_rmsnorm_%sforward(%s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out, rstd,
+    c.val(x), c.val(w), rows(x), last(x), fmt_float(op.attrs.eps or 1e-6), dt) }
 end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
   forward[k] = function(op, c, out, dt)
     local x = op.ins[1]
-    local packed = packed_bits(op.outs[1].packed, op)
-    if packed then
-      return { string.format("rt_%s_packed_forward(%s, %s, %d, %s, %s);", k, out, c.val(x), numel(x), packed, dt) }
-    end
-    return { string.format("rt_%s_forward(%s, %s, %d, %s);", k, out, c.val(x), numel(x), dt) }
+    return kcall(k, "forward", string.format("%s, %s, %d", out, c.val(x), numel(x)), packed_bits(op.outs[1].packed, op),
+      dt)
   end
 end
 
 function forward.swiglu(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
-  local packed = packed_bits(op.outs[1].packed, op)
-  if packed then
-    return { string.format("rt_swiglu_packed_forward(%s, %s, %s, %d, %s, %s);", out, c.val(a), c.val(b), numel(a),
-      packed, dt) }
-  end
-  return { string.format("rt_swiglu_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
+  local args = string.format("%s, %s, %s, %d", out, c.val(a), c.val(b), numel(a))
+  return kcall("swiglu", "forward", args, packed_bits(op.outs[1].packed, op), dt)
 end
 
 function forward.add(op, c, out, dt)
@@ -270,9 +265,7 @@ function backward.linear(op, c, dt, as)
   local y = op.outs[1]
   local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d", c.grad(x), c.grad(w), b and c.grad(b) or "NULL",
     c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1])
-  local packed = packed_bits(y.grad_packed, op)
-  if packed then return { string.format("rt_linear_packed_backward(%s, %s, %s, %s);", args, packed, dt, as) } end
-  return { string.format("rt_linear_backward(%s, %s, %s);", args, dt, as) }
+  return kcall("linear", "backward", args, packed_bits(y.grad_packed, op), dt, as)
 end
 
 function backward.embedding(op, c)
@@ -300,9 +293,7 @@ for _, k in ipairs({ "relu", "gelu", "silu" }) do
   backward[k] = function(op, c, dt, as)
     local x = op.ins[1]
     local args = string.format("%s, %s, %s, %d", c.grad(x), c.dout(op.outs[1]), c.val(x), numel(x))
-    local packed = packed_bits(false, op)
-    if packed then return { string.format("rt_%s_packed_backward(%s, %s, %s, %s);", k, args, packed, dt, as) } end
-    return { string.format("rt_%s_backward(%s, %s, %s);", k, args, dt, as) }
+    return kcall(k, "backward", args, packed_bits(false, op), dt, as)
   end
 end
 
@@ -312,9 +303,7 @@ for _, k in ipairs({ "swiglu", "mul" }) do
     local a, b = op.ins[1], op.ins[2]
     local args = string.format("%s, %s, %s, %s, %s, %d", c.grad(a), c.grad(b), c.dout(op.outs[1]), c.val(a), c.val(b),
       numel(a))
-    local packed = packed_bits(false, op)  -- swiglu only (memory.lua)
-    if packed then return { string.format("rt_%s_packed_backward(%s, %s, %s, %s);", k, args, packed, dt, as) } end
-    return { string.format("rt_%s_backward(%s, %s, %s);", k, args, dt, as) }
+    return kcall(k, "backward", args, packed_bits(false, op), dt, as)  -- packed: swiglu only (memory.lua)
   end
 end
 

@@ -40,9 +40,8 @@ end
 -- memory. A recomputed cast is a view when its original is.
 function M.is_view(op) return (op.original or op).view == true end
 
--- A view cast also records `sole_reader`, the one op that reads its output, if there is one:
--- then that op's backward is the only contribution to the shared gradient buffer.
-local function mark_view_casts(graph)
+-- The ops that read each tensor, in graph order.
+local function readers_of(graph)
   local readers = {}
   for _, op in ipairs(graph.ops) do
     for _, t in ipairs(op.ins) do
@@ -50,6 +49,13 @@ local function mark_view_casts(graph)
       readers[t][#readers[t] + 1] = op
     end
   end
+  return readers
+end
+
+-- A view cast also records `sole_reader`, the one op that reads its output, if there is one:
+-- then that op's backward is the only contribution to the shared gradient buffer.
+local function mark_view_casts(graph)
+  local readers = readers_of(graph)
   for _, op in ipairs(graph.ops) do
     local x, rs = op.ins[1], readers[op.outs[1]] or {}
     if op.kind == "cast" and op.outs[1].dtype == "fp32" and #(readers[x] or {}) == 1 then
@@ -113,13 +119,7 @@ local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = 
 --     and backward, and a linear's output is not widened. Only the value is packed; its
 --     last dimension is a multiple of 8 (dense rows). Checkpointed regions keep fp32 storage.
 local function mark_packed_activations(graph)
-  local readers = {}
-  for _, op in ipairs(graph.ops) do
-    for _, t in ipairs(op.ins) do
-      readers[t] = readers[t] or {}
-      readers[t][#readers[t] + 1] = op
-    end
-  end
+  local readers = readers_of(graph)
   for _, op in ipairs(graph.ops) do
     local y, rs = op.outs[1], readers[op.outs[1]] or {}
     local ok = PACKED_OUT[op.kind] and not op.region and sixteen(y) and inputs_have_dtype(op, y)

@@ -207,7 +207,6 @@ void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const 
                                const void* inp, const float* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK(!dbias || !(packed & RT_PACKED_OUT), "dbias needs an fp32-storage dout",
-              "rt_linear_packed_backward with dbias and a packed dout");
+    RT_KCHECK_PACKED_DBIAS(dbias, packed, "rt_linear_packed_backward");
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign);
 }

@@ -45,6 +45,11 @@
     RT_KCHECK((C) % 8 == 0, "a packed output's rows are dense: C a multiple of 8",        \
               "%s with C = %d", kernel, (int)(C))
 
+// A packed linear's dbias is the column sums of an fp32-storage dout.
+#define RT_KCHECK_PACKED_DBIAS(dbias, packed, kernel)                                     \
+    RT_KCHECK(!(dbias) || !((packed) & RT_PACKED_OUT), "dbias needs an fp32-storage dout", \
+              "%s with dbias and a packed dout", kernel)
+
 // Lowmem attention backward: gradient outputs that are one buffer take both contributions
 // in separate stores (the CUDA kernels write dQ and dK/dV in two launches), so they cannot
 // be rounded to a 16-bit dt at their store.

@@ -91,8 +91,7 @@ void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const 
                                const void* inp, const float* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK(!dbias || !(packed & RT_PACKED_OUT), "dbias needs an fp32-storage dout",
-              "rt_linear_packed_backward with dbias and a packed dout");
+    RT_KCHECK_PACKED_DBIAS(dbias, packed, "rt_linear_packed_backward");
     const size_t nd = elems(N, OC);
     float* s = scratch_floats(nd + elems(N, C));
     const float* d = operand(s, dout, N, OC, packed & RT_PACKED_OUT, dt);
