@@ -141,15 +141,27 @@ static bool linear_backward_empty(float* dinp, float* dweight, int N, int C, int
     return N <= 0 || OC <= 0 || C <= 0;
 }
 
-// The 16-bit backward, either operand packed or not (rt_linear_packed_backward's
-// contract; no checks here): dout is narrowed once for both products unless packed.
+// The backward of both entry points (no checks here; packed is 0 for RT_F32): the
+// degenerate shapes and dbias, then fp32 GEMMs, or the 16-bit products with dout narrowed
+// once for both unless it is packed (as inp may be: rt_linear_packed_backward's contract).
 static void linear_backward_any(float* dinp, float* dweight, float* dbias, const void* dout,
                                 const void* inp, const float* weight, int N, int C, int OC,
                                 int packed, rt_dtype dt, int assign) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
+    const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const bool done = linear_backward_empty(dinp, dweight, N, C, OC, as, as_w);
     if (dbias && N > 0 && OC > 0) rtc_colsum_acc(dbias, (const float*)dout, N, OC);
     if (done || (!dinp && !dweight)) return;
+    if (dt == RT_F32) {
+        const float *d = (const float*)dout, *x = (const float*)inp;
+        if (dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
+            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, d, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
+            rtc_round_buf(dinp, (size_t)N * C, dt);
+        }
+        if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
+            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, d, OC, x, C, beta_w, dweight, C, dt);
+        return;
+    }
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
     const size_t nd = pd ? 0 : rtc_elems16(N, OC);
     char* s = (char*)rtc_operand_scratch(
@@ -157,27 +169,14 @@ static void linear_backward_any(float* dinp, float* dweight, float* dbias, const
     const rtc_operand16 d16 = pd ? rtc_operand16{dout, rtc_ld16(OC)}
                                  : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
     linear_backward16(dinp, dweight, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL, weight,
-                      N, C, OC, dt, as, as_w ? 0.0f : 1.0f);
+                      N, C, OC, dt, as, beta_w);
 }
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
-    if (dt != RT_F32) {
-        linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign);
-        return;
-    }
-    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
-    const bool done = linear_backward_empty(dinp, dweight, N, C, OC, as, as_w);
-    if (dbias && N > 0 && OC > 0) rtc_colsum_acc(dbias, dout, N, OC);
-    if (done || (!dinp && !dweight)) return;
-    if (dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
-        rtc_gemm_rm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
-        rtc_round_buf(dinp, (size_t)N * C, dt);
-    }
-    if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-        rtc_gemm_rm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, as_w ? 0.0f : 1.0f, dweight, C, dt);
+    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign);
 }
 
 // ----------------------------------------------------------------------------

@@ -203,16 +203,26 @@ static bool ce_no_rows(float* loss, int N, int V) {
     return true;
 }
 
-void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
-                              const int32_t* targets, int N, int V) {
-    if (ce_no_rows(loss, N, V)) return;
+// The loss (and per-row losses, and with dlogits the gradient: ce_forward_kernel) of N, V > 0
+// rows of ld elements of S, in two launches. The partials start at scratch[0], below the
+// count's slot (RTC_RESULT_SLOT + 1, ce_count).
+template <class S>
+static void ce_forward(float* loss, float* losses, S* dlogits, const S* logits, int ld,
+                       const int32_t* targets, const double* count, int N, int V, float dloss,
+                       rt_dtype dt, int as) {
     rtc_ctx* ctx = rtc_get();
     const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
-    ce_forward_kernel<float><<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
-        ctx->scratch, losses, NULL, logits, V, targets, NULL, N, V, 0.0f, RT_F32, 0);
+    ce_forward_kernel<S><<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
+        ctx->scratch, losses, dlogits, logits, ld, targets, count, N, V, dloss, dt, as);
     RTC_CHECK_LAUNCH(ce_forward_kernel);
     ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
     RTC_CHECK_LAUNCH(ce_final_kernel);
+}
+
+void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
+                              const int32_t* targets, int N, int V) {
+    if (ce_no_rows(loss, N, V)) return;
+    ce_forward<float>(loss, losses, NULL, logits, V, targets, NULL, N, V, 0.0f, RT_F32, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -241,16 +251,9 @@ template <class S>
 static void ce_forward_backward(S* dlogits, float* loss, const S* logits, int ld,
                                 const int32_t* targets, int N, int V, float dloss, rt_dtype dt,
                                 int assign) {
-    rtc_ctx* ctx = rtc_get();
-    const double* count = ce_count(ctx, targets, N, V);
-    const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
-    // the partials start at scratch[0], below the count's slot (RTC_RESULT_SLOT + 1)
-    ce_forward_kernel<S><<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
-        ctx->scratch, NULL, dlogits, logits, ld, targets, count, N, V, dloss, dt,
-        assign & RT_ASSIGN_1);
-    RTC_CHECK_LAUNCH(ce_forward_kernel);
-    ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
-    RTC_CHECK_LAUNCH(ce_final_kernel);
+    const double* count = ce_count(rtc_get(), targets, N, V);
+    ce_forward(loss, NULL, dlogits, logits, ld, targets, count, N, V, dloss, dt,
+               assign & RT_ASSIGN_1);
 }
 
 void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
