@@ -107,17 +107,49 @@ local function mark_packed_logits(steps)
 end
 
 -- The packed kernels (rt_kernels.h "packed 16-bit storage"): the ops that write a packed
--- output, and the input positions that ops read packed.
+-- output, the input positions that ops read packed, the ops whose backward reads a packed
+-- gradient of their output (dout), and the input positions whose gradients ops write packed
+-- (rotary: when it rotates the whole tensor, so its backward assigns all of the gradient).
 local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true,
-  swiglu = true }
-local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true } }
+  swiglu = true, rotary = true, attention = true }
+local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
+  rotary = { true }, attention = { true, true, true } }
+local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
+  attention = true }
+local PACKED_DIN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
+  rotary = function(op)
+    local x = op.ins[1]
+    return { x.shape[#x.shape] == op.attrs.n_heads * op.attrs.head_dim }
+  end }
 
---   * Activations: a linear's, a norm's or an activation's 16-bit output read only where
---     the packed kernels take it (a linear's input, an activation's inputs), by ops of its
---     dtype: a block's attention and MLP inputs, the MLP's hidden activations, the head's
---     input. The GEMMs read its rows in place instead of a copy narrowed in every forward
---     and backward, and a linear's output is not widened. Only the value is packed; its
---     last dimension is a multiple of 8 (dense rows). Checkpointed regions keep fp32 storage.
+-- Whether the gradient of y, read by the ops rs, may be packed: its producer's backward reads
+-- a packed dout and one reader reads it once, where its backward writes a packed gradient.
+local function grad_packable(op, y, rs)
+  if not (PACKED_DOUT[op.kind] and y.requires_grad and #rs == 1) then return false end
+  local r = rs[1]
+  local din = PACKED_DIN[r.kind]
+  if type(din) == "function" then din = din(r) end
+  for j, t in ipairs(r.ins) do
+    if t == y then return (din or {})[j] == true end
+  end
+  return false
+end
+
+--   * Activations: a linear's, a norm's, an activation's, a rotary embedding's or an
+--     attention's 16-bit output read only where the packed kernels take it (a linear's
+--     input, an activation's inputs, a rotary embedding's, attention's q, k, v), by ops of
+--     its dtype: a block's attention and MLP inputs, q, k, v and the attention's output,
+--     the MLP's hidden activations, the head's input. The GEMMs read its rows in place
+--     instead of a copy narrowed in every forward and backward, and a linear's output is
+--     not widened. Its last dimension is a multiple of 8 (dense rows). Checkpointed regions
+--     keep fp32 storage.
+--   * Their gradients, where grad_packable: the one reader's backward assigns the gradient
+--     (its one contribution, to a fresh buffer: rt_kernels.h RT_PACKED_DINP) rounded to the
+--     dtype at the store, and the producer's backward reads it in place (the MLP's hidden
+--     gradients, q's and k's before the rotary embeddings, the attention output's: no
+--     widening of a GEMM's dinp, no narrowing for the next GEMM, half the bytes for the
+--     kernels between). An attention's output is packed only with its gradient (its
+--     backward reads both for D = rowsum(dout * out)).
 local function mark_packed_activations(graph)
   local readers = readers_of(graph)
   for _, op in ipairs(graph.ops) do
@@ -130,7 +162,11 @@ local function mark_packed_activations(graph)
         if t == y then ok = ok and (PACKED_IN[r.kind] or {})[j] == true end
       end
     end
-    if ok then y.packed = true end
+    local grad = ok and grad_packable(op, y, rs)
+    if ok and (grad or op.kind ~= "attention") then
+      y.packed = true
+      y.grad_packed = grad or nil
+    end
   end
 end
 

@@ -2,8 +2,8 @@
 // position embeddings: same contracts and float expressions as
 // runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
 // Forward kernels allow out == inp (no __restrict__ on them). Every value written is
-// rounded to dt at its store (rtc_round_to, rtc_st). GELU, ReLU, SiLU and SwiGLU also read
-// and write packed 16-bit storage (rt_kernels.h "packed 16-bit storage").
+// rounded to dt at its store (rtc_round_to, rtc_st). Every kernel also reads and writes
+// packed 16-bit storage (rt_kernels.h "packed 16-bit storage").
 #include "cuda_common.cuh"
 
 #define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
@@ -17,9 +17,9 @@ __device__ __forceinline__ float rtc_silu_grad(float x) {
     return s * (1.0f + x * (1.0f - s));
 }
 
-// Storage: the forwards' O and I and the backwards' I are float (fp32 storage) or uint16_t
-// (packed 16-bit values of dt, rt_kernels.h "packed 16-bit storage"), read and written with
-// rtc_ld / rtc_st; gradients are fp32 storage.
+// Storage: the forwards' O and I and the backwards' G (dinp), D (dout) and I are float (fp32
+// storage) or uint16_t (packed 16-bit values of dt, rt_kernels.h "packed 16-bit storage"),
+// read and written with rtc_ld / rtc_st.
 
 // ----------------------------------------------------------------------------
 // exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); backward Phi(x) + x * phi(x)
@@ -32,14 +32,14 @@ __global__ void gelu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt)
     }
 }
 
-template <class I>
-__global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+template <class G, class D, class I>
+__global__ void gelu_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout,
                                      const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
     RTC_GRID_STRIDE(i, n) {
         const float x = rtc_ld(inp, i, dt);
         const float cdf = 0.5f * (1.0f + erff(x * RTC_SQRT1_2));
         const float pdf = RTC_INV_SQRT_2PI * expf(-0.5f * x * x);
-        dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i] * (cdf + x * pdf), dt);
+        rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + rtc_ld(dout, i, dt) * (cdf + x * pdf), dt);
     }
 }
 
@@ -54,14 +54,14 @@ __global__ void relu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt)
     }
 }
 
-template <class I>
-__global__ void relu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+template <class G, class D, class I>
+__global__ void relu_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout,
                                      const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
     RTC_GRID_STRIDE(i, n) {
         if (rtc_ld(inp, i, dt) > 0.0f)
-            dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + dout[i], dt);
+            rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + rtc_ld(dout, i, dt), dt);
         else if (as)
-            dinp[i] = 0.0f;
+            rtc_st(dinp, i, 0.0f, dt);
     }
 }
 
@@ -76,17 +76,17 @@ __global__ void silu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt)
     }
 }
 
-template <class I>
-__global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+template <class G, class D, class I>
+__global__ void silu_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout,
                                      const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
     RTC_GRID_STRIDE(i, n) {
-        const float g = dout[i] * rtc_silu_grad(rtc_ld(inp, i, dt));
-        dinp[i] = rtc_round_to(RTC_BASE(dinp[i], as) + g, dt);
+        const float g = rtc_ld(dout, i, dt) * rtc_silu_grad(rtc_ld(inp, i, dt));
+        rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + g, dt);
     }
 }
 
-// The launches of GELU, ReLU and SiLU, for any storage of out and inp (packed: RT_PACKED_OUT,
-// RT_PACKED_INP bits).
+// The launches of GELU, ReLU and SiLU, for any storage of out and inp, and in backward of
+// dinp, dout and inp (packed: the RT_PACKED_* bits).
 #define RTC_ACTIVATION(name)                                                                  \
     static void name##_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt) { \
         rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {                            \
@@ -95,11 +95,15 @@ __global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __re
             });                                                                                \
         });                                                                                    \
     }                                                                                          \
-    static void name##_backward(float* dinp, const float* dout, const void* inp, size_t n,    \
+    static void name##_backward(void* dinp, const void* dout, const void* inp, size_t n,      \
                                 int packed, rt_dtype dt, int assign) {                         \
-        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {                            \
-            RTC_LAUNCH_FLAT(name##_backward_kernel, n, dinp, dout, x, n, dt,                   \
-                            assign & RT_ASSIGN_1);                                             \
+        rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {                          \
+            rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {                       \
+                rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {                    \
+                    RTC_LAUNCH_FLAT(name##_backward_kernel, n, g, d, x, n, dt,                 \
+                                    assign & RT_ASSIGN_1);                                     \
+                });                                                                            \
+            });                                                                                \
         });                                                                                    \
     }                                                                                          \
     void rt_##name##_forward(float* out, const float* inp, size_t n, rt_dtype dt) {            \
@@ -116,9 +120,10 @@ __global__ void silu_backward_kernel(float* __restrict__ dinp, const float* __re
         RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_forward");                                \
         name##_forward(out, inp, n, packed, dt);                                               \
     }                                                                                          \
-    void rt_##name##_packed_backward(float* dinp, const float* dout, const void* inp, size_t n, \
+    void rt_##name##_packed_backward(void* dinp, const void* dout, const void* inp, size_t n,  \
                                      int packed, rt_dtype dt, int assign) {                    \
         RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_backward");                               \
+        RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_" #name "_packed_backward");               \
         name##_backward(dinp, dout, inp, n, packed, dt, assign);                               \
     }
 
@@ -129,8 +134,8 @@ RTC_ACTIVATION(silu)
 // ----------------------------------------------------------------------------
 // SwiGLU gate: out = silu(a) * b; one kernel for both gradients. The intermediates are
 // rounded to dt where separate silu and mul kernels would have rounded their outputs, and
-// out, da, db at their stores. da == db (swiglu(x, x)) gets both contributions, da's
-// first, and one rounding.
+// out, da, db at their stores. da == db (swiglu(x, x); fp32 storage) gets both
+// contributions, da's first, and one rounding.
 
 template <class O, class A, class B>
 __global__ void swiglu_forward_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
@@ -140,30 +145,31 @@ __global__ void swiglu_forward_kernel(O* out, const A* a, const B* b, size_t n, 
     }
 }
 
-template <class A, class B>
-__global__ void swiglu_backward_kernel(float* da, float* db,  // may be one buffer
-                                       const float* __restrict__ dout, const A* __restrict__ a,
+template <class GA, class GB, class D, class A, class B>
+__global__ void swiglu_backward_kernel(GA* da, GB* db,  // may be one buffer
+                                       const D* __restrict__ dout, const A* __restrict__ a,
                                        const B* __restrict__ b, size_t n, rt_dtype dt, int as1,
                                        int as2) {
     RTC_GRID_STRIDE(i, n) {
-        const float x = rtc_ld(a, i, dt), y = rtc_ld(b, i, dt);
-        if (da && da == db) {  // aliased: accumulates whatever the bits say
-            float v = da[i] + rtc_round_to(dout[i] * y, dt) * rtc_silu_grad(x);
-            v += dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt);
-            da[i] = rtc_round_to(v, dt);
+        const float x = rtc_ld(a, i, dt), y = rtc_ld(b, i, dt), d = rtc_ld(dout, i, dt);
+        if (da && (const void*)da == (const void*)db) {  // aliased: adds whatever the bits say
+            float v = rtc_ld(da, i, dt) + rtc_round_to(d * y, dt) * rtc_silu_grad(x);
+            v += d * rtc_round_to(x * rtc_sigmoidf(x), dt);
+            rtc_st(da, i, v, dt);
             continue;
         }
         if (da) {
-            const float g = rtc_round_to(dout[i] * y, dt) * rtc_silu_grad(x);
-            da[i] = rtc_round_to(RTC_BASE(da[i], as1) + g, dt);
+            const float g = rtc_round_to(d * y, dt) * rtc_silu_grad(x);
+            rtc_st(da, i, RTC_BASE(rtc_ld(da, i, dt), as1) + g, dt);
         }
         if (db)
-            db[i] = rtc_round_to(
-                RTC_BASE(db[i], as2) + dout[i] * rtc_round_to(x * rtc_sigmoidf(x), dt), dt);
+            rtc_st(db, i, RTC_BASE(rtc_ld(db, i, dt), as2) + d * rtc_round_to(x * rtc_sigmoidf(x), dt),
+                   dt);
     }
 }
 
-// packed: RT_PACKED_OUT (forward), RT_PACKED_INP (a), RT_PACKED_INP2 (b).
+// packed: RT_PACKED_OUT (out, dout), RT_PACKED_INP (a), RT_PACKED_INP2 (b), RT_PACKED_DINP
+// (da), RT_PACKED_DINP2 (db).
 static void swiglu_forward(void* out, const void* a, const void* b, size_t n, int packed,
                            rt_dtype dt) {
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
@@ -175,13 +181,19 @@ static void swiglu_forward(void* out, const void* a, const void* b, size_t n, in
     });
 }
 
-static void swiglu_backward(float* da, float* db, const float* dout, const void* a,
-                            const void* b, size_t n, int packed, rt_dtype dt, int assign) {
+static void swiglu_backward(void* da, void* db, const void* dout, const void* a, const void* b,
+                            size_t n, int packed, rt_dtype dt, int assign) {
     if (!da && !db) return;
-    rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
-        rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
-            RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, da, db, dout, x, y, n, dt,
-                            assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
+    rtc_with_storage(packed & RT_PACKED_DINP, da, [&](auto ga) {
+        rtc_with_storage(packed & RT_PACKED_DINP2, db, [&](auto gb) {
+            rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+                rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
+                    rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
+                        RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, ga, gb, d, x, y, n, dt,
+                                        assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
+                    });
+                });
+            });
         });
     });
 }
@@ -203,9 +215,11 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
     swiglu_forward(out, a, b, n, packed, dt);
 }
 
-void rt_swiglu_packed_backward(float* da, float* db, const float* dout, const void* a,
+void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_swiglu_packed_backward");
+    RT_KCHECK_PACKED_SWIGLU_ALIAS(da, db, packed);
     swiglu_backward(da, db, dout, a, b, n, packed, dt, assign);
 }
 
@@ -236,7 +250,8 @@ __device__ __forceinline__ void rtc_rope_angles(int t, int HD, float theta, floa
     __syncthreads();
 }
 
-__global__ void rope_forward_kernel(float* out, const float* inp, int B, int T, int NH, int HD,
+template <class O, class I>
+__global__ void rope_forward_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
                                     float theta, rt_dtype dt) {
     const int t = blockIdx.x, half = HD / 2, per_t = NH * half;
     __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
@@ -246,17 +261,18 @@ __global__ void rope_forward_kernel(float* out, const float* inp, int B, int T, 
         for (int q = threadIdx.x; q < per_t; q += blockDim.x) {
             const int i = q % half;
             const size_t p = p0 + q;
-            const float x0 = inp[2 * p], x1 = inp[2 * p + 1];  // read both first: out == inp ok
-            out[2 * p] = rtc_round_to(x0 * cs[i] - x1 * sn[i], dt);
-            out[2 * p + 1] = rtc_round_to(x0 * sn[i] + x1 * cs[i], dt);
+            // read both first: out == inp ok
+            const float x0 = rtc_ld(inp, 2 * p, dt), x1 = rtc_ld(inp, 2 * p + 1, dt);
+            rtc_st(out, 2 * p, x0 * cs[i] - x1 * sn[i], dt);
+            rtc_st(out, 2 * p + 1, x0 * sn[i] + x1 * cs[i], dt);
         }
     }
 }
 
 // backward (accumulating): rotation by -angle
-__global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                     int B, int T, int NH, int HD, float theta, rt_dtype dt,
-                                     int as) {
+template <class G, class D>
+__global__ void rope_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout, int B,
+                                     int T, int NH, int HD, float theta, rt_dtype dt, int as) {
     const int t = blockIdx.x, half = HD / 2, per_t = NH * half;
     __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
     rtc_rope_angles(t, HD, theta, cs, sn);
@@ -265,32 +281,64 @@ __global__ void rope_backward_kernel(float* __restrict__ dinp, const float* __re
         for (int q = threadIdx.x; q < per_t; q += blockDim.x) {
             const int i = q % half;
             const size_t p = p0 + q;
-            const float d0 = dout[2 * p], d1 = dout[2 * p + 1];
-            dinp[2 * p] = rtc_round_to(RTC_BASE(dinp[2 * p], as) + (d0 * cs[i] + d1 * sn[i]), dt);
-            dinp[2 * p + 1] =
-                rtc_round_to(RTC_BASE(dinp[2 * p + 1], as) + (-d0 * sn[i] + d1 * cs[i]), dt);
+            const float d0 = rtc_ld(dout, 2 * p, dt), d1 = rtc_ld(dout, 2 * p + 1, dt);
+            rtc_st(dinp, 2 * p, RTC_BASE(rtc_ld(dinp, 2 * p, dt), as) + (d0 * cs[i] + d1 * sn[i]), dt);
+            rtc_st(dinp, 2 * p + 1,
+                   RTC_BASE(rtc_ld(dinp, 2 * p + 1, dt), as) + (-d0 * sn[i] + d1 * cs[i]), dt);
         }
     }
 }
 
 static dim3 rope_grid(int B, int T) { return dim3((unsigned)T, (unsigned)(B < 32 ? B : 32)); }
 
+// packed: RT_PACKED_OUT (out, dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
+static void rope_forward(void* out, const void* inp, int B, int T, int NH, int HD, float theta,
+                         int packed, rt_dtype dt) {
+    RT_KCHECK_ROPE_HD(HD);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+            rope_forward_kernel<<<rope_grid(B, T), RTC_THREADS, 0, rtc_stream()>>>(o, x, B, T, NH,
+                                                                                   HD, theta, dt);
+            RTC_CHECK_LAUNCH(rope_forward_kernel);
+        });
+    });
+}
+
+static void rope_backward(void* dinp, const void* dout, int B, int T, int NH, int HD, float theta,
+                          int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_ROPE_HD(HD);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
+        rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+            rope_backward_kernel<<<rope_grid(B, T), RTC_THREADS, 0, rtc_stream()>>>(
+                g, d, B, T, NH, HD, theta, dt, assign & RT_ASSIGN_1);
+            RTC_CHECK_LAUNCH(rope_backward_kernel);
+        });
+    });
+}
+
 void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
                      rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_rope_forward");
-    RT_KCHECK_ROPE_HD(HD);
-    if (B <= 0 || T <= 0 || NH <= 0) return;
-    rope_forward_kernel<<<rope_grid(B, T), RTC_THREADS, 0, rtc_stream()>>>(out, inp, B, T, NH,
-                                                                           HD, theta, dt);
-    RTC_CHECK_LAUNCH(rope_forward_kernel);
+    rope_forward(out, inp, B, T, NH, HD, theta, 0, dt);
 }
 
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
                       float theta, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_rope_backward");
-    RT_KCHECK_ROPE_HD(HD);
-    if (B <= 0 || T <= 0 || NH <= 0) return;
-    rope_backward_kernel<<<rope_grid(B, T), RTC_THREADS, 0, rtc_stream()>>>(
-        dinp, dout, B, T, NH, HD, theta, dt, assign & RT_ASSIGN_1);
-    RTC_CHECK_LAUNCH(rope_backward_kernel);
+    rope_backward(dinp, dout, B, T, NH, HD, theta, 0, dt, assign);
+}
+
+void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
+                            float theta, int packed, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_forward");
+    rope_forward(out, inp, B, T, NH, HD, theta, packed, dt);
+}
+
+void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
+                             float theta, int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_backward");
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_rope_packed_backward");
+    rope_backward(dinp, dout, B, T, NH, HD, theta, packed, dt, assign);
 }

@@ -12,7 +12,9 @@
 //     (flash_attention.cuh), the reference path.
 // Both write the same stats (m, 1/l), so either backward accepts either forward's stats,
 // and both store each element of out, dq, dk and dv once, rounded to dt there (and dq, dk,
-// dv added to or assigned), so rounding and assigning cost no pass of their own.
+// dv added to or assigned), so rounding and assigning cost no pass of their own. The
+// packed entry points (rt_kernels.h "packed 16-bit storage") hand the tensor-core kernels
+// packed q, k, v, out and dout in place of 16-bit copies.
 //
 // probs variant: the straightforward algorithm of runtime/kernels/cpu/attention.c, one
 // (batch, head) at a time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax
@@ -209,8 +211,7 @@ static bool use_tensor_cores(rt_dtype prec, rt_dtype dt, int HD) {
     return prec != RT_F32 && rtc_fa_tc_hdp(HD) != 0 && (dt == RT_F32 || dt == prec);
 }
 
-static rtc_fa_args flash_args(const float* q, const float* k, const float* v, int B, int T,
-                              int NH, int NKV, int HD, int causal) {
+static rtc_fa_args flash_args(int B, int T, int NH, int NKV, int HD, int causal) {
     attention_check(NH, NKV, HD);
     RT_KCHECK(rtc_fa_hdp(HD) != 0, "use the probs variant (rt_attention_forward) for larger heads",
               "CUDA flash attention supports head dims up to %d, got %d", RTC_FA_MAX_HD, HD);
@@ -218,77 +219,157 @@ static rtc_fa_args flash_args(const float* q, const float* k, const float* v, in
               "CUDA flash attention with T = %d", T);
     rtc_fa_args a;
     memset(&a, 0, sizeof a);
-    a.q = q, a.k = k, a.v = v;
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
     a.scale = rt_attention_scale(HD);
     return a;
 }
 
-// q, k, v (and dout when it is not NULL) narrowed into dense 16-bit copies of prec's type
-// in the operand scratch, for the tensor-core kernels' cp.async tile loads (2 bytes an
-// element instead of 4, no conversion on the way into shared memory). Rows of NH*HD or
-// NKV*HD elements, multiples of 16: rtc_narrow adds no padding.
-static void narrow_operands(rtc_fa_args& a, const float* dout, rt_dtype prec) {
+// The tensor-core kernels' 16-bit operands: q, k, v (and dout when it is not NULL) as they
+// are when packed (the RT_PACKED_INP, _INP2, _INP3, _OUT bits), else narrowed into dense
+// 16-bit copies of prec's type in the operand scratch, for the kernels' cp.async tile loads
+// (2 bytes an element instead of 4, no conversion on the way into shared memory). Rows of
+// NH*HD or NKV*HD elements, multiples of 16: rtc_narrow adds no padding.
+static void operands16(rtc_fa_args& a, const void* q, const void* k, const void* v,
+                       const void* dout, int packed, rt_dtype prec) {
     const int rows = a.B * a.T, cq = a.NH * a.HD, ck = a.NKV * a.HD;
+    const bool pq = packed & RT_PACKED_INP, pk = packed & RT_PACKED_INP2,
+               pv = packed & RT_PACKED_INP3, pd = packed & RT_PACKED_OUT;
     const size_t nq = rtc_elems16(rows, cq), nk = rtc_elems16(rows, ck);
-    char* s = (char*)rtc_operand_scratch(((dout ? 2 : 1) * nq + 2 * nk) * 2);
-    a.q16 = rtc_narrow(s, a.q, rows, cq, cq, prec).p;
-    a.k16 = rtc_narrow(s + nq * 2, a.k, rows, ck, ck, prec).p;
-    a.v16 = rtc_narrow(s + (nq + nk) * 2, a.v, rows, ck, ck, prec).p;
-    if (dout) a.dout16 = rtc_narrow(s + (nq + 2 * nk) * 2, dout, rows, cq, cq, prec).p;
+    char* s = (char*)rtc_operand_scratch(
+        ((pq ? 0 : nq) + (pk ? 0 : nk) + (pv ? 0 : nk) + (dout && !pd ? nq : 0)) * 2);
+    auto operand = [&](const void* x, bool p, int cols, size_t n) -> const void* {
+        if (p) return x;
+        const void* c = rtc_narrow(s, (const float*)x, rows, cols, cols, prec).p;
+        s += n * 2;
+        return c;
+    };
+    a.q16 = operand(q, pq, cq, nq);
+    a.k16 = operand(k, pk, ck, nk);
+    a.v16 = operand(v, pv, ck, nk);
+    if (dout) a.dout16 = operand(dout, pd, cq, nq);
 }
 
-// The scratch is not used: tiles live in shared memory (the tensor-core kernels' 16-bit
-// copies in the operand scratch).
+// The fp32 kernels' operand: x itself, or its packed values widened at *s (advanced), in
+// the operand scratch.
+static const float* widened(float** s, const void* x, bool packed, int rows, int cols,
+                            rt_dtype dt) {
+    if (!packed) return (const float*)x;
+    float* w = *s;
+    rtc_widen(w, x, rows, cols, cols, dt);
+    *s += (size_t)rows * cols;
+    return w;
+}
+
+// The forward of both entry points (packed 0: fp32 storage; rt_kernels.h "packed 16-bit
+// storage"). The tensor-core kernels read packed q, k, v in place of their narrowed copies
+// and write a packed out in place of out's rounded floats; the fp32 kernels (head dims the
+// tensor cores do not take) run on packed operands widened into the operand scratch. The
+// scratch is not used: tiles live in shared memory.
+static void lowmem_forward(void* out, float* stats, const void* q, const void* k, const void* v,
+                           int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
+                           int packed, rt_dtype dt) {
+    rtc_fa_args a = flash_args(B, T, NH, NKV, HD, causal);
+    const bool tc = use_tensor_cores(prec, dt, HD), po = packed & RT_PACKED_OUT;
+    if (B <= 0 || T <= 0) return;
+    a.dt = dt;
+    a.stats = stats;
+    rtc_fa_launcher launch = {rtc_stream()};
+    if (tc) {  // then prec is dt, the packed values' type
+        a.out = po ? NULL : (float*)out;
+        a.out16 = po ? out : NULL;
+        operands16(a, q, k, v, NULL, packed, prec);
+        if (prec == RT_BF16) rtc_fa_tc_forward<__nv_bfloat16>(launch, a);
+        else rtc_fa_tc_forward<__half>(launch, a);
+        return;
+    }
+    const int rows = B * T, cq = NH * HD, ck = NKV * HD;
+    float* s = packed ? (float*)rtc_operand_scratch((size_t)(2 * cq + 2 * ck) * rows * 4) : NULL;
+    a.q = widened(&s, q, packed & RT_PACKED_INP, rows, cq, dt);
+    a.k = widened(&s, k, packed & RT_PACKED_INP2, rows, ck, dt);
+    a.v = widened(&s, v, packed & RT_PACKED_INP3, rows, ck, dt);
+    a.out = po ? s : (float*)out;
+    rtc_fa_forward(launch, a);
+    if (po) rtc_narrow(out, a.out, rows, cq, cq, dt);
+}
+
+// The kernels' assign bits (rt_kernels.h RT_ASSIGN_1..3 for dq, dk, dv); the bits of
+// outputs that are one buffer are ignored: both contributions add.
+static int attention_assign_bits(const float* dq, const float* dk, const float* dv, int assign) {
+    const bool qk = dq && dq == dk, qv = dq && dq == dv, kv = dk && dk == dv;
+    return ((assign & RT_ASSIGN_1) && !qk && !qv ? RTC_FA_ASSIGN_DQ : 0) |
+           ((assign & RT_ASSIGN_2) && !qk && !kv ? RTC_FA_ASSIGN_DK : 0) |
+           ((assign & RT_ASSIGN_3) && !qv && !kv ? RTC_FA_ASSIGN_DV : 0);
+}
+
+// The backward of both entry points, as lowmem_forward; RT_PACKED_OUT: out and dout packed
+// (D reads them in place). The scratch holds D [B,NH,T] (rt_attention_lowmem_scratch_floats
+// >= B*NH*T).
+static void lowmem_backward(float* dq, float* dk, float* dv, float* scratch, const void* dout,
+                            const void* out, const void* q, const void* k, const void* v,
+                            const float* stats, int B, int T, int NH, int NKV, int HD, int causal,
+                            rt_dtype prec, int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
+    rtc_fa_args a = flash_args(B, T, NH, NKV, HD, causal);
+    const bool tc = use_tensor_cores(prec, dt, HD), po = packed & RT_PACKED_OUT;
+    if (B <= 0 || T <= 0 || (!dq && !dk && !dv)) return;
+    a.dt = dt;
+    a.assign = attention_assign_bits(dq, dk, dv, assign);
+    a.dq = dq, a.dk = dk, a.dv = dv;
+    a.stats_in = stats;
+    a.D = scratch;
+    rtc_fa_launcher launch = {rtc_stream()};
+    if (tc) {
+        a.dout = po ? NULL : (const float*)dout;
+        a.out_in = po ? NULL : (const float*)out;
+        a.out16_in = po ? out : NULL;
+        operands16(a, q, k, v, dout, packed, prec);
+        if (prec == RT_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
+        else rtc_fa_tc_backward<__half>(launch, a);
+        return;
+    }
+    const int rows = B * T, cq = NH * HD, ck = NKV * HD;
+    float* s = packed ? (float*)rtc_operand_scratch((size_t)(3 * cq + 2 * ck) * rows * 4) : NULL;
+    a.dout = widened(&s, dout, po, rows, cq, dt);
+    a.out_in = widened(&s, out, po, rows, cq, dt);
+    a.q = widened(&s, q, packed & RT_PACKED_INP, rows, cq, dt);
+    a.k = widened(&s, k, packed & RT_PACKED_INP2, rows, ck, dt);
+    a.v = widened(&s, v, packed & RT_PACKED_INP3, rows, ck, dt);
+    rtc_fa_backward(launch, a);
+}
+
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
                                  int HD, int causal, rt_dtype prec, rt_dtype dt) {
     (void)scratch;
     RT_KCHECK_DT(dt, "rt_attention_lowmem_forward");
-    rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
-    const bool tc = use_tensor_cores(prec, dt, HD);
-    if (B <= 0 || T <= 0) return;
-    a.dt = dt;
-    a.out = out;
-    a.stats = stats;
-    rtc_fa_launcher launch = {rtc_stream()};
-    if (tc) narrow_operands(a, NULL, prec);
-    if (!tc)
-        rtc_fa_forward(launch, a);
-    else if (prec == RT_BF16)
-        rtc_fa_tc_forward<__nv_bfloat16>(launch, a);
-    else
-        rtc_fa_tc_forward<__half>(launch, a);
+    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, 0, dt);
 }
 
-// The scratch holds D [B,NH,T] (rt_attention_lowmem_scratch_floats >= B*NH*T).
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
                                   const float* dout, const float* out, const float* q,
                                   const float* k, const float* v, const float* stats, int B,
                                   int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
                                   rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
-    RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
-    const bool qk = dq && dq == dk, qv = dq && dq == dv, kv = dk && dk == dv;
-    rtc_fa_args a = flash_args(q, k, v, B, T, NH, NKV, HD, causal);
-    const bool tc = use_tensor_cores(prec, dt, HD);
-    if (B <= 0 || T <= 0) return;
-    a.dt = dt;
-    // the bits of outputs that are one buffer are ignored: both contributions add
-    a.assign = ((assign & RT_ASSIGN_1) && !qk && !qv ? RTC_FA_ASSIGN_DQ : 0) |
-               ((assign & RT_ASSIGN_2) && !qk && !kv ? RTC_FA_ASSIGN_DK : 0) |
-               ((assign & RT_ASSIGN_3) && !qv && !kv ? RTC_FA_ASSIGN_DV : 0);
-    a.dq = dq, a.dk = dk, a.dv = dv;
-    a.dout = dout;
-    a.out_in = out;
-    a.stats_in = stats;
-    a.D = scratch;
-    rtc_fa_launcher launch = {rtc_stream()};
-    if (tc && (dq || dk || dv)) narrow_operands(a, dout, prec);
-    if (!tc)
-        rtc_fa_backward(launch, a);
-    else if (prec == RT_BF16)
-        rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
-    else
-        rtc_fa_tc_backward<__half>(launch, a);
+    lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
+                    0, dt, assign);
+}
+
+void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
+                                        const void* k, const void* v, int B, int T, int NH,
+                                        int NKV, int HD, int causal, rt_dtype prec, int packed,
+                                        rt_dtype dt) {
+    (void)scratch;
+    RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_forward");
+    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, packed, dt);
+}
+
+void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float* scratch,
+                                         const void* dout, const void* out, const void* q,
+                                         const void* k, const void* v, const float* stats, int B,
+                                         int T, int NH, int NKV, int HD, int causal,
+                                         rt_dtype prec, int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_backward");
+    lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
+                    packed, dt, assign);
 }

@@ -268,7 +268,7 @@ static void widen_rows(float* dst, const T* src, int rows, int cols, int lds) {
     }
 }
 
-static void widen(float* dst, const void* src, int rows, int cols, int lds, rt_dtype prec) {
+void rtc_widen(float* dst, const void* src, int rows, int cols, int lds, rt_dtype prec) {
     if (rows <= 0 || cols <= 0) return;
     if (prec == RT_BF16) widen_rows(dst, (const __nv_bfloat16*)src, rows, cols, lds);
     else widen_rows(dst, (const __half*)src, rows, cols, lds);
@@ -335,7 +335,7 @@ void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
     const int ldt = rtc_ld16(N);
     if (bias16) gemm16_bias(ta, tb, M, ldt, K, A, B, bias16, T, prec);
     else gemm16(ta, tb, M, ldt, K, 1.0f, A, B, 0.0f, T, 1, ldt, prec);
-    if (C) widen(C, T, M, N, ldt, prec);
+    if (C) rtc_widen(C, T, M, N, ldt, prec);
 }
 
 // ---- GEMM -------------------------------------------------------------------------------

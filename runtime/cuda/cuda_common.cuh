@@ -265,8 +265,8 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 // LM head (16384 x 768 x 50257) ran at about 120 TFLOP/s. C is not rounded (the linear
 // kernels round it after, or use rtc_gemm16_rounded).
 // TODO(issue 5): 16-bit storage of the compute buffers not yet packed (rt_kernels.h "packed
-// 16-bit storage": logits and linears' inputs are) would drop the other narrowing copies and
-// the widening of rounded outputs.
+// 16-bit storage": the residual stream, most gradients, the unsharded parameters) would
+// drop the other narrowing copies and the widening of rounded outputs.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec);
 
@@ -286,6 +286,8 @@ void* rtc_operand_scratch(size_t bytes);
 // Narrows src (row stride ld) into dst, which holds rtc_elems16(rows, cols) elements; the
 // padding columns are zeros.
 rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld, rt_dtype prec);
+// dst[rows, cols] (row stride cols) = src's rows (stride lds) of prec's 16-bit type widened.
+void rtc_widen(float* dst, const void* src, int rows, int cols, int lds, rt_dtype prec);
 // Zeros rows [from, to) of o (rows a copy was allocated beyond those narrowed into it).
 void rtc_zero_rows16(rtc_operand16 o, int from, int to);
 // rtc_gemm_rm on narrowed operands (prec RT_BF16 / RT_F16), fp32 C.

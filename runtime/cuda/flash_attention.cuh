@@ -55,8 +55,13 @@ typedef struct {
     float *out, *stats, *D, *dq, *dk, *dv;
     const float* stats_in;
     // the tensor-core kernels' operands (flash_attention_tc.cuh): q, k, v, dout narrowed to
-    // their 16-bit type, dense in the same layout (dout16 for backward only)
+    // their 16-bit type, dense in the same layout (dout16 for backward only), or packed
+    // (rt_kernels.h "packed 16-bit storage")
     const void *q16, *k16, *v16, *dout16;
+    // packed 16-bit storage of dt: the tensor-core forward writes out16 when it is set
+    // (out is then NULL); D reads out16_in when out_in is NULL, dout16 when dout is NULL
+    void* out16;
+    const void* out16_in;
     int B, T, NH, NKV, HD, causal;
     float scale;  // 1/sqrt(HD), as the CPU kernel rounds it
     rt_dtype dt;  // out, dq, dk, dv rounded to it at their one store (RT_F32: not rounded)
@@ -240,6 +245,11 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_forward_kernel(rtc_fa_args a
 
 #define RTC_FA_DOT_LANES 8
 
+// Element j of f, or (f NULL) of h's packed 16-bit values of dt.
+__device__ __forceinline__ float rtc_fa_ld(const float* f, const void* h, size_t j, rt_dtype dt) {
+    return f ? f[j] : rt_bits16_to_f32_inl(((const uint16_t*)h)[j], dt);
+}
+
 __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dot_kernel(rtc_fa_args a) {
     RTC_FA_SMEM(sm);
     double* part = (double*)sm;  // RTC_FA_NT partial sums
@@ -249,9 +259,10 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dot_kernel(rtc_fa_args a) {
         const size_t i = r0 + threadIdx.x / RTC_FA_DOT_LANES;
         double acc = 0.0;
         if (i < rows) {
-            const float* x = a.dout + i * a.HD;
-            const float* y = a.out_in + i * a.HD;
-            for (int d = lane; d < a.HD; d += RTC_FA_DOT_LANES) acc += (double)x[d] * y[d];
+            const size_t e0 = i * a.HD;
+            for (int d = lane; d < a.HD; d += RTC_FA_DOT_LANES)
+                acc += (double)rtc_fa_ld(a.dout, a.dout16, e0 + d, a.dt) *
+                       rtc_fa_ld(a.out_in, a.out16_in, e0 + d, a.dt);
         }
         part[threadIdx.x] = acc;
         __syncthreads();

@@ -626,20 +626,25 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
         }
         __syncthreads();  // every reader of buffer j % 2 is done before tile j + 2 lands there
     }
-    float* og = a.out + (size_t)b * T * ldq + (size_t)h * HD;
+    const size_t o0 = (size_t)b * T * ldq + (size_t)h * HD;  // out's (b, 0, h, 0)
     const bool rnd = a.dt != RT_F32;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float lr = rtc_tc_group_sum(l[r]);
         const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;  // l >= 1 for every row inside T
         if (tq[r] < T) {
-            float* orow = og + (size_t)tq[r] * ldq + 2 * t;
+            const size_t e0 = o0 + (size_t)tq[r] * ldq + 2 * t;
 #pragma unroll
             for (int d = 0; d < ND; d++) {
                 if (d < nd) {
                     const float x0 = o[d][2 * r] * inv, x1 = o[d][2 * r + 1] * inv;
-                    orow[8 * d] = rnd ? rtc_tc_round<E>(x0) : x0;
-                    orow[8 * d + 1] = rnd ? rtc_tc_round<E>(x1) : x1;
+                    if (a.out16) {  // packed: E is dt's type
+                        ((E*)a.out16)[e0 + 8 * d] = rtc_tc_narrow<E>(x0);
+                        ((E*)a.out16)[e0 + 8 * d + 1] = rtc_tc_narrow<E>(x1);
+                    } else {
+                        a.out[e0 + 8 * d] = rnd ? rtc_tc_round<E>(x0) : x0;
+                        a.out[e0 + 8 * d + 1] = rnd ? rtc_tc_round<E>(x1) : x1;
+                    }
                 }
             }
             if (t == 0) {

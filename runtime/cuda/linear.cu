@@ -19,16 +19,25 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt) {
 
 // ----------------------------------------------------------------------------
 // column sums: db[c] += sum over rows of d[r, c], in double (as the CPU kernels), in row
-// chunks (column_sums.cuh)
+// chunks (column_sums.cuh); d's rows are ld long, float or packed (uint16_t) storage
 
+template <class S>
 struct colsum_term {
-    const float* d;
-    int C;
-    __device__ void operator()(int r, int c, double* acc) const { acc[0] += d[(size_t)r * C + c]; }
+    const S* d;
+    int ld;
+    rt_dtype dt;
+    __device__ void operator()(int r, int c, double* acc) const {
+        acc[0] += rtc_ld(d, (size_t)r * ld + c, dt);
+    }
 };
 
+template <class S>
+static void colsum_acc(float* db, const S* d, int rows, int cols, int ld, rt_dtype dt) {
+    rtc_column_sums<1>(db, (float*)NULL, colsum_term<S>{d, ld, dt}, rows, cols);
+}
+
 void rtc_colsum_acc(float* db, const float* d, int rows, int cols) {
-    rtc_column_sums<1>(db, (float*)NULL, colsum_term{d, cols}, rows, cols);
+    colsum_acc(db, d, rows, cols, cols, RT_F32);
 }
 
 // ----------------------------------------------------------------------------
@@ -97,11 +106,13 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 // linear backward (accumulating, or assigning dinp and dweight by their bits): dinp += dout·W,
 // dW += dout^T·inp, dbias += colsum(dout)
 
-// 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input).
-static size_t linear_backward16_elems(const float* dinp, const float* dweight, bool packed_inp,
-                                      int N, int C, int OC, int as) {
+// 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input,
+// no block for a packed dinp's product).
+static size_t linear_backward16_elems(const void* dinp, const float* dweight, bool packed_inp,
+                                      bool packed_dinp, int N, int C, int OC, int as) {
     return (dinp ? rtc_elems16(rtc_ld16(OC), C) : 0) +
-           (dweight && !packed_inp ? rtc_elems16(N, C) : 0) + (dinp && as ? rtc_elems16(N, C) : 0);
+           (dweight && !packed_inp ? rtc_elems16(N, C) : 0) +
+           (dinp && as && !packed_dinp ? rtc_elems16(N, C) : 0);
 }
 
 // The 16-bit products of the backward from dout's 16-bit rows d16 (rtc_ld16(OC) long, zero
@@ -110,8 +121,8 @@ static size_t linear_backward16_elems(const float* dinp, const float* dweight, b
 // sums run over OC rounded up to 8 (dout's zero padding times the weight copy's zero rows:
 // an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an
 // assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
-// linear_forward16's output).
-static void linear_backward16(float* dinp, float* dweight, rtc_operand16 d16, char* s,
+// linear_forward16's output), or left there when it is packed (pg: always assigned).
+static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16 d16, char* s,
                               const float* inp, const void* x16p, const float* weight, int N,
                               int C, int OC, rt_dtype dt, int as, float beta_w) {
     const int OCp = rtc_ld16(OC);
@@ -119,11 +130,13 @@ static void linear_backward16(float* dinp, float* dweight, rtc_operand16 d16, ch
     if (dinp) {
         const rtc_operand16 w16 = rtc_narrow(s, weight, OC, C, C, dt);
         rtc_zero_rows16(w16, OC, OCp);
-        if (as) {
-            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, dinp, dt);
+        if (pg) {
+            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, dinp, NULL, dt);
+        } else if (as) {
+            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, (float*)dinp, dt);
         } else {
-            rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, dinp, C, dt);
-            rtc_round_buf(dinp, (size_t)N * C, dt);
+            rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, (float*)dinp, C, dt);
+            rtc_round_buf((float*)dinp, (size_t)N * C, dt);
         }
     }
     if (dweight) {
@@ -134,42 +147,47 @@ static void linear_backward16(float* dinp, float* dweight, rtc_operand16 d16, ch
 }
 
 // The degenerate shapes' gradients (no terms); returns whether there is nothing more to do.
-static bool linear_backward_empty(float* dinp, float* dweight, int N, int C, int OC, int as,
-                                  int as_w) {
-    if (dinp && as && N > 0 && C > 0 && OC <= 0) rt_zero(dinp, (size_t)N * C);
+// A packed dinp (pg) is zeroed as its rows' bytes: the 16-bit zeros.
+static bool linear_backward_empty(void* dinp, bool pg, float* dweight, int N, int C, int OC,
+                                  int as, int as_w) {
+    if (dinp && as && N > 0 && C > 0 && OC <= 0)
+        rt_zero((float*)dinp, pg ? rtc_elems16(N, C) / 2 : (size_t)N * C);
     if (dweight && as_w && N <= 0 && C > 0 && OC > 0) rt_zero(dweight, (size_t)OC * C);
     return N <= 0 || OC <= 0 || C <= 0;
 }
 
 // The backward of both entry points (no checks here; packed is 0 for RT_F32): the
 // degenerate shapes and dbias, then fp32 GEMMs, or the 16-bit products with dout narrowed
-// once for both unless it is packed (as inp may be: rt_linear_packed_backward's contract).
-static void linear_backward_any(float* dinp, float* dweight, float* dbias, const void* dout,
+// once for both unless it is packed (as inp and dinp may be: rt_linear_packed_backward's
+// contract).
+static void linear_backward_any(void* dinp, float* dweight, float* dbias, const void* dout,
                                 const void* inp, const float* weight, int N, int C, int OC,
                                 int packed, rt_dtype dt, int assign) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
-    const bool done = linear_backward_empty(dinp, dweight, N, C, OC, as, as_w);
-    if (dbias && N > 0 && OC > 0) rtc_colsum_acc(dbias, (const float*)dout, N, OC);
+    const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP, pg = packed & RT_PACKED_DINP;
+    const bool done = linear_backward_empty(dinp, pg, dweight, N, C, OC, as, as_w);
+    if (dbias && N > 0 && OC > 0)
+        rtc_with_storage(pd, dout, [&](auto d) { colsum_acc(dbias, d, N, OC, pd ? rtc_ld16(OC) : OC, dt); });
     if (done || (!dinp && !dweight)) return;
     if (dt == RT_F32) {
         const float *d = (const float*)dout, *x = (const float*)inp;
-        if (dinp) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
-            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, d, OC, weight, C, as ? 0.0f : 1.0f, dinp, C, dt);
-            rtc_round_buf(dinp, (size_t)N * C, dt);
+        float* g = (float*)dinp;
+        if (g) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
+            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, d, OC, weight, C, as ? 0.0f : 1.0f, g, C, dt);
+            rtc_round_buf(g, (size_t)N * C, dt);
         }
         if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
             rtc_gemm_rm(1, 0, OC, C, N, 1.0f, d, OC, x, C, beta_w, dweight, C, dt);
         return;
     }
-    const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
     const size_t nd = pd ? 0 : rtc_elems16(N, OC);
     char* s = (char*)rtc_operand_scratch(
-        (nd + linear_backward16_elems(dinp, dweight, pi, N, C, OC, as)) * 2);
+        (nd + linear_backward16_elems(dinp, dweight, pi, pg, N, C, OC, as)) * 2);
     const rtc_operand16 d16 = pd ? rtc_operand16{dout, rtc_ld16(OC)}
                                  : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
-    linear_backward16(dinp, dweight, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL, weight,
-                      N, C, OC, dt, as, beta_w);
+    linear_backward16(dinp, pg, dweight, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL,
+                      weight, N, C, OC, dt, as, beta_w);
 }
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -202,10 +220,10 @@ void rt_linear_packed_forward(void* out, const void* inp, const float* weight, c
                      weight, bias, N, C, OC, dt, po ? out : NULL);
 }
 
-void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const float* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK_PACKED_DBIAS(dbias, packed, "rt_linear_packed_backward");
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_linear_packed_backward");
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign);
 }

@@ -333,10 +333,14 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //   * logits: a bias-free 16-bit linear's output that only feeds a cross-entropy (through
 //     its fp32 view) computed with its gradient, i.e. a language model's head; the value
 //     and its gradient are packed.
-//   * activations between kernels that read and write them packed: a linear's, a norm's or
-//     an activation's 16-bit output that only linears (as their input) and activations
+//   * activations between kernels that read and write them packed: a linear's, a norm's,
+//     an activation's, a rotary embedding's or an attention's 16-bit output that only
+//     linears (as their input), activations, rotary embeddings and attention (q, k, v)
 //     read, with a last dimension that is a multiple of 8 (dense rows); the value is
-//     packed, its gradient is fp32 storage.
+//     packed, and its gradient too when a linear, an activation or an attention made it
+//     (its backward reads a packed dout) and one linear, activation or rotary embedding
+//     reads it once (whose backward assigns it). An attention's output is packed only
+//     with its gradient.
 // Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
 // the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
 // around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
@@ -344,17 +348,23 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 
 // Row length, in elements, of a packed [rows, cols] matrix: cols rounded up to 8 (16 bytes).
 #define RT_LD16(cols) (((cols) + 7) & ~7)
-// A packed call's packed operands (`packed`, any of them; the others are fp32 storage): the
-// output (forward) or output gradient (backward: linear's dout) RT_PACKED_OUT, the input
-// (inp, swiglu's a) RT_PACKED_INP, swiglu's b RT_PACKED_INP2. Other gradients are fp32.
+// A packed call's packed operands (`packed`, any of them; the others are fp32 storage):
+//   RT_PACKED_OUT    the output (forward) or its gradient dout (backward)
+//   RT_PACKED_INP    the input's value (inp, swiglu's a, attention's q); RT_PACKED_INP2
+//                    swiglu's b, attention's k; RT_PACKED_INP3 attention's v
+//   RT_PACKED_DINP   the input's gradient (backward: dinp, swiglu's da); RT_PACKED_DINP2
+//                    swiglu's db. A packed gradient is assigned (RT_ASSIGN_1, RT_ASSIGN_2):
+//                    the generator packs gradients with one contribution.
 #define RT_PACKED_OUT 1
 #define RT_PACKED_INP 2
 #define RT_PACKED_INP2 4
+#define RT_PACKED_DINP 8
+#define RT_PACKED_DINP2 16
+#define RT_PACKED_INP3 32
 void rt_linear_packed_forward(void* out, const void* inp, const float* weight,
                               const float* bias /*nullable*/, int N, int C, int OC, int packed,
                               rt_dtype dt);
-// dbias must be NULL when dout is packed.
-void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const float* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign);
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
@@ -368,18 +378,35 @@ void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const
                                int N, int C, float eps, rt_dtype dt);
 // Activations over n dense values.
 void rt_gelu_packed_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt);
-void rt_gelu_packed_backward(float* dinp, const float* dout, const void* inp, size_t n,
-                             int packed, rt_dtype dt, int assign);
+void rt_gelu_packed_backward(void* dinp, const void* dout, const void* inp, size_t n, int packed,
+                             rt_dtype dt, int assign);
 void rt_relu_packed_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt);
-void rt_relu_packed_backward(float* dinp, const float* dout, const void* inp, size_t n,
-                             int packed, rt_dtype dt, int assign);
+void rt_relu_packed_backward(void* dinp, const void* dout, const void* inp, size_t n, int packed,
+                             rt_dtype dt, int assign);
 void rt_silu_packed_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt);
-void rt_silu_packed_backward(float* dinp, const float* dout, const void* inp, size_t n,
-                             int packed, rt_dtype dt, int assign);
+void rt_silu_packed_backward(void* dinp, const void* dout, const void* inp, size_t n, int packed,
+                             rt_dtype dt, int assign);
 void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
                               rt_dtype dt);
-void rt_swiglu_packed_backward(float* da, float* db, const float* dout, const void* a,
+void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign);
+// Rotary embeddings: the forward's out and inp, the backward's dout and dinp.
+void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
+                            float theta, int packed, rt_dtype dt);
+void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
+                             float theta, int packed, rt_dtype dt, int assign);
+// Lowmem attention with packed q, k, v and out (prec == dt; NH*HD and NKV*HD multiples of
+// 8). In backward RT_PACKED_OUT says that both out and dout are packed; the gradients
+// dq, dk, dv are fp32 storage.
+void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
+                                        const void* k, const void* v, int B, int T, int NH,
+                                        int NKV, int HD, int causal, rt_dtype prec, int packed,
+                                        rt_dtype dt);
+void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float* scratch,
+                                         const void* dout, const void* out, const void* q,
+                                         const void* k, const void* v, const float* stats, int B,
+                                         int T, int NH, int NKV, int HD, int causal,
+                                         rt_dtype prec, int packed, rt_dtype dt, int assign);
 
 #ifdef __cplusplus
 }

@@ -45,10 +45,18 @@
     RT_KCHECK((C) % 8 == 0, "a packed output's rows are dense: C a multiple of 8",        \
               "%s with C = %d", kernel, (int)(C))
 
-// A packed linear's dbias is the column sums of an fp32-storage dout.
-#define RT_KCHECK_PACKED_DBIAS(dbias, packed, kernel)                                     \
-    RT_KCHECK(!(dbias) || !((packed) & RT_PACKED_OUT), "dbias needs an fp32-storage dout", \
-              "%s with dbias and a packed dout", kernel)
+// A packed gradient is assigned (rt_kernels.h RT_PACKED_DINP): its one contribution.
+#define RT_KCHECK_PACKED_ASSIGN(packed, assign, kernel)                                   \
+    RT_KCHECK((!((packed) & RT_PACKED_DINP) || ((assign) & RT_ASSIGN_1)) &&               \
+                  (!((packed) & RT_PACKED_DINP2) || ((assign) & RT_ASSIGN_2)),            \
+              "a packed gradient is assigned, not added to",                              \
+              "%s accumulating into a packed gradient", kernel)
+
+// swiglu(x, x)'s one gradient buffer adds both contributions: it cannot be packed.
+#define RT_KCHECK_PACKED_SWIGLU_ALIAS(da, db, packed)                                     \
+    RT_KCHECK(!(da) || (da) != (db) || !((packed) & (RT_PACKED_DINP | RT_PACKED_DINP2)),  \
+              "swiglu's da and db are one buffer only in fp32 storage",                   \
+              "rt_swiglu_packed_backward with da == db packed")
 
 // Lowmem attention backward: gradient outputs that are one buffer take both contributions
 // in separate stores (the CUDA kernels write dQ and dK/dV in two launches), so they cannot

@@ -1003,6 +1003,11 @@ static int packed_same(const void* d16, const float* dx, int rows, int cols, rt_
     return same;
 }
 
+// device d = host h (n floats)
+static void upload(float* d, const float* h, size_t n) {
+    RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
 static int dev_same(const float* da, const float* db, size_t n) {
     float *a = down(da, n), *b = down(db, n);
     const int same = memcmp(a, b, n * sizeof(float)) == 0;
@@ -1072,8 +1077,9 @@ static void* dev_packed(const float* x, int rows, int cols, rt_dtype dt) {
 }
 
 // packed linear inputs (rt_kernels.h): a linear reading its input's packed rows (with a
-// bias; its output fp32 or packed), its backward (fp32 dout with dbias; packed dout), and the
-// packed outputs of the norms and activations that feed it: the fp32-storage calls' bits.
+// bias; its output fp32 or packed), its backward (fp32 or packed dout, with dbias; an
+// assigned dinp packed), the packed outputs of the norms that feed it, and the activations
+// with every storage of their operands: the fp32-storage calls' bits.
 static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
     const size_t ni = (size_t)N * C, no = (size_t)N * OC;
@@ -1099,19 +1105,29 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
         const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
         float *d_dinp = dup(dinp0, ni), *d_dw = dup(dw0, (size_t)OC * C), *d_db = dup(db0, OC);
         float *d_dinp2 = dup(dinp0, ni), *d_dw2 = dup(dw0, (size_t)OC * C), *d_db2 = dup(db0, OC);
-        float *d_dinp3 = dup(dinp0, ni), *d_dw3 = dup(dw0, (size_t)OC * C);
+        float *d_dinp3 = dup(dinp0, ni), *d_dw3 = dup(dw0, (size_t)OC * C), *d_db3 = dup(db0, OC);
         rt_linear_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, dt, bits);
         rt_linear_packed_backward(d_dinp2, d_dw2, d_db2, d_dout, d_i16, d_w, N, C, OC, RT_PACKED_INP,
                                   dt, bits);
-        rt_linear_packed_backward(d_dinp3, d_dw3, NULL, d_d16, d_i16, d_w, N, C, OC,
+        rt_linear_packed_backward(d_dinp3, d_dw3, d_db3, d_d16, d_i16, d_w, N, C, OC,
                                   RT_PACKED_INP | RT_PACKED_OUT, dt, bits);
         CHECK(dev_same(d_dinp, d_dinp2, ni) && dev_same(d_dw, d_dw2, (size_t)OC * C) &&
                   dev_same(d_db, d_db2, OC) && dev_same(d_dinp, d_dinp3, ni) &&
-                  dev_same(d_dw, d_dw3, (size_t)OC * C),
-              "%s linear backward (%s), packed input (and dout) == rt_linear_backward, bit for bit",
-              nm, as ? "assigned" : "accumulated");
+                  dev_same(d_dw, d_dw3, (size_t)OC * C) && dev_same(d_db, d_db3, OC),
+              "%s linear backward (%s), packed input (and dout) == rt_linear_backward: dinp, "
+              "dweight, dbias, bit for bit", nm, as ? "assigned" : "accumulated");
+        if (as) {  // a packed dinp is assigned
+            void* d_p16 = dalloc((size_t)N * RT_LD16(C) * 2);
+            RT_CHECK_CUDA(cudaMemset(d_p16, 0xAB, (size_t)N * RT_LD16(C) * 2));
+            rt_linear_packed_backward(d_p16, NULL, NULL, d_d16, d_i16, d_w, N, C, OC,
+                                      RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits);
+            const int ok16 = packed_same(d_p16, d_dinp, N, C, dt, &pad);
+            CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp == rt_linear_backward's, "
+                  "%d non-zero padding", nm, pad);
+            dfree(d_p16);
+        }
         dfree(d_dinp), dfree(d_dw), dfree(d_db), dfree(d_dinp2), dfree(d_dw2), dfree(d_db2);
-        dfree(d_dinp3), dfree(d_dw3);
+        dfree(d_dinp3), dfree(d_dw3), dfree(d_db3);
     }
 
     // the producers: [N, C] outputs, C a multiple of 8
@@ -1132,14 +1148,14 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     CHECK(packed_same(d_y16, d_y, N, C, dt, &pad) && dev_same(d_rstd, d_rstd2, N),
           "%s rmsnorm packed forward N=%d C=%d == rt_rmsnorm_forward: out, rstd", nm, N, C);
     // activations: out, inp (swiglu's b: dinp0's values) each fp32 or packed; backward (dout:
-    // dy) from packed inputs
+    // dy) with every storage of dinp (assigned when packed), dout and inp
     void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
                                                                 rt_silu_forward};
     void (*packed[3])(void*, const void*, size_t, int, rt_dtype) = {
         rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
     void (*plain_b[3])(float*, const float*, const float*, size_t, rt_dtype, int) = {
         rt_gelu_backward, rt_relu_backward, rt_silu_backward};
-    void (*packed_b[3])(float*, const float*, const void*, size_t, int, rt_dtype, int) = {
+    void (*packed_b[3])(void*, const void*, const void*, size_t, int, rt_dtype, int) = {
         rt_gelu_packed_backward, rt_relu_packed_backward, rt_silu_packed_backward};
     const char* names[3] = {"gelu", "relu", "silu"};
     float *d_b2 = dup(dinp0, ni), *d_y2 = dalloc(ni * sizeof(float));
@@ -1148,6 +1164,7 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     float* dy = hrand(ni, 1.0f, 0.0f);
     round_to(dy, ni, dt);
     float* d_dy = dup(dy, ni);
+    void *d_dy16 = dev_packed(dy, N, C, dt), *d_g16 = dalloc(ni * 2), *d_h16 = dalloc(ni * 2);
     for (int k = 0; k < 3; k++) {
         plain[k](d_y, d_inp, ni, dt);
         int ok = 1;
@@ -1157,10 +1174,17 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
             ok &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad)
                                        : dev_same(d_y, d_y2, ni);
         }
-        plain_b[k](d_g1, d_dy, d_inp, ni, dt, RT_ACCUMULATE);
-        packed_b[k](d_g2, d_dy, d_i16, ni, RT_PACKED_INP, dt, RT_ACCUMULATE);
-        CHECK(ok && dev_same(d_g1, d_g2, ni), "%s %s packed forward (out, inp, both packed) and "
-              "backward (packed inp) == rt_%s_forward, rt_%s_backward", nm, names[k], names[k],
+        for (int bits = 0; bits < 8; bits++) {
+            const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0), pg = bits & 4;
+            const int as = pg || k == bits % 3 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+            upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni);
+            plain_b[k](d_g1, d_dy, d_inp, ni, dt, as);
+            packed_b[k](pg ? d_g16 : (void*)d_g2, pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
+                        pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp, ni, pk, dt, as);
+            ok &= pg ? packed_same(d_g16, d_g1, N, C, dt, &pad) : dev_same(d_g1, d_g2, ni);
+        }
+        CHECK(ok, "%s %s packed forward (out, inp, both packed) and backward (every storage of "
+              "dinp, dout, inp) == rt_%s_forward, rt_%s_backward", nm, names[k], names[k],
               names[k]);
     }
     rt_swiglu_forward(d_y, d_inp, d_b2, ni, dt);
@@ -1171,18 +1195,98 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
                                  bits & RT_PACKED_INP2 ? d_b16 : (const void*)d_b2, ni, bits, dt);
         ok_s &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_y2, ni);
     }
-    rt_swiglu_backward(d_g1, d_h1, d_dy, d_inp, d_b2, ni, dt, RT_ASSIGN_1);
-    rt_swiglu_packed_backward(d_g2, d_h2, d_dy, d_i16, d_b16, ni, RT_PACKED_INP | RT_PACKED_INP2,
-                              dt, RT_ASSIGN_1);
-    CHECK(ok_s && dev_same(d_g1, d_g2, ni) && dev_same(d_h1, d_h2, ni),
-          "%s swiglu packed forward (every storage of out, a, b) and backward (packed a, b) == "
-          "rt_swiglu_forward, rt_swiglu_backward", nm);
+    for (int bits = 0; bits < 32; bits++) {  // dout, a, b, da, db; fp32 gradients by turns
+        const int pk = (bits & 7) | (bits & 8 ? RT_PACKED_DINP : 0) | (bits & 16 ? RT_PACKED_DINP2 : 0);
+        const int as = (bits & 8 || bits & 1 ? RT_ASSIGN_1 : 0) | (bits & 16 || bits & 2 ? RT_ASSIGN_2 : 0);
+        upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni), upload(d_h1, dinp0, ni), upload(d_h2, dinp0, ni);
+        rt_swiglu_backward(d_g1, d_h1, d_dy, d_inp, d_b2, ni, dt, as);
+        rt_swiglu_packed_backward(bits & 8 ? d_g16 : (void*)d_g2, bits & 16 ? d_h16 : (void*)d_h2,
+                                  pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
+                                  pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp,
+                                  pk & RT_PACKED_INP2 ? d_b16 : (const void*)d_b2, ni, pk, dt, as);
+        ok_s &= bits & 8 ? packed_same(d_g16, d_g1, N, C, dt, &pad) : dev_same(d_g1, d_g2, ni);
+        ok_s &= bits & 16 ? packed_same(d_h16, d_h1, N, C, dt, &pad) : dev_same(d_h1, d_h2, ni);
+    }
+    CHECK(ok_s, "%s swiglu packed forward (every storage of out, a, b) and backward (every "
+          "storage of da, db, dout, a, b) == rt_swiglu_forward, rt_swiglu_backward", nm);
     dfree(d_b2), dfree(d_y2), dfree(d_g1), dfree(d_g2), dfree(d_h1), dfree(d_h2), dfree(d_b16);
-    dfree(d_dy), free(dy);
+    dfree(d_dy), free(dy), dfree(d_dy16), dfree(d_g16), dfree(d_h16);
     free(inp), free(w), free(b), free(dout), free(dinp0), free(dw0), free(db0), free(g);
     dfree(d_g), dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_i16), dfree(d_d16), dfree(d_out);
     dfree(d_out2), dfree(d_o16), dfree(d_mean), dfree(d_rstd), dfree(d_mean2), dfree(d_rstd2);
     dfree(d_y), dfree(d_y16);
+}
+
+// packed rope and attention (rt_kernels.h): every storage of q, k, v and out, forward and
+// backward, against the fp32-storage calls, bit for bit; HD 64 runs the tensor-core
+// kernels, HD 136 the fp32 ones on widened operands.
+static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, int HD) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    const size_t ns = rt_attention_stats_floats(B, NH, T), nsc = rt_attention_lowmem_scratch_floats(B, NH, T);
+    float *q = hrand(nq, 1.0f, 0.0f), *k = hrand(nk, 1.0f, 0.0f), *v = hrand(nk, 1.0f, 0.0f),
+          *dy = hrand(nq, 1.0f, 0.0f), *g0 = hrand(nq, 1.0f, 0.0f);
+    round_to(q, nq, dt), round_to(k, nk, dt), round_to(v, nk, dt), round_to(dy, nq, dt), round_to(g0, nq, dt);
+    float *d_q = dup(q, nq), *d_k = dup(k, nk), *d_v = dup(v, nk), *d_dy = dup(dy, nq);
+    void *q16 = dev_packed(q, 1, (int)nq, dt), *k16 = dev_packed(k, 1, (int)nk, dt),
+         *v16 = dev_packed(v, 1, (int)nk, dt), *dy16 = dev_packed(dy, 1, (int)nq, dt);
+    void *y16 = dalloc(nq * 2), *g16 = dalloc(nq * 2);
+    float *d_y = dalloc(nq * sizeof(float)), *d_y2 = dalloc(nq * sizeof(float));
+    float *d_g = dalloc(nq * sizeof(float)), *d_g2 = dalloc(nq * sizeof(float));
+    int pad, ok = 1;
+    rt_rope_forward(d_y, d_q, B, T, NH, HD, RT_ROPE_THETA, dt);
+    for (int bits = 1; bits < 4; bits++) {
+        rt_rope_packed_forward(bits & RT_PACKED_OUT ? y16 : (void*)d_y2,
+                               bits & RT_PACKED_INP ? q16 : (const void*)d_q, B, T, NH, HD,
+                               RT_ROPE_THETA, bits, dt);
+        ok &= bits & RT_PACKED_OUT ? packed_same(y16, d_y, 1, (int)nq, dt, &pad) : dev_same(d_y, d_y2, nq);
+    }
+    for (int bits = 0; bits < 6; bits++) {
+        const int pk = (bits & 1) | (bits & 2 ? RT_PACKED_DINP : 0);
+        const int as = bits & 6 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        upload(d_g, g0, nq), upload(d_g2, g0, nq);
+        rt_rope_backward(d_g, d_dy, B, T, NH, HD, RT_ROPE_THETA, dt, as);
+        rt_rope_packed_backward(pk & RT_PACKED_DINP ? g16 : (void*)d_g2,
+                                pk & RT_PACKED_OUT ? dy16 : (const void*)d_dy, B, T, NH, HD,
+                                RT_ROPE_THETA, pk, dt, as);
+        ok &= pk & RT_PACKED_DINP ? packed_same(g16, d_g, 1, (int)nq, dt, &pad) : dev_same(d_g, d_g2, nq);
+    }
+    CHECK(ok, "%s rope packed forward and backward (every storage) == the fp32-storage calls, "
+          "B=%d T=%d NH=%d HD=%d", nm, B, T, NH, HD);
+
+    float *d_st = dalloc(ns * sizeof(float)), *d_st2 = dalloc(ns * sizeof(float)), *d_sc = dalloc(nsc * sizeof(float));
+    float *d_dq = dalloc(nq * sizeof(float)), *d_dk = dalloc(nk * sizeof(float)), *d_dv = dalloc(nk * sizeof(float));
+    float *d_dq2 = dalloc(nq * sizeof(float)), *d_dk2 = dalloc(nk * sizeof(float)), *d_dv2 = dalloc(nk * sizeof(float));
+    const int as = RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3;
+    rt_attention_lowmem_forward(d_y, d_st, d_sc, d_q, d_k, d_v, B, T, NH, NKV, HD, 1, dt, dt);
+    rt_attention_lowmem_backward(d_dq, d_dk, d_dv, d_sc, d_dy, d_y, d_q, d_k, d_v, d_st, B, T, NH,
+                                 NKV, HD, 1, dt, dt, as);
+    float* y = down(d_y, nq);
+    void* ya16 = dev_packed(y, 1, (int)nq, dt);
+    ok = 1;
+    for (int bits = 1; bits < 16; bits++) {
+        const int pk = (bits & 1 ? RT_PACKED_OUT : 0) | (bits & 2 ? RT_PACKED_INP : 0) |
+                       (bits & 4 ? RT_PACKED_INP2 : 0) | (bits & 8 ? RT_PACKED_INP3 : 0);
+        const void *x = pk & RT_PACKED_INP ? q16 : (const void*)d_q,
+                   *xk = pk & RT_PACKED_INP2 ? k16 : (const void*)d_k,
+                   *xv = pk & RT_PACKED_INP3 ? v16 : (const void*)d_v;
+        rt_attention_lowmem_packed_forward(pk & RT_PACKED_OUT ? y16 : (void*)d_y2, d_st2, d_sc, x, xk,
+                                           xv, B, T, NH, NKV, HD, 1, dt, pk, dt);
+        ok &= (pk & RT_PACKED_OUT ? packed_same(y16, d_y, 1, (int)nq, dt, &pad) : dev_same(d_y, d_y2, nq)) &&
+              dev_same(d_st, d_st2, ns);
+        rt_attention_lowmem_packed_backward(d_dq2, d_dk2, d_dv2, d_sc,
+                                            pk & RT_PACKED_OUT ? dy16 : (const void*)d_dy,
+                                            pk & RT_PACKED_OUT ? ya16 : (const void*)d_y, x, xk, xv,
+                                            d_st, B, T, NH, NKV, HD, 1, dt, pk, dt, as);
+        ok &= dev_same(d_dq, d_dq2, nq) && dev_same(d_dk, d_dk2, nk) && dev_same(d_dv, d_dv2, nk);
+    }
+    CHECK(ok, "%s attention packed forward and backward (every storage of q, k, v, out) == the "
+          "fp32-storage calls, B=%d T=%d NH=%d NKV=%d HD=%d", nm, B, T, NH, NKV, HD);
+    free(q), free(k), free(v), free(dy), free(g0), free(y);
+    dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_dy), dfree(q16), dfree(k16), dfree(v16), dfree(dy16);
+    dfree(y16), dfree(g16), dfree(d_y), dfree(d_y2), dfree(d_g), dfree(d_g2), dfree(ya16);
+    dfree(d_st), dfree(d_st2), dfree(d_sc), dfree(d_dq), dfree(d_dk), dfree(d_dv), dfree(d_dq2),
+        dfree(d_dk2), dfree(d_dv2);
 }
 
 // ----------------------------------------------------------------------------
@@ -1442,6 +1546,8 @@ int main(void) {
     test_packed(RT_F16, 16, 40, 64);
     test_packed_inputs(RT_BF16, 37, 24, 1027);  // OC odd: padded rows of a packed output
     test_packed_inputs(RT_F16, 64, 128, 96);
+    test_packed_attention(RT_BF16, 2, 70, 4, 2, 64);   // tensor cores
+    test_packed_attention(RT_F16, 1, 33, 2, 1, 136);   // the fp32 kernels, operands widened
     test_assign(RT_F32);
     test_assign(RT_BF16);
     test_optim();

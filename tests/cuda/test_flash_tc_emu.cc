@@ -19,7 +19,9 @@
 //     the bound (P, dS narrowed); backward from the kernels' own forward (its out error
 //     carried into D); dq, dk, dv each requested alone: the joint call's bits; dt and the
 //     assign bits: the unrounded, accumulating call's values rounded, bit for bit
-//     (flash_store_check.h); the fp32
+//     (flash_store_check.h); packed 16-bit storage (rt_kernels.h): the forward's out
+//     written packed (out16) and D read from packed out and dout (out16_in, dout16) give
+//     the fp32-storage calls' bits; the fp32
 //     backward (flash_attention.cuh) from the tensor-core forward's out and stats (the
 //     stats are interchangeable);
 //   float (an emulator-only instantiation, nothing narrowed): forward and backward within
@@ -138,6 +140,46 @@ static bool grad_ok(const char* what, const float* got, const float* want, const
     return r.ratio <= 1.0;
 }
 
+// Packed 16-bit storage of dt (rt_kernels.h): the forward writing out16 gives the bits of
+// its rounded fp32 out, and the backward reading out and dout packed (D's operands) gives
+// the bits of the call reading them as floats.
+static void check_packed(elem e, rt_dtype dt, const rtc_fa_args& fa, const rtc_fa_args& ga,
+                         const float* dq0, const float* dk0, const float* dv0, const char* nm) {
+    const size_t nq = (size_t)fa.B * fa.T * fa.NH * fa.HD, nk = (size_t)fa.B * fa.T * fa.NKV * fa.HD;
+    const size_t ns = (size_t)fa.B * fa.NH * fa.T * 2;
+    float *out = hrand(nq, 1.0f, 0.0f), *st = hrand(ns, 1.0f, 0.0f), *st16 = hrand(ns, 1.0f, 0.0f);
+    uint16_t* out16 = (uint16_t*)malloc(nq * sizeof(uint16_t));
+    memset(out16, 0xAB, nq * sizeof(uint16_t));
+    rtc_fa_args f = fa;
+    f.dt = dt, f.out = out, f.stats = st;
+    tc_forward(e, f);
+    f.out = NULL, f.out16 = out16, f.stats = st16;
+    tc_forward(e, f);
+    bool fwd_ok = same_bits(st, st16, ns);
+    for (size_t i = 0; i < nq; i++) {
+        const float w = rt_bits16_to_f32_inl(out16[i], dt);
+        fwd_ok = fwd_ok && memcmp(&w, &out[i], sizeof w) == 0;
+    }
+
+    float *dq = hcopy(dq0, nq), *dk = hcopy(dk0, nk), *dv = hcopy(dv0, nk);
+    float *pdq = hcopy(dq0, nq), *pdk = hcopy(dk0, nk), *pdv = hcopy(dv0, nk);
+    rtc_fa_args b = ga;
+    b.dt = dt, b.out_in = out, b.stats_in = st, b.dq = dq, b.dk = dk, b.dv = dv;
+    tc_backward(e, b);
+    b.dq = pdq, b.dk = pdk, b.dv = pdv;
+    narrowed n(e, b);  // dout16: dout's packed values
+    n.a.dout = NULL, n.a.out_in = NULL, n.a.out16_in = out16;
+    emu_launcher launch;
+    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, n.a);
+    else rtc_fa_tc_backward<__half>(launch, n.a);
+    const bool bwd_ok = same_bits(dq, pdq, nq) && same_bits(dk, pdk, nk) && same_bits(dv, pdv, nk);
+    CHECK(fwd_ok && bwd_ok, "tc %s, dt %s, packed: forward into out16 == the rounded fp32 out and "
+          "stats (%s); backward with D from packed out and dout == from floats (%s), bit for bit",
+          nm, elem_name(e), fwd_ok ? "equal" : "differ", bwd_ok ? "equal" : "differ");
+    free(out), free(st), free(st16), free(out16), free(dq), free(dk), free(dv), free(pdq),
+        free(pdk), free(pdv);
+}
+
 // Per family of checks: the largest diff/allowance seen (printed at the end).
 static double worst_fwd[3], worst_bwd[3], worst_e2e[3], worst_interop[3];
 static double worst_f32_fwd, worst_f32_bwd;
@@ -252,6 +294,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
         char what[240];
         snprintf(what, sizeof what, "tc %s, dt %s", nm, elem_name(e));
         check_round_assign(fwd, bwd, dt, fa, eout, estats, ga, gdq, gdk, gdv, dq0, dk0, dv0, what);
+        check_packed(e, dt, fa, ga, dq0, dk0, dv0, nm);
     }
 
     // the fp32 backward accepts the tensor-core forward's stats (P exact, D from its out)

@@ -8,7 +8,8 @@
 -- and, on tests/specs/features/mixed_precision_odd_ops.lua and bench GPT-2, the cases the
 -- kernels cannot round themselves (parameter operands, tensors used twice, broadcast_add's
 -- db of an activation), that swiglu with a bf16 parameter operand is refused, and which
--- tensors are packed into 16 bits (memory.lua: a head's logits, linears' inputs).
+-- tensors are packed into 16 bits (memory.lua: a head's logits, activations around the
+-- linears, attention's operands, and some of their gradients).
 -- Run from the repository root: lua5.4 tests/generator/mp_rounding.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local loader = require("loader")
@@ -29,11 +30,11 @@ end
 local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = true, relu = true, silu = true,
   swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true,
   attention_lowmem = true, linear_packed = true, layernorm_packed = true, rmsnorm_packed = true, gelu_packed = true,
-  relu_packed = true, silu_packed = true, swiglu_packed = true }
+  relu_packed = true, silu_packed = true, swiglu_packed = true, rope_packed = true, attention_lowmem_packed = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, linear_packed = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
   broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 }, gelu_packed = { 1 }, relu_packed = { 1 },
-  silu_packed = { 1 }, swiglu_packed = { 1, 2 } }
+  silu_packed = { 1 }, swiglu_packed = { 1, 2 }, rope_packed = { 1 }, attention_lowmem_packed = { 1, 2, 3 } }
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }
@@ -230,9 +231,11 @@ return fsdp.spec{ name = "mp_head", model = m, world_size = 1, input = { batch =
 end
 
 -- Packed activations (memory.lua mark_packed_activations): an activation's bf16 output that only
--- a linear reads is packed (as is the linear output it reads); read by an add too, or 12 wide
--- (not a multiple of 8), or in fp32, it is not.
+-- linears read is packed (as is the linear output it reads); read by an add too, or 12 wide
+-- (not a multiple of 8), or in fp32, it is not. Its gradient is packed too when one linear
+-- reads it (the relu's backward then reads a packed dout), not when two do.
 local function act_spec(width, extra_reader, dtype)
+  local ret = { add = "return (y + self.down(h + self.up(x))):float()", linear = "return (y + self.down(h)):float()" }
   return string.format([[
 local nn, fsdp = require("nn"), require("fsdp")
 local M = {}
@@ -247,10 +250,12 @@ m.down = nn.Linear(%d, 8)
 fsdp.fully_shard(m, { mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = "%s" } })
 return fsdp.spec{ name = "mp_act", model = m, world_size = 1, input = { shape = { 4, 8 }, dtype = "%s" },
   loss = "sum", optimizer = { "sgd", lr = 0.1 } }
-]], extra_reader and "return (y + self.down(h + self.up(x))):float()" or "return y:float()", width, width, dtype, dtype)
+]], ret[extra_reader] or "return y:float()", width, width, dtype, dtype)
 end
+-- width, extra reader, dtype, relu output packed, its gradient packed
 for _, c in ipairs({
-  { 16, false, "bf16", true }, { 16, true, "bf16", false }, { 12, false, "bf16", false }, { 16, false, "fp32", false },
+  { 16, nil, "bf16", true, true }, { 16, "linear", "bf16", true, false }, { 16, "add", "bf16", false, false },
+  { 12, nil, "bf16", false, false }, { 16, nil, "fp32", false, false },
 }) do
   local path = os.tmpname() .. ".lua"
   local h = assert(io.open(path, "w"))
@@ -258,13 +263,62 @@ for _, c in ipairs({
   h:close()
   local ok, text = pcall(step_c, path)
   os.remove(path)
-  local relu = ok and text:match("rt_relu_packed_forward%([^\n]*")
-  local packed = relu and relu:find("RT_PACKED_OUT", 1, true) ~= nil or false
-  local readers_packed = ok and text:find("RT_PACKED_INP, RT_BF16);", 1, true) ~= nil
-    and text:find("rt_linear_packed_backward(", 1, true) ~= nil
-  check(ok and packed == c[4] and readers_packed == c[4], string.format("%s relu output %d wide%s: %s%s", c[3], c[1],
-    c[2] and ", also read by an add" or "", c[4] and "packed, and read packed by its linear" or "fp32 storage",
+  -- whether the first call to `name` with `shape` in its arguments has the packed bit `bit`
+  local function has(name, shape, bit)
+    for line in (ok and text or ""):gmatch("[^\n]+") do
+      if line:find(name .. "(", 1, true) and line:find(shape, 1, true) then return line:find(bit, 1, true) ~= nil end
+    end
+    return false
+  end
+  local down = string.format(", 4, %d, 8, ", c[1])  -- the down projection's N, C, OC
+  local packed = has("rt_relu_packed_forward", "", "RT_PACKED_OUT")
+  local read_packed = has("rt_linear_packed_forward", down, "RT_PACKED_INP")
+  local grad_packed = has("rt_relu_packed_backward", "", "RT_PACKED_OUT")
+    and has("rt_linear_packed_backward", down, "RT_PACKED_DINP")
+  check(ok and packed == c[4] and read_packed == c[4] and grad_packed == c[5], string.format(
+    "%s relu output %d wide%s: %s%s%s", c[3], c[1], c[2] and ", also read by " .. (c[2] == "add" and "an add" or
+    "another linear") or "", c[4] and "packed, and read packed by its linear" or "fp32 storage",
+    c[5] and "; its gradient packed by the linear's backward, read packed by the relu's" or "",
     ok and "" or " (" .. tostring(text) .. ")"))
+end
+
+-- Packed attention (memory.lua): a bf16 Llama block's q and k (each through its rotary
+-- embedding), v and the attention's output are packed, and the gradients of q and k before
+-- the rotary embeddings and of the attention's output; checkpointed, none of them.
+local function llama_spec(ckpt)
+  return string.format([[
+local fsdp, models = require("fsdp"), require("models")
+local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
+local model = models.Llama{ n_layers = 1, dim = 32, n_heads = 4, n_kv_heads = 2, vocab_size = 64,
+                            max_seq_len = 16, checkpoint_activations = %s }
+fsdp.fully_shard(model, { mp_policy = mp })
+return fsdp.spec{ name = "mp_llama", model = model, world_size = 1, input = { batch = 2, seq_len = 16 },
+  loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
+]], tostring(ckpt))
+end
+for _, ckpt in ipairs({ false, true }) do
+  local path = os.tmpname() .. ".lua"
+  local h = assert(io.open(path, "w"))
+  h:write(llama_spec(ckpt))
+  h:close()
+  local ok, text = pcall(step_c, path)
+  os.remove(path)
+  local function bits_of(name)  -- the packed bits of each call to `name`, in order
+    local found = {}
+    for line in (ok and text or ""):gmatch("[^\n]+") do
+      if line:find(name .. "(", 1, true) then found[#found + 1] = line:match("(RT_PACKED[^,]*),") or "" end
+    end
+    return table.concat(found, "; ")
+  end
+  local all4 = "RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3"
+  local want = ckpt and { "", "", "", "" } or { all4, all4, "RT_PACKED_OUT | RT_PACKED_INP; RT_PACKED_OUT | RT_PACKED_INP",
+    "RT_PACKED_DINP; RT_PACKED_DINP" }
+  local got = { bits_of("rt_attention_lowmem_packed_forward"), bits_of("rt_attention_lowmem_packed_backward"),
+    bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward") }
+  local same = ok
+  for i = 1, 4 do same = same and got[i] == want[i] end
+  check(same, string.format("bf16 Llama%s: attention packed (%s | %s), rope forward (%s), rope backward (%s)%s",
+    ckpt and " checkpointed" or "", got[1], got[2], got[3], got[4], ok and "" or " (" .. tostring(text) .. ")"))
 end
 
 util.finish()

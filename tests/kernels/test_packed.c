@@ -1,8 +1,10 @@
 // Packed 16-bit storage (rt_kernels.h): each packed call against its fp32-storage twin on
 // the same values, bit for bit, for bf16 and fp16: the logits (an odd vocabulary, 13:
 // padded to 16; an ignored row; accumulated and assigned), linears with a packed input
-// (odd C, padded; with a bias; with the output packed too), and the norms' and
-// activations' packed outputs. The padding columns written are zeros.
+// (odd C, padded; with a bias; with the output packed too; backward from a packed dout
+// with dbias, into a packed dinp), the norms' packed outputs, the activations', rotary
+// embeddings' and attention's packed operands, forward and backward (every storage of
+// each). The padding columns written are zeros.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,7 +104,8 @@ static void test_dt(rt_dtype dt) {
 }
 
 // A linear whose input is packed (rows of RT_LD16(C)), with a bias, its output fp32 storage
-// or packed too; the backward from an fp32 dout with dbias, and from a packed dout.
+// or packed too; the backward from an fp32 dout and from a packed dout, with dbias; an
+// assigned dinp packed.
 static void test_packed_input(rt_dtype dt) {
     const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
     enum { OC = 12 };
@@ -132,18 +135,28 @@ static void test_packed_input(rt_dtype dt) {
         tk_fill(dinp, N * C, -1.0f, 1.0f), tk_fill(dw, OC * C, -1.0f, 1.0f), tk_fill(db, OC, -1.0f, 1.0f);
         tk_round_all(dinp, N * C, dt);
         float *dinp2 = tk_dup(dinp, N * C), *dw2 = tk_dup(dw, OC * C), *db2 = tk_dup(db, OC);
-        float *dinp3 = tk_dup(dinp, N * C), *dw3 = tk_dup(dw, OC * C);
+        float *dinp3 = tk_dup(dinp, N * C), *dw3 = tk_dup(dw, OC * C), *db3 = tk_dup(db, OC);
         rt_linear_packed_backward(dinp2, dw2, db2, dout, inp16, w, N, C, OC, RT_PACKED_INP, dt, bits);
-        rt_linear_packed_backward(dinp3, dw3, NULL, dout16, inp16, w, N, C, OC,
+        rt_linear_packed_backward(dinp3, dw3, db3, dout16, inp16, w, N, C, OC,
                                   RT_PACKED_INP | RT_PACKED_OUT, dt, bits);
         rt_linear_backward(dinp, dw, db, dout, inp, w, N, C, OC, dt, bits);
         CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, OC * C) && same(db, db2, OC),
               "%s linear backward, packed input (%s) == rt_linear_backward: dinp, dweight, dbias",
               nm, how);
-        CHECK(same(dinp, dinp3, N * C) && same(dw, dw3, OC * C),
-              "%s linear backward, packed input and dout (%s) == rt_linear_backward: dinp, dweight",
-              nm, how);
-        free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dinp3), free(dw3);
+        CHECK(same(dinp, dinp3, N * C) && same(dw, dw3, OC * C) && same(db, db3, OC),
+              "%s linear backward, packed input and dout (%s) == rt_linear_backward: dinp, "
+              "dweight, dbias", nm, how);
+        if (as) {  // a packed dinp is assigned (rt_kernels.h RT_PACKED_DINP)
+            uint16_t* dinp16 = poisoned16((size_t)N * RT_LD16(C));
+            rt_linear_packed_backward(dinp16, NULL, NULL, dout16, inp16, w, N, C, OC,
+                                      RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits);
+            const int ok16 = packed_equals(dinp16, dinp, N, C, dt, &pad);
+            CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp (C %d padded to %d) == "
+                  "rt_linear_backward's, %d non-zero padding values", nm, C, RT_LD16(C), pad);
+            free(dinp16);
+        }
+        free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dinp3), free(dw3),
+            free(db3);
     }
     free(inp), free(w), free(b), free(inp16), free(out), free(out2), free(out16), free(dout), free(dout16);
 }
@@ -176,7 +189,7 @@ static void test_packed_outputs(rt_dtype dt) {
         rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
     void (*plain_b[3])(float*, const float*, const float*, size_t, rt_dtype, int) = {
         rt_gelu_backward, rt_relu_backward, rt_silu_backward};
-    void (*packed_b[3])(float*, const float*, const void*, size_t, int, rt_dtype, int) = {
+    void (*packed_b[3])(void*, const void*, const void*, size_t, int, rt_dtype, int) = {
         rt_gelu_packed_backward, rt_relu_packed_backward, rt_silu_packed_backward};
     const char* names[3] = {"gelu", "relu", "silu"};
     uint16_t *x16 = packed_copy(x, 1, NE, dt), *x216 = packed_copy(x2, 1, NE, dt);
@@ -184,13 +197,24 @@ static void test_packed_outputs(rt_dtype dt) {
           *h = tk_alloc(NE), *h2 = tk_alloc(NE);
     tk_fill(dy, NE, -1.0f, 1.0f), tk_fill(g0, NE, -1.0f, 1.0f);
     tk_round_all(dy, NE, dt), tk_round_all(g0, NE, dt);
+    uint16_t *dy16 = packed_copy(dy, 1, NE, dt), *g16 = poisoned16(NE), *h16 = poisoned16(NE);
     float* y2 = tk_alloc(NE);
     for (int k = 0; k < 3; k++) {
         plain[k](y, x, NE, dt);
-        memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
-        plain_b[k](g, dy, x, NE, dt, RT_ACCUMULATE);
-        packed_b[k](g2, dy, x16, NE, RT_PACKED_INP, dt, RT_ACCUMULATE);
-        int ok = same(g, g2, NE);
+        int ok = 1;
+        // backward: every storage of dout (RT_PACKED_OUT), inp and dinp, each assigned and
+        // accumulated but a packed dinp (assigned only)
+        for (int bits = 0; bits < 16; bits++) {
+            const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0), pg = pk & RT_PACKED_DINP;
+            const int as = bits & 8 || pg ? RT_ASSIGN_1 : RT_ACCUMULATE;
+            if (pg && (bits & 8)) continue;  // the same call as without bit 8
+            memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
+            memset(g16, 0xAB, NE * sizeof *g16);
+            plain_b[k](g, dy, x, NE, dt, as);
+            packed_b[k](pg ? (void*)g16 : (void*)g2, pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
+                        pk & RT_PACKED_INP ? (const void*)x16 : x, NE, pk, dt, as);
+            ok &= pg ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
+        }
         for (int bits = 1; bits < 4; bits++) {
             memset(y16, 0xAB, NE * sizeof *y16);
             packed[k](bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2, bits & RT_PACKED_INP ? (const void*)x16 : x,
@@ -198,14 +222,29 @@ static void test_packed_outputs(rt_dtype dt) {
             ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
         }
         CHECK(ok, "%s %s packed forward (out, inp, both packed) == rt_%s_forward, and backward "
-              "from a packed inp == rt_%s_backward", nm, names[k], names[k], names[k]);
+              "(every storage of dinp, dout, inp) == rt_%s_backward", nm, names[k], names[k],
+              names[k]);
     }
     rt_swiglu_forward(y, x, x2, NE, dt);
-    memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
-    memcpy(h, g0, sizeof(float) * NE), memcpy(h2, g0, sizeof(float) * NE);
-    rt_swiglu_backward(g, h, dy, x, x2, NE, dt, RT_ASSIGN_2);
-    rt_swiglu_packed_backward(g2, h2, dy, x16, x216, NE, RT_PACKED_INP | RT_PACKED_INP2, dt, RT_ASSIGN_2);
-    int ok = same(g, g2, NE) && same(h, h2, NE);
+    // backward: every storage of dout, a, b, da and db; an fp32-storage gradient assigned or
+    // accumulated by turns, a packed one assigned
+    int ok = 1;
+    for (int bits = 0; bits < 32; bits++) {
+        const int pk = (bits & 7) | (bits & 8 ? RT_PACKED_DINP : 0) | (bits & 16 ? RT_PACKED_DINP2 : 0);
+        const int as = (pk & RT_PACKED_DINP || bits & 1 ? RT_ASSIGN_1 : 0) |
+                       (pk & RT_PACKED_DINP2 || bits & 2 ? RT_ASSIGN_2 : 0);
+        memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
+        memcpy(h, g0, sizeof(float) * NE), memcpy(h2, g0, sizeof(float) * NE);
+        memset(g16, 0xAB, NE * sizeof *g16), memset(h16, 0xAB, NE * sizeof *h16);
+        rt_swiglu_backward(g, h, dy, x, x2, NE, dt, as);
+        rt_swiglu_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
+                                  pk & RT_PACKED_DINP2 ? (void*)h16 : (void*)h2,
+                                  pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
+                                  pk & RT_PACKED_INP ? (const void*)x16 : x,
+                                  pk & RT_PACKED_INP2 ? (const void*)x216 : x2, NE, pk, dt, as);
+        ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
+        ok &= pk & RT_PACKED_DINP2 ? packed_equals(h16, h, 1, NE, dt, &pad) : same(h, h2, NE);
+    }
     for (int bits = 1; bits < 8; bits++) {
         memset(y16, 0xAB, NE * sizeof *y16);
         rt_swiglu_packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2,
@@ -214,9 +253,89 @@ static void test_packed_outputs(rt_dtype dt) {
         ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
     }
     CHECK(ok, "%s swiglu packed forward (every storage of out, a, b) == rt_swiglu_forward, and "
-          "backward from packed a and b == rt_swiglu_backward", nm);
+          "backward (every storage of da, db, dout, a, b) == rt_swiglu_backward", nm);
     free(x16), free(x216), free(dy), free(g0), free(g), free(g2), free(h), free(h2), free(y2);
+    free(dy16), free(g16), free(h16);
     free(x), free(x2), free(w), free(b), free(y), free(s1), free(s2), free(t1), free(t2), free(y16);
+}
+
+// Rotary embeddings and lowmem attention (GQA, causal) with every storage of their operands.
+static void test_packed_attention(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { B = 2, T = 5, NH = 4, NKV = 2, HD = 8, NQ = B * T * NH * HD, NK = B * T * NKV * HD };
+    float *q = tk_alloc(NQ), *k = tk_alloc(NK), *v = tk_alloc(NK), *dy = tk_alloc(NQ);
+    tk_fill(q, NQ, -1.0f, 1.0f), tk_fill(k, NK, -1.0f, 1.0f), tk_fill(v, NK, -1.0f, 1.0f),
+        tk_fill(dy, NQ, -1.0f, 1.0f);
+    tk_round_all(q, NQ, dt), tk_round_all(k, NK, dt), tk_round_all(v, NK, dt), tk_round_all(dy, NQ, dt);
+    uint16_t *q16 = packed_copy(q, 1, NQ, dt), *k16 = packed_copy(k, 1, NK, dt),
+             *v16 = packed_copy(v, 1, NK, dt), *dy16 = packed_copy(dy, 1, NQ, dt);
+    uint16_t *y16 = poisoned16(NQ), *g16 = poisoned16(NQ);
+    float *y = tk_alloc(NQ), *y2 = tk_alloc(NQ), *g0 = tk_alloc(NQ), *g = tk_alloc(NQ), *g2 = tk_alloc(NQ);
+    tk_fill(g0, NQ, -1.0f, 1.0f), tk_round_all(g0, NQ, dt);
+    int pad, ok = 1;
+
+    // rope: forward over every storage of out and inp; backward over dout and dinp (a packed
+    // dinp assigned, an fp32 one assigned or accumulated)
+    rt_rope_forward(y, q, B, T, NH, HD, RT_ROPE_THETA, dt);
+    for (int bits = 1; bits < 4; bits++) {
+        memset(y16, 0xAB, NQ * sizeof *y16);
+        rt_rope_packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2,
+                               bits & RT_PACKED_INP ? (const void*)q16 : q, B, T, NH, HD,
+                               RT_ROPE_THETA, bits, dt);
+        ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NQ, dt, &pad) : same(y, y2, NQ);
+    }
+    for (int bits = 0; bits < 6; bits++) {
+        const int pk = (bits & 1) | (bits & 2 ? RT_PACKED_DINP : 0);
+        const int as = bits & 2 || bits & 4 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        memcpy(g, g0, sizeof(float) * NQ), memcpy(g2, g0, sizeof(float) * NQ);
+        memset(g16, 0xAB, NQ * sizeof *g16);
+        rt_rope_backward(g, dy, B, T, NH, HD, RT_ROPE_THETA, dt, as);
+        rt_rope_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
+                                pk & RT_PACKED_OUT ? (const void*)dy16 : dy, B, T, NH, HD,
+                                RT_ROPE_THETA, pk, dt, as);
+        ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NQ, dt, &pad) : same(g, g2, NQ);
+    }
+    CHECK(ok, "%s rope packed forward (out, inp, both) and backward (every storage of dout, "
+          "dinp) == rt_rope_forward, rt_rope_backward", nm);
+
+    // attention: q, k, v each fp32 or packed, out packed or not; backward with out and dout
+    // packed together (RT_PACKED_OUT) or not, onto accumulated fp32 dq, dk, dv
+    const size_t ns = rt_attention_stats_floats(B, NH, T), nsc = rt_attention_lowmem_scratch_floats(B, NH, T);
+    float *st = tk_alloc(ns), *st2 = tk_alloc(ns), *sc = tk_alloc(nsc);
+    float *dq = tk_alloc(NQ), *dk = tk_alloc(NK), *dv = tk_alloc(NK);
+    float *dq2 = tk_alloc(NQ), *dk2 = tk_alloc(NK), *dv2 = tk_alloc(NK);
+    rt_attention_lowmem_forward(y, st, sc, q, k, v, B, T, NH, NKV, HD, 1, dt, dt);
+    rt_attention_lowmem_backward(dq, dk, dv, sc, dy, y, q, k, v, st, B, T, NH, NKV, HD, 1, dt, dt,
+                                 RT_ASSIGN_1 | RT_ASSIGN_3);
+    uint16_t* ya16 = packed_copy(y, 1, NQ, dt);
+    ok = 1;
+    for (int bits = 1; bits < 16; bits++) {
+        const int pk = (bits & 1 ? RT_PACKED_OUT : 0) | (bits & 2 ? RT_PACKED_INP : 0) |
+                       (bits & 4 ? RT_PACKED_INP2 : 0) | (bits & 8 ? RT_PACKED_INP3 : 0);
+        const void *x = pk & RT_PACKED_INP ? (const void*)q16 : q,
+                   *xk = pk & RT_PACKED_INP2 ? (const void*)k16 : k,
+                   *xv = pk & RT_PACKED_INP3 ? (const void*)v16 : v;
+        memset(y16, 0xAB, NQ * sizeof *y16);
+        rt_attention_lowmem_packed_forward(pk & RT_PACKED_OUT ? (void*)y16 : (void*)y2, st2, sc, x, xk,
+                                           xv, B, T, NH, NKV, HD, 1, dt, pk, dt);
+        ok &= (pk & RT_PACKED_OUT ? packed_equals(y16, y, 1, NQ, dt, &pad) : same(y, y2, NQ)) &&
+              same(st, st2, ns);
+        memset(dq2, 0xFF, sizeof(float) * NQ), memset(dv2, 0xFF, sizeof(float) * NK);
+        memset(dk2, 0, sizeof(float) * NK);
+        memset(dk, 0, sizeof(float) * NK);
+        rt_attention_lowmem_backward(dq, dk, dv, sc, dy, y, q, k, v, st, B, T, NH, NKV, HD, 1, dt, dt,
+                                     RT_ASSIGN_1 | RT_ASSIGN_3);
+        rt_attention_lowmem_packed_backward(dq2, dk2, dv2, sc, pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
+                                            pk & RT_PACKED_OUT ? (const void*)ya16 : y, x, xk, xv, st,
+                                            B, T, NH, NKV, HD, 1, dt, pk, dt, RT_ASSIGN_1 | RT_ASSIGN_3);
+        ok &= same(dq, dq2, NQ) && same(dk, dk2, NK) && same(dv, dv2, NK);
+    }
+    CHECK(ok, "%s attention packed forward (every storage of out, q, k, v) == "
+          "rt_attention_lowmem_forward: out, stats; backward (out and dout, q, k, v) == "
+          "rt_attention_lowmem_backward: dq, dv assigned, dk accumulated", nm);
+    free(q), free(k), free(v), free(dy), free(q16), free(k16), free(v16), free(dy16), free(y16),
+        free(g16), free(y), free(y2), free(g0), free(g), free(g2), free(st), free(st2), free(sc),
+        free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(ya16);
 }
 
 int main(void) {
@@ -227,6 +346,7 @@ int main(void) {
         test_dt(dt);
         test_packed_input(dt);
         test_packed_outputs(dt);
+        test_packed_attention(dt);
     }
     return tk_summary("test_packed");
 }

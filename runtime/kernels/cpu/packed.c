@@ -87,16 +87,18 @@ void rt_linear_packed_forward(void* out, const void* inp, const float* weight, c
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
 }
 
-void rt_linear_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const float* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK_PACKED_DBIAS(dbias, packed, "rt_linear_packed_backward");
-    const size_t nd = elems(N, OC);
-    float* s = scratch_floats(nd + elems(N, C));
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_linear_packed_backward");
+    const size_t nd = elems(N, OC), ni = elems(N, C);
+    float* s = scratch_floats(nd + 2 * ni);
     const float* d = operand(s, dout, N, OC, packed & RT_PACKED_OUT, dt);
     const float* x = operand(s + nd, inp, N, C, packed & RT_PACKED_INP, dt);
-    rt_linear_backward(dinp, dweight, dbias, d, x, weight, N, C, OC, dt, assign);
+    float* g = dinp && (packed & RT_PACKED_DINP) ? s + nd + ni : dinp;
+    rt_linear_backward(g, dweight, dbias, d, x, weight, N, C, OC, dt, assign);
+    if (g != dinp && N > 0 && C > 0) pack(dinp, g, N, C, dt);
 }
 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
@@ -156,6 +158,16 @@ static const float* dense_operand(float* s, int k, const void* p, size_t n, int 
     return s + (size_t)k * n;
 }
 
+// The fp32 buffer a twin writes for p (an output, an assigned gradient): p itself, or
+// (packed) the k-th n-value slot of s, which dense_store then narrows into p.
+static float* dense_target(float* s, int k, void* p, size_t n, int packed) {
+    return p && packed ? s + (size_t)k * n : p;
+}
+
+static void dense_store(void* p, const float* x, size_t n, rt_dtype dt) {
+    if (x != p) pack_dense(p, x, n, dt);
+}
+
 #define PACKED_ACTIVATION(name)                                                                \
     void rt_##name##_packed_forward(void* out, const void* inp, size_t n, int packed,          \
                                     rt_dtype dt) {                                             \
@@ -163,16 +175,21 @@ static const float* dense_operand(float* s, int k, const void* p, size_t n, int 
         if (n == 0) return;                                                                    \
         float* s = scratch_floats(2 * n);                                                      \
         const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);              \
-        float* y = packed & RT_PACKED_OUT ? s + n : out;                                       \
+        float* y = dense_target(s, 1, out, n, packed & RT_PACKED_OUT);                           \
         rt_##name##_forward(y, x, n, dt);                                                      \
-        if (packed & RT_PACKED_OUT) pack_dense(out, y, n, dt);                                 \
+        dense_store(out, y, n, dt);                                                           \
     }                                                                                          \
-    void rt_##name##_packed_backward(float* dinp, const float* dout, const void* inp, size_t n, \
+    void rt_##name##_packed_backward(void* dinp, const void* dout, const void* inp, size_t n,  \
                                      int packed, rt_dtype dt, int assign) {                    \
         RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_backward");                               \
+        RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_" #name "_packed_backward");               \
         if (n == 0) return;                                                                    \
-        const float* x = dense_operand(scratch_floats(n), 0, inp, n, packed & RT_PACKED_INP, dt); \
-        rt_##name##_backward(dinp, dout, x, n, dt, assign);                                    \
+        float* s = scratch_floats(3 * n);                                                      \
+        const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);              \
+        const float* d = dense_operand(s, 1, dout, n, packed & RT_PACKED_OUT, dt);             \
+        float* g = dense_target(s, 2, dinp, n, packed & RT_PACKED_DINP);                         \
+        rt_##name##_backward(g, d, x, n, dt, assign);                                          \
+        dense_store(dinp, g, n, dt);                                                          \
     }
 
 PACKED_ACTIVATION(gelu)
@@ -186,17 +203,86 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
     float* s = scratch_floats(3 * n);
     const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
     const float* z = dense_operand(s, 1, b, n, packed & RT_PACKED_INP2, dt);
-    float* y = packed & RT_PACKED_OUT ? s + 2 * n : out;
+    float* y = dense_target(s, 2, out, n, packed & RT_PACKED_OUT);
     rt_swiglu_forward(y, x, z, n, dt);
-    if (packed & RT_PACKED_OUT) pack_dense(out, y, n, dt);
+    dense_store(out, y, n, dt);
 }
 
-void rt_swiglu_packed_backward(float* da, float* db, const float* dout, const void* a,
+void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_swiglu_packed_backward");
+    RT_KCHECK_PACKED_SWIGLU_ALIAS(da, db, packed);
     if (n == 0) return;
-    float* s = scratch_floats(2 * n);
+    float* s = scratch_floats(5 * n);
     const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
     const float* z = dense_operand(s, 1, b, n, packed & RT_PACKED_INP2, dt);
-    rt_swiglu_backward(da, db, dout, x, z, n, dt, assign);
+    const float* d = dense_operand(s, 2, dout, n, packed & RT_PACKED_OUT, dt);
+    float* ga = dense_target(s, 3, da, n, packed & RT_PACKED_DINP);
+    float* gb = dense_target(s, 4, db, n, packed & RT_PACKED_DINP2);
+    rt_swiglu_backward(ga, gb, d, x, z, n, dt, assign);
+    dense_store(da, ga, n, dt);
+    dense_store(db, gb, n, dt);
+}
+
+// ---- rotary embeddings and attention: packed operands widened, packed outputs narrowed
+
+// Values of a [B, T, heads * HD] tensor, 0 for an empty shape (the twins check the rest).
+static size_t head_elems(int B, int T, int heads, int HD) {
+    return B > 0 && T > 0 && heads > 0 && HD > 0 ? (size_t)B * T * heads * HD : 0;
+}
+
+void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
+                            float theta, int packed, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_forward");
+    const size_t n = head_elems(B, T, NH, HD);
+    float* s = scratch_floats(2 * n + 1);
+    const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);
+    float* y = dense_target(s, 1, out, n, packed & RT_PACKED_OUT);
+    rt_rope_forward(y, x, B, T, NH, HD, theta, dt);
+    dense_store(out, y, n, dt);
+}
+
+void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
+                             float theta, int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_backward");
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_rope_packed_backward");
+    const size_t n = head_elems(B, T, NH, HD);
+    float* s = scratch_floats(2 * n + 1);
+    const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
+    float* g = dense_target(s, 1, dinp, n, packed & RT_PACKED_DINP);
+    rt_rope_backward(g, d, B, T, NH, HD, theta, dt, assign);
+    dense_store(dinp, g, n, dt);
+}
+
+void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
+                                        const void* k, const void* v, int B, int T, int NH,
+                                        int NKV, int HD, int causal, rt_dtype prec, int packed,
+                                        rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_forward");
+    const size_t nq = head_elems(B, T, NH, HD), nk = head_elems(B, T, NKV, HD);
+    float* s = scratch_floats(2 * nq + 2 * nk + 1);
+    const float* x = dense_operand(s, 0, q, nq, packed & RT_PACKED_INP, dt);
+    const float* xk = dense_operand(s + nq, 0, k, nk, packed & RT_PACKED_INP2, dt);
+    const float* xv = dense_operand(s + nq + nk, 0, v, nk, packed & RT_PACKED_INP3, dt);
+    float* y = dense_target(s + nq + 2 * nk, 0, out, nq, packed & RT_PACKED_OUT);
+    rt_attention_lowmem_forward(y, stats, scratch, x, xk, xv, B, T, NH, NKV, HD, causal, prec, dt);
+    dense_store(out, y, nq, dt);
+}
+
+void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float* scratch,
+                                         const void* dout, const void* out, const void* q,
+                                         const void* k, const void* v, const float* stats, int B,
+                                         int T, int NH, int NKV, int HD, int causal,
+                                         rt_dtype prec, int packed, rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_backward");
+    const size_t nq = head_elems(B, T, NH, HD), nk = head_elems(B, T, NKV, HD);
+    float* s = scratch_floats(3 * nq + 2 * nk + 1);
+    const float* d = dense_operand(s, 0, dout, nq, packed & RT_PACKED_OUT, dt);
+    const float* y = dense_operand(s + nq, 0, out, nq, packed & RT_PACKED_OUT, dt);
+    const float* x = dense_operand(s + 2 * nq, 0, q, nq, packed & RT_PACKED_INP, dt);
+    const float* xk = dense_operand(s + 3 * nq, 0, k, nk, packed & RT_PACKED_INP2, dt);
+    const float* xv = dense_operand(s + 3 * nq + nk, 0, v, nk, packed & RT_PACKED_INP3, dt);
+    rt_attention_lowmem_backward(dq, dk, dv, scratch, d, y, x, xk, xv, stats, B, T, NH, NKV, HD,
+                                 causal, prec, dt, assign);
 }
