@@ -197,7 +197,8 @@ end
 function forward.add(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) == numel(b) then
-    return { string.format("rt_residual_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
+    return kcall("residual", "forward", string.format("%s, %s, %s, %d", out, c.val(a), c.val(b), numel(a)),
+      packed_bits(op), dt)
   end
   return { string.format("rt_broadcast_add_forward(%s, %s, %s, %d, %d, %s);", out, c.val(a), c.val(b),
     numel(a) // numel(b), numel(b), dt) }
@@ -317,8 +318,8 @@ end
 function backward.add(op, c, dt, as)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) == numel(b) then
-    return { string.format("rt_residual_backward(%s, %s, %s, %d, %s, %s);", c.grad(a), c.grad(b),
-      c.dout(op.outs[1]), numel(a), dt, as) }
+    local args = string.format("%s, %s, %s, %d", c.grad(a), c.grad(b), c.dout(op.outs[1]), numel(a))
+    return kcall("residual", "backward", args, packed_bits(op, true, true), dt, as)
   end
   return { string.format("rt_broadcast_add_backward(%s, %s, %s, %d, %d, %s, %s);", c.grad(a), c.grad(b),
     c.dout(op.outs[1]), numel(a) // numel(b), numel(b), dt, as) }

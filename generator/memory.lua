@@ -109,44 +109,74 @@ end
 -- The packed kernels (rt_kernels.h "packed 16-bit storage"): the ops that write a packed
 -- output, the input positions that ops read packed, the ops whose backward reads a packed
 -- gradient of their output (dout), and the input positions whose gradients ops write packed
--- (rotary: when it rotates the whole tensor, so its backward assigns all of the gradient).
+-- (rotary: when it rotates the whole tensor, so its backward assigns all of the gradient;
+-- add: a residual add, not a broadcast one).
+local function residual(op)
+  local same = trace.numel(op.ins[1].shape) == trace.numel(op.ins[2].shape)
+  return { same, same }
+end
 local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true,
   swiglu = true, rotary = true, attention = true }
 local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
-  rotary = { true }, attention = { true, true, true } }
+  rotary = { true }, attention = { true, true, true }, add = residual }
 local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
   attention = true }
 local PACKED_DIN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
+  add = residual,
   rotary = function(op)
     local x = op.ins[1]
     return { x.shape[#x.shape] == op.attrs.n_heads * op.attrs.head_dim }
   end }
 
+-- Whether op reads its j-th input packed (`positions`: PACKED_IN or PACKED_DIN).
+local function packed_at(positions, op, j)
+  local p = positions[op.kind]
+  if type(p) == "function" then p = p(op) end
+  return p ~= nil and p[j] == true
+end
+
+-- Whether op's backward kernel gets its dtype as dt, as the packed kernels need
+-- (kernels_c backward_rounding: it rounds the gradients of the inputs at its packed
+-- positions, which must then be activations, each its own gradient buffer but where the
+-- kernel adds both contributions itself: swiglu(x, x), x + x).
+local ALIAS_OK = { swiglu = true, add = true }
+local function backward_in_dtype(op)
+  local seen = {}
+  for j, t in ipairs(op.ins) do
+    if packed_at(PACKED_IN, op, j) and t.requires_grad then
+      local b = M.base(t)
+      if t.is_param or (seen[b] and not ALIAS_OK[op.kind]) then return false end
+      seen[b] = true
+    end
+  end
+  return true
+end
+
 -- Whether the gradient of y, read by the ops rs, may be packed: its producer's backward reads
--- a packed dout and one reader reads it once, where its backward writes a packed gradient.
+-- a packed dout in dt and one reader reads it once, where its backward writes a packed
+-- gradient.
 local function grad_packable(op, y, rs)
-  if not (PACKED_DOUT[op.kind] and y.requires_grad and #rs == 1) then return false end
-  local r = rs[1]
-  local din = PACKED_DIN[r.kind]
-  if type(din) == "function" then din = din(r) end
-  for j, t in ipairs(r.ins) do
-    if t == y then return (din or {})[j] == true end
+  if not (PACKED_DOUT[op.kind] and y.requires_grad and #rs == 1 and backward_in_dtype(op)) then return false end
+  for j, t in ipairs(rs[1].ins) do
+    if t == y then return packed_at(PACKED_DIN, rs[1], j) end
   end
   return false
 end
 
 --   * Activations: a linear's, a norm's, an activation's, a rotary embedding's or an
 --     attention's 16-bit output read only where the packed kernels take it (a linear's
---     input, an activation's inputs, a rotary embedding's, attention's q, k, v), by ops of
---     its dtype: a block's attention and MLP inputs, q, k, v and the attention's output,
---     the MLP's hidden activations, the head's input. The GEMMs read its rows in place
+--     input, an activation's inputs, a rotary embedding's, attention's q, k, v, a residual
+--     add's), by ops of its dtype: a block's attention and MLP inputs, q, k, v and the
+--     attention's output, the MLP's hidden activations, the attention's and MLP's outputs
+--     (read by the residual adds), the head's input. The GEMMs read its rows in place
 --     instead of a copy narrowed in every forward and backward, and a linear's output is
 --     not widened. Its last dimension is a multiple of 8 (dense rows). Checkpointed regions
 --     keep fp32 storage.
 --   * Their gradients, where grad_packable: the one reader's backward assigns the gradient
 --     (its one contribution, to a fresh buffer: rt_kernels.h RT_PACKED_DINP) rounded to the
 --     dtype at the store, and the producer's backward reads it in place (the MLP's hidden
---     gradients, q's and k's before the rotary embeddings, the attention output's: no
+--     gradients, q's and k's before the rotary embeddings, the attention output's, the
+--     attention's and MLP's outputs before the residual adds: no
 --     widening of a GEMM's dinp, no narrowing for the next GEMM, half the bytes for the
 --     kernels between). An attention's output is packed only with its gradient (its
 --     backward reads both for D = rowsum(dout * out)).
@@ -157,9 +187,9 @@ local function mark_packed_activations(graph)
     local ok = PACKED_OUT[op.kind] and not op.region and sixteen(y) and inputs_have_dtype(op, y)
       and y.shape[#y.shape] % 8 == 0 and #rs > 0
     for _, r in ipairs(rs) do
-      ok = ok and not r.region and inputs_have_dtype(r, y) and r.outs[1].dtype == y.dtype
+      ok = ok and not r.region and inputs_have_dtype(r, y) and r.outs[1].dtype == y.dtype and backward_in_dtype(r)
       for j, t in ipairs(r.ins) do
-        if t == y then ok = ok and (PACKED_IN[r.kind] or {})[j] == true end
+        if t == y then ok = ok and packed_at(PACKED_IN, r, j) end
       end
     end
     local grad = ok and grad_packable(op, y, rs)

@@ -219,7 +219,7 @@ void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void*
                                const void* b, size_t n, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
     RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_swiglu_packed_backward");
-    RT_KCHECK_PACKED_SWIGLU_ALIAS(da, db, packed);
+    RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_swiglu_packed_backward");
     swiglu_backward(da, db, dout, a, b, n, packed, dt, assign);
 }
 

@@ -5,40 +5,76 @@
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
-// residual add: out = a + b; backward da += dout, db += dout (one kernel for both)
+// residual add: out = a + b; backward da += dout, db += dout (one kernel for both). A and B,
+// GA and GB: fp32 or packed 16-bit storage (rt_kernels.h), read with rtc_ld, written with
+// rtc_st.
 
-__global__ void add_kernel(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(a[i] + b[i], dt);
+template <class A, class B>
+__global__ void add_kernel(float* out, const A* a, const B* b, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(rtc_ld(a, i, dt) + rtc_ld(b, i, dt), dt);
 }
 
-// da and db may be the same buffer (x + x): no __restrict__ on them; then the element gets
-// both contributions, da's first, and one rounding (the assign bits are then ignored).
-// rt_accumulate uses it with RT_F32.
-__global__ void acc2_kernel(float* da, float* db,
-                            const float* __restrict__ dout, size_t n, rt_dtype dt, int as1,
-                            int as2) {
+// da and db may be the same buffer (x + x; fp32 storage): no __restrict__ on them; then the
+// element gets both contributions, da's first, and one rounding (the assign bits are then
+// ignored). rt_accumulate uses it with RT_F32.
+template <class GA, class GB>
+__global__ void acc2_kernel(GA* da, GB* db, const float* __restrict__ dout, size_t n, rt_dtype dt,
+                            int as1, int as2) {
     RTC_GRID_STRIDE(i, n) {
         const float d = dout[i];
-        if (da && da == db) {
-            da[i] = rtc_round_to((da[i] + d) + d, dt);
+        if (da && (const void*)da == (const void*)db) {
+            rtc_st(da, i, (rtc_ld(da, i, dt) + d) + d, dt);
             continue;
         }
-        if (da) da[i] = rtc_round_to(RTC_BASE(da[i], as1) + d, dt);
-        if (db) db[i] = rtc_round_to(RTC_BASE(db[i], as2) + d, dt);
+        if (da) rtc_st(da, i, RTC_BASE(rtc_ld(da, i, dt), as1) + d, dt);
+        if (db) rtc_st(db, i, RTC_BASE(rtc_ld(db, i, dt), as2) + d, dt);
     }
+}
+
+// packed: RT_PACKED_INP (a), RT_PACKED_INP2 (b), RT_PACKED_DINP (da), RT_PACKED_DINP2 (db).
+static void residual_forward(float* out, const void* a, const void* b, size_t n, int packed,
+                             rt_dtype dt) {
+    rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
+        rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
+            RTC_LAUNCH_FLAT(add_kernel, n, out, x, y, n, dt);
+        });
+    });
+}
+
+static void residual_backward(void* da, void* db, const float* dout, size_t n, int packed,
+                              rt_dtype dt, int assign) {
+    if (!da && !db) return;
+    rtc_with_storage(packed & RT_PACKED_DINP, da, [&](auto ga) {
+        rtc_with_storage(packed & RT_PACKED_DINP2, db, [&](auto gb) {
+            RTC_LAUNCH_FLAT(acc2_kernel, n, ga, gb, dout, n, dt, assign & RT_ASSIGN_1,
+                            assign & RT_ASSIGN_2);
+        });
+    });
 }
 
 void rt_residual_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_residual_forward");
-    RTC_LAUNCH_FLAT(add_kernel, n, out, a, b, n, dt);
+    residual_forward(out, a, b, n, 0, dt);
 }
 
 void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_dtype dt,
                           int assign) {
     RT_KCHECK_DT(dt, "rt_residual_backward");
-    if (!da && !db) return;
-    RTC_LAUNCH_FLAT(acc2_kernel, n, da, db, dout, n, dt, assign & RT_ASSIGN_1,
-                    assign & RT_ASSIGN_2);
+    residual_backward(da, db, dout, n, 0, dt, assign);
+}
+
+void rt_residual_packed_forward(float* out, const void* a, const void* b, size_t n, int packed,
+                                rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_forward");
+    residual_forward(out, a, b, n, packed, dt);
+}
+
+void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
+                                 rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_backward");
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_residual_packed_backward");
+    RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_residual_packed_backward");
+    residual_backward(da, db, dout, n, packed, dt, assign);
 }
 
 // ----------------------------------------------------------------------------

@@ -335,12 +335,12 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     and its gradient are packed.
 //   * activations between kernels that read and write them packed: a linear's, a norm's,
 //     an activation's, a rotary embedding's or an attention's 16-bit output that only
-//     linears (as their input), activations, rotary embeddings and attention (q, k, v)
-//     read, with a last dimension that is a multiple of 8 (dense rows); the value is
-//     packed, and its gradient too when a linear, an activation or an attention made it
-//     (its backward reads a packed dout) and one linear, activation or rotary embedding
-//     reads it once (whose backward assigns it). An attention's output is packed only
-//     with its gradient.
+//     linears (as their input), activations, rotary embeddings, attention (q, k, v) and
+//     residual adds read, with a last dimension that is a multiple of 8 (dense rows); the
+//     value is packed, and its gradient too when a linear, an activation or an attention
+//     made it (its backward reads a packed dout) and one linear, activation, rotary
+//     embedding or residual add reads it once (whose backward assigns it). An attention's
+//     output is packed only with its gradient.
 // Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
 // the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
 // around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
@@ -390,6 +390,12 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
                               rt_dtype dt);
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign);
+// Residual add: the forward's a and b (out is fp32 storage), the backward's da and db (dout
+// is fp32 storage); da == db only in fp32 storage.
+void rt_residual_packed_forward(float* out, const void* a, const void* b, size_t n, int packed,
+                                rt_dtype dt);
+void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
+                                 rt_dtype dt, int assign);
 // Rotary embeddings: the forward's out and inp, the backward's dout and dinp.
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
                             float theta, int packed, rt_dtype dt);

@@ -52,11 +52,12 @@
               "a packed gradient is assigned, not added to",                              \
               "%s accumulating into a packed gradient", kernel)
 
-// swiglu(x, x)'s one gradient buffer adds both contributions: it cannot be packed.
-#define RT_KCHECK_PACKED_SWIGLU_ALIAS(da, db, packed)                                     \
+// swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be
+// packed.
+#define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                     \
     RT_KCHECK(!(da) || (da) != (db) || !((packed) & (RT_PACKED_DINP | RT_PACKED_DINP2)),  \
-              "swiglu's da and db are one buffer only in fp32 storage",                   \
-              "rt_swiglu_packed_backward with da == db packed")
+              "da and db are one buffer only in fp32 storage",                            \
+              "%s with da == db packed", kernel)
 
 // Lowmem attention backward: gradient outputs that are one buffer take both contributions
 // in separate stores (the CUDA kernels write dQ and dK/dV in two launches), so they cannot

@@ -1209,6 +1209,25 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     }
     CHECK(ok_s, "%s swiglu packed forward (every storage of out, a, b) and backward (every "
           "storage of da, db, dout, a, b) == rt_swiglu_forward, rt_swiglu_backward", nm);
+    int ok_r = 1;  // residual add: a, b packed or not (out fp32); da, db likewise
+    rt_residual_forward(d_y, d_inp, d_b2, ni, dt);
+    for (int bits = 1; bits < 4; bits++) {
+        rt_residual_packed_forward(d_y2, bits & 1 ? d_i16 : (const void*)d_inp, bits & 2 ? d_b16 : (const void*)d_b2,
+                                   ni, (bits & 1 ? RT_PACKED_INP : 0) | (bits & 2 ? RT_PACKED_INP2 : 0), dt);
+        ok_r &= dev_same(d_y, d_y2, ni);
+    }
+    for (int bits = 0; bits < 16; bits++) {
+        const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);
+        const int as = (bits & 5 ? RT_ASSIGN_1 : 0) | (bits & 10 ? RT_ASSIGN_2 : 0);
+        upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni), upload(d_h1, dinp0, ni), upload(d_h2, dinp0, ni);
+        rt_residual_backward(d_g1, d_h1, d_dy, ni, dt, as);
+        rt_residual_packed_backward(bits & 1 ? d_g16 : (void*)d_g2, bits & 2 ? d_h16 : (void*)d_h2, d_dy,
+                                    ni, pk, dt, as);
+        ok_r &= bits & 1 ? packed_same(d_g16, d_g1, N, C, dt, &pad) : dev_same(d_g1, d_g2, ni);
+        ok_r &= bits & 2 ? packed_same(d_h16, d_h1, N, C, dt, &pad) : dev_same(d_h1, d_h2, ni);
+    }
+    CHECK(ok_r, "%s residual packed forward (every storage of a, b) and backward (every storage "
+          "of da, db) == rt_residual_forward, rt_residual_backward", nm);
     dfree(d_b2), dfree(d_y2), dfree(d_g1), dfree(d_g2), dfree(d_h1), dfree(d_h2), dfree(d_b16);
     dfree(d_dy), free(dy), dfree(d_dy16), dfree(d_g16), dfree(d_h16);
     free(inp), free(w), free(b), free(dout), free(dinp0), free(dw0), free(db0), free(g);

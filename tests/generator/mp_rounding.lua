@@ -30,11 +30,13 @@ end
 local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = true, relu = true, silu = true,
   swiglu = true, rope = true, residual = true, mul = true, broadcast_add = true, dropout = true,
   attention_lowmem = true, linear_packed = true, layernorm_packed = true, rmsnorm_packed = true, gelu_packed = true,
-  relu_packed = true, silu_packed = true, swiglu_packed = true, rope_packed = true, attention_lowmem_packed = true }
+  relu_packed = true, silu_packed = true, swiglu_packed = true, rope_packed = true, attention_lowmem_packed = true,
+  residual_packed = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, linear_packed = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
   broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 }, gelu_packed = { 1 }, relu_packed = { 1 },
-  silu_packed = { 1 }, swiglu_packed = { 1, 2 }, rope_packed = { 1 }, attention_lowmem_packed = { 1, 2, 3 } }
+  silu_packed = { 1 }, swiglu_packed = { 1, 2 }, rope_packed = { 1 }, attention_lowmem_packed = { 1, 2, 3 },
+  residual_packed = { 1, 2 } }
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }
@@ -231,11 +233,13 @@ return fsdp.spec{ name = "mp_head", model = m, world_size = 1, input = { batch =
 end
 
 -- Packed activations (memory.lua mark_packed_activations): an activation's bf16 output that only
--- linears read is packed (as is the linear output it reads); read by an add too, or 12 wide
--- (not a multiple of 8), or in fp32, it is not. Its gradient is packed too when one linear
--- reads it (the relu's backward then reads a packed dout), not when two do.
+-- linears and residual adds read is packed (as is the linear output it reads); read by a
+-- product too, or 12 wide (not a multiple of 8), or in fp32, it is not. Its gradient is
+-- packed too when one linear reads it (the relu's backward then reads a packed dout), not
+-- when two ops do.
 local function act_spec(width, extra_reader, dtype)
-  local ret = { add = "return (y + self.down(h + self.up(x))):float()", linear = "return (y + self.down(h)):float()" }
+  local ret = { add = "return (y + self.down(h + self.up(x))):float()", linear = "return (y + self.down(h)):float()",
+    mul = "return (y + self.down(h * self.up(x))):float()" }
   return string.format([[
 local nn, fsdp = require("nn"), require("fsdp")
 local M = {}
@@ -254,7 +258,8 @@ return fsdp.spec{ name = "mp_act", model = m, world_size = 1, input = { shape = 
 end
 -- width, extra reader, dtype, relu output packed, its gradient packed
 for _, c in ipairs({
-  { 16, nil, "bf16", true, true }, { 16, "linear", "bf16", true, false }, { 16, "add", "bf16", false, false },
+  { 16, nil, "bf16", true, true }, { 16, "linear", "bf16", true, false }, { 16, "add", "bf16", true, false },
+  { 16, "mul", "bf16", false, false },
   { 12, nil, "bf16", false, false }, { 16, nil, "fp32", false, false },
 }) do
   local path = os.tmpname() .. ".lua"
@@ -276,8 +281,8 @@ for _, c in ipairs({
   local grad_packed = has("rt_relu_packed_backward", "", "RT_PACKED_OUT")
     and has("rt_linear_packed_backward", down, "RT_PACKED_DINP")
   check(ok and packed == c[4] and read_packed == c[4] and grad_packed == c[5], string.format(
-    "%s relu output %d wide%s: %s%s%s", c[3], c[1], c[2] and ", also read by " .. (c[2] == "add" and "an add" or
-    "another linear") or "", c[4] and "packed, and read packed by its linear" or "fp32 storage",
+    "%s relu output %d wide%s: %s%s%s", c[3], c[1], c[2] and ", also read by " .. ({ add = "a residual add",
+    linear = "another linear", mul = "a product" })[c[2]] or "", c[4] and "packed, and read packed by its linear" or "fp32 storage",
     c[5] and "; its gradient packed by the linear's backward, read packed by the relu's" or "",
     ok and "" or " (" .. tostring(text) .. ")"))
 end

@@ -254,6 +254,29 @@ static void test_packed_outputs(rt_dtype dt) {
     }
     CHECK(ok, "%s swiglu packed forward (every storage of out, a, b) == rt_swiglu_forward, and "
           "backward (every storage of da, db, dout, a, b) == rt_swiglu_backward", nm);
+    // residual add: a and b each fp32 or packed (out fp32); da and db likewise (packed ones
+    // assigned, fp32 ones assigned or accumulated by turns)
+    ok = 1;
+    rt_residual_forward(y, x, x2, NE, dt);
+    for (int bits = 1; bits < 4; bits++) {
+        rt_residual_packed_forward(y2, bits & 1 ? (const void*)x16 : x, bits & 2 ? (const void*)x216 : x2,
+                                   NE, (bits & 1 ? RT_PACKED_INP : 0) | (bits & 2 ? RT_PACKED_INP2 : 0), dt);
+        ok &= same(y, y2, NE);
+    }
+    for (int bits = 0; bits < 16; bits++) {
+        const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);
+        const int as = (bits & 1 || bits & 4 ? RT_ASSIGN_1 : 0) | (bits & 2 || bits & 8 ? RT_ASSIGN_2 : 0);
+        memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
+        memcpy(h, g0, sizeof(float) * NE), memcpy(h2, g0, sizeof(float) * NE);
+        memset(g16, 0xAB, NE * sizeof *g16), memset(h16, 0xAB, NE * sizeof *h16);
+        rt_residual_backward(g, h, dy, NE, dt, as);
+        rt_residual_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
+                                    pk & RT_PACKED_DINP2 ? (void*)h16 : (void*)h2, dy, NE, pk, dt, as);
+        ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
+        ok &= pk & RT_PACKED_DINP2 ? packed_equals(h16, h, 1, NE, dt, &pad) : same(h, h2, NE);
+    }
+    CHECK(ok, "%s residual packed forward (every storage of a, b) == rt_residual_forward, and "
+          "backward (every storage of da, db) == rt_residual_backward", nm);
     free(x16), free(x216), free(dy), free(g0), free(g), free(g2), free(h), free(h2), free(y2);
     free(dy16), free(g16), free(h16);
     free(x), free(x2), free(w), free(b), free(y), free(s1), free(s2), free(t1), free(t2), free(y16);

@@ -212,7 +212,7 @@ void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void*
                                const void* b, size_t n, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
     RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_swiglu_packed_backward");
-    RT_KCHECK_PACKED_SWIGLU_ALIAS(da, db, packed);
+    RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_swiglu_packed_backward");
     if (n == 0) return;
     float* s = scratch_floats(5 * n);
     const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
@@ -285,4 +285,28 @@ void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float*
     const float* xv = dense_operand(s + 3 * nq + nk, 0, v, nk, packed & RT_PACKED_INP3, dt);
     rt_attention_lowmem_backward(dq, dk, dv, scratch, d, y, x, xk, xv, stats, B, T, NH, NKV, HD,
                                  causal, prec, dt, assign);
+}
+
+// ---- residual add: packed inputs (forward), packed gradients (backward)
+
+void rt_residual_packed_forward(float* out, const void* a, const void* b, size_t n, int packed,
+                                rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_forward");
+    float* s = scratch_floats(2 * n + 1);
+    const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
+    const float* y = dense_operand(s + n, 0, b, n, packed & RT_PACKED_INP2, dt);
+    rt_residual_forward(out, x, y, n, dt);
+}
+
+void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
+                                 rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_backward");
+    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_residual_packed_backward");
+    RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_residual_packed_backward");
+    float* s = scratch_floats(2 * n + 1);
+    float* ga = dense_target(s, 0, da, n, packed & RT_PACKED_DINP);
+    float* gb = dense_target(s + n, 0, db, n, packed & RT_PACKED_DINP2);
+    rt_residual_backward(ga, gb, dout, n, dt, assign);
+    dense_store(da, ga, n, dt);
+    dense_store(db, gb, n, dt);
 }
