@@ -163,21 +163,19 @@ function forward.arange(op, _, out)
   return { string.format("rt_arange_i32(%s, %d, 0);", out, numel(op.outs[1])) }
 end
 
--- "packed_" in the name of a forward kernel writing a packed output (memory.lua).
-local function packed_infix(op) return op.outs[1].packed and "packed_" or "" end
-
 function forward.layer_norm(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local mean, rstd = c.stats(op)
-  return { string.format("rt_layernorm_%sforward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out,
-    mean, rstd, c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x), last(x), fmt_float(op.attrs.eps or 1e-5), dt) }
+  local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %s", out, mean, rstd, c.val(x), c.val(w),
+    b and c.val(b) or "NULL", rows(x), last(x), fmt_float(op.attrs.eps or 1e-5))
+  return kcall("layernorm", "forward", args, packed_bits(op), dt)
 end
 
 function forward.rms_norm(op, c, out, dt)
   local x, w = op.ins[1], op.ins[2]
-  local rstd = c.stats(op)
-  return { string.format("rt_rmsnorm_%sforward(%s, %s, %s, %s, %d, %d, %s, %s);", packed_infix(op), out, rstd,
-    c.val(x), c.val(w), rows(x), last(x), fmt_float(op.attrs.eps or 1e-6), dt) }
+  local args = string.format("%s, %s, %s, %s, %d, %d, %s", out, c.stats(op), c.val(x), c.val(w), rows(x), last(x),
+    fmt_float(op.attrs.eps or 1e-6))
+  return kcall("rmsnorm", "forward", args, packed_bits(op), dt)
 end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do
@@ -285,16 +283,16 @@ end
 function backward.layer_norm(op, c, dt, as)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local mean, rstd = c.stats(op)
-  return { string.format("rt_layernorm_backward(%s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", c.grad(x),
-    c.grad(w), b and c.grad(b) or "NULL", c.dout(op.outs[1]), c.val(x), c.val(w), mean, rstd, rows(x), last(x),
-    dt, as) }
+  local args = string.format("%s, %s, %s, %s, %s, %s, %s, %s, %d, %d", c.grad(x), c.grad(w), b and c.grad(b) or "NULL",
+    c.dout(op.outs[1]), c.val(x), c.val(w), mean, rstd, rows(x), last(x))
+  return kcall("layernorm", "backward", args, packed_bits(op, true), dt, as)
 end
 
 function backward.rms_norm(op, c, dt, as)
   local x, w = op.ins[1], op.ins[2]
-  local rstd = c.stats(op)
-  return { string.format("rt_rmsnorm_backward(%s, %s, %s, %s, %s, %s, %d, %d, %s, %s);", c.grad(x), c.grad(w),
-    c.dout(op.outs[1]), c.val(x), c.val(w), rstd, rows(x), last(x), dt, as) }
+  local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d", c.grad(x), c.grad(w), c.dout(op.outs[1]), c.val(x),
+    c.val(w), c.stats(op), rows(x), last(x))
+  return kcall("rmsnorm", "backward", args, packed_bits(op, true), dt, as)
 end
 
 for _, k in ipairs({ "relu", "gelu", "silu" }) do

@@ -116,9 +116,9 @@ local function residual(op)
   return { same, same }
 end
 local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true,
-  swiglu = true, rotary = true, attention = true }
+  swiglu = true, rotary = true, attention = true, add = function(op) return residual(op)[1] end }
 local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
-  rotary = { true }, attention = { true, true, true }, add = residual }
+  rotary = { true }, attention = { true, true, true }, add = residual, layer_norm = { true }, rms_norm = { true } }
 local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
   attention = true }
 local PACKED_DIN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
@@ -133,6 +133,29 @@ local function packed_at(positions, op, j)
   local p = positions[op.kind]
   if type(p) == "function" then p = p(op) end
   return p ~= nil and p[j] == true
+end
+
+-- t before FSDP's post-backward hooks (identity ops over a block's inputs whose outputs
+-- share their buffers, M.base): a block's output as the previous block wrote it.
+local function unhooked(t)
+  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
+  return t
+end
+
+-- The ops that read each tensor, through post-backward hooks (not themselves readers): the
+-- next block's ops read a block's output.
+local function readers_through_hooks(graph)
+  local readers = {}
+  for _, op in ipairs(graph.ops) do
+    if op.kind ~= "post_backward_hook" then
+      for _, t in ipairs(op.ins) do
+        local u = unhooked(t)
+        readers[u] = readers[u] or {}
+        readers[u][#readers[u] + 1] = op
+      end
+    end
+  end
+  return readers
 end
 
 -- Whether op's backward kernel gets its dtype as dt, as the packed kernels need
@@ -158,7 +181,7 @@ end
 local function grad_packable(op, y, rs)
   if not (PACKED_DOUT[op.kind] and y.requires_grad and #rs == 1 and backward_in_dtype(op)) then return false end
   for j, t in ipairs(rs[1].ins) do
-    if t == y then return packed_at(PACKED_DIN, rs[1], j) end
+    if unhooked(t) == y then return packed_at(PACKED_DIN, rs[1], j) end
   end
   return false
 end
@@ -181,15 +204,17 @@ end
 --     kernels between). An attention's output is packed only with its gradient (its
 --     backward reads both for D = rowsum(dout * out)).
 local function mark_packed_activations(graph)
-  local readers = readers_of(graph)
+  local readers = readers_through_hooks(graph)
   for _, op in ipairs(graph.ops) do
     local y, rs = op.outs[1], readers[op.outs[1]] or {}
-    local ok = PACKED_OUT[op.kind] and not op.region and sixteen(y) and inputs_have_dtype(op, y)
+    local out = PACKED_OUT[op.kind]
+    if type(out) == "function" then out = out(op) end
+    local ok = out and not op.region and sixteen(y) and inputs_have_dtype(op, y)
       and y.shape[#y.shape] % 8 == 0 and #rs > 0
     for _, r in ipairs(rs) do
       ok = ok and not r.region and inputs_have_dtype(r, y) and r.outs[1].dtype == y.dtype and backward_in_dtype(r)
       for j, t in ipairs(r.ins) do
-        if t == y then ok = ok and packed_at(PACKED_IN, r, j) end
+        if unhooked(t) == y then ok = ok and packed_at(PACKED_IN, r, j) end
       end
     end
     local grad = ok and grad_packable(op, y, rs)

@@ -2,7 +2,7 @@
 -- 8 kv heads, SwiGLU 8192, vocab 128256, untied output: 1.5 B parameters), seq 2048,
 -- batch 4, one GPU. fully_shard per block and the root, bf16 parameters with fp32
 -- gradient reduction, AdamW. bench/torch_fsdp2.py builds the same model
--- (`--config llama_1b`). The memory plan, which sizes the CUDA arena, predicts 45.5 GB per
+-- (`--config llama_1b`). The memory plan, which sizes the CUDA arena, predicts 44.4 GB per
 -- GPU at batch 4 (it stores compute buffers as fp32, but for the packed 16-bit ones:
 -- README "Numbers").
 local fsdp, models = require("fsdp"), require("models")

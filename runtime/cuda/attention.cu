@@ -260,6 +260,15 @@ static const float* widened(float** s, const void* x, bool packed, int rows, int
     return w;
 }
 
+// The fp32 kernels' q, k, v (widened at *s where packed: RT_PACKED_INP, _INP2, _INP3).
+static void operands32(rtc_fa_args& a, float** s, const void* q, const void* k, const void* v,
+                       int packed, rt_dtype dt) {
+    const int rows = a.B * a.T, cq = a.NH * a.HD, ck = a.NKV * a.HD;
+    a.q = widened(s, q, packed & RT_PACKED_INP, rows, cq, dt);
+    a.k = widened(s, k, packed & RT_PACKED_INP2, rows, ck, dt);
+    a.v = widened(s, v, packed & RT_PACKED_INP3, rows, ck, dt);
+}
+
 // The forward of both entry points (packed 0: fp32 storage; rt_kernels.h "packed 16-bit
 // storage"). The tensor-core kernels read packed q, k, v in place of their narrowed copies
 // and write a packed out in place of out's rounded floats; the fp32 kernels (head dims the
@@ -284,9 +293,7 @@ static void lowmem_forward(void* out, float* stats, const void* q, const void* k
     }
     const int rows = B * T, cq = NH * HD, ck = NKV * HD;
     float* s = packed ? (float*)rtc_operand_scratch((size_t)(2 * cq + 2 * ck) * rows * 4) : NULL;
-    a.q = widened(&s, q, packed & RT_PACKED_INP, rows, cq, dt);
-    a.k = widened(&s, k, packed & RT_PACKED_INP2, rows, ck, dt);
-    a.v = widened(&s, v, packed & RT_PACKED_INP3, rows, ck, dt);
+    operands32(a, &s, q, k, v, packed, dt);
     a.out = po ? s : (float*)out;
     rtc_fa_forward(launch, a);
     if (po) rtc_narrow(out, a.out, rows, cq, cq, dt);
@@ -331,9 +338,7 @@ static void lowmem_backward(float* dq, float* dk, float* dv, float* scratch, con
     float* s = packed ? (float*)rtc_operand_scratch((size_t)(3 * cq + 2 * ck) * rows * 4) : NULL;
     a.dout = widened(&s, dout, po, rows, cq, dt);
     a.out_in = widened(&s, out, po, rows, cq, dt);
-    a.q = widened(&s, q, packed & RT_PACKED_INP, rows, cq, dt);
-    a.k = widened(&s, k, packed & RT_PACKED_INP2, rows, ck, dt);
-    a.v = widened(&s, v, packed & RT_PACKED_INP3, rows, ck, dt);
+    operands32(a, &s, q, k, v, packed, dt);
     rtc_fa_backward(launch, a);
 }
 

@@ -9,9 +9,9 @@
 // GA and GB: fp32 or packed 16-bit storage (rt_kernels.h), read with rtc_ld, written with
 // rtc_st.
 
-template <class A, class B>
-__global__ void add_kernel(float* out, const A* a, const B* b, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(rtc_ld(a, i, dt) + rtc_ld(b, i, dt), dt);
+template <class O, class A, class B>
+__global__ void add_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) rtc_st(out, i, rtc_ld(a, i, dt) + rtc_ld(b, i, dt), dt);
 }
 
 // da and db may be the same buffer (x + x; fp32 storage): no __restrict__ on them; then the
@@ -31,12 +31,15 @@ __global__ void acc2_kernel(GA* da, GB* db, const float* __restrict__ dout, size
     }
 }
 
-// packed: RT_PACKED_INP (a), RT_PACKED_INP2 (b), RT_PACKED_DINP (da), RT_PACKED_DINP2 (db).
-static void residual_forward(float* out, const void* a, const void* b, size_t n, int packed,
+// packed: RT_PACKED_OUT (out), RT_PACKED_INP (a), RT_PACKED_INP2 (b), RT_PACKED_DINP (da),
+// RT_PACKED_DINP2 (db).
+static void residual_forward(void* out, const void* a, const void* b, size_t n, int packed,
                              rt_dtype dt) {
-    rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
-        rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
-            RTC_LAUNCH_FLAT(add_kernel, n, out, x, y, n, dt);
+    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+        rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
+            rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
+                RTC_LAUNCH_FLAT(add_kernel, n, o, x, y, n, dt);
+            });
         });
     });
 }
@@ -63,7 +66,7 @@ void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_
     residual_backward(da, db, dout, n, 0, dt, assign);
 }
 
-void rt_residual_packed_forward(float* out, const void* a, const void* b, size_t n, int packed,
+void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
                                 rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_forward");
     residual_forward(out, a, b, n, packed, dt);

@@ -5,7 +5,9 @@
 // weight/bias gradients (column reductions over rows, in double, in row chunks:
 // column_sums.cuh) in one or two more.
 // out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32. The
-// forwards also write packed 16-bit outputs (rt_kernels.h "packed 16-bit storage").
+// forwards also read and write, and the backwards read, packed 16-bit rows (rt_kernels.h
+// "packed 16-bit storage"): O and I below, the storage of out and inp, are float or
+// uint16_t (rtc_ld, rtc_st).
 // TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
 // kernel, llm.c style) and vectorised float4 loads once the shapes are known to allow them.
 #include "column_sums.cuh"
@@ -13,27 +15,26 @@
 // ----------------------------------------------------------------------------
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
 
-// O: the output's storage, fp32 or packed 16-bit (rt_kernels.h; rows of C, a multiple of 8).
-template <class O>
-__global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const float* inp,
+template <class O, class I>
+__global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const I* inp,
                                          const float* weight, const float* bias, int C,
                                          float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
-    const float* x = inp + n * C;
+    const I* x = inp + n * C;
     O* o = out + n * C;
     double s = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += rtc_ld(x, c, dt);
     const double m = rtc_block_sum(s) / C;
     double v = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const double d = x[c] - m;
+        const double d = rtc_ld(x, c, dt) - m;
         v += d * d;
     }
     v = rtc_block_sum(v) / C;  // biased variance, as PyTorch's layer_norm
     const float mf = (float)m;
     const float rs = (float)(1.0 / sqrt(v + (double)eps));
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float y = (x[c] - mf) * rs;
+        float y = (rtc_ld(x, c, dt) - mf) * rs;
         if (weight) y *= weight[c];
         if (bias) y += bias[c];
         rtc_st(o, c, y, dt);
@@ -44,29 +45,33 @@ __global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const
     }
 }
 
-template <class O>
-static void layernorm_forward(O* out, float* mean, float* rstd, const float* inp,
+// packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
+static void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                               const float* weight, const float* bias, int N, int C, float eps,
-                              rt_dtype dt) {
+                              int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
-    layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-        out, mean, rstd, inp, weight, bias, C, eps, dt);
-    RTC_CHECK_LAUNCH(layernorm_forward_kernel);
+    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+            layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+                o, mean, rstd, x, weight, bias, C, eps, dt);
+            RTC_CHECK_LAUNCH(layernorm_forward_kernel);
+        });
+    });
 }
 
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                           const float* weight, const float* bias, int N, int C, float eps,
                           rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_layernorm_forward");
-    layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, dt);
+    layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, 0, dt);
 }
 
-void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const float* inp,
+void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const float* weight, const float* bias, int N, int C, float eps,
-                                 rt_dtype dt) {
+                                 int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_forward");
     RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_forward");
-    layernorm_forward((uint16_t*)out16, mean, rstd, inp, weight, bias, N, C, eps, dt);
+    layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, packed, dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -74,21 +79,22 @@ void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const fl
 //   dinp    += rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   dweight += sum_rows(dout * xhat),  dbias += sum_rows(dout)
 
+template <class I>
 __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
                                                const float* __restrict__ dout,
-                                               const float* __restrict__ inp,
+                                               const I* __restrict__ inp,
                                                const float* __restrict__ weight,
                                                const float* __restrict__ mean,
                                                const float* __restrict__ rstd, int C,
                                                rt_dtype dt, int as) {
     const size_t n = blockIdx.x;
-    const float* x = inp + n * C;
+    const I* x = inp + n * C;
     const float* d = dout + n * C;
     float* dx = dinp + n * C;
     const float mf = mean[n], rs = rstd[n];
     double sg = 0.0, sgx = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float xhat = (x[c] - mf) * rs;
+        const float xhat = (rtc_ld(x, c, dt) - mf) * rs;
         const float g = weight ? d[c] * weight[c] : d[c];
         sg += g;
         sgx += (double)g * xhat;
@@ -97,126 +103,195 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     sgx = rtc_block_sum(sgx);
     const float mg = (float)(sg / C), mgx = (float)(sgx / C);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float xhat = (x[c] - mf) * rs;
+        const float xhat = (rtc_ld(x, c, dt) - mf) * rs;
         const float g = weight ? d[c] * weight[c] : d[c];
         dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
 // dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
+template <class I>
 struct layernorm_dwb_term {
-    const float *dout, *inp, *mean, *rstd;
+    const float* dout;
+    const I* inp;
+    const float *mean, *rstd;
     int C;
+    rt_dtype dt;
     __device__ void operator()(int r, int c, double* acc) const {
         const size_t i = (size_t)r * C + c;
-        acc[0] += (double)dout[i] * ((inp[i] - mean[r]) * rstd[r]);
+        acc[0] += (double)dout[i] * ((rtc_ld(inp, i, dt) - mean[r]) * rstd[r]);
         acc[1] += dout[i];
     }
 };
+
+template <class I>
+static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const I* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C, rt_dtype dt, int as) {
+    if (dinp) {
+        layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+            dinp, dout, inp, weight, mean, rstd, C, dt, as);
+        RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
+    }
+    if (dweight || dbias)
+        rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I>{dout, inp, mean, rstd, C, dt}, N, C);
+}
+
+// packed: RT_PACKED_INP (inp).
+static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const void* inp, const float* weight, const float* mean,
+                               const float* rstd, int N, int C, int packed, rt_dtype dt,
+                               int assign) {
+    if (N <= 0 || C <= 0) return;
+    rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+        layernorm_backward_on(dinp, dweight, dbias, dout, x, weight, mean, rstd, N, C, dt,
+                              assign & RT_ASSIGN_1);
+    });
+}
 
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
                            const float* rstd, int N, int C, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_layernorm_backward");
-    if (N <= 0 || C <= 0) return;
-    if (dinp) {
-        layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-            dinp, dout, inp, weight, mean, rstd, C, dt, assign & RT_ASSIGN_1);
-        RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
-    }
-    if (dweight || dbias)
-        rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term{dout, inp, mean, rstd, C}, N, C);
+    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, 0, dt, assign);
+}
+
+void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const void* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C, int packed, rt_dtype dt,
+                                  int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_backward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_backward");
+    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, packed, dt,
+                       assign);
 }
 
 // ----------------------------------------------------------------------------
 // RMSNorm forward: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps)
 
-template <class O>  // as layernorm_forward_kernel
-__global__ void rmsnorm_forward_kernel(O* out, float* rstd, const float* inp,
-                                       const float* weight, int C, float eps, rt_dtype dt) {
+template <class O, class I>
+__global__ void rmsnorm_forward_kernel(O* out, float* rstd, const I* inp, const float* weight,
+                                       int C, float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
-    const float* x = inp + n * C;
+    const I* x = inp + n * C;
     O* o = out + n * C;
     double ss = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += (double)x[c] * x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const double xc = rtc_ld(x, c, dt);
+        ss += xc * xc;
+    }
     ss = rtc_block_sum(ss);
     const float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float y = x[c] * rs;
+        const float y = rtc_ld(x, c, dt) * rs;
         rtc_st(o, c, weight ? y * weight[c] : y, dt);
     }
     if (threadIdx.x == 0 && rstd) rstd[n] = rs;
 }
 
-template <class O>
-static void rmsnorm_forward(O* out, float* rstd, const float* inp, const float* weight, int N,
-                            int C, float eps, rt_dtype dt) {
+// packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
+static void rmsnorm_forward(void* out, float* rstd, const void* inp, const float* weight, int N,
+                            int C, float eps, int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
-    rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-        out, rstd, inp, weight, C, eps, dt);
-    RTC_CHECK_LAUNCH(rmsnorm_forward_kernel);
+    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+            rmsnorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+                o, rstd, x, weight, C, eps, dt);
+            RTC_CHECK_LAUNCH(rmsnorm_forward_kernel);
+        });
+    });
 }
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_rmsnorm_forward");
-    rmsnorm_forward(out, rstd, inp, weight, N, C, eps, dt);
+    rmsnorm_forward(out, rstd, inp, weight, N, C, eps, 0, dt);
 }
 
-void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const float* weight,
-                               int N, int C, float eps, rt_dtype dt) {
+void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
+                               int N, int C, float eps, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_forward");
     RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_forward");
-    rmsnorm_forward((uint16_t*)out16, rstd, inp, weight, N, C, eps, dt);
+    rmsnorm_forward(out, rstd, inp, weight, N, C, eps, packed, dt);
 }
 
 // ----------------------------------------------------------------------------
 // RMSNorm backward (accumulating). With xhat = x * rstd and g = dout * weight:
 //   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
 
+template <class I>
 __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
                                              const float* __restrict__ dout,
-                                             const float* __restrict__ inp,
+                                             const I* __restrict__ inp,
                                              const float* __restrict__ weight,
                                              const float* __restrict__ rstd, int C, rt_dtype dt,
                                              int as) {
     const size_t n = blockIdx.x;
-    const float* x = inp + n * C;
+    const I* x = inp + n * C;
     const float* d = dout + n * C;
     float* dx = dinp + n * C;
     const float rs = rstd[n];
     double sgx = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float g = weight ? d[c] * weight[c] : d[c];
-        sgx += (double)g * (x[c] * rs);
+        sgx += (double)g * (rtc_ld(x, c, dt) * rs);
     }
     sgx = rtc_block_sum(sgx);
     const float mgx = (float)(sgx / C);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float g = weight ? d[c] * weight[c] : d[c];
-        dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - (x[c] * rs) * mgx), dt);
+        dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - (rtc_ld(x, c, dt) * rs) * mgx), dt);
     }
 }
 
 // dweight += sum_rows(dout * inp * rstd)
+template <class I>
 struct rmsnorm_dw_term {
-    const float *dout, *inp, *rstd;
+    const float* dout;
+    const I* inp;
+    const float* rstd;
     int C;
+    rt_dtype dt;
     __device__ void operator()(int r, int c, double* acc) const {
         const size_t i = (size_t)r * C + c;
-        acc[0] += (double)dout[i] * (inp[i] * rstd[r]);
+        acc[0] += (double)dout[i] * (rtc_ld(inp, i, dt) * rstd[r]);
     }
 };
+
+template <class I>
+static void rmsnorm_backward_on(float* dinp, float* dweight, const float* dout, const I* inp,
+                                const float* weight, const float* rstd, int N, int C, rt_dtype dt,
+                                int as) {
+    if (dinp) {
+        rmsnorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
+            dinp, dout, inp, weight, rstd, C, dt, as);
+        RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
+    }
+    if (dweight)
+        rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term<I>{dout, inp, rstd, C, dt}, N, C);
+}
+
+// packed: RT_PACKED_INP (inp).
+static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+                             const float* weight, const float* rstd, int N, int C, int packed,
+                             rt_dtype dt, int assign) {
+    if (N <= 0 || C <= 0) return;
+    rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+        rmsnorm_backward_on(dinp, dweight, dout, x, weight, rstd, N, C, dt, assign & RT_ASSIGN_1);
+    });
+}
 
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                          int assign) {
     RT_KCHECK_DT(dt, "rt_rmsnorm_backward");
-    if (N <= 0 || C <= 0) return;
-    if (dinp) {
-        rmsnorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-            dinp, dout, inp, weight, rstd, C, dt, assign & RT_ASSIGN_1);
-        RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
-    }
-    if (dweight) rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term{dout, inp, rstd, C}, N, C);
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, 0, dt, assign);
+}
+
+void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+                                const float* weight, const float* rstd, int N, int C, int packed,
+                                rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_backward");
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, packed, dt, assign);
 }

@@ -334,9 +334,10 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     its fp32 view) computed with its gradient, i.e. a language model's head; the value
 //     and its gradient are packed.
 //   * activations between kernels that read and write them packed: a linear's, a norm's,
-//     an activation's, a rotary embedding's or an attention's 16-bit output that only
-//     linears (as their input), activations, rotary embeddings, attention (q, k, v) and
-//     residual adds read, with a last dimension that is a multiple of 8 (dense rows); the
+//     an activation's, a rotary embedding's, an attention's or a residual add's 16-bit
+//     output that only linears (as their input), norms, activations, rotary embeddings,
+//     attention (q, k, v) and residual adds read, with a last dimension that is a multiple
+//     of 8 (dense rows); the
 //     value is packed, and its gradient too when a linear, an activation or an attention
 //     made it (its backward reads a packed dout) and one linear, activation, rotary
 //     embedding or residual add reads it once (whose backward assigns it). An attention's
@@ -370,12 +371,19 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign);
-// Norms with a packed output (C a multiple of 8: dense rows).
-void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const float* inp,
+// Norms: the forward's out and inp, the backward's inp (C a multiple of 8: dense rows).
+void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const float* weight, const float* bias, int N, int C, float eps,
-                                 rt_dtype dt);
-void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const float* weight,
-                               int N, int C, float eps, rt_dtype dt);
+                                 int packed, rt_dtype dt);
+void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const void* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C, int packed, rt_dtype dt,
+                                  int assign);
+void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
+                               int N, int C, float eps, int packed, rt_dtype dt);
+void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+                                const float* weight, const float* rstd, int N, int C, int packed,
+                                rt_dtype dt, int assign);
 // Activations over n dense values.
 void rt_gelu_packed_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt);
 void rt_gelu_packed_backward(void* dinp, const void* dout, const void* inp, size_t n, int packed,
@@ -390,9 +398,9 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
                               rt_dtype dt);
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign);
-// Residual add: the forward's a and b (out is fp32 storage), the backward's da and db (dout
-// is fp32 storage); da == db only in fp32 storage.
-void rt_residual_packed_forward(float* out, const void* a, const void* b, size_t n, int packed,
+// Residual add: the forward's out, a and b, the backward's da and db (dout is fp32
+// storage); da == db only in fp32 storage.
+void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
                                 rt_dtype dt);
 void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
                                  rt_dtype dt, int assign);

@@ -1138,15 +1138,46 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     float* g = hrand(C, 1.0f, 0.0f);
     round_to(g, C, dt);
     float* d_g = dup(g, C);  // the norms' weight and LayerNorm's bias
+    // norms: out and inp each packed or not; backward from a packed inp (dinp, dweight, dbias
+    // accumulated onto dinp0's values / zeros)
+    float *d_yn = dalloc(ni * sizeof(float)), *d_gn = dup(dinp0, ni), *d_gn2 = dup(dinp0, ni);
+    float *d_dw = dalloc(C * sizeof(float)), *d_dw2 = dalloc(C * sizeof(float));
+    float *d_dbn = dalloc(C * sizeof(float)), *d_dbn2 = dalloc(C * sizeof(float));
+    RT_CHECK_CUDA(cudaMemset(d_dw, 0, C * sizeof(float)));
+    RT_CHECK_CUDA(cudaMemset(d_dw2, 0, C * sizeof(float)));
+    RT_CHECK_CUDA(cudaMemset(d_dbn, 0, C * sizeof(float)));
+    RT_CHECK_CUDA(cudaMemset(d_dbn2, 0, C * sizeof(float)));
+    int ok_n = 1;
     rt_layernorm_forward(d_y, d_mean, d_rstd, d_inp, d_g, d_g, N, C, RT_LAYERNORM_EPS, dt);
-    rt_layernorm_packed_forward(d_y16, d_mean2, d_rstd2, d_inp, d_g, d_g, N, C, RT_LAYERNORM_EPS, dt);
-    CHECK(packed_same(d_y16, d_y, N, C, dt, &pad) && dev_same(d_mean, d_mean2, N) &&
-              dev_same(d_rstd, d_rstd2, N),
-          "%s layernorm packed forward N=%d C=%d == rt_layernorm_forward: out, mean, rstd", nm, N, C);
+    for (int bits = 1; bits < 4; bits++) {
+        rt_layernorm_packed_forward(bits & RT_PACKED_OUT ? d_y16 : (void*)d_yn, d_mean2, d_rstd2,
+                                    bits & RT_PACKED_INP ? d_i16 : (const void*)d_inp, d_g, d_g, N, C,
+                                    RT_LAYERNORM_EPS, bits, dt);
+        ok_n &= (bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_yn, ni)) &&
+                dev_same(d_mean, d_mean2, N) && dev_same(d_rstd, d_rstd2, N);
+    }
+    rt_layernorm_backward(d_gn, d_dw, d_dbn, d_dout, d_inp, d_g, d_mean, d_rstd, N, C, dt, RT_ACCUMULATE);
+    rt_layernorm_packed_backward(d_gn2, d_dw2, d_dbn2, d_dout, d_i16, d_g, d_mean, d_rstd, N, C,
+                                 RT_PACKED_INP, dt, RT_ACCUMULATE);
+    ok_n &= dev_same(d_gn, d_gn2, ni) && dev_same(d_dw, d_dw2, C) && dev_same(d_dbn, d_dbn2, C);
+    CHECK(ok_n, "%s layernorm packed forward (out, inp, both) and backward (packed inp) N=%d C=%d "
+          "== the fp32-storage calls: out, mean, rstd, dinp, dweight, dbias", nm, N, C);
+    ok_n = 1;
     rt_rmsnorm_forward(d_y, d_rstd, d_inp, d_g, N, C, 1e-6f, dt);
-    rt_rmsnorm_packed_forward(d_y16, d_rstd2, d_inp, d_g, N, C, 1e-6f, dt);
-    CHECK(packed_same(d_y16, d_y, N, C, dt, &pad) && dev_same(d_rstd, d_rstd2, N),
-          "%s rmsnorm packed forward N=%d C=%d == rt_rmsnorm_forward: out, rstd", nm, N, C);
+    for (int bits = 1; bits < 4; bits++) {
+        rt_rmsnorm_packed_forward(bits & RT_PACKED_OUT ? d_y16 : (void*)d_yn, d_rstd2,
+                                  bits & RT_PACKED_INP ? d_i16 : (const void*)d_inp, d_g, N, C, 1e-6f,
+                                  bits, dt);
+        ok_n &= (bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_yn, ni)) &&
+                dev_same(d_rstd, d_rstd2, N);
+    }
+    rt_rmsnorm_backward(d_gn, d_dw, d_dout, d_inp, d_g, d_rstd, N, C, dt, RT_ASSIGN_1);
+    rt_rmsnorm_packed_backward(d_gn2, d_dw2, d_dout, d_i16, d_g, d_rstd, N, C, RT_PACKED_INP, dt,
+                               RT_ASSIGN_1);
+    ok_n &= dev_same(d_gn, d_gn2, ni) && dev_same(d_dw, d_dw2, C);
+    CHECK(ok_n, "%s rmsnorm packed forward (out, inp, both) and backward (packed inp) N=%d C=%d "
+          "== the fp32-storage calls: out, rstd, dinp, dweight", nm, N, C);
+    dfree(d_yn), dfree(d_gn), dfree(d_gn2), dfree(d_dw), dfree(d_dw2), dfree(d_dbn), dfree(d_dbn2);
     // activations: out, inp (swiglu's b: dinp0's values) each fp32 or packed; backward (dout:
     // dy) with every storage of dinp (assigned when packed), dout and inp
     void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
@@ -1209,12 +1240,13 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     }
     CHECK(ok_s, "%s swiglu packed forward (every storage of out, a, b) and backward (every "
           "storage of da, db, dout, a, b) == rt_swiglu_forward, rt_swiglu_backward", nm);
-    int ok_r = 1;  // residual add: a, b packed or not (out fp32); da, db likewise
+    int ok_r = 1;  // residual add: out, a, b packed or not; da, db likewise
     rt_residual_forward(d_y, d_inp, d_b2, ni, dt);
-    for (int bits = 1; bits < 4; bits++) {
-        rt_residual_packed_forward(d_y2, bits & 1 ? d_i16 : (const void*)d_inp, bits & 2 ? d_b16 : (const void*)d_b2,
-                                   ni, (bits & 1 ? RT_PACKED_INP : 0) | (bits & 2 ? RT_PACKED_INP2 : 0), dt);
-        ok_r &= dev_same(d_y, d_y2, ni);
+    for (int bits = 1; bits < 8; bits++) {
+        rt_residual_packed_forward(bits & RT_PACKED_OUT ? d_y16 : (void*)d_y2,
+                                   bits & RT_PACKED_INP ? d_i16 : (const void*)d_inp,
+                                   bits & RT_PACKED_INP2 ? d_b16 : (const void*)d_b2, ni, bits, dt);
+        ok_r &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_y2, ni);
     }
     for (int bits = 0; bits < 16; bits++) {
         const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);

@@ -36,7 +36,7 @@ local DT_BACKWARD_ROUNDS = { linear = { 1 }, linear_packed = { 1 }, layernorm = 
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 },
   broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 }, gelu_packed = { 1 }, relu_packed = { 1 },
   silu_packed = { 1 }, swiglu_packed = { 1, 2 }, rope_packed = { 1 }, attention_lowmem_packed = { 1, 2, 3 },
-  residual_packed = { 1, 2 } }
+  residual_packed = { 1, 2 }, layernorm_packed = { 1 }, rmsnorm_packed = { 1 } }
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }

@@ -173,14 +173,48 @@ static void test_packed_outputs(rt_dtype dt) {
     uint16_t* y16 = poisoned16(NE);
     int pad;
 
+    // norms: every storage of out and inp forward, of inp backward (dout fp32)
+    uint16_t* xn16 = packed_copy(x, R, D, dt);
+    float *yn = tk_alloc(NE), *dn = tk_alloc(NE), *gn0 = tk_alloc(NE), *gn = tk_alloc(NE),
+          *gn2 = tk_alloc(NE), *dw = tk_alloc(D), *dw2 = tk_alloc(D), *dbn = tk_alloc(D),
+          *dbn2 = tk_alloc(D);
+    tk_fill(dn, NE, -1.0f, 1.0f), tk_fill(gn0, NE, -1.0f, 1.0f), tk_round_all(dn, NE, dt),
+        tk_round_all(gn0, NE, dt);
+    int ok_ln = 1, ok_rms = 1;
     rt_layernorm_forward(y, s1, s2, x, w, b, R, D, RT_LAYERNORM_EPS, dt);
-    rt_layernorm_packed_forward(y16, t1, t2, x, w, b, R, D, RT_LAYERNORM_EPS, dt);
-    CHECK(packed_equals(y16, y, R, D, dt, &pad) && same(s1, t1, R) && same(s2, t2, R),
-          "%s layernorm packed forward == rt_layernorm_forward: out, mean, rstd", nm);
+    for (int bits = 1; bits < 4; bits++) {
+        memset(y16, 0xAB, NE * sizeof *y16);
+        rt_layernorm_packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)yn, t1, t2,
+                                    bits & RT_PACKED_INP ? (const void*)xn16 : x, w, b, R, D,
+                                    RT_LAYERNORM_EPS, bits, dt);
+        ok_ln &= (bits & RT_PACKED_OUT ? packed_equals(y16, y, R, D, dt, &pad) : same(y, yn, NE)) &&
+                 same(s1, t1, R) && same(s2, t2, R);
+    }
+    memcpy(gn, gn0, sizeof(float) * NE), memcpy(gn2, gn0, sizeof(float) * NE);
+    memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
+    memset(dbn, 0, sizeof(float) * D), memset(dbn2, 0, sizeof(float) * D);
+    rt_layernorm_backward(gn, dw, dbn, dn, x, w, s1, s2, R, D, dt, RT_ACCUMULATE);
+    rt_layernorm_packed_backward(gn2, dw2, dbn2, dn, xn16, w, s1, s2, R, D, RT_PACKED_INP, dt,
+                                 RT_ACCUMULATE);
+    ok_ln &= same(gn, gn2, NE) && same(dw, dw2, D) && same(dbn, dbn2, D);
+    CHECK(ok_ln, "%s layernorm packed forward (out, inp, both) and backward (packed inp) == "
+          "rt_layernorm_forward, rt_layernorm_backward: out, mean, rstd, dinp, dweight, dbias", nm);
     rt_rmsnorm_forward(y, s1, x, w, R, D, 1e-6f, dt);
-    rt_rmsnorm_packed_forward(y16, t1, x, w, R, D, 1e-6f, dt);
-    CHECK(packed_equals(y16, y, R, D, dt, &pad) && same(s1, t1, R),
-          "%s rmsnorm packed forward == rt_rmsnorm_forward: out, rstd", nm);
+    for (int bits = 1; bits < 4; bits++) {
+        memset(y16, 0xAB, NE * sizeof *y16);
+        rt_rmsnorm_packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)yn, t1,
+                                  bits & RT_PACKED_INP ? (const void*)xn16 : x, w, R, D, 1e-6f, bits, dt);
+        ok_rms &= (bits & RT_PACKED_OUT ? packed_equals(y16, y, R, D, dt, &pad) : same(y, yn, NE)) &&
+                  same(s1, t1, R);
+    }
+    memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
+    rt_rmsnorm_backward(gn, dw, dn, x, w, s1, R, D, dt, RT_ASSIGN_1);
+    rt_rmsnorm_packed_backward(gn2, dw2, dn, xn16, w, s1, R, D, RT_PACKED_INP, dt, RT_ASSIGN_1);
+    ok_rms &= same(gn, gn2, NE) && same(dw, dw2, D);
+    CHECK(ok_rms, "%s rmsnorm packed forward (out, inp, both) and backward (packed inp) == "
+          "rt_rmsnorm_forward, rt_rmsnorm_backward: out, rstd, dinp, dweight", nm);
+    free(xn16), free(yn), free(dn), free(gn0), free(gn), free(gn2), free(dw), free(dw2), free(dbn),
+        free(dbn2);
 
     // activations: every storage of out and inp (and b), forward and backward
     void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
@@ -254,14 +288,16 @@ static void test_packed_outputs(rt_dtype dt) {
     }
     CHECK(ok, "%s swiglu packed forward (every storage of out, a, b) == rt_swiglu_forward, and "
           "backward (every storage of da, db, dout, a, b) == rt_swiglu_backward", nm);
-    // residual add: a and b each fp32 or packed (out fp32); da and db likewise (packed ones
+    // residual add: out, a and b each fp32 or packed; da and db likewise (packed ones
     // assigned, fp32 ones assigned or accumulated by turns)
     ok = 1;
     rt_residual_forward(y, x, x2, NE, dt);
-    for (int bits = 1; bits < 4; bits++) {
-        rt_residual_packed_forward(y2, bits & 1 ? (const void*)x16 : x, bits & 2 ? (const void*)x216 : x2,
-                                   NE, (bits & 1 ? RT_PACKED_INP : 0) | (bits & 2 ? RT_PACKED_INP2 : 0), dt);
-        ok &= same(y, y2, NE);
+    for (int bits = 1; bits < 8; bits++) {
+        memset(y16, 0xAB, NE * sizeof *y16);
+        rt_residual_packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2,
+                                   bits & RT_PACKED_INP ? (const void*)x16 : x,
+                                   bits & RT_PACKED_INP2 ? (const void*)x216 : x2, NE, bits, dt);
+        ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
     }
     for (int bits = 0; bits < 16; bits++) {
         const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);
@@ -275,7 +311,7 @@ static void test_packed_outputs(rt_dtype dt) {
         ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
         ok &= pk & RT_PACKED_DINP2 ? packed_equals(h16, h, 1, NE, dt, &pad) : same(h, h2, NE);
     }
-    CHECK(ok, "%s residual packed forward (every storage of a, b) == rt_residual_forward, and "
+    CHECK(ok, "%s residual packed forward (every storage of out, a, b) == rt_residual_forward, and "
           "backward (every storage of da, db) == rt_residual_backward", nm);
     free(x16), free(x216), free(dy), free(g0), free(g), free(g2), free(h), free(h2), free(y2);
     free(dy16), free(g16), free(h16);

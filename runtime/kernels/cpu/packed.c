@@ -116,29 +116,6 @@ void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, cons
     if (N > 0 && V > 0) pack(dlogits16, g, N, V, dt);
 }
 
-// ---- packed outputs of norms and activations: the twin into the scratch, then narrowed
-
-void rt_layernorm_packed_forward(void* out16, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C, float eps,
-                                 rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_forward");
-    RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_forward");
-    if (N <= 0 || C <= 0) return;
-    float* y = scratch_floats(elems(N, C));
-    rt_layernorm_forward(y, mean, rstd, inp, weight, bias, N, C, eps, dt);
-    pack(out16, y, N, C, dt);
-}
-
-void rt_rmsnorm_packed_forward(void* out16, float* rstd, const float* inp, const float* weight,
-                               int N, int C, float eps, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_forward");
-    RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_forward");
-    if (N <= 0 || C <= 0) return;
-    float* y = scratch_floats(elems(N, C));
-    rt_rmsnorm_forward(y, rstd, inp, weight, N, C, eps, dt);
-    pack(out16, y, N, C, dt);
-}
-
 // ---- activations: n dense values, packed ones widened into the scratch around the twins
 
 static void unpack_dense(float* x, const void* src, size_t n, rt_dtype dt) {
@@ -287,15 +264,66 @@ void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float*
                                  causal, prec, dt, assign);
 }
 
-// ---- residual add: packed inputs (forward), packed gradients (backward)
+// ---- norms and the residual add: the residual stream's packed values
 
-void rt_residual_packed_forward(float* out, const void* a, const void* b, size_t n, int packed,
+// Values of an [N, C] matrix, 0 for an empty one.
+static size_t row_elems(int N, int C) { return N > 0 && C > 0 ? (size_t)N * C : 0; }
+
+void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void* inp,
+                                 const float* weight, const float* bias, int N, int C, float eps,
+                                 int packed, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_forward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_forward");
+    const size_t n = row_elems(N, C);
+    float* s = scratch_floats(2 * n + 1);
+    const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);
+    float* y = dense_target(s + n, 0, out, n, packed & RT_PACKED_OUT);
+    rt_layernorm_forward(y, mean, rstd, x, weight, bias, N, C, eps, dt);
+    dense_store(out, y, n, dt);
+}
+
+void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const void* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C, int packed, rt_dtype dt,
+                                  int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_backward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_backward");
+    const size_t n = row_elems(N, C);
+    const float* x = dense_operand(scratch_floats(n + 1), 0, inp, n, packed & RT_PACKED_INP, dt);
+    rt_layernorm_backward(dinp, dweight, dbias, dout, x, weight, mean, rstd, N, C, dt, assign);
+}
+
+void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
+                               int N, int C, float eps, int packed, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_forward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_forward");
+    const size_t n = row_elems(N, C);
+    float* s = scratch_floats(2 * n + 1);
+    const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);
+    float* y = dense_target(s + n, 0, out, n, packed & RT_PACKED_OUT);
+    rt_rmsnorm_forward(y, rstd, x, weight, N, C, eps, dt);
+    dense_store(out, y, n, dt);
+}
+
+void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+                                const float* weight, const float* rstd, int N, int C, int packed,
+                                rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_backward");
+    const size_t n = row_elems(N, C);
+    const float* x = dense_operand(scratch_floats(n + 1), 0, inp, n, packed & RT_PACKED_INP, dt);
+    rt_rmsnorm_backward(dinp, dweight, dout, x, weight, rstd, N, C, dt, assign);
+}
+
+void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
                                 rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_forward");
-    float* s = scratch_floats(2 * n + 1);
+    float* s = scratch_floats(3 * n + 1);
     const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
     const float* y = dense_operand(s + n, 0, b, n, packed & RT_PACKED_INP2, dt);
-    rt_residual_forward(out, x, y, n, dt);
+    float* z = dense_target(s + 2 * n, 0, out, n, packed & RT_PACKED_OUT);
+    rt_residual_forward(z, x, y, n, dt);
+    dense_store(out, z, n, dt);
 }
 
 void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
