@@ -39,7 +39,8 @@ __global__ void gelu_backward_kernel(G* __restrict__ dinp, const D* __restrict__
         const float x = rtc_ld(inp, i, dt);
         const float cdf = 0.5f * (1.0f + erff(x * RTC_SQRT1_2));
         const float pdf = RTC_INV_SQRT_2PI * expf(-0.5f * x * x);
-        rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + rtc_ld(dout, i, dt) * (cdf + x * pdf), dt);
+        const float g = rtc_ld(dout, i, dt) * (cdf + x * pdf);
+        rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + g, dt);
     }
 }
 
@@ -152,9 +153,10 @@ __global__ void swiglu_backward_kernel(GA* da, GB* db,  // may be one buffer
                                        int as2) {
     RTC_GRID_STRIDE(i, n) {
         const float x = rtc_ld(a, i, dt), y = rtc_ld(b, i, dt), d = rtc_ld(dout, i, dt);
+        const float silu = rtc_round_to(x * rtc_sigmoidf(x), dt);  // the forward's rounded silu(a)
         if (da && (const void*)da == (const void*)db) {  // aliased: adds whatever the bits say
             float v = rtc_ld(da, i, dt) + rtc_round_to(d * y, dt) * rtc_silu_grad(x);
-            v += d * rtc_round_to(x * rtc_sigmoidf(x), dt);
+            v += d * silu;
             rtc_st(da, i, v, dt);
             continue;
         }
@@ -163,8 +165,7 @@ __global__ void swiglu_backward_kernel(GA* da, GB* db,  // may be one buffer
             rtc_st(da, i, RTC_BASE(rtc_ld(da, i, dt), as1) + g, dt);
         }
         if (db)
-            rtc_st(db, i, RTC_BASE(rtc_ld(db, i, dt), as2) + d * rtc_round_to(x * rtc_sigmoidf(x), dt),
-                   dt);
+            rtc_st(db, i, RTC_BASE(rtc_ld(db, i, dt), as2) + d * silu, dt);
     }
 }
 
@@ -282,9 +283,9 @@ __global__ void rope_backward_kernel(G* __restrict__ dinp, const D* __restrict__
             const int i = q % half;
             const size_t p = p0 + q;
             const float d0 = rtc_ld(dout, 2 * p, dt), d1 = rtc_ld(dout, 2 * p + 1, dt);
-            rtc_st(dinp, 2 * p, RTC_BASE(rtc_ld(dinp, 2 * p, dt), as) + (d0 * cs[i] + d1 * sn[i]), dt);
-            rtc_st(dinp, 2 * p + 1,
-                   RTC_BASE(rtc_ld(dinp, 2 * p + 1, dt), as) + (-d0 * sn[i] + d1 * cs[i]), dt);
+            const float g0 = d0 * cs[i] + d1 * sn[i], g1 = -d0 * sn[i] + d1 * cs[i];
+            rtc_st(dinp, 2 * p, RTC_BASE(rtc_ld(dinp, 2 * p, dt), as) + g0, dt);
+            rtc_st(dinp, 2 * p + 1, RTC_BASE(rtc_ld(dinp, 2 * p + 1, dt), as) + g1, dt);
         }
     }
 }

@@ -133,7 +133,8 @@ static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16
         if (pg) {
             rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, dinp, NULL, dt);
         } else if (as) {
-            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, (float*)dinp, dt);
+            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, (float*)dinp,
+                               dt);
         } else {
             rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, (float*)dinp, C, dt);
             rtc_round_buf((float*)dinp, (size_t)N * C, dt);
@@ -165,10 +166,13 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
                                 int packed, rt_dtype dt, int assign) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
-    const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP, pg = packed & RT_PACKED_DINP;
+    const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
+               pg = packed & RT_PACKED_DINP;
     const bool done = linear_backward_empty(dinp, pg, dweight, N, C, OC, as, as_w);
     if (dbias && N > 0 && OC > 0)
-        rtc_with_storage(pd, dout, [&](auto d) { colsum_acc(dbias, d, N, OC, pd ? rtc_ld16(OC) : OC, dt); });
+        rtc_with_storage(pd, dout, [&](auto d) {
+            colsum_acc(dbias, d, N, OC, pd ? rtc_ld16(OC) : OC, dt);
+        });
     if (done || (!dinp && !dweight)) return;
     if (dt == RT_F32) {
         const float *d = (const float*)dout, *x = (const float*)inp;

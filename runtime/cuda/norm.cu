@@ -134,7 +134,8 @@ static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, con
         RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
     }
     if (dweight || dbias)
-        rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I>{dout, inp, mean, rstd, C, dt}, N, C);
+        rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I>{dout, inp, mean, rstd, C, dt}, N,
+                           C);
 }
 
 // packed: RT_PACKED_INP (inp).

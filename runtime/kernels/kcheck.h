@@ -54,7 +54,7 @@
 
 // swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be
 // packed.
-#define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                     \
+#define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                    \
     RT_KCHECK(!(da) || (da) != (db) || !((packed) & (RT_PACKED_DINP | RT_PACKED_DINP2)),  \
               "da and db are one buffer only in fp32 storage",                            \
               "%s with da == db packed", kernel)

@@ -287,15 +287,19 @@ for _, c in ipairs({
     ok and "" or " (" .. tostring(text) .. ")"))
 end
 
--- Packed attention (memory.lua): a bf16 Llama block's q and k (each through its rotary
--- embedding), v and the attention's output are packed, and the gradients of q and k before
--- the rotary embeddings and of the attention's output; checkpointed, none of them.
+-- Packed attention and residual stream (memory.lua): in a bf16 Llama with a fully_shard
+-- per block, q and k (each through its rotary embedding), v and the attention's output are
+-- packed, and the gradients of q and k before the rotary embeddings and of the attention's
+-- output; the residual adds write packed outputs that the norms read, the second block's
+-- first norm through FSDP's post-backward hook. Checkpointed, none of the blocks' tensors
+-- are (the final norm's output still is).
 local function llama_spec(ckpt)
   return string.format([[
 local fsdp, models = require("fsdp"), require("models")
 local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
-local model = models.Llama{ n_layers = 1, dim = 32, n_heads = 4, n_kv_heads = 2, vocab_size = 64,
+local model = models.Llama{ n_layers = 2, dim = 32, n_heads = 4, n_kv_heads = 2, vocab_size = 64,
                             max_seq_len = 16, checkpoint_activations = %s }
+for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer, { mp_policy = mp }) end
 fsdp.fully_shard(model, { mp_policy = mp })
 return fsdp.spec{ name = "mp_llama", model = model, world_size = 1, input = { batch = 2, seq_len = 16 },
   loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
@@ -316,14 +320,17 @@ for _, ckpt in ipairs({ false, true }) do
     return table.concat(found, "; ")
   end
   local all4 = "RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3"
-  local want = ckpt and { "", "", "", "" } or { all4, all4, "RT_PACKED_OUT | RT_PACKED_INP; RT_PACKED_OUT | RT_PACKED_INP",
-    "RT_PACKED_DINP; RT_PACKED_DINP" }
+  local norm_in = "RT_PACKED_OUT | RT_PACKED_INP"
+  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT" } or { all4:rep(2, "; "), all4:rep(2, "; "),
+    ("RT_PACKED_OUT | RT_PACKED_INP"):rep(4, "; "), ("RT_PACKED_DINP"):rep(4, "; "),
+    "RT_PACKED_OUT; " .. norm_in:rep(4, "; ") }
   local got = { bits_of("rt_attention_lowmem_packed_forward"), bits_of("rt_attention_lowmem_packed_backward"),
-    bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward") }
+    bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward"), bits_of("rt_rmsnorm_packed_forward") }
   local same = ok
-  for i = 1, 4 do same = same and got[i] == want[i] end
-  check(same, string.format("bf16 Llama%s: attention packed (%s | %s), rope forward (%s), rope backward (%s)%s",
-    ckpt and " checkpointed" or "", got[1], got[2], got[3], got[4], ok and "" or " (" .. tostring(text) .. ")"))
+  for i = 1, #want do same = same and got[i] == want[i] end
+  check(same, string.format("bf16 Llama, 2 blocks%s: attention packed (%s | %s), rope forward (%s), rope backward "
+    .. "(%s), rmsnorm forward (%s)%s", ckpt and ", checkpointed" or "", got[1], got[2], got[3], got[4], got[5],
+    ok and "" or " (" .. tostring(text) .. ")"))
 end
 
 util.finish()

@@ -152,9 +152,9 @@ static void dense_store(void* p, const float* x, size_t n, rt_dtype dt) {
         if (n == 0) return;                                                                    \
         float* s = scratch_floats(2 * n);                                                      \
         const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);              \
-        float* y = dense_target(s, 1, out, n, packed & RT_PACKED_OUT);                           \
+        float* y = dense_target(s, 1, out, n, packed & RT_PACKED_OUT);                         \
         rt_##name##_forward(y, x, n, dt);                                                      \
-        dense_store(out, y, n, dt);                                                           \
+        dense_store(out, y, n, dt);                                                            \
     }                                                                                          \
     void rt_##name##_packed_backward(void* dinp, const void* dout, const void* inp, size_t n,  \
                                      int packed, rt_dtype dt, int assign) {                    \
@@ -164,9 +164,9 @@ static void dense_store(void* p, const float* x, size_t n, rt_dtype dt) {
         float* s = scratch_floats(3 * n);                                                      \
         const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);              \
         const float* d = dense_operand(s, 1, dout, n, packed & RT_PACKED_OUT, dt);             \
-        float* g = dense_target(s, 2, dinp, n, packed & RT_PACKED_DINP);                         \
+        float* g = dense_target(s, 2, dinp, n, packed & RT_PACKED_DINP);                       \
         rt_##name##_backward(g, d, x, n, dt, assign);                                          \
-        dense_store(dinp, g, n, dt);                                                          \
+        dense_store(dinp, g, n, dt);                                                           \
     }
 
 PACKED_ACTIVATION(gelu)
