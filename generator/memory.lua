@@ -120,7 +120,7 @@ local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = t
 local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
   rotary = { true }, attention = { true, true, true }, add = residual, layer_norm = { true }, rms_norm = { true } }
 local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
-  attention = true }
+  attention = true, layer_norm = true, rms_norm = true }
 local PACKED_DIN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
   add = residual,
   rotary = function(op)
@@ -176,14 +176,19 @@ local function backward_in_dtype(op)
 end
 
 -- Whether the gradient of y, read by the ops rs, may be packed: its producer's backward reads
--- a packed dout in dt and one reader reads it once, where its backward writes a packed
--- gradient.
+-- a packed dout in dt, and each reader reads y once, where its backward writes (assigns or
+-- adds to) a packed gradient.
 local function grad_packable(op, y, rs)
-  if not (PACKED_DOUT[op.kind] and y.requires_grad and #rs == 1 and backward_in_dtype(op)) then return false end
-  for j, t in ipairs(rs[1].ins) do
-    if unhooked(t) == y then return packed_at(PACKED_DIN, rs[1], j) end
+  if not (PACKED_DOUT[op.kind] and y.requires_grad and backward_in_dtype(op)) then return false end
+  local seen = {}
+  for _, r in ipairs(rs) do
+    if seen[r] then return false end
+    seen[r] = true
+    for j, t in ipairs(r.ins) do
+      if unhooked(t) == y and not packed_at(PACKED_DIN, r, j) then return false end
+    end
   end
-  return false
+  return true
 end
 
 --   * Activations: a linear's, a norm's, an activation's, a rotary embedding's or an
@@ -195,14 +200,15 @@ end
 --     instead of a copy narrowed in every forward and backward, and a linear's output is
 --     not widened. Its last dimension is a multiple of 8 (dense rows). Checkpointed regions
 --     keep fp32 storage.
---   * Their gradients, where grad_packable: the one reader's backward assigns the gradient
---     (its one contribution, to a fresh buffer: rt_kernels.h RT_PACKED_DINP) rounded to the
---     dtype at the store, and the producer's backward reads it in place (the MLP's hidden
---     gradients, q's and k's before the rotary embeddings, the attention output's, the
---     attention's and MLP's outputs before the residual adds: no
---     widening of a GEMM's dinp, no narrowing for the next GEMM, half the bytes for the
---     kernels between). An attention's output is packed only with its gradient (its
---     backward reads both for D = rowsum(dout * out)).
+--   * Their gradients, where grad_packable: the readers' backwards write their
+--     contributions packed (rt_kernels.h RT_PACKED_DINP: the first assigned, the others
+--     added, each rounded once to the dtype), and the producer's backward reads the sum in
+--     place (the norms' outputs, the MLP's hidden gradients, q's and k's before the rotary
+--     embeddings, the attention output's, the attention's and MLP's outputs before the
+--     residual adds: no widening of a GEMM's dinp and no rounding pass over an fp32 sum,
+--     no narrowing for the next GEMM, half the bytes for the kernels between). An
+--     attention's output is packed only with its gradient (its backward reads both for
+--     D = rowsum(dout * out)).
 local function mark_packed_activations(graph)
   local readers = readers_through_hooks(graph)
   for _, op in ipairs(graph.ops) do

@@ -124,7 +124,6 @@ __global__ void silu_backward_kernel(G* __restrict__ dinp, const D* __restrict__
     void rt_##name##_packed_backward(void* dinp, const void* dout, const void* inp, size_t n,  \
                                      int packed, rt_dtype dt, int assign) {                    \
         RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_backward");                               \
-        RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_" #name "_packed_backward");               \
         name##_backward(dinp, dout, inp, n, packed, dt, assign);                               \
     }
 
@@ -219,7 +218,6 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_swiglu_packed_backward");
     RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_swiglu_packed_backward");
     swiglu_backward(da, db, dout, a, b, n, packed, dt, assign);
 }
@@ -340,6 +338,5 @@ void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, in
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
                              float theta, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_rope_packed_backward");
     rope_backward(dinp, dout, B, T, NH, HD, theta, packed, dt, assign);
 }

@@ -75,7 +75,6 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
 void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
                                  rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_residual_packed_backward");
     RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_residual_packed_backward");
     residual_backward(da, db, dout, n, packed, dt, assign);
 }

@@ -106,13 +106,24 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 // linear backward (accumulating, or assigning dinp and dweight by their bits): dinp += dout·W,
 // dW += dout^T·inp, dbias += colsum(dout)
 
-// 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input,
-// no block for a packed dinp's product).
+// 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input)
+// and of dinp's product: a 16-bit block when assigned, none when assigned packed, fp32 values
+// when added to a packed dinp.
 static size_t linear_backward16_elems(const void* dinp, const float* dweight, bool packed_inp,
                                       bool packed_dinp, int N, int C, int OC, int as) {
+    const size_t product = !dinp ? 0 : as ? (packed_dinp ? 0 : rtc_elems16(N, C))
+                                          : (packed_dinp ? 2 * (size_t)N * C : 0);
     return (dinp ? rtc_elems16(rtc_ld16(OC), C) : 0) +
-           (dweight && !packed_inp ? rtc_elems16(N, C) : 0) +
-           (dinp && as && !packed_dinp ? rtc_elems16(N, C) : 0);
+           (dweight && !packed_inp ? rtc_elems16(N, C) : 0) + product;
+}
+
+// d16 (packed rows of RT_LD16(C)) = d16 + x[rows, C], rounded once to dt.
+__global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __restrict__ x,
+                                  int C, size_t n, rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) {
+        uint16_t* p = d16 + (i / C) * (size_t)RT_LD16(C) + i % C;
+        *p = rt_bits16_from_f32_inl(rt_bits16_to_f32_inl(*p, dt) + x[i], dt);
+    }
 }
 
 // The 16-bit products of the backward from dout's 16-bit rows d16 (rtc_ld16(OC) long, zero
@@ -121,7 +132,8 @@ static size_t linear_backward16_elems(const void* dinp, const float* dweight, bo
 // sums run over OC rounded up to 8 (dout's zero padding times the weight copy's zero rows:
 // an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an
 // assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
-// linear_forward16's output), or left there when it is packed (pg: always assigned).
+// linear_forward16's output), or left there when it is packed (pg); a packed dinp added to
+// gets the fp32 product, then one pass adding and rounding (add_packed_kernel).
 static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16 d16, char* s,
                               const float* inp, const void* x16p, const float* weight, int N,
                               int C, int OC, rt_dtype dt, int as, float beta_w) {
@@ -130,8 +142,13 @@ static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16
     if (dinp) {
         const rtc_operand16 w16 = rtc_narrow(s, weight, OC, C, C, dt);
         rtc_zero_rows16(w16, OC, OCp);
-        if (pg) {
+        if (pg && as) {
             rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, dinp, NULL, dt);
+        } else if (pg) {
+            float* product = (float*)(s + (nw + ni) * 2);
+            const size_t n = (size_t)N * C;
+            rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 0.0f, product, C, dt);
+            RTC_LAUNCH_FLAT(add_packed_kernel, n, (uint16_t*)dinp, product, C, n, dt);
         } else if (as) {
             rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, (float*)dinp,
                                dt);
@@ -228,6 +245,5 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
                                const void* inp, const float* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_linear_packed_backward");
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign);
 }

@@ -6,8 +6,8 @@
 // column_sums.cuh) in one or two more.
 // out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32. The
 // forwards also read and write, and the backwards read, packed 16-bit rows (rt_kernels.h
-// "packed 16-bit storage"): O and I below, the storage of out and inp, are float or
-// uint16_t (rtc_ld, rtc_st).
+// "packed 16-bit storage"): O, I and D below, the storage of out, inp and dout, are float
+// or uint16_t (rtc_ld, rtc_st).
 // TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
 // kernel, llm.c style) and vectorised float4 loads once the shapes are known to allow them.
 #include "column_sums.cuh"
@@ -79,9 +79,9 @@ void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void
 //   dinp    += rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   dweight += sum_rows(dout * xhat),  dbias += sum_rows(dout)
 
-template <class I>
+template <class I, class D>
 __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
-                                               const float* __restrict__ dout,
+                                               const D* __restrict__ dout,
                                                const I* __restrict__ inp,
                                                const float* __restrict__ weight,
                                                const float* __restrict__ mean,
@@ -89,13 +89,13 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
                                                rt_dtype dt, int as) {
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
-    const float* d = dout + n * C;
+    const D* d = dout + n * C;
     float* dx = dinp + n * C;
     const float mf = mean[n], rs = rstd[n];
     double sg = 0.0, sgx = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float xhat = (rtc_ld(x, c, dt) - mf) * rs;
-        const float g = weight ? d[c] * weight[c] : d[c];
+        const float g = weight ? rtc_ld(d, c, dt) * weight[c] : rtc_ld(d, c, dt);
         sg += g;
         sgx += (double)g * xhat;
     }
@@ -104,28 +104,29 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     const float mg = (float)(sg / C), mgx = (float)(sgx / C);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float xhat = (rtc_ld(x, c, dt) - mf) * rs;
-        const float g = weight ? d[c] * weight[c] : d[c];
+        const float g = weight ? rtc_ld(d, c, dt) * weight[c] : rtc_ld(d, c, dt);
         dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
 // dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
-template <class I>
+template <class I, class D>
 struct layernorm_dwb_term {
-    const float* dout;
+    const D* dout;
     const I* inp;
     const float *mean, *rstd;
     int C;
     rt_dtype dt;
     __device__ void operator()(int r, int c, double* acc) const {
         const size_t i = (size_t)r * C + c;
-        acc[0] += (double)dout[i] * ((rtc_ld(inp, i, dt) - mean[r]) * rstd[r]);
-        acc[1] += dout[i];
+        const float d = rtc_ld(dout, i, dt);
+        acc[0] += (double)d * ((rtc_ld(inp, i, dt) - mean[r]) * rstd[r]);
+        acc[1] += d;
     }
 };
 
-template <class I>
-static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, const float* dout,
+template <class I, class D>
+static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, rt_dtype dt, int as) {
     if (dinp) {
@@ -134,19 +135,21 @@ static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, con
         RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
     }
     if (dweight || dbias)
-        rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I>{dout, inp, mean, rstd, C, dt}, N,
-                           C);
+        rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I, D>{dout, inp, mean, rstd, C, dt},
+                           N, C);
 }
 
-// packed: RT_PACKED_INP (inp).
-static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp).
+static void layernorm_backward(float* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const float* weight, const float* mean,
                                const float* rstd, int N, int C, int packed, rt_dtype dt,
                                int assign) {
     if (N <= 0 || C <= 0) return;
-    rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-        layernorm_backward_on(dinp, dweight, dbias, dout, x, weight, mean, rstd, N, C, dt,
-                              assign & RT_ASSIGN_1);
+    rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+            layernorm_backward_on(dinp, dweight, dbias, d, x, weight, mean, rstd, N, C, dt,
+                                  assign & RT_ASSIGN_1);
+        });
     });
 }
 
@@ -157,7 +160,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, 0, dt, assign);
 }
 
-void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign) {
@@ -220,47 +223,47 @@ void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const fl
 // RMSNorm backward (accumulating). With xhat = x * rstd and g = dout * weight:
 //   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
 
-template <class I>
+template <class I, class D>
 __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
-                                             const float* __restrict__ dout,
+                                             const D* __restrict__ dout,
                                              const I* __restrict__ inp,
                                              const float* __restrict__ weight,
                                              const float* __restrict__ rstd, int C, rt_dtype dt,
                                              int as) {
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
-    const float* d = dout + n * C;
+    const D* d = dout + n * C;
     float* dx = dinp + n * C;
     const float rs = rstd[n];
     double sgx = 0.0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float g = weight ? d[c] * weight[c] : d[c];
+        const float g = weight ? rtc_ld(d, c, dt) * weight[c] : rtc_ld(d, c, dt);
         sgx += (double)g * (rtc_ld(x, c, dt) * rs);
     }
     sgx = rtc_block_sum(sgx);
     const float mgx = (float)(sgx / C);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float g = weight ? d[c] * weight[c] : d[c];
+        const float g = weight ? rtc_ld(d, c, dt) * weight[c] : rtc_ld(d, c, dt);
         dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - (rtc_ld(x, c, dt) * rs) * mgx), dt);
     }
 }
 
 // dweight += sum_rows(dout * inp * rstd)
-template <class I>
+template <class I, class D>
 struct rmsnorm_dw_term {
-    const float* dout;
+    const D* dout;
     const I* inp;
     const float* rstd;
     int C;
     rt_dtype dt;
     __device__ void operator()(int r, int c, double* acc) const {
         const size_t i = (size_t)r * C + c;
-        acc[0] += (double)dout[i] * (rtc_ld(inp, i, dt) * rstd[r]);
+        acc[0] += (double)rtc_ld(dout, i, dt) * (rtc_ld(inp, i, dt) * rstd[r]);
     }
 };
 
-template <class I>
-static void rmsnorm_backward_on(float* dinp, float* dweight, const float* dout, const I* inp,
+template <class I, class D>
+static void rmsnorm_backward_on(float* dinp, float* dweight, const D* dout, const I* inp,
                                 const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                                 int as) {
     if (dinp) {
@@ -269,16 +272,19 @@ static void rmsnorm_backward_on(float* dinp, float* dweight, const float* dout, 
         RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
     }
     if (dweight)
-        rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term<I>{dout, inp, rstd, C, dt}, N, C);
+        rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term<I, D>{dout, inp, rstd, C, dt}, N,
+                           C);
 }
 
-// packed: RT_PACKED_INP (inp).
-static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp).
+static void rmsnorm_backward(float* dinp, float* dweight, const void* dout, const void* inp,
                              const float* weight, const float* rstd, int N, int C, int packed,
                              rt_dtype dt, int assign) {
     if (N <= 0 || C <= 0) return;
-    rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-        rmsnorm_backward_on(dinp, dweight, dout, x, weight, rstd, N, C, dt, assign & RT_ASSIGN_1);
+    rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+            rmsnorm_backward_on(dinp, dweight, d, x, weight, rstd, N, C, dt, assign & RT_ASSIGN_1);
+        });
     });
 }
 
@@ -289,7 +295,7 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
     rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, 0, dt, assign);
 }
 
-void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");

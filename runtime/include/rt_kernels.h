@@ -338,10 +338,10 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     output that only linears (as their input), norms, activations, rotary embeddings,
 //     attention (q, k, v) and residual adds read, with a last dimension that is a multiple
 //     of 8 (dense rows); the
-//     value is packed, and its gradient too when a linear, an activation or an attention
-//     made it (its backward reads a packed dout) and one linear, activation, rotary
-//     embedding or residual add reads it once (whose backward assigns it). An attention's
-//     output is packed only with its gradient.
+//     value is packed, and its gradient too when a linear, a norm, an activation or an
+//     attention made it (its backward reads a packed dout) and only linears, activations,
+//     rotary embeddings and residual adds read it, each once (their backwards write their
+//     contributions packed). An attention's output is packed only with its gradient.
 // Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
 // the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
 // around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
@@ -354,8 +354,7 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //   RT_PACKED_INP    the input's value (inp, swiglu's a, attention's q); RT_PACKED_INP2
 //                    swiglu's b, attention's k; RT_PACKED_INP3 attention's v
 //   RT_PACKED_DINP   the input's gradient (backward: dinp, swiglu's da); RT_PACKED_DINP2
-//                    swiglu's db. A packed gradient is assigned (RT_ASSIGN_1, RT_ASSIGN_2):
-//                    the generator packs gradients with one contribution.
+//                    swiglu's db: assigned or added to as the assign bits say, rounded once.
 #define RT_PACKED_OUT 1
 #define RT_PACKED_INP 2
 #define RT_PACKED_INP2 4
@@ -371,17 +370,18 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign);
-// Norms: the forward's out and inp, the backward's inp (C a multiple of 8: dense rows).
+// Norms: the forward's out and inp, the backward's dout and inp (C a multiple of 8: dense
+// rows).
 void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const float* weight, const float* bias, int N, int C, float eps,
                                  int packed, rt_dtype dt);
-void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign);
 void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
                                int N, int C, float eps, int packed, rt_dtype dt);
-void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign);
 // Activations over n dense values.

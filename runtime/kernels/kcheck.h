@@ -45,13 +45,6 @@
     RT_KCHECK((C) % 8 == 0, "a packed output's rows are dense: C a multiple of 8",        \
               "%s with C = %d", kernel, (int)(C))
 
-// A packed gradient is assigned (rt_kernels.h RT_PACKED_DINP): its one contribution.
-#define RT_KCHECK_PACKED_ASSIGN(packed, assign, kernel)                                   \
-    RT_KCHECK((!((packed) & RT_PACKED_DINP) || ((assign) & RT_ASSIGN_1)) &&               \
-                  (!((packed) & RT_PACKED_DINP2) || ((assign) & RT_ASSIGN_2)),            \
-              "a packed gradient is assigned, not added to",                              \
-              "%s accumulating into a packed gradient", kernel)
-
 // swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be
 // packed.
 #define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                    \

@@ -1008,6 +1008,16 @@ static void upload(float* d, const float* h, size_t n) {
     RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
+// A packed gradient on the device before a backward call: poisoned when the call assigns
+// it, else g0's n dense values packed (what the call adds to).
+static void dev_grad16(void* d16, const float* g0, size_t n, int assigned, rt_dtype dt) {
+    uint16_t* h = malloc(n * sizeof *h);
+    if (!h) abort();
+    for (size_t i = 0; i < n; i++) h[i] = assigned ? 0xABAB : rt_bits16_from_f32_inl(g0[i], dt);
+    RT_CHECK_CUDA(cudaMemcpy(d16, h, n * sizeof *h, cudaMemcpyHostToDevice));
+    free(h);
+}
+
 static int dev_same(const float* da, const float* db, size_t n) {
     float *a = down(da, n), *b = down(db, n);
     const int same = memcmp(a, b, n * sizeof(float)) == 0;
@@ -1116,14 +1126,14 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
                   dev_same(d_dw, d_dw3, (size_t)OC * C) && dev_same(d_db, d_db3, OC),
               "%s linear backward (%s), packed input (and dout) == rt_linear_backward: dinp, "
               "dweight, dbias, bit for bit", nm, as ? "assigned" : "accumulated");
-        if (as) {  // a packed dinp is assigned
-            void* d_p16 = dalloc((size_t)N * RT_LD16(C) * 2);
-            RT_CHECK_CUDA(cudaMemset(d_p16, 0xAB, (size_t)N * RT_LD16(C) * 2));
+        {  // a packed dinp, assigned or added to (C a multiple of 8: dense rows)
+            void* d_p16 = dalloc(ni * 2);
+            dev_grad16(d_p16, dinp0, ni, as, dt);
             rt_linear_packed_backward(d_p16, NULL, NULL, d_d16, d_i16, d_w, N, C, OC,
                                       RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits);
             const int ok16 = packed_same(d_p16, d_dinp, N, C, dt, &pad);
-            CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp == rt_linear_backward's, "
-                  "%d non-zero padding", nm, pad);
+            CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp (%s) == "
+                  "rt_linear_backward's, %d non-zero padding", nm, as ? "assigned" : "accumulated", pad);
             dfree(d_p16);
         }
         dfree(d_dinp), dfree(d_dw), dfree(d_db), dfree(d_dinp2), dfree(d_dw2), dfree(d_db2);
@@ -1138,6 +1148,10 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     float* g = hrand(C, 1.0f, 0.0f);
     round_to(g, C, dt);
     float* d_g = dup(g, C);  // the norms' weight and LayerNorm's bias
+    float* dy = hrand(ni, 1.0f, 0.0f);  // the [N, C] outputs' gradient
+    round_to(dy, ni, dt);
+    float* d_dy = dup(dy, ni);
+    void *d_dy16 = dev_packed(dy, N, C, dt), *d_g16 = dalloc(ni * 2), *d_h16 = dalloc(ni * 2);
     // norms: out and inp each packed or not; backward from a packed inp (dinp, dweight, dbias
     // accumulated onto dinp0's values / zeros)
     float *d_yn = dalloc(ni * sizeof(float)), *d_gn = dup(dinp0, ni), *d_gn2 = dup(dinp0, ni);
@@ -1156,11 +1170,11 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
         ok_n &= (bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_yn, ni)) &&
                 dev_same(d_mean, d_mean2, N) && dev_same(d_rstd, d_rstd2, N);
     }
-    rt_layernorm_backward(d_gn, d_dw, d_dbn, d_dout, d_inp, d_g, d_mean, d_rstd, N, C, dt, RT_ACCUMULATE);
-    rt_layernorm_packed_backward(d_gn2, d_dw2, d_dbn2, d_dout, d_i16, d_g, d_mean, d_rstd, N, C,
-                                 RT_PACKED_INP, dt, RT_ACCUMULATE);
+    rt_layernorm_backward(d_gn, d_dw, d_dbn, d_dy, d_inp, d_g, d_mean, d_rstd, N, C, dt, RT_ACCUMULATE);
+    rt_layernorm_packed_backward(d_gn2, d_dw2, d_dbn2, d_dy16, d_i16, d_g, d_mean, d_rstd, N, C,
+                                 RT_PACKED_OUT | RT_PACKED_INP, dt, RT_ACCUMULATE);
     ok_n &= dev_same(d_gn, d_gn2, ni) && dev_same(d_dw, d_dw2, C) && dev_same(d_dbn, d_dbn2, C);
-    CHECK(ok_n, "%s layernorm packed forward (out, inp, both) and backward (packed inp) N=%d C=%d "
+    CHECK(ok_n, "%s layernorm packed forward (out, inp, both) and backward (packed dout, inp) N=%d C=%d "
           "== the fp32-storage calls: out, mean, rstd, dinp, dweight, dbias", nm, N, C);
     ok_n = 1;
     rt_rmsnorm_forward(d_y, d_rstd, d_inp, d_g, N, C, 1e-6f, dt);
@@ -1171,11 +1185,12 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
         ok_n &= (bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_yn, ni)) &&
                 dev_same(d_rstd, d_rstd2, N);
     }
-    rt_rmsnorm_backward(d_gn, d_dw, d_dout, d_inp, d_g, d_rstd, N, C, dt, RT_ASSIGN_1);
-    rt_rmsnorm_packed_backward(d_gn2, d_dw2, d_dout, d_i16, d_g, d_rstd, N, C, RT_PACKED_INP, dt,
+    rt_rmsnorm_backward(d_gn, d_dw, d_dy, d_inp, d_g, d_rstd, N, C, dt, RT_ASSIGN_1);
+    rt_rmsnorm_packed_backward(d_gn2, d_dw2, d_dy16, d_i16, d_g, d_rstd, N, C,
+                               RT_PACKED_OUT | RT_PACKED_INP, dt,
                                RT_ASSIGN_1);
     ok_n &= dev_same(d_gn, d_gn2, ni) && dev_same(d_dw, d_dw2, C);
-    CHECK(ok_n, "%s rmsnorm packed forward (out, inp, both) and backward (packed inp) N=%d C=%d "
+    CHECK(ok_n, "%s rmsnorm packed forward (out, inp, both) and backward (packed dout, inp) N=%d C=%d "
           "== the fp32-storage calls: out, rstd, dinp, dweight", nm, N, C);
     dfree(d_yn), dfree(d_gn), dfree(d_gn2), dfree(d_dw), dfree(d_dw2), dfree(d_dbn), dfree(d_dbn2);
     // activations: out, inp (swiglu's b: dinp0's values) each fp32 or packed; backward (dout:
@@ -1192,10 +1207,6 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     float *d_b2 = dup(dinp0, ni), *d_y2 = dalloc(ni * sizeof(float));
     float *d_g1 = dup(dinp0, ni), *d_g2 = dup(dinp0, ni), *d_h1 = dup(dinp0, ni), *d_h2 = dup(dinp0, ni);
     void* d_b16 = dev_packed(dinp0, N, C, dt);
-    float* dy = hrand(ni, 1.0f, 0.0f);
-    round_to(dy, ni, dt);
-    float* d_dy = dup(dy, ni);
-    void *d_dy16 = dev_packed(dy, N, C, dt), *d_g16 = dalloc(ni * 2), *d_h16 = dalloc(ni * 2);
     for (int k = 0; k < 3; k++) {
         plain[k](d_y, d_inp, ni, dt);
         int ok = 1;
@@ -1205,10 +1216,11 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
             ok &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad)
                                        : dev_same(d_y, d_y2, ni);
         }
-        for (int bits = 0; bits < 8; bits++) {
+        for (int bits = 0; bits < 16; bits++) {
             const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0), pg = bits & 4;
-            const int as = pg || k == bits % 3 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+            const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
             upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni);
+            dev_grad16(d_g16, dinp0, ni, as, dt);
             plain_b[k](d_g1, d_dy, d_inp, ni, dt, as);
             packed_b[k](pg ? d_g16 : (void*)d_g2, pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
                         pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp, ni, pk, dt, as);
@@ -1226,10 +1238,11 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
                                  bits & RT_PACKED_INP2 ? d_b16 : (const void*)d_b2, ni, bits, dt);
         ok_s &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_y2, ni);
     }
-    for (int bits = 0; bits < 32; bits++) {  // dout, a, b, da, db; fp32 gradients by turns
+    for (int bits = 0; bits < 128; bits++) {  // dout, a, b, da, db; each gradient assigned or not
         const int pk = (bits & 7) | (bits & 8 ? RT_PACKED_DINP : 0) | (bits & 16 ? RT_PACKED_DINP2 : 0);
-        const int as = (bits & 8 || bits & 1 ? RT_ASSIGN_1 : 0) | (bits & 16 || bits & 2 ? RT_ASSIGN_2 : 0);
+        const int as = (bits & 32 ? RT_ASSIGN_1 : 0) | (bits & 64 ? RT_ASSIGN_2 : 0);
         upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni), upload(d_h1, dinp0, ni), upload(d_h2, dinp0, ni);
+        dev_grad16(d_g16, dinp0, ni, as & RT_ASSIGN_1, dt), dev_grad16(d_h16, dinp0, ni, as & RT_ASSIGN_2, dt);
         rt_swiglu_backward(d_g1, d_h1, d_dy, d_inp, d_b2, ni, dt, as);
         rt_swiglu_packed_backward(bits & 8 ? d_g16 : (void*)d_g2, bits & 16 ? d_h16 : (void*)d_h2,
                                   pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
@@ -1250,8 +1263,9 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     }
     for (int bits = 0; bits < 16; bits++) {
         const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);
-        const int as = (bits & 5 ? RT_ASSIGN_1 : 0) | (bits & 10 ? RT_ASSIGN_2 : 0);
+        const int as = (bits & 4 ? RT_ASSIGN_1 : 0) | (bits & 8 ? RT_ASSIGN_2 : 0);
         upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni), upload(d_h1, dinp0, ni), upload(d_h2, dinp0, ni);
+        dev_grad16(d_g16, dinp0, ni, as & RT_ASSIGN_1, dt), dev_grad16(d_h16, dinp0, ni, as & RT_ASSIGN_2, dt);
         rt_residual_backward(d_g1, d_h1, d_dy, ni, dt, as);
         rt_residual_packed_backward(bits & 1 ? d_g16 : (void*)d_g2, bits & 2 ? d_h16 : (void*)d_h2, d_dy,
                                     ni, pk, dt, as);
@@ -1292,10 +1306,11 @@ static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, in
                                RT_ROPE_THETA, bits, dt);
         ok &= bits & RT_PACKED_OUT ? packed_same(y16, d_y, 1, (int)nq, dt, &pad) : dev_same(d_y, d_y2, nq);
     }
-    for (int bits = 0; bits < 6; bits++) {
+    for (int bits = 0; bits < 8; bits++) {
         const int pk = (bits & 1) | (bits & 2 ? RT_PACKED_DINP : 0);
-        const int as = bits & 6 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        const int as = bits & 4 ? RT_ASSIGN_1 : RT_ACCUMULATE;
         upload(d_g, g0, nq), upload(d_g2, g0, nq);
+        dev_grad16(g16, g0, nq, as, dt);
         rt_rope_backward(d_g, d_dy, B, T, NH, HD, RT_ROPE_THETA, dt, as);
         rt_rope_packed_backward(pk & RT_PACKED_DINP ? g16 : (void*)d_g2,
                                 pk & RT_PACKED_OUT ? dy16 : (const void*)d_dy, B, T, NH, HD,

@@ -49,6 +49,12 @@ static uint16_t* poisoned16(size_t n) {
     return p;
 }
 
+// A packed gradient before a backward call: poisoned when the call assigns it, else g0's n
+// dense values packed (what the call adds to).
+static void grad16_start(uint16_t* g16, const float* g0, size_t n, int assigned, rt_dtype dt) {
+    for (size_t i = 0; i < n; i++) g16[i] = assigned ? 0xABAB : rt_bits16_from_f32_inl(g0[i], dt);
+}
+
 static void test_dt(rt_dtype dt) {
     const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
     const int ld = RT_LD16(V);
@@ -136,6 +142,7 @@ static void test_packed_input(rt_dtype dt) {
         tk_round_all(dinp, N * C, dt);
         float *dinp2 = tk_dup(dinp, N * C), *dw2 = tk_dup(dw, OC * C), *db2 = tk_dup(db, OC);
         float *dinp3 = tk_dup(dinp, N * C), *dw3 = tk_dup(dw, OC * C), *db3 = tk_dup(db, OC);
+        uint16_t* dinp16 = as ? poisoned16((size_t)N * RT_LD16(C)) : packed_copy(dinp, N, C, dt);
         rt_linear_packed_backward(dinp2, dw2, db2, dout, inp16, w, N, C, OC, RT_PACKED_INP, dt, bits);
         rt_linear_packed_backward(dinp3, dw3, db3, dout16, inp16, w, N, C, OC,
                                   RT_PACKED_INP | RT_PACKED_OUT, dt, bits);
@@ -146,15 +153,12 @@ static void test_packed_input(rt_dtype dt) {
         CHECK(same(dinp, dinp3, N * C) && same(dw, dw3, OC * C) && same(db, db3, OC),
               "%s linear backward, packed input and dout (%s) == rt_linear_backward: dinp, "
               "dweight, dbias", nm, how);
-        if (as) {  // a packed dinp is assigned (rt_kernels.h RT_PACKED_DINP)
-            uint16_t* dinp16 = poisoned16((size_t)N * RT_LD16(C));
-            rt_linear_packed_backward(dinp16, NULL, NULL, dout16, inp16, w, N, C, OC,
-                                      RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits);
-            const int ok16 = packed_equals(dinp16, dinp, N, C, dt, &pad);
-            CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp (C %d padded to %d) == "
-                  "rt_linear_backward's, %d non-zero padding values", nm, C, RT_LD16(C), pad);
-            free(dinp16);
-        }
+        rt_linear_packed_backward(dinp16, NULL, NULL, dout16, inp16, w, N, C, OC,
+                                  RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits);
+        const int ok16 = packed_equals(dinp16, dinp, N, C, dt, &pad);
+        CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp (%s; C %d padded to %d) == "
+              "rt_linear_backward's, %d non-zero padding values", nm, how, C, RT_LD16(C), pad);
+        free(dinp16);
         free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dinp3), free(dw3),
             free(db3);
     }
@@ -190,14 +194,18 @@ static void test_packed_outputs(rt_dtype dt) {
         ok_ln &= (bits & RT_PACKED_OUT ? packed_equals(y16, y, R, D, dt, &pad) : same(y, yn, NE)) &&
                  same(s1, t1, R) && same(s2, t2, R);
     }
-    memcpy(gn, gn0, sizeof(float) * NE), memcpy(gn2, gn0, sizeof(float) * NE);
-    memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
-    memset(dbn, 0, sizeof(float) * D), memset(dbn2, 0, sizeof(float) * D);
-    rt_layernorm_backward(gn, dw, dbn, dn, x, w, s1, s2, R, D, dt, RT_ACCUMULATE);
-    rt_layernorm_packed_backward(gn2, dw2, dbn2, dn, xn16, w, s1, s2, R, D, RT_PACKED_INP, dt,
-                                 RT_ACCUMULATE);
-    ok_ln &= same(gn, gn2, NE) && same(dw, dw2, D) && same(dbn, dbn2, D);
-    CHECK(ok_ln, "%s layernorm packed forward (out, inp, both) and backward (packed inp) == "
+    uint16_t* dn16 = packed_copy(dn, R, D, dt);
+    for (int bits = 1; bits < 4; bits++) {  // backward: dout, inp each packed or not
+        memcpy(gn, gn0, sizeof(float) * NE), memcpy(gn2, gn0, sizeof(float) * NE);
+        memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
+        memset(dbn, 0, sizeof(float) * D), memset(dbn2, 0, sizeof(float) * D);
+        rt_layernorm_backward(gn, dw, dbn, dn, x, w, s1, s2, R, D, dt, RT_ACCUMULATE);
+        rt_layernorm_packed_backward(gn2, dw2, dbn2, bits & RT_PACKED_OUT ? (const void*)dn16 : dn,
+                                     bits & RT_PACKED_INP ? (const void*)xn16 : x, w, s1, s2, R, D,
+                                     bits, dt, RT_ACCUMULATE);
+        ok_ln &= same(gn, gn2, NE) && same(dw, dw2, D) && same(dbn, dbn2, D);
+    }
+    CHECK(ok_ln, "%s layernorm packed forward (out, inp, both) and backward (dout, inp, both) == "
           "rt_layernorm_forward, rt_layernorm_backward: out, mean, rstd, dinp, dweight, dbias", nm);
     rt_rmsnorm_forward(y, s1, x, w, R, D, 1e-6f, dt);
     for (int bits = 1; bits < 4; bits++) {
@@ -207,14 +215,18 @@ static void test_packed_outputs(rt_dtype dt) {
         ok_rms &= (bits & RT_PACKED_OUT ? packed_equals(y16, y, R, D, dt, &pad) : same(y, yn, NE)) &&
                   same(s1, t1, R);
     }
-    memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
-    rt_rmsnorm_backward(gn, dw, dn, x, w, s1, R, D, dt, RT_ASSIGN_1);
-    rt_rmsnorm_packed_backward(gn2, dw2, dn, xn16, w, s1, R, D, RT_PACKED_INP, dt, RT_ASSIGN_1);
-    ok_rms &= same(gn, gn2, NE) && same(dw, dw2, D);
-    CHECK(ok_rms, "%s rmsnorm packed forward (out, inp, both) and backward (packed inp) == "
+    for (int bits = 1; bits < 4; bits++) {
+        memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
+        rt_rmsnorm_backward(gn, dw, dn, x, w, s1, R, D, dt, RT_ASSIGN_1);
+        rt_rmsnorm_packed_backward(gn2, dw2, bits & RT_PACKED_OUT ? (const void*)dn16 : dn,
+                                   bits & RT_PACKED_INP ? (const void*)xn16 : x, w, s1, R, D, bits,
+                                   dt, RT_ASSIGN_1);
+        ok_rms &= same(gn, gn2, NE) && same(dw, dw2, D);
+    }
+    CHECK(ok_rms, "%s rmsnorm packed forward (out, inp, both) and backward (dout, inp, both) == "
           "rt_rmsnorm_forward, rt_rmsnorm_backward: out, rstd, dinp, dweight", nm);
-    free(xn16), free(yn), free(dn), free(gn0), free(gn), free(gn2), free(dw), free(dw2), free(dbn),
-        free(dbn2);
+    free(xn16), free(dn16), free(yn), free(dn), free(gn0), free(gn), free(gn2), free(dw), free(dw2),
+        free(dbn), free(dbn2);
 
     // activations: every storage of out and inp (and b), forward and backward
     void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
@@ -237,13 +249,12 @@ static void test_packed_outputs(rt_dtype dt) {
         plain[k](y, x, NE, dt);
         int ok = 1;
         // backward: every storage of dout (RT_PACKED_OUT), inp and dinp, each assigned and
-        // accumulated but a packed dinp (assigned only)
+        // accumulated
         for (int bits = 0; bits < 16; bits++) {
             const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0), pg = pk & RT_PACKED_DINP;
-            const int as = bits & 8 || pg ? RT_ASSIGN_1 : RT_ACCUMULATE;
-            if (pg && (bits & 8)) continue;  // the same call as without bit 8
+            const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
             memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
-            memset(g16, 0xAB, NE * sizeof *g16);
+            grad16_start(g16, g0, NE, as, dt);
             plain_b[k](g, dy, x, NE, dt, as);
             packed_b[k](pg ? (void*)g16 : (void*)g2, pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
                         pk & RT_PACKED_INP ? (const void*)x16 : x, NE, pk, dt, as);
@@ -260,16 +271,14 @@ static void test_packed_outputs(rt_dtype dt) {
               names[k]);
     }
     rt_swiglu_forward(y, x, x2, NE, dt);
-    // backward: every storage of dout, a, b, da and db; an fp32-storage gradient assigned or
-    // accumulated by turns, a packed one assigned
+    // backward: every storage of dout, a, b, da and db, each gradient assigned or accumulated
     int ok = 1;
-    for (int bits = 0; bits < 32; bits++) {
+    for (int bits = 0; bits < 128; bits++) {
         const int pk = (bits & 7) | (bits & 8 ? RT_PACKED_DINP : 0) | (bits & 16 ? RT_PACKED_DINP2 : 0);
-        const int as = (pk & RT_PACKED_DINP || bits & 1 ? RT_ASSIGN_1 : 0) |
-                       (pk & RT_PACKED_DINP2 || bits & 2 ? RT_ASSIGN_2 : 0);
+        const int as = (bits & 32 ? RT_ASSIGN_1 : 0) | (bits & 64 ? RT_ASSIGN_2 : 0);
         memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
         memcpy(h, g0, sizeof(float) * NE), memcpy(h2, g0, sizeof(float) * NE);
-        memset(g16, 0xAB, NE * sizeof *g16), memset(h16, 0xAB, NE * sizeof *h16);
+        grad16_start(g16, g0, NE, as & RT_ASSIGN_1, dt), grad16_start(h16, g0, NE, as & RT_ASSIGN_2, dt);
         rt_swiglu_backward(g, h, dy, x, x2, NE, dt, as);
         rt_swiglu_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
                                   pk & RT_PACKED_DINP2 ? (void*)h16 : (void*)h2,
@@ -288,8 +297,8 @@ static void test_packed_outputs(rt_dtype dt) {
     }
     CHECK(ok, "%s swiglu packed forward (every storage of out, a, b) == rt_swiglu_forward, and "
           "backward (every storage of da, db, dout, a, b) == rt_swiglu_backward", nm);
-    // residual add: out, a and b each fp32 or packed; da and db likewise (packed ones
-    // assigned, fp32 ones assigned or accumulated by turns)
+    // residual add: out, a and b each fp32 or packed; da and db likewise, each assigned or
+    // accumulated
     ok = 1;
     rt_residual_forward(y, x, x2, NE, dt);
     for (int bits = 1; bits < 8; bits++) {
@@ -301,10 +310,10 @@ static void test_packed_outputs(rt_dtype dt) {
     }
     for (int bits = 0; bits < 16; bits++) {
         const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);
-        const int as = (bits & 1 || bits & 4 ? RT_ASSIGN_1 : 0) | (bits & 2 || bits & 8 ? RT_ASSIGN_2 : 0);
+        const int as = (bits & 4 ? RT_ASSIGN_1 : 0) | (bits & 8 ? RT_ASSIGN_2 : 0);
         memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
         memcpy(h, g0, sizeof(float) * NE), memcpy(h2, g0, sizeof(float) * NE);
-        memset(g16, 0xAB, NE * sizeof *g16), memset(h16, 0xAB, NE * sizeof *h16);
+        grad16_start(g16, g0, NE, as & RT_ASSIGN_1, dt), grad16_start(h16, g0, NE, as & RT_ASSIGN_2, dt);
         rt_residual_backward(g, h, dy, NE, dt, as);
         rt_residual_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
                                     pk & RT_PACKED_DINP2 ? (void*)h16 : (void*)h2, dy, NE, pk, dt, as);
@@ -333,8 +342,8 @@ static void test_packed_attention(rt_dtype dt) {
     tk_fill(g0, NQ, -1.0f, 1.0f), tk_round_all(g0, NQ, dt);
     int pad, ok = 1;
 
-    // rope: forward over every storage of out and inp; backward over dout and dinp (a packed
-    // dinp assigned, an fp32 one assigned or accumulated)
+    // rope: forward over every storage of out and inp; backward over dout and dinp, each dinp
+    // assigned or accumulated
     rt_rope_forward(y, q, B, T, NH, HD, RT_ROPE_THETA, dt);
     for (int bits = 1; bits < 4; bits++) {
         memset(y16, 0xAB, NQ * sizeof *y16);
@@ -343,11 +352,11 @@ static void test_packed_attention(rt_dtype dt) {
                                RT_ROPE_THETA, bits, dt);
         ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NQ, dt, &pad) : same(y, y2, NQ);
     }
-    for (int bits = 0; bits < 6; bits++) {
+    for (int bits = 0; bits < 8; bits++) {
         const int pk = (bits & 1) | (bits & 2 ? RT_PACKED_DINP : 0);
-        const int as = bits & 2 || bits & 4 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        const int as = bits & 4 ? RT_ASSIGN_1 : RT_ACCUMULATE;
         memcpy(g, g0, sizeof(float) * NQ), memcpy(g2, g0, sizeof(float) * NQ);
-        memset(g16, 0xAB, NQ * sizeof *g16);
+        grad16_start(g16, g0, NQ, as, dt);
         rt_rope_backward(g, dy, B, T, NH, HD, RT_ROPE_THETA, dt, as);
         rt_rope_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
                                 pk & RT_PACKED_OUT ? (const void*)dy16 : dy, B, T, NH, HD,

@@ -91,12 +91,12 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
                                const void* inp, const float* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_linear_packed_backward");
     const size_t nd = elems(N, OC), ni = elems(N, C);
     float* s = scratch_floats(nd + 2 * ni);
     const float* d = operand(s, dout, N, OC, packed & RT_PACKED_OUT, dt);
     const float* x = operand(s + nd, inp, N, C, packed & RT_PACKED_INP, dt);
     float* g = dinp && (packed & RT_PACKED_DINP) ? s + nd + ni : dinp;
+    if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0) unpack(g, dinp, N, C, dt);
     rt_linear_backward(g, dweight, dbias, d, x, weight, N, C, OC, dt, assign);
     if (g != dinp && N > 0 && C > 0) pack(dinp, g, N, C, dt);
 }
@@ -145,6 +145,15 @@ static void dense_store(void* p, const float* x, size_t n, rt_dtype dt) {
     if (x != p) pack_dense(p, x, n, dt);
 }
 
+// dense_target for a gradient the twin adds to unless `assigned`: a packed one's values
+// widened there first.
+static float* dense_grad(float* s, int k, void* p, size_t n, int packed, int assigned,
+                         rt_dtype dt) {
+    float* g = dense_target(s, k, p, n, packed);
+    if (g != p && !assigned) unpack_dense(g, p, n, dt);
+    return g;
+}
+
 #define PACKED_ACTIVATION(name)                                                                \
     void rt_##name##_packed_forward(void* out, const void* inp, size_t n, int packed,          \
                                     rt_dtype dt) {                                             \
@@ -159,12 +168,12 @@ static void dense_store(void* p, const float* x, size_t n, rt_dtype dt) {
     void rt_##name##_packed_backward(void* dinp, const void* dout, const void* inp, size_t n,  \
                                      int packed, rt_dtype dt, int assign) {                    \
         RT_KCHECK_PACKED_DT(dt, "rt_" #name "_packed_backward");                               \
-        RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_" #name "_packed_backward");               \
         if (n == 0) return;                                                                    \
         float* s = scratch_floats(3 * n);                                                      \
         const float* x = dense_operand(s, 0, inp, n, packed & RT_PACKED_INP, dt);              \
         const float* d = dense_operand(s, 1, dout, n, packed & RT_PACKED_OUT, dt);             \
-        float* g = dense_target(s, 2, dinp, n, packed & RT_PACKED_DINP);                       \
+        float* g = dense_grad(s, 2, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1,    \
+                              dt);                                                             \
         rt_##name##_backward(g, d, x, n, dt, assign);                                          \
         dense_store(dinp, g, n, dt);                                                           \
     }
@@ -188,15 +197,14 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_swiglu_packed_backward");
     RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_swiglu_packed_backward");
     if (n == 0) return;
     float* s = scratch_floats(5 * n);
     const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
     const float* z = dense_operand(s, 1, b, n, packed & RT_PACKED_INP2, dt);
     const float* d = dense_operand(s, 2, dout, n, packed & RT_PACKED_OUT, dt);
-    float* ga = dense_target(s, 3, da, n, packed & RT_PACKED_DINP);
-    float* gb = dense_target(s, 4, db, n, packed & RT_PACKED_DINP2);
+    float* ga = dense_grad(s, 3, da, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    float* gb = dense_grad(s, 4, db, n, packed & RT_PACKED_DINP2, assign & RT_ASSIGN_2, dt);
     rt_swiglu_backward(ga, gb, d, x, z, n, dt, assign);
     dense_store(da, ga, n, dt);
     dense_store(db, gb, n, dt);
@@ -223,11 +231,10 @@ void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, in
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
                              float theta, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_rope_packed_backward");
     const size_t n = head_elems(B, T, NH, HD);
     float* s = scratch_floats(2 * n + 1);
     const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
-    float* g = dense_target(s, 1, dinp, n, packed & RT_PACKED_DINP);
+    float* g = dense_grad(s, 1, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
     rt_rope_backward(g, d, B, T, NH, HD, theta, dt, assign);
     dense_store(dinp, g, n, dt);
 }
@@ -282,15 +289,17 @@ void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void
     dense_store(out, y, n, dt);
 }
 
-void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_backward");
     const size_t n = row_elems(N, C);
-    const float* x = dense_operand(scratch_floats(n + 1), 0, inp, n, packed & RT_PACKED_INP, dt);
-    rt_layernorm_backward(dinp, dweight, dbias, dout, x, weight, mean, rstd, N, C, dt, assign);
+    float* s = scratch_floats(2 * n + 1);
+    const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
+    const float* x = dense_operand(s + n, 0, inp, n, packed & RT_PACKED_INP, dt);
+    rt_layernorm_backward(dinp, dweight, dbias, d, x, weight, mean, rstd, N, C, dt, assign);
 }
 
 void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
@@ -305,14 +314,16 @@ void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const fl
     dense_store(out, y, n, dt);
 }
 
-void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const float* dout, const void* inp,
+void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_backward");
     const size_t n = row_elems(N, C);
-    const float* x = dense_operand(scratch_floats(n + 1), 0, inp, n, packed & RT_PACKED_INP, dt);
-    rt_rmsnorm_backward(dinp, dweight, dout, x, weight, rstd, N, C, dt, assign);
+    float* s = scratch_floats(2 * n + 1);
+    const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
+    const float* x = dense_operand(s + n, 0, inp, n, packed & RT_PACKED_INP, dt);
+    rt_rmsnorm_backward(dinp, dweight, d, x, weight, rstd, N, C, dt, assign);
 }
 
 void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
@@ -329,11 +340,10 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
 void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
                                  rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_backward");
-    RT_KCHECK_PACKED_ASSIGN(packed, assign, "rt_residual_packed_backward");
     RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_residual_packed_backward");
     float* s = scratch_floats(2 * n + 1);
-    float* ga = dense_target(s, 0, da, n, packed & RT_PACKED_DINP);
-    float* gb = dense_target(s + n, 0, db, n, packed & RT_PACKED_DINP2);
+    float* ga = dense_grad(s, 0, da, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    float* gb = dense_grad(s + n, 0, db, n, packed & RT_PACKED_DINP2, assign & RT_ASSIGN_2, dt);
     rt_residual_backward(ga, gb, dout, n, dt, assign);
     dense_store(da, ga, n, dt);
     dense_store(db, gb, n, dt);
