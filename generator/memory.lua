@@ -109,7 +109,7 @@ end
 -- The packed kernels (rt_kernels.h "packed 16-bit storage"): the ops that write a packed
 -- output, the input positions that ops read packed, the ops whose backward reads a packed
 -- gradient of their output (dout), and the input positions whose gradients ops write packed
--- (rotary: when it rotates the whole tensor, so its backward assigns all of the gradient;
+-- (rotary: when it rotates the whole tensor, so its backward writes all of the gradient;
 -- add: a residual add, not a broadcast one).
 local function residual(op)
   local same = trace.numel(op.ins[1].shape) == trace.numel(op.ins[2].shape)
@@ -191,15 +191,16 @@ local function grad_packable(op, y, rs)
   return true
 end
 
---   * Activations: a linear's, a norm's, an activation's, a rotary embedding's or an
---     attention's 16-bit output read only where the packed kernels take it (a linear's
---     input, an activation's inputs, a rotary embedding's, attention's q, k, v, a residual
---     add's), by ops of its dtype: a block's attention and MLP inputs, q, k, v and the
---     attention's output, the MLP's hidden activations, the attention's and MLP's outputs
---     (read by the residual adds), the head's input. The GEMMs read its rows in place
---     instead of a copy narrowed in every forward and backward, and a linear's output is
---     not widened. Its last dimension is a multiple of 8 (dense rows). Checkpointed regions
---     keep fp32 storage.
+--   * Activations: a linear's, a norm's, an activation's, a rotary embedding's, an
+--     attention's or a residual add's 16-bit output read only where the packed kernels
+--     take it (a linear's input, a norm's, an activation's inputs, a rotary embedding's,
+--     attention's q, k, v, a residual add's; through FSDP's post-backward hooks), by ops
+--     of its dtype: the residual stream, a block's attention and MLP inputs, q, k, v and
+--     the attention's output, the MLP's hidden activations, the attention's and MLP's
+--     outputs, the head's input. The GEMMs read its rows in place instead of a copy
+--     narrowed in every forward and backward, and a linear's output is not widened. Its
+--     last dimension is a multiple of 8 (dense rows). Checkpointed regions keep fp32
+--     storage.
 --   * Their gradients, where grad_packable: the readers' backwards write their
 --     contributions packed (rt_kernels.h RT_PACKED_DINP: the first assigned, the others
 --     added, each rounded once to the dtype), and the producer's backward reads the sum in
