@@ -40,13 +40,25 @@ end
 -- memory. A recomputed cast is a view when its original is.
 function M.is_view(op) return (op.original or op).view == true end
 
--- The ops that read each tensor, in graph order.
-local function readers_of(graph)
+-- t before FSDP's post-backward hooks (identity ops over a block's inputs whose outputs
+-- share their buffers, M.base): a block's output as the previous block wrote it.
+local function unhooked(t)
+  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
+  return t
+end
+
+-- The ops that read each tensor, in graph order. through_hooks: the tensors before FSDP's
+-- post-backward hooks, which are not readers themselves (the next block's ops read a
+-- block's output).
+local function readers_of(graph, through_hooks)
   local readers = {}
   for _, op in ipairs(graph.ops) do
-    for _, t in ipairs(op.ins) do
-      readers[t] = readers[t] or {}
-      readers[t][#readers[t] + 1] = op
+    if not (through_hooks and op.kind == "post_backward_hook") then
+      for _, t in ipairs(op.ins) do
+        local u = through_hooks and unhooked(t) or t
+        readers[u] = readers[u] or {}
+        readers[u][#readers[u] + 1] = op
+      end
     end
   end
   return readers
@@ -135,28 +147,6 @@ local function packed_at(positions, op, j)
   return p ~= nil and p[j] == true
 end
 
--- t before FSDP's post-backward hooks (identity ops over a block's inputs whose outputs
--- share their buffers, M.base): a block's output as the previous block wrote it.
-local function unhooked(t)
-  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
-  return t
-end
-
--- The ops that read each tensor, through post-backward hooks (not themselves readers): the
--- next block's ops read a block's output.
-local function readers_through_hooks(graph)
-  local readers = {}
-  for _, op in ipairs(graph.ops) do
-    if op.kind ~= "post_backward_hook" then
-      for _, t in ipairs(op.ins) do
-        local u = unhooked(t)
-        readers[u] = readers[u] or {}
-        readers[u][#readers[u] + 1] = op
-      end
-    end
-  end
-  return readers
-end
 
 -- Whether op's backward kernel gets its dtype as dt, as the packed kernels need
 -- (kernels_c backward_rounding: it rounds the gradients of the inputs at its packed
@@ -211,7 +201,7 @@ end
 --     attention's output is packed only with its gradient (its backward reads both for
 --     D = rowsum(dout * out)).
 local function mark_packed_activations(graph)
-  local readers = readers_through_hooks(graph)
+  local readers = readers_of(graph, true)
   for _, op in ipairs(graph.ops) do
     local y, rs = op.outs[1], readers[op.outs[1]] or {}
     local out = PACKED_OUT[op.kind]
