@@ -337,11 +337,11 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     an activation's, a rotary embedding's, an attention's or a residual add's 16-bit
 //     output that only linears (as their input), norms, activations, rotary embeddings,
 //     attention (q, k, v) and residual adds read, with a last dimension that is a multiple
-//     of 8 (dense rows); the
-//     value is packed, and its gradient too when a linear, a norm, an activation or an
-//     attention made it (its backward reads a packed dout) and only linears, activations,
-//     rotary embeddings and residual adds read it, each once (their backwards write their
-//     contributions packed). An attention's output is packed only with its gradient.
+//     of 8 (dense rows); the value is packed, and its gradient too when a linear, a norm,
+//     an activation or an attention made it (its backward reads a packed dout) and only
+//     linears, activations, rotary embeddings and residual adds read it, each once (their
+//     backwards write their contributions packed). An attention's output is packed only
+//     with its gradient.
 // Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
 // the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
 // around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
