@@ -50,6 +50,17 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
     RTC_GRID_STRIDE(i, n) out[i] = bias ? bias[i % (size_t)OC] : 0.0f;
 }
 
+// The weight as a GEMM operand of OC rounded up to 8 rows: its packed rows in place (w16p:
+// dense, OC a multiple of 8, RT_KCHECK_PACKED_WEIGHT), or narrowed into s with zero rows
+// added.
+static rtc_operand16 weight16(char* s, const float* weight, const void* w16p, int OC, int C,
+                              rt_dtype dt) {
+    if (w16p) return rtc_operand16{w16p, C};
+    const rtc_operand16 w16 = rtc_narrow(s, weight, OC, C, C, dt);
+    rtc_zero_rows16(w16, OC, rtc_ld16(OC));
+    return w16;
+}
+
 // 16-bit operands: cuBLAS writes the product rounded to dt into a 16-bit block of the
 // operand scratch (with the bias added before the rounding, by cuBLASLt's epilogue) and one
 // pass widens it into place (rtc_gemm16_rounded): per output element 2 + 2 + 4 bytes against
@@ -57,16 +68,18 @@ __global__ void rows_fill_kernel(float* __restrict__ out, const float* __restric
 // to 8 columns, over zero rows of the weight's copy (GPT-2's LM head: 1.8 ms, not 13.2),
 // and sums over C rounded up to 8, the copies' zero padding (on an H100 the bias epilogue
 // with C = 65 and C = 17 gave values up to 11 times test_cuda_kernels' tolerance off).
-// Packed operands (rt_kernels.h) are used in place: x16 not NULL is the input's packed rows
-// (no copy of inp), out16 not NULL receives the rounded product (out is not written).
+// Packed operands (rt_kernels.h) are used in place: x16p not NULL is the input's packed rows
+// (no copy of inp), w16p not NULL the weight's (weight16), out16 not NULL receives the
+// rounded product (out is not written).
 static void linear_forward16(float* out, const float* inp, const void* x16p, const float* weight,
-                             const float* bias, int N, int C, int OC, rt_dtype dt, void* out16) {
+                             const void* w16p, const float* bias, int N, int C, int OC,
+                             rt_dtype dt, void* out16) {
     const int OCp = rtc_ld16(OC);
-    const size_t nx = x16p ? 0 : rtc_elems16(N, C), nw = rtc_elems16(OCp, C), nb = bias ? (size_t)OCp : 0;
+    const size_t nx = x16p ? 0 : rtc_elems16(N, C), nw = w16p ? 0 : rtc_elems16(OCp, C),
+                 nb = bias ? (size_t)OCp : 0;
     char* s = (char*)rtc_operand_scratch((nx + nw + nb + (out16 ? 0 : rtc_elems16(N, OC))) * 2);
     const rtc_operand16 x16 = x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s, inp, N, C, C, dt);
-    const rtc_operand16 w16 = rtc_narrow(s + nx * 2, weight, OC, C, C, dt);
-    rtc_zero_rows16(w16, OC, OCp);
+    const rtc_operand16 w16 = weight16(s + nx * 2, weight, w16p, OC, C, dt);
     const void* b16 = bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
     char* t = out16 ? (char*)out16 : s + (nx + nw + nb) * 2;  // 16-byte aligned
     rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, b16, t, out, dt);
@@ -89,7 +102,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
     RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     if (dt != RT_F32 && C > 0) {
-        linear_forward16(out, inp, NULL, weight, bias, N, C, OC, dt, NULL);
+        linear_forward16(out, inp, NULL, weight, NULL, bias, N, C, OC, dt, NULL);
         return;
     }
     const size_t n = (size_t)N * OC;
@@ -106,14 +119,15 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 // linear backward (accumulating, or assigning dinp and dweight by their bits): dinp += dout·W,
 // dW += dout^T·inp, dbias += colsum(dout)
 
-// 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input)
-// and of dinp's product: a 16-bit block when assigned, none when assigned packed, fp32 values
-// when added to a packed dinp.
+// 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input
+// or weight) and of dinp's product: a 16-bit block when assigned, none when assigned packed,
+// fp32 values when added to a packed dinp.
 static size_t linear_backward16_elems(const void* dinp, const float* dweight, bool packed_inp,
-                                      bool packed_dinp, int N, int C, int OC, int as) {
+                                      bool packed_w, bool packed_dinp, int N, int C, int OC,
+                                      int as) {
     const size_t product = !dinp ? 0 : as ? (packed_dinp ? 0 : rtc_elems16(N, C))
                                           : (packed_dinp ? 2 * (size_t)N * C : 0);
-    return (dinp ? rtc_elems16(rtc_ld16(OC), C) : 0) +
+    return (dinp && !packed_w ? rtc_elems16(rtc_ld16(OC), C) : 0) +
            (dweight && !packed_inp ? rtc_elems16(N, C) : 0) + product;
 }
 
@@ -127,21 +141,22 @@ __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __res
 }
 
 // The 16-bit products of the backward from dout's 16-bit rows d16 (rtc_ld16(OC) long, zero
-// padding: a copy or the packed dout) and the input's (x16p: packed; NULL: a copy of inp),
-// the other copies at s (linear_backward16_elems of them, in the operand scratch). dinp's
+// padding: a copy or the packed dout), the input's (x16p: packed; NULL: a copy of inp) and
+// the weight's (weight16), the other copies at s (linear_backward16_elems of them, in the operand scratch). dinp's
 // sums run over OC rounded up to 8 (dout's zero padding times the weight copy's zero rows:
 // an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an
 // assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
 // linear_forward16's output), or left there when it is packed (pg); a packed dinp added to
 // gets the fp32 product, then one pass adding and rounding (add_packed_kernel).
 static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16 d16, char* s,
-                              const float* inp, const void* x16p, const float* weight, int N,
-                              int C, int OC, rt_dtype dt, int as, float beta_w) {
+                              const float* inp, const void* x16p, const float* weight,
+                              const void* w16p, int N, int C, int OC, rt_dtype dt, int as,
+                              float beta_w) {
     const int OCp = rtc_ld16(OC);
-    const size_t nw = dinp ? rtc_elems16(OCp, C) : 0, ni = dweight && !x16p ? rtc_elems16(N, C) : 0;
+    const size_t nw = dinp && !w16p ? rtc_elems16(OCp, C) : 0,
+                 ni = dweight && !x16p ? rtc_elems16(N, C) : 0;
     if (dinp) {
-        const rtc_operand16 w16 = rtc_narrow(s, weight, OC, C, C, dt);
-        rtc_zero_rows16(w16, OC, OCp);
+        const rtc_operand16 w16 = weight16(s, weight, w16p, OC, C, dt);
         if (pg && as) {
             rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, dinp, NULL, dt);
         } else if (pg) {
@@ -179,12 +194,12 @@ static bool linear_backward_empty(void* dinp, bool pg, float* dweight, int N, in
 // once for both unless it is packed (as inp and dinp may be: rt_linear_packed_backward's
 // contract).
 static void linear_backward_any(void* dinp, float* dweight, float* dbias, const void* dout,
-                                const void* inp, const float* weight, int N, int C, int OC,
+                                const void* inp, const void* weight, int N, int C, int OC,
                                 int packed, rt_dtype dt, int assign) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
-               pg = packed & RT_PACKED_DINP;
+               pw = packed & RT_PACKED_INP2, pg = packed & RT_PACKED_DINP;
     const bool done = linear_backward_empty(dinp, pg, dweight, N, C, OC, as, as_w);
     if (dbias && N > 0 && OC > 0)
         rtc_with_storage(pd, dout, [&](auto d) {
@@ -195,7 +210,8 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
         const float *d = (const float*)dout, *x = (const float*)inp;
         float* g = (float*)dinp;
         if (g) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
-            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, d, OC, weight, C, as ? 0.0f : 1.0f, g, C, dt);
+            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, d, OC, (const float*)weight, C, as ? 0.0f : 1.0f,
+                        g, C, dt);
             rtc_round_buf(g, (size_t)N * C, dt);
         }
         if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
@@ -204,11 +220,12 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
     }
     const size_t nd = pd ? 0 : rtc_elems16(N, OC);
     char* s = (char*)rtc_operand_scratch(
-        (nd + linear_backward16_elems(dinp, dweight, pi, pg, N, C, OC, as)) * 2);
+        (nd + linear_backward16_elems(dinp, dweight, pi, pw, pg, N, C, OC, as)) * 2);
     const rtc_operand16 d16 = pd ? rtc_operand16{dout, rtc_ld16(OC)}
                                  : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
     linear_backward16(dinp, pg, dweight, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL,
-                      weight, N, C, OC, dt, as, beta_w);
+                      pw ? NULL : (const float*)weight, pw ? weight : NULL, N, C, OC, dt, as,
+                      beta_w);
 }
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -222,28 +239,33 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
 // packed 16-bit storage (rt_kernels.h): the 16-bit paths above, reading packed operands in
 // place and leaving a packed output in its buffer
 
-void rt_linear_packed_forward(void* out, const void* inp, const float* weight, const float* bias,
+void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const float* bias,
                               int N, int C, int OC, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
-    const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
-    if (C <= 0) {  // no terms: the bias rows (or zeros), narrowed into a packed output
+    const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
+               pw = packed & RT_PACKED_INP2;
+    if (C <= 0) {  // no terms (and no weight values): the bias rows (or zeros), narrowed
+                   // into a packed output
         if (!po) {
-            rt_linear_forward((float*)out, NULL, weight, bias, N, C, OC, dt);
+            rt_linear_forward((float*)out, NULL, NULL, bias, N, C, OC, dt);
             return;
         }
         float* y = (float*)rtc_operand_scratch((size_t)N * OC * sizeof(float));
-        rt_linear_forward(y, NULL, weight, bias, N, C, OC, dt);
+        rt_linear_forward(y, NULL, NULL, bias, N, C, OC, dt);
         rtc_narrow(out, y, N, OC, OC, dt);
         return;
     }
     linear_forward16(po ? NULL : (float*)out, pi ? NULL : (const float*)inp, pi ? inp : NULL,
-                     weight, bias, N, C, OC, dt, po ? out : NULL);
+                     pw ? NULL : (const float*)weight, pw ? weight : NULL, bias, N, C, OC, dt,
+                     po ? out : NULL);
 }
 
 void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
-                               const void* inp, const float* weight, int N, int C, int OC,
+                               const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign);
 }

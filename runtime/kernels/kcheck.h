@@ -45,6 +45,13 @@
     RT_KCHECK((C) % 8 == 0, "a packed output's rows are dense: C a multiple of 8",        \
               "%s with C = %d", kernel, (int)(C))
 
+// A linear's packed weight (RT_PACKED_INP2) is dense 16-bit rows that the GPU's GEMMs read
+// in place, without the zero rows a copy gets up to the next multiple of 8 (linear.cu).
+#define RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel)                                    \
+    RT_KCHECK(!((packed) & RT_PACKED_INP2) || ((OC) % 8 == 0 && (C) % 8 == 0),             \
+              "a packed weight is [OC, C] with OC and C multiples of 8",                  \
+              "%s with a packed [%d, %d] weight", kernel, (int)(OC), (int)(C))
+
 // swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be
 // packed.
 #define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                    \

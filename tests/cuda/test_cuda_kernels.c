@@ -1282,6 +1282,58 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     dfree(d_y), dfree(d_y16);
 }
 
+// A linear reading its weight's packed rows in place (an unsharded parameter: dense [OC, C],
+// both multiples of 8), alone and with the input, output, dout and dinp packed too: the
+// fp32-storage calls' bits, dweight and dbias included.
+static void test_packed_weight(rt_dtype dt, int N, int C, int OC) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    const size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    float *inp = hrand(ni, 1.0f, 0.0f), *w = hrand(nw, 0.2f, 0.0f), *b = hrand((size_t)OC, 1.0f, 0.0f),
+          *dout = hrand(no, 1.0f, 0.0f), *dinp0 = hrand(ni, 1.0f, 0.0f), *dw0 = hrand(nw, 1.0f, 0.0f);
+    round_to(inp, ni, dt), round_to(w, nw, dt), round_to(b, OC, dt), round_to(dout, no, dt);
+    round_to(dinp0, ni, dt);
+    float *d_inp = dup(inp, ni), *d_w = dup(w, nw), *d_b = dup(b, OC), *d_dout = dup(dout, no);
+    void *d_w16 = dev_packed(w, OC, C, dt), *d_i16 = dev_packed(inp, N, C, dt),
+         *d_d16 = dev_packed(dout, N, OC, dt);
+    float *d_out = dalloc(no * sizeof(float)), *d_out2 = dalloc(no * sizeof(float));
+    void* d_o16 = dalloc(no * 2);
+    rt_linear_forward(d_out, d_inp, d_w, d_b, N, C, OC, dt);
+    rt_linear_packed_forward(d_out2, d_inp, d_w16, d_b, N, C, OC, RT_PACKED_INP2, dt);
+    rt_linear_packed_forward(d_o16, d_i16, d_w16, d_b, N, C, OC,
+                             RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT, dt);
+    int pad;
+    const int ok = packed_same(d_o16, d_out, N, OC, dt, &pad);
+    CHECK(dev_same(d_out, d_out2, no) && ok, "%s linear forward N=%d C=%d OC=%d, packed weight "
+          "(alone; with the input and output packed) == rt_linear_forward, bit for bit", nm, N, C, OC);
+    for (int as = 0; as < 2; as++) {
+        const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+        float *d_dinp = dup(dinp0, ni), *d_dw = dup(dw0, nw), *d_db = dalloc(OC * sizeof(float));
+        float *d_dinp2 = dup(dinp0, ni), *d_dw2 = dup(dw0, nw), *d_db2 = dalloc(OC * sizeof(float));
+        float *d_dw3 = dup(dw0, nw), *d_db3 = dalloc(OC * sizeof(float));
+        RT_CHECK_CUDA(cudaMemset(d_db, 0, OC * sizeof(float)));
+        RT_CHECK_CUDA(cudaMemset(d_db2, 0, OC * sizeof(float)));
+        RT_CHECK_CUDA(cudaMemset(d_db3, 0, OC * sizeof(float)));
+        void* d_p16 = dalloc(ni * 2);
+        dev_grad16(d_p16, dinp0, ni, as, dt);
+        rt_linear_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, dt, bits);
+        rt_linear_packed_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w16, N, C, OC,
+                                  RT_PACKED_INP2, dt, bits);
+        rt_linear_packed_backward(d_p16, d_dw3, d_db3, d_d16, d_i16, d_w16, N, C, OC,
+                                  RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DINP,
+                                  dt, bits);
+        const int ok16 = packed_same(d_p16, d_dinp, N, C, dt, &pad);
+        CHECK(dev_same(d_dinp, d_dinp2, ni) && dev_same(d_dw, d_dw2, nw) && dev_same(d_db, d_db2, OC) &&
+                  ok16 && dev_same(d_dw, d_dw3, nw) && dev_same(d_db, d_db3, OC),
+              "%s linear backward (%s), packed weight (alone; with everything packed) == "
+              "rt_linear_backward: dinp, dweight, dbias, bit for bit", nm, as ? "assigned" : "accumulated");
+        dfree(d_dinp), dfree(d_dw), dfree(d_db), dfree(d_dinp2), dfree(d_dw2), dfree(d_db2);
+        dfree(d_dw3), dfree(d_db3), dfree(d_p16);
+    }
+    free(inp), free(w), free(b), free(dout), free(dinp0), free(dw0);
+    dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_w16), dfree(d_i16), dfree(d_d16);
+    dfree(d_out), dfree(d_out2), dfree(d_o16);
+}
+
 // packed rope and attention (rt_kernels.h): every storage of q, k, v and out, forward and
 // backward, against the fp32-storage calls, bit for bit; HD 64 runs the tensor-core
 // kernels, HD 136 the fp32 ones on widened operands.
@@ -1612,6 +1664,8 @@ int main(void) {
     test_packed(RT_F16, 16, 40, 64);
     test_packed_inputs(RT_BF16, 37, 24, 1027);  // OC odd: padded rows of a packed output
     test_packed_inputs(RT_F16, 64, 128, 96);
+    test_packed_weight(RT_F16, 64, 128, 96);
+    test_packed_weight(RT_BF16, 40, 256, 512);
     test_packed_attention(RT_BF16, 2, 70, 4, 2, 64);   // tensor cores
     test_packed_attention(RT_F16, 1, 33, 2, 1, 136);   // the fp32 kernels, operands widened
     test_assign(RT_F32);

@@ -2,7 +2,8 @@
 // the same values, bit for bit, for bf16 and fp16: the logits (an odd vocabulary, 13:
 // padded to 16; an ignored row; accumulated and assigned), linears with a packed input
 // (odd C, padded; with a bias; with the output packed too; backward from a packed dout
-// with dbias, into a packed dinp), the norms' packed outputs, the activations', rotary
+// with dbias, into a packed dinp) or a packed weight (an unsharded parameter), the norms'
+// packed outputs, the activations', rotary
 // embeddings' and attention's packed operands, forward and backward (every storage of
 // each). The padding columns written are zeros.
 #include <math.h>
@@ -163,6 +164,58 @@ static void test_packed_input(rt_dtype dt) {
             free(db3);
     }
     free(inp), free(w), free(b), free(inp16), free(out), free(out2), free(out16), free(dout), free(dout16);
+}
+
+// A linear whose weight is packed (an unsharded parameter: dense [OC, C], both multiples of
+// 8), alone and with the input, the output, dout and dinp packed too; dweight and dbias from
+// the same call, assigned and accumulated.
+static void test_packed_weight(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { OC = 16, CW = 24 };
+    float *inp = tk_alloc(N * CW), *w = tk_alloc(OC * CW), *b = tk_alloc(OC), *dout = tk_alloc(N * OC);
+    tk_fill(inp, N * CW, -1.0f, 1.0f), tk_fill(w, OC * CW, -1.0f, 1.0f), tk_fill(b, OC, -1.0f, 1.0f);
+    tk_fill(dout, N * OC, -1.0f, 1.0f);
+    tk_round_all(inp, N * CW, dt), tk_round_all(w, OC * CW, dt), tk_round_all(b, OC, dt);
+    tk_round_all(dout, N * OC, dt);
+    uint16_t *w16 = packed_copy(w, OC, CW, dt), *inp16 = packed_copy(inp, N, CW, dt),
+             *dout16 = packed_copy(dout, N, OC, dt);
+    float *out = tk_alloc(N * OC), *out2 = tk_alloc(N * OC);
+    uint16_t* out16 = poisoned16((size_t)N * OC);
+    rt_linear_forward(out, inp, w, b, N, CW, OC, dt);
+    rt_linear_packed_forward(out2, inp, w16, b, N, CW, OC, RT_PACKED_INP2, dt);
+    rt_linear_packed_forward(out16, inp16, w16, b, N, CW, OC,
+                             RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT, dt);
+    int pad;
+    const int ok = packed_equals(out16, out, N, OC, dt, &pad);
+    CHECK(same(out, out2, N * OC) && ok, "%s linear forward, packed weight [%d, %d] (alone; with "
+          "the input and output packed) == rt_linear_forward, bit for bit", nm, OC, CW);
+    for (int as = 0; as < 2; as++) {
+        const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+        const char* how = as ? "assigned" : "accumulated";
+        float *dinp = tk_alloc(N * CW), *dw = tk_alloc(OC * CW), *db = tk_alloc(OC);
+        tk_fill(dinp, N * CW, -1.0f, 1.0f), tk_fill(dw, OC * CW, -1.0f, 1.0f), tk_fill(db, OC, -1.0f, 1.0f);
+        tk_round_all(dinp, N * CW, dt);
+        float *dinp2 = tk_dup(dinp, N * CW), *dw2 = tk_dup(dw, OC * CW), *db2 = tk_dup(db, OC);
+        float *dw3 = tk_dup(dw, OC * CW), *db3 = tk_dup(db, OC);
+        uint16_t* dinp16 = as ? poisoned16((size_t)N * CW) : packed_copy(dinp, N, CW, dt);
+        rt_linear_packed_backward(dinp2, dw2, db2, dout, inp, w16, N, CW, OC, RT_PACKED_INP2, dt,
+                                  bits);
+        rt_linear_packed_backward(dinp16, dw3, db3, dout16, inp16, w16, N, CW, OC,
+                                  RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DINP,
+                                  dt, bits);
+        rt_linear_backward(dinp, dw, db, dout, inp, w, N, CW, OC, dt, bits);
+        CHECK(same(dinp, dinp2, N * CW) && same(dw, dw2, OC * CW) && same(db, db2, OC),
+              "%s linear backward, packed weight (%s) == rt_linear_backward: dinp, dweight, dbias",
+              nm, how);
+        const int ok16 = packed_equals(dinp16, dinp, N, CW, dt, &pad);
+        CHECK(ok16 && same(dw, dw3, OC * CW) && same(db, db3, OC),
+              "%s linear backward, everything packed (%s) == rt_linear_backward: dinp, dweight, "
+              "dbias", nm, how);
+        free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dw3), free(db3),
+            free(dinp16);
+    }
+    free(inp), free(w), free(b), free(dout), free(w16), free(inp16), free(dout16), free(out),
+        free(out2), free(out16);
 }
 
 // The packed outputs of the norms and activations (dense rows: C a multiple of 8).
@@ -413,6 +466,7 @@ int main(void) {
         const rt_dtype dt = k ? RT_F16 : RT_BF16;
         test_dt(dt);
         test_packed_input(dt);
+        test_packed_weight(dt);
         test_packed_outputs(dt);
         test_packed_attention(dt);
     }

@@ -75,29 +75,33 @@ static const float* operand(float* x, const void* p, int N, int cols, int packed
     return x;
 }
 
-void rt_linear_packed_forward(void* out, const void* inp, const float* weight, const float* bias,
+void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const float* bias,
                               int N, int C, int OC, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
-    const size_t ni = elems(N, C);
-    float* s = scratch_floats(ni + elems(N, OC));
+    const size_t ni = elems(N, C), nw = elems(OC, C);
+    float* s = scratch_floats(ni + nw + elems(N, OC));
     const float* x = operand(s, inp, N, C, packed & RT_PACKED_INP, dt);
-    float* y = packed & RT_PACKED_OUT ? s + ni : out;
-    rt_linear_forward(y, x, weight, bias, N, C, OC, dt);
+    const float* w = operand(s + ni, weight, OC, C, packed & RT_PACKED_INP2, dt);
+    float* y = packed & RT_PACKED_OUT ? s + ni + nw : out;
+    rt_linear_forward(y, x, w, bias, N, C, OC, dt);
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
 }
 
 void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
-                               const void* inp, const float* weight, int N, int C, int OC,
+                               const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    const size_t nd = elems(N, OC), ni = elems(N, C);
-    float* s = scratch_floats(nd + 2 * ni);
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
+    const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C);
+    float* s = scratch_floats(nd + 2 * ni + nw);
     const float* d = operand(s, dout, N, OC, packed & RT_PACKED_OUT, dt);
     const float* x = operand(s + nd, inp, N, C, packed & RT_PACKED_INP, dt);
-    float* g = dinp && (packed & RT_PACKED_DINP) ? s + nd + ni : dinp;
+    const float* w = operand(s + nd + ni, weight, OC, C, packed & RT_PACKED_INP2, dt);
+    float* g = dinp && (packed & RT_PACKED_DINP) ? s + nd + ni + nw : dinp;
     if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0) unpack(g, dinp, N, C, dt);
-    rt_linear_backward(g, dweight, dbias, d, x, weight, N, C, OC, dt, assign);
+    rt_linear_backward(g, dweight, dbias, d, x, w, N, C, OC, dt, assign);
     if (g != dinp && N > 0 && C > 0) pack(dinp, g, N, C, dt);
 }
 
