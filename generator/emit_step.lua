@@ -72,13 +72,14 @@ local function emit_params(b, plan, list)
   b:line("")
   b:line("static const rt_model_param params[] = {")
   b:indent()
-  b:line("// fqn, aliases, ndim, shape, group, block offset, unsharded offset, init")
+  b:line("// fqn, aliases, ndim, shape, group, block offset, unsharded offset, init, packed")
   for i, p in ipairs(list) do
     local g, l = param_layout(plan, p)
     local init = p.init or { kind = "normal", std = 1 }
     local scale = init.std or init.bound or 0
-    b:line("{%s, %s, %d, %s, %d, %d, %d, %s, %s},", cstr(p.fqn), #p.names > 1 and ("param" .. (i - 1) .. "_aliases") or "NULL",
-      #p.shape, shape_init(p.shape), g.index - 1, l.offset, l.offset * g.shard, C_INIT[init.kind], num(scale))
+    b:line("{%s, %s, %d, %s, %d, %d, %d, %s, %s, %d},", cstr(p.fqn), #p.names > 1 and ("param" .. (i - 1) .. "_aliases") or "NULL",
+      #p.shape, shape_init(p.shape), g.index - 1, l.offset, l.offset * g.shard, C_INIT[init.kind], num(scale),
+      p.packed and 1 or 0)
   end
   b:dedent()
   b:line("};")
@@ -157,15 +158,17 @@ local Walker = {}
 Walker.__index = Walker
 
 -- The view of buffer bf (elements [elem, elem + n)), checked against its planned
--- lifetime: a buffer used outside it would be overwritten by another.
+-- lifetime: a buffer used outside it would be overwritten by another. packed16: n 16-bit
+-- values (a packed parameter).
 local current_step, current_index
-local function F(bf, elem, n, int)
+local function F(bf, elem, n, int, packed16)
   if current_index and (current_index < bf.first or current_index > bf.last) then
     error(string.format("buffer '%s' (live %d..%d) used at step %d (%s)", bf.name, bf.first, bf.last,
       current_index, schedule.step_name(current_step)))
   end
-  -- a packed buffer (memory.lua) is passed whole: its bytes are not 4 per element
-  local bytes = n and not bf.packed and 4 * n or bf.size
+  -- a packed buffer (memory.lua) is passed whole: its bytes are not 4 per element; a
+  -- packed parameter has 2 bytes per element at the start of its fp32 slot
+  local bytes = packed16 and 2 * n or n and not bf.packed and 4 * n or bf.size
   return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), bytes)
 end
 
@@ -215,7 +218,7 @@ function Walker:val(t, saved_by)
     local g, off = self:param_offset(t)
     local un = self.unsharded[g.index]
     if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
-    return F(un, off, trace.numel(t.shape))
+    return F(un, off, trace.numel(t.shape), false, t.packed)
   end
   if t.is_input then
     return string.format("rt_step_%s(R, %d)", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)

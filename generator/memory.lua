@@ -222,6 +222,34 @@ local function mark_packed_activations(graph)
   end
 end
 
+--   * Unsharded parameters that only linears read, each as its weight (position 2) and in
+--     the parameter's 16-bit dtype (backward_in_dtype: no parameter input), 2-D with both
+--     dims multiples of 8 (dense rows, and no zero rows for the GEMM to add) at an
+--     unsharded offset that is a multiple of 4 elements (16-byte aligned): the all-gather's
+--     copy-out writes param_dtype's bits into the first half of the parameter's fp32 slot
+--     (rt_model.h `packed`) and the GEMMs read them in place instead of a copy narrowed in
+--     every forward and backward (rt_kernels.h RT_PACKED_INP2). The slots and the
+--     unsharded gradients keep their fp32 layout.
+local function mark_packed_params(plan)
+  local readers = readers_of(plan.graph)
+  for _, g in ipairs(plan.groups) do
+    for _, l in ipairs(g.layout.params) do
+      local p, rs = l.param, readers[l.param] or {}
+      local s = p.shape
+      local ok = sixteen(p) and #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0 and l.offset * g.shard % 4 == 0
+        and #rs > 0
+      for _, r in ipairs(rs) do
+        ok = ok and r.kind == "linear" and inputs_have_dtype(r, p) and r.outs[1].dtype == p.dtype
+          and backward_in_dtype(r)
+        for j, t in ipairs(r.ins) do
+          if t == p then ok = ok and j == 2 end
+        end
+      end
+      p.packed = ok or nil
+    end
+  end
+end
+
 -- Bytes of a buffer of t's shape: fp32 values, or packed 16-bit rows.
 local function tensor_bytes(t, packed)
   if not packed then return compute_bytes(trace.numel(t.shape)) end
@@ -280,6 +308,7 @@ function M.plan(plan)
   local steps = plan.steps
   mark_packed_logits(steps)
   mark_packed_activations(plan.graph)
+  mark_packed_params(plan)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end

@@ -264,7 +264,9 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
     const void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
     float* un = rt_step_f32(R, unsharded_off, 0, mg->padded_numel);
     CS(R, cudaStreamWaitEvent(c->compute, cg->ag_done, 0));
-    rtcs_copy(sub ? &cg->pf_ag_out : &cg->ag_out, un, RT_F32, out, mg->param_dtype, 0, c->compute);
+    for (int k = 0; k < UN_STORAGES; k++)
+        rtcs_copy(sub ? &cg->pf_ag_out[k] : &cg->ag_out[k], un, k == UN_PACKED ? mg->param_dtype : RT_F32,
+                  out, mg->param_dtype, 0, c->compute);
 }
 
 // Nobody copies the result out, but the plan reuses its buffer after this line.
@@ -277,8 +279,10 @@ void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_fsdp_layout* pf = &R->groups[g].pf_layout;
-    rtcs_copy(&c->groups[g].pf_shards, rt_step_f32(R, pf_off, 0, pf->block_numel), RT_F32,
-              rt_step_f32(R, unsharded_off, 0, mg->padded_numel), RT_F32, 0, c->compute);
+    for (int k = 0; k < UN_STORAGES; k++)
+        rtcs_copy(&c->groups[g].pf_shards[k], rt_step_f32(R, pf_off, 0, pf->block_numel), RT_F32,
+                  rt_step_f32(R, unsharded_off, 0, mg->padded_numel),
+                  k == UN_PACKED ? mg->param_dtype : RT_F32, 0, c->compute);
 }
 
 // ---- gradients --------------------------------------------------------------------------

@@ -24,10 +24,17 @@ void cs_check(rt_rank* R, int err, const char* call, const char* file, int line)
 
 // ---- one rank ---------------------------------------------------------------------------
 
+// The plans that read or write unsharded parameters come one per storage of theirs: fp32
+// slots (UN_F32) and param_dtype's bits (UN_PACKED: rt_model.h `packed`; offsets in 16-bit
+// elements, from the same base).
+enum { UN_F32, UN_PACKED, UN_STORAGES };
+
 typedef struct cuda_group {
-    rtcs_plan ag_in, ag_out;          // all-gather from the shards
-    rtcs_plan pf_ag_in, pf_ag_out;    // ... from the post-forward shards
-    rtcs_plan pf_shards;              // post-forward reshard
+    rtcs_plan ag_in;                  // all-gather from the shards: copy-in,
+    rtcs_plan ag_out[UN_STORAGES];    // copy-out
+    rtcs_plan pf_ag_in;               // ... from the post-forward shards
+    rtcs_plan pf_ag_out[UN_STORAGES];
+    rtcs_plan pf_shards[UN_STORAGES]; // post-forward reshard
     rtcs_plan rs_in, view_out;        // reduce-scatter copy-in, view-out
     cudaEvent_t ag_done;              // its last all-gather finished (all-gather stream)
 } cuda_group;

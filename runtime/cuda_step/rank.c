@@ -35,30 +35,33 @@ static int group_plans(rt_rank* R, int g) {
     const rt_model_group* mg = &m->groups[g];
     rt_rank_group* rg = &R->groups[g];
     cuda_group* cg = &c->groups[g];
-    int64_t* block = calloc((size_t)mg->nparams + 1, sizeof *block);
-    int64_t* unsharded = calloc((size_t)mg->nparams + 1, sizeof *unsharded);
-    int64_t* pf = calloc((size_t)mg->nparams + 1, sizeof *pf);
-    int rc = !block || !unsharded || !pf;
+    const size_t n = (size_t)mg->nparams + 1;
+    int64_t *block = calloc(n, sizeof *block), *unsharded = calloc(n, sizeof *unsharded);
+    int64_t *pf = calloc(n, sizeof *pf), *un[UN_STORAGES] = {calloc(n, sizeof(int64_t)), calloc(n, sizeof(int64_t))};
+    int rc = !block || !unsharded || !pf || !un[UN_F32] || !un[UN_PACKED];
     if (rc) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
     for (int i = 0; !rc && i < mg->nparams; i++) {
-        block[i] = m->params[mg->params[i]].block_offset;
-        unsharded[i] = m->params[mg->params[i]].unsharded_offset;
+        const rt_model_param* p = &m->params[mg->params[i]];
+        block[i] = p->block_offset;
+        unsharded[i] = p->unsharded_offset;  // the gradients' fp32 slots
+        un[UN_F32][i] = p->packed ? -1 : p->unsharded_offset;
+        un[UN_PACKED][i] = p->packed ? 2 * p->unsharded_offset : -1;
         if (rg->pf_comm) pf[i] = rg->pf_layout.params[i].offset;
     }
     if (!rc) rc = upload(R, &cg->ag_in, rt_seg_all_gather_in, &rg->layout, block);
-    if (!rc) rc = upload(R, &cg->ag_out, rt_seg_all_gather_out, &rg->layout, unsharded);
     if (!rc) rc = upload(R, &cg->rs_in, rt_seg_reduce_scatter_in, &rg->layout, unsharded);
     if (!rc) rc = upload(R, &cg->view_out, rt_seg_view_out, &rg->layout, block);
-    if (!rc && rg->pf_comm) {
-        rc = upload(R, &cg->pf_ag_in, rt_seg_all_gather_in, &rg->pf_layout, pf);
-        if (!rc) rc = upload(R, &cg->pf_ag_out, rt_seg_all_gather_out, &rg->pf_layout, unsharded);
-        if (!rc) rc = upload(R, &cg->pf_shards, rt_seg_post_forward, &rg->pf_layout, unsharded);
+    if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_in, rt_seg_all_gather_in, &rg->pf_layout, pf);
+    for (int k = 0; k < UN_STORAGES && !rc; k++) {
+        rc = upload(R, &cg->ag_out[k], rt_seg_all_gather_out, &rg->layout, un[k]);
+        if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_out[k], rt_seg_all_gather_out, &rg->pf_layout, un[k]);
+        if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_shards[k], rt_seg_post_forward, &rg->pf_layout, un[k]);
     }
     if (!rc && cudaEventCreateWithFlags(&cg->ag_done, cudaEventDisableTiming) != cudaSuccess) {
         fprintf(stderr, "fsdpgen: rank %d: cudaEventCreate failed\n", R->rank);
         rc = 1;
     }
-    free(block), free(unsharded), free(pf);
+    free(block), free(unsharded), free(pf), free(un[UN_F32]), free(un[UN_PACKED]);
     return rc;
 }
 
@@ -186,9 +189,13 @@ void rtb_rank_free(rt_rank* R) {
     if (c->graph) cudaGraphDestroy(c->graph);
     for (int g = 0; g < m->ngroups; g++) {
         cuda_group* cg = &c->groups[g];
-        rtcs_plan* plans[7] = {&cg->ag_in, &cg->ag_out, &cg->pf_ag_in, &cg->pf_ag_out,
-                               &cg->pf_shards, &cg->rs_in, &cg->view_out};
-        for (int k = 0; k < 7; k++) rtcs_plan_free(plans[k]);
+        rtcs_plan* plans[] = {&cg->ag_in, &cg->pf_ag_in, &cg->rs_in, &cg->view_out};
+        for (int k = 0; k < 4; k++) rtcs_plan_free(plans[k]);
+        for (int k = 0; k < UN_STORAGES; k++) {
+            rtcs_plan_free(&cg->ag_out[k]);
+            rtcs_plan_free(&cg->pf_ag_out[k]);
+            rtcs_plan_free(&cg->pf_shards[k]);
+        }
         if (cg->ag_done) cudaEventDestroy(cg->ag_done);
     }
     free(c->groups);

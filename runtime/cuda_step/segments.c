@@ -87,6 +87,7 @@ int rt_seg_all_gather_out(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t
         for (int i = 0; i < l->nparams && !st; i++) {
             const rt_fsdp_param_layout* q = &l->params[i];
             int64_t block = l->block_numel * r + q->offset;
+            if (unsharded_off[i] < 0) continue;
             if (l->post_forward) {
                 // Blocks hold flat slices of the padded parameter: concatenate, drop padding.
                 int64_t start, n = pf_slice(q, r, &start);
@@ -102,6 +103,7 @@ int rt_seg_post_forward(rt_seg_plan* p, const rt_fsdp_layout* pf, const int64_t*
     int st = 0;
     for (int i = 0; i < pf->nparams && !st; i++) {
         const rt_fsdp_param_layout* q = &pf->params[i];
+        if (unsharded_off[i] < 0) continue;
         int64_t start, n = pf_slice(q, pf->rank, &start);
         st = add(p, q->offset, unsharded_off[i] + start, n);
         if (!st) st = add(p, q->offset + n, -1, q->in_numel - n);

@@ -34,10 +34,11 @@ void rt_seg_plan_free(rt_seg_plan* p);
 // rank's block of the all-gather output.
 int rt_seg_all_gather_in(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* shard_off);
 // All-gather copy-out: every block's rows of parameter i into the unsharded buffer at
-// unsharded_off[i] (padding dropped); post-forward layouts concatenate flat slices.
+// unsharded_off[i] (padding dropped); post-forward layouts concatenate flat slices. A
+// negative offset leaves the parameter out (one plan per storage of the unsharded buffer).
 int rt_seg_all_gather_out(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* unsharded_off);
 // Post-forward reshard (pf layout): the rank's flat slice of unsharded parameter i (at
-// unsharded_off[i]) into its pf shard at the layout offset, zero-padded.
+// unsharded_off[i]; negative: left out) into its pf shard at the layout offset, zero-padded.
 int rt_seg_post_forward(rt_seg_plan* p, const rt_fsdp_layout* pf, const int64_t* unsharded_off);
 // Reduce-scatter copy-in: every rank block's rows of gradient i (at grad_off[i] of the
 // unsharded grads) into the reduce-scatter input, zero-padded to chunk rows.

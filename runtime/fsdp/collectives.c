@@ -39,6 +39,15 @@ static int check_bufs(rt_fsdp_layout* l, const char* op, const void* const* per_
     return 0;
 }
 
+// Checks a per-parameter dtype array.
+static int check_dtypes(rt_fsdp_layout* l, const char* op, const rt_dtype* dts) {
+    if (l->nparams > 0 && !dts) return fsdp_error(l, RT_ERR_ARG, op, "the dtype array is NULL");
+    for (int i = 0; i < l->nparams; i++)
+        if (!rt_dtype_valid(dts[i]))
+            return fsdp_error(l, RT_ERR_ARG, op, "invalid dtype %d for '%s'", (int)dts[i], l->params[i].name);
+    return 0;
+}
+
 // Fails when the communicator is not the one the layout was made for. The peers are
 // released through rt_comm_abort instead of waiting for the timeout.
 static int check_comm(rt_fsdp_layout* l, const char* op, rt_comm* comm) {
@@ -96,22 +105,26 @@ int rt_fsdp_shard_params(rt_fsdp_layout* l, const void* const* full, rt_dtype dt
     return 0;
 }
 
-int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded, rt_dtype dtype,
-                                void* const* shards) {
+int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded,
+                                const rt_dtype* unsharded_dtypes, void* const* shards,
+                                rt_dtype shard_dtype) {
     const char* op = "post_forward_shards";
     if (!pf) return RT_ERR_ARG;
     if (!pf->post_forward) return fsdp_error(pf, RT_ERR_ARG, op, "needs a post-forward layout");
-    int st = check_bufs(pf, op, unsharded, "unsharded", "", dtype, dtype);
-    if (!st) st = check_bufs(pf, op, (const void* const*)shards, "shards", "", dtype, dtype);
+    int st = check_dtypes(pf, op, unsharded_dtypes);
+    if (!st) st = check_bufs(pf, op, unsharded, "unsharded", "", shard_dtype, shard_dtype);
+    if (!st) st = check_bufs(pf, op, (const void* const*)shards, "shards", "", shard_dtype, shard_dtype);
     if (st) return st;
-    size_t es = rt_dtype_size(dtype);
+    size_t es = rt_dtype_size(shard_dtype);
     for (int i = 0; i < pf->nparams; i++) {
         const rt_fsdp_param_layout* p = &pf->params[i];
         int64_t start = p->in_numel * pf->rank;
         int64_t n = p->numel > start ? p->numel - start : 0;
         if (n > p->in_numel) n = p->in_numel;
-        if (n) memcpy(shards[i], at(unsharded[i], start, dtype), (size_t)n * es);
-        if (p->in_numel > n) memset(at(shards[i], n, dtype), 0, (size_t)(p->in_numel - n) * es);
+        if (n)
+            rt_convert(shards[i], shard_dtype, at(unsharded[i], start, unsharded_dtypes[i]),
+                       unsharded_dtypes[i], (size_t)n);
+        if (p->in_numel > n) memset(at(shards[i], n, shard_dtype), 0, (size_t)(p->in_numel - n) * es);
     }
     return 0;
 }
@@ -145,22 +158,20 @@ int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* comm, void* ag_output, rt_dty
     return st ? comm_error(l, op, comm, st) : 0;
 }
 
-int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
-                                void* const* unsharded) {
-    return rt_fsdp_all_gather_copy_out_as(l, ag_output, param_dtype, unsharded, param_dtype);
-}
-
-int rt_fsdp_all_gather_copy_out_as(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
-                                   void* const* unsharded, rt_dtype unsharded_dtype) {
+// Copy-out into unsharded[i] of unsharded_dtypes[i], or of param_dtype for every parameter
+// when unsharded_dtypes is NULL.
+static int copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
+                    void* const* unsharded, const rt_dtype* unsharded_dtypes) {
     if (!l) return RT_ERR_ARG;
     int st = check_bufs(l, "all_gather_copy_out", (const void* const*)unsharded, "unsharded",
-                        ag_output, param_dtype, unsharded_dtype);
+                        ag_output, param_dtype, param_dtype);
     if (st) return st;
     size_t es = rt_dtype_size(param_dtype);
     for (int r = 0; r < l->world; r++) {
         const char* block = at(ag_output, l->block_numel * r, param_dtype);
         for (int i = 0; i < l->nparams; i++) {
             const rt_fsdp_param_layout* p = &l->params[i];
+            const rt_dtype unsharded_dtype = unsharded_dtypes ? unsharded_dtypes[i] : param_dtype;
             if (l->post_forward) {
                 // Blocks hold flat slices of the padded parameter: concatenate, drop padding.
                 int64_t start = p->in_numel * r;
@@ -176,6 +187,18 @@ int rt_fsdp_all_gather_copy_out_as(rt_fsdp_layout* l, const void* ag_output, rt_
         }
     }
     return 0;
+}
+
+int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
+                                void* const* unsharded) {
+    return copy_out(l, ag_output, param_dtype, unsharded, NULL);
+}
+
+int rt_fsdp_all_gather_copy_out_as(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
+                                   void* const* unsharded, const rt_dtype* unsharded_dtypes) {
+    if (!l) return RT_ERR_ARG;
+    int st = check_dtypes(l, "all_gather_copy_out", unsharded_dtypes);
+    return st ? st : copy_out(l, ag_output, param_dtype, unsharded, unsharded_dtypes);
 }
 
 int rt_fsdp_foreach_all_gather(rt_fsdp_layout* l, rt_comm* comm, const void* const* shards,

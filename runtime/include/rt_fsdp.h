@@ -112,10 +112,12 @@ int rt_fsdp_layout_check(rt_fsdp_layout* l, const rt_fsdp_plan* plan);
 // shards[i] gets padded_shard_numel elements, zeros past the rank's rows. Same dtype.
 int rt_fsdp_shard_params(rt_fsdp_layout* l, const void* const* full, rt_dtype dtype,
                          void* const* shards);
-// Post-forward reshard (pf layout): shards[i] gets the flat slice [rank * in_numel,
-// (rank + 1) * in_numel) of unsharded parameter i padded with zeros to padded_numel.
-int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded, rt_dtype dtype,
-                                void* const* shards);
+// Post-forward reshard (pf layout): shards[i] (shard_dtype) gets the flat slice
+// [rank * in_numel, (rank + 1) * in_numel) of unsharded parameter i (unsharded_dtypes[i])
+// padded with zeros to padded_numel.
+int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded,
+                                const rt_dtype* unsharded_dtypes, void* const* shards,
+                                rt_dtype shard_dtype);
 
 // ---- all-gather -------------------------------------------------------------------------
 
@@ -131,10 +133,11 @@ int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* comm, void* ag_output, rt_dty
 // param_dtype, the parameter's own shape); padding is dropped.
 int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
                                 void* const* unsharded);
-// The same into unsharded tensors of another dtype (the CPU backend computes on fp32
-// storage holding param_dtype values).
+// The same into unsharded tensors of other dtypes, unsharded_dtypes[i] for parameter i (the
+// CPU backend computes on fp32 storage holding param_dtype values, except for the packed
+// parameters of rt_model.h, which stay in param_dtype).
 int rt_fsdp_all_gather_copy_out_as(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
-                                   void* const* unsharded, rt_dtype unsharded_dtype);
+                                   void* const* unsharded, const rt_dtype* unsharded_dtypes);
 // The three above in order.
 int rt_fsdp_foreach_all_gather(rt_fsdp_layout* l, rt_comm* comm, const void* const* shards,
                                rt_dtype shard_dtype, void* ag_output, rt_dtype param_dtype,

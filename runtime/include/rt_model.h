@@ -36,6 +36,10 @@ typedef struct rt_model_param {
     int64_t unsharded_offset;     // element offset inside the group's unsharded buffers
     rt_init_kind init;
     double init_scale;            // std (normal) or bound (uniform)
+    int packed;                   // 1: the unsharded parameter is kept in its group's 16-bit
+                                  // param_dtype, in the first half of its fp32-sized slot
+                                  // (rt_kernels.h "packed 16-bit storage"): 2-D with both dims
+                                  // multiples of 8, unsharded_offset a multiple of 4
 } rt_model_param;
 
 // ---- groups -----------------------------------------------------------------------------

@@ -53,6 +53,8 @@ typedef struct rt_rank_group {
     int reduced;                 // reduce-scatters so far this step (first assigns, next add)
     void** ptrs[2];              // nparams per-parameter pointers for the collective calls
                                  // (allocated once, so no step allocates)
+    rt_dtype* unsharded_dtypes;  // per parameter: the storage of its unsharded values on the
+                                 // CPU (param_dtype when packed, else RT_F32)
 } rt_rank_group;
 
 typedef struct rt_rank {
@@ -151,8 +153,8 @@ void rt_step_end(rt_rank* R);
 // pf_off when sub) cast to param_dtype into this rank's block of the all-gather output at
 // out_off, then the all-gather (shard group, or post-forward group when sub).
 void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t out_off, size_t pf_off);
-// "all_gather_wait": copy-out into the unsharded parameters (fp32 storage at
-// unsharded_off, values in param_dtype).
+// "all_gather_wait": copy-out into the unsharded parameters at unsharded_off, values in
+// param_dtype: fp32 storage, or param_dtype's bits for a packed parameter (rt_model.h).
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off);
 // "all_gather_drop": a prefetch nobody waited for; its result is dropped.
 void rt_step_all_gather_drop(rt_rank* R, int g);

@@ -121,7 +121,7 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
     RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
     void** un = rg->ptrs[0];
     rt_step_param_ptrs(R, g, unsharded_off, 1, un);
-    int st = rt_fsdp_all_gather_copy_out_as(L, out, mg->param_dtype, un, RT_F32);
+    int st = rt_fsdp_all_gather_copy_out_as(L, out, mg->param_dtype, un, rg->unsharded_dtypes);
     RTB_FSDP_CHECK(R, st, L);
 }
 
@@ -137,7 +137,8 @@ void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf
         rt_fsdp_param_layout* p = &rg->pf_layout.params[i];
         shards[i] = rt_step_f32(R, pf_off, p->offset, p->in_numel);
     }
-    int st = rt_fsdp_post_forward_shards(&rg->pf_layout, (const void* const*)un, RT_F32, shards);
+    int st = rt_fsdp_post_forward_shards(&rg->pf_layout, (const void* const*)un, rg->unsharded_dtypes,
+                                         shards, RT_F32);
     RTB_FSDP_CHECK(R, st, &rg->pf_layout);
 }
 

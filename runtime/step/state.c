@@ -80,6 +80,12 @@ static const char* state_name(rt_group_state s) {
 
 // ---- setup ------------------------------------------------------------------------------
 
+// The generator's packing of an unsharded parameter (rt_model.h `packed`) checked again.
+static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
+    return (mg->param_dtype == RT_BF16 || mg->param_dtype == RT_F16) && p->ndim == 2 &&
+           p->shape[0] % 8 == 0 && p->shape[1] % 8 == 0 && p->unsharded_offset % 4 == 0;
+}
+
 static int layouts_init(rt_rank* R, int g) {
     const rt_model* m = R->model;
     const rt_model_group* mg = &m->groups[g];
@@ -111,12 +117,22 @@ static int layouts_init(rt_rank* R, int g) {
                         mg->name, rg->pf_layout.error[0] ? rg->pf_layout.error : rt_status_name(st));
     }
     free(d);
-    for (int k = 0; k < 2 && !st; k++) {
-        rg->ptrs[k] = calloc((size_t)mg->nparams + 1, sizeof *rg->ptrs[k]);
-        if (!rg->ptrs[k]) {
-            fprintf(stderr, "fsdpgen: rank %d: out of memory setting up group '%s'\n", R->rank, mg->name);
-            st = RT_ERR_NOMEM;
+    for (int k = 0; k < 2 && !st; k++) rg->ptrs[k] = calloc((size_t)mg->nparams + 1, sizeof *rg->ptrs[k]);
+    if (!st) rg->unsharded_dtypes = calloc((size_t)mg->nparams + 1, sizeof *rg->unsharded_dtypes);
+    if (!st && (!rg->ptrs[0] || !rg->ptrs[1] || !rg->unsharded_dtypes)) {
+        fprintf(stderr, "fsdpgen: rank %d: out of memory setting up group '%s'\n", R->rank, mg->name);
+        st = RT_ERR_NOMEM;
+    }
+    for (int i = 0; i < mg->nparams && !st; i++) {
+        const rt_model_param* p = &m->params[mg->params[i]];
+        if (p->packed && !packed_param_ok(p, mg)) {
+            fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s' is planned packed, but "
+                    "packed parameters are 2-D with both dims multiples of 8 at an unsharded offset "
+                    "that is a multiple of 4, in a bf16/fp16 group (a generator bug)\n",
+                    R->rank, p->fqn, mg->name);
+            st = RT_ERR_MISMATCH;
         }
+        rg->unsharded_dtypes[i] = p->packed ? mg->param_dtype : RT_F32;
     }
     return st;
 }
@@ -164,6 +180,7 @@ void rt_rank_free(rt_rank* R) {
         rt_fsdp_layout_free(&R->groups[g].layout);
         free(R->groups[g].ptrs[0]);
         free(R->groups[g].ptrs[1]);
+        free(R->groups[g].unsharded_dtypes);
         if (R->groups[g].pf_comm) {
             rt_fsdp_layout_free(&R->groups[g].pf_layout);
             rt_comm_free(R->groups[g].pf_comm);

@@ -1,6 +1,7 @@
 // The CUDA step backend's copy plans (runtime/cuda_step/segments.c) against runtime/fsdp's
 // host copies, on random groups: uneven dim-0 shards, Shard(largest dim), post-forward
-// layouts, every rank, fp32/bf16/fp16. Each plan applied on the host (rt_seg_apply, the
+// layouts, every rank, fp32/bf16/fp16, unsharded parameters in fp32 slots and packed (16-bit
+// groups: every other one). Each plan applied on the host (rt_seg_apply, the
 // reference of the GPU kernel) must write exactly the bytes the host copy writes and
 // nothing else. Runs without a GPU.
 #include <stdint.h>
@@ -67,9 +68,35 @@ static void* values(int64_t n, rt_dtype dt) {
 
 static int same(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
+static int failures = 0, layouts = 0, runs = 0;
+
+// The unsharded buffer's two storages (backend.h UN_F32, UN_PACKED): in a 16-bit group the
+// odd parameters are packed (param_dtype's bits at the start of their fp32 slot, at 16-bit
+// element offsets), and each plan leaves the other storage's parameters out. dts: each
+// parameter's storage, for runtime/fsdp's copies.
+static void storages(int n, const int64_t* un_off, rt_dtype pdt, int64_t off[2][6], rt_dtype* dts) {
+    for (int i = 0; i < n; i++) {
+        const int packed = pdt != RT_F32 && i % 2;
+        off[0][i] = packed ? -1 : un_off[i];
+        off[1][i] = packed ? 2 * un_off[i] : -1;
+        dts[i] = packed ? pdt : RT_F32;
+    }
+}
+
+// Applies the copy-out plans of both storages (rt_seg_all_gather_out) to un.
+static void apply_copy_out(const rt_fsdp_layout* l, int64_t off[2][6], float* un, const void* out,
+                           rt_dtype pdt) {
+    for (int k = 0; k < 2; k++) {
+        rt_seg_plan p = {0};
+        rt_seg_all_gather_out(&p, l, off[k]);
+        rt_seg_apply(&p, un, k ? pdt : RT_F32, out, pdt, 0);
+        runs += p.nsegs;
+        rt_seg_plan_free(&p);
+    }
+}
+
 // ---- one layout -------------------------------------------------------------------------
 
-static int failures = 0, layouts = 0, runs = 0;
 
 static void fail(const char* what, const group* g, int world, int rank) {
     if (failures++ < 10)
@@ -108,30 +135,31 @@ static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_
     rt_seg_plan_free(&p);
     free(a), free(b);
 
-    // all-gather copy-out (fp32 storage of param_dtype values)
+    // all-gather copy-out (fp32 storage of param_dtype values, or packed)
+    int64_t so[2][6];
+    rt_dtype udt[6];
+    storages(g->n, un_off, pdt, so, udt);
     void* out = values(L.total_numel, pdt);
     float* ua = pattern((size_t)un_total * 4, 2);
     float* ub = pattern((size_t)un_total * 4, 2);
     for (int i = 0; i < g->n; i++) up[i] = ua + un_off[i];
-    rt_fsdp_all_gather_copy_out_as(&L, out, pdt, up, RT_F32);
-    rt_seg_all_gather_out(&p, &L, un_off);
-    rt_seg_apply(&p, ub, RT_F32, out, pdt, 0);
-    runs += p.nsegs;
+    rt_fsdp_all_gather_copy_out_as(&L, out, pdt, up, udt);
+    apply_copy_out(&L, so, ub, out, pdt);
     if (!same(ua, ub, (size_t)un_total * 4)) fail("all_gather_out", g, world, rank);
-    rt_seg_plan_free(&p);
-    free(out);
+    free(out), free(ua), free(ub);
 
-    // reduce-scatter copy-in from the unsharded grads (ua now holds values)
+    // reduce-scatter copy-in from the unsharded grads (fp32 slots)
+    float* grads = values(un_total, RT_F32);
     void* ra = pattern((size_t)L.total_numel * rs, 3);
     void* rb = pattern((size_t)L.total_numel * rs, 3);
-    for (int i = 0; i < g->n; i++) sp[i] = ua + un_off[i];
+    for (int i = 0; i < g->n; i++) sp[i] = grads + un_off[i];
     rt_fsdp_reduce_scatter_copy_in(&L, sp, RT_F32, ra, rdt);
     rt_seg_reduce_scatter_in(&p, &L, un_off);
-    rt_seg_apply(&p, rb, rdt, ua, RT_F32, 0);
+    rt_seg_apply(&p, rb, rdt, grads, RT_F32, 0);
     runs += p.nsegs;
     if (!same(ra, rb, (size_t)L.total_numel * rs)) fail("reduce_scatter_in", g, world, rank);
     rt_seg_plan_free(&p);
-    free(ra), free(rb), free(ua), free(ub);
+    free(ra), free(rb), free(grads);
 
     // view-out, assigned and accumulated
     void* rout = values(L.block_numel, rdt);
@@ -166,19 +194,27 @@ static void check_post_forward(const group* g, int world, int pf_world, int pf_r
         un_off[i] = un_total;
         un_total += numel(&g->d[i]) + 2;
     }
+    int64_t so[2][6];
+    rt_dtype udt[6];
+    storages(g->n, un_off, pdt, so, udt);
     float* un = values(un_total, RT_F32);
+    for (int i = 0; i < g->n; i++)  // the packed parameters' values in their storage
+        for (int64_t k = 0; udt[i] != RT_F32 && k < numel(&g->d[i]); k++)
+            rt_store_f32(un, pdt, (size_t)(so[1][i] + k), (float)uniform(-1000, 1000) / 7.0f);
     const void* up[6];
     void* sp[6];
     float* sa = pattern((size_t)pf.block_numel * 4, 4);
     float* sb = pattern((size_t)pf.block_numel * 4, 4);
     for (int i = 0; i < g->n; i++) up[i] = un + un_off[i], sp[i] = sa + off[i];
-    rt_fsdp_post_forward_shards(&pf, up, RT_F32, sp);
+    rt_fsdp_post_forward_shards(&pf, up, udt, sp, RT_F32);
     rt_seg_plan p = {0};
-    rt_seg_post_forward(&p, &pf, un_off);
-    rt_seg_apply(&p, sb, RT_F32, un, RT_F32, 0);
-    runs += p.nsegs;
+    for (int k = 0; k < 2; k++) {
+        rt_seg_post_forward(&p, &pf, so[k]);
+        rt_seg_apply(&p, sb, RT_F32, un, k ? pdt : RT_F32, 0);
+        runs += p.nsegs;
+        rt_seg_plan_free(&p);
+    }
     if (!same(sa, sb, (size_t)pf.block_numel * 4)) fail("post_forward", g, world, pf_rank);
-    rt_seg_plan_free(&p);
 
     // the all-gather from post-forward shards: copy-in and copy-out
     size_t es = rt_dtype_size(pdt);
@@ -195,12 +231,9 @@ static void check_post_forward(const group* g, int world, int pf_world, int pf_r
     float* ua = pattern((size_t)un_total * 4, 6);
     float* ub = pattern((size_t)un_total * 4, 6);
     for (int i = 0; i < g->n; i++) sp[i] = ua + un_off[i];
-    rt_fsdp_all_gather_copy_out_as(&pf, out, pdt, sp, RT_F32);
-    rt_seg_all_gather_out(&p, &pf, un_off);
-    rt_seg_apply(&p, ub, RT_F32, out, pdt, 0);
-    runs += p.nsegs;
+    rt_fsdp_all_gather_copy_out_as(&pf, out, pdt, sp, udt);
+    apply_copy_out(&pf, so, ub, out, pdt);
     if (!same(ua, ub, (size_t)un_total * 4)) fail("post_forward all_gather_out", g, world, pf_rank);
-    rt_seg_plan_free(&p);
     free(a), free(b), free(out), free(ua), free(ub), free(sa), free(sb), free(un);
     rt_fsdp_layout_free(&pf);
 }

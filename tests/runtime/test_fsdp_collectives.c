@@ -176,7 +176,10 @@ static void rank_all_gather(rt_comm* comm, void* arg) {
         }
         void** pf_shards = xmalloc((size_t)n * sizeof *pf_shards);
         for (int i = 0; i < n; i++) pf_shards[i] = xmalloc((size_t)pf.params[i].in_numel * pes);
-        rt_fsdp_post_forward_shards(&pf, (const void* const*)unsharded, pdt, pf_shards);
+        rt_dtype* udt = xmalloc((size_t)n * sizeof *udt);
+        for (int i = 0; i < n; i++) udt[i] = pdt;
+        rt_fsdp_post_forward_shards(&pf, (const void* const*)unsharded, udt, pf_shards, pdt);
+        free(udt);
         for (int i = 0; i < n; i++) memset(unsharded[i], 0xEE, (size_t)l.params[i].numel * pes);  // "freed"
         void* ag2 = xmalloc((size_t)pf.total_numel * pes);
         st = rt_fsdp_foreach_all_gather(&pf, pf_comm, (const void* const*)pf_shards, pdt, ag2, pdt, unsharded, NULL);
