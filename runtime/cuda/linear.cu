@@ -142,8 +142,8 @@ __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __res
 
 // The 16-bit products of the backward from dout's 16-bit rows d16 (rtc_ld16(OC) long, zero
 // padding: a copy or the packed dout), the input's (x16p: packed; NULL: a copy of inp) and
-// the weight's (weight16), the other copies at s (linear_backward16_elems of them, in the operand scratch). dinp's
-// sums run over OC rounded up to 8 (dout's zero padding times the weight copy's zero rows:
+// the weight's (weight16), the other copies at s (linear_backward16_elems of them, in the
+// operand scratch). dinp's sums run over OC rounded up to 8 (dout's zero padding times the weight copy's zero rows:
 // an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an
 // assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
 // linear_forward16's output), or left there when it is packed (pg); a packed dinp added to
