@@ -36,6 +36,7 @@ typedef struct cuda_group {
     rtcs_plan pf_ag_out[UN_STORAGES];
     rtcs_plan pf_shards[UN_STORAGES]; // post-forward reshard
     rtcs_plan rs_in, view_out;        // reduce-scatter copy-in, view-out
+    rtcs_plan rs_direct;              // one rank: both in one (rt_seg_reduce_direct)
     cudaEvent_t ag_done;              // its last all-gather finished (all-gather stream)
 } cuda_group;
 

@@ -125,8 +125,8 @@ extern "C" void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const 
 }
 
 extern "C" void rtcs_copy_rounded(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const float* src,
-                                  rt_dtype round_dt, void* stream) {
-    copy(p, dst, dst_dt, src, RT_F32, round_dt, 0, stream);
+                                  rt_dtype round_dt, int accumulate, void* stream) {
+    copy(p, dst, dst_dt, src, RT_F32, round_dt, accumulate, stream);
 }
 
 // ---- element-wise ---------------------------------------------------------------------------

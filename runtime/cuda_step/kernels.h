@@ -33,7 +33,7 @@ void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, 
 // rtcs_copy of fp32 src, each value rounded to round_dt first, as rtcs_round before the copy
 // would do without its pass over src (which keeps its unrounded values).
 void rtcs_copy_rounded(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const float* src,
-                       rt_dtype round_dt, void* stream);
+                       rt_dtype round_dt, int accumulate, void* stream);
 // buf[i] /= factor in fp32, rounded once to dt (rt_fsdp_divide_buffer). factor 1: nothing.
 void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, void* stream);
 // x[i] = (float)(dtype)x[i] (rt_step_round). fp32: nothing.

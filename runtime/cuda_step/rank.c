@@ -16,17 +16,21 @@
 
 typedef int (*plan_fn)(rt_seg_plan*, const rt_fsdp_layout*, const int64_t*);
 
-static int upload(rt_rank* R, rtcs_plan* out, plan_fn build, const rt_fsdp_layout* l, const int64_t* off) {
-    rt_seg_plan p = {0};
-    int st = build(&p, l, off);
-    int e = st ? 0 : rtcs_plan_upload(out, &p);
-    rt_seg_plan_free(&p);
+// Uploads the plan p of layout l, built with status st, and frees it.
+static int upload_built(rt_rank* R, rtcs_plan* out, rt_seg_plan* p, int st, const rt_fsdp_layout* l) {
+    int e = st ? 0 : rtcs_plan_upload(out, p);
+    rt_seg_plan_free(p);
     if (st || e) {
         fprintf(stderr, "fsdpgen: rank %d: copy plan of group '%s': %s\n", R->rank, l->name,
                 st ? "out of host memory" : cudaGetErrorString((cudaError_t)e));
         return 1;
     }
     return 0;
+}
+
+static int upload(rt_rank* R, rtcs_plan* out, plan_fn build, const rt_fsdp_layout* l, const int64_t* off) {
+    rt_seg_plan p = {0};
+    return upload_built(R, out, &p, build(&p, l, off), l);
 }
 
 static int group_plans(rt_rank* R, int g) {
@@ -52,6 +56,11 @@ static int group_plans(rt_rank* R, int g) {
     if (!rc) rc = upload(R, &cg->rs_in, rt_seg_reduce_scatter_in, &rg->layout, unsharded);
     if (!rc) rc = upload(R, &cg->view_out, rt_seg_view_out, &rg->layout, block);
     if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_in, rt_seg_all_gather_in, &rg->pf_layout, pf);
+    if (!rc && rg->layout.world == 1) {
+        rt_seg_plan p = {0};
+        rc = upload_built(R, &cg->rs_direct, &p, rt_seg_reduce_direct(&p, &rg->layout, unsharded, block),
+                          &rg->layout);
+    }
     for (int k = 0; k < UN_STORAGES && !rc; k++) {
         rc = upload(R, &cg->ag_out[k], rt_seg_all_gather_out, &rg->layout, un[k]);
         if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_out[k], rt_seg_all_gather_out, &rg->pf_layout, un[k]);
@@ -189,8 +198,8 @@ void rtb_rank_free(rt_rank* R) {
     if (c->graph) cudaGraphDestroy(c->graph);
     for (int g = 0; g < m->ngroups; g++) {
         cuda_group* cg = &c->groups[g];
-        rtcs_plan* plans[] = {&cg->ag_in, &cg->pf_ag_in, &cg->rs_in, &cg->view_out};
-        for (int k = 0; k < 4; k++) rtcs_plan_free(plans[k]);
+        rtcs_plan* plans[] = {&cg->ag_in, &cg->pf_ag_in, &cg->rs_in, &cg->view_out, &cg->rs_direct};
+        for (int k = 0; k < 5; k++) rtcs_plan_free(plans[k]);
         for (int k = 0; k < UN_STORAGES; k++) {
             rtcs_plan_free(&cg->ag_out[k]);
             rtcs_plan_free(&cg->pf_ag_out[k]);

@@ -126,6 +126,15 @@ int rt_seg_view_out(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* shar
     return st;
 }
 
+int rt_seg_reduce_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* grad_off,
+                         const int64_t* sharded_off) {
+    if (l->world != 1 || l->post_forward) return RT_ERR_ARG;
+    int st = 0;  // one rank's chunk is the whole parameter, unpadded: its shard
+    for (int i = 0; i < l->nparams && !st; i++)
+        st = add(p, sharded_off[i], grad_off[i], l->params[i].shard_numel);
+    return st;
+}
+
 // ---- host reference ---------------------------------------------------------------------
 
 void rt_seg_apply(const rt_seg_plan* p, void* dst, rt_dtype dst_dt, const void* src,

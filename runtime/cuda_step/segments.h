@@ -46,6 +46,11 @@ int rt_seg_reduce_scatter_in(rt_seg_plan* p, const rt_fsdp_layout* l, const int6
 // Reduce-scatter view-out: parameter i's unpadded shard of the output into the sharded
 // gradients at sharded_off[i].
 int rt_seg_view_out(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* sharded_off);
+// A layout of one rank: the reduce-scatter copy-in and the view-out as one plan, gradient i
+// (at grad_off[i]) straight into its sharded gradient (at sharded_off[i]), for a reduction
+// that leaves the values alone (no collective, no division). RT_ERR_ARG for more ranks.
+int rt_seg_reduce_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* grad_off,
+                         const int64_t* sharded_off);
 
 // ---- host reference -----------------------------------------------------------------------
 

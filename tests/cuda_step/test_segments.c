@@ -104,6 +104,39 @@ static void fail(const char* what, const group* g, int world, int rank) {
                rank, (long long)g->d[0].shape[0]);
 }
 
+// One rank: the direct plan (rt_seg_reduce_direct) writes the sharded gradients that the
+// fp32 copy-in and view-out write, assigned and accumulated.
+static void check_reduce_direct(rt_fsdp_layout* L, const group* g, const int64_t* un_off,
+                                int64_t un_total, const int64_t* shard_off) {
+    float* grads = values(un_total, RT_F32);
+    float* rs = malloc((size_t)L->total_numel * 4 + 1);
+    const void* gp[6];
+    for (int i = 0; i < g->n; i++) gp[i] = grads + un_off[i];
+    rt_fsdp_reduce_scatter_copy_in(L, gp, RT_F32, rs, RT_F32);
+    rt_seg_plan p = {0};
+    rt_seg_reduce_direct(&p, L, un_off, shard_off);
+    for (int acc = 0; acc < 2; acc++) {
+        float* ga = values(L->block_numel, RT_F32);
+        float* gb = malloc((size_t)L->block_numel * 4 + 1);
+        memcpy(gb, ga, (size_t)L->block_numel * 4);
+        void* sp[6];
+        for (int i = 0; i < g->n; i++) sp[i] = ga + shard_off[i];
+        rt_fsdp_reduce_scatter_view_out(L, rs, RT_F32, sp, RT_F32, acc);
+        rt_seg_apply(&p, gb, RT_F32, grads, RT_F32, acc);
+        if (!same(ga, gb, (size_t)L->block_numel * 4)) fail(acc ? "reduce_direct (accumulate)" : "reduce_direct", g, 1, 0);
+        free(ga), free(gb);
+    }
+    runs += p.nsegs;
+    rt_seg_plan_free(&p);
+    rt_seg_plan q = {0};
+    rt_fsdp_layout two;
+    if (!rt_fsdp_layout_init(&two, "g", g->d, g->n, 2, 0) && rt_seg_reduce_direct(&q, &two, un_off, shard_off) != RT_ERR_ARG)
+        fail("reduce_direct accepted a layout of 2 ranks", g, 2, 0);
+    rt_fsdp_layout_free(&two);
+    rt_seg_plan_free(&q);
+    free(grads), free(rs);
+}
+
 static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_dtype rdt) {
     rt_fsdp_layout L;
     if (rt_fsdp_layout_init(&L, "g", g->d, g->n, world, rank)) {
@@ -178,6 +211,7 @@ static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_
     runs += p.nsegs;
     rt_seg_plan_free(&p);
     free(rout), free(shards);
+    if (world == 1) check_reduce_direct(&L, g, un_off, un_total, shard_off);
     rt_fsdp_layout_free(&L);
 }
 
@@ -251,7 +285,8 @@ int main(void) {
             rt_dtype pdt = dts[uniform(0, 2)], rdt = dts[uniform(0, 2)];
             for (int r = 0; r < world; r++) check_sharded(&g, world, r, pdt, rdt);
         }
-        CHECK(failures == 0, "%s: all-gather in/out, reduce-scatter in, view-out (assign, accumulate) "
+        CHECK(failures == 0, "%s: all-gather in/out, reduce-scatter in, view-out (assign, accumulate), "
+              "and on one rank the direct reduction (assign, accumulate) "
               "on %d layouts (%d runs) equal runtime/fsdp's host copies byte for byte (%d differ)",
               placement ? "Shard(largest dim)" : "dim-0 (uneven)", layouts, runs, failures);
     }

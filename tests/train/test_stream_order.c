@@ -182,9 +182,9 @@ void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, 
     touch(stream, dst, (size_t)p->total * rt_dtype_size(dst_dt), 1, "copy write");
 }
 void rtcs_copy_rounded(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const float* src,
-                       rt_dtype round_dt, void* stream) {
+                       rt_dtype round_dt, int accumulate, void* stream) {
     (void)round_dt;
-    rtcs_copy(p, dst, dst_dt, src, RT_F32, 0, stream);
+    rtcs_copy(p, dst, dst_dt, src, RT_F32, accumulate, stream);
 }
 void rtcs_divide(void* buf, int64_t n, rt_dtype dt, double factor, void* stream) {
     if (factor == 1.0) return;  // the kernel launches nothing
