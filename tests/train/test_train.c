@@ -765,6 +765,12 @@ static void test_setup_failures(void) {
                       !exists(P("wrong.st")),
                "a sharding plan the runtime rejects: exit 1 naming the parameter, nothing saved");
     proc_free(&a);
+    a = run(g_train, "tiny_packed", "--steps", "1", "--save", P("packed.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "'lin.weight' of group 'lin' is planned packed") &&
+                      !has(a.out, "step 1 loss") && !exists(P("packed.st")),
+               "a packed parameter the runtime rejects (fp32 group, [5, 4]): exit 1 naming it, "
+               "nothing saved");
+    proc_free(&a);
     a = run(g_train, "tiny", "--steps", "1", "--save", P("no_such_dir/x.st"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --save") && count_lines(a.err) == 1 &&
                       !has(a.out, "step 1 loss"),

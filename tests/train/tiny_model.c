@@ -72,6 +72,13 @@ static const rt_model_param tiny_params_ref[] = {
     PARAM("lin.weight", NULL, 2, SHAPE2(5, 4), 0, 0, RT_INIT_UNIFORM, 0.5),
     PARAM("lin.bias", bias_aliases, 1, SHAPE1(5), 20, 20, RT_INIT_ZEROS, 0.0),
 };
+// The weight planned packed (rt_model.h) in an fp32 group, and [5, 4]: the runtime must
+// reject it.
+static const rt_model_param tiny_params_packed[] = {
+    {.fqn = "lin.weight", .ndim = 2, .shape = {5, 4}, .init = RT_INIT_UNIFORM, .init_scale = 0.5,
+     .packed = 1},
+    PARAM("lin.bias", bias_aliases, 1, SHAPE1(5), 12, 20, RT_INIT_ZEROS, 0.0),
+};
 static const int tiny_group_params[] = {0, 1};
 
 // [shard world][nparams]: shard_dim, in_numel, offset, shard_numel.
@@ -140,6 +147,9 @@ const rt_model tiny_bad_model = TINY_MODEL("tiny_bad", 1, 2, tiny_params_sharded
 const rt_model tiny_wrong_model = TINY_MODEL("tiny_wrong", 1, 2, tiny_params_sharded,
                                              tiny_wrong_groups, ADAMW, 1024, 1020, tiny_step,
                                              tiny_events, 3, tiny_counts, 2);
+const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_packed, tiny_groups,
+                                              ADAMW, 1024, 1020, tiny_step, tiny_events, 3,
+                                              tiny_counts, 2);
 
 // ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
 
@@ -214,6 +224,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_nan")) return &tiny_nan_model;
     if (!strcmp(name, "tiny_bad")) return &tiny_bad_model;
     if (!strcmp(name, "tiny_wrong")) return &tiny_wrong_model;
+    if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
     if (!strcmp(name, "tok")) return &tok_model;
     return NULL;
 }
