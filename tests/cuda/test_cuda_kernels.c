@@ -31,6 +31,7 @@
 #include "rt_cuda.h"
 
 // the CUDA backend: rt_*
+#include "packed_activations.h"
 #include "rt_kernels.h"
 #include "rt_optim.h"
 // the CPU reference: cpu_rt_* (same headers, names renamed)
@@ -1195,24 +1196,16 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     dfree(d_yn), dfree(d_gn), dfree(d_gn2), dfree(d_dw), dfree(d_dw2), dfree(d_dbn), dfree(d_dbn2);
     // activations: out, inp (swiglu's b: dinp0's values) each fp32 or packed; backward (dout:
     // dy) with every storage of dinp (assigned when packed), dout and inp
-    void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
-                                                                rt_silu_forward};
-    void (*packed[3])(void*, const void*, size_t, int, rt_dtype) = {
-        rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
-    void (*plain_b[3])(float*, const float*, const float*, size_t, rt_dtype, int) = {
-        rt_gelu_backward, rt_relu_backward, rt_silu_backward};
-    void (*packed_b[3])(void*, const void*, const void*, size_t, int, rt_dtype, int) = {
-        rt_gelu_packed_backward, rt_relu_packed_backward, rt_silu_packed_backward};
-    const char* names[3] = {"gelu", "relu", "silu"};
     float *d_b2 = dup(dinp0, ni), *d_y2 = dalloc(ni * sizeof(float));
     float *d_g1 = dup(dinp0, ni), *d_g2 = dup(dinp0, ni), *d_h1 = dup(dinp0, ni), *d_h2 = dup(dinp0, ni);
     void* d_b16 = dev_packed(dinp0, N, C, dt);
     for (int k = 0; k < 3; k++) {
-        plain[k](d_y, d_inp, ni, dt);
+        const packed_activation* a = &packed_activations[k];
+        a->forward(d_y, d_inp, ni, dt);
         int ok = 1;
         for (int bits = 1; bits < 4; bits++) {
-            packed[k](bits & RT_PACKED_OUT ? d_y16 : (void*)d_y2,
-                      bits & RT_PACKED_INP ? d_i16 : (const void*)d_inp, ni, bits, dt);
+            a->packed_forward(bits & RT_PACKED_OUT ? d_y16 : (void*)d_y2,
+                              bits & RT_PACKED_INP ? d_i16 : (const void*)d_inp, ni, bits, dt);
             ok &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad)
                                        : dev_same(d_y, d_y2, ni);
         }
@@ -1221,14 +1214,13 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
             const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
             upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni);
             dev_grad16(d_g16, dinp0, ni, as, dt);
-            plain_b[k](d_g1, d_dy, d_inp, ni, dt, as);
-            packed_b[k](pg ? d_g16 : (void*)d_g2, pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
-                        pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp, ni, pk, dt, as);
+            a->backward(d_g1, d_dy, d_inp, ni, dt, as);
+            a->packed_backward(pg ? d_g16 : (void*)d_g2, pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
+                               pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp, ni, pk, dt, as);
             ok &= pg ? packed_same(d_g16, d_g1, N, C, dt, &pad) : dev_same(d_g1, d_g2, ni);
         }
         CHECK(ok, "%s %s packed forward (out, inp, both packed) and backward (every storage of "
-              "dinp, dout, inp) == rt_%s_forward, rt_%s_backward", nm, names[k], names[k],
-              names[k]);
+              "dinp, dout, inp) == rt_%s_forward, rt_%s_backward", nm, a->name, a->name, a->name);
     }
     rt_swiglu_forward(d_y, d_inp, d_b2, ni, dt);
     int ok_s = 1;

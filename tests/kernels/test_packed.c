@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "packed_activations.h"
 #include "rt_kernels.h"
 
 enum { N = 6, C = 10, V = 13 };
@@ -282,15 +283,6 @@ static void test_packed_outputs(rt_dtype dt) {
         free(dbn), free(dbn2);
 
     // activations: every storage of out and inp (and b), forward and backward
-    void (*plain[3])(float*, const float*, size_t, rt_dtype) = {rt_gelu_forward, rt_relu_forward,
-                                                                rt_silu_forward};
-    void (*packed[3])(void*, const void*, size_t, int, rt_dtype) = {
-        rt_gelu_packed_forward, rt_relu_packed_forward, rt_silu_packed_forward};
-    void (*plain_b[3])(float*, const float*, const float*, size_t, rt_dtype, int) = {
-        rt_gelu_backward, rt_relu_backward, rt_silu_backward};
-    void (*packed_b[3])(void*, const void*, const void*, size_t, int, rt_dtype, int) = {
-        rt_gelu_packed_backward, rt_relu_packed_backward, rt_silu_packed_backward};
-    const char* names[3] = {"gelu", "relu", "silu"};
     uint16_t *x16 = packed_copy(x, 1, NE, dt), *x216 = packed_copy(x2, 1, NE, dt);
     float *dy = tk_alloc(NE), *g0 = tk_alloc(NE), *g = tk_alloc(NE), *g2 = tk_alloc(NE),
           *h = tk_alloc(NE), *h2 = tk_alloc(NE);
@@ -299,7 +291,8 @@ static void test_packed_outputs(rt_dtype dt) {
     uint16_t *dy16 = packed_copy(dy, 1, NE, dt), *g16 = poisoned16(NE), *h16 = poisoned16(NE);
     float* y2 = tk_alloc(NE);
     for (int k = 0; k < 3; k++) {
-        plain[k](y, x, NE, dt);
+        const packed_activation* a = &packed_activations[k];
+        a->forward(y, x, NE, dt);
         int ok = 1;
         // backward: every storage of dout (RT_PACKED_OUT), inp and dinp, each assigned and
         // accumulated
@@ -308,20 +301,20 @@ static void test_packed_outputs(rt_dtype dt) {
             const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
             memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
             grad16_start(g16, g0, NE, as, dt);
-            plain_b[k](g, dy, x, NE, dt, as);
-            packed_b[k](pg ? (void*)g16 : (void*)g2, pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
-                        pk & RT_PACKED_INP ? (const void*)x16 : x, NE, pk, dt, as);
+            a->backward(g, dy, x, NE, dt, as);
+            a->packed_backward(pg ? (void*)g16 : (void*)g2,
+                               pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
+                               pk & RT_PACKED_INP ? (const void*)x16 : x, NE, pk, dt, as);
             ok &= pg ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
         }
         for (int bits = 1; bits < 4; bits++) {
             memset(y16, 0xAB, NE * sizeof *y16);
-            packed[k](bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2, bits & RT_PACKED_INP ? (const void*)x16 : x,
-                      NE, bits, dt);
+            a->packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2,
+                              bits & RT_PACKED_INP ? (const void*)x16 : x, NE, bits, dt);
             ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
         }
         CHECK(ok, "%s %s packed forward (out, inp, both packed) == rt_%s_forward, and backward "
-              "(every storage of dinp, dout, inp) == rt_%s_backward", nm, names[k], names[k],
-              names[k]);
+              "(every storage of dinp, dout, inp) == rt_%s_backward", nm, a->name, a->name, a->name);
     }
     rt_swiglu_forward(y, x, x2, NE, dt);
     // backward: every storage of dout, a, b, da and db, each gradient assigned or accumulated
