@@ -69,9 +69,9 @@ extern "C" int rt_cuda_reduce_sum(void* const* dst, int ndst, const void* const*
     const int threads = 256;
     size_t want = (count + threads - 1) / threads;
     unsigned blocks = want < 8192 ? (unsigned)want : 8192u;  // grid-stride beyond
-    const void* fn = dtype == RT_F32    ? (const void*)reduce_kernel<RT_F32>
-                     : dtype == RT_BF16 ? (const void*)reduce_kernel<RT_BF16>
-                                        : (const void*)reduce_kernel<RT_F16>;
+    void (*fn)(const reduce_args) = dtype == RT_F32    ? reduce_kernel<RT_F32>
+                                    : dtype == RT_BF16 ? reduce_kernel<RT_BF16>
+                                                       : reduce_kernel<RT_F16>;
     void* args[1] = {&a};
     return (int)cudaLaunchKernel(fn, dim3(blocks), dim3(threads), args, 0, (cudaStream_t)stream);
 }

@@ -84,20 +84,51 @@ static inline float4 make_float4(float x, float y, float z, float w) {
     return v;
 }
 
-static thread_local uint3 threadIdx;
-static uint3 blockIdx;
-static dim3 blockDim, gridDim;
-static float* emu_smem;
-static size_t emu_smem_bytes;
-static pthread_barrier_t emu_barrier;
-static pthread_barrier_t* emu_warp_barriers;  // one per warp of the block
-struct emu_warp_slots {
-    float lane[32];
+// Barriers of the block's threads and of a warp's (EMU_FIBERS: counters, see emu_fiber_run;
+// otherwise pthread barriers).
+#ifdef EMU_FIBERS
+struct emu_barrier_t {
+    unsigned count, arrived;
+    unsigned long generation;
 };
-static emu_warp_slots* emu_shfl_slots;  // one per warp
-static thread_local long emu_warp_calls;  // this thread's warp-collective calls in the block
+#else
+typedef pthread_barrier_t emu_barrier_t;
+#endif
+static inline void emu_barrier_wait(emu_barrier_t* b);
 
-static inline void __syncthreads(void) { pthread_barrier_wait(&emu_barrier); }
+inline uint3 blockIdx;
+inline dim3 blockDim, gridDim;
+inline float* emu_smem;
+inline size_t emu_smem_bytes;
+inline emu_barrier_t emu_barrier;
+inline emu_barrier_t* emu_warp_barriers;  // one per warp of the block
+struct emu_warp_slots {
+    double lane[32];  // a float, double or int per lane (__shfl_xor_sync)
+};
+inline emu_warp_slots* emu_shfl_slots;  // one per warp
+
+struct emu_copy {  // a cp.async copy (below)
+    void* dst;
+    const void* src;  // NULL: zero-fill
+    size_t bytes;
+};
+
+// What each CUDA thread has of its own: its index, and the emulator's per-lane bookkeeping.
+struct emu_thread_state {
+    uint3 idx;             // threadIdx
+    unsigned tid;          // its linear index in the block
+    long warp_calls;       // warp-collective calls in the block
+    unsigned mma_buffer;   // this lane's next mma.sync buffer (0 at block start)
+    unsigned ldsm_buffer;  // this lane's next ldmatrix buffer (0 at block start)
+    std::vector<emu_copy> copies;  // cp.async issued, not yet landed, in order
+    std::vector<size_t> groups;    // per committed group: its end in copies
+};
+// The running CUDA thread's state: the pthread's own, or (EMU_FIBERS) the running fiber's.
+inline thread_local emu_thread_state emu_own_state;
+inline thread_local emu_thread_state* emu_cur = &emu_own_state;
+#define threadIdx (emu_cur->idx)
+
+static inline void __syncthreads(void) { emu_barrier_wait(&emu_barrier); }
 
 static inline void emu_fatal(const char* what) {
     fprintf(stderr, "cuda_emu: %s\n", what);
@@ -106,18 +137,21 @@ static inline void emu_fatal(const char* what) {
 
 static inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) {
     if (mask != 0xFFFFFFFFu) emu_fatal("__syncwarp: only the full mask is emulated");
-    pthread_barrier_wait(&emu_warp_barriers[threadIdx.x / 32]);
+    emu_barrier_wait(&emu_warp_barriers[emu_cur->tid / 32]);
 }
 
-// The value of lane (this lane ^ lane_mask) of the warp.
-static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32) {
-    emu_warp_calls++;
+// The value of lane (this lane ^ lane_mask) of the warp (T: float, double, int, unsigned).
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    static_assert(sizeof(T) <= sizeof(double), "__shfl_xor_sync: at most 8 bytes emulated");
+    emu_cur->warp_calls++;
     if (mask != 0xFFFFFFFFu || width != 32 || lane_mask < 0 || lane_mask > 31)
         emu_fatal("__shfl_xor_sync: only the full mask and width 32 are emulated");
-    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    emu_shfl_slots[w].lane[lane] = v;
+    const unsigned w = emu_cur->tid / 32, lane = emu_cur->tid % 32;
+    memcpy(&emu_shfl_slots[w].lane[lane], &v, sizeof v);
     __syncwarp();
-    const float r = emu_shfl_slots[w].lane[lane ^ (unsigned)lane_mask];
+    T r;
+    memcpy(&r, &emu_shfl_slots[w].lane[lane ^ (unsigned)lane_mask], sizeof r);
     __syncwarp();  // every lane read before the slots are reused
     return r;
 }
@@ -130,21 +164,33 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int w
 // 16-bit floats (cuda_bf16.h, cuda_fp16.h): the bits, converted as the host runtime does
 // (runtime/core/dtype_bits.h: round to nearest even, the device intrinsics' rounding)
 
+// 16-bit floats: the bits, converted from and to float (implicitly, as cuda_bf16.h and
+// cuda_fp16.h allow) with round to nearest even.
 struct __nv_bfloat16 {
     uint16_t bits;
+    __nv_bfloat16() = default;
+    __nv_bfloat16(float x) : bits(rt_bf16_from_f32_inl(x)) {}
+    operator float() const { return rt_bf16_to_f32_inl(bits); }
+    static __nv_bfloat16 from_bits(uint16_t b) {
+        __nv_bfloat16 h;
+        h.bits = b;
+        return h;
+    }
 };
 struct __half {
     uint16_t bits;
+    __half() = default;
+    __half(float x) : bits(rt_f16_from_f32_inl(x)) {}
+    operator float() const { return rt_f16_to_f32_inl(bits); }
+    static __half from_bits(uint16_t b) {
+        __half h;
+        h.bits = b;
+        return h;
+    }
 };
-static inline __nv_bfloat16 __float2bfloat16_rn(float x) {
-    __nv_bfloat16 h = {rt_bf16_from_f32_inl(x)};
-    return h;
-}
+static inline __nv_bfloat16 __float2bfloat16_rn(float x) { return __nv_bfloat16(x); }
 static inline float __bfloat162float(__nv_bfloat16 h) { return rt_bf16_to_f32_inl(h.bits); }
-static inline __half __float2half_rn(float x) {
-    __half h = {rt_f16_from_f32_inl(x)};
-    return h;
-}
+static inline __half __float2half_rn(float x) { return __half(x); }
 static inline float __half2float(__half h) { return rt_f16_to_f32_inl(h.bits); }
 
 static inline float emu_to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
@@ -159,13 +205,12 @@ struct emu_mma_slots {
     float a[2][32][8];
     float b[2][32][4];
 };
-static emu_mma_slots* emu_mma;                 // one per warp
-static thread_local unsigned emu_mma_buffer;  // this lane's next buffer (0 at block start)
+inline emu_mma_slots* emu_mma;                 // one per warp
 
 // The two elements of one register, low half first.
 template <class E>
 static inline void emu_reg_floats(uint32_t r, float* f) {
-    const E lo = {(uint16_t)(r & 0xFFFFu)}, hi = {(uint16_t)(r >> 16)};
+    const E lo = E::from_bits((uint16_t)(r & 0xFFFFu)), hi = E::from_bits((uint16_t)(r >> 16));
     f[0] = emu_to_float(lo);
     f[1] = emu_to_float(hi);
 }
@@ -177,9 +222,9 @@ static inline void emu_reg_floats(const Pair& r, float* f) {  // E = float: {lo,
 
 template <class E, class R>
 static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
-    emu_warp_calls++;
-    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, buf = emu_mma_buffer;
-    emu_mma_buffer ^= 1u;
+    emu_cur->warp_calls++;
+    const unsigned w = emu_cur->tid / 32, lane = emu_cur->tid % 32, buf = emu_cur->mma_buffer;
+    emu_cur->mma_buffer ^= 1u;
     float* ap = emu_mma[w].a[buf][lane];
     float* bp = emu_mma[w].b[buf][lane];
     for (int i = 0; i < 4; i++) emu_reg_floats<E>(a[i], ap + 2 * i);
@@ -206,7 +251,7 @@ static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
 // ----------------------------------------------------------------------------
 // ldmatrix (see the top of this file)
 
-static int emu_limit_errors = 0;
+inline int emu_limit_errors = 0;
 
 // `bytes` bytes at p lie inside the block's shared memory, aligned to min(bytes, 16).
 static inline void emu_check_smem_row(const void* p, size_t bytes, const char* what) {
@@ -222,8 +267,7 @@ static inline void emu_check_smem_row(const void* p, size_t bytes, const char* w
 struct emu_ldsm_slots {
     const void* row[2][32];
 };
-static emu_ldsm_slots* emu_ldsm;              // one per warp
-static thread_local unsigned emu_ldsm_buffer;  // this lane's next buffer (0 at block start)
+inline emu_ldsm_slots* emu_ldsm;              // one per warp
 
 // One register from two elements, the first in the low half.
 template <class E>
@@ -238,10 +282,10 @@ static inline void emu_set_reg(Pair& r, float lo, float hi) {  // E = float: {lo
 
 template <class E, class R>
 static inline void emu_ldsm_x4(R (&r)[4], const E* row, bool trans) {
-    emu_warp_calls++;
+    emu_cur->warp_calls++;
     emu_check_smem_row(row, 8 * sizeof(E), "ldmatrix row");
-    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, buf = emu_ldsm_buffer;
-    emu_ldsm_buffer ^= 1u;
+    const unsigned w = emu_cur->tid / 32, lane = emu_cur->tid % 32, buf = emu_cur->ldsm_buffer;
+    emu_cur->ldsm_buffer ^= 1u;
     emu_ldsm[w].row[buf][lane] = row;
     __syncwarp();
     const void* const* rows = emu_ldsm[w].row[buf];
@@ -270,14 +314,6 @@ static inline void rtc_tc_ldsm_t(R (&r)[4], const E* row) {
 // ----------------------------------------------------------------------------
 // cp.async (see the top of this file)
 
-struct emu_copy {
-    void* dst;
-    const void* src;  // NULL: zero-fill
-    size_t bytes;
-};
-static thread_local std::vector<emu_copy> emu_copies;  // issued, not yet landed, in order
-static thread_local std::vector<size_t> emu_groups;    // per committed group: its end in emu_copies
-
 static inline void emu_cp_issue(void* dst, const void* src, size_t bytes, bool valid) {
     emu_check_smem_row(dst, bytes, "cp.async destination");
     if (((uintptr_t)src & ((bytes < 16 ? bytes : 16) - 1)) != 0)
@@ -285,7 +321,7 @@ static inline void emu_cp_issue(void* dst, const void* src, size_t bytes, bool v
     const uint32_t poison = 0x7FFF7FFFu;  // NaN as fp32, bf16 and fp16
     for (size_t i = 0; i < bytes; i += 4) memcpy((char*)dst + i, &poison, 4);
     emu_copy c = {dst, valid ? src : NULL, bytes};
-    emu_copies.push_back(c);
+    emu_cur->copies.push_back(c);
 }
 template <class E>
 static inline void rtc_tc_cp8(E* dst, const E* src, bool valid) {
@@ -294,21 +330,21 @@ static inline void rtc_tc_cp8(E* dst, const E* src, bool valid) {
 static inline void rtc_tc_cp1f(float* dst, const float* src, bool valid) {
     emu_cp_issue(dst, src, sizeof(float), valid);
 }
-static inline void rtc_tc_cp_commit(void) { emu_groups.push_back(emu_copies.size()); }
+static inline void rtc_tc_cp_commit(void) { emu_cur->groups.push_back(emu_cur->copies.size()); }
 template <int N>
 static inline void rtc_tc_cp_wait(void) {
-    if (emu_groups.size() <= (size_t)N) return;
-    const size_t done = emu_groups[emu_groups.size() - 1 - N];  // copies of the retired groups
+    if (emu_cur->groups.size() <= (size_t)N) return;
+    const size_t done = emu_cur->groups[emu_cur->groups.size() - 1 - N];  // copies of the retired groups
     for (size_t i = 0; i < done; i++) {
-        const emu_copy& c = emu_copies[i];
+        const emu_copy& c = emu_cur->copies[i];
         if (c.src)
             memcpy(c.dst, c.src, c.bytes);
         else
             memset(c.dst, 0, c.bytes);
     }
-    emu_copies.erase(emu_copies.begin(), emu_copies.begin() + (long)done);
-    emu_groups.erase(emu_groups.begin(), emu_groups.end() - N);
-    for (size_t& e : emu_groups) e -= done;
+    emu_cur->copies.erase(emu_cur->copies.begin(), emu_cur->copies.begin() + (long)done);
+    emu_cur->groups.erase(emu_cur->groups.begin(), emu_cur->groups.end() - N);
+    for (size_t& e : emu_cur->groups) e -= done;
 }
 
 // ----------------------------------------------------------------------------
@@ -320,16 +356,15 @@ static inline void rtc_tc_cp_wait(void) {
 
 // The shared-memory limit checked: EMU_MAX_SMEM, unless a test raises it for a kernel
 // instantiation that never runs on a GPU (the tensor-core kernels' float mode).
-static size_t emu_smem_limit = EMU_MAX_SMEM;
-static size_t emu_max_smem_seen = 0;
-static long emu_blocks_run = 0;
+inline size_t emu_smem_limit = EMU_MAX_SMEM;
+inline size_t emu_max_smem_seen = 0;
+inline long emu_blocks_run = 0;
 
-template <class Args>
+template <class Body>
 struct emu_launch_state {
-    void (*kernel)(Args);
-    const Args* args;
-    dim3 grid;
-    unsigned threads;
+    const Body* body;  // one CUDA thread's work in the current block
+    dim3 grid, block;
+    unsigned threads;  // block.x * block.y * block.z
     float* smem;
     size_t smem_floats;
     std::vector<long>* warp_calls;  // per thread, of the block just run
@@ -337,8 +372,8 @@ struct emu_launch_state {
 
 // After a block: every lane of a warp made the same number of warp-collective calls (thread 0, once
 // every thread has published its count and passed a barrier).
-template <class Args>
-static void emu_check_warps(const emu_launch_state<Args>* L) {
+template <class Body>
+static void emu_check_warps(const emu_launch_state<Body>* L) {
     const std::vector<long>& n = *L->warp_calls;
     for (unsigned t = 0; t < L->threads; t++)
         if (n[t] != n[t - t % 32]) {
@@ -352,11 +387,13 @@ static void emu_check_warps(const emu_launch_state<Args>* L) {
 
 // One CUDA thread: runs its part of every block, in block order. Thread 0 sets up each
 // block (index, poisoned shared memory) between two barriers.
-template <class Args>
+template <class Body>
 static void emu_thread_main(void* launch, unsigned tid) {
-    const emu_launch_state<Args>* L = (const emu_launch_state<Args>*)launch;
-    threadIdx.x = tid;
-    threadIdx.y = threadIdx.z = 0;
+    const emu_launch_state<Body>* L = (const emu_launch_state<Body>*)launch;
+    emu_cur->tid = tid;
+    threadIdx.x = tid % L->block.x;
+    threadIdx.y = tid / L->block.x % L->block.y;
+    threadIdx.z = tid / (L->block.x * L->block.y);
     bool first = true;
     for (unsigned z = 0; z < L->grid.z; z++)
         for (unsigned y = 0; y < L->grid.y; y++)
@@ -372,23 +409,168 @@ static void emu_thread_main(void* launch, unsigned tid) {
                     emu_blocks_run++;
                 }
                 first = false;
-                emu_warp_calls = 0;
-                emu_mma_buffer = emu_ldsm_buffer = 0;
-                pthread_barrier_wait(&emu_barrier);  // the block is set up
-                L->kernel(*L->args);
-                (*L->warp_calls)[tid] = emu_warp_calls;
-                if (!emu_copies.empty()) {
+                emu_cur->warp_calls = 0;
+                emu_cur->mma_buffer = emu_cur->ldsm_buffer = 0;
+                emu_barrier_wait(&emu_barrier);  // the block is set up
+                (*L->body)();
+                (*L->warp_calls)[tid] = emu_cur->warp_calls;
+                if (!emu_cur->copies.empty()) {
                     fprintf(stderr, "cuda_emu: block (%u, %u, %u): thread %u ended with %zu "
                             "cp.async copies not waited for\n", blockIdx.x, blockIdx.y,
-                            blockIdx.z, tid, emu_copies.size());
+                            blockIdx.z, tid, emu_cur->copies.size());
                     __atomic_add_fetch(&emu_limit_errors, 1, __ATOMIC_RELAXED);
-                    emu_copies.clear();
+                    emu_cur->copies.clear();
                 }
-                emu_groups.clear();
-                pthread_barrier_wait(&emu_barrier);  // every thread left the block
+                emu_cur->groups.clear();
+                emu_barrier_wait(&emu_barrier);  // every thread left the block
             }
     if (tid == 0 && !first) emu_check_warps(L);
 }
+
+#ifdef EMU_FIBERS
+// ----------------------------------------------------------------------------
+// EMU_FIBERS: the CUDA threads as fibers (ucontext) on the launching thread, switched only
+// where one waits at a barrier: many times faster than a pthread per CUDA thread (a barrier
+// of 256 pthreads on two cores costs hundreds of futex wake-ups), with the same
+// semantics but ThreadSanitizer's race detection, which needs real threads. A barrier
+// nobody can complete (threads of a block waiting at different barriers, or some threads
+// gone) is reported as a deadlock, where pthreads would hang.
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN_FIBERS 1
+#endif
+
+#define EMU_FIBER_STACK ((size_t)256 << 10)  // mapped lazily: only touched pages cost
+
+struct emu_fiber {
+    ucontext_t ctx;
+    void* stack;
+    bool done;
+    emu_thread_state state;
+    void* asan_fake_stack;
+};
+struct emu_fiber_sched {
+    ucontext_t ctx;  // the launching thread's
+    std::vector<emu_fiber*> fibers;  // grown to the largest block, stacks kept
+    void (*job)(void*, unsigned);
+    void* launch;
+    unsigned running;     // fibers of this launch not done
+    unsigned long idle;   // resumes since the last barrier released or fiber finished
+    const void* sched_stack;  // AddressSanitizer: the launching thread's stack
+    size_t sched_stack_size;
+    ~emu_fiber_sched() {
+        for (emu_fiber* f : fibers) {
+            munmap(f->stack, EMU_FIBER_STACK);
+            delete f;
+        }
+    }
+};
+inline emu_fiber_sched emu_sched;  // launches are serialized (emu_launch_mu)
+inline thread_local emu_fiber* emu_cur_fiber;
+
+static inline void emu_fiber_switch_to_sched(bool finished) {
+    emu_fiber* f = emu_cur_fiber;
+#ifdef EMU_ASAN_FIBERS
+    __sanitizer_start_switch_fiber(finished ? NULL : &f->asan_fake_stack, emu_sched.sched_stack,
+                                   emu_sched.sched_stack_size);
+#endif
+    if (finished) {
+        setcontext(&emu_sched.ctx);
+        emu_fatal("setcontext returned");
+    }
+    swapcontext(&f->ctx, &emu_sched.ctx);
+#ifdef EMU_ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(f->asan_fake_stack, NULL, NULL);
+#endif
+}
+
+static inline void emu_fiber_main(int index) {
+#ifdef EMU_ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(NULL, &emu_sched.sched_stack, &emu_sched.sched_stack_size);
+#endif
+    emu_fiber* f = emu_sched.fibers[(size_t)index];
+    emu_sched.job(emu_sched.launch, (unsigned)index);
+    f->done = true;
+    emu_sched.running--;
+    emu_sched.idle = 0;
+    emu_fiber_switch_to_sched(true);
+}
+
+static inline void emu_barrier_init(emu_barrier_t* b, unsigned count) { *b = {count, 0, 0}; }
+static inline void emu_barrier_destroy(emu_barrier_t*) {}
+static inline void emu_barrier_wait(emu_barrier_t* b) {
+    if (++b->arrived == b->count) {
+        b->arrived = 0;
+        b->generation++;
+        emu_sched.idle = 0;
+        return;
+    }
+    const unsigned long g = b->generation;
+    while (b->generation == g) emu_fiber_switch_to_sched(false);
+}
+
+// job(launch, t) for t < threads as fibers, round robin until every one has returned.
+inline void emu_run_threads(unsigned threads, void (*job)(void*, unsigned), void* launch) {
+    emu_fiber_sched& S = emu_sched;
+    while (S.fibers.size() < threads) {
+        emu_fiber* f = new emu_fiber();
+        f->stack = mmap(NULL, EMU_FIBER_STACK, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (f->stack == MAP_FAILED) emu_fatal("mmap (fiber stack)");
+        S.fibers.push_back(f);
+    }
+    S.job = job;
+    S.launch = launch;
+    S.running = threads;
+    S.idle = 0;
+    for (unsigned t = 0; t < threads; t++) {
+        emu_fiber* f = S.fibers[t];
+        f->done = false;
+        f->state = emu_thread_state();
+        if (getcontext(&f->ctx) != 0) emu_fatal("getcontext");
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = EMU_FIBER_STACK;
+        f->ctx.uc_link = NULL;
+        makecontext(&f->ctx, (void (*)(void))emu_fiber_main, 1, (int)t);
+    }
+    emu_thread_state* own = emu_cur;
+    while (S.running > 0) {
+        for (unsigned t = 0; t < threads; t++) {
+            emu_fiber* f = S.fibers[t];
+            if (f->done) continue;
+            if (++S.idle > 2 * (unsigned long)threads + 2) {
+                fprintf(stderr, "cuda_emu: deadlock: every live thread of block (%u, %u, %u) "
+                        "waits at a barrier that the others never reach\n", blockIdx.x,
+                        blockIdx.y, blockIdx.z);
+                abort();
+            }
+            emu_cur_fiber = f;
+            emu_cur = &f->state;
+            void* fake = NULL;
+#ifdef EMU_ASAN_FIBERS
+            __sanitizer_start_switch_fiber(&fake, f->stack, EMU_FIBER_STACK);
+#endif
+            swapcontext(&S.ctx, &f->ctx);
+#ifdef EMU_ASAN_FIBERS
+            __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+            (void)fake;
+        }
+    }
+    emu_cur = own;
+    emu_cur_fiber = NULL;
+}
+
+#else  // pthreads
+
+static inline void emu_barrier_init(emu_barrier_t* b, unsigned count) {
+    pthread_barrier_init(b, NULL, count);
+}
+static inline void emu_barrier_destroy(emu_barrier_t* b) { pthread_barrier_destroy(b); }
+static inline void emu_barrier_wait(emu_barrier_t* b) { pthread_barrier_wait(b); }
 
 // The CUDA threads' pthreads: a pool kept between launches, worker t running CUDA thread t
 // of every launch with more than t threads (creating a block's 128-256 threads and their
@@ -405,7 +587,7 @@ struct emu_pool_state {
     void (*job)(void* launch, unsigned tid);
     void* launch;
 };
-static emu_pool_state emu_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+inline emu_pool_state emu_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
                                   PTHREAD_COND_INITIALIZER, std::vector<pthread_t>(), 0, 0, 0,
                                   false, NULL, NULL};
 
@@ -414,7 +596,7 @@ struct emu_worker_arg {
     unsigned long seen;  // the generation when the worker was created
 };
 
-static void* emu_worker(void* p) {
+inline void* emu_worker(void* p) {
     const emu_worker_arg w = *(emu_worker_arg*)p;
     delete (emu_worker_arg*)p;
     unsigned long seen = w.seen;
@@ -436,7 +618,7 @@ static void* emu_worker(void* p) {
     return NULL;
 }
 
-static void emu_pool_join(void) {
+inline void emu_pool_join(void) {
     pthread_mutex_lock(&emu_pool.mu);
     emu_pool.quit = true;
     pthread_cond_broadcast(&emu_pool.start);
@@ -446,7 +628,7 @@ static void emu_pool_join(void) {
 }
 
 // job(launch, t) on worker t for t < threads; returns when every one has returned.
-static void emu_pool_run(unsigned threads, void (*job)(void*, unsigned), void* launch) {
+inline void emu_run_threads(unsigned threads, void (*job)(void*, unsigned), void* launch) {
     pthread_mutex_lock(&emu_pool.mu);
     if (emu_pool.workers.empty()) atexit(emu_pool_join);
     while (emu_pool.workers.size() < threads) {
@@ -472,46 +654,65 @@ static void emu_pool_run(unsigned threads, void (*job)(void*, unsigned), void* l
     pthread_mutex_unlock(&emu_pool.mu);
 }
 
-// kernel<<<grid, threads, smem>>>(args): the blocks one after another, each on the same
-// `threads` pthreads.
-template <class Args>
-static void emu_launch(void (*kernel)(Args), dim3 grid, unsigned threads, size_t smem,
-                       const Args& args) {
-    if (smem > emu_smem_limit || grid.y > 65535 || grid.z > 65535 || threads > 1024 ||
-        threads == 0) {
-        fprintf(stderr, "emu_launch: launch outside the GPU limits: grid (%u, %u, %u), %u "
-                "threads, %zu bytes of shared memory\n", grid.x, grid.y, grid.z, threads, smem);
-        emu_limit_errors++;
-        if (threads == 0 || threads > 1024) return;
+#endif  // EMU_FIBERS
+
+// One launch at a time (the emulator's block state is global): host threads that launch
+// concurrently (the runtime's rank threads) take turns.
+inline pthread_mutex_t emu_launch_mu = PTHREAD_MUTEX_INITIALIZER;
+
+// body() as every thread of a grid of `block`-shaped blocks with smem bytes of dynamic
+// shared memory: the blocks one after another, each on the same pthreads. Returns false
+// (and runs nothing) for a launch outside the GPU limits.
+template <class Body>
+static bool emu_launch_body(dim3 grid, dim3 block, size_t smem, const Body& body) {
+    const unsigned long long threads64 = (unsigned long long)block.x * block.y * block.z;
+    if (smem > emu_smem_limit || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
+        grid.z > 65535 || threads64 > 1024 || threads64 == 0 || block.z > 64) {
+        fprintf(stderr, "emu_launch: launch outside the GPU limits: grid (%u, %u, %u), block "
+                "(%u, %u, %u), %zu bytes of shared memory\n", grid.x, grid.y, grid.z, block.x,
+                block.y, block.z, smem);
+        __atomic_add_fetch(&emu_limit_errors, 1, __ATOMIC_RELAXED);
+        return false;
     }
+    const unsigned threads = (unsigned)threads64;
+    pthread_mutex_lock(&emu_launch_mu);
     if (emu_smem_limit == EMU_MAX_SMEM && smem > emu_max_smem_seen) emu_max_smem_seen = smem;
     gridDim = grid;
-    blockDim = dim3(threads);
+    blockDim = block;
     const size_t smem_floats = smem / sizeof(float);
     void* sm_raw = NULL;  // exactly smem bytes, so AddressSanitizer sees an overrun
     if (smem_floats && posix_memalign(&sm_raw, 128, smem_floats * sizeof(float)) != 0)
         emu_fatal("posix_memalign (shared memory)");
     float* sm = (float*)sm_raw;
     std::vector<long> warp_calls(threads);
-    emu_launch_state<Args> L = {kernel, &args, grid, threads, sm, smem_floats, &warp_calls};
+    emu_launch_state<Body> L = {&body, grid, block, threads, sm, smem_floats, &warp_calls};
     const unsigned warps = (threads + 31) / 32;
-    std::vector<pthread_barrier_t> wb(warps);
+    std::vector<emu_barrier_t> wb(warps);
     std::vector<emu_warp_slots> slots(warps);
     std::vector<emu_mma_slots> mma_slots(warps);
     std::vector<emu_ldsm_slots> ldsm_slots(warps);
     for (unsigned w = 0; w < warps; w++) {
         const unsigned n = w + 1 < warps || threads % 32 == 0 ? 32 : threads % 32;
-        pthread_barrier_init(&wb[w], NULL, n);
+        emu_barrier_init(&wb[w], n);
     }
     emu_warp_barriers = wb.data();
     emu_shfl_slots = slots.data();
     emu_mma = mma_slots.data();
     emu_ldsm = ldsm_slots.data();
-    pthread_barrier_init(&emu_barrier, NULL, threads);
-    emu_pool_run(threads, emu_thread_main<Args>, &L);
-    pthread_barrier_destroy(&emu_barrier);
-    for (unsigned w = 0; w < warps; w++) pthread_barrier_destroy(&wb[w]);
+    emu_barrier_init(&emu_barrier, threads);
+    emu_run_threads(threads, emu_thread_main<Body>, &L);
+    emu_barrier_destroy(&emu_barrier);
+    for (unsigned w = 0; w < warps; w++) emu_barrier_destroy(&wb[w]);
     free(sm);
+    pthread_mutex_unlock(&emu_launch_mu);
+    return true;
+}
+
+// kernel<<<grid, threads, smem>>>(args) for the flash kernels' one-struct signature.
+template <class Args>
+static void emu_launch(void (*kernel)(Args), dim3 grid, unsigned threads, size_t smem,
+                       const Args& args) {
+    emu_launch_body(grid, dim3(threads), smem, [&] { kernel(args); });
 }
 
 #endif

@@ -9,7 +9,10 @@
 # mma.sync fragment helpers on the emulator (test_mma_layout runs the same checks on the
 # GPU), and the fp32 and tensor-core (mma.sync) flash-attention kernels emulated on the CPU
 # (one pthread per CUDA thread, under ASan+UBSan and under TSan), each against the CPU
-# kernels.
+# kernels; and test_cuda_kernels_emu / test_cuda_streams_emu, test_cuda_kernels and
+# test_cuda_streams themselves linked against every runtime/cuda kernel on the CPU emulator
+# (tests/cuda/emu: the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as
+# fibers, under ASan+UBSan), so every GPU check also runs here.
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
@@ -31,7 +34,8 @@ fi
 echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 
 tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_emu_tsan test_flash_tc_emu
-test_flash_tc_emu_tsan test_mma_layout test_cuda_kernels test_cuda_streams"
+test_flash_tc_emu_tsan test_mma_layout test_cuda_kernels test_cuda_streams test_cuda_kernels_emu
+test_cuda_streams_emu"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"

@@ -23,7 +23,7 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 
 # spec and its CPU-vs-CUDA rtol (fp32 specs 1e-3; mixed precision 3e-2). Worlds 1, 2, 4
 # and an HSDP 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
-# bf16 and fp16 mixed precision, GQA.
+# bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -32,6 +32,18 @@ specs=(
   "tests/specs/conformance/llama_w2_fp16.lua 3e-2"
   "tests/specs/features/llama_gqa_bf16.lua 3e-2"
   "tests/specs/features/hsdp_int_reshard.lua 1e-3"
+  "tests/specs/conformance/llama_w1_bf16.lua 3e-2"
+  "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
+)
+
+# On the emulator (no GPU): minutes each, so the specs that cover the backend's paths: world
+# 1 with packed weights and the direct reduction; 2 ranks with prefetch; 4 with packed and
+# fp32 weights mixed under an int reshard_after_forward; fp16 with Shard(largest dim).
+emu_specs=(
+  tests/specs/conformance/llama_w1_bf16.lua
+  tests/specs/conformance/mlp_w2_sgd_prefetch.lua
+  tests/specs/conformance/llama_w4_bf16_int_raf.lua
+  tests/specs/conformance/llama_w2_fp16.lua
 )
 
 # ---- build (no GPU needed) ----------------------------------------------------------------
@@ -57,7 +69,34 @@ done
 # ---- on a GPU -------------------------------------------------------------------------------
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
-    skipped+=("conformance, CUDA vs CPU and compute-sanitizer: SKIP no GPU (nvidia-smi lists none)")
+    skipped+=("conformance on the GPU, CUDA vs CPU and compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance runs on the emulator instead")
+    if ! ninja -f runtime/cuda.ninja build/cuda/emu/librt_kernels_cuda_emu.a >"$work/emu.log" 2>&1 ||
+        ! ninja -f runtime/cuda_step.ninja cuda_step_emu >>"$work/emu.log" 2>&1; then
+        cat "$work/emu.log"
+        fail "build of the emulated CUDA libraries"
+        suite_summary
+        exit $?
+    fi
+    for spec in "${emu_specs[@]}"; do
+        name=$(basename "$spec" .lua)
+        dir=build/$name
+        bin=$dir/${name}_cuda_emu_test
+        # the objects and CPU-side libraries `fsdpgen build --cuda` made, relinked
+        if ninja -f "$dir/build_cuda.ninja" "$dir/obj_cuda/${name}_test.o" \
+            "$dir/obj_cuda/${name}_step.o" "$dir/obj_cuda/${name}_reference_step.o" \
+            build/train/librt_train.a build/io/librt_io.a build/runtime/librt_mpi_stub.a \
+            build/runtime/librt_core.a >"$work/emu.log" 2>&1 &&
+            g++ -o "$bin" "$dir/obj_cuda/${name}_test.o" "$dir/obj_cuda/${name}_step.o" \
+                "$dir/obj_cuda/${name}_reference_step.o" -Wl,--start-group build/train/librt_train.a \
+                build/cuda_step/emu/librt_step_cuda_emu.a build/cuda/emu/librt_kernels_cuda_emu.a \
+                build/io/librt_io.a build/runtime/librt_mpi_stub.a build/runtime/librt_core.a \
+                -Wl,--end-group -fsanitize=address,undefined -lm -pthread >>"$work/emu.log" 2>&1; then
+            run_suite "emulated conformance/$name" "$bin"
+        else
+            cat "$work/emu.log"
+            fail "link of $bin"
+        fi
+    done
     suite_summary
     exit $?
 fi

@@ -1,0 +1,622 @@
+// The host side of the CUDA emulator (tests/cuda/emu/include): the CUDA runtime calls,
+// streams, events and graph capture, and the cuBLAS / cuBLASLt GEMMs that runtime/cuda
+// makes, on host memory (see include/cuda_runtime.h for the model). Linked in place of
+// libcudart, libcublas and libcublasLt by the emulated builds (runtime/cuda.ninja).
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <map>
+#include <vector>
+
+#include "cublasLt.h"
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+
+// ----------------------------------------------------------------------------
+// state: one device, its allocations, the streams being captured
+
+struct emu_graph {
+    std::vector<std::function<void()>> ops;  // in issue order
+};
+struct emu_graph_exec {
+    std::vector<std::function<void()>> ops;
+};
+struct emu_stream {
+    emu_graph* capture;  // the graph this stream's work goes to, or NULL
+};
+struct emu_event {
+    emu_graph* capture;  // recorded on a capturing stream: waiting on it joins the capture
+    double recorded_ms;  // host time of the last record outside a capture
+};
+
+// Limit on dynamic shared memory without cudaFuncSetAttribute, as on the GPU.
+#define EMU_DEFAULT_SMEM (48 * 1024)
+
+namespace {
+pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;  // everything below
+std::map<const void*, size_t> allocations;       // cudaMalloc'ed: start, bytes
+int smem_attribute = 0;  // the largest cudaFuncAttributeMaxDynamicSharedMemorySize set
+struct capture_info {
+    cudaStream_t origin;
+    cudaStreamCaptureMode mode;
+    pthread_t thread;
+};
+std::map<emu_graph*, capture_info> captures;     // active captures
+std::vector<emu_stream*> streams;                 // created, not destroyed
+thread_local cudaError_t last_error = cudaSuccess;
+
+struct lock {
+    lock() { pthread_mutex_lock(&mu); }
+    ~lock() { pthread_mutex_unlock(&mu); }
+};
+
+double now_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return tv.tv_sec * 1e3 + tv.tv_usec * 1e-3;
+}
+
+// A call CUDA refuses while a capture is active (allocation, synchronous copies, device
+// synchronization): a global-mode capture by any thread, a thread-local one by this one.
+bool unsafe_during_capture(void) {
+    lock l;
+    for (const auto& c : captures)
+        if (c.second.mode == cudaStreamCaptureModeGlobal ||
+            (c.second.mode == cudaStreamCaptureModeThreadLocal &&
+             pthread_equal(c.second.thread, pthread_self())))
+            return true;
+    return false;
+}
+
+emu_graph* capture_of(cudaStream_t s) {
+    if (s == NULL || s == cudaStreamLegacy) return NULL;
+    lock l;
+    return s->capture;
+}
+
+cudaError_t record(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+}  // namespace
+
+cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
+    if (stream == NULL || stream == cudaStreamLegacy) {
+        // the legacy stream synchronizes with every stream: never legal during a capture
+        if (unsafe_during_capture()) return cudaErrorStreamCaptureImplicit;
+    } else {
+        lock l;
+        if (stream->capture) {
+            stream->capture->ops.push_back(std::move(op));
+            return cudaSuccess;
+        }
+    }
+    op();
+    return cudaSuccess;
+}
+
+void emu_set_launch_error(cudaError_t error) { last_error = error; }
+
+void emu_trap(void) {
+    fprintf(stderr, "cuda_emu: a kernel executed __trap(): the device context is lost; the "
+            "process exits with status 1 (a GPU run fails at the next checked CUDA call)\n");
+    fflush(NULL);
+    _exit(1);
+}
+
+bool emu_smem_allowed(size_t bytes) {
+    if (bytes <= EMU_DEFAULT_SMEM) return true;
+    lock l;
+    return (size_t)smem_attribute >= bytes;
+}
+
+extern "C" {
+
+// ----------------------------------------------------------------------------
+// errors, device
+
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    }
+    return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureIsolation:
+        return "operation would have resulted in a merge of two independent capture sequences";
+    case cudaErrorStreamCaptureImplicit:
+        return "operation would make the legacy stream depend on a capturing blocking stream";
+    }
+    return "unknown error";
+}
+
+cudaError_t cudaGetLastError(void) {
+    const cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return record(device == 0 ? cudaSuccess : cudaErrorInvalidDevice); }
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
+    if (device != 0) return record(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "cuda_emu (CPU emulation, tests/cuda/emu)");
+    prop->totalGlobalMem = (size_t)16 << 30;
+    prop->multiProcessorCount = 4;
+    prop->major = 9;
+    prop->minor = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    return record(unsafe_during_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// memory
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    *p = NULL;
+    if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    void* m = NULL;
+    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) return record(cudaErrorMemoryAllocation);
+    const uint32_t poison = 0x7FFF7FFFu;  // NaN as fp32, bf16 and fp16: never-written reads show
+    for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy((char*)m + i, &poison, 4);
+    lock l;
+    allocations[m] = bytes;
+    *p = m;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+    if (p == NULL) return cudaSuccess;
+    if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    {
+        lock l;
+        if (allocations.erase(p) == 0) return record(cudaErrorInvalidValue);
+    }
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }
+cudaError_t cudaFreeHost(void* p) {
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind) {
+    if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind,
+                            cudaStream_t stream) {
+    return record(emu_enqueue(stream, [=] {
+        if (bytes) memmove(dst, src, bytes);
+    }));
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+    if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+    return record(emu_enqueue(stream, [=] { memset(p, value, bytes); }));
+}
+cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, size_t height,
+                              cudaStream_t stream) {
+    if (width > pitch && height > 1) return record(cudaErrorInvalidValue);
+    return record(emu_enqueue(stream, [=] {
+        for (size_t r = 0; r < height; r++) memset((char*)p + r * pitch, value, width);
+    }));
+}
+
+// ----------------------------------------------------------------------------
+// streams and graph capture
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int, int) {
+    emu_stream* s = new emu_stream{NULL};
+    lock l;
+    streams.push_back(s);
+    *stream = s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+    return cudaStreamCreateWithPriority(stream, flags, 0);
+}
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    if (stream == NULL || stream == cudaStreamLegacy) return record(cudaErrorInvalidResourceHandle);
+    lock l;
+    for (size_t i = 0; i < streams.size(); i++)
+        if (streams[i] == stream) {
+            streams.erase(streams.begin() + (long)i);
+            delete stream;
+            return cudaSuccess;
+        }
+    return record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    if (capture_of(stream)) return record(cudaErrorStreamCaptureUnsupported);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    if (stream == NULL || stream == cudaStreamLegacy) return record(cudaErrorStreamCaptureUnsupported);
+    lock l;
+    if (stream->capture) return record(cudaErrorIllegalState);
+    emu_graph* g = new emu_graph;
+    stream->capture = g;
+    captures[g] = capture_info{stream, mode, pthread_self()};
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+    *graph = NULL;
+    if (stream == NULL || stream == cudaStreamLegacy) return record(cudaErrorIllegalState);
+    lock l;
+    emu_graph* g = stream->capture;
+    if (g == NULL || captures[g].origin != stream) return record(cudaErrorIllegalState);
+    captures.erase(g);
+    for (emu_stream* s : streams)
+        if (s->capture == g) s->capture = NULL;  // the origin and every joined stream
+    *graph = g;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+    *status = capture_of(stream) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// events: every operation before a record has run when it is recorded (outside a capture)
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+    *event = new emu_event{NULL, now_ms()};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    delete event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    if (event == NULL) return record(cudaErrorInvalidResourceHandle);
+    emu_graph* g = capture_of(stream);
+    if (g == NULL && (stream == NULL || stream == cudaStreamLegacy) && unsafe_during_capture())
+        return record(cudaErrorStreamCaptureImplicit);
+    lock l;
+    event->capture = g;
+    if (g == NULL) event->recorded_ms = now_ms();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+    if (event == NULL) return record(cudaErrorInvalidResourceHandle);
+    lock l;
+    if (event->capture && stream != NULL && stream != cudaStreamLegacy) {
+        if (stream->capture == NULL) stream->capture = event->capture;  // joins the capture
+        else if (stream->capture != event->capture) return record(cudaErrorStreamCaptureIsolation);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    if (event == NULL) return record(cudaErrorInvalidResourceHandle);
+    lock l;
+    return record(event->capture ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (start == NULL || end == NULL) return record(cudaErrorInvalidResourceHandle);
+    *ms = (float)(end->recorded_ms - start->recorded_ms);
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// graphs: the captured operations, run in capture order
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+    if (graph == NULL) return record(cudaErrorInvalidValue);
+    *exec = new emu_graph_exec{graph->ops};
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    if (exec == NULL) return record(cudaErrorInvalidValue);
+    for (const std::function<void()>& op : exec->ops) {
+        const cudaError_t e = emu_enqueue(stream, op);
+        if (e != cudaSuccess) return record(e);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+    if (graph == NULL || count == NULL) return record(cudaErrorInvalidValue);
+    if (nodes != NULL) return record(cudaErrorInvalidValue);  // only the count is emulated
+    *count = graph->ops.size();
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
+    if (func == NULL || attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        (size_t)value > EMU_MAX_SMEM)
+        return record(cudaErrorInvalidValue);
+    lock l;
+    if (value > smem_attribute) smem_attribute = value;
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// cuBLAS and cuBLASLt: column-major D[m, n] = alpha op(A) op(B) + beta C (+ bias[i])
+
+struct emu_blas {
+    cudaStream_t stream;
+};
+struct emu_blas_lt {
+    int unused;
+};
+struct emu_lt_desc {
+    cublasOperation_t transa, transb;
+    cublasLtEpilogue_t epilogue;
+    const void* bias;
+};
+struct emu_lt_layout {
+    cudaDataType_t type;
+    int rows, cols, ld;
+};
+
+namespace {
+float load(const void* p, size_t i, cudaDataType_t t) {
+    if (t == CUDA_R_32F) return ((const float*)p)[i];
+    const uint16_t b = ((const uint16_t*)p)[i];
+    return t == CUDA_R_16BF ? rt_bf16_to_f32_inl(b) : rt_f16_to_f32_inl(b);
+}
+void store(void* p, size_t i, float v, cudaDataType_t t) {
+    if (t == CUDA_R_32F) ((float*)p)[i] = v;
+    else ((uint16_t*)p)[i] = t == CUDA_R_16BF ? rt_bf16_from_f32_inl(v) : rt_f16_from_f32_inl(v);
+}
+bool known_type(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+
+struct gemm_args {
+    bool ta, tb;
+    int m, n, k;
+    float alpha, beta;
+    const void* A;
+    cudaDataType_t at;
+    int lda;
+    const void* B;
+    cudaDataType_t bt;
+    int ldb;
+    const void* C;  // read when beta != 0
+    cudaDataType_t ct;
+    int ldc;
+    void* D;
+    cudaDataType_t dt;
+    int ldd;
+    const void* bias;  // of type dt, one per row of D, or NULL
+};
+
+// Products summed in fp32 over eight interleaved partial sums (tensor cores and cuBLAS's
+// fp32 kernels also sum in blocks, in their own order).
+void gemm(const gemm_args& g) {
+    std::vector<float> arow((size_t)g.k), bcol((size_t)g.k);
+    std::vector<float> out((size_t)g.m * g.n);
+    std::vector<std::vector<float>> brows((size_t)g.n, std::vector<float>((size_t)g.k));
+    for (int j = 0; j < g.n; j++)
+        for (int l = 0; l < g.k; l++)
+            brows[(size_t)j][(size_t)l] =
+                load(g.B, g.tb ? (size_t)l * g.ldb + j : (size_t)j * g.ldb + l, g.bt);
+    for (int i = 0; i < g.m; i++) {
+        for (int l = 0; l < g.k; l++)
+            arow[(size_t)l] = load(g.A, g.ta ? (size_t)i * g.lda + l : (size_t)l * g.lda + i, g.at);
+        for (int j = 0; j < g.n; j++) {
+            const float* b = brows[(size_t)j].data();
+            float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int l = 0;
+            for (; l + 8 <= g.k; l += 8)
+                for (int u = 0; u < 8; u++) part[u] += arow[(size_t)(l + u)] * b[l + u];
+            for (; l < g.k; l++) part[l % 8] += arow[(size_t)l] * b[l];
+            const float sum = ((part[0] + part[1]) + (part[2] + part[3])) +
+                              ((part[4] + part[5]) + (part[6] + part[7]));
+            float v = g.alpha * sum;
+            if (g.beta != 0.0f) v += g.beta * load(g.C, (size_t)j * g.ldc + i, g.ct);
+            if (g.bias) v += load(g.bias, (size_t)i, g.dt);
+            out[(size_t)j * g.m + i] = v;
+        }
+    }
+    for (int j = 0; j < g.n; j++)
+        for (int i = 0; i < g.m; i++) store(g.D, (size_t)j * g.ldd + i, out[(size_t)j * g.m + i], g.dt);
+}
+
+cublasStatus_t enqueue_gemm(cudaStream_t stream, const gemm_args& g) {
+    if (g.m < 0 || g.n < 0 || g.k < 0 || !known_type(g.at) || !known_type(g.bt) ||
+        !known_type(g.dt) || g.ldd < (g.m > 1 ? g.m : 1) ||
+        g.lda < ((g.ta ? g.k : g.m) > 1 ? (g.ta ? g.k : g.m) : 1) ||
+        g.ldb < ((g.tb ? g.n : g.k) > 1 ? (g.tb ? g.n : g.k) : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
+    return emu_enqueue(stream, [g] { gemm(g); }) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+}  // namespace
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+    *handle = new emu_blas{NULL};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+    handle->stream = stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t) { return CUBLAS_STATUS_SUCCESS; }
+const char* cublasGetStatusString(cublasStatus_t status) {
+    switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                           int m, int n, int k, const float* alpha, const float* A, int lda,
+                           const float* B, int ldb, const float* beta, float* C, int ldc) {
+    return cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F,
+                        ldb, beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType_t Atype, int lda, const void* B,
+                            cudaDataType_t Btype, int ldb, const void* beta, void* C,
+                            cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t) {
+    if (computeType != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const gemm_args g = {transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k,
+                         *(const float*)alpha, *(const float*)beta, A, Atype, lda, B, Btype, ldb,
+                         C, Ctype, ldc, C, Ctype, ldc, NULL};
+    return enqueue_gemm(handle->stream, g);
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+    *handle = new emu_blas_lt{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType) {
+    if (computeType != CUBLAS_COMPUTE_32F || scaleType != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    *desc = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr, const void* buf,
+                                              size_t bytes) {
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+        int32_t op;
+        if (bytes != sizeof op) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&op, buf, sizeof op);
+        (attr == CUBLASLT_MATMUL_DESC_TRANSA ? desc->transa : desc->transb) = (cublasOperation_t)op;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+        uint32_t e;
+        if (bytes != sizeof e) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e, buf, sizeof e);
+        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS)
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        desc->epilogue = (cublasLtEpilogue_t)e;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (bytes != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&desc->bias, buf, sizeof(void*));
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType_t type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+    if (!known_type(type) || rows > INT32_MAX || cols > INT32_MAX || ld < (int64_t)rows || ld > INT32_MAX)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *layout = new emu_lt_layout{type, (int)rows, (int)cols, (int)ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
+                              cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+    const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
+    const int m = Ddesc->rows, n = Ddesc->cols, k = ta ? Adesc->rows : Adesc->cols;
+    if ((ta ? Adesc->cols : Adesc->rows) != m || (tb ? Bdesc->cols : Bdesc->rows) != k ||
+        (tb ? Bdesc->rows : Bdesc->cols) != n || Cdesc->rows != m || Cdesc->cols != n ||
+        (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias == NULL))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const gemm_args g = {ta, tb, m, n, k, *(const float*)alpha, *(const float*)beta, A,
+                         Adesc->type, Adesc->ld, B, Bdesc->type, Bdesc->ld, C, Cdesc->type,
+                         Cdesc->ld, D, Ddesc->type, Ddesc->ld,
+                         desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? desc->bias : NULL};
+    return enqueue_gemm(stream, g);
+}
+
+}  // extern "C"

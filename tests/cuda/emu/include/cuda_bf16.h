@@ -1,0 +1,3 @@
+// cuda_bf16.h of the CUDA emulator (tests/cuda/emu): __nv_bfloat16 and __half come from
+// tests/cuda/cuda_emu.h through cuda_runtime.h.
+#include "cuda_runtime.h"

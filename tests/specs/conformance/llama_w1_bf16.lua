@@ -1,0 +1,16 @@
+-- World size 1, Llama-style with bf16 parameters and fp32 reduction, AdamW: the one-rank
+-- path of the CUDA step backend (the gradients reduced straight into the sharded fp32
+-- gradients, no collective; runtime/cuda_step/backend.c direct_reduce) with packed 16-bit
+-- unsharded weights and activations, as the benchmark's Llama runs.
+local fsdp, models = require("fsdp"), require("models")
+local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
+local model = models.Llama{ n_layers = 2, dim = 48, n_heads = 4, n_kv_heads = 2, vocab_size = 64,
+                            max_seq_len = 16 }
+for _, layer in ipairs(model.layers) do
+  fsdp.fully_shard(layer, { mp_policy = mp })
+end
+fsdp.fully_shard(model, { mp_policy = mp })
+return fsdp.spec{
+  name = "llama_w1_bf16", model = model, world_size = 1,
+  input = { batch = 2, seq_len = 16 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 },
+}
