@@ -401,6 +401,11 @@ cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, 
     return cudaSuccess;
 }
 
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+    if (fn == NULL) return record(cudaErrorInvalidValue);
+    return record(emu_enqueue(stream, [=] { fn(userData); }));
+}
+
 // ----------------------------------------------------------------------------
 // cuBLAS and cuBLASLt: column-major D[m, n] = alpha op(A) op(B) + beta C (+ bias[i])
 
