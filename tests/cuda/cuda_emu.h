@@ -84,7 +84,7 @@ static inline float4 make_float4(float x, float y, float z, float w) {
     return v;
 }
 
-// Barriers of the block's threads and of a warp's (EMU_FIBERS: counters, see emu_fiber_run;
+// Barriers of the block's threads and of a warp's (EMU_FIBERS: counters, see emu_run_threads;
 // otherwise pthread barriers).
 #ifdef EMU_FIBERS
 struct emu_barrier_t {
@@ -161,33 +161,23 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 3
 #define RTC_TC_SMEM(name) unsigned char* name = (unsigned char*)emu_smem
 
 // ----------------------------------------------------------------------------
-// 16-bit floats (cuda_bf16.h, cuda_fp16.h): the bits, converted as the host runtime does
-// (runtime/core/dtype_bits.h: round to nearest even, the device intrinsics' rounding)
-
-// 16-bit floats: the bits, converted from and to float (implicitly, as cuda_bf16.h and
-// cuda_fp16.h allow) with round to nearest even.
-struct __nv_bfloat16 {
+// 16-bit floats (cuda_bf16.h, cuda_fp16.h): the bits, converted from and to float
+// implicitly (as those headers allow) as the host runtime does (runtime/core/dtype_bits.h:
+// round to nearest even, the device intrinsics' rounding). One template, two types.
+template <rt_dtype DT>
+struct emu_float16 {
     uint16_t bits;
-    __nv_bfloat16() = default;
-    __nv_bfloat16(float x) : bits(rt_bf16_from_f32_inl(x)) {}
-    operator float() const { return rt_bf16_to_f32_inl(bits); }
-    static __nv_bfloat16 from_bits(uint16_t b) {
-        __nv_bfloat16 h;
+    emu_float16() = default;
+    emu_float16(float x) : bits(rt_bits16_from_f32_inl(x, DT)) {}
+    operator float() const { return rt_bits16_to_f32_inl(bits, DT); }
+    static emu_float16 from_bits(uint16_t b) {
+        emu_float16 h;
         h.bits = b;
         return h;
     }
 };
-struct __half {
-    uint16_t bits;
-    __half() = default;
-    __half(float x) : bits(rt_f16_from_f32_inl(x)) {}
-    operator float() const { return rt_f16_to_f32_inl(bits); }
-    static __half from_bits(uint16_t b) {
-        __half h;
-        h.bits = b;
-        return h;
-    }
-};
+typedef emu_float16<RT_BF16> __nv_bfloat16;
+typedef emu_float16<RT_F16> __half;
 static inline __nv_bfloat16 __float2bfloat16_rn(float x) { return __nv_bfloat16(x); }
 static inline float __bfloat162float(__nv_bfloat16 h) { return rt_bf16_to_f32_inl(h.bits); }
 static inline __half __float2half_rn(float x) { return __half(x); }

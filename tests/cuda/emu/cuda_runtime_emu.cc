@@ -459,7 +459,7 @@ struct gemm_args {
 // Products summed in fp32 over eight interleaved partial sums (tensor cores and cuBLAS's
 // fp32 kernels also sum in blocks, in their own order).
 void gemm(const gemm_args& g) {
-    std::vector<float> arow((size_t)g.k), bcol((size_t)g.k);
+    std::vector<float> arow((size_t)g.k);
     std::vector<float> out((size_t)g.m * g.n);
     std::vector<std::vector<float>> brows((size_t)g.n, std::vector<float>((size_t)g.k));
     for (int j = 0; j < g.n; j++)
