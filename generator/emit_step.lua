@@ -349,8 +349,12 @@ function Walker:step(st, index)
       end
       src, dt = u.acc, g.reduce_dtype
     end
-    calls[#calls + 1] = string.format("rt_step_reduce_scatter(R, %d, %d, %s, %d, %d);", gi, src.offset,
-      C_DTYPE[dt], u.rs_in.offset, u.rs_out.offset)
+    if st.direct then
+      calls[#calls + 1] = string.format("rt_step_reduce_direct(R, %d, %d, %s);", gi, src.offset, C_DTYPE[dt])
+    else
+      calls[#calls + 1] = string.format("rt_step_reduce_scatter(R, %d, %d, %s, %d, %d);", gi, src.offset,
+        C_DTYPE[dt], u.rs_in.offset, u.rs_out.offset)
+    end
   elseif op == "all_reduce" then
     calls[1] = string.format("rt_step_all_reduce(R, %d);", gi)
   elseif op == "post_backward" then

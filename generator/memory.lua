@@ -379,8 +379,10 @@ function M.plan(plan)
       for _, k in ipairs(keys) do stop(k, i) end
       u.ugrad = stop("ugrad " .. g.index, i)
       u.acc = stop("accgrad " .. g.index, i)
-      u.rs_in = start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
-      u.rs_out = start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
+      if not st.direct then
+        u.rs_in = start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
+        u.rs_out = start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
+      end
     elseif st.op == "all_reduce" then
       touch(open["rs " .. st.rs .. " out"], i)
     elseif st.op == "accumulate_unsharded_grads" then

@@ -100,8 +100,13 @@ function M.step_line(st, plan)
     detail = string.format("keep 1/%d of the unsharded params, free the rest", g.pf_size)
   elseif st.op == "reduce_scatter" then
     name = quoted(g.name)
-    detail = string.format("%d x %s -> %d per rank, %s", g.layout.padded_numel, g.reduce_dtype,
-      g.layout.shard_numel, reduce_str(g))
+    if st.direct then
+      detail = string.format("%d x %s straight into the sharded grads (one rank, values unchanged)",
+        g.layout.padded_numel, g.reduce_dtype)
+    else
+      detail = string.format("%d x %s -> %d per rank, %s", g.layout.padded_numel, g.reduce_dtype,
+        g.layout.shard_numel, reduce_str(g))
+    end
   elseif st.op == "all_reduce" then
     name = quoted(g.name)
     detail = string.format("%d x %s over %d replicas", g.layout.shard_numel, g.reduce_dtype, g.replicate)

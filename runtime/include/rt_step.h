@@ -180,6 +180,12 @@ void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_of
 // reduce-scatter of the step, accumulate after).
 void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
                             size_t rs_in_off, size_t rs_out_off);
+// "reduce_scatter" that the generator planned direct (generator/planner.lua
+// direct_reduction: one rank, no division, a reduce dtype that holds grads_dtype values):
+// the unsharded grads rounded to grads_dtype, assigned or added to the sharded grads in one
+// pass, with the same bits as copy-in, reduction and view-out. Dies if the group's reduction
+// would change a value.
+void rt_step_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype);
 // "all_reduce" (HSDP): done by rt_step_reduce_scatter, which must apply the post-divide
 // after it; this call checks that it happened and counts it.
 void rt_step_all_reduce(rt_rank* R, int g);

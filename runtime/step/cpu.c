@@ -202,6 +202,26 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
     span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
 }
 
+// One rank, values unchanged: what copy-in, the identity reduction and view-out leave in
+// the sharded grads, in one pass per parameter.
+void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    double t0 = now_s();
+    rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
+    void** grads = rg->ptrs[0];
+    rt_step_param_ptrs(R, g, grads_off, 1, grads);
+    for (int i = 0; i < mg->nparams; i++) {
+        size_t n = (size_t)rg->layout.params[i].shard_numel;
+        float* sharded = rt_step_f32(R, mg->grads_off, R->model->params[mg->params[i]].block_offset, n);
+        if (accumulate)
+            rt_accumulate(sharded, grads[i], n);
+        else
+            memcpy(sharded, grads[i], n * sizeof *sharded);
+    }
+    span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
+}
+
 // ---- optimizer --------------------------------------------------------------------------
 
 void rtb_clip_grad_norm(rt_rank* R) {

@@ -318,6 +318,20 @@ void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_
     count(R, "reduce_scatter");
 }
 
+void rt_step_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype) {
+    const rt_model_group* mg = G(R, g);
+    rt_rank_group* rg = &R->groups[g];
+    if (R->world != 1 || rg->layout.world != 1 || mg->all_reduce || mg->divide_factor > 0 ||
+        (mg->reduce_dtype != RT_F32 && mg->reduce_dtype != grads_dtype))
+        rt_rank_die(R, "group '%s': direct reduction planned, but it needs one rank, no divide factor and a "
+                       "reduce dtype of fp32 or %s (have %d ranks, factor %g, reduce dtype %s)",
+                    mg->name, rt_dtype_name(grads_dtype), R->world, mg->divide_factor,
+                    rt_dtype_name(mg->reduce_dtype));
+    rtb_reduce_direct(R, g, grads_off, grads_dtype, rg->reduced > 0);
+    rg->reduced++;
+    count(R, "reduce_scatter");
+}
+
 void rt_step_all_reduce(rt_rank* R, int g) {
     const rt_model_group* mg = G(R, g);
     if (!mg->all_reduce || !R->mesh.replicate || !R->groups[g].reduced)

@@ -40,6 +40,8 @@ void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off);
 // accumulate: the sharded grads already hold this step's earlier reduce-scatters.
 void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
                         size_t rs_in_off, size_t rs_out_off, int accumulate);
+// One rank, values unchanged (rt_step_reduce_direct): sharded (+)= grads rounded to grads_dtype.
+void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype, int accumulate);
 void rtb_clip_grad_norm(rt_rank* R);
 void rtb_optimizer(rt_rank* R, int g);
 void rtb_loss(rt_rank* R, int k, const float* loss);

@@ -470,8 +470,37 @@ static void test_control(int hsdp) {
     world_free(&w);
 }
 
+// One rank, a plan that reduce-scatters group 2 (a reduction that rounds, on the
+// reduce-scatter stream) and then reduces group 1 directly (rtb_reduce_direct, on compute):
+// the direct line is where the plan ends group 2's buffers, so right after it compute may
+// write a later buffer over them.
+static void test_direct_after_reduce_scatter(void) {
+    world w;
+    world_init(&w, 0);
+    w.m.world = w.R.world = 1;
+    w.shard.size = 1;
+    for (int g = 0; g < NG; g++) {
+        w.rg[g].layout.world = 1;
+        w.cg[g].rs_direct.total = BLOCK;
+    }
+    compute_writes(&w, w.ugrad[2], 4 * PADDED, "backward writes unsharded grads");
+    rtb_reduce_scatter(&w.R, 2, w.ugrad[2], RT_F32, w.rs_in[0], w.rs_out[0], 0);
+    compute_writes(&w, w.ugrad[1], 4 * PADDED, "backward writes unsharded grads");
+    rtb_reduce_direct(&w.R, 1, w.ugrad[1], RT_F32, 0);
+    compute_writes(&w, w.rs_out[0], 4 * BLOCK, "a later buffer on the previous output");
+    compute_writes(&w, w.rs_in[0], 4 * PADDED, "a later buffer on the previous input");
+    rtb_clip_grad_norm(&w.R);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g);
+    rtb_step_end(&w.R);
+    CHECK(races == 0, "one rank: a direct reduction after a reduce-scatter waits for it, so the "
+          "reduce-scatter's buffers may be reused after the direct line (%d accesses)%s%s", nacc,
+          races ? "; first: " : "", first_race);
+    world_free(&w);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    test_direct_after_reduce_scatter();
     test_plan_reuse(1, 1);
     test_plan_reuse(0, 1);
     test_plan_reuse(1, 2);

@@ -1,7 +1,7 @@
--- World size 1, Llama-style with bf16 parameters and fp32 reduction, AdamW: the one-rank
--- path of the CUDA step backend (the gradients reduced straight into the sharded fp32
--- gradients, no collective; runtime/cuda_step/backend.c direct_reduce) with packed 16-bit
--- unsharded weights and activations, as the benchmark's Llama runs.
+-- World size 1, Llama-style with bf16 parameters and fp32 reduction, AdamW: the direct
+-- reduction (the gradients straight into the sharded fp32 gradients, no collective and no
+-- reduce-scatter buffers; generator/planner.lua direct_reduction, rt_step_reduce_direct)
+-- with packed 16-bit unsharded weights and activations, as the benchmark's Llama runs.
 local fsdp, models = require("fsdp"), require("models")
 local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
 local model = models.Llama{ n_layers = 2, dim = 48, n_heads = 4, n_kv_heads = 2, vocab_size = 64,
