@@ -419,15 +419,14 @@ static void emu_thread_main(void* launch, unsigned tid) {
 
 #ifdef EMU_FIBERS
 // ----------------------------------------------------------------------------
-// EMU_FIBERS: the CUDA threads as fibers (ucontext) on the launching thread, switched only
-// where one waits at a barrier: many times faster than a pthread per CUDA thread (a barrier
-// of 256 pthreads on two cores costs hundreds of futex wake-ups), with the same
-// semantics but ThreadSanitizer's race detection, which needs real threads. A barrier
-// nobody can complete (threads of a block waiting at different barriers, or some threads
-// gone) is reported as a deadlock, where pthreads would hang.
+// EMU_FIBERS: the CUDA threads as fibers on the launching thread, switched only where one
+// waits at a barrier: many times faster than a pthread per CUDA thread (a barrier of 256
+// pthreads on two cores costs hundreds of futex wake-ups), with the same semantics but
+// ThreadSanitizer's race detection, which needs real threads. A barrier nobody can
+// complete (threads of a block waiting at different barriers, or some threads gone) is
+// reported as a deadlock, where pthreads would hang.
 
 #include <sys/mman.h>
-#include <ucontext.h>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #define EMU_ASAN_FIBERS 1
@@ -435,15 +434,71 @@ static void emu_thread_main(void* launch, unsigned tid) {
 
 #define EMU_FIBER_STACK ((size_t)256 << 10)  // mapped lazily: only touched pages cost
 
+// A fiber's saved context and the switch between two. On x86-64 a switch saves the
+// callee-saved registers and the floating-point control words on the stack it leaves and
+// swaps stack pointers (about 25 ns); ucontext's swapcontext also saves and restores the
+// signal mask, two system calls per switch (about 1 us here), which made most of the
+// emulated tests' time. Other architectures (or -DEMU_FIBERS_UCONTEXT) keep ucontext.
+#if defined(__x86_64__) && !defined(EMU_FIBERS_UCONTEXT)
+#include <stdint.h>
+struct emu_ctx {
+    void* sp;
+};
+// Pushes rbp, rbx, r12-r15 and MXCSR / the x87 control word, stores the stack pointer in
+// *from, loads to and pops the same from there: returns into the other context.
+__attribute__((naked, noinline, unused)) static void emu_ctx_swap_sp(void** /*from*/, void* /*to*/) {
+    __asm__ volatile(
+        "pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
+        "subq $8, %rsp\n\tstmxcsr (%rsp)\n\tfnstcw 4(%rsp)\n\t"
+        "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+        "ldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n\t"
+        "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n\t");
+}
+// A new fiber's first return lands here: fn (r13) of arg (r12), which never returns.
+__attribute__((naked, noinline, unused)) static void emu_ctx_entry(void) {
+    __asm__ volatile("movq %r12, %rdi\n\tcallq *%r13\n\tud2\n\t");
+}
+static inline void emu_ctx_swap(emu_ctx* from, emu_ctx* to) { emu_ctx_swap_sp(&from->sp, to->sp); }
+// c starts fn(arg) on [stack, stack + size) at its first switch-in: a frame as
+// emu_ctx_swap_sp leaves one, returning to emu_ctx_entry with the stack 16-byte aligned.
+static inline void emu_ctx_make(emu_ctx* c, void* stack, size_t size, void (*fn)(int), int arg) {
+    uint64_t* top = (uint64_t*)(((uintptr_t)stack + size) & ~(uintptr_t)15);
+    uint64_t* sp = top - 8;
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpucw));
+    sp[0] = (uint64_t)mxcsr | (uint64_t)fpucw << 32;
+    sp[1] = sp[2] = 0;  // r15, r14
+    sp[3] = (uint64_t)(uintptr_t)fn;  // r13
+    sp[4] = (uint64_t)(unsigned)arg;  // r12
+    sp[5] = sp[6] = 0;                // rbx, rbp
+    sp[7] = (uint64_t)(uintptr_t)emu_ctx_entry;
+    c->sp = sp;
+}
+#else
+#include <ucontext.h>
+struct emu_ctx {
+    ucontext_t uc;
+};
+static inline void emu_ctx_swap(emu_ctx* from, emu_ctx* to) { swapcontext(&from->uc, &to->uc); }
+static inline void emu_ctx_make(emu_ctx* c, void* stack, size_t size, void (*fn)(int), int arg) {
+    if (getcontext(&c->uc) != 0) emu_fatal("getcontext");
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = NULL;
+    makecontext(&c->uc, (void (*)(void))fn, 1, arg);
+}
+#endif
+
 struct emu_fiber {
-    ucontext_t ctx;
+    emu_ctx ctx;
     void* stack;
     bool done;
     emu_thread_state state;
     void* asan_fake_stack;
 };
 struct emu_fiber_sched {
-    ucontext_t ctx;  // the launching thread's
+    emu_ctx ctx;  // the launching thread's
     std::vector<emu_fiber*> fibers;  // grown to the largest block, stacks kept
     void (*job)(void*, unsigned);
     void* launch;
@@ -467,11 +522,7 @@ static inline void emu_fiber_switch_to_sched(bool finished) {
     __sanitizer_start_switch_fiber(finished ? NULL : &f->asan_fake_stack, emu_sched.sched_stack,
                                    emu_sched.sched_stack_size);
 #endif
-    if (finished) {
-        setcontext(&emu_sched.ctx);
-        emu_fatal("setcontext returned");
-    }
-    swapcontext(&f->ctx, &emu_sched.ctx);
+    emu_ctx_swap(&f->ctx, &emu_sched.ctx);  // a finished fiber is never switched back to
 #ifdef EMU_ASAN_FIBERS
     __sanitizer_finish_switch_fiber(f->asan_fake_stack, NULL, NULL);
 #endif
@@ -520,11 +571,7 @@ inline void emu_run_threads(unsigned threads, void (*job)(void*, unsigned), void
         emu_fiber* f = S.fibers[t];
         f->done = false;
         f->state = emu_thread_state();
-        if (getcontext(&f->ctx) != 0) emu_fatal("getcontext");
-        f->ctx.uc_stack.ss_sp = f->stack;
-        f->ctx.uc_stack.ss_size = EMU_FIBER_STACK;
-        f->ctx.uc_link = NULL;
-        makecontext(&f->ctx, (void (*)(void))emu_fiber_main, 1, (int)t);
+        emu_ctx_make(&f->ctx, f->stack, EMU_FIBER_STACK, emu_fiber_main, (int)t);
     }
     emu_thread_state* own = emu_cur;
     while (S.running > 0) {
@@ -543,7 +590,7 @@ inline void emu_run_threads(unsigned threads, void (*job)(void*, unsigned), void
 #ifdef EMU_ASAN_FIBERS
             __sanitizer_start_switch_fiber(&fake, f->stack, EMU_FIBER_STACK);
 #endif
-            swapcontext(&S.ctx, &f->ctx);
+            emu_ctx_swap(&S.ctx, &f->ctx);
 #ifdef EMU_ASAN_FIBERS
             __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif

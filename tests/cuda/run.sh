@@ -8,7 +8,7 @@
 # run everywhere: the optimizer math shared by host and device compiled for the host, the
 # mma.sync fragment helpers on the emulator (test_mma_layout runs the same checks on the
 # GPU), and the fp32 and tensor-core (mma.sync) flash-attention kernels emulated on the CPU
-# (one pthread per CUDA thread, under ASan+UBSan and under TSan), each against the CPU
+# (CUDA threads as fibers under ASan+UBSan, a pthread each under TSan), each against the CPU
 # kernels; and test_cuda_kernels_emu / test_cuda_streams_emu, test_cuda_kernels and
 # test_cuda_streams themselves linked against every runtime/cuda kernel on the CPU emulator
 # (tests/cuda/emu: the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as

@@ -4,12 +4,13 @@
 #   - test_segments: the backend's copy plans against runtime/fsdp's host copies (CPU,
 #     AddressSanitizer + UBSan);
 #   - every spec below builds with --cuda: the generated C links against the CUDA backend.
-# With a GPU (nvidia-smi lists one):
+# On the GPU (nvidia-smi lists one), or without one on the CPU emulator (tests/cuda/emu):
 #   - the generated conformance test of each spec on the CUDA backend (world 2 and 4 run
 #     every rank on the one GPU: --local);
-#   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance;
-#   - compute-sanitizer (memcheck, racecheck) on a small spec reports no error.
-# Without one those print a SKIP line. Ends with `N passed, N failed`.
+#   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance.
+# On the GPU only: compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
+# without one it prints a SKIP line, and the emulator runs test_cuda_local (the local mode's
+# communicators). Ends with `N passed, N failed`.
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -36,15 +37,6 @@ specs=(
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
 )
 
-# On the emulator (no GPU): minutes each, so the specs that cover the backend's paths: world
-# 1 with packed weights and the direct reduction; 2 ranks with prefetch; 4 with packed and
-# fp32 weights mixed under an int reshard_after_forward (about 5 minutes alone).
-emu_specs=(
-  tests/specs/conformance/llama_w1_bf16.lua
-  tests/specs/conformance/mlp_w2_sgd_prefetch.lua
-  tests/specs/conformance/llama_w4_bf16_int_raf.lua
-)
-
 # ---- build (no GPU needed) ----------------------------------------------------------------
 
 if ! ninja -f runtime/cuda_step.ninja cuda_step >"$work/build.log" 2>&1; then
@@ -65,58 +57,70 @@ for entry in "${specs[@]}"; do
     fi
 done
 
-# ---- on a GPU -------------------------------------------------------------------------------
+# ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
+# Without a GPU, each spec's --cuda objects are relinked against the emulated CUDA libraries
+# (tests/cuda/emu: runtime/cuda and runtime/cuda_step compiled for the host, one-rank NCCL,
+# ASan + UBSan), so the same checks run there; compute-sanitizer needs the GPU.
 
+gpu=1
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
-    skipped+=("conformance on the GPU, CUDA vs CPU and compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance runs on the emulator instead")
+    gpu=0
+    skipped+=("compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance and CUDA vs CPU run on the emulator instead")
     if ! ninja -f runtime/cuda.ninja build/cuda/emu/librt_kernels_cuda_emu.a >"$work/emu.log" 2>&1 ||
         ! ninja -f runtime/cuda_step.ninja cuda_step_emu build/cuda_step/test_cuda_local_emu \
-            >>"$work/emu.log" 2>&1; then
+            >>"$work/emu.log" 2>&1 ||
+        ! ninja build/train/librt_train.a build/io/librt_io.a build/runtime/librt_mpi_stub.a \
+            build/runtime/librt_core.a >>"$work/emu.log" 2>&1; then
         cat "$work/emu.log"
         fail "build of the emulated CUDA libraries"
         suite_summary
         exit $?
     fi
     run_suite "emulated test_cuda_local" build/cuda_step/test_cuda_local_emu
-    for spec in "${emu_specs[@]}"; do
-        name=$(basename "$spec" .lua)
-        dir=build/$name
-        bin=$dir/${name}_cuda_emu_test
-        # the objects and CPU-side libraries `fsdpgen build --cuda` made, relinked
-        if ninja -f "$dir/build_cuda.ninja" "$dir/obj_cuda/${name}_test.o" \
-            "$dir/obj_cuda/${name}_step.o" "$dir/obj_cuda/${name}_reference_step.o" \
-            build/train/librt_train.a build/io/librt_io.a build/runtime/librt_mpi_stub.a \
-            build/runtime/librt_core.a >"$work/emu.log" 2>&1 &&
-            g++ -o "$bin" "$dir/obj_cuda/${name}_test.o" "$dir/obj_cuda/${name}_step.o" \
-                "$dir/obj_cuda/${name}_reference_step.o" -Wl,--start-group build/train/librt_train.a \
-                build/cuda_step/emu/librt_step_cuda_emu.a build/cuda/emu/librt_kernels_cuda_emu.a \
-                build/io/librt_io.a build/runtime/librt_mpi_stub.a build/runtime/librt_core.a \
-                -Wl,--end-group -fsanitize=address,undefined -lm -pthread >>"$work/emu.log" 2>&1; then
-            run_suite "emulated conformance/$name" "$bin"
-        else
-            cat "$work/emu.log"
-            fail "link of $bin"
-        fi
-    done
-    suite_summary
-    exit $?
 fi
 
+# cuda_binary NAME MAIN sets bin to spec NAME's CUDA binary whose main object is MAIN (main:
+# the training binary, test: the conformance test): as built on a GPU, else the same objects
+# relinked for the emulator; returns non-zero (counted as a failure) if that link fails.
+cuda_binary() {
+    local name=$1 main=$2 dir=build/$1 suffix=""
+    [ "$main" = test ] && suffix=_test
+    bin=$dir/${name}_cuda$suffix
+    [ "$gpu" = 1 ] && return 0
+    bin=$dir/${name}_cuda_emu$suffix
+    local objs=("$dir/obj_cuda/${name}_$main.o" "$dir/obj_cuda/${name}_step.o")
+    [ "$main" = test ] && objs+=("$dir/obj_cuda/${name}_reference_step.o")
+    if ! g++ -o "$bin" "${objs[@]}" -Wl,--start-group build/train/librt_train.a \
+        build/cuda_step/emu/librt_step_cuda_emu.a build/cuda/emu/librt_kernels_cuda_emu.a \
+        build/io/librt_io.a build/runtime/librt_mpi_stub.a build/runtime/librt_core.a \
+        -Wl,--end-group -fsanitize=address,undefined -lm -pthread >"$work/link.log" 2>&1; then
+        cat "$work/link.log"
+        fail "link of $bin"
+        return 1
+    fi
+}
+
+where=$([ "$gpu" = 1 ] && echo GPU || echo emulator)
 find_python
 for entry in "${specs[@]}"; do
     read -r spec rtol <<<"$entry"
     name=$(basename "$spec" .lua)
-    run_suite "conformance/$name" ./fsdpgen test "$spec" --cuda
+    cuda_binary "$name" test && run_suite "conformance/$name ($where)" "$bin"
     if [ -z "$py" ]; then
         skipped+=("CUDA vs CPU $name: SKIP no python3 with torch")
         continue
     fi
+    cuda_binary "$name" main || continue
     ./fsdpgen run "$spec" -- --steps 5 --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
-    ./fsdpgen run "$spec" --cuda -- --steps 5 --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
-    PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name" "$py" tests/cuda_step/compare_runs.py \
+    "$bin" --steps 5 --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
+    PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name ($where)" "$py" tests/cuda_step/compare_runs.py \
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
         "$work/$name.cuda.safetensors" "$rtol" "$name"
 done
+if [ "$gpu" = 0 ]; then
+    suite_summary
+    exit $?
+fi
 
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=compute-sanitizer
