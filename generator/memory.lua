@@ -356,9 +356,16 @@ function M.plan(plan)
       local ws = st.sub and g.pf_size or g.shard
       local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or g.layout.shard_numel
       u.out = start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, g.param_dtype), i)
-      if st.sub then u.pf = stop("pf " .. g.index, i) end
+      if st.sub then
+        -- The copy-in reads the post-forward shard on its own stream (CUDA), so the shard
+        -- lives until compute waits for this all-gather, as PyTorch's caching allocator
+        -- keeps a block that another stream still uses.
+        u.pf = open["pf " .. g.index]
+        open["pf " .. g.index], open["ag_in " .. st.ag] = nil, u.pf
+      end
     elseif st.op == "all_gather_wait" or st.op == "all_gather_drop" then
       stop("ag_out " .. st.ag, i)
+      stop("ag_in " .. st.ag, i)
       if st.op == "all_gather_wait" then
         u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
           compute_bytes(g.layout.padded_numel), i)

@@ -700,8 +700,8 @@ inline pthread_mutex_t emu_launch_mu = PTHREAD_MUTEX_INITIALIZER;
 // body() as every thread of a grid of `block`-shaped blocks with smem bytes of dynamic
 // shared memory: the blocks one after another, each on the same pthreads. Returns false
 // (and runs nothing) for a launch outside the GPU limits.
-template <class Body>
-static bool emu_launch_body(dim3 grid, dim3 block, size_t smem, const Body& body) {
+// Whether a launch is within the GPU's limits; reports and counts one that is not.
+static inline bool emu_launch_fits(dim3 grid, dim3 block, size_t smem) {
     const unsigned long long threads64 = (unsigned long long)block.x * block.y * block.z;
     if (smem > emu_smem_limit || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
         grid.z > 65535 || threads64 > 1024 || threads64 == 0 || block.z > 64) {
@@ -711,7 +711,13 @@ static bool emu_launch_body(dim3 grid, dim3 block, size_t smem, const Body& body
         __atomic_add_fetch(&emu_limit_errors, 1, __ATOMIC_RELAXED);
         return false;
     }
-    const unsigned threads = (unsigned)threads64;
+    return true;
+}
+
+template <class Body>
+static bool emu_launch_body(dim3 grid, dim3 block, size_t smem, const Body& body) {
+    if (!emu_launch_fits(grid, block, smem)) return false;
+    const unsigned threads = block.x * block.y * block.z;
     pthread_mutex_lock(&emu_launch_mu);
     if (emu_smem_limit == EMU_MAX_SMEM && smem > emu_max_smem_seen) emu_max_smem_seen = smem;
     gridDim = grid;

@@ -60,11 +60,14 @@ done
 # ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
 # Without a GPU, each spec's --cuda objects are relinked against the emulated CUDA libraries
 # (tests/cuda/emu: runtime/cuda and runtime/cuda_step compiled for the host, one-rank NCCL,
-# ASan + UBSan), so the same checks run there; compute-sanitizer needs the GPU.
+# ASan + UBSan), so the same checks run there, in the emulator's lazy mode (CUDA_EMU_LAZY=1:
+# each stream's work runs only when something waits for it, so a missing wait between the
+# step's streams changes the results); compute-sanitizer needs the GPU.
 
 gpu=1
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
     gpu=0
+    export CUDA_EMU_LAZY=1
     skipped+=("compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance and CUDA vs CPU run on the emulator instead")
     if ! ninja -f runtime/cuda.ninja build/cuda/emu/librt_kernels_cuda_emu.a >"$work/emu.log" 2>&1 ||
         ! ninja -f runtime/cuda_step.ninja cuda_step_emu build/cuda_step/test_cuda_local_emu \

@@ -10,7 +10,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
+#include <memory>
+#include <set>
 #include <vector>
 
 #include "cublasLt.h"
@@ -28,10 +31,19 @@ struct emu_graph_exec {
 };
 struct emu_stream {
     emu_graph* capture;  // the graph this stream's work goes to, or NULL
+    bool blocking;       // synchronizes with the legacy stream (no cudaStreamNonBlocking)
+    // CUDA_EMU_LAZY: operations issued and not run yet, how many were issued and run, and
+    // whether one is running (on some host thread, outside the lock)
+    std::deque<std::function<void()>> pending;
+    uint64_t issued, done;
+    bool running;
 };
 struct emu_event {
     emu_graph* capture;  // recorded on a capturing stream: waiting on it joins the capture
     double recorded_ms;  // host time of the last record outside a capture
+    emu_stream* stream;  // CUDA_EMU_LAZY: complete once `stream` has run `upto` operations
+    uint64_t upto;
+    bool queried;        // CUDA_EMU_LAZY: cudaEventQuery answered "not ready" since the record
 };
 
 // Limit on dynamic shared memory without cudaFuncSetAttribute, as on the GPU.
@@ -39,7 +51,10 @@ struct emu_event {
 
 namespace {
 pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;  // everything below
+pthread_cond_t ran = PTHREAD_COND_INITIALIZER;   // a lazy operation finished
+const bool lazy = getenv("CUDA_EMU_LAZY") && strcmp(getenv("CUDA_EMU_LAZY"), "0") != 0;
 std::map<const void*, size_t> allocations;       // cudaMalloc'ed: start, bytes
+std::set<const void*> pinned;                    // cudaMallocHost'ed
 int smem_attribute = 0;  // the largest cudaFuncAttributeMaxDynamicSharedMemorySize set
 struct capture_info {
     cudaStream_t origin;
@@ -48,6 +63,9 @@ struct capture_info {
 };
 std::map<emu_graph*, capture_info> captures;     // active captures
 std::vector<emu_stream*> streams;                 // created, not destroyed
+// lazy: destroyed streams, kept as events recorded on them may still be waited for (on the
+// heap and never freed, so that they stay reachable until the leak check at exit)
+std::vector<emu_stream*>* destroyed = new std::vector<emu_stream*>;
 thread_local cudaError_t last_error = cudaSuccess;
 
 struct lock {
@@ -83,16 +101,85 @@ cudaError_t record(cudaError_t e) {
     if (e != cudaSuccess) last_error = e;
     return e;
 }
+
+// ---- CUDA_EMU_LAZY: each stream's operations run when something needs them -------------
+
+// Runs s's operations in order until `upto` of them have run, each outside the lock (an
+// operation may itself wait for another stream's). Cannot deadlock: an operation only ever
+// waits for work issued before it.
+void run_until(emu_stream* s, uint64_t upto) {
+    pthread_mutex_lock(&mu);
+    while (s->done < upto) {
+        if (s->running) {  // another host thread runs this stream's previous operation
+            pthread_cond_wait(&ran, &mu);
+            continue;
+        }
+        std::function<void()> op = std::move(s->pending.front());
+        s->pending.pop_front();
+        s->running = true;
+        pthread_mutex_unlock(&mu);
+        op();
+        pthread_mutex_lock(&mu);
+        s->running = false;
+        s->done++;
+        pthread_cond_broadcast(&ran);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+// Runs everything issued so far on every stream (blocking_only: on the streams the legacy
+// stream synchronizes with).
+void run_streams(bool blocking_only) {
+    if (!lazy) return;
+    std::vector<std::pair<emu_stream*, uint64_t>> work;
+    {
+        lock l;
+        for (emu_stream* s : streams)
+            if (!blocking_only || s->blocking) work.push_back({s, s->issued});
+    }
+    for (const auto& w : work) run_until(w.first, w.second);
+}
+
+// Runs everything issued so far on `stream` (the legacy stream: as run_streams(true)).
+void run_stream(cudaStream_t stream) {
+    if (!lazy) return;
+    if (stream == NULL || stream == cudaStreamLegacy) return run_streams(true);
+    uint64_t upto;
+    {
+        lock l;
+        upto = stream->issued;
+    }
+    run_until(stream, upto);
+}
+
+// Whether p lies in memory the host may not touch through a plain pointer while a copy
+// reads it asynchronously: cudaMalloc'ed or pinned (cudaMallocHost) memory.
+bool device_or_pinned(const void* p) {
+    lock l;
+    auto it = allocations.upper_bound(p);
+    if (it != allocations.begin()) {
+        --it;
+        if ((const char*)p < (const char*)it->first + it->second) return true;
+    }
+    auto pt = pinned.upper_bound(p);
+    return pt != pinned.begin() && *--pt == p;  // cudaMallocHost starts only
+}
 }  // namespace
 
 cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
     if (stream == NULL || stream == cudaStreamLegacy) {
         // the legacy stream synchronizes with every stream: never legal during a capture
         if (unsafe_during_capture()) return cudaErrorStreamCaptureImplicit;
+        run_streams(true);
     } else {
         lock l;
         if (stream->capture) {
             stream->capture->ops.push_back(std::move(op));
+            return cudaSuccess;
+        }
+        if (lazy) {
+            stream->pending.push_back(std::move(op));
+            stream->issued++;
             return cudaSuccess;
         }
     }
@@ -191,7 +278,9 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
-    return record(unsafe_during_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+    if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    run_streams(false);
+    return cudaSuccess;
 }
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
     if (least) *least = 0;
@@ -217,6 +306,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 cudaError_t cudaFree(void* p) {
     if (p == NULL) return cudaSuccess;
     if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    run_streams(false);  // cudaFree synchronizes the device
     {
         lock l;
         if (allocations.erase(p) == 0) return record(cudaErrorInvalidValue);
@@ -226,27 +316,46 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+    if (*p == NULL) return record(cudaErrorMemoryAllocation);
+    lock l;
+    pinned.insert(*p);
+    return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) {
+    run_streams(false);  // as cudaFree
+    {
+        lock l;
+        pinned.erase(p);
+    }
     free(p);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind) {
     if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    run_streams(true);  // on the legacy stream
     if (bytes) memmove(dst, src, bytes);
     return cudaSuccess;
 }
+// As CUDA treats pageable host memory (not cudaMallocHost'ed): a copy from it reads it
+// before returning (staging), and a copy to it has finished when the call returns.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind,
                             cudaStream_t stream) {
-    return record(emu_enqueue(stream, [=] {
+    if (lazy && bytes && capture_of(stream) == NULL && !device_or_pinned(src)) {
+        auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
+        return record(emu_enqueue(stream, [=] { memmove(dst, staged->data(), bytes); }));
+    }
+    const cudaError_t e = emu_enqueue(stream, [=] {
         if (bytes) memmove(dst, src, bytes);
-    }));
+    });
+    if (lazy && e == cudaSuccess && bytes && capture_of(stream) == NULL && !device_or_pinned(dst))
+        run_stream(stream);
+    return record(e);
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
     if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
+    run_streams(true);
     memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -264,8 +373,8 @@ cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, si
 // ----------------------------------------------------------------------------
 // streams and graph capture
 
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int, int) {
-    emu_stream* s = new emu_stream{NULL};
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int) {
+    emu_stream* s = new emu_stream{NULL, !(flags & cudaStreamNonBlocking), {}, 0, 0, false};
     lock l;
     streams.push_back(s);
     *stream = s;
@@ -277,17 +386,22 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     if (stream == NULL || stream == cudaStreamLegacy) return record(cudaErrorInvalidResourceHandle);
+    run_stream(stream);  // its work completes (on a GPU: asynchronously)
     lock l;
     for (size_t i = 0; i < streams.size(); i++)
         if (streams[i] == stream) {
             streams.erase(streams.begin() + (long)i);
-            delete stream;
+            if (lazy)
+                destroyed->push_back(stream);
+            else
+                delete stream;
             return cudaSuccess;
         }
     return record(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     if (capture_of(stream)) return record(cudaErrorStreamCaptureUnsupported);
+    run_stream(stream);
     return cudaSuccess;
 }
 
@@ -322,7 +436,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 // events: every operation before a record has run when it is recorded (outside a capture)
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-    *event = new emu_event{NULL, now_ms()};
+    *event = new emu_event{NULL, now_ms(), NULL, 0, false};
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
@@ -338,23 +452,59 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     lock l;
     event->capture = g;
     if (g == NULL) event->recorded_ms = now_ms();
+    const bool legacy = stream == NULL || stream == cudaStreamLegacy;
+    event->stream = lazy && g == NULL && !legacy ? stream : NULL;  // the legacy stream's work has run
+    event->upto = event->stream ? stream->issued : 0;
+    event->queried = false;
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
     if (event == NULL) return record(cudaErrorInvalidResourceHandle);
-    lock l;
-    if (event->capture && stream != NULL && stream != cudaStreamLegacy) {
-        if (stream->capture == NULL) stream->capture = event->capture;  // joins the capture
-        else if (stream->capture != event->capture) return record(cudaErrorStreamCaptureIsolation);
+    emu_stream* on;
+    uint64_t upto;
+    {
+        lock l;
+        if (event->capture && stream != NULL && stream != cudaStreamLegacy) {
+            if (stream->capture == NULL) stream->capture = event->capture;  // joins the capture
+            else if (stream->capture != event->capture) return record(cudaErrorStreamCaptureIsolation);
+        }
+        on = event->stream;
+        upto = event->upto;
     }
-    return cudaSuccess;
+    if (on == NULL || on == stream) return cudaSuccess;
+    if (stream == NULL || stream == cudaStreamLegacy) {
+        run_until(on, upto);
+        return cudaSuccess;
+    }
+    return record(emu_enqueue(stream, [on, upto] { run_until(on, upto); }));
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (event == NULL) return record(cudaErrorInvalidResourceHandle);
-    lock l;
-    return record(event->capture ? cudaErrorStreamCaptureUnsupported : cudaSuccess);
+    emu_stream* on;
+    uint64_t upto;
+    {
+        lock l;
+        if (event->capture) return record(cudaErrorStreamCaptureUnsupported);
+        on = event->stream;
+        upto = event->upto;
+    }
+    if (on) run_until(on, upto);
+    return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+// Lazy mode: an event whose work has not run is "not ready" once, then runs it (a GPU makes
+// progress on its own; polling must not be what orders the streams).
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    if (event == NULL) return record(cudaErrorInvalidResourceHandle);
+    {
+        lock l;
+        if (event->capture) return record(cudaErrorStreamCaptureUnsupported);
+        if (event->stream && event->stream->done < event->upto && !event->queried) {
+            event->queried = true;
+            return cudaErrorNotReady;
+        }
+    }
+    return cudaEventSynchronize(event);
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (start == NULL || end == NULL) return record(cudaErrorInvalidResourceHandle);
     *ms = (float)(end->recorded_ms - start->recorded_ms);

@@ -4,13 +4,21 @@
 // tests/cuda/emu/launch.sed) and test_cuda_kernels run on a machine without a GPU.
 //
 // Device memory is host memory (cudaMalloc fills it with a NaN pattern, so a read of
-// anything never written shows). Every operation runs when it is issued, in issue order:
-// a valid order for any program, since each stream and event dependency points from an
-// earlier call to a later one; what this cannot show is a missing dependency (a race
-// between streams). While a stream is being captured, its operations (and those of
-// streams joined to the capture through an event) are recorded into the graph instead,
-// and cudaGraphLaunch runs them in the recorded order. Kernels run on the pthreads of
-// tests/cuda/cuda_emu.h (C++ only; C sees the host API).
+// anything never written shows). By default every operation runs when it is issued, in
+// issue order: a valid order for any program, since each stream and event dependency
+// points from an earlier call to a later one; what this cannot show is a missing
+// dependency (a race between streams). With CUDA_EMU_LAZY=1 in the environment, an
+// operation on a stream other than the legacy one runs only when something needs it: a
+// synchronization of its stream, its device or an event recorded after it, or an
+// operation of another stream that waits for such an event. Each stream's work is
+// therefore delayed as long as its dependencies allow, so an operation that reads what
+// another stream writes without waiting for it sees the old contents (and one that
+// writes what another stream still has to read, unordered, overwrites it first): the
+// results change, and a conformance test fails. While a stream is being captured, its
+// operations (and those of streams joined to the capture through an event) are recorded
+// into the graph instead, and cudaGraphLaunch issues them in the recorded order on its
+// stream. Kernels run on the fibers or pthreads of tests/cuda/cuda_emu.h (C++ only; C
+// sees the host API).
 #ifndef FSDPGEN_CUDA_EMU_RUNTIME_H
 #define FSDPGEN_CUDA_EMU_RUNTIME_H
 
@@ -195,6 +203,10 @@ struct emu_launcher {
     void operator()(A... args) const {
         if (!emu_smem_allowed(cfg.smem)) {
             emu_set_launch_error(cudaErrorInvalidValue);
+            return;
+        }
+        if (!emu_launch_fits(cfg.grid, cfg.block, cfg.smem)) {  // reported at the launch, as on a GPU
+            emu_set_launch_error(cudaErrorInvalidConfiguration);
             return;
         }
         const auto body = make(args...);

@@ -1,0 +1,120 @@
+// The CUDA emulator's lazy mode (CUDA_EMU_LAZY=1, tests/cuda/emu/include/cuda_runtime.h):
+// each stream's work runs only when something needs it, so a missing stream dependency
+// changes results. Checks, with copies and memsets on two non-blocking streams:
+//   * a read on stream B of what stream A writes sees the old contents without a wait for
+//     A's event, the new ones with it;
+//   * a write on A to what B still has to read, unordered, reaches B's read first; ordered
+//     by an event, it does not;
+//   * an event synchronization runs its stream up to the record only; a query of an event
+//     whose work has not run answers "not ready" once, then runs it;
+//   * pageable host memory: a copy from it reads it at the call (later host writes do not
+//     reach the device), a copy to it is complete when the call returns;
+//   * cudaFree and cudaDeviceSynchronize run every stream's work first (AddressSanitizer
+//     would report a pending copy into freed memory).
+// Run with CUDA_EMU_LAZY=1 (tests/cuda/run.sh does); ends with `N passed, N failed`.
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+enum { N = 256 };
+
+static unsigned char host_byte(const unsigned char* d) {
+    unsigned char v = 0;
+    cudaMemcpy(&v, d, 1, cudaMemcpyDeviceToHost);
+    return v;
+}
+
+int main(void) {
+    const char* mode = getenv("CUDA_EMU_LAZY");
+    if (!mode || strcmp(mode, "1") != 0) {
+        printf("FAIL run with CUDA_EMU_LAZY=1 (the emulator's lazy mode)\n0 passed, 1 failed\n");
+        return 1;
+    }
+    cudaStream_t a, b;
+    cudaEvent_t ev;
+    unsigned char *x, *y;
+    CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+              cudaMalloc((void**)&x, N) == cudaSuccess && cudaMalloc((void**)&y, N) == cudaSuccess,
+          "two non-blocking streams, an event, two buffers");
+
+    // read after write
+    cudaMemset(x, 1, N);
+    cudaMemsetAsync(x, 7, N, a);
+    cudaMemcpyAsync(y, x, N, cudaMemcpyDeviceToDevice, b);
+    cudaStreamSynchronize(b);
+    CHECK(host_byte(y) == 1, "B reads what A writes, no wait: the old contents (%d)", host_byte(y));
+    cudaDeviceSynchronize();
+    cudaMemset(x, 1, N);
+    cudaMemsetAsync(x, 7, N, a);
+    cudaEventRecord(ev, a);
+    cudaStreamWaitEvent(b, ev, 0);
+    cudaMemcpyAsync(y, x, N, cudaMemcpyDeviceToDevice, b);
+    cudaStreamSynchronize(b);
+    CHECK(host_byte(y) == 7, "B waits for A's event, then reads: A's write (%d)", host_byte(y));
+
+    // write after read
+    cudaDeviceSynchronize();
+    cudaMemset(x, 3, N);
+    cudaMemcpyAsync(y, x, N, cudaMemcpyDeviceToDevice, b);
+    cudaMemsetAsync(x, 9, N, a);
+    cudaStreamSynchronize(a);
+    cudaStreamSynchronize(b);
+    CHECK(host_byte(y) == 9, "A overwrites what B has to read, unordered: B reads the new value (%d)",
+          host_byte(y));
+    cudaMemset(x, 3, N);
+    cudaMemcpyAsync(y, x, N, cudaMemcpyDeviceToDevice, b);
+    cudaEventRecord(ev, b);
+    cudaStreamWaitEvent(a, ev, 0);
+    cudaMemsetAsync(x, 9, N, a);
+    cudaStreamSynchronize(a);
+    cudaStreamSynchronize(b);
+    CHECK(host_byte(y) == 3, "A waits for B's read, then overwrites: B read the old value (%d)",
+          host_byte(y));
+
+    // an event synchronization runs its stream up to the record
+    cudaDeviceSynchronize();
+    cudaMemsetAsync(x, 4, N, a);
+    cudaEventRecord(ev, a);
+    cudaMemsetAsync(x, 5, N, a);
+    cudaEventSynchronize(ev);
+    unsigned char seen = 0;
+    memcpy(&seen, x, 1);  // device memory is host memory here: look without synchronizing
+    cudaStreamSynchronize(a);
+    CHECK(seen == 4 && host_byte(x) == 5, "cudaEventSynchronize runs the work before the record "
+          "only (%d), the stream's synchronization the rest (%d)", seen, host_byte(x));
+    cudaMemsetAsync(x, 6, N, a);
+    cudaEventRecord(ev, a);
+    cudaError_t first = cudaEventQuery(ev);
+    memcpy(&seen, x, 1);
+    cudaError_t second = cudaEventQuery(ev);
+    CHECK(first == cudaErrorNotReady && seen == 5 && second == cudaSuccess && host_byte(x) == 6 &&
+              cudaGetLastError() == cudaSuccess,
+          "cudaEventQuery: not ready (%s) with the work pending, then ready (%s) with it run",
+          cudaGetErrorName(first), cudaGetErrorName(second));
+
+    // pageable host memory
+    unsigned char* h = malloc(N);
+    memset(h, 6, N);
+    cudaMemcpyAsync(x, h, N, cudaMemcpyHostToDevice, a);
+    memset(h, 8, N);
+    cudaStreamSynchronize(a);
+    CHECK(host_byte(x) == 6, "a copy from pageable memory reads it at the call (%d)", host_byte(x));
+    cudaMemsetAsync(y, 2, N, a);
+    cudaMemcpyAsync(h, y, N, cudaMemcpyDeviceToHost, a);
+    CHECK(h[0] == 2 && h[N - 1] == 2, "a copy to pageable memory is complete at return (%d)", h[0]);
+    free(h);
+
+    // cudaFree runs what is pending first
+    cudaMemsetAsync(y, 1, N, b);
+    cudaMemsetAsync(x, 1, N, a);
+    CHECK(cudaFree(y) == cudaSuccess && cudaFree(x) == cudaSuccess,
+          "cudaFree with work pending on both streams");
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    return check_summary();
+}

@@ -1,0 +1,95 @@
+-- Buffers that the CUDA backend's side streams use stay in the memory plan until compute
+-- waits for that work, so no later buffer is placed on bytes a side stream may still read
+-- or write (runtime/cuda_step/backend.c orders the streams; the plan must not undo that):
+--   * an all-gather's output and, for a post-forward all-gather, the post-forward shard its
+--     copy-in reads: until the all_gather_wait or all_gather_drop of that all-gather
+--     (compute waits for the all-gather there);
+--   * a reduce-scatter's input and output: until the next reduce_scatter step, or to the
+--     end of the step program after the last one (compute waits for the reduction in
+--     flight at the next one, and for all of them before clipping and the optimizer).
+-- Checked on every spec of the repository; before the post-forward shard's rule, a
+-- backward gradient was planned on a shard that a prefetched copy-in had yet to read
+-- (found by the emulator's lazy mode, tests/cuda/emu).
+-- Run from the repository root: lua5.4 tests/generator/stream_lifetimes.lua
+package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
+local loader = require("loader")
+local planner = require("planner")
+
+local util = require("tests.generator.step_c")
+local check = util.check
+
+local function name(plan, i)
+  local st = plan.steps[i]
+  return st and string.format("step %d (%s%s)", i, st.op, st.group and (' "' .. st.group.name .. '"') or "") or "the end"
+end
+
+-- Problems of one plan, as strings.
+local function problems(plan)
+  local out = {}
+  local steps = plan.steps
+  local function need(b, until_i, what, i)
+    if b and b.last < until_i then
+      out[#out + 1] = string.format("%s of %s ends at %s, before %s", what, name(plan, i), name(plan, b.last),
+        name(plan, until_i))
+    end
+  end
+  for i, st in ipairs(steps) do
+    if st.op == "all_gather" then
+      local wait
+      for j = i + 1, #steps do
+        local o = steps[j]
+        if (o.op == "all_gather_wait" or o.op == "all_gather_drop") and o.ag == st.ag then wait = j break end
+      end
+      if not wait then
+        out[#out + 1] = name(plan, i) .. " is never waited for or dropped"
+      else
+        need(st.bufs.out, wait, "the output", i)
+        if st.sub then need(st.bufs.pf, wait, "the post-forward shard read by the copy-in", i) end
+      end
+    elseif st.op == "reduce_scatter" and not st.direct then
+      local next_rs = #steps + 1
+      for j = i + 1, #steps do
+        if steps[j].op == "reduce_scatter" then next_rs = j break end
+      end
+      need(st.bufs.rs_in, math.min(next_rs, #steps), "the input", i)
+      need(st.bufs.rs_out, math.min(next_rs, #steps), "the output", i)
+    end
+  end
+  return out
+end
+
+local n_specs, n_sub = 0, 0
+for _, path in ipairs(util.all_specs()) do
+  local ok, plan = pcall(function()
+    local spec = loader.load(path)
+    return loader.protect(spec.line, planner.plan, spec)
+  end)
+  if not ok then
+    check(false, path .. ": plan failed: " .. tostring(type(plan) == "table" and plan.msg or plan))
+  else
+    n_specs = n_specs + 1
+    for _, st in ipairs(plan.steps) do
+      if st.op == "all_gather" and st.sub then n_sub = n_sub + 1 end
+    end
+    local p = problems(plan)
+    if #p > 0 then check(false, path .. ": " .. p[1] .. (#p > 1 and string.format(" (and %d more)", #p - 1) or "")) end
+  end
+end
+check(n_specs > 0 and n_sub > 0, string.format("%d specs: side-stream buffers live until compute waits for their "
+  .. "work (%d post-forward all-gathers among them)", n_specs, n_sub))
+
+-- The check itself: a post-forward shard that ends at its all-gather's issue is reported.
+local fake_group = { name = "g" }
+local pf = { last = 1 }
+local fake = { steps = {
+  { op = "all_gather", ag = 1, sub = true, group = fake_group, bufs = { out = { last = 3 }, pf = pf } },
+  { op = "backward", bufs = {} },
+  { op = "all_gather_wait", ag = 1, group = fake_group, bufs = {} },
+} }
+local p = problems(fake)
+check(#p == 1 and p[1]:find("post%-forward shard") ~= nil,
+  "a post-forward shard freed at its all-gather's issue is reported: " .. tostring(p[1]))
+pf.last = 3
+check(#problems(fake) == 0, "and not once it lives until the wait")
+
+util.finish()
