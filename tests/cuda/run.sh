@@ -13,7 +13,7 @@
 # test_cuda_streams themselves linked against every runtime/cuda kernel on the CPU emulator
 # (tests/cuda/emu: the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as
 # fibers, under ASan+UBSan), so every GPU check also runs here; test_cuda_streams_emu also in
-# the emulator's lazy mode, which test_lazy_emu checks.
+# the emulator's lazy mode, which test_lazy_emu checks (both lazy modes).
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
@@ -34,11 +34,12 @@ if ! ninja -f runtime/cuda.ninja cuda cuda_tests; then
 fi
 echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 
-# lazy:NAME runs NAME with the emulator's lazy mode (CUDA_EMU_LAZY=1: each stream's work
-# delayed until something needs it, so a missing stream dependency changes the results)
+# MODE:NAME runs NAME with the emulator's lazy mode CUDA_EMU_LAZY=MODE (1: each stream's work
+# delayed until something needs it; low: only the lowest-priority streams'), so a missing
+# stream dependency changes the results
 tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_emu_tsan test_flash_tc_emu
 test_flash_tc_emu_tsan test_mma_layout test_cuda_kernels test_cuda_streams test_cuda_kernels_emu
-test_cuda_streams_emu lazy:test_cuda_streams_emu lazy:test_lazy_emu"
+test_cuda_streams_emu 1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"
@@ -48,8 +49,8 @@ failed=0
 for t in $tests; do
     echo "== $t"
     lazy=0
-    [[ $t == lazy:* ]] && lazy=1
-    out=$(CUDA_EMU_LAZY=$lazy "build/cuda/${t#lazy:}" 2>&1)
+    [[ $t == *:* ]] && lazy=${t%%:*}
+    out=$(CUDA_EMU_LAZY=$lazy "build/cuda/${t#*:}" 2>&1)
     rc=$?
     printf '%s\n' "$out"
     last=$(printf '%s\n' "$out" | tail -n 1)

@@ -60,14 +60,15 @@ done
 # ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
 # Without a GPU, each spec's --cuda objects are relinked against the emulated CUDA libraries
 # (tests/cuda/emu: runtime/cuda and runtime/cuda_step compiled for the host, one-rank NCCL,
-# ASan + UBSan), so the same checks run there, in the emulator's lazy mode (CUDA_EMU_LAZY=1:
-# each stream's work runs only when something waits for it, so a missing wait between the
-# step's streams changes the results); compute-sanitizer needs the GPU.
+# ASan + UBSan), so the same checks run there, in the emulator's lazy modes: the conformance
+# tests with CUDA_EMU_LAZY=1 (each stream's work runs only when something waits for it), CUDA
+# vs CPU with CUDA_EMU_LAZY=low (only compute and the all-reduce stream wait to be needed; the
+# copy-in, all-gather and reduce-scatter streams run at issue), so a missing wait between the
+# step's streams changes the results either way; compute-sanitizer needs the GPU.
 
 gpu=1
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
     gpu=0
-    export CUDA_EMU_LAZY=1
     skipped+=("compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance and CUDA vs CPU run on the emulator instead")
     if ! ninja -f runtime/cuda.ninja build/cuda/emu/librt_kernels_cuda_emu.a >"$work/emu.log" 2>&1 ||
         ! ninja -f runtime/cuda_step.ninja cuda_step_emu build/cuda_step/test_cuda_local_emu \
@@ -79,7 +80,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
         suite_summary
         exit $?
     fi
-    run_suite "emulated test_cuda_local" build/cuda_step/test_cuda_local_emu
+    CUDA_EMU_LAZY=1 run_suite "emulated test_cuda_local" build/cuda_step/test_cuda_local_emu
 fi
 
 # cuda_binary NAME MAIN sets bin to spec NAME's CUDA binary whose main object is MAIN (main:
@@ -108,14 +109,14 @@ find_python
 for entry in "${specs[@]}"; do
     read -r spec rtol <<<"$entry"
     name=$(basename "$spec" .lua)
-    cuda_binary "$name" test && run_suite "conformance/$name ($where)" "$bin"
+    cuda_binary "$name" test && CUDA_EMU_LAZY=1 run_suite "conformance/$name ($where)" "$bin"
     if [ -z "$py" ]; then
         skipped+=("CUDA vs CPU $name: SKIP no python3 with torch")
         continue
     fi
     cuda_binary "$name" main || continue
     ./fsdpgen run "$spec" -- --steps 5 --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
-    "$bin" --steps 5 --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
+    CUDA_EMU_LAZY=low "$bin" --steps 5 --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
     PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name ($where)" "$py" tests/cuda_step/compare_runs.py \
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
         "$work/$name.cuda.safetensors" "$rtol" "$name"

@@ -32,8 +32,9 @@ struct emu_graph_exec {
 struct emu_stream {
     emu_graph* capture;  // the graph this stream's work goes to, or NULL
     bool blocking;       // synchronizes with the legacy stream (no cudaStreamNonBlocking)
-    // CUDA_EMU_LAZY: operations issued and not run yet, how many were issued and run, and
-    // whether one is running (on some host thread, outside the lock)
+    bool lazy;           // CUDA_EMU_LAZY chose this stream: its operations wait to be needed
+    // lazy: operations issued and not run yet, how many were issued and run, and whether one
+    // is running (on some host thread, outside the lock)
     std::deque<std::function<void()>> pending;
     uint64_t issued, done;
     bool running;
@@ -52,7 +53,21 @@ struct emu_event {
 namespace {
 pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;  // everything below
 pthread_cond_t ran = PTHREAD_COND_INITIALIZER;   // a lazy operation finished
-const bool lazy = getenv("CUDA_EMU_LAZY") && strcmp(getenv("CUDA_EMU_LAZY"), "0") != 0;
+// CUDA_EMU_LAZY: 0 (or unset) runs everything at issue; 1 makes every created stream lazy;
+// low only the streams of the lowest priority (0; the step backend's compute stream), the
+// others running at issue, which shows the races where delaying every stream hides them (a
+// side stream that writes what compute still has to read).
+enum lazy_mode_t { LAZY_OFF, LAZY_ALL, LAZY_LOW };
+lazy_mode_t lazy_mode_from_env(void) {
+    const char* v = getenv("CUDA_EMU_LAZY");
+    if (v == NULL || strcmp(v, "0") == 0 || *v == 0) return LAZY_OFF;
+    if (strcmp(v, "1") == 0) return LAZY_ALL;
+    if (strcmp(v, "low") == 0) return LAZY_LOW;
+    fprintf(stderr, "cuda_emu: CUDA_EMU_LAZY must be 0, 1 or low, got '%s'\n", v);
+    exit(2);
+}
+const lazy_mode_t lazy_mode = lazy_mode_from_env();
+const bool lazy = lazy_mode != LAZY_OFF;
 std::map<const void*, size_t> allocations;       // cudaMalloc'ed: start, bytes
 std::set<const void*> pinned;                    // cudaMallocHost'ed
 int smem_attribute = 0;  // the largest cudaFuncAttributeMaxDynamicSharedMemorySize set
@@ -177,7 +192,7 @@ cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
             stream->capture->ops.push_back(std::move(op));
             return cudaSuccess;
         }
-        if (lazy) {
+        if (stream->lazy) {
             stream->pending.push_back(std::move(op));
             stream->issued++;
             return cudaSuccess;
@@ -342,14 +357,15 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpy
 // before returning (staging), and a copy to it has finished when the call returns.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind,
                             cudaStream_t stream) {
-    if (lazy && bytes && capture_of(stream) == NULL && !device_or_pinned(src)) {
+    const bool lazy_stream = stream != NULL && stream != cudaStreamLegacy && stream->lazy;
+    if (lazy_stream && bytes && capture_of(stream) == NULL && !device_or_pinned(src)) {
         auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
         return record(emu_enqueue(stream, [=] { memmove(dst, staged->data(), bytes); }));
     }
     const cudaError_t e = emu_enqueue(stream, [=] {
         if (bytes) memmove(dst, src, bytes);
     });
-    if (lazy && e == cudaSuccess && bytes && capture_of(stream) == NULL && !device_or_pinned(dst))
+    if (lazy_stream && e == cudaSuccess && bytes && capture_of(stream) == NULL && !device_or_pinned(dst))
         run_stream(stream);
     return record(e);
 }
@@ -373,8 +389,9 @@ cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, si
 // ----------------------------------------------------------------------------
 // streams and graph capture
 
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int) {
-    emu_stream* s = new emu_stream{NULL, !(flags & cudaStreamNonBlocking), {}, 0, 0, false};
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
+    const bool lazy_stream = lazy_mode == LAZY_ALL || (lazy_mode == LAZY_LOW && priority >= 0);
+    emu_stream* s = new emu_stream{NULL, !(flags & cudaStreamNonBlocking), lazy_stream, {}, 0, 0, false};
     lock l;
     streams.push_back(s);
     *stream = s;
@@ -453,7 +470,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     event->capture = g;
     if (g == NULL) event->recorded_ms = now_ms();
     const bool legacy = stream == NULL || stream == cudaStreamLegacy;
-    event->stream = lazy && g == NULL && !legacy ? stream : NULL;  // the legacy stream's work has run
+    event->stream = g == NULL && !legacy && stream->lazy ? stream : NULL;  // other streams' work has run
     event->upto = event->stream ? stream->issued : 0;
     event->queried = false;
     return cudaSuccess;

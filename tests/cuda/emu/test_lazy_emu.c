@@ -11,7 +11,9 @@
 //     reach the device), a copy to it is complete when the call returns;
 //   * cudaFree and cudaDeviceSynchronize run every stream's work first (AddressSanitizer
 //     would report a pending copy into freed memory).
-// Run with CUDA_EMU_LAZY=1 (tests/cuda/run.sh does); ends with `N passed, N failed`.
+// With CUDA_EMU_LAZY=low only streams of the lowest priority are lazy: a higher-priority
+// stream's work runs at issue, so its unordered write reaches a lazy stream's pending read.
+// Run with CUDA_EMU_LAZY=1 and =low (tests/cuda/run.sh does); ends with `N passed, N failed`.
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +28,34 @@ static unsigned char host_byte(const unsigned char* d) {
     return v;
 }
 
+// CUDA_EMU_LAZY=low: stream `hi` (priority -1) runs at issue, `lo` (priority 0) lazily.
+static int test_low(void) {
+    cudaStream_t hi, lo;
+    unsigned char *x, *y;
+    CHECK(cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, -1) == cudaSuccess &&
+              cudaStreamCreateWithPriority(&lo, cudaStreamNonBlocking, 0) == cudaSuccess &&
+              cudaMalloc((void**)&x, N) == cudaSuccess && cudaMalloc((void**)&y, N) == cudaSuccess,
+          "a high- and a low-priority stream, two buffers");
+    cudaMemset(x, 3, N);
+    cudaMemcpyAsync(y, x, N, cudaMemcpyDeviceToDevice, lo);
+    cudaMemsetAsync(x, 9, N, hi);
+    unsigned char seen = 0;
+    memcpy(&seen, x, 1);  // device memory is host memory here
+    cudaStreamSynchronize(lo);
+    CHECK(seen == 9 && host_byte(y) == 9, "the high-priority stream's write runs at issue (%d) and "
+          "reaches the low-priority stream's unordered pending read (%d)", seen, host_byte(y));
+    cudaFree(x);
+    cudaFree(y);
+    cudaStreamDestroy(hi);
+    cudaStreamDestroy(lo);
+    return check_summary();
+}
+
 int main(void) {
     const char* mode = getenv("CUDA_EMU_LAZY");
+    if (mode && strcmp(mode, "low") == 0) return test_low();
     if (!mode || strcmp(mode, "1") != 0) {
-        printf("FAIL run with CUDA_EMU_LAZY=1 (the emulator's lazy mode)\n0 passed, 1 failed\n");
+        printf("FAIL run with CUDA_EMU_LAZY=1 or low (the emulator's lazy modes)\n0 passed, 1 failed\n");
         return 1;
     }
     cudaStream_t a, b;
