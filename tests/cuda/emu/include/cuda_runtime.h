@@ -14,11 +14,12 @@
 // therefore delayed as long as its dependencies allow, so an operation that reads what
 // another stream writes without waiting for it sees the old contents (and one that
 // writes what another stream still has to read, unordered, overwrites it first): the
-// results change, and a conformance test fails. While a stream is being captured, its
-// operations (and those of streams joined to the capture through an event) are recorded
-// into the graph instead, and cudaGraphLaunch issues them in the recorded order on its
-// stream. Kernels run on the fibers or pthreads of tests/cuda/cuda_emu.h (C++ only; C
-// sees the host API).
+// results change, and a conformance test fails. CUDA_EMU_LAZY=low delays only the streams
+// of the lowest priority and runs the others at issue (see cuda_runtime_emu.cc). While a
+// stream is being captured, its operations (and those of streams joined to the capture
+// through an event) are recorded into the graph instead, and cudaGraphLaunch issues them
+// in the recorded order on its stream. Kernels run on the fibers or pthreads of
+// tests/cuda/cuda_emu.h (C++ only; C sees the host API).
 #ifndef FSDPGEN_CUDA_EMU_RUNTIME_H
 #define FSDPGEN_CUDA_EMU_RUNTIME_H
 
