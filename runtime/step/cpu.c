@@ -176,6 +176,19 @@ static int reference_reduce(rt_rank* R, const rt_model_group* mg, rt_fsdp_layout
     return 0;
 }
 
+// Both reductions start here: the unsharded grads at grads_off rounded to grads_dtype, and
+// per parameter its unsharded grad (rg->ptrs[0]) and its sharded grad (rg->ptrs[1]).
+static void reduction_ptrs(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
+    rt_step_param_ptrs(R, g, grads_off, 1, rg->ptrs[0]);
+    for (int i = 0; i < mg->nparams; i++) {
+        const rt_model_param* p = &R->model->params[mg->params[i]];
+        rg->ptrs[1][i] = rt_step_f32(R, mg->grads_off, p->block_offset, rg->layout.params[i].shard_numel);
+    }
+}
+
 void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
                         size_t rs_in_off, size_t rs_out_off, int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
@@ -183,14 +196,9 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
     double t0 = now_s();
     rt_fsdp_layout* L = &rg->layout;
     size_t es = rt_dtype_size(mg->reduce_dtype);
-    rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
+    reduction_ptrs(R, g, grads_off, grads_dtype);
     void** grads = rg->ptrs[0];
     void** sharded = rg->ptrs[1];
-    rt_step_param_ptrs(R, g, grads_off, 1, grads);
-    for (int i = 0; i < mg->nparams; i++) {
-        const rt_model_param* p = &R->model->params[mg->params[i]];
-        sharded[i] = rt_step_f32(R, mg->grads_off, p->block_offset, L->params[i].shard_numel);
-    }
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
     rt_fsdp_reduce_args a = {R->mesh.shard, mg->all_reduce ? R->mesh.replicate : NULL,
@@ -208,16 +216,13 @@ void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
-    rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
-    void** grads = rg->ptrs[0];
-    rt_step_param_ptrs(R, g, grads_off, 1, grads);
+    reduction_ptrs(R, g, grads_off, grads_dtype);
     for (int i = 0; i < mg->nparams; i++) {
         size_t n = (size_t)rg->layout.params[i].shard_numel;
-        float* sharded = rt_step_f32(R, mg->grads_off, R->model->params[mg->params[i]].block_offset, n);
         if (accumulate)
-            rt_accumulate(sharded, grads[i], n);
+            rt_accumulate(rg->ptrs[1][i], rg->ptrs[0][i], n);
         else
-            memcpy(sharded, grads[i], n * sizeof *sharded);
+            memcpy(rg->ptrs[1][i], rg->ptrs[0][i], n * sizeof(float));
     }
     span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
 }

@@ -6,8 +6,6 @@
 -- that each vary one thing, and on every spec of the repository (direct exactly at world 1).
 -- Run from the repository root: lua5.4 tests/generator/direct_reduction.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local loader = require("loader")
-local planner = require("planner")
 local emit_step = require("emit_step")
 local schedule = require("schedule")
 
@@ -16,9 +14,8 @@ local check = util.check
 
 -- Plans a spec file: its reduce_scatter steps, reduce-scatter buffers and step C.
 local function plan_of(path)
-  local spec = loader.load(path)
-  local plan = loader.protect(spec.line, planner.plan, spec)
-  local r = { steps = {}, rs_bufs = 0, world = spec.world_size }
+  local plan = util.plan(path)
+  local r = { steps = {}, rs_bufs = 0, world = plan.spec.world_size }
   for _, st in ipairs(plan.steps) do
     if st.op == "reduce_scatter" then r.steps[#r.steps + 1] = st end
   end

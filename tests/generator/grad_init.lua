@@ -14,8 +14,6 @@
 --     contribution lands on elements already zeroed or assigned.
 -- Run from the repository root: lua5.4 tests/generator/grad_init.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local loader = require("loader")
-local planner = require("planner")
 local emit_step = require("emit_step")
 local kernels = require("kernels_c")
 local memory = require("memory")
@@ -143,8 +141,7 @@ check_param_grads = function(name, plan, secs, bsteps)
 end
 
 local function check_spec(path)
-  local spec = loader.load(path)
-  local plan = loader.protect(spec.line, planner.plan, spec)
+  local plan = util.plan(path)
   -- Record the op of every backward step, in the order the emitter walks them.
   local nodes = {}
   local orig = kernels.backward

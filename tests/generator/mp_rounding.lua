@@ -12,16 +12,13 @@
 -- linears, attention's operands, and some of their gradients).
 -- Run from the repository root: lua5.4 tests/generator/mp_rounding.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local loader = require("loader")
-local planner = require("planner")
 local emit_step = require("emit_step")
 
 local util = require("tests.generator.step_c")
 local check, args_of, compute_steps = util.check, util.args_of, util.compute_steps
 
 local function step_c(path)
-  local spec = loader.load(path)
-  local plan = loader.protect(spec.line, planner.plan, spec)
+  local plan = util.plan(path)
   return emit_step.render(plan, path, plan.spec.name), plan.spec.name
 end
 

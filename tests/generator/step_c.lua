@@ -1,6 +1,6 @@
--- Shared by the generator tests that read the emitted step C (mp_rounding.lua,
--- grad_init.lua): the pass/fail count, the list of every spec, the step C's compute
--- sections and a C call's arguments.
+-- Shared by the generator tests that plan specs or read the emitted step C (mp_rounding.lua,
+-- grad_init.lua, direct_reduction.lua, stream_lifetimes.lua): the pass/fail count, the list
+-- of every spec, a spec's plan, the step C's compute sections and a C call's arguments.
 local M = {}
 
 local passed, failed = 0, 0
@@ -25,6 +25,13 @@ function M.all_specs()
   for f in p:lines() do specs[#specs + 1] = f end
   p:close()
   return specs
+end
+
+-- The plan of a spec file, as the generator makes it (a spec error is raised as its table).
+function M.plan(path)
+  local loader = require("loader")
+  local spec = loader.load(path)
+  return loader.protect(spec.line, require("planner").plan, spec)
 end
 
 -- The compute steps of a step C, in order: { kind (forward, backward, loss_grad, ...),

@@ -12,8 +12,6 @@
 -- (found by the emulator's lazy mode, tests/cuda/emu).
 -- Run from the repository root: lua5.4 tests/generator/stream_lifetimes.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local loader = require("loader")
-local planner = require("planner")
 
 local util = require("tests.generator.step_c")
 local check = util.check
@@ -60,10 +58,7 @@ end
 
 local n_specs, n_sub = 0, 0
 for _, path in ipairs(util.all_specs()) do
-  local ok, plan = pcall(function()
-    local spec = loader.load(path)
-    return loader.protect(spec.line, planner.plan, spec)
-  end)
+  local ok, plan = pcall(util.plan, path)
   if not ok then
     check(false, path .. ": plan failed: " .. tostring(type(plan) == "table" and plan.msg or plan))
   else

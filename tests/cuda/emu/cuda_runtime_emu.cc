@@ -106,8 +106,12 @@ bool unsafe_during_capture(void) {
     return false;
 }
 
+// The legacy default stream (NULL or cudaStreamLegacy): it synchronizes with every blocking
+// stream and is never captured or lazy.
+bool is_legacy(cudaStream_t s) { return s == NULL || s == cudaStreamLegacy; }
+
 emu_graph* capture_of(cudaStream_t s) {
-    if (s == NULL || s == cudaStreamLegacy) return NULL;
+    if (is_legacy(s)) return NULL;
     lock l;
     return s->capture;
 }
@@ -158,7 +162,7 @@ void run_streams(bool blocking_only) {
 // Runs everything issued so far on `stream` (the legacy stream: as run_streams(true)).
 void run_stream(cudaStream_t stream) {
     if (!lazy) return;
-    if (stream == NULL || stream == cudaStreamLegacy) return run_streams(true);
+    if (is_legacy(stream)) return run_streams(true);
     uint64_t upto;
     {
         lock l;
@@ -182,7 +186,7 @@ bool device_or_pinned(const void* p) {
 }  // namespace
 
 cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
-    if (stream == NULL || stream == cudaStreamLegacy) {
+    if (is_legacy(stream)) {
         // the legacy stream synchronizes with every stream: never legal during a capture
         if (unsafe_during_capture()) return cudaErrorStreamCaptureImplicit;
         run_streams(true);
@@ -357,7 +361,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpy
 // before returning (staging), and a copy to it has finished when the call returns.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind,
                             cudaStream_t stream) {
-    const bool lazy_stream = stream != NULL && stream != cudaStreamLegacy && stream->lazy;
+    const bool lazy_stream = !is_legacy(stream) && stream->lazy;
     if (lazy_stream && bytes && capture_of(stream) == NULL && !device_or_pinned(src)) {
         auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
         return record(emu_enqueue(stream, [=] { memmove(dst, staged->data(), bytes); }));
@@ -402,7 +406,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-    if (stream == NULL || stream == cudaStreamLegacy) return record(cudaErrorInvalidResourceHandle);
+    if (is_legacy(stream)) return record(cudaErrorInvalidResourceHandle);
     run_stream(stream);  // its work completes (on a GPU: asynchronously)
     lock l;
     for (size_t i = 0; i < streams.size(); i++)
@@ -423,7 +427,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-    if (stream == NULL || stream == cudaStreamLegacy) return record(cudaErrorStreamCaptureUnsupported);
+    if (is_legacy(stream)) return record(cudaErrorStreamCaptureUnsupported);
     lock l;
     if (stream->capture) return record(cudaErrorIllegalState);
     emu_graph* g = new emu_graph;
@@ -434,7 +438,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     *graph = NULL;
-    if (stream == NULL || stream == cudaStreamLegacy) return record(cudaErrorIllegalState);
+    if (is_legacy(stream)) return record(cudaErrorIllegalState);
     lock l;
     emu_graph* g = stream->capture;
     if (g == NULL || captures[g].origin != stream) return record(cudaErrorIllegalState);
@@ -464,12 +468,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     if (event == NULL) return record(cudaErrorInvalidResourceHandle);
     emu_graph* g = capture_of(stream);
-    if (g == NULL && (stream == NULL || stream == cudaStreamLegacy) && unsafe_during_capture())
-        return record(cudaErrorStreamCaptureImplicit);
+    const bool legacy = is_legacy(stream);
+    if (g == NULL && legacy && unsafe_during_capture()) return record(cudaErrorStreamCaptureImplicit);
     lock l;
     event->capture = g;
     if (g == NULL) event->recorded_ms = now_ms();
-    const bool legacy = stream == NULL || stream == cudaStreamLegacy;
     event->stream = g == NULL && !legacy && stream->lazy ? stream : NULL;  // other streams' work has run
     event->upto = event->stream ? stream->issued : 0;
     event->queried = false;
@@ -481,7 +484,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     uint64_t upto;
     {
         lock l;
-        if (event->capture && stream != NULL && stream != cudaStreamLegacy) {
+        if (event->capture && !is_legacy(stream)) {
             if (stream->capture == NULL) stream->capture = event->capture;  // joins the capture
             else if (stream->capture != event->capture) return record(cudaErrorStreamCaptureIsolation);
         }
@@ -489,7 +492,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
         upto = event->upto;
     }
     if (on == NULL || on == stream) return cudaSuccess;
-    if (stream == NULL || stream == cudaStreamLegacy) {
+    if (is_legacy(stream)) {
         run_until(on, upto);
         return cudaSuccess;
     }
