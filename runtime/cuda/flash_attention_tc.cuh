@@ -275,6 +275,20 @@ __device__ __forceinline__ void rtc_tc_cp_wait(void) {
 }
 #endif
 
+// 2^x for the softmax's exponentials: one ex2.approx.ftz (the multi-function unit; relative
+// error about 2^-22, results below 2^-126 flushed to 0, 2^-inf = 0) where exp2f adds the
+// instructions that keep subnormal results, which no probability here needs (P is narrowed
+// to E and multiplies values of E). The emulator: the host's exp2f.
+__device__ __forceinline__ float rtc_tc_exp2(float x) {
+#ifdef __CUDACC__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
 // ----------------------------------------------------------------------------
 // fragments through ldmatrix (x4: four 8x8 matrices, see rtc_tc_ldsm)
 
@@ -348,17 +362,18 @@ __device__ __forceinline__ void rtc_tc_mma_row(float (&acc)[NN][4],
 
 // acc[j] += a b_j for the 8-column blocks j < NJ, with a's NK column blocks of 16 (the first
 // nk used) in registers: acc = X Y^T for the warp's rows X and the rows of the shared tile
-// y (row stride ld). Two column blocks at a time (each pair finished before the next),
-// which keeps fewer B fragments live than rtc_tc_mma_row per k block.
+// y (row stride ld). The k blocks are the outer loop, so the NJ products of one k block are
+// independent and issue back to back (an accumulator's next product waits for its last,
+// tens of cycles); each accumulator still sums its k blocks in order.
 template <class E, int NJ, int NK>
 __device__ __forceinline__ void rtc_tc_mma_nt(float (&acc)[NJ][4],
                                               const typename rtc_tc_reg<E>::type (&a)[NK][4],
                                               const E* y, int ld, int nk, int lane) {
 #pragma unroll
-    for (int j = 0; j < NJ; j += 2) {
+    for (int kk = 0; kk < NK; kk++) {
+        if (kk < nk) {
 #pragma unroll
-        for (int kk = 0; kk < NK; kk++) {
-            if (kk < nk) {
+            for (int j = 0; j < NJ; j += 2) {
                 typename rtc_tc_reg<E>::type b[4];
                 rtc_tc_ldb2<E, true>(b, y + 8 * j * ld + 16 * kk, ld, lane);
                 rtc_tc_mma2<E>(acc[j], acc[j + 1], a[kk], b);
@@ -477,14 +492,17 @@ struct rtc_tc_dq_layout {
 // Rows [t0, t0 + R) of one head of a 16-bit copy (row t at src + t * ld, HD elements) into
 // a row-major shared tile with row stride LDE; rows past T are zeros (finite, masked
 // later), dims past HD are never written nor read. HD and the head offset are multiples of
-// 16 elements, so every 8-element copy is 16-byte aligned.
-template <class E, int NT, int LDE>
-__device__ __forceinline__ void rtc_tc_load(E* dst, const E* src, size_t ld, int t0, int R,
-                                            int T, int HD) {
-    const int nc = HD / 8;
-    for (int i = threadIdx.x; i < R * nc; i += NT) {
-        const int r = i / nc, c = (i % nc) * 8, t = t0 + r;
-        rtc_tc_cp8<E>(dst + r * LDE + c, src + (t < T ? (size_t)t * ld + c : 0), t < T);
+// 16 elements, so every 8-element copy is 16-byte aligned. The tile's R x LDE / 8 chunks
+// are dealt to the NT threads with compile-time counts (no division in the copy loop).
+template <class E, int NT, int LDE, int R>
+__device__ __forceinline__ void rtc_tc_load(E* dst, const E* src, size_t ld, int t0, int T,
+                                            int HD) {
+    enum { CPR = (LDE - 8) / 8, N = R * CPR };  // chunks per row (a power of 2), in all
+#pragma unroll
+    for (int i0 = 0; i0 < N; i0 += NT) {
+        const int i = i0 + (int)threadIdx.x, r = i / CPR, c = i % CPR * 8, t = t0 + r;
+        if ((N % NT == 0 || i < N) && c < HD)
+            rtc_tc_cp8<E>(dst + r * LDE + c, src + (t < T ? (size_t)t * ld + c : 0), t < T);
     }
 }
 
@@ -511,8 +529,8 @@ template <class E, class L, int NT>
 __device__ __forceinline__ void rtc_tc_kv_issue(unsigned char* smem, const E* kg, const E* vg,
                                                 size_t ldk, int j, int T, int HD) {
     const size_t at = (size_t)(j & 1) * L::buf;
-    rtc_tc_load<E, NT, L::LDE>((E*)(smem + L::k + at), kg, ldk, j * L::BC, L::BC, T, HD);
-    rtc_tc_load<E, NT, L::LDE>((E*)(smem + L::v + at), vg, ldk, j * L::BC, L::BC, T, HD);
+    rtc_tc_load<E, NT, L::LDE, L::BC>((E*)(smem + L::k + at), kg, ldk, j * L::BC, T, HD);
+    rtc_tc_load<E, NT, L::LDE, L::BC>((E*)(smem + L::v + at), vg, ldk, j * L::BC, T, HD);
     rtc_tc_cp_commit();
 }
 
@@ -528,6 +546,22 @@ __device__ __forceinline__ void rtc_tc_kv_next(unsigned char* smem, const E* kg,
     } else {
         rtc_tc_cp_wait<0>();
     }
+}
+
+// Scores a row may not see to -inf: element i of s[j] is query row tq[i / 2], key
+// kc + 8 j + i % 2 (kc: the tile's first key plus 2 t); keys past T, and when causal keys
+// after the row. One compare per element: against the row's last visible key.
+template <int NJ>
+__device__ __forceinline__ void rtc_tc_mask_rows(float (&s)[NJ][4], const int (&tq)[2], int kc,
+                                                 int T, int causal) {
+    int last[2];  // the row's last visible key, relative to kc
+#pragma unroll
+    for (int r = 0; r < 2; r++) last[r] = (causal && tq[r] < T - 1 ? tq[r] : T - 1) - kc;
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (8 * j + (i & 1) > last[i >> 1]) s[j][i] = -INFINITY;
 }
 
 // ----------------------------------------------------------------------------
@@ -555,8 +589,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
     const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
     const int ntiles = (kend + BC - 1) / BC;
 
-    rtc_tc_load<E, NT, LDE>(qs, (const E*)a.q16 + (size_t)b * T * ldq + (size_t)h * HD, ldq, q0,
-                            BR, T, HD);
+    rtc_tc_load<E, NT, LDE, BR>(qs, (const E*)a.q16 + (size_t)b * T * ldq + (size_t)h * HD, ldq,
+                                q0, T, HD);
     rtc_tc_cp_commit();
     rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, key tile 0
     rtc_tc_cp_wait<1>();                                             // Q
@@ -568,7 +602,9 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
     __syncthreads();  // every warp has its Q fragments: key tile 1 may land over qs
     float o[ND][4];
     rtc_tc_zero<ND>(o);
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's columns only
+    // m: the row max of the unscaled scores; l: the sum of this lane's columns only
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl2 = a.scale * RTC_TC_LOG2E;  // unscaled score to base-2 exponent
     const bool rows_in = q0 + r0 < T;
     for (int j = 0; j < ntiles; j++) {
         const int k0 = j * BC;
@@ -582,24 +618,24 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
             float s[NJ][4];
             rtc_tc_zero<NJ>(s);
             rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, lane);
-            // online softmax: element i of s[j] is row tq[i / 2], key k0 + 8 j + 2 t + i % 2
+            // online softmax on the unscaled scores (scale > 0: their max, times scale, is the
+            // scaled scores' max, bit for bit); element i of s[j] is row tq[i / 2], key
+            // k0 + 8 j + 2 t + i % 2. Only tiles reaching past T or (causal) past the warp's
+            // first row have keys to hide.
+            if (k0 + BC > T || (a.causal && k0 + BC - 1 > q0 + r0))
+                rtc_tc_mask_rows<NJ>(s, tq, k0 + 2 * t, T, a.causal);
             float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int jj = 0; jj < NJ; jj++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int tk = k0 + 8 * jj + 2 * t + (i & 1);
-                    s[jj][i] = rtc_fa_visible(tq[i >> 1], tk, T, a.causal) ? a.scale * s[jj][i]
-                                                                          : -INFINITY;
-                    mt[i >> 1] = fmaxf(mt[i >> 1], s[jj][i]);
-                }
+                mt[0] = fmaxf(mt[0], fmaxf(s[jj][0], s[jj][1]));
+                mt[1] = fmaxf(mt[1], fmaxf(s[jj][2], s[jj][3]));
             }
-            float mref[2], alpha[2];
+            float nb[2], alpha[2];  // p = 2^(s sl2 + nb): nb = -m sl2 for the new max m
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const float mnew = fmaxf(m[r], rtc_tc_group_max(mt[r]));
-                mref[r] = mnew == -INFINITY ? 0.0f : mnew;  // a row with nothing visible stays empty
-                alpha[r] = mnew == m[r] ? 1.0f : exp2f((m[r] - mref[r]) * RTC_TC_LOG2E);
+                nb[r] = mnew == -INFINITY ? 0.0f : -mnew * sl2;  // a row with nothing visible stays empty
+                alpha[r] = mnew == m[r] ? 1.0f : rtc_tc_exp2(fmaf(m[r], sl2, nb[r]));
                 m[r] = mnew;
                 l[r] *= alpha[r];
             }
@@ -607,7 +643,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
             for (int jj = 0; jj < NJ; jj++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    s[jj][i] = exp2f((s[jj][i] - mref[i >> 1]) * RTC_TC_LOG2E);
+                    s[jj][i] = rtc_tc_exp2(fmaf(s[jj][i], sl2, nb[i >> 1]));
                     l[i >> 1] += s[jj][i];
                 }
             }
@@ -649,7 +685,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
             }
             if (t == 0) {
                 float* st = a.stats + (((size_t)b * a.NH + h) * T + tq[r]) * 2;
-                st[0] = m[r];
+                st[0] = m[r] * a.scale;
                 st[1] = inv;
             }
         }
@@ -679,6 +715,7 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
     const bool want_dk = a.dk != NULL, want_dv = a.dv != NULL;
+    const float sl2 = a.scale * RTC_TC_LOG2E;  // unscaled score to base-2 exponent
     // query tiles: nq per head from qstart (earlier queries see none of these keys), for
     // the G heads of the group in order; tile n (head hk * G + n / nq) goes to buffer n % 2
     const int qstart = a.causal ? k0 / BR * BR : 0;
@@ -693,18 +730,18 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
     auto issue = [&](int n) {  // tile n's copies (Q, dO, stats) into buffer n % 2
         const tile_at x = tile(n);
         const size_t qoff = (size_t)b * T * ldq + (size_t)x.h * HD, nb = (size_t)(n & 1);
-        rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::q + nb * L::qd), (const E*)a.q16 + qoff,
-                                ldq, x.q0, BR, T, HD);
-        rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::dout + nb * L::qd),
-                                (const E*)a.dout16 + qoff, ldq, x.q0, BR, T, HD);
+        rtc_tc_load<E, NT, LDE, BR>((E*)(rtc_tc_smem + L::q + nb * L::qd),
+                                    (const E*)a.q16 + qoff, ldq, x.q0, T, HD);
+        rtc_tc_load<E, NT, LDE, BR>((E*)(rtc_tc_smem + L::dout + nb * L::qd),
+                                    (const E*)a.dout16 + qoff, ldq, x.q0, T, HD);
         rtc_tc_load_stats<NT>((float*)(rtc_tc_smem + L::m + nb * L::st),
                               (float*)(rtc_tc_smem + L::inv + nb * L::st),
                               (float*)(rtc_tc_smem + L::D + nb * L::st), a, b, x.h, x.q0, BR);
         rtc_tc_cp_commit();
     };
 
-    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::k), (const E*)a.k16 + kvoff, ldk, k0, BC, T, HD);
-    rtc_tc_load<E, NT, LDE>((E*)(rtc_tc_smem + L::v), (const E*)a.v16 + kvoff, ldk, k0, BC, T, HD);
+    rtc_tc_load<E, NT, LDE, BC>((E*)(rtc_tc_smem + L::k), (const E*)a.k16 + kvoff, ldk, k0, T, HD);
+    rtc_tc_load<E, NT, LDE, BC>((E*)(rtc_tc_smem + L::v), (const E*)a.v16 + kvoff, ldk, k0, T, HD);
     issue(0);  // one group with K and V
     float dk[ND][4], dv[ND][4];
     rtc_tc_zero<ND>(dk);
@@ -743,18 +780,24 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
                 }
             }
             // P^T (into st) and dS^T (into dpt): element i of st[j] is key tk[i / 2], query
-            // column c = 8 j + 2 t + i % 2
+            // column c = 8 j + 2 t + i % 2. Only tiles reaching past T or (causal) holding
+            // queries before the warp's last key have pairs to hide.
+            const bool mask = x.q0 + BR > T || k0 + r0 + 16 > T || (a.causal && x.q0 < k0 + r0 + 15);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int c = 8 * j + 2 * t + (i & 1);
-                    const float p = rtc_fa_visible(x.q0 + c, tk[i >> 1], T, a.causal)
-                                        ? exp2f((a.scale * st[j][i] - ms[c]) * RTC_TC_LOG2E) *
-                                              invs[c]
-                                        : 0.0f;
-                    st[j][i] = p;
-                    if (want_dk) dpt[j][i] = p * (dpt[j][i] - Ds[c]);
+                for (int ci = 0; ci < 2; ci++) {
+                    const int c = 8 * j + 2 * t + ci;
+                    const float nb = -ms[c] * RTC_TC_LOG2E, inv = invs[c];  // p = 2^(s sl2 + nb) / l
+#pragma unroll
+                    for (int i = ci; i < 4; i += 2) {
+                        const float p =
+                            mask && !rtc_fa_visible(x.q0 + c, tk[i >> 1], T, a.causal)
+                                ? 0.0f
+                                : rtc_tc_exp2(fmaf(st[j][i], sl2, nb)) * inv;
+                        st[j][i] = p;
+                        if (want_dk) dpt[j][i] = p * (dpt[j][i] - Ds[c]);
+                    }
                 }
             }
             // dV += P^T dO, dK += dS^T Q (k = query down the tiles, n = dim along their rows)
@@ -815,8 +858,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
     const int ntiles = (kend + BC - 1) / BC;
 
-    rtc_tc_load<E, NT, LDE>(qs, (const E*)a.q16 + qoff, ldq, q0, BR, T, HD);
-    rtc_tc_load<E, NT, LDE>(dos, (const E*)a.dout16 + qoff, ldq, q0, BR, T, HD);
+    rtc_tc_load<E, NT, LDE, BR>(qs, (const E*)a.q16 + qoff, ldq, q0, T, HD);
+    rtc_tc_load<E, NT, LDE, BR>(dos, (const E*)a.dout16 + qoff, ldq, q0, T, HD);
     rtc_tc_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
     rtc_tc_cp_commit();
     rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, dO, stats; tile 0
@@ -832,6 +875,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     }
     const float mr[2] = {ms[r0 + g], ms[r0 + g + 8]}, invr[2] = {invs[r0 + g], invs[r0 + g + 8]};
     const float Dr[2] = {Ds[r0 + g], Ds[r0 + g + 8]};
+    // p = 2^(s sl2 + nb) / l for the unscaled score s (m: the scaled scores' max)
+    const float sl2 = a.scale * RTC_TC_LOG2E, nb[2] = {-mr[0] * RTC_TC_LOG2E, -mr[1] * RTC_TC_LOG2E};
     float dq[ND][4];
     rtc_tc_zero<ND>(dq);
     const bool rows_in = q0 + r0 < T;
@@ -849,16 +894,16 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
             rtc_tc_zero<NJ>(dp);
             rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, lane);
             rtc_tc_mma_nt<E, NJ, NK>(dp, doa, vs, LDE, nk, lane);
-            // dS (into s): element i of s[jj] is query tq[i / 2], key k0 + 8 jj + 2 t + i % 2
+            // dS (into s): element i of s[jj] is query tq[i / 2], key k0 + 8 jj + 2 t + i % 2;
+            // hidden keys as the forward's (-inf scores: P and dS 0)
+            if (k0 + BC > T || (a.causal && k0 + BC - 1 > q0 + r0))
+                rtc_tc_mask_rows<NJ>(s, tq, k0 + 2 * t, T, a.causal);
 #pragma unroll
             for (int jj = 0; jj < NJ; jj++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    const int r = i >> 1, tk = k0 + 8 * jj + 2 * t + (i & 1);
-                    const float p = rtc_fa_visible(tq[r], tk, T, a.causal)
-                                        ? exp2f((a.scale * s[jj][i] - mr[r]) * RTC_TC_LOG2E) *
-                                              invr[r]
-                                        : 0.0f;
+                    const int r = i >> 1;
+                    const float p = rtc_tc_exp2(fmaf(s[jj][i], sl2, nb[r])) * invr[r];
                     s[jj][i] = p * (dp[jj][i] - Dr[r]);
                 }
             }
