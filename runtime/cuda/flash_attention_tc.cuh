@@ -15,7 +15,8 @@
 // the probabilities and their gradients are narrowed to E before the products they feed:
 // P (unnormalised, exp(s - m) in [0, 1]) before O += P V; P before dV += P^T dO;
 // dS = P (dP - D) before dQ += dS K and dK += dS^T Q. The row max and sum, the rescaling
-// and dS itself are fp32 (l sums the unrounded exponentials). That narrowing is the only
+// and dS itself are fp32 (l sums the unrounded exponentials; every exponential is one
+// ex2.approx, relative error about 2^-22, rtc_tc_exp2). That narrowing is the only
 // error beyond fp32 round-off: an output element built from product terms x_i y_i (one
 // factor narrowed) is off by at most u * sum_i |x_i y_i|, u the unit roundoff (2^-8 bf16,
 // 2^-11 fp16; fp16 also has an absolute 2^-25 per narrowed value below its normal range,
@@ -66,16 +67,20 @@
 // Tiles, threads and shared memory (bytes, E = 2 bytes; x2: double-buffered):
 //              HD <= 64 (HDP 64)                       HD <= 128 (HDP 128)
 //   forward    FBR 128, FBC 64 x2, 8 warps, 36864      FBR 64, FBC 64 x2, 4 warps, 69632
-//   dK/dV      KBC 64, KBR 64 x2, 4 warps, 56832       KBC 64, KBR 32 x2, 4 warps, 70400
-//   dQ         QBR 64, QBC 64 x2, 4 warps, 56064       QBR 64, QBC 32 x2, 4 warps, 70400
+//   dK/dV      KBC 64, KBR 32 x2, 4 warps, 37632       KBC 64, KBR 32 x2, 4 warps, 70400
+//   dQ         QBR 64, QBC 32 x2, 4 warps, 37632       QBR 64, QBC 32 x2, 4 warps, 70400
 // All within 99 KiB, the smallest opt-in limit among the targets (sm_86/sm_89), as every
 // flash kernel here (rtc_attention_init sets the opt-in; tests/cuda/test_flash_tc_emu.cc
 // checks every configuration). Registers bound the blocks per SM, so each kernel asks
-// __launch_bounds__ for a count (rtc_tc_cfg FMB, KMB, QMB: 2 or 3), because ptxas's choice
+// __launch_bounds__ for a count (rtc_tc_cfg FMB, KMB, QMB: 2 to 4), because ptxas's choice
 // without one moves by 40 registers across a blocks-per-SM boundary on unrelated edits.
-// ptxas (sm_90a, CUDA 13) gives the forward 128 registers (HDP 64, 8 bytes spilled) and
-// 162 (HDP 128), dK/dV 168 and 210, dQ 166 and 198: an H100 SM runs 3 blocks of the HDP 64
-// dK/dV and dQ and of the HDP 128 forward, 2 of the others.
+// ptxas (sm_90a, CUDA 13) gives the forward 124 registers (HDP 64) and 168 (HDP 128, 20
+// bytes spilled), dK/dV 128 (16 bytes spilled) and 224, dQ 126 and 212: an H100 SM runs 4
+// blocks of the HDP 64 dK/dV and dQ, 3 of the HDP 128 forward, 2 of the others. The HDP 64
+// shapes are an H100 sweep's best (2026-11-23, bench/attention.sh's shapes, 12 tile / block
+// count combinations): the backward is fastest with the most resident warps, spills and
+// all (KBR, QBC 32 at 4 blocks: 1.63 ms on the Llama shape, against 1.84 with 64 at 3
+// blocks and 2.00 with 32 at 3), the forward with 16 rows per warp, 8 warps and FBC 64.
 //
 // History. The first version (wmma, softmax through fp32 shared-memory rows) measured 4-6%
 // of the H100's bf16 peak. The second kept P and dS in registers (this structure) but read
@@ -85,8 +90,17 @@
 // PyTorch's SDPA (bench/attention.sh; Llama 1B shape, forward 0.73 ms against 0.18, backward
 // 2.84 against 0.66), with 25% occupancy and K/V read from DRAM at about 1.1 TB/s. This
 // version (16-bit copies, cp.async, double buffering, ldmatrix) halves the bytes read and
-// overlaps them with the products; it was written without a GPU, checked by the emulator
-// below, and its speed is unmeasured.
+// overlaps them with the products: written without a GPU, it measured (2026-11-23) forward
+// 0.75 ms and backward 2.50 on that shape. Most of the gap to SDPA was instructions, not
+// bytes: ncu showed the issue slots half busy, the integer pipe the busiest and 14 issued
+// instructions per mma. Dealing the tile copies with compile-time counts (the per-copy
+// integer divisions were most of the integer work), the softmax as one fma and one
+// ex2.approx per score, masking only the tiles that cross T or the diagonal, independent
+// products in Q K^T and the backward tiles above brought that to forward 0.38 ms and
+// backward 1.63 (SDPA: 0.18 and 0.66). What remains is structural: 16 rows per warp load
+// every B fragment for one product (FlashAttention-2 gives a warp 32 or more rows), and
+// the backward recomputes S and dP for dQ (7 products against FlashAttention-2's 5, which
+// adds dQ with atomics, out of order).
 //
 // Testing without a GPU. tests/cuda/cuda_emu.h emulates mma.sync and ldmatrix from the PTX
 // ISA's fragment tables alone (each lane publishes its registers or row address, every lane
@@ -417,8 +431,8 @@ template <int HDP>
 struct rtc_tc_cfg;
 template <>
 struct rtc_tc_cfg<64> {
-    enum { FBR = 128, FBC = 64, KBC = 64, KBR = 64, QBR = 64, QBC = 64 };
-    enum { FMB = 2, KMB = 3, QMB = 3 };
+    enum { FBR = 128, FBC = 64, KBC = 64, KBR = 32, QBR = 64, QBC = 32 };
+    enum { FMB = 2, KMB = 4, QMB = 4 };
 };
 template <>
 struct rtc_tc_cfg<128> {
