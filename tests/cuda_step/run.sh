@@ -7,7 +7,8 @@
 # On the GPU (nvidia-smi lists one), or without one on the CPU emulator (tests/cuda/emu):
 #   - the generated conformance test of each spec on the CUDA backend (world 2 and 4 run
 #     every rank on the one GPU: --local);
-#   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance.
+#   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance;
+#   - test_seg_copy: the copy kernel against its host reference on random plans.
 # On the GPU only: compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
 # without one it prints a SKIP line, and the emulator runs test_cuda_local (the local mode's
 # communicators). Ends with `N passed, N failed`.
@@ -72,7 +73,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
     skipped+=("compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance and CUDA vs CPU run on the emulator instead")
     if ! ninja -f runtime/cuda.ninja build/cuda/emu/librt_kernels_cuda_emu.a >"$work/emu.log" 2>&1 ||
         ! ninja -f runtime/cuda_step.ninja cuda_step_emu build/cuda_step/test_cuda_local_emu \
-            >>"$work/emu.log" 2>&1 ||
+            build/cuda_step/test_seg_copy_emu >>"$work/emu.log" 2>&1 ||
         ! ninja build/train/librt_train.a build/io/librt_io.a build/runtime/librt_mpi_stub.a \
             build/runtime/librt_core.a >>"$work/emu.log" 2>&1; then
         cat "$work/emu.log"
@@ -81,6 +82,9 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
         exit $?
     fi
     CUDA_EMU_LAZY=1 run_suite "emulated test_cuda_local" build/cuda_step/test_cuda_local_emu
+    run_suite "emulated test_seg_copy" build/cuda_step/test_seg_copy_emu
+else
+    run_suite test_seg_copy build/cuda_step/test_seg_copy
 fi
 
 # cuda_binary NAME MAIN sets bin to spec NAME's CUDA binary whose main object is MAIN (main:
