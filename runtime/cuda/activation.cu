@@ -11,10 +11,13 @@
 
 __device__ __forceinline__ float rtc_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// d/dx [x * s(x)] = s * (1 + x * (1 - s))
-__device__ __forceinline__ float rtc_silu_grad(float x) {
-    const float s = rtc_sigmoidf(x);
+// d/dx [x * s(x)] = s * (1 + x * (1 - s)), from s = rtc_sigmoidf(x) (SwiGLU's backward has it
+// already: one expf and one division less per element)
+__device__ __forceinline__ float rtc_silu_grad_s(float x, float s) {
     return s * (1.0f + x * (1.0f - s));
+}
+__device__ __forceinline__ float rtc_silu_grad(float x) {
+    return rtc_silu_grad_s(x, rtc_sigmoidf(x));
 }
 
 // Storage: the forwards' O and I and the backwards' G (dinp), D (dout) and I are float (fp32
@@ -135,47 +138,61 @@ RTC_ACTIVATION(silu)
 // SwiGLU gate: out = silu(a) * b; one kernel for both gradients. The intermediates are
 // rounded to dt where separate silu and mul kernels would have rounded their outputs, and
 // out, da, db at their stores. da == db (swiglu(x, x); fp32 storage) gets both
-// contributions, da's first, and one rounding.
+// contributions, da's first, and one rounding. Vectorised flat kernels (rtc_flat): W
+// elements per access, each computed alone as before.
 
-template <class O, class A, class B>
+template <int W, class O, class A, class B>
 __global__ void swiglu_forward_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) {
-        const float x = rtc_ld(a, i, dt);
-        rtc_st(out, i, rtc_round_to(x * rtc_sigmoidf(x), dt) * rtc_ld(b, i, dt), dt);
-    }
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K], y[K];
+        rtc_ldv(a, i, dt, x);
+        rtc_ldv(b, i, dt, y);
+        for (int u = 0; u < K; u++) y[u] = rtc_round_to(x[u] * rtc_sigmoidf(x[u]), dt) * y[u];
+        rtc_stv(out, i, y, dt);
+    });
 }
 
-template <class GA, class GB, class D, class A, class B>
+template <int W, class GA, class GB, class D, class A, class B>
 __global__ void swiglu_backward_kernel(GA* da, GB* db,  // may be one buffer
                                        const D* __restrict__ dout, const A* __restrict__ a,
                                        const B* __restrict__ b, size_t n, rt_dtype dt, int as1,
                                        int as2) {
-    RTC_GRID_STRIDE(i, n) {
-        const float x = rtc_ld(a, i, dt), y = rtc_ld(b, i, dt), d = rtc_ld(dout, i, dt);
-        const float silu = rtc_round_to(x * rtc_sigmoidf(x), dt);  // the forward's rounded silu(a)
-        if (da && (const void*)da == (const void*)db) {  // aliased: adds whatever the bits say
-            float v = rtc_ld(da, i, dt) + rtc_round_to(d * y, dt) * rtc_silu_grad(x);
-            v += d * silu;
-            rtc_st(da, i, v, dt);
-            continue;
+    const bool aliased = da && (const void*)da == (const void*)db;
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K], y[K], d[K], g[K] = {}, h[K] = {};  // a, b, dout; da's and db's values
+        rtc_ldv(a, i, dt, x);
+        rtc_ldv(b, i, dt, y);
+        rtc_ldv(dout, i, dt, d);
+        if (aliased || (da && !as1)) rtc_ldv(da, i, dt, g);
+        if (db && !aliased && !as2) rtc_ldv(db, i, dt, h);
+        for (int u = 0; u < K; u++) {
+            const float s = rtc_sigmoidf(x[u]);
+            const float silu = rtc_round_to(x[u] * s, dt);  // the forward's rounded silu(a)
+            const float ga = rtc_round_to(d[u] * y[u], dt) * rtc_silu_grad_s(x[u], s);
+            if (aliased) {  // adds whatever the bits say
+                g[u] = g[u] + ga;
+                g[u] += d[u] * silu;
+                continue;
+            }
+            if (da) g[u] = RTC_BASE(g[u], as1) + ga;
+            if (db) h[u] = RTC_BASE(h[u], as2) + d[u] * silu;
         }
-        if (da) {
-            const float g = rtc_round_to(d * y, dt) * rtc_silu_grad(x);
-            rtc_st(da, i, RTC_BASE(rtc_ld(da, i, dt), as1) + g, dt);
-        }
-        if (db)
-            rtc_st(db, i, RTC_BASE(rtc_ld(db, i, dt), as2) + d * silu, dt);
-    }
+        if (da) rtc_stv(da, i, g, dt);
+        if (db && !aliased) rtc_stv(db, i, h, dt);
+    });
 }
 
 // packed: RT_PACKED_OUT (out, dout), RT_PACKED_INP (a), RT_PACKED_INP2 (b), RT_PACKED_DINP
 // (da), RT_PACKED_DINP2 (db).
 static void swiglu_forward(void* out, const void* a, const void* b, size_t n, int packed,
                            rt_dtype dt) {
+    const bool aligned = rtc_aligned16({out, a, b});
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
             rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
-                RTC_LAUNCH_FLAT(swiglu_forward_kernel, n, o, x, y, n, dt);
+                RTC_LAUNCH_VEC(swiglu_forward_kernel, n, aligned, o, x, y, n, dt);
             });
         });
     });
@@ -184,13 +201,14 @@ static void swiglu_forward(void* out, const void* a, const void* b, size_t n, in
 static void swiglu_backward(void* da, void* db, const void* dout, const void* a, const void* b,
                             size_t n, int packed, rt_dtype dt, int assign) {
     if (!da && !db) return;
+    const bool aligned = rtc_aligned16({da, db, dout, a, b});
     rtc_with_storage(packed & RT_PACKED_DINP, da, [&](auto ga) {
         rtc_with_storage(packed & RT_PACKED_DINP2, db, [&](auto gb) {
             rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
                 rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
                     rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
-                        RTC_LAUNCH_FLAT(swiglu_backward_kernel, n, ga, gb, d, x, y, n, dt,
-                                        assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
+                        RTC_LAUNCH_VEC(swiglu_backward_kernel, n, aligned, ga, gb, d, x, y, n, dt,
+                                       assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
                     });
                 });
             });

@@ -6,39 +6,62 @@
 
 // ----------------------------------------------------------------------------
 // residual add: out = a + b; backward da += dout, db += dout (one kernel for both). A and B,
-// GA and GB: fp32 or packed 16-bit storage (rt_kernels.h), read with rtc_ld, written with
-// rtc_st.
+// GA and GB: fp32 or packed 16-bit storage (rt_kernels.h), read with rtc_ldv, written with
+// rtc_stv: vectorised flat kernels (rtc_flat), W elements per access.
 
-template <class O, class A, class B>
+template <int W, class O, class A, class B>
 __global__ void add_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) rtc_st(out, i, rtc_ld(a, i, dt) + rtc_ld(b, i, dt), dt);
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K], y[K];
+        rtc_ldv(a, i, dt, x);
+        rtc_ldv(b, i, dt, y);
+        for (int u = 0; u < K; u++) x[u] = x[u] + y[u];
+        rtc_stv(out, i, x, dt);
+    });
 }
 
 // da and db may be the same buffer (x + x; fp32 storage): no __restrict__ on them; then the
 // element gets both contributions, da's first, and one rounding (the assign bits are then
 // ignored). rt_accumulate uses it with RT_F32.
-template <class GA, class GB>
+template <int W, class GA, class GB>
 __global__ void acc2_kernel(GA* da, GB* db, const float* __restrict__ dout, size_t n, rt_dtype dt,
                             int as1, int as2) {
-    RTC_GRID_STRIDE(i, n) {
-        const float d = dout[i];
-        if (da && (const void*)da == (const void*)db) {
-            rtc_st(da, i, (rtc_ld(da, i, dt) + d) + d, dt);
-            continue;
+    const bool aliased = da && (const void*)da == (const void*)db;
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float d[K], g[K] = {}, h[K] = {};  // dout; da's and db's values
+        rtc_ldv(dout, i, dt, d);
+        if (aliased || (da && !as1)) rtc_ldv(da, i, dt, g);
+        if (db && !aliased && !as2) rtc_ldv(db, i, dt, h);
+        for (int u = 0; u < K; u++) {
+            if (aliased) {
+                g[u] = (g[u] + d[u]) + d[u];
+                continue;
+            }
+            g[u] = RTC_BASE(g[u], as1) + d[u];
+            h[u] = RTC_BASE(h[u], as2) + d[u];
         }
-        if (da) rtc_st(da, i, RTC_BASE(rtc_ld(da, i, dt), as1) + d, dt);
-        if (db) rtc_st(db, i, RTC_BASE(rtc_ld(db, i, dt), as2) + d, dt);
-    }
+        if (da) rtc_stv(da, i, g, dt);
+        if (db && !aliased) rtc_stv(db, i, h, dt);
+    });
+}
+
+// acc2_kernel on the thread's stream (nothing when n == 0)
+template <class GA, class GB>
+static void acc2(GA* da, GB* db, const float* dout, size_t n, rt_dtype dt, int as1, int as2) {
+    RTC_LAUNCH_VEC(acc2_kernel, n, rtc_aligned16({da, db, dout}), da, db, dout, n, dt, as1, as2);
 }
 
 // packed: RT_PACKED_OUT (out), RT_PACKED_INP (a), RT_PACKED_INP2 (b), RT_PACKED_DINP (da),
 // RT_PACKED_DINP2 (db).
 static void residual_forward(void* out, const void* a, const void* b, size_t n, int packed,
                              rt_dtype dt) {
+    const bool aligned = rtc_aligned16({out, a, b});
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
             rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
-                RTC_LAUNCH_FLAT(add_kernel, n, o, x, y, n, dt);
+                RTC_LAUNCH_VEC(add_kernel, n, aligned, o, x, y, n, dt);
             });
         });
     });
@@ -49,8 +72,7 @@ static void residual_backward(void* da, void* db, const float* dout, size_t n, i
     if (!da && !db) return;
     rtc_with_storage(packed & RT_PACKED_DINP, da, [&](auto ga) {
         rtc_with_storage(packed & RT_PACKED_DINP2, db, [&](auto gb) {
-            RTC_LAUNCH_FLAT(acc2_kernel, n, ga, gb, dout, n, dt, assign & RT_ASSIGN_1,
-                            assign & RT_ASSIGN_2);
+            acc2(ga, gb, dout, n, dt, assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
         });
     });
 }
@@ -137,7 +159,7 @@ void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows
     RT_KCHECK_DT(dt, "rt_broadcast_add_backward");
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
-    if (da) RTC_LAUNCH_FLAT(acc2_kernel, n, da, (float*)NULL, dout, n, dt, assign & RT_ASSIGN_1, 0);
+    if (da) acc2(da, (float*)NULL, dout, n, dt, assign & RT_ASSIGN_1, 0);
     if (db) rtc_colsum_acc(db, dout, rows, cols);
 }
 
@@ -170,7 +192,7 @@ void rt_scale(float* out, const float* inp, size_t n, float s) {
 }
 
 void rt_accumulate(float* dst, const float* src, size_t n) {
-    RTC_LAUNCH_FLAT(acc2_kernel, n, dst, (float*)NULL, src, n, RT_F32, 0, 0);
+    acc2(dst, (float*)NULL, src, n, RT_F32, 0, 0);
 }
 
 void rt_axpy(float* dst, const float* src, size_t n, float alpha) {

@@ -131,9 +131,23 @@ static size_t linear_backward16_elems(const void* dinp, const float* dweight, bo
            (dweight && !packed_inp ? rtc_elems16(N, C) : 0) + product;
 }
 
-// d16 (packed rows of RT_LD16(C)) = d16 + x[rows, C], rounded once to dt.
+// d16 (packed rows of RT_LD16(C)) = d16 + x[rows, C], rounded once to dt. Dense rows (C a
+// multiple of 8, as a packed activation's) are one flat vectorised pass (rtc_flat), W
+// elements per access; others index each element's row.
+template <int W>
 __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __restrict__ x,
                                   int C, size_t n, rt_dtype dt) {
+    if (C % 8 == 0) {
+        rtc_flat<W>(n, [&](auto w, size_t i) {
+            constexpr int K = decltype(w)::value;
+            float g[K], v[K];
+            rtc_ldv(d16, i, dt, g);
+            rtc_ldv(x, i, dt, v);
+            for (int u = 0; u < K; u++) g[u] = g[u] + v[u];
+            rtc_stv(d16, i, g, dt);
+        });
+        return;
+    }
     RTC_GRID_STRIDE(i, n) {
         uint16_t* p = d16 + (i / C) * (size_t)RT_LD16(C) + i % C;
         *p = rt_bits16_from_f32_inl(rt_bits16_to_f32_inl(*p, dt) + x[i], dt);
@@ -163,7 +177,8 @@ static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16
             float* product = (float*)(s + (nw + ni) * 2);
             const size_t n = (size_t)N * C;
             rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 0.0f, product, C, dt);
-            RTC_LAUNCH_FLAT(add_packed_kernel, n, (uint16_t*)dinp, product, C, n, dt);
+            RTC_LAUNCH_VEC(add_packed_kernel, n, C % 8 == 0 && rtc_aligned16({dinp, product}),
+                           (uint16_t*)dinp, product, C, n, dt);
         } else if (as) {
             rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, (float*)dinp,
                                dt);

@@ -876,6 +876,87 @@ static void test_elementwise(rt_dtype dt) {
 }
 
 // ----------------------------------------------------------------------------
+// vectorised flat kernels (cuda_common.cuh rtc_flat): groups of 8 elements with 16-byte
+// accesses when every pointer is 16-byte aligned, one element at a time otherwise
+
+// n values of h into device storage d: fp32 (es 4) or dt's 16-bit bits (es 2).
+static void put_vals(void* d, const float* h, size_t n, int es, rt_dtype dt) {
+    if (es == 4) {
+        RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+        return;
+    }
+    uint16_t* b = malloc(n * sizeof *b);
+    if (!b) abort();
+    for (size_t i = 0; i < n; i++) b[i] = rt_bits16_from_f32_inl(h[i], dt);
+    RT_CHECK_CUDA(cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice));
+    free(b);
+}
+
+// Each swiglu / residual / accumulate call on buffers at a 16-byte-aligned address (groups
+// of 8 and a tail of 3: n = 4099) and one element further (each element alone): the same
+// bits, in fp32 storage and (dt 16-bit) with every operand packed. Gradients accumulated,
+// assigned (each assign bit), one of them NULL, and da == db (fp32 storage).
+static void test_vec_offsets(rt_dtype dt) {
+    const char* P = dt == RT_BF16 ? "bf16" : dt == RT_F16 ? "fp16" : "fp32";
+    const size_t n = 4099;
+    float* h[5] = {hrand(n, 1.0f, 0.0f), hrand(n, 1.0f, 0.0f), hrand(n, 1.0f, 0.0f),
+                   hrand(n, 4.0f, 0.0f), hrand(n, 2.0f, 0.0f)};  // da (out), db, dout, a, b
+    void* buf[2][5];
+    for (int k = 0; k < 5; k++) {
+        round_to(h[k], n, dt);
+        for (int off = 0; off < 2; off++) buf[off][k] = dalloc((n + 1) * sizeof(float));
+    }
+    int same = 1, calls = 0;
+    for (int pk = 0; pk < (dt == RT_F32 ? 1 : 2); pk++) {
+        const int fwd = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2,
+                  grads = RT_PACKED_DINP | RT_PACKED_DINP2;
+        for (int call = 0; call < 12; call++) {
+            if (pk && call >= 9) break;  // da == db and rt_accumulate: fp32 storage only
+            const int res_bwd = call == 7 || call == 8 || call == 10;  // dout: fp32 storage
+            void* got[2][2] = {{NULL, NULL}, {NULL, NULL}};
+            for (int off = 0; off < 2; off++) {
+                void* p[5];
+                int es[5];
+                for (int k = 0; k < 5; k++) {
+                    es[k] = pk && !(res_bwd && k == 2) ? 2 : 4;
+                    p[k] = (char*)buf[off][k] + off * es[k];
+                    put_vals(p[k], h[k], n, es[k], dt);
+                }
+                const int as = call >= 2 && call <= 5 ? call - 2 : call == 7 ? RT_ASSIGN_1 : 0;
+                if (call == 0 && pk) rt_swiglu_packed_forward(p[0], p[3], p[4], n, fwd, dt);
+                if (call == 0 && !pk) rt_swiglu_forward(p[0], p[3], p[4], n, dt);
+                if (call == 1 && pk) rt_residual_packed_forward(p[0], p[3], p[4], n, fwd, dt);
+                if (call == 1 && !pk) rt_residual_forward(p[0], p[3], p[4], n, dt);
+                if (call >= 2 && call <= 6) {
+                    void* da = call == 6 ? NULL : p[0];
+                    if (pk) rt_swiglu_packed_backward(da, p[1], p[2], p[3], p[4], n, fwd | grads, dt, as);
+                    else rt_swiglu_backward(da, p[1], p[2], p[3], p[4], n, dt, as);
+                }
+                if ((call == 7 || call == 8) && pk)
+                    rt_residual_packed_backward(p[0], p[1], p[2], n, grads, dt, as);
+                if ((call == 7 || call == 8) && !pk) rt_residual_backward(p[0], p[1], p[2], n, dt, as);
+                if (call == 9) rt_swiglu_backward(p[0], p[0], p[2], p[3], p[3], n, dt, 0);
+                if (call == 10) rt_residual_backward(p[0], p[0], p[2], n, dt, 0);
+                if (call == 11) rt_accumulate(p[0], p[2], n);
+                for (int k = 0; k < 2; k++) {
+                    got[off][k] = malloc(n * es[k]);
+                    if (!got[off][k]) abort();
+                    RT_CHECK_CUDA(cudaMemcpy(got[off][k], p[k], n * es[k], cudaMemcpyDeviceToHost));
+                }
+                if (off == 1)
+                    for (int k = 0; k < 2; k++) same &= memcmp(got[0][k], got[1][k], n * es[k]) == 0;
+            }
+            for (int off = 0; off < 2; off++) free(got[off][0]), free(got[off][1]);
+            calls++;
+        }
+    }
+    CHECK(same, "%s swiglu, residual, accumulate n=%zu: 16-byte-aligned (groups of 8) == one "
+          "element further (each alone), bit for bit: %d calls (fp32 and packed storage; "
+          "accumulated, assigned, da NULL, da == db)", P, n, calls);
+    for (int k = 0; k < 5; k++) free(h[k]), dfree(buf[0][k]), dfree(buf[1][k]);
+}
+
+// ----------------------------------------------------------------------------
 // dropout
 
 static void test_dropout(void) {
@@ -1619,6 +1700,7 @@ int main(void) {
     // many rows: the weight/bias gradients are summed in row chunks (column_sums.cuh)
     test_layernorm(4100, 96, 1, RT_F32);
     test_rmsnorm(3000, 200, 1, RT_BF16);
+    test_rmsnorm(3, 5000, 1, RT_BF16);  // rows longer than 4096: not kept in registers
     for (int di = 0; di < 2; di++) {
         const rt_dtype dt = di ? RT_BF16 : RT_F32;
         test_activation("gelu", cpu_rt_gelu_forward, rt_gelu_forward, cpu_rt_gelu_backward,
@@ -1653,6 +1735,9 @@ int main(void) {
     test_attention_tc(1, 512, 8, 2, 64, 1, RT_BF16);   // Llama 1B's GQA ratio (32/8), HD 64
     test_elementwise(RT_F32);
     test_elementwise(RT_BF16);
+    test_vec_offsets(RT_F32);
+    test_vec_offsets(RT_BF16);
+    test_vec_offsets(RT_F16);
     test_dropout();
     test_sum_loss();
     test_cross_entropy(67, 1000, 5, 0);
