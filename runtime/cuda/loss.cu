@@ -50,12 +50,16 @@ __device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, floa
     float m = -INFINITY;
     double s = 0.0;
     for (int j0 = threadIdx.x; j0 < V; j0 += RTC_LSE_U * blockDim.x) {
+        S raw[RTC_LSE_U];  // all loads issued before the first value is widened
         float v[RTC_LSE_U];
 #pragma unroll
         for (int u = 0; u < RTC_LSE_U; u++) {
             const int j = j0 + u * (int)blockDim.x;
-            v[u] = j < V ? rtc_ld(x, j, dt) : -INFINITY;  // exp gives 0 for the padding
+            raw[u] = j < V ? x[j] : S(0);
         }
+#pragma unroll
+        for (int u = 0; u < RTC_LSE_U; u++)  // exp gives 0 for the padding
+            v[u] = j0 + u * (int)blockDim.x < V ? rtc_val(raw[u], dt) : -INFINITY;
         float mu = m;
 #pragma unroll
         for (int u = 0; u < RTC_LSE_U; u++)
@@ -93,6 +97,8 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
 }
 
 // dlogits row n from the row's statistics (mx, s) (block-wide; count > 0, target t kept).
+// Each element alone: RTC_VEC of them per access where both rows are 16-byte aligned
+// (rtc_groups).
 template <class S>
 __device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __restrict__ x, int V,
                                                 int32_t t, float mx, double s, double count,
@@ -100,12 +106,21 @@ __device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __r
     const double g = (double)dloss / count;
     const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
     const float gf = (float)g;
-#pragma unroll 4
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = (as ? 0.0f : rtc_ld(dx, j, dt)) + expf(rtc_ld(x, j, dt) - mx) * gs;
-        if (j == t) d -= gf;  // the CPU kernel's two steps, in its order
-        rtc_st(dx, j, d, dt);
-    }
+    auto grad = [&](auto w, size_t j) {
+        constexpr int K = decltype(w)::value;
+        float v[K], d[K] = {};
+        rtc_ldv(x, j, dt, v);
+        if (!as) rtc_ldv(dx, j, dt, d);
+        for (int u = 0; u < K; u++) {
+            d[u] = (as ? 0.0f : d[u]) + expf(v[u] - mx) * gs;
+            if (j + u == (size_t)t) d[u] -= gf;  // the CPU kernel's two steps, in its order
+        }
+        rtc_stv(dx, j, d, dt);
+    };
+    if (((uintptr_t)dx | (uintptr_t)x) % 16 == 0)
+        rtc_groups<RTC_VEC>(V, threadIdx.x, blockDim.x, grad);
+    else
+        rtc_groups<1>(V, threadIdx.x, blockDim.x, grad);
 }
 
 // A row without contribution (ignored, or every row ignored): assigned rows become zeros.
