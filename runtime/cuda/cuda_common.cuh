@@ -316,6 +316,21 @@ __device__ __forceinline__ void rtc_flat(size_t n, F f) {
                   (size_t)blockDim.x * gridDim.x, f);
 }
 
+// out = a + b over n elements of fp32 or packed storage, rounded to dt at the store: the
+// body of the residual add and of the linear backward's packed-gradient add (out may be a).
+template <int W, class O, class A, class B>
+__device__ __forceinline__ void rtc_add_flat(O* out, const A* a, const B* b, size_t n,
+                                             rt_dtype dt) {
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K], y[K];
+        rtc_ldv(a, i, dt, x);
+        rtc_ldv(b, i, dt, y);
+        for (int u = 0; u < K; u++) x[u] = x[u] + y[u];
+        rtc_stv(out, i, x, dt);
+    });
+}
+
 // Whether every pointer is 16-byte aligned (NULL is): what the groups of RTC_VEC need.
 static inline bool rtc_aligned16(std::initializer_list<const void*> ps) {
     for (const void* p : ps)

@@ -11,14 +11,7 @@
 
 template <int W, class O, class A, class B>
 __global__ void add_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
-    rtc_flat<W>(n, [&](auto w, size_t i) {
-        constexpr int K = decltype(w)::value;
-        float x[K], y[K];
-        rtc_ldv(a, i, dt, x);
-        rtc_ldv(b, i, dt, y);
-        for (int u = 0; u < K; u++) x[u] = x[u] + y[u];
-        rtc_stv(out, i, x, dt);
-    });
+    rtc_add_flat<W>(out, a, b, n, dt);
 }
 
 // da and db may be the same buffer (x + x; fp32 storage): no __restrict__ on them; then the

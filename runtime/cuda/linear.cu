@@ -132,20 +132,13 @@ static size_t linear_backward16_elems(const void* dinp, const float* dweight, bo
 }
 
 // d16 (packed rows of RT_LD16(C)) = d16 + x[rows, C], rounded once to dt. Dense rows (C a
-// multiple of 8, as a packed activation's) are one flat vectorised pass (rtc_flat), W
+// multiple of 8, as a packed activation's) are one flat vectorised pass (rtc_add_flat), W
 // elements per access; others index each element's row.
 template <int W>
 __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __restrict__ x,
                                   int C, size_t n, rt_dtype dt) {
     if (C % 8 == 0) {
-        rtc_flat<W>(n, [&](auto w, size_t i) {
-            constexpr int K = decltype(w)::value;
-            float g[K], v[K];
-            rtc_ldv(d16, i, dt, g);
-            rtc_ldv(x, i, dt, v);
-            for (int u = 0; u < K; u++) g[u] = g[u] + v[u];
-            rtc_stv(d16, i, g, dt);
-        });
+        rtc_add_flat<W>(d16, d16, x, n, dt);
         return;
     }
     RTC_GRID_STRIDE(i, n) {
