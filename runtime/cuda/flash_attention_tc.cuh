@@ -648,7 +648,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const float mnew = fmaxf(m[r], rtc_tc_group_max(mt[r]));
-                nb[r] = mnew == -INFINITY ? 0.0f : -mnew * sl2;  // a row with nothing visible stays empty
+                // a row with nothing visible stays empty
+                nb[r] = mnew == -INFINITY ? 0.0f : -mnew * sl2;
                 alpha[r] = mnew == m[r] ? 1.0f : rtc_tc_exp2(fmaf(m[r], sl2, nb[r]));
                 m[r] = mnew;
                 l[r] *= alpha[r];
@@ -796,13 +797,15 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
             // P^T (into st) and dS^T (into dpt): element i of st[j] is key tk[i / 2], query
             // column c = 8 j + 2 t + i % 2. Only tiles reaching past T or (causal) holding
             // queries before the warp's last key have pairs to hide.
-            const bool mask = x.q0 + BR > T || k0 + r0 + 16 > T || (a.causal && x.q0 < k0 + r0 + 15);
+            const bool mask =
+                x.q0 + BR > T || k0 + r0 + 16 > T || (a.causal && x.q0 < k0 + r0 + 15);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
 #pragma unroll
                 for (int ci = 0; ci < 2; ci++) {
                     const int c = 8 * j + 2 * t + ci;
-                    const float nb = -ms[c] * RTC_TC_LOG2E, inv = invs[c];  // p = 2^(s sl2 + nb) / l
+                    // p = 2^(s sl2 + nb) / l
+                    const float nb = -ms[c] * RTC_TC_LOG2E, inv = invs[c];
 #pragma unroll
                     for (int i = ci; i < 4; i += 2) {
                         const float p =
@@ -890,7 +893,8 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     const float mr[2] = {ms[r0 + g], ms[r0 + g + 8]}, invr[2] = {invs[r0 + g], invs[r0 + g + 8]};
     const float Dr[2] = {Ds[r0 + g], Ds[r0 + g + 8]};
     // p = 2^(s sl2 + nb) / l for the unscaled score s (m: the scaled scores' max)
-    const float sl2 = a.scale * RTC_TC_LOG2E, nb[2] = {-mr[0] * RTC_TC_LOG2E, -mr[1] * RTC_TC_LOG2E};
+    const float sl2 = a.scale * RTC_TC_LOG2E;
+    const float nb[2] = {-mr[0] * RTC_TC_LOG2E, -mr[1] * RTC_TC_LOG2E};
     float dq[ND][4];
     rtc_tc_zero<ND>(dq);
     const bool rows_in = q0 + r0 < T;
