@@ -2,7 +2,7 @@
 // position embeddings: same contracts and float expressions as
 // runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
 // Forward kernels allow out == inp (no __restrict__ on them). Every value written is
-// rounded to dt at its store (rtc_round_to, rtc_st). Every kernel also reads and writes
+// rounded to dt at its store (rtc_round_to, rtc_st, rtc_stv). Every kernel also reads and writes
 // packed 16-bit storage (rt_kernels.h "packed 16-bit storage").
 #include "cuda_common.cuh"
 
@@ -21,91 +21,118 @@ __device__ __forceinline__ float rtc_silu_grad(float x) {
 }
 
 // Storage: the forwards' O and I and the backwards' G (dinp), D (dout) and I are float (fp32
-// storage) or uint16_t (packed 16-bit values of dt, rt_kernels.h "packed 16-bit storage"),
-// read and written with rtc_ld / rtc_st.
+// storage) or uint16_t (packed 16-bit values of dt, rt_kernels.h "packed 16-bit storage").
+// GELU, ReLU and SiLU are vectorised flat kernels (rtc_flat): W elements per access, each
+// computed alone as one at a time would be.
+
+// out = f(inp), element by element (the forwards).
+template <int W, class O, class I, class F>
+__device__ __forceinline__ void rtc_map_flat(O* out, const I* inp, size_t n, rt_dtype dt, F f) {
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K];
+        rtc_ldv(inp, i, dt, x);
+        for (int u = 0; u < K; u++) x[u] = f(x[u]);
+        rtc_stv(out, i, x, dt);
+    });
+}
+
+// dinp (+)= dout * grad(inp), element by element (GELU's and SiLU's backward).
+template <int W, class G, class D, class I, class F>
+__device__ __forceinline__ void rtc_grad_flat(G* __restrict__ dinp, const D* __restrict__ dout,
+                                              const I* __restrict__ inp, size_t n, rt_dtype dt,
+                                              int as, F grad) {
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K], d[K], g[K] = {};
+        rtc_ldv(inp, i, dt, x);
+        rtc_ldv(dout, i, dt, d);
+        if (!as) rtc_ldv(dinp, i, dt, g);
+        for (int u = 0; u < K; u++) g[u] = RTC_BASE(g[u], as) + d[u] * grad(x[u]);
+        rtc_stv(dinp, i, g, dt);
+    });
+}
 
 // ----------------------------------------------------------------------------
 // exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); backward Phi(x) + x * phi(x)
 
-template <class O, class I>
+template <int W, class O, class I>
 __global__ void gelu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) {
-        const float x = rtc_ld(inp, i, dt);
-        rtc_st(out, i, 0.5f * x * (1.0f + erff(x * RTC_SQRT1_2)), dt);
-    }
+    rtc_map_flat<W>(out, inp, n, dt,
+                    [](float x) { return 0.5f * x * (1.0f + erff(x * RTC_SQRT1_2)); });
 }
 
-template <class G, class D, class I>
+template <int W, class G, class D, class I>
 __global__ void gelu_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout,
                                      const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
-    RTC_GRID_STRIDE(i, n) {
-        const float x = rtc_ld(inp, i, dt);
+    rtc_grad_flat<W>(dinp, dout, inp, n, dt, as, [](float x) {
         const float cdf = 0.5f * (1.0f + erff(x * RTC_SQRT1_2));
         const float pdf = RTC_INV_SQRT_2PI * expf(-0.5f * x * x);
-        const float g = rtc_ld(dout, i, dt) * (cdf + x * pdf);
-        rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + g, dt);
-    }
+        return cdf + x * pdf;
+    });
 }
 
 // ----------------------------------------------------------------------------
 // ReLU (gradient 0 at x == 0, as PyTorch's threshold_backward)
 
-template <class O, class I>
+template <int W, class O, class I>
 __global__ void relu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) {
-        const float x = rtc_ld(inp, i, dt);
-        rtc_st(out, i, x > 0.0f ? x : 0.0f, dt);
-    }
+    rtc_map_flat<W>(out, inp, n, dt, [](float x) { return x > 0.0f ? x : 0.0f; });
 }
 
-template <class G, class D, class I>
+// Stores element by element: an accumulated dinp at x <= 0 keeps its bits (a group store
+// would round them to dt).
+template <int W, class G, class D, class I>
 __global__ void relu_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout,
                                      const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
-    RTC_GRID_STRIDE(i, n) {
-        if (rtc_ld(inp, i, dt) > 0.0f)
-            rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + rtc_ld(dout, i, dt), dt);
-        else if (as)
-            rtc_st(dinp, i, 0.0f, dt);
-    }
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K], d[K], g[K] = {};
+        rtc_ldv(inp, i, dt, x);
+        rtc_ldv(dout, i, dt, d);
+        if (!as) rtc_ldv(dinp, i, dt, g);
+        for (int u = 0; u < K; u++) {
+            if (x[u] > 0.0f)
+                rtc_st(dinp, i + u, RTC_BASE(g[u], as) + d[u], dt);
+            else if (as)
+                rtc_st(dinp, i + u, 0.0f, dt);
+        }
+    });
 }
 
 // ----------------------------------------------------------------------------
 // SiLU: x * sigmoid(x)
 
-template <class O, class I>
+template <int W, class O, class I>
 __global__ void silu_forward_kernel(O* out, const I* inp, size_t n, rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) {
-        const float x = rtc_ld(inp, i, dt);
-        rtc_st(out, i, x * rtc_sigmoidf(x), dt);
-    }
+    rtc_map_flat<W>(out, inp, n, dt, [](float x) { return x * rtc_sigmoidf(x); });
 }
 
-template <class G, class D, class I>
+template <int W, class G, class D, class I>
 __global__ void silu_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout,
                                      const I* __restrict__ inp, size_t n, rt_dtype dt, int as) {
-    RTC_GRID_STRIDE(i, n) {
-        const float g = rtc_ld(dout, i, dt) * rtc_silu_grad(rtc_ld(inp, i, dt));
-        rtc_st(dinp, i, RTC_BASE(rtc_ld(dinp, i, dt), as) + g, dt);
-    }
+    rtc_grad_flat<W>(dinp, dout, inp, n, dt, as, [](float x) { return rtc_silu_grad(x); });
 }
 
 // The launches of GELU, ReLU and SiLU, for any storage of out and inp, and in backward of
 // dinp, dout and inp (packed: the RT_PACKED_* bits).
 #define RTC_ACTIVATION(name)                                                                  \
     static void name##_forward(void* out, const void* inp, size_t n, int packed, rt_dtype dt) { \
+        const bool aligned = rtc_aligned16({out, inp});                                       \
         rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {                            \
             rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {                        \
-                RTC_LAUNCH_FLAT(name##_forward_kernel, n, o, x, n, dt);                        \
+                RTC_LAUNCH_VEC(name##_forward_kernel, n, aligned, o, x, n, dt);                \
             });                                                                                \
         });                                                                                    \
     }                                                                                          \
     static void name##_backward(void* dinp, const void* dout, const void* inp, size_t n,      \
                                 int packed, rt_dtype dt, int assign) {                         \
+        const bool aligned = rtc_aligned16({dinp, dout, inp});                                \
         rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {                          \
             rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {                       \
                 rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {                    \
-                    RTC_LAUNCH_FLAT(name##_backward_kernel, n, g, d, x, n, dt,                 \
-                                    assign & RT_ASSIGN_1);                                     \
+                    RTC_LAUNCH_VEC(name##_backward_kernel, n, aligned, g, d, x, n, dt,         \
+                                   assign & RT_ASSIGN_1);                                      \
                 });                                                                            \
             });                                                                                \
         });                                                                                    \

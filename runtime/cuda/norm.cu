@@ -13,10 +13,10 @@
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
-// a row's values in registers (the RMSNorm kernels)
+// a row's values in registers (the LayerNorm and RMSNorm row kernels)
 
 // Values a thread keeps of a row: rtc_row_threads gives it at most 4 up to rows of 4096
-// (Llama's 2048 and 4096); longer rows are read again where used.
+// (GPT-2's 768, Llama's 2048 and 4096); longer rows are read again where used.
 #define RTC_ROW_REGS 4
 
 // A thread's values of a row of len elements of S: those at c = threadIdx.x + k * blockDim.x,
@@ -24,7 +24,7 @@
 // construction, every load issued before the first is used, and kept for a second pass;
 // R == 0: each read where used. A loop widening each value as its load came kept one load
 // of a thread in flight: RMSNorm at a third (forward) to a half (backward) of an H100's
-// bandwidth.
+// bandwidth. Each pass keeps its per-thread order, so the double sums keep their bits.
 template <int R, class S>
 struct rtc_row_vals {
     const S* p;
@@ -53,28 +53,31 @@ struct rtc_row_vals {
 // ----------------------------------------------------------------------------
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
 
-template <class O, class I>
+template <int R, class O, class I>
 __global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const I* inp,
                                          const float* weight, const float* bias, int C,
                                          float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
     O* o = out + n * C;
+    const rtc_row_vals<R, I> xv(x, C, dt);
+    const rtc_row_vals<R, float> wv(weight, weight ? C : 0, dt);
+    const rtc_row_vals<R, float> bv(bias, bias ? C : 0, dt);
     double s = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) s += rtc_ld(x, c, dt);
+    RTC_ROW_FOR(k, c, R, C) s += xv[k];
     const double m = rtc_block_sum(s) / C;
     double v = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const double d = rtc_ld(x, c, dt) - m;
+    RTC_ROW_FOR(k, c, R, C) {
+        const double d = xv[k] - m;
         v += d * d;
     }
     v = rtc_block_sum(v) / C;  // biased variance, as PyTorch's layer_norm
     const float mf = (float)m;
     const float rs = (float)(1.0 / sqrt(v + (double)eps));
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float y = (rtc_ld(x, c, dt) - mf) * rs;
-        if (weight) y *= weight[c];
-        if (bias) y += bias[c];
+    RTC_ROW_FOR(k, c, R, C) {
+        float y = (xv[k] - mf) * rs;
+        if (weight) y *= wv[k];
+        if (bias) y += bv[k];
         rtc_st(o, c, y, dt);
     }
     if (threadIdx.x == 0) {
@@ -88,10 +91,15 @@ static void layernorm_forward(void* out, float* mean, float* rstd, const void* i
                               const float* weight, const float* bias, int N, int C, float eps,
                               int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
+    const unsigned rows = (unsigned)N, threads = rtc_row_threads(C);
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            layernorm_forward_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-                o, mean, rstd, x, weight, bias, C, eps, dt);
+            if (C <= RTC_ROW_REGS * (int)threads)
+                layernorm_forward_kernel<RTC_ROW_REGS><<<rows, threads, 0, rtc_stream()>>>(
+                    o, mean, rstd, x, weight, bias, C, eps, dt);
+            else
+                layernorm_forward_kernel<0><<<rows, threads, 0, rtc_stream()>>>(
+                    o, mean, rstd, x, weight, bias, C, eps, dt);
             RTC_CHECK_LAUNCH(layernorm_forward_kernel);
         });
     });
@@ -117,7 +125,7 @@ void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void
 //   dinp    += rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   dweight += sum_rows(dout * xhat),  dbias += sum_rows(dout)
 
-template <class I, class D>
+template <int R, class I, class D>
 __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
                                                const D* __restrict__ dout,
                                                const I* __restrict__ inp,
@@ -130,20 +138,24 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     const D* d = dout + n * C;
     float* dx = dinp + n * C;
     const float mf = mean[n], rs = rstd[n];
+    const rtc_row_vals<R, D> dv(d, C, dt);
+    const rtc_row_vals<R, I> xv(x, C, dt);
+    const rtc_row_vals<R, float> wv(weight, weight ? C : 0, dt);
+    const rtc_row_vals<R, float> gv(dx, as ? 0 : C, dt);  // not read when assigning
     double sg = 0.0, sgx = 0.0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float xhat = (rtc_ld(x, c, dt) - mf) * rs;
-        const float g = weight ? rtc_ld(d, c, dt) * weight[c] : rtc_ld(d, c, dt);
+    RTC_ROW_FOR(k, c, R, C) {
+        const float xhat = (xv[k] - mf) * rs;
+        const float g = weight ? dv[k] * wv[k] : dv[k];
         sg += g;
         sgx += (double)g * xhat;
     }
     sg = rtc_block_sum(sg);
     sgx = rtc_block_sum(sgx);
     const float mg = (float)(sg / C), mgx = (float)(sgx / C);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float xhat = (rtc_ld(x, c, dt) - mf) * rs;
-        const float g = weight ? rtc_ld(d, c, dt) * weight[c] : rtc_ld(d, c, dt);
-        dx[c] = rtc_round_to(RTC_BASE(dx[c], as) + rs * (g - mg - xhat * mgx), dt);
+    RTC_ROW_FOR(k, c, R, C) {
+        const float xhat = (xv[k] - mf) * rs;
+        const float g = weight ? dv[k] * wv[k] : dv[k];
+        dx[c] = rtc_round_to(RTC_BASE(gv[k], as) + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
@@ -167,9 +179,14 @@ template <class I, class D>
 static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, rt_dtype dt, int as) {
+    const unsigned rows = (unsigned)N, threads = rtc_row_threads(C);
     if (dinp) {
-        layernorm_backward_dinp_kernel<<<(unsigned)N, rtc_row_threads(C), 0, rtc_stream()>>>(
-            dinp, dout, inp, weight, mean, rstd, C, dt, as);
+        if (C <= RTC_ROW_REGS * (int)threads)
+            layernorm_backward_dinp_kernel<RTC_ROW_REGS><<<rows, threads, 0, rtc_stream()>>>(
+                dinp, dout, inp, weight, mean, rstd, C, dt, as);
+        else
+            layernorm_backward_dinp_kernel<0><<<rows, threads, 0, rtc_stream()>>>(
+                dinp, dout, inp, weight, mean, rstd, C, dt, as);
         RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
     }
     if (dweight || dbias)

@@ -892,11 +892,21 @@ static void put_vals(void* d, const float* h, size_t n, int es, rt_dtype dt) {
     free(b);
 }
 
-// Each swiglu / residual / accumulate call on buffers at a 16-byte-aligned address (groups
-// of 8 and a tail of 3: n = 4099) and one element further (each element alone): the same
-// bits, in fp32 storage and (dt 16-bit) with every operand packed. Gradients accumulated,
-// assigned (each assign bit), one of them NULL, and da == db (fp32 storage).
+typedef void (*act_packed_fwd)(void*, const void*, size_t, int, rt_dtype);
+typedef void (*act_packed_bwd)(void*, const void*, const void*, size_t, int, rt_dtype, int);
+
+// Each swiglu / residual / accumulate / gelu / relu / silu call on buffers at a
+// 16-byte-aligned address (groups of 8 and a tail of 3: n = 4099) and one element further
+// (each element alone): the same bits, in fp32 storage and (dt 16-bit) with every operand
+// packed. Gradients accumulated, assigned (each assign bit), one of them NULL, and da == db
+// (fp32 storage).
 static void test_vec_offsets(rt_dtype dt) {
+    const act_fwd af[3] = {rt_gelu_forward, rt_relu_forward, rt_silu_forward};
+    const act_bwd ab[3] = {rt_gelu_backward, rt_relu_backward, rt_silu_backward};
+    const act_packed_fwd paf[3] = {rt_gelu_packed_forward, rt_relu_packed_forward,
+                                   rt_silu_packed_forward};
+    const act_packed_bwd pab[3] = {rt_gelu_packed_backward, rt_relu_packed_backward,
+                                   rt_silu_packed_backward};
     const char* P = dt == RT_BF16 ? "bf16" : dt == RT_F16 ? "fp16" : "fp32";
     const size_t n = 4099;
     float* h[5] = {hrand(n, 1.0f, 0.0f), hrand(n, 1.0f, 0.0f), hrand(n, 1.0f, 0.0f),
@@ -910,8 +920,8 @@ static void test_vec_offsets(rt_dtype dt) {
     for (int pk = 0; pk < (dt == RT_F32 ? 1 : 2); pk++) {
         const int fwd = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2,
                   grads = RT_PACKED_DINP | RT_PACKED_DINP2;
-        for (int call = 0; call < 12; call++) {
-            if (pk && call >= 9) break;  // da == db and rt_accumulate: fp32 storage only
+        for (int call = 0; call < 21; call++) {
+            if (pk && call >= 9 && call <= 11) continue;  // da == db, rt_accumulate: fp32 only
             const int res_bwd = call == 7 || call == 8 || call == 10;  // dout: fp32 storage
             void* got[2][2] = {{NULL, NULL}, {NULL, NULL}};
             for (int off = 0; off < 2; off++) {
@@ -938,6 +948,15 @@ static void test_vec_offsets(rt_dtype dt) {
                 if (call == 9) rt_swiglu_backward(p[0], p[0], p[2], p[3], p[3], n, dt, 0);
                 if (call == 10) rt_residual_backward(p[0], p[0], p[2], n, dt, 0);
                 if (call == 11) rt_accumulate(p[0], p[2], n);
+                if (call >= 12) {  // activation (call - 12) / 3: forward, backward +=, backward =
+                    const int a = (call - 12) / 3, kind = (call - 12) % 3;
+                    const int bits = RT_PACKED_OUT | RT_PACKED_INP;
+                    if (kind == 0 && pk) paf[a](p[0], p[3], n, bits, dt);
+                    if (kind == 0 && !pk) af[a](p[0], p[3], n, dt);
+                    if (kind > 0 && pk)
+                        pab[a](p[0], p[2], p[3], n, bits | RT_PACKED_DINP, dt, kind - 1);
+                    if (kind > 0 && !pk) ab[a](p[0], p[2], p[3], n, dt, kind - 1);
+                }
                 for (int k = 0; k < 2; k++) {
                     got[off][k] = malloc(n * es[k]);
                     if (!got[off][k]) abort();
@@ -950,9 +969,9 @@ static void test_vec_offsets(rt_dtype dt) {
             calls++;
         }
     }
-    CHECK(same, "%s swiglu, residual, accumulate n=%zu: 16-byte-aligned (groups of 8) == one "
-          "element further (each alone), bit for bit: %d calls (fp32 and packed storage; "
-          "accumulated, assigned, da NULL, da == db)", P, n, calls);
+    CHECK(same, "%s swiglu, residual, accumulate, gelu, relu, silu n=%zu: 16-byte-aligned "
+          "(groups of 8) == one element further (each alone), bit for bit: %d calls (fp32 and "
+          "packed storage; accumulated, assigned, da NULL, da == db)", P, n, calls);
     for (int k = 0; k < 5; k++) free(h[k]), dfree(buf[0][k]), dfree(buf[1][k]);
 }
 
@@ -1692,7 +1711,8 @@ int main(void) {
     test_arange();
     test_layernorm(67, 768, 1, RT_F32);
     test_layernorm(5, 33, 0, RT_F32);
-    test_layernorm(3, 5000, 1, RT_F32);
+    test_layernorm(3, 5000, 1, RT_F32);  // rows longer than 4096: not kept in registers
+    test_layernorm(3, 5000, 0, RT_BF16);
     test_layernorm(67, 768, 1, RT_BF16);
     test_rmsnorm(67, 768, 1, RT_F32);
     test_rmsnorm(9, 31, 0, RT_F32);
