@@ -50,6 +50,19 @@ struct rtc_row_vals {
 #define RTC_ROW_FOR(k, c, R, len) \
     for (int k = 0, c = threadIdx.x; (R == 0 || k < R) && c < (len); k++, c += blockDim.x)
 
+// A row kernel (kernel<R>: one block of rtc_row_threads(len) threads per row) over `rows`
+// rows on the thread's stream: R = RTC_ROW_REGS when a thread's values of a row fit in
+// registers, else 0.
+#define RTC_LAUNCH_ROWS(kernel, rows, len, ...)                                            \
+    do {                                                                                   \
+        const unsigned rtc_t_ = rtc_row_threads(len);                                      \
+        if ((len) <= RTC_ROW_REGS * (int)rtc_t_)                                           \
+            kernel<RTC_ROW_REGS><<<(unsigned)(rows), rtc_t_, 0, rtc_stream()>>>(__VA_ARGS__); \
+        else                                                                               \
+            kernel<0><<<(unsigned)(rows), rtc_t_, 0, rtc_stream()>>>(__VA_ARGS__);          \
+        RTC_CHECK_LAUNCH(kernel);                                                          \
+    } while (0)
+
 // ----------------------------------------------------------------------------
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
 
@@ -91,16 +104,10 @@ static void layernorm_forward(void* out, float* mean, float* rstd, const void* i
                               const float* weight, const float* bias, int N, int C, float eps,
                               int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
-    const unsigned rows = (unsigned)N, threads = rtc_row_threads(C);
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            if (C <= RTC_ROW_REGS * (int)threads)
-                layernorm_forward_kernel<RTC_ROW_REGS><<<rows, threads, 0, rtc_stream()>>>(
-                    o, mean, rstd, x, weight, bias, C, eps, dt);
-            else
-                layernorm_forward_kernel<0><<<rows, threads, 0, rtc_stream()>>>(
-                    o, mean, rstd, x, weight, bias, C, eps, dt);
-            RTC_CHECK_LAUNCH(layernorm_forward_kernel);
+            RTC_LAUNCH_ROWS(layernorm_forward_kernel, N, C, o, mean, rstd, x, weight, bias, C,
+                            eps, dt);
         });
     });
 }
@@ -179,16 +186,9 @@ template <class I, class D>
 static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, rt_dtype dt, int as) {
-    const unsigned rows = (unsigned)N, threads = rtc_row_threads(C);
-    if (dinp) {
-        if (C <= RTC_ROW_REGS * (int)threads)
-            layernorm_backward_dinp_kernel<RTC_ROW_REGS><<<rows, threads, 0, rtc_stream()>>>(
-                dinp, dout, inp, weight, mean, rstd, C, dt, as);
-        else
-            layernorm_backward_dinp_kernel<0><<<rows, threads, 0, rtc_stream()>>>(
-                dinp, dout, inp, weight, mean, rstd, C, dt, as);
-        RTC_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
-    }
+    if (dinp)
+        RTC_LAUNCH_ROWS(layernorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, mean, rstd,
+                        C, dt, as);
     if (dweight || dbias)
         rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I, D>{dout, inp, mean, rstd, C, dt},
                            N, C);
@@ -254,16 +254,9 @@ __global__ void rmsnorm_forward_kernel(O* out, float* rstd, const I* inp, const 
 static void rmsnorm_forward(void* out, float* rstd, const void* inp, const float* weight, int N,
                             int C, float eps, int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
-    const unsigned threads = rtc_row_threads(C);
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            if (C <= RTC_ROW_REGS * (int)threads)
-                rmsnorm_forward_kernel<RTC_ROW_REGS><<<(unsigned)N, threads, 0, rtc_stream()>>>(
-                    o, rstd, x, weight, C, eps, dt);
-            else
-                rmsnorm_forward_kernel<0><<<(unsigned)N, threads, 0, rtc_stream()>>>(
-                    o, rstd, x, weight, C, eps, dt);
-            RTC_CHECK_LAUNCH(rmsnorm_forward_kernel);
+            RTC_LAUNCH_ROWS(rmsnorm_forward_kernel, N, C, o, rstd, x, weight, C, eps, dt);
         });
     });
 }
@@ -332,16 +325,9 @@ template <class I, class D>
 static void rmsnorm_backward_on(float* dinp, float* dweight, const D* dout, const I* inp,
                                 const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                                 int as) {
-    const unsigned threads = rtc_row_threads(C);
-    if (dinp) {
-        if (C <= RTC_ROW_REGS * (int)threads)
-            rmsnorm_backward_dinp_kernel<RTC_ROW_REGS><<<(unsigned)N, threads, 0, rtc_stream()>>>(
-                dinp, dout, inp, weight, rstd, C, dt, as);
-        else
-            rmsnorm_backward_dinp_kernel<0><<<(unsigned)N, threads, 0, rtc_stream()>>>(
-                dinp, dout, inp, weight, rstd, C, dt, as);
-        RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_kernel);
-    }
+    if (dinp)
+        RTC_LAUNCH_ROWS(rmsnorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, rstd, C, dt,
+                        as);
     if (dweight)
         rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term<I, D>{dout, inp, rstd, C, dt}, N,
                            C);
