@@ -323,7 +323,10 @@ function Walker:step(st, index)
   local state = st.state and cstr(st.state) or "NULL"
   local calls = {}
   local op = st.op
-  if op == "all_gather" then
+  if op == "all_gather" and st.direct then
+    calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %d);", gi, state,
+      u.unsharded.offset)
+  elseif op == "all_gather" then
     calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %d, %d);", gi, st.sub and 1 or 0, state,
       u.out.offset, u.pf and u.pf.offset or 0)
   elseif op == "all_gather_wait" then

@@ -351,7 +351,11 @@ function M.plan(plan)
     local g = st.group
     local u = st.bufs or {}
     st.bufs = u
-    if st.op == "all_gather" then
+    if st.op == "all_gather" and st.direct then
+      -- One rank: the copy-in writes the unsharded parameters (on its own stream, CUDA).
+      u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
+        compute_bytes(g.layout.padded_numel), i)
+    elseif st.op == "all_gather" then
       -- In place, as FSDP2: the all-gather input is this rank's block of the output.
       local ws = st.sub and g.pf_size or g.shard
       local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or g.layout.shard_numel
@@ -369,6 +373,8 @@ function M.plan(plan)
       if st.op == "all_gather_wait" then
         u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
           compute_bytes(g.layout.padded_numel), i)
+      elseif st.direct then
+        stop("unsharded " .. g.index, i)
       end
     elseif st.op == "reshard" then
       stop("unsharded " .. g.index, i)

@@ -137,20 +137,30 @@ function Sim:count(what)
   self.counts[key] = (self.counts[key] or 0) + 1
 end
 
+-- Whether g's all-gather is one rank's, from the shards: its collective leaves the buffer
+-- as the copy-in wrote it, so the copy-in can write the unsharded parameters as the
+-- copy-out would (rt_step_all_gather_direct), with no all-gather buffer and no copy-out.
+-- Same events and counts; the unsharded parameters then live from the issue on.
+local function direct_all_gather(g, sub)
+  return g.shard == 1 and not sub
+end
+
 -- FSDPParamGroup.unshard: issue the all-gather unless already unsharded or in flight.
 function Sim:unshard(g)
   if g.pending or g.sharded == UNSHARDED then return end
   local sub = g.sharded == SHARDED_POST_FORWARD
   self.ag_seq = self.ag_seq + 1
-  g.pending = { seq = self.ag_seq, sub = sub }
-  self:emit({ stream = "ag", op = "all_gather", group = g, sub = sub, ag = self.ag_seq })
+  g.pending = { seq = self.ag_seq, sub = sub, direct = direct_all_gather(g, sub) }
+  self:emit({ stream = "ag", op = "all_gather", group = g, sub = sub, ag = self.ag_seq,
+    direct = g.pending.direct })
   self:event("unshard", g)
   self:count("all_gather")
 end
 
 function Sim:wait_for_unshard(g)
   if not g.pending then return end
-  self:emit({ stream = "compute", op = "all_gather_wait", group = g, ag = g.pending.seq, sub = g.pending.sub })
+  self:emit({ stream = "compute", op = "all_gather_wait", group = g, ag = g.pending.seq,
+    sub = g.pending.sub, direct = g.pending.direct })
   g.pending = nil
   g.sharded = UNSHARDED
 end
@@ -370,7 +380,8 @@ function Sim:final_callback()
       if g then
         if g.pending then
           -- A mistargeted prefetch nobody waited for: its result is dropped.
-          self:emit({ stream = "compute", op = "all_gather_drop", group = g, ag = g.pending.seq })
+          self:emit({ stream = "compute", op = "all_gather_drop", group = g, ag = g.pending.seq,
+            direct = g.pending.direct })
           g.pending = nil
         end
         g.pf_indices = {}

@@ -79,7 +79,11 @@ end
 function M.step_line(st, plan)
   local g = st.group
   local name, detail = "", ""
-  if st.op == "all_gather" then
+  if st.op == "all_gather" and st.direct then
+    name = quoted(g.name)
+    detail = string.format("%d x %s straight into the unsharded params (one rank: no collective)",
+      g.layout.shard_numel, g.param_dtype)
+  elseif st.op == "all_gather" then
     local L = g.layout
     local ranks = st.sub and g.pf_size or g.shard
     local per = st.sub and (L.padded_numel // g.pf_size) or L.shard_numel
@@ -88,10 +92,13 @@ function M.step_line(st, plan)
       per * ranks, st.sub and "post-forward group" or "shard group", ranks)
   elseif st.op == "all_gather_wait" then
     name = quoted(g.name)
-    detail = string.format("wait for the all-gather, copy-out %d params", #g.params)
+    detail = st.direct and "wait for the direct all-gather"
+      or string.format("wait for the all-gather, copy-out %d params", #g.params)
   elseif st.op == "all_gather_drop" then
     name = quoted(g.name)
-    detail = "wait for the all-gather, drop it (mistargeted prefetch)"
+    detail = st.direct
+      and "wait for the direct all-gather, drop the unsharded params (mistargeted prefetch)"
+      or "wait for the all-gather, drop it (mistargeted prefetch)"
   elseif st.op == "reshard" then
     name = quoted(g.name)
     detail = st.from == "unsharded" and "free unsharded params" or "free post-forward shard"

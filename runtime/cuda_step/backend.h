@@ -32,6 +32,7 @@ enum { UN_F32, UN_PACKED, UN_STORAGES };
 typedef struct cuda_group {
     rtcs_plan ag_in;                  // all-gather from the shards: copy-in,
     rtcs_plan ag_out[UN_STORAGES];    // copy-out
+    rtcs_plan ag_direct[UN_STORAGES]; // one rank: both in one (rt_seg_all_gather_direct)
     rtcs_plan pf_ag_in;               // ... from the post-forward shards
     rtcs_plan pf_ag_out[UN_STORAGES];
     rtcs_plan pf_shards[UN_STORAGES]; // post-forward reshard

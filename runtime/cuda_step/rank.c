@@ -63,6 +63,11 @@ static int group_plans(rt_rank* R, int g) {
     }
     for (int k = 0; k < UN_STORAGES && !rc; k++) {
         rc = upload(R, &cg->ag_out[k], rt_seg_all_gather_out, &rg->layout, un[k]);
+        if (!rc && rg->layout.world == 1) {
+            rt_seg_plan p = {0};
+            rc = upload_built(R, &cg->ag_direct[k], &p,
+                              rt_seg_all_gather_direct(&p, &rg->layout, block, un[k]), &rg->layout);
+        }
         if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_out[k], rt_seg_all_gather_out, &rg->pf_layout, un[k]);
         if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_shards[k], rt_seg_post_forward, &rg->pf_layout, un[k]);
     }
@@ -202,6 +207,7 @@ void rtb_rank_free(rt_rank* R) {
         for (int k = 0; k < 5; k++) rtcs_plan_free(plans[k]);
         for (int k = 0; k < UN_STORAGES; k++) {
             rtcs_plan_free(&cg->ag_out[k]);
+            rtcs_plan_free(&cg->ag_direct[k]);
             rtcs_plan_free(&cg->pf_ag_out[k]);
             rtcs_plan_free(&cg->pf_shards[k]);
         }

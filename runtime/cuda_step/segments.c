@@ -135,6 +135,16 @@ int rt_seg_reduce_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t*
     return st;
 }
 
+int rt_seg_all_gather_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* shard_off,
+                             const int64_t* unsharded_off) {
+    if (l->world != 1 || l->post_forward) return RT_ERR_ARG;
+    int st = 0;  // the copy-out's runs, read from the shard that the copy-in would copy
+    for (int i = 0; i < l->nparams && !st; i++)
+        if (unsharded_off[i] >= 0)
+            st = move_chunk(p, &l->params[i], 0, unsharded_off[i], shard_off[i], 0);
+    return st;
+}
+
 // ---- host reference ---------------------------------------------------------------------
 
 void rt_seg_apply(const rt_seg_plan* p, void* dst, rt_dtype dst_dt, const void* src,

@@ -37,6 +37,13 @@ int rt_seg_all_gather_in(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t*
 // unsharded_off[i] (padding dropped); post-forward layouts concatenate flat slices. A
 // negative offset leaves the parameter out (one plan per storage of the unsharded buffer).
 int rt_seg_all_gather_out(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* unsharded_off);
+// A layout of one rank: the all-gather copy-in and copy-out as one plan, parameter i's
+// shard (at shard_off[i]) straight into the unsharded buffer (at unsharded_off[i]; negative:
+// left out), for a one-rank all-gather, which leaves its buffer as the copy-in wrote it.
+// Applied with the copy-in's cast to param_dtype (see rtcs_copy_rounded for fp32 storage).
+// RT_ERR_ARG for more ranks or a post-forward layout.
+int rt_seg_all_gather_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* shard_off,
+                             const int64_t* unsharded_off);
 // Post-forward reshard (pf layout): the rank's flat slice of unsharded parameter i (at
 // unsharded_off[i]; negative: left out) into its pf shard at the layout offset, zero-padded.
 int rt_seg_post_forward(rt_seg_plan* p, const rt_fsdp_layout* pf, const int64_t* unsharded_off);

@@ -49,6 +49,7 @@ typedef struct rt_rank_group {
     rt_group_state state;
     int pending;                 // an all-gather was issued and not yet waited for
     int pending_sub;             // ... from the post-forward shards
+    int pending_direct;          // ... straight into the unsharded params (one rank)
     size_t pending_out;          // its output's arena offset
     int reduced;                 // reduce-scatters so far this step (first assigns, next add)
     void** ptrs[2];              // nparams per-parameter pointers for the collective calls
@@ -153,6 +154,12 @@ void rt_step_end(rt_rank* R);
 // pf_off when sub) cast to param_dtype into this rank's block of the all-gather output at
 // out_off, then the all-gather (shard group, or post-forward group when sub).
 void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t out_off, size_t pf_off);
+// "all_gather" that the generator planned direct (generator/planner.lua direct_all_gather:
+// one rank, from the shards): the copy-in writes the shards, cast to param_dtype, straight
+// into the unsharded parameters at unsharded_off (as the copy-out would store them), and
+// no collective runs (one rank's all-gather leaves its buffer as the copy-in wrote it).
+// The all_gather_wait that follows only waits. Dies if the shard group has more ranks.
+void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off);
 // "all_gather_wait": copy-out into the unsharded parameters at unsharded_off, values in
 // param_dtype: fp32 storage, or param_dtype's bits for a packed parameter (rt_model.h).
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off);

@@ -113,6 +113,26 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
     span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
 }
 
+// One rank's chunk of a parameter is all of it, in its order: the copy-in's cast, stored
+// as the copy-out stores it (fp32 values of param_dtype, or param_dtype's bits).
+void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    double t0 = now_s();
+    RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
+    void** un = rg->ptrs[0];
+    rt_step_param_ptrs(R, g, unsharded_off, 1, un);
+    for (int i = 0; i < mg->nparams; i++) {
+        const rt_fsdp_param_layout* p = &rg->layout.params[i];
+        int64_t at = R->model->params[mg->params[i]].block_offset;
+        const float* shard = rt_step_f32(R, mg->params_off, at, p->in_numel);
+        rt_dtype dt = rg->unsharded_dtypes[i];
+        rt_convert(un[i], dt, shard, RT_F32, (size_t)p->numel);
+        if (dt == RT_F32) rt_step_round(un[i], (size_t)p->numel, mg->param_dtype);
+    }
+    span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
+}
+
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];

@@ -258,8 +258,26 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
                     rg->pending ? " with an all-gather in flight" : "");
     rtb_all_gather(R, g, sub, out_off, pf_off);
     rg->pending = 1;
+    rg->pending_direct = 0;
     rg->pending_sub = sub;
     rg->pending_out = out_off;
+    event(R, state, "unshard", g);
+    count(R, "all_gather");
+}
+
+void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off) {
+    const rt_model_group* mg = G(R, g);
+    rt_rank_group* rg = &R->groups[g];
+    if (rg->pending || rg->state != RT_SHARDED)
+        rt_rank_die(R, "direct all-gather of group '%s' while it is %s%s", mg->name,
+                    state_name(rg->state), rg->pending ? " with an all-gather in flight" : "");
+    if (rg->layout.world != 1)
+        rt_rank_die(R, "group '%s': direct all-gather planned, but its shard group has %d ranks "
+                       "(it needs one)", mg->name, rg->layout.world);
+    rtb_all_gather_direct(R, g, unsharded_off);
+    rg->pending = rg->pending_direct = 1;
+    rg->pending_sub = 0;
+    rg->pending_out = unsharded_off;
     event(R, state, "unshard", g);
     count(R, "all_gather");
 }
@@ -268,8 +286,15 @@ void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
     if (!rg->pending) rt_rank_die(R, "wait for an all-gather of group '%s' that was not issued", mg->name);
-    rtb_all_gather_wait(R, g, rg->pending_sub, rg->pending_out, unsharded_off);
-    rg->pending = 0;
+    if (!rg->pending_direct)
+        rtb_all_gather_wait(R, g, rg->pending_sub, rg->pending_out, unsharded_off);
+    else if (unsharded_off == rg->pending_out)
+        rtb_all_gather_drop(R, g);
+    else
+        rt_rank_die(R, "wait for the direct all-gather of group '%s' into the unsharded params at "
+                       "%zu, but it wrote them at %zu (generated plan is inconsistent)", mg->name,
+                    unsharded_off, rg->pending_out);
+    rg->pending = rg->pending_direct = 0;
     rg->state = RT_UNSHARDED;
 }
 
@@ -277,7 +302,7 @@ void rt_step_all_gather_drop(rt_rank* R, int g) {
     rt_rank_group* rg = &R->groups[g];
     if (!rg->pending) rt_rank_die(R, "drop of an all-gather of group '%s' that was not issued", G(R, g)->name);
     rtb_all_gather_drop(R, g);
-    rg->pending = 0;
+    rg->pending = rg->pending_direct = 0;
 }
 
 // ---- reshard ----------------------------------------------------------------------------

@@ -31,9 +31,13 @@ void rtb_step_end(rt_rank* R);
 // Copy-in of the shards (sub: the post-forward shards at pf_off) into this rank's block of
 // the output at out_off, then the all-gather over layout L's communicator.
 void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off);
+// One rank (rt_step_all_gather_direct): the shards, cast to param_dtype, into the
+// unsharded parameters at unsharded_off.
+void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off);
 // The issued all-gather is needed now: copy-out into the unsharded parameters.
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off);
-// The issued all-gather's result is not needed (its buffer may be reused after it ends).
+// Compute waits for the issued all-gather, and copies nothing: its result is not needed
+// (its buffer may be reused after it ends), or a direct one wrote it where it belongs.
 void rtb_all_gather_drop(rt_rank* R, int g);
 void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf_off);
 void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off);

@@ -25,7 +25,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 
 # spec and its CPU-vs-CUDA rtol (fp32 specs 1e-3; mixed precision 3e-2). Worlds 1, 2, 4
 # and an HSDP 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
-# bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4).
+# bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4), direct
+# (one-rank) all-gathers incl. a dropped one.
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -35,6 +36,7 @@ specs=(
   "tests/specs/features/llama_gqa_bf16.lua 3e-2"
   "tests/specs/features/hsdp_int_reshard.lua 1e-3"
   "tests/specs/conformance/llama_w1_bf16.lua 3e-2"
+  "tests/specs/features/w1_direct_all_gather.lua 3e-2"
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
 )
 

@@ -137,6 +137,45 @@ static void check_reduce_direct(rt_fsdp_layout* L, const group* g, const int64_t
     free(grads), free(rs);
 }
 
+// One rank: the direct plans (rt_seg_all_gather_direct) of both storages write the
+// unsharded parameters that the copy-in and copy-out write; the fp32 storage's from the
+// shards rounded to param_dtype first (as rtcs_copy_rounded applies it).
+static void check_all_gather_direct(rt_fsdp_layout* L, const group* g, const int64_t* shard_off,
+                                    const int64_t* un_off, int64_t un_total, rt_dtype pdt) {
+    int64_t so[2][6];
+    rt_dtype udt[6];
+    storages(g->n, un_off, pdt, so, udt);
+    float* shards = values(L->block_numel, RT_F32);
+    float* rounded = malloc((size_t)L->block_numel * 4 + 1);
+    void* narrow = malloc((size_t)L->block_numel * 4 + 1);
+    rt_convert(narrow, pdt, shards, RT_F32, (size_t)L->block_numel);
+    rt_convert(rounded, RT_F32, narrow, pdt, (size_t)L->block_numel);
+    void* out = malloc((size_t)L->total_numel * 4 + 1);
+    float* ua = pattern((size_t)un_total * 4, 4);
+    float* ub = pattern((size_t)un_total * 4, 4);
+    const void* sp[6];
+    void* up[6];
+    for (int i = 0; i < g->n; i++) sp[i] = shards + shard_off[i], up[i] = ua + un_off[i];
+    rt_fsdp_all_gather_copy_in(L, sp, RT_F32, out, pdt);
+    rt_fsdp_all_gather_copy_out_as(L, out, pdt, up, udt);
+    for (int k = 0; k < 2; k++) {
+        rt_seg_plan p = {0};
+        rt_seg_all_gather_direct(&p, L, shard_off, so[k]);
+        rt_seg_apply(&p, ub, k ? pdt : RT_F32, k ? shards : rounded, RT_F32, 0);
+        runs += p.nsegs;
+        rt_seg_plan_free(&p);
+    }
+    if (!same(ua, ub, (size_t)un_total * 4)) fail("all_gather_direct", g, 1, 0);
+    rt_seg_plan q = {0};
+    rt_fsdp_layout two;
+    if (!rt_fsdp_layout_init(&two, "g", g->d, g->n, 2, 0) &&
+        rt_seg_all_gather_direct(&q, &two, shard_off, un_off) != RT_ERR_ARG)
+        fail("all_gather_direct accepted a layout of 2 ranks", g, 2, 0);
+    rt_fsdp_layout_free(&two);
+    rt_seg_plan_free(&q);
+    free(shards), free(rounded), free(narrow), free(out), free(ua), free(ub);
+}
+
 static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_dtype rdt) {
     rt_fsdp_layout L;
     if (rt_fsdp_layout_init(&L, "g", g->d, g->n, world, rank)) {
@@ -211,7 +250,10 @@ static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_
     runs += p.nsegs;
     rt_seg_plan_free(&p);
     free(rout), free(shards);
-    if (world == 1) check_reduce_direct(&L, g, un_off, un_total, shard_off);
+    if (world == 1) {
+        check_reduce_direct(&L, g, un_off, un_total, shard_off);
+        check_all_gather_direct(&L, g, shard_off, un_off, un_total, pdt);
+    }
     rt_fsdp_layout_free(&L);
 }
 
@@ -286,7 +328,7 @@ int main(void) {
             for (int r = 0; r < world; r++) check_sharded(&g, world, r, pdt, rdt);
         }
         CHECK(failures == 0, "%s: all-gather in/out, reduce-scatter in, view-out (assign, accumulate), "
-              "and on one rank the direct reduction (assign, accumulate) "
+              "and on one rank the direct reduction (assign, accumulate) and all-gather "
               "on %d layouts (%d runs) equal runtime/fsdp's host copies byte for byte (%d differ)",
               placement ? "Shard(largest dim)" : "dim-0 (uneven)", layouts, runs, failures);
     }

@@ -1,9 +1,10 @@
 -- Buffers that the CUDA backend's side streams use stay in the memory plan until compute
 -- waits for that work, so no later buffer is placed on bytes a side stream may still read
 -- or write (runtime/cuda_step/backend.c orders the streams; the plan must not undo that):
---   * an all-gather's output and, for a post-forward all-gather, the post-forward shard its
---     copy-in reads: until the all_gather_wait or all_gather_drop of that all-gather
---     (compute waits for the all-gather there);
+--   * an all-gather's output (a direct one's: the unsharded parameters) and, for a
+--     post-forward all-gather, the post-forward shard its copy-in reads: until the
+--     all_gather_wait or all_gather_drop of that all-gather (compute waits for the
+--     all-gather there);
 --   * a reduce-scatter's input and output: until the next reduce_scatter step, or to the
 --     end of the step program after the last one (compute waits for the reduction in
 --     flight at the next one, and for all of them before clipping and the optimizer).
@@ -41,7 +42,8 @@ local function problems(plan)
       if not wait then
         out[#out + 1] = name(plan, i) .. " is never waited for or dropped"
       else
-        need(st.bufs.out, wait, "the output", i)
+        local out = st.direct and "the unsharded params" or "the output"
+        need(st.bufs.out or st.bufs.unsharded, wait, out, i)
         if st.sub then need(st.bufs.pf, wait, "the post-forward shard read by the copy-in", i) end
       end
     elseif st.op == "reduce_scatter" and not st.direct then
