@@ -1,9 +1,11 @@
 // The CUDA step backend's copy kernel (rtcs_copy, rtcs_copy_rounded: kernels.cu) against its
 // host reference rt_seg_apply, byte for byte, on random plans: runs of 1 to 13 elements (so
-// runs start and end inside a thread's 4-element chunk, the kernel's slow path) and long
+// runs start and end inside a thread's 8-element chunk, the kernel's slow path) and long
 // ones, zero-fill runs, every source / destination dtype, assigned and accumulated, and
-// the rounded copy of fp32 sources to bf16 / fp16. Destination bytes outside the runs must
-// stay as they were. Built for the GPU and for the CPU emulator (tests/cuda_step/run.sh).
+// the rounded copy of fp32 sources to bf16 / fp16; and plans whose runs keep both sides
+// 16-byte aligned along most chunks (the kernel's 16-byte path), as parameters placed at
+// multiples of 8 elements do. Destination bytes outside the runs must stay as they were.
+// Built for the GPU and for the CPU emulator (tests/cuda_step/run.sh).
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,8 +40,11 @@ static void random_values(void* buf, rt_dtype dt, size_t n) {
 }
 
 // Runs with disjoint destinations in increasing order, random sources (a sixth zero-fill).
-// Returns how many runs start off a multiple of 4 elements into the plan.
-static int random_plan(rt_seg_plan* p) {
+// aligned: long runs whose source and destination offsets are congruent to the run's start
+// in the plan modulo 8, so each whole 8-element chunk of the run is 16-byte aligned on both
+// sides (in every dtype). Returns how many runs start off a multiple of 8 elements into
+// the plan.
+static int random_plan(rt_seg_plan* p, int aligned) {
     p->nsegs = uniform(1, 40);
     p->cap = p->nsegs;
     p->segs = (rt_seg*)malloc((size_t)p->nsegs * sizeof(rt_seg));
@@ -47,11 +52,15 @@ static int random_plan(rt_seg_plan* p) {
     int64_t d = uniform(0, 5);
     int odd = 0;
     for (int k = 0; k < p->nsegs; k++) {
-        const int64_t n = next() % 4 ? uniform(1, 13) : uniform(14, 150);
-        if (p->total % 4) odd++;
+        const int64_t n = aligned       ? uniform(8, 150)
+                          : next() % 4 ? uniform(1, 13)
+                                       : uniform(14, 150);
+        if (p->total % 8) odd++;
+        if (aligned) d += (p->total - d) & 7;
         p->segs[k].n = n;
         p->segs[k].dst = d;
-        p->segs[k].src = next() % 6 ? uniform(0, SRC_N - (int)n) : -1;
+        p->segs[k].src = next() % 6 ? uniform(0, SRC_N - 8 - (int)n) : -1;
+        if (aligned && p->segs[k].src >= 0) p->segs[k].src = (p->segs[k].src & ~7) | (p->total & 7);
         p->total += n;
         d += n + uniform(0, 3);
     }
@@ -109,13 +118,14 @@ int main(void) {
                 int same = 0, odd = 0;
                 for (int k = 0; k < PLANS; k++) {
                     rt_seg_plan p;
-                    odd += random_plan(&p);
+                    odd += random_plan(&p, k % 2);
                     same += same_as_host(&p, dts[di], dts[si], RT_F32, acc);
                     free(p.segs);
                 }
                 CHECK(same == PLANS && odd > 0,
                       "rtcs_copy %s -> %s, %s: %d of %d random plans byte-identical to "
-                      "rt_seg_apply (%d runs starting inside a 4-element chunk)",
+                      "rt_seg_apply, half of them aligned (%d runs starting inside an 8-element "
+                      "chunk)",
                       names[si], names[di], acc ? "accumulated" : "assigned", same, PLANS, odd);
             }
         }
@@ -124,13 +134,13 @@ int main(void) {
                 int same = 0;
                 for (int k = 0; k < PLANS; k++) {
                     rt_seg_plan p;
-                    random_plan(&p);
+                    random_plan(&p, k % 2);
                     same += same_as_host(&p, dts[di], RT_F32, dts[ri], acc);
                     free(p.segs);
                 }
                 CHECK(same == PLANS,
-                      "rtcs_copy_rounded f32 (rounded to %s) -> %s, %s: %d of %d random plans "
-                      "byte-identical to rounding then rt_seg_apply",
+                      "rtcs_copy_rounded f32 (rounded to %s) -> %s, %s: %d of %d random plans, "
+                      "half of them aligned, byte-identical to rounding then rt_seg_apply",
                       names[ri], names[di], acc ? "accumulated" : "assigned", same, PLANS);
             }
         }
