@@ -22,14 +22,23 @@
 // 2^-11 fp16; fp16 also has an absolute 2^-25 per narrowed value below its normal range,
 // 2^-14); tests/cuda/attention_tc_ref.h evaluates that bound per element for the tests.
 //
-// Register-resident, FlashAttention-2 style. A warp owns 16 rows of its block's tile and
-// keeps everything about them in registers: its A operand fragments, the score and dP
-// accumulators, the running max and sum, and the output accumulators. mma.sync's
+// Register-resident, FlashAttention-2 style. A warp owns one or two row tiles of 16 rows of
+// its block's tile (rtc_tc_cfg FMT, KMT, QMT; the rows of dK/dV are keys) and keeps
+// everything about them in registers: per row tile its A operand fragments, the score and
+// dP accumulators, the running max and sum, and the output accumulators. mma.sync's
 // accumulator layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
 // type": lane = 4 * group + t holds rows group and group + 8, columns 2t and 2t + 1 of each
 // 8-column tile) is also the A operand layout of the next product once two adjacent
 // column tiles are narrowed in pairs, so P and dS go from one product to the next without
 // touching memory, and the softmax's row reductions are two shuffles within a group of 4.
+// With two row tiles (32 rows, as FlashAttention-2) each B fragment loaded by ldmatrix
+// feeds both tiles' mma.sync: half the ldmatrix instructions and shared-memory reads per
+// product, for about twice the registers. Each row tile runs exactly the operations a
+// warp of 16 rows runs (every accumulator sums its k blocks in the same order, every row
+// the same softmax steps), so the count changes no bit (test_flash_tc_emu checks); a row
+// tile with nothing to do for the current streamed tile (causal, or rows past T) skips its
+// products while the other goes on (rtc_tc_on_tiles: the body is compiled per set of busy
+// tiles, with no test per product).
 //
 // Shared memory holds only 16-bit operand tiles, row-major as in global memory (a row is
 // one token's head: HD elements, padded by 8 to LDE = HDP + 8, i.e. 16 bytes, so the 8
@@ -41,30 +50,31 @@
 // blocks); a B operand whose k runs down the tile's columns (V for O += P V, dO and Q for
 // dV and dK, K for dQ) is read with ldmatrix's .trans, so no tile is stored transposed.
 //
-// Kernels (W = 16 rows per warp):
-//   forward   grid (B*NH, ceil(T/FBR)), FBR/16 warps. Q fragments stay in registers; per
+// Kernels (W = 16 FMT, 16 KMT, 16 QMT rows per warp):
+//   forward   grid (B*NH, ceil(T/FBR)), FBR/W warps. Q fragments stay in registers; per
 //             key tile of FBC keys (K and V double-buffered): S = Q K^T, the online softmax
 //             on the accumulators (O rescaled by exp(m_old - m_new) per row), O += P V.
 //   backward  FlashAttention-2 without atomics, as flash_attention.cuh:
 //             1. D = rowsum(dO * O) into the scratch (rtc_fa_dot_kernel);
-//             2. dK, dV: grid (B*NKV, ceil(T/KBC)), KBC/16 warps of 16 keys each; walks the
+//             2. dK, dV: grid (B*NKV, ceil(T/KBC)), KBC/W warps of W keys each; walks the
 //                query tiles (KBR queries; Q, dO and their (m, 1/l, D) double-buffered) of
 //                every query head of the GQA group in head order: S^T = K Q^T and
 //                dP^T = V dO^T, P^T and dS^T in fp32 on the accumulators, dV += P^T dO and
 //                dK += dS^T Q;
-//             3. dQ: grid (B*NH, ceil(T/QBR)), QBR/16 warps of 16 queries: per key tile
+//             3. dQ: grid (B*NH, ceil(T/QBR)), QBR/W warps of W queries: per key tile
 //                (QBC keys; K and V double-buffered) S and dP, dS, dQ += dS K.
 //             Every gradient element has one owner block, which stores it once at the end
 //             (added to, or assigned, and rounded to dt: rtc_fa_store_grad): deterministic,
 //             no atomics, rounding and assigning free, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
 //             way; D is only computed when dq or dk is wanted).
-//   Causal: key tiles past a query tile's last row are never loaded, a warp whose 16 rows
-//   see none of the current tile skips its products (its state cannot change), and blocks
+//   Causal: key tiles past a query tile's last row are never loaded, a row tile whose 16
+//   rows see none of the current tile skips its products (its state cannot change), blocks
 //   run longest first: the forward and dQ grids map blockIdx.y to query tiles from the
 //   last (most key tiles) down, and dK/dV's key tile 0 (all queries) is already first.
 //
-// Tiles, threads and shared memory (bytes, E = 2 bytes; x2: double-buffered):
+// Tiles, threads and shared memory (bytes, E = 2 bytes; x2: double-buffered), 16 rows per
+// warp (FMT, KMT, QMT 1):
 //              HD <= 64 (HDP 64)                       HD <= 128 (HDP 128)
 //   forward    FBR 128, FBC 64 x2, 8 warps, 36864      FBR 64, FBC 64 x2, 4 warps, 69632
 //   dK/dV      KBC 64, KBR 32 x2, 4 warps, 37632       KBC 64, KBR 32 x2, 4 warps, 70400
@@ -75,12 +85,16 @@
 // __launch_bounds__ for a count (rtc_tc_cfg FMB, KMB, QMB: 2 to 4), because ptxas's choice
 // without one moves by 40 registers across a blocks-per-SM boundary on unrelated edits.
 // ptxas (sm_90a, CUDA 13) gives the forward 124 registers (HDP 64) and 168 (HDP 128, 20
-// bytes spilled), dK/dV 128 (16 bytes spilled) and 224, dQ 126 and 212: an H100 SM runs 4
+// bytes spilled), dK/dV 128 (16 bytes spilled) and 224, dQ 128 and 218: an H100 SM runs 4
 // blocks of the HDP 64 dK/dV and dQ, 3 of the HDP 128 forward, 2 of the others. The HDP 64
 // shapes are an H100 sweep's best (2026-11-23, bench/attention.sh's shapes, 12 tile / block
 // count combinations): the backward is fastest with the most resident warps, spills and
 // all (KBR, QBC 32 at 4 blocks: 1.63 ms on the Llama shape, against 1.84 with 64 at 3
 // blocks and 2.00 with 32 at 3), the forward with 16 rows per warp, 8 warps and FBC 64.
+// With two row tiles per warp the HDP 64 kernels take 227 to 255 registers: unspilled at 8
+// warps per SM (16 with one row tile), hundreds of bytes spilled at 12
+// (bench/attention_sweep.sh prints them per variant); the HDP 128 ones spill 600 to 1500
+// bytes even at 255 (their output accumulators alone take 128 to 256), so they keep one.
 //
 // History. The first version (wmma, softmax through fp32 shared-memory rows) measured 4-6%
 // of the H100's bf16 peak. The second kept P and dS in registers (this structure) but read
@@ -100,7 +114,9 @@
 // backward 1.63 (SDPA: 0.18 and 0.66). What remains is structural: 16 rows per warp load
 // every B fragment for one product (FlashAttention-2 gives a warp 32 or more rows), and
 // the backward recomputes S and dP for dQ (7 products against FlashAttention-2's 5, which
-// adds dQ with atomics, out of order).
+// adds dQ with atomics, out of order). Two row tiles per warp, a compile-time option of
+// each kernel since 2026-11-23, were written without a GPU and are not yet timed: the
+// defaults keep one until bench/attention_sweep.sh has measured the variants.
 //
 // Testing without a GPU. tests/cuda/cuda_emu.h emulates mma.sync and ldmatrix from the PTX
 // ISA's fragment tables alone (each lane publishes its registers or row address, every lane
@@ -374,14 +390,37 @@ __device__ __forceinline__ void rtc_tc_mma_row(float (&acc)[NN][4],
     }
 }
 
-// acc[j] += a b_j for the 8-column blocks j < NJ, with a's NK column blocks of 16 (the first
-// nk used) in registers: acc = X Y^T for the warp's rows X and the rows of the shared tile
-// y (row stride ld). The k blocks are the outer loop, so the NJ products of one k block are
-// independent and issue back to back (an accumulator's next product waits for its last,
-// tens of cycles); each accumulator still sums its k blocks in order.
-template <class E, int NJ, int NK>
-__device__ __forceinline__ void rtc_tc_mma_nt(float (&acc)[NJ][4],
-                                              const typename rtc_tc_reg<E>::type (&a)[NK][4],
+// A warp's row tiles: MT tiles of 16 rows (rows 16 u to 16 u + 15 of the warp's, u < MT),
+// each with its own A fragments a[u] and accumulators acc[u]; the helpers below multiply
+// the tiles [LO, HI) together, so that each B fragment loaded feeds HI - LO products.
+
+// acc[u][n] += a[u] B_n and acc[u][n + 1] += a[u] B_{n + 1} (u in [LO, HI)) for the 8-column
+// blocks n < nn (nn even) of the 16-k slice b of a shared tile, k-contiguous or not as
+// rtc_tc_ldb2: rtc_tc_mma_row for several row tiles.
+template <class E, int NN, bool KC, int MT, int LO, int HI>
+__device__ __forceinline__ void rtc_tc_mma_rows(float (&acc)[MT][NN][4],
+                                                const typename rtc_tc_reg<E>::type (&a)[MT][4],
+                                                const E* b, int ld, int nn, int lane) {
+#pragma unroll
+    for (int n = 0; n < NN; n += 2) {
+        if (n < nn) {
+            typename rtc_tc_reg<E>::type y[4];
+            rtc_tc_ldb2<E, KC>(y, KC ? b + 8 * n * ld : b + 8 * n, ld, lane);
+#pragma unroll
+            for (int u = LO; u < HI; u++) rtc_tc_mma2<E>(acc[u][n], acc[u][n + 1], a[u], y);
+        }
+    }
+}
+
+// acc[u][j] += a[u] b_j (u in [LO, HI)) for the 8-column blocks j < NJ, with a[u]'s NK
+// column blocks of 16 (the first nk used) in registers: acc[u] = X_u Y^T for the row tiles
+// X_u and the rows of the shared tile y (row stride ld). The k blocks are the outer loop,
+// so the products of one k block are independent and issue back to back (an accumulator's
+// next product waits for its last, tens of cycles); each accumulator still sums its k
+// blocks in order.
+template <class E, int NJ, int NK, int MT, int LO, int HI>
+__device__ __forceinline__ void rtc_tc_mma_nt(float (&acc)[MT][NJ][4],
+                                              const typename rtc_tc_reg<E>::type (&a)[MT][NK][4],
                                               const E* y, int ld, int nk, int lane) {
 #pragma unroll
     for (int kk = 0; kk < NK; kk++) {
@@ -390,8 +429,35 @@ __device__ __forceinline__ void rtc_tc_mma_nt(float (&acc)[NJ][4],
             for (int j = 0; j < NJ; j += 2) {
                 typename rtc_tc_reg<E>::type b[4];
                 rtc_tc_ldb2<E, true>(b, y + 8 * j * ld + 16 * kk, ld, lane);
-                rtc_tc_mma2<E>(acc[j], acc[j + 1], a[kk], b);
+#pragma unroll
+                for (int u = LO; u < HI; u++) rtc_tc_mma2<E>(acc[u][j], acc[u][j + 1], a[u][kk], b);
             }
+        }
+    }
+}
+
+// A compile-time int: the bounds of a range of row tiles.
+template <int N>
+struct rtc_tc_int {
+    static constexpr int value = N;
+};
+
+// f(lo, hi) (rtc_tc_int) for the range [lo, hi) of a warp's MT row tiles that have work
+// (act[u]; warp-uniform), or nothing when none has. MT is 1 or 2, so the tiles with work
+// are both, the first or the second (PREFIX: never the second alone); the kernels' bodies
+// are compiled once per case, all loops unrolled, with no per-product test.
+template <int MT, bool PREFIX, class F>
+__device__ __forceinline__ void rtc_tc_on_tiles(const bool (&act)[MT], F& f) {
+    static_assert(MT == 1 || MT == 2, "1 or 2 row tiles per warp");
+    if constexpr (MT == 1) {
+        if (act[0]) f(rtc_tc_int<0>(), rtc_tc_int<1>());
+    } else {
+        if (act[0] && act[1]) {
+            f(rtc_tc_int<0>(), rtc_tc_int<2>());
+        } else if (act[0]) {
+            f(rtc_tc_int<0>(), rtc_tc_int<1>());
+        } else if constexpr (!PREFIX) {
+            if (act[1]) f(rtc_tc_int<1>(), rtc_tc_int<2>());
         }
     }
 }
@@ -427,18 +493,74 @@ __device__ __forceinline__ float rtc_tc_group_sum(float v) {
 // ----------------------------------------------------------------------------
 // tiles and shared-memory layouts (see the table at the top)
 
+// A kernel configuration: per kernel, its tile (rows x columns of the block's T x T part),
+// its row tiles of 16 per warp (1 or 2: FMT, KMT, QMT; the dK/dV kernel's rows are keys)
+// and the blocks per SM its __launch_bounds__ asks for. HDP: the padded head dim. Only FBC
+// (the online softmax's step) changes results: any other value gives the same bits
+// (tests/cuda/test_flash_tc_emu.cc runs other configurations against the default's).
+template <int HDP_, int FBR_, int FBC_, int FMT_, int FMB_, int KBC_, int KBR_, int KMT_,
+          int KMB_, int QBR_, int QBC_, int QMT_, int QMB_>
+struct rtc_tc_tiles {
+    enum { HDP = HDP_ };
+    enum { FBR = FBR_, FBC = FBC_, FMT = FMT_, FMB = FMB_, FNT = FBR * 2 / FMT };  // forward
+    enum { KBC = KBC_, KBR = KBR_, KMT = KMT_, KMB = KMB_, KNT = KBC * 2 / KMT };  // dK/dV
+    enum { QBR = QBR_, QBC = QBC_, QMT = QMT_, QMB = QMB_, QNT = QBR * 2 / QMT };  // dQ
+    static_assert(HDP == 64 || HDP == 128, "padded head dim 64 or 128");
+    static_assert((FMT == 1 || FMT == 2) && (KMT == 1 || KMT == 2) && (QMT == 1 || QMT == 2),
+                  "1 or 2 row tiles per warp");
+    static_assert(FBR % (16 * FMT) == 0 && KBC % (16 * KMT) == 0 && QBR % (16 * QMT) == 0,
+                  "whole warps");
+    static_assert(FBC % 16 == 0 && KBR % 16 == 0 && QBC % 16 == 0, "16-column tiles");
+    static_assert(FNT <= 1024 && KNT <= 1024 && QNT <= 1024, "at most 1024 threads");
+};
+
+// The configurations used (the table at the top). The HDP 64 one, the bench shapes', can be
+// set value by value at compile time (-DRTC_TC64_FMT=2 ...; bench/attention_sweep.sh).
+#ifndef RTC_TC64_FBR
+#define RTC_TC64_FBR 128
+#endif
+#ifndef RTC_TC64_FBC
+#define RTC_TC64_FBC 64
+#endif
+#ifndef RTC_TC64_FMT
+#define RTC_TC64_FMT 1
+#endif
+#ifndef RTC_TC64_FMB
+#define RTC_TC64_FMB 2
+#endif
+#ifndef RTC_TC64_KBC
+#define RTC_TC64_KBC 64
+#endif
+#ifndef RTC_TC64_KBR
+#define RTC_TC64_KBR 32
+#endif
+#ifndef RTC_TC64_KMT
+#define RTC_TC64_KMT 1
+#endif
+#ifndef RTC_TC64_KMB
+#define RTC_TC64_KMB 4
+#endif
+#ifndef RTC_TC64_QBR
+#define RTC_TC64_QBR 64
+#endif
+#ifndef RTC_TC64_QBC
+#define RTC_TC64_QBC 32
+#endif
+#ifndef RTC_TC64_QMT
+#define RTC_TC64_QMT 1
+#endif
+#ifndef RTC_TC64_QMB
+#define RTC_TC64_QMB 4
+#endif
 template <int HDP>
 struct rtc_tc_cfg;
 template <>
-struct rtc_tc_cfg<64> {
-    enum { FBR = 128, FBC = 64, KBC = 64, KBR = 32, QBR = 64, QBC = 32 };
-    enum { FMB = 2, KMB = 4, QMB = 4 };
-};
+struct rtc_tc_cfg<64>
+    : rtc_tc_tiles<64, RTC_TC64_FBR, RTC_TC64_FBC, RTC_TC64_FMT, RTC_TC64_FMB, RTC_TC64_KBC,
+                   RTC_TC64_KBR, RTC_TC64_KMT, RTC_TC64_KMB, RTC_TC64_QBR, RTC_TC64_QBC,
+                   RTC_TC64_QMT, RTC_TC64_QMB> {};
 template <>
-struct rtc_tc_cfg<128> {
-    enum { FBR = 64, FBC = 64, KBC = 64, KBR = 32, QBR = 64, QBC = 32 };
-    enum { FMB = 3, KMB = 2, QMB = 2 };
-};
+struct rtc_tc_cfg<128> : rtc_tc_tiles<128, 64, 64, 1, 3, 64, 32, 1, 2, 64, 32, 1, 2> {};
 
 constexpr size_t rtc_tc_al(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -454,23 +576,23 @@ constexpr size_t rtc_tc_floats(int n) { return rtc_tc_al((size_t)n * sizeof(floa
 // forward: buffers 0 and 1 of k, v [BC][LDE] (buffer i's k at k + i * buf, its v at
 // v + i * buf), and q [BR][LDE], staging for the Q fragments, over buffer 1 (the kernel
 // reads its fragments before the first copy into buffer 1 is issued)
-template <class E, int HDP>
+template <class E, class C>
 struct rtc_tc_fwd_layout {
-    enum { BR = rtc_tc_cfg<HDP>::FBR, BC = rtc_tc_cfg<HDP>::FBC, LDE = HDP + 8 };
+    enum { HDP = C::HDP, BR = C::FBR, BC = C::FBC, MT = C::FMT, NT = C::FNT, LDE = HDP + 8 };
     static constexpr size_t kv = rtc_tc_tile<E, HDP>(BC);  // one tile of k or v
     static constexpr size_t buf = 2 * kv;
     static constexpr size_t k = 0;
     static constexpr size_t v = kv;
     static constexpr size_t q = buf;
-    static constexpr size_t bytes = buf + (2 * kv > rtc_tc_tile<E, HDP>(BR) ? 2 * kv
-                                                                              : rtc_tc_tile<E, HDP>(BR));
+    static constexpr size_t qt = rtc_tc_tile<E, HDP>(BR);
+    static constexpr size_t bytes = buf + (2 * kv > qt ? 2 * kv : qt);
 };
 
 // dK/dV: k, v [BC][LDE] (the block's keys), q, dout [2][BR][LDE] (the query tile), and its
 // m, inv, D [2][BR]
-template <class E, int HDP>
+template <class E, class C>
 struct rtc_tc_dkdv_layout {
-    enum { BC = rtc_tc_cfg<HDP>::KBC, BR = rtc_tc_cfg<HDP>::KBR, LDE = HDP + 8 };
+    enum { HDP = C::HDP, BC = C::KBC, BR = C::KBR, MT = C::KMT, NT = C::KNT, LDE = HDP + 8 };
     static constexpr size_t qd = rtc_tc_tile<E, HDP>(BR);  // one buffer of q or dout
     static constexpr size_t st = rtc_tc_floats(BR);        // one buffer of m, inv or D
     static constexpr size_t k = 0;
@@ -485,9 +607,9 @@ struct rtc_tc_dkdv_layout {
 
 // dQ: q, dout [BR][LDE] (staging for the fragments), buffers 0 and 1 of k, v [BC][LDE] (as
 // the forward's), m, inv, D [BR]
-template <class E, int HDP>
+template <class E, class C>
 struct rtc_tc_dq_layout {
-    enum { BR = rtc_tc_cfg<HDP>::QBR, BC = rtc_tc_cfg<HDP>::QBC, LDE = HDP + 8 };
+    enum { HDP = C::HDP, BR = C::QBR, BC = C::QBC, MT = C::QMT, NT = C::QNT, LDE = HDP + 8 };
     static constexpr size_t kv = rtc_tc_tile<E, HDP>(BC);
     static constexpr size_t buf = 2 * kv;
     static constexpr size_t q = 0;
@@ -579,24 +701,27 @@ __device__ __forceinline__ void rtc_tc_mask_rows(float (&s)[NJ][4], const int (&
 }
 
 // ----------------------------------------------------------------------------
-// forward: grid (B*NH, ceil(T/FBR)), FBR/16 warps; out and stats of the block's queries
+// forward: grid (B*NH, ceil(T/FBR)), FBR/(16 FMT) warps of FMT row tiles; out and stats of
+// the block's queries
 
-template <class E, int HDP>
-__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB)
-    rtc_fa_tc_forward_kernel(rtc_fa_args a) {
-    typedef rtc_tc_fwd_layout<E, HDP> L;
+template <class E, class C>
+__global__ void __launch_bounds__(C::FNT, C::FMB) rtc_fa_tc_forward_kernel(rtc_fa_args a) {
+    typedef rtc_tc_fwd_layout<E, C> L;
     typedef typename rtc_tc_reg<E>::type reg;
-    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE };
-    enum { NK = HDP / 16, ND = HDP / 8, NJ = BC / 8 };
+    enum { BR = L::BR, BC = L::BC, MT = L::MT, NT = L::NT, LDE = L::LDE };
+    enum { NK = C::HDP / 16, ND = C::HDP / 8, NJ = BC / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
     E* qs = (E*)(rtc_tc_smem + L::q);
     const int T = a.T, HD = a.HD, nk = HD / 16, nd = HD / 8;
     const int b = blockIdx.x / a.NH, h = blockIdx.x % a.NH, hk = h / (a.NH / a.NKV);
     const int qt = a.causal ? (int)gridDim.y - 1 - (int)blockIdx.y : (int)blockIdx.y;
     const int q0 = qt * BR;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16 * MT;
     const int g = lane >> 2, t = lane & 3;
-    const int tq[2] = {q0 + r0 + g, q0 + r0 + g + 8};  // this lane's two rows
+    int tq[MT][2];  // this lane's two rows of each row tile u (rows r0 + 16 u to + 15)
+#pragma unroll
+    for (int u = 0; u < MT; u++)
+        tq[u][0] = q0 + r0 + 16 * u + g, tq[u][1] = q0 + r0 + 16 * u + g + 8;
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const E* kg = (const E*)a.k16 + (size_t)b * T * ldk + (size_t)hk * HD;
     const E* vg = (const E*)a.v16 + (size_t)b * T * ldk + (size_t)hk * HD;
@@ -609,17 +734,25 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
     rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, key tile 0
     rtc_tc_cp_wait<1>();                                             // Q
     __syncthreads();
-    reg qa[NK][4];
+    reg qa[MT][NK][4];
 #pragma unroll
-    for (int kk = 0; kk < NK; kk++)
-        if (kk < nk) rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, lane);
+    for (int u = 0; u < MT; u++)
+#pragma unroll
+        for (int kk = 0; kk < NK; kk++)
+            if (kk < nk)
+                rtc_tc_lda<E>(qa[u][kk], qs + r0 * LDE + 16 * u * LDE + 16 * kk, LDE, lane);
     __syncthreads();  // every warp has its Q fragments: key tile 1 may land over qs
-    float o[ND][4];
-    rtc_tc_zero<ND>(o);
+    float o[MT][ND][4];
+#pragma unroll
+    for (int u = 0; u < MT; u++) rtc_tc_zero<ND>(o[u]);
     // m: the row max of the unscaled scores; l: the sum of this lane's columns only
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int u = 0; u < MT; u++) m[u][0] = m[u][1] = -INFINITY, l[u][0] = l[u][1] = 0.0f;
     const float sl2 = a.scale * RTC_TC_LOG2E;  // unscaled score to base-2 exponent
-    const bool rows_in = q0 + r0 < T;
+    bool rows_in[MT];
+#pragma unroll
+    for (int u = 0; u < MT; u++) rows_in[u] = q0 + r0 + 16 * u < T;
     for (int j = 0; j < ntiles; j++) {
         const int k0 = j * BC;
         rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD);
@@ -627,106 +760,125 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::FBR * 2, rtc_tc_cfg<HDP>::FMB
         const size_t cb = (size_t)(j & 1) * L::buf;
         const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
         const E* vs = (const E*)(rtc_tc_smem + L::v + cb);
-        if (rows_in && !(a.causal && q0 + r0 + 15 < k0)) {  // else all masked for the warp
+        // the row tiles with work: the others' rows are all past T or (causal) before every
+        // key of the tile, so their state cannot change
+        bool act[MT];
+#pragma unroll
+        for (int u = 0; u < MT; u++)
+            act[u] = rows_in[u] && !(a.causal && q0 + r0 + 16 * u + 15 < k0);
+        auto tiles = [&](auto lo, auto hi) {  // row tiles [LO, HI)
+            constexpr int LO = decltype(lo)::value, HI = decltype(hi)::value;
             // S = Q K^T
-            float s[NJ][4];
-            rtc_tc_zero<NJ>(s);
-            rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, lane);
-            // online softmax on the unscaled scores (scale > 0: their max, times scale, is the
-            // scaled scores' max, bit for bit); element i of s[j] is row tq[i / 2], key
-            // k0 + 8 j + 2 t + i % 2. Only tiles reaching past T or (causal) past the warp's
-            // first row have keys to hide.
-            if (k0 + BC > T || (a.causal && k0 + BC - 1 > q0 + r0))
-                rtc_tc_mask_rows<NJ>(s, tq, k0 + 2 * t, T, a.causal);
-            float mt[2] = {-INFINITY, -INFINITY};
+            float s[MT][NJ][4];
 #pragma unroll
-            for (int jj = 0; jj < NJ; jj++) {
-                mt[0] = fmaxf(mt[0], fmaxf(s[jj][0], s[jj][1]));
-                mt[1] = fmaxf(mt[1], fmaxf(s[jj][2], s[jj][3]));
-            }
-            float nb[2], alpha[2];  // p = 2^(s sl2 + nb): nb = -m sl2 for the new max m
+            for (int u = LO; u < HI; u++) rtc_tc_zero<NJ>(s[u]);
+            rtc_tc_mma_nt<E, NJ, NK, MT, LO, HI>(s, qa, ks, LDE, nk, lane);
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float mnew = fmaxf(m[r], rtc_tc_group_max(mt[r]));
-                // a row with nothing visible stays empty
-                nb[r] = mnew == -INFINITY ? 0.0f : -mnew * sl2;
-                alpha[r] = mnew == m[r] ? 1.0f : rtc_tc_exp2(fmaf(m[r], sl2, nb[r]));
-                m[r] = mnew;
-                l[r] *= alpha[r];
-            }
+            for (int u = LO; u < HI; u++) {
+                // online softmax on the unscaled scores (scale > 0: their max, times scale, is
+                // the scaled scores' max, bit for bit); element i of s[u][jj] is row
+                // tq[u][i / 2], key k0 + 8 jj + 2 t + i % 2. Only tiles reaching past T or
+                // (causal) past the row tile's first row have keys to hide.
+                if (k0 + BC > T || (a.causal && k0 + BC - 1 > q0 + r0 + 16 * u))
+                    rtc_tc_mask_rows<NJ>(s[u], tq[u], k0 + 2 * t, T, a.causal);
+                float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int jj = 0; jj < NJ; jj++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    s[jj][i] = rtc_tc_exp2(fmaf(s[jj][i], sl2, nb[i >> 1]));
-                    l[i >> 1] += s[jj][i];
+                for (int jj = 0; jj < NJ; jj++) {
+                    mt[0] = fmaxf(mt[0], fmaxf(s[u][jj][0], s[u][jj][1]));
+                    mt[1] = fmaxf(mt[1], fmaxf(s[u][jj][2], s[u][jj][3]));
                 }
-            }
+                float nb[2], alpha[2];  // p = 2^(s sl2 + nb): nb = -m sl2 for the new max m
 #pragma unroll
-            for (int d = 0; d < ND; d++) {
-                o[d][0] *= alpha[0], o[d][1] *= alpha[0];
-                o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+                for (int r = 0; r < 2; r++) {
+                    const float mnew = fmaxf(m[u][r], rtc_tc_group_max(mt[r]));
+                    // a row with nothing visible stays empty
+                    nb[r] = mnew == -INFINITY ? 0.0f : -mnew * sl2;
+                    alpha[r] = mnew == m[u][r] ? 1.0f : rtc_tc_exp2(fmaf(m[u][r], sl2, nb[r]));
+                    m[u][r] = mnew;
+                    l[u][r] *= alpha[r];
+                }
+#pragma unroll
+                for (int jj = 0; jj < NJ; jj++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        s[u][jj][i] = rtc_tc_exp2(fmaf(s[u][jj][i], sl2, nb[i >> 1]));
+                        l[u][i >> 1] += s[u][jj][i];
+                    }
+                }
+#pragma unroll
+                for (int d = 0; d < ND; d++) {
+                    o[u][d][0] *= alpha[0], o[u][d][1] *= alpha[0];
+                    o[u][d][2] *= alpha[1], o[u][d][3] *= alpha[1];
+                }
             }
             // O += P V (V: k = key down the tile, n = dim along its rows)
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {
-                reg pa[4];
-                rtc_tc_acc_to_a<E, NJ>(pa, s, kk);
-                rtc_tc_mma_row<E, ND, false>(o, pa, vs + 16 * kk * LDE, LDE, nd, lane);
+                reg pa[MT][4];
+#pragma unroll
+                for (int u = LO; u < HI; u++) rtc_tc_acc_to_a<E, NJ>(pa[u], s[u], kk);
+                rtc_tc_mma_rows<E, ND, false, MT, LO, HI>(o, pa, vs + 16 * kk * LDE, LDE, nd, lane);
             }
-        }
+        };
+        rtc_tc_on_tiles<MT, false>(act, tiles);
         __syncthreads();  // every reader of buffer j % 2 is done before tile j + 2 lands there
     }
     const size_t o0 = (size_t)b * T * ldq + (size_t)h * HD;  // out's (b, 0, h, 0)
     const bool rnd = a.dt != RT_F32;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float lr = rtc_tc_group_sum(l[r]);
-        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;  // l >= 1 for every row inside T
-        if (tq[r] < T) {
-            const size_t e0 = o0 + (size_t)tq[r] * ldq + 2 * t;
+    for (int u = 0; u < MT; u++) {
 #pragma unroll
-            for (int d = 0; d < ND; d++) {
-                if (d < nd) {
-                    const float x0 = o[d][2 * r] * inv, x1 = o[d][2 * r + 1] * inv;
-                    if (a.out16) {  // packed: E is dt's type
-                        ((E*)a.out16)[e0 + 8 * d] = rtc_tc_narrow<E>(x0);
-                        ((E*)a.out16)[e0 + 8 * d + 1] = rtc_tc_narrow<E>(x1);
-                    } else {
-                        a.out[e0 + 8 * d] = rnd ? rtc_tc_round<E>(x0) : x0;
-                        a.out[e0 + 8 * d + 1] = rnd ? rtc_tc_round<E>(x1) : x1;
+        for (int r = 0; r < 2; r++) {
+            const float lr = rtc_tc_group_sum(l[u][r]);
+            const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;  // l >= 1 for every row inside T
+            if (tq[u][r] < T) {
+                const size_t e0 = o0 + (size_t)tq[u][r] * ldq + 2 * t;
+#pragma unroll
+                for (int d = 0; d < ND; d++) {
+                    if (d < nd) {
+                        const float x0 = o[u][d][2 * r] * inv, x1 = o[u][d][2 * r + 1] * inv;
+                        if (a.out16) {  // packed: E is dt's type
+                            ((E*)a.out16)[e0 + 8 * d] = rtc_tc_narrow<E>(x0);
+                            ((E*)a.out16)[e0 + 8 * d + 1] = rtc_tc_narrow<E>(x1);
+                        } else {
+                            a.out[e0 + 8 * d] = rnd ? rtc_tc_round<E>(x0) : x0;
+                            a.out[e0 + 8 * d + 1] = rnd ? rtc_tc_round<E>(x1) : x1;
+                        }
                     }
                 }
-            }
-            if (t == 0) {
-                float* st = a.stats + (((size_t)b * a.NH + h) * T + tq[r]) * 2;
-                st[0] = m[r] * a.scale;
-                st[1] = inv;
+                if (t == 0) {
+                    float* st = a.stats + (((size_t)b * a.NH + h) * T + tq[u][r]) * 2;
+                    st[0] = m[u][r] * a.scale;
+                    st[1] = inv;
+                }
             }
         }
     }
 }
 
 // ----------------------------------------------------------------------------
-// backward 2: grid (B*NKV, ceil(T/KBC)), KBC/16 warps; dK and dV of the block's keys,
-// summed over the query tiles of the NH/NKV query heads that share the kv head
+// backward 2: grid (B*NKV, ceil(T/KBC)), KBC/(16 KMT) warps of KMT key tiles; dK and dV of
+// the block's keys, summed over the query tiles of the NH/NKV query heads that share the
+// kv head
 
-template <class E, int HDP>
-__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB)
-    rtc_fa_tc_dkdv_kernel(rtc_fa_args a) {
-    typedef rtc_tc_dkdv_layout<E, HDP> L;
+template <class E, class C>
+__global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_args a) {
+    typedef rtc_tc_dkdv_layout<E, C> L;
     typedef typename rtc_tc_reg<E>::type reg;
-    enum { BC = L::BC, BR = L::BR, NT = BC * 2, LDE = L::LDE };
-    enum { NK = HDP / 16, ND = HDP / 8, NJ = BR / 8 };
+    enum { BC = L::BC, BR = L::BR, MT = L::MT, NT = L::NT, LDE = L::LDE };
+    enum { NK = C::HDP / 16, ND = C::HDP / 8, NJ = BR / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
     const E* ks = (const E*)(rtc_tc_smem + L::k);
     const E* vs = (const E*)(rtc_tc_smem + L::v);
     const int T = a.T, HD = a.HD, nk = HD / 16, nd = HD / 8, G = a.NH / a.NKV;
     const int b = blockIdx.x / a.NKV, hk = blockIdx.x % a.NKV;
     const int k0 = blockIdx.y * BC;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16 * MT;
     const int g = lane >> 2, t = lane & 3;
-    const int tk[2] = {k0 + r0 + g, k0 + r0 + g + 8};  // this lane's two keys
+    int tk[MT][2];  // this lane's two keys of each key tile u (keys k0 + r0 + 16 u to + 15)
+#pragma unroll
+    for (int u = 0; u < MT; u++)
+        tk[u][0] = k0 + r0 + 16 * u + g, tk[u][1] = k0 + r0 + 16 * u + g + 8;
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
     const bool want_dk = a.dk != NULL, want_dv = a.dv != NULL;
@@ -758,9 +910,9 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
     rtc_tc_load<E, NT, LDE, BC>((E*)(rtc_tc_smem + L::k), (const E*)a.k16 + kvoff, ldk, k0, T, HD);
     rtc_tc_load<E, NT, LDE, BC>((E*)(rtc_tc_smem + L::v), (const E*)a.v16 + kvoff, ldk, k0, T, HD);
     issue(0);  // one group with K and V
-    float dk[ND][4], dv[ND][4];
-    rtc_tc_zero<ND>(dk);
-    rtc_tc_zero<ND>(dv);
+    float dk[MT][ND][4], dv[MT][ND][4];
+#pragma unroll
+    for (int u = 0; u < MT; u++) rtc_tc_zero<ND>(dk[u]), rtc_tc_zero<ND>(dv[u]);
     for (int n = 0; n < ntiles; n++) {
         if (n + 1 < ntiles) {  // the buffer tile n - 1 used: its readers passed the barrier
             issue(n + 1);
@@ -776,29 +928,44 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
         const float* ms = (const float*)(rtc_tc_smem + L::m + cb * L::st);
         const float* invs = (const float*)(rtc_tc_smem + L::inv + cb * L::st);
         const float* Ds = (const float*)(rtc_tc_smem + L::D + cb * L::st);
-        if (k0 + r0 < T && !(a.causal && x.q0 + BR - 1 < k0 + r0)) {  // else all masked
-            // S^T = K Q^T and dP^T = V dO^T: rows are this warp's keys, columns the queries
+        // the key tiles with work: the others' keys are all past T or (causal) after every
+        // query of the tile (the first tile has work whenever the second has)
+        bool act[MT];
+#pragma unroll
+        for (int u = 0; u < MT; u++)
+            act[u] = k0 + r0 + 16 * u < T && !(a.causal && x.q0 + BR - 1 < k0 + r0 + 16 * u);
+        auto tiles = [&](auto lo, auto hi) {  // key tiles [LO, HI)
+            constexpr int LO = decltype(lo)::value, HI = decltype(hi)::value;
+            // S^T = K Q^T and dP^T = V dO^T: rows are the warp's keys, columns the queries
             // (k = dim along the rows of Q and dO)
-            float st[NJ][4], dpt[NJ][4];
-            rtc_tc_zero<NJ>(st);
-            rtc_tc_zero<NJ>(dpt);
+            float st[MT][NJ][4], dpt[MT][NJ][4];
+#pragma unroll
+            for (int u = LO; u < HI; u++) rtc_tc_zero<NJ>(st[u]), rtc_tc_zero<NJ>(dpt[u]);
 #pragma unroll
             for (int kk = 0; kk < NK; kk++) {
                 if (kk < nk) {
-                    reg xa[4];
-                    rtc_tc_lda<E>(xa, ks + r0 * LDE + 16 * kk, LDE, lane);
-                    rtc_tc_mma_row<E, NJ, true>(st, xa, qs + 16 * kk, LDE, NJ, lane);
+                    reg xa[MT][4];
+#pragma unroll
+                    for (int u = LO; u < HI; u++)
+                        rtc_tc_lda<E>(xa[u], ks + r0 * LDE + 16 * u * LDE + 16 * kk, LDE, lane);
+                    rtc_tc_mma_rows<E, NJ, true, MT, LO, HI>(st, xa, qs + 16 * kk, LDE, NJ, lane);
                     if (want_dk) {
-                        rtc_tc_lda<E>(xa, vs + r0 * LDE + 16 * kk, LDE, lane);
-                        rtc_tc_mma_row<E, NJ, true>(dpt, xa, dos + 16 * kk, LDE, NJ, lane);
+#pragma unroll
+                        for (int u = LO; u < HI; u++)
+                            rtc_tc_lda<E>(xa[u], vs + r0 * LDE + 16 * u * LDE + 16 * kk, LDE, lane);
+                        rtc_tc_mma_rows<E, NJ, true, MT, LO, HI>(dpt, xa, dos + 16 * kk, LDE, NJ,
+                                                                 lane);
                     }
                 }
             }
-            // P^T (into st) and dS^T (into dpt): element i of st[j] is key tk[i / 2], query
-            // column c = 8 j + 2 t + i % 2. Only tiles reaching past T or (causal) holding
-            // queries before the warp's last key have pairs to hide.
-            const bool mask =
-                x.q0 + BR > T || k0 + r0 + 16 > T || (a.causal && x.q0 < k0 + r0 + 15);
+            // P^T (into st) and dS^T (into dpt): element i of st[u][j] is key tk[u][i / 2],
+            // query column c = 8 j + 2 t + i % 2. Only tiles reaching past T or (causal)
+            // holding queries before the key tile's last key have pairs to hide.
+            bool mask[MT];
+#pragma unroll
+            for (int u = LO; u < HI; u++)
+                mask[u] = x.q0 + BR > T || k0 + r0 + 16 * u + 16 > T ||
+                          (a.causal && x.q0 < k0 + r0 + 16 * u + 15);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
 #pragma unroll
@@ -807,54 +974,67 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::KBC * 2, rtc_tc_cfg<HDP>::KMB
                     // p = 2^(s sl2 + nb) / l
                     const float nb = -ms[c] * RTC_TC_LOG2E, inv = invs[c];
 #pragma unroll
-                    for (int i = ci; i < 4; i += 2) {
-                        const float p =
-                            mask && !rtc_fa_visible(x.q0 + c, tk[i >> 1], T, a.causal)
-                                ? 0.0f
-                                : rtc_tc_exp2(fmaf(st[j][i], sl2, nb)) * inv;
-                        st[j][i] = p;
-                        if (want_dk) dpt[j][i] = p * (dpt[j][i] - Ds[c]);
+                    for (int u = LO; u < HI; u++) {
+#pragma unroll
+                        for (int i = ci; i < 4; i += 2) {
+                            const float p =
+                                mask[u] && !rtc_fa_visible(x.q0 + c, tk[u][i >> 1], T, a.causal)
+                                    ? 0.0f
+                                    : rtc_tc_exp2(fmaf(st[u][j][i], sl2, nb)) * inv;
+                            st[u][j][i] = p;
+                            if (want_dk) dpt[u][j][i] = p * (dpt[u][j][i] - Ds[c]);
+                        }
                     }
                 }
             }
             // dV += P^T dO, dK += dS^T Q (k = query down the tiles, n = dim along their rows)
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
-                reg xa[4];
+                reg xa[MT][4];
                 if (want_dv) {
-                    rtc_tc_acc_to_a<E, NJ>(xa, st, kk);
-                    rtc_tc_mma_row<E, ND, false>(dv, xa, dos + 16 * kk * LDE, LDE, nd, lane);
+#pragma unroll
+                    for (int u = LO; u < HI; u++) rtc_tc_acc_to_a<E, NJ>(xa[u], st[u], kk);
+                    rtc_tc_mma_rows<E, ND, false, MT, LO, HI>(dv, xa, dos + 16 * kk * LDE, LDE,
+                                                              nd, lane);
                 }
                 if (want_dk) {
-                    rtc_tc_acc_to_a<E, NJ>(xa, dpt, kk);
-                    rtc_tc_mma_row<E, ND, false>(dk, xa, qs + 16 * kk * LDE, LDE, nd, lane);
+#pragma unroll
+                    for (int u = LO; u < HI; u++) rtc_tc_acc_to_a<E, NJ>(xa[u], dpt[u], kk);
+                    rtc_tc_mma_rows<E, ND, false, MT, LO, HI>(dk, xa, qs + 16 * kk * LDE, LDE,
+                                                              nd, lane);
                 }
             }
-        }
+        };
+        rtc_tc_on_tiles<MT, true>(act, tiles);
         __syncthreads();  // every reader of buffer n % 2 is done before tile n + 2 lands there
     }
     const bool rnd = a.dt != RT_F32;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (tk[r] >= T) continue;
-        const size_t row = kvoff + (size_t)tk[r] * ldk + 2 * t;
-        if (want_dv)  // x * 1 is x, bit for bit
-            rtc_tc_add_row<E, ND>(a.dv + row, dv, r, 1.0f, nd, a.assign & RTC_FA_ASSIGN_DV, rnd);
-        if (want_dk)
-            rtc_tc_add_row<E, ND>(a.dk + row, dk, r, a.scale, nd, a.assign & RTC_FA_ASSIGN_DK, rnd);
+    for (int u = 0; u < MT; u++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (tk[u][r] >= T) continue;
+            const size_t row = kvoff + (size_t)tk[u][r] * ldk + 2 * t;
+            if (want_dv)  // x * 1 is x, bit for bit
+                rtc_tc_add_row<E, ND>(a.dv + row, dv[u], r, 1.0f, nd,
+                                      a.assign & RTC_FA_ASSIGN_DV, rnd);
+            if (want_dk)
+                rtc_tc_add_row<E, ND>(a.dk + row, dk[u], r, a.scale, nd,
+                                      a.assign & RTC_FA_ASSIGN_DK, rnd);
+        }
     }
 }
 
 // ----------------------------------------------------------------------------
-// backward 3: grid (B*NH, ceil(T/QBR)), QBR/16 warps; dQ of the block's queries
+// backward 3: grid (B*NH, ceil(T/QBR)), QBR/(16 QMT) warps of QMT row tiles; dQ of the
+// block's queries
 
-template <class E, int HDP>
-__global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB)
-    rtc_fa_tc_dq_kernel(rtc_fa_args a) {
-    typedef rtc_tc_dq_layout<E, HDP> L;
+template <class E, class C>
+__global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_args a) {
+    typedef rtc_tc_dq_layout<E, C> L;
     typedef typename rtc_tc_reg<E>::type reg;
-    enum { BR = L::BR, BC = L::BC, NT = BR * 2, LDE = L::LDE };
-    enum { NK = HDP / 16, ND = HDP / 8, NJ = BC / 8 };
+    enum { BR = L::BR, BC = L::BC, MT = L::MT, NT = L::NT, LDE = L::LDE };
+    enum { NK = C::HDP / 16, ND = C::HDP / 8, NJ = BC / 8 };
     RTC_TC_SMEM(rtc_tc_smem);
     E* qs = (E*)(rtc_tc_smem + L::q);
     E* dos = (E*)(rtc_tc_smem + L::dout);
@@ -865,9 +1045,12 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     const int b = blockIdx.x / a.NH, h = blockIdx.x % a.NH, hk = h / (a.NH / a.NKV);
     const int qt = a.causal ? (int)gridDim.y - 1 - (int)blockIdx.y : (int)blockIdx.y;
     const int q0 = qt * BR;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16 * MT;
     const int g = lane >> 2, t = lane & 3;
-    const int tq[2] = {q0 + r0 + g, q0 + r0 + g + 8};  // this lane's two queries
+    int tq[MT][2];  // this lane's two queries of each row tile u (rows r0 + 16 u to + 15)
+#pragma unroll
+    for (int u = 0; u < MT; u++)
+        tq[u][0] = q0 + r0 + 16 * u + g, tq[u][1] = q0 + r0 + 16 * u + g + 8;
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
     const E* kg = (const E*)a.k16 + (size_t)b * T * ldk + (size_t)hk * HD;
@@ -882,22 +1065,36 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
     rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, dO, stats; tile 0
     rtc_tc_cp_wait<1>();                                             // Q, dO, stats
     __syncthreads();
-    reg qa[NK][4], doa[NK][4];
+    reg qa[MT][NK][4], doa[MT][NK][4];
 #pragma unroll
-    for (int kk = 0; kk < NK; kk++) {
-        if (kk < nk) {
-            rtc_tc_lda<E>(qa[kk], qs + r0 * LDE + 16 * kk, LDE, lane);
-            rtc_tc_lda<E>(doa[kk], dos + r0 * LDE + 16 * kk, LDE, lane);
+    for (int u = 0; u < MT; u++) {
+#pragma unroll
+        for (int kk = 0; kk < NK; kk++) {
+            if (kk < nk) {
+                rtc_tc_lda<E>(qa[u][kk], qs + r0 * LDE + 16 * u * LDE + 16 * kk, LDE, lane);
+                rtc_tc_lda<E>(doa[u][kk], dos + r0 * LDE + 16 * u * LDE + 16 * kk, LDE, lane);
+            }
         }
     }
-    const float mr[2] = {ms[r0 + g], ms[r0 + g + 8]}, invr[2] = {invs[r0 + g], invs[r0 + g + 8]};
-    const float Dr[2] = {Ds[r0 + g], Ds[r0 + g + 8]};
+    float mr[MT][2], invr[MT][2], Dr[MT][2];  // the stats of this lane's rows
+#pragma unroll
+    for (int u = 0; u < MT; u++) {
+        mr[u][0] = ms[r0 + 16 * u + g], mr[u][1] = ms[r0 + 16 * u + g + 8];
+        invr[u][0] = invs[r0 + 16 * u + g], invr[u][1] = invs[r0 + 16 * u + g + 8];
+        Dr[u][0] = Ds[r0 + 16 * u + g], Dr[u][1] = Ds[r0 + 16 * u + g + 8];
+    }
     // p = 2^(s sl2 + nb) / l for the unscaled score s (m: the scaled scores' max)
     const float sl2 = a.scale * RTC_TC_LOG2E;
-    const float nb[2] = {-mr[0] * RTC_TC_LOG2E, -mr[1] * RTC_TC_LOG2E};
-    float dq[ND][4];
-    rtc_tc_zero<ND>(dq);
-    const bool rows_in = q0 + r0 < T;
+    float nb[MT][2];
+#pragma unroll
+    for (int u = 0; u < MT; u++)
+        nb[u][0] = -mr[u][0] * RTC_TC_LOG2E, nb[u][1] = -mr[u][1] * RTC_TC_LOG2E;
+    float dq[MT][ND][4];
+#pragma unroll
+    for (int u = 0; u < MT; u++) rtc_tc_zero<ND>(dq[u]);
+    bool rows_in[MT];
+#pragma unroll
+    for (int u = 0; u < MT; u++) rows_in[u] = q0 + r0 + 16 * u < T;
     for (int j = 0; j < ntiles; j++) {
         const int k0 = j * BC;
         rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD);
@@ -905,43 +1102,60 @@ __global__ void __launch_bounds__(rtc_tc_cfg<HDP>::QBR * 2, rtc_tc_cfg<HDP>::QMB
         const size_t cb = (size_t)(j & 1) * L::buf;
         const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
         const E* vs = (const E*)(rtc_tc_smem + L::v + cb);
-        if (rows_in && !(a.causal && q0 + r0 + 15 < k0)) {  // else all masked for the warp
+        // the row tiles with work: the others' rows are all past T or (causal) before every
+        // key of the tile
+        bool act[MT];
+#pragma unroll
+        for (int u = 0; u < MT; u++)
+            act[u] = rows_in[u] && !(a.causal && q0 + r0 + 16 * u + 15 < k0);
+        auto tiles = [&](auto lo, auto hi) {  // row tiles [LO, HI)
+            constexpr int LO = decltype(lo)::value, HI = decltype(hi)::value;
             // S = Q K^T and dP = dO V^T
-            float s[NJ][4], dp[NJ][4];
-            rtc_tc_zero<NJ>(s);
-            rtc_tc_zero<NJ>(dp);
-            rtc_tc_mma_nt<E, NJ, NK>(s, qa, ks, LDE, nk, lane);
-            rtc_tc_mma_nt<E, NJ, NK>(dp, doa, vs, LDE, nk, lane);
-            // dS (into s): element i of s[jj] is query tq[i / 2], key k0 + 8 jj + 2 t + i % 2;
-            // hidden keys as the forward's (-inf scores: P and dS 0)
-            if (k0 + BC > T || (a.causal && k0 + BC - 1 > q0 + r0))
-                rtc_tc_mask_rows<NJ>(s, tq, k0 + 2 * t, T, a.causal);
+            float s[MT][NJ][4], dp[MT][NJ][4];
 #pragma unroll
-            for (int jj = 0; jj < NJ; jj++) {
+            for (int u = LO; u < HI; u++) rtc_tc_zero<NJ>(s[u]), rtc_tc_zero<NJ>(dp[u]);
+            rtc_tc_mma_nt<E, NJ, NK, MT, LO, HI>(s, qa, ks, LDE, nk, lane);
+            rtc_tc_mma_nt<E, NJ, NK, MT, LO, HI>(dp, doa, vs, LDE, nk, lane);
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int r = i >> 1;
-                    const float p = rtc_tc_exp2(fmaf(s[jj][i], sl2, nb[r])) * invr[r];
-                    s[jj][i] = p * (dp[jj][i] - Dr[r]);
+            for (int u = LO; u < HI; u++) {
+                // dS (into s): element i of s[u][jj] is query tq[u][i / 2], key
+                // k0 + 8 jj + 2 t + i % 2; hidden keys as the forward's (-inf: P and dS 0)
+                if (k0 + BC > T || (a.causal && k0 + BC - 1 > q0 + r0 + 16 * u))
+                    rtc_tc_mask_rows<NJ>(s[u], tq[u], k0 + 2 * t, T, a.causal);
+#pragma unroll
+                for (int jj = 0; jj < NJ; jj++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int r = i >> 1;
+                        const float p =
+                            rtc_tc_exp2(fmaf(s[u][jj][i], sl2, nb[u][r])) * invr[u][r];
+                        s[u][jj][i] = p * (dp[u][jj][i] - Dr[u][r]);
+                    }
                 }
             }
             // dQ += dS K (k = key down the tile, n = dim along its rows)
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {
-                reg dsa[4];
-                rtc_tc_acc_to_a<E, NJ>(dsa, s, kk);
-                rtc_tc_mma_row<E, ND, false>(dq, dsa, ks + 16 * kk * LDE, LDE, nd, lane);
+                reg dsa[MT][4];
+#pragma unroll
+                for (int u = LO; u < HI; u++) rtc_tc_acc_to_a<E, NJ>(dsa[u], s[u], kk);
+                rtc_tc_mma_rows<E, ND, false, MT, LO, HI>(dq, dsa, ks + 16 * kk * LDE, LDE, nd,
+                                                          lane);
             }
-        }
+        };
+        rtc_tc_on_tiles<MT, false>(act, tiles);
         __syncthreads();  // every reader of buffer j % 2 is done before tile j + 2 lands there
     }
     float* dqg = a.dq + qoff;
     const bool rnd = a.dt != RT_F32;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (tq[r] >= T) continue;
-        rtc_tc_add_row<E, ND>(dqg + (size_t)tq[r] * ldq + 2 * t, dq, r, a.scale, nd,
-                              a.assign & RTC_FA_ASSIGN_DQ, rnd);
+    for (int u = 0; u < MT; u++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (tq[u][r] >= T) continue;
+            rtc_tc_add_row<E, ND>(dqg + (size_t)tq[u][r] * ldq + 2 * t, dq[u], r, a.scale, nd,
+                                  a.assign & RTC_FA_ASSIGN_DQ, rnd);
+        }
     }
 }
 
@@ -955,55 +1169,53 @@ static inline int rtc_fa_tc_hdp(int HD) {
     return HD <= 0 || HD % 16 != 0 ? 0 : HD <= 64 ? 64 : HD <= RTC_TC_MAX_HD ? 128 : 0;
 }
 
-template <class E, int HDP, class Launch>
+template <class E, class C, class Launch>
 void rtc_fa_tc_forward_hd(Launch& launch, const rtc_fa_args& a) {
-    typedef rtc_tc_fwd_layout<E, HDP> L;
-    launch(rtc_fa_tc_forward_kernel<E, HDP>,
-           dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, L::BR)), (unsigned)(L::BR * 2),
-           L::bytes, a);
+    typedef rtc_tc_fwd_layout<E, C> L;
+    launch(rtc_fa_tc_forward_kernel<E, C>, dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, L::BR)),
+           (unsigned)L::NT, L::bytes, a);
 }
 
-template <class E, int HDP, class Launch>
+template <class E, class C, class Launch>
 void rtc_fa_tc_backward_hd(Launch& launch, const rtc_fa_args& a) {
-    typedef rtc_tc_dkdv_layout<E, HDP> K;
-    typedef rtc_tc_dq_layout<E, HDP> Q;
+    typedef rtc_tc_dkdv_layout<E, C> K;
+    typedef rtc_tc_dq_layout<E, C> Q;
     if (a.dk || a.dv)
-        launch(rtc_fa_tc_dkdv_kernel<E, HDP>,
-               dim3((unsigned)(a.B * a.NKV), rtc_fa_tiles(a.T, K::BC)), (unsigned)(K::BC * 2),
-               K::bytes, a);
+        launch(rtc_fa_tc_dkdv_kernel<E, C>,
+               dim3((unsigned)(a.B * a.NKV), rtc_fa_tiles(a.T, K::BC)), (unsigned)K::NT, K::bytes,
+               a);
     if (a.dq)
-        launch(rtc_fa_tc_dq_kernel<E, HDP>,
-               dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, Q::BR)), (unsigned)(Q::BR * 2),
-               Q::bytes, a);
+        launch(rtc_fa_tc_dq_kernel<E, C>, dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, Q::BR)),
+               (unsigned)Q::NT, Q::bytes, a);
 }
+
+// The entry points below take the configurations of HDP 64 and 128 as template arguments,
+// rtc_tc_cfg's by default (tests/cuda/test_flash_tc_emu.cc runs others against them).
 
 // Calls set(kernel, smem_bytes) for every tensor-core kernel of element type E.
-template <class E, int HDP, class Set>
-void rtc_fa_tc_each_kernel_hd(Set& set) {
-    set(rtc_fa_tc_forward_kernel<E, HDP>, rtc_tc_fwd_layout<E, HDP>::bytes);
-    set(rtc_fa_tc_dkdv_kernel<E, HDP>, rtc_tc_dkdv_layout<E, HDP>::bytes);
-    set(rtc_fa_tc_dq_kernel<E, HDP>, rtc_tc_dq_layout<E, HDP>::bytes);
-}
-
-template <class E, class Set>
+template <class E, class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>, class Set>
 void rtc_fa_tc_each_kernel(Set& set) {
-    rtc_fa_tc_each_kernel_hd<E, 64>(set);
-    rtc_fa_tc_each_kernel_hd<E, 128>(set);
+    set(rtc_fa_tc_forward_kernel<E, C64>, rtc_tc_fwd_layout<E, C64>::bytes);
+    set(rtc_fa_tc_dkdv_kernel<E, C64>, rtc_tc_dkdv_layout<E, C64>::bytes);
+    set(rtc_fa_tc_dq_kernel<E, C64>, rtc_tc_dq_layout<E, C64>::bytes);
+    set(rtc_fa_tc_forward_kernel<E, C128>, rtc_tc_fwd_layout<E, C128>::bytes);
+    set(rtc_fa_tc_dkdv_kernel<E, C128>, rtc_tc_dkdv_layout<E, C128>::bytes);
+    set(rtc_fa_tc_dq_kernel<E, C128>, rtc_tc_dq_layout<E, C128>::bytes);
 }
 
 // Forward: out and stats. B, T > 0 and rtc_fa_tc_hdp(HD) != 0 (the caller checks); a.q16,
 // a.k16, a.v16 hold q, k, v narrowed to E.
-template <class E, class Launch>
+template <class E, class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>, class Launch>
 void rtc_fa_tc_forward(Launch& launch, const rtc_fa_args& a) {
     if (rtc_fa_tc_hdp(a.HD) == 64)
-        rtc_fa_tc_forward_hd<E, 64>(launch, a);
+        rtc_fa_tc_forward_hd<E, C64>(launch, a);
     else
-        rtc_fa_tc_forward_hd<E, 128>(launch, a);
+        rtc_fa_tc_forward_hd<E, C128>(launch, a);
 }
 
 // Backward: D into a.D (when dq or dk is wanted; a.D is the scratch), then dK/dV and dQ;
 // a.q16, a.k16, a.v16, a.dout16 hold q, k, v, dout narrowed to E.
-template <class E, class Launch>
+template <class E, class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>, class Launch>
 void rtc_fa_tc_backward(Launch& launch, rtc_fa_args a) {
     if (!a.dq && !a.dk && !a.dv) return;
     if (a.dq || a.dk) {
@@ -1012,9 +1224,9 @@ void rtc_fa_tc_backward(Launch& launch, rtc_fa_args a) {
         a.D = NULL;  // dV alone needs no dS
     }
     if (rtc_fa_tc_hdp(a.HD) == 64)
-        rtc_fa_tc_backward_hd<E, 64>(launch, a);
+        rtc_fa_tc_backward_hd<E, C64>(launch, a);
     else
-        rtc_fa_tc_backward_hd<E, 128>(launch, a);
+        rtc_fa_tc_backward_hd<E, C128>(launch, a);
 }
 
 #endif

@@ -27,6 +27,9 @@
 //   float (an emulator-only instantiation, nothing narrowed): forward and backward within
 //     the fp32 flash kernels' tolerances (test_flash_emu.cc), which checks tiling,
 //     masking, the online softmax and the GQA walk tightly.
+// Then other tile configurations than rtc_tc_cfg's (two row tiles of 16 per warp, blocks of
+// 1 to 8 warps: bench/attention_sweep.sh's variants) against the default's bits, forward
+// and backward, on a few shapes; every configuration's shared memory within 99 KiB.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,20 +101,23 @@ struct narrowed {
     }
 };
 
+// The kernels of the configurations C64, C128 (rtc_tc_cfg's by default) on x.
+template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
 static void tc_forward(elem e, const rtc_fa_args& x) {
     emu_launcher launch;
     const narrowed n(e, x);
-    if (e == EL_BF16) rtc_fa_tc_forward<__nv_bfloat16>(launch, n.a);
-    if (e == EL_F16) rtc_fa_tc_forward<__half>(launch, n.a);
-    if (e == EL_F32) rtc_fa_tc_forward<float>(launch, n.a);
+    if (e == EL_BF16) rtc_fa_tc_forward<__nv_bfloat16, C64, C128>(launch, n.a);
+    if (e == EL_F16) rtc_fa_tc_forward<__half, C64, C128>(launch, n.a);
+    if (e == EL_F32) rtc_fa_tc_forward<float, C64, C128>(launch, n.a);
 }
 
+template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
 static void tc_backward(elem e, const rtc_fa_args& x) {
     emu_launcher launch;
     const narrowed n(e, x);
-    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, n.a);
-    if (e == EL_F16) rtc_fa_tc_backward<__half>(launch, n.a);
-    if (e == EL_F32) rtc_fa_tc_backward<float>(launch, n.a);
+    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16, C64, C128>(launch, n.a);
+    if (e == EL_F16) rtc_fa_tc_backward<__half, C64, C128>(launch, n.a);
+    if (e == EL_F32) rtc_fa_tc_backward<float, C64, C128>(launch, n.a);
 }
 
 // Largest |got - want| / max(1, |want|) over every `stride`-th value from `first`.
@@ -322,6 +328,95 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
 }
 
 // ----------------------------------------------------------------------------
+// other tile configurations (rtc_tc_tiles: HDP, then per kernel tile rows and columns, row
+// tiles of 16 per warp, blocks per SM): bench/attention_sweep.sh's variants, where a warp
+// owns 32 rows (FMT, KMT, QMT 2: each B fragment feeds two row tiles' products) in blocks of
+// 1 to 8 warps. Every output element sees the same products in the same order as with the
+// default configuration (same FBC: the online softmax's steps), so each must give its bits.
+
+typedef rtc_tc_tiles<64, 128, 64, 2, 2, 128, 32, 2, 2, 128, 32, 2, 2> cfg64_mt2;
+typedef rtc_tc_tiles<64, 256, 64, 2, 1, 256, 32, 2, 1, 256, 32, 2, 1> cfg64_mt2_big;
+typedef rtc_tc_tiles<64, 64, 64, 2, 4, 64, 32, 2, 4, 64, 32, 2, 4> cfg64_mt2_small;
+typedef rtc_tc_tiles<128, 64, 64, 2, 3, 64, 32, 2, 2, 64, 32, 2, 2> cfg128_mt2;
+typedef rtc_tc_tiles<128, 128, 64, 2, 1, 128, 16, 2, 1, 128, 16, 2, 1> cfg128_mt2_big;
+typedef rtc_tc_tiles<128, 32, 64, 2, 2, 32, 32, 2, 2, 32, 32, 2, 2> cfg128_mt2_small;
+
+struct alt_cfg {
+    const char* name;
+    void (*fwd)(elem, const rtc_fa_args&);
+    void (*bwd)(elem, const rtc_fa_args&);
+};
+static const alt_cfg alt_cfgs[] = {
+    {"2 row tiles per warp, 4-warp blocks (HD <= 64; HD 128: 2-warp)",
+     tc_forward<cfg64_mt2, cfg128_mt2>, tc_backward<cfg64_mt2, cfg128_mt2>},
+    {"2 row tiles per warp, 8-warp blocks (HD 128: 4-warp)",
+     tc_forward<cfg64_mt2_big, cfg128_mt2_big>, tc_backward<cfg64_mt2_big, cfg128_mt2_big>},
+    {"2 row tiles per warp, 2-warp blocks (HD 128: 1-warp)",
+     tc_forward<cfg64_mt2_small, cfg128_mt2_small>,
+     tc_backward<cfg64_mt2_small, cfg128_mt2_small>},
+};
+static const int n_alt = (int)(sizeof alt_cfgs / sizeof alt_cfgs[0]);
+
+// Forward, then backward of all three gradients (accumulated, fp32), of dq and dk, and of
+// dv alone (assigned, rounded to E), with the default configuration and with every alt_cfgs
+// entry: bit for bit the same out, stats, dq, dk, dv.
+static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem e) {
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    const size_t ns = (size_t)B * NH * T * 2, nsc = (size_t)B * NH * T;
+    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
+    float* dout = hrand(nq, 1.0f, 0.0f);
+    round_to(q, nq, e), round_to(k, nk, e), round_to(v, nk, e), round_to(dout, nq, e);
+    float *dq0 = hrand(nq, 1.0f, 0.0f), *dk0 = hrand(nk, 1.0f, 0.0f), *dv0 = hrand(nk, 1.0f, 0.0f);
+    float* scratch = hrand(nsc, 1.0f, 0.0f);
+    rtc_fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.k = k, a.v = v, a.dout = dout, a.D = scratch;
+    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
+    a.scale = (float)(1.0 / sqrt((double)HD));
+    const rt_dtype dt = e == EL_BF16 ? RT_BF16 : e == EL_F16 ? RT_F16 : RT_F32;
+    if (e == EL_F32) emu_smem_limit = 227 * 1024;  // float tiles are twice as large
+    // results [cfg][out, stats, dq, dk, dv, dq and dk, dv alone]; out and stats start
+    // random, so an element a configuration leaves unwritten differs
+    const size_t len[8] = {nq, ns, nq, nk, nk, nq, nk, nk};
+    const float* init[8] = {NULL, NULL, dq0, dk0, dv0, dq0, dk0, dv0};
+    float* r[1 + n_alt][8];
+    for (int c = 0; c <= n_alt; c++) {
+        for (int i = 0; i < 8; i++)
+            r[c][i] = init[i] ? hcopy(init[i], len[i]) : hrand(len[i], 1.0f, 0.0f);
+        void (*fwd)(elem, const rtc_fa_args&) = c ? alt_cfgs[c - 1].fwd : tc_forward<>;
+        void (*bwd)(elem, const rtc_fa_args&) = c ? alt_cfgs[c - 1].bwd : tc_backward<>;
+        rtc_fa_args f = a;
+        f.out = r[c][0], f.stats = r[c][1];
+        fwd(e, f);
+        rtc_fa_args g = a;
+        g.out_in = r[c][0], g.stats_in = r[c][1];
+        g.dq = r[c][2], g.dk = r[c][3], g.dv = r[c][4];
+        bwd(e, g);
+        for (int i = 0; i < 2; i++) {
+            rtc_fa_args s = g;
+            s.dq = i == 0 ? r[c][5] : NULL, s.dk = i == 0 ? r[c][6] : NULL;
+            s.dv = i == 1 ? r[c][7] : NULL;
+            s.assign = RTC_FA_ASSIGN_DQ | RTC_FA_ASSIGN_DK | RTC_FA_ASSIGN_DV, s.dt = dt;
+            bwd(e, s);
+        }
+    }
+    emu_smem_limit = EMU_MAX_SMEM;
+    for (int c = 1; c <= n_alt; c++) {
+        int differ = 0;
+        for (int i = 0; i < 8; i++) differ += !same_bits(r[c][i], r[0][i], len[i]);
+        CHECK(differ == 0,
+              "tc %s B=%d T=%d NH=%d NKV=%d HD=%d %s, %s: forward (out, stats), backward (dq, dk, "
+              "dv accumulated; dq and dk, dv alone, assigned and rounded) == the default "
+              "configuration's, bit for bit (%d of 8 differ)",
+              elem_name(e), B, T, NH, NKV, HD, causal ? "causal" : "full", alt_cfgs[c - 1].name,
+              differ);
+    }
+    for (int c = 0; c <= n_alt; c++)
+        for (int i = 0; i < 8; i++) free(r[c][i]);
+    free(q), free(k), free(v), free(dout), free(dq0), free(dk0), free(dv0), free(scratch);
+}
+
+// ----------------------------------------------------------------------------
 
 struct shape {
     int B, T, NH, NKV, HD, causal;
@@ -345,6 +440,26 @@ int main(void) {
             test_shape(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e);
     }
 
+    // the other configurations against the default, bit for bit: HD 16..128, T below one row
+    // tile, across the 16-row tiles of a warp, the blocks and (causal) the diagonal, GQA;
+    // bf16, and fp16 or float (the same kernels but for the conversions) for the shorter
+    static const shape cfg_shapes[] = {
+        {2, 45, 4, 2, 32, 1}, {1, 40, 2, 2, 112, 0}, {1, 9, 2, 1, 16, 1},   {1, 150, 2, 1, 64, 1},
+        {1, 300, 1, 1, 64, 1}, {1, 83, 3, 3, 64, 0}, {1, 97, 2, 1, 128, 1},
+    };
+    static const elem cfg_second[] = {EL_F16, EL_F16, EL_F32, EL_BF16, EL_BF16, EL_F16, EL_F32};
+#ifdef EMU_FIBERS
+    const int ncfg_shapes = (int)(sizeof cfg_shapes / sizeof cfg_shapes[0]);
+#else  // ThreadSanitizer (a pthread per CUDA thread, slow): races of the blocks, 2 shapes
+    const int ncfg_shapes = 2;
+#endif
+    for (int i = 0; i < ncfg_shapes; i++) {
+        const shape& s = cfg_shapes[i];
+        test_configs(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, EL_BF16);
+        if (cfg_second[i] != EL_BF16)
+            test_configs(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, cfg_second[i]);
+    }
+
     // every kernel configuration, launched above or not, fits the smallest opt-in limit
     struct smem_check {
         size_t worst = 0;
@@ -356,6 +471,12 @@ int main(void) {
     } all;
     rtc_fa_tc_each_kernel<__nv_bfloat16>(all);
     rtc_fa_tc_each_kernel<__half>(all);
+    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2, cfg128_mt2>(all);
+    rtc_fa_tc_each_kernel<__half, cfg64_mt2, cfg128_mt2>(all);
+    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2_big, cfg128_mt2_big>(all);
+    rtc_fa_tc_each_kernel<__half, cfg64_mt2_big, cfg128_mt2_big>(all);
+    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2_small, cfg128_mt2_small>(all);
+    rtc_fa_tc_each_kernel<__half, cfg64_mt2_small, cfg128_mt2_small>(all);
     CHECK(all.worst <= EMU_MAX_SMEM,
           "all %d tensor-core flash kernel configurations: largest shared memory %zu bytes "
           "(limit %d)",
