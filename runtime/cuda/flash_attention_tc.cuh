@@ -374,29 +374,13 @@ __device__ __forceinline__ void rtc_tc_zero(float (&acc)[NJ][4]) {
     for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 }
 
-// acc[n] += a B_n for the 8-column blocks n < nn (nn even) of the 16-k slice b of a shared
-// tile, k-contiguous or not as rtc_tc_ldb2: one A fragment against a row of B fragments.
-template <class E, int NN, bool KC>
-__device__ __forceinline__ void rtc_tc_mma_row(float (&acc)[NN][4],
-                                               const typename rtc_tc_reg<E>::type (&a)[4],
-                                               const E* b, int ld, int nn, int lane) {
-#pragma unroll
-    for (int n = 0; n < NN; n += 2) {
-        if (n < nn) {
-            typename rtc_tc_reg<E>::type y[4];
-            rtc_tc_ldb2<E, KC>(y, KC ? b + 8 * n * ld : b + 8 * n, ld, lane);
-            rtc_tc_mma2<E>(acc[n], acc[n + 1], a, y);
-        }
-    }
-}
-
 // A warp's row tiles: MT tiles of 16 rows (rows 16 u to 16 u + 15 of the warp's, u < MT),
 // each with its own A fragments a[u] and accumulators acc[u]; the helpers below multiply
 // the tiles [LO, HI) together, so that each B fragment loaded feeds HI - LO products.
 
 // acc[u][n] += a[u] B_n and acc[u][n + 1] += a[u] B_{n + 1} (u in [LO, HI)) for the 8-column
 // blocks n < nn (nn even) of the 16-k slice b of a shared tile, k-contiguous or not as
-// rtc_tc_ldb2: rtc_tc_mma_row for several row tiles.
+// rtc_tc_ldb2: one A fragment per row tile against a row of B fragments.
 template <class E, int NN, bool KC, int MT, int LO, int HI>
 __device__ __forceinline__ void rtc_tc_mma_rows(float (&acc)[MT][NN][4],
                                                 const typename rtc_tc_reg<E>::type (&a)[MT][4],
