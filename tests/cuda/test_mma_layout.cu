@@ -1,5 +1,5 @@
 // The mma.sync fragment helpers of runtime/cuda/flash_attention_tc.cuh (rtc_tc_lda and
-// rtc_tc_ldb2 over ldmatrix, rtc_tc_mma_row, rtc_tc_acc_to_a) on one warp, against exact
+// rtc_tc_ldb2 over ldmatrix, rtc_tc_mma_rows, rtc_tc_acc_to_a) on one warp, against exact
 // products: D1 = A B (16x16x16, two 8-column blocks) with B read k-contiguous (plain
 // ldmatrix of B^T) and again n-contiguous (ldmatrix .trans of B), and D2 = narrow(D1) C
 // (the accumulators reused as the next A operand, as the attention kernels chain
@@ -45,24 +45,24 @@ __global__ void mma_layout_kernel(mma_args p) {
         cs[r * LDS + c] = rtc_tc_narrow<E>(p.c[i]);
     }
     __syncthreads();
-    reg af[4];
-    rtc_tc_lda<E>(af, as, LDS, lane);
-    float acc[2][4], acct[2][4], acc2[2][4];
-    rtc_tc_zero<2>(acc);
-    rtc_tc_zero<2>(acct);
-    rtc_tc_zero<2>(acc2);
-    rtc_tc_mma_row<E, 2, true>(acc, af, bt, LDS, 2, lane);
-    rtc_tc_mma_row<E, 2, false>(acct, af, bs, LDS, 2, lane);
-    reg pa[4];
-    rtc_tc_acc_to_a<E, 2>(pa, acc, 0);
-    rtc_tc_mma_row<E, 2, false>(acc2, pa, cs, LDS, 2, lane);
+    reg af[1][4];  // one row tile (MT = 1), as the kernels' helpers take them
+    rtc_tc_lda<E>(af[0], as, LDS, lane);
+    float acc[1][2][4], acct[1][2][4], acc2[1][2][4];
+    rtc_tc_zero<2>(acc[0]);
+    rtc_tc_zero<2>(acct[0]);
+    rtc_tc_zero<2>(acc2[0]);
+    rtc_tc_mma_rows<E, 2, true, 1, 0, 1>(acc, af, bt, LDS, 2, lane);
+    rtc_tc_mma_rows<E, 2, false, 1, 0, 1>(acct, af, bs, LDS, 2, lane);
+    reg pa[1][4];
+    rtc_tc_acc_to_a<E, 2>(pa[0], acc[0], 0);
+    rtc_tc_mma_rows<E, 2, false, 1, 0, 1>(acc2, pa, cs, LDS, 2, lane);
     // accumulator element i: row g + 8 (i / 2), column 2 t + i % 2 of its 8-column block
     for (int j = 0; j < 2; j++)
         for (int i = 0; i < 4; i++) {
             const int at = (g + 8 * (i >> 1)) * 16 + 8 * j + 2 * t + (i & 1);
-            p.d1[at] = acc[j][i];
-            p.d1t[at] = acct[j][i];
-            p.d2[at] = acc2[j][i];
+            p.d1[at] = acc[0][j][i];
+            p.d1t[at] = acct[0][j][i];
+            p.d2[at] = acc2[0][j][i];
         }
 }
 
@@ -130,7 +130,8 @@ static void test(const char* name, unsigned seed) {
     mma_args h = {a, b, c, d1, d1t, d2};
     const bool ran = run<E>(h);
     CHECK(ran && wrong(d1, w1) == 0,
-          "%s %s: D1 = A B, B k-contiguous (rtc_tc_lda, ldmatrix; rtc_tc_mma_row): %d of 256 wrong",
+          "%s %s: D1 = A B, B k-contiguous (rtc_tc_lda, ldmatrix; rtc_tc_mma_rows): %d of 256 "
+          "wrong",
           where, name, wrong(d1, w1));
     CHECK(ran && wrong(d1t, w1) == 0,
           "%s %s: D1 = A B, B n-contiguous (ldmatrix .trans): %d of 256 wrong", where, name,
