@@ -3,12 +3,36 @@
 
   kernel_times.py NCU.csv [STEPS] [TOP]
 
-Sums gpu__time_duration.sum by kernel name and prints the TOP kernels (default 30) with
-their time per step (the CSV's total over STEPS, default 2), share and launches per step.
+Sums gpu__time_duration.sum by kernel name and prints the time per step (the CSV's total
+over STEPS, default 2) of each category of CATEGORIES, then the TOP kernels (default 30)
+with their time per step, share and launches per step.
 """
 import collections
 import csv
+import re
 import sys
+
+# What a step's time goes to, by kernel name (runtime/cuda, runtime/cuda_step, cuBLAS); the
+# first match wins, the rest is "other".
+CATEGORIES = [
+    ("GEMM (cuBLAS)", r"gemm|nvjet|cutlass|xmma|sm\d+_"),
+    ("attention", r"rtc_fa_"),
+    ("optimizer", r"adam|sgd|clip_scale"),
+    ("FSDP copies", r"seg_copy"),
+    ("16-bit operand copies", r"narrow|widen|round"),
+    ("loss", r"ce_"),
+    ("norms", r"norm|colsum"),
+    ("activations", r"swiglu|gelu|silu|relu|dropout"),
+    ("adds and accumulation", r"add|acc2|axpy|scale|mul"),
+    ("embedding and rotary", r"embedding|rope|rows"),
+]
+
+
+def category(name):
+    for label, pattern in CATEGORIES:
+        if re.search(pattern, name):
+            return label
+    return "other"
 
 
 def main():
@@ -32,6 +56,12 @@ def main():
         count[r[name_col]] += 1
     whole = sum(total.values())
     print(f"{whole / steps:.2f} ms of kernels per step, {sum(count.values()) / steps:.0f} launches per step")
+    by_category = collections.Counter()
+    for name, ms in total.items():
+        by_category[category(name)] += ms
+    for label, ms in by_category.most_common():
+        print(f"{ms / steps:9.2f} ms {100 * ms / whole:5.1f}%  {label}")
+    print()
     for name, ms in total.most_common(top):
         print(f"{ms / steps:9.2f} ms {100 * ms / whole:5.1f}% {count[name] / steps:6.0f}x  {name[:100]}")
 

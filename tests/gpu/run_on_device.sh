@@ -10,10 +10,12 @@
 #   example  the README's example on the GPU (300 steps), and 20 steps with --trace
 #   bench    bench/run.sh all
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
-#            summed per kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
+#            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
 #   attention  bench/attention.sh (the flash kernels against PyTorch's SDPA on the bench
 #            shapes), then ncu's throughput, memory, warp-stall and occupancy sections for
 #            the three tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt)
+#   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against
+#            SDPA; not in the default set)
 # Ends with the summed `N passed, N failed` of the test stages.
 set -u
 cd "$(dirname "$0")/../.."
@@ -49,8 +51,8 @@ step() {
 
 for s in $stages; do
     case $s in
-    tests | example | bench | profile | attention) ;;
-    *) echo "run_on_device.sh: unknown stage '$s' (stages: tests example bench profile attention)"; exit 2 ;;
+    tests | example | bench | profile | attention | sweep) ;;
+    *) echo "run_on_device.sh: unknown stage '$s' (stages: tests example bench profile attention sweep)"; exit 2 ;;
     esac
 done
 [ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
@@ -88,6 +90,8 @@ for s in $stages; do
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section Occupancy --log-file "$out/ncu_attention.txt" \
             build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph ;;
+    sweep)
+        step "attention sweep" sweep.log 240 bench/attention_sweep.sh --iters 50 ;;
     esac
 done
 echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
