@@ -57,13 +57,30 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
 // ----------------------------------------------------------------------------
 // Adam / AdamW (scalars by value, or from d_s in device memory when it is not NULL)
 
+// W = RTC_VEC: 16-byte accesses, eight values of each of the four buffers in flight per
+// thread (a Llama 1B step's AdamW, 42 GB of traffic, ran at 2.8 TB/s with 4-byte ones).
+template <int W>
 __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
                             rtc_adam_scalars s, const rtc_adam_scalars* __restrict__ d_s) {
     const rtc_adam_scalars sc = d_s ? *d_s : s;
-    RTC_GRID_STRIDE(i, n) {
-        param[i] = rtc_adam_elem(sc, param[i], grad[i], exp_avg + i, exp_avg_sq + i);
-    }
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float p[K], g[K], m[K], v[K];
+        rtc_ldv(param, i, RT_F32, p);
+        rtc_ldv(grad, i, RT_F32, g);
+        rtc_ldv(exp_avg, i, RT_F32, m);
+        rtc_ldv(exp_avg_sq, i, RT_F32, v);
+        for (int u = 0; u < K; u++) p[u] = rtc_adam_elem(sc, p[u], g[u], &m[u], &v[u]);
+        rtc_stv(exp_avg, i, m, RT_F32);
+        rtc_stv(exp_avg_sq, i, v, RT_F32);
+        rtc_stv(param, i, p, RT_F32);
+    });
+}
+
+static void adam_launch(float* p, const float* g, float* m, float* v, size_t n,
+                        rtc_adam_scalars s, const rtc_adam_scalars* d_s) {
+    RTC_LAUNCH_VEC(adam_kernel, n, rtc_aligned16({p, g, m, v}), p, g, m, v, n, s, d_s);
 }
 
 // One thread: the step's scalars from the device step count.
@@ -84,8 +101,7 @@ void rt_adam_step(float* param, const float* grad, float* exp_avg, float* exp_av
                   double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 0), step);
-    RTC_LAUNCH_FLAT(adam_kernel, n, param, grad, exp_avg, exp_avg_sq, n, s,
-                    (const rtc_adam_scalars*)NULL);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL);
 }
 
 void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
@@ -93,8 +109,7 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
                    double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 1), step);
-    RTC_LAUNCH_FLAT(adam_kernel, n, param, grad, exp_avg, exp_avg_sq, n, s,
-                    (const rtc_adam_scalars*)NULL);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL);
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
@@ -109,7 +124,7 @@ void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t 
         d_s, adam_hyper(lr, beta1, beta2, eps, weight_decay, adamw), d_step);
     RTC_CHECK_LAUNCH(adam_scalars_kernel);
     const rtc_adam_scalars unused = {};
-    RTC_LAUNCH_FLAT(adam_kernel, n, p, g, m, v, n, unused, (const rtc_adam_scalars*)d_s);
+    adam_launch(p, g, m, v, n, unused, d_s);
 }
 
 // ----------------------------------------------------------------------------

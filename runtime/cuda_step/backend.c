@@ -180,11 +180,6 @@ void rtb_step_begin(rt_rank* R) {
             CS(R, cudaMemcpyAsync(c->d_inputs[a], R->inputs[a], c->input_bytes, cudaMemcpyHostToDevice, c->compute));
         }
     }
-    for (int g = 0; g < m->ngroups; g++) {
-        const rt_model_group* mg = &m->groups[g];
-        CS(R, cudaMemsetAsync(rt_step_f32(R, mg->grads_off, 0, mg->block_numel), 0,
-                              4 * (size_t)mg->block_numel, c->compute));
-    }
 }
 
 void rtb_section(rt_rank* R, const char* phase) {
@@ -411,8 +406,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, "clip_grad_norm", "optimizer");
     CS(R, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
     for (int g = 0; g < m->ngroups; g++)
-        rt_cuda_sumsq_accumulate(c->d_sumsq, rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                                 (size_t)m->groups[g].block_numel);
+        if (R->groups[g].reduced)  // the others have no gradient this step (rt_step_begin)
+            rt_cuda_sumsq_accumulate(c->d_sumsq, rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                                     (size_t)m->groups[g].block_numel);
     rt_cuda_sumsq_to_float(c->d_total, c->d_sumsq);
     // Replicas hold identical shards: the norm sums over one shard group.
     if (rt_comm_size(R->mesh.shard) > 1) {
@@ -420,8 +416,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
         if (st) rt_rank_die(R, "clip_grad_norm all-reduce: %s", rt_comm_last_error(R->mesh.shard));
     }
     for (int g = 0; g < m->ngroups; g++)
-        rt_cuda_clip_by_total(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                              (size_t)m->groups[g].block_numel, c->d_total, m->grad_clip);
+        if (R->groups[g].reduced)
+            rt_cuda_clip_by_total(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                                  (size_t)m->groups[g].block_numel, c->d_total, m->grad_clip);
     cs_trace_close(R, t, c->compute);
 }
 

@@ -80,12 +80,7 @@ void rtb_rank_free(rt_rank* R) { rt_arena_free(&R->arena); }
 
 // ---- step -------------------------------------------------------------------------------
 
-void rtb_step_begin(rt_rank* R) {
-    for (int g = 0; g < R->model->ngroups; g++) {
-        const rt_model_group* mg = &R->model->groups[g];
-        rt_zero(rt_step_f32(R, mg->grads_off, 0, mg->block_numel), (size_t)mg->block_numel);
-    }
-}
+void rtb_step_begin(rt_rank* R) { (void)R; }
 
 void rtb_section(rt_rank* R, const char* phase) { (void)R, (void)phase; }
 
@@ -254,8 +249,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
     double t0 = now_s();
     double local = 0;
     for (int g = 0; g < m->ngroups; g++)
-        local += rt_sumsq(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                          (size_t)m->groups[g].block_numel);
+        if (R->groups[g].reduced)  // the others have no gradient this step (rt_step_begin)
+            local += rt_sumsq(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                              (size_t)m->groups[g].block_numel);
     // Replicas hold identical shards: the norm sums over one shard group.
     float sum = (float)local;
     if (rt_comm_size(R->mesh.shard) > 1) {
@@ -264,8 +260,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
     }
     double total = sqrt((double)sum);
     for (int g = 0; g < m->ngroups; g++)
-        rt_clip_grad_norm(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                          (size_t)m->groups[g].block_numel, total, m->grad_clip);
+        if (R->groups[g].reduced)
+            rt_clip_grad_norm(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
+                              (size_t)m->groups[g].block_numel, total, m->grad_clip);
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 

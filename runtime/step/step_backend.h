@@ -19,7 +19,7 @@ void rtb_rank_free(rt_rank* R);
 
 // ---- step -------------------------------------------------------------------------------
 
-// Start of a step: zero every group's sharded gradients, stage the inputs.
+// Start of a step: stage the inputs (the gradients are not zeroed: rt_step_begin).
 void rtb_step_begin(rt_rank* R);
 // A step item (schedule section) begins: "forward", "backward", "optimizer", ...
 void rtb_section(rt_rank* R, const char* phase);
