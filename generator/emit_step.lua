@@ -362,6 +362,8 @@ function Walker:step(st, index)
     calls[1] = string.format("rt_step_all_reduce(R, %d);", gi)
   elseif op == "post_backward" then
     calls[1] = string.format("rt_step_post_backward(R, %d, %s);", gi, state)
+  elseif op == "all_gather_sync" then
+    calls[1] = "rt_step_all_gather_sync(R);"
   elseif op == "clip_grad_norm" then
     calls[1] = "rt_step_clip_grad_norm(R);"
   elseif op == "optimizer" then

@@ -347,19 +347,27 @@ function M.plan(plan)
     if b and i > b.last then b.last = i end
   end
 
+  -- The all-gather streams run ahead of compute up to their last wait for it (a sync: an
+  -- all_gather_sync, all_gather_wait or reshard_post_forward step, runtime/cuda_step/
+  -- backend.c), so an all-gather's output starts there: it may only sit on buffers that
+  -- ended before that point, whose last users compute has finished (or waited for).
+  local synced = 1
   for i, st in ipairs(steps) do
     local g = st.group
     local u = st.bufs or {}
     st.bufs = u
-    if st.op == "all_gather" and st.direct then
+    if st.op == "all_gather_sync" then
+      synced = i
+    elseif st.op == "all_gather" and st.direct then
       -- One rank: the copy-in writes the unsharded parameters (on its own stream, CUDA).
       u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
-        compute_bytes(g.layout.padded_numel), i)
+        compute_bytes(g.layout.padded_numel), synced)
     elseif st.op == "all_gather" then
       -- In place, as FSDP2: the all-gather input is this rank's block of the output.
       local ws = st.sub and g.pf_size or g.shard
       local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or g.layout.shard_numel
-      u.out = start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, g.param_dtype), i)
+      u.out = start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, g.param_dtype),
+        synced)
       if st.sub then
         -- The copy-in reads the post-forward shard on its own stream (CUDA), so the shard
         -- lives until compute waits for this all-gather, as PyTorch's caching allocator
@@ -371,6 +379,7 @@ function M.plan(plan)
       stop("ag_out " .. st.ag, i)
       stop("ag_in " .. st.ag, i)
       if st.op == "all_gather_wait" then
+        synced = i
         u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
           compute_bytes(g.layout.padded_numel), i)
       elseif st.direct then
@@ -380,6 +389,7 @@ function M.plan(plan)
       stop("unsharded " .. g.index, i)
       stop("pf " .. g.index, i)
     elseif st.op == "reshard_post_forward" then
+      synced = i
       u.unsharded = stop("unsharded " .. g.index, i)
       u.pf = start("pf " .. g.index, Q(g) .. " post-forward shard", "unsharded",
         compute_bytes(g.layout.padded_numel // g.pf_size), i)

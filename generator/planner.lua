@@ -461,6 +461,12 @@ end
 function Sim:run_forward()
   local spec = self.spec
   self.forward_index = self.forward_index + 1
+  -- FSDPState._root_pre_forward: the all-gather streams wait for compute once (the shards
+  -- hold the optimizer's updates), not at each all-gather, so an all-gather issued after a
+  -- group's compute still overlaps that compute. They wait again after each copy-out and
+  -- post-forward reshard (all_gather_wait, reshard_post_forward; memory.lua places each
+  -- all-gather's output clear of every buffer live since its last such point).
+  self:emit({ stream = "ag", op = "all_gather_sync" })
   local inp = self:make_input()
   local outs = table.pack(spec.model(inp))
   local targets

@@ -65,7 +65,7 @@ end
 -- What a step acts on: a group, a region or a tensor.
 local function step_target(st)
   if st.group then return quoted(st.group.name) end
-  if st.op == "clip_grad_norm" then return "all groups" end
+  if st.op == "clip_grad_norm" or st.op == "all_gather_sync" then return "all groups" end
   if st.region then return "region " .. st.region.id end
   return st.label or st.node.label or st.node.kind
 end
@@ -125,6 +125,9 @@ function M.step_line(st, plan)
   elseif st.op == "optimizer" then
     name = quoted(g.name)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind, g.layout.shard_numel)
+  elseif st.op == "all_gather_sync" then
+    name = "all groups"
+    detail = "all-gather streams wait for compute (root pre-forward: the shards are current)"
   elseif st.op == "clip_grad_norm" then
     name = "all groups"
     detail = string.format("scale grads by min(1, %s / global norm), norm over the shard group", num(plan.spec.grad_clip))

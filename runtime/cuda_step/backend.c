@@ -2,9 +2,13 @@
 // kernels run on the rank's compute stream, and FSDP2's collectives run on their own
 // streams, ordered by events exactly as FSDP2 orders them:
 //
-//   all-gather       the copy-in stream waits for compute (the shards are current), copies
-//                    in; the all-gather stream waits for the copy-in and gathers; compute
-//                    waits for the group's all-gather only at all_gather_wait (copy-out).
+//   all-gather       the copy-in stream waits for compute only at the plan's syncs (FSDP2's
+//                    root pre-forward wait, and after each copy-out and post-forward
+//                    reshard: rtb_all_gather_sync), not at each all-gather, so the shards
+//                    are current and an all-gather issued after a group's compute (FSDP2's
+//                    implicit forward prefetch) overlaps that compute; it copies in; the
+//                    all-gather stream waits for the copy-in and gathers; compute waits
+//                    for the group's all-gather only at all_gather_wait (copy-out).
 //                    A prefetch therefore overlaps whatever compute comes before its wait.
 //   reduce-scatter   FSDP2's foreach_reduce: copy-in on compute (the unsharded gradients are
 //                    freed right after it); the reduce-scatter stream waits for compute,
@@ -232,6 +236,11 @@ static void wait_post_reduce(rt_rank* R) {
 
 // ---- all-gather -------------------------------------------------------------------------
 
+void rtb_all_gather_sync(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    after(R, 0, c->ag_copy, c->compute, c->fork);
+}
+
 void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
@@ -241,7 +250,6 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
     void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
     const float* shards = sub ? rt_step_f32(R, pf_off, 0, L->block_numel)
                               : rt_step_f32(R, mg->params_off, 0, mg->block_numel);
-    after(R, 0, c->ag_copy, c->compute, c->fork);
     int t = cs_trace_open(R, c->ag_copy, RT_TRACE_ALL_GATHER_COPY, mg->name, "all_gather_copy_in");
     rtcs_copy(sub ? &cg->pf_ag_in : &cg->ag_in, out, mg->param_dtype, shards, RT_F32, 0, c->ag_copy);
     cs_trace_close(R, t, c->ag_copy);
@@ -260,7 +268,6 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off) {
     cuda_group* cg = &c->groups[g];
     const float* shards = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
     float* un = rt_step_f32(R, unsharded_off, 0, mg->padded_numel);
-    after(R, 0, c->ag_copy, c->compute, c->fork);
     int t = cs_trace_open(R, c->ag_copy, RT_TRACE_ALL_GATHER_COPY, mg->name, "all_gather_copy_in");
     rtcs_copy_rounded(&cg->ag_direct[UN_F32], un, RT_F32, shards, mg->param_dtype, 0, c->ag_copy);
     rtcs_copy(&cg->ag_direct[UN_PACKED], un, mg->param_dtype, shards, RT_F32, 0, c->ag_copy);

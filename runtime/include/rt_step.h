@@ -76,6 +76,7 @@ typedef struct rt_rank {
     rt_step_event* events;
     int nevents, cap_events;
     const char* phase;           // the step item running: "forward", "backward", ...
+    int ag_synced;               // the all-gather streams waited for compute in this step
     rt_step_count counts[RT_STEP_MAX_COUNTS];  // collectives issued, by "phase op"
     int ncounts;
     struct rt_trace* trace;      // Chrome trace (NULL: none); collectives and optimizer spans
@@ -154,6 +155,12 @@ void rt_step_section(rt_rank* R, const char* phase);
 // End of a step: every group must be sharded again (what the next step's plan assumes).
 void rt_step_end(rt_rank* R);
 
+// "ag all_gather_sync": the all-gather streams wait for what compute issued so far (FSDP2's
+// root pre-forward wait; all_gather_wait after its copy-out and reshard_post_forward do the
+// same), and not for what it issues later: an all-gather issued after a group's compute
+// overlaps it. generator/memory.lua keeps each all-gather's output off every buffer live
+// since the last such point. An all-gather before any in the step dies.
+void rt_step_all_gather_sync(rt_rank* R);
 // "ag all_gather": copy-in (from the sharded fp32 params, or the post-forward shards at
 // pf_off when sub) cast to param_dtype into this rank's block of the all-gather output at
 // out_off, then the all-gather (shard group, or post-forward group when sub).
@@ -165,7 +172,8 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
 // The all_gather_wait that follows only waits. Dies if the shard group has more ranks.
 void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off);
 // "all_gather_wait": copy-out into the unsharded parameters at unsharded_off, values in
-// param_dtype: fp32 storage, or param_dtype's bits for a packed parameter (rt_model.h).
+// param_dtype: fp32 storage, or param_dtype's bits for a packed parameter (rt_model.h);
+// then an all_gather_sync.
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off);
 // "all_gather_drop": a prefetch nobody waited for; its result is dropped.
 void rt_step_all_gather_drop(rt_rank* R, int g);

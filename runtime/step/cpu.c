@@ -88,6 +88,8 @@ void rtb_step_end(rt_rank* R) { (void)R; }
 
 // ---- all-gather -------------------------------------------------------------------------
 
+void rtb_all_gather_sync(rt_rank* R) { (void)R; }
+
 void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];

@@ -220,6 +220,7 @@ void rt_step_begin(rt_rank* R) {
     R->nevents = 0;
     R->ncounts = 0;
     R->phase = NULL;
+    R->ag_synced = 0;
     for (int g = 0; g < m->ngroups; g++) {
         rt_rank_group* rg = &R->groups[g];
         if (rg->state != RT_SHARDED || rg->pending)
@@ -249,9 +250,24 @@ void rt_step_end(rt_rank* R) {
 
 // ---- all-gather -------------------------------------------------------------------------
 
+void rt_step_all_gather_sync(rt_rank* R) {
+    rtb_all_gather_sync(R);
+    R->ag_synced = 1;
+}
+
+// Every all-gather of a step follows a sync: the shards hold the last optimizer step, and
+// under graph capture its streams join the step's graph.
+static void check_synced(rt_rank* R, const rt_model_group* mg) {
+    if (!R->ag_synced)
+        rt_rank_die(R, "all-gather of group '%s' before the all-gather streams waited for compute in "
+                       "this step (no all_gather_sync before it: generated plan is inconsistent)",
+                    mg->name);
+}
+
 void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t out_off, size_t pf_off) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
+    check_synced(R, mg);
     if (rg->pending || rg->state == RT_UNSHARDED || sub != (rg->state == RT_SHARDED_POST_FORWARD))
         rt_rank_die(R, "all-gather of group '%s' (%s) while it is %s%s", mg->name,
                     sub ? "from post-forward shards" : "from shards", state_name(rg->state),
@@ -274,6 +290,7 @@ void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsh
     if (rg->layout.world != 1)
         rt_rank_die(R, "group '%s': direct all-gather planned, but its shard group has %d ranks "
                        "(it needs one)", mg->name, rg->layout.world);
+    check_synced(R, mg);
     rtb_all_gather_direct(R, g, unsharded_off);
     rg->pending = rg->pending_direct = 1;
     rg->pending_sub = 0;
@@ -296,6 +313,7 @@ void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
                     unsharded_off, rg->pending_out);
     rg->pending = rg->pending_direct = 0;
     rg->state = RT_UNSHARDED;
+    rt_step_all_gather_sync(R);
 }
 
 void rt_step_all_gather_drop(rt_rank* R, int g) {
@@ -323,6 +341,7 @@ void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t u
     rtb_reshard_post_forward(R, g, unsharded_off, pf_off);
     event(R, state, "reshard", g);
     rg->state = RT_SHARDED_POST_FORWARD;
+    rt_step_all_gather_sync(R);  // the post-forward shards are written
 }
 
 // ---- gradients --------------------------------------------------------------------------

@@ -28,6 +28,9 @@ void rtb_step_end(rt_rank* R);
 
 // ---- FSDP data movement (the state checks are done) ----------------------------------------
 
+// The all-gather streams wait for everything issued on compute so far (rt_step.h); the
+// all-gathers themselves wait for nothing on compute.
+void rtb_all_gather_sync(rt_rank* R);
 // Copy-in of the shards (sub: the post-forward shards at pf_off) into this rank's block of
 // the output at out_off, then the all-gather over layout L's communicator.
 void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off);

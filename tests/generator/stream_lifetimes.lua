@@ -8,6 +8,10 @@
 --   * a reduce-scatter's input and output: until the next reduce_scatter step, or to the
 --     end of the step program after the last one (compute waits for the reduction in
 --     flight at the next one, and for all of them before clipping and the optimizer).
+-- And an all-gather's output starts no later than the all-gather streams' last wait for
+-- compute before it (all_gather_sync, all_gather_wait or reshard_post_forward; there must
+-- be one): the all-gather runs ahead of the compute issued since, so it must not sit on a
+-- buffer that compute still uses.
 -- Checked on every spec of the repository; before the post-forward shard's rule, a
 -- backward gradient was planned on a shard that a prefetched copy-in had yet to read
 -- (found by the emulator's lazy mode, tests/cuda/emu).
@@ -26,6 +30,8 @@ end
 local function problems(plan)
   local out = {}
   local steps = plan.steps
+  local synced
+  local syncs = { all_gather_sync = true, all_gather_wait = true, reshard_post_forward = true }
   local function need(b, until_i, what, i)
     if b and b.last < until_i then
       out[#out + 1] = string.format("%s of %s ends at %s, before %s", what, name(plan, i), name(plan, b.last),
@@ -33,7 +39,15 @@ local function problems(plan)
     end
   end
   for i, st in ipairs(steps) do
+    if syncs[st.op] then synced = i end
     if st.op == "all_gather" then
+      local ob = st.bufs.out or st.bufs.unsharded
+      if not synced then
+        out[#out + 1] = name(plan, i) .. " has no all-gather sync before it"
+      elseif ob and ob.first > synced then
+        out[#out + 1] = string.format("the output of %s starts at %s, after the last sync, %s", name(plan, i),
+          name(plan, ob.first), name(plan, synced))
+      end
       local wait
       for j = i + 1, #steps do
         local o = steps[j]
@@ -77,16 +91,27 @@ check(n_specs > 0 and n_sub > 0, string.format("%d specs: side-stream buffers li
 
 -- The check itself: a post-forward shard that ends at its all-gather's issue is reported.
 local fake_group = { name = "g" }
-local pf = { last = 1 }
+local pf = { last = 2 }
+local ag_out = { first = 1, last = 4 }
 local fake = { steps = {
-  { op = "all_gather", ag = 1, sub = true, group = fake_group, bufs = { out = { last = 3 }, pf = pf } },
+  { op = "all_gather_sync", bufs = {} },
+  { op = "all_gather", ag = 1, sub = true, group = fake_group, bufs = { out = ag_out, pf = pf } },
   { op = "backward", bufs = {} },
   { op = "all_gather_wait", ag = 1, group = fake_group, bufs = {} },
 } }
 local p = problems(fake)
 check(#p == 1 and p[1]:find("post%-forward shard") ~= nil,
   "a post-forward shard freed at its all-gather's issue is reported: " .. tostring(p[1]))
-pf.last = 3
+pf.last = 4
 check(#problems(fake) == 0, "and not once it lives until the wait")
+ag_out.first = 2
+p = problems(fake)
+check(#p == 1 and p[1]:find("after the last sync") ~= nil,
+  "an all-gather output that starts at its issue, after the streams' last sync, is reported: " .. tostring(p[1]))
+ag_out.first = 1
+table.remove(fake.steps, 1)
+p = problems(fake)
+check(#p >= 1 and p[1]:find("no all%-gather sync") ~= nil, "an all-gather with no sync before it is reported: "
+  .. tostring(p[1]))
 
 util.finish()

@@ -499,11 +499,14 @@ static void test_direct_after_reduce_scatter(void) {
 }
 
 // One rank, a direct all-gather of group 1 (rtb_all_gather_direct: the copy-in writes the
-// unsharded params on the copy-in stream) into bytes that an earlier buffer of compute
-// used, compute working on other bytes meanwhile (the prefetch overlaps it), then the wait
-// (rt_step_all_gather_wait of a direct all-gather: rtb_all_gather_drop) and compute reading
-// and writing the params. wait = 0: the control without the wait, reported as a race.
-static void test_direct_all_gather(int wait) {
+// unsharded params on the copy-in stream) as FSDP2's implicit forward prefetch issues it:
+// an earlier buffer of compute used its bytes and ended, then the all-gather streams synced
+// with compute (rtb_all_gather_sync, at the previous group's copy-out), then compute ran
+// the current group on other bytes, then the all-gather (issued after that compute, and
+// overlapping it and the compute after it), then its wait (rt_step_all_gather_wait of a
+// direct all-gather: rtb_all_gather_drop) and compute reading and writing the params.
+// Controls: without the wait, or without the sync, a race is reported.
+static void test_direct_all_gather(int wait, int sync) {
     world w;
     world_init(&w, 0);
     w.m.world = w.R.world = 1;
@@ -513,30 +516,37 @@ static void test_direct_all_gather(int wait) {
     cudaEventCreateWithFlags(&w.cg[1].ag_done, 0);
     size_t un = w.ugrad[0];  // the unsharded params' bytes
     compute_writes(&w, un, 4 * PADDED, "an earlier buffer on the same bytes");
+    if (sync) rtb_all_gather_sync(&w.R);
+    compute_writes(&w, w.ugrad[1], 4 * PADDED, "compute issued before the all-gather");
     rtb_all_gather_direct(&w.R, 1, un);
-    compute_writes(&w, w.ugrad[1], 4 * PADDED, "compute the prefetch overlaps");
+    compute_writes(&w, w.ugrad[2], 4 * PADDED, "compute the prefetch overlaps");
     if (wait) rtb_all_gather_drop(&w.R, 1);
     touch(w.c.compute, arena + un, 4 * PADDED, 0, "a kernel reads the unsharded params");
     compute_writes(&w, un, 4 * PADDED, "a later buffer after the reshard");
     rtb_step_end(&w.R);
-    int copy = find(0, nacc, "copy write"), overlapped = find(0, nacc, "compute the prefetch overlaps");
-    if (wait)
-        CHECK(races == 0 && copy >= 0 && !before(copy, overlapped),
+    int copy = find(0, nacc, "copy write");
+    int earlier = find(0, nacc, "compute issued before the all-gather");
+    int overlapped = find(0, nacc, "compute the prefetch overlaps");
+    if (wait && sync)
+        CHECK(races == 0 && copy >= 0 && !before(earlier, copy) && !before(copy, overlapped),
               "one rank: the direct all-gather writes the unsharded params on the copy-in stream "
-              "after compute's earlier use of their bytes, overlapping later compute, and its wait "
-              "orders it before compute reads them (%d accesses)%s%s", nacc,
-              races ? "; first: " : "", first_race);
+              "after compute's earlier use of their bytes (ordered by the sync), overlapping the "
+              "compute issued between the sync and it and after it, and its wait orders it before "
+              "compute reads them (%d accesses)%s%s", nacc, races ? "; first: " : "", first_race);
     else
-        CHECK(races > 0, "control: reading a direct all-gather's params without its wait is "
-              "reported as a race (%d; first: %s)", races, first_race);
+        CHECK(races > 0, "control: a direct all-gather %s is reported as a race (%d; first: %s)",
+              wait ? "without a sync after the earlier use of its bytes"
+                   : "whose params are read without its wait",
+              races, first_race);
     cudaEventDestroy(w.cg[1].ag_done);
     world_free(&w);
 }
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    test_direct_all_gather(1);
-    test_direct_all_gather(0);
+    test_direct_all_gather(1, 1);
+    test_direct_all_gather(0, 1);
+    test_direct_all_gather(1, 0);
     test_direct_after_reduce_scatter();
     test_plan_reuse(1, 1);
     test_plan_reuse(0, 1);

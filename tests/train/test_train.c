@@ -771,6 +771,13 @@ static void test_setup_failures(void) {
                "a packed parameter the runtime rejects (fp32 group, [5, 4]): exit 1 naming it, "
                "nothing saved");
     proc_free(&a);
+    a = run(g_train, "tiny_unsynced", "--steps", "1", "--save", P("unsynced.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "all-gather of group 'lin' before the all-gather streams "
+                                           "waited for compute") &&
+                      !has(a.out, "step 1 loss") && !exists(P("unsynced.st")),
+               "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "
+               "nothing saved");
+    proc_free(&a);
     a = run(g_train, "tiny", "--steps", "1", "--save", P("no_such_dir/x.st"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --save") && count_lines(a.err) == 1 &&
                       !has(a.out, "step 1 loss"),

@@ -16,17 +16,20 @@ typedef struct tiny_offsets {
     size_t ag, unsh, out, loss, dout, ugrad, rs_in, rs_out;
     int64_t padded;  // group padded_numel (unsharded buffers are viewed at this size)
     int hsdp;
+    int unsynced;    // no all_gather_sync before the all-gather (the runtime must die)
 } tiny_offsets;
 
 // shard 2: block 15 (weight 12 + bias 3), padded 30; peak = end of rs_out = 960 + 60.
-static const tiny_offsets tiny_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0};
+static const tiny_offsets tiny_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0};
 // shard 1: block 25 (weight 20 + bias 5), padded 25; peak = 1216 + 100.
-static const tiny_offsets ref_off = {512, 640, 768, 832, 896, 960, 1088, 1216, 25, 1};
+static const tiny_offsets ref_off = {512, 640, 768, 832, 896, 960, 1088, 1216, 25, 1, 0};
+static const tiny_offsets unsynced_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 1};
 
 static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     const int N = 3, C = 4, OC = 5;
     rt_step_begin(R);
     rt_step_section(R, "forward");
+    if (!o->unsynced) rt_step_all_gather_sync(R);
     rt_step_all_gather(R, 0, 0, "FORWARD", o->ag, 0);
     rt_step_all_gather_wait(R, 0, o->unsh);
     float* w = RT_F32(R, o->unsh, 4 * 20);
@@ -54,6 +57,7 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
 
 static void tiny_step(rt_rank* R) { tiny_step_with(R, &tiny_off); }
 static void tiny_ref_step(rt_rank* R) { tiny_step_with(R, &ref_off); }
+static void tiny_unsynced_step(rt_rank* R) { tiny_step_with(R, &unsynced_off); }
 
 static const char* const bias_aliases[] = {"head.bias", NULL};
 
@@ -150,6 +154,9 @@ const rt_model tiny_wrong_model = TINY_MODEL("tiny_wrong", 1, 2, tiny_params_sha
 const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_packed, tiny_groups,
                                               ADAMW, 1024, 1020, tiny_step, tiny_events, 3,
                                               tiny_counts, 2);
+const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
+                                                tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
+                                                tiny_events, 3, tiny_counts, 2);
 
 // ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
 
@@ -164,6 +171,7 @@ static void tok_step(rt_rank* R) {
     rt_step_begin(R);
     for (int a = 0; a < 2; a++) {
         rt_step_section(R, "forward");
+        rt_step_all_gather_sync(R);
         rt_step_all_gather(R, 0, 0, "FORWARD", TOK_AG, 0);
         rt_step_all_gather_wait(R, 0, TOK_UNSH);
         float* w = RT_F32(R, TOK_UNSH, 4 * TOK_V * TOK_V);
@@ -225,6 +233,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_bad")) return &tiny_bad_model;
     if (!strcmp(name, "tiny_wrong")) return &tiny_wrong_model;
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
+    if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tok")) return &tok_model;
     return NULL;
 }
