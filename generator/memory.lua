@@ -402,7 +402,10 @@ function M.plan(plan)
       for _, k in ipairs(keys) do stop(k, i) end
       u.ugrad = stop("ugrad " .. g.index, i)
       u.acc = stop("accgrad " .. g.index, i)
-      if not st.direct then
+      if st.direct then
+        -- Read on the reduce-scatter stream (CUDA): kept until the next reduction waits for it.
+        open["rs " .. st.rs .. " src"] = u.acc or u.ugrad
+      else
         u.rs_in = start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
         u.rs_out = start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
       end

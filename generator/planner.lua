@@ -466,7 +466,7 @@ function Sim:run_forward()
   -- group's compute still overlaps that compute. They wait again after each copy-out and
   -- post-forward reshard (all_gather_wait, reshard_post_forward; memory.lua places each
   -- all-gather's output clear of every buffer live since its last such point).
-  self:emit({ stream = "ag", op = "all_gather_sync" })
+  self:emit({ stream = "ag", op = "all_gather_sync", why = "root pre-forward: the shards are current" })
   local inp = self:make_input()
   local outs = table.pack(spec.model(inp))
   local targets
@@ -518,6 +518,9 @@ end
 
 function Sim:run_backward(item)
   self.is_last_backward = item.is_last_backward
+  -- Nor does a backward all-gather start before the backward does (FSDP2 issues it from a
+  -- backward hook); its output may then reuse what the forward no longer needs.
+  self:emit({ stream = "ag", op = "all_gather_sync", why = "backward: its all-gathers follow the forward" })
   local loss = self:build_loss(item)
   -- Nodes reachable from the loss through tensors that require grad.
   local reach, order = {}, {}

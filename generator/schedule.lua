@@ -127,7 +127,7 @@ function M.step_line(st, plan)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind, g.layout.shard_numel)
   elseif st.op == "all_gather_sync" then
     name = "all groups"
-    detail = "all-gather streams wait for compute (root pre-forward: the shards are current)"
+    detail = "all-gather streams wait for compute (" .. st.why .. ")"
   elseif st.op == "clip_grad_norm" then
     name = "all groups"
     detail = string.format("scale grads by min(1, %s / global norm), norm over the shard group", num(plan.spec.grad_clip))

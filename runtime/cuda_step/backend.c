@@ -18,8 +18,8 @@
 //                    all-reduce stream waits for the reduce-scatter stream and runs the
 //                    all-reduce, post-divide and view-out. post_done (FSDP2's
 //                    post_reduce_event) follows the view-out. On one rank a reduction that
-//                    changes no value (the generator plans it direct) is one copy on
-//                    compute instead (rtb_reduce_direct).
+//                    changes no value (the generator plans it direct) is one copy on the
+//                    reduce-scatter stream instead (rtb_reduce_direct), recording rs_done.
 //   waits            compute waits for rs_done at the next reduce-scatter, before its
 //                    copy-in (FSDP2's reduce_scatter_state: one reduce-scatter in flight),
 //                    so that reduce-scatter's collective may overlap the previous group's
@@ -388,19 +388,25 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
     c->post_pending = 1;
 }
 
-// One pass on compute (rs_direct): the unsharded gradients rounded to grads_dtype and
-// assigned or added to the sharded ones, the bits of copy-in, copy and view-out with a third
-// of their traffic (Llama 1B on one GPU: 24 GB a step less).
+// One pass (rs_direct): the unsharded gradients rounded to grads_dtype and assigned or added
+// to the sharded ones, the bits of copy-in, copy and view-out with a third of their traffic
+// (Llama 1B on one GPU: 24 GB a step less). On the reduce-scatter stream, where FSDP2 runs
+// all of a reduction after its copy-in, so it overlaps the next group's backward; the plan
+// keeps the unsharded gradients until the next reduction, where compute waits for this one
+// (rs_done) as for a reduce-scatter.
 void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     // The plan frees the previous reduction's buffers at this step, as at a reduce-scatter.
     wait_reduce_scatter(R);
     wait_post_reduce(R);
-    int t = cs_trace_open(R, c->compute, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
+    after(R, 2, c->rs, c->compute, c->fork);
+    int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
     rtcs_copy_rounded(&c->groups[g].rs_direct, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32,
-                      rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->compute);
-    cs_trace_close(R, t, c->compute);
+                      rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->rs);
+    cs_trace_close(R, t, c->rs);
+    CS(R, cudaEventRecord(c->rs_done, c->rs));
+    c->rs_pending = 1;
 }
 
 // ---- optimizer --------------------------------------------------------------------------

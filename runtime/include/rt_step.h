@@ -156,8 +156,8 @@ void rt_step_section(rt_rank* R, const char* phase);
 void rt_step_end(rt_rank* R);
 
 // "ag all_gather_sync": the all-gather streams wait for what compute issued so far (FSDP2's
-// root pre-forward wait; all_gather_wait after its copy-out and reshard_post_forward do the
-// same), and not for what it issues later: an all-gather issued after a group's compute
+// root pre-forward wait, and at each backward's start; all_gather_wait after its copy-out
+// and reshard_post_forward do the same), and not for what it issues later: an all-gather issued after a group's compute
 // overlaps it. generator/memory.lua keeps each all-gather's output off every buffer live
 // since the last such point. An all-gather before any in the step dies.
 void rt_step_all_gather_sync(rt_rank* R);

@@ -5,9 +5,10 @@
 --     post-forward all-gather, the post-forward shard its copy-in reads: until the
 --     all_gather_wait or all_gather_drop of that all-gather (compute waits for the
 --     all-gather there);
---   * a reduce-scatter's input and output: until the next reduce_scatter step, or to the
---     end of the step program after the last one (compute waits for the reduction in
---     flight at the next one, and for all of them before clipping and the optimizer).
+--   * a reduce-scatter's input and output, and the unsharded gradients a direct (one-rank)
+--     reduction reads: until the next reduce_scatter step, or to the end of the step
+--     program after the last one (compute waits for the reduction in flight at the next
+--     one, and for all of them before clipping and the optimizer).
 -- And an all-gather's output starts no later than the all-gather streams' last wait for
 -- compute before it (all_gather_sync, all_gather_wait or reshard_post_forward; there must
 -- be one): the all-gather runs ahead of the compute issued since, so it must not sit on a
@@ -60,13 +61,18 @@ local function problems(plan)
         need(st.bufs.out or st.bufs.unsharded, wait, out, i)
         if st.sub then need(st.bufs.pf, wait, "the post-forward shard read by the copy-in", i) end
       end
-    elseif st.op == "reduce_scatter" and not st.direct then
+    elseif st.op == "reduce_scatter" then
       local next_rs = #steps + 1
       for j = i + 1, #steps do
         if steps[j].op == "reduce_scatter" then next_rs = j break end
       end
-      need(st.bufs.rs_in, math.min(next_rs, #steps), "the input", i)
-      need(st.bufs.rs_out, math.min(next_rs, #steps), "the output", i)
+      if st.direct then
+        need(st.bufs.acc or st.bufs.ugrad, math.min(next_rs, #steps), "the unsharded grads read by the direct "
+          .. "reduction", i)
+      else
+        need(st.bufs.rs_in, math.min(next_rs, #steps), "the input", i)
+        need(st.bufs.rs_out, math.min(next_rs, #steps), "the output", i)
+      end
     end
   end
   return out

@@ -471,10 +471,13 @@ static void test_control(int hsdp) {
 }
 
 // One rank, a plan that reduce-scatters group 2 (a reduction that rounds, on the
-// reduce-scatter stream) and then reduces group 1 directly (rtb_reduce_direct, on compute):
-// the direct line is where the plan ends group 2's buffers, so right after it compute may
-// write a later buffer over them.
-static void test_direct_after_reduce_scatter(void) {
+// reduce-scatter stream) and then reduces groups 1 and 0 directly (rtb_reduce_direct, on
+// the reduce-scatter stream too): each reduction's line is where the plan ends the
+// previous one's buffers (group 2's input and output, group 1's unsharded grads), so right
+// after it compute may write a later buffer over them; meanwhile group 1's direct
+// reduction overlaps compute writing group 0's grads. Control (reuse_early): compute
+// writing group 1's unsharded grads right after its own direct line is reported as a race.
+static void test_direct_after_reduce_scatter(int reuse_early) {
     world w;
     world_init(&w, 0);
     w.m.world = w.R.world = 1;
@@ -489,12 +492,27 @@ static void test_direct_after_reduce_scatter(void) {
     rtb_reduce_direct(&w.R, 1, w.ugrad[1], RT_F32, 0);
     compute_writes(&w, w.rs_out[0], 4 * BLOCK, "a later buffer on the previous output");
     compute_writes(&w, w.rs_in[0], 4 * PADDED, "a later buffer on the previous input");
+    if (reuse_early) compute_writes(&w, w.ugrad[1], 4 * PADDED, "a write the plan does not allow");
+    compute_writes(&w, w.ugrad[0], 4 * PADDED, "backward overlapping the direct reduction");
+    rtb_reduce_direct(&w.R, 0, w.ugrad[0], RT_F32, 0);
+    compute_writes(&w, w.ugrad[1], 4 * PADDED, "a later buffer on group 1's unsharded grads");
     rtb_clip_grad_norm(&w.R);
     for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g);
     rtb_step_end(&w.R);
-    CHECK(races == 0, "one rank: a direct reduction after a reduce-scatter waits for it, so the "
-          "reduce-scatter's buffers may be reused after the direct line (%d accesses)%s%s", nacc,
-          races ? "; first: " : "", first_race);
+    // group 1's direct copy: the first copy after the second "backward writes" access
+    int g1 = find(find(0, nacc, "backward writes unsharded grads") + 1, nacc,
+                  "backward writes unsharded grads");
+    int copy = find(g1 + 1, nacc, "copy write");
+    int overlapped = find(0, nacc, "backward overlapping the direct reduction");
+    if (!reuse_early)
+        CHECK(races == 0 && copy >= 0 && overlapped >= 0 && !before(copy, overlapped),
+              "one rank: a direct reduction runs on the reduce-scatter stream, overlapping the "
+              "next group's backward, after waiting for the reduce-scatter before it, so each "
+              "reduction's buffers may be reused after the next reduction's line (%d accesses)%s%s",
+              nacc, races ? "; first: " : "", first_race);
+    else
+        CHECK(races > 0, "control: reusing a direct reduction's unsharded grads before the next "
+              "reduction's line is reported as a race (%d; first: %s)", races, first_race);
     world_free(&w);
 }
 
@@ -547,7 +565,8 @@ int main(void) {
     test_direct_all_gather(1, 1);
     test_direct_all_gather(0, 1);
     test_direct_all_gather(1, 0);
-    test_direct_after_reduce_scatter();
+    test_direct_after_reduce_scatter(0);
+    test_direct_after_reduce_scatter(1);
     test_plan_reuse(1, 1);
     test_plan_reuse(0, 1);
     test_plan_reuse(1, 2);
