@@ -3,12 +3,15 @@
 // streams, ordered by events exactly as FSDP2 orders them:
 //
 //   all-gather       the copy-in stream waits for compute only at the plan's syncs (FSDP2's
-//                    root pre-forward wait, and after each copy-out and post-forward
-//                    reshard: rtb_all_gather_sync), not at each all-gather, so the shards
-//                    are current and an all-gather issued after a group's compute (FSDP2's
-//                    implicit forward prefetch) overlaps that compute; it copies in; the
-//                    all-gather stream waits for the copy-in and gathers; compute waits
-//                    for the group's all-gather only at all_gather_wait (copy-out).
+//                    root pre-forward wait, each backward's start, and after each copy-out
+//                    and post-forward reshard: rtb_all_gather_sync), not at each all-gather,
+//                    so the shards are current and an all-gather issued after a group's
+//                    compute (FSDP2's implicit forward prefetch) overlaps that compute; it
+//                    copies in; the all-gather stream waits for the copy-in and gathers;
+//                    compute waits for the group's all-gather only at all_gather_wait
+//                    (copy-out). (FSDP2 defers a forward copy-out's wait to the next
+//                    group's; waiting right after it still lets the next all-gather
+//                    overlap the group's compute.)
 //                    A prefetch therefore overlaps whatever compute comes before its wait.
 //   reduce-scatter   FSDP2's foreach_reduce: copy-in on compute (the unsharded gradients are
 //                    freed right after it); the reduce-scatter stream waits for compute,
