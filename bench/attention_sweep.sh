@@ -11,13 +11,8 @@
 #   bench/attention_sweep.sh [--iters N]
 set -u
 cd "$(dirname "$0")/.."
-iters=20
-if [[ $# -eq 2 && $1 == --iters && $2 =~ ^[1-9][0-9]*$ ]]; then
-  iters=$2
-elif [[ $# -ne 0 ]]; then
-  echo "usage: bench/attention_sweep.sh [--iters N]" >&2
-  exit 2
-fi
+. bench/attention_common.sh
+attention_iters bench/attention_sweep.sh "$@"
 # name: macros. Per kernel BR x BC tile, MT row tiles (of 16) per warp, MB blocks per SM
 # (__launch_bounds__); defaults: forward FBR 128 FBC 64 FMT 1 FMB 2, dK/dV KBC 64 KBR 32
 # KMT 1 KMB 4, dQ QBR 64 QBC 32 QMT 1 QMB 4. The backward's time is dK/dV's plus dQ's (and
@@ -73,14 +68,12 @@ for v in "${variants[@]}"; do
       for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1)
       printf "%s %s regs %s/%s  ", k, r, st, ld; k = "" }' "build/bench/sweep/$name/ptxas.txt")"
 done
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+if ! have_gpu; then
   echo "bench/attention_sweep.sh: no GPU: nothing measured"
   exit 0
 fi
-# name, B, T, NH, NKV, HD (bench/specs: GPT-2 124M at 16 x 1024, Llama 1B at 4 x 2048)
-shapes=("gpt2_124m 16 1024 12 12 64" "llama_1b 4 2048 32 8 64")
 printf '%-10s %-10s %-9s %12s %12s %9s\n' variant shape pass "fsdpgen ms" "sdpa ms" "fsdpgen x"
-for s in "${shapes[@]}"; do
+for s in "${attention_shapes[@]}"; do
   set -- $s
   name=$1; shift
   theirs=$(python3 bench/attention_torch.py "$@" "$iters") ||
@@ -90,9 +83,8 @@ for s in "${shapes[@]}"; do
     ours=$(build/bench/sweep/$vn/attention_fsdpgen "$@" "$iters") ||
       { echo "$vn $name: attention_fsdpgen failed"; status=1; continue; }
     for pass in forward backward; do
-      get() { sed -n "s/^RESULT impl=$1 pass=$pass ms=\([0-9.]*\) tflops=.*$/\1/p" <<<"$2"; }
-      oms=$(get fsdpgen "$ours")
-      tms=$(get torch_sdpa "$theirs")
+      read -r oms _ <<<"$(attention_result fsdpgen "$pass" "$ours")"
+      read -r tms _ <<<"$(attention_result torch_sdpa "$pass" "$theirs")"
       [[ -n $oms && -n $tms ]] || { echo "$vn $name $pass: no RESULT line"; status=1; continue; }
       printf '%-10s %-10s %-9s %12s %12s %8.2fx\n' "$vn" "$name" "$pass" "$oms" "$tms" \
         "$(awk -v a="$tms" -v b="$oms" 'BEGIN { print a / b }')"
