@@ -84,8 +84,8 @@
 // checks every configuration). Registers bound the blocks per SM, so each kernel asks
 // __launch_bounds__ for a count (rtc_tc_cfg FMB, KMB, QMB: 2 to 4), because ptxas's choice
 // without one moves by 40 registers across a blocks-per-SM boundary on unrelated edits.
-// ptxas (sm_90a, CUDA 13) gives the forward 124 registers (HDP 64) and 168 (HDP 128, 20
-// bytes spilled), dK/dV 128 (16 bytes spilled) and 224, dQ 128 and 218: an H100 SM runs 4
+// ptxas (sm_90a, CUDA 13) gives the forward 126 registers (HDP 64) and 168 (HDP 128, 20
+// bytes spilled), dK/dV 128 (16 bytes spilled) and 224, dQ 128 and 216: an H100 SM runs 4
 // blocks of the HDP 64 dK/dV and dQ, 3 of the HDP 128 forward, 2 of the others. The HDP 64
 // shapes are an H100 sweep's best (2026-11-23, bench/attention.sh's shapes, 12 tile / block
 // count combinations): the backward is fastest with the most resident warps, spills and
@@ -654,18 +654,35 @@ __device__ __forceinline__ void rtc_tc_kv_issue(unsigned char* smem, const E* kg
     rtc_tc_cp_commit();
 }
 
-// At the top of iteration j of ntiles (tile j issued before): issues tile j + 1, into the
-// buffer tile j - 1 used (its readers passed the barrier ending that iteration), and waits
-// for tile j; the caller's barrier then makes tile j visible to the block.
+// At the top of iteration j of ntiles (tile j issued before) of the forward's and dQ's walk
+// over key tiles: issues tile j + 1, into the buffer tile j - 1 used (its readers passed the
+// barrier ending that iteration), waits for tile j and makes it visible to the block (a
+// barrier: every thread calls this), and points ks and vs at it.
 template <class E, class L, int NT>
 __device__ __forceinline__ void rtc_tc_kv_next(unsigned char* smem, const E* kg, const E* vg,
-                                               size_t ldk, int j, int ntiles, int T, int HD) {
+                                               size_t ldk, int j, int ntiles, int T, int HD,
+                                               const E*& ks, const E*& vs) {
     if (j + 1 < ntiles) {
         rtc_tc_kv_issue<E, L, NT>(smem, kg, vg, ldk, j + 1, T, HD);
         rtc_tc_cp_wait<1>();
     } else {
         rtc_tc_cp_wait<0>();
     }
+    __syncthreads();
+    const size_t cb = (size_t)(j & 1) * L::buf;
+    ks = (const E*)(smem + L::k + cb);
+    vs = (const E*)(smem + L::v + cb);
+}
+
+// The row tiles (query rows row0 + 16 u to + 15, u < MT) with work in the key tile that
+// starts at key k0: the others' rows are all past T or (causal) before every key of the
+// tile, so their state cannot change.
+template <int MT>
+__device__ __forceinline__ void rtc_tc_query_tiles_busy(bool (&act)[MT], int row0, int k0, int T,
+                                                        bool causal) {
+#pragma unroll
+    for (int u = 0; u < MT; u++)
+        act[u] = row0 + 16 * u < T && !(causal && row0 + 16 * u + 15 < k0);
 }
 
 // Scores a row may not see to -inf: element i of s[j] is query row tq[i / 2], key
@@ -734,22 +751,12 @@ __global__ void __launch_bounds__(C::FNT, C::FMB) rtc_fa_tc_forward_kernel(rtc_f
 #pragma unroll
     for (int u = 0; u < MT; u++) m[u][0] = m[u][1] = -INFINITY, l[u][0] = l[u][1] = 0.0f;
     const float sl2 = a.scale * RTC_TC_LOG2E;  // unscaled score to base-2 exponent
-    bool rows_in[MT];
-#pragma unroll
-    for (int u = 0; u < MT; u++) rows_in[u] = q0 + r0 + 16 * u < T;
     for (int j = 0; j < ntiles; j++) {
         const int k0 = j * BC;
-        rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD);
-        __syncthreads();
-        const size_t cb = (size_t)(j & 1) * L::buf;
-        const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
-        const E* vs = (const E*)(rtc_tc_smem + L::v + cb);
-        // the row tiles with work: the others' rows are all past T or (causal) before every
-        // key of the tile, so their state cannot change
+        const E *ks, *vs;
+        rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD, ks, vs);
         bool act[MT];
-#pragma unroll
-        for (int u = 0; u < MT; u++)
-            act[u] = rows_in[u] && !(a.causal && q0 + r0 + 16 * u + 15 < k0);
+        rtc_tc_query_tiles_busy<MT>(act, q0 + r0, k0, T, a.causal);
         auto tiles = [&](auto lo, auto hi) {  // row tiles [LO, HI)
             constexpr int LO = decltype(lo)::value, HI = decltype(hi)::value;
             // S = Q K^T
@@ -1076,22 +1083,12 @@ __global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_arg
     float dq[MT][ND][4];
 #pragma unroll
     for (int u = 0; u < MT; u++) rtc_tc_zero<ND>(dq[u]);
-    bool rows_in[MT];
-#pragma unroll
-    for (int u = 0; u < MT; u++) rows_in[u] = q0 + r0 + 16 * u < T;
     for (int j = 0; j < ntiles; j++) {
         const int k0 = j * BC;
-        rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD);
-        __syncthreads();
-        const size_t cb = (size_t)(j & 1) * L::buf;
-        const E* ks = (const E*)(rtc_tc_smem + L::k + cb);
-        const E* vs = (const E*)(rtc_tc_smem + L::v + cb);
-        // the row tiles with work: the others' rows are all past T or (causal) before every
-        // key of the tile
+        const E *ks, *vs;
+        rtc_tc_kv_next<E, L, NT>(rtc_tc_smem, kg, vg, ldk, j, ntiles, T, HD, ks, vs);
         bool act[MT];
-#pragma unroll
-        for (int u = 0; u < MT; u++)
-            act[u] = rows_in[u] && !(a.causal && q0 + r0 + 16 * u + 15 < k0);
+        rtc_tc_query_tiles_busy<MT>(act, q0 + r0, k0, T, a.causal);
         auto tiles = [&](auto lo, auto hi) {  // row tiles [LO, HI)
             constexpr int LO = decltype(lo)::value, HI = decltype(hi)::value;
             // S = Q K^T and dP = dO V^T
