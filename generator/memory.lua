@@ -132,18 +132,24 @@ local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = t
 local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
   rotary = { true }, attention = { true, true, true }, add = residual, layer_norm = { true }, rms_norm = { true } }
 local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
-  attention = true, layer_norm = true, rms_norm = true }
+  attention = true, layer_norm = true, rms_norm = true, add = PACKED_OUT.add }
 local PACKED_DIN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
-  add = residual,
+  add = residual, layer_norm = { true }, rms_norm = { true },
   rotary = function(op)
     local x = op.ins[1]
     return { x.shape[#x.shape] == op.attrs.n_heads * op.attrs.head_dim }
   end }
 
+-- op's entry in one of those tables (a function of op where it depends on the shapes).
+local function entry(tbl, op)
+  local e = tbl[op.kind]
+  if type(e) == "function" then return e(op) end
+  return e
+end
+
 -- Whether op reads its j-th input packed (`positions`: PACKED_IN or PACKED_DIN).
 local function packed_at(positions, op, j)
-  local p = positions[op.kind]
-  if type(p) == "function" then p = p(op) end
+  local p = entry(positions, op)
   return p ~= nil and p[j] == true
 end
 
@@ -169,7 +175,7 @@ end
 -- a packed dout in dt, and each reader reads y once, where its backward writes (assigns or
 -- adds to) a packed gradient.
 local function grad_packable(op, y, rs)
-  if not (PACKED_DOUT[op.kind] and y.requires_grad and backward_in_dtype(op)) then return false end
+  if not (entry(PACKED_DOUT, op) and y.requires_grad and backward_in_dtype(op)) then return false end
   local seen = {}
   for _, r in ipairs(rs) do
     if seen[r] then return false end
@@ -196,17 +202,16 @@ end
 --     added, each rounded once to the dtype), and the producer's backward reads the sum in
 --     place (the norms' outputs, the MLP's hidden gradients, q's and k's before the rotary
 --     embeddings, the attention output's, the attention's and MLP's outputs before the
---     residual adds: no widening of a GEMM's dinp and no rounding pass over an fp32 sum,
---     no narrowing for the next GEMM, half the bytes for the kernels between). An
+--     residual adds, the residual stream's: no widening of a GEMM's dinp and no rounding
+--     pass over an fp32 sum, no narrowing for the next GEMM, half the bytes for the kernels
+--     between, the norms' and residual adds' backwards included). An
 --     attention's output is packed only with its gradient (its backward reads both for
 --     D = rowsum(dout * out)).
 local function mark_packed_activations(graph)
   local readers = readers_of(graph, true)
   for _, op in ipairs(graph.ops) do
     local y, rs = op.outs[1], readers[op.outs[1]] or {}
-    local out = PACKED_OUT[op.kind]
-    if type(out) == "function" then out = out(op) end
-    local ok = out and not op.region and sixteen(y) and inputs_have_dtype(op, y)
+    local ok = entry(PACKED_OUT, op) and not op.region and sixteen(y) and inputs_have_dtype(op, y)
       and y.shape[#y.shape] % 8 == 0 and #rs > 0
     for _, r in ipairs(rs) do
       ok = ok and not r.region and inputs_have_dtype(r, y) and r.outs[1].dtype == y.dtype and backward_in_dtype(r)

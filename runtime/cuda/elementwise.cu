@@ -6,8 +6,8 @@
 
 // ----------------------------------------------------------------------------
 // residual add: out = a + b; backward da += dout, db += dout (one kernel for both). A and B,
-// GA and GB: fp32 or packed 16-bit storage (rt_kernels.h), read with rtc_ldv, written with
-// rtc_stv: vectorised flat kernels (rtc_flat), W elements per access.
+// GA, GB and D (dout): fp32 or packed 16-bit storage (rt_kernels.h), read with rtc_ldv,
+// written with rtc_stv: vectorised flat kernels (rtc_flat), W elements per access.
 
 template <int W, class O, class A, class B>
 __global__ void add_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
@@ -17,8 +17,8 @@ __global__ void add_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt
 // da and db may be the same buffer (x + x; fp32 storage): no __restrict__ on them; then the
 // element gets both contributions, da's first, and one rounding (the assign bits are then
 // ignored). rt_accumulate uses it with RT_F32.
-template <int W, class GA, class GB>
-__global__ void acc2_kernel(GA* da, GB* db, const float* __restrict__ dout, size_t n, rt_dtype dt,
+template <int W, class GA, class GB, class D>
+__global__ void acc2_kernel(GA* da, GB* db, const D* __restrict__ dout, size_t n, rt_dtype dt,
                             int as1, int as2) {
     const bool aliased = da && (const void*)da == (const void*)db;
     rtc_flat<W>(n, [&](auto w, size_t i) {
@@ -41,13 +41,13 @@ __global__ void acc2_kernel(GA* da, GB* db, const float* __restrict__ dout, size
 }
 
 // acc2_kernel on the thread's stream (nothing when n == 0)
-template <class GA, class GB>
-static void acc2(GA* da, GB* db, const float* dout, size_t n, rt_dtype dt, int as1, int as2) {
+template <class GA, class GB, class D>
+static void acc2(GA* da, GB* db, const D* dout, size_t n, rt_dtype dt, int as1, int as2) {
     RTC_LAUNCH_VEC(acc2_kernel, n, rtc_aligned16({da, db, dout}), da, db, dout, n, dt, as1, as2);
 }
 
-// packed: RT_PACKED_OUT (out), RT_PACKED_INP (a), RT_PACKED_INP2 (b), RT_PACKED_DINP (da),
-// RT_PACKED_DINP2 (db).
+// packed: RT_PACKED_OUT (out; dout in backward), RT_PACKED_INP (a), RT_PACKED_INP2 (b),
+// RT_PACKED_DINP (da), RT_PACKED_DINP2 (db).
 static void residual_forward(void* out, const void* a, const void* b, size_t n, int packed,
                              rt_dtype dt) {
     const bool aligned = rtc_aligned16({out, a, b});
@@ -60,12 +60,14 @@ static void residual_forward(void* out, const void* a, const void* b, size_t n, 
     });
 }
 
-static void residual_backward(void* da, void* db, const float* dout, size_t n, int packed,
+static void residual_backward(void* da, void* db, const void* dout, size_t n, int packed,
                               rt_dtype dt, int assign) {
     if (!da && !db) return;
     rtc_with_storage(packed & RT_PACKED_DINP, da, [&](auto ga) {
         rtc_with_storage(packed & RT_PACKED_DINP2, db, [&](auto gb) {
-            acc2(ga, gb, dout, n, dt, assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
+            rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+                acc2(ga, gb, d, n, dt, assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
+            });
         });
     });
 }
@@ -87,7 +89,7 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
     residual_forward(out, a, b, n, packed, dt);
 }
 
-void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
+void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n, int packed,
                                  rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_backward");
     RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_residual_packed_backward");

@@ -5,9 +5,9 @@
 // weight/bias gradients (column reductions over rows, in double, in row chunks:
 // column_sums.cuh) in one or two more.
 // out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32. The
-// forwards also read and write, and the backwards read, packed 16-bit rows (rt_kernels.h
-// "packed 16-bit storage"): O, I and D below, the storage of out, inp and dout, are float
-// or uint16_t (rtc_ld, rtc_st).
+// kernels also read and write packed 16-bit rows (rt_kernels.h "packed 16-bit storage"): O,
+// I, D and G below, the storage of out, inp, dout and dinp, are float or uint16_t (rtc_ld,
+// rtc_st).
 // TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
 // kernel, llm.c style) and vectorised float4 loads once the shapes are known to allow them.
 #include "column_sums.cuh"
@@ -132,8 +132,8 @@ void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void
 //   dinp    += rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   dweight += sum_rows(dout * xhat),  dbias += sum_rows(dout)
 
-template <int R, class I, class D>
-__global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
+template <int R, class G, class I, class D>
+__global__ void layernorm_backward_dinp_kernel(G* __restrict__ dinp,
                                                const D* __restrict__ dout,
                                                const I* __restrict__ inp,
                                                const float* __restrict__ weight,
@@ -143,12 +143,12 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
     const D* d = dout + n * C;
-    float* dx = dinp + n * C;
+    G* dx = dinp + n * C;
     const float mf = mean[n], rs = rstd[n];
     const rtc_row_vals<R, D> dv(d, C, dt);
     const rtc_row_vals<R, I> xv(x, C, dt);
     const rtc_row_vals<R, float> wv(weight, weight ? C : 0, dt);
-    const rtc_row_vals<R, float> gv(dx, as ? 0 : C, dt);  // not read when assigning
+    const rtc_row_vals<R, G> gv(dx, as ? 0 : C, dt);  // not read when assigning
     double sg = 0.0, sgx = 0.0;
     RTC_ROW_FOR(k, c, R, C) {
         const float xhat = (xv[k] - mf) * rs;
@@ -162,7 +162,7 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,
     RTC_ROW_FOR(k, c, R, C) {
         const float xhat = (xv[k] - mf) * rs;
         const float g = weight ? dv[k] * wv[k] : dv[k];
-        dx[c] = rtc_round_to(RTC_BASE(gv[k], as) + rs * (g - mg - xhat * mgx), dt);
+        rtc_st(dx, c, RTC_BASE(gv[k], as) + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
@@ -182,8 +182,8 @@ struct layernorm_dwb_term {
     }
 };
 
-template <class I, class D>
-static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, const D* dout,
+template <class G, class I, class D>
+static void layernorm_backward_on(G* dinp, float* dweight, float* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, rt_dtype dt, int as) {
     if (dinp)
@@ -194,16 +194,18 @@ static void layernorm_backward_on(float* dinp, float* dweight, float* dbias, con
                            N, C);
 }
 
-// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp).
-static void layernorm_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
+static void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const float* weight, const float* mean,
                                const float* rstd, int N, int C, int packed, rt_dtype dt,
                                int assign) {
     if (N <= 0 || C <= 0) return;
-    rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
-        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            layernorm_backward_on(dinp, dweight, dbias, d, x, weight, mean, rstd, N, C, dt,
-                                  assign & RT_ASSIGN_1);
+    rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
+        rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+            rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+                layernorm_backward_on(g, dweight, dbias, d, x, weight, mean, rstd, N, C, dt,
+                                      assign & RT_ASSIGN_1);
+            });
         });
     });
 }
@@ -215,7 +217,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, 0, dt, assign);
 }
 
-void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+void rt_layernorm_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign) {
@@ -278,8 +280,8 @@ void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const fl
 // RMSNorm backward (accumulating). With xhat = x * rstd and g = dout * weight:
 //   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
 
-template <int R, class I, class D>
-__global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
+template <int R, class G, class I, class D>
+__global__ void rmsnorm_backward_dinp_kernel(G* __restrict__ dinp,
                                              const D* __restrict__ dout,
                                              const I* __restrict__ inp,
                                              const float* __restrict__ weight,
@@ -288,12 +290,12 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
     const D* d = dout + n * C;
-    float* dx = dinp + n * C;
+    G* dx = dinp + n * C;
     const float rs = rstd[n];
     const rtc_row_vals<R, D> dv(d, C, dt);
     const rtc_row_vals<R, I> xv(x, C, dt);
     const rtc_row_vals<R, float> wv(weight, weight ? C : 0, dt);
-    const rtc_row_vals<R, float> gv(dx, as ? 0 : C, dt);  // not read when assigning
+    const rtc_row_vals<R, G> gv(dx, as ? 0 : C, dt);  // not read when assigning
     double sgx = 0.0;
     RTC_ROW_FOR(k, c, R, C) {
         const float g = weight ? dv[k] * wv[k] : dv[k];
@@ -303,7 +305,7 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,
     const float mgx = (float)(sgx / C);
     RTC_ROW_FOR(k, c, R, C) {
         const float g = weight ? dv[k] * wv[k] : dv[k];
-        dx[c] = rtc_round_to(RTC_BASE(gv[k], as) + rs * (g - (xv[k] * rs) * mgx), dt);
+        rtc_st(dx, c, RTC_BASE(gv[k], as) + rs * (g - (xv[k] * rs) * mgx), dt);
     }
 }
 
@@ -321,8 +323,8 @@ struct rmsnorm_dw_term {
     }
 };
 
-template <class I, class D>
-static void rmsnorm_backward_on(float* dinp, float* dweight, const D* dout, const I* inp,
+template <class G, class I, class D>
+static void rmsnorm_backward_on(G* dinp, float* dweight, const D* dout, const I* inp,
                                 const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                                 int as) {
     if (dinp)
@@ -333,14 +335,17 @@ static void rmsnorm_backward_on(float* dinp, float* dweight, const D* dout, cons
                            C);
 }
 
-// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp).
-static void rmsnorm_backward(float* dinp, float* dweight, const void* dout, const void* inp,
+// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
+static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                              const float* weight, const float* rstd, int N, int C, int packed,
                              rt_dtype dt, int assign) {
     if (N <= 0 || C <= 0) return;
-    rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
-        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            rmsnorm_backward_on(dinp, dweight, d, x, weight, rstd, N, C, dt, assign & RT_ASSIGN_1);
+    rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
+        rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+            rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+                rmsnorm_backward_on(g, dweight, d, x, weight, rstd, N, C, dt,
+                                    assign & RT_ASSIGN_1);
+            });
         });
     });
 }
@@ -352,7 +357,7 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
     rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, 0, dt, assign);
 }
 
-void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const void* dout, const void* inp,
+void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");

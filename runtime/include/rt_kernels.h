@@ -338,10 +338,10 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     output that only linears (as their input), norms, activations, rotary embeddings,
 //     attention (q, k, v) and residual adds read, with a last dimension that is a multiple
 //     of 8 (dense rows); the value is packed, and its gradient too when a linear, a norm,
-//     an activation or an attention made it (its backward reads a packed dout) and only
-//     linears, activations, rotary embeddings and residual adds read it, each once (their
-//     backwards write their contributions packed). An attention's output is packed only
-//     with its gradient.
+//     an activation, an attention or a residual add made it (its backward reads a packed
+//     dout) and only linears, norms, activations, rotary embeddings and residual adds read
+//     it, each once (their backwards write their contributions packed). An attention's
+//     output is packed only with its gradient.
 //   * unsharded parameters that only linears read, as their weight (RT_PACKED_INP2), with
 //     both dims multiples of 8: the all-gather's copy-out writes param_dtype's bits, which
 //     the GEMMs read in place instead of a copy narrowed in every forward and backward
@@ -375,18 +375,18 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V, float dloss,
                                               rt_dtype dt, int assign);
-// Norms: the forward's out and inp, the backward's dout and inp (C a multiple of 8: dense
-// rows).
+// Norms: the forward's out and inp, the backward's dout, inp and dinp (C a multiple of 8:
+// dense rows).
 void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const float* weight, const float* bias, int N, int C, float eps,
                                  int packed, rt_dtype dt);
-void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+void rt_layernorm_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign);
 void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
                                int N, int C, float eps, int packed, rt_dtype dt);
-void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const void* dout, const void* inp,
+void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign);
 // Activations over n dense values.
@@ -403,11 +403,11 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
                               rt_dtype dt);
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
                                const void* b, size_t n, int packed, rt_dtype dt, int assign);
-// Residual add: the forward's out, a and b, the backward's da and db (dout is fp32
-// storage); da == db only in fp32 storage.
+// Residual add: the forward's out, a and b, the backward's dout, da and db; da == db only in
+// fp32 storage.
 void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
                                 rt_dtype dt);
-void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
+void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n, int packed,
                                  rt_dtype dt, int assign);
 // Rotary embeddings: the forward's out and inp, the backward's dout and dinp.
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,

@@ -922,13 +922,12 @@ static void test_vec_offsets(rt_dtype dt) {
                   grads = RT_PACKED_DINP | RT_PACKED_DINP2;
         for (int call = 0; call < 21; call++) {
             if (pk && call >= 9 && call <= 11) continue;  // da == db, rt_accumulate: fp32 only
-            const int res_bwd = call == 7 || call == 8 || call == 10;  // dout: fp32 storage
             void* got[2][2] = {{NULL, NULL}, {NULL, NULL}};
             for (int off = 0; off < 2; off++) {
                 void* p[5];
                 int es[5];
                 for (int k = 0; k < 5; k++) {
-                    es[k] = pk && !(res_bwd && k == 2) ? 2 : 4;
+                    es[k] = pk ? 2 : 4;
                     p[k] = (char*)buf[off][k] + off * es[k];
                     put_vals(p[k], h[k], n, es[k], dt);
                 }
@@ -943,7 +942,7 @@ static void test_vec_offsets(rt_dtype dt) {
                     else rt_swiglu_backward(da, p[1], p[2], p[3], p[4], n, dt, as);
                 }
                 if ((call == 7 || call == 8) && pk)
-                    rt_residual_packed_backward(p[0], p[1], p[2], n, grads, dt, as);
+                    rt_residual_packed_backward(p[0], p[1], p[2], n, grads | RT_PACKED_OUT, dt, as);
                 if ((call == 7 || call == 8) && !pk) rt_residual_backward(p[0], p[1], p[2], n, dt, as);
                 if (call == 9) rt_swiglu_backward(p[0], p[0], p[2], p[3], p[3], n, dt, 0);
                 if (call == 10) rt_residual_backward(p[0], p[0], p[2], n, dt, 0);
@@ -1109,6 +1108,9 @@ static void upload(float* d, const float* h, size_t n) {
     RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
+// device d = n zero floats
+static void zero_dev(float* d, size_t n) { RT_CHECK_CUDA(cudaMemset(d, 0, n * sizeof(float))); }
+
 // A packed gradient on the device before a backward call: poisoned when the call assigns
 // it, else g0's n dense values packed (what the call adds to).
 static void dev_grad16(void* d16, const float* g0, size_t n, int assigned, rt_dtype dt) {
@@ -1253,15 +1255,11 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     round_to(dy, ni, dt);
     float* d_dy = dup(dy, ni);
     void *d_dy16 = dev_packed(dy, N, C, dt), *d_g16 = dalloc(ni * 2), *d_h16 = dalloc(ni * 2);
-    // norms: out and inp each packed or not; backward from a packed inp (dinp, dweight, dbias
-    // accumulated onto dinp0's values / zeros)
+    // norms: out and inp each packed or not; backward with every storage of dout, inp and
+    // dinp (dinp assigned or accumulated onto dinp0's values; dweight, dbias onto zeros)
     float *d_yn = dalloc(ni * sizeof(float)), *d_gn = dup(dinp0, ni), *d_gn2 = dup(dinp0, ni);
     float *d_dw = dalloc(C * sizeof(float)), *d_dw2 = dalloc(C * sizeof(float));
     float *d_dbn = dalloc(C * sizeof(float)), *d_dbn2 = dalloc(C * sizeof(float));
-    RT_CHECK_CUDA(cudaMemset(d_dw, 0, C * sizeof(float)));
-    RT_CHECK_CUDA(cudaMemset(d_dw2, 0, C * sizeof(float)));
-    RT_CHECK_CUDA(cudaMemset(d_dbn, 0, C * sizeof(float)));
-    RT_CHECK_CUDA(cudaMemset(d_dbn2, 0, C * sizeof(float)));
     int ok_n = 1;
     rt_layernorm_forward(d_y, d_mean, d_rstd, d_inp, d_g, d_g, N, C, RT_LAYERNORM_EPS, dt);
     for (int bits = 1; bits < 4; bits++) {
@@ -1271,12 +1269,21 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
         ok_n &= (bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_yn, ni)) &&
                 dev_same(d_mean, d_mean2, N) && dev_same(d_rstd, d_rstd2, N);
     }
-    rt_layernorm_backward(d_gn, d_dw, d_dbn, d_dy, d_inp, d_g, d_mean, d_rstd, N, C, dt, RT_ACCUMULATE);
-    rt_layernorm_packed_backward(d_gn2, d_dw2, d_dbn2, d_dy16, d_i16, d_g, d_mean, d_rstd, N, C,
-                                 RT_PACKED_OUT | RT_PACKED_INP, dt, RT_ACCUMULATE);
-    ok_n &= dev_same(d_gn, d_gn2, ni) && dev_same(d_dw, d_dw2, C) && dev_same(d_dbn, d_dbn2, C);
-    CHECK(ok_n, "%s layernorm packed forward (out, inp, both) and backward (packed dout, inp) N=%d C=%d "
-          "== the fp32-storage calls: out, mean, rstd, dinp, dweight, dbias", nm, N, C);
+    for (int bits = 0; bits < 16; bits++) {
+        const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0);
+        const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        upload(d_gn, dinp0, ni), upload(d_gn2, dinp0, ni), dev_grad16(d_g16, dinp0, ni, as, dt);
+        zero_dev(d_dw, C), zero_dev(d_dw2, C), zero_dev(d_dbn, C), zero_dev(d_dbn2, C);
+        rt_layernorm_backward(d_gn, d_dw, d_dbn, d_dy, d_inp, d_g, d_mean, d_rstd, N, C, dt, as);
+        rt_layernorm_packed_backward(pk & RT_PACKED_DINP ? d_g16 : (void*)d_gn2, d_dw2, d_dbn2,
+                                     pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
+                                     pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp, d_g, d_mean,
+                                     d_rstd, N, C, pk, dt, as);
+        ok_n &= (pk & RT_PACKED_DINP ? packed_same(d_g16, d_gn, N, C, dt, &pad) : dev_same(d_gn, d_gn2, ni)) &&
+                dev_same(d_dw, d_dw2, C) && dev_same(d_dbn, d_dbn2, C);
+    }
+    CHECK(ok_n, "%s layernorm packed forward (out, inp, both) and backward (every storage of dout, inp, "
+          "dinp) N=%d C=%d == the fp32-storage calls: out, mean, rstd, dinp, dweight, dbias", nm, N, C);
     ok_n = 1;
     rt_rmsnorm_forward(d_y, d_rstd, d_inp, d_g, N, C, 1e-6f, dt);
     for (int bits = 1; bits < 4; bits++) {
@@ -1286,13 +1293,21 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
         ok_n &= (bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_yn, ni)) &&
                 dev_same(d_rstd, d_rstd2, N);
     }
-    rt_rmsnorm_backward(d_gn, d_dw, d_dy, d_inp, d_g, d_rstd, N, C, dt, RT_ASSIGN_1);
-    rt_rmsnorm_packed_backward(d_gn2, d_dw2, d_dy16, d_i16, d_g, d_rstd, N, C,
-                               RT_PACKED_OUT | RT_PACKED_INP, dt,
-                               RT_ASSIGN_1);
-    ok_n &= dev_same(d_gn, d_gn2, ni) && dev_same(d_dw, d_dw2, C);
-    CHECK(ok_n, "%s rmsnorm packed forward (out, inp, both) and backward (packed dout, inp) N=%d C=%d "
-          "== the fp32-storage calls: out, rstd, dinp, dweight", nm, N, C);
+    for (int bits = 0; bits < 16; bits++) {
+        const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0);
+        const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        upload(d_gn, dinp0, ni), upload(d_gn2, dinp0, ni), dev_grad16(d_g16, dinp0, ni, as, dt);
+        zero_dev(d_dw, C), zero_dev(d_dw2, C);
+        rt_rmsnorm_backward(d_gn, d_dw, d_dy, d_inp, d_g, d_rstd, N, C, dt, as);
+        rt_rmsnorm_packed_backward(pk & RT_PACKED_DINP ? d_g16 : (void*)d_gn2, d_dw2,
+                                   pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy,
+                                   pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp, d_g, d_rstd, N, C,
+                                   pk, dt, as);
+        ok_n &= (pk & RT_PACKED_DINP ? packed_same(d_g16, d_gn, N, C, dt, &pad) : dev_same(d_gn, d_gn2, ni)) &&
+                dev_same(d_dw, d_dw2, C);
+    }
+    CHECK(ok_n, "%s rmsnorm packed forward (out, inp, both) and backward (every storage of dout, inp, "
+          "dinp) N=%d C=%d == the fp32-storage calls: out, rstd, dinp, dweight", nm, N, C);
     dfree(d_yn), dfree(d_gn), dfree(d_gn2), dfree(d_dw), dfree(d_dw2), dfree(d_dbn), dfree(d_dbn2);
     // activations: out, inp (swiglu's b: dinp0's values) each fp32 or packed; backward (dout:
     // dy) with every storage of dinp (assigned when packed), dout and inp
@@ -1345,7 +1360,7 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
     }
     CHECK(ok_s, "%s swiglu packed forward (every storage of out, a, b) and backward (every "
           "storage of da, db, dout, a, b) == rt_swiglu_forward, rt_swiglu_backward", nm);
-    int ok_r = 1;  // residual add: out, a, b packed or not; da, db likewise
+    int ok_r = 1;  // residual add: out, a, b packed or not; dout, da, db likewise
     rt_residual_forward(d_y, d_inp, d_b2, ni, dt);
     for (int bits = 1; bits < 8; bits++) {
         rt_residual_packed_forward(bits & RT_PACKED_OUT ? d_y16 : (void*)d_y2,
@@ -1353,19 +1368,20 @@ static void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
                                    bits & RT_PACKED_INP2 ? d_b16 : (const void*)d_b2, ni, bits, dt);
         ok_r &= bits & RT_PACKED_OUT ? packed_same(d_y16, d_y, N, C, dt, &pad) : dev_same(d_y, d_y2, ni);
     }
-    for (int bits = 0; bits < 16; bits++) {
-        const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);
+    for (int bits = 0; bits < 32; bits++) {
+        const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0) |
+                       (bits & 16 ? RT_PACKED_OUT : 0);
         const int as = (bits & 4 ? RT_ASSIGN_1 : 0) | (bits & 8 ? RT_ASSIGN_2 : 0);
         upload(d_g1, dinp0, ni), upload(d_g2, dinp0, ni), upload(d_h1, dinp0, ni), upload(d_h2, dinp0, ni);
         dev_grad16(d_g16, dinp0, ni, as & RT_ASSIGN_1, dt), dev_grad16(d_h16, dinp0, ni, as & RT_ASSIGN_2, dt);
         rt_residual_backward(d_g1, d_h1, d_dy, ni, dt, as);
-        rt_residual_packed_backward(bits & 1 ? d_g16 : (void*)d_g2, bits & 2 ? d_h16 : (void*)d_h2, d_dy,
-                                    ni, pk, dt, as);
+        rt_residual_packed_backward(bits & 1 ? d_g16 : (void*)d_g2, bits & 2 ? d_h16 : (void*)d_h2,
+                                    pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy, ni, pk, dt, as);
         ok_r &= bits & 1 ? packed_same(d_g16, d_g1, N, C, dt, &pad) : dev_same(d_g1, d_g2, ni);
         ok_r &= bits & 2 ? packed_same(d_h16, d_h1, N, C, dt, &pad) : dev_same(d_h1, d_h2, ni);
     }
     CHECK(ok_r, "%s residual packed forward (every storage of a, b) and backward (every storage "
-          "of da, db) == rt_residual_forward, rt_residual_backward", nm);
+          "of dout, da, db) == rt_residual_forward, rt_residual_backward", nm);
     dfree(d_b2), dfree(d_y2), dfree(d_g1), dfree(d_g2), dfree(d_h1), dfree(d_h2), dfree(d_b16);
     dfree(d_dy), free(dy), dfree(d_dy16), dfree(d_g16), dfree(d_h16);
     free(inp), free(w), free(b), free(dout), free(dinp0), free(dw0), free(db0), free(g);

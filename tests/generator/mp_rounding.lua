@@ -287,8 +287,10 @@ end
 -- per block, q and k (each through its rotary embedding), v and the attention's output are
 -- packed, and the gradients of q and k before the rotary embeddings and of the attention's
 -- output; the residual adds write packed outputs that the norms read, the second block's
--- first norm through FSDP's post-backward hook. Checkpointed, none of the blocks' tensors
--- are (the final norm's output still is).
+-- first norm through FSDP's post-backward hook, and the residual stream's gradient is packed
+-- too (the adds' backwards read it, the norms' and adds' backwards write it) but for the
+-- embedding's output (its gradient fp32: the first block's first norm and add write it).
+-- Checkpointed, none of the blocks' tensors are (the final norm's output still is).
 local function llama_spec(ckpt)
   return string.format([[
 local fsdp, models = require("fsdp"), require("models")
@@ -317,16 +319,19 @@ for _, ckpt in ipairs({ false, true }) do
   end
   local all4 = "RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3"
   local norm_in = "RT_PACKED_OUT | RT_PACKED_INP"
-  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT" } or { all4:rep(2, "; "), all4:rep(2, "; "),
-    ("RT_PACKED_OUT | RT_PACKED_INP"):rep(4, "; "), ("RT_PACKED_DINP"):rep(4, "; "),
-    "RT_PACKED_OUT; " .. norm_in:rep(4, "; ") }
+  local add_bwd, norm_bwd = "RT_PACKED_OUT | RT_PACKED_DINP | RT_PACKED_DINP2", norm_in .. " | RT_PACKED_DINP"
+  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT", "", "RT_PACKED_OUT" } or { all4:rep(2, "; "),
+    all4:rep(2, "; "), ("RT_PACKED_OUT | RT_PACKED_INP"):rep(4, "; "), ("RT_PACKED_DINP"):rep(4, "; "),
+    "RT_PACKED_OUT; " .. norm_in:rep(4, "; "), add_bwd:rep(3, "; ") .. "; RT_PACKED_OUT | RT_PACKED_DINP2",
+    norm_bwd:rep(4, "; ") .. "; RT_PACKED_OUT" }
   local got = { bits_of("rt_attention_lowmem_packed_forward"), bits_of("rt_attention_lowmem_packed_backward"),
-    bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward"), bits_of("rt_rmsnorm_packed_forward") }
+    bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward"), bits_of("rt_rmsnorm_packed_forward"),
+    bits_of("rt_residual_packed_backward"), bits_of("rt_rmsnorm_packed_backward") }
   local same = ok
   for i = 1, #want do same = same and got[i] == want[i] end
   check(same, string.format("bf16 Llama, 2 blocks%s: attention packed (%s | %s), rope forward (%s), rope backward "
-    .. "(%s), rmsnorm forward (%s)%s", ckpt and ", checkpointed" or "", got[1], got[2], got[3], got[4], got[5],
-    ok and "" or " (" .. tostring(text) .. ")"))
+    .. "(%s), rmsnorm forward (%s), residual backward (%s), rmsnorm backward (%s)%s", ckpt and ", checkpointed" or "",
+    got[1], got[2], got[3], got[4], got[5], got[6], got[7], ok and "" or " (" .. tostring(text) .. ")"))
 end
 
 -- Packed parameters (memory.lua mark_packed_params): the params table's last column and the

@@ -2,10 +2,9 @@
 // the same values, bit for bit, for bf16 and fp16: the logits (an odd vocabulary, 13:
 // padded to 16; an ignored row; accumulated and assigned), linears with a packed input
 // (odd C, padded; with a bias; with the output packed too; backward from a packed dout
-// with dbias, into a packed dinp) or a packed weight (an unsharded parameter), the norms'
-// packed outputs, the activations', rotary
-// embeddings' and attention's packed operands, forward and backward (every storage of
-// each). The padding columns written are zeros.
+// with dbias, into a packed dinp) or a packed weight (an unsharded parameter), the norms',
+// activations', residual adds', rotary embeddings' and attention's packed operands, forward
+// and backward (every storage of each). The padding columns written are zeros.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -231,11 +230,13 @@ static void test_packed_outputs(rt_dtype dt) {
     uint16_t* y16 = poisoned16(NE);
     int pad;
 
-    // norms: every storage of out and inp forward, of inp backward (dout fp32)
+    // norms: every storage of out and inp forward, of dout, inp and dinp backward (dinp
+    // assigned and accumulated)
     uint16_t* xn16 = packed_copy(x, R, D, dt);
     float *yn = tk_alloc(NE), *dn = tk_alloc(NE), *gn0 = tk_alloc(NE), *gn = tk_alloc(NE),
           *gn2 = tk_alloc(NE), *dw = tk_alloc(D), *dw2 = tk_alloc(D), *dbn = tk_alloc(D),
           *dbn2 = tk_alloc(D);
+    uint16_t* gn16 = poisoned16(NE);
     tk_fill(dn, NE, -1.0f, 1.0f), tk_fill(gn0, NE, -1.0f, 1.0f), tk_round_all(dn, NE, dt),
         tk_round_all(gn0, NE, dt);
     int ok_ln = 1, ok_rms = 1;
@@ -249,17 +250,23 @@ static void test_packed_outputs(rt_dtype dt) {
                  same(s1, t1, R) && same(s2, t2, R);
     }
     uint16_t* dn16 = packed_copy(dn, R, D, dt);
-    for (int bits = 1; bits < 4; bits++) {  // backward: dout, inp each packed or not
+    for (int bits = 0; bits < 16; bits++) {  // backward: dout, inp, dinp each packed or not
+        const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0);
+        const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
         memcpy(gn, gn0, sizeof(float) * NE), memcpy(gn2, gn0, sizeof(float) * NE);
+        grad16_start(gn16, gn0, NE, as, dt);
         memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
         memset(dbn, 0, sizeof(float) * D), memset(dbn2, 0, sizeof(float) * D);
-        rt_layernorm_backward(gn, dw, dbn, dn, x, w, s1, s2, R, D, dt, RT_ACCUMULATE);
-        rt_layernorm_packed_backward(gn2, dw2, dbn2, bits & RT_PACKED_OUT ? (const void*)dn16 : dn,
-                                     bits & RT_PACKED_INP ? (const void*)xn16 : x, w, s1, s2, R, D,
-                                     bits, dt, RT_ACCUMULATE);
-        ok_ln &= same(gn, gn2, NE) && same(dw, dw2, D) && same(dbn, dbn2, D);
+        rt_layernorm_backward(gn, dw, dbn, dn, x, w, s1, s2, R, D, dt, as);
+        rt_layernorm_packed_backward(pk & RT_PACKED_DINP ? (void*)gn16 : (void*)gn2, dw2, dbn2,
+                                     pk & RT_PACKED_OUT ? (const void*)dn16 : dn,
+                                     pk & RT_PACKED_INP ? (const void*)xn16 : x, w, s1, s2, R, D,
+                                     pk, dt, as);
+        ok_ln &= (pk & RT_PACKED_DINP ? packed_equals(gn16, gn, R, D, dt, &pad) : same(gn, gn2, NE)) &&
+                 same(dw, dw2, D) && same(dbn, dbn2, D);
     }
-    CHECK(ok_ln, "%s layernorm packed forward (out, inp, both) and backward (dout, inp, both) == "
+    CHECK(ok_ln, "%s layernorm packed forward (out, inp, both) and backward (every storage of "
+          "dout, inp, dinp; dinp assigned and accumulated) == "
           "rt_layernorm_forward, rt_layernorm_backward: out, mean, rstd, dinp, dweight, dbias", nm);
     rt_rmsnorm_forward(y, s1, x, w, R, D, 1e-6f, dt);
     for (int bits = 1; bits < 4; bits++) {
@@ -269,17 +276,24 @@ static void test_packed_outputs(rt_dtype dt) {
         ok_rms &= (bits & RT_PACKED_OUT ? packed_equals(y16, y, R, D, dt, &pad) : same(y, yn, NE)) &&
                   same(s1, t1, R);
     }
-    for (int bits = 1; bits < 4; bits++) {
+    for (int bits = 0; bits < 16; bits++) {
+        const int pk = (bits & 3) | (bits & 4 ? RT_PACKED_DINP : 0);
+        const int as = bits & 8 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+        memcpy(gn, gn0, sizeof(float) * NE), memcpy(gn2, gn0, sizeof(float) * NE);
+        grad16_start(gn16, gn0, NE, as, dt);
         memset(dw, 0, sizeof(float) * D), memset(dw2, 0, sizeof(float) * D);
-        rt_rmsnorm_backward(gn, dw, dn, x, w, s1, R, D, dt, RT_ASSIGN_1);
-        rt_rmsnorm_packed_backward(gn2, dw2, bits & RT_PACKED_OUT ? (const void*)dn16 : dn,
-                                   bits & RT_PACKED_INP ? (const void*)xn16 : x, w, s1, R, D, bits,
-                                   dt, RT_ASSIGN_1);
-        ok_rms &= same(gn, gn2, NE) && same(dw, dw2, D);
+        rt_rmsnorm_backward(gn, dw, dn, x, w, s1, R, D, dt, as);
+        rt_rmsnorm_packed_backward(pk & RT_PACKED_DINP ? (void*)gn16 : (void*)gn2, dw2,
+                                   pk & RT_PACKED_OUT ? (const void*)dn16 : dn,
+                                   pk & RT_PACKED_INP ? (const void*)xn16 : x, w, s1, R, D, pk, dt,
+                                   as);
+        ok_rms &= (pk & RT_PACKED_DINP ? packed_equals(gn16, gn, R, D, dt, &pad) : same(gn, gn2, NE)) &&
+                  same(dw, dw2, D);
     }
-    CHECK(ok_rms, "%s rmsnorm packed forward (out, inp, both) and backward (dout, inp, both) == "
+    CHECK(ok_rms, "%s rmsnorm packed forward (out, inp, both) and backward (every storage of dout, "
+          "inp, dinp; dinp assigned and accumulated) == "
           "rt_rmsnorm_forward, rt_rmsnorm_backward: out, rstd, dinp, dweight", nm);
-    free(xn16), free(dn16), free(yn), free(dn), free(gn0), free(gn), free(gn2), free(dw), free(dw2),
+    free(xn16), free(dn16), free(gn16), free(yn), free(dn), free(gn0), free(gn), free(gn2), free(dw), free(dw2),
         free(dbn), free(dbn2);
 
     // activations: every storage of out and inp (and b), forward and backward
@@ -343,8 +357,8 @@ static void test_packed_outputs(rt_dtype dt) {
     }
     CHECK(ok, "%s swiglu packed forward (every storage of out, a, b) == rt_swiglu_forward, and "
           "backward (every storage of da, db, dout, a, b) == rt_swiglu_backward", nm);
-    // residual add: out, a and b each fp32 or packed; da and db likewise, each assigned or
-    // accumulated
+    // residual add: out, a and b each fp32 or packed; dout, da and db likewise, da and db
+    // each assigned or accumulated
     ok = 1;
     rt_residual_forward(y, x, x2, NE, dt);
     for (int bits = 1; bits < 8; bits++) {
@@ -354,20 +368,22 @@ static void test_packed_outputs(rt_dtype dt) {
                                    bits & RT_PACKED_INP2 ? (const void*)x216 : x2, NE, bits, dt);
         ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
     }
-    for (int bits = 0; bits < 16; bits++) {
-        const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0);
+    for (int bits = 0; bits < 32; bits++) {
+        const int pk = (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0) |
+                       (bits & 16 ? RT_PACKED_OUT : 0);
         const int as = (bits & 4 ? RT_ASSIGN_1 : 0) | (bits & 8 ? RT_ASSIGN_2 : 0);
         memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
         memcpy(h, g0, sizeof(float) * NE), memcpy(h2, g0, sizeof(float) * NE);
         grad16_start(g16, g0, NE, as & RT_ASSIGN_1, dt), grad16_start(h16, g0, NE, as & RT_ASSIGN_2, dt);
         rt_residual_backward(g, h, dy, NE, dt, as);
         rt_residual_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
-                                    pk & RT_PACKED_DINP2 ? (void*)h16 : (void*)h2, dy, NE, pk, dt, as);
+                                    pk & RT_PACKED_DINP2 ? (void*)h16 : (void*)h2,
+                                    pk & RT_PACKED_OUT ? (const void*)dy16 : dy, NE, pk, dt, as);
         ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
         ok &= pk & RT_PACKED_DINP2 ? packed_equals(h16, h, 1, NE, dt, &pad) : same(h, h2, NE);
     }
     CHECK(ok, "%s residual packed forward (every storage of out, a, b) == rt_residual_forward, and "
-          "backward (every storage of da, db) == rt_residual_backward", nm);
+          "backward (every storage of dout, da, db) == rt_residual_backward", nm);
     free(x16), free(x216), free(dy), free(g0), free(g), free(g2), free(h), free(h2), free(y2);
     free(dy16), free(g16), free(h16);
     free(x), free(x2), free(w), free(b), free(y), free(s1), free(s2), free(t1), free(t2), free(y16);

@@ -293,17 +293,19 @@ void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void
     dense_store(out, y, n, dt);
 }
 
-void rt_layernorm_packed_backward(float* dinp, float* dweight, float* dbias, const void* dout,
+void rt_layernorm_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_backward");
     const size_t n = row_elems(N, C);
-    float* s = scratch_floats(2 * n + 1);
+    float* s = scratch_floats(3 * n + 1);
     const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
     const float* x = dense_operand(s + n, 0, inp, n, packed & RT_PACKED_INP, dt);
-    rt_layernorm_backward(dinp, dweight, dbias, d, x, weight, mean, rstd, N, C, dt, assign);
+    float* g = dense_grad(s + 2 * n, 0, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    rt_layernorm_backward(g, dweight, dbias, d, x, weight, mean, rstd, N, C, dt, assign);
+    dense_store(dinp, g, n, dt);
 }
 
 void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
@@ -318,16 +320,18 @@ void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const fl
     dense_store(out, y, n, dt);
 }
 
-void rt_rmsnorm_packed_backward(float* dinp, float* dweight, const void* dout, const void* inp,
+void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_backward");
     const size_t n = row_elems(N, C);
-    float* s = scratch_floats(2 * n + 1);
+    float* s = scratch_floats(3 * n + 1);
     const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
     const float* x = dense_operand(s + n, 0, inp, n, packed & RT_PACKED_INP, dt);
-    rt_rmsnorm_backward(dinp, dweight, d, x, weight, rstd, N, C, dt, assign);
+    float* g = dense_grad(s + 2 * n, 0, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    rt_rmsnorm_backward(g, dweight, d, x, weight, rstd, N, C, dt, assign);
+    dense_store(dinp, g, n, dt);
 }
 
 void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
@@ -341,14 +345,15 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
     dense_store(out, z, n, dt);
 }
 
-void rt_residual_packed_backward(void* da, void* db, const float* dout, size_t n, int packed,
+void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n, int packed,
                                  rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_backward");
     RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_residual_packed_backward");
-    float* s = scratch_floats(2 * n + 1);
-    float* ga = dense_grad(s, 0, da, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
-    float* gb = dense_grad(s + n, 0, db, n, packed & RT_PACKED_DINP2, assign & RT_ASSIGN_2, dt);
-    rt_residual_backward(ga, gb, dout, n, dt, assign);
+    float* s = scratch_floats(3 * n + 1);
+    const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
+    float* ga = dense_grad(s + n, 0, da, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    float* gb = dense_grad(s + 2 * n, 0, db, n, packed & RT_PACKED_DINP2, assign & RT_ASSIGN_2, dt);
+    rt_residual_backward(ga, gb, d, n, dt, assign);
     dense_store(da, ga, n, dt);
     dense_store(db, gb, n, dt);
 }
