@@ -123,7 +123,7 @@ local forward = {}
 -- A packed call's `packed` argument (rt_kernels.h), nil when nothing is packed (memory.lua):
 -- its output (forward) or the output's gradient (backward) RT_PACKED_OUT, the values of its
 -- inputs at positions 1 to 3 (RT_PACKED_INP, RT_PACKED_INP2, RT_PACKED_INP3), and in
--- backward the gradients of the first two (RT_PACKED_DINP, RT_PACKED_DINP2); a backward that
+-- backward their gradients (RT_PACKED_DINP, RT_PACKED_DINP2, RT_PACKED_DINP3); a backward that
 -- reads no input value (rope's) passes `no_values`.
 local function packed_bits(op, backward, no_values)
   local y = memory.base(op.outs[1])
@@ -133,7 +133,7 @@ local function packed_bits(op, backward, no_values)
     local x = op.ins[j] and memory.base(op.ins[j])
     if x and x.packed and not no_values then bits[#bits + 1] = "RT_PACKED_" .. name end
   end
-  for j, name in ipairs({ "DINP", "DINP2" }) do
+  for j, name in ipairs({ "DINP", "DINP2", "DINP3" }) do
     local x = op.ins[j] and memory.base(op.ins[j])
     if backward and x and x.grad_packed then bits[#bits + 1] = "RT_PACKED_" .. name end
   end

@@ -134,7 +134,7 @@ local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = 
 local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
   attention = true, layer_norm = true, rms_norm = true, add = PACKED_OUT.add }
 local PACKED_DIN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
-  add = residual, layer_norm = { true }, rms_norm = { true },
+  add = residual, layer_norm = { true }, rms_norm = { true }, attention = { true, true, true },
   rotary = function(op)
     local x = op.ins[1]
     return { x.shape[#x.shape] == op.attrs.n_heads * op.attrs.head_dim }
@@ -202,9 +202,10 @@ end
 --     added, each rounded once to the dtype), and the producer's backward reads the sum in
 --     place (the norms' outputs, the MLP's hidden gradients, q's and k's before the rotary
 --     embeddings, the attention output's, the attention's and MLP's outputs before the
---     residual adds, the residual stream's: no widening of a GEMM's dinp and no rounding
---     pass over an fp32 sum, no narrowing for the next GEMM, half the bytes for the kernels
---     between, the norms' and residual adds' backwards included). An
+--     residual adds, the residual stream's, q's, k's and v's: no widening of a GEMM's dinp
+--     and no rounding pass over an fp32 sum, no narrowing for the next GEMM, half the bytes
+--     for the kernels between, the norms', residual adds' and attention's backwards
+--     included). An
 --     attention's output is packed only with its gradient (its backward reads both for
 --     D = rowsum(dout * out)).
 local function mark_packed_activations(graph)

@@ -301,7 +301,7 @@ static void lowmem_forward(void* out, float* stats, const void* q, const void* k
 
 // The kernels' assign bits (rt_kernels.h RT_ASSIGN_1..3 for dq, dk, dv); the bits of
 // outputs that are one buffer are ignored: both contributions add.
-static int attention_assign_bits(const float* dq, const float* dk, const float* dv, int assign) {
+static int attention_assign_bits(const void* dq, const void* dk, const void* dv, int assign) {
     const bool qk = dq && dq == dk, qv = dq && dq == dv, kv = dk && dk == dv;
     return ((assign & RT_ASSIGN_1) && !qk && !qv ? RTC_FA_ASSIGN_DQ : 0) |
            ((assign & RT_ASSIGN_2) && !qk && !kv ? RTC_FA_ASSIGN_DK : 0) |
@@ -309,9 +309,11 @@ static int attention_assign_bits(const float* dq, const float* dk, const float* 
 }
 
 // The backward of both entry points, as lowmem_forward; RT_PACKED_OUT: out and dout packed
-// (D reads them in place). The scratch holds D [B,NH,T] (rt_attention_lowmem_scratch_floats
-// >= B*NH*T).
-static void lowmem_backward(float* dq, float* dk, float* dv, float* scratch, const void* dout,
+// (D reads them in place); RT_PACKED_DINP, _DINP2, _DINP3: dq, dk, dv packed (the
+// tensor-core kernels add to or assign them in place; for the fp32 kernels they are widened
+// into the operand scratch unless assigned, and narrowed back). The scratch holds D
+// [B,NH,T] (rt_attention_lowmem_scratch_floats >= B*NH*T).
+static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const void* dout,
                             const void* out, const void* q, const void* k, const void* v,
                             const float* stats, int B, int T, int NH, int NKV, int HD, int causal,
                             rt_dtype prec, int packed, rt_dtype dt, int assign) {
@@ -321,7 +323,10 @@ static void lowmem_backward(float* dq, float* dk, float* dv, float* scratch, con
     if (B <= 0 || T <= 0 || (!dq && !dk && !dv)) return;
     a.dt = dt;
     a.assign = attention_assign_bits(dq, dk, dv, assign);
-    a.dq = dq, a.dk = dk, a.dv = dv;
+    a.grads16 = (dq && (packed & RT_PACKED_DINP) ? RTC_FA_ASSIGN_DQ : 0) |
+                (dk && (packed & RT_PACKED_DINP2) ? RTC_FA_ASSIGN_DK : 0) |
+                (dv && (packed & RT_PACKED_DINP3) ? RTC_FA_ASSIGN_DV : 0);
+    a.dq = (float*)dq, a.dk = (float*)dk, a.dv = (float*)dv;
     a.stats_in = stats;
     a.D = scratch;
     rtc_fa_launcher launch = {rtc_stream()};
@@ -335,11 +340,30 @@ static void lowmem_backward(float* dq, float* dk, float* dv, float* scratch, con
         return;
     }
     const int rows = B * T, cq = NH * HD, ck = NKV * HD;
-    float* s = packed ? (float*)rtc_operand_scratch((size_t)(3 * cq + 2 * ck) * rows * 4) : NULL;
+    float* s = packed ? (float*)rtc_operand_scratch((size_t)(4 * cq + 4 * ck) * rows * 4) : NULL;
     a.dout = widened(&s, dout, po, rows, cq, dt);
     a.out_in = widened(&s, out, po, rows, cq, dt);
     operands32(a, &s, q, k, v, packed, dt);
+    // packed gradients: fp32 copies (their values unless assigned) for the fp32 kernels
+    struct {
+        float** g;
+        int bit, cols;
+    } grads[3] = {{&a.dq, RTC_FA_ASSIGN_DQ, cq}, {&a.dk, RTC_FA_ASSIGN_DK, ck},
+                  {&a.dv, RTC_FA_ASSIGN_DV, ck}};
+    void* g16[3] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++) {
+        if (!(a.grads16 & grads[i].bit)) continue;
+        float* w = s;
+        s += (size_t)rows * grads[i].cols;
+        if (!(a.assign & grads[i].bit)) rtc_widen(w, g16[i], rows, grads[i].cols, grads[i].cols, dt);
+        *grads[i].g = w;
+    }
+    const int grads16 = a.grads16;
+    a.grads16 = 0;
     rtc_fa_backward(launch, a);
+    for (int i = 0; i < 3; i++)
+        if (grads16 & grads[i].bit)
+            rtc_narrow(g16[i], *grads[i].g, rows, grads[i].cols, grads[i].cols, dt);
 }
 
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
@@ -369,7 +393,7 @@ void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch,
     lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, packed, dt);
 }
 
-void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float* scratch,
+void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* scratch,
                                          const void* dout, const void* out, const void* q,
                                          const void* k, const void* v, const float* stats, int B,
                                          int T, int NH, int NKV, int HD, int causal,

@@ -66,6 +66,9 @@ typedef struct {
     float scale;  // 1/sqrt(HD), as the CPU kernel rounds it
     rt_dtype dt;  // out, dq, dk, dv rounded to it at their one store (RT_F32: not rounded)
     int assign;   // RTC_FA_ASSIGN_DQ | _DK | _DV (rt_kernels.h RT_ASSIGN_1, _2, _3)
+    // the same bits: the gradients the tensor-core backward reads and writes as packed
+    // 16-bit storage of dt (dq, dk, dv then point at it); the fp32 kernels take none
+    int grads16;
 } rtc_fa_args;
 
 enum { RTC_FA_ASSIGN_DQ = 1, RTC_FA_ASSIGN_DK = 2, RTC_FA_ASSIGN_DV = 4 };

@@ -64,7 +64,8 @@
 //             3. dQ: grid (B*NH, ceil(T/QBR)), QBR/W warps of W queries: per key tile
 //                (QBC keys; K and V double-buffered) S and dP, dS, dQ += dS K.
 //             Every gradient element has one owner block, which stores it once at the end
-//             (added to, or assigned, and rounded to dt: rtc_fa_store_grad): deterministic,
+//             (added to, or assigned, and rounded to dt: rtc_fa_store_grad; in fp32 storage
+//             or, rtc_fa_args grads16, packed 16-bit storage of E): deterministic,
 //             no atomics, rounding and assigning free, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
 //             way; D is only computed when dq or dk is wanted).
@@ -135,6 +136,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <type_traits>
 
 #include "flash_attention.cuh"
 
@@ -189,6 +191,11 @@ template <>
 __device__ __forceinline__ float rtc_tc_round<float>(float x) {  // emulator only
     return x;
 }
+
+// An element of E widened to fp32 (exact).
+__device__ __forceinline__ float rtc_tc_widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float rtc_tc_widen(__half x) { return __half2float(x); }
+__device__ __forceinline__ float rtc_tc_widen(float x) { return x; }
 
 // One register of an A or B fragment: two elements consecutive in k, the lower k in the
 // low half (for E = float, the emulator's unrounded mode, a pair of floats).
@@ -448,20 +455,37 @@ __device__ __forceinline__ void rtc_tc_on_tiles(const bool (&act)[MT], F& f) {
 
 // out[8 d + 2 t + i] += scale * acc[d][2 r + i] (i = 0, 1; d < nd), or = when assigned
 // (0 + x, as rtc_fa_store_grad), rounded to E when rnd: this lane's elements of accumulator
-// row r (0: row g, 1: row g + 8), out being that row's start plus 2 t.
-template <class E, int ND>
-__device__ __forceinline__ void rtc_tc_add_row(float* out, const float (&acc)[ND][4], int r,
+// row r (0: row g, 1: row g + 8), out being that row's start plus 2 t. G: fp32 storage, or
+// packed storage in E (dt is then E's type: the sum is narrowed, which rounds it).
+template <class E, int ND, class G>
+__device__ __forceinline__ void rtc_tc_add_row(G* out, const float (&acc)[ND][4], int r,
                                                float scale, int nd, bool assign, bool rnd) {
 #pragma unroll
     for (int d = 0; d < ND; d++) {
         if (d < nd) {
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                const float x = (assign ? 0.0f : out[8 * d + i]) + scale * acc[d][2 * r + i];
-                out[8 * d + i] = rnd ? rtc_tc_round<E>(x) : x;
+                const float x =
+                    (assign ? 0.0f : rtc_tc_widen(out[8 * d + i])) + scale * acc[d][2 * r + i];
+                if constexpr (std::is_same<G, float>::value)
+                    out[8 * d + i] = rnd ? rtc_tc_round<E>(x) : x;
+                else
+                    out[8 * d + i] = rtc_tc_narrow<E>(x);
             }
         }
     }
+}
+
+// rtc_tc_add_row on gradient g (a.dq, a.dk or a.dv) from element off: its fp32 storage, or
+// its packed storage in E when `packed` (rtc_fa_args grads16).
+template <class E, int ND>
+__device__ __forceinline__ void rtc_tc_add_grad_row(float* g, bool packed, size_t off,
+                                                    const float (&acc)[ND][4], int r, float scale,
+                                                    int nd, bool assign, bool rnd) {
+    if (packed)
+        rtc_tc_add_row<E, ND>((E*)(void*)g + off, acc, r, scale, nd, assign, rnd);
+    else
+        rtc_tc_add_row<E, ND>(g + off, acc, r, scale, nd, assign, rnd);
 }
 
 // The max (or sum) of v over the 4 lanes of a group (the lanes sharing accumulator rows).
@@ -1007,11 +1031,11 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
             if (tk[u][r] >= T) continue;
             const size_t row = kvoff + (size_t)tk[u][r] * ldk + 2 * t;
             if (want_dv)  // x * 1 is x, bit for bit
-                rtc_tc_add_row<E, ND>(a.dv + row, dv[u], r, 1.0f, nd,
-                                      a.assign & RTC_FA_ASSIGN_DV, rnd);
+                rtc_tc_add_grad_row<E, ND>(a.dv, a.grads16 & RTC_FA_ASSIGN_DV, row, dv[u], r,
+                                           1.0f, nd, a.assign & RTC_FA_ASSIGN_DV, rnd);
             if (want_dk)
-                rtc_tc_add_row<E, ND>(a.dk + row, dk[u], r, a.scale, nd,
-                                      a.assign & RTC_FA_ASSIGN_DK, rnd);
+                rtc_tc_add_grad_row<E, ND>(a.dk, a.grads16 & RTC_FA_ASSIGN_DK, row, dk[u], r,
+                                           a.scale, nd, a.assign & RTC_FA_ASSIGN_DK, rnd);
         }
     }
 }
@@ -1127,15 +1151,15 @@ __global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_arg
         rtc_tc_on_tiles<MT, false>(act, tiles);
         __syncthreads();  // every reader of buffer j % 2 is done before tile j + 2 lands there
     }
-    float* dqg = a.dq + qoff;
     const bool rnd = a.dt != RT_F32;
 #pragma unroll
     for (int u = 0; u < MT; u++) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             if (tq[u][r] >= T) continue;
-            rtc_tc_add_row<E, ND>(dqg + (size_t)tq[u][r] * ldq + 2 * t, dq[u], r, a.scale, nd,
-                                  a.assign & RTC_FA_ASSIGN_DQ, rnd);
+            rtc_tc_add_grad_row<E, ND>(a.dq, a.grads16 & RTC_FA_ASSIGN_DQ,
+                                       qoff + (size_t)tq[u][r] * ldq + 2 * t, dq[u], r, a.scale,
+                                       nd, a.assign & RTC_FA_ASSIGN_DQ, rnd);
         }
     }
 }

@@ -339,9 +339,9 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     attention (q, k, v) and residual adds read, with a last dimension that is a multiple
 //     of 8 (dense rows); the value is packed, and its gradient too when a linear, a norm,
 //     an activation, an attention or a residual add made it (its backward reads a packed
-//     dout) and only linears, norms, activations, rotary embeddings and residual adds read
-//     it, each once (their backwards write their contributions packed). An attention's
-//     output is packed only with its gradient.
+//     dout) and only linears, norms, activations, rotary embeddings, attention and residual
+//     adds read it, each once (their backwards write their contributions packed). An
+//     attention's output is packed only with its gradient.
 //   * unsharded parameters that only linears read, as their weight (RT_PACKED_INP2), with
 //     both dims multiples of 8: the all-gather's copy-out writes param_dtype's bits, which
 //     the GEMMs read in place instead of a copy narrowed in every forward and backward
@@ -358,14 +358,17 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //   RT_PACKED_INP    the input's value (inp, swiglu's a, attention's q); RT_PACKED_INP2
 //                    swiglu's b, attention's k, a linear's weight (dense [OC, C], both
 //                    multiples of 8); RT_PACKED_INP3 attention's v
-//   RT_PACKED_DINP   the input's gradient (backward: dinp, swiglu's da); RT_PACKED_DINP2
-//                    swiglu's db: assigned or added to as the assign bits say, rounded once.
+//   RT_PACKED_DINP   the input's gradient (backward: dinp, swiglu's da, attention's dq);
+//                    RT_PACKED_DINP2 swiglu's db, attention's dk; RT_PACKED_DINP3
+//                    attention's dv: assigned or added to as the assign bits say, rounded
+//                    once.
 #define RT_PACKED_OUT 1
 #define RT_PACKED_INP 2
 #define RT_PACKED_INP2 4
 #define RT_PACKED_DINP 8
 #define RT_PACKED_DINP2 16
 #define RT_PACKED_INP3 32
+#define RT_PACKED_DINP3 64
 void rt_linear_packed_forward(void* out, const void* inp, const void* weight,
                               const float* bias /*nullable*/, int N, int C, int OC, int packed,
                               rt_dtype dt);
@@ -415,13 +418,13 @@ void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, in
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
                              float theta, int packed, rt_dtype dt, int assign);
 // Lowmem attention with packed q, k, v and out (prec == dt; NH*HD and NKV*HD multiples of
-// 8). In backward RT_PACKED_OUT says that both out and dout are packed; the gradients
-// dq, dk, dv are fp32 storage.
+// 8). In backward RT_PACKED_OUT says that both out and dout are packed, and dq, dk, dv are
+// packed or not by their own bits (no two of them one buffer).
 void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
                                         const void* k, const void* v, int B, int T, int NH,
                                         int NKV, int HD, int causal, rt_dtype prec, int packed,
                                         rt_dtype dt);
-void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float* scratch,
+void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* scratch,
                                          const void* dout, const void* out, const void* q,
                                          const void* k, const void* v, const float* stats, int B,
                                          int T, int NH, int NKV, int HD, int causal,

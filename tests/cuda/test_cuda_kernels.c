@@ -1443,8 +1443,8 @@ static void test_packed_weight(rt_dtype dt, int N, int C, int OC) {
 }
 
 // packed rope and attention (rt_kernels.h): every storage of q, k, v and out, forward and
-// backward, against the fp32-storage calls, bit for bit; HD 64 runs the tensor-core
-// kernels, HD 136 the fp32 ones on widened operands.
+// backward, and of dq, dk, dv, against the fp32-storage calls, bit for bit; HD 64 runs the
+// tensor-core kernels, HD 136 the fp32 ones on widened operands.
 static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, int HD) {
     const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
@@ -1508,6 +1508,30 @@ static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, in
     }
     CHECK(ok, "%s attention packed forward and backward (every storage of q, k, v, out) == the "
           "fp32-storage calls, B=%d T=%d NH=%d NKV=%d HD=%d", nm, B, T, NH, NKV, HD);
+    // backward from packed operands into every storage of dq, dk, dv, assigned, or added to
+    // g0's values (dk, dv: its first nk)
+    ok = 1;
+    void *dq16 = dalloc(nq * 2), *dk16 = dalloc(nk * 2), *dv16 = dalloc(nk * 2);
+    const int ops = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
+    for (int bits = 0; bits < 16; bits++) {
+        const int pk = ops | (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0) |
+                       (bits & 4 ? RT_PACKED_DINP3 : 0);
+        const int asg = bits & 8 ? as : RT_ACCUMULATE;
+        upload(d_dq, g0, nq), upload(d_dk, g0, nk), upload(d_dv, g0, nk);
+        upload(d_dq2, g0, nq), upload(d_dk2, g0, nk), upload(d_dv2, g0, nk);
+        dev_grad16(dq16, g0, nq, asg, dt), dev_grad16(dk16, g0, nk, asg, dt), dev_grad16(dv16, g0, nk, asg, dt);
+        rt_attention_lowmem_backward(d_dq, d_dk, d_dv, d_sc, d_dy, d_y, d_q, d_k, d_v, d_st, B, T, NH,
+                                     NKV, HD, 1, dt, dt, asg);
+        rt_attention_lowmem_packed_backward(bits & 1 ? dq16 : (void*)d_dq2, bits & 2 ? dk16 : (void*)d_dk2,
+                                            bits & 4 ? dv16 : (void*)d_dv2, d_sc, dy16, ya16, q16, k16,
+                                            v16, d_st, B, T, NH, NKV, HD, 1, dt, pk, dt, asg);
+        ok &= (bits & 1 ? packed_same(dq16, d_dq, 1, (int)nq, dt, &pad) : dev_same(d_dq, d_dq2, nq)) &&
+              (bits & 2 ? packed_same(dk16, d_dk, 1, (int)nk, dt, &pad) : dev_same(d_dk, d_dk2, nk)) &&
+              (bits & 4 ? packed_same(dv16, d_dv, 1, (int)nk, dt, &pad) : dev_same(d_dv, d_dv2, nk));
+    }
+    CHECK(ok, "%s attention packed backward into every storage of dq, dk, dv (assigned, accumulated) "
+          "== the fp32-storage call, B=%d T=%d NH=%d NKV=%d HD=%d", nm, B, T, NH, NKV, HD);
+    dfree(dq16), dfree(dk16), dfree(dv16);
     free(q), free(k), free(v), free(dy), free(g0), free(y);
     dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_dy), dfree(q16), dfree(k16), dfree(v16), dfree(dy16);
     dfree(y16), dfree(g16), dfree(d_y), dfree(d_y2), dfree(d_g), dfree(d_g2), dfree(ya16);

@@ -463,6 +463,28 @@ static void test_packed_attention(rt_dtype dt) {
     CHECK(ok, "%s attention packed forward (every storage of out, q, k, v) == "
           "rt_attention_lowmem_forward: out, stats; backward (out and dout, q, k, v) == "
           "rt_attention_lowmem_backward: dq, dv assigned, dk accumulated", nm);
+    // backward into every storage of dq, dk, dv, assigned, or added to g0's values
+    ok = 1;
+    uint16_t *dq16 = poisoned16(NQ), *dk16 = poisoned16(NK), *dv16 = poisoned16(NK);
+    const int ops = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
+    for (int bits = 0; bits < 16; bits++) {
+        const int pk = ops | (bits & 1 ? RT_PACKED_DINP : 0) | (bits & 2 ? RT_PACKED_DINP2 : 0) |
+                       (bits & 4 ? RT_PACKED_DINP3 : 0);
+        const int as = bits & 8 ? RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3 : RT_ACCUMULATE;
+        memcpy(dq, g0, sizeof(float) * NQ), memcpy(dk, g0, sizeof(float) * NK), memcpy(dv, g0, sizeof(float) * NK);
+        memcpy(dq2, g0, sizeof(float) * NQ), memcpy(dk2, g0, sizeof(float) * NK), memcpy(dv2, g0, sizeof(float) * NK);
+        grad16_start(dq16, g0, NQ, as, dt), grad16_start(dk16, g0, NK, as, dt), grad16_start(dv16, g0, NK, as, dt);
+        rt_attention_lowmem_backward(dq, dk, dv, sc, dy, y, q, k, v, st, B, T, NH, NKV, HD, 1, dt, dt, as);
+        rt_attention_lowmem_packed_backward(bits & 1 ? (void*)dq16 : (void*)dq2, bits & 2 ? (void*)dk16 : (void*)dk2,
+                                            bits & 4 ? (void*)dv16 : (void*)dv2, sc, dy16, ya16, q16, k16, v16,
+                                            st, B, T, NH, NKV, HD, 1, dt, pk, dt, as);
+        ok &= (bits & 1 ? packed_equals(dq16, dq, 1, NQ, dt, &pad) : same(dq, dq2, NQ)) &&
+              (bits & 2 ? packed_equals(dk16, dk, 1, NK, dt, &pad) : same(dk, dk2, NK)) &&
+              (bits & 4 ? packed_equals(dv16, dv, 1, NK, dt, &pad) : same(dv, dv2, NK));
+    }
+    CHECK(ok, "%s attention packed backward into every storage of dq, dk, dv (assigned, accumulated) "
+          "== rt_attention_lowmem_backward", nm);
+    free(dq16), free(dk16), free(dv16);
     free(q), free(k), free(v), free(dy), free(q16), free(k16), free(v16), free(dy16), free(y16),
         free(g16), free(y), free(y2), free(g0), free(g), free(g2), free(st), free(st2), free(sc),
         free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(ya16);

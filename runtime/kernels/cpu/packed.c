@@ -258,21 +258,30 @@ void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch,
     dense_store(out, y, nq, dt);
 }
 
-void rt_attention_lowmem_packed_backward(float* dq, float* dk, float* dv, float* scratch,
+void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* scratch,
                                          const void* dout, const void* out, const void* q,
                                          const void* k, const void* v, const float* stats, int B,
                                          int T, int NH, int NKV, int HD, int causal,
                                          rt_dtype prec, int packed, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_backward");
+    RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
     const size_t nq = head_elems(B, T, NH, HD), nk = head_elems(B, T, NKV, HD);
-    float* s = scratch_floats(3 * nq + 2 * nk + 1);
+    float* s = scratch_floats(4 * nq + 4 * nk + 1);
     const float* d = dense_operand(s, 0, dout, nq, packed & RT_PACKED_OUT, dt);
     const float* y = dense_operand(s + nq, 0, out, nq, packed & RT_PACKED_OUT, dt);
     const float* x = dense_operand(s + 2 * nq, 0, q, nq, packed & RT_PACKED_INP, dt);
     const float* xk = dense_operand(s + 3 * nq, 0, k, nk, packed & RT_PACKED_INP2, dt);
     const float* xv = dense_operand(s + 3 * nq + nk, 0, v, nk, packed & RT_PACKED_INP3, dt);
-    rt_attention_lowmem_backward(dq, dk, dv, scratch, d, y, x, xk, xv, stats, B, T, NH, NKV, HD,
+    float* g = s + 3 * nq + 2 * nk;
+    float* gq = dense_grad(g, 0, dq, nq, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    float* gk = dense_grad(g + nq, 0, dk, nk, packed & RT_PACKED_DINP2, assign & RT_ASSIGN_2, dt);
+    float* gv = dense_grad(g + nq + nk, 0, dv, nk, packed & RT_PACKED_DINP3, assign & RT_ASSIGN_3,
+                           dt);
+    rt_attention_lowmem_backward(gq, gk, gv, scratch, d, y, x, xk, xv, stats, B, T, NH, NKV, HD,
                                  causal, prec, dt, assign);
+    dense_store(dq, gq, nq, dt);
+    dense_store(dk, gk, nk, dt);
+    dense_store(dv, gv, nk, dt);
 }
 
 // ---- norms and the residual add: the residual stream's packed values
