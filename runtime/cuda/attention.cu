@@ -355,14 +355,13 @@ static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const 
         if (!(a.grads16 & grads[i].bit)) continue;
         float* w = s;
         s += (size_t)rows * grads[i].cols;
-        if (!(a.assign & grads[i].bit)) rtc_widen(w, g16[i], rows, grads[i].cols, grads[i].cols, dt);
+        if (!(a.assign & grads[i].bit))
+            rtc_widen(w, g16[i], rows, grads[i].cols, grads[i].cols, dt);
         *grads[i].g = w;
     }
-    const int grads16 = a.grads16;
-    a.grads16 = 0;
-    rtc_fa_backward(launch, a);
+    rtc_fa_backward(launch, a);  // the fp32 kernels ignore grads16
     for (int i = 0; i < 3; i++)
-        if (grads16 & grads[i].bit)
+        if (a.grads16 & grads[i].bit)
             rtc_narrow(g16[i], *grads[i].g, rows, grads[i].cols, grads[i].cols, dt);
 }
 
