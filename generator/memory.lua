@@ -205,9 +205,8 @@ end
 --     residual adds, the residual stream's, q's, k's and v's: no widening of a GEMM's dinp
 --     and no rounding pass over an fp32 sum, no narrowing for the next GEMM, half the bytes
 --     for the kernels between, the norms', residual adds' and attention's backwards
---     included). An
---     attention's output is packed only with its gradient (its backward reads both for
---     D = rowsum(dout * out)).
+--     included). An attention's output is packed only with its gradient (its backward
+--     reads both for D = rowsum(dout * out)).
 local function mark_packed_activations(graph)
   local readers = readers_of(graph, true)
   for _, op in ipairs(graph.ops) do
