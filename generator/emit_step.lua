@@ -238,15 +238,17 @@ function Walker:grad(t, st)
     return F(ug, off, trace.numel(t.shape))
   end
   local b = memory.base(t)
-  if not b.grad_buf then return "NULL" end
-  return F(b.grad_buf, 0, trace.numel(b.shape))
+  local gb = st.bufs.grads[b]
+  if not gb then return "NULL" end
+  return F(gb, 0, trace.numel(b.shape))
 end
 
--- The gradient buffer of an op's output (n elements of it).
-local function output_grad(t, n)
+-- The gradient buffer of a backward step's output t (n elements of it).
+local function output_grad(st, t, n)
   local b = memory.base(t)
-  if not b.grad_buf then error("no gradient for output " .. tostring(b.label)) end
-  return F(b.grad_buf, 0, n)
+  local gb = st.bufs.grads[b]
+  if not gb then error("no gradient for output " .. tostring(b.label)) end
+  return F(gb, 0, n)
 end
 
 function Walker:ctx(st, saved)
@@ -266,16 +268,16 @@ function Walker:ctx(st, saved)
     grad = function(t) return w:grad(t, st) end,
     dout = function(t)
       if t == w.loss then return "rt_one" end
-      return output_grad(t, trace.numel(t.shape))
+      return output_grad(st, t, trace.numel(t.shape))
     end,
     dloss = function(t)
       if t == w.loss then return "1.0f" end
-      return output_grad(t, 1) .. "[0]"
+      return output_grad(st, t, 1) .. "[0]"
     end,
     stats = stats,
     scratch = st.bufs.scratch and F(st.bufs.scratch) or "NULL",
     fresh = function(t)  -- t's gradient buffer if this backward step creates it (u.zero)
-      local b = not t.is_param and memory.base(t).grad_buf
+      local b = not t.is_param and st.bufs.grads[memory.base(t)]
       if not b or b.kind ~= "activation_grad" then return nil end
       for _, z in ipairs(st.bufs.zero or {}) do
         if z == b then return b end
@@ -380,6 +382,8 @@ function Walker:step(st, index)
     else
       calls = kernels.forward(node, self:ctx(st, false), out)
     end
+  elseif st.grad_alias then
+    -- nothing to run: the inputs' gradients are the output's buffer (the schedule says so)
   elseif op == "loss_grad" or op == "backward" then
     local node = st.node
     if op == "loss_grad" then

@@ -8,9 +8,9 @@
 -- and gradients, post-forward shards) hold fp32 values rounded to the tensor's dtype,
 -- which is what the CPU kernels compute on; integer tensors are int32.
 --
--- Each step is annotated for the emitter with the buffers it uses (`st.bufs`), tensors
--- with their buffer (`t.buf`, `t.grad_buf`) and ops with their saved statistics
--- (`op.scratch_buf`).
+-- Each step is annotated for the emitter with the buffers it uses (`st.bufs`; a backward
+-- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
+-- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
 local trace = require("trace")
 
 local M = {}
@@ -255,6 +255,93 @@ local function mark_packed_params(plan)
   end
 end
 
+-- Residual adds whose backward is no copy (`st.grad_alias` on the step): out = a + b gives
+-- da = db = dout, so a's and b's gradients can be the output's gradient buffer itself, as
+-- PyTorch's autograd hands AddBackward's gradient on to both inputs without a copy (on a
+-- Llama residual stream, two 16-bit copies per add saved; one buffer carries the stream's
+-- gradient through every block). The bits are the add's kernel's when
+--   * a, b and the output (and their buffers' tensors, M.base) have one dtype and one
+--     storage of their gradients, and a and b are distinct activations of the output's
+--     size that need a gradient;
+--   * neither a's nor b's gradient was begun before (the add's contribution is the first,
+--     as when its kernel assigned them);
+--   * each tensor sharing the buffer is read (its producer's backward) before any other
+--     gets a further contribution: the buffer holds one gradient for all of them until then.
+-- A view cast's backward rounds the shared buffer in place, so it counts as a contribution.
+local function grad_alias_candidate(op)
+  if op.kind ~= "add" or not op.outs[1].requires_grad then return nil end
+  local o, a, b = op.outs[1], op.ins[1], op.ins[2]
+  local A, B, O = M.base(a), M.base(b), M.base(o)
+  if A == B or trace.numel(a.shape) ~= trace.numel(o.shape) or trace.numel(b.shape) ~= trace.numel(o.shape) then
+    return nil
+  end
+  for _, t in ipairs({ a, b, A, B, O }) do
+    if t.dtype ~= o.dtype or not t.requires_grad or t.is_param or not t.producer then return nil end
+  end
+  local function packed(t) return t.grad_packed == true end
+  if packed(A) ~= packed(O) or packed(B) ~= packed(O) then return nil end
+  return A, B, O
+end
+
+-- Within one backward pass (steps lo..hi, from its loss_grad).
+local function mark_grad_alias_adds_in(steps, lo, hi)
+  -- Steps that read (output) and write (input) each activation's gradient, in order.
+  local reads, writes = {}, {}
+  local function note(tbl, t, i)
+    local l = tbl[t] or {}
+    tbl[t] = l
+    l[#l + 1] = i
+  end
+  for i = lo, hi do
+    local st = steps[i]
+    if st.op == "backward" or st.op == "loss_grad" then
+      for _, t in ipairs(st.node.outs) do note(reads, M.base(t), i) end
+      for _, t in ipairs(st.node.ins) do
+        if t.requires_grad and not t.is_param then note(writes, M.base(t), i) end
+      end
+    end
+  end
+  local function first_after(l, k)
+    for _, i in ipairs(l or {}) do
+      if i > k then return i end
+    end
+  end
+  local function last(l) return l and l[#l] end
+  local sharing = {}  -- tensor -> the tensors whose gradients share its buffer
+  for k = lo, hi do
+    local st = steps[k]
+    local A, B, O
+    if st.op == "backward" then A, B, O = grad_alias_candidate(st.node) end
+    local ok = A and not (writes[A][1] < k or writes[B][1] < k)
+    local group = {}
+    if ok then
+      for _, t in ipairs(sharing[O] or { O }) do group[#group + 1] = t end
+      group[#group + 1] = A
+      group[#group + 1] = B
+      for _, x in ipairs(group) do
+        local w = first_after(writes[x], k)
+        for _, y in ipairs(group) do
+          if w and y ~= x and (last(reads[y]) or 0) >= w then ok = false end
+        end
+      end
+    end
+    if ok then
+      st.grad_alias = true
+      for _, t in ipairs(group) do sharing[t] = group end
+    end
+  end
+end
+
+function M.mark_grad_alias_adds(steps)
+  local lo = 1
+  for i = 2, #steps + 1 do
+    if i > #steps or steps[i].op == "loss_grad" then
+      mark_grad_alias_adds_in(steps, lo, i - 1)
+      lo = i
+    end
+  end
+end
+
 -- Bytes of a buffer of t's shape: fp32 values, or packed 16-bit rows.
 local function tensor_bytes(t, packed)
   if not packed then return compute_bytes(trace.numel(t.shape)) end
@@ -314,6 +401,7 @@ function M.plan(plan)
   mark_packed_logits(steps)
   mark_packed_activations(plan.graph)
   mark_packed_params(plan)
+  M.mark_grad_alias_adds(plan.steps)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end
@@ -357,6 +445,13 @@ function M.plan(plan)
   -- backend.c), so an all-gather's output starts there: it may only sit on buffers that
   -- ended before that point, whose last users compute has finished (or waited for).
   local synced = 1
+  local grad_of = {}  -- the backward pass's activation-gradient buffers, by tensor (M.base)
+  local function step_grads(op)  -- the gradient buffers of op's inputs and outputs
+    local gs = {}
+    for _, t in ipairs(op.ins) do gs[M.base(t)] = grad_of[M.base(t)] end
+    for _, t in ipairs(op.outs) do gs[M.base(t)] = grad_of[M.base(t)] end
+    return gs
+  end
   for i, st in ipairs(steps) do
     local g = st.group
     local u = st.bufs or {}
@@ -433,15 +528,25 @@ function M.plan(plan)
       if op.kind == "attention" then
         u.scratch = buf(st.label .. " scratch", "activation", compute_bytes(attention_scratch_floats(op)), i, i)
       end
+    elseif st.grad_alias then
+      -- The inputs' gradients are the output's, in its buffer (M.mark_grad_alias_adds).
+      u.zero, u.ugrad = {}, {}
+      local gb = grad_of[M.base(st.node.outs[1])]
+      touch(gb, i)
+      for _, t in ipairs(st.node.ins) do grad_of[M.base(t)] = gb end
+      u.grads = step_grads(st.node)
     elseif st.op == "backward" or st.op == "loss_grad" then
       local op = st.node
+      -- Each backward pass computes its own activation gradients (as autograd does when a
+      -- retained graph is backpropagated again); only the parameters' accumulate.
+      if st.op == "loss_grad" then grad_of = {} end
       -- Reads saved inputs and outputs and the output gradients; writes input gradients
       -- and (for parameters) the group's unsharded gradients.
       u.zero, u.ugrad = {}, {}
       for _, t in ipairs(op.ins) do touch(M.saved(t, op).buf, i) end
       for _, t in ipairs(op.outs) do
         touch(M.saved(t, op).buf, i)
-        touch(M.base(t).grad_buf, i)
+        touch(grad_of[M.base(t)], i)
       end
       touch((op.recomputed_op or op).scratch_buf, i)
       if op.kind == "attention" then
@@ -458,12 +563,14 @@ function M.plan(plan)
             u.ugrad[pg.index] = gb
             if new then u.zero[#u.zero + 1] = gb end
           end
-        elseif t.requires_grad and b.producer and not b.grad_buf then
-          b.grad_buf = buf("grad of " .. (b.label or "?"), "activation_grad", tensor_bytes(b, b.grad_packed), i, i)
-          b.grad_buf.packed = b.grad_packed
-          u.zero[#u.zero + 1] = b.grad_buf
+        elseif t.requires_grad and b.producer and not grad_of[b] then
+          local gb = buf("grad of " .. (b.label or "?"), "activation_grad", tensor_bytes(b, b.grad_packed), i, i)
+          gb.packed = b.grad_packed
+          grad_of[b] = gb
+          u.zero[#u.zero + 1] = gb
         end
       end
+      u.grads = step_grads(op)
     end
   end
   local rest = {}

@@ -42,6 +42,7 @@ run_suite "generator: golden schedules" lua5.4 tests/generator/golden_schedules.
 run_suite "generator: forward all-gathers" lua5.4 tests/generator/forward_all_gathers.lua
 run_suite "generator: mixed-precision rounding" lua5.4 tests/generator/mp_rounding.lua
 run_suite "generator: gradient initialisation" lua5.4 tests/generator/grad_init.lua
+run_suite "generator: gradient dataflow" lua5.4 tests/generator/grad_flow.lua
 run_suite "generator: direct reductions" lua5.4 tests/generator/direct_reduction.lua
 run_suite "generator: side-stream buffer lifetimes" lua5.4 tests/generator/stream_lifetimes.lua
 for suite in runtime kernels io train conformance torch cuda cuda_step; do

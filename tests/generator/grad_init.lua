@@ -142,15 +142,7 @@ end
 
 local function check_spec(path)
   local plan = util.plan(path)
-  -- Record the op of every backward step, in the order the emitter walks them.
-  local nodes = {}
-  local orig = kernels.backward
-  kernels.backward = function(op, c)
-    nodes[#nodes + 1] = op
-    return orig(op, c)
-  end
   local ok, text = pcall(emit_step.render, plan, path, plan.spec.name)
-  kernels.backward = orig
   if not ok then
     check(false, path .. ": step C emitted: " .. tostring(type(text) == "table" and text.msg or text))
     return
@@ -161,16 +153,27 @@ local function check_spec(path)
   for _, st in ipairs(plan.steps) do
     if st.op == "backward" or st.op == "loss_grad" then bsteps[#bsteps + 1] = st end
   end
-  if #secs ~= #nodes then
-    check(false, string.format("%s: %d backward sections for %d backward steps", name, #secs, #nodes))
+  if #secs ~= #bsteps then
+    check(false, string.format("%s: %d backward sections for %d backward steps", name, #secs, #bsteps))
     return
   end
   local state = {}  -- activation-gradient buffer -> "init" after its first contribution
   local bad = {}
-  local nbuf, nassigned, nzeroed, nlater, npzero = 0, 0, 0, 0, 0
+  local nbuf, nassigned, nzeroed, nlater, npzero, nalias = 0, 0, 0, 0, 0, 0
   local function fail(k, msg) bad[#bad + 1] = secs[k].head:match("^%s*(.-)%s*$") .. ": " .. msg end
-  for k, op in ipairs(nodes) do
-    local calls = secs[k].calls
+  for k, st in ipairs(bsteps) do
+    local op, calls = st.node, secs[k].calls
+    if st.grad_alias then
+      -- no call: the inputs' gradients are the output's buffer, begun by its readers
+      nalias = nalias + 1
+      local b = st.bufs.grads[memory.base(op.outs[1])]
+      if calls[1] then fail(k, "calls in a step whose gradients share the output's buffer") end
+      if not (b and state[b]) then fail(k, "the output's gradient buffer was never begun") end
+      for _, t in ipairs(op.ins) do
+        if st.bufs.grads[memory.base(t)] ~= b then fail(k, "an input's gradient is not the output's buffer") end
+      end
+      goto continue
+    end
     -- rt_zero lines (before the kernel) and the gradient outputs each call assigns
     local zeroed, assigned, kernel_at = {}, {}, nil
     for ci, call in ipairs(calls) do
@@ -197,7 +200,7 @@ local function check_spec(path)
     -- every activation-gradient buffer this op's backward writes
     local seen = {}
     for _, t in ipairs(op.ins) do
-      local b = not t.is_param and memory.base(t).grad_buf
+      local b = not t.is_param and st.bufs.grads[memory.base(t)]
       if b and b.kind == "activation_grad" and not seen[b] then
         seen[b] = true
         local e = F(b)
@@ -233,10 +236,11 @@ local function check_spec(path)
       for b in pairs(seen) do if F(b) == e then isact = true end end
       if not isact then npzero = npzero + 1 end
     end
+    ::continue::
   end
   check(#bad == 0, string.format("%s: %d activation-gradient buffers, %d assigned and %d zeroed at their first "
-    .. "contribution, %d later contributions accumulate; %d other buffers zeroed%s", name, nbuf, nassigned,
-    nzeroed, nlater, npzero, bad[1] and (" (" .. bad[1] .. ")") or ""))
+    .. "contribution, %d later contributions accumulate; %d other buffers zeroed; %d adds pass the output's "
+    .. "buffer on%s", name, nbuf, nassigned, nzeroed, nlater, npzero, nalias, bad[1] and (" (" .. bad[1] .. ")") or ""))
   check_param_grads(name, plan, secs, bsteps)
   return text
 end

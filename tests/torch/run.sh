@@ -8,6 +8,8 @@
 #      loads the file with load_state_dict(strict=True), computes the loss on the same
 #      batches (token data: rt_data.h's offsets; float inputs: rt_train.h's synthetic
 #      inputs) and compares it with X (rtol 1e-4).
+# Then tests/torch/retain_graph/check.py: one training step of two backward passes over one
+# forward against PyTorch's autograd.
 # Needs PyTorch (Debian: apt-get install python3-torch). Without it, prints one SKIP line
 # and `0 passed, 0 failed` (exit 0): skipped, not failed. Ends with `N passed, N failed`.
 set -u
@@ -95,19 +97,23 @@ run_case() {
   "$py" tests/torch/check_load.py --name "$name" --weights "$w/trained.safetensors" \
     --loss "$loss" --world "$world" --seed "$seed" "${data_args[@]}" "${args[@]}" \
     >"$w/check.log" 2>&1
-  local rc=$?
-  grep -Ev '^[0-9]+ passed, [0-9]+ failed' "$w/check.log"
-  local last
-  last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$w/check.log" | tail -n 1)
+  count "$name" "$w/check.log" $?
+}
+
+# Adds the PASS/FAIL counts of a Python check's log (its lines shown, but the summary).
+count() {
+  local name=$1 log=$2 rc=$3 last
+  grep -Ev '^[0-9]+ passed, [0-9]+ failed' "$log"
+  last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
   if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
     pass=$((pass + BASH_REMATCH[1]))
     fail=$((fail + BASH_REMATCH[2]))
     if [[ $rc -ne 0 && ${BASH_REMATCH[2]} -eq 0 ]]; then
-      echo "FAIL $name: check_load.py exit $rc"
+      echo "FAIL $name: check exit $rc"
       fail=$((fail + 1))
     fi
   else
-    echo "FAIL $name: check_load.py gave no summary line (exit $rc)"
+    echo "FAIL $name: the check gave no summary line (exit $rc)"
     fail=$((fail + 1))
   fi
 }
@@ -115,6 +121,11 @@ run_case() {
 for spec in tests/torch/specs/*.lua; do
   run_case "$spec"
 done
+
+# Two backward passes over one forward: one step against PyTorch's autograd.
+mkdir -p "$work/retain_graph"
+"$py" tests/torch/retain_graph/check.py "$PWD" "$work/retain_graph" >"$work/retain_graph.log" 2>&1
+count retain_graph "$work/retain_graph.log" $?
 
 echo "tests/torch: $((SECONDS - start)) s (python: $py, data: $data)"
 echo "$pass passed, $fail failed"
