@@ -522,8 +522,9 @@ function Sim:run_backward(item)
   -- backward hook); its output may then reuse what the forward no longer needs.
   self:emit({ stream = "ag", op = "all_gather_sync", why = "backward: its all-gathers follow the forward" })
   local loss = self:build_loss(item)
-  -- Nodes reachable from the loss through tensors that require grad.
-  local reach, order = {}, {}
+  -- Nodes reachable from the loss through tensors that require grad, and how many of
+  -- their backwards contribute to each parameter's gradient.
+  local reach, order, pending = {}, {}, {}
   local stack = { loss.producer }
   while #stack > 0 do
     local op = table.remove(stack)
@@ -534,16 +535,27 @@ function Sim:run_backward(item)
         if t.requires_grad then
           if t.producer then
             stack[#stack + 1] = t.producer
-          elseif t.is_param then
-            local g = self.owner[t]
-            if g then g.has_grad = true end
+          elseif t.is_param and self.owner[t] then
+            pending[t] = (pending[t] or 0) + 1
           end
         end
       end
     end
   end
+  -- As autograd's AccumulateGrad, a parameter's gradient exists once its last contribution
+  -- of this backward is computed: a group's post_backward reduces only then (with several
+  -- forwards before one backward, its earlier post_backwards only reshard).
+  local function contributed(op)
+    for _, t in ipairs(op.ins) do
+      if pending[t] then
+        pending[t] = pending[t] - 1
+        if pending[t] == 0 then self.owner[t].has_grad = true end
+      end
+    end
+  end
   table.sort(order, function(a, b) return a.id > b.id end)
   self:emit({ stream = "compute", op = "loss_grad", node = loss.producer, label = loss.label })
+  contributed(loss.producer)
   local recomputed = {}
   for _, op in ipairs(order) do
     for _, t in ipairs(op.outs) do
@@ -562,6 +574,7 @@ function Sim:run_backward(item)
       if g then self:post_backward(g) end
     elseif op ~= loss.producer then
       self:emit({ stream = "compute", op = "backward", node = op, label = op.label })
+      contributed(op)
     end
   end
   if self.final_queued then self:final_callback() end

@@ -8,8 +8,8 @@
 #      loads the file with load_state_dict(strict=True), computes the loss on the same
 #      batches (token data: rt_data.h's offsets; float inputs: rt_train.h's synthetic
 #      inputs) and compares it with X (rtol 1e-4).
-# Then tests/torch/retain_graph/check.py: one training step of two backward passes over one
-# forward against PyTorch's autograd.
+# Then tests/torch/step_programs/check.py: two training steps of each step-program spec
+# there against PyTorch's autograd.
 # Needs PyTorch (Debian: apt-get install python3-torch). Without it, prints one SKIP line
 # and `0 passed, 0 failed` (exit 0): skipped, not failed. Ends with `N passed, N failed`.
 set -u
@@ -122,10 +122,11 @@ for spec in tests/torch/specs/*.lua; do
   run_case "$spec"
 done
 
-# Two backward passes over one forward: one step against PyTorch's autograd.
-mkdir -p "$work/retain_graph"
-"$py" tests/torch/retain_graph/check.py "$PWD" "$work/retain_graph" >"$work/retain_graph.log" 2>&1
-count retain_graph "$work/retain_graph.log" $?
+# The step programs (several forwards, backward passes, gradient accumulation, checkpointing,
+# clipping): two training steps each against PyTorch's autograd.
+mkdir -p "$work/step_programs"
+"$py" tests/torch/step_programs/check.py "$PWD" "$work/step_programs" >"$work/step_programs.log" 2>&1
+count step_programs "$work/step_programs.log" $?
 
 echo "tests/torch: $((SECONDS - start)) s (python: $py, data: $data)"
 echo "$pass passed, $fail failed"

@@ -1,7 +1,7 @@
 -- Two backward passes over one forward (the seed's unused_in_backward with SGD, 2 ranks): a
 -- Linear then a DoubleLinear; backward through the second output first (graph retained),
 -- then through the first. Each pass computes its own activation gradients; only the
--- parameters' accumulate (tests/torch/retain_graph/check.py checks the numbers).
+-- parameters' accumulate. tests/torch/step_programs/check.py checks the numbers.
 local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
 local dim = 8
 local model = nn.Sequential{ nn.Linear(dim, dim), models.DoubleLinear(dim) }

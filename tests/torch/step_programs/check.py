@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""PyTorch check of the step programs' numbers (tests/torch/step_programs/*.lua).
+
+Usage: check.py FSDPGEN_ROOT WORK_DIR
+
+For each spec here: writes random parameters to W/NAME.init.safetensors, runs two steps
+from them (`fsdpgen run SPEC -- --load W/NAME.init.safetensors --steps 2 --save ...`) and
+recomputes those steps with PyTorch's autograd: on each rank its synthetic inputs
+(rt_train.h: forward item k of step s reads stream (s, k, rank)), the spec's step program,
+the ranks' gradients summed and divided by the world size (FSDP's AVG reduce-scatter, and
+all-reduce across HSDP replicas) or by the group's divide factor, global-norm clipping
+where the spec clips, SGD. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each
+case also has a control: the same steps with one plausible mistake (named in its line),
+which must not agree, so each check can fail.
+
+Prints PASS/FAIL lines and ends with `N passed, N failed`.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+from fsdpgen_ref import check, read_safetensors, summary, synthetic_inputs  # noqa: E402
+
+SEED, STEPS, DIM, BATCH = 42, 2, 8, 4
+HERE = "tests/torch/step_programs"
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = t.contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def linear(p, name, x):
+    return x @ p[name + ".weight"].T + p[name + ".bias"]
+
+
+# ---- models (the specs' nn.Sequential) -------------------------------------------------
+
+def double_linear(p, x):
+    """Linear(8, 8) then DoubleLinear(8): (relu(lin1(y)), relu(lin2(y)))."""
+    y = linear(p, "0", x)
+    return torch.relu(linear(p, "1.lin1", y)), torch.relu(linear(p, "1.lin2", y))
+
+
+def mlp(p, x):
+    """Linear(8, 8) then MLP(8): relu(out_proj(relu(in_proj(y))))."""
+    y = linear(p, "0", x)
+    return torch.relu(linear(p, "1.out_proj", torch.relu(linear(p, "1.in_proj", y))))
+
+
+DOUBLE_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.lin1.weight": [DIM, DIM], "1.lin1.bias": [DIM],
+                 "1.lin2.weight": [DIM, DIM], "1.lin2.bias": [DIM]}
+MLP_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.in_proj.weight": [4 * DIM, DIM],
+              "1.in_proj.bias": [4 * DIM], "1.out_proj.weight": [DIM, 4 * DIM], "1.out_proj.bias": [DIM]}
+
+
+# ---- step programs: fill the parameters' .grad on one rank (mistake: the control's) -----
+
+def retain_graph(p, step, rank, mistake):
+    """forward; backward(output 2, retain_graph); backward(output 1). Mistake: the second
+    pass also adds the first pass's gradient of 0.linear's output."""
+    x = synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])
+    o1, o2 = double_linear(p, x)
+    if mistake:
+        y = linear(p, "0", x)
+        (dy,) = torch.autograd.grad(torch.relu(linear(p, "1.lin2", y)).sum(), y)
+    o2.sum().backward(retain_graph=True)
+    o1.sum().backward()
+    if mistake:
+        with torch.no_grad():
+            p["0.weight"].grad += dy.T @ x
+            p["0.bias"].grad += dy.sum(0)
+
+
+def multi_forward(p, step, rank, mistake):
+    """forward (item 0); forward (item 1); (l1 + l2).backward(). Mistake: both forwards
+    read item 0's batch."""
+    x0 = synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])
+    x1 = synthetic_inputs(SEED, step, 0 if mistake else 1, rank, [BATCH, DIM])
+    (mlp(p, x0).sum() + mlp(p, x1).sum()).backward()
+
+
+def grad_accumulation(p, step, rank, mistake):
+    """Two microbatches, each forward and backward; their gradients add up. Mistake: the
+    second backward replaces the first's unsharded gradients."""
+    mlp(p, synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])).sum().backward()
+    if mistake:
+        for t in p.values():
+            t.grad = None
+    mlp(p, synthetic_inputs(SEED, step, 1, rank, [BATCH, DIM])).sum().backward()
+
+
+def forward_backward(p, step, rank, mistake):
+    """forward, backward (the default program; checkpointing changes no number). Its
+    controls' mistakes are in run_steps: the clipping or the divide factor."""
+    del mistake
+    mlp(p, synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])).sum().backward()
+
+
+def clip_(grads, max_norm):
+    """torch.nn.utils.clip_grad_norm_ on a dict of gradients; returns the clipped ones."""
+    holders = {k: torch.zeros_like(g, requires_grad=True) for k, g in grads.items()}
+    for k, h in holders.items():
+        h.grad = grads[k].clone()
+    torch.nn.utils.clip_grad_norm_(list(holders.values()), max_norm)
+    return {k: h.grad for k, h in holders.items()}
+
+
+# name, spec, shapes, program, world, lr, grad_clip, divide factors by parameter prefix,
+# and the control's mistake
+CASES = [
+    ("retain_graph", "retain_graph.lua", DOUBLE_SHAPES, retain_graph, 2, 0.5, None, {},
+     "the second backward pass adds onto the first's activation gradients"),
+    ("multi_forward", "multi_forward.lua", MLP_SHAPES, multi_forward, 2, 0.01, None, {},
+     "both forwards read forward item 0's batch"),
+    ("grad_accumulation", "grad_accumulation.lua", MLP_SHAPES, grad_accumulation, 2, 0.01, None, {},
+     "the synced backward drops the unsynced one's gradients"),
+    ("checkpoint_clip", "checkpoint_clip.lua", MLP_SHAPES, forward_backward, 2, 0.01, 0.5, {},
+     "each rank clips by its own gradients' norm before the average"),
+    ("hsdp_divide", "hsdp_divide.lua", MLP_SHAPES, forward_backward, 4, 0.01, None, {"1.": 8},
+     "the MLP's gradients averaged over the ranks, as the root's"),
+]
+
+
+def run_steps(params, program, world, lr, grad_clip, factors, mistake):
+    """STEPS optimizer steps of `program` from params, as fsdpgen's binary runs them. With a
+    clip, the mistake is clipping each rank's gradients by their own norm; with divide
+    factors, dividing by the world size instead."""
+    params = {k: v.clone() for k, v in params.items()}
+    per_rank_clip = mistake and grad_clip is not None
+
+    def divisor(name):
+        f = [v for prefix, v in factors.items() if name.startswith(prefix)]
+        return f[0] if f and not mistake else world
+
+    for step in range(STEPS):
+        avg = {k: torch.zeros_like(v) for k, v in params.items()}
+        for rank in range(world):
+            p = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+            program(p, step, rank, mistake)
+            grads = {k: (t.grad if t.grad is not None else torch.zeros_like(t)) for k, t in p.items()}
+            if per_rank_clip:
+                grads = clip_(grads, grad_clip)
+            for k in avg:
+                avg[k] += grads[k] / divisor(k)
+        if grad_clip is not None and not per_rank_clip:
+            avg = clip_(avg, grad_clip)
+        params = {k: params[k] - lr * avg[k] for k in params}
+    return params
+
+
+def main():
+    root, work = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    for name, spec, shapes, program, world, lr, grad_clip, factors, mistake in CASES:
+        params = {k: torch.rand(s) * 2 - 1 for k, s in shapes.items()}
+        init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
+        write_safetensors(init, params)
+        cmd = [os.path.join(root, "fsdpgen"), "run", os.path.join(root, HERE, spec), "--", "--load", init,
+               "--steps", str(STEPS), "--seed", str(SEED), "--save", out]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        check(r.returncode == 0, f"{name}: fsdpgen run --load --steps {STEPS} --save" +
+              ("" if r.returncode == 0 else ": exit %d\n%s" % (r.returncode, (r.stdout + r.stderr)[-2000:])))
+        if r.returncode != 0:
+            continue
+        got, _ = read_safetensors(out)
+        want = run_steps(params, program, world, lr, grad_clip, factors, False)
+        wrong = run_steps(params, program, world, lr, grad_clip, factors, True)
+        err = max((got[k] - want[k]).abs().max().item() for k in shapes)
+        same = all(torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-6) for k in shapes)
+        moved = max((want[k] - params[k]).abs().max().item() for k in shapes)
+        check(same and moved > 1e-3, f"{name}: {len(shapes)} parameters after {STEPS} steps as PyTorch "
+              f"(max abs diff {err:.2e}; the steps moved them by up to {moved:.2e})")
+        far = max((got[k] - wrong[k]).abs().max().item() for k in shapes)
+        check(far > 1e-4, f"{name}: control, {mistake}: differs (max abs diff {far:.2e})")
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
