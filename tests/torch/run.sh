@@ -8,8 +8,9 @@
 #      loads the file with load_state_dict(strict=True), computes the loss on the same
 #      batches (token data: rt_data.h's offsets; float inputs: rt_train.h's synthetic
 #      inputs) and compares it with X (rtol 1e-4).
-# Then tests/torch/step_programs/check.py: two training steps of each step-program spec
-# there against PyTorch's autograd.
+# Then tests/torch/step_programs/check.py: two training steps of each spec there (step
+# programs, HSDP and divide factors, the Transformer and Llama decoders) against PyTorch's
+# autograd.
 # Needs PyTorch (Debian: apt-get install python3-torch). Without it, prints one SKIP line
 # and `0 passed, 0 failed` (exit 0): skipped, not failed. Ends with `N passed, N failed`.
 set -u
@@ -122,8 +123,9 @@ for spec in tests/torch/specs/*.lua; do
   run_case "$spec"
 done
 
-# The step programs (several forwards, backward passes, gradient accumulation, checkpointing,
-# clipping): two training steps each against PyTorch's autograd.
+# Training steps against PyTorch's autograd: the step programs (several forwards or
+# backward passes, gradient accumulation, checkpointing, clipping), HSDP with a divide
+# factor, the Transformer and Llama decoders.
 mkdir -p "$work/step_programs"
 "$py" tests/torch/step_programs/check.py "$PWD" "$work/step_programs" >"$work/step_programs.log" 2>&1
 count step_programs "$work/step_programs.log" $?

@@ -3,15 +3,17 @@
 
 Usage: check.py FSDPGEN_ROOT WORK_DIR
 
-For each spec here: writes random parameters to W/NAME.init.safetensors, runs two steps
-from them (`fsdpgen run SPEC -- --load W/NAME.init.safetensors --steps 2 --save ...`) and
-recomputes those steps with PyTorch's autograd: on each rank its synthetic inputs
-(rt_train.h: forward item k of step s reads stream (s, k, rank)), the spec's step program,
-the ranks' gradients summed and divided by the world size (FSDP's AVG reduce-scatter, and
-all-reduce across HSDP replicas) or by the group's divide factor, global-norm clipping
-where the spec clips, SGD. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each
-case also has a control: the same steps with one plausible mistake (named in its line),
-which must not agree, so each check can fail.
+For each spec here: writes random parameters to W/NAME.init.safetensors (the decoders:
+the spec's own, saved after one step), runs two steps from them (`fsdpgen run SPEC --
+--load W/NAME.init.safetensors --steps 2 --save ...`) and recomputes those steps with
+PyTorch's autograd: on each rank its synthetic inputs (rt_train.h: forward item k of step s
+reads stream (s, k, rank)) or token batches (rt_data.h, on a generated token file) and the
+decoders of check_load.py with cross-entropy, the spec's step program, the ranks' gradients
+summed and divided by the world size (FSDP's AVG reduce-scatter, and all-reduce across
+HSDP replicas) or by the group's divide factor, global-norm clipping where the spec clips,
+SGD. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each case also has a control:
+the same steps with one plausible mistake (named in its line), which must not agree, so
+each check can fail.
 
 Prints PASS/FAIL lines and ends with `N passed, N failed`.
 """
@@ -24,7 +26,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from fsdpgen_ref import check, read_safetensors, summary, synthetic_inputs  # noqa: E402
+from check_load import Llama, Transformer, token_batch  # noqa: E402
 
 SEED, STEPS, DIM, BATCH = 42, 2, 8, 4
 HERE = "tests/torch/step_programs"
@@ -162,6 +166,97 @@ def run_steps(params, program, world, lr, grad_clip, factors, mistake):
     return params
 
 
+def compare(name, what, start, got, want, wrong, mistake, rtol, atol):
+    """fsdpgen's parameters `got` against PyTorch's `want`; the control: the same test
+    fails on `wrong`, the steps with the case's mistake."""
+    def close(a):
+        return all(torch.allclose(got[k], a[k], rtol=rtol, atol=atol) for k in want)
+
+    def diff(a):
+        return max((got[k] - a[k]).abs().max().item() for k in want)
+
+    moved = max((want[k] - start[k]).abs().max().item() for k in want)
+    check(close(want) and moved > 1e-3, f"{name}: {what} after {STEPS} steps as PyTorch (max abs diff "
+          f"{diff(want):.2e}; the steps moved them by up to {moved:.2e})")
+    check(not close(wrong), f"{name}: control, {mistake}: differs (max abs diff {diff(wrong):.2e})")
+
+
+# ---- token models: the decoders of check_load.py, cross-entropy on token data -----------
+
+TOKEN_BATCH, TOKEN_SEQ = 2, 16
+
+
+def transformer(sd, mistake):
+    """check_load's Transformer; the mistake unties the output head from the embedding."""
+    m = Transformer(sd, 4)
+    if mistake:
+        m.output.weight = torch.nn.Parameter(m.tok_embeddings.weight.detach().clone())
+    return m
+
+
+def llama(sd, mistake):
+    """check_load's Llama; the mistake leaves rope_theta at PyTorch's usual 10000."""
+    return Llama(sd, 4, 2, 0.05, 10000.0 if mistake else 10.0)
+
+
+TOKEN_CASES = [
+    # name, spec, model builder, world, lr, the control's mistake
+    ("transformer", "transformer_sgd.lua", transformer, 2, 0.1,
+     "the output head untied from the token embedding"),
+    ("llama", "llama_sgd.lua", llama, 2, 0.1, "rope_theta 10000 instead of the spec's 10"),
+]
+
+
+def token_steps(init, build, tokens, world, lr, mistake):
+    """STEPS SGD steps from the state dict `init`; returns the state dict after them."""
+    model = build(init, mistake)
+    model.load_state_dict(init, strict=True)
+    params = dict(model.named_parameters())
+    for step in range(STEPS):
+        avg = {k: torch.zeros_like(p) for k, p in params.items()}
+        for rank in range(world):
+            model.zero_grad(set_to_none=True)
+            x, y = token_batch(tokens, world, 1, TOKEN_BATCH, TOKEN_SEQ, step, 0, rank)
+            logits = model(x)
+            torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1)).backward()
+            for k, p in params.items():
+                avg[k] += p.grad / world
+        with torch.no_grad():
+            for k, p in params.items():
+                p -= lr * avg[k]
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def run(cmd):
+    """Runs cmd; returns its exit status and, on failure, a reason for the check line."""
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode == 0:
+        return 0, ""
+    return r.returncode, ": exit %d\n%s" % (r.returncode, (r.stdout + r.stderr)[-2000:])
+
+
+def check_token_cases(root, work):
+    tokens_path = os.path.join(work, "tokens.bin")
+    with open(tokens_path, "wb") as f:
+        f.write(bytes((i * 7919 + i // 13) % 256 for i in range(20000)))
+    tokens = list(open(tokens_path, "rb").read())
+    for name, spec, build, world, lr, mistake in TOKEN_CASES:
+        init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
+        binary = [os.path.join(root, "fsdpgen"), "run", os.path.join(root, HERE, spec), "--", "--seed", str(SEED),
+                  "--data", tokens_path]
+        rc, why = run(binary + ["--steps", "1", "--save", init])  # the spec's own init, one step in
+        if rc == 0:
+            rc, why = run(binary + ["--load", init, "--steps", str(STEPS), "--save", out])
+        check(rc == 0, f"{name}: fsdpgen run --steps 1 --save, then --load --steps {STEPS} --save{why}")
+        if rc != 0:
+            continue
+        start, _ = read_safetensors(init)
+        got, _ = read_safetensors(out)
+        want = token_steps(start, build, tokens, world, lr, False)
+        wrong = token_steps(start, build, tokens, world, lr, True)
+        compare(name, f"{len(want)} tensors", start, got, want, wrong, mistake, 1e-5, 1e-6)
+
+
 def main():
     root, work = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)
@@ -169,23 +264,16 @@ def main():
         params = {k: torch.rand(s) * 2 - 1 for k, s in shapes.items()}
         init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
         write_safetensors(init, params)
-        cmd = [os.path.join(root, "fsdpgen"), "run", os.path.join(root, HERE, spec), "--", "--load", init,
-               "--steps", str(STEPS), "--seed", str(SEED), "--save", out]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        check(r.returncode == 0, f"{name}: fsdpgen run --load --steps {STEPS} --save" +
-              ("" if r.returncode == 0 else ": exit %d\n%s" % (r.returncode, (r.stdout + r.stderr)[-2000:])))
-        if r.returncode != 0:
+        rc, why = run([os.path.join(root, "fsdpgen"), "run", os.path.join(root, HERE, spec), "--", "--load", init,
+                       "--steps", str(STEPS), "--seed", str(SEED), "--save", out])
+        check(rc == 0, f"{name}: fsdpgen run --load --steps {STEPS} --save{why}")
+        if rc != 0:
             continue
         got, _ = read_safetensors(out)
         want = run_steps(params, program, world, lr, grad_clip, factors, False)
         wrong = run_steps(params, program, world, lr, grad_clip, factors, True)
-        err = max((got[k] - want[k]).abs().max().item() for k in shapes)
-        same = all(torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-6) for k in shapes)
-        moved = max((want[k] - params[k]).abs().max().item() for k in shapes)
-        check(same and moved > 1e-3, f"{name}: {len(shapes)} parameters after {STEPS} steps as PyTorch "
-              f"(max abs diff {err:.2e}; the steps moved them by up to {moved:.2e})")
-        far = max((got[k] - wrong[k]).abs().max().item() for k in shapes)
-        check(far > 1e-4, f"{name}: control, {mistake}: differs (max abs diff {far:.2e})")
+        compare(name, f"{len(shapes)} parameters", params, got, want, wrong, mistake, 1e-5, 1e-6)
+    check_token_cases(root, work)
     return summary()
 
 
