@@ -61,7 +61,22 @@ local function param_table(plan)
   return list, index
 end
 
+-- The parameters that some backward of the step gives a gradient; the others keep grad
+-- None in FSDP2, which the optimizer skips (rt_model_param grad_none).
+local function params_with_grad(plan)
+  local with = {}
+  for _, st in ipairs(plan.steps) do
+    if st.op == "backward" or st.op == "loss_grad" then
+      for _, t in ipairs(st.node.ins) do
+        if t.is_param and t.requires_grad then with[t] = true end
+      end
+    end
+  end
+  return with
+end
+
 local function emit_params(b, plan, list)
+  local with_grad = params_with_grad(plan)
   for i, p in ipairs(list) do
     if #p.names > 1 then
       local names = {}
@@ -72,14 +87,14 @@ local function emit_params(b, plan, list)
   b:line("")
   b:line("static const rt_model_param params[] = {")
   b:indent()
-  b:line("// fqn, aliases, ndim, shape, group, block offset, unsharded offset, init, packed")
+  b:line("// fqn, aliases, ndim, shape, group, block offset, unsharded offset, init, packed, grad_none")
   for i, p in ipairs(list) do
     local g, l = param_layout(plan, p)
     local init = p.init or { kind = "normal", std = 1 }
     local scale = init.std or init.bound or 0
-    b:line("{%s, %s, %d, %s, %d, %d, %d, %s, %s, %d},", cstr(p.fqn), #p.names > 1 and ("param" .. (i - 1) .. "_aliases") or "NULL",
+    b:line("{%s, %s, %d, %s, %d, %d, %d, %s, %s, %d, %d},", cstr(p.fqn), #p.names > 1 and ("param" .. (i - 1) .. "_aliases") or "NULL",
       #p.shape, shape_init(p.shape), g.index - 1, l.offset, l.offset * g.shard, C_INIT[init.kind], num(scale),
-      p.packed and 1 or 0)
+      p.packed and 1 or 0, with_grad[p] and 0 or 1)
   end
   b:dedent()
   b:line("};")

@@ -438,23 +438,22 @@ void rtb_clip_grad_norm(rt_rank* R) {
     cs_trace_close(R, t, c->compute);
 }
 
-void rtb_optimizer(rt_rank* R, int g) {
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     wait_reduce_scatter(R);
     wait_post_reduce(R);
-    size_t n = (size_t)mg->block_numel;
-    float* p = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
-    float* gr = rt_step_f32(R, mg->grads_off, 0, mg->block_numel);
-    float* s = o->nstates ? rt_step_f32(R, mg->state_off, 0, o->nstates * mg->block_numel) : NULL;
+    rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, mg->name, "optimizer");
     if (o->kind == RT_OPTIM_SGD)
-        rt_cuda_sgd_step_dev(p, gr, o->momentum > 0 ? s : NULL, n, c->d_step, o->lr, o->momentum,
-                             o->dampening, o->weight_decay, o->nesterov);
+        rt_cuda_sgd_step_dev(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
+                             c->d_step, o->lr, o->momentum, o->dampening, o->weight_decay,
+                             o->nesterov);
     else
-        rt_cuda_adam_step_dev(p, gr, s, s + n, n, c->d_step, o->lr, o->beta1, o->beta2, o->eps,
-                              o->weight_decay, o->kind == RT_OPTIM_ADAMW);
+        rt_cuda_adam_step_dev(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, c->d_step,
+                              o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                              o->kind == RT_OPTIM_ADAMW);
     cs_trace_close(R, t, c->compute);
 }
 

@@ -40,6 +40,8 @@ typedef struct rt_model_param {
                                   // param_dtype, in the first half of its fp32-sized slot
                                   // (rt_kernels.h "packed 16-bit storage"): 2-D with both dims
                                   // multiples of 8, unsharded_offset a multiple of 4
+    int grad_none;                // 1: the step program gives it no gradient (FSDP2 leaves its
+                                  // grad None), so the optimizer leaves it and its state alone
 } rt_model_param;
 
 // ---- groups -----------------------------------------------------------------------------

@@ -63,6 +63,16 @@ float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
     return (float*)rt_step_buffer(R, off + 4 * (size_t)elem, 4 * (size_t)n, __FILE__, __LINE__);
 }
 
+rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
+    const rt_model_group* mg = G(R, g);
+    int nstates = R->model->optim.nstates;
+    rt_optim_span sp = {rt_step_f32(R, mg->params_off, lo, n), rt_step_f32(R, mg->grads_off, lo, n),
+                        NULL, NULL};
+    if (nstates > 0) sp.state1 = rt_step_f32(R, mg->state_off, lo, n);
+    if (nstates > 1) sp.state2 = rt_step_f32(R, mg->state_off, mg->block_numel + lo, n);
+    return sp;
+}
+
 void rt_step_param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out) {
     const rt_model_group* mg = G(R, g);
     for (int i = 0; i < mg->nparams; i++) {
@@ -393,9 +403,21 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state) {
 void rt_step_clip_grad_norm(rt_rank* R) { rtb_clip_grad_norm(R); }
 
 void rt_step_optimizer(rt_rank* R, int g) {
-    G(R, g);
-    // A group that got no gradient this step has grad None: torch.optim skips it.
-    if (R->groups[g].reduced) rtb_optimizer(R, g);
+    const rt_model_group* mg = G(R, g);
+    const rt_fsdp_layout* L = &R->groups[g].layout;
+    // A group that got no gradient this step has grad None: torch.optim skips it; so it
+    // does a parameter the step gives none. The others go in runs of adjacent parameters.
+    if (!R->groups[g].reduced) return;
+    for (int i = 0; i < mg->nparams;) {
+        if (R->model->params[mg->params[i]].grad_none) {
+            i++;
+            continue;
+        }
+        int64_t lo = L->params[i].offset, hi = lo;
+        for (; i < mg->nparams && !R->model->params[mg->params[i]].grad_none; i++)
+            hi = L->params[i].offset + L->params[i].in_numel;
+        rtb_optimizer(R, g, lo, hi - lo);
+    }
 }
 
 // ---- losses and RNG ---------------------------------------------------------------------

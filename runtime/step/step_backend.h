@@ -50,7 +50,9 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
 // One rank, values unchanged (rt_step_reduce_direct): sharded (+)= grads rounded to grads_dtype.
 void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype, int accumulate);
 void rtb_clip_grad_norm(rt_rank* R);
-void rtb_optimizer(rt_rank* R, int g);
+// The optimizer step over elements [lo, lo + n) of group g's rank block (its parameters
+// with a gradient: rt_step_optimizer).
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n);
 void rtb_loss(rt_rank* R, int k, const float* loss);
 
 // ---- shared helpers (state.c) -------------------------------------------------------------
@@ -60,6 +62,13 @@ void rtb_loss(rt_rank* R, int k, const float* loss);
 void rt_step_param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out);
 // fp32 view [elem, elem + n) of the buffer at byte offset off (checked).
 float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n);
+// Group g's optimizer operands over rank-block elements [lo, lo + n): parameters, gradients
+// and the state, nstates blocks of block_numel (SGD's momentum; Adam's exp_avg, exp_avg_sq),
+// NULL where the optimizer keeps fewer.
+typedef struct rt_optim_span {
+    float *params, *grads, *state1, *state2;
+} rt_optim_span;
+rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n);
 // Byte end of the persistent buffers (sharded params, grads, optimizer state) of every group.
 size_t rt_step_persistent_end(const rt_model* m);
 // Error message of a failed rt_fsdp call on the rank's communicator (for rt_rank_die).

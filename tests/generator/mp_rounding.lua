@@ -336,7 +336,7 @@ for _, ckpt in ipairs({ false, true }) do
     got[1], got[2], got[3], got[4], got[5], got[6], got[7], ok and "" or " (" .. tostring(text) .. ")"))
 end
 
--- Packed parameters (memory.lua mark_packed_params): the params table's last column and the
+-- Packed parameters (memory.lua mark_packed_params): the params table's packed column and the
 -- linears' RT_PACKED_INP2 bit. Three bias-carrying linears 8 -> mid -> 8 -> 16: with mid 8 in
 -- bf16 every weight is packed; with mid 6 the first two are not ([6, 8] and [8, 6]: 6 rows or
 -- columns) and neither is the third, whose dims qualify but whose unsharded offset (110)
@@ -345,7 +345,7 @@ end
 -- the odd ops, the weight of linear(parameter, weight) is not (its backward runs in fp32).
 local function packed_params(text)
   local got = {}
-  for fqn, flag in text:gmatch('\n%s*{"([^"]+)", [^\n]*, (%d)},') do got[fqn] = flag == "1" end
+  for fqn, flag in text:gmatch('\n%s*{"([^"]+)", [^\n]*, (%d), %d},') do got[fqn] = flag == "1" end
   return got
 end
 local function align_spec(mid, dtype)

@@ -290,6 +290,13 @@ void* rt_step_buffer(rt_rank* R, size_t off, size_t bytes, const char* file, int
 float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
     return (float*)rt_step_buffer(R, off + 4 * (size_t)elem, 4 * (size_t)n, __FILE__, __LINE__);
 }
+rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
+    const rt_model_group* mg = &R->model->groups[g];
+    int k = R->model->optim.nstates;
+    return (rt_optim_span){rt_step_f32(R, mg->params_off, lo, n), rt_step_f32(R, mg->grads_off, lo, n),
+                           k > 0 ? rt_step_f32(R, mg->state_off, lo, n) : NULL,
+                           k > 1 ? rt_step_f32(R, mg->state_off, mg->block_numel + lo, n) : NULL};
+}
 void rt_rank_die(rt_rank* R, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -423,7 +430,7 @@ static void test_plan_reuse(int hsdp, int passes) {
         }
     start[n] = nacc;
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK);
     rtb_step_end(&w.R);
     compute_writes(&w, w.rs_out[(n - 1) % 2], 4 * BLOCK, "the next step");
     CHECK(races == 0, "%s, %d backward%s: no race over %d accesses (%d reduce-scatters, each "
@@ -497,7 +504,7 @@ static void test_direct_after_reduce_scatter(int reuse_early) {
     rtb_reduce_direct(&w.R, 0, w.ugrad[0], RT_F32, 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "a later buffer on group 1's unsharded grads");
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK);
     rtb_step_end(&w.R);
     // group 1's direct copy: the first copy after the second "backward writes" access
     int g1 = find(find(0, nacc, "backward writes unsharded grads") + 1, nacc,

@@ -74,34 +74,34 @@ MLP_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.in_proj.weight": [4 * 
 # ---- step programs: fill the parameters' .grad on one rank (mistake: the control's) -----
 
 def retain_graph(p, step, rank, mistake):
-    """forward; backward(output 2, retain_graph); backward(output 1). Mistake: the second
-    pass also adds the first pass's gradient of 0.linear's output."""
+    """forward; backward(output 2, retain_graph); backward(output 1). Mistake "carry": the
+    second pass also adds the first pass's gradient of 0.linear's output."""
     x = synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])
     o1, o2 = double_linear(p, x)
-    if mistake:
+    if mistake == "carry":
         y = linear(p, "0", x)
         (dy,) = torch.autograd.grad(torch.relu(linear(p, "1.lin2", y)).sum(), y)
     o2.sum().backward(retain_graph=True)
     o1.sum().backward()
-    if mistake:
+    if mistake == "carry":
         with torch.no_grad():
             p["0.weight"].grad += dy.T @ x
             p["0.bias"].grad += dy.sum(0)
 
 
 def multi_forward(p, step, rank, mistake):
-    """forward (item 0); forward (item 1); (l1 + l2).backward(). Mistake: both forwards
-    read item 0's batch."""
+    """forward (item 0); forward (item 1); (l1 + l2).backward(). Mistake "same_batch": both
+    forwards read item 0's batch."""
     x0 = synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])
-    x1 = synthetic_inputs(SEED, step, 0 if mistake else 1, rank, [BATCH, DIM])
+    x1 = synthetic_inputs(SEED, step, 0 if mistake == "same_batch" else 1, rank, [BATCH, DIM])
     (mlp(p, x0).sum() + mlp(p, x1).sum()).backward()
 
 
 def grad_accumulation(p, step, rank, mistake):
-    """Two microbatches, each forward and backward; their gradients add up. Mistake: the
-    second backward replaces the first's unsharded gradients."""
+    """Two microbatches, each forward and backward; their gradients add up. Mistake "drop":
+    the second backward replaces the first's unsharded gradients."""
     mlp(p, synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])).sum().backward()
-    if mistake:
+    if mistake == "drop":
         for t in p.values():
             t.grad = None
     mlp(p, synthetic_inputs(SEED, step, 1, rank, [BATCH, DIM])).sum().backward()
@@ -109,9 +109,17 @@ def grad_accumulation(p, step, rank, mistake):
 
 def forward_backward(p, step, rank, mistake):
     """forward, backward (the default program; checkpointing changes no number). Its
-    controls' mistakes are in run_steps: the clipping or the divide factor."""
+    controls' mistakes are in run_steps: the clipping, the divide factor."""
     del mistake
     mlp(p, synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])).sum().backward()
+
+
+def unused(p, step, rank, mistake):
+    """forward, backward of Net: head(relu(a(x))); b, spare and never get no gradient. Its
+    control's mistake is in run_steps: zero gradients instead of none."""
+    del mistake
+    x = synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])
+    linear(p, "head", torch.relu(linear(p, "a", x))).sum().backward()
 
 
 def clip_(grads, max_norm):
@@ -123,47 +131,90 @@ def clip_(grads, max_norm):
     return {k: h.grad for k, h in holders.items()}
 
 
-# name, spec, shapes, program, world, lr, grad_clip, divide factors by parameter prefix,
-# and the control's mistake
+UNUSED_SHAPES = {"a.weight": [DIM, DIM], "a.bias": [DIM], "b.weight": [DIM, DIM], "b.bias": [DIM],
+                 "spare.weight": [DIM, DIM], "spare.bias": [DIM], "never.weight": [DIM, DIM],
+                 "never.bias": [DIM], "head.weight": [4, DIM], "head.bias": [4]}
+
+
+def sgd(lr, **kw):
+    return lambda ps: torch.optim.SGD(ps, lr=lr, **kw)
+
+
+def adam(lr, **kw):
+    return lambda ps: torch.optim.Adam(ps, lr=lr, foreach=False, **kw)
+
+
+def adamw(lr, **kw):
+    return lambda ps: torch.optim.AdamW(ps, lr=lr, foreach=False, **kw)
+
+
+def case(name, shapes, program, optimizer, mistake, control, world=2, clip=None, factors=None,
+         wrong_optimizer=None, spec=None):
+    """A spec (NAME.lua here unless given) and how PyTorch trains it. mistake: the control's,
+    a key that the program or run_steps acts on (control says it in words); factors: divide
+    factors by parameter-name prefix; wrong_optimizer: the optimizer of the mistake
+    "optimizer"."""
+    return dict(name=name, shapes=shapes, program=program, optimizer=optimizer, mistake=mistake,
+                control=control, world=world, clip=clip, factors=factors or {},
+                wrong_optimizer=wrong_optimizer, spec=spec or os.path.join(HERE, name + ".lua"))
+
+
 CASES = [
-    ("retain_graph", "retain_graph.lua", DOUBLE_SHAPES, retain_graph, 2, 0.5, None, {},
-     "the second backward pass adds onto the first's activation gradients"),
-    ("multi_forward", "multi_forward.lua", MLP_SHAPES, multi_forward, 2, 0.01, None, {},
-     "both forwards read forward item 0's batch"),
-    ("grad_accumulation", "grad_accumulation.lua", MLP_SHAPES, grad_accumulation, 2, 0.01, None, {},
-     "the synced backward drops the unsynced one's gradients"),
-    ("checkpoint_clip", "checkpoint_clip.lua", MLP_SHAPES, forward_backward, 2, 0.01, 0.5, {},
-     "each rank clips by its own gradients' norm before the average"),
-    ("hsdp_divide", "hsdp_divide.lua", MLP_SHAPES, forward_backward, 4, 0.01, None, {"1.": 8},
-     "the MLP's gradients averaged over the ranks, as the root's"),
+    case("retain_graph", DOUBLE_SHAPES, retain_graph, sgd(0.5),
+         "carry", "the second backward pass adds onto the first's activation gradients"),
+    case("multi_forward", MLP_SHAPES, multi_forward, sgd(0.01),
+         "same_batch", "both forwards read forward item 0's batch"),
+    case("grad_accumulation", MLP_SHAPES, grad_accumulation, sgd(0.01),
+         "drop", "the synced backward drops the unsynced one's gradients"),
+    case("checkpoint_clip", MLP_SHAPES, forward_backward, sgd(0.01),
+         "per_rank_clip", "each rank clips by its own gradients' norm before the average", clip=0.5),
+    case("hsdp_divide", MLP_SHAPES, forward_backward, sgd(0.01),
+         "average", "the MLP's gradients averaged over the ranks, as the root's", world=4,
+         factors={"1.": 8}),
+    case("list_group_unused_module", UNUSED_SHAPES, unused, adamw(0.01, weight_decay=0.1),
+         "zero_grads", "the unused parameters get zero gradients (so AdamW decays them)",
+         spec="tests/specs/features/list_group_unused_module.lua"),
+    case("sgd_nesterov", MLP_SHAPES, forward_backward,
+         sgd(0.01, momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.05),
+         "optimizer", "plain momentum instead of Nesterov's",
+         wrong_optimizer=sgd(0.01, momentum=0.9, weight_decay=0.05)),
+    case("adam_l2", MLP_SHAPES, forward_backward, adam(0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1),
+         "optimizer", "AdamW's decoupled weight decay instead of Adam's L2 term",
+         wrong_optimizer=adamw(0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)),
 ]
 
 
-def run_steps(params, program, world, lr, grad_clip, factors, mistake):
-    """STEPS optimizer steps of `program` from params, as fsdpgen's binary runs them. With a
-    clip, the mistake is clipping each rank's gradients by their own norm; with divide
-    factors, dividing by the world size instead."""
-    params = {k: v.clone() for k, v in params.items()}
-    per_rank_clip = mistake and grad_clip is not None
+def run_steps(c, params, mistake):
+    """STEPS optimizer steps of case c from params, as fsdpgen's binary runs them: a
+    parameter that no rank's backward reached has no gradient (None), which torch.optim
+    skips. mistake: the case's control mistake, or None."""
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    optimizer = c["wrong_optimizer"] if mistake == "optimizer" else c["optimizer"]
+    opt = optimizer(list(leaves.values()))
+    world, clip = c["world"], c["clip"]
 
     def divisor(name):
-        f = [v for prefix, v in factors.items() if name.startswith(prefix)]
-        return f[0] if f and not mistake else world
+        f = [v for prefix, v in c["factors"].items() if name.startswith(prefix)]
+        return f[0] if f and mistake != "average" else world
 
     for step in range(STEPS):
-        avg = {k: torch.zeros_like(v) for k, v in params.items()}
+        total = {}
         for rank in range(world):
-            p = {k: v.clone().requires_grad_(True) for k, v in params.items()}
-            program(p, step, rank, mistake)
-            grads = {k: (t.grad if t.grad is not None else torch.zeros_like(t)) for k, t in p.items()}
-            if per_rank_clip:
-                grads = clip_(grads, grad_clip)
-            for k in avg:
-                avg[k] += grads[k] / divisor(k)
-        if grad_clip is not None and not per_rank_clip:
-            avg = clip_(avg, grad_clip)
-        params = {k: params[k] - lr * avg[k] for k in params}
-    return params
+            p = {k: v.detach().clone().requires_grad_(True) for k, v in leaves.items()}
+            c["program"](p, step, rank, mistake)
+            grads = {k: t.grad for k, t in p.items()
+                     if t.grad is not None or mistake == "zero_grads"}
+            grads = {k: g if g is not None else torch.zeros_like(p[k]) for k, g in grads.items()}
+            if mistake == "per_rank_clip":
+                grads = clip_(grads, clip)
+            for k, g in grads.items():
+                total[k] = total.get(k, 0) + g / divisor(k)
+        if clip is not None and mistake != "per_rank_clip":
+            total = clip_(total, clip)
+        for k, t in leaves.items():
+            t.grad = total.get(k)
+        opt.step()
+    return {k: v.detach() for k, v in leaves.items()}
 
 
 def compare(name, what, start, got, want, wrong, mistake, rtol, atol):
@@ -260,19 +311,19 @@ def check_token_cases(root, work):
 def main():
     root, work = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)
-    for name, spec, shapes, program, world, lr, grad_clip, factors, mistake in CASES:
+    for c in CASES:
+        name, shapes = c["name"], c["shapes"]
         params = {k: torch.rand(s) * 2 - 1 for k, s in shapes.items()}
         init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
         write_safetensors(init, params)
-        rc, why = run([os.path.join(root, "fsdpgen"), "run", os.path.join(root, HERE, spec), "--", "--load", init,
-                       "--steps", str(STEPS), "--seed", str(SEED), "--save", out])
+        rc, why = run([os.path.join(root, "fsdpgen"), "run", os.path.join(root, c["spec"]), "--",
+                       "--load", init, "--steps", str(STEPS), "--seed", str(SEED), "--save", out])
         check(rc == 0, f"{name}: fsdpgen run --load --steps {STEPS} --save{why}")
         if rc != 0:
             continue
         got, _ = read_safetensors(out)
-        want = run_steps(params, program, world, lr, grad_clip, factors, False)
-        wrong = run_steps(params, program, world, lr, grad_clip, factors, True)
-        compare(name, f"{len(shapes)} parameters", params, got, want, wrong, mistake, 1e-5, 1e-6)
+        want, wrong = run_steps(c, params, None), run_steps(c, params, c["mistake"])
+        compare(name, f"{len(shapes)} parameters", params, got, want, wrong, c["control"], 1e-5, 1e-6)
     check_token_cases(root, work)
     return summary()
 
