@@ -287,10 +287,10 @@ def run(cmd):
 
 
 def check_token_cases(root, work):
-    tokens_path = os.path.join(work, "tokens.bin")
+    data = bytes((i * 7919 + i // 13) % 256 for i in range(20000))
+    tokens_path, tokens = os.path.join(work, "tokens.bin"), list(data)
     with open(tokens_path, "wb") as f:
-        f.write(bytes((i * 7919 + i // 13) % 256 for i in range(20000)))
-    tokens = list(open(tokens_path, "rb").read())
+        f.write(data)
     for name, spec, build, world, lr, mistake in TOKEN_CASES:
         init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
         binary = [os.path.join(root, "fsdpgen"), "run", os.path.join(root, HERE, spec), "--", "--seed", str(SEED),
