@@ -122,6 +122,16 @@ def unused(p, step, rank, mistake):
     linear(p, "head", torch.relu(linear(p, "a", x))).sum().backward()
 
 
+def twice(p, step, rank, mistake):
+    """forward, backward of Twice: head(relu(a(relu(a(x))))). Mistake "first_use": a's
+    gradient from its second use only (reduced at its first post-backward)."""
+    x = synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])
+    h = torch.relu(linear(p, "a", x))
+    if mistake == "first_use":
+        h = h.detach()
+    linear(p, "head", torch.relu(linear(p, "a", h))).sum().backward()
+
+
 def clip_(grads, max_norm):
     """torch.nn.utils.clip_grad_norm_ on a dict of gradients; returns the clipped ones."""
     holders = {k: torch.zeros_like(g, requires_grad=True) for k, g in grads.items()}
@@ -131,6 +141,7 @@ def clip_(grads, max_norm):
     return {k: h.grad for k, h in holders.items()}
 
 
+TWICE_SHAPES = {"a.weight": [DIM, DIM], "a.bias": [DIM], "head.weight": [4, DIM], "head.bias": [4]}
 UNUSED_SHAPES = {"a.weight": [DIM, DIM], "a.bias": [DIM], "b.weight": [DIM, DIM], "b.bias": [DIM],
                  "spare.weight": [DIM, DIM], "spare.bias": [DIM], "never.weight": [DIM, DIM],
                  "never.bias": [DIM], "head.weight": [4, DIM], "head.bias": [4]}
@@ -174,6 +185,8 @@ CASES = [
     case("list_group_unused_module", UNUSED_SHAPES, unused, adamw(0.01, weight_decay=0.1),
          "zero_grads", "the unused parameters get zero gradients (so AdamW decays them)",
          spec="tests/specs/features/list_group_unused_module.lua"),
+    case("module_twice", TWICE_SHAPES, twice, sgd(0.01),
+         "first_use", "the module's gradient from its second use only"),
     case("sgd_nesterov", MLP_SHAPES, forward_backward,
          sgd(0.01, momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.05),
          "optimizer", "plain momentum instead of Nesterov's",
