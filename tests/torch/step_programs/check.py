@@ -177,6 +177,8 @@ CASES = [
          "same_batch", "both forwards read forward item 0's batch"),
     case("grad_accumulation", MLP_SHAPES, grad_accumulation, sgd(0.01),
          "drop", "the synced backward drops the unsynced one's gradients"),
+    case("hsdp_accumulation", MLP_SHAPES, grad_accumulation, sgd(0.01),
+         "drop", "the synced backward drops the unsynced one's gradients", world=4),
     case("checkpoint_clip", MLP_SHAPES, forward_backward, sgd(0.01),
          "per_rank_clip", "each rank clips by its own gradients' norm before the average", clip=0.5),
     case("hsdp_divide", MLP_SHAPES, forward_backward, sgd(0.01),
