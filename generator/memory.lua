@@ -401,7 +401,7 @@ function M.plan(plan)
   mark_packed_logits(steps)
   mark_packed_activations(plan.graph)
   mark_packed_params(plan)
-  M.mark_grad_alias_adds(plan.steps)
+  M.mark_grad_alias_adds(steps)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end

@@ -15,7 +15,6 @@
 -- Run from the repository root: lua5.4 tests/generator/grad_init.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local emit_step = require("emit_step")
-local kernels = require("kernels_c")
 local memory = require("memory")
 local trace = require("trace")
 
