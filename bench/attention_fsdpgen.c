@@ -3,11 +3,13 @@
 // runtime/cuda/flash_attention_tc.cuh) on one shape; bench/
 // attention.sh runs it beside PyTorch's scaled_dot_product_attention on the same shapes.
 //   attention_fsdpgen B T NH NKV HD [iters]
-// Prints `RESULT impl=fsdpgen pass=forward|backward ms=... tflops=...`: the mean over
-// `iters` calls after 3 warm-up calls, the device synchronized around the timed loop (each
-// call is one or a few kernel launches on the runtime's stream). FLOPs count the causal
-// half of each T x T product, as FlashAttention's benchmarks do: forward 2 products,
-// backward 5 (this backward runs 7, recomputing S and dP in its dQ pass).
+// Prints `RESULT impl=fsdpgen pass=forward|backward|backward_fused ms=... tflops=...`: the
+// mean over `iters` calls after 3 warm-up calls, the device synchronized around the timed
+// loop (each call is one or a few kernel launches on the runtime's stream). backward_fused
+// is the backward with dQ computed in the dK/dV kernel (rt_cuda_set_attention_fused_dq).
+// FLOPs count the causal half of each T x T product, as FlashAttention's benchmarks do:
+// forward 2 products, backward 5 (the unfused backward runs 7, recomputing S and dP in its
+// dQ pass).
 #define _POSIX_C_SOURCE 199309L  // clock_gettime
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 
 #include "../runtime/core/dtype_bits.h"
 #include "rt_check.h"
+#include "rt_cuda.h"
 #include "rt_kernels.h"
 
 static double now_s(void) {
@@ -76,7 +79,9 @@ int main(int argc, char** argv) {
     float* scratch = dev_zeros(rt_attention_lowmem_scratch_floats(B, NH, T));
     float *dq = dev_zeros(nq), *dk = dev_zeros(nk), *dv = dev_zeros(nk);
     const double causal_flops = 4.0 * B * NH * (double)T * T * HD / 2.0;  // one forward
-    for (int pass = 0; pass < 2; pass++) {
+    static const char* pass_name[3] = {"forward", "backward", "backward_fused"};
+    for (int pass = 0; pass < 3; pass++) {
+        rt_cuda_set_attention_fused_dq(pass == 2);
         double t0 = 0.0;
         for (int i = 0; i < 3 + iters; i++) {
             if (i == 3) {
@@ -94,8 +99,8 @@ int main(int argc, char** argv) {
         RT_CHECK_CUDA(cudaDeviceSynchronize());
         const double ms = (now_s() - t0) * 1e3 / iters;
         const double flops = causal_flops * (pass == 0 ? 1.0 : 2.5);
-        printf("RESULT impl=fsdpgen pass=%s ms=%.4f tflops=%.1f\n",
-               pass == 0 ? "forward" : "backward", ms, flops / (ms * 1e-3) / 1e12);
+        printf("RESULT impl=fsdpgen pass=%s ms=%.4f tflops=%.1f\n", pass_name[pass], ms,
+               flops / (ms * 1e-3) / 1e12);
     }
     RT_CHECK_CUDA(cudaGetLastError());
     return 0;

@@ -62,7 +62,8 @@ for v in "${variants[@]}"; do
   printf '%-10s %s\n' "$name" "$(awk '
     /Compiling entry function/ { k = "" }
     /Compiling entry function .*rtc_fa_tc_.*bfloat16.*rtc_tc_cfgILi64E/ {
-      k = $0 ~ /forward/ ? "forward" : $0 ~ /dkdv/ ? "dK/dV" : "dQ" }
+      k = $0 ~ /forward/ ? "forward" : $0 ~ /rtc_tc_fused/ ? "fused dK/dV/dQ" :
+          $0 ~ /dkdv/ ? "dK/dV" : "dQ" }
     k != "" && /spill stores/ { st = $5; ld = $9 }
     k != "" && /Used [0-9]+ registers/ {
       for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1)
@@ -72,7 +73,7 @@ if ! have_gpu; then
   echo "bench/attention_sweep.sh: no GPU: nothing measured"
   exit 0
 fi
-printf '%-10s %-10s %-9s %12s %12s %9s\n' variant shape pass "fsdpgen ms" "sdpa ms" "fsdpgen x"
+printf '%-10s %-10s %-14s %12s %12s %9s\n' variant shape pass "fsdpgen ms" "sdpa ms" "fsdpgen x"
 for s in "${attention_shapes[@]}"; do
   set -- $s
   name=$1; shift
@@ -82,11 +83,11 @@ for s in "${attention_shapes[@]}"; do
     vn=${v%%:*}
     ours=$(build/bench/sweep/$vn/attention_fsdpgen "$@" "$iters") ||
       { echo "$vn $name: attention_fsdpgen failed"; status=1; continue; }
-    for pass in forward backward; do
+    for pass in forward backward backward_fused; do
       read -r oms _ <<<"$(attention_result fsdpgen "$pass" "$ours")"
-      read -r tms _ <<<"$(attention_result torch_sdpa "$pass" "$theirs")"
+      read -r tms _ <<<"$(attention_result torch_sdpa "${pass%_fused}" "$theirs")"
       [[ -n $oms && -n $tms ]] || { echo "$vn $name $pass: no RESULT line"; status=1; continue; }
-      printf '%-10s %-10s %-9s %12s %12s %8.2fx\n' "$vn" "$name" "$pass" "$oms" "$tms" \
+      printf '%-10s %-10s %-14s %12s %12s %8.2fx\n' "$vn" "$name" "$pass" "$oms" "$tms" \
         "$(awk -v a="$tms" -v b="$oms" 'BEGIN { print a / b }')"
     done
   done

@@ -7,7 +7,9 @@
 // deterministic (no atomics). Two sets of kernels, chosen per call by prec and HD:
 //   * prec RT_BF16 / RT_F16 with HD a multiple of 16 up to 128: tensor cores
 //     (flash_attention_tc.cuh; 16-bit operands, fp32 accumulation, P and dS narrowed to
-//     the 16-bit type before their products as in FlashAttention-2);
+//     the 16-bit type before their products as in FlashAttention-2; the backward with dQ
+//     in its dK/dV kernel when rt_cuda_set_attention_fused_dq says so, its dQ parts added
+//     in a fixed order through counters, still deterministic);
 //   * otherwise (prec RT_F32, or other head dims up to 256): fp32 on CUDA cores
 //     (flash_attention.cuh), the reference path.
 // Both write the same stats (m, 1/l), so either backward accepts either forward's stats,
@@ -27,6 +29,8 @@
 // against in-kernel dot products, the online softmax's rescaling), not bit for bit as on
 // the CPU.
 #include <string.h>
+
+#include <atomic>
 
 #include "../kernels/attention_shape.h"
 #include "cuda_common.cuh"
@@ -185,6 +189,8 @@ void rtc_attention_init(void) {
     rtc_fa_each_kernel(set);
     rtc_fa_tc_each_kernel<__nv_bfloat16>(set);
     rtc_fa_tc_each_kernel<__half>(set);
+    rtc_fa_tc_each_fused_kernel<__nv_bfloat16>(set);
+    rtc_fa_tc_each_fused_kernel<__half>(set);
 }
 
 // Launches one flash kernel with `smem` bytes of dynamic shared memory on the thread's
@@ -201,6 +207,30 @@ struct rtc_fa_launcher {
         RTC_CHECK_LAUNCH(rtc_fa_kernel);
     }
 };
+
+// rt_cuda_set_attention_fused_dq's setting, for every thread.
+static std::atomic<int> fused_dq(0);
+
+void rt_cuda_set_attention_fused_dq(int on) { fused_dq.store(on != 0); }
+int rt_cuda_attention_fused_dq(void) { return fused_dq.load(); }
+
+// The tensor-core backward of element type E, fused (rtc_tc_fused) or not as set; with the
+// fused one and dq wanted, its dQ scratch from the context. dq sharing dk's or dv's buffer
+// (fp32 self-attention gradients) takes the unfused kernels: there dq's stores come after
+// dK/dV's, where in the fused kernel other blocks would add to the same rows meanwhile.
+template <class E>
+static void tc_backward(const rtc_fa_launcher& launch, rtc_fa_args a) {
+    typedef rtc_tc_fused<rtc_tc_cfg<64>> F64;
+    typedef rtc_tc_fused<rtc_tc_cfg<128>> F128;
+    if (!fused_dq.load() || (a.dq && (a.dq == a.dk || a.dq == a.dv))) {
+        rtc_fa_tc_backward<E>(launch, a);
+        return;
+    }
+    size_t acc_floats, counters;
+    rtc_fa_tc_dq_scratch_size<F64, F128>(a, &acc_floats, &counters);
+    if (acc_floats) rtc_dq_scratch(acc_floats, counters, &a.dq_acc, &a.dq_sem);
+    rtc_fa_tc_backward<E, F64, F128>(launch, a);
+}
 
 // The tensor-core kernels serve this call: 16-bit operands, a head dim they support, and
 // outputs rounded to the operands' type or not at all (rtc_tc_round).
@@ -335,8 +365,8 @@ static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const 
         a.out_in = po ? NULL : (const float*)out;
         a.out16_in = po ? out : NULL;
         operands16(a, q, k, v, dout, packed, prec);
-        if (prec == RT_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
-        else rtc_fa_tc_backward<__half>(launch, a);
+        if (prec == RT_BF16) tc_backward<__nv_bfloat16>(launch, a);
+        else tc_backward<__half>(launch, a);
         return;
     }
     const int rows = B * T, cq = NH * HD, ck = NKV * HD;

@@ -88,16 +88,46 @@ static void* narrow_copy(const float* x, size_t n, elem e) {
     return c;
 }
 
-// The kernels' 16-bit operand copies of a call's q, k, v (and dout), freed on return.
+// Calls of the fused backward (KDQ) whose dQ counters were not all zero after the call.
+static long sem_left_set;
+
+// The kernels' 16-bit operand copies of a call's q, k, v (and dout), and the fused
+// backward's dQ scratch (partial sums NaN until written, counters zero) as
+// rtc_fa_tc_dq_scratch_size asks for configurations C64, C128; freed on return, after
+// checking that the call left every counter at zero.
 struct narrowed {
     rtc_fa_args a;
+    size_t counters = 0;
+    template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
+    static narrowed make(elem e, const rtc_fa_args& x) {
+        narrowed n(e, x);
+        size_t floats;
+        rtc_fa_tc_dq_scratch_size<C64, C128>(x, &floats, &n.counters);
+        if (floats) {
+            n.a.dq_acc = (float*)malloc(floats * sizeof(float));
+            for (size_t i = 0; i < floats; i++) n.a.dq_acc[i] = NAN;
+            n.a.dq_sem = (int*)calloc(n.counters, sizeof(int));
+        }
+        return n;
+    }
     narrowed(elem e, const rtc_fa_args& x) : a(x) {
         const size_t nq = (size_t)x.B * x.T * x.NH * x.HD, nk = (size_t)x.B * x.T * x.NKV * x.HD;
         a.q16 = narrow_copy(x.q, nq, e), a.k16 = narrow_copy(x.k, nk, e);
         a.v16 = narrow_copy(x.v, nk, e), a.dout16 = narrow_copy(x.dout, nq, e);
     }
+    narrowed(narrowed&& o) : a(o.a), counters(o.counters) {
+        o.a.q16 = o.a.k16 = o.a.v16 = o.a.dout16 = NULL;
+        o.a.dq_acc = NULL, o.a.dq_sem = NULL;
+    }
+    narrowed(const narrowed&) = delete;
     ~narrowed() {
+        for (size_t i = 0; i < counters && a.dq_sem; i++)
+            if (a.dq_sem[i] != 0) {
+                sem_left_set++;
+                break;
+            }
         free((void*)a.q16), free((void*)a.k16), free((void*)a.v16), free((void*)a.dout16);
+        free(a.dq_acc), free(a.dq_sem);
     }
 };
 
@@ -114,7 +144,7 @@ static void tc_forward(elem e, const rtc_fa_args& x) {
 template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
 static void tc_backward(elem e, const rtc_fa_args& x) {
     emu_launcher launch;
-    const narrowed n(e, x);
+    const narrowed n = narrowed::make<C64, C128>(e, x);
     if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16, C64, C128>(launch, n.a);
     if (e == EL_F16) rtc_fa_tc_backward<__half, C64, C128>(launch, n.a);
     if (e == EL_F32) rtc_fa_tc_backward<float, C64, C128>(launch, n.a);
@@ -149,6 +179,7 @@ static bool grad_ok(const char* what, const float* got, const float* want, const
 // Packed 16-bit storage of dt (rt_kernels.h): the forward writing out16 gives the bits of
 // its rounded fp32 out, and the backward reading out and dout packed (D's operands) gives
 // the bits of the call reading them as floats.
+template <class C64, class C128>
 static void check_packed(elem e, rt_dtype dt, const rtc_fa_args& fa, const rtc_fa_args& ga,
                          const float* dq0, const float* dk0, const float* dv0, const char* nm) {
     const size_t nq = (size_t)fa.B * fa.T * fa.NH * fa.HD, nk = (size_t)fa.B * fa.T * fa.NKV * fa.HD;
@@ -158,9 +189,9 @@ static void check_packed(elem e, rt_dtype dt, const rtc_fa_args& fa, const rtc_f
     memset(out16, 0xAB, nq * sizeof(uint16_t));
     rtc_fa_args f = fa;
     f.dt = dt, f.out = out, f.stats = st;
-    tc_forward(e, f);
+    tc_forward<C64, C128>(e, f);
     f.out = NULL, f.out16 = out16, f.stats = st16;
-    tc_forward(e, f);
+    tc_forward<C64, C128>(e, f);
     bool fwd_ok = same_bits(st, st16, ns);
     for (size_t i = 0; i < nq; i++) {
         const float w = rt_bits16_to_f32_inl(out16[i], dt);
@@ -171,13 +202,13 @@ static void check_packed(elem e, rt_dtype dt, const rtc_fa_args& fa, const rtc_f
     float *pdq = hcopy(dq0, nq), *pdk = hcopy(dk0, nk), *pdv = hcopy(dv0, nk);
     rtc_fa_args b = ga;
     b.dt = dt, b.out_in = out, b.stats_in = st, b.dq = dq, b.dk = dk, b.dv = dv;
-    tc_backward(e, b);
+    tc_backward<C64, C128>(e, b);
     b.dq = pdq, b.dk = pdk, b.dv = pdv;
-    narrowed n(e, b);  // dout16: dout's packed values
+    narrowed n = narrowed::make<C64, C128>(e, b);  // dout16: dout's packed values
     n.a.dout = NULL, n.a.out_in = NULL, n.a.out16_in = out16;
     emu_launcher launch;
-    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, n.a);
-    else rtc_fa_tc_backward<__half>(launch, n.a);
+    if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16, C64, C128>(launch, n.a);
+    else rtc_fa_tc_backward<__half, C64, C128>(launch, n.a);
     const bool bwd_ok = same_bits(dq, pdq, nq) && same_bits(dk, pdk, nk) && same_bits(dv, pdv, nk);
     CHECK(fwd_ok && bwd_ok, "tc %s, dt %s, packed: forward into out16 == the rounded fp32 out and "
           "stats (%s); backward with D from packed out and dout == from floats (%s), bit for bit",
@@ -191,9 +222,11 @@ static double worst_fwd[3], worst_bwd[3], worst_e2e[3], worst_interop[3];
 static double worst_f32_fwd, worst_f32_bwd;
 
 // ----------------------------------------------------------------------------
-// one shape, one element type
+// one shape, one element type, the kernels of configurations C64, C128 (cfg: their name)
 
-static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e) {
+template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
+static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e,
+                       const char* cfg = "default tiles") {
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
     const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
@@ -206,8 +239,8 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     float *eout = hrand(nq, 1.0f, 0.0f), *estats = hrand(ns, 1.0f, 0.0f),
           *escratch = hrand(nsc, 1.0f, 0.0f);
     char nm[200];
-    snprintf(nm, sizeof nm, "%s B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s", elem_name(e), B,
-             T, NH, NKV, HD, rtc_fa_tc_hdp(HD), causal ? "causal" : "full");
+    snprintf(nm, sizeof nm, "%s B=%d T=%d NH=%d NKV=%d HD=%d (%s of HD %d) %s", elem_name(e), B,
+             T, NH, NKV, HD, cfg, rtc_fa_tc_hdp(HD), causal ? "causal" : "full");
     const bool exact = e == EL_F32;
     attn_tc_bound bd;
     attn_tc_bound_compute(&bd, q, k, v, dout, B, T, NH, NKV, HD, causal,
@@ -227,7 +260,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     rtc_fa_args fa = a;
     fa.out = eout;
     fa.stats = estats;
-    tc_forward(e, fa);
+    tc_forward<C64, C128>(e, fa);
     const attn_tc_cmp_result ro = attn_tc_compare(eout, out, bd.out, NULL, nq, TOL_FWD);
     const double e_m = maxdiff(estats, stats, ns, 0, 2), e_inv = maxdiff(estats, stats, ns, 1, 2);
     CHECK(ro.ratio <= 1.0 && e_m <= TOL_FWD && e_inv <= TOL_FWD,
@@ -248,7 +281,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     rtc_fa_args ba = a;
     ba.dout = dout, ba.out_in = out, ba.stats_in = stats, ba.D = escratch;
     ba.dq = edq, ba.dk = edk, ba.dv = edv;
-    tc_backward(e, ba);
+    tc_backward<C64, C128>(e, ba);
     {
         printf("  tc backward from the CPU's out and stats (+=):\n");
         double* w = exact ? &worst_f32_bwd : &worst_bwd[e];
@@ -271,7 +304,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     rtc_fa_args ga = ba;
     ga.out_in = eout, ga.stats_in = estats;
     ga.dq = gdq, ga.dk = gdk, ga.dv = gdv;
-    tc_backward(e, ga);
+    tc_backward<C64, C128>(e, ga);
     {
         printf("  tc backward from the tc forward's out and stats (+=):\n");
         bool ok = grad_ok("dq", gdq, dq, bd.dq, bd.dq_D, nq, &worst_e2e[e]);
@@ -284,23 +317,23 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     float *sdq = hcopy(dq0, nq), *sdk = hcopy(dk0, nk), *sdv = hcopy(dv0, nk);
     rtc_fa_args s1 = ga;
     s1.dk = s1.dv = NULL, s1.dq = sdq;
-    tc_backward(e, s1);
+    tc_backward<C64, C128>(e, s1);
     rtc_fa_args s2 = ga;
     s2.dq = s2.dv = NULL, s2.dk = sdk;
-    tc_backward(e, s2);
+    tc_backward<C64, C128>(e, s2);
     rtc_fa_args s3 = ga;
     s3.dq = s3.dk = NULL, s3.dv = sdv;
-    tc_backward(e, s3);
+    tc_backward<C64, C128>(e, s3);
     CHECK(same_bits(sdq, gdq, nq) && same_bits(sdk, gdk, nk) && same_bits(sdv, gdv, nk),
           "tc backward %s: dq, dk, dv each alone == the joint call, bit for bit", nm);
     {
         const rt_dtype dt = e == EL_BF16 ? RT_BF16 : RT_F16;
-        auto fwd = [e](const rtc_fa_args& x) { tc_forward(e, x); };
-        auto bwd = [e](const rtc_fa_args& x) { tc_backward(e, x); };
+        auto fwd = [e](const rtc_fa_args& x) { tc_forward<C64, C128>(e, x); };
+        auto bwd = [e](const rtc_fa_args& x) { tc_backward<C64, C128>(e, x); };
         char what[240];
         snprintf(what, sizeof what, "tc %s, dt %s", nm, elem_name(e));
         check_round_assign(fwd, bwd, dt, fa, eout, estats, ga, gdq, gdk, gdv, dq0, dk0, dv0, what);
-        check_packed(e, dt, fa, ga, dq0, dk0, dv0, nm);
+        check_packed<C64, C128>(e, dt, fa, ga, dq0, dk0, dv0, nm);
     }
 
     // the fp32 backward accepts the tensor-core forward's stats (P exact, D from its out)
@@ -340,6 +373,20 @@ typedef rtc_tc_tiles<64, 64, 64, 2, 4, 64, 32, 2, 4, 64, 32, 2, 4> cfg64_mt2_sma
 typedef rtc_tc_tiles<128, 64, 64, 2, 3, 64, 32, 2, 2, 64, 32, 2, 2> cfg128_mt2;
 typedef rtc_tc_tiles<128, 128, 64, 2, 1, 128, 16, 2, 1, 128, 16, 2, 1> cfg128_mt2_big;
 typedef rtc_tc_tiles<128, 32, 64, 2, 2, 32, 32, 2, 2, 32, 32, 2, 2> cfg128_mt2_small;
+
+// The fused backward (KDQ 1: the dK/dV kernel also computes dQ, in key-tile order through
+// the counters): the default tiles, then dQ's query tile dealt to the warps every way the
+// kernel allows (HD 64: 4 warps on 4 row tiles of 16, 2 warps on 1 tile's column halves,
+// 1 warp on 2 tiles; HD 128: 4 warps on 1 tile's column quarters, 1 warp on 2 tiles, of
+// two row tiles each). Other bits than the seven-product backward's (each dQ sums its key
+// tiles' parts in another order, dK and dV their query tiles): held to the same bounds.
+typedef rtc_tc_tiles<64, 128, 64, 1, 2, 64, 32, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq;
+typedef rtc_tc_tiles<128, 64, 64, 1, 3, 64, 32, 1, 2, 64, 32, 1, 2, 1> cfg128_kdq;
+typedef rtc_tc_tiles<64, 128, 64, 1, 2, 128, 64, 2, 2, 64, 32, 1, 4, 1> cfg64_kdq_rows;
+typedef rtc_tc_tiles<64, 128, 64, 1, 2, 32, 16, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq_cols;
+typedef rtc_tc_tiles<64, 128, 64, 1, 2, 16, 32, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq_one;
+typedef rtc_tc_tiles<128, 64, 64, 1, 3, 64, 16, 1, 2, 64, 32, 1, 2, 1> cfg128_kdq_cols;
+typedef rtc_tc_tiles<128, 64, 64, 1, 3, 32, 32, 2, 2, 64, 32, 1, 2, 1> cfg128_kdq_one;
 
 struct alt_cfg {
     const char* name;
@@ -440,6 +487,41 @@ int main(void) {
             test_shape(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e);
     }
 
+    // the fused backward (KDQ): every check above, on these shapes (ThreadSanitizer: the
+    // first two), then its other ways of dealing dQ to the warps on a few (one)
+#ifdef EMU_FIBERS
+    const int nkdq = nshapes;
+#else
+    const int nkdq = 2;
+#endif
+    for (int i = 0; i < nkdq; i++) {
+        const shape& s = shapes[i];
+        for (int e = EL_BF16; e <= EL_F32; e++)
+            test_shape<cfg64_kdq, cfg128_kdq>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e,
+                                              "fused dQ");
+    }
+    static const shape kdq_shapes[] = {
+        {1, 150, 2, 1, 64, 1}, {2, 37, 4, 2, 16, 1}, {1, 83, 3, 3, 64, 0}, {1, 97, 2, 1, 128, 1},
+    };
+#ifdef EMU_FIBERS
+    const int nkdq_alt = (int)(sizeof kdq_shapes / sizeof kdq_shapes[0]);
+#else
+    const int nkdq_alt = 1;
+#endif
+    for (int i = 0; i < nkdq_alt; i++) {
+        const shape& s = kdq_shapes[i];
+        test_shape<cfg64_kdq_rows, cfg128_kdq_one>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, EL_BF16,
+                                                   "fused dQ, 4 warps on 4 row tiles / 1 on 2");
+        test_shape<cfg64_kdq_cols, cfg128_kdq_cols>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal,
+                                                    EL_F16, "fused dQ, column ranges");
+        test_shape<cfg64_kdq_one, cfg128_kdq>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, EL_F32,
+                                              "fused dQ, 1 warp on 2 row tiles");
+    }
+    CHECK(rtc_tc_sem_errors == 0 && sem_left_set == 0,
+          "fused dQ: every block found its query tiles' counters at its key tile (%ld did not), "
+          "and every call left them at zero (%ld did not)",
+          rtc_tc_sem_errors, sem_left_set);
+
     // the other configurations against the default, bit for bit: HD 16..128, T below one row
     // tile, across the 16-row tiles of a warp, the blocks and (causal) the diagonal, GQA;
     // bf16, and fp16 or float (the same kernels but for the conversions) for the shorter
@@ -477,6 +559,9 @@ int main(void) {
     rtc_fa_tc_each_kernel<__half, cfg64_mt2_big, cfg128_mt2_big>(all);
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2_small, cfg128_mt2_small>(all);
     rtc_fa_tc_each_kernel<__half, cfg64_mt2_small, cfg128_mt2_small>(all);
+    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq, cfg128_kdq>(all);
+    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq_rows, cfg128_kdq_one>(all);
+    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq_cols, cfg128_kdq_cols>(all);
     CHECK(all.worst <= EMU_MAX_SMEM,
           "all %d tensor-core flash kernel configurations: largest shared memory %zu bytes "
           "(limit %d)",
