@@ -80,21 +80,28 @@ echo "device: $name, bf16 dense peak $peak TFLOP/s; warmup $warmup steps, timed 
 results=$work/results
 : >"$results"
 for c in "${configs[@]}"; do
-  log=$work/$c.fsdpgen.log
-  echo "== $c: fsdpgen (./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
-  ms="" tok=""
-  if ./fsdpgen bench train "bench/specs/$c.lua" --cuda --steps $((warmup + steps)) >"$log" 2>&1; then
-    # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
-    read -r ms tok < <(sed -n 's/^bench: .*: \([0-9.]*\) ms\/step, \([0-9.]*\) tok\/s.*/\1 \2/p' "$log")
-  fi
-  if [[ -n $ms && -n $tok ]]; then
-    grep -m 1 '^bench: ' "$log"
-    echo "RESULT impl=fsdpgen config=$c ms_per_step=$ms tokens_per_s=$tok peak_mem_gb=${plan_gb[$c]} mem_source=plan" >>"$results"
-  else
-    tail -n 20 "$log"
-    echo "RESULT impl=fsdpgen config=$c error=bench_train_failed" >>"$results"
-    status=1
-  fi
+  # fsdpgen, then fsdpgen_fused: the attention backward with dQ in its dK/dV kernel
+  # (RT_ATTENTION_FUSED_DQ=1, rt_cuda.h; off by default until it is timed here)
+  for fused in 0 1; do
+    impl=fsdpgen
+    [[ $fused == 1 ]] && impl=fsdpgen_fused
+    log=$work/$c.$impl.log
+    echo "== $c: $impl (RT_ATTENTION_FUSED_DQ=$fused ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
+    ms="" tok=""
+    if RT_ATTENTION_FUSED_DQ=$fused ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
+      --steps $((warmup + steps)) >"$log" 2>&1; then
+      # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
+      read -r ms tok < <(sed -n 's/^bench: .*: \([0-9.]*\) ms\/step, \([0-9.]*\) tok\/s.*/\1 \2/p' "$log")
+    fi
+    if [[ -n $ms && -n $tok ]]; then
+      grep -m 1 '^bench: ' "$log"
+      echo "RESULT impl=$impl config=$c ms_per_step=$ms tokens_per_s=$tok peak_mem_gb=${plan_gb[$c]} mem_source=plan" >>"$results"
+    else
+      tail -n 20 "$log"
+      echo "RESULT impl=$impl config=$c error=bench_train_failed" >>"$results"
+      status=1
+    fi
+  done
   for impl in torch_eager torch_compile; do
     flag=()
     [[ $impl == torch_compile ]] && flag=(--compile)

@@ -28,6 +28,8 @@
 // The two variants agree within fp32 round-off (different summation orders: cuBLAS tiles
 // against in-kernel dot products, the online softmax's rescaling), not bit for bit as on
 // the CPU.
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -208,11 +210,27 @@ struct rtc_fa_launcher {
     }
 };
 
-// rt_cuda_set_attention_fused_dq's setting, for every thread.
-static std::atomic<int> fused_dq(0);
+// rt_cuda_set_attention_fused_dq's setting, for every thread; until it is called, the
+// environment's RT_ATTENTION_FUSED_DQ (0 or 1; unset or empty: 0), read on first use.
+static std::atomic<int> fused_dq_setting(-1);
 
-void rt_cuda_set_attention_fused_dq(int on) { fused_dq.store(on != 0); }
-int rt_cuda_attention_fused_dq(void) { return fused_dq.load(); }
+static bool fused_dq(void) {
+    int v = fused_dq_setting.load();
+    if (v >= 0) return v;
+    const char* env = getenv("RT_ATTENTION_FUSED_DQ");
+    if (env && *env && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
+        fflush(stdout);
+        fprintf(stderr, "error: RT_ATTENTION_FUSED_DQ=%s: must be 0 (the backward's own dQ "
+                "kernel) or 1 (dQ in the dK/dV kernel)\n", env);
+        exit(2);
+    }
+    int unset = -1;
+    fused_dq_setting.compare_exchange_strong(unset, env && strcmp(env, "1") == 0);
+    return fused_dq_setting.load();
+}
+
+void rt_cuda_set_attention_fused_dq(int on) { fused_dq_setting.store(on != 0); }
+int rt_cuda_attention_fused_dq(void) { return fused_dq(); }
 
 // The tensor-core backward of element type E, fused (rtc_tc_fused) or not as set; with the
 // fused one and dq wanted, its dQ scratch from the context. dq sharing dk's or dv's buffer
@@ -222,7 +240,7 @@ template <class E>
 static void tc_backward(const rtc_fa_launcher& launch, rtc_fa_args a) {
     typedef rtc_tc_fused<rtc_tc_cfg<64>> F64;
     typedef rtc_tc_fused<rtc_tc_cfg<128>> F128;
-    if (!fused_dq.load() || (a.dq && (a.dq == a.dk || a.dq == a.dv))) {
+    if (!fused_dq() || (a.dq && (a.dq == a.dk || a.dq == a.dv))) {
         rtc_fa_tc_backward<E>(launch, a);
         return;
     }

@@ -27,7 +27,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # spec and its CPU-vs-CUDA rtol (fp32 specs 1e-3; mixed precision 3e-2). Worlds 1, 2, 4
 # and an HSDP 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
 # bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4), direct
-# (one-rank) all-gathers incl. a dropped one.
+# (one-rank) all-gathers incl. a dropped one, attention on tensor cores (head dim 16; the
+# only one here: the other specs' head dims are not multiples of 16), fused dQ too.
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -39,6 +40,7 @@ specs=(
   "tests/specs/conformance/llama_w1_bf16.lua 3e-2"
   "tests/specs/features/w1_direct_all_gather.lua 3e-2"
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
+  "tests/specs/features/llama_tc_attention_bf16.lua 3e-2"
 )
 
 # ---- build (no GPU needed) ----------------------------------------------------------------
@@ -127,6 +129,28 @@ for entry in "${specs[@]}"; do
     PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name ($where)" "$py" tests/cuda_step/compare_runs.py \
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
         "$work/$name.cuda.safetensors" "$rtol" "$name"
+    if [[ $name == llama_tc_attention_bf16 ]]; then  # attention on tensor cores: fused dQ too
+        RT_ATTENTION_FUSED_DQ=1 CUDA_EMU_LAZY=low "$bin" --steps 5 \
+            --save "$work/$name.fused.safetensors" >"$work/$name.fused.log" 2>&1
+        PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name, RT_ATTENTION_FUSED_DQ=1 ($where)" \
+            "$py" tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.fused.log" \
+            "$work/$name.cpu.safetensors" "$work/$name.fused.safetensors" "$rtol" "$name"
+        # other bits than the unfused run (dQ's sums in another order; this spec's differ
+        # after its 5 steps), or the setting was ignored
+        if cmp -s "$work/$name.cuda.safetensors" "$work/$name.fused.safetensors"; then
+            fail "$name: RT_ATTENTION_FUSED_DQ=1 saved the unfused run's bits (setting ignored?)"
+        else
+            pass "$name: RT_ATTENTION_FUSED_DQ=1 saves other bits than the unfused run"
+        fi
+        if RT_ATTENTION_FUSED_DQ=yes "$bin" --steps 1 >"$work/$name.badenv.log" 2>&1; then
+            fail "$name with RT_ATTENTION_FUSED_DQ=yes: ran (must stop: 0 or 1 only)"
+        elif grep -q '^error: RT_ATTENTION_FUSED_DQ=yes: must be 0' "$work/$name.badenv.log"; then
+            pass "$name with RT_ATTENTION_FUSED_DQ=yes: stops with \"$(grep -m 1 '^error: RT_ATTENTION_FUSED_DQ' "$work/$name.badenv.log")\""
+        else
+            tail -n 5 "$work/$name.badenv.log"
+            fail "$name with RT_ATTENTION_FUSED_DQ=yes: no one-line error naming it"
+        fi
+    fi
     [ "$gpu" = 1 ] && continue
     # The emulator's arithmetic is the same in any order, so the run with every stream at
     # issue (0) and with every stream waiting to be needed (1) must save the low run's bits
@@ -161,6 +185,18 @@ if [ -x "$sanitizer" ] || command -v "$sanitizer" >/dev/null 2>&1; then
         else
             tail -n 30 "$work/san.log"
             fail "compute-sanitizer --tool $tool on $spec"
+        fi
+    done
+    # the tensor-core attention, its fused backward included (shared-memory dS^T, counters)
+    spec=tests/specs/features/llama_tc_attention_bf16.lua
+    bin=build/llama_tc_attention_bf16/llama_tc_attention_bf16_cuda
+    for tool in memcheck racecheck; do
+        if RT_ATTENTION_FUSED_DQ=1 "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin" --steps 2 \
+            --no-graph >"$work/san.log" 2>&1; then
+            pass "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=1 (2 steps): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/san.log" | tail -n 1)"
+        else
+            tail -n 30 "$work/san.log"
+            fail "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=1"
         fi
     done
 else
