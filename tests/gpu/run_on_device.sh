@@ -13,7 +13,9 @@
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
 #   attention  bench/attention.sh (the flash kernels against PyTorch's SDPA on the bench
 #            shapes), then ncu's throughput, memory, warp-stall and occupancy sections for
-#            the three tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt)
+#            the three tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt),
+#            and of the fused backward's dK/dV kernel (RT_ATTENTION_FUSED_DQ=1,
+#            ncu_attention_fused.txt)
 #   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against
 #            SDPA; not in the default set)
 # Ends with the summed `N passed, N failed` of the test stages.
@@ -89,6 +91,11 @@ for s in $stages; do
         step "attention sections" profile.log 150 ncu -k regex:rtc_fa_tc --launch-count 3 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section Occupancy --log-file "$out/ncu_attention.txt" \
+            build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph
+        step "fused attention sections" profile.log 90 env RT_ATTENTION_FUSED_DQ=1 ncu \
+            -k regex:rtc_fa_tc_dkdv --launch-count 1 --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+            --log-file "$out/ncu_attention_fused.txt" \
             build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph ;;
     sweep)
         step "attention sweep" sweep.log 240 bench/attention_sweep.sh --iters 50 ;;
