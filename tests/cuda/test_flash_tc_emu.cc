@@ -114,6 +114,7 @@ struct narrowed {
         const size_t nq = (size_t)x.B * x.T * x.NH * x.HD, nk = (size_t)x.B * x.T * x.NKV * x.HD;
         a.q16 = narrow_copy(x.q, nq, e), a.k16 = narrow_copy(x.k, nk, e);
         a.v16 = narrow_copy(x.v, nk, e), a.dout16 = narrow_copy(x.dout, nq, e);
+        a.dq_acc = NULL, a.dq_sem = NULL;  // this object's own, if make() allocates them
     }
     narrowed(narrowed&& o) : a(o.a), counters(o.counters) {
         o.a.q16 = o.a.k16 = o.a.v16 = o.a.dout16 = NULL;
