@@ -22,7 +22,7 @@ for s in "${attention_shapes[@]}"; do
   name=$1; shift
   ours=$(build/bench/attention_fsdpgen "$@" "$iters") || { echo "$name: attention_fsdpgen failed"; status=1; continue; }
   theirs=$(python3 bench/attention_torch.py "$@" "$iters") || { echo "$name: attention_torch.py failed"; status=1; continue; }
-  for pass in forward backward backward_fused; do
+  for pass in "${attention_passes[@]}"; do
     read -r oms otf <<<"$(attention_result fsdpgen "$pass" "$ours")"
     read -r tms ttf <<<"$(attention_result torch_sdpa "${pass%_fused}" "$theirs")"
     [[ -n $oms && -n $tms ]] || { echo "$name $pass: no RESULT line"; status=1; continue; }

@@ -1,6 +1,6 @@
 # Shared by bench/attention.sh and bench/attention_sweep.sh (sourced, from the repository
-# root): their one option, the GPU check, the bench models' attention shapes, and the
-# RESULT lines of bench/attention_fsdpgen.c and bench/attention_torch.py.
+# root): their one option, the GPU check, the bench models' attention shapes, the passes,
+# and the RESULT lines of bench/attention_fsdpgen.c and bench/attention_torch.py.
 
 # attention_iters SCRIPT ARGS...: sets iters from `--iters N` (default 20), or prints
 # SCRIPT's usage and exits 2.
@@ -23,6 +23,10 @@ have_gpu() {
 
 # name, B, T, NH, NKV, HD (bench/specs: GPT-2 124M at 16 x 1024, Llama 1B at 4 x 2048)
 attention_shapes=("gpt2_124m 16 1024 12 12 64" "llama_1b 4 2048 32 8 64")
+
+# The passes bench/attention_fsdpgen.c times, in its order; each is compared with SDPA's
+# pass of its name less "_fused" (backward_fused: the backward with dQ in its dK/dV kernel).
+attention_passes=(forward backward backward_fused)
 
 # attention_result IMPL PASS OUTPUT: "ms tflops" of OUTPUT's RESULT line for IMPL and PASS
 # (empty without one).

@@ -83,7 +83,7 @@ for s in "${attention_shapes[@]}"; do
     vn=${v%%:*}
     ours=$(build/bench/sweep/$vn/attention_fsdpgen "$@" "$iters") ||
       { echo "$vn $name: attention_fsdpgen failed"; status=1; continue; }
-    for pass in forward backward backward_fused; do
+    for pass in "${attention_passes[@]}"; do
       read -r oms _ <<<"$(attention_result fsdpgen "$pass" "$ours")"
       read -r tms _ <<<"$(attention_result torch_sdpa "${pass%_fused}" "$theirs")"
       [[ -n $oms && -n $tms ]] || { echo "$vn $name $pass: no RESULT line"; status=1; continue; }

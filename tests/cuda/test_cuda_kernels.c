@@ -832,10 +832,11 @@ static void test_attention_fused_waves(int B, int T, int NH, int NKV, int HD) {
             ref += (double)a[j] * a[j];
         }
         const double rel = ref > 0.0 ? sqrt(diff / ref) : sqrt(diff);
-        CHECK(rel <= 1e-2 && memcmp(b, c, len[i] * sizeof(float)) == 0,
+        const int same = memcmp(b, c, len[i] * sizeof(float)) == 0;
+        CHECK(rel <= 1e-2 && same,
               "fused dQ across waves: %s within 1e-2 of the unfused backward, normwise (%.3g), "
               "and the same bits on a second run (%s)",
-              name[i], rel, memcmp(b, c, len[i] * sizeof(float)) == 0 ? "equal" : "differ");
+              name[i], rel, same ? "equal" : "differ");
         free(a), free(b), free(c);
     }
     for (int run = 0; run < 3; run++)

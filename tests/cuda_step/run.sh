@@ -176,29 +176,25 @@ fi
 
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=compute-sanitizer
+# sanitize SPEC FUSED: memcheck and racecheck on SPEC's CUDA binary (built above), 2 steps,
+# with RT_ATTENTION_FUSED_DQ=FUSED
+sanitize() {
+    local spec=$1 fused=$2 name tool
+    name=$(basename "$spec" .lua)
+    for tool in memcheck racecheck; do
+        if RT_ATTENTION_FUSED_DQ=$fused "$sanitizer" --tool "$tool" --error-exitcode 9 \
+            "build/$name/${name}_cuda" --steps 2 --no-graph >"$work/san.log" 2>&1; then
+            pass "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=$fused (2 steps): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/san.log" | tail -n 1)"
+        else
+            tail -n 30 "$work/san.log"
+            fail "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=$fused"
+        fi
+    done
+}
 if [ -x "$sanitizer" ] || command -v "$sanitizer" >/dev/null 2>&1; then
-    spec=tests/specs/conformance/mlp_w2_sgd_prefetch.lua
-    bin=build/mlp_w2_sgd_prefetch/mlp_w2_sgd_prefetch_cuda
-    for tool in memcheck racecheck; do
-        if "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin" --steps 2 --no-graph >"$work/san.log" 2>&1; then
-            pass "compute-sanitizer --tool $tool on $spec (2 steps): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/san.log" | tail -n 1)"
-        else
-            tail -n 30 "$work/san.log"
-            fail "compute-sanitizer --tool $tool on $spec"
-        fi
-    done
+    sanitize tests/specs/conformance/mlp_w2_sgd_prefetch.lua 0
     # the tensor-core attention, its fused backward included (shared-memory dS^T, counters)
-    spec=tests/specs/features/llama_tc_attention_bf16.lua
-    bin=build/llama_tc_attention_bf16/llama_tc_attention_bf16_cuda
-    for tool in memcheck racecheck; do
-        if RT_ATTENTION_FUSED_DQ=1 "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin" --steps 2 \
-            --no-graph >"$work/san.log" 2>&1; then
-            pass "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=1 (2 steps): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/san.log" | tail -n 1)"
-        else
-            tail -n 30 "$work/san.log"
-            fail "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=1"
-        fi
-    done
+    sanitize tests/specs/features/llama_tc_attention_bf16.lua 1
 else
     skipped+=("compute-sanitizer: SKIP not found")
 fi
