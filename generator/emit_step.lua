@@ -125,6 +125,21 @@ local function emit_groups(b, plan, index, opt_states)
     end
     b:dedent()
     b:line("};")
+    if g.reductions then
+      for _, r in ipairs(g.reductions) do
+        local ks, names = {}, {}
+        for i, k in ipairs(r.params) do ks[i], names[i] = tostring(k - 1), g.params[k].fqn end
+        b:line("static const int group%d_reduction%d[] = {%s};  // %s", gi, r.index, table.concat(ks, ", "),
+          table.concat(names, ", "))
+      end
+      b:line("static const rt_model_reduction group%d_reductions[] = {  // params with grads, block", gi)
+      b:indent()
+      for _, r in ipairs(g.reductions) do
+        b:line("{%d, group%d_reduction%d, %d},", #r.params, gi, r.index, r.layout.shard_numel)
+      end
+      b:dedent()
+      b:line("};")
+    end
   end
   b:line("")
   b:line("static const rt_model_group groups[] = {")
@@ -133,11 +148,12 @@ local function emit_groups(b, plan, index, opt_states)
     local gi = g.index - 1
     local s = g.state
     local pf = (g.pf_size and g.pf_size ~= g.shard) and g.pf_size or 0
-    b:line("{%s, %d, group%d_params, %s, %d, %s, %s, %s, %d, %d, %d, %d, group%d_plan, %d, %d, %d},",
+    b:line("{%s, %d, group%d_params, %s, %d, %s, %s, %s, %d, %d, %d, %d, group%d_plan, %d, %d, %d, %s},",
       cstr(g.name), #g.params, gi, s.placement == "largest_dim" and "RT_SHARD_LARGEST_DIM" or "RT_SHARD_DIM0",
       pf, C_DTYPE[g.param_dtype], C_DTYPE[g.reduce_dtype], num(s.divide_factor or 0), s.force_sum and 1 or 0,
       (g.replicate > 1 and s.all_reduce_grads ~= false) and 1 or 0, g.layout.shard_numel, g.layout.padded_numel,
-      gi, g.params_buf.offset, g.grads_buf.offset, opt_states > 0 and g.state_buf.offset or 0)
+      gi, g.params_buf.offset, g.grads_buf.offset, opt_states > 0 and g.state_buf.offset or 0,
+      g.reductions and string.format("%d, group%d_reductions", #g.reductions, gi) or "0, NULL")
   end
   b:dedent()
   b:line("};")
@@ -369,10 +385,11 @@ function Walker:step(st, index)
       end
       src, dt = u.acc, g.reduce_dtype
     end
+    local k = st.reduction.index
     if st.direct then
-      calls[#calls + 1] = string.format("rt_step_reduce_direct(R, %d, %d, %s);", gi, src.offset, C_DTYPE[dt])
+      calls[#calls + 1] = string.format("rt_step_reduce_direct(R, %d, %d, %d, %s);", gi, k, src.offset, C_DTYPE[dt])
     else
-      calls[#calls + 1] = string.format("rt_step_reduce_scatter(R, %d, %d, %s, %d, %d);", gi, src.offset,
+      calls[#calls + 1] = string.format("rt_step_reduce_scatter(R, %d, %d, %d, %s, %d, %d);", gi, k, src.offset,
         C_DTYPE[dt], u.rs_in.offset, u.rs_out.offset)
     end
   elseif op == "all_reduce" then

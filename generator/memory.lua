@@ -506,8 +506,9 @@ function M.plan(plan)
         -- Read on the reduce-scatter stream (CUDA): kept until the next reduction waits for it.
         open["rs " .. st.rs .. " src"] = u.acc or u.ugrad
       else
-        u.rs_in = start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(g.layout.padded_numel, g.reduce_dtype), i)
-        u.rs_out = start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(g.layout.shard_numel, g.reduce_dtype), i)
+        local L = st.reduction.layout
+        u.rs_in = start("rs " .. st.rs .. " in", Q(g) .. " reduce-scatter input", "reduce_scatter", bytes(L.padded_numel, g.reduce_dtype), i)
+        u.rs_out = start("rs " .. st.rs .. " out", Q(g) .. " reduce-scatter output", "reduce_scatter", bytes(L.shard_numel, g.reduce_dtype), i)
       end
     elseif st.op == "all_reduce" then
       touch(open["rs " .. st.rs .. " out"], i)

@@ -213,7 +213,27 @@ local function direct_reduction(g, grads_dtype)
     and (g.reduce_dtype == "fp32" or g.reduce_dtype == grads_dtype)
 end
 
--- FSDPParamGroup.post_backward: reshard, then reduce-scatter the gradients it has.
+-- What one reduce-scatter of g packs: foreach_reduce gets only the parameters that have a
+-- gradient (FSDPParamGroup.post_backward's fsdp_params_with_grad), laid out as a group of
+-- just those. `with` lists their indices in g.params. All of them: index 0, g's own layout;
+-- fewer: one entry of g.reductions per distinct subset (index k >= 1, rt_model_reduction).
+local function reduction(g, with)
+  if #with == #g.params then return { index = 0, layout = g.layout, params = with } end
+  local key = table.concat(with, ",")
+  g.reductions = g.reductions or {}
+  for _, r in ipairs(g.reductions) do
+    if r.key == key then return r end
+  end
+  local ps = {}
+  for i, k in ipairs(with) do ps[i] = g.params[k] end
+  local r = { index = #g.reductions + 1, key = key, params = with,
+    layout = layout.group(ps, g.shard, g.state.placement) }
+  g.reductions[#g.reductions + 1] = r
+  return r
+end
+
+-- FSDPParamGroup.post_backward: reshard, then reduce-scatter the gradients it has (those
+-- of this backward and of earlier ones without gradient sync).
 function Sim:post_backward(g)
   g.training = POST_BACKWARD
   local s = g.state
@@ -228,17 +248,22 @@ function Sim:post_backward(g)
     self:event("post_backward", g)
     return
   end
-  local with_grad = g.has_grad or g.grads_accumulated
+  local with = {}
+  for k, p in ipairs(g.params) do
+    if p.grad_ready then with[#with + 1] = k end
+    p.grad_ready = nil
+  end
   local grads_dtype = g.grads_accumulated and g.reduce_dtype or g.param_dtype
   g.has_grad, g.grads_accumulated = false, false
   if s.reshard_after_backward then self:reshard(g) end
-  if with_grad then
+  if #with > 0 then
     self.rs_seq = self.rs_seq + 1
-    self:emit({ stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq,
+    local r = reduction(g, with)
+    self:emit({ stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq, reduction = r,
       direct = direct_reduction(g, grads_dtype) })
     self:count("reduce_scatter")
     if g.replicate > 1 and s.all_reduce_grads then
-      self:emit({ stream = "ar", op = "all_reduce", group = g, rs = self.rs_seq })
+      self:emit({ stream = "ar", op = "all_reduce", group = g, rs = self.rs_seq, reduction = r })
       self:count("all_reduce")
     end
   end
@@ -549,7 +574,10 @@ function Sim:run_backward(item)
     for _, t in ipairs(op.ins) do
       if pending[t] then
         pending[t] = pending[t] - 1
-        if pending[t] == 0 then self.owner[t].has_grad = true end
+        if pending[t] == 0 then
+          self.owner[t].has_grad = true
+          t.grad_ready = true
+        end
       end
     end
   end

@@ -46,6 +46,16 @@ local function reduce_str(g)
   return s
 end
 
+-- A reduction of some of g's parameters names the ones it leaves out (no gradient).
+local function without_grads(g, r)
+  if r.index == 0 then return "" end
+  local left, k = {}, 1
+  for i, p in ipairs(g.params) do
+    if r.params[k] == i then k = k + 1 else left[#left + 1] = p.fqn end
+  end
+  return "; no grad: " .. table.concat(left, ", ")
+end
+
 local function tensor_ref(t)
   if t.is_param then return t.fqn end
   if t.is_input then return "input" end
@@ -107,16 +117,19 @@ function M.step_line(st, plan)
     detail = string.format("keep 1/%d of the unsharded params, free the rest", g.pf_size)
   elseif st.op == "reduce_scatter" then
     name = quoted(g.name)
+    local L = st.reduction.layout
     if st.direct then
       detail = string.format("%d x %s straight into the sharded grads (one rank, values unchanged)",
-        g.layout.padded_numel, g.reduce_dtype)
+        L.padded_numel, g.reduce_dtype)
     else
-      detail = string.format("%d x %s -> %d per rank, %s", g.layout.padded_numel, g.reduce_dtype,
-        g.layout.shard_numel, reduce_str(g))
+      detail = string.format("%d x %s -> %d per rank, %s", L.padded_numel, g.reduce_dtype,
+        L.shard_numel, reduce_str(g))
     end
+    detail = detail .. without_grads(g, st.reduction)
   elseif st.op == "all_reduce" then
     name = quoted(g.name)
-    detail = string.format("%d x %s over %d replicas", g.layout.shard_numel, g.reduce_dtype, g.replicate)
+    detail = string.format("%d x %s over %d replicas", st.reduction.layout.shard_numel, g.reduce_dtype,
+      g.replicate)
   elseif st.op == "accumulate_unsharded_grads" then
     name = quoted(g.name)
     detail = "keep unsharded grads (no gradient sync)"

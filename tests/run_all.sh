@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
 # Suites: generator (Lua: unit, seed conformance, bad specs, golden schedules, rounding,
-# gradient-buffer initialisation in the step C, direct reductions, side-stream buffer
-# lifetimes) and the C runtime (runtime core and comm, kernels, I/O, training driver; each
-# also under ASan/UBSan) and the generated conformance tests of every spec.
+# gradient-buffer initialisation in the step C, direct reductions, reduce-scatters of the
+# parameters with gradients, side-stream buffer lifetimes) and the C runtime (runtime core
+# and comm, kernels, I/O, training driver; each also under ASan/UBSan) and the generated
+# conformance tests of every spec.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,7 @@ run_suite "generator: mixed-precision rounding" lua5.4 tests/generator/mp_roundi
 run_suite "generator: gradient initialisation" lua5.4 tests/generator/grad_init.lua
 run_suite "generator: gradient dataflow" lua5.4 tests/generator/grad_flow.lua
 run_suite "generator: direct reductions" lua5.4 tests/generator/direct_reduction.lua
+run_suite "generator: reduce-scatters of the params with grads" lua5.4 tests/generator/reduce_subsets.lua
 run_suite "generator: side-stream buffer lifetimes" lua5.4 tests/generator/stream_lifetimes.lua
 for suite in runtime kernels io train conformance torch cuda cuda_step; do
   if [[ -x tests/$suite/run.sh ]]; then

@@ -325,10 +325,9 @@ void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
 // then (HSDP) the all-reduce on the all-reduce stream, and the post-divide on the stream
 // the result is complete on, which it returns. *span is the open reduce-scatter trace
 // span; an all-reduce closes it and opens its own.
-static cudaStream_t reduce(rt_rank* R, int g, void* in, void* out, int* span) {
+static cudaStream_t reduce(rt_rank* R, int g, const rt_fsdp_layout* L, void* in, void* out, int* span) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
-    rt_fsdp_layout* L = &R->groups[g].layout;
     rt_dtype rdt = mg->reduce_dtype;
     int replicate = mg->all_reduce ? rt_comm_size(R->mesh.replicate) : 0;
     rt_fsdp_divide d = R->model->reference
@@ -363,25 +362,38 @@ static cudaStream_t reduce(rt_rank* R, int g, void* in, void* out, int* span) {
     return done;
 }
 
-void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+// Reduction r's plans; without accumulate (the group's first reduction of the step), the
+// sharded grads of the parameters it leaves out are zeroed on stream.
+static const cuda_reduction* reduction_plans(rt_rank* R, int g, int r, int accumulate, cudaStream_t stream) {
+    cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
+    const cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
+    if (r && !accumulate) {
+        float* sharded = rt_step_f32(R, R->model->groups[g].grads_off, 0, R->model->groups[g].block_numel);
+        rtcs_copy(&cr->zero_rest, sharded, RT_F32, sharded, RT_F32, 0, stream);
+    }
+    return cr;
+}
+
+void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                         size_t rs_in_off, size_t rs_out_off, int accumulate) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
-    rt_fsdp_layout* L = &R->groups[g].layout;
+    const rt_fsdp_layout* L = rt_step_reduction_layout(R, g, r);
     size_t es = rt_dtype_size(mg->reduce_dtype);
     wait_reduce_scatter(R);
     float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
+    const cuda_reduction* cr = reduction_plans(R, g, r, accumulate, c->compute);
     // the rounding to grads_dtype in the copy-in: no pass over the unsharded grads, which
     // nothing reads after it (Llama 1B: 12 GB of traffic, about 4 ms on an H100)
-    rtcs_copy_rounded(&c->groups[g].rs_in, in, mg->reduce_dtype, grads, grads_dtype, 0, c->compute);
+    rtcs_copy_rounded(&cr->rs_in, in, mg->reduce_dtype, grads, grads_dtype, 0, c->compute);
     // The fork precedes compute's wait for the previous all-reduce (below), so this
     // reduce-scatter does not queue behind it.
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
-    cudaStream_t done = reduce(R, g, in, out, &t);
-    rtcs_copy(&c->groups[g].view_out, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32, out,
+    cudaStream_t done = reduce(R, g, L, in, out, &t);
+    rtcs_copy(&cr->view_out, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32, out,
               mg->reduce_dtype, accumulate, done);
     cs_trace_close(R, t, done);
     // The plan frees the previous reduction's output at this step (see the top of the file);
@@ -397,7 +409,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
 // all of a reduction after its copy-in, so it overlaps the next group's backward; the plan
 // keeps the unsharded gradients until the next reduction, where compute waits for this one
 // (rs_done) as for a reduce-scatter.
-void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
+void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     // The plan frees the previous reduction's buffers at this step, as at a reduce-scatter.
@@ -405,7 +417,8 @@ void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype
     wait_post_reduce(R);
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
-    rtcs_copy_rounded(&c->groups[g].rs_direct, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32,
+    const cuda_reduction* cr = reduction_plans(R, g, r, accumulate, c->rs);
+    rtcs_copy_rounded(&cr->rs_direct, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32,
                       rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->rs);
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));

@@ -29,6 +29,15 @@ void cs_check(rt_rank* R, int err, const char* call, const char* file, int line)
 // elements, from the same base).
 enum { UN_F32, UN_PACKED, UN_STORAGES };
 
+// The copy plans of one reduction (rt_step_reduce_scatter r): of the whole group, or of the
+// parameters with gradients (r > 0), which also has zero_rest, zeros for the others' sharded
+// gradients (written by the group's first reduction of a step).
+typedef struct cuda_reduction {
+    rtcs_plan rs_in, view_out;        // reduce-scatter copy-in, view-out
+    rtcs_plan rs_direct;              // one rank: both in one (rt_seg_reduce_direct)
+    rtcs_plan zero_rest;
+} cuda_reduction;
+
 typedef struct cuda_group {
     rtcs_plan ag_in;                  // all-gather from the shards: copy-in,
     rtcs_plan ag_out[UN_STORAGES];    // copy-out
@@ -36,8 +45,8 @@ typedef struct cuda_group {
     rtcs_plan pf_ag_in;               // ... from the post-forward shards
     rtcs_plan pf_ag_out[UN_STORAGES];
     rtcs_plan pf_shards[UN_STORAGES]; // post-forward reshard
-    rtcs_plan rs_in, view_out;        // reduce-scatter copy-in, view-out
-    rtcs_plan rs_direct;              // one rank: both in one (rt_seg_reduce_direct)
+    cuda_reduction rs;                // the whole group's reduction
+    cuda_reduction* rs_some;          // reductions 1..nreductions (rt_model_reduction)
     cudaEvent_t ag_done;              // its last all-gather finished (all-gather stream)
 } cuda_group;
 

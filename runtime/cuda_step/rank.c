@@ -33,6 +33,39 @@ static int upload(rt_rank* R, rtcs_plan* out, plan_fn build, const rt_fsdp_layou
     return upload_built(R, out, &p, build(&p, l, off), l);
 }
 
+// The plans of reduction r of group g: block[i] and unsharded[i] are the offsets of the
+// group's parameter i in the sharded and the unsharded gradients.
+static int reduction_plans(rt_rank* R, int g, int r, const int64_t* block, const int64_t* unsharded) {
+    const rt_model_group* mg = &R->model->groups[g];
+    cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
+    cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
+    const rt_fsdp_layout* L = rt_step_reduction_layout(R, g, r);
+    const size_t n = (size_t)L->nparams + 1;
+    int64_t *sub_block = calloc(n, sizeof *sub_block), *sub_unsharded = calloc(n, sizeof *sub_unsharded);
+    int rc = !sub_block || !sub_unsharded;
+    if (rc) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
+    rt_seg_plan zeros = {0};
+    int zst = 0;
+    for (int i = 0, k = 0; !rc && i < mg->nparams; i++) {
+        if (!r || (k < L->nparams && mg->reductions[r - 1].params[k] == i)) {
+            sub_block[k] = block[i], sub_unsharded[k] = unsharded[i];
+            k++;
+        } else if (!zst) {
+            zst = rt_seg_zeros(&zeros, block[i], R->groups[g].layout.params[i].shard_numel);
+        }
+    }
+    if (!rc) rc = upload(R, &cr->rs_in, rt_seg_reduce_scatter_in, L, sub_unsharded);
+    if (!rc) rc = upload(R, &cr->view_out, rt_seg_view_out, L, sub_block);
+    if (!rc && L->world == 1) {
+        rt_seg_plan p = {0};
+        rc = upload_built(R, &cr->rs_direct, &p, rt_seg_reduce_direct(&p, L, sub_unsharded, sub_block), L);
+    }
+    if (!rc && r) rc = upload_built(R, &cr->zero_rest, &zeros, zst, L);
+    else rt_seg_plan_free(&zeros);
+    free(sub_block), free(sub_unsharded);
+    return rc;
+}
+
 static int group_plans(rt_rank* R, int g) {
     cuda_rank* c = R->backend;
     const rt_model* m = R->model;
@@ -53,14 +86,13 @@ static int group_plans(rt_rank* R, int g) {
         if (rg->pf_comm) pf[i] = rg->pf_layout.params[i].offset;
     }
     if (!rc) rc = upload(R, &cg->ag_in, rt_seg_all_gather_in, &rg->layout, block);
-    if (!rc) rc = upload(R, &cg->rs_in, rt_seg_reduce_scatter_in, &rg->layout, unsharded);
-    if (!rc) rc = upload(R, &cg->view_out, rt_seg_view_out, &rg->layout, block);
-    if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_in, rt_seg_all_gather_in, &rg->pf_layout, pf);
-    if (!rc && rg->layout.world == 1) {
-        rt_seg_plan p = {0};
-        rc = upload_built(R, &cg->rs_direct, &p, rt_seg_reduce_direct(&p, &rg->layout, unsharded, block),
-                          &rg->layout);
+    if (!rc && mg->nreductions) {
+        cg->rs_some = calloc((size_t)mg->nreductions, sizeof *cg->rs_some);
+        if (!cg->rs_some) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
+        rc = !cg->rs_some;
     }
+    for (int r = 0; !rc && r <= mg->nreductions; r++) rc = reduction_plans(R, g, r, block, unsharded);
+    if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_in, rt_seg_all_gather_in, &rg->pf_layout, pf);
     for (int k = 0; k < UN_STORAGES && !rc; k++) {
         rc = upload(R, &cg->ag_out[k], rt_seg_all_gather_out, &rg->layout, un[k]);
         if (!rc && rg->layout.world == 1) {
@@ -203,8 +235,15 @@ void rtb_rank_free(rt_rank* R) {
     if (c->graph) cudaGraphDestroy(c->graph);
     for (int g = 0; g < m->ngroups; g++) {
         cuda_group* cg = &c->groups[g];
-        rtcs_plan* plans[] = {&cg->ag_in, &cg->pf_ag_in, &cg->rs_in, &cg->view_out, &cg->rs_direct};
-        for (int k = 0; k < 5; k++) rtcs_plan_free(plans[k]);
+        rtcs_plan_free(&cg->ag_in);
+        rtcs_plan_free(&cg->pf_ag_in);
+        for (int r = 0; r <= m->groups[g].nreductions; r++) {
+            if (r && !cg->rs_some) break;
+            cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
+            rtcs_plan* plans[] = {&cr->rs_in, &cr->view_out, &cr->rs_direct, &cr->zero_rest};
+            for (int k = 0; k < 4; k++) rtcs_plan_free(plans[k]);
+        }
+        free(cg->rs_some);
         for (int k = 0; k < UN_STORAGES; k++) {
             rtcs_plan_free(&cg->ag_out[k]);
             rtcs_plan_free(&cg->ag_direct[k]);

@@ -135,6 +135,8 @@ int rt_seg_reduce_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t*
     return st;
 }
 
+int rt_seg_zeros(rt_seg_plan* p, int64_t dst, int64_t n) { return add(p, dst, -1, n); }
+
 int rt_seg_all_gather_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* shard_off,
                              const int64_t* unsharded_off) {
     if (l->world != 1 || l->post_forward) return RT_ERR_ARG;

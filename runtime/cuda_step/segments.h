@@ -58,6 +58,8 @@ int rt_seg_view_out(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* shar
 // that leaves the values alone (no collective, no division). RT_ERR_ARG for more ranks.
 int rt_seg_reduce_direct(rt_seg_plan* p, const rt_fsdp_layout* l, const int64_t* grad_off,
                          const int64_t* sharded_off);
+// n zeros at dst (the sharded gradients of parameters that a reduction leaves out).
+int rt_seg_zeros(rt_seg_plan* p, int64_t dst, int64_t n);
 
 // ---- host reference -----------------------------------------------------------------------
 

@@ -46,6 +46,14 @@ typedef struct rt_model_param {
 
 // ---- groups -----------------------------------------------------------------------------
 
+// A reduce-scatter of some of a group's parameters: FSDP2's post-backward reduces only the
+// gradients that exist (fsdp_params_with_grad), packed as if they were the whole group.
+typedef struct rt_model_reduction {
+    int nparams;                  // >= 1, fewer than the group's
+    const int* params;            // indices into the group's params, increasing
+    int64_t block_numel;          // one rank block of their layout (the reduce-scatter output)
+} rt_model_reduction;
+
 typedef struct rt_model_group {
     const char* name;             // FQNs joined by ", " ("" for the root)
     int nparams;
@@ -63,6 +71,8 @@ typedef struct rt_model_group {
     size_t params_off;            // arena byte offsets of the persistent fp32 buffers
     size_t grads_off;
     size_t state_off;             // optimizer state (0..2 buffers of block_numel), if any
+    int nreductions;              // reduce-scatters of fewer parameters, numbered 1..n in
+    const rt_model_reduction* reductions;  // rt_step_reduce_scatter (0: the whole group)
 } rt_model_group;
 
 // ---- expectations -----------------------------------------------------------------------

@@ -51,6 +51,7 @@ typedef struct rt_rank_group {
     int pending_sub;             // ... from the post-forward shards
     int pending_direct;          // ... straight into the unsharded params (one rank)
     size_t pending_out;          // its output's arena offset
+    rt_fsdp_layout* reductions;  // the model group's nreductions: their layouts (shard world)
     int reduced;                 // reduce-scatters so far this step (first assigns, next add)
     void** ptrs[2];              // nparams per-parameter pointers for the collective calls
                                  // (allocated once, so no step allocates)
@@ -196,15 +197,17 @@ void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_of
 // dead after it, and a backend may leave them unrounded), pre-divide,
 // reduce-scatter over the shard group, then (HSDP) the all-reduce over replicas,
 // post-divide and view-out into the sharded fp32 grads (assign on the group's first
-// reduce-scatter of the step, accumulate after).
-void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+// reduce-scatter of the step, accumulate after). r: the parameters it reduces, 0 for all of
+// the group, k for rt_model_group.reductions[k - 1] (the first reduce-scatter of the step
+// then zeroes the others' sharded grads, which later ones add to).
+void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                             size_t rs_in_off, size_t rs_out_off);
 // "reduce_scatter" that the generator planned direct (generator/planner.lua
 // direct_reduction: one rank, no division, a reduce dtype that holds grads_dtype values):
 // the unsharded grads rounded to grads_dtype, assigned or added to the sharded grads in one
 // pass, with the same bits as copy-in, reduction and view-out. Dies if the group's reduction
-// would change a value.
-void rt_step_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype);
+// would change a value. r as for rt_step_reduce_scatter.
+void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype);
 // "all_reduce" (HSDP): done by rt_step_reduce_scatter, which must apply the post-divide
 // after it; this call checks that it happened and counts it.
 void rt_step_all_reduce(rt_rank* R, int g);

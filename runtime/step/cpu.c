@@ -194,8 +194,12 @@ static int reference_reduce(rt_rank* R, const rt_model_group* mg, rt_fsdp_layout
 }
 
 // Both reductions start here: the unsharded grads at grads_off rounded to grads_dtype, and
-// per parameter its unsharded grad (rg->ptrs[0]) and its sharded grad (rg->ptrs[1]).
-static void reduction_ptrs(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype) {
+// per parameter of reduction r its unsharded grad (rg->ptrs[0]) and its sharded grad
+// (rg->ptrs[1]). Without accumulate, a reduction of some parameters zeroes the others'
+// sharded grads (their gradient is None: zero in a norm, and what a later reduce-scatter of
+// the step adds to). Returns the reduction's layout.
+static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
+                                      int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
@@ -204,16 +208,27 @@ static void reduction_ptrs(rt_rank* R, int g, size_t grads_off, rt_dtype grads_d
         const rt_model_param* p = &R->model->params[mg->params[i]];
         rg->ptrs[1][i] = rt_step_f32(R, mg->grads_off, p->block_offset, rg->layout.params[i].shard_numel);
     }
+    if (!r) return &rg->layout;
+    const rt_model_reduction* mr = &mg->reductions[r - 1];
+    for (int i = 0, k = 0; i < mg->nparams; i++) {
+        if (k < mr->nparams && mr->params[k] == i) {
+            // increasing indices: entry k is never one a later k reads
+            rg->ptrs[0][k] = rg->ptrs[0][i], rg->ptrs[1][k] = rg->ptrs[1][i];
+            k++;
+        } else if (!accumulate) {
+            memset(rg->ptrs[1][i], 0, (size_t)rg->layout.params[i].shard_numel * sizeof(float));
+        }
+    }
+    return &rg->reductions[r - 1];
 }
 
-void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                         size_t rs_in_off, size_t rs_out_off, int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
-    rt_fsdp_layout* L = &rg->layout;
+    rt_fsdp_layout* L = reduction_ptrs(R, g, r, grads_off, grads_dtype, accumulate);
     size_t es = rt_dtype_size(mg->reduce_dtype);
-    reduction_ptrs(R, g, grads_off, grads_dtype);
     void** grads = rg->ptrs[0];
     void** sharded = rg->ptrs[1];
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
@@ -229,13 +244,13 @@ void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtyp
 
 // One rank, values unchanged: what copy-in, the identity reduction and view-out leave in
 // the sharded grads, in one pass per parameter.
-void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
+void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
-    reduction_ptrs(R, g, grads_off, grads_dtype);
-    for (int i = 0; i < mg->nparams; i++) {
-        size_t n = (size_t)rg->layout.params[i].shard_numel;
+    rt_fsdp_layout* L = reduction_ptrs(R, g, r, grads_off, grads_dtype, accumulate);
+    for (int i = 0; i < L->nparams; i++) {
+        size_t n = (size_t)L->params[i].shard_numel;
         if (accumulate)
             rt_accumulate(rg->ptrs[1][i], rg->ptrs[0][i], n);
         else

@@ -96,6 +96,43 @@ static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
            p->shape[0] % 8 == 0 && p->shape[1] % 8 == 0 && p->unsharded_offset % 4 == 0;
 }
 
+// The layouts of the group's reductions of some parameters, from the group's parameter
+// descriptions d, checked against the generator's indices and block sizes.
+static int reductions_init(rt_rank* R, int g, const rt_fsdp_param_desc* d, int srank) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    if (!mg->nreductions) return 0;
+    rg->reductions = calloc((size_t)mg->nreductions, sizeof *rg->reductions);
+    rt_fsdp_param_desc* sub = calloc((size_t)mg->nparams, sizeof *sub);
+    int st = !rg->reductions || !sub ? RT_ERR_NOMEM : 0;
+    if (st) fprintf(stderr, "fsdpgen: rank %d: out of memory setting up group '%s'\n", R->rank, mg->name);
+    for (int k = 0; k < mg->nreductions && !st; k++) {
+        const rt_model_reduction* mr = &mg->reductions[k];
+        int ok = mr->nparams >= 1 && mr->nparams < mg->nparams;
+        for (int i = 0; i < mr->nparams && ok; i++) {
+            ok = mr->params[i] >= (i ? mr->params[i - 1] + 1 : 0) && mr->params[i] < mg->nparams;
+            if (ok) sub[i] = d[mr->params[i]];
+        }
+        if (!ok) {
+            fprintf(stderr, "fsdpgen: rank %d: reduction %d of group '%s' must list 1 to %d of its "
+                    "parameter indices, increasing, below %d (a generator bug)\n",
+                    R->rank, k + 1, mg->name, mg->nparams - 1, mg->nparams);
+            st = RT_ERR_MISMATCH;
+        } else if ((st = rt_fsdp_layout_init(&rg->reductions[k], mg->name, sub, mr->nparams, R->model->shard,
+                                             srank))) {
+            fprintf(stderr, "fsdpgen: rank %d: reduction %d of group '%s': %s\n", R->rank, k + 1, mg->name,
+                    rg->reductions[k].error);
+        } else if (rg->reductions[k].block_numel != mr->block_numel) {
+            fprintf(stderr, "fsdpgen: rank %d: reduction %d of group '%s': planned block of %lld elements, "
+                    "the layout has %lld\n", R->rank, k + 1, mg->name, (long long)mr->block_numel,
+                    (long long)rg->reductions[k].block_numel);
+            st = RT_ERR_MISMATCH;
+        }
+    }
+    free(sub);
+    return st;
+}
+
 static int layouts_init(rt_rank* R, int g) {
     const rt_model* m = R->model;
     const rt_model_group* mg = &m->groups[g];
@@ -126,6 +163,7 @@ static int layouts_init(rt_rank* R, int g) {
         if (st) fprintf(stderr, "fsdpgen: rank %d: post-forward group of '%s': %s\n", R->rank,
                         mg->name, rg->pf_layout.error[0] ? rg->pf_layout.error : rt_status_name(st));
     }
+    if (!st) st = reductions_init(R, g, d, srank);
     free(d);
     for (int k = 0; k < 2 && !st; k++) rg->ptrs[k] = calloc((size_t)mg->nparams + 1, sizeof *rg->ptrs[k]);
     if (!st) rg->unsharded_dtypes = calloc((size_t)mg->nparams + 1, sizeof *rg->unsharded_dtypes);
@@ -188,6 +226,9 @@ void rt_rank_free(rt_rank* R) {
     rtb_rank_free(R);  // first: it waits for the rank's work, which uses the communicators
     for (int g = 0; R->groups && g < R->model->ngroups; g++) {
         rt_fsdp_layout_free(&R->groups[g].layout);
+        for (int k = 0; R->groups[g].reductions && k < R->model->groups[g].nreductions; k++)
+            rt_fsdp_layout_free(&R->groups[g].reductions[k]);
+        free(R->groups[g].reductions);
         free(R->groups[g].ptrs[0]);
         free(R->groups[g].ptrs[1]);
         free(R->groups[g].unsharded_dtypes);
@@ -361,19 +402,27 @@ void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_of
     rtb_accumulate_grads(R, g, ugrad_off, acc_off);
 }
 
-void rt_step_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
-                            size_t rs_in_off, size_t rs_out_off) {
+static const rt_model_group* reduction(rt_rank* R, int g, int r) {
     const rt_model_group* mg = G(R, g);
+    if (r < 0 || r > mg->nreductions)
+        rt_rank_die(R, "reduction %d of group '%s' out of range (0 for the whole group, or 1..%d)", r,
+                    mg->name, mg->nreductions);
+    return mg;
+}
+
+void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
+                            size_t rs_in_off, size_t rs_out_off) {
+    const rt_model_group* mg = reduction(R, g, r);
     rt_rank_group* rg = &R->groups[g];
     if (mg->all_reduce && !R->mesh.replicate)
         rt_rank_die(R, "group '%s' all-reduces across replicas, but the mesh has none", mg->name);
-    rtb_reduce_scatter(R, g, grads_off, grads_dtype, rs_in_off, rs_out_off, rg->reduced > 0);
+    rtb_reduce_scatter(R, g, r, grads_off, grads_dtype, rs_in_off, rs_out_off, rg->reduced > 0);
     rg->reduced++;
     count(R, "reduce_scatter");
 }
 
-void rt_step_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype) {
-    const rt_model_group* mg = G(R, g);
+void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype) {
+    const rt_model_group* mg = reduction(R, g, r);
     rt_rank_group* rg = &R->groups[g];
     if (R->world != 1 || rg->layout.world != 1 || mg->all_reduce || mg->divide_factor > 0 ||
         (mg->reduce_dtype != RT_F32 && mg->reduce_dtype != grads_dtype))
@@ -381,7 +430,7 @@ void rt_step_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_d
                        "reduce dtype of fp32 or %s (have %d ranks, factor %g, reduce dtype %s)",
                     mg->name, rt_dtype_name(grads_dtype), R->world, mg->divide_factor,
                     rt_dtype_name(mg->reduce_dtype));
-    rtb_reduce_direct(R, g, grads_off, grads_dtype, rg->reduced > 0);
+    rtb_reduce_direct(R, g, r, grads_off, grads_dtype, rg->reduced > 0);
     rg->reduced++;
     count(R, "reduce_scatter");
 }

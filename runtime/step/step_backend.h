@@ -44,11 +44,13 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
 void rtb_all_gather_drop(rt_rank* R, int g);
 void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf_off);
 void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off);
-// accumulate: the sharded grads already hold this step's earlier reduce-scatters.
-void rtb_reduce_scatter(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype,
+// r: reduction r (rt_step_reduce_scatter). accumulate: the sharded grads already hold this
+// step's earlier reduce-scatters; without it, a reduction of some parameters (r > 0) also
+// zeroes the others' sharded grads.
+void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                         size_t rs_in_off, size_t rs_out_off, int accumulate);
 // One rank, values unchanged (rt_step_reduce_direct): sharded (+)= grads rounded to grads_dtype.
-void rtb_reduce_direct(rt_rank* R, int g, size_t grads_off, rt_dtype grads_dtype, int accumulate);
+void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate);
 void rtb_clip_grad_norm(rt_rank* R);
 // The optimizer step over elements [lo, lo + n) of group g's rank block (its parameters
 // with a gradient: rt_step_optimizer).
@@ -69,6 +71,10 @@ typedef struct rt_optim_span {
     float *params, *grads, *state1, *state2;
 } rt_optim_span;
 rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n);
+// Reduction r of group g (rt_step_reduce_scatter): its layout, the group's own for r = 0.
+static inline rt_fsdp_layout* rt_step_reduction_layout(rt_rank* R, int g, int r) {
+    return r ? &R->groups[g].reductions[r - 1] : &R->groups[g].layout;
+}
 // Byte end of the persistent buffers (sharded params, grads, optimizer state) of every group.
 size_t rt_step_persistent_end(const rt_model* m);
 // Error message of a failed rt_fsdp call on the rank's communicator (for rt_rank_die).

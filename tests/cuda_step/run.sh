@@ -28,7 +28,9 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # and an HSDP 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
 # bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4), direct
 # (one-rank) all-gathers incl. a dropped one, attention on tensor cores (head dim 16; the
-# only one here: the other specs' head dims are not multiples of 16), fused dQ too.
+# only one here: the other specs' head dims are not multiples of 16), fused dQ too;
+# reduce-scatters of the parameters with gradients only (world 2, HSDP 2 x 2, and direct at
+# world 1).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -41,6 +43,9 @@ specs=(
   "tests/specs/features/w1_direct_all_gather.lua 3e-2"
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
   "tests/specs/features/llama_tc_attention_bf16.lua 3e-2"
+  "tests/specs/features/list_group_unused_module.lua 1e-3"
+  "tests/specs/features/hsdp_unused_module.lua 1e-3"
+  "tests/torch/step_programs/retain_graph_one_group_w1.lua 1e-3"
 )
 
 # ---- build (no GPU needed) ----------------------------------------------------------------

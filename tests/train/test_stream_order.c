@@ -346,8 +346,8 @@ static void world_init(world* w, int hsdp) {
         L->world = 2;
         L->block_numel = BLOCK;
         L->total_numel = PADDED;
-        w->cg[g].rs_in.total = PADDED;
-        w->cg[g].view_out.total = BLOCK;
+        w->cg[g].rs.rs_in.total = PADDED;
+        w->cg[g].rs.view_out.total = BLOCK;
     }
     // Transient buffers. The plan ends reduce-scatter n's input and output at
     // reduce-scatter n + 1's line, so reduce-scatter n + 2 may take the same bytes.
@@ -421,7 +421,7 @@ static void test_plan_reuse(int hsdp, int passes) {
         for (int g = NG - 1; g >= 0; g--, n++) {
             compute_writes(&w, w.ugrad[g], 4 * PADDED, "backward writes unsharded grads");
             start[n] = nacc;
-            rtb_reduce_scatter(&w.R, g, w.ugrad[g], RT_F32, w.rs_in[n % 2], w.rs_out[n % 2], pass > 0);
+            rtb_reduce_scatter(&w.R, g, 0, w.ugrad[g], RT_F32, w.rs_in[n % 2], w.rs_out[n % 2], pass > 0);
             if (n > 0) {
                 int k = (n - 1) % 2;
                 compute_writes(&w, w.rs_out[k], 4 * BLOCK, "a later buffer on the previous output");
@@ -468,7 +468,7 @@ static void test_control(int hsdp) {
     world w;
     world_init(&w, hsdp);
     compute_writes(&w, w.ugrad[2], 4 * PADDED, "backward writes unsharded grads");
-    rtb_reduce_scatter(&w.R, 2, w.ugrad[2], RT_F32, w.rs_in[0], w.rs_out[0], 0);
+    rtb_reduce_scatter(&w.R, 2, 0, w.ugrad[2], RT_F32, w.rs_in[0], w.rs_out[0], 0);
     compute_writes(&w, w.rs_out[0], 4 * BLOCK, "a write the plan does not allow");
     CHECK(races > 0 && (!hsdp || races_with_all_reduce > 0),
           "control (%s): writing a reduce-scatter output before its lifetime ends is reported "
@@ -491,17 +491,17 @@ static void test_direct_after_reduce_scatter(int reuse_early) {
     w.shard.size = 1;
     for (int g = 0; g < NG; g++) {
         w.rg[g].layout.world = 1;
-        w.cg[g].rs_direct.total = BLOCK;
+        w.cg[g].rs.rs_direct.total = BLOCK;
     }
     compute_writes(&w, w.ugrad[2], 4 * PADDED, "backward writes unsharded grads");
-    rtb_reduce_scatter(&w.R, 2, w.ugrad[2], RT_F32, w.rs_in[0], w.rs_out[0], 0);
+    rtb_reduce_scatter(&w.R, 2, 0, w.ugrad[2], RT_F32, w.rs_in[0], w.rs_out[0], 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "backward writes unsharded grads");
-    rtb_reduce_direct(&w.R, 1, w.ugrad[1], RT_F32, 0);
+    rtb_reduce_direct(&w.R, 1, 0, w.ugrad[1], RT_F32, 0);
     compute_writes(&w, w.rs_out[0], 4 * BLOCK, "a later buffer on the previous output");
     compute_writes(&w, w.rs_in[0], 4 * PADDED, "a later buffer on the previous input");
     if (reuse_early) compute_writes(&w, w.ugrad[1], 4 * PADDED, "a write the plan does not allow");
     compute_writes(&w, w.ugrad[0], 4 * PADDED, "backward overlapping the direct reduction");
-    rtb_reduce_direct(&w.R, 0, w.ugrad[0], RT_F32, 0);
+    rtb_reduce_direct(&w.R, 0, 0, w.ugrad[0], RT_F32, 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "a later buffer on group 1's unsharded grads");
     rtb_clip_grad_norm(&w.R);
     for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK);

@@ -765,6 +765,19 @@ static void test_setup_failures(void) {
                       !exists(P("wrong.st")),
                "a sharding plan the runtime rejects: exit 1 naming the parameter, nothing saved");
     proc_free(&a);
+    a = run(g_train, "tiny_wrong_reduction", "--steps", "1", "--save", P("wrong_rs.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "reduction 1 of group 'lin': planned block of 4 elements, "
+                                           "the layout has 3") &&
+                      !has(a.out, "step 1 loss") && !exists(P("wrong_rs.st")),
+               "a reduction of some parameters with a block the runtime recomputes otherwise: exit 1 "
+               "naming it, nothing saved");
+    proc_free(&a);
+    a = run(g_train, "tiny_bad_index", "--steps", "1", "--save", P("bad_index.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "reduction 1 of group 'lin' must list 1 to 1 of its parameter "
+                                           "indices") &&
+                      !has(a.out, "step 1 loss") && !exists(P("bad_index.st")),
+               "a reduction listing a parameter the group does not have: exit 1 naming it, nothing saved");
+    proc_free(&a);
     a = run(g_train, "tiny_packed", "--steps", "1", "--save", P("packed.st"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "'lin.weight' of group 'lin' is planned packed") &&
                       !has(a.out, "step 1 loss") && !exists(P("packed.st")),

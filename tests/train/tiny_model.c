@@ -47,7 +47,7 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     rt_zero(ug, (size_t)o->padded);
     rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC, RT_F32, RT_ACCUMULATE);
     rt_step_reshard(R, 0, "POST_BACKWARD");
-    rt_step_reduce_scatter(R, 0, o->ugrad, RT_F32, o->rs_in, o->rs_out);
+    rt_step_reduce_scatter(R, 0, 0, o->ugrad, RT_F32, o->rs_in, o->rs_out);
     if (o->hsdp) rt_step_all_reduce(R, 0);
     rt_step_post_backward(R, 0, "POST_BACKWARD");
     rt_step_section(R, "optimizer");
@@ -108,6 +108,17 @@ static const rt_fsdp_param_plan tiny_wrong_plan[] = {
 static const rt_model_group tiny_groups[] = {TINY_GROUP(tiny_plan, 15, 30, 0, 0, 64, 128)};
 static const rt_model_group tiny_wrong_groups[] = {TINY_GROUP(tiny_wrong_plan, 15, 30, 0, 0, 64, 128)};
 static const rt_model_group tiny_ref_groups[] = {TINY_GROUP(tiny_ref_plan, 25, 25, 1, 0, 128, 256)};
+// Reductions of the bias alone the runtime must reject: planned with a block of 4 elements
+// (its padded shard is 3), and listing a parameter index past the group's.
+static const int tiny_bias_only[] = {1}, tiny_no_such_param[] = {2};
+static const rt_model_reduction tiny_wrong_reductions[] = {{1, tiny_bias_only, 4}};
+static const rt_model_reduction tiny_bad_index_reductions[] = {{1, tiny_no_such_param, 3}};
+#define TINY_REDUCTION_GROUP(REDUCTIONS)                                                     \
+    {.name = "lin", .nparams = 2, .params = tiny_group_params, .param_dtype = RT_F32,          \
+     .reduce_dtype = RT_F32, .block_numel = 15, .padded_numel = 30, .plan = tiny_plan,        \
+     .grads_off = 64, .state_off = 128, .nreductions = 1, .reductions = REDUCTIONS}
+static const rt_model_group tiny_wrong_reduction_groups[] = {TINY_REDUCTION_GROUP(tiny_wrong_reductions)};
+static const rt_model_group tiny_bad_index_groups[] = {TINY_REDUCTION_GROUP(tiny_bad_index_reductions)};
 
 static const rt_model_event tiny_events[] = {
     {"FORWARD", "unshard", "lin"},
@@ -151,6 +162,12 @@ const rt_model tiny_bad_model = TINY_MODEL("tiny_bad", 1, 2, tiny_params_sharded
 const rt_model tiny_wrong_model = TINY_MODEL("tiny_wrong", 1, 2, tiny_params_sharded,
                                              tiny_wrong_groups, ADAMW, 1024, 1020, tiny_step,
                                              tiny_events, 3, tiny_counts, 2);
+const rt_model tiny_wrong_reduction_model = TINY_MODEL("tiny_wrong_reduction", 1, 2, tiny_params_sharded,
+                                                       tiny_wrong_reduction_groups, ADAMW, 1024, 1020,
+                                                       tiny_step, tiny_events, 3, tiny_counts, 2);
+const rt_model tiny_bad_index_model = TINY_MODEL("tiny_bad_index", 1, 2, tiny_params_sharded,
+                                                 tiny_bad_index_groups, ADAMW, 1024, 1020, tiny_step,
+                                                 tiny_events, 3, tiny_counts, 2);
 const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_packed, tiny_groups,
                                               ADAMW, 1024, 1020, tiny_step, tiny_events, 3,
                                               tiny_counts, 2);
@@ -189,7 +206,7 @@ static void tok_step(rt_rank* R) {
         rt_zero(ug, 256);
         rt_embedding_backward(ug, dl, R->tokens[a], TOK_N, TOK_V, TOK_V);
         rt_step_reshard(R, 0, "POST_BACKWARD");
-        rt_step_reduce_scatter(R, 0, TOK_UGRAD, RT_F32, TOK_RS_IN, TOK_RS_OUT);
+        rt_step_reduce_scatter(R, 0, 0, TOK_UGRAD, RT_F32, TOK_RS_IN, TOK_RS_OUT);
         rt_step_post_backward(R, 0, "POST_BACKWARD");
     }
     rt_step_section(R, "optimizer");
@@ -232,6 +249,8 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_nan")) return &tiny_nan_model;
     if (!strcmp(name, "tiny_bad")) return &tiny_bad_model;
     if (!strcmp(name, "tiny_wrong")) return &tiny_wrong_model;
+    if (!strcmp(name, "tiny_wrong_reduction")) return &tiny_wrong_reduction_model;
+    if (!strcmp(name, "tiny_bad_index")) return &tiny_bad_index_model;
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tok")) return &tok_model;

@@ -75,13 +75,17 @@ MLP_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.in_proj.weight": [4 * 
 
 def retain_graph(p, step, rank, mistake):
     """forward; backward(output 2, retain_graph); backward(output 1). Mistake "carry": the
-    second pass also adds the first pass's gradient of 0.linear's output."""
+    second pass also adds the first pass's gradient of 0.linear's output; "drop": the
+    second pass's gradients replace the first's."""
     x = synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])
     o1, o2 = double_linear(p, x)
     if mistake == "carry":
         y = linear(p, "0", x)
         (dy,) = torch.autograd.grad(torch.relu(linear(p, "1.lin2", y)).sum(), y)
     o2.sum().backward(retain_graph=True)
+    if mistake == "drop":
+        for t in p.values():
+            t.grad = None
     o1.sum().backward()
     if mistake == "carry":
         with torch.no_grad():
@@ -173,6 +177,10 @@ def case(name, shapes, program, optimizer, mistake, control, world=2, clip=None,
 CASES = [
     case("retain_graph", DOUBLE_SHAPES, retain_graph, sgd(0.5),
          "carry", "the second backward pass adds onto the first's activation gradients"),
+    case("retain_graph_one_group", DOUBLE_SHAPES, retain_graph, sgd(0.5),
+         "drop", "the second backward pass's gradients replace the first's"),
+    case("retain_graph_one_group_w1", DOUBLE_SHAPES, retain_graph, sgd(0.5),
+         "drop", "the second backward pass's gradients replace the first's", world=1),
     case("multi_forward", MLP_SHAPES, multi_forward, sgd(0.01),
          "same_batch", "both forwards read forward item 0's batch"),
     case("grad_accumulation", MLP_SHAPES, grad_accumulation, sgd(0.01),
