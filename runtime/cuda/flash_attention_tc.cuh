@@ -994,8 +994,8 @@ __device__ __forceinline__ void rtc_tc_fused_dq(const rtc_fa_args& a, const E* d
                                                 int b, int h, int q0, int kt, int last,
                                                 int warp, int lane) {
     typedef typename rtc_tc_reg<E>::type reg;
-    enum { NW = C::KNW, RT = C::KRT, ND = C::HDP / 8, BC = C::KBC };
-    enum { LDE = C::HDP + 8, LDS = C::KBR + 8 };
+    typedef rtc_tc_dkdv_layout<E, C> L;  // the strides dss and ks were stored with
+    enum { NW = C::KNW, RT = C::KRT, ND = C::HDP / 8, BC = L::BC, LDE = L::LDE, LDS = L::LDS };
     enum { WR = NW >= RT ? NW / RT : 1, RW = NW >= RT ? 1 : RT / NW, NDW = ND / WR };
     const int nd = a.HD / 8, nlo = NW >= RT ? warp / RT * NDW : 0;
     const int g = lane >> 2, t = lane & 3;
