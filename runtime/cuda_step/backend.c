@@ -362,9 +362,9 @@ static cudaStream_t reduce(rt_rank* R, int g, const rt_fsdp_layout* L, void* in,
     return done;
 }
 
-// Reduction r's plans; without accumulate (the group's first reduction of the step), the
-// sharded grads of the parameters it leaves out are zeroed on stream.
-static const cuda_reduction* reduction_plans(rt_rank* R, int g, int r, int accumulate, cudaStream_t stream) {
+// Starts reduction r: returns its plans; without accumulate (the group's first reduction of
+// the step), zeroes the sharded grads of the parameters it leaves out, on stream.
+static const cuda_reduction* begin_reduction(rt_rank* R, int g, int r, int accumulate, cudaStream_t stream) {
     cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
     const cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
     if (r && !accumulate) {
@@ -384,7 +384,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
-    const cuda_reduction* cr = reduction_plans(R, g, r, accumulate, c->compute);
+    const cuda_reduction* cr = begin_reduction(R, g, r, accumulate, c->compute);
     // the rounding to grads_dtype in the copy-in: no pass over the unsharded grads, which
     // nothing reads after it (Llama 1B: 12 GB of traffic, about 4 ms on an H100)
     rtcs_copy_rounded(&cr->rs_in, in, mg->reduce_dtype, grads, grads_dtype, 0, c->compute);
@@ -417,7 +417,7 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     wait_post_reduce(R);
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
-    const cuda_reduction* cr = reduction_plans(R, g, r, accumulate, c->rs);
+    const cuda_reduction* cr = begin_reduction(R, g, r, accumulate, c->rs);
     rtcs_copy_rounded(&cr->rs_direct, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32,
                       rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->rs);
     cs_trace_close(R, t, c->rs);
