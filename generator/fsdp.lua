@@ -169,6 +169,8 @@ local function states_below(m, recurse)
   return out
 end
 
+fsdp._states_below = states_below
+
 local function recurse_opt(opts, method)
   opts = opts or {}
   if type(opts) ~= "table" then errors.raise(method .. ": options must be a table { recurse = true }") end
@@ -271,45 +273,106 @@ local function check_optimizer(o)
   return out
 end
 
-local step_kinds = { "backward", "forward", "optimizer", "reshard", "set_requires_gradient_sync" }
+-- The step program's items. The setters and unshard/reshard are FSDPModule calls between
+-- forwards and backwards (module = FQN, default the root; setters recurse by default, as
+-- PyTorch's); set_is_last_backward is the state context's flag.
+local step_kinds = { "backward", "forward", "optimizer", "reshard", "set_is_last_backward",
+  "set_requires_all_reduce", "set_requires_gradient_sync", "set_reshard_after_backward", "unshard" }
+-- The setters a step item may call, and the state field each sets.
+fsdp.step_setters = {
+  { kind = "set_requires_gradient_sync", field = "reduce_grads" },
+  { kind = "set_requires_all_reduce", field = "all_reduce_grads" },
+  { kind = "set_reshard_after_backward", field = "reshard_after_backward" },
+}
+local setter_fields = {}
+for _, s in ipairs(fsdp.step_setters) do setter_fields[s.kind] = s.field end
 
-local function check_step(step)
+-- The sharded modules' FQNs, for error messages.
+local function sharded_fqns(model)
+  local out = {}
+  for _, e in ipairs(model:named_modules()) do
+    if rawget(e[2], "_fsdp_state") then out[#out + 1] = e[1] == "" and "''" or e[1] end
+  end
+  return table.concat(out, ", ")
+end
+
+-- The sharded module an item names (module = FQN, "" or absent: the root).
+local function step_module(model, fqn, where)
+  if fqn == nil or fqn == "" then return model, "" end
+  if type(fqn) ~= "string" then errors.raise(where .. ": module must be an FQN string such as \"layers.0\"") end
+  local ok, m = pcall(model.get, model, fqn)
+  if not ok or not nn.is_module(m) then
+    errors.raise(string.format("%s: the model has no module '%s' (sharded modules: %s)", where, fqn, sharded_fqns(model)))
+  end
+  if not rawget(m, "_fsdp_state") then
+    errors.raise(string.format("%s: module '%s' is not sharded (sharded modules: %s)", where, fqn, sharded_fqns(model)))
+  end
+  return m, fqn
+end
+
+local function check_step(step, model)
   step = step or { "forward", "backward", "optimizer" }
   if type(step) ~= "table" or #step == 0 then
     errors.raise("step must be a non-empty list such as { \"forward\", \"backward\", \"optimizer\" }")
   end
   local out = {}
   for i, item in ipairs(step) do
+    local where = string.format("step[%d]", i)
     local it = type(item) == "string" and { item } or item
     if type(it) ~= "table" or type(it[1]) ~= "string" then
-      errors.raise(string.format("step[%d] must be a string or a table { \"backward\", ... }", i))
+      errors.raise(where .. " must be a string or a table { \"backward\", ... }")
     end
     local kind = it[1]
     local known = false
     for _, k in ipairs(step_kinds) do known = known or k == kind end
     if not known then
       local hint = errors.closest(kind, step_kinds)
-      errors.raise(string.format("step[%d]: unknown step '%s'%s; allowed: %s", i, kind,
+      errors.raise(string.format("%s: unknown step '%s'%s; allowed: %s", where, kind,
         hint and (" (did you mean '" .. hint .. "'?)") or "", table.concat(step_kinds, ", ")))
     end
     local rest = {}
     for k, v in pairs(it) do
       if k ~= 1 and k ~= 2 then rest[k] = v end
     end
+    local function flag(name)
+      if rest[name] ~= nil and type(rest[name]) ~= "boolean" then
+        errors.raise(string.format("%s: %s %s must be true or false, got %s", where, kind, name, tostring(rest[name])))
+      end
+      return rest[name]
+    end
+    local function value()
+      if type(it[2]) ~= "boolean" then errors.raise(string.format("%s: { \"%s\", true|false }", where, kind)) end
+      return it[2]
+    end
     local e = { kind = kind }
     if kind == "backward" then
-      errors.check_keys(rest, { "is_last_backward", "output" }, "backward option")
+      errors.check_keys(rest, { "is_last_backward", "output", "retain_graph" }, "backward option")
       if rest.output ~= nil and (math.type(rest.output) ~= "integer" or rest.output < 1) then
-        errors.raise(string.format("step[%d]: backward output must be a positive integer (1-based)", i))
+        errors.raise(where .. ": backward output must be a positive integer (1-based)")
       end
       e.output = rest.output
-      e.is_last_backward = rest.is_last_backward ~= false
-    elseif kind == "set_requires_gradient_sync" then
-      errors.check_keys(rest, {}, "set_requires_gradient_sync option")
-      if type(it[2]) ~= "boolean" then
-        errors.raise(string.format("step[%d]: { \"set_requires_gradient_sync\", true|false }", i))
+      e.is_last_backward = flag("is_last_backward")
+      e.retain_graph = flag("retain_graph") or false
+    elseif setter_fields[kind] then
+      errors.check_keys(rest, { "module", "recurse" }, kind .. " option")
+      local m
+      m, e.module = step_module(model, rest.module, where)
+      e.value, e.field, e.recurse = value(), setter_fields[kind], flag("recurse") ~= false
+      e.states = fsdp._states_below(m, e.recurse)
+    elseif kind == "set_is_last_backward" then
+      errors.check_keys(rest, {}, kind .. " option")
+      e.value = value()
+    elseif kind == "unshard" or kind == "reshard" then
+      -- Without a module: every sharded module, in model.modules() order.
+      errors.check_keys(rest, kind == "unshard" and { "async_op", "module" } or { "module" }, kind .. " option")
+      if rest.module ~= nil then
+        local m
+        m, e.module = step_module(model, rest.module, where)
+        e.states = { rawget(m, "_fsdp_state") }
+      else
+        e.states = fsdp._states_below(model, true)
       end
-      e.value = it[2]
+      if kind == "unshard" then e.async_op = flag("async_op") or false end
     else
       errors.check_keys(rest, {}, kind .. " option")
     end
@@ -384,7 +447,7 @@ function fsdp.spec(t)
   local spec = {
     _spec = true, line = line, name = t.name, model = t.model, mesh = mesh,
     world_size = mesh.replicate * mesh.shard, input = input, loss = loss,
-    optimizer = check_optimizer(t.optimizer), step = check_step(t.step),
+    optimizer = check_optimizer(t.optimizer), step = check_step(t.step, t.model),
     grad_clip = t.grad_clip, seed = t.seed or 42, states = {},
   }
   -- Validate every group against the mesh (integer reshard_after_forward must divide

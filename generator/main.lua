@@ -75,6 +75,14 @@ function commands.counts(args)
   if plan.spec.mesh.replicate > 1 then
     lines[#lines + 1] = "backward all_reduce " .. (c["backward all_reduce"] or 0)
   end
+  -- Collectives of other step items (explicit unshards), when the step has any.
+  local shown, other = {}, {}
+  for _, l in ipairs(lines) do shown[l:match("^(.-) %d+$")] = true end
+  for k in pairs(c) do
+    if not shown[k] then other[#other + 1] = k end
+  end
+  table.sort(other)
+  for _, k in ipairs(other) do lines[#lines + 1] = k .. " " .. c[k] end
   io.write(table.concat(lines, "\n"), "\n")
 end
 

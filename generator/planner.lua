@@ -6,6 +6,7 @@
 -- hooks where the inputs' gradients are done, then the root's final callback.
 -- The result is the ordered schedule (collectives, compute, frees) with its FSDP events.
 local errors = require("errors")
+local fsdp = require("fsdp")
 local trace = require("trace")
 local layout = require("layout")
 
@@ -110,7 +111,9 @@ function M.new(spec)
     spec = spec, states = states, groups = groups, params = params, owner = owner,
     graph = trace.new_graph(), steps = {}, events = {},
     counts = {}, phase = nil, section = 0,
-    post_forward_order = {}, final_queued = false, is_last_backward = true,
+    post_forward_order = {}, final_queued = false,
+    is_last_backward = true,        -- this backward's (the final callback reads it)
+    last_backward_flag = true,      -- set_is_last_backward's, kept across backwards
     pending = {},     -- forward results awaiting backward: { outs = {...}, targets = t }
     ag_seq = 0, rs_seq = 0,
     label_counts = {}, forward_index = 0, recompute_ops = {},
@@ -515,7 +518,9 @@ end
 -- model(inp).sum()) or mean cross-entropy, added together.
 function Sim:build_loss(item)
   local loss
-  if #self.pending == 0 then errors.raise("step: backward without a forward before it", self.spec.line) end
+  if #self.pending == 0 then
+    errors.raise("step: backward without a forward awaiting it (a backward frees its forwards' graphs unless it has retain_graph = true)", self.spec.line)
+  end
   for _, f in ipairs(self.pending) do
     local sel = f.outs
     if item.output then
@@ -543,6 +548,7 @@ end
 
 function Sim:run_backward(item)
   self.is_last_backward = item.is_last_backward
+  if self.is_last_backward == nil then self.is_last_backward = self.last_backward_flag end
   -- Nor does a backward all-gather start before the backward does (FSDP2 issues it from a
   -- backward hook); its output may then reuse what the forward no longer needs.
   self:emit({ stream = "ag", op = "all_gather_sync", why = "backward: its all-gathers follow the forward" })
@@ -606,7 +612,8 @@ function Sim:run_backward(item)
     end
   end
   if self.final_queued then self:final_callback() end
-  if item.is_last_backward then self.pending = {} end
+  -- Without retain_graph, autograd frees the graphs this backward ran through.
+  if not item.retain_graph then self.pending = {} end
 end
 
 -- Backward reads the recomputed copies of a checkpointed region's activations: pair the
@@ -628,9 +635,57 @@ function Sim:pair_recomputed(region)
   end
 end
 
-function Sim:run_manual_reshard()
-  for _, s in ipairs(self.states) do
+function Sim:run_manual_reshard(item)
+  for _, s in ipairs(item.states) do
     if s.group then self:reshard(s.group) end
+  end
+end
+
+-- FSDPModule.unshard on each named module: issue its group's all-gather (from IDLE, so
+-- neither prefetching nor backward rules apply); with async_op the forward's pre-forward
+-- waits for it, otherwise unshard waits at once.
+function Sim:run_unshard(item)
+  self:emit({ stream = "ag", op = "all_gather_sync", why = "unshard: the shards are current" })
+  for _, s in ipairs(item.states) do
+    local g = s.group
+    if g then
+      self:unshard(g)
+      if not item.async_op then self:wait_for_unshard(g) end
+    end
+  end
+end
+
+-- The generated step repeats, so each step must end as it began (PyTorch's next iteration
+-- starts from there): every group sharded with no all-gather in flight and no unreduced
+-- gradients, no forward awaiting backward, and the flags the step items set back at the
+-- values the step began with.
+function Sim:check_step_repeats(flags)
+  local function fail(msg) errors.raise(msg .. "; the generated step repeats, so it must end as it began", self.spec.line) end
+  for _, g in ipairs(self.groups) do
+    if g.sharded ~= SHARDED or g.pending then
+      fail(string.format("group '%s' is %s when the step ends%s (reshard it: set_reshard_after_backward(true) before its last backward, or a \"reshard\" item)",
+        g.name, g.sharded == SHARDED and "sharded" or "unsharded", g.pending and " with an all-gather in flight" or ""))
+    end
+  end
+  for _, g in ipairs(self.groups) do
+    if g.grads_accumulated then
+      fail(string.format("group '%s' holds unsharded gradients that no reduce-scatter took when the step ends (its last backward ran without gradient sync)",
+        g.name))
+    end
+  end
+  if #self.pending > 0 then fail("a forward has no backward by the end of the step") end
+  if #self.post_forward_order > 0 then
+    fail("the step's last backward is not a last backward (set_is_last_backward(true) before it)")
+  end
+  if not self.last_backward_flag then fail("set_is_last_backward is false when the step ends") end
+  for _, s in ipairs(self.states) do
+    for _, setter in ipairs(fsdp.step_setters) do
+      local v = flags[s][setter.field]
+      if s[setter.field] ~= v then
+        fail(string.format("'%s' has %s(%s) when the step ends but %s when it begins", s.name, setter.kind,
+          tostring(s[setter.field]), tostring(v)))
+      end
+    end
   end
 end
 
@@ -645,6 +700,11 @@ end
 
 -- Runs the whole step program; returns the plan.
 function Sim:run()
+  local flags = {}
+  for _, s in ipairs(self.states) do
+    flags[s] = {}
+    for _, setter in ipairs(fsdp.step_setters) do flags[s][setter.field] = s[setter.field] end
+  end
   trace.begin(self.graph, self:trace_hooks())
   for i, item in ipairs(self.spec.step) do
     self.section = i
@@ -656,15 +716,21 @@ function Sim:run()
       self:run_backward(item)
     elseif item.kind == "reshard" then
       self.phase = "reshard"
-      self:run_manual_reshard()
+      self:run_manual_reshard(item)
+    elseif item.kind == "unshard" then
+      self.phase = "unshard"
+      self:run_unshard(item)
     elseif item.kind == "optimizer" then
       self.phase = "optimizer"
       self:run_optimizer()
-    elseif item.kind == "set_requires_gradient_sync" then
-      for _, s in ipairs(self.states) do s.reduce_grads = item.value end
+    elseif item.field then
+      for _, s in ipairs(item.states) do s[item.field] = item.value end
+    elseif item.kind == "set_is_last_backward" then
+      self.last_backward_flag = item.value
     end
   end
   trace.begin(nil, nil)
+  self:check_step_repeats(flags)
   return self
 end
 

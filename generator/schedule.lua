@@ -181,8 +181,11 @@ function M.render(plan, spec_file)
   for i, it in ipairs(spec.step) do
     local s = it.kind
     if it.output then s = s .. "(output " .. it.output .. ")" end
-    if it.kind == "backward" and not it.is_last_backward then s = s .. "(not last)" end
-    if it.value ~= nil then s = s .. "(" .. tostring(it.value) .. ")" end
+    if it.is_last_backward == false then s = s .. "(not last)" end
+    if it.retain_graph then s = s .. "(retain_graph)" end
+    if it.async_op then s = s .. "(async_op)" end
+    if it.value ~= nil then s = s .. "(" .. tostring(it.value) .. (it.recurse == false and ", recurse=false" or "") .. ")" end
+    if it.module and it.module ~= "" then s = s .. " on " .. quoted(it.module) end
     items[i] = s
   end
   b:line("step       %s", table.concat(items, ", "))

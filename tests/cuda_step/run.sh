@@ -30,7 +30,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # (one-rank) all-gathers incl. a dropped one, attention on tensor cores (head dim 16; the
 # only one here: the other specs' head dims are not multiples of 16), fused dQ too;
 # reduce-scatters of the parameters with gradients only (world 2, HSDP 2 x 2, and direct at
-# world 1).
+# world 1); microbatching (explicit async unshards before the first forward; HSDP partial
+# reductions all-reduced on the last microbatch only).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -46,6 +47,8 @@ specs=(
   "tests/specs/features/list_group_unused_module.lua 1e-3"
   "tests/specs/features/hsdp_unused_module.lua 1e-3"
   "tests/torch/step_programs/retain_graph_one_group_w1.lua 1e-3"
+  "tests/specs/features/microbatch_1f1b.lua 1e-3"
+  "tests/torch/step_programs/hsdp_reduce_scatter_only.lua 1e-3"
 )
 
 # ---- build (no GPU needed) ----------------------------------------------------------------

@@ -49,7 +49,7 @@ local LIN1, LIN2 = "1.lin1.weight 1.lin1.bias", "1.lin2.weight 1.lin2.bias"
 local cases = {
   { "one backward through both outputs", [[{ "forward", "backward", "optimizer" }]], { LIN1 .. " " .. LIN2 } },
   { "backward through output 2, then output 1",
-    [[{ "forward", { "backward", output = 2, is_last_backward = false }, { "backward", output = 1 }, "optimizer" }]],
+    [[{ "forward", { "backward", output = 2, is_last_backward = false, retain_graph = true }, { "backward", output = 1 }, "optimizer" }]],
     { LIN2, LIN1 } },
   { "output 1 without gradient sync, then output 2 with it",
     [[{ { "set_requires_gradient_sync", false }, "forward", { "backward", output = 1 },

@@ -63,7 +63,7 @@ fsdp.fully_shard(model, { reshard_after_forward = true })
 return fsdp.spec{
   name = "unused_in_backward", model = model, world_size = 4,
   input = { shape = { 4, dim } }, loss = "sum",
-  step = { "forward", { "backward", output = 2, is_last_backward = false }, { "backward", output = 1 } },
+  step = { "forward", { "backward", output = 2, is_last_backward = false, retain_graph = true }, { "backward", output = 1 } },
 }
 ]])
 

@@ -101,14 +101,17 @@ def multi_forward(p, step, rank, mistake):
     (mlp(p, x0).sum() + mlp(p, x1).sum()).backward()
 
 
-def grad_accumulation(p, step, rank, mistake):
-    """Two microbatches, each forward and backward; their gradients add up. Mistake "drop":
-    the second backward replaces the first's unsharded gradients."""
-    mlp(p, synthetic_inputs(SEED, step, 0, rank, [BATCH, DIM])).sum().backward()
-    if mistake == "drop":
-        for t in p.values():
-            t.grad = None
-    mlp(p, synthetic_inputs(SEED, step, 1, rank, [BATCH, DIM])).sum().backward()
+def microbatches(n):
+    """n microbatches, each forward and backward (forward item k reads batch k); their
+    gradients add up. Mistake "drop": the last backward replaces the earlier ones'
+    gradients (unsharded, or reduce-scattered but not yet all-reduced)."""
+    def program(p, step, rank, mistake):
+        for k in range(n):
+            if mistake == "drop" and k == n - 1:
+                for t in p.values():
+                    t.grad = None
+            mlp(p, synthetic_inputs(SEED, step, k, rank, [BATCH, DIM])).sum().backward()
+    return program
 
 
 def forward_backward(p, step, rank, mistake):
@@ -183,10 +186,14 @@ CASES = [
          "drop", "the second backward pass's gradients replace the first's", world=1),
     case("multi_forward", MLP_SHAPES, multi_forward, sgd(0.01),
          "same_batch", "both forwards read forward item 0's batch"),
-    case("grad_accumulation", MLP_SHAPES, grad_accumulation, sgd(0.01),
+    case("grad_accumulation", MLP_SHAPES, microbatches(2), sgd(0.01),
          "drop", "the synced backward drops the unsynced one's gradients"),
-    case("hsdp_accumulation", MLP_SHAPES, grad_accumulation, sgd(0.01),
+    case("hsdp_accumulation", MLP_SHAPES, microbatches(2), sgd(0.01),
          "drop", "the synced backward drops the unsynced one's gradients", world=4),
+    case("microbatch_1f1b", MLP_SHAPES, microbatches(3), sgd(0.01),
+         "drop", "the synced backward drops the unsynced ones' gradients"),
+    case("hsdp_reduce_scatter_only", MLP_SHAPES, microbatches(3), sgd(0.01),
+         "drop", "the all-reduced backward drops the earlier reduce-scatters' gradients", world=4),
     case("checkpoint_clip", MLP_SHAPES, forward_backward, sgd(0.01),
          "per_rank_clip", "each rank clips by its own gradients' norm before the average", clip=0.5),
     case("hsdp_divide", MLP_SHAPES, forward_backward, sgd(0.01),

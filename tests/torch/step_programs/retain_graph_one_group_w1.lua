@@ -9,5 +9,5 @@ fsdp.fully_shard(model)
 return fsdp.spec{
   name = "retain_graph_one_group_w1", model = model, world_size = 1,
   input = { shape = { 4, dim } }, loss = "sum", optimizer = { "sgd", lr = 0.5 },
-  step = { "forward", { "backward", output = 2, is_last_backward = false }, { "backward", output = 1 }, "optimizer" },
+  step = { "forward", { "backward", output = 2, is_last_backward = false, retain_graph = true }, { "backward", output = 1 }, "optimizer" },
 }
