@@ -401,7 +401,7 @@ function Walker:step(st, index)
   elseif op == "clip_grad_norm" then
     calls[1] = "rt_step_clip_grad_norm(R);"
   elseif op == "optimizer" then
-    calls[1] = string.format("rt_step_optimizer(R, %d);", gi)
+    calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d);", gi, st.opt_k, st.opt_per)
   elseif op == "recompute_begin" then
     -- a marker: the recompute steps follow
   elseif op == "forward" or op == "recompute" then

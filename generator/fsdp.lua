@@ -359,6 +359,10 @@ local function check_step(step, model)
       m, e.module = step_module(model, rest.module, where)
       e.value, e.field, e.recurse = value(), setter_fields[kind], flag("recurse") ~= false
       e.states = fsdp._states_below(m, e.recurse)
+    elseif kind == "forward" then
+      -- module = FQN: that sharded module's forward on the input (non-root forward).
+      errors.check_keys(rest, { "module" }, "forward option")
+      if rest.module ~= nil then e.module_obj, e.module = step_module(model, rest.module, where) end
     elseif kind == "set_is_last_backward" then
       errors.check_keys(rest, {}, kind .. " option")
       e.value = value()

@@ -260,6 +260,8 @@ function Sim:post_backward(g)
   g.has_grad, g.grads_accumulated = false, false
   if s.reshard_after_backward then self:reshard(g) end
   if #with > 0 then
+    g.opt_grads = g.opt_grads or {}   -- the sharded grads the next optimizer step reads
+    for _, k in ipairs(with) do g.opt_grads[k] = true end
     self.rs_seq = self.rs_seq + 1
     local r = reduction(g, with)
     self:emit({ stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq, reduction = r,
@@ -486,7 +488,9 @@ function Sim:make_input()
   return t
 end
 
-function Sim:run_forward()
+-- model(inp), or a sharded module's forward (item.module_obj) on the same input: FSDP2's
+-- root pre-forward then runs for the module's state, the first of the iteration.
+function Sim:run_forward(item)
   local spec = self.spec
   self.forward_index = self.forward_index + 1
   -- FSDPState._root_pre_forward: the all-gather streams wait for compute once (the shards
@@ -496,7 +500,19 @@ function Sim:run_forward()
   -- all-gather's output clear of every buffer live since its last such point).
   self:emit({ stream = "ag", op = "all_gather_sync", why = "root pre-forward: the shards are current" })
   local inp = self:make_input()
-  local outs = table.pack(spec.model(inp))
+  local outs
+  if item.module_obj then
+    local ok, res = pcall(function() return table.pack(item.module_obj(inp)) end)
+    if not ok then
+      if not errors.is_spec_error(res) then error(res, 0) end
+      res.msg = string.format("step[%d]: forward on '%s' with the spec's input %s: %s", self.section,
+        item.module, trace.shape_str(inp.shape) .. " " .. inp.dtype, res.msg)
+      error(res, 0)
+    end
+    outs = res
+  else
+    outs = table.pack(spec.model(inp))
+  end
   local targets
   if spec.loss == "cross_entropy" then
     targets = trace.new_tensor(inp.shape, inp.dtype, false, nil)
@@ -689,12 +705,50 @@ function Sim:check_step_repeats(flags)
   end
 end
 
+-- optim.step() on the groups with reduced gradients (the others have grad None, which
+-- torch.optim skips), then zero_grad. A group's k-th optimizer step of the training step
+-- (opt_k; opt_per once the step is planned) counts PyTorch's state["step"].
 function Sim:run_optimizer()
   if self.spec.grad_clip then
     self:emit({ stream = "compute", op = "clip_grad_norm" })
   end
   for _, g in ipairs(self.groups) do
-    self:emit({ stream = "compute", op = "optimizer", group = g })
+    if g.opt_grads then
+      g.opt_steps = (g.opt_steps or 0) + 1
+      self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps, grads = g.opt_grads })
+      g.opt_grads = nil
+    end
+  end
+end
+
+-- The runtime skips the parameters that no backward of the step reaches (one grad_none
+-- flag each), so every optimizer step of a group must see the same parameters with
+-- gradients; and gradients reduced after the last optimizer step would carry over.
+function Sim:check_optimizer_steps()
+  local opt_steps, with = {}, {}
+  for _, st in ipairs(self.steps) do
+    if st.op == "optimizer" then
+      opt_steps[#opt_steps + 1] = st
+      with[st.group] = with[st.group] or {}
+      for k in pairs(st.grads) do with[st.group][k] = true end
+    end
+  end
+  for _, st in ipairs(opt_steps) do
+    local g = st.group
+    st.opt_per = g.opt_steps
+    for k, p in ipairs(g.params) do
+      if with[g][k] and not st.grads[k] then
+        errors.raise(string.format("parameter '%s' has a gradient at one optimizer step of the step and none (grad None) at another; fsdpgen plans one set of parameters with gradients per training step (allowed: optimizer steps that see the same parameters with gradients)",
+          p.fqn), self.spec.line)
+      end
+    end
+  end
+  if not self.has_optimizer then return end
+  for _, g in ipairs(self.groups) do
+    if g.opt_grads then
+      errors.raise(string.format("group '%s' reduces gradients after the step's last optimizer step; they would carry into the next step (allowed: backwards before an optimizer item)",
+        g.name), self.spec.line)
+    end
   end
 end
 
@@ -710,7 +764,7 @@ function Sim:run()
     self.section = i
     if item.kind == "forward" then
       self.phase = "forward"
-      self:run_forward()
+      self:run_forward(item)
     elseif item.kind == "backward" then
       self.phase = "backward"
       self:run_backward(item)
@@ -722,6 +776,7 @@ function Sim:run()
       self:run_unshard(item)
     elseif item.kind == "optimizer" then
       self.phase = "optimizer"
+      self.has_optimizer = true
       self:run_optimizer()
     elseif item.field then
       for _, s in ipairs(item.states) do s[item.field] = item.value end
@@ -731,6 +786,7 @@ function Sim:run()
   end
   trace.begin(nil, nil)
   self:check_step_repeats(flags)
+  self:check_optimizer_steps()
   return self
 end
 

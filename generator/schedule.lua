@@ -138,6 +138,7 @@ function M.step_line(st, plan)
   elseif st.op == "optimizer" then
     name = quoted(g.name)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind, g.layout.shard_numel)
+    if st.opt_per > 1 then detail = detail .. string.format(" (the group's optimizer step %d of %d)", st.opt_k, st.opt_per) end
   elseif st.op == "all_gather_sync" then
     name = "all groups"
     detail = "all-gather streams wait for compute (" .. st.why .. ")"

@@ -21,10 +21,15 @@ static_assert(sizeof(rtc_adam_scalars) <= RTC_ARGS_DOUBLES * sizeof(double),
 // SGD (first: the step is the first one, momentum_buf is born from the gradient; read from
 // d_step when it is not NULL)
 
+// The optimizer step count of the k-th of `per` optimizer steps in training step *d_step.
+__device__ __forceinline__ int64_t step_count(const int64_t* d_step, int k, int per) {
+    return (*d_step - 1) * per + k;
+}
+
 __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ grad,
                            float* __restrict__ momentum_buf, size_t n, rtc_sgd_scalars s,
-                           int first, const int64_t* __restrict__ d_step) {
-    if (d_step) first = *d_step <= 1;
+                           int first, const int64_t* __restrict__ d_step, int k, int per) {
+    if (d_step) first = step_count(d_step, k, per) <= 1;
     RTC_GRID_STRIDE(i, n) {
         param[i] = rtc_sgd_elem(s, first, param[i], grad[i],
                                 s.use_momentum ? momentum_buf + i : (float*)NULL);
@@ -32,25 +37,27 @@ __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ 
 }
 
 static void sgd_launch(float* param, const float* grad, float* momentum_buf, size_t n,
-                       int64_t step, const int64_t* d_step, double lr, double momentum,
-                       double dampening, double weight_decay, int nesterov) {
+                       int64_t step, const int64_t* d_step, int k, int per, double lr,
+                       double momentum, double dampening, double weight_decay, int nesterov) {
     const rtc_sgd_scalars s = rtc_sgd_scalars_of(lr, momentum, dampening, weight_decay, nesterov);
-    RTC_LAUNCH_FLAT(sgd_kernel, n, param, grad, momentum_buf, n, s, step <= 1, d_step);
+    RTC_LAUNCH_FLAT(sgd_kernel, n, param, grad, momentum_buf, n, s, step <= 1, d_step, k, per);
 }
 
 void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n, int64_t step,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
-    sgd_launch(param, grad, momentum_buf, n, step, NULL, lr, momentum, dampening, weight_decay,
-               nesterov);
+    sgd_launch(param, grad, momentum_buf, n, step, NULL, 1, 1, lr, momentum, dampening,
+               weight_decay, nesterov);
 }
 
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
-                          const int64_t* d_step, double lr, double momentum, double dampening,
-                          double weight_decay, int nesterov) {
+                          const int64_t* d_step, int k, int per, double lr, double momentum,
+                          double dampening, double weight_decay, int nesterov) {
     RT_KCHECK(d_step != NULL, "pass the step counter's device address",
               "rt_cuda_sgd_step_dev without a step counter");
-    sgd_launch(p, g, momentum_buf, n, 0, d_step, lr, momentum, dampening, weight_decay,
+    RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
+              "rt_cuda_sgd_step_dev with k out of range");
+    sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, lr, momentum, dampening, weight_decay,
                nesterov);
 }
 
@@ -85,8 +92,8 @@ static void adam_launch(float* p, const float* g, float* m, float* v, size_t n,
 
 // One thread: the step's scalars from the device step count.
 __global__ void adam_scalars_kernel(rtc_adam_scalars* out, rtc_adam_hyper h,
-                                    const int64_t* d_step) {
-    *out = rtc_adam_scalars_at(h, *d_step);
+                                    const int64_t* d_step, int k, int per) {
+    *out = rtc_adam_scalars_at(h, step_count(d_step, k, per));
 }
 
 static rtc_adam_hyper adam_hyper(double lr, double beta1, double beta2, double eps,
@@ -113,15 +120,17 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
-                           const int64_t* d_step, double lr, double beta1, double beta2,
-                           double eps, double weight_decay, int adamw) {
+                           const int64_t* d_step, int k, int per, double lr, double beta1,
+                           double beta2, double eps, double weight_decay, int adamw) {
     RT_KCHECK(d_step != NULL, "pass the step counter's device address",
               "rt_cuda_adam_step_dev without a step counter");
+    RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
+              "rt_cuda_adam_step_dev with k out of range");
     if (n == 0) return;
     rtc_ctx* ctx = rtc_get();
     rtc_adam_scalars* d_s = (rtc_adam_scalars*)rtc_args(ctx);
     adam_scalars_kernel<<<1, 1, 0, ctx->stream>>>(
-        d_s, adam_hyper(lr, beta1, beta2, eps, weight_decay, adamw), d_step);
+        d_s, adam_hyper(lr, beta1, beta2, eps, weight_decay, adamw), d_step, k, per);
     RTC_CHECK_LAUNCH(adam_scalars_kernel);
     const rtc_adam_scalars unused = {};
     adam_launch(p, g, m, v, n, unused, d_s);

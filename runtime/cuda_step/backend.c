@@ -451,7 +451,10 @@ void rtb_clip_grad_norm(rt_rank* R) {
     cs_trace_close(R, t, c->compute);
 }
 
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n) {
+// The step count comes from the device (c->d_step, k and per) so that the captured graph
+// serves every step.
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int64_t count, int k, int per) {
+    (void)count;
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
@@ -461,11 +464,11 @@ void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n) {
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, mg->name, "optimizer");
     if (o->kind == RT_OPTIM_SGD)
         rt_cuda_sgd_step_dev(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
-                             c->d_step, o->lr, o->momentum, o->dampening, o->weight_decay,
+                             c->d_step, k, per, o->lr, o->momentum, o->dampening, o->weight_decay,
                              o->nesterov);
     else
         rt_cuda_adam_step_dev(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, c->d_step,
-                              o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                              k, per, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
                               o->kind == RT_OPTIM_ADAMW);
     cs_trace_close(R, t, c->compute);
 }

@@ -216,10 +216,13 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state);
 // "clip_grad_norm": global norm over every group's sharded grads (all-reduce over the shard
 // group: replicas hold identical shards), then scale every grad by clip_coef.
 void rt_step_clip_grad_norm(rt_rank* R);
-// "optimizer": the model's optimizer on group g's sharded params (step count R->step + 1).
-// A group without a reduce-scatter this step has no gradient and is skipped, as
-// torch.optim skips parameters whose grad is None.
-void rt_step_optimizer(rt_rank* R, int g);
+// "optimizer": the model's optimizer on group g's sharded params, the k-th of the `per`
+// optimizer steps that a training step gives the group (1-based; PyTorch's state["step"]
+// is then R->step * per + k), then zero_grad: the group's next reduce-scatter assigns.
+// The generator emits it only after a reduce-scatter of the group (a group without one
+// has grad None, which torch.optim skips); parameters that no backward reaches are
+// skipped (rt_model_param grad_none).
+void rt_step_optimizer(rt_rank* R, int g, int k, int per);
 // Records backward k's loss (the scalar at loss).
 void rt_step_loss(rt_rank* R, int k, const float* loss);
 // The dropout RNG stream of op `site` in this rank's step: (step, rank, site) mixed, so

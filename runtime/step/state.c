@@ -451,12 +451,16 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state) {
 
 void rt_step_clip_grad_norm(rt_rank* R) { rtb_clip_grad_norm(R); }
 
-void rt_step_optimizer(rt_rank* R, int g) {
+void rt_step_optimizer(rt_rank* R, int g, int k, int per) {
     const rt_model_group* mg = G(R, g);
     const rt_fsdp_layout* L = &R->groups[g].layout;
-    // A group that got no gradient this step has grad None: torch.optim skips it; so it
-    // does a parameter the step gives none. The others go in runs of adjacent parameters.
-    if (!R->groups[g].reduced) return;
+    if (k < 1 || k > per) rt_rank_die(R, "optimizer step %d of %d for group '%s'", k, per, mg->name);
+    if (!R->groups[g].reduced)
+        rt_rank_die(R, "optimizer step of group '%s' without a reduce-scatter since the last one "
+                       "(the plan gives it gradients)", mg->name);
+    // A parameter the step gives no gradient has grad None: torch.optim skips it. The
+    // others go in runs of adjacent parameters.
+    int64_t count = R->step * per + k;
     for (int i = 0; i < mg->nparams;) {
         if (R->model->params[mg->params[i]].grad_none) {
             i++;
@@ -465,8 +469,9 @@ void rt_step_optimizer(rt_rank* R, int g) {
         int64_t lo = L->params[i].offset, hi = lo;
         for (; i < mg->nparams && !R->model->params[mg->params[i]].grad_none; i++)
             hi = L->params[i].offset + L->params[i].in_numel;
-        rtb_optimizer(R, g, lo, hi - lo);
+        rtb_optimizer(R, g, lo, hi - lo, count, k, per);
     }
+    R->groups[g].reduced = 0;  // zero_grad
 }
 
 // ---- losses and RNG ---------------------------------------------------------------------

@@ -1613,7 +1613,7 @@ static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, in
 // ----------------------------------------------------------------------------
 // optimizers and clipping (three steps each; the GPU is expected to give the CPU's bits),
 // with the host step count (rt_optim.h) and with the step count in device memory
-// (rt_cuda.h's graph-safe variants)
+// (rt_cuda.h's graph-safe variants, counted as the k-th of two optimizer steps per step)
 
 static void set_dev_step(int64_t* d_step, int64_t step) {
     RT_CHECK_CUDA(cudaMemcpy(d_step, &step, sizeof step, cudaMemcpyHostToDevice));
@@ -1633,33 +1633,36 @@ static void test_optim(void) {
         for (int64_t step = 1; step <= 3; step++) {
             const float* gs = g[step - 1];
             const float* d_gs = d_g[step - 1];
-            set_dev_step(d_step, step);
+            // The device count as a step of two optimizer steps each: training step
+            // (step + 1) / 2, its optimizer step k = 1, 2, 1: counts 1, 2, 3 again.
+            const int k = (int)((step - 1) % 2 + 1);
+            set_dev_step(d_step, (step + 1) / 2);
             switch (kind) {
                 case 0:
                     cpu_rt_sgd_step(p, gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
                     rt_sgd_step(d_p, d_gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, NULL, n, d_step, 0.1, 0.0, 0.0, 0.0, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, NULL, n, d_step, k, 2, 0.1, 0.0, 0.0, 0.0, 0);
                     break;
                 case 1:
                     cpu_rt_sgd_step(p, gs, m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
                     rt_sgd_step(d_p, d_gs, d_m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, 0.1, 0.9, 0.1, 0.01, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, 0.1, 0.9, 0.1, 0.01, 0);
                     break;
                 case 2:
                     cpu_rt_sgd_step(p, gs, m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
                     rt_sgd_step(d_p, d_gs, d_m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, 0.05, 0.9, 0.0, 0.01, 1);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, 0.05, 0.9, 0.0, 0.01, 1);
                     break;
                 case 3:
                     cpu_rt_adam_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
                     rt_adam_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
-                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, 1e-2, 0.9, 0.999, 1e-8,
+                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, 1e-2, 0.9, 0.999, 1e-8,
                                           0.01, 0);
                     break;
                 default:
                     cpu_rt_adamw_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
                     rt_adamw_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
-                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, 1e-2, 0.9, 0.95, 1e-8,
+                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, 1e-2, 0.9, 0.95, 1e-8,
                                           0.1, 1);
                     break;
             }

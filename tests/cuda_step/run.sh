@@ -31,7 +31,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # only one here: the other specs' head dims are not multiples of 16), fused dQ too;
 # reduce-scatters of the parameters with gradients only (world 2, HSDP 2 x 2, and direct at
 # world 1); microbatching (explicit async unshards before the first forward; HSDP partial
-# reductions all-reduced on the last microbatch only).
+# reductions all-reduced on the last microbatch only); a step with two optimizer items
+# (a root iteration, then a non-root one: per-group Adam step counts on the device).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -49,6 +50,7 @@ specs=(
   "tests/torch/step_programs/retain_graph_one_group_w1.lua 1e-3"
   "tests/specs/features/microbatch_1f1b.lua 1e-3"
   "tests/torch/step_programs/hsdp_reduce_scatter_only.lua 1e-3"
+  "tests/torch/step_programs/non_root_forward.lua 1e-3"
 )
 
 # ---- build (no GPU needed) ----------------------------------------------------------------

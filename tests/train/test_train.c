@@ -791,6 +791,13 @@ static void test_setup_failures(void) {
                "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "
                "nothing saved");
     proc_free(&a);
+    a = run(g_train, "tiny_stale", "--steps", "1", "--save", P("stale.st"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "optimizer step of group 'lin' without a reduce-scatter "
+                                           "since the last one") &&
+                      !has(a.out, "step 1 loss") && !exists(P("stale.st")),
+               "a second optimizer step with no gradients since the first: exit 1 naming the "
+               "group, nothing saved");
+    proc_free(&a);
     a = run(g_train, "tiny", "--steps", "1", "--save", P("no_such_dir/x.st"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --save") && count_lines(a.err) == 1 &&
                       !has(a.out, "step 1 loss"),

@@ -17,13 +17,15 @@ typedef struct tiny_offsets {
     int64_t padded;  // group padded_numel (unsharded buffers are viewed at this size)
     int hsdp;
     int unsynced;    // no all_gather_sync before the all-gather (the runtime must die)
+    int stale;       // a second optimizer step with no reduce-scatter since the first (dies)
 } tiny_offsets;
 
 // shard 2: block 15 (weight 12 + bias 3), padded 30; peak = end of rs_out = 960 + 60.
-static const tiny_offsets tiny_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0};
+static const tiny_offsets tiny_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0, 0};
 // shard 1: block 25 (weight 20 + bias 5), padded 25; peak = 1216 + 100.
-static const tiny_offsets ref_off = {512, 640, 768, 832, 896, 960, 1088, 1216, 25, 1, 0};
-static const tiny_offsets unsynced_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 1};
+static const tiny_offsets ref_off = {512, 640, 768, 832, 896, 960, 1088, 1216, 25, 1, 0, 0};
+static const tiny_offsets unsynced_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 1, 0};
+static const tiny_offsets stale_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0, 1};
 
 static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     const int N = 3, C = 4, OC = 5;
@@ -51,13 +53,15 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     if (o->hsdp) rt_step_all_reduce(R, 0);
     rt_step_post_backward(R, 0, "POST_BACKWARD");
     rt_step_section(R, "optimizer");
-    rt_step_optimizer(R, 0);
+    rt_step_optimizer(R, 0, 1, o->stale ? 2 : 1);
+    if (o->stale) rt_step_optimizer(R, 0, 2, 2);
     rt_step_end(R);
 }
 
 static void tiny_step(rt_rank* R) { tiny_step_with(R, &tiny_off); }
 static void tiny_ref_step(rt_rank* R) { tiny_step_with(R, &ref_off); }
 static void tiny_unsynced_step(rt_rank* R) { tiny_step_with(R, &unsynced_off); }
+static void tiny_stale_step(rt_rank* R) { tiny_step_with(R, &stale_off); }
 
 static const char* const bias_aliases[] = {"head.bias", NULL};
 
@@ -174,6 +178,9 @@ const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_p
 const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
                                                 tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
                                                 tiny_events, 3, tiny_counts, 2);
+const rt_model tiny_stale_model = TINY_MODEL("tiny_stale", 1, 2, tiny_params_sharded, tiny_groups,
+                                             ADAMW, 1024, 1020, tiny_stale_step, tiny_events, 3,
+                                             tiny_counts, 2);
 
 // ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
 
@@ -210,7 +217,7 @@ static void tok_step(rt_rank* R) {
         rt_step_post_backward(R, 0, "POST_BACKWARD");
     }
     rt_step_section(R, "optimizer");
-    rt_step_optimizer(R, 0);
+    rt_step_optimizer(R, 0, 1, 1);
     rt_step_end(R);
 }
 
@@ -253,6 +260,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_bad_index")) return &tiny_bad_index_model;
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
+    if (!strcmp(name, "tiny_stale")) return &tiny_stale_model;
     if (!strcmp(name, "tok")) return &tok_model;
     return NULL;
 }

@@ -8,6 +8,8 @@
 //   tiny_wrong_model tiny with a wrong sharding plan (rt_rank_init must reject it)
 //   tiny_packed_model tiny with its [5,4] weight planned packed in an fp32 group (rejected too)
 //   tiny_unsynced_model tiny whose step all-gathers with no all_gather_sync before (dies)
+//   tiny_stale_model    tiny whose step has a second optimizer step with no reduce-scatter
+//                       since the first (dies)
 //   tok_model        Embedding [16,16] read as logits, cross-entropy over tokens [2,3],
 //                    2 microbatches (gradient accumulation), Adam; world 2, shard 2
 #ifndef FSDPGEN_TESTS_TINY_MODEL_H
@@ -22,6 +24,7 @@ extern const rt_model tiny_bad_model;
 extern const rt_model tiny_wrong_model;
 extern const rt_model tiny_packed_model;
 extern const rt_model tiny_unsynced_model;
+extern const rt_model tiny_stale_model;
 extern const rt_model tok_model;
 
 // The model named by TINY_MODEL ("tiny" when unset), or NULL for an unknown name.

@@ -67,6 +67,13 @@ def mlp(p, x):
 
 DOUBLE_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.lin1.weight": [DIM, DIM], "1.lin1.bias": [DIM],
                  "1.lin2.weight": [DIM, DIM], "1.lin2.bias": [DIM]}
+def mlp_stack(p, x, n):
+    """The first n of three MLP(8)s (nn.Sequential): relu(out_proj(relu(in_proj(x)))) each."""
+    for i in range(n):
+        x = torch.relu(linear(p, f"{i}.out_proj", torch.relu(linear(p, f"{i}.in_proj", x))))
+    return x
+
+
 MLP_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.in_proj.weight": [4 * DIM, DIM],
               "1.in_proj.bias": [4 * DIM], "1.out_proj.weight": [DIM, 4 * DIM], "1.out_proj.bias": [DIM]}
 
@@ -148,6 +155,17 @@ def clip_(grads, max_norm):
     return {k: h.grad for k, h in holders.items()}
 
 
+def non_root(k, n):
+    """forward item k through the first n MLPs (3: the root, 1: model[0] alone), backward."""
+    def program(p, step, rank, mistake):
+        del mistake
+        mlp_stack(p, synthetic_inputs(SEED, step, k, rank, [BATCH, DIM]), n).sum().backward()
+    return program
+
+
+MLP3_SHAPES = {f"{i}.{name}": shape for i in range(3) for name, shape in
+               (("in_proj.weight", [4 * DIM, DIM]), ("in_proj.bias", [4 * DIM]),
+                ("out_proj.weight", [DIM, 4 * DIM]), ("out_proj.bias", [DIM]))}
 TWICE_SHAPES = {"a.weight": [DIM, DIM], "a.bias": [DIM], "head.weight": [4, DIM], "head.bias": [4]}
 UNUSED_SHAPES = {"a.weight": [DIM, DIM], "a.bias": [DIM], "b.weight": [DIM, DIM], "b.bias": [DIM],
                  "spare.weight": [DIM, DIM], "spare.bias": [DIM], "never.weight": [DIM, DIM],
@@ -168,7 +186,9 @@ def adamw(lr, **kw):
 
 def case(name, shapes, program, optimizer, mistake, control, world=2, clip=None, factors=None,
          wrong_optimizer=None, spec=None):
-    """A spec (NAME.lua here unless given) and how PyTorch trains it. mistake: the control's,
+    """A spec (NAME.lua here unless given) and how PyTorch trains it. program: what one rank
+    does before the step's optimizer item, or a list of those, one per optimizer item of
+    the step (each followed by optim.step() and zero_grad). mistake: the control's,
     a key that the program or run_steps acts on (control says it in words); factors: divide
     factors by parameter-name prefix; wrong_optimizer: the optimizer of the mistake
     "optimizer"."""
@@ -202,6 +222,9 @@ CASES = [
     case("list_group_unused_module", UNUSED_SHAPES, unused, adamw(0.01, weight_decay=0.1),
          "zero_grads", "the unused parameters get zero gradients (so AdamW decays them)",
          spec="tests/specs/features/list_group_unused_module.lua"),
+    case("non_root_forward", MLP3_SHAPES, [non_root(0, 3), non_root(1, 1)], adam(0.01),
+         "stale", "the second optimizer step also steps the groups without a gradient, with "
+         "the first one's gradients"),
     case("module_twice", TWICE_SHAPES, twice, sgd(0.01),
          "first_use", "the module's gradient from its second use only"),
     case("sgd_nesterov", MLP_SHAPES, forward_backward,
@@ -227,23 +250,29 @@ def run_steps(c, params, mistake):
         f = [v for prefix, v in c["factors"].items() if name.startswith(prefix)]
         return f[0] if f and mistake != "average" else world
 
+    programs = c["program"] if isinstance(c["program"], list) else [c["program"]]
     for step in range(STEPS):
-        total = {}
-        for rank in range(world):
-            p = {k: v.detach().clone().requires_grad_(True) for k, v in leaves.items()}
-            c["program"](p, step, rank, mistake)
-            grads = {k: t.grad for k, t in p.items()
-                     if t.grad is not None or mistake == "zero_grads"}
-            grads = {k: g if g is not None else torch.zeros_like(p[k]) for k, g in grads.items()}
-            if mistake == "per_rank_clip":
-                grads = clip_(grads, clip)
-            for k, g in grads.items():
-                total[k] = total.get(k, 0) + g / divisor(k)
-        if clip is not None and mistake != "per_rank_clip":
-            total = clip_(total, clip)
-        for k, t in leaves.items():
-            t.grad = total.get(k)
-        opt.step()
+        last = {}
+        for program in programs:
+            total = {}
+            for rank in range(world):
+                p = {k: v.detach().clone().requires_grad_(True) for k, v in leaves.items()}
+                program(p, step, rank, mistake)
+                grads = {k: t.grad for k, t in p.items()
+                         if t.grad is not None or mistake == "zero_grads"}
+                grads = {k: g if g is not None else torch.zeros_like(p[k]) for k, g in grads.items()}
+                if mistake == "per_rank_clip":
+                    grads = clip_(grads, clip)
+                for k, g in grads.items():
+                    total[k] = total.get(k, 0) + g / divisor(k)
+            if mistake == "stale":
+                total = {**last, **total}
+            last = total
+            if clip is not None and mistake != "per_rank_clip":
+                total = clip_(total, clip)
+            for k, t in leaves.items():
+                t.grad = total.get(k)
+            opt.step()
     return {k: v.detach() for k, v in leaves.items()}
 
 
