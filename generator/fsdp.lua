@@ -344,6 +344,9 @@ local function check_step(step, model)
       if type(it[2]) ~= "boolean" then errors.raise(string.format("%s: { \"%s\", true|false }", where, kind)) end
       return it[2]
     end
+    if it[2] ~= nil and not (setter_fields[kind] or kind == "set_is_last_backward") then
+      errors.raise(string.format("%s: '%s' takes no value (only its options, such as module = ...)", where, kind))
+    end
     local e = { kind = kind }
     if kind == "backward" then
       errors.check_keys(rest, { "is_last_backward", "output", "retain_graph" }, "backward option")
