@@ -11,9 +11,10 @@ reads stream (s, k, rank)) or token batches (rt_data.h, on a generated token fil
 decoders of check_load.py with cross-entropy, the spec's step program, the ranks' gradients
 summed and divided by the world size (FSDP's AVG reduce-scatter, and all-reduce across
 HSDP replicas) or by the group's divide factor, global-norm clipping where the spec clips,
-SGD. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each case also has a control:
-the same steps with one plausible mistake (named in its line), which must not agree, so
-each check can fail.
+and torch.optim's step (SGD unless the case is about the optimizer) after each of the
+step's optimizer items. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each case
+also has a control: the same steps with one plausible mistake (named in its line), which
+must not agree, so each check can fail.
 
 Prints PASS/FAIL lines and ends with `N passed, N failed`.
 """
