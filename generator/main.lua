@@ -67,22 +67,18 @@ function commands.counts(args)
   if #args ~= 1 then usage_error("counts takes exactly one SPEC") end
   local plan = plan_spec(args[1])
   local c = plan.counts
-  local lines = {
-    "forward all_gather " .. (c["forward all_gather"] or 0),
-    "backward all_gather " .. (c["backward all_gather"] or 0),
-    "backward reduce_scatter " .. (c["backward reduce_scatter"] or 0),
-  }
-  if plan.spec.mesh.replicate > 1 then
-    lines[#lines + 1] = "backward all_reduce " .. (c["backward all_reduce"] or 0)
-  end
-  -- Collectives of other step items (explicit unshards), when the step has any.
-  local shown, other = {}, {}
-  for _, l in ipairs(lines) do shown[l:match("^(.-) %d+$")] = true end
+  local keys = { "forward all_gather", "backward all_gather", "backward reduce_scatter" }
+  if plan.spec.mesh.replicate > 1 then keys[#keys + 1] = "backward all_reduce" end
+  -- Then the collectives of other step items (explicit unshards), when the step has any.
+  local listed, other = {}, {}
+  for _, k in ipairs(keys) do listed[k] = true end
   for k in pairs(c) do
-    if not shown[k] then other[#other + 1] = k end
+    if not listed[k] then other[#other + 1] = k end
   end
   table.sort(other)
-  for _, k in ipairs(other) do lines[#lines + 1] = k .. " " .. c[k] end
+  for _, k in ipairs(other) do keys[#keys + 1] = k end
+  local lines = {}
+  for i, k in ipairs(keys) do lines[i] = k .. " " .. (c[k] or 0) end
   io.write(table.concat(lines, "\n"), "\n")
 end
 

@@ -682,8 +682,6 @@ function Sim:check_step_repeats(flags)
       fail(string.format("group '%s' is %s when the step ends%s (reshard it: set_reshard_after_backward(true) before its last backward, or a \"reshard\" item)",
         g.name, g.sharded == SHARDED and "sharded" or "unsharded", g.pending and " with an all-gather in flight" or ""))
     end
-  end
-  for _, g in ipairs(self.groups) do
     if g.grads_accumulated then
       fail(string.format("group '%s' holds unsharded gradients that no reduce-scatter took when the step ends (its last backward ran without gradient sync)",
         g.name))

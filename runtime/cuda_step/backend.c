@@ -453,8 +453,7 @@ void rtb_clip_grad_norm(rt_rank* R) {
 
 // The step count comes from the device (c->d_step, k and per) so that the captured graph
 // serves every step.
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int64_t count, int k, int per) {
-    (void)count;
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;

@@ -283,12 +283,12 @@ void rtb_clip_grad_norm(rt_rank* R) {
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int64_t step, int k, int per) {
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per) {
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     double t0 = now_s();
-    (void)k, (void)per;
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
+    int64_t step = R->step * per + k;
     switch (o->kind) {
     case RT_OPTIM_SGD:
         rt_sgd_step(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n, step,

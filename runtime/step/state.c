@@ -460,7 +460,6 @@ void rt_step_optimizer(rt_rank* R, int g, int k, int per) {
                        "(the plan gives it gradients)", mg->name);
     // A parameter the step gives no gradient has grad None: torch.optim skips it. The
     // others go in runs of adjacent parameters.
-    int64_t count = R->step * per + k;
     for (int i = 0; i < mg->nparams;) {
         if (R->model->params[mg->params[i]].grad_none) {
             i++;
@@ -469,7 +468,7 @@ void rt_step_optimizer(rt_rank* R, int g, int k, int per) {
         int64_t lo = L->params[i].offset, hi = lo;
         for (; i < mg->nparams && !R->model->params[mg->params[i]].grad_none; i++)
             hi = L->params[i].offset + L->params[i].in_numel;
-        rtb_optimizer(R, g, lo, hi - lo, count, k, per);
+        rtb_optimizer(R, g, lo, hi - lo, k, per);
     }
     R->groups[g].reduced = 0;  // zero_grad
 }

@@ -53,10 +53,9 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
 void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate);
 void rtb_clip_grad_norm(rt_rank* R);
 // The optimizer step over elements [lo, lo + n) of group g's rank block (its parameters
-// with a gradient: rt_step_optimizer): PyTorch's state["step"] count, which is R->step *
-// per + k (k-th of the group's `per` optimizer steps in a training step; backends that
-// read the step from device memory use k and per).
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int64_t count, int k, int per);
+// with a gradient: rt_step_optimizer), the group's k-th of `per` optimizer steps in a
+// training step: PyTorch's state["step"] is R->step * per + k.
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per);
 void rtb_loss(rt_rank* R, int k, const float* loss);
 
 // ---- shared helpers (state.c) -------------------------------------------------------------

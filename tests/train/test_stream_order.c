@@ -430,7 +430,7 @@ static void test_plan_reuse(int hsdp, int passes) {
         }
     start[n] = nacc;
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 1);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1);
     rtb_step_end(&w.R);
     compute_writes(&w, w.rs_out[(n - 1) % 2], 4 * BLOCK, "the next step");
     CHECK(races == 0, "%s, %d backward%s: no race over %d accesses (%d reduce-scatters, each "
@@ -504,7 +504,7 @@ static void test_direct_after_reduce_scatter(int reuse_early) {
     rtb_reduce_direct(&w.R, 0, 0, w.ugrad[0], RT_F32, 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "a later buffer on group 1's unsharded grads");
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 1);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1);
     rtb_step_end(&w.R);
     // group 1's direct copy: the first copy after the second "backward writes" access
     int g1 = find(find(0, nacc, "backward writes unsharded grads") + 1, nacc,
