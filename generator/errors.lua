@@ -36,9 +36,17 @@ function M.track_spec_lines(on)
   end
   local src = "@" .. M.spec_path
   M.last_spec_line = nil
+  -- Whether each running function is the spec's, looked up once per function ("f" is the
+  -- cheapest getinfo: this hook runs on every line of the generator while it is on).
+  local is_spec = setmetatable({}, { __mode = "k" })
   debug.sethook(function(_, line)
-    local info = debug.getinfo(2, "S")
-    if info.source == src then M.last_spec_line = line end
+    local f = debug.getinfo(2, "f").func
+    local spec = is_spec[f]
+    if spec == nil then
+      spec = debug.getinfo(f, "S").source == src
+      is_spec[f] = spec
+    end
+    if spec then M.last_spec_line = line end
   end, "l")
 end
 

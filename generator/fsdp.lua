@@ -46,6 +46,10 @@ local function check_rAF(v, what, line)
     what, type(v) == "string" and ("'" .. v .. "'") or tostring(v)), line)
 end
 
+-- The most ranks a spec may have: the generated code holds a row of every rank's shard
+-- sizes per group, and the CPU backend runs a thread per rank.
+fsdp.MAX_WORLD_SIZE = 1 << 16
+
 local function check_mesh(mesh, what, line)
   if type(mesh) ~= "table" then errors.raise(what .. " must be a table { replicate = R, shard = S }", line) end
   errors.check_keys(mesh, { "replicate", "shard" }, what .. " key", line)
@@ -54,6 +58,10 @@ local function check_mesh(mesh, what, line)
     if math.type(v) ~= "integer" or v < 1 then
       errors.raise(string.format("%s.%s must be a positive integer, got %s", what, k, tostring(v)), line)
     end
+  end
+  if mesh.replicate > fsdp.MAX_WORLD_SIZE // mesh.shard then
+    errors.raise(string.format("%s %d x %d has more than %d ranks, the most fsdpgen supports", what,
+      mesh.replicate, mesh.shard, fsdp.MAX_WORLD_SIZE), line)
   end
   return { replicate = mesh.replicate, shard = mesh.shard }
 end
@@ -142,7 +150,13 @@ local function state_of(m, method)
 end
 
 local function sharded_list(list, method)
-  if type(list) ~= "table" then errors.raise(method .. " expects a list of sharded modules") end
+  -- A ModuleList or Sequential is a list of its children (Python iterates them); any other
+  -- module is one module, which PyTorch refuses as well.
+  local kind = nn.is_module(list) and rawget(list, "_type")
+  if type(list) ~= "table" or (kind and kind ~= "ModuleList" and kind ~= "Sequential") then
+    errors.raise(string.format("%s expects a list of sharded modules, got %s (wrap one module: { m })", method,
+      kind and tostring(list) or type(list)))
+  end
   local out = {}
   for i, m in ipairs(list) do
     if not nn.is_module(m) or not rawget(m, "_fsdp_state") then
@@ -207,8 +221,8 @@ recursive_setter("set_requires_all_reduce", function(s, v) s.all_reduce_grads = 
 
 function M:set_gradient_divide_factor(f)
   local s = state_of(self, "set_gradient_divide_factor")
-  if type(f) ~= "number" or f <= 0 then
-    errors.raise("set_gradient_divide_factor expects a positive number, got " .. tostring(f))
+  if type(f) ~= "number" or not (f > 0 and f < math.huge) then
+    errors.raise("set_gradient_divide_factor expects a positive finite number, got " .. tostring(f))
   end
   s.divide_factor = f
 end
@@ -269,7 +283,26 @@ local function check_optimizer(o)
       out[k] = v
     end
   end
-  if out.lr <= 0 then errors.raise("optimizer lr must be positive, got " .. tostring(out.lr)) end
+  -- torch.optim's own checks (a positive lr here: a zero one trains nothing), and no NaN
+  -- or infinity anywhere.
+  local function need(ok, what, v)
+    if not ok or v ~= v or v == math.huge or v == -math.huge then
+      errors.raise(string.format("optimizer %s, got %s", what, tostring(v)))
+    end
+  end
+  need(out.lr > 0, "lr must be a positive number", out.lr)
+  need(out.weight_decay >= 0, "weight_decay must be >= 0", out.weight_decay)
+  if kind == "sgd" then
+    need(out.momentum >= 0, "momentum must be >= 0", out.momentum)
+    need(true, "dampening must be a finite number", out.dampening)
+    if out.nesterov and (out.momentum <= 0 or out.dampening ~= 0) then
+      errors.raise("optimizer nesterov needs momentum > 0 and dampening = 0 (as torch.optim.SGD)")
+    end
+  else
+    need(out.beta1 >= 0 and out.beta1 < 1, "beta1 must be in [0, 1)", out.beta1)
+    need(out.beta2 >= 0 and out.beta2 < 1, "beta2 must be in [0, 1)", out.beta2)
+    need(out.eps >= 0, "eps must be >= 0", out.eps)
+  end
   return out
 end
 
@@ -312,7 +345,7 @@ end
 
 local function check_step(step, model)
   step = step or { "forward", "backward", "optimizer" }
-  if type(step) ~= "table" or #step == 0 then
+  if type(step) ~= "table" or nn.is_module(step) or #step == 0 then
     errors.raise("step must be a non-empty list such as { \"forward\", \"backward\", \"optimizer\" }")
   end
   local out = {}
@@ -389,7 +422,7 @@ local function check_step(step, model)
 end
 
 local function check_input(inp, model)
-  if type(inp) ~= "table" then
+  if type(inp) ~= "table" or nn.is_module(inp) then
     errors.raise("input must be { batch = B, seq_len = T } for token models or { shape = { ... } } for float inputs")
   end
   if inp.shape ~= nil then
@@ -400,6 +433,7 @@ local function check_input(inp, model)
         errors.raise("input.shape sizes must be positive integers, got " .. tostring(d))
       end
     end
+    trace.check_numel(inp.shape, "input.shape")
     return { shape = { table.unpack(inp.shape) }, dtype = trace.dtype(inp.dtype or "fp32", "input"), tokens = false }
   end
   errors.check_keys(inp, { "batch", "seq_len" }, "input key")
@@ -408,6 +442,7 @@ local function check_input(inp, model)
       errors.raise(string.format("input.%s must be a positive integer, got %s", k, tostring(inp[k])))
     end
   end
+  trace.check_numel({ inp.batch, inp.seq_len }, "input batch x seq_len")
   local max = rawget(model, "max_seq_len")
   if max and inp.seq_len > max then
     errors.raise(string.format("input seq_len %d exceeds the model's max_seq_len %d", inp.seq_len, max))
@@ -430,8 +465,8 @@ function fsdp.spec(t)
     mesh = check_mesh(t.mesh, "mesh")
   else
     local ws = t.world_size
-    if math.type(ws) ~= "integer" or ws < 1 then
-      errors.raise(string.format("world_size must be an integer >= 1, got %s", tostring(ws)))
+    if math.type(ws) ~= "integer" or ws < 1 or ws > fsdp.MAX_WORLD_SIZE then
+      errors.raise(string.format("world_size must be an integer from 1 to %d, got %s", fsdp.MAX_WORLD_SIZE, tostring(ws)))
     end
     mesh = { replicate = 1, shard = ws }
   end
@@ -443,7 +478,7 @@ function fsdp.spec(t)
   if loss == "cross_entropy" and not input.tokens then
     errors.raise("loss \"cross_entropy\" needs a token model (input = { batch, seq_len })")
   end
-  if t.grad_clip ~= nil and (type(t.grad_clip) ~= "number" or t.grad_clip <= 0) then
+  if t.grad_clip ~= nil and (type(t.grad_clip) ~= "number" or not (t.grad_clip > 0)) then
     errors.raise("grad_clip must be a positive number (max global gradient norm)")
   end
   if t.seed ~= nil and math.type(t.seed) ~= "integer" then errors.raise("seed must be an integer") end

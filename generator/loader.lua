@@ -2,6 +2,7 @@
 -- failure into a one-line spec error (never a traceback).
 local errors = require("errors")
 local fsdp = require("fsdp")
+local nn = require("nn")
 
 local M = {}
 
@@ -18,6 +19,7 @@ end
 function M.load(path)
   errors.spec_path = path
   fsdp._reset()
+  nn._reset()
   local f = io.open(path, "r")
   if not f then
     error(errors.new("cannot open spec file (does it exist?)"), 0)

@@ -306,7 +306,6 @@ local function mark_grad_alias_adds_in(steps, lo, hi)
       if i > k then return i end
     end
   end
-  local function last(l) return l and l[#l] end
   local sharing = {}  -- tensor -> the tensors whose gradients share its buffer
   for k = lo, hi do
     local st = steps[k]
@@ -315,14 +314,24 @@ local function mark_grad_alias_adds_in(steps, lo, hi)
     local ok = A and not (writes[A][1] < k or writes[B][1] < k)
     local group = {}
     if ok then
+      -- The members are distinct (A's and B's first contributions are here, so neither
+      -- shares O's buffer yet); x's next contribution must come after the last read of
+      -- every other member, the latest (top1, of top1_of) or, for top1_of, the next.
       for _, t in ipairs(sharing[O] or { O }) do group[#group + 1] = t end
       group[#group + 1] = A
       group[#group + 1] = B
+      local top1, top1_of, top2 = 0, nil, 0
+      for _, y in ipairs(group) do
+        local r = reads[y] and reads[y][#reads[y]] or 0
+        if r > top1 then
+          top1, top1_of, top2 = r, y, top1
+        elseif r > top2 then
+          top2 = r
+        end
+      end
       for _, x in ipairs(group) do
         local w = first_after(writes[x], k)
-        for _, y in ipairs(group) do
-          if w and y ~= x and (last(reads[y]) or 0) >= w then ok = false end
-        end
+        if w and (x == top1_of and top2 or top1) >= w then ok = false end
       end
     end
     if ok then
@@ -392,6 +401,59 @@ end
 function M.optimizer_states(o)
   if o.kind == "sgd" then return (o.momentum or 0) > 0 and 1 or 0 end
   return 2
+end
+
+-- Returns [lo, hi) to `free` (sorted disjoint intervals, the last one unbounded above
+-- every buffer), merged with the free intervals it touches.
+local function release(free, lo, hi)
+  local a, z = 1, #free
+  while a <= z do -- the first interval at or above hi
+    local mid = (a + z) // 2
+    if free[mid][1] < hi then a = mid + 1 else z = mid - 1 end
+  end
+  local prev, nxt = free[a - 1], free[a]
+  if prev and prev[2] == lo and nxt[1] == hi then
+    prev[2] = nxt[2]
+    table.remove(free, a)
+  elseif prev and prev[2] == lo then
+    prev[2] = hi
+  elseif nxt[1] == hi then
+    nxt[1] = lo
+  else
+    table.insert(free, a, { lo, hi })
+  end
+end
+
+-- First fit: sets each buffer's offset, in the given order (by first step), to the lowest
+-- one where it overlaps no buffer placed before it whose step interval meets its own.
+-- `free` holds the maximal free intervals, in offset order, the last one unbounded; a
+-- buffer's bytes are free again for buffers that start after its last step. Returns the
+-- peak (the highest byte any buffer really uses) and the arena size (which also holds the
+-- alignment padding of the top buffer).
+function M.place(order)
+  local free = { { 0, math.huge } }
+  local ending, freed_to = {}, -1 -- buffers placed, by last step; freed: last <= freed_to
+  local peak, arena = 0, 0
+  for _, b in ipairs(order) do
+    while freed_to < b.first - 1 do
+      freed_to = freed_to + 1
+      for _, l in ipairs(ending[freed_to] or {}) do release(free, l.offset, l.offset + l.bytes) end
+      ending[freed_to] = nil
+    end
+    for k, f in ipairs(free) do
+      if f[2] - f[1] >= b.bytes then
+        b.offset = f[1]
+        f[1] = f[1] + b.bytes
+        if f[1] == f[2] then table.remove(free, k) end
+        break
+      end
+    end
+    ending[b.last] = ending[b.last] or {}
+    table.insert(ending[b.last], b)
+    peak = math.max(peak, b.offset + b.size)
+    arena = math.max(arena, b.offset + b.bytes)
+  end
+  return peak, arena
 end
 
 -- Builds buffers with [first, last] step intervals, then assigns offsets.
@@ -591,28 +653,7 @@ function M.plan(plan)
     if a.name ~= b.name then return a.name < b.name end
     return a.seq < b.seq
   end)
-  local live = {}
-  local peak, arena = 0, 0
-  for _, b in ipairs(order) do
-    -- drop buffers that ended before this one starts
-    local keep = {}
-    for _, l in ipairs(live) do
-      if l.last >= b.first then keep[#keep + 1] = l end
-    end
-    live = keep
-    table.sort(live, function(x, y) return x.offset < y.offset end)
-    local off = 0
-    for _, l in ipairs(live) do
-      if off + b.bytes <= l.offset then break end
-      off = math.max(off, l.offset + l.bytes)
-    end
-    b.offset = off
-    live[#live + 1] = b
-    -- The peak is the highest byte any buffer really uses; the arena also holds the
-    -- alignment padding of the top buffer.
-    peak = math.max(peak, off + b.size)
-    arena = math.max(arena, off + b.bytes)
-  end
+  local peak, arena = M.place(order)
   local totals = {}
   for _, b in ipairs(order) do totals[b.kind] = (totals[b.kind] or 0) + b.bytes end
   return { buffers = order, peak = peak, arena = arena, totals = totals }

@@ -17,15 +17,26 @@ Parameter.__tostring = function(p)
   return string.format("Parameter %s%s", p.fqn or "?", shape_str(p.shape))
 end
 
-local next_param = 0
+local next_param, first_param = 0, 1
+-- The most parameters one spec may make (Llama 3 405B has about 1,100): more means a
+-- runaway loop or size, which would otherwise run for hours.
+nn.MAX_PARAMS = 100000
+
+-- A new spec's parameters are counted from here (uids stay unique).
+function nn._reset() first_param = next_param + 1 end
+
 -- `init` records how PyTorch initializes it (the training binary reproduces the kind).
 function nn.Parameter(shape, init)
   next_param = next_param + 1
+  if next_param - first_param >= nn.MAX_PARAMS then
+    errors.raise(string.format("the spec makes more than %d parameters, the most fsdpgen plans", nn.MAX_PARAMS))
+  end
   for _, d in ipairs(shape) do
     if math.type(d) ~= "integer" or d < 1 then
       errors.raise("parameter shape " .. shape_str(shape) .. " must have positive integer sizes")
     end
   end
+  trace.check_numel(shape, "parameter shape")
   return setmetatable({
     uid = next_param, shape = shape, dtype = "fp32", requires_grad = true,
     is_param = true, init = init or { kind = "normal", std = 1.0 }, id = -next_param,
@@ -73,7 +84,8 @@ end
 module_mt.__len = function(self) return #rawget(self, "_modules") end
 
 module_mt.__tostring = function(self)
-  return string.format("%s(%s)", rawget(self, "_type"), rawget(self, "_fqn") or "?")
+  local fqn = rawget(self, "_fqn")
+  return fqn and string.format("%s(%s)", rawget(self, "_type"), fqn) or rawget(self, "_type")
 end
 
 local function new_module(type_name, class)

@@ -44,26 +44,25 @@ end
 local function build_groups(spec)
   local model = spec.model
   local all_params = assign_names(model)
-  local states, seen = {}, {}
+  local states, seen, names_of = {}, {}, {}
   for _, e in ipairs(model:named_modules()) do
     local s = rawget(e[2], "_fsdp_state")
-    if s and not seen[s] then
-      seen[s] = true
-      states[#states + 1] = s
+    if s then
+      if not seen[s] then
+        seen[s] = true
+        states[#states + 1] = s
+        names_of[s] = {}
+      end
+      -- The group's name: its modules' FQNs in named_modules order.
+      local names = names_of[s]
+      names[#names + 1] = e[1]
     end
   end
   local root = rawget(model, "_fsdp_state")
   local owner = {}
   local groups = {}
   for _, s in ipairs(states) do
-    -- The group's name: its modules' FQNs in named_modules order.
-    local names = {}
-    local set = {}
-    for _, m in ipairs(s.modules) do set[m] = true end
-    for _, e in ipairs(model:named_modules()) do
-      if set[e[2]] then names[#names + 1] = e[1] end
-    end
-    s.name = table.concat(names, ", ")
+    s.name = table.concat(names_of[s], ", ")
     s.is_root = s == root
     s.training = IDLE
     s.modules_to_run = {}
@@ -790,6 +789,9 @@ end
 
 function M.plan(spec)
   local sim = M.new(spec):run()
+  -- No spec code runs after the simulation (its forwards were traced in it); the line
+  -- hook would only slow the memory plan down several times.
+  errors.track_spec_lines(false)
   sim.memory = require("memory").plan(sim)
   return sim
 end

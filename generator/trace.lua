@@ -37,10 +37,26 @@ M.Tensor = Tensor
 local function shape_str(shape) return "[" .. table.concat(shape, ", ") .. "]" end
 M.shape_str = shape_str
 
+-- Tensors larger than this are refused where they are made (M.check_numel), so that sizes
+-- and byte counts (sums of many tensors) stay exact in Lua's 64-bit integers.
+M.MAX_NUMEL = 1 << 48
+
 function M.numel(shape)
   local n = 1
   for _, d in ipairs(shape) do n = n * d end
   return n
+end
+
+-- Raises a spec error for a shape of more than MAX_NUMEL elements (positive sizes).
+function M.check_numel(shape, what)
+  local n = 1
+  for _, d in ipairs(shape) do
+    if n > M.MAX_NUMEL // d then
+      errors.raise(string.format("%s %s has more than 2^48 elements, the most fsdpgen plans for one tensor",
+        what, shape_str(shape)))
+    end
+    n = n * d
+  end
 end
 
 function Tensor:numel() return M.numel(self.shape) end
@@ -83,6 +99,7 @@ function M.begin(graph, hooks)
 end
 
 local function new_tensor(shape, dtype, requires_grad, producer, index)
+  M.check_numel(shape, "tensor")
   state.next_tensor = state.next_tensor + 1
   return setmetatable({
     id = state.next_tensor, shape = shape, dtype = dtype,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
-# Suites: generator (Lua: unit, seed conformance, bad specs, golden schedules, rounding,
+# Suites: generator (Lua: unit (layout, first fit), seed conformance, bad specs, golden schedules, rounding,
 # gradient-buffer initialisation in the step C, direct reductions, reduce-scatters of the
 # parameters with gradients, side-stream buffer lifetimes, microbatching counts) and the C runtime (runtime core
 # and comm, kernels, I/O, training driver; each also under ASan/UBSan) and the generated
@@ -37,6 +37,7 @@ run_suite() {
 }
 
 run_suite "generator: layout units" lua5.4 tests/generator/unit_layout.lua
+run_suite "generator: memory plan first fit" lua5.4 tests/generator/unit_memory_place.lua
 run_suite "generator: seed conformance" lua5.4 tests/generator/seed_conformance.lua
 run_suite "generator: bad specs" lua5.4 tests/generator/spec_errors.lua
 run_suite "generator: golden schedules" lua5.4 tests/generator/golden_schedules.lua

@@ -1,14 +1,10 @@
 -- Unit tests of the sharding layout and gradient divide factors (generator/layout.lua):
 -- torch.chunk rows, padding, offsets, and PyTorch's _get_gradient_divide_factors.
 -- Run from the repository root: lua5.4 tests/generator/unit_layout.lua
-package.path = "generator/?.lua;" .. package.path
+package.path = "generator/?.lua;tests/generator/?.lua;" .. package.path
 local layout = require("layout")
-local passed, failed = 0, 0
-
-local function check(cond, what)
-  if cond then passed = passed + 1 else failed = failed + 1 end
-  print((cond and "PASS " or "FAIL ") .. what)
-end
+local checks = require("checks")
+local check = checks.check
 
 local function p(shape) return { shape = shape, fqn = "p" } end
 
@@ -49,5 +45,4 @@ check(d.op == "sum" and d.post == 4 and not d.pre, "forced sum, fp32 ws 4: SUM t
 d = f(4, 8, "fp32", nil, false)
 check(d.op == "avg" and d.ar_op == "avg", "HSDP 2x4: reduce-scatter and all-reduce AVG")
 
-print(string.format("%d passed, %d failed", passed, failed))
-os.exit(failed == 0 and 0 or 1)
+checks.finish()
