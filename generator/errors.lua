@@ -8,7 +8,7 @@ M.spec_path = nil -- set by the loader; frames from this chunk name the error's 
 
 local SpecError = {}
 SpecError.__index = SpecError
-SpecError.__tostring = function(e) return e.text end
+SpecError.__tostring = function(e) return (e.line and ("line " .. e.line .. ": ") or "") .. tostring(e.msg) end
 
 -- The innermost spec frame on the stack; a tail call (`return fsdp.spec{...}`,
 -- `return self.down(x)`) erases its caller's frame, so the last spec line the line hook
@@ -28,7 +28,13 @@ end
 
 M.last_spec_line = nil
 
--- While spec code runs (loading and tracing), remembers the last spec line executed.
+-- Spec lines one spec may run. Real specs run far fewer (a loop making 50,000 layers,
+-- half the parameter limit, runs 100,000); more is an endless loop, e.g. a forward that
+-- tail-calls itself (`return self:forward(x)`), which would otherwise hang the generator.
+M.MAX_SPEC_LINES = 2000000
+
+-- While spec code runs (loading and tracing), remembers the last spec line executed and
+-- stops a spec that runs more than MAX_SPEC_LINES lines.
 function M.track_spec_lines(on)
   if not on then
     debug.sethook()
@@ -36,6 +42,7 @@ function M.track_spec_lines(on)
   end
   local src = "@" .. M.spec_path
   M.last_spec_line = nil
+  local lines = 0
   -- Whether each running function is the spec's, looked up once per function ("f" is the
   -- cheapest getinfo: this hook runs on every line of the generator while it is on).
   local is_spec = setmetatable({}, { __mode = "k" })
@@ -46,7 +53,15 @@ function M.track_spec_lines(on)
       spec = debug.getinfo(f, "S").source == src
       is_spec[f] = spec
     end
-    if spec then M.last_spec_line = line end
+    if spec then
+      M.last_spec_line = line
+      lines = lines + 1
+      if lines > M.MAX_SPEC_LINES then
+        debug.sethook()
+        M.raise(string.format("the spec ran %d lines without finishing (an endless loop, or a forward "
+          .. "that calls itself?)", M.MAX_SPEC_LINES), line)
+      end
+    end
   end, "l")
 end
 
@@ -80,6 +95,13 @@ function M.handler(e)
   local file, ln, rest = msg:match("^(.-):(%d+): (.*)$")
   if file and M.spec_path and file == M.spec_path then
     return setmetatable({ msg = rest, line = tonumber(ln) }, SpecError)
+  end
+  -- The spec's own error() without a position (error(x, 0), or a value that is not a
+  -- string): a C function (error) raised it, called by the spec. (Level 1 is this handler.)
+  local raiser, caller = debug.getinfo(2, "S"), debug.getinfo(3, "Sl")
+  if raiser and raiser.what == "C" and caller and M.spec_path and caller.source == "@" .. M.spec_path then
+    local what = type(e) == "string" and e or ("error() with a " .. type(e) .. " value")
+    return setmetatable({ msg = what, line = caller.currentline }, SpecError)
   end
   return setmetatable({ msg = msg, line = spec_line(3), internal = debug.traceback(msg, 2) }, SpecError)
 end

@@ -313,11 +313,16 @@ end
 
 -- Dropout draws from a counter-based RNG keyed by (seed, site) so sharded and unsharded
 -- runs draw the same mask. p = 0 records nothing.
-function F.dropout(x, p)
+local function dropout_p(p)
   p = p or 0.5
-  if type(p) ~= "number" or p < 0 or p >= 1 then
+  if type(p) ~= "number" or not (p >= 0 and p < 1) then
     errors.raise("dropout probability must be in [0, 1), got " .. tostring(p))
   end
+  return p
+end
+
+function F.dropout(x, p)
+  p = dropout_p(p)
   if p == 0 then return x end
   local d = float_dtype("dropout", x)
   return trace.record("dropout", { x }, { { shape = copy(x.shape), dtype = d } }, { p = p })
@@ -367,7 +372,9 @@ end
 function F.cast(x, dtype)
   dtype = trace.dtype(dtype, "cast")
   if x.dtype == dtype then return x end
-  return trace.record("cast", { x }, { { shape = copy(x.shape), dtype = dtype } }, { to = dtype })
+  -- As in PyTorch, an integer result has no gradient.
+  return trace.record("cast", { x }, { { shape = copy(x.shape), dtype = dtype, no_grad = not trace.is_float(dtype) } },
+    { to = dtype })
 end
 
 function F.sum(x)
@@ -385,6 +392,7 @@ end
 
 -- Token positions 0..T-1 (no gradient), for learned position embeddings.
 function F.arange(n)
+  if math.type(n) ~= "integer" or n < 1 then errors.raise("arange: n must be a positive integer, got " .. tostring(n)) end
   return trace.record("arange", {}, { { shape = { n }, dtype = "int64", no_grad = true } })
 end
 
@@ -420,6 +428,14 @@ local function posint(v, what, type_name)
   return v
 end
 
+local function eps_of(opts, default, type_name)
+  local eps = opts.eps or default
+  if type(eps) ~= "number" or not (eps > 0 and eps < math.huge) then
+    errors.raise(string.format("%s: eps must be a positive number, got %s", type_name, tostring(eps)))
+  end
+  return eps
+end
+
 local function opts_of(opts, allowed, type_name)
   opts = opts or {}
   if type(opts) ~= "table" then errors.raise(type_name .. " options must be a table") end
@@ -433,6 +449,9 @@ function nn.Linear(in_f, out_f, opts)
   opts = opts_of(opts, { "bias" }, "Linear")
   posint(in_f, "in_features", "Linear")
   posint(out_f, "out_features", "Linear")
+  if opts.bias ~= nil and type(opts.bias) ~= "boolean" then
+    errors.raise("Linear: bias must be true or false, got " .. tostring(opts.bias))
+  end
   local m = new_module("Linear", Linear)
   rawset(m, "in_features", in_f)
   rawset(m, "out_features", out_f)
@@ -458,7 +477,7 @@ function nn.LayerNorm(dim, opts)
   opts = opts_of(opts, { "eps" }, "LayerNorm")
   posint(dim, "normalized_shape", "LayerNorm")
   local m = new_module("LayerNorm", LayerNorm)
-  rawset(m, "eps", opts.eps or 1e-5)
+  rawset(m, "eps", eps_of(opts, 1e-5, "LayerNorm"))
   m.weight = nn.Parameter({ dim }, { kind = "ones" })
   m.bias = nn.Parameter({ dim }, { kind = "zeros" })
   return m
@@ -470,7 +489,7 @@ function nn.RMSNorm(dim, opts)
   opts = opts_of(opts, { "eps" }, "RMSNorm")
   posint(dim, "normalized_shape", "RMSNorm")
   local m = new_module("RMSNorm", RMSNorm)
-  rawset(m, "eps", opts.eps or 1e-6)
+  rawset(m, "eps", eps_of(opts, 1e-6, "RMSNorm"))
   m.weight = nn.Parameter({ dim }, { kind = "ones" })
   return m
 end
@@ -479,7 +498,7 @@ local Dropout = {}
 function Dropout.forward(self, x) return F.dropout(x, self.p) end
 function nn.Dropout(p)
   local m = new_module("Dropout", Dropout)
-  rawset(m, "p", p or 0.5)
+  rawset(m, "p", dropout_p(p))
   return m
 end
 

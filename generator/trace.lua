@@ -51,6 +51,9 @@ end
 function M.check_numel(shape, what)
   local n = 1
   for _, d in ipairs(shape) do
+    if math.type(d) ~= "integer" or d < 1 then
+      errors.raise(string.format("%s %s must have positive integer sizes", what, shape_str(shape)))
+    end
     if n > M.MAX_NUMEL // d then
       errors.raise(string.format("%s %s has more than 2^48 elements, the most fsdpgen plans for one tensor",
         what, shape_str(shape)))
@@ -164,6 +167,10 @@ end
 
 -- Activation checkpointing: ops inside `fn(...)` form a region that backward recomputes.
 function M.checkpoint(fn, ...)
+  local mt = getmetatable(fn)
+  if type(fn) ~= "function" and not (type(mt) == "table" and mt.__call) then
+    errors.raise("checkpoint expects a function or a module (checkpoint(fn, ...)), got " .. type(fn))
+  end
   if state.recompute or not state.graph then return fn(...) end
   local g = state.graph
   local region = { id = #g.regions + 1, fn = fn, args = table.pack(...), first = #g.ops + 1, parent = state.ckpt }
