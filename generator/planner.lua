@@ -676,16 +676,8 @@ end
 -- values the step began with.
 function Sim:check_step_repeats(flags)
   local function fail(msg) errors.raise(msg .. "; the generated step repeats, so it must end as it began", self.spec.line) end
-  for _, g in ipairs(self.groups) do
-    if g.sharded ~= SHARDED or g.pending then
-      fail(string.format("group '%s' is %s when the step ends%s (reshard it: set_reshard_after_backward(true) before its last backward, or a \"reshard\" item)",
-        g.name, g.sharded == SHARDED and "sharded" or "unsharded", g.pending and " with an all-gather in flight" or ""))
-    end
-    if g.grads_accumulated then
-      fail(string.format("group '%s' holds unsharded gradients that no reduce-scatter took when the step ends (its last backward ran without gradient sync)",
-        g.name))
-    end
-  end
+  -- Causes before their effects: a forward without its backward leaves its groups
+  -- unsharded, and so does a setter left changed.
   if #self.pending > 0 then fail("a forward has no backward by the end of the step") end
   if #self.post_forward_order > 0 then
     fail("the step's last backward is not a last backward (set_is_last_backward(true) before it)")
@@ -698,6 +690,16 @@ function Sim:check_step_repeats(flags)
         fail(string.format("'%s' has %s(%s) when the step ends but %s when it begins", s.name, setter.kind,
           tostring(s[setter.field]), tostring(v)))
       end
+    end
+  end
+  for _, g in ipairs(self.groups) do
+    if g.sharded ~= SHARDED or g.pending then
+      fail(string.format("group '%s' is %s when the step ends%s (reshard it: set_reshard_after_backward(true) before its last backward, or a \"reshard\" item)",
+        g.name, g.sharded == SHARDED and "sharded" or "unsharded", g.pending and " with an all-gather in flight" or ""))
+    end
+    if g.grads_accumulated then
+      fail(string.format("group '%s' holds unsharded gradients that no reduce-scatter took when the step ends (its last backward ran without gradient sync)",
+        g.name))
     end
   end
 end
