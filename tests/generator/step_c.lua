@@ -1,6 +1,7 @@
--- Shared by the generator tests that plan specs or read the emitted step C (mp_rounding.lua,
--- grad_init.lua, direct_reduction.lua, stream_lifetimes.lua): the pass/fail count, the list
--- of every spec, a spec's plan, the step C's compute sections and a C call's arguments.
+-- Shared by the generator tests: the pass/fail count (unit tests too) and, for the tests
+-- that plan specs or read the emitted step C (mp_rounding.lua, grad_init.lua,
+-- direct_reduction.lua, stream_lifetimes.lua, ...), the list of every spec, a spec's plan,
+-- the step C's compute sections and a C call's arguments.
 local M = {}
 
 local passed, failed = 0, 0

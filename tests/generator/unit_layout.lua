@@ -1,9 +1,9 @@
 -- Unit tests of the sharding layout and gradient divide factors (generator/layout.lua):
 -- torch.chunk rows, padding, offsets, and PyTorch's _get_gradient_divide_factors.
 -- Run from the repository root: lua5.4 tests/generator/unit_layout.lua
-package.path = "generator/?.lua;tests/generator/?.lua;" .. package.path
+package.path = "generator/?.lua;./?.lua;" .. package.path
 local layout = require("layout")
-local checks = require("checks")
+local checks = require("tests.generator.step_c")
 local check = checks.check
 
 local function p(shape) return { shape = shape, fqn = "p" } end

@@ -2,9 +2,9 @@
 -- buffer sets it gives the offsets, peak and arena of a plain first fit that scans every
 -- buffer still alive, and no two buffers alive at one step overlap.
 -- Run from the repository root: lua5.4 tests/generator/unit_memory_place.lua
-package.path = "generator/?.lua;tests/generator/?.lua;" .. package.path
+package.path = "generator/?.lua;./?.lua;" .. package.path
 local memory = require("memory")
-local checks = require("checks")
+local checks = require("tests.generator.step_c")
 local check = checks.check
 
 -- The reference: for each buffer, the buffers placed before it that are alive at its
