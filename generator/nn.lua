@@ -31,12 +31,7 @@ function nn.Parameter(shape, init)
   if next_param - first_param >= nn.MAX_PARAMS then
     errors.raise(string.format("the spec makes more than %d parameters, the most fsdpgen plans", nn.MAX_PARAMS))
   end
-  for _, d in ipairs(shape) do
-    if math.type(d) ~= "integer" or d < 1 then
-      errors.raise("parameter shape " .. shape_str(shape) .. " must have positive integer sizes")
-    end
-  end
-  trace.check_numel(shape, "parameter shape")
+  trace.check_numel(shape, "parameter shape") -- positive integer sizes, at most 2^48 elements
   return setmetatable({
     uid = next_param, shape = shape, dtype = "fp32", requires_grad = true,
     is_param = true, init = init or { kind = "normal", std = 1.0 }, id = -next_param,

@@ -167,6 +167,19 @@ function Sim:wait_for_unshard(g)
   g.sharded = UNSHARDED
 end
 
+-- Compute is about to use g's unsharded parameters. After an optimizer step that found g
+-- unsharded, sharded post-forward or with an all-gather in flight, those are the values
+-- from before the step, as in FSDP2 (unshard is a no-op on an unsharded group): refused,
+-- because the result then depends on the sharding (a run whose plan had resharded g
+-- would all-gather the new values), and a user hardly means it.
+function Sim:use_params(g)
+  if not g.stale then return end
+  errors.raise(string.format("step[%d] computes with group '%s', which the optimizer at step[%d] stepped while it "
+    .. "was %s: it would use the parameters from before that step, as FSDP2 does; reshard it before the "
+    .. "optimizer (set_reshard_after_backward(true) before its backward, or a \"reshard\" item)", self.section,
+    g.name, g.stale.at, g.stale.was), self.spec.line)
+end
+
 -- FSDPParamGroup.reshard: after forward only if reshard_after_forward (into the
 -- post-forward sub-group for an integer), otherwise back to the sharded state.
 function Sim:reshard(g)
@@ -185,6 +198,7 @@ function Sim:reshard(g)
   if g.sharded ~= SHARDED then
     local was = g.sharded
     g.sharded = SHARDED
+    g.stale = nil
     self:emit({ stream = "compute", op = "reshard", group = g, from = was })
     if was == UNSHARDED then self:event("reshard", g) end
   end
@@ -285,6 +299,7 @@ function Sim:state_pre_forward(s, args)
       self:unshard(g)
       self:wait_for_unshard(g)
     end
+    if g then self:use_params(g) end
     return args
   end
   s.training = FORWARD
@@ -304,6 +319,7 @@ function Sim:state_pre_forward(s, args)
     g.training = FORWARD
     self:unshard(g)
     self:wait_for_unshard(g)
+    self:use_params(g)
     if not trace.in_recompute() then
       -- RegisterPostBackwardFunction over the inputs that require grad: its backward node
       -- (created before the module's ops) is where post_backward fires.
@@ -388,6 +404,7 @@ function Sim:state_pre_backward(s)
     if s.unshard_in_backward then
       self:unshard(g)
       self:wait_for_unshard(g)
+      self:use_params(g)
     end
     if default then self:backward_prefetch(g) end
   end
@@ -713,6 +730,10 @@ function Sim:run_optimizer()
   end
   for _, g in ipairs(self.groups) do
     if g.opt_grads then
+      if g.sharded ~= SHARDED or g.pending then
+        g.stale = { at = self.section, was = g.pending and "being all-gathered"
+          or g.sharded == UNSHARDED and "unsharded" or "sharded post-forward" }
+      end
       g.opt_steps = (g.opt_steps or 0) + 1
       self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps, grads = g.opt_grads })
       g.opt_grads = nil

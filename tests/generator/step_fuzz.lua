@@ -1,13 +1,17 @@
--- Random step programs on a 3-block Transformer (seeded, so every run plans the same
--- ones), over world sizes 1, 2, 4 and an HSDP 2 x 2 mesh, reshard_after_forward true,
+-- Random step programs on a 3-block Transformer with a cross-entropy loss (bounded, so
+-- that training their conformance tests does not diverge; seeded, so every run plans the
+-- same ones), over world sizes 1, 2, 4 and an HSDP 2 x 2 mesh, reshard_after_forward true,
 -- false, nil and 2, with and without activation checkpointing and explicit prefetching:
 --   * microbatch programs built as FSDP2 users write them (optional explicit unshard, a
 --     setter per microbatch set back on the last, set_is_last_backward, one or two
---     forwards, an optional manual reshard and optimizer step between microbatches) must
---     all plan, and their memory plans must place no two live buffers on the same bytes;
+--     forwards, an optional manual reshard, or reshard and optimizer step, between
+--     microbatches) must all plan, and their memory plans must place no two live buffers
+--     on the same bytes;
 --   * programs of arbitrary items must plan or fail with a spec error, never an internal
 --     error (a Lua error inside the generator) and never a hang.
 -- Run from the repository root: lua5.4 tests/generator/step_fuzz.lua
+-- `--write DIR N` writes the first N microbatch programs into DIR as spec files instead
+-- (tests/conformance/run.sh builds and runs their conformance tests).
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
 local util = require("tests.generator.step_c")
@@ -30,10 +34,10 @@ local model = models.Transformer{ n_layers = 3, dropout_p = 0, checkpoint_activa
 for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer, { reshard_after_forward = %s }) end
 fsdp.fully_shard(model)
 %sreturn fsdp.spec{ name = "%s", model = model, %s, input = { batch = 2, seq_len = 8 },
-  optimizer = %s, step = { %s } }
+  loss = "cross_entropy", optimizer = %s, step = { %s } }
 ]], pick({ "false", "true" }), raf,
     math.random(3) == 1 and "model.layers[3]:set_modules_to_backward_prefetch({ model.layers[1] })\n" or "",
-    name, mesh, pick({ '{ "sgd", lr = 0.1, momentum = 0.9 }', '{ "adamw", lr = 1e-2 }' }), table.concat(items, ", "))
+    name, mesh, pick({ '{ "sgd", lr = 1e-2, momentum = 0.9 }', '{ "adamw", lr = 1e-2 }' }), table.concat(items, ", "))
 end
 
 local function microbatch_program()
@@ -50,7 +54,10 @@ local function microbatch_program()
     for _ = 1, math.random(1, 2) do add('"forward"') end
     if k < n and math.random(4) == 1 then add('{ "reshard" }') end
     add('"backward"')
-    if k < n and math.random(5) == 1 then add('"optimizer"') end
+    if k < n and math.random(5) == 1 then
+      add('{ "reshard" }') -- an optimizer step on unsharded groups is refused (stale parameters)
+      add('"optimizer"')
+    end
   end
   add('"optimizer"')
   return items
@@ -102,6 +109,15 @@ local function overlap(buffers)
 end
 
 math.randomseed(24)
+if arg[1] == "--write" then
+  for i = 1, tonumber(arg[3]) do
+    local f = assert(io.open(string.format("%s/fuzz_mb%d.lua", arg[2], i), "w"))
+    f:write("-- Written by tests/generator/step_fuzz.lua --write.\n", spec_text("fuzz_mb" .. i, microbatch_program()))
+    f:close()
+  end
+  os.exit(0)
+end
+
 local planned, refused, internal = 0, 0, {}
 for i = 1, 40 do
   local text = spec_text("fuzz_mb" .. i, microbatch_program())
