@@ -23,7 +23,7 @@ function M:dedent() self.depth = math.max(0, self.depth - 1) end
 function M:text() return table.concat(self.lines, "\n") .. "\n" end
 
 local function mkdir_p(dir)
-  return os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+  return os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
 end
 
 -- Returns path, changed; or nil, message.

@@ -48,7 +48,7 @@ static int parse_bytes(const char* s, int64_t* out) {
     else if (*end == 'M' || *end == 'm') mult = 1024 * 1024, end++;
     else if (*end == 'G' || *end == 'g') mult = (int64_t)1024 * 1024 * 1024, end++;
     if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
+    if (*end || v > INT64_MAX / mult) return -1;
     *out = (int64_t)v * mult;
     return 0;
 }
@@ -59,6 +59,16 @@ static int parse_int(const char* s, int* out) {
     if (end == s || *end || v < 0 || v > 1 << 20) return -1;
     *out = (int)v;
     return 0;
+}
+
+// What an option takes, for the error line of a bad value.
+static const char* allowed_values(const char* opt) {
+    if (!strcmp(opt, "--backend")) return "threads or nccl";
+    if (!strcmp(opt, "--dtype")) return "fp32, bf16 or fp16";
+    if (!strcmp(opt, "--op")) return "all, all_gather or reduce_scatter";
+    if (!strcmp(opt, "--min-bytes") || !strcmp(opt, "--max-bytes")) return "a size >= 1 such as 4096, 64K or 1G";
+    if (!strcmp(opt, "--warmup")) return "an integer from 0 to 1048576";
+    return "an integer from 1 to 1048576";
 }
 
 static int parse_args(int argc, char** argv, opts* o) {
@@ -100,7 +110,7 @@ static int parse_args(int argc, char** argv, opts* o) {
             return -1;
         }
         if (bad) {
-            fprintf(stderr, "bench_comm: error: bad value '%s' for %s\n", v, a);
+            fprintf(stderr, "bench_comm: error: bad value '%s' for %s (allowed: %s)\n", v, a, allowed_values(a));
             return -1;
         }
     }
