@@ -765,39 +765,37 @@ static void test_setup_failures(void) {
                       !exists(P("wrong.st")),
                "a sharding plan the runtime rejects: exit 1 naming the parameter, nothing saved");
     proc_free(&a);
-    a = run(g_train, "tiny_wrong_reduction", "--steps", "1", "--save", P("wrong_rs.st"), NULL);
-    CHECK_PROC(a, a.rc == 1 && has(a.err, "reduction 1 of group 'lin': planned block of 4 elements, "
-                                           "the layout has 3") &&
-                      !has(a.out, "step 1 loss") && !exists(P("wrong_rs.st")),
-               "a reduction of some parameters with a block the runtime recomputes otherwise: exit 1 "
-               "naming it, nothing saved");
-    proc_free(&a);
-    a = run(g_train, "tiny_bad_index", "--steps", "1", "--save", P("bad_index.st"), NULL);
-    CHECK_PROC(a, a.rc == 1 && has(a.err, "reduction 1 of group 'lin' must list 1 to 1 of its parameter "
-                                           "indices") &&
-                      !has(a.out, "step 1 loss") && !exists(P("bad_index.st")),
-               "a reduction listing a parameter the group does not have: exit 1 naming it, nothing saved");
-    proc_free(&a);
-    a = run(g_train, "tiny_packed", "--steps", "1", "--save", P("packed.st"), NULL);
-    CHECK_PROC(a, a.rc == 1 && has(a.err, "'lin.weight' of group 'lin' is planned packed") &&
-                      !has(a.out, "step 1 loss") && !exists(P("packed.st")),
-               "a packed parameter the runtime rejects (fp32 group, [5, 4]): exit 1 naming it, "
-               "nothing saved");
-    proc_free(&a);
-    a = run(g_train, "tiny_unsynced", "--steps", "1", "--save", P("unsynced.st"), NULL);
-    CHECK_PROC(a, a.rc == 1 && has(a.err, "all-gather of group 'lin' before the all-gather streams "
-                                           "waited for compute") &&
-                      !has(a.out, "step 1 loss") && !exists(P("unsynced.st")),
-               "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "
-               "nothing saved");
-    proc_free(&a);
-    a = run(g_train, "tiny_stale", "--steps", "1", "--save", P("stale.st"), NULL);
-    CHECK_PROC(a, a.rc == 1 && has(a.err, "optimizer step of group 'lin' without a reduce-scatter "
-                                           "since the last one") &&
-                      !has(a.out, "step 1 loss") && !exists(P("stale.st")),
-               "a second optimizer step with no gradients since the first: exit 1 naming the "
-               "group, nothing saved");
-    proc_free(&a);
+    // Plans the runtime rejects before step 1: exit 1 with a line naming what is wrong, no
+    // loss printed, nothing saved.
+    static const struct {
+        const char *model, *file, *err, *what;
+    } rejected[] = {
+        {"tiny_wrong_reduction", "wrong_rs.st",
+         "reduction 1 of group 'lin': planned block of 4 elements, the layout has 3",
+         "a reduction of some parameters with a block the runtime recomputes otherwise: exit 1 "
+         "naming it, nothing saved"},
+        {"tiny_bad_index", "bad_index.st",
+         "reduction 1 of group 'lin' must list 1 to 1 of its parameter indices",
+         "a reduction listing a parameter the group does not have: exit 1 naming it, nothing saved"},
+        {"tiny_packed", "packed.st", "'lin.weight' of group 'lin' is planned packed",
+         "a packed parameter the runtime rejects (fp32 group, [5, 4]): exit 1 naming it, "
+         "nothing saved"},
+        {"tiny_unsynced", "unsynced.st",
+         "all-gather of group 'lin' before the all-gather streams waited for compute",
+         "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "
+         "nothing saved"},
+        {"tiny_stale", "stale.st",
+         "optimizer step of group 'lin' without a reduce-scatter since the last one",
+         "a second optimizer step with no gradients since the first: exit 1 naming the "
+         "group, nothing saved"},
+    };
+    for (size_t i = 0; i < sizeof rejected / sizeof rejected[0]; i++) {
+        a = run(g_train, rejected[i].model, "--steps", "1", "--save", P(rejected[i].file), NULL);
+        CHECK_PROC(a, a.rc == 1 && has(a.err, rejected[i].err) && !has(a.out, "step 1 loss") &&
+                          !exists(P(rejected[i].file)),
+                   "%s", rejected[i].what);
+        proc_free(&a);
+    }
     a = run(g_train, "tiny", "--steps", "1", "--save", P("no_such_dir/x.st"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --save") && count_lines(a.err) == 1 &&
                       !has(a.out, "step 1 loss"),
