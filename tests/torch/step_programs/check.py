@@ -60,21 +60,25 @@ def double_linear(p, x):
     return torch.relu(linear(p, "1.lin1", y)), torch.relu(linear(p, "1.lin2", y))
 
 
+def mlp_block(p, prefix, x):
+    """MLP(8) at prefix: relu(out_proj(relu(in_proj(x))))."""
+    return torch.relu(linear(p, f"{prefix}.out_proj", torch.relu(linear(p, f"{prefix}.in_proj", x))))
+
+
 def mlp(p, x):
-    """Linear(8, 8) then MLP(8): relu(out_proj(relu(in_proj(y))))."""
-    y = linear(p, "0", x)
-    return torch.relu(linear(p, "1.out_proj", torch.relu(linear(p, "1.in_proj", y))))
+    """Linear(8, 8) then MLP(8)."""
+    return mlp_block(p, "1", linear(p, "0", x))
+
+
+def mlp_stack(p, x, n):
+    """The first n of three MLP(8)s (nn.Sequential)."""
+    for i in range(n):
+        x = mlp_block(p, i, x)
+    return x
 
 
 DOUBLE_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.lin1.weight": [DIM, DIM], "1.lin1.bias": [DIM],
                  "1.lin2.weight": [DIM, DIM], "1.lin2.bias": [DIM]}
-def mlp_stack(p, x, n):
-    """The first n of three MLP(8)s (nn.Sequential): relu(out_proj(relu(in_proj(x)))) each."""
-    for i in range(n):
-        x = torch.relu(linear(p, f"{i}.out_proj", torch.relu(linear(p, f"{i}.in_proj", x))))
-    return x
-
-
 MLP_SHAPES = {"0.weight": [DIM, DIM], "0.bias": [DIM], "1.in_proj.weight": [4 * DIM, DIM],
               "1.in_proj.bias": [4 * DIM], "1.out_proj.weight": [DIM, 4 * DIM], "1.out_proj.bias": [DIM]}
 
