@@ -297,13 +297,10 @@ function Walker:ctx(st, saved)
   return {
     val = function(t) return w:val(t, node) end,
     grad = function(t) return w:grad(t, st) end,
+    -- a device pointer: the gradient of a loss summed with others is computed on the GPU
     dout = function(t)
-      if t == w.loss then return "rt_one" end
+      if t == w.loss then return "rt_step_one(R)" end
       return output_grad(st, t, trace.numel(t.shape))
-    end,
-    dloss = function(t)
-      if t == w.loss then return "1.0f" end
-      return output_grad(st, t, 1) .. "[0]"
     end,
     stats = stats,
     scratch = st.bufs.scratch and F(st.bufs.scratch) or "NULL",
@@ -465,8 +462,6 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line("// Views of this rank's arena at planned byte offsets: F(offset, bytes) of fp32, I(...) of int32.")
   b:line("#define F(off, bytes) RT_F32(R, (off), (bytes))")
   b:line("#define I(off, bytes) RT_I32(R, (off), (bytes))")
-  b:line("")
-  b:line("static const float rt_one[1] __attribute__((unused)) = {1.0f};  // d loss / d loss")
   b:line("")
   b:line("// ---- parameters and groups")
   emit_params(b, plan, list)

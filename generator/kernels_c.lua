@@ -3,8 +3,8 @@
 -- tensors at the current step:
 --   ctx.val(t)      the value (activation, parameter, input)
 --   ctx.grad(t)     the gradient buffer to accumulate into, or "NULL" (no grad needed)
---   ctx.dout(t)     the gradient of an output (pointer expression)
---   ctx.dloss(t)    the gradient of a scalar output (float expression)
+--   ctx.dout(t)     the gradient of an output (pointer expression; of the loss itself,
+--                   rt_step_one(R): like every gradient, in the backend's memory)
 --   ctx.stats(op)   the op's saved statistics: its start (attention softmax (max, 1/sum) rows,
 --                   RMSNorm rstd) and the start of the second half (LayerNorm: mean, rstd)
 --   ctx.scratch     attention's scratch buffer (forward and backward)
@@ -376,7 +376,7 @@ end
 
 function backward.sum(op, c, _, as)
   return { string.format("rt_sum_loss_backward(%s, %d, %s, %s);", c.grad(op.ins[1]), numel(op.ins[1]),
-    c.dloss(op.outs[1]), as) }
+    c.dout(op.outs[1]), as) }
 end
 
 function backward.cross_entropy(op, c, _, as)
@@ -384,7 +384,7 @@ function backward.cross_entropy(op, c, _, as)
   local cast = logits.producer
   local dt = cast and cast.kind == "cast" and cast_rounded_by_loss(cast) or "RT_F32"
   local args = string.format("%s, %s, %d, %d, %s, %s, %s", c.val(logits), c.val(targets), rows(logits),
-    last(logits), c.dloss(op.outs[1]), dt, as)
+    last(logits), c.dout(op.outs[1]), dt, as)
   if c.loss_out then
     local packed = memory.base(logits).packed and "packed_" or ""
     return { string.format("rt_cross_entropy_%sforward_backward(%s, %s, %s);", packed, c.grad(logits), c.loss_out,

@@ -11,17 +11,19 @@
 #define RTC_CE_HINT "targets must be class ids in [0, vocab_size) or -100 (ignored)"
 
 // ----------------------------------------------------------------------------
-// sum loss: loss = sum(logits) in double; backward dlogits += dloss
+// sum loss: loss = sum(logits) in double; backward dlogits += *dloss (a device scalar)
 
-__global__ void add_scalar_kernel(float* __restrict__ x, size_t n, float v, int as) {
-    RTC_GRID_STRIDE(i, n) x[i] = RTC_BASE(x[i], as) + v;
+__global__ void add_scalar_kernel(float* __restrict__ x, size_t n, const float* __restrict__ v,
+                                  int as) {
+    const float d = *v;
+    RTC_GRID_STRIDE(i, n) x[i] = RTC_BASE(x[i], as) + d;
 }
 
 void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
     rtc_reduce_sum(rtc_get(), logits, n, 0, loss, NULL);
 }
 
-void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign) {
+void rt_sum_loss_backward(float* dlogits, size_t n, const float* dloss, int assign) {
     if (n == 0) return;
     add_scalar_kernel<<<rtc_blocks(n, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
         dlogits, n, dloss, assign & RT_ASSIGN_1);
@@ -102,8 +104,8 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
 template <class S>
 __device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __restrict__ x, int V,
                                                 int32_t t, float mx, double s, double count,
-                                                float dloss, rt_dtype dt, int as) {
-    const double g = (double)dloss / count;
+                                                const float* dloss, rt_dtype dt, int as) {
+    const double g = (double)*dloss / count;
     const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
     const float gf = (float)g;
     auto grad = [&](auto w, size_t j) {
@@ -132,7 +134,7 @@ __device__ __forceinline__ void rtc_ce_no_grad_row(S* dx, int V, int as) {
 
 __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
                                    const int32_t* __restrict__ targets,
-                                   const double* __restrict__ count_in, int V, float dloss,
+                                   const double* __restrict__ count_in, int V, const float* dloss,
                                    rt_dtype dt, int as) {
     const double count = count_in[0];
     const size_t n = blockIdx.x;
@@ -162,7 +164,7 @@ template <class S>
 __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
                                   S* __restrict__ dlogits, const S* __restrict__ logits, int ld,
                                   const int32_t* __restrict__ targets,
-                                  const double* __restrict__ count_in, int N, int V, float dloss,
+                                  const double* __restrict__ count_in, int N, int V, const float* dloss,
                                   rt_dtype dt, int as) {
     double total = 0.0, count = 0.0;
     for (int n = blockIdx.x; n < N; n += gridDim.x) {
@@ -223,7 +225,7 @@ static bool ce_no_rows(float* loss, int N, int V) {
 // count's slot (RTC_RESULT_SLOT + 1, ce_count).
 template <class S>
 static void ce_forward(float* loss, float* losses, S* dlogits, const S* logits, int ld,
-                       const int32_t* targets, const double* count, int N, int V, float dloss,
+                       const int32_t* targets, const double* count, int N, int V, const float* dloss,
                        rt_dtype dt, int as) {
     rtc_ctx* ctx = rtc_get();
     const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
@@ -237,7 +239,7 @@ static void ce_forward(float* loss, float* losses, S* dlogits, const S* logits, 
 void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
                               const int32_t* targets, int N, int V) {
     if (ce_no_rows(loss, N, V)) return;
-    ce_forward<float>(loss, losses, NULL, logits, V, targets, NULL, N, V, 0.0f, RT_F32, 0);
+    ce_forward<float>(loss, losses, NULL, logits, V, targets, NULL, N, V, NULL, RT_F32, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -252,7 +254,7 @@ static double* ce_count(rtc_ctx* ctx, const int32_t* targets, int N, int V) {
 }
 
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss, rt_dtype dt, int assign) {
+                               int N, int V, const float* dloss, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_cross_entropy_backward");
     if (N <= 0 || V <= 0) return;
     const double* count = ce_count(rtc_get(), targets, N, V);
@@ -264,7 +266,7 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
 // Loss and gradient in one pass; rows of ld elements of S. N, V > 0.
 template <class S>
 static void ce_forward_backward(S* dlogits, float* loss, const S* logits, int ld,
-                                const int32_t* targets, int N, int V, float dloss, rt_dtype dt,
+                                const int32_t* targets, int N, int V, const float* dloss, rt_dtype dt,
                                 int assign) {
     const double* count = ce_count(rtc_get(), targets, N, V);
     ce_forward(loss, NULL, dlogits, logits, ld, targets, count, N, V, dloss, dt,
@@ -272,7 +274,7 @@ static void ce_forward_backward(S* dlogits, float* loss, const S* logits, int ld
 }
 
 void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
-                                       const int32_t* targets, int N, int V, float dloss,
+                                       const int32_t* targets, int N, int V, const float* dloss,
                                        rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_cross_entropy_forward_backward");
     if (ce_no_rows(loss, N, V)) return;
@@ -280,8 +282,8 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 }
 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
-                                              const int32_t* targets, int N, int V, float dloss,
-                                              rt_dtype dt, int assign) {
+                                              const int32_t* targets, int N, int V,
+                                              const float* dloss, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_cross_entropy_packed_forward_backward");
     if (ce_no_rows(loss, N, V)) return;
     ce_forward_backward((uint16_t*)dlogits16, loss, (const uint16_t*)logits16, RT_LD16(V),

@@ -218,12 +218,24 @@ static void after(rt_rank* R, int side, cudaStream_t waiter, cudaStream_t on, cu
     c->used |= 1u << side;
 }
 
+// Compute waits for ev, which a collective of `group` records when it is done. Under
+// --trace the wait is a span on the compute stream (category `cat`), from when compute
+// reaches it to when the collective is done: about zero where the collective overlapped
+// the compute issued before the wait, the collective's exposed time otherwise
+// (tests/gpu/trace_waits.py sums them per step).
+static void compute_waits(rt_rank* R, cudaEvent_t ev, const char* group, const char* cat) {
+    cuda_rank* c = R->backend;
+    int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, group, cat);
+    CS(R, cudaStreamWaitEvent(c->compute, ev, 0));
+    cs_trace_close(R, t, c->compute);
+}
+
 // Compute waits for the reduce-scatter collective in flight, if any (FSDP2's
 // reduce_scatter_state.event): its input buffer is free afterwards.
 static void wait_reduce_scatter(rt_rank* R) {
     cuda_rank* c = R->backend;
     if (!c->rs_pending) return;
-    CS(R, cudaStreamWaitEvent(c->compute, c->rs_done, 0));
+    compute_waits(R, c->rs_done, c->rs_group, "reduce_scatter_wait");
     c->rs_pending = 0;
 }
 
@@ -233,7 +245,7 @@ static void wait_reduce_scatter(rt_rank* R) {
 static void wait_post_reduce(rt_rank* R) {
     cuda_rank* c = R->backend;
     if (!c->post_pending) return;
-    CS(R, cudaStreamWaitEvent(c->compute, c->post_done, 0));
+    compute_waits(R, c->post_done, c->post_group, c->post_wait);
     c->post_pending = 0;
 }
 
@@ -285,7 +297,7 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
     cuda_group* cg = &c->groups[g];
     const void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
     float* un = rt_step_f32(R, unsharded_off, 0, mg->padded_numel);
-    CS(R, cudaStreamWaitEvent(c->compute, cg->ag_done, 0));
+    compute_waits(R, cg->ag_done, mg->name, "all_gather_wait");
     for (int k = 0; k < UN_STORAGES; k++)
         rtcs_copy(sub ? &cg->pf_ag_out[k] : &cg->ag_out[k], un, k == UN_PACKED ? mg->param_dtype : RT_F32,
                   out, mg->param_dtype, 0, c->compute);
@@ -293,8 +305,8 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
 
 // Nobody copies the result out, but the plan reuses its buffer after this line.
 void rtb_all_gather_drop(rt_rank* R, int g) {
-    cuda_rank* c = R->backend;
-    CS(R, cudaStreamWaitEvent(c->compute, c->groups[g].ag_done, 0));
+    const cuda_rank* c = R->backend;
+    compute_waits(R, c->groups[g].ag_done, R->model->groups[g].name, "all_gather_wait");
 }
 
 void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf_off) {
@@ -306,6 +318,8 @@ void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf
                   rt_step_f32(R, unsharded_off, 0, mg->padded_numel),
                   k == UN_PACKED ? mg->param_dtype : RT_F32, 0, c->compute);
 }
+
+const float* rt_step_one(const rt_rank* R) { return ((const cuda_rank*)R->backend)->d_one; }
 
 // ---- gradients --------------------------------------------------------------------------
 
@@ -349,6 +363,7 @@ static cudaStream_t reduce(rt_rank* R, int g, const rt_fsdp_layout* L, void* in,
     }
     CS(R, cudaEventRecord(c->rs_done, c->rs));
     c->rs_pending = 1;
+    c->rs_group = mg->name;
     cudaStream_t done = c->rs;
     if (replicate && !R->model->reference) {
         cs_trace_close(R, *span, c->rs);
@@ -401,6 +416,8 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     wait_post_reduce(R);
     CS(R, cudaEventRecord(c->post_done, done));
     c->post_pending = 1;
+    c->post_group = mg->name;
+    c->post_wait = done == c->ar ? "all_reduce_wait" : "reduce_scatter_wait";
 }
 
 // One pass (rs_direct): the unsharded gradients rounded to grads_dtype and assigned or added
@@ -423,6 +440,7 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
     c->rs_pending = 1;
+    c->rs_group = mg->name;
 }
 
 // ---- optimizer --------------------------------------------------------------------------

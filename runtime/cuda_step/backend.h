@@ -71,6 +71,9 @@ typedef struct cuda_rank {
     cudaEvent_t post_done;            // ... its all-reduce, post-divide and view-out too
                                       // (FSDP2's post_reduce_event)
     int rs_pending, post_pending;     // recorded, and compute has not waited for it yet
+    const char* rs_group;             // --trace: the groups they finish the reduction of,
+    const char* post_group;           // and the category of compute's wait for post_done
+    const char* post_wait;
     unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar order)
                                       // this step issued work on
     cuda_group* groups;
@@ -86,6 +89,7 @@ typedef struct cuda_rank {
     int64_t* d_step;                  // device copy (the optimizer reads it; graph-safe)
     double* d_sumsq;                  // clipping: sum of squares of every shard
     float* d_total;                   // ... as fp32, all-reduced over the shard group
+    float* d_one;                     // 1.0f (rt_step_one)
     // CUDA graph
     int decided, use_graph, warm;
     cudaGraph_t graph;

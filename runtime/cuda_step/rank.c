@@ -222,6 +222,10 @@ int rtb_rank_init(rt_rank* R) {
     c->d_step = (int64_t*)small;
     c->d_sumsq = (double*)(small + 8);
     c->d_total = (float*)(small + 16);
+    c->d_one = (float*)(small + 20);
+    const float one = 1.0f;
+    if (!s.failed)
+        ok(&s, cudaMemcpy(c->d_one, &one, sizeof one, cudaMemcpyHostToDevice), "cudaMemcpy (one)");
     for (int g = 0; g < m->ngroups && !s.failed; g++) s.failed = group_plans(R, g);
     return s.failed;
 }
@@ -253,7 +257,9 @@ void rtb_rank_free(rt_rank* R) {
         if (cg->ag_done) cudaEventDestroy(cg->ag_done);
     }
     free(c->groups);
-    for (int k = 0; k < c->nspans; k++) {
+    // Every slot a step has used holds its events (made once, reused: cs_trace_open);
+    // nspans only counts the current step's.
+    for (int k = 0; c->spans && k < CS_MAX_SPANS && c->spans[k].start; k++) {
         cudaEventDestroy(c->spans[k].start);
         cudaEventDestroy(c->spans[k].end);
     }

@@ -296,33 +296,37 @@ void rt_dropout_backward(float* dinp, const float* dout, size_t n, float p, uint
                          uint64_t stream, uint64_t offset, rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
-// losses (the scalar loss is written to loss[0])
+// losses (the scalar loss is written to loss[0]). dloss, the loss's incoming gradient, is a
+// pointer to one float in the backend's memory (device memory on the GPU), read by the
+// kernel: where the loss is summed with others (several forwards before one backward, a
+// model with several outputs) it is the sum's backward's output, computed on the device;
+// for the loss itself, rt_step_one(R).
 
 // "sum" loss: loss = sum of all n logits (the PyTorch tests' model(inp).sum()),
-// accumulated in double. Backward: dlogits[i] += dloss (dloss = 1 for loss.backward()).
+// accumulated in double. Backward: dlogits[i] += *dloss (1 for loss.backward()).
 // RT_ASSIGN_1: dlogits.
 void rt_sum_loss_forward(float* loss, const float* logits, size_t n);
-void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign);
+void rt_sum_loss_backward(float* dlogits, size_t n, const float* dloss, int assign);
 
 // cross-entropy with mean reduction (F.cross_entropy(logits.view(-1,V), targets.view(-1))):
 // logits [N,V], targets [N] int32 in [0,V) or RT_IGNORE_INDEX (skipped; the mean is over
 // the M non-ignored rows, M = N when none is ignored, as PyTorch). Forward writes the
 // per-row losses (nullable; 0 for ignored rows) and loss[0] = their mean. Backward
 // recomputes the softmax from the logits (no probs buffer) and accumulates
-// dlogits += (softmax - onehot(target)) * dloss / M (ignored rows add 0), rounded to dt
+// dlogits += (softmax - onehot(target)) * *dloss / M (ignored rows add 0), rounded to dt
 // (the logits being a 16-bit tensor's fp32 view, whose gradient is the view's rounded).
 // RT_ASSIGN_1: dlogits.
 #define RT_IGNORE_INDEX (-100)
 void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
                               const int32_t* targets, int N, int V);
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss, rt_dtype dt, int assign);
+                               int N, int V, const float* dloss, rt_dtype dt, int assign);
 // Both, when the loss's backward directly follows its forward: the bits of
 // rt_cross_entropy_forward(loss, NULL, ...) then rt_cross_entropy_backward(dlogits, ...),
 // with each row's softmax statistics computed once (one read of the logits less on a GPU).
 // The gradient comes first, as in every backward (RT_ASSIGN_1: dlogits).
 void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
-                                       const int32_t* targets, int N, int V, float dloss,
+                                       const int32_t* targets, int N, int V, const float* dloss,
                                        rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
@@ -376,8 +380,8 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
                                const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign);
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
-                                              const int32_t* targets, int N, int V, float dloss,
-                                              rt_dtype dt, int assign);
+                                              const int32_t* targets, int N, int V,
+                                              const float* dloss, rt_dtype dt, int assign);
 // Norms: the forward's out and inp, the backward's dout, inp and dinp (C a multiple of 8:
 // dense rows).
 void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void* inp,

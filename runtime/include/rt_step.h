@@ -225,6 +225,10 @@ void rt_step_clip_grad_norm(rt_rank* R);
 void rt_step_optimizer(rt_rank* R, int g, int k, int per);
 // Records backward k's loss (the scalar at loss).
 void rt_step_loss(rt_rank* R, int k, const float* loss);
+// A float 1.0 in the backend's memory (device memory on the GPU): d loss / d loss, the
+// incoming gradient of the loss's own backward (rt_kernels.h dloss, or the output
+// gradient of the op whose output is the loss).
+const float* rt_step_one(const rt_rank* R);
 // The dropout RNG stream of op `site` in this rank's step: (step, rank, site) mixed, so
 // sharded and unsharded runs (same rank, same data) draw identical masks and a
 // checkpointed region's recompute draws the forward's.

@@ -159,6 +159,12 @@ void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf
     RTB_FSDP_CHECK(R, st, &rg->pf_layout);
 }
 
+const float* rt_step_one(const rt_rank* R) {
+    static const float one = 1.0f;
+    (void)R;
+    return &one;
+}
+
 // ---- gradients --------------------------------------------------------------------------
 
 void rt_step_round(float* x, size_t n, rt_dtype dtype) {

@@ -33,6 +33,9 @@ static inline float* dup(const float* h, size_t n) {
     return d;
 }
 
+// A device float holding v (the losses' dloss is read on the device); dfree it.
+static inline float* dscalar(float v) { return dup(&v, 1); }
+
 static inline int32_t* dup_i32(const int32_t* h, size_t n) {
     int32_t* d = dalloc(n * sizeof(int32_t));
     if (n) RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(int32_t), cudaMemcpyHostToDevice));

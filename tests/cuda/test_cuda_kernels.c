@@ -456,8 +456,10 @@ static void test_assign(rt_dtype dt) {
     // losses (no dt): once
     if (dt == RT_F32) {
         reset_out(h1, d1, init, n, 1);
-        cpu_rt_sum_loss_backward(h1, n, 0.5f, RT_ASSIGN_1);
-        rt_sum_loss_backward(d1, n, 0.5f, RT_ASSIGN_1);
+        const float half = 0.5f, two = 2.0f;
+        float *d_half = dscalar(half), *d_two = dscalar(two);
+        cpu_rt_sum_loss_backward(h1, n, &half, RT_ASSIGN_1);
+        rt_sum_loss_backward(d1, n, d_half, RT_ASSIGN_1);
         cmp("assign sum loss backward dlogits (=)", d1, h1, n, TOL_EXACT);
         const int CN = 40, CV = 100;
         int32_t t[40];
@@ -469,13 +471,14 @@ static void test_assign(rt_dtype dt) {
                 for (int i = 0; i < CN; i++) t[i] = RT_IGNORE_INDEX;
             RT_CHECK_CUDA(cudaMemcpy(d_t, t, sizeof t, cudaMemcpyHostToDevice));
             reset_out(h1, d1, init, (size_t)CN * CV, 1);
-            cpu_rt_cross_entropy_backward(h1, x, t, CN, CV, 2.0f, RT_F32, RT_ASSIGN_1);
-            rt_cross_entropy_backward(d1, d_x, d_t, CN, CV, 2.0f, RT_F32, RT_ASSIGN_1);
+            cpu_rt_cross_entropy_backward(h1, x, t, CN, CV, &two, RT_F32, RT_ASSIGN_1);
+            rt_cross_entropy_backward(d1, d_x, d_t, CN, CV, d_two, RT_F32, RT_ASSIGN_1);
             snprintf(nm, sizeof nm, "assign cross_entropy backward dlogits (=)%s",
                      all ? ", every target ignored: zeros" : ", some targets ignored");
             cmp(nm, d1, h1, (size_t)CN * CV, TOL_ELEM);
         }
         RT_CHECK_CUDA(cudaFree(d_t));
+        dfree(d_half), dfree(d_two);
     }
 
     free(x), free(w), free(y), free(dout), free(init), free(init2), free(h1), free(h2),
@@ -1111,11 +1114,13 @@ static void test_sum_loss(void) {
     cpu_rt_sum_loss_forward(&loss, x, n);
     rt_sum_loss_forward(d_loss, d_x, n);
     cmp("sum loss forward n=300007", d_loss, &loss, 1, TOL_ELEM);
-    cpu_rt_sum_loss_backward(dx, n, 0.5f, RT_ACCUMULATE);
-    rt_sum_loss_backward(d_dx, n, 0.5f, RT_ACCUMULATE);
+    const float half = 0.5f;
+    float* d_half = dscalar(half);
+    cpu_rt_sum_loss_backward(dx, n, &half, RT_ACCUMULATE);
+    rt_sum_loss_backward(d_dx, n, d_half, RT_ACCUMULATE);
     cmp("sum loss backward (+=) dloss=0.5", d_dx, dx, n, TOL_EXACT);
     free(x), free(dx);
-    dfree(d_x), dfree(d_dx), dfree(d_loss);
+    dfree(d_x), dfree(d_dx), dfree(d_loss), dfree(d_half);
 }
 
 static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) {
@@ -1136,16 +1141,18 @@ static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) 
              N, V, ignore_every, all_ignored);
     cmp(nm, d_loss, &loss, 1, TOL_ELEM);
     cmp("  ... per-row losses", d_losses, losses, N, TOL_ELEM);
-    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f, RT_F32, RT_ACCUMULATE);
-    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f, RT_F32, RT_ACCUMULATE);
+    const float two = 2.0f;
+    float* d_two = dscalar(two);
+    cpu_rt_cross_entropy_backward(dx, x, t, N, V, &two, RT_F32, RT_ACCUMULATE);
+    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, d_two, RT_F32, RT_ACCUMULATE);
     cmp("  ... backward dlogits (+=) dloss=2", d_dx, dx, nv, TOL_ELEM);
     // assigned and rounded to bf16 (the gradient of a bf16 tensor's fp32 view)
     reset_out(dx, d_dx, NULL, nv, 1);
-    cpu_rt_cross_entropy_backward(dx, x, t, N, V, 2.0f, RT_BF16, RT_ASSIGN_1);
-    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, 2.0f, RT_BF16, RT_ASSIGN_1);
+    cpu_rt_cross_entropy_backward(dx, x, t, N, V, &two, RT_BF16, RT_ASSIGN_1);
+    rt_cross_entropy_backward(d_dx, d_x, d_t, N, V, d_two, RT_BF16, RT_ASSIGN_1);
     cmp_dt("  ... backward dlogits (=) rounded to bf16", d_dx, dx, nv, TOL_ELEM, RT_BF16, 1);
     free(t), free(x), free(dx), free(losses);
-    dfree(d_x), dfree(d_dx), dfree(d_losses), dfree(d_loss), dfree(d_t);
+    dfree(d_x), dfree(d_dx), dfree(d_losses), dfree(d_loss), dfree(d_t), dfree(d_two);
 }
 
 // packed 16-bit logits (rt_kernels.h): the LM head's forward, the fused cross-entropy and
@@ -1221,8 +1228,9 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
           "bit; %d non-zero padding values", nm, N, C, V, pad);
     float* d_g = dalloc((size_t)N * V * sizeof(float));
     float *d_loss = dalloc(sizeof(float)), *d_loss16 = dalloc(sizeof(float));
-    rt_cross_entropy_forward_backward(d_g, d_loss, d_logits, d_t, N, V, 1.0f, dt, RT_ASSIGN_1);
-    rt_cross_entropy_packed_forward_backward(d_g16, d_loss16, d_l16, d_t, N, V, 1.0f, dt,
+    float* d_one = dscalar(1.0f);
+    rt_cross_entropy_forward_backward(d_g, d_loss, d_logits, d_t, N, V, d_one, dt, RT_ASSIGN_1);
+    rt_cross_entropy_packed_forward_backward(d_g16, d_loss16, d_l16, d_t, N, V, d_one, dt,
                                              RT_ASSIGN_1);
     ok = packed_same(d_g16, d_g, N, V, dt, &pad) && dev_same(d_loss, d_loss16, 1);
     CHECK(ok && pad == 0, "%s packed cross-entropy forward_backward (=) == fp32 storage: loss and "
@@ -1243,7 +1251,7 @@ static void test_packed(rt_dtype dt, int N, int C, int V) {
     }
     free(inp), free(w), free(t), free(dinp0), free(dw0);
     dfree(d_inp), dfree(d_w), dfree(d_t), dfree(d_logits), dfree(d_l16), dfree(d_g16);
-    dfree(d_g), dfree(d_loss), dfree(d_loss16);
+    dfree(d_g), dfree(d_loss), dfree(d_loss16), dfree(d_one);
 }
 
 // x[rows, cols] (values of dt) as packed rows of RT_LD16(cols) on the device, zero padding.

@@ -45,6 +45,7 @@ typedef struct {
     int32_t* targets;
     int64_t* step;  // the device step counter
     double* acc;    // the sum of squares in double
+    float* one;     // the loss's incoming gradient, 1 (read on the device)
 } step_bufs;
 
 #define STEP_FIELDS(X)                                                                   \
@@ -72,6 +73,7 @@ static step_bufs step_alloc(void) {
     s.targets = dup_i32(t, N);
     s.step = dalloc(sizeof(int64_t));
     s.acc = dalloc(sizeof(double));
+    s.one = dscalar(1.0f);
     return s;
 }
 
@@ -79,7 +81,7 @@ static void step_free(step_bufs* s) {
 #define FREE(f, n) dfree(s->f);
     STEP_FIELDS(FREE)
 #undef FREE
-    dfree(s->targets), dfree(s->step), dfree(s->acc);
+    dfree(s->targets), dfree(s->step), dfree(s->acc), dfree(s->one);
 }
 
 // Copies every buffer of `from` into `to` (device to device, synchronously: test setup).
@@ -122,7 +124,7 @@ static void step_forward_backward(step_bufs* s) {
     rt_zero(s->dw2, (size_t)V * H);
     rt_zero(s->dlnw, H);
     rt_zero(s->dlnb, H);
-    rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, 1.0f, RT_F32,
+    rt_cross_entropy_backward(s->dlogits, s->logits, s->targets, N, V, s->one, RT_F32,
                               RT_ACCUMULATE);
     rt_linear_backward(s->dact, s->dw2, NULL, s->dlogits, s->act, s->w2, N, H, V, RT_F32, RT_ACCUMULATE);
     rt_gelu_backward(s->datt, s->dact, s->att, (size_t)N * H, RT_F32, RT_ACCUMULATE);

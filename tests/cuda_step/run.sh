@@ -6,7 +6,8 @@
 #   - every spec below builds with --cuda: the generated C links against the CUDA backend.
 # On the GPU (nvidia-smi lists one), or without one on the CPU emulator (tests/cuda/emu):
 #   - the generated conformance test of each spec on the CUDA backend (world 2 and 4 run
-#     every rank on the one GPU: --local);
+#     every rank on the one GPU: --local); on the emulator also of four random microbatch
+#     programs (tests/generator/step_fuzz.lua --write);
 #   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance (and on
 #     the emulator, the same bits in its three stream modes);
 #   - test_seg_copy: the copy kernel against its host reference on random plans.
@@ -32,7 +33,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # reduce-scatters of the parameters with gradients only (world 2, HSDP 2 x 2, and direct at
 # world 1); microbatching (explicit async unshards before the first forward; HSDP partial
 # reductions all-reduced on the last microbatch only); a step with two optimizer items
-# (a root iteration, then a non-root one: per-group Adam step counts on the device).
+# (a root iteration, then a non-root one: per-group Adam step counts on the device); two
+# forwards before one backward (each loss's gradient, of their sum, is read on the device).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -51,7 +53,25 @@ specs=(
   "tests/specs/features/microbatch_1f1b.lua 1e-3"
   "tests/torch/step_programs/hsdp_reduce_scatter_only.lua 1e-3"
   "tests/torch/step_programs/non_root_forward.lua 1e-3"
+  "tests/specs/seed/multi_forward_raf_true_ckpt_none.lua 1e-3"
 )
+
+gpu=1
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then gpu=0; fi
+
+# On the emulator, also four of tests/generator/step_fuzz.lua's random microbatch programs
+# (fp32; world 1, 2, 4 or HSDP 2 x 2; checkpointing, prefetch, explicit unshards and
+# reshards, setters per microbatch): the lazy stream modes below check the events between
+# the step's streams on programs nobody wrote by hand. Not on the GPU, whose device time
+# goes to what only it can show.
+if [ "$gpu" = 0 ]; then
+    mkdir -p "$work/fuzz"
+    if lua5.4 tests/generator/step_fuzz.lua --write "$work/fuzz" 4; then
+        for f in "$work"/fuzz/*.lua; do specs+=("$f 1e-3"); done
+    else
+        fail "tests/generator/step_fuzz.lua --write: no random programs"
+    fi
+fi
 
 # ---- build (no GPU needed) ----------------------------------------------------------------
 
@@ -82,9 +102,7 @@ done
 # copy-in, all-gather and reduce-scatter streams run at issue), so a missing wait between the
 # step's streams changes the results either way; compute-sanitizer needs the GPU.
 
-gpu=1
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
-    gpu=0
+if [ "$gpu" = 0 ]; then
     skipped+=("compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance and CUDA vs CPU run on the emulator instead")
     if ! ninja -f runtime/cuda.ninja build/cuda/emu/librt_kernels_cuda_emu.a >"$work/emu.log" 2>&1 ||
         ! ninja -f runtime/cuda_step.ninja cuda_step_emu build/cuda_step/test_cuda_local_emu \
@@ -179,6 +197,39 @@ for entry in "${specs[@]}"; do
             "(streams race: an access their events do not order)"
     fi
 done
+
+# --trace's waits of compute for collectives (tests/gpu/trace_waits.py): the script's sums on
+# hand-made traces; a CUDA binary's trace has, per rank and step, one all-gather wait per
+# all_gather_wait and all_gather_drop line of its schedule; a CPU binary's trace has none.
+plain=${py:-python3}
+run_suite "trace_waits.py on hand-made traces" "$plain" tests/gpu/test_trace_waits.py
+name=mlp_w2_sgd_prefetch
+if cuda_binary "$name" main; then
+    want=$(grep -cE '^  compute  all_gather_(wait|drop) ' "build/$name/$name.schedule")
+    "$bin" --steps 3 --trace "$work/$name.trace.json" >"$work/trace.log" 2>&1
+    rc=$?
+    "$plain" tests/gpu/trace_waits.py "$work/$name.trace.json" >"$work/waits.txt" 2>&1
+    # each rank's all-gather waits per step, summed over its sections
+    got=$(awk '/^rank/ { if (r != "") printf "%s ", n; r = $2; n = 0 }
+        { while (match($0, /all-gathers [0-9.]+ ms in [0-9.]+ waits/)) {
+              s = substr($0, RSTART, RLENGTH); split(s, w, " "); n += w[5]; $0 = substr($0, RSTART + RLENGTH) } }
+        END { if (r != "") printf "%s", n }' "$work/waits.txt")
+    if [ "$rc" = 0 ] && [ "$got" = "$want $want" ]; then
+        pass "$name --trace ($where): per rank and step, $want all-gather waits as the schedule's lines ($(grep -m 1 'forward' "$work/waits.txt" | sed 's/^ *//'))"
+    else
+        cat "$work/trace.log" "$work/waits.txt"
+        fail "$name --trace ($where): exit $rc; all-gather waits per step of ranks 0 and 1: '$got', want $want each"
+    fi
+    ./fsdpgen run "tests/specs/conformance/$name.lua" -- --steps 2 --trace "$work/cpu.trace.json" >"$work/cpu_trace.log" 2>&1
+    if "$plain" tests/gpu/trace_waits.py "$work/cpu.trace.json" >"$work/cpu_waits.txt" 2>&1; then
+        fail "trace_waits.py on a CPU binary's trace: exit 0 (it has no waits)"
+    elif grep -q "no compute-stream wait spans" "$work/cpu_waits.txt"; then
+        pass "trace_waits.py on a CPU binary's trace: says it has no wait spans, exit 1"
+    else
+        cat "$work/cpu_trace.log" "$work/cpu_waits.txt"
+        fail "trace_waits.py on a CPU binary's trace: no 'no compute-stream wait spans' line"
+    fi
+fi
 if [ "$gpu" = 0 ]; then
     suite_summary
     exit $?

@@ -7,8 +7,10 @@
 # so it ends inside one 10-minute call. Needs tests/gpu/fetch_tools.sh's .devtools.
 #   tests    ninja, the CUDA kernel and stream tests, NCCL and local-mode comm tests, and
 #            tests/cuda_step/run.sh (CUDA conformance, CUDA vs CPU, compute-sanitizer)
-#   example  the README's example on the GPU (300 steps), and 20 steps with --trace
-#   bench    bench/run.sh all
+#   example  the README's example on the GPU (300 steps), and 20 steps with --trace, whose
+#            compute-stream waits for collectives tests/gpu/trace_waits.py sums per step
+#            (trace_waits_gpt_bytes.txt: forward all-gather waits near zero = overlapped)
+#   bench    bench/run.sh all, then 4 traced Llama 1B steps (trace_waits_llama_1b.txt)
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
 #   attention  bench/attention.sh (the flash kernels against PyTorch's SDPA on the bench
@@ -51,6 +53,12 @@ step() {
     echo "$name: exit $rc after $(( $(date +%s) - t0 ))s ${last:+| $last}" | tee -a "$out/summary.txt"
 }
 
+# waits NAME: tests/gpu/trace_waits.py on $out/NAME.trace.json into trace_waits_NAME.txt
+waits() {
+    [ -s "$out/$1.trace.json" ] && python3 tests/gpu/trace_waits.py "$out/$1.trace.json" \
+        >"$out/trace_waits_$1.txt" 2>&1
+}
+
 for s in $stages; do
     case $s in
     tests | example | bench | profile | attention | sweep) ;;
@@ -74,9 +82,14 @@ for s in $stages; do
         step "example" example.log 90 ./fsdpgen run examples/gpt_bytes.lua --cuda -- \
             --data .devtools/GPL-3 --steps 300
         step "example --trace" example.log 40 ./fsdpgen run examples/gpt_bytes.lua --cuda -- \
-            --data .devtools/GPL-3 --steps 20 --trace "$out/gpt_bytes.trace.json" ;;
+            --data .devtools/GPL-3 --steps 20 --trace "$out/gpt_bytes.trace.json"
+        waits gpt_bytes ;;
     bench)
-        step "bench" bench.log 300 bench/run.sh all ;;
+        step "bench" bench.log 300 bench/run.sh all
+        # how long compute waits for each collective in the bench step (bench/run.sh built it)
+        step "bench llama_1b --trace" bench.log 60 build/bench_llama_1b/bench_llama_1b_cuda \
+            --steps 4 --trace "$out/llama_1b.trace.json"
+        waits llama_1b ;;
     profile)
         for b in gpt2_124m llama_1b; do
             step "build bench_$b" build.log 60 ./fsdpgen build bench/specs/$b.lua --cuda

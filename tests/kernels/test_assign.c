@@ -105,13 +105,13 @@ static void c_rope(float* const* o, float* const* in, rt_dtype dt, int as) {
 // -- losses: in = logits[CN,CV]
 static void c_sum(float* const* o, float* const* in, rt_dtype dt, int as) {
     (void)in, (void)dt;
-    rt_sum_loss_backward(o[0], CN * CV, 0.75f, as);
+    rt_sum_loss_backward(o[0], CN * CV, &(const float){0.75f}, as);
 }
 static void c_ce(float* const* o, float* const* in, rt_dtype dt, int as) {
-    rt_cross_entropy_backward(o[0], in[0], ce_targets, CN, CV, 0.5f, dt, as);
+    rt_cross_entropy_backward(o[0], in[0], ce_targets, CN, CV, &(const float){0.5f}, dt, as);
 }
 static void c_ce_ignored(float* const* o, float* const* in, rt_dtype dt, int as) {
-    rt_cross_entropy_backward(o[0], in[0], ce_ignored, CN, CV, 0.5f, dt, as);
+    rt_cross_entropy_backward(o[0], in[0], ce_ignored, CN, CV, &(const float){0.5f}, dt, as);
 }
 
 // -- lowmem attention (GQA, causal): in = q[B,T,NH*HD], k, v [B,T,HD], dout; backward

@@ -36,11 +36,11 @@ static void test_sum(void) {
     sum_ctx c = {tk_alloc(30), 30, 0.75f};
     tk_fill(c.logits, 30, -1, 1);
     tk_grad d = tk_grad_new(30);
-    rt_sum_loss_backward(d.buf, 30, 0.75f, RT_ACCUMULATE);
+    rt_sum_loss_backward(d.buf, 30, &(const float){0.75f}, RT_ACCUMULATE);
     tk_gradcheck("sum loss dlogits (dloss 0.75)", c.logits, tk_grad_delta(&d), 30, sum_loss, &c,
                  1e-2f, 1e-2, 1e-3);
     float g[3] = {1, 2, 3};
-    rt_sum_loss_backward(g, 3, 1.0f, RT_ACCUMULATE);
+    rt_sum_loss_backward(g, 3, &(const float){1.0f}, RT_ACCUMULATE);
     CHECK(g[0] == 2.0f && g[1] == 3.0f && g[2] == 4.0f, "sum loss backward dloss 1 adds exactly 1");
     tk_grad_free(&d);
     free(c.logits);
@@ -78,7 +78,7 @@ static void test_ce_known(void) {
     CHECK_CLOSE("cross-entropy logits (1,2,3) target 2 = 0.4076060", l, 0.40760596444438013, 1e-7);
     // its gradient: softmax - onehot = (0.0900306, 0.2447285, -0.3347590)
     float g[3] = {0};
-    rt_cross_entropy_backward(g, z2, &t2, 1, 3, 1.0f, RT_F32, RT_ACCUMULATE);
+    rt_cross_entropy_backward(g, z2, &t2, 1, 3, &(const float){1.0f}, RT_F32, RT_ACCUMULATE);
     CHECK_CLOSE("cross-entropy grad logit 0 = softmax 0.0900306", g[0], 0.09003057317038046, 1e-7);
     CHECK_CLOSE("cross-entropy grad logit 2 = softmax - 1 = -0.3347590", g[2], -0.3347590442251781, 1e-7);
     // large logits: no overflow, same loss as shifted ones
@@ -112,7 +112,7 @@ static void test_ce(void) {
                  ref, (size_t)N, 1e-6);
     CHECK_CLOSE("cross-entropy mean over the 5 non-ignored rows", l, mean, 1e-6);
     tk_grad d = tk_grad_new((size_t)N * V);
-    rt_cross_entropy_backward(d.buf, c.logits, targets, N, V, 0.7f, RT_F32, RT_ACCUMULATE);
+    rt_cross_entropy_backward(d.buf, c.logits, targets, N, V, &(const float){0.7f}, RT_F32, RT_ACCUMULATE);
     const float* delta = tk_grad_delta(&d);
     tk_gradcheck("cross-entropy dlogits (dloss 0.7, one ignored row)", c.logits, delta,
                  (size_t)N * V, ce_loss, &c, 1e-2f, 1e-2, 1e-3);
@@ -132,7 +132,7 @@ static void test_ce(void) {
     const int32_t all_ign[2] = {RT_IGNORE_INDEX, RT_IGNORE_INDEX};
     rt_cross_entropy_forward(&l, NULL, c.logits, all_ign, 2, V);
     float g2[18] = {0};
-    rt_cross_entropy_backward(g2, c.logits, all_ign, 2, V, 1.0f, RT_F32, RT_ACCUMULATE);
+    rt_cross_entropy_backward(g2, c.logits, all_ign, 2, V, &(const float){1.0f}, RT_F32, RT_ACCUMULATE);
     int zero = 1;
     for (int i = 0; i < 18; i++) zero &= g2[i] == 0.0f;
     CHECK(isnan(l) && zero, "cross-entropy with every target ignored: loss %g (NaN), gradient zero", l);
@@ -143,9 +143,9 @@ static void test_ce(void) {
         float g_sep[54], g_fused[54], l_sep, l_fused;
         for (int i = 0; i < N * V; i++) g_sep[i] = g_fused[i] = as ? NAN : 0.25f * (float)(i % 7);
         rt_cross_entropy_forward(&l_sep, NULL, c.logits, targets, N, V);
-        rt_cross_entropy_backward(g_sep, c.logits, targets, N, V, 0.7f, RT_BF16, assign);
-        rt_cross_entropy_forward_backward(g_fused, &l_fused, c.logits, targets, N, V, 0.7f,
-                                          RT_BF16, assign);
+        rt_cross_entropy_backward(g_sep, c.logits, targets, N, V, &(const float){0.7f}, RT_BF16, assign);
+        rt_cross_entropy_forward_backward(g_fused, &l_fused, c.logits, targets, N, V,
+                                          &(const float){0.7f}, RT_BF16, assign);
         CHECK(memcmp(&l_sep, &l_fused, sizeof l_sep) == 0 &&
                   memcmp(g_sep, g_fused, sizeof g_sep) == 0,
               "cross-entropy forward_backward (%s, dt bf16) == forward then backward, bit for bit",

@@ -85,8 +85,9 @@ static void test_dt(rt_dtype dt) {
             for (int j = 0; j < ld; j++)
                 g16[n * ld + j] = j < V ? rt_bits16_from_f32_inl(g[n * V + j], dt) : (uint16_t)0xAB;
         float l, l16;
-        rt_cross_entropy_forward_backward(g, &l, logits, targets, N, V, 0.5f, dt, assign);
-        rt_cross_entropy_packed_forward_backward(g16, &l16, logits16, targets, N, V, 0.5f, dt,
+        const float dloss = 0.5f;
+        rt_cross_entropy_forward_backward(g, &l, logits, targets, N, V, &dloss, dt, assign);
+        rt_cross_entropy_packed_forward_backward(g16, &l16, logits16, targets, N, V, &dloss, dt,
                                                  assign);
         const int ok = packed_equals(g16, g, N, V, dt, &pad);
         CHECK(ok && pad == 0 && memcmp(&l, &l16, sizeof l) == 0,

@@ -173,7 +173,7 @@ static void c_attention_bwd(float* const* o, float* const* in, rt_dtype dt) {
 static void c_ce_bwd(float* const* o, float* const* in, rt_dtype dt) {
     int32_t t[RN];
     for (int n = 0; n < RN; n++) t[n] = n % 3 == 1 ? RT_IGNORE_INDEX : (int32_t)(n * 7 % RC);
-    rt_cross_entropy_backward(o[0], in[0], t, RN, RC, 0.75f, dt, RT_ACCUMULATE);
+    rt_cross_entropy_backward(o[0], in[0], t, RN, RC, &(const float){0.75f}, dt, RT_ACCUMULATE);
 }
 
 #define LIN_IN 4, {N_ * C_, OC_ * C_, OC_, N_ * OC_}, {-2, -1, -1, -1}, {2, 1, 1, 1}

@@ -55,7 +55,7 @@ static void work_run(work* w) {
     rt_zero(w->dx, NX), rt_zero(w->dwq, (size_t)C * C);
     rt_zero(w->dwk, (size_t)NKV * HD * C), rt_zero(w->dwv, (size_t)NKV * HD * C);
     float* datt = w->h;  // reuse: h is dead after the loss
-    rt_sum_loss_backward(w->dh, NX, 1.0f, RT_ACCUMULATE);
+    rt_sum_loss_backward(w->dh, NX, &(const float){1.0f}, RT_ACCUMULATE);
     rt_residual_backward(NULL, w->dx, w->dh, NX, RT_F32, RT_ACCUMULATE);
     rt_zero(datt, NX);
     rt_gelu_backward(datt, w->dh, w->att, NX, RT_F32, RT_ACCUMULATE);

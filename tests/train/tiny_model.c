@@ -44,7 +44,7 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     rt_step_section(R, "backward");
     float* dout = RT_F32(R, o->dout, 4 * 15);
     rt_zero(dout, 15);
-    rt_sum_loss_backward(dout, 15, 1.0f, RT_ACCUMULATE);
+    rt_sum_loss_backward(dout, 15, rt_step_one(R), RT_ACCUMULATE);
     float* ug = RT_F32(R, o->ugrad, 4 * (size_t)o->padded);
     rt_zero(ug, (size_t)o->padded);
     rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC, RT_F32, RT_ACCUMULATE);
@@ -207,7 +207,7 @@ static void tok_step(rt_rank* R) {
         rt_step_section(R, "backward");
         float* dl = RT_F32(R, TOK_DLOGITS, 4 * TOK_N * TOK_V);
         rt_zero(dl, TOK_N * TOK_V);
-        rt_cross_entropy_backward(dl, logits, R->targets[a], TOK_N, TOK_V, 1.0f, RT_F32,
+        rt_cross_entropy_backward(dl, logits, R->targets[a], TOK_N, TOK_V, rt_step_one(R), RT_F32,
                                   RT_ACCUMULATE);
         float* ug = RT_F32(R, TOK_UGRAD, 4 * 256);
         rt_zero(ug, 256);

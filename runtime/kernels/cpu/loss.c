@@ -17,9 +17,10 @@ void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
 }
 
 // d(sum)/d(logit) = 1 for every element, times the incoming dloss.
-void rt_sum_loss_backward(float* dlogits, size_t n, float dloss, int assign) {
+void rt_sum_loss_backward(float* dlogits, size_t n, const float* dloss, int assign) {
     const int as = assign & RT_ASSIGN_1;
-    for (size_t i = 0; i < n; i++) dlogits[i] = RT_KBASE(dlogits[i], as) + dloss;
+    const float d = *dloss;
+    for (size_t i = 0; i < n; i++) dlogits[i] = RT_KBASE(dlogits[i], as) + d;
 }
 
 // ----------------------------------------------------------------------------
@@ -67,7 +68,7 @@ void rt_cross_entropy_forward(float* loss, float* losses, const float* logits,
 }
 
 void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                               int N, int V, float dloss, rt_dtype dt, int assign) {
+                               int N, int V, const float* dloss, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_cross_entropy_backward");
     const int as = assign & RT_ASSIGN_1;
     int count = 0;
@@ -80,7 +81,7 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
             for (size_t i = 0; i < (size_t)N * V; i++) dlogits[i] = 0.0f;
         return;
     }
-    const double g = (double)dloss / (double)count;
+    const double g = (double)*dloss / (double)count;
     for (int n = 0; n < N; n++) {
         const int32_t t = targets[n];
         float* dx = dlogits + (size_t)n * V;
@@ -102,7 +103,7 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
 
 // The CPU has no second read to save: the two kernels, in order.
 void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float* logits,
-                                       const int32_t* targets, int N, int V, float dloss,
+                                       const int32_t* targets, int N, int V, const float* dloss,
                                        rt_dtype dt, int assign) {
     rt_cross_entropy_forward(loss, NULL, logits, targets, N, V);
     rt_cross_entropy_backward(dlogits, logits, targets, N, V, dloss, dt, assign);

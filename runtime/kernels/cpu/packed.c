@@ -106,8 +106,8 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
 }
 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
-                                              const int32_t* targets, int N, int V, float dloss,
-                                              rt_dtype dt, int assign) {
+                                              const int32_t* targets, int N, int V,
+                                              const float* dloss, rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_cross_entropy_packed_forward_backward");
     const size_t n = elems(N, V);
     float* x = scratch_floats(2 * n);
