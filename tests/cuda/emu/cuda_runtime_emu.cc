@@ -69,7 +69,7 @@ lazy_mode_t lazy_mode_from_env(void) {
 const lazy_mode_t lazy_mode = lazy_mode_from_env();
 const bool lazy = lazy_mode != LAZY_OFF;
 std::map<const void*, size_t> allocations;       // cudaMalloc'ed: start, bytes
-std::set<const void*> pinned;                    // cudaMallocHost'ed
+std::map<const void*, size_t> pinned;            // cudaMallocHost'ed: start, bytes
 int smem_attribute = 0;  // the largest cudaFuncAttributeMaxDynamicSharedMemorySize set
 struct capture_info {
     cudaStream_t origin;
@@ -171,19 +171,35 @@ void run_stream(cudaStream_t stream) {
     run_until(stream, upto);
 }
 
+// Whether p lies in one of m's ranges [start, start + bytes), or at a range's end with
+// end_ok. The caller holds the lock.
+bool in_ranges(const std::map<const void*, size_t>& m, const void* p, bool end_ok) {
+    auto it = m.upper_bound(p);
+    if (it == m.begin()) return false;
+    --it;
+    const char* end = (const char*)it->first + it->second;
+    return (const char*)p < end || (end_ok && (const char*)p == end);
+}
+
 // Whether p lies in memory the host may not touch through a plain pointer while a copy
 // reads it asynchronously: cudaMalloc'ed or pinned (cudaMallocHost) memory.
 bool device_or_pinned(const void* p) {
     lock l;
-    auto it = allocations.upper_bound(p);
-    if (it != allocations.begin()) {
-        --it;
-        if ((const char*)p < (const char*)it->first + it->second) return true;
-    }
-    auto pt = pinned.upper_bound(p);
-    return pt != pinned.begin() && *--pt == p;  // cudaMallocHost starts only
+    return in_ranges(allocations, p, false) || in_ranges(pinned, p, false);
 }
 }  // namespace
+
+bool emu_device_accessible(const void* p) {
+    if (p == nullptr) return true;
+    lock l;
+    return in_ranges(allocations, p, true) || in_ranges(pinned, p, true);
+}
+
+void emu_host_pointer_argument(int index, const void* p) {
+    fprintf(stderr, "cuda_emu: kernel argument %d is %p, which is neither cudaMalloc'ed nor pinned "
+            "memory: a GPU kernel cannot read it (a host variable passed to a kernel?)\n", index, p);
+    emu_set_launch_error(cudaErrorIllegalAddress);
+}
 
 cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
     if (is_legacy(stream)) {
@@ -237,6 +253,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
@@ -257,6 +274,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorStreamCaptureUnsupported:
         return "operation not permitted when stream is capturing";
@@ -337,7 +355,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
     if (*p == NULL) return record(cudaErrorMemoryAllocation);
     lock l;
-    pinned.insert(*p);
+    pinned[*p] = bytes;
     return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMallocHost(p, bytes); }

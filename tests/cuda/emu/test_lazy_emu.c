@@ -10,15 +10,22 @@
 //   * pageable host memory: a copy from it reads it at the call (later host writes do not
 //     reach the device), a copy to it is complete when the call returns;
 //   * cudaFree and cudaDeviceSynchronize run every stream's work first (AddressSanitizer
-//     would report a pending copy into freed memory).
+//     would report a pending copy into freed memory);
+//   * a kernel given host memory as a pointer argument fails its launch, naming the
+//     argument, as it would fault on a GPU (device memory is host memory here, so it would
+//     otherwise run); given device memory it runs.
 // With CUDA_EMU_LAZY=low only streams of the lowest priority are lazy: a higher-priority
 // stream's work runs at issue, so its unordered write reaches a lazy stream's pending read.
 // Run with CUDA_EMU_LAZY=1 and =low (tests/cuda/run.sh does); ends with `N passed, N failed`.
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "rt_kernels.h"
 
 enum { N = 256 };
 
@@ -49,6 +56,46 @@ static int test_low(void) {
     cudaStreamDestroy(hi);
     cudaStreamDestroy(lo);
     return check_summary();
+}
+
+// rt_sum_loss_backward reads its dloss on the device: a host variable's address there (as
+// the generated code's loss gradient once was) must fail the launch, in a child process,
+// since the failure exits.
+static void test_host_pointer_argument(void) {
+    float *d = NULL, *d_two = NULL, got[4] = {0};
+    const float two = 2.0f;
+    cudaMalloc((void**)&d, sizeof got);
+    cudaMalloc((void**)&d_two, sizeof two);
+    cudaMemcpy(d_two, &two, sizeof two, cudaMemcpyHostToDevice);
+    rt_sum_loss_backward(d, 4, d_two, RT_ASSIGN_1);
+    cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost);
+    CHECK(cudaGetLastError() == cudaSuccess && got[0] == 2.0f && got[3] == 2.0f,
+          "a kernel given device memory runs (dlogits %g)", got[0]);
+    int fds[2];
+    if (pipe(fds) != 0) abort();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        rt_sum_loss_backward(d, 4, &two, RT_ASSIGN_1);
+        _exit(0);
+    }
+    close(fds[1]);
+    char err[2048] = {0};
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof err - 1 && (k = read(fds[0], err + n, sizeof err - 1 - n)) > 0) n += (size_t)k;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, "cuda_emu: kernel argument 2 ") &&
+              strstr(err, "an illegal memory access was encountered"),
+          "a kernel given a host variable's address: the launch fails (exit %d), naming argument 2 "
+          "and the GPU's error", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    if (!strstr(err, "cuda_emu: kernel argument 2 ")) fprintf(stderr, "%s", err);
+    cudaFree(d);
+    cudaFree(d_two);
 }
 
 int main(void) {
@@ -142,5 +189,6 @@ int main(void) {
     cudaEventDestroy(ev);
     cudaStreamDestroy(a);
     cudaStreamDestroy(b);
+    test_host_pointer_argument();
     return check_summary();
 }

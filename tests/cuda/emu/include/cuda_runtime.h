@@ -40,6 +40,7 @@ typedef enum cudaError {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
     cudaErrorLaunchFailure = 719,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
@@ -179,6 +180,22 @@ void emu_set_launch_error(cudaError_t error);
 // cudaFuncSetAttribute allowed (on the GPU, that kernel; here, any kernel: a launch names
 // no function the emulator could look up when it is a template).
 bool emu_smem_allowed(size_t bytes);
+// Whether a kernel may be given pointer p: NULL, or in (or at the end of) cudaMalloc'ed or
+// pinned memory. Device memory being host memory here, a host variable passed to a kernel
+// would work in the emulator and fault on the GPU; each launch checks its pointer
+// arguments (not pointers inside structs) and reports the first other one:
+// emu_host_pointer_argument prints it and sets cudaErrorIllegalAddress, which the launch
+// check after it (RTC_CHECK_LAUNCH) reports as a GPU would.
+bool emu_device_accessible(const void* p);
+void emu_host_pointer_argument(int index, const void* p);
+template <class T>
+static inline bool emu_argument_ok(const T&) { return true; }
+template <class T>
+static inline bool emu_argument_ok(T* p) { return emu_device_accessible((const void*)p); }
+template <class T>
+static inline const void* emu_pointer_of(const T&) { return nullptr; }
+template <class T>
+static inline const void* emu_pointer_of(T* p) { return (const void*)p; }
 
 // A device-side trap: what printf printed is out, then the emulated context is lost
 // (every later call fails with cudaErrorLaunchFailure, as after a real __trap).
@@ -208,6 +225,13 @@ struct emu_launcher {
         }
         if (!emu_launch_fits(cfg.grid, cfg.block, cfg.smem)) {  // reported at the launch, as on a GPU
             emu_set_launch_error(cudaErrorInvalidConfiguration);
+            return;
+        }
+        int index = 0, bad = -1;
+        ((bad = bad < 0 && !emu_argument_ok(args) ? index : bad, index++), ...);
+        if (bad >= 0) {
+            const void* p[sizeof...(A) + 1] = {emu_pointer_of(args)..., nullptr};
+            emu_host_pointer_argument(bad, p[bad]);
             return;
         }
         const auto body = make(args...);
