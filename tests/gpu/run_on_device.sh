@@ -77,7 +77,7 @@ for s in $stages; do
             step "test $t" tests.log 120 build/cuda/$t
         done
         for t in test_nccl test_cuda_local; do step "test $t" tests.log 60 build/runtime/$t; done
-        VERBOSE=1 step "test cuda_step" cuda_step.log 240 tests/cuda_step/run.sh ;;
+        VERBOSE=1 step "test cuda_step" cuda_step.log 300 tests/cuda_step/run.sh ;;
     example)
         step "example" example.log 90 ./fsdpgen run examples/gpt_bytes.lua --cuda -- \
             --data .devtools/GPL-3 --steps 300
