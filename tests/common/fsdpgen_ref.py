@@ -1,8 +1,8 @@
 """Shared pieces of the PyTorch checks (tests/train/torch_load.py, tests/torch/check_load.py):
-PASS/FAIL counting, the deterministic sources of the C runtime reproduced in Python
-(Philox4x32-10 as rt_dropout_uniform, FNV-1a, the synthetic inputs of rt_train.h) and a
-reader of fp32 safetensors files (parsed by hand: the `safetensors` package is not
-installed). Import it after torch imported successfully.
+PASS/FAIL counting (tests/common/checks.py), the deterministic sources of the C runtime
+reproduced in Python (Philox4x32-10 as rt_dropout_uniform, FNV-1a, the synthetic inputs of
+rt_train.h) and a reader of fp32 safetensors files (parsed by hand: the `safetensors`
+package is not installed). Import it after torch imported successfully.
 """
 import json
 import math
@@ -10,25 +10,7 @@ import struct
 
 import torch
 
-# ---- checks -------------------------------------------------------------------------------
-
-passed = 0
-failed = 0
-
-
-def check(ok, msg):
-    global passed, failed
-    print(("PASS " if ok else "FAIL ") + msg)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-
-
-def summary():
-    """Prints `N passed, N failed`; returns the exit status (0 only when all passed)."""
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+from checks import check, summary  # noqa: F401 (re-exported: the checks import them from here)
 
 
 # ---- deterministic sources (rt_kernels.h: rt_dropout_uniform; rt_train.h) ----------------

@@ -11,16 +11,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("PASS " if ok else "FAIL ") + what)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from checks import check, summary  # noqa: E402
 
 
 def span(name, cat, ts, dur, pid=0, tid=0):
@@ -95,5 +87,4 @@ rc = subprocess.run([sys.executable, os.path.join(HERE, "trace_waits.py"), f.nam
 os.unlink(f.name)
 check(rc.returncode == 2 and "not a readable Chrome trace" in rc.stderr, "truncated JSON: exit 2, one line")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(summary())

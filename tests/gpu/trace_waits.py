@@ -53,40 +53,33 @@ def summarize(spans, skip):
     {cat: (ms, count)})]) in the order the sections first appear, or None without steps
     after the skipped ones."""
     steps = sorted((s for s in spans if s["cat"] == "step"), key=lambda s: s["ts"])
-    used = steps[skip:]
-    if not used:
+    n = len(steps) - skip
+    if n <= 0:
         return None
-    sections = sorted((s for s in spans if s["cat"] == "compute" and s["tid"] == 0), key=lambda s: s["ts"])
-    waits = [s for s in spans if s["cat"] in WAIT_CATS]
-    order, time_us = [], collections.defaultdict(float)
+
+    def counted(span):  # in a step after the skipped ones
+        k = step_of(span, steps)
+        return k is not None and k >= skip
+
+    sections = [s for s in spans if s["cat"] == "compute" and s["tid"] == 0 and counted(s)]
+    time_us = {}  # section name -> its time, in first-appearance order
+    for sec in sorted(sections, key=lambda s: s["ts"]):
+        time_us[sec["name"]] = time_us.get(sec["name"], 0.0) + sec["dur"]
     waited = collections.defaultdict(lambda: [0.0, 0])
-    home = {}  # id(section) -> its name
-    for sec in sections:
-        k = step_of(sec, steps)
-        if k is None or k < skip:
-            continue
-        if sec["name"] not in time_us:
-            order.append(sec["name"])
-        time_us[sec["name"]] += sec["dur"]
-        home[id(sec)] = sec["name"]
-    for w in waits:
-        k = step_of(w, steps)
-        if k is None or k < skip:
+    for w in spans:
+        if w["cat"] not in WAIT_CATS or not counted(w):
             continue
         mid = w["ts"] + w["dur"] / 2
-        inside = [sec for sec in sections if id(sec) in home and sec["ts"] <= mid <= sec["ts"] + sec["dur"]]
-        name = home[id(inside[0])] if inside else "outside any section"
-        if name not in time_us:
-            order.append(name)
-            time_us[name] += 0.0
+        name = next((sec["name"] for sec in sections if sec["ts"] <= mid <= sec["ts"] + sec["dur"]),
+                    "outside any section")
+        time_us.setdefault(name, 0.0)
         waited[(name, w["cat"])][0] += w["dur"]
         waited[(name, w["cat"])][1] += 1
-    n = len(used)
     rows = []
-    for name in order:
+    for name, us in time_us.items():
         per = {cat: (waited[(name, cat)][0] / n / 1e3, waited[(name, cat)][1] / n)
                for cat, _ in KINDS if (name, cat) in waited}
-        rows.append((name, time_us[name] / n / 1e3, per))
+        rows.append((name, us / n / 1e3, per))
     return n, skip + 1, rows
 
 

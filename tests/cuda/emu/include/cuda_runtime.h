@@ -188,10 +188,7 @@ bool emu_smem_allowed(size_t bytes);
 // check after it (RTC_CHECK_LAUNCH) reports as a GPU would.
 bool emu_device_accessible(const void* p);
 void emu_host_pointer_argument(int index, const void* p);
-template <class T>
-static inline bool emu_argument_ok(const T&) { return true; }
-template <class T>
-static inline bool emu_argument_ok(T* p) { return emu_device_accessible((const void*)p); }
+// A launch argument as the pointer it is, or NULL when it is no pointer.
 template <class T>
 static inline const void* emu_pointer_of(const T&) { return nullptr; }
 template <class T>
@@ -227,13 +224,12 @@ struct emu_launcher {
             emu_set_launch_error(cudaErrorInvalidConfiguration);
             return;
         }
-        int index = 0, bad = -1;
-        ((bad = bad < 0 && !emu_argument_ok(args) ? index : bad, index++), ...);
-        if (bad >= 0) {
-            const void* p[sizeof...(A) + 1] = {emu_pointer_of(args)..., nullptr};
-            emu_host_pointer_argument(bad, p[bad]);
-            return;
-        }
+        const void* pointers[sizeof...(A) + 1] = {emu_pointer_of(args)..., nullptr};
+        for (size_t i = 0; i < sizeof...(A); i++)
+            if (!emu_device_accessible(pointers[i])) {
+                emu_host_pointer_argument((int)i, pointers[i]);
+                return;
+            }
         const auto body = make(args...);
         const emu_cfg c = cfg;
         const cudaError_t e = emu_enqueue(c.stream, [c, body] {
