@@ -15,6 +15,7 @@ local M = {}
 local C_DTYPE = { fp32 = "RT_F32", bf16 = "RT_BF16", fp16 = "RT_F16" }
 local C_INIT = { zeros = "RT_INIT_ZEROS", ones = "RT_INIT_ONES", normal = "RT_INIT_NORMAL", uniform = "RT_INIT_UNIFORM" }
 local C_OPTIM = { sgd = "RT_OPTIM_SGD", adam = "RT_OPTIM_ADAM", adamw = "RT_OPTIM_ADAMW" }
+local C_LR_DECAY = { constant = "RT_LR_CONSTANT", linear = "RT_LR_LINEAR", cosine = "RT_LR_COSINE" }
 
 -- A C identifier from a spec name.
 function M.ident(name)
@@ -398,7 +399,7 @@ function Walker:step(st, index)
   elseif op == "clip_grad_norm" then
     calls[1] = "rt_step_clip_grad_norm(R);"
   elseif op == "optimizer" then
-    calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d);", gi, st.opt_k, st.opt_per)
+    calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d, %d);", gi, st.opt_k, st.opt_per, st.opt_item)
   elseif op == "recompute_begin" then
     -- a marker: the recompute steps follow
   elseif op == "forward" or op == "recompute" then
@@ -515,10 +516,6 @@ function M.render(plan, spec_file, prefix, is_reference)
   for _, it in ipairs(spec.step) do
     if it.kind == "forward" then n_forward = n_forward + 1 end
   end
-  local has_opt = false
-  for _, it in ipairs(spec.step) do
-    if it.kind == "optimizer" then has_opt = true end
-  end
   local input_shape = inp.shape
   b:line("")
   b:line("const rt_model %s_model = {", prefix)
@@ -540,7 +537,12 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line(".optim = {%s, %s, %s, %s, %s, %s, %s, %s, %d, %d},", C_OPTIM[o.kind], num(o.lr), num(o.beta1 or 0.9),
     num(o.beta2 or 0.999), num(o.eps or 1e-8), num(o.weight_decay or 0), num(o.momentum or 0), num(o.dampening or 0),
     o.nesterov and 1 or 0, opt_states)
-  b:line(".has_optimizer = %d,", has_opt and 1 or 0)
+  local sched = spec.lr_schedule
+  if sched then
+    b:line(".lr_schedule = {%s, %d, %d, %s},", C_LR_DECAY[sched.decay], sched.warmup_steps,
+      sched.total_steps, num(sched.min_lr))
+  end
+  b:line(".n_optimizer = %d,", plan.n_optimizer)
   b:line(".grad_clip = %s,", num(spec.grad_clip or 0))
   b:line(".seed = %d,", spec.seed)
   local draws_rng = false

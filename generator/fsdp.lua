@@ -240,7 +240,8 @@ end
 
 -- ---------------------------------------------------------------------------- spec
 
-local spec_keys = { "grad_clip", "input", "loss", "mesh", "model", "name", "optimizer", "seed", "step", "world_size" }
+local spec_keys = { "grad_clip", "input", "loss", "lr_schedule", "mesh", "model", "name", "optimizer", "seed", "step",
+  "world_size" }
 
 local optimizer_defaults = {
   sgd = { lr = 1e-3, momentum = 0.0, dampening = 0.0, weight_decay = 0.0, nesterov = false },
@@ -302,6 +303,57 @@ local function check_optimizer(o)
     need(out.beta1 >= 0 and out.beta1 < 1, "beta1 must be in [0, 1)", out.beta1)
     need(out.beta2 >= 0 and out.beta2 < 1, "beta2 must be in [0, 1)", out.beta2)
     need(out.eps >= 0, "eps must be >= 0", out.eps)
+  end
+  return out
+end
+
+-- lr_schedule = { "cosine" | "linear" | "constant", warmup_steps = W, total_steps = N,
+-- min_lr = x }: the learning rate of the run's i-th optimizer.step() (rt_model.h
+-- rt_lr_schedule has the formula). nil: the optimizer's lr throughout.
+local lr_decay_keys = {
+  constant = { "warmup_steps" },
+  cosine = { "min_lr", "total_steps", "warmup_steps" },
+  linear = { "min_lr", "total_steps", "warmup_steps" },
+}
+local MAX_LR_STEPS = 1 << 53  -- exact in the runtime's doubles
+
+local function check_lr_schedule(t, optimizer)
+  if t == nil then return nil end
+  local usage = 'lr_schedule must be { "cosine" | "linear" | "constant", warmup_steps = W, total_steps = N, min_lr = x }'
+  if type(t) ~= "table" or type(t[1]) ~= "string" then errors.raise(usage) end
+  local decay = t[1]
+  local keys = lr_decay_keys[decay]
+  if not keys then
+    local hint = errors.closest(decay, { "constant", "cosine", "linear" })
+    errors.raise(string.format("unknown lr_schedule '%s'%s; allowed: constant, cosine, linear", decay,
+      hint and string.format(" (did you mean '%s'?)", hint) or ""))
+  end
+  local rest = {}
+  for k, v in pairs(t) do
+    if k ~= 1 then rest[k] = v end
+  end
+  errors.check_keys(rest, keys, decay .. " lr_schedule key")
+  local function steps(k, v, least, why)
+    if math.type(v) ~= "integer" or v < least or v > MAX_LR_STEPS then
+      errors.raise(string.format("lr_schedule %s must be an integer from %d%s to 2^53, got %s", k, least, why,
+        tostring(v)))
+    end
+    return v
+  end
+  local out = { decay = decay, warmup_steps = steps("warmup_steps", t.warmup_steps or 0, 0, ""), total_steps = 0,
+    min_lr = 0.0 }
+  if decay ~= "constant" then
+    if t.total_steps == nil then
+      errors.raise(string.format("%s lr_schedule needs total_steps (the optimizer step at which the lr reaches min_lr)",
+        decay))
+    end
+    out.total_steps = steps("total_steps", t.total_steps, out.warmup_steps + 1, " (warmup_steps + 1)")
+    local m = t.min_lr or 0.0
+    if type(m) ~= "number" or not (m >= 0 and m <= optimizer.lr) then
+      errors.raise(string.format("lr_schedule min_lr must be a number from 0 to the optimizer's lr %s, got %s",
+        tostring(optimizer.lr), tostring(m)))
+    end
+    out.min_lr = m
   end
   return out
 end
@@ -492,6 +544,7 @@ function fsdp.spec(t)
     optimizer = check_optimizer(t.optimizer), step = check_step(t.step, t.model),
     grad_clip = t.grad_clip, seed = t.seed or 42, states = {},
   }
+  spec.lr_schedule = check_lr_schedule(t.lr_schedule, spec.optimizer)
   -- Validate every group against the mesh (integer reshard_after_forward must divide
   -- the shard size), reported at the fully_shard call that set it.
   for _, s in ipairs(states) do

@@ -116,6 +116,7 @@ function M.new(spec)
     pending = {},     -- forward results awaiting backward: { outs = {...}, targets = t }
     ag_seq = 0, rs_seq = 0,
     label_counts = {}, forward_index = 0, recompute_ops = {},
+    n_optimizer = 0,  -- "optimizer" items run so far
   }, Sim)
   return sim
 end
@@ -723,8 +724,10 @@ end
 
 -- optim.step() on the groups with reduced gradients (the others have grad None, which
 -- torch.optim skips), then zero_grad. A group's k-th optimizer step of the training step
--- (opt_k; opt_per once the step is planned) counts PyTorch's state["step"].
+-- (opt_k; opt_per once the step is planned) counts PyTorch's state["step"]; opt_item is
+-- the step's optimizer item (0-based), which picks the learning rate.
 function Sim:run_optimizer()
+  self.n_optimizer = self.n_optimizer + 1
   if self.spec.grad_clip then
     self:emit({ stream = "compute", op = "clip_grad_norm" })
   end
@@ -735,7 +738,8 @@ function Sim:run_optimizer()
           or g.sharded == UNSHARDED and "unsharded" or "sharded post-forward" }
       end
       g.opt_steps = (g.opt_steps or 0) + 1
-      self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps, grads = g.opt_grads })
+      self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps,
+        opt_item = self.n_optimizer - 1, grads = g.opt_grads })
       g.opt_grads = nil
     end
   end
@@ -763,7 +767,7 @@ function Sim:check_optimizer_steps()
       end
     end
   end
-  if not self.has_optimizer then return end
+  if self.n_optimizer == 0 then return end
   for _, g in ipairs(self.groups) do
     if g.opt_grads then
       errors.raise(string.format("group '%s' reduces gradients after the step's last optimizer step; they would carry into the next step (allowed: backwards before an optimizer item)",
@@ -796,7 +800,6 @@ function Sim:run()
       self:run_unshard(item)
     elseif item.kind == "optimizer" then
       self.phase = "optimizer"
-      self.has_optimizer = true
       self:run_optimizer()
     elseif item.field then
       for _, s in ipairs(item.states) do s[item.field] = item.value end

@@ -139,6 +139,7 @@ function M.step_line(st, plan)
     name = quoted(g.name)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind, g.layout.shard_numel)
     if st.opt_per > 1 then detail = detail .. string.format(" (the group's optimizer step %d of %d)", st.opt_k, st.opt_per) end
+    if plan.spec.lr_schedule then detail = detail .. string.format(", lr of item %d", st.opt_item) end
   elseif st.op == "all_gather_sync" then
     name = "all groups"
     detail = "all-gather streams wait for compute (" .. st.why .. ")"
@@ -177,6 +178,13 @@ function M.render(plan, spec_file)
   local ostr = {}
   for _, k in ipairs(okeys) do ostr[#ostr + 1] = k .. "=" .. (type(o[k]) == "number" and num(o[k]) or tostring(o[k])) end
   b:line("optimizer  %s %s", o.kind, table.concat(ostr, " "))
+  local ls = spec.lr_schedule
+  if ls then
+    local decay = ls.decay == "constant" and "" or
+      string.format(" total_steps=%d min_lr=%s", ls.total_steps, num(ls.min_lr))
+    b:line("lr_schedule %s warmup_steps=%d%s, optimizer step i = %d x training step + item", ls.decay,
+      ls.warmup_steps, decay, plan.n_optimizer)
+  end
   if spec.grad_clip then b:line("grad_clip  %s", num(spec.grad_clip)) end
   local items = {}
   for i, it in ipairs(spec.step) do

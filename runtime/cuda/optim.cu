@@ -6,8 +6,8 @@
 //
 // Two entry points per step, one kernel behind both: rt_optim.h's (step count and norm are
 // host arguments, their scalars computed on the host) and rt_cuda.h's graph-safe variants
-// (step count and norm read from device memory when the kernel runs, so a captured graph
-// replays correctly at every step). Adam's per-step scalars are computed once per launch by
+// (step count, lr and norm read from device memory when the kernel runs, so a captured
+// graph replays correctly at every step). Adam's per-step scalars are computed once per launch by
 // a one-thread kernel into the context's argument slot (rtc_args), not per thread.
 // TODO(issue 5): bf16/fp16 params with an fp32 master copy, and multi-shard (foreach)
 // launches over several buffers at once, once the step backend has them.
@@ -19,7 +19,7 @@ static_assert(sizeof(rtc_adam_scalars) <= RTC_ARGS_DOUBLES * sizeof(double),
 
 // ----------------------------------------------------------------------------
 // SGD (first: the step is the first one, momentum_buf is born from the gradient; read from
-// d_step when it is not NULL)
+// d_step when it is not NULL, and the lr from d_lr)
 
 // The optimizer step count of the k-th of `per` optimizer steps in training step *d_step.
 __device__ __forceinline__ int64_t step_count(const int64_t* d_step, int k, int per) {
@@ -28,8 +28,10 @@ __device__ __forceinline__ int64_t step_count(const int64_t* d_step, int k, int 
 
 __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ grad,
                            float* __restrict__ momentum_buf, size_t n, rtc_sgd_scalars s,
-                           int first, const int64_t* __restrict__ d_step, int k, int per) {
+                           int first, const int64_t* __restrict__ d_step, int k, int per,
+                           const double* __restrict__ d_lr) {
     if (d_step) first = step_count(d_step, k, per) <= 1;
+    if (d_lr) s.neg_lr = (float)(-*d_lr);  // rtc_sgd_scalars_of's rounding
     RTC_GRID_STRIDE(i, n) {
         param[i] = rtc_sgd_elem(s, first, param[i], grad[i],
                                 s.use_momentum ? momentum_buf + i : (float*)NULL);
@@ -38,27 +40,29 @@ __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ 
 
 static void sgd_launch(float* param, const float* grad, float* momentum_buf, size_t n,
                        int64_t step, const int64_t* d_step, int k, int per, double lr,
-                       double momentum, double dampening, double weight_decay, int nesterov) {
+                       const double* d_lr, double momentum, double dampening,
+                       double weight_decay, int nesterov) {
     const rtc_sgd_scalars s = rtc_sgd_scalars_of(lr, momentum, dampening, weight_decay, nesterov);
-    RTC_LAUNCH_FLAT(sgd_kernel, n, param, grad, momentum_buf, n, s, step <= 1, d_step, k, per);
+    RTC_LAUNCH_FLAT(sgd_kernel, n, param, grad, momentum_buf, n, s, step <= 1, d_step, k, per,
+                    d_lr);
 }
 
 void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n, int64_t step,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
-    sgd_launch(param, grad, momentum_buf, n, step, NULL, 1, 1, lr, momentum, dampening,
+    sgd_launch(param, grad, momentum_buf, n, step, NULL, 1, 1, lr, NULL, momentum, dampening,
                weight_decay, nesterov);
 }
 
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
-                          const int64_t* d_step, int k, int per, double lr, double momentum,
-                          double dampening, double weight_decay, int nesterov) {
-    RT_KCHECK(d_step != NULL, "pass the step counter's device address",
-              "rt_cuda_sgd_step_dev without a step counter");
+                          const int64_t* d_step, int k, int per, const double* d_lr,
+                          double momentum, double dampening, double weight_decay, int nesterov) {
+    RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
+              "rt_cuda_sgd_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_sgd_step_dev with k out of range");
-    sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, lr, momentum, dampening, weight_decay,
-               nesterov);
+    sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, 0.0, d_lr, momentum, dampening,
+               weight_decay, nesterov);
 }
 
 // ----------------------------------------------------------------------------
@@ -90,9 +94,10 @@ static void adam_launch(float* p, const float* g, float* m, float* v, size_t n,
     RTC_LAUNCH_VEC(adam_kernel, n, rtc_aligned16({p, g, m, v}), p, g, m, v, n, s, d_s);
 }
 
-// One thread: the step's scalars from the device step count.
+// One thread: the step's scalars from the device step count and lr.
 __global__ void adam_scalars_kernel(rtc_adam_scalars* out, rtc_adam_hyper h,
-                                    const int64_t* d_step, int k, int per) {
+                                    const int64_t* d_step, int k, int per, const double* d_lr) {
+    h.lr = *d_lr;
     *out = rtc_adam_scalars_at(h, step_count(d_step, k, per));
 }
 
@@ -120,17 +125,17 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
-                           const int64_t* d_step, int k, int per, double lr, double beta1,
-                           double beta2, double eps, double weight_decay, int adamw) {
-    RT_KCHECK(d_step != NULL, "pass the step counter's device address",
-              "rt_cuda_adam_step_dev without a step counter");
+                           const int64_t* d_step, int k, int per, const double* d_lr,
+                           double beta1, double beta2, double eps, double weight_decay, int adamw) {
+    RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
+              "rt_cuda_adam_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_adam_step_dev with k out of range");
     if (n == 0) return;
     rtc_ctx* ctx = rtc_get();
     rtc_adam_scalars* d_s = (rtc_adam_scalars*)rtc_args(ctx);
     adam_scalars_kernel<<<1, 1, 0, ctx->stream>>>(
-        d_s, adam_hyper(lr, beta1, beta2, eps, weight_decay, adamw), d_step, k, per);
+        d_s, adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k, per, d_lr);
     RTC_CHECK_LAUNCH(adam_scalars_kernel);
     const rtc_adam_scalars unused = {};
     adam_launch(p, g, m, v, n, unused, d_s);

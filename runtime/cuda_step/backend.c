@@ -156,6 +156,7 @@ void rt_step_run(rt_rank* R) {
         c->decided = 1;
     }
     c->h_step[0] = R->step + 1;
+    for (int j = 0; j < R->model->n_optimizer; j++) c->h_lr[j] = rt_step_lr(R, j);
     if (!c->use_graph || !c->warm) {
         // Eager; the first step also creates what capture must not (NCCL connections,
         // cuBLAS state).
@@ -179,6 +180,9 @@ void rtb_step_begin(rt_rank* R) {
     const rt_model* m = R->model;
     if (R->trace) cs_trace_begin(R);
     CS(R, cudaMemcpyAsync(c->d_step, c->h_step, sizeof(int64_t), cudaMemcpyHostToDevice, c->compute));
+    if (m->n_optimizer > 0)
+        CS(R, cudaMemcpyAsync(c->d_lr, c->h_lr, (size_t)m->n_optimizer * sizeof(double),
+                              cudaMemcpyHostToDevice, c->compute));
     for (int a = 0; a < m->n_forward; a++) {
         if (m->tokens) {
             CS(R, cudaMemcpyAsync(c->d_tokens[a], R->tokens[a], c->input_bytes, cudaMemcpyHostToDevice, c->compute));
@@ -469,9 +473,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
     cs_trace_close(R, t, c->compute);
 }
 
-// The step count comes from the device (c->d_step, k and per) so that the captured graph
-// serves every step.
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per) {
+// The step count and lr come from the device (c->d_step, k and per; c->d_lr[item]) so
+// that the captured graph serves every step.
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
@@ -481,11 +485,11 @@ void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per) {
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, mg->name, "optimizer");
     if (o->kind == RT_OPTIM_SGD)
         rt_cuda_sgd_step_dev(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
-                             c->d_step, k, per, o->lr, o->momentum, o->dampening, o->weight_decay,
-                             o->nesterov);
+                             c->d_step, k, per, c->d_lr + item, o->momentum, o->dampening,
+                             o->weight_decay, o->nesterov);
     else
         rt_cuda_adam_step_dev(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, c->d_step,
-                              k, per, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                              k, per, c->d_lr + item, o->beta1, o->beta2, o->eps, o->weight_decay,
                               o->kind == RT_OPTIM_ADAMW);
     cs_trace_close(R, t, c->compute);
 }

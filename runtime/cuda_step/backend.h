@@ -87,6 +87,8 @@ typedef struct cuda_rank {
     float* h_losses;                  // pinned [n_backward], written by the step
     int64_t* h_step;                  // pinned: the 1-based step the next run executes
     int64_t* d_step;                  // device copy (the optimizer reads it; graph-safe)
+    double* h_lr;                     // pinned [n_optimizer]: each optimizer item's lr in
+    double* d_lr;                     // the next run (rt_step_lr), and its device copy
     double* d_sumsq;                  // clipping: sum of squares of every shard
     float* d_total;                   // ... as fp32, all-reduced over the shard group
     float* d_one;                     // 1.0f (rt_step_one)

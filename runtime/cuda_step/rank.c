@@ -217,12 +217,17 @@ int rtb_rank_init(rt_rank* R) {
         c->d_inputs = (float**)arrays(&s, n, c->input_bytes, 0, "cudaMalloc (inputs)");
     }
     c->h_losses = pinned(&s, (size_t)m->n_backward * sizeof(float), "cudaHostAlloc (losses)");
-    c->h_step = pinned(&s, sizeof(int64_t), "cudaHostAlloc (step)");
-    uint8_t* small = device(&s, 32, "cudaMalloc (step scalars)");
+    // The step count, then each optimizer item's lr (at least one slot).
+    const size_t lr_bytes = (size_t)(m->n_optimizer > 0 ? m->n_optimizer : 1) * sizeof(double);
+    uint8_t* h_small = pinned(&s, 8 + lr_bytes, "cudaHostAlloc (step)");
+    c->h_step = (int64_t*)h_small;
+    c->h_lr = (double*)(h_small + 8);
+    uint8_t* small = device(&s, 32 + lr_bytes, "cudaMalloc (step scalars)");
     c->d_step = (int64_t*)small;
     c->d_sumsq = (double*)(small + 8);
     c->d_total = (float*)(small + 16);
     c->d_one = (float*)(small + 20);
+    c->d_lr = (double*)(small + 32);
     const float one = 1.0f;
     if (!s.failed)
         ok(&s, cudaMemcpy(c->d_one, &one, sizeof one, cudaMemcpyHostToDevice), "cudaMemcpy (one)");

@@ -59,9 +59,10 @@ void rt_cuda_set_attention_fused_dq(int on);
 int rt_cuda_attention_fused_dq(void);
 
 // ----------------------------------------------------------------------------
-// graph-safe optimizer steps: rt_optim.h's steps with the 1-based step count read from
-// device memory (d_step, an int64 the step backend increments on the device) when the
-// kernel runs, so one captured graph serves every step. A training step with `per`
+// graph-safe optimizer steps: rt_optim.h's steps with the 1-based step count and the
+// learning rate read from device memory (d_step, an int64, and d_lr, a double, that the
+// step backend uploads before each step) when the kernel runs, so one captured graph
+// serves every step, learning-rate schedules included. A training step with `per`
 // optimizer steps gives its k-th one (1-based) the count (*d_step - 1) * per + k
 // (k = per = 1: *d_step). Same element arithmetic as
 // rt_sgd_step / rt_adam_step / rt_adamw_step (one shared function): for the same step the
@@ -71,11 +72,11 @@ int rt_cuda_attention_fused_dq(void);
 // which uses glibc pow, for every step checked: tests/cuda/test_optim_math.cu).
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
-                           const int64_t* d_step, int k, int per, double lr, double beta1,
-                           double beta2, double eps, double weight_decay, int adamw);
+                           const int64_t* d_step, int k, int per, const double* d_lr,
+                           double beta1, double beta2, double eps, double weight_decay, int adamw);
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
-                          const int64_t* d_step, int k, int per, double lr, double momentum,
-                          double dampening, double weight_decay, int nesterov);
+                          const int64_t* d_step, int k, int per, const double* d_lr,
+                          double momentum, double dampening, double weight_decay, int nesterov);
 
 // ----------------------------------------------------------------------------
 // graph-safe gradient clipping, the device-side form of what the CPU step does

@@ -93,6 +93,24 @@ typedef struct rt_model_count {
 typedef enum rt_loss_kind { RT_LOSS_SUM, RT_LOSS_CROSS_ENTROPY } rt_loss_kind;
 typedef enum rt_optim_kind { RT_OPTIM_SGD, RT_OPTIM_ADAM, RT_OPTIM_ADAMW } rt_optim_kind;
 
+// The learning-rate schedule (spec key lr_schedule; rt_step_lr): the lr of the run's i-th
+// optimizer.step() (0-based, counting every optimizer item of every training step):
+//   i < warmup_steps:  lr * (i + 1) / warmup_steps
+//   after, with p = min(1, (i - warmup_steps) / (total_steps - warmup_steps)):
+//     RT_LR_CONSTANT  lr
+//     RT_LR_LINEAR    min_lr + (lr - min_lr) * (1 - p)
+//     RT_LR_COSINE    min_lr + (lr - min_lr) * (0.5 * (1 + cos(pi * p)))
+// in doubles, as a Python loop that sets param_group["lr"] computes it. All zero: the
+// optimizer's lr at every step.
+typedef enum rt_lr_decay { RT_LR_CONSTANT, RT_LR_LINEAR, RT_LR_COSINE } rt_lr_decay;
+
+typedef struct rt_lr_schedule {
+    rt_lr_decay decay;
+    int64_t warmup_steps;         // 0: none
+    int64_t total_steps;          // > warmup_steps unless decay is RT_LR_CONSTANT
+    double min_lr;
+} rt_lr_schedule;
+
 typedef struct rt_model_optim {
     rt_optim_kind kind;
     double lr, beta1, beta2, eps, weight_decay;  // Adam/AdamW
@@ -122,7 +140,9 @@ typedef struct rt_model {
     int n_forward;                // forward items per step (= microbatches A)
     int n_backward;               // backward items per step (each records one loss)
     rt_model_optim optim;
-    int has_optimizer;            // the step program runs optimizer.step()
+    rt_lr_schedule lr_schedule;   // all zero: optim.lr at every optimizer step
+    int n_optimizer;              // "optimizer" items per step: the schedule advances by
+                                  // this many per step (one per optimizer.step())
     double grad_clip;             // max global grad norm, 0 for none
     uint64_t seed;
     int draws_rng;                // dropout with p > 0: masks differ every step, so the CUDA

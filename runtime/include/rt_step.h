@@ -219,10 +219,15 @@ void rt_step_clip_grad_norm(rt_rank* R);
 // "optimizer": the model's optimizer on group g's sharded params, the k-th of the `per`
 // optimizer steps that a training step gives the group (1-based; PyTorch's state["step"]
 // is then R->step * per + k), then zero_grad: the group's next reduce-scatter assigns.
-// The generator emits it only after a reduce-scatter of the group (a group without one
-// has grad None, which torch.optim skips); parameters that no backward reaches are
-// skipped (rt_model_param grad_none).
-void rt_step_optimizer(rt_rank* R, int g, int k, int per);
+// item: the step's optimizer item it belongs to (0-based, < model->n_optimizer), which
+// picks its learning rate (rt_step_lr). The generator emits it only after a
+// reduce-scatter of the group (a group without one has grad None, which torch.optim
+// skips); parameters that no backward reaches are skipped (rt_model_param grad_none).
+void rt_step_optimizer(rt_rank* R, int g, int k, int per, int item);
+// The learning rate of this step's optimizer item `item`: model->lr_schedule at
+// optimizer step R->step * model->n_optimizer + item of the run (every group gets it, as
+// an LR scheduler sets every param group's lr, whether or not the group has gradients).
+double rt_step_lr(const rt_rank* R, int item);
 // Records backward k's loss (the scalar at loss).
 void rt_step_loss(rt_rank* R, int k, const float* loss);
 // A float 1.0 in the backend's memory (device memory on the GPU): d loss / d loss, the

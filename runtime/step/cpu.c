@@ -289,23 +289,24 @@ void rtb_clip_grad_norm(rt_rank* R) {
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per) {
+void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item) {
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     double t0 = now_s();
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
     int64_t step = R->step * per + k;
+    const double lr = rt_step_lr(R, item);
     switch (o->kind) {
     case RT_OPTIM_SGD:
         rt_sgd_step(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n, step,
-                    o->lr, o->momentum, o->dampening, o->weight_decay, o->nesterov);
+                    lr, o->momentum, o->dampening, o->weight_decay, o->nesterov);
         break;
     case RT_OPTIM_ADAM:
-        rt_adam_step(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, step, o->lr, o->beta1,
+        rt_adam_step(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, step, lr, o->beta1,
                      o->beta2, o->eps, o->weight_decay);
         break;
     case RT_OPTIM_ADAMW:
-        rt_adamw_step(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, step, o->lr, o->beta1,
+        rt_adamw_step(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, step, lr, o->beta1,
                       o->beta2, o->eps, o->weight_decay);
         break;
     }

@@ -451,10 +451,13 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state) {
 
 void rt_step_clip_grad_norm(rt_rank* R) { rtb_clip_grad_norm(R); }
 
-void rt_step_optimizer(rt_rank* R, int g, int k, int per) {
+void rt_step_optimizer(rt_rank* R, int g, int k, int per, int item) {
     const rt_model_group* mg = G(R, g);
     const rt_fsdp_layout* L = &R->groups[g].layout;
     if (k < 1 || k > per) rt_rank_die(R, "optimizer step %d of %d for group '%s'", k, per, mg->name);
+    if (item < 0 || item >= R->model->n_optimizer)
+        rt_rank_die(R, "optimizer item %d of group '%s' out of range (the model has %d per step)",
+                    item, mg->name, R->model->n_optimizer);
     if (!R->groups[g].reduced)
         rt_rank_die(R, "optimizer step of group '%s' without a reduce-scatter since the last one "
                        "(the plan gives it gradients)", mg->name);
@@ -468,9 +471,21 @@ void rt_step_optimizer(rt_rank* R, int g, int k, int per) {
         int64_t lo = L->params[i].offset, hi = lo;
         for (; i < mg->nparams && !R->model->params[mg->params[i]].grad_none; i++)
             hi = L->params[i].offset + L->params[i].in_numel;
-        rtb_optimizer(R, g, lo, hi - lo, k, per);
+        rtb_optimizer(R, g, lo, hi - lo, k, per, item);
     }
     R->groups[g].reduced = 0;  // zero_grad
+}
+
+double rt_step_lr(const rt_rank* R, int item) {
+    const rt_lr_schedule* s = &R->model->lr_schedule;
+    const double lr = R->model->optim.lr;
+    const int64_t i = R->step * R->model->n_optimizer + item;
+    if (i < s->warmup_steps) return lr * (double)(i + 1) / (double)s->warmup_steps;
+    if (s->decay == RT_LR_CONSTANT) return lr;
+    double p = (double)(i - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
+    if (p > 1.0) p = 1.0;
+    const double f = s->decay == RT_LR_LINEAR ? 1.0 - p : 0.5 * (1.0 + cos(M_PI * p));
+    return s->min_lr + (lr - s->min_lr) * f;
 }
 
 // ---- losses and RNG ---------------------------------------------------------------------

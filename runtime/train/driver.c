@@ -276,6 +276,10 @@ static int should_log(const train_run* run, int64_t i) {
     return i == 0 || i + 1 == run->nsteps || n % run->o->log_every == 0;
 }
 
+static int has_lr_schedule(const rt_model* m) {
+    return m->n_optimizer > 0 && (m->lr_schedule.warmup_steps > 0 || m->lr_schedule.decay != RT_LR_CONSTANT);
+}
+
 // Runs the steps; returns 0, or 1 when the run failed or diverged (already reported).
 static int rank_steps(train_run* run, rt_rank* R) {
     const rt_model* m = run->m;
@@ -314,8 +318,11 @@ static int rank_steps(train_run* run, rt_rank* R) {
             run->comm_ms[i] = (R->t_comm - c0) * 1e3;
             run->optim_ms[i] = (R->t_optim - o0) * 1e3;
             run->steps_done = i + 1;
+            // With a learning-rate schedule, the lr of the step's first optimizer.step().
+            char lr[40] = "";
+            if (has_lr_schedule(m)) snprintf(lr, sizeof lr, " | lr %.4e", rt_step_lr(R, 0));
             if (!run->quiet && should_log(run, i))
-                printf("step %lld loss %.6f | %.0f %s/s | %.2f ms\n", (long long)(s + 1), mean,
+                printf("step %lld loss %.6f%s | %.0f %s/s | %.2f ms\n", (long long)(s + 1), mean, lr,
                        dt > 0 ? (double)items / dt : 0.0, m->tokens ? "tok" : "samples", dt * 1e3);
         }
         if (!isfinite(mean)) {

@@ -1627,11 +1627,16 @@ static void set_dev_step(int64_t* d_step, int64_t step) {
     RT_CHECK_CUDA(cudaMemcpy(d_step, &step, sizeof step, cudaMemcpyHostToDevice));
 }
 
+static void set_dev_lr(double* d_lr, double lr) {
+    RT_CHECK_CUDA(cudaMemcpy(d_lr, &lr, sizeof lr, cudaMemcpyHostToDevice));
+}
+
 static void test_optim(void) {
     const size_t n = 10007;
     float* g[3] = {hrand(n, 1.0f, 0.0f), hrand(n, 0.1f, 0.0f), hrand(n, 3.0f, 0.0f)};
     float* d_g[3] = {dup(g[0], n), dup(g[1], n), dup(g[2], n)};
     int64_t* d_step = dalloc(sizeof(int64_t));
+    double* d_lr = dalloc(sizeof(double));
     for (int kind = 0; kind < 5; kind++) {
         static const char* names[5] = {"sgd", "sgd momentum+dampening+wd", "sgd nesterov+wd",
                                        "adam wd=0.01", "adamw"};
@@ -1645,32 +1650,36 @@ static void test_optim(void) {
             // (step + 1) / 2, its optimizer step k = 1, 2, 1: counts 1, 2, 3 again.
             const int k = (int)((step - 1) % 2 + 1);
             set_dev_step(d_step, (step + 1) / 2);
+            // A different lr at each step (a schedule): the device variant reads it from d_lr.
+            const double f = 1.0 / (double)(step + 2);
+            double lr = (kind == 2 ? 0.15 : kind > 2 ? 3e-2 : 0.3) * f;
+            set_dev_lr(d_lr, lr);
             switch (kind) {
                 case 0:
-                    cpu_rt_sgd_step(p, gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
-                    rt_sgd_step(d_p, d_gs, NULL, n, step, 0.1, 0.0, 0.0, 0.0, 0);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, NULL, n, d_step, k, 2, 0.1, 0.0, 0.0, 0.0, 0);
+                    cpu_rt_sgd_step(p, gs, NULL, n, step, lr, 0.0, 0.0, 0.0, 0);
+                    rt_sgd_step(d_p, d_gs, NULL, n, step, lr, 0.0, 0.0, 0.0, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, NULL, n, d_step, k, 2, d_lr, 0.0, 0.0, 0.0, 0);
                     break;
                 case 1:
-                    cpu_rt_sgd_step(p, gs, m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
-                    rt_sgd_step(d_p, d_gs, d_m, n, step, 0.1, 0.9, 0.1, 0.01, 0);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, 0.1, 0.9, 0.1, 0.01, 0);
+                    cpu_rt_sgd_step(p, gs, m, n, step, lr, 0.9, 0.1, 0.01, 0);
+                    rt_sgd_step(d_p, d_gs, d_m, n, step, lr, 0.9, 0.1, 0.01, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, d_lr, 0.9, 0.1, 0.01, 0);
                     break;
                 case 2:
-                    cpu_rt_sgd_step(p, gs, m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
-                    rt_sgd_step(d_p, d_gs, d_m, n, step, 0.05, 0.9, 0.0, 0.01, 1);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, 0.05, 0.9, 0.0, 0.01, 1);
+                    cpu_rt_sgd_step(p, gs, m, n, step, lr, 0.9, 0.0, 0.01, 1);
+                    rt_sgd_step(d_p, d_gs, d_m, n, step, lr, 0.9, 0.0, 0.01, 1);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, d_lr, 0.9, 0.0, 0.01, 1);
                     break;
                 case 3:
-                    cpu_rt_adam_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
-                    rt_adam_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.999, 1e-8, 0.01);
-                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, 1e-2, 0.9, 0.999, 1e-8,
+                    cpu_rt_adam_step(p, gs, m, v, n, step, lr, 0.9, 0.999, 1e-8, 0.01);
+                    rt_adam_step(d_p, d_gs, d_m, d_v, n, step, lr, 0.9, 0.999, 1e-8, 0.01);
+                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, d_lr, 0.9, 0.999, 1e-8,
                                           0.01, 0);
                     break;
                 default:
-                    cpu_rt_adamw_step(p, gs, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
-                    rt_adamw_step(d_p, d_gs, d_m, d_v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
-                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, 1e-2, 0.9, 0.95, 1e-8,
+                    cpu_rt_adamw_step(p, gs, m, v, n, step, lr, 0.9, 0.95, 1e-8, 0.1);
+                    rt_adamw_step(d_p, d_gs, d_m, d_v, n, step, lr, 0.9, 0.95, 1e-8, 0.1);
+                    rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, d_lr, 0.9, 0.95, 1e-8,
                                           0.1, 1);
                     break;
             }
@@ -1736,7 +1745,7 @@ static void test_optim(void) {
         dfree(d_want);
     }
     free(gc);
-    dfree(d_acc), dfree(d_sum), dfree(d_step);
+    dfree(d_acc), dfree(d_sum), dfree(d_step), dfree(d_lr);
     for (int i = 0; i < 3; i++) {
         free(g[i]);
         dfree(d_g[i]);

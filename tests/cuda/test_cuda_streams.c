@@ -44,6 +44,7 @@ typedef struct {
     float* sum;                                            // the grad norm's sum of squares
     int32_t* targets;
     int64_t* step;  // the device step counter
+    double* lr;     // the device lr (a new one each step: a schedule)
     double* acc;    // the sum of squares in double
     float* one;     // the loss's incoming gradient, 1 (read on the device)
 } step_bufs;
@@ -72,6 +73,7 @@ static step_bufs step_alloc(void) {
     for (int i = 0; i < N; i++) t[i] = (i % 7 == 3) ? RT_IGNORE_INDEX : (int32_t)((i * 37) % V);
     s.targets = dup_i32(t, N);
     s.step = dalloc(sizeof(int64_t));
+    s.lr = dalloc(sizeof(double));
     s.acc = dalloc(sizeof(double));
     s.one = dscalar(1.0f);
     return s;
@@ -81,7 +83,7 @@ static void step_free(step_bufs* s) {
 #define FREE(f, n) dfree(s->f);
     STEP_FIELDS(FREE)
 #undef FREE
-    dfree(s->targets), dfree(s->step), dfree(s->acc), dfree(s->one);
+    dfree(s->targets), dfree(s->step), dfree(s->lr), dfree(s->acc), dfree(s->one);
 }
 
 // Copies every buffer of `from` into `to` (device to device, synchronously: test setup).
@@ -139,7 +141,7 @@ static void step_forward_backward(step_bufs* s) {
 }
 
 #define MAX_NORM 0.05  // small enough to clip
-#define LR 1e-2
+#define LR(step) (1e-2 / (double)(step))  // a learning-rate schedule
 
 // Clipping and optimizer with the host step count and norm (rt_optim.h, as the CPU step).
 static float step_optimize_host(step_bufs* s, int64_t step) {
@@ -150,12 +152,12 @@ static float step_optimize_host(step_bufs* s, int64_t step) {
     const double total = sqrt((double)sum);
     const float coef = rt_clip_grad_norm(s->dw1, (size_t)H * C, total, MAX_NORM);
     (void)rt_clip_grad_norm(s->dw2, (size_t)V * H, total, MAX_NORM);
-    rt_adamw_step(s->w1, s->dw1, s->m1, s->v1, (size_t)H * C, step, LR, 0.9, 0.95, 1e-8, 0.1);
-    rt_sgd_step(s->w2, s->dw2, s->mom2, (size_t)V * H, step, LR, 0.9, 0.1, 0.01, 1);
+    rt_adamw_step(s->w1, s->dw1, s->m1, s->v1, (size_t)H * C, step, LR(step), 0.9, 0.95, 1e-8, 0.1);
+    rt_sgd_step(s->w2, s->dw2, s->mom2, (size_t)V * H, step, LR(step), 0.9, 0.1, 0.01, 1);
     return coef;
 }
 
-// The same with the step count and norm in device memory (rt_cuda.h): capturable.
+// The same with the step count, lr and norm in device memory (rt_cuda.h): capturable.
 static void step_optimize_dev(step_bufs* s) {
     RT_CHECK_CUDA(cudaMemsetAsync(s->acc, 0, sizeof(double), (cudaStream_t)rt_cuda_get_stream()));
     rt_cuda_sumsq_accumulate(s->acc, s->dw1, (size_t)H * C);
@@ -163,15 +165,20 @@ static void step_optimize_dev(step_bufs* s) {
     rt_cuda_sumsq_to_float(s->sum, s->acc);
     rt_cuda_clip_by_total(s->dw1, (size_t)H * C, s->sum, MAX_NORM);
     rt_cuda_clip_by_total(s->dw2, (size_t)V * H, s->sum, MAX_NORM);
-    rt_cuda_adam_step_dev(s->w1, s->dw1, s->m1, s->v1, (size_t)H * C, s->step, 1, 1, LR, 0.9, 0.95,
-                          1e-8, 0.1, 1);
-    rt_cuda_sgd_step_dev(s->w2, s->dw2, s->mom2, (size_t)V * H, s->step, 1, 1, LR, 0.9, 0.1, 0.01, 1);
+    rt_cuda_adam_step_dev(s->w1, s->dw1, s->m1, s->v1, (size_t)H * C, s->step, 1, 1, s->lr, 0.9,
+                          0.95, 1e-8, 0.1, 1);
+    rt_cuda_sgd_step_dev(s->w2, s->dw2, s->mom2, (size_t)V * H, s->step, 1, 1, s->lr, 0.9, 0.1,
+                         0.01, 1);
 }
 
 static void set_step(step_bufs* s, int64_t step) {  // outside the graph, on the stream
     static int64_t host_step;  // pinned would be faster; pageable is fine for a test
+    static double host_lr;
     host_step = step;
+    host_lr = LR(step);
     RT_CHECK_CUDA(cudaMemcpyAsync(s->step, &host_step, sizeof host_step, cudaMemcpyHostToDevice,
+                                  (cudaStream_t)rt_cuda_get_stream()));
+    RT_CHECK_CUDA(cudaMemcpyAsync(s->lr, &host_lr, sizeof host_lr, cudaMemcpyHostToDevice,
                                   (cudaStream_t)rt_cuda_get_stream()));
     RT_CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)rt_cuda_get_stream()));
 }

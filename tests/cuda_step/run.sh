@@ -34,7 +34,9 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # world 1); microbatching (explicit async unshards before the first forward; HSDP partial
 # reductions all-reduced on the last microbatch only); a step with two optimizer items
 # (a root iteration, then a non-root one: per-group Adam step counts on the device); two
-# forwards before one backward (each loss's gradient, of their sum, is read on the device).
+# forwards before one backward (each loss's gradient, of their sum, is read on the device);
+# learning-rate schedules (AdamW and SGD: each optimizer item's lr read on the device, so
+# the one captured graph follows the warmup and the decay).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -54,6 +56,8 @@ specs=(
   "tests/torch/step_programs/hsdp_reduce_scatter_only.lua 1e-3"
   "tests/torch/step_programs/non_root_forward.lua 1e-3"
   "tests/specs/seed/multi_forward_raf_true_ckpt_none.lua 1e-3"
+  "tests/specs/features/lr_schedule_warmup_cosine.lua 1e-3"
+  "tests/torch/step_programs/lr_schedule_linear.lua 1e-3"
 )
 
 gpu=1

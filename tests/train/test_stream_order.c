@@ -196,18 +196,18 @@ void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream) {
 void rt_cuda_set_stream(void* stream) { cur_stream = stream; }
 void* rt_cuda_get_stream(void) { return cur_stream; }
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
-                           const int64_t* d_step, int k, int per, double lr, double beta1,
-                           double beta2, double eps, double weight_decay, int adamw) {
-    (void)d_step, (void)k, (void)per, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
+                           const int64_t* d_step, int k, int per, const double* d_lr,
+                           double beta1, double beta2, double eps, double weight_decay, int adamw) {
+    (void)d_step, (void)k, (void)per, (void)d_lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
     touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
     touch(cur_stream, p, n * 4, 1, "optimizer");
     touch(cur_stream, m, n * 4, 1, "optimizer");
     touch(cur_stream, v, n * 4, 1, "optimizer");
 }
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
-                          const int64_t* d_step, int k, int per, double lr, double momentum,
-                          double dampening, double weight_decay, int nesterov) {
-    (void)d_step, (void)k, (void)per, (void)lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
+                          const int64_t* d_step, int k, int per, const double* d_lr,
+                          double momentum, double dampening, double weight_decay, int nesterov) {
+    (void)d_step, (void)k, (void)per, (void)d_lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
     touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
     touch(cur_stream, p, n * 4, 1, "optimizer");
     if (momentum_buf) touch(cur_stream, momentum_buf, n * 4, 1, "optimizer");
@@ -297,6 +297,7 @@ rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
                            k > 0 ? rt_step_f32(R, mg->state_off, lo, n) : NULL,
                            k > 1 ? rt_step_f32(R, mg->state_off, mg->block_numel + lo, n) : NULL};
 }
+double rt_step_lr(const rt_rank* R, int item) { return (void)item, R->model->optim.lr; }
 void rt_rank_die(rt_rank* R, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -430,7 +431,7 @@ static void test_plan_reuse(int hsdp, int passes) {
         }
     start[n] = nacc;
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
     compute_writes(&w, w.rs_out[(n - 1) % 2], 4 * BLOCK, "the next step");
     CHECK(races == 0, "%s, %d backward%s: no race over %d accesses (%d reduce-scatters, each "
@@ -504,7 +505,7 @@ static void test_direct_after_reduce_scatter(int reuse_early) {
     rtb_reduce_direct(&w.R, 0, 0, w.ugrad[0], RT_F32, 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "a later buffer on group 1's unsharded grads");
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
     // group 1's direct copy: the first copy after the second "backward writes" access
     int g1 = find(find(0, nacc, "backward writes unsharded grads") + 1, nacc,

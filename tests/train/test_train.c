@@ -257,6 +257,48 @@ static void test_synthetic(void) {
     CHECK(in && d > 10, "synthetic float inputs lie in [-1, 1) and change with the step");
 }
 
+// rt_step_lr against the formula's values computed by hand (lr 0.01, 2 optimizer items per
+// step: optimizer step i = 2 * step + item): warmup 4, cosine to 1e-3 at i = 12.
+static void test_lr_schedule(void) {
+    rt_model m = tiny_model;
+    m.optim.lr = 0.01;
+    m.n_optimizer = 2;
+    m.lr_schedule = (rt_lr_schedule){RT_LR_COSINE, 4, 12, 1e-3};
+    rt_rank R = {.model = &m};
+    const struct {
+        int64_t step;
+        int item;
+        double want;
+    } cos_cases[] = {
+        {0, 0, 0.0025},                            // i 0: warmup (0 + 1) / 4
+        {1, 1, 0.01},                              // i 3: the warmup's end, lr
+        {2, 0, 0.01},                              // i 4: the decay's start, cos 0
+        {4, 0, 0.001 + 0.009 * 0.5},               // i 8: halfway, cos(pi / 2) = 0
+        {6, 0, 0.001},                             // i 12: total_steps, min_lr
+        {50, 1, 0.001},                            // i 101: after it, min_lr
+    };
+    int ok = 1;
+    for (size_t k = 0; k < sizeof cos_cases / sizeof cos_cases[0]; k++) {
+        R.step = cos_cases[k].step;
+        const double got = rt_step_lr(&R, cos_cases[k].item);
+        if (fabs(got - cos_cases[k].want) > 1e-15) {
+            ok = 0;
+            printf("  step %lld item %d: lr %.17g, want %.17g\n", (long long)cos_cases[k].step,
+                   cos_cases[k].item, got, cos_cases[k].want);
+        }
+    }
+    CHECK(ok, "rt_step_lr: warmup then cosine, at 6 optimizer steps (end of warmup, halfway, "
+              "total_steps, after it)");
+    m.lr_schedule = (rt_lr_schedule){RT_LR_LINEAR, 0, 4, 2e-3};
+    R.step = 1;  // i 2 and 3: halfway and three quarters of the way to min_lr
+    CHECK(fabs(rt_step_lr(&R, 0) - 0.006) < 1e-15 && fabs(rt_step_lr(&R, 1) - 0.004) < 1e-15,
+          "rt_step_lr: linear decay without warmup (%.17g, %.17g)", rt_step_lr(&R, 0),
+          rt_step_lr(&R, 1));
+    m.lr_schedule = (rt_lr_schedule){RT_LR_CONSTANT, 0, 0, 0.0};
+    R.step = 1000;
+    CHECK(rt_step_lr(&R, 1) == 0.01, "rt_step_lr: no schedule gives the optimizer's lr");
+}
+
 // Rank function of the in-process checks: init (seed 99), compare the shard with the full
 // parameters; --save; scramble; --load; compare again.
 typedef struct inproc {
@@ -866,6 +908,7 @@ int main(int argc, char** argv) {
     rt_kernels_init();
     test_fnv_and_init();
     test_synthetic();
+    test_lr_schedule();
     test_shard_and_roundtrip();
     test_trace_paths();
     test_process_trace();

@@ -53,8 +53,8 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     if (o->hsdp) rt_step_all_reduce(R, 0);
     rt_step_post_backward(R, 0, "POST_BACKWARD");
     rt_step_section(R, "optimizer");
-    rt_step_optimizer(R, 0, 1, o->stale ? 2 : 1);
-    if (o->stale) rt_step_optimizer(R, 0, 2, 2);
+    rt_step_optimizer(R, 0, 1, o->stale ? 2 : 1, 0);
+    if (o->stale) rt_step_optimizer(R, 0, 2, 2, 0);
     rt_step_end(R);
 }
 
@@ -148,7 +148,7 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
      .replicate = WORLD_R, .shard = WORLD_S, .nparams = 2, .params = PARAMS, .ngroups = 1,     \
      .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
      .loss = RT_LOSS_SUM, .n_forward = 1, .n_backward = 1, .optim = OPTIM,                    \
-     .has_optimizer = 1, .grad_clip = 0.0, .seed = 1234, .arena_bytes = ARENA,               \
+     .n_optimizer = 1, .grad_clip = 0.0, .seed = 1234, .arena_bytes = ARENA,               \
      .predicted_peak = PEAK, .reference = (WORLD_S == 1), .step = STEP, .nevents = NEVENTS,   \
      .events = EVENTS, .ncounts = NCOUNTS, .counts = COUNTS}
 
@@ -217,7 +217,7 @@ static void tok_step(rt_rank* R) {
         rt_step_post_backward(R, 0, "POST_BACKWARD");
     }
     rt_step_section(R, "optimizer");
-    rt_step_optimizer(R, 0, 1, 1);
+    rt_step_optimizer(R, 0, 1, 1, 0);
     rt_step_end(R);
 }
 
@@ -244,7 +244,7 @@ const rt_model tok_model = {
     .loss = RT_LOSS_CROSS_ENTROPY, .n_forward = 2, .n_backward = 2,
     .optim = {.kind = RT_OPTIM_ADAM, .lr = 1e-1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
               .weight_decay = 0.0, .nstates = 2},
-    .has_optimizer = 1, .seed = 7, .arena_bytes = TOK_ARENA, .predicted_peak = TOK_ARENA,
+    .n_optimizer = 1, .seed = 7, .arena_bytes = TOK_ARENA, .predicted_peak = TOK_ARENA,
     .step = tok_step, .nevents = 6, .events = tok_events, .ncounts = 2, .counts = tok_counts,
 };
 

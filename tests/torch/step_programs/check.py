@@ -4,17 +4,18 @@
 Usage: check.py FSDPGEN_ROOT WORK_DIR
 
 For each spec here: writes random parameters to W/NAME.init.safetensors (the decoders:
-the spec's own, saved after one step), runs two steps from them (`fsdpgen run SPEC --
---load W/NAME.init.safetensors --steps 2 --save ...`) and recomputes those steps with
-PyTorch's autograd: on each rank its synthetic inputs (rt_train.h: forward item k of step s
-reads stream (s, k, rank)) or token batches (rt_data.h, on a generated token file) and the
-decoders of check_load.py with cross-entropy, the spec's step program, the ranks' gradients
-summed and divided by the world size (FSDP's AVG reduce-scatter, and all-reduce across
-HSDP replicas) or by the group's divide factor, global-norm clipping where the spec clips,
-and torch.optim's step (SGD unless the case is about the optimizer) after each of the
-step's optimizer items. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each case
-also has a control: the same steps with one plausible mistake (named in its line), which
-must not agree, so each check can fail.
+the spec's own, saved after one step), runs two steps (or the case's number) from them
+(`fsdpgen run SPEC -- --load W/NAME.init.safetensors --steps 2 --save ...`) and recomputes
+those steps with PyTorch's autograd: on each rank its synthetic inputs (rt_train.h: forward
+item k of step s reads stream (s, k, rank)) or token batches (rt_data.h, on a generated
+token file) and the decoders of check_load.py with cross-entropy, the spec's step program,
+the ranks' gradients summed and divided by the world size (FSDP's AVG reduce-scatter, and
+all-reduce across HSDP replicas) or by the group's divide factor, global-norm clipping
+where the spec clips, and torch.optim's step (SGD unless the case is about the optimizer),
+then the LR scheduler's where the spec has an lr_schedule, after each of the step's
+optimizer items. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each case also has
+a control: the same steps with one plausible mistake (named in its line), which must not
+agree, so each check can fail.
 
 Prints PASS/FAIL lines and ends with `N passed, N failed`.
 """
@@ -189,17 +190,38 @@ def adamw(lr, **kw):
     return lambda ps: torch.optim.AdamW(ps, lr=lr, foreach=False, **kw)
 
 
+def warmup_then(decay, warmup, total, min_lr):
+    """The spec's lr_schedule as PyTorch's schedulers (README, "lr_schedule"): LinearLR from
+    lr / warmup to lr over the warmup steps, then decay ("cosine": CosineAnnealingLR to
+    min_lr; "linear": LinearLR to min_lr), one scheduler.step() per optimizer.step()."""
+    sched = torch.optim.lr_scheduler
+
+    def make(opt):
+        lr = opt.param_groups[0]["lr"]
+        if decay == "cosine":
+            after = sched.CosineAnnealingLR(opt, T_max=total - warmup, eta_min=min_lr)
+        else:
+            after = sched.LinearLR(opt, start_factor=1.0, end_factor=min_lr / lr, total_iters=total - warmup)
+        if warmup == 0:
+            return after
+        ramp = sched.LinearLR(opt, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup - 1)
+        return sched.SequentialLR(opt, [ramp, after], milestones=[warmup])
+    return make
+
+
 def case(name, shapes, program, optimizer, mistake, control, world=2, clip=None, factors=None,
-         wrong_optimizer=None, spec=None):
-    """A spec (NAME.lua here unless given) and how PyTorch trains it. program: what one rank
-    does before the step's optimizer item, or a list of those, one per optimizer item of
-    the step (each followed by optim.step() and zero_grad). mistake: the control's,
-    a key that the program or run_steps acts on (control says it in words); factors: divide
-    factors by parameter-name prefix; wrong_optimizer: the optimizer of the mistake
-    "optimizer"."""
+         wrong_optimizer=None, spec=None, steps=STEPS, scheduler=None):
+    """A spec (NAME.lua here unless given) and how PyTorch trains it for `steps` steps.
+    program: what one rank does before the step's optimizer item, or a list of those, one
+    per optimizer item of the step (each followed by optim.step(), the scheduler's step and
+    zero_grad). mistake: the control's, a key that the program or run_steps acts on
+    (control says it in words); factors: divide factors by parameter-name prefix;
+    wrong_optimizer: the optimizer of the mistake "optimizer"; scheduler: builds the LR
+    scheduler from the optimizer (warmup_then)."""
     return dict(name=name, shapes=shapes, program=program, optimizer=optimizer, mistake=mistake,
                 control=control, world=world, clip=clip, factors=factors or {},
-                wrong_optimizer=wrong_optimizer, spec=spec or os.path.join(HERE, name + ".lua"))
+                wrong_optimizer=wrong_optimizer, spec=spec or os.path.join(HERE, name + ".lua"),
+                steps=steps, scheduler=scheduler)
 
 
 CASES = [
@@ -239,16 +261,24 @@ CASES = [
     case("adam_l2", MLP_SHAPES, forward_backward, adam(0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1),
          "optimizer", "AdamW's decoupled weight decay instead of Adam's L2 term",
          wrong_optimizer=adamw(0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)),
+    # 4 steps of 2 optimizer items: lr steps 0..7, warmup 0..2, the cosine to step 8.
+    case("lr_schedule_cosine", MLP3_SHAPES, [non_root(0, 3), non_root(1, 1)], adam(0.01),
+         "per_step", "the scheduler steps once per training step, not per optimizer.step()",
+         steps=4, scheduler=warmup_then("cosine", 3, 8, 1e-3)),
+    # 5 steps: the linear decay reaches min_lr at step 3 and stays there.
+    case("lr_schedule_linear", MLP_SHAPES, forward_backward, sgd(0.05, momentum=0.9),
+         "no_schedule", "the constant lr", steps=5, scheduler=warmup_then("linear", 0, 3, 0.01)),
 ]
 
 
 def run_steps(c, params, mistake):
-    """STEPS optimizer steps of case c from params, as fsdpgen's binary runs them: a
+    """The training steps of case c from params, as fsdpgen's binary runs them: a
     parameter that no rank's backward reached has no gradient (None), which torch.optim
     skips. mistake: the case's control mistake, or None."""
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     optimizer = c["wrong_optimizer"] if mistake == "optimizer" else c["optimizer"]
     opt = optimizer(list(leaves.values()))
+    sched = c["scheduler"](opt) if c["scheduler"] and mistake != "no_schedule" else None
     world, clip = c["world"], c["clip"]
 
     def divisor(name):
@@ -256,7 +286,7 @@ def run_steps(c, params, mistake):
         return f[0] if f and mistake != "average" else world
 
     programs = c["program"] if isinstance(c["program"], list) else [c["program"]]
-    for step in range(STEPS):
+    for step in range(c["steps"]):
         last = {}
         for program in programs:
             total = {}
@@ -278,12 +308,16 @@ def run_steps(c, params, mistake):
             for k, t in leaves.items():
                 t.grad = total.get(k)
             opt.step()
+            if sched and mistake != "per_step":
+                sched.step()
+        if sched and mistake == "per_step":
+            sched.step()
     return {k: v.detach() for k, v in leaves.items()}
 
 
-def compare(name, what, start, got, want, wrong, mistake, rtol, atol):
-    """fsdpgen's parameters `got` against PyTorch's `want`; the control: the same test
-    fails on `wrong`, the steps with the case's mistake."""
+def compare(name, what, start, got, want, wrong, mistake, rtol, atol, steps=STEPS):
+    """fsdpgen's parameters `got` against PyTorch's `want` after `steps` steps; the control:
+    the same test fails on `wrong`, the steps with the case's mistake."""
     def close(a):
         return all(torch.allclose(got[k], a[k], rtol=rtol, atol=atol) for k in want)
 
@@ -291,7 +325,7 @@ def compare(name, what, start, got, want, wrong, mistake, rtol, atol):
         return max((got[k] - a[k]).abs().max().item() for k in want)
 
     moved = max((want[k] - start[k]).abs().max().item() for k in want)
-    check(close(want) and moved > 1e-3, f"{name}: {what} after {STEPS} steps as PyTorch (max abs diff "
+    check(close(want) and moved > 1e-3, f"{name}: {what} after {steps} steps as PyTorch (max abs diff "
           f"{diff(want):.2e}; the steps moved them by up to {moved:.2e})")
     check(not close(wrong), f"{name}: control, {mistake}: differs (max abs diff {diff(wrong):.2e})")
 
@@ -381,13 +415,14 @@ def main():
         init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
         write_safetensors(init, params)
         rc, why = run([os.path.join(root, "fsdpgen"), "run", os.path.join(root, c["spec"]), "--",
-                       "--load", init, "--steps", str(STEPS), "--seed", str(SEED), "--save", out])
-        check(rc == 0, f"{name}: fsdpgen run --load --steps {STEPS} --save{why}")
+                       "--load", init, "--steps", str(c["steps"]), "--seed", str(SEED), "--save", out])
+        check(rc == 0, f"{name}: fsdpgen run --load --steps {c['steps']} --save{why}")
         if rc != 0:
             continue
         got, _ = read_safetensors(out)
         want, wrong = run_steps(c, params, None), run_steps(c, params, c["mistake"])
-        compare(name, f"{len(shapes)} parameters", params, got, want, wrong, c["control"], 1e-5, 1e-6)
+        compare(name, f"{len(shapes)} parameters", params, got, want, wrong, c["control"], 1e-5, 1e-6,
+                c["steps"])
     check_token_cases(root, work)
     return summary()
 
