@@ -593,6 +593,9 @@ static void test_basic_run(void) {
                       has(p.out, "step 5 loss "),
                "step lines 1, 2, 4, 5 (first, every 2nd, last)");
     CHECK_PROC(p, has(p.out, " samples/s | ") && has(p.out, " ms\n"), "step line has samples/s and ms");
+    CHECK_PROC(p, has(p.out, "step 1 loss ") && has(p.out, " | lr 5.0000e-03 | ") &&
+                      has(p.out, " | lr 1.0000e-02 | "),
+               "with an lr schedule (warmup 2), step lines 1 and 2 print lr 5e-3 and 1e-2");
     proc q = run(g_train, "tiny", "--steps", "5", "--log-every=2", NULL);
     char a[32], b[32];
     CHECK(loss_of(p.out, 5, a, sizeof a) && loss_of(q.out, 5, b, sizeof b) && !strcmp(a, b),

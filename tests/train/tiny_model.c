@@ -142,13 +142,16 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
                .weight_decay = 1e-2, .nstates = 2}
 #define SGD_HUGE {.kind = RT_OPTIM_SGD, .lr = 1e38, .nstates = 0}
 
+// Every tiny model has a warmup-then-cosine lr schedule, so the resume checks cover it.
+
 #define TINY_MODEL(NAME, WORLD_R, WORLD_S, PARAMS, GROUPS, OPTIM, ARENA, PEAK, STEP, EVENTS,    \
                    NEVENTS, COUNTS, NCOUNTS)                                                   \
     {.name = NAME, .spec_file = "tiny.lua", .generator = "fsdpgen test", .world = 2,          \
      .replicate = WORLD_R, .shard = WORLD_S, .nparams = 2, .params = PARAMS, .ngroups = 1,     \
      .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
      .loss = RT_LOSS_SUM, .n_forward = 1, .n_backward = 1, .optim = OPTIM,                    \
-     .n_optimizer = 1, .grad_clip = 0.0, .seed = 1234, .arena_bytes = ARENA,               \
+     .lr_schedule = {RT_LR_COSINE, 2, 6, 1e-3}, .n_optimizer = 1, .grad_clip = 0.0,           \
+     .seed = 1234, .arena_bytes = ARENA,                                                      \
      .predicted_peak = PEAK, .reference = (WORLD_S == 1), .step = STEP, .nevents = NEVENTS,   \
      .events = EVENTS, .ncounts = NCOUNTS, .counts = COUNTS}
 

@@ -10,7 +10,9 @@ Usage: torch_load.py TINY_TRAIN WORK_DIR
 2. The same 3 steps are recomputed in PyTorch from the documented deterministic sources
    (rt_train.h): parameter init from Philox4x32-10 keyed by (seed, FNV-1a(fqn), index),
    synthetic inputs keyed by (seed, step, microbatch, rank, index), sum loss on each of the
-   2 ranks, gradients averaged over ranks (FSDP's reduce-scatter AVG), AdamW. The printed
+   2 ranks, gradients averaged over ranks (FSDP's reduce-scatter AVG), AdamW with the
+   tiny model's lr schedule (warmup 2, cosine to 1e-3 at step 6: PyTorch's SequentialLR of
+   LinearLR and CosineAnnealingLR). The printed
    losses and the saved parameters must agree (rtol 1e-5, atol 1e-6).
 
 Prints PASS/FAIL lines and ends with `N passed, N failed`. Without torch it prints a SKIP
@@ -88,6 +90,9 @@ def main():
         ref.lin.bias.zero_()
     opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=1e-2)
+    lrs = torch.optim.lr_scheduler
+    sched = lrs.SequentialLR(opt, [lrs.LinearLR(opt, start_factor=0.5, total_iters=1),
+                                   lrs.CosineAnnealingLR(opt, T_max=4, eta_min=1e-3)], milestones=[2])
     ref_losses = []
     for step in range(3):
         opt.zero_grad()
@@ -102,6 +107,7 @@ def main():
         ref.lin.weight.grad = grads[0] / 2
         ref.lin.bias.grad = grads[1] / 2
         opt.step()
+        sched.step()
         ref_losses.append(total / 2)
     close = all(abs(a - b) <= 1e-6 + 1e-5 * abs(b) + 5e-7 for a, b in zip(losses, ref_losses))
     check(len(losses) == 3 and close,
