@@ -149,12 +149,12 @@ local function emit_groups(b, plan, index, opt_states)
     local gi = g.index - 1
     local s = g.state
     local pf = (g.pf_size and g.pf_size ~= g.shard) and g.pf_size or 0
-    b:line("{%s, %d, group%d_params, %s, %d, %s, %s, %s, %d, %d, %d, %d, group%d_plan, %d, %d, %d, %s},",
+    b:line("{%s, %d, group%d_params, %s, %d, %s, %s, %s, %d, %d, %d, %d, group%d_plan, %d, %d, %d, %s, %d},",
       cstr(g.name), #g.params, gi, s.placement == "largest_dim" and "RT_SHARD_LARGEST_DIM" or "RT_SHARD_DIM0",
       pf, C_DTYPE[g.param_dtype], C_DTYPE[g.reduce_dtype], num(s.divide_factor or 0), s.force_sum and 1 or 0,
       (g.replicate > 1 and s.all_reduce_grads ~= false) and 1 or 0, g.layout.shard_numel, g.layout.padded_numel,
       gi, g.params_buf.offset, g.grads_buf.offset, opt_states > 0 and g.state_buf.offset or 0,
-      g.reductions and string.format("%d, group%d_reductions", #g.reductions, gi) or "0, NULL")
+      g.reductions and string.format("%d, group%d_reductions", #g.reductions, gi) or "0, NULL", s.offload and 1 or 0)
   end
   b:dedent()
   b:line("};")

@@ -106,6 +106,15 @@ Sim.__index = Sim
 
 function M.new(spec)
   local states, groups, params, owner = build_groups(spec)
+  -- The runtime keeps every group's persistent buffers in one place (rt_model_group offload).
+  for _, g in ipairs(groups) do
+    if (g.state.offload ~= nil) ~= (groups[1].state.offload ~= nil) then
+      local on, off = g, groups[1]
+      if not g.state.offload then on, off = off, on end
+      errors.raise(string.format("group '%s' has an offload_policy and group '%s' has none; fsdpgen offloads every group's sharded state or none (allowed: the same offload_policy on every fully_shard call)",
+        on.name, off.name), on.state.line)
+    end
+  end
   local sim = setmetatable({
     spec = spec, states = states, groups = groups, params = params, owner = owner,
     graph = trace.new_graph(), steps = {}, events = {},

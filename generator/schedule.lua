@@ -236,6 +236,14 @@ function M.render(plan, spec_file)
   b:line("")
   b:line("memory (bytes per rank, offsets in one arena)")
   b:line("  predicted peak   %d (arena %d with alignment)", mem.peak, mem.arena)
+  if plan.groups[1] and plan.groups[1].state.offload then
+    local host = 0  -- the runtime's rt_step_persistent_end
+    for _, buf in ipairs(mem.buffers) do
+      if buf.kind == "persistent" then host = math.max(host, buf.offset + buf.size) end
+    end
+    b:line("  offload_policy   [0, %d) in pinned host memory (CUDA backend: %d bytes on the device)", host,
+      mem.arena - host)
+  end
   local kinds = {}
   for k in pairs(mem.totals) do kinds[#kinds + 1] = k end
   table.sort(kinds)

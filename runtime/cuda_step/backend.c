@@ -105,6 +105,8 @@ void* rt_rank_host(rt_rank* R, size_t off, size_t bytes) {
 static int copy_persistent(rt_rank* R, int to_device) {
     cuda_rank* c = R->backend;
     cudaError_t e = cudaStreamSynchronize(c->compute);
+    if (e == cudaSuccess && R->offload_end)  // offloaded: the mirror is the only copy
+        return 0;
     if (e == cudaSuccess)
         e = to_device ? cudaMemcpy(c->arena, c->mirror, c->mirror_bytes, cudaMemcpyHostToDevice)
                       : cudaMemcpy(c->mirror, c->arena, c->mirror_bytes, cudaMemcpyDeviceToHost);

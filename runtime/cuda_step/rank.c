@@ -187,16 +187,30 @@ int rtb_rank_init(rt_rank* R) {
     if (!s.failed) rt_cuda_set_stream(c->compute);
 
     // The arena: the plan's offsets on the device; rt_step_buffer checks them as on the CPU.
-    c->arena = device(&s, m->arena_bytes, "cudaMalloc (arena)");
-    if (!s.failed) ok(&s, cudaMemset(c->arena, 0, m->arena_bytes), "cudaMemset (arena)");
+    // The persistent buffers [0, P) have a pinned host copy, the mirror (the driver's view);
+    // with offload_policy (every group's, or none: the emitter checks) the mirror is where
+    // they live (kernels read and write it over the bus, as FSDP2's CPU offload moves them)
+    // and the device holds only [P, arena_bytes), so the arena's base lies P bytes before
+    // that allocation: offsets below P never reach it (rt_step_buffer, R->offload_base).
+    c->mirror_bytes = rt_step_persistent_end(m);
+    c->mirror = pinned(&s, c->mirror_bytes, "cudaHostAlloc (parameter mirror)");
+    const size_t on_host = m->ngroups > 0 && m->groups[0].offload ? c->mirror_bytes : 0;
+    c->arena = device(&s, m->arena_bytes - on_host, "cudaMalloc (arena)");
+    if (!s.failed) ok(&s, cudaMemset(c->arena, 0, m->arena_bytes - on_host), "cudaMemset (arena)");
+    if (!s.failed && on_host) {
+        R->offload_base = c->mirror;
+        R->offload_end = on_host;
+        if (R->rank == 0)
+            printf("fsdpgen: offload_policy: %zu bytes of sharded parameters, gradients and "
+                   "optimizer state per rank in pinned host memory\n", on_host);
+    }
     char name[48];
     snprintf(name, sizeof name, "rank %d (GPU %d)", R->rank, c->device);
-    if (!s.failed && rt_arena_init_at(&R->arena, c->arena, m->arena_bytes, name)) {
+    if (!s.failed && rt_arena_init_at(&R->arena, (void*)((uintptr_t)c->arena - on_host),
+                                      m->arena_bytes, name)) {
         fprintf(stderr, "fsdpgen: rank %d: %s\n", R->rank, R->arena.error);
         s.failed = 1;
     }
-    c->mirror_bytes = rt_step_persistent_end(m);
-    c->mirror = pinned(&s, c->mirror_bytes, "cudaHostAlloc (parameter mirror)");
 
     // Inputs: the driver fills R->tokens / R->targets / R->inputs (pinned), the step
     // uploads them (a graph replays the upload, reading the pinned buffers anew).

@@ -73,6 +73,8 @@ typedef struct rt_model_group {
     size_t state_off;             // optimizer state (0..2 buffers of block_numel), if any
     int nreductions;              // reduce-scatters of fewer parameters, numbered 1..n in
     const rt_model_reduction* reductions;  // rt_step_reduce_scatter (0: the whole group)
+    int offload;                  // offload_policy (every group or none): the persistent
+                                  // buffers live in pinned host memory (CUDA backend)
 } rt_model_group;
 
 // ---- expectations -----------------------------------------------------------------------

@@ -65,6 +65,10 @@ typedef struct rt_rank {
     rt_comm* comm;               // all ranks
     rt_fsdp_mesh mesh;           // shard group, replicate group (HSDP)
     rt_arena arena;
+    // offload_policy: arena bytes [0, offload_end) (the persistent buffers) are served from
+    // offload_base (pinned host memory) instead; 0 when nothing is offloaded.
+    uint8_t* offload_base;
+    size_t offload_end;
     rt_rank_group* groups;       // model->ngroups
     int64_t step;                // 0-based index of the step being run
     uint64_t seed;               // run seed (dropout masks); the driver sets it

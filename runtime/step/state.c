@@ -249,6 +249,12 @@ void rt_rank_free(rt_rank* R) {
 void* rt_step_buffer(rt_rank* R, size_t off, size_t bytes, const char* file, int line) {
     void* p = rt_arena_bytes(&R->arena, "planned buffer", off, bytes);
     if (!p) rt_rank_die(R, "%s:%d: %s", file, line, R->arena.error);
+    if (off < R->offload_end) {
+        if (bytes > R->offload_end - off)
+            rt_rank_die(R, "%s:%d: buffer [%zu, %zu) crosses the end %zu of the offloaded state",
+                        file, line, off, off + bytes, R->offload_end);
+        p = R->offload_base + off;
+    }
     return p;
 }
 

@@ -36,7 +36,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # (a root iteration, then a non-root one: per-group Adam step counts on the device); two
 # forwards before one backward (each loss's gradient, of their sum, is read on the device);
 # learning-rate schedules (AdamW and SGD: each optimizer item's lr read on the device, so
-# the one captured graph follows the warmup and the decay).
+# the one captured graph follows the warmup and the decay); CPU offload (the persistent
+# buffers in pinned host memory, read and written by the kernels).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -58,6 +59,7 @@ specs=(
   "tests/specs/seed/multi_forward_raf_true_ckpt_none.lua 1e-3"
   "tests/specs/features/lr_schedule_warmup_cosine.lua 1e-3"
   "tests/torch/step_programs/lr_schedule_linear.lua 1e-3"
+  "tests/specs/features/offload_cpu.lua 3e-2"
 )
 
 gpu=1
@@ -161,6 +163,13 @@ for entry in "${specs[@]}"; do
     PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name ($where)" "$py" tests/cuda_step/compare_runs.py \
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
         "$work/$name.cuda.safetensors" "$rtol" "$name"
+    if [[ $name == offload_cpu ]]; then  # the persistent buffers in pinned host memory
+        if grep -q '^fsdpgen: offload_policy: 57408 bytes of sharded parameters' "$work/$name.cuda.log"; then
+            pass "$name: the CUDA binary keeps the plan's 57408 persistent bytes per rank in pinned host memory"
+        else
+            fail "$name: no 'offload_policy: 57408 bytes ... in pinned host memory' line"
+        fi
+    fi
     if [[ $name == llama_tc_attention_bf16 ]]; then  # attention on tensor cores: fused dQ too
         RT_ATTENTION_FUSED_DQ=1 CUDA_EMU_LAZY=low "$bin" --steps 5 \
             --save "$work/$name.fused.safetensors" >"$work/$name.fused.log" 2>&1
