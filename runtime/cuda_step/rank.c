@@ -188,7 +188,7 @@ int rtb_rank_init(rt_rank* R) {
 
     // The arena: the plan's offsets on the device; rt_step_buffer checks them as on the CPU.
     // The persistent buffers [0, P) have a pinned host copy, the mirror (the driver's view);
-    // with offload_policy (every group's, or none: the emitter checks) the mirror is where
+    // with offload_policy (every group's, or none: the planner checks) the mirror is where
     // they live (kernels read and write it over the bus, as FSDP2's CPU offload moves them)
     // and the device holds only [P, arena_bytes), so the arena's base lies P bytes before
     // that allocation: offsets below P never reach it (rt_step_buffer, R->offload_base).
