@@ -93,7 +93,7 @@ for _, world in ipairs({ 2, 1 }) do
       string.format("world %d, %s: the step C reduces group 1 with reductions %s (want %s)", world, what,
         table.concat(ks, ","), table.concat(want_ks, ",")))
     local table_line = code:match("{\"1\",[^\n]*")
-    local tail = subsets > 0 and string.format("%d, group1_reductions},", subsets) or "0, NULL},"
+    local tail = (subsets > 0 and string.format("%d, group1_reductions", subsets) or "0, NULL") .. ", 0},"  -- then the offload flag
     check(table_line and table_line:sub(-#tail) == tail,
       string.format("world %d, %s: group \"1\" lists %d reductions of fewer params: %s", world, what, subsets,
         tostring(table_line)))
