@@ -462,7 +462,8 @@ function M.plan(plan)
   local steps = plan.steps
   mark_packed_logits(steps)
   mark_packed_activations(plan.graph)
-  mark_packed_params(plan)
+  -- The eval program reads the parameters as the step's all-gathers store them.
+  if not plan.is_eval then mark_packed_params(plan) end
   M.mark_grad_alias_adds(steps)
   local bufs = {}
   local function buf(name, kind, size, first, last)
@@ -591,6 +592,8 @@ function M.plan(plan)
       if op.kind == "attention" then
         u.scratch = buf(st.label .. " scratch", "activation", compute_bytes(attention_scratch_floats(op)), i, i)
       end
+    elseif st.op == "eval_loss" then
+      touch(M.base(st.node.outs[1]).buf, i)
     elseif st.grad_alias then
       -- The inputs' gradients are the output's, in its buffer (M.mark_grad_alias_adds).
       u.zero, u.ugrad = {}, {}

@@ -307,7 +307,7 @@ function F.swiglu(a, b)
 end
 
 -- Dropout draws from a counter-based RNG keyed by (seed, site) so sharded and unsharded
--- runs draw the same mask. p = 0 records nothing.
+-- runs draw the same mask. p = 0, and model.eval() (the eval program), record nothing.
 local function dropout_p(p)
   p = p or 0.5
   if type(p) ~= "number" or not (p >= 0 and p < 1) then
@@ -318,7 +318,7 @@ end
 
 function F.dropout(x, p)
   p = dropout_p(p)
-  if p == 0 then return x end
+  if p == 0 or not trace.training() then return x end
   local d = float_dtype("dropout", x)
   return trace.record("dropout", { x }, { { shape = copy(x.shape), dtype = d } }, { p = p })
 end

@@ -126,6 +126,7 @@ function M.new(spec)
     ag_seq = 0, rs_seq = 0,
     label_counts = {}, forward_index = 0, recompute_ops = {},
     n_optimizer = 0,  -- "optimizer" items run so far
+    stale_prefetch = {},  -- Sim:backward_prefetch
   }, Sim)
   return sim
 end
@@ -221,11 +222,23 @@ function Sim:prefetch(g, training)
   g.training = old
 end
 
+-- FSDPParamGroup._backward_prefetch. Where it finds no post-forward index of g, or none
+-- before g's, an eval's forwards (which FSDP2 records too, and only a last backward
+-- clears) would be there: stale_prefetch notes it, with the groups whose unshard would then
+-- be a no-op, for eval_neutral.
 function Sim:backward_prefetch(g)
   if g.training ~= PRE_BACKWARD then return end
-  if #g.pf_indices == 0 then return end
+  if #g.pf_indices == 0 then
+    self.stale_prefetch[#self.stale_prefetch + 1] = { group = g }
+    return
+  end
   local idx = table.remove(g.pf_indices)
-  if idx - 1 < 1 then return end
+  if idx - 1 < 1 then
+    local noop = {}
+    for _, h in ipairs(self.groups) do noop[h.index] = h.pending ~= nil or h.sharded == UNSHARDED end
+    self.stale_prefetch[#self.stale_prefetch + 1] = { group = g, noop = noop }
+    return
+  end
   self:prefetch(self.post_forward_order[idx - 1], PRE_BACKWARD)
 end
 
@@ -582,7 +595,7 @@ function Sim:build_loss(item)
       loss = loss and trace.record("add", { loss, l }, { { shape = {}, dtype = "fp32" } }) or l
     end
   end
-  if not loss.requires_grad then
+  if not loss.requires_grad and not self.is_eval then
     errors.raise("the loss does not require a gradient (no parameter was used)", self.spec.line)
   end
   return loss
@@ -822,12 +835,63 @@ function Sim:run()
   return self
 end
 
+-- The eval program (the binary's --val-every): `model.eval()`, then per validation batch
+-- `with torch.no_grad(): loss = loss_fn(model(inp))` and `model.reshard()`, so it starts
+-- and ends with every group sharded. Its forward follows the step's FSDP rules (root kept
+-- unsharded after forward, reshard_after_forward, forward prefetch lists); no grad means no
+-- backward hooks, and model.eval() makes dropout the identity.
+function Sim:run_eval()
+  self.is_eval = true
+  trace.begin(self.graph, self:trace_hooks(), { eval = true })
+  self.section, self.phase = 1, "forward"
+  self:run_forward({})
+  local loss = self:build_loss({})
+  self:emit({ stream = "compute", op = "eval_loss", node = loss.producer, label = loss.label })
+  self.pending = {}
+  self.section, self.phase = 2, "reshard"
+  self:run_manual_reshard({ states = self.states })
+  trace.begin(nil, nil)
+  return self
+end
+
+-- Why running the eval program between two training steps would change the next step's
+-- collectives (nil when it does not). FSDP2 records a no-grad forward in post_forward_order
+-- too, and only a last backward's final callback clears it: the next step's backward
+-- prefetch, where it finds no post-forward before its own (plan.stale_prefetch), targets the
+-- eval's last post-forward group instead, which must then be unsharded or being
+-- all-gathered already (its unshard a no-op).
+local function eval_neutral(plan, ev)
+  for _, g in ipairs(ev.groups) do
+    if g.pending then
+      return string.format("the eval forward leaves a prefetch of group '%s' in flight (a forward prefetch list names a group that runs before it)", g.name)
+    end
+  end
+  local last = ev.post_forward_order[#ev.post_forward_order]
+  for _, hit in ipairs(plan.stale_prefetch) do
+    if not hit.noop then
+      return string.format("group '%s' runs more backward pre-hooks than forwards in a step, so after an eval FSDP2's backward prefetch would pop the eval's post-forward record", hit.group.name)
+    end
+    if last and not hit.noop[last.index] then
+      return string.format("after an eval, FSDP2's backward prefetch from group '%s' would all-gather group '%s' (the eval's last post-forward, sharded at that point) again",
+        hit.group.name, last.name)
+    end
+  end
+  return nil
+end
+
 function M.plan(spec)
   local sim = M.new(spec):run()
   -- No spec code runs after the simulation (its forwards were traced in it); the line
   -- hook would only slow the memory plan down several times.
   errors.track_spec_lines(false)
-  sim.memory = require("memory").plan(sim)
+  local memory = require("memory")
+  sim.memory = memory.plan(sim)
+  -- The eval program, planned the same way (its own trace and memory plan; the persistent
+  -- buffers and the parameters' storage are the step's).
+  local ev = M.new(spec):run_eval()
+  ev.memory = memory.plan(ev)
+  sim.eval_plan = ev
+  sim.eval_unavailable = eval_neutral(sim, ev)
   return sim
 end
 

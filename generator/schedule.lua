@@ -149,6 +149,9 @@ function M.step_line(st, plan)
   elseif st.op == "recompute_begin" then
     name = "region " .. st.region.id
     detail = "recompute checkpointed forward"
+  elseif st.op == "eval_loss" then
+    name = st.label
+    detail = "the eval's loss on this rank"
   else
     local op = st.node
     name = st.label or op.label or op.kind
@@ -159,6 +162,20 @@ function M.step_line(st, plan)
   local ev = st.event and (st.event.kind .. " " .. st.event.state) or ""
   return string.format("  %-8s %-22s %-44s %s%s", st.stream, st.op, name, detail,
     ev ~= "" and ("  [" .. ev .. "]") or "")
+end
+
+-- The schedule lines of plan's program, one heading per section.
+local function sections(b, plan, prefix, what)
+  local section
+  for _, st in ipairs(plan.steps) do
+    if st.section ~= section then
+      section = st.section
+      b:line("")
+      b:line("%s%s%d (%s item %d: %s)", prefix, st.phase, st.section, what, st.section, st.phase)
+      b:line("  %-8s %-22s %-44s %s", "stream", "op", "group / tensor", "detail")
+    end
+    b:line("%s", M.step_line(st, plan))
+  end
 end
 
 function M.render(plan, spec_file)
@@ -222,15 +239,18 @@ function M.render(plan, spec_file)
     end
     b:dedent()
   end
-  local section
-  for _, st in ipairs(plan.steps) do
-    if st.section ~= section then
-      section = st.section
-      b:line("")
-      b:line("%s%d (step item %d: %s)", st.phase, st.section, st.section, st.phase)
-      b:line("  %-8s %-22s %-44s %s", "stream", "op", "group / tensor", "detail")
-    end
-    b:line("%s", M.step_line(st, plan))
+  sections(b, plan, "", "step")
+  local ev = plan.eval_plan
+  b:line("")
+  if plan.eval_unavailable then
+    b:line("eval       not available: %s", plan.eval_unavailable)
+  else
+    b:line("eval       model.eval(); per validation batch: with torch.no_grad(): loss = %s(model(inp)); reshard() on every FSDP module",
+      spec.loss)
+    sections(b, ev, "eval_", "eval")
+    b:line("")
+    b:line("eval memory: predicted peak %d (arena %d with alignment; the persistent buffers are the step's)",
+      ev.memory.peak, ev.memory.arena)
   end
   local mem = plan.memory
   b:line("")

@@ -85,7 +85,8 @@ local state = {
   ckpt = nil,            -- current checkpoint region
   recompute = false,
   hooks = nil,           -- { pre_forward(module, args) -> args, post_forward(module, args, outs), on_op(op) }
-  grad_enabled = true,
+  grad_enabled = true,   -- false: torch.no_grad() (no output requires grad)
+  training = true,       -- false: model.eval() (dropout is the identity)
 }
 M.state = state
 
@@ -93,9 +94,13 @@ function M.new_graph()
   return { ops = {}, regions = {}, forwards = {} }
 end
 
-function M.begin(graph, hooks)
+-- Starts (graph) or ends (nil) a trace. opts.eval: the eval program's forward, under
+-- model.eval() and torch.no_grad().
+function M.begin(graph, hooks, opts)
   state.graph = graph
   state.hooks = hooks
+  state.grad_enabled = not (opts and opts.eval)
+  state.training = not (opts and opts.eval)
   state.scope = {}
   state.ckpt = nil
   state.recompute = false
@@ -200,5 +205,6 @@ function M.replay(region)
 end
 
 function M.in_recompute() return state.recompute end
+function M.training() return state.training end
 
 return M

@@ -177,6 +177,19 @@ void rt_step_run(rt_rank* R) {
     for (int k = 0; k < R->model->n_backward; k++) R->losses[k] = c->h_losses[k];
 }
 
+// Eagerly: a captured graph would hold its own copy of the arena's scratch layout, and an
+// eval runs seldom. The losses' pinned slot 0 carries its loss.
+double rt_step_eval(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    R->model->eval(R);
+    cudaError_t e = cudaStreamSynchronize(c->compute);
+    if (e != cudaSuccess)
+        rt_rank_die(R, "the eval after step %lld failed on the GPU: %s (hint: %s)", (long long)R->step + 1,
+                    cudaGetErrorString(e), rt_check_cuda_hint((int)e));
+    if (R->trace) cs_trace_flush(R);
+    return c->h_losses[0];
+}
+
 void rtb_step_begin(rt_rank* R) {
     cuda_rank* c = R->backend;
     const rt_model* m = R->model;

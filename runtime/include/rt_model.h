@@ -1,6 +1,7 @@
 // rt_model.h — what the generator emits about one spec: parameters, FSDP groups, the
-// static memory plan's persistent offsets, the optimizer, the input and the step function,
-// plus the events and collective counts the planner expects (for the conformance test).
+// static memory plan's persistent offsets, the optimizer, the input, the step function and
+// the eval program, plus the events and collective counts the planner expects (for the
+// conformance test).
 //
 // Everything here is decided by the generator; the runtime recomputes the layouts from
 // the parameter shapes and compares them with these numbers before the first step.
@@ -160,6 +161,17 @@ typedef struct rt_model {
     const rt_model_event* events;
     int ncounts;
     const rt_model_count* counts;
+    // The eval program (generator/planner.lua run_eval; rt_step_eval): model.eval(), then
+    // `with torch.no_grad(): loss = model(inp)` on forward item 0's input and reshard() on
+    // every FSDP module. Its planned peak, events and counts. NULL with eval_unavailable
+    // saying why when running it would change the next step's collectives.
+    void (*eval)(struct rt_rank* R);
+    size_t eval_peak;
+    int eval_nevents;
+    const rt_model_event* eval_events;
+    int eval_ncounts;
+    const rt_model_count* eval_counts;
+    const char* eval_unavailable;
 } rt_model;
 
 #ifdef __cplusplus

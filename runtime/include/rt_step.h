@@ -112,6 +112,10 @@ int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg)
 // Runs one step (R->model->step; cuda: eagerly, or captured once as a CUDA graph and then
 // replayed) and waits for it: R->losses hold its losses afterwards.
 void rt_step_run(rt_rank* R);
+// Runs the eval program (R->model->eval, which must exist; cuda: eagerly) on forward item
+// 0's input and waits for it: returns this rank's loss. The parameters, gradients and
+// optimizer state are left as they were, and every group sharded.
+double rt_step_eval(rt_rank* R);
 // What the generated step reads as forward item `item`'s input. The driver fills
 // R->tokens / R->targets / R->inputs (host memory) before rt_step_run; cuda returns device
 // copies that the step itself uploads.
@@ -234,6 +238,8 @@ void rt_step_optimizer(rt_rank* R, int g, int k, int per, int item);
 double rt_step_lr(const rt_rank* R, int item);
 // Records backward k's loss (the scalar at loss).
 void rt_step_loss(rt_rank* R, int k, const float* loss);
+// Records the eval program's loss (rt_step_eval returns it).
+void rt_step_eval_loss(rt_rank* R, const float* loss);
 // A float 1.0 in the backend's memory (device memory on the GPU): d loss / d loss, the
 // incoming gradient of the loss's own backward (rt_kernels.h dloss, or the output
 // gradient of the op whose output is the loss).

@@ -46,6 +46,11 @@ int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg)
 
 void rt_step_run(rt_rank* R) { R->model->step(R); }
 
+double rt_step_eval(rt_rank* R) {
+    R->model->eval(R);
+    return R->losses[0];
+}
+
 const int32_t* rt_step_tokens(rt_rank* R, int item) { return R->tokens[item]; }
 const int32_t* rt_step_targets(rt_rank* R, int item) { return R->targets[item]; }
 const float* rt_step_inputs(rt_rank* R, int item) { return R->inputs[item]; }

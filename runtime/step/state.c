@@ -501,6 +501,8 @@ void rt_step_loss(rt_rank* R, int k, const float* loss) {
     rtb_loss(R, k, loss);
 }
 
+void rt_step_eval_loss(rt_rank* R, const float* loss) { rtb_loss(R, 0, loss); }
+
 static uint64_t splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;

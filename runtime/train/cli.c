@@ -34,6 +34,12 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "                        last step are always printed)\n"
            "  --data FILE           token file (raw bytes, or little-endian uint16 when the\n"
            "                        name ends in .u16); without it the data is synthetic\n"
+           "  --val-every N         after every N-th step and the last, the eval program's\n"
+           "                        loss on the validation batches: `step N val loss X`\n"
+           "  --val-data FILE       validation tokens (as --data; needed with --data); alone:\n"
+           "                        one eval after the last step\n"
+           "  --val-batches K       validation batches per eval (default 8), the same ones\n"
+           "                        at every eval\n"
            "  --save FILE           after training, write every parameter (fp32, full shapes,\n"
            "                        under its PyTorch name and each tied alias) as safetensors\n"
            "  --load FILE           before step 1, read every parameter from safetensors\n"
@@ -124,45 +130,56 @@ static int parse_path(const char* opt, const char* s, const char** out) {
 // ---- parsing ----------------------------------------------------------------------------
 
 #define MAX_STEPS ((int64_t)1 << 40)
+#define MAX_VAL_BATCHES ((int64_t)1 << 20)
 
-enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_SAVE, O_LOAD, O_CKPT, O_CKPT_EVERY, O_RESUME,
-       O_TRACE, O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
+enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_VAL_DATA, O_VAL_EVERY, O_VAL_BATCHES, O_SAVE, O_LOAD,
+       O_CKPT, O_CKPT_EVERY, O_RESUME, O_TRACE, O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
 
 typedef struct opt_def {
     const char* name;
     int id;
-    int takes_value;
+    const char* value;       // its value's placeholder in messages, NULL: takes none
     int train, conformance;  // valid where
 } opt_def;
 
 static const opt_def opts[] = {
-    {"--steps", O_STEPS, 1, 1, 1},
-    {"--seed", O_SEED, 1, 1, 1},
-    {"--log-every", O_LOG, 1, 1, 0},
-    {"--data", O_DATA, 1, 1, 0},
-    {"--save", O_SAVE, 1, 1, 0},
-    {"--load", O_LOAD, 1, 1, 0},
-    {"--checkpoint", O_CKPT, 1, 1, 0},
-    {"--checkpoint-every", O_CKPT_EVERY, 1, 1, 0},
-    {"--resume", O_RESUME, 1, 1, 0},
-    {"--trace", O_TRACE, 1, 1, 0},
-    {"--bench", O_BENCH, 0, 1, 0},
-    {"--verbose", O_VERBOSE, 0, 0, 1},
-    {"--local", O_LOCAL, 0, 1, 1},
-    {"--no-graph", O_NO_GRAPH, 0, 1, 1},
-    {"--help", O_HELP, 0, 1, 1},
+    {"--steps", O_STEPS, "N", 1, 1},
+    {"--seed", O_SEED, "S", 1, 1},
+    {"--log-every", O_LOG, "N", 1, 0},
+    {"--data", O_DATA, "FILE", 1, 0},
+    {"--val-data", O_VAL_DATA, "FILE", 1, 0},
+    {"--val-every", O_VAL_EVERY, "N", 1, 0},
+    {"--val-batches", O_VAL_BATCHES, "K", 1, 0},
+    {"--save", O_SAVE, "FILE", 1, 0},
+    {"--load", O_LOAD, "FILE", 1, 0},
+    {"--checkpoint", O_CKPT, "DIR", 1, 0},
+    {"--checkpoint-every", O_CKPT_EVERY, "N", 1, 0},
+    {"--resume", O_RESUME, "DIR", 1, 0},
+    {"--trace", O_TRACE, "FILE", 1, 0},
+    {"--bench", O_BENCH, NULL, 1, 0},
+    {"--verbose", O_VERBOSE, NULL, 0, 1},
+    {"--local", O_LOCAL, NULL, 1, 1},
+    {"--no-graph", O_NO_GRAPH, NULL, 1, 1},
+    {"--help", O_HELP, NULL, 1, 1},
 };
+#define NOPTS (sizeof opts / sizeof opts[0])
 
+// Whether option d exists in this binary (a training binary or a conformance test; the
+// CUDA options only in CUDA binaries).
+static int available(const opt_def* d, int conformance) {
+    return (conformance ? d->conformance : d->train) &&
+           (cuda() || (d->id != O_LOCAL && d->id != O_NO_GRAPH));
+}
+
+// "allowed: --steps N, --seed S, ...": the options of this binary.
 static const char* allowed_list(int conformance) {
-    if (cuda())
-        return conformance ? "allowed: --steps N, --seed S, --verbose, --local, --no-graph, --help"
-                           : "allowed: --steps N, --seed S, --log-every N, --data FILE, --save FILE, "
-                             "--load FILE, --checkpoint DIR, --checkpoint-every N, --resume DIR, "
-                             "--trace FILE, --bench, --local, --no-graph, --help";
-    return conformance ? "allowed: --steps N, --seed S, --verbose, --help"
-                       : "allowed: --steps N, --seed S, --log-every N, --data FILE, --save FILE, "
-                         "--load FILE, --checkpoint DIR, --checkpoint-every N, --resume DIR, "
-                         "--trace FILE, --bench, --help";
+    static char buf[512];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "allowed:");
+    for (size_t k = 0; k < NOPTS && n < sizeof buf; k++)
+        if (available(&opts[k], conformance))
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s %s%s%s", n > 8 ? "," : "", opts[k].name,
+                                  opts[k].value ? " " : "", opts[k].value ? opts[k].value : "");
+    return buf;
 }
 
 int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, train_opts* o) {
@@ -170,16 +187,16 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
     o->steps = conformance ? 10 : 20;
     o->seed = m->seed;
     o->log_every = 1;
+    o->val_batches = 8;
     const char* prog = argc > 0 && argv[0] ? argv[0] : m->name;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         const char* eq = strchr(arg, '=');
         size_t nlen = eq && strncmp(arg, "--", 2) == 0 ? (size_t)(eq - arg) : strlen(arg);
         const opt_def* d = NULL;
-        for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
+        for (size_t k = 0; k < NOPTS; k++)
             if (strlen(opts[k].name) == nlen && strncmp(opts[k].name, arg, nlen) == 0 &&
-                (conformance ? opts[k].conformance : opts[k].train) &&
-                (cuda() || (opts[k].id != O_LOCAL && opts[k].id != O_NO_GRAPH)))
+                available(&opts[k], conformance))
                 d = &opts[k];
         if (!d) {
             char what[160];
@@ -189,7 +206,7 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
                                                                  "see --help");
         }
         const char* val = NULL;
-        if (d->takes_value) {
+        if (d->value) {
             if (eq && nlen < strlen(arg)) val = eq + 1;
             else if (i + 1 < argc) val = argv[++i];
             else return bad(d->name, NULL, "missing its value (see --help)");
@@ -202,6 +219,12 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
         case O_SEED: rc = parse_seed(d->name, val, &o->seed); o->seed_set = 1; break;
         case O_LOG: rc = parse_int(d->name, val, 1, MAX_STEPS, &o->log_every); break;
         case O_DATA: rc = parse_path(d->name, val, &o->data); break;
+        case O_VAL_DATA: rc = parse_path(d->name, val, &o->val_data); break;
+        case O_VAL_EVERY: rc = parse_int(d->name, val, 1, MAX_STEPS, &o->val_every); break;
+        case O_VAL_BATCHES:
+            rc = parse_int(d->name, val, 1, MAX_VAL_BATCHES, &o->val_batches);
+            o->val_batches_set = 1;
+            break;
         case O_SAVE: rc = parse_path(d->name, val, &o->save); break;
         case O_LOAD: rc = parse_path(d->name, val, &o->load); break;
         case O_CKPT: rc = parse_path(d->name, val, &o->checkpoint); break;
@@ -228,5 +251,19 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
     if (o->data && !m->tokens)
         return bad("--data", o->data, "this model takes float inputs, not tokens; run it "
                                       "without --data (synthetic inputs)");
+    if (o->val_data && !m->tokens)
+        return bad("--val-data", o->val_data, "this model takes float inputs, not tokens; run it "
+                                              "without --val-data (synthetic inputs)");
+    if (o->data && o->val_every && !o->val_data)
+        return bad("--val-every", NULL, "with --data, give the validation tokens with --val-data FILE "
+                                        "(synthetic validation batches are for synthetic training data)");
+    if (o->val_batches_set && !o->val_data && !o->val_every)
+        return bad("--val-batches", NULL, "needs --val-every N or --val-data FILE");
+    if ((o->val_data || o->val_every) && !m->eval) {
+        char why[640];
+        snprintf(why, sizeof why, "the eval program is not available for this spec: %s",
+                 m->eval_unavailable ? m->eval_unavailable : "(no reason given)");
+        return bad(o->val_data ? "--val-data" : "--val-every", NULL, why);
+    }
     return 0;
 }

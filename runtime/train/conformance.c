@@ -4,9 +4,13 @@
 // seed and synthetic data, and checks
 //   events   every rank's step-1 FSDP events equal the planned ones, in order;
 //   counts   every rank's collective counts equal the planned ones (nothing missing or extra);
+//   eval     with an eval program (run after step 1 on step 1's first input): its events and
+//            counts, its loss against the reference's, and step 2's events and counts after
+//            it, as planned;
 //   parity   per-step mean loss and the full parameters after step 1 and after the last step
 //            agree with the reference: |a - b| <= atol + rtol * |b|;
-//   memory   every rank's measured arena peak equals the planned peak.
+//   memory   every rank's measured arena peak equals the planned peak (the step's, or the
+//            eval's when that is larger).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,11 +28,19 @@ typedef struct conf_event {
     int group;
 } conf_event;
 
-typedef struct conf_capture {
-    conf_event** events;     // [world][nevents[r]] after step 1
+// One program's events and collective counts on every rank.
+typedef struct conf_record {
+    conf_event** events;     // [world][nevents[r]]
     int* nevents;
-    rt_step_count** counts;  // [world][ncounts[r]] after step 1
+    rt_step_count** counts;  // [world][ncounts[r]]
     int* ncounts;
+} conf_record;
+
+typedef struct conf_capture {
+    conf_record step1;       // step 1
+    conf_record eval;        // the eval program after step 1 (models with one)
+    conf_record step2;       // step 2, after that eval
+    double* eval_loss;       // [world] each rank's eval loss
     float** params_first;    // [nparams] full, after step 1
     float** params_last;     // [nparams] full, after the last step
 } conf_capture;
@@ -52,56 +64,84 @@ static void free_params(const rt_model* m, float** v) {
     free(v);
 }
 
+static int record_init(conf_record* r, int world) {
+    r->events = calloc((size_t)world, sizeof *r->events);
+    r->nevents = calloc((size_t)world, sizeof *r->nevents);
+    r->counts = calloc((size_t)world, sizeof *r->counts);
+    r->ncounts = calloc((size_t)world, sizeof *r->ncounts);
+    return r->events && r->nevents && r->counts && r->ncounts ? 0 : 1;
+}
+
+static void record_free(conf_record* r, int world) {
+    for (int k = 0; k < world; k++) {
+        if (r->events) free(r->events[k]);
+        if (r->counts) free(r->counts[k]);
+    }
+    free(r->events);
+    free(r->nevents);
+    free(r->counts);
+    free(r->ncounts);
+}
+
 static int capture_init(conf_capture* c, const rt_model* m) {
     memset(c, 0, sizeof *c);
-    c->events = calloc((size_t)m->world, sizeof *c->events);
-    c->nevents = calloc((size_t)m->world, sizeof *c->nevents);
-    c->counts = calloc((size_t)m->world, sizeof *c->counts);
-    c->ncounts = calloc((size_t)m->world, sizeof *c->ncounts);
+    int bad = record_init(&c->step1, m->world) | record_init(&c->eval, m->world) |
+              record_init(&c->step2, m->world);
+    c->eval_loss = calloc((size_t)m->world, sizeof *c->eval_loss);
     c->params_first = alloc_params(m);
     c->params_last = alloc_params(m);
-    int ok = c->events && c->nevents && c->counts && c->ncounts && c->params_first && c->params_last;
+    int ok = !bad && c->eval_loss && c->params_first && c->params_last;
     for (int p = 0; ok && p < m->nparams; p++) ok = c->params_first[p] && c->params_last[p];
     return ok ? 0 : 1;
 }
 
 static void capture_free(conf_capture* c, const rt_model* m) {
-    for (int r = 0; r < m->world; r++) {
-        if (c->events) free(c->events[r]);
-        if (c->counts) free(c->counts[r]);
-    }
-    free(c->events);
-    free(c->nevents);
-    free(c->counts);
-    free(c->ncounts);
+    record_free(&c->step1, m->world);
+    record_free(&c->eval, m->world);
+    record_free(&c->step2, m->world);
+    free(c->eval_loss);
     free_params(m, c->params_first);
     free_params(m, c->params_last);
 }
 
-// After each step, on every rank: step 1's events and counts, and the full parameters
-// after step 1 and after the last step.
+// Copies the rank's events and counts of the program it just ran into rec.
+static int record_rank(conf_record* rec, const rt_rank* R) {
+    int r = R->rank, n = R->nevents > 0 ? R->nevents : 0;
+    rec->events[r] = calloc((size_t)n + 1, sizeof(conf_event));
+    rec->counts[r] = calloc((size_t)(R->ncounts > 0 ? R->ncounts : 0) + 1, sizeof(rt_step_count));
+    if (!rec->events[r] || !rec->counts[r]) return 1;
+    for (int i = 0; i < n; i++) {
+        snprintf(rec->events[r][i].state, sizeof rec->events[r][i].state, "%s",
+                 R->events[i].state ? R->events[i].state : "(null)");
+        snprintf(rec->events[r][i].kind, sizeof rec->events[r][i].kind, "%s",
+                 R->events[i].kind ? R->events[i].kind : "(null)");
+        rec->events[r][i].group = R->events[i].group;
+    }
+    rec->nevents[r] = n;
+    for (int i = 0; i < R->ncounts && i < RT_STEP_MAX_COUNTS; i++) rec->counts[r][i] = R->counts[i];
+    rec->ncounts[r] = R->ncounts < RT_STEP_MAX_COUNTS ? R->ncounts : RT_STEP_MAX_COUNTS;
+    return 0;
+}
+
+// After each step, on every rank: step 1's events and counts, then (models with an eval
+// program) an eval on step 1's first input with its events, counts and loss, and step 2's
+// events and counts (the eval must leave them as planned); the full parameters after
+// step 1 and after the last step.
 static void capture_hook(train_run* run, rt_rank* R, int64_t idx) {
     conf_capture* c = run->hook_arg;
     if (idx == 0) {
-        int r = R->rank, n = R->nevents > 0 ? R->nevents : 0;
-        c->events[r] = calloc((size_t)n + 1, sizeof(conf_event));
-        c->counts[r] = calloc((size_t)(R->ncounts > 0 ? R->ncounts : 0) + 1, sizeof(rt_step_count));
-        if (!c->events[r] || !c->counts[r]) {
-            train_fail(run, "rank %d: out of memory capturing events", r);
+        if (record_rank(&c->step1, R)) {
+            train_fail(run, "rank %d: out of memory capturing events", R->rank);
             return;
         }
-        for (int i = 0; i < n; i++) {
-            snprintf(c->events[r][i].state, sizeof c->events[r][i].state, "%s",
-                     R->events[i].state ? R->events[i].state : "(null)");
-            snprintf(c->events[r][i].kind, sizeof c->events[r][i].kind, "%s",
-                     R->events[i].kind ? R->events[i].kind : "(null)");
-            c->events[r][i].group = R->events[i].group;
-        }
-        c->nevents[r] = n;
-        for (int i = 0; i < R->ncounts && i < RT_STEP_MAX_COUNTS; i++) c->counts[r][i] = R->counts[i];
-        c->ncounts[r] = R->ncounts < RT_STEP_MAX_COUNTS ? R->ncounts : RT_STEP_MAX_COUNTS;
         if (train_gather_params(run, R, c->params_first)) return;
+        if (run->m->eval) {
+            c->eval_loss[R->rank] = rt_step_eval(R);
+            if (record_rank(&c->eval, R)) train_fail(run, "rank %d: out of memory capturing events", R->rank);
+        }
     }
+    if (idx == 1 && run->m->eval && record_rank(&c->step2, R))
+        train_fail(run, "rank %d: out of memory capturing events", R->rank);
     if (idx == run->nsteps - 1) train_gather_params(run, R, c->params_last);
 }
 
@@ -151,22 +191,24 @@ static const char* group_name(const rt_model* m, int g) {
     return g >= 0 && g < m->ngroups ? m->groups[g].name : "(bad group index)";
 }
 
-static void check_events(const rt_model* m, const conf_capture* c, int verbose) {
-    printf("events: %d planned per step\n", m->nevents);
+// Every rank's recorded events (rec) against the planned ones; `what` names the program.
+static void check_events(const rt_model* m, const rt_model_event* planned, int nplanned,
+                         const conf_record* rec, const char* what, int verbose) {
+    printf("events: %d planned in %s\n", nplanned, what);
     if (verbose) {
-        for (int i = 0; i < c->nevents[0]; i++)
-            printf("%s %s \"%s\"\n", c->events[0][i].state, c->events[0][i].kind,
-                   group_name(m, c->events[0][i].group));
+        for (int i = 0; i < rec->nevents[0]; i++)
+            printf("%s %s \"%s\"\n", rec->events[0][i].state, rec->events[0][i].kind,
+                   group_name(m, rec->events[0][i].group));
     }
     int bad_ranks = 0;
     char first[512] = "";
     for (int r = 0; r < m->world; r++) {
-        const conf_event* ev = c->events[r];
-        int n = c->nevents[r], diff = -1;
-        for (int i = 0; i < n || i < m->nevents; i++) {
-            if (i >= n || i >= m->nevents || strcmp(ev[i].state, m->events[i].state) != 0 ||
-                strcmp(ev[i].kind, m->events[i].kind) != 0 ||
-                strcmp(group_name(m, ev[i].group), m->events[i].group) != 0) {
+        const conf_event* ev = rec->events[r];
+        int n = rec->nevents[r], diff = -1;
+        for (int i = 0; i < n || i < nplanned; i++) {
+            if (i >= n || i >= nplanned || strcmp(ev[i].state, planned[i].state) != 0 ||
+                strcmp(ev[i].kind, planned[i].kind) != 0 ||
+                strcmp(group_name(m, ev[i].group), planned[i].group) != 0) {
                 diff = i;
                 break;
             }
@@ -180,16 +222,16 @@ static void check_events(const rt_model* m, const conf_capture* c, int verbose) 
                      group_name(m, ev[diff].group));
         else
             snprintf(got, sizeof got, "nothing (only %d events recorded)", n);
-        if (diff < m->nevents)
-            snprintf(want, sizeof want, "%s %s \"%s\"", m->events[diff].state,
-                     m->events[diff].kind, m->events[diff].group);
+        if (diff < nplanned)
+            snprintf(want, sizeof want, "%s %s \"%s\"", planned[diff].state, planned[diff].kind,
+                     planned[diff].group);
         else
-            snprintf(want, sizeof want, "nothing (only %d events planned)", m->nevents);
+            snprintf(want, sizeof want, "nothing (only %d events planned)", nplanned);
         snprintf(first, sizeof first, "rank %d event %d: got %s, planned %s", r, diff + 1, got, want);
     }
     if (bad_ranks) printf("events: first difference: %s\n", first);
-    verdict(!bad_ranks, "events: %d of %d ranks recorded exactly the %d planned step-1 events",
-            m->world - bad_ranks, m->world, m->nevents);
+    verdict(!bad_ranks, "events: %d of %d ranks recorded exactly the %d planned %s events",
+            m->world - bad_ranks, m->world, nplanned, what);
 }
 
 static int find_count(const rt_step_count* v, int n, const char* what) {
@@ -198,33 +240,34 @@ static int find_count(const rt_step_count* v, int n, const char* what) {
     return -1;
 }
 
-static void check_counts(const rt_model* m, const conf_capture* c) {
-    printf("counts: planned");
-    for (int i = 0; i < m->ncounts; i++)
-        printf("%s %s %d", i ? "," : "", m->counts[i].what, m->counts[i].count);
-    printf("%s\n", m->ncounts ? "" : " none");
+static void check_counts(const rt_model* m, const rt_model_count* planned, int nplanned,
+                         const conf_record* rec, const char* what) {
+    printf("counts: planned in %s", what);
+    for (int i = 0; i < nplanned; i++)
+        printf("%s %s %d", i ? "," : "", planned[i].what, planned[i].count);
+    printf("%s\n", nplanned ? "" : " none");
     int bad = 0;
     for (int r = 0; r < m->world; r++) {
-        const rt_step_count* got = c->counts[r];
-        int n = c->ncounts[r];
-        for (int i = 0; i < m->ncounts; i++) {
-            int j = find_count(got, n, m->counts[i].what);
+        const rt_step_count* got = rec->counts[r];
+        int n = rec->ncounts[r];
+        for (int i = 0; i < nplanned; i++) {
+            int j = find_count(got, n, planned[i].what);
             int v = j < 0 ? 0 : got[j].count;
-            if (v != m->counts[i].count) {
+            if (v != planned[i].count) {
                 if (!bad++)
-                    printf("counts: rank %d: %s %d, planned %d%s\n", r, m->counts[i].what, v,
-                           m->counts[i].count, j < 0 ? " (missing)" : "");
+                    printf("counts: rank %d: %s %d, planned %d%s\n", r, planned[i].what, v,
+                           planned[i].count, j < 0 ? " (missing)" : "");
             }
         }
         for (int j = 0; j < n; j++) {
-            int planned = 0;
-            for (int i = 0; i < m->ncounts; i++) planned |= strcmp(m->counts[i].what, got[j].what) == 0;
-            if (!planned && got[j].count != 0 && !bad++)
+            int known = 0;
+            for (int i = 0; i < nplanned; i++) known |= strcmp(planned[i].what, got[j].what) == 0;
+            if (!known && got[j].count != 0 && !bad++)
                 printf("counts: rank %d: %s %d, not planned (extra)\n", r, got[j].what, got[j].count);
         }
     }
-    verdict(!bad, "counts: every rank's step-1 collective counts equal the %d planned (%d "
-                  "differences)", m->ncounts, bad);
+    verdict(!bad, "counts: every rank's %s collective counts equal the %d planned (%d "
+                  "differences)", what, nplanned, bad);
 }
 
 typedef struct diff_stats {
@@ -259,6 +302,18 @@ static void check_loss(const train_run* a, const train_run* b, double rtol, doub
             d.max_rel);
 }
 
+// The eval's loss after step 1, mean over ranks, against the reference's.
+static void check_eval_loss(const rt_model* m, const conf_capture* a, const conf_capture* b, double rtol,
+                            double atol) {
+    double sa = 0.0, sb = 0.0;
+    for (int r = 0; r < m->world; r++) sa += a->eval_loss[r], sb += b->eval_loss[r];
+    sa /= m->world, sb /= m->world;
+    diff_stats d = {0, 0, 0, 0, -1};
+    diff_add(&d, sa, sb, rtol, atol, 0);
+    verdict(!d.bad, "parity eval loss after step 1: sharded %.9g reference %.9g (rtol %g atol %g)", sa, sb,
+            rtol, atol);
+}
+
 static void check_params(const rt_model* m, float* const* a, float* const* b, const char* when,
                          double rtol, double atol) {
     diff_stats all = {0, 0, 0, 0, -1};
@@ -283,15 +338,16 @@ static void check_params(const rt_model* m, float* const* a, float* const* b, co
 }
 
 static void check_memory(const rt_model* m, const train_run* run) {
+    size_t planned = m->predicted_peak;
+    if (m->eval && m->eval_peak > planned) planned = m->eval_peak;
     int bad = 0;
     for (int r = 0; r < m->world; r++)
-        if (run->peak[r] != m->predicted_peak) {
-            if (!bad) printf("memory: rank %d measured peak %zu bytes, planned %zu\n", r,
-                             run->peak[r], m->predicted_peak);
+        if (run->peak[r] != planned) {
+            if (!bad) printf("memory: rank %d measured peak %zu bytes, planned %zu\n", r, run->peak[r], planned);
             bad++;
         }
     verdict(!bad, "memory: %d of %d ranks measured exactly the planned peak of %zu bytes (arena "
-                  "%zu bytes)", m->world - bad, m->world, m->predicted_peak, m->arena_bytes);
+                  "%zu bytes)", m->world - bad, m->world, planned, m->arena_bytes);
 }
 
 // The reference must be the same model: same parameters, world and inputs.
@@ -348,8 +404,20 @@ int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int 
         verdict(0, "run: the %s model did not complete %lld steps (see the error above)",
                 ra ? "sharded" : "reference", (long long)o.steps);
     } else {
-        check_events(sharded, &ca, o.verbose);
-        check_counts(sharded, &ca);
+        const rt_model* m = sharded;
+        check_events(m, m->events, m->nevents, &ca.step1, "step-1", o.verbose);
+        check_counts(m, m->counts, m->ncounts, &ca.step1, "step-1");
+        if (m->eval) {
+            check_events(m, m->eval_events, m->eval_nevents, &ca.eval, "eval", o.verbose);
+            check_counts(m, m->eval_counts, m->eval_ncounts, &ca.eval, "eval");
+            check_eval_loss(m, &ca, &cb, rtol, atol);
+            if (o.steps > 1) {
+                check_events(m, m->events, m->nevents, &ca.step2, "step-2 (after the eval)", 0);
+                check_counts(m, m->counts, m->ncounts, &ca.step2, "step-2 (after the eval)");
+            }
+        } else {
+            printf("eval: not available: %s\n", m->eval_unavailable ? m->eval_unavailable : "?");
+        }
         check_loss(&a, &b, rtol, atol, o.verbose);
         check_params(sharded, ca.params_first, cb.params_first, "after step 1", rtol, atol);
         char when[48];

@@ -1,5 +1,6 @@
-// data_feed.c — the inputs of each step: token batches from the --data file (rt_data.h's
-// offset contract, shape {world, n_forward, batch, seq_len}), or synthetic tokens / float
+// data_feed.c — the inputs of each step and of each eval's validation batches: token
+// batches from the --data / --val-data file (rt_data.h's offset contract, shape {world,
+// n_forward, batch, seq_len}, or n_micro 1 for validation), or synthetic tokens / float
 // inputs drawn from Philox keyed by (seed, step, microbatch, rank, index), so that every
 // step's data depends only on its index (what makes --resume bit-identical).
 #include <stdio.h>
@@ -97,4 +98,20 @@ int train_feed(train_run* run, rt_rank* R, int64_t s) {
             rt_rank_die(R, "%s", err);
     }
     return 0;
+}
+
+void train_feed_val(train_run* run, rt_rank* R, int64_t v) {
+    const rt_model* m = run->m;
+    if (!m->tokens) {
+        rt_train_synthetic_inputs(run->seed, -1 - v, 0, R->rank, train_input_numel(m), R->inputs[0]);
+    } else if (!run->val_data) {
+        rt_train_synthetic_tokens(run->seed, m->vocab, -1 - v, 0, R->rank, m->batch, m->seq_len,
+                                  R->tokens[0], R->targets[0]);
+    } else {
+        rt_data_shape shape = {m->world, 1, m->batch, m->seq_len};
+        char err[512];
+        if (rt_data_batch(run->val_data, &shape, v, 0, R->rank, R->tokens[0], R->targets[0], err,
+                          sizeof err) != 0)
+            rt_rank_die(R, "%s", err);
+    }
 }

@@ -280,6 +280,55 @@ static int has_lr_schedule(const rt_model* m) {
     return m->n_optimizer > 0 && (m->lr_schedule.warmup_steps > 0 || m->lr_schedule.decay != RT_LR_CONSTANT);
 }
 
+// Whether an eval follows step index i: after every --val-every-th step and the last;
+// with only --val-data, after the last.
+static int eval_due(const train_run* run, int64_t i) {
+    const train_opts* o = run->o;
+    if (!o->val_every && !o->val_data) return 0;
+    return i + 1 == run->nsteps || (o->val_every && (run->start_step + i + 1) % o->val_every == 0);
+}
+
+// Marks the run diverged (every rank sees the same mean, so each marks it: under mpirun
+// each process has its own run and must exit 1); rank 0 says why.
+static void diverged(train_run* run, rt_rank* R, int64_t s, const char* what, double mean) {
+    if (R->rank == 0)
+        fprintf(stderr, "fsdpgen: step %lld: %s is %s (training diverged; lower the learning rate "
+                        "or check the data)\n", (long long)(s + 1), what, isnan(mean) ? "nan" : "inf");
+    pthread_mutex_lock(&run->mu);
+    run->diverged = 1;
+    pthread_mutex_unlock(&run->mu);
+}
+
+// The eval program over the validation batches after step s: prints `step N val loss X`,
+// X the mean over ranks and batches. Returns 0, or 1 when the run failed or diverged.
+static int rank_eval(train_run* run, rt_rank* R, int64_t s) {
+    const int64_t W = run->m->world, K = run->o->val_batches;
+    const double ts = run->trace ? rt_trace_now_us(run->trace) : 0.0;
+    const double t0 = now_s();
+    double sum = 0.0;
+    for (int64_t v = 0; v < K; v++) {
+        train_feed_val(run, R, v);
+        sum += rt_step_eval(R);
+    }
+    if (exchange(run, R, &sum, 1)) return 1;
+    const double dt = now_s() - t0;
+    double total = 0.0;
+    for (int64_t r = 0; r < W; r++) {  // in rank order: every rank gets the same double
+        double v;
+        memcpy(&v, &run->xhost[R->rank][r * 2], sizeof v);
+        total += v;
+    }
+    const double mean = total / (double)(W * K);
+    if (run->trace)
+        rt_trace_complete(run->trace, R->rank, RT_TRACE_COMPUTE, "eval", "step", ts, dt * 1e6, NULL, NULL);
+    if (R->rank == 0 && !run->quiet)
+        printf("step %lld val loss %.6f | %lld batches | %.2f ms\n", (long long)(s + 1), mean, (long long)K,
+               dt * 1e3);
+    if (isfinite(mean)) return 0;
+    diverged(run, R, s, "the validation loss", mean);
+    return 1;
+}
+
 // Runs the steps; returns 0, or 1 when the run failed or diverged (already reported).
 static int rank_steps(train_run* run, rt_rank* R) {
     const rt_model* m = run->m;
@@ -326,17 +375,10 @@ static int rank_steps(train_run* run, rt_rank* R) {
                        dt > 0 ? (double)items / dt : 0.0, m->tokens ? "tok" : "samples", dt * 1e3);
         }
         if (!isfinite(mean)) {
-            // Every rank sees the same mean: each marks the run (under mpirun each process
-            // has its own run and must exit 1), rank 0 says why.
-            if (R->rank == 0)
-                fprintf(stderr, "fsdpgen: step %lld: loss is %s (training diverged; lower the "
-                                "learning rate or check the data)\n",
-                        (long long)(s + 1), isnan(mean) ? "nan" : "inf");
-            pthread_mutex_lock(&run->mu);
-            run->diverged = 1;
-            pthread_mutex_unlock(&run->mu);
+            diverged(run, R, s, "loss", mean);
             return 1;
         }
+        if (eval_due(run, i) && rank_eval(run, R, s)) return 1;
         if (run->hook) run->hook(run, R, i);
         const train_opts* o = run->o;
         if (o->checkpoint && o->checkpoint_every && (s + 1) % o->checkpoint_every == 0 &&
@@ -433,20 +475,21 @@ static int check_model(const rt_model* m) {
 
 // ---- main -------------------------------------------------------------------------------
 
-// Opens --data and fetches step 0 once, so a bad file is reported before any rank starts.
-static int open_data(train_run* run, const char* path) {
+// Opens --data (or --val-data: one batch per eval step, n_micro 1) and fetches step 0
+// once, so a bad file is reported before any rank starts.
+static int open_data(train_run* run, const char* opt, const char* path, int64_t n_micro, rt_data** out) {
     const rt_model* m = run->m;
     char err[512];
-    if (rt_data_open(path, m->vocab, m->seq_len, &run->data, err, sizeof err) != 0) {
-        fprintf(stderr, "fsdpgen: --data: %s\n", err);
+    if (rt_data_open(path, m->vocab, m->seq_len, out, err, sizeof err) != 0) {
+        fprintf(stderr, "fsdpgen: %s: %s\n", opt, err);
         return 1;
     }
-    rt_data_shape shape = {m->world, m->n_forward, m->batch, m->seq_len};
+    rt_data_shape shape = {m->world, n_micro, m->batch, m->seq_len};
     size_t n = (size_t)(m->batch * m->seq_len);
     int32_t* a = malloc(n * sizeof(int32_t));
     int32_t* b = malloc(n * sizeof(int32_t));
-    int rc = !a || !b ? -1 : rt_data_batch(run->data, &shape, 0, 0, 0, a, b, err, sizeof err);
-    if (rc != 0) fprintf(stderr, "fsdpgen: --data: %s\n", !a || !b ? "out of memory" : err);
+    int rc = !a || !b ? -1 : rt_data_batch(*out, &shape, 0, 0, 0, a, b, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "fsdpgen: %s: %s\n", opt, !a || !b ? "out of memory" : err);
     free(a);
     free(b);
     return rc != 0;
@@ -487,7 +530,8 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     rc = 0;
     if (o.save && check_output("--save", o.save)) rc = 1;
     if (!rc && o.trace && check_output("--trace", o.trace)) rc = 1;
-    if (!rc && o.data && open_data(&run, o.data)) rc = 1;
+    if (!rc && o.data && open_data(&run, "--data", o.data, m->n_forward, &run.data)) rc = 1;
+    if (!rc && o.val_data && open_data(&run, "--val-data", o.val_data, 1, &run.val_data)) rc = 1;
     if (!rc && o.resume && train_checkpoint_probe(m, o.resume, &run.start_step)) rc = 1;
     if (!rc && o.trace && rt_trace_create(m->world, 0, 0, &run.trace, err, sizeof err) != 0) {
         fprintf(stderr, "fsdpgen: --trace %s: %s\n", o.trace, err);
@@ -500,6 +544,7 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     }
     if (run.trace) rt_trace_destroy(run.trace);
     if (run.data) rt_data_close(run.data);
+    if (run.val_data) rt_data_close(run.val_data);
     train_run_free(&run);
     return rc;
 }

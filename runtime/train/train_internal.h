@@ -26,6 +26,11 @@ typedef struct train_opts {
     int seed_set;
     int64_t log_every;
     const char* data;
+    const char* val_data;      // validation tokens (--val-data), or NULL
+    int64_t val_every;         // eval after every N-th step (0: only after the last, with
+                               // --val-data; neither: no eval)
+    int64_t val_batches;       // validation batches per eval (default 8)
+    int val_batches_set;
     const char* save;
     const char* load;
     const char* checkpoint;
@@ -55,6 +60,7 @@ typedef struct train_run {
     int64_t start_step;      // 0, or the step a --resume checkpoint holds
     int64_t nsteps;
     rt_data* data;           // --data, or NULL (synthetic)
+    rt_data* val_data;       // --val-data, or NULL (synthetic, or no eval)
     rt_trace* trace;         // --trace, or NULL
     int quiet;               // no step lines (conformance)
     train_hook hook;
@@ -125,6 +131,10 @@ int train_init_params(train_run* run, rt_rank* R);
 // data_feed.c: fills R->tokens/targets/inputs for step s. Returns 0 (a file batch that
 // fails after open_data fetched step 0 with the same shape ends the process: rt_rank_die).
 int train_feed(train_run* run, rt_rank* R, int64_t s);
+// ... and forward item 0's with validation batch v (0-based) of every eval: from --val-data
+// as step v of a one-microbatch shape, else synthetic as step -1 - v of microbatch 0 (a
+// stream no training step draws).
+void train_feed_val(train_run* run, rt_rank* R, int64_t v);
 
 // weights.c: --save / --load, and the gather the conformance test uses. full[p] (numel of
 // param p floats, for every param p of the model) is filled on rank 0 only; every rank of
