@@ -416,7 +416,8 @@ int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int 
                 check_counts(m, m->counts, m->ncounts, &ca.step2, "step-2 (after the eval)");
             }
         } else {
-            printf("eval: not available: %s\n", m->eval_unavailable ? m->eval_unavailable : "?");
+            printf("eval: not checked: %s\n", m->eval_unavailable ? m->eval_unavailable
+                                                                  : "the model has no eval program");
         }
         check_loss(&a, &b, rtol, atol, o.verbose);
         check_params(sharded, ca.params_first, cb.params_first, "after step 1", rtol, atol);

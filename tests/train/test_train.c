@@ -629,6 +629,37 @@ static void test_basic_run(void) {
     proc_free(&p);
 }
 
+// The eval program (--val-every, --val-batches): its lines, and a run's training bits
+// unchanged by it.
+static void test_eval(void) {
+    proc p = run(g_train, "tiny", "--steps", "4", "--val-every", "2", "--val-batches", "3", "--save",
+                 P("eval.safetensors"), NULL);
+    CHECK_PROC(p, p.rc == 0 && !has(p.out, "step 1 val loss ") && has(p.out, "step 2 val loss ") &&
+                      !has(p.out, "step 3 val loss ") && has(p.out, "step 4 val loss ") &&
+                      has(p.out, " | 3 batches | "),
+               "--val-every 2 --val-batches 3: `step N val loss X | 3 batches` after steps 2 and 4");
+    proc q = run(g_train, "tiny", "--steps", "4", "--save", P("plain.safetensors"), NULL);
+    CHECK_PROC(q, q.rc == 0 && same_file(P("eval.safetensors"), P("plain.safetensors")),
+               "the evals leave the trained parameters bit-identical to a run without them");
+    char a[32], b[32];
+    CHECK(loss_of(p.out, 4, a, sizeof a) && loss_of(q.out, 4, b, sizeof b) && !strcmp(a, b),
+          "... and the step-4 loss (%s)", a);
+    proc r = run(g_train, "tiny", "--steps", "4", "--val-every", "3", "--val-batches", "3", NULL);
+    const char* v1 = strstr(p.out, "step 4 val loss ");
+    const char* v2 = strstr(r.out, "step 4 val loss ");
+    CHECK_PROC(r, r.rc == 0 && has(r.out, "step 3 val loss ") && v1 && v2 &&
+                      !strncmp(v1, v2, strcspn(v1, "|")),
+               "--val-every 3 of 4 steps: after step 3 and the last, which equals the other run's");
+    proc_free(&p);
+    proc_free(&q);
+    proc_free(&r);
+    p = run(g_train, "tiny_packed", "--steps", "1", "--val-every", "1", NULL);
+    CHECK_PROC(p, p.rc == 2 && has(p.err, "fsdpgen: bad argument --val-every: the eval program is not "
+                                          "available for this spec: ") && count_lines(p.err) == 1,
+               "a model without an eval program: --val-every is a bad argument (exit 2, one line)");
+    proc_free(&p);
+}
+
 static void test_resume(void) {
     proc a = run(g_train, "tiny", "--steps", "5", "--checkpoint", P("ckA"), "--save", P("a.st"), NULL);
     proc b = run(g_train, "tiny", "--steps", "3", "--checkpoint", P("ckB"), NULL);
@@ -865,6 +896,9 @@ static void test_bad_args(void) {
         {"--data", "x.bin", NULL},  // tiny takes float inputs
         {"positional", NULL},
         {"--bench=1", NULL},
+        {"--val-batches", "3", NULL},  // without --val-every or --val-data
+        {"--val-every", "0", NULL},
+        {"--val-data", "x.bin", NULL},  // tiny takes float inputs
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char** c = cases[i];
@@ -882,9 +916,11 @@ static void test_bad_args(void) {
 
 static void test_conformance(void) {
     proc p = run(g_conf, NULL, "--verbose", NULL);
-    CHECK_PROC(p, p.rc == 0 && has(p.out, "6 passed, 0 failed") && has(p.out, "FORWARD unshard \"lin\"") &&
-                      has(p.out, "PASS memory"),
-               "conformance of tiny: 6 passed, events printed with --verbose");
+    CHECK_PROC(p, p.rc == 0 && has(p.out, "11 passed, 0 failed") && has(p.out, "FORWARD unshard \"lin\"") &&
+                      has(p.out, "PASS memory") && has(p.out, "PASS parity eval loss") &&
+                      has(p.out, "PASS events: 2 of 2 ranks recorded exactly the 3 planned step-2 (after the eval)"),
+               "conformance of tiny: 11 passed (the eval's events, counts, loss and step 2 after it "
+               "included), events printed with --verbose");
     proc_free(&p);
     p = run(g_conf, NULL, "--steps", "1", NULL);
     CHECK_PROC(p, p.rc == 0 && has(p.out, "after step 1"), "conformance --steps 1");
@@ -917,6 +953,7 @@ int main(int argc, char** argv) {
     test_process_trace();
     test_one_process();
     test_basic_run();
+    test_eval();
     test_resume();
     test_bad_weights();
     test_data();

@@ -60,6 +60,28 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
 
 static void tiny_step(rt_rank* R) { tiny_step_with(R, &tiny_off); }
 static void tiny_ref_step(rt_rank* R) { tiny_step_with(R, &ref_off); }
+
+// The eval program: the step's forward under no_grad, then reshard() (the group is the
+// root's, which keeps its parameters unsharded after forward).
+static void tiny_eval_with(rt_rank* R, const tiny_offsets* o) {
+    rt_step_begin(R);
+    rt_step_section(R, "forward");
+    rt_step_all_gather_sync(R);
+    rt_step_all_gather(R, 0, 0, "FORWARD", o->ag, 0);
+    rt_step_all_gather_wait(R, 0, o->unsh);
+    float* out = RT_F32(R, o->out, 4 * 15);
+    rt_linear_forward(out, R->inputs[0], RT_F32(R, o->unsh, 4 * 20), RT_F32(R, o->unsh + 4 * 20, 4 * 5), 3,
+                      4, 5, RT_F32);
+    float* loss = RT_F32(R, o->loss, 4);
+    rt_sum_loss_forward(loss, out, 15);
+    rt_step_eval_loss(R, loss);
+    rt_step_section(R, "reshard");
+    rt_step_reshard(R, 0, "IDLE");
+    rt_step_end(R);
+}
+
+static void tiny_eval(rt_rank* R) { tiny_eval_with(R, &tiny_off); }
+static void tiny_ref_eval(rt_rank* R) { tiny_eval_with(R, &ref_off); }
 static void tiny_unsynced_step(rt_rank* R) { tiny_step_with(R, &unsynced_off); }
 static void tiny_stale_step(rt_rank* R) { tiny_step_with(R, &stale_off); }
 
@@ -132,6 +154,8 @@ static const rt_model_event tiny_events[] = {
 static const rt_model_count tiny_counts[] = {{"forward all_gather", 1}, {"backward reduce_scatter", 1}};
 static const rt_model_count tiny_ref_counts[] = {
     {"forward all_gather", 1}, {"backward reduce_scatter", 1}, {"backward all_reduce", 1}};
+static const rt_model_event tiny_eval_events[] = {{"FORWARD", "unshard", "lin"}, {"IDLE", "reshard", "lin"}};
+static const rt_model_count tiny_eval_counts[] = {{"forward all_gather", 1}};
 static const rt_model_event tiny_bad_events[] = {
     {"FORWARD", "unshard", "lin"},
     {"POST_BACKWARD", "post_backward", "lin"},
@@ -144,8 +168,9 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
 
 // Every tiny model has a warmup-then-cosine lr schedule, so the resume checks cover it.
 
+// EVAL: the eval program or NULL; its loss ends at 580 (sharded) / 836 (reference) bytes.
 #define TINY_MODEL(NAME, WORLD_R, WORLD_S, PARAMS, GROUPS, OPTIM, ARENA, PEAK, STEP, EVENTS,    \
-                   NEVENTS, COUNTS, NCOUNTS)                                                   \
+                   NEVENTS, COUNTS, NCOUNTS, EVAL, EVAL_PEAK)                                  \
     {.name = NAME, .spec_file = "tiny.lua", .generator = "fsdpgen test", .world = 2,          \
      .replicate = WORLD_R, .shard = WORLD_S, .nparams = 2, .params = PARAMS, .ngroups = 1,     \
      .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
@@ -153,37 +178,40 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
      .lr_schedule = {RT_LR_COSINE, 2, 6, 1e-3}, .n_optimizer = 1, .grad_clip = 0.0,           \
      .seed = 1234, .arena_bytes = ARENA,                                                      \
      .predicted_peak = PEAK, .reference = (WORLD_S == 1), .step = STEP, .nevents = NEVENTS,   \
-     .events = EVENTS, .ncounts = NCOUNTS, .counts = COUNTS}
+     .events = EVENTS, .ncounts = NCOUNTS, .counts = COUNTS, .eval = EVAL,                    \
+     .eval_peak = EVAL_PEAK, .eval_nevents = 2, .eval_events = tiny_eval_events,              \
+     .eval_ncounts = 1, .eval_counts = tiny_eval_counts}
 
 const rt_model tiny_model = TINY_MODEL("tiny", 1, 2, tiny_params_sharded, tiny_groups, ADAMW,
-                                       1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2);
+                                       1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2,
+                                       tiny_eval, 580);
 const rt_model tiny_ref_model = TINY_MODEL("tiny", 2, 1, tiny_params_ref, tiny_ref_groups,
                                            ADAMW, 1344, 1316, tiny_ref_step, tiny_events, 3,
-                                           tiny_ref_counts, 3);
+                                           tiny_ref_counts, 3, tiny_ref_eval, 836);
 const rt_model tiny_nan_model = TINY_MODEL("tiny_nan", 1, 2, tiny_params_sharded, tiny_groups,
                                            SGD_HUGE, 1024, 1020, tiny_step, tiny_events, 3,
-                                           tiny_counts, 2);
+                                           tiny_counts, 2, NULL, 0);
 const rt_model tiny_bad_model = TINY_MODEL("tiny_bad", 1, 2, tiny_params_sharded, tiny_groups,
                                            ADAMW, 1024, 1000, tiny_step, tiny_bad_events, 2,
-                                           tiny_bad_counts, 1);
+                                           tiny_bad_counts, 1, NULL, 0);
 const rt_model tiny_wrong_model = TINY_MODEL("tiny_wrong", 1, 2, tiny_params_sharded,
                                              tiny_wrong_groups, ADAMW, 1024, 1020, tiny_step,
-                                             tiny_events, 3, tiny_counts, 2);
+                                             tiny_events, 3, tiny_counts, 2, NULL, 0);
 const rt_model tiny_wrong_reduction_model = TINY_MODEL("tiny_wrong_reduction", 1, 2, tiny_params_sharded,
                                                        tiny_wrong_reduction_groups, ADAMW, 1024, 1020,
-                                                       tiny_step, tiny_events, 3, tiny_counts, 2);
+                                                       tiny_step, tiny_events, 3, tiny_counts, 2, NULL, 0);
 const rt_model tiny_bad_index_model = TINY_MODEL("tiny_bad_index", 1, 2, tiny_params_sharded,
                                                  tiny_bad_index_groups, ADAMW, 1024, 1020, tiny_step,
-                                                 tiny_events, 3, tiny_counts, 2);
+                                                 tiny_events, 3, tiny_counts, 2, NULL, 0);
 const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_packed, tiny_groups,
                                               ADAMW, 1024, 1020, tiny_step, tiny_events, 3,
-                                              tiny_counts, 2);
+                                              tiny_counts, 2, NULL, 0);
 const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
                                                 tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
-                                                tiny_events, 3, tiny_counts, 2);
+                                                tiny_events, 3, tiny_counts, 2, NULL, 0);
 const rt_model tiny_stale_model = TINY_MODEL("tiny_stale", 1, 2, tiny_params_sharded, tiny_groups,
                                              ADAMW, 1024, 1020, tiny_stale_step, tiny_events, 3,
-                                             tiny_counts, 2);
+                                             tiny_counts, 2, NULL, 0);
 
 // ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
 

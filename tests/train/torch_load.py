@@ -13,7 +13,9 @@ Usage: torch_load.py TINY_TRAIN WORK_DIR
    2 ranks, gradients averaged over ranks (FSDP's reduce-scatter AVG), AdamW with the
    tiny model's lr schedule (warmup 2, cosine to 1e-3 at step 6: PyTorch's SequentialLR of
    LinearLR and CosineAnnealingLR). The printed
-   losses and the saved parameters must agree (rtol 1e-5, atol 1e-6).
+   losses and the saved parameters must agree (rtol 1e-5, atol 1e-6), and so must the
+   eval after step 3 (--val-every 3 --val-batches 2) with PyTorch's no_grad forward on the
+   synthetic validation batches.
 
 Prints PASS/FAIL lines and ends with `N passed, N failed`. Without torch it prints a SKIP
 line and exits 77, which run.sh counts as skipped, not failed.
@@ -59,9 +61,9 @@ def main():
     binary, work = sys.argv[1], sys.argv[2]
     path = os.path.join(work, "t.safetensors")
     env = dict(os.environ, TINY_MODEL="tiny")
-    r = subprocess.run([binary, "--steps", "3", "--save", path], env=env, capture_output=True,
-                       text=True, timeout=120)
-    check(r.returncode == 0, f"tiny_train --steps 3 --save: exit {r.returncode} {r.stderr.strip()}")
+    r = subprocess.run([binary, "--steps", "3", "--save", path, "--val-every", "3", "--val-batches", "2"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"tiny_train --steps 3 --save --val-every 3: exit {r.returncode} {r.stderr.strip()}")
     if r.returncode != 0:
         summary()
         return 1
@@ -109,6 +111,14 @@ def main():
         opt.step()
         sched.step()
         ref_losses.append(total / 2)
+    # The eval after step 3: no_grad forward on validation batch v = 0, 1 of each rank
+    # (synthetic step -1 - v, microbatch 0), mean over ranks and batches.
+    with torch.no_grad():
+        ref_val = sum(ref.lin(synthetic_inputs(seed, -1 - v, 0, rank, [3, 4])).sum().item()
+                      for v in range(2) for rank in range(2)) / 4
+    val = [float(m) for m in re.findall(r"^step 3 val loss (\S+)", r.stdout, re.M)]
+    check(len(val) == 1 and abs(val[0] - ref_val) <= 1e-6 + 1e-5 * abs(ref_val) + 5e-7,
+          f"step 3 val loss {val} matches PyTorch's no_grad forward ({ref_val:.6f})")
     close = all(abs(a - b) <= 1e-6 + 1e-5 * abs(b) + 5e-7 for a, b in zip(losses, ref_losses))
     check(len(losses) == 3 and close,
           f"step losses {losses} match PyTorch's {[round(v, 6) for v in ref_losses]}")
