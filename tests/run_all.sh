@@ -2,7 +2,7 @@
 # Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
 # Suites: generator (Lua: unit (layout, first fit), seed conformance, bad specs, golden schedules, rounding,
 # gradient-buffer initialisation in the step C, direct reductions, reduce-scatters of the
-# parameters with gradients, side-stream buffer lifetimes, no host reads of the arena, microbatching counts, random step programs) and the C runtime (runtime core
+# parameters with gradients, side-stream buffer lifetimes, no host reads of the arena, microbatching counts, random step programs, the eval program) and the C runtime (runtime core
 # and comm, kernels, I/O, training driver; each also under ASan/UBSan) and the generated
 # conformance tests of every spec.
 set -u
@@ -51,6 +51,7 @@ run_suite "generator: side-stream buffer lifetimes" lua5.4 tests/generator/strea
 run_suite "generator: no host reads of the arena" lua5.4 tests/generator/device_pointers.lua
 run_suite "generator: microbatching counts (FSDP2's tests)" lua5.4 tests/generator/microbatching.lua
 run_suite "generator: random step programs" lua5.4 tests/generator/step_fuzz.lua
+run_suite "generator: eval program" lua5.4 tests/generator/eval_program.lua
 for suite in runtime kernels io train conformance torch cuda cuda_step; do
   if [[ -x tests/$suite/run.sh ]]; then
     run_suite "runtime: $suite" tests/$suite/run.sh

@@ -21,7 +21,7 @@ local function scan(text)
       local n = select(2, list:gsub('"[^"]*"', ""))
       if n > longest then longest = n end
     end
-    local section, kind = line:match("^(%a+)%d+ %(step item %d+: (%a+)%)")
+    local section, kind = line:match("^([%a_]+)%d+ %(%a+ item %d+: (%a+)%)")  -- step and eval sections
     if section then in_forward = kind == "forward" end
     local op = line:match("^  %S+%s+(%S+)")
     if in_forward and op == "all_gather" then

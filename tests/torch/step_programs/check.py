@@ -13,7 +13,10 @@ the ranks' gradients summed and divided by the world size (FSDP's AVG reduce-sca
 all-reduce across HSDP replicas) or by the group's divide factor, global-norm clipping
 where the spec clips, and torch.optim's step (SGD unless the case is about the optimizer),
 then the LR scheduler's where the spec has an lr_schedule, after each of the step's
-optimizer items. The saved parameters must agree (rtol 1e-5, atol 1e-6). Each case also has
+optimizer items. The saved parameters must agree (rtol 1e-5, atol 1e-6). The token cases
+also run the eval program after their last step (--val-data on a second token file), whose
+printed loss must equal PyTorch's (model.eval(), no_grad, cross-entropy on the validation
+batches). Each case also has
 a control: the same steps with one plausible mistake (named in its line), which must not
 agree, so each check can fail.
 
@@ -376,12 +379,31 @@ def token_steps(init, build, tokens, world, lr, mistake):
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
+VAL_BATCHES = 2
+
+
+def val_loss(sd, build, tokens, world):
+    """The eval program's loss: model.eval() and no_grad, cross-entropy on validation batch
+    v of each rank (rt_data.h's offsets with one microbatch, step v), mean over both."""
+    model = build(sd, False)
+    model.load_state_dict(sd, strict=True)
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for v in range(VAL_BATCHES):
+            for rank in range(world):
+                x, y = token_batch(tokens, world, 1, TOKEN_BATCH, TOKEN_SEQ, v, 0, rank)
+                logits = model(x)
+                total += torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1)).item()
+    return total / (VAL_BATCHES * world)
+
+
 def run(cmd):
-    """Runs cmd; returns its exit status and, on failure, a reason for the check line."""
+    """Runs cmd; returns its exit status, the reason for the check line on failure, and stdout."""
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode == 0:
-        return 0, ""
-    return r.returncode, ": exit %d\n%s" % (r.returncode, (r.stdout + r.stderr)[-2000:])
+        return 0, "", r.stdout
+    return r.returncode, ": exit %d\n%s" % (r.returncode, (r.stdout + r.stderr)[-2000:]), r.stdout
 
 
 def check_token_cases(root, work):
@@ -389,14 +411,20 @@ def check_token_cases(root, work):
     tokens_path, tokens = os.path.join(work, "tokens.bin"), list(data)
     with open(tokens_path, "wb") as f:
         f.write(data)
+    val = bytes((i * 104729 + i // 7) % 256 for i in range(5000))
+    val_path, val_tokens = os.path.join(work, "val.bin"), list(val)
+    with open(val_path, "wb") as f:
+        f.write(val)
     for name, spec, build, world, lr, mistake in TOKEN_CASES:
         init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
         binary = [os.path.join(root, "fsdpgen"), "run", os.path.join(root, HERE, spec), "--", "--seed", str(SEED),
                   "--data", tokens_path]
-        rc, why = run(binary + ["--steps", "1", "--save", init])  # the spec's own init, one step in
+        rc, why, _ = run(binary + ["--steps", "1", "--save", init])  # the spec's own init, one step in
+        stdout = ""
         if rc == 0:
-            rc, why = run(binary + ["--load", init, "--steps", str(STEPS), "--save", out])
-        check(rc == 0, f"{name}: fsdpgen run --steps 1 --save, then --load --steps {STEPS} --save{why}")
+            rc, why, stdout = run(binary + ["--load", init, "--steps", str(STEPS), "--save", out, "--val-data", val_path,
+                                            "--val-batches", str(VAL_BATCHES)])
+        check(rc == 0, f"{name}: fsdpgen run --steps 1 --save, then --load --steps {STEPS} --save --val-data{why}")
         if rc != 0:
             continue
         start, _ = read_safetensors(init)
@@ -404,6 +432,14 @@ def check_token_cases(root, work):
         want = token_steps(start, build, tokens, world, lr, False)
         wrong = token_steps(start, build, tokens, world, lr, True)
         compare(name, f"{len(want)} tensors", start, got, want, wrong, mistake, 1e-5, 1e-6)
+        # The eval after the last step, printed with 6 decimals.
+        line = [l for l in stdout.splitlines() if l.startswith(f"step {STEPS} val loss ")]
+        printed = float(line[0].split()[4]) if line else float("nan")
+        ref, bad = val_loss(want, build, val_tokens, world), val_loss(want, build, tokens, world)
+        check(abs(printed - ref) <= 1e-5 * abs(ref) + 1e-6, f"{name}: step {STEPS} val loss {printed} (--val-data, "
+              f"{VAL_BATCHES} batches) matches PyTorch's eval-mode no_grad loss {ref:.6f}")
+        check(abs(printed - bad) > 1e-5 * abs(bad) + 1e-6, f"{name}: control: the same eval on the training "
+              f"tokens ({bad:.6f}) does not match")
 
 
 def main():
@@ -414,7 +450,7 @@ def main():
         params = {k: torch.rand(s) * 2 - 1 for k, s in shapes.items()}
         init, out = os.path.join(work, name + ".init.safetensors"), os.path.join(work, name + ".safetensors")
         write_safetensors(init, params)
-        rc, why = run([os.path.join(root, "fsdpgen"), "run", os.path.join(root, c["spec"]), "--",
+        rc, why, _ = run([os.path.join(root, "fsdpgen"), "run", os.path.join(root, c["spec"]), "--",
                        "--load", init, "--steps", str(c["steps"]), "--seed", str(SEED), "--save", out])
         check(rc == 0, f"{name}: fsdpgen run --load --steps {c['steps']} --save{why}")
         if rc != 0:

@@ -1,0 +1,72 @@
+-- The eval program (planner.lua run_eval: model.eval(), a no_grad forward, reshard() on
+-- every FSDP module), planned for every spec: what it may and may not contain, and where
+-- FSDP2's bookkeeping of no-grad forwards makes it unavailable.
+-- Run from the repository root: lua5.4 tests/generator/eval_program.lua
+package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
+local util = require("tests.generator.step_c")
+local check = util.check
+
+local TRAINING_ONLY = { reduce_scatter = true, all_reduce = true, optimizer = true, backward = true,
+  loss_grad = true, post_backward = true, accumulate_unsharded_grads = true, clip_grad_norm = true,
+  recompute = true, recompute_begin = true }
+
+local available, with_dropout, with_pf = 0, 0, 0
+for _, path in ipairs(util.all_specs()) do
+  local ok, plan = pcall(util.plan, path)
+  if ok and not plan.eval_unavailable then
+    available = available + 1
+    local ev = plan.eval_plan
+    local bad, losses, grads = {}, 0, 0
+    for _, st in ipairs(ev.steps) do
+      if TRAINING_ONLY[st.op] then bad[#bad + 1] = st.op end
+      if st.op == "eval_loss" then losses = losses + 1 end
+    end
+    local kinds = {}
+    for _, op in ipairs(ev.graph.ops) do
+      kinds[op.kind] = true
+      for _, t in ipairs(op.outs) do
+        if t.requires_grad then grads = grads + 1 end
+      end
+    end
+    check(#bad == 0 and losses == 1 and grads == 0 and not kinds.dropout and not kinds.post_backward_hook,
+      string.format("%s: the eval has one loss, no training op (%s), no tensor requiring grad (%d), no dropout "
+        .. "or post-backward hook", path, table.concat(bad, ", "), grads))
+    local dropout = false
+    for _, op in ipairs(plan.graph.ops) do dropout = dropout or op.kind == "dropout" end
+    if dropout then with_dropout = with_dropout + 1 end
+    -- reshard_after_forward = int: model.reshard() frees the post-forward shards.
+    local pf = {}
+    for _, g in ipairs(ev.groups) do
+      if g.pf_size and g.pf_size ~= g.shard then pf[g.index] = true end
+    end
+    local freed = {}
+    for _, st in ipairs(ev.steps) do
+      if st.op == "reshard" and st.from == "sharded_post_forward" then freed[st.group.index] = true end
+    end
+    for k in pairs(pf) do
+      with_pf = with_pf + 1
+      check(freed[k], string.format("%s: reshard() frees group %d's post-forward shard", path, k))
+    end
+  end
+end
+check(available >= 50, string.format("the eval program is available for %d specs", available))
+check(with_dropout >= 3, string.format("%d specs with dropout in the step have none in the eval", with_dropout))
+check(with_pf >= 1, string.format("%d groups with an int reshard_after_forward checked", with_pf))
+
+-- A root without parameters: its forward's last post-forward is the last layer, which the
+-- next step's backward has resharded when FSDP2's prefetch from the first layer (its
+-- post-forward index 0 of the step, so the eval's last record before it) unshards it again.
+local plan = util.plan("tests/specs/features/mixed_precision_mlp3.lua")
+check(plan.eval_unavailable and plan.eval_unavailable:find("from group '0' would all-gather group '2'", 1, true),
+  "paramless root: unavailable, the reason names the prefetching and the prefetched group ("
+    .. tostring(plan.eval_unavailable) .. ")")
+-- With the root's own parameters (unsharded through backward) the same prefetch is a no-op.
+plan = util.plan("tests/specs/features/lr_schedule_warmup_cosine.lua")
+local hits = 0
+for _, h in ipairs(plan.stale_prefetch) do
+  if h.noop and h.noop[1] then hits = hits + 1 end
+end
+check(not plan.eval_unavailable and hits >= 1 and hits == #plan.stale_prefetch,
+  string.format("root with parameters: available, each of its stale-index prefetches (%d) finds the root unsharded",
+    hits))
+util.finish()
