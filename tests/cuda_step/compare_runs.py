@@ -1,6 +1,7 @@
 """CUDA vs CPU: the same spec trained the same steps with the same seed by the CPU binary
 and the CUDA binary. Compares the printed per-step losses (relative to the larger of the
-step's loss and the first step's) and every saved parameter
+step's loss and the first step's), the eval program's (`step N val loss`, when the runs
+printed them), and every saved parameter
 (--save) within a tolerance (fp32 specs: the GPU's reduction orders and transcendental
 functions differ in the last bits; mixed precision: bf16/fp16 rounding steps).
 
@@ -20,9 +21,9 @@ import sys
 from fsdpgen_ref import check, read_safetensors, summary
 
 
-def losses(path):
+def losses(path, what="loss"):
     with open(path) as f:
-        return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", f.read(), re.M)]
+        return [float(m.group(1)) for m in re.finditer(r"^step \d+ " + what + r" (\S+)", f.read(), re.M)]
 
 
 def main():
@@ -36,6 +37,11 @@ def main():
                 default=float("inf"))
     check(len(a) == len(b) and len(a) > 0 and worst <= rtol,
           f"{label}: {len(a)} step losses, CUDA vs CPU max rel diff {worst:.3g} (rtol {rtol:g})")
+    va, vb = losses(cpu_log, "val loss"), losses(cuda_log, "val loss")
+    if va or vb:  # the runs had --val-every: the eval program's losses, same scale
+        worst = max((abs(x - y) / max(abs(x), scale, 1e-6) for x, y in zip(va, vb)), default=float("inf"))
+        check(len(va) == len(vb) and worst <= rtol,
+              f"{label}: {len(va)} val losses, CUDA vs CPU max rel diff {worst:.3g} (rtol {rtol:g})")
     pa, _ = read_safetensors(cpu_st)
     pb, _ = read_safetensors(cuda_st)
     bad, worst, worst_elem, n = [], 0.0, 0.0, 0

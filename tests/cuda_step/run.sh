@@ -158,8 +158,11 @@ for entry in "${specs[@]}"; do
         continue
     fi
     cuda_binary "$name" main || continue
-    ./fsdpgen run "$spec" -- --steps 5 --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
-    CUDA_EMU_LAZY=low "$bin" --steps 5 --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
+    # The eval program after steps 2, 4 and 5, where the spec has one.
+    val=(--val-every 2 --val-batches 2)
+    grep -q '^eval       not available' "build/$name/$name.schedule" && val=()
+    ./fsdpgen run "$spec" -- --steps 5 "${val[@]}" --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
+    CUDA_EMU_LAZY=low "$bin" --steps 5 "${val[@]}" --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
     PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name ($where)" "$py" tests/cuda_step/compare_runs.py \
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
         "$work/$name.cuda.safetensors" "$rtol" "$name"
@@ -199,7 +202,7 @@ for entry in "${specs[@]}"; do
     # late changes some in one mode, even within rtol.
     same=1
     for mode in 0 1; do
-        CUDA_EMU_LAZY=$mode "$bin" --steps 5 --save "$work/$name.lazy$mode.safetensors" \
+        CUDA_EMU_LAZY=$mode "$bin" --steps 5 "${val[@]}" --save "$work/$name.lazy$mode.safetensors" \
             >"$work/$name.lazy$mode.log" 2>&1 &&
             cmp -s "$work/$name.cuda.safetensors" "$work/$name.lazy$mode.safetensors" || same=0
     done
@@ -208,6 +211,14 @@ for entry in "${specs[@]}"; do
     else
         fail "lazy modes/$name (emulator): CUDA_EMU_LAZY=0, low and 1 save different parameters" \
             "(streams race: an access their events do not order)"
+    fi
+    [ ${#val[@]} = 0 ] && continue
+    # The evals change no bit of the training.
+    if CUDA_EMU_LAZY=low "$bin" --steps 5 --save "$work/$name.noval.safetensors" >"$work/$name.noval.log" 2>&1 &&
+        cmp -s "$work/$name.cuda.safetensors" "$work/$name.noval.safetensors"; then
+        pass "eval/$name (emulator): the run with evals after steps 2, 4 and 5 saves the bits of the run without"
+    else
+        fail "eval/$name (emulator): the evals changed the trained parameters"
     fi
 done
 
