@@ -888,7 +888,14 @@ function M.plan(spec)
   sim.memory = memory.plan(sim)
   -- The eval program, planned the same way (its own trace and memory plan; the persistent
   -- buffers and the parameters' storage are the step's).
-  local ev = M.new(spec):run_eval()
+  local ok, ev = pcall(function() return M.new(spec):run_eval() end)
+  if not ok then
+    -- The model's own forward on the spec's input failed (a step of non-root forwards only).
+    trace.begin(nil, nil)
+    if not errors.is_spec_error(ev) then error(ev, 0) end
+    sim.eval_unavailable = "the eval's forward, model(inp) on the spec's input, fails: " .. ev.msg
+    return sim
+  end
   ev.memory = memory.plan(ev)
   sim.eval_plan = ev
   sim.eval_unavailable = eval_neutral(sim, ev)
