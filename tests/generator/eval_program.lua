@@ -69,4 +69,22 @@ end
 check(not plan.eval_unavailable and hits >= 1 and hits == #plan.stale_prefetch,
   string.format("root with parameters: available, each of its stale-index prefetches (%d) finds the root unsharded",
     hits))
+-- A step of non-root forwards only, whose root forward cannot take the spec's input: the
+-- eval is unavailable, the build is not refused.
+local tmp = os.tmpname() .. ".lua"
+local f = assert(io.open(tmp, "w"))
+f:write([[
+local nn, fsdp = require("nn"), require("fsdp")
+local model = nn.Sequential{ nn.Linear(8, 4), nn.Linear(4, 4) }
+for i = 1, 2 do fsdp.fully_shard(model[i]) end
+fsdp.fully_shard(model)
+return fsdp.spec{ name = "nonroot_only", model = model, world_size = 2, input = { shape = { 4, 4 } },
+  loss = "sum", optimizer = { "sgd", lr = 1e-2 }, step = { { "forward", module = "1" }, "backward", "optimizer" } }
+]])
+f:close()
+ok, plan = pcall(util.plan, tmp)
+os.remove(tmp)
+check(ok and plan.eval_unavailable and plan.eval_unavailable:find("model(inp) on the spec's input, fails: linear", 1, true),
+  "non-root forwards only, the root's forward failing on the input: planned, eval unavailable ("
+    .. tostring(ok and plan.eval_unavailable or plan and plan.msg or plan) .. ")")
 util.finish()
