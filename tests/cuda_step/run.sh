@@ -174,7 +174,7 @@ for entry in "${specs[@]}"; do
         fi
     fi
     if [[ $name == llama_tc_attention_bf16 ]]; then  # attention on tensor cores: fused dQ too
-        RT_ATTENTION_FUSED_DQ=1 CUDA_EMU_LAZY=low "$bin" --steps 5 \
+        RT_ATTENTION_FUSED_DQ=1 CUDA_EMU_LAZY=low "$bin" --steps 5 "${val[@]}" \
             --save "$work/$name.fused.safetensors" >"$work/$name.fused.log" 2>&1
         PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name, RT_ATTENTION_FUSED_DQ=1 ($where)" \
             "$py" tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.fused.log" \
