@@ -5,7 +5,8 @@
 # Logs and a summary go to $OUT (the device tool's folder) or ./gpu_logs. Each step has a
 # time limit, and the whole run stops starting steps after $BUDGET seconds (default 540),
 # so it ends inside one 10-minute call. Needs tests/gpu/fetch_tools.sh's .devtools.
-#   tests    ninja, the CUDA kernel and stream tests, NCCL and local-mode comm tests, and
+#   tests    ninja, the CUDA kernel and stream tests, NCCL and local-mode comm tests, PyTorch
+#            FSDP2's post-forward order after an eval (tests/gpu/fsdp2_eval.py), and
 #            tests/cuda_step/run.sh (CUDA conformance, CUDA vs CPU, compute-sanitizer)
 #   example  the README's example on the GPU (300 steps), and 20 steps with --trace, whose
 #            compute-stream waits for collectives tests/gpu/trace_waits.py sums per step
@@ -77,6 +78,7 @@ for s in $stages; do
             step "test $t" tests.log 120 build/cuda/$t
         done
         for t in test_nccl test_cuda_local; do step "test $t" tests.log 60 build/runtime/$t; done
+        step "fsdp2 eval rule" tests.log 90 python3 tests/gpu/fsdp2_eval.py
         VERBOSE=1 step "test cuda_step" cuda_step.log 300 tests/cuda_step/run.sh ;;
     example)
         step "example" example.log 90 ./fsdpgen run examples/gpt_bytes.lua --cuda -- \
