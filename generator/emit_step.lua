@@ -491,8 +491,9 @@ local function emit_program(b, plan, name, prefix, what)
   return w
 end
 
--- The eval program shares the arena's persistent buffers with the step.
-local function check_eval_memory(plan, ev)
+-- The eval program and the step after one share the arena's persistent buffers with the
+-- step.
+local function check_persistent(plan, other)
   local function persistent(p)
     local t = {}
     for _, buf in ipairs(p.memory.buffers) do
@@ -500,8 +501,8 @@ local function check_eval_memory(plan, ev)
     end
     return table.concat(t, ",")
   end
-  if persistent(plan) ~= persistent(ev) then
-    error("the eval program's persistent buffers differ from the step's")
+  if persistent(plan) ~= persistent(other) then
+    error("the persistent buffers of the eval program or the step after it differ from the step's")
   end
 end
 
@@ -510,6 +511,7 @@ end
 function M.render(plan, spec_file, prefix, is_reference)
   local spec = plan.spec
   local ev = not plan.eval_unavailable and plan.eval_plan or nil
+  local after = ev and plan.after_eval_plan
   local b = buffer.new("    ")
   local opt_states = memory.optimizer_states(spec.optimizer)
   local list, index = param_table(plan)
@@ -535,12 +537,17 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line("// ---- what the planner expects (checked by %s_test)", prefix)
   local ncounts = emit_expectations(b, plan, "")
   local eval_ncounts = ev and emit_expectations(b, ev, "eval_")
+  local after_ncounts = after and emit_expectations(b, after, "after_eval_")
 
-  -- The step, then the eval program: one function per schedule section.
+  -- The step, the eval program and the step after one: a function per schedule section.
   local w = emit_program(b, plan, "step", "", "step")
   if ev then
-    check_eval_memory(plan, ev)
+    check_persistent(plan, ev)
     emit_program(b, ev, "eval", "eval_", "eval")
+  end
+  if after then
+    check_persistent(plan, after)
+    emit_program(b, after, "step_after_eval", "after_eval_", "step")
   end
 
   -- The model.
@@ -584,8 +591,8 @@ function M.render(plan, spec_file, prefix, is_reference)
     if op.kind == "dropout" and op.attrs.p > 0 then draws_rng = true end
   end
   b:line(".draws_rng = %d,", draws_rng and 1 or 0)
-  b:line(".arena_bytes = %d, .predicted_peak = %d,", math.max(plan.memory.arena, ev and ev.memory.arena or 0),
-    plan.memory.peak)
+  b:line(".arena_bytes = %d, .predicted_peak = %d,", math.max(plan.memory.arena, ev and ev.memory.arena or 0,
+    after and after.memory.arena or 0), plan.memory.peak)
   b:line(".reference = %d,", is_reference and 1 or 0)
   b:line(".step = step,")
   b:line(".nevents = %d, .events = events,", #plan.events)
@@ -594,6 +601,11 @@ function M.render(plan, spec_file, prefix, is_reference)
     b:line(".eval = eval, .eval_peak = %d,", ev.memory.peak)
     b:line(".eval_nevents = %d, .eval_events = eval_events,", #ev.events)
     b:line(".eval_ncounts = %d, .eval_counts = eval_counts,", eval_ncounts)
+    if after then
+      b:line(".step_after_eval = step_after_eval, .after_eval_peak = %d,", after.memory.peak)
+      b:line(".after_eval_nevents = %d, .after_eval_events = after_eval_events,", #after.events)
+      b:line(".after_eval_ncounts = %d, .after_eval_counts = after_eval_counts,", after_ncounts)
+    end
   else
     b:line(".eval_unavailable = %s,", cstr(plan.eval_unavailable))
   end

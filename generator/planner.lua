@@ -126,7 +126,7 @@ function M.new(spec)
     ag_seq = 0, rs_seq = 0,
     label_counts = {}, forward_index = 0, recompute_ops = {},
     n_optimizer = 0,  -- "optimizer" items run so far
-    stale_prefetch = {},  -- Sim:backward_prefetch
+    eval_records = 0,  -- post-forward records an eval left (Sim:after_eval)
   }, Sim)
   return sim
 end
@@ -222,23 +222,14 @@ function Sim:prefetch(g, training)
   g.training = old
 end
 
--- FSDPParamGroup._backward_prefetch. Where it finds no post-forward index of g, or none
--- before g's, an eval's forwards (which FSDP2 records too, and only a last backward
--- clears) would be there: stale_prefetch notes it, with the groups whose unshard would then
--- be a no-op, for eval_neutral.
+-- FSDPParamGroup._backward_prefetch. After an eval (Sim:after_eval) the post-forward
+-- records of its forward come first; popping one of them is noted (pops_eval_record).
 function Sim:backward_prefetch(g)
   if g.training ~= PRE_BACKWARD then return end
-  if #g.pf_indices == 0 then
-    self.stale_prefetch[#self.stale_prefetch + 1] = { group = g }
-    return
-  end
+  if #g.pf_indices == 0 then return end
   local idx = table.remove(g.pf_indices)
-  if idx - 1 < 1 then
-    local noop = {}
-    for _, h in ipairs(self.groups) do noop[h.index] = h.pending ~= nil or h.sharded == UNSHARDED end
-    self.stale_prefetch[#self.stale_prefetch + 1] = { group = g, noop = noop }
-    return
-  end
+  if idx <= self.eval_records then self.pops_eval_record = g end
+  if idx - 1 < 1 then return end
   self:prefetch(self.post_forward_order[idx - 1], PRE_BACKWARD)
 end
 
@@ -457,7 +448,7 @@ function Sim:final_callback()
       end
     end
   end
-  if self.is_last_backward then self.post_forward_order = {} end
+  if self.is_last_backward then self.post_forward_order, self.eval_records = {}, 0 end
   self.final_queued = false
 end
 
@@ -854,29 +845,63 @@ function Sim:run_eval()
   return self
 end
 
--- Why running the eval program between two training steps would change the next step's
--- collectives (nil when it does not). FSDP2 records a no-grad forward in post_forward_order
--- too, and only a last backward's final callback clears it: the next step's backward
--- prefetch, where it finds no post-forward before its own (plan.stale_prefetch), targets the
--- eval's last post-forward group instead, which must then be unsharded or being
--- all-gathered already (its unshard a no-op).
-local function eval_neutral(plan, ev)
+-- The state an eval program leaves for the next training step: FSDP2 records a no-grad
+-- forward in its post-forward order too, and only a last backward clears that list, so
+-- the next step's backward prefetch, where it finds no post-forward record of its own
+-- before a group's, targets the eval's last post-forward group. One validation batch's
+-- records: more only add earlier ones, which no step reaches unless it pops one of them
+-- (pops_eval_record; M.plan refuses that).
+function Sim:after_eval(ev)
+  self.eval_records = #ev.post_forward_order
+  for i, eg in ipairs(ev.post_forward_order) do
+    local g = self.groups[eg.index]
+    self.post_forward_order[i] = g
+    g.pf_indices[#g.pf_indices + 1] = i
+  end
+  return self
+end
+
+-- The schedule lines of a plan (what the two step plans are compared by).
+local function step_lines(plan)
+  local schedule, lines = require("schedule"), {}
+  for i, st in ipairs(plan.steps) do lines[i] = schedule.step_line(st, plan) end
+  return table.concat(lines, "\n")
+end
+
+-- Plans the eval program and the training step that follows one (plan.after_eval_plan,
+-- only where it differs from the step: the eval's last post-forward group is then
+-- sharded when the prefetch targets it, e.g. the last block under a root without
+-- parameters, and FSDP2 all-gathers it once more). Sets plan.eval_unavailable instead
+-- where the generated code cannot do what FSDP2 would.
+local function plan_eval(spec, plan, memory)
+  local function unavailable(why) plan.eval_unavailable = why end
+  local ok, ev = pcall(function() return M.new(spec):run_eval() end)
+  if not ok then
+    -- The model's own forward on the spec's input failed (a step of non-root forwards only).
+    trace.begin(nil, nil)
+    if not errors.is_spec_error(ev) then error(ev, 0) end
+    return unavailable("the eval's forward, model(inp) on the spec's input, fails: " .. ev.msg)
+  end
   for _, g in ipairs(ev.groups) do
     if g.pending then
-      return string.format("the eval forward leaves a prefetch of group '%s' in flight (a forward prefetch list names a group that runs before it)", g.name)
+      return unavailable(string.format("the eval forward leaves a prefetch of group '%s' in flight (a forward prefetch list names a group that runs before it)", g.name))
     end
   end
-  local last = ev.post_forward_order[#ev.post_forward_order]
-  for _, hit in ipairs(plan.stale_prefetch) do
-    if not hit.noop then
-      return string.format("group '%s' runs more backward pre-hooks than forwards in a step, so after an eval FSDP2's backward prefetch would pop the eval's post-forward record", hit.group.name)
-    end
-    if last and not hit.noop[last.index] then
-      return string.format("after an eval, FSDP2's backward prefetch from group '%s' would all-gather group '%s' (the eval's last post-forward, sharded at that point) again",
-        hit.group.name, last.name)
-    end
+  local after
+  ok, after = pcall(function() return M.new(spec):after_eval(ev):run() end)
+  if not ok then
+    trace.begin(nil, nil)
+    if not errors.is_spec_error(after) then error(after, 0) end
+    return unavailable("the step after an eval: " .. after.msg)
   end
-  return nil
+  if after.pops_eval_record then
+    return unavailable(string.format("group '%s' has more backward pre-hooks than forwards in a step, so after an eval FSDP2's backward prefetch would pop a record of the eval's forward (which one depends on the number of validation batches)",
+      after.pops_eval_record.name))
+  end
+  ev.memory = memory.plan(ev)
+  plan.eval_plan = ev
+  after.memory = memory.plan(after)  -- as the step's (its lines say which casts are views)
+  if step_lines(after) ~= step_lines(plan) then plan.after_eval_plan = after end
 end
 
 function M.plan(spec)
@@ -886,19 +911,9 @@ function M.plan(spec)
   errors.track_spec_lines(false)
   local memory = require("memory")
   sim.memory = memory.plan(sim)
-  -- The eval program, planned the same way (its own trace and memory plan; the persistent
-  -- buffers and the parameters' storage are the step's).
-  local ok, ev = pcall(function() return M.new(spec):run_eval() end)
-  if not ok then
-    -- The model's own forward on the spec's input failed (a step of non-root forwards only).
-    trace.begin(nil, nil)
-    if not errors.is_spec_error(ev) then error(ev, 0) end
-    sim.eval_unavailable = "the eval's forward, model(inp) on the spec's input, fails: " .. ev.msg
-    return sim
-  end
-  ev.memory = memory.plan(ev)
-  sim.eval_plan = ev
-  sim.eval_unavailable = eval_neutral(sim, ev)
+  -- The eval program and the step after one, planned the same way (their own traces and
+  -- memory plans; the persistent buffers and the parameters' storage are the step's).
+  plan_eval(spec, sim, memory)
   return sim
 end
 

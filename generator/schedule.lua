@@ -251,6 +251,17 @@ function M.render(plan, spec_file)
     b:line("")
     b:line("eval memory: predicted peak %d (arena %d with alignment; the persistent buffers are the step's)",
       ev.memory.peak, ev.memory.arena)
+    local after = plan.after_eval_plan
+    b:line("")
+    if after then
+      b:line("step after an eval: FSDP2 keeps the eval's post-forward records until the next last backward, and its backward prefetch targets them")
+      sections(b, after, "after_eval_", "step")
+      b:line("")
+      b:line("step after an eval memory: predicted peak %d (arena %d with alignment)", after.memory.peak,
+        after.memory.arena)
+    else
+      b:line("step after an eval: the step above (FSDP2's backward prefetch of the eval's records unshards nothing)")
+    end
   end
   local mem = plan.memory
   b:line("")

@@ -159,7 +159,10 @@ void rt_step_run(rt_rank* R) {
     }
     c->h_step[0] = R->step + 1;
     for (int j = 0; j < R->model->n_optimizer; j++) c->h_lr[j] = rt_step_lr(R, j);
-    if (!c->use_graph || !c->warm) {
+    const rt_step_fn fn = rt_step_next(R);
+    if (fn != R->model->step) {
+        fn(R);  // the step after an eval: eagerly, the graph holds the usual one
+    } else if (!c->use_graph || !c->warm) {
         // Eager; the first step also creates what capture must not (NCCL connections,
         // cuBLAS state).
         R->model->step(R);
@@ -177,11 +180,13 @@ void rt_step_run(rt_rank* R) {
     for (int k = 0; k < R->model->n_backward; k++) R->losses[k] = c->h_losses[k];
 }
 
-// Eagerly: a captured graph would hold its own copy of the arena's scratch layout, and an
-// eval runs seldom. The losses' pinned slot 0 carries its loss.
+// Eagerly (as the step after it where that differs): a captured graph would hold its own
+// copy of the arena's scratch layout, and an eval runs seldom. The losses' pinned slot 0
+// carries its loss.
 double rt_step_eval(rt_rank* R) {
     cuda_rank* c = R->backend;
     R->model->eval(R);
+    R->after_eval = 1;
     cudaError_t e = cudaStreamSynchronize(c->compute);
     if (e != cudaSuccess)
         rt_rank_die(R, "the eval after step %lld failed on the GPU: %s (hint: %s)", (long long)R->step + 1,

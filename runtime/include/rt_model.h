@@ -172,6 +172,15 @@ typedef struct rt_model {
     int eval_ncounts;
     const rt_model_count* eval_counts;
     const char* eval_unavailable;
+    // The training step that follows an eval, where it differs from `step` (FSDP2's backward
+    // prefetch targets the eval's post-forward records: generator/planner.lua after_eval),
+    // else NULL; its planned peak, events and counts.
+    void (*step_after_eval)(struct rt_rank* R);
+    size_t after_eval_peak;
+    int after_eval_nevents;
+    const rt_model_event* after_eval_events;
+    int after_eval_ncounts;
+    const rt_model_count* after_eval_counts;
 } rt_model;
 
 #ifdef __cplusplus

@@ -89,6 +89,7 @@ typedef struct rt_rank {
     // backend measures none of t_comm and t_optim (its collectives overlap compute on
     // their own streams; --trace shows them).
     double t_comm, t_optim, t_total;
+    int after_eval;              // an eval ran since the last step (rt_step_next)
     void* backend;               // the backend's own state of this rank
 } rt_rank;
 
@@ -109,12 +110,17 @@ const char* rt_step_backend(void);
 // else every rank on GPU 0 (rt_cuda_local_run). Returns 0, or non-zero when a rank failed
 // (2: it could not start, after a one-line message).
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg);
-// Runs one step (R->model->step; cuda: eagerly, or captured once as a CUDA graph and then
-// replayed) and waits for it: R->losses hold its losses afterwards.
+// Runs one step (rt_step_next's; cuda: eagerly, or R->model->step captured once as a CUDA
+// graph and then replayed) and waits for it: R->losses hold its losses afterwards.
 void rt_step_run(rt_rank* R);
+typedef void (*rt_step_fn)(struct rt_rank* R);
+// The step rt_step_run runs now: model->step_after_eval when an eval ran since the last
+// step and the model has one, else model->step. Clears the eval's mark.
+rt_step_fn rt_step_next(rt_rank* R);
 // Runs the eval program (R->model->eval, which must exist; cuda: eagerly) on forward item
 // 0's input and waits for it: returns this rank's loss. The parameters, gradients and
-// optimizer state are left as they were, and every group sharded.
+// optimizer state are left as they were, and every group sharded; the next step is
+// rt_step_next's.
 double rt_step_eval(rt_rank* R);
 // What the generated step reads as forward item `item`'s input. The driver fills
 // R->tokens / R->targets / R->inputs (host memory) before rt_step_run; cuda returns device

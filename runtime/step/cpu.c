@@ -44,10 +44,11 @@ int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg)
     return rt_threads_run(world, fn, arg);
 }
 
-void rt_step_run(rt_rank* R) { R->model->step(R); }
+void rt_step_run(rt_rank* R) { rt_step_next(R)(R); }
 
 double rt_step_eval(rt_rank* R) {
     R->model->eval(R);
+    R->after_eval = 1;
     return R->losses[0];
 }
 

@@ -503,6 +503,12 @@ void rt_step_loss(rt_rank* R, int k, const float* loss) {
 
 void rt_step_eval_loss(rt_rank* R, const float* loss) { rtb_loss(R, 0, loss); }
 
+rt_step_fn rt_step_next(rt_rank* R) {
+    const int after = R->after_eval;
+    R->after_eval = 0;
+    return after && R->model->step_after_eval ? R->model->step_after_eval : R->model->step;
+}
+
 static uint64_t splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;

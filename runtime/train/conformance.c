@@ -6,11 +6,11 @@
 //   counts   every rank's collective counts equal the planned ones (nothing missing or extra);
 //   eval     with an eval program (run after step 1 on step 1's first input): its events and
 //            counts, its loss against the reference's, and step 2's events and counts after
-//            it, as planned;
+//            it, as planned (the step after an eval's where the model has one);
 //   parity   per-step mean loss and the full parameters after step 1 and after the last step
 //            agree with the reference: |a - b| <= atol + rtol * |b|;
-//   memory   every rank's measured arena peak equals the planned peak (the step's, or the
-//            eval's when that is larger).
+//   memory   every rank's measured arena peak equals the planned peak (the largest of the
+//            step's, the eval's and the step after an eval's).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -340,6 +340,7 @@ static void check_params(const rt_model* m, float* const* a, float* const* b, co
 static void check_memory(const rt_model* m, const train_run* run) {
     size_t planned = m->predicted_peak;
     if (m->eval && m->eval_peak > planned) planned = m->eval_peak;
+    if (m->step_after_eval && m->after_eval_peak > planned) planned = m->after_eval_peak;
     int bad = 0;
     for (int r = 0; r < m->world; r++)
         if (run->peak[r] != planned) {
@@ -411,7 +412,11 @@ int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int 
             check_events(m, m->eval_events, m->eval_nevents, &ca.eval, "eval", o.verbose);
             check_counts(m, m->eval_counts, m->eval_ncounts, &ca.eval, "eval");
             check_eval_loss(m, &ca, &cb, rtol, atol);
-            if (o.steps > 1) {
+            if (o.steps > 1 && m->step_after_eval) {  // FSDP2's prefetch after an eval differs
+                const char* what = "step-2 (the step after an eval)";
+                check_events(m, m->after_eval_events, m->after_eval_nevents, &ca.step2, what, 0);
+                check_counts(m, m->after_eval_counts, m->after_eval_ncounts, &ca.step2, what);
+            } else if (o.steps > 1) {
                 check_events(m, m->events, m->nevents, &ca.step2, "step-2 (after the eval)", 0);
                 check_counts(m, m->counts, m->ncounts, &ca.step2, "step-2 (after the eval)");
             }

@@ -1,6 +1,7 @@
 -- The eval program (planner.lua run_eval: model.eval(), a no_grad forward, reshard() on
--- every FSDP module), planned for every spec: what it may and may not contain, and where
--- FSDP2's bookkeeping of no-grad forwards makes it unavailable.
+-- every FSDP module), planned for every spec: what it may and may not contain, the step
+-- after one where FSDP2's bookkeeping of no-grad forwards changes it, and where that makes
+-- the eval unavailable.
 -- Run from the repository root: lua5.4 tests/generator/eval_program.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local util = require("tests.generator.step_c")
@@ -53,22 +54,41 @@ check(available >= 50, string.format("the eval program is available for %d specs
 check(with_dropout >= 3, string.format("%d specs with dropout in the step have none in the eval", with_dropout))
 check(with_pf >= 1, string.format("%d groups with an int reshard_after_forward checked", with_pf))
 
--- A root without parameters: its forward's last post-forward is the last layer, which the
--- next step's backward has resharded when FSDP2's prefetch from the first layer (its
--- post-forward index 0 of the step, so the eval's last record before it) unshards it again.
+-- The step after an eval. A root without parameters: the eval's last post-forward is the
+-- last block, which the next step's backward has resharded when FSDP2's prefetch from the
+-- first block (its post-forward index 0 of the step, so the eval's last record before it)
+-- unshards it again: one more all-gather of it, dropped by the final callback.
+local function fsdp_lines(p)
+  local t = {}
+  for _, st in ipairs(p.steps) do
+    if st.group then t[#t + 1] = st.op .. " " .. st.group.name end
+  end
+  return t
+end
 local plan = util.plan("tests/specs/features/mixed_precision_mlp3.lua")
-check(plan.eval_unavailable and plan.eval_unavailable:find("from group '0' would all-gather group '2'", 1, true),
-  "paramless root: unavailable, the reason names the prefetching and the prefetched group ("
-    .. tostring(plan.eval_unavailable) .. ")")
+local after = plan.after_eval_plan
+local extra = {}
+if after then
+  local base, i = fsdp_lines(plan), 1
+  for _, l in ipairs(fsdp_lines(after)) do
+    if base[i] == l then i = i + 1 else extra[#extra + 1] = l end
+  end
+  if i <= #base then extra[#extra + 1] = "missing " .. base[i] end
+end
+check(not plan.eval_unavailable and table.concat(extra, ", ") == "all_gather 2, all_gather_drop 2"
+  and after.counts["backward all_gather"] == plan.counts["backward all_gather"] + 1,
+  "paramless root: the step after an eval all-gathers the last block once more and drops it ("
+    .. table.concat(extra, ", ") .. ")")
 -- With the root's own parameters (unsharded through backward) the same prefetch is a no-op.
 plan = util.plan("tests/specs/features/lr_schedule_warmup_cosine.lua")
-local hits = 0
-for _, h in ipairs(plan.stale_prefetch) do
-  if h.noop and h.noop[1] then hits = hits + 1 end
-end
-check(not plan.eval_unavailable and hits >= 1 and hits == #plan.stale_prefetch,
-  string.format("root with parameters: available, each of its stale-index prefetches (%d) finds the root unsharded",
-    hits))
+check(not plan.eval_unavailable and not plan.after_eval_plan,
+  "root with parameters: the step after an eval is the step")
+-- A second backward over a retained graph pops one more post-forward record than the step
+-- made: after an eval it would be one of the eval's, which depends on the batch count.
+plan = util.plan("tests/torch/step_programs/retain_graph.lua")
+check(plan.eval_unavailable and plan.eval_unavailable:find("would pop a record of the eval's forward", 1, true),
+  "retained graph, two backwards: eval unavailable (" .. tostring(plan.eval_unavailable) .. ")")
+
 -- A step of non-root forwards only, whose root forward cannot take the spec's input: the
 -- eval is unavailable, the build is not refused.
 local tmp = os.tmpname() .. ".lua"

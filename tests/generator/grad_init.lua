@@ -139,14 +139,14 @@ check_param_grads = function(name, plan, secs, bsteps)
     bad[1] and (" (" .. bad[1] .. ")") or ""))
 end
 
-local function check_spec(path)
-  local plan = util.plan(path)
-  local ok, text = pcall(emit_step.render, plan, path, plan.spec.name)
-  if not ok then
-    check(false, path .. ": step C emitted: " .. tostring(type(text) == "table" and text.msg or text))
-    return
-  end
-  local name = plan.spec.name
+-- The C of one program of the file: the step's (up to the eval program's sections), or
+-- the step after an eval's (from its sections on).
+local function program_text(text, after_eval)
+  if after_eval then return text:match("\n(// %-%-%-%- after_eval_.*)$") or "" end
+  return text:match("^(.-)\n// %-%-%-%- eval_") or text
+end
+
+local function check_program(name, plan, text)
   local secs = backward_sections(text)
   local bsteps = {}
   for _, st in ipairs(plan.steps) do
@@ -241,7 +241,19 @@ local function check_spec(path)
     .. "contribution, %d later contributions accumulate; %d other buffers zeroed; %d adds pass the output's "
     .. "buffer on%s", name, nbuf, nassigned, nzeroed, nlater, npzero, nalias, bad[1] and (" (" .. bad[1] .. ")") or ""))
   check_param_grads(name, plan, secs, bsteps)
-  return text
+end
+
+local function check_spec(path)
+  local plan = util.plan(path)
+  local ok, text = pcall(emit_step.render, plan, path, plan.spec.name)
+  if not ok then
+    check(false, path .. ": step C emitted: " .. tostring(type(text) == "table" and text.msg or text))
+    return
+  end
+  check_program(plan.spec.name, plan, program_text(text, false))
+  if plan.after_eval_plan and not plan.eval_unavailable then
+    check_program(plan.spec.name .. " (the step after an eval)", plan.after_eval_plan, program_text(text, true))
+  end
 end
 
 for _, spec in ipairs(util.all_specs()) do check_spec(spec) end
