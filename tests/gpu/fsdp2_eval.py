@@ -8,8 +8,9 @@ post-forward group.
     through backward, so the prefetch does nothing: the step after an eval issues the
     all-gathers of a step without one. fsdpgen offers the eval for such specs.
   * Root without parameters (Sequential of blocks): that group is the last block, which its
-    own backward has resharded, so FSDP2 all-gathers it once more. fsdpgen marks the eval
-    unavailable for such specs (tests/specs/features/mixed_precision_mlp3.lua's schedule).
+    own backward has resharded, so FSDP2 all-gathers it once more. fsdpgen plans that step
+    after an eval (tests/specs/features/mixed_precision_mlp3.lua's schedule,
+    after_eval_backward2).
 The eval is `model.eval()`, a `torch.no_grad()` forward, `reshard()` on every FSDPModule.
 All-gathers are counted where FSDPParamGroup.unshard issues one (no result pending, not
 unsharded). Prints PASS/FAIL lines and `N passed, N failed`; exits 77 (skipped) without
