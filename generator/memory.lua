@@ -462,8 +462,9 @@ function M.plan(plan)
   local steps = plan.steps
   mark_packed_logits(steps)
   mark_packed_activations(plan.graph)
-  -- The eval program reads the parameters as the step's all-gathers store them.
-  if not plan.is_eval then mark_packed_params(plan) end
+  -- The eval program and the step after one read the parameters as the step's all-gathers
+  -- store them (rt_model_param packed is the step's).
+  if not (plan.is_eval or plan.is_after_eval) then mark_packed_params(plan) end
   M.mark_grad_alias_adds(steps)
   local bufs = {}
   local function buf(name, kind, size, first, last)

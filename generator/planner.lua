@@ -827,8 +827,8 @@ function Sim:run()
 end
 
 -- The eval program (the binary's --val-every): `model.eval()`, then per validation batch
--- `with torch.no_grad(): loss = loss_fn(model(inp))` and `model.reshard()`, so it starts
--- and ends with every group sharded. Its forward follows the step's FSDP rules (root kept
+-- `with torch.no_grad(): loss = loss_fn(model(inp))` and reshard() on every FSDP module,
+-- so it starts and ends with every group sharded. Its forward follows the step's FSDP rules (root kept
 -- unsharded after forward, reshard_after_forward, forward prefetch lists); no grad means no
 -- backward hooks, and model.eval() makes dropout the identity.
 function Sim:run_eval()
@@ -850,8 +850,9 @@ end
 -- the next step's backward prefetch, where it finds no post-forward record of its own
 -- before a group's, targets the eval's last post-forward group. One validation batch's
 -- records: more only add earlier ones, which no step reaches unless it pops one of them
--- (pops_eval_record; M.plan refuses that).
+-- (pops_eval_record; plan_eval refuses that).
 function Sim:after_eval(ev)
+  self.is_after_eval = true
   self.eval_records = #ev.post_forward_order
   for i, eg in ipairs(ev.post_forward_order) do
     local g = self.groups[eg.index]
