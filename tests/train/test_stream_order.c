@@ -298,6 +298,7 @@ rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
                            k > 1 ? rt_step_f32(R, mg->state_off, mg->block_numel + lo, n) : NULL};
 }
 double rt_step_lr(const rt_rank* R, int item) { return (void)item, R->model->optim.lr; }
+rt_step_fn rt_step_next(rt_rank* R) { return R->model->step; }  // no eval runs here
 void rt_rank_die(rt_rank* R, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
