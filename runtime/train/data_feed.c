@@ -77,41 +77,34 @@ void rt_train_synthetic_inputs(uint64_t seed, int64_t step, int64_t micro, int64
 
 // ---- per step ---------------------------------------------------------------------------
 
-int train_feed(train_run* run, rt_rank* R, int64_t s) {
+// Fills forward item `item`'s input: microbatch `micro` of step `s` from the token file
+// `data` cut into n_micro microbatches per step, or without a file the synthetic batch of
+// (synth_step, micro).
+static void feed_item(train_run* run, rt_rank* R, int item, const rt_data* data, int64_t n_micro, int64_t s,
+                      int64_t micro, int64_t synth_step) {
     const rt_model* m = run->m;
-    for (int a = 0; a < m->n_forward; a++) {
-        if (!m->tokens) {
-            rt_train_synthetic_inputs(run->seed, s, a, R->rank, train_input_numel(m), R->inputs[a]);
-            continue;
-        }
-        if (!run->data) {
-            rt_train_synthetic_tokens(run->seed, m->vocab, s, a, R->rank, m->batch, m->seq_len,
-                                      R->tokens[a], R->targets[a]);
-            continue;
-        }
-        rt_data_shape shape = {m->world, m->n_forward, m->batch, m->seq_len};
-        char err[512];
-        // Cannot fail once the main thread fetched step 0 with the same shape; if it does,
-        // the peers must not wait for this rank.
-        if (rt_data_batch(run->data, &shape, s, a, R->rank, R->tokens[a], R->targets[a], err,
-                          sizeof err) != 0)
-            rt_rank_die(R, "%s", err);
+    if (!m->tokens) {
+        rt_train_synthetic_inputs(run->seed, synth_step, micro, R->rank, train_input_numel(m), R->inputs[item]);
+        return;
     }
+    if (!data) {
+        rt_train_synthetic_tokens(run->seed, m->vocab, synth_step, micro, R->rank, m->batch, m->seq_len,
+                                  R->tokens[item], R->targets[item]);
+        return;
+    }
+    rt_data_shape shape = {m->world, n_micro, m->batch, m->seq_len};
+    char err[512];
+    // Cannot fail once the main thread fetched step 0 with the same shape; if it does,
+    // the peers must not wait for this rank.
+    if (rt_data_batch(data, &shape, s, micro, R->rank, R->tokens[item], R->targets[item], err, sizeof err) != 0)
+        rt_rank_die(R, "%s", err);
+}
+
+int train_feed(train_run* run, rt_rank* R, int64_t s) {
+    for (int a = 0; a < run->m->n_forward; a++) feed_item(run, R, a, run->data, run->m->n_forward, s, a, s);
     return 0;
 }
 
 void train_feed_val(train_run* run, rt_rank* R, int64_t v) {
-    const rt_model* m = run->m;
-    if (!m->tokens) {
-        rt_train_synthetic_inputs(run->seed, -1 - v, 0, R->rank, train_input_numel(m), R->inputs[0]);
-    } else if (!run->val_data) {
-        rt_train_synthetic_tokens(run->seed, m->vocab, -1 - v, 0, R->rank, m->batch, m->seq_len,
-                                  R->tokens[0], R->targets[0]);
-    } else {
-        rt_data_shape shape = {m->world, 1, m->batch, m->seq_len};
-        char err[512];
-        if (rt_data_batch(run->val_data, &shape, v, 0, R->rank, R->tokens[0], R->targets[0], err,
-                          sizeof err) != 0)
-            rt_rank_die(R, "%s", err);
-    }
+    feed_item(run, R, 0, run->val_data, 1, v, 0, -1 - v);
 }
