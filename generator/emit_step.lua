@@ -161,7 +161,7 @@ local function emit_groups(b, plan, index, opt_states)
 end
 
 -- The events and collective counts plan expects, as C arrays `<prefix>events` and
--- `<prefix>counts`; returns the number of counts.
+-- `<prefix>counts`; returns the program's rt_model_expect initializer (with its peak).
 local function emit_expectations(b, plan, prefix)
   b:line("")
   b:line("static const rt_model_event %sevents[] = {", prefix)
@@ -182,7 +182,7 @@ local function emit_expectations(b, plan, prefix)
   if #keys == 0 then b:line("{NULL, 0},") end
   b:dedent()
   b:line("};")
-  return #keys
+  return string.format("{%d, %d, %sevents, %d, %scounts}", plan.memory.peak, #plan.events, prefix, #keys, prefix)
 end
 
 -- ---------------------------------------------------------------------------- the step
@@ -510,8 +510,8 @@ end
 
 function M.render(plan, spec_file, prefix, is_reference)
   local spec = plan.spec
-  local ev = not plan.eval_unavailable and plan.eval_plan or nil
-  local after = ev and plan.after_eval_plan
+  local ev = plan.eval_plan        -- set only where the eval is available
+  local after = plan.after_eval_plan
   local b = buffer.new("    ")
   local opt_states = memory.optimizer_states(spec.optimizer)
   local list, index = param_table(plan)
@@ -535,9 +535,9 @@ function M.render(plan, spec_file, prefix, is_reference)
   emit_groups(b, plan, index, opt_states)
   b:line("")
   b:line("// ---- what the planner expects (checked by %s_test)", prefix)
-  local ncounts = emit_expectations(b, plan, "")
-  local eval_ncounts = ev and emit_expectations(b, ev, "eval_")
-  local after_ncounts = after and emit_expectations(b, after, "after_eval_")
+  local expect = emit_expectations(b, plan, "")
+  local eval_expect = ev and emit_expectations(b, ev, "eval_")
+  local after_expect = after and emit_expectations(b, after, "after_eval_")
 
   -- The step, the eval program and the step after one: a function per schedule section.
   local w = emit_program(b, plan, "step", "", "step")
@@ -591,21 +591,13 @@ function M.render(plan, spec_file, prefix, is_reference)
     if op.kind == "dropout" and op.attrs.p > 0 then draws_rng = true end
   end
   b:line(".draws_rng = %d,", draws_rng and 1 or 0)
-  b:line(".arena_bytes = %d, .predicted_peak = %d,", math.max(plan.memory.arena, ev and ev.memory.arena or 0,
-    after and after.memory.arena or 0), plan.memory.peak)
+  b:line(".arena_bytes = %d,", math.max(plan.memory.arena, ev and ev.memory.arena or 0,
+    after and after.memory.arena or 0))
   b:line(".reference = %d,", is_reference and 1 or 0)
-  b:line(".step = step,")
-  b:line(".nevents = %d, .events = events,", #plan.events)
-  b:line(".ncounts = %d, .counts = counts,", ncounts)
+  b:line(".step = step, .expect = %s,", expect)
   if ev then
-    b:line(".eval = eval, .eval_peak = %d,", ev.memory.peak)
-    b:line(".eval_nevents = %d, .eval_events = eval_events,", #ev.events)
-    b:line(".eval_ncounts = %d, .eval_counts = eval_counts,", eval_ncounts)
-    if after then
-      b:line(".step_after_eval = step_after_eval, .after_eval_peak = %d,", after.memory.peak)
-      b:line(".after_eval_nevents = %d, .after_eval_events = after_eval_events,", #after.events)
-      b:line(".after_eval_ncounts = %d, .after_eval_counts = after_eval_counts,", after_ncounts)
-    end
+    b:line(".eval = eval, .eval_expect = %s,", eval_expect)
+    if after then b:line(".step_after_eval = step_after_eval, .after_eval_expect = %s,", after_expect) end
   else
     b:line(".eval_unavailable = %s,", cstr(plan.eval_unavailable))
   end

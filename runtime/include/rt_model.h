@@ -91,6 +91,16 @@ typedef struct rt_model_count {
     int count;
 } rt_model_count;
 
+// What the planner expects of one program of the model (the step, the eval program, the
+// step after an eval), checked by the conformance test.
+typedef struct rt_model_expect {
+    size_t peak;                  // the memory plan's peak
+    int nevents;
+    const rt_model_event* events;
+    int ncounts;
+    const rt_model_count* counts;
+} rt_model_expect;
+
 // ---- the model --------------------------------------------------------------------------
 
 typedef enum rt_loss_kind { RT_LOSS_SUM, RT_LOSS_CROSS_ENTROPY } rt_loss_kind;
@@ -150,37 +160,25 @@ typedef struct rt_model {
     uint64_t seed;
     int draws_rng;                // dropout with p > 0: masks differ every step, so the CUDA
                                   // backend replays no graph (kernel arguments would freeze)
-    size_t arena_bytes;           // capacity of each rank's arena
-    size_t predicted_peak;        // the memory plan's peak
+    size_t arena_bytes;           // capacity of each rank's arena (every program's plan fits)
     // 1 for the conformance test's non-sharded reference (mesh replicate = world x shard
     // 1): gradients are all-reduced over every rank with the divide factors the sharded
     // model uses (rt_fsdp_gradient_divide_factors over the whole world).
     int reference;
     void (*step)(struct rt_rank* R);
-    int nevents;
-    const rt_model_event* events;
-    int ncounts;
-    const rt_model_count* counts;
+    rt_model_expect expect;
     // The eval program (generator/planner.lua run_eval; rt_step_eval): model.eval(), then
     // `with torch.no_grad(): loss = model(inp)` on forward item 0's input and reshard() on
-    // every FSDP module. Its planned peak, events and counts. NULL with eval_unavailable
-    // saying why when running it would change the next step's collectives.
+    // every FSDP module. NULL with eval_unavailable saying why where the generated code
+    // cannot do what FSDP2 would (generator/planner.lua plan_eval).
     void (*eval)(struct rt_rank* R);
-    size_t eval_peak;
-    int eval_nevents;
-    const rt_model_event* eval_events;
-    int eval_ncounts;
-    const rt_model_count* eval_counts;
+    rt_model_expect eval_expect;
     const char* eval_unavailable;
     // The training step that follows an eval, where it differs from `step` (FSDP2's backward
     // prefetch targets the eval's post-forward records: generator/planner.lua after_eval),
-    // else NULL; its planned peak, events and counts.
+    // else NULL.
     void (*step_after_eval)(struct rt_rank* R);
-    size_t after_eval_peak;
-    int after_eval_nevents;
-    const rt_model_event* after_eval_events;
-    int after_eval_ncounts;
-    const rt_model_count* after_eval_counts;
+    rt_model_expect after_eval_expect;
 } rt_model;
 
 #ifdef __cplusplus

@@ -192,8 +192,10 @@ static const char* group_name(const rt_model* m, int g) {
 }
 
 // Every rank's recorded events (rec) against the planned ones; `what` names the program.
-static void check_events(const rt_model* m, const rt_model_event* planned, int nplanned,
-                         const conf_record* rec, const char* what, int verbose) {
+static void check_events(const rt_model* m, const rt_model_expect* e, const conf_record* rec, const char* what,
+                         int verbose) {
+    const rt_model_event* planned = e->events;
+    const int nplanned = e->nevents;
     printf("events: %d planned in %s\n", nplanned, what);
     if (verbose) {
         for (int i = 0; i < rec->nevents[0]; i++)
@@ -240,8 +242,9 @@ static int find_count(const rt_step_count* v, int n, const char* what) {
     return -1;
 }
 
-static void check_counts(const rt_model* m, const rt_model_count* planned, int nplanned,
-                         const conf_record* rec, const char* what) {
+static void check_counts(const rt_model* m, const rt_model_expect* e, const conf_record* rec, const char* what) {
+    const rt_model_count* planned = e->counts;
+    const int nplanned = e->ncounts;
     printf("counts: planned in %s", what);
     for (int i = 0; i < nplanned; i++)
         printf("%s %s %d", i ? "," : "", planned[i].what, planned[i].count);
@@ -337,10 +340,17 @@ static void check_params(const rt_model* m, float* const* a, float* const* b, co
             (long long)all.n, (long long)all.bad, rtol, atol, all.max_abs, all.max_rel);
 }
 
+// One program's events and counts.
+static void check_program(const rt_model* m, const rt_model_expect* e, const conf_record* rec, const char* what,
+                          int verbose) {
+    check_events(m, e, rec, what, verbose);
+    check_counts(m, e, rec, what);
+}
+
 static void check_memory(const rt_model* m, const train_run* run) {
-    size_t planned = m->predicted_peak;
-    if (m->eval && m->eval_peak > planned) planned = m->eval_peak;
-    if (m->step_after_eval && m->after_eval_peak > planned) planned = m->after_eval_peak;
+    size_t planned = m->expect.peak;
+    if (m->eval && m->eval_expect.peak > planned) planned = m->eval_expect.peak;
+    if (m->step_after_eval && m->after_eval_expect.peak > planned) planned = m->after_eval_expect.peak;
     int bad = 0;
     for (int r = 0; r < m->world; r++)
         if (run->peak[r] != planned) {
@@ -406,20 +416,14 @@ int rt_conformance_main(const rt_model* sharded, const rt_model* reference, int 
                 ra ? "sharded" : "reference", (long long)o.steps);
     } else {
         const rt_model* m = sharded;
-        check_events(m, m->events, m->nevents, &ca.step1, "step-1", o.verbose);
-        check_counts(m, m->counts, m->ncounts, &ca.step1, "step-1");
+        check_program(m, &m->expect, &ca.step1, "step-1", o.verbose);
         if (m->eval) {
-            check_events(m, m->eval_events, m->eval_nevents, &ca.eval, "eval", o.verbose);
-            check_counts(m, m->eval_counts, m->eval_ncounts, &ca.eval, "eval");
+            check_program(m, &m->eval_expect, &ca.eval, "eval", o.verbose);
             check_eval_loss(m, &ca, &cb, rtol, atol);
-            if (o.steps > 1 && m->step_after_eval) {  // FSDP2's prefetch after an eval differs
-                const char* what = "step-2 (the step after an eval)";
-                check_events(m, m->after_eval_events, m->after_eval_nevents, &ca.step2, what, 0);
-                check_counts(m, m->after_eval_counts, m->after_eval_ncounts, &ca.step2, what);
-            } else if (o.steps > 1) {
-                check_events(m, m->events, m->nevents, &ca.step2, "step-2 (after the eval)", 0);
-                check_counts(m, m->counts, m->ncounts, &ca.step2, "step-2 (after the eval)");
-            }
+            if (o.steps > 1 && m->step_after_eval)  // FSDP2's prefetch after an eval differs
+                check_program(m, &m->after_eval_expect, &ca.step2, "step-2 (the step after an eval)", 0);
+            else if (o.steps > 1)
+                check_program(m, &m->expect, &ca.step2, "step-2 (after the eval)", 0);
         } else {
             printf("eval: not checked: %s\n", m->eval_unavailable ? m->eval_unavailable
                                                                   : "the model has no eval program");

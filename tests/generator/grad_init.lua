@@ -251,7 +251,7 @@ local function check_spec(path)
     return
   end
   check_program(plan.spec.name, plan, program_text(text, false))
-  if plan.after_eval_plan and not plan.eval_unavailable then
+  if plan.after_eval_plan then
     check_program(plan.spec.name .. " (the step after an eval)", plan.after_eval_plan, program_text(text, true))
   end
 end

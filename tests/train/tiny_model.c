@@ -176,11 +176,9 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
      .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
      .loss = RT_LOSS_SUM, .n_forward = 1, .n_backward = 1, .optim = OPTIM,                    \
      .lr_schedule = {RT_LR_COSINE, 2, 6, 1e-3}, .n_optimizer = 1, .grad_clip = 0.0,           \
-     .seed = 1234, .arena_bytes = ARENA,                                                      \
-     .predicted_peak = PEAK, .reference = (WORLD_S == 1), .step = STEP, .nevents = NEVENTS,   \
-     .events = EVENTS, .ncounts = NCOUNTS, .counts = COUNTS, .eval = EVAL,                    \
-     .eval_peak = EVAL_PEAK, .eval_nevents = 2, .eval_events = tiny_eval_events,              \
-     .eval_ncounts = 1, .eval_counts = tiny_eval_counts}
+     .seed = 1234, .arena_bytes = ARENA, .reference = (WORLD_S == 1), .step = STEP,           \
+     .expect = {PEAK, NEVENTS, EVENTS, NCOUNTS, COUNTS}, .eval = EVAL,                        \
+     .eval_expect = {EVAL_PEAK, 2, tiny_eval_events, 1, tiny_eval_counts}}
 
 const rt_model tiny_model = TINY_MODEL("tiny", 1, 2, tiny_params_sharded, tiny_groups, ADAMW,
                                        1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2,
@@ -275,8 +273,8 @@ const rt_model tok_model = {
     .loss = RT_LOSS_CROSS_ENTROPY, .n_forward = 2, .n_backward = 2,
     .optim = {.kind = RT_OPTIM_ADAM, .lr = 1e-1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
               .weight_decay = 0.0, .nstates = 2},
-    .n_optimizer = 1, .seed = 7, .arena_bytes = TOK_ARENA, .predicted_peak = TOK_ARENA,
-    .step = tok_step, .nevents = 6, .events = tok_events, .ncounts = 2, .counts = tok_counts,
+    .n_optimizer = 1, .seed = 7, .arena_bytes = TOK_ARENA,
+    .step = tok_step, .expect = {TOK_ARENA, 6, tok_events, 2, tok_counts},
 };
 
 // ---- lookup -----------------------------------------------------------------------------
