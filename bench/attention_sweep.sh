@@ -62,8 +62,8 @@ for v in "${variants[@]}"; do
   printf '%-10s %s\n' "$name" "$(awk '
     /Compiling entry function/ { k = "" }
     /Compiling entry function .*rtc_fa_tc_.*bfloat16.*rtc_tc_cfgILi64E/ {
-      k = $0 ~ /forward/ ? "forward" : $0 ~ /rtc_tc_fused/ ? "fused dK/dV/dQ" :
-          $0 ~ /dkdv/ ? "dK/dV" : "dQ" }
+      if ($0 ~ /forward/) k = "forward"; else if ($0 ~ /rtc_tc_fused/) k = "fused dK/dV/dQ"
+      else if ($0 ~ /dkdv/) k = "dK/dV"; else k = "dQ" }
     k != "" && /spill stores/ { st = $5; ld = $9 }
     k != "" && /Used [0-9]+ registers/ {
       for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1)
