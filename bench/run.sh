@@ -81,7 +81,7 @@ results=$work/results
 : >"$results"
 for c in "${configs[@]}"; do
   # fsdpgen, then fsdpgen_fused: the attention backward with dQ in its dK/dV kernel
-  # (RT_ATTENTION_FUSED_DQ=1, rt_cuda.h; off by default until it is timed here)
+  # (RT_ATTENTION_FUSED_DQ=1, rt_cuda.h; off by default: slower on an H100)
   for fused in 0 1; do
     impl=fsdpgen
     [[ $fused == 1 ]] && impl=fsdpgen_fused

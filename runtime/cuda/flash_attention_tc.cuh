@@ -137,8 +137,11 @@
 // every B fragment for one product (FlashAttention-2 gives a warp 32 or more rows), and
 // the backward recomputes S and dP for dQ (7 products against FlashAttention-2's 5, which
 // adds dQ with atomics, out of order). Two row tiles per warp, a compile-time option of
-// each kernel since 2026-11-23, were written without a GPU and are not yet timed: the
-// defaults keep one until bench/attention_sweep.sh has measured the variants.
+// each kernel since 2026-11-23, are slower: on an H100 (2026-11-24, bench/attention_sweep.sh,
+// forward plus backward over both bench shapes) the default took 3.07 ms, two row tiles in
+// dQ only 3.10, in dK/dV only 3.13, everywhere 3.31 to 3.50, because 225 to 255 registers
+// halve the resident warps. The fused dQ (above) is slower too: backward 2.11 ms against
+// 1.64 on the Llama 1B shape.
 //
 // Testing without a GPU. tests/cuda/cuda_emu.h emulates mma.sync and ldmatrix from the PTX
 // ISA's fragment tables alone (each lane publishes its registers or row address, every lane

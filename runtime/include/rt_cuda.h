@@ -53,8 +53,8 @@ void* rt_cuda_get_stream(void);
 // scratch, so the bits do not depend on timing), instead of in a dQ kernel of its own that
 // recomputes S and dP (seven). Same error bounds, other bits. For every thread of the
 // process, from the next call. Until set, the environment's RT_ATTENTION_FUSED_DQ says (0
-// or 1; another value stops the program with a message); off by default until timed
-// (bench/attention.sh times both; bench/run.sh runs fsdpgen both ways).
+// or 1; another value stops the program with a message); off by default, as it is slower
+// on an H100 (bench/attention.sh times both; bench/run.sh runs fsdpgen both ways).
 void rt_cuda_set_attention_fused_dq(int on);
 int rt_cuda_attention_fused_dq(void);
 

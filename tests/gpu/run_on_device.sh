@@ -2,9 +2,10 @@
 # Everything that needs a GPU, in one device call (device time is scarce):
 #   tests/gpu/run_on_device.sh [STAGE...]     stages below, in order (default: all of them, which
 #   on an H100 take about as long as one call allows: later ones may be skipped)
-# Logs and a summary go to $OUT (the device tool's folder) or ./gpu_logs. Each step has a
-# time limit, and the whole run stops starting steps after $BUDGET seconds (default 540),
-# so it ends inside one 10-minute call. Needs tests/gpu/fetch_tools.sh's .devtools.
+# Logs and a summary go to ./gpu_logs, or under $OUT (the device tool's folder) to
+# summary.txt and logs.tar.gz (the logs). Each step has a time limit, and the whole run
+# stops starting steps after $BUDGET seconds (default 540), so it ends inside one 10-minute
+# call. Needs tests/gpu/fetch_tools.sh's .devtools.
 #   tests    ninja, the CUDA kernel and stream tests, NCCL and local-mode comm tests, PyTorch
 #            FSDP2's post-forward order after an eval (tests/gpu/fsdp2_eval.py), and
 #            tests/cuda_step/run.sh (CUDA conformance, CUDA vs CPU, compute-sanitizer)
@@ -117,4 +118,10 @@ for s in $stages; do
     esac
 done
 echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
+# The device tool brings back at most 8 files of $OUT (a full run writes about 20): all but
+# the summary go into one archive.
+if [ -n "${OUT:-}" ]; then
+    tar -C "$out" -czf "$out/logs.tar.gz" --exclude=./summary.txt --exclude=./logs.tar.gz . &&
+        find "$out" -mindepth 1 ! -name summary.txt ! -name logs.tar.gz -delete
+fi
 [ "$failed" -eq 0 ]
