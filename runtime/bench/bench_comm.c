@@ -106,7 +106,8 @@ static int parse_args(int argc, char** argv, opts* o) {
             else if (!strcmp(v, "reduce_scatter")) o->ops = 2;
             else bad = 1;
         } else {
-            fprintf(stderr, "bench_comm: error: unknown option %s\n", a);
+            fprintf(stderr, "bench_comm: error: unknown option %s (options: --world, --backend, --dtype, "
+                    "--min-bytes, --max-bytes, --op, --iters, --warmup, --no-check, --help)\n", a);
             return -1;
         }
         if (bad) {

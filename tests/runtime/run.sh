@@ -75,6 +75,18 @@ else
     echo "PASS bench_comm --world 0 is rejected"
     passed=$((passed + 1))
 fi
+# a bad option or value: exit 2, and the first line says what is allowed
+for args in "--frobnicate 1|unknown option --frobnicate (options: --world, --backend," \
+            "--op scatter|bad value 'scatter' for --op (allowed: all, all_gather or reduce_scatter)"; do
+    err=$(build/runtime/bench_comm ${args%%|*} 2>&1 >/dev/null); rc=$?
+    if [ "$rc" -eq 2 ] && [[ $(head -n 1 <<<"$err") == *"${args#*|}"* ]]; then
+        echo "PASS bench_comm ${args%%|*}: exit 2, $(head -n 1 <<<"$err")"
+        passed=$((passed + 1))
+    else
+        echo "FAIL bench_comm ${args%%|*}: exit $rc, $(head -n 1 <<<"$err")"
+        failed=$((failed + 1))
+    fi
+done
 
 # MPI bootstrap: built with mpicc by its own fragment, run on 2 processes (bounded by a
 # timeout: a hang is a failure, not a stuck CI job).
