@@ -11,11 +11,12 @@ cd "$(dirname "$0")/.."
 total_pass=0
 total_fail=0
 broken=()
+times=()
 
 run_suite() {
   local name=$1
   shift
-  local log
+  local log t0=$SECONDS
   log=$(mktemp)
   echo "=== $name"
   "$@" 2>&1 | tee "$log" | grep -v '^PASS' || true
@@ -23,6 +24,7 @@ run_suite() {
   local last
   last=$(grep -E '^([A-Za-z_]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
   rm -f "$log"
+  times+=("$(printf '%5d s  %s' $((SECONDS - t0)) "$name")")
   if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
     total_pass=$((total_pass + BASH_REMATCH[1]))
     total_fail=$((total_fail + BASH_REMATCH[2]))
@@ -59,6 +61,8 @@ for suite in runtime kernels io train conformance torch cuda cuda_step; do
 done
 run_suite "bench: checks without a GPU" tests/bench/run.sh
 
+echo "=== seconds per suite"
+printf '%s\n' "${times[@]}"
 for b in "${broken[@]+"${broken[@]}"}"; do echo "suite failed: $b"; done
 echo "${total_pass} passed, ${total_fail} failed"
 [[ $total_fail -eq 0 ]]
