@@ -13,9 +13,10 @@ skipped=()
 run_suite() {
     local label=$1
     shift
-    local log="$work/${label//\//_}.log"
+    local log="$work/${label//\//_}.log" t0=$SECONDS
     "$@" >"$log" 2>&1
-    local rc=$?
+    local rc=$? secs
+    secs=$((SECONDS - t0))
     local line
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [ "$rc" -eq 77 ] && grep -q '^SKIP' "$log"; then
@@ -40,7 +41,7 @@ run_suite() {
         [ "$f" -eq 0 ] && failed=$((failed + 1))
     else
         [ "${VERBOSE:-0}" = 1 ] && cat "$log"
-        echo "$suite_tag $label: ok ($p checks)"
+        echo "$suite_tag $label: ok ($p checks, $secs s)"
     fi
 }
 

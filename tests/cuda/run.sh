@@ -50,9 +50,11 @@ for t in $tests; do
     echo "== $t"
     lazy=0
     [[ $t == *:* ]] && lazy=${t%%:*}
+    t0=$SECONDS
     out=$(CUDA_EMU_LAZY=$lazy "build/cuda/${t#*:}" 2>&1)
     rc=$?
     printf '%s\n' "$out"
+    echo "tests/cuda: $t took $((SECONDS - t0)) s"
     last=$(printf '%s\n' "$out" | tail -n 1)
     if [[ "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
         p=${BASH_REMATCH[1]}
