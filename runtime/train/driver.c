@@ -495,8 +495,8 @@ static int open_data(train_run* run, const char* opt, const char* path, int64_t 
     return rc != 0;
 }
 
-// An output file's directory must exist and be writable before training starts, so that a
-// long run does not fail only at its end.
+// An output file's directory must exist and be writable, and the file, if there, be a
+// regular one, before training starts, so that a long run does not fail only at its end.
 static int check_output(const char* opt, const char* path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
@@ -512,6 +512,12 @@ static int check_output(const char* opt, const char* path) {
     }
     if (access(dir, W_OK) != 0) {
         fprintf(stderr, "fsdpgen: %s %s: directory '%s' is not writable\n", opt, path, dir);
+        return 1;
+    }
+    // The writer replaces only regular files (and symlinks, not their targets).
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        fprintf(stderr, "fsdpgen: %s %s: it exists and is not a regular file (a directory, "
+                        "device or FIFO is never replaced; give a file path)\n", opt, path);
         return 1;
     }
     return 0;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -877,6 +878,21 @@ static void test_setup_failures(void) {
                       !has(a.out, "step 1 loss"),
                "--save into a missing directory: exit 1 before training, one line");
     proc_free(&a);
+    // --save onto a FIFO or a device node (made here: a regressed writer would replace it)
+    // is refused before training, and the node is left as it was.
+    mkfifo(P("save_fifo"), 0644);
+    int have_dev = mknod(P("save_dev"), S_IFCHR | 0666, makedev(1, 3)) == 0;
+    const char* nodes[] = {"save_fifo", "save_dev"};
+    for (int k = 0; k < 1 + have_dev; k++) {
+        a = run(g_train, "tiny", "--steps", "1", "--save", P(nodes[k]), NULL);
+        struct stat st;
+        CHECK_PROC(a, a.rc == 1 && has(a.err, "not a regular file") && count_lines(a.err) == 1 &&
+                          !has(a.out, "step 1 loss") && stat(P(nodes[k]), &st) == 0 &&
+                          (k ? S_ISCHR(st.st_mode) : S_ISFIFO(st.st_mode)),
+                   "--save onto a %s: exit 1 before training, one line, the node left as it was",
+                   k ? "character device" : "FIFO");
+        proc_free(&a);
+    }
     a = run(g_train, "tiny", "--steps", "1", "--trace", P("no_such_dir/t.json"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --trace") && !has(a.out, "step 1 loss"),
                "--trace into a missing directory: exit 1 before training");
