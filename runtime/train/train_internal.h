@@ -128,9 +128,10 @@ float* train_arena_f32(rt_rank* R, size_t off, int64_t numel);
 // except on memory, reported through train_fail).
 int train_init_params(train_run* run, rt_rank* R);
 
-// data_feed.c: fills R->tokens/targets/inputs for step s. Returns 0 (a file batch that
-// fails after open_data fetched step 0 with the same shape ends the process: rt_rank_die).
-int train_feed(train_run* run, rt_rank* R, int64_t s);
+// data_feed.c: fills R->tokens/targets/inputs for step s. A file batch that fails (the file
+// was truncated or rewritten during the run) calls train_fail and feeds token 0, so the
+// step's collectives still match and the exchange after it ends the run on every rank.
+void train_feed(train_run* run, rt_rank* R, int64_t s);
 // ... and forward item 0's with validation batch v (0-based) of every eval: from --val-data
 // as step v of a one-microbatch shape, else synthetic as step -1 - v of microbatch 0 (a
 // stream no training step draws).
