@@ -35,6 +35,7 @@ typedef struct train_opts {
     const char* load;
     const char* checkpoint;
     int64_t checkpoint_every;  // 0: only at the end
+    int64_t keep_checkpoints;  // the newest K of ROOT's checkpoints are kept (0: all)
     const char* resume;
     const char* trace;
     int bench;
@@ -58,6 +59,7 @@ typedef struct train_run {
     const train_opts* o;
     uint64_t seed;           // param init, synthetic data, dropout
     int64_t start_step;      // 0, or the step a --resume checkpoint holds
+    char resume_dir[4096];   // --resume: the checkpoint found under it (ROOT/step_N, or ROOT)
     int64_t nsteps;
     rt_data* data;           // --data, or NULL (synthetic)
     rt_data* val_data;       // --val-data, or NULL (synthetic, or no eval)
@@ -144,12 +146,14 @@ int train_gather_params(train_run* run, rt_rank* R, float* const* full);
 int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_completed);
 int train_load(train_run* run, rt_rank* R, const char* path);
 
-// resume.c: --checkpoint / --resume.
-int train_checkpoint_save(train_run* run, rt_rank* R, const char* dir, int64_t steps_completed);
-int train_checkpoint_load(train_run* run, rt_rank* R, const char* dir);
-// Main thread, before the ranks start: checks that dir holds a complete checkpoint for this
-// world size and returns its step in *step. Returns 0, or prints and returns 1.
-int train_checkpoint_probe(const rt_model* m, const char* dir, int64_t* step);
+// resume.c: --checkpoint / --resume. Save writes ROOT/step_<steps_completed> (collective).
+int train_checkpoint_save(train_run* run, rt_rank* R, const char* root, int64_t steps_completed);
+// Loads run->resume_dir (set by train_checkpoint_prepare).
+int train_checkpoint_load(train_run* run, rt_rank* R);
+// Main thread, before the ranks start: with --resume, finds the newest complete checkpoint
+// (run->resume_dir, run->start_step) and checks its world size; with --checkpoint, checks
+// that ROOT holds none newer than the start. Returns 0, or prints and returns 1.
+int train_checkpoint_prepare(train_run* run);
 
 // bench.c: the --bench report from run->step_ms / comm_ms / optim_ms.
 void train_bench_report(const train_run* run);
