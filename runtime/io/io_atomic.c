@@ -115,8 +115,11 @@ int io_atomic_pwrite(io_atomic *a, long long offset, const void *buf, size_t n,
                      char *err, size_t errlen) {
     if (a->failed || !a->fp) return io_errf(err, errlen, "write to '%s' after an error", a->tmp);
     long long end = 0;
-    if (fflush(a->fp) != 0 || (end = (long long)ftello(a->fp)) < 0 ||
-        fseeko(a->fp, (off_t)offset, SEEK_SET) != 0) {
+    if (fflush(a->fp) != 0) {  // the buffered bytes reach the file only now
+        a->failed = 1;
+        return IO_SYSERR(err, errlen, "cannot write to '%s' (disk full?)", a->tmp);
+    }
+    if ((end = (long long)ftello(a->fp)) < 0 || fseeko(a->fp, (off_t)offset, SEEK_SET) != 0) {
         a->failed = 1;
         return IO_SYSERR(err, errlen, "cannot seek in '%s'", a->tmp);
     }
