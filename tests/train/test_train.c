@@ -625,7 +625,7 @@ static void test_basic_run(void) {
 
     p = run(g_train, "tiny", "--help", NULL);
     CHECK_PROC(p, p.rc == 0 && has(p.out, "--steps N") && has(p.out, "--checkpoint-every N") &&
-                      has(p.out, "--resume DIR"),
+                      has(p.out, "--keep-checkpoints K") && has(p.out, "--resume DIR"),
                "--help exits 0 and documents the options");
     proc_free(&p);
 }
