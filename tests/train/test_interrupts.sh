@@ -102,9 +102,9 @@ for i in $(seq "$iters"); do
         continue
     fi
     found=$(( ${start:-0} - 1 ))
-    left=$(ls "$work/kck" | tr '\n' ' ')
+    left=$(ls "$work/kck" 2>&1 | tr '\n' ' ')
     check "$([ $rc = 0 ] && { [ "$found" = "$last" ] || [ "$found" = $((last + 1)) ]; } && echo 1 || echo 0)" \
-          "kill -9 after ${ms} ms (last announced step $last): --resume finds step $found (left: $left)"
+          "kill -9 after ${ms} ms (last announced step $last): --resume finds step $found (left: $left; resume exit $rc: $(grep -v '^step ' "$work/resume.out" | head -n 1))"
     TINY_MODEL=tiny "$bin" --resume "$work/kck" --steps $((total - found)) --log-every "$total" \
         --save "$work/kill_resumed.st" >/dev/null 2>&1
     check "$([ $? = 0 ] && cmp -s "$work/kill_ref.st" "$work/kill_resumed.st" && echo 1 || echo 0)" \
