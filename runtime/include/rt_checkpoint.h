@@ -17,6 +17,21 @@
 // calls rt_ckpt_load_rank, which checks the marker, world size, rank, step, blob
 // names / dtypes / counts and the payload CRC32.
 //
+// Checkpoint directories (what the training binary's --checkpoint ROOT writes): ROOT holds
+// one checkpoint per saved step, ROOT/step_NNNNNNNN (the step, at least 8 digits), each a
+// directory as above. A save never touches the published ones:
+//   1. one caller    rt_ckpt_stage(ROOT, S)    creates the staging directory
+//                    ROOT/step_S.tmp (removing a leftover of an unfinished save of S)
+//   2-5.             as above, on the staging directory (rt_ckpt_stage_path)
+//   6. one caller    rt_ckpt_publish(ROOT, S, K)  renames it to ROOT/step_S (the atomic
+//                    switch), then removes all but the newest K complete checkpoints
+//                    below S, incomplete step directories and stale staging ones
+// On failure the caller removes the staging directory (rt_ckpt_unstage). rt_ckpt_find
+// returns the newest complete checkpoint: ROOT itself if it has a COMPLETE marker (a
+// single checkpoint, as written before step directories existed) or the ROOT/step_N with
+// the highest N that has one. A kill or a full disk at any point of a save leaves every
+// checkpoint published before it loadable.
+//
 // Rank file layout (little-endian): a 64-byte-aligned header (magic "FSDPCKPT",
 // format version, world size, rank, step, data cursor, RNG seed / offset, blob count,
 // header CRC32, payload byte count, payload CRC32, then the blob table: name, dtype,
@@ -95,6 +110,32 @@ int rt_ckpt_probe(const char *dir, int *world_size, uint64_t *step, char *err,
 int rt_ckpt_load_rank(const char *dir, int world_size, int rank, rt_ckpt_state *st,
                       const rt_ckpt_slot *slots, size_t n_slots, char *err,
                       size_t errlen);
+
+// ---- checkpoint directories ---------------------------------------------------------
+
+// ROOT/step_NNNNNNNN and ROOT/step_NNNNNNNN.tmp into buf; -1 if they do not fit.
+int rt_ckpt_step_path(const char *root, uint64_t step, char *buf, size_t buflen);
+int rt_ckpt_stage_path(const char *root, uint64_t step, char *buf, size_t buflen);
+
+// Creates ROOT (and parents) and an empty staging directory for step S, removing a
+// leftover one of an unfinished save of S first.
+int rt_ckpt_stage(const char *root, uint64_t step, char *err, size_t errlen);
+
+// Renames the complete staging directory of step S to ROOT/step_S and fsyncs ROOT, then
+// removes, below S: complete checkpoints beyond the newest `keep` (counting S; keep 0 keeps
+// all), step directories without a COMPLETE marker and stale staging directories. Refuses
+// to replace a complete ROOT/step_S. A failure of the removals is reported after the
+// checkpoint was published (the message says so).
+int rt_ckpt_publish(const char *root, uint64_t step, int keep, char *err, size_t errlen);
+
+// Removes the staging directory of step S, if any (after a failed save; best effort).
+void rt_ckpt_unstage(const char *root, uint64_t step);
+
+// Finds the newest complete checkpoint under ROOT (see above): returns 1 and fills dir,
+// *world_size and *step (each may be NULL), 0 if there is none (ROOT missing included), -1
+// on a malformed marker or a step directory whose marker names another step.
+int rt_ckpt_find(const char *root, char *dir, size_t dirlen, int *world_size, uint64_t *step,
+                 char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-// Token data for training: a file of tokens mapped into memory, and the batch fetch
+// Token data for training: a file of tokens read with pread, and the batch fetch
 // whose offset formula is part of the contract (a PyTorch reference run slices the
 // same file the same way, so both see identical batches).
 //
@@ -28,17 +28,18 @@ typedef struct {
 } rt_data_shape;
 
 // Opens a token file for sequences of `seq_len` tokens from a vocabulary of
-// `vocab_size` tokens. Checks: the file exists and is not empty, a `.u16` file has an
-// even byte length, the file has more than `seq_len` tokens (a sequence needs T + 1
-// for its shifted targets), and every token is < vocab_size (the first offender is
-// reported with its token offset).
+// `vocab_size` tokens. Checks: the file exists and is a regular file (a FIFO, device or
+// directory is refused without blocking), is not empty, a `.u16` file has an even byte
+// length, the file has more than `seq_len` tokens (a sequence needs T + 1 for its shifted
+// targets), and every token is < vocab_size (the first offender is reported with its
+// token offset).
 int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data **out,
                  char *err, size_t errlen);
 void rt_data_close(rt_data *d);
 
 // Number of tokens N in the file.
 int64_t rt_data_n_tokens(const rt_data *d);
-// Token at index i (0 <= i < N).
+// Token at index i (0 <= i < N); -1 for another i or when it cannot be read.
 int32_t rt_data_token(const rt_data *d, int64_t i);
 
 // The contract: sequence b of rank r in microbatch a of step s starts at
@@ -50,7 +51,9 @@ int64_t rt_data_offset(const rt_data_shape *shape, int64_t n_tokens, int64_t ste
                        int64_t micro, int64_t rank, int64_t row);
 
 // Fills inputs[B][T] with tokens o..o+T-1 and targets[B][T] with o+1..o+T for every
-// row b of (step, micro, rank). shape->seq_len must equal the one given to open.
+// row b of (step, micro, rank). shape->seq_len must equal the one given to open. Fails
+// (one line naming the file and the offset) when the file was truncated since open, or a
+// token read is >= vocab_size (the file was rewritten).
 int rt_data_batch(const rt_data *d, const rt_data_shape *shape, int64_t step,
                   int64_t micro, int64_t rank, int32_t *inputs, int32_t *targets,
                   char *err, size_t errlen);

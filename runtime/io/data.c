@@ -1,11 +1,17 @@
-// Token data (see rt_data.h): the file is mapped read-only, validated once at open
-// (length, format, every token < vocab), after which a batch fetch is pure index
-// arithmetic and cannot fail on the data itself.
+// Token data (see rt_data.h): the file is validated once at open (a regular file, its
+// length and format, every token < vocab), and each batch is read with pread and checked
+// again as it is read.
+//
+// Why pread and not mmap: the file can change under a run (truncated, rewritten). A
+// mapped page past a truncation faults with SIGBUS, a process-wide signal that cannot be
+// turned into an error of the rank that touched it without longjmp out of a fault; a
+// short pread is an ordinary error return, and the tokens of a rewritten file are
+// checked against the vocab as they are read, so either change ends the run with the
+// usual one-line message instead of a crash or an out-of-range embedding index.
 #include "rt_data.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,9 +21,9 @@
 
 struct rt_data {
     char *path;
+    int fd;
     int u16;                   // little-endian uint16 tokens, else one byte per token
-    const unsigned char *map;  // the whole file
-    size_t map_len;
+    uint64_t size;             // bytes at open
     int64_t n;                 // tokens
     int64_t vocab_size;
     int64_t seq_len;
@@ -28,9 +34,45 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static inline int32_t token_at(const rt_data *d, int64_t i) {
-    if (d->u16) return (int32_t)(d->map[2 * i] | (uint32_t)d->map[2 * i + 1] << 8);
-    return (int32_t)d->map[i];
+// Reads tokens [first, first + count) into out (count > 0), checking each < vocab.
+// pread is safe from every rank thread at once (no shared file position).
+static int read_tokens(const rt_data *d, int64_t first, int64_t count, int32_t *out,
+                       char *err, size_t errlen) {
+    const int w = d->u16 ? 2 : 1;
+    unsigned char buf[4096];
+    int64_t done = 0;
+    while (done < count) {
+        int64_t k = count - done < (int64_t)sizeof buf / w ? count - done : (int64_t)sizeof buf / w;
+        uint64_t off = (uint64_t)(first + done) * (uint64_t)w;
+        size_t got = 0;
+        while (got < (size_t)(k * w)) {
+            ssize_t r = pread(d->fd, buf + got, (size_t)(k * w) - got, (off_t)(off + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0)
+                return IO_SYSERR(err, errlen, "cannot read token file '%s' at byte offset %llu",
+                                 d->path, (unsigned long long)(off + got));
+            if (r == 0)
+                return io_errf(err, errlen, "token file '%s': nothing to read at byte offset "
+                               "%llu, the file is shorter than the %llu bytes it had when opened "
+                               "(truncated during the run?)", d->path,
+                               (unsigned long long)(off + got), (unsigned long long)d->size);
+            got += (size_t)r;
+        }
+        for (int64_t i = 0; i < k; i++) {
+            int32_t t = d->u16 ? (int32_t)(buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8)
+                               : (int32_t)buf[i];
+            if (t >= d->vocab_size) {
+                int64_t at = first + done + i;
+                return io_errf(err, errlen, "token file '%s': token %d at token offset %lld (byte "
+                               "offset %lld) is out of range for vocab size %lld (expected "
+                               "0..%lld)", d->path, t, (long long)at, (long long)at * w,
+                               (long long)d->vocab_size, (long long)d->vocab_size - 1);
+            }
+            out[done + i] = t;
+        }
+        done += k;
+    }
+    return 0;
 }
 
 // ---- open / close -------------------------------------------------------------------
@@ -47,7 +89,9 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
     int u16 = ends_with(path, ".u16");
     const char *fmt = u16 ? "2-byte little-endian tokens, as the name ends in .u16"
                           : "1-byte tokens, as the name does not end in .u16";
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO without a writer would otherwise block forever; the
+    // fstat below then refuses anything but a regular file.
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return IO_SYSERR(err, errlen, "cannot open token file '%s'", path);
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -55,6 +99,13 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
         close(fd);
         return rc;
     }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return io_errf(err, errlen, "token file '%s' is %s, not a regular file (every step "
+                       "re-reads the data: give a file of %s)", path, io_file_kind(st.st_mode),
+                       fmt);
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     uint64_t size = (uint64_t)st.st_size;
     if (size == 0) {
         close(fd);
@@ -72,48 +123,40 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
                        "tokens need at least %lld (T inputs + 1 shifted target)", path,
                        (long long)n, (long long)seq_len, (long long)seq_len + 1);
     }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        int rc = IO_SYSERR(err, errlen, "cannot map token file '%s' (%llu bytes)", path,
-                           (unsigned long long)size);
-        close(fd);
-        return rc;
-    }
-    close(fd);  // the mapping keeps the file
-    // Training reads the file front to back in strides; tell the kernel.
-    madvise(map, (size_t)size, MADV_SEQUENTIAL);
-
     rt_data *d = calloc(1, sizeof *d);
     char *p = strdup(path);
     if (!d || !p) {
         free(d);
         free(p);
-        munmap(map, (size_t)size);
+        close(fd);
         return io_errf(err, errlen, "out of memory opening token file '%s'", path);
     }
     d->path = p;
+    d->fd = fd;
     d->u16 = u16;
-    d->map = map;
-    d->map_len = (size_t)size;
+    d->size = size;
     d->n = n;
     d->vocab_size = vocab_size;
     d->seq_len = seq_len;
 
-    // ---- every token < vocab: a bad token would index outside the embedding table.
+    // ---- every token < vocab now, so a bad file is reported before training starts (a
+    // token >= vocab would index outside the embedding table).
     int64_t limit = u16 ? 65536 : 256;
     if (vocab_size < limit) {
-        for (int64_t i = 0; i < n; i++) {
-            int32_t t = token_at(d, i);
-            if (t >= vocab_size) {
-                int rc = io_errf(err, errlen, "token file '%s': token %d at token offset %lld "
-                                 "(byte offset %lld) is out of range for vocab size %lld "
-                                 "(expected 0..%lld)", path, t, (long long)i,
-                                 (long long)(u16 ? 2 * i : i), (long long)vocab_size,
-                                 (long long)vocab_size - 1);
+        enum { CHUNK = 1 << 16 };
+        int32_t *tok = malloc(CHUNK * sizeof *tok);
+        if (!tok) {
+            rt_data_close(d);
+            return io_errf(err, errlen, "out of memory opening token file '%s'", path);
+        }
+        for (int64_t i = 0; i < n; i += CHUNK) {
+            if (read_tokens(d, i, n - i < CHUNK ? n - i : CHUNK, tok, err, errlen) != 0) {
+                free(tok);
                 rt_data_close(d);
-                return rc;
+                return -1;
             }
         }
+        free(tok);
     }
     *out = d;
     return 0;
@@ -121,7 +164,7 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
 
 void rt_data_close(rt_data *d) {
     if (!d) return;
-    if (d->map) munmap((void *)d->map, d->map_len);
+    close(d->fd);
     free(d->path);
     free(d);
 }
@@ -129,7 +172,9 @@ void rt_data_close(rt_data *d) {
 int64_t rt_data_n_tokens(const rt_data *d) { return d->n; }
 
 int32_t rt_data_token(const rt_data *d, int64_t i) {
-    return (i >= 0 && i < d->n) ? token_at(d, i) : -1;
+    int32_t t = -1;
+    if (i < 0 || i >= d->n || read_tokens(d, i, 1, &t, NULL, 0) != 0) return -1;
+    return t;
 }
 
 // ---- batches ------------------------------------------------------------------------
@@ -176,11 +221,13 @@ int rt_data_batch(const rt_data *d, const rt_data_shape *shape, int64_t step,
     for (int64_t b = 0; b < shape->batch; b++) {
         int64_t o = rt_data_offset(shape, d->n, step, micro, rank, b);
         int32_t *in = inputs + b * T, *tg = targets + b * T;
-        // o + T <= N - 1, so targets o+1..o+T stay inside the file.
-        for (int64_t t = 0; t < T; t++) {
-            in[t] = token_at(d, o + t);
-            tg[t] = token_at(d, o + t + 1);
-        }
+        // o + T <= N - 1, so targets o+1..o+T stay inside the file (as it was at open).
+        int32_t last;
+        if (read_tokens(d, o, T, in, err, errlen) != 0 ||
+            read_tokens(d, o + T, 1, &last, err, errlen) != 0)
+            return -1;
+        memcpy(tg, in + 1, (size_t)(T - 1) * sizeof *tg);
+        tg[T - 1] = last;
     }
     return 0;
 }

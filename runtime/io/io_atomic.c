@@ -40,6 +40,30 @@ int io_fsync_parent_dir(const char *path, char *err, size_t errlen) {
 
 // ---- API ----------------------------------------------------------------------------
 
+// Creates the temp file without ever writing through something already at its name:
+// O_EXCL | O_NOFOLLOW refuse an existing name (a planted symlink would otherwise get its
+// target truncated). A leftover from a crash, or a planted link or file, is unlinked,
+// which removes the name only, and the create is tried once more.
+static int create_tmp(io_atomic *a, char *err, size_t errlen) {
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY;
+    int fd = open(a->tmp, flags, 0644);
+    if (fd < 0 && errno == EEXIST) {
+        struct stat st;
+        if (lstat(a->tmp, &st) == 0 && S_ISDIR(st.st_mode))
+            return io_errf(err, errlen, "cannot create '%s' (temp file for '%s'): a directory is "
+                           "in the way; remove it", a->tmp, a->path);
+        if (unlink(a->tmp) != 0 && errno != ENOENT)
+            return IO_SYSERR(err, errlen, "cannot remove the stale temp file '%s'", a->tmp);
+        fd = open(a->tmp, flags, 0644);
+    }
+    if (fd < 0)
+        return IO_SYSERR(err, errlen,
+                         "cannot create '%s' (temp file for '%s'; is the directory there and "
+                         "writable?)",
+                         a->tmp, a->path);
+    return fd;
+}
+
 int io_atomic_open(io_atomic *a, const char *path, char *err, size_t errlen) {
     a->fp = NULL;
     a->failed = 0;
@@ -47,17 +71,21 @@ int io_atomic_open(io_atomic *a, const char *path, char *err, size_t errlen) {
     size_t n = strlen(path);
     if (n == 0) return io_errf(err, errlen, "empty output path");
     if (n + 5 > sizeof a->tmp) return io_errf(err, errlen, "output path too long: '%s'", path);
+    // Only a regular file (or a symlink, which the rename replaces without touching its
+    // target) is ever replaced: renaming over a device node, FIFO or socket would destroy
+    // it, and over a directory would fail only after all the writing.
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return io_errf(err, errlen, "refusing to write '%s': it is %s, not a regular file (only "
+                       "regular files are replaced; give another path)", path,
+                       io_file_kind(st.st_mode));
     memcpy(a->path, path, n + 1);
     memcpy(a->tmp, path, n);
     memcpy(a->tmp + n, ".tmp", 5);
-    int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = create_tmp(a, err, errlen);
     if (fd < 0) {
-        int rc = IO_SYSERR(err, errlen,
-                           "cannot create '%s' (temp file for '%s'; is the directory "
-                           "there and writable?)",
-                           a->tmp, path);
-        a->tmp[0] = '\0';  // nothing to remove
-        return rc;
+        a->tmp[0] = '\0';  // nothing of ours to remove
+        return -1;
     }
     a->fp = fdopen(fd, "wb");
     if (!a->fp) {
@@ -87,8 +115,11 @@ int io_atomic_pwrite(io_atomic *a, long long offset, const void *buf, size_t n,
                      char *err, size_t errlen) {
     if (a->failed || !a->fp) return io_errf(err, errlen, "write to '%s' after an error", a->tmp);
     long long end = 0;
-    if (fflush(a->fp) != 0 || (end = (long long)ftello(a->fp)) < 0 ||
-        fseeko(a->fp, (off_t)offset, SEEK_SET) != 0) {
+    if (fflush(a->fp) != 0) {  // the buffered bytes reach the file only now
+        a->failed = 1;
+        return IO_SYSERR(err, errlen, "cannot write to '%s' (disk full?)", a->tmp);
+    }
+    if ((end = (long long)ftello(a->fp)) < 0 || fseeko(a->fp, (off_t)offset, SEEK_SET) != 0) {
         a->failed = 1;
         return IO_SYSERR(err, errlen, "cannot seek in '%s'", a->tmp);
     }

@@ -14,7 +14,9 @@ typedef struct {
     char tmp[4096];
 } io_atomic;
 
-// Creates PATH.tmp (truncating a stale one from an earlier crash).
+// Creates PATH.tmp with O_EXCL | O_NOFOLLOW (a stale one from a crash, or anything
+// planted there, is unlinked first, never written through). Refuses a PATH that exists
+// and is not a regular file or a symlink (a device node, FIFO, socket or directory).
 int io_atomic_open(io_atomic *a, const char *path, char *err, size_t errlen);
 // Appends bytes; on failure the file is marked failed (call io_atomic_abort).
 int io_atomic_write(io_atomic *a, const void *buf, size_t n, char *err, size_t errlen);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // ---- formatting ---------------------------------------------------------------------
 
@@ -30,6 +31,17 @@ __attribute__((format(printf, 3, 4))) static inline int io_errf(char *err, size_
 #define IO_SYSERR(err, errlen, fmt, ...)                                                 \
     io_errf((err), (errlen), fmt ": %s [%s:%d]", __VA_ARGS__, strerror(errno), __FILE__, \
             __LINE__)
+
+// What a non-regular file is, for "'X' is a FIFO (named pipe), not a regular file".
+static inline const char *io_file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    return S_ISREG(mode) ? "a regular file" : "not a regular file";
+}
 
 // ---- byte order ---------------------------------------------------------------------
 

@@ -45,10 +45,12 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "  --load FILE           before step 1, read every parameter from safetensors\n"
            "                        (fp32, the model's names and shapes)\n"
            "  --checkpoint DIR      save a resumable checkpoint (per-rank parameter shards,\n"
-           "                        optimizer state, step) at the end\n"
+           "                        optimizer state, step) at the end, as DIR/step_N, beside\n"
+           "                        the older ones (a failed save leaves them intact)\n"
            "  --checkpoint-every N  ... and after every N-th step (needs --checkpoint)\n"
-           "  --resume DIR          continue from the checkpoint in DIR (same world size);\n"
-           "                        the result is bit-identical to an uninterrupted run\n"
+           "  --keep-checkpoints K  keep the newest K checkpoints in DIR (default 2; 0: all)\n"
+           "  --resume DIR          continue from the newest complete checkpoint in DIR (same\n"
+           "                        world size); bit-identical to an uninterrupted run\n"
            "  --trace FILE          write a Chrome trace (Perfetto) of every rank\n"
            "  --bench               print throughput and the compute / exposed communication /\n"
            "                        optimizer split of a step\n"
@@ -133,7 +135,7 @@ static int parse_path(const char* opt, const char* s, const char** out) {
 #define MAX_VAL_BATCHES ((int64_t)1 << 20)
 
 enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_VAL_DATA, O_VAL_EVERY, O_VAL_BATCHES, O_SAVE, O_LOAD,
-       O_CKPT, O_CKPT_EVERY, O_RESUME, O_TRACE, O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
+       O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE, O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
 
 typedef struct opt_def {
     const char* name;
@@ -154,6 +156,7 @@ static const opt_def opts[] = {
     {"--load", O_LOAD, "FILE", 1, 0},
     {"--checkpoint", O_CKPT, "DIR", 1, 0},
     {"--checkpoint-every", O_CKPT_EVERY, "N", 1, 0},
+    {"--keep-checkpoints", O_KEEP_CKPT, "K", 1, 0},
     {"--resume", O_RESUME, "DIR", 1, 0},
     {"--trace", O_TRACE, "FILE", 1, 0},
     {"--bench", O_BENCH, NULL, 1, 0},
@@ -188,6 +191,8 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
     o->seed = m->seed;
     o->log_every = 1;
     o->val_batches = 8;
+    o->keep_checkpoints = 2;
+    int keep_set = 0;
     const char* prog = argc > 0 && argv[0] ? argv[0] : m->name;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -229,6 +234,10 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
         case O_LOAD: rc = parse_path(d->name, val, &o->load); break;
         case O_CKPT: rc = parse_path(d->name, val, &o->checkpoint); break;
         case O_CKPT_EVERY: rc = parse_int(d->name, val, 1, MAX_STEPS, &o->checkpoint_every); break;
+        case O_KEEP_CKPT:
+            rc = parse_int(d->name, val, 0, 1000000, &o->keep_checkpoints);
+            keep_set = 1;
+            break;
         case O_RESUME: rc = parse_path(d->name, val, &o->resume); break;
         case O_TRACE: rc = parse_path(d->name, val, &o->trace); break;
         case O_BENCH: o->bench = 1; break;
@@ -248,6 +257,8 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
                                       "the parameters); use one of them");
     if (o->checkpoint_every && !o->checkpoint)
         return bad("--checkpoint-every", NULL, "needs --checkpoint DIR");
+    if (keep_set && !o->checkpoint)
+        return bad("--keep-checkpoints", NULL, "needs --checkpoint DIR");
     if (o->data && !m->tokens)
         return bad("--data", o->data, "this model takes float inputs, not tokens; run it "
                                       "without --data (synthetic inputs)");

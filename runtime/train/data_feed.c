@@ -94,15 +94,19 @@ static void feed_item(train_run* run, rt_rank* R, int item, const rt_data* data,
     }
     rt_data_shape shape = {m->world, n_micro, m->batch, m->seq_len};
     char err[512];
-    // Cannot fail once the main thread fetched step 0 with the same shape; if it does,
-    // the peers must not wait for this rank.
-    if (rt_data_batch(data, &shape, s, micro, R->rank, R->tokens[item], R->targets[item], err, sizeof err) != 0)
-        rt_rank_die(R, "%s", err);
+    // Fails when the file was truncated or rewritten since open. The rank then records
+    // the error and runs this step on token 0 everywhere (valid for any vocab), so its
+    // peers never wait for it in a collective; the exchange after the step fails the run
+    // on every rank before anything is printed or saved.
+    if (rt_data_batch(data, &shape, s, micro, R->rank, R->tokens[item], R->targets[item], err, sizeof err) != 0) {
+        train_fail(run, "%s: %s", data == run->val_data ? "--val-data" : "--data", err);
+        memset(R->tokens[item], 0, (size_t)(m->batch * m->seq_len) * sizeof(int32_t));
+        memset(R->targets[item], 0, (size_t)(m->batch * m->seq_len) * sizeof(int32_t));
+    }
 }
 
-int train_feed(train_run* run, rt_rank* R, int64_t s) {
+void train_feed(train_run* run, rt_rank* R, int64_t s) {
     for (int a = 0; a < run->m->n_forward; a++) feed_item(run, R, a, run->data, run->m->n_forward, s, a, s);
-    return 0;
 }
 
 void train_feed_val(train_run* run, rt_rank* R, int64_t v) {

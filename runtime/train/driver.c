@@ -421,7 +421,7 @@ static void rank_main(rt_comm* comm, void* arg) {
     rank_bufs bufs;
     int rc = rank_alloc(run, &R, &bufs);
     if (!rc) {
-        if (o->resume) rc = train_checkpoint_load(run, &R, o->resume);
+        if (o->resume) rc = train_checkpoint_load(run, &R);
         else if (o->load) rc = train_load(run, &R, o->load);
         else rc = train_init_params(run, &R);
         if (rc) train_fail(run, "rank %d: parameter setup failed", R.rank);  // first message wins
@@ -495,8 +495,8 @@ static int open_data(train_run* run, const char* opt, const char* path, int64_t 
     return rc != 0;
 }
 
-// An output file's directory must exist and be writable before training starts, so that a
-// long run does not fail only at its end.
+// An output file's directory must exist and be writable, and the file, if there, be a
+// regular one, before training starts, so that a long run does not fail only at its end.
 static int check_output(const char* opt, const char* path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
@@ -512,6 +512,12 @@ static int check_output(const char* opt, const char* path) {
     }
     if (access(dir, W_OK) != 0) {
         fprintf(stderr, "fsdpgen: %s %s: directory '%s' is not writable\n", opt, path, dir);
+        return 1;
+    }
+    // The writer replaces only regular files (and symlinks, not their targets).
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        fprintf(stderr, "fsdpgen: %s %s: it exists and is not a regular file (a directory, "
+                        "device or FIFO is never replaced; give a file path)\n", opt, path);
         return 1;
     }
     return 0;
@@ -532,7 +538,7 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     if (!rc && o.trace && check_output("--trace", o.trace)) rc = 1;
     if (!rc && o.data && open_data(&run, "--data", o.data, m->n_forward, &run.data)) rc = 1;
     if (!rc && o.val_data && open_data(&run, "--val-data", o.val_data, 1, &run.val_data)) rc = 1;
-    if (!rc && o.resume && train_checkpoint_probe(m, o.resume, &run.start_step)) rc = 1;
+    if (!rc && train_checkpoint_prepare(&run)) rc = 1;
     if (!rc && o.trace && rt_trace_create(m->world, 0, 0, &run.trace, err, sizeof err) != 0) {
         fprintf(stderr, "fsdpgen: --trace %s: %s\n", o.trace, err);
         rc = 1;

@@ -1,13 +1,16 @@
 // resume.c — --checkpoint / --resume: each rank saves its sharded fp32 parameters and
-// optimizer state (rt_checkpoint.h: begin / save_rank / finish with barriers between, so a
-// half-written save never loads), plus the step and seed. Since the data offset, the
-// synthetic data and the dropout streams depend only on the step index, restoring the
-// step makes the continued run bit-identical to an uninterrupted one. A model fingerprint
-// blob rejects a checkpoint written by another model or plan.
+// optimizer state, plus the step and seed, into a new ROOT/step_N directory beside the
+// older ones (rt_checkpoint.h: stage / save_rank / finish / publish with barriers between,
+// so a save that fails or is killed never costs the last good checkpoint), keeping the
+// newest --keep-checkpoints; --resume ROOT loads the newest complete one. Since the data
+// offset, the synthetic data and the dropout streams depend only on the step index,
+// restoring the step makes the continued run bit-identical to an uninterrupted one. A
+// model fingerprint blob rejects a checkpoint written by another model or plan.
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rt_checkpoint.h"
 #include "rt_train.h"
@@ -103,13 +106,19 @@ static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
 
 // ---- save -------------------------------------------------------------------------------
 
-int train_checkpoint_save(train_run* run, rt_rank* R, const char* dir, int64_t steps_completed) {
+int train_checkpoint_save(train_run* run, rt_rank* R, const char* root, int64_t steps_completed) {
     const rt_model* m = run->m;
-    char err[512];
-    if (R->rank == 0 && rt_ckpt_begin(dir, err, sizeof err) != 0)
-        train_fail(run, "--checkpoint %s: %s", dir, err);
+    const uint64_t step = (uint64_t)steps_completed;
+    char err[768], dir[4096];
+    if (rt_ckpt_stage_path(root, step, dir, sizeof dir) != 0) {
+        train_fail(run, "--checkpoint %s: the path is too long", root);
+        train_agree(run, R);
+        return 1;
+    }
+    if (R->rank == 0 && rt_ckpt_stage(root, step, err, sizeof err) != 0)
+        train_fail(run, "--checkpoint %s: %s", root, err);
     if (rt_rank_pull(R)) train_fail(run, "rank %d: copying the state from the device failed", R->rank);
-    if (train_agree(run, R)) return 1;
+    if (train_agree(run, R)) goto failed;
     ckpt_blobs b;
     if (blobs_init(run, R, &b) == 0) {
         b.fingerprint = model_fingerprint(m);
@@ -120,57 +129,102 @@ int train_checkpoint_save(train_run* run, rt_rank* R, const char* dir, int64_t s
             for (int i = 0; i < b.n; i++)
                 blobs[i] = (rt_ckpt_blob){b.slots[i].name, b.slots[i].dtype, b.slots[i].count,
                                           b.slots[i].data};
-            rt_ckpt_state st = {(uint64_t)steps_completed, (uint64_t)steps_completed, run->seed, 0};
+            rt_ckpt_state st = {step, step, run->seed, 0};
             if (rt_ckpt_save_rank(dir, m->world, R->rank, &st, blobs, (size_t)b.n, err,
                                   sizeof err) != 0)
-                train_fail(run, "--checkpoint %s: rank %d: %s", dir, R->rank, err);
+                train_fail(run, "--checkpoint %s: rank %d: %s", root, R->rank, err);
             free(blobs);
         }
         blobs_free(&b);
     }
-    if (train_agree(run, R)) return 1;
-    if (R->rank == 0 &&
-        rt_ckpt_finish(dir, m->world, (uint64_t)steps_completed, err, sizeof err) != 0)
-        train_fail(run, "--checkpoint %s: %s", dir, err);
-    if (train_agree(run, R)) return 1;
-    if (R->rank == 0 && !run->quiet)
+    if (train_agree(run, R)) goto failed;
+    // Every rank file is durable: mark the staging directory complete and switch to it.
+    if (R->rank == 0 && (rt_ckpt_finish(dir, m->world, step, err, sizeof err) != 0 ||
+                         rt_ckpt_publish(root, step, (int)run->o->keep_checkpoints, err, sizeof err) != 0))
+        train_fail(run, "--checkpoint %s: %s", root, err);
+    if (train_agree(run, R)) goto failed;
+    if (R->rank == 0 && !run->quiet) {
+        rt_ckpt_step_path(root, step, dir, sizeof dir);
         printf("checkpoint: step %" PRId64 " saved to %s\n", steps_completed, dir);
+    }
     return 0;
+failed:
+    // The ranks are past their writes (the agreement is collective): drop the partial save,
+    // which also frees the space a full disk needs. A published one is left as it is.
+    if (R->rank == 0) rt_ckpt_unstage(root, step);
+    return 1;
 }
 
 // ---- load -------------------------------------------------------------------------------
 
-int train_checkpoint_probe(const rt_model* m, const char* dir, int64_t* step) {
-    char err[512];
+// --resume ROOT: the newest complete checkpoint under it, its world size and step.
+static int find_resume(train_run* run) {
+    const rt_model* m = run->m;
+    const char* root = run->o->resume;
+    char err[768];
     int world = 0;
     uint64_t s = 0;
-    int pr = rt_ckpt_probe(dir, &world, &s, err, sizeof err);
+    int pr = rt_ckpt_find(root, run->resume_dir, sizeof run->resume_dir, &world, &s, err, sizeof err);
     if (pr < 0) {
-        fprintf(stderr, "fsdpgen: --resume %s: %s\n", dir, err);
+        fprintf(stderr, "fsdpgen: --resume %s: %s\n", root, err);
         return 1;
     }
     if (pr == 0) {
-        fprintf(stderr, "fsdpgen: --resume %s: no complete checkpoint there (%s/COMPLETE is "
-                        "missing: the save did not finish, or this is not a checkpoint directory)\n",
-                dir, dir);
+        fprintf(stderr, "fsdpgen: --resume %s: no complete checkpoint there (neither %s/COMPLETE nor "
+                        "a %s/step_N directory with one: no save finished, or this is not a "
+                        "checkpoint directory)\n", root, root, root);
         return 1;
     }
     if (world != m->world) {
-        fprintf(stderr, "fsdpgen: --resume %s: the checkpoint was saved with world size %d, %s "
+        fprintf(stderr, "fsdpgen: --resume %s: the checkpoint %s was saved with world size %d, %s "
                         "runs %d ranks (resharding a checkpoint is not supported)\n",
-                dir, world, m->name, m->world);
+                root, run->resume_dir, world, m->name, m->world);
         return 1;
     }
     if (s > (uint64_t)INT64_MAX / 2) {
-        fprintf(stderr, "fsdpgen: --resume %s: step %llu is out of range\n", dir,
+        fprintf(stderr, "fsdpgen: --resume %s: step %llu is out of range\n", root,
                 (unsigned long long)s);
         return 1;
     }
-    *step = (int64_t)s;
+    run->start_step = (int64_t)s;
     return 0;
 }
 
-int train_checkpoint_load(train_run* run, rt_rank* R, const char* dir) {
+// --checkpoint ROOT must not already hold a checkpoint newer than this run's start: its
+// saves would land below it, and a later --resume ROOT would pick the stale newer one.
+static int check_checkpoint_root(const train_run* run) {
+    const char* root = run->o->checkpoint;
+    struct stat st;
+    if (stat(root, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "fsdpgen: --checkpoint %s: it exists and is not a directory (give a "
+                        "directory, new or one of checkpoints)\n", root);
+        return 1;
+    }
+    char err[768], dir[4096];
+    uint64_t s = 0;
+    int pr = rt_ckpt_find(root, dir, sizeof dir, NULL, &s, err, sizeof err);
+    if (pr < 0) {
+        fprintf(stderr, "fsdpgen: --checkpoint %s: %s\n", root, err);
+        return 1;
+    }
+    if (pr == 1 && s > (uint64_t)run->start_step) {
+        fprintf(stderr, "fsdpgen: --checkpoint %s: it holds a checkpoint of step %llu (%s), newer "
+                        "than this run's start at step %lld; continue it with --resume %s, or "
+                        "give another directory\n", root, (unsigned long long)s, dir,
+                (long long)run->start_step, root);
+        return 1;
+    }
+    return 0;
+}
+
+int train_checkpoint_prepare(train_run* run) {
+    if (run->o->resume && find_resume(run)) return 1;
+    if (run->o->checkpoint && check_checkpoint_root(run)) return 1;
+    return 0;
+}
+
+int train_checkpoint_load(train_run* run, rt_rank* R) {
+    const char* dir = run->resume_dir;
     const rt_model* m = run->m;
     ckpt_blobs b;
     if (blobs_init(run, R, &b) != 0) return 1;

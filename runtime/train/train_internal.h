@@ -35,6 +35,7 @@ typedef struct train_opts {
     const char* load;
     const char* checkpoint;
     int64_t checkpoint_every;  // 0: only at the end
+    int64_t keep_checkpoints;  // the newest K of ROOT's checkpoints are kept (0: all)
     const char* resume;
     const char* trace;
     int bench;
@@ -58,6 +59,7 @@ typedef struct train_run {
     const train_opts* o;
     uint64_t seed;           // param init, synthetic data, dropout
     int64_t start_step;      // 0, or the step a --resume checkpoint holds
+    char resume_dir[4096];   // --resume: the checkpoint found under it (ROOT/step_N, or ROOT)
     int64_t nsteps;
     rt_data* data;           // --data, or NULL (synthetic)
     rt_data* val_data;       // --val-data, or NULL (synthetic, or no eval)
@@ -128,9 +130,10 @@ float* train_arena_f32(rt_rank* R, size_t off, int64_t numel);
 // except on memory, reported through train_fail).
 int train_init_params(train_run* run, rt_rank* R);
 
-// data_feed.c: fills R->tokens/targets/inputs for step s. Returns 0 (a file batch that
-// fails after open_data fetched step 0 with the same shape ends the process: rt_rank_die).
-int train_feed(train_run* run, rt_rank* R, int64_t s);
+// data_feed.c: fills R->tokens/targets/inputs for step s. A file batch that fails (the file
+// was truncated or rewritten during the run) calls train_fail and feeds token 0, so the
+// step's collectives still match and the exchange after it ends the run on every rank.
+void train_feed(train_run* run, rt_rank* R, int64_t s);
 // ... and forward item 0's with validation batch v (0-based) of every eval: from --val-data
 // as step v of a one-microbatch shape, else synthetic as step -1 - v of microbatch 0 (a
 // stream no training step draws).
@@ -143,12 +146,14 @@ int train_gather_params(train_run* run, rt_rank* R, float* const* full);
 int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_completed);
 int train_load(train_run* run, rt_rank* R, const char* path);
 
-// resume.c: --checkpoint / --resume.
-int train_checkpoint_save(train_run* run, rt_rank* R, const char* dir, int64_t steps_completed);
-int train_checkpoint_load(train_run* run, rt_rank* R, const char* dir);
-// Main thread, before the ranks start: checks that dir holds a complete checkpoint for this
-// world size and returns its step in *step. Returns 0, or prints and returns 1.
-int train_checkpoint_probe(const rt_model* m, const char* dir, int64_t* step);
+// resume.c: --checkpoint / --resume. Save writes ROOT/step_<steps_completed> (collective).
+int train_checkpoint_save(train_run* run, rt_rank* R, const char* root, int64_t steps_completed);
+// Loads run->resume_dir (set by train_checkpoint_prepare).
+int train_checkpoint_load(train_run* run, rt_rank* R);
+// Main thread, before the ranks start: with --resume, finds the newest complete checkpoint
+// (run->resume_dir, run->start_step) and checks its world size; with --checkpoint, checks
+// that ROOT holds none newer than the start. Returns 0, or prints and returns 1.
+int train_checkpoint_prepare(train_run* run);
 
 // bench.c: the --bench report from run->step_ms / comm_ms / optim_ms.
 void train_bench_report(const train_run* run);

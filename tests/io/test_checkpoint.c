@@ -1,6 +1,8 @@
 // Tests for resumable checkpoints: a 4-rank save (ranks as threads, as in the CPU
 // backend) and bit-exact reload, then every way a checkpoint can be incomplete, stale,
-// damaged or mismatched, and saves that fail partway leaving nothing that loads.
+// damaged or mismatched, and saves that fail partway leaving nothing that loads; then
+// checkpoint directories (ROOT/step_N): staging, publishing, keeping the newest K, and
+// finding the newest complete one past what a killed save leaves.
 #include <pthread.h>
 #include <sys/wait.h>
 #include <stdint.h>
@@ -382,6 +384,91 @@ static void test_failed_saves(const char *dir) {
     CHECK(rc == 0 && loaded[3].st.step == STEP + 10, "and loads (%s)", rc ? err : "ok");
 }
 
+// ---- checkpoint directories (ROOT/step_N) -------------------------------------------
+
+// A full save of `step` into ROOT: stage, every rank, finish, publish (keep K).
+static int save_step(const char *root, uint64_t step, int keep, int publish) {
+    char stage[4096];
+    job jobs[WORLD];
+    for (int r = 0; r < WORLD; r++) fill(&saved[r], r, step);
+    if (rt_ckpt_stage(root, step, err, sizeof err) != 0 ||
+        rt_ckpt_stage_path(root, step, stage, sizeof stage) != 0 ||
+        all_ranks(stage, save_thread, jobs) != 0)
+        return -1;
+    if (!publish) return 0;  // as a save killed before its marker
+    if (rt_ckpt_finish(stage, WORLD, step, err, sizeof err) != 0) return -1;
+    return rt_ckpt_publish(root, step, keep, err, sizeof err);
+}
+
+static int newest(const char *root, uint64_t *step, char *dir) {
+    return rt_ckpt_find(root, dir, 4096, NULL, step, err, sizeof err);
+}
+
+static void test_directories(void) {
+    static char root[1024], path[2048], found[4096];  // sized so the joins fit
+    snprintf(root, sizeof root, "%s", tpath("ckroot"));
+    uint64_t step = 0;
+    CHECK(newest(root, &step, found) == 0, "find in a missing ROOT: none");
+    int rc = save_step(root, 10, 2, 1);
+    rc |= save_step(root, 20, 2, 1);
+    rc |= save_step(root, 30, 2, 1);
+    snprintf(path, sizeof path, "%s/step_00000010", root);
+    CHECK(rc == 0 && newest(root, &step, found) == 1 && step == 30 && strstr(found, "/step_00000030") &&
+              !file_exists(path) && count_entries(root, "step_") == 2,
+          "saves of steps 10, 20, 30 keeping 2: the newest is step 30, step 10 removed (%s)",
+          rc ? err : found);
+    rc = load_one(found, WORLD, 2);
+    CHECK(rc == 0 && loaded[2].st.step == 30, "... and it loads (%s)", rc ? err : "ok");
+
+    // A save killed before its marker: the staging directory is never found; the next save
+    // of that step replaces it.
+    rc = save_step(root, 40, 2, 0);
+    CHECK(rc == 0 && newest(root, &step, found) == 1 && step == 30,
+          "a staging step 40 without its marker: the newest is still step 30");
+    rc = save_step(root, 40, 2, 1);
+    CHECK(rc == 0 && newest(root, &step, found) == 1 && step == 40 && count_entries(root, ".tmp") == 0,
+          "saving step 40 again over the leftover: published, no staging left (%s)", rc ? err : "ok");
+    rt_ckpt_stage(root, 41, err, sizeof err);
+    rt_ckpt_unstage(root, 41);
+    CHECK(count_entries(root, ".tmp") == 0, "rt_ckpt_unstage removes a staging directory");
+    rc = save_step(root, 40, 2, 1);
+    CHECK_ERR(rc, err, "publishing over a complete step 40", "already exists");
+    rt_ckpt_unstage(root, 40);
+
+    // keep 0 keeps all; an incomplete step directory (a removal cut short) is never found
+    // and is removed by the next save above it.
+    rc = save_step(root, 50, 0, 1);
+    CHECK(rc == 0 && count_entries(root, "step_") == 3, "keep 0: steps 30, 40 and 50 all kept");
+    snprintf(path, sizeof path, "%s/step_00000060", root);
+    mkdir(path, 0755);
+    CHECK(newest(root, &step, found) == 1 && step == 50, "an empty step 60 directory is not a checkpoint");
+    rc = save_step(root, 70, 1, 1);
+    CHECK(rc == 0 && !file_exists(path) && count_entries(root, "step_") == 1 &&
+              newest(root, &step, found) == 1 && step == 70,
+          "saving step 70 keeping 1: step 60's debris and steps 30-50 removed (%s)", rc ? err : "ok");
+
+    // Markers that lie are errors, not skipped.
+    snprintf(path, sizeof path, "%s/step_00000080", root);
+    rename(found, path);
+    rc = newest(root, &step, found);
+    CHECK_ERR(rc, err, "a step directory renamed by hand", "step_00000080", "holds step 70");
+    snprintf(found, sizeof found, "%s/COMPLETE", path);
+    write_bytes(found, "junk", 4);
+    rc = newest(root, &step, found);
+    CHECK_ERR(rc, err, "a malformed marker", "malformed");
+
+    // ROOT itself holding a checkpoint (the layout before step directories) competes by step.
+    static char old[4096];
+    snprintf(old, sizeof old, "%s", tpath("ckold"));
+    save_all(old, 5);
+    CHECK(newest(old, &step, found) == 1 && step == 5 && !strcmp(found, old),
+          "a checkpoint in ROOT itself is found");
+    rc = save_step(old, 6, 2, 1);
+    CHECK(rc == 0 && newest(old, &step, found) == 1 && step == 6 && strstr(found, "/step_00000006") &&
+              rt_ckpt_probe(old, NULL, NULL, err, sizeof err) == 1,
+          "a step directory above it is newer; ROOT's own checkpoint is left as it was");
+}
+
 int main(void) {
     printf("== checkpoint ==\n");
     static char dir[4096];  // tpath's buffers rotate; keep our own copy
@@ -390,5 +477,6 @@ int main(void) {
     test_round_trip(dir);
     test_damage(dir);
     test_failed_saves(dir);
+    test_directories();
     return check_summary();
 }

@@ -1,6 +1,8 @@
 // Tests for token data: the batch offset contract on small synthetic files (raw bytes
 // and .u16), exactness of the offset formula, and each open/batch error a user can hit.
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "io_test.h"
 #include "rt_data.h"
@@ -188,11 +190,77 @@ static void test_errors(void) {
     CHECK_ERR(rc, err, "seq_len 0", "sequence length must be > 0");
 }
 
+// ---- files that are not regular, or change after open -------------------------------
+
+// A FIFO with no writer, a directory and a device are refused at once (alarm: a FIFO open
+// that blocks ends the test as a crash instead of hanging it).
+static void test_not_regular(void) {
+    rt_data *d = NULL;
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s", tpath("tokens_fifo.bin"));
+    if (mkfifo(fifo, 0644) == 0) {
+        alarm(20);
+        int rc = rt_data_open(fifo, 256, 8, &d, err, sizeof err);
+        alarm(0);
+        CHECK_ERR(rc, err, "a FIFO with no writer: refused without blocking", "tokens_fifo.bin",
+                  "a FIFO", "not a regular file");
+    }
+    mkdir(tpath("tokens_dir.bin"), 0755);
+    int rc = rt_data_open(tpath("tokens_dir.bin"), 256, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "a directory", "tokens_dir.bin", "a directory", "not a regular file");
+    rc = rt_data_open("/dev/zero", 256, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "/dev/zero", "a character device", "not a regular file");
+    CHECK(d == NULL, "no handle on error");
+}
+
+// The file truncated, or rewritten with tokens >= vocab, after open: the next batch fails
+// with a message naming the file and the offset (no SIGBUS, no out-of-range token).
+static void test_changed_after_open(void) {
+    enum { N = 4000 };
+    unsigned char bytes[N];
+    for (int i = 0; i < N; i++) bytes[i] = (unsigned char)(i % 16);
+    char path[4096];
+    snprintf(path, sizeof path, "%s", tpath("changing.bin"));
+    write_bytes(path, bytes, N);
+    rt_data *d = NULL;
+    int rc = rt_data_open(path, 16, 8, &d, err, sizeof err);
+    CHECK(rc == 0, "open a %d-token file, vocab 16 (%s)", N, rc ? err : "ok");
+    if (rc) return;
+    rt_data_shape sh = {.world_size = 1, .n_micro = 1, .batch = 4, .seq_len = 8};
+    int32_t in[4 * 8], tg[4 * 8];
+    rc = rt_data_batch(d, &sh, 100, 0, 0, in, tg, err, sizeof err);
+    CHECK(rc == 0 && in[0] == bytes[rt_data_offset(&sh, N, 100, 0, 0, 0)], "step 100 reads (%s)",
+          rc ? err : "ok");
+    // Rewritten in place: token 200 at offset 3300 (step 100's rows lie at 3200..3232).
+    FILE *fp = fopen(path, "r+b");
+    if (fp) {
+        fseek(fp, 3210, SEEK_SET);
+        fputc(200, fp);
+        fclose(fp);
+    }
+    rc = rt_data_batch(d, &sh, 100, 0, 0, in, tg, err, sizeof err);
+    CHECK_ERR(rc, err, "a token rewritten to 200 after open", "changing.bin", "token 200",
+              "token offset 3210", "vocab size 16");
+    CHECK(rt_data_token(d, 3210) == -1 && rt_data_token(d, 3211) == bytes[3211],
+          "rt_data_token: -1 for the out-of-range token, the others still read");
+    // Truncated to 1000 bytes: a batch past the new end fails, one before it still reads.
+    CHECK(truncate(path, 1000) == 0, "truncate the file to 1000 bytes");
+    rc = rt_data_batch(d, &sh, 100, 0, 0, in, tg, err, sizeof err);
+    CHECK_ERR(rc, err, "a batch past the end of the truncated file", "changing.bin",
+              "nothing to read at byte offset 3200", "4000 bytes it had when opened", "truncated");
+    rc = rt_data_batch(d, &sh, 1, 0, 0, in, tg, err, sizeof err);
+    CHECK(rc == 0, "a batch before the new end still reads (%s)", rc ? err : "ok");
+    CHECK(rt_data_token(d, 3999) == -1, "rt_data_token past the new end is -1");
+    rt_data_close(d);
+}
+
 int main(void) {
     printf("== token data ==\n");
     test_raw_bytes();
     test_u16();
     test_offset_exact();
     test_errors();
+    test_not_regular();
+    test_changed_after_open();
     return check_summary();
 }

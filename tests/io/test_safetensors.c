@@ -1,7 +1,9 @@
 // Tests for the safetensors reader/writer and the JSON parser under it: round trips of
 // every dtype, deterministic and atomic output, the errors a user sees for missing /
 // misnamed / misshaped tensors, and rejection of hand-made corrupt files.
+#include <errno.h>
 #include <stdint.h>
+#include <sys/sysmacros.h>
 
 #include "io_json.h"
 #include "io_test.h"
@@ -254,6 +256,87 @@ static void test_write_errors(void) {
     free(after);
 }
 
+// ---- what the writer refuses to write through ---------------------------------------
+
+// A path that is a FIFO, a directory or a device node is refused (nothing is replaced or
+// created); a symlink planted at PATH.tmp is removed, never followed, so its target keeps
+// its bytes; a stale PATH.tmp is replaced; a directory at PATH.tmp is a one-line error.
+static void test_write_safety(void) {
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s", tpath("fifo.safetensors"));
+    int rc = mkfifo(fifo, 0644);
+    if (rc == 0) {  // the writer must not open it: with no reader, that open would block
+        rc = rt_st_write(fifo, tensors, 1, NULL, 0, err, sizeof err);
+        struct stat st;
+        CHECK_ERR(rc, err, "a FIFO as the output path", "refusing to write", "FIFO",
+                  "not a regular file");
+        CHECK(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode) && !file_exists(tpath("fifo.safetensors.tmp")),
+              "... the FIFO is still there and no temp file was made");
+    } else {
+        CHECK(0, "mkfifo %s: %s", fifo, strerror(errno));
+    }
+    mkdir(tpath("adir.safetensors"), 0755);
+    rc = rt_st_write(tpath("adir.safetensors"), tensors, 1, NULL, 0, err, sizeof err);
+    CHECK_ERR(rc, err, "a directory as the output path", "refusing to write", "a directory");
+    // A character device node made here (never a system one: a writer that regressed
+    // would replace it). Making one needs CAP_MKNOD; without it the FIFO stands for it.
+    struct stat st;
+    char dev[4096];
+    snprintf(dev, sizeof dev, "%s", tpath("null.safetensors"));
+    if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        rc = rt_st_write(dev, tensors, 1, NULL, 0, err, sizeof err);
+        CHECK_ERR(rc, err, "a character device as the output path", "refusing to write",
+                  "character device");
+        CHECK(stat(dev, &st) == 0 && S_ISCHR(st.st_mode), "... the device node is still there");
+    } else {
+        printf("note: mknod: %s; the device-node case is covered by the FIFO case only\n",
+               strerror(errno));
+    }
+
+    // A symlink planted at PATH.tmp, to a file that must keep its bytes.
+    char victim[4096];  // tpath's buffers rotate: keep a copy
+    snprintf(victim, sizeof victim, "%s", tpath("victim.txt"));
+    write_bytes(victim, "precious", 8);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", tpath("planted.safetensors.tmp"));
+    CHECK(symlink(victim, tmp) == 0, "plant a symlink at PATH.tmp");
+    rc = rt_st_write(tpath("planted.safetensors"), tensors, 1, NULL, 0, err, sizeof err);
+    size_t n = 0;
+    unsigned char *v = read_bytes(victim, &n);
+    struct stat lt;
+    CHECK(rc == 0 && v && n == 8 && memcmp(v, "precious", 8) == 0 &&
+              lstat(tpath("planted.safetensors"), &lt) == 0 && S_ISREG(lt.st_mode) &&
+              lstat(tmp, &lt) != 0,
+          "a symlink at PATH.tmp is not followed: its target keeps its %zu bytes, PATH is a "
+          "regular file, the link is gone (%s)", n, rc ? err : "ok");
+    free(v);
+    // A dangling symlink at PATH.tmp: nothing is created at its target.
+    CHECK(symlink(tpath("created_through_link"), tmp) == 0, "plant a dangling symlink at PATH.tmp");
+    rc = rt_st_write(tpath("planted.safetensors"), tensors, 1, NULL, 0, err, sizeof err);
+    CHECK(rc == 0 && !file_exists(tpath("created_through_link")),
+          "a dangling symlink at PATH.tmp: nothing created at its target (%s)", rc ? err : "ok");
+    // A stale temp file from a crash is replaced.
+    write_bytes(tmp, "stale", 5);
+    rc = rt_st_write(tpath("planted.safetensors"), tensors, 1, NULL, 0, err, sizeof err);
+    CHECK(rc == 0 && !file_exists(tmp), "a stale PATH.tmp is replaced (%s)", rc ? err : "ok");
+    // A directory in the temp file's place.
+    mkdir(tmp, 0755);
+    rc = rt_st_write(tpath("planted.safetensors"), tensors, 1, NULL, 0, err, sizeof err);
+    CHECK_ERR(rc, err, "a directory at PATH.tmp", "a directory is in the way");
+    rmdir(tmp);
+    // A symlink at PATH itself is replaced by the file; its target is not written.
+    write_bytes(victim, "precious", 8);
+    unlink(tpath("linked.safetensors"));
+    CHECK(symlink(victim, tpath("linked.safetensors")) == 0, "plant a symlink at PATH");
+    rc = rt_st_write(tpath("linked.safetensors"), tensors, 1, NULL, 0, err, sizeof err);
+    v = read_bytes(victim, &n);
+    CHECK(rc == 0 && v && n == 8 && lstat(tpath("linked.safetensors"), &lt) == 0 &&
+              S_ISREG(lt.st_mode),
+          "a symlink at PATH is replaced by the file, its target keeps its bytes (%s)",
+          rc ? err : "ok");
+    free(v);
+}
+
 // ---- reading foreign and corrupt files ----------------------------------------------
 
 static void test_foreign(void) {
@@ -421,6 +504,7 @@ int main(void) {
     make_tensors();
     test_round_trip();
     test_write_errors();
+    test_write_safety();
     test_foreign();
     test_corrupt();
     test_mutations();

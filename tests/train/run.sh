@@ -2,7 +2,9 @@
 # Builds the training driver (runtime/train.ninja) with the libraries it links, and runs
 # its test suite (tests/train/test_train.c: in-process checks plus the tiny training and
 # conformance binaries as subprocesses) in a normal build and in an AddressSanitizer +
-# UBSan build, then the stream and event ordering of the CUDA step backend on the CPU
+# UBSan build, then tests/train/test_interrupts.sh (kill -9 during checkpoint saves, a
+# full disk, data files changed during a run) on each build's training binary, then the
+# stream and event ordering of the CUDA step backend on the CPU
 # (tests/train/test_stream_order.c; needs the CUDA headers only, skipped without them),
 # then the PyTorch load_state_dict check of a saved file (skipped, not failed, when torch
 # cannot be imported). Prints one line per suite (full output with
@@ -42,6 +44,13 @@ run_suite test_train build/train/tests/test_train build/train/tests/tiny_train \
     build/train/tests/tiny_conformance "$work/normal"
 run_suite asan/test_train build/train/asan/tests/test_train build/train/asan/tests/tiny_train \
     build/train/asan/tests/tiny_conformance "$work/asan"
+
+# kill -9 during checkpoint saves, a full disk, data files that change under the run: the
+# training binary of each build (FSDPGEN_SLOW=1: more kill iterations).
+mkdir -p "$work/interrupts" "$work/interrupts_asan"
+run_suite interrupts tests/train/test_interrupts.sh build/train/tests/tiny_train "$work/interrupts"
+run_suite asan/interrupts tests/train/test_interrupts.sh build/train/asan/tests/tiny_train \
+    "$work/interrupts_asan"
 
 # ---- CUDA step backend: stream order (CPU) ---------------------------------------------
 

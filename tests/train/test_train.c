@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -624,7 +625,7 @@ static void test_basic_run(void) {
 
     p = run(g_train, "tiny", "--help", NULL);
     CHECK_PROC(p, p.rc == 0 && has(p.out, "--steps N") && has(p.out, "--checkpoint-every N") &&
-                      has(p.out, "--resume DIR"),
+                      has(p.out, "--keep-checkpoints K") && has(p.out, "--resume DIR"),
                "--help exits 0 and documents the options");
     proc_free(&p);
 }
@@ -663,16 +664,21 @@ static void test_eval(void) {
 static void test_resume(void) {
     proc a = run(g_train, "tiny", "--steps", "5", "--checkpoint", P("ckA"), "--save", P("a.st"), NULL);
     proc b = run(g_train, "tiny", "--steps", "3", "--checkpoint", P("ckB"), NULL);
-    CHECK_PROC(a, a.rc == 0 && exists(P("ckA/COMPLETE")), "5 steps + checkpoint: exit 0, COMPLETE");
-    CHECK_PROC(b, b.rc == 0 && exists(P("ckB/COMPLETE")), "3 steps + checkpoint: exit 0, COMPLETE");
-    copy_ckpt(P("ckB"), P("ckB_copy"));
+    CHECK_PROC(a, a.rc == 0 && exists(P("ckA/step_00000005/COMPLETE")) &&
+                      has(a.out, "checkpoint: step 5 saved to ") && has(a.out, "ckA/step_00000005"),
+               "5 steps + checkpoint: exit 0, ckA/step_00000005 with its COMPLETE marker");
+    CHECK_PROC(b, b.rc == 0 && exists(P("ckB/step_00000003/COMPLETE")) && !exists(P("ckB/step_00000003.tmp")),
+               "3 steps + checkpoint: exit 0, ckB/step_00000003 complete, no staging directory left");
+    // The copy is a checkpoint as written before step directories (COMPLETE in the
+    // directory itself), which --resume still reads.
+    copy_ckpt(P("ckB/step_00000003"), P("ckB_copy"));
     proc c = run(g_train, "tiny", "--resume", P("ckB"), "--steps", "2", "--checkpoint", P("ckC"),
                  "--save", P("c.st"), NULL);
     CHECK_PROC(c, c.rc == 0 && has(c.out, "step 4 loss") && has(c.out, "step 5 loss") &&
                       !has(c.out, "step 3 loss"),
                "--resume ckB --steps 2 runs steps 4 and 5");
-    CHECK(same_file(P("ckA/rank00000.ckpt"), P("ckC/rank00000.ckpt")) &&
-              same_file(P("ckA/rank00001.ckpt"), P("ckC/rank00001.ckpt")),
+    CHECK(same_file(P("ckA/step_00000005/rank00000.ckpt"), P("ckC/step_00000005/rank00000.ckpt")) &&
+              same_file(P("ckA/step_00000005/rank00001.ckpt"), P("ckC/step_00000005/rank00001.ckpt")),
           "resumed params + optimizer state equal the uninterrupted run's, byte for byte");
     CHECK(same_file(P("a.st"), P("c.st")), "resumed --save file equals the uninterrupted one");
     char x[32], y[32], u[32], v[32];
@@ -687,10 +693,49 @@ static void test_resume(void) {
     CHECK_PROC(a, a.rc == 0 && has(a.out, "checkpoint: step 2 saved") &&
                       has(a.out, "checkpoint: step 4 saved") && has(a.out, "checkpoint: step 5 saved"),
                "--checkpoint-every 2 saves after steps 2 and 4 and at the end");
+    CHECK(!exists(P("ckE/step_00000002")) && exists(P("ckE/step_00000004/COMPLETE")) &&
+              exists(P("ckE/step_00000005/COMPLETE")),
+          "... and keeps the newest 2 (the default): steps 4 and 5, step 2 removed");
+    proc_free(&a);
+    a = run(g_train, "tiny", "--steps", "3", "--checkpoint", P("ckK"), "--checkpoint-every", "1",
+            "--keep-checkpoints", "0", NULL);
+    CHECK_PROC(a, a.rc == 0 && exists(P("ckK/step_00000001/COMPLETE")) &&
+                      exists(P("ckK/step_00000002/COMPLETE")) && exists(P("ckK/step_00000003/COMPLETE")),
+               "--keep-checkpoints 0 keeps every checkpoint");
+    proc_free(&a);
+    // What a killed save leaves (a staging directory, a step directory whose removal was
+    // cut short) is never resumed: the newest complete one is.
+    copy_ckpt(P("ckE/step_00000005"), P("ckE/step_00000006.tmp"));
+    copy_ckpt(P("ckE/step_00000005"), P("ckE/step_00000007"));
+    unlink(P("ckE/step_00000007/COMPLETE"));
+    a = run(g_train, "tiny", "--resume", P("ckE"), "--steps", "1", "--checkpoint", P("ckE"), NULL);
+    CHECK_PROC(a, a.rc == 0 && has(a.out, "steps 6..6") && has(a.out, "checkpoint: step 6 saved") &&
+                      exists(P("ckE/step_00000006/COMPLETE")) && !exists(P("ckE/step_00000006.tmp")) &&
+                      exists(P("ckE/step_00000005/COMPLETE")) && !exists(P("ckE/step_00000004")),
+               "--resume ckE past a staging step 6 and an incomplete step 7: resumes step 5, saves "
+               "step 6 over the staging leftover, keeps 5 and 6");
+    proc_free(&a);
+    // A fresh run into a directory with newer checkpoints is refused before training.
+    a = run(g_train, "tiny", "--steps", "1", "--checkpoint", P("ckE"), NULL);
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --checkpoint ") && has(a.err, "step 6") &&
+                      has(a.err, "--resume") && count_lines(a.err) == 1 && !has(a.out, "step 1 loss") &&
+                      exists(P("ckE/step_00000006/COMPLETE")),
+               "--checkpoint into a directory holding a newer step: exit 1 before training, one line");
     proc_free(&a);
 
     a = run(g_train, "tiny", "--resume", P("ckB_copy"), "--steps", "1", "--seed", "5", NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "seed"), "resume with another --seed exits 1 naming the seed");
+    proc_free(&a);
+    // A checkpoint as written before step directories: resumed, and saving into the same
+    // directory adds a step directory, which is then the newest.
+    copy_ckpt(P("ckB_copy"), P("ckOld"));
+    a = run(g_train, "tiny", "--resume", P("ckOld"), "--steps", "2", "--checkpoint", P("ckOld"), NULL);
+    CHECK_PROC(a, a.rc == 0 && has(a.out, "steps 4..5") && exists(P("ckOld/step_00000005/COMPLETE")) &&
+                      same_file(P("ckOld/step_00000005/rank00001.ckpt"), P("ckA/step_00000005/rank00001.ckpt")),
+               "an old-layout checkpoint (COMPLETE in DIR) resumes bit-identically into DIR/step_00000005");
+    proc_free(&a);
+    a = run(g_train, "tiny", "--resume", P("ckOld"), "--steps", "1", NULL);
+    CHECK_PROC(a, a.rc == 0 && has(a.out, "steps 6..6"), "... and --resume DIR then picks step 5 over DIR's own step 3");
     proc_free(&a);
 
     // Corruptions: one flipped payload byte, a truncated rank file, no COMPLETE marker, a
@@ -704,7 +749,7 @@ static void test_resume(void) {
             "--save", P("out.st"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --resume") && count_lines(a.err) == 1,
                "a flipped byte in a rank file: exit 1, one line");
-    CHECK(!exists(P("ckOut/COMPLETE")) && !exists(P("out.st")),
+    CHECK(!exists(P("ckOut")) && !exists(P("out.st")),
           "... and no checkpoint or save is written");
     proc_free(&a);
     if (s && n > 100) write_all(P("ckD/rank00001.ckpt"), s, n / 2);
@@ -745,7 +790,7 @@ static void test_bad_weights(void) {
     a = run(g_train, "tiny", "--load", P("trunc.st"), "--steps", "1", "--save", P("x.st"),
             "--checkpoint", P("ckT"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --load") && has(a.err, "trunc.st") &&
-                      count_lines(a.err) == 1 && !exists(P("x.st")) && !exists(P("ckT/COMPLETE")),
+                      count_lines(a.err) == 1 && !exists(P("x.st")) && !exists(P("ckT")),
                "truncated safetensors: exit 1, one line naming the file, nothing saved or checkpointed");
     proc_free(&a);
 
@@ -817,7 +862,7 @@ static void test_data(void) {
                "missing data file: exit 1, one line naming it");
     proc_free(&a);
     a = run(g_train, "tok", "--data", P("short.bin"), "--steps", "1", "--checkpoint", P("ckS"), NULL);
-    CHECK_PROC(a, a.rc == 1 && has(a.err, "short.bin") && !exists(P("ckS/COMPLETE")),
+    CHECK_PROC(a, a.rc == 1 && has(a.err, "short.bin") && !exists(P("ckS")),
                "data file shorter than a sequence: exit 1, no checkpoint");
     proc_free(&a);
     a = run(g_train, "tok", "--data", P("vocab.bin"), "--steps", "1", NULL);
@@ -831,7 +876,7 @@ static void test_divergence(void) {
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: step 2: loss is ") &&
                       has(a.err, "training diverged") && !has(a.out, "step 3 loss"),
                "lr 1e38: step 2's loss is not finite, exit 1 with the divergence line");
-    CHECK(!exists(P("nan.st")) && !exists(P("ckN/COMPLETE")), "no --save and no checkpoint after it");
+    CHECK(!exists(P("nan.st")) && !exists(P("ckN")), "no --save and no checkpoint after it");
     proc_free(&a);
 }
 
@@ -877,6 +922,21 @@ static void test_setup_failures(void) {
                       !has(a.out, "step 1 loss"),
                "--save into a missing directory: exit 1 before training, one line");
     proc_free(&a);
+    // --save onto a FIFO or a device node (made here: a regressed writer would replace it)
+    // is refused before training, and the node is left as it was.
+    mkfifo(P("save_fifo"), 0644);
+    int have_dev = mknod(P("save_dev"), S_IFCHR | 0666, makedev(1, 3)) == 0;
+    const char* nodes[] = {"save_fifo", "save_dev"};
+    for (int k = 0; k < 1 + have_dev; k++) {
+        a = run(g_train, "tiny", "--steps", "1", "--save", P(nodes[k]), NULL);
+        struct stat st;
+        CHECK_PROC(a, a.rc == 1 && has(a.err, "not a regular file") && count_lines(a.err) == 1 &&
+                          !has(a.out, "step 1 loss") && stat(P(nodes[k]), &st) == 0 &&
+                          (k ? S_ISCHR(st.st_mode) : S_ISFIFO(st.st_mode)),
+                   "--save onto a %s: exit 1 before training, one line, the node left as it was",
+                   k ? "character device" : "FIFO");
+        proc_free(&a);
+    }
     a = run(g_train, "tiny", "--steps", "1", "--trace", P("no_such_dir/t.json"), NULL);
     CHECK_PROC(a, a.rc == 1 && has(a.err, "fsdpgen: --trace") && !has(a.out, "step 1 loss"),
                "--trace into a missing directory: exit 1 before training");
@@ -892,6 +952,8 @@ static void test_bad_args(void) {
         {"--seed", "-1", NULL},
         {"--log-every", "2x", NULL},
         {"--checkpoint-every", "3", NULL},
+        {"--keep-checkpoints", "3", NULL},  // without --checkpoint
+        {"--keep-checkpoints", "-1", NULL},
         {"--load", "a.st", "--resume", "d"},
         {"--data", "x.bin", NULL},  // tiny takes float inputs
         {"positional", NULL},
