@@ -192,7 +192,12 @@ function Sim:use_params(g)
 end
 
 -- FSDPParamGroup.reshard: after forward only if reshard_after_forward (into the
--- post-forward sub-group for an integer), otherwise back to the sharded state.
+-- post-forward sub-group for an integer), otherwise back to the sharded state. Every
+-- reshard that changes the group's state is an event: from unsharded, and from sharded
+-- post-forward (a manual reshard() or a post-backward one: FSDPParam.to_sharded drops the
+-- post-forward shard, so the group's next all-gather runs over the full shard group). A
+-- reshard of a sharded group changes nothing and is not listed (FSDP2's test recording
+-- lists it too; README "Events").
 function Sim:reshard(g)
   if g.training == FORWARD then
     if not g.pf_size then return end
@@ -211,7 +216,7 @@ function Sim:reshard(g)
     g.sharded = SHARDED
     g.stale = nil
     self:emit({ stream = "compute", op = "reshard", group = g, from = was })
-    if was == UNSHARDED then self:event("reshard", g) end
+    self:event("reshard", g)
   end
 end
 
