@@ -172,6 +172,15 @@ end
 
 function Sim:wait_for_unshard(g)
   if not g.pending then return end
+  if g.pending.resharded_at then
+    -- FSDP2's copy-out takes the group's all-gather group from its state, which the
+    -- reshard made the full shard group's: it splits the post-forward group's output by
+    -- the wrong sizes and fails (PyTorch 2.11: split_with_sizes_copy raises).
+    errors.raise(string.format("step[%d] reshards group '%s' while its all-gather from the post-forward shards is in flight "
+      .. "(an unshard with async_op), and step[%d] waits for it: FSDP2 would copy that all-gather out as the full shard "
+      .. "group's and fail (allowed: an unshard without async_op before the reshard, or the reshard before the unshard)",
+      g.pending.resharded_at, g.name, self.section), self.spec.line)
+  end
   self:emit({ stream = "compute", op = "all_gather_wait", group = g, ag = g.pending.seq,
     sub = g.pending.sub, direct = g.pending.direct })
   g.pending = nil
@@ -215,6 +224,7 @@ function Sim:reshard(g)
     local was = g.sharded
     g.sharded = SHARDED
     g.stale = nil
+    if g.pending and g.pending.sub then g.pending.resharded_at = self.section end
     self:emit({ stream = "compute", op = "reshard", group = g, from = was })
     self:event("reshard", g)
   end
