@@ -4,7 +4,8 @@
 Runs step programs with explicit "reshard" items (and one "unshard") on PyTorch's test
 Transformer (same math as models/transformer.lua, dropout 0) in real FSDP2: PyTorch >= 2.11
 on CPU, gloo ranks spawned with torch.multiprocessing, fully_shard on every block and the
-root. It records FSDP events as PyTorch's own FSDP tests do (patching
+root; and one two-headed model whose final callback reshards a group still sharded
+post-forward (the same rule outside a manual reshard). It records FSDP events as PyTorch's own FSDP tests do (patching
 FSDPParamGroup.unshard/reshard/post_backward, with their no-op filters) and counts each
 all-gather, reduce-scatter and all-reduce by step item kind and process group size. Then
 it compares, for the training step after a first one:
@@ -73,6 +74,10 @@ CASES = [
          step=["forward", ("unshard", "layers.0"), ("reshard", "layers.0"), "backward", "optimizer"]),
     dict(name="hsdp_manual_reshard_int_raf", spec="tests/specs/features/hsdp_manual_reshard_int_raf.lua",
          layers=2, raf=2, mesh=(2, 4), step=["forward", ("reshard", None), "backward", "optimizer"]),
+    # Not a manual reshard, the same rule: the final callback's post-backward reshards a
+    # group still sharded post-forward (backward through the first output only).
+    dict(name="unused_output_int_raf", spec="tests/specs/features/unused_output_int_raf.lua",
+         model="two_heads", raf=2, mesh=(1, 4), step=["forward", ("backward", 1), "optimizer"]),
 ]
 BATCH, SEQ, VOCAB, DIM, HEADS = 2, 16, 8, 16, 4
 
@@ -84,8 +89,9 @@ def lua_value(v):
 def spec_text(c):
     items = []
     for item in c["step"]:
-        kind, fqn = (item, None) if isinstance(item, str) else item
-        items.append(f'{{ "{kind}", module = "{fqn}" }}' if fqn else f'"{kind}"')
+        kind, arg = (item, None) if isinstance(item, str) else item
+        key = "output = " + str(arg) if kind == "backward" else f'module = "{arg}"'
+        items.append(f'{{ "{kind}", {key} }}' if arg else f'"{kind}"')
     rep, shard = c["mesh"]
     mesh = f"world_size = {shard}" if rep == 1 else f"mesh = {{ replicate = {rep}, shard = {shard} }}"
     return f'''local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
@@ -139,6 +145,18 @@ class Block(nn.Module):
     def forward(self, x):
         h = x + self.attention(self.attention_norm(x))
         return h + self.feed_forward(self.ffn_norm(h))
+
+
+class TwoHeads(nn.Module):
+    """tests/specs/features/unused_output_int_raf.lua's model: two linear heads on one input."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
 
 
 class Transformer(nn.Module):
@@ -214,29 +232,37 @@ def worker(rank, world, port, cases, out):
         mesh = (init_device_mesh("cpu", (shard,)) if rep == 1 else
                 init_device_mesh("cpu", (rep, shard), mesh_dim_names=("replicate", "shard")))
         torch.manual_seed(0)
-        model = Transformer(c["layers"])
-        for layer in model.layers:
-            fully_shard(layer, mesh=mesh, reshard_after_forward=c["raf"])
+        gen = torch.Generator().manual_seed(rank)
+        if c.get("model") == "two_heads":
+            model = TwoHeads()
+            blocks = [model.a, model.b]
+            inp = torch.randn(4, 8, generator=gen)
+        else:
+            model = Transformer(c["layers"])
+            blocks = list(model.layers)
+            inp = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
+        for block in blocks:
+            fully_shard(block, mesh=mesh, reshard_after_forward=c["raf"])
         fully_shard(model, mesh=mesh)
         optim = torch.optim.Adam(model.parameters(), lr=1e-2)
         modules = dict(model.named_modules())
-        inp = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(rank))
         for _ in range(2):  # record the second step: the first also lazily initializes FSDP
             events.clear()
             counts.clear()
-            loss = None
+            outputs = None
             for item in c["step"]:
-                kind, fqn = (item, None) if isinstance(item, str) else item
+                kind, arg = (item, None) if isinstance(item, str) else item  # arg: FQN or output
                 phase[0] = kind
                 if kind == "forward":
-                    loss = model(inp).sum()
-                elif kind == "backward":
-                    loss.backward()
+                    outputs = model(inp)
+                elif kind == "backward":  # through every output, or output arg (1-based)
+                    outs = outputs if isinstance(outputs, tuple) else (outputs,)
+                    (outs[arg - 1] if arg else sum(o.sum() for o in outs)).sum().backward()
                 elif kind == "optimizer":
                     optim.step()
                     optim.zero_grad()
                 else:  # reshard / unshard: the module's, or every FSDP module's in modules() order
-                    targets = [modules[fqn]] if fqn else [m for m in model.modules() if isinstance(m, FSDPModule)]
+                    targets = [modules[arg]] if arg else [m for m in model.modules() if isinstance(m, FSDPModule)]
                     for m in targets:
                         getattr(m, kind)()
         results[c["name"]] = dict(events=list(events), counts=dict(counts))
@@ -368,7 +394,13 @@ def main():
         for c in cases:
             by_world.setdefault(c["mesh"][0] * c["mesh"][1], []).append(c)
         for world, cases in sorted(by_world.items()):
-            got = run_fsdp2(cases, world)
+            try:
+                got = run_fsdp2(cases, world)
+            except Exception as e:  # a rank failed: every case of that run fails
+                why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                for c in cases:
+                    check(False, f"{c['name']}: real FSDP2 on {world} gloo ranks failed: {why}")
+                continue
             for c in cases:
                 compare(c, specs[c["name"]], got[c["name"]], verbose)
     return summary()
