@@ -177,8 +177,9 @@ function Sim:wait_for_unshard(g)
     -- reshard made the full shard group's: it splits the post-forward group's output by
     -- the wrong sizes and fails (PyTorch 2.11: split_with_sizes_copy raises).
     errors.raise(string.format("step[%d] reshards group '%s' while its all-gather from the post-forward shards is in flight "
-      .. "(an unshard with async_op), and step[%d] waits for it: FSDP2 would copy that all-gather out as the full shard "
-      .. "group's and fail (allowed: an unshard without async_op before the reshard, or the reshard before the unshard)",
+      .. "(an unshard with async_op, or a prefetch), and step[%d] waits for it: FSDP2 would copy that all-gather out as the "
+      .. "full shard group's and fail (allowed: the all-gather waited for before the reshard, e.g. an unshard without "
+      .. "async_op, or the reshard before the unshard)",
       g.pending.resharded_at, g.name, self.section), self.spec.line)
   end
   self:emit({ stream = "compute", op = "all_gather_wait", group = g, ag = g.pending.seq,
@@ -206,7 +207,7 @@ end
 -- post-forward (a manual reshard() or a post-backward one: FSDPParam.to_sharded drops the
 -- post-forward shard, so the group's next all-gather runs over the full shard group). A
 -- reshard of a sharded group changes nothing and is not listed (FSDP2's test recording
--- lists it too; README "Events").
+-- lists that call; README "Events" says why fsdpgen does not).
 function Sim:reshard(g)
   if g.training == FORWARD then
     if not g.pf_size then return end
