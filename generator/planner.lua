@@ -172,6 +172,16 @@ end
 
 function Sim:wait_for_unshard(g)
   if not g.pending then return end
+  if g.pending.resharded_at then
+    -- FSDP2's copy-out takes the group's all-gather group from its state, which the
+    -- reshard made the full shard group's: it splits the post-forward group's output by
+    -- the wrong sizes and fails (PyTorch 2.11: split_with_sizes_copy raises).
+    errors.raise(string.format("step[%d] reshards group '%s' while its all-gather from the post-forward shards is in flight "
+      .. "(an unshard with async_op, or a prefetch), and step[%d] waits for it: FSDP2 would copy that all-gather out as the "
+      .. "full shard group's and fail (allowed: the all-gather waited for before the reshard, e.g. an unshard without "
+      .. "async_op, or the reshard before the unshard)",
+      g.pending.resharded_at, g.name, self.section), self.spec.line)
+  end
   self:emit({ stream = "compute", op = "all_gather_wait", group = g, ag = g.pending.seq,
     sub = g.pending.sub, direct = g.pending.direct })
   g.pending = nil
@@ -192,7 +202,12 @@ function Sim:use_params(g)
 end
 
 -- FSDPParamGroup.reshard: after forward only if reshard_after_forward (into the
--- post-forward sub-group for an integer), otherwise back to the sharded state.
+-- post-forward sub-group for an integer), otherwise back to the sharded state. Every
+-- reshard that changes the group's state is an event: from unsharded, and from sharded
+-- post-forward (a manual reshard() or a post-backward one: FSDPParam.to_sharded drops the
+-- post-forward shard, so the group's next all-gather runs over the full shard group). A
+-- reshard of a sharded group changes nothing and is not listed (FSDP2's test recording
+-- lists that call; README "Events" says why fsdpgen does not).
 function Sim:reshard(g)
   if g.training == FORWARD then
     if not g.pf_size then return end
@@ -210,8 +225,9 @@ function Sim:reshard(g)
     local was = g.sharded
     g.sharded = SHARDED
     g.stale = nil
+    if g.pending and g.pending.sub then g.pending.resharded_at = self.section end
     self:emit({ stream = "compute", op = "reshard", group = g, from = was })
-    if was == UNSHARDED then self:event("reshard", g) end
+    self:event("reshard", g)
   end
 end
 

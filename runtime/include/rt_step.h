@@ -192,7 +192,10 @@ void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsh
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off);
 // "all_gather_drop": a prefetch nobody waited for; its result is dropped.
 void rt_step_all_gather_drop(rt_rank* R, int g);
-// "reshard": free the unsharded parameters (event when they were unsharded).
+// "reshard": back to the sharded state from unsharded (the unsharded parameters are free)
+// or from sharded post-forward (the post-forward shards are free; the next all-gather runs
+// over the full shard group). Always an event; dies if the group is already sharded (the
+// planner emits no step for such a no-op reshard).
 void rt_step_reshard(rt_rank* R, int g, const char* state);
 // "reshard_post_forward": keep this rank's slice of the unsharded parameters in the
 // post-forward shards at pf_off (fp32 storage), free the unsharded ones.

@@ -385,7 +385,10 @@ void rt_step_all_gather_drop(rt_rank* R, int g) {
 void rt_step_reshard(rt_rank* R, int g, const char* state) {
     rt_rank_group* rg = &R->groups[g];
     if (rg->state == RT_SHARDED) rt_rank_die(R, "reshard of group '%s', which is sharded", G(R, g)->name);
-    if (rg->state == RT_UNSHARDED) event(R, state, "reshard", g);
+    // From sharded post-forward too (a manual reshard, or a post-backward from the final
+    // callback): FSDP2's _to_sharded changes the state, so the group's next all-gather is
+    // the full shard group's, and its recording lists the call.
+    event(R, state, "reshard", g);
     rg->state = RT_SHARDED;
 }
 
