@@ -1,68 +1,111 @@
 #!/usr/bin/env bash
 # Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
-# Suites: generator (Lua: unit (layout, first fit), seed conformance, bad specs, golden schedules, rounding,
-# gradient-buffer initialisation in the step C, direct reductions, reduce-scatters of the
-# parameters with gradients, side-stream buffer lifetimes, no host reads of the arena, microbatching counts, random step programs, the eval program) and the C runtime (runtime core
-# and comm, kernels, I/O, training driver; each also under ASan/UBSan) and the generated
-# conformance tests of every spec.
+#
+#   tests/run_all.sh          the fast tier: what CI runs (budget: 15 minutes on 2 cores)
+#   tests/run_all.sh --all    also the slow tier (FSDPGEN_SLOW=1 in every suite: the
+#                             emulator's ThreadSanitizer builds, every spec on the CUDA
+#                             emulator, the long fuzzing; tests/README.md lists it)
+#
+# The suites are listed in tests/README.md (what each proves, needs and costs). The
+# generator's Lua suites read specs and write only temporary files, so they run in a
+# second lane beside the C suites, which build into build/ and run one after another (two
+# ninja processes must never share a build log). Each suite's output is printed when it
+# ends; the summary gives each suite's seconds, and the last line is `N passed, N failed`.
+# FSDPGEN_BUDGET_S=S: a run longer than S seconds counts as one more failure.
 set -u
 cd "$(dirname "$0")/.."
 
-total_pass=0
-total_fail=0
-broken=()
-times=()
+slow=0
+for a in "$@"; do
+  case $a in
+    --all) slow=1 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "tests/run_all.sh: unknown option '$a' (allowed: --all)"; exit 2 ;;
+  esac
+done
+export FSDPGEN_SLOW=$slow
 
+out=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_tests.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+start=$SECONDS
+
+# run_suite ID NAME COMMAND...: runs one suite into $out/ID.log, then prints its output
+# (without the PASS lines) under the print lock and writes `pass fail secs note` to ID.res.
 run_suite() {
-  local name=$1
-  shift
-  local log t0=$SECONDS
-  log=$(mktemp)
-  echo "=== $name"
-  "$@" 2>&1 | tee "$log" | grep -v '^PASS' || true
-  local rc=${PIPESTATUS[0]}
-  local last
+  local id=$1 name=$2
+  shift 2
+  local log=$out/$id.log t0=$SECONDS
+  "$@" >"$log" 2>&1
+  local rc=$? secs=$((SECONDS - t0)) last note="" p=0 f=1
   last=$(grep -E '^([A-Za-z_]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
-  rm -f "$log"
-  times+=("$(printf '%5d s  %s' $((SECONDS - t0)) "$name")")
   if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
-    total_pass=$((total_pass + BASH_REMATCH[1]))
-    total_fail=$((total_fail + BASH_REMATCH[2]))
-    if [[ $rc -ne 0 && ${BASH_REMATCH[2]} -eq 0 ]]; then
-      broken+=("$name (exit $rc)")
-      total_fail=$((total_fail + 1))
-    fi
+    p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
+    if [[ $rc -ne 0 && $f -eq 0 ]]; then note="exit $rc"; f=1; fi
   else
-    broken+=("$name (no summary line, exit $rc)")
-    total_fail=$((total_fail + 1))
+    note="no summary line, exit $rc"
   fi
+  echo "$p $f $secs $name${note:+ ($note)}" >"$out/$id.res"
+  {
+    flock 9
+    echo "=== $name ($secs s)"
+    grep -v '^PASS' "$log"
+  } 9>"$out/print.lock"
 }
 
-run_suite "generator: layout units" lua5.4 tests/generator/unit_layout.lua
-run_suite "generator: memory plan first fit" lua5.4 tests/generator/unit_memory_place.lua
-run_suite "generator: seed conformance" lua5.4 tests/generator/seed_conformance.lua
-run_suite "generator: bad specs" lua5.4 tests/generator/spec_errors.lua
-run_suite "generator: golden schedules" lua5.4 tests/generator/golden_schedules.lua
-run_suite "generator: forward all-gathers" lua5.4 tests/generator/forward_all_gathers.lua
-run_suite "generator: mixed-precision rounding" lua5.4 tests/generator/mp_rounding.lua
-run_suite "generator: gradient initialisation" lua5.4 tests/generator/grad_init.lua
-run_suite "generator: gradient dataflow" lua5.4 tests/generator/grad_flow.lua
-run_suite "generator: direct reductions" lua5.4 tests/generator/direct_reduction.lua
-run_suite "generator: reduce-scatters of the params with grads" lua5.4 tests/generator/reduce_subsets.lua
-run_suite "generator: side-stream buffer lifetimes" lua5.4 tests/generator/stream_lifetimes.lua
-run_suite "generator: no host reads of the arena" lua5.4 tests/generator/device_pointers.lua
-run_suite "generator: microbatching counts (FSDP2's tests)" lua5.4 tests/generator/microbatching.lua
-run_suite "generator: random step programs" lua5.4 tests/generator/step_fuzz.lua
-run_suite "generator: eval program" lua5.4 tests/generator/eval_program.lua
-for suite in runtime kernels io train conformance torch cuda cuda_step; do
-  if [[ -x tests/$suite/run.sh ]]; then
-    run_suite "runtime: $suite" tests/$suite/run.sh
-  fi
-done
-run_suite "bench: checks without a GPU" tests/bench/run.sh
+# The generator lane: pure Lua, no build.
+generator_lane() {
+  local i=0 s
+  for s in \
+    "layout units:unit_layout" \
+    "memory plan first fit:unit_memory_place" \
+    "seed conformance:seed_conformance" \
+    "bad specs:spec_errors" \
+    "golden schedules:golden_schedules" \
+    "forward all-gathers:forward_all_gathers" \
+    "mixed-precision rounding:mp_rounding" \
+    "gradient initialisation:grad_init" \
+    "gradient dataflow:grad_flow" \
+    "direct reductions:direct_reduction" \
+    "reduce-scatters of the params with grads:reduce_subsets" \
+    "side-stream buffer lifetimes:stream_lifetimes" \
+    "no host reads of the arena:device_pointers" \
+    "microbatching counts (FSDP2's tests):microbatching" \
+    "random step programs:step_fuzz" \
+    "eval program:eval_program"; do
+    i=$((i + 1))
+    run_suite "$(printf 'g%02d' $i)" "generator: ${s%%:*}" lua5.4 "tests/generator/${s#*:}.lua"
+  done
+}
 
+# The build lane: the C runtime, the generated binaries, PyTorch and the CUDA backend.
+build_lane() {
+  local i=0 s
+  for s in runtime kernels io train conformance torch cuda cuda_step; do
+    i=$((i + 1))
+    run_suite "$(printf 'r%02d' $i)" "runtime: $s" "tests/$s/run.sh"
+  done
+  run_suite r20 "bench: checks without a GPU" tests/bench/run.sh
+}
+
+generator_lane &
+lane=$!
+build_lane
+wait "$lane"
+
+total_pass=0
+total_fail=0
 echo "=== seconds per suite"
-printf '%s\n' "${times[@]}"
-for b in "${broken[@]+"${broken[@]}"}"; do echo "suite failed: $b"; done
+for res in "$out"/*.res; do
+  read -r p f secs name <"$res"
+  total_pass=$((total_pass + p))
+  total_fail=$((total_fail + f))
+  printf '%5d s  %s%s\n' "$secs" "$name" "$([[ $f -ne 0 ]] && echo "  FAILED ($f)")"
+done
+elapsed=$((SECONDS - start))
+echo "total: $elapsed s (tier: $([[ $slow = 1 ]] && echo "fast + slow" || echo fast))"
+if [[ -n ${FSDPGEN_BUDGET_S:-} && $elapsed -gt $FSDPGEN_BUDGET_S ]]; then
+  echo "FAIL tests/run_all.sh took $elapsed s, over the budget of $FSDPGEN_BUDGET_S s (FSDPGEN_BUDGET_S)"
+  total_fail=$((total_fail + 1))
+fi
 echo "${total_pass} passed, ${total_fail} failed"
 [[ $total_fail -eq 0 ]]

@@ -4,16 +4,17 @@
 # Tests needing a GPU skip cleanly (`SKIP ...: no GPU`, `0 passed, 0 failed`) where
 # cudaGetDeviceCount finds no device; where it does, test_cuda_kernels compares every CUDA
 # kernel with the CPU kernel and test_cuda_streams checks streams and CUDA-graph capture.
-# test_optim_math, test_mma_layout_emu, test_flash_emu(_tsan) and test_flash_tc_emu(_tsan)
-# run everywhere: the optimizer math shared by host and device compiled for the host, the
-# mma.sync fragment helpers on the emulator (test_mma_layout runs the same checks on the
-# GPU), and the fp32 and tensor-core (mma.sync) flash-attention kernels emulated on the CPU
-# (CUDA threads as fibers under ASan+UBSan, a pthread each under TSan), each against the CPU
-# kernels; and test_cuda_kernels_emu / test_cuda_streams_emu, test_cuda_kernels and
-# test_cuda_streams themselves linked against every runtime/cuda kernel on the CPU emulator
-# (tests/cuda/emu: the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as
-# fibers, under ASan+UBSan), so every GPU check also runs here; test_cuda_streams_emu also in
-# the emulator's lazy mode, which test_lazy_emu checks (both lazy modes).
+# test_optim_math, test_mma_layout_emu, test_flash_emu and test_flash_tc_emu (slow tier:
+# their _tsan builds and test_flash_tc_emu_others) run everywhere: the optimizer math
+# shared by host and device compiled for the host, the mma.sync fragment helpers on the
+# emulator (test_mma_layout runs the same checks on the GPU), and the fp32 and tensor-core
+# (mma.sync) flash-attention kernels emulated on the CPU (CUDA threads as fibers under
+# ASan+UBSan, a pthread each under TSan), each against the CPU kernels; and
+# test_cuda_kernels_emu / test_cuda_streams_emu, test_cuda_kernels and test_cuda_streams
+# themselves linked against every runtime/cuda kernel on the CPU emulator (tests/cuda/emu:
+# the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as fibers, under
+# ASan+UBSan), so every GPU check also runs here; test_cuda_streams_emu also in the
+# emulator's lazy mode, which test_lazy_emu checks (both lazy modes).
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
@@ -26,8 +27,13 @@ if [ ! -x "$nvcc" ]; then
     exit 1
 fi
 
+# FSDPGEN_SLOW=1 (tests/run_all.sh --all) adds the slow tier: the flash kernels under
+# ThreadSanitizer and the tensor-core kernels' other tile configurations.
+slow=${FSDPGEN_SLOW:-0}
+targets="cuda cuda_tests"
+[ "$slow" = 1 ] && targets="$targets cuda_tests_slow"
 start=$(date +%s)
-if ! ninja -f runtime/cuda.ninja cuda cuda_tests; then
+if ! ninja -f runtime/cuda.ninja $targets; then
     echo "tests/cuda: error: build failed"
     echo "0 passed, 1 failed"
     exit 1
@@ -37,9 +43,10 @@ echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 # MODE:NAME runs NAME with the emulator's lazy mode CUDA_EMU_LAZY=MODE (1: each stream's work
 # delayed until something needs it; low: only the lowest-priority streams'), so a missing
 # stream dependency changes the results
-tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_emu_tsan test_flash_tc_emu
-test_flash_tc_emu_tsan test_mma_layout test_cuda_kernels test_cuda_streams test_cuda_kernels_emu
-test_cuda_streams_emu 1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu"
+tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_tc_emu test_mma_layout
+test_cuda_kernels test_cuda_streams test_cuda_kernels_emu test_cuda_streams_emu
+1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu"
+[ "$slow" = 1 ] && tests="$tests test_flash_emu_tsan test_flash_tc_emu_tsan test_flash_tc_emu_others"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"

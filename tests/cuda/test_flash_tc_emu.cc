@@ -30,6 +30,12 @@
 // Then other tile configurations than rtc_tc_cfg's (two row tiles of 16 per warp, blocks of
 // 1 to 8 warps: bench/attention_sweep.sh's variants) against the default's bits, forward
 // and backward, on a few shapes; every configuration's shared memory within 99 KiB.
+//
+// FLASH_TC_PART picks what one build runs: 1 the configurations the runtime launches
+// (rtc_tc_cfg, and its fused dQ on every shape), 2 the others (the fused dQ's other ways of
+// dealing dQ to the warps, bench/attention_sweep.sh's tile variants), 3 (the default) both.
+// runtime/cuda.ninja builds part 1 for the fast tier of the tests and part 2 for the slow
+// one under AddressSanitizer, and both under ThreadSanitizer (slow tier).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +57,12 @@
 // |got - want| / max(1, |want|): the fp32 part of every allowance here.
 #define TOL_FWD 2e-5
 #define TOL_BWD 1e-4
+
+#ifndef FLASH_TC_PART
+#define FLASH_TC_PART 3
+#endif
+#define RUNTIME_CONFIGS (FLASH_TC_PART & 1)
+#define OTHER_CONFIGS (FLASH_TC_PART & 2)
 
 struct emu_launcher {
     void operator()(rtc_fa_kernel kernel, dim3 grid, size_t smem, const rtc_fa_args& a) const {
@@ -361,6 +373,7 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     attn_tc_bound_free(&bd);
 }
 
+#if OTHER_CONFIGS
 // ----------------------------------------------------------------------------
 // other tile configurations (rtc_tc_tiles: HDP, then per kernel tile rows and columns, row
 // tiles of 16 per warp, blocks per SM): bench/attention_sweep.sh's variants, where a warp
@@ -381,8 +394,10 @@ typedef rtc_tc_tiles<128, 32, 64, 2, 2, 32, 32, 2, 2, 32, 32, 2, 2> cfg128_mt2_s
 // 1 warp on 2 tiles; HD 128: 4 warps on 1 tile's column quarters, 1 warp on 2 tiles, of
 // two row tiles each). Other bits than the seven-product backward's (each dQ sums its key
 // tiles' parts in another order, dK and dV their query tiles): held to the same bounds.
+#endif
 typedef rtc_tc_tiles<64, 128, 64, 1, 2, 64, 32, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq;
 typedef rtc_tc_tiles<128, 64, 64, 1, 3, 64, 32, 1, 2, 64, 32, 1, 2, 1> cfg128_kdq;
+#if OTHER_CONFIGS
 typedef rtc_tc_tiles<64, 128, 64, 1, 2, 128, 64, 2, 2, 64, 32, 1, 4, 1> cfg64_kdq_rows;
 typedef rtc_tc_tiles<64, 128, 64, 1, 2, 32, 16, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq_cols;
 typedef rtc_tc_tiles<64, 128, 64, 1, 2, 16, 32, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq_one;
@@ -463,6 +478,7 @@ static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem
         for (int i = 0; i < 8; i++) free(r[c][i]);
     free(q), free(k), free(v), free(dout), free(dq0), free(dk0), free(dv0), free(scratch);
 }
+#endif  // OTHER_CONFIGS
 
 // ----------------------------------------------------------------------------
 
@@ -473,6 +489,7 @@ struct shape {
 int main(void) {
     rng_state = 0x2545F4914F6CDD1Dull;  // this test's own random stream
     cpu_rt_kernels_init();
+#if RUNTIME_CONFIGS
     // B, T, NH, NKV, HD, causal: HD 16..128 (both tile configurations), T below, at and
     // across the tiles (forward 128/64 rows, backward 64/32), MHA and GQA
     static const shape shapes[] = {
@@ -501,6 +518,8 @@ int main(void) {
             test_shape<cfg64_kdq, cfg128_kdq>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e,
                                               "fused dQ");
     }
+#endif
+#if OTHER_CONFIGS
     static const shape kdq_shapes[] = {
         {1, 150, 2, 1, 64, 1}, {2, 37, 4, 2, 16, 1}, {1, 83, 3, 3, 64, 0}, {1, 97, 2, 1, 128, 1},
     };
@@ -518,10 +537,12 @@ int main(void) {
         test_shape<cfg64_kdq_one, cfg128_kdq>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, EL_F32,
                                               "fused dQ, 1 warp on 2 row tiles");
     }
+#endif
     CHECK(rtc_tc_sem_errors == 0 && sem_left_set == 0,
           "fused dQ: every block found its query tiles' counters at its key tile (%ld did not), "
           "and every call left them at zero (%ld did not)",
           rtc_tc_sem_errors, sem_left_set);
+#if OTHER_CONFIGS
 
     // the other configurations against the default, bit for bit: HD 16..128, T below one row
     // tile, across the 16-row tiles of a warp, the blocks and (causal) the diagonal, GQA;
@@ -542,6 +563,7 @@ int main(void) {
         if (cfg_second[i] != EL_BF16)
             test_configs(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, cfg_second[i]);
     }
+#endif
 
     // every kernel configuration, launched above or not, fits the smallest opt-in limit
     struct smem_check {
@@ -554,15 +576,17 @@ int main(void) {
     } all;
     rtc_fa_tc_each_kernel<__nv_bfloat16>(all);
     rtc_fa_tc_each_kernel<__half>(all);
+    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq, cfg128_kdq>(all);
+#if OTHER_CONFIGS
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2, cfg128_mt2>(all);
     rtc_fa_tc_each_kernel<__half, cfg64_mt2, cfg128_mt2>(all);
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2_big, cfg128_mt2_big>(all);
     rtc_fa_tc_each_kernel<__half, cfg64_mt2_big, cfg128_mt2_big>(all);
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2_small, cfg128_mt2_small>(all);
     rtc_fa_tc_each_kernel<__half, cfg64_mt2_small, cfg128_mt2_small>(all);
-    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq, cfg128_kdq>(all);
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq_rows, cfg128_kdq_one>(all);
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq_cols, cfg128_kdq_cols>(all);
+#endif
     CHECK(all.worst <= EMU_MAX_SMEM,
           "all %d tensor-core flash kernel configurations: largest shared memory %zu bytes "
           "(limit %d)",

@@ -6,10 +6,11 @@
 #   - every spec below builds with --cuda: the generated C links against the CUDA backend.
 # On the GPU (nvidia-smi lists one), or without one on the CPU emulator (tests/cuda/emu):
 #   - the generated conformance test of each spec on the CUDA backend (world 2 and 4 run
-#     every rank on the one GPU: --local); on the emulator also of four random microbatch
-#     programs (tests/generator/step_fuzz.lua --write);
+#     every rank on the one GPU: --local); on the emulator's slow tier (FSDPGEN_SLOW=1) also
+#     of four random microbatch programs (tests/generator/step_fuzz.lua --write);
 #   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance (and on
-#     the emulator, the same bits in its three stream modes);
+#     the emulator, the same bits in its three stream modes and without evals: in the fast
+#     tier on six specs that use every side stream, in the slow tier on all);
 #   - test_seg_copy: the copy kernel against its host reference on random plans.
 # On the GPU only: compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
 # without one it prints a SKIP line, and the emulator runs test_cuda_local (the local mode's
@@ -65,12 +66,21 @@ specs=(
 gpu=1
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then gpu=0; fi
 
-# On the emulator, also four of tests/generator/step_fuzz.lua's random microbatch programs
-# (fp32; world 1, 2, 4 or HSDP 2 x 2; checkpointing, prefetch, explicit unshards and
-# reshards, setters per microbatch): the lazy stream modes below check the events between
-# the step's streams on programs nobody wrote by hand. Not on the GPU, whose device time
-# goes to what only it can show.
-if [ "$gpu" = 0 ]; then
+# The emulator's fast tier runs every spec's conformance test and CUDA-vs-CPU comparison,
+# and the bit-identity runs below (every stream mode, with and without evals) on these
+# specs, which between them use every side stream: prefetch, post-forward sub-groups,
+# HSDP's all-reduce, explicit async unshards, two forwards, offload. FSDPGEN_SLOW=1
+# (tests/run_all.sh --all) runs them on every spec, and the random programs below.
+slow=${FSDPGEN_SLOW:-0}
+bit_specs=" mlp_w2_sgd_prefetch llama_w4_bf16_int_raf hsdp_int_reshard microbatch_1f1b"
+bit_specs+=" multi_forward_raf_true_ckpt_none offload_cpu "
+
+# On the emulator's slow tier, also four of tests/generator/step_fuzz.lua's random
+# microbatch programs (fp32; world 1, 2, 4 or HSDP 2 x 2; checkpointing, prefetch, explicit
+# unshards and reshards, setters per microbatch): the lazy stream modes below check the
+# events between the step's streams on programs nobody wrote by hand. Not on the GPU, whose
+# device time goes to what only it can show.
+if [ "$gpu" = 0 ] && [ "$slow" = 1 ]; then
     mkdir -p "$work/fuzz"
     if lua5.4 tests/generator/step_fuzz.lua --write "$work/fuzz" 4; then
         for f in "$work"/fuzz/*.lua; do specs+=("$f 1e-3"); done
@@ -196,6 +206,7 @@ for entry in "${specs[@]}"; do
         fi
     fi
     [ "$gpu" = 1 ] && continue
+    [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || continue
     # The emulator's arithmetic is the same in any order, so the run with every stream at
     # issue (0) and with every stream waiting to be needed (1) must save the low run's bits
     # exactly: a side stream touching bytes the plan gave to another buffer too early or too
