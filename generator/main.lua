@@ -9,7 +9,7 @@ local planner = require("planner")
 
 local USAGE = [[
 usage: fsdpgen COMMAND SPEC [options]
-  plan SPEC [-o DIR]      write DIR/<name>.schedule (default build/<name>/)
+  plan SPEC [-o DIR]      write DIR/<name>.schedule and <name>.layout (default build/<name>/)
   events SPEC             print one step's FSDP events: STATE KIND "GROUP"
   counts SPEC             print the step's collective counts
   build SPEC [--cuda]     emit the C and build build/<name>/<name> (--cuda: <name>_cuda)
@@ -101,9 +101,10 @@ function commands.plan(args)
   local plan = plan_spec(spec_path)
   local schedule = require("schedule")
   out_dir = out_dir or (ROOT .. "/build/" .. plan.spec.name)
-  local path, changed = schedule.write(plan, out_dir, spec_path)
-  if not path then die(1, "fsdpgen: " .. changed) end
-  print((changed and "wrote " or "unchanged ") .. path)
+  local files, err = schedule.write(plan, out_dir, spec_path)
+  if not files then die(1, "fsdpgen: " .. err) end
+  for _, f in ipairs(files) do print((f.changed and "wrote " or "unchanged ") .. f.path) end
+  print(string.format("predicted peak per rank: %d bytes (%s)", plan.memory.peak, require("units").bytes(plan.memory.peak)))
 end
 
 local function sh_quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
