@@ -12,6 +12,7 @@ usage: fsdpgen COMMAND SPEC [options]
   plan SPEC [-o DIR]      write DIR/<name>.schedule and <name>.layout (default build/<name>/)
   events SPEC             print one step's FSDP events: STATE KIND "GROUP"
   counts SPEC             print the step's collective counts
+  diff OLD NEW            review summary of a change (each a spec or a .schedule)
   build SPEC [--cuda]     emit the C and build build/<name>/<name> (--cuda: <name>_cuda)
   test SPEC [--cuda]      build and run the spec's conformance test
   run SPEC [--cuda] [-- ARGS]
@@ -211,6 +212,10 @@ function commands.run(args)
   local mine, rest = split_args(args)
   local dir, name = build_spec(mine)
   exec(ROOT .. "/" .. dir .. "/" .. name, rest)
+end
+
+function commands.diff(args)
+  require("diff").main(args, { plan = plan_spec, die = die, usage_error = usage_error, root = ROOT })
 end
 
 local cmd = arg[2]
