@@ -301,7 +301,23 @@ function M.summary(old, new, old_label, new_label)
     put("  %-10s %-16s %s", ph, op, arrow(co[k] or 0, cn[k] or 0))
   end
   put("  each rank sends (and receives) %s per step%s", arrow(bo, bn, units.bytes),
-    bo ~= bn and (" (" .. units.delta(bn - bo) .. ")") or "")
+    bo ~= bn and (" (" .. units.delta(bn - bo) .. ")") or (bn == 0 and #order > 0) and " (one-rank groups: no data moves)" or "")
+  -- Compute lines per kind: activation checkpointing shows as recompute lines.
+  local function ops(sched)
+    local c = {}
+    for _, st in ipairs(sched.steps) do
+      if st.stream == "compute" and (st.op == "forward" or st.op == "backward" or st.op == "recompute") then
+        c[st.op] = (c[st.op] or 0) + 1
+      end
+    end
+    return c
+  end
+  local po, pn = ops(old), ops(new)
+  local cparts = {}
+  for _, k in ipairs({ "forward", "backward", "recompute" }) do
+    if po[k] or pn[k] then cparts[#cparts + 1] = k .. " " .. arrow(po[k] or 0, pn[k] or 0) end
+  end
+  put("compute ops per step: %s", table.concat(cparts, ", "))
   -- Memory.
   put("memory per rank")
   put("  predicted peak   %s%s", arrow(old.peak, new.peak, units.bytes),

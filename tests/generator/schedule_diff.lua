@@ -87,7 +87,7 @@ local SAYS = {
     '~ reshard "layers.1" FORWARD (forward1): moved, was after unshard "layers.1" FORWARD, now after unshard "layers.2" FORWARD' },
   bwd_prefetch = { '"layers.3": backward prefetch (none) -> "layers.2", "layers.1"', '~ unshard "layers.1" PRE_BACKWARD (backward2): moved' },
   split = { '+ "layers.1.feed_forward": 3 params', '(params from "layers.1")', "forward    all_gather       5 -> 6" },
-  checkpoint = { "live at the peak", "FSDP events in the step: the same, in the same order" },
+  checkpoint = { "recompute 0 -> 15", "FSDP events in the step: the same, in the same order" },
   mixed_precision = { '"layers.1": param_dtype fp32 -> bf16' },
 }
 
