@@ -2,8 +2,9 @@
 -- are two versions of one spec, each a spec (.lua, planned here) or a `.schedule` file
 -- (e.g. `git show main:build/x/x.schedule`). Both are compared as `.schedule` text, so a
 -- schedule carries everything the summary needs: the spec and group options, the
--- collectives and bytes per rank of one step, the predicted peak and what is live
--- there, the FSDP events added, removed or moved, and how many lines changed.
+-- collectives and bytes per rank of one step, the predicted peak and the most bytes live
+-- at once (which buffers), the FSDP events added, removed or moved, and how many lines
+-- changed.
 -- `fsdpgen diff --git ...` is git's external diff driver (docs/reviewing.md).
 local units = require("units")
 
@@ -86,13 +87,13 @@ function M.parse(text)
       s.after_eval_peak = tonumber(line:match("peak (%d+)"))
     elseif part == "memory" then
       local peak = line:match("^  predicted peak%s+(%d+)")
-      local at, live = line:match("^  peak at%s+(.-): (.-) live in")
+      local live, at = line:match("^  most live%s+(%d+) .- buffers, at (.*)$")
       local kind, bytes = line:match("^    (%S+)%s+(%d+) %(")
       local bname, bkind, bbytes = line:match("^    (.-)%s+(%S+)%s+(%d+) %([^)]*%)$")
       if peak then s.peak = tonumber(peak)
-      elseif at then s.peak_at = at
-      elseif line:match("^  live at the peak") then s.mem_part = "kinds"
-      elseif line:match("^  largest buffers") then s.mem_part = "largest"
+      elseif at then s.live, s.live_at = tonumber(live), at
+      elseif line:match("^  live then by kind") then s.mem_part = "kinds"
+      elseif line:match("^  largest buffers live then") then s.mem_part = "largest"
       elseif s.mem_part == "kinds" and kind then s.kinds[kind] = tonumber(bytes)
       elseif s.mem_part == "largest" and bname then
         s.largest[#s.largest + 1] = { name = bname, kind = bkind, bytes = tonumber(bbytes) }
@@ -322,7 +323,12 @@ function M.summary(old, new, old_label, new_label)
   put("memory per rank")
   put("  predicted peak   %s%s", arrow(old.peak, new.peak, units.bytes),
     old.peak ~= new.peak and (" (" .. units.delta(new.peak - old.peak) .. ", exact " .. old.peak .. " -> " .. new.peak .. ")") or "")
-  put("  peak at          %s", arrow(old.peak_at, new.peak_at))
+  put("  most live        %s%s", arrow(old.live, new.live, size),
+    old.live ~= new.live and old.live and new.live and (" (" .. units.delta(new.live - old.live) .. ")") or "")
+  put("  at               %s", arrow(old.live_at, new.live_at))
+  if old.live and new.live then
+    put("  first-fit gaps   %s (the predicted peak less the most live)", arrow(old.peak - old.live, new.peak - new.live, size))
+  end
   local kinds, ks = {}, {}
   for k in pairs(old.kinds) do ks[k] = true end
   for k in pairs(new.kinds) do ks[k] = true end
@@ -332,21 +338,20 @@ function M.summary(old, new, old_label, new_label)
     if x ~= y then return x > y end
     return a < b
   end)
-  local parts, lo, ln = {}, 0, 0
+  local parts = {}
   for _, k in ipairs(kinds) do
-    lo, ln = lo + (old.kinds[k] or 0), ln + (new.kinds[k] or 0)
     if old.kinds[k] ~= new.kinds[k] then
       parts[#parts + 1] = string.format("%s %s", k, arrow(old.kinds[k], new.kinds[k], size))
     end
   end
   if next(ks) then
-    put("  live at the peak %s%s", arrow(lo, ln, units.bytes),
-      #parts > 0 and (": " .. table.concat(parts, ", ") .. (#parts < #kinds and " (other kinds the same)" or "")) or " (each kind the same)")
+    put("  live then        %s", #parts > 0 and (table.concat(parts, ", ") .. (#parts < #kinds and " (other kinds the same)" or ""))
+      or "each kind the same")
   end
   local was = {}
   for _, b in ipairs(old.largest) do was[b.name] = b.bytes end
   local is = {}
-  if #new.largest > 0 then put("  largest buffers live at the peak (+ new among them, - gone)") end
+  if #new.largest > 0 then put("  largest buffers live then (+ new among them, - gone)") end
   for _, b in ipairs(new.largest) do
     is[b.name] = true
     put("  %s %-56s %s", was[b.name] and " " or "+", b.name, size(b.bytes))
