@@ -15,7 +15,7 @@ local SECTION = "^([%a_]+%d+) %(%a+ item %d+: ([%a_]+)%)$"
 
 -- A step line's target: a quoted group, "all groups", "region N", or one tensor name.
 local function split_target(rest)
-  local t = rest:match('^"[^"]*"') or rest:match("^all groups") or rest:match("^region %d+") or rest:match("^%S+")
+  local t = rest:match('^"[^"]*"') or rest:match("^all groups") or rest:match("^region %d+") or rest:match("^%S*")
   return t, rest:sub(#t + 1)
 end
 
@@ -81,7 +81,7 @@ function M.parse(text)
     elseif (part == "step" or part == "eval" or part == "after_eval") and line:match("^  %S") then
       if not line:match("^  stream ") then
         local st = parse_step(line, section, phase)
-        if part == "step" then s.steps[#s.steps + 1] = st else table.insert(s[part], line) end
+        if part ~= "step" then table.insert(s[part], line) elseif st then s.steps[#s.steps + 1] = st end
       end
     elseif part == "after_eval" and line:match("^step after an eval memory") then
       s.after_eval_peak = tonumber(line:match("peak (%d+)"))
@@ -103,6 +103,9 @@ function M.parse(text)
   s.mem_part = nil
   if #s.group_list == 0 or #s.steps == 0 or not s.peak then
     return nil, "it has no groups, step lines or predicted peak (a truncated .schedule?)"
+  end
+  for _, grp in ipairs(s.group_list) do
+    if not grp.n then return nil, "group " .. grp.name .. " has no 'params N, numel N, ...' line (an edited .schedule?)" end
   end
   return s
 end
@@ -437,7 +440,12 @@ function M.main(args, env)
     env.die(2, string.format("fsdpgen diff: OLD plans spec '%s' and NEW plans '%s'; diff compares two versions of one spec (the same name)",
       old.name, new.name))
   end
-  io.write(M.summary(old, new, args[1], args[2]))
+  local ok, text = pcall(M.summary, old, new, args[1], args[2])
+  if not ok then
+    env.die(1, "fsdpgen diff: internal error while comparing " .. args[1] .. " and " .. args[2] .. ": " .. tostring(text)
+      .. " (please report it)")
+  end
+  io.write(text)
 end
 
 return M
