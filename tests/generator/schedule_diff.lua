@@ -8,7 +8,8 @@
 --   - the collective counts it reads from a .schedule are `fsdpgen counts`', for every
 --     golden schedule;
 --   - the .layout agrees with the .schedule (peak, arena) and holds every buffer;
---   - bad, unreadable and mismatched inputs exit 2 with one line;
+--   - bad, unreadable and mismatched inputs exit 2 with one line; cut and edited schedules
+--     are refused with a reason or compared, never a Lua error;
 --   - `git diff` with the documented .gitattributes and diff.fsdpgen.command shows the
 --     summary, then the lines (in a throw-away git repository).
 -- FSDPGEN_UPDATE_GOLDEN=1 rewrites the diff goldens. `--table [--before FSDPGEN]` prints
@@ -218,6 +219,39 @@ fails(base .. " " .. other, "OLD plans spec 'review_llama_4l' and NEW plans 'gpt
 fails(tmp .. "/bad_spec.lua " .. base, "bad_spec.lua:1: error:", "a spec with an error")
 fails(tmp .. "/missing.lua " .. base, "fsdpgen diff: cannot read OLD spec", "a missing spec")
 fails(base, "fsdpgen: diff takes OLD and NEW", "one argument")
+
+-- Cut and edited schedules: refused with a reason or compared, never a Lua error.
+do
+  local text = read("tests/golden/mp_paramless_root.schedule")
+  local lines = {}
+  for l in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  local good = diff.parse(text)
+  math.randomseed(7)
+  local errors_seen, refused, compared = {}, 0, 0
+  for _ = 1, 500 do
+    local t = { lines[1] }
+    for i = 2, #lines do
+      local l = lines[i]
+      if math.random() > 0.05 then
+        if math.random() < 0.03 then l = l:sub(1, math.random(0, #l)) end
+        if math.random() < 0.01 then l = l:gsub("%d+", "x") end
+        t[#t + 1] = l
+      end
+      if math.random() < 0.01 then t[#t + 1] = lines[math.random(#lines)] end
+    end
+    local ok, s, why = pcall(diff.parse, table.concat(t, "\n") .. "\n")
+    if not ok then errors_seen[#errors_seen + 1] = tostring(s)
+    elseif not s then refused = refused + (type(why) == "string" and 1 or 0)
+    else
+      local ok1, e1 = pcall(diff.summary, good, s, "old", "new")
+      local ok2, e2 = pcall(diff.summary, s, good, "old", "new")
+      if ok1 and ok2 then compared = compared + 1 else errors_seen[#errors_seen + 1] = tostring(ok1 and e2 or e1) end
+    end
+  end
+  check(#errors_seen == 0 and refused > 0 and compared > 0, string.format(
+    "500 randomly cut and edited schedules: %d refused with a reason, %d compared, %d Lua errors%s", refused, compared,
+    #errors_seen, errors_seen[1] and (" (" .. errors_seen[1] .. ")") or ""))
+end
 
 -- ---- git diff --------------------------------------------------------------------------
 do
