@@ -277,6 +277,18 @@ do
     "git diff of a .schedule that is none: the one-line reason, then the lines")
   local _, plain = git("diff --no-ext-diff x.schedule")
   check(plain:match("^diff %-%-git") and not plain:find("fsdpgen diff", 1, true), "git diff --no-ext-diff: the lines only")
+  -- A spec under the driver: both versions planned, the summary above the spec's lines.
+  local spec_text = read("tests/specs/review/llama_4l.lua")
+  write(repo .. "/.gitattributes", "*.schedule diff=fsdpgen\nspecs/*.lua diff=fsdpgen\n")
+  os.execute("mkdir -p " .. repo .. "/specs")
+  write(repo .. "/specs/llama_4l.lua", spec_text)
+  git("add . && git commit -qm spec")
+  write(repo .. "/specs/llama_4l.lua", rc.apply(spec_text, rc.kinds[1].edit("llama_4l")))
+  local ok5, spec_out = git("diff specs/llama_4l.lua")
+  local said = spec_out:find('"layers.1": reshard_after_forward true -> false', 1, true)
+  check(ok5 and spec_out:match("^fsdpgen diff a/specs/llama_4l%.lua b/specs/llama_4l%.lua\n") and said
+    and spec_out:find("\n+model.layers[2]:set_reshard_after_forward(false)\n", said, true) ~= nil,
+    "git diff of a spec under the driver: the summary of both plans, then the spec's lines")
   write(repo .. "/y.schedule", read(base))
   local ok4, added = git("add y.schedule && git diff --cached y.schedule")
   check(ok4 and added:match("^fsdpgen diff a/y%.schedule b/y%.schedule\n") and added:find("\n%+%+%+ b/y%.schedule"),
