@@ -254,7 +254,9 @@ do
 end
 
 -- ---- git diff --------------------------------------------------------------------------
-do
+local has_git = os.execute("command -v git >/dev/null 2>&1")
+if not has_git then print("SKIP git diff: no git on this machine (apt-get install git)") end
+if has_git then
   local repo = tmp .. "/repo"
   local function git(args) return sh("cd " .. repo .. " && git " .. args) end
   os.execute("mkdir -p " .. repo)
