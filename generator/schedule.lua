@@ -229,8 +229,10 @@ function M.render(plan, spec_file)
     local L = g.layout
     b:line("  group %s", quoted(g.name))
     b:indent()
-    b:line("  params %d, numel %d, shard %d per rank, all-gather %d x %s -> %d", #g.params, L.numel,
-      L.shard_numel, L.shard_numel, g.param_dtype, L.ag_out_numel)
+    local db = trace.dtype_bytes[g.param_dtype]
+    b:line("  params %d, numel %d, shard %d per rank, all-gather %d x %s -> %d (%s per rank -> %s)", #g.params, L.numel,
+      L.shard_numel, L.shard_numel, g.param_dtype, L.ag_out_numel, units.bytes(L.shard_numel * db),
+      units.bytes(L.ag_out_numel * db))
     b:line("  reshard_after_forward %s, reshard_after_backward %s, gradient sync %s, reduce %s, placement %s%s",
       raf_str(g), tostring(g.state.reshard_after_backward), tostring(g.state.reduce_grads), reduce_str(g),
       g.state.placement, g.state.offload and ", offload cpu" or "")
