@@ -148,6 +148,7 @@ end
 
 -- ---- the collective counts it reads are `fsdpgen counts`' ------------------------------
 local diff = require("diff")
+local schedule_read = require("schedule_read")
 do
   local compared, bad = 0, {}
   local specs = util.all_specs()
@@ -155,8 +156,8 @@ do
     local name = (read(path) or ""):match('name%s*=%s*"([%w_%-]+)"')
     local text = name and read("tests/golden/" .. name .. ".schedule")
     if text then
-      local s = diff.parse(text)
-      local counts = s and diff.collectives(s)
+      local s = schedule_read.parse(text)
+      local counts = s and schedule_read.collectives(s)
       local ok, out = sh(FSDPGEN .. " counts " .. path)
       if counts and ok then
         for key, v in out:gmatch("(%a+ [%a_]+) (%d+)") do
@@ -225,7 +226,7 @@ do
   local text = read("tests/golden/mp_paramless_root.schedule")
   local lines = {}
   for l in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
-  local good = diff.parse(text)
+  local good = schedule_read.parse(text)
   math.randomseed(7)
   local errors_seen, refused, compared = {}, 0, 0
   for _ = 1, 500 do
@@ -239,7 +240,7 @@ do
       end
       if math.random() < 0.01 then t[#t + 1] = lines[math.random(#lines)] end
     end
-    local ok, s, why = pcall(diff.parse, table.concat(t, "\n") .. "\n")
+    local ok, s, why = pcall(schedule_read.parse, table.concat(t, "\n") .. "\n")
     if not ok then errors_seen[#errors_seen + 1] = tostring(s)
     elseif not s then refused = refused + (type(why) == "string" and 1 or 0)
     else
