@@ -53,6 +53,7 @@ function M.write(root, dir, plan, reference, spec_path)
     out[#out + 1] = { path = path, changed = changed }
   end
   put(name .. ".schedule", schedule.render(plan, spec_file))
+  put(name .. ".layout", schedule.render_layout(plan, spec_file))
   put(name .. "_step.c", emit_step.render(plan, spec_file, id))
   put(name .. "_reference_step.c", emit_step.render(reference, spec_file, id .. "_reference", true))
   local vars = { NAME = name, ID = id, SPEC = spec_file, VERSION = schedule.VERSION, DIR = dir,

@@ -9,9 +9,10 @@ local planner = require("planner")
 
 local USAGE = [[
 usage: fsdpgen COMMAND SPEC [options]
-  plan SPEC [-o DIR]      write DIR/<name>.schedule (default build/<name>/)
+  plan SPEC [-o DIR]      write DIR/<name>.schedule and <name>.layout (default build/<name>/)
   events SPEC             print one step's FSDP events: STATE KIND "GROUP"
   counts SPEC             print the step's collective counts
+  diff OLD NEW            review summary of a change (each a spec or a .schedule)
   build SPEC [--cuda]     emit the C and build build/<name>/<name> (--cuda: <name>_cuda)
   test SPEC [--cuda]      build and run the spec's conformance test
   run SPEC [--cuda] [-- ARGS]
@@ -101,9 +102,10 @@ function commands.plan(args)
   local plan = plan_spec(spec_path)
   local schedule = require("schedule")
   out_dir = out_dir or (ROOT .. "/build/" .. plan.spec.name)
-  local path, changed = schedule.write(plan, out_dir, spec_path)
-  if not path then die(1, "fsdpgen: " .. changed) end
-  print((changed and "wrote " or "unchanged ") .. path)
+  local files, err = schedule.write(plan, out_dir, spec_path)
+  if not files then die(1, "fsdpgen: " .. err) end
+  for _, f in ipairs(files) do print((f.changed and "wrote " or "unchanged ") .. f.path) end
+  print(string.format("predicted peak per rank: %d bytes (%s)", plan.memory.peak, require("units").bytes(plan.memory.peak)))
 end
 
 local function sh_quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
@@ -210,6 +212,10 @@ function commands.run(args)
   local mine, rest = split_args(args)
   local dir, name = build_spec(mine)
   exec(ROOT .. "/" .. dir .. "/" .. name, rest)
+end
+
+function commands.diff(args)
+  require("diff").main(args, { plan = plan_spec, die = die, usage_error = usage_error, root = ROOT })
 end
 
 local cmd = arg[2]

@@ -1,9 +1,13 @@
 -- Writes the `.schedule` file: a deterministic, fixed-column text of the planned step
--- (header with every group's layout and policy, one line per step, the memory plan),
--- meant to be reviewed and diffed like code.
+-- (header with every group's layout and policy, one line per step, the memory plan's
+-- peak and what is live there), meant to be reviewed and diffed like code: a one-line
+-- spec change changes only the lines whose meaning changed. The arena offsets, which
+-- shift with almost any change, go to `<name>.layout` (arena_layout.lua).
 local trace = require("trace")
 local buffer = require("buffer")
 local memory = require("memory")
+local units = require("units")
+local arena_layout = require("arena_layout")
 
 local M = {}
 
@@ -56,7 +60,11 @@ local function without_grads(g, r)
   return "; no grad: " .. table.concat(left, ", ")
 end
 
+-- A tensor by the name of what computed it. FSDP's post-backward hook passes a group's
+-- inputs through unchanged (memory.base): the name is the tensor before it, so that adding
+-- or removing a group renames nothing in the lines that read its inputs.
 local function tensor_ref(t)
+  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
   if t.is_param then return t.fqn end
   if t.is_input then return "input" end
   if t.is_target then return "targets" end
@@ -219,10 +227,12 @@ function M.render(plan, spec_file)
   b:line("groups")
   for _, g in ipairs(plan.groups) do
     local L = g.layout
-    b:line("  group %d %s", g.index, quoted(g.name))
+    b:line("  group %s", quoted(g.name))
     b:indent()
-    b:line("  params %d, numel %d, shard %d per rank, all-gather %d x %s -> %d", #g.params, L.numel,
-      L.shard_numel, L.shard_numel, g.param_dtype, L.ag_out_numel)
+    local db = trace.dtype_bytes[g.param_dtype]
+    b:line("  params %d, numel %d, shard %d per rank, all-gather %d x %s -> %d (%s per rank -> %s)", #g.params, L.numel,
+      L.shard_numel, L.shard_numel, g.param_dtype, L.ag_out_numel, units.bytes(L.shard_numel * db),
+      units.bytes(L.ag_out_numel * db))
     b:line("  reshard_after_forward %s, reshard_after_backward %s, gradient sync %s, reduce %s, placement %s%s",
       raf_str(g), tostring(g.state.reshard_after_backward), tostring(g.state.reduce_grads), reduce_str(g),
       g.state.placement, g.state.offload and ", offload cpu" or "")
@@ -249,24 +259,25 @@ function M.render(plan, spec_file)
       spec.loss)
     sections(b, ev, "eval_", "eval")
     b:line("")
-    b:line("eval memory: predicted peak %d (arena %d with alignment; the persistent buffers are the step's)",
-      ev.memory.peak, ev.memory.arena)
+    b:line("eval memory: predicted peak %d (%s; arena %d with alignment; the persistent buffers are the step's)",
+      ev.memory.peak, units.bytes(ev.memory.peak), ev.memory.arena)
     local after = plan.after_eval_plan
     b:line("")
     if after then
       b:line("step after an eval: FSDP2 keeps the eval's post-forward records until the next last backward, and its backward prefetch targets them")
       sections(b, after, "after_eval_", "step")
       b:line("")
-      b:line("step after an eval memory: predicted peak %d (arena %d with alignment)", after.memory.peak,
-        after.memory.arena)
+      b:line("step after an eval memory: predicted peak %d (%s; arena %d with alignment)", after.memory.peak,
+        units.bytes(after.memory.peak), after.memory.arena)
     else
       b:line("step after an eval: the step above (FSDP2's backward prefetch of the eval's records unshards nothing)")
     end
   end
   local mem = plan.memory
   b:line("")
-  b:line("memory (bytes per rank, offsets in one arena)")
-  b:line("  predicted peak   %d (arena %d with alignment)", mem.peak, mem.arena)
+  b:line("memory (bytes per rank; KiB, MiB, GiB: 2^10, 2^20, 2^30 bytes; every buffer's offset and lifetime: %s.layout)",
+    spec.name)
+  b:line("  predicted peak   %d (%s; arena %d with alignment)", mem.peak, units.bytes(mem.peak), mem.arena)
   if plan.groups[1] and plan.groups[1].state.offload then
     local host = 0  -- the runtime's rt_step_persistent_end
     for _, buf in ipairs(mem.buffers) do
@@ -275,29 +286,26 @@ function M.render(plan, spec_file)
     b:line("  offload_policy   [0, %d) in pinned host memory (CUDA backend: %d bytes on the device)", host,
       mem.arena - host)
   end
-  local kinds = {}
-  for k in pairs(mem.totals) do kinds[#kinds + 1] = k end
-  table.sort(kinds)
-  for _, k in ipairs(kinds) do b:line("  %-16s %d (sum of buffer sizes)", k, mem.totals[k]) end
-  b:line("  %-60s %-16s %12s %12s  %s", "buffer", "kind", "bytes", "offset", "live from .. to (step)")
-  local steps = plan.steps
-  local function at(i)
-    if i < 1 then return "start" end
-    if i > #steps then return "end" end
-    return M.step_name(steps[i])
-  end
-  for _, buf in ipairs(mem.buffers) do
-    b:line("  %-60s %-16s %12d %12d  %s .. %s", buf.name, buf.kind, buf.bytes, buf.offset, at(buf.first), at(buf.last))
-  end
+  arena_layout.summary_lines(b, mem, plan.steps, M.step_name)
   return b:text()
 end
 
--- Writes DIR/<name>.schedule if its content changed. Returns path, changed (or nil, err).
+-- The .layout text (every buffer's offset and lifetime; see arena_layout.lua).
+function M.render_layout(plan, spec_file)
+  return arena_layout.render(plan, spec_file, M.VERSION, M.step_name)
+end
+
+-- Writes DIR/<name>.schedule and DIR/<name>.layout where their content changed. Returns
+-- { { path, changed }, ... } (or nil, err).
 function M.write(plan, dir, spec_path)
   local spec_file = spec_path:match("[^/]+$")
-  local text = M.render(plan, spec_file)
-  local path = dir .. "/" .. plan.spec.name .. ".schedule"
-  return buffer.write_if_changed(path, text)
+  local out = {}
+  for _, f in ipairs({ { ".schedule", M.render }, { ".layout", M.render_layout } }) do
+    local path, changed = buffer.write_if_changed(dir .. "/" .. plan.spec.name .. f[1], f[2](plan, spec_file))
+    if not path then return nil, changed end
+    out[#out + 1] = { path = path, changed = changed }
+  end
+  return out
 end
 
 return M
