@@ -17,7 +17,7 @@ usage: fsdpgen COMMAND SPEC [options]
   test SPEC [--cuda]      build and run the spec's conformance test
   run SPEC [--cuda] [-- ARGS]
                           build and train
-  bench comm [ARGS]       collective benchmark (see README)
+  bench comm [ARGS]       collective benchmark (see docs/runtime.md)
   bench train SPEC [--cuda] [--steps N] [-- ARGS]
                           build, train N steps (default 20) and print tokens/s and the
                           compute / exposed communication / optimizer split]]

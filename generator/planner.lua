@@ -207,7 +207,7 @@ end
 -- post-forward (a manual reshard() or a post-backward one: FSDPParam.to_sharded drops the
 -- post-forward shard, so the group's next all-gather runs over the full shard group). A
 -- reshard of a sharded group changes nothing and is not listed (FSDP2's test recording
--- lists that call; README "Events" says why fsdpgen does not).
+-- lists that call; docs/cli.md "Events" says why fsdpgen does not).
 function Sim:reshard(g)
   if g.training == FORWARD then
     if not g.pf_size then return end

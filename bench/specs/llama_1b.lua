@@ -4,7 +4,7 @@
 -- gradient reduction, AdamW. bench/torch_fsdp2.py builds the same model
 -- (`--config llama_1b`). The memory plan, which sizes the CUDA arena, predicts 44.4 GB per
 -- GPU at batch 4 (it stores compute buffers as fp32, but for the packed 16-bit ones:
--- README "Numbers").
+-- docs/cuda.md "Numbers").
 local fsdp, models = require("fsdp"), require("models")
 
 local model = models.Llama{ preset = "1B" }

@@ -122,7 +122,7 @@
 // of the H100's bf16 peak. The second kept P and dS in registers (this structure) but read
 // the fp32 buffers, narrowed through registers into shared memory (transposed copies for
 // the .trans operands above, no overlap of a block's loads with its products, B fragments
-// by 32-bit shared loads); on an H100 (2026-11-22, session 9) it ran at 0.23-0.30x of
+// by 32-bit shared loads); on an H100 (2026-11-22, 49a3a80) it ran at 0.23-0.30x of
 // PyTorch's SDPA (bench/attention.sh; Llama 1B shape, forward 0.73 ms against 0.18, backward
 // 2.84 against 0.66), with 25% occupancy and K/V read from DRAM at about 1.1 TB/s. This
 // version (16-bit copies, cp.async, double buffering, ldmatrix) halves the bytes read and

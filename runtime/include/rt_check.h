@@ -1,6 +1,6 @@
 // Checks for calls that can fail at run time (CUDA, NCCL, files, system calls): on failure
 // they print one line `file:line: error: CALL failed: WHY (hint: WHAT TO DO)` and exit
-// with status 1 (DESIGN.md §6: 1 = failure at run time). The CUDA/NCCL macros expand to
+// with status 1 (docs/cli.md, "Exit status": 1 = failure at run time). The CUDA/NCCL macros expand to
 // cudaGetErrorString / ncclGetErrorString, so they compile only where cuda_runtime.h /
 // nccl.h are included; the hint tables live in core/check.c and need neither header.
 #ifndef RT_CHECK_H

@@ -7,7 +7,7 @@
 // and a generated conformance test:
 //     return rt_conformance_main(&<name>_model, &<name>_reference_model, argc, argv);
 //
-// Exit status (DESIGN.md §6): 0 success, 1 failure at run time (I/O, a diverged loss, a
+// Exit status (docs/cli.md, "Exit status"): 0 success, 1 failure at run time (I/O, a diverged loss, a
 // failed check), 2 bad arguments. Every user-facing error is one line starting with
 // "fsdpgen: ". Run a binary with --help for its options.
 //

@@ -11,7 +11,7 @@ all-gather, reduce-scatter and all-reduce by step item kind and process group si
 it compares, for the training step after a first one:
   - events with `./fsdpgen events SPEC`, exactly, less the reshard() calls that found the
     group already sharded: FSDP2's recording lists those no-ops, fsdpgen lists only
-    reshards that change a group's state (README "Events"); each case says how many it
+    reshards that change a group's state (docs/cli.md "Events"); each case says how many it
     left out, and a no-op must be a reshard of a sharded group outside forward;
   - counts with `./fsdpgen counts SPEC`;
   - the planned collectives by item kind and group size (a block resharded by hand

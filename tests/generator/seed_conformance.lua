@@ -6,7 +6,7 @@
 -- Each seed test patches only some FSDPParamGroup methods (unshard, post_backward and
 -- sometimes reshard), so our full event stream is filtered to the kinds that test records.
 -- Where the seed logs a reshard of a group that is already sharded, our stream lists
--- effective reshards only (DESIGN.md §4); those lines are marked `dropped` below with the
+-- effective reshards only (docs/cli.md, "Events"); those lines are marked `dropped` below with the
 -- reason, and the comparison leaves them out.
 -- Run from the repository root: lua5.4 tests/generator/seed_conformance.lua
 local passed, failed = 0, 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run here (Debian 12, apt works) before a GPU session: the GPU machines' image has CUDA,
+# Run here (Debian 12, apt works) before using a GPU machine: the GPU machines' image has CUDA,
 # NCCL, PyTorch and ninja but neither lua5.4 nor OpenBLAS, which fsdpgen needs to plan and
 # to build its CPU binaries. Downloads those Debian packages into .devtools/debs (ignored
 # by git; pass `carry: [".devtools"]` to the device tool) plus a text file for the example.

@@ -194,7 +194,7 @@ def adamw(lr, **kw):
 
 
 def warmup_then(decay, warmup, total, min_lr):
-    """The spec's lr_schedule as PyTorch's schedulers (README, "lr_schedule"): LinearLR from
+    """The spec's lr_schedule as PyTorch's schedulers (docs/spec.md, "lr_schedule"): LinearLR from
     lr / warmup to lr over the warmup steps, then decay ("cosine": CosineAnnealingLR to
     min_lr; "linear": LinearLR to min_lr), one scheduler.step() per optimizer.step()."""
     sched = torch.optim.lr_scheduler
