@@ -230,6 +230,19 @@ def recorder():
         rec.event(self, "post_backward")  # with the state it leaves, as PyTorch's tests
         return out
 
+    # gloo has no PREMUL_SUM, which FSDP2 uses for a divide factor other than the shard
+    # size on fp32/bf16: the same reduce-scatter, its division after the sum instead.
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+    factors = _fsdp_collectives._get_gradient_divide_factors
+
+    def factors_for_gloo(*args, **kwargs):
+        pre, post, rs_op, ar_op = factors(*args, **kwargs)
+        if rs_op == dist.ReduceOp.PREMUL_SUM:
+            factor = kwargs.get("factor", args[4] if len(args) > 4 else None)
+            return None, factor, dist.ReduceOp.SUM, dist.ReduceOp.SUM
+        return pre, post, rs_op, ar_op
+
+    _fsdp_collectives._get_gradient_divide_factors = factors_for_gloo
     FSDPParamGroup.unshard, FSDPParamGroup.reshard = unshard_recorded, reshard_recorded
     FSDPParamGroup.post_backward = post_backward_recorded
     for name, kind in (("all_gather_into_tensor", "all_gather"), ("reduce_scatter_tensor", "reduce_scatter"),
