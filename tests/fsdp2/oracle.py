@@ -46,7 +46,7 @@ BF16_RTOL = 2e-2
 # The default tier's numeric comparisons (every eligible spec with --all).
 NUMERIC_DEFAULT = ["mlp_w2_sgd_prefetch", "transformer_w1_ckpt", "transformer_w4_int_raf", "grad_accumulation",
                    "microbatch_1f1b", "lr_schedule_warmup_cosine", "deep_prefetch_largest_dim", "hsdp_int_reshard",
-                   "transformer_w2_bf16", "seed_divide_factor_2w"]
+                   "transformer_w2_bf16", "seed_divide_factor_2w", "gpt_bytes"]
 DEFAULT_RANDOM = 8
 
 
