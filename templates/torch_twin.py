@@ -194,10 +194,15 @@ class Recorder:
     Shared by every twin in a process (one patch of FSDPParamGroup)."""
 
     def __init__(self):
-        self.events, self.counts, self.phase = [], {}, None
+        self.events, self.counts, self.phase, self.names = [], {}, None, {}
+
+    def name(self, group):
+        # FSDP2 names a group at the root's lazy init; an unshard before the first forward
+        # comes earlier, so the twin names groups as that init will (name_groups).
+        return self.names.get(id(group), group._module_fqn or "")
 
     def event(self, group, kind):
-        self.events.append((group._training_state.name, kind, group._module_fqn or ""))
+        self.events.append((group._training_state.name, kind, self.name(group)))
 
     def collective(self, kind):
         if self.phase in ("forward", "backward", "unshard", "reshard"):
@@ -219,7 +224,7 @@ def recorder():
 
     def reshard_recorded(self, *args, **kwargs):
         before = self._sharded_state
-        entry = (self._training_state.name, "reshard", self._module_fqn or "")
+        entry = (self._training_state.name, "reshard", rec.name(self))
         out = reshard(self, *args, **kwargs)
         if self._sharded_state != before:  # only a reshard that frees parameters
             rec.events.append(entry)
@@ -252,6 +257,18 @@ def recorder():
             return _orig(*args, **kwargs)
         setattr(dist, name, counted)
     return rec
+
+
+def name_groups(model, rec):
+    """Each group's name as FSDP2's lazy init gives it: its modules' FQNs in
+    named_modules order, joined by ", "."""
+    names = {}
+    for fqn, m in model.named_modules():
+        if isinstance(m, FSDPModule):
+            g = m._get_fsdp_state()._fsdp_param_group
+            if g is not None:
+                names.setdefault(id(g), []).append(fqn)
+    rec.names = {k: ", ".join(v) for k, v in names.items()}
 
 
 def counts_lines(counts):
@@ -381,6 +398,7 @@ def run_rank(rank, world, opts):
         write_safetensors(opts.save_init, {n: named[fqn] for fqn, names, *_ in PARAMS for n in names})
     shard(model, mesh)
     set_flags(model)
+    name_groups(model, rec)
     tokens = read_tokens(opts.data) if opts.data else None
     run = Run(model, rank, world, seed, tokens, rec)
     report = {"name": SPEC["name"], "events": [], "counts": [], "losses": []}
