@@ -56,30 +56,14 @@ local commands = {}
 
 function commands.events(args)
   if #args ~= 1 then usage_error("events takes exactly one SPEC") end
-  local plan = plan_spec(args[1])
-  local out = {}
-  for _, e in ipairs(plan.events) do
-    out[#out + 1] = string.format('%s %s "%s"', e.state, e.kind, e.group)
-  end
+  local out = planner.event_lines(plan_spec(args[1]))
   io.write(table.concat(out, "\n"), #out > 0 and "\n" or "")
 end
 
 function commands.counts(args)
   if #args ~= 1 then usage_error("counts takes exactly one SPEC") end
   local plan = plan_spec(args[1])
-  local c = plan.counts
-  local keys = { "forward all_gather", "backward all_gather", "backward reduce_scatter" }
-  if plan.spec.mesh.replicate > 1 then keys[#keys + 1] = "backward all_reduce" end
-  -- Then the collectives of other step items (explicit unshards), when the step has any.
-  local listed, other = {}, {}
-  for _, k in ipairs(keys) do listed[k] = true end
-  for k in pairs(c) do
-    if not listed[k] then other[#other + 1] = k end
-  end
-  table.sort(other)
-  for _, k in ipairs(other) do keys[#keys + 1] = k end
-  local lines = {}
-  for i, k in ipairs(keys) do lines[i] = k .. " " .. (c[k] or 0) end
+  local lines = planner.count_lines(plan)
   io.write(table.concat(lines, "\n"), "\n")
 end
 
