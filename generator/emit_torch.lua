@@ -455,6 +455,28 @@ function M.text(plan, spec_path, root)
   b:dedent()
   b:line(")")
   b:line("")
+  -- What fsdpgen planned, for checking the twin's report against (tests/fsdp2): the
+  -- step's events and counts, the eval program's (None where it is not available) and
+  -- the events of a step that follows an eval.
+  local function pylist(lines)
+    local q = {}
+    for i, l in ipairs(lines) do q[i] = pystr(l) end
+    return "[" .. table.concat(q, ", ") .. "]"
+  end
+  local ev, after = plan.eval_plan, plan.after_eval_plan or plan
+  b:line("# What fsdpgen planned (`fsdpgen events` / `fsdpgen counts`, and the eval program's):")
+  b:line("# print_report marks where this FSDP2 run differs.")
+  b:line("FSDPGEN = dict(")
+  b:indent()
+  b:line("events=%s,", pylist(planner.event_lines(plan)))
+  b:line("counts=%s,", pylist(planner.count_lines(plan)))
+  b:line("eval_events=%s,", ev and pylist(planner.event_lines(ev)) or "None")
+  b:line("eval_counts=%s,", ev and pylist(planner.count_lines(ev)) or "None")
+  b:line("after_eval_events=%s,", ev and pylist(planner.event_lines(after)) or "None")
+  b:line("after_eval_counts=%s,", ev and pylist(planner.count_lines(after)) or "None")
+  b:dedent()
+  b:line(")")
+  b:line("")
   -- Parameters: FQN, every name (tied ones), shape, the binary's init (rt_train.h).
   b:line("# Every parameter: its FQN, all its names, shape, and the binary's initialization")
   b:line("# (rt_train_init_param: kind and scale, from the parameter's FQN and the seed).")

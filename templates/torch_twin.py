@@ -333,15 +333,21 @@ class Run:
         out = module(x)
         self.pending.append((out if isinstance(out, tuple) else (out,), y))
 
-    def backward(self, model, output=None, retain_graph=False, is_last_backward=None):
+    @staticmethod
+    def loss_of(pending, output=None):
+        """The spec's loss over the selected outputs of each forward, added together."""
         loss = None
-        for outs, y in self.pending:
+        for outs, y in pending:
             for o in (outs if output is None else (outs[output],)):
                 if SPEC["loss"] == "sum":
                     part = o.sum()
                 else:
                     part = F.cross_entropy(o.reshape(-1, o.shape[-1]).float(), y.reshape(-1))
                 loss = part if loss is None else loss.float() + part.float()
+        return loss
+
+    def backward(self, model, output=None, retain_graph=False, is_last_backward=None):
+        loss = self.loss_of(self.pending, output)
         if is_last_backward is not None:
             ctx = model._get_fsdp_state()._state_ctx
             keep = ctx.is_last_backward
@@ -360,6 +366,41 @@ class Run:
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
+
+
+def evaluate(run, model, val_tokens, n_batches):
+    """The binary's eval program (--val-every): model.eval(), then per validation batch a
+    no-grad forward of the whole model, its loss and reshard() on every FSDP module; back
+    to model.train(). Returns (the loss averaged over ranks and batches, each batch's
+    events, each batch's counts)."""
+    rec = run.rec
+    model.eval()
+    total, events, counts = 0.0, [], []
+    for v in range(n_batches):
+        rec.events, rec.counts = [], {}
+        # rt_train: batch v of --val-data, else the synthetic batch of step -1 - v.
+        x, y = batch(val_tokens, run.seed, v if val_tokens is not None else -1 - v, 0, 1, run.rank, run.world)
+        with torch.no_grad():
+            with run.phase("forward"):
+                out = model(x)
+            total += run.loss_of([(out if isinstance(out, tuple) else (out,), y)]).double().item()
+            with run.phase("reshard"):
+                for m in fsdp_modules(model):
+                    m.reshard()
+        events.append([f'{st} {kind} "{g}"' for st, kind, g in rec.events])
+        counts.append(counts_lines(rec.counts))
+    model.train()
+    t = torch.tensor([total], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item() / (run.world * n_batches), events, counts
+
+
+def eval_due(opts, i):
+    """rt_train's eval_due: after every --val-every-th step and the last (with only
+    --val-data, after the last)."""
+    if not opts.val_every and not opts.val_data:
+        return False
+    return i + 1 == opts.steps or bool(opts.val_every and (i + 1) % opts.val_every == 0)
 
 
 def full_state(model):
@@ -400,8 +441,11 @@ def run_rank(rank, world, opts):
     set_flags(model)
     name_groups(model, rec)
     tokens = read_tokens(opts.data) if opts.data else None
+    val_tokens = read_tokens(opts.val_data) if opts.val_data else None
+    if (opts.val_every or opts.val_data) and FSDPGEN["eval_events"] is None:
+        raise SystemExit(f"twin: {SPEC['name']}: fsdpgen has no eval program for this spec")
     run = Run(model, rank, world, seed, tokens, rec)
-    report = {"name": SPEC["name"], "events": [], "counts": [], "losses": []}
+    report = {"name": SPEC["name"], "events": [], "counts": [], "losses": [], "evals": []}
     for s in range(opts.steps):
         run.step, run.losses = s, []
         rec.events, rec.counts = [], {}
@@ -411,6 +455,9 @@ def run_rank(rank, world, opts):
         report["events"].append([f'{st} {kind} "{g}"' for st, kind, g in rec.events])
         report["counts"].append(counts_lines(rec.counts))
         report["losses"].append(loss.item() / world)
+        if eval_due(opts, s):
+            val, ev, co = evaluate(run, model, val_tokens, opts.val_batches)
+            report["evals"].append({"step": s + 1, "loss": val, "events": ev, "counts": co})
     # Every rank must have recorded the same events (they run the same program).
     mine = json.dumps(report["events"]).encode()
     gathered = [None] * world
@@ -435,6 +482,15 @@ def print_report(report):
             for line in co:
                 print(line)
         print(f"step {s + 1} loss {loss:.6f}")
+        for e in report["evals"]:
+            if e["step"] == s + 1:
+                print(f"step {s + 1} val loss {e['loss']:.6f} | {len(e['events'])} batches")
+    # Where FSDP2 did otherwise than fsdpgen planned (the first step, the first eval).
+    if report["events"] and (report["events"][0] != FSDPGEN["events"] or report["counts"][0] != FSDPGEN["counts"]):
+        print("note: FSDP2's events or counts of step 1 differ from fsdpgen's plan (FSDPGEN)")
+    if report["evals"] and (report["evals"][0]["events"][0] != FSDPGEN["eval_events"]
+                            or report["evals"][0]["counts"][0] != FSDPGEN["eval_counts"]):
+        print("note: FSDP2's events or counts of the eval differ from fsdpgen's plan (FSDPGEN)")
     if not report["ranks_agree"]:
         print("note: the ranks recorded different events")
     sys.stdout.flush()
@@ -463,6 +519,9 @@ def parse_args(argv=None):
     ap.add_argument("--load", help="initial weights: a safetensors file the binary saved or loaded")
     ap.add_argument("--save", help="write the trained parameters (full fp32, as the binary's --save)")
     ap.add_argument("--save-init", help="write the initial parameters before training")
+    ap.add_argument("--val-every", type=int, default=0, help="eval after every N-th step and the last, as the binary")
+    ap.add_argument("--val-batches", type=int, default=8, help="validation batches per eval (default 8)")
+    ap.add_argument("--val-data", help="validation token file, as the binary's --val-data")
     ap.add_argument("--report", help="write rank 0's events, counts and losses per step as JSON")
     ap.add_argument("--port", type=int, default=29500 + os.getpid() % 1000)
     return ap.parse_args(argv)

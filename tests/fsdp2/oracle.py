@@ -21,12 +21,15 @@ bf16 MixedPrecisionPolicy within rtol 2e-2 (BF16_RTOL below says why). Specs wit
 Prints one PASS/FAIL line per check and ends with `N passed, N failed`.
 """
 import argparse
+import ast
 import glob
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,6 +40,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "common"))
 from checks import check, summary  # noqa: E402
 
 STEPS_EVENTS, STEPS_NUMERIC = 2, 5
+# Where the spec has an eval program: an eval after every step, of one validation batch
+# (events only), or after every second step and the last, of two (numbers).
+VAL_EVERY_EVENTS, VAL_EVERY_NUMERIC, VAL_BATCHES, VAL_BATCHES_EVENTS = 1, 2, 2, 1
 RTOL, ATOL = 1e-5, 1e-6
 # bf16 keeps 8 significant bits (relative step 2^-8 = 0.4%). fsdpgen computes each op in
 # fp32 and rounds its output to bf16 at the store; PyTorch's CPU bf16 kernels round at other
@@ -45,9 +51,8 @@ RTOL, ATOL = 1e-5, 1e-6
 BF16_RTOL = 2e-2
 ADAM_ATOL = 1e-2
 # The default tier's numeric comparisons (every eligible spec with --all).
-NUMERIC_DEFAULT = ["mlp_w2_sgd_prefetch", "transformer_w1_ckpt", "transformer_w4_int_raf", "grad_accumulation",
-                   "microbatch_1f1b", "lr_schedule_warmup_cosine", "deep_prefetch_largest_dim", "hsdp_int_reshard",
-                   "transformer_w2_bf16", "seed_divide_factor_2w", "gpt_bytes"]
+NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch_1f1b", "lr_schedule_warmup_cosine",
+                   "hsdp_int_reshard", "transformer_w2_bf16", "gpt_bytes"]
 DEFAULT_RANDOM = 8
 
 
@@ -56,27 +61,32 @@ def sh(cmd, cwd=None):
     return r.returncode, r.stdout, r.stderr
 
 
-def prepare(root, work, spec):
-    """Writes the twin; returns (name, spec, twin, world, flags, expected events, counts) or
-    an error string; None for a spec fsdpgen rejects (a random one)."""
+def planned_of(text):
+    """The twin's FSDPGEN block: what fsdpgen planned (events, counts, the eval's)."""
+    m = re.search(r"^FSDPGEN = dict\(.*?^\)$", text, re.M | re.S)
+    call = ast.parse(m.group(0)).body[0].value
+    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+
+
+def prepare(root, work, spec, random_dir):
+    """Writes the twin (one `fsdpgen torch`: the twin carries fsdpgen's events and counts);
+    returns (job, None), (None, note) for a random spec fsdpgen rejects, or ({error}, None)."""
     name = os.path.splitext(os.path.basename(spec))[0]
-    fsdpgen = os.path.join(root, "fsdpgen")
-    rc, events, err = sh([fsdpgen, "events", spec])
-    if rc == 2:
-        return None, f"{name}: rejected by fsdpgen: {err.strip()}"
-    rc2, counts, err2 = sh([fsdpgen, "counts", spec])
     twin = os.path.join(work, "twins", name + "_twin.py")
-    rc3, _, err3 = sh([fsdpgen, "torch", spec, "-o", twin])
-    if rc or rc2 or rc3:
-        return {"name": name, "spec": spec, "error": (err + err2 + err3).strip()}, None
+    rc, _, err = sh([os.path.join(root, "fsdpgen"), "torch", spec, "-o", twin])
+    if rc == 2 and spec.startswith(random_dir):
+        return None, f"{name}: rejected by fsdpgen: {err.strip()}"
+    if rc:
+        return {"name": name, "spec": spec, "error": err.strip()}, None
     with open(twin) as f:
         text = f.read()
     m = re.search(r"^    name=\"([^\"]+)\", world=(\d+),", text, re.M)
     flags = {k: re.search(rf"{k}=(True|False)", text).group(1) == "True" for k in ("dropout", "low_precision")}
     o = re.search(r'optimizer=dict\(kind="(\w+)", lr=([0-9.eE+-]+)', text)
     flags["adam_lr"] = float(o.group(2)) if o.group(1) != "sgd" else None
+    planned = planned_of(text)
     return {"name": m.group(1), "file": name, "spec": spec, "twin": twin, "world": int(m.group(2)), "flags": flags,
-            "events": events.splitlines(), "counts": counts.splitlines()}, None
+            "planned": planned, "eval": planned["eval_events"] is not None}, None
 
 
 def counts_dict(lines):
@@ -98,39 +108,67 @@ def read_safetensors(path):
 
 
 def run_binary(root, job, work):
-    """Builds and runs the spec's binary for STEPS_NUMERIC steps; returns (losses, params) or
-    an error string."""
+    """Builds and runs the spec's binary for STEPS_NUMERIC steps (with evals where the spec
+    has one); returns (losses, val losses, params) or an error string."""
     rc, out, err = sh([os.path.join(root, "fsdpgen"), "build", job["spec"]])
     if rc:
         return f"fsdpgen build failed: {(out + err).strip()[-500:]}"
     save = os.path.join(work, job["file"] + ".binary.safetensors")
     binary = os.path.join(root, "build", job["name"], job["name"])
-    rc, out, err = sh([binary, "--steps", str(STEPS_NUMERIC), "--log-every", "1", "--save", save])
+    cmd = [binary, "--steps", str(STEPS_NUMERIC), "--log-every", "1", "--save", save]
+    if job["eval"]:
+        cmd += ["--val-every", str(VAL_EVERY_NUMERIC), "--val-batches", str(VAL_BATCHES)]
+    rc, out, err = sh(cmd)
     if rc:
         return f"binary failed: {(out + err).strip()[-500:]}"
     losses = [float(m.group(1)) for m in re.finditer(r"^step \d+ loss ([-0-9.eE+naif]+)", out, re.M)]
-    return losses, read_safetensors(save)
+    vals = [float(m.group(1)) for m in re.finditer(r"^step \d+ val loss ([-0-9.eE+naif]+)", out, re.M)]
+    return losses, vals, read_safetensors(save)
+
+
+def first_difference(name, what, got, want):
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return (f"{name}: {what} differ from fsdpgen's at event {first + 1}: FSDP2 {got[first:first + 3]} "
+            f"fsdpgen {want[first:first + 3]} ({len(got)} vs {len(want)} events)")
 
 
 def compare_events(job, report):
-    name = job["name"]
-    want = job["events"]
-    bad = [(s + 1, ev) for s, ev in enumerate(report["events"]) if ev != want]
-    if not bad:
-        check(report["ranks_agree"], f"{name}: events of {len(report['events'])} steps match `fsdpgen events` "
-              f"({len(want)} events a step){'' if report['ranks_agree'] else ', but the ranks recorded different ones'}")
+    """Each step's events and counts against fsdpgen's (a step after an eval against the
+    plan of a step after an eval), and each eval batch's against the eval's plan."""
+    name, planned = job["name"], job["planned"]
+    after_eval = {e["step"] + 1 for e in report["evals"]}
+    bad_ev, bad_co = None, None
+    for s, (ev, co) in enumerate(zip(report["events"], report["counts"])):
+        after = s + 1 in after_eval
+        want = planned["after_eval_events" if after else "events"]
+        want_c = planned["after_eval_counts" if after else "counts"]
+        label = f"events of step {s + 1}{' (after an eval)' if after else ''}"
+        if ev != want and bad_ev is None:
+            bad_ev = first_difference(name, label, ev, want)
+        if counts_dict(co) != counts_dict(want_c) and bad_co is None:
+            bad_co = f"{name}: counts of step {s + 1}: FSDP2 {counts_dict(co)} fsdpgen {counts_dict(want_c)}"
+    n = len(report["events"])
+    if bad_ev:
+        check(False, bad_ev)
     else:
-        step, got = bad[0]
-        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-        check(False, f"{name}: events of step {step} differ from `fsdpgen events` at event {first + 1}: "
-              f"FSDP2 {got[first:first + 3]} fsdpgen {want[first:first + 3]} ({len(got)} vs {len(want)} events)")
-    want_c = counts_dict(job["counts"])
-    bad = [(s + 1, counts_dict(c)) for s, c in enumerate(report["counts"]) if counts_dict(c) != want_c]
-    if not bad:
-        check(True, f"{name}: counts match `fsdpgen counts` ({', '.join(job['counts'])})")
-    else:
-        step, got = bad[0]
-        check(False, f"{name}: counts of step {step}: FSDP2 {got} fsdpgen {want_c}")
+        check(report["ranks_agree"], f"{name}: events of {n} steps match `fsdpgen events` "
+              f"({len(planned['events'])} events a step{', after an eval too' if after_eval else ''})"
+              f"{'' if report['ranks_agree'] else ', but the ranks recorded different ones'}")
+    check(bad_co is None, bad_co or f"{name}: counts match `fsdpgen counts` ({', '.join(planned['counts'])})")
+    if not report["evals"]:
+        return
+    bad = None
+    for e in report["evals"]:
+        for b, (ev, co) in enumerate(zip(e["events"], e["counts"])):
+            if bad is None and ev != planned["eval_events"]:
+                bad = first_difference(name, f"eval events after step {e['step']} (batch {b + 1})", ev,
+                                       planned["eval_events"])
+            if bad is None and counts_dict(co) != counts_dict(planned["eval_counts"]):
+                bad = (f"{name}: eval counts after step {e['step']} (batch {b + 1}): FSDP2 {counts_dict(co)} "
+                       f"fsdpgen {counts_dict(planned['eval_counts'])}")
+    nb = sum(len(e["events"]) for e in report["evals"])
+    check(bad is None, bad or f"{name}: eval events and counts of {nb} validation batches match fsdpgen's eval "
+          f"({len(planned['eval_events'])} events, {', '.join(planned['eval_counts'][:1])})")
 
 
 def compare_numbers(job, report, got_bin, twin_save):
@@ -138,9 +176,15 @@ def compare_numbers(job, report, got_bin, twin_save):
     if isinstance(got_bin, str):
         check(False, f"{name}: numbers: {got_bin}")
         return
-    losses, params = got_bin
+    losses, vals, params = got_bin
     rtol = BF16_RTOL if job["flags"]["low_precision"] else RTOL
     twin_losses = report["losses"]
+    if job["eval"]:
+        twin_vals = [e["loss"] for e in report["evals"]]
+        ok = len(vals) == len(twin_vals) and all(abs(a - b) <= rtol * abs(b) + ATOL for a, b in zip(vals, twin_vals))
+        worst = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(vals, twin_vals)), default=float("nan"))
+        check(ok, f"{name}: val losses of {len(twin_vals)} evals match FSDP2's within rtol {rtol:g} (max rel diff "
+              f"{worst:.2e}; {len(vals)} from the binary)")
     ok = len(losses) == len(twin_losses) and all(abs(a - b) <= rtol * abs(b) + ATOL for a, b in zip(losses, twin_losses))
     worst = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, twin_losses)), default=float("nan"))
     check(ok, f"{name}: losses of {len(twin_losses)} steps match FSDP2's within rtol {rtol:g} (max rel diff "
@@ -192,56 +236,91 @@ def main():
     specs += out.split()
     if a.only:
         specs = [s for s in specs if re.search(a.only, os.path.basename(s))]
-    with ThreadPoolExecutor(2) as pool:
-        prepared = list(pool.map(lambda s: prepare(root, work, s), specs))
-    jobs, rejected = [], 0
-    for job, note in prepared:
-        if job is None:
-            rejected += 1
-            continue
-        if "error" in job:
-            check(False, f"{job['name']}: fsdpgen torch: {job['error'][-300:]}")
-            continue
-        jobs.append(job)
     numeric_all = a.all or a.numeric_all
-    for job in jobs:
-        job["numeric"] = (not job["flags"]["dropout"]) and (numeric_all or job["name"] in NUMERIC_DEFAULT)
-    print(f"# {len(jobs)} specs ({rejected} random ones rejected by fsdpgen), twins written in {time.time() - t0:.0f} s",
-          flush=True)
-    torch_python = sys.executable
-    for world in sorted({j["world"] for j in jobs}):
-        batch = [j for j in jobs if j["world"] == world]
-        entries = []
-        for j in batch:
-            j["report"] = os.path.join(work, j["file"] + ".report.json")
-            j["save"] = os.path.join(work, j["file"] + ".twin.safetensors") if j["numeric"] else None
-            entries.append({"twin": j["twin"], "steps": STEPS_NUMERIC if j["numeric"] else STEPS_EVENTS,
-                            "report": j["report"], "save": j["save"]})
-            if os.path.exists(j["report"]):
-                os.remove(j["report"])
-        jobs_path = os.path.join(work, f"jobs_w{world}.json")
-        with open(jobs_path, "w") as f:
-            json.dump(entries, f)
-        t1 = time.time()
-        r = subprocess.run([torch_python, os.path.join(HERE, "batch.py"), str(world), jobs_path],
-                           capture_output=True, text=True)
-        print(f"# world {world}: {len(batch)} twins in FSDP2 in {time.time() - t1:.0f} s", flush=True)
-        if r.returncode:
-            print(r.stdout[-2000:] + r.stderr[-3000:])
-        for j in batch:
-            if not os.path.exists(j["report"]):
-                check(False, f"{j['name']}: FSDP2 run: no report (the ranks died; exit {r.returncode})")
-                continue
-            with open(j["report"]) as f:
-                report = json.load(f)
-            if "error" in report:
-                check(False, f"{j['name']}: FSDP2 run failed: {report['error']}")
-                if os.environ.get("VERBOSE") == "1":
-                    print(report.get("trace", ""))
-                continue
-            compare_events(j, report)
-            if j["numeric"]:
-                compare_numbers(j, report, run_binary(root, j, work), j["save"])
+    # Pipelined: the twins are written (2 at a time) while batch.py (torch imported once)
+    # runs the ones already written, a group of one world size at a time; the binaries of
+    # the numeric subset build and train in the background meanwhile.
+    log = open(os.path.join(work, "batch.log"), "w")
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "batch.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l.rstrip("\n")) for l in proc.stdout] + [lines.put(None)],
+                     daemon=True).start()
+    pool, binaries = ThreadPoolExecutor(2), ThreadPoolExecutor(1)
+    futures = [pool.submit(prepare, root, work, s, rand_dir) for s in specs]
+    outcomes, jobs, pending, numbers = [None] * len(futures), [], [], {}
+    busy, ended, rejected, t_written = False, False, 0, None
+    while True:
+        for i, f in enumerate(futures):
+            if outcomes[i] is None and f.done():
+                job, note = outcomes[i] = f.result()
+                if job is None:
+                    rejected += 1
+                elif "error" not in job:
+                    job["numeric"] = (not job["flags"]["dropout"]) and (numeric_all or job["name"] in NUMERIC_DEFAULT)
+                    job["report"] = os.path.join(work, job["file"] + ".report.json")
+                    job["save"] = os.path.join(work, job["file"] + ".twin.safetensors") if job["numeric"] else None
+                    jobs.append(job)
+                    pending.append(job)
+                    if job["numeric"]:
+                        numbers[job["file"]] = binaries.submit(run_binary, root, job, work)
+        written = all(o is not None for o in outcomes)
+        if written and t_written is None:
+            t_written = time.time()
+            print(f"# {len(jobs)} specs ({rejected} random ones rejected by fsdpgen), twins written in "
+                  f"{t_written - t0:.0f} s", flush=True)
+        while not lines.empty():
+            line = lines.get()
+            if line is None:
+                ended = True
+            elif line == "# idle":
+                busy = False
+            elif line.startswith("# world"):
+                print(line, flush=True)
+        if ended or (written and not pending and not busy):
+            break
+        if not busy and pending:
+            by_world = {}
+            for j in pending:
+                by_world.setdefault(j["world"], []).append(j)
+            world, group = max(by_world.items(), key=lambda kv: len(kv[1]))
+            if written or len(group) >= 8:
+                entries = [{"twin": j["twin"], "steps": STEPS_NUMERIC if j["numeric"] else STEPS_EVENTS,
+                            "report": j["report"], "save": j["save"],
+                            "val_batches": VAL_BATCHES if j["numeric"] else VAL_BATCHES_EVENTS,
+                            "val_every": (VAL_EVERY_NUMERIC if j["numeric"] else VAL_EVERY_EVENTS) if j["eval"] else 0}
+                           for j in group]
+                proc.stdin.write(json.dumps({"world": world, "jobs": entries}) + "\n")
+                proc.stdin.flush()
+                pending = [j for j in pending if j["world"] != world]
+                busy = True
+        time.sleep(0.05)
+    proc.stdin.close()
+    rc = proc.wait()
+    log.close()
+    if rc:
+        with open(os.path.join(work, "batch.log")) as f:
+            print(f.read()[-3000:])
+    # The checks, in the specs' order.
+    for job, note in outcomes:
+        if job is not None and "error" in job:
+            check(False, f"{job['name']}: fsdpgen torch: {job['error'][-300:]}")
+    for j in jobs:
+        if not os.path.exists(j["report"]):
+            check(False, f"{j['name']}: FSDP2 run: no report (the ranks died; exit {rc})")
+            continue
+        with open(j["report"]) as f:
+            report = json.load(f)
+        if "error" in report:
+            check(False, f"{j['name']}: FSDP2 run failed: {report['error']}")
+            if os.environ.get("VERBOSE") == "1":
+                print(report.get("trace", ""))
+            continue
+        compare_events(j, report)
+        if j["numeric"]:
+            compare_numbers(j, report, numbers[j["file"]].result(), j["save"])
+    pool.shutdown()
+    binaries.shutdown()
     print(f"# {time.time() - t0:.0f} s in all")
     return summary()
 

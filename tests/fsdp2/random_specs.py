@@ -8,7 +8,7 @@ composable checkpoint(module) on some blocks, or none) or a Sequential of MLPs; 
 sharded one by one, in list groups, or left to the root; embedding and head groups; every
 reshard_after_forward kind (true, false, default, an integer divisor of the shard size);
 forward and backward prefetch lists; a bf16 MixedPrecisionPolicy; uneven shards (sizes
-the world does not divide); HSDP 2 x 2; microbatch programs (gradient accumulation,
+the world does not divide); HSDP 2 x 2 and 2 x 1; microbatch programs (gradient accumulation,
 1F1B with explicit unshards, two forwards before one backward, a manual reshard); world
 sizes 1, 2, 4 and 8. Writes OUT_DIR/rand_<seed>_<i>.lua and prints their paths. Specs
 fsdpgen rejects are part of the space too: the caller drops those (`fsdpgen events` exit 2).
@@ -54,7 +54,7 @@ def step_program(rng, kind):
 
 
 def transformer(rng, i, world, hsdp):
-    shard = 2 if hsdp else world
+    shard = hsdp[1] if hsdp else world
     n = rng.randint(1, 6)
     uneven = rng.random() < 0.3
     dim = rng.choice([12, 20]) if uneven else rng.choice([8, 16])
@@ -103,7 +103,7 @@ def transformer(rng, i, world, hsdp):
 
 
 def mlps(rng, i, world, hsdp):
-    shard = 2 if hsdp else world
+    shard = hsdp[1] if hsdp else world
     n = rng.randint(1, 4)
     dim = rng.choice([8, 12, 16])
     mp = rng.random() < 0.2
@@ -119,12 +119,18 @@ def mlps(rng, i, world, hsdp):
 
 def make(rng, seed, i):
     world = rng.choice([1, 2, 4, 4, 8])
-    hsdp = world == 4 and rng.random() < 0.25
+    # HSDP: 2 x 2, or 2 x 1 (a shard group of one rank: FSDP2 issues no all-gather and no
+    # reduce-scatter there, only the all-reduce).
+    hsdp = None
+    if world == 4 and rng.random() < 0.25:
+        hsdp = (2, 2)
+    elif world == 2 and rng.random() < 0.2:
+        hsdp = (2, 1)
     lines, inp, loss, _ = (transformer if rng.random() < 0.7 else mlps)(rng, i, world, hsdp)
     program = step_program(rng, rng.choice(["plain", "plain", "plain", "accumulate", "1f1b", "two_forwards",
                                             "reshard"]))
     opt = rng.choice(['{ "adam", lr = 1e-2 }', '{ "sgd", lr = 1e-2, momentum = 0.9 }', '{ "adamw", lr = 1e-2 }'])
-    where = "mesh = { replicate = 2, shard = 2 }" if hsdp else f"world_size = {world}"
+    where = f"mesh = {{ replicate = {hsdp[0]}, shard = {hsdp[1]} }}" if hsdp else f"world_size = {world}"
     body = [f'  name = "rand_{seed}_{i}", model = model, {where},',
             f'  input = {inp}, loss = "{loss}", optimizer = {opt},']
     if rng.random() < 0.2:

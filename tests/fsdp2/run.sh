@@ -8,11 +8,14 @@
 # Usage: tests/fsdp2/run.sh [--all] [--seed S] [--count N] [--numeric-all] [--only REGEX]
 #   default: every repository spec, 8 random specs (seed 1), numbers of a representative
 #   subset; --all: 100 random specs and the numbers of every eligible spec.
+# Seconds on the 2-core development machine (2026-11-27): see docs/fsdp2_oracle.md.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 py=${FSDPGEN_TORCH_PYTHON:-/opt/fsdpgen/torch-2.11/bin/python}
-ok=$("$py" -c 'import sys, torch, numpy
-v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+# The installed version, read without importing torch (seconds on a loaded machine).
+ok=$("$py" -c 'import sys, importlib.metadata as md
+v = tuple(int(x) for x in md.version("torch").split("+")[0].split(".")[:2])
+md.version("numpy")
 sys.exit(0 if v >= (2, 11) else 1)' 2>/dev/null && echo yes)
 if [ "$ok" != yes ]; then
     echo "SKIP tests/fsdp2: no python with torch >= 2.11 and numpy (set FSDPGEN_TORCH_PYTHON; tried $py)"
