@@ -49,7 +49,7 @@ RTOL, ATOL = 1e-5, 1e-6
 # points (inside matmuls, norms and softmax), so each op's output may differ by an ulp or
 # two, and that compounds over layers and steps: a few ulps of 2^-8, 2e-2 relative.
 BF16_RTOL = 2e-2
-ADAM_ATOL = 1e-2
+ADAM_ATOL, ADAM_RARE = 1e-2, 1e-3
 # The default tier's numeric comparisons (every eligible spec with --all).
 NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch_1f1b", "lr_schedule_warmup_cosine",
                    "hsdp_int_reshard", "transformer_w2_bf16", "gpt_bytes"]
@@ -194,23 +194,39 @@ def compare_numbers(job, report, got_bin, twin_save):
         check(False, f"{name}: parameters: names differ ({sorted(set(twin) ^ set(params))[:4]})")
         return
     worst, worst_name, ok = 0.0, "", True
+    lr = job["flags"]["adam_lr"]
+    outliers, total = 0, 0
     for k in twin:
         a, b = params[k], twin[k]
         diff = np.abs(a - b)
         # bf16: also atol rtol * the tensor's largest magnitude (elements near zero).
         atol = ATOL if rtol == RTOL else rtol * max(1.0, float(np.abs(b).max()))
-        if job["flags"]["adam_lr"] is not None:
+        if lr is not None:
             # Adam moves an element by up to lr a step whatever its gradient's size, so a
             # gradient at rounding level (summed in another order) can move it differently:
-            # 1% of the largest possible move.
-            atol = max(atol, ADAM_ATOL * job["flags"]["adam_lr"] * STEPS_NUMERIC)
-        if not np.all(diff <= rtol * np.abs(b) + atol):
+            # 1% of the largest possible move. Under bf16 the gradients keep 8 bits, so
+            # such elements are common: lr x steps, half the widest gap two Adam runs can
+            # open on one element.
+            frac = ADAM_ATOL if rtol == RTOL else 1.0
+            atol = max(atol, frac * lr * STEPS_NUMERIC)
+        bad = diff > rtol * np.abs(b) + atol
+        if lr is not None:
+            # In fp32 such an element is rare and may take the widest gap (2 lr x steps):
+            # allowed for at most ADAM_RARE of the elements (and one).
+            if np.any(diff[bad] > 2 * lr * STEPS_NUMERIC):
+                ok = False
+            outliers += int(bad.sum())
+        elif np.any(bad):
             ok = False
+        total += diff.size
         d = float(diff.max()) if diff.size else 0.0
         if d > worst:
             worst, worst_name = d, k
+    if outliers > max(1, ADAM_RARE * total):
+        ok = False
+    rare = f", {outliers} of {total} elements by up to 2 lr x steps" if outliers else ""
     check(ok, f"{name}: {len(twin)} parameters after {STEPS_NUMERIC} steps match FSDP2's within rtol {rtol:g} "
-          f"(max abs diff {worst:.2e}, in {worst_name})")
+          f"(max abs diff {worst:.2e}, in {worst_name}{rare})")
 
 
 def main():

@@ -99,7 +99,10 @@ def transformer(rng, i, world, hsdp):
     if len(singles) >= 2 and rng.random() < 0.3:
         for a, c in zip(singles, singles[1:]):
             lines.append(f"model.layers[{c + 1}]:set_modules_to_backward_prefetch({{ model.layers[{a + 1}] }})")
-    return lines, "{ batch = 2, seq_len = 16 }", "sum", dim
+    # Cross-entropy, bounded below: a sum of logits falls without bound under training,
+    # and 5 steps of that (SGD with momentum above all) amplify rounding differences
+    # between two correct implementations past any tolerance.
+    return lines, "{ batch = 2, seq_len = 16 }", "cross_entropy", dim
 
 
 def mlps(rng, i, world, hsdp):
