@@ -13,6 +13,7 @@ usage: fsdpgen COMMAND SPEC [options]
   events SPEC             print one step's FSDP events: STATE KIND "GROUP"
   counts SPEC             print the step's collective counts
   diff OLD NEW            review summary of a change (each a spec or a .schedule)
+  torch SPEC [-o FILE]    write the spec's PyTorch FSDP2 twin (default build/<name>/<name>_twin.py)
   build SPEC [--cuda]     emit the C and build build/<name>/<name> (--cuda: <name>_cuda)
   test SPEC [--cuda]      build and run the spec's conformance test
   run SPEC [--cuda] [-- ARGS]
@@ -56,30 +57,14 @@ local commands = {}
 
 function commands.events(args)
   if #args ~= 1 then usage_error("events takes exactly one SPEC") end
-  local plan = plan_spec(args[1])
-  local out = {}
-  for _, e in ipairs(plan.events) do
-    out[#out + 1] = string.format('%s %s "%s"', e.state, e.kind, e.group)
-  end
+  local out = planner.event_lines(plan_spec(args[1]))
   io.write(table.concat(out, "\n"), #out > 0 and "\n" or "")
 end
 
 function commands.counts(args)
   if #args ~= 1 then usage_error("counts takes exactly one SPEC") end
   local plan = plan_spec(args[1])
-  local c = plan.counts
-  local keys = { "forward all_gather", "backward all_gather", "backward reduce_scatter" }
-  if plan.spec.mesh.replicate > 1 then keys[#keys + 1] = "backward all_reduce" end
-  -- Then the collectives of other step items (explicit unshards), when the step has any.
-  local listed, other = {}, {}
-  for _, k in ipairs(keys) do listed[k] = true end
-  for k in pairs(c) do
-    if not listed[k] then other[#other + 1] = k end
-  end
-  table.sort(other)
-  for _, k in ipairs(other) do keys[#keys + 1] = k end
-  local lines = {}
-  for i, k in ipairs(keys) do lines[i] = k .. " " .. (c[k] or 0) end
+  local lines = planner.count_lines(plan)
   io.write(table.concat(lines, "\n"), "\n")
 end
 
@@ -115,6 +100,34 @@ local function exec(bin, args)
   for _, a in ipairs(args) do q[#q + 1] = sh_quote(a) end
   local _, _, status = os.execute(table.concat(q, " "))
   os.exit(status or 1)
+end
+
+-- `torch SPEC [-o FILE]`: the spec's PyTorch FSDP2 twin (generator/emit_torch.lua).
+function commands.torch(args)
+  local spec_path, out
+  local i = 1
+  while i <= #args do
+    if args[i] == "-o" then
+      out = args[i + 1]
+      if not out then usage_error("-o needs a file") end
+      i = i + 2
+    elseif args[i]:sub(1, 1) == "-" then usage_error("unknown torch option '" .. args[i] .. "' (allowed: -o FILE)")
+    elseif not spec_path then
+      spec_path = args[i]
+      i = i + 1
+    else
+      usage_error("unexpected argument '" .. args[i] .. "'")
+    end
+  end
+  if not spec_path then usage_error("torch needs a SPEC") end
+  local plan = plan_spec(spec_path)
+  local text = guarded(spec_path, "writing the PyTorch twin of", function()
+    return loader.protect(plan.spec.line, require("emit_torch").text, plan, spec_path, ROOT)
+  end)
+  out = out or (ROOT .. "/build/" .. plan.spec.name .. "/" .. plan.spec.name .. "_twin.py")
+  local path, changed = require("buffer").write_if_changed(out, text)
+  if not path then die(1, "fsdpgen: " .. changed) end
+  print((changed and "wrote " or "unchanged ") .. path)
 end
 
 local bench_train
