@@ -82,7 +82,7 @@ plan_lane() {
 # The build lane: the C runtime, the generated binaries, PyTorch and the CUDA backend.
 build_lane() {
   local i=0 s
-  for s in runtime kernels io train conformance torch cuda cuda_step; do
+  for s in runtime kernels io train conformance fsdp2 torch cuda cuda_step; do
     i=$((i + 1))
     run_suite "$(printf 'r%02d' $i)" "runtime: $s" "tests/$s/run.sh"
   done

@@ -22,6 +22,8 @@ if [ "$ok" != yes ]; then
     echo "0 passed, 0 failed"
     exit 0
 fi
+# tests/run_all.sh --all (FSDPGEN_SLOW=1): the slow tier, --all
+[ "${FSDPGEN_SLOW:-0}" = 1 ] && set -- --all "$@"
 work=$(mktemp -d /tmp/fsdpgen_fsdp2.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 nice "$py" "$root/tests/fsdp2/oracle.py" "$root" "$work" "$@"
