@@ -5,10 +5,14 @@
 local M = {}
 
 M.spec_path = nil -- set by the loader; frames from this chunk name the error's line
+-- Chunk sources ("@path") whose lines count as spec lines: the spec (true) and the modules
+-- it required from its directory (their path).
+M.spec_sources = {}
 
 local SpecError = {}
 SpecError.__index = SpecError
 SpecError.__tostring = function(e) return (e.line and ("line " .. e.line .. ": ") or "") .. tostring(e.msg) end
+M._SpecError = SpecError
 
 -- The innermost spec frame on the stack; a tail call (`return fsdp.spec{...}`,
 -- `return self.down(x)`) erases its caller's frame, so the last spec line the line hook
@@ -33,36 +37,66 @@ M.last_spec_line = nil
 -- tail-calls itself (`return self:forward(x)`), which would otherwise hang the generator.
 M.MAX_SPEC_LINES = 2000000
 
+-- Seconds of wall-clock time one planning may take (`fsdpgen` arms it around loading,
+-- planning and emitting): a guard against any loop the line limit cannot see (planning a
+-- runaway size, spec code the line hook is off for). Real specs plan in under a second.
+M.PLAN_SECONDS = 30
+local deadline = nil
+local COUNT = 1000000 -- instructions between two looks at the clock
+
+-- Errors that end the spec however it tries to catch them (the line limit, the time
+-- budget): the sandbox's pcall, xpcall and coroutine.resume raise them again.
+function M.is_fatal(e) return M.is_spec_error(e) and e.fatal == true end
+
+local function fatal(msg, line)
+  debug.sethook()
+  error(setmetatable({ msg = msg, line = line, fatal = true }, M._SpecError), 0)
+end
+
+local function check_clock()
+  if deadline and os.time() > deadline then
+    fatal(string.format("planning took more than %d seconds (a runaway size or an endless loop?)",
+      M.PLAN_SECONDS), M.last_spec_line)
+  end
+end
+
+-- Arms (seconds) or disarms (nil) the planning time budget.
+function M.arm_budget(seconds)
+  deadline = seconds and (os.time() + seconds) or nil
+  if deadline then debug.sethook(function() check_clock() end, "", COUNT) else debug.sethook() end
+end
+
 -- While spec code runs (loading and tracing), remembers the last spec line executed and
--- stops a spec that runs more than MAX_SPEC_LINES lines.
+-- stops a spec that runs more than MAX_SPEC_LINES lines. Turning it off keeps only the
+-- time budget, when one is armed.
 function M.track_spec_lines(on)
   if not on then
-    debug.sethook()
+    if deadline then debug.sethook(function() check_clock() end, "", COUNT) else debug.sethook() end
     return
   end
-  local src = "@" .. M.spec_path
   M.last_spec_line = nil
   local lines = 0
-  -- Whether each running function is the spec's, looked up once per function ("f" is the
-  -- cheapest getinfo: this hook runs on every line of the generator while it is on).
+  -- Whether each running function is the spec's (the spec file or a module it required),
+  -- looked up once per function ("f" is the cheapest getinfo: this hook runs on every
+  -- line of the generator while it is on).
   local is_spec = setmetatable({}, { __mode = "k" })
-  debug.sethook(function(_, line)
+  debug.sethook(function(event, line)
+    if event == "count" then return check_clock() end
     local f = debug.getinfo(2, "f").func
     local spec = is_spec[f]
     if spec == nil then
-      spec = debug.getinfo(f, "S").source == src
+      spec = M.spec_sources[debug.getinfo(f, "S").source] or false
       is_spec[f] = spec
     end
     if spec then
-      M.last_spec_line = line
+      if spec == true then M.last_spec_line = line end
       lines = lines + 1
       if lines > M.MAX_SPEC_LINES then
-        debug.sethook()
-        M.raise(string.format("the spec ran %d lines without finishing (an endless loop, or a forward "
-          .. "that calls itself?)", M.MAX_SPEC_LINES), line)
+        fatal(string.format("the spec ran %d lines without finishing (an endless loop, or a forward "
+          .. "that calls itself?)", M.MAX_SPEC_LINES), M.last_spec_line or line)
       end
     end
-  end, "l")
+  end, "l", deadline and COUNT or 0)
 end
 
 function M.new(msg, line)
@@ -93,24 +127,38 @@ function M.handler(e)
   if M.is_spec_error(e) then return e end
   local msg = tostring(e)
   local file, ln, rest = msg:match("^(.-):(%d+): (.*)$")
-  if file and M.spec_path and file == M.spec_path then
-    return setmetatable({ msg = rest, line = tonumber(ln) }, SpecError)
+  -- Deep recursion in spec code overflows the stack wherever the next call happens (the
+  -- line hook, the generator): the spec's fault, at the last spec line that ran.
+  if msg:find("stack overflow", 1, true) then
+    return setmetatable({ msg = "stack overflow (a function that calls itself without end?)",
+      line = M.last_spec_line or spec_line(3) }, SpecError)
+  end
+  local src = file and M.spec_sources["@" .. file]
+  if src then
+    -- "stack overflow" carries Lua's multi-line traceback hint: keep its first line.
+    return setmetatable({ msg = rest:match("^[^\n]*"), line = tonumber(ln), file = src ~= true and file or nil },
+      SpecError)
   end
   -- The spec's own error() without a position (error(x, 0), or a value that is not a
   -- string): a C function (error) raised it, called by the spec. (Level 1 is this handler.)
   local raiser, caller = debug.getinfo(2, "S"), debug.getinfo(3, "Sl")
-  if raiser and raiser.what == "C" and caller and M.spec_path and caller.source == "@" .. M.spec_path then
-    local what = type(e) == "string" and e or ("error() with a " .. type(e) .. " value")
-    return setmetatable({ msg = what, line = caller.currentline }, SpecError)
+  src = caller and M.spec_sources[caller.source]
+  if raiser and raiser.what == "C" and src then
+    local what = type(e) == "string" and e:match("^[^\n]*") or ("error() with a " .. type(e) .. " value")
+    return setmetatable({ msg = what, line = caller.currentline, file = src ~= true and caller.source:sub(2) or nil },
+      SpecError)
   end
   return setmetatable({ msg = msg, line = spec_line(3), internal = debug.traceback(msg, 2) }, SpecError)
 end
 
+-- One line, whatever the message holds (a spec's error() may pass newlines).
 function M.format(e, path)
+  path = e.file or path
+  local msg = tostring(e.msg):gsub("[\r\n]+", " ")
   if e.line then
-    return string.format("%s:%d: error: %s", path, e.line, e.msg)
+    return string.format("%s:%d: error: %s", path, e.line, msg)
   end
-  return string.format("%s: error: %s", path, e.msg)
+  return string.format("%s: error: %s", path, msg)
 end
 
 -- Closest valid name, for "unknown option 'reshard_after_forwrd' (did you mean ...)".
