@@ -32,16 +32,18 @@ end
 
 M.last_spec_line = nil
 
--- Spec lines one spec may run. Real specs run far fewer (a loop making 50,000 layers,
--- half the parameter limit, runs 100,000); more is an endless loop, e.g. a forward that
--- tail-calls itself (`return self:forward(x)`), which would otherwise hang the generator.
-M.MAX_SPEC_LINES = 2000000
+-- Spec lines one spec may run. Real specs run far fewer (under 20,000; a loop making
+-- 10,000 layers, half the parameter limit, runs 20,000); more is an endless loop, e.g. a
+-- forward that tail-calls itself (`return self:forward(x)`), stopped within a second.
+M.MAX_SPEC_LINES = 500000
 
--- Seconds of wall-clock time one planning may take (`fsdpgen` arms it around loading,
--- planning and emitting): a guard against any loop the line limit cannot see (planning a
--- runaway size, spec code the line hook is off for). Real specs plan in under a second.
+-- Seconds one planning may take (`fsdpgen` arms it around loading, planning and
+-- emitting): a guard against any loop the line limit cannot see (planning a runaway size,
+-- spec code the line hook is off for). Real specs plan in under a second. It counts the
+-- process's CPU time: a sandboxed spec cannot block, so a hang burns CPU, and a budget of
+-- wall-clock time would fail good specs on a loaded machine.
 M.PLAN_SECONDS = 30
-local deadline = nil
+local deadline, armed = nil, nil
 local COUNT = 1000000 -- instructions between two looks at the clock
 
 -- Errors that end the spec however it tries to catch them (the line limit, the time
@@ -54,15 +56,15 @@ local function fatal(msg, line)
 end
 
 local function check_clock()
-  if deadline and os.time() > deadline then
-    fatal(string.format("planning took more than %d seconds (a runaway size or an endless loop?)",
-      M.PLAN_SECONDS), M.last_spec_line)
+  if deadline and os.clock() > deadline then
+    fatal(string.format("planning took more than %g seconds (a runaway size or an endless loop?)",
+      armed), M.last_spec_line)
   end
 end
 
 -- Arms (seconds) or disarms (nil) the planning time budget.
 function M.arm_budget(seconds)
-  deadline = seconds and (os.time() + seconds) or nil
+  deadline, armed = seconds and (os.clock() + seconds) or nil, seconds
   if deadline then debug.sethook(function() check_clock() end, "", COUNT) else debug.sethook() end
 end
 

@@ -19,8 +19,8 @@ end
 
 local next_param, first_param = 0, 1
 -- The most parameters one spec may make (Llama 3 405B has about 1,100): more means a
--- runaway loop or size, which would otherwise run for hours.
-nn.MAX_PARAMS = 100000
+-- runaway loop or size, refused within a second instead of after hours of planning.
+nn.MAX_PARAMS = 20000
 
 -- A new spec's parameters are counted from here (uids stay unique).
 function nn._reset() first_param = next_param + 1 end

@@ -35,6 +35,15 @@ function M.resolve(given, schema, what)
         number = "a positive number" })[kind]
       errors.raise(string.format("%s: %s must be %s, got %s", what, k, want, tostring(v)))
     end
+    -- A runaway layer count is refused at once, not after building layers up to the
+    -- parameter limit (every block makes at least 4 parameters).
+    if k == "n_layers" then
+      local most = require("nn").MAX_PARAMS // 4
+      if v > most then
+        errors.raise(string.format("%s: n_layers must be at most %d (a spec makes at most %d parameters), got %d",
+          what, most, require("nn").MAX_PARAMS, v))
+      end
+    end
     out[k] = v
   end
   return out
