@@ -137,8 +137,7 @@ function M.handler(e)
   end
   local src = file and M.spec_sources["@" .. file]
   if src then
-    -- "stack overflow" carries Lua's multi-line traceback hint: keep its first line.
-    return setmetatable({ msg = rest:match("^[^\n]*"), line = tonumber(ln), file = src ~= true and file or nil },
+    return setmetatable({ msg = rest, line = tonumber(ln), file = src ~= true and file or nil },
       SpecError)
   end
   -- The spec's own error() without a position (error(x, 0), or a value that is not a
@@ -146,7 +145,7 @@ function M.handler(e)
   local raiser, caller = debug.getinfo(2, "S"), debug.getinfo(3, "Sl")
   src = caller and M.spec_sources[caller.source]
   if raiser and raiser.what == "C" and src then
-    local what = type(e) == "string" and e:match("^[^\n]*") or ("error() with a " .. type(e) .. " value")
+    local what = type(e) == "string" and e or ("error() with a " .. type(e) .. " value")
     return setmetatable({ msg = what, line = caller.currentline, file = src ~= true and caller.source:sub(2) or nil },
       SpecError)
   end
