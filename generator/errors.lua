@@ -154,7 +154,8 @@ end
 
 -- One line, whatever the message holds (a spec's error() may pass newlines).
 function M.format(e, path)
-  path = e.file or path
+  -- A path with a newline (refused by the loader) must not break the line either.
+  path = tostring(e.file or path):gsub("%c", function(c) return c == "\n" and "\\n" or string.format("\\x%02x", c:byte()) end)
   local msg = tostring(e.msg):gsub("[\r\n]+", " ")
   if e.line then
     return string.format("%s:%d: error: %s", path, e.line, msg)
