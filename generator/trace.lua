@@ -49,10 +49,13 @@ end
 
 -- Raises a spec error for a shape of more than MAX_NUMEL elements (positive sizes).
 function M.check_numel(shape, what)
+  if type(shape) ~= "table" then
+    errors.raise(string.format("%s must be a list of sizes { d1, d2, ... }, got %s", what, type(shape)))
+  end
   local n = 1
-  for _, d in ipairs(shape) do
+  for i, d in ipairs(shape) do
     if math.type(d) ~= "integer" or d < 1 then
-      errors.raise(string.format("%s %s must have positive integer sizes", what, shape_str(shape)))
+      errors.raise(string.format("%s must have positive integer sizes, got %s at %d", what, tostring(d), i))
     end
     if n > M.MAX_NUMEL // d then
       errors.raise(string.format("%s %s has more than 2^48 elements, the most fsdpgen plans for one tensor",
