@@ -20,7 +20,8 @@ M.dtype_bytes = { fp32 = 4, bf16 = 2, fp16 = 2, int32 = 4, int64 = 8 }
 function M.dtype(name, what, line)
   local d = type(name) == "string" and dtype_alias[name]
   if not d then
-    errors.raise(string.format("unsupported dtype %s for %s; allowed: %s", tostring(name), what,
+    errors.raise(string.format("unsupported dtype %s for %s; allowed: %s",
+      type(name) == "string" and name or ("(a " .. type(name) .. ")"), what,
       table.concat(M.dtype_names, ", ")), line)
   end
   return d
@@ -69,6 +70,10 @@ function Tensor:numel() return M.numel(self.shape) end
 function Tensor:dim() return #self.shape end
 function Tensor:size(i)
   if i == nil then return self.shape end
+  if math.type(i) ~= "integer" or i == 0 or i > #self.shape or i < -#self.shape then
+    errors.raise(string.format("size(%s): a dimension of %s is 1..%d or -%d..-1 (Lua counts from 1)", tostring(i),
+      shape_str(self.shape), #self.shape, #self.shape))
+  end
   if i < 0 then i = #self.shape + i + 1 end
   return self.shape[i]
 end
