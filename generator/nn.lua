@@ -94,8 +94,22 @@ local function new_module(type_name, class)
 end
 nn.new_module = new_module
 
-function Module:add_module(name, m)
+-- Child and parameter names become FQNs, which reach the generated C (strings and
+-- comments) and the .schedule: letters, digits and '_' only, as PyTorch's attribute names.
+local function check_child_name(name, what)
+  if type(name) ~= "string" and math.type(name) ~= "integer" then
+    errors.raise(string.format("%s name must be a string, got %s", what, type(name)))
+  end
   name = tostring(name)
+  if not name:match("^[%w_]+$") or #name > 128 then
+    errors.raise(string.format("%s name %s must be letters, digits and '_' (at most 128), as a Python attribute",
+      what, (string.format("%q", name):gsub("\\\n", "\\n"))))
+  end
+  return name
+end
+
+function Module:add_module(name, m)
+  name = check_child_name(name, "module")
   if not rawget(self, "_modules_by_name")[name] then
     local list = rawget(self, "_modules")
     list[#list + 1] = name
@@ -105,6 +119,7 @@ function Module:add_module(name, m)
 end
 
 function Module:register_parameter(name, p)
+  name = check_child_name(name, "parameter")
   if not rawget(self, "_params_by_name")[name] then
     local list = rawget(self, "_params")
     list[#list + 1] = name

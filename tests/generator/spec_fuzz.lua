@@ -1,4 +1,5 @@
--- Mutated repository specs: planning never hangs or crashes. Each mutant of a spec in
+-- Mutated repository specs: planning never hangs or crashes. Every repository spec plans
+-- in the sandbox as it is (the error specs fail as they should); then each mutant of one in
 -- tests/specs, tests/torch, examples (numbers, strings and names replaced, lines deleted,
 -- duplicated or cut, wrong-type arguments to functional ops, hostile code: endless loops
 -- in coroutines and pcall, deep recursion, the sandbox's missing os/io/load, a mistyped
@@ -208,6 +209,20 @@ local function plan_file()
   if errors.is_spec_error(res) and not res.internal then return "spec", errors.format(res, path), res end
   return "internal", tostring(type(res) == "table" and (res.internal or res.msg) or res)
 end
+
+-- First the seeds themselves, in the sandbox: every spec of the repository plans (those
+-- of tests/specs/errors fail with a spec error, as they should).
+local seeds_ok, seeds_bad = 0, {}
+for _, s in ipairs(seeds) do
+  local f = assert(io.open(path, "w"))
+  f:write(s.text)
+  f:close()
+  local kind, msg = plan_file()
+  local want = s.path:match("/errors/") and "spec" or "ok"
+  if kind == want then seeds_ok = seeds_ok + 1 else seeds_bad[#seeds_bad + 1] = s.path .. ": " .. tostring(msg) end
+end
+check(#seeds_bad == 0, string.format("%d of %d repository specs plan in the sandbox (the error specs fail)%s",
+  seeds_ok, #seeds, #seeds_bad > 0 and (": " .. table.concat(seeds_bad, "; ")) or ""))
 
 local stats = { ok = 0, spec = 0, internal = 0 }
 local bad, slow, no_line, multi, budget = 0, 0, 0, 0, 0
