@@ -24,7 +24,28 @@ function M.protect(fallback_line, fn, ...)
 end
 
 local BASE = { "assert", "error", "ipairs", "next", "pairs", "rawequal", "rawget", "rawlen", "rawset", "select",
-  "setmetatable", "getmetatable", "tonumber", "tostring", "type", "_VERSION" }
+  "tonumber", "tostring", "type", "_VERSION" }
+
+-- getmetatable/setmetatable see only the metatables specs made: the string metatable (the
+-- real string library) and the generator's (modules, tensors) stay out of reach, so a spec
+-- cannot change how the generator itself runs.
+local spec_mts = setmetatable({}, { __mode = "k" })
+local function sandbox_getmetatable(x)
+  local mt = getmetatable(x)
+  if mt ~= nil and spec_mts[mt] then return mt end
+  return nil
+end
+local function sandbox_setmetatable(t, mt)
+  if type(t) ~= "table" then errors.raise("setmetatable expects a table, got " .. type(t)) end
+  local old = getmetatable(t)
+  if old ~= nil and not spec_mts[old] then
+    errors.raise("setmetatable: this table is fsdpgen's (a module, tensor or parameter); its metatable is not "
+      .. "the spec's to change")
+  end
+  if mt ~= nil and type(mt) ~= "table" then errors.raise("setmetatable expects a table or nil as the metatable") end
+  if mt ~= nil then spec_mts[mt] = true end
+  return setmetatable(t, mt)
+end
 local LIBS = { string = { dump = true }, table = {}, math = { random = true, randomseed = true }, utf8 = {} }
 local API = { nn = true, fsdp = true, models = true }
 
@@ -134,6 +155,7 @@ new_env = function(dir, cache)
   for lib, drop in pairs(LIBS) do env[lib] = copy_lib(_G[lib], drop) end
   setmetatable(env.math, math_mt)
   env.coroutine = sandbox_coroutine
+  env.getmetatable, env.setmetatable = sandbox_getmetatable, sandbox_setmetatable
   env.pcall = function(f, ...) return rethrow_fatal(pcall(f, ...)) end
   env.xpcall = function(f, h, ...) return rethrow_fatal(xpcall(f, h, ...)) end
   -- print goes to stderr: stdout is the command's output (events, counts).
