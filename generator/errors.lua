@@ -37,13 +37,15 @@ M.last_spec_line = nil
 -- forward that tail-calls itself (`return self:forward(x)`), stopped within a second.
 M.MAX_SPEC_LINES = 500000
 
--- Seconds one planning may take (`fsdpgen` arms it around loading, planning and
+-- Seconds of CPU time one planning may take (`fsdpgen` arms it around loading, planning and
 -- emitting): a guard against any loop the line limit cannot see (planning a runaway size,
 -- spec code the line hook is off for). Real specs plan in under a second. It counts the
 -- process's CPU time: a sandboxed spec cannot block, so a hang burns CPU, and a budget of
 -- wall-clock time would fail good specs on a loaded machine.
 M.PLAN_SECONDS = 30
-local deadline, armed = nil, nil
+-- And a wall-clock backstop, generous so that load on the machine never trips it.
+M.WALL_FACTOR = 4
+local deadline, wall_deadline, armed = nil, nil, nil
 local COUNT = 1000000 -- instructions between two looks at the clock
 
 -- Errors that end the spec however it tries to catch them (the line limit, the time
@@ -60,11 +62,16 @@ local function check_clock()
     fatal(string.format("planning took more than %g seconds (a runaway size or an endless loop?)",
       armed), M.last_spec_line)
   end
+  if wall_deadline and os.time() > wall_deadline then
+    fatal(string.format("planning took more than %g seconds of wall-clock time (a runaway size or an endless "
+      .. "loop?)", armed * M.WALL_FACTOR), M.last_spec_line)
+  end
 end
 
 -- Arms (seconds) or disarms (nil) the planning time budget.
 function M.arm_budget(seconds)
   deadline, armed = seconds and (os.clock() + seconds) or nil, seconds
+  wall_deadline = seconds and (os.time() + math.ceil(seconds * M.WALL_FACTOR)) or nil
   if deadline then debug.sethook(function() check_clock() end, "", COUNT) else debug.sethook() end
 end
 
@@ -82,8 +89,13 @@ function M.track_spec_lines(on)
   -- looked up once per function ("f" is the cheapest getinfo: this hook runs on every
   -- line of the generator while it is on).
   local is_spec = setmetatable({}, { __mode = "k" })
+  local ticks = 0
   debug.sethook(function(event, line)
     if event == "count" then return check_clock() end
+    -- A line may run long inside one C call (a gsub over a long string), where the count
+    -- hook does not fire: look at the clock every 16 lines too.
+    ticks = ticks + 1
+    if ticks & 15 == 0 and deadline then check_clock() end
     local f = debug.getinfo(2, "f").func
     local spec = is_spec[f]
     if spec == nil then

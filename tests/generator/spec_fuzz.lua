@@ -224,6 +224,20 @@ end
 check(#seeds_bad == 0, string.format("%d of %d repository specs plan in the sandbox (the error specs fail)%s",
   seeds_ok, #seeds, #seeds_bad > 0 and (": " .. table.concat(seeds_bad, "; ")) or ""))
 
+-- The time budget stops what the line limit cannot see: lines that each run long in C.
+do
+  local f = assert(io.open(path, "w"))
+  f:write('local s = ("x"):rep(1000000)\nfor i = 1, 1000000 do s = s:gsub("x", "y"):gsub("y", "x") end\n')
+  f:close()
+  local saved = BUDGET
+  BUDGET = 1
+  local c0 = os.clock()
+  local kind, msg = plan_file()
+  BUDGET = saved
+  check(kind == "spec" and msg:find("planning took more than 1 seconds", 1, true) ~= nil and os.clock() - c0 < 5,
+    string.format("a spec of slow lines stops at a 1 s budget (%.1f s: %s)", os.clock() - c0, tostring(msg)))
+end
+
 local stats = { ok = 0, spec = 0, internal = 0 }
 local bad, slow, no_line, multi, budget = 0, 0, 0, 0, 0
 local slowest, slowest_what = 0, ""
