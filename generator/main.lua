@@ -145,9 +145,9 @@ function commands.bench(args)
   exec(bin, { table.unpack(args, 2) })
 end
 
--- Emits the C and builds build/<name>/<name> and its conformance test (--cuda:
--- <name>_cuda and <name>_cuda_test); returns the output directory (relative to ROOT) and
--- the binary's name.
+-- Emits the C and builds DIR/<name> (-o DIR, default build/<name>/) and its conformance
+-- test (--cuda: <name>_cuda and <name>_cuda_test); returns the output directory (an
+-- absolute path) and the binary's name. `cmd` names the command for the usage errors.
 local function build_spec(args, cmd)
   local spec_path, cuda, out_dir = nil, false, nil
   local i = 1
