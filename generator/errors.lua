@@ -17,14 +17,17 @@ M._SpecError = SpecError
 -- The innermost spec frame on the stack; a tail call (`return fsdp.spec{...}`,
 -- `return self.down(x)`) erases its caller's frame, so the last spec line the line hook
 -- saw running stands in for it.
-local function spec_line(level)
+-- With `any`, a frame of a module the spec required counts too, and its path is returned
+-- as well (an error raised there names that file).
+local function spec_line(level, any)
   if not M.spec_path then return nil end
   local lvl = level or 2
   while true do
     local info = debug.getinfo(lvl, "Sl")
     if not info then return M.last_spec_line end
-    if info.source == "@" .. M.spec_path and info.currentline and info.currentline > 0 then
-      return info.currentline
+    local src = M.spec_sources[info.source]
+    if src and (src == true or any) and info.currentline and info.currentline > 0 then
+      return info.currentline, src ~= true and src or nil
     end
     lvl = lvl + 1
   end
@@ -120,8 +123,9 @@ end
 -- Raises a spec error. `line` may be given explicitly (e.g. a location remembered when
 -- a module was created); otherwise the innermost spec frame on the stack is used.
 function M.raise(msg, line)
-  local where = line or spec_line(3)
-  error(setmetatable({ msg = msg, line = where }, SpecError), 0)
+  local file
+  if not line then line, file = spec_line(3, true) end
+  error(setmetatable({ msg = msg, line = line, file = file }, SpecError), 0)
 end
 
 function M.is_spec_error(e)

@@ -106,6 +106,25 @@ f:close()
 rc, out, err = run("./fsdpgen events " .. q(work .. "/escape.lua"))
 check(one_line(rc, out, err, 2) and io.open(work .. "/escaped") == nil and err:find("sandbox", 1, true),
   "a spec calling os.execute: refused by the sandbox, nothing ran (" .. err:gsub("\n", "") .. ")")
+-- require of a module next to the spec: it works, sandboxed, and its errors name its file.
+os.execute("mkdir -p " .. q(work .. "/mod"))
+f = io.open(work .. "/mod/blocks.lua", "w")
+f:write('local nn = require("nn")\nlocal M = {}\nfunction M.make(n)\n  local t = {}\n'
+  .. '  for i = 1, n do t[i] = nn.Linear(4, 4) end\n  if n > 3 then os.exit(1) end\n  return nn.Sequential(t)\nend\n'
+  .. 'return M\n')
+f:close()
+f = io.open(work .. "/mod/s.lua", "w")
+f:write('local fsdp = require("fsdp")\nlocal model = require("blocks").make(N)\nfsdp.fully_shard(model)\n'
+  .. 'return fsdp.spec{ name = "modtest", model = model, world_size = 2, input = { shape = { 2, 4 } } }\n')
+f:close()
+os.execute("sed -i 's/(N)/(2)/' " .. q(work .. "/mod/s.lua"))
+rc, out, err = run("./fsdpgen counts " .. q(work .. "/mod/s.lua"))
+check(rc == 0 and out:find("forward all_gather 1", 1, true) ~= nil, "a spec requires a module of its own directory")
+os.execute("sed -i 's/(2)/(5)/' " .. q(work .. "/mod/s.lua"))
+rc, out, err = run("./fsdpgen counts " .. q(work .. "/mod/s.lua"))
+check(one_line(rc, out, err, 2) and err:find(work .. "/mod/blocks.lua:6: error: 'os' is not available", 1, true) ~= nil,
+  "that module is sandboxed too, and its error names its own file and line (" .. err:gsub("\n", "") .. ")")
+
 -- Deterministic: the same spec plans byte-identically twice (no clock, no random).
 local r1 = select(2, run("./fsdpgen events examples/llama_hsdp_ckpt.lua"))
 local r2 = select(2, run("./fsdpgen events examples/llama_hsdp_ckpt.lua"))
