@@ -67,12 +67,14 @@ end
 local sandbox_coroutine = copy_lib(coroutine, {})
 -- debug.sethook is per coroutine: a new coroutine gets the running one's hook.
 sandbox_coroutine.create = function(f)
+  if type(f) ~= "function" then errors.raise("coroutine.create expects a function, got " .. type(f)) end
   local co = coroutine.create(f)
   local hook, mask, count = debug.gethook()
   if hook then debug.sethook(co, hook, mask, count) end
   return co
 end
 sandbox_coroutine.resume = function(co, ...)
+  if type(co) ~= "thread" then errors.raise("coroutine.resume expects a coroutine, got " .. type(co)) end
   return rethrow_fatal(coroutine.resume(co, ...))
 end
 sandbox_coroutine.wrap = function(f)
@@ -161,7 +163,11 @@ new_env = function(dir, cache)
   -- print goes to stderr: stdout is the command's output (events, counts).
   env.print = function(...)
     local t = table.pack(...)
-    for i = 1, t.n do t[i] = tostring(t[i]) end
+    for i = 1, t.n do
+      local ok, str = pcall(tostring, t[i])
+      if not ok or type(str) ~= "string" then errors.raise("print: argument " .. i .. " has no string form") end
+      t[i] = str
+    end
     io.stderr:write(table.concat(t, "\t", 1, t.n), "\n")
   end
   env.require = make_require(dir, cache)
