@@ -63,7 +63,7 @@ local SNIPPETS = {
   "coroutine.create('x')",
   "coroutine.resume(5)",
   "coroutine.wrap(nil)()",
-  "print(setmetatable({}, { __tostring = function() return 5 end }))",
+  "print(setmetatable({}, { __tostring = function() return {} end }))",
   "for _ = 1, 10 do pcall(function() while true do end end) end",
   "local function f(n) return 1 + f(n + 1) end f(1)",
   "local function f(n) return f(n + 1) end f(1)",
