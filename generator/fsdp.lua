@@ -501,6 +501,7 @@ local function check_input(inp, model)
   if inp.shape ~= nil then
     errors.check_keys(inp, { "dtype", "shape" }, "input key")
     if type(inp.shape) ~= "table" or #inp.shape == 0 then errors.raise("input.shape must be a list of sizes") end
+    trace.check_numel(inp.shape, "input.shape") -- no nil size: { nil, 16 }
     for _, d in ipairs(inp.shape) do
       if math.type(d) ~= "integer" or d < 1 then
         errors.raise("input.shape sizes must be positive integers, got " .. tostring(d))

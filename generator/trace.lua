@@ -53,6 +53,12 @@ function M.check_numel(shape, what)
   if type(shape) ~= "table" then
     errors.raise(string.format("%s must be a list of sizes { d1, d2, ... }, got %s", what, type(shape)))
   end
+  -- A nil size leaves a hole Lua's # and ipairs do not see: { nil, 16 }.
+  local keys = 0
+  for _ in pairs(shape) do keys = keys + 1 end
+  if keys ~= #shape or (keys > 0 and shape[#shape] == nil) then
+    errors.raise(string.format("%s must be a list of sizes { d1, d2, ... } with no nil size", what))
+  end
   local n = 1
   for i, d in ipairs(shape) do
     if math.type(d) ~= "integer" or d < 1 then
