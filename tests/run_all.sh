@@ -72,17 +72,23 @@ plan_lane() {
     "microbatching counts (FSDP2's tests):microbatching" \
     "random step programs:step_fuzz" \
     "eval program:eval_program" \
-    "reviewing a change (.schedule diffs, fsdpgen diff, git diff):schedule_diff"; do
+    "reviewing a change (.schedule diffs, fsdpgen diff, git diff):schedule_diff" \
+    "every example plans:examples"; do
     i=$((i + 1))
     run_suite "$(printf 'g%02d' $i)" "generator: ${s%%:*}" lua5.4 "tests/generator/${s#*:}.lua"
   done
+  # 1,000 mutated specs (the slow tier: 10,000)
+  run_suite g98 "generator: mutated specs never crash or hang" lua5.4 tests/generator/spec_fuzz.lua \
+    $([[ $slow = 1 ]] && echo --count 10000)
   run_suite g99 "bench: checks without a GPU" tests/bench/run.sh
 }
 
 # The build lane: the C runtime, the generated binaries, PyTorch and the CUDA backend.
 build_lane() {
   local i=0 s
-  for s in runtime kernels io train conformance fsdp2 torch cuda cuda_step; do
+  # the command line's test builds examples/tiny.lua, so it runs in this lane
+  run_suite r00 "generator: command line" lua5.4 tests/generator/cli.lua
+  for s in runtime kernels io train conformance examples fsdp2 torch cuda cuda_step; do
     i=$((i + 1))
     run_suite "$(printf 'r%02d' $i)" "runtime: $s" "tests/$s/run.sh"
   done
