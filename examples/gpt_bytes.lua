@@ -1,6 +1,8 @@
--- The default example: a small byte-level GPT (vocab 256), four sharded blocks plus the
--- root, 4 ranks, AdamW. Trains on any text file (default: a license text every Debian
--- machine has).
+-- examples/gpt_bytes.lua: the README's main example. A small byte-level GPT (vocab 256),
+-- four sharded blocks plus the root, 4 ranks, AdamW, and explicit forward prefetch of
+-- the next block. Trains on any text file (here a license text every Debian machine has).
+-- Size: small (trains on a CPU in seconds; tests/examples/run.sh trains it)
+-- Run:  ./fsdpgen run examples/gpt_bytes.lua -- --data /usr/share/common-licenses/GPL-3 --val-data /usr/share/common-licenses/GPL-2 --steps 300 --log-every 25
 local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
 
 local model = models.Transformer{

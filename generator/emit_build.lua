@@ -40,7 +40,7 @@ function M.mpi()
 end
 
 -- Writes the generated files for `plan` and its `reference` plan into dir (relative to
--- root). Returns the list of { path, changed }.
+-- root, or absolute). Returns the list of { path, changed }.
 function M.write(root, dir, plan, reference, spec_path)
   local spec = plan.spec
   local spec_file = spec_path:match("[^/]+$")
@@ -48,7 +48,8 @@ function M.write(root, dir, plan, reference, spec_path)
   local id = emit_step.ident(name)
   local out = {}
   local function put(file, text)
-    local path, changed = buffer.write_if_changed(root .. "/" .. dir .. "/" .. file, text)
+    local base = dir:sub(1, 1) == "/" and dir or (root .. "/" .. dir)
+    local path, changed = buffer.write_if_changed(base .. "/" .. file, text)
     if not path then error(changed, 0) end
     out[#out + 1] = { path = path, changed = changed }
   end

@@ -157,6 +157,27 @@ local function sharded_list(list, method)
     errors.raise(string.format("%s expects a list of sharded modules, got %s (wrap one module: { m })", method,
       kind and tostring(list) or type(list)))
   end
+  -- Lua drops a nil element: `{ model.layers[n + 1] }` (past the end) or `{ model.layers[0] }`
+  -- (Lua counts from 1) makes an empty list or one with a hole, not an error.
+  local n = 0
+  for k in pairs(kind and {} or list) do
+    if math.type(k) ~= "integer" or k < 1 then
+      errors.raise(string.format("%s expects a list { m1, m2, ... }, got the key %s", method, tostring(k)))
+    end
+    n = math.max(n, k)
+  end
+  if kind then n = #list end
+  if n == 0 or n ~= #list then
+    errors.raise(string.format("%s got %s: an element is nil, e.g. an index past the end or 0 (Lua lists "
+      .. "start at 1: model.layers[1] is PyTorch's layers[0], and the last is model.layers[#model.layers])",
+      method, n == 0 and "an empty list" or "a list with a hole"))
+  end
+  for i = 1, n do
+    if list[i] == nil then
+      errors.raise(string.format("%s: element %d is nil (Lua lists start at 1; an index past the end gives nil)",
+        method, i))
+    end
+  end
   local out = {}
   for i, m in ipairs(list) do
     if not nn.is_module(m) or not rawget(m, "_fsdp_state") then
@@ -480,6 +501,7 @@ local function check_input(inp, model)
   if inp.shape ~= nil then
     errors.check_keys(inp, { "dtype", "shape" }, "input key")
     if type(inp.shape) ~= "table" or #inp.shape == 0 then errors.raise("input.shape must be a list of sizes") end
+    trace.check_numel(inp.shape, "input.shape") -- no nil size: { nil, 16 }
     for _, d in ipairs(inp.shape) do
       if math.type(d) ~= "integer" or d < 1 then
         errors.raise("input.shape sizes must be positive integers, got " .. tostring(d))
@@ -502,13 +524,35 @@ local function check_input(inp, model)
   return { shape = { inp.batch, inp.seq_len }, dtype = "int64", tokens = true }
 end
 
+local C_KEYWORDS = {}
+for w in ([[auto break case char const continue default do double else enum extern float for goto if inline
+  int long register restrict return short signed sizeof static struct switch typedef union unsigned void volatile
+  while _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert _Thread_local
+  bool true false main]]):gmatch("%S+") do C_KEYWORDS[w] = true end
+fsdp.MAX_NAME = 64
+
+-- The spec's name names the build directory, the files in it and the C symbols
+-- `<name>_model`: a C identifier that clashes with neither C nor the runtime's `rt_`.
+function fsdp.check_name(name)
+  if type(name) ~= "string" or not name:match("^%a[%w_]*$") or #name > fsdp.MAX_NAME then
+    errors.raise(string.format("spec name must be a C identifier (a letter, then letters, digits or '_'; at most "
+      .. "%d characters), got %s", fsdp.MAX_NAME, type(name) == "string" and string.format("%q", name):gsub("\\\n", "\\n")
+      or tostring(name)))
+  end
+  local low = name:lower()
+  if low == "rt" or low:sub(1, 3) == "rt_" then
+    errors.raise(string.format("spec name '%s' clashes with the runtime's symbols (rt, rt_*, RT_*); choose another", name))
+  end
+  if C_KEYWORDS[name] then
+    errors.raise(string.format("spec name '%s' is a C keyword; choose another", name))
+  end
+end
+
 function fsdp.spec(t)
   local line = errors.current_line()
   if type(t) ~= "table" then errors.raise("fsdp.spec expects a table") end
   errors.check_keys(t, spec_keys, "spec key")
-  if type(t.name) ~= "string" or not t.name:match("^[%w_%-]+$") then
-    errors.raise("spec name must be a non-empty string of letters, digits, '_' or '-'")
-  end
+  fsdp.check_name(t.name)
   if t.model == nil then errors.raise("spec is missing 'model' (the root module)") end
   if not nn.is_module(t.model) then errors.raise("spec model must be a module") end
   local mesh
@@ -533,7 +577,9 @@ function fsdp.spec(t)
   if t.grad_clip ~= nil and (type(t.grad_clip) ~= "number" or not (t.grad_clip > 0)) then
     errors.raise("grad_clip must be a positive number (max global gradient norm)")
   end
-  if t.seed ~= nil and math.type(t.seed) ~= "integer" then errors.raise("seed must be an integer") end
+  if t.seed ~= nil and (math.type(t.seed) ~= "integer" or t.seed < 0) then
+    errors.raise(string.format("seed must be an integer from 0 to %d, got %s", math.maxinteger, tostring(t.seed)))
+  end
   local root_state = rawget(t.model, "_fsdp_state")
   if not root_state then
     errors.raise("the model itself is not sharded; call fsdp.fully_shard(model) last, on the root")

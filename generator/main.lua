@@ -8,33 +8,39 @@ local loader = require("loader")
 local planner = require("planner")
 
 local USAGE = [[
-usage: fsdpgen COMMAND SPEC [options]
+usage: fsdpgen COMMAND SPEC [options]       (fsdpgen help COMMAND: its options and an example)
   plan SPEC [-o DIR]      write DIR/<name>.schedule and <name>.layout (default build/<name>/)
   events SPEC             print one step's FSDP events: STATE KIND "GROUP"
   counts SPEC             print the step's collective counts
   diff OLD NEW            review summary of a change (each a spec or a .schedule)
-  build SPEC [--cuda]     emit the C and build build/<name>/<name> (--cuda: <name>_cuda)
-  test SPEC [--cuda]      build and run the spec's conformance test
-  run SPEC [--cuda] [-- ARGS]
-                          build and train
+  torch SPEC [-o FILE]    write the spec's PyTorch FSDP2 twin (default build/<name>/<name>_twin.py)
+  build SPEC [--cuda] [-o DIR]
+                          emit the C and build DIR/<name> (default build/<name>/; --cuda: <name>_cuda)
+  test SPEC [--cuda] [-o DIR] [-- ARGS]
+                          build and run the spec's conformance test
+  run SPEC [--cuda] [-o DIR] [-- ARGS]
+                          build and train (ARGS, after --, go to the training binary)
   bench comm [ARGS]       collective benchmark (see docs/runtime.md)
   bench train SPEC [--cuda] [--steps N] [-- ARGS]
                           build, train N steps (default 20) and print tokens/s and the
-                          compute / exposed communication / optimizer split]]
+                          compute / exposed communication / optimizer split
+  help [COMMAND], --version]]
 
 local function die(status, msg)
   io.stderr:write(msg, "\n")
   os.exit(status)
 end
 
+-- One line: what was wrong, and where the usage is.
 local function usage_error(msg)
-  die(2, "fsdpgen: " .. msg .. "\n" .. USAGE)
+  die(2, "fsdpgen: " .. msg .. " (./fsdpgen help shows the usage)")
 end
 
 -- Runs fn(path) (load, plan, emit); spec errors exit 2 with one line.
 local function guarded(path, what, fn)
+  errors.arm_budget(errors.PLAN_SECONDS)
   local ok, res = pcall(fn)
-  errors.track_spec_lines(false)
+  errors.arm_budget(nil)
   if ok then return res end
   if errors.is_spec_error(res) and not res.internal then die(2, errors.format(res, path)) end
   if os.getenv("FSDPGEN_DEBUG") then io.stderr:write(res.internal or tostring(res), "\n") end
@@ -53,33 +59,28 @@ local function plan_spec(path, transform)
 end
 
 local commands = {}
+local help = require("help")
+
+-- Where the user ran fsdpgen (the wrapper is sh, which sets PWD to the real directory).
+local CWD = os.getenv("PWD") or ROOT
+local function abs(p) return p:sub(1, 1) == "/" and p or (CWD .. "/" .. p) end
+-- A path as printed: relative to the current directory when it is below it.
+local function shown(p)
+  p = abs(p):gsub("/%./", "/")
+  if p:sub(1, #CWD + 1) == CWD .. "/" then return p:sub(#CWD + 2) end
+  return p
+end
 
 function commands.events(args)
   if #args ~= 1 then usage_error("events takes exactly one SPEC") end
-  local plan = plan_spec(args[1])
-  local out = {}
-  for _, e in ipairs(plan.events) do
-    out[#out + 1] = string.format('%s %s "%s"', e.state, e.kind, e.group)
-  end
+  local out = planner.event_lines(plan_spec(args[1]))
   io.write(table.concat(out, "\n"), #out > 0 and "\n" or "")
 end
 
 function commands.counts(args)
   if #args ~= 1 then usage_error("counts takes exactly one SPEC") end
   local plan = plan_spec(args[1])
-  local c = plan.counts
-  local keys = { "forward all_gather", "backward all_gather", "backward reduce_scatter" }
-  if plan.spec.mesh.replicate > 1 then keys[#keys + 1] = "backward all_reduce" end
-  -- Then the collectives of other step items (explicit unshards), when the step has any.
-  local listed, other = {}, {}
-  for _, k in ipairs(keys) do listed[k] = true end
-  for k in pairs(c) do
-    if not listed[k] then other[#other + 1] = k end
-  end
-  table.sort(other)
-  for _, k in ipairs(other) do keys[#keys + 1] = k end
-  local lines = {}
-  for i, k in ipairs(keys) do lines[i] = k .. " " .. (c[k] or 0) end
+  local lines = planner.count_lines(plan)
   io.write(table.concat(lines, "\n"), "\n")
 end
 
@@ -101,10 +102,12 @@ function commands.plan(args)
   if not spec_path then usage_error("plan needs a SPEC") end
   local plan = plan_spec(spec_path)
   local schedule = require("schedule")
-  out_dir = out_dir or (ROOT .. "/build/" .. plan.spec.name)
+  out_dir = out_dir and abs(out_dir) or (ROOT .. "/build/" .. plan.spec.name)
+  local owner_ok, owner_err = help.claim(out_dir, spec_path, plan.spec.name, shown)
+  if not owner_ok then die(2, "fsdpgen: " .. owner_err) end
   local files, err = schedule.write(plan, out_dir, spec_path)
   if not files then die(1, "fsdpgen: " .. err) end
-  for _, f in ipairs(files) do print((f.changed and "wrote " or "unchanged ") .. f.path) end
+  for _, f in ipairs(files) do print((f.changed and "wrote " or "unchanged ") .. shown(f.path)) end
   print(string.format("predicted peak per rank: %d bytes (%s)", plan.memory.peak, require("units").bytes(plan.memory.peak)))
 end
 
@@ -115,6 +118,34 @@ local function exec(bin, args)
   for _, a in ipairs(args) do q[#q + 1] = sh_quote(a) end
   local _, _, status = os.execute(table.concat(q, " "))
   os.exit(status or 1)
+end
+
+-- `torch SPEC [-o FILE]`: the spec's PyTorch FSDP2 twin (generator/emit_torch.lua).
+function commands.torch(args)
+  local spec_path, out
+  local i = 1
+  while i <= #args do
+    if args[i] == "-o" then
+      out = args[i + 1]
+      if not out then usage_error("-o needs a file") end
+      i = i + 2
+    elseif args[i]:sub(1, 1) == "-" then usage_error("unknown torch option '" .. args[i] .. "' (allowed: -o FILE)")
+    elseif not spec_path then
+      spec_path = args[i]
+      i = i + 1
+    else
+      usage_error("unexpected argument '" .. args[i] .. "'")
+    end
+  end
+  if not spec_path then usage_error("torch needs a SPEC") end
+  local plan = plan_spec(spec_path)
+  local text = guarded(spec_path, "writing the PyTorch twin of", function()
+    return loader.protect(plan.spec.line, require("emit_torch").text, plan, spec_path, ROOT)
+  end)
+  out = out or (ROOT .. "/build/" .. plan.spec.name .. "/" .. plan.spec.name .. "_twin.py")
+  local path, changed = require("buffer").write_if_changed(out, text)
+  if not path then die(1, "fsdpgen: " .. changed) end
+  print((changed and "wrote " or "unchanged ") .. path)
 end
 
 local bench_train
@@ -129,25 +160,50 @@ function commands.bench(args)
   exec(bin, { table.unpack(args, 2) })
 end
 
--- Emits the C and builds build/<name>/<name> and its conformance test (--cuda:
--- <name>_cuda and <name>_cuda_test); returns the output directory (relative to ROOT) and
--- the binary's name.
-local function build_spec(args)
-  local spec_path, cuda = nil, false
-  for _, a in ipairs(args) do
+-- Emits the C and builds DIR/<name> (-o DIR, default build/<name>/) and its conformance
+-- test (--cuda: <name>_cuda and <name>_cuda_test); returns the output directory (an
+-- absolute path) and the binary's name. `cmd` names the command for the usage errors.
+local function build_spec(args, cmd)
+  local spec_path, cuda, out_dir = nil, false, nil
+  local i = 1
+  while i <= #args do
+    local a = args[i]
     if a == "--cuda" then cuda = true
-    elseif a:sub(1, 1) == "-" then usage_error("unknown build option '" .. a .. "' (allowed: --cuda)")
+    elseif a == "-o" then
+      out_dir = args[i + 1]
+      if not out_dir then usage_error("-o needs a directory") end
+      i = i + 1
+    elseif a:sub(1, 1) == "-" then
+      if cmd ~= "build" then
+        usage_error(string.format("'%s' is not an option of %s (allowed: --cuda, -o DIR); options of the %s go "
+          .. "after --, e.g. ./fsdpgen %s SPEC -- %s", a, cmd, cmd == "test" and "conformance test" or "training binary",
+          cmd, table.concat(args, " ", i)))
+      end
+      usage_error("unknown build option '" .. a .. "' (allowed: --cuda, -o DIR)")
     elseif spec_path then usage_error("unexpected argument '" .. a .. "'")
     else spec_path = a end
+    i = i + 1
   end
-  if not spec_path then usage_error("build needs a SPEC") end
+  if not spec_path then usage_error((cmd or "build") .. " needs a SPEC") end
   if cuda and not io.open("/usr/local/cuda/bin/nvcc", "r") then
     die(2, "fsdpgen build --cuda: /usr/local/cuda/bin/nvcc not found (install the CUDA toolkit with cuBLAS and NCCL, "
       .. "or build without --cuda for the CPU backend)")
   end
   local plan = plan_spec(spec_path)
   local reference = plan_spec(spec_path, require("reference").transform)
+  -- The output directory, relative to ROOT when below it (ninja runs there), else absolute.
   local dir = "build/" .. plan.spec.name
+  if out_dir then
+    if not out_dir:match("^[%w%._%-/+]+$") then
+      usage_error("-o " .. out_dir .. ": the directory may hold only letters, digits and . _ - + / "
+        .. "(it is written into build.ninja)")
+    end
+    dir = abs(out_dir):gsub("/+$", "")
+    if dir:sub(1, #ROOT + 1) == ROOT .. "/" then dir = dir:sub(#ROOT + 2) end
+  end
+  local full = dir:sub(1, 1) == "/" and dir or (ROOT .. "/" .. dir)
+  local owner_ok, owner_err = help.claim(full, spec_path, plan.spec.name, shown)
+  if not owner_ok then die(2, "fsdpgen: " .. owner_err) end
   guarded(spec_path, "emitting", function()
     return loader.protect(plan.spec.line, require("emit_build").write, ROOT, dir, plan, reference, spec_path)
   end)
@@ -157,9 +213,9 @@ local function build_spec(args)
   local out = p:read("a")
   if not p:close() then
     io.stderr:write(out)
-    die(1, "fsdpgen build: compiling " .. dir .. " failed (see the compiler output above)")
+    die(1, "fsdpgen build: compiling " .. shown(full) .. " failed (see the compiler output above)")
   end
-  return dir, plan.spec.name .. (cuda and "_cuda" or "")
+  return full, plan.spec.name .. (cuda and "_cuda" or "")
 end
 
 -- Splits "SPEC [opts] [-- ARGS]" into the build arguments and the program's arguments.
@@ -191,27 +247,27 @@ bench_train = function(args)
       i = i + 1
     end
   end
-  local dir, name = build_spec(build_args)
+  local dir, name = build_spec(build_args, "bench")
   local run = { "--bench", "--steps", steps, "--log-every", steps }
   for _, a in ipairs(rest) do run[#run + 1] = a end
-  exec(ROOT .. "/" .. dir .. "/" .. name, run)
+  exec(dir .. "/" .. name, run)
 end
 
 function commands.build(args)
-  local dir, name = build_spec(args)
-  print("built " .. dir .. "/" .. name .. " and " .. dir .. "/" .. name .. "_test")
+  local dir, name = build_spec(args, "build")
+  print("built " .. shown(dir .. "/" .. name) .. " and " .. shown(dir .. "/" .. name .. "_test"))
 end
 
 function commands.test(args)
   local mine, rest = split_args(args)
-  local dir, name = build_spec(mine)
-  exec(ROOT .. "/" .. dir .. "/" .. name .. "_test", rest)
+  local dir, name = build_spec(mine, "test")
+  exec(dir .. "/" .. name .. "_test", rest)
 end
 
 function commands.run(args)
   local mine, rest = split_args(args)
-  local dir, name = build_spec(mine)
-  exec(ROOT .. "/" .. dir .. "/" .. name, rest)
+  local dir, name = build_spec(mine, "run")
+  exec(dir .. "/" .. name, rest)
 end
 
 function commands.diff(args)
@@ -219,12 +275,14 @@ function commands.diff(args)
 end
 
 local cmd = arg[2]
-if not cmd or cmd == "-h" or cmd == "--help" then
-  print(USAGE)
-  os.exit(cmd and 0 or 2)
+local rest = {}
+for k = 3, #arg do rest[#rest + 1] = arg[k] end
+-- help, --help, -h, --version and CMD --help (before any `--`) are answered here.
+local answer = help.answer(ROOT, cmd, rest, USAGE, commands)
+if answer then
+  io.write(answer.text)
+  os.exit(answer.status)
 end
 local fn = commands[cmd]
 if not fn then usage_error("unknown command '" .. cmd .. "'") end
-local rest = {}
-for k = 3, #arg do rest[#rest + 1] = arg[k] end
 fn(rest)

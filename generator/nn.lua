@@ -19,8 +19,8 @@ end
 
 local next_param, first_param = 0, 1
 -- The most parameters one spec may make (Llama 3 405B has about 1,100): more means a
--- runaway loop or size, which would otherwise run for hours.
-nn.MAX_PARAMS = 100000
+-- runaway loop or size, refused within a second instead of after hours of planning.
+nn.MAX_PARAMS = 20000
 
 -- A new spec's parameters are counted from here (uids stay unique).
 function nn._reset() first_param = next_param + 1 end
@@ -94,8 +94,22 @@ local function new_module(type_name, class)
 end
 nn.new_module = new_module
 
-function Module:add_module(name, m)
+-- Child and parameter names become FQNs, which reach the generated C (strings and
+-- comments) and the .schedule: letters, digits and '_' only, as PyTorch's attribute names.
+local function check_child_name(name, what)
+  if type(name) ~= "string" and math.type(name) ~= "integer" then
+    errors.raise(string.format("%s name must be a string, got %s", what, type(name)))
+  end
   name = tostring(name)
+  if not name:match("^[%w_]+$") or #name > 128 then
+    errors.raise(string.format("%s name %s must be letters, digits and '_' (at most 128), as a Python attribute",
+      what, (string.format("%q", name):gsub("\\\n", "\\n"))))
+  end
+  return name
+end
+
+function Module:add_module(name, m)
+  name = check_child_name(name, "module")
   if not rawget(self, "_modules_by_name")[name] then
     local list = rawget(self, "_modules")
     list[#list + 1] = name
@@ -105,6 +119,7 @@ function Module:add_module(name, m)
 end
 
 function Module:register_parameter(name, p)
+  name = check_child_name(name, "parameter")
   if not rawget(self, "_params_by_name")[name] then
     local list = rawget(self, "_params")
     list[#list + 1] = name
@@ -192,10 +207,20 @@ end
 
 -- ---------------------------------------------------------------------------- checks
 
-local function check_tensor(x, what)
+local function check_tensor(x, what, optional)
+  if optional and x == nil then return end
   if not trace.is_tensor(x) and not nn.is_parameter(x) then
-    errors.raise(string.format("%s expects a tensor, got %s", what, type(x)))
+    errors.raise(string.format("%s expects a tensor, got %s", what,
+      nn.is_module(x) and ("the module " .. tostring(x) .. " (call it: m(x))") or type(x)))
   end
+end
+
+-- Options tables of functional ops: nil or a table.
+local function check_opts(opts, what)
+  if opts ~= nil and type(opts) ~= "table" then
+    errors.raise(string.format("%s expects its options as a table { ... }, got %s", what, type(opts)))
+  end
+  return opts or {}
 end
 
 local function float_dtype(what, ...)
@@ -224,6 +249,8 @@ nn.functional = F
 
 function F.linear(x, w, b)
   check_tensor(x, "linear")
+  check_tensor(w, "linear (weight)")
+  check_tensor(b, "linear (bias)", true)
   local in_f = w.shape[2]
   if x.shape[#x.shape] ~= in_f then
     errors.raise(string.format("linear: input %s does not match weight %s (last input dim must be %d)",
@@ -237,6 +264,7 @@ end
 
 function F.embedding(idx, w)
   check_tensor(idx, "embedding")
+  check_tensor(w, "embedding (weight)")
   if trace.is_float(idx.dtype) then
     errors.raise("embedding expects integer token ids, got " .. idx.dtype .. " (use input = { batch, seq_len } for token models)")
   end
@@ -245,7 +273,13 @@ function F.embedding(idx, w)
   return trace.record("embedding", { idx, w }, { { shape = s, dtype = w.dtype } })
 end
 
-local function norm_check(name, x, w)
+local function norm_check(name, x, w, b)
+  check_tensor(x, name)
+  check_tensor(w, name .. " (weight)")
+  check_tensor(b, name .. " (bias)", true)
+  if #w.shape ~= 1 then
+    errors.raise(string.format("%s: weight %s must be one-dimensional", name, shape_str(w.shape)))
+  end
   if x.shape[#x.shape] ~= w.shape[1] then
     errors.raise(string.format("%s: input %s does not match normalized shape [%d]", name,
       shape_str(x.shape), w.shape[1]))
@@ -253,7 +287,7 @@ local function norm_check(name, x, w)
 end
 
 function F.layer_norm(x, w, b, eps)
-  norm_check("layer_norm", x, w)
+  norm_check("layer_norm", x, w, b)
   local d = float_dtype("layer_norm", x, w, b)
   return trace.record("layer_norm", { x, w, b }, { { shape = copy(x.shape), dtype = d } }, { eps = eps })
 end
@@ -317,6 +351,7 @@ local function dropout_p(p)
 end
 
 function F.dropout(x, p)
+  check_tensor(x, "dropout")
   p = dropout_p(p)
   if p == 0 or not trace.training() then return x end
   local d = float_dtype("dropout", x)
@@ -325,7 +360,10 @@ end
 
 -- Scaled dot-product attention over heads. q: [B, T, NH*HD]; k, v: [B, T, NKV*HD].
 function F.attention(q, k, v, opts)
-  opts = opts or {}
+  check_tensor(q, "attention (query)")
+  check_tensor(k, "attention (key)")
+  check_tensor(v, "attention (value)")
+  opts = check_opts(opts, "attention")
   errors.check_keys(opts, { "causal", "n_heads", "n_kv_heads" }, "attention option")
   local nh = opts.n_heads
   if math.type(nh) ~= "integer" or nh < 1 then
@@ -353,18 +391,24 @@ end
 
 -- Rotary position embeddings over heads of x: [B, T, NH*HD] (consecutive pairs rotated).
 function F.rotary(x, opts)
-  opts = opts or {}
+  check_tensor(x, "rotary")
+  opts = check_opts(opts, "rotary")
   local nh = opts.n_heads
   local C = x.shape[#x.shape]
   if math.type(nh) ~= "integer" or C % nh ~= 0 or (C // nh) % 2 ~= 0 then
     errors.raise(string.format("rotary: n_heads %s must divide dim %d into even head dims", tostring(nh), C))
   end
+  local theta = opts.theta or 10000.0
+  if type(theta) ~= "number" or not (theta > 0 and theta < math.huge) then
+    errors.raise("rotary: theta must be a positive number, got " .. tostring(theta))
+  end
   local d = float_dtype("rotary", x)
   return trace.record("rotary", { x }, { { shape = copy(x.shape), dtype = d } },
-    { n_heads = nh, head_dim = C // nh, theta = opts.theta or 10000.0 })
+    { n_heads = nh, head_dim = C // nh, theta = theta })
 end
 
 function F.cast(x, dtype)
+  check_tensor(x, "cast")
   dtype = trace.dtype(dtype, "cast")
   if x.dtype == dtype then return x end
   -- As in PyTorch, an integer result has no gradient.
@@ -373,10 +417,13 @@ function F.cast(x, dtype)
 end
 
 function F.sum(x)
+  check_tensor(x, "sum")
   return trace.record("sum", { x }, { { shape = {}, dtype = x.dtype } })
 end
 
 function F.cross_entropy(logits, targets)
+  check_tensor(logits, "cross_entropy (logits)")
+  check_tensor(targets, "cross_entropy (targets)")
   local V = logits.shape[#logits.shape]
   if #targets.shape ~= #logits.shape - 1 then
     errors.raise(string.format("cross_entropy: targets %s do not match logits %s",

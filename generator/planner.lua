@@ -45,9 +45,13 @@ local function build_groups(spec)
   local model = spec.model
   local all_params = assign_names(model)
   local states, seen, names_of = {}, {}, {}
+  -- FSDPState._lazy_init's all_states: one entry per sharded module in named_modules
+  -- order, so a list group's state appears once per module (FSDP2 2.11 does not dedup).
+  local all_states = {}
   for _, e in ipairs(model:named_modules()) do
     local s = rawget(e[2], "_fsdp_state")
     if s then
+      all_states[#all_states + 1] = s
       if not seen[s] then
         seen[s] = true
         states[#states + 1] = s
@@ -96,7 +100,7 @@ local function build_groups(spec)
     end
   end
   -- States that fully_shard made outside the model's tree take no part.
-  return states, groups, all_params, owner
+  return states, groups, all_params, owner, all_states
 end
 
 -- ---------------------------------------------------------------------------- simulation
@@ -105,7 +109,7 @@ local Sim = {}
 Sim.__index = Sim
 
 function M.new(spec)
-  local states, groups, params, owner = build_groups(spec)
+  local states, groups, params, owner, all_states = build_groups(spec)
   -- The runtime keeps every group's persistent buffers in one place (rt_model_group offload).
   for _, g in ipairs(groups) do
     if (g.state.offload ~= nil) ~= (groups[1].state.offload ~= nil) then
@@ -117,6 +121,7 @@ function M.new(spec)
   end
   local sim = setmetatable({
     spec = spec, states = states, groups = groups, params = params, owner = owner,
+    all_states = all_states,
     graph = trace.new_graph(), steps = {}, events = {},
     counts = {}, phase = nil, section = 0,
     post_forward_order = {}, final_queued = false,
@@ -158,7 +163,15 @@ local function direct_all_gather(g, sub)
   return g.shard == 1 and not sub
 end
 
--- FSDPParamGroup.unshard: issue the all-gather unless already unsharded or in flight.
+-- The ranks of the collective that gathers g: its post-forward sub-group (never one rank:
+-- an integer reshard_after_forward of 1 means False) or its shard group.
+local function all_gather_ranks(g, sub)
+  return sub and g.pf_size or g.shard
+end
+
+-- FSDPParamGroup.unshard: issue the all-gather unless already unsharded or in flight. Over
+-- one rank FSDP2 2.11 issues no collective (unshard's `world_size == 1` branch: the
+-- copy-out reads the shards), so none is counted; the event is the same.
 function Sim:unshard(g)
   if g.pending or g.sharded == UNSHARDED then return end
   local sub = g.sharded == SHARDED_POST_FORWARD
@@ -167,7 +180,7 @@ function Sim:unshard(g)
   self:emit({ stream = "ag", op = "all_gather", group = g, sub = sub, ag = self.ag_seq,
     direct = g.pending.direct })
   self:event("unshard", g)
-  self:count("all_gather")
+  if all_gather_ranks(g, sub) > 1 then self:count("all_gather") end
 end
 
 function Sim:wait_for_unshard(g)
@@ -309,7 +322,9 @@ function Sim:post_backward(g)
     local r = reduction(g, with)
     self:emit({ stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq, reduction = r,
       direct = direct_reduction(g, grads_dtype) })
-    self:count("reduce_scatter")
+    -- foreach_reduce over one rank copies instead of reduce-scattering (FSDP2 2.11); the
+    -- HSDP all-reduce below still runs.
+    if g.shard > 1 then self:count("reduce_scatter") end
     if g.replicate > 1 and s.all_reduce_grads then
       self:emit({ stream = "ar", op = "all_reduce", group = g, rs = self.rs_seq, reduction = r })
       self:count("all_reduce")
@@ -443,8 +458,12 @@ function Sim:state_pre_backward(s)
   end
 end
 
+-- FSDPState._root_post_backward_final_callback, over all_states: a k-module list group is
+-- visited k times, and a later visit finds it IDLE (set by the first), not POST_BACKWARD,
+-- so FSDP2 2.11 runs its post_backward again: an event, no reduce-scatter (no gradients
+-- are left) and no reshard (already sharded, or kept unsharded by reshard_after_backward).
 function Sim:final_callback()
-  for _, s in ipairs(self.states) do
+  for _, s in ipairs(self.all_states) do
     local g = s.group
     if g then
       if g.training ~= POST_BACKWARD then self:post_backward(g) end
@@ -904,6 +923,19 @@ local function plan_eval(spec, plan, memory)
       return unavailable(string.format("the eval forward leaves a prefetch of group '%s' in flight (a forward prefetch list names a group that runs before it)", g.name))
     end
   end
+  -- A list group with a module that no eval forward runs keeps that module in its
+  -- modules-to-run set (only a backward's finalize clears it), so in FSDP2 2.11 the next
+  -- forward skips the group's pre-forward and computes with sharded parameters.
+  for _, s in ipairs(ev.states) do
+    local left = {}
+    for _, m in ipairs(s.modules) do
+      if s.modules_to_run[m] then left[#left + 1] = "'" .. rawget(m, "_fqn") .. "'" end
+    end
+    if #left > 0 then
+      return unavailable(string.format("module %s of list group '%s' does not run in the eval forward, so FSDP2 skips the group's pre-forward (no all-gather) in the next forward; only a backward resets it",
+        table.concat(left, ", "), s.name))
+    end
+  end
   local after
   ok, after = pcall(function() return M.new(spec):after_eval(ev):run() end)
   if not ok then
@@ -919,6 +951,31 @@ local function plan_eval(spec, plan, memory)
   plan.eval_plan = ev
   after.memory = memory.plan(after)  -- as the step's (its lines say which casts are views)
   if step_lines(after) ~= step_lines(plan) then plan.after_eval_plan = after end
+end
+
+-- `fsdpgen events`'s lines of a plan: STATE KIND "GROUP".
+function M.event_lines(plan)
+  local out = {}
+  for i, e in ipairs(plan.events) do out[i] = string.format('%s %s "%s"', e.state, e.kind, e.group) end
+  return out
+end
+
+-- `fsdpgen counts`'s lines of a plan: the three base collectives, HSDP's all-reduce, then
+-- any other phase's (explicit unshards), each "PHASE OP N".
+function M.count_lines(plan)
+  local c = plan.counts
+  local keys = { "forward all_gather", "backward all_gather", "backward reduce_scatter" }
+  if plan.spec.mesh.replicate > 1 then keys[#keys + 1] = "backward all_reduce" end
+  local listed, other = {}, {}
+  for _, k in ipairs(keys) do listed[k] = true end
+  for k in pairs(c) do
+    if not listed[k] then other[#other + 1] = k end
+  end
+  table.sort(other)
+  for _, k in ipairs(other) do keys[#keys + 1] = k end
+  local lines = {}
+  for i, k in ipairs(keys) do lines[i] = k .. " " .. (c[k] or 0) end
+  return lines
 end
 
 function M.plan(spec)

@@ -20,7 +20,8 @@ M.dtype_bytes = { fp32 = 4, bf16 = 2, fp16 = 2, int32 = 4, int64 = 8 }
 function M.dtype(name, what, line)
   local d = type(name) == "string" and dtype_alias[name]
   if not d then
-    errors.raise(string.format("unsupported dtype %s for %s; allowed: %s", tostring(name), what,
+    errors.raise(string.format("unsupported dtype %s for %s; allowed: %s",
+      type(name) == "string" and name or ("(a " .. type(name) .. ")"), what,
       table.concat(M.dtype_names, ", ")), line)
   end
   return d
@@ -49,10 +50,19 @@ end
 
 -- Raises a spec error for a shape of more than MAX_NUMEL elements (positive sizes).
 function M.check_numel(shape, what)
+  if type(shape) ~= "table" then
+    errors.raise(string.format("%s must be a list of sizes { d1, d2, ... }, got %s", what, type(shape)))
+  end
+  -- A nil size leaves a hole Lua's # and ipairs do not see: { nil, 16 }.
+  local keys = 0
+  for _ in pairs(shape) do keys = keys + 1 end
+  if keys ~= #shape or (keys > 0 and shape[#shape] == nil) then
+    errors.raise(string.format("%s must be a list of sizes { d1, d2, ... } with no nil size", what))
+  end
   local n = 1
-  for _, d in ipairs(shape) do
+  for i, d in ipairs(shape) do
     if math.type(d) ~= "integer" or d < 1 then
-      errors.raise(string.format("%s %s must have positive integer sizes", what, shape_str(shape)))
+      errors.raise(string.format("%s must have positive integer sizes, got %s at %d", what, tostring(d), i))
     end
     if n > M.MAX_NUMEL // d then
       errors.raise(string.format("%s %s has more than 2^48 elements, the most fsdpgen plans for one tensor",
@@ -66,6 +76,10 @@ function Tensor:numel() return M.numel(self.shape) end
 function Tensor:dim() return #self.shape end
 function Tensor:size(i)
   if i == nil then return self.shape end
+  if math.type(i) ~= "integer" or i == 0 or i > #self.shape or i < -#self.shape then
+    errors.raise(string.format("size(%s): a dimension of %s is 1..%d or -%d..-1 (Lua counts from 1)", tostring(i),
+      shape_str(self.shape), #self.shape, #self.shape))
+  end
   if i < 0 then i = #self.shape + i + 1 end
   return self.shape[i]
 end

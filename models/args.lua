@@ -2,6 +2,7 @@
 local errors = require("errors")
 
 local M = {}
+M.MAX_LAYERS = 512
 
 -- `schema` maps name -> { default, kind } with kind "posint", "nonneg", "prob", "bool",
 -- "number". Returns a filled copy of `given`.
@@ -34,6 +35,11 @@ function M.resolve(given, schema, what)
       local want = ({ posint = "a positive integer", prob = "a number in [0, 1)", bool = "true or false",
         number = "a positive number" })[kind]
       errors.raise(string.format("%s: %s must be %s, got %s", what, k, want, tostring(v)))
+    end
+    -- A runaway layer count is refused at once, not after planning for minutes (the
+    -- deepest models have about 130 layers; 512 plan in about 20 s of CPU, under the 30 s budget).
+    if k == "n_layers" and v > M.MAX_LAYERS then
+      errors.raise(string.format("%s: n_layers must be at most %d, got %d", what, M.MAX_LAYERS, v))
     end
     out[k] = v
   end

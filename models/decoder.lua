@@ -6,6 +6,10 @@ local nn = require("nn")
 local M = {}
 
 function M.check_seq_len(model, tokens)
+  if not require("trace").is_tensor(tokens) or #tokens.shape ~= 2 then
+    errors.raise(string.format("%s expects token ids [batch, seq_len], got %s", rawget(model, "_type"),
+      require("trace").is_tensor(tokens) and require("trace").shape_str(tokens.shape) or type(tokens)))
+  end
   local seq_len = tokens.shape[2]
   if seq_len > model.max_seq_len then
     errors.raise(string.format("input seq_len %d exceeds the model's max_seq_len %d", seq_len, model.max_seq_len))

@@ -7,9 +7,9 @@
 #                             emulator, the long fuzzing; tests/README.md lists it)
 #
 # The suites are listed in tests/README.md (what each proves, needs and costs). The
-# generator's Lua suites read specs and write only temporary files, so they run in a
-# second lane beside the C suites, which build into build/ and run one after another (two
-# ninja processes must never share a build log). Each suite's output is printed when it
+# generator's Lua suites and the benchmark's checks only plan, writing temporary files, so
+# they run in a second lane beside the suites that build into build/, which run one after
+# another (two ninja processes must never share a build log). Each suite's output is printed when it
 # ends; the summary gives each suite's seconds, and the last line is `N passed, N failed`.
 # FSDPGEN_BUDGET_S=S: a run longer than S seconds counts as one more failure.
 set -u
@@ -52,8 +52,8 @@ run_suite() {
   } 9>"$out/print.lock"
 }
 
-# The generator lane: pure Lua, no build.
-generator_lane() {
+# The planning lane: no build.
+plan_lane() {
   local i=0 s
   for s in \
     "layout units:unit_layout" \
@@ -71,23 +71,30 @@ generator_lane() {
     "no host reads of the arena:device_pointers" \
     "microbatching counts (FSDP2's tests):microbatching" \
     "random step programs:step_fuzz" \
-    "eval program:eval_program"; do
+    "eval program:eval_program" \
+    "reviewing a change (.schedule diffs, fsdpgen diff, git diff):schedule_diff" \
+    "every example plans:examples"; do
     i=$((i + 1))
     run_suite "$(printf 'g%02d' $i)" "generator: ${s%%:*}" lua5.4 "tests/generator/${s#*:}.lua"
   done
+  # 1,000 mutated specs (the slow tier: 10,000)
+  run_suite g98 "generator: mutated specs never crash or hang" lua5.4 tests/generator/spec_fuzz.lua \
+    $([[ $slow = 1 ]] && echo --count 10000)
+  run_suite g99 "bench: checks without a GPU" tests/bench/run.sh
 }
 
 # The build lane: the C runtime, the generated binaries, PyTorch and the CUDA backend.
 build_lane() {
   local i=0 s
-  for s in runtime kernels io train conformance torch cuda cuda_step; do
+  # the command line's test builds examples/tiny.lua, so it runs in this lane
+  run_suite r00 "generator: command line" lua5.4 tests/generator/cli.lua
+  for s in runtime kernels io train conformance examples fsdp2 torch cuda cuda_step; do
     i=$((i + 1))
     run_suite "$(printf 'r%02d' $i)" "runtime: $s" "tests/$s/run.sh"
   done
-  run_suite r20 "bench: checks without a GPU" tests/bench/run.sh
 }
 
-generator_lane &
+plan_lane &
 lane=$!
 build_lane
 wait "$lane"

@@ -47,7 +47,8 @@ double rt_trace_now_us(const rt_trace *t);
 // tid is out of range or the name does not fit in the string pool.
 int rt_trace_thread_name(rt_trace *t, int rank, int tid, const char *name);
 
-// A complete event: `name` ran on stream `tid` of `rank` from ts_us for dur_us.
+// A complete event: `name` ran on stream `tid` of `rank` from ts_us for dur_us. An
+// empty name (the root group's FQN) is written as "root".
 // `arg_key`/`arg_value` add one string argument ({"bytes": "4096"}); both NULL for none.
 // Strings are copied. Out-of-range rank/tid or a full buffer drops the event.
 void rt_trace_complete(rt_trace *t, int rank, int tid, const char *name, const char *cat,

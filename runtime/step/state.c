@@ -335,9 +335,11 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
     rg->pending_sub = sub;
     rg->pending_out = out_off;
     event(R, state, "unshard", g);
-    count(R, "all_gather");
+    // FSDP2 issues no all-gather over one rank (a post-forward sub-group has two or more).
+    if (sub || rg->layout.world > 1) count(R, "all_gather");
 }
 
+// One rank's all-gather: no collective, so none counted (as FSDP2's world_size == 1 path).
 void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
@@ -353,7 +355,6 @@ void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsh
     rg->pending_sub = 0;
     rg->pending_out = unsharded_off;
     event(R, state, "unshard", g);
-    count(R, "all_gather");
 }
 
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
@@ -427,7 +428,8 @@ void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype
         rt_rank_die(R, "group '%s' all-reduces across replicas, but the mesh has none", mg->name);
     rtb_reduce_scatter(R, g, r, grads_off, grads_dtype, rs_in_off, rs_out_off, rg->reduced > 0);
     rg->reduced++;
-    count(R, "reduce_scatter");
+    // Over one rank FSDP2's foreach_reduce copies (no reduce-scatter); HSDP's all-reduce runs.
+    if (rg->layout.world > 1) count(R, "reduce_scatter");
 }
 
 void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype) {
@@ -440,8 +442,7 @@ void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype 
                     mg->name, rt_dtype_name(grads_dtype), R->world, mg->divide_factor,
                     rt_dtype_name(mg->reduce_dtype));
     rtb_reduce_direct(R, g, r, grads_off, grads_dtype, rg->reduced > 0);
-    rg->reduced++;
-    count(R, "reduce_scatter");
+    rg->reduced++;  // one rank: no collective to count
 }
 
 void rt_step_all_reduce(rt_rank* R, int g) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Generated end-to-end conformance tests: for every spec (the seed's scenarios, the
-# feature specs, the conformance specs at world sizes 1, 2 and 4, the examples, and 8
+# feature specs, the conformance specs at world sizes 1, 2 and 4, the small examples
+# (`-- Size: small`; the GPU-sized ones only plan: tests/generator/examples.lua), and 8
 # random microbatch step programs written by tests/generator/step_fuzz.lua --write),
 # `fsdpgen test SPEC` emits the C, builds the binary and its test, and runs the test
 # (events, counts, parity with a non-sharded reference over 10 steps, arena peak); then a
@@ -18,7 +19,7 @@ if [[ -z ${SPECS:-} ]]; then
   rm -rf "$fuzz_dir" && mkdir -p "$fuzz_dir"
   lua5.4 tests/generator/step_fuzz.lua --write "$fuzz_dir" 8
 fi
-read -r -a specs <<< "${SPECS:-$(echo tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua examples/*.lua "$fuzz_dir"/*.lua)}"
+read -r -a specs <<< "${SPECS:-$(echo tests/specs/seed/*_*.lua tests/specs/features/*.lua tests/specs/conformance/*.lua $(grep -l '^-- Size: small' examples/*.lua) "$fuzz_dir"/*.lua)}"
 for spec in "${specs[@]}"; do
   log=$(mktemp)
   ./fsdpgen test "$spec" >"$log" 2>&1

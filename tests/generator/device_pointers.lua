@@ -1,6 +1,6 @@
 -- The step C leaves the arena to the kernels: on the CUDA backend its views F(off, bytes)
 -- and I(off, bytes) are device pointers, which host code must never read. Checked on the
--- step C of every spec (tests/specs, examples, bench/specs; the seed's two-forward specs
+-- step C of every spec (tests/specs, examples; the seed's two-forward specs
 -- among them): no view is indexed or dereferenced outside a kernel call's pointer
 -- arguments. Until 45b2742 (2026-11-24) a summed loss's gradient reached the cross-entropy as
 -- F(off, 4)[0], a host read of device memory (a crash on a GPU; in the CUDA emulator a

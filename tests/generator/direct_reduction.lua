@@ -15,7 +15,8 @@ local check = util.check
 -- Plans a spec file: its reduce_scatter steps, reduce-scatter buffers and step C.
 local function plan_of(path)
   local plan = util.plan(path)
-  local r = { steps = {}, rs_bufs = 0, world = plan.spec.world_size }
+  local r = { steps = {}, rs_bufs = 0, world = plan.spec.world_size, shard = plan.spec.mesh.shard,
+    counts = plan.counts }
   for _, st in ipairs(plan.steps) do
     if st.op == "reduce_scatter" then r.steps[#r.steps + 1] = st end
   end
@@ -91,9 +92,40 @@ local acc = mlp_spec(1, "bf16", "fp16", nil, [[{ { "set_requires_gradient_sync",
 expect(acc, true, "world 1, bf16 params, fp16 reduce of accumulated gradients")
 os.remove(tmp)
 
+-- The counted collectives follow FSDP2 2.11: over a shard group of one rank no all-gather
+-- and no reduce-scatter is issued (the events stay), and HSDP's all-reduce still is.
+local function collectives(r, op)
+  local n = 0
+  for k, v in pairs(r.counts) do
+    if k:match(" " .. op .. "$") then n = n + v end
+  end
+  return n
+end
+do
+  local f = assert(io.open(tmp, "w"))
+  f:write([[
+local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
+local layers = { models.MLP(8), models.MLP(8) }
+local model = nn.Sequential(layers)
+fsdp.fully_shard(layers[1])
+fsdp.fully_shard(model)
+return fsdp.spec{ name = "direct_probe", model = model, mesh = { replicate = 2, shard = 1 },
+  input = { shape = { 4, 8 } }, loss = "sum", optimizer = { "sgd", lr = 0.1 } }
+]])
+  f:close()
+  local r = plan_of(tmp)
+  os.remove(tmp)
+  check(#r.steps == 2 and collectives(r, "all_gather") == 0 and collectives(r, "reduce_scatter") == 0
+    and collectives(r, "all_reduce") == 2, string.format("HSDP 2 x 1: %d reductions, counted %d all-gathers, %d "
+    .. "reduce-scatters, %d all-reduces (FSDP2 2.11: 0, 0, 2)", #r.steps, collectives(r, "all_gather"),
+    collectives(r, "reduce_scatter"), collectives(r, "all_reduce")))
+end
+
 -- Every spec of the repository: direct reductions only at world 1, and there for every
--- group that sets no divide factor and reduces in fp32 or its param dtype.
-local n_specs, n_direct = 0, 0
+-- group that sets no divide factor and reduces in fp32 or its param dtype; a reduce-scatter
+-- counted for each reduction exactly where the shard group has more than one rank.
+local n_specs, n_direct, n_counts = 0, 0, 0
+
 for _, path in ipairs(util.all_specs()) do
   local ok, r = pcall(plan_of, path)
   if not ok then
@@ -109,8 +141,17 @@ for _, path in ipairs(util.all_specs()) do
       end
       if st.direct then n_direct = n_direct + 1 end
     end
+    local want_rs = r.shard > 1 and #r.steps or 0
+    if collectives(r, "reduce_scatter") ~= want_rs or (r.shard == 1 and collectives(r, "all_gather") > 0) then
+      check(false, string.format("%s: %d reduce-scatters and %d all-gathers counted over a shard group of %d "
+        .. "(%d reductions)", path, collectives(r, "reduce_scatter"), collectives(r, "all_gather"), r.shard, #r.steps))
+    else
+      n_counts = n_counts + 1
+    end
   end
 end
+check(n_counts == n_specs, string.format("%d of %d specs: reduce-scatters counted only over shard groups of more than one rank, no all-gather at one rank",
+  n_counts, n_specs))
 check(n_specs > 0 and n_direct > 0, string.format("%d specs: direct reductions exactly where one rank reduces without changing a value (%d)",
   n_specs, n_direct))
 

@@ -1,7 +1,7 @@
 -- Initialisation of activation-gradient buffers in the emitted step C: backward kernels
 -- accumulate (rt_kernels.h), so a gradient buffer's first contribution must land on zeros
 -- (an rt_zero before it) or be assigned (the kernel's assign bit, rt_kernels.h "Assign").
--- Checks, on the step C of every spec (tests/specs, examples, bench/specs), following each
+-- Checks, on the step C of every spec (tests/specs, examples), following each
 -- activation-gradient buffer of the memory plan through the backward steps in order:
 --   * its first contribution has exactly one of: an rt_zero of the buffer earlier in the
 --     same step, or the assign bit of the kernel output that writes it;

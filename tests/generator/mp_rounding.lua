@@ -1,7 +1,7 @@
 -- Mixed-precision rounding in the emitted step C (generator/kernels_c.lua): the kernels
 -- that take a dt round their own outputs (rt_kernels.h), and the generator adds an explicit
 -- rt_step_round only where a 16-bit value is left unrounded. Checks, on the step C of every
--- spec (tests/specs, examples, bench/specs):
+-- spec (tests/specs, examples):
 --   * every forward (and recomputed) output is rounded exactly once when its tensor is
 --     bf16/fp16 (by the kernel's dt or by one rt_step_round) and never when it is fp32;
 --   * no rt_step_round repeats the rounding of a buffer the backward kernel just rounded;

@@ -234,6 +234,29 @@ static void test_dropped(void) {
     rt_trace_destroy(t);
 }
 
+// The root group's FQN is "": its spans are named "root", its events keep `unshard ""`.
+static void test_root_name(void) {
+    rt_trace *t = NULL;
+    int rc = rt_trace_create(1, 0, 0, &t, err, sizeof err);
+    CHECK(rc == 0, "create trace for the root's spans");
+    if (rc) return;
+    rt_trace_complete(t, 0, RT_TRACE_ALL_GATHER, "", "all_gather", 1, 2, NULL, NULL);
+    rt_trace_instant(t, 0, 0, "unshard \"\"", "fsdp", 1, "state", "FORWARD");
+    rc = rt_trace_write(t, tpath("root.json"), err, sizeof err);
+    rt_trace_destroy(t);
+    trace_file tf = {0};
+    rc = rc ? rc : load_trace(tpath("root.json"), &tf);
+    int root = 0, empty = 0, event = 0;
+    for (const io_json *e = rc ? NULL : tf.events->child; e; e = e->next) {
+        root += is(e, "ph", "X") && is(e, "name", "root");
+        empty += is(e, "name", "");
+        event += is(e, "ph", "i") && is(e, "name", "unshard \"\"");
+    }
+    CHECK(rc == 0 && root == 1 && empty == 0 && event == 1, "a span named \"\" (the root group) is "
+          "written as \"root\", the event keeps unshard \"\" (root %d, empty %d, event %d)", root, empty, event);
+    if (tf.doc) io_json_free(tf.doc);
+}
+
 static void test_errors(void) {
     rt_trace *t = NULL;
     int rc = rt_trace_create(0, 0, 0, &t, err, sizeof err);
@@ -253,6 +276,7 @@ int main(void) {
     printf("== trace ==\n");
     test_concurrent();
     test_dropped();
+    test_root_name();
     test_errors();
     return check_summary();
 }

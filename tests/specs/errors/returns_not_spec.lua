@@ -1,4 +1,4 @@
--- expect: error: the spec must return fsdp.spec{ ... }, got a table
+-- expect: 5: error: the spec must return fsdp.spec{ ... }, got a table
 local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
 local model = models.MLP(16)
 fsdp.fully_shard(model)

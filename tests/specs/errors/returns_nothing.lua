@@ -1,4 +1,4 @@
--- expect: error: the spec returns nothing
+-- expect: 4: error: the spec returns nothing
 local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
 local model = models.MLP(16)
 fsdp.fully_shard(model)

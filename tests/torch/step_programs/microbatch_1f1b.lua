@@ -16,7 +16,7 @@ for k = 1, 3 do
 end
 step[#step + 1] = "optimizer"
 return fsdp.spec{
-  name = "microbatch_1f1b", model = model, world_size = 2,
+  name = "torch_microbatch_1f1b", model = model, world_size = 2,
   input = { shape = { 4, 8 } }, loss = "sum", optimizer = { "sgd", lr = 0.01 },
   step = step,
 }

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""PyTorch FSDP2 as the oracle of fsdpgen (tests/fsdp2/run.sh runs this with a python that
+has torch >= 2.11).
+
+Usage: oracle.py ROOT WORK [--all] [--seed S] [--count N] [--numeric-all]
+
+For every spec of tests/specs/{seed,features,conformance} and examples/, and for random
+specs (random_specs.py: `--count` of them with `--seed`; the default tier a few, --all
+100), writes the twin (`fsdpgen torch`), runs the twins in real FSDP2 (batch.py: one set
+of gloo CPU ranks per world size, 2 steps) and checks, per spec:
+- events: every step's FSDP events, as FSDP2's group hooks report them, equal
+  `fsdpgen events` line for line (and every rank recorded the same);
+- counts: every step's collectives per step item equal `fsdpgen counts`.
+For a representative subset (all eligible specs with --all or --numeric-all): 5 steps of
+the binary (`fsdpgen build`, then build/<name>/<name> --steps 5 --save) against 5 steps of
+the twin from the same initial weights and inputs: each step's loss and the final
+parameters within rtol 1e-5 (atol 1e-6: the binary prints 6 decimals) in fp32; under a
+bf16 MixedPrecisionPolicy within rtol 2e-2 (BF16_RTOL below says why). Specs with dropout
+(p > 0) compare events and counts only: the binary's masks are its own Philox stream.
+
+Prints one PASS/FAIL line per check and ends with `N passed, N failed`.
+"""
+import argparse
+import ast
+import glob
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from checks import check, summary  # noqa: E402
+
+STEPS_EVENTS, STEPS_NUMERIC = 2, 5
+# Where the spec has an eval program: an eval after every step, of one validation batch
+# (events only), or after every second step and the last, of two (numbers).
+VAL_EVERY_EVENTS, VAL_EVERY_NUMERIC, VAL_BATCHES, VAL_BATCHES_EVENTS = 1, 2, 2, 1
+RTOL, ATOL = 1e-5, 1e-6
+# bf16 keeps 8 significant bits (relative step 2^-8 = 0.4%). fsdpgen computes each op in
+# fp32 and rounds its output to bf16 at the store; PyTorch's CPU bf16 kernels round at other
+# points (inside matmuls, norms and softmax), so each op's output may differ by an ulp or
+# two, and that compounds over layers and steps: a few ulps of 2^-8, 2e-2 relative.
+BF16_RTOL = 2e-2
+ADAM_ATOL, ADAM_RARE = 1e-2, 1e-3
+# The default tier's numeric comparisons (every eligible spec with --all).
+NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch_1f1b", "lr_schedule_warmup_cosine",
+                   "hsdp_int_reshard", "transformer_w2_bf16", "gpt_bytes"]
+DEFAULT_RANDOM = 8
+
+
+def sh(cmd, cwd=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    return r.returncode, r.stdout, r.stderr
+
+
+def planned_of(text):
+    """The twin's FSDPGEN block: what fsdpgen planned (events, counts, the eval's)."""
+    m = re.search(r"^FSDPGEN = dict\(.*?^\)$", text, re.M | re.S)
+    call = ast.parse(m.group(0)).body[0].value
+    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+
+
+def prepare(root, work, spec, random_dir):
+    """Writes the twin (one `fsdpgen torch`: the twin carries fsdpgen's events and counts);
+    returns (job, None), (None, note) for a random spec fsdpgen rejects, or ({error}, None)."""
+    name = os.path.splitext(os.path.basename(spec))[0]
+    twin = os.path.join(work, "twins", name + "_twin.py")
+    rc, _, err = sh([os.path.join(root, "fsdpgen"), "torch", spec, "-o", twin])
+    if rc == 2 and spec.startswith(random_dir):
+        return None, f"{name}: rejected by fsdpgen: {err.strip()}"
+    if rc:
+        return {"name": name, "spec": spec, "error": err.strip()}, None
+    with open(twin) as f:
+        text = f.read()
+    m = re.search(r"^    name=\"([^\"]+)\", world=(\d+),", text, re.M)
+    flags = {k: re.search(rf"{k}=(True|False)", text).group(1) == "True" for k in ("dropout", "low_precision")}
+    o = re.search(r'optimizer=dict\(kind="(\w+)", lr=([0-9.eE+-]+)', text)
+    flags["adam_lr"] = float(o.group(2)) if o.group(1) != "sgd" else None
+    planned = planned_of(text)
+    return {"name": m.group(1), "file": name, "spec": spec, "twin": twin, "world": int(m.group(2)), "flags": flags,
+            "planned": planned, "eval": planned["eval_events"] is not None}, None
+
+
+def counts_dict(lines):
+    out = {}
+    for line in lines:
+        k, v = line.rsplit(" ", 1)
+        out[k] = int(v)
+    return out
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype="<f4")
+            for k, v in header.items()}
+
+
+def run_binary(root, job, work):
+    """Builds and runs the spec's binary for STEPS_NUMERIC steps (with evals where the spec
+    has one); returns (losses, val losses, params) or an error string."""
+    rc, out, err = sh([os.path.join(root, "fsdpgen"), "build", job["spec"]])
+    if rc:
+        return f"fsdpgen build failed: {(out + err).strip()[-500:]}"
+    save = os.path.join(work, job["file"] + ".binary.safetensors")
+    binary = os.path.join(root, "build", job["name"], job["name"])
+    cmd = [binary, "--steps", str(STEPS_NUMERIC), "--log-every", "1", "--save", save]
+    if job["eval"]:
+        cmd += ["--val-every", str(VAL_EVERY_NUMERIC), "--val-batches", str(VAL_BATCHES)]
+    rc, out, err = sh(cmd)
+    if rc:
+        return f"binary failed: {(out + err).strip()[-500:]}"
+    losses = [float(m.group(1)) for m in re.finditer(r"^step \d+ loss ([-0-9.eE+naif]+)", out, re.M)]
+    vals = [float(m.group(1)) for m in re.finditer(r"^step \d+ val loss ([-0-9.eE+naif]+)", out, re.M)]
+    return losses, vals, read_safetensors(save)
+
+
+def first_difference(name, what, got, want):
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return (f"{name}: {what} differ from fsdpgen's at event {first + 1}: FSDP2 {got[first:first + 3]} "
+            f"fsdpgen {want[first:first + 3]} ({len(got)} vs {len(want)} events)")
+
+
+def compare_events(job, report):
+    """Each step's events and counts against fsdpgen's (a step after an eval against the
+    plan of a step after an eval), and each eval batch's against the eval's plan."""
+    name, planned = job["name"], job["planned"]
+    after_eval = {e["step"] + 1 for e in report["evals"]}
+    bad_ev, bad_co = None, None
+    for s, (ev, co) in enumerate(zip(report["events"], report["counts"])):
+        after = s + 1 in after_eval
+        want = planned["after_eval_events" if after else "events"]
+        want_c = planned["after_eval_counts" if after else "counts"]
+        label = f"events of step {s + 1}{' (after an eval)' if after else ''}"
+        if ev != want and bad_ev is None:
+            bad_ev = first_difference(name, label, ev, want)
+        if counts_dict(co) != counts_dict(want_c) and bad_co is None:
+            bad_co = f"{name}: counts of step {s + 1}: FSDP2 {counts_dict(co)} fsdpgen {counts_dict(want_c)}"
+    n = len(report["events"])
+    if bad_ev:
+        check(False, bad_ev)
+    else:
+        check(report["ranks_agree"], f"{name}: events of {n} steps match `fsdpgen events` "
+              f"({len(planned['events'])} events a step{', after an eval too' if after_eval else ''})"
+              f"{'' if report['ranks_agree'] else ', but the ranks recorded different ones'}")
+    check(bad_co is None, bad_co or f"{name}: counts match `fsdpgen counts` ({', '.join(planned['counts'])})")
+    if not report["evals"]:
+        return
+    bad = None
+    for e in report["evals"]:
+        for b, (ev, co) in enumerate(zip(e["events"], e["counts"])):
+            if bad is None and ev != planned["eval_events"]:
+                bad = first_difference(name, f"eval events after step {e['step']} (batch {b + 1})", ev,
+                                       planned["eval_events"])
+            if bad is None and counts_dict(co) != counts_dict(planned["eval_counts"]):
+                bad = (f"{name}: eval counts after step {e['step']} (batch {b + 1}): FSDP2 {counts_dict(co)} "
+                       f"fsdpgen {counts_dict(planned['eval_counts'])}")
+    nb = sum(len(e["events"]) for e in report["evals"])
+    check(bad is None, bad or f"{name}: eval events and counts of {nb} validation batches match fsdpgen's eval "
+          f"({len(planned['eval_events'])} events, {', '.join(planned['eval_counts'][:1])})")
+
+
+def compare_numbers(job, report, got_bin, twin_save):
+    name = job["name"]
+    if isinstance(got_bin, str):
+        check(False, f"{name}: numbers: {got_bin}")
+        return
+    losses, vals, params = got_bin
+    rtol = BF16_RTOL if job["flags"]["low_precision"] else RTOL
+    twin_losses = report["losses"]
+    if job["eval"]:
+        twin_vals = [e["loss"] for e in report["evals"]]
+        ok = len(vals) == len(twin_vals) and all(abs(a - b) <= rtol * abs(b) + ATOL for a, b in zip(vals, twin_vals))
+        worst = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(vals, twin_vals)), default=float("nan"))
+        check(ok, f"{name}: val losses of {len(twin_vals)} evals match FSDP2's within rtol {rtol:g} (max rel diff "
+              f"{worst:.2e}; {len(vals)} from the binary)")
+    ok = len(losses) == len(twin_losses) and all(abs(a - b) <= rtol * abs(b) + ATOL for a, b in zip(losses, twin_losses))
+    worst = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, twin_losses)), default=float("nan"))
+    check(ok, f"{name}: losses of {len(twin_losses)} steps match FSDP2's within rtol {rtol:g} (max rel diff "
+          f"{worst:.2e}; FSDP2 {twin_losses[-1]:.6f}, binary {losses[-1] if losses else float('nan'):.6f} at the last)")
+    twin = read_safetensors(twin_save)
+    if set(twin) != set(params):
+        check(False, f"{name}: parameters: names differ ({sorted(set(twin) ^ set(params))[:4]})")
+        return
+    worst, worst_name, ok = 0.0, "", True
+    lr = job["flags"]["adam_lr"]
+    outliers, total = 0, 0
+    for k in twin:
+        a, b = params[k], twin[k]
+        diff = np.abs(a - b)
+        # bf16: also atol rtol * the tensor's largest magnitude (elements near zero).
+        atol = ATOL if rtol == RTOL else rtol * max(1.0, float(np.abs(b).max()))
+        if lr is not None:
+            # Adam moves an element by up to lr a step whatever its gradient's size, so a
+            # gradient at rounding level (summed in another order) can move it differently:
+            # 1% of the largest possible move. Under bf16 the gradients keep 8 bits, so
+            # such elements are common: lr x steps, half the widest gap two Adam runs can
+            # open on one element.
+            frac = ADAM_ATOL if rtol == RTOL else 1.0
+            atol = max(atol, frac * lr * STEPS_NUMERIC)
+        bad = diff > rtol * np.abs(b) + atol
+        if lr is not None:
+            # In fp32 such an element is rare and may take the widest gap (2 lr x steps):
+            # allowed for at most ADAM_RARE of the elements (and one).
+            if np.any(diff[bad] > 2 * lr * STEPS_NUMERIC):
+                ok = False
+            outliers += int(bad.sum())
+        elif np.any(bad):
+            ok = False
+        total += diff.size
+        d = float(diff.max()) if diff.size else 0.0
+        if d > worst:
+            worst, worst_name = d, k
+    if outliers > max(1, ADAM_RARE * total):
+        ok = False
+    rare = f", {outliers} of {total} elements by up to 2 lr x steps" if outliers else ""
+    check(ok, f"{name}: {len(twin)} parameters after {STEPS_NUMERIC} steps match FSDP2's within rtol {rtol:g} "
+          f"(max abs diff {worst:.2e}, in {worst_name}{rare})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root")
+    ap.add_argument("work")
+    ap.add_argument("--all", action="store_true", help="100 random specs (or --count) and every numeric comparison")
+    ap.add_argument("--numeric-all", action="store_true", help="numbers of every eligible spec")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=None)
+    ap.add_argument("--only", help="regex over spec names")
+    a = ap.parse_args()
+    root, work = os.path.abspath(a.root), os.path.abspath(a.work)
+    os.makedirs(os.path.join(work, "twins"), exist_ok=True)
+    t0 = time.time()
+    specs = []
+    for d in ("tests/specs/seed", "tests/specs/features", "tests/specs/conformance", "examples"):
+        specs += sorted(p for p in glob.glob(os.path.join(root, d, "*.lua")) if not p.endswith("/make.lua"))
+    count = a.count if a.count is not None else (100 if a.all else DEFAULT_RANDOM)
+    rand_dir = os.path.join(work, "random")
+    out = subprocess.run([sys.executable, os.path.join(HERE, "random_specs.py"), rand_dir, "--seed", str(a.seed),
+                          "--count", str(count)], capture_output=True, text=True, check=True).stdout
+    specs += out.split()
+    if a.only:
+        specs = [s for s in specs if re.search(a.only, os.path.basename(s))]
+    numeric_all = a.all or a.numeric_all
+    # Pipelined: the twins are written (2 at a time) while batch.py (torch imported once)
+    # runs the ones already written, a group of one world size at a time; the binaries of
+    # the numeric subset build and train in the background meanwhile.
+    log = open(os.path.join(work, "batch.log"), "w")
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "batch.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l.rstrip("\n")) for l in proc.stdout] + [lines.put(None)],
+                     daemon=True).start()
+    pool, binaries = ThreadPoolExecutor(2), ThreadPoolExecutor(1)
+    futures = [pool.submit(prepare, root, work, s, rand_dir) for s in specs]
+    outcomes, jobs, pending, numbers = [None] * len(futures), [], [], {}
+    busy, ended, rejected, t_written = False, False, 0, None
+    while True:
+        for i, f in enumerate(futures):
+            if outcomes[i] is None and f.done():
+                job, note = outcomes[i] = f.result()
+                if job is None:
+                    rejected += 1
+                elif "error" not in job:
+                    job["numeric"] = (not job["flags"]["dropout"]) and (numeric_all or job["name"] in NUMERIC_DEFAULT)
+                    job["report"] = os.path.join(work, job["file"] + ".report.json")
+                    job["save"] = os.path.join(work, job["file"] + ".twin.safetensors") if job["numeric"] else None
+                    jobs.append(job)
+                    pending.append(job)
+                    if job["numeric"]:
+                        numbers[job["file"]] = binaries.submit(run_binary, root, job, work)
+        written = all(o is not None for o in outcomes)
+        if written and t_written is None:
+            t_written = time.time()
+            print(f"# {len(jobs)} specs ({rejected} random ones rejected by fsdpgen), twins written in "
+                  f"{t_written - t0:.0f} s", flush=True)
+        while not lines.empty():
+            line = lines.get()
+            if line is None:
+                ended = True
+            elif line == "# idle":
+                busy = False
+            elif line.startswith("# world"):
+                print(line, flush=True)
+        if ended or (written and not pending and not busy):
+            break
+        if not busy and pending:
+            by_world = {}
+            for j in pending:
+                by_world.setdefault(j["world"], []).append(j)
+            world, group = max(by_world.items(), key=lambda kv: len(kv[1]))
+            if written or len(group) >= 8:
+                entries = [{"twin": j["twin"], "steps": STEPS_NUMERIC if j["numeric"] else STEPS_EVENTS,
+                            "report": j["report"], "save": j["save"],
+                            "val_batches": VAL_BATCHES if j["numeric"] else VAL_BATCHES_EVENTS,
+                            "val_every": (VAL_EVERY_NUMERIC if j["numeric"] else VAL_EVERY_EVENTS) if j["eval"] else 0}
+                           for j in group]
+                proc.stdin.write(json.dumps({"world": world, "jobs": entries}) + "\n")
+                proc.stdin.flush()
+                pending = [j for j in pending if j["world"] != world]
+                busy = True
+        time.sleep(0.05)
+    proc.stdin.close()
+    rc = proc.wait()
+    log.close()
+    if rc:
+        with open(os.path.join(work, "batch.log")) as f:
+            print(f.read()[-3000:])
+    # The checks, in the specs' order.
+    for job, note in outcomes:
+        if job is not None and "error" in job:
+            check(False, f"{job['name']}: fsdpgen torch: {job['error'][-300:]}")
+    for j in jobs:
+        if not os.path.exists(j["report"]):
+            check(False, f"{j['name']}: FSDP2 run: no report (the ranks died; exit {rc})")
+            continue
+        with open(j["report"]) as f:
+            report = json.load(f)
+        if "error" in report:
+            check(False, f"{j['name']}: FSDP2 run failed: {report['error']}")
+            if os.environ.get("VERBOSE") == "1":
+                print(report.get("trace", ""))
+            continue
+        compare_events(j, report)
+        if j["numeric"]:
+            compare_numbers(j, report, numbers[j["file"]].result(), j["save"])
+    pool.shutdown()
+    binaries.shutdown()
+    print(f"# {time.time() - t0:.0f} s in all")
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Random fsdpgen specs on PyTorch's test models, for the FSDP2 oracle (tests/fsdp2).
+
+Usage: random_specs.py OUT_DIR --seed S --count N
+
+Each spec: a Transformer (1-6 blocks; tied or untied output; the model's own checkpointing,
+composable checkpoint(module) on some blocks, or none) or a Sequential of MLPs; blocks
+sharded one by one, in list groups, or left to the root; embedding and head groups; every
+reshard_after_forward kind (true, false, default, an integer divisor of the shard size);
+forward and backward prefetch lists; a bf16 MixedPrecisionPolicy; uneven shards (sizes
+the world does not divide); HSDP 2 x 2 and 2 x 1; microbatch programs (gradient accumulation,
+1F1B with explicit unshards, two forwards before one backward, a manual reshard); world
+sizes 1, 2, 4 and 8. Writes OUT_DIR/rand_<seed>_<i>.lua and prints their paths. Specs
+fsdpgen rejects are part of the space too: the caller drops those (`fsdpgen events` exit 2).
+"""
+import argparse
+import os
+import random
+
+HEADER = 'local nn, fsdp, models = require("nn"), require("fsdp"), require("models")\n'
+
+
+def raf_value(rng, shard, root=False):
+    kinds = ["true", "false", "nil"]
+    divisors = [d for d in range(2, shard) if shard % d == 0]
+    if divisors and not root:
+        kinds.append(str(rng.choice(divisors)))
+    return rng.choice(kinds)
+
+
+def opts(raf, mp, hsdp):
+    parts = []
+    if raf != "nil":
+        parts.append(f"reshard_after_forward = {raf}")
+    if mp:
+        parts.append('mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }')
+    return "{ " + ", ".join(parts) + " }"
+
+
+def step_program(rng, kind):
+    if kind == "plain":
+        return None
+    if kind == "accumulate":
+        return ('{ { "set_requires_gradient_sync", false }, "forward", "backward", '
+                '{ "set_requires_gradient_sync", true }, "forward", "backward", "optimizer" }')
+    if kind == "1f1b":
+        return ('{ { "unshard", async_op = true }, { "set_requires_gradient_sync", false }, '
+                '{ "set_is_last_backward", false }, { "set_reshard_after_backward", false }, "forward", "backward", '
+                '"forward", "backward", { "set_requires_gradient_sync", true }, { "set_is_last_backward", true }, '
+                '{ "set_reshard_after_backward", true }, "forward", "backward", "optimizer" }')
+    if kind == "two_forwards":
+        return '{ "forward", "forward", "backward", "optimizer" }'
+    return '{ "forward", "reshard", "backward", "optimizer" }'
+
+
+def transformer(rng, i, world, hsdp):
+    shard = hsdp[1] if hsdp else world
+    n = rng.randint(1, 6)
+    uneven = rng.random() < 0.3
+    dim = rng.choice([12, 20]) if uneven else rng.choice([8, 16])
+    heads = 2 if dim % 4 else 4
+    vocab = rng.choice([10, 13]) if uneven else 8
+    tie = rng.random() < 0.4
+    ckpt = rng.choice(["none", "none", "model", "composable"])
+    mp = rng.random() < 0.2
+    lines = [HEADER]
+    lines.append(f"local model = models.Transformer{{ n_layers = {n}, vocab_size = {vocab}, max_seq_len = 16, dim = {dim}, "
+                 f"n_heads = {heads}, dropout_p = 0, weight_tying = {str(tie).lower()}, "
+                 f"checkpoint_activations = {str(ckpt == 'model').lower()} }}")
+    if ckpt == "composable":
+        for b in range(n):
+            if rng.random() < 0.5:
+                lines.append(f"nn.checkpoint_module(model.layers[{b + 1}])")
+    sharded = []
+    b = 0
+    while b < n:
+        r = rng.random()
+        if r < 0.15:
+            b += 1  # left to the root
+            continue
+        if r < 0.35 and b + 1 < n:
+            lines.append(f"fsdp.fully_shard({{ model.layers[{b + 1}], model.layers[{b + 2}] }}, "
+                         f"{opts(raf_value(rng, shard), mp, hsdp)})")
+            sharded.append(b)
+            b += 2
+            continue
+        lines.append(f"fsdp.fully_shard(model.layers[{b + 1}], {opts(raf_value(rng, shard), mp, hsdp)})")
+        sharded.append(b)
+        b += 1
+    if not tie and rng.random() < 0.3:
+        lines.append(f"fsdp.fully_shard(model.tok_embeddings, {opts(raf_value(rng, shard), mp, hsdp)})")
+    if not tie and rng.random() < 0.3:
+        lines.append(f"fsdp.fully_shard({{ model.norm, model.output }}, {opts(raf_value(rng, shard), mp, hsdp)})")
+    lines.append(f"fsdp.fully_shard(model, {opts(raf_value(rng, shard, root=True), mp, hsdp)})")
+    singles = [s for s in sharded if f"fully_shard(model.layers[{s + 1}]," in "\n".join(lines)]
+    if len(singles) >= 2 and rng.random() < 0.4:
+        for a, c in zip(singles, singles[1:]):
+            lines.append(f"model.layers[{a + 1}]:set_modules_to_forward_prefetch({{ model.layers[{c + 1}] }})")
+    if len(singles) >= 2 and rng.random() < 0.3:
+        for a, c in zip(singles, singles[1:]):
+            lines.append(f"model.layers[{c + 1}]:set_modules_to_backward_prefetch({{ model.layers[{a + 1}] }})")
+    # Cross-entropy, bounded below: a sum of logits falls without bound under training,
+    # and 5 steps of that (SGD with momentum above all) amplify rounding differences
+    # between two correct implementations past any tolerance.
+    return lines, "{ batch = 2, seq_len = 16 }", "cross_entropy", dim
+
+
+def mlps(rng, i, world, hsdp):
+    shard = hsdp[1] if hsdp else world
+    n = rng.randint(1, 4)
+    dim = rng.choice([8, 12, 16])
+    mp = rng.random() < 0.2
+    lines = [HEADER]
+    blocks = ", ".join(f"models.MLP({dim})" for _ in range(n))
+    lines.append(f"local model = nn.Sequential{{ nn.Linear({dim}, {dim}), {blocks} }}")
+    for b in range(n):
+        if rng.random() < 0.8:
+            lines.append(f"fsdp.fully_shard(model[{b + 2}], {opts(raf_value(rng, shard), mp, hsdp)})")
+    lines.append(f"fsdp.fully_shard(model, {opts(raf_value(rng, shard, root=True), mp, hsdp)})")
+    return lines, f"{{ shape = {{ 4, {dim} }} }}", "sum", dim
+
+
+def make(rng, seed, i):
+    world = rng.choice([1, 2, 4, 4, 8])
+    # HSDP: 2 x 2, or 2 x 1 (a shard group of one rank: FSDP2 issues no all-gather and no
+    # reduce-scatter there, only the all-reduce).
+    hsdp = None
+    if world == 4 and rng.random() < 0.25:
+        hsdp = (2, 2)
+    elif world == 2 and rng.random() < 0.2:
+        hsdp = (2, 1)
+    lines, inp, loss, _ = (transformer if rng.random() < 0.7 else mlps)(rng, i, world, hsdp)
+    program = step_program(rng, rng.choice(["plain", "plain", "plain", "accumulate", "1f1b", "two_forwards",
+                                            "reshard"]))
+    opt = rng.choice(['{ "adam", lr = 1e-2 }', '{ "sgd", lr = 1e-2, momentum = 0.9 }', '{ "adamw", lr = 1e-2 }'])
+    where = f"mesh = {{ replicate = {hsdp[0]}, shard = {hsdp[1]} }}" if hsdp else f"world_size = {world}"
+    body = [f'  name = "rand_{seed}_{i}", model = model, {where},',
+            f'  input = {inp}, loss = "{loss}", optimizer = {opt},']
+    if rng.random() < 0.2:
+        body.append("  grad_clip = 1.0,")
+    if program:
+        body.append(f"  step = {program},")
+    lines.append("return fsdp.spec{\n" + "\n".join(body) + "\n}")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=100)
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    for i in range(a.count):
+        path = os.path.join(a.out, f"rand_{a.seed}_{i}.lua")
+        with open(path, "w") as f:
+            f.write(make(rng, a.seed, i))
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
