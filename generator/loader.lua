@@ -94,7 +94,7 @@ local sandbox_mt = {
   __index = function(_, k)
     if REMOVED[k] then
       errors.raise(string.format("'%s' is not available in a spec: specs run in a sandbox without os, io, debug, "
-        .. "package, load, loadfile, dofile and collectgarbage (README: the spec sandbox)", k))
+        .. "package, load, loadfile, dofile and collectgarbage (docs/spec.md: the spec sandbox)", k))
     end
   end,
 }

@@ -283,7 +283,7 @@ def counts_lines(counts):
 # ---- the run ------------------------------------------------------------------------------
 
 def lr_factor(i):
-    """The lr_schedule's multiplier at optimizer step i (README, "lr_schedule")."""
+    """The lr_schedule's multiplier at optimizer step i (docs/spec.md, "lr_schedule")."""
     s, lr = SPEC["lr_schedule"], SPEC["optimizer"]["lr"]
     if s is None:
         return 1.0
