@@ -9,8 +9,9 @@
 # The suites are listed in tests/README.md (what each proves, needs and costs). The
 # generator's Lua suites and the benchmark's checks only plan, writing temporary files, so
 # they run in a second lane beside the suites that build into build/, which run one after
-# another (two ninja processes must never share a build log). Each suite's output is printed when it
-# ends; the summary gives each suite's seconds, and the last line is `N passed, N failed`.
+# another (two ninja processes must never share a build log). Each suite's output is
+# printed when it ends; the summary gives each suite's seconds, and the last line is
+# `N passed, N failed`.
 # FSDPGEN_BUDGET_S=S: a run longer than S seconds counts as one more failure.
 set -u
 cd "$(dirname "$0")/.."

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "rt_cuda.h"
+#include "rt_units.h"
 #include "segments.h"
 
 // ---- copy plans -----------------------------------------------------------------------------
@@ -201,8 +202,9 @@ int rtb_rank_init(rt_rank* R) {
         R->offload_base = c->mirror;
         R->offload_end = on_host;
         if (R->rank == 0)
-            printf("fsdpgen: offload_policy: %zu bytes of sharded parameters, gradients and "
-                   "optimizer state per rank in pinned host memory\n", on_host);
+            printf("fsdpgen: offload_policy: %zu bytes (%s) of sharded parameters, gradients "
+                   "and optimizer state per rank in pinned host memory\n", on_host,
+                   rt_units_bytes(on_host).s);
     }
     char name[48];
     snprintf(name, sizeof name, "rank %d (GPU %d)", R->rank, c->device);

@@ -19,6 +19,7 @@
 
 #include "rt_kernels.h"
 #include "rt_train.h"
+#include "rt_units.h"
 #include "train_internal.h"
 
 // ---- capture ----------------------------------------------------------------------------
@@ -354,11 +355,14 @@ static void check_memory(const rt_model* m, const train_run* run) {
     int bad = 0;
     for (int r = 0; r < m->world; r++)
         if (run->peak[r] != planned) {
-            if (!bad) printf("memory: rank %d measured peak %zu bytes, planned %zu\n", r, run->peak[r], planned);
+            if (!bad)
+                printf("memory: rank %d measured peak %zu bytes (%s), planned %zu\n", r, run->peak[r],
+                       rt_units_bytes(run->peak[r]).s, planned);
             bad++;
         }
-    verdict(!bad, "memory: %d of %d ranks measured exactly the planned peak of %zu bytes (arena "
-                  "%zu bytes)", m->world - bad, m->world, planned, m->arena_bytes);
+    verdict(!bad, "memory: %d of %d ranks measured exactly the planned peak of %zu bytes, %s (arena "
+                  "%zu bytes)", m->world - bad, m->world, planned, rt_units_bytes(planned).s,
+            m->arena_bytes);
 }
 
 // The reference must be the same model: same parameters, world and inputs.

@@ -177,10 +177,10 @@ for entry in "${specs[@]}"; do
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
         "$work/$name.cuda.safetensors" "$rtol" "$name"
     if [[ $name == offload_cpu ]]; then  # the persistent buffers in pinned host memory
-        if grep -q '^fsdpgen: offload_policy: 57408 bytes of sharded parameters' "$work/$name.cuda.log"; then
+        if grep -q '^fsdpgen: offload_policy: 57408 bytes (56.1 KiB) of sharded parameters' "$work/$name.cuda.log"; then
             pass "$name: the CUDA binary keeps the plan's 57408 persistent bytes per rank in pinned host memory"
         else
-            fail "$name: no 'offload_policy: 57408 bytes ... in pinned host memory' line"
+            fail "$name: no 'offload_policy: 57408 bytes (56.1 KiB) ... in pinned host memory' line"
         fi
     fi
     if [[ $name == llama_tc_attention_bf16 ]]; then  # attention on tensor cores: fused dQ too
