@@ -51,18 +51,33 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_err
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"
 
+# The programs run two at a time (the longest first), each into its own files; their
+# output is printed and counted in the list's order.
+work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_cuda.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+order="test_cuda_kernels_emu $(echo $tests | tr ' ' '\n' | grep -vx test_cuda_kernels_emu | tr '\n' ' ')"
+n=0
+for t in $order; do
+    n=$((n + 1))
+    [ "$n" -gt 2 ] && wait -n
+    (
+        lazy=0
+        [[ $t == *:* ]] && lazy=${t%%:*}
+        t0=$SECONDS
+        CUDA_EMU_LAZY=$lazy "build/cuda/${t#*:}" >"$work/$t.out" 2>&1
+        echo "$? $((SECONDS - t0))" >"$work/$t.rc"
+    ) &
+done
+wait
+
 passed=0
 failed=0
 for t in $tests; do
     echo "== $t"
-    lazy=0
-    [[ $t == *:* ]] && lazy=${t%%:*}
-    t0=$SECONDS
-    out=$(CUDA_EMU_LAZY=$lazy "build/cuda/${t#*:}" 2>&1)
-    rc=$?
-    printf '%s\n' "$out"
-    echo "tests/cuda: $t took $((SECONDS - t0)) s"
-    last=$(printf '%s\n' "$out" | tail -n 1)
+    read -r rc secs <"$work/$t.rc" || { rc=1 secs=0; }
+    cat "$work/$t.out"
+    echo "tests/cuda: $t took $secs s"
+    last=$(tail -n 1 "$work/$t.out")
     if [[ "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
         p=${BASH_REMATCH[1]}
         f=${BASH_REMATCH[2]}

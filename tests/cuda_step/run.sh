@@ -99,6 +99,9 @@ if ! ninja -f runtime/cuda_step.ninja cuda_step >"$work/build.log" 2>&1; then
 fi
 run_suite test_segments build/cuda_step/test_segments
 
+# Every build first, one at a time (ninja's build log is shared): the CUDA binaries, and the
+# CPU binaries the comparisons below run; the checks of the binaries then run two specs at
+# a time.
 for entry in "${specs[@]}"; do
     read -r spec rtol <<<"$entry"
     if ./fsdpgen build "$spec" --cuda >"$work/b.log" 2>&1; then
@@ -107,6 +110,7 @@ for entry in "${specs[@]}"; do
         cat "$work/b.log"
         fail "fsdpgen build $spec --cuda"
     fi
+    ./fsdpgen build "$spec" >"$work/b.log" 2>&1 || { cat "$work/b.log"; fail "fsdpgen build $spec"; }
 done
 
 # ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
@@ -150,8 +154,8 @@ cuda_binary() {
     if ! g++ -o "$bin" "${objs[@]}" -Wl,--start-group build/train/librt_train.a \
         build/cuda_step/emu/librt_step_cuda_emu.a build/cuda/emu/librt_kernels_cuda_emu.a \
         build/io/librt_io.a build/runtime/librt_mpi_stub.a build/runtime/librt_core.a \
-        -Wl,--end-group -fsanitize=address,undefined -lm -pthread >"$work/link.log" 2>&1; then
-        cat "$work/link.log"
+        -Wl,--end-group -fsanitize=address,undefined -lm -pthread >"$work/link.$name.$main.log" 2>&1; then
+        cat "$work/link.$name.$main.log"
         fail "link of $bin"
         return 1
     fi
@@ -159,19 +163,21 @@ cuda_binary() {
 
 where=$([ "$gpu" = 1 ] && echo GPU || echo emulator)
 find_python
-for entry in "${specs[@]}"; do
-    read -r spec rtol <<<"$entry"
+# spec_checks SPEC RTOL: the checks of one spec's binaries (run in a subshell: its counts go
+# to the caller through files).
+spec_checks() {
+    local spec=$1 rtol=$2 name
     name=$(basename "$spec" .lua)
     cuda_binary "$name" test && CUDA_EMU_LAZY=1 run_suite "conformance/$name ($where)" "$bin"
     if [ -z "$py" ]; then
         skipped+=("CUDA vs CPU $name: SKIP no python3 with torch")
-        continue
+        return
     fi
-    cuda_binary "$name" main || continue
+    cuda_binary "$name" main || return
     # The eval program after steps 2, 4 and 5, where the spec has one.
     val=(--val-every 2 --val-batches 2)
     grep -q '^eval       not available' "build/$name/$name.schedule" && val=()
-    ./fsdpgen run "$spec" -- --steps 5 "${val[@]}" --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
+    "build/$name/$name" --steps 5 "${val[@]}" --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
     CUDA_EMU_LAZY=low "$bin" --steps 5 "${val[@]}" --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
     PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name ($where)" "$py" tests/cuda_step/compare_runs.py \
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
@@ -205,8 +211,8 @@ for entry in "${specs[@]}"; do
             fail "$name with RT_ATTENTION_FUSED_DQ=yes: no one-line error naming it"
         fi
     fi
-    [ "$gpu" = 1 ] && continue
-    [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || continue
+    [ "$gpu" = 1 ] && return
+    [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || return
     # The emulator's arithmetic is the same in any order, so the run with every stream at
     # issue (0) and with every stream waiting to be needed (1) must save the low run's bits
     # exactly: a side stream touching bytes the plan gave to another buffer too early or too
@@ -223,7 +229,7 @@ for entry in "${specs[@]}"; do
         fail "lazy modes/$name (emulator): CUDA_EMU_LAZY=0, low and 1 save different parameters" \
             "(streams race: an access their events do not order)"
     fi
-    [ ${#val[@]} = 0 ] && continue
+    [ ${#val[@]} = 0 ] && return
     # The evals change no bit of the training.
     if CUDA_EMU_LAZY=low "$bin" --steps 5 --save "$work/$name.noval.safetensors" >"$work/$name.noval.log" 2>&1 &&
         cmp -s "$work/$name.cuda.safetensors" "$work/$name.noval.safetensors"; then
@@ -231,6 +237,30 @@ for entry in "${specs[@]}"; do
     else
         fail "eval/$name (emulator): the evals changed the trained parameters"
     fi
+}
+# Two specs at a time, each into its own files; printed and counted in the list's order.
+i=0
+for entry in "${specs[@]}"; do
+    read -r spec rtol <<<"$entry"
+    i=$((i + 1))
+    [ "$i" -gt 2 ] && wait -n
+    (
+        passed=0 failed=0 skipped=()
+        spec_checks "$spec" "$rtol"
+        echo "$passed $failed" >"$work/spec$i.tally"
+        [ ${#skipped[@]} -gt 0 ] && printf '%s\n' "${skipped[@]}" >"$work/spec$i.skipped"
+    ) >"$work/spec$i.out" 2>&1 &
+done
+wait
+for ((k = 1; k <= i; k++)); do
+    cat "$work/spec$k.out"
+    if read -r p f <"$work/spec$k.tally" 2>/dev/null; then
+        passed=$((passed + p)) failed=$((failed + f))
+    else
+        failed=$((failed + 1))
+        echo "$suite_tag the checks of ${specs[k - 1]%% *} ended without their counts"
+    fi
+    [ -f "$work/spec$k.skipped" ] && mapfile -t -O "${#skipped[@]}" skipped <"$work/spec$k.skipped"
 done
 
 # --trace's waits of compute for collectives (tests/gpu/trace_waits.py): the script's sums on

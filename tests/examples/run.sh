@@ -15,13 +15,13 @@ check() {
 work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_examples.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 data=/usr/share/common-licenses/GPL-3
-val=/usr/share/common-licenses/GPL-2
-[[ -f $data && -f $val ]] || { data=generator/planner.lua; val=generator/memory.lua; }
+val_data=/usr/share/common-licenses/GPL-2
+[[ -f $data && -f $val_data ]] || { data=generator/planner.lua; val_data=generator/memory.lua; }
 small=$(grep -l '^-- Size: small' examples/*.lua)
 [[ -n $small ]] || check 0 "no example says '-- Size: small'"
 for spec in $small; do
   log=$work/$(basename "$spec" .lua).log
-  ./fsdpgen run "$spec" -- --steps 30 --log-every 10 --data "$data" --val-data "$val" \
+  ./fsdpgen run "$spec" -- --steps 30 --log-every 10 --data "$data" --val-data "$val_data" \
     --val-batches 2 >"$log" 2>&1
   rc=$?
   check $((rc == 0)) "$spec: ./fsdpgen run trains 30 steps (exit $rc)"
