@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite of fsdpgen and sums their closing `N passed, N failed` lines.
 #
-#   tests/run_all.sh          the fast tier: what CI runs (budget: 15 minutes on 2 cores)
+#   tests/run_all.sh          the fast tier: what CI runs (target: 15 minutes on 2 cores)
 #   tests/run_all.sh --all    also the slow tier (FSDPGEN_SLOW=1 in every suite: the
 #                             emulator's ThreadSanitizer builds, every spec on the CUDA
 #                             emulator, the long fuzzing; tests/README.md lists it)
