@@ -84,14 +84,17 @@ function commands.counts(args)
   io.write(table.concat(lines, "\n"), "\n")
 end
 
-function commands.plan(args)
-  local spec_path, out_dir
+-- Reads "SPEC [-o OUT]" for `cmd`, whose -o names a `what` ("directory", "file").
+local function spec_and_out(args, cmd, what)
+  local spec_path, out
   local i = 1
   while i <= #args do
     if args[i] == "-o" then
-      out_dir = args[i + 1]
-      if not out_dir then usage_error("-o needs a directory") end
+      out = args[i + 1]
+      if not out then usage_error("-o needs a " .. what) end
       i = i + 2
+    elseif args[i]:sub(1, 1) == "-" then
+      usage_error("unknown " .. cmd .. " option '" .. args[i] .. "' (allowed: -o " .. (what == "file" and "FILE" or "DIR") .. ")")
     elseif not spec_path then
       spec_path = args[i]
       i = i + 1
@@ -99,7 +102,12 @@ function commands.plan(args)
       usage_error("unexpected argument '" .. args[i] .. "'")
     end
   end
-  if not spec_path then usage_error("plan needs a SPEC") end
+  if not spec_path then usage_error(cmd .. " needs a SPEC") end
+  return spec_path, out
+end
+
+function commands.plan(args)
+  local spec_path, out_dir = spec_and_out(args, "plan", "directory")
   local plan = plan_spec(spec_path)
   local schedule = require("schedule")
   out_dir = out_dir and abs(out_dir) or (ROOT .. "/build/" .. plan.spec.name)
@@ -122,22 +130,7 @@ end
 
 -- `torch SPEC [-o FILE]`: the spec's PyTorch FSDP2 twin (generator/emit_torch.lua).
 function commands.torch(args)
-  local spec_path, out
-  local i = 1
-  while i <= #args do
-    if args[i] == "-o" then
-      out = args[i + 1]
-      if not out then usage_error("-o needs a file") end
-      i = i + 2
-    elseif args[i]:sub(1, 1) == "-" then usage_error("unknown torch option '" .. args[i] .. "' (allowed: -o FILE)")
-    elseif not spec_path then
-      spec_path = args[i]
-      i = i + 1
-    else
-      usage_error("unexpected argument '" .. args[i] .. "'")
-    end
-  end
-  if not spec_path then usage_error("torch needs a SPEC") end
+  local spec_path, out = spec_and_out(args, "torch", "file")
   local plan = plan_spec(spec_path)
   local text = guarded(spec_path, "writing the PyTorch twin of", function()
     return loader.protect(plan.spec.line, require("emit_torch").text, plan, spec_path, ROOT)
