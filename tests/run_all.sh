@@ -35,9 +35,11 @@ start=$SECONDS
 run_suite() {
   local id=$1 name=$2
   shift 2
-  local log=$out/$id.log t0=$SECONDS
-  "$@" >"$log" 2>&1
-  local rc=$? secs=$((SECONDS - t0)) last note="" p=0 f=1
+  local log=$out/$id.log t0=$SECONDS rc cpu TIMEFORMAT='%0U+%0S'
+  { time "$@" >"$log" 2>&1; } 2>"$out/$id.cpu"
+  rc=$?
+  cpu=$(($(tail -n 1 "$out/$id.cpu")))
+  local secs=$((SECONDS - t0)) last note="" p=0 f=1
   last=$(grep -E '^([A-Za-z_]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
   if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
     p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
@@ -45,7 +47,7 @@ run_suite() {
   else
     note="no summary line, exit $rc"
   fi
-  echo "$p $f $secs $name${note:+ ($note)}" >"$out/$id.res"
+  echo "$p $f $secs $cpu $name${note:+ ($note)}" >"$out/$id.res"
   {
     flock 9
     echo "=== $name ($secs s)"
@@ -102,12 +104,12 @@ wait "$lane"
 
 total_pass=0
 total_fail=0
-echo "=== seconds per suite"
+echo "=== seconds per suite (wall, and CPU: user + system of the suite and its children)"
 for res in "$out"/*.res; do
-  read -r p f secs name <"$res"
+  read -r p f secs cpu name <"$res"
   total_pass=$((total_pass + p))
   total_fail=$((total_fail + f))
-  printf '%5d s  %s%s\n' "$secs" "$name" "$([[ $f -ne 0 ]] && echo "  FAILED ($f)")"
+  printf '%5d s %6d s CPU  %s%s\n' "$secs" "$cpu" "$name" "$([[ $f -ne 0 ]] && echo "  FAILED ($f)")"
 done
 elapsed=$((SECONDS - start))
 echo "total: $elapsed s (tier: $([[ $slow = 1 ]] && echo "fast + slow" || echo fast))"
