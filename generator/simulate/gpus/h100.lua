@@ -7,7 +7,6 @@ return {
   -- sparsity), 67 TFLOP/s fp32, 3.35 TB/s HBM3, 80 GB; NVLink 4: 900 GB/s per GPU in both
   -- directions together (450 GB/s each way).
   bf16_tflops = 989.4,
-  fp32_tflops = 67.0,
   hbm_gbps = 3350,
   memory_gb = 80,
   -- Collective bus bandwidths (GB/s, nccl-tests' busbw: size x (n-1)/n / time for
