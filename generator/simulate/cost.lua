@@ -61,13 +61,18 @@ end
 local function model_flops(st)
   local op = st.node
   if not op or st.op == "recompute" then return 0 end
-  if op.kind == "linear" then
-    local m, k, n = gemm_dims(op)
-    return (st.op == "backward" and 4 or st.op == "forward" and 2 or 0) * m * k * n
-  elseif op.kind == "attention" then
-    return (st.op == "backward" and 2 or st.op == "forward" and 1 or 0) * attention_flops(op)
+  local mult = st.op == "backward" and 2 or st.op == "forward" and 1 or 0
+  if op.kind == "attention" then return mult * attention_flops(op) end
+  if op.kind ~= "linear" and op.kind ~= "rms_norm" and op.kind ~= "layer_norm" then return 0 end
+  -- 6 per parameter and token (2 forward, 4 backward): the weights, biases and norm weights
+  -- (the PaLM convention counts every parameter but lookup tables)
+  local y = op.outs[1]
+  local rows = numel(y.shape) // y.shape[#y.shape]
+  local n = 0
+  for _, t in ipairs(op.ins) do
+    if t.is_param then n = n + numel(t.shape) end
   end
-  return 0
+  return mult * 2 * rows * n
 end
 
 local norms = { rms_norm = true, layer_norm = true }

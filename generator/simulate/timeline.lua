@@ -71,7 +71,7 @@ function M.run(plan, topo)
     local p = phase_of(st)
     local c = cost.step(st, plan, gpu, k)
     flops, hw_flops = flops + c.flops, hw_flops + c.hw_flops
-    local rec = { st = st, boxes = {}, wait = 0, phase = p, class = c.class }
+    local rec = { st = st, boxes = {}, wait = 0, phase = p, class = c.class, issue = tc }
     lines[i] = rec
     -- compute waits until `t` (a side stream's event), the wait charged to `what`
     local function wait_for(t, what)
