@@ -11,7 +11,7 @@ local schedule = require("schedule")
 
 local M = {}
 
-local W, LEFT, RIGHT = 1400, 150, 20
+local W, LEFT, RIGHT = 1400, 150, 40
 local PW = W - LEFT - RIGHT
 local LANE_H, LANE_GAP = 22, 6
 local LANES = {
@@ -182,7 +182,8 @@ local function memory_panel(out, plan, tl, y)
     if i > n then return LEFT + PW end
     return LEFT + tl.lines[i].issue * scale
   end
-  local function ty(v) return y + 30 + H - v / math.max(mem.arena, top) * H end
+  local y0 = y
+  local function ty(v) return y0 + 30 + H - v / math.max(mem.arena, top) * H end
   out[#out + 1] = '<g id="memory" class="panel">'
   out[#out + 1] = string.format('<text x="%d" y="%d" class="h2">planned memory in use per GPU over the step '
     .. '(arena %s; the .layout has every buffer)</text>', LEFT, y + 14, esc(units.bytes(mem.arena)))
