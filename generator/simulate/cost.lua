@@ -55,26 +55,6 @@ local function roofline(gpu, k, flops, eff, bytes, eff_bw, kernels)
   return math.max(tf, tb) + kernels * k.launch_us * 1e-6
 end
 
--- Model FLOPs of a compute line, in the PaLM convention (bench/flops.py): GEMMs (2 per
--- multiply-add) and attention's full T x T products, forward x1 and backward x2; lookups,
--- element-wise ops and recomputation count nothing.
-local function model_flops(st)
-  local op = st.node
-  if not op or st.op == "recompute" then return 0 end
-  local mult = st.op == "backward" and 2 or st.op == "forward" and 1 or 0
-  if op.kind == "attention" then return mult * attention_flops(op) end
-  if op.kind ~= "linear" and op.kind ~= "rms_norm" and op.kind ~= "layer_norm" then return 0 end
-  -- 6 per parameter and token (2 forward, 4 backward): the weights, biases and norm weights
-  -- (the PaLM convention counts every parameter but lookup tables)
-  local y = op.outs[1]
-  local rows = numel(y.shape) // y.shape[#y.shape]
-  local n = 0
-  for _, t in ipairs(op.ins) do
-    if t.is_param then n = n + numel(t.shape) end
-  end
-  return mult * 2 * rows * n
-end
-
 local norms = { rms_norm = true, layer_norm = true }
 
 -- A compute op (forward, recompute, backward, loss_grad of st.node).
@@ -89,17 +69,17 @@ local function op_cost(st, gpu, k)
     local eff = k.gemm
     local bytes = (m * kk + kk * n + m * n) * eb
     if bwd then bytes = 2 * bytes + kk * n * 8 end   -- the fp32 weight gradient, read and written
-    return roofline(gpu, k, flops, eff, bytes, k.elementwise, bwd and 2 or 1), "gemm", flops, bwd and 2 or 1
+    return roofline(gpu, k, flops, eff, bytes, k.elementwise, bwd and 2 or 1), "gemm", flops
   elseif kind == "attention" then
     local f = attention_flops(op) * (op.attrs.causal and 0.5 or 1)
-    if bwd then return roofline(gpu, k, 2.5 * f, k.attention_bwd, 0, 1, 3), "attention", 2.5 * f, 3 end
-    return roofline(gpu, k, f, k.attention_fwd, 0, 1, 1), "attention", f, 1
+    if bwd then return roofline(gpu, k, 2.5 * f, k.attention_bwd, 0, 1, 3), "attention", 2.5 * f end
+    return roofline(gpu, k, f, k.attention_fwd, 0, 1, 1), "attention", f
   elseif kind == "cast" and memory.is_view(op) then
-    return 0, "view", 0, 0
+    return 0, "view", 0
   elseif bwd and st.grad_alias then
-    return 0, "view", 0, 0   -- an add whose inputs' gradients share its buffer: no kernel
+    return 0, "view", 0   -- an add whose inputs' gradients share its buffer: no kernel
   elseif kind == "arange" then
-    return k.launch_us * 1e-6, "elementwise", 0, 1
+    return k.launch_us * 1e-6, "elementwise", 0
   end
   -- Element-wise, norms, lookups and the loss: bandwidth. A backward reads the inputs and
   -- the output's gradient and writes the inputs' gradients: about twice the forward's bytes.
@@ -110,7 +90,7 @@ local function op_cost(st, gpu, k)
   if kind == "embedding" and bwd then bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8 end
   bytes = bytes * (k.elementwise_passes or 1)
   local class = (kind == "cross_entropy") and "loss" or norms[kind] and "norm" or "elementwise"
-  return roofline(gpu, k, 0, 1, bytes, k[class], bwd and 2 or 1), class, 0, bwd and 2 or 1
+  return roofline(gpu, k, 0, 1, bytes, k[class], bwd and 2 or 1), class, 0
 end
 
 local function copy_time(gpu, k, bytes)
@@ -128,16 +108,14 @@ local function shard_total(plan)
 end
 
 -- The compute-stream part of a line and the side-stream copies around its collective.
--- Returns { compute = s, class = name, flops = model FLOPs, hw_flops = executed FLOPs,
--- copy_in = s (side stream, before the collective), copy_out = s (after it), kernels =
--- the compute-stream kernels it launches }.
+-- Returns { compute = s, class = name, hw_flops = the FLOPs its kernels execute,
+-- copy_in = s (side stream, before the collective), copy_out = s (after it) }.
 function M.step(st, plan, gpu, k)
-  local c = { compute = 0, class = "fsdp", flops = 0, hw_flops = 0, copy_in = 0, copy_out = 0, kernels = 1 }
+  local c = { compute = 0, class = "fsdp", hw_flops = 0, copy_in = 0, copy_out = 0 }
   local g = st.group
   if st.node and (st.op == "forward" or st.op == "backward" or st.op == "recompute"
       or st.op == "loss_grad" or st.op == "eval_loss") then
-    c.compute, c.class, c.hw_flops, c.kernels = op_cost(st, gpu, k)
-    c.flops = model_flops(st)
+    c.compute, c.class, c.hw_flops = op_cost(st, gpu, k)
   elseif st.op == "all_gather" then
     local L = g.layout
     local per = st.sub and (L.padded_numel // g.pf_size) or L.shard_numel

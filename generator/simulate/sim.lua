@@ -2,6 +2,7 @@
 -- phase, exposed communication, MFU, tokens/s, peak memory), as text or JSON. The spec is
 -- re-planned at the simulated world size (rescale), so shard sizes are the real ones.
 local timeline = require("simulate.timeline")
+local flops = require("flops")
 local units = require("units")
 
 local M = {}
@@ -29,15 +30,6 @@ function M.rescale(spec, gpn, nodes, batch)
   return spec
 end
 
--- The forward items of the step program that run the whole model (each reads one batch).
-local function batches(spec)
-  local n = 0
-  for _, it in ipairs(spec.step) do
-    if it.kind == "forward" and (it.module == nil or it.module == "") then n = n + 1 end
-  end
-  return n
-end
-
 -- Runs the timeline. opts = { gpu (table), kernels (name), gpus_per_node, nodes, net_gbps }.
 function M.run(plan, opts)
   local gpu = opts.gpu
@@ -45,14 +37,15 @@ function M.run(plan, opts)
     net_gbps = opts.net_gbps }
   local tl = timeline.run(plan, topo)
   local spec = plan.spec
-  local per = batches(spec) * (spec.input.tokens and spec.input.shape[1] * spec.input.shape[2] or spec.input.shape[1])
+  local fc = flops.count(plan)   -- model FLOPs (PaLM, bench/flops.py) and tokens, one rank
+  local per = fc.rank_tokens
   local r = {
     spec = spec.name, gpu = gpu.kind, gpu_name = gpu.name, kernels = opts.kernels,
     gpus_per_node = opts.gpus_per_node, nodes = opts.nodes, world = spec.world_size,
     replicate = spec.mesh.replicate, shard = spec.mesh.shard, net_gbps = opts.net_gbps,
     step_s = tl.step, compute_s = 0, exposed_s = 0, phases = {},
-    model_flops = tl.flops, hw_flops = tl.hw_flops,
-    mfu = tl.flops / (tl.step * gpu.bf16_tflops * 1e12),
+    model_flops = fc.rank_flops, hw_flops = tl.hw_flops,
+    mfu = fc.rank_flops / (tl.step * gpu.bf16_tflops * 1e12),
     unit = spec.input.tokens and "tokens" or "samples",
     per_gpu_step = per, per_s = per * spec.world_size / tl.step, per_gpu_s = per / tl.step,
     peak_bytes = plan.memory.peak, memory_gb = gpu.memory_gb, peak_tflops = gpu.bf16_tflops,

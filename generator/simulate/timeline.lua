@@ -42,7 +42,8 @@ end
 
 -- plan: the planner's plan; topo = { gpu, k (kernel efficiencies), gpus_per_node,
 -- net_gbps }. Returns { lines = { {boxes = {{lane, s, e, part}}, wait, phase, st} },
--- phases = { {name, compute, exposed = {ag, rs, ar, tail}, start, finish} }, step, flops }.
+-- phases = { {name, compute, exposed = {ag, rs, ar, tail}, start, finish} }, step,
+-- hw_flops (what the kernels execute, recomputation included) }.
 function M.run(plan, topo)
   local gpu, k = topo.gpu, topo.k
   local tc = 0                      -- compute stream's time
@@ -52,7 +53,7 @@ function M.run(plan, topo)
   local rs_pending, post_pending    -- done times of the reduction in flight
   local post_kind = "rs"           -- the stream its view-out follows
   local lines, phases, by_name = {}, {}, {}
-  local flops, hw_flops = 0, 0
+  local hw_flops = 0
   local classes = {}
 
   local function phase_of(st)
@@ -70,7 +71,7 @@ function M.run(plan, topo)
   for i, st in ipairs(plan.steps) do
     local p = phase_of(st)
     local c = cost.step(st, plan, gpu, k)
-    flops, hw_flops = flops + c.flops, hw_flops + c.hw_flops
+    hw_flops = hw_flops + c.hw_flops
     local rec = { st = st, boxes = {}, wait = 0, phase = p, class = c.class, issue = tc }
     lines[i] = rec
     -- compute waits until `t` (a side stream's event), the wait charged to `what`
@@ -178,7 +179,7 @@ function M.run(plan, topo)
     last.exposed.tail = step - tc
     last.finish = step
   end
-  return { lines = lines, phases = phases, step = step, flops = flops, hw_flops = hw_flops,
+  return { lines = lines, phases = phases, step = step, hw_flops = hw_flops,
     classes = classes, compute_end = tc }
 end
 
