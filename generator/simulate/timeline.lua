@@ -48,6 +48,10 @@ function M.run(plan, topo)
   local gpu, k = topo.gpu, topo.k
   local tc = 0                      -- compute stream's time
   local free = { ag_copy = 0, ag = 0, rs = 0, ar = 0 }
+  -- The links a collective uses (NVLink, or the network once it spans nodes) are shared:
+  -- collectives of different streams on one fabric take turns (each would get part of the
+  -- bandwidth if they ran at once; taking turns ends them at about the same total time).
+  local link = { nvlink = 0, net = 0, none = 0 }
   local sync_t = 0                  -- compute's time at the last all-gather sync
   local ag_done = {}
   local rs_pending, post_pending    -- done times of the reduction in flight
@@ -103,9 +107,9 @@ function M.run(plan, topo)
       local done = ce
       local coll, where = collective(st, topo)
       if coll > 0 then
-        local cs = math.max(free.ag, ce)
+        local cs = math.max(free.ag, ce, link[where])
         done = cs + coll
-        free.ag = done
+        free.ag, link[where] = done, done
         rec.boxes[#rec.boxes + 1] = { lane = "ag", s = cs, e = done, part = "all-gather", where = where }
       end
       ag_done[st.ag] = done
@@ -127,17 +131,19 @@ function M.run(plan, topo)
       else
         wait_for(rs_pending, "rs")
         on_compute(c.compute, "copy-in")
-        local s = math.max(free.rs, tc)
         local coll, where = collective(st, topo)
+        local s = math.max(free.rs, tc, coll > 0 and link[where] or 0)
         local done = s + coll
+        if coll > 0 then link[where] = done end
         rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = done, part = "reduce-scatter", where = where }
         local nxt = plan.steps[i + 1]
         local post
         if nxt and nxt.op == "all_reduce" and nxt.rs == st.rs then
           -- HSDP: the all-reduce stream takes over (recorded on the all_reduce line)
           free.rs = done
-          local ar_s = math.max(free.ar, done)
           local ar_t, ar_where = collective(nxt, topo)
+          local ar_s = math.max(free.ar, done, ar_t > 0 and link[ar_where] or 0)
+          if ar_t > 0 then link[ar_where] = ar_s + ar_t end
           post = ar_s + ar_t + c.copy_out
           free.ar = post
           rec.ar_box = { lane = "ar", s = ar_s, e = post, part = "all-reduce", where = ar_where }
