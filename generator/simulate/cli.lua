@@ -43,7 +43,7 @@ M.USAGE_OPTS = "--gpu h100|h200|a100 [--gpus-per-node G] [--nodes N] [--inter-no
 local function posint(v) return v and v:match("^%d+$") and tonumber(v) >= 1 and tonumber(v) or nil end
 
 -- Parses the options both commands share (and -o / --json). Returns spec path and opts.
-local function parse(args, cmd, ctx)
+local function parse(args, cmd, ctx, no_spec)
   local o = { nodes = nil, gpus_per_node = nil, kernels = "fsdpgen" }
   local spec
   local i = 1
@@ -72,11 +72,11 @@ local function parse(args, cmd, ctx)
     elseif a == "-o" and cmd == "show" then o.out = value(a)
     elseif a:sub(1, 1) == "-" then
       ctx.usage_error(string.format("unknown %s option '%s' (allowed: %s%s)", cmd, a, M.USAGE_OPTS,
-        cmd == "simulate" and " [--json]" or " -o FILE.svg|FILE.html"))
-    elseif spec then ctx.usage_error("unexpected argument '" .. a .. "'")
+        cmd == "simulate" and " [--json]" or cmd == "show" and " -o FILE.svg|FILE.html" or ""))
+    elseif spec or no_spec then ctx.usage_error("unexpected argument '" .. a .. "'")
     else spec = a; i = i + 1 end
   end
-  if not spec then ctx.usage_error(cmd .. " needs a SPEC") end
+  if not spec and not no_spec then ctx.usage_error(cmd .. " needs a SPEC") end
   if not o.gpu then ctx.usage_error(cmd .. " needs --gpu (" .. table.concat(gpu_table.kinds(ctx.root), ", ") .. ")") end
   local g, err = gpu_table.load(ctx.root, o.gpu)
   if not g then ctx.die(2, "fsdpgen " .. cmd .. ": " .. err) end
@@ -118,6 +118,43 @@ function M.simulate(args, ctx)
   local spec_path, o = parse(args, "simulate", ctx)
   local r = simulate(spec_path, o, ctx)
   io.write(o.json and sim.json(r) or sim.text(r))
+end
+
+-- `fsdpgen diff OLD NEW --gpu G ...`: the simulated change of a sharding change, as lines
+-- for the review summary (both sides specs).
+function M.diff_lines(old_path, new_path, args, ctx)
+  local o = select(2, parse(args, "diff", ctx, true))
+  local function copy()
+    local c = {}
+    for k, v in pairs(o) do c[k] = v end
+    return c
+  end
+  local a, b = simulate(old_path, copy(), ctx), simulate(new_path, copy(), ctx)
+  local function ms(x) return string.format("%.2f ms", x * 1e3) end
+  local function change(x, y)
+    return string.format("%s -> %s (%+.2f ms, %+.1f%%)", ms(x), ms(y), (y - x) * 1e3, x > 0 and 100 * (y / x - 1) or 0)
+  end
+  local units = require("units")
+  local out = {}
+  out[#out + 1] = string.format("simulated step   %s on %d x %s (%d node%s x %d GPUs, network %g Gb/s per GPU, %s "
+    .. "kernels)", change(a.step_s, b.step_s), b.world, b.gpu_name, b.nodes, b.nodes == 1 and "" or "s",
+    b.gpus_per_node, b.net_gbps, b.kernels)
+  out[#out + 1] = "  exposed comm   " .. change(a.exposed_s, b.exposed_s)
+  local names, pa, pb = {}, {}, {}
+  for _, p in ipairs(a.phases) do pa[p.name] = p; names[#names + 1] = p.name end
+  for _, p in ipairs(b.phases) do
+    pb[p.name] = p
+    if not pa[p.name] then names[#names + 1] = p.name end
+  end
+  for _, n in ipairs(names) do
+    local x, y = pa[n] and pa[n].exposed_s or 0, pb[n] and pb[n].exposed_s or 0
+    out[#out + 1] = string.format("    %-12s %s", n, change(x, y))
+  end
+  out[#out + 1] = string.format("  MFU            %.1f%% -> %.1f%%", 100 * a.mfu, 100 * b.mfu)
+  out[#out + 1] = string.format("  peak memory    %s -> %s per GPU (planned at the simulated world)",
+    units.bytes(a.peak_bytes), units.bytes(b.peak_bytes))
+  out[#out + 1] = string.format("  %-14s %.0f -> %.0f per GPU per second", a.unit, a.per_gpu_s, b.per_gpu_s)
+  return out
 end
 
 function M.show(args, ctx)

@@ -177,4 +177,28 @@ local want_waits = 0
 for _, rec in ipairs(r8.timeline.lines) do if rec.wait > 0 then want_waits = want_waits + 1 end end
 check(waits == want_waits and waits > 0, string.format("every wait of compute is drawn (%d)", waits))
 
+-- `fsdpgen diff OLD NEW --gpu ...`: the simulated change of reshard_after_forward=False on
+-- every block (no backward all-gathers: a shorter step, backward exposes no more).
+local base = "tests/specs/review/llama_4l.lua"
+local variant = os.tmpname() .. ".lua"
+local f = assert(io.open(variant, "w"))
+f:write((assert(io.open(base)):read("a"):gsub("fsdp%.fully_shard%(layer%)",
+  "fsdp.fully_shard(layer, { reshard_after_forward = false })")))
+f:close()
+local pipe = io.popen("./fsdpgen diff " .. base .. " " .. variant .. " --gpu h100 --gpus-per-node 4 --nodes 2 2>&1")
+local out = pipe:read("a")
+pipe:close()
+local s0, s1 = out:match("simulated step%s+([%d.]+) ms %-> ([%d.]+) ms")
+local b0, b1 = out:match("\n    backward%s+([%d.]+) ms %-> ([%d.]+) ms")
+check(s0 and b0 and tonumber(s1) < tonumber(s0) and tonumber(b1) <= tonumber(b0) and out:find("on 8 x H100", 1, true),
+  string.format("diff --gpu: reshard_after_forward=False at 2 x 4 GPUs, step %s -> %s ms, backward exposed %s -> %s ms",
+    tostring(s0), tostring(s1), tostring(b0), tostring(b1)))
+pipe = io.popen("./fsdpgen diff tests/golden/review_llama_4l.schedule " .. variant .. " --gpu h100 2>&1; echo \"exit $?\"")
+out = pipe:read("a")
+pipe:close()
+local one_line = out:match("^fsdpgen: diff %-%-gpu [^\n]*\nexit 2\n$") ~= nil
+check(one_line, "diff --gpu of a .schedule: one line, exit 2" .. (one_line and "" or (": " .. out)))
+os.remove(variant)
+os.remove(variant:sub(1, -5))
+
 util.finish()
