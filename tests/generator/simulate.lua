@@ -138,7 +138,7 @@ for _, path in ipairs(specs) do
   n = n + 1
   if not ok then bad[#bad + 1] = path .. ": " .. tostring(type(err) == "table" and err.msg or err) end
 end
-check(#bad == 0 and n >= (slow and 80 or 6), string.format("%d %s simulate and draw%s", n,
+check(#bad == 0 and n >= (slow and 70 or 6), string.format("%d %s simulate and draw%s", n,
   slow and "specs" or "examples", #bad > 0 and (": " .. bad[1]) or ""))
 
 -- The SVG's structure on Llama 1B at 8 GPUs.
