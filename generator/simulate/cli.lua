@@ -16,8 +16,8 @@ fitted to measured kernels), each collective by NCCL's ring cost, on the streams
 schedule uses, with its waits. The figures are in generator/simulate/gpus/<gpu>.lua.
 options:
   --gpu G               the GPU table (generator/simulate/gpus/)
-  --gpus-per-node G     re-plan SPEC at G x N GPUs (default: the spec's world, 8 per node);
-  --nodes N             HSDP specs shard within a node and replicate across nodes
+  --gpus-per-node G     re-plan SPEC at G x N GPUs (G: the spec's world size, at most 8, and
+  --nodes N             N: 1 unless given); HSDP specs shard within a node, replicate across
   --inter-node-gbps B   network bandwidth per GPU in Gb/s (default: the table's, 400)
   --batch B             the input's batch size per GPU
   --kernels K           fsdpgen (default) or torch: PyTorch FSDP2 eager's kernels
@@ -77,6 +77,10 @@ local function parse(args, cmd, ctx, no_spec)
     else spec = a; i = i + 1 end
   end
   if not spec and not no_spec then ctx.usage_error(cmd .. " needs a SPEC") end
+  local max = require("fsdp").MAX_WORLD_SIZE
+  if (o.gpus_per_node or 8) * (o.nodes or 1) > max then
+    ctx.usage_error(string.format("%s: --gpus-per-node x --nodes is at most %d GPUs", cmd, max))
+  end
   if not o.gpu then ctx.usage_error(cmd .. " needs --gpu (" .. table.concat(gpu_table.kinds(ctx.root), ", ") .. ")") end
   local g, err = gpu_table.load(ctx.root, o.gpu)
   if not g then ctx.die(2, "fsdpgen " .. cmd .. ": " .. err) end

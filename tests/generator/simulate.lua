@@ -177,6 +177,16 @@ local want_waits = 0
 for _, rec in ipairs(r8.timeline.lines) do if rec.wait > 0 then want_waits = want_waits + 1 end end
 check(waits == want_waits and waits > 0, string.format("every wait of compute is drawn (%d)", waits))
 
+-- Bad options: one line, exit 2.
+for _, a in ipairs({ "--gpu ../gpus/h100", "--gpu h100 --nodes 0", "--gpu h100 --kernels x",
+  "--gpu h100 --gpus-per-node 65536 --nodes 2", "--gpu h100 --inter-node-gbps nan", "" }) do
+  local pp = io.popen("./fsdpgen simulate examples/tiny.lua " .. a .. " 2>&1; echo \"exit $?\"")
+  local o = pp:read("a")
+  pp:close()
+  check(o:match("^fsdpgen[^\n]*\nexit 2\n$") ~= nil, "simulate " .. a .. ": one line, exit 2" ..
+    (o:match("^fsdpgen[^\n]*\nexit 2\n$") and "" or (": " .. o)))
+end
+
 -- `fsdpgen diff OLD NEW --gpu ...`: the simulated change of reshard_after_forward=False on
 -- every block (no backward all-gathers: a shorter step, backward exposes no more).
 local base = "tests/specs/review/llama_4l.lua"
