@@ -31,7 +31,7 @@ example:
   ./fsdpgen counts examples/llama_hsdp_ckpt.lua
 ]],
   diff = [[
-usage: fsdpgen diff OLD NEW [--gpu G [simulate's options]]
+usage: fsdpgen diff OLD NEW [--gpu G ...]   (... : simulate's options)
 Compares two specs or two .schedule files (or one of each) and prints the review summary of
 the change: spec and per-group option changes, collectives per phase and the bytes each rank
 sends per step, the predicted peak and what is live there, FSDP events added, removed or

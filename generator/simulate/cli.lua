@@ -40,7 +40,9 @@ example:
 M.USAGE_OPTS = "--gpu h100|h200|a100 [--gpus-per-node G] [--nodes N] [--inter-node-gbps B] "
   .. "[--batch B] [--kernels fsdpgen|torch]"
 
-local function posint(v) return v and v:match("^%d+$") and tonumber(v) >= 1 and tonumber(v) or nil end
+local function posint(v)
+  return v and v:match("^%d+$") and tonumber(v) >= 1 and tonumber(v) or nil
+end
 
 -- Parses the options both commands share (and -o / --json). Returns spec path and opts.
 local function parse(args, cmd, ctx, no_spec)
@@ -58,7 +60,9 @@ local function parse(args, cmd, ctx, no_spec)
     if a == "--gpu" then o.gpu = value(a)
     elseif a == "--gpus-per-node" or a == "--nodes" or a == "--batch" then
       local n = posint(value(a))
-      if not n or n > 65536 then ctx.usage_error(cmd .. " " .. a .. " needs an integer from 1 to 65536") end
+      if not n or n > 65536 then
+        ctx.usage_error(cmd .. " " .. a .. " needs an integer from 1 to 65536")
+      end
       o[a:sub(3):gsub("%-", "_")] = n
     elseif a == "--inter-node-gbps" then
       local v = tonumber(value(a))
@@ -81,7 +85,9 @@ local function parse(args, cmd, ctx, no_spec)
   if (o.gpus_per_node or 8) * (o.nodes or 1) > max then
     ctx.usage_error(string.format("%s: --gpus-per-node x --nodes is at most %d GPUs", cmd, max))
   end
-  if not o.gpu then ctx.usage_error(cmd .. " needs --gpu (" .. table.concat(gpu_table.kinds(ctx.root), ", ") .. ")") end
+  if not o.gpu then
+    ctx.usage_error(cmd .. " needs --gpu (" .. table.concat(gpu_table.kinds(ctx.root), ", ") .. ")")
+  end
   local g, err = gpu_table.load(ctx.root, o.gpu)
   if not g then ctx.die(2, "fsdpgen " .. cmd .. ": " .. err) end
   o.gpu = g
@@ -89,8 +95,8 @@ local function parse(args, cmd, ctx, no_spec)
     local ks = {}
     for k in pairs(g.kernels) do ks[#ks + 1] = k end
     table.sort(ks)
-    ctx.die(2, string.format("fsdpgen %s: --kernels %s: no such kernel set for %s (allowed: %s)", cmd, o.kernels,
-      g.kind, table.concat(ks, ", ")))
+    ctx.die(2, string.format("fsdpgen %s: --kernels %s: no such kernel set for %s (allowed: %s)",
+      cmd, o.kernels, g.kind, table.concat(ks, ", ")))
   end
   o.net_gbps = o.net_gbps or g.net_gbps
   return spec, o
@@ -136,13 +142,14 @@ function M.diff_lines(old_path, new_path, args, ctx)
   local a, b = simulate(old_path, copy(), ctx), simulate(new_path, copy(), ctx)
   local function ms(x) return string.format("%.2f ms", x * 1e3) end
   local function change(x, y)
-    return string.format("%s -> %s (%+.2f ms, %+.1f%%)", ms(x), ms(y), (y - x) * 1e3, x > 0 and 100 * (y / x - 1) or 0)
+    return string.format("%s -> %s (%+.2f ms, %+.1f%%)", ms(x), ms(y), (y - x) * 1e3,
+      x > 0 and 100 * (y / x - 1) or 0)
   end
   local units = require("units")
   local out = {}
-  out[#out + 1] = string.format("simulated step   %s on %d x %s (%d node%s x %d GPUs, network %g Gb/s per GPU, %s "
-    .. "kernels)", change(a.step_s, b.step_s), b.world, b.gpu_name, b.nodes, b.nodes == 1 and "" or "s",
-    b.gpus_per_node, b.net_gbps, b.kernels)
+  out[#out + 1] = string.format("simulated step   %s on %d x %s (%d node%s x %d GPUs, network %g "
+    .. "Gb/s per GPU, %s kernels)", change(a.step_s, b.step_s), b.world, b.gpu_name, b.nodes,
+    b.nodes == 1 and "" or "s", b.gpus_per_node, b.net_gbps, b.kernels)
   out[#out + 1] = "  exposed comm   " .. change(a.exposed_s, b.exposed_s)
   local names, pa, pb = {}, {}, {}
   for _, p in ipairs(a.phases) do pa[p.name] = p; names[#names + 1] = p.name end
@@ -155,9 +162,10 @@ function M.diff_lines(old_path, new_path, args, ctx)
     out[#out + 1] = string.format("    %-12s %s", n, change(x, y))
   end
   out[#out + 1] = string.format("  MFU            %.1f%% -> %.1f%%", 100 * a.mfu, 100 * b.mfu)
-  out[#out + 1] = string.format("  peak memory    %s -> %s per GPU (planned at the simulated world)",
+  out[#out + 1] = string.format("  peak memory    %s -> %s per GPU (at the simulated world)",
     units.bytes(a.peak_bytes), units.bytes(b.peak_bytes))
-  out[#out + 1] = string.format("  %-14s %.0f -> %.0f per GPU per second", a.unit, a.per_gpu_s, b.per_gpu_s)
+  out[#out + 1] = string.format("  %-14s %.0f -> %.0f per GPU per second", a.unit, a.per_gpu_s,
+    b.per_gpu_s)
   return out
 end
 
@@ -165,7 +173,9 @@ function M.show(args, ctx)
   local spec_path, o = parse(args, "show", ctx)
   if not o.out then ctx.usage_error("show needs -o FILE.svg or -o FILE.html") end
   local kind = o.out:match("%.svg$") and "svg" or o.out:match("%.html?$") and "html"
-  if not kind then ctx.usage_error("show -o " .. o.out .. ": the file must end in .svg or .html") end
+  if not kind then
+    ctx.usage_error("show -o " .. o.out .. ": the file must end in .svg or .html")
+  end
   local r, plan = simulate(spec_path, o, ctx)
   local svg = require("simulate.svg").render(plan, r)
   if kind == "html" then

@@ -4,7 +4,8 @@ local M = {}
 
 local NUMBERS = { "bf16_tflops", "hbm_gbps", "memory_gb", "net_gbps", "net_efficiency",
   "alpha_base_us", "alpha_nvlink_step_us", "alpha_net_step_us" }
-local KERNEL = { "gemm", "attention_fwd", "attention_bwd", "elementwise", "norm", "loss", "copy", "optimizer", "launch_us" }
+local KERNEL = { "gemm", "attention_fwd", "attention_bwd", "elementwise", "norm", "loss", "copy",
+  "optimizer", "launch_us" }
 
 -- The GPU kinds there are tables for, sorted.
 function M.kinds(root)
@@ -25,7 +26,8 @@ function M.load(root, name)
   local known = false
   for _, k in ipairs(kinds) do known = known or k == name end
   if not known then
-    return nil, string.format("unknown GPU '%s' (allowed: %s)", tostring(name), table.concat(kinds, ", "))
+    return nil, string.format("unknown GPU '%s' (allowed: %s)", tostring(name),
+      table.concat(kinds, ", "))
   end
   local path = root .. "/generator/simulate/gpus/" .. name .. ".lua"
   local chunk, err = loadfile(path, "t", {})
@@ -42,10 +44,14 @@ function M.load(root, name)
   end
   for kname, k in pairs(t.kernels or {}) do
     for _, key in ipairs(KERNEL) do
-      if type(k[key]) ~= "number" then return nil, path .. ": kernels." .. kname .. "." .. key .. " must be a number" end
+      if type(k[key]) ~= "number" then
+        return nil, path .. ": kernels." .. kname .. "." .. key .. " must be a number"
+      end
     end
   end
-  if not (t.kernels and t.kernels.fsdpgen) then return nil, path .. ": kernels.fsdpgen is missing" end
+  if not (t.kernels and t.kernels.fsdpgen) then
+    return nil, path .. ": kernels.fsdpgen is missing"
+  end
   t.kind = name
   return t
 end

@@ -84,23 +84,26 @@ end
 function M.text(r)
   local out = {}
   local function line(fmt, ...) out[#out + 1] = string.format(fmt, ...) end
-  line("simulated step of %s on %d x %s (%d node%s x %d GPU%s; network %g Gb/s per GPU; %s kernels)",
+  line("simulated step of %s on %d x %s (%d node%s x %d GPU%s; network %g Gb/s per GPU; "
+    .. "%s kernels)",
     r.spec, r.world, r.gpu_name, r.nodes, r.nodes == 1 and "" or "s", r.gpus_per_node,
     r.gpus_per_node == 1 and "" or "s", r.net_gbps, r.kernels)
-  line("  mesh          world %d = replicate %d x shard %d; %d %s per GPU per step", r.world, r.replicate,
-    r.shard, r.per_gpu_step, r.unit)
+  line("  mesh          world %d = replicate %d x shard %d; %d %s per GPU per step", r.world,
+    r.replicate, r.shard, r.per_gpu_step, r.unit)
   line("  step          %s (compute %s, exposed communication %s)", ms(r.step_s), ms(r.compute_s),
     ms(r.exposed_s))
-  line("  %-12s %11s %11s %11s %11s %11s %11s", "phase", "time", "compute", "exposed ag", "exposed rs",
-    "exposed ar", "step end")
+  line("  %-12s %11s %11s %11s %11s %11s %11s", "phase", "time", "compute", "exposed ag",
+    "exposed rs", "exposed ar", "step end")
   for _, p in ipairs(r.phases) do
     line("  %-12s %11s %11s %11s %11s %11s %11s", p.name, ms(p.time_s), ms(p.compute_s), ms(p.ag_s),
       ms(p.rs_s), ms(p.ar_s), ms(p.tail_s))
   end
-  line("  MFU           %.1f%% (model FLOPs %.4g per GPU per step, PaLM convention; bf16 peak %g TFLOP/s)",
+  line("  MFU           %.1f%% (model FLOPs %.4g per GPU per step, PaLM convention; bf16 peak "
+    .. "%g TFLOP/s)",
     100 * r.mfu, r.model_flops, r.peak_tflops)
   line("  %-13s %s/s (%s/s per GPU)", r.unit, si(r.per_s), si(r.per_gpu_s))
-  line("  peak memory   %s per GPU (the memory plan's arena; cuBLAS and NCCL workspaces come on top)%s",
+  line("  peak memory   %s per GPU (the memory plan's arena; cuBLAS and NCCL workspaces come on "
+    .. "top)%s",
     units.bytes(r.peak_bytes), r.peak_bytes > r.memory_gb * 1e9 and string.format(
       ": MORE than the GPU's %g GB", r.memory_gb) or "")
   return table.concat(out, "\n") .. "\n"
@@ -119,13 +122,14 @@ local function encode(v)
     for k in pairs(v) do keys[#keys + 1] = k end
     table.sort(keys)
     local parts = {}
-    for _, k in ipairs(keys) do parts[#parts + 1] = string.format("%q", k) .. ":" .. encode(v[k]) end
+    for _, k in ipairs(keys) do parts[#parts + 1] = encode(k) .. ":" .. encode(v[k]) end
     return "{" .. table.concat(parts, ",") .. "}"
   elseif t == "number" then
     if math.type(v) == "integer" then return tostring(v) end
     return string.format("%.6g", v)
   elseif t == "string" then
-    return '"' .. v:gsub('[%c"\\]', function(c) return string.format("\\u%04x", c:byte()) end) .. '"'
+    local s = v:gsub('[%c"\\]', function(c) return string.format("\\u%04x", c:byte()) end)
+    return '"' .. s .. '"'
   end
   return tostring(v)
 end

@@ -32,6 +32,9 @@ end
 
 local function ms(s) return string.format("%.3f ms", s * 1e3) end
 
+-- Appends one formatted element to out.
+local function put(out, fmt, ...) out[#out + 1] = string.format(fmt, ...) end
+
 -- The group a line belongs to: its own, or the group whose module holds its op.
 local function owner_finder(plan)
   local prefixes = {}
@@ -80,16 +83,16 @@ local function lanes(out, plan, tl, owner, y, t0, t1, id, title)
   local scale = PW / math.max(t1 - t0, 1e-12)
   local function x(t) return LEFT + (t - t0) * scale end
   local ls = used_lanes(tl)
-  out[#out + 1] = string.format('<g id="%s" class="panel">', id)
-  out[#out + 1] = string.format('<text x="%d" y="%d" class="h2">%s</text>', LEFT, y + 14, esc(title))
+  put(out, '<g id="%s" class="panel">', id)
+  put(out, '<text x="%d" y="%d" class="h2">%s</text>', LEFT, y + 14, esc(title))
   y = y + 30
   local lane_y = {}
   for i, l in ipairs(ls) do
     local ly = y + 12 + (i - 1) * (LANE_H + LANE_GAP)
     lane_y[l.id] = ly
-    out[#out + 1] = string.format('<g class="lane" data-lane="%s"><rect x="%d" y="%d" width="%d" height="%d" '
-      .. 'class="lane-bg"/><text x="%d" y="%d" class="lane-label">%s</text></g>', l.id, LEFT, ly, PW, LANE_H,
-      LEFT - 8, ly + 15, esc(l.label))
+    put(out, '<g class="lane" data-lane="%s"><rect x="%d" y="%d" width="%d" height="%d" '
+      .. 'class="lane-bg"/><text x="%d" y="%d" class="lane-label">%s</text></g>', l.id, LEFT, ly,
+      PW, LANE_H, LEFT - 8, ly + 15, esc(l.label))
   end
   local cy = lane_y.compute
   for i, rec in ipairs(tl.lines) do
@@ -100,23 +103,25 @@ local function lanes(out, plan, tl, owner, y, t0, t1, id, title)
       local we = rec.boxes[1] and rec.boxes[1].s or rec.issue
       local ws = we - rec.wait
       if we >= t0 and ws <= t1 then
-        out[#out + 1] = string.format('<rect class="wait" data-step="%d" x="%.2f" y="%d" width="%.2f" height="%d">'
-          .. '<title>%s: compute waits %s for the %s</title></rect>', i, x(math.max(ws, t0)), cy - 4,
-          math.max(1, x(math.min(we, t1)) - x(math.max(ws, t0))), LANE_H + 8, esc(name), ms(rec.wait),
-          rec.wait_on == "ag" and "all-gather" or rec.wait_on == "ar" and "all-reduce" or "reduce-scatter")
+        local what = rec.wait_on == "ag" and "all-gather" or rec.wait_on == "ar" and "all-reduce"
+          or "reduce-scatter"
+        local wx = x(math.max(ws, t0))
+        put(out, '<rect class="wait" data-step="%d" x="%.2f" y="%d" width="%.2f" height="%d">'
+          .. '<title>%s: compute waits %s for the %s</title></rect>', i, wx, cy - 4,
+          math.max(1, x(math.min(we, t1)) - wx), LANE_H + 8, esc(name), ms(rec.wait), what)
       end
     end
     for _, b in ipairs(rec.boxes) do
       if b.e >= t0 and b.s <= t1 and b.e > b.s then
         local lane = (b.lane == "ag" and b.part == "copy-in") and "ag_copy" or b.lane
         local bx, bw = x(math.max(b.s, t0)), x(math.min(b.e, t1)) - x(math.max(b.s, t0))
-        out[#out + 1] = string.format('<rect class="box %s" data-step="%d" data-group="%s" x="%.2f" y="%d" '
+        put(out, '<rect class="box %s" data-step="%d" data-group="%s" x="%.2f" y="%d" '
           .. 'width="%.2f" height="%d" fill="%s"><title>%s (%s%s): %s</title></rect>', lane, i,
-          esc(g and g.name or ""), bx, lane_y[lane], math.max(bw, 0.5), LANE_H, colour(g), esc(name), b.part,
-          b.where and (", " .. b.where) or "", ms(b.e - b.s))
+          esc(g and g.name or ""), bx, lane_y[lane], math.max(bw, 0.5), LANE_H, colour(g),
+          esc(name), b.part, b.where and (", " .. b.where) or "", ms(b.e - b.s))
         local label = st.node and (st.node.kind) or b.part
         if bw > 7 * #label + 6 then
-          out[#out + 1] = string.format('<text x="%.2f" y="%d" class="box-label">%s</text>', bx + 3,
+          put(out, '<text x="%.2f" y="%d" class="box-label">%s</text>', bx + 3,
             lane_y[lane] + 15, esc(label))
         end
       end
@@ -125,12 +130,12 @@ local function lanes(out, plan, tl, owner, y, t0, t1, id, title)
     if ev then
       local t = rec.boxes[1] and rec.boxes[1].s or rec.issue
       if t >= t0 and t <= t1 then
-        out[#out + 1] = string.format('<path class="event" d="M%.2f %d l-4 -7 h8 z"><title>%s %s "%s" at %s'
+        put(out, '<path class="event" d="M%.2f %d l-4 -7 h8 z"><title>%s %s "%s" at %s'
           .. '</title></path>', x(t), cy - 2, ev.kind, ev.state, esc(ev.group), ms(t))
       end
     end
     if rec.mark and rec.mark.t >= t0 and rec.mark.t <= t1 and lane_y.ag_copy then
-      out[#out + 1] = string.format('<line class="sync" x1="%.2f" y1="%d" x2="%.2f" y2="%d"><title>%s</title></line>',
+      put(out, '<line class="sync" x1="%.2f" y1="%d" x2="%.2f" y2="%d"><title>%s</title></line>',
         x(rec.mark.t), cy + LANE_H, x(rec.mark.t), lane_y.ag_copy, esc(name))
     end
   end
@@ -138,9 +143,9 @@ local function lanes(out, plan, tl, owner, y, t0, t1, id, title)
   -- the time axis: ten ticks
   for k = 0, 10 do
     local t = t0 + (t1 - t0) * k / 10
-    out[#out + 1] = string.format('<text x="%.1f" y="%d" class="tick">%.2f</text>', x(t), y + 10, t * 1e3)
+    put(out, '<text x="%.1f" y="%d" class="tick">%.2f</text>', x(t), y + 10, t * 1e3)
   end
-  out[#out + 1] = string.format('<text x="%d" y="%d" class="tick">ms</text>', LEFT - 30, y + 10)
+  put(out, '<text x="%d" y="%d" class="tick">ms</text>', LEFT - 30, y + 10)
   out[#out + 1] = "</g>"
   return y + 24
 end
@@ -184,32 +189,31 @@ local function memory_panel(out, plan, tl, y)
   end
   local y0 = y
   local function ty(v) return y0 + 30 + H - v / math.max(mem.arena, top) * H end
+  local arena = esc(units.bytes(mem.arena))
   out[#out + 1] = '<g id="memory" class="panel">'
-  out[#out + 1] = string.format('<text x="%d" y="%d" class="h2">planned memory in use per GPU over the step '
-    .. '(arena %s; the .layout has every buffer)</text>', LEFT, y + 14, esc(units.bytes(mem.arena)))
-  out[#out + 1] = string.format('<rect x="%d" y="%d" width="%d" height="%d" class="lane-bg"/>', LEFT, y + 30, PW, H)
+  put(out, '<text x="%d" y="%d" class="h2">planned memory in use per GPU over the step '
+    .. '(arena %s; the .layout has every buffer)</text>', LEFT, y + 14, arena)
+  put(out, '<rect x="%d" y="%d" width="%d" height="%d" class="lane-bg"/>', LEFT, y + 30, PW, H)
   local d = { string.format("M%d %.2f", LEFT, ty(0)) }
   for i = 0, n + 1 do
     d[#d + 1] = string.format("L%.2f %.2f", tx(i), ty(pts[i]))
     d[#d + 1] = string.format("L%.2f %.2f", tx(i + 1), ty(pts[i]))
   end
   d[#d + 1] = string.format("L%d %.2f Z", LEFT + PW, ty(0))
-  out[#out + 1] = string.format('<path id="memory-live" d="%s"/>', table.concat(d, " "))
-  out[#out + 1] = string.format('<line class="arena" x1="%d" y1="%.2f" x2="%d" y2="%.2f"><title>arena %s</title>'
-    .. '</line>', LEFT, ty(mem.arena), LEFT + PW, ty(mem.arena), esc(units.bytes(mem.arena)))
-  out[#out + 1] = string.format('<text x="%d" y="%.2f" class="lane-label">%s</text>', LEFT - 8, ty(mem.arena) + 4,
-    esc(units.bytes(mem.arena)))
-  out[#out + 1] = string.format('<text x="%d" y="%.2f" class="lane-label">0</text>', LEFT - 8, ty(0))
+  put(out, '<path id="memory-live" d="%s"/>', table.concat(d, " "))
+  put(out, '<line class="arena" x1="%d" y1="%.2f" x2="%d" y2="%.2f"><title>arena %s</title>'
+    .. '</line>', LEFT, ty(mem.arena), LEFT + PW, ty(mem.arena), arena)
+  put(out, '<text x="%d" y="%.2f" class="lane-label">%s</text>', LEFT - 8, ty(mem.arena) + 4, arena)
+  put(out, '<text x="%d" y="%.2f" class="lane-label">0</text>', LEFT - 8, ty(0))
   y = y + 30 + H + 18
   if most then
-    local px, py = tx(most.step), ty(most.bytes)
     local at = plan.steps[most.step] and schedule.step_name(plan.steps[most.step]) or "the start"
-    out[#out + 1] = string.format('<circle id="peak" cx="%.2f" cy="%.2f" r="5"><title>most live</title></circle>',
-      px, py)
-    out[#out + 1] = string.format('<text x="%d" y="%d" class="h3">most live: %s in %d buffers, at %s</text>', LEFT,
-      y, esc(units.bytes(most.bytes)), most.count, esc(at))
+    put(out, '<circle id="peak" cx="%.2f" cy="%.2f" r="5"><title>most live</title></circle>',
+      tx(most.step), ty(most.bytes))
+    put(out, '<text x="%d" y="%d" class="h3">most live: %s in %d buffers, at %s</text>', LEFT, y,
+      esc(units.bytes(most.bytes)), most.count, esc(at))
     for k, b in ipairs(most.top) do
-      out[#out + 1] = string.format('<text x="%d" y="%d" class="buffer">%s  %s (%s)</text>', LEFT + 12, y + 16 * k,
+      put(out, '<text x="%d" y="%d" class="buffer">%s  %s (%s)</text>', LEFT + 12, y + 16 * k,
         esc(units.bytes(b.bytes)), esc(b.name), esc(b.kind))
     end
     y = y + 16 * (#most.top + 1)
@@ -224,18 +228,18 @@ function M.render(plan, r)
   local owner = owner_finder(plan)
   local body = {}
   local y = 10
-  body[#body + 1] = string.format('<text x="%d" y="%d" class="h1">%s: simulated step on %d x %s, %s kernels'
-    .. '</text>', 10, y + 16, esc(r.spec), r.world, esc(r.gpu_name), esc(r.kernels))
+  put(body, '<text x="%d" y="%d" class="h1">%s: simulated step on %d x %s, %s kernels</text>', 10,
+    y + 16, esc(r.spec), r.world, esc(r.gpu_name), esc(r.kernels))
   local phases = {}
   for _, p in ipairs(r.phases) do
     phases[#phases + 1] = string.format("%s %s (exposed %s)", p.name, ms(p.time_s), ms(p.exposed_s))
   end
-  body[#body + 1] = string.format('<text x="%d" y="%d" class="h3">step %s, compute %s, exposed communication '
-    .. '%s; MFU %.1f%%; %s; peak memory %s per GPU</text>', 10, y + 36, ms(r.step_s), ms(r.compute_s),
+  put(body, '<text x="%d" y="%d" class="h3">step %s, compute %s, exposed communication %s; '
+    .. 'MFU %.1f%%; %s; peak memory %s per GPU</text>', 10, y + 36, ms(r.step_s), ms(r.compute_s),
     ms(r.exposed_s), 100 * r.mfu, esc(table.concat(phases, ", ")), esc(units.bytes(r.peak_bytes)))
   y = y + 50
-  y = lanes(body, plan, tl, owner, y, 0, tl.step, "overview", "the whole step (time in ms; hover a box for "
-    .. "its schedule line)")
+  y = lanes(body, plan, tl, owner, y, 0, tl.step, "overview",
+    "the whole step (time in ms; hover a box for its schedule line)")
   -- one repeated block zoomed: the second sharded group that is not the root (prefetch shows)
   local blocks = {}
   for _, g in ipairs(plan.groups) do
@@ -246,8 +250,9 @@ function M.render(plan, r)
     for _, phase in ipairs({ "forward", "backward" }) do
       local t0, t1 = block_window(tl, owner, g, phase)
       if t0 then
-        y = lanes(body, plan, tl, owner, y, t0, t1, "zoom-" .. phase, string.format('zoomed: the %s of "%s" '
-          .. '(%d blocks like it)', phase, g.name, #blocks))
+        local title = string.format('zoomed: the %s of "%s" (%d blocks like it)', phase, g.name,
+          #blocks)
+        y = lanes(body, plan, tl, owner, y, t0, t1, "zoom-" .. phase, title)
       end
     end
   end
@@ -256,19 +261,21 @@ function M.render(plan, r)
   local lx = LEFT
   for _, item in ipairs({ { ROOT_COLOUR, "root group" }, { PALETTE[1], "one colour per group" },
     { WAIT_COLOUR, "compute waits" } }) do
-    legend[#legend + 1] = string.format('<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d" '
+    put(legend, '<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d" '
       .. 'class="tick">%s</text>', lx, y, item[1], lx + 16, y + 10, esc(item[2]))
     lx = lx + 200
   end
   y = y + 24
-  local head = string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-    .. 'font-family="sans-serif">\n<style>\n'
-    .. '.h1{font-size:16px;font-weight:bold}.h2{font-size:13px;font-weight:bold}.h3{font-size:12px}\n'
-    .. '.lane-bg{fill:#f4f4f4}.lane-label{font-size:11px;text-anchor:end}.tick{font-size:10px;fill:#555}\n'
-    .. '.box{stroke:#fff;stroke-width:0.3}.box-label{font-size:10px;pointer-events:none}\n'
-    .. '.wait{fill:%s;opacity:0.8}.event{fill:#222}.sync{stroke:#888;stroke-dasharray:2 2}\n'
-    .. '#memory-live{fill:#4e79a7;fill-opacity:0.35;stroke:#4e79a7}.arena{stroke:#e15759;stroke-dasharray:4 3}\n'
-    .. '#peak{fill:#e15759}.buffer{font-size:11px;font-family:monospace}\n</style>\n'
+  local head = string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+    .. 'viewBox="0 0 %d %d" font-family="sans-serif">\n<style>\n'
+    .. '.h1{font-size:16px;font-weight:bold}.h2{font-size:13px;font-weight:bold}\n'
+    .. '.h3{font-size:12px}.lane-bg{fill:#f4f4f4}.lane-label{font-size:11px;text-anchor:end}\n'
+    .. '.tick{font-size:10px;fill:#555}.box{stroke:#fff;stroke-width:0.3}\n'
+    .. '.box-label{font-size:10px;pointer-events:none}.wait{fill:%s;opacity:0.8}\n'
+    .. '.event{fill:#222}.sync{stroke:#888;stroke-dasharray:2 2}\n'
+    .. '#memory-live{fill:#4e79a7;fill-opacity:0.35;stroke:#4e79a7}\n'
+    .. '.arena{stroke:#e15759;stroke-dasharray:4 3}#peak{fill:#e15759}\n'
+    .. '.buffer{font-size:11px;font-family:monospace}\n</style>\n'
     .. '<rect width="100%%" height="100%%" fill="#fff"/>\n', W, y, W, y, WAIT_COLOUR)
   return head .. table.concat(body, "\n") .. "\n" .. table.concat(legend, "\n") .. "\n</svg>\n"
 end

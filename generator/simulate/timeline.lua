@@ -35,7 +35,8 @@ local function collective(st, topo)
     return nccl.time("reduce_scatter", L.padded_numel * dbytes(g.reduce_dtype), g.shard, 1, topo)
   elseif st.op == "all_reduce" then
     local L = st.reduction.layout
-    return nccl.time("all_reduce", L.shard_numel * dbytes(g.reduce_dtype), g.replicate, g.shard, topo)
+    local bytes = L.shard_numel * dbytes(g.reduce_dtype)
+    return nccl.time("all_reduce", bytes, g.replicate, g.shard, topo)
   end
   return 0, "none"
 end
@@ -110,7 +111,8 @@ function M.run(plan, topo)
         local cs = math.max(free.ag, ce, link[where])
         done = cs + coll
         free.ag, link[where] = done, done
-        rec.boxes[#rec.boxes + 1] = { lane = "ag", s = cs, e = done, part = "all-gather", where = where }
+        rec.boxes[#rec.boxes + 1] = { lane = "ag", s = cs, e = done, part = "all-gather",
+          where = where }
       end
       ag_done[st.ag] = done
     elseif op == "all_gather_wait" or op == "all_gather_drop" then
@@ -135,7 +137,8 @@ function M.run(plan, topo)
         local s = math.max(free.rs, tc, coll > 0 and link[where] or 0)
         local done = s + coll
         if coll > 0 then link[where] = done end
-        rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = done, part = "reduce-scatter", where = where }
+        rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = done, part = "reduce-scatter",
+          where = where }
         local nxt = plan.steps[i + 1]
         local post
         if nxt and nxt.op == "all_reduce" and nxt.rs == st.rs then
