@@ -23,8 +23,8 @@ run_browser() {
     --enable-logging=stderr --v=0 "$@" 2>>"$tmp/browser.log"
 }
 
-./fsdpgen show examples/llama_1b.lua --gpu h100 --gpus-per-node 8 -o "$tmp/step.svg" >/dev/null \
-  && ./fsdpgen show examples/llama_1b.lua --gpu h100 --gpus-per-node 8 -o "$tmp/step.html" >/dev/null \
+show() { ./fsdpgen show examples/llama_1b.lua --gpu h100 --gpus-per-node 8 -o "$1" >/dev/null; }
+show "$tmp/step.svg" && show "$tmp/step.html" \
   || { bad "fsdpgen show wrote the SVG and the HTML page"; finish; }
 height=$(grep -o 'height="[0-9]*"' "$tmp/step.svg" | head -1 | tr -dc 0-9)
 
@@ -42,7 +42,8 @@ else
   ok "no console messages"
 fi
 
-run_browser --screenshot="$tmp/step.png" --window-size=1400,"$height" "file://$tmp/step.svg" >/dev/null
+run_browser --screenshot="$tmp/step.png" --window-size=1400,"$height" "file://$tmp/step.svg" \
+  >/dev/null
 # The lanes' rows from the SVG (overview panel), checked on the screenshot's pixels.
 python3 - "$tmp/step.svg" "$tmp/step.png" >"$tmp/lanes.out" <<'PY'
 import re, struct, sys, zlib
@@ -84,12 +85,14 @@ for name, x0, y0, width in lanes:
             colours.add(px)
     good = len(colours) >= 3
     failed += not good
-    print(("PASS" if good else "FAIL") + " lane %s is drawn (%d colours in its row)" % (name, len(colours)))
+    print(("PASS" if good else "FAIL")
+          + " lane %s is drawn (%d colours in its row)" % (name, len(colours)))
 sys.exit(1 if failed or len(lanes) < 3 else 0)
 PY
 rc=$?
 cat "$tmp/lanes.out"
 passed=$((passed + $(grep -c '^PASS' "$tmp/lanes.out")))
 failed=$((failed + $(grep -c '^FAIL' "$tmp/lanes.out")))
-[[ $rc = 0 ]] || [[ $(grep -c '^FAIL' "$tmp/lanes.out") -gt 0 ]] || bad "the screenshot could be read (exit $rc)"
+[[ $rc = 0 ]] || [[ $(grep -c '^FAIL' "$tmp/lanes.out") -gt 0 ]] \
+  || bad "the screenshot could be read (exit $rc)"
 finish
