@@ -312,7 +312,16 @@ function M.main(args, env)
     if #args ~= 8 then env.usage_error("diff --git takes git's 7 arguments: PATH OLD HEX MODE NEW HEX MODE") end
     return git_driver({ table.unpack(args, 2) }, env)
   end
-  if #args ~= 2 then env.usage_error("diff takes OLD and NEW (each a spec .lua or a .schedule)") end
+  -- `--gpu G [simulate's options]` after OLD and NEW adds the simulated change (two specs)
+  local sim_args = {}
+  if args[3] then sim_args = { table.unpack(args, 3) } end
+  if #args < 2 or (args[3] and args[3] ~= "--gpu") then
+    env.usage_error("diff takes OLD and NEW (each a spec .lua or a .schedule), then optionally --gpu G and "
+      .. "simulate's options")
+  end
+  if #sim_args > 0 and not (args[1]:match("%.lua$") and args[2]:match("%.lua$")) then
+    env.usage_error("diff --gpu simulates both sides, so OLD and NEW must be specs (.lua)")
+  end
   local old = load_side(args[1], "OLD", env)
   local new = load_side(args[2], "NEW", env)
   if old.name ~= new.name then
@@ -325,6 +334,10 @@ function M.main(args, env)
       .. " (please report it)")
   end
   io.write(text)
+  if #sim_args > 0 then
+    local lines = require("simulate.cli").diff_lines(args[1], args[2], sim_args, env)
+    io.write(table.concat(lines, "\n"), "\n")
+  end
 end
 
 return M

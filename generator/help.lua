@@ -31,12 +31,14 @@ example:
   ./fsdpgen counts examples/llama_hsdp_ckpt.lua
 ]],
   diff = [[
-usage: fsdpgen diff OLD NEW
+usage: fsdpgen diff OLD NEW [--gpu G ...]   (... : simulate's options)
 Compares two specs or two .schedule files (or one of each) and prints the review summary of
 the change: spec and per-group option changes, collectives per phase and the bytes each rank
 sends per step, the predicted peak and what is live there, FSDP events added, removed or
 moved, then the changed .schedule lines. Exit 0 when it compared, 2 on bad input.
 `fsdpgen diff --git` is git's external diff driver (docs/reviewing.md).
+With --gpu G and simulate's options after OLD and NEW (two specs), it adds the simulated
+step-time and exposed-communication change (fsdpgen help simulate).
 example:
   ./fsdpgen diff examples/tiny.lua examples/gpt_bytes.lua
 ]],

@@ -13,6 +13,8 @@ usage: fsdpgen COMMAND SPEC [options]       (fsdpgen help COMMAND: its options a
   events SPEC             print one step's FSDP events: STATE KIND "GROUP"
   counts SPEC             print the step's collective counts
   diff OLD NEW            review summary of a change (each a spec or a .schedule)
+  simulate SPEC --gpu G   predicted step time, exposed communication, MFU, tokens/s, memory
+  show SPEC --gpu G -o F  the simulated step drawn as SVG (or HTML): streams, waits, memory
   torch SPEC [-o FILE]    write the spec's PyTorch FSDP2 twin (default build/<name>/<name>_twin.py)
   build SPEC [--cuda] [-o DIR]
                           emit the C and build DIR/<name> (default build/<name>/; --cuda: <name>_cuda)
@@ -265,6 +267,15 @@ end
 
 function commands.diff(args)
   require("diff").main(args, { plan = plan_spec, die = die, usage_error = usage_error, root = ROOT })
+end
+
+-- `simulate` and `show`: generator/simulate/ (the step on a GPU, predicted from the plan).
+local sim_cli = require("simulate.cli")
+for _, name in ipairs({ "simulate", "show" }) do
+  help.HELP[name] = sim_cli.HELP[name]
+  commands[name] = function(args)
+    sim_cli[name](args, { plan = plan_spec, die = die, usage_error = usage_error, root = ROOT })
+  end
 end
 
 local cmd = arg[2]

@@ -61,6 +61,7 @@ plan_lane() {
   for s in \
     "layout units:unit_layout" \
     "memory plan first fit:unit_memory_place" \
+    "model FLOPs per step:unit_flops" \
     "seed conformance:seed_conformance" \
     "bad specs:spec_errors" \
     "golden schedules:golden_schedules" \
@@ -76,7 +77,8 @@ plan_lane() {
     "random step programs:step_fuzz" \
     "eval program:eval_program" \
     "reviewing a change (.schedule diffs, fsdpgen diff, git diff):schedule_diff" \
-    "every example plans:examples"; do
+    "every example plans:examples" \
+    "simulate and show (the step on a GPU):simulate"; do
     i=$((i + 1))
     run_suite "$(printf 'g%02d' $i)" "generator: ${s%%:*}" lua5.4 "tests/generator/${s#*:}.lua"
   done
@@ -84,6 +86,8 @@ plan_lane() {
   run_suite g98 "generator: mutated specs never crash or hang" lua5.4 tests/generator/spec_fuzz.lua \
     $([[ $slow = 1 ]] && echo --count 10000)
   run_suite g99 "bench: checks without a GPU" tests/bench/run.sh
+  # SKIP without chromium (CI does not install it)
+  run_suite g97 "show: the SVG in a headless browser" tests/show/run.sh
 }
 
 # The build lane: the C runtime, the generated binaries, PyTorch and the CUDA backend.

@@ -1,0 +1,153 @@
+-- The cost of one schedule line on one GPU: its FLOPs and bytes, and the time a roofline
+-- gives them (the slower of FLOPs against the tensor-core peak and bytes against the
+-- memory bandwidth, each at the kernel kind's fitted efficiency, plus a launch gap per
+-- kernel). Collectives are priced by nccl.lua; this file prices the FSDP copies around
+-- them. Reads the plan's steps and tensors; changes nothing in them.
+local trace = require("trace")
+local memory = require("memory")
+
+local M = {}
+
+local numel = trace.numel
+
+-- Bytes of a tensor as the kernels move it: its dtype's size (16-bit activations are
+-- stored packed; integer token ids as int32).
+local function tbytes(t)
+  if not t or not t.shape then return 0 end
+  t = memory.base(t)   -- a view's bytes are its base's (the fp32 view of 16-bit logits)
+  local b = trace.dtype_bytes[t.dtype] or 4
+  if t.dtype == "int64" then b = 4 end
+  return numel(t.shape) * b
+end
+
+local function io_bytes(op)
+  local n = 0
+  for _, t in ipairs(op.ins) do
+    if not t.is_param then n = n + tbytes(t) end
+  end
+  for _, t in ipairs(op.outs) do n = n + tbytes(t) end
+  return n
+end
+
+-- A linear's GEMM dims: M rows, K inner, N outputs.
+local function gemm_dims(op)
+  local x, y = op.ins[1], op.outs[1]
+  local k = x.shape[#x.shape]
+  local n = y.shape[#y.shape]
+  return numel(y.shape) // n, k, n
+end
+
+-- Attention: the full T x T products (q k^T and p v), 4 B H T^2 d FLOPs; a causal
+-- kernel computes half.
+local function attention_flops(op)
+  local q = op.ins[1]
+  local b = numel(q.shape) // q.shape[#q.shape] // q.shape[#q.shape - 1]
+  local t = q.shape[#q.shape - 1]
+  local d = op.attrs.n_heads * op.attrs.head_dim
+  return 4 * b * t * t * d
+end
+
+-- The time of `flops` at efficiency eff of the bf16 peak and `bytes` at eff_bw of the
+-- memory bandwidth, whichever is slower, plus `kernels` launch gaps.
+local function roofline(gpu, k, flops, eff, bytes, eff_bw, kernels)
+  local tf = flops > 0 and flops / (gpu.bf16_tflops * 1e12 * eff) or 0
+  local tb = bytes > 0 and bytes / (gpu.hbm_gbps * 1e9 * eff_bw) or 0
+  return math.max(tf, tb) + kernels * k.launch_us * 1e-6
+end
+
+local norms = { rms_norm = true, layer_norm = true }
+
+-- A compute op (forward, recompute, backward, loss_grad of st.node).
+local function op_cost(st, gpu, k)
+  local op = st.node
+  local bwd = st.op == "backward"
+  local kind = op.kind
+  if kind == "linear" then
+    local m, kk, n = gemm_dims(op)
+    local eb = trace.dtype_bytes[op.outs[1].dtype] or 4
+    local flops = (bwd and 4 or 2) * m * kk * n
+    local eff = k.gemm
+    local bytes = (m * kk + kk * n + m * n) * eb
+    if bwd then bytes = 2 * bytes + kk * n * 8 end   -- the fp32 weight gradient, read and written
+    return roofline(gpu, k, flops, eff, bytes, k.elementwise, bwd and 2 or 1), "gemm", flops
+  elseif kind == "attention" then
+    local f = attention_flops(op) * (op.attrs.causal and 0.5 or 1)
+    if bwd then return roofline(gpu, k, 2.5 * f, k.attention_bwd, 0, 1, 3), "attention", 2.5 * f end
+    return roofline(gpu, k, f, k.attention_fwd, 0, 1, 1), "attention", f
+  elseif kind == "cast" and memory.is_view(op) then
+    return 0, "view", 0
+  elseif bwd and st.grad_alias then
+    return 0, "view", 0   -- an add whose inputs' gradients share its buffer: no kernel
+  elseif kind == "arange" then
+    return k.launch_us * 1e-6, "elementwise", 0
+  end
+  -- Element-wise, norms, lookups and the loss: bandwidth. A backward reads the inputs and
+  -- the output's gradient and writes the inputs' gradients: about twice the forward's bytes.
+  local bytes = io_bytes(op)
+  if kind == "cross_entropy" and st.op == "loss_grad" then bytes = 2 * tbytes(op.ins[1])
+  elseif kind == "cross_entropy" then bytes = tbytes(op.ins[1])
+  elseif bwd then bytes = 2 * bytes end
+  if kind == "embedding" and bwd then bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8 end
+  bytes = bytes * (k.elementwise_passes or 1)
+  local class = (kind == "cross_entropy") and "loss" or norms[kind] and "norm" or "elementwise"
+  return roofline(gpu, k, 0, 1, bytes, k[class], bwd and 2 or 1), class, 0
+end
+
+local function copy_time(gpu, k, bytes)
+  if bytes <= 0 then return 0 end
+  return roofline(gpu, k, 0, 1, bytes, k.copy, 1)
+end
+
+local function dbytes(dtype) return trace.dtype_bytes[dtype] or 4 end
+
+-- Shard elements of every group (clipping and the optimizer read them all).
+local function shard_total(plan)
+  local n = 0
+  for _, g in ipairs(plan.groups) do n = n + g.layout.shard_numel end
+  return n
+end
+
+-- The compute-stream part of a line and the side-stream copies around its collective.
+-- Returns { compute = s, class = name, hw_flops = the FLOPs its kernels execute,
+-- copy_in = s (side stream, before the collective), copy_out = s (after it) }.
+function M.step(st, plan, gpu, k)
+  local c = { compute = 0, class = "fsdp", hw_flops = 0, copy_in = 0, copy_out = 0 }
+  local g = st.group
+  if st.node and (st.op == "forward" or st.op == "backward" or st.op == "recompute"
+      or st.op == "loss_grad" or st.op == "eval_loss") then
+    c.compute, c.class, c.hw_flops = op_cost(st, gpu, k)
+  elseif st.op == "all_gather" then
+    local L = g.layout
+    local per = st.sub and (L.padded_numel // g.pf_size) or L.shard_numel
+    -- copy-in: fp32 shards read, param_dtype written (direct: into the unsharded params,
+    -- which also keep an fp32 copy where a non-linear reads them: 6 bytes per element)
+    c.copy_in = copy_time(gpu, k, per * (st.direct and 6 or (4 + dbytes(g.param_dtype))))
+  elseif st.op == "all_gather_wait" and not st.direct then
+    c.compute = copy_time(gpu, k, g.layout.padded_numel * (dbytes(g.param_dtype) + 4))
+  elseif st.op == "reshard_post_forward" then
+    c.compute = copy_time(gpu, k, g.layout.padded_numel // g.pf_size * 8)
+  elseif st.op == "reduce_scatter" then
+    local L = st.reduction.layout
+    if st.direct then
+      c.copy_in = copy_time(gpu, k, L.padded_numel * 8)
+    else
+      -- copy-in on compute (grads read, reduce_dtype written); view-out after the collective
+      c.compute = copy_time(gpu, k, L.padded_numel * (4 + dbytes(g.reduce_dtype)))
+      c.copy_out = copy_time(gpu, k, L.shard_numel * (dbytes(g.reduce_dtype) + 8))
+    end
+  elseif st.op == "accumulate_unsharded_grads" then
+    c.compute = copy_time(gpu, k, g.layout.padded_numel * 12)
+  elseif st.op == "clip_grad_norm" then
+    c.compute = copy_time(gpu, k, shard_total(plan) * 12)
+  elseif st.op == "optimizer" then
+    local o = plan.spec.optimizer
+    local states = memory.optimizer_states(o)
+    -- parameters read and written, gradients read, each state read and written (fp32)
+    local bytes = g.layout.shard_numel * (12 + 8 * states)
+    c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, 1)
+    c.class = "optimizer"
+  end
+  return c
+end
+
+return M

@@ -1,0 +1,70 @@
+-- NVIDIA H100 96GB HBM2e at a 500 W power limit: the H100s of Meta's Grand Teton hosts, on
+-- which torchtitan measured its published FSDP figures (the calibration points of
+-- README.md). `fsdpgen simulate --gpu h100_hbm2e`. Pure data (generator/simulate/gpu.lua).
+-- Where a figure differs from h100.lua's, the comment says why; the kernel efficiencies
+-- are h100.lua's (fractions of the peaks, not measured on this part).
+return {
+  name = "H100 96GB HBM2e 500W",
+  -- pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md: "96GB HBM2e with 2.4
+  -- TB/sec", 500 W, and "the actual peak TFLOPs number is between SXM and NVL" (989.4 and
+  -- 835 bf16 dense, NVIDIA's datasheet); assumption: the midpoint.
+  bf16_tflops = 912.0,
+  hbm_gbps = 2400,
+  memory_gb = 96,
+  -- Collective bus bandwidths (GB/s, nccl-tests' busbw: size x (n-1)/n / time for
+  -- all-gather and reduce-scatter, 2 x that for all-reduce) at large sizes.
+  nvlink = {
+    -- assumption: ring all-gather and reduce-scatter at 80% of NVLink 4's 450 GB/s per
+    -- direction (NVLS, NVLink SHARP, does not take part in them).
+    all_gather = 360, reduce_scatter = 360,
+    -- nccl-tests all_reduce_perf on 8x H100 SXM5 (NVLS): 460-480 GB/s busbw ("NCCL-tests
+    -- in practice", docs.alayanew.com, 2026-05-06); the lower end.
+    all_reduce = 460,
+  },
+  -- Inter-node: one NIC per GPU. Default 400 Gb/s (ConnectX-7 NDR, as on DGX H100 and
+  -- torchtitan's Grand Teton hosts); assumption: busbw at 92% of the line rate.
+  net_gbps = 400,
+  net_efficiency = 0.92,
+  -- Latency (alpha), microseconds: NCCL's own tuning model (src/graph/tuning.cc, Ring,
+  -- Simple protocol): baseLat 8.4 per collective, hwLat 3.4 per ring step over NVLink and
+  -- 14 per step over the network.
+  alpha_base_us = 8.4,
+  alpha_nvlink_step_us = 3.4,
+  alpha_net_step_us = 14.0,
+  -- Kernel efficiencies (fraction of the peaks above), by implementation.
+  kernels = {
+    -- fsdpgen's CUDA backend, fitted to one Llama 1B step under ncu on one H100
+    -- (bench/RESULTS.md "Where the time goes": GEMMs 78.5 ms at about 770 TFLOP/s, attention
+    -- 30.0 ms, AdamW 14.0 ms at bandwidth, FSDP copies 9.7 ms) and to the measured steps
+    -- of GPT-2 124M (44.63 ms) and Llama 1B (163.09 ms).
+    fsdpgen = {
+      gemm = 0.78,            -- 770 / 989.4
+      attention_fwd = 0.205,  -- of the causal half of QK^T and PV: 5.5 ms on Llama 1B
+      attention_bwd = 0.115,  -- 2.5 forwards' flops: dK/dV 14.9 + dQ 8.9 + D 0.7 ms
+      elementwise = 0.72,     -- activations, adds, rotary, embedding: 7.7 + 3.1 + 2.7 ms
+      norm = 0.35,            -- RMSNorm forward and backward: 5.7 ms
+      loss = 0.63,            -- cross-entropy over the packed logits: 3.0 ms
+      copy = 0.82,            -- FSDP copy-in/out and view-out: 9.7 ms for 26.8 GB
+      optimizer = 0.89,       -- AdamW: 14.0 ms for 28 bytes x 1.50 G parameters
+      launch_us = 24.0,       -- per kernel: ramp-up, tails and the gaps between kernels,
+                              -- fitted to both steps (ncu: 154.6 ms of kernels in the
+                              -- 163 ms Llama step, 842 launches)
+    },
+    -- PyTorch 2.11 FSDP2 eager: cuBLAS GEMMs as above, SDPA's flash attention
+    -- (bench/attention.sh on Llama 1B's shapes: forward 0.18 ms, backward 0.66 ms per
+    -- layer), unfused element-wise kernels, foreach AdamW (assumed 60% of bandwidth);
+    -- elementwise_passes fitted to bench/RESULTS.md's torch_eager Llama 1B row (214.30 ms).
+    torch = {
+      gemm = 0.78,
+      attention_fwd = 0.385,  -- 68.7 GFLOP (causal half) in 0.18 ms
+      attention_bwd = 0.263,  -- 2.5 x that in 0.66 ms
+      elementwise = 0.72,
+      norm = 0.35,
+      loss = 0.63,
+      copy = 0.82,
+      optimizer = 0.60,       -- foreach AdamW: several passes over the states
+      launch_us = 24.0,
+      elementwise_passes = 4.0,  -- fp32 upcasts and unfused ops: 4x fsdpgen's bytes (fitted)
+    },
+  },
+}

@@ -1,0 +1,145 @@
+-- `fsdpgen simulate`: the predicted step of a plan on a given GPU and world (time by
+-- phase, exposed communication, MFU, tokens/s, peak memory), as text or JSON. The spec is
+-- re-planned at the simulated world size (rescale), so shard sizes are the real ones.
+local timeline = require("simulate.timeline")
+local flops = require("flops")
+local units = require("units")
+
+local M = {}
+
+-- Adjusts a freshly loaded spec to `gpn` GPUs per node x `nodes` (in place): a plain FSDP
+-- spec shards over the whole world; an HSDP spec (a mesh with replicas) shards within a
+-- node and replicates across nodes. An integer reshard_after_forward that no longer
+-- divides the shard group becomes the node size where that divides it, else True.
+-- batch, when given, replaces the input's batch size.
+function M.rescale(spec, gpn, nodes, batch)
+  if gpn then
+    local world = gpn * nodes
+    local hsdp = spec.mesh.replicate > 1
+    for _, s in ipairs(spec.states) do hsdp = hsdp or (s.mesh and s.mesh.replicate > 1) end
+    local mesh = hsdp and { replicate = nodes, shard = gpn } or { replicate = 1, shard = world }
+    spec.mesh, spec.world_size = mesh, world
+    for _, s in ipairs(spec.states) do
+      if s.mesh then s.mesh = { replicate = mesh.replicate, shard = mesh.shard } end
+      if math.type(s.rAF) == "integer" and mesh.shard % s.rAF ~= 0 then
+        s.rAF = (gpn > 1 and mesh.shard % gpn == 0) and gpn or true
+      end
+    end
+  end
+  if batch then spec.input.shape[1] = batch end
+  return spec
+end
+
+-- Runs the timeline. opts = { gpu (table), kernels (name), gpus_per_node, nodes, net_gbps }.
+function M.run(plan, opts)
+  local gpu = opts.gpu
+  local topo = { gpu = gpu, k = gpu.kernels[opts.kernels], gpus_per_node = opts.gpus_per_node,
+    net_gbps = opts.net_gbps }
+  local tl = timeline.run(plan, topo)
+  local spec = plan.spec
+  local fc = flops.count(plan)   -- model FLOPs (PaLM, bench/flops.py) and tokens, one rank
+  local per = fc.rank_tokens
+  local r = {
+    spec = spec.name, gpu = gpu.kind, gpu_name = gpu.name, kernels = opts.kernels,
+    gpus_per_node = opts.gpus_per_node, nodes = opts.nodes, world = spec.world_size,
+    replicate = spec.mesh.replicate, shard = spec.mesh.shard, net_gbps = opts.net_gbps,
+    step_s = tl.step, compute_s = 0, exposed_s = 0, phases = {},
+    model_flops = fc.rank_flops, hw_flops = tl.hw_flops,
+    mfu = fc.rank_flops / (tl.step * gpu.bf16_tflops * 1e12),
+    unit = spec.input.tokens and "tokens" or "samples",
+    per_gpu_step = per, per_s = per * spec.world_size / tl.step, per_gpu_s = per / tl.step,
+    peak_bytes = plan.memory.peak, memory_gb = gpu.memory_gb, peak_tflops = gpu.bf16_tflops,
+    timeline = tl,
+  }
+  -- phases by name, in order of first appearance (microbatches add up)
+  local idx = {}
+  for _, p in ipairs(tl.phases) do
+    local e = idx[p.name]
+    if not e then
+      e = { name = p.name, time_s = 0, compute_s = 0, ag_s = 0, rs_s = 0, ar_s = 0, tail_s = 0 }
+      idx[p.name] = e
+      r.phases[#r.phases + 1] = e
+    end
+    e.time_s = e.time_s + (p.finish - p.start)
+    e.compute_s = e.compute_s + p.compute
+    e.ag_s, e.rs_s, e.ar_s = e.ag_s + p.exposed.ag, e.rs_s + p.exposed.rs, e.ar_s + p.exposed.ar
+    e.tail_s = e.tail_s + p.exposed.tail
+    r.compute_s = r.compute_s + p.compute
+  end
+  for _, e in ipairs(r.phases) do
+    e.exposed_s = e.ag_s + e.rs_s + e.ar_s + e.tail_s
+    r.exposed_s = r.exposed_s + e.exposed_s
+  end
+  return r
+end
+
+local function ms(s) return string.format("%.2f ms", s * 1e3) end
+
+local function si(x)
+  if x >= 1e6 then return string.format("%.2f M", x / 1e6) end
+  if x >= 1e3 then return string.format("%.1f k", x / 1e3) end
+  return string.format("%.1f ", x)
+end
+
+function M.text(r)
+  local out = {}
+  local function line(fmt, ...) out[#out + 1] = string.format(fmt, ...) end
+  line("simulated step of %s on %d x %s (%d node%s x %d GPU%s; network %g Gb/s per GPU; "
+    .. "%s kernels)",
+    r.spec, r.world, r.gpu_name, r.nodes, r.nodes == 1 and "" or "s", r.gpus_per_node,
+    r.gpus_per_node == 1 and "" or "s", r.net_gbps, r.kernels)
+  line("  mesh          world %d = replicate %d x shard %d; %d %s per GPU per step", r.world,
+    r.replicate, r.shard, r.per_gpu_step, r.unit)
+  line("  step          %s (compute %s, exposed communication %s)", ms(r.step_s), ms(r.compute_s),
+    ms(r.exposed_s))
+  line("  %-12s %11s %11s %11s %11s %11s %11s", "phase", "time", "compute", "exposed ag",
+    "exposed rs", "exposed ar", "step end")
+  for _, p in ipairs(r.phases) do
+    line("  %-12s %11s %11s %11s %11s %11s %11s", p.name, ms(p.time_s), ms(p.compute_s), ms(p.ag_s),
+      ms(p.rs_s), ms(p.ar_s), ms(p.tail_s))
+  end
+  line("  MFU           %.1f%% (model FLOPs %.4g per GPU per step, PaLM convention; bf16 peak "
+    .. "%g TFLOP/s)",
+    100 * r.mfu, r.model_flops, r.peak_tflops)
+  line("  %-13s %s/s (%s/s per GPU)", r.unit, si(r.per_s), si(r.per_gpu_s))
+  line("  peak memory   %s per GPU (the memory plan's arena; cuBLAS and NCCL workspaces come on "
+    .. "top)%s",
+    units.bytes(r.peak_bytes), r.peak_bytes > r.memory_gb * 1e9 and string.format(
+      ": MORE than the GPU's %g GB", r.memory_gb) or "")
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- JSON of the summary (no timeline), keys sorted, numbers as Lua prints them.
+local function encode(v)
+  local t = type(v)
+  if t == "table" then
+    if #v > 0 or next(v) == nil then
+      local parts = {}
+      for i, x in ipairs(v) do parts[i] = encode(x) end
+      return "[" .. table.concat(parts, ",") .. "]"
+    end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = encode(k) .. ":" .. encode(v[k]) end
+    return "{" .. table.concat(parts, ",") .. "}"
+  elseif t == "number" then
+    if math.type(v) == "integer" then return tostring(v) end
+    return string.format("%.6g", v)
+  elseif t == "string" then
+    local s = v:gsub('[%c"\\]', function(c) return string.format("\\u%04x", c:byte()) end)
+    return '"' .. s .. '"'
+  end
+  return tostring(v)
+end
+
+function M.json(r)
+  local keep = {}
+  for k, v in pairs(r) do
+    if k ~= "timeline" then keep[k] = v end
+  end
+  return encode(keep) .. "\n"
+end
+
+return M

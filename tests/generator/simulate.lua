@@ -1,0 +1,251 @@
+-- `fsdpgen simulate` and `show` (generator/simulate/): the NCCL cost against figures worked
+-- by hand, the stream timeline's waits on small plans with made-up GPUs whose answers are
+-- known, the calibration against the measured H100 steps (bench/RESULTS.md), the re-plan
+-- at another world size, every repository spec simulated and drawn, and the SVG's
+-- structure (lanes, boxes per line, waits, group colours, memory peak, largest buffers).
+-- Run from the repository root: lua5.4 tests/generator/simulate.lua
+package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
+
+local util = require("tests.generator.step_c")
+local check = util.check
+local nccl = require("simulate.nccl")
+local gpu_table = require("simulate.gpu")
+local sim = require("simulate.sim")
+local svg = require("simulate.svg")
+local loader = require("loader")
+local planner = require("planner")
+
+local function near(a, b, rel) return math.abs(a - b) <= rel * math.abs(b) end
+
+local h100 = assert(gpu_table.load(".", "h100"))
+
+-- NCCL: alpha + size (n-1)/n / busbw, by hand.
+local topo = { gpu = h100, gpus_per_node = 8, net_gbps = 400 }
+local t, where = nccl.time("all_gather", 1e9, 8, 1, topo)
+check(where == "nvlink" and near(t, (8.4 + 7 * 3.4) * 1e-6 + 1e9 * 7 / 8 / 360e9, 1e-9),
+  string.format("all-gather of 1 GB over 8 GPUs of a node: %.4f ms over NVLink", t * 1e3))
+t, where = nccl.time("reduce_scatter", 1e9, 16, 1, topo)
+local alpha = (8.4 + 13 * 3.4 + 2 * 14) * 1e-6
+check(where == "net" and near(t, alpha + 1e9 * 15 / 16 / (50 * 0.92e9), 1e-9),
+  string.format("reduce-scatter over 2 nodes: the network's 46 GB/s, 2 network hops (%.3f ms)",
+    t * 1e3))
+t = nccl.time("all_reduce", 1e9, 4, 8, topo)
+check(near(t, (8.4 + 6 * 14) * 1e-6 + 1e9 * 2 * 3 / 4 / (50 * 0.92e9), 1e-9),
+  "all-reduce across 4 replicas, one per node: 2 (n-1)/n over the network")
+check(nccl.time("all_gather", 1e9, 1, 1, topo) == 0, "a collective over one rank costs nothing")
+check(nccl.nodes_spanned(4, 2, 8) == 1 and nccl.nodes_spanned(8, 2, 8) == 2
+  and nccl.nodes_spanned(3, 8, 8) == 3,
+  "the nodes a strided group spans")
+
+-- A made-up GPU: collectives at `busbw` GB/s with no latency, FSDP copies and launches free.
+local function fake_gpu(busbw)
+  local g = {}
+  for k, v in pairs(h100) do g[k] = v end
+  g.nvlink = { all_gather = busbw, reduce_scatter = busbw, all_reduce = busbw }
+  g.alpha_base_us, g.alpha_nvlink_step_us, g.alpha_net_step_us = 0, 0, 0
+  local k = {}
+  for key, v in pairs(h100.kernels.fsdpgen) do k[key] = v end
+  k.copy, k.launch_us = 1e9, 0
+  g.kernels = { fsdpgen = k }
+  return g
+end
+
+-- Plans (each spec and world planned once: planning is what costs).
+local plans = {}
+local function plan_of(path, gpn, nodes, batch)
+  local key = table.concat({ path, tostring(gpn), tostring(nodes), tostring(batch) }, " ")
+  if not plans[key] then
+    local spec = loader.load(path)
+    if gpn or batch then sim.rescale(spec, gpn, nodes or 1, batch) end
+    plans[key] = loader.protect(spec.line, planner.plan, spec)
+  end
+  return plans[key]
+end
+
+local function run(plan, gpu, kernels)
+  return sim.run(plan, { gpu = gpu, kernels = kernels or "fsdpgen",
+    gpus_per_node = math.min(8, plan.spec.world_size), nodes = 1, net_gbps = 400 })
+end
+
+local tiny = plan_of("examples/gpt_bytes.lua")
+local fast = run(tiny, fake_gpu(1e9))
+local slow = run(tiny, fake_gpu(1e-3))
+check(fast.exposed_s < 1e-6 * fast.step_s + 1e-9, string.format("collectives at 1e9 GB/s: no "
+  .. "exposed communication (%.3g s of a %.3g s step)", fast.exposed_s, fast.step_s))
+local ag_bytes, rs_bytes = 0, 0
+for _, st in ipairs(tiny.steps) do
+  local g = st.group
+  local f = g and (g.shard - 1) / g.shard
+  if st.op == "all_gather" and not st.direct then
+    ag_bytes = ag_bytes + g.layout.shard_numel * g.shard * 4 * f
+  elseif st.op == "reduce_scatter" and not st.direct then
+    rs_bytes = rs_bytes + st.reduction.layout.padded_numel * 4 * f
+  end
+end
+-- the all-gather stream runs its collectives one after another, and so does the
+-- reduce-scatter stream; the two streams overlap each other and compute
+local ag_s, rs_s = ag_bytes / 1e6, rs_bytes / 1e6
+check(slow.step_s >= math.max(ag_s, rs_s) * 0.999999
+  and slow.step_s <= ag_s + rs_s + slow.compute_s,
+  string.format("collectives at 1 MB/s: the step (%.3f s) is at least each stream's collectives "
+    .. "(%.3f s, %.3f s) and at most their sum plus compute", slow.step_s, ag_s, rs_s))
+local sum = 0
+for _, p in ipairs(slow.phases) do sum = sum + p.time_s end
+check(near(sum, slow.step_s, 1e-9), "the phases add up to the step")
+check(near(slow.step_s, slow.compute_s + slow.exposed_s, 1e-9),
+  "step = compute + exposed communication")
+
+-- Calibration: the measured H100 steps (bench/RESULTS.md, 2026-11-24, f4f6038), within 15%.
+for _, c in ipairs({ { "examples/gpt2_124m.lua", "fsdpgen", 44.63 },
+  { "examples/llama_1b.lua", "fsdpgen", 163.09 }, { "examples/gpt2_124m.lua", "torch", 79.06 },
+  { "examples/llama_1b.lua", "torch", 214.30 } }) do
+  local r = run(plan_of(c[1]), h100, c[2])
+  check(near(r.step_s * 1e3, c[3], 0.15), string.format("%s, %s kernels: %.2f ms against %.2f ms "
+    .. "measured (%+.1f%%)", c[1], c[2], r.step_s * 1e3, c[3], 100 * (r.step_s * 1e3 / c[3] - 1)))
+end
+local l1b = plan_of("examples/llama_1b.lua")
+local r1 = run(l1b, h100)
+check(near(r1.model_flops / (4 * 2048), 8220192768, 1e-6),
+  string.format("model FLOPs per token of Llama 1B as bench/flops.py: %.0f",
+    r1.model_flops / (4 * 2048)))
+
+-- Re-planned at 8 x 8 GPUs: shards of 1/64, NCCL collectives across nodes, world 64.
+local l64 = plan_of("examples/llama_1b.lua", 8, 8)
+local g1 = l64.groups[2]
+check(l64.spec.world_size == 64 and g1.shard == 64 and g1.layout.shard_numel * 64 >= g1.layout.numel
+  and g1.layout.shard_numel < g1.layout.numel // 63,
+  "--gpus-per-node 8 --nodes 8 re-plans at world 64 (shards of 1/64)")
+local r64 = sim.run(l64, { gpu = h100, kernels = "fsdpgen", gpus_per_node = 8, nodes = 8,
+  net_gbps = 400 })
+local nets = 0
+for _, rec in ipairs(r64.timeline.lines) do
+  for _, b in ipairs(rec.boxes) do if b.where == "net" then nets = nets + 1 end end
+end
+check(nets > 0 and r64.exposed_s > 0 and r64.step_s > r1.step_s / 4,
+  string.format("64 GPUs: collectives over the network, %.2f ms exposed", r64.exposed_s * 1e3))
+local hsdp = plan_of("examples/llama_hsdp_ckpt.lua", 4, 2)
+check(hsdp.spec.mesh.replicate == 2 and hsdp.spec.mesh.shard == 4,
+  "an HSDP spec shards within a node, replicates across")
+local b8 = plan_of("examples/llama_1b.lua", nil, nil, 8)
+check(b8.spec.input.shape[1] == 8 and run(b8, h100).per_gpu_step == 8 * 2048,
+  "--batch 8 doubles the tokens per step")
+
+-- Every example simulates and draws; the slow tier (FSDPGEN_SLOW=1): every spec of the
+-- repository, the calibration specs among them (planning them takes about 10 s).
+local slow = os.getenv("FSDPGEN_SLOW") == "1"
+local specs = {}
+local p = io.popen(slow and "ls tests/specs/seed/*_*.lua tests/specs/features/*.lua "
+  .. "tests/specs/conformance/*.lua examples/*.lua bench/calibration/*.lua" or "ls examples/*.lua")
+for f in p:lines() do specs[#specs + 1] = f end
+p:close()
+local bad = {}
+local n = 0
+for _, path in ipairs(specs) do
+  local ok, err = pcall(function()
+    local plan = plan_of(path)
+    local r = run(plan, h100)
+    assert(r.step_s > 0 and r.step_s < math.huge and r.exposed_s >= -1e-12, "bad totals")
+    local text = svg.render(plan, r)
+    assert(text:find("</svg>", 1, true), "no svg")
+    assert(sim.json(r):match("^{.*}\n$"), "bad json")
+  end)
+  n = n + 1
+  if not ok then
+    bad[#bad + 1] = path .. ": " .. tostring(type(err) == "table" and err.msg or err)
+  end
+end
+check(#bad == 0 and n >= (slow and 70 or 6), string.format("%d %s simulate and draw%s", n,
+  slow and "specs" or "examples", #bad > 0 and (": " .. bad[1]) or ""))
+
+-- The slow tier: torchtitan's published Llama 3.1 8B FSDP2 runs on 8 and 128 H100s (README's
+-- calibration table), within 15%.
+if slow then
+  local hbm2e = assert(gpu_table.load(".", "h100_hbm2e"))
+  for _, c in ipairs({ { 1, 5762 }, { 16, 5605 } }) do
+    local plan = plan_of("bench/calibration/llama3_8b_h100.lua", 8, c[1])
+    local r = sim.run(plan, { gpu = hbm2e, kernels = "torch", gpus_per_node = 8, nodes = c[1],
+      net_gbps = 400 })
+    local err = 100 * (r.per_gpu_s / c[2] - 1)
+    check(near(r.per_gpu_s, c[2], 0.15), string.format("Llama 3.1 8B on %d H100s: %.0f "
+      .. "tokens/s/GPU against %d published (%+.1f%%)", 8 * c[1], r.per_gpu_s, c[2], err))
+  end
+end
+
+-- The SVG's structure on Llama 1B at 8 GPUs.
+local l8 = plan_of("examples/llama_1b.lua", 8, 1)
+local r8 = sim.run(l8, { gpu = h100, kernels = "fsdpgen", gpus_per_node = 8, nodes = 1,
+  net_gbps = 400 })
+local text = svg.render(l8, r8)
+local depth, balanced = 0, true
+for close, name, self in text:gmatch("<(/?)([%w]+)[^>]-(/?)>") do
+  if close == "/" then depth = depth - 1 elseif self ~= "/" then depth = depth + 1 end
+  if depth < 0 then balanced = false end
+end
+check(balanced and depth == 0, "the SVG's tags balance")
+local overview = text:match('<g id="overview".-\n</g>')
+local lanes = {}
+for l in overview:gmatch('data%-lane="([%w_]+)"') do lanes[#lanes + 1] = l end
+check(table.concat(lanes, ",") == "compute,ag_copy,ag,rs", "lanes: " .. table.concat(lanes, ","))
+local want = 0
+for _, rec in ipairs(r8.timeline.lines) do
+  for _, b in ipairs(rec.boxes) do if b.lane == "compute" and b.e > b.s then want = want + 1 end end
+end
+local got = select(2, overview:gsub('class="box compute"', ""))
+check(got == want and want > 500,
+  string.format("one compute box per compute line with time (%d)", got))
+local colours, same = {}, true
+for group, fill in overview:gmatch('data%-group="([^"]*)" [^>]-fill="(#%x+)"') do
+  if colours[group] and colours[group] ~= fill then same = false end
+  colours[group] = fill
+end
+check(same and colours["layers.3"] and colours["layers.3"] ~= colours["layers.4"],
+  "every group has one colour on every lane, neighbours differ")
+check(select(2, text:gsub('class="event"', "")) >= 4 * 16, "FSDP events are marked")
+check(text:find('id="zoom%-forward"') and text:find('id="zoom%-backward"'),
+  "one block's forward and backward zoomed")
+check(text:find('id="peak"') and text:find('class="buffer">[^<]*optimizer state'),
+  "the memory panel marks the peak and names the largest buffers")
+local waits = select(2, overview:gsub('class="wait"', ""))
+local want_waits = 0
+for _, rec in ipairs(r8.timeline.lines) do if rec.wait > 0 then want_waits = want_waits + 1 end end
+check(waits == want_waits and waits > 0,
+  string.format("every wait of compute is drawn (%d)", waits))
+
+-- Bad options: one line, exit 2.
+for _, a in ipairs({ "--gpu ../gpus/h100", "--gpu h100 --nodes 0", "--gpu h100 --kernels x",
+  "--gpu h100 --gpus-per-node 65536 --nodes 2", "--gpu h100 --inter-node-gbps nan", "" }) do
+  local pp = io.popen("./fsdpgen simulate examples/tiny.lua " .. a .. " 2>&1; echo \"exit $?\"")
+  local o = pp:read("a")
+  pp:close()
+  check(o:match("^fsdpgen[^\n]*\nexit 2\n$") ~= nil, "simulate " .. a .. ": one line, exit 2" ..
+    (o:match("^fsdpgen[^\n]*\nexit 2\n$") and "" or (": " .. o)))
+end
+
+-- `fsdpgen diff OLD NEW --gpu ...`: the simulated change of reshard_after_forward=False on
+-- every block (no backward all-gathers: a shorter step, backward exposes no more).
+local base = "tests/specs/review/llama_4l.lua"
+local variant = os.tmpname() .. ".lua"
+local f = assert(io.open(variant, "w"))
+f:write((assert(io.open(base)):read("a"):gsub("fsdp%.fully_shard%(layer%)",
+  "fsdp.fully_shard(layer, { reshard_after_forward = false })")))
+f:close()
+local pipe = io.popen("./fsdpgen diff " .. base .. " " .. variant
+  .. " --gpu h100 --gpus-per-node 4 --nodes 2 2>&1")
+local out = pipe:read("a")
+pipe:close()
+local s0, s1 = out:match("simulated step%s+([%d.]+) ms %-> ([%d.]+) ms")
+local b0, b1 = out:match("\n    backward%s+([%d.]+) ms %-> ([%d.]+) ms")
+check(s0 and b0 and tonumber(s1) < tonumber(s0) and tonumber(b1) <= tonumber(b0)
+  and out:find("on 8 x H100", 1, true),
+  string.format("diff --gpu: reshard_after_forward=False at 2 x 4 GPUs, step %s -> %s ms, backward "
+    .. "exposed %s -> %s ms", tostring(s0), tostring(s1), tostring(b0), tostring(b1)))
+pipe = io.popen("./fsdpgen diff tests/golden/review_llama_4l.schedule " .. variant
+  .. " --gpu h100 2>&1; echo \"exit $?\"")
+out = pipe:read("a")
+pipe:close()
+local one_line = out:match("^fsdpgen: diff %-%-gpu [^\n]*\nexit 2\n$") ~= nil
+check(one_line, "diff --gpu of a .schedule: one line, exit 2" .. (one_line and "" or (": " .. out)))
+os.remove(variant)
+os.remove(variant:sub(1, -5))
+
+util.finish()
