@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Hugging Face export and import (--save-hf, --load-hf) of a tiny Llama with grouped-query
+# attention and a tiny GPT-2 (tests/hf/*.lua), each built once and run at world size 2:
+#   - train 2 steps, --save-hf DIR, --logits FILE; transformers' from_pretrained(DIR) has
+#     no missing or unexpected keys and its logits on the same tokens equal the binary's
+#     (1e-4 relative), and a control with the layout left unconverted fails;
+#   - round trip: --load-hf DIR then one step saves (--save) the same bits as --load of
+#     the original --save then one step;
+#   - BF16 and F16 directories written by transformers load, and train as the same
+#     values widened to F32 do (the --save files are equal);
+#   - errors, each one line and exit 1: a config.json field that differs, a missing
+#     tensor, a wrong shape, a symlinked DIR, a DIR that is a file; a model with no
+#     Hugging Face form is refused with one line (exit 2) at option parsing.
+# Needs gcc, ninja, OpenBLAS; the checks through Python need transformers in
+# $FSDPGEN_TORCH_PYTHON or /opt/fsdpgen/torch-2.11 (else they print SKIP).
+# Ends with `N passed, N failed`.
+set -u
+cd "$(dirname "$0")/../.."
+start=$SECONDS
+pass=0
+fail=0
+skip=0
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+check() { if eval "$1"; then ok "$2"; else bad "$2"; fi; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_hf.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+py=${FSDPGEN_TORCH_PYTHON:-/opt/fsdpgen/torch-2.11/bin/python}
+if ! [[ -x $py ]] || ! "$py" -c 'import transformers, safetensors, torch' >/dev/null 2>&1; then
+  py=""
+  echo "SKIP the checks in transformers (no python with transformers, safetensors and torch;" \
+    "pip install transformers into /opt/fsdpgen/torch-2.11)"
+fi
+py_check() {  # py_check ARGS...: check_hf.py's PASS/FAIL lines, counted
+  local out line
+  out=$("$py" tests/hf/check_hf.py "$@" 2>"$work/py.err") || true
+  if ! grep -q '^PASS\|^FAIL' <<<"$out"; then bad "check_hf.py $1 ran: $(tail -n 1 "$work/py.err")"; return; fi
+  while IFS= read -r line; do
+    case $line in PASS*) ok "${line#PASS }" ;; FAIL*) bad "${line#FAIL }" ;; esac
+  done <<<"$out"
+}
+
+# one_line_exit CODE LABEL PATTERN COMMAND...: exits CODE with one stderr line matching PATTERN
+one_line_exit() {
+  local want=$1 label=$2 pat=$3 rc
+  shift 3
+  "$@" >"$work/out" 2>"$work/err"
+  rc=$?
+  local n
+  n=$(wc -l <"$work/err")
+  if [[ $rc -eq $want && $n -eq 1 ]] && grep -q -- "$pat" "$work/err"; then
+    ok "$label: exit $rc, one line: $(cat "$work/err")"
+  else
+    bad "$label: exit $rc (want $want), $n lines: $(head -c 300 "$work/err")"
+  fi
+}
+
+for name in hf_llama hf_gpt2; do
+  out=build/hf
+  if ! ./fsdpgen build "tests/hf/$name.lua" -o "$out" >"$work/build.log" 2>&1; then
+    cat "$work/build.log"
+    bad "$name builds"
+    continue
+  fi
+  bin=$out/$name
+  w=$work/$name
+  mkdir -p "$w"
+  "$bin" --steps 2 --save "$w/a.safetensors" --save-hf "$w/hf" --logits "$w/logits.safetensors" \
+    >"$w/a.log" 2>&1
+  check '[[ $? -eq 0 && -s $w/hf/config.json && -s $w/hf/model.safetensors ]]' \
+    "$name: 2 steps at world 2, --save-hf wrote config.json and model.safetensors"
+  # round trip: the HF directory loads back to the same parameters
+  "$bin" --steps 1 --load "$w/a.safetensors" --save "$w/b_load.safetensors" >"$w/b1.log" 2>&1
+  "$bin" --steps 1 --load-hf "$w/hf" --save "$w/b_hf.safetensors" >"$w/b2.log" 2>&1
+  check 'cmp -s "$w/b_load.safetensors" "$w/b_hf.safetensors" && [[ -s $w/b_hf.safetensors ]]' \
+    "$name: --load-hf then a step saves the bits --load of the original --save then a step saves"
+  # --save-hf of a --load-hf run equals the first --save-hf (the map is its own inverse)
+  "$bin" --steps 1 --load-hf "$w/hf" --save-hf "$w/hf2" >/dev/null 2>&1
+  "$bin" --steps 1 --load "$w/a.safetensors" --save-hf "$w/hf3" >/dev/null 2>&1
+  check 'cmp -s "$w/hf2/model.safetensors" "$w/hf3/model.safetensors" && cmp -s "$w/hf2/config.json" "$w/hf/config.json"' \
+    "$name: --save-hf after --load-hf equals --save-hf after --load (bits), config.json the same"
+
+  if [[ -n $py ]]; then
+    py_check logits "$w/hf" "$w/logits.safetensors"
+    for dt in bfloat16 float16; do
+      py_check lowp "$w/hf" "$w/hf_$dt" "$dt"
+      "$bin" --steps 1 --load-hf "$w/hf_$dt" --save "$w/lp.safetensors" >"$w/lp.log" 2>&1
+      r1=$?
+      "$bin" --steps 1 --load-hf "$w/hf_$dt.f32" --save "$w/lp32.safetensors" >"$w/lp32.log" 2>&1
+      check '[[ $r1 -eq 0 ]] && cmp -s "$w/lp.safetensors" "$w/lp32.safetensors"' \
+        "$name: a $dt directory from transformers loads and trains as its values widened to F32"
+    done
+    cp -r "$w/hf" "$w/miss" && "$py" tests/hf/check_hf.py mutate "$w/miss" missing >/dev/null
+    one_line_exit 1 "$name: a missing tensor" "is missing" "$bin" --steps 1 --load-hf "$w/miss"
+    cp -r "$w/hf" "$w/shape" && "$py" tests/hf/check_hf.py mutate "$w/shape" shape >/dev/null
+    one_line_exit 1 "$name: a wrong shape" "has shape \[2, 16\], the spec's model needs \[32\]" \
+      "$bin" --steps 1 --load-hf "$w/shape"
+  else
+    skip=$((skip + 1))
+  fi
+  # config.json: the first field that differs is named
+  cp -r "$w/hf" "$w/cfg"
+  key=$([[ $name == hf_llama ]] && echo num_key_value_heads || echo n_head)
+  sed -i "s/\"$key\": [0-9]*/\"$key\": 1/" "$w/cfg/config.json"
+  one_line_exit 1 "$name: a config.json field that differs" "field '$key' is 1" \
+    "$bin" --steps 1 --load-hf "$w/cfg"
+  ln -s "$w/hf" "$w/link"
+  one_line_exit 1 "$name: a symlinked --load-hf DIR" "symlink" "$bin" --steps 1 --load-hf "$w/link"
+  one_line_exit 1 "$name: a symlinked --save-hf DIR" "symlink" "$bin" --steps 1 --save-hf "$w/link"
+  one_line_exit 1 "$name: a --save-hf DIR that is a file" "not a directory" \
+    "$bin" --steps 1 --save-hf "$w/a.safetensors"
+done
+
+# A model with no Hugging Face form: one line at option parsing (exit 2).
+if ./fsdpgen build examples/tiny.lua -o build/hf >"$work/build.log" 2>&1; then
+  # examples/tiny.lua is a Transformer with dropout_p = 0: it maps (GPT-2)
+  check 'grep -q "hf = &hf_map" build/hf/tiny_step.c' "examples/tiny.lua (models.Transformer) maps to GPT-2"
+else
+  bad "examples/tiny.lua builds"
+fi
+if ./fsdpgen build tests/specs/conformance/mlp_w2_sgd_prefetch.lua -o build/hf >"$work/build.log" 2>&1; then
+  one_line_exit 2 "a custom (MLP) model's --save-hf" "no Hugging Face form: only models.Llama" \
+    build/hf/mlp_w2_sgd_prefetch --steps 1 --save-hf "$work/x"
+else
+  cat "$work/build.log"
+  bad "tests/specs/conformance/mlp_w2_sgd_prefetch.lua builds"
+fi
+
+echo "hf: $((SECONDS - start)) s"
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
