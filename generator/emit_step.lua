@@ -417,7 +417,7 @@ function Walker:step(st, index)
     else
       calls = kernels.forward(node, self:ctx(st, false), out)
     end
-    if self.eval and node.kind == "cross_entropy" then
+    if self.eval and node.kind == "cross_entropy" and node.ins[1].dtype == "fp32" then
       -- the eval's logits, for --logits (a no-op unless the driver asked for them)
       local lg = node.ins[1]
       table.insert(calls, 1, string.format("rt_step_eval_logits(R, %s, %d);", self:val(lg),

@@ -67,7 +67,8 @@ local function differs(model, fresh)
     local na, nb = pa[i][3], pb[i][3]
     if table.concat(na, ",") ~= table.concat(nb, ",")
         or table.concat(pa[i][2].shape, ",") ~= table.concat(pb[i][2].shape, ",") then
-      return string.format("parameter '%s' (its name, shape or ties) is not the constructor's", pa[i][1])
+      return string.format("parameter '%s' (its name, shape or ties) is not the constructor's",
+        pa[i][1])
     end
   end
   return nil
@@ -87,10 +88,13 @@ local function llama(a)
   local config = {
     { "architectures", { "LlamaForCausalLM" } }, { "model_type", "llama", "eq" },
     { "hidden_size", a.dim, "eq", 4096 }, { "intermediate_size", a.ffn_dim, "eq", 11008 },
-    { "num_hidden_layers", a.n_layers, "eq", 32 }, { "num_attention_heads", a.n_heads, "eq", 32 },
+    { "num_hidden_layers", a.n_layers, "eq", 32 },
+    { "num_attention_heads", a.n_heads, "eq", 32 },
     { "num_key_value_heads", a.n_kv_heads, "eq", a.n_heads }, { "head_dim", hd, "eq", hd },
-    { "hidden_act", "silu", "eq", "silu" }, { "max_position_embeddings", a.max_seq_len, "min", 2048 },
+    { "hidden_act", "silu", "eq", "silu" },
+    { "max_position_embeddings", a.max_seq_len, "min", 2048 },
     { "rms_norm_eps", a.norm_eps, "eq", 1e-6 }, { "vocab_size", a.vocab_size, "eq", 32000 },
+    -- rope_theta for transformers 4, rope_parameters for 5; read from either
     { "rope_theta", a.rope_theta }, { "rope_scaling", nil },
     { "rope_parameters", { rope_theta = a.rope_theta, rope_type = "default" } },
     { "rope_parameters.rope_theta|rope_theta", a.rope_theta, "eq", 10000.0, check_only = true },
@@ -100,72 +104,80 @@ local function llama(a)
     { "attention_dropout", 0.0 }, { "pretraining_tp", 1 },
     { "tie_word_embeddings", false, "eq", false }, { "torch_dtype", "float32" },
   }
-  local ts = { t("model.embed_tokens.weight", "copy", { "tok_embeddings.weight" }, { a.vocab_size, a.dim }) }
+  local d, q, kv, ff = a.dim, a.n_heads * hd, a.n_kv_heads * hd, a.ffn_dim
+  local ts = {}
+  local function add(...) ts[#ts + 1] = t(...) end
+  add("model.embed_tokens.weight", "copy", { "tok_embeddings.weight" }, { a.vocab_size, d })
   for i = 0, a.n_layers - 1 do
     local f, h = "layers." .. i .. ".", "model.layers." .. i .. "."
-    local q, kv = a.n_heads * hd, a.n_kv_heads * hd
-    ts[#ts + 1] = t(h .. "input_layernorm.weight", "copy", { f .. "attention_norm.weight" }, { a.dim })
-    ts[#ts + 1] = t(h .. "self_attn.q_proj.weight", "rope", { f .. "attention.wq.weight" }, { q, a.dim },
+    add(h .. "input_layernorm.weight", "copy", { f .. "attention_norm.weight" }, { d })
+    add(h .. "self_attn.q_proj.weight", "rope", { f .. "attention.wq.weight" }, { q, d },
       { heads = a.n_heads })
-    ts[#ts + 1] = t(h .. "self_attn.k_proj.weight", "rope", { f .. "attention.wk.weight" }, { kv, a.dim },
+    add(h .. "self_attn.k_proj.weight", "rope", { f .. "attention.wk.weight" }, { kv, d },
       { heads = a.n_kv_heads })
-    ts[#ts + 1] = t(h .. "self_attn.v_proj.weight", "copy", { f .. "attention.wv.weight" }, { kv, a.dim })
-    ts[#ts + 1] = t(h .. "self_attn.o_proj.weight", "copy", { f .. "attention.wo.weight" }, { a.dim, q })
-    ts[#ts + 1] = t(h .. "post_attention_layernorm.weight", "copy", { f .. "ffn_norm.weight" }, { a.dim })
-    ts[#ts + 1] = t(h .. "mlp.gate_proj.weight", "copy", { f .. "feed_forward.w1.weight" }, { a.ffn_dim, a.dim })
-    ts[#ts + 1] = t(h .. "mlp.up_proj.weight", "copy", { f .. "feed_forward.w3.weight" }, { a.ffn_dim, a.dim })
-    ts[#ts + 1] = t(h .. "mlp.down_proj.weight", "copy", { f .. "feed_forward.w2.weight" }, { a.dim, a.ffn_dim })
+    add(h .. "self_attn.v_proj.weight", "copy", { f .. "attention.wv.weight" }, { kv, d })
+    add(h .. "self_attn.o_proj.weight", "copy", { f .. "attention.wo.weight" }, { d, q })
+    add(h .. "post_attention_layernorm.weight", "copy", { f .. "ffn_norm.weight" }, { d })
+    add(h .. "mlp.gate_proj.weight", "copy", { f .. "feed_forward.w1.weight" }, { ff, d })
+    add(h .. "mlp.up_proj.weight", "copy", { f .. "feed_forward.w3.weight" }, { ff, d })
+    add(h .. "mlp.down_proj.weight", "copy", { f .. "feed_forward.w2.weight" }, { d, ff })
   end
-  ts[#ts + 1] = t("model.norm.weight", "copy", { "norm.weight" }, { a.dim })
-  ts[#ts + 1] = t("lm_head.weight", "copy", { "output.weight" }, { a.vocab_size, a.dim })
+  add("model.norm.weight", "copy", { "norm.weight" }, { d })
+  add("lm_head.weight", "copy", { "output.weight" }, { a.vocab_size, d })
   return "llama", config, ts
 end
 
 local function gpt2(a)
   if not a.use_attn_mask then
-    return nil, "Hugging Face's GPT-2 attention is causal; this Transformer has use_attn_mask = false"
+    return nil, "Hugging Face's GPT-2 attention is causal; this Transformer has "
+      .. "use_attn_mask = false"
   end
   local d = a.dim
   local config = {
     { "architectures", { "GPT2LMHeadModel" } }, { "model_type", "gpt2", "eq" },
     { "vocab_size", a.vocab_size, "eq", 50257 }, { "n_positions", a.max_seq_len, "eq", 1024 },
-    { "n_embd", d, "eq", 768 }, { "n_layer", a.n_layers, "eq", 12 }, { "n_head", a.n_heads, "eq", 12 },
-    { "n_inner", NULL, "eq", NULL, alt = 4 * d }, { "activation_function", "gelu", "eq", "gelu_new" },
+    { "n_embd", d, "eq", 768 }, { "n_layer", a.n_layers, "eq", 12 },
+    { "n_head", a.n_heads, "eq", 12 },
+    { "n_inner", NULL, "eq", NULL, alt = 4 * d },
+    -- fsdpgen's GELU is the exact (erf) one: HF's "gelu", not GPT-2's tanh "gelu_new"
+    { "activation_function", "gelu", "eq", "gelu_new" },
     { "layer_norm_epsilon", 1e-5, "eq", 1e-5 }, { "resid_pdrop", a.dropout_p },
-    { "embd_pdrop", a.dropout_p }, { "attn_pdrop", 0.0 }, { "scale_attn_weights", true, "eq", true },
+    { "embd_pdrop", a.dropout_p }, { "attn_pdrop", 0.0 },
+    { "scale_attn_weights", true, "eq", true },
     { "scale_attn_by_inverse_layer_idx", false, "eq", false },
     { "add_cross_attention", false, "eq", false },
     { "tie_word_embeddings", a.weight_tying, "eq", true }, { "torch_dtype", "float32" },
   }
-  local p = "transformer."
-  local function g(name, op, src, shape, extra)
-    extra = extra or {}
-    extra.alt = name  -- the hub's GPT-2 files name the tensors without "transformer."
-    return t(p .. name, op, src, shape, extra)
+  local ts = {}
+  -- the hub's GPT-2 files name the tensors without "transformer.": accepted on load
+  local function add(name, op, src, shape)
+    ts[#ts + 1] = t("transformer." .. name, op, src, shape, { alt = name })
   end
-  local ts = { g("wte.weight", "copy", { "tok_embeddings.weight" }, { a.vocab_size, d }),
-    g("wpe.weight", "copy", { "pos_embeddings.weight" }, { a.max_seq_len, d }) }
+  add("wte.weight", "copy", { "tok_embeddings.weight" }, { a.vocab_size, d })
+  add("wpe.weight", "copy", { "pos_embeddings.weight" }, { a.max_seq_len, d })
   for i = 0, a.n_layers - 1 do
     local f, h = "layers." .. i .. ".", "h." .. i .. "."
-    ts[#ts + 1] = g(h .. "ln_1.weight", "copy", { f .. "attention_norm.weight" }, { d })
-    ts[#ts + 1] = g(h .. "ln_1.bias", "copy", { f .. "attention_norm.bias" }, { d })
-    ts[#ts + 1] = g(h .. "attn.c_attn.weight", "qkv", { f .. "attention.wq.weight", f .. "attention.wk.weight",
-      f .. "attention.wv.weight" }, { d, 3 * d })
-    ts[#ts + 1] = g(h .. "attn.c_attn.bias", "zeros", {}, { 3 * d })
-    ts[#ts + 1] = g(h .. "attn.c_proj.weight", "transpose", { f .. "attention.wo.weight" }, { d, d })
-    ts[#ts + 1] = g(h .. "attn.c_proj.bias", "zeros", {}, { d })
-    ts[#ts + 1] = g(h .. "ln_2.weight", "copy", { f .. "ffn_norm.weight" }, { d })
-    ts[#ts + 1] = g(h .. "ln_2.bias", "copy", { f .. "ffn_norm.bias" }, { d })
-    ts[#ts + 1] = g(h .. "mlp.c_fc.weight", "transpose", { f .. "feed_forward.w1.weight" }, { d, 4 * d })
-    ts[#ts + 1] = g(h .. "mlp.c_fc.bias", "copy", { f .. "feed_forward.w1.bias" }, { 4 * d })
-    ts[#ts + 1] = g(h .. "mlp.c_proj.weight", "transpose", { f .. "feed_forward.w2.weight" }, { 4 * d, d })
-    ts[#ts + 1] = g(h .. "mlp.c_proj.bias", "copy", { f .. "feed_forward.w2.bias" }, { d })
+    local att, ff = f .. "attention.", f .. "feed_forward."
+    add(h .. "ln_1.weight", "copy", { f .. "attention_norm.weight" }, { d })
+    add(h .. "ln_1.bias", "copy", { f .. "attention_norm.bias" }, { d })
+    local qkv = { att .. "wq.weight", att .. "wk.weight", att .. "wv.weight" }
+    add(h .. "attn.c_attn.weight", "qkv", qkv, { d, 3 * d })
+    add(h .. "attn.c_attn.bias", "zeros", {}, { 3 * d })
+    add(h .. "attn.c_proj.weight", "transpose", { att .. "wo.weight" }, { d, d })
+    add(h .. "attn.c_proj.bias", "zeros", {}, { d })
+    add(h .. "ln_2.weight", "copy", { f .. "ffn_norm.weight" }, { d })
+    add(h .. "ln_2.bias", "copy", { f .. "ffn_norm.bias" }, { d })
+    add(h .. "mlp.c_fc.weight", "transpose", { ff .. "w1.weight" }, { d, 4 * d })
+    add(h .. "mlp.c_fc.bias", "copy", { ff .. "w1.bias" }, { 4 * d })
+    add(h .. "mlp.c_proj.weight", "transpose", { ff .. "w2.weight" }, { 4 * d, d })
+    add(h .. "mlp.c_proj.bias", "copy", { ff .. "w2.bias" }, { d })
   end
-  ts[#ts + 1] = g("ln_f.weight", "copy", { "norm.weight" }, { d })
-  ts[#ts + 1] = g("ln_f.bias", "copy", { "norm.bias" }, { d })
+  add("ln_f.weight", "copy", { "norm.weight" }, { d })
+  add("ln_f.bias", "copy", { "norm.bias" }, { d })
   if a.weight_tying then
     -- not written (HF ties it to wte); a file that has it must hold wte's values
-    ts[#ts + 1] = t("lm_head.weight", "copy", { "tok_embeddings.weight" }, { a.vocab_size, d }, { tied = true })
+    ts[#ts + 1] = t("lm_head.weight", "copy", { "tok_embeddings.weight" }, { a.vocab_size, d },
+      { tied = true })
   else
     ts[#ts + 1] = t("lm_head.weight", "copy", { "output.weight" }, { a.vocab_size, d })
   end
@@ -182,11 +194,14 @@ function M.map(plan)
   elseif kind == "Transformer" and a then
     ctor, build = require("models.transformer").Transformer, gpt2
   else
-    return nil, "only models.Llama and models.GPT2 (models.Transformer) map to Hugging Face models; "
+    return nil, "only models.Llama and models.GPT2 (models.Transformer) map to Hugging Face "
+      .. "models; "
       .. "this spec's model is " .. tostring(kind)
   end
   local why = differs(model, ctor(a))
-  if why then return nil, string.format("the %s model was changed after its constructor built it: %s", kind, why) end
+  if why then
+    return nil, string.format("the %s model was changed after its constructor built it: %s", kind, why)
+  end
   local arch, config, tensors = build(a)
   if not arch then return nil, config end
   return { arch = arch, config = config, tensors = tensors }
@@ -194,8 +209,8 @@ end
 
 -- ---------------------------------------------------------------------------- C
 
-local OPS = { copy = "RT_HF_COPY", transpose = "RT_HF_TRANSPOSE", rope = "RT_HF_ROPE", qkv = "RT_HF_QKV",
-  zeros = "RT_HF_ZEROS" }
+local OPS = { copy = "RT_HF_COPY", transpose = "RT_HF_TRANSPOSE", rope = "RT_HF_ROPE",
+  qkv = "RT_HF_QKV", zeros = "RT_HF_ZEROS" }
 local CHECKS = { eq = "RT_HF_EQ", min = "RT_HF_MIN" }
 
 local function cstr(s) return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
@@ -209,12 +224,14 @@ function M.emit(b, plan, index_of)
   b:line("// ---- the Hugging Face map (generator/hf.lua; --save-hf, --load-hf)")
   b:line("static const rt_hf_config hf_config[] = {")
   b:indent()
-  b:line("// key (a|b: the first present; a.b: a member), value, check, value when absent, alt, written")
+  b:line("// key (a|b: the first present; a.b: a member), value, check, value when absent, alt,")
+  b:line("// written")
   for _, c in ipairs(map.config) do
     local check = c[3] and CHECKS[c[3]] or "RT_HF_NONE"
     local absent = c[3] and c[4] ~= nil and json(c[4]) or "NULL"
     b:line("{%s, %s, %s, %s, %s, %d},", cstr(c[1]), cstr(json(c[2])), check,
-      absent == "NULL" and "NULL" or cstr(absent), c.alt and cstr(json(c.alt)) or "NULL", c.check_only and 0 or 1)
+      absent == "NULL" and "NULL" or cstr(absent), c.alt and cstr(json(c.alt)) or "NULL",
+      c.check_only and 0 or 1)
   end
   b:dedent()
   b:line("};")
@@ -228,8 +245,9 @@ function M.emit(b, plan, index_of)
       if fqn and not index_of[fqn] then error("hf map: no parameter " .. fqn) end
       src[i] = fqn and tostring(index_of[fqn]) or "-1"
     end
-    local shape = e.shape[2] and string.format("{%d, %d}", e.shape[1], e.shape[2]) or string.format("{%d}", e.shape[1])
-    b:line("{%s, %s, %s, {%s}, %d, %d, %s, %d},", cstr(e.name), e.alt and cstr(e.alt) or "NULL", OPS[e.op],
+    local shape = "{" .. table.concat(e.shape, ", ") .. "}"
+    b:line("{%s, %s, %s, {%s}, %d, %d, %s, %d},", cstr(e.name), e.alt and cstr(e.alt) or "NULL",
+      OPS[e.op],
       table.concat(src, ", "), e.heads or 0, #e.shape, shape, e.tied and 1 or 0)
   end
   b:dedent()
@@ -239,9 +257,12 @@ function M.emit(b, plan, index_of)
     for _, fqn in ipairs(e.tied and {} or e.src) do covered[fqn] = (covered[fqn] or 0) + 1 end
   end
   for fqn in pairs(index_of) do
-    if covered[fqn] ~= 1 then error("hf map: parameter " .. fqn .. " is mapped " .. (covered[fqn] or 0) .. " times") end
+    if covered[fqn] ~= 1 then
+      error("hf map: parameter " .. fqn .. " is mapped " .. (covered[fqn] or 0) .. " times")
+    end
   end
-  b:line("static const rt_hf_map hf_map = {%s, %d, hf_config, %d, hf_tensors};", cstr(map.arch), #map.config,
+  b:line("static const rt_hf_map hf_map = {%s, %d, hf_config, %d, hf_tensors};", cstr(map.arch),
+    #map.config,
     #map.tensors)
   return ".hf = &hf_map,"
 end

@@ -250,8 +250,9 @@ double rt_step_lr(const rt_rank* R, int item);
 void rt_step_loss(rt_rank* R, int k, const float* loss);
 // Records the eval program's loss (rt_step_eval returns it).
 void rt_step_eval_loss(rt_rank* R, const float* loss);
-// The eval program's logits (n floats) before its loss: copied to R->logits_out where the
-// driver set it (--logits; CPU backend), else nothing.
+// The eval program's logits (n floats) before its loss: where the driver set R->logits_out
+// (--logits; CPU backend) and n is batch x seq_len x vocab, copied there, and logits_out
+// reset to NULL (the driver's sign that they came); else nothing.
 void rt_step_eval_logits(rt_rank* R, const float* logits, int64_t n);
 // A float 1.0 in the backend's memory (device memory on the GPU): d loss / d loss, the
 // incoming gradient of the loss's own backward (rt_kernels.h dloss, or the output

@@ -330,6 +330,8 @@ static int rank_eval(train_run* run, rt_rank* R, int64_t s) {
     return 1;
 }
 
+// --logits: the eval program once more, on validation batch 0, with rank 0's logits copied
+// out by rt_step_eval_logits (it changes nothing, as every eval).
 int train_write_logits(train_run* run, rt_rank* R, const char* path) {
     const rt_model* m = run->m;
     const int64_t bt = m->batch * m->seq_len;
@@ -339,10 +341,15 @@ int train_write_logits(train_run* run, rt_rank* R, const char* path) {
     train_feed_val(run, R, 0);
     R->logits_out = logits;
     rt_step_eval(R);
-    R->logits_out = NULL;
     int rc = 0;
-    if (R->rank == 0) {
-        const int64_t tshape[2] = {m->batch, m->seq_len}, lshape[3] = {m->batch, m->seq_len, m->vocab};
+    if (R->rank == 0 && R->logits_out) {
+        train_fail(run, "--logits %s: the eval program passed no fp32 logits of [%lld, %lld, %lld] "
+                        "(a model whose output is not float32 logits of the vocabulary)",
+                   path, (long long)m->batch, (long long)m->seq_len, (long long)m->vocab);
+        rc = 1;
+    } else if (R->rank == 0) {
+        const int64_t tshape[2] = {m->batch, m->seq_len};
+        const int64_t lshape[3] = {m->batch, m->seq_len, m->vocab};
         rt_st_tensor t[2] = {{"tokens", RT_ST_I32, 2, tshape, R->tokens[0]},
                              {"logits", RT_ST_F32, 3, lshape, logits}};
         char err[512];
@@ -351,6 +358,7 @@ int train_write_logits(train_run* run, rt_rank* R, const char* path) {
             rc = 1;
         }
     }
+    R->logits_out = NULL;
     free(logits);
     return train_agree(run, R) || rc;
 }

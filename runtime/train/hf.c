@@ -29,8 +29,10 @@ static int64_t hf_numel(const rt_hf_tensor* e) {
 static void move(const rt_model* m, const rt_hf_tensor* e, float* const* p, float* hf, int to_hf) {
     const int64_t rows = e->shape[0], cols = e->ndim > 1 ? e->shape[1] : 1;
     if (e->op == RT_HF_COPY) {
-        if (to_hf) memcpy(hf, p[0], (size_t)hf_numel(e) * sizeof(float));
-        else memcpy(p[0], hf, (size_t)hf_numel(e) * sizeof(float));
+        if (to_hf)
+            memcpy(hf, p[0], (size_t)hf_numel(e) * sizeof(float));
+        else
+            memcpy(p[0], hf, (size_t)hf_numel(e) * sizeof(float));
     } else if (e->op == RT_HF_TRANSPOSE || e->op == RT_HF_QKV) {
         // hf [in, sum of outs]: column block k holds parameter k transposed
         int64_t col0 = 0;
@@ -40,8 +42,10 @@ static void move(const rt_model* m, const rt_hf_tensor* e, float* const* p, floa
                 for (int64_t c = 0; c < rows; c++) {
                     float* h = &hf[c * cols + col0 + r];
                     float* w = &p[k][r * rows + c];
-                    if (to_hf) *h = *w;
-                    else *w = *h;
+                    if (to_hf)
+                        *h = *w;
+                    else
+                        *w = *h;
                 }
             col0 += out;
         }
@@ -52,8 +56,10 @@ static void move(const rt_model* m, const rt_hf_tensor* e, float* const* p, floa
                 for (int64_t j = 0; j < 2; j++) {
                     float* a = &hf[(h * hd + j * half + i) * cols];
                     float* w = &p[0][(h * hd + 2 * i + j) * cols];
-                    if (to_hf) memcpy(a, w, (size_t)cols * sizeof(float));
-                    else memcpy(w, a, (size_t)cols * sizeof(float));
+                    if (to_hf)
+                        memcpy(a, w, (size_t)cols * sizeof(float));
+                    else
+                        memcpy(w, a, (size_t)cols * sizeof(float));
                 }
     } else if (to_hf) {  // RT_HF_ZEROS
         memset(hf, 0, (size_t)hf_numel(e) * sizeof(float));
@@ -74,8 +80,9 @@ int train_hf_prepare_dir(const char* opt, const char* dir, int create) {
         return 1;
     }
     if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "fsdpgen: %s %s: %s (give a real directory)\n", opt, dir,
-                S_ISLNK(st.st_mode) ? "it is a symlink, which is never followed" : "not a directory");
+        fprintf(
+            stderr, "fsdpgen: %s %s: %s (give a real directory)\n", opt, dir,
+            S_ISLNK(st.st_mode) ? "it is a symlink, which is never followed" : "not a directory");
         return 1;
     }
     if (create && access(dir, W_OK) != 0) {
@@ -97,7 +104,8 @@ static int write_hf(train_run* run, float* const* full, const char* dir) {
     for (int i = 0; i < h->ntensors && !rc; i++) {
         const rt_hf_tensor* e = &h->tensors[i];
         if (e->tied) continue;
-        if (!(bufs[n] = malloc((size_t)hf_numel(e) * sizeof(float)))) rc = 1;
+        if (!(bufs[n] = malloc((size_t)hf_numel(e) * sizeof(float))))
+            rc = 1;
         else {
             float* p[3] = {NULL, NULL, NULL};
             for (int k = 0; k < 3; k++) p[k] = e->src[k] >= 0 ? full[e->src[k]] : NULL;
@@ -135,7 +143,8 @@ int train_save_hf(train_run* run, rt_rank* R, const char* dir) {
     if (!rc && R->rank < m->shard) rc = train_gather_params(run, R, full);
     if (!rc && R->rank == 0) {
         rc = write_hf(run, full, dir);
-        if (!rc) printf("saved %d parameters as Hugging Face %s to %s\n", m->nparams, m->hf->arch, dir);
+        if (!rc)
+            printf("saved %d parameters as Hugging Face %s to %s\n", m->nparams, m->hf->arch, dir);
     }
     train_free_full(m, full);
     return train_agree(run, R) || rc;
@@ -160,11 +169,13 @@ static int open_files(const char* dir, hf_files* fs, char* err, size_t errlen) {
     struct stat st;
     fs->n = 0;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (lstat(path, &st) == 0 || errno != ENOENT) return rt_st_open(path, &fs->f[fs->n++], err, errlen);
+    if (lstat(path, &st) == 0 || errno != ENOENT)
+        return rt_st_open(path, &fs->f[fs->n++], err, errlen);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     FILE* fp = fopen(path, "rb");
     if (!fp) {
-        snprintf(err, errlen, "%.200s has no model.safetensors (nor model.safetensors.index.json)", dir);
+        snprintf(err, errlen, "%.200s has no model.safetensors (nor model.safetensors.index.json)",
+                 dir);
         return -1;
     }
     char* text = malloc(1 << 24);
@@ -173,8 +184,10 @@ static int open_files(const char* dir, hf_files* fs, char* err, size_t errlen) {
     io_json_doc* doc = NULL;
     char e[256];
     int rc = -1;
-    if (!text) snprintf(err, errlen, "out of memory");
-    else if (io_json_parse(text, len, &doc, e, sizeof e) != 0) snprintf(err, errlen, "%.200s: %.200s", path, e);
+    if (!text)
+        snprintf(err, errlen, "out of memory");
+    else if (io_json_parse(text, len, &doc, e, sizeof e) != 0)
+        snprintf(err, errlen, "%.200s: %.200s", path, e);
     const io_json* map = doc ? io_json_get(io_json_root(doc), "weight_map") : NULL;
     if (doc && (!map || map->type != IO_JSON_OBJECT))
         snprintf(err, errlen, "%.200s: no \"weight_map\" object", path);
@@ -183,9 +196,12 @@ static int open_files(const char* dir, hf_files* fs, char* err, size_t errlen) {
         const char* names[MAX_FILES];
         for (const io_json* v = map->child; v && !rc; v = v->next) {
             int seen = 0;
-            if (v->type != IO_JSON_STRING || strchr(v->str, '/') || v->str[0] == '.' || !v->str[0]) {
-                snprintf(err, errlen, "%.200s: bad file name for '%.200s' (plain names inside the directory only)",
-                         path, v->key);
+            if (v->type != IO_JSON_STRING || strchr(v->str, '/') || v->str[0] == '.' ||
+                !v->str[0]) {
+                snprintf(
+                    err, errlen,
+                    "%.200s: bad file name for '%.200s' (plain names inside the directory only)",
+                    path, v->key);
                 rc = -1;
                 break;
             }
@@ -230,7 +246,8 @@ static int ignorable(const char* name) {
 
 // HF tensor e (its name or alt) as fp32 into out (hf_numel(e) floats); 0, or 1 after
 // train_fail.
-static int read_tensor(train_run* run, const hf_files* fs, const char* dir, const rt_hf_tensor* e, float* out) {
+static int read_tensor(train_run* run, const hf_files* fs, const char* dir, const rt_hf_tensor* e,
+                       float* out) {
     rt_st_file* f = NULL;
     const rt_st_info* info = find(fs, e->name, &f);
     const char* name = e->name;
@@ -246,8 +263,8 @@ static int read_tensor(train_run* run, const hf_files* fs, const char* dir, cons
     for (int d = 0; same && d < e->ndim; d++) same = info->shape[d] == e->shape[d];
     if (!same) {
         rt_shape_str(info->ndim, info->shape, have, sizeof have);
-        train_fail(run, "--load-hf %s: tensor '%s' has shape %s, the spec's model needs %s", dir, name,
-                   have, shape);
+        train_fail(run, "--load-hf %s: tensor '%s' has shape %s, the spec's model needs %s", dir,
+                   name, have, shape);
         return 1;
     }
     rt_dtype dt = info->dtype == RT_ST_F32 ? RT_F32 : info->dtype == RT_ST_BF16 ? RT_BF16 : RT_F16;
@@ -258,7 +275,9 @@ static int read_tensor(train_run* run, const hf_files* fs, const char* dir, cons
     }
     size_t n = (size_t)hf_numel(e), bytes = n * rt_dtype_size(dt);
     void* raw = dt == RT_F32 ? (void*)out : malloc(bytes ? bytes : 1);
-    int rc = !raw ? -1 : rt_st_load(f, name, info->dtype, e->ndim, e->shape, raw, bytes, err, sizeof err);
+    int rc = !raw
+                 ? -1
+                 : rt_st_load(f, name, info->dtype, e->ndim, e->shape, raw, bytes, err, sizeof err);
     if (!rc && dt != RT_F32) rc = rt_convert(out, RT_F32, raw, dt, n);
     if (raw != out) free(raw);
     if (rc) train_fail(run, "--load-hf %s: %s", dir, raw ? err : "out of memory");
@@ -287,7 +306,8 @@ static int shard_param(train_run* run, rt_rank* R, int p, const float* full) {
 }
 
 // Loads entry e into the rank's shards (or, tied, checks it against its twin).
-static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char* dir, const rt_hf_tensor* e) {
+static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char* dir,
+                      const rt_hf_tensor* e) {
     const rt_model* m = run->m;
     const rt_hf_map* h = m->hf;
     rt_st_file* f;
@@ -307,8 +327,11 @@ static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char
     if (!rc) rc = read_tensor(run, fs, dir, e, hf);
     if (!rc && e->op == RT_HF_ZEROS) {
         for (size_t i = 0; i < n && !rc; i++) rc = hf[i] != 0.0f;
-        if (rc) train_fail(run, "--load-hf %s: tensor '%s' is not all zeros (fsdpgen's %s model has no such "
-                                "parameter, so only zeros are the same model)", dir, e->name, h->arch);
+        if (rc)
+            train_fail(run,
+                       "--load-hf %s: tensor '%s' is not all zeros (fsdpgen's %s model has no such "
+                       "parameter, so only zeros are the same model)",
+                       dir, e->name, h->arch);
     } else if (!rc && e->tied) {
         // the untied entry of the same parameter, read again and compared
         const rt_hf_tensor* t = NULL;
@@ -318,8 +341,10 @@ static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char
         if (rc) train_fail(run, "--load-hf %s: out of memory for '%s'", dir, e->name);
         if (!rc) rc = read_tensor(run, fs, dir, t, twin);
         if (!rc && memcmp(twin, hf, n * sizeof(float)) != 0) {
-            train_fail(run, "--load-hf %s: '%s' differs from '%s', which it is tied to "
-                            "(tie_word_embeddings)", dir, e->name, t->name);
+            train_fail(run,
+                       "--load-hf %s: '%s' differs from '%s', which it is tied to "
+                       "(tie_word_embeddings)",
+                       dir, e->name, t->name);
             rc = 1;
         }
     } else if (!rc) {
@@ -364,10 +389,14 @@ int train_load_hf(train_run* run, rt_rank* R, const char* dir) {
             const char* name = rt_st_at(fs.f[k], i)->name;
             int known = ignorable(name);
             for (int j = 0; j < h->ntensors && !known; j++)
-                known = !strcmp(name, h->tensors[j].name) || (h->tensors[j].alt && !strcmp(name, h->tensors[j].alt));
+                known = !strcmp(name, h->tensors[j].name) ||
+                        (h->tensors[j].alt && !strcmp(name, h->tensors[j].alt));
             if (!known) {
-                train_fail(run, "--load-hf %s: unexpected tensor '%s' (not in Hugging Face's %s for this "
-                                "spec; expected names such as '%s')", dir, name, h->arch, h->tensors[0].name);
+                train_fail(
+                    run,
+                    "--load-hf %s: unexpected tensor '%s' (not in Hugging Face's %s for this "
+                    "spec; expected names such as '%s')",
+                    dir, name, h->arch, h->tensors[0].name);
                 rc = 1;
             }
         }

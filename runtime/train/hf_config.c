@@ -21,7 +21,8 @@
 int train_hf_write_config(const rt_model* m, const char* dir, char* err, size_t errlen) {
     const rt_hf_map* h = m->hf;
     size_t cap = 256;
-    for (int i = 0; i < h->nconfig; i++) cap += strlen(h->config[i].key) + strlen(h->config[i].value) + 16;
+    for (int i = 0; i < h->nconfig; i++)
+        cap += strlen(h->config[i].key) + strlen(h->config[i].value) + 16;
     char* text = malloc(cap);
     if (!text) return snprintf(err, errlen, "out of memory"), -1;
     size_t n = (size_t)snprintf(text, cap, "{\n");
@@ -29,7 +30,8 @@ int train_hf_write_config(const rt_model* m, const char* dir, char* err, size_t 
     for (int i = 0; i < h->nconfig; i++) {
         const rt_hf_config* c = &h->config[i];
         if (!c->written) continue;
-        n += (size_t)snprintf(text + n, cap - n, "%s  \"%s\": %s", first ? "" : ",\n", c->key, c->value);
+        n += (size_t)snprintf(text + n, cap - n, "%s  \"%s\": %s", first ? "" : ",\n", c->key,
+                              c->value);
         first = 0;
     }
     n += (size_t)snprintf(text + n, cap - n, "\n}\n");
@@ -38,8 +40,10 @@ int train_hf_write_config(const rt_model* m, const char* dir, char* err, size_t 
     io_atomic a;
     int rc = io_atomic_open(&a, path, err, errlen);
     if (!rc) rc = io_atomic_write(&a, text, n, err, errlen);
-    if (!rc) rc = io_atomic_commit(&a, err, errlen);
-    else io_atomic_abort(&a);
+    if (!rc)
+        rc = io_atomic_commit(&a, err, errlen);
+    else
+        io_atomic_abort(&a);
     free(text);
     return rc;
 }
@@ -56,7 +60,8 @@ static char* read_small(const char* path, size_t* len, char* err, size_t errlen)
     struct stat st;
     char* buf = NULL;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_CONFIG_BYTES) {
-        snprintf(err, errlen, "%.200s is not a regular file of at most %d bytes", path, MAX_CONFIG_BYTES);
+        snprintf(err, errlen, "%.200s is not a regular file of at most %d bytes", path,
+                 MAX_CONFIG_BYTES);
     } else if ((buf = malloc((size_t)st.st_size + 1))) {
         ssize_t got = read(fd, buf, (size_t)st.st_size);
         if (got != (ssize_t)st.st_size) {
@@ -110,17 +115,23 @@ static const io_json* lookup(const io_json* root, const char* key, char* shown, 
 static int same(const io_json* a, const io_json* b) {
     if (a->type != b->type) return 0;
     if (a->type == IO_JSON_NUMBER) return a->num == b->num;
-    if (a->type == IO_JSON_STRING) return a->str_len == b->str_len && !memcmp(a->str, b->str, a->str_len);
+    if (a->type == IO_JSON_STRING)
+        return a->str_len == b->str_len && !memcmp(a->str, b->str, a->str_len);
     return a->type != IO_JSON_ARRAY && a->type != IO_JSON_OBJECT;
 }
 
 // A JSON value as text for messages.
 static void show(const io_json* v, char* out, size_t cap) {
-    if (!v) snprintf(out, cap, "absent");
+    if (!v)
+        snprintf(out, cap, "absent");
     else if (v->type == IO_JSON_NUMBER || v->type == IO_JSON_STRING)
         snprintf(out, cap, v->type == IO_JSON_STRING ? "\"%.60s\"" : "%.60s", v->str);
-    else snprintf(out, cap, "%s", v->type == IO_JSON_NULL ? "null" : v->type == IO_JSON_TRUE ? "true"
-                                  : v->type == IO_JSON_FALSE ? "false" : io_json_type_name(v->type));
+    else
+        snprintf(out, cap, "%s",
+                 v->type == IO_JSON_NULL    ? "null"
+                 : v->type == IO_JSON_TRUE  ? "true"
+                 : v->type == IO_JSON_FALSE ? "false"
+                                            : io_json_type_name(v->type));
 }
 
 // Whether the file's value v (NULL: absent) fits field c; 1 yes, 0 no, -1 on a bad table.
@@ -130,7 +141,8 @@ static int fits(const rt_hf_config* c, const io_json* v) {
     char e[128];
     int ok = -1;
     for (int k = 0; k < 3; k++)
-        if (texts[k] && io_json_parse(texts[k], strlen(texts[k]), &docs[k], e, sizeof e) != 0) goto out;
+        if (texts[k] && io_json_parse(texts[k], strlen(texts[k]), &docs[k], e, sizeof e) != 0)
+            goto out;
     if (!v && !docs[1]) {
         ok = 0;  // required and absent
         goto out;
@@ -138,7 +150,8 @@ static int fits(const rt_hf_config* c, const io_json* v) {
     const io_json* have = v ? v : io_json_root(docs[1]);
     const io_json* want = io_json_root(docs[0]);
     ok = same(have, want) || (docs[2] && same(have, io_json_root(docs[2])));
-    if (!ok && c->check == RT_HF_MIN && have->type == IO_JSON_NUMBER && want->type == IO_JSON_NUMBER)
+    if (!ok && c->check == RT_HF_MIN && have->type == IO_JSON_NUMBER &&
+        want->type == IO_JSON_NUMBER)
         ok = have->num >= want->num;
 out:
     for (int k = 0; k < 3; k++)
@@ -173,10 +186,13 @@ int train_hf_check_config(const rt_model* m, const char* dir, char* err, size_t 
             rc = -1;
         } else if (!ok) {
             show(v, have, sizeof have);
-            if (!v && c->absent) snprintf(have, sizeof have, "absent (HF's default: %.40s)", c->absent);
-            snprintf(err, errlen, "config.json field '%.200s' is %.200s, the spec's model %.200s %.200s (the first "
-                     "field that differs)", key, have, c->check == RT_HF_MIN ? "needs at least" : "has",
-                     c->value);
+            if (!v && c->absent)
+                snprintf(have, sizeof have, "absent (HF's default: %.40s)", c->absent);
+            snprintf(
+                err, errlen,
+                "config.json field '%.200s' is %.200s, the spec's model %.200s %.200s (the first "
+                "field that differs)",
+                key, have, c->check == RT_HF_MIN ? "needs at least" : "has", c->value);
             rc = -1;
         }
     }

@@ -1,15 +1,17 @@
-"""Checks of tests/hf/run.sh that need Hugging Face transformers (and safetensors, torch).
-
-  check_hf.py logits DIR LOGITS   from_pretrained(DIR) with no missing or unexpected keys,
-                                  then its logits on LOGITS' tokens against the binary's
-                                  (max |diff| <= 1e-4 * max |logits|), and a control: with
-                                  q/k rows left in fsdpgen's rotary order (Llama) or c_attn
-                                  not transposed (GPT-2) the same comparison fails
-  check_hf.py lowp DIR OUT DTYPE  DIR's model saved in DTYPE (bfloat16, float16) as OUT, and
-                                  as OUT.f32: the same values widened to float32
-  check_hf.py mutate DIR KIND     edits DIR/model.safetensors: KIND missing (a tensor
-                                  renamed) or shape (a tensor reshaped, same bytes)
-
+"""The checks of tests/hf/run.sh that need Hugging Face transformers (with safetensors and
+torch), in one process (importing transformers is the slowest part of the suite).
+`check_hf.py prepare DIR LOGITS [DIR LOGITS ...]`, DIR a --save-hf directory and LOGITS
+the binary's --logits file:
+  - from_pretrained(DIR) has no missing, unexpected or mismatched keys, its logits on
+    LOGITS' tokens equal the binary's (max |diff| <= 1e-4 * max |logit|), and a control
+    fails: q_proj left in fsdpgen's rotary order (Llama), c_attn not transposed (GPT-2);
+  - DIR_bfloat16 and DIR_float16: the model saved by transformers in that dtype, and
+    DIR_<dtype>.f32 the same values widened to float32;
+  - DIR_missing (a norm's tensor renamed), DIR_shape (reshaped, same bytes) and
+    DIR_extra (one tensor more): copies of DIR for the error cases;
+  - DIR_sharded: saved in several files with model.safetensors.index.json; DIR_hub
+    (GPT-2): named as the hub's GPT-2 files are (no "transformer.", the attn.bias
+    buffers, lm_head.weight beside wte).
 Prints PASS/FAIL lines; the caller counts them.
 """
 import json
@@ -29,9 +31,10 @@ def logits(d, path):
     from transformers import AutoModelForCausalLM
     m, info = AutoModelForCausalLM.from_pretrained(d, output_loading_info=True)
     m.eval()
+    name = os.path.basename(os.path.dirname(os.path.abspath(d)))
     keys = {k: sorted(info[k]) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     check(not any(keys.values()), "%s: from_pretrained (%s) with no missing, unexpected or "
-          "mismatched keys %s" % (os.path.basename(d), type(m).__name__, keys))
+          "mismatched keys %s" % (name, type(m).__name__, keys))
     t = load_file(path)
     tokens, ref = t["tokens"].long(), t["logits"]
     with torch.no_grad():
@@ -39,7 +42,7 @@ def logits(d, path):
     tol = 1e-4 * ref.abs().max().item()
     diff = (out - ref).abs().max().item()
     check(out.shape == ref.shape and diff <= tol, "%s: logits %s of transformers' %s equal the "
-          "binary's: max |diff| %.3g <= %.3g (1e-4 of max |logit|)" % (os.path.basename(d),
+          "binary's: max |diff| %.3g <= %.3g (1e-4 of max |logit|)" % (name,
           list(out.shape), type(m).__name__, diff, tol))
     # The control: the layout the map undoes must matter.
     sd = m.state_dict()
@@ -56,7 +59,8 @@ def logits(d, path):
             what = "c_attn not transposed to Conv1D's [in, out]"
         w.copy_(back)
         bad = (m(tokens).logits - ref).abs().max().item()
-    check(bad > tol, "control: with %s the logits differ (max |diff| %.3g > %.3g)" % (what, bad, tol))
+    check(bad > tol, "%s control: with %s the logits differ (max |diff| %.3g > %.3g)"
+          % (name, what, bad, tol))
 
 
 def lowp(d, out, dtype):
@@ -68,8 +72,9 @@ def lowp(d, out, dtype):
     from safetensors import safe_open
     with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
         dt = {f.get_slice(k).get_dtype() for k in f.keys()}
-    check(dt == {"BF16" if dtype == "bfloat16" else "F16"}, "%s written by transformers holds %s "
-          "tensors only (%s)" % (os.path.basename(out), dtype, sorted(dt)))
+    name = os.path.basename(os.path.dirname(os.path.abspath(out)))
+    check(dt == {"BF16" if dtype == "bfloat16" else "F16"}, "%s: save_pretrained in %s holds %s "
+          "tensors only" % (name, dtype, sorted(dt)))
 
 
 def mutate(d, kind):
@@ -88,16 +93,50 @@ def mutate(d, kind):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + blob[8 + n:])
-    print(name)
+
+
+def variants(d):
+    """The other directories a --save-hf directory is read back from."""
+    import shutil
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+    name = os.path.basename(os.path.dirname(os.path.abspath(d)))
+    m = AutoModelForCausalLM.from_pretrained(d)
+    m.save_pretrained(d + "_sharded", max_shard_size="20KB")
+    files = [f for f in os.listdir(d + "_sharded") if f.endswith(".safetensors")]
+    check(len(files) > 1 and os.path.exists(os.path.join(d + "_sharded", "model.safetensors.index.json")),
+          "%s: save_pretrained(max_shard_size=20KB) wrote %d files and an index" % (name, len(files)))
+    sd = load_file(os.path.join(d, "model.safetensors"))
+    shutil.copytree(d, d + "_extra")
+    save_file(dict(sd, **{"model.extra.weight": torch.zeros(2)}),
+              os.path.join(d + "_extra", "model.safetensors"), metadata={"format": "pt"})
+    if m.config.model_type == "gpt2":
+        # as the hub's GPT-2 files: no "transformer." prefix, the causal-mask buffers, and
+        # lm_head.weight beside wte
+        hub = {k[len("transformer."):]: v for k, v in sd.items()}
+        n = m.config.n_positions
+        for i in range(m.config.n_layer):
+            hub["h.%d.attn.bias" % i] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
+        hub["lm_head.weight"] = hub["wte.weight"].clone()
+        shutil.copytree(d, d + "_hub")
+        save_file(hub, os.path.join(d + "_hub", "model.safetensors"), metadata={"format": "pt"})
+
+
+def prepare(d, logits_path):
+    import shutil
+    logits(d, logits_path)
+    for dtype in ("bfloat16", "float16"):
+        lowp(d, d + "_" + dtype, dtype)
+    for kind in ("missing", "shape"):
+        shutil.copytree(d, d + "_" + kind)
+        mutate(d + "_" + kind, kind)
+    variants(d)
 
 
 if __name__ == "__main__":
-    cmd = sys.argv[1]
-    if cmd == "logits":
-        logits(sys.argv[2], sys.argv[3])
-    elif cmd == "lowp":
-        lowp(sys.argv[2], sys.argv[3], sys.argv[4])
-    elif cmd == "mutate":
-        mutate(sys.argv[2], sys.argv[3])
+    if len(sys.argv) >= 4 and len(sys.argv) % 2 == 0 and sys.argv[1] == "prepare":
+        for i in range(2, len(sys.argv), 2):
+            prepare(sys.argv[i], sys.argv[i + 1])
     else:
-        sys.exit("usage: check_hf.py logits|lowp|mutate ...")
+        sys.exit("usage: check_hf.py prepare DIR LOGITS [DIR LOGITS ...]")
