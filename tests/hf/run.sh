@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Hugging Face export and import (--save-hf, --load-hf) of a tiny Llama with grouped-query
+# Hugging Face export and import (--save-hf, --load-hf). tests/hf/map.lua: which models
+# map and the one-line refusals of the others. Then a tiny Llama with grouped-query
 # attention and a tiny GPT-2 (tests/hf/*.lua), each built once and run at world size 2:
 #   - train 2 steps, --save-hf DIR, --logits FILE; transformers' from_pretrained(DIR) has
 #     no missing or unexpected keys and its logits on the same tokens equal the binary's
 #     (1e-4 relative), and a control with the layout left unconverted fails;
 #   - round trip: --load-hf DIR then one step saves (--save) the same bits as --load of
 #     the original --save then one step;
-#   - BF16 and F16 directories written by transformers load, and train as the same
-#     values widened to F32 do (the --save files are equal);
-#   - errors, each one line and exit 1: a config.json field that differs, a missing
-#     tensor, a wrong shape, a symlinked DIR, a DIR that is a file; a model with no
-#     Hugging Face form is refused with one line (exit 2) at option parsing.
+#   - BF16 and F16 directories written by transformers, a sharded one (an index and
+#     several files) and GPT-2 named as on the hub load, and train as the same F32
+#     values do (the --save files are equal);
+#   - errors, each one line and exit 1: a config.json field that differs (or is absent
+#     with another default), a missing tensor, an unexpected one, a wrong shape, a
+#     symlinked DIR, a DIR that is a file; a model with no Hugging Face form is refused
+#     with one line (exit 2) at option parsing.
 # Needs gcc, ninja, OpenBLAS; the checks through Python need transformers in
 # $FSDPGEN_TORCH_PYTHON or /opt/fsdpgen/torch-2.11 (else they print SKIP).
 # Ends with `N passed, N failed`.
@@ -58,6 +61,14 @@ one_line_exit() {
     bad "$label: exit $rc (want $want), $n lines: $(head -c 300 "$work/err")"
   fi
 }
+
+# The map's refusals, without a compiler (tests/hf/map.lua).
+map_out=$(lua5.4 tests/hf/map.lua 2>&1)
+map_rc=$?
+while IFS= read -r line; do
+  case $line in PASS*) ok "map: ${line#PASS }" ;; FAIL*) bad "map: ${line#FAIL }" ;; esac
+done <<<"$map_out"
+[[ $map_rc -eq 0 ]] || grep -q '^FAIL' <<<"$map_out" || bad "map.lua ran: $(tail -n 1 <<<"$map_out")"
 
 built=()
 for name in hf_llama hf_gpt2; do
