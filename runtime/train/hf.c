@@ -292,7 +292,10 @@ static int shard_param(train_run* run, rt_rank* R, int p, const float* full) {
     int i = 0;
     while (i < G->nparams && G->params[i] != p) i++;
     float* shards = train_arena_f32(R, G->params_off, G->block_numel);
-    if (!shards || i == G->nparams) return 1;
+    if (!shards || i == G->nparams) {
+        train_fail(run, "--load-hf: no shard of '%s' on rank %d", m->params[p].fqn, R->rank);
+        return 1;
+    }
     rt_fsdp_layout one = *L;
     one.nparams = 1;
     one.params = &L->params[i];
