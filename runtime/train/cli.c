@@ -142,7 +142,8 @@ static int parse_path(const char* opt, const char* s, const char** out) {
 #define MAX_VAL_BATCHES ((int64_t)1 << 20)
 
 enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_VAL_DATA, O_VAL_EVERY, O_VAL_BATCHES, O_SAVE, O_LOAD,
-       O_SAVE_HF, O_LOAD_HF, O_LOGITS, O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE, O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
+       O_SAVE_HF, O_LOAD_HF, O_LOGITS, O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE,
+       O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
 
 typedef struct opt_def {
     const char* name;

@@ -152,7 +152,7 @@ int train_load(train_run* run, rt_rank* R, const char* path);
 float** train_alloc_full(const rt_model* m);
 void train_free_full(const rt_model* m, float** full);
 
-// hf.c, hf_config.c: --save-hf / --load-hf (m->hf's map). prepare_dir, on the main thread
+// hf.c, hf_load.c, hf_config.c: --save-hf / --load-hf (m->hf's map). prepare_dir, on the main thread
 // before training: DIR must be a directory, not a symlink (create: made if absent, and
 // writable); returns 0, or 1 after printing why. Save and load are collective, as above.
 int train_hf_prepare_dir(const char* opt, const char* dir, int create);
@@ -162,6 +162,10 @@ int train_load_hf(train_run* run, rt_rank* R, const char* dir);
 // differs). Return 0, or -1 with one line in err.
 int train_hf_write_config(const rt_model* m, const char* dir, char* err, size_t errlen);
 int train_hf_check_config(const rt_model* m, const char* dir, char* err, size_t errlen);
+// Elements of HF tensor e, and the move between it and its parameters p[k] (full values of
+// e->src[k]): to_hf 1 fills hf from them, 0 fills them from hf (ZEROS: nothing).
+int64_t train_hf_numel(const rt_hf_tensor* e);
+void train_hf_move(const rt_model* m, const rt_hf_tensor* e, float* const* p, float* hf, int to_hf);
 
 // driver.c: --logits: after training, the eval program on validation batch 0; rank 0 writes
 // its tokens and logits as safetensors ("tokens" I32 [batch, seq_len], "logits" F32
