@@ -11,7 +11,8 @@ the binary's --logits file:
     DIR_extra (one tensor more): copies of DIR for the error cases;
   - DIR_sharded: saved in several files with model.safetensors.index.json; DIR_hub
     (GPT-2): named as the hub's GPT-2 files are (no "transformer.", the attn.bias
-    buffers, lm_head.weight beside wte).
+    buffers, lm_head.weight beside wte); DIR_untied (lm_head.weight not wte's) and
+    DIR_bias (an attention bias not zero), which are other models.
 Prints PASS/FAIL lines; the caller counts them.
 """
 import json
@@ -121,6 +122,14 @@ def variants(d):
         hub["lm_head.weight"] = hub["wte.weight"].clone()
         shutil.copytree(d, d + "_hub")
         save_file(hub, os.path.join(d + "_hub", "model.safetensors"), metadata={"format": "pt"})
+        # lm_head not equal to wte; an attention bias that is not zero: other models
+        shutil.copytree(d, d + "_untied")
+        save_file(dict(hub, **{"lm_head.weight": hub["wte.weight"] + 1}),
+                  os.path.join(d + "_untied", "model.safetensors"), metadata={"format": "pt"})
+        shutil.copytree(d, d + "_bias")
+        bias = dict(sd)
+        bias["transformer.h.0.attn.c_attn.bias"] = bias["transformer.h.0.attn.c_attn.bias"] + 0.5
+        save_file(bias, os.path.join(d + "_bias", "model.safetensors"), metadata={"format": "pt"})
 
 
 def prepare(d, logits_path):

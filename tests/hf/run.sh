@@ -11,9 +11,10 @@
 #     several files) and GPT-2 named as on the hub load, and train as the same F32
 #     values do (the --save files are equal);
 #   - errors, each one line and exit 1: a config.json field that differs (or is absent
-#     with another default), a missing tensor, an unexpected one, a wrong shape, a
-#     symlinked DIR, a DIR that is a file; a model with no Hugging Face form is refused
-#     with one line (exit 2) at option parsing.
+#     with another default), a missing tensor, an unexpected one, a wrong shape, GPT-2's
+#     lm_head not its wte or an attention bias not zero, a symlinked DIR, a DIR that is a
+#     file; a model with no Hugging Face form is refused with one line (exit 2) at option
+#     parsing.
 # Needs gcc, ninja, OpenBLAS; the checks through Python need transformers in
 # $FSDPGEN_TORCH_PYTHON or /opt/fsdpgen/torch-2.11 (else they print SKIP).
 # Ends with `N passed, N failed`.
@@ -125,6 +126,10 @@ for name in "${built[@]}"; do
       "$bin" --steps 1 --load-hf "$w/hf_hub" --save "$w/hub.safetensors" >"$w/hub.log" 2>&1
       check 'cmp -s "$w/hub.safetensors" "$w/b_hf.safetensors"' \
         "$name: the hub's naming (no 'transformer.', attn.bias buffers, lm_head beside wte) loads"
+      one_line_exit 1 "$name: an lm_head.weight that is not wte's" "which it is tied to" \
+        "$bin" --steps 1 --load-hf "$w/hf_untied"
+      one_line_exit 1 "$name: an attention bias that is not zero" "is not all zeros" \
+        "$bin" --steps 1 --load-hf "$w/hf_bias"
     fi
     one_line_exit 1 "$name: an unexpected tensor" "unexpected tensor 'model.extra.weight'" \
       "$bin" --steps 1 --load-hf "$w/hf_extra"
