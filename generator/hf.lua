@@ -52,12 +52,19 @@ local function differs(model, fresh)
         or rawget(ma, "_class") ~= rawget(mb, "_class") then
       return string.format("module '%s' is not the constructor's", a[i][1])
     end
-    for _, pair in ipairs({ { ma, mb }, { mb, ma } }) do
-      for k, v in pairs(pair[1]) do
-        if type(k) == "string" and k:sub(1, 1) ~= "_" and k ~= "model_args"
-            and rawget(pair[2], k) ~= v then
-          return string.format("module '%s' has a changed '%s'", a[i][1], k)
+    local keys, seen = {}, {}
+    for _, m in ipairs({ ma, mb }) do
+      for k in pairs(m) do
+        if type(k) == "string" and k:sub(1, 1) ~= "_" and k ~= "model_args" and not seen[k] then
+          seen[k] = true
+          keys[#keys + 1] = k
         end
+      end
+    end
+    table.sort(keys)  -- the first difference by name: the same reason every time
+    for _, k in ipairs(keys) do
+      if rawget(ma, k) ~= rawget(mb, k) then
+        return string.format("module '%s' has a changed '%s'", a[i][1], k)
       end
     end
   end
