@@ -5,6 +5,7 @@
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
 local buffer = require("buffer")
 local errors = require("errors")
+local hf = require("hf")
 local kernels = require("kernels_c")
 local memory = require("memory")
 local schedule = require("schedule")
@@ -416,6 +417,12 @@ function Walker:step(st, index)
     else
       calls = kernels.forward(node, self:ctx(st, false), out)
     end
+    if self.eval and node.kind == "cross_entropy" and node.ins[1].dtype == "fp32" then
+      -- the eval's logits, for --logits (a no-op unless the driver asked for them)
+      local lg = node.ins[1]
+      table.insert(calls, 1, string.format("rt_step_eval_logits(R, %s, %d);", self:val(lg),
+        trace.numel(lg.shape)))
+    end
   elseif st.grad_alias then
     -- nothing to run: the inputs' gradients are the output's buffer (the schedule says so)
   elseif op == "loss_grad" or op == "backward" then
@@ -452,6 +459,7 @@ local function section_name(st, prefix) return prefix .. st.phase .. st.section 
 -- the walker (its backward count).
 local function emit_program(b, plan, name, prefix, what)
   local w = Walker.new(plan)
+  w.eval = what == "eval"
   local sections, current = {}, nil
   for i, st in ipairs(plan.steps) do
     local sname = section_name(st, prefix)
@@ -538,6 +546,12 @@ function M.render(plan, spec_file, prefix, is_reference)
   local expect = emit_expectations(b, plan, "")
   local eval_expect = ev and emit_expectations(b, ev, "eval_")
   local after_expect = after and emit_expectations(b, after, "after_eval_")
+  local hf_field
+  if not is_reference then
+    local index_of = {}
+    for i, p in ipairs(list) do index_of[p.fqn] = i - 1 end
+    hf_field = hf.emit(b, plan, index_of)
+  end
 
   -- The step, the eval program and the step after one: a function per schedule section.
   local w = emit_program(b, plan, "step", "", "step")
@@ -601,6 +615,7 @@ function M.render(plan, spec_file, prefix, is_reference)
   else
     b:line(".eval_unavailable = %s,", cstr(plan.eval_unavailable))
   end
+  if hf_field then b:line(hf_field) end
   b:dedent()
   b:line("};")
   return b:text()

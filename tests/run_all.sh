@@ -95,7 +95,7 @@ build_lane() {
   local i=0 s
   # the command line's test builds examples/tiny.lua, so it runs in this lane
   run_suite r00 "generator: command line" lua5.4 tests/generator/cli.lua
-  for s in runtime kernels io train conformance examples fsdp2 torch cuda cuda_step; do
+  for s in runtime kernels io train conformance examples fsdp2 torch hf cuda cuda_step; do
     i=$((i + 1))
     run_suite "$(printf 'r%02d' $i)" "runtime: $s" "tests/$s/run.sh"
   done

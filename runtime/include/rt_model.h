@@ -101,6 +101,55 @@ typedef struct rt_model_expect {
     const rt_model_count* counts;
 } rt_model_expect;
 
+// ---- the Hugging Face map ----------------------------------------------------------------
+// How the model's parameters become a Hugging Face directory (config.json and
+// model.safetensors) and back: computed by generator/hf.lua, moved by runtime/train/hf.c.
+
+// How one HF tensor is made from parameters (W [out, in] row-major; HF shape in rt_hf_tensor):
+//   COPY       the parameter as it is
+//   TRANSPOSE  W^T [in, out] (GPT-2's Conv1D layout)
+//   QKV        [Wq; Wk; Wv]^T [in, 3 out] (GPT-2's fused c_attn)
+//   ROPE       rows of each of `heads` heads reordered from interleaved rotary pairs
+//              (x[2i], x[2i+1]: fsdpgen's kernel, Meta's layout) to HF's halves
+//              (x[i], x[i + hd/2]): HF row h*hd + j*hd/2 + i = row h*hd + 2i + j
+//   ZEROS      no parameter: zeros (GPT-2's attention biases, which fsdpgen's model lacks);
+//              on load they must be zeros
+typedef enum rt_hf_op { RT_HF_COPY, RT_HF_TRANSPOSE, RT_HF_QKV, RT_HF_ROPE, RT_HF_ZEROS } rt_hf_op;
+
+typedef struct rt_hf_tensor {
+    const char* name;             // HF state-dict name
+    const char* alt;              // another name accepted on load (GPT-2 hub files), or NULL
+    rt_hf_op op;
+    int src[3];                   // indices into rt_model.params (QKV: q, k, v), -1 unused
+    int heads;                    // ROPE: heads of these rows
+    int ndim;
+    int64_t shape[2];             // HF shape
+    int tied;                     // 1: HF ties it to another tensor: not written; on load,
+                                  // where present, it must hold its parameter's values
+} rt_hf_tensor;
+
+// A config.json field: `value` is written under `key` (when `written`) and, with a check,
+// compared with a loaded config's value at `key` ("a|b": the first path present; "a.b":
+// member b of object a), or with `absent` (HF's default) where the file has none.
+typedef enum rt_hf_check { RT_HF_NONE, RT_HF_EQ, RT_HF_MIN } rt_hf_check;  // MIN: file >= value
+
+typedef struct rt_hf_config {
+    const char* key;
+    const char* value;            // JSON text
+    rt_hf_check check;
+    const char* absent;           // JSON text, or NULL: the field is required
+    const char* alt;              // JSON text of another value that is the same model, or NULL
+    int written;
+} rt_hf_config;
+
+typedef struct rt_hf_map {
+    const char* arch;             // "llama", "gpt2"
+    int nconfig;
+    const rt_hf_config* config;
+    int ntensors;
+    const rt_hf_tensor* tensors;
+} rt_hf_map;
+
 // ---- the model --------------------------------------------------------------------------
 
 typedef enum rt_loss_kind { RT_LOSS_SUM, RT_LOSS_CROSS_ENTROPY } rt_loss_kind;
@@ -179,6 +228,9 @@ typedef struct rt_model {
     // else NULL.
     void (*step_after_eval)(struct rt_rank* R);
     rt_model_expect after_eval_expect;
+    // The Hugging Face map (--save-hf, --load-hf), or NULL with hf_unavailable saying why.
+    const rt_hf_map* hf;
+    const char* hf_unavailable;
 } rt_model;
 
 #ifdef __cplusplus

@@ -90,6 +90,7 @@ typedef struct rt_rank {
     // their own streams; --trace shows them).
     double t_comm, t_optim, t_total;
     int after_eval;              // an eval ran since the last step (rt_step_next)
+    float* logits_out;           // where rt_step_eval_logits copies the eval's logits, or NULL
     void* backend;               // the backend's own state of this rank
 } rt_rank;
 
@@ -249,6 +250,10 @@ double rt_step_lr(const rt_rank* R, int item);
 void rt_step_loss(rt_rank* R, int k, const float* loss);
 // Records the eval program's loss (rt_step_eval returns it).
 void rt_step_eval_loss(rt_rank* R, const float* loss);
+// The eval program's logits (n floats) before its loss: where the driver set R->logits_out
+// (--logits; CPU backend) and n is batch x seq_len x vocab, copied there, and logits_out
+// reset to NULL (the driver's sign that they came); else nothing.
+void rt_step_eval_logits(rt_rank* R, const float* logits, int64_t n);
 // A float 1.0 in the backend's memory (device memory on the GPU): d loss / d loss, the
 // incoming gradient of the loss's own backward (rt_kernels.h dloss, or the output
 // gradient of the op whose output is the loss).

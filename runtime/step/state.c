@@ -507,6 +507,17 @@ void rt_step_loss(rt_rank* R, int k, const float* loss) {
 
 void rt_step_eval_loss(rt_rank* R, const float* loss) { rtb_loss(R, 0, loss); }
 
+void rt_step_eval_logits(rt_rank* R, const float* logits, int64_t n) {
+    const rt_model* m = R->model;
+    // The driver asks for them on the CPU backend only (a host arena; cli.c refuses --logits
+    // on CUDA binaries), and only fp32 logits of the whole batch are copied: otherwise
+    // logits_out stays set and the driver reports it.
+    if (!R->logits_out || strcmp(rt_step_backend(), "cpu") != 0) return;
+    if (n != m->batch * m->seq_len * m->vocab) return;
+    memcpy(R->logits_out, logits, (size_t)n * sizeof(float));
+    R->logits_out = NULL;
+}
+
 rt_step_fn rt_step_next(rt_rank* R) {
     const int after = R->after_eval;
     R->after_eval = 0;

@@ -44,6 +44,13 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "                        under its PyTorch name and each tied alias) as safetensors\n"
            "  --load FILE           before step 1, read every parameter from safetensors\n"
            "                        (fp32, the model's names and shapes)\n"
+           "  --save-hf DIR         after training, write DIR/config.json and\n"
+           "                        DIR/model.safetensors for Hugging Face's from_pretrained\n"
+           "                        (Llama, GPT-2; DIR is created if absent)\n"
+           "  --load-hf DIR         before step 1, read a Hugging Face directory (config.json\n"
+           "                        checked; F32, BF16 or F16 tensors)\n"
+           "  --logits FILE         after training, the eval program on validation batch 0:\n"
+           "                        rank 0's tokens and logits as safetensors (CPU binaries)\n"
            "  --checkpoint DIR      save a resumable checkpoint (per-rank parameter shards,\n"
            "                        optimizer state, step) at the end, as DIR/step_N, beside\n"
            "                        the older ones (a failed save leaves them intact)\n"
@@ -135,7 +142,8 @@ static int parse_path(const char* opt, const char* s, const char** out) {
 #define MAX_VAL_BATCHES ((int64_t)1 << 20)
 
 enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_VAL_DATA, O_VAL_EVERY, O_VAL_BATCHES, O_SAVE, O_LOAD,
-       O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE, O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
+       O_SAVE_HF, O_LOAD_HF, O_LOGITS, O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE,
+       O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
 
 typedef struct opt_def {
     const char* name;
@@ -154,6 +162,9 @@ static const opt_def opts[] = {
     {"--val-batches", O_VAL_BATCHES, "K", 1, 0},
     {"--save", O_SAVE, "FILE", 1, 0},
     {"--load", O_LOAD, "FILE", 1, 0},
+    {"--save-hf", O_SAVE_HF, "DIR", 1, 0},
+    {"--load-hf", O_LOAD_HF, "DIR", 1, 0},
+    {"--logits", O_LOGITS, "FILE", 1, 0},
     {"--checkpoint", O_CKPT, "DIR", 1, 0},
     {"--checkpoint-every", O_CKPT_EVERY, "N", 1, 0},
     {"--keep-checkpoints", O_KEEP_CKPT, "K", 1, 0},
@@ -232,6 +243,9 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
             break;
         case O_SAVE: rc = parse_path(d->name, val, &o->save); break;
         case O_LOAD: rc = parse_path(d->name, val, &o->load); break;
+        case O_SAVE_HF: rc = parse_path(d->name, val, &o->save_hf); break;
+        case O_LOAD_HF: rc = parse_path(d->name, val, &o->load_hf); break;
+        case O_LOGITS: rc = parse_path(d->name, val, &o->logits); break;
         case O_CKPT: rc = parse_path(d->name, val, &o->checkpoint); break;
         case O_CKPT_EVERY: rc = parse_int(d->name, val, 1, MAX_STEPS, &o->checkpoint_every); break;
         case O_KEEP_CKPT:
@@ -255,6 +269,20 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
     if (o->load && o->resume)
         return bad("--load", o->load, "cannot be combined with --resume (the checkpoint holds "
                                       "the parameters); use one of them");
+    if (o->load_hf && (o->load || o->resume))
+        return bad("--load-hf", o->load_hf, "cannot be combined with --load or --resume (each sets "
+                                            "the parameters); use one of them");
+    const char* hf_opt = o->save_hf ? "--save-hf" : o->load_hf ? "--load-hf" : NULL;
+    if (hf_opt && !m->hf) {
+        char why[640];
+        snprintf(why, sizeof why, "this spec's model has no Hugging Face form: %s",
+                 m->hf_unavailable ? m->hf_unavailable : "(no reason given)");
+        return bad(hf_opt, NULL, why);
+    }
+    if (o->logits && (!m->tokens || !m->eval || m->loss != RT_LOSS_CROSS_ENTROPY || cuda()))
+        return bad("--logits", o->logits, cuda() ? "CPU binaries only (build without --cuda)"
+                   : !m->eval ? "the eval program is not available for this spec"
+                              : "needs a token model with a cross-entropy loss");
     if (o->checkpoint_every && !o->checkpoint)
         return bad("--checkpoint-every", NULL, "needs --checkpoint DIR");
     if (keep_set && !o->checkpoint)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "rt_kernels.h"
+#include "rt_safetensors.h"
 #include "rt_train.h"
 #include "train_internal.h"
 
@@ -329,6 +330,39 @@ static int rank_eval(train_run* run, rt_rank* R, int64_t s) {
     return 1;
 }
 
+// --logits: the eval program once more, on validation batch 0, with rank 0's logits copied
+// out by rt_step_eval_logits (it changes nothing, as every eval).
+int train_write_logits(train_run* run, rt_rank* R, const char* path) {
+    const rt_model* m = run->m;
+    const int64_t bt = m->batch * m->seq_len;
+    float* logits = R->rank == 0 ? malloc((size_t)(bt * m->vocab) * sizeof(float)) : NULL;
+    if (R->rank == 0 && !logits) train_fail(run, "--logits %s: out of memory", path);
+    if (train_agree(run, R)) return free(logits), 1;
+    train_feed_val(run, R, 0);
+    R->logits_out = logits;
+    rt_step_eval(R);
+    int rc = 0;
+    if (R->rank == 0 && R->logits_out) {
+        train_fail(run, "--logits %s: the eval program passed no fp32 logits of [%lld, %lld, %lld] "
+                        "(a model whose output is not float32 logits of the vocabulary)",
+                   path, (long long)m->batch, (long long)m->seq_len, (long long)m->vocab);
+        rc = 1;
+    } else if (R->rank == 0) {
+        const int64_t tshape[2] = {m->batch, m->seq_len};
+        const int64_t lshape[3] = {m->batch, m->seq_len, m->vocab};
+        rt_st_tensor t[2] = {{"tokens", RT_ST_I32, 2, tshape, R->tokens[0]},
+                             {"logits", RT_ST_F32, 3, lshape, logits}};
+        char err[512];
+        if (rt_st_write(path, t, 2, NULL, 0, err, sizeof err) != 0) {
+            train_fail(run, "--logits %s: %s", path, err);
+            rc = 1;
+        }
+    }
+    R->logits_out = NULL;
+    free(logits);
+    return train_agree(run, R) || rc;
+}
+
 // Runs the steps; returns 0, or 1 when the run failed or diverged (already reported).
 static int rank_steps(train_run* run, rt_rank* R) {
     const rt_model* m = run->m;
@@ -423,6 +457,7 @@ static void rank_main(rt_comm* comm, void* arg) {
     if (!rc) {
         if (o->resume) rc = train_checkpoint_load(run, &R);
         else if (o->load) rc = train_load(run, &R, o->load);
+        else if (o->load_hf) rc = train_load_hf(run, &R, o->load_hf);
         else rc = train_init_params(run, &R);
         if (rc) train_fail(run, "rank %d: parameter setup failed", R.rank);  // first message wins
         else if (rt_rank_push(&R)) train_fail(run, "rank %d: copying the parameters to the device failed", R.rank);
@@ -431,8 +466,10 @@ static void rank_main(rt_comm* comm, void* arg) {
     R.seed = run->seed;  // dropout masks (a --resume sets run->seed before the agreement)
     if (rank_steps(run, &R)) goto out;
     if (o->save && train_save(run, &R, o->save, run->start_step + run->nsteps)) goto out;
+    if (o->save_hf && train_save_hf(run, &R, o->save_hf)) goto out;
     if (o->checkpoint && train_checkpoint_save(run, &R, o->checkpoint, run->start_step + run->nsteps))
         goto out;
+    if (o->logits && train_write_logits(run, &R, o->logits)) goto out;
 out:
     run->peak[R.rank] = rt_arena_peak(&R.arena);
     rank_release(run, &R, &bufs);
@@ -536,6 +573,9 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     rc = 0;
     if (o.save && check_output("--save", o.save)) rc = 1;
     if (!rc && o.trace && check_output("--trace", o.trace)) rc = 1;
+    if (!rc && o.logits && check_output("--logits", o.logits)) rc = 1;
+    if (!rc && o.save_hf && train_hf_prepare_dir("--save-hf", o.save_hf, 1)) rc = 1;
+    if (!rc && o.load_hf && train_hf_prepare_dir("--load-hf", o.load_hf, 0)) rc = 1;
     if (!rc && o.data && open_data(&run, "--data", o.data, m->n_forward, &run.data)) rc = 1;
     if (!rc && o.val_data && open_data(&run, "--val-data", o.val_data, 1, &run.val_data)) rc = 1;
     if (!rc && train_checkpoint_prepare(&run)) rc = 1;

@@ -33,6 +33,9 @@ typedef struct train_opts {
     int val_batches_set;
     const char* save;
     const char* load;
+    const char* save_hf;       // --save-hf DIR (Hugging Face directory), or NULL
+    const char* load_hf;       // --load-hf DIR, or NULL
+    const char* logits;        // --logits FILE: the eval's logits of validation batch 0, or NULL
     const char* checkpoint;
     int64_t checkpoint_every;  // 0: only at the end
     int64_t keep_checkpoints;  // the newest K of ROOT's checkpoints are kept (0: all)
@@ -145,6 +148,29 @@ void train_feed_val(train_run* run, rt_rank* R, int64_t v);
 int train_gather_params(train_run* run, rt_rank* R, float* const* full);
 int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_completed);
 int train_load(train_run* run, rt_rank* R, const char* path);
+// Full fp32 buffers of every parameter (NULL when out of memory), and their release.
+float** train_alloc_full(const rt_model* m);
+void train_free_full(const rt_model* m, float** full);
+
+// hf.c, hf_load.c, hf_config.c: --save-hf / --load-hf (m->hf's map). prepare_dir, on the main thread
+// before training: DIR must be a directory, not a symlink (create: made if absent, and
+// writable); returns 0, or 1 after printing why. Save and load are collective, as above.
+int train_hf_prepare_dir(const char* opt, const char* dir, int create);
+int train_save_hf(train_run* run, rt_rank* R, const char* dir);
+int train_load_hf(train_run* run, rt_rank* R, const char* dir);
+// DIR/config.json written from m->hf, or checked against it (err: the first field that
+// differs). Return 0, or -1 with one line in err.
+int train_hf_write_config(const rt_model* m, const char* dir, char* err, size_t errlen);
+int train_hf_check_config(const rt_model* m, const char* dir, char* err, size_t errlen);
+// Elements of HF tensor e, and the move between it and its parameters p[k] (full values of
+// e->src[k]): to_hf 1 fills hf from them, 0 fills them from hf (ZEROS: nothing).
+int64_t train_hf_numel(const rt_hf_tensor* e);
+void train_hf_move(const rt_model* m, const rt_hf_tensor* e, float* const* p, float* hf, int to_hf);
+
+// driver.c: --logits: after training, the eval program on validation batch 0; rank 0 writes
+// its tokens and logits as safetensors ("tokens" I32 [batch, seq_len], "logits" F32
+// [batch, seq_len, vocab]). Collective; returns 0, or 1 after train_fail.
+int train_write_logits(train_run* run, rt_rank* R, const char* path);
 
 // resume.c: --checkpoint / --resume. Save writes ROOT/step_<steps_completed> (collective).
 int train_checkpoint_save(train_run* run, rt_rank* R, const char* root, int64_t steps_completed);

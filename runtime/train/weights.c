@@ -20,19 +20,19 @@ static int64_t numel_of(const rt_model_param* p) {
     return n;
 }
 
-static void free_full(const rt_model* m, float** full) {
+void train_free_full(const rt_model* m, float** full) {
     if (!full) return;
     for (int p = 0; p < m->nparams; p++) free(full[p]);
     free(full);
 }
 
-static float** alloc_full(const rt_model* m) {
+float** train_alloc_full(const rt_model* m) {
     float** full = calloc((size_t)(m->nparams > 0 ? m->nparams : 1), sizeof(float*));
     if (!full) return NULL;
     for (int p = 0; p < m->nparams; p++) {
         int64_t n = numel_of(&m->params[p]);
         if (!(full[p] = malloc((size_t)(n > 0 ? n : 1) * sizeof(float)))) {
-            free_full(m, full);
+            train_free_full(m, full);
             return NULL;
         }
     }
@@ -137,7 +137,7 @@ int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_compl
     const rt_model* m = run->m;
     float** full = NULL;
     int rc = 0;
-    if (R->rank == 0 && !(full = alloc_full(m))) {
+    if (R->rank == 0 && !(full = train_alloc_full(m))) {
         train_fail(run, "--save %s: out of memory for the full parameters", path);
         if (m->shard > 1) rt_comm_abort(R->mesh.shard, "out of memory for the full parameters");
         rc = 1;
@@ -147,7 +147,7 @@ int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_compl
         rc = write_safetensors(run, full, path, steps_completed);
         if (!rc) printf("saved %d parameters to %s\n", m->nparams, path);
     }
-    free_full(m, full);
+    train_free_full(m, full);
     return train_agree(run, R) || rc;
 }
 

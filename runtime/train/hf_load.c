@@ -1,0 +1,271 @@
+// hf_load.c — --load-hf DIR: config.json checked (hf_config.c), then the tensors of
+// DIR/model.safetensors, or of the files DIR/model.safetensors.index.json lists, read as
+// F32, BF16 or F16, strictly (nothing missing, nothing unexpected, every shape), turned
+// back into the model's parameters (hf.c's transforms) and sharded, as --load does.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io_json.h"
+#include "rt_safetensors.h"
+#include "train_internal.h"
+
+#define MAX_FILES 64
+
+typedef struct hf_files {
+    rt_st_file* f[MAX_FILES];
+    int n;
+} hf_files;
+
+static void close_files(hf_files* fs) {
+    for (int i = 0; i < fs->n; i++) rt_st_close(fs->f[i]);
+    fs->n = 0;
+}
+
+// Opens DIR/model.safetensors, or every file DIR/model.safetensors.index.json's weight_map
+// names (plain names inside DIR).
+static int open_files(const char* dir, hf_files* fs, char* err, size_t errlen) {
+    char path[4200];
+    struct stat st;
+    fs->n = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (lstat(path, &st) == 0 || errno != ENOENT)
+        return rt_st_open(path, &fs->f[fs->n++], err, errlen);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE* fp = fopen(path, "rb");
+    if (!fp) {
+        snprintf(err, errlen, "%.200s has no model.safetensors (nor model.safetensors.index.json)",
+                 dir);
+        return -1;
+    }
+    char* text = malloc(1 << 24);
+    size_t len = text ? fread(text, 1, (1 << 24) - 1, fp) : 0;
+    fclose(fp);
+    io_json_doc* doc = NULL;
+    char e[256];
+    int rc = -1;
+    if (!text)
+        snprintf(err, errlen, "out of memory");
+    else if (io_json_parse(text, len, &doc, e, sizeof e) != 0)
+        snprintf(err, errlen, "%.200s: %.200s", path, e);
+    const io_json* map = doc ? io_json_get(io_json_root(doc), "weight_map") : NULL;
+    if (doc && (!map || map->type != IO_JSON_OBJECT))
+        snprintf(err, errlen, "%.200s: no \"weight_map\" object", path);
+    else if (map) {
+        rc = 0;
+        const char* names[MAX_FILES];
+        for (const io_json* v = map->child; v && !rc; v = v->next) {
+            int seen = 0;
+            if (v->type != IO_JSON_STRING || strchr(v->str, '/') || v->str[0] == '.' ||
+                !v->str[0]) {
+                snprintf(
+                    err, errlen,
+                    "%.200s: bad file name for '%.200s' (plain names inside the directory only)",
+                    path, v->key);
+                rc = -1;
+                break;
+            }
+            for (int i = 0; i < fs->n; i++) seen |= strcmp(names[i], v->str) == 0;
+            if (seen) continue;
+            if (fs->n == MAX_FILES) {
+                snprintf(err, errlen, "%.200s: more than %d files", path, MAX_FILES);
+                rc = -1;
+                break;
+            }
+            char one[4400];
+            snprintf(one, sizeof one, "%s/%s", dir, v->str);
+            names[fs->n] = v->str;
+            rc = rt_st_open(one, &fs->f[fs->n], err, errlen);
+            if (!rc) fs->n++;
+        }
+    }
+    if (doc) io_json_free(doc);
+    free(text);
+    if (rc) close_files(fs);
+    return rc;
+}
+
+static const rt_st_info* find(const hf_files* fs, const char* name, rt_st_file** in) {
+    for (int i = 0; i < fs->n && name; i++) {
+        const rt_st_info* info = rt_st_find(fs->f[i], name);
+        if (info) return *in = fs->f[i], info;
+    }
+    return NULL;
+}
+
+// HF buffers that from_pretrained ignores too (old GPT-2 masks, old Llama rotary caches).
+static int ignorable(const char* name) {
+    static const char* suffixes[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    size_t n = strlen(name);
+    for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
+        size_t s = strlen(suffixes[k]);
+        if (n > s && strcmp(name + n - s, suffixes[k]) == 0) return 1;
+    }
+    return 0;
+}
+
+// HF tensor e (its name or alt) as fp32 into out (train_hf_numel(e) floats); 0, or 1 after
+// train_fail.
+static int read_tensor(train_run* run, const hf_files* fs, const char* dir, const rt_hf_tensor* e,
+                       float* out) {
+    rt_st_file* f = NULL;
+    const rt_st_info* info = find(fs, e->name, &f);
+    const char* name = e->name;
+    if (!info && (info = find(fs, e->alt, &f))) name = e->alt;
+    char shape[96], have[96], err[512];
+    rt_shape_str(e->ndim, e->shape, shape, sizeof shape);
+    if (!info) {
+        train_fail(run, "--load-hf %s: tensor '%s' is missing (expected %s, F32, BF16 or F16)", dir,
+                   e->name, shape);
+        return 1;
+    }
+    int same = info->ndim == e->ndim;
+    for (int d = 0; same && d < e->ndim; d++) same = info->shape[d] == e->shape[d];
+    if (!same) {
+        rt_shape_str(info->ndim, info->shape, have, sizeof have);
+        train_fail(run, "--load-hf %s: tensor '%s' has shape %s, the spec's model needs %s", dir,
+                   name, have, shape);
+        return 1;
+    }
+    rt_dtype dt = info->dtype == RT_ST_F32 ? RT_F32 : info->dtype == RT_ST_BF16 ? RT_BF16 : RT_F16;
+    if (info->dtype != RT_ST_F32 && info->dtype != RT_ST_BF16 && info->dtype != RT_ST_F16) {
+        train_fail(run, "--load-hf %s: tensor '%s' is %s (allowed: F32, BF16, F16)", dir, name,
+                   rt_st_dtype_name(info->dtype));
+        return 1;
+    }
+    size_t n = (size_t)train_hf_numel(e), bytes = n * rt_dtype_size(dt);
+    void* raw = dt == RT_F32 ? (void*)out : malloc(bytes ? bytes : 1);
+    int rc = !raw
+                 ? -1
+                 : rt_st_load(f, name, info->dtype, e->ndim, e->shape, raw, bytes, err, sizeof err);
+    if (!rc && dt != RT_F32) rc = rt_convert(out, RT_F32, raw, dt, n);
+    if (raw != out) free(raw);
+    if (rc) train_fail(run, "--load-hf %s: %s", dir, raw ? err : "out of memory");
+    return rc != 0;
+}
+
+// Keeps this rank's shard of parameter p (full values).
+static int shard_param(train_run* run, rt_rank* R, int p, const float* full) {
+    const rt_model* m = run->m;
+    const rt_model_group* G = &m->groups[m->params[p].group];
+    rt_fsdp_layout* L = &R->groups[m->params[p].group].layout;
+    int i = 0;
+    while (i < G->nparams && G->params[i] != p) i++;
+    float* shards = train_arena_f32(R, G->params_off, G->block_numel);
+    if (!shards || i == G->nparams) {
+        train_fail(run, "--load-hf: no shard of '%s' on rank %d", m->params[p].fqn, R->rank);
+        return 1;
+    }
+    rt_fsdp_layout one = *L;
+    one.nparams = 1;
+    one.params = &L->params[i];
+    const void* fullp[1] = {full};
+    void* shardp[1] = {shards + L->params[i].offset};
+    if (rt_fsdp_shard_params(&one, fullp, RT_F32, shardp) != 0) {
+        train_fail(run, "--load-hf: sharding '%s' failed: %s", m->params[p].fqn, one.error);
+        return 1;
+    }
+    return 0;
+}
+
+// Loads entry e into the rank's shards (or, tied, checks it against its twin).
+static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char* dir,
+                      const rt_hf_tensor* e) {
+    const rt_model* m = run->m;
+    const rt_hf_map* h = m->hf;
+    rt_st_file* f;
+    if (e->tied && !find(fs, e->name, &f) && !find(fs, e->alt, &f)) return 0;  // HF omits it
+    size_t n = (size_t)train_hf_numel(e);
+    float* hf = malloc(n * sizeof(float));
+    float* twin = NULL;
+    float* p[3] = {NULL, NULL, NULL};
+    int rc = !hf;
+    for (int k = 0; k < 3 && !rc && !e->tied; k++)
+        if (e->src[k] >= 0) {
+            int64_t pn = 1;
+            for (int d = 0; d < m->params[e->src[k]].ndim; d++) pn *= m->params[e->src[k]].shape[d];
+            rc = !(p[k] = malloc((size_t)pn * sizeof(float)));
+        }
+    if (rc) train_fail(run, "--load-hf %s: out of memory for '%s'", dir, e->name);
+    if (!rc) rc = read_tensor(run, fs, dir, e, hf);
+    if (!rc && e->op == RT_HF_ZEROS) {
+        for (size_t i = 0; i < n && !rc; i++) rc = hf[i] != 0.0f;
+        if (rc)
+            train_fail(run,
+                       "--load-hf %s: tensor '%s' is not all zeros (fsdpgen's %s model has no such "
+                       "parameter, so only zeros are the same model)",
+                       dir, e->name, h->arch);
+    } else if (!rc && e->tied) {
+        // the untied entry of the same parameter, read again and compared
+        const rt_hf_tensor* t = NULL;
+        for (int i = 0; i < h->ntensors && !t; i++)
+            if (!h->tensors[i].tied && h->tensors[i].src[0] == e->src[0]) t = &h->tensors[i];
+        rc = !t || !(twin = malloc(n * sizeof(float)));
+        if (rc) train_fail(run, "--load-hf %s: out of memory for '%s'", dir, e->name);
+        if (!rc) rc = read_tensor(run, fs, dir, t, twin);
+        if (!rc && memcmp(twin, hf, n * sizeof(float)) != 0) {
+            train_fail(run,
+                       "--load-hf %s: '%s' differs from '%s', which it is tied to "
+                       "(tie_word_embeddings)",
+                       dir, e->name, t->name);
+            rc = 1;
+        }
+    } else if (!rc) {
+        train_hf_move(m, e, p, hf, 0);
+        for (int k = 0; k < 3 && !rc; k++)
+            if (p[k]) rc = shard_param(run, R, e->src[k], p[k]);
+    }
+    for (int k = 0; k < 3; k++) free(p[k]);
+    free(twin);
+    free(hf);
+    return rc;
+}
+
+int train_load_hf(train_run* run, rt_rank* R, const char* dir) {
+    const rt_model* m = run->m;
+    const rt_hf_map* h = m->hf;
+    char err[512];
+    if (train_hf_check_config(m, dir, err, sizeof err) != 0) {
+        train_fail(run, "--load-hf %s: %s", dir, err);
+        return 1;
+    }
+    hf_files fs;
+    if (open_files(dir, &fs, err, sizeof err) != 0) {
+        train_fail(run, "--load-hf %s: %s", dir, err);
+        return 1;
+    }
+    int rc = 0;
+    // Every tensor there (HF omits a tied one), then nothing else, as from_pretrained's
+    // missing and unexpected keys.
+    for (int i = 0; i < h->ntensors && !rc; i++) {
+        const rt_hf_tensor* e = &h->tensors[i];
+        rt_st_file* f;
+        if (e->tied || find(&fs, e->name, &f) || find(&fs, e->alt, &f)) continue;
+        char shape[96];
+        rt_shape_str(e->ndim, e->shape, shape, sizeof shape);
+        train_fail(run, "--load-hf %s: tensor '%s' is missing (expected %s, F32, BF16 or F16)", dir,
+                   e->name, shape);
+        rc = 1;
+    }
+    for (int k = 0; k < fs.n && !rc; k++)
+        for (size_t i = 0; i < rt_st_count(fs.f[k]) && !rc; i++) {
+            const char* name = rt_st_at(fs.f[k], i)->name;
+            int known = ignorable(name);
+            for (int j = 0; j < h->ntensors && !known; j++)
+                known = !strcmp(name, h->tensors[j].name) ||
+                        (h->tensors[j].alt && !strcmp(name, h->tensors[j].alt));
+            if (!known) {
+                train_fail(
+                    run,
+                    "--load-hf %s: unexpected tensor '%s' (not in Hugging Face's %s for this "
+                    "spec; expected names such as '%s')",
+                    dir, name, h->arch, h->tensors[0].name);
+                rc = 1;
+            }
+        }
+    for (int i = 0; i < h->ntensors && !rc; i++) rc = load_entry(run, R, &fs, dir, &h->tensors[i]);
+    close_files(&fs);
+    return rc;
+}
