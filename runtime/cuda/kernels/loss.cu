@@ -16,7 +16,7 @@
 __global__ void add_scalar_kernel(float* __restrict__ x, size_t n, const float* __restrict__ v,
                                   int as) {
     const float d = *v;
-    RTC_GRID_STRIDE(i, n) x[i] = RTC_BASE(x[i], as) + d;
+    RTC_GRID_STRIDE(i, n) x[i] = RT_KBASE(x[i], as) + d;
 }
 
 void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {

@@ -162,7 +162,7 @@ __global__ void layernorm_backward_dinp_kernel(G* __restrict__ dinp,
     RTC_ROW_FOR(k, c, R, C) {
         const float xhat = (xv[k] - mf) * rs;
         const float g = weight ? dv[k] * wv[k] : dv[k];
-        rtc_st(dx, c, RTC_BASE(gv[k], as) + rs * (g - mg - xhat * mgx), dt);
+        rtc_st(dx, c, RT_KBASE(gv[k], as) + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
@@ -305,7 +305,7 @@ __global__ void rmsnorm_backward_dinp_kernel(G* __restrict__ dinp,
     const float mgx = (float)(sgx / C);
     RTC_ROW_FOR(k, c, R, C) {
         const float g = weight ? dv[k] * wv[k] : dv[k];
-        rtc_st(dx, c, RTC_BASE(gv[k], as) + rs * (g - (xv[k] * rs) * mgx), dt);
+        rtc_st(dx, c, RT_KBASE(gv[k], as) + rs * (g - (xv[k] * rs) * mgx), dt);
     }
 }
 
