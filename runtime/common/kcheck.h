@@ -38,6 +38,14 @@
         RT_KCHECK((HD) > 0, "head dim must be positive", "attention head dim %d", (int)(HD)); \
     } while (0)
 
+// Data checks: token ids and targets out of range. The CPU kernels check them with
+// RT_KCHECK, the CUDA kernels on the device (cuda_common.cuh, RTC_DEVICE_FAIL), with the
+// same hint and message (a format string literal: "embedding id %d at row %d ...").
+#define RT_KHINT_EMBEDDING_ID "check the token data against the model's vocab_size"
+#define RT_KMSG_EMBEDDING_ID "embedding id %d at row %d is outside [0, %d)"
+#define RT_KHINT_TARGET "targets must be class ids in [0, vocab_size) or -100 (ignored)"
+#define RT_KMSG_TARGET "cross-entropy target %d at row %d is outside [0, %d)"
+
 // Rotary embeddings rotate pairs of a head's dims, up to RT_ROPE_MAX_HD (rt_kernels.h).
 #define RT_KCHECK_ROPE_HD(HD)                                                    \
     RT_KCHECK((HD) % 2 == 0 && (HD) > 0 && (HD) <= RT_ROPE_MAX_HD,                \

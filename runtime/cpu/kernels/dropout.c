@@ -11,7 +11,7 @@
 #include "kround.h"
 
 // ----------------------------------------------------------------------------
-// Philox4x32-10 (runtime/kernels/philox.h): one call yields the 4 lanes of counter block e/4
+// Philox4x32-10 (runtime/common/philox.h): one call yields the 4 lanes of counter block e/4
 
 void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     rt_philox_inl(ctr[0], ctr[1], ctr[2], ctr[3], key[0], key[1], out);

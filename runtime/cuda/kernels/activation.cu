@@ -1,6 +1,6 @@
 // Elementwise activations on the GPU (exact GELU, ReLU, SiLU, the SwiGLU gate) and rotary
 // position embeddings: same contracts and float expressions as
-// runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
+// runtime/cpu/kernels/activation.c and rope.c. Backward kernels take the forward input.
 // Forward kernels allow out == inp (no __restrict__ on them). Every value written is
 // rounded to dt at its store (rtc_round_to, rtc_st, rtc_stv). Every kernel also reads and writes
 // packed 16-bit storage (rt_kernels.h "packed 16-bit storage").

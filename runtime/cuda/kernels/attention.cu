@@ -18,7 +18,7 @@
 // packed entry points (rt_kernels.h "packed 16-bit storage") hand the tensor-core kernels
 // packed q, k, v, out and dout in place of 16-bit copies.
 //
-// probs variant: the straightforward algorithm of runtime/kernels/cpu/attention.c, one
+// probs variant: the straightforward algorithm of runtime/cpu/kernels/attention.c, one
 // (batch, head) at a time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax
 // kernel (causal rows stop at the diagonal; one block per row, statistics in double as
 // the CPU), O = P V (SGEMM); P [B,NH,T,T] is kept for backward, whose scratch is one [T,T]

@@ -20,7 +20,7 @@
 // cores on 16-bit copies of the operands when their values are bf16/fp16 (rtc_gemm_rm).
 //
 // Mixed precision. Kernels with a dt (rt_kernels.h) round each value they write at its
-// store with rtc_round_to, the bit-level converters of core/dtype_bits.h that the host
+// store with rtc_round_to, the bit-level converters of common/dtype_bits.h that the host
 // uses too, so a rounded store has the CPU kernels' (and rt_step_round's) bits; GEMM
 // outputs are rounded by cuBLAS into a 16-bit copy (rtc_gemm16_rounded), or by rtc_round_buf
 // after it where they accumulate onto an fp32 buffer.

@@ -9,7 +9,7 @@
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
-// Philox4x32-10 (runtime/kernels/philox.h, host and device)
+// Philox4x32-10 (runtime/common/philox.h, host and device)
 
 void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     rt_philox_inl(ctr[0], ctr[1], ctr[2], ctr[3], key[0], key[1], out);

@@ -1,6 +1,6 @@
 // Binary elementwise ops (residual add, product, broadcast add) and the flat buffer
 // helpers (zero, copy, scale, accumulate, axpy, sum of squares) on the GPU; same contracts
-// as runtime/kernels/cpu/elementwise.c. Forward kernels allow out == a or out == b. The
+// as runtime/cpu/kernels/elementwise.c. Forward kernels allow out == a or out == b. The
 // ops round what they write to dt at the store (rtc_round_to); the buffer helpers do not.
 #include "cuda_common.cuh"
 

@@ -1,5 +1,5 @@
 // LayerNorm and RMSNorm over the last dimension on the GPU (same contracts as
-// runtime/kernels/cpu/layernorm.c and rmsnorm.c). Fused: one block per row computes the
+// runtime/cpu/kernels/layernorm.c and rmsnorm.c). Fused: one block per row computes the
 // statistics (in double, two passes as the CPU kernel) and writes the normalised row in
 // the same kernel; backward computes a row's input gradient in one kernel and the
 // weight/bias gradients (column reductions over rows, in double, in row chunks:
