@@ -59,6 +59,7 @@ plan_lane() {
   for s in \
     "layout units:unit_layout" \
     "memory plan first fit:unit_memory_place" \
+    "model FLOPs per step:unit_flops" \
     "seed conformance:seed_conformance" \
     "bad specs:spec_errors" \
     "golden schedules:golden_schedules" \
