@@ -63,7 +63,8 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "Each step prints `step N loss X | T %s/s | M ms | F TFLOP/s | MFU U%% | eta E`,\n"
            "X the mean over ranks and backward items, F the model FLOPs (PaLM: 6N + 12LTd\n"
            "per token) over the step time, E from the mean step after step 1; the last line is\n"
-           "`done: N steps, ...`. Synthetic data (without --data): %s,\n"
+           "`done: N steps, ...`.\n"
+           "Synthetic data (without --data): %s,\n"
            "drawn from Philox keyed by (seed, step, microbatch, rank, index); see rt_train.h.\n"
            "Exit status: 0 ok, 1 failure at run time (I/O, a loss that is nan or inf),\n"
            "2 bad arguments.\n",
