@@ -105,7 +105,8 @@ void train_perf_step(const train_run* run, int64_t i, double dt, double now, cha
         fmt_flops(rate, "/s", r, sizeof r);
         n += (size_t)snprintf(out + n, cap - n, " | %s", r);
         if (run->peak_flops > 0 && n < cap)
-            n += (size_t)snprintf(out + n, cap - n, " | MFU %.1f%%", 100.0 * rate / run->peak_flops);
+            n += (size_t)snprintf(out + n, cap - n, " | MFU %.1f%%",
+                                  100.0 * rate / run->peak_flops);
     }
     const int64_t left = run->nsteps - i - 1;
     if (i >= 1 && left > 0 && n < cap) {
@@ -123,13 +124,14 @@ void train_perf_done(const train_run* run) {
     const double wall = run->t_end - run->t_start;
     const char* unit = m->tokens ? "tok" : "samples";
     char line[9000], r[32];
-    size_t n = (size_t)snprintf(line, sizeof line, "done: %" PRId64 " steps, %" PRId64 " %s, %.1f s",
-                                steps, items, m->tokens ? "tokens" : "samples", wall);
+    size_t n = (size_t)snprintf(line, sizeof line, "done: %" PRId64 " steps, %" PRId64 " %s, "
+                                "%.1f s", steps, items, m->tokens ? "tokens" : "samples", wall);
     if (wall > 0) {
         n += (size_t)snprintf(line + n, sizeof line - n, " (%.0f %s/s", (double)items / wall, unit);
         const double rate = (double)m->flops_per_step * (double)steps / wall;
         if (m->flops_per_step > 0 && run->peak_flops > 0)
-            n += (size_t)snprintf(line + n, sizeof line - n, ", MFU %.1f%%", 100.0 * rate / run->peak_flops);
+            n += (size_t)snprintf(line + n, sizeof line - n, ", MFU %.1f%%",
+                                  100.0 * rate / run->peak_flops);
         else if (m->flops_per_step > 0) {
             fmt_flops(rate, "/s", r, sizeof r);
             n += (size_t)snprintf(line + n, sizeof line - n, ", %s", r);
