@@ -125,7 +125,8 @@ void train_perf_done(const train_run* run) {
     const char* unit = m->tokens ? "tok" : "samples";
     char line[9000], r[32];
     size_t n = (size_t)snprintf(line, sizeof line, "done: %" PRId64 " steps, %" PRId64 " %s, "
-                                "%.1f s", steps, items, m->tokens ? "tokens" : "samples", wall);
+                                "%.*f s", steps, items, m->tokens ? "tokens" : "samples",
+                                wall < 10 ? 2 : 1, wall);
     if (wall > 0) {
         n += (size_t)snprintf(line + n, sizeof line - n, " (%.0f %s/s", (double)items / wall, unit);
         const double rate = (double)m->flops_per_step * (double)steps / wall;
