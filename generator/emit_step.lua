@@ -5,6 +5,7 @@
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
 local buffer = require("buffer")
 local errors = require("errors")
+local flops = require("flops")
 local hf = require("hf")
 local kernels = require("kernels_c")
 local memory = require("memory")
@@ -589,6 +590,9 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line(".input_ndim = %d, .input_shape = %s,", #input_shape, shape_init(input_shape))
   b:line(".loss = %s,", spec.loss == "sum" and "RT_LOSS_SUM" or "RT_LOSS_CROSS_ENTROPY")
   b:line(".n_forward = %d, .n_backward = %d,", n_forward, w.nbackward)
+  local fl = flops.count(plan)
+  b:line(".flops_per_step = %d, .tokens_per_step = %d,  // model FLOPs (%s), all ranks", fl.step_flops,
+    fl.step_tokens, flops.human(fl.step_flops))
   b:line(".optim = {%s, %s, %s, %s, %s, %s, %s, %s, %d, %d},", C_OPTIM[o.kind], num(o.lr), num(o.beta1 or 0.9),
     num(o.beta2 or 0.999), num(o.eps or 1e-8), num(o.weight_decay or 0), num(o.momentum or 0), num(o.dampening or 0),
     o.nesterov and 1 or 0, opt_states)

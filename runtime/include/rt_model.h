@@ -201,6 +201,9 @@ typedef struct rt_model {
     rt_loss_kind loss;
     int n_forward;                // forward items per step (= microbatches A)
     int n_backward;               // backward items per step (each records one loss)
+    int64_t flops_per_step;       // model FLOPs of one step on all ranks (generator/flops.lua:
+                                  // PaLM's 6N + 12LTd per token), 0: unknown (no TFLOP/s)
+    int64_t tokens_per_step;      // the items (tokens, or samples) per step, all ranks
     rt_model_optim optim;
     rt_lr_schedule lr_schedule;   // all zero: optim.lr at every optimizer step
     int n_optimizer;              // "optimizer" items per step: the schedule advances by

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt_kernels.h"
 #include "rt_step.h"
@@ -84,6 +85,12 @@ static void tiny_eval(rt_rank* R) { tiny_eval_with(R, &tiny_off); }
 static void tiny_ref_eval(rt_rank* R) { tiny_eval_with(R, &ref_off); }
 static void tiny_unsynced_step(rt_rank* R) { tiny_step_with(R, &unsynced_off); }
 static void tiny_stale_step(rt_rank* R) { tiny_step_with(R, &stale_off); }
+// tiny_slow: the tiny step, then 100 ms on every rank (step times the ETA can resolve).
+static void tiny_slow_step(rt_rank* R) {
+    tiny_step_with(R, &tiny_off);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
 
 static const char* const bias_aliases[] = {"head.bias", NULL};
 
@@ -168,6 +175,9 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
 
 // Every tiny model has a warmup-then-cosine lr schedule, so the resume checks cover it.
 
+// Model FLOPs (generator/flops.lua): 6 x 3 rows x 25 parameters on each of 2 ranks.
+#define TINY_FLOPS (6 * 3 * 25 * 2)
+
 // EVAL: the eval program or NULL; its loss ends at 580 (sharded) / 836 (reference) bytes.
 #define TINY_MODEL(NAME, WORLD_R, WORLD_S, PARAMS, GROUPS, OPTIM, ARENA, PEAK, STEP, EVENTS,    \
                    NEVENTS, COUNTS, NCOUNTS, EVAL, EVAL_PEAK)                                  \
@@ -175,6 +185,7 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
      .replicate = WORLD_R, .shard = WORLD_S, .nparams = 2, .params = PARAMS, .ngroups = 1,     \
      .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
      .loss = RT_LOSS_SUM, .n_forward = 1, .n_backward = 1, .optim = OPTIM,                    \
+     .flops_per_step = TINY_FLOPS, .tokens_per_step = 6,                                      \
      .lr_schedule = {RT_LR_COSINE, 2, 6, 1e-3}, .n_optimizer = 1, .grad_clip = 0.0,           \
      .seed = 1234, .arena_bytes = ARENA, .reference = (WORLD_S == 1), .step = STEP,           \
      .expect = {PEAK, NEVENTS, EVENTS, NCOUNTS, COUNTS}, .eval = EVAL,                        \
@@ -207,6 +218,9 @@ const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_p
 const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
                                                 tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
                                                 tiny_events, 3, tiny_counts, 2, NULL, 0);
+const rt_model tiny_slow_model = TINY_MODEL("tiny_slow", 1, 2, tiny_params_sharded, tiny_groups,
+                                            ADAMW, 1024, 1020, tiny_slow_step, tiny_events, 3,
+                                            tiny_counts, 2, tiny_eval, 580);
 const rt_model tiny_stale_model = TINY_MODEL("tiny_stale", 1, 2, tiny_params_sharded, tiny_groups,
                                              ADAMW, 1024, 1020, tiny_stale_step, tiny_events, 3,
                                              tiny_counts, 2, NULL, 0);
@@ -290,6 +304,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tiny_stale")) return &tiny_stale_model;
+    if (!strcmp(name, "tiny_slow")) return &tiny_slow_model;
     if (!strcmp(name, "tok")) return &tok_model;
     return NULL;
 }
