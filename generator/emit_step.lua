@@ -3,14 +3,20 @@
 -- straight-line C, one runtime call per schedule line, each under a comment with the line
 -- it implements. The walk over the schedule tracks which buffer holds each group's
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
+-- What it cannot emit, check.lua refused after planning; here it is asserted (`internal`).
 local buffer = require("buffer")
-local errors = require("errors")
+local check = require("check")
 local kernels = require("kernels_c")
 local memory = require("memory")
 local schedule = require("schedule")
 local trace = require("trace")
 
 local M = {}
+
+-- A condition check.lua refuses (a bug if reached: an internal error, never a spec error).
+local function internal(fmt, ...)
+  error("internal: the check pass let through: " .. string.format(fmt, ...))
+end
 
 local C_DTYPE = { fp32 = "RT_F32", bf16 = "RT_BF16", fp16 = "RT_F16" }
 local C_INIT = { zeros = "RT_INIT_ZEROS", ones = "RT_INIT_ONES", normal = "RT_INIT_NORMAL", uniform = "RT_INIT_UNIFORM" }
@@ -53,9 +59,7 @@ local function param_table(plan)
   for _, e in ipairs(plan.params) do
     local p = e[2]
     local g = plan.owner[p]
-    if not g then
-      errors.raise(string.format("parameter '%s' is in no fully_shard group; call fully_shard on the root module too", e[1]))
-    end
+    if not g then internal("parameter '%s' in no fully_shard group", e[1]) end
     list[#list + 1] = p
     index[p] = #list - 1
   end
@@ -104,8 +108,7 @@ end
 local function emit_groups(b, plan, index, opt_states)
   for _, g in ipairs(plan.groups) do
     if g.shard ~= plan.spec.mesh.shard or g.replicate ~= plan.spec.mesh.replicate then
-      errors.raise(string.format("group '%s' has its own mesh %dx%d; the code emitter supports one mesh per spec (%dx%d)",
-        g.name, g.replicate, g.shard, plan.spec.mesh.replicate, plan.spec.mesh.shard), g.state.line)
+      internal("group '%s' with its own mesh", g.name)
     end
   end
   for _, g in ipairs(plan.groups) do
@@ -474,11 +477,7 @@ local function emit_program(b, plan, name, prefix, what)
     end
   end
   for _, g in ipairs(plan.groups) do
-    if w.unsharded[g.index] then
-      errors.raise(string.format("group '%s' is still unsharded at the end of the %s; the generated code "
-        .. "assumes every group sharded between steps (reshard it, or keep reshard_after_backward = true)",
-        g.name, what))
-    end
+    if w.unsharded[g.index] then internal("group '%s' unsharded at the end of the %s", g.name, what) end
   end
   b:line("")
   b:line("static void %s(rt_rank* R) {", name)
@@ -608,17 +607,7 @@ end
 
 -- Token vocabulary: rows of the embedding(s) the input feeds.
 function M.vocab(plan)
-  local v
-  for _, op in ipairs(plan.graph.ops) do
-    if op.kind == "embedding" and op.ins[1].is_input then
-      local rows = op.ins[2].shape[1]
-      v = v and math.min(v, rows) or rows
-    end
-  end
-  if not v then
-    errors.raise("token input feeds no embedding; use input = { shape = { ... } } for float models")
-  end
-  return v
+  return check.vocab(plan) or internal("a token input that feeds no embedding")
 end
 
 return M

@@ -61,6 +61,7 @@ plan_lane() {
     "memory plan first fit:unit_memory_place" \
     "seed conformance:seed_conformance" \
     "bad specs:spec_errors" \
+    "plan == build:plan_builds" \
     "golden schedules:golden_schedules" \
     "forward all-gathers:forward_all_gathers" \
     "mixed-precision rounding:mp_rounding" \

@@ -28,11 +28,24 @@ function M.all_specs()
   return specs
 end
 
--- The plan of a spec file, as the generator makes it (a spec error is raised as its table).
-function M.plan(path)
+-- The plan of a spec file, as the generator makes it: planned and checked (check.lua; a
+-- spec error is raised as its table). `transform` adjusts the loaded spec (reference.lua).
+function M.plan(path, transform)
   local loader = require("loader")
   local spec = loader.load(path)
-  return loader.protect(spec.line, require("planner").plan, spec)
+  if transform then transform(spec) end
+  return loader.protect(spec.line, function(s) return require("check").run(require("planner").plan(s)) end,
+    spec)
+end
+
+-- What `fsdpgen build` emits for the spec at `path`, planned as `plan`, short of compiling it:
+-- the step C of the plan and of its non-sharded reference (reference.lua; the rest of
+-- build's files are templates). Raises what planning the reference or emitting raises.
+function M.emit_c(path, plan)
+  local emit_step = require("emit_step")
+  local ref = M.plan(path, require("reference").transform)
+  require("errors").track_spec_lines(false)
+  return emit_step.render(plan, "spec.lua", "spec"), emit_step.render(ref, "spec.lua", "spec_reference", true)
 end
 
 -- The compute steps of a step C, in order: { kind (forward, backward, loss_grad, ...),
