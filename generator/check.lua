@@ -44,7 +44,8 @@ end
 local function check_ops(plan)
   for i, st in ipairs(plan.steps) do
     local op = st.op
-    if (op == "forward" or op == "recompute") and not memory.forward_with_loss_grad(plan.steps, i) then
+    local fused = memory.forward_with_loss_grad(plan.steps, i)  -- emitted by the loss gradient
+    if (op == "forward" or op == "recompute") and not fused then
       local why = kernels.forward_refusal(st.node)
       if why then errors.raise(why, op_line(st.node)) end
     elseif (op == "backward" or op == "loss_grad") and not st.grad_alias then
@@ -58,14 +59,15 @@ end
 local function check_resharded(plan, what)
   local unsharded = {}
   for _, st in ipairs(plan.steps) do
-    if st.op == "all_gather_wait" then unsharded[st.group.index] = true
-    elseif st.op == "reshard" or st.op == "reshard_post_forward" then unsharded[st.group.index] = nil end
+    local op = st.op
+    if op == "all_gather_wait" then unsharded[st.group.index] = true
+    elseif op == "reshard" or op == "reshard_post_forward" then unsharded[st.group.index] = nil end
   end
   for _, g in ipairs(plan.groups) do
     if unsharded[g.index] then
-      errors.raise(string.format("group '%s' is still unsharded at the end of the %s; the generated code "
-        .. "assumes every group sharded between steps (reshard it, or keep reshard_after_backward = true)",
-        g.name, what), plan.spec.line)
+      local msg = "group '%s' is still unsharded at the end of the %s; the generated code assumes "
+        .. "every group sharded between steps (reshard it, or keep reshard_after_backward = true)"
+      errors.raise(string.format(msg, g.name, what), plan.spec.line)
     end
   end
 end
@@ -75,15 +77,17 @@ function M.run(plan)
   local spec = plan.spec
   for _, e in ipairs(plan.params) do
     if not plan.owner[e[2]] then
-      errors.raise(string.format("parameter '%s' is in no fully_shard group; call fully_shard on the root "
-        .. "module too", e[1]), spec.line)
+      local msg = "parameter '%s' is in no fully_shard group; call fully_shard on the root "
+        .. "module too"
+      errors.raise(string.format(msg, e[1]), spec.line)
     end
   end
   for _, g in ipairs(plan.groups) do
     if g.shard ~= spec.mesh.shard or g.replicate ~= spec.mesh.replicate then
-      errors.raise(string.format("group '%s' has its own mesh %dx%d; fsdpgen's generated code runs one mesh "
-        .. "per spec (allowed: no mesh, or the spec's, %dx%d)", g.name, g.replicate, g.shard,
-        spec.mesh.replicate, spec.mesh.shard), g.state.line)
+      local msg = "group '%s' has its own mesh %dx%d; fsdpgen's generated code runs one mesh per "
+        .. "spec (allowed: no mesh, or the spec's, %dx%d)"
+      errors.raise(string.format(msg, g.name, g.replicate, g.shard, spec.mesh.replicate,
+        spec.mesh.shard), g.state.line)
     end
   end
   if spec.input.tokens and not M.vocab(plan) then

@@ -525,7 +525,8 @@ function M.forward_refusal(op)
   local a, b = op.ins[1], op.ins[2]
   if op.kind == "mul" and numel(a) ~= numel(b) then
     return refusal(op, string.format("multiplies %s by %s; the mul kernel does not broadcast "
-      .. "(allowed: operands of one shape; add broadcasts)", shape_str(a.shape), shape_str(b.shape)))
+      .. "(allowed: operands of one shape; add broadcasts)", shape_str(a.shape),
+      shape_str(b.shape)))
   end
 end
 
@@ -535,8 +536,9 @@ function M.backward_refusal(op, grad)
   if not backward[op.kind] then return refusal(op, "fsdpgen has no backward kernel for it") end
   local _, _, refused = backward_rounding(op, grad)
   if refused then
-    return refusal(op, "a bf16/fp16 parameter operand: its kernel rounds every input gradient to the "
-      .. "op's dtype, which a parameter's gradient must not be (allowed: activation operands, or fp32)")
+    return refusal(op, "a bf16/fp16 parameter operand: its kernel rounds every input gradient to "
+      .. "the op's dtype, which a parameter's gradient must not be (allowed: activation operands, "
+      .. "or fp32)")
   end
 end
 

@@ -55,7 +55,8 @@ local function plan_spec(path, transform)
   return guarded(path, "planning", function()
     local spec = loader.load(path)
     if transform then transform(spec) end
-    return loader.protect(spec.line, function(s) return require("check").run(planner.plan(s)) end, spec)
+    local function plan_checked(s) return require("check").run(planner.plan(s)) end
+    return loader.protect(spec.line, plan_checked, spec)
   end)
 end
 

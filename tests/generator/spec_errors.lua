@@ -18,7 +18,8 @@ for _, f in ipairs(files) do
   local path = dir .. f
   local first = io.open(path):read("l")
   local expect = first:match("^%-%- expect: (.*)$")
-  local h = io.popen("./fsdpgen plan " .. path .. " -o " .. out_dir .. " 2>&1 >/dev/null; echo \"rc=$?\"")
+  local cmd = "./fsdpgen plan " .. path .. " -o " .. out_dir
+  local h = io.popen(cmd .. " 2>&1 >/dev/null; echo \"rc=$?\"")
   local out = h:read("a")
   h:close()
   local rc = tonumber(out:match("rc=(%d+)%s*$"))
@@ -28,14 +29,15 @@ for _, f in ipairs(files) do
   local ls = io.popen("ls " .. out_dir .. " 2>/dev/null")
   local wrote = ls:read("a")
   ls:close()
-  local ok = rc == 2 and lines == 1 and msg:sub(1, #want) == want and not msg:find("traceback") and wrote == ""
+  local ok = rc == 2 and lines == 1 and msg:sub(1, #want) == want and not msg:find("traceback")
+    and wrote == ""
   if ok then
     passed = passed + 1
     print("PASS " .. f .. ": exit 2, " .. msg:gsub("\n", ""))
   else
     failed = failed + 1
-    print(string.format("FAIL %s: exit %s, %d line(s): %s\n  want prefix: %s%s", f, tostring(rc), lines, msg, want,
-      wrote ~= "" and ("\n  wrote: " .. wrote:gsub("\n", " ")) or ""))
+    print(string.format("FAIL %s: exit %s, %d line(s): %s\n  want prefix: %s%s", f, tostring(rc),
+      lines, msg, want, wrote ~= "" and ("\n  wrote: " .. wrote:gsub("\n", " ")) or ""))
     os.execute("rm -rf " .. out_dir)
   end
 end

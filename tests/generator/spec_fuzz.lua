@@ -29,7 +29,8 @@ while i <= #arg do
   elseif arg[i] == "--verbose" then verbose = true
   elseif arg[i] == "--emit" then emit = true
   else
-    io.stderr:write("usage: lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] [--verbose] [--emit]\n")
+    io.stderr:write("usage: lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] "
+      .. "[--verbose] [--emit]\n")
     os.exit(2)
   end
   i = i + 1
@@ -215,8 +216,8 @@ local function plan_file()
   local ok, res = pcall(function()
     local loader = require("loader")
     local spec = loader.load(path)
-    return loader.protect(spec.line, function(s) return require("check").run(require("planner").plan(s)) end,
-      spec)
+    local function plan_checked(s) return require("check").run(require("planner").plan(s)) end
+    return loader.protect(spec.line, plan_checked, spec)
   end)
   errors.arm_budget(nil)
   if ok then return "ok", res end
@@ -280,7 +281,10 @@ while made < count do
     if kind == "ok" and emit then
       local ok, err = pcall(util.emit_c, path, msg)
       errors.track_spec_lines(false)
-      if not ok then fail = "planned but did not emit: " .. tostring(type(err) == "table" and (err.internal or err.msg) or err) end
+      if not ok then
+        local why = type(err) == "table" and (err.internal or err.msg) or err
+        fail = "planned but did not emit: " .. tostring(why)
+      end
     end
     if kind == "internal" then
       bad = bad + 1

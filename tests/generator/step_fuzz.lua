@@ -102,7 +102,8 @@ local function plan_text(text)
     errors.track_spec_lines(false)
     emitted = emitted + 1
     if not eok then
-      emit_failed[#emit_failed + 1] = tostring(type(err) == "table" and (err.internal or err.msg) or err) .. "\n" .. text
+      local msg = tostring(type(err) == "table" and (err.internal or err.msg) or err)
+      emit_failed[#emit_failed + 1] = msg .. "\n" .. text
     end
   end
   if ok then return res end
@@ -155,8 +156,9 @@ end
 check(#internal == 0, string.format("300 programs of arbitrary items: %d planned, %d refused with a spec error, "
   .. "%d internal errors%s", planned, refused, #internal, internal[1] and (": " .. internal[1]) or ""))
 if EMIT then
-  check(#emit_failed == 0, string.format("the %d programs that plan emit their step C (plan == build)%s", emitted,
-    emit_failed[1] and (": " .. #emit_failed .. " failed, the first: " .. emit_failed[1]) or ""))
+  local first = emit_failed[1] and (": " .. #emit_failed .. " failed, the first: " .. emit_failed[1])
+  check(#emit_failed == 0, string.format("the %d programs that plan emit their step C (plan == "
+    .. "build)%s", emitted, first or ""))
 end
 os.remove(tmp)
 util.finish()
