@@ -70,14 +70,18 @@ function M.wrap(ind, s)
   local head, tail = s:sub(1, open), s:sub(close)
   local items = split(s:sub(open + 1, close - 1))
   local cont = ind .. (open == 1 and " " or "        ")
-  -- the pieces, joined by one space: the items, an item too long for a line cut at its |s
+  for k, item in ipairs(items) do  -- an item too long for a continuation line: 4 columns in
+    if #cont + #item + (k < #items and 1 or #tail) > M.WIDTH then cont = ind .. "    " end
+  end
+  -- the pieces, joined by one space: the items, one still too long cut at its | or +
   local pieces = {}
   for k, item in ipairs(items) do
     item = item .. (k < #items and "," or tail)
-    if #cont + #item > M.WIDTH and item:find(" | ", 1, true) then
+    local op = item:find(" | ", 1, true) and "|" or "+"
+    if #cont + #item > M.WIDTH and item:find(" " .. op .. " ", 1, true) then
       local at = 1
-      for bar in item:gmatch("() | ") do
-        pieces[#pieces + 1] = item:sub(at, bar - 1) .. " |"
+      for bar in item:gmatch("() %" .. op .. " ") do
+        pieces[#pieces + 1] = item:sub(at, bar - 1) .. " " .. op
         at = bar + 3
       end
       pieces[#pieces + 1] = item:sub(at)
@@ -87,8 +91,11 @@ function M.wrap(ind, s)
   end
   local lines, cur = {}, ind .. head
   local fresh = true  -- nothing after the head or the continuation indent yet
-  for _, piece in ipairs(pieces) do
-    if not fresh and #cur + 1 + #piece > M.WIDTH then
+  for k, piece in ipairs(pieces) do
+    if k == 1 and #cur + #piece > M.WIDTH then  -- the head alone on its line
+      lines[#lines + 1] = cur
+      cur, fresh = cont .. piece, false
+    elseif not fresh and #cur + 1 + #piece > M.WIDTH then
       lines[#lines + 1] = cur
       cur, fresh = cont .. piece, false
     else
@@ -140,6 +147,28 @@ end
 local function base_name(name)
   local s = name:gsub('""', "root"):gsub("[^%w]+", "_"):gsub("^_+", ""):gsub("_+$", "")
   return s
+end
+
+-- The #define of each parameter's byte offset (`offset(p)`) in its group's unsharded
+-- buffers, P_ and its name (layers.0.attention.wq.weight: P_layers_0_attention_wq_weight):
+-- a map parameter -> name, and the lines.
+function M.param_names(list, offset)
+  local names, used, lines, w = {}, {}, {}, 0
+  for _, p in ipairs(list) do
+    local base = "P_" .. base_name(p.fqn)
+    local name, k = base, 1
+    while used[name] do
+      k = k + 1
+      name = base .. "__" .. k
+    end
+    used[name] = true
+    names[p] = name
+    w = math.max(w, #name)
+  end
+  for _, p in ipairs(list) do
+    lines[#lines + 1] = string.format("#define %-" .. math.min(w, 60) .. "s %9d", names[p], offset(p))
+  end
+  return names, lines
 end
 
 -- The names of the buffers of one memory plan, `prefix` first: a map buffer -> name, and

@@ -266,16 +266,17 @@ end
 local Walker = {}
 Walker.__index = Walker
 
--- The names of the buffers of the program being emitted (c_text.arena_names).
-local current_step, current_index, current_names
+-- The names of the buffers of the program being emitted (c_text.arena_names), and of the
+-- parameters' byte offsets in their group's unsharded buffers (c_text.param_names).
+local current_step, current_index, current_names, param_names
 
 -- A buffer's byte offset in the arena, by name.
 local function at(bf) return current_names[bf] or internal("buffer '%s' has no name", bf.name) end
 
 -- The view of buffer bf (elements [elem, elem + n)), checked against its planned
 -- lifetime: a buffer used outside it would be overwritten by another. packed16: n 16-bit
--- values (a packed parameter).
-local function F(bf, elem, n, int, packed16)
+-- values (a packed parameter). p: the parameter at elem, whose offset is named.
+local function F(bf, elem, n, int, packed16, p)
   if current_index and (current_index < bf.first or current_index > bf.last) then
     error(string.format("buffer '%s' (live %d..%d) used at step %d (%s)", bf.name, bf.first, bf.last,
       current_index, schedule.step_name(current_step)))
@@ -284,7 +285,7 @@ local function F(bf, elem, n, int, packed16)
   -- packed parameter has 2 bytes per element at the start of its fp32 slot
   local bytes = packed16 and 2 * n or n and not bf.packed and 4 * n or bf.size
   local k = 4 * (elem or 0)
-  local from = k > 0 and (" + " .. k) or ""
+  local from = p and (" + " .. param_names[p]) or k > 0 and (" + " .. k) or ""
   return string.format("%s(%s%s, %d)", int and "I" or "F", at(bf), from, bytes)
 end
 
@@ -334,7 +335,7 @@ function Walker:val(t, saved_by)
     local g, off = self:param_offset(t)
     local un = self.unsharded[g.index]
     if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
-    return F(un, off, trace.numel(t.shape), false, t.packed)
+    return F(un, off, trace.numel(t.shape), false, t.packed, t)
   end
   if t.is_input then
     return string.format("rt_step_%s(R, %d)", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
@@ -351,7 +352,7 @@ function Walker:grad(t, st)
     local g, off = self:param_offset(t)
     local ug = st.bufs.ugrad[g.index]
     if not ug then error("no unsharded gradient buffer for " .. t.fqn) end
-    return F(ug, off, trace.numel(t.shape))
+    return F(ug, off, trace.numel(t.shape), false, false, t)
   end
   local b = memory.base(t)
   local gb = st.bufs.grads[b]
@@ -633,6 +634,14 @@ function M.render(plan, spec_file, prefix, is_reference)
     spec.name, persistent)
   b:line("")
   b:line("// ---- parameters and groups")
+  local lines
+  param_names, lines = c_text.param_names(list, function(p)
+    local g, l = param_layout(plan, p)
+    return 4 * l.offset * g.shard
+  end)
+  b:line("")
+  b:line("// Each parameter's byte offset in its group's unsharded parameters and gradients.")
+  for _, l in ipairs(lines) do b:line("%s", l) end
   emit_params(b, plan, list)
   emit_groups(b, plan, index, opt_states, names)
   b:line("")

@@ -72,7 +72,8 @@ function M.flat(text, keep_names)
     if cont and out[#out] and out[#out]:match("^%s*//") then
       out[#out] = out[#out] .. " " .. cont
     elseif depth > 0 then
-      out[#out] = out[#out] .. " " .. line:match("^%s*(.-)$")
+      local sep = out[#out]:match("[%({]$") and "" or " "  -- a call's head alone on its line
+      out[#out] = out[#out] .. sep .. line:match("^%s*(.-)$")
       depth = depth + open_brackets(line)
     else
       -- a wrapped call or table entry opens brackets; a block or a table ends its line with {
