@@ -118,17 +118,15 @@ static const rt_model_param tiny_params_packed[] = {
 };
 static const int tiny_group_params[] = {0, 1};
 
-// [shard world][nparams]: shard_dim, in_numel, offset, shard_numel.
-static const rt_fsdp_param_plan tiny_plan[] = {
-    {0, 12, 0, 12}, {0, 3, 12, 3},  // rank 0: rows 0..2
-    {0, 12, 0, 8},  {0, 3, 12, 2},  // rank 1: rows 3..4
-};
-static const rt_fsdp_param_plan tiny_ref_plan[] = {{0, 20, 0, 20}, {0, 5, 20, 5}};
+// By shard rank, [nparams]: shard_dim, in_numel, offset, shard_numel.
+static const rt_fsdp_param_plan tiny_rank0[] = {{0, 12, 0, 12}, {0, 3, 12, 3}};  // rows 0..2
+static const rt_fsdp_param_plan tiny_rank1[] = {{0, 12, 0, 8}, {0, 3, 12, 2}};   // rows 3..4
+static const rt_fsdp_param_plan* const tiny_plan[] = {tiny_rank0, tiny_rank1};
+static const rt_fsdp_param_plan tiny_ref_rank[] = {{0, 20, 0, 20}, {0, 5, 20, 5}};
+static const rt_fsdp_param_plan* const tiny_ref_plan[] = {tiny_ref_rank};  // shard world 1
 // A plan the runtime must reject: rank 1's weight shard planned with 3 rows instead of 2.
-static const rt_fsdp_param_plan tiny_wrong_plan[] = {
-    {0, 12, 0, 12}, {0, 3, 12, 3},
-    {0, 12, 0, 12}, {0, 3, 12, 2},
-};
+static const rt_fsdp_param_plan tiny_wrong_rank1[] = {{0, 12, 0, 12}, {0, 3, 12, 2}};
+static const rt_fsdp_param_plan* const tiny_wrong_plan[] = {tiny_rank0, tiny_wrong_rank1};
 
 #define GROUP(NAME, NPARAMS, PARAMS, PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)           \
     {.name = NAME, .nparams = NPARAMS, .params = PARAMS, .placement = RT_SHARD_DIM0,         \
@@ -268,7 +266,8 @@ static const rt_model_param tok_params[] = {
     PARAM("emb.weight", NULL, 2, SHAPE2(TOK_V, TOK_V), 0, 0, RT_INIT_NORMAL, 1.0),
 };
 static const int tok_group_params[] = {0};
-static const rt_fsdp_param_plan tok_plan[] = {{0, 128, 0, 128}, {0, 128, 0, 128}};
+static const rt_fsdp_param_plan tok_rank[] = {{0, 128, 0, 128}};
+static const rt_fsdp_param_plan* const tok_plan[] = {tok_rank, tok_rank};
 static const rt_model_group tok_groups[] = {
     GROUP("emb", 1, tok_group_params, tok_plan, 128, 256, 0, 0, 512, 1024),
 };
