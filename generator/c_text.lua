@@ -107,6 +107,12 @@ function M.wrap(ind, s)
   return lines
 end
 
+-- Writes the C line string.format(fmt, ...) into the buffer b at its indentation, wrapped.
+function M.code(b, fmt, ...)
+  local s = select("#", ...) > 0 and string.format(fmt, ...) or fmt
+  for _, l in ipairs(M.wrap(string.rep(b.unit, b.depth), s)) do b.lines[#b.lines + 1] = l end
+end
+
 -- A comment `text` at indentation `ind`, wrapped at spaces (runs of spaces, the
 -- .schedule's columns, shrink to two).
 function M.comment(ind, text)

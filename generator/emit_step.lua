@@ -37,10 +37,16 @@ local function cstr(s) return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
 
 local num = c_text.num
 
--- Writes C line s into b, wrapped at WIDTH columns (c_text.wrap).
-local function code(b, fmt, ...)
-  local s = select("#", ...) > 0 and string.format(fmt, ...) or fmt
-  for _, l in ipairs(c_text.wrap(string.rep(b.unit, b.depth), s)) do b.lines[#b.lines + 1] = l end
+local code = c_text.code
+
+-- Writes `.field =` and the string s as adjacent literals that fit in WIDTH columns.
+local function string_field(b, field, s)
+  b:line(".%s =", field)
+  b:indent()
+  local width = c_text.WIDTH - 4 * b.depth - 3  -- the quotes and the comma
+  for _, l in ipairs(c_text.string_lines(s, width)) do b:line("%s", cstr(l)) end
+  b.lines[#b.lines] = b.lines[#b.lines] .. ","
+  b:dedent()
 end
 
 -- Writes a comment into b, wrapped at WIDTH columns (c_text.comment).
@@ -658,11 +664,11 @@ function M.render(plan, spec_file, prefix, is_reference)
   local expect = emit_expectations(b, plan, "")
   local eval_expect = ev and emit_expectations(b, ev, "eval_")
   local after_expect = after and emit_expectations(b, after, "after_eval_")
-  local hf_field
+  local hf_field, hf_unavailable
   if not is_reference then
     local index_of = {}
     for i, p in ipairs(list) do index_of[p.fqn] = i - 1 end
-    hf_field = hf.emit(b, plan, index_of)
+    hf_field, hf_unavailable = hf.emit(b, plan, index_of)
   end
 
   -- The step, the eval program and the step after one: a function per schedule section.
@@ -732,16 +738,10 @@ function M.render(plan, spec_file, prefix, is_reference)
       code(b, ".step_after_eval = step_after_eval, .after_eval_expect = %s,", after_expect)
     end
   else
-    b:line(".eval_unavailable =")
-    b:indent()
-    local width = c_text.WIDTH - 4 * b.depth - 3  -- the quotes and the comma
-    for _, l in ipairs(c_text.string_lines(plan.eval_unavailable, width)) do
-      b:line("%s", cstr(l))
-    end
-    b.lines[#b.lines] = b.lines[#b.lines] .. ","
-    b:dedent()
+    string_field(b, "eval_unavailable", plan.eval_unavailable)
   end
-  if hf_field then b:line(hf_field) end
+  if hf_field then code(b, "%s", hf_field) end
+  if hf_unavailable then string_field(b, "hf_unavailable", hf_unavailable) end
   b:dedent()
   b:line("};")
   return b:text()
