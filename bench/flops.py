@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The benchmark's arithmetic, in one place (pure Python, no torch): the two configs (the
 same numbers as bench/specs/*.lua), their parameter shapes under fsdpgen's / PyTorch's
-names, FLOPs per token, the GPU's bf16 dense peak, MFU, and the table of bench/run.sh.
+names, FLOPs per token, the GPU's bf16 dense peak (runtime/train/peaks.def), MFU, and the
+table of bench/run.sh.
 
 FLOPs per token (PaLM, appendix B): 6 * N + 12 * n_layers * seq_len * dim, where N counts
 the parameters that take part in a matmul: every parameter except embedding tables that
@@ -15,6 +16,7 @@ Command line (bench/run.sh uses it):
   flops.py info CONFIG                     params, matmul params, FLOPs per token
   flops.py table --peak-tflops P < LINES   the results table from `RESULT ...` lines
 """
+import os
 import re
 import sys
 
@@ -28,13 +30,19 @@ CONFIGS = {
                      batch=4, seq_len=2048, spec="bench/specs/llama_1b.lua"),
 }
 
-# bf16 dense peak (no sparsity), TFLOP/s: (pattern on the device name, value). First match.
-PEAKS = [
-    (r"H100.*(PCIe|NVL)", None),   # other H100 variants: not in the table (756 / 835)
-    (r"H200.*NVL", None),
-    (r"H100", 989.0),              # "NVIDIA H100 80GB HBM3" (SXM)
-    (r"H200", 989.0),              # "NVIDIA H200", "NVIDIA GH200 ..."
-]
+# bf16 dense peak (no sparsity), TFLOP/s: runtime/train/peaks.def, the table the training
+# binary reads too. [(NAME, WITH, TFLOP/s or None)], first match wins.
+PEAKS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime", "train",
+                          "peaks.def")
+
+
+def read_peaks(path=PEAKS_FILE):
+    with open(path) as f:
+        rows = re.findall(r'^PEAK\("([^"]*)", "([^"]*)", ([0-9.]+)\)', f.read(), re.M)
+    return [(name, with_, float(v) or None) for name, with_, v in rows]
+
+
+PEAKS = read_peaks()
 
 
 def param_shapes(cfg):
@@ -114,8 +122,8 @@ def mfu(flops_token, tokens_per_s, peak_tflops):
 
 def peak_tflops(device_name):
     """bf16 dense peak of a known GPU, or None."""
-    for pat, val in PEAKS:
-        if re.search(pat, device_name):
+    for name, with_, val in PEAKS:
+        if name in device_name and (not with_ or with_ in device_name):
             return val
     return None
 
@@ -165,8 +173,9 @@ def main(argv):
     if len(argv) >= 2 and argv[0] == "peak":
         p = peak_tflops(argv[1])
         if p is None:
-            print(f"flops.py: no bf16 peak known for GPU '{argv[1]}' (known: H100 SXM, H200: "
-                  "989 TFLOP/s); pass --peak-tflops", file=sys.stderr)
+            known = ", ".join(f"{n} {v:g}" for n, w, v in PEAKS if v and not w)
+            print(f"flops.py: no bf16 peak known for GPU '{argv[1]}' (known, TFLOP/s: {known}; "
+                  "runtime/train/peaks.def); pass --peak-tflops", file=sys.stderr)
             return 2
         print(f"{p:g}")
         return 0

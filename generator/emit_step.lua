@@ -3,8 +3,11 @@
 -- straight-line C, one runtime call per schedule line, each under a comment with the line
 -- it implements. The walk over the schedule tracks which buffer holds each group's
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
+-- What it cannot emit, check.lua refused after planning; here it is asserted (`internal`).
 local buffer = require("buffer")
-local errors = require("errors")
+local c_text = require("c_text")
+local check = require("check")
+local flops = require("flops")
 local hf = require("hf")
 local kernels = require("kernels_c")
 local memory = require("memory")
@@ -12,6 +15,11 @@ local schedule = require("schedule")
 local trace = require("trace")
 
 local M = {}
+
+-- A condition check.lua refuses (a bug if reached: an internal error, never a spec error).
+local function internal(fmt, ...)
+  error("internal: the check pass let through: " .. string.format(fmt, ...))
+end
 
 local C_DTYPE = { fp32 = "RT_F32", bf16 = "RT_BF16", fp16 = "RT_F16" }
 local C_INIT = { zeros = "RT_INIT_ZEROS", ones = "RT_INIT_ONES", normal = "RT_INIT_NORMAL", uniform = "RT_INIT_UNIFORM" }
@@ -27,9 +35,25 @@ end
 
 local function cstr(s) return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
 
-local function num(x)
-  if math.type(x) == "integer" then return tostring(x) end
-  return string.format("%.17g", x)
+local num = c_text.num
+
+local code = c_text.code
+
+-- Writes `.field =` and the string s as adjacent literals that fit in WIDTH columns.
+local function string_field(b, field, s)
+  b:line(".%s =", field)
+  b:indent()
+  local width = c_text.WIDTH - 4 * b.depth - 3  -- the quotes and the comma
+  for _, l in ipairs(c_text.string_lines(s, width)) do b:line("%s", cstr(l)) end
+  b.lines[#b.lines] = b.lines[#b.lines] .. ","
+  b:dedent()
+end
+
+-- Writes a comment into b, wrapped at WIDTH columns (c_text.comment).
+local function note(b, fmt, ...)
+  local s = select("#", ...) > 0 and string.format(fmt, ...) or fmt
+  local ind = string.rep(b.unit, b.depth)
+  for _, l in ipairs(c_text.comment(ind, s)) do b.lines[#b.lines + 1] = l end
 end
 
 local function shape_init(shape)
@@ -54,9 +78,7 @@ local function param_table(plan)
   for _, e in ipairs(plan.params) do
     local p = e[2]
     local g = plan.owner[p]
-    if not g then
-      errors.raise(string.format("parameter '%s' is in no fully_shard group; call fully_shard on the root module too", e[1]))
-    end
+    if not g then internal("parameter '%s' in no fully_shard group", e[1]) end
     list[#list + 1] = p
     index[p] = #list - 1
   end
@@ -83,30 +105,80 @@ local function emit_params(b, plan, list)
     if #p.names > 1 then
       local names = {}
       for k = 2, #p.names do names[#names + 1] = cstr(p.names[k]) end
-      b:line("static const char* const param%d_aliases[] = {%s, NULL};", i - 1, table.concat(names, ", "))
+      code(b, "static const char* const param%d_aliases[] = {%s, NULL};", i - 1,
+        table.concat(names, ", "))
     end
   end
   b:line("")
+  b:line("// Offsets in elements: in one rank's block of the group (sharded parameters and")
+  b:line("// gradients), and in the group's unsharded buffers.")
   b:line("static const rt_model_param params[] = {")
   b:indent()
-  b:line("// fqn, aliases, ndim, shape, group, block offset, unsharded offset, init, packed, grad_none")
   for i, p in ipairs(list) do
     local g, l = param_layout(plan, p)
     local init = p.init or { kind = "normal", std = 1 }
     local scale = init.std or init.bound or 0
-    b:line("{%s, %s, %d, %s, %d, %d, %d, %s, %s, %d, %d},", cstr(p.fqn), #p.names > 1 and ("param" .. (i - 1) .. "_aliases") or "NULL",
-      #p.shape, shape_init(p.shape), g.index - 1, l.offset, l.offset * g.shard, C_INIT[init.kind], num(scale),
-      p.packed and 1 or 0, with_grad[p] and 0 or 1)
+    local f = { ".fqn = " .. cstr(p.fqn) }
+    if #p.names > 1 then f[#f + 1] = ".aliases = param" .. (i - 1) .. "_aliases" end
+    f[#f + 1] = string.format(".ndim = %d, .shape = %s, .group = %d", #p.shape, shape_init(p.shape),
+      g.index - 1)
+    f[#f + 1] = string.format(".block_offset = %d, .unsharded_offset = %d", l.offset,
+      l.offset * g.shard)
+    f[#f + 1] = ".init = " .. C_INIT[init.kind]
+    if scale ~= 0 then f[#f + 1] = ".init_scale = " .. num(scale) end
+    if p.packed then f[#f + 1] = ".packed = 1" end
+    if not with_grad[p] then f[#f + 1] = ".grad_none = 1" end
+    code(b, "{%s},", table.concat(f, ", "))
   end
   b:dedent()
   b:line("};")
 end
 
-local function emit_groups(b, plan, index, opt_states)
+-- A group's planned layout per shard rank: a table of its parameters' rows for each
+-- distinct layout (ranks alike share one; they differ only where torch.chunk gives a
+-- rank fewer rows), and `group<i>_plan`, the table of each rank.
+local function emit_group_plan(b, g)
+  local gi = g.index - 1
+  local tables, by_rank = {}, {}
+  for r = 1, g.shard do
+    local rows = {}
+    for k, l in ipairs(g.layout.params) do
+      local shard = l.rows[r] * l.inner
+      rows[k] = string.format("{%d, %d, %d, %d}", l.dim, l.shard_numel, l.offset, shard)
+    end
+    local key = table.concat(rows, ",")
+    if not tables[key] then
+      tables[key] = string.format("group%d_rank%d", gi, r - 1)
+      b:line("static const rt_fsdp_param_plan %s[] = {", tables[key])
+      b:indent()
+      for k, row in ipairs(rows) do
+        local line = row .. ","
+        local fqn = "  // " .. g.params[k].fqn
+        if #line + #fqn + 4 * b.depth <= c_text.WIDTH then code(b, "%s%s", line, fqn)
+        else
+          note(b, "%s", g.params[k].fqn)
+          code(b, "%s", line)
+        end
+      end
+      b:dedent()
+      b:line("};")
+    end
+    by_rank[r] = tables[key]
+  end
+  local distinct = {}
+  for _, t in pairs(tables) do distinct[#distinct + 1] = t end
+  if #distinct == 1 and g.shard > 1 then
+    b:line("// %s on every one of the %d shard ranks", by_rank[1], g.shard)
+  end
+  code(b, "static const rt_fsdp_param_plan* const group%d_plan[] = {%s};", gi,
+    table.concat(by_rank, ", "))
+end
+
+-- The groups table; `names` maps the step's buffers to their names (c_text.arena_names).
+local function emit_groups(b, plan, index, opt_states, names)
   for _, g in ipairs(plan.groups) do
     if g.shard ~= plan.spec.mesh.shard or g.replicate ~= plan.spec.mesh.replicate then
-      errors.raise(string.format("group '%s' has its own mesh %dx%d; the code emitter supports one mesh per spec (%dx%d)",
-        g.name, g.replicate, g.shard, plan.spec.mesh.replicate, plan.spec.mesh.shard), g.state.line)
+      internal("group '%s' with its own mesh", g.name)
     end
   end
   for _, g in ipairs(plan.groups) do
@@ -114,30 +186,24 @@ local function emit_groups(b, plan, index, opt_states)
     local ids = {}
     for k, p in ipairs(g.params) do ids[k] = tostring(index[p]) end
     b:line("")
-    b:line("// group %d %s", g.index, cstr(g.name))
-    b:line("static const int group%d_params[] = {%s};", gi, table.concat(ids, ", "))
-    b:line("static const rt_fsdp_param_plan group%d_plan[] = {  // [rank][param]: dim, block, offset, shard", gi)
-    b:indent()
-    for r = 1, g.shard do
-      local row = {}
-      for k, l in ipairs(g.layout.params) do
-        row[k] = string.format("{%d, %d, %d, %d}", l.dim, l.shard_numel, l.offset, l.rows[r] * l.inner)
-      end
-      b:line("%s,  // rank %d", table.concat(row, ", "), r - 1)
-    end
-    b:dedent()
-    b:line("};")
+    note(b, "group %d %s: its parameters (indices into params), and where each lies in a rank's "
+      .. "block: dim, block numel, offset in the block, the rank's shard numel", g.index,
+      cstr(g.name))
+    code(b, "static const int group%d_params[] = {%s};", gi, table.concat(ids, ", "))
+    emit_group_plan(b, g)
     if g.reductions then
       for _, r in ipairs(g.reductions) do
-        local ks, names = {}, {}
-        for i, k in ipairs(r.params) do ks[i], names[i] = tostring(k - 1), g.params[k].fqn end
-        b:line("static const int group%d_reduction%d[] = {%s};  // %s", gi, r.index, table.concat(ks, ", "),
-          table.concat(names, ", "))
+        local ks, fqns = {}, {}
+        for i, k in ipairs(r.params) do ks[i], fqns[i] = tostring(k - 1), g.params[k].fqn end
+        note(b, "reduction %d: %s", r.index, table.concat(fqns, ", "))
+        code(b, "static const int group%d_reduction%d[] = {%s};", gi, r.index,
+          table.concat(ks, ", "))
       end
-      b:line("static const rt_model_reduction group%d_reductions[] = {  // params with grads, block", gi)
+      b:line("static const rt_model_reduction group%d_reductions[] = {", gi)
       b:indent()
       for _, r in ipairs(g.reductions) do
-        b:line("{%d, group%d_reduction%d, %d},", #r.params, gi, r.index, r.layout.shard_numel)
+        code(b, "{.nparams = %d, .params = group%d_reduction%d, .block_numel = %d},", #r.params, gi,
+          r.index, r.layout.shard_numel)
       end
       b:dedent()
       b:line("};")
@@ -150,12 +216,27 @@ local function emit_groups(b, plan, index, opt_states)
     local gi = g.index - 1
     local s = g.state
     local pf = (g.pf_size and g.pf_size ~= g.shard) and g.pf_size or 0
-    b:line("{%s, %d, group%d_params, %s, %d, %s, %s, %s, %d, %d, %d, %d, group%d_plan, %d, %d, %d, %s, %d},",
-      cstr(g.name), #g.params, gi, s.placement == "largest_dim" and "RT_SHARD_LARGEST_DIM" or "RT_SHARD_DIM0",
-      pf, C_DTYPE[g.param_dtype], C_DTYPE[g.reduce_dtype], num(s.divide_factor or 0), s.force_sum and 1 or 0,
-      (g.replicate > 1 and s.all_reduce_grads ~= false) and 1 or 0, g.layout.shard_numel, g.layout.padded_numel,
-      gi, g.params_buf.offset, g.grads_buf.offset, opt_states > 0 and g.state_buf.offset or 0,
-      g.reductions and string.format("%d, group%d_reductions", #g.reductions, gi) or "0, NULL", s.offload and 1 or 0)
+    local f = { string.format(".name = %s, .nparams = %d, .params = group%d_params", cstr(g.name),
+      #g.params, gi) }
+    local placement = s.placement == "largest_dim" and "RT_SHARD_LARGEST_DIM" or "RT_SHARD_DIM0"
+    f[#f + 1] = ".placement = " .. placement
+    if pf > 0 then f[#f + 1] = ".pf_world = " .. pf end
+    f[#f + 1] = string.format(".param_dtype = %s, .reduce_dtype = %s", C_DTYPE[g.param_dtype],
+      C_DTYPE[g.reduce_dtype])
+    if s.divide_factor then f[#f + 1] = ".divide_factor = " .. num(s.divide_factor) end
+    if s.force_sum then f[#f + 1] = ".force_sum = 1" end
+    if g.replicate > 1 and s.all_reduce_grads ~= false then f[#f + 1] = ".all_reduce = 1" end
+    f[#f + 1] = string.format(".block_numel = %d, .padded_numel = %d, .plan = group%d_plan",
+      g.layout.shard_numel, g.layout.padded_numel, gi)
+    f[#f + 1] = string.format(".params_off = %s, .grads_off = %s", names[g.params_buf],
+      names[g.grads_buf])
+    if opt_states > 0 then f[#f + 1] = ".state_off = " .. names[g.state_buf] end
+    if g.reductions then
+      f[#f + 1] = string.format(".nreductions = %d, .reductions = group%d_reductions",
+        #g.reductions, gi)
+    end
+    if s.offload then f[#f + 1] = ".offload = 1" end
+    code(b, "{%s},", table.concat(f, ", "))
   end
   b:dedent()
   b:line("};")
@@ -183,7 +264,8 @@ local function emit_expectations(b, plan, prefix)
   if #keys == 0 then b:line("{NULL, 0},") end
   b:dedent()
   b:line("};")
-  return string.format("{%d, %d, %sevents, %d, %scounts}", plan.memory.peak, #plan.events, prefix, #keys, prefix)
+  return string.format("{.peak = %d, .nevents = %d, .events = %sevents, .ncounts = %d, "
+    .. ".counts = %scounts}", plan.memory.peak, #plan.events, prefix, #keys, prefix)
 end
 
 -- ---------------------------------------------------------------------------- the step
@@ -192,11 +274,17 @@ end
 local Walker = {}
 Walker.__index = Walker
 
+-- The names of the buffers of the program being emitted (c_text.arena_names), and of the
+-- parameters' byte offsets in their group's unsharded buffers (c_text.param_names).
+local current_step, current_index, current_names, param_names
+
+-- A buffer's byte offset in the arena, by name.
+local function at(bf) return current_names[bf] or internal("buffer '%s' has no name", bf.name) end
+
 -- The view of buffer bf (elements [elem, elem + n)), checked against its planned
 -- lifetime: a buffer used outside it would be overwritten by another. packed16: n 16-bit
--- values (a packed parameter).
-local current_step, current_index
-local function F(bf, elem, n, int, packed16)
+-- values (a packed parameter). p: the parameter at elem, whose offset is named.
+local function F(bf, elem, n, int, packed16, p)
   if current_index and (current_index < bf.first or current_index > bf.last) then
     error(string.format("buffer '%s' (live %d..%d) used at step %d (%s)", bf.name, bf.first, bf.last,
       current_index, schedule.step_name(current_step)))
@@ -204,7 +292,9 @@ local function F(bf, elem, n, int, packed16)
   -- a packed buffer (memory.lua) is passed whole: its bytes are not 4 per element; a
   -- packed parameter has 2 bytes per element at the start of its fp32 slot
   local bytes = packed16 and 2 * n or n and not bf.packed and 4 * n or bf.size
-  return string.format("%s(%d, %d)", int and "I" or "F", bf.offset + 4 * (elem or 0), bytes)
+  local k = 4 * (elem or 0)
+  local from = p and (" + " .. param_names[p]) or k > 0 and (" + " .. k) or ""
+  return string.format("%s(%s%s, %d)", int and "I" or "F", at(bf), from, bytes)
 end
 
 -- The parameter gradients whose first contribution in the life of their group's unsharded
@@ -253,7 +343,7 @@ function Walker:val(t, saved_by)
     local g, off = self:param_offset(t)
     local un = self.unsharded[g.index]
     if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
-    return F(un, off, trace.numel(t.shape), false, t.packed)
+    return F(un, off, trace.numel(t.shape), false, t.packed, t)
   end
   if t.is_input then
     return string.format("rt_step_%s(R, %d)", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
@@ -270,7 +360,7 @@ function Walker:grad(t, st)
     local g, off = self:param_offset(t)
     local ug = st.bufs.ugrad[g.index]
     if not ug then error("no unsharded gradient buffer for " .. t.fqn) end
-    return F(ug, off, trace.numel(t.shape))
+    return F(ug, off, trace.numel(t.shape), false, false, t)
   end
   local b = memory.base(t)
   local gb = st.bufs.grads[b]
@@ -358,13 +448,13 @@ function Walker:step(st, index)
   local calls = {}
   local op = st.op
   if op == "all_gather" and st.direct then
-    calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %d);", gi, state,
-      u.unsharded.offset)
+    calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %s);", gi, state,
+      at(u.unsharded))
   elseif op == "all_gather" then
-    calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %d, %d);", gi, st.sub and 1 or 0, state,
-      u.out.offset, u.pf and u.pf.offset or 0)
+    calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %s, %s);", gi, st.sub and 1 or 0,
+      state, at(u.out), u.pf and at(u.pf) or "0")
   elseif op == "all_gather_wait" then
-    calls[1] = string.format("rt_step_all_gather_wait(R, %d, %d);", gi, u.unsharded.offset)
+    calls[1] = string.format("rt_step_all_gather_wait(R, %d, %s);", gi, at(u.unsharded))
     self.unsharded[g.index] = u.unsharded
   elseif op == "all_gather_drop" then
     calls[1] = string.format("rt_step_all_gather_drop(R, %d);", gi)
@@ -372,26 +462,29 @@ function Walker:step(st, index)
     calls[1] = string.format("rt_step_reshard(R, %d, %s);", gi, state)
     self.unsharded[g.index] = nil
   elseif op == "reshard_post_forward" then
-    calls[1] = string.format("rt_step_reshard_post_forward(R, %d, %s, %d, %d);", gi, state,
-      u.unsharded.offset, u.pf.offset)
+    calls[1] = string.format("rt_step_reshard_post_forward(R, %d, %s, %s, %s);", gi, state,
+      at(u.unsharded), at(u.pf))
     self.unsharded[g.index] = nil
   elseif op == "accumulate_unsharded_grads" then
     if u.acc_new then zero(calls, { u.acc }) end
-    calls[#calls + 1] = string.format("rt_step_accumulate_grads(R, %d, %d, %d);", gi, u.ugrad.offset, u.acc.offset)
+    calls[#calls + 1] = string.format("rt_step_accumulate_grads(R, %d, %s, %s);", gi, at(u.ugrad),
+      at(u.acc))
   elseif op == "reduce_scatter" then
     local src, dt = u.ugrad, g.param_dtype
     if u.acc then
       if u.ugrad then
-        calls[#calls + 1] = string.format("rt_step_accumulate_grads(R, %d, %d, %d);", gi, u.ugrad.offset, u.acc.offset)
+        calls[#calls + 1] = string.format("rt_step_accumulate_grads(R, %d, %s, %s);", gi,
+          at(u.ugrad), at(u.acc))
       end
       src, dt = u.acc, g.reduce_dtype
     end
     local k = st.reduction.index
     if st.direct then
-      calls[#calls + 1] = string.format("rt_step_reduce_direct(R, %d, %d, %d, %s);", gi, k, src.offset, C_DTYPE[dt])
+      calls[#calls + 1] = string.format("rt_step_reduce_direct(R, %d, %d, %s, %s);", gi, k, at(src),
+        C_DTYPE[dt])
     else
-      calls[#calls + 1] = string.format("rt_step_reduce_scatter(R, %d, %d, %d, %s, %d, %d);", gi, k, src.offset,
-        C_DTYPE[dt], u.rs_in.offset, u.rs_out.offset)
+      calls[#calls + 1] = string.format("rt_step_reduce_scatter(R, %d, %d, %s, %s, %s, %s);", gi, k,
+        at(src), C_DTYPE[dt], at(u.rs_in), at(u.rs_out))
     end
   elseif op == "all_reduce" then
     calls[1] = string.format("rt_step_all_reduce(R, %d);", gi)
@@ -457,7 +550,8 @@ local function section_name(st, prefix) return prefix .. st.phase .. st.section 
 -- The C of one program (the training step or the eval program): a function per schedule
 -- section, then `name`, which runs them between rt_step_begin and rt_step_end. Returns
 -- the walker (its backward count).
-local function emit_program(b, plan, name, prefix, what)
+local function emit_program(b, plan, name, prefix, what, names)
+  current_names = names
   local w = Walker.new(plan)
   w.eval = what == "eval"
   local sections, current = {}, nil
@@ -473,8 +567,8 @@ local function emit_program(b, plan, name, prefix, what)
       b:line("rt_step_section(R, %s);", cstr(st.phase))
     end
     local calls = w:step(st, i)
-    b:line("// %s", (schedule.step_line(st, plan):gsub("^%s+", "")))
-    for _, c in ipairs(calls) do b:line("%s", c) end
+    note(b, "%s", (schedule.step_line(st, plan):gsub("^%s+", "")))
+    for _, c in ipairs(calls) do code(b, "%s", c) end
     local nxt = plan.steps[i + 1]
     if not nxt or section_name(nxt, prefix) ~= sname then
       b:dedent()
@@ -483,9 +577,7 @@ local function emit_program(b, plan, name, prefix, what)
   end
   for _, g in ipairs(plan.groups) do
     if w.unsharded[g.index] then
-      errors.raise(string.format("group '%s' is still unsharded at the end of the %s; the generated code "
-        .. "assumes every group sharded between steps (reshard it, or keep reshard_after_backward = true)",
-        g.name, what))
+      internal("group '%s' unsharded at the end of the %s", g.name, what)
     end
   end
   b:line("")
@@ -516,6 +608,16 @@ end
 
 -- ---------------------------------------------------------------------------- file
 
+-- The #define of every buffer of one program's memory plan (the .layout's section
+-- `title`), named `prefix` and the buffer's name there; returns the map buffer -> name.
+local function arena(b, mem, prefix, title, spec_name, shared)
+  local names, lines = c_text.arena_names(mem, prefix, shared)
+  b:line("")
+  note(b, "---- arena: %s (%s.layout): each buffer's byte offset, bytes and kind", title, spec_name)
+  for _, l in ipairs(lines) do b:line("%s", l) end
+  return names
+end
+
 function M.render(plan, spec_file, prefix, is_reference)
   local spec = plan.spec
   local ev = plan.eval_plan        -- set only where the eval is available
@@ -524,44 +626,60 @@ function M.render(plan, spec_file, prefix, is_reference)
   local opt_states = memory.optimizer_states(spec.optimizer)
   local list, index = param_table(plan)
   b:line("// %s_step.c: generated by %s from %s; do not edit.", prefix, schedule.VERSION, spec_file)
-  b:line("// The model description, the training step and the eval program of spec '%s' (%d ranks =",
-    spec.name, spec.world_size)
-  b:line("// replicate %d x shard %d), one runtime call per line of %s.schedule.", spec.mesh.replicate,
-    spec.mesh.shard, spec.name)
+  note(b, "The model description, the training step and the eval program of spec '%s' (%d ranks "
+    .. "= replicate %d x shard %d), one runtime call per line of %s.schedule.", spec.name,
+    spec.world_size, spec.mesh.replicate, spec.mesh.shard, spec.name)
   b:line("#include <stddef.h>")
   b:line("")
   b:line('#include "rt_kernels.h"')
   b:line('#include "rt_model.h"')
   b:line('#include "rt_step.h"')
   b:line("")
-  b:line("// Views of this rank's arena at planned byte offsets: F(offset, bytes) of fp32, I(...) of int32.")
+  b:line("// Views of this rank's arena: F(off, bytes) of fp32, I(off, bytes) of int32, at byte")
+  b:line("// offset off, which is a buffer's name below (B_x + k: k bytes into buffer x).")
   b:line("#define F(off, bytes) RT_F32(R, (off), (bytes))")
   b:line("#define I(off, bytes) RT_I32(R, (off), (bytes))")
+  local names = arena(b, plan.memory, "B_", "step memory", spec.name)
+  local persistent = {}
+  for _, bf in ipairs(plan.memory.buffers) do
+    if bf.kind == "persistent" then persistent[bf.name] = names[bf] end
+  end
+  local eval_names = ev and arena(b, ev.memory, "EVAL_", "eval memory", spec.name, persistent)
+  local after_names = after and arena(b, after.memory, "AFTER_", "step after an eval memory",
+    spec.name, persistent)
   b:line("")
   b:line("// ---- parameters and groups")
+  local lines
+  param_names, lines = c_text.param_names(list, function(p)
+    local g, l = param_layout(plan, p)
+    return 4 * l.offset * g.shard
+  end)
+  b:line("")
+  b:line("// Each parameter's byte offset in its group's unsharded parameters and gradients.")
+  for _, l in ipairs(lines) do b:line("%s", l) end
   emit_params(b, plan, list)
-  emit_groups(b, plan, index, opt_states)
+  emit_groups(b, plan, index, opt_states, names)
   b:line("")
   b:line("// ---- what the planner expects (checked by %s_test)", prefix)
   local expect = emit_expectations(b, plan, "")
   local eval_expect = ev and emit_expectations(b, ev, "eval_")
   local after_expect = after and emit_expectations(b, after, "after_eval_")
-  local hf_field
+  local hf_field, hf_unavailable
   if not is_reference then
     local index_of = {}
     for i, p in ipairs(list) do index_of[p.fqn] = i - 1 end
-    hf_field = hf.emit(b, plan, index_of)
+    hf_field, hf_unavailable = hf.emit(b, plan, index_of)
   end
 
   -- The step, the eval program and the step after one: a function per schedule section.
-  local w = emit_program(b, plan, "step", "", "step")
+  local w = emit_program(b, plan, "step", "", "step", names)
   if ev then
     check_persistent(plan, ev)
-    emit_program(b, ev, "eval", "eval_", "eval")
+    emit_program(b, ev, "eval", "eval_", "eval", eval_names)
   end
   if after then
     check_persistent(plan, after)
-    emit_program(b, after, "step_after_eval", "after_eval_", "step")
+    emit_program(b, after, "step_after_eval", "after_eval_", "step", after_names)
   end
 
   -- The model.
@@ -589,13 +707,18 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line(".input_ndim = %d, .input_shape = %s,", #input_shape, shape_init(input_shape))
   b:line(".loss = %s,", spec.loss == "sum" and "RT_LOSS_SUM" or "RT_LOSS_CROSS_ENTROPY")
   b:line(".n_forward = %d, .n_backward = %d,", n_forward, w.nbackward)
-  b:line(".optim = {%s, %s, %s, %s, %s, %s, %s, %s, %d, %d},", C_OPTIM[o.kind], num(o.lr), num(o.beta1 or 0.9),
-    num(o.beta2 or 0.999), num(o.eps or 1e-8), num(o.weight_decay or 0), num(o.momentum or 0), num(o.dampening or 0),
-    o.nesterov and 1 or 0, opt_states)
+  local fl = flops.count(plan)
+  code(b, ".flops_per_step = %d, .tokens_per_step = %d,  // model FLOPs (%s), all ranks",
+    fl.step_flops, fl.step_tokens, flops.human(fl.step_flops))
+  code(b, ".optim = {.kind = %s, .lr = %s, .beta1 = %s, .beta2 = %s, .eps = %s, "
+    .. ".weight_decay = %s, .momentum = %s, .dampening = %s, .nesterov = %d, .nstates = %d},",
+    C_OPTIM[o.kind], num(o.lr), num(o.beta1 or 0.9), num(o.beta2 or 0.999), num(o.eps or 1e-8),
+    num(o.weight_decay or 0), num(o.momentum or 0), num(o.dampening or 0), o.nesterov and 1 or 0,
+    opt_states)
   local sched = spec.lr_schedule
   if sched then
-    b:line(".lr_schedule = {%s, %d, %d, %s},", C_LR_DECAY[sched.decay], sched.warmup_steps,
-      sched.total_steps, num(sched.min_lr))
+    code(b, ".lr_schedule = {.decay = %s, .warmup_steps = %d, .total_steps = %d, .min_lr = %s},",
+      C_LR_DECAY[sched.decay], sched.warmup_steps, sched.total_steps, num(sched.min_lr))
   end
   b:line(".n_optimizer = %d,", plan.n_optimizer)
   b:line(".grad_clip = %s,", num(spec.grad_clip or 0))
@@ -608,14 +731,17 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line(".arena_bytes = %d,", math.max(plan.memory.arena, ev and ev.memory.arena or 0,
     after and after.memory.arena or 0))
   b:line(".reference = %d,", is_reference and 1 or 0)
-  b:line(".step = step, .expect = %s,", expect)
+  code(b, ".step = step, .expect = %s,", expect)
   if ev then
-    b:line(".eval = eval, .eval_expect = %s,", eval_expect)
-    if after then b:line(".step_after_eval = step_after_eval, .after_eval_expect = %s,", after_expect) end
+    code(b, ".eval = eval, .eval_expect = %s,", eval_expect)
+    if after then
+      code(b, ".step_after_eval = step_after_eval, .after_eval_expect = %s,", after_expect)
+    end
   else
-    b:line(".eval_unavailable = %s,", cstr(plan.eval_unavailable))
+    string_field(b, "eval_unavailable", plan.eval_unavailable)
   end
-  if hf_field then b:line(hf_field) end
+  if hf_field then code(b, "%s", hf_field) end
+  if hf_unavailable then string_field(b, "hf_unavailable", hf_unavailable) end
   b:dedent()
   b:line("};")
   return b:text()
@@ -623,17 +749,7 @@ end
 
 -- Token vocabulary: rows of the embedding(s) the input feeds.
 function M.vocab(plan)
-  local v
-  for _, op in ipairs(plan.graph.ops) do
-    if op.kind == "embedding" and op.ins[1].is_input then
-      local rows = op.ins[2].shape[1]
-      v = v and math.min(v, rows) or rows
-    end
-  end
-  if not v then
-    errors.raise("token input feeds no embedding; use input = { shape = { ... } } for float models")
-  end
-  return v
+  return check.vocab(plan) or internal("a token input that feeds no embedding")
 end
 
 return M

@@ -51,7 +51,10 @@ function M.count(plan)
       if t.is_param then
         if not seen[t] then seen[t] = true; c.params = c.params + trace.numel(t.shape) end
         if not (op.kind == "embedding" and i == 2) then
-          if not used[t] then used[t] = true; c.matmul_params = c.matmul_params + trace.numel(t.shape) end
+          if not used[t] then
+            used[t] = true
+            c.matmul_params = c.matmul_params + trace.numel(t.shape)
+          end
           c.param_flops = c.param_flops + 6 * rows(op.ins[1]) * trace.numel(t.shape)
         end
       end
@@ -75,7 +78,8 @@ end
 
 -- A FLOP count as people read it: 1.23 GFLOP, 4.56 TFLOP.
 function M.human(f)
-  local units = { { 1e15, "PFLOP" }, { 1e12, "TFLOP" }, { 1e9, "GFLOP" }, { 1e6, "MFLOP" }, { 1e3, "kFLOP" } }
+  local units = { { 1e15, "PFLOP" }, { 1e12, "TFLOP" }, { 1e9, "GFLOP" }, { 1e6, "MFLOP" },
+    { 1e3, "kFLOP" } }
   for _, u in ipairs(units) do
     if f >= u[1] then return string.format("%.3g %s", f / u[1], u[2]) end
   end

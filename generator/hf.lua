@@ -3,6 +3,7 @@
 -- (copy, transpose, q/k/v fused and transposed, rotary row permutation, zeros). Only
 -- models.Llama (LlamaForCausalLM) and models.Transformer / models.GPT2 (GPT2LMHeadModel)
 -- map; the runtime (runtime/train/hf.c) moves the bytes.
+local c_text = require("c_text")
 local M = {}
 
 -- ---------------------------------------------------------------------------- JSON
@@ -222,29 +223,28 @@ local CHECKS = { eq = "RT_HF_EQ", min = "RT_HF_MIN" }
 
 local function cstr(s) return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
 
--- Emits the map (static hf_config, hf_tensors, hf_map) into b; index maps a parameter FQN
--- to its index in the parameter table. Returns the rt_model initializer line.
+-- Emits the map (static hf_config, hf_tensors, hf_map) into b (lines wrapped by
+-- c_text.code); index maps a parameter FQN to its index in the parameter table. Returns the
+-- rt_model initializer field, or nil and why the model has no Hugging Face form.
 function M.emit(b, plan, index_of)
   local map, why = M.map(plan)
-  if not map then return string.format(".hf_unavailable = %s,", cstr(why)) end
+  if not map then return nil, why end
   b:line("")
   b:line("// ---- the Hugging Face map (generator/hf.lua; --save-hf, --load-hf)")
   b:line("static const rt_hf_config hf_config[] = {")
   b:indent()
-  b:line("// key (a|b: the first present; a.b: a member), value, check, value when absent, alt,")
-  b:line("// written")
   for _, c in ipairs(map.config) do
     local check = c[3] and CHECKS[c[3]] or "RT_HF_NONE"
     local absent = c[3] and c[4] ~= nil and json(c[4]) or "NULL"
-    b:line("{%s, %s, %s, %s, %s, %d},", cstr(c[1]), cstr(json(c[2])), check,
-      absent == "NULL" and "NULL" or cstr(absent), c.alt and cstr(json(c.alt)) or "NULL",
-      c.check_only and 0 or 1)
+    c_text.code(b, "{.key = %s, .value = %s, .check = %s, .absent = %s, .alt = %s, "
+      .. ".written = %d},",
+      cstr(c[1]), cstr(json(c[2])), check, absent == "NULL" and "NULL" or cstr(absent),
+      c.alt and cstr(json(c.alt)) or "NULL", c.check_only and 0 or 1)
   end
   b:dedent()
   b:line("};")
   b:line("static const rt_hf_tensor hf_tensors[] = {")
   b:indent()
-  b:line("// name, name also accepted on load, op, source parameters, heads, ndim, shape, tied")
   for _, e in ipairs(map.tensors) do
     local src = {}
     for i = 1, 3 do
@@ -252,10 +252,10 @@ function M.emit(b, plan, index_of)
       if fqn and not index_of[fqn] then error("hf map: no parameter " .. fqn) end
       src[i] = fqn and tostring(index_of[fqn]) or "-1"
     end
-    local shape = "{" .. table.concat(e.shape, ", ") .. "}"
-    b:line("{%s, %s, %s, {%s}, %d, %d, %s, %d},", cstr(e.name), e.alt and cstr(e.alt) or "NULL",
-      OPS[e.op],
-      table.concat(src, ", "), e.heads or 0, #e.shape, shape, e.tied and 1 or 0)
+    c_text.code(b, "{.name = %s, .alt = %s, .op = %s, .src = {%s}, .heads = %d, .ndim = %d, "
+      .. ".shape = {%s}, .tied = %d},", cstr(e.name), e.alt and cstr(e.alt) or "NULL", OPS[e.op],
+      table.concat(src, ", "), e.heads or 0, #e.shape, table.concat(e.shape, ", "),
+      e.tied and 1 or 0)
   end
   b:dedent()
   b:line("};")
@@ -268,9 +268,8 @@ function M.emit(b, plan, index_of)
       error("hf map: parameter " .. fqn .. " is mapped " .. (covered[fqn] or 0) .. " times")
     end
   end
-  b:line("static const rt_hf_map hf_map = {%s, %d, hf_config, %d, hf_tensors};", cstr(map.arch),
-    #map.config,
-    #map.tensors)
+  c_text.code(b, "static const rt_hf_map hf_map = {.arch = %s, .nconfig = %d, "
+    .. ".config = hf_config, .ntensors = %d, .tensors = hf_tensors};", cstr(map.arch), #map.config, #map.tensors)
   return ".hf = &hf_map,"
 end
 

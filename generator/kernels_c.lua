@@ -25,7 +25,6 @@
 -- the op's tensor dtype); `ROUNDS` says which of their outputs they round, and an
 -- explicit rt_step_round follows every call for any other 16-bit output (embedding, cast,
 -- and gradients a kernel leaves unrounded).
-local errors = require("errors")
 local memory = require("memory")
 local trace = require("trace")
 
@@ -111,9 +110,17 @@ local function batch_seq(t)
   return B, s[#s - 1]
 end
 
+-- What the kernels cannot do is refused by the check pass (check.lua, through M.forward_refusal
+-- and M.backward_refusal) before anything is planned to a file; reaching it here is a bug.
 local function unsupported(op, what)
-  errors.raise(string.format("the code emitter does not support %s of op '%s' (%s)", what, op.kind,
+  error(string.format("internal: the check pass let through %s of op '%s' (%s)", what, op.kind,
     op.label or "?"))
+end
+
+local function shape_str(s)
+  local t = {}
+  for i, d in ipairs(s) do t[i] = tostring(d) end
+  return "[" .. table.concat(t, ", ") .. "]"
 end
 
 -- ---------------------------------------------------------------------------- forward
@@ -204,7 +211,7 @@ end
 
 function forward.mul(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
-  if numel(a) ~= numel(b) then unsupported(op, "broadcasting") end
+  if numel(a) ~= numel(b) then unsupported(op, "broadcasting") end  -- M.forward_refusal
   return { string.format("rt_mul_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
 end
 
@@ -395,10 +402,11 @@ end
 
 -- Whether the gradient buffer of op's input i is also that of another float input j (one
 -- not in the set `except`): x + x, x * x give one buffer two contributions in one call.
-local function grad_shared(op, c, i, except)
-  local g = c.grad(op.ins[i])
+-- `grad(t)`: t's gradient buffer (ctx.grad, or any key equal for equal buffers) or "NULL".
+local function grad_shared(op, grad, i, except)
+  local g = grad(op.ins[i])
   for j, u in ipairs(op.ins) do
-    if j ~= i and trace.is_float(u.dtype) and c.grad(u) == g and not (except and except[j]) then
+    if j ~= i and trace.is_float(u.dtype) and grad(u) == g and not (except and except[j]) then
       return true
     end
   end
@@ -409,8 +417,9 @@ end
 -- it: the op's dtype, unless a gradient the kernel would round must not be rounded there
 -- (a parameter's; one sharing its buffer with another gradient of the call, which would be
 -- rounded between the two contributions); then RT_F32 and only explicit roundings, as
--- for every 16-bit output of the kernels without dt.
-local function backward_rounding(op, c)
+-- for every 16-bit output of the kernels without dt. The third result is true where the
+-- kernel cannot fall back (fixed_dt): M.backward_refusal.
+local function backward_rounding(op, grad)
   local r = rounds_of(op)
   if not r then return nil, {} end
   local dt = op_dtype(op)
@@ -420,15 +429,14 @@ local function backward_rounding(op, c)
   local ok = true
   for _, i in ipairs(r.grads) do
     local t = op.ins[i]
-    if c.grad(t) ~= "NULL" then
+    if grad(t) ~= "NULL" then
       if not grad_rounded(t) or round_dtype[t.dtype] ~= dt then ok = false end
-      if grad_shared(op, c, i, r.alias_ok and in_grads) then ok = false end
+      if grad_shared(op, grad, i, r.alias_ok and in_grads) then ok = false end
       by_kernel[i] = true
     end
   end
   if ok then return dt, by_kernel end
-  if r.fixed_dt then unsupported(op, "a bf16/fp16 parameter operand") end
-  return "RT_F32", {}
+  return "RT_F32", {}, r.fixed_dt
 end
 
 -- The kernels that take `assign` (rt_kernels.h "Assign"): the inputs (by position) whose
@@ -467,7 +475,7 @@ local function backward_assign(op, c)
   for bit, i in ipairs(a or {}) do
     local t = op.ins[i]
     local fresh = c.fresh(t)
-    if c.grad(t) ~= "NULL" and fresh and not grad_shared(op, c, i) then
+    if c.grad(t) ~= "NULL" and fresh and not grad_shared(op, c.grad, i) then
       bits[#bits + 1] = "RT_ASSIGN_" .. bit
       bufs[#bufs + 1] = fresh
     end
@@ -485,7 +493,8 @@ end
 function M.backward(op, c)
   local f = backward[op.kind]
   if not f then unsupported(op, "the backward") end
-  local dt, by_kernel = backward_rounding(op, c)
+  local dt, by_kernel, refused = backward_rounding(op, c.grad)
+  if refused then unsupported(op, "a bf16/fp16 parameter operand") end
   local as, assigned = backward_assign(op, c)
   local calls = f(op, c, dt, as)
   if op.kind == "cast" and cast_rounded_by_loss(op) then by_kernel[1] = true end
@@ -500,6 +509,37 @@ function M.backward(op, c)
     end
   end
   return calls, assigned
+end
+
+-- ---------------------------------------------------------------------------- refusals
+
+-- What the check pass (check.lua) refuses, one line each; nil where the kernels can.
+local function refusal(op, why)
+  local where = op.label and op.label ~= op.kind and (" (" .. op.label .. ")") or ""
+  return string.format("op '%s'%s: %s", op.kind, where, why)
+end
+
+-- Why op's forward cannot be emitted, or nil.
+function M.forward_refusal(op)
+  if not forward[op.kind] then return refusal(op, "fsdpgen has no forward kernel for it") end
+  local a, b = op.ins[1], op.ins[2]
+  if op.kind == "mul" and numel(a) ~= numel(b) then
+    return refusal(op, string.format("multiplies %s by %s; the mul kernel does not broadcast "
+      .. "(allowed: operands of one shape; add broadcasts)", shape_str(a.shape),
+      shape_str(b.shape)))
+  end
+end
+
+-- Why op's backward cannot be emitted, or nil. `grad(t)`: t's gradient buffer at that
+-- backward step (a key equal for equal buffers) or "NULL", as ctx.grad.
+function M.backward_refusal(op, grad)
+  if not backward[op.kind] then return refusal(op, "fsdpgen has no backward kernel for it") end
+  local _, _, refused = backward_rounding(op, grad)
+  if refused then
+    return refusal(op, "a bf16/fp16 parameter operand: its kernel rounds every input gradient to "
+      .. "the op's dtype, which a parameter's gradient must not be (allowed: activation operands, "
+      .. "or fp32)")
+  end
 end
 
 return M

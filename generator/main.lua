@@ -51,12 +51,14 @@ local function guarded(path, what, fn)
     .. " (please report it; FSDPGEN_DEBUG=1 shows a traceback)")
 end
 
--- Loads and plans a spec (`transform` adjusts the loaded spec first, e.g. the reference).
+-- Loads, plans and checks a spec (`transform` adjusts the loaded spec first, e.g. the
+-- reference): every command refuses what build would (generator/check.lua).
 local function plan_spec(path, transform)
   return guarded(path, "planning", function()
     local spec = loader.load(path)
     if transform then transform(spec) end
-    return loader.protect(spec.line, planner.plan, spec)
+    local function plan_checked(s) return require("check").run(planner.plan(s)) end
+    return loader.protect(spec.line, plan_checked, spec)
   end)
 end
 

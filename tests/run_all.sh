@@ -64,6 +64,7 @@ plan_lane() {
     "model FLOPs per step:unit_flops" \
     "seed conformance:seed_conformance" \
     "bad specs:spec_errors" \
+    "plan == build:plan_builds" \
     "golden schedules:golden_schedules" \
     "forward all-gathers:forward_all_gathers" \
     "mixed-precision rounding:mp_rounding" \

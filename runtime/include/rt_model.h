@@ -68,7 +68,8 @@ typedef struct rt_model_group {
     int all_reduce;               // HSDP: all-reduce across replicas after the reduce-scatter
     int64_t block_numel;          // one rank block (sharded params = all-gather input)
     int64_t padded_numel;         // block_numel * shard world (unsharded, padded)
-    const rt_fsdp_param_plan* plan;  // [shard world][nparams]: the planned layout per rank
+    // [shard rank] -> [nparams]: each rank's planned layout (ranks alike share one table)
+    const rt_fsdp_param_plan* const* plan;
     size_t params_off;            // arena byte offsets of the persistent fp32 buffers
     size_t grads_off;
     size_t state_off;             // optimizer state (0..2 buffers of block_numel), if any
@@ -201,6 +202,9 @@ typedef struct rt_model {
     rt_loss_kind loss;
     int n_forward;                // forward items per step (= microbatches A)
     int n_backward;               // backward items per step (each records one loss)
+    int64_t flops_per_step;       // model FLOPs of one step on all ranks (generator/flops.lua:
+                                  // PaLM's 6N + 12LTd per token), 0: unknown (no TFLOP/s)
+    int64_t tokens_per_step;      // the items (tokens, or samples) per step, all ranks
     rt_model_optim optim;
     rt_lr_schedule lr_schedule;   // all zero: optim.lr at every optimizer step
     int n_optimizer;              // "optimizer" items per step: the schedule advances by

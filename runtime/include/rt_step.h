@@ -111,6 +111,10 @@ const char* rt_step_backend(void);
 // else every rank on GPU 0 (rt_cuda_local_run). Returns 0, or non-zero when a rank failed
 // (2: it could not start, after a one-line message).
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg);
+// The device rank R runs on, for MFU: writes its name to name (cuda: the GPU's, as
+// cudaGetDeviceProperties gives it; cpu: "") and returns how many devices the run's ranks
+// share (cuda: its GPUs, 1 when every rank runs on GPU 0; cpu: 0). Call inside fn.
+int rt_step_device(rt_rank* R, char* name, size_t cap);
 // Runs one step (rt_step_next's; cuda: eagerly, or R->model->step captured once as a CUDA
 // graph and then replayed) and waits for it: R->losses hold its losses afterwards.
 void rt_step_run(rt_rank* R);

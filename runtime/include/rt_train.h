@@ -28,8 +28,9 @@ extern "C" {
 // ---- mains ------------------------------------------------------------------------------
 
 // Trains m on m->world threads (threads backend): parameter init (or --load/--resume),
-// --steps steps each printing `step N loss X | T tok/s | M ms` on rank 0, then --save /
-// --checkpoint / --trace / --bench. Returns the process exit status.
+// --steps steps each printing `step N loss X | T tok/s | M ms | F FLOP/s | MFU | eta` on
+// rank 0, then --save / --checkpoint / --trace / --bench and the `done: ...` summary
+// (runtime/train/perf.c). Returns the process exit status.
 int rt_train_main(const rt_model* m, int argc, char** argv);
 
 // Runs `sharded` and `reference` (the same model planned with mesh {replicate = world,

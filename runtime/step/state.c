@@ -150,7 +150,7 @@ static int layouts_init(rt_rank* R, int g) {
     int st = rt_fsdp_layout_init(&rg->layout, mg->name, d, mg->nparams, m->shard, srank);
     if (!st) {
         rt_fsdp_plan plan = {m->shard, srank, mg->nparams, mg->block_numel, mg->padded_numel,
-                             mg->plan + (size_t)srank * mg->nparams};
+                             mg->plan[srank]};
         st = rt_fsdp_layout_check(&rg->layout, &plan);
     }
     if (st) {

@@ -61,16 +61,23 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "  --trace FILE          write a Chrome trace (Perfetto) of every rank\n"
            "  --bench               print throughput and the compute / exposed communication /\n"
            "                        optimizer split of a step\n"
+           "  --peak-tflops P       peak TFLOP/s of one GPU (the CPU: of the machine) for the\n"
+           "                        MFU in step lines (default on a GPU: its bf16 dense peak\n"
+           "                        if listed: %s)\n"
            "%s"
            "  --help                this text\n"
            "\n"
-           "Each step prints `step N loss X | T %s/s | M ms`, X the mean over ranks and\n"
-           "backward items. Synthetic data (without --data): %s,\n"
+           "Each step prints `step N loss X | T %s/s | M ms | F TFLOP/s | MFU U%% | eta E`,\n"
+           "X the mean over ranks and backward items, F the model FLOPs (PaLM: 6N + 12LTd\n"
+           "per token) over the step time, E from the mean step after step 1; the last line is\n"
+           "`done: N steps, ...`.\n"
+           "Synthetic data (without --data): %s,\n"
            "drawn from Philox keyed by (seed, step, microbatch, rank, index); see rt_train.h.\n"
            "Exit status: 0 ok, 1 failure at run time (I/O, a loss that is nan or inf),\n"
            "2 bad arguments.\n",
            prog, m->name, m->spec_file ? m->spec_file : "?", m->generator ? m->generator : "?",
-           m->world, cuda() ? "GPUs" : "threads", m->replicate, m->shard, m->seed, cuda_help(),
+           m->world, cuda() ? "GPUs" : "threads", m->replicate, m->shard, m->seed, train_peak_list(),
+           cuda_help(),
            m->tokens ? "tok" : "samples",
            m->tokens ? "tokens uniform in [0, vocab), targets the next token"
                      : "inputs uniform in [-1, 1)");
@@ -130,6 +137,19 @@ static int parse_seed(const char* opt, const char* s, uint64_t* out) {
     return 0;
 }
 
+// A peak in TFLOP/s: a finite number > 0 (at most 1e6, a thousand of today's GPUs).
+static int parse_peak(const char* opt, const char* s, double* out) {
+    const char* allowed = "expected a positive number of TFLOP/s (one GPU's peak, e.g. 989; "
+                          "on the CPU, the machine's), at most 1e6";
+    if (!s || !*s || s[0] == ' ') return bad(opt, s, allowed);
+    errno = 0;
+    char* end = NULL;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v > 0) || v > 1e6) return bad(opt, s, allowed);
+    *out = v;
+    return 0;
+}
+
 static int parse_path(const char* opt, const char* s, const char** out) {
     if (!s || !*s) return bad(opt, s, "expected a non-empty path");
     *out = s;
@@ -143,7 +163,7 @@ static int parse_path(const char* opt, const char* s, const char** out) {
 
 enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_VAL_DATA, O_VAL_EVERY, O_VAL_BATCHES, O_SAVE, O_LOAD,
        O_SAVE_HF, O_LOAD_HF, O_LOGITS, O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE,
-       O_BENCH, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
+       O_BENCH, O_PEAK, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
 
 typedef struct opt_def {
     const char* name;
@@ -171,6 +191,7 @@ static const opt_def opts[] = {
     {"--resume", O_RESUME, "DIR", 1, 0},
     {"--trace", O_TRACE, "FILE", 1, 0},
     {"--bench", O_BENCH, NULL, 1, 0},
+    {"--peak-tflops", O_PEAK, "P", 1, 0},
     {"--verbose", O_VERBOSE, NULL, 0, 1},
     {"--local", O_LOCAL, NULL, 1, 1},
     {"--no-graph", O_NO_GRAPH, NULL, 1, 1},
@@ -255,6 +276,7 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
         case O_RESUME: rc = parse_path(d->name, val, &o->resume); break;
         case O_TRACE: rc = parse_path(d->name, val, &o->trace); break;
         case O_BENCH: o->bench = 1; break;
+        case O_PEAK: rc = parse_peak(d->name, val, &o->peak_tflops); break;
         case O_VERBOSE: o->verbose = 1; break;
         case O_LOCAL: o->local = 1; break;
         case O_NO_GRAPH: o->no_graph = 1; break;

@@ -2,9 +2,9 @@
 // process per rank under mpirun), each set up with rt_rank_init, its parameters
 // initialized / loaded / resumed, then the step loop (inputs, the generated step, the loss
 // mean over ranks and backward items, the step line, divergence check, periodic
-// checkpoints), then --save and --checkpoint. Which process prints the run's lines and
-// where each process writes its trace is decided in "processes" below.
-// rt_train_main (the generated binary's main) is at the end.
+// checkpoints), then --save and --checkpoint, then the summary line (perf.c). Which
+// process prints the run's lines and where each process writes its trace is decided in
+// "processes" below. rt_train_main (the generated binary's main) is at the end.
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -322,6 +322,10 @@ static int rank_eval(train_run* run, rt_rank* R, int64_t s) {
     const double mean = total / (double)(W * K);
     if (run->trace)
         rt_trace_complete(run->trace, R->rank, RT_TRACE_COMPUTE, "eval", "step", ts, dt * 1e6, NULL, NULL);
+    if (R->rank == 0 && (!run->best_val_step || mean < run->best_val)) {
+        run->best_val = mean;
+        run->best_val_step = s + 1;
+    }
     if (R->rank == 0 && !run->quiet)
         printf("step %lld val loss %.6f | %lld batches | %.2f ms\n", (long long)(s + 1), mean, (long long)K,
                dt * 1e3);
@@ -368,6 +372,10 @@ static int rank_steps(train_run* run, rt_rank* R) {
     const rt_model* m = run->m;
     const int64_t W = m->world, NB = m->n_backward;
     const int64_t items = train_items_per_step(m);
+    if (R->rank == 0) {
+        train_perf_begin(run, R);
+        run->t_start = now_s();
+    }
     for (int64_t i = 0; i < run->nsteps; i++) {
         const int64_t s = run->start_step + i;
         R->step = s;
@@ -404,9 +412,12 @@ static int rank_steps(train_run* run, rt_rank* R) {
             // With a learning-rate schedule, the lr of the step's first optimizer.step().
             char lr[40] = "";
             if (has_lr_schedule(m)) snprintf(lr, sizeof lr, " | lr %.4e", rt_step_lr(R, 0));
-            if (!run->quiet && should_log(run, i))
-                printf("step %lld loss %.6f%s | %.0f %s/s | %.2f ms\n", (long long)(s + 1), mean, lr,
-                       dt > 0 ? (double)items / dt : 0.0, m->tokens ? "tok" : "samples", dt * 1e3);
+            if (!run->quiet && should_log(run, i)) {
+                char perf[96];
+                train_perf_step(run, i, dt, now_s(), perf, sizeof perf);
+                printf("step %lld loss %.6f%s | %.0f %s/s | %.2f ms%s\n", (long long)(s + 1), mean, lr,
+                       dt > 0 ? (double)items / dt : 0.0, m->tokens ? "tok" : "samples", dt * 1e3, perf);
+            }
         }
         if (!isfinite(mean)) {
             diverged(run, R, s, "loss", mean);
@@ -418,6 +429,7 @@ static int rank_steps(train_run* run, rt_rank* R) {
         if (o->checkpoint && o->checkpoint_every && (s + 1) % o->checkpoint_every == 0 &&
             i + 1 < run->nsteps)
             if (train_checkpoint_save(run, R, o->checkpoint, s + 1)) return 1;
+        if (i == 0 && R->rank == 0) run->t_first = now_s();  // the ETA leaves step 1 out
     }
     return 0;
 }
@@ -470,6 +482,7 @@ static void rank_main(rt_comm* comm, void* arg) {
     if (o->checkpoint && train_checkpoint_save(run, &R, o->checkpoint, run->start_step + run->nsteps))
         goto out;
     if (o->logits && train_write_logits(run, &R, o->logits)) goto out;
+    if (R.rank == 0) run->t_end = now_s();
 out:
     run->peak[R.rank] = rt_arena_peak(&R.arena);
     rank_release(run, &R, &bufs);
@@ -502,6 +515,8 @@ static int check_model(const rt_model* m) {
     else if (m->tokens && (m->batch < 1 || m->seq_len < 1 || m->vocab < 1))
         why = "token model without batch/seq_len/vocab";
     else if (!m->tokens && train_input_numel(m) < 1) why = "float model without an input shape";
+    else if (m->flops_per_step < 0 || (m->flops_per_step > 0 && m->tokens_per_step != train_items_per_step(m)))
+        why = "flops_per_step without tokens_per_step equal to world x forwards x batch";
     if (why) {
         fprintf(stderr, "fsdpgen: internal error: model '%s': %s (generated code is inconsistent)\n",
                 m && m->name ? m->name : "?", why);
@@ -587,6 +602,7 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
         rc = train_run_exec(&run);  // rank 0 prints the header as it starts
         if (train_write_trace(&run, o.trace)) rc = 1;
         if (!rc && o.bench && train_holds_rank0(&run)) train_bench_report(&run);
+        if (!rc && train_holds_rank0(&run)) train_perf_done(&run);
     }
     if (run.trace) rt_trace_destroy(run.trace);
     if (run.data) rt_data_close(run.data);

@@ -45,6 +45,7 @@ typedef struct train_opts {
     int verbose;
     int local;                 // --local (CUDA binaries): every rank on GPU 0
     int no_graph;              // --no-graph (CUDA binaries): no CUDA graph replay
+    double peak_tflops;        // --peak-tflops: one device's peak (the CPU: the machine's), 0: none
 } train_opts;
 
 // Parses argv for a training binary (conformance = 0) or a conformance test (1). Returns 0
@@ -83,6 +84,12 @@ typedef struct train_run {
     double* optim_ms;        // [nsteps] rank 0's optimizer time
     size_t* peak;            // [world] measured arena peak at the end
     int64_t steps_done;
+    // Rank 0's, for the step lines and the summary (perf.c).
+    double peak_flops;       // FLOP/s of every device the ranks use, 0: unknown (no MFU)
+    double t_start, t_first, t_end;  // wall clock: step 1 starts, step 1 (and its eval,
+                             // checkpoint) ends, the run ends (after --save, --checkpoint)
+    double best_val;         // the lowest validation loss ...
+    int64_t best_val_step;   // ... and its step (0: no eval)
     int here_first;          // the lowest rank this process ran (mpirun: its only one) ...
     int here_count;          // ... and how many (0: none started)
 } train_run;
@@ -183,6 +190,22 @@ int train_checkpoint_prepare(train_run* run);
 
 // bench.c: the --bench report from run->step_ms / comm_ms / optim_ms.
 void train_bench_report(const train_run* run);
+
+// perf.c: throughput, MFU, ETA and the summary (rank 0). The bf16 dense peak of a GPU by
+// its name (peaks.def), 0 when unknown.
+double train_peak_tflops(const char* device);
+// The listed GPUs and their peaks: "H100 989, H200 989, A100 312".
+const char* train_peak_list(void);
+// "0.3s", "12s", "1m23s", "2h05m", "3d04h" ("?" for a negative or non-finite time).
+void train_fmt_eta(double s, char* out, size_t cap);
+// Sets run->peak_flops (inside the launch: it asks the backend for the device) and prints
+// the `model: F per step ...` line.
+void train_perf_begin(train_run* run, rt_rank* R);
+// The step line's tail for step index i that took dt seconds, at wall time now:
+// " | F FLOP/s | MFU U% | eta E" (the parts that apply).
+void train_perf_step(const train_run* run, int64_t i, double dt, double now, char* out, size_t cap);
+// The run's last line: `done: N steps, T tokens, S s (...), loss a -> b, ...`.
+void train_perf_done(const train_run* run);
 
 // Numbers of one step.
 int64_t train_items_per_step(const rt_model* m);  // tokens (token models) or samples

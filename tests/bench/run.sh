@@ -83,6 +83,8 @@ check "$(is "$(flops "print(flops.config_flops_per_token(flops.CONFIGS['gpt2_124
 check "$(is "$(flops 'print(flops.mfu(8e8, 1e5, 989) == 8e13 / 989e12)')" True)" "mfu = FLOPs/token * tok/s / peak"
 check "$(is "$("$plain" bench/flops.py peak 'NVIDIA H100 80GB HBM3') $("$plain" bench/flops.py peak 'NVIDIA H200')" "989 989")" \
   "bf16 peaks: H100 80GB HBM3 (SXM) and H200 = 989 TFLOP/s"
+check "$(is "$("$plain" bench/flops.py peak 'NVIDIA A100-SXM4-80GB')" 312)" \
+  "bf16 peak of an A100 = 312 TFLOP/s (runtime/train/peaks.def, the training binary's table)"
 "$plain" bench/flops.py peak 'NVIDIA H100 PCIe' >/dev/null 2>&1
 rc1=$?
 "$plain" bench/flops.py peak 'Tesla T4' >/dev/null 2>&1

@@ -2,9 +2,10 @@
 # The small examples train: every examples/*.lua whose header says `-- Size: small` is
 # built and trained for a few steps on the README main job's texts (Debian's GPL-3, validated
 # on GPL-2: fixed texts, unlike the repository's own docs; two generator sources elsewhere);
-# each must exit 0, print a finite loss on every step line and a validation loss, and end
-# lower than it started. Ends with `N passed, N failed`. (tests/generator/examples.lua
-# plans every example, the large ones included.)
+# each must exit 0, print a finite loss on every step line and a validation loss, end
+# lower than it started, and print FLOP/s, an ETA and the `done:` summary. Ends with
+# `N passed, N failed`. (tests/generator/examples.lua plans every example, the large ones
+# included.)
 set -u
 cd "$(dirname "$0")/../.."
 pass=0
@@ -32,6 +33,17 @@ for spec in $small; do
   ok=$(awk -v a="$first" -v b="$last" -v v="$val" 'BEGIN {
     finite = (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && v ~ /^[0-9.]+$/); print (finite && b + 0 < a + 0) ? 1 : 0 }')
   check "$ok" "$spec: loss $first -> $last after 30 steps, val loss $val (finite, lower)"
+  # runtime/train/perf.c: FLOP/s and an ETA on the step lines (no MFU on the CPU without
+  # --peak-tflops), and the summary: 30 steps, their tokens, the loss from the step lines.
+  done_line=$(grep '^done: ' "$log")
+  tokens=$(sed -n 's/^done: 30 steps, \([0-9]*\) tokens, .*/\1/p' <<<"$done_line")
+  s10=$(grep '^step 10 loss ' "$log")
+  loss=$(sed -n 's/.*, loss \([^ ]*\) -> \([^ ,]*\), best val loss .*/\1 \2/p' <<<"$done_line")
+  same=$(awk -v a="$first" -v b="$last" -v l="$loss" 'BEGIN { split(l, x, " ")
+    d1 = a - x[1]; d2 = b - x[2]; print (l != "" && d1 * d1 < 1e-8 && d2 * d2 < 1e-8) ? 1 : 0 }')
+  ok=$([[ -n $tokens && $((tokens % 30)) -eq 0 && $s10 == *"FLOP/s | eta "* && $same == 1 ]] &&
+    ! grep -q MFU "$log" && echo 1 || echo 0)
+  check "$ok" "$spec: FLOP/s and eta on step lines, no MFU; summary: ${done_line:0:80}"
 done
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

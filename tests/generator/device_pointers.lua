@@ -29,6 +29,7 @@ for _, path in ipairs(util.all_specs()) do
     check(false, path .. ": step C emitted: " .. tostring(type(text) == "table" and text.msg or text))
   else
     n = n + 1
+    text = util.flat(text)  -- views as F(offset, bytes), one line per call
     local bad = host_read(text)
     if bad then check(false, path .. ": the step C reads an arena view on the host: " .. bad) end
     -- specs whose loss gradient is an arena value (several forwards before one backward)

@@ -23,7 +23,7 @@ local function plan_of(path)
   for _, b in ipairs(plan.memory.buffers) do
     if b.kind == "reduce_scatter" then r.rs_bufs = r.rs_bufs + 1 end
   end
-  r.c = emit_step.render(plan, path, plan.spec.name)
+  r.c = util.flat(emit_step.render(plan, path, plan.spec.name))
   r.lines = {}
   for _, st in ipairs(r.steps) do r.lines[#r.lines + 1] = schedule.step_line(st, plan) end
   return r

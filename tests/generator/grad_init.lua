@@ -250,6 +250,7 @@ local function check_spec(path)
     check(false, path .. ": step C emitted: " .. tostring(type(text) == "table" and text.msg or text))
     return
   end
+  text = util.flat(text)  -- views as F(offset, bytes), one line per call
   check_program(plan.spec.name, plan, program_text(text, false))
   if plan.after_eval_plan then
     check_program(plan.spec.name .. " (the step after an eval)", plan.after_eval_plan, program_text(text, true))

@@ -21,7 +21,7 @@ local check, args_of, compute_steps = util.check, util.args_of, util.compute_ste
 -- the counts below are the step's).
 local function step_c(path)
   local plan = util.plan(path)
-  local c = emit_step.render(plan, path, plan.spec.name)
+  local c = util.flat(emit_step.render(plan, path, plan.spec.name))  -- one line per call
   return c:match("^(.-)\n// %-%-%-%- eval_") or c, plan.spec.name
 end
 
@@ -196,11 +196,13 @@ return fsdp.spec{ name = "mp_swiglu_param", model = m, world_size = 1, input = {
   loss = "sum", optimizer = { "sgd", lr = 0.1 } }
 ]])
 f:close()
-local ok, err = pcall(step_c, tmp)
+local ok, err = pcall(util.plan, tmp)
 os.remove(tmp)
 local msg = type(err) == "table" and (err.msg or "") or tostring(err)
-check(not ok and msg:find("parameter operand", 1, true) ~= nil,
-  "swiglu with a bf16 parameter operand is refused (its dt would round the parameter's gradient): " .. msg)
+check(not ok and require("errors").is_spec_error(err) and not err.internal
+  and msg:find("parameter operand", 1, true) ~= nil,
+  "swiglu with a bf16 parameter operand is refused when planning (check.lua: its dt would round "
+  .. "the parameter's gradient): " .. msg)
 
 -- Packed logits (memory.lua mark_packed_logits) only for a bias-free head: the same small token
 -- model with and without the head's bias.
@@ -348,7 +350,9 @@ end
 -- the odd ops, the weight of linear(parameter, weight) is not (its backward runs in fp32).
 local function packed_params(text)
   local got = {}
-  for fqn, flag in text:gmatch('\n%s*{"([^"]+)", [^\n]*, (%d), %d},') do got[fqn] = flag == "1" end
+  for entry in util.flat(text):gmatch('\n%s*({%.fqn = "[^\n]*)') do
+    got[entry:match('^{%.fqn = "([^"]+)"')] = entry:find(".packed = 1", 1, true) ~= nil
+  end
   return got
 end
 local function align_spec(mid, dtype)

@@ -11,20 +11,28 @@
 --     budget is armed at BUDGET seconds as a backstop and counts as a failure).
 -- A few erroring mutants also run through ./fsdpgen events: exit 2 and one line on stderr.
 -- Seeded: every run makes the same mutants.
--- Run from the repository root: lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] [--verbose]
+-- --emit: a mutant that plans must also emit its step C and its reference's, as `fsdpgen
+-- build` does short of compiling (plan == build, generator/check.lua).
+-- Run from the repository root:
+--   lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] [--verbose] [--emit]
 -- (default 1000 mutants; 10000 and more on demand).
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local errors = require("errors")
 local util = require("tests.generator.step_c")
 local check = util.check
 
-local count, seed, verbose = 1000, 39, false
+local count, seed, verbose, emit = 1000, 39, false, false
 local i = 1
 while i <= #arg do
   if arg[i] == "--count" then count = tonumber(arg[i + 1]); i = i + 1
   elseif arg[i] == "--seed" then seed = tonumber(arg[i + 1]); i = i + 1
   elseif arg[i] == "--verbose" then verbose = true
-  else io.stderr:write("usage: lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] [--verbose]\n"); os.exit(2) end
+  elseif arg[i] == "--emit" then emit = true
+  else
+    io.stderr:write("usage: lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] "
+      .. "[--verbose] [--emit]\n")
+    os.exit(2)
+  end
   i = i + 1
 end
 math.randomseed(seed)
@@ -208,10 +216,11 @@ local function plan_file()
   local ok, res = pcall(function()
     local loader = require("loader")
     local spec = loader.load(path)
-    return loader.protect(spec.line, require("planner").plan, spec)
+    local function plan_checked(s) return require("check").run(require("planner").plan(s)) end
+    return loader.protect(spec.line, plan_checked, spec)
   end)
   errors.arm_budget(nil)
-  if ok then return "ok" end
+  if ok then return "ok", res end
   if errors.is_spec_error(res) and not res.internal then return "spec", errors.format(res, path), res end
   return "internal", tostring(type(res) == "table" and (res.internal or res.msg) or res)
 end
@@ -269,6 +278,14 @@ while made < count do
     local what = string.format("mutant %d of %s", made, s.path)
     if dt > slowest then slowest, slowest_what = dt, what end
     local fail
+    if kind == "ok" and emit then
+      local ok, err = pcall(util.emit_c, path, msg)
+      errors.track_spec_lines(false)
+      if not ok then
+        local why = type(err) == "table" and (err.internal or err.msg) or err
+        fail = "planned but did not emit: " .. tostring(why)
+      end
+    end
     if kind == "internal" then
       bad = bad + 1
       fail = "internal error: " .. msg:match("^[^\n]*")

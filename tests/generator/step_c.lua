@@ -28,16 +28,76 @@ function M.all_specs()
   return specs
 end
 
--- The plan of a spec file, as the generator makes it (a spec error is raised as its table).
-function M.plan(path)
+-- The plan of a spec file, as the generator makes it: planned and checked (check.lua; a
+-- spec error is raised as its table). `transform` adjusts the loaded spec (reference.lua).
+function M.plan(path, transform)
   local loader = require("loader")
   local spec = loader.load(path)
-  return loader.protect(spec.line, require("planner").plan, spec)
+  if transform then transform(spec) end
+  local function plan_checked(s) return require("check").run(require("planner").plan(s)) end
+  return loader.protect(spec.line, plan_checked, spec)
+end
+
+-- What `fsdpgen build` emits for the spec at `path`, planned as `plan`, short of compiling it:
+-- the step C of the plan and of its non-sharded reference (reference.lua; the rest of
+-- build's files are templates). Raises what planning the reference or emitting raises.
+function M.emit_c(path, plan)
+  local emit_step = require("emit_step")
+  local ref = M.plan(path, require("reference").transform)
+  require("errors").track_spec_lines(false)
+  return emit_step.render(plan, "spec.lua", "spec"),
+    emit_step.render(ref, "spec.lua", "spec_reference", true)
+end
+
+-- Brackets a line of C opens and does not close (outside strings).
+local function open_brackets(line)
+  local depth = 0
+  for ch in line:gsub('"[^"]*"', '""'):gmatch("[%(%){}]") do
+    depth = depth + ((ch == "(" or ch == "{") and 1 or -1)
+  end
+  return depth
+end
+
+-- The step C with one line per call, table entry and comment (the emitter wraps them at
+-- 100 columns: generator/c_text.lua) and every arena name replaced by its byte offset
+-- from the arena's #defines, so a view reads F(offset, bytes) and a buffer argument its
+-- offset: what the suites compare with the memory plan (an error in the #defines shows
+-- there too); with keep_names, the names stay. Idempotent.
+function M.flat(text, keep_names)
+  local defs = {}
+  for name, off in text:gmatch("\n#define ([%w_]+)%s+(%d+)") do defs[name] = off end
+  local out, depth = {}, 0
+  for line in (text:sub(-1) == "\n" and text or text .. "\n"):gmatch("(.-)\n") do
+    local cont = line:match("^%s*//    (.*)$")
+    if cont and out[#out] and out[#out]:match("^%s*//") then
+      out[#out] = out[#out] .. " " .. cont
+    elseif depth > 0 then
+      local sep = out[#out]:match("[%({]$") and "" or " "  -- a call's head alone on its line
+      out[#out] = out[#out] .. sep .. line:match("^%s*(.-)$")
+      depth = depth + open_brackets(line)
+    else
+      -- a wrapped call or table entry opens brackets; a block or a table ends its line with {
+      if not line:match("^%s*[/#]") and not line:match("{%s*$") then
+        depth = math.max(0, open_brackets(line))
+      end
+      out[#out + 1] = line
+    end
+  end
+  for i, line in ipairs(out) do
+    if not keep_names and not line:match("^#define") and not line:match("^%s*//") then
+      line = line:gsub("%f[%w_]([%a_][%w_]*)%f[^%w_]", function(n) return defs[n] end)
+      out[i] = line:gsub("([FI])%((%d+) %+ (%d+),", function(f, a, b)
+        return string.format("%s(%d,", f, tonumber(a) + tonumber(b))
+      end)
+    end
+  end
+  return table.concat(out, "\n") .. "\n"
 end
 
 -- The compute steps of a step C, in order: { kind (forward, backward, loss_grad, ...),
 -- head (the schedule comment), dtype (the output's, when the line names one), calls }.
 function M.compute_steps(text)
+  text = M.flat(text)
   local steps, cur = {}, nil
   for line in text:gmatch("[^\n]+") do
     local kind, rest = line:match("^%s*// compute%s+([%w_]+)%s+(.*)$")

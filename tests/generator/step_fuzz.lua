@@ -8,7 +8,10 @@
 --     microbatches) must all plan, and their memory plans must place no two live buffers
 --     on the same bytes;
 --   * programs of arbitrary items must plan or fail with a spec error, never an internal
---     error (a Lua error inside the generator) and never a hang.
+--     error (a Lua error inside the generator) and never a hang;
+--   * with FSDPGEN_SLOW=1, every program that plans (planning runs the check pass) emits
+--     its step C and its reference's without an error, as `fsdpgen build` does short of
+--     compiling (plan == build; tests/generator/plan_builds.lua).
 -- Run from the repository root: lua5.4 tests/generator/step_fuzz.lua
 -- `--write DIR N` writes the first N microbatch programs into DIR as spec files instead
 -- (tests/conformance/run.sh builds and runs their conformance tests).
@@ -83,13 +86,26 @@ local function any_program()
   return items
 end
 
+local EMIT = os.getenv("FSDPGEN_SLOW") == "1"
+local emitted, emit_failed = 0, {}
+
 -- Plans `text`: the plan, or nil and the spec error (an internal error stays raised).
+-- With EMIT, a program that plans also emits its step C (a failure is kept in emit_failed).
 local function plan_text(text)
   local f = assert(io.open(tmp, "w"))
   f:write(text)
   f:close()
   local ok, res = pcall(util.plan, tmp)
   errors.track_spec_lines(false)
+  if ok and EMIT then
+    local eok, err = pcall(util.emit_c, tmp, res)
+    errors.track_spec_lines(false)
+    emitted = emitted + 1
+    if not eok then
+      local msg = tostring(type(err) == "table" and (err.internal or err.msg) or err)
+      emit_failed[#emit_failed + 1] = msg .. "\n" .. text
+    end
+  end
   if ok then return res end
   if errors.is_spec_error(res) and not res.internal then return nil, res end
   error(res.internal or tostring(res.msg or res), 0)
@@ -139,5 +155,10 @@ for i = 1, 300 do
 end
 check(#internal == 0, string.format("300 programs of arbitrary items: %d planned, %d refused with a spec error, "
   .. "%d internal errors%s", planned, refused, #internal, internal[1] and (": " .. internal[1]) or ""))
+if EMIT then
+  local first = emit_failed[1] and (": " .. #emit_failed .. " failed, the first: " .. emit_failed[1])
+  check(#emit_failed == 0, string.format("the %d programs that plan emit their step C (plan == "
+    .. "build)%s", emitted, first or ""))
+end
 os.remove(tmp)
 util.finish()

@@ -37,42 +37,47 @@ local gpt = "models.Transformer{ n_layers = 1, dim = 4, n_heads = 2, vocab_size 
   .. "max_seq_len = 8, dropout_p = 0%s }"
 local c = count(spec(gpt:format(""), per_layer, tokens))
 check(c.params == 308 and c.matmul_params == 276,
-  string.format("tiny tied Transformer: 308 parameters, N 276 (got %d, %d)", c.params, c.matmul_params))
+  string.format("tiny tied Transformer: 308 parameters, N 276 (got %d, %d)", c.params,
+    c.matmul_params))
 check(c.flops_per_token == 2040 and c.step_tokens == 48 and c.step_flops == 2040 * 48,
-  string.format("tiny Transformer: 2040 FLOPs/token, 48 tokens, %d FLOPs per step (got %s, %d, %d)",
-    2040 * 48, tostring(c.flops_per_token), c.step_tokens, c.step_flops))
+  string.format("tiny Transformer: 2040 FLOPs/token, 48 tokens, %d FLOPs per step "
+    .. "(got %s, %d, %d)", 2040 * 48, tostring(c.flops_per_token), c.step_tokens, c.step_flops))
 check(c.rank_flops * 2 == c.step_flops and c.rank_tokens == 24, "one rank: half the step (2 ranks)")
 check(c.attn_flops == 12 * 24 * 8 * 4, "attention term 12 * rows 24 * keys 8 * width 4")
 
 -- Activation checkpointing recomputes the block in backward: not model FLOPs.
 local ck = count(spec(gpt:format(", checkpoint_activations = true"), per_layer, tokens))
-check(ck.step_flops == c.step_flops, string.format("checkpointed activations: the same %d FLOPs (got %d)",
-  c.step_flops, ck.step_flops))
+check(ck.step_flops == c.step_flops,
+  string.format("checkpointed activations: the same %d FLOPs (got %d)", c.step_flops,
+    ck.step_flops))
 
 -- Two microbatches (two forwards, one optimizer step): twice the tokens and FLOPs.
 local mb = count(spec(gpt:format(""), per_layer, tokens
   .. [[, step = { "forward", "backward", "forward", "backward", "optimizer" }]]))
 check(mb.step_tokens == 96 and mb.step_flops == 2 * c.step_flops,
-  string.format("two microbatches: 96 tokens, twice the FLOPs (got %d, %d)", mb.step_tokens, mb.step_flops))
+  string.format("two microbatches: 96 tokens, twice the FLOPs (got %d, %d)", mb.step_tokens,
+    mb.step_flops))
 
 -- Llama, 1 layer, dim 4, 2 heads, 1 kv head, ffn 8, vocab 10: tok 40 + block 152 (norms 8,
 -- wq 16, wk 8, wv 8, wo 16, w1/w2/w3 96) + norm 4 + output 40 = 236; N = 236 - tok 40 = 196;
 -- seq 8: 6 * 196 + 12 * 8 * 4 = 1560.
-local l = count(spec("models.Llama{ n_layers = 1, dim = 4, n_heads = 2, n_kv_heads = 1, ffn_dim = 8, "
-  .. "vocab_size = 10, max_seq_len = 8 }", per_layer, tokens))
+local l = count(spec("models.Llama{ n_layers = 1, dim = 4, n_heads = 2, n_kv_heads = 1, "
+  .. "ffn_dim = 8, vocab_size = 10, max_seq_len = 8 }", per_layer, tokens))
 check(l.params == 236 and l.matmul_params == 196 and l.flops_per_token == 1560,
-  string.format("tiny Llama (GQA, untied): 236 parameters, N 196, 1560 FLOPs/token (got %d, %d, %s)",
-    l.params, l.matmul_params, tostring(l.flops_per_token)))
+  string.format("tiny Llama (GQA, untied): 236 parameters, N 196, 1560 FLOPs/token "
+    .. "(got %d, %d, %s)", l.params, l.matmul_params, tostring(l.flops_per_token)))
 
 -- A float model: MLP(3) is in_proj 3 -> 12 (+12 bias) and out_proj 12 -> 3 (+3 bias) = 87
 -- parameters, on 5 samples per rank: 6 * 5 * 87 per rank, no attention.
 local m = count(spec("models.MLP(3)", "fsdp.fully_shard(model)",
   [[input = { shape = { 5, 3 } }, loss = "sum"]]))
-check(m.params == 87 and m.rank_flops == 6 * 5 * 87 and m.step_tokens == 10 and m.attn_flops == 0,
-  string.format("float MLP(3): 87 parameters, %d FLOPs per rank, 10 samples per step (got %d, %d, %d)",
-    6 * 5 * 87, m.params, m.rank_flops, m.step_tokens))
+check(m.params == 87 and m.rank_flops == 6 * 5 * 87 and m.step_tokens == 10
+  and m.attn_flops == 0,
+  string.format("float MLP(3): 87 parameters, %d FLOPs per rank, 10 samples per step "
+    .. "(got %d, %d, %d)", 6 * 5 * 87, m.params, m.rank_flops, m.step_tokens))
 
-check(flops.human(854945280) == "855 MFLOP" and flops.human(1.4e13) == "14 TFLOP", "human-readable counts")
+check(flops.human(854945280) == "855 MFLOP" and flops.human(1.4e13) == "14 TFLOP",
+  "human-readable counts")
 
 os.remove(tmp)
 util.finish()

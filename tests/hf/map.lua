@@ -82,7 +82,7 @@ for _, c in ipairs(cases) do
       check(m ~= nil, c[1] .. " (" .. (m and m.arch or tostring(why)) .. ")")
     else
       local text = emit_step.render(plan, path, "case")
-      check(not m and why:find(c[3], 1, true) ~= nil and text:find(".hf_unavailable = ", 1, true)
+      check(not m and why:find(c[3], 1, true) ~= nil and text:find(".hf_unavailable =\n", 1, true)
         and not text:find(".hf = ", 1, true), c[1] .. " is refused: " .. tostring(why))
     end
   end

@@ -593,7 +593,8 @@ static void test_basic_run(void) {
                       !has(p.out, "step 3 loss ") && has(p.out, "step 4 loss ") &&
                       has(p.out, "step 5 loss "),
                "step lines 1, 2, 4, 5 (first, every 2nd, last)");
-    CHECK_PROC(p, has(p.out, " samples/s | ") && has(p.out, " ms\n"), "step line has samples/s and ms");
+    CHECK_PROC(p, has(p.out, " samples/s | ") && has(p.out, " ms | ") && has(p.out, "FLOP/s\n"),
+               "step line has samples/s, ms and the model's FLOP/s");
     CHECK_PROC(p, has(p.out, "step 1 loss ") && has(p.out, " | lr 5.0000e-03 | ") &&
                       has(p.out, " | lr 1.0000e-02 | "),
                "with an lr schedule (warmup 2), step lines 1 and 2 print lr 5e-3 and 1e-2");
@@ -961,6 +962,12 @@ static void test_bad_args(void) {
         {"--val-batches", "3", NULL},  // without --val-every or --val-data
         {"--val-every", "0", NULL},
         {"--val-data", "x.bin", NULL},  // tiny takes float inputs
+        {"--peak-tflops", "0", NULL},
+        {"--peak-tflops", "-5", NULL},
+        {"--peak-tflops", "fast", NULL},
+        {"--peak-tflops", "nan", NULL},
+        {"--peak-tflops", "1e400", NULL},
+        {"--peak-tflops", "", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char** c = cases[i];
@@ -995,6 +1002,105 @@ static void test_conformance(void) {
     proc_free(&p);
 }
 
+// ---- throughput, MFU, ETA, summary (perf.c) -----------------------------------------------
+
+// The text after `key` in the first line of out that has it, up to " |" or the line end.
+static const char* field(const char* out, const char* line_start, const char* key, char* buf,
+                         size_t cap) {
+    const char* l = strstr(out, line_start);
+    if (!l) return NULL;
+    size_t len = strcspn(l, "\n");
+    const char* k = strstr(l, key);
+    if (!k || k >= l + len) return NULL;
+    k += strlen(key);
+    size_t n = 0;
+    while (k + n < l + len && strncmp(k + n, " |", 2) && n + 1 < cap) buf[n] = k[n], n++;
+    buf[n] = 0;
+    return buf;
+}
+
+// "0.3s", "12s", "1m23s", "2h05m" -> seconds (-1 for anything else).
+static double eta_seconds(const char* e) {
+    double a = 0, b = 0;
+    char u1 = 0, u2 = 0;
+    int n = e ? sscanf(e, "%lf%c%lf%c", &a, &u1, &b, &u2) : 0;
+    if (n == 2 && u1 == 's') return a;
+    if (n == 4 && u1 == 'm' && u2 == 's') return 60 * a + b;
+    if (n == 4 && u1 == 'h' && u2 == 'm') return 3600 * a + 60 * b;
+    return -1;
+}
+
+static void test_perf(void) {
+    // The peak table (runtime/train/peaks.def, which bench/flops.py reads too).
+    CHECK(train_peak_tflops("NVIDIA H100 80GB HBM3") == 989 && train_peak_tflops("NVIDIA H200") == 989 &&
+              train_peak_tflops("NVIDIA A100-SXM4-80GB") == 312 &&
+              train_peak_tflops("NVIDIA A100 80GB PCIe") == 312,
+          "peaks: H100 SXM 989, H200 989, A100 (SXM and PCIe) 312 TFLOP/s");
+    CHECK(train_peak_tflops("NVIDIA H100 PCIe") == 0 && train_peak_tflops("NVIDIA H100 NVL") == 0 &&
+              train_peak_tflops("Tesla T4") == 0 && train_peak_tflops("") == 0 &&
+              train_peak_tflops(NULL) == 0,
+          "peaks: H100 PCIe / NVL, T4 and no name are not in the table");
+    CHECK(has(train_peak_list(), "H100 989") && has(train_peak_list(), "A100 312") &&
+              !has(train_peak_list(), "PCIe"),
+          "the --help list of peaks: %s", train_peak_list());
+    const struct { double s; const char* want; } etas[] = {
+        {0.34, "0.3s"}, {9.94, "9.9s"}, {12.4, "12s"}, {59.4, "59s"}, {59.6, "1m00s"},
+        {83, "1m23s"}, {3599.4, "59m59s"}, {3725, "1h02m"}, {100 * 3600.0, "4d04h"}, {-1, "?"},
+        {NAN, "?"}};
+    for (size_t i = 0; i < sizeof etas / sizeof etas[0]; i++) {
+        char e[32];
+        train_fmt_eta(etas[i].s, e, sizeof e);
+        CHECK(!strcmp(e, etas[i].want), "eta of %g s is '%s' (got '%s')", etas[i].s, etas[i].want, e);
+    }
+
+    // CPU, no --peak-tflops: FLOP/s, no MFU; ETA on the lines between the first and the last.
+    proc p = run(g_train, "tiny_slow", "--steps", "5", "--val-every", "2", NULL);
+    char b[64], e2[32], e3[32], e4[32];
+    CHECK_PROC(p, p.rc == 0 && has(p.out, "model: 900 FLOP per step (150 FLOP per sample)\n"),
+               "the model line: 900 FLOPs per step, 150 per sample, no peak on the CPU");
+    CHECK_PROC(p, field(p.out, "step 2 loss ", " ms | ", b, sizeof b) && has(b, "FLOP/s") &&
+                      !has(p.out, "MFU"),
+               "CPU without --peak-tflops: step lines print FLOP/s (%s) and no MFU", b);
+    int e_ok = field(p.out, "step 2 loss ", " | eta ", e2, sizeof e2) &&
+               field(p.out, "step 3 loss ", " | eta ", e3, sizeof e3) &&
+               field(p.out, "step 4 loss ", " | eta ", e4, sizeof e4);
+    double s2 = eta_seconds(e2), s3 = eta_seconds(e3), s4 = eta_seconds(e4);
+    CHECK_PROC(p, e_ok && s2 > s3 && s3 > s4 && s4 > 0 && s2 < 2.0,
+               "ETA on steps 2..4 decreases (%s, %s, %s: 100 ms steps, evals included)",
+               e_ok ? e2 : "?", e_ok ? e3 : "?", e_ok ? e4 : "?");
+    CHECK_PROC(p, field(p.out, "step 1 loss ", "", b, sizeof b) && !has(b, "eta") &&
+                      field(p.out, "step 5 loss ", "", b, sizeof b) && !has(b, "eta"),
+               "no ETA on step 1 (no step time after it yet) nor on the last step");
+    CHECK_PROC(p, has(p.out, "\ndone: 5 steps, 30 samples, ") && has(p.out, "FLOP/s), loss ") &&
+                      has(p.out, ", best val loss ") && !has(p.out, "checkpoint") &&
+                      !has(p.out, "weights") && !strcmp(p.out + strlen(p.out) - 1, "\n") &&
+                      !strstr(strstr(p.out, "\ndone: ") + 1, "\n\n"),
+               "summary: `done: 5 steps, 30 samples, ...`, loss, best val loss, no checkpoint");
+    proc_free(&p);
+
+    // --peak-tflops: MFU on the step lines and in the summary; checkpoint and weights named.
+    p = run(g_train, "tiny", "--steps", "4", "--log-every", "2", "--peak-tflops", "1e-9",
+            "--checkpoint", P("ckP"), "--save", P("perf.st"), NULL);
+    char ck[600], line[1200];
+    snprintf(ck, sizeof ck, ", checkpoint %s/step_00000004, weights %s\n", P("ckP"), P("perf.st"));
+    CHECK_PROC(p, p.rc == 0 && field(p.out, "step 2 loss ", " | MFU ", b, sizeof b) && has(b, "%") &&
+                      has(p.out, "; peak 1 kFLOP/s (--peak-tflops)\n"),
+               "--peak-tflops 1e-9 (1000 FLOP/s): MFU on the step lines (%s), the peak named", b);
+    const char* d = strstr(p.out, "\ndone: 4 steps, 24 samples, ");
+    snprintf(line, sizeof line, "%.*s", d ? (int)strcspn(d + 1, "\n") : 0, d ? d + 1 : "");
+    CHECK_PROC(p, d && has(line, " samples/s, MFU ") && has(line, "), loss ") && has(p.out, ck) &&
+                      !has(line, "val loss"),
+               "summary with MFU, the checkpoint DIR/step_N and the weights: %s", line);
+    proc_free(&p);
+
+    // No model FLOPs (tok: an embedding lookup only): no FLOP/s or MFU even with a peak.
+    p = run(g_train, "tok", "--steps", "2", "--peak-tflops", "100", NULL);
+    CHECK_PROC(p, p.rc == 0 && !has(p.out, "FLOP") && !has(p.out, "MFU") &&
+                      has(p.out, "done: 2 steps, 48 tokens, ") && has(p.out, " tok/s), loss "),
+               "a model without FLOPs: no FLOP/s, no MFU; summary in tokens (2 x 24)");
+    proc_free(&p);
+}
+
 // ---- main -------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -1022,6 +1128,7 @@ int main(int argc, char** argv) {
     test_divergence();
     test_setup_failures();
     test_bad_args();
+    test_perf();
     test_conformance();
     return check_summary();
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt_kernels.h"
 #include "rt_step.h"
@@ -84,6 +85,12 @@ static void tiny_eval(rt_rank* R) { tiny_eval_with(R, &tiny_off); }
 static void tiny_ref_eval(rt_rank* R) { tiny_eval_with(R, &ref_off); }
 static void tiny_unsynced_step(rt_rank* R) { tiny_step_with(R, &unsynced_off); }
 static void tiny_stale_step(rt_rank* R) { tiny_step_with(R, &stale_off); }
+// tiny_slow: the tiny step, then 100 ms on every rank (step times the ETA can resolve).
+static void tiny_slow_step(rt_rank* R) {
+    tiny_step_with(R, &tiny_off);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
 
 static const char* const bias_aliases[] = {"head.bias", NULL};
 
@@ -111,17 +118,15 @@ static const rt_model_param tiny_params_packed[] = {
 };
 static const int tiny_group_params[] = {0, 1};
 
-// [shard world][nparams]: shard_dim, in_numel, offset, shard_numel.
-static const rt_fsdp_param_plan tiny_plan[] = {
-    {0, 12, 0, 12}, {0, 3, 12, 3},  // rank 0: rows 0..2
-    {0, 12, 0, 8},  {0, 3, 12, 2},  // rank 1: rows 3..4
-};
-static const rt_fsdp_param_plan tiny_ref_plan[] = {{0, 20, 0, 20}, {0, 5, 20, 5}};
+// By shard rank, [nparams]: shard_dim, in_numel, offset, shard_numel.
+static const rt_fsdp_param_plan tiny_rank0[] = {{0, 12, 0, 12}, {0, 3, 12, 3}};  // rows 0..2
+static const rt_fsdp_param_plan tiny_rank1[] = {{0, 12, 0, 8}, {0, 3, 12, 2}};   // rows 3..4
+static const rt_fsdp_param_plan* const tiny_plan[] = {tiny_rank0, tiny_rank1};
+static const rt_fsdp_param_plan tiny_ref_rank[] = {{0, 20, 0, 20}, {0, 5, 20, 5}};
+static const rt_fsdp_param_plan* const tiny_ref_plan[] = {tiny_ref_rank};  // shard world 1
 // A plan the runtime must reject: rank 1's weight shard planned with 3 rows instead of 2.
-static const rt_fsdp_param_plan tiny_wrong_plan[] = {
-    {0, 12, 0, 12}, {0, 3, 12, 3},
-    {0, 12, 0, 12}, {0, 3, 12, 2},
-};
+static const rt_fsdp_param_plan tiny_wrong_rank1[] = {{0, 12, 0, 12}, {0, 3, 12, 2}};
+static const rt_fsdp_param_plan* const tiny_wrong_plan[] = {tiny_rank0, tiny_wrong_rank1};
 
 #define GROUP(NAME, NPARAMS, PARAMS, PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)           \
     {.name = NAME, .nparams = NPARAMS, .params = PARAMS, .placement = RT_SHARD_DIM0,         \
@@ -168,6 +173,9 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
 
 // Every tiny model has a warmup-then-cosine lr schedule, so the resume checks cover it.
 
+// Model FLOPs (generator/flops.lua): 6 x 3 rows x 25 parameters on each of 2 ranks.
+#define TINY_FLOPS (6 * 3 * 25 * 2)
+
 // EVAL: the eval program or NULL; its loss ends at 580 (sharded) / 836 (reference) bytes.
 #define TINY_MODEL(NAME, WORLD_R, WORLD_S, PARAMS, GROUPS, OPTIM, ARENA, PEAK, STEP, EVENTS,    \
                    NEVENTS, COUNTS, NCOUNTS, EVAL, EVAL_PEAK)                                  \
@@ -175,6 +183,7 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
      .replicate = WORLD_R, .shard = WORLD_S, .nparams = 2, .params = PARAMS, .ngroups = 1,     \
      .groups = GROUPS, .tokens = 0, .input_ndim = 2, .input_shape = {3, 4},                   \
      .loss = RT_LOSS_SUM, .n_forward = 1, .n_backward = 1, .optim = OPTIM,                    \
+     .flops_per_step = TINY_FLOPS, .tokens_per_step = 6,                                      \
      .lr_schedule = {RT_LR_COSINE, 2, 6, 1e-3}, .n_optimizer = 1, .grad_clip = 0.0,           \
      .seed = 1234, .arena_bytes = ARENA, .reference = (WORLD_S == 1), .step = STEP,           \
      .expect = {PEAK, NEVENTS, EVENTS, NCOUNTS, COUNTS}, .eval = EVAL,                        \
@@ -207,6 +216,9 @@ const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_p
 const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
                                                 tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
                                                 tiny_events, 3, tiny_counts, 2, NULL, 0);
+const rt_model tiny_slow_model = TINY_MODEL("tiny_slow", 1, 2, tiny_params_sharded, tiny_groups,
+                                            ADAMW, 1024, 1020, tiny_slow_step, tiny_events, 3,
+                                            tiny_counts, 2, tiny_eval, 580);
 const rt_model tiny_stale_model = TINY_MODEL("tiny_stale", 1, 2, tiny_params_sharded, tiny_groups,
                                              ADAMW, 1024, 1020, tiny_stale_step, tiny_events, 3,
                                              tiny_counts, 2, NULL, 0);
@@ -254,7 +266,8 @@ static const rt_model_param tok_params[] = {
     PARAM("emb.weight", NULL, 2, SHAPE2(TOK_V, TOK_V), 0, 0, RT_INIT_NORMAL, 1.0),
 };
 static const int tok_group_params[] = {0};
-static const rt_fsdp_param_plan tok_plan[] = {{0, 128, 0, 128}, {0, 128, 0, 128}};
+static const rt_fsdp_param_plan tok_rank[] = {{0, 128, 0, 128}};
+static const rt_fsdp_param_plan* const tok_plan[] = {tok_rank, tok_rank};
 static const rt_model_group tok_groups[] = {
     GROUP("emb", 1, tok_group_params, tok_plan, 128, 256, 0, 0, 512, 1024),
 };
@@ -290,6 +303,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tiny_stale")) return &tiny_stale_model;
+    if (!strcmp(name, "tiny_slow")) return &tiny_slow_model;
     if (!strcmp(name, "tok")) return &tok_model;
     return NULL;
 }

@@ -1,7 +1,7 @@
 // tiny_model.h — hand-written rt_models standing in for generated code in the driver tests:
 //   tiny_model       Linear(4 -> 5) (weight [5,4] uniform, bias [5] zeros, tied alias
 //                    "head.bias"), sum loss over an input [3,4], AdamW; world 2, shard 2
-//                    (uneven: rank 1 holds 2 of 5 rows)
+//                    (uneven: rank 1 holds 2 of 5 rows); 900 model FLOPs per step
 //   tiny_ref_model   the same planned with mesh {replicate 2, shard 1} (reference = 1)
 //   tiny_nan_model   tiny with SGD lr 1e38: step 2's loss overflows
 //   tiny_bad_model   tiny with wrong planned events, counts and peak (conformance must fail)
@@ -10,8 +10,10 @@
 //   tiny_unsynced_model tiny whose step all-gathers with no all_gather_sync before (dies)
 //   tiny_stale_model    tiny whose step has a second optimizer step with no reduce-scatter
 //                       since the first (dies)
+//   tiny_slow_model  tiny whose step sleeps 100 ms (for the ETA)
 //   tok_model        Embedding [16,16] read as logits, cross-entropy over tokens [2,3],
-//                    2 microbatches (gradient accumulation), Adam; world 2, shard 2
+//                    2 microbatches (gradient accumulation), Adam; world 2, shard 2; no
+//                    model FLOPs (an embedding lookup only)
 #ifndef FSDPGEN_TESTS_TINY_MODEL_H
 #define FSDPGEN_TESTS_TINY_MODEL_H
 
@@ -25,6 +27,7 @@ extern const rt_model tiny_wrong_model;
 extern const rt_model tiny_packed_model;
 extern const rt_model tiny_unsynced_model;
 extern const rt_model tiny_stale_model;
+extern const rt_model tiny_slow_model;
 extern const rt_model tok_model;
 
 // The model named by TINY_MODEL ("tiny" when unset), or NULL for an unknown name.

@@ -34,6 +34,12 @@ static void span(rt_rank* R, double t0, double* acc, int tid, const char* name, 
 
 const char* rt_step_backend(void) { return "cpu"; }
 
+int rt_step_device(rt_rank* R, char* name, size_t cap) {
+    (void)R;
+    if (cap) name[0] = 0;
+    return 0;
+}
+
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
     if (o && (o->local || o->no_graph)) {
         fprintf(stderr, "fsdpgen: %s is for CUDA binaries (build with `fsdpgen build SPEC --cuda`); "

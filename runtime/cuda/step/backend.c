@@ -60,6 +60,9 @@ void cs_check(rt_rank* R, int err, const char* call, const char* file, int line)
 // ---- launch -------------------------------------------------------------------------------
 
 static rt_launch_opts launch_opts;
+static int launch_devices;  // GPUs the ranks of the running launch share
+
+int cs_launch_devices(void) { return launch_devices; }
 
 const char* rt_step_backend(void) { return "cuda"; }
 
@@ -71,6 +74,7 @@ int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg)
                             "combined with mpirun (run the binary without mpirun)\n");
             return 2;
         }
+        launch_devices = world;
         return rt_mpi_run(world, fn, arg);
     }
     int gpus = rt_nccl_device_count();
@@ -84,8 +88,10 @@ int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg)
         if (!launch_opts.local)
             printf("fsdpgen: %d ranks but %d GPU%s: every rank runs on GPU 0 (--local)\n", world,
                    gpus, gpus == 1 ? "" : "s");
+        launch_devices = 1;
         return rt_cuda_local_run(world, 0, fn, arg);
     }
+    launch_devices = world;
     return rt_nccl_run(world, fn, arg);
 }
 

@@ -21,6 +21,8 @@
 // CS(R, cudaCall(...)): on failure "fsdpgen: rank R: file:line: call failed: why (hint)".
 void cs_check(rt_rank* R, int err, const char* call, const char* file, int line);
 #define CS(R, call) cs_check((R), (int)(call), #call, __FILE__, __LINE__)
+// GPUs the ranks of the running rt_step_launch share (rt_step_device).
+int cs_launch_devices(void);
 
 // ---- one rank ---------------------------------------------------------------------------
 

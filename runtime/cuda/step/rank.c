@@ -251,6 +251,15 @@ int rtb_rank_init(rt_rank* R) {
     return s.failed;
 }
 
+int rt_step_device(rt_rank* R, char* name, size_t cap) {
+    const cuda_rank* c = R->backend;
+    struct cudaDeviceProp p;
+    if (cap) name[0] = 0;
+    if (c && cap && cudaGetDeviceProperties(&p, c->device) == cudaSuccess)
+        snprintf(name, cap, "%s", p.name);
+    return cs_launch_devices();
+}
+
 void rtb_rank_free(rt_rank* R) {
     cuda_rank* c = R->backend;
     if (!c) return;

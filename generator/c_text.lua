@@ -1,0 +1,226 @@
+-- How the generated C reads (emit_step.lua): every line at most WIDTH columns (calls and
+-- initializer lists wrapped at their top-level commas, comments at spaces), numbers in
+-- their shortest exact form, and the arena's buffers by name: one #define per buffer of
+-- the memory plan, named after its name in the .layout, so that a reviewer can go from
+-- a line of C to the .layout and the .schedule and back.
+local M = {}
+
+M.WIDTH = 100
+M.CONT = "//    "  -- a comment's continuation lines (tests/generator/step_c.lua joins them)
+
+-- The shortest decimal form that reads back as x (integers as they are).
+function M.num(x)
+  if math.type(x) == "integer" then return tostring(x) end
+  for digits = 15, 17 do
+    local s = string.format("%." .. digits .. "g", x)
+    if tonumber(s) == x then return s end
+  end
+  return string.format("%.17g", x)
+end
+
+-- The top-level pieces of a list "a, f(b, c), {d, e}, "x, y"" (commas outside brackets
+-- and strings).
+local function split(s)
+  local out, depth, start, quote = {}, 0, 1, false
+  local i = 1
+  while i <= #s do
+    local ch = s:sub(i, i)
+    if quote then
+      if ch == "\\" then i = i + 1 elseif ch == '"' then quote = false end
+    elseif ch == '"' then quote = true
+    elseif ch == "(" or ch == "{" or ch == "[" then depth = depth + 1
+    elseif ch == ")" or ch == "}" or ch == "]" then depth = depth - 1
+    elseif ch == "," and depth == 0 then
+      out[#out + 1] = s:sub(start, i - 1):match("^%s*(.-)%s*$")
+      start = i + 1
+    end
+    i = i + 1
+  end
+  out[#out + 1] = s:sub(start):match("^%s*(.-)%s*$")
+  return out
+end
+
+-- Where the first bracket of s opens and where it closes (outside strings), or nil.
+local function first_list(s)
+  local open, depth, quote = nil, 0, false
+  local i = 1
+  while i <= #s do
+    local ch = s:sub(i, i)
+    if quote then
+      if ch == "\\" then i = i + 1 elseif ch == '"' then quote = false end
+    elseif ch == '"' then quote = true
+    elseif ch == "(" or ch == "{" then
+      open = open or i
+      depth = depth + 1
+    elseif ch == ")" or ch == "}" then
+      depth = depth - 1
+      if open and depth == 0 then return open, i end
+    end
+    i = i + 1
+  end
+end
+
+-- The lines of one C line `s` at indentation `ind`: as it is when it fits in WIDTH columns,
+-- else its first call or initializer list wrapped at the commas (continuation lines 8
+-- columns further in after a call, 1 after a leading brace, as in llm.c).
+function M.wrap(ind, s)
+  if #ind + #s <= M.WIDTH then return { ind .. s } end
+  local open, close = first_list(s)
+  if not open or close - open < 2 then return { ind .. s } end
+  local head, tail = s:sub(1, open), s:sub(close)
+  local items = split(s:sub(open + 1, close - 1))
+  local cont = ind .. (open == 1 and " " or "        ")
+  for k, item in ipairs(items) do  -- an item too long for a continuation line: 4 columns in
+    if #cont + #item + (k < #items and 1 or #tail) > M.WIDTH then cont = ind .. "    " end
+  end
+  -- the pieces, joined by one space: the items, one still too long cut at its | or +
+  local pieces = {}
+  for k, item in ipairs(items) do
+    item = item .. (k < #items and "," or tail)
+    local op = item:find(" | ", 1, true) and "|" or "+"
+    if #cont + #item > M.WIDTH and item:find(" " .. op .. " ", 1, true) then
+      local at = 1
+      for bar in item:gmatch("() %" .. op .. " ") do
+        pieces[#pieces + 1] = item:sub(at, bar - 1) .. " " .. op
+        at = bar + 3
+      end
+      pieces[#pieces + 1] = item:sub(at)
+    else
+      pieces[#pieces + 1] = item
+    end
+  end
+  local lines, cur = {}, ind .. head
+  local fresh = true  -- nothing after the head or the continuation indent yet
+  for k, piece in ipairs(pieces) do
+    if k == 1 and #cur + #piece > M.WIDTH then  -- the head alone on its line
+      lines[#lines + 1] = cur
+      cur, fresh = cont .. piece, false
+    elseif not fresh and #cur + 1 + #piece > M.WIDTH then
+      lines[#lines + 1] = cur
+      cur, fresh = cont .. piece, false
+    else
+      cur = cur .. (fresh and "" or " ") .. piece
+      fresh = false
+    end
+  end
+  lines[#lines + 1] = cur
+  return lines
+end
+
+-- Writes the C line string.format(fmt, ...) into the buffer b at its indentation, wrapped.
+function M.code(b, fmt, ...)
+  local s = select("#", ...) > 0 and string.format(fmt, ...) or fmt
+  for _, l in ipairs(M.wrap(string.rep(b.unit, b.depth), s)) do b.lines[#b.lines + 1] = l end
+end
+
+-- A comment `text` at indentation `ind`, wrapped at spaces (runs of spaces, the
+-- .schedule's columns, shrink to two).
+function M.comment(ind, text)
+  text = text:gsub("   +", "  ")
+  local lines, cur = {}, ind .. "// "
+  local fresh = true
+  for word, gap in text:gmatch("(%S+)(%s*)") do
+    if not fresh and #cur + #word > M.WIDTH then
+      lines[#lines + 1] = cur:gsub("%s+$", "")
+      cur, fresh = ind .. M.CONT, true
+    end
+    cur = cur .. word .. (gap ~= "" and gap or "")
+    fresh = false
+  end
+  lines[#lines + 1] = cur:gsub("%s+$", "")
+  return lines
+end
+
+-- A long string cut at spaces into pieces of at most `width` characters (each piece but
+-- the last keeps its trailing space): the adjacent literals C joins into one.
+function M.string_lines(s, width)
+  local out, cur = {}, ""
+  for word, gap in s:gmatch("(%S+)(%s*)") do
+    if cur ~= "" and #cur + #word > width then
+      out[#out + 1] = cur
+      cur = ""
+    end
+    cur = cur .. word .. gap
+  end
+  if cur ~= "" or #out == 0 then out[#out + 1] = cur end
+  return out
+end
+
+-- ---------------------------------------------------------------------------- arena names
+
+-- A C name from a buffer's name in the .layout: `"layers.0" all-gather output` becomes
+-- layers_0_all_gather_output, the root group "" root.
+local function base_name(name)
+  local s = name:gsub('""', "root"):gsub("[^%w]+", "_"):gsub("^_+", ""):gsub("_+$", "")
+  return s
+end
+
+-- The #define of each parameter's byte offset (`offset(p)`) in its group's unsharded
+-- buffers, P_ and its name (layers.0.attention.wq.weight: P_layers_0_attention_wq_weight):
+-- a map parameter -> name, and the lines.
+function M.param_names(list, offset)
+  local names, used, lines, w = {}, {}, {}, 0
+  for _, p in ipairs(list) do
+    local base = "P_" .. base_name(p.fqn)
+    local name, k = base, 1
+    while used[name] do
+      k = k + 1
+      name = base .. "__" .. k
+    end
+    used[name] = true
+    names[p] = name
+    w = math.max(w, #name)
+  end
+  for _, p in ipairs(list) do
+    lines[#lines + 1] = string.format("#define %-" .. math.min(w, 60) .. "s %9d", names[p], offset(p))
+  end
+  return names, lines
+end
+
+-- The names of the buffers of one memory plan, `prefix` first: a map buffer -> name, and
+-- the #define lines (with a comment, in the .layout's order). A name the .layout gives
+-- several buffers (a group's unsharded parameters, gathered in forward and again in
+-- backward) gets __2, __3, ... on its second, third, ... buffer.
+-- `shared` (optional): the names of the step's persistent buffers, by their .layout name,
+-- which the eval programs share (emit_step.lua check_persistent): not defined again.
+function M.arena_names(mem, prefix, shared)
+  local names, used, lines = {}, {}, {}
+  local own = {}
+  for _, bf in ipairs(mem.buffers) do
+    if shared and bf.kind == "persistent" and shared[bf.name] then
+      names[bf] = shared[bf.name]
+    else
+      own[#own + 1] = bf
+    end
+  end
+  if #own < #mem.buffers then
+    lines[1] = string.format("// (its %d persistent buffers are the step's, B_...)",
+      #mem.buffers - #own)
+  end
+  for _, bf in ipairs(own) do
+    local base = prefix .. base_name(bf.name)
+    local name, k = base, 1
+    while used[name] do
+      k = k + 1
+      name = base .. "__" .. k
+    end
+    used[name] = true
+    names[bf] = name
+  end
+  local w = 0
+  for _, bf in ipairs(own) do w = math.max(w, #names[bf]) end
+  w = math.min(w, 56)
+  for _, bf in ipairs(own) do
+    local def = string.format("#define %-" .. w .. "s %9d", names[bf], bf.offset)
+    local note = string.format("  // %d bytes, %s", bf.bytes, bf.kind)
+    if #def + #note <= M.WIDTH then
+      lines[#lines + 1] = def .. note
+    else
+      lines[#lines + 1] = string.format("// %d bytes, %s:", bf.bytes, bf.kind)
+      lines[#lines + 1] = string.format("#define %s %d", names[bf], bf.offset)
+    end
+  end
+  return names, lines
+end
+
+return M
