@@ -2,8 +2,8 @@
 // runtime/cuda/kernels/attention.cu): the sizes behind rt_attention_*_floats, which the memory
 // plan relies on and which therefore must not depend on the backend, where one
 // (batch, head) pair's operands live, and the softmax scale, each defined once.
-#ifndef FSDPGEN_KERNELS_ATTENTION_SHAPE_H
-#define FSDPGEN_KERNELS_ATTENTION_SHAPE_H
+#ifndef FSDPGEN_COMMON_ATTENTION_SHAPE_H
+#define FSDPGEN_COMMON_ATTENTION_SHAPE_H
 
 #include <math.h>
 #include <stddef.h>

@@ -4,8 +4,8 @@
 // corrupt memory (an id out of range, an unsupported shape) or a generator bug (a dt
 // outside the enum); such a failure has nothing to return to, so the process aborts,
 // after flushing stdout so the error comes after what the run printed.
-#ifndef FSDPGEN_KERNELS_KCHECK_H
-#define FSDPGEN_KERNELS_KCHECK_H
+#ifndef FSDPGEN_COMMON_KCHECK_H
+#define FSDPGEN_COMMON_KCHECK_H
 
 #include <stdio.h>
 #include <stdlib.h>

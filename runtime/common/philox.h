@@ -3,8 +3,8 @@
 // backends draw the same masks from one definition: compiled as __host__ __device__ under
 // nvcc, plain static inline in C. Element e of a dropout draws from counter block e/4,
 // lane e%4, with counter (block lo, block hi, stream lo, stream hi) and key (seed lo, hi).
-#ifndef FSDPGEN_KERNELS_PHILOX_H
-#define FSDPGEN_KERNELS_PHILOX_H
+#ifndef FSDPGEN_COMMON_PHILOX_H
+#define FSDPGEN_COMMON_PHILOX_H
 
 #include <stdint.h>
 
