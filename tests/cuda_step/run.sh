@@ -26,8 +26,9 @@ suite_tag="[cuda_step]"
 pass() { passed=$((passed + 1)); echo "PASS $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 
-# spec and its CPU-vs-CUDA rtol (fp32 specs 1e-3; mixed precision 3e-2). Worlds 1, 2, 4
-# and an HSDP 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
+# spec, its CPU-vs-CUDA rtol (fp32 specs 1e-3; mixed precision 3e-2) and, optionally, the
+# steps of its runs on the emulator (spec_checks: default 3). Worlds 1, 2, 4 and an HSDP
+# 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
 # bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4), direct
 # (one-rank) all-gathers incl. a dropped one, attention on tensor cores (head dim 16; the
 # only one here: the other specs' head dims are not multiples of 16), fused dQ too;
@@ -58,8 +59,8 @@ specs=(
   "tests/torch/step_programs/hsdp_reduce_scatter_only.lua 1e-3"
   "tests/torch/step_programs/non_root_forward.lua 1e-3"
   "tests/specs/seed/multi_forward_raf_true_ckpt_none.lua 1e-3"
-  "tests/specs/features/lr_schedule_warmup_cosine.lua 1e-3"
-  "tests/torch/step_programs/lr_schedule_linear.lua 1e-3"
+  "tests/specs/features/lr_schedule_warmup_cosine.lua 1e-3 10"
+  "tests/torch/step_programs/lr_schedule_linear.lua 1e-3 5"
   "tests/specs/features/offload_cpu.lua 3e-2"
 )
 
@@ -163,22 +164,31 @@ cuda_binary() {
 
 where=$([ "$gpu" = 1 ] && echo GPU || echo emulator)
 find_python
-# spec_checks SPEC RTOL: the checks of one spec's binaries (run in a subshell: its counts go
-# to the caller through files).
+# spec_checks SPEC RTOL [EMU_STEPS]: the checks of one spec's binaries (run in a subshell: its
+# counts go to the caller through files). On the GPU the conformance test runs its 10 steps
+# and the other runs 5 (evals after steps 2, 4 and 5). On the emulator, where a step of the
+# attention specs takes seconds, they run EMU_STEPS (default 3: the first step, which
+# captures the CUDA graph, its replays, evals after steps 2 and 3 and the step after one):
+# each step runs the same schedule, so more steps add time, not paths. The learning-rate
+# schedules keep enough steps to reach their decay.
 spec_checks() {
-    local spec=$1 rtol=$2 name
+    local spec=$1 rtol=$2 name steps=(--steps 5) conf_steps=()
     name=$(basename "$spec" .lua)
-    cuda_binary "$name" test && CUDA_EMU_LAZY=1 run_suite "conformance/$name ($where)" "$bin"
+    if [ "$gpu" = 0 ]; then
+        steps=(--steps "${3:-3}")
+        conf_steps=(--steps "${3:-3}")
+    fi
+    cuda_binary "$name" test && CUDA_EMU_LAZY=1 run_suite "conformance/$name ($where)" "$bin" "${conf_steps[@]}"
     if [ -z "$py" ]; then
         skipped+=("CUDA vs CPU $name: SKIP no python3 with torch")
         return
     fi
     cuda_binary "$name" main || return
-    # The eval program after steps 2, 4 and 5, where the spec has one.
+    # The eval program after every second step and the last, where the spec has one.
     val=(--val-every 2 --val-batches 2)
     grep -q '^eval       not available' "build/$name/$name.schedule" && val=()
-    "build/$name/$name" --steps 5 "${val[@]}" --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
-    CUDA_EMU_LAZY=low "$bin" --steps 5 "${val[@]}" --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
+    "build/$name/$name" "${steps[@]}" "${val[@]}" --save "$work/$name.cpu.safetensors" >"$work/$name.cpu.log" 2>&1
+    CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.cuda.safetensors" >"$work/$name.cuda.log" 2>&1
     PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name ($where)" "$py" tests/cuda_step/compare_runs.py \
         "$work/$name.cpu.log" "$work/$name.cuda.log" "$work/$name.cpu.safetensors" \
         "$work/$name.cuda.safetensors" "$rtol" "$name"
@@ -190,13 +200,13 @@ spec_checks() {
         fi
     fi
     if [[ $name == llama_tc_attention_bf16 ]]; then  # attention on tensor cores: fused dQ too
-        RT_ATTENTION_FUSED_DQ=1 CUDA_EMU_LAZY=low "$bin" --steps 5 "${val[@]}" \
+        RT_ATTENTION_FUSED_DQ=1 CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" \
             --save "$work/$name.fused.safetensors" >"$work/$name.fused.log" 2>&1
         PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name, RT_ATTENTION_FUSED_DQ=1 ($where)" \
             "$py" tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.fused.log" \
             "$work/$name.cpu.safetensors" "$work/$name.fused.safetensors" "$rtol" "$name"
         # other bits than the unfused run (dQ's sums in another order; this spec's differ
-        # after its 5 steps), or the setting was ignored
+        # after its 3 steps), or the setting was ignored
         if cmp -s "$work/$name.cuda.safetensors" "$work/$name.fused.safetensors"; then
             fail "$name: RT_ATTENTION_FUSED_DQ=1 saved the unfused run's bits (setting ignored?)"
         else
@@ -219,7 +229,7 @@ spec_checks() {
     # late changes some in one mode, even within rtol.
     same=1
     for mode in 0 1; do
-        CUDA_EMU_LAZY=$mode "$bin" --steps 5 "${val[@]}" --save "$work/$name.lazy$mode.safetensors" \
+        CUDA_EMU_LAZY=$mode "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.lazy$mode.safetensors" \
             >"$work/$name.lazy$mode.log" 2>&1 &&
             cmp -s "$work/$name.cuda.safetensors" "$work/$name.lazy$mode.safetensors" || same=0
     done
@@ -231,9 +241,9 @@ spec_checks() {
     fi
     [ ${#val[@]} = 0 ] && return
     # The evals change no bit of the training.
-    if CUDA_EMU_LAZY=low "$bin" --steps 5 --save "$work/$name.noval.safetensors" >"$work/$name.noval.log" 2>&1 &&
+    if CUDA_EMU_LAZY=low "$bin" "${steps[@]}" --save "$work/$name.noval.safetensors" >"$work/$name.noval.log" 2>&1 &&
         cmp -s "$work/$name.cuda.safetensors" "$work/$name.noval.safetensors"; then
-        pass "eval/$name (emulator): the run with evals after steps 2, 4 and 5 saves the bits of the run without"
+        pass "eval/$name (emulator): the run with evals ($(grep -c 'val loss' "$work/$name.cuda.log")) saves the bits of the run without"
     else
         fail "eval/$name (emulator): the evals changed the trained parameters"
     fi
@@ -241,12 +251,12 @@ spec_checks() {
 # Two specs at a time, each into its own files; printed and counted in the list's order.
 i=0
 for entry in "${specs[@]}"; do
-    read -r spec rtol <<<"$entry"
+    read -r spec rtol emu_steps <<<"$entry"
     i=$((i + 1))
     [ "$i" -gt 2 ] && wait -n
     (
         passed=0 failed=0 skipped=()
-        spec_checks "$spec" "$rtol"
+        spec_checks "$spec" "$rtol" $emu_steps
         echo "$passed $failed" >"$work/spec$i.tally"
         [ ${#skipped[@]} -gt 0 ] && printf '%s\n' "${skipped[@]}" >"$work/spec$i.skipped"
     ) >"$work/spec$i.out" 2>&1 &
