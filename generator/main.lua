@@ -57,7 +57,10 @@ local function plan_spec(path, transform)
   return guarded(path, "planning", function()
     local spec = loader.load(path)
     if transform then transform(spec) end
-    local function plan_checked(s) return require("check").run(planner.plan(s)) end
+    -- The stages in order: FSDP plan, memory plan, the check of what the emitters can do.
+    local function plan_checked(s)
+      return require("check").run(require("memory").plan_all(planner.plan(s)))
+    end
     return loader.protect(spec.line, plan_checked, spec)
   end)
 end

@@ -11,6 +11,7 @@
 -- Each step is annotated for the emitter with the buffers it uses (`st.bufs`; a backward
 -- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
 -- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
+local planner = require("planner")
 local trace = require("trace")
 
 local M = {}
@@ -661,6 +662,23 @@ function M.plan(plan)
   local totals = {}
   for _, b in ipairs(order) do totals[b.kind] = (totals[b.kind] or 0) + b.bytes end
   return { buffers = order, peak = peak, arena = arena, totals = totals }
+end
+
+-- The memory stage of a whole plan (what the planner hands on, planner.lua's top): the
+-- step's memory, and the eval's and the step-after-an-eval's (their own buffers; the
+-- persistent buffers and the parameters' storage are the step's). The step after an eval
+-- is kept as plan.after_eval_plan only where its steps differ from the step's, compared
+-- once both carry this stage's marks (view casts, gradient-aliasing adds).
+function M.plan_all(plan)
+  plan.memory = M.plan(plan)
+  local ev, after = plan.eval_plan, plan.after_eval
+  plan.after_eval = nil
+  if ev then
+    ev.memory = M.plan(ev)
+    after.memory = M.plan(after)
+    if not planner.same_steps(after, plan) then plan.after_eval_plan = after end
+  end
+  return plan
 end
 
 return M

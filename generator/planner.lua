@@ -5,6 +5,25 @@
 -- reachable from the loss), firing pre-backward hooks on module outputs and post-backward
 -- hooks where the inputs' gradients are done, then the root's final callback.
 -- The result is the ordered schedule (collectives, compute, frees) with its FSDP events.
+--
+-- The FSDP plan M.plan hands the memory stage (memory.plan_all), which adds to it and
+-- mutates nothing else the planner set; later stages only read it:
+--   spec        the loaded spec (model, mesh, optimizer, input, loss, ...)
+--   groups      one per sharded state with parameters: index, name, params, shard,
+--               replicate, pf_size (post-forward shard size; nil keeps unsharded),
+--               param_dtype, reduce_dtype, layout (layout.group), factors, state
+--   states      every FSDP state of the model (groups without parameters too)
+--   params      the model's named parameters; owner: parameter -> group
+--   graph       the traced op graph (trace.new_graph) the steps' nodes belong to
+--   steps       the ordered program: { stream, op, section, phase, state, group?, node?,
+--               label?, region?, reduction?, event?, direct?, sub?, from?, ... }
+--   events      FSDP events { state, kind, group, section }; counts: "PHASE OP" -> n
+--   eval_plan   the eval program, a plan of the same shape (is_eval), where available;
+--               eval_unavailable, a reason, where not
+--   after_eval  the step that follows an eval (is_after_eval); the memory stage keeps it
+--               as after_eval_plan where its steps differ from the step's (M.same_steps)
+-- The memory stage adds plan.memory (and eval_plan.memory, after_eval_plan.memory) and
+-- annotates steps, tensors and ops with their buffers (memory.lua's top).
 local errors = require("errors")
 local fsdp = require("fsdp")
 local trace = require("trace")
@@ -897,19 +916,66 @@ function Sim:after_eval(ev)
   return self
 end
 
--- The schedule lines of a plan (what the two step plans are compared by).
-local function step_lines(plan)
-  local schedule, lines = require("schedule"), {}
-  for i, st in ipairs(plan.steps) do lines[i] = schedule.step_line(st, plan) end
-  return table.concat(lines, "\n")
+-- What a step's schedule line says, as data: two steps with equal keys read the same in
+-- the schedule. Groups are compared by index (a spec gives every simulation the same
+-- groups), tensors by what names them (a parameter, the input, the targets or a label).
+local function tensor_key(t)
+  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
+  if t.is_param then return t end
+  if t.is_input then return "input" end
+  if t.is_target then return "targets" end
+  return t.label or "?"
 end
 
--- Plans the eval program and the training step that follows one (plan.after_eval_plan,
--- only where it differs from the step: the eval's last post-forward group is then
--- sharded when the prefetch targets it, e.g. the last block under a root without
--- parameters, and FSDP2 all-gathers it once more). Sets plan.eval_unavailable instead
--- where the generated code cannot do what FSDP2 would.
-local function plan_eval(spec, plan, memory)
+local function step_key(st)
+  local k = { st.stream, st.op, st.direct or false, st.sub or false, st.from or false,
+    st.why or false, st.label or false, st.grad_alias or false, st.opt_per or false,
+    st.opt_k or false, st.opt_item or false, st.group and st.group.index or false,
+    st.region and st.region.id or false, st.event and st.event.kind or false,
+    st.event and st.event.state or false }
+  local r = st.reduction
+  if r then
+    k[#k + 1] = r.index
+    k[#k + 1] = r.layout.padded_numel
+    k[#k + 1] = r.layout.shard_numel
+    for _, i in ipairs(r.params) do k[#k + 1] = i end
+  end
+  local op = st.node
+  if op then
+    k[#k + 1] = op.kind
+    k[#k + 1] = op.label or false
+    k[#k + 1] = (op.original or op).view == true
+    local o = op.outs[1]
+    k[#k + 1] = o and o.dtype or false
+    for _, d in ipairs(o and o.shape or {}) do k[#k + 1] = d end
+    k[#k + 1] = "<-"
+    for _, t in ipairs(op.ins) do k[#k + 1] = tensor_key(t) end
+  end
+  return k
+end
+
+-- Whether two programs run the same steps (compared field by field, not as printed text).
+-- The memory stage compares the step after an eval with the step once both carry its
+-- marks (view casts, gradient-aliasing adds).
+function M.same_steps(a, b)
+  if #a.steps ~= #b.steps then return false end
+  for i, st in ipairs(a.steps) do
+    local ka, kb = step_key(st), step_key(b.steps[i])
+    if #ka ~= #kb then return false end
+    for j, v in ipairs(ka) do
+      if kb[j] ~= v then return false end
+    end
+  end
+  return true
+end
+
+-- Plans the eval program (plan.eval_plan) and the training step that follows one
+-- (plan.after_eval; the memory stage keeps it as plan.after_eval_plan only where it differs
+-- from the step: the eval's last post-forward group is then sharded when the prefetch
+-- targets it, e.g. the last block under a root without parameters, and FSDP2 all-gathers
+-- it once more). Sets plan.eval_unavailable instead where the generated code cannot do
+-- what FSDP2 would.
+local function plan_eval(spec, plan)
   local function unavailable(why) plan.eval_unavailable = why end
   local ok, ev = pcall(function() return M.new(spec):run_eval() end)
   if not ok then
@@ -947,10 +1013,8 @@ local function plan_eval(spec, plan, memory)
     return unavailable(string.format("group '%s' has more backward pre-hooks than forwards in a step, so after an eval FSDP2's backward prefetch would pop a record of the eval's forward (which one depends on the number of validation batches)",
       after.pops_eval_record.name))
   end
-  ev.memory = memory.plan(ev)
   plan.eval_plan = ev
-  after.memory = memory.plan(after)  -- as the step's (its lines say which casts are views)
-  if step_lines(after) ~= step_lines(plan) then plan.after_eval_plan = after end
+  plan.after_eval = after
 end
 
 -- `fsdpgen events`'s lines of a plan: STATE KIND "GROUP".
@@ -983,11 +1047,8 @@ function M.plan(spec)
   -- No spec code runs after the simulation (its forwards were traced in it); the line
   -- hook would only slow the memory plan down several times.
   errors.track_spec_lines(false)
-  local memory = require("memory")
-  sim.memory = memory.plan(sim)
-  -- The eval program and the step after one, planned the same way (their own traces and
-  -- memory plans; the persistent buffers and the parameters' storage are the step's).
-  plan_eval(spec, sim, memory)
+  -- The eval program and the step after one, planned the same way (their own traces).
+  plan_eval(spec, sim)
   return sim
 end
 

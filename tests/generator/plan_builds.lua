@@ -90,7 +90,8 @@ for _, path in ipairs(ls("tests/specs/errors/*.lua")) do
     local loader = require("loader")
     local planned, plan = pcall(function()
       local spec = loader.load(path)
-      return loader.protect(spec.line, require("planner").plan, spec)
+      local function plan(s) return require("memory").plan_all(require("planner").plan(s)) end
+      return loader.protect(spec.line, plan, spec)
     end)
     errors.track_spec_lines(false)
     local refused, e = pcall(util.plan, path)

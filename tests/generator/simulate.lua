@@ -14,6 +14,7 @@ local sim = require("simulate.sim")
 local svg = require("simulate.svg")
 local loader = require("loader")
 local planner = require("planner")
+local memory = require("memory")
 
 local function near(a, b, rel) return math.abs(a - b) <= rel * math.abs(b) end
 
@@ -57,7 +58,7 @@ local function plan_of(path, gpn, nodes, batch)
   if not plans[key] then
     local spec = loader.load(path)
     if gpn or batch then sim.rescale(spec, gpn, nodes or 1, batch) end
-    plans[key] = loader.protect(spec.line, planner.plan, spec)
+    plans[key] = loader.protect(spec.line, function(s) return memory.plan_all(planner.plan(s)) end, spec)
   end
   return plans[key]
 end

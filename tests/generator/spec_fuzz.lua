@@ -216,7 +216,9 @@ local function plan_file()
   local ok, res = pcall(function()
     local loader = require("loader")
     local spec = loader.load(path)
-    local function plan_checked(s) return require("check").run(require("planner").plan(s)) end
+    local function plan_checked(s)
+      return require("check").run(require("memory").plan_all(require("planner").plan(s)))
+    end
     return loader.protect(spec.line, plan_checked, spec)
   end)
   errors.arm_budget(nil)

@@ -34,7 +34,9 @@ function M.plan(path, transform)
   local loader = require("loader")
   local spec = loader.load(path)
   if transform then transform(spec) end
-  local function plan_checked(s) return require("check").run(require("planner").plan(s)) end
+  local function plan_checked(s)
+    return require("check").run(require("memory").plan_all(require("planner").plan(s)))
+  end
   return loader.protect(spec.line, plan_checked, spec)
 end
 
