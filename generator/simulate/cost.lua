@@ -3,8 +3,8 @@
 -- memory bandwidth, each at the kernel kind's fitted efficiency, plus a launch gap per
 -- kernel). Collectives are priced by nccl.lua; this file prices the FSDP copies around
 -- them. Reads the plan's steps and tensors; changes nothing in them.
-local trace = require("trace")
-local memory = require("memory")
+local trace = require("spec.trace")
+local memory = require("memory.memory")
 
 local M = {}
 

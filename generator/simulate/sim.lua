@@ -2,8 +2,8 @@
 -- phase, exposed communication, MFU, tokens/s, peak memory), as text or JSON. The spec is
 -- re-planned at the simulated world size (rescale), so shard sizes are the real ones.
 local timeline = require("simulate.timeline")
-local flops = require("flops")
-local units = require("units")
+local flops = require("plan.flops")
+local units = require("util.units")
 
 local M = {}
 

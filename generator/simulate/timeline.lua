@@ -14,7 +14,7 @@
 -- Returns the boxes of every line and the totals by phase.
 local cost = require("simulate.cost")
 local nccl = require("simulate.nccl")
-local trace = require("trace")
+local trace = require("spec.trace")
 
 local M = {}
 

@@ -293,7 +293,7 @@ def run_fsdp2(cases, world):
 PLANNED = r'''
 local ROOT, path = arg[1], arg[2]
 package.path = table.concat({ ROOT .. "/generator/?.lua", ROOT .. "/?.lua", ROOT .. "/?/init.lua" }, ";")
-local loader, planner = require("loader"), require("planner")
+local loader, planner = require("spec.loader"), require("plan.planner")
 local spec = loader.load(path)
 local plan = loader.protect(spec.line, planner.plan, spec)
 local counts, keys = {}, {}

@@ -12,9 +12,9 @@ local nccl = require("simulate.nccl")
 local gpu_table = require("simulate.gpu")
 local sim = require("simulate.sim")
 local svg = require("simulate.svg")
-local loader = require("loader")
-local planner = require("planner")
-local memory = require("memory")
+local loader = require("spec.loader")
+local planner = require("plan.planner")
+local memory = require("memory.memory")
 
 local function near(a, b, rel) return math.abs(a - b) <= rel * math.abs(b) end
 

@@ -4,15 +4,15 @@
 -- it implements. The walk over the schedule tracks which buffer holds each group's
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
 -- What it cannot emit, check.lua refused after planning; here it is asserted (`internal`).
-local buffer = require("buffer")
-local c_text = require("c_text")
-local check = require("check")
-local flops = require("flops")
-local hf = require("hf")
-local kernels = require("kernels_c")
-local memory = require("memory")
-local schedule = require("schedule")
-local trace = require("trace")
+local buffer = require("util.buffer")
+local c_text = require("emit.c_text")
+local check = require("emit.check")
+local flops = require("plan.flops")
+local hf = require("emit.hf")
+local kernels = require("emit.kernels_c")
+local memory = require("memory.memory")
+local schedule = require("emit.schedule")
+local trace = require("spec.trace")
 
 local M = {}
 

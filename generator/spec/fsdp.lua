@@ -1,8 +1,8 @@
 -- The `fsdp` spec API in FSDP2's vocabulary: fully_shard, the FSDPModule setters,
 -- MixedPrecisionPolicy, and fsdp.spec{...} which validates a whole spec.
-local errors = require("errors")
-local nn = require("nn")
-local trace = require("trace")
+local errors = require("spec.errors")
+local nn = require("spec.nn")
+local trace = require("spec.trace")
 
 local fsdp = {}
 

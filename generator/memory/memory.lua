@@ -11,8 +11,8 @@
 -- Each step is annotated for the emitter with the buffers it uses (`st.bufs`; a backward
 -- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
 -- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
-local planner = require("planner")
-local trace = require("trace")
+local planner = require("plan.planner")
+local trace = require("spec.trace")
 
 local M = {}
 

@@ -24,10 +24,10 @@
 --               as after_eval_plan where its steps differ from the step's (M.same_steps)
 -- The memory stage adds plan.memory (and eval_plan.memory, after_eval_plan.memory) and
 -- annotates steps, tensors and ops with their buffers (memory.lua's top).
-local errors = require("errors")
-local fsdp = require("fsdp")
-local trace = require("trace")
-local layout = require("layout")
+local errors = require("spec.errors")
+local fsdp = require("spec.fsdp")
+local trace = require("spec.trace")
+local layout = require("plan.layout")
 
 local M = {}
 

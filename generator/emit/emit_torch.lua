@@ -6,11 +6,11 @@
 -- dtypes are the planned ones), recording module calls; it changes nothing it is given.
 -- The runtime part of the twin (data, init, event and collective recording, the ranks)
 -- is templates/torch_twin.py, copied in after the spec's part.
-local buffer = require("buffer")
-local emit_step = require("emit_step")
-local errors = require("errors")
-local planner = require("planner")
-local trace = require("trace")
+local buffer = require("util.buffer")
+local emit_step = require("emit.emit_step")
+local errors = require("spec.errors")
+local planner = require("plan.planner")
+local trace = require("spec.trace")
 
 local M = {}
 

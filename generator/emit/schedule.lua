@@ -3,11 +3,11 @@
 -- peak and what is live there), meant to be reviewed and diffed like code: a one-line
 -- spec change changes only the lines whose meaning changed. The arena offsets, which
 -- shift with almost any change, go to `<name>.layout` (arena_layout.lua).
-local trace = require("trace")
-local buffer = require("buffer")
-local memory = require("memory")
-local units = require("units")
-local arena_layout = require("arena_layout")
+local trace = require("spec.trace")
+local buffer = require("util.buffer")
+local memory = require("memory.memory")
+local units = require("util.units")
+local arena_layout = require("memory.arena_layout")
 
 local M = {}
 
