@@ -1,5 +1,8 @@
 -- fsdpgen command line: `plan`, `events`, `counts`, `build`, `test`, `run`, `bench`.
 -- Exit status: 0 success, 1 failure at run time, 2 bad spec or bad arguments.
+-- The generator's stages are its folders, each requiring only earlier ones: spec/ (load,
+-- trace) -> plan/ (FSDP2) -> memory/ -> emit/ (check, .schedule, C) -> simulate/; util/
+-- is shared text helpers. Modules are required by folder: require("plan.planner").
 local ROOT = arg[1]
 package.path = table.concat({ ROOT .. "/generator/?.lua", ROOT .. "/?.lua", ROOT .. "/?/init.lua" }, ";")
 

@@ -614,8 +614,8 @@ function M.text(plan, spec_path, root)
     if s.mesh and (s.mesh.replicate ~= spec.mesh.replicate or s.mesh.shard ~= spec.mesh.shard) then
       cannot("a fully_shard mesh other than the spec's")
     end
-    if not s.auto_rAF then
-      local v = s.rAF
+    if not s.reshard_after_forward_unset then
+      local v = s.reshard_after_forward
       opts[#opts + 1] = "reshard_after_forward=" .. (type(v) == "boolean" and pybool(v) or tostring(v))
     end
     if s.placement == "largest_dim" then opts[#opts + 1] = "shard_placement_fn=largest_dim" end

@@ -529,16 +529,17 @@ function M.plan(plan)
         compute_bytes(g.layout.padded_numel), synced)
     elseif st.op == "all_gather" then
       -- In place, as FSDP2: the all-gather input is this rank's block of the output.
-      local ws = st.sub and g.pf_size or g.shard
-      local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or g.layout.shard_numel
+      local ws = st.from_post_forward and g.post_forward_world or g.shard
+      local in_numel = st.from_post_forward and (g.layout.padded_numel // g.post_forward_world)
+        or g.layout.shard_numel
       u.out = start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, g.param_dtype),
         synced)
-      if st.sub then
+      if st.from_post_forward then
         -- The copy-in reads the post-forward shard on its own stream (CUDA), so the shard
         -- lives until compute waits for this all-gather, as PyTorch's caching allocator
         -- keeps a block that another stream still uses.
-        u.pf = open["pf " .. g.index]
-        open["pf " .. g.index], open["ag_in " .. st.ag] = nil, u.pf
+        u.post_forward_shard = open["post_forward_shard " .. g.index]
+        open["post_forward_shard " .. g.index], open["ag_in " .. st.ag] = nil, u.post_forward_shard
       end
     elseif st.op == "all_gather_wait" or st.op == "all_gather_drop" then
       stop("ag_out " .. st.ag, i)
@@ -552,12 +553,12 @@ function M.plan(plan)
       end
     elseif st.op == "reshard" then
       stop("unsharded " .. g.index, i)
-      stop("pf " .. g.index, i)
+      stop("post_forward_shard " .. g.index, i)
     elseif st.op == "reshard_post_forward" then
       synced = i
       u.unsharded = stop("unsharded " .. g.index, i)
-      u.pf = start("pf " .. g.index, Q(g) .. " post-forward shard", "unsharded",
-        compute_bytes(g.layout.padded_numel // g.pf_size), i)
+      u.post_forward_shard = start("post_forward_shard " .. g.index, Q(g) .. " post-forward shard",
+        "unsharded", compute_bytes(g.layout.padded_numel // g.post_forward_world), i)
     elseif st.op == "reduce_scatter" then
       -- One reduce-scatter in flight: the previous one's buffers are freed now.
       local keys = {}

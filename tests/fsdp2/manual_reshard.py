@@ -299,7 +299,7 @@ local plan = loader.protect(spec.line, planner.plan, spec)
 local counts, keys = {}, {}
 for _, st in ipairs(plan.steps) do
   local g, size = st.group, nil
-  if st.op == "all_gather" then size = st.sub and g.pf_size or g.shard
+  if st.op == "all_gather" then size = st.from_post_forward and g.post_forward_world or g.shard
   elseif st.op == "reduce_scatter" then size = g.shard
   elseif st.op == "all_reduce" then size = g.replicate end
   if size then
