@@ -1,6 +1,6 @@
 // Times fsdpgen's CUDA flash attention (rt_attention_lowmem_forward / _backward, prec and dt
 // bf16, gradients assigned, as the generated code calls them: the tensor-core kernels of
-// runtime/cuda/flash_attention_tc.cuh) on one shape; bench/
+// runtime/cuda/kernels/flash_attention_tc.cuh) on one shape; bench/
 // attention.sh runs it beside PyTorch's scaled_dot_product_attention on the same shapes.
 //   attention_fsdpgen B T NH NKV HD [iters]
 // Prints `RESULT impl=fsdpgen pass=forward|backward|backward_fused ms=... tflops=...`: the
@@ -17,7 +17,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../runtime/core/dtype_bits.h"
+#include "../runtime/common/dtype_bits.h"
 #include "rt_check.h"
 #include "rt_cuda.h"
 #include "rt_kernels.h"

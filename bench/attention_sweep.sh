@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Tile-configuration sweep of the tensor-core attention kernels (runtime/cuda/
+# Tile-configuration sweep of the tensor-core attention kernels (runtime/cuda/kernels/
 # flash_attention_tc.cuh, HD <= 64: rtc_tc_cfg<64>, set value by value with -DRTC_TC64_*).
-# Compiles runtime/cuda/attention.cu once per variant below, in parallel (sm_90a only), links
-# each into its own bench/attention_fsdpgen, prints ptxas's registers and spills of the bf16
-# kernels per variant, then times every variant on bench/attention.sh's shapes against
-# PyTorch's SDPA (run once per shape). Every variant keeps FBC (the forward's key tile, the
-# online softmax's step), so all give the default's bits (tests/cuda/test_flash_tc_emu.cc
-# checks these configurations on the emulator). Without a GPU it builds and prints the
+# Compiles runtime/cuda/kernels/attention.cu once per variant below, in parallel (sm_90a
+# only), links each into its own bench/attention_fsdpgen, prints ptxas's registers and
+# spills of the bf16 kernels per variant, then times every variant on bench/attention.sh's
+# shapes against PyTorch's SDPA (run once per shape). Every variant keeps FBC (the forward's
+# key tile, the online softmax's step), so all give the default's bits
+# (tests/cuda/test_flash_tc_emu.cc checks these configurations on the emulator). Without a GPU it builds and prints the
 # registers, then "bench/attention_sweep.sh: no GPU: nothing measured".
 #   bench/attention_sweep.sh [--iters N]
 set -u
@@ -39,7 +39,7 @@ ninja build/bench/obj/attention_fsdpgen.o build/cuda/librt_kernels_cuda.a build/
 build_variant() {
   local dir=build/bench/sweep/$1
   mkdir -p "$dir" && cp build/cuda/librt_kernels_cuda.a "$dir/lib.a" &&
-    $nvcc $flags $2 -c runtime/cuda/attention.cu -o "$dir/attention.o" >"$dir/ptxas.txt" 2>&1 &&
+    $nvcc $flags $2 -c runtime/cuda/kernels/attention.cu -o "$dir/attention.o" >"$dir/ptxas.txt" 2>&1 &&
     ar rs "$dir/lib.a" "$dir/attention.o" 2>/dev/null &&
     cc build/bench/obj/attention_fsdpgen.o "$dir/lib.a" build/cuda/ref/check.o \
       -o "$dir/attention_fsdpgen" $ldflags

@@ -506,7 +506,7 @@ function M.plan(plan)
   end
 
   -- The all-gather streams run ahead of compute up to their last wait for it (a sync: an
-  -- all_gather_sync, all_gather_wait or reshard_post_forward step, runtime/cuda_step/
+  -- all_gather_sync, all_gather_wait or reshard_post_forward step, runtime/cuda/step/
   -- backend.c), so an all-gather's output starts there: it may only sit on buffers that
   -- ended before that point, whose last users compute has finished (or waited for).
   local synced = 1

@@ -1,6 +1,6 @@
 -- The step over time: walks the plan's lines in order and places each on its stream
 -- (compute, the all-gather copy-in and collective, reduce-scatter, all-reduce) with the
--- waits the CUDA backend issues (runtime/cuda_step/backend.c, docs/cuda.md "Streams"):
+-- waits the CUDA backend issues (runtime/cuda/step/backend.c, docs/cuda.md "Streams"):
 --   * the all-gather copy-in waits for compute only at the syncs: all_gather_sync lines,
 --     and after every all_gather_wait and reshard_post_forward; the collective follows
 --     its copy-in; compute waits for it at its all_gather_wait (then copies out);

@@ -2,7 +2,7 @@
 // the device twin of reduce.h: every element is accumulated in fp32 in source order
 // (src[0] + src[1] + ... , each term multiplied by the fp32 scale first when use_scale)
 // and rounded once to the output dtype with the same bit-level rounding as
-// runtime/core/dtype_bits.h, so every non-NaN result has rt_reduce_sum's bits (compiled
+// runtime/common/dtype_bits.h, so every non-NaN result has rt_reduce_sum's bits (compiled
 // with -fmad=false, no FTZ: products and sums round separately, subnormals kept). NaN
 // results are NaN in both, payload and sign may differ (the GPU makes canonical NaNs).
 #ifndef RT_COMM_CUDA_REDUCE_H

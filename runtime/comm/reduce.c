@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../core/dtype_bits.h"
+#include "../common/dtype_bits.h"
 
 // ---- fp16 widening table ----------------------------------------------------------------
 

@@ -7,7 +7,7 @@
 
 // ---- reporter ---------------------------------------------------------------------------
 
-_Noreturn void rt_check_fail(const char* file, int line, const char* expr, const char* why,
+RT_NORETURN void rt_check_fail(const char* file, int line, const char* expr, const char* why,
                              const char* hint) {
     fflush(stdout);
     fprintf(stderr, "%s:%d: error: %s failed: %s (hint: %s)\n", file, line, expr,

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "dtype_bits.h"
+#include "../common/dtype_bits.h"
 
 // ---- names and sizes --------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 // with status 1 (docs/cli.md, "Exit status": 1 = failure at run time). The CUDA/NCCL macros expand to
 // cudaGetErrorString / ncclGetErrorString, so they compile only where cuda_runtime.h /
 // nccl.h are included; the hint tables live in core/check.c and need neither header.
+// C and C++ (nvcc) include it alike: C linkage, and RT_NORETURN for the reporter.
 #ifndef RT_CHECK_H
 #define RT_CHECK_H
 
@@ -10,15 +11,31 @@
 #include <stdio.h>
 #include <string.h>
 
+// A function that does not return, in the spelling of the including language (C11's
+// _Noreturn is no C++ keyword, and nvcc's host compiler rejects it).
+#ifdef __cplusplus
+#define RT_NORETURN [[noreturn]]
+#else
+#define RT_NORETURN _Noreturn
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // ---- reporters (core/check.c) -----------------------------------------------------------
 
 // Prints `file:line: error: <expr> failed: <why> (hint: <hint>)` and exits(1).
-_Noreturn void rt_check_fail(const char* file, int line, const char* expr, const char* why,
+RT_NORETURN void rt_check_fail(const char* file, int line, const char* expr, const char* why,
                              const char* hint);
 // Hints for numeric error codes (stable across CUDA/NCCL releases).
 const char* rt_check_cuda_hint(int code);
 const char* rt_check_nccl_hint(int code);
 const char* rt_check_errno_hint(int err);
+
+#ifdef __cplusplus
+}
+#endif
 
 // ---- macros -----------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 // the stream its kernels run on, and (with graph capture in mind) device-side variants of
 // the calls whose arguments change from step to step. Plain C, usable from gcc and nvcc;
 // pointers are device pointers. The CPU backend has no such functions: only the CUDA step
-// backend (runtime/cuda_step) calls them.
+// backend (runtime/cuda/step) calls them.
 //
 // Streams. Each host thread (one per rank) has its own kernel context: cuBLAS handle with
 // a fixed 32 MiB workspace, a small device scratch for reductions and device-computed

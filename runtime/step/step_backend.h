@@ -1,8 +1,9 @@
 // step_backend.h — what a step backend implements under the shared FSDP state machine
 // (runtime/step/state.c). state.c checks every call against the group's state, records
 // events and counts, and resolves the model's numbers; the backend only moves data:
-//   cpu   runtime/step/cpu.c: host arena, rt_fsdp's host copies, synchronous collectives;
-//   cuda  runtime/cuda_step/: device arena, copy kernels, collectives and compute on their
+//   cpu   runtime/cpu/step/backend.c: host arena, rt_fsdp's host copies, synchronous
+//         collectives;
+//   cuda  runtime/cuda/step/: device arena, copy kernels, collectives and compute on their
 //         own streams ordered by events, CUDA graphs.
 // Internal to the step libraries; generated code and the driver see rt_step.h only.
 #ifndef FSDPGEN_STEP_BACKEND_H

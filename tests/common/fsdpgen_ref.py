@@ -20,7 +20,7 @@ MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 def philox4x32_10(ctr, key):
-    """Philox4x32-10 exactly as rt_philox4x32_10 in runtime/kernels/cpu/dropout.c."""
+    """Philox4x32-10 exactly as rt_philox4x32_10 in runtime/cpu/kernels/dropout.c."""
     c0, c1, c2, c3 = ctr
     k0, k1 = key
     for r in range(10):

@@ -1,4 +1,4 @@
-// Error bounds for the tensor-core flash attention (runtime/cuda/flash_attention_tc.cuh)
+// Error bounds for the tensor-core flash attention (runtime/cuda/kernels/flash_attention_tc.cuh)
 // against the CPU attention kernel, per output element, shared by test_flash_tc_emu.cc
 // (emulated kernels) and test_cuda_kernels.c (on a GPU). C11 and C++.
 //

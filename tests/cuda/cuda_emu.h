@@ -1,4 +1,4 @@
-// A CPU emulation of the little CUDA that runtime/cuda/flash_attention.cuh and
+// A CPU emulation of the little CUDA that runtime/cuda/kernels/flash_attention.cuh and
 // flash_attention_tc.cuh use, so their kernels and launch logic run (slowly) on a machine
 // without a GPU: every CUDA thread of a block is a pthread, __syncthreads is a barrier of
 // the block's threads, __syncwarp a barrier of the warp's 32 threads, dynamic shared memory
@@ -61,7 +61,7 @@
 
 #include <vector>
 
-#include "../../runtime/core/dtype_bits.h"
+#include "../../runtime/common/dtype_bits.h"
 
 #define __global__
 #define __device__
@@ -162,7 +162,7 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 3
 
 // ----------------------------------------------------------------------------
 // 16-bit floats (cuda_bf16.h, cuda_fp16.h): the bits, converted from and to float
-// implicitly (as those headers allow) as the host runtime does (runtime/core/dtype_bits.h:
+// implicitly (as those headers allow) as the host runtime does (runtime/common/dtype_bits.h:
 // round to nearest even, the device intrinsics' rounding). One template, two types.
 template <rt_dtype DT>
 struct emu_float16 {

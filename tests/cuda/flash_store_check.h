@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/core/dtype_bits.h"
+#include "../../runtime/common/dtype_bits.h"
 #include "check.h"
 #include "host_data.h"
 

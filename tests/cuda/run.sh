@@ -11,7 +11,7 @@
 # (mma.sync) flash-attention kernels emulated on the CPU (CUDA threads as fibers under
 # ASan+UBSan, a pthread each under TSan), each against the CPU kernels; and
 # test_cuda_kernels_emu / test_cuda_streams_emu, test_cuda_kernels and test_cuda_streams
-# themselves linked against every runtime/cuda kernel on the CPU emulator (tests/cuda/emu:
+# themselves linked against every runtime/cuda/kernels kernel on the CPU emulator (tests/cuda/emu:
 # the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as fibers, under
 # ASan+UBSan), so every GPU check also runs here; test_cuda_streams_emu also in the
 # emulator's lazy mode, which test_lazy_emu checks (both lazy modes).

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/core/dtype_bits.h"
+#include "../../runtime/common/dtype_bits.h"
 #include "attention_tc_ref.h"
 #include "check.h"
 #include "cuda_helpers.h"
@@ -646,7 +646,7 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, int causal) {
 }
 
 // ----------------------------------------------------------------------------
-// attention on tensor cores (prec RT_BF16 / RT_F16: runtime/cuda/flash_attention_tc.cuh)
+// attention on tensor cores (prec RT_BF16 / RT_F16: runtime/cuda/kernels/flash_attention_tc.cuh)
 // against the CPU, q, k, v and dout rounded to prec. Allowance per element: the bound of
 // attention_tc_ref.h on the narrowing of P and dS to prec (u = 2^-8 bf16, 2^-11 fp16,
 // times the sum of the magnitudes of the element's product terms) plus TOL_GEMM *

@@ -1,9 +1,9 @@
-// The CUDA flash-attention kernels (runtime/cuda/flash_attention.cuh: forward, D,
+// The CUDA flash-attention kernels (runtime/cuda/kernels/flash_attention.cuh: forward, D,
 // dK/dV, dQ, and the launch logic that picks tiles and grids) run on the CPU through
 // tests/cuda/cuda_emu.h (CUDA threads as fibers, or pthreads under TSan), against the CPU
-// attention kernel (runtime/kernels/cpu/attention.c, linked as cpu_rt_*). Needs no GPU: it checks the
-// kernels' indexing, tiling, masking, online softmax and GQA accumulation everywhere;
-// what only a GPU run can show (device expf, scheduling, speed) is left to
+// attention kernel (runtime/cpu/kernels/attention.c, linked as cpu_rt_*). Needs no GPU: it
+// checks the kernels' indexing, tiling, masking, online softmax and GQA accumulation
+// everywhere; what only a GPU run can show (device expf, scheduling, speed) is left to
 // test_cuda_kernels. Built twice by runtime/cuda.ninja: with AddressSanitizer and UBSan
 // (shared-memory overruns, reads of unwritten shared memory through NaN poisoning) and
 // with ThreadSanitizer (races between two __syncthreads).

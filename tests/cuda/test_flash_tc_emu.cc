@@ -1,8 +1,8 @@
-// The tensor-core flash-attention kernels (runtime/cuda/flash_attention_tc.cuh: forward,
+// The tensor-core flash-attention kernels (runtime/cuda/kernels/flash_attention_tc.cuh: forward,
 // dK/dV, dQ, with flash_attention.cuh's D kernel, and the launch logic that picks tiles,
 // threads and grids) run on the CPU through tests/cuda/cuda_emu.h (CUDA threads as fibers,
 // or pthreads under TSan; warp barriers, mma.sync rebuilt from the PTX ISA's fragment
-// layouts) against the CPU attention kernel (runtime/kernels/cpu/attention.c, linked as cpu_rt_*). Needs no GPU;
+// layouts) against the CPU attention kernel (runtime/cpu/kernels/attention.c, linked as cpu_rt_*). Needs no GPU;
 // what only a GPU run can show (the tensor cores' own summation, device exp2f, speed) is
 // left to test_cuda_kernels. Built twice by runtime/cuda.ninja: with AddressSanitizer and
 // UBSan (shared-memory overruns, reads of unwritten shared memory through NaN poisoning,

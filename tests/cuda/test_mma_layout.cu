@@ -1,4 +1,4 @@
-// The mma.sync fragment helpers of runtime/cuda/flash_attention_tc.cuh (rtc_tc_lda and
+// The mma.sync fragment helpers of runtime/cuda/kernels/flash_attention_tc.cuh (rtc_tc_lda and
 // rtc_tc_ldb2 over ldmatrix, rtc_tc_mma_rows, rtc_tc_acc_to_a) on one warp, against exact
 // products: D1 = A B (16x16x16, two 8-column blocks) with B read k-contiguous (plain
 // ldmatrix of B^T) and again n-contiguous (ldmatrix .trans of B), and D2 = narrow(D1) C

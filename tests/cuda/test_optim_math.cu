@@ -1,7 +1,7 @@
-// Host-only test of runtime/cuda/optim_math.cuh, the optimizer and clipping math that every
+// Host-only test of runtime/cuda/kernels/optim_math.cuh, the optimizer and clipping math that every
 // CUDA optimizer kernel runs (rt_sgd_step, rt_adam_step, rt_adamw_step, the rt_cuda_*_dev
 // steps, clipping). The __host__ __device__ functions are compiled here for the host and
-// compared with the CPU optimizers (runtime/optim/cpu, linked as cpu_rt_*), so the shared
+// compared with the CPU optimizers (runtime/cpu/optim, linked as cpu_rt_*), so the shared
 // math is checked on every machine, GPU or not:
 //   * the per-step Adam scalars (from the double-double integer power) against adam.c's
 //     glibc pow, for every step 1..STEPS of several betas: the fp32 scalars must be equal;
@@ -64,7 +64,7 @@ static void test_adam_scalars(double beta1, double beta2) {
     int64_t first_bad = 0;
     for (int64_t step = 1; step <= STEPS; step++) {
         const rtc_adam_scalars s = rtc_adam_scalars_at(h, step);
-        // runtime/optim/cpu/adam.c's scalars
+        // runtime/cpu/optim/adam.c's scalars
         const double bc1 = 1.0 - pow(beta1, (double)step);
         const double bc2 = 1.0 - pow(beta2, (double)step);
         const float neg_step_size = (float)(-(lr / bc1));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA step backend (runtime/cuda_step) and `fsdpgen build --cuda`.
+# The CUDA step backend (runtime/cuda/step) and `fsdpgen build --cuda`.
 # Everywhere (CI has nvcc, cuBLAS and NCCL but no GPU):
 #   - test_segments: the backend's copy plans against runtime/fsdp's host copies (CPU,
 #     AddressSanitizer + UBSan);
@@ -94,7 +94,7 @@ fi
 
 if ! ninja -f runtime/cuda_step.ninja cuda_step >"$work/build.log" 2>&1; then
     cat "$work/build.log"
-    echo "$suite_tag build of runtime/cuda_step failed"
+    echo "$suite_tag build of runtime/cuda/step failed"
     echo "0 passed, 1 failed"
     exit 1
 fi
@@ -116,7 +116,7 @@ done
 
 # ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
 # Without a GPU, each spec's --cuda objects are relinked against the emulated CUDA libraries
-# (tests/cuda/emu: runtime/cuda and runtime/cuda_step compiled for the host, one-rank NCCL,
+# (tests/cuda/emu: runtime/cuda and runtime/cuda/step compiled for the host, one-rank NCCL,
 # ASan + UBSan), so the same checks run there, in the emulator's lazy modes: the conformance
 # tests with CUDA_EMU_LAZY=1 (each stream's work runs only when something waits for it), CUDA
 # vs CPU with CUDA_EMU_LAZY=low (only compute and the all-reduce stream wait to be needed; the

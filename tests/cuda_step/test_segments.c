@@ -1,4 +1,4 @@
-// The CUDA step backend's copy plans (runtime/cuda_step/segments.c) against runtime/fsdp's
+// The CUDA step backend's copy plans (runtime/cuda/step/segments.c) against runtime/fsdp's
 // host copies, on random groups: uneven dim-0 shards, Shard(largest dim), post-forward
 // layouts, every rank, fp32/bf16/fp16, unsharded parameters in fp32 slots and packed (16-bit
 // groups: every other one). Each plan applied on the host (rt_seg_apply, the

@@ -1,6 +1,6 @@
 -- Buffers that the CUDA backend's side streams use stay in the memory plan until compute
 -- waits for that work, so no later buffer is placed on bytes a side stream may still read
--- or write (runtime/cuda_step/backend.c orders the streams; the plan must not undo that):
+-- or write (runtime/cuda/step/backend.c orders the streams; the plan must not undo that):
 --   * an all-gather's output (a direct one's: the unsharded parameters) and, for a
 --     post-forward all-gather, the post-forward shard its copy-in reads: until the
 --     all_gather_wait or all_gather_drop of that all-gather (compute waits for the

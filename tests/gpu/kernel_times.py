@@ -12,7 +12,7 @@ import csv
 import re
 import sys
 
-# What a step's time goes to, by kernel name (runtime/cuda, runtime/cuda_step, cuBLAS); the
+# What a step's time goes to, by kernel name (runtime/cuda/kernels, runtime/cuda/step, cuBLAS); the
 # first match wins, the rest is "other".
 CATEGORIES = [
     ("GEMM (cuBLAS)", r"gemm|nvjet|cutlass|xmma|sm\d+_"),

@@ -4,7 +4,7 @@
   trace_waits.py TRACE.json [--skip N]
 
 The CUDA backend puts a span on each rank's compute stream around every wait of compute for
-a collective (runtime/cuda_step/backend.c, compute_waits): category all_gather_wait,
+a collective (runtime/cuda/step/backend.c, compute_waits): category all_gather_wait,
 reduce_scatter_wait or all_reduce_wait, named after the group whose collective it waits
 for, timed on the GPU from when compute reaches the wait to when the collective is done.
 It is about zero where the collective overlapped the compute issued before the wait (the

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/core/dtype_bits.h"
+#include "../../runtime/common/dtype_bits.h"
 #include "check.h"
 #include "rt_kernels.h"
 

@@ -60,8 +60,8 @@ if [ ! -f "$cuda_home/include/cuda_runtime.h" ]; then
     echo "[train] stream_order: skipped"
 elif ! cc -std=c11 -Wall -Wextra -Werror -O1 -g -D_GNU_SOURCE -pthread \
         -fsanitize=address,undefined -fno-sanitize-recover=all -Iruntime/include -Iruntime/step \
-        -Iruntime/cuda_step -I"$cuda_home/include" -Itests/common tests/train/test_stream_order.c \
-        runtime/cuda_step/backend.c -o "$work/test_stream_order" -lm >"$work/stream_order.log" 2>&1; then
+        -Iruntime/cuda/step -I"$cuda_home/include" -Itests/common tests/train/test_stream_order.c \
+        runtime/cuda/step/backend.c -o "$work/test_stream_order" -lm >"$work/stream_order.log" 2>&1; then
     cat "$work/stream_order.log"
     echo "[train] stream_order: build failed, counted as 1 failure"
     failed=$((failed + 1))

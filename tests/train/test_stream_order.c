@@ -1,5 +1,5 @@
 // test_stream_order.c — the CUDA step backend's stream and event ordering, checked on the
-// CPU: runtime/cuda_step/backend.c is compiled as it is and linked against a recording
+// CPU: runtime/cuda/step/backend.c is compiled as it is and linked against a recording
 // stand-in for the CUDA runtime, its kernels and the communicators (defined below). Every
 // kernel, copy and collective is an access to a byte range on a stream; streams and
 // events carry vector clocks (an op follows everything earlier on its stream; a wait on

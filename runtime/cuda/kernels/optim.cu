@@ -1,6 +1,6 @@
 // Optimizer steps and gradient clipping on the GPU, one fused kernel per step over a whole
 // flat shard (param, grad and state read and written once). Same semantics and the same
-// float expressions as runtime/optim/cpu/*.c, through the element functions of
+// float expressions as runtime/cpu/optim/*.c, through the element functions of
 // optim_math.cuh; with -fmad=false and IEEE sqrt/division the GPU step gives the CPU
 // step's bits. param, grad and the state buffers are device pointers.
 //

@@ -1,10 +1,10 @@
 // Private inline Philox4x32-10 (Salmon et al., SC'11) shared by the CPU dropout kernel
-// (runtime/kernels/cpu/dropout.c) and the CUDA one (runtime/cuda/dropout.cu), so both
+// (runtime/cpu/kernels/dropout.c) and the CUDA one (runtime/cuda/kernels/dropout.cu), so both
 // backends draw the same masks from one definition: compiled as __host__ __device__ under
 // nvcc, plain static inline in C. Element e of a dropout draws from counter block e/4,
 // lane e%4, with counter (block lo, block hi, stream lo, stream hi) and key (seed lo, hi).
-#ifndef FSDPGEN_KERNELS_PHILOX_H
-#define FSDPGEN_KERNELS_PHILOX_H
+#ifndef FSDPGEN_COMMON_PHILOX_H
+#define FSDPGEN_COMMON_PHILOX_H
 
 #include <stdint.h>
 
@@ -50,5 +50,12 @@ RT_PHILOX_FN void rt_philox_block_inl(uint64_t seed, uint64_t stream, uint64_t b
 
 // Top 24 bits: every value is exactly representable in float and u < 1.
 RT_PHILOX_FN float rt_philox_u01_inl(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+// Element `index`'s uniform draw in [0, 1) (rt_dropout_uniform on both backends).
+RT_PHILOX_FN float rt_philox_uniform_inl(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint32_t o[4];
+    rt_philox_block_inl(seed, stream, index >> 2, o);
+    return rt_philox_u01_inl(o[index & 3]);
+}
 
 #endif

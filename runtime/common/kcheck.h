@@ -1,10 +1,11 @@
-// Private to the kernels of both backends (runtime/kernels/cpu, runtime/cuda): host-side
-// argument checks that abort with a file:line message. Kernels check only what would
+// Private to the kernels of both backends (runtime/cpu/kernels, runtime/cuda/kernels):
+// host-side argument checks that abort with a file:line message, and the assign rule of
+// backward kernels (RT_KBASE), each defined once for both. Kernels check only what would
 // corrupt memory (an id out of range, an unsupported shape) or a generator bug (a dt
 // outside the enum); such a failure has nothing to return to, so the process aborts,
 // after flushing stdout so the error comes after what the run printed.
-#ifndef FSDPGEN_KERNELS_KCHECK_H
-#define FSDPGEN_KERNELS_KCHECK_H
+#ifndef FSDPGEN_COMMON_KCHECK_H
+#define FSDPGEN_COMMON_KCHECK_H
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,23 @@
     RT_KCHECK((dt) == RT_F32 || (dt) == RT_BF16 || (dt) == RT_F16,                        \
               "dt is the op's tensor dtype: RT_F32, RT_BF16 or RT_F16", "%s with dtype %d", \
               kernel, (int)(dt))
+
+// Attention's heads: query heads in groups over the kv heads, of a positive head dim.
+#define RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD)                                            \
+    do {                                                                                  \
+        RT_KCHECK((NH) > 0 && (NKV) > 0 && (NH) % (NKV) == 0,                             \
+                  "n_heads must be a multiple of n_kv_heads",                             \
+                  "attention with %d query heads and %d kv heads", (int)(NH), (int)(NKV)); \
+        RT_KCHECK((HD) > 0, "head dim must be positive", "attention head dim %d", (int)(HD)); \
+    } while (0)
+
+// Data checks: token ids and targets out of range. The CPU kernels check them with
+// RT_KCHECK, the CUDA kernels on the device (cuda_common.cuh, RTC_DEVICE_FAIL), with the
+// same hint and message (a format string literal: "embedding id %d at row %d ...").
+#define RT_KHINT_EMBEDDING_ID "check the token data against the model's vocab_size"
+#define RT_KMSG_EMBEDDING_ID "embedding id %d at row %d is outside [0, %d)"
+#define RT_KHINT_TARGET "targets must be class ids in [0, vocab_size) or -100 (ignored)"
+#define RT_KMSG_TARGET "cross-entropy target %d at row %d is outside [0, %d)"
 
 // Rotary embeddings rotate pairs of a head's dims, up to RT_ROPE_MAX_HD (rt_kernels.h).
 #define RT_KCHECK_ROPE_HD(HD)                                                    \
@@ -67,5 +85,12 @@
                                   ((dk) && (dk) == (dv))),                             \
               "gradient outputs that are one buffer need dt RT_F32",                    \
               "lowmem attention backward with aliased dq/dk/dv and dt %d", (int)(dt))
+
+// ---- the assign rule --------------------------------------------------------------------
+
+// The value a backward kernel adds its contribution to: the gradient's current value, or
+// 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of accumulating
+// onto a zeroed buffer). x is not read when assigning. Host and device code alike.
+#define RT_KBASE(x, assigning) ((assigning) ? 0.0f : (x))
 
 #endif

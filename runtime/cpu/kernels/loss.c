@@ -28,9 +28,8 @@ void rt_sum_loss_backward(float* dlogits, size_t n, const float* dloss, int assi
 // whose target is not RT_IGNORE_INDEX
 
 static void ce_check_target_(int32_t t, int n, int V) {
-    RT_KCHECK(t == RT_IGNORE_INDEX || (t >= 0 && t < V),
-              "targets must be class ids in [0, vocab_size) or -100 (ignored)",
-              "cross-entropy target %d at row %d is outside [0, %d)", (int)t, n, V);
+    RT_KCHECK(t == RT_IGNORE_INDEX || (t >= 0 && t < V), RT_KHINT_TARGET, RT_KMSG_TARGET, (int)t,
+              n, V);
 }
 
 // max and sum(exp(x - max)) of one row; the max shift keeps exp from overflowing.

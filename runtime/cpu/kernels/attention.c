@@ -15,7 +15,7 @@
 #include <cblas.h>
 #include <math.h>
 
-#include "../attention_shape.h"
+#include "../../common/attention_shape.h"
 #include "kcheck.h"
 #include "kround.h"
 
@@ -34,12 +34,6 @@ size_t rt_attention_stats_floats(int B, int NH, int T) {
 
 size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T) {
     return rt_attention_lowmem_scratch_floats_inl(B, NH, T);
-}
-
-static void attention_check_(int NH, int NKV, int HD) {
-    RT_KCHECK(NH > 0 && NKV > 0 && NH % NKV == 0, "n_heads must be a multiple of n_kv_heads",
-              "attention with %d query heads and %d kv heads", NH, NKV);
-    RT_KCHECK(HD > 0, "head dim must be positive", "attention head dim %d", HD);
 }
 
 // S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: the upper triangle is computed and then
@@ -141,7 +135,7 @@ static void backward_head_(float* dq, float* dk, float* dv, float* dS, const flo
 
 void rt_attention_forward(float* out, float* probs, const float* q, const float* k,
                           const float* v, int B, int T, int NH, int NKV, int HD, int causal) {
-    attention_check_(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head_(out, probs + ((size_t)b * NH + h) * T * T, NULL, q, k, v,
@@ -151,7 +145,7 @@ void rt_attention_forward(float* out, float* probs, const float* q, const float*
 void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
                            const float* q, const float* k, const float* v, const float* probs,
                            int B, int T, int NH, int NKV, int HD, int causal) {
-    attention_check_(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             backward_head_(dq, dk, dv, scratch, probs + ((size_t)b * NH + h) * T * T, dout, q, k,
@@ -166,7 +160,7 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
                                  int HD, int causal, rt_dtype prec, rt_dtype dt) {
     RT_KCHECK_DT(prec, "rt_attention_lowmem_forward");
     RT_KCHECK_DT(dt, "rt_attention_lowmem_forward");
-    attention_check_(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head_(out, scratch, stats + ((size_t)b * NH + h) * T * 2, q, k, v,
@@ -193,7 +187,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
     RT_KCHECK_DT(prec, "rt_attention_lowmem_backward");
     RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
     RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
-    attention_check_(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     zero_assigned_(dq, dk, dv, assign & RT_ASSIGN_1, nq);

@@ -1,9 +1,9 @@
-// Private to the attention kernels of both backends (runtime/kernels/cpu/attention.c,
-// runtime/cuda/attention.cu): the sizes behind rt_attention_*_floats, which the memory
+// Private to the attention kernels of both backends (runtime/cpu/kernels/attention.c,
+// runtime/cuda/kernels/attention.cu): the sizes behind rt_attention_*_floats, which the memory
 // plan relies on and which therefore must not depend on the backend, where one
 // (batch, head) pair's operands live, and the softmax scale, each defined once.
-#ifndef FSDPGEN_KERNELS_ATTENTION_SHAPE_H
-#define FSDPGEN_KERNELS_ATTENTION_SHAPE_H
+#ifndef FSDPGEN_COMMON_ATTENTION_SHAPE_H
+#define FSDPGEN_COMMON_ATTENTION_SHAPE_H
 
 #include <math.h>
 #include <stddef.h>

@@ -10,7 +10,7 @@
 #include "rt_kernels.h"
 #include "rt_optim.h"
 #include "rt_trace.h"
-#include "step_backend.h"
+#include "../../step/step_backend.h"
 
 // ---- helpers ----------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../core/dtype_bits.h"  // rt_round_inl
+#include "../../common/dtype_bits.h"  // rt_round_inl
 
 // Dynamic shared memory of a kernel (the emulator supplies its own).
 #ifndef RTC_FA_SMEM

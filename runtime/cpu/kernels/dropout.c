@@ -7,20 +7,18 @@
 
 #include <string.h>
 
-#include "../philox.h"
+#include "../../common/philox.h"
 #include "kround.h"
 
 // ----------------------------------------------------------------------------
-// Philox4x32-10 (runtime/kernels/philox.h): one call yields the 4 lanes of counter block e/4
+// Philox4x32-10 (runtime/common/philox.h): one call yields the 4 lanes of counter block e/4
 
 void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     rt_philox_inl(ctr[0], ctr[1], ctr[2], ctr[3], key[0], key[1], out);
 }
 
 float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint32_t o[4];
-    rt_philox_block_inl(seed, stream, index >> 2, o);
-    return rt_philox_u01_inl(o[index & 3]);
+    return rt_philox_uniform_inl(seed, stream, index);
 }
 
 // Applies mask * scale to src, either writing (acc = 0), accumulating (acc = 1) or

@@ -5,20 +5,18 @@
 // the (up to) 4 elements of its block that fall inside the call's range.
 // rt_philox4x32_10 and rt_dropout_uniform are host functions here too (host pointers).
 // Written values are rounded to dt at their stores.
-#include "../kernels/philox.h"
+#include "../../common/philox.h"
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
-// Philox4x32-10 (runtime/kernels/philox.h, host and device)
+// Philox4x32-10 (runtime/common/philox.h, host and device)
 
 void rt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     rt_philox_inl(ctr[0], ctr[1], ctr[2], ctr[3], key[0], key[1], out);
 }
 
 float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint32_t o[4];
-    rt_philox_block_inl(seed, stream, index >> 2, o);
-    return rt_philox_u01_inl(o[index & 3]);
+    return rt_philox_uniform_inl(seed, stream, index);
 }
 
 // ----------------------------------------------------------------------------
@@ -40,7 +38,7 @@ __global__ void dropout_kernel(float* dst, const float* src, size_t n, float p, 
             if (e < offset || e - offset >= n) continue;
             const size_t i = (size_t)(e - offset);
             const float v = rt_philox_u01_inl(o[lane]) >= p ? src[i] * scale : 0.0f;
-            dst[i] = rtc_round_to(acc ? RTC_BASE(dst[i], acc == 2) + v : v, dt);
+            dst[i] = rtc_round_to(acc ? RT_KBASE(dst[i], acc == 2) + v : v, dt);
         }
     }
 }
@@ -53,7 +51,7 @@ __global__ void dropout_fill_kernel(float* dst, const float* src, size_t n, int 
         if (mode == 0)
             dst[i] = 0.0f;
         else
-            dst[i] = rtc_round_to(RTC_BASE(dst[i], mode == 2) + src[i], dt);
+            dst[i] = rtc_round_to(RT_KBASE(dst[i], mode == 2) + src[i], dt);
     }
 }
 

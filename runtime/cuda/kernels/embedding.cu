@@ -1,5 +1,5 @@
 // Embedding lookup and its backward, and position ids, on the GPU. Same contracts as
-// runtime/kernels/cpu/embedding.c: forward overwrites, backward accumulates in the CPU
+// runtime/cpu/kernels/embedding.c: forward overwrites, backward accumulates in the CPU
 // kernel's order (the same bits).
 #include <cub/device/device_radix_sort.cuh>
 
@@ -7,8 +7,6 @@
 
 // ----------------------------------------------------------------------------
 // embedding forward: out[N,C] = weight[ids[n], :]
-
-#define RTC_EMB_HINT "check the token data against the model's vocab_size"
 
 __global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ ids,
                                          const float* __restrict__ weight, int N, int C, int V) {
@@ -18,7 +16,7 @@ __global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t*
         const int32_t id = ids[n];
         if (id < 0 || id >= V) {
             if (c == 0)
-                RTC_DEVICE_FAIL(RTC_EMB_HINT, "embedding id %d at row %d is outside [0, %d)",
+                RTC_DEVICE_FAIL(RT_KHINT_EMBEDDING_ID, RT_KMSG_EMBEDDING_ID,
                                 (int)id, n, V);
             return;
         }
@@ -55,7 +53,7 @@ __global__ void embedding_backward_runs_kernel(float* __restrict__ dweight,
     if (i > 0 && ids_sorted[i - 1] == id) return;
     if (id < 0 || id >= V) {
         if (threadIdx.x == 0)
-            RTC_DEVICE_FAIL(RTC_EMB_HINT, "embedding id %d at row %d is outside [0, %d)",
+            RTC_DEVICE_FAIL(RT_KHINT_EMBEDDING_ID, RT_KMSG_EMBEDDING_ID,
                             (int)id, (int)rows_sorted[i], V);
         return;
     }

@@ -1,6 +1,6 @@
 // Elementwise activations on the GPU (exact GELU, ReLU, SiLU, the SwiGLU gate) and rotary
 // position embeddings: same contracts and float expressions as
-// runtime/kernels/cpu/activation.c and rope.c. Backward kernels take the forward input.
+// runtime/cpu/kernels/activation.c and rope.c. Backward kernels take the forward input.
 // Forward kernels allow out == inp (no __restrict__ on them). Every value written is
 // rounded to dt at its store (rtc_round_to, rtc_st, rtc_stv). Every kernel also reads and writes
 // packed 16-bit storage (rt_kernels.h "packed 16-bit storage").
@@ -48,7 +48,7 @@ __device__ __forceinline__ void rtc_grad_flat(G* __restrict__ dinp, const D* __r
         rtc_ldv(inp, i, dt, x);
         rtc_ldv(dout, i, dt, d);
         if (!as) rtc_ldv(dinp, i, dt, g);
-        for (int u = 0; u < K; u++) g[u] = RTC_BASE(g[u], as) + d[u] * grad(x[u]);
+        for (int u = 0; u < K; u++) g[u] = RT_KBASE(g[u], as) + d[u] * grad(x[u]);
         rtc_stv(dinp, i, g, dt);
     });
 }
@@ -93,7 +93,7 @@ __global__ void relu_backward_kernel(G* __restrict__ dinp, const D* __restrict__
         if (!as) rtc_ldv(dinp, i, dt, g);
         for (int u = 0; u < K; u++) {
             if (x[u] > 0.0f)
-                rtc_st(dinp, i + u, RTC_BASE(g[u], as) + d[u], dt);
+                rtc_st(dinp, i + u, RT_KBASE(g[u], as) + d[u], dt);
             else if (as)
                 rtc_st(dinp, i + u, 0.0f, dt);
         }
@@ -203,8 +203,8 @@ __global__ void swiglu_backward_kernel(GA* da, GB* db,  // may be one buffer
                 g[u] += d[u] * silu;
                 continue;
             }
-            if (da) g[u] = RTC_BASE(g[u], as1) + ga;
-            if (db) h[u] = RTC_BASE(h[u], as2) + d[u] * silu;
+            if (da) g[u] = RT_KBASE(g[u], as1) + ga;
+            if (db) h[u] = RT_KBASE(h[u], as2) + d[u] * silu;
         }
         if (da) rtc_stv(da, i, g, dt);
         if (db && !aliased) rtc_stv(db, i, h, dt);
@@ -327,8 +327,8 @@ __global__ void rope_backward_kernel(G* __restrict__ dinp, const D* __restrict__
             const size_t p = p0 + q;
             const float d0 = rtc_ld(dout, 2 * p, dt), d1 = rtc_ld(dout, 2 * p + 1, dt);
             const float g0 = d0 * cs[i] + d1 * sn[i], g1 = -d0 * sn[i] + d1 * cs[i];
-            rtc_st(dinp, 2 * p, RTC_BASE(rtc_ld(dinp, 2 * p, dt), as) + g0, dt);
-            rtc_st(dinp, 2 * p + 1, RTC_BASE(rtc_ld(dinp, 2 * p + 1, dt), as) + g1, dt);
+            rtc_st(dinp, 2 * p, RT_KBASE(rtc_ld(dinp, 2 * p, dt), as) + g0, dt);
+            rtc_st(dinp, 2 * p + 1, RT_KBASE(rtc_ld(dinp, 2 * p + 1, dt), as) + g1, dt);
         }
     }
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core/dtype_bits.h"
+#include "../../common/dtype_bits.h"
 #include "kcheck.h"
 #include "rt_kernels.h"
 

@@ -18,7 +18,7 @@
 // packed entry points (rt_kernels.h "packed 16-bit storage") hand the tensor-core kernels
 // packed q, k, v, out and dout in place of 16-bit copies.
 //
-// probs variant: the straightforward algorithm of runtime/kernels/cpu/attention.c, one
+// probs variant: the straightforward algorithm of runtime/cpu/kernels/attention.c, one
 // (batch, head) at a time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax
 // kernel (causal rows stop at the diagonal; one block per row, statistics in double as
 // the CPU), O = P V (SGEMM); P [B,NH,T,T] is kept for backward, whose scratch is one [T,T]
@@ -34,7 +34,7 @@
 
 #include <atomic>
 
-#include "../kernels/attention_shape.h"
+#include "../../common/attention_shape.h"
 #include "cuda_common.cuh"
 #include "flash_attention.cuh"
 #include "flash_attention_tc.cuh"
@@ -54,12 +54,6 @@ size_t rt_attention_stats_floats(int B, int NH, int T) {
 
 size_t rt_attention_lowmem_scratch_floats(int B, int NH, int T) {
     return rt_attention_lowmem_scratch_floats_inl(B, NH, T);
-}
-
-static void attention_check(int NH, int NKV, int HD) {
-    RT_KCHECK(NH > 0 && NKV > 0 && NH % NKV == 0, "n_heads must be a multiple of n_kv_heads",
-              "attention with %d query heads and %d kv heads", NH, NKV);
-    RT_KCHECK(HD > 0, "head dim must be positive", "attention head dim %d", HD);
 }
 
 // S[T,T] = scale * Q[T,HD] K[T,HD]^T (causal: the upper triangle is computed, then
@@ -150,7 +144,7 @@ static void probs_times_v(float* out, const float* P, const float* v, rt_head_vi
 
 void rt_attention_forward(float* out, float* probs, const float* q, const float* k,
                           const float* v, int B, int T, int NH, int NKV, int HD, int causal) {
-    attention_check(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -166,7 +160,7 @@ void rt_attention_forward(float* out, float* probs, const float* q, const float*
 void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
                            const float* q, const float* k, const float* v, const float* probs,
                            int B, int T, int NH, int NKV, int HD, int causal) {
-    attention_check(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     if (B <= 0 || T <= 0) return;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -260,7 +254,7 @@ static bool use_tensor_cores(rt_dtype prec, rt_dtype dt, int HD) {
 }
 
 static rtc_fa_args flash_args(int B, int T, int NH, int NKV, int HD, int causal) {
-    attention_check(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     RT_KCHECK(rtc_fa_hdp(HD) != 0, "use the probs variant (rt_attention_forward) for larger heads",
               "CUDA flash attention supports head dims up to %d, got %d", RTC_FA_MAX_HD, HD);
     RT_KCHECK(T <= 65535 * 16, "sequence too long for the flash kernels' grid",

@@ -7,17 +7,12 @@
 
 #include <stddef.h>
 
-#include "../../core/dtype_bits.h"
+#include "../../common/dtype_bits.h"
 #include "kcheck.h"
 #include "rt_dtype.h"
 
 // v rounded to dt (RT_F32: v).
 static inline float rt_kround(float v, rt_dtype dt) { return rt_round_inl(v, dt); }
-
-// The value a backward kernel adds its contribution to: the gradient's current value,
-// or 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of
-// accumulating onto a zeroed buffer). x is not read when assigning.
-#define RT_KBASE(x, assigning) ((assigning) ? 0.0f : (x))
 
 // x[0..n) rounded to dt in place: for outputs an external routine (OpenBLAS) wrote.
 static inline void rt_kround_buf(float* x, size_t n, rt_dtype dt) {

@@ -1,6 +1,6 @@
 // Losses on the GPU: the "sum" loss of the PyTorch tests and cross-entropy with mean
 // reduction, fused with its softmax (no probabilities buffer): same contracts as
-// runtime/kernels/cpu/loss.c. loss, losses, logits, targets and dlogits are device
+// runtime/cpu/kernels/loss.c. loss, losses, logits, targets and dlogits are device
 // pointers. Means and sums are in double and deterministic: per-block partial results in
 // the thread's context scratch, added in a fixed order by a second kernel.
 // rt_cross_entropy_forward_backward fuses the two when the loss's backward follows its
@@ -8,15 +8,13 @@
 // TODO(issue 5): a vocabulary-parallel (chunked) variant for V >> 64k.
 #include "cuda_common.cuh"
 
-#define RTC_CE_HINT "targets must be class ids in [0, vocab_size) or -100 (ignored)"
-
 // ----------------------------------------------------------------------------
 // sum loss: loss = sum(logits) in double; backward dlogits += *dloss (a device scalar)
 
 __global__ void add_scalar_kernel(float* __restrict__ x, size_t n, const float* __restrict__ v,
                                   int as) {
     const float d = *v;
-    RTC_GRID_STRIDE(i, n) x[i] = RTC_BASE(x[i], as) + d;
+    RTC_GRID_STRIDE(i, n) x[i] = RT_KBASE(x[i], as) + d;
 }
 
 void rt_sum_loss_forward(float* loss, const float* logits, size_t n) {
@@ -90,7 +88,7 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
         const int32_t t = targets[n];
         if (t == RT_IGNORE_INDEX) continue;
         if (t < 0 || t >= V)
-            RTC_DEVICE_FAIL(RTC_CE_HINT, "cross-entropy target %d at row %d is outside [0, %d)",
+            RTC_DEVICE_FAIL(RT_KHINT_TARGET, RT_KMSG_TARGET,
                             (int)t, n, V);
         c += 1.0;
     }
@@ -171,7 +169,7 @@ __global__ void ce_forward_kernel(double* __restrict__ partial, float* __restric
         const int32_t t = targets[n];  // the same for the whole block: no divergence
         if (t != RT_IGNORE_INDEX && (t < 0 || t >= V)) {
             if (threadIdx.x == 0)
-                RTC_DEVICE_FAIL(RTC_CE_HINT, "cross-entropy target %d at row %d is outside [0, %d)",
+                RTC_DEVICE_FAIL(RT_KHINT_TARGET, RT_KMSG_TARGET,
                                 (int)t, n, V);
             return;
         }

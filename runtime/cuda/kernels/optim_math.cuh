@@ -5,7 +5,7 @@
 // compiled for the host by tests/cuda/test_optim_math.cu, which checks them against the CPU
 // optimizers without a GPU.
 //
-// Same float expressions as runtime/optim/cpu/*.c (PyTorch's single-tensor order): scalars
+// Same float expressions as runtime/cpu/optim/*.c (PyTorch's single-tensor order): scalars
 // in double, rounded to float where they meet the fp32 tensors; elementwise math in fp32.
 // Compiled with -fmad=false (device) and without FMA contraction (host), IEEE division
 // and sqrt on both, so host and device give the same bits.

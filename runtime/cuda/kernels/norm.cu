@@ -1,5 +1,5 @@
 // LayerNorm and RMSNorm over the last dimension on the GPU (same contracts as
-// runtime/kernels/cpu/layernorm.c and rmsnorm.c). Fused: one block per row computes the
+// runtime/cpu/kernels/layernorm.c and rmsnorm.c). Fused: one block per row computes the
 // statistics (in double, two passes as the CPU kernel) and writes the normalised row in
 // the same kernel; backward computes a row's input gradient in one kernel and the
 // weight/bias gradients (column reductions over rows, in double, in row chunks:
@@ -162,7 +162,7 @@ __global__ void layernorm_backward_dinp_kernel(G* __restrict__ dinp,
     RTC_ROW_FOR(k, c, R, C) {
         const float xhat = (xv[k] - mf) * rs;
         const float g = weight ? dv[k] * wv[k] : dv[k];
-        rtc_st(dx, c, RTC_BASE(gv[k], as) + rs * (g - mg - xhat * mgx), dt);
+        rtc_st(dx, c, RT_KBASE(gv[k], as) + rs * (g - mg - xhat * mgx), dt);
     }
 }
 
@@ -305,7 +305,7 @@ __global__ void rmsnorm_backward_dinp_kernel(G* __restrict__ dinp,
     const float mgx = (float)(sgx / C);
     RTC_ROW_FOR(k, c, R, C) {
         const float g = weight ? dv[k] * wv[k] : dv[k];
-        rtc_st(dx, c, RTC_BASE(gv[k], as) + rs * (g - (xv[k] * rs) * mgx), dt);
+        rtc_st(dx, c, RT_KBASE(gv[k], as) + rs * (g - (xv[k] * rs) * mgx), dt);
     }
 }
 

@@ -364,7 +364,7 @@ void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
 
 // The reduction as rt_fsdp_reduce_scatter does it on the host (pre-divide, reduce-scatter
 // or the single-rank copy with its custom factor, HSDP all-reduce, post-divide); the
-// reference model all-reduces full gradients instead (see runtime/step/cpu.c). Issues the
+// reference model all-reduces full gradients instead (see runtime/cpu/step/backend.c). Issues the
 // pre-divide and the collective on the reduce-scatter stream, records rs_done after it,
 // then (HSDP) the all-reduce on the all-reduce stream, and the post-divide on the stream
 // the result is complete on, which it returns. *span is the open reduce-scatter trace

@@ -1,7 +1,7 @@
 // Private inline bit-level conversions between fp32 and the 16-bit float formats, shared
 // by the scalar API (core/dtype.c), the hot reduction loops (comm/reduce.c) and, compiled
 // by nvcc as __host__ __device__ functions, the GPU kernels that must round exactly as the
-// host does (comm/cuda_reduce.cu, cuda_step/kernels.cu).
+// host does (comm/cuda_reduce.cu, cuda/step/kernels.cu).
 #ifndef RT_DTYPE_BITS_H
 #define RT_DTYPE_BITS_H
 

@@ -1,4 +1,4 @@
-// Internal to the CUDA kernels (runtime/cuda/*.cu): error checks, the per-thread context
+// Internal to the CUDA kernels (runtime/cuda/kernels/*.cu): error checks, the per-thread context
 // (stream, cuBLAS handle and workspace, a small reduction scratch), launch helpers, the
 // 16-byte accesses of vectorised flat kernels, block reductions and the row-major SGEMM
 // wrapper. Not part of the public API: generated code sees only rt_kernels.h and
@@ -20,7 +20,7 @@
 // cores on 16-bit copies of the operands when their values are bf16/fp16 (rtc_gemm_rm).
 //
 // Mixed precision. Kernels with a dt (rt_kernels.h) round each value they write at its
-// store with rtc_round_to, the bit-level converters of core/dtype_bits.h that the host
+// store with rtc_round_to, the bit-level converters of common/dtype_bits.h that the host
 // uses too, so a rounded store has the CPU kernels' (and rt_step_round's) bits; GEMM
 // outputs are rounded by cuBLAS into a 16-bit copy (rtc_gemm16_rounded), or by rtc_round_buf
 // after it where they accumulate onto an fp32 buffer.
@@ -37,16 +37,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-// rt_check.h is C11 (_Noreturn, no extern "C"): include it with C linkage and the C++
-// spelling of noreturn, so RT_CHECK_CUDA reports through core/check.c as everywhere else.
-#define _Noreturn [[noreturn]]
-extern "C" {
-#include "rt_check.h"
-}
-#undef _Noreturn
-
-#include "../core/dtype_bits.h"
-#include "../kernels/kcheck.h"  // RT_KCHECK, RT_KCHECK_DT: host-side argument checks
+#include "../../common/dtype_bits.h"
+#include "../../common/kcheck.h"  // RT_KCHECK, RT_KCHECK_DT: host-side argument checks
+#include "rt_check.h"  // RT_CHECK_CUDA reports through core/check.c as everywhere else
 #include "rt_cuda.h"
 #include "rt_kernels.h"
 #include "rt_optim.h"
@@ -128,11 +121,6 @@ static inline void rtc_with_storage(bool packed, void* p, F f) {
     if (packed) f((uint16_t*)p);
     else f((float*)p);
 }
-
-// The value a backward kernel adds its contribution to: the gradient's current value, or
-// 0 where the call assigns it (rt_kernels.h "Assign"; 0 + x keeps the bits of accumulating
-// onto a zeroed buffer). x is not read when assigning.
-#define RTC_BASE(x, assigning) ((assigning) ? 0.0f : (x))
 
 // x[0..n) rounded to dt in place on the thread's stream (linear.cu); nothing for RT_F32.
 void rtc_round_buf(float* x, size_t n, rt_dtype dt);

@@ -12,8 +12,7 @@ void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, i
                           int V) {
     for (int n = 0; n < N; n++) {
         int32_t id = ids[n];
-        RT_KCHECK(id >= 0 && id < V, "check the token data against the model's vocab_size",
-                  "embedding id %d at row %d is outside [0, %d)", (int)id, n, V);
+        RT_KCHECK(id >= 0 && id < V, RT_KHINT_EMBEDDING_ID, RT_KMSG_EMBEDDING_ID, (int)id, n, V);
         memcpy(out + (size_t)n * C, weight + (size_t)id * C, (size_t)C * sizeof(float));
     }
 }
@@ -26,8 +25,7 @@ void rt_embedding_backward(float* dweight, const float* dout, const int32_t* ids
                            int V) {
     for (int n = 0; n < N; n++) {
         int32_t id = ids[n];
-        RT_KCHECK(id >= 0 && id < V, "check the token data against the model's vocab_size",
-                  "embedding id %d at row %d is outside [0, %d)", (int)id, n, V);
+        RT_KCHECK(id >= 0 && id < V, RT_KHINT_EMBEDDING_ID, RT_KMSG_EMBEDDING_ID, (int)id, n, V);
         float* dw = dweight + (size_t)id * C;
         const float* d = dout + (size_t)n * C;
         for (int c = 0; c < C; c++) dw[c] += d[c];

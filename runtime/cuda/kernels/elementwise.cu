@@ -1,6 +1,6 @@
 // Binary elementwise ops (residual add, product, broadcast add) and the flat buffer
 // helpers (zero, copy, scale, accumulate, axpy, sum of squares) on the GPU; same contracts
-// as runtime/kernels/cpu/elementwise.c. Forward kernels allow out == a or out == b. The
+// as runtime/cpu/kernels/elementwise.c. Forward kernels allow out == a or out == b. The
 // ops round what they write to dt at the store (rtc_round_to); the buffer helpers do not.
 #include "cuda_common.cuh"
 
@@ -32,8 +32,8 @@ __global__ void acc2_kernel(GA* da, GB* db, const D* __restrict__ dout, size_t n
                 g[u] = (g[u] + d[u]) + d[u];
                 continue;
             }
-            g[u] = RTC_BASE(g[u], as1) + d[u];
-            h[u] = RTC_BASE(h[u], as2) + d[u];
+            g[u] = RT_KBASE(g[u], as1) + d[u];
+            h[u] = RT_KBASE(h[u], as2) + d[u];
         }
         if (da) rtc_stv(da, i, g, dt);
         if (db && !aliased) rtc_stv(db, i, h, dt);
@@ -114,8 +114,8 @@ __global__ void mul_backward_kernel(float* da, float* db,
             da[i] = rtc_round_to((da[i] + d * b[i]) + d * a[i], dt);
             continue;
         }
-        if (da) da[i] = rtc_round_to(RTC_BASE(da[i], as1) + d * b[i], dt);
-        if (db) db[i] = rtc_round_to(RTC_BASE(db[i], as2) + d * a[i], dt);
+        if (da) da[i] = rtc_round_to(RT_KBASE(da[i], as1) + d * b[i], dt);
+        if (db) db[i] = rtc_round_to(RT_KBASE(db[i], as2) + d * a[i], dt);
     }
 }
 

@@ -3,7 +3,7 @@
 #ifndef FSDPGEN_KERNELS_CPU_KCHECK_H
 #define FSDPGEN_KERNELS_CPU_KCHECK_H
 
-#include "../kcheck.h"  // RT_KCHECK, RT_KCHECK_DT
+#include "../../common/kcheck.h"  // RT_KCHECK, RT_KCHECK_DT
 
 // Column-block width for reductions over rows (bias / norm-weight gradients): the double
 // accumulators of one block fit in L1 while rows stream through contiguously.

@@ -1,5 +1,5 @@
 // Linear layer (nn.Linear) through cuBLAS (tensor cores for bf16/fp16 operands) on the GPU.
-// Same contracts as runtime/kernels/cpu/linear.c: forward overwrites, backward accumulates,
+// Same contracts as runtime/cpu/kernels/linear.c: forward overwrites, backward accumulates,
 // NULL gradients are skipped. out and dinp are rounded to dt: by cuBLAS's epilogue into a
 // 16-bit copy that is widened into place (forward, assigned dinp), or by a pass after an
 // fp32 GEMM (rtc_round_buf: a dinp accumulated onto).

@@ -3,21 +3,15 @@
 // plan's end offsets, so runs of any length share one grid), plus the element-wise
 // kernels around the reduce-scatter.
 //
-// Casts round exactly as the host's rt_convert does (runtime/core/dtype_bits.h).
+// Casts round exactly as the host's rt_convert does (runtime/common/dtype_bits.h).
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-// rt_check.h is C11 (_Noreturn, no extern "C").
-#define _Noreturn [[noreturn]]
-extern "C" {
-#include "rt_check.h"
-}
-#undef _Noreturn
-
 #include "dtype_bits.h"
 #include "kernels.h"
+#include "rt_check.h"
 
 // ---- launch helpers -----------------------------------------------------------------------
 
