@@ -7,7 +7,7 @@
 -- changed.
 -- `fsdpgen diff --git ...` is git's external diff driver (docs/reviewing.md). The
 -- schedules are read by schedule_read.lua.
-local units = require("units")
+local units = require("util.units")
 local schedule_read = require("schedule_read")
 
 local M = {}
@@ -271,7 +271,7 @@ local function load_side(path, which, env)
     if not f then env.die(2, string.format("fsdpgen diff: cannot read %s spec '%s'", which, path)) end
     f:close()
     local plan = env.plan(path)
-    local s = schedule_read.parse(require("schedule").render(plan, path:match("[^/]+$")))
+    local s = schedule_read.parse(require("emit.schedule").render(plan, path:match("[^/]+$")))
     return s
   end
   local f, err = io.open(path, "rb")

@@ -100,7 +100,7 @@ example:
 
 -- The version: `git describe` of the checkout where there is one, else the generator's.
 function M.version(root)
-  local v = require("schedule").VERSION
+  local v = require("emit.schedule").VERSION
   local p = io.popen("git -C '" .. root:gsub("'", "'\\''") .. "' describe --tags --always --dirty 2>/dev/null")
   local git = p and p:read("l")
   if p then p:close() end

@@ -1,11 +1,14 @@
 -- fsdpgen command line: `plan`, `events`, `counts`, `build`, `test`, `run`, `bench`.
 -- Exit status: 0 success, 1 failure at run time, 2 bad spec or bad arguments.
+-- The generator's stages are its folders, each requiring only earlier ones: spec/ (load,
+-- trace) -> plan/ (FSDP2) -> memory/ -> emit/ (check, .schedule, C) -> simulate/; util/
+-- is shared text helpers. Modules are required by folder: require("plan.planner").
 local ROOT = arg[1]
 package.path = table.concat({ ROOT .. "/generator/?.lua", ROOT .. "/?.lua", ROOT .. "/?/init.lua" }, ";")
 
-local errors = require("errors")
-local loader = require("loader")
-local planner = require("planner")
+local errors = require("spec.errors")
+local loader = require("spec.loader")
+local planner = require("plan.planner")
 
 local USAGE = [[
 usage: fsdpgen COMMAND SPEC [options]       (fsdpgen help COMMAND: its options and an example)
@@ -52,12 +55,15 @@ local function guarded(path, what, fn)
 end
 
 -- Loads, plans and checks a spec (`transform` adjusts the loaded spec first, e.g. the
--- reference): every command refuses what build would (generator/check.lua).
+-- reference): every command refuses what build would (generator/emit/check.lua).
 local function plan_spec(path, transform)
   return guarded(path, "planning", function()
     local spec = loader.load(path)
     if transform then transform(spec) end
-    local function plan_checked(s) return require("check").run(planner.plan(s)) end
+    -- The stages in order: FSDP plan, memory plan, the check of what the emitters can do.
+    local function plan_checked(s)
+      return require("emit.check").run(require("memory.memory").plan_all(planner.plan(s)))
+    end
     return loader.protect(spec.line, plan_checked, spec)
   end)
 end
@@ -113,14 +119,14 @@ end
 function commands.plan(args)
   local spec_path, out_dir = spec_and_out(args, "plan", "directory")
   local plan = plan_spec(spec_path)
-  local schedule = require("schedule")
+  local schedule = require("emit.schedule")
   out_dir = out_dir and abs(out_dir) or (ROOT .. "/build/" .. plan.spec.name)
   local owner_ok, owner_err = help.claim(out_dir, spec_path, plan.spec.name, shown)
   if not owner_ok then die(2, "fsdpgen: " .. owner_err) end
   local files, err = schedule.write(plan, out_dir, spec_path)
   if not files then die(1, "fsdpgen: " .. err) end
   for _, f in ipairs(files) do print((f.changed and "wrote " or "unchanged ") .. shown(f.path)) end
-  print(string.format("predicted peak per rank: %d bytes (%s)", plan.memory.peak, require("units").bytes(plan.memory.peak)))
+  print(string.format("predicted peak per rank: %d bytes (%s)", plan.memory.peak, require("util.units").bytes(plan.memory.peak)))
 end
 
 local function sh_quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
@@ -132,15 +138,15 @@ local function exec(bin, args)
   os.exit(status or 1)
 end
 
--- `torch SPEC [-o FILE]`: the spec's PyTorch FSDP2 twin (generator/emit_torch.lua).
+-- `torch SPEC [-o FILE]`: the spec's PyTorch FSDP2 twin (generator/emit/emit_torch.lua).
 function commands.torch(args)
   local spec_path, out = spec_and_out(args, "torch", "file")
   local plan = plan_spec(spec_path)
   local text = guarded(spec_path, "writing the PyTorch twin of", function()
-    return loader.protect(plan.spec.line, require("emit_torch").text, plan, spec_path, ROOT)
+    return loader.protect(plan.spec.line, require("emit.emit_torch").text, plan, spec_path, ROOT)
   end)
   out = out or (ROOT .. "/build/" .. plan.spec.name .. "/" .. plan.spec.name .. "_twin.py")
-  local path, changed = require("buffer").write_if_changed(out, text)
+  local path, changed = require("util.buffer").write_if_changed(out, text)
   if not path then die(1, "fsdpgen: " .. changed) end
   print((changed and "wrote " or "unchanged ") .. path)
 end
@@ -187,7 +193,7 @@ local function build_spec(args, cmd)
       .. "or build without --cuda for the CPU backend)")
   end
   local plan = plan_spec(spec_path)
-  local reference = plan_spec(spec_path, require("reference").transform)
+  local reference = plan_spec(spec_path, require("spec.reference").transform)
   -- The output directory, relative to ROOT when below it (ninja runs there), else absolute.
   local dir = "build/" .. plan.spec.name
   if out_dir then
@@ -202,7 +208,8 @@ local function build_spec(args, cmd)
   local owner_ok, owner_err = help.claim(full, spec_path, plan.spec.name, shown)
   if not owner_ok then die(2, "fsdpgen: " .. owner_err) end
   guarded(spec_path, "emitting", function()
-    return loader.protect(plan.spec.line, require("emit_build").write, ROOT, dir, plan, reference, spec_path)
+    local write = require("emit.emit_build").write
+    return loader.protect(plan.spec.line, write, ROOT, dir, plan, reference, spec_path)
   end)
   -- Quiet unless the build fails: then the compiler's output is what the user needs.
   local ninja_file = dir .. (cuda and "/build_cuda.ninja" or "/build.ninja")

@@ -1,5 +1,5 @@
 -- Model argument tables: defaults, unknown-name suggestions, type and range checks.
-local errors = require("errors")
+local errors = require("spec.errors")
 
 local M = {}
 M.MAX_LAYERS = 512

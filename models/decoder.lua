@@ -1,14 +1,14 @@
 -- Pieces the decoder models (Transformer, Llama) share: the input length check and the
 -- loop over their blocks, each checkpointed when the model asks for it.
-local errors = require("errors")
-local nn = require("nn")
+local errors = require("spec.errors")
+local nn = require("spec.nn")
 
 local M = {}
 
 function M.check_seq_len(model, tokens)
-  if not require("trace").is_tensor(tokens) or #tokens.shape ~= 2 then
+  if not require("spec.trace").is_tensor(tokens) or #tokens.shape ~= 2 then
     errors.raise(string.format("%s expects token ids [batch, seq_len], got %s", rawget(model, "_type"),
-      require("trace").is_tensor(tokens) and require("trace").shape_str(tokens.shape) or type(tokens)))
+      require("spec.trace").is_tensor(tokens) and require("spec.trace").shape_str(tokens.shape) or type(tokens)))
   end
   local seq_len = tokens.shape[2]
   if seq_len > model.max_seq_len then

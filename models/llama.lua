@@ -1,7 +1,7 @@
 -- Llama-style decoder: RMSNorm, rotary position embeddings, grouped-query attention and a
 -- SwiGLU feed-forward; no biases, untied output. Presets for common sizes.
-local nn = require("nn")
-local errors = require("errors")
+local nn = require("spec.nn")
+local errors = require("spec.errors")
 local args = require("models.args")
 local decoder = require("models.decoder")
 

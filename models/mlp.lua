@@ -1,6 +1,6 @@
 -- MLP and DoubleLinear (PyTorch's FSDP test helpers).
-local nn = require("nn")
-local errors = require("errors")
+local nn = require("spec.nn")
+local errors = require("spec.errors")
 
 local M = {}
 

@@ -1,8 +1,8 @@
 -- Transformer (PyTorch's distributed test helper): token + learned position embeddings,
 -- pre-norm blocks of causal multi-head attention and a GELU feed-forward, final LayerNorm
 -- and an output projection (optionally tied to the token embedding); fp32 logits.
-local nn = require("nn")
-local errors = require("errors")
+local nn = require("spec.nn")
+local errors = require("spec.errors")
 local args = require("models.args")
 local decoder = require("models.decoder")
 

@@ -81,7 +81,7 @@ local function parse(args, cmd, ctx, no_spec)
     else spec = a; i = i + 1 end
   end
   if not spec and not no_spec then ctx.usage_error(cmd .. " needs a SPEC") end
-  local max = require("fsdp").MAX_WORLD_SIZE
+  local max = require("spec.fsdp").MAX_WORLD_SIZE
   if (o.gpus_per_node or 8) * (o.nodes or 1) > max then
     ctx.usage_error(string.format("%s: --gpus-per-node x --nodes is at most %d GPUs", cmd, max))
   end
@@ -145,7 +145,7 @@ function M.diff_lines(old_path, new_path, args, ctx)
     return string.format("%s -> %s (%+.2f ms, %+.1f%%)", ms(x), ms(y), (y - x) * 1e3,
       x > 0 and 100 * (y / x - 1) or 0)
   end
-  local units = require("units")
+  local units = require("util.units")
   local out = {}
   out[#out + 1] = string.format("simulated step   %s on %d x %s (%d node%s x %d GPUs, network %g "
     .. "Gb/s per GPU, %s kernels)", change(a.step_s, b.step_s), b.world, b.gpu_name, b.nodes,
@@ -182,7 +182,7 @@ function M.show(args, ctx)
     svg = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" .. plan.spec.name
       .. " step</title></head>\n<body style=\"margin:0\">\n" .. svg .. "</body></html>\n"
   end
-  local path, changed = require("buffer").write_if_changed(o.out, svg)
+  local path, changed = require("util.buffer").write_if_changed(o.out, svg)
   if not path then ctx.die(1, "fsdpgen: " .. changed) end
   print((changed and "wrote " or "unchanged ") .. o.out)
   io.write(sim.text(r))

@@ -3,8 +3,8 @@
 -- memory bandwidth, each at the kernel kind's fitted efficiency, plus a launch gap per
 -- kernel). Collectives are priced by nccl.lua; this file prices the FSDP copies around
 -- them. Reads the plan's steps and tensors; changes nothing in them.
-local trace = require("trace")
-local memory = require("memory")
+local trace = require("spec.trace")
+local memory = require("memory.memory")
 
 local M = {}
 
@@ -118,14 +118,14 @@ function M.step(st, plan, gpu, k)
     c.compute, c.class, c.hw_flops = op_cost(st, gpu, k)
   elseif st.op == "all_gather" then
     local L = g.layout
-    local per = st.sub and (L.padded_numel // g.pf_size) or L.shard_numel
+    local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel
     -- copy-in: fp32 shards read, param_dtype written (direct: into the unsharded params,
     -- which also keep an fp32 copy where a non-linear reads them: 6 bytes per element)
     c.copy_in = copy_time(gpu, k, per * (st.direct and 6 or (4 + dbytes(g.param_dtype))))
   elseif st.op == "all_gather_wait" and not st.direct then
     c.compute = copy_time(gpu, k, g.layout.padded_numel * (dbytes(g.param_dtype) + 4))
   elseif st.op == "reshard_post_forward" then
-    c.compute = copy_time(gpu, k, g.layout.padded_numel // g.pf_size * 8)
+    c.compute = copy_time(gpu, k, g.layout.padded_numel // g.post_forward_world * 8)
   elseif st.op == "reduce_scatter" then
     local L = st.reduction.layout
     if st.direct then

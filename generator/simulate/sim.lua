@@ -2,8 +2,8 @@
 -- phase, exposed communication, MFU, tokens/s, peak memory), as text or JSON. The spec is
 -- re-planned at the simulated world size (rescale), so shard sizes are the real ones.
 local timeline = require("simulate.timeline")
-local flops = require("flops")
-local units = require("units")
+local flops = require("plan.flops")
+local units = require("util.units")
 
 local M = {}
 
@@ -21,8 +21,9 @@ function M.rescale(spec, gpn, nodes, batch)
     spec.mesh, spec.world_size = mesh, world
     for _, s in ipairs(spec.states) do
       if s.mesh then s.mesh = { replicate = mesh.replicate, shard = mesh.shard } end
-      if math.type(s.rAF) == "integer" and mesh.shard % s.rAF ~= 0 then
-        s.rAF = (gpn > 1 and mesh.shard % gpn == 0) and gpn or true
+      local raf = s.reshard_after_forward
+      if math.type(raf) == "integer" and mesh.shard % raf ~= 0 then
+        s.reshard_after_forward = (gpn > 1 and mesh.shard % gpn == 0) and gpn or true
       end
     end
   end

@@ -5,9 +5,9 @@
 -- The whole step comes first, then one repeated block's forward and backward zoomed in,
 -- then the planned memory in use over the step with its peak and the largest buffers.
 -- Written by the generator: no script, no external file.
-local units = require("units")
-local arena_layout = require("arena_layout")
-local schedule = require("schedule")
+local units = require("util.units")
+local arena_layout = require("memory.arena_layout")
+local schedule = require("emit.schedule")
 
 local M = {}
 

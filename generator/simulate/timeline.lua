@@ -14,7 +14,7 @@
 -- Returns the boxes of every line and the totals by phase.
 local cost = require("simulate.cost")
 local nccl = require("simulate.nccl")
-local trace = require("trace")
+local trace = require("spec.trace")
 
 local M = {}
 
@@ -26,8 +26,8 @@ local function collective(st, topo)
   if st.op == "all_gather" then
     if st.direct then return 0, "none" end
     local L = g.layout
-    local n = st.sub and g.pf_size or g.shard
-    local per = st.sub and (L.padded_numel // g.pf_size) or L.shard_numel
+    local n = st.from_post_forward and g.post_forward_world or g.shard
+    local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel
     return nccl.time("all_gather", per * n * dbytes(g.param_dtype), n, 1, topo)
   elseif st.op == "reduce_scatter" then
     if st.direct then return 0, "none" end

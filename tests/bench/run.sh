@@ -4,7 +4,7 @@
 #   - fsdpgen's parameter count (sum of the .schedule groups' numels) equals bench/flops.py's
 #     and the PyTorch model's, names and shapes included (bench/torch_fsdp2.py --check-only;
 #     skipped, with a SKIP line, where no python3 can import torch);
-#   - generator/flops.lua's N and FLOPs per token (the binary's MFU) equal bench/flops.py's;
+#   - generator/plan/flops.lua's N and FLOPs per token (the binary's MFU) equal bench/flops.py's;
 #   - the FLOP formula and parameter split on tiny hand-counted configs, MFU, the GPU table;
 #   - bench/run.sh with no GPU (CUDA_VISIBLE_DEVICES="") exits 0 with its no-GPU line.
 # Ends with `N passed, N failed`.
@@ -39,16 +39,16 @@ for c in gpt2_124m llama_1b; do
   ours=$(awk '/^    params [0-9]+, numel/ { gsub(",", "", $4); s += $4 } END { print s + 0 }' "$sched")
   table=$(flops "print(flops.param_counts(flops.CONFIGS['$c'])[0])")
   check "$(is "$ours" "$table")" "$c: fsdpgen parameters (sum of group numels) $ours == bench/flops.py's $table"
-  # generator/flops.lua (the binary's MFU) counts from the traced ops; flops.py by formula.
+  # generator/plan/flops.lua (the binary's MFU) counts from the traced ops; flops.py by formula.
   lua_fpt=$(lua5.4 - "bench/specs/$c.lua" 2>&1 <<'LUA'
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local c = require("flops").count(require("tests.generator.step_c").plan(arg[1]))
+local c = require("plan.flops").count(require("tests.generator.step_c").plan(arg[1]))
 print(c.matmul_params .. " " .. c.flops_per_token)
 LUA
 )
   py_fpt=$(flops "c = flops.CONFIGS['$c']; print(flops.param_counts(c)[1], flops.config_flops_per_token(c))")
   check "$(is "$lua_fpt" "$py_fpt")" \
-    "$c: generator/flops.lua's N and FLOPs/token ($lua_fpt) == bench/flops.py's ($py_fpt)"
+    "$c: generator/plan/flops.lua's N and FLOPs/token ($lua_fpt) == bench/flops.py's ($py_fpt)"
   if [ "$torch" = 1 ]; then
     out=$("$py" bench/torch_fsdp2.py --check-only --config "$c" --schedule "$sched" 2>&1)
     rc=$?

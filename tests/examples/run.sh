@@ -17,7 +17,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/fsdpgen_examples.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 data=/usr/share/common-licenses/GPL-3
 val_data=/usr/share/common-licenses/GPL-2
-[[ -f $data && -f $val_data ]] || { data=generator/planner.lua; val_data=generator/memory.lua; }
+[[ -f $data && -f $val_data ]] || { data=generator/plan/planner.lua; val_data=generator/memory/memory.lua; }
 small=$(grep -l '^-- Size: small' examples/*.lua)
 [[ -n $small ]] || check 0 "no example says '-- Size: small'"
 for spec in $small; do

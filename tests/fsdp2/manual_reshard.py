@@ -293,13 +293,13 @@ def run_fsdp2(cases, world):
 PLANNED = r'''
 local ROOT, path = arg[1], arg[2]
 package.path = table.concat({ ROOT .. "/generator/?.lua", ROOT .. "/?.lua", ROOT .. "/?/init.lua" }, ";")
-local loader, planner = require("loader"), require("planner")
+local loader, planner = require("spec.loader"), require("plan.planner")
 local spec = loader.load(path)
 local plan = loader.protect(spec.line, planner.plan, spec)
 local counts, keys = {}, {}
 for _, st in ipairs(plan.steps) do
   local g, size = st.group, nil
-  if st.op == "all_gather" then size = st.sub and g.pf_size or g.shard
+  if st.op == "all_gather" then size = st.from_post_forward and g.post_forward_world or g.shard
   elseif st.op == "reduce_scatter" then size = g.shard
   elseif st.op == "all_reduce" then size = g.replicate end
   if size then

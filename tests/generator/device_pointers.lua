@@ -7,7 +7,7 @@
 -- read at issue, before the lazy compute stream wrote it).
 -- Run from the repository root: lua5.4 tests/generator/device_pointers.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit_step")
+local emit_step = require("emit.emit_step")
 
 local util = require("tests.generator.step_c")
 local check = util.check

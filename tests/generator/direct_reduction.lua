@@ -1,4 +1,4 @@
--- Direct reductions (generator/planner.lua direct_reduction): at one rank, a reduction
+-- Direct reductions (generator/plan/planner.lua direct_reduction): at one rank, a reduction
 -- that changes no value (no divide factor, a reduce dtype that holds the gradients' values)
 -- is planned direct: its schedule line says so, the memory plan has no reduce-scatter input
 -- or output for it, and the step C calls rt_step_reduce_direct instead of
@@ -6,8 +6,8 @@
 -- that each vary one thing, and on every spec of the repository (direct exactly at world 1).
 -- Run from the repository root: lua5.4 tests/generator/direct_reduction.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit_step")
-local schedule = require("schedule")
+local emit_step = require("emit.emit_step")
+local schedule = require("emit.schedule")
 
 local util = require("tests.generator.step_c")
 local check = util.check

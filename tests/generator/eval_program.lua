@@ -38,7 +38,7 @@ for _, path in ipairs(util.all_specs()) do
     -- reshard_after_forward = int: model.reshard() frees the post-forward shards.
     local pf = {}
     for _, g in ipairs(ev.groups) do
-      if g.pf_size and g.pf_size ~= g.shard then pf[g.index] = true end
+      if g.post_forward_world and g.post_forward_world ~= g.shard then pf[g.index] = true end
     end
     local freed = {}
     for _, st in ipairs(ev.steps) do

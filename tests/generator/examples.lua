@@ -5,7 +5,7 @@
 -- (bench/specs/*.lua) are links to examples, so the two never drift apart.
 -- Run from the repository root: lua5.4 tests/generator/examples.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local errors = require("errors")
+local errors = require("spec.errors")
 local util = require("tests.generator.step_c")
 local check = util.check
 

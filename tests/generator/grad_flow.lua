@@ -12,7 +12,7 @@
 -- simulation reports and memory.lua's rule refuses.
 -- Run from the repository root: lua5.4 tests/generator/grad_flow.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local memory = require("memory")
+local memory = require("memory.memory")
 
 local util = require("tests.generator.step_c")
 local check = util.check

@@ -14,9 +14,9 @@
 --     contribution lands on elements already zeroed or assigned.
 -- Run from the repository root: lua5.4 tests/generator/grad_init.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit_step")
-local memory = require("memory")
-local trace = require("trace")
+local emit_step = require("emit.emit_step")
+local memory = require("memory.memory")
+local trace = require("spec.trace")
 
 local util = require("tests.generator.step_c")
 local check, args_of = util.check, util.args_of

@@ -1,4 +1,4 @@
--- Mixed-precision rounding in the emitted step C (generator/kernels_c.lua): the kernels
+-- Mixed-precision rounding in the emitted step C (generator/emit/kernels_c.lua): the kernels
 -- that take a dt round their own outputs (rt_kernels.h), and the generator adds an explicit
 -- rt_step_round only where a 16-bit value is left unrounded. Checks, on the step C of every
 -- spec (tests/specs, examples):
@@ -12,7 +12,7 @@
 -- linears, attention's operands, and some of their gradients).
 -- Run from the repository root: lua5.4 tests/generator/mp_rounding.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit_step")
+local emit_step = require("emit.emit_step")
 
 local util = require("tests.generator.step_c")
 local check, args_of, compute_steps = util.check, util.args_of, util.compute_steps
@@ -199,7 +199,7 @@ f:close()
 local ok, err = pcall(util.plan, tmp)
 os.remove(tmp)
 local msg = type(err) == "table" and (err.msg or "") or tostring(err)
-check(not ok and require("errors").is_spec_error(err) and not err.internal
+check(not ok and require("spec.errors").is_spec_error(err) and not err.internal
   and msg:find("parameter operand", 1, true) ~= nil,
   "swiglu with a bf16 parameter operand is refused when planning (check.lua: its dt would round "
   .. "the parameter's gradient): " .. msg)

@@ -1,16 +1,16 @@
 -- plan == build: a repository spec that plans (planning runs the check pass,
--- generator/check.lua, as every command does) also emits its step C and its reference's,
+-- generator/emit/check.lua, as every command does) also emits its step C and its reference's,
 -- as `fsdpgen build` does short of compiling, without an error: the specs that no other
 -- suite emits (tests/specs/review, tests/torch), and with FSDPGEN_SLOW=1 every spec
 -- (mp_rounding.lua, grad_init.lua, device_pointers.lua, ... emit the step C of the others;
 -- step_fuzz.lua, with FSDPGEN_SLOW=1, that of its random step programs). And every bad spec
 -- in tests/specs/errors/ that only the check pass refuses (the planner alone accepts it)
 -- is one the emitter refuses too, with its internal error: what check.lua refuses is what
--- could not be emitted. And the emitted C reads as generator/c_text.lua says: no line
+-- could not be emitted. And the emitted C reads as generator/emit/c_text.lua says: no line
 -- over 100 columns, every arena view and offset by a buffer's name, the same text twice.
 -- Run from the repository root: lua5.4 tests/generator/plan_builds.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local errors = require("errors")
+local errors = require("spec.errors")
 local util = require("tests.generator.step_c")
 local check = util.check
 
@@ -68,7 +68,7 @@ for _, path in ipairs(specs) do
     local c, ref = util.emit_c(path, plan)
     bad = unreadable(c) or unreadable(ref)
     if not bad and path == "examples/tiny.lua"
-      and require("emit_step").render(plan, "spec.lua", "spec") ~= c then
+      and require("emit.emit_step").render(plan, "spec.lua", "spec") ~= c then
       bad = "a second emission differs"
     end
   end)
@@ -87,16 +87,18 @@ for _, path in ipairs(ls("tests/specs/errors/*.lua")) do
   h:close()
   if marked then
     by_check = by_check + 1
-    local loader = require("loader")
+    local loader = require("spec.loader")
     local planned, plan = pcall(function()
       local spec = loader.load(path)
-      return loader.protect(spec.line, require("planner").plan, spec)
+      local memory, planner = require("memory.memory"), require("plan.planner")
+      local function plan(s) return memory.plan_all(planner.plan(s)) end
+      return loader.protect(spec.line, plan, spec)
     end)
     errors.track_spec_lines(false)
     local refused, e = pcall(util.plan, path)
     errors.track_spec_lines(false)
     local emitted, ee = true, nil
-    if planned then emitted, ee = pcall(require("emit_step").render, plan, "spec.lua", "spec") end
+    if planned then emitted, ee = pcall(require("emit.emit_step").render, plan, "spec.lua", "spec") end
     local internal = not emitted and message(ee):find("the check pass let through", 1, true) ~= nil
     check(planned and not refused and errors.is_spec_error(e) and not e.internal and internal,
       string.format("%s: the planner accepts it (%s), the check pass refuses it (%s) and the "

@@ -1,4 +1,4 @@
--- Reduce-scatters of the parameters with gradients (generator/planner.lua reduction): FSDP2's
+-- Reduce-scatters of the parameters with gradients (generator/plan/planner.lua reduction): FSDP2's
 -- post-backward reduces only the gradients that exist, packed as a group of just those.
 -- On small step programs over Linear(8, 8) then DoubleLinear(8) with the DoubleLinear in
 -- one group "1" (lin1 and lin2), checks each reduce-scatter of group "1": which
@@ -8,9 +8,9 @@
 -- exactly when that is all of them). Run from the repository root:
 -- lua5.4 tests/generator/reduce_subsets.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit_step")
-local layout = require("layout")
-local schedule = require("schedule")
+local emit_step = require("emit.emit_step")
+local layout = require("plan.layout")
+local schedule = require("emit.schedule")
 
 local util = require("tests.generator.step_c")
 local check = util.check

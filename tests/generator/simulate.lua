@@ -12,8 +12,9 @@ local nccl = require("simulate.nccl")
 local gpu_table = require("simulate.gpu")
 local sim = require("simulate.sim")
 local svg = require("simulate.svg")
-local loader = require("loader")
-local planner = require("planner")
+local loader = require("spec.loader")
+local planner = require("plan.planner")
+local memory = require("memory.memory")
 
 local function near(a, b, rel) return math.abs(a - b) <= rel * math.abs(b) end
 
@@ -57,7 +58,7 @@ local function plan_of(path, gpn, nodes, batch)
   if not plans[key] then
     local spec = loader.load(path)
     if gpn or batch then sim.rescale(spec, gpn, nodes or 1, batch) end
-    plans[key] = loader.protect(spec.line, planner.plan, spec)
+    plans[key] = loader.protect(spec.line, function(s) return memory.plan_all(planner.plan(s)) end, spec)
   end
   return plans[key]
 end

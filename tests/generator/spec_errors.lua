@@ -1,7 +1,7 @@
 -- Bad specs: every file in tests/specs/errors/ starts with `-- expect: [LINE: ]error: TEXT`.
 -- `fsdpgen plan` must exit 2, print exactly one line, `FILE:LINE: error: ...`, beginning
 -- with that text, and never a Lua traceback, and write no .schedule (events, counts and
--- build plan the same way; the errors of the check pass, generator/check.lua, included).
+-- build plan the same way; the errors of the check pass, generator/emit/check.lua, included).
 -- Run from the repository root: lua5.4 tests/generator/spec_errors.lua
 local passed, failed = 0, 0
 local dir = "tests/specs/errors/"

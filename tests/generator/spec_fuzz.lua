@@ -12,12 +12,12 @@
 -- A few erroring mutants also run through ./fsdpgen events: exit 2 and one line on stderr.
 -- Seeded: every run makes the same mutants.
 -- --emit: a mutant that plans must also emit its step C and its reference's, as `fsdpgen
--- build` does short of compiling (plan == build, generator/check.lua).
+-- build` does short of compiling (plan == build, generator/emit/check.lua).
 -- Run from the repository root:
 --   lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] [--verbose] [--emit]
 -- (default 1000 mutants; 10000 and more on demand).
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local errors = require("errors")
+local errors = require("spec.errors")
 local util = require("tests.generator.step_c")
 local check = util.check
 
@@ -214,9 +214,12 @@ local path = dir .. "/mutant.lua"
 local function plan_file()
   errors.arm_budget(BUDGET)
   local ok, res = pcall(function()
-    local loader = require("loader")
+    local loader = require("spec.loader")
     local spec = loader.load(path)
-    local function plan_checked(s) return require("check").run(require("planner").plan(s)) end
+    local function plan_checked(s)
+      local check, memory = require("emit.check"), require("memory.memory")
+      return check.run(memory.plan_all(require("plan.planner").plan(s)))
+    end
     return loader.protect(spec.line, plan_checked, spec)
   end)
   errors.arm_budget(nil)

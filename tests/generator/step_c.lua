@@ -31,10 +31,13 @@ end
 -- The plan of a spec file, as the generator makes it: planned and checked (check.lua; a
 -- spec error is raised as its table). `transform` adjusts the loaded spec (reference.lua).
 function M.plan(path, transform)
-  local loader = require("loader")
+  local loader = require("spec.loader")
   local spec = loader.load(path)
   if transform then transform(spec) end
-  local function plan_checked(s) return require("check").run(require("planner").plan(s)) end
+  local function plan_checked(s)
+    local check, memory = require("emit.check"), require("memory.memory")
+    return check.run(memory.plan_all(require("plan.planner").plan(s)))
+  end
   return loader.protect(spec.line, plan_checked, spec)
 end
 
@@ -42,9 +45,9 @@ end
 -- the step C of the plan and of its non-sharded reference (reference.lua; the rest of
 -- build's files are templates). Raises what planning the reference or emitting raises.
 function M.emit_c(path, plan)
-  local emit_step = require("emit_step")
-  local ref = M.plan(path, require("reference").transform)
-  require("errors").track_spec_lines(false)
+  local emit_step = require("emit.emit_step")
+  local ref = M.plan(path, require("spec.reference").transform)
+  require("spec.errors").track_spec_lines(false)
   return emit_step.render(plan, "spec.lua", "spec"),
     emit_step.render(ref, "spec.lua", "spec_reference", true)
 end
@@ -59,7 +62,7 @@ local function open_brackets(line)
 end
 
 -- The step C with one line per call, table entry and comment (the emitter wraps them at
--- 100 columns: generator/c_text.lua) and every arena name replaced by its byte offset
+-- 100 columns: generator/emit/c_text.lua) and every arena name replaced by its byte offset
 -- from the arena's #defines, so a view reads F(offset, bytes) and a buffer argument its
 -- offset: what the suites compare with the memory plan (an error in the #defines shows
 -- there too); with keep_names, the names stay. Idempotent.

@@ -18,7 +18,7 @@
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
 local util = require("tests.generator.step_c")
-local errors = require("errors")
+local errors = require("spec.errors")
 local check = util.check
 
 local tmp = os.tmpname()

@@ -59,7 +59,9 @@ local function problems(plan)
       else
         local out = st.direct and "the unsharded params" or "the output"
         need(st.bufs.out or st.bufs.unsharded, wait, out, i)
-        if st.sub then need(st.bufs.pf, wait, "the post-forward shard read by the copy-in", i) end
+        if st.from_post_forward then
+          need(st.bufs.post_forward_shard, wait, "the post-forward shard read by the copy-in", i)
+        end
       end
     elseif st.op == "reduce_scatter" then
       local next_rs = #steps + 1
@@ -86,7 +88,7 @@ for _, path in ipairs(util.all_specs()) do
   else
     n_specs = n_specs + 1
     for _, st in ipairs(plan.steps) do
-      if st.op == "all_gather" and st.sub then n_sub = n_sub + 1 end
+      if st.op == "all_gather" and st.from_post_forward then n_sub = n_sub + 1 end
     end
     local p = problems(plan)
     if #p > 0 then check(false, path .. ": " .. p[1] .. (#p > 1 and string.format(" (and %d more)", #p - 1) or "")) end
@@ -101,7 +103,8 @@ local pf = { last = 2 }
 local ag_out = { first = 1, last = 4 }
 local fake = { steps = {
   { op = "all_gather_sync", bufs = {} },
-  { op = "all_gather", ag = 1, sub = true, group = fake_group, bufs = { out = ag_out, pf = pf } },
+  { op = "all_gather", ag = 1, from_post_forward = true, group = fake_group,
+    bufs = { out = ag_out, post_forward_shard = pf } },
   { op = "backward", bufs = {} },
   { op = "all_gather_wait", ag = 1, group = fake_group, bufs = {} },
 } }

@@ -1,4 +1,4 @@
--- Unit tests of model FLOPs per step (generator/flops.lua) on tiny specs counted by hand:
+-- Unit tests of model FLOPs per step (generator/plan/flops.lua) on tiny specs counted by hand:
 -- PaLM's 6 * N + 12 * L * T * d per token (N without lookup-only embeddings, tied tables
 -- counted once), per-op rows for float models, microbatches and world size multiply,
 -- activation checkpointing adds nothing. The benchmark configs against bench/flops.py:
@@ -6,7 +6,7 @@
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
 local util = require("tests.generator.step_c")
-local flops = require("flops")
+local flops = require("plan.flops")
 local check = util.check
 
 local tmp = os.tmpname()

@@ -1,8 +1,8 @@
--- Unit tests of the sharding layout and gradient divide factors (generator/layout.lua):
+-- Unit tests of the sharding layout and gradient divide factors (generator/plan/layout.lua):
 -- torch.chunk rows, padding, offsets, and PyTorch's _get_gradient_divide_factors.
 -- Run from the repository root: lua5.4 tests/generator/unit_layout.lua
 package.path = "generator/?.lua;./?.lua;" .. package.path
-local layout = require("layout")
+local layout = require("plan.layout")
 local checks = require("tests.generator.step_c")
 local check = checks.check
 

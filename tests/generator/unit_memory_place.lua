@@ -1,9 +1,9 @@
--- Unit tests of the memory plan's first fit (generator/memory.lua M.place): on random
+-- Unit tests of the memory plan's first fit (generator/memory/memory.lua M.place): on random
 -- buffer sets it gives the offsets, peak and arena of a plain first fit that scans every
 -- buffer still alive, and no two buffers alive at one step overlap.
 -- Run from the repository root: lua5.4 tests/generator/unit_memory_place.lua
 package.path = "generator/?.lua;./?.lua;" .. package.path
-local memory = require("memory")
+local memory = require("memory.memory")
 local checks = require("tests.generator.step_c")
 local check = checks.check
 

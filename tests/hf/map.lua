@@ -1,13 +1,13 @@
--- The Hugging Face map's refusals (generator/hf.lua), without a compiler: every example and
+-- The Hugging Face map's refusals (generator/emit/hf.lua), without a compiler: every example and
 -- feature spec either maps (Llama or GPT-2, each parameter in exactly one tensor) or says why in
 -- one line, and models that HF cannot express, or that were changed after their
 -- constructor built them, are refused with their reason in the step C
 -- (rt_model.hf_unavailable, which the binary prints at option parsing).
 -- Run from the repository root: lua5.4 tests/hf/map.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local buffer = require("buffer")
-local emit_step = require("emit_step")
-local hf = require("hf")
+local buffer = require("util.buffer")
+local emit_step = require("emit.emit_step")
+local hf = require("emit.hf")
 local util = require("tests.generator.step_c")
 local check = util.check
 

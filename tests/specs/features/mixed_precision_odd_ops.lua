@@ -1,6 +1,6 @@
 -- Mixed precision through every kernel that rounds its own outputs (linear, silu, gelu,
 -- mul, residual and broadcast add, swiglu, dropout, rmsnorm, layernorm, relu), including
--- the cases where the generator must round explicitly instead (generator/kernels_c.lua):
+-- the cases where the generator must round explicitly instead (generator/emit/kernels_c.lua):
 -- a tensor used twice by one op (x * x, x + x, swiglu(x, x)), bf16 parameters as
 -- elementwise operands (full size and broadcast), a parameter as a linear's input, and an
 -- fp32 root (no mp_policy) over a bf16 child through a cast. Sum loss over a [4, 16] input.

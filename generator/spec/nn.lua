@@ -1,8 +1,8 @@
 -- The `nn` API specs build models with: modules (PyTorch names and FQNs), parameters, and
 -- functional ops on symbolic tensors. Shapes and dtypes are checked as they flow; a
 -- mismatch is a spec error at the line that caused it.
-local errors = require("errors")
-local trace = require("trace")
+local errors = require("spec.errors")
+local trace = require("spec.trace")
 
 local nn = {}
 local Tensor = trace.Tensor

@@ -3,7 +3,7 @@
 -- (copy, transpose, q/k/v fused and transposed, rotary row permutation, zeros). Only
 -- models.Llama (LlamaForCausalLM) and models.Transformer / models.GPT2 (GPT2LMHeadModel)
 -- map; the runtime (runtime/train/hf.c) moves the bytes.
-local c_text = require("c_text")
+local c_text = require("emit.c_text")
 local M = {}
 
 -- ---------------------------------------------------------------------------- JSON
@@ -230,7 +230,7 @@ function M.emit(b, plan, index_of)
   local map, why = M.map(plan)
   if not map then return nil, why end
   b:line("")
-  b:line("// ---- the Hugging Face map (generator/hf.lua; --save-hf, --load-hf)")
+  b:line("// ---- the Hugging Face map (generator/emit/hf.lua; --save-hf, --load-hf)")
   b:line("static const rt_hf_config hf_config[] = {")
   b:indent()
   for _, c in ipairs(map.config) do

@@ -25,8 +25,8 @@
 -- the op's tensor dtype); `ROUNDS` says which of their outputs they round, and an
 -- explicit rt_step_round follows every call for any other 16-bit output (embedding, cast,
 -- and gradients a kernel leaves unrounded).
-local memory = require("memory")
-local trace = require("trace")
+local memory = require("memory.memory")
+local trace = require("spec.trace")
 
 local M = {}
 

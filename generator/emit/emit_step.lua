@@ -4,15 +4,15 @@
 -- it implements. The walk over the schedule tracks which buffer holds each group's
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
 -- What it cannot emit, check.lua refused after planning; here it is asserted (`internal`).
-local buffer = require("buffer")
-local c_text = require("c_text")
-local check = require("check")
-local flops = require("flops")
-local hf = require("hf")
-local kernels = require("kernels_c")
-local memory = require("memory")
-local schedule = require("schedule")
-local trace = require("trace")
+local buffer = require("util.buffer")
+local c_text = require("emit.c_text")
+local check = require("emit.check")
+local flops = require("plan.flops")
+local hf = require("emit.hf")
+local kernels = require("emit.kernels_c")
+local memory = require("memory.memory")
+local schedule = require("emit.schedule")
+local trace = require("spec.trace")
 
 local M = {}
 
@@ -215,12 +215,12 @@ local function emit_groups(b, plan, index, opt_states, names)
   for _, g in ipairs(plan.groups) do
     local gi = g.index - 1
     local s = g.state
-    local pf = (g.pf_size and g.pf_size ~= g.shard) and g.pf_size or 0
+    local pf_world = g.post_forward_world ~= g.shard and g.post_forward_world or 0
     local f = { string.format(".name = %s, .nparams = %d, .params = group%d_params", cstr(g.name),
       #g.params, gi) }
     local placement = s.placement == "largest_dim" and "RT_SHARD_LARGEST_DIM" or "RT_SHARD_DIM0"
     f[#f + 1] = ".placement = " .. placement
-    if pf > 0 then f[#f + 1] = ".pf_world = " .. pf end
+    if pf_world > 0 then f[#f + 1] = ".pf_world = " .. pf_world end
     f[#f + 1] = string.format(".param_dtype = %s, .reduce_dtype = %s", C_DTYPE[g.param_dtype],
       C_DTYPE[g.reduce_dtype])
     if s.divide_factor then f[#f + 1] = ".divide_factor = " .. num(s.divide_factor) end
@@ -451,8 +451,9 @@ function Walker:step(st, index)
     calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %s);", gi, state,
       at(u.unsharded))
   elseif op == "all_gather" then
-    calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %s, %s);", gi, st.sub and 1 or 0,
-      state, at(u.out), u.pf and at(u.pf) or "0")
+    calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %s, %s);", gi,
+      st.from_post_forward and 1 or 0, state, at(u.out),
+      u.post_forward_shard and at(u.post_forward_shard) or "0")
   elseif op == "all_gather_wait" then
     calls[1] = string.format("rt_step_all_gather_wait(R, %d, %s);", gi, at(u.unsharded))
     self.unsharded[g.index] = u.unsharded
@@ -463,7 +464,7 @@ function Walker:step(st, index)
     self.unsharded[g.index] = nil
   elseif op == "reshard_post_forward" then
     calls[1] = string.format("rt_step_reshard_post_forward(R, %d, %s, %s, %s);", gi, state,
-      at(u.unsharded), at(u.pf))
+      at(u.unsharded), at(u.post_forward_shard))
     self.unsharded[g.index] = nil
   elseif op == "accumulate_unsharded_grads" then
     if u.acc_new then zero(calls, { u.acc }) end

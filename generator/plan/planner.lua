@@ -5,10 +5,33 @@
 -- reachable from the loss), firing pre-backward hooks on module outputs and post-backward
 -- hooks where the inputs' gradients are done, then the root's final callback.
 -- The result is the ordered schedule (collectives, compute, frees) with its FSDP events.
-local errors = require("errors")
-local fsdp = require("fsdp")
-local trace = require("trace")
-local layout = require("layout")
+--
+-- The FSDP plan that M.plan hands the memory stage (memory.plan_all); each later stage
+-- reads it and adds only its own fields:
+--   spec        the loaded spec (model, mesh, optimizer, input, loss, ...)
+--   groups      one per sharded state with parameters: index, name, params, shard,
+--               replicate, post_forward_world (the ranks of the post-forward shard group),
+--               param_dtype, reduce_dtype, layout (layout.group), factors, state
+--   states      every FSDP state of the model (groups without parameters too)
+--   params      the model's named parameters; owner: parameter -> group
+--   graph       the traced op graph (trace.new_graph) the steps' nodes belong to
+--   steps       the ordered program: { stream, op, section, phase, state, group?, node?,
+--               label?, region?, reduction?, event?, direct?, from_post_forward?, from?, ... }
+--   events      FSDP events { state, kind, group, section }; counts: "PHASE OP" -> n
+--   eval_plan   the eval program, a plan of the same shape (is_eval), where available;
+--               eval_unavailable, a reason, where not
+--   after_eval  the step that follows an eval (is_after_eval); the memory stage keeps it
+--               as after_eval_plan where its steps differ from the step's (M.same_steps)
+-- Post-forward resharding (fully_shard's reshard_after_forward) has one name all the way
+-- down: the state's reshard_after_forward (as given; reshard_after_forward_unset where the
+-- default applies), the group's post_forward_world, an all-gather's from_post_forward, the
+-- memory plan's post_forward_shard buffer (the runtime's rt_model_group field: pf_world).
+-- The memory stage adds plan.memory (and eval_plan.memory, after_eval_plan.memory) and
+-- annotates steps, tensors and ops with their buffers (memory.lua's top).
+local errors = require("spec.errors")
+local fsdp = require("spec.fsdp")
+local trace = require("spec.trace")
+local layout = require("plan.layout")
 
 local M = {}
 
@@ -33,12 +56,12 @@ end
 
 -- Resolves reshard_after_forward into the post-forward shard size: nil (keep unsharded),
 -- the shard size (reshard fully) or a smaller divisor (reshard into a sub-group).
-local function post_forward_size(rAF, is_root, auto, shard)
-  if auto then rAF = not is_root end
-  if rAF == false then return nil end
-  if rAF == true then return shard end
-  if rAF == 1 then return nil end     -- PyTorch: int 1 means "world size 1", i.e. False
-  return rAF
+local function post_forward_world(raf, is_root, unset, shard)
+  if unset then raf = not is_root end
+  if raf == false then return nil end
+  if raf == true then return shard end
+  if raf == 1 then return nil end     -- PyTorch: int 1 means "world size 1", i.e. False
+  return raf
 end
 
 local function build_groups(spec)
@@ -82,10 +105,11 @@ local function build_groups(spec)
       local g = {
         index = #groups + 1, state = s, name = s.name, params = s.params,
         shard = mesh.shard, replicate = mesh.replicate,
-        pf_size = post_forward_size(s.rAF, s.is_root, s.auto_rAF, mesh.shard),
+        post_forward_world = post_forward_world(s.reshard_after_forward, s.is_root,
+          s.reshard_after_forward_unset, mesh.shard),
         param_dtype = s.mp.param_dtype or "fp32",
         reduce_dtype = s.mp.reduce_dtype or s.mp.param_dtype or "fp32",
-        sharded = SHARDED, training = IDLE, pending = nil, pf_indices = {},
+        sharded = SHARDED, training = IDLE, pending = nil, post_forward_indices = {},
         grads_accumulated = false,
       }
       g.layout = layout.group(s.params, mesh.shard, s.placement)
@@ -159,14 +183,14 @@ end
 -- as the copy-in wrote it, so the copy-in can write the unsharded parameters as the
 -- copy-out would (rt_step_all_gather_direct), with no all-gather buffer and no copy-out.
 -- Same events and counts; the unsharded parameters then live from the issue on.
-local function direct_all_gather(g, sub)
-  return g.shard == 1 and not sub
+local function direct_all_gather(g, from_post_forward)
+  return g.shard == 1 and not from_post_forward
 end
 
 -- The ranks of the collective that gathers g: its post-forward sub-group (never one rank:
 -- an integer reshard_after_forward of 1 means False) or its shard group.
-local function all_gather_ranks(g, sub)
-  return sub and g.pf_size or g.shard
+local function all_gather_ranks(g, from_post_forward)
+  return from_post_forward and g.post_forward_world or g.shard
 end
 
 -- FSDPParamGroup.unshard: issue the all-gather unless already unsharded or in flight. Over
@@ -174,13 +198,15 @@ end
 -- copy-out reads the shards), so none is counted; the event is the same.
 function Sim:unshard(g)
   if g.pending or g.sharded == UNSHARDED then return end
-  local sub = g.sharded == SHARDED_POST_FORWARD
+  local from_pf = g.sharded == SHARDED_POST_FORWARD
   self.ag_seq = self.ag_seq + 1
-  g.pending = { seq = self.ag_seq, sub = sub, direct = direct_all_gather(g, sub) }
-  self:emit({ stream = "ag", op = "all_gather", group = g, sub = sub, ag = self.ag_seq,
+  g.pending = { seq = self.ag_seq, from_post_forward = from_pf,
+    direct = direct_all_gather(g, from_pf) }
+  self:emit({ stream = "ag", op = "all_gather", group = g, from_post_forward = from_pf,
+    ag = self.ag_seq,
     direct = g.pending.direct })
   self:event("unshard", g)
-  if all_gather_ranks(g, sub) > 1 then self:count("all_gather") end
+  if all_gather_ranks(g, from_pf) > 1 then self:count("all_gather") end
 end
 
 function Sim:wait_for_unshard(g)
@@ -196,7 +222,7 @@ function Sim:wait_for_unshard(g)
       g.pending.resharded_at, g.name, self.section), self.spec.line)
   end
   self:emit({ stream = "compute", op = "all_gather_wait", group = g, ag = g.pending.seq,
-    sub = g.pending.sub, direct = g.pending.direct })
+    from_post_forward = g.pending.from_post_forward, direct = g.pending.direct })
   g.pending = nil
   g.sharded = UNSHARDED
 end
@@ -223,8 +249,8 @@ end
 -- lists that call; docs/cli.md "Events" says why fsdpgen does not).
 function Sim:reshard(g)
   if g.training == FORWARD then
-    if not g.pf_size then return end
-    if g.pf_size ~= g.shard then
+    if not g.post_forward_world then return end
+    if g.post_forward_world ~= g.shard then
       if g.sharded ~= SHARDED_POST_FORWARD then
         local was = g.sharded
         g.sharded = SHARDED_POST_FORWARD
@@ -238,7 +264,7 @@ function Sim:reshard(g)
     local was = g.sharded
     g.sharded = SHARDED
     g.stale = nil
-    if g.pending and g.pending.sub then g.pending.resharded_at = self.section end
+    if g.pending and g.pending.from_post_forward then g.pending.resharded_at = self.section end
     self:emit({ stream = "compute", op = "reshard", group = g, from = was })
     self:event("reshard", g)
   end
@@ -255,8 +281,8 @@ end
 -- records of its forward come first; popping one of them is noted (pops_eval_record).
 function Sim:backward_prefetch(g)
   if g.training ~= PRE_BACKWARD then return end
-  if #g.pf_indices == 0 then return end
-  local idx = table.remove(g.pf_indices)
+  if #g.post_forward_indices == 0 then return end
+  local idx = table.remove(g.post_forward_indices)
   if idx <= self.eval_records then self.pops_eval_record = g end
   if idx - 1 < 1 then return end
   self:prefetch(self.post_forward_order[idx - 1], PRE_BACKWARD)
@@ -417,7 +443,7 @@ function Sim:state_post_forward(s, outs)
     if not trace.in_recompute() then
       self:reshard(g)
       self.post_forward_order[#self.post_forward_order + 1] = g
-      g.pf_indices[#g.pf_indices + 1] = #self.post_forward_order
+      g.post_forward_indices[#g.post_forward_indices + 1] = #self.post_forward_order
     end
     g.training = IDLE
   end
@@ -479,7 +505,7 @@ function Sim:final_callback()
             direct = g.pending.direct })
           g.pending = nil
         end
-        g.pf_indices = {}
+        g.post_forward_indices = {}
       end
     end
   end
@@ -892,24 +918,71 @@ function Sim:after_eval(ev)
   for i, eg in ipairs(ev.post_forward_order) do
     local g = self.groups[eg.index]
     self.post_forward_order[i] = g
-    g.pf_indices[#g.pf_indices + 1] = i
+    g.post_forward_indices[#g.post_forward_indices + 1] = i
   end
   return self
 end
 
--- The schedule lines of a plan (what the two step plans are compared by).
-local function step_lines(plan)
-  local schedule, lines = require("schedule"), {}
-  for i, st in ipairs(plan.steps) do lines[i] = schedule.step_line(st, plan) end
-  return table.concat(lines, "\n")
+-- What a step's schedule line says, as data: two steps with equal keys read the same in
+-- the schedule. Groups are compared by index (a spec gives every simulation the same
+-- groups), tensors by what names them (a parameter, the input, the targets or a label).
+local function tensor_key(t)
+  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
+  if t.is_param then return t end
+  if t.is_input then return "input" end
+  if t.is_target then return "targets" end
+  return t.label or "?"
 end
 
--- Plans the eval program and the training step that follows one (plan.after_eval_plan,
--- only where it differs from the step: the eval's last post-forward group is then
--- sharded when the prefetch targets it, e.g. the last block under a root without
--- parameters, and FSDP2 all-gathers it once more). Sets plan.eval_unavailable instead
--- where the generated code cannot do what FSDP2 would.
-local function plan_eval(spec, plan, memory)
+local function step_key(st)
+  local k = { st.stream, st.op, st.direct or false, st.from_post_forward or false, st.from or false,
+    st.why or false, st.label or false, st.grad_alias or false, st.opt_per or false,
+    st.opt_k or false, st.opt_item or false, st.group and st.group.index or false,
+    st.region and st.region.id or false, st.event and st.event.kind or false,
+    st.event and st.event.state or false }
+  local r = st.reduction
+  if r then
+    k[#k + 1] = r.index
+    k[#k + 1] = r.layout.padded_numel
+    k[#k + 1] = r.layout.shard_numel
+    for _, i in ipairs(r.params) do k[#k + 1] = i end
+  end
+  local op = st.node
+  if op then
+    k[#k + 1] = op.kind
+    k[#k + 1] = op.label or false
+    k[#k + 1] = (op.original or op).view == true
+    local o = op.outs[1]
+    k[#k + 1] = o and o.dtype or false
+    for _, d in ipairs(o and o.shape or {}) do k[#k + 1] = d end
+    k[#k + 1] = "<-"
+    for _, t in ipairs(op.ins) do k[#k + 1] = tensor_key(t) end
+  end
+  return k
+end
+
+-- Whether two programs run the same steps (compared field by field, not as printed text).
+-- The memory stage compares the step after an eval with the step once both carry its
+-- marks (view casts, gradient-aliasing adds).
+function M.same_steps(a, b)
+  if #a.steps ~= #b.steps then return false end
+  for i, st in ipairs(a.steps) do
+    local ka, kb = step_key(st), step_key(b.steps[i])
+    if #ka ~= #kb then return false end
+    for j, v in ipairs(ka) do
+      if kb[j] ~= v then return false end
+    end
+  end
+  return true
+end
+
+-- Plans the eval program (plan.eval_plan) and the training step that follows one
+-- (plan.after_eval; the memory stage keeps it as plan.after_eval_plan only where it differs
+-- from the step: the eval's last post-forward group is then sharded when the prefetch
+-- targets it, e.g. the last block under a root without parameters, and FSDP2 all-gathers
+-- it once more). Sets plan.eval_unavailable instead where the generated code cannot do
+-- what FSDP2 would.
+local function plan_eval(spec, plan)
   local function unavailable(why) plan.eval_unavailable = why end
   local ok, ev = pcall(function() return M.new(spec):run_eval() end)
   if not ok then
@@ -947,10 +1020,8 @@ local function plan_eval(spec, plan, memory)
     return unavailable(string.format("group '%s' has more backward pre-hooks than forwards in a step, so after an eval FSDP2's backward prefetch would pop a record of the eval's forward (which one depends on the number of validation batches)",
       after.pops_eval_record.name))
   end
-  ev.memory = memory.plan(ev)
   plan.eval_plan = ev
-  after.memory = memory.plan(after)  -- as the step's (its lines say which casts are views)
-  if step_lines(after) ~= step_lines(plan) then plan.after_eval_plan = after end
+  plan.after_eval = after
 end
 
 -- `fsdpgen events`'s lines of a plan: STATE KIND "GROUP".
@@ -983,11 +1054,8 @@ function M.plan(spec)
   -- No spec code runs after the simulation (its forwards were traced in it); the line
   -- hook would only slow the memory plan down several times.
   errors.track_spec_lines(false)
-  local memory = require("memory")
-  sim.memory = memory.plan(sim)
-  -- The eval program and the step after one, planned the same way (their own traces and
-  -- memory plans; the persistent buffers and the parameters' storage are the step's).
-  plan_eval(spec, sim, memory)
+  -- The eval program and the step after one, planned the same way (their own traces).
+  plan_eval(spec, sim)
   return sim
 end
 

@@ -3,11 +3,11 @@
 -- peak and what is live there), meant to be reviewed and diffed like code: a one-line
 -- spec change changes only the lines whose meaning changed. The arena offsets, which
 -- shift with almost any change, go to `<name>.layout` (arena_layout.lua).
-local trace = require("trace")
-local buffer = require("buffer")
-local memory = require("memory")
-local units = require("units")
-local arena_layout = require("arena_layout")
+local trace = require("spec.trace")
+local buffer = require("util.buffer")
+local memory = require("memory.memory")
+local units = require("util.units")
+local arena_layout = require("memory.arena_layout")
 
 local M = {}
 
@@ -36,9 +36,9 @@ end
 local function quoted(name) return '"' .. name .. '"' end
 
 local function raf_str(g)
-  if not g.pf_size then return "false" end
-  if g.pf_size == g.shard then return "true" end
-  return tostring(g.pf_size)
+  if not g.post_forward_world then return "false" end
+  if g.post_forward_world == g.shard then return "true" end
+  return tostring(g.post_forward_world)
 end
 
 local function reduce_str(g)
@@ -103,11 +103,11 @@ function M.step_line(st, plan)
       g.layout.shard_numel, g.param_dtype)
   elseif st.op == "all_gather" then
     local L = g.layout
-    local ranks = st.sub and g.pf_size or g.shard
-    local per = st.sub and (L.padded_numel // g.pf_size) or L.shard_numel
+    local ranks = st.from_post_forward and g.post_forward_world or g.shard
+    local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel
     name = quoted(g.name)
     detail = string.format("%d x %s per rank -> %d, %s (%d ranks)", per, g.param_dtype,
-      per * ranks, st.sub and "post-forward group" or "shard group", ranks)
+      per * ranks, st.from_post_forward and "post-forward group" or "shard group", ranks)
   elseif st.op == "all_gather_wait" then
     name = quoted(g.name)
     detail = st.direct and "wait for the direct all-gather"
@@ -122,7 +122,7 @@ function M.step_line(st, plan)
     detail = st.from == "unsharded" and "free unsharded params" or "free post-forward shard"
   elseif st.op == "reshard_post_forward" then
     name = quoted(g.name)
-    detail = string.format("keep 1/%d of the unsharded params, free the rest", g.pf_size)
+    detail = string.format("keep 1/%d of the unsharded params, free the rest", g.post_forward_world)
   elseif st.op == "reduce_scatter" then
     name = quoted(g.name)
     local L = st.reduction.layout

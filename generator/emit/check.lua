@@ -3,10 +3,10 @@
 -- counts, torch, diff, build, test, run), so that a spec gets a .schedule only if it
 -- builds. A refusal is a spec error at the line that declared the thing refused; the
 -- emitters assert the same conditions, so reaching one there is an internal error.
-local errors = require("errors")
-local kernels = require("kernels_c")
-local memory = require("memory")
-local trace = require("trace")
+local errors = require("spec.errors")
+local kernels = require("emit.kernels_c")
+local memory = require("memory.memory")
+local trace = require("spec.trace")
 
 local M = {}
 

@@ -6,11 +6,11 @@
 -- dtypes are the planned ones), recording module calls; it changes nothing it is given.
 -- The runtime part of the twin (data, init, event and collective recording, the ranks)
 -- is templates/torch_twin.py, copied in after the spec's part.
-local buffer = require("buffer")
-local emit_step = require("emit_step")
-local errors = require("errors")
-local planner = require("planner")
-local trace = require("trace")
+local buffer = require("util.buffer")
+local emit_step = require("emit.emit_step")
+local errors = require("spec.errors")
+local planner = require("plan.planner")
+local trace = require("spec.trace")
 
 local M = {}
 
@@ -614,8 +614,8 @@ function M.text(plan, spec_path, root)
     if s.mesh and (s.mesh.replicate ~= spec.mesh.replicate or s.mesh.shard ~= spec.mesh.shard) then
       cannot("a fully_shard mesh other than the spec's")
     end
-    if not s.auto_rAF then
-      local v = s.rAF
+    if not s.reshard_after_forward_unset then
+      local v = s.reshard_after_forward
       opts[#opts + 1] = "reshard_after_forward=" .. (type(v) == "boolean" and pybool(v) or tostring(v))
     end
     if s.placement == "largest_dim" then opts[#opts + 1] = "shard_placement_fn=largest_dim" end

@@ -2,7 +2,7 @@
 -- is recorded in creation order (its id is PyTorch autograd's sequence number, which is
 -- what orders the backward pass). Module calls go through hooks so the FSDP planner can
 -- act exactly where PyTorch's forward hooks fire.
-local errors = require("errors")
+local errors = require("spec.errors")
 
 local M = {}
 

@@ -3,9 +3,9 @@
 -- conformance test, build.ninja (CPU) and build_cuda.ninja (--cuda), from the files in
 -- templates/. Files are written only
 -- when their content changes, so rebuilding an unchanged spec recompiles nothing.
-local buffer = require("buffer")
-local emit_step = require("emit_step")
-local schedule = require("schedule")
+local buffer = require("util.buffer")
+local emit_step = require("emit.emit_step")
+local schedule = require("emit.schedule")
 
 local M = {}
 

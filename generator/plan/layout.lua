@@ -1,6 +1,6 @@
 -- Sharding layout of one FSDP group: torch.chunk-style shards, padding, all-gather and
 -- reduce-scatter element counts. Everything the runtime later checks is computed here.
-local trace = require("trace")
+local trace = require("spec.trace")
 
 local M = {}
 

@@ -1,8 +1,8 @@
 -- The `fsdp` spec API in FSDP2's vocabulary: fully_shard, the FSDPModule setters,
 -- MixedPrecisionPolicy, and fsdp.spec{...} which validates a whole spec.
-local errors = require("errors")
-local nn = require("nn")
-local trace = require("trace")
+local errors = require("spec.errors")
+local nn = require("spec.nn")
+local trace = require("spec.trace")
 
 local fsdp = {}
 
@@ -39,7 +39,7 @@ end
 
 -- ---------------------------------------------------------------------------- fully_shard
 
-local function check_rAF(v, what, line)
+local function check_reshard_after_forward(v, what, line)
   if v == nil or type(v) == "boolean" then return end
   if math.type(v) == "integer" then return end
   errors.raise(string.format("%s must be true, false, nil or an integer divisor of the shard size, got %s",
@@ -91,7 +91,7 @@ function fsdp.fully_shard(target, opts)
         rawget(m, "_type"), tostring(prev.line)))
     end
   end
-  check_rAF(opts.reshard_after_forward, "reshard_after_forward")
+  check_reshard_after_forward(opts.reshard_after_forward, "reshard_after_forward")
   if opts.mp_policy ~= nil and (type(opts.mp_policy) ~= "table" or not opts.mp_policy._mp_policy) then
     errors.raise("mp_policy must be fsdp.MixedPrecisionPolicy{ param_dtype = ..., reduce_dtype = ... }")
   end
@@ -123,7 +123,8 @@ function fsdp.fully_shard(target, opts)
 
   local state = {
     index = #states + 1, modules = modules, params = params, line = line,
-    rAF = opts.reshard_after_forward, auto_rAF = opts.reshard_after_forward == nil,
+    reshard_after_forward = opts.reshard_after_forward,
+    reshard_after_forward_unset = opts.reshard_after_forward == nil,
     mp = opts.mp_policy or fsdp.MixedPrecisionPolicy{},
     mesh = opts.mesh and check_mesh(opts.mesh, "fully_shard mesh", line),
     placement = placement, offload = offload,
@@ -235,7 +236,9 @@ local function recursive_setter(method, apply)
   end
 end
 
-recursive_setter("set_reshard_after_forward", function(s, v) s.rAF, s.auto_rAF = v, false end)
+recursive_setter("set_reshard_after_forward", function(s, v)
+  s.reshard_after_forward, s.reshard_after_forward_unset = v, false
+end)
 recursive_setter("set_reshard_after_backward", function(s, v) s.reshard_after_backward = v end)
 recursive_setter("set_requires_gradient_sync", function(s, v) s.reduce_grads = v end)
 recursive_setter("set_requires_all_reduce", function(s, v) s.all_reduce_grads = v end)
@@ -599,10 +602,11 @@ function fsdp.spec(t)
       errors.raise(string.format("fully_shard mesh %dx%d does not match the world size %d",
         m.replicate, m.shard, spec.world_size), s.line)
     end
-    if math.type(s.rAF) == "integer" then
-      if s.rAF < 1 or s.rAF > m.shard or m.shard % s.rAF ~= 0 then
+    if math.type(s.reshard_after_forward) == "integer" then
+      local raf = s.reshard_after_forward
+      if raf < 1 or raf > m.shard or m.shard % raf ~= 0 then
         errors.raise(string.format("reshard_after_forward = %d must divide the shard size %d (allowed: %s)",
-          s.rAF, m.shard, fsdp._divisors(m.shard)), s.line)
+          raf, m.shard, fsdp._divisors(m.shard)), s.line)
       end
     end
     spec.states[#spec.states + 1] = s

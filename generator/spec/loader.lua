@@ -7,9 +7,9 @@
 -- the spec's own directory, each run in a sandbox of its own. Coroutines get the line
 -- limit's hook too, and pcall, xpcall and coroutines cannot swallow the line limit or
 -- the time budget. The same spec always plans the same way.
-local errors = require("errors")
-local fsdp = require("fsdp")
-local nn = require("nn")
+local errors = require("spec.errors")
+local fsdp = require("spec.fsdp")
+local nn = require("spec.nn")
 
 local M = {}
 
@@ -48,6 +48,8 @@ local function sandbox_setmetatable(t, mt)
 end
 local LIBS = { string = { dump = true }, table = {}, math = { random = true, randomseed = true }, utf8 = {} }
 local API = { nn = true, fsdp = true, models = true }
+-- The generator's modules a spec knows by a bare name (generator/spec/).
+local ROOM = { nn = "spec.nn", fsdp = "spec.fsdp" }
 
 -- A copy of a library without the names in `drop`.
 local function copy_lib(lib, drop)
@@ -120,7 +122,7 @@ local function make_require(dir, cache)
         errors.raise(string.format("no module '%s' (a spec may require nn, fsdp, models or a module of its "
           .. "own directory)", name))
       end
-      return require(name)
+      return require(ROOM[name] or name)
     end
     if not name:match("^[%a_][%w_]*$") then
       errors.raise(string.format("cannot require '%s': a spec may require nn, fsdp, models or a module of its "

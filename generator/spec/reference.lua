@@ -11,7 +11,7 @@ function M.transform(spec)
   for _, s in ipairs(spec.states) do
     s.mesh = nil
     -- A post-forward group inside a shard group of one rank is the group itself.
-    if math.type(s.rAF) == "integer" then s.rAF = true end
+    if math.type(s.reshard_after_forward) == "integer" then s.reshard_after_forward = true end
   end
   return spec
 end

@@ -3,8 +3,8 @@
 -- summary of the most bytes live at once that the `.schedule` carries instead.
 -- Offsets shift with almost any change of a spec, so the reviewed `.schedule` leaves them
 -- here.
-local buffer = require("buffer")
-local units = require("units")
+local buffer = require("util.buffer")
+local units = require("util.units")
 
 local M = {}
 

@@ -11,7 +11,8 @@
 -- Each step is annotated for the emitter with the buffers it uses (`st.bufs`; a backward
 -- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
 -- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
-local trace = require("trace")
+local planner = require("plan.planner")
+local trace = require("spec.trace")
 
 local M = {}
 
@@ -528,16 +529,17 @@ function M.plan(plan)
         compute_bytes(g.layout.padded_numel), synced)
     elseif st.op == "all_gather" then
       -- In place, as FSDP2: the all-gather input is this rank's block of the output.
-      local ws = st.sub and g.pf_size or g.shard
-      local in_numel = st.sub and (g.layout.padded_numel // g.pf_size) or g.layout.shard_numel
+      local ws = st.from_post_forward and g.post_forward_world or g.shard
+      local in_numel = st.from_post_forward and (g.layout.padded_numel // g.post_forward_world)
+        or g.layout.shard_numel
       u.out = start("ag_out " .. st.ag, Q(g) .. " all-gather output", "all_gather", bytes(in_numel * ws, g.param_dtype),
         synced)
-      if st.sub then
+      if st.from_post_forward then
         -- The copy-in reads the post-forward shard on its own stream (CUDA), so the shard
         -- lives until compute waits for this all-gather, as PyTorch's caching allocator
         -- keeps a block that another stream still uses.
-        u.pf = open["pf " .. g.index]
-        open["pf " .. g.index], open["ag_in " .. st.ag] = nil, u.pf
+        u.post_forward_shard = open["post_forward_shard " .. g.index]
+        open["post_forward_shard " .. g.index], open["ag_in " .. st.ag] = nil, u.post_forward_shard
       end
     elseif st.op == "all_gather_wait" or st.op == "all_gather_drop" then
       stop("ag_out " .. st.ag, i)
@@ -551,12 +553,12 @@ function M.plan(plan)
       end
     elseif st.op == "reshard" then
       stop("unsharded " .. g.index, i)
-      stop("pf " .. g.index, i)
+      stop("post_forward_shard " .. g.index, i)
     elseif st.op == "reshard_post_forward" then
       synced = i
       u.unsharded = stop("unsharded " .. g.index, i)
-      u.pf = start("pf " .. g.index, Q(g) .. " post-forward shard", "unsharded",
-        compute_bytes(g.layout.padded_numel // g.pf_size), i)
+      u.post_forward_shard = start("post_forward_shard " .. g.index, Q(g) .. " post-forward shard",
+        "unsharded", compute_bytes(g.layout.padded_numel // g.post_forward_world), i)
     elseif st.op == "reduce_scatter" then
       -- One reduce-scatter in flight: the previous one's buffers are freed now.
       local keys = {}
@@ -661,6 +663,23 @@ function M.plan(plan)
   local totals = {}
   for _, b in ipairs(order) do totals[b.kind] = (totals[b.kind] or 0) + b.bytes end
   return { buffers = order, peak = peak, arena = arena, totals = totals }
+end
+
+-- The memory stage of a whole plan (what the planner hands on, planner.lua's top): the
+-- step's memory, and the eval's and the step-after-an-eval's (their own buffers; the
+-- persistent buffers and the parameters' storage are the step's). The step after an eval
+-- is kept as plan.after_eval_plan only where its steps differ from the step's, compared
+-- once both carry this stage's marks (view casts, gradient-aliasing adds).
+function M.plan_all(plan)
+  plan.memory = M.plan(plan)
+  local ev, after = plan.eval_plan, plan.after_eval
+  plan.after_eval = nil
+  if ev then
+    ev.memory = M.plan(ev)
+    after.memory = M.plan(after)
+    if not planner.same_steps(after, plan) then plan.after_eval_plan = after end
+  end
+  return plan
 end
 
 return M

@@ -10,7 +10,7 @@
 -- Activation recompute is not model work and is not counted (replayed ops are not in the
 -- graph). For a Transformer whose every op sees all B * T tokens this is exactly
 -- 6 * N * B * T + 12 * L * T * d * B * T, N the parameters outside lookup-only embeddings.
-local trace = require("trace")
+local trace = require("spec.trace")
 
 local M = {}
 
