@@ -1,4 +1,4 @@
-"""The runtime part of every twin that `fsdpgen torch` writes (generator/emit_torch.lua
+"""The runtime part of every twin that `fsdpgen torch` writes (generator/emit/emit_torch.lua
 copies this file after the spec's part: SPEC, PARAMS, build_model, shard, set_flags,
 train_step). What the training binary does outside the step, in PyTorch:
 - inputs: the binary's synthetic data (rt_train.h: Philox4x32-10 keyed by the seed and

@@ -104,7 +104,7 @@ typedef struct rt_model_expect {
 
 // ---- the Hugging Face map ----------------------------------------------------------------
 // How the model's parameters become a Hugging Face directory (config.json and
-// model.safetensors) and back: computed by generator/hf.lua, moved by runtime/train/hf.c.
+// model.safetensors) and back: computed by generator/emit/hf.lua, moved by runtime/train/hf.c.
 
 // How one HF tensor is made from parameters (W [out, in] row-major; HF shape in rt_hf_tensor):
 //   COPY       the parameter as it is
@@ -202,7 +202,7 @@ typedef struct rt_model {
     rt_loss_kind loss;
     int n_forward;                // forward items per step (= microbatches A)
     int n_backward;               // backward items per step (each records one loss)
-    int64_t flops_per_step;       // model FLOPs of one step on all ranks (generator/flops.lua:
+    int64_t flops_per_step;       // model FLOPs of one step on all ranks (generator/plan/flops.lua:
                                   // PaLM's 6N + 12LTd per token), 0: unknown (no TFLOP/s)
     int64_t tokens_per_step;      // the items (tokens, or samples) per step, all ranks
     rt_model_optim optim;
@@ -220,15 +220,15 @@ typedef struct rt_model {
     int reference;
     void (*step)(struct rt_rank* R);
     rt_model_expect expect;
-    // The eval program (generator/planner.lua run_eval; rt_step_eval): model.eval(), then
+    // The eval program (generator/plan/planner.lua run_eval; rt_step_eval): model.eval(), then
     // `with torch.no_grad(): loss = model(inp)` on forward item 0's input and reshard() on
     // every FSDP module. NULL with eval_unavailable saying why where the generated code
-    // cannot do what FSDP2 would (generator/planner.lua plan_eval).
+    // cannot do what FSDP2 would (generator/plan/planner.lua plan_eval).
     void (*eval)(struct rt_rank* R);
     rt_model_expect eval_expect;
     const char* eval_unavailable;
     // The training step that follows an eval, where it differs from `step` (FSDP2's backward
-    // prefetch targets the eval's post-forward records: generator/planner.lua after_eval),
+    // prefetch targets the eval's post-forward records: generator/plan/planner.lua after_eval),
     // else NULL.
     void (*step_after_eval)(struct rt_rank* R);
     rt_model_expect after_eval_expect;

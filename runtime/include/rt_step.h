@@ -178,14 +178,14 @@ void rt_step_end(rt_rank* R);
 // "ag all_gather_sync": the all-gather streams wait for what compute issued so far (FSDP2's
 // root pre-forward wait, and at each backward's start; all_gather_wait after its copy-out
 // and reshard_post_forward do the same), and not for what it issues later: an all-gather issued after a group's compute
-// overlaps it. generator/memory.lua keeps each all-gather's output off every buffer live
+// overlaps it. generator/memory/memory.lua keeps each all-gather's output off every buffer live
 // since the last such point. An all-gather before any in the step dies.
 void rt_step_all_gather_sync(rt_rank* R);
 // "ag all_gather": copy-in (from the sharded fp32 params, or the post-forward shards at
 // pf_off when sub) cast to param_dtype into this rank's block of the all-gather output at
 // out_off, then the all-gather (shard group, or post-forward group when sub).
 void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t out_off, size_t pf_off);
-// "all_gather" that the generator planned direct (generator/planner.lua direct_all_gather:
+// "all_gather" that the generator planned direct (generator/plan/planner.lua direct_all_gather:
 // one rank, from the shards): the copy-in writes the shards, cast to param_dtype, straight
 // into the unsharded parameters at unsharded_off (as the copy-out would store them), and
 // no collective runs (one rank's all-gather leaves its buffer as the copy-in wrote it).
@@ -224,7 +224,7 @@ void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_of
 // then zeroes the others' sharded grads, which later ones add to).
 void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                             size_t rs_in_off, size_t rs_out_off);
-// "reduce_scatter" that the generator planned direct (generator/planner.lua
+// "reduce_scatter" that the generator planned direct (generator/plan/planner.lua
 // direct_reduction: one rank, no division, a reduce dtype that holds grads_dtype values):
 // the unsharded grads rounded to grads_dtype, assigned or added to the sharded grads in one
 // pass, with the same bits as copy-in, reduction and view-out. Dies if the group's reduction

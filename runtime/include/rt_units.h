@@ -1,4 +1,4 @@
-// Byte counts as a person reads them, by generator/units.lua's rule: binary units (KiB =
+// Byte counts as a person reads them, by generator/util/units.lua's rule: binary units (KiB =
 // 1024 bytes) with at most three digits. Messages print them next to the exact bytes,
 // which tests and scripts read.
 #pragma once

@@ -1,5 +1,5 @@
 // perf.c — how fast a run goes and when it ends: the model FLOPs the generator emitted
-// (rt_model.flops_per_step, generator/flops.lua) over the step time as FLOP/s, MFU against
+// (rt_model.flops_per_step, generator/plan/flops.lua) over the step time as FLOP/s, MFU against
 // the devices' peak (--peak-tflops, else the bf16 table peaks.def for a known GPU), the ETA
 // from the mean wall time per step after step 1 (step 1 compiles: CUDA graph capture,
 // first-touch allocations), and the run's one-line summary.

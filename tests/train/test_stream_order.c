@@ -9,7 +9,7 @@
 //
 // The scenarios replay what a generated backward does around FSDP2's reductions (compute
 // writes the unsharded gradients, rtb_reduce_scatter per group, the optimizer), with
-// arena offsets as generator/memory.lua plans them: a reduce-scatter's input and output
+// arena offsets as generator/memory/memory.lua plans them: a reduce-scatter's input and output
 // live until the next reduce-scatter step, after which a later buffer may sit on them.
 // Checked: no race under that reuse, with HSDP and without; FSDP2's ordering (compute
 // waits for the previous reduce-scatter collective before the next copy-in, and neither

@@ -173,7 +173,7 @@ static const rt_model_count tiny_bad_counts[] = {{"forward all_gather", 2}};
 
 // Every tiny model has a warmup-then-cosine lr schedule, so the resume checks cover it.
 
-// Model FLOPs (generator/flops.lua): 6 x 3 rows x 25 parameters on each of 2 ranks.
+// Model FLOPs (generator/plan/flops.lua): 6 x 3 rows x 25 parameters on each of 2 ranks.
 #define TINY_FLOPS (6 * 3 * 25 * 2)
 
 // EVAL: the eval program or NULL; its loss ends at 580 (sharded) / 836 (reference) bytes.

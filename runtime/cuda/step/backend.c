@@ -29,7 +29,7 @@
 //                    all-reduce. Compute waits for post_done at the end of that next
 //                    reduce-scatter, where FSDP2 would not (it holds the all-reduce buffer
 //                    until the end of backward, _all_reduce_state): our static plan
-//                    (generator/memory.lua) ends the reduce-scatter output's lifetime at the
+//                    (generator/memory/memory.lua) ends the reduce-scatter output's lifetime at the
 //                    next reduce-scatter step, and the all-reduce reads and writes that
 //                    output in place, so a buffer planned after that step may sit on it.
 //                    Clipping and the optimizer wait for both (FSDP2's finalize_backward).
