@@ -102,10 +102,13 @@ build_lane() {
   done
 }
 
+# Both lanes are subshells: a suite's CPU seconds are those of its lane's children only
+# (bash reaps a finished background lane at once, which would add its CPU to the suite
+# running in the shell at that moment).
 plan_lane &
 lane=$!
-build_lane
-wait "$lane"
+build_lane &
+wait "$lane" $!
 
 total_pass=0
 total_fail=0

@@ -6,8 +6,9 @@
 # /opt/fsdpgen/torch-2.11/bin/python; without one it prints SKIP and `0 passed, 0 failed`.
 #
 # Usage: tests/fsdp2/run.sh [--all] [--seed S] [--count N] [--numeric-all] [--only REGEX]
-#   default: every repository spec, 8 random specs (seed 1), numbers of a representative
-#   subset; --all: 100 random specs and the numbers of every eligible spec.
+#   default: every repository spec and 100 random specs (seed 1), the numbers of a
+#   representative subset, and one twin under torchrun; --all: the numbers of every
+#   eligible spec.
 # Seconds on the 2-core development machine (2026-11-27): see docs/fsdp2_oracle.md.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,4 +27,39 @@ fi
 [ "${FSDPGEN_SLOW:-0}" = 1 ] && set -- --all "$@"
 work=$(mktemp -d /tmp/fsdpgen_fsdp2.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-nice "$py" "$root/tests/fsdp2/oracle.py" "$root" "$work" "$@"
+nice "$py" "$root/tests/fsdp2/oracle.py" "$root" "$work" "$@" >"$work/oracle.out" 2>&1
+rc=$?
+sed '$d' "$work/oracle.out"
+last=$(tail -n 1 "$work/oracle.out")
+if [[ ! $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    echo "$last"
+    echo "FAIL tests/fsdp2/oracle.py ended without its summary (exit $rc)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+passed=${BASH_REMATCH[1]} failed=${BASH_REMATCH[2]}
+[[ $rc -ne 0 && $failed -eq 0 ]] && failed=1
+
+# A twin under torchrun prints what it prints when it spawns its own ranks (--world N).
+torchrun=$(dirname "$py")/torchrun
+twin=$work/tiny_twin.py
+if [ ! -x "$torchrun" ]; then
+    echo "SKIP the twin under torchrun: no $torchrun"
+elif ! "$root/fsdpgen" torch "$root/examples/tiny.lua" -o "$twin" >/dev/null; then
+    echo "FAIL fsdpgen torch examples/tiny.lua"
+    failed=$((failed + 1))
+else
+    (cd "$work" && "$py" "$twin" --world 2 --steps 2 >spawned.out 2>spawned.err)
+    (cd "$work" && "$torchrun" --standalone --nproc-per-node 2 "$twin" --steps 2 >torchrun.out 2>torchrun.err)
+    if grep -q '^step 2 loss' "$work/spawned.out" && cmp -s "$work/spawned.out" "$work/torchrun.out"; then
+        echo "PASS examples/tiny.lua's twin under torchrun --nproc-per-node 2 prints what --world 2 prints ($(wc -l <"$work/spawned.out") lines: events, counts, losses)"
+        passed=$((passed + 1))
+    else
+        diff "$work/spawned.out" "$work/torchrun.out" | head -n 5
+        tail -n 3 "$work/torchrun.err"
+        echo "FAIL examples/tiny.lua's twin under torchrun prints other lines than under --world 2"
+        failed=$((failed + 1))
+    fi
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
