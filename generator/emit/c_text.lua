@@ -155,21 +155,26 @@ local function base_name(name)
   return s
 end
 
+-- base, or base__2, base__3, ... when taken: the first name `used` does not hold yet,
+-- which it then holds.
+local function unique(used, base)
+  local name, k = base, 1
+  while used[name] do
+    k = k + 1
+    name = base .. "__" .. k
+  end
+  used[name] = true
+  return name
+end
+
 -- The #define of each parameter's byte offset (`offset(p)`) in its group's unsharded
 -- buffers, P_ and its name (layers.0.attention.wq.weight: P_layers_0_attention_wq_weight):
 -- a map parameter -> name, and the lines.
 function M.param_names(list, offset)
   local names, used, lines, w = {}, {}, {}, 0
   for _, p in ipairs(list) do
-    local base = "P_" .. base_name(p.fqn)
-    local name, k = base, 1
-    while used[name] do
-      k = k + 1
-      name = base .. "__" .. k
-    end
-    used[name] = true
-    names[p] = name
-    w = math.max(w, #name)
+    names[p] = unique(used, "P_" .. base_name(p.fqn))
+    w = math.max(w, #names[p])
   end
   for _, p in ipairs(list) do
     lines[#lines + 1] = string.format("#define %-" .. math.min(w, 60) .. "s %9d", names[p], offset(p))
@@ -198,14 +203,7 @@ function M.arena_names(mem, prefix, shared)
       #mem.buffers - #own)
   end
   for _, bf in ipairs(own) do
-    local base = prefix .. base_name(bf.name)
-    local name, k = base, 1
-    while used[name] do
-      k = k + 1
-      name = base .. "__" .. k
-    end
-    used[name] = true
-    names[bf] = name
+    names[bf] = unique(used, prefix .. base_name(bf.name))
   end
   local w = 0
   for _, bf in ipairs(own) do w = math.max(w, #names[bf]) end
