@@ -1,12 +1,16 @@
 // FSDP2's foreach collectives on the host: sharding, all-gather copy-in / copy-out and
 // reduce-scatter copy-in / divide / view-out around rt_comm, for one parameter group laid
-// out by rt_fsdp_layout (see rt_fsdp.h for the layouts they follow).
+// out by rt_fsdp_layout (see rt_fsdp.h for the layouts they follow). Each copy checks its
+// arguments, then builds its copy plan (rt_fsdp_copy.h: the same plans the CUDA step
+// backend runs on the GPU) with the per-parameter buffers as its parameter sides, and
+// applies it with rt_copy_apply.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rt_fsdp.h"
+#include "rt_fsdp_copy.h"
 
 // ---- helpers ----------------------------------------------------------------------------
 
@@ -64,30 +68,12 @@ static int comm_error(rt_fsdp_layout* l, const char* op, rt_comm* comm, int st) 
     return fsdp_error(l, st, op, "%s", rt_comm_last_error(comm));
 }
 
-// Rows of rank r along the shard dim (torch.chunk).
-static int64_t rows_of(const rt_fsdp_param_layout* p, int r) {
-    int64_t start = p->chunk * r;
-    int64_t rows = p->dim_size > start ? p->dim_size - start : 0;
-    return rows < p->chunk ? rows : p->chunk;
-}
-
-// Moves rank r's part of parameter p between the unsharded tensor `full` (row-major, its
-// own shape) and a padded chunk (outer x chunk x inner, contiguous): to_chunk copies full
-// -> chunk and zero-fills the padding; otherwise chunk -> full, dropping the padding.
-static void move_chunk(const rt_fsdp_param_layout* p, int r, void* full, rt_dtype full_dt,
-                       void* chunk, rt_dtype chunk_dt, int to_chunk) {
-    int64_t rows = rows_of(p, r);
-    int64_t n = rows * p->inner, pad = (p->chunk - rows) * p->inner;
-    for (int64_t o = 0; o < p->outer; o++) {
-        char* f = at(full, (o * p->dim_size + r * p->chunk) * p->inner, full_dt);
-        char* c = at(chunk, o * p->chunk * p->inner, chunk_dt);
-        if (to_chunk) {
-            if (n) rt_convert(c, chunk_dt, f, full_dt, (size_t)n);
-            if (pad) memset(at(c, n, chunk_dt), 0, (size_t)pad * rt_dtype_size(chunk_dt));
-        } else if (n) {
-            rt_convert(f, full_dt, c, chunk_dt, (size_t)n);
-        }
-    }
+// Applies plan p (built with status st) from src to dst and frees it.
+static int apply_plan(rt_fsdp_layout* l, const char* op, rt_copy_plan* p, int st, rt_copy_side dst,
+                      rt_copy_side src, int accumulate) {
+    if (!st) rt_copy_apply(p, dst, src, accumulate);
+    rt_copy_plan_free(p);
+    return st ? fsdp_error(l, st, op, "out of memory for its copy plan") : 0;
 }
 
 // ---- sharding ---------------------------------------------------------------------------
@@ -100,9 +86,10 @@ int rt_fsdp_shard_params(rt_fsdp_layout* l, const void* const* full, rt_dtype dt
     int st = check_bufs(l, op, full, "full", "", dtype, dtype);
     if (!st) st = check_bufs(l, op, (const void* const*)shards, "shards", "", dtype, dtype);
     if (st) return st;
-    for (int i = 0; i < l->nparams; i++)
-        move_chunk(&l->params[i], l->rank, (void*)full[i], dtype, shards[i], dtype, 1);
-    return 0;
+    rt_copy_plan p = {0};
+    st = rt_copy_shard_params(&p, l, NULL, NULL);
+    return apply_plan(l, op, &p, st, rt_copy_per_param((const void* const*)shards, dtype, NULL),
+                      rt_copy_per_param(full, dtype, NULL), 0);
 }
 
 int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded,
@@ -115,35 +102,24 @@ int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded
     if (!st) st = check_bufs(pf, op, unsharded, "unsharded", "", shard_dtype, shard_dtype);
     if (!st) st = check_bufs(pf, op, (const void* const*)shards, "shards", "", shard_dtype, shard_dtype);
     if (st) return st;
-    size_t es = rt_dtype_size(shard_dtype);
-    for (int i = 0; i < pf->nparams; i++) {
-        const rt_fsdp_param_layout* p = &pf->params[i];
-        int64_t start = p->in_numel * pf->rank;
-        int64_t n = p->numel > start ? p->numel - start : 0;
-        if (n > p->in_numel) n = p->in_numel;
-        if (n)
-            rt_convert(shards[i], shard_dtype, at(unsharded[i], start, unsharded_dtypes[i]),
-                       unsharded_dtypes[i], (size_t)n);
-        if (p->in_numel > n) memset(at(shards[i], n, shard_dtype), 0, (size_t)(p->in_numel - n) * es);
-    }
-    return 0;
+    rt_copy_plan p = {0};
+    st = rt_copy_post_forward(&p, pf, NULL, NULL);
+    return apply_plan(pf, op, &p, st, rt_copy_per_param((const void* const*)shards, shard_dtype, NULL),
+                      rt_copy_per_param(unsharded, shard_dtype, unsharded_dtypes), 0);
 }
 
 // ---- all-gather -------------------------------------------------------------------------
 
 int rt_fsdp_all_gather_copy_in(rt_fsdp_layout* l, const void* const* shards, rt_dtype shard_dtype,
                                void* ag_output, rt_dtype param_dtype) {
+    const char* op = "all_gather_copy_in";
     if (!l) return RT_ERR_ARG;
-    int st = check_bufs(l, "all_gather_copy_in", shards, "shards", ag_output, shard_dtype, param_dtype);
+    int st = check_bufs(l, op, shards, "shards", ag_output, shard_dtype, param_dtype);
     if (st) return st;
-    char* block = at(ag_output, l->block_numel * l->rank, param_dtype);
-    for (int i = 0; i < l->nparams; i++) {
-        const rt_fsdp_param_layout* p = &l->params[i];
-        if (p->in_numel)
-            rt_convert(at(block, p->offset, param_dtype), param_dtype, shards[i], shard_dtype,
-                       (size_t)p->in_numel);
-    }
-    return 0;
+    rt_copy_plan p = {0};
+    st = rt_copy_all_gather_in(&p, l, NULL);
+    return apply_plan(l, op, &p, st, rt_copy_flat(ag_output, param_dtype),
+                      rt_copy_per_param(shards, shard_dtype, NULL), 0);
 }
 
 int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* comm, void* ag_output, rt_dtype param_dtype,
@@ -162,31 +138,16 @@ int rt_fsdp_all_gather(rt_fsdp_layout* l, rt_comm* comm, void* ag_output, rt_dty
 // when unsharded_dtypes is NULL.
 static int copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
                     void* const* unsharded, const rt_dtype* unsharded_dtypes) {
+    const char* op = "all_gather_copy_out";
     if (!l) return RT_ERR_ARG;
-    int st = check_bufs(l, "all_gather_copy_out", (const void* const*)unsharded, "unsharded",
-                        ag_output, param_dtype, param_dtype);
+    int st = check_bufs(l, op, (const void* const*)unsharded, "unsharded", ag_output, param_dtype,
+                        param_dtype);
     if (st) return st;
-    size_t es = rt_dtype_size(param_dtype);
-    for (int r = 0; r < l->world; r++) {
-        const char* block = at(ag_output, l->block_numel * r, param_dtype);
-        for (int i = 0; i < l->nparams; i++) {
-            const rt_fsdp_param_layout* p = &l->params[i];
-            const rt_dtype unsharded_dtype = unsharded_dtypes ? unsharded_dtypes[i] : param_dtype;
-            if (l->post_forward) {
-                // Blocks hold flat slices of the padded parameter: concatenate, drop padding.
-                int64_t start = p->in_numel * r;
-                int64_t n = p->numel > start ? p->numel - start : 0;
-                if (n > p->in_numel) n = p->in_numel;
-                if (n)
-                    rt_convert(at(unsharded[i], start, unsharded_dtype), unsharded_dtype,
-                               block + (size_t)p->offset * es, param_dtype, (size_t)n);
-            } else {
-                move_chunk(p, r, unsharded[i], unsharded_dtype, (void*)(block + (size_t)p->offset * es),
-                           param_dtype, 0);
-            }
-        }
-    }
-    return 0;
+    rt_copy_plan p = {0};
+    st = rt_copy_all_gather_out(&p, l, NULL);
+    return apply_plan(l, op, &p, st,
+                      rt_copy_per_param((const void* const*)unsharded, param_dtype, unsharded_dtypes),
+                      rt_copy_flat(ag_output, param_dtype), 0);
 }
 
 int rt_fsdp_all_gather_copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dtype,
@@ -220,15 +181,10 @@ int rt_fsdp_reduce_scatter_copy_in(rt_fsdp_layout* l, const void* const* grads, 
     if (l->post_forward) return fsdp_error(l, RT_ERR_ARG, op, "needs a sharded (not post-forward) layout");
     int st = check_bufs(l, op, grads, "grads", rs_input, grad_dtype, reduce_dtype);
     if (st) return st;
-    for (int r = 0; r < l->world; r++) {
-        char* block = at(rs_input, l->block_numel * r, reduce_dtype);
-        for (int i = 0; i < l->nparams; i++) {
-            const rt_fsdp_param_layout* p = &l->params[i];
-            move_chunk(p, r, (void*)grads[i], grad_dtype, at(block, p->offset, reduce_dtype),
-                       reduce_dtype, 1);
-        }
-    }
-    return 0;
+    rt_copy_plan p = {0};
+    st = rt_copy_reduce_scatter_in(&p, l, NULL);
+    return apply_plan(l, op, &p, st, rt_copy_flat(rs_input, reduce_dtype),
+                      rt_copy_per_param(grads, grad_dtype, NULL), 0);
 }
 
 // x /= factor element-wise, in fp32, rounding once to dt (_div_if_needed).
@@ -293,27 +249,11 @@ int rt_fsdp_reduce_scatter_view_out(rt_fsdp_layout* l, const void* rs_output, rt
     int st = check_bufs(l, op, (const void* const*)sharded_grads, "sharded_grads", rs_output,
                         reduce_dtype, grad_dtype);
     if (st) return st;
-    for (int i = 0; i < l->nparams; i++) {
-        const rt_fsdp_param_layout* p = &l->params[i];
-        const char* src = at(rs_output, p->offset, reduce_dtype);
-        if (!accumulate) {
-            if (p->shard_numel)
-                rt_convert(sharded_grads[i], grad_dtype, src, reduce_dtype, (size_t)p->shard_numel);
-            continue;
-        }
-        for (int64_t k = 0; k < p->shard_numel; k++) {
-            // Cast the new gradient to grad_dtype first, then add in grad_dtype.
-            float g = rt_load_f32(src, reduce_dtype, (size_t)k);
-            if (grad_dtype != reduce_dtype) {
-                char tmp[8];
-                rt_store_f32(tmp, grad_dtype, 0, g);
-                g = rt_load_f32(tmp, grad_dtype, 0);
-            }
-            float acc = rt_load_f32(sharded_grads[i], grad_dtype, (size_t)k);
-            rt_store_f32(sharded_grads[i], grad_dtype, (size_t)k, acc + g);
-        }
-    }
-    return 0;
+    rt_copy_plan p = {0};
+    st = rt_copy_view_out(&p, l, NULL);
+    return apply_plan(l, op, &p, st,
+                      rt_copy_per_param((const void* const*)sharded_grads, grad_dtype, NULL),
+                      rt_copy_flat(rs_output, reduce_dtype), accumulate);
 }
 
 int rt_fsdp_foreach_reduce(rt_fsdp_layout* l, const rt_fsdp_reduce_args* a, const void* const* grads,

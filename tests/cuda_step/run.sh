@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA step backend (runtime/cuda/step) and `fsdpgen build --cuda`.
-# Everywhere (CI has nvcc, cuBLAS and NCCL but no GPU):
-#   - test_segments: the backend's copy plans against runtime/fsdp's host copies (CPU,
-#     AddressSanitizer + UBSan);
-#   - every spec below builds with --cuda: the generated C links against the CUDA backend.
+# Everywhere (CI has nvcc, cuBLAS and NCCL but no GPU): every spec below builds with --cuda
+# (the generated C links against the CUDA backend). The copy plans its kernel runs are
+# checked by tests/runtime (test_fsdp_copy).
 # On the GPU (nvidia-smi lists one), or without one on the CPU emulator (tests/cuda/emu):
 #   - the generated conformance test of each spec on the CUDA backend (world 2 and 4 run
 #     every rank on the one GPU: --local); on the emulator's slow tier (FSDPGEN_SLOW=1) also
@@ -98,7 +97,6 @@ if ! ninja -f runtime/cuda_step.ninja cuda_step >"$work/build.log" 2>&1; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-run_suite test_segments build/cuda_step/test_segments
 
 # Every build first, one at a time (ninja's build log is shared): the CUDA binaries, and the
 # CPU binaries the comparisons below run; the checks of the binaries then run two specs at

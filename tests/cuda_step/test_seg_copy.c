@@ -1,5 +1,5 @@
 // The CUDA step backend's copy kernel (rtcs_copy, rtcs_copy_rounded: kernels.cu) against its
-// host reference rt_seg_apply, byte for byte, on random plans: runs of 1 to 13 elements (so
+// host reference rt_copy_apply, byte for byte, on random plans: runs of 1 to 13 elements (so
 // runs start and end inside a thread's 8-element chunk, the kernel's slow path) and long
 // ones, zero-fill runs, every source / destination dtype, assigned and accumulated, and
 // the rounded copy of fp32 sources to bf16 / fp16; and plans whose runs keep both sides
@@ -15,7 +15,7 @@
 #include "check.h"
 #include "dtype_bits.h"
 #include "kernels.h"
-#include "segments.h"
+#include "rt_fsdp_copy.h"
 
 #define SRC_N 4096
 #define DST_N 8192
@@ -44,32 +44,34 @@ static void random_values(void* buf, rt_dtype dt, size_t n) {
 // in the plan modulo 8, so each whole 8-element chunk of the run is 16-byte aligned on both
 // sides (in every dtype). Returns how many runs start off a multiple of 8 elements into
 // the plan.
-static int random_plan(rt_seg_plan* p, int aligned) {
-    p->nsegs = uniform(1, 40);
-    p->cap = p->nsegs;
-    p->segs = (rt_seg*)malloc((size_t)p->nsegs * sizeof(rt_seg));
+static int random_plan(rt_copy_plan* p, int aligned) {
+    p->nruns = uniform(1, 40);
+    p->cap = p->nruns;
+    p->runs = (rt_copy_run*)malloc((size_t)p->nruns * sizeof(rt_copy_run));
     p->total = 0;
     int64_t d = uniform(0, 5);
     int odd = 0;
-    for (int k = 0; k < p->nsegs; k++) {
+    for (int k = 0; k < p->nruns; k++) {
         const int64_t n = aligned       ? uniform(8, 150)
                           : next() % 4 ? uniform(1, 13)
                                        : uniform(14, 150);
         if (p->total % 8) odd++;
         if (aligned) d += (p->total - d) & 7;
-        p->segs[k].n = n;
-        p->segs[k].dst = d;
-        p->segs[k].src = next() % 6 ? uniform(0, SRC_N - 8 - (int)n) : -1;
-        if (aligned && p->segs[k].src >= 0) p->segs[k].src = (p->segs[k].src & ~7) | (p->total & 7);
+        rt_copy_run* r = &p->runs[k];
+        r->n = n;
+        r->dst = d;
+        r->src = next() % 6 ? uniform(0, SRC_N - 8 - (int)n) : -1;
+        if (aligned && r->src >= 0) r->src = (r->src & ~7) | (p->total & 7);
+        r->param = -1;
         p->total += n;
         d += n + uniform(0, 3);
     }
     return odd;
 }
 
-// One plan, one dtype pair: the device result against rt_seg_apply's. round_dt != RT_F32:
+// One plan, one dtype pair: the device result against rt_copy_apply's. round_dt != RT_F32:
 // rtcs_copy_rounded of fp32 sources (the reference rounds a copy of the source first).
-static int same_as_host(const rt_seg_plan* p, rt_dtype dst_dt, rt_dtype src_dt, rt_dtype round_dt,
+static int same_as_host(const rt_copy_plan* p, rt_dtype dst_dt, rt_dtype src_dt, rt_dtype round_dt,
                         int accumulate) {
     static unsigned char src[SRC_N * 4], dst0[DST_N * 4], want[DST_N * 4], got[DST_N * 4];
     const size_t sb = SRC_N * elem_bytes(src_dt), db = DST_N * elem_bytes(dst_dt);
@@ -79,9 +81,9 @@ static int same_as_host(const rt_seg_plan* p, rt_dtype dst_dt, rt_dtype src_dt, 
     if (round_dt != RT_F32) {
         static float rounded[SRC_N];
         for (int i = 0; i < SRC_N; i++) rounded[i] = rt_round_inl(((const float*)src)[i], round_dt);
-        rt_seg_apply(p, want, dst_dt, rounded, RT_F32, accumulate);
+        rt_copy_apply(p, rt_copy_flat(want, dst_dt), rt_copy_flat(rounded, RT_F32), accumulate);
     } else {
-        rt_seg_apply(p, want, dst_dt, src, src_dt, accumulate);
+        rt_copy_apply(p, rt_copy_flat(want, dst_dt), rt_copy_flat(src, src_dt), accumulate);
     }
     rtcs_plan dp;
     void *dsrc = NULL, *ddst = NULL;
@@ -117,14 +119,14 @@ int main(void) {
             for (int acc = 0; acc < 2; acc++) {
                 int same = 0, odd = 0;
                 for (int k = 0; k < PLANS; k++) {
-                    rt_seg_plan p;
+                    rt_copy_plan p;
                     odd += random_plan(&p, k % 2);
                     same += same_as_host(&p, dts[di], dts[si], RT_F32, acc);
-                    free(p.segs);
+                    free(p.runs);
                 }
                 CHECK(same == PLANS && odd > 0,
                       "rtcs_copy %s -> %s, %s: %d of %d random plans byte-identical to "
-                      "rt_seg_apply, half of them aligned (%d runs starting inside an 8-element "
+                      "rt_copy_apply, half of them aligned (%d runs starting inside an 8-element "
                       "chunk)",
                       names[si], names[di], acc ? "accumulated" : "assigned", same, PLANS, odd);
             }
@@ -133,14 +135,14 @@ int main(void) {
             for (int acc = 0; acc < 2; acc++) {
                 int same = 0;
                 for (int k = 0; k < PLANS; k++) {
-                    rt_seg_plan p;
+                    rt_copy_plan p;
                     random_plan(&p, k % 2);
                     same += same_as_host(&p, dts[di], RT_F32, dts[ri], acc);
-                    free(p.segs);
+                    free(p.runs);
                 }
                 CHECK(same == PLANS,
                       "rtcs_copy_rounded f32 (rounded to %s) -> %s, %s: %d of %d random plans, "
-                      "half of them aligned, byte-identical to rounding then rt_seg_apply",
+                      "half of them aligned, byte-identical to rounding then rt_copy_apply",
                       names[ri], names[di], acc ? "accumulated" : "assigned", same, PLANS);
             }
         }

@@ -45,7 +45,7 @@ run_suite() {
     fi
 }
 
-suites="test_dtype test_arena test_comm test_comm_errors test_fsdp_layout test_fsdp_collectives test_mpi_stub"
+suites="test_dtype test_arena test_comm test_comm_errors test_fsdp_layout test_fsdp_collectives test_fsdp_copy test_mpi_stub"
 # The CUDA-linked suites run once, not under ASan; without a GPU they print a SKIP line.
 for t in $suites test_nccl test_cuda_local; do
     run_suite "$t" "build/runtime/$t"

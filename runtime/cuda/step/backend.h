@@ -36,14 +36,14 @@ enum { UN_F32, UN_PACKED, UN_STORAGES };
 // gradients (written by the group's first reduction of a step).
 typedef struct cuda_reduction {
     rtcs_plan rs_in, view_out;        // reduce-scatter copy-in, view-out
-    rtcs_plan rs_direct;              // one rank: both in one (rt_seg_reduce_direct)
+    rtcs_plan rs_direct;              // one rank: both in one (rt_copy_reduce_direct)
     rtcs_plan zero_rest;
 } cuda_reduction;
 
 typedef struct cuda_group {
     rtcs_plan ag_in;                  // all-gather from the shards: copy-in,
     rtcs_plan ag_out[UN_STORAGES];    // copy-out
-    rtcs_plan ag_direct[UN_STORAGES]; // one rank: both in one (rt_seg_all_gather_direct)
+    rtcs_plan ag_direct[UN_STORAGES]; // one rank: both in one (rt_copy_all_gather_direct)
     rtcs_plan pf_ag_in;               // ... from the post-forward shards
     rtcs_plan pf_ag_out[UN_STORAGES];
     rtcs_plan pf_shards[UN_STORAGES]; // post-forward reshard

@@ -1,5 +1,5 @@
 // The CUDA step backend's kernels (kernels.h): one launch per FSDP copy of a whole group,
-// driven by its segments.h plan (each thread finds its run by binary search over the
+// driven by its copy plan (rt_fsdp_copy.h: each thread finds its run by binary search over the
 // plan's end offsets, so runs of any length share one grid), plus the element-wise
 // kernels around the reduce-scatter.
 //
@@ -47,28 +47,28 @@ __device__ __forceinline__ void store(void* b, int dt, int64_t i, float v) {
 
 // ---- plans --------------------------------------------------------------------------------
 
-extern "C" int rtcs_plan_upload(rtcs_plan* out, const rt_seg_plan* p) {
+extern "C" int rtcs_plan_upload(rtcs_plan* out, const rt_copy_plan* p) {
     memset(out, 0, sizeof *out);
-    out->nsegs = p->nsegs;
+    out->nruns = p->nruns;
     out->total = p->total;
-    if (p->nsegs == 0) return 0;
-    int64_t* ends = (int64_t*)malloc((size_t)p->nsegs * sizeof *ends);
+    if (p->nruns == 0) return 0;
+    int64_t* ends = (int64_t*)malloc((size_t)p->nruns * sizeof *ends);
     if (!ends) return (int)cudaErrorMemoryAllocation;
     int64_t acc = 0;
-    for (int k = 0; k < p->nsegs; k++) ends[k] = acc += p->segs[k].n;
-    cudaError_t e = cudaMalloc((void**)&out->segs, (size_t)p->nsegs * sizeof(rt_seg));
-    if (e == cudaSuccess) e = cudaMalloc((void**)&out->ends, (size_t)p->nsegs * sizeof(int64_t));
+    for (int k = 0; k < p->nruns; k++) ends[k] = acc += p->runs[k].n;
+    cudaError_t e = cudaMalloc((void**)&out->runs, (size_t)p->nruns * sizeof(rt_copy_run));
+    if (e == cudaSuccess) e = cudaMalloc((void**)&out->ends, (size_t)p->nruns * sizeof(int64_t));
     if (e == cudaSuccess)
-        e = cudaMemcpy(out->segs, p->segs, (size_t)p->nsegs * sizeof(rt_seg), cudaMemcpyHostToDevice);
+        e = cudaMemcpy(out->runs, p->runs, (size_t)p->nruns * sizeof(rt_copy_run), cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
-        e = cudaMemcpy(out->ends, ends, (size_t)p->nsegs * sizeof(int64_t), cudaMemcpyHostToDevice);
+        e = cudaMemcpy(out->ends, ends, (size_t)p->nruns * sizeof(int64_t), cudaMemcpyHostToDevice);
     free(ends);
     if (e != cudaSuccess) rtcs_plan_free(out);
     return (int)e;
 }
 
 extern "C" void rtcs_plan_free(rtcs_plan* p) {
-    cudaFree(p->segs);
+    cudaFree(p->runs);
     cudaFree(p->ends);
     memset(p, 0, sizeof *p);
 }
@@ -122,19 +122,19 @@ __device__ __forceinline__ void store_chunk(void* b, int dt, int64_t i, const fl
 // The run holding element e, found again only once e is past the current one: a thread's
 // elements only increase and runs are long (the search per element took half the copy's
 // time on an H100, Llama 1B).
-struct seg_cursor {
+struct run_cursor {
     int lo = 0;
     int64_t start = 0, end = -1;
-    rt_seg s = {0, 0, 0};
-    __device__ void seek(int64_t e, const rt_seg* segs, const int64_t* ends, int nsegs) {
+    rt_copy_run s = {0, 0, 0, 0};
+    __device__ void seek(int64_t e, const rt_copy_run* runs, const int64_t* ends, int nruns) {
         if (e < end) return;
-        int hi = nsegs - 1;  // the first run whose end is past e, at or after lo
+        int hi = nruns - 1;  // the first run whose end is past e, at or after lo
         while (lo < hi) {
             const int mid = (lo + hi) / 2;
             if (ends[mid] > e) hi = mid;
             else lo = mid + 1;
         }
-        s = segs[lo];
+        s = runs[lo];
         end = ends[lo];
         start = end - s.n;
     }
@@ -142,19 +142,19 @@ struct seg_cursor {
 
 // Element k of run s: src (0 for a padding run) rounded to round_dt, then stored to dst in
 // dst_dt, or added to dst's value (rounded to dst_dt first) when accumulating.
-__device__ __forceinline__ float seg_value(const void* src, int src_dt, int round_dt,
-                                           const rt_seg& s, int64_t k) {
+__device__ __forceinline__ float run_value(const void* src, int src_dt, int round_dt,
+                                           const rt_copy_run& s, int64_t k) {
     return s.src < 0 ? 0.0f : rt_round_inl(load(src, src_dt, s.src + k), (rt_dtype)round_dt);
 }
-__device__ __forceinline__ void seg_store(void* dst, int dst_dt, const rt_seg& s, int64_t k,
+__device__ __forceinline__ void run_store(void* dst, int dst_dt, const rt_copy_run& s, int64_t k,
                                           float v, int accumulate) {
     if (accumulate) v = load(dst, dst_dt, s.dst + k) + rt_round_inl(v, (rt_dtype)dst_dt);
     store(dst, dst_dt, s.dst + k, v);
 }
 
-// seg_value and seg_store of elements k .. k + ELEMS - 1 of run s, both sides aligned16.
-__device__ __forceinline__ void seg_chunk(void* dst, int dst_dt, const void* src, int src_dt,
-                                          int round_dt, const rt_seg& s, int64_t k,
+// run_value and run_store of elements k .. k + ELEMS - 1 of run s, both sides aligned16.
+__device__ __forceinline__ void run_chunk(void* dst, int dst_dt, const void* src, int src_dt,
+                                          int round_dt, const rt_copy_run& s, int64_t k,
                                           int accumulate) {
     float v[ELEMS] = {};  // a zero-fill run's values
     if (s.src >= 0) {
@@ -169,31 +169,33 @@ __device__ __forceinline__ void seg_chunk(void* dst, int dst_dt, const void* src
     store_chunk(dst, dst_dt, s.dst + k, v);
 }
 
+// (Named seg_copy_kernel in every profile so far; tests/gpu/kernel_times.py files the FSDP
+// copies under that name.)
 __global__ void seg_copy_kernel(void* dst, int dst_dt, const void* src, int src_dt, int round_dt,
-                                const rt_seg* segs, const int64_t* ends, int nsegs, int64_t total,
-                                int accumulate) {
-    seg_cursor c;
+                                const rt_copy_run* runs, const int64_t* ends, int nruns,
+                                int64_t total, int accumulate) {
+    run_cursor c;
     for (int64_t e0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * ELEMS; e0 < total;
          e0 += (int64_t)gridDim.x * blockDim.x * ELEMS) {
-        c.seek(e0, segs, ends, nsegs);
+        c.seek(e0, runs, ends, nruns);
         if (e0 + ELEMS <= c.end) {  // one run: every load, then every store
             const int64_t k = e0 - c.start;
             if (aligned16(dst, dst_dt, c.s.dst + k) &&
                 (c.s.src < 0 || aligned16(src, src_dt, c.s.src + k))) {
-                seg_chunk(dst, dst_dt, src, src_dt, round_dt, c.s, k, accumulate);
+                run_chunk(dst, dst_dt, src, src_dt, round_dt, c.s, k, accumulate);
                 continue;
             }
             float v[ELEMS];
 #pragma unroll
-            for (int i = 0; i < ELEMS; i++) v[i] = seg_value(src, src_dt, round_dt, c.s, k + i);
+            for (int i = 0; i < ELEMS; i++) v[i] = run_value(src, src_dt, round_dt, c.s, k + i);
 #pragma unroll
-            for (int i = 0; i < ELEMS; i++) seg_store(dst, dst_dt, c.s, k + i, v[i], accumulate);
+            for (int i = 0; i < ELEMS; i++) run_store(dst, dst_dt, c.s, k + i, v[i], accumulate);
             continue;
         }
         for (int64_t e = e0; e < e0 + ELEMS && e < total; e++) {  // across runs
-            c.seek(e, segs, ends, nsegs);
-            seg_store(dst, dst_dt, c.s, e - c.start,
-                      seg_value(src, src_dt, round_dt, c.s, e - c.start), accumulate);
+            c.seek(e, runs, ends, nruns);
+            run_store(dst, dst_dt, c.s, e - c.start,
+                      run_value(src, src_dt, round_dt, c.s, e - c.start), accumulate);
         }
     }
 }
@@ -203,7 +205,7 @@ static void copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src
     if (p->total == 0) return;
     const unsigned blocks = blocks_for((p->total + ELEMS - 1) / ELEMS);
     seg_copy_kernel<<<blocks, THREADS, 0, (cudaStream_t)stream>>>(
-        dst, (int)dst_dt, src, (int)src_dt, (int)round_dt, p->segs, p->ends, p->nsegs, p->total,
+        dst, (int)dst_dt, src, (int)src_dt, (int)round_dt, p->runs, p->ends, p->nruns, p->total,
         accumulate);
     CHECK_LAUNCH("seg_copy_kernel");
 }

@@ -1,5 +1,5 @@
 // kernels.h — the CUDA step backend's own kernels (kernels.cu), callable from C: FSDP2's
-// copies from a segments.h plan held on the device, gradient division and rounding to
+// copies from a copy plan (rt_fsdp_copy.h) held on the device, gradient division and rounding to
 // bf16/fp16. Every call is asynchronous on the stream it is given (a cudaStream_t) and
 // capturable in a CUDA graph.
 #ifndef FSDPGEN_CUDA_STEP_KERNELS_H
@@ -9,25 +9,26 @@
 #include <stdint.h>
 
 #include "rt_dtype.h"
-#include "segments.h"
+#include "rt_fsdp_copy.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// A segments.h plan uploaded once: runs and their end offsets (prefix sums of n).
+// A copy plan uploaded once: runs and their end offsets (prefix sums of n).
 typedef struct rtcs_plan {
-    rt_seg* segs;         // device
+    rt_copy_run* runs;    // device
     int64_t* ends;        // device: ends[k] = runs 0..k's elements
-    int nsegs;
+    int nruns;
     int64_t total;
 } rtcs_plan;
 
 // Uploads p (synchronously; setup only). Returns 0, or a cudaError_t.
-int rtcs_plan_upload(rtcs_plan* out, const rt_seg_plan* p);
+int rtcs_plan_upload(rtcs_plan* out, const rt_copy_plan* p);
 void rtcs_plan_free(rtcs_plan* p);
 
-// Applies the plan on stream: as rt_seg_apply (dtype casts round to nearest even).
+// Applies the plan on stream: as rt_copy_apply with flat sides (dtype casts round to nearest
+// even).
 void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, rt_dtype src_dt,
                int accumulate, void* stream);
 // rtcs_copy of fp32 src, each value rounded to round_dt first, as rtcs_round before the copy

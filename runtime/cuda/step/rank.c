@@ -11,16 +11,16 @@
 #include "backend.h"
 #include "rt_cuda.h"
 #include "rt_units.h"
-#include "segments.h"
+#include "rt_fsdp_copy.h"
 
 // ---- copy plans -----------------------------------------------------------------------------
 
-typedef int (*plan_fn)(rt_seg_plan*, const rt_fsdp_layout*, const int64_t*);
+typedef int (*plan_fn)(rt_copy_plan*, const rt_fsdp_layout*, const int64_t*);
 
 // Uploads the plan p of layout l, built with status st, and frees it.
-static int upload_built(rt_rank* R, rtcs_plan* out, rt_seg_plan* p, int st, const rt_fsdp_layout* l) {
+static int upload_built(rt_rank* R, rtcs_plan* out, rt_copy_plan* p, int st, const rt_fsdp_layout* l) {
     int e = st ? 0 : rtcs_plan_upload(out, p);
-    rt_seg_plan_free(p);
+    rt_copy_plan_free(p);
     if (st || e) {
         fprintf(stderr, "fsdpgen: rank %d: copy plan of group '%s': %s\n", R->rank, l->name,
                 st ? "out of host memory" : cudaGetErrorString((cudaError_t)e));
@@ -30,7 +30,7 @@ static int upload_built(rt_rank* R, rtcs_plan* out, rt_seg_plan* p, int st, cons
 }
 
 static int upload(rt_rank* R, rtcs_plan* out, plan_fn build, const rt_fsdp_layout* l, const int64_t* off) {
-    rt_seg_plan p = {0};
+    rt_copy_plan p = {0};
     return upload_built(R, out, &p, build(&p, l, off), l);
 }
 
@@ -45,24 +45,24 @@ static int reduction_plans(rt_rank* R, int g, int r, const int64_t* block, const
     int64_t *sub_block = calloc(n, sizeof *sub_block), *sub_unsharded = calloc(n, sizeof *sub_unsharded);
     int rc = !sub_block || !sub_unsharded;
     if (rc) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
-    rt_seg_plan zeros = {0};
+    rt_copy_plan zeros = {0};
     int zst = 0;
     for (int i = 0, k = 0; !rc && i < mg->nparams; i++) {
         if (!r || (k < L->nparams && mg->reductions[r - 1].params[k] == i)) {
             sub_block[k] = block[i], sub_unsharded[k] = unsharded[i];
             k++;
         } else if (!zst) {
-            zst = rt_seg_zeros(&zeros, block[i], R->groups[g].layout.params[i].shard_numel);
+            zst = rt_copy_zeros(&zeros, block[i], R->groups[g].layout.params[i].shard_numel);
         }
     }
-    if (!rc) rc = upload(R, &cr->rs_in, rt_seg_reduce_scatter_in, L, sub_unsharded);
-    if (!rc) rc = upload(R, &cr->view_out, rt_seg_view_out, L, sub_block);
+    if (!rc) rc = upload(R, &cr->rs_in, rt_copy_reduce_scatter_in, L, sub_unsharded);
+    if (!rc) rc = upload(R, &cr->view_out, rt_copy_view_out, L, sub_block);
     if (!rc && L->world == 1) {
-        rt_seg_plan p = {0};
-        rc = upload_built(R, &cr->rs_direct, &p, rt_seg_reduce_direct(&p, L, sub_unsharded, sub_block), L);
+        rt_copy_plan p = {0};
+        rc = upload_built(R, &cr->rs_direct, &p, rt_copy_reduce_direct(&p, L, sub_unsharded, sub_block), L);
     }
     if (!rc && r) rc = upload_built(R, &cr->zero_rest, &zeros, zst, L);
-    else rt_seg_plan_free(&zeros);
+    else rt_copy_plan_free(&zeros);
     free(sub_block), free(sub_unsharded);
     return rc;
 }
@@ -86,23 +86,27 @@ static int group_plans(rt_rank* R, int g) {
         un[UN_PACKED][i] = p->packed ? 2 * p->unsharded_offset : -1;
         if (rg->pf_comm) pf[i] = rg->pf_layout.params[i].offset;
     }
-    if (!rc) rc = upload(R, &cg->ag_in, rt_seg_all_gather_in, &rg->layout, block);
+    if (!rc) rc = upload(R, &cg->ag_in, rt_copy_all_gather_in, &rg->layout, block);
     if (!rc && mg->nreductions) {
         cg->rs_some = calloc((size_t)mg->nreductions, sizeof *cg->rs_some);
         if (!cg->rs_some) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
         rc = !cg->rs_some;
     }
     for (int r = 0; !rc && r <= mg->nreductions; r++) rc = reduction_plans(R, g, r, block, unsharded);
-    if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_in, rt_seg_all_gather_in, &rg->pf_layout, pf);
+    if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_in, rt_copy_all_gather_in, &rg->pf_layout, pf);
     for (int k = 0; k < UN_STORAGES && !rc; k++) {
-        rc = upload(R, &cg->ag_out[k], rt_seg_all_gather_out, &rg->layout, un[k]);
+        rc = upload(R, &cg->ag_out[k], rt_copy_all_gather_out, &rg->layout, un[k]);
         if (!rc && rg->layout.world == 1) {
-            rt_seg_plan p = {0};
+            rt_copy_plan p = {0};
             rc = upload_built(R, &cg->ag_direct[k], &p,
-                              rt_seg_all_gather_direct(&p, &rg->layout, block, un[k]), &rg->layout);
+                              rt_copy_all_gather_direct(&p, &rg->layout, block, un[k]), &rg->layout);
         }
-        if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_out[k], rt_seg_all_gather_out, &rg->pf_layout, un[k]);
-        if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_shards[k], rt_seg_post_forward, &rg->pf_layout, un[k]);
+        if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_out[k], rt_copy_all_gather_out, &rg->pf_layout, un[k]);
+        if (!rc && rg->pf_comm) {
+            rt_copy_plan p = {0};
+            rc = upload_built(R, &cg->pf_shards[k], &p,
+                              rt_copy_post_forward(&p, &rg->pf_layout, un[k], pf), &rg->pf_layout);
+        }
     }
     if (!rc && cudaEventCreateWithFlags(&cg->ag_done, cudaEventDisableTiming) != cudaSuccess) {
         fprintf(stderr, "fsdpgen: rank %d: cudaEventCreate failed\n", R->rank);

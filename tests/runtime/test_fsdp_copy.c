@@ -1,0 +1,570 @@
+// FSDP2's copies (rt_fsdp_copy.h's plans and rt_fsdp.h's per-parameter host API, which
+// applies those plans) against an independent reference: for every element of every
+// parameter, where torch.chunk puts it (the rank whose shard holds it, its place in that
+// padded shard, in the all-gather / reduce-scatter buffers and in the unpadded sharded
+// gradient), computed here from the shapes alone. On random groups: uneven dim-0 shards,
+// Shard(largest dim), post-forward layouts, every rank, fp32/bf16/fp16, unsharded
+// parameters in fp32 slots and packed (16-bit groups: every other one, as the CUDA backend
+// stores them). Each copy runs twice, through the host API with per-parameter pointers
+// and as a plan built with flat (arena) offsets applied by rt_copy_apply (what the CUDA
+// kernel runs), and both must write exactly the reference's bytes and nothing else.
+// Control: the same checks against a deliberately wrong reference (np.array_split's rows
+// instead of torch.chunk's; interleaved post-forward slices) must find differences.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rt_fsdp.h"
+#include "rt_fsdp_copy.h"
+
+#define MAXP 6
+
+// ---- random groups ----------------------------------------------------------------------
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t next(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static int uniform(int lo, int hi) { return lo + (int)(next() % (uint32_t)(hi - lo + 1)); }
+
+typedef struct group {
+    int n;
+    rt_fsdp_param_desc d[MAXP];
+    char names[MAXP][16];
+} group;
+
+static void random_group(group* g, int largest_dim, int world) {
+    g->n = uniform(1, MAXP);
+    for (int i = 0; i < g->n; i++) {
+        rt_fsdp_param_desc* d = &g->d[i];
+        snprintf(g->names[i], sizeof g->names[i], "p%d", i);
+        d->name = g->names[i];
+        d->ndim = uniform(1, 3);
+        for (int k = 0; k < d->ndim; k++) d->shape[k] = uniform(1, 9);
+        d->placement = largest_dim ? RT_SHARD_LARGEST_DIM : RT_SHARD_DIM0;
+        if (largest_dim) {
+            // Shard(d > 0) must divide evenly: make the largest dim a multiple of world.
+            int best = 0;
+            for (int k = 1; k < d->ndim; k++)
+                if (d->shape[k] > d->shape[best]) best = k;
+            if (best > 0) d->shape[best] = world * uniform(2, 4);
+        }
+    }
+}
+
+// ---- the reference ----------------------------------------------------------------------
+
+static int wrong = 0;  // the control: a plausible but wrong sharding
+
+// One group's geometry as one rank sees it, from the shapes alone. Sharded: each parameter
+// is (outer, D, inner) around its shard dim, chunk = ceil(D / world) rows per rank, each
+// rank's padded shard outer * chunk * inner elements (`piece`). Post-forward: the padded
+// dim-0 parameter (chunk rows of the shard group times its size) cut into pf_world flat
+// pieces. Pieces sit back to back in a rank block (`off`).
+typedef struct geo {
+    int n, world, pf;
+    int64_t numel[MAXP], outer[MAXP], d[MAXP], inner[MAXP], chunk[MAXP], piece[MAXP], off[MAXP];
+    int64_t block;
+} geo;
+
+static void geometry(geo* G, const group* g, int world, int shard_world, int pf) {
+    memset(G, 0, sizeof *G);
+    G->n = g->n, G->world = world, G->pf = pf;
+    for (int i = 0; i < g->n; i++) {
+        const rt_fsdp_param_desc* d = &g->d[i];
+        int sd = 0;
+        if (d->placement == RT_SHARD_LARGEST_DIM)
+            for (int k = 1; k < d->ndim; k++)
+                if (d->shape[k] > d->shape[sd]) sd = k;
+        G->outer[i] = G->inner[i] = 1;
+        for (int k = 0; k < sd; k++) G->outer[i] *= d->shape[k];
+        for (int k = sd + 1; k < d->ndim; k++) G->inner[i] *= d->shape[k];
+        G->d[i] = d->shape[sd];
+        G->numel[i] = G->outer[i] * G->d[i] * G->inner[i];
+        G->chunk[i] = (G->d[i] + shard_world - 1) / shard_world;
+        G->piece[i] = G->outer[i] * G->chunk[i] * G->inner[i];
+        if (pf) G->piece[i] = G->piece[i] * shard_world / world;
+        G->off[i] = G->block;
+        G->block += G->piece[i];
+    }
+}
+
+// The rank holding row r of D rows over W ranks and the row's index there: torch.chunk
+// (ceil(D / W) rows each, the last ranks short or empty); wrong: np.array_split (the first
+// D % W ranks one row more than the others).
+static int owner(int64_t D, int64_t chunk, int W, int64_t r, int64_t* local) {
+    if (!wrong) {
+        *local = r % chunk;
+        return (int)(r / chunk);
+    }
+    int64_t base = D / W, extra = D % W;
+    if (r < extra * (base + 1)) {
+        *local = r % (base + 1);
+        return (int)(r / (base + 1));
+    }
+    r -= extra * (base + 1);
+    *local = r % base;
+    return (int)(extra + r / base);
+}
+
+// Element e (row-major) of parameter i: the rank whose piece holds it (its return) and its
+// place in that padded piece.
+static int place(const geo* G, int i, int64_t e, int64_t* pos) {
+    if (G->pf) {  // flat slices of the padded parameter (wrong: dealt round-robin)
+        *pos = wrong ? e / G->world : e % G->piece[i];
+        return (int)(wrong ? e % G->world : e / G->piece[i]);
+    }
+    int64_t k = e % G->inner[i], r = e / G->inner[i] % G->d[i], o = e / (G->inner[i] * G->d[i]), local;
+    int q = owner(G->d[i], G->chunk[i], G->world, r, &local);
+    *pos = (o * G->chunk[i] + local) * G->inner[i] + k;
+    return q;
+}
+
+// Its place in rank q's unpadded sharded gradient (the shard's own shape).
+static int64_t sharded_place(const geo* G, int i, int64_t e, int q) {
+    int64_t k = e % G->inner[i], r = e / G->inner[i] % G->d[i], o = e / (G->inner[i] * G->d[i]);
+    int64_t rows = 0, local;
+    for (int64_t x = 0; x < G->d[i]; x++) rows += owner(G->d[i], G->chunk[i], G->world, x, &local) == q;
+    owner(G->d[i], G->chunk[i], G->world, r, &local);
+    return (o * rows + local) * G->inner[i] + k;
+}
+
+// ---- buffers ----------------------------------------------------------------------------
+
+// Bytes with a pattern, so that a run writing outside its place shows up.
+static uint8_t* pattern(int64_t elems, uint8_t seed) {
+    size_t bytes = (size_t)elems * 4 + 1;
+    uint8_t* b = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) b[i] = (uint8_t)(seed + 37 * i);
+    return b;
+}
+
+// n values of dt (in 4-byte slots' room) that survive bf16/fp16 without NaNs.
+static uint8_t* values(int64_t n, rt_dtype dt) {
+    uint8_t* b = malloc((size_t)n * 4 + 1);
+    for (int64_t i = 0; i < n; i++) rt_store_f32(b, dt, (size_t)i, (float)uniform(-1000, 1000) / 7.0f);
+    return b;
+}
+
+static uint8_t* dup(const uint8_t* b, int64_t elems) {
+    uint8_t* c = malloc((size_t)elems * 4 + 1);
+    memcpy(c, b, (size_t)elems * 4 + 1);
+    return c;
+}
+
+// dst[di] (ddt) = src[si] (sdt) cast, or += when acc (cast first, add in fp32, round once).
+static void put(uint8_t* dst, rt_dtype ddt, int64_t di, const uint8_t* src, rt_dtype sdt,
+                int64_t si, int acc) {
+    size_t ds = rt_dtype_size(ddt);
+    uint8_t v[4];
+    rt_convert(v, ddt, src + (size_t)si * rt_dtype_size(sdt), sdt, 1);
+    if (acc) rt_store_f32(v, ddt, 0, rt_load_f32(dst, ddt, (size_t)di) + rt_load_f32(v, ddt, 0));
+    memcpy(dst + (size_t)di * ds, v, ds);
+}
+
+static void zero(uint8_t* b, rt_dtype dt, int64_t at, int64_t n) {
+    memset(b + (size_t)at * rt_dtype_size(dt), 0, (size_t)n * rt_dtype_size(dt));
+}
+
+// ---- results ----------------------------------------------------------------------------
+
+enum { SHARD, AG_IN, AG_OUT, RS_IN, VIEW_OUT, VIEW_ACC, RS_DIRECT, AG_DIRECT, PF_SHARDS,
+       PF_AG_IN, PF_AG_OUT, OPS };
+static const char* op_names[OPS] = {
+    "shard_params", "all-gather copy-in", "all-gather copy-out (fp32 slots and packed)",
+    "reduce-scatter copy-in", "view-out", "view-out (accumulate)",
+    "one rank: direct reduction (assign, accumulate)", "one rank: direct all-gather",
+    "post-forward shards", "post-forward all-gather copy-in", "post-forward all-gather copy-out"};
+static int tried[OPS], api_diff[OPS], plan_diff[OPS];
+
+// Compares got (from the host API when api, else from the flat plan) with want.
+static void compare(int op, int api, const uint8_t* got, const uint8_t* want, int64_t elems,
+                    int world, int rank) {
+    if (memcmp(got, want, (size_t)elems * 4 + 1) == 0) return;
+    int* diff = api ? api_diff : plan_diff;
+    if (!wrong && diff[op] == 0)
+        printf("  first difference: %s (%s), world %d rank %d\n", op_names[op],
+               api ? "host API" : "flat plan", world, rank);
+    diff[op]++;
+}
+
+// The unsharded buffer's two storages (the CUDA backend's UN_F32 and UN_PACKED): in a
+// 16-bit group the odd parameters are packed (param_dtype's bits at the start of their
+// fp32 slot, at 16-bit element offsets), and each plan leaves the other storage's
+// parameters out. dts: each parameter's dtype, for the host API.
+static void storages(int n, const int64_t* un_off, rt_dtype pdt, int64_t so[2][MAXP], rt_dtype* dts) {
+    for (int i = 0; i < n; i++) {
+        const int packed = pdt != RT_F32 && i % 2;
+        so[0][i] = packed ? -1 : un_off[i];
+        so[1][i] = packed ? 2 * un_off[i] : -1;
+        dts[i] = packed ? pdt : RT_F32;
+    }
+}
+
+// Element e of parameter i in the unsharded buffer: its index in units of dts[i].
+static int64_t un_index(const int64_t* un_off, const rt_dtype* dts, int i, int64_t e) {
+    return (dts[i] == RT_F32 ? un_off[i] : 2 * un_off[i]) + e;
+}
+
+// Per-parameter pointers into a buffer at element offsets of dtype dt (or dts[i]).
+static void ptrs(void** out, uint8_t* b, const int64_t* offs, int n, rt_dtype dt, const rt_dtype* dts) {
+    for (int i = 0; i < n; i++) {
+        rt_dtype t = dts ? dts[i] : dt;
+        int64_t o = dts && t != RT_F32 ? 2 * offs[i] : offs[i];
+        out[i] = b + (size_t)o * rt_dtype_size(t);
+    }
+}
+
+// ---- sharded layouts --------------------------------------------------------------------
+
+// All-gather copy-out of layout L (geometry G) from a random all-gather output.
+static void check_copy_out(rt_fsdp_layout* L, const geo* G, int op, const int64_t* un_off,
+                           int64_t un_total, rt_dtype pdt, int rank) {
+    int64_t so[2][MAXP];
+    rt_dtype udt[MAXP];
+    storages(G->n, un_off, pdt, so, udt);
+    int64_t total = G->block * G->world;
+    uint8_t* ag = values(total, pdt);
+    uint8_t* want = pattern(un_total, 2);
+    uint8_t *a = dup(want, un_total), *b = dup(want, un_total);
+    for (int i = 0; i < G->n; i++)
+        for (int64_t e = 0, pos; e < G->numel[i]; e++) {
+            int q = place(G, i, e, &pos);
+            put(want, udt[i], un_index(un_off, udt, i, e), ag, pdt, q * G->block + G->off[i] + pos, 0);
+        }
+    void* up[MAXP];
+    ptrs(up, a, un_off, G->n, RT_F32, udt);
+    rt_fsdp_all_gather_copy_out_as(L, ag, pdt, up, udt);
+    for (int k = 0; k < 2; k++) {
+        rt_copy_plan p = {0};
+        rt_copy_all_gather_out(&p, L, so[k]);
+        rt_copy_apply(&p, rt_copy_flat(b, k ? pdt : RT_F32), rt_copy_flat(ag, pdt), 0);
+        rt_copy_plan_free(&p);
+    }
+    tried[op]++;
+    compare(op, 1, a, want, un_total, G->world, rank);
+    compare(op, 0, b, want, un_total, G->world, rank);
+    free(ag), free(want), free(a), free(b);
+}
+
+// All-gather copy-in of layout L from random shards (fp32, at the layout's block offsets).
+static void check_copy_in(rt_fsdp_layout* L, const geo* G, int op, rt_dtype pdt, int rank) {
+    int64_t total = G->block * G->world;
+    uint8_t* shards = values(G->block, RT_F32);
+    uint8_t* want = pattern(total, 1);
+    uint8_t *a = dup(want, total), *b = dup(want, total);
+    for (int i = 0; i < G->n; i++)
+        for (int64_t j = 0; j < G->piece[i]; j++)
+            put(want, pdt, rank * G->block + G->off[i] + j, shards, RT_F32, G->off[i] + j, 0);
+    const void* sp[MAXP];
+    ptrs((void**)sp, shards, G->off, G->n, RT_F32, NULL);
+    rt_fsdp_all_gather_copy_in(L, sp, RT_F32, a, pdt);
+    rt_copy_plan p = {0};
+    rt_copy_all_gather_in(&p, L, G->off);
+    rt_copy_apply(&p, rt_copy_flat(b, pdt), rt_copy_flat(shards, RT_F32), 0);
+    rt_copy_plan_free(&p);
+    tried[op]++;
+    compare(op, 1, a, want, total, G->world, rank);
+    compare(op, 0, b, want, total, G->world, rank);
+    free(shards), free(want), free(a), free(b);
+}
+
+static void check_shard_params(rt_fsdp_layout* L, const geo* G, const int64_t* un_off,
+                               int64_t un_total, rt_dtype dt, int rank) {
+    uint8_t* full = values(un_total, dt);
+    uint8_t* want = pattern(G->block, 3);
+    uint8_t *a = dup(want, G->block), *b = dup(want, G->block);
+    for (int i = 0; i < G->n; i++) {
+        zero(want, dt, G->off[i], G->piece[i]);
+        for (int64_t e = 0, pos; e < G->numel[i]; e++)
+            if (place(G, i, e, &pos) == rank) put(want, dt, G->off[i] + pos, full, dt, un_off[i] + e, 0);
+    }
+    const void* fp[MAXP];
+    void* sp[MAXP];
+    ptrs((void**)fp, full, un_off, G->n, dt, NULL);
+    ptrs(sp, a, G->off, G->n, dt, NULL);
+    rt_fsdp_shard_params(L, fp, dt, sp);
+    rt_copy_plan p = {0};
+    rt_copy_shard_params(&p, L, un_off, G->off);
+    rt_copy_apply(&p, rt_copy_flat(b, dt), rt_copy_flat(full, dt), 0);
+    rt_copy_plan_free(&p);
+    tried[SHARD]++;
+    compare(SHARD, 1, a, want, G->block, G->world, rank);
+    compare(SHARD, 0, b, want, G->block, G->world, rank);
+    free(full), free(want), free(a), free(b);
+}
+
+static void check_reduce_scatter_in(rt_fsdp_layout* L, const geo* G, const int64_t* un_off,
+                                    int64_t un_total, rt_dtype rdt, int rank) {
+    int64_t total = G->block * G->world;
+    uint8_t* grads = values(un_total, RT_F32);
+    uint8_t* want = pattern(total, 4);
+    uint8_t *a = dup(want, total), *b = dup(want, total);
+    zero(want, rdt, 0, total);  // the pieces fill every block: padding is zeros
+    for (int i = 0; i < G->n; i++)
+        for (int64_t e = 0, pos; e < G->numel[i]; e++) {
+            int q = place(G, i, e, &pos);
+            put(want, rdt, q * G->block + G->off[i] + pos, grads, RT_F32, un_off[i] + e, 0);
+        }
+    const void* gp[MAXP];
+    ptrs((void**)gp, grads, un_off, G->n, RT_F32, NULL);
+    rt_fsdp_reduce_scatter_copy_in(L, gp, RT_F32, a, rdt);
+    rt_copy_plan p = {0};
+    rt_copy_reduce_scatter_in(&p, L, un_off);
+    rt_copy_apply(&p, rt_copy_flat(b, rdt), rt_copy_flat(grads, RT_F32), 0);
+    rt_copy_plan_free(&p);
+    tried[RS_IN]++;
+    compare(RS_IN, 1, a, want, total, G->world, rank);
+    compare(RS_IN, 0, b, want, total, G->world, rank);
+    free(grads), free(want), free(a), free(b);
+}
+
+// View-out from a random reduce-scatter output into sharded gradients of gdt (at sh_off),
+// assigned and accumulated onto random values.
+static void check_view_out(rt_fsdp_layout* L, const geo* G, const int64_t* sh_off,
+                           int64_t sh_total, rt_dtype rdt, rt_dtype gdt, int rank) {
+    uint8_t* out = values(G->block, rdt);
+    for (int acc = 0; acc < 2; acc++) {
+        int op = acc ? VIEW_ACC : VIEW_OUT;
+        uint8_t* want = pattern(sh_total, 5);
+        for (int i = 0; i < G->n; i++)  // the old gradients
+            for (int64_t j = 0; j < G->piece[i]; j++)
+                rt_store_f32(want, gdt, (size_t)(sh_off[i] + j), (float)uniform(-99, 99) / 3.0f);
+        uint8_t *a = dup(want, sh_total), *b = dup(want, sh_total);
+        for (int i = 0; i < G->n; i++)
+            for (int64_t e = 0, pos; e < G->numel[i]; e++)
+                if (place(G, i, e, &pos) == rank)
+                    put(want, gdt, sh_off[i] + sharded_place(G, i, e, rank), out, rdt, G->off[i] + pos, acc);
+        void* sp[MAXP];
+        ptrs(sp, a, sh_off, G->n, gdt, NULL);
+        rt_fsdp_reduce_scatter_view_out(L, out, rdt, sp, gdt, acc);
+        rt_copy_plan p = {0};
+        rt_copy_view_out(&p, L, sh_off);
+        rt_copy_apply(&p, rt_copy_flat(b, gdt), rt_copy_flat(out, rdt), acc);
+        rt_copy_plan_free(&p);
+        tried[op]++;
+        compare(op, 1, a, want, sh_total, G->world, rank);
+        compare(op, 0, b, want, sh_total, G->world, rank);
+        free(want), free(a), free(b);
+    }
+    free(out);
+}
+
+// One rank (CUDA backend only, flat plans): the direct reduction writes each gradient
+// element into its sharded gradient (assigned, accumulated), and the direct all-gather
+// each shard element into the unsharded parameter; neither takes a layout of 2 ranks.
+static void check_direct(rt_fsdp_layout* L, const geo* G, const group* g, const int64_t* un_off,
+                         int64_t un_total, const int64_t* sh_off, rt_dtype pdt) {
+    uint8_t* grads = values(un_total, RT_F32);
+    int ok = 1;
+    for (int acc = 0; acc < 2; acc++) {
+        uint8_t* want = values(G->block, RT_F32);
+        uint8_t* b = dup(want, G->block);
+        for (int i = 0; i < G->n; i++)
+            for (int64_t e = 0; e < G->numel[i]; e++)
+                put(want, RT_F32, sh_off[i] + sharded_place(G, i, e, 0), grads, RT_F32, un_off[i] + e, acc);
+        rt_copy_plan p = {0};
+        ok &= rt_copy_reduce_direct(&p, L, un_off, sh_off) == 0;
+        rt_copy_apply(&p, rt_copy_flat(b, RT_F32), rt_copy_flat(grads, RT_F32), acc);
+        rt_copy_plan_free(&p);
+        compare(RS_DIRECT, 0, b, want, G->block, 1, 0);
+        free(want), free(b);
+    }
+    int64_t so[2][MAXP];
+    rt_dtype udt[MAXP];
+    storages(G->n, un_off, pdt, so, udt);
+    uint8_t* shards = values(G->block, RT_F32);
+    uint8_t* want = pattern(un_total, 6);
+    uint8_t* b = dup(want, un_total);
+    for (int i = 0; i < G->n; i++)
+        for (int64_t e = 0, pos; e < G->numel[i]; e++) {
+            place(G, i, e, &pos);
+            put(want, udt[i], un_index(un_off, udt, i, e), shards, RT_F32, sh_off[i] + pos, 0);
+        }
+    for (int k = 0; k < 2; k++) {
+        rt_copy_plan p = {0};
+        ok &= rt_copy_all_gather_direct(&p, L, sh_off, so[k]) == 0;
+        rt_copy_apply(&p, rt_copy_flat(b, k ? pdt : RT_F32), rt_copy_flat(shards, RT_F32), 0);
+        rt_copy_plan_free(&p);
+    }
+    compare(AG_DIRECT, 0, b, want, un_total, 1, 0);
+    rt_fsdp_layout two;
+    rt_copy_plan q = {0};
+    if (!rt_fsdp_layout_init(&two, "g", g->d, g->n, 2, 0))
+        ok &= rt_copy_reduce_direct(&q, &two, un_off, sh_off) == RT_ERR_ARG &&
+              rt_copy_all_gather_direct(&q, &two, sh_off, un_off) == RT_ERR_ARG && q.nruns == 0;
+    rt_fsdp_layout_free(&two);
+    if (!ok && !wrong) printf("  a direct builder returned the wrong status\n");
+    plan_diff[RS_DIRECT] += !ok;
+    tried[RS_DIRECT]++, tried[AG_DIRECT]++;
+    free(grads), free(shards), free(want), free(b);
+}
+
+static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_dtype rdt, rt_dtype gdt) {
+    rt_fsdp_layout L;
+    if (rt_fsdp_layout_init(&L, "g", g->d, g->n, world, rank)) {
+        rt_fsdp_layout_free(&L);  // a random shape FSDP2 refuses (uneven Shard(d > 0))
+        return;
+    }
+    geo G;
+    geometry(&G, g, world, world, 0);
+    int64_t un_off[MAXP], un_total = 0;
+    for (int i = 0; i < g->n; i++) {
+        un_off[i] = un_total;
+        un_total += G.numel[i] + 3;  // a gap the copies must not touch
+    }
+    check_shard_params(&L, &G, un_off, un_total, pdt, rank);
+    check_copy_in(&L, &G, AG_IN, pdt, rank);
+    check_copy_out(&L, &G, AG_OUT, un_off, un_total, pdt, rank);
+    check_reduce_scatter_in(&L, &G, un_off, un_total, rdt, rank);
+    int64_t sh_off[MAXP], sh_total = 0;  // sharded gradients with gaps, at other offsets
+    for (int i = 0; i < g->n; i++) {
+        sh_off[i] = sh_total + 1;
+        sh_total += G.piece[i] + 2;
+    }
+    check_view_out(&L, &G, sh_off, sh_total, rdt, gdt, rank);
+    if (world == 1) check_direct(&L, &G, g, un_off, un_total, G.off, pdt);
+    rt_fsdp_layout_free(&L);
+}
+
+// ---- post-forward layouts ---------------------------------------------------------------
+
+static void check_post_forward(const group* g, int world, int pf_world, int pf_rank, rt_dtype pdt) {
+    rt_fsdp_layout pf;
+    if (rt_fsdp_layout_init_post_forward(&pf, "g", g->d, g->n, world, pf_world, pf_rank)) {
+        rt_fsdp_layout_free(&pf);
+        return;
+    }
+    geo G;
+    geometry(&G, g, pf_world, world, 1);
+    int64_t un_off[MAXP], un_total = 0, so[2][MAXP];
+    for (int i = 0; i < g->n; i++) {
+        un_off[i] = un_total;
+        un_total += G.numel[i] + 2;
+    }
+    rt_dtype udt[MAXP];
+    storages(g->n, un_off, pdt, so, udt);
+    uint8_t* un = pattern(un_total, 7);
+    for (int i = 0; i < g->n; i++)
+        for (int64_t e = 0; e < G.numel[i]; e++)
+            rt_store_f32(un, udt[i], (size_t)un_index(un_off, udt, i, e), (float)uniform(-1000, 1000) / 7.0f);
+    uint8_t* want = pattern(G.block, 8);
+    uint8_t *a = dup(want, G.block), *b = dup(want, G.block);
+    for (int i = 0; i < g->n; i++) {
+        zero(want, RT_F32, G.off[i], G.piece[i]);
+        for (int64_t e = 0, pos; e < G.numel[i]; e++)
+            if (place(&G, i, e, &pos) == pf_rank)
+                put(want, RT_F32, G.off[i] + pos, un, udt[i], un_index(un_off, udt, i, e), 0);
+    }
+    const void* up[MAXP];
+    void* sp[MAXP];
+    ptrs((void**)up, un, un_off, g->n, RT_F32, udt);
+    ptrs(sp, a, G.off, g->n, RT_F32, NULL);
+    rt_fsdp_post_forward_shards(&pf, up, udt, sp, RT_F32);
+    for (int k = 0; k < 2; k++) {
+        rt_copy_plan p = {0};
+        rt_copy_post_forward(&p, &pf, so[k], G.off);
+        rt_copy_apply(&p, rt_copy_flat(b, RT_F32), rt_copy_flat(un, k ? pdt : RT_F32), 0);
+        rt_copy_plan_free(&p);
+    }
+    tried[PF_SHARDS]++;
+    compare(PF_SHARDS, 1, a, want, G.block, pf_world, pf_rank);
+    compare(PF_SHARDS, 0, b, want, G.block, pf_world, pf_rank);
+    free(un), free(want), free(a), free(b);
+    check_copy_in(&pf, &G, PF_AG_IN, pdt, pf_rank);
+    check_copy_out(&pf, &G, PF_AG_OUT, un_off, un_total, pdt, pf_rank);
+    rt_fsdp_layout_free(&pf);
+}
+
+// ---- main -------------------------------------------------------------------------------
+
+// Every check on `groups` random groups of each placement and as many post-forward ones.
+static void run_all(int groups) {
+    const rt_dtype dts[3] = {RT_F32, RT_BF16, RT_F16};
+    memset(tried, 0, sizeof tried), memset(api_diff, 0, sizeof api_diff);
+    memset(plan_diff, 0, sizeof plan_diff);
+    for (int placement = 0; placement < 2; placement++)
+        for (int t = 0; t < groups; t++) {
+            int world = uniform(1, 6);
+            group g;
+            random_group(&g, placement, world);
+            rt_dtype pdt = dts[uniform(0, 2)], rdt = dts[uniform(0, 2)], gdt = dts[uniform(0, 2)];
+            for (int r = 0; r < world; r++) check_sharded(&g, world, r, pdt, rdt, gdt);
+        }
+    for (int t = 0; t < groups; t++) {
+        int world = uniform(1, 8), divisors[8], nd = 0;
+        for (int k = 1; k <= world; k++)
+            if (world % k == 0) divisors[nd++] = k;
+        int pf_world = divisors[uniform(0, nd - 1)];
+        group g;
+        random_group(&g, 0, world);
+        rt_dtype pdt = dts[uniform(0, 2)];
+        for (int r = 0; r < pf_world; r++) check_post_forward(&g, world, pf_world, r, pdt);
+    }
+}
+
+int main(void) {
+    run_all(300);
+    for (int op = 0; op < OPS; op++) {
+        int api = op != RS_DIRECT && op != AG_DIRECT;  // the direct plans have no host API
+        CHECK(tried[op] > 0 && api_diff[op] == 0 && plan_diff[op] == 0,
+              "%s on %d layouts: %s the reference's bytes (torch.chunk's place of each "
+              "element), nothing else (%d, %d differ)", op_names[op], tried[op],
+              api ? "the host API and the flat plan (rt_copy_apply) write"
+                  : "the flat plan (rt_copy_apply) writes",
+              api_diff[op], plan_diff[op]);
+    }
+
+    // Control: the wrong reference must disagree with the copies.
+    wrong = 1;
+    run_all(60);
+    int sharded = 0, pf = 0, total = 0;
+    for (int op = 0; op < OPS; op++) {
+        *(op >= PF_SHARDS ? &pf : &sharded) += api_diff[op] + plan_diff[op];
+        total += tried[op];
+    }
+    CHECK(sharded > 0 && pf > 0,
+          "control: against a wrong reference (np.array_split rows; interleaved post-forward "
+          "slices) the same checks find %d sharded and %d post-forward differences in %d "
+          "copies", sharded, pf, total);
+    wrong = 0;
+
+    // Merging: an even dim-0 parameter's reduce-scatter copy-in is one run in a flat plan;
+    // with per-parameter buffers, runs of two parameters stay apart.
+    rt_fsdp_param_desc d = {"w", 2, {8, 4}, RT_SHARD_DIM0};
+    rt_fsdp_layout L;
+    rt_fsdp_layout_init(&L, "g", &d, 1, 4, 1);
+    int64_t zero_off = 0;
+    rt_copy_plan p = {0};
+    rt_copy_reduce_scatter_in(&p, &L, &zero_off);
+    CHECK(p.nruns == 1 && p.total == 32,
+          "an even dim-0 parameter's reduce-scatter copy-in is one run (got %d runs, %lld elements)",
+          p.nruns, (long long)p.total);
+    rt_copy_plan_free(&p);
+    rt_fsdp_layout_free(&L);
+    // [3] and [1] over 2 ranks: rank 1's block is p0's row, p0's padding row, p1's padding
+    // row; the two zero runs continue each other only in one flat buffer.
+    rt_fsdp_param_desc e[2] = {{"a", 1, {3}, RT_SHARD_DIM0}, {"b", 1, {1}, RT_SHARD_DIM0}};
+    rt_fsdp_layout_init(&L, "g", e, 2, 2, 0);
+    int64_t offs[2] = {0, 3};
+    rt_copy_plan flat = {0};
+    rt_copy_reduce_scatter_in(&p, &L, NULL);
+    rt_copy_reduce_scatter_in(&flat, &L, offs);
+    CHECK(p.nruns == 5 && p.runs[3].param == 0 && p.runs[4].param == 1 && flat.nruns == 4,
+          "two parameters' padding runs: apart with per-parameter gradients (5 runs, got %d), "
+          "merged with the gradients in one buffer (4 runs, got %d)", p.nruns, flat.nruns);
+    rt_copy_plan_free(&p), rt_copy_plan_free(&flat);
+    rt_copy_zeros(&p, 3, 5);
+    uint8_t* z = pattern(16, 9);
+    uint8_t* zw = dup(z, 16);
+    zero(zw, RT_BF16, 3, 5);
+    rt_copy_apply(&p, rt_copy_flat(z, RT_BF16), rt_copy_flat(NULL, RT_F32), 0);
+    CHECK(p.nruns == 1 && memcmp(z, zw, 16 * 4 + 1) == 0, "rt_copy_zeros: 5 bf16 zeros at 3, nothing else");
+    rt_copy_plan_free(&p);
+    free(z), free(zw);
+    rt_fsdp_layout_free(&L);
+    return check_summary();
+}
