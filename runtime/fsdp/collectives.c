@@ -104,7 +104,8 @@ int rt_fsdp_post_forward_shards(rt_fsdp_layout* pf, const void* const* unsharded
     if (st) return st;
     rt_copy_plan p = {0};
     st = rt_copy_post_forward(&p, pf, NULL, NULL);
-    return apply_plan(pf, op, &p, st, rt_copy_per_param((const void* const*)shards, shard_dtype, NULL),
+    return apply_plan(pf, op, &p, st,
+                      rt_copy_per_param((const void* const*)shards, shard_dtype, NULL),
                       rt_copy_per_param(unsharded, shard_dtype, unsharded_dtypes), 0);
 }
 
@@ -145,8 +146,8 @@ static int copy_out(rt_fsdp_layout* l, const void* ag_output, rt_dtype param_dty
     if (st) return st;
     rt_copy_plan p = {0};
     st = rt_copy_all_gather_out(&p, l, NULL);
-    return apply_plan(l, op, &p, st,
-                      rt_copy_per_param((const void* const*)unsharded, param_dtype, unsharded_dtypes),
+    const void* const* un = (const void* const*)unsharded;
+    return apply_plan(l, op, &p, st, rt_copy_per_param(un, param_dtype, unsharded_dtypes),
                       rt_copy_flat(ag_output, param_dtype), 0);
 }
 

@@ -16,8 +16,9 @@
 //
 // The generator plans every size and offset; rt_fsdp_layout_* computes them again and
 // rt_fsdp_layout_check compares them with the generated numbers (clear error on any
-// difference). Data movement here runs on the host (threads backend buffers); the GPU
-// copy-in/out kernels belong to runtime/cuda/step and use the same layout.
+// difference). Data movement here runs on the host (threads backend buffers): each copy
+// builds its copy plan (rt_fsdp_copy.h) and applies it; the CUDA step backend runs the same
+// plans with its copy kernel.
 #ifndef RT_FSDP_H
 #define RT_FSDP_H
 

@@ -117,7 +117,8 @@ static int place(const geo* G, int i, int64_t e, int64_t* pos) {
         *pos = wrong ? e / G->world : e % G->piece[i];
         return (int)(wrong ? e % G->world : e / G->piece[i]);
     }
-    int64_t k = e % G->inner[i], r = e / G->inner[i] % G->d[i], o = e / (G->inner[i] * G->d[i]), local;
+    int64_t k = e % G->inner[i], r = e / G->inner[i] % G->d[i];
+    int64_t o = e / (G->inner[i] * G->d[i]), local;
     int q = owner(G->d[i], G->chunk[i], G->world, r, &local);
     *pos = (o * G->chunk[i] + local) * G->inner[i] + k;
     return q;
@@ -127,7 +128,8 @@ static int place(const geo* G, int i, int64_t e, int64_t* pos) {
 static int64_t sharded_place(const geo* G, int i, int64_t e, int q) {
     int64_t k = e % G->inner[i], r = e / G->inner[i] % G->d[i], o = e / (G->inner[i] * G->d[i]);
     int64_t rows = 0, local;
-    for (int64_t x = 0; x < G->d[i]; x++) rows += owner(G->d[i], G->chunk[i], G->world, x, &local) == q;
+    for (int64_t x = 0; x < G->d[i]; x++)
+        rows += owner(G->d[i], G->chunk[i], G->world, x, &local) == q;
     owner(G->d[i], G->chunk[i], G->world, r, &local);
     return (o * rows + local) * G->inner[i] + k;
 }
@@ -145,7 +147,8 @@ static uint8_t* pattern(int64_t elems, uint8_t seed) {
 // n values of dt (in 4-byte slots' room) that survive bf16/fp16 without NaNs.
 static uint8_t* values(int64_t n, rt_dtype dt) {
     uint8_t* b = malloc((size_t)n * 4 + 1);
-    for (int64_t i = 0; i < n; i++) rt_store_f32(b, dt, (size_t)i, (float)uniform(-1000, 1000) / 7.0f);
+    for (int64_t i = 0; i < n; i++)
+        rt_store_f32(b, dt, (size_t)i, (float)uniform(-1000, 1000) / 7.0f);
     return b;
 }
 
@@ -195,7 +198,8 @@ static void compare(int op, int api, const uint8_t* got, const uint8_t* want, in
 // 16-bit group the odd parameters are packed (param_dtype's bits at the start of their
 // fp32 slot, at 16-bit element offsets), and each plan leaves the other storage's
 // parameters out. dts: each parameter's dtype, for the host API.
-static void storages(int n, const int64_t* un_off, rt_dtype pdt, int64_t so[2][MAXP], rt_dtype* dts) {
+static void storages(int n, const int64_t* un_off, rt_dtype pdt, int64_t so[2][MAXP],
+                     rt_dtype* dts) {
     for (int i = 0; i < n; i++) {
         const int packed = pdt != RT_F32 && i % 2;
         so[0][i] = packed ? -1 : un_off[i];
@@ -210,7 +214,8 @@ static int64_t un_index(const int64_t* un_off, const rt_dtype* dts, int i, int64
 }
 
 // Per-parameter pointers into a buffer at element offsets of dtype dt (or dts[i]).
-static void ptrs(void** out, uint8_t* b, const int64_t* offs, int n, rt_dtype dt, const rt_dtype* dts) {
+static void ptrs(void** out, uint8_t* b, const int64_t* offs, int n, rt_dtype dt,
+                 const rt_dtype* dts) {
     for (int i = 0; i < n; i++) {
         rt_dtype t = dts ? dts[i] : dt;
         int64_t o = dts && t != RT_F32 ? 2 * offs[i] : offs[i];
@@ -233,7 +238,8 @@ static void check_copy_out(rt_fsdp_layout* L, const geo* G, int op, const int64_
     for (int i = 0; i < G->n; i++)
         for (int64_t e = 0, pos; e < G->numel[i]; e++) {
             int q = place(G, i, e, &pos);
-            put(want, udt[i], un_index(un_off, udt, i, e), ag, pdt, q * G->block + G->off[i] + pos, 0);
+            put(want, udt[i], un_index(un_off, udt, i, e), ag, pdt, q * G->block + G->off[i] + pos,
+                0);
         }
     void* up[MAXP];
     ptrs(up, a, un_off, G->n, RT_F32, udt);
@@ -280,7 +286,8 @@ static void check_shard_params(rt_fsdp_layout* L, const geo* G, const int64_t* u
     for (int i = 0; i < G->n; i++) {
         zero(want, dt, G->off[i], G->piece[i]);
         for (int64_t e = 0, pos; e < G->numel[i]; e++)
-            if (place(G, i, e, &pos) == rank) put(want, dt, G->off[i] + pos, full, dt, un_off[i] + e, 0);
+            if (place(G, i, e, &pos) == rank)
+                put(want, dt, G->off[i] + pos, full, dt, un_off[i] + e, 0);
     }
     const void* fp[MAXP];
     void* sp[MAXP];
@@ -324,8 +331,8 @@ static void check_reduce_scatter_in(rt_fsdp_layout* L, const geo* G, const int64
 
 // View-out from a random reduce-scatter output into sharded gradients of gdt (at sh_off),
 // assigned and accumulated onto random values.
-static void check_view_out(rt_fsdp_layout* L, const geo* G, const int64_t* sh_off,
-                           int64_t sh_total, rt_dtype rdt, rt_dtype gdt, int rank) {
+static void check_view_out(rt_fsdp_layout* L, const geo* G, const int64_t* sh_off, int64_t sh_total,
+                           rt_dtype rdt, rt_dtype gdt, int rank) {
     uint8_t* out = values(G->block, rdt);
     for (int acc = 0; acc < 2; acc++) {
         int op = acc ? VIEW_ACC : VIEW_OUT;
@@ -337,7 +344,8 @@ static void check_view_out(rt_fsdp_layout* L, const geo* G, const int64_t* sh_of
         for (int i = 0; i < G->n; i++)
             for (int64_t e = 0, pos; e < G->numel[i]; e++)
                 if (place(G, i, e, &pos) == rank)
-                    put(want, gdt, sh_off[i] + sharded_place(G, i, e, rank), out, rdt, G->off[i] + pos, acc);
+                    put(want, gdt, sh_off[i] + sharded_place(G, i, e, rank), out, rdt,
+                        G->off[i] + pos, acc);
         void* sp[MAXP];
         ptrs(sp, a, sh_off, G->n, gdt, NULL);
         rt_fsdp_reduce_scatter_view_out(L, out, rdt, sp, gdt, acc);
@@ -365,7 +373,8 @@ static void check_direct(rt_fsdp_layout* L, const geo* G, const group* g, const 
         uint8_t* b = dup(want, G->block);
         for (int i = 0; i < G->n; i++)
             for (int64_t e = 0; e < G->numel[i]; e++)
-                put(want, RT_F32, sh_off[i] + sharded_place(G, i, e, 0), grads, RT_F32, un_off[i] + e, acc);
+                put(want, RT_F32, sh_off[i] + sharded_place(G, i, e, 0), grads, RT_F32,
+                    un_off[i] + e, acc);
         rt_copy_plan p = {0};
         ok &= rt_copy_reduce_direct(&p, L, un_off, sh_off) == 0;
         rt_copy_apply(&p, rt_copy_flat(b, RT_F32), rt_copy_flat(grads, RT_F32), acc);
@@ -403,7 +412,8 @@ static void check_direct(rt_fsdp_layout* L, const geo* G, const group* g, const 
     free(grads), free(shards), free(want), free(b);
 }
 
-static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_dtype rdt, rt_dtype gdt) {
+static void check_sharded(const group* g, int world, int rank, rt_dtype pdt, rt_dtype rdt,
+                          rt_dtype gdt) {
     rt_fsdp_layout L;
     if (rt_fsdp_layout_init(&L, "g", g->d, g->n, world, rank)) {
         rt_fsdp_layout_free(&L);  // a random shape FSDP2 refuses (uneven Shard(d > 0))
@@ -450,7 +460,8 @@ static void check_post_forward(const group* g, int world, int pf_world, int pf_r
     uint8_t* un = pattern(un_total, 7);
     for (int i = 0; i < g->n; i++)
         for (int64_t e = 0; e < G.numel[i]; e++)
-            rt_store_f32(un, udt[i], (size_t)un_index(un_off, udt, i, e), (float)uniform(-1000, 1000) / 7.0f);
+            rt_store_f32(un, udt[i], (size_t)un_index(un_off, udt, i, e),
+                         (float)uniform(-1000, 1000) / 7.0f);
     uint8_t* want = pattern(G.block, 8);
     uint8_t *a = dup(want, G.block), *b = dup(want, G.block);
     for (int i = 0; i < g->n; i++) {
@@ -512,7 +523,8 @@ int main(void) {
         int api = op != RS_DIRECT && op != AG_DIRECT;  // the direct plans have no host API
         CHECK(tried[op] > 0 && api_diff[op] == 0 && plan_diff[op] == 0,
               "%s on %d layouts: %s the reference's bytes (torch.chunk's place of each "
-              "element), nothing else (%d, %d differ)", op_names[op], tried[op],
+              "element), nothing else (%d, %d differ)",
+              op_names[op], tried[op],
               api ? "the host API and the flat plan (rt_copy_apply) write"
                   : "the flat plan (rt_copy_apply) writes",
               api_diff[op], plan_diff[op]);
@@ -529,7 +541,8 @@ int main(void) {
     CHECK(sharded > 0 && pf > 0,
           "control: against a wrong reference (np.array_split rows; interleaved post-forward "
           "slices) the same checks find %d sharded and %d post-forward differences in %d "
-          "copies", sharded, pf, total);
+          "copies",
+          sharded, pf, total);
     wrong = 0;
 
     // Merging: an even dim-0 parameter's reduce-scatter copy-in is one run in a flat plan;
@@ -540,9 +553,10 @@ int main(void) {
     int64_t zero_off = 0;
     rt_copy_plan p = {0};
     rt_copy_reduce_scatter_in(&p, &L, &zero_off);
-    CHECK(p.nruns == 1 && p.total == 32,
-          "an even dim-0 parameter's reduce-scatter copy-in is one run (got %d runs, %lld elements)",
-          p.nruns, (long long)p.total);
+    CHECK(
+        p.nruns == 1 && p.total == 32,
+        "an even dim-0 parameter's reduce-scatter copy-in is one run (got %d runs, %lld elements)",
+        p.nruns, (long long)p.total);
     rt_copy_plan_free(&p);
     rt_fsdp_layout_free(&L);
     // [3] and [1] over 2 ranks: rank 1's block is p0's row, p0's padding row, p1's padding
@@ -555,14 +569,16 @@ int main(void) {
     rt_copy_reduce_scatter_in(&flat, &L, offs);
     CHECK(p.nruns == 5 && p.runs[3].param == 0 && p.runs[4].param == 1 && flat.nruns == 4,
           "two parameters' padding runs: apart with per-parameter gradients (5 runs, got %d), "
-          "merged with the gradients in one buffer (4 runs, got %d)", p.nruns, flat.nruns);
+          "merged with the gradients in one buffer (4 runs, got %d)",
+          p.nruns, flat.nruns);
     rt_copy_plan_free(&p), rt_copy_plan_free(&flat);
     rt_copy_zeros(&p, 3, 5);
     uint8_t* z = pattern(16, 9);
     uint8_t* zw = dup(z, 16);
     zero(zw, RT_BF16, 3, 5);
     rt_copy_apply(&p, rt_copy_flat(z, RT_BF16), rt_copy_flat(NULL, RT_F32), 0);
-    CHECK(p.nruns == 1 && memcmp(z, zw, 16 * 4 + 1) == 0, "rt_copy_zeros: 5 bf16 zeros at 3, nothing else");
+    CHECK(p.nruns == 1 && memcmp(z, zw, 16 * 4 + 1) == 0,
+          "rt_copy_zeros: 5 bf16 zeros at 3, nothing else");
     rt_copy_plan_free(&p);
     free(z), free(zw);
     rt_fsdp_layout_free(&L);
