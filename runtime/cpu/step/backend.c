@@ -1,5 +1,6 @@
 // The CPU step backend (step_backend.h): the arena is host memory, ranks are threads of one
-// process (rt_threads_run), FSDP's copies are rt_fsdp's host functions, and collectives
+// process (rt_threads_run), FSDP's copies are rt_fsdp's host functions (and, on one rank,
+// its direct copy plans, rt_fsdp_copy.h), and collectives
 // complete before they return, so a step needs no streams. Host time spent in collectives
 // and the optimizer is accumulated in R->t_comm / R->t_optim and traced as spans.
 #include <math.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "rt_fsdp_copy.h"
 #include "rt_kernels.h"
 #include "rt_optim.h"
 #include "rt_trace.h"
@@ -122,6 +124,16 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
     span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
 }
 
+// Applies a one-rank copy plan (rt_copy_*_direct, built with status st) and frees it.
+static void apply_direct(rt_rank* R, const rt_fsdp_layout* L, rt_copy_plan* p, int st,
+                         rt_copy_side dst, rt_copy_side src, int accumulate) {
+    if (st)
+        rt_rank_die(R, "direct copy plan of group '%s': %s", L->name,
+                    st == RT_ERR_NOMEM ? "out of host memory" : "needs a layout of one rank");
+    rt_copy_apply(p, dst, src, accumulate);
+    rt_copy_plan_free(p);
+}
+
 // One rank's chunk of a parameter is all of it, in its order: the copy-in's cast, stored
 // as the copy-out stores it (fp32 values of param_dtype, or param_dtype's bits).
 void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off) {
@@ -130,15 +142,20 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off) {
     double t0 = now_s();
     RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
     void** un = rg->ptrs[0];
+    void** shards = rg->ptrs[1];
     rt_step_param_ptrs(R, g, unsharded_off, 1, un);
     for (int i = 0; i < mg->nparams; i++) {
-        const rt_fsdp_param_layout* p = &rg->layout.params[i];
         int64_t at = R->model->params[mg->params[i]].block_offset;
-        const float* shard = rt_step_f32(R, mg->params_off, at, p->in_numel);
-        rt_dtype dt = rg->unsharded_dtypes[i];
-        rt_convert(un[i], dt, shard, RT_F32, (size_t)p->numel);
-        if (dt == RT_F32) rt_step_round(un[i], (size_t)p->numel, mg->param_dtype);
+        shards[i] = rt_step_f32(R, mg->params_off, at, rg->layout.params[i].in_numel);
     }
+    rt_copy_plan p = {0};
+    int st = rt_copy_all_gather_direct(&p, &rg->layout, NULL, NULL);
+    const void* const* unp = (const void* const*)un;
+    apply_direct(R, &rg->layout, &p, st, rt_copy_per_param(unp, RT_F32, rg->unsharded_dtypes),
+                 rt_copy_per_param((const void* const*)shards, RT_F32, NULL), 0);
+    for (int i = 0; i < mg->nparams; i++)  // fp32 storage: the copy-in's rounding
+        if (rg->unsharded_dtypes[i] == RT_F32)
+            rt_step_round(un[i], (size_t)rg->layout.params[i].numel, mg->param_dtype);
     span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
 }
 
@@ -267,13 +284,10 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
     rt_fsdp_layout* L = reduction_ptrs(R, g, r, grads_off, grads_dtype, accumulate);
-    for (int i = 0; i < L->nparams; i++) {
-        size_t n = (size_t)L->params[i].shard_numel;
-        if (accumulate)
-            rt_accumulate(rg->ptrs[1][i], rg->ptrs[0][i], n);
-        else
-            memcpy(rg->ptrs[1][i], rg->ptrs[0][i], n * sizeof(float));
-    }
+    rt_copy_plan p = {0};
+    int st = rt_copy_reduce_direct(&p, L, NULL, NULL);
+    apply_direct(R, L, &p, st, rt_copy_per_param((const void* const*)rg->ptrs[1], RT_F32, NULL),
+                 rt_copy_per_param((const void* const*)rg->ptrs[0], RT_F32, NULL), accumulate);
     span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
 }
 
