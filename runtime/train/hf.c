@@ -126,14 +126,10 @@ static int write_hf(train_run* run, float* const* full, const char* dir) {
 
 int train_save_hf(train_run* run, rt_rank* R, const char* dir) {
     const rt_model* m = run->m;
-    float** full = NULL;
-    int rc = 0;
-    if (R->rank == 0 && !(full = train_alloc_full(m))) {
-        train_fail(run, "--save-hf %s: out of memory for the full parameters", dir);
-        if (m->shard > 1) rt_comm_abort(R->mesh.shard, "out of memory for the full parameters");
-        rc = 1;
-    }
-    if (!rc && R->rank < m->shard) rc = train_gather_params(run, R, full);
+    char what[1024];
+    snprintf(what, sizeof what, "--save-hf %s", dir);
+    float** full;
+    int rc = train_gather_full(run, R, what, &full);
     if (!rc && R->rank == 0) {
         rc = write_hf(run, full, dir);
         if (!rc)

@@ -146,30 +146,6 @@ static int read_tensor(train_run* run, const hf_files* fs, const char* dir, cons
     return rc != 0;
 }
 
-// Keeps this rank's shard of parameter p (full values).
-static int shard_param(train_run* run, rt_rank* R, int p, const float* full) {
-    const rt_model* m = run->m;
-    const rt_model_group* G = &m->groups[m->params[p].group];
-    rt_fsdp_layout* L = &R->groups[m->params[p].group].layout;
-    int i = 0;
-    while (i < G->nparams && G->params[i] != p) i++;
-    float* shards = train_arena_f32(R, G->params_off, G->block_numel);
-    if (!shards || i == G->nparams) {
-        train_fail(run, "--load-hf: no shard of '%s' on rank %d", m->params[p].fqn, R->rank);
-        return 1;
-    }
-    rt_fsdp_layout one = *L;
-    one.nparams = 1;
-    one.params = &L->params[i];
-    const void* fullp[1] = {full};
-    void* shardp[1] = {shards + L->params[i].offset};
-    if (rt_fsdp_shard_params(&one, fullp, RT_F32, shardp) != 0) {
-        train_fail(run, "--load-hf: sharding '%s' failed: %s", m->params[p].fqn, one.error);
-        return 1;
-    }
-    return 0;
-}
-
 // Loads entry e into the rank's shards (or, tied, checks it against its twin).
 static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char* dir,
                       const rt_hf_tensor* e) {
@@ -215,7 +191,7 @@ static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char
     } else if (!rc) {
         train_hf_move(m, e, p, hf, 0);
         for (int k = 0; k < 3 && !rc; k++)
-            if (p[k]) rc = shard_param(run, R, e->src[k], p[k]);
+            if (p[k]) rc = train_shard_param(run, R, e->src[k], p[k], "--load-hf");
     }
     for (int k = 0; k < 3; k++) free(p[k]);
     free(twin);

@@ -1,15 +1,16 @@
 // init.c — deterministic parameter initialization: each element's value is a function of
 // (seed, FNV-1a of its FQN, element index) with the Philox uniform of rt_kernels.h, so any
 // world size and any mesh start from the same full parameters. Each rank computes only
-// the elements of its own shard, straight into it, as rt_fsdp_shard_params would place
-// them (a full copy per rank cost world times the work and, for Llama 1B's output layer,
-// a 1 GB temporary).
+// the elements of its own shard, straight into it, where the sharding copy plan
+// (rt_copy_shard_params, the plan rt_fsdp_shard_params applies) places them: a full copy
+// per rank cost world times the work and, for Llama 1B's output layer, a 1 GB temporary.
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "rt_fsdp_copy.h"
 #include "rt_kernels.h"
 #include "rt_train.h"
 #include "train_internal.h"
@@ -113,31 +114,36 @@ void rt_train_init_param(const rt_model_param* p, uint64_t seed, float* out) {
 
 // ---- into the shards --------------------------------------------------------------------
 
-// Rank `rank`'s padded shard of parameter p (layout q) into out, as rt_fsdp_shard_params
-// places it: for each index before the shard dim, the rank's rows along it (torch.chunk),
-// then zeros up to chunk rows.
-static void init_shard(const rt_model_param* p, const rt_fsdp_param_layout* q, int rank,
-                       uint64_t seed, float* out) {
-    const int64_t rows = q->shard_rows, pad = (q->chunk - rows) * q->inner;
-    for (int64_t o = 0; o < q->outer; o++) {
-        float* c = out + o * q->chunk * q->inner;
-        if (rows) rt_train_init_range(p, seed, (o * q->dim_size + rank * q->chunk) * q->inner,
-                                      rows * q->inner, c);
-        if (pad) memset(c + rows * q->inner, 0, (size_t)pad * sizeof(float));
+// The rank's padded shards of group g into its arena, run by run of the group's sharding
+// plan: its parameter sides are per-parameter buffers (NULL offsets), so a run's src is the
+// element index in its full parameter, the value's argument, and its dst the offset in the
+// parameter's padded shard, which starts at the parameter's offset in the rank block;
+// src < 0: padding, zeros.
+static int init_group(train_run* run, rt_rank* R, int g) {
+    const rt_model_group* G = &run->m->groups[g];
+    const rt_fsdp_layout* L = &R->groups[g].layout;
+    float* shards = train_arena_f32(R, G->params_off, G->block_numel);
+    if (!shards) return 1;
+    rt_copy_plan plan = {0};
+    if (rt_copy_shard_params(&plan, L, NULL, NULL) != 0) {
+        rt_copy_plan_free(&plan);
+        train_fail(run, "rank %d: out of memory for the init plan of group '%s'", R->rank,
+                   G->name);
+        return 1;
     }
+    for (int k = 0; k < plan.nruns; k++) {
+        const rt_copy_run* r = &plan.runs[k];
+        const rt_model_param* p = &run->m->params[G->params[r->param]];
+        float* out = shards + L->params[r->param].offset + r->dst;
+        if (r->src < 0) memset(out, 0, (size_t)r->n * sizeof(float));
+        else rt_train_init_range(p, run->seed, r->src, r->n, out);
+    }
+    rt_copy_plan_free(&plan);
+    return 0;
 }
 
 int train_init_params(train_run* run, rt_rank* R) {
-    const rt_model* m = run->m;
-    for (int g = 0; g < m->ngroups; g++) {
-        const rt_model_group* G = &m->groups[g];
-        const rt_fsdp_layout* L = &R->groups[g].layout;
-        float* shards = train_arena_f32(R, G->params_off, G->block_numel);
-        if (!shards) return 1;
-        for (int i = 0; i < G->nparams; i++) {
-            const rt_fsdp_param_layout* q = &L->params[i];
-            init_shard(&m->params[G->params[i]], q, L->rank, run->seed, shards + q->offset);
-        }
-    }
+    for (int g = 0; g < run->m->ngroups; g++)
+        if (init_group(run, R, g)) return 1;
     return 0;
 }

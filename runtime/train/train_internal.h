@@ -153,6 +153,14 @@ void train_feed_val(train_run* run, rt_rank* R, int64_t v);
 // param p floats, for every param p of the model) is filled on rank 0 only; every rank of
 // rank 0's shard group must call (others may call too: they do nothing).
 int train_gather_params(train_run* run, rt_rank* R, float* const* full);
+// The same into full parameters it allocates (train_alloc_full) on rank 0, *full (NULL on
+// the other ranks), for an option that writes them (what: "--save PATH", the messages'
+// start). Collective as train_gather_params. Returns 0, or 1 after train_fail.
+int train_gather_full(train_run* run, rt_rank* R, const char* what, float*** full);
+// Keeps this rank's padded shard of model parameter p from its full values (fp32), for
+// --load and --load-hf (what: "--load PATH", the messages' start). Returns 0, or 1 after
+// train_fail.
+int train_shard_param(train_run* run, rt_rank* R, int p, const float* full, const char* what);
 int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_completed);
 int train_load(train_run* run, rt_rank* R, const char* path);
 // Full fp32 buffers of every parameter (NULL when out of memory), and their release.

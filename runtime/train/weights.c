@@ -1,8 +1,10 @@
 // weights.c — full parameters in and out: the gather of every group's sharded fp32
-// parameters into full tensors (FSDP all-gather over rank 0's shard group), --save (rank 0
-// writes them as safetensors under every PyTorch name, tied aliases included, so
-// load_state_dict accepts the file) and --load (every rank reads the full tensors, checks
-// names, shapes and dtype, and keeps its shard).
+// parameters into full tensors (FSDP all-gather over rank 0's shard group), and the
+// sharding of a full parameter into the rank's shard, for every option that moves full
+// parameters (--save, --save-hf, --load, --load-hf); --save (rank 0 writes them as
+// safetensors under every PyTorch name, tied aliases included, so load_state_dict accepts
+// the file) and --load (every rank reads the full tensors, checks names, shapes and dtype,
+// and keeps its shard).
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +96,45 @@ int train_gather_params(train_run* run, rt_rank* R, float* const* full) {
     return 0;
 }
 
+int train_gather_full(train_run* run, rt_rank* R, const char* what, float*** full) {
+    const rt_model* m = run->m;
+    *full = NULL;
+    if (R->rank == 0 && !(*full = train_alloc_full(m))) {
+        train_fail(run, "%s: out of memory for the full parameters", what);
+        if (m->shard > 1) rt_comm_abort(R->mesh.shard, "out of memory for the full parameters");
+        return 1;
+    }
+    return R->rank < m->shard ? train_gather_params(run, R, *full) : 0;
+}
+
+// ---- shard ------------------------------------------------------------------------------
+
+int train_shard_param(train_run* run, rt_rank* R, int p, const float* full, const char* what) {
+    const rt_model* m = run->m;
+    const int g = m->params[p].group;
+    const rt_model_group* G = &m->groups[g];
+    rt_fsdp_layout* L = &R->groups[g].layout;
+    int i = 0;
+    while (i < G->nparams && G->params[i] != p) i++;
+    float* shards = train_arena_f32(R, G->params_off, G->block_numel);
+    if (!shards || i == G->nparams) {
+        train_fail(run, "%s: no shard of '%s' on rank %d", what, m->params[p].fqn, R->rank);
+        return 1;
+    }
+    // The layout of parameter i alone: rt_fsdp_shard_params shards every parameter of its
+    // layout.
+    rt_fsdp_layout one = *L;
+    one.nparams = 1;
+    one.params = &L->params[i];
+    const void* fullp[1] = {full};
+    void* shardp[1] = {shards + L->params[i].offset};
+    if (rt_fsdp_shard_params(&one, fullp, RT_F32, shardp) != 0) {
+        train_fail(run, "%s: sharding '%s' failed: %s", what, m->params[p].fqn, one.error);
+        return 1;
+    }
+    return 0;
+}
+
 // ---- save -------------------------------------------------------------------------------
 
 static int write_safetensors(train_run* run, float* const* full, const char* path,
@@ -135,14 +176,10 @@ static int write_safetensors(train_run* run, float* const* full, const char* pat
 
 int train_save(train_run* run, rt_rank* R, const char* path, int64_t steps_completed) {
     const rt_model* m = run->m;
-    float** full = NULL;
-    int rc = 0;
-    if (R->rank == 0 && !(full = train_alloc_full(m))) {
-        train_fail(run, "--save %s: out of memory for the full parameters", path);
-        if (m->shard > 1) rt_comm_abort(R->mesh.shard, "out of memory for the full parameters");
-        rc = 1;
-    }
-    if (!rc && R->rank < m->shard) rc = train_gather_params(run, R, full);
+    char what[1024];
+    snprintf(what, sizeof what, "--save %s", path);
+    float** full;
+    int rc = train_gather_full(run, R, what, &full);
     if (!rc && R->rank == 0) {
         rc = write_safetensors(run, full, path, steps_completed);
         if (!rc) printf("saved %d parameters to %s\n", m->nparams, path);
@@ -225,11 +262,10 @@ int train_load(train_run* run, rt_rank* R, const char* path) {
             rc = 1;
         }
     }
+    char what[1024];
+    snprintf(what, sizeof what, "--load %s", path);
     for (int g = 0; g < m->ngroups && !rc; g++) {
         const rt_model_group* G = &m->groups[g];
-        rt_fsdp_layout* L = &R->groups[g].layout;
-        float* shards = train_arena_f32(R, G->params_off, G->block_numel);
-        if (!shards) rc = 1;
         for (int i = 0; i < G->nparams && !rc; i++) {
             const rt_model_param* P = &m->params[G->params[i]];
             int64_t n = numel_of(P);
@@ -241,17 +277,7 @@ int train_load(train_run* run, rt_rank* R, const char* path) {
                 break;
             }
             rc = load_param(run, f, path, P, full, bytes);
-            if (!rc) {
-                rt_fsdp_layout one = *L;
-                one.nparams = 1;
-                one.params = &L->params[i];
-                const void* fullp[1] = {full};
-                void* shardp[1] = {shards + L->params[i].offset};
-                if (rt_fsdp_shard_params(&one, fullp, RT_F32, shardp) != 0) {
-                    train_fail(run, "--load %s: sharding '%s' failed: %s", path, P->fqn, one.error);
-                    rc = 1;
-                }
-            }
+            if (!rc) rc = train_shard_param(run, R, G->params[i], full, what);
             free(full);
         }
     }
