@@ -1,7 +1,7 @@
-// weights.c — full parameters in and out: the gather of every group's sharded fp32
-// parameters into full tensors (FSDP all-gather over rank 0's shard group), and the
-// sharding of a full parameter into the rank's shard, for every option that moves full
-// parameters (--save, --save-hf, --load, --load-hf); --save (rank 0 writes them as
+// weights.c — full parameters in and out, for every option that moves them: the gather of
+// every group's sharded fp32 parameters into full tensors (FSDP all-gather over rank 0's
+// shard group: --save, --save-hf, the conformance test) and the way back, a full parameter
+// into the rank's shard (--load, --load-hf); and --save itself (rank 0 writes them as
 // safetensors under every PyTorch name, tied aliases included, so load_state_dict accepts
 // the file) and --load (every rank reads the full tensors, checks names, shapes and dtype,
 // and keeps its shard).
