@@ -124,8 +124,16 @@ struct emu_thread_state {
     std::vector<size_t> groups;    // per committed group: its end in copies
 };
 // The running CUDA thread's state: the pthread's own, or (EMU_FIBERS) the running fiber's.
+// emu_cur_ptr starts as a constant (NULL), so reading it is one thread-pointer load; an
+// initializer of &emu_own_state (not a constant) made every threadIdx call the TLS init
+// function, several per cent of the emulated tests' time.
 inline thread_local emu_thread_state emu_own_state;
-inline thread_local emu_thread_state* emu_cur = &emu_own_state;
+inline thread_local emu_thread_state* emu_cur_ptr = NULL;
+static inline emu_thread_state*& emu_cur_ref(void) {
+    if (__builtin_expect(emu_cur_ptr == NULL, 0)) emu_cur_ptr = &emu_own_state;
+    return emu_cur_ptr;
+}
+#define emu_cur (emu_cur_ref())
 #define threadIdx (emu_cur->idx)
 
 static inline void __syncthreads(void) { emu_barrier_wait(&emu_barrier); }
@@ -210,18 +218,12 @@ static inline void emu_reg_floats(const Pair& r, float* f) {  // E = float: {lo,
     f[1] = r.hi;
 }
 
-template <class E, class R>
-static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
-    emu_cur->warp_calls++;
-    const unsigned w = emu_cur->tid / 32, lane = emu_cur->tid % 32, buf = emu_cur->mma_buffer;
-    emu_cur->mma_buffer ^= 1u;
-    float* ap = emu_mma[w].a[buf][lane];
-    float* bp = emu_mma[w].b[buf][lane];
-    for (int i = 0; i < 4; i++) emu_reg_floats<E>(a[i], ap + 2 * i);
-    for (int i = 0; i < 2; i++) emu_reg_floats<E>(b[i], bp + 2 * i);
-    __syncwarp();
-    const float(*A)[8] = emu_mma[w].a[buf];
-    const float(*B)[4] = emu_mma[w].b[buf];
+// Lane `lane`'s four accumulators d += A B from the warp's published tiles (the mapping
+// above), summed in k order. Not sanitized: A and B are the emulator's own buffers (the
+// kernel's registers were read, checked, when the lanes published them); the checks on
+// these 128 loads per call were a third of the emulated tensor-core attention's time.
+__attribute__((no_sanitize("address", "undefined"))) static inline void emu_mma_lane(
+    float (&d)[4], const float (*A)[8], const float (*B)[4], unsigned lane) {
     const int group = (int)lane >> 2, tig = (int)lane % 4;
     for (int i = 0; i < 4; i++) {
         const int row = group + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
@@ -236,6 +238,19 @@ static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
         }
         d[i] = acc;
     }
+}
+
+template <class E, class R>
+static inline void rtc_tc_mma(float (&d)[4], const R (&a)[4], const R (&b)[2]) {
+    emu_cur->warp_calls++;
+    const unsigned w = emu_cur->tid / 32, lane = emu_cur->tid % 32, buf = emu_cur->mma_buffer;
+    emu_cur->mma_buffer ^= 1u;
+    float* ap = emu_mma[w].a[buf][lane];
+    float* bp = emu_mma[w].b[buf][lane];
+    for (int i = 0; i < 4; i++) emu_reg_floats<E>(a[i], ap + 2 * i);
+    for (int i = 0; i < 2; i++) emu_reg_floats<E>(b[i], bp + 2 * i);
+    __syncwarp();
+    emu_mma_lane(d, emu_mma[w].a[buf], emu_mma[w].b[buf], lane);
 }
 
 // ----------------------------------------------------------------------------
