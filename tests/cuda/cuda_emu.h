@@ -522,7 +522,7 @@ struct emu_fiber_sched {
     unsigned long idle;   // switches since the last barrier released or fiber finished
     const void* sched_stack;  // AddressSanitizer: the launching thread's stack
     size_t sched_stack_size;
-    bool sched_stack_known;   // (recorded by the first fiber started, which it starts)
+    bool sched_stack_known;   // (recorded when the launch's first fiber starts)
     ~emu_fiber_sched() {
         for (emu_fiber* f : fibers) {
             munmap(f->stack, EMU_FIBER_STACK);
