@@ -850,6 +850,12 @@ function Sim:check_optimizer_steps()
   end
 end
 
+-- The step items that run a phase, by kind (the phase is named as the kind).
+local PHASE_RUNNERS = {
+  forward = Sim.run_forward, backward = Sim.run_backward, reshard = Sim.run_manual_reshard,
+  unshard = Sim.run_unshard, optimizer = Sim.run_optimizer,
+}
+
 -- Runs the whole step program; returns the plan.
 function Sim:run()
   local flags = {}
@@ -860,21 +866,10 @@ function Sim:run()
   trace.begin(self.graph, self:trace_hooks())
   for i, item in ipairs(self.spec.step) do
     self.section = i
-    if item.kind == "forward" then
-      self.phase = "forward"
-      self:run_forward(item)
-    elseif item.kind == "backward" then
-      self.phase = "backward"
-      self:run_backward(item)
-    elseif item.kind == "reshard" then
-      self.phase = "reshard"
-      self:run_manual_reshard(item)
-    elseif item.kind == "unshard" then
-      self.phase = "unshard"
-      self:run_unshard(item)
-    elseif item.kind == "optimizer" then
-      self.phase = "optimizer"
-      self:run_optimizer()
+    local run = PHASE_RUNNERS[item.kind]
+    if run then
+      self.phase = item.kind
+      run(self, item)
     elseif item.field then
       for _, s in ipairs(item.states) do s[item.field] = item.value end
     elseif item.kind == "set_is_last_backward" then
