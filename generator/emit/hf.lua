@@ -4,41 +4,13 @@
 -- models.Llama (LlamaForCausalLM) and models.Transformer / models.GPT2 (GPT2LMHeadModel)
 -- map; the runtime (runtime/train/hf.c) moves the bytes.
 local c_text = require("emit.c_text")
+local json_util = require("util.json")
 local M = {}
 
--- ---------------------------------------------------------------------------- JSON
-
--- Shortest decimal that reads back as the same double, always with a '.' or exponent.
-local function json_float(x)
-  local s
-  for digits = 15, 17 do
-    s = string.format("%." .. digits .. "g", x)
-    if tonumber(s) == x then break end
-  end
-  if not s:find("[%.eEn]") then s = s .. ".0" end
-  return s
-end
-
-local NULL = {}  -- JSON null where a Lua nil would mean "none given"
-
-local function json(v)
-  if v == nil or v == NULL then return "null" end
-  if type(v) == "boolean" then return tostring(v) end
-  if math.type(v) == "integer" then return tostring(v) end
-  if type(v) == "number" then return json_float(v) end
-  if type(v) == "string" then return '"' .. v .. '"' end
-  if #v > 0 then
-    local items = {}
-    for i, x in ipairs(v) do items[i] = json(x) end
-    return "[" .. table.concat(items, ", ") .. "]"
-  end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = k end
-  table.sort(keys)
-  local parts = {}
-  for _, k in ipairs(keys) do parts[#parts + 1] = '"' .. k .. '": ' .. json(v[k]) end
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+-- config.json's text of a value: exact floats, spaced as transformers writes it.
+local JSON = { float = json_util.exact_float, sep = ", ", colon = ": ", empty = "{}" }
+local NULL = json_util.null
+local function json(v) return json_util.encode(v, JSON) end
 
 -- ---------------------------------------------------------------------------- the model
 

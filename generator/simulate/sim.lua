@@ -4,6 +4,7 @@
 local timeline = require("simulate.timeline")
 local flops = require("plan.flops")
 local units = require("util.units")
+local json = require("util.json")
 
 local M = {}
 
@@ -110,37 +111,16 @@ function M.text(r)
   return table.concat(out, "\n") .. "\n"
 end
 
--- JSON of the summary (no timeline), keys sorted, numbers as Lua prints them.
-local function encode(v)
-  local t = type(v)
-  if t == "table" then
-    if #v > 0 or next(v) == nil then
-      local parts = {}
-      for i, x in ipairs(v) do parts[i] = encode(x) end
-      return "[" .. table.concat(parts, ",") .. "]"
-    end
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = k end
-    table.sort(keys)
-    local parts = {}
-    for _, k in ipairs(keys) do parts[#parts + 1] = encode(k) .. ":" .. encode(v[k]) end
-    return "{" .. table.concat(parts, ",") .. "}"
-  elseif t == "number" then
-    if math.type(v) == "integer" then return tostring(v) end
-    return string.format("%.6g", v)
-  elseif t == "string" then
-    local s = v:gsub('[%c"\\]', function(c) return string.format("\\u%04x", c:byte()) end)
-    return '"' .. s .. '"'
-  end
-  return tostring(v)
-end
+-- The summary's JSON: compact, floats to 6 significant digits.
+local JSON = { float = function(x) return string.format("%.6g", x) end, sep = ",", colon = ":",
+  empty = "[]" }
 
 function M.json(r)
   local keep = {}
   for k, v in pairs(r) do
     if k ~= "timeline" then keep[k] = v end
   end
-  return encode(keep) .. "\n"
+  return json.encode(keep, JSON) .. "\n"
 end
 
 return M
