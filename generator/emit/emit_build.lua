@@ -9,13 +9,6 @@ local schedule = require("emit.schedule")
 
 local M = {}
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
 -- Fills @KEY@ placeholders; an unknown key is a bug in the template.
 local function fill(text, vars)
   return (text:gsub("@(%u+)@", function(k)
@@ -63,7 +56,7 @@ function M.write(root, dir, plan, reference, spec_path)
   for _, t in ipairs({ { "main.c.in", name .. "_main.c" }, { "test.c.in", name .. "_test.c" },
                        { "build.ninja.in", "build.ninja" }, { "build_cuda.ninja.in", "build_cuda.ninja" } }) do
     vars.FILE = t[2]
-    put(t[2], fill(read(root .. "/templates/" .. t[1]), vars))
+    put(t[2], fill(assert(buffer.read(root .. "/templates/" .. t[1])), vars))
   end
   return out
 end

@@ -344,13 +344,6 @@ end
 
 -- ---------------------------------------------------------------------------- the twin
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
 -- Returns the twin's text.
 function M.text(plan, spec_path, root)
   local spec = plan.spec
@@ -718,7 +711,7 @@ function M.text(plan, spec_path, root)
   b:line("")
   b:line("# ---- the twin's runtime (templates/torch_twin.py) " .. string.rep("-", 36))
   b:line("")
-  local tail = read(root .. "/templates/torch_twin.py")
+  local tail = assert(buffer.read(root .. "/templates/torch_twin.py"))
   -- Drop the template's own docstring header (the part before its first import).
   tail = tail:gsub("^.-\nimport ", "import ", 1)
   return b:text() .. tail

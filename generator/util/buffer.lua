@@ -26,18 +26,22 @@ local function mkdir_p(dir)
   return os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
 end
 
+-- The whole file at path (the templates, a file's old text), or nil and io.open's message.
+function M.read(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
 -- Returns path, changed; or nil, message.
 function M.write_if_changed(path, text)
-  local f = io.open(path, "rb")
-  if f then
-    local old = f:read("a")
-    f:close()
-    if old == text then return path, false end
-  end
+  if M.read(path) == text then return path, false end
   local dir = path:match("^(.*)/[^/]+$")
   if dir and not mkdir_p(dir) then return nil, "cannot create directory " .. dir end
   local tmp = path .. ".tmp"
-  f = io.open(tmp, "wb")
+  local f = io.open(tmp, "wb")
   if not f then return nil, "cannot write " .. tmp end
   f:write(text)
   f:close()
