@@ -7,8 +7,13 @@ local c_text = require("emit.c_text")
 local json_util = require("util.json")
 local M = {}
 
--- config.json's text of a value: exact floats, spaced as transformers writes it.
-local JSON = { float = json_util.exact_float, sep = ", ", colon = ": ", empty = "{}" }
+-- config.json's text of a value: floats exact (the shortest decimal that reads back, always
+-- with a '.' or an exponent), spaced as transformers writes it.
+local function json_float(x)
+  local s = c_text.num(x)
+  return s:find("[%.eEn]") and s or s .. ".0"
+end
+local JSON = { float = json_float, sep = ", ", colon = ": ", empty = "{}" }
 local NULL = json_util.null
 local function json(v) return json_util.encode(v, JSON) end
 

@@ -6,17 +6,6 @@ local M = {}
 
 M.null = {}  -- JSON null where a Lua nil would mean "none given"
 
--- Shortest decimal that reads back as the same double, always with a '.' or an exponent.
-function M.exact_float(x)
-  local s
-  for digits = 15, 17 do
-    s = string.format("%." .. digits .. "g", x)
-    if tonumber(s) == x then break end
-  end
-  if not s:find("[%.eEn]") then s = s .. ".0" end
-  return s
-end
-
 local function quote(s)
   return '"' .. s:gsub('[%c"\\]', function(c) return string.format("\\u%04x", c:byte()) end) .. '"'
 end
