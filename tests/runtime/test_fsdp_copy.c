@@ -194,6 +194,21 @@ static void compare(int op, int api, const uint8_t* got, const uint8_t* want, in
     diff[op]++;
 }
 
+// One try of op: a from the host API and b from the flat plan, each against want.
+static void compare_both(int op, const uint8_t* a, const uint8_t* b, const uint8_t* want,
+                         int64_t elems, int world, int rank) {
+    tried[op]++;
+    compare(op, 1, a, want, elems, world, rank);
+    compare(op, 0, b, want, elems, world, rank);
+}
+
+// Applies plan p with flat sides (what the CUDA backend does) and frees it.
+static void apply_flat(rt_copy_plan* p, void* dst, rt_dtype ddt, const void* src, rt_dtype sdt,
+                       int accumulate) {
+    rt_copy_apply(p, rt_copy_flat(dst, ddt), rt_copy_flat(src, sdt), accumulate);
+    rt_copy_plan_free(p);
+}
+
 // The unsharded buffer's two storages (the CUDA backend's UN_F32 and UN_PACKED): in a
 // 16-bit group the odd parameters are packed (param_dtype's bits at the start of their
 // fp32 slot, at 16-bit element offsets), and each plan leaves the other storage's
@@ -247,12 +262,9 @@ static void check_copy_out(rt_fsdp_layout* L, const geo* G, int op, const int64_
     for (int k = 0; k < 2; k++) {
         rt_copy_plan p = {0};
         rt_copy_all_gather_out(&p, L, so[k]);
-        rt_copy_apply(&p, rt_copy_flat(b, k ? pdt : RT_F32), rt_copy_flat(ag, pdt), 0);
-        rt_copy_plan_free(&p);
+        apply_flat(&p, b, k ? pdt : RT_F32, ag, pdt, 0);
     }
-    tried[op]++;
-    compare(op, 1, a, want, un_total, G->world, rank);
-    compare(op, 0, b, want, un_total, G->world, rank);
+    compare_both(op, a, b, want, un_total, G->world, rank);
     free(ag), free(want), free(a), free(b);
 }
 
@@ -270,11 +282,8 @@ static void check_copy_in(rt_fsdp_layout* L, const geo* G, int op, rt_dtype pdt,
     rt_fsdp_all_gather_copy_in(L, sp, RT_F32, a, pdt);
     rt_copy_plan p = {0};
     rt_copy_all_gather_in(&p, L, G->off);
-    rt_copy_apply(&p, rt_copy_flat(b, pdt), rt_copy_flat(shards, RT_F32), 0);
-    rt_copy_plan_free(&p);
-    tried[op]++;
-    compare(op, 1, a, want, total, G->world, rank);
-    compare(op, 0, b, want, total, G->world, rank);
+    apply_flat(&p, b, pdt, shards, RT_F32, 0);
+    compare_both(op, a, b, want, total, G->world, rank);
     free(shards), free(want), free(a), free(b);
 }
 
@@ -296,11 +305,8 @@ static void check_shard_params(rt_fsdp_layout* L, const geo* G, const int64_t* u
     rt_fsdp_shard_params(L, fp, dt, sp);
     rt_copy_plan p = {0};
     rt_copy_shard_params(&p, L, un_off, G->off);
-    rt_copy_apply(&p, rt_copy_flat(b, dt), rt_copy_flat(full, dt), 0);
-    rt_copy_plan_free(&p);
-    tried[SHARD]++;
-    compare(SHARD, 1, a, want, G->block, G->world, rank);
-    compare(SHARD, 0, b, want, G->block, G->world, rank);
+    apply_flat(&p, b, dt, full, dt, 0);
+    compare_both(SHARD, a, b, want, G->block, G->world, rank);
     free(full), free(want), free(a), free(b);
 }
 
@@ -321,11 +327,8 @@ static void check_reduce_scatter_in(rt_fsdp_layout* L, const geo* G, const int64
     rt_fsdp_reduce_scatter_copy_in(L, gp, RT_F32, a, rdt);
     rt_copy_plan p = {0};
     rt_copy_reduce_scatter_in(&p, L, un_off);
-    rt_copy_apply(&p, rt_copy_flat(b, rdt), rt_copy_flat(grads, RT_F32), 0);
-    rt_copy_plan_free(&p);
-    tried[RS_IN]++;
-    compare(RS_IN, 1, a, want, total, G->world, rank);
-    compare(RS_IN, 0, b, want, total, G->world, rank);
+    apply_flat(&p, b, rdt, grads, RT_F32, 0);
+    compare_both(RS_IN, a, b, want, total, G->world, rank);
     free(grads), free(want), free(a), free(b);
 }
 
@@ -351,11 +354,8 @@ static void check_view_out(rt_fsdp_layout* L, const geo* G, const int64_t* sh_of
         rt_fsdp_reduce_scatter_view_out(L, out, rdt, sp, gdt, acc);
         rt_copy_plan p = {0};
         rt_copy_view_out(&p, L, sh_off);
-        rt_copy_apply(&p, rt_copy_flat(b, gdt), rt_copy_flat(out, rdt), acc);
-        rt_copy_plan_free(&p);
-        tried[op]++;
-        compare(op, 1, a, want, sh_total, G->world, rank);
-        compare(op, 0, b, want, sh_total, G->world, rank);
+        apply_flat(&p, b, gdt, out, rdt, acc);
+        compare_both(op, a, b, want, sh_total, G->world, rank);
         free(want), free(a), free(b);
     }
     free(out);
@@ -377,8 +377,7 @@ static void check_direct(rt_fsdp_layout* L, const geo* G, const group* g, const 
                     un_off[i] + e, acc);
         rt_copy_plan p = {0};
         ok &= rt_copy_reduce_direct(&p, L, un_off, sh_off) == 0;
-        rt_copy_apply(&p, rt_copy_flat(b, RT_F32), rt_copy_flat(grads, RT_F32), acc);
-        rt_copy_plan_free(&p);
+        apply_flat(&p, b, RT_F32, grads, RT_F32, acc);
         compare(RS_DIRECT, 0, b, want, G->block, 1, 0);
         free(want), free(b);
     }
@@ -396,8 +395,7 @@ static void check_direct(rt_fsdp_layout* L, const geo* G, const group* g, const 
     for (int k = 0; k < 2; k++) {
         rt_copy_plan p = {0};
         ok &= rt_copy_all_gather_direct(&p, L, sh_off, so[k]) == 0;
-        rt_copy_apply(&p, rt_copy_flat(b, k ? pdt : RT_F32), rt_copy_flat(shards, RT_F32), 0);
-        rt_copy_plan_free(&p);
+        apply_flat(&p, b, k ? pdt : RT_F32, shards, RT_F32, 0);
     }
     compare(AG_DIRECT, 0, b, want, un_total, 1, 0);
     rt_fsdp_layout two;
@@ -478,12 +476,9 @@ static void check_post_forward(const group* g, int world, int pf_world, int pf_r
     for (int k = 0; k < 2; k++) {
         rt_copy_plan p = {0};
         rt_copy_post_forward(&p, &pf, so[k], G.off);
-        rt_copy_apply(&p, rt_copy_flat(b, RT_F32), rt_copy_flat(un, k ? pdt : RT_F32), 0);
-        rt_copy_plan_free(&p);
+        apply_flat(&p, b, RT_F32, un, k ? pdt : RT_F32, 0);
     }
-    tried[PF_SHARDS]++;
-    compare(PF_SHARDS, 1, a, want, G.block, pf_world, pf_rank);
-    compare(PF_SHARDS, 0, b, want, G.block, pf_world, pf_rank);
+    compare_both(PF_SHARDS, a, b, want, G.block, pf_world, pf_rank);
     free(un), free(want), free(a), free(b);
     check_copy_in(&pf, &G, PF_AG_IN, pdt, pf_rank);
     check_copy_out(&pf, &G, PF_AG_OUT, un_off, un_total, pdt, pf_rank);
