@@ -3,8 +3,9 @@
 #
 #   tests/run_all.sh          the fast tier: what CI runs (target: 15 minutes on 2 cores)
 #   tests/run_all.sh --all    also the slow tier (FSDPGEN_SLOW=1 in every suite: the
-#                             emulator's ThreadSanitizer builds, every spec on the CUDA
-#                             emulator, the long fuzzing; tests/README.md lists it)
+#                             emulator's ASan+UBSan and ThreadSanitizer builds, every spec
+#                             on the CUDA emulator, the long fuzzing; tests/README.md
+#                             lists it)
 #
 # The suites are listed in tests/README.md (what each proves, needs and costs). The
 # generator's Lua suites and the benchmark's checks only plan, writing temporary files, so

@@ -12,9 +12,10 @@
 # ASan+UBSan, a pthread each under TSan), each against the CPU kernels; and
 # test_cuda_kernels_emu / test_cuda_streams_emu, test_cuda_kernels and test_cuda_streams
 # themselves linked against every runtime/cuda/kernels kernel on the CPU emulator (tests/cuda/emu:
-# the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as fibers, under
-# ASan+UBSan), so every GPU check also runs here; test_cuda_streams_emu also in the
-# emulator's lazy mode, which test_lazy_emu checks (both lazy modes).
+# the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as fibers; lazy stream
+# modes), so every GPU check also runs here; test_cuda_streams_emu also in the emulator's
+# lazy mode, which test_lazy_emu checks (both lazy modes). Those emulated programs are built
+# without sanitizers; the slow tier runs each again built with ASan+UBSan (`_san`).
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
@@ -28,7 +29,8 @@ if [ ! -x "$nvcc" ]; then
 fi
 
 # FSDPGEN_SLOW=1 (tests/run_all.sh --all) adds the slow tier: the flash kernels under
-# ThreadSanitizer and the tensor-core kernels' other tile configurations.
+# ThreadSanitizer, the tensor-core kernels' other tile configurations and the emulated
+# kernels under ASan+UBSan.
 slow=${FSDPGEN_SLOW:-0}
 targets="cuda cuda_tests"
 [ "$slow" = 1 ] && targets="$targets cuda_tests_slow"
@@ -46,7 +48,9 @@ echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_tc_emu test_mma_layout
 test_cuda_kernels test_cuda_streams test_cuda_kernels_emu test_cuda_streams_emu
 1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu"
-[ "$slow" = 1 ] && tests="$tests test_flash_emu_tsan test_flash_tc_emu_tsan test_flash_tc_emu_others"
+[ "$slow" = 1 ] && tests="$tests test_flash_emu_tsan test_flash_tc_emu_tsan test_flash_tc_emu_others
+test_cuda_kernels_emu_san test_cuda_streams_emu_san 1:test_cuda_streams_emu_san 1:test_lazy_emu_san
+low:test_lazy_emu_san"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"

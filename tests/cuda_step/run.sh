@@ -72,6 +72,9 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
 # HSDP's all-reduce, explicit async unshards, two forwards, offload. FSDPGEN_SLOW=1
 # (tests/run_all.sh --all) runs them on every spec, and the random programs below.
 slow=${FSDPGEN_SLOW:-0}
+# the emulated libraries: without sanitizers, in the slow tier with ASan + UBSan
+emu="" emu_san=""
+[ "$slow" = 1 ] && emu=_san emu_san="-fsanitize=address,undefined"
 bit_specs=" mlp_w2_sgd_prefetch llama_w4_bf16_int_raf hsdp_int_reshard microbatch_1f1b"
 bit_specs+=" multi_forward_raf_true_ckpt_none offload_cpu "
 
@@ -114,8 +117,9 @@ done
 
 # ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
 # Without a GPU, each spec's --cuda objects are relinked against the emulated CUDA libraries
-# (tests/cuda/emu: runtime/cuda and runtime/cuda/step compiled for the host, one-rank NCCL,
-# ASan + UBSan), so the same checks run there, in the emulator's lazy modes: the conformance
+# (tests/cuda/emu: runtime/cuda and runtime/cuda/step compiled for the host, one-rank NCCL;
+# in the slow tier built with ASan + UBSan), so the same checks run there, in the emulator's
+# lazy modes: the conformance
 # tests with CUDA_EMU_LAZY=1 (each stream's work runs only when something waits for it), CUDA
 # vs CPU with CUDA_EMU_LAZY=low (only compute and the all-reduce stream wait to be needed; the
 # copy-in, all-gather and reduce-scatter streams run at issue), so a missing wait between the
@@ -123,9 +127,8 @@ done
 
 if [ "$gpu" = 0 ]; then
     skipped+=("compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance and CUDA vs CPU run on the emulator instead")
-    if ! ninja -f runtime/cuda.ninja build/cuda/emu/librt_kernels_cuda_emu.a >"$work/emu.log" 2>&1 ||
-        ! ninja -f runtime/cuda_step.ninja cuda_step_emu build/cuda_step/test_cuda_local_emu \
-            build/cuda_step/test_seg_copy_emu >>"$work/emu.log" 2>&1 ||
+    if ! ninja -f runtime/cuda.ninja "build/cuda/emu$emu/librt_kernels_cuda_emu.a" >"$work/emu.log" 2>&1 ||
+        ! ninja -f runtime/cuda_step.ninja "cuda_step_emu$emu" >>"$work/emu.log" 2>&1 ||
         ! ninja build/train/librt_train.a build/io/librt_io.a build/runtime/librt_mpi_stub.a \
             build/runtime/librt_core.a >>"$work/emu.log" 2>&1; then
         cat "$work/emu.log"
@@ -133,8 +136,8 @@ if [ "$gpu" = 0 ]; then
         suite_summary
         exit $?
     fi
-    CUDA_EMU_LAZY=1 run_suite "emulated test_cuda_local" build/cuda_step/test_cuda_local_emu
-    run_suite "emulated test_seg_copy" build/cuda_step/test_seg_copy_emu
+    CUDA_EMU_LAZY=1 run_suite "emulated test_cuda_local" "build/cuda_step/test_cuda_local_emu$emu"
+    run_suite "emulated test_seg_copy" "build/cuda_step/test_seg_copy_emu$emu"
 else
     run_suite test_seg_copy build/cuda_step/test_seg_copy
 fi
@@ -151,9 +154,9 @@ cuda_binary() {
     local objs=("$dir/obj_cuda/${name}_$main.o" "$dir/obj_cuda/${name}_step.o")
     [ "$main" = test ] && objs+=("$dir/obj_cuda/${name}_reference_step.o")
     if ! g++ -o "$bin" "${objs[@]}" -Wl,--start-group build/train/librt_train.a \
-        build/cuda_step/emu/librt_step_cuda_emu.a build/cuda/emu/librt_kernels_cuda_emu.a \
+        "build/cuda_step/emu$emu/librt_step_cuda_emu.a" "build/cuda/emu$emu/librt_kernels_cuda_emu.a" \
         build/io/librt_io.a build/runtime/librt_mpi_stub.a build/runtime/librt_core.a \
-        -Wl,--end-group -fsanitize=address,undefined -lm -pthread >"$work/link.$name.$main.log" 2>&1; then
+        -Wl,--end-group $emu_san -lm -pthread >"$work/link.$name.$main.log" 2>&1; then
         cat "$work/link.$name.$main.log"
         fail "link of $bin"
         return 1
@@ -161,7 +164,7 @@ cuda_binary() {
 }
 
 where=$([ "$gpu" = 1 ] && echo GPU || echo emulator)
-find_python
+py=python3  # the comparisons and trace sums need no PyTorch
 # spec_checks SPEC RTOL [EMU_STEPS]: the checks of one spec's binaries (run in a subshell: its
 # counts go to the caller through files). On the GPU the conformance test runs its 10 steps
 # and the other runs 5 (evals after steps 2, 4 and 5). On the emulator, where a step of the
@@ -177,10 +180,6 @@ spec_checks() {
         conf_steps=(--steps "${3:-3}")
     fi
     cuda_binary "$name" test && CUDA_EMU_LAZY=1 run_suite "conformance/$name ($where)" "$bin" "${conf_steps[@]}"
-    if [ -z "$py" ]; then
-        skipped+=("CUDA vs CPU $name: SKIP no python3 with torch")
-        return
-    fi
     cuda_binary "$name" main || return
     # The eval program after every second step and the last, where the spec has one.
     val=(--val-every 2 --val-batches 2)
@@ -274,15 +273,14 @@ done
 # --trace's waits of compute for collectives (tests/gpu/trace_waits.py): the script's sums on
 # hand-made traces; a CUDA binary's trace has, per rank and step, one all-gather wait per
 # all_gather_wait and all_gather_drop line of its schedule; a CPU binary's trace has none.
-plain=${py:-python3}
-run_suite "trace_waits.py on hand-made traces" "$plain" tests/gpu/test_trace_waits.py
+run_suite "trace_waits.py on hand-made traces" "$py" tests/gpu/test_trace_waits.py
 name=mlp_w2_sgd_prefetch
 if cuda_binary "$name" main; then
     # the step's sections only (the eval program's and the step after one's follow them)
     want=$(awk '/^eval /{exit} /^  compute  all_gather_(wait|drop) /{n++} END{print n+0}' "build/$name/$name.schedule")
     "$bin" --steps 3 --trace "$work/$name.trace.json" >"$work/trace.log" 2>&1
     rc=$?
-    "$plain" tests/gpu/trace_waits.py "$work/$name.trace.json" >"$work/waits.txt" 2>&1
+    "$py" tests/gpu/trace_waits.py "$work/$name.trace.json" >"$work/waits.txt" 2>&1
     # each rank's all-gather waits per step, summed over its sections
     got=$(awk '/^rank/ { if (r != "") printf "%s ", n; r = $2; n = 0 }
         { while (match($0, /all-gathers [0-9.]+ ms in [0-9.]+ waits/)) {
@@ -295,7 +293,7 @@ if cuda_binary "$name" main; then
         fail "$name --trace ($where): exit $rc; all-gather waits per step of ranks 0 and 1: '$got', want $want each"
     fi
     ./fsdpgen run "tests/specs/conformance/$name.lua" -- --steps 2 --trace "$work/cpu.trace.json" >"$work/cpu_trace.log" 2>&1
-    if "$plain" tests/gpu/trace_waits.py "$work/cpu.trace.json" >"$work/cpu_waits.txt" 2>&1; then
+    if "$py" tests/gpu/trace_waits.py "$work/cpu.trace.json" >"$work/cpu_waits.txt" 2>&1; then
         fail "trace_waits.py on a CPU binary's trace: exit 0 (it has no waits)"
     elif grep -q "no compute-stream wait spans" "$work/cpu_waits.txt"; then
         pass "trace_waits.py on a CPU binary's trace: says it has no wait spans, exit 1"
