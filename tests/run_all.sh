@@ -9,8 +9,8 @@
 #
 # The suites are listed in tests/README.md (what each proves, needs and costs). The
 # generator's Lua suites and the benchmark's checks only plan, writing temporary files, so
-# they run in a second lane beside the suites that build into build/, which run one after
-# another (two ninja processes must never share a build log). Each suite's output is
+# they run in a second lane, at a lower priority, beside the suites that build into build/,
+# which run one after another (two ninja processes must never share a build log). Each suite's output is
 # printed when it ends; the summary gives each suite's seconds, and the last line is
 # `N passed, N failed`.
 # FSDPGEN_BUDGET_S=S: a run longer than S seconds counts as one more failure.
@@ -56,9 +56,13 @@ run_suite() {
   } 9>"$out/print.lock"
 }
 
-# The planning lane: no build.
+# The planning lane: no build. It runs at a lower priority (nice 10): the build lane, which
+# holds the longer path, keeps both cores when it can use them, and the planning suites
+# fill the gaps (a build lane suite running one program at a time). Their CPU seconds are
+# their cost; their wall seconds stretch with the gaps.
 plan_lane() {
   local i=0 s
+  renice -n 10 -p "$BASHPID" >/dev/null
   for s in \
     "layout units:unit_layout" \
     "memory plan first fit:unit_memory_place" \
