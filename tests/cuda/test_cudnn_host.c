@@ -1,0 +1,67 @@
+// Host-only checks of rt_cudnn.h (runs without a GPU, as in CI): the argument checks and
+// their one-line reasons, the [B, heads, T, HD] view (dims and strides) cuDNN gets of the
+// packed tensors, the stats size, and, where no GPU is found, that create declines with a
+// reason instead of failing (the caller then keeps the hand-written kernels).
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "rt_cudnn.h"
+
+static int refused(int B, int T, int NH, int NKV, int HD, rt_dtype p, const char* word) {
+    char why[256] = "";
+    int rc = rt_cudnn_sdpa_check(B, T, NH, NKV, HD, p, why, sizeof why);
+    printf("  reason: %s\n", why);
+    return rc == -1 && strstr(why, word) != NULL && strchr(why, '\n') == NULL;
+}
+
+int main(void) {
+    char why[256] = "x";
+    CHECK(rt_cudnn_sdpa_check(2, 100, 32, 8, 64, RT_BF16, why, sizeof why) == 0 &&
+              strcmp(why, "x") == 0,
+          "GQA 32/8 heads, HD 64, bf16 accepted, reason untouched");
+    CHECK(rt_cudnn_sdpa_check(1, 1, 1, 1, 8, RT_F16, NULL, 0) == 0, "fp16, T=1 accepted");
+    CHECK(refused(0, 100, 4, 4, 64, RT_BF16, "positive"), "B=0 refused");
+    CHECK(refused(2, -1, 4, 4, 64, RT_BF16, "T=-1"), "T=-1 refused, the value in the reason");
+    CHECK(refused(2, 100, 4, 0, 64, RT_BF16, "positive"), "NKV=0 refused (no division)");
+    CHECK(refused(2, 100, 4, 4, 0, RT_BF16, "positive"), "HD=0 refused");
+    CHECK(refused(2, 100, 12, 8, 64, RT_BF16, "multiple of NKV"), "NH=12, NKV=8 refused");
+    CHECK(refused(2, 100, 4, 8, 64, RT_BF16, "multiple of NKV"), "NKV > NH refused");
+    CHECK(refused(2, 100, 4, 4, 64, RT_F32, "bf16 or fp16"), "fp32 refused");
+    CHECK(refused(2, 100, 4, 4, 64, RT_I32, "bf16 or fp16"), "int32 refused");
+    CHECK(refused(1 << 20, 1 << 20, 64, 64, 128, RT_BF16, "too large"), "huge shape refused");
+    CHECK(rt_cudnn_sdpa_check(0, 1, 1, 1, 1, RT_BF16, NULL, 0) == -1, "NULL reason buffer");
+
+    int64_t d[4], s[4];
+    rt_cudnn_sdpa_layout(2, 100, 12, 64, 0, d, s);
+    CHECK(d[0] == 2 && d[1] == 12 && d[2] == 100 && d[3] == 64, "q dims [B,NH,T,HD]");
+    CHECK(s[0] == 100 * 12 * 64 && s[1] == 64 && s[2] == 12 * 64 && s[3] == 1,
+          "q strides [T*NH*HD, HD, NH*HD, 1] of the packed [B,T,NH*HD]");
+    rt_cudnn_sdpa_layout(2, 100, 8, 128, 1, d, s);
+    CHECK(d[0] == 2 && d[1] == 8 && d[2] == 128 && d[3] == 100, "K^T dims [B,NKV,HD,T]");
+    CHECK(s[0] == 100 * 8 * 128 && s[1] == 128 && s[2] == 1 && s[3] == 8 * 128,
+          "K^T strides [T*NKV*HD, HD, 1, NKV*HD]");
+    // element (b, h, t, e) of the view is element b*T*NH*HD + t*NH*HD + h*HD + e packed
+    rt_cudnn_sdpa_layout(3, 5, 4, 8, 0, d, s);
+    CHECK(1 * s[0] + 2 * s[1] + 3 * s[2] + 7 * s[3] == 1 * 5 * 32 + 3 * 32 + 2 * 8 + 7,
+          "view offset of (1, 2, 3, 7) is the packed offset");
+    CHECK(rt_cudnn_sdpa_stats_floats(2, 12, 100) == 2400, "stats floats B*NH*T");
+    CHECK(rt_cudnn_sdpa_workspace_bytes(NULL) == 0, "workspace of NULL is 0");
+
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        why[0] = 0;
+        rt_cudnn_sdpa* p = rt_cudnn_sdpa_create(2, 100, 4, 4, 64, 1, RT_BF16, why, sizeof why);
+        printf("  reason: %s\n", why);
+        CHECK(p == NULL && strstr(why, "no CUDA device") != NULL,
+              "without a GPU create declines with a reason");
+        rt_cudnn_sdpa_destroy(p);
+    } else {
+        printf("SKIP create without a GPU: this machine has one (test_cudnn_attention runs it)\n");
+    }
+    rt_cudnn_sdpa_destroy(NULL);
+    return check_summary();
+}
