@@ -1,13 +1,17 @@
 // Host-only checks of rt_cudnn.h (runs without a GPU, as in CI): the argument checks and
 // their one-line reasons, the [B, heads, T, HD] view (dims and strides) cuDNN gets of the
-// packed tensors, the stats size, and, where no GPU is found, that create declines with a
-// reason instead of failing (the caller then keeps the hand-written kernels).
+// packed tensors, the stats size; both SDPA graphs lowered to finalized cuDNN descriptors
+// (rt_cudnn_sdpa_lower: cuDNN checks every operation's shapes and types without a GPU) at
+// the shapes test_cudnn_attention runs, with a control that such a check can fail; and,
+// where no GPU is found, that create declines with a reason instead of failing (the caller
+// then keeps the hand-written kernels).
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
+#include "cudnn_desc.h"
 #include "rt_cudnn.h"
 
 static int refused(int B, int T, int NH, int NKV, int HD, rt_dtype p, const char* word) {
@@ -49,6 +53,38 @@ int main(void) {
           "view offset of (1, 2, 3, 7) is the packed offset");
     CHECK(rt_cudnn_sdpa_stats_floats(2, 12, 100) == 2400, "stats floats B*NH*T");
     CHECK(rt_cudnn_sdpa_workspace_bytes(NULL) == 0, "workspace of NULL is 0");
+
+    // both graphs, both backward forms, causal or not, bf16 and fp16, the GPU test's shapes
+    static const int shapes[][3] = {{12, 12, 64}, {32, 8, 64}, {8, 2, 128}, {4, 2, 16},
+                                    {4, 4, 32}, {1, 1, 256}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int bad = 0;
+        why[0] = 0;
+        for (int c = 0; c < 2; c++)
+            for (int p = 0; p < 2; p++)
+                for (int acc = 0; acc < 2; acc++)
+                    bad |= rt_cudnn_sdpa_lower(2, 100, shapes[i][0], shapes[i][1], shapes[i][2],
+                                               c, p ? RT_F16 : RT_BF16, acc, why, sizeof why);
+        CHECK(!bad, "NH=%d NKV=%d HD=%d T=100: forward and backward graphs lower to cuDNN "
+              "descriptors (causal or not, bf16 and fp16, both backward forms)%s%s",
+              shapes[i][0], shapes[i][1], shapes[i][2], bad ? ": " : "", bad ? why : "");
+    }
+    CHECK(rt_cudnn_sdpa_lower(2, 100, 4, 3, 64, 1, RT_BF16, 1, why, sizeof why) == -1 &&
+              strstr(why, "multiple of NKV"), "lower checks its arguments too");
+    {  // control: cuDNN does refuse a malformed operation without a GPU (K^T's HD 60, Q's 64)
+        cg g;
+        cg_init(&g, NULL, why, sizeof why);
+        const int64_t qd[4] = {2, 4, 100, 64}, qs[4] = {25600, 64, 256, 1};
+        const int64_t kd[4] = {2, 4, 60, 100}, ks[4] = {24000, 60, 1, 240};
+        const int64_t sd[4] = {2, 4, 100, 100}, ss[4] = {40000, 10000, 100, 1};
+        cg_desc q = cg_tensor(&g, CUDNN_DATA_BFLOAT16, qd, qs, 1, 0);
+        cg_desc k = cg_tensor(&g, CUDNN_DATA_BFLOAT16, kd, ks, 2, 0);
+        cg_matmul(&g, q, k, cg_tensor(&g, CUDNN_DATA_FLOAT, sd, ss, 0, 1));
+        printf("  reason: %s\n", why);
+        CHECK(g.failed && strstr(why, "OPERATION_MATMUL"),
+              "control: a matmul of mismatched shapes fails to lower, naming the call");
+        cg_free(&g);
+    }
 
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);

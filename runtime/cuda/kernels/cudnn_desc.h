@@ -38,7 +38,8 @@ void cg_status_text(cudnnStatus_t st, char* buf, size_t n);
 // A 4-d tensor; uid 0 gives a virtual tensor a fresh UID. NULL after a failure.
 cg_desc cg_tensor(cg* g, cudnnDataType_t dt, const int64_t dim[4], const int64_t stride[4],
                   int64_t uid, int is_virtual);
-// A float scalar passed by value (dims {1}, strides {1}, as the frontend's scalars).
+// A float scalar passed by value: dims and strides {1,1,1,1} (the frontend expands its
+// fused scalars to the rank of the other operands; cuDNN refuses a rank mismatch).
 cg_desc cg_scalar(cg* g, int64_t uid);
 
 // y = mode(x[, b[, t]]) computed in `comp`; axis >= 0 for GEN_INDEX.
@@ -51,9 +52,11 @@ void cg_reduce(cg* g, cudnnReduceTensorOp_t op, cg_desc x, cg_desc y);
 // y = x seen with y's dims and strides.
 void cg_reshape(cg* g, cg_desc x, cg_desc y);
 
-// Finalizes the operations added so far into a plan; *ws gets its workspace bytes. NULL
-// (and `why`) when cuDNN has no engine for the graph. `what` names the graph in messages.
-cg_desc cg_plan(cg* g, const char* what, int64_t* ws);
+// Finalizes the operations added so far into an operation graph and, with a handle, into
+// a plan; *ws gets its workspace bytes. NULL (and `why`) when cuDNN has no engine for the
+// graph; always NULL without a handle (g->failed then says whether the graph finalized).
+// `what` names the graph in messages.
+cg_desc cg_finish(cg* g, const char* what, int64_t* ws);
 
 // Runs plan with the n (uid, pointer) pairs and workspace on the handle's stream; a
 // failure goes through rt_check_fail as one line naming the call and cuDNN's reasons.

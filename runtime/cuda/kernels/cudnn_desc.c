@@ -1,8 +1,8 @@
-// cuDNN backend-API helpers (cudnn_graph.h): descriptors set and finalized the way NVIDIA's
+// cuDNN backend-API helpers (cudnn_desc.h): descriptors set and finalized the way NVIDIA's
 // cudnn-frontend lowers its graph nodes (include/cudnn_frontend/node/{pointwise,matmul,
 // reduction,reshape}.h, cudnn_frontend_{Tensor,OperationGraph,Heuristics,ExecutionPlan}.h),
 // in plain C. Only host calls: nothing here allocates device memory or synchronizes.
-#include "cudnn_graph.h"
+#include "cudnn_desc.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -102,8 +102,8 @@ cg_desc cg_tensor(cg* g, cudnnDataType_t dt, const int64_t dim[4], const int64_t
 }
 
 cg_desc cg_scalar(cg* g, int64_t uid) {
-    const int64_t one = 1;
-    return tensor(g, CUDNN_DATA_FLOAT, 1, &one, &one, uid, 0, 1);
+    const int64_t one[4] = {1, 1, 1, 1};
+    return tensor(g, CUDNN_DATA_FLOAT, 4, one, one, uid, 0, 1);
 }
 
 static void add_op(cg* g, cg_desc op) {
@@ -222,14 +222,15 @@ static cg_desc plan_from(cg* g, cg_desc graph, cudnnBackendHeurMode_t mode, int6
     return NULL;
 }
 
-cg_desc cg_plan(cg* g, const char* what, int64_t* ws) {
+cg_desc cg_finish(cg* g, const char* what, int64_t* ws) {
     *ws = 0;
     cg_desc graph = cg_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
                            "CreateDescriptor(OPERATIONGRAPH)");
     SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops);
-    SET(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle);
+    if (g->handle)
+        SET(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle);
     cg_fin(g, graph, "Finalize(OPERATIONGRAPH)");
-    if (g->failed) return NULL;
+    if (g->failed || !g->handle) return NULL;
     int64_t tried = 0;
     cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
     // mode A first (what llm.c asks the frontend for), then cuDNN's fallback list
