@@ -59,10 +59,11 @@ int rt_cudnn_sdpa_check(int B, int T, int NH, int NKV, int HD, rt_dtype prec, ch
 void rt_cudnn_sdpa_layout(int B, int T, int heads, int HD, int transpose, int64_t dim[4],
                           int64_t stride[4]);
 
-// Builds and finalizes every tensor and operation descriptor of both graphs and their
+// Builds and finalizes every tensor and operation descriptor of the graphs and their
 // operation graphs, without a cuDNN handle or a GPU (cuDNN checks each operation's shapes
-// and types and the graph's connections; engines are not consulted). dq_acc picks the
-// backward's form (1: the default, dQ accumulated in fp32). 0, or -1 with the reason.
+// and types and the graph's connections; engines are not consulted): the composite
+// forward, and without causal also the unified forward operation; the backward in the
+// form dq_acc picks (1: the default, dQ accumulated in fp32). 0, or -1 with the reason.
 int rt_cudnn_sdpa_lower(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
                         int dq_acc, char* why, size_t why_len);
 

@@ -22,6 +22,38 @@ void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s) {
     free(s);
 }
 
+// One graph in one form into s->fwd or s->bwd: 1 when it finalized (with a handle: into a
+// plan). Forward forms: 1 the unified operation, 0 the composite graph; backward forms:
+// 1 dQ accumulated in fp32, 0 dQ straight from its matmul.
+static int attempt(rt_cudnn_sdpa* s, cudnnHandle_t handle, int fwd, int form,
+                   cudnnDataType_t io, char* why, size_t why_len) {
+    cg* g = fwd ? &s->fwd : &s->bwd;
+    cg_free(g);
+    cg_init(g, handle, why, why_len);
+    if (fwd && form) cudnn_sdpa_build_forward_unified(s, io);
+    if (fwd && !form) cudnn_sdpa_build_forward(s, io);
+    if (!fwd) cudnn_sdpa_build_backward(s, io, form);
+    return !g->failed;
+}
+
+// The frontend's form first (forward: the unified operation where there is no mask;
+// backward: dQ accumulated in fp32), then the other one; the first failure is the reason.
+static int build(rt_cudnn_sdpa* s, cudnnHandle_t handle, int fwd, cudnnDataType_t io,
+                 char* why, size_t why_len) {
+    const int first = fwd ? !s->causal : 1;  // a causal forward has one form only
+    int form = first;
+    int ok = attempt(s, handle, fwd, form, io, why, why_len);
+    if (!ok && (!fwd || first)) {
+        char reason[512];
+        snprintf(reason, sizeof reason, "%s", why);
+        form = !first;
+        ok = attempt(s, handle, fwd, form, io, why, why_len);
+        if (!ok) snprintf(why, why_len, "%s", reason);
+    }
+    if (ok && !fwd) s->dq_acc = form;
+    return ok;
+}
+
 static rt_cudnn_sdpa* give_up(rt_cudnn_sdpa* s) {
     rt_cudnn_sdpa_destroy(s);
     return NULL;
@@ -59,25 +91,8 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
         return give_up(s);
     }
     const cudnnDataType_t io = prec == RT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-    cg_init(&s->fwd, s->handle, why, why_len);
-    cudnn_sdpa_build_forward(s, io);
-    if (!s->fwd_plan) return give_up(s);
-    // the frontend's default backward first; if cuDNN has no engine for it, its other form
-    s->dq_acc = 1;
-    cg_init(&s->bwd, s->handle, why, why_len);
-    cudnn_sdpa_build_backward(s, io, 1);
-    if (!s->bwd_plan) {
-        char first[512];
-        snprintf(first, sizeof first, "%s", why);
-        cg_free(&s->bwd);
-        s->dq_acc = 0;
-        cg_init(&s->bwd, s->handle, why, why_len);
-        cudnn_sdpa_build_backward(s, io, 0);
-        if (!s->bwd_plan) {
-            snprintf(why, why_len, "%s", first);
-            return give_up(s);
-        }
-    }
+    if (!build(s, s->handle, 1, io, why, why_len)) return give_up(s);
+    if (!build(s, s->handle, 0, io, why, why_len)) return give_up(s);
     const size_t rows = (size_t)B * NH * T;
     s->sum_off = s->dq_acc ? up256(rows * HD * sizeof(float)) : 0;
     s->bwd_own = s->sum_off + up256(rows * sizeof(float));
@@ -94,16 +109,12 @@ int rt_cudnn_sdpa_lower(int B, int T, int NH, int NKV, int HD, int causal, rt_dt
     if (rt_cudnn_sdpa_check(B, T, NH, NKV, HD, prec, why, why_len)) return -1;
     rt_cudnn_sdpa s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .causal = causal != 0};
     const cudnnDataType_t io = prec == RT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-    cg_init(&s.fwd, NULL, why, why_len);
-    cudnn_sdpa_build_forward(&s, io);
-    int failed = s.fwd.failed;
+    int ok = attempt(&s, NULL, 1, 0, io, why, why_len);
+    if (ok && !s.causal) ok = attempt(&s, NULL, 1, 1, io, why, why_len);
+    if (ok) ok = attempt(&s, NULL, 0, dq_acc != 0, io, why, why_len);
     cg_free(&s.fwd);
-    if (failed) return -1;
-    cg_init(&s.bwd, NULL, why, why_len);
-    cudnn_sdpa_build_backward(&s, io, dq_acc);
-    failed = s.bwd.failed;
     cg_free(&s.bwd);
-    return failed ? -1 : 0;
+    return ok ? 0 : -1;
 }
 
 static void set_stream(const rt_cudnn_sdpa* s, rt_cudnn_stream stream, int line) {

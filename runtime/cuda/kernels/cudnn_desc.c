@@ -101,9 +101,9 @@ cg_desc cg_tensor(cg* g, cudnnDataType_t dt, const int64_t dim[4], const int64_t
     return tensor(g, dt, 4, dim, stride, uid, is_virtual, 0);
 }
 
-cg_desc cg_scalar(cg* g, int64_t uid) {
+cg_desc cg_scalar(cg* g, int64_t uid, int rank) {
     const int64_t one[4] = {1, 1, 1, 1};
-    return tensor(g, CUDNN_DATA_FLOAT, 4, one, one, uid, 0, 1);
+    return tensor(g, CUDNN_DATA_FLOAT, rank, one, one, uid, 0, 1);
 }
 
 static void add_op(cg* g, cg_desc op) {
@@ -167,6 +167,20 @@ void cg_reduce(cg* g, cudnnReduceTensorOp_t red, cg_desc x, cg_desc y) {
     SET(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
     SET(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
     cg_fin(g, op, "Finalize(OPERATION_REDUCTION)");
+    add_op(g, op);
+}
+
+void cg_sdpa_fwd(cg* g, cg_desc q, cg_desc k, cg_desc v, cg_desc o, cg_desc stats,
+                 cg_desc scale) {
+    cg_desc op = cg_new(g, CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR,
+                        "CreateDescriptor(OPERATION_SDPA_FWD)");
+    SET(op, CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &q);
+    SET(op, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k);
+    SET(op, CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
+    SET(op, CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o);
+    SET(op, CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &stats);
+    SET(op, CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &scale);
+    cg_fin(g, op, "Finalize(OPERATION_SDPA_FWD)");
     add_op(g, op);
 }
 

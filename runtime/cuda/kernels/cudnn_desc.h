@@ -38,9 +38,10 @@ void cg_status_text(cudnnStatus_t st, char* buf, size_t n);
 // A 4-d tensor; uid 0 gives a virtual tensor a fresh UID. NULL after a failure.
 cg_desc cg_tensor(cg* g, cudnnDataType_t dt, const int64_t dim[4], const int64_t stride[4],
                   int64_t uid, int is_virtual);
-// A float scalar passed by value: dims and strides {1,1,1,1} (the frontend expands its
-// fused scalars to the rank of the other operands; cuDNN refuses a rank mismatch).
-cg_desc cg_scalar(cg* g, int64_t uid);
+// A float scalar passed by value, dims and strides all 1: rank 4 next to 4-d operands of
+// pointwise operations (the frontend expands its fused scalars to their rank; cuDNN refuses
+// a mismatch), rank 1 for the unified SDPA operation (as the frontend leaves it there).
+cg_desc cg_scalar(cg* g, int64_t uid, int rank);
 
 // y = mode(x[, b[, t]]) computed in `comp`; axis >= 0 for GEN_INDEX.
 void cg_pointwise(cg* g, cudnnPointwiseMode_t mode, cudnnDataType_t comp, cg_desc x, cg_desc b,
@@ -49,6 +50,10 @@ void cg_pointwise(cg* g, cudnnPointwiseMode_t mode, cudnnDataType_t comp, cg_des
 void cg_matmul(cg* g, cg_desc a, cg_desc b, cg_desc c);
 // y = reduce(x) over the dims where y has size 1, fp32 compute.
 void cg_reduce(cg* g, cudnnReduceTensorOp_t op, cg_desc x, cg_desc y);
+// cuDNN's unified SDPA forward operation (cuDNN >= 9.13.1): o = softmax(scale q k^T) v with
+// stats (logsumexp per row); q, k, v, o [B, heads, T, HD], no mask.
+void cg_sdpa_fwd(cg* g, cg_desc q, cg_desc k, cg_desc v, cg_desc o, cg_desc stats,
+                 cg_desc scale);
 // y = x seen with y's dims and strides.
 void cg_reshape(cg* g, cg_desc x, cg_desc y);
 

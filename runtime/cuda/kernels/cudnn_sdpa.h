@@ -27,6 +27,9 @@ struct rt_cudnn_sdpa {
 // (s->fwd_plan / s->bwd_plan, NULL on failure); without one (no GPU needed) they stop at
 // the finalized operation graph, which checks every operation's shapes and types.
 void cudnn_sdpa_build_forward(rt_cudnn_sdpa* s, cudnnDataType_t io);
+// The forward as one unified SDPA operation, the frontend's choice without a mask from
+// cuDNN 9.13.1 (UnifiedSDPANode); not causal only.
+void cudnn_sdpa_build_forward_unified(rt_cudnn_sdpa* s, cudnnDataType_t io);
 void cudnn_sdpa_build_backward(rt_cudnn_sdpa* s, cudnnDataType_t io, int dq_acc);
 
 #endif

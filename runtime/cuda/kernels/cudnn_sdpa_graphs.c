@@ -43,7 +43,7 @@ static cg_desc causal_mask(cg* g, const shapes* h, cg_desc x) {
     cg_desc col = virt(g, CUDNN_DATA_INT32, h->s, h->ss);
     cg_desc keep = virt(g, CUDNN_DATA_BOOLEAN, h->s, h->ss);
     cg_desc y = virt(g, CUDNN_DATA_FLOAT, h->s, h->ss);
-    cg_desc ninf = cg_scalar(g, U_NEG_INF);
+    cg_desc ninf = cg_scalar(g, U_NEG_INF, 4);
     cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, NULL, NULL, row, 2);
     cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, NULL, NULL, col, 3);
     cg_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, -1);
@@ -69,7 +69,7 @@ void cudnn_sdpa_build_forward(rt_cudnn_sdpa* s, cudnnDataType_t io) {
     cg_desc v = cg_tensor(g, h->io, h->k, h->ks, U_V, 0);
     cg_desc sc = virt(g, F, h->s, h->ss);
     cg_matmul(g, q, kt, sc);
-    cg_desc x = pw(g, CUDNN_POINTWISE_MUL, sc, cg_scalar(g, U_SCALE), F, h->s, h->ss);
+    cg_desc x = pw(g, CUDNN_POINTWISE_MUL, sc, cg_scalar(g, U_SCALE, 4), F, h->s, h->ss);
     if (s->causal) x = causal_mask(g, h, x);
     cg_desc mx = virt(g, F, h->r, h->rs);
     cg_reduce(g, CUDNN_REDUCE_TENSOR_MAX, x, mx);
@@ -84,6 +84,19 @@ void cudnn_sdpa_build_forward(rt_cudnn_sdpa* s, cudnnDataType_t io) {
     cg_desc o = cg_tensor(g, h->io, h->q, h->qs, U_O, 0);
     cg_matmul(g, p, v, o);
     s->fwd_plan = cg_finish(g, "SDPA forward", &s->fwd_ws);
+}
+
+void cudnn_sdpa_build_forward_unified(rt_cudnn_sdpa* s, cudnnDataType_t io) {
+    shapes sh, *h = &sh;
+    get_shapes(s, io, h);
+    cg* g = &s->fwd;
+    cg_desc q = cg_tensor(g, h->io, h->q, h->qs, U_Q, 0);
+    cg_desc k = cg_tensor(g, h->io, h->k, h->ks, U_K, 0);
+    cg_desc v = cg_tensor(g, h->io, h->k, h->ks, U_V, 0);
+    cg_desc o = cg_tensor(g, h->io, h->q, h->qs, U_O, 0);
+    cg_desc stats = cg_tensor(g, CUDNN_DATA_FLOAT, h->r, h->rs, U_STATS, 0);
+    cg_sdpa_fwd(g, q, k, v, o, stats, cg_scalar(g, U_SCALE, 1));
+    s->fwd_plan = cg_finish(g, "unified SDPA forward", &s->fwd_ws);
 }
 
 // dst = a^T-side product into a gradient of kv shape; GQA sums the NH/NKV query heads.
@@ -112,13 +125,13 @@ void cudnn_sdpa_build_backward(rt_cudnn_sdpa* s, cudnnDataType_t io, int dq_acc)
     cg_desc o = cg_tensor(g, h->io, h->q, h->qs, U_O, 0);
     cg_desc dout = cg_tensor(g, h->io, h->q, h->qs, U_DO, 0);
     cg_desc stats = cg_tensor(g, F, h->r, h->rs, U_STATS, 0);
-    cg_desc scale = cg_scalar(g, U_SCALE);
+    cg_desc scale = cg_scalar(g, U_SCALE, 4);
     // softmax_sum = rowsum(dO * O) * 1, an fp32 tensor of its own in the workspace
     cg_desc x = pw(g, CUDNN_POINTWISE_MUL, dout, o, F, h->o, h->os);
     cg_desc r = virt(g, F, h->r, h->rs);
     cg_reduce(g, CUDNN_REDUCE_TENSOR_ADD, x, r);
     cg_desc ssum = cg_tensor(g, F, h->r, h->rs, U_SUM, 0);
-    cg_pointwise(g, CUDNN_POINTWISE_MUL, F, r, cg_scalar(g, U_ONE), NULL, ssum, -1);
+    cg_pointwise(g, CUDNN_POINTWISE_MUL, F, r, cg_scalar(g, U_ONE, 4), NULL, ssum, -1);
     // P = exp(scale * Q K^T - stats), masked
     cg_desc sc = virt(g, F, h->s, h->ss);
     cg_matmul(g, q, kt, sc);
