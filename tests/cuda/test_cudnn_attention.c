@@ -30,9 +30,17 @@
 #include "rt_kernels.h"
 #include "cpu_unrename.h"
 
+static uint16_t to16(float x, rt_dtype p) {
+    return p == RT_BF16 ? rt_f32_to_bf16(x) : rt_f32_to_f16(x);
+}
+
+static float from16(uint16_t h, rt_dtype p) {
+    return p == RT_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h);
+}
+
 static uint16_t* pack(const float* x, size_t n, rt_dtype p) {
     uint16_t* h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = p == RT_BF16 ? rt_f32_to_bf16(x[i]) : rt_f32_to_f16(x[i]);
+    for (size_t i = 0; i < n; i++) h[i] = to16(x[i], p);
     void* d = dalloc(n * 2);
     RT_CHECK_CUDA(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
     free(h);
@@ -43,14 +51,14 @@ static float* unpack(const void* d, size_t n, rt_dtype p) {
     uint16_t* h = malloc(n * sizeof *h);
     float* f = malloc(n * sizeof *f);
     RT_CHECK_CUDA(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) f[i] = p == RT_BF16 ? rt_bf16_to_f32(h[i]) : rt_f16_to_f32(h[i]);
+    for (size_t i = 0; i < n; i++) f[i] = from16(h[i], p);
     free(h);
     return f;
 }
 
 static void round_to(float* x, size_t n, rt_dtype p) {
     for (size_t i = 0; i < n; i++)
-        x[i] = p == RT_BF16 ? rt_bf16_to_f32(rt_f32_to_bf16(x[i])) : rt_f16_to_f32(rt_f32_to_f16(x[i]));
+        x[i] = from16(to16(x[i], p), p);
 }
 
 // bound2 = k * b + u |want|
@@ -125,7 +133,8 @@ static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, in
     float* lse = malloc(ns * 4);  // the CPU's (max, 1/sum) as logsumexp
     for (size_t i = 0; i < ns; i++) lse[i] = st[2 * i] - logf(st[2 * i + 1]);
     double sd = 0.0;
-    for (size_t i = 0; i < ns; i++) sd = fmax(sd, isnan(g_st[i]) ? INFINITY : fabs(g_st[i] - lse[i]));
+    for (size_t i = 0; i < ns; i++)
+        sd = fmax(sd, isnan(g_st[i]) ? INFINITY : fabs(g_st[i] - lse[i]));
     CHECK(sd <= 1e-3, "  forward: stats (logsumexp, fp32) max diff %.3g", sd);
     double* e = extra(bd.dq_D, 2.0, dq, u, nq);
     cmp_bound("  backward: dq", g_dq, dq, bd.dq, e, nq);

@@ -255,8 +255,9 @@ cg_desc cg_finish(cg* g, const char* what, int64_t* ws) {
         char text[384];
         cg_status_text(last, text, sizeof text);
         g->failed = 1;
-        snprintf(g->why, g->why_len, "cuDNN has no engine for the %s graph (%lld configs tried): %s",
-                 what, (long long)tried, text);
+        snprintf(g->why, g->why_len,
+                 "cuDNN has no engine for the %s graph (%lld configs tried): %s", what,
+                 (long long)tried, text);
         return NULL;
     }
     int64_t n = 0;
