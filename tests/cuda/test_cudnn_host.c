@@ -4,15 +4,115 @@
 // (rt_cudnn_sdpa_lower: cuDNN checks every operation's shapes and types without a GPU) at
 // the shapes test_cudnn_attention runs, with a control that such a check can fail; and,
 // where no GPU is found, that create declines with a reason instead of failing (the caller
-// then keeps the hand-written kernels).
+// then keeps the hand-written kernels). And the graphs themselves: this program run again
+// (`--graph ...`) with cuDNN's API log on, the log's operation graph must read as
+// tests/cuda/cudnn_sdpa_graphs.txt, which holds cudnn-frontend's graphs for the same
+// shapes (`--normalize LOG` prints a log's graph in that form).
+#define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
-#include "cudnn_desc.h"
+#include "cudnn_graph_log.h"
+#include "cudnn_sdpa.h"
 #include "rt_cudnn.h"
+
+extern char** environ;
+
+// --graph FORM B T NH NKV HD CAUSAL FP16: builds one graph without a handle (its operation
+// graph finalized, then destroyed: the log's last one). FORM: fwd_composite, fwd_unified,
+// bwd_acc, bwd_direct. Exit status 0 when it built.
+static int graph_main(char** a) {
+    char why[512] = "";
+    rt_cudnn_sdpa s = {.B = atoi(a[1]), .T = atoi(a[2]), .NH = atoi(a[3]), .NKV = atoi(a[4]),
+                       .HD = atoi(a[5]), .causal = atoi(a[6])};
+    const cudnnDataType_t io = atoi(a[7]) ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    cg* g = strncmp(a[0], "fwd", 3) == 0 ? &s.fwd : &s.bwd;
+    cg_init(g, NULL, why, sizeof why);
+    if (!strcmp(a[0], "fwd_composite")) cudnn_sdpa_build_forward(&s, io);
+    else if (!strcmp(a[0], "fwd_unified")) cudnn_sdpa_build_forward_unified(&s, io);
+    else cudnn_sdpa_build_backward(&s, io, !strcmp(a[0], "bwd_acc"));
+    const int failed = g->failed;
+    cg_free(g);
+    if (failed) fprintf(stderr, "%s\n", why);
+    return failed;
+}
+
+// Runs `SELF --graph ARGS` with cuDNN's API log into a file; its normalized graph, or NULL.
+static char* logged_graph(const char* args) {
+    char log[64] = "/tmp/fsdpgen_cudnn_log.XXXXXX", cmd[256], env[128];
+    int fd = mkstemp(log);
+    if (fd < 0) return NULL;
+    close(fd);
+    snprintf(env, sizeof env, "CUDNN_LOGDEST_DBG=%s", log);
+    snprintf(cmd, sizeof cmd, "--graph %s", args);
+    char* argv[16] = {"/proc/self/exe"};
+    int n = 1;
+    for (char* t = strtok(cmd, " "); t && n < 15; t = strtok(NULL, " ")) argv[n++] = t;
+    argv[n] = NULL;
+    char* envp[64] = {"CUDNN_LOGLEVEL_DBG=3", env};
+    int ne = 2;
+    for (char** e = environ; *e && ne < 63; e++)
+        if (strncmp(*e, "CUDNN_", 6)) envp[ne++] = *e;
+    envp[ne] = NULL;
+    pid_t pid;
+    int st = -1;
+    char* text = NULL;
+    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, envp) == 0 &&
+        waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        text = cgl_normalize(log);
+    unlink(log);
+    return text;
+}
+
+// The golden graphs: "== ARGS" then the graph, up to the next "==" (# lines: comments).
+static void check_golden(const char* path) {
+    FILE* f = fopen(path, "r");
+    CHECK(f != NULL, "%s readable (run from the repository root)", path);
+    if (!f) return;
+    static char want[1 << 17];
+    char line[1024], args[256] = "";
+    size_t len = 0;
+    int cases = 0;
+    for (int more = 1; more;) {
+        more = fgets(line, sizeof line, f) != NULL;
+        if (more && line[0] == '#') continue;
+        if (!more || !strncmp(line, "== ", 3)) {
+            if (args[0]) {
+                char* got = logged_graph(args);
+                size_t at = 0;  // where got and want part
+                while (got && got[at] && got[at] == want[at]) at++;
+                int same = got && at == len && got[at] == 0;
+                size_t ls = at;
+                while (ls > 0 && want[ls - 1] != '\n') ls--;
+                CHECK(same, "graph %s: as cudnn-frontend builds it%s%.80s", args,
+                      same ? "" : "; the frontend's line where they part: ",
+                      same ? "" : want + ls);
+                free(got);
+                cases++;
+            }
+            if (more) snprintf(args, sizeof args, "%.*s", (int)strcspn(line + 3, "\n"), line + 3);
+            len = 0;
+            want[0] = 0;
+        } else if (len + strlen(line) < sizeof want) {
+            memcpy(want + len, line, strlen(line) + 1);
+            len += strlen(line);
+        }
+    }
+    fclose(f);
+    CHECK(cases >= 5, "%s: %d graphs compared", path, cases);
+    // control: the logged text tells graphs apart that differ only in the 16-bit type
+    char* a = logged_graph("fwd_composite 2 100 32 8 64 1 0");
+    char* b = logged_graph("fwd_composite 2 100 32 8 64 1 1");
+    CHECK(a && b && strcmp(a, b) != 0, "control: bf16 and fp16 graphs log differently");
+    free(a), free(b);
+}
 
 static int refused(int B, int T, int NH, int NKV, int HD, rt_dtype p, const char* word) {
     char why[256] = "";
@@ -21,7 +121,14 @@ static int refused(int B, int T, int NH, int NKV, int HD, rt_dtype p, const char
     return rc == -1 && strstr(why, word) != NULL && strchr(why, '\n') == NULL;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    if (argc == 10 && !strcmp(argv[1], "--graph")) return graph_main(argv + 2);
+    if (argc == 3 && !strcmp(argv[1], "--normalize")) {
+        char* text = cgl_normalize(argv[2]);
+        if (text) fputs(text, stdout);
+        free(text);
+        return text ? 0 : 1;
+    }
     char why[256] = "x";
     CHECK(rt_cudnn_sdpa_check(2, 100, 32, 8, 64, RT_BF16, why, sizeof why) == 0 &&
               strcmp(why, "x") == 0,
@@ -85,6 +192,8 @@ int main(void) {
               "control: a matmul of mismatched shapes fails to lower, naming the call");
         cg_free(&g);
     }
+
+    check_golden("tests/cuda/cudnn_sdpa_graphs.txt");
 
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
