@@ -98,6 +98,7 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
     s->bwd_own = s->sum_off + up256(rows * sizeof(float));
     const size_t bwd = s->bwd_own + (size_t)s->bwd_ws, fwd = (size_t)s->fwd_ws;
     s->ws = bwd > fwd ? bwd : fwd;
+    why[0] = 0;  // a first form's refusal, where the other form was taken
     return s;
 }
 

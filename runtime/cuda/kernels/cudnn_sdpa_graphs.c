@@ -6,6 +6,8 @@
 // causal mask (gen_index row and column, row >= column, binary select against -inf),
 // softmax with stats = max + log(sum), P (16-bit) . V; backward from Q, K, V, O, dO and
 // stats with its own fp32 tensors (rowsum(dO * O), the dQ accumulator) in the workspace.
+// Without a mask the frontend emits one unified SDPA forward operation instead
+// (UnifiedSDPANode), built here too. tests/cuda/cudnn_sdpa_graphs.txt holds the frontend's.
 #include "cudnn_sdpa.h"
 
 // The graphs' shapes: scores [B,NH,T,T] (and transposed), rows [B,NH,T,1], packed tensors.
