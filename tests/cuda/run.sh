@@ -14,8 +14,11 @@
 # themselves linked against every runtime/cuda/kernels kernel on the CPU emulator (tests/cuda/emu:
 # the CUDA runtime, cuBLAS and graph capture on the host, CUDA threads as fibers; lazy stream
 # modes), so every GPU check also runs here; test_cuda_streams_emu also in the emulator's
-# lazy mode, which test_lazy_emu checks (both lazy modes). Those emulated programs are built
-# without sanitizers; the slow tier runs each again built with ASan+UBSan (`_san`).
+# lazy mode, which test_lazy_emu checks (both lazy modes). test_cudnn_host checks the cuDNN
+# attention's host parts and lowers its graphs to cuDNN descriptors (no GPU needed);
+# test_cudnn_attention runs it on a GPU against the CPU kernel (skips without one). The
+# emulated programs are built without sanitizers; the slow tier runs each again built with
+# ASan+UBSan (`_san`).
 # The last line is the summed `N passed, N failed`; the exit status is non-zero when
 # anything failed.
 set -u
@@ -47,7 +50,7 @@ echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 # stream dependency changes the results
 tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_tc_emu test_mma_layout
 test_cuda_kernels test_cuda_streams test_cuda_kernels_emu test_cuda_streams_emu
-1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu"
+1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu test_cudnn_host test_cudnn_attention"
 [ "$slow" = 1 ] && tests="$tests test_flash_emu_tsan test_flash_tc_emu_tsan test_flash_tc_emu_others
 test_cuda_kernels_emu_san test_cuda_streams_emu_san 1:test_cuda_streams_emu_san 1:test_lazy_emu_san
 low:test_lazy_emu_san"

@@ -1,0 +1,74 @@
+// Scaled-dot-product attention through cuDNN 9's fused flash-attention engines (the
+// backend API in C, the graphs NVIDIA's cudnn-frontend builds for its SDPA nodes), as an
+// alternative to the hand-written kernels of rt_kernels.h on CUDA.
+//   * Plans are built once per shape at start-up (rt_cudnn_sdpa_create); where cuDNN or a
+//     GPU is missing, or cuDNN refuses the shape, create returns NULL with a one-line
+//     reason and the caller keeps the hand-written kernels.
+//   * Tensors are packed 16-bit (bf16 or fp16 bits, uint16 storage) in the runtime's
+//     layout: q, out, dout, dq [B,T,NH*HD]; k, v, dk, dv [B,T,NKV*HD]. NH % NKV == 0;
+//     query head h uses kv head h / (NH/NKV); scale 1/sqrt(HD); causal masks keys after
+//     the query. stats: one fp32 logsumexp per (b, head, query row), [B,NH,T].
+//   * forward/backward allocate nothing, never synchronize and read nothing back, so they
+//     run inside CUDA-graph capture; they need a workspace of
+//     rt_cudnn_sdpa_workspace_bytes (one buffer serves both). A cuDNN failure at run time
+//     stops the program through rt_check_fail with one line naming the call.
+//   * No dropout (the frontend's RNG / dropout-mask nodes are not built here).
+#ifndef RT_CUDNN_H
+#define RT_CUDNN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt_dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_cudnn_sdpa rt_cudnn_sdpa;
+typedef struct CUstream_st* rt_cudnn_stream;  // cudaStream_t without cuda_runtime.h
+
+// Builds and finalizes the forward and backward plans for one shape and precision
+// (RT_BF16 or RT_F16). NULL, with a one-line reason in why, when the arguments are
+// invalid, no GPU or cuDNN is usable, or cuDNN has no engine for the shape.
+rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int causal,
+                                    rt_dtype prec, char* why, size_t why_len);
+void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s);
+
+// Bytes of device workspace forward and backward need (the larger of the two).
+size_t rt_cudnn_sdpa_workspace_bytes(const rt_cudnn_sdpa* s);
+// Floats of stats: B*NH*T.
+size_t rt_cudnn_sdpa_stats_floats(int B, int NH, int T);
+
+void rt_cudnn_sdpa_forward(const rt_cudnn_sdpa* s, void* out, float* stats, const void* q,
+                           const void* k, const void* v, void* workspace,
+                           rt_cudnn_stream stream);
+// Overwrites dq, dk, dv; out and stats are what rt_cudnn_sdpa_forward wrote.
+void rt_cudnn_sdpa_backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv,
+                            const void* dout, const void* out, const void* q, const void* k,
+                            const void* v, const float* stats, void* workspace,
+                            rt_cudnn_stream stream);
+
+// ---- host-only parts, usable without cuDNN or a GPU ---------------------------------------
+
+// 0 when the arguments are usable, else -1 and a one-line reason in why.
+int rt_cudnn_sdpa_check(int B, int T, int NH, int NKV, int HD, rt_dtype prec, char* why,
+                        size_t why_len);
+// cuDNN's view [B, heads, T, HD] of a packed [B,T,heads*HD] tensor: dims and strides
+// (elements). transpose != 0 swaps the last two (K^T as the SDPA graphs take it).
+void rt_cudnn_sdpa_layout(int B, int T, int heads, int HD, int transpose, int64_t dim[4],
+                          int64_t stride[4]);
+
+// Builds and finalizes every tensor and operation descriptor of the graphs and their
+// operation graphs, without a cuDNN handle or a GPU (cuDNN checks each operation's shapes
+// and types and the graph's connections; engines are not consulted): the composite
+// forward, and without causal also the unified forward operation; the backward in the
+// form dq_acc picks (1: the default, dQ accumulated in fp32). 0, or -1 with the reason.
+int rt_cudnn_sdpa_lower(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
+                        int dq_acc, char* why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,212 @@
+// Host-only checks of rt_cudnn.h (runs without a GPU, as in CI): the argument checks and
+// their one-line reasons, the [B, heads, T, HD] view (dims and strides) cuDNN gets of the
+// packed tensors, the stats size; both SDPA graphs lowered to finalized cuDNN descriptors
+// (rt_cudnn_sdpa_lower: cuDNN checks every operation's shapes and types without a GPU) at
+// the shapes test_cudnn_attention runs, with a control that such a check can fail; and,
+// where no GPU is found, that create declines with a reason instead of failing (the caller
+// then keeps the hand-written kernels). And the graphs themselves: this program run again
+// (`--graph ...`) with cuDNN's API log on, the log's operation graph must read as
+// tests/cuda/cudnn_sdpa_graphs.txt, which holds cudnn-frontend's graphs for the same
+// shapes (`--normalize LOG` prints a log's graph in that form).
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cudnn_graph_log.h"
+#include "cudnn_sdpa.h"
+#include "rt_cudnn.h"
+
+extern char** environ;
+
+// --graph FORM B T NH NKV HD CAUSAL FP16: builds one graph without a handle (its operation
+// graph finalized, then destroyed: the log's last one). FORM: fwd_composite, fwd_unified,
+// bwd_acc, bwd_direct. Exit status 0 when it built.
+static int graph_main(char** a) {
+    char why[512] = "";
+    rt_cudnn_sdpa s = {.B = atoi(a[1]), .T = atoi(a[2]), .NH = atoi(a[3]), .NKV = atoi(a[4]),
+                       .HD = atoi(a[5]), .causal = atoi(a[6])};
+    const cudnnDataType_t io = atoi(a[7]) ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    cg* g = strncmp(a[0], "fwd", 3) == 0 ? &s.fwd : &s.bwd;
+    cg_init(g, NULL, why, sizeof why);
+    if (!strcmp(a[0], "fwd_composite")) cudnn_sdpa_build_forward(&s, io);
+    else if (!strcmp(a[0], "fwd_unified")) cudnn_sdpa_build_forward_unified(&s, io);
+    else cudnn_sdpa_build_backward(&s, io, !strcmp(a[0], "bwd_acc"));
+    const int failed = g->failed;
+    cg_free(g);
+    if (failed) fprintf(stderr, "%s\n", why);
+    return failed;
+}
+
+// Runs `SELF --graph ARGS` with cuDNN's API log into a file; its normalized graph, or NULL.
+static char* logged_graph(const char* args) {
+    char log[64] = "/tmp/fsdpgen_cudnn_log.XXXXXX", cmd[256], env[128];
+    int fd = mkstemp(log);
+    if (fd < 0) return NULL;
+    close(fd);
+    snprintf(env, sizeof env, "CUDNN_LOGDEST_DBG=%s", log);
+    snprintf(cmd, sizeof cmd, "--graph %s", args);
+    char* argv[16] = {"/proc/self/exe"};
+    int n = 1;
+    for (char* t = strtok(cmd, " "); t && n < 15; t = strtok(NULL, " ")) argv[n++] = t;
+    argv[n] = NULL;
+    char* envp[64] = {"CUDNN_LOGLEVEL_DBG=3", env};
+    int ne = 2;
+    for (char** e = environ; *e && ne < 63; e++)
+        if (strncmp(*e, "CUDNN_", 6)) envp[ne++] = *e;
+    envp[ne] = NULL;
+    pid_t pid;
+    int st = -1;
+    char* text = NULL;
+    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, envp) == 0 &&
+        waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        text = cgl_normalize(log);
+    unlink(log);
+    return text;
+}
+
+// The golden graphs: "== ARGS" then the graph, up to the next "==" (# lines: comments).
+static void check_golden(const char* path) {
+    FILE* f = fopen(path, "r");
+    CHECK(f != NULL, "%s readable (run from the repository root)", path);
+    if (!f) return;
+    static char want[1 << 17];
+    char line[1024], args[256] = "";
+    size_t len = 0;
+    int cases = 0;
+    for (int more = 1; more;) {
+        more = fgets(line, sizeof line, f) != NULL;
+        if (more && line[0] == '#') continue;
+        if (!more || !strncmp(line, "== ", 3)) {
+            if (args[0]) {
+                char* got = logged_graph(args);
+                size_t at = 0;  // where got and want part
+                while (got && got[at] && got[at] == want[at]) at++;
+                int same = got && at == len && got[at] == 0;
+                size_t ls = at;
+                while (ls > 0 && want[ls - 1] != '\n') ls--;
+                CHECK(same, "graph %s: as cudnn-frontend builds it%s%.80s", args,
+                      same ? "" : "; the frontend's line where they part: ",
+                      same ? "" : want + ls);
+                free(got);
+                cases++;
+            }
+            if (more) snprintf(args, sizeof args, "%.*s", (int)strcspn(line + 3, "\n"), line + 3);
+            len = 0;
+            want[0] = 0;
+        } else if (len + strlen(line) < sizeof want) {
+            memcpy(want + len, line, strlen(line) + 1);
+            len += strlen(line);
+        }
+    }
+    fclose(f);
+    CHECK(cases >= 5, "%s: %d graphs compared", path, cases);
+    // control: the logged text tells graphs apart that differ only in the 16-bit type
+    char* a = logged_graph("fwd_composite 2 100 32 8 64 1 0");
+    char* b = logged_graph("fwd_composite 2 100 32 8 64 1 1");
+    CHECK(a && b && strcmp(a, b) != 0, "control: bf16 and fp16 graphs log differently");
+    free(a), free(b);
+}
+
+static int refused(int B, int T, int NH, int NKV, int HD, rt_dtype p, const char* word) {
+    char why[256] = "";
+    int rc = rt_cudnn_sdpa_check(B, T, NH, NKV, HD, p, why, sizeof why);
+    printf("  reason: %s\n", why);
+    return rc == -1 && strstr(why, word) != NULL && strchr(why, '\n') == NULL;
+}
+
+int main(int argc, char** argv) {
+    if (argc == 10 && !strcmp(argv[1], "--graph")) return graph_main(argv + 2);
+    if (argc == 3 && !strcmp(argv[1], "--normalize")) {
+        char* text = cgl_normalize(argv[2]);
+        if (text) fputs(text, stdout);
+        free(text);
+        return text ? 0 : 1;
+    }
+    char why[256] = "x";
+    CHECK(rt_cudnn_sdpa_check(2, 100, 32, 8, 64, RT_BF16, why, sizeof why) == 0 &&
+              strcmp(why, "x") == 0,
+          "GQA 32/8 heads, HD 64, bf16 accepted, reason untouched");
+    CHECK(rt_cudnn_sdpa_check(1, 1, 1, 1, 8, RT_F16, NULL, 0) == 0, "fp16, T=1 accepted");
+    CHECK(refused(0, 100, 4, 4, 64, RT_BF16, "positive"), "B=0 refused");
+    CHECK(refused(2, -1, 4, 4, 64, RT_BF16, "T=-1"), "T=-1 refused, the value in the reason");
+    CHECK(refused(2, 100, 4, 0, 64, RT_BF16, "positive"), "NKV=0 refused (no division)");
+    CHECK(refused(2, 100, 4, 4, 0, RT_BF16, "positive"), "HD=0 refused");
+    CHECK(refused(2, 100, 12, 8, 64, RT_BF16, "multiple of NKV"), "NH=12, NKV=8 refused");
+    CHECK(refused(2, 100, 4, 8, 64, RT_BF16, "multiple of NKV"), "NKV > NH refused");
+    CHECK(refused(2, 100, 4, 4, 64, RT_F32, "bf16 or fp16"), "fp32 refused");
+    CHECK(refused(2, 100, 4, 4, 64, RT_I32, "bf16 or fp16"), "int32 refused");
+    CHECK(refused(1 << 20, 1 << 20, 64, 64, 128, RT_BF16, "too large"), "huge shape refused");
+    CHECK(rt_cudnn_sdpa_check(0, 1, 1, 1, 1, RT_BF16, NULL, 0) == -1, "NULL reason buffer");
+
+    int64_t d[4], s[4];
+    rt_cudnn_sdpa_layout(2, 100, 12, 64, 0, d, s);
+    CHECK(d[0] == 2 && d[1] == 12 && d[2] == 100 && d[3] == 64, "q dims [B,NH,T,HD]");
+    CHECK(s[0] == 100 * 12 * 64 && s[1] == 64 && s[2] == 12 * 64 && s[3] == 1,
+          "q strides [T*NH*HD, HD, NH*HD, 1] of the packed [B,T,NH*HD]");
+    rt_cudnn_sdpa_layout(2, 100, 8, 128, 1, d, s);
+    CHECK(d[0] == 2 && d[1] == 8 && d[2] == 128 && d[3] == 100, "K^T dims [B,NKV,HD,T]");
+    CHECK(s[0] == 100 * 8 * 128 && s[1] == 128 && s[2] == 1 && s[3] == 8 * 128,
+          "K^T strides [T*NKV*HD, HD, 1, NKV*HD]");
+    // element (b, h, t, e) of the view is element b*T*NH*HD + t*NH*HD + h*HD + e packed
+    rt_cudnn_sdpa_layout(3, 5, 4, 8, 0, d, s);
+    CHECK(1 * s[0] + 2 * s[1] + 3 * s[2] + 7 * s[3] == 1 * 5 * 32 + 3 * 32 + 2 * 8 + 7,
+          "view offset of (1, 2, 3, 7) is the packed offset");
+    CHECK(rt_cudnn_sdpa_stats_floats(2, 12, 100) == 2400, "stats floats B*NH*T");
+    CHECK(rt_cudnn_sdpa_workspace_bytes(NULL) == 0, "workspace of NULL is 0");
+
+    // both graphs, both backward forms, causal or not, bf16 and fp16, the GPU test's shapes
+    static const int shapes[][3] = {{12, 12, 64}, {32, 8, 64}, {8, 2, 128}, {4, 2, 16},
+                                    {4, 4, 32}, {1, 1, 256}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int bad = 0;
+        why[0] = 0;
+        for (int c = 0; c < 2; c++)
+            for (int p = 0; p < 2; p++)
+                for (int acc = 0; acc < 2; acc++)
+                    bad |= rt_cudnn_sdpa_lower(2, 100, shapes[i][0], shapes[i][1], shapes[i][2],
+                                               c, p ? RT_F16 : RT_BF16, acc, why, sizeof why);
+        CHECK(!bad, "NH=%d NKV=%d HD=%d T=100: forward and backward graphs lower to cuDNN "
+              "descriptors (causal or not, bf16 and fp16, both backward forms)%s%s",
+              shapes[i][0], shapes[i][1], shapes[i][2], bad ? ": " : "", bad ? why : "");
+    }
+    CHECK(rt_cudnn_sdpa_lower(2, 100, 4, 3, 64, 1, RT_BF16, 1, why, sizeof why) == -1 &&
+              strstr(why, "multiple of NKV"), "lower checks its arguments too");
+    {  // control: cuDNN does refuse a malformed operation without a GPU (K^T's HD 60, Q's 64)
+        cg g;
+        cg_init(&g, NULL, why, sizeof why);
+        const int64_t qd[4] = {2, 4, 100, 64}, qs[4] = {25600, 64, 256, 1};
+        const int64_t kd[4] = {2, 4, 60, 100}, ks[4] = {24000, 60, 1, 240};
+        const int64_t sd[4] = {2, 4, 100, 100}, ss[4] = {40000, 10000, 100, 1};
+        cg_desc q = cg_tensor(&g, CUDNN_DATA_BFLOAT16, qd, qs, 1, 0);
+        cg_desc k = cg_tensor(&g, CUDNN_DATA_BFLOAT16, kd, ks, 2, 0);
+        cg_matmul(&g, q, k, cg_tensor(&g, CUDNN_DATA_FLOAT, sd, ss, 0, 1));
+        printf("  reason: %s\n", why);
+        CHECK(g.failed && strstr(why, "OPERATION_MATMUL"),
+              "control: a matmul of mismatched shapes fails to lower, naming the call");
+        cg_free(&g);
+    }
+
+    check_golden("tests/cuda/cudnn_sdpa_graphs.txt");
+
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        why[0] = 0;
+        rt_cudnn_sdpa* p = rt_cudnn_sdpa_create(2, 100, 4, 4, 64, 1, RT_BF16, why, sizeof why);
+        printf("  reason: %s\n", why);
+        CHECK(p == NULL && strstr(why, "no CUDA device") != NULL,
+              "without a GPU create declines with a reason");
+        rt_cudnn_sdpa_destroy(p);
+    } else {
+        printf("SKIP create without a GPU: this machine has one (test_cudnn_attention runs it)\n");
+    }
+    rt_cudnn_sdpa_destroy(NULL);
+    return check_summary();
+}
