@@ -6,6 +6,8 @@
 # summary.txt and logs.tar.gz (the logs). Each step has a time limit, and the whole run
 # stops starting steps after $BUDGET seconds (default 540), so it ends inside one 10-minute
 # call. Needs tests/gpu/fetch_tools.sh's .devtools.
+#   cudnn    the cuDNN attention's tests (test_cudnn_host, test_cudnn_attention: plans built,
+#            forward and backward against the CPU kernel, CUDA-graph capture)
 #   tests    ninja, the CUDA kernel and stream tests, NCCL and local-mode comm tests, PyTorch
 #            FSDP2's post-forward order after an eval (tests/gpu/fsdp2_eval.py), and
 #            tests/cuda_step/run.sh (CUDA conformance, CUDA vs CPU, compute-sanitizer)
@@ -27,7 +29,7 @@ set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu_logs}
 mkdir -p "$out"
-stages=${*:-tests example bench profile attention}
+stages=${*:-cudnn tests example bench profile attention}
 deadline=$(( $(date +%s) + ${BUDGET:-540} ))
 passed=0 failed=0
 
@@ -63,17 +65,24 @@ waits() {
 
 for s in $stages; do
     case $s in
-    tests | example | bench | profile | attention | sweep) ;;
-    *) echo "run_on_device.sh: unknown stage '$s' (stages: tests example bench profile attention sweep)"; exit 2 ;;
+    cudnn | tests | example | bench | profile | attention | sweep) ;;
+    *) echo "run_on_device.sh: unknown stage '$s' (stages: cudnn tests example bench profile attention sweep)"; exit 2 ;;
     esac
 done
 [ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
 . tests/gpu/device_env.sh
 nvidia-smi -L >"$out/env.txt" 2>&1
-step "build" build.log 240 ninja -j"$(nproc)"
+# what the stages run (not the emulator's slow-tier builds: ASan+UBSan, TSan, other tiles);
+# -k 0: a target that fails to build (e.g. no libcudnn) does not stop the others
+step "build" build.log 240 ninja -k 0 -j"$(nproc)" runtime_core runtime_core_tests kernels io_lib \
+    train_lib cuda cuda_tests
 step "build cuda_step" build.log 120 ninja -j"$(nproc)" -f runtime/cuda_step.ninja cuda_step
 for s in $stages; do
     case $s in
+    cudnn)
+        # the cuDNN attention (rt_cudnn.h): its graphs, then on the GPU against the CPU kernel
+        step "test test_cudnn_host" cudnn.log 60 build/cuda/test_cudnn_host
+        step "test test_cudnn_attention" cudnn.log 180 build/cuda/test_cudnn_attention ;;
     tests)
         for t in test_mma_layout test_cuda_kernels test_cuda_streams; do
             step "test $t" tests.log 120 build/cuda/$t
