@@ -27,7 +27,7 @@ fi
 [ "${FSDPGEN_SLOW:-0}" = 1 ] && set -- --all "$@"
 work=$(mktemp -d /tmp/fsdpgen_fsdp2.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-nice "$py" "$root/tests/fsdp2/oracle.py" "$root" "$work" "$@" >"$work/oracle.out" 2>&1
+"$py" "$root/tests/fsdp2/oracle.py" "$root" "$work" "$@" >"$work/oracle.out" 2>&1
 rc=$?
 sed '$d' "$work/oracle.out"
 last=$(tail -n 1 "$work/oracle.out")
