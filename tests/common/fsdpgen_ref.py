@@ -4,13 +4,12 @@ reproduced in Python (Philox4x32-10 as rt_dropout_uniform, FNV-1a, the synthetic
 rt_train.h) and a reader of fp32 safetensors files (parsed by hand: the `safetensors`
 package is not installed). Import it after torch imported successfully.
 """
-import json
 import math
-import struct
 
 import torch
 
 from checks import check, summary  # noqa: F401 (re-exported: the checks import them from here)
+from safetensors_f32 import read_f32
 
 
 # ---- deterministic sources (rt_kernels.h: rt_dropout_uniform; rt_train.h) ----------------
@@ -65,17 +64,7 @@ def synthetic_inputs(seed, step, micro, rank, shape):
 
 def read_safetensors(path):
     """Every tensor of an fp32 safetensors file, and its __metadata__."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    out = {}
-    for name, info in header.items():
-        if info["dtype"] != "F32":
-            raise ValueError(f"{name}: dtype {info['dtype']}, expected F32")
-        b, e = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[b:e]), dtype=torch.float32) \
-            .reshape(info["shape"]).clone()
+    tensors, meta = read_f32(path)
+    out = {name: torch.frombuffer(bytearray(values.tobytes()), dtype=torch.float32).reshape(shape).clone()
+           for name, (shape, values) in tensors.items()}
     return out, meta

@@ -17,34 +17,12 @@ Plain Python (no PyTorch): the files are small, and the norms are sums of double
 
 usage: compare_runs.py CPU_LOG CUDA_LOG CPU.safetensors CUDA.safetensors RTOL LABEL
 """
-import json
 import math
 import re
-import struct
 import sys
-from array import array
 
 from checks import check, summary
-
-
-def read_safetensors(path):
-    """name -> (shape, values) of every F32 tensor of a safetensors file."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    out = {}
-    for name, info in header.items():
-        if info["dtype"] != "F32":
-            raise ValueError(f"{path}: {name}: dtype {info['dtype']}, expected F32")
-        b, e = info["data_offsets"]
-        values = array("f")
-        values.frombytes(raw[8 + n + b:8 + n + e])
-        if sys.byteorder != "little":
-            values.byteswap()
-        out[name] = (info["shape"], values)
-    return out
+from safetensors_f32 import read_f32
 
 
 def losses(path, what="loss"):
@@ -68,8 +46,8 @@ def main():
         worst = max((abs(x - y) / max(abs(x), scale, 1e-6) for x, y in zip(va, vb)), default=float("inf"))
         check(len(va) == len(vb) and worst <= rtol,
               f"{label}: {len(va)} val losses, CUDA vs CPU max rel diff {worst:.3g} (rtol {rtol:g})")
-    pa = read_safetensors(cpu_st)
-    pb = read_safetensors(cuda_st)
+    pa, _ = read_f32(cpu_st)
+    pb, _ = read_f32(cuda_st)
     bad, worst, worst_elem, n = [], 0.0, 0.0, 0
     for name in sorted(pa):
         (shape, x), (shape_b, y) = pa[name], pb.get(name, (None, None))
