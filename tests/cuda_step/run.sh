@@ -119,11 +119,11 @@ done
 # Without a GPU, each spec's --cuda objects are relinked against the emulated CUDA libraries
 # (tests/cuda/emu: runtime/cuda and runtime/cuda/step compiled for the host, one-rank NCCL;
 # in the slow tier built with ASan + UBSan), so the same checks run there, in the emulator's
-# lazy modes: the conformance
-# tests with CUDA_EMU_LAZY=1 (each stream's work runs only when something waits for it), CUDA
-# vs CPU with CUDA_EMU_LAZY=low (only compute and the all-reduce stream wait to be needed; the
-# copy-in, all-gather and reduce-scatter streams run at issue), so a missing wait between the
-# step's streams changes the results either way; compute-sanitizer needs the GPU.
+# lazy modes: the conformance tests with CUDA_EMU_LAZY=1 (each stream's work runs only when
+# something waits for it), CUDA vs CPU with CUDA_EMU_LAZY=low (only compute and the
+# all-reduce stream wait to be needed; the copy-in, all-gather and reduce-scatter streams
+# run at issue), so a missing wait between the step's streams changes the results either
+# way; compute-sanitizer needs the GPU.
 
 if [ "$gpu" = 0 ]; then
     skipped+=("compute-sanitizer: SKIP no GPU (nvidia-smi lists none); conformance and CUDA vs CPU run on the emulator instead")
