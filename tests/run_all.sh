@@ -101,7 +101,9 @@ build_lane() {
   local i=0 s
   # the command line's test builds examples/tiny.lua, so it runs in this lane
   run_suite r00 "generator: command line" lua5.4 tests/generator/cli.lua
-  for s in runtime kernels io train conformance examples fsdp2 torch hf cuda cuda_step; do
+  # fsdp2 last: its FSDP2 ranks (processes meeting in gloo collectives) slow down most when
+  # they share the cores with the planning lane, which has finished by then
+  for s in runtime kernels io train conformance examples cuda cuda_step torch hf fsdp2; do
     i=$((i + 1))
     run_suite "$(printf 'r%02d' $i)" "runtime: $s" "tests/$s/run.sh"
   done
