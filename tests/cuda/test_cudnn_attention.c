@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../runtime/common/dtype_bits.h"
 #include "attention_tc_ref.h"
 #include "check.h"
 #include "cuda_helpers.h"
@@ -33,17 +34,9 @@
 #include "rt_kernels.h"
 #include "cpu_unrename.h"
 
-static uint16_t to16(float x, rt_dtype p) {
-    return p == RT_BF16 ? rt_f32_to_bf16(x) : rt_f32_to_f16(x);
-}
-
-static float from16(uint16_t h, rt_dtype p) {
-    return p == RT_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h);
-}
-
 static uint16_t* pack(const float* x, size_t n, rt_dtype p) {
     uint16_t* h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = to16(x[i], p);
+    for (size_t i = 0; i < n; i++) h[i] = rt_bits16_from_f32_inl(x[i], p);
     void* d = dalloc(n * 2);
     RT_CHECK_CUDA(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
     free(h);
@@ -54,14 +47,13 @@ static float* unpack(const void* d, size_t n, rt_dtype p) {
     uint16_t* h = malloc(n * sizeof *h);
     float* f = malloc(n * sizeof *f);
     RT_CHECK_CUDA(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) f[i] = from16(h[i], p);
+    for (size_t i = 0; i < n; i++) f[i] = rt_bits16_to_f32_inl(h[i], p);
     free(h);
     return f;
 }
 
 static void round_to(float* x, size_t n, rt_dtype p) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = from16(to16(x[i], p), p);
+    for (size_t i = 0; i < n; i++) x[i] = rt_round_inl(x[i], p);
 }
 
 // bound2 = k1 * b1 + k2 * b2 + u |want| (b1, b2 nullable)
