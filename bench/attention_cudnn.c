@@ -7,26 +7,18 @@
 // `REFUSED impl=cudnn why=...` where cuDNN has no plan for the shape. FLOPs count the
 // causal half of each T x T product, as bench/attention_fsdpgen.c does: forward 2
 // products, backward 5.
-#define _POSIX_C_SOURCE 199309L  // clock_gettime
+#include "attention_bench.h"  // first: it sets _POSIX_C_SOURCE
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include <cuda_runtime.h>
 
-#include "../runtime/common/dtype_bits.h"
 #include "rt_check.h"
 #include "rt_cudnn.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// n packed bf16 values on the device, of a fixed pseudo-random pattern in [-scale, scale)
-// (bench/attention_fsdpgen.c's, so both time the same inputs).
+// n packed bf16 values on the device, of attention_bench.h's pattern.
 static void* dev_random(size_t n, float scale, unsigned seed) {
     uint16_t* h = malloc(n * sizeof *h);
     if (!h) {
@@ -34,10 +26,7 @@ static void* dev_random(size_t n, float scale, unsigned seed) {
         exit(1);
     }
     unsigned s = seed;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        h[i] = rt_bf16_from_f32_inl(scale * ((float)(s >> 8) / 8388608.0f - 1.0f));
-    }
+    for (size_t i = 0; i < n; i++) h[i] = rt_bf16_from_f32_inl(bench_value(&s, scale));
     void* d;
     RT_CHECK_CUDA(cudaMalloc(&d, n * sizeof *h));
     RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice));
@@ -53,30 +42,22 @@ static void* dev_zeros(size_t bytes) {
 }
 
 int main(int argc, char** argv) {
-    int B, T, NH, NKV, HD, iters = 20;
-    if ((argc != 6 && argc != 7) || sscanf(argv[1], "%d", &B) != 1 ||
-        sscanf(argv[2], "%d", &T) != 1 || sscanf(argv[3], "%d", &NH) != 1 ||
-        sscanf(argv[4], "%d", &NKV) != 1 || sscanf(argv[5], "%d", &HD) != 1 ||
-        (argc == 7 && sscanf(argv[6], "%d", &iters) != 1) || B < 1 || T < 1 || NH < 1 ||
-        NKV < 1 || NH % NKV != 0 || HD < 1 || iters < 1) {
-        fprintf(stderr, "usage: attention_cudnn B T NH NKV HD [iters] (positive; NH a multiple "
-                "of NKV)\n");
-        return 2;
-    }
+    int B, T, NH, NKV, HD, iters;
+    if (bench_args(argc, argv, "attention_cudnn", &B, &T, &NH, &NKV, &HD, &iters)) return 2;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("attention_cudnn: no GPU: nothing measured\n");
         return 0;
     }
     char why[512];
-    const double t_plan = now_s();
+    const double t_plan = bench_now_s();
     rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, why, sizeof why);
     if (!s) {
         printf("REFUSED impl=cudnn why=%s\n", why);
         return 0;
     }
-    printf("# attention_cudnn: plans built in %.2f s, workspace %zu bytes\n", now_s() - t_plan,
-           rt_cudnn_sdpa_workspace_bytes(s));
+    printf("# attention_cudnn: plans built in %.2f s, workspace %zu bytes\n",
+           bench_now_s() - t_plan, rt_cudnn_sdpa_workspace_bytes(s));
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     void *q = dev_random(nq, 2.0f, 1), *k = dev_random(nk, 2.0f, 2), *v = dev_random(nk, 1.0f, 3);
     void *dout = dev_random(nq, 1.0f, 4), *out = dev_zeros(nq * 2);
@@ -92,7 +73,7 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 3 + iters; i++) {
             if (i == 3) {
                 RT_CHECK_CUDA(cudaStreamSynchronize(stream));
-                t0 = now_s();
+                t0 = bench_now_s();
             }
             if (pass == 0)
                 rt_cudnn_sdpa_forward(s, out, stats, q, k, v, ws, stream);
@@ -100,7 +81,7 @@ int main(int argc, char** argv) {
                 rt_cudnn_sdpa_backward(s, dq, dk, dv, dout, out, q, k, v, stats, ws, stream);
         }
         RT_CHECK_CUDA(cudaStreamSynchronize(stream));
-        const double ms = (now_s() - t0) * 1e3 / iters;
+        const double ms = (bench_now_s() - t0) * 1e3 / iters;
         const double flops = causal_flops * (pass == 0 ? 1.0 : 2.5);
         printf("RESULT impl=cudnn pass=%s ms=%.4f tflops=%.1f\n", pass_name[pass], ms,
                flops / (ms * 1e-3) / 1e12);

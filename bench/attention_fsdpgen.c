@@ -10,23 +10,16 @@
 // FLOPs count the causal half of each T x T product, as FlashAttention's benchmarks do:
 // forward 2 products, backward 5 (the unfused backward runs 7, recomputing S and dP in its
 // dQ pass).
-#define _POSIX_C_SOURCE 199309L  // clock_gettime
+#include "attention_bench.h"  // first: it sets _POSIX_C_SOURCE
+
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include <cuda_runtime.h>
 
-#include "../runtime/common/dtype_bits.h"
 #include "rt_check.h"
 #include "rt_cuda.h"
 #include "rt_kernels.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // n floats on the device, bf16 values of a fixed pseudo-random pattern in [-scale, scale).
 static float* dev_random(size_t n, float scale, unsigned seed) {
@@ -36,11 +29,7 @@ static float* dev_random(size_t n, float scale, unsigned seed) {
         exit(1);
     }
     unsigned s = seed;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        const float x = scale * ((float)(s >> 8) / 8388608.0f - 1.0f);
-        h[i] = rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x));
-    }
+    for (size_t i = 0; i < n; i++) h[i] = bench_value(&s, scale);
     float* d;
     RT_CHECK_CUDA(cudaMalloc((void**)&d, n * sizeof(float)));
     RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -56,16 +45,8 @@ static float* dev_zeros(size_t n) {
 }
 
 int main(int argc, char** argv) {
-    int B, T, NH, NKV, HD, iters = 20;
-    if ((argc != 6 && argc != 7) || sscanf(argv[1], "%d", &B) != 1 ||
-        sscanf(argv[2], "%d", &T) != 1 || sscanf(argv[3], "%d", &NH) != 1 ||
-        sscanf(argv[4], "%d", &NKV) != 1 || sscanf(argv[5], "%d", &HD) != 1 ||
-        (argc == 7 && sscanf(argv[6], "%d", &iters) != 1) || B < 1 || T < 1 || NH < 1 ||
-        NKV < 1 || NH % NKV != 0 || HD < 1 || iters < 1) {
-        fprintf(stderr, "usage: attention_fsdpgen B T NH NKV HD [iters] (positive; NH a multiple "
-                "of NKV)\n");
-        return 2;
-    }
+    int B, T, NH, NKV, HD, iters;
+    if (bench_args(argc, argv, "attention_fsdpgen", &B, &T, &NH, &NKV, &HD, &iters)) return 2;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("attention_fsdpgen: no GPU: nothing measured\n");
@@ -86,7 +67,7 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 3 + iters; i++) {
             if (i == 3) {
                 RT_CHECK_CUDA(cudaDeviceSynchronize());
-                t0 = now_s();
+                t0 = bench_now_s();
             }
             if (pass == 0)
                 rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, 1,
@@ -97,7 +78,7 @@ int main(int argc, char** argv) {
                                              RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
         }
         RT_CHECK_CUDA(cudaDeviceSynchronize());
-        const double ms = (now_s() - t0) * 1e3 / iters;
+        const double ms = (bench_now_s() - t0) * 1e3 / iters;
         const double flops = causal_flops * (pass == 0 ? 1.0 : 2.5);
         printf("RESULT impl=fsdpgen pass=%s ms=%.4f tflops=%.1f\n", pass_name[pass], ms,
                flops / (ms * 1e-3) / 1e12);

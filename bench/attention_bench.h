@@ -1,0 +1,42 @@
+// What bench/attention_fsdpgen.c and bench/attention_cudnn.c share: their command line
+// (B T NH NKV HD [iters]), the clock, and the inputs' pseudo-random bf16 values, so both
+// time the same shapes on the same data.
+#ifndef ATTENTION_BENCH_H
+#define ATTENTION_BENCH_H
+
+#define _POSIX_C_SOURCE 199309L  // clock_gettime
+#include <stdio.h>
+#include <time.h>
+
+#include "../runtime/common/dtype_bits.h"
+
+static double bench_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Parses `B T NH NKV HD [iters]` (iters default 20); 0, or 2 after printing prog's usage.
+static int bench_args(int argc, char** argv, const char* prog, int* B, int* T, int* NH,
+                      int* NKV, int* HD, int* iters) {
+    *iters = 20;
+    if ((argc != 6 && argc != 7) || sscanf(argv[1], "%d", B) != 1 ||
+        sscanf(argv[2], "%d", T) != 1 || sscanf(argv[3], "%d", NH) != 1 ||
+        sscanf(argv[4], "%d", NKV) != 1 || sscanf(argv[5], "%d", HD) != 1 ||
+        (argc == 7 && sscanf(argv[6], "%d", iters) != 1) || *B < 1 || *T < 1 || *NH < 1 ||
+        *NKV < 1 || *NH % *NKV != 0 || *HD < 1 || *iters < 1) {
+        fprintf(stderr, "usage: %s B T NH NKV HD [iters] (positive; NH a multiple of NKV)\n",
+                prog);
+        return 2;
+    }
+    return 0;
+}
+
+// The next value of the pattern with state *s, in [-scale, scale), rounded to bf16.
+static float bench_value(unsigned* s, float scale) {
+    *s = *s * 1664525u + 1013904223u;
+    const float x = scale * ((float)(*s >> 8) / 8388608.0f - 1.0f);
+    return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x));
+}
+
+#endif
