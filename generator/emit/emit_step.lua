@@ -5,6 +5,7 @@
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
 -- What it cannot emit, check.lua refused after planning; here it is asserted (`internal`).
 local buffer = require("util.buffer")
+local attention = require("memory.attention")
 local c_text = require("emit.c_text")
 local check = require("emit.check")
 local flops = require("plan.flops")
@@ -24,6 +25,7 @@ end
 local C_DTYPE = { fp32 = "RT_F32", bf16 = "RT_BF16", fp16 = "RT_F16" }
 local C_INIT = { zeros = "RT_INIT_ZEROS", ones = "RT_INIT_ONES", normal = "RT_INIT_NORMAL", uniform = "RT_INIT_UNIFORM" }
 local C_OPTIM = { sgd = "RT_OPTIM_SGD", adam = "RT_OPTIM_ADAM", adamw = "RT_OPTIM_ADAMW" }
+local C_ATTENTION = { auto = "RT_ATTENTION_AUTO", cudnn = "RT_ATTENTION_CUDNN", fsdpgen = "RT_ATTENTION_FSDPGEN" }
 local C_LR_DECAY = { constant = "RT_LR_CONSTANT", linear = "RT_LR_LINEAR", cosine = "RT_LR_COSINE" }
 
 -- A C identifier from a spec name.
@@ -277,6 +279,9 @@ Walker.__index = Walker
 -- The names of the buffers of the program being emitted (c_text.arena_names), and of the
 -- parameters' byte offsets in their group's unsharded buffers (c_text.param_names).
 local current_step, current_index, current_names, param_names
+-- The file's attention sites (rt_model_attention), in order of first use, and their index
+-- by shape; filled while the programs are emitted.
+local attention_sites, site_index
 
 -- A buffer's byte offset in the arena, by name.
 local function at(bf) return current_names[bf] or internal("buffer '%s' has no name", bf.name) end
@@ -407,6 +412,18 @@ function Walker:ctx(st, saved)
       return nil
     end,
     site = function(op) return (op.original or op).id end,
+    attention_site = function(op)
+      local B, T = attention.dims(op)
+      local a = op.attrs
+      local site = string.format("{.B = %d, .T = %d, .NH = %d, .NKV = %d, .HD = %d, .causal = %d, .dtype = %s, "
+        .. ".scratch_bytes = %d}", B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0,
+        C_DTYPE[op.outs[1].dtype], st.bufs.scratch.size)
+      if not site_index[site] then
+        attention_sites[#attention_sites + 1] = site
+        site_index[site] = #attention_sites - 1
+      end
+      return site_index[site]
+    end,
   }
 end
 
@@ -673,6 +690,7 @@ function M.render(plan, spec_file, prefix, is_reference)
   end
 
   -- The step, the eval program and the step after one: a function per schedule section.
+  attention_sites, site_index = {}, {}
   local w = emit_program(b, plan, "step", "", "step", names)
   if ev then
     check_persistent(plan, ev)
@@ -681,6 +699,16 @@ function M.render(plan, spec_file, prefix, is_reference)
   if after then
     check_persistent(plan, after)
     emit_program(b, after, "step_after_eval", "after_eval_", "step", after_names)
+  end
+
+  if #attention_sites > 0 then
+    b:line("")
+    note(b, "---- attention sites: the shapes whose ops may run on cuDNN (.schedule `attention`)")
+    b:line("static const rt_model_attention attention[] = {")
+    b:indent()
+    for _, site in ipairs(attention_sites) do code(b, "%s,", site) end
+    b:dedent()
+    b:line("};")
   end
 
   -- The model.
@@ -729,6 +757,8 @@ function M.render(plan, spec_file, prefix, is_reference)
     if op.kind == "dropout" and op.attrs.p > 0 then draws_rng = true end
   end
   b:line(".draws_rng = %d,", draws_rng and 1 or 0)
+  b:line(".attention_choice = %s,", C_ATTENTION[spec.attention])
+  if #attention_sites > 0 then b:line(".nattention = %d, .attention = attention,", #attention_sites) end
   b:line(".arena_bytes = %d,", math.max(plan.memory.arena, ev and ev.memory.arena or 0,
     after and after.memory.arena or 0))
   b:line(".reference = %d,", is_reference and 1 or 0)

@@ -9,6 +9,8 @@
 --                   RMSNorm rstd) and the start of the second half (LayerNorm: mean, rstd)
 --   ctx.scratch     attention's scratch buffer (forward and backward)
 --   ctx.site(op)    the op's dropout RNG site
+--   ctx.attention_site(op)  the index of the op's shape in rt_model.attention (an attention
+--                   op that may run on cuDNN: memory/attention.lua)
 --   ctx.fresh(t)    the gradient buffer of t when it is an activation-gradient buffer that
 --                   this backward step creates (memory.lua `u.zero`), else nil
 --   ctx.loss_out    at a loss gradient whose forward the emitter left to it (memory.forward_with_loss_grad):
@@ -222,9 +224,17 @@ function forward.dropout(op, c, out, dt)
 end
 
 -- Attention keeps O(T) per head for backward (rt_attention_lowmem_*): the softmax rows'
--- (max, 1/sum) in the op's saved statistics, plus a scratch buffer during each call.
+-- (max, 1/sum) in the op's saved statistics, plus a scratch buffer during each call. An op
+-- that may run on cuDNN (memory/attention.lua) calls its site instead (rt_step_attention_*,
+-- ctx.attention_site), which runs the same packed kernels or cuDNN.
+local function on_site(op) return (op.original or op).attention and (op.original or op).attention.cudnn end
+
 function forward.attention(op, c, out, dt)
   local q, k, v = op.ins[1], op.ins[2], op.ins[3]
+  if on_site(op) then
+    return { string.format("rt_step_attention_forward(R, %d, %s, %s, %s, %s, %s, %s);", c.attention_site(op), out,
+      c.stats(op), c.scratch, c.val(q), c.val(k), c.val(v)) }
+  end
   local B, T = batch_seq(q)
   local a = op.attrs
   local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s", out, c.stats(op), c.scratch,
@@ -341,6 +351,17 @@ function backward.attention(op, c, dt, as)
   local B, T = batch_seq(q)
   local a = op.attrs
   local y = op.outs[1]
+  if on_site(op) then
+    -- the site's kernels assign all three packed gradients (memory/attention.lua's rule)
+    if as ~= "RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3" or packed_bits(op, true) ~= "RT_PACKED_OUT | RT_PACKED_INP | "
+      .. "RT_PACKED_INP2 | RT_PACKED_INP3 | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3" then
+      error(string.format("internal: attention '%s' on a cuDNN site, but its backward is %s, %s", op.label or "?",
+        as, tostring(packed_bits(op, true))))
+    end
+    return { string.format("rt_step_attention_backward(R, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);",
+      c.attention_site(op), c.grad(q), c.grad(k), c.grad(v), c.scratch, c.dout(y), c.val(y), c.val(q), c.val(k),
+      c.val(v), (c.stats(op))) }
+  end
   local args = string.format("%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s", c.grad(q),
     c.grad(k), c.grad(v), c.scratch, c.dout(y), c.val(y), c.val(q), c.val(k), c.val(v), c.stats(op), B, T,
     a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v, y))

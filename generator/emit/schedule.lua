@@ -8,6 +8,7 @@ local buffer = require("util.buffer")
 local memory = require("memory.memory")
 local units = require("util.units")
 local arena_layout = require("memory.arena_layout")
+local attention = require("memory.attention")
 
 local M = {}
 
@@ -186,6 +187,62 @@ local function sections(b, plan, prefix, what)
   end
 end
 
+-- What runs each attention op (memory/attention.lua): one line where fsdpgen's kernels run
+-- them all for one reason; else the spec's choice, then per program (the step, the eval) a
+-- line per run of consecutive ops of one shape and outcome (cudnn, or fsdpgen and why not).
+local ATTENTION = {
+  auto = "auto: per shape, the faster of cuDNN and fsdpgen's kernels, measured at start",
+  cudnn = "cudnn: cuDNN wherever the GPU's cuDNN takes the shape, else fsdpgen's kernels",
+}
+
+local function attention_ops(p)
+  local t = {}
+  for _, op in ipairs(p and p.graph.ops or {}) do
+    if op.kind == "attention" then t[#t + 1] = op end
+  end
+  return t
+end
+
+-- The labels of ops[i..j]: "layers.{0..15}.attention.attention" where they count up in one
+-- place, else "first .. last (n ops)".
+local function label_run(ops, i, j)
+  local first, last = ops[i].label or "?", ops[j].label or "?"
+  if i == j then return first end
+  local pre, suf = first:match("^(.-)%d+(.*)$")
+  local a = pre and tonumber(first:sub(#pre + 1, #first - #suf))
+  for k = i, j do
+    if a and ops[k].label ~= pre .. (a + k - i) .. suf then a = nil end
+  end
+  if a then return string.format("%s{%d..%d}%s", pre, a, a + j - i, suf) end
+  return string.format("%s .. %s (%d ops)", first, last, j - i + 1)
+end
+
+local function attention_lines(b, plan)
+  local step = attention_ops(plan)
+  if #step == 0 then return end
+  local function what(op)
+    return attention.shape_str(op) .. "  " .. (op.attention.cudnn and "cudnn" or "fsdpgen: " .. op.attention.why)
+  end
+  local asked, eval = plan.spec.attention, attention_ops(plan.eval_plan)
+  local one = step[1].attention.why  -- fsdpgen everywhere for one reason: one line
+  for _, op in ipairs(step) do one = one and op.attention.why == one and one end
+  for _, op in ipairs(eval) do one = one and op.attention.why == one and one end
+  if one or asked == "fsdpgen" then
+    b:line("attention  %s: fsdpgen's kernels everywhere: %s", asked, one or "the spec's choice")
+    return
+  end
+  b:line("attention  %s (CUDA; the CPU runs fsdpgen's)", ATTENTION[asked])
+  for _, prog in ipairs({ { "step", step }, { "eval", eval } }) do
+    local ops, i = prog[2], 1
+    while i <= #ops do
+      local j = i
+      while ops[j + 1] and what(ops[j + 1]) == what(ops[i]) do j = j + 1 end
+      b:line("  %-4s %-36s %s", prog[1], label_run(ops, i, j), what(ops[i]))
+      i = j + 1
+    end
+  end
+end
+
 function M.render(plan, spec_file)
   local spec = plan.spec
   local b = buffer.new()
@@ -223,6 +280,7 @@ function M.render(plan, spec_file)
     items[i] = s
   end
   b:line("step       %s", table.concat(items, ", "))
+  attention_lines(b, plan)
   b:line("")
   b:line("groups")
   for _, g in ipairs(plan.groups) do

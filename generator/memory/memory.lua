@@ -11,6 +11,7 @@
 -- Each step is annotated for the emitter with the buffers it uses (`st.bufs`; a backward
 -- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
 -- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
+local attention = require("memory.attention")
 local planner = require("plan.planner")
 local trace = require("spec.trace")
 
@@ -369,18 +370,11 @@ function M.saved(t, op)
 end
 
 -- Statistics an op saves for its backward besides its inputs and outputs, in floats:
--- attention softmax rows' (max, 1/sum) [B, NH, T, 2] (rt_attention_stats_floats); norm
--- mean and rstd [N] each.
-function M.attention_dims(op)
-  local q = op.ins[1].shape
-  local B, T = 1, q[#q - 1]
-  for i = 1, #q - 2 do B = B * q[i] end
-  return B, T
-end
-
+-- attention softmax rows' (max, 1/sum) [B, NH, T, 2] (rt_attention_stats_floats; cuDNN's
+-- logsumexp [B, NH, T] fits in them); norm mean and rstd [N] each.
 local function scratch_floats(op)
   if op.kind == "attention" then
-    local B, T = M.attention_dims(op)
+    local B, T = attention.dims(op)
     return B * op.attrs.n_heads * T * 2
   end
   if op.kind == "layer_norm" or op.kind == "rms_norm" then
@@ -388,13 +382,6 @@ local function scratch_floats(op)
     return 2 * (trace.numel(s) // s[#s])
   end
   return 0
-end
-
--- Scratch of an attention call, forward or backward, in floats
--- (rt_attention_lowmem_scratch_floats: max(2*T*T, B*NH*T)).
-local function attention_scratch_floats(op)
-  local B, T = M.attention_dims(op)
-  return math.max(2 * T * T, B * op.attrs.n_heads * T)
 end
 
 -- fp32 state buffers the optimizer keeps per parameter element: Adam's exp_avg and
@@ -467,6 +454,7 @@ function M.plan(plan)
   -- store them (rt_model_param packed is the step's).
   if not (plan.is_eval or plan.is_after_eval) then mark_packed_params(plan) end
   M.mark_grad_alias_adds(steps)
+  attention.mark(plan, readers_of(plan.graph, true), M.base)
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end
@@ -593,7 +581,7 @@ function M.plan(plan)
       local sf = scratch_floats(op)
       if sf > 0 then op.scratch_buf = buf(st.label .. " saved stats", "activation", compute_bytes(sf), i, i) end
       if op.kind == "attention" then
-        u.scratch = buf(st.label .. " scratch", "activation", compute_bytes(attention_scratch_floats(op)), i, i)
+        u.scratch = buf(st.label .. " scratch", "activation", compute_bytes(attention.scratch_floats(op)), i, i)
       end
     elseif st.op == "eval_loss" then
       touch(M.base(st.node.outs[1]).buf, i)
@@ -620,7 +608,7 @@ function M.plan(plan)
       touch((op.recomputed_op or op).scratch_buf, i)
       if op.kind == "attention" then
         u.scratch = buf(st.label .. " backward scratch", "activation_grad",
-          compute_bytes(attention_scratch_floats(op)), i, i)
+          compute_bytes(attention.scratch_floats(op)), i, i)
       end
       for _, t in ipairs(op.ins) do
         local b = M.base(t)

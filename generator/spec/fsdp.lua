@@ -264,8 +264,8 @@ end
 
 -- ---------------------------------------------------------------------------- spec
 
-local spec_keys = { "grad_clip", "input", "loss", "lr_schedule", "mesh", "model", "name", "optimizer", "seed", "step",
-  "world_size" }
+local spec_keys = { "attention", "grad_clip", "input", "loss", "lr_schedule", "mesh", "model", "name", "optimizer",
+  "seed", "step", "world_size" }
 
 local optimizer_defaults = {
   sgd = { lr = 1e-3, momentum = 0.0, dampening = 0.0, weight_decay = 0.0, nesterov = false },
@@ -583,6 +583,11 @@ function fsdp.spec(t)
   if t.seed ~= nil and (math.type(t.seed) ~= "integer" or t.seed < 0) then
     errors.raise(string.format("seed must be an integer from 0 to %d, got %s", math.maxinteger, tostring(t.seed)))
   end
+  local attention = t.attention or "auto"
+  if attention ~= "auto" and attention ~= "cudnn" and attention ~= "fsdpgen" then
+    errors.raise(string.format("attention must be \"auto\", \"cudnn\" or \"fsdpgen\", got %s",
+      type(attention) == "string" and string.format("%q", attention) or tostring(attention)))
+  end
   local root_state = rawget(t.model, "_fsdp_state")
   if not root_state then
     errors.raise("the model itself is not sharded; call fsdp.fully_shard(model) last, on the root")
@@ -591,7 +596,7 @@ function fsdp.spec(t)
     _spec = true, line = line, name = t.name, model = t.model, mesh = mesh,
     world_size = mesh.replicate * mesh.shard, input = input, loss = loss,
     optimizer = check_optimizer(t.optimizer), step = check_step(t.step, t.model),
-    grad_clip = t.grad_clip, seed = t.seed or 42, states = {},
+    grad_clip = t.grad_clip, seed = t.seed or 42, attention = attention, states = {},
   }
   spec.lr_schedule = check_lr_schedule(t.lr_schedule, spec.optimizer)
   -- Validate every group against the mesh (integer reshard_after_forward must divide

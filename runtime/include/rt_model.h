@@ -182,6 +182,28 @@ typedef struct rt_model_optim {
     int nstates;                                 // state buffers per group: 2, 1 or 0
 } rt_model_optim;
 
+// ---- attention sites ------------------------------------------------------------------------
+
+// The spec's `attention`: which attention the CUDA backend runs at each site (below). AUTO:
+// per site, the faster of cuDNN and fsdpgen's kernels, timed at start; CUDNN: cuDNN wherever
+// it takes the shape; FSDPGEN: never cuDNN. The environment's RT_ATTENTION (auto, cudnn or
+// fsdpgen) overrides it for a run. The CPU backend always runs fsdpgen's kernels.
+typedef enum rt_attention_choice {
+    RT_ATTENTION_AUTO,
+    RT_ATTENTION_CUDNN,
+    RT_ATTENTION_FSDPGEN
+} rt_attention_choice;
+
+// An attention shape whose ops may run on cuDNN (generator/memory/attention.lua: q, k, v, the
+// output and their gradients packed in dtype, the gradients of q, k and v assigned): the
+// generated step calls rt_step_attention_forward / _backward with its index.
+typedef struct rt_model_attention {
+    int B, T, NH, NKV, HD, causal;
+    rt_dtype dtype;               // RT_BF16 or RT_F16
+    size_t scratch_bytes;         // each call's planned scratch: fsdpgen's kernels' scratch, or
+                                  // cuDNN's workspace, which must fit (else fsdpgen's run)
+} rt_model_attention;
+
 typedef struct rt_model {
     const char* name;             // spec name
     const char* spec_file;        // spec file name (no directory)
@@ -214,6 +236,9 @@ typedef struct rt_model {
     int draws_rng;                // dropout with p > 0: masks differ every step, so the CUDA
                                   // backend replays no graph (kernel arguments would freeze)
     size_t arena_bytes;           // capacity of each rank's arena (every program's plan fits)
+    rt_attention_choice attention_choice;
+    int nattention;               // attention sites (above), shared by every program
+    const rt_model_attention* attention;
     // 1 for the conformance test's non-sharded reference (mesh replicate = world x shard
     // 1): gradients are all-reduced over every rank with the divide factors the sharded
     // model uses (rt_fsdp_gradient_divide_factors over the whole world).

@@ -258,6 +258,17 @@ void rt_step_eval_loss(rt_rank* R, const float* loss);
 // (--logits; CPU backend) and n is batch x seq_len x vocab, copied there, and logits_out
 // reset to NULL (the driver's sign that they came); else nothing.
 void rt_step_eval_logits(rt_rank* R, const float* logits, int64_t n);
+// Attention at site `site` (rt_model_attention): rt_attention_lowmem_packed_forward /
+// _backward with q, k, v, out, dout and the gradients packed in the site's dtype and dq, dk,
+// dv assigned; or cuDNN's fused attention where the CUDA backend chose it for the site at
+// start (stats then hold cuDNN's logsumexp rows, which only the site's backward reads).
+// scratch: the site's scratch_bytes.
+void rt_step_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,
+                               const void* q, const void* k, const void* v);
+void rt_step_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv,
+                                float* scratch, const void* dout, const void* out,
+                                const void* q, const void* k, const void* v,
+                                const float* stats);
 // A float 1.0 in the backend's memory (device memory on the GPU): d loss / d loss, the
 // incoming gradient of the loss's own backward (rt_kernels.h dloss, or the output
 // gradient of the op whose output is the loss).

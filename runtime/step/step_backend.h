@@ -60,6 +60,16 @@ void rtb_clip_grad_norm(rt_rank* R);
 void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item);
 void rtb_loss(rt_rank* R, int k, const float* loss);
 
+// ---- attention sites (runtime/step/attention.c) -------------------------------------------
+
+// Site `site`'s attention on cuDNN, returning 1, where the backend chose cuDNN for the site at
+// start (cuda); else 0, and the caller runs fsdpgen's packed kernels.
+int rtb_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,
+                          const void* q, const void* k, const void* v);
+int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, float* scratch,
+                           const void* dout, const void* out, const void* q, const void* k,
+                           const void* v, const float* stats);
+
 // ---- shared helpers (state.c) -------------------------------------------------------------
 
 // Per-parameter pointers into the arena at byte offset off: param i of group g at element

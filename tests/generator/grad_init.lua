@@ -30,8 +30,10 @@ local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu 
   gelu_packed = 1, relu_packed = 1, silu_packed = 1, swiglu_packed = 2, rope_packed = 1, attention_lowmem_packed = 3,
   residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1 }
 
--- Argument positions (1-based) whose assign bit the call sets.
+-- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
+-- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three.
 local function assigned_args(call)
+  if call:match("^rt_step_attention_backward%(") then return { [3] = true, [4] = true, [5] = true } end
   local k = call:match("^rt_([%w_]+)_backward%(")
   local nbits = k and ASSIGN_KERNELS[k]
   if not nbits then return {} end

@@ -57,6 +57,8 @@ local function check_rules(text, name)
       local k = kernel_of(first)
       local rounds = 0
       if k and DT_FORWARD[k] and first:match("_forward%(") and SIXTEEN[a[#a]] then rounds = rounds + 1 end
+      -- an attention site (rt_step_attention_forward(R, site, out, ...)): 16-bit, rounded
+      if first:match("^rt_step_attention_forward%(") then out, rounds = a[3], 1 end
       for i = 2, #st.calls do
         local r = st.calls[i]:match("^rt_step_round%((.*)%);$")
         if r and args_of(st.calls[i])[1] == out then rounds = rounds + 1 end
@@ -70,7 +72,11 @@ local function check_rules(text, name)
       local rounded = {}
       for _, call in ipairs(st.calls) do
         local k, dir = kernel_of(call)
-        if k and dir == "backward" and DT_BACKWARD_ROUNDS[k] then
+        if call:match("^rt_step_attention_backward%(") then  -- (R, site, dq, dk, dv, ...): rounded
+          nbwd = nbwd + 1
+          local a = args_of(call)
+          for i = 3, 5 do rounded[a[i]] = true end
+        elseif k and dir == "backward" and DT_BACKWARD_ROUNDS[k] then
           nbwd = nbwd + 1
           local a = args_of(call)
           if SIXTEEN[a[#a - 1]] then  -- dt, then the assign bits
@@ -296,8 +302,11 @@ end
 -- too (the norms' backwards write it; the adds pass their output's gradient buffer on to
 -- both inputs, memory.lua mark_grad_alias_adds) but for the embedding's output (its
 -- gradient fp32: the first block's first norm and add write it, the add from a packed dout).
--- Checkpointed, none of the blocks' tensors are (the final norm's output still is).
-local function llama_spec(ckpt)
+-- Checkpointed, none of the blocks' tensors are (the final norm's output still is). With
+-- `attention = "fsdpgen"` the attention calls are fsdpgen's packed kernels; by default
+-- (auto) they are the site's (rt_step_attention_*, memory/attention.lua), with the packing
+-- the site's runtime implies.
+local function llama_spec(ckpt, attention)
   return string.format([[
 local fsdp, models = require("fsdp"), require("models")
 local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
@@ -306,13 +315,13 @@ local model = models.Llama{ n_layers = 2, dim = 32, n_heads = 4, n_kv_heads = 2,
 for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer, { mp_policy = mp }) end
 fsdp.fully_shard(model, { mp_policy = mp })
 return fsdp.spec{ name = "mp_llama", model = model, world_size = 1, input = { batch = 2, seq_len = 16 },
-  loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
-]], tostring(ckpt))
+  loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 }, attention = %q }
+]], tostring(ckpt), attention)
 end
 for _, ckpt in ipairs({ false, true }) do
   local path = os.tmpname() .. ".lua"
   local h = assert(io.open(path, "w"))
-  h:write(llama_spec(ckpt))
+  h:write(llama_spec(ckpt, "fsdpgen"))
   h:close()
   local ok, text = pcall(step_c, path)
   os.remove(path)
@@ -339,6 +348,20 @@ for _, ckpt in ipairs({ false, true }) do
   check(same, string.format("bf16 Llama, 2 blocks%s: attention packed (%s | %s), rope forward (%s), rope backward "
     .. "(%s), rmsnorm forward (%s), residual backward (%s), rmsnorm backward (%s)%s", ckpt and ", checkpointed" or "",
     got[1], got[2], got[3], got[4], got[5], got[6], got[7], ok and "" or " (" .. tostring(text) .. ")"))
+end
+do
+  local path = os.tmpname() .. ".lua"
+  local h = assert(io.open(path, "w"))
+  h:write(llama_spec(false, "auto"))
+  h:close()
+  local ok, text = pcall(step_c, path)
+  os.remove(path)
+  text = ok and text or ""
+  local function count(name) return select(2, text:gsub(name .. "%(R, 0, ", "")) end
+  local fwd, bwd = count("rt_step_attention_forward"), count("rt_step_attention_backward")
+  local kernels = select(2, text:gsub("rt_attention_lowmem[%w_]*%(", ""))
+  check(fwd == 2 and bwd == 2 and kernels == 0, string.format("bf16 Llama, 2 blocks, attention auto: both blocks' "
+    .. "attention at site 0 (forward %d, backward %d calls), no direct kernel call (%d)", fwd, bwd, kernels))
 end
 
 -- Packed parameters (memory.lua mark_packed_params): the params table's packed column and the

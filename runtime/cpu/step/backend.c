@@ -194,6 +194,21 @@ const float* rt_step_one(const rt_rank* R) {
     return &one;
 }
 
+// fsdpgen's kernels at every attention site (runtime/step/attention.c)
+int rtb_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,
+                          const void* q, const void* k, const void* v) {
+    (void)R, (void)site, (void)out, (void)stats, (void)scratch, (void)q, (void)k, (void)v;
+    return 0;
+}
+
+int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, float* scratch,
+                           const void* dout, const void* out, const void* q, const void* k,
+                           const void* v, const float* stats) {
+    (void)R, (void)site, (void)dq, (void)dk, (void)dv, (void)scratch, (void)dout, (void)out;
+    (void)q, (void)k, (void)v, (void)stats;
+    return 0;
+}
+
 // ---- gradients --------------------------------------------------------------------------
 
 void rt_step_round(float* x, size_t n, rt_dtype dtype) {
