@@ -25,7 +25,7 @@ for s in "${attention_shapes[@]}"; do
   name=$1; shift
   ours=$(build/bench/attention_fsdpgen "$@" "$iters") || { echo "$name: attention_fsdpgen failed"; status=1; continue; }
   cudnn=$(build/bench/attention_cudnn "$@" "$iters") || { echo "$name: attention_cudnn failed"; status=1; }
-  grep '^REFUSED' <<<"$cudnn" | sed "s/^/$name: /"
+  grep '^REFUSED\|^# cudnn' <<<"$cudnn" | sed "s/^# //; s/^/$name: /"
   theirs=$(python3 bench/attention_torch.py "$@" "$iters") || { echo "$name: attention_torch.py failed"; status=1; continue; }
   for pass in "${attention_passes[@]}"; do
     read -r oms otf <<<"$(attention_result fsdpgen "$pass" "$ours")"

@@ -3,7 +3,9 @@
 // fsdpgen's kernels (bench/attention_fsdpgen.c) and PyTorch's SDPA on the same shapes.
 //   attention_cudnn B T NH NKV HD [iters]
 // Prints `RESULT impl=cudnn pass=forward|backward ms=... tflops=...` (the mean over `iters`
-// calls after 3 warm-up calls, the device synchronized around the timed loop), or
+// calls after 3 warm-up calls, the device synchronized around the timed loop) for the
+// deterministic backward the generated step runs, then a `# ...` line with the backward
+// that accumulates dQ with atomics (the frontend's default, not bit-reproducible); or
 // `REFUSED impl=cudnn why=...` where cuDNN has no plan for the shape. FLOPs count the
 // causal half of each T x T product, as bench/attention_fsdpgen.c does: forward 2
 // products, backward 5.
@@ -51,24 +53,33 @@ int main(int argc, char** argv) {
     }
     char why[512];
     const double t_plan = bench_now_s();
-    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, why, sizeof why);
+    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, 1, why, sizeof why);
     if (!s) {
         printf("REFUSED impl=cudnn why=%s\n", why);
         return 0;
     }
     printf("# attention_cudnn: plans built in %.2f s, workspace %zu bytes\n",
            bench_now_s() - t_plan, rt_cudnn_sdpa_workspace_bytes(s));
+    rt_cudnn_sdpa* atomic = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, 0, why, sizeof why);
+    const size_t wsb = rt_cudnn_sdpa_workspace_bytes(s) > rt_cudnn_sdpa_workspace_bytes(atomic)
+                           ? rt_cudnn_sdpa_workspace_bytes(s)
+                           : rt_cudnn_sdpa_workspace_bytes(atomic);
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     void *q = dev_random(nq, 2.0f, 1), *k = dev_random(nk, 2.0f, 2), *v = dev_random(nk, 1.0f, 3);
     void *dout = dev_random(nq, 1.0f, 4), *out = dev_zeros(nq * 2);
     float* stats = dev_zeros(rt_cudnn_sdpa_stats_floats(B, NH, T) * sizeof(float));
-    void* ws = dev_zeros(rt_cudnn_sdpa_workspace_bytes(s));
+    void* ws = dev_zeros(wsb);
     void *dq = dev_zeros(nq * 2), *dk = dev_zeros(nk * 2), *dv = dev_zeros(nk * 2);
     cudaStream_t stream;
     RT_CHECK_CUDA(cudaStreamCreate(&stream));
     const double causal_flops = 4.0 * B * NH * (double)T * T * HD / 2.0;  // one forward
-    static const char* pass_name[2] = {"forward", "backward"};
-    for (int pass = 0; pass < 2; pass++) {
+    static const char* pass_name[3] = {"forward", "backward", "backward"};
+    for (int pass = 0; pass < 3; pass++) {
+        const rt_cudnn_sdpa* p = pass == 2 ? atomic : s;
+        if (!p) {
+            printf("# cudnn backward, dQ accumulated with atomics: refused: %s\n", why);
+            break;
+        }
         double t0 = 0.0;
         for (int i = 0; i < 3 + iters; i++) {
             if (i == 3) {
@@ -76,17 +87,21 @@ int main(int argc, char** argv) {
                 t0 = bench_now_s();
             }
             if (pass == 0)
-                rt_cudnn_sdpa_forward(s, out, stats, q, k, v, ws, stream);
+                rt_cudnn_sdpa_forward(p, out, stats, q, k, v, ws, stream);
             else
-                rt_cudnn_sdpa_backward(s, dq, dk, dv, dout, out, q, k, v, stats, ws, stream);
+                rt_cudnn_sdpa_backward(p, dq, dk, dv, dout, out, q, k, v, stats, ws, stream);
         }
         RT_CHECK_CUDA(cudaStreamSynchronize(stream));
         const double ms = (bench_now_s() - t0) * 1e3 / iters;
-        const double flops = causal_flops * (pass == 0 ? 1.0 : 2.5);
-        printf("RESULT impl=cudnn pass=%s ms=%.4f tflops=%.1f\n", pass_name[pass], ms,
-               flops / (ms * 1e-3) / 1e12);
+        const double tflops = causal_flops * (pass == 0 ? 1.0 : 2.5) / (ms * 1e-3) / 1e12;
+        if (pass < 2)
+            printf("RESULT impl=cudnn pass=%s ms=%.4f tflops=%.1f\n", pass_name[pass], ms, tflops);
+        else
+            printf("# cudnn backward, dQ accumulated with atomics (not deterministic): ms=%.4f "
+                   "tflops=%.1f\n", ms, tflops);
     }
     RT_CHECK_CUDA(cudaGetLastError());
+    rt_cudnn_sdpa_destroy(atomic);
     rt_cudnn_sdpa_destroy(s);
     return 0;
 }

@@ -135,6 +135,13 @@ def parse_result(line):
     return dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
 
 
+# Speedup targets of fsdpgen's default run over PyTorch FSDP2 (ms/step ratio), per config.
+TARGETS = {
+    "gpt2_124m": (("torch_eager", 2.0), ("torch_compile", 1.0)),
+    "llama_1b": (("torch_eager", 1.5), ("torch_compile", 1.3)),
+}
+
+
 def table(lines, peak):
     """The run.sh table; ratio = that row's ms/step over fsdpgen's (> 1: fsdpgen faster)."""
     rows = [r for r in (parse_result(x.strip()) for x in lines) if r]
@@ -156,7 +163,7 @@ def table(lines, peak):
                        f"{100 * mfu(fpt, tps, peak):>5.1f}% {mem:>11}")
         if ours:
             base = float(ours["ms_per_step"])
-            for impl, target in (("torch_eager", 1.3), ("torch_compile", 1.0)):
+            for impl, target in TARGETS[name]:
                 t = next((r for r in mine if r.get("impl") == impl and r.get("ms_per_step")), None)
                 if t:
                     x = float(t["ms_per_step"]) / base
@@ -164,8 +171,8 @@ def table(lines, peak):
                                     f"(target >= {target:.2f}x): {'met' if x >= target else 'MISSED'}")
             if name == "llama_1b":
                 m = 100 * mfu(fpt, float(ours["tokens_per_s"]), peak)
-                verdicts.append(f"{name}: fsdpgen MFU {m:.1f}% (target >= 45% on an H100): "
-                                f"{'met' if m >= 45 else 'MISSED'}")
+                verdicts.append(f"{name}: fsdpgen MFU {m:.1f}% (target >= 50% on an H100): "
+                                f"{'met' if m >= 50 else 'MISSED'}")
     return out + [""] + verdicts if verdicts else out
 
 

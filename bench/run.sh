@@ -80,16 +80,19 @@ echo "device: $name, bf16 dense peak $peak TFLOP/s; warmup $warmup steps, timed 
 results=$work/results
 : >"$results"
 for c in "${configs[@]}"; do
-  # fsdpgen, then fsdpgen_fused: the attention backward with dQ in its dK/dV kernel
-  # (RT_ATTENTION_FUSED_DQ=1, rt_cuda.h; off by default: slower on an H100)
-  for fused in 0 1; do
+  # fsdpgen: the spec's default (attention "auto": per shape the faster of cuDNN and
+  # fsdpgen's kernels, timed at start; the log's `fsdpgen: attention` lines say which), then
+  # each attention forced (RT_ATTENTION, rt_model.h): fsdpgen_cudnn and fsdpgen_kernels
+  for attn in auto cudnn fsdpgen; do
     impl=fsdpgen
-    [[ $fused == 1 ]] && impl=fsdpgen_fused
+    [[ $attn == cudnn ]] && impl=fsdpgen_cudnn
+    [[ $attn == fsdpgen ]] && impl=fsdpgen_kernels
     log=$work/$c.$impl.log
-    echo "== $c: $impl (RT_ATTENTION_FUSED_DQ=$fused ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
+    echo "== $c: $impl (RT_ATTENTION=$attn ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
     ms="" tok=""
-    if RT_ATTENTION_FUSED_DQ=$fused ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
+    if RT_ATTENTION=$attn ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
       --steps $((warmup + steps)) >"$log" 2>&1; then
+      grep '^fsdpgen: attention' "$log" | sed "s/^/$impl: /"
       # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
       read -r ms tok < <(sed -n 's/^bench: .*: \([0-9.]*\) ms\/step, \([0-9.]*\) tok\/s.*/\1 \2/p' "$log")
     fi

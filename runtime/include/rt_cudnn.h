@@ -29,10 +29,14 @@ typedef struct rt_cudnn_sdpa rt_cudnn_sdpa;
 typedef struct CUstream_st* rt_cudnn_stream;  // cudaStream_t without cuda_runtime.h
 
 // Builds and finalizes the forward and backward plans for one shape and precision
-// (RT_BF16 or RT_F16). NULL, with a one-line reason in why, when the arguments are
-// invalid, no GPU or cuDNN is usable, or cuDNN has no engine for the shape.
+// (RT_BF16 or RT_F16). deterministic: only the backward with dQ straight from its matmul
+// (the same bits every run, as fsdpgen's kernels); else the frontend's default first (dQ
+// accumulated in fp32 with atomics), then that one. NULL, with a one-line reason in why,
+// when the arguments are invalid, no GPU or cuDNN is usable, or cuDNN has no engine for the
+// shape.
 rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int causal,
-                                    rt_dtype prec, char* why, size_t why_len);
+                                    rt_dtype prec, int deterministic, char* why,
+                                    size_t why_len);
 void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s);
 
 // Bytes of device workspace forward and backward need (the larger of the two).

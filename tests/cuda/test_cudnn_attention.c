@@ -4,6 +4,9 @@
 // multiple of any tile), B = 2, causal and not, bf16 and fp16; plus a control that must
 // differ (causal output against the non-causal reference), a refused shape, create and
 // destroy without leaking device memory, and forward + backward captured in a CUDA graph.
+// Each shape runs with the deterministic backward (the generated step's: a second backward
+// must give the same bits) and, in bf16, with the frontend's default (dQ accumulated with
+// atomics).
 // Without a GPU it prints a SKIP line and `0 passed, 0 failed`.
 //
 // Bounds (attention_tc_ref.h): cuDNN narrows P before P.V and P^T.dO and dS before dS.K
@@ -73,14 +76,14 @@ static void cmp_bound(const char* what, const float* got, const float* want, con
 }
 
 // One shape: forward and backward against the CPU; returns 0 when cuDNN refused it.
-static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, int required,
-               int capture) {
+static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, int det,
+               int required, int capture) {
     const char* P = p == RT_BF16 ? "bf16" : "fp16";
     char why[512];
-    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, causal, p, why, sizeof why);
+    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, causal, p, det, why, sizeof why);
     char name[160];
-    snprintf(name, sizeof name, "%s B=%d T=%d NH=%d NKV=%d HD=%d causal=%d", P, B, T, NH, NKV,
-             HD, causal);
+    snprintf(name, sizeof name, "%s B=%d T=%d NH=%d NKV=%d HD=%d causal=%d%s", P, B, T, NH, NKV,
+             HD, causal, det ? " deterministic" : "");
     if (!s && !required) {
         printf("SKIP %s: cuDNN refuses it (the runtime keeps its own kernels): %s\n", name, why);
         return 0;
@@ -141,6 +144,15 @@ static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, in
     free(e), e = extra(NULL, 0.0, bd.dv, g, dv, u, nk);
     cmp_bound("  backward: dv", g_dv, dv, bd.dv, e, nk);
     free(e);
+    if (det) {  // the deterministic backward again: the same bits
+        void *d_dq2 = dalloc(nq * 2), *d_dk2 = dalloc(nk * 2), *d_dv2 = dalloc(nk * 2);
+        rt_cudnn_sdpa_backward(s, d_dq2, d_dk2, d_dv2, d_do, d_o, d_q, d_k, d_v, d_st, ws, 0);
+        RT_CHECK_CUDA(cudaDeviceSynchronize());
+        float *a = unpack(d_dq2, nq, p), *b = unpack(d_dk2, nk, p), *c = unpack(d_dv2, nk, p);
+        CHECK(!memcmp(a, g_dq, nq * 4) && !memcmp(b, g_dk, nk * 4) && !memcmp(c, g_dv, nk * 4),
+              "  backward again: dq, dk, dv the same bits (deterministic)");
+        free(a), free(b), free(c), dfree(d_dq2), dfree(d_dk2), dfree(d_dv2);
+    }
     if (causal) {  // control: the non-causal reference must be far off
         attn_tc_cmp_result r = attn_tc_compare(g_o, out_nc, bd.out, bd.out, nq, TOL_GEMM);
         CHECK(r.ratio > 10.0, "  control: causal out vs the non-causal reference differs "
@@ -198,26 +210,27 @@ int main(void) {
                                     {4, 2, 16, 0}, {4, 4, 32, 0}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int causal = 1; causal >= 0; causal--)
-            for (int pi = 0; pi < 2; pi++)
+            for (int pi = 0; pi < 3; pi++)  // bf16, fp16 deterministic; bf16 with atomics
                 run(2, 100, shapes[i][0], shapes[i][1], shapes[i][2], causal,
-                    pi ? RT_F16 : RT_BF16, shapes[i][3], 0);
+                    pi == 1 ? RT_F16 : RT_BF16, pi < 2, shapes[i][3], 0);
     // a refused shape: NULL and a reason (HD 300 is past every engine's head size)
     char why[512] = "";
-    rt_cudnn_sdpa* bad = rt_cudnn_sdpa_create(2, 100, 4, 4, 300, 1, RT_BF16, why, sizeof why);
+    rt_cudnn_sdpa* bad = rt_cudnn_sdpa_create(2, 100, 4, 4, 300, 1, RT_BF16, 1, why, sizeof why);
     CHECK(bad == NULL && why[0], "HD=300 refused with a reason: %s", why);
     rt_cudnn_sdpa_destroy(bad);
     // create and destroy twice after a first (warm-up) pair: no device memory kept
     size_t f0, f1, total;
-    rt_cudnn_sdpa_destroy(rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, why, sizeof why));
+    rt_cudnn_sdpa_destroy(rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, 1, why, sizeof why));
     RT_CHECK_CUDA(cudaMemGetInfo(&f0, &total));
     for (int i = 0; i < 2; i++)
-        rt_cudnn_sdpa_destroy(rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, why, sizeof why));
+        rt_cudnn_sdpa_destroy(
+            rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, 1, why, sizeof why));
     RT_CHECK_CUDA(cudaMemGetInfo(&f1, &total));
     CHECK(f1 + (4u << 20) >= f0, "create/destroy twice: free device memory %zu -> %zu bytes", f0,
           f1);
     // last, as a cuDNN engine that cannot be captured stops the program: forward and
     // backward captured in a CUDA graph (both forward forms: causal and not)
-    run(2, 100, 8, 2, 128, 1, RT_BF16, 1, 1);
-    run(2, 100, 12, 12, 64, 0, RT_F16, 1, 1);
+    run(2, 100, 8, 2, 128, 1, RT_BF16, 1, 1, 1);
+    run(2, 100, 12, 12, 64, 0, RT_F16, 0, 1, 1);
     return check_summary();
 }

@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
         why[0] = 0;
-        rt_cudnn_sdpa* p = rt_cudnn_sdpa_create(2, 100, 4, 4, 64, 1, RT_BF16, why, sizeof why);
+        rt_cudnn_sdpa* p = rt_cudnn_sdpa_create(2, 100, 4, 4, 64, 1, RT_BF16, 1, why, sizeof why);
         printf("  reason: %s\n", why);
         CHECK(p == NULL && strstr(why, "no CUDA device") != NULL,
               "without a GPU create declines with a reason");

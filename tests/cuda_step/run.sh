@@ -10,8 +10,11 @@
 #   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance (and on
 #     the emulator, the same bits in its three stream modes and without evals: in the fast
 #     tier on six specs that use every side stream, in the slow tier on all);
-#   - test_seg_copy: the copy kernel against its host reference on random plans.
-# On the GPU only: compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
+#   - test_seg_copy: the copy kernel against its host reference on random plans;
+#   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error.
+# On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
+# that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64) and its auto
+# timings; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
 # without one it prints a SKIP line, and the emulator runs test_cuda_local (the local mode's
 # communicators). Ends with `N passed, N failed`.
 set -u
@@ -163,8 +166,14 @@ cuda_binary() {
     fi
 }
 
+# On a GPU also a spec at the bench models' head dim, whose attention cuDNN takes.
+[ "$gpu" = 1 ] && specs+=("tests/cuda_step/llama_cudnn_bf16.lua 3e-2")
 where=$([ "$gpu" = 1 ] && echo GPU || echo emulator)
 py=python3  # the comparisons and trace sums need no PyTorch
+# On a GPU the attention sites run cuDNN wherever it takes the shape (the spec's `auto` could
+# keep fsdpgen's kernels on these small shapes), so the checks below cover it; the emulator
+# has no cuDNN and runs fsdpgen's kernels there.
+[ "$gpu" = 1 ] && export RT_ATTENTION=cudnn
 # spec_checks SPEC RTOL [EMU_STEPS]: the checks of one spec's binaries (run in a subshell: its
 # counts go to the caller through files). On the GPU the conformance test runs its 10 steps
 # and the other runs 5 (evals after steps 2, 4 and 5). On the emulator, where a step of the
@@ -194,6 +203,38 @@ spec_checks() {
             pass "$name: the CUDA binary keeps the plan's 57408 persistent bytes per rank in pinned host memory"
         else
             fail "$name: no 'offload_policy: 57408 bytes (56.1 KiB) ... in pinned host memory' line"
+        fi
+    fi
+    # what runs the attention site, said at start: fsdpgen's kernels on the emulator, cuDNN
+    # on a GPU where the spec has the bench models' head dim (and under auto, the timings)
+    local want=
+    if [[ $name = llama_cudnn_bf16 ]]; then
+        RT_ATTENTION=auto "$bin" --steps 1 >"$work/$name.auto.log" 2>&1
+        if grep -qE '^fsdpgen: attention 0 .* \(auto\): (cudnn \(forward \+ backward [0-9.]+ ms, fsdpgen.s [0-9.]+ ms\)|fsdpgen.s kernels \(faster: )' \
+            "$work/$name.auto.log"; then
+            pass "$name with RT_ATTENTION=auto: $(grep -m 1 '^fsdpgen: attention 0' "$work/$name.auto.log")"
+        else
+            tail -n 5 "$work/$name.auto.log"
+            fail "$name with RT_ATTENTION=auto: no site line with both timings"
+        fi
+    fi
+    [[ $gpu = 0 && $name = llama_w1_bf16 ]] &&
+        want="fsdpgen: attention 0 [2, 16] 4/2 heads x 12 bf16 causal (auto): fsdpgen's kernels (cuDNN attention: not on the CUDA emulator)"
+    [[ $name = llama_cudnn_bf16 ]] && want="fsdpgen: attention 0 [2, 128] 4/2 heads x 64 bf16 causal (cudnn): cudnn"
+    if [[ -n $want ]]; then
+        if grep -qF "$want" "$work/$name.cuda.log"; then
+            pass "$name: rank 0 says what runs its attention site: ${want#fsdpgen: }"
+        else
+            grep '^fsdpgen: attention' "$work/$name.cuda.log"
+            fail "$name: no line '$want'"
+        fi
+        if RT_ATTENTION=flash "$bin" --steps 1 >"$work/$name.badattn.log" 2>&1; then
+            fail "$name with RT_ATTENTION=flash: ran (must stop: auto, cudnn or fsdpgen only)"
+        elif [ "$(cat "$work/$name.badattn.log")" = "fsdpgen: RT_ATTENTION=flash: must be auto (the faster per shape), cudnn or fsdpgen" ]; then
+            pass "$name with RT_ATTENTION=flash: stops with one line naming it"
+        else
+            cat "$work/$name.badattn.log"
+            fail "$name with RT_ATTENTION=flash: not the one-line error"
         fi
     fi
     if [[ $name == llama_tc_attention_bf16 ]]; then  # attention on tensor cores: fused dQ too
@@ -328,6 +369,8 @@ if [ -x "$sanitizer" ] || command -v "$sanitizer" >/dev/null 2>&1; then
     sanitize tests/specs/conformance/mlp_w2_sgd_prefetch.lua 0
     # the tensor-core attention, its fused backward included (shared-memory dS^T, counters)
     sanitize tests/specs/features/llama_tc_attention_bf16.lua 1
+    # cuDNN's attention at its site (RT_ATTENTION=cudnn on a GPU)
+    sanitize tests/cuda_step/llama_cudnn_bf16.lua 0
 else
     skipped+=("compute-sanitizer: SKIP not found")
 fi

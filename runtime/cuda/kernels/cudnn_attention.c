@@ -37,13 +37,14 @@ static int attempt(rt_cudnn_sdpa* s, cudnnHandle_t handle, int fwd, int form,
 }
 
 // The frontend's form first (forward: the unified operation where there is no mask;
-// backward: dQ accumulated in fp32), then the other one; the first failure is the reason.
-static int build(rt_cudnn_sdpa* s, cudnnHandle_t handle, int fwd, cudnnDataType_t io,
-                 char* why, size_t why_len) {
-    const int first = fwd ? !s->causal : 1;  // a causal forward has one form only
+// backward: dQ accumulated in fp32, unless deterministic), then the other one; the first
+// failure is the reason.
+static int build(rt_cudnn_sdpa* s, cudnnHandle_t handle, int fwd, int deterministic,
+                 cudnnDataType_t io, char* why, size_t why_len) {
+    const int first = fwd ? !s->causal : !deterministic;  // a causal forward has one form
     int form = first;
     int ok = attempt(s, handle, fwd, form, io, why, why_len);
-    if (!ok && (!fwd || first)) {
+    if (!ok && first) {
         char reason[512];
         snprintf(reason, sizeof reason, "%s", why);
         form = !first;
@@ -60,7 +61,8 @@ static rt_cudnn_sdpa* give_up(rt_cudnn_sdpa* s) {
 }
 
 rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int causal,
-                                    rt_dtype prec, char* why, size_t why_len) {
+                                    rt_dtype prec, int deterministic, char* why,
+                                    size_t why_len) {
     char scratch[8];
     if (!why || !why_len) why = scratch, why_len = sizeof scratch;
     why[0] = 0;
@@ -91,8 +93,8 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
         return give_up(s);
     }
     const cudnnDataType_t io = prec == RT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-    if (!build(s, s->handle, 1, io, why, why_len)) return give_up(s);
-    if (!build(s, s->handle, 0, io, why, why_len)) return give_up(s);
+    if (!build(s, s->handle, 1, 0, io, why, why_len)) return give_up(s);
+    if (!build(s, s->handle, 0, deterministic, io, why, why_len)) return give_up(s);
     const size_t rows = (size_t)B * NH * T;
     s->sum_off = s->dq_acc ? up256(rows * HD * sizeof(float)) : 0;
     s->bwd_own = s->sum_off + up256(rows * sizeof(float));

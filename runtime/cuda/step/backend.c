@@ -68,6 +68,7 @@ const char* rt_step_backend(void) { return "cuda"; }
 
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
     launch_opts = o ? *o : (rt_launch_opts){0};
+    if (cs_attention_check_env()) return 2;
     if (rt_mpi_launched()) {
         if (launch_opts.local) {
             fprintf(stderr, "fsdpgen: --local runs every rank in this process; it cannot be "

@@ -4,6 +4,7 @@
 // GPU-timed trace spans.
 //   backend.c  the step calls (step_backend.h), rt_step_run, rt_step_launch
 //   rank.c     rtb_rank_init / rtb_rank_free
+//   attention.c  the attention sites: cuDNN's plans or fsdpgen's kernels, chosen at start
 //   trace.c    --trace spans timed with CUDA events, one Chrome-trace thread per stream
 #ifndef FSDPGEN_CUDA_STEP_BACKEND_H
 #define FSDPGEN_CUDA_STEP_BACKEND_H
@@ -13,6 +14,7 @@
 
 #include "kernels.h"
 #include "rt_check.h"
+#include "rt_cudnn.h"
 #include "rt_trace.h"
 #include "step_backend.h"
 
@@ -94,6 +96,8 @@ typedef struct cuda_rank {
     double* d_sumsq;                  // clipping: sum of squares of every shard
     float* d_total;                   // ... as fp32, all-reduced over the shard group
     float* d_one;                     // 1.0f (rt_step_one)
+    rt_cudnn_sdpa** attention;        // per attention site: cuDNN's plans, or NULL where
+                                      // fsdpgen's kernels run it (attention.c)
     // CUDA graph
     int decided, use_graph, warm;
     cudaGraph_t graph;
@@ -104,6 +108,15 @@ typedef struct cuda_rank {
     cudaEvent_t t0, t_end;            // the step's start and end on the compute stream
     int dropped;                      // spans past CS_MAX_SPANS this step
 } cuda_rank;
+
+// ---- attention sites (attention.c) ----------------------------------------------------------
+
+// Each site's implementation (rt_model.h attention_choice, RT_ATTENTION), decided and printed
+// by rank 0 before the arena exists; 0, or 1 after a message.
+int cs_attention_init(rt_rank* R);
+void cs_attention_free(rt_rank* R);
+// RT_ATTENTION is unset, empty, auto, cudnn or fsdpgen: 0; else 2 after a one-line message.
+int cs_attention_check_env(void);
 
 // ---- trace (no-ops without R->trace) --------------------------------------------------------
 

@@ -190,6 +190,8 @@ int rtb_rank_init(rt_rank* R) {
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
         ok(&s, cudaEventCreateWithFlags(&c->join[k], cudaEventDisableTiming), "cudaEventCreate");
     if (!s.failed) rt_cuda_set_stream(c->compute);
+    // Attention sites: cuDNN's plans, timed under `auto` on tensors of their own, so first.
+    if (!s.failed && cs_attention_init(R)) s.failed = 1;
 
     // The arena: the plan's offsets on the device; rt_step_buffer checks them as on the CPU.
     // The persistent buffers [0, P) have a pinned host copy, the mirror (the driver's view);
@@ -269,6 +271,7 @@ void rtb_rank_free(rt_rank* R) {
     if (!c) return;
     const rt_model* m = R->model;
     if (c->compute) cudaStreamSynchronize(c->compute);
+    cs_attention_free(R);
     if (c->exec) cudaGraphExecDestroy(c->exec);
     if (c->graph) cudaGraphDestroy(c->graph);
     for (int g = 0; g < m->ngroups; g++) {

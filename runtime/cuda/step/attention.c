@@ -1,0 +1,203 @@
+// The CUDA backend's attention sites (rt_model.h rt_model_attention; runtime/step/attention.c
+// calls rtb_attention_*): at rank start, before the arena and any capture, each site gets
+// cuDNN's plans (rt_cudnn.h, the deterministic backward) or none, as the spec's choice or
+// RT_ATTENTION says:
+//   auto     cuDNN where it takes the shape and its forward + backward time less than
+//            fsdpgen's kernels' on the site's shape (timed here, on zeroed scratch tensors);
+//   cudnn    cuDNN wherever it takes the shape;
+//   fsdpgen  never.
+// cuDNN's workspace must fit the scratch the plan gives the site (else fsdpgen's kernels).
+// Rank 0 prints what each site runs, and why. The emulator has no cuDNN (its stub declines).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "rt_cuda.h"
+#include "rt_cudnn.h"
+#include "rt_kernels.h"
+
+static const char* const CHOICE[] = {"auto", "cudnn", "fsdpgen"};
+
+// rt_cudnn.h's stream type is cudaStream_t's without cuda_runtime.h (the emulator's differs).
+#define STREAM(s) ((rt_cudnn_stream)(s))
+
+// RT_ATTENTION's choice (auto, cudnn or fsdpgen), -1 when unset or empty, -2 otherwise.
+static int env_choice(void) {
+    const char* env = getenv("RT_ATTENTION");
+    if (!env || !*env) return -1;
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(env, CHOICE[k])) return k;
+    return -2;
+}
+
+int cs_attention_check_env(void) {
+    if (env_choice() != -2) return 0;
+    fprintf(stderr, "fsdpgen: RT_ATTENTION=%s: must be auto (the faster per shape), cudnn or "
+            "fsdpgen\n", getenv("RT_ATTENTION"));
+    return 2;
+}
+
+// The site's tensors for timing: q, k, v, out, dout, dq, dk, dv, stats and scratch in one
+// zeroed allocation.
+typedef struct site_buffers {
+    void* base;
+    void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+    float *stats, *scratch;
+} site_buffers;
+
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+static int buffers(site_buffers* b, const rt_model_attention* a) {
+    const size_t nq = up256((size_t)a->B * a->T * a->NH * a->HD * 2);
+    const size_t nk = up256((size_t)a->B * a->T * a->NKV * a->HD * 2);
+    const size_t ns = up256(rt_attention_stats_floats(a->B, a->NH, a->T) * 4);
+    const size_t bytes = 4 * nq + 4 * nk + ns + up256(a->scratch_bytes);
+    if (cudaMalloc(&b->base, bytes) != cudaSuccess ||
+        cudaMemset(b->base, 0, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        if (b->base) cudaFree(b->base);
+        b->base = NULL;
+        return -1;
+    }
+    char* p = b->base;
+    void** q[4] = {&b->q, &b->out, &b->dout, &b->dq};
+    void** k[4] = {&b->k, &b->v, &b->dk, &b->dv};
+    for (int i = 0; i < 4; i++) *q[i] = p, p += nq;
+    for (int i = 0; i < 4; i++) *k[i] = p, p += nk;
+    b->stats = (float*)p, p += ns;
+    b->scratch = (float*)p;
+    return 0;
+}
+
+static void run_once(const rt_model_attention* a, const rt_cudnn_sdpa* plan,
+                     const site_buffers* b, cudaStream_t s) {
+    if (plan) {
+        rt_cudnn_sdpa_forward(plan, b->out, b->stats, b->q, b->k, b->v, b->scratch, STREAM(s));
+        rt_cudnn_sdpa_backward(plan, b->dq, b->dk, b->dv, b->dout, b->out, b->q, b->k, b->v,
+                               b->stats, b->scratch, STREAM(s));
+        return;
+    }
+    const int all = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
+    rt_attention_lowmem_packed_forward(b->out, b->stats, b->scratch, b->q, b->k, b->v, a->B,
+                                       a->T, a->NH, a->NKV, a->HD, a->causal, a->dtype, all,
+                                       a->dtype);
+    rt_attention_lowmem_packed_backward(
+        b->dq, b->dk, b->dv, b->scratch, b->dout, b->out, b->q, b->k, b->v, b->stats, a->B, a->T,
+        a->NH, a->NKV, a->HD, a->causal, a->dtype,
+        all | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3, a->dtype,
+        RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
+}
+
+// Milliseconds of one forward + backward (the least of 3 after a warm-up) on the compute
+// stream; < 0 when the GPU fails (memory).
+static double time_ms(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
+                      const site_buffers* b) {
+    cuda_rank* c = R->backend;
+    cudaEvent_t e0, e1;
+    CS(R, cudaEventCreate(&e0));
+    CS(R, cudaEventCreate(&e1));
+    double best = -1.0;
+    for (int i = 0; i < 4; i++) {
+        CS(R, cudaEventRecord(e0, c->compute));
+        run_once(a, plan, b, c->compute);
+        CS(R, cudaEventRecord(e1, c->compute));
+        CS(R, cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        CS(R, cudaEventElapsedTime(&ms, e0, e1));
+        if (i > 0 && (best < 0.0 || ms < best)) best = ms;
+    }
+    CS(R, cudaEventDestroy(e0));
+    CS(R, cudaEventDestroy(e1));
+    return best;
+}
+
+// Site i's plans, or NULL with why filled (and what in `note`: auto's timings).
+static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t why_len,
+                             char* note, size_t note_len) {
+    const rt_model_attention* a = &R->model->attention[i];
+    note[0] = 0;
+    if (choice == RT_ATTENTION_FSDPGEN) {
+        snprintf(why, why_len, "%s", getenv("RT_ATTENTION") ? "RT_ATTENTION=fsdpgen"
+                                                             : "the spec's choice");
+        return NULL;
+    }
+    rt_cudnn_sdpa* plan = rt_cudnn_sdpa_create(a->B, a->T, a->NH, a->NKV, a->HD, a->causal,
+                                               a->dtype, 1, why, why_len);
+    if (!plan) return NULL;
+    const size_t ws = rt_cudnn_sdpa_workspace_bytes(plan);
+    if (ws > a->scratch_bytes) {
+        snprintf(why, why_len, "cuDNN asks for %zu bytes of workspace, the memory plan has %zu",
+                 ws, a->scratch_bytes);
+        rt_cudnn_sdpa_destroy(plan);
+        return NULL;
+    }
+    if (choice == RT_ATTENTION_CUDNN) return plan;
+    site_buffers b = {0};
+    if (buffers(&b, a)) {
+        snprintf(note, note_len, "not timed: no device memory for the site's tensors");
+        return plan;
+    }
+    const double t_cudnn = time_ms(R, a, plan, &b), t_ours = time_ms(R, a, NULL, &b);
+    CS(R, cudaFree(b.base));
+    snprintf(note, note_len, "forward + backward %.3f ms, fsdpgen's %.3f ms", t_cudnn, t_ours);
+    if (t_cudnn < t_ours) return plan;
+    snprintf(why, why_len, "faster: %.3f ms forward + backward, cuDNN's %.3f ms", t_ours,
+             t_cudnn);
+    rt_cudnn_sdpa_destroy(plan);
+    return NULL;
+}
+
+int cs_attention_init(rt_rank* R) {
+    const rt_model* m = R->model;
+    cuda_rank* c = R->backend;
+    if (m->nattention == 0) return 0;
+    const int env = env_choice();  // checked by rt_step_launch (cs_attention_check_env)
+    const int choice = env >= 0 ? env : (int)m->attention_choice;
+    c->attention = calloc((size_t)m->nattention, sizeof *c->attention);
+    if (!c->attention) {
+        fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
+        return 1;
+    }
+    for (int i = 0; i < m->nattention; i++) {
+        char why[512] = "", note[128];
+        c->attention[i] = decide(R, i, choice, why, sizeof why, note, sizeof note);
+        if (R->rank != 0) continue;
+        const rt_model_attention* a = &m->attention[i];
+        printf("fsdpgen: attention %d [%d, %d] %d/%d heads x %d %s%s (%s): ", i, a->B, a->T,
+               a->NH, a->NKV, a->HD, rt_dtype_name(a->dtype), a->causal ? " causal" : "",
+               CHOICE[choice]);
+        if (c->attention[i])
+            printf("cudnn%s%s%s\n", note[0] ? " (" : "", note, note[0] ? ")" : "");
+        else
+            printf("fsdpgen's kernels (%s)\n", why);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+void cs_attention_free(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    if (!c->attention) return;
+    for (int i = 0; i < R->model->nattention; i++) rt_cudnn_sdpa_destroy(c->attention[i]);
+    free(c->attention);
+    c->attention = NULL;
+}
+
+int rtb_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,
+                          const void* q, const void* k, const void* v) {
+    const cuda_rank* c = R->backend;
+    if (!c->attention || !c->attention[site]) return 0;
+    rt_cudnn_sdpa_forward(c->attention[site], out, stats, q, k, v, scratch, STREAM(c->compute));
+    return 1;
+}
+
+int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, float* scratch,
+                           const void* dout, const void* out, const void* q, const void* k,
+                           const void* v, const float* stats) {
+    const cuda_rank* c = R->backend;
+    if (!c->attention || !c->attention[site]) return 0;
+    rt_cudnn_sdpa_backward(c->attention[site], dq, dk, dv, dout, out, q, k, v, stats, scratch,
+                           STREAM(c->compute));
+    return 1;
+}
