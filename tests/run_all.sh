@@ -74,6 +74,7 @@ plan_lane() {
     "forward all-gathers:forward_all_gathers" \
     "mixed-precision rounding:mp_rounding" \
     "gradient initialisation:grad_init" \
+    "attention sites (cuDNN or fsdpgen's kernels):attention_sites" \
     "gradient dataflow:grad_flow" \
     "direct reductions:direct_reduction" \
     "reduce-scatters of the params with grads:reduce_subsets" \

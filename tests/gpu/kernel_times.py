@@ -12,11 +12,12 @@ import csv
 import re
 import sys
 
-# What a step's time goes to, by kernel name (runtime/cuda/kernels, runtime/cuda/step, cuBLAS); the
+# What a step's time goes to, by kernel name (runtime/cuda/kernels, runtime/cuda/step, cuBLAS, cuDNN); the
 # first match wins, the rest is "other".
 CATEGORIES = [
+    # fsdpgen's flash kernels; cuDNN's fused attention (its kernels' names carry sdpa, fmha or flash)
+    ("attention", r"rtc_fa_|sdpa|flash|fmha"),
     ("GEMM (cuBLAS)", r"gemm|nvjet|cutlass|xmma|sm\d+_"),
-    ("attention", r"rtc_fa_"),
     ("optimizer", r"adam|sgd|clip_scale"),
     ("FSDP copies", r"seg_copy"),
     ("16-bit operand copies", r"narrow|widen|round"),

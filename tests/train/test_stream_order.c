@@ -237,6 +237,7 @@ int cs_trace_open(rt_rank* R, cudaStream_t s, int tid, const char* name, const c
 void cs_trace_close(rt_rank* R, int span, cudaStream_t s) { (void)R, (void)span, (void)s; }
 void cs_trace_section(rt_rank* R, const char* phase) { (void)R, (void)phase; }
 void cs_trace_flush(rt_rank* R) { (void)R; }
+int cs_attention_check_env(void) { return 0; }
 
 // ---- communicators and the step state (runtime/step/state.c) ------------------------------
 
