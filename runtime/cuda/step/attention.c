@@ -3,7 +3,7 @@
 // cuDNN's plans (rt_cudnn.h, the deterministic backward) or none, as the spec's choice or
 // RT_ATTENTION says:
 //   auto     cuDNN where it takes the shape and its forward + backward time less than
-//            fsdpgen's kernels' on the site's shape (timed here, on zeroed scratch tensors);
+//            fsdpgen's kernels' on the site's shape (attention_time.c);
 //   cudnn    cuDNN wherever it takes the shape;
 //   fsdpgen  never.
 // cuDNN's workspace must fit the scratch the plan gives the site (else fsdpgen's kernels).
@@ -19,9 +19,6 @@
 
 static const char* const CHOICE[] = {"auto", "cudnn", "fsdpgen"};
 
-// rt_cudnn.h's stream type is cudaStream_t's without cuda_runtime.h (the emulator's differs).
-#define STREAM(s) ((rt_cudnn_stream)(s))
-
 // RT_ATTENTION's choice (auto, cudnn or fsdpgen), -1 when unset or empty, -2 otherwise.
 static int env_choice(void) {
     const char* env = getenv("RT_ATTENTION");
@@ -36,80 +33,6 @@ int cs_attention_check_env(void) {
     fprintf(stderr, "fsdpgen: RT_ATTENTION=%s: must be auto (the faster per shape), cudnn or "
             "fsdpgen\n", getenv("RT_ATTENTION"));
     return 2;
-}
-
-// The site's tensors for timing: q, k, v, out, dout, dq, dk, dv, stats and scratch in one
-// zeroed allocation.
-typedef struct site_buffers {
-    void* base;
-    void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
-    float *stats, *scratch;
-} site_buffers;
-
-static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
-
-static int buffers(site_buffers* b, const rt_model_attention* a) {
-    const size_t nq = up256((size_t)a->B * a->T * a->NH * a->HD * 2);
-    const size_t nk = up256((size_t)a->B * a->T * a->NKV * a->HD * 2);
-    const size_t ns = up256(rt_attention_stats_floats(a->B, a->NH, a->T) * 4);
-    const size_t bytes = 4 * nq + 4 * nk + ns + up256(a->scratch_bytes);
-    if (cudaMalloc(&b->base, bytes) != cudaSuccess ||
-        cudaMemset(b->base, 0, bytes) != cudaSuccess) {
-        cudaGetLastError();
-        if (b->base) cudaFree(b->base);
-        b->base = NULL;
-        return -1;
-    }
-    char* p = b->base;
-    void** q[4] = {&b->q, &b->out, &b->dout, &b->dq};
-    void** k[4] = {&b->k, &b->v, &b->dk, &b->dv};
-    for (int i = 0; i < 4; i++) *q[i] = p, p += nq;
-    for (int i = 0; i < 4; i++) *k[i] = p, p += nk;
-    b->stats = (float*)p, p += ns;
-    b->scratch = (float*)p;
-    return 0;
-}
-
-static void run_once(const rt_model_attention* a, const rt_cudnn_sdpa* plan,
-                     const site_buffers* b, cudaStream_t s) {
-    if (plan) {
-        rt_cudnn_sdpa_forward(plan, b->out, b->stats, b->q, b->k, b->v, b->scratch, STREAM(s));
-        rt_cudnn_sdpa_backward(plan, b->dq, b->dk, b->dv, b->dout, b->out, b->q, b->k, b->v,
-                               b->stats, b->scratch, STREAM(s));
-        return;
-    }
-    const int all = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
-    rt_attention_lowmem_packed_forward(b->out, b->stats, b->scratch, b->q, b->k, b->v, a->B,
-                                       a->T, a->NH, a->NKV, a->HD, a->causal, a->dtype, all,
-                                       a->dtype);
-    rt_attention_lowmem_packed_backward(
-        b->dq, b->dk, b->dv, b->scratch, b->dout, b->out, b->q, b->k, b->v, b->stats, a->B, a->T,
-        a->NH, a->NKV, a->HD, a->causal, a->dtype,
-        all | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3, a->dtype,
-        RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
-}
-
-// Milliseconds of one forward + backward (the least of 3 after a warm-up) on the compute
-// stream; < 0 when the GPU fails (memory).
-static double time_ms(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
-                      const site_buffers* b) {
-    cuda_rank* c = R->backend;
-    cudaEvent_t e0, e1;
-    CS(R, cudaEventCreate(&e0));
-    CS(R, cudaEventCreate(&e1));
-    double best = -1.0;
-    for (int i = 0; i < 4; i++) {
-        CS(R, cudaEventRecord(e0, c->compute));
-        run_once(a, plan, b, c->compute);
-        CS(R, cudaEventRecord(e1, c->compute));
-        CS(R, cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CS(R, cudaEventElapsedTime(&ms, e0, e1));
-        if (i > 0 && (best < 0.0 || ms < best)) best = ms;
-    }
-    CS(R, cudaEventDestroy(e0));
-    CS(R, cudaEventDestroy(e1));
-    return best;
 }
 
 // Site i's plans, or NULL with why filled (and what in `note`: auto's timings).
@@ -133,13 +56,12 @@ static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t wh
         return NULL;
     }
     if (choice == RT_ATTENTION_CUDNN) return plan;
-    site_buffers b = {0};
-    if (buffers(&b, a)) {
+    double t_cudnn, t_ours;
+    cs_attention_time(R, a, plan, &t_cudnn, &t_ours);
+    if (t_cudnn < 0.0) {
         snprintf(note, note_len, "not timed: no device memory for the site's tensors");
         return plan;
     }
-    const double t_cudnn = time_ms(R, a, plan, &b), t_ours = time_ms(R, a, NULL, &b);
-    CS(R, cudaFree(b.base));
     snprintf(note, note_len, "forward + backward %.3f ms, fsdpgen's %.3f ms", t_cudnn, t_ours);
     if (t_cudnn < t_ours) return plan;
     snprintf(why, why_len, "faster: %.3f ms forward + backward, cuDNN's %.3f ms", t_ours,
@@ -188,7 +110,7 @@ int rtb_attention_forward(rt_rank* R, int site, void* out, float* stats, float* 
                           const void* q, const void* k, const void* v) {
     const cuda_rank* c = R->backend;
     if (!c->attention || !c->attention[site]) return 0;
-    rt_cudnn_sdpa_forward(c->attention[site], out, stats, q, k, v, scratch, STREAM(c->compute));
+    rt_cudnn_sdpa_forward(c->attention[site], out, stats, q, k, v, scratch, (rt_cudnn_stream)c->compute);
     return 1;
 }
 
@@ -198,6 +120,6 @@ int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, f
     const cuda_rank* c = R->backend;
     if (!c->attention || !c->attention[site]) return 0;
     rt_cudnn_sdpa_backward(c->attention[site], dq, dk, dv, dout, out, q, k, v, stats, scratch,
-                           STREAM(c->compute));
+                           (rt_cudnn_stream)c->compute);
     return 1;
 }

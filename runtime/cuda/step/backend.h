@@ -5,6 +5,7 @@
 //   backend.c  the step calls (step_backend.h), rt_step_run, rt_step_launch
 //   rank.c     rtb_rank_init / rtb_rank_free
 //   attention.c  the attention sites: cuDNN's plans or fsdpgen's kernels, chosen at start
+//   attention_time.c  their timing under the spec's `auto`
 //   trace.c    --trace spans timed with CUDA events, one Chrome-trace thread per stream
 #ifndef FSDPGEN_CUDA_STEP_BACKEND_H
 #define FSDPGEN_CUDA_STEP_BACKEND_H
@@ -117,6 +118,10 @@ int cs_attention_init(rt_rank* R);
 void cs_attention_free(rt_rank* R);
 // RT_ATTENTION is unset, empty, auto, cudnn or fsdpgen: 0; else 2 after a one-line message.
 int cs_attention_check_env(void);
+// Milliseconds of one forward + backward of cuDNN's plan and of fsdpgen's kernels on a's
+// shape (attention_time.c; both < 0: not timed, no device memory for the tensors).
+void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
+                       double* t_cudnn, double* t_ours);
 
 // ---- trace (no-ops without R->trace) --------------------------------------------------------
 

@@ -1,0 +1,129 @@
+// The CUDA backend's timing of an attention site under the spec's `auto` (attention.c):
+// one forward + backward of cuDNN's plan and of fsdpgen's packed kernels on the site's shape,
+// on the rank's compute stream, the least of 3 after a warm-up, on zeroed tensors of its own
+// (allocated and freed here, before the arena exists). Once per shape and process: the first
+// rank to reach a shape times it while the others wait and take its verdict, so ranks that
+// share a GPU do not time each other and a process's ranks agree.
+#include <pthread.h>
+#include "backend.h"
+#include "rt_cudnn.h"
+#include "rt_kernels.h"
+
+// rt_cudnn.h's stream type is cudaStream_t's without cuda_runtime.h (the emulator's differs).
+#define STREAM(s) ((rt_cudnn_stream)(s))
+
+// The site's tensors for timing: q, k, v, out, dout, dq, dk, dv, stats and scratch in one
+// zeroed allocation.
+typedef struct site_buffers {
+    void* base;
+    void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+    float *stats, *scratch;
+} site_buffers;
+
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+static int buffers(site_buffers* b, const rt_model_attention* a) {
+    const size_t nq = up256((size_t)a->B * a->T * a->NH * a->HD * 2);
+    const size_t nk = up256((size_t)a->B * a->T * a->NKV * a->HD * 2);
+    const size_t ns = up256(rt_attention_stats_floats(a->B, a->NH, a->T) * 4);
+    const size_t bytes = 4 * nq + 4 * nk + ns + up256(a->scratch_bytes);
+    if (cudaMalloc(&b->base, bytes) != cudaSuccess ||
+        cudaMemset(b->base, 0, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        if (b->base) cudaFree(b->base);
+        b->base = NULL;
+        return -1;
+    }
+    char* p = b->base;
+    void** q[4] = {&b->q, &b->out, &b->dout, &b->dq};
+    void** k[4] = {&b->k, &b->v, &b->dk, &b->dv};
+    for (int i = 0; i < 4; i++) *q[i] = p, p += nq;
+    for (int i = 0; i < 4; i++) *k[i] = p, p += nk;
+    b->stats = (float*)p, p += ns;
+    b->scratch = (float*)p;
+    return 0;
+}
+
+static void run_once(const rt_model_attention* a, const rt_cudnn_sdpa* plan,
+                     const site_buffers* b, cudaStream_t s) {
+    if (plan) {
+        rt_cudnn_sdpa_forward(plan, b->out, b->stats, b->q, b->k, b->v, b->scratch, STREAM(s));
+        rt_cudnn_sdpa_backward(plan, b->dq, b->dk, b->dv, b->dout, b->out, b->q, b->k, b->v,
+                               b->stats, b->scratch, STREAM(s));
+        return;
+    }
+    const int all = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
+    rt_attention_lowmem_packed_forward(b->out, b->stats, b->scratch, b->q, b->k, b->v, a->B,
+                                       a->T, a->NH, a->NKV, a->HD, a->causal, a->dtype, all,
+                                       a->dtype);
+    rt_attention_lowmem_packed_backward(
+        b->dq, b->dk, b->dv, b->scratch, b->dout, b->out, b->q, b->k, b->v, b->stats, a->B, a->T,
+        a->NH, a->NKV, a->HD, a->causal, a->dtype,
+        all | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3, a->dtype,
+        RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
+}
+
+// Milliseconds of one forward + backward (the least of 3 after a warm-up) on the compute
+// stream (a CUDA or cuDNN failure stops the rank).
+static double time_ms(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
+                      const site_buffers* b) {
+    cuda_rank* c = R->backend;
+    cudaEvent_t e0, e1;
+    CS(R, cudaEventCreate(&e0));
+    CS(R, cudaEventCreate(&e1));
+    double best = -1.0;
+    for (int i = 0; i < 4; i++) {
+        CS(R, cudaEventRecord(e0, c->compute));
+        run_once(a, plan, b, c->compute);
+        CS(R, cudaEventRecord(e1, c->compute));
+        CS(R, cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        CS(R, cudaEventElapsedTime(&ms, e0, e1));
+        if (i > 0 && (best < 0.0 || ms < best)) best = ms;
+    }
+    CS(R, cudaEventDestroy(e0));
+    CS(R, cudaEventDestroy(e1));
+    return best;
+}
+
+// auto's timings of a shape, in this process (t_cudnn < 0: not timed, cuDNN taken).
+typedef struct verdict {
+    rt_model_attention site;
+    double t_cudnn, t_ours;
+} verdict;
+
+#define MAX_VERDICTS 64
+static verdict verdicts[MAX_VERDICTS];
+static int nverdicts;
+static pthread_mutex_t verdicts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int same_site(const rt_model_attention* x, const rt_model_attention* y) {
+    return x->B == y->B && x->T == y->T && x->NH == y->NH && x->NKV == y->NKV &&
+           x->HD == y->HD && x->causal == y->causal && x->dtype == y->dtype &&
+           x->scratch_bytes == y->scratch_bytes;
+}
+
+// Times cuDNN (plan) and fsdpgen's kernels on a's shape and records it (under the lock).
+static verdict* measure(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan) {
+    static verdict spare;  // past MAX_VERDICTS: timed again by every rank
+    verdict* v = nverdicts < MAX_VERDICTS ? &verdicts[nverdicts++] : &spare;
+    v->site = *a;
+    v->t_cudnn = v->t_ours = -1.0;
+    site_buffers b = {0};
+    if (buffers(&b, a)) return v;
+    v->t_cudnn = time_ms(R, a, plan, &b);
+    v->t_ours = time_ms(R, a, NULL, &b);
+    CS(R, cudaFree(b.base));
+    return v;
+}
+
+void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
+                       double* t_cudnn, double* t_ours) {
+    pthread_mutex_lock(&verdicts_lock);
+    verdict* v = NULL;
+    for (int k = 0; k < nverdicts && !v; k++)
+        if (same_site(&verdicts[k].site, a)) v = &verdicts[k];
+    if (!v) v = measure(R, a, plan);
+    *t_cudnn = v->t_cudnn, *t_ours = v->t_ours;
+    pthread_mutex_unlock(&verdicts_lock);
+}
