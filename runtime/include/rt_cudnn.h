@@ -3,7 +3,8 @@
 // alternative to the hand-written kernels of rt_kernels.h on CUDA.
 //   * Plans are built once per shape at start-up (rt_cudnn_sdpa_create); where cuDNN or a
 //     GPU is missing, or cuDNN refuses the shape, create returns NULL with a one-line
-//     reason and the caller keeps the hand-written kernels.
+//     reason and the caller keeps the hand-written kernels. cuDNN itself is loaded then
+//     (rt_cudnn_load), not linked.
 //   * Tensors are packed 16-bit (bf16 or fp16 bits, uint16 storage) in the runtime's
 //     layout: q, out, dout, dq [B,T,NH*HD]; k, v, dk, dv [B,T,NKV*HD]. NH % NKV == 0;
 //     query head h uses kv head h / (NH/NKV); scale 1/sqrt(HD); causal masks keys after
@@ -26,6 +27,10 @@ extern "C" {
 #endif
 
 typedef struct rt_cudnn_sdpa rt_cudnn_sdpa;
+
+// cuDNN is loaded on first use (cudnn_load.c: RT_CUDNN_SO, else libcudnn.so.9), not linked,
+// so programs start without it. 0 once loaded; else -1 and a one-line reason in why.
+int rt_cudnn_load(char* why, size_t why_len);
 typedef struct CUstream_st* rt_cudnn_stream;  // cudaStream_t without cuda_runtime.h
 
 // Builds and finalizes the forward and backward plans for one shape and precision

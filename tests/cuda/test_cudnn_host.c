@@ -4,7 +4,9 @@
 // (rt_cudnn_sdpa_lower: cuDNN checks every operation's shapes and types without a GPU) at
 // the shapes test_cudnn_attention runs, with a control that such a check can fail; and,
 // where no GPU is found, that create declines with a reason instead of failing (the caller
-// then keeps the hand-written kernels). And the graphs themselves: this program run again
+// then keeps the hand-written kernels), and that without a cuDNN to load (RT_CUDNN_SO naming
+// no library) the program still starts and create declines. And the graphs themselves:
+// this program run again
 // (`--graph ...`) with cuDNN's API log on, the log's operation graph must read as
 // tests/cuda/cudnn_sdpa_graphs.txt, which holds cudnn-frontend's graphs for the same
 // shapes (`--normalize LOG` prints a log's graph in that form).
@@ -121,8 +123,22 @@ static int refused(int B, int T, int NH, int NKV, int HD, rt_dtype p, const char
     return rc == -1 && strstr(why, word) != NULL && strchr(why, '\n') == NULL;
 }
 
+// --unloadable: with RT_CUDNN_SO naming no library, create and lower decline with the
+// loader's reason (exit 0), as a machine without cuDNN would.
+static int unloadable_main(void) {
+    char why[512] = "";
+    rt_cudnn_sdpa* p = rt_cudnn_sdpa_create(2, 100, 4, 4, 64, 1, RT_BF16, 1, why, sizeof why);
+    printf("  reason: %s\n", why);
+    static const char want[] = "cuDNN attention: cannot load /nonexistent/libcudnn.so.9 (";
+    const int ok = !p && !strncmp(why, want, strlen(want));
+    char why2[512] = "";
+    const int lowered = rt_cudnn_sdpa_lower(2, 100, 4, 4, 64, 1, RT_BF16, 1, why2, sizeof why2);
+    return ok && lowered == -1 && !strcmp(why, why2) && cudnnGetVersion() == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
     if (argc == 10 && !strcmp(argv[1], "--graph")) return graph_main(argv + 2);
+    if (argc == 2 && !strcmp(argv[1], "--unloadable")) return unloadable_main();
     if (argc == 3 && !strcmp(argv[1], "--normalize")) {
         char* text = cgl_normalize(argv[2]);
         if (text) fputs(text, stdout);
@@ -208,5 +224,21 @@ int main(int argc, char** argv) {
         printf("SKIP create without a GPU: this machine has one (test_cudnn_attention runs it)\n");
     }
     rt_cudnn_sdpa_destroy(NULL);
+    {  // no cuDNN to load: this program again, with RT_CUDNN_SO naming no library
+        char* argv2[] = {"/proc/self/exe", "--unloadable", NULL};
+        char* envp[64] = {"RT_CUDNN_SO=/nonexistent/libcudnn.so.9"};
+        int ne = 1;
+        for (char** e = environ; *e && ne < 63; e++)
+            if (strncmp(*e, "RT_CUDNN_SO=", 12)) envp[ne++] = *e;
+        envp[ne] = NULL;
+        pid_t pid;
+        int st = -1;
+        fflush(stdout);
+        const int ran = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv2, envp) == 0 &&
+                        waitpid(pid, &st, 0) == pid;
+        CHECK(ran && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "RT_CUDNN_SO=/nonexistent/libcudnn.so.9: the program starts, create and lower "
+              "decline with the loader's reason, cudnnGetVersion() is 0");
+    }
     return check_summary();
 }

@@ -67,6 +67,7 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
     if (!why || !why_len) why = scratch, why_len = sizeof scratch;
     why[0] = 0;
     if (rt_cudnn_sdpa_check(B, T, NH, NKV, HD, prec, why, why_len)) return NULL;
+    if (rt_cudnn_load(why, why_len)) return NULL;
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count == 0) {
@@ -110,6 +111,7 @@ int rt_cudnn_sdpa_lower(int B, int T, int NH, int NKV, int HD, int causal, rt_dt
     if (!why || !why_len) why = scratch, why_len = sizeof scratch;
     why[0] = 0;
     if (rt_cudnn_sdpa_check(B, T, NH, NKV, HD, prec, why, why_len)) return -1;
+    if (rt_cudnn_load(why, why_len)) return -1;
     rt_cudnn_sdpa s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .causal = causal != 0};
     const cudnnDataType_t io = prec == RT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     int ok = attempt(&s, NULL, 1, 0, io, why, why_len);
