@@ -16,3 +16,9 @@ export PATH=$D/usr/bin:$PATH
 export LD_LIBRARY_PATH=$L/openblas-pthread:$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LIBRARY_PATH=$L/openblas-pthread
 export C_INCLUDE_PATH=$D/usr/include/x86_64-linux-gnu/openblas-pthread
+# cuDNN for the attention sites (runtime/include/rt_cudnn.h loads it at run time): the
+# toolkit's when it has one, else the one inside PyTorch's wheel, if any.
+if [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ] && [ -z "${RT_CUDNN_SO:-}" ]; then
+    so=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(nvidia.cudnn.__path__[0], "lib", "libcudnn.so.9"))' 2>/dev/null)
+    [ -n "$so" ] && [ -e "$so" ] && export RT_CUDNN_SO=$so
+fi

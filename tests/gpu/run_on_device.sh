@@ -72,8 +72,10 @@ done
 [ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
 . tests/gpu/device_env.sh
 nvidia-smi -L >"$out/env.txt" 2>&1
+echo "cuDNN: ${RT_CUDNN_SO:-libcudnn.so.9 through the rpath (/usr/local/cuda/lib64)}" | tee -a "$out/env.txt" \
+    "$out/summary.txt"
 # what the stages run (not the emulator's slow-tier builds: ASan+UBSan, TSan, other tiles);
-# -k 0: a target that fails to build (e.g. no libcudnn) does not stop the others
+# -k 0: a target that fails to build (e.g. no cuDNN headers) does not stop the others
 step "build" build.log 240 ninja -k 0 -j"$(nproc)" runtime_core runtime_core_tests kernels io_lib \
     train_lib cuda cuda_tests
 step "build cuda_step" build.log 120 ninja -j"$(nproc)" -f runtime/cuda_step.ninja cuda_step
