@@ -13,9 +13,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "rt_cuda.h"
 #include "rt_cudnn.h"
-#include "rt_kernels.h"
 
 static const char* const CHOICE[] = {"auto", "cudnn", "fsdpgen"};
 
@@ -110,7 +108,8 @@ int rtb_attention_forward(rt_rank* R, int site, void* out, float* stats, float* 
                           const void* q, const void* k, const void* v) {
     const cuda_rank* c = R->backend;
     if (!c->attention || !c->attention[site]) return 0;
-    rt_cudnn_sdpa_forward(c->attention[site], out, stats, q, k, v, scratch, (rt_cudnn_stream)c->compute);
+    rt_cudnn_sdpa_forward(c->attention[site], out, stats, q, k, v, scratch,
+                          (rt_cudnn_stream)c->compute);
     return 1;
 }
 

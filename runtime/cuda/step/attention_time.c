@@ -5,6 +5,7 @@
 // rank to reach a shape times it while the others wait and take its verdict, so ranks that
 // share a GPU do not time each other and a process's ranks agree.
 #include <pthread.h>
+
 #include "backend.h"
 #include "rt_cudnn.h"
 #include "rt_kernels.h"
