@@ -103,8 +103,8 @@ end
 -- The choice: "cudnn" says so; "fsdpgen" keeps every op on the kernels, one line.
 do
   local _, c, lines = plan_of(spec(PLAIN, true, ', attention = "cudnn"'))
-  check(c and c:find(".attention_choice = RT_ATTENTION_CUDNN,", 1, true) ~= nil and lines[1]:match("^attention  cudnn: ")
-    ~= nil, "attention = \"cudnn\": RT_ATTENTION_CUDNN, and the .schedule says it")
+  check(c and c:find(".attention_choice = RT_ATTENTION_CUDNN,", 1, true) ~= nil
+    and lines[1]:match("^attention  cudnn: ") ~= nil, "attention = \"cudnn\": RT_ATTENTION_CUDNN, and the .schedule says it")
   local plan
   plan, c, lines = plan_of(spec(PLAIN, true, ', attention = "fsdpgen"'))
   local ops = plan and ops_of(plan) or {}
@@ -147,7 +147,8 @@ do
       .. "root.b2.heads = 4, 2")
   local plan, c = plan_of(Two)
   c = c or ""
-  check(plan and count(c, "rt_step_attention_forward%(R, 0, ") == 1 and count(c, "rt_step_attention_forward%(R, 1, ") == 1
+  check(plan and count(c, "rt_step_attention_forward%(R, 0, ") == 1
+    and count(c, "rt_step_attention_forward%(R, 1, ") == 1
     and c:find(".NH = 2, .NKV = 2, .HD = 32", 1, true) ~= nil and count(c, "%.nattention = 2,") == 1,
     "two head counts: sites 0 and 1, one call each")
 end
