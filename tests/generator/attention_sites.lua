@@ -104,7 +104,8 @@ end
 do
   local _, c, lines = plan_of(spec(PLAIN, true, ', attention = "cudnn"'))
   check(c and c:find(".attention_choice = RT_ATTENTION_CUDNN,", 1, true) ~= nil
-    and lines[1]:match("^attention  cudnn: ") ~= nil, "attention = \"cudnn\": RT_ATTENTION_CUDNN, and the .schedule says it")
+    and lines[1]:match("^attention  cudnn: ") ~= nil,
+    "attention = \"cudnn\": RT_ATTENTION_CUDNN, and the .schedule says it")
   local plan
   plan, c, lines = plan_of(spec(PLAIN, true, ', attention = "fsdpgen"'))
   local ops = plan and ops_of(plan) or {}
