@@ -46,6 +46,23 @@ static int graph_main(char** a) {
     return failed;
 }
 
+// Runs this program again with argv (argv[0] aside) and the environment but for the
+// variables starting with `drop`, plus env[0..nenv); 1 when it exited with status 0.
+static int run_self(char** argv, char** env, int nenv, const char* drop) {
+    char* envp[64];
+    int ne = 0;
+    for (; ne < nenv; ne++) envp[ne] = env[ne];
+    for (char** e = environ; *e && ne < 63; e++)
+        if (strncmp(*e, drop, strlen(drop))) envp[ne++] = *e;
+    envp[ne] = NULL;
+    argv[0] = "/proc/self/exe";
+    pid_t pid;
+    int st = -1;
+    fflush(stdout);
+    return posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, envp) == 0 &&
+           waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 // Runs `SELF --graph ARGS` with cuDNN's API log into a file; its normalized graph, or NULL.
 static char* logged_graph(const char* args) {
     char log[64] = "/tmp/fsdpgen_cudnn_log.XXXXXX", cmd[256], env[128];
@@ -54,21 +71,12 @@ static char* logged_graph(const char* args) {
     close(fd);
     snprintf(env, sizeof env, "CUDNN_LOGDEST_DBG=%s", log);
     snprintf(cmd, sizeof cmd, "--graph %s", args);
-    char* argv[16] = {"/proc/self/exe"};
+    char* argv[16] = {NULL};
     int n = 1;
     for (char* t = strtok(cmd, " "); t && n < 15; t = strtok(NULL, " ")) argv[n++] = t;
     argv[n] = NULL;
-    char* envp[64] = {"CUDNN_LOGLEVEL_DBG=3", env};
-    int ne = 2;
-    for (char** e = environ; *e && ne < 63; e++)
-        if (strncmp(*e, "CUDNN_", 6)) envp[ne++] = *e;
-    envp[ne] = NULL;
-    pid_t pid;
-    int st = -1;
-    char* text = NULL;
-    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, envp) == 0 &&
-        waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        text = cgl_normalize(log);
+    char* envs[2] = {"CUDNN_LOGLEVEL_DBG=3", env};
+    char* text = run_self(argv, envs, 2, "CUDNN_") ? cgl_normalize(log) : NULL;
     unlink(log);
     return text;
 }
@@ -224,21 +232,11 @@ int main(int argc, char** argv) {
         printf("SKIP create without a GPU: this machine has one (test_cudnn_attention runs it)\n");
     }
     rt_cudnn_sdpa_destroy(NULL);
-    {  // no cuDNN to load: this program again, with RT_CUDNN_SO naming no library
-        char* argv2[] = {"/proc/self/exe", "--unloadable", NULL};
-        char* envp[64] = {"RT_CUDNN_SO=/nonexistent/libcudnn.so.9"};
-        int ne = 1;
-        for (char** e = environ; *e && ne < 63; e++)
-            if (strncmp(*e, "RT_CUDNN_SO=", 12)) envp[ne++] = *e;
-        envp[ne] = NULL;
-        pid_t pid;
-        int st = -1;
-        fflush(stdout);
-        const int ran = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv2, envp) == 0 &&
-                        waitpid(pid, &st, 0) == pid;
-        CHECK(ran && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "RT_CUDNN_SO=/nonexistent/libcudnn.so.9: the program starts, create and lower "
-              "decline with the loader's reason, cudnnGetVersion() is 0");
-    }
+    // no cuDNN to load: this program again, with RT_CUDNN_SO naming no library
+    char* argv2[] = {NULL, "--unloadable", NULL};
+    char* env2[] = {"RT_CUDNN_SO=/nonexistent/libcudnn.so.9"};
+    CHECK(run_self(argv2, env2, 1, "RT_CUDNN_SO="),
+          "RT_CUDNN_SO=/nonexistent/libcudnn.so.9: the program starts, create and lower "
+          "decline with the loader's reason, cudnnGetVersion() is 0");
     return check_summary();
 }

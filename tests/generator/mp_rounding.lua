@@ -318,13 +318,18 @@ return fsdp.spec{ name = "mp_llama", model = model, world_size = 1, input = { ba
   loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 }, attention = %q }
 ]], tostring(ckpt), attention)
 end
-for _, ckpt in ipairs({ false, true }) do
+-- pcall(step_c) of that spec, written to a temporary file.
+local function llama_step_c(ckpt, attention)
   local path = os.tmpname() .. ".lua"
   local h = assert(io.open(path, "w"))
-  h:write(llama_spec(ckpt, "fsdpgen"))
+  h:write(llama_spec(ckpt, attention))
   h:close()
   local ok, text = pcall(step_c, path)
   os.remove(path)
+  return ok, text
+end
+for _, ckpt in ipairs({ false, true }) do
+  local ok, text = llama_step_c(ckpt, "fsdpgen")
   local function bits_of(name)  -- the packed bits of each call to `name`, in order
     local found = {}
     for line in (ok and text or ""):gmatch("[^\n]+") do
@@ -350,12 +355,7 @@ for _, ckpt in ipairs({ false, true }) do
     got[1], got[2], got[3], got[4], got[5], got[6], got[7], ok and "" or " (" .. tostring(text) .. ")"))
 end
 do
-  local path = os.tmpname() .. ".lua"
-  local h = assert(io.open(path, "w"))
-  h:write(llama_spec(false, "auto"))
-  h:close()
-  local ok, text = pcall(step_c, path)
-  os.remove(path)
+  local ok, text = llama_step_c(false, "auto")
   text = ok and text or ""
   local function count(name) return select(2, text:gsub(name .. "%(R, 0, ", "")) end
   local fwd, bwd = count("rt_step_attention_forward"), count("rt_step_attention_backward")
