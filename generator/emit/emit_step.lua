@@ -757,8 +757,10 @@ function M.render(plan, spec_file, prefix, is_reference)
     if op.kind == "dropout" and op.attrs.p > 0 then draws_rng = true end
   end
   b:line(".draws_rng = %d,", draws_rng and 1 or 0)
-  b:line(".attention_choice = %s,", C_ATTENTION[spec.attention])
-  if #attention_sites > 0 then b:line(".nattention = %d, .attention = attention,", #attention_sites) end
+  if #attention_sites > 0 then
+    b:line(".attention_choice = %s, .nattention = %d, .attention = attention,", C_ATTENTION[spec.attention],
+      #attention_sites)
+  end
   b:line(".arena_bytes = %d,", math.max(plan.memory.arena, ev and ev.memory.arena or 0,
     after and after.memory.arena or 0))
   b:line(".reference = %d,", is_reference and 1 or 0)

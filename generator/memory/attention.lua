@@ -7,9 +7,10 @@
 -- kernels, with the reason in the .schedule.
 local M = {}
 
--- Bytes of cuDNN's workspace the plan reserves beside the backward's rowsum(dO * O): an fp32
--- [B, NH, T, HD] dQ accumulator and 1 MiB for the engines' own use. An engine that asks for
--- more is declined at start (the CUDA backend prints why) and fsdpgen's kernels run instead.
+-- cuDNN's workspace as planned (scratch_floats): the backward's rowsum(dO * O), room for an
+-- fp32 [B, NH, T, HD] dQ accumulator, and these bytes more for the engines' own use. An
+-- engine that asks for more is declined at start (the CUDA backend prints why) and fsdpgen's
+-- kernels run instead.
 local ENGINE_RESERVE = 1 << 20
 
 local function up256(n) return (n + 255) // 256 * 256 end
