@@ -28,10 +28,11 @@ extern "C" {
 
 typedef struct rt_cudnn_sdpa rt_cudnn_sdpa;
 
+typedef struct CUstream_st* rt_cudnn_stream;  // cudaStream_t without cuda_runtime.h
+
 // cuDNN is loaded on first use (cudnn_load.c: RT_CUDNN_SO, else libcudnn.so.9), not linked,
 // so programs start without it. 0 once loaded; else -1 and a one-line reason in why.
 int rt_cudnn_load(char* why, size_t why_len);
-typedef struct CUstream_st* rt_cudnn_stream;  // cudaStream_t without cuda_runtime.h
 
 // Builds and finalizes the forward and backward plans for one shape and precision
 // (RT_BF16 or RT_F16). deterministic: only the backward with dQ straight from its matmul

@@ -13,10 +13,8 @@ static const rt_model_attention* site_of(rt_rank* R, int site) {
     return &R->model->attention[site];
 }
 
-void rt_step_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,
-                               const void* q, const void* k, const void* v) {
-    const rt_model_attention* a = site_of(R, site);
-    if (rtb_attention_forward(R, site, out, stats, scratch, q, k, v)) return;
+void rtb_attention_kernels_forward(const rt_model_attention* a, void* out, float* stats,
+                                   float* scratch, const void* q, const void* k, const void* v) {
     rt_attention_lowmem_packed_forward(out, stats, scratch, q, k, v, a->B, a->T, a->NH, a->NKV,
                                        a->HD, a->causal, a->dtype,
                                        RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 |
@@ -24,16 +22,30 @@ void rt_step_attention_forward(rt_rank* R, int site, void* out, float* stats, fl
                                        a->dtype);
 }
 
-void rt_step_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv,
-                                float* scratch, const void* dout, const void* out,
-                                const void* q, const void* k, const void* v,
-                                const float* stats) {
-    const rt_model_attention* a = site_of(R, site);
-    if (rtb_attention_backward(R, site, dq, dk, dv, scratch, dout, out, q, k, v, stats)) return;
+void rtb_attention_kernels_backward(const rt_model_attention* a, void* dq, void* dk, void* dv,
+                                    float* scratch, const void* dout, const void* out,
+                                    const void* q, const void* k, const void* v,
+                                    const float* stats) {
     rt_attention_lowmem_packed_backward(
         dq, dk, dv, scratch, dout, out, q, k, v, stats, a->B, a->T, a->NH, a->NKV, a->HD,
         a->causal, a->dtype,
         RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3 | RT_PACKED_DINP |
             RT_PACKED_DINP2 | RT_PACKED_DINP3,
         a->dtype, RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
+}
+
+void rt_step_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,
+                               const void* q, const void* k, const void* v) {
+    const rt_model_attention* a = site_of(R, site);
+    if (!rtb_attention_forward(R, site, out, stats, scratch, q, k, v))
+        rtb_attention_kernels_forward(a, out, stats, scratch, q, k, v);
+}
+
+void rt_step_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv,
+                                float* scratch, const void* dout, const void* out,
+                                const void* q, const void* k, const void* v,
+                                const float* stats) {
+    const rt_model_attention* a = site_of(R, site);
+    if (!rtb_attention_backward(R, site, dq, dk, dv, scratch, dout, out, q, k, v, stats))
+        rtb_attention_kernels_backward(a, dq, dk, dv, scratch, dout, out, q, k, v, stats);
 }

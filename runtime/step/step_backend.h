@@ -62,6 +62,14 @@ void rtb_loss(rt_rank* R, int k, const float* loss);
 
 // ---- attention sites (runtime/step/attention.c) -------------------------------------------
 
+// fsdpgen's packed kernels on a site's shape: every tensor packed in its dtype, dq, dk, dv
+// assigned (what rt_step_attention_* run unless the backend runs cuDNN).
+void rtb_attention_kernels_forward(const rt_model_attention* a, void* out, float* stats,
+                                   float* scratch, const void* q, const void* k, const void* v);
+void rtb_attention_kernels_backward(const rt_model_attention* a, void* dq, void* dk, void* dv,
+                                    float* scratch, const void* dout, const void* out,
+                                    const void* q, const void* k, const void* v,
+                                    const float* stats);
 // Site `site`'s attention on cuDNN, returning 1, where the backend chose cuDNN for the site at
 // start (cuda); else 0, and the caller runs fsdpgen's packed kernels.
 int rtb_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,

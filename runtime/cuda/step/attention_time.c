@@ -8,7 +8,7 @@
 
 #include "backend.h"
 #include "rt_cudnn.h"
-#include "rt_kernels.h"
+#include "rt_kernels.h"  // rt_attention_stats_floats
 
 // rt_cudnn.h's stream type is cudaStream_t's without cuda_runtime.h (the emulator's differs).
 #define STREAM(s) ((rt_cudnn_stream)(s))
@@ -53,15 +53,9 @@ static void run_once(const rt_model_attention* a, const rt_cudnn_sdpa* plan,
                                b->stats, b->scratch, STREAM(s));
         return;
     }
-    const int all = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
-    rt_attention_lowmem_packed_forward(b->out, b->stats, b->scratch, b->q, b->k, b->v, a->B,
-                                       a->T, a->NH, a->NKV, a->HD, a->causal, a->dtype, all,
-                                       a->dtype);
-    rt_attention_lowmem_packed_backward(
-        b->dq, b->dk, b->dv, b->scratch, b->dout, b->out, b->q, b->k, b->v, b->stats, a->B, a->T,
-        a->NH, a->NKV, a->HD, a->causal, a->dtype,
-        all | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3, a->dtype,
-        RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
+    rtb_attention_kernels_forward(a, b->out, b->stats, b->scratch, b->q, b->k, b->v);
+    rtb_attention_kernels_backward(a, b->dq, b->dk, b->dv, b->scratch, b->dout, b->out, b->q,
+                                   b->k, b->v, b->stats);
 }
 
 // Milliseconds of one forward + backward (the least of 3 after a warm-up) on the compute
