@@ -13,6 +13,7 @@ import datetime
 import importlib.util
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -58,6 +59,14 @@ def rank_main(rank, world, port, jobs):
     dist.destroy_process_group()
 
 
+def free_port():
+    """A TCP port nothing listens on now, for rank 0's store (the kernel's pick: a port drawn
+    from a fixed range could be in use, and then the other ranks wait out their timeout)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main():
     ctx = mp.get_context("fork")
     worst = 0
@@ -65,7 +74,7 @@ def main():
         group = json.loads(line)
         world, jobs = group["world"], group["jobs"]
         t0 = time.time()
-        port = 20000 + (os.getpid() * 7 + world + int(t0 * 1000)) % 20000
+        port = free_port()
         procs = [ctx.Process(target=rank_main, args=(r, world, port, jobs)) for r in range(world)]
         for p in procs:
             p.start()
