@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one device call (device time is scarce):
-#   tests/gpu/run_on_device.sh [STAGE...]     stages below, in order (default: all of them, which
-#   on an H100 take about as long as one call allows: later ones may be skipped)
+#   tests/gpu/run_on_device.sh [STAGE...]     the stages below, run in the order given (default:
+#   cudnn tests bench attention profile example: the cuDNN attention first, the end-to-end
+#   figures before the profiles; on an H100 about as long as one call allows, so the last
+#   ones may be skipped)
 # Logs and a summary go to ./gpu_logs, or under $OUT (the device tool's folder) to
 # summary.txt and logs.tar.gz (the logs). Each step has a time limit, and the whole run
 # stops starting steps after $BUDGET seconds (default 540), so it ends inside one 10-minute
@@ -29,7 +31,7 @@ set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu_logs}
 mkdir -p "$out"
-stages=${*:-cudnn tests example bench profile attention}
+stages=${*:-cudnn tests bench attention profile example}
 deadline=$(( $(date +%s) + ${BUDGET:-540} ))
 passed=0 failed=0
 
