@@ -135,6 +135,17 @@ function M.summary(old, new, old_label, new_label)
   for _, k in ipairs(keys) do
     if old.spec[k] ~= new.spec[k] then put("spec %-11s %s", k, arrow(old.spec[k], new.spec[k])) end
   end
+  -- The step's attention lines (a run of ops: cudnn, or fsdpgen and why) gone and new; the
+  -- eval's follow them (fsdpgen's kernels: no backward).
+  local was, now = {}, {}
+  for _, l in ipairs(old.attention) do was[l] = true end
+  for _, l in ipairs(new.attention) do now[l] = true end
+  for _, l in ipairs(old.attention) do
+    if not now[l] and l:match("^step ") then put("attention  - %s", l) end
+  end
+  for _, l in ipairs(new.attention) do
+    if not was[l] and l:match("^step ") then put("attention  + %s", l) end
+  end
   -- Groups added, removed, and the options that changed.
   put("groups (%s)", arrow(#old.group_list, #new.group_list))
   local n_changes = #out
