@@ -1,6 +1,6 @@
 // What bench/attention_fsdpgen.c and bench/attention_cudnn.c share: their command line
-// (B T NH NKV HD [iters]), the clock, and the inputs' pseudo-random bf16 values, so both
-// time the same shapes on the same data.
+// (B T NH NKV HD [iters]), the GPU check, the clock, zeroed device buffers and the inputs'
+// pseudo-random bf16 values, so both time the same shapes on the same data.
 #ifndef ATTENTION_BENCH_H
 #define ATTENTION_BENCH_H
 
@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <time.h>
 
+#include <cuda_runtime.h>
+
 #include "../runtime/common/dtype_bits.h"
+#include "rt_check.h"
 
 static double bench_now_s(void) {
     struct timespec ts;
@@ -30,6 +33,22 @@ static int bench_args(int argc, char** argv, const char* prog, int* B, int* T, i
         return 2;
     }
     return 0;
+}
+
+// 1 when a GPU is visible; else 0 after prog's "no GPU: nothing measured" line.
+static int bench_has_gpu(const char* prog) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return 1;
+    printf("%s: no GPU: nothing measured\n", prog);
+    return 0;
+}
+
+// bytes of zeroed device memory (at least one).
+static void* bench_dev_zeros(size_t bytes) {
+    void* d;
+    RT_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 1));
+    RT_CHECK_CUDA(cudaMemset(d, 0, bytes ? bytes : 1));
+    return d;
 }
 
 // The next value of the pattern with state *s, in [-scale, scale), rounded to bf16.

@@ -36,21 +36,11 @@ static void* dev_random(size_t n, float scale, unsigned seed) {
     return d;
 }
 
-static void* dev_zeros(size_t bytes) {
-    void* d;
-    RT_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 1));
-    RT_CHECK_CUDA(cudaMemset(d, 0, bytes ? bytes : 1));
-    return d;
-}
 
 int main(int argc, char** argv) {
     int B, T, NH, NKV, HD, iters;
     if (bench_args(argc, argv, "attention_cudnn", &B, &T, &NH, &NKV, &HD, &iters)) return 2;
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("attention_cudnn: no GPU: nothing measured\n");
-        return 0;
-    }
+    if (!bench_has_gpu("attention_cudnn")) return 0;
     char why[512];
     const double t_plan = bench_now_s();
     rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, 1, why, sizeof why);
@@ -66,10 +56,11 @@ int main(int argc, char** argv) {
                            : rt_cudnn_sdpa_workspace_bytes(atomic);
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     void *q = dev_random(nq, 2.0f, 1), *k = dev_random(nk, 2.0f, 2), *v = dev_random(nk, 1.0f, 3);
-    void *dout = dev_random(nq, 1.0f, 4), *out = dev_zeros(nq * 2);
-    float* stats = dev_zeros(rt_cudnn_sdpa_stats_floats(B, NH, T) * sizeof(float));
-    void* ws = dev_zeros(wsb);
-    void *dq = dev_zeros(nq * 2), *dk = dev_zeros(nk * 2), *dv = dev_zeros(nk * 2);
+    void *dout = dev_random(nq, 1.0f, 4), *out = bench_dev_zeros(nq * 2);
+    float* stats = bench_dev_zeros(rt_cudnn_sdpa_stats_floats(B, NH, T) * sizeof(float));
+    void* ws = bench_dev_zeros(wsb);
+    void *dq = bench_dev_zeros(nq * 2), *dk = bench_dev_zeros(nk * 2);
+    void* dv = bench_dev_zeros(nk * 2);
     cudaStream_t stream;
     RT_CHECK_CUDA(cudaStreamCreate(&stream));
     const double causal_flops = 4.0 * B * NH * (double)T * T * HD / 2.0;  // one forward

@@ -37,28 +37,19 @@ static float* dev_random(size_t n, float scale, unsigned seed) {
     return d;
 }
 
-static float* dev_zeros(size_t n) {
-    float* d;
-    RT_CHECK_CUDA(cudaMalloc((void**)&d, n * sizeof(float)));
-    RT_CHECK_CUDA(cudaMemset(d, 0, n * sizeof(float)));
-    return d;
-}
 
 int main(int argc, char** argv) {
     int B, T, NH, NKV, HD, iters;
     if (bench_args(argc, argv, "attention_fsdpgen", &B, &T, &NH, &NKV, &HD, &iters)) return 2;
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("attention_fsdpgen: no GPU: nothing measured\n");
-        return 0;
-    }
+    if (!bench_has_gpu("attention_fsdpgen")) return 0;
     rt_kernels_init();
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     float *q = dev_random(nq, 2.0f, 1), *k = dev_random(nk, 2.0f, 2), *v = dev_random(nk, 1.0f, 3);
-    float *dout = dev_random(nq, 1.0f, 4), *out = dev_zeros(nq);
-    float* stats = dev_zeros(rt_attention_stats_floats(B, NH, T));
-    float* scratch = dev_zeros(rt_attention_lowmem_scratch_floats(B, NH, T));
-    float *dq = dev_zeros(nq), *dk = dev_zeros(nk), *dv = dev_zeros(nk);
+    float *dout = dev_random(nq, 1.0f, 4), *out = bench_dev_zeros(nq * 4);
+    float* stats = bench_dev_zeros(rt_attention_stats_floats(B, NH, T) * 4);
+    float* scratch = bench_dev_zeros(rt_attention_lowmem_scratch_floats(B, NH, T) * 4);
+    float *dq = bench_dev_zeros(nq * 4), *dk = bench_dev_zeros(nk * 4);
+    float* dv = bench_dev_zeros(nk * 4);
     const double causal_flops = 4.0 * B * NH * (double)T * T * HD / 2.0;  // one forward
     static const char* pass_name[3] = {"forward", "backward", "backward_fused"};
     for (int pass = 0; pass < 3; pass++) {
