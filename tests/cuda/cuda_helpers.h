@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,21 @@
 #define TOL_EXACT 0.0
 #define TOL_ELEM 2e-6
 #define TOL_GEMM 1e-4
+
+// ----------------------------------------------------------------------------
+// no GPU
+
+// 1 when no GPU is visible (as in CI), after the SKIP line naming `what` and the count line
+// `0 passed, 0 failed`: the test then returns 0.
+static inline int skip_without_gpu(const char* what) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess && count > 0) return 0;
+    printf("SKIP %s: no GPU (cudaGetDeviceCount: %s)\n", what,
+           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    printf("0 passed, 0 failed\n");
+    return 1;
+}
 
 // ----------------------------------------------------------------------------
 // device copies, comparison (random host data: host_data.h)

@@ -1809,14 +1809,7 @@ static void test_threads(void) {
 int main(void) {
     printf("linked: all %d functions of rt_kernels.h and rt_optim.h from the CUDA library\n",
            rt_all_symbols_count);
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        printf("SKIP cuda kernels: no GPU (cudaGetDeviceCount: %s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        printf("0 passed, 0 failed\n");
-        return 0;
-    }
+    if (skip_without_gpu("cuda kernels")) return 0;
     struct cudaDeviceProp prop;
     RT_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);

@@ -282,14 +282,7 @@ static void test_steps_on_streams(cudaStream_t s) {
 // ----------------------------------------------------------------------------
 
 int main(void) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        printf("SKIP cuda streams: no GPU (cudaGetDeviceCount: %s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        printf("0 passed, 0 failed\n");
-        return 0;
-    }
+    if (skip_without_gpu("cuda streams")) return 0;
     RT_CHECK_CUDA(cudaSetDevice(0));
     rt_kernels_init();
     cudaStream_t s;

@@ -191,14 +191,7 @@ static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, in
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        printf("SKIP test_cudnn_attention: no GPU (cudaGetDeviceCount: %s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        printf("0 passed, 0 failed\n");
-        return 0;
-    }
+    if (skip_without_gpu("test_cudnn_attention")) return 0;
     struct cudaDeviceProp prop;
     RT_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("device 0: %s (sm_%d%d), cuDNN %zu\n", prop.name, prop.major, prop.minor,
