@@ -83,7 +83,9 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
     s->B = B, s->T = T, s->NH = NH, s->NKV = NKV, s->HD = HD, s->causal = causal != 0;
     s->scale = (float)(1.0 / sqrt((double)HD));
     // the frontend's mask value: -inf from cuDNN 9.10, the lowest float before
-    s->neg_inf = cudnnGetVersion() >= 91000 ? -INFINITY : -FLT_MAX;
+    const size_t version = cudnnGetVersion();
+    s->neg_inf = version >= 91000 ? -INFINITY : -FLT_MAX;
+    s->zero_dq_acc = version < 90600;
     s->one = 1.0f;
     cudnnStatus_t st = cudnnCreate(&s->handle);
     if (st != CUDNN_STATUS_SUCCESS) {
@@ -155,8 +157,7 @@ void rt_cudnn_sdpa_backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv
     int n = 12;
     if (s->dq_acc) {
         uids[n] = U_DQ_ACC, ptrs[n++] = ws;
-        // cuDNN before 9.6 expects the accumulator zeroed (the frontend memsets it there)
-        if (cudnnGetVersion() < 90600)
+        if (s->zero_dq_acc)
             RT_CHECK_CUDA(cudaMemsetAsync(ws, 0, s->sum_off, (cudaStream_t)stream));
     }
     if (s->causal) uids[n] = U_NEG_INF, ptrs[n++] = (void*)&s->neg_inf;

@@ -16,6 +16,8 @@ struct rt_cudnn_sdpa {
     cg_desc fwd_plan, bwd_plan;
     int64_t fwd_ws, bwd_ws;       // the engines' workspace bytes
     int dq_acc;                   // backward accumulates dQ in fp32 at offset 0
+    int zero_dq_acc;              // ... which cuDNN before 9.6 expects zeroed (the frontend
+                                  // memsets it there)
     size_t sum_off, bwd_own;      // rowsum(dO * O) offset; bytes before the engine's part
     size_t ws;
     float scale, neg_inf, one;    // by-value scalars (their addresses go to cuDNN)
