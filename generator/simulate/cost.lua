@@ -47,6 +47,17 @@ local function attention_flops(op)
   return 4 * b * t * t * d
 end
 
+-- Whether the binary runs attention op on cuDNN with kernel set k: where the memory stage
+-- let the op use it (op.attention) and k has cuDNN's figures; under the spec's "auto" only
+-- where cuDNN's forward and backward together are predicted faster, as the CUDA backend
+-- keeps the faster it measures at start.
+function M.attention_cudnn(op, spec, k)
+  if not (op.attention and op.attention.cudnn and k.cudnn_attention_fwd) then return false end
+  if spec.attention == "cudnn" then return true end
+  return 1 / k.cudnn_attention_fwd + 2.5 / k.cudnn_attention_bwd
+    < 1 / k.attention_fwd + 2.5 / k.attention_bwd
+end
+
 -- The time of `flops` at efficiency eff of the bf16 peak and `bytes` at eff_bw of the
 -- memory bandwidth, whichever is slower, plus `kernels` launch gaps.
 local function roofline(gpu, k, flops, eff, bytes, eff_bw, kernels)
@@ -58,7 +69,7 @@ end
 local norms = { rms_norm = true, layer_norm = true }
 
 -- A compute op (forward, recompute, backward, loss_grad of st.node).
-local function op_cost(st, gpu, k)
+local function op_cost(st, spec, gpu, k)
   local op = st.node
   local bwd = st.op == "backward"
   local kind = op.kind
@@ -72,8 +83,13 @@ local function op_cost(st, gpu, k)
     return roofline(gpu, k, flops, eff, bytes, k.elementwise, bwd and 2 or 1), "gemm", flops
   elseif kind == "attention" then
     local f = attention_flops(op) * (op.attrs.causal and 0.5 or 1)
-    if bwd then return roofline(gpu, k, 2.5 * f, k.attention_bwd, 0, 1, 3), "attention", 2.5 * f end
-    return roofline(gpu, k, f, k.attention_fwd, 0, 1, 1), "attention", f
+    local cu = M.attention_cudnn(op, spec, k)
+    if bwd then
+      local eff = cu and k.cudnn_attention_bwd or k.attention_bwd
+      return roofline(gpu, k, 2.5 * f, eff, 0, 1, 3), "attention", 2.5 * f
+    end
+    local eff = cu and k.cudnn_attention_fwd or k.attention_fwd
+    return roofline(gpu, k, f, eff, 0, 1, 1), "attention", f
   elseif kind == "cast" and memory.is_view(op) then
     return 0, "view", 0
   elseif bwd and st.grad_alias then
@@ -115,7 +131,7 @@ function M.step(st, plan, gpu, k)
   local g = st.group
   if st.node and (st.op == "forward" or st.op == "backward" or st.op == "recompute"
       or st.op == "loss_grad" or st.op == "eval_loss") then
-    c.compute, c.class, c.hw_flops = op_cost(st, gpu, k)
+    c.compute, c.class, c.hw_flops = op_cost(st, plan.spec, gpu, k)
   elseif st.op == "all_gather" then
     local L = g.layout
     local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel

@@ -52,6 +52,11 @@ function M.load(root, name)
   if not (t.kernels and t.kernels.fsdpgen) then
     return nil, path .. ": kernels.fsdpgen is missing"
   end
+  for _, key in ipairs({ "cudnn_attention_fwd", "cudnn_attention_bwd" }) do
+    if type(t.kernels.fsdpgen[key]) ~= "number" then
+      return nil, path .. ": kernels.fsdpgen." .. key .. " must be a number"
+    end
+  end
   t.kind = name
   return t
 end

@@ -2,6 +2,7 @@
 -- phase, exposed communication, MFU, tokens/s, peak memory), as text or JSON. The spec is
 -- re-planned at the simulated world size (rescale), so shard sizes are the real ones.
 local timeline = require("simulate.timeline")
+local cost = require("simulate.cost")
 local flops = require("plan.flops")
 local units = require("util.units")
 local json = require("util.json")
@@ -53,6 +54,15 @@ function M.run(plan, opts)
     peak_bytes = plan.memory.peak, memory_gb = gpu.memory_gb, peak_tflops = gpu.bf16_tflops,
     timeline = tl,
   }
+  -- the attention ops of the step, and how many the binary would run on cuDNN
+  local att = { choice = spec.attention, ops = 0, cudnn = 0 }
+  for _, op in ipairs(plan.graph.ops) do
+    if op.kind == "attention" then
+      att.ops = att.ops + 1
+      if cost.attention_cudnn(op, spec, topo.k) then att.cudnn = att.cudnn + 1 end
+    end
+  end
+  if att.ops > 0 then r.attention = att end
   -- phases by name, in order of first appearance (microbatches add up)
   local idx = {}
   for _, p in ipairs(tl.phases) do
@@ -99,6 +109,10 @@ function M.text(r)
   for _, p in ipairs(r.phases) do
     line("  %-12s %11s %11s %11s %11s %11s %11s", p.name, ms(p.time_s), ms(p.compute_s), ms(p.ag_s),
       ms(p.rs_s), ms(p.ar_s), ms(p.tail_s))
+  end
+  local a = r.attention
+  if a and r.kernels ~= "torch" then
+    line("  attention     cuDNN for %d of %d ops (the spec's \"%s\")", a.cudnn, a.ops, a.choice)
   end
   line("  MFU           %.1f%% (model FLOPs %.4g per GPU per step, PaLM convention; bf16 peak "
     .. "%g TFLOP/s)",

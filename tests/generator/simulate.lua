@@ -53,11 +53,13 @@ end
 
 -- Plans (each spec and world planned once: planning is what costs).
 local plans = {}
-local function plan_of(path, gpn, nodes, batch)
-  local key = table.concat({ path, tostring(gpn), tostring(nodes), tostring(batch) }, " ")
+local function plan_of(path, gpn, nodes, batch, attention)
+  local key = table.concat({ path, tostring(gpn), tostring(nodes), tostring(batch),
+    tostring(attention) }, " ")
   if not plans[key] then
     local spec = loader.load(path)
     if gpn or batch then sim.rescale(spec, gpn, nodes or 1, batch) end
+    spec.attention = attention or spec.attention
     plans[key] = loader.protect(spec.line, function(s) return memory.plan_all(planner.plan(s)) end, spec)
   end
   return plans[key]
@@ -96,11 +98,12 @@ check(near(sum, slow.step_s, 1e-9), "the phases add up to the step")
 check(near(slow.step_s, slow.compute_s + slow.exposed_s, 1e-9),
   "step = compute + exposed communication")
 
--- Calibration: the measured H100 steps (bench/RESULTS.md, 2026-11-24, f4f6038), within 15%.
+-- Calibration: the measured H100 steps (bench/RESULTS.md, 2026-11-24, f4f6038), within 15%;
+-- fsdpgen's own attention kernels ran then (the spec's attention = "fsdpgen").
 for _, c in ipairs({ { "examples/gpt2_124m.lua", "fsdpgen", 44.63 },
   { "examples/llama_1b.lua", "fsdpgen", 163.09 }, { "examples/gpt2_124m.lua", "torch", 79.06 },
   { "examples/llama_1b.lua", "torch", 214.30 } }) do
-  local r = run(plan_of(c[1]), h100, c[2])
+  local r = run(plan_of(c[1], nil, nil, nil, "fsdpgen"), h100, c[2])
   check(near(r.step_s * 1e3, c[3], 0.15), string.format("%s, %s kernels: %.2f ms against %.2f ms "
     .. "measured (%+.1f%%)", c[1], c[2], r.step_s * 1e3, c[3], 100 * (r.step_s * 1e3 / c[3] - 1)))
 end
@@ -109,6 +112,32 @@ local r1 = run(l1b, h100)
 check(near(r1.model_flops / (4 * 2048), 8220192768, 1e-6),
   string.format("model FLOPs per token of Llama 1B as bench/flops.py: %.0f",
     r1.model_flops / (4 * 2048)))
+
+-- Attention on cuDNN where the memory stage lets it and, under "auto", where the GPU table
+-- predicts it faster: Llama 1B's 16 bf16 ops all; the step shorter by exactly the
+-- attention's difference (16 layers' causal half, backward 2.5 x, at the two efficiencies).
+local own = run(plan_of("examples/llama_1b.lua", nil, nil, nil, "fsdpgen"), h100)
+local k = h100.kernels.fsdpgen
+local f = 16 * 4 * 4 * 2048 * 2048 * 2048 * 0.5 / (h100.bf16_tflops * 1e12)
+local want = f * (1 / k.attention_fwd - 1 / k.cudnn_attention_fwd)
+  + 2.5 * f * (1 / k.attention_bwd - 1 / k.cudnn_attention_bwd)
+check(r1.attention.cudnn == 16 and r1.attention.ops == 16 and own.attention.cudnn == 0
+  and near(own.step_s - r1.step_s, want, 1e-6),
+  string.format("Llama 1B: cuDNN for %d of %d ops (\"auto\"), %d (\"fsdpgen\"); %.2f ms "
+    .. "shorter, %.2f ms of attention", r1.attention.cudnn, r1.attention.ops,
+    own.attention.cudnn, (own.step_s - r1.step_s) * 1e3, want * 1e3))
+local slower = fake_gpu(360)
+slower.kernels.fsdpgen.cudnn_attention_bwd = 0.05
+local sr = run(l1b, slower)
+check(sr.attention.cudnn == 0 and run(plan_of("examples/llama_1b.lua", nil, nil, nil, "cudnn"),
+  slower).attention.cudnn == 16,
+  "\"auto\" keeps fsdpgen's kernels where cuDNN is predicted slower; \"cudnn\" takes cuDNN")
+local fp32 = run(tiny, h100)
+local tr = run(l1b, h100, "torch")
+check(fp32.attention.cudnn == 0 and tr.attention.cudnn == 0
+  and not sim.text(tr):find("attention", 1, true)
+  and sim.text(r1):find('attention     cuDNN for 16 of 16 ops (the spec\'s "auto")', 1, true),
+  "no cuDNN for an fp32 spec nor with --kernels torch (SDPA's figures); the text says how many")
 
 -- Re-planned at 8 x 8 GPUs: shards of 1/64, NCCL collectives across nodes, world 64.
 local l64 = plan_of("examples/llama_1b.lua", 8, 8)

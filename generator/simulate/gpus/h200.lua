@@ -39,6 +39,11 @@ return {
       gemm = 0.78,            -- 770 / 989.4
       attention_fwd = 0.205,  -- of the causal half of QK^T and PV: 5.5 ms on Llama 1B
       attention_bwd = 0.115,  -- 2.5 forwards' flops: dK/dV 14.9 + dQ 8.9 + D 0.7 ms
+      -- cuDNN's fused flash attention where the op may use it (memory/attention.lua): not
+      -- yet measured in the step; PyTorch's SDPA on the same shapes stands in for it
+      -- (bench/attention.sh, Llama 1B: forward 0.18 ms, backward 0.66 ms per layer)
+      cudnn_attention_fwd = 0.385,
+      cudnn_attention_bwd = 0.263,
       elementwise = 0.72,     -- activations, adds, rotary, embedding: 7.7 + 3.1 + 2.7 ms
       norm = 0.35,            -- RMSNorm forward and backward: 5.7 ms
       loss = 0.63,            -- cross-entropy over the packed logits: 3.0 ms
