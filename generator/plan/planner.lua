@@ -345,6 +345,7 @@ function Sim:post_backward(g)
     g.opt_grads = g.opt_grads or {}   -- the sharded grads the next optimizer step reads
     for _, k in ipairs(with) do g.opt_grads[k] = true end
     self.rs_seq = self.rs_seq + 1
+    g.reduced_seq = self.rs_seq
     local r = reduction(g, with)
     self:emit({ stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq, reduction = r,
       direct = direct_reduction(g, grads_dtype) })
@@ -799,23 +800,33 @@ end
 -- optim.step() on the groups with reduced gradients (the others have grad None, which
 -- torch.optim skips), then zero_grad. A group's k-th optimizer step of the training step
 -- (opt_k; opt_per once the step is planned) counts PyTorch's state["step"]; opt_item is
--- the step's optimizer item (0-based), which picks the learning rate.
+-- the step's optimizer item (0-based), which picks the learning rate. The groups step in
+-- the order their gradients were reduced, so the last reduction, which the CUDA backend
+-- waits for only at its own group's optimizer line, overlaps the other groups' steps
+-- (FSDP2's finalize_backward waits for every reduction before optimizer.step(); each
+-- parameter's update is the same in any order).
 function Sim:run_optimizer()
   self.n_optimizer = self.n_optimizer + 1
   if self.spec.grad_clip then
     self:emit({ stream = "compute", op = "clip_grad_norm" })
   end
+  local ready = {}
   for _, g in ipairs(self.groups) do
-    if g.opt_grads then
-      if g.sharded ~= SHARDED or g.pending then
-        g.stale = { at = self.section, was = g.pending and "being all-gathered"
-          or g.sharded == UNSHARDED and "unsharded" or "sharded post-forward" }
-      end
-      g.opt_steps = (g.opt_steps or 0) + 1
-      self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps,
-        opt_item = self.n_optimizer - 1, grads = g.opt_grads })
-      g.opt_grads = nil
+    if g.opt_grads then ready[#ready + 1] = g end
+  end
+  table.sort(ready, function(a, b)
+    if a.reduced_seq ~= b.reduced_seq then return a.reduced_seq < b.reduced_seq end
+    return a.index < b.index
+  end)
+  for _, g in ipairs(ready) do
+    if g.sharded ~= SHARDED or g.pending then
+      g.stale = { at = self.section, was = g.pending and "being all-gathered"
+        or g.sharded == UNSHARDED and "unsharded" or "sharded post-forward" }
     end
+    g.opt_steps = (g.opt_steps or 0) + 1
+    self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps,
+      opt_item = self.n_optimizer - 1, grads = g.opt_grads })
+    g.opt_grads = nil
   end
 end
 

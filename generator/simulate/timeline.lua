@@ -9,8 +9,8 @@
 --     stream) follows, then the view-out; compute waits for the previous reduction's
 --     view-out at the end of the line; a direct (one-rank) reduction is one copy on the
 --     reduce-scatter stream;
---   * clipping and the optimizer wait for every reduction; the step ends when every
---     stream is done.
+--   * clipping waits for every reduction, a group's optimizer step for the reduction in
+--     flight only where it reduces that group; the step ends when every stream is done.
 -- Returns the boxes of every line and the totals by phase.
 local cost = require("simulate.cost")
 local nccl = require("simulate.nccl")
@@ -56,6 +56,7 @@ function M.run(plan, topo)
   local sync_t = 0                  -- compute's time at the last all-gather sync
   local ag_done = {}
   local rs_pending, post_pending    -- done times of the reduction in flight
+  local pending_group               -- the group it reduces
   local post_kind = "rs"           -- the stream its view-out follows
   local lines, phases, by_name = {}, {}, {}
   local hw_flops = 0
@@ -129,7 +130,7 @@ function M.run(plan, topo)
         local s = math.max(free.rs, tc)
         free.rs = s + c.copy_in
         rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = free.rs, part = "direct reduction" }
-        rs_pending, post_pending = free.rs, nil
+        rs_pending, post_pending, pending_group = free.rs, nil, st.group
       else
         wait_for(rs_pending, "rs")
         on_compute(c.compute, "copy-in")
@@ -158,16 +159,18 @@ function M.run(plan, topo)
           end
         end
         wait_for(post_pending, post_kind)
-        rs_pending, post_pending = done, post
+        rs_pending, post_pending, pending_group = done, post, st.group
         post_kind = rec.ar_box and "ar" or "rs"
       end
     elseif op == "all_reduce" then
       local prev = lines[i - 1]
       if prev and prev.ar_box then rec.boxes[#rec.boxes + 1] = prev.ar_box; prev.ar_box = nil end
     elseif op == "clip_grad_norm" or op == "optimizer" then
-      wait_for(rs_pending, "rs")
-      wait_for(post_pending, post_kind)
-      rs_pending, post_pending = nil, nil
+      if op == "clip_grad_norm" or st.group == pending_group then
+        wait_for(rs_pending, "rs")
+        wait_for(post_pending, post_kind)
+        rs_pending, post_pending, pending_group = nil, nil, nil
+      end
       local d = c.compute
       if op == "clip_grad_norm" then
         d = d + nccl.time("all_reduce", 8, plan.spec.mesh.shard, 1, topo)

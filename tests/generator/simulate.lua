@@ -139,6 +139,28 @@ check(fp32.attention.cudnn == 0 and tr.attention.cudnn == 0
   and sim.text(r1):find('attention     cuDNN for 16 of 16 ops (the spec\'s "auto")', 1, true),
   "no cuDNN for an fp32 spec nor with --kernels torch (SDPA's figures); the text says how many")
 
+-- The optimizer steps the groups in the order they were reduced and waits for the last
+-- reduction only at its group's step: on one H100 Llama 1B's root reduction (1 GB of
+-- copies) hides behind the 16 blocks' AdamW; clipping still waits for every reduction.
+local function optimizer_phase(r)
+  for _, ph in ipairs(r.phases) do
+    if ph.name == "optimizer" then return ph end
+  end
+end
+local opt_groups = {}
+for _, st in ipairs(l1b.steps) do
+  if st.op == "optimizer" then opt_groups[#opt_groups + 1] = st.group.name end
+end
+local clipped_spec = loader.load("examples/llama_1b.lua")
+clipped_spec.grad_clip = 1.0
+local clipped = run(loader.protect(clipped_spec.line,
+  function(s) return memory.plan_all(planner.plan(s)) end, clipped_spec), h100)
+check(optimizer_phase(r1).rs_s == 0 and optimizer_phase(clipped).rs_s > 1e-3
+  and opt_groups[1] == "layers.15" and opt_groups[#opt_groups] == "",
+  string.format("Llama 1B: optimizer %s first, the root last; %.2f ms waiting for reductions, "
+    .. "%.2f ms with clipping", opt_groups[1], optimizer_phase(r1).rs_s * 1e3,
+    optimizer_phase(clipped).rs_s * 1e3))
+
 -- Re-planned at 8 x 8 GPUs: shards of 1/64, NCCL collectives across nodes, world 64.
 local l64 = plan_of("examples/llama_1b.lua", 8, 8)
 local g1 = l64.groups[2]

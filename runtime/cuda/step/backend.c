@@ -32,7 +32,9 @@
 //                    (generator/memory/memory.lua) ends the reduce-scatter output's lifetime at the
 //                    next reduce-scatter step, and the all-reduce reads and writes that
 //                    output in place, so a buffer planned after that step may sit on it.
-//                    Clipping and the optimizer wait for both (FSDP2's finalize_backward).
+//                    Clipping waits for both (FSDP2's finalize_backward); a group's
+//                    optimizer step only where they reduce that group, which the plan
+//                    steps last, so the other groups' steps overlap the last reduction.
 //   step end         compute joins every side stream, so nothing leaks into the next step.
 //
 // The host never waits inside a step. rt_step_run waits once per step (for the losses),
@@ -266,7 +268,7 @@ static void compute_waits(rt_rank* R, cudaEvent_t ev, const char* group, const c
 static void wait_reduce_scatter(rt_rank* R) {
     cuda_rank* c = R->backend;
     if (!c->rs_pending) return;
-    compute_waits(R, c->rs_done, c->rs_group, "reduce_scatter_wait");
+    compute_waits(R, c->rs_done, R->model->groups[c->rs_g].name, "reduce_scatter_wait");
     c->rs_pending = 0;
 }
 
@@ -276,7 +278,7 @@ static void wait_reduce_scatter(rt_rank* R) {
 static void wait_post_reduce(rt_rank* R) {
     cuda_rank* c = R->backend;
     if (!c->post_pending) return;
-    compute_waits(R, c->post_done, c->post_group, c->post_wait);
+    compute_waits(R, c->post_done, R->model->groups[c->post_g].name, c->post_wait);
     c->post_pending = 0;
 }
 
@@ -394,7 +396,7 @@ static cudaStream_t reduce(rt_rank* R, int g, const rt_fsdp_layout* L, void* in,
     }
     CS(R, cudaEventRecord(c->rs_done, c->rs));
     c->rs_pending = 1;
-    c->rs_group = mg->name;
+    c->rs_g = g;
     cudaStream_t done = c->rs;
     if (replicate && !R->model->reference) {
         cs_trace_close(R, *span, c->rs);
@@ -447,7 +449,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     wait_post_reduce(R);
     CS(R, cudaEventRecord(c->post_done, done));
     c->post_pending = 1;
-    c->post_group = mg->name;
+    c->post_g = g;
     c->post_wait = done == c->ar ? "all_reduce_wait" : "reduce_scatter_wait";
 }
 
@@ -471,7 +473,7 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
     c->rs_pending = 1;
-    c->rs_group = mg->name;
+    c->rs_g = g;
 }
 
 // ---- optimizer --------------------------------------------------------------------------
@@ -506,8 +508,10 @@ void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
-    wait_reduce_scatter(R);
-    wait_post_reduce(R);
+    // Only this group's reduction, if it is the one in flight: the other groups step while
+    // it finishes (the plan steps the last-reduced group last; generator/plan/planner.lua).
+    if (c->rs_pending && c->rs_g == g) wait_reduce_scatter(R);
+    if (c->post_pending && c->post_g == g) wait_post_reduce(R);
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, mg->name, "optimizer");
     if (o->kind == RT_OPTIM_SGD)

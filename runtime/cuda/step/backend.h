@@ -76,9 +76,8 @@ typedef struct cuda_rank {
     cudaEvent_t post_done;            // ... its all-reduce, post-divide and view-out too
                                       // (FSDP2's post_reduce_event)
     int rs_pending, post_pending;     // recorded, and compute has not waited for it yet
-    const char* rs_group;             // --trace: the groups they finish the reduction of,
-    const char* post_group;           // and the category of compute's wait for post_done
-    const char* post_wait;
+    int rs_g, post_g;                 // the groups they finish the reduction of
+    const char* post_wait;            // --trace: the category of compute's wait for post_done
     unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar order)
                                       // this step issued work on
     cuda_group* groups;
