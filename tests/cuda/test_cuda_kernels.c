@@ -315,6 +315,47 @@ static void test_rmsnorm(int N, int C, int affine, rt_dtype dt) {  // dt: as tes
     dfree(d_x), dfree(d_w), dfree(d_dout), dfree(d_out), dfree(d_rstd), dfree(d_dx), dfree(d_dw);
 }
 
+// The norms' row-per-warp kernels (rows of 256 V elements, every row 16-byte aligned)
+// against their block-per-row kernels, which the same call takes when the weight is not
+// 16-byte aligned: forward and backward (dinp assigned) agree within fp32 round-off.
+static void test_norm_paths(int N, int C) {
+    char nm[128];
+    const size_t nc = (size_t)N * C;
+    float *x = hrand(nc, 2.0f, 0.5f), *w = hrand(C, 1.0f, 1.0f), *dout = hrand(nc, 1.0f, 0.0f);
+    float *d_x = dup(x, nc), *d_dout = dup(dout, nc), *d_wa = dup(w, C);
+    float* d_wbuf = dalloc((C + 1) * sizeof(float));
+    float* d_wu = d_wbuf + 1;  // 4 bytes past 16-byte alignment
+    RT_CHECK_CUDA(cudaMemcpy(d_wu, w, C * sizeof(float), cudaMemcpyHostToDevice));
+    float *d_y[2], *d_m[2], *d_r[2], *d_dx[2];
+    for (int k = 0; k < 2; k++) {
+        d_y[k] = dalloc(nc * sizeof(float)), d_dx[k] = dalloc(nc * sizeof(float));
+        d_m[k] = dalloc(N * sizeof(float)), d_r[k] = dalloc(N * sizeof(float));
+    }
+    for (int layer = 0; layer < 2; layer++) {
+        const char* op = layer ? "layernorm" : "rmsnorm";
+        for (int k = 0; k < 2; k++) {  // k = 0: aligned (a warp per row), 1: not (a block)
+            const float* wk = k ? d_wu : d_wa;
+            if (layer) {
+                rt_layernorm_forward(d_y[k], d_m[k], d_r[k], d_x, wk, wk, N, C, RT_LAYERNORM_EPS,
+                                     RT_F32);
+                rt_layernorm_backward(d_dx[k], NULL, NULL, d_dout, d_x, wk, d_m[0], d_r[0], N, C,
+                                      RT_F32, RT_ASSIGN_1);
+            } else {
+                rt_rmsnorm_forward(d_y[k], d_r[k], d_x, wk, N, C, 1e-6f, RT_F32);
+                rt_rmsnorm_backward(d_dx[k], NULL, d_dout, d_x, wk, d_r[0], N, C, RT_F32,
+                                    RT_ASSIGN_1);
+            }
+        }
+        snprintf(nm, sizeof nm, "%s N=%d C=%d, a warp per row == a block per row: out", op, N, C);
+        cmp_dev(nm, d_y[0], d_y[1], nc, 1e-6);
+        cmp_dev("  ... rstd", d_r[0], d_r[1], N, 1e-6);
+        cmp_dev("  ... dinp (=)", d_dx[0], d_dx[1], nc, 1e-5);
+    }
+    for (int k = 0; k < 2; k++) dfree(d_y[k]), dfree(d_dx[k]), dfree(d_m[k]), dfree(d_r[k]);
+    free(x), free(w), free(dout);
+    dfree(d_x), dfree(d_dout), dfree(d_wa), dfree(d_wbuf);
+}
+
 // ----------------------------------------------------------------------------
 // activations
 
@@ -1842,6 +1883,11 @@ int main(void) {
     test_rmsnorm(67, 768, 1, RT_F32);
     test_rmsnorm(9, 31, 0, RT_F32);
     test_rmsnorm(67, 768, 1, RT_BF16);
+    // rows of 256 V elements: a warp per row (norm.cu)
+    test_rmsnorm(67, 2048, 1, RT_BF16);
+    test_rmsnorm(9, 256, 0, RT_F32);
+    test_layernorm(5, 512, 0, RT_BF16);
+    test_norm_paths(33, 512);
     // many rows: the weight/bias gradients are summed in row chunks (column_sums.cuh)
     test_layernorm(4100, 96, 1, RT_F32);
     test_rmsnorm(3000, 200, 1, RT_BF16);
@@ -1909,6 +1955,7 @@ int main(void) {
     test_packed(RT_F16, 16, 40, 64);
     test_packed_inputs(RT_BF16, 37, 24, 1027);  // OC odd: padded rows of a packed output
     test_packed_inputs(RT_F16, 64, 128, 96);
+    test_packed_inputs(RT_BF16, 16, 256, 64);  // the norms' rows a warp each
     test_packed_weight(RT_F16, 64, 128, 96);
     test_packed_weight(RT_BF16, 40, 256, 512);
     // tensor cores (T = 70: two query tiles, one partial; GQA); on the emulator one batch and

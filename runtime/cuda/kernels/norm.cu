@@ -8,8 +8,12 @@
 // kernels also read and write packed 16-bit rows (rt_kernels.h "packed 16-bit storage"): O,
 // I, D and G below, the storage of out, inp, dout and dinp, are float or uint16_t (rtc_ld,
 // rtc_st).
+// Rows of 256 V elements (V <= 8) go one per warp with 16-byte loads instead (the "row per
+// warp" section).
 // TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
-// kernel, llm.c style) and vectorised float4 loads once the shapes are known to allow them.
+// kernel, llm.c style).
+#include <type_traits>
+
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -64,6 +68,68 @@ struct rtc_row_vals {
     } while (0)
 
 // ----------------------------------------------------------------------------
+// a row per warp (the row kernels below where rows allow: rtc_wrow_ok)
+
+// Block-per-row kernels with a 2-byte load per element and thread ran Llama 1B's RMSNorms
+// at about a third of an H100's bandwidth (5.7 ms a step; bench/RESULTS.md, 2026-11-24): a
+// block keeps few bytes in flight and waits at barriers for each row's sums. Where a row is
+// C = 256 V elements, V <= RTC_WROW_MAX (GPT-2's 768, Llama 1B's 2048), and every row
+// starts 16-byte aligned, one warp takes a row instead: lane l keeps elements
+// 8 (32 j + l) .. 8 (32 j + l) + 7 of every step j < V in registers, loaded 16 bytes at a
+// time (rtc_ldv), and the row's sums go across the warp in double with no barrier. Their
+// order is fixed by C, so a row gives the same bits every run (not the block kernels').
+#define RTC_WROW (32 * RTC_VEC)  // a warp's elements per step: 256
+#define RTC_WROW_MAX 8           // steps a lane keeps: rows up to 2048
+#define RTC_WROW_WARPS 4         // rows (warps) per block
+
+// The first of lane's 8 elements of step j.
+__device__ __forceinline__ size_t rtc_wcol(int j) {
+    return ((size_t)j * 32 + (threadIdx.x & 31)) * RTC_VEC;
+}
+
+// The steps j < V, unrolled so that the arrays they index stay in registers.
+#define RTC_WROW_FOR(j, V) \
+    _Pragma("unroll") for (int j = 0; j < RTC_WROW_MAX; j++) if (j < (V))
+
+// A lane's values of a row of S, every load issued before the first is used.
+template <class S>
+struct rtc_wrow {
+    float v[RTC_WROW_MAX][RTC_VEC];
+    __device__ rtc_wrow(const S* row, int V, rt_dtype dt) {
+        if constexpr (std::is_same<S, float>::value) {
+            RTC_WROW_FOR(j, V) rtc_ldv<RTC_VEC>(row, rtc_wcol(j), dt, v[j]);
+        } else {  // the 16-byte loads first, then the widening
+            rtc_u16x8 raw[RTC_WROW_MAX];
+            RTC_WROW_FOR(j, V) raw[j] = *(const rtc_u16x8*)(row + rtc_wcol(j));
+            RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) v[j][u] = rtc_val(raw[j].h[u], dt);
+        }
+    }
+};
+
+// The row this warp takes of N, or -1 past the last.
+__device__ __forceinline__ long rtc_wrow_index(int N) {
+    const long n = (long)blockIdx.x * RTC_WROW_WARPS + (long)(threadIdx.x >> 5);
+    return n < N ? n : -1;
+}
+
+// Whether rows of C elements go one per warp: C = 256 V, V <= RTC_WROW_MAX, and every
+// pointer given 16-byte aligned (or NULL), so that every row is.
+static inline bool rtc_wrow_ok(int C, std::initializer_list<const void*> ps) {
+    if (C % RTC_WROW != 0 || C > RTC_WROW_MAX * RTC_WROW) return false;
+    for (const void* p : ps)
+        if ((uintptr_t)p % 16 != 0) return false;
+    return true;
+}
+
+// kernel over `rows` rows, a warp each, on the thread's stream.
+#define RTC_LAUNCH_WROWS(kernel, rows, ...)                                                   \
+    do {                                                                                      \
+        const unsigned rtc_b_ = (unsigned)(((rows) + RTC_WROW_WARPS - 1) / RTC_WROW_WARPS);   \
+        kernel<<<rtc_b_, 32 * RTC_WROW_WARPS, 0, rtc_stream()>>>(__VA_ARGS__);                \
+        RTC_CHECK_LAUNCH(kernel);                                                             \
+    } while (0)
+
+// ----------------------------------------------------------------------------
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
 
 template <int R, class O, class I>
@@ -99,6 +165,43 @@ __global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const
     }
 }
 
+// The same, a warp per row (rtc_wrow_ok).
+template <class O, class I>
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    layernorm_forward_wkernel(O* out, float* mean, float* rstd, const I* inp, const float* weight,
+                              const float* bias, int N, int C, float eps, rt_dtype dt) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const int V = C / RTC_WROW;
+    const rtc_wrow<I> x(inp + n * C, V, dt);
+    double s = 0.0;
+    RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) s += x.v[j][u];
+    const double m = rtc_warp_sum(s) / C;
+    double v = 0.0;
+    RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) {
+        const double d = x.v[j][u] - m;
+        v += d * d;
+    }
+    v = rtc_warp_sum(v) / C;  // biased variance, as PyTorch's layer_norm
+    const float mf = (float)m;
+    const float rs = (float)(1.0 / sqrt(v + (double)eps));
+    RTC_WROW_FOR(j, V) {
+        float w[RTC_VEC], b[RTC_VEC], y[RTC_VEC];
+        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+        if (bias) rtc_ldv<RTC_VEC>(bias, rtc_wcol(j), dt, b);
+        for (int u = 0; u < RTC_VEC; u++) {
+            y[u] = (x.v[j][u] - mf) * rs;
+            if (weight) y[u] *= w[u];
+            if (bias) y[u] += b[u];
+        }
+        rtc_stv<RTC_VEC>(out + n * C, rtc_wcol(j), y, dt);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (mean) mean[n] = mf;
+        if (rstd) rstd[n] = rs;
+    }
+}
+
 // packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
 static void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                               const float* weight, const float* bias, int N, int C, float eps,
@@ -106,8 +209,12 @@ static void layernorm_forward(void* out, float* mean, float* rstd, const void* i
     if (N <= 0 || C <= 0) return;
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            RTC_LAUNCH_ROWS(layernorm_forward_kernel, N, C, o, mean, rstd, x, weight, bias, C,
-                            eps, dt);
+            if (rtc_wrow_ok(C, {o, x, weight, bias}))
+                RTC_LAUNCH_WROWS(layernorm_forward_wkernel, N, o, mean, rstd, x, weight, bias, N,
+                                 C, eps, dt);
+            else
+                RTC_LAUNCH_ROWS(layernorm_forward_kernel, N, C, o, mean, rstd, x, weight, bias,
+                                C, eps, dt);
         });
     });
 }
@@ -166,6 +273,48 @@ __global__ void layernorm_backward_dinp_kernel(G* __restrict__ dinp,
     }
 }
 
+// The same, a warp per row (rtc_wrow_ok).
+template <class G, class I, class D>
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    layernorm_backward_dinp_wkernel(G* __restrict__ dinp, const D* __restrict__ dout,
+                                    const I* __restrict__ inp, const float* __restrict__ weight,
+                                    const float* __restrict__ mean,
+                                    const float* __restrict__ rstd, int N, int C, rt_dtype dt,
+                                    int as) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const int V = C / RTC_WROW;
+    const float mf = mean[n], rs = rstd[n];
+    const rtc_wrow<D> d(dout + n * C, V, dt);
+    const rtc_wrow<I> x(inp + n * C, V, dt);
+    double sg = 0.0, sgx = 0.0;
+    RTC_WROW_FOR(j, V) {
+        float w[RTC_VEC];
+        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+        for (int u = 0; u < RTC_VEC; u++) {
+            const float xhat = (x.v[j][u] - mf) * rs;
+            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
+            sg += g;
+            sgx += (double)g * xhat;
+        }
+    }
+    sg = rtc_warp_sum(sg);
+    sgx = rtc_warp_sum(sgx);
+    const float mg = (float)(sg / C), mgx = (float)(sgx / C);
+    G* dx = dinp + n * C;
+    RTC_WROW_FOR(j, V) {
+        float w[RTC_VEC], base[RTC_VEC] = {}, r[RTC_VEC];
+        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+        if (!as) rtc_ldv<RTC_VEC>(dx, rtc_wcol(j), dt, base);  // not read when assigning
+        for (int u = 0; u < RTC_VEC; u++) {
+            const float xhat = (x.v[j][u] - mf) * rs;
+            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
+            r[u] = base[u] + rs * (g - mg - xhat * mgx);
+        }
+        rtc_stv<RTC_VEC>(dx, rtc_wcol(j), r, dt);
+    }
+}
+
 // dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
 template <class I, class D>
 struct layernorm_dwb_term {
@@ -186,7 +335,10 @@ template <class G, class I, class D>
 static void layernorm_backward_on(G* dinp, float* dweight, float* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, rt_dtype dt, int as) {
-    if (dinp)
+    if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight}))
+        RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, mean, rstd,
+                         N, C, dt, as);
+    else if (dinp)
         RTC_LAUNCH_ROWS(layernorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, mean, rstd,
                         C, dt, as);
     if (dweight || dbias)
@@ -252,13 +404,41 @@ __global__ void rmsnorm_forward_kernel(O* out, float* rstd, const I* inp, const 
     if (threadIdx.x == 0 && rstd) rstd[n] = rs;
 }
 
+// The same, a warp per row (rtc_wrow_ok).
+template <class O, class I>
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    rmsnorm_forward_wkernel(O* out, float* rstd, const I* inp, const float* weight, int N, int C,
+                            float eps, rt_dtype dt) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const int V = C / RTC_WROW;
+    const rtc_wrow<I> x(inp + n * C, V, dt);
+    double ss = 0.0;
+    RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) ss += (double)x.v[j][u] * x.v[j][u];
+    ss = rtc_warp_sum(ss);
+    const float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
+    RTC_WROW_FOR(j, V) {
+        float w[RTC_VEC], y[RTC_VEC];
+        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+        for (int u = 0; u < RTC_VEC; u++) {
+            y[u] = x.v[j][u] * rs;
+            if (weight) y[u] *= w[u];
+        }
+        rtc_stv<RTC_VEC>(out + n * C, rtc_wcol(j), y, dt);
+    }
+    if ((threadIdx.x & 31) == 0 && rstd) rstd[n] = rs;
+}
+
 // packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
 static void rmsnorm_forward(void* out, float* rstd, const void* inp, const float* weight, int N,
                             int C, float eps, int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            RTC_LAUNCH_ROWS(rmsnorm_forward_kernel, N, C, o, rstd, x, weight, C, eps, dt);
+            if (rtc_wrow_ok(C, {o, x, weight}))
+                RTC_LAUNCH_WROWS(rmsnorm_forward_wkernel, N, o, rstd, x, weight, N, C, eps, dt);
+            else
+                RTC_LAUNCH_ROWS(rmsnorm_forward_kernel, N, C, o, rstd, x, weight, C, eps, dt);
         });
     });
 }
@@ -309,6 +489,43 @@ __global__ void rmsnorm_backward_dinp_kernel(G* __restrict__ dinp,
     }
 }
 
+// The same, a warp per row (rtc_wrow_ok).
+template <class G, class I, class D>
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    rmsnorm_backward_dinp_wkernel(G* __restrict__ dinp, const D* __restrict__ dout,
+                                  const I* __restrict__ inp, const float* __restrict__ weight,
+                                  const float* __restrict__ rstd, int N, int C, rt_dtype dt,
+                                  int as) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const int V = C / RTC_WROW;
+    const float rs = rstd[n];
+    const rtc_wrow<D> d(dout + n * C, V, dt);
+    const rtc_wrow<I> x(inp + n * C, V, dt);
+    double sgx = 0.0;
+    RTC_WROW_FOR(j, V) {
+        float w[RTC_VEC];
+        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+        for (int u = 0; u < RTC_VEC; u++) {
+            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
+            sgx += (double)g * (x.v[j][u] * rs);
+        }
+    }
+    sgx = rtc_warp_sum(sgx);
+    const float mgx = (float)(sgx / C);
+    G* dx = dinp + n * C;
+    RTC_WROW_FOR(j, V) {
+        float w[RTC_VEC], base[RTC_VEC] = {}, r[RTC_VEC];
+        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+        if (!as) rtc_ldv<RTC_VEC>(dx, rtc_wcol(j), dt, base);  // not read when assigning
+        for (int u = 0; u < RTC_VEC; u++) {
+            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
+            r[u] = base[u] + rs * (g - (x.v[j][u] * rs) * mgx);
+        }
+        rtc_stv<RTC_VEC>(dx, rtc_wcol(j), r, dt);
+    }
+}
+
 // dweight += sum_rows(dout * inp * rstd)
 template <class I, class D>
 struct rmsnorm_dw_term {
@@ -327,7 +544,10 @@ template <class G, class I, class D>
 static void rmsnorm_backward_on(G* dinp, float* dweight, const D* dout, const I* inp,
                                 const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                                 int as) {
-    if (dinp)
+    if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight}))
+        RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, rstd, N, C, dt,
+                         as);
+    else if (dinp)
         RTC_LAUNCH_ROWS(rmsnorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, rstd, C, dt,
                         as);
     if (dweight)
