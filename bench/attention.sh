@@ -2,10 +2,9 @@
 # Attention alone: fsdpgen's CUDA flash kernels (bf16, causal; bench/attention_fsdpgen.c) and
 # cuDNN's fused flash attention (bench/attention_cudnn.c, rt_cudnn.h) against PyTorch's
 # scaled_dot_product_attention (bench/attention_torch.py) on the two bench models' attention
-# shapes, in one run on one GPU. Prints ms and TFLOP/s per pass (backward_fused: fsdpgen's
-# backward with dQ in its dK/dV kernel, against the same SDPA backward; cuDNN has no such
-# pass) and how many times faster each is than SDPA (x > 1: faster). Without a GPU it builds
-# the binaries and prints "bench/attention.sh: no GPU: nothing measured".
+# shapes, in one run on one GPU. Prints ms and TFLOP/s per pass and how many times faster
+# each is than SDPA (x > 1: faster). Without a GPU it builds the binaries and prints
+# "bench/attention.sh: no GPU: nothing measured".
 #   bench/attention.sh [--iters N]
 set -u
 cd "$(dirname "$0")/.."
@@ -30,7 +29,7 @@ for s in "${attention_shapes[@]}"; do
   for pass in "${attention_passes[@]}"; do
     read -r oms otf <<<"$(attention_result fsdpgen "$pass" "$ours")"
     read -r cms ctf <<<"$(attention_result cudnn "$pass" "$cudnn")"
-    read -r tms ttf <<<"$(attention_result torch_sdpa "${pass%_fused}" "$theirs")"
+    read -r tms ttf <<<"$(attention_result torch_sdpa "$pass" "$theirs")"
     [[ -n $oms && -n $tms ]] || { echo "$name $pass: no RESULT line"; status=1; continue; }
     printf '%-10s %-14s %10s %10s %10s %9s %9s %9s %8.2fx %9s\n' "$name" "$pass" "$tms" "$oms" \
       "${cms:--}" "$ttf" "$otf" "${ctf:--}" "$(awk -v a="$tms" -v b="$oms" 'BEGIN { print a / b }')" \

@@ -24,9 +24,8 @@ have_gpu() {
 # name, B, T, NH, NKV, HD (bench/specs: GPT-2 124M at 16 x 1024, Llama 1B at 4 x 2048)
 attention_shapes=("gpt2_124m 16 1024 12 12 64" "llama_1b 4 2048 32 8 64")
 
-# The passes bench/attention_fsdpgen.c times, in its order; each is compared with SDPA's
-# pass of its name less "_fused" (backward_fused: the backward with dQ in its dK/dV kernel).
-attention_passes=(forward backward backward_fused)
+# The passes bench/attention_fsdpgen.c times, in its order; each is compared with SDPA's.
+attention_passes=(forward backward)
 
 # attention_result IMPL PASS OUTPUT: "ms tflops" of OUTPUT's RESULT line for IMPL and PASS
 # (empty without one).

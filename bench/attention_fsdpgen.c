@@ -3,10 +3,9 @@
 // runtime/cuda/kernels/flash_attention_tc.cuh) on one shape; bench/
 // attention.sh runs it beside PyTorch's scaled_dot_product_attention on the same shapes.
 //   attention_fsdpgen B T NH NKV HD [iters]
-// Prints `RESULT impl=fsdpgen pass=forward|backward|backward_fused ms=... tflops=...`: the
-// mean over `iters` calls after 3 warm-up calls, the device synchronized around the timed
-// loop (each call is one or a few kernel launches on the runtime's stream). backward_fused
-// is the backward with dQ computed in the dK/dV kernel (rt_cuda_set_attention_fused_dq).
+// Prints `RESULT impl=fsdpgen pass=forward|backward ms=... tflops=...`: the mean over
+// `iters` calls after 3 warm-up calls, the device synchronized around the timed loop (each
+// call is one or a few kernel launches on the runtime's stream).
 // FLOPs count the causal half of each T x T product, as FlashAttention's benchmarks do:
 // forward 2 products, backward 5 (the unfused backward runs 7, recomputing S and dP in its
 // dQ pass).
@@ -18,7 +17,6 @@
 #include <cuda_runtime.h>
 
 #include "rt_check.h"
-#include "rt_cuda.h"
 #include "rt_kernels.h"
 
 // n floats on the device, bf16 values of a fixed pseudo-random pattern in [-scale, scale).
@@ -51,9 +49,8 @@ int main(int argc, char** argv) {
     float *dq = bench_dev_zeros(nq * 4), *dk = bench_dev_zeros(nk * 4);
     float* dv = bench_dev_zeros(nk * 4);
     const double causal_flops = 4.0 * B * NH * (double)T * T * HD / 2.0;  // one forward
-    static const char* pass_name[3] = {"forward", "backward", "backward_fused"};
-    for (int pass = 0; pass < 3; pass++) {
-        rt_cuda_set_attention_fused_dq(pass == 2);
+    static const char* pass_name[2] = {"forward", "backward"};
+    for (int pass = 0; pass < 2; pass++) {
         double t0 = 0.0;
         for (int i = 0; i < 3 + iters; i++) {
             if (i == 3) {

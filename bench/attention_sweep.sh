@@ -62,8 +62,7 @@ for v in "${variants[@]}"; do
   printf '%-10s %s\n' "$name" "$(awk '
     /Compiling entry function/ { k = "" }
     /Compiling entry function .*rtc_fa_tc_.*bfloat16.*rtc_tc_cfgILi64E/ {
-      if ($0 ~ /forward/) k = "forward"; else if ($0 ~ /rtc_tc_fused/) k = "fused dK/dV/dQ"
-      else if ($0 ~ /dkdv/) k = "dK/dV"; else k = "dQ" }
+      if ($0 ~ /forward/) k = "forward"; else if ($0 ~ /dkdv/) k = "dK/dV"; else k = "dQ" }
     k != "" && /spill stores/ { st = $5; ld = $9 }
     k != "" && /Used [0-9]+ registers/ {
       for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1)
@@ -85,7 +84,7 @@ for s in "${attention_shapes[@]}"; do
       { echo "$vn $name: attention_fsdpgen failed"; status=1; continue; }
     for pass in "${attention_passes[@]}"; do
       read -r oms _ <<<"$(attention_result fsdpgen "$pass" "$ours")"
-      read -r tms _ <<<"$(attention_result torch_sdpa "${pass%_fused}" "$theirs")"
+      read -r tms _ <<<"$(attention_result torch_sdpa "$pass" "$theirs")"
       [[ -n $oms && -n $tms ]] || { echo "$vn $name $pass: no RESULT line"; status=1; continue; }
       printf '%-10s %-10s %-14s %12s %12s %8.2fx\n' "$vn" "$name" "$pass" "$oms" "$tms" \
         "$(awk -v a="$tms" -v b="$oms" 'BEGIN { print a / b }')"

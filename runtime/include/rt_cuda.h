@@ -45,20 +45,6 @@ void rt_cuda_set_stream(void* stream);
 void* rt_cuda_get_stream(void);
 
 // ----------------------------------------------------------------------------
-// attention backward on tensor cores: fused dQ
-
-// Whether the bf16/fp16 flash backward (rt_attention_lowmem_backward and its packed twin)
-// computes dQ inside its dK/dV kernel, from the dS it already has (five T x T products; the
-// parts of each query tile's dQ added in key-tile order through counters in a context
-// scratch, so the bits do not depend on timing), instead of in a dQ kernel of its own that
-// recomputes S and dP (seven). Same error bounds, other bits. For every thread of the
-// process, from the next call. Until set, the environment's RT_ATTENTION_FUSED_DQ says (0
-// or 1; another value stops the program with a message); off by default, as it is slower
-// on an H100 (bench/attention.sh times both; bench/run.sh runs fsdpgen both ways).
-void rt_cuda_set_attention_fused_dq(int on);
-int rt_cuda_attention_fused_dq(void);
-
-// ----------------------------------------------------------------------------
 // graph-safe optimizer steps: rt_optim.h's steps with the 1-based step count and the
 // learning rate read from device memory (d_step, an int64, and d_lr, a double, that the
 // step backend uploads before each step) when the kernel runs, so one captured graph

@@ -722,8 +722,8 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
     attn_tc_bound_compute(&bd, q, k, v, dout, B, T, NH, NKV, HD, causal,
                           attn_tc_u(prec == RT_BF16), attn_tc_eta(prec == RT_BF16));
     const char* P = prec == RT_BF16 ? "bf16" : "fp16";
-    printf("== attention on tensor cores, %s, B=%d T=%d NH=%d NKV=%d HD=%d causal=%d%s\n", P, B, T,
-           NH, NKV, HD, causal, rt_cuda_attention_fused_dq() ? ", fused dQ" : "");
+    printf("== attention on tensor cores, %s, B=%d T=%d NH=%d NKV=%d HD=%d causal=%d\n", P, B, T,
+           NH, NKV, HD, causal);
 
     // forward vs CPU
     cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
@@ -773,19 +773,6 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
     cmp_dev("  tc backward run twice: dq, dk, dv bit-identical", d_sdq, d_gdq, nq, TOL_EXACT);
     cmp_dev("  ... dk", d_sdk, d_gdk, nk, TOL_EXACT);
     cmp_dev("  ... dv", d_sdv, d_gdv, nk, TOL_EXACT);
-    if (NH == NKV) {  // dq and dk one buffer (fp32): the unfused kernels' bits, fused or not
-        const int fused = rt_cuda_attention_fused_dq();
-        float *d_a = dup(dq0, nq), *d_b = dup(dq0, nq);
-        for (int i = 0; i < 2; i++) {
-            rt_cuda_set_attention_fused_dq(i == 0 ? 0 : fused);
-            rt_attention_lowmem_backward(i ? d_b : d_a, i ? d_b : d_a, NULL, d_scratch, d_dout,
-                                         d_out, d_q, d_k, d_v, d_stats, B, T, NH, NKV, HD, causal,
-                                         prec, RT_F32, RT_ACCUMULATE);
-        }
-        cmp_dev("  tc backward, dq and dk one buffer: the unfused kernels' bits", d_b, d_a, nq,
-                TOL_EXACT);
-        dfree(d_a), dfree(d_b);
-    }
 
     // as the generated code calls it: out, dq, dk, dv rounded to prec at their store, the
     // gradients assigned over NaN: the fp32 stores' bits (onto zeros), rounded
@@ -830,64 +817,6 @@ static void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal,
     dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_dout), dfree(d_out), dfree(d_stats);
     dfree(d_scratch), dfree(d_cout), dfree(d_cstats), dfree(d_dq), dfree(d_dk), dfree(d_dv);
     dfree(d_gdq), dfree(d_gdk), dfree(d_gdv), dfree(d_sdq), dfree(d_sdk), dfree(d_sdv);
-}
-
-// The fused backward (rt_cuda_set_attention_fused_dq) on a bench shape, with many more
-// dK/dV blocks than fit on the GPU at once (Llama 1B's attention: 1024 blocks), so blocks
-// wait for others' dQ parts across waves: the same bits on every run, and within 1e-2
-// (normwise, of each gradient) of the unfused backward, each also within the bounds on
-// the smaller shapes above. A lost or doubled part of dQ is off by far more.
-static float* dzeros(size_t n) {
-    float* d = dalloc(n * sizeof(float));
-    RT_CHECK_CUDA(cudaMemset(d, 0, n * sizeof(float)));
-    return d;
-}
-
-static void test_attention_fused_waves(int B, int T, int NH, int NKV, int HD) {
-    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
-    const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
-    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
-    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
-    float* dout = hrand(nq, 1.0f, 0.0f);
-    round_to(q, nq, RT_BF16), round_to(k, nk, RT_BF16), round_to(v, nk, RT_BF16);
-    round_to(dout, nq, RT_BF16);
-    float *d_q = dup(q, nq), *d_k = dup(k, nk), *d_v = dup(v, nk), *d_dout = dup(dout, nq);
-    float *d_out = dzeros(nq), *d_stats = dzeros(ns), *d_scratch = dzeros(nsc);
-    printf("== fused dQ across waves of blocks: bf16, B=%d T=%d NH=%d NKV=%d HD=%d causal\n", B, T,
-           NH, NKV, HD);
-    rt_attention_lowmem_forward(d_out, d_stats, d_scratch, d_q, d_k, d_v, B, T, NH, NKV, HD, 1,
-                                RT_BF16, RT_F32);
-    float* g[3][3];  // [unfused, fused, fused again][dq, dk, dv]
-    const size_t len[3] = {nq, nk, nk};
-    for (int run = 0; run < 3; run++) {
-        for (int i = 0; i < 3; i++) g[run][i] = dzeros(len[i]);
-        rt_cuda_set_attention_fused_dq(run > 0);
-        rt_attention_lowmem_backward(g[run][0], g[run][1], g[run][2], d_scratch, d_dout, d_out,
-                                     d_q, d_k, d_v, d_stats, B, T, NH, NKV, HD, 1, RT_BF16,
-                                     RT_F32, RT_ACCUMULATE);
-    }
-    rt_cuda_set_attention_fused_dq(0);
-    static const char* name[3] = {"dq", "dk", "dv"};
-    for (int i = 0; i < 3; i++) {
-        float *a = down(g[0][i], len[i]), *b = down(g[1][i], len[i]), *c = down(g[2][i], len[i]);
-        double diff = 0.0, ref = 0.0;
-        for (size_t j = 0; j < len[i]; j++) {
-            diff += ((double)b[j] - a[j]) * ((double)b[j] - a[j]);
-            ref += (double)a[j] * a[j];
-        }
-        const double rel = ref > 0.0 ? sqrt(diff / ref) : sqrt(diff);
-        const int same = memcmp(b, c, len[i] * sizeof(float)) == 0;
-        CHECK(rel <= 1e-2 && same,
-              "fused dQ across waves: %s within 1e-2 of the unfused backward, normwise (%.3g), "
-              "and the same bits on a second run (%s)",
-              name[i], rel, same ? "equal" : "differ");
-        free(a), free(b), free(c);
-    }
-    for (int run = 0; run < 3; run++)
-        for (int i = 0; i < 3; i++) dfree(g[run][i]);
-    free(q), free(k), free(v), free(dout);
-    dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_dout), dfree(d_out), dfree(d_stats),
-        dfree(d_scratch);
 }
 
 // ----------------------------------------------------------------------------
@@ -1921,25 +1850,16 @@ int main(void) {
     // each head is its own blocks running the same code, and emulated tensor-core attention
     // costs seconds per head
     const int h = emulated ? 2 : 1;
-    for (int fused = 0; fused < 2; fused++) {  // the backward's dQ kernel, then fused dQ
-        rt_cuda_set_attention_fused_dq(fused);
-        test_attention_tc(2, 37, 4, 2, 16, 1, RT_BF16);  // tensor cores: each tile configuration
-        test_attention_tc(1, 200, 4 / h, 2 / h, 64, 1, RT_BF16);
-        test_attention_tc(1, 200, 4 / h, 2 / h, 64, 0, RT_F16);
-        test_attention_tc(1, 150, 2, 1, 128, 0, RT_BF16);
-        test_attention_tc(1, 97, 2, 2, 128, 1, RT_F16);
-        // GPT-2's head dim at seq 1024, Llama 1B's GQA ratio (32/8) at HD 64; on the emulator
-        // at a quarter and three eighths of the length: still several tiles of every kernel
-        // and the causal diagonal, in seconds instead of minutes
-        test_attention_tc(1, emulated ? 256 : 1024, 4 / h, 4 / h, 64, 1, RT_BF16);
-        test_attention_tc(1, emulated ? 192 : 512, 8 / h, 2 / h, 64, 1, RT_BF16);
-    }
-    rt_cuda_set_attention_fused_dq(0);
-    if (!emulated)
-        test_attention_fused_waves(4, 2048, 32, 8, 64);  // Llama 1B's attention
-    else
-        printf("SKIP fused dQ across waves of blocks on the emulator (its blocks run one at a "
-               "time; test_flash_tc_emu checks every block's counters)\n");
+    test_attention_tc(2, 37, 4, 2, 16, 1, RT_BF16);  // tensor cores: each tile configuration
+    test_attention_tc(1, 200, 4 / h, 2 / h, 64, 1, RT_BF16);
+    test_attention_tc(1, 200, 4 / h, 2 / h, 64, 0, RT_F16);
+    test_attention_tc(1, 150, 2, 1, 128, 0, RT_BF16);
+    test_attention_tc(1, 97, 2, 2, 128, 1, RT_F16);
+    // GPT-2's head dim at seq 1024, Llama 1B's GQA ratio (32/8) at HD 64; on the emulator at
+    // a quarter and three eighths of the length: still several tiles of every kernel and the
+    // causal diagonal, in seconds instead of minutes
+    test_attention_tc(1, emulated ? 256 : 1024, 4 / h, 4 / h, 64, 1, RT_BF16);
+    test_attention_tc(1, emulated ? 192 : 512, 8 / h, 2 / h, 64, 1, RT_BF16);
     test_elementwise(RT_F32);
     test_elementwise(RT_BF16);
     test_vec_offsets(RT_F32);

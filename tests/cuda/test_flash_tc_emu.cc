@@ -32,8 +32,7 @@
 // and backward, on a few shapes; every configuration's shared memory within 99 KiB.
 //
 // FLASH_TC_PART picks what one build runs: 1 the configurations the runtime launches
-// (rtc_tc_cfg, and its fused dQ on every shape), 2 the others (the fused dQ's other ways of
-// dealing dQ to the warps, bench/attention_sweep.sh's tile variants), 3 (the default) both.
+// (rtc_tc_cfg), 2 the others (bench/attention_sweep.sh's tile variants), 3 (the default) both.
 // runtime/cuda.ninja builds part 1 for the fast tier of the tests and part 2 for the slow
 // one under AddressSanitizer, and both under ThreadSanitizer (slow tier).
 #include <math.h>
@@ -100,47 +99,17 @@ static void* narrow_copy(const float* x, size_t n, elem e) {
     return c;
 }
 
-// Calls of the fused backward (KDQ) whose dQ counters were not all zero after the call.
-static long sem_left_set;
-
-// The kernels' 16-bit operand copies of a call's q, k, v (and dout), and the fused
-// backward's dQ scratch (partial sums NaN until written, counters zero) as
-// rtc_fa_tc_dq_scratch_size asks for configurations C64, C128; freed on return, after
-// checking that the call left every counter at zero.
+// The kernels' 16-bit operand copies of a call's q, k, v (and dout), freed on return.
 struct narrowed {
     rtc_fa_args a;
-    size_t counters = 0;
-    template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
-    static narrowed make(elem e, const rtc_fa_args& x) {
-        narrowed n(e, x);
-        size_t floats;
-        rtc_fa_tc_dq_scratch_size<C64, C128>(x, &floats, &n.counters);
-        if (floats) {
-            n.a.dq_acc = (float*)malloc(floats * sizeof(float));
-            for (size_t i = 0; i < floats; i++) n.a.dq_acc[i] = NAN;
-            n.a.dq_sem = (int*)calloc(n.counters, sizeof(int));
-        }
-        return n;
-    }
     narrowed(elem e, const rtc_fa_args& x) : a(x) {
         const size_t nq = (size_t)x.B * x.T * x.NH * x.HD, nk = (size_t)x.B * x.T * x.NKV * x.HD;
         a.q16 = narrow_copy(x.q, nq, e), a.k16 = narrow_copy(x.k, nk, e);
         a.v16 = narrow_copy(x.v, nk, e), a.dout16 = narrow_copy(x.dout, nq, e);
-        a.dq_acc = NULL, a.dq_sem = NULL;  // this object's own, if make() allocates them
-    }
-    narrowed(narrowed&& o) : a(o.a), counters(o.counters) {
-        o.a.q16 = o.a.k16 = o.a.v16 = o.a.dout16 = NULL;
-        o.a.dq_acc = NULL, o.a.dq_sem = NULL;
     }
     narrowed(const narrowed&) = delete;
     ~narrowed() {
-        for (size_t i = 0; i < counters && a.dq_sem; i++)
-            if (a.dq_sem[i] != 0) {
-                sem_left_set++;
-                break;
-            }
         free((void*)a.q16), free((void*)a.k16), free((void*)a.v16), free((void*)a.dout16);
-        free(a.dq_acc), free(a.dq_sem);
     }
 };
 
@@ -157,7 +126,7 @@ static void tc_forward(elem e, const rtc_fa_args& x) {
 template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
 static void tc_backward(elem e, const rtc_fa_args& x) {
     emu_launcher launch;
-    const narrowed n = narrowed::make<C64, C128>(e, x);
+    const narrowed n(e, x);
     if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16, C64, C128>(launch, n.a);
     if (e == EL_F16) rtc_fa_tc_backward<__half, C64, C128>(launch, n.a);
     if (e == EL_F32) rtc_fa_tc_backward<float, C64, C128>(launch, n.a);
@@ -217,7 +186,7 @@ static void check_packed(elem e, rt_dtype dt, const rtc_fa_args& fa, const rtc_f
     b.dt = dt, b.out_in = out, b.stats_in = st, b.dq = dq, b.dk = dk, b.dv = dv;
     tc_backward<C64, C128>(e, b);
     b.dq = pdq, b.dk = pdk, b.dv = pdv;
-    narrowed n = narrowed::make<C64, C128>(e, b);  // dout16: dout's packed values
+    narrowed n(e, b);  // dout16: dout's packed values
     n.a.dout = NULL, n.a.out_in = NULL, n.a.out16_in = out16;
     emu_launcher launch;
     if (e == EL_BF16) rtc_fa_tc_backward<__nv_bfloat16, C64, C128>(launch, n.a);
@@ -388,22 +357,6 @@ typedef rtc_tc_tiles<128, 64, 64, 2, 3, 64, 32, 2, 2, 64, 32, 2, 2> cfg128_mt2;
 typedef rtc_tc_tiles<128, 128, 64, 2, 1, 128, 16, 2, 1, 128, 16, 2, 1> cfg128_mt2_big;
 typedef rtc_tc_tiles<128, 32, 64, 2, 2, 32, 32, 2, 2, 32, 32, 2, 2> cfg128_mt2_small;
 
-// The fused backward (KDQ 1: the dK/dV kernel also computes dQ, in key-tile order through
-// the counters): the default tiles, then dQ's query tile dealt to the warps every way the
-// kernel allows (HD 64: 4 warps on 4 row tiles of 16, 2 warps on 1 tile's column halves,
-// 1 warp on 2 tiles; HD 128: 4 warps on 1 tile's column quarters, 1 warp on 2 tiles, of
-// two row tiles each). Other bits than the seven-product backward's (each dQ sums its key
-// tiles' parts in another order, dK and dV their query tiles): held to the same bounds.
-#endif
-typedef rtc_tc_tiles<64, 128, 64, 1, 2, 64, 32, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq;
-typedef rtc_tc_tiles<128, 64, 64, 1, 3, 64, 32, 1, 2, 64, 32, 1, 2, 1> cfg128_kdq;
-#if OTHER_CONFIGS
-typedef rtc_tc_tiles<64, 128, 64, 1, 2, 128, 64, 2, 2, 64, 32, 1, 4, 1> cfg64_kdq_rows;
-typedef rtc_tc_tiles<64, 128, 64, 1, 2, 32, 16, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq_cols;
-typedef rtc_tc_tiles<64, 128, 64, 1, 2, 16, 32, 1, 4, 64, 32, 1, 4, 1> cfg64_kdq_one;
-typedef rtc_tc_tiles<128, 64, 64, 1, 3, 64, 16, 1, 2, 64, 32, 1, 2, 1> cfg128_kdq_cols;
-typedef rtc_tc_tiles<128, 64, 64, 1, 3, 32, 32, 2, 2, 64, 32, 1, 2, 1> cfg128_kdq_one;
-
 struct alt_cfg {
     const char* name;
     void (*fwd)(elem, const rtc_fa_args&);
@@ -504,46 +457,8 @@ int main(void) {
         for (int e = EL_BF16; e <= EL_F32; e++)
             test_shape(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e);
     }
-
-    // the fused backward (KDQ): every check above, on these shapes (ThreadSanitizer: the
-    // first two), then its other ways of dealing dQ to the warps on a few (one)
-#ifdef EMU_FIBERS
-    const int nkdq = nshapes;
-#else
-    const int nkdq = 2;
-#endif
-    for (int i = 0; i < nkdq; i++) {
-        const shape& s = shapes[i];
-        for (int e = EL_BF16; e <= EL_F32; e++)
-            test_shape<cfg64_kdq, cfg128_kdq>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e,
-                                              "fused dQ");
-    }
 #endif
 #if OTHER_CONFIGS
-    static const shape kdq_shapes[] = {
-        {1, 150, 2, 1, 64, 1}, {2, 37, 4, 2, 16, 1}, {1, 83, 3, 3, 64, 0}, {1, 97, 2, 1, 128, 1},
-    };
-#ifdef EMU_FIBERS
-    const int nkdq_alt = (int)(sizeof kdq_shapes / sizeof kdq_shapes[0]);
-#else
-    const int nkdq_alt = 1;
-#endif
-    for (int i = 0; i < nkdq_alt; i++) {
-        const shape& s = kdq_shapes[i];
-        test_shape<cfg64_kdq_rows, cfg128_kdq_one>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, EL_BF16,
-                                                   "fused dQ, 4 warps on 4 row tiles / 1 on 2");
-        test_shape<cfg64_kdq_cols, cfg128_kdq_cols>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal,
-                                                    EL_F16, "fused dQ, column ranges");
-        test_shape<cfg64_kdq_one, cfg128_kdq>(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, EL_F32,
-                                              "fused dQ, 1 warp on 2 row tiles");
-    }
-#endif
-    CHECK(rtc_tc_sem_errors == 0 && sem_left_set == 0,
-          "fused dQ: every block found its query tiles' counters at its key tile (%ld did not), "
-          "and every call left them at zero (%ld did not)",
-          rtc_tc_sem_errors, sem_left_set);
-#if OTHER_CONFIGS
-
     // the other configurations against the default, bit for bit: HD 16..128, T below one row
     // tile, across the 16-row tiles of a warp, the blocks and (causal) the diagonal, GQA;
     // bf16, and fp16 or float (the same kernels but for the conversions) for the shorter
@@ -576,7 +491,6 @@ int main(void) {
     } all;
     rtc_fa_tc_each_kernel<__nv_bfloat16>(all);
     rtc_fa_tc_each_kernel<__half>(all);
-    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq, cfg128_kdq>(all);
 #if OTHER_CONFIGS
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2, cfg128_mt2>(all);
     rtc_fa_tc_each_kernel<__half, cfg64_mt2, cfg128_mt2>(all);
@@ -584,8 +498,6 @@ int main(void) {
     rtc_fa_tc_each_kernel<__half, cfg64_mt2_big, cfg128_mt2_big>(all);
     rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_mt2_small, cfg128_mt2_small>(all);
     rtc_fa_tc_each_kernel<__half, cfg64_mt2_small, cfg128_mt2_small>(all);
-    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq_rows, cfg128_kdq_one>(all);
-    rtc_fa_tc_each_kernel<__nv_bfloat16, cfg64_kdq_cols, cfg128_kdq_cols>(all);
 #endif
     CHECK(all.worst <= EMU_MAX_SMEM,
           "all %d tensor-core flash kernel configurations: largest shared memory %zu bytes "

@@ -33,7 +33,7 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
 # bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4), direct
 # (one-rank) all-gathers incl. a dropped one, attention on tensor cores (head dim 16; the
-# only one here: the other specs' head dims are not multiples of 16), fused dQ too;
+# only one here: the other specs' head dims are not multiples of 16);
 # reduce-scatters of the parameters with gradients only (world 2, HSDP 2 x 2, and direct at
 # world 1); microbatching (explicit async unshards before the first forward; HSDP partial
 # reductions all-reduced on the last microbatch only); a step with two optimizer items
@@ -237,28 +237,6 @@ spec_checks() {
             fail "$name with RT_ATTENTION=flash: not the one-line error"
         fi
     fi
-    if [[ $name == llama_tc_attention_bf16 ]]; then  # attention on tensor cores: fused dQ too
-        RT_ATTENTION_FUSED_DQ=1 CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" \
-            --save "$work/$name.fused.safetensors" >"$work/$name.fused.log" 2>&1
-        PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name, RT_ATTENTION_FUSED_DQ=1 ($where)" \
-            "$py" tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.fused.log" \
-            "$work/$name.cpu.safetensors" "$work/$name.fused.safetensors" "$rtol" "$name"
-        # other bits than the unfused run (dQ's sums in another order; this spec's differ
-        # after its 3 steps), or the setting was ignored
-        if cmp -s "$work/$name.cuda.safetensors" "$work/$name.fused.safetensors"; then
-            fail "$name: RT_ATTENTION_FUSED_DQ=1 saved the unfused run's bits (setting ignored?)"
-        else
-            pass "$name: RT_ATTENTION_FUSED_DQ=1 saves other bits than the unfused run"
-        fi
-        if RT_ATTENTION_FUSED_DQ=yes "$bin" --steps 1 >"$work/$name.badenv.log" 2>&1; then
-            fail "$name with RT_ATTENTION_FUSED_DQ=yes: ran (must stop: 0 or 1 only)"
-        elif grep -q '^error: RT_ATTENTION_FUSED_DQ=yes: must be 0' "$work/$name.badenv.log"; then
-            pass "$name with RT_ATTENTION_FUSED_DQ=yes: stops with \"$(grep -m 1 '^error: RT_ATTENTION_FUSED_DQ' "$work/$name.badenv.log")\""
-        else
-            tail -n 5 "$work/$name.badenv.log"
-            fail "$name with RT_ATTENTION_FUSED_DQ=yes: no one-line error naming it"
-        fi
-    fi
     [ "$gpu" = 1 ] && return
     [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || return
     # The emulator's arithmetic is the same in any order, so the run with every stream at
@@ -350,27 +328,27 @@ fi
 
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=compute-sanitizer
-# sanitize SPEC FUSED: memcheck and racecheck on SPEC's CUDA binary (built above), 2 steps,
-# with RT_ATTENTION_FUSED_DQ=FUSED
+# sanitize SPEC ATTENTION: memcheck and racecheck on SPEC's CUDA binary (built above), 2
+# steps, with RT_ATTENTION=ATTENTION
 sanitize() {
-    local spec=$1 fused=$2 name tool
+    local spec=$1 attention=$2 name tool
     name=$(basename "$spec" .lua)
     for tool in memcheck racecheck; do
-        if RT_ATTENTION_FUSED_DQ=$fused "$sanitizer" --tool "$tool" --error-exitcode 9 \
+        if RT_ATTENTION=$attention "$sanitizer" --tool "$tool" --error-exitcode 9 \
             "build/$name/${name}_cuda" --steps 2 --no-graph >"$work/san.log" 2>&1; then
-            pass "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=$fused (2 steps): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/san.log" | tail -n 1)"
+            pass "compute-sanitizer --tool $tool on $spec, RT_ATTENTION=$attention (2 steps): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/san.log" | tail -n 1)"
         else
             tail -n 30 "$work/san.log"
-            fail "compute-sanitizer --tool $tool on $spec, RT_ATTENTION_FUSED_DQ=$fused"
+            fail "compute-sanitizer --tool $tool on $spec, RT_ATTENTION=$attention"
         fi
     done
 }
 if [ -x "$sanitizer" ] || command -v "$sanitizer" >/dev/null 2>&1; then
-    sanitize tests/specs/conformance/mlp_w2_sgd_prefetch.lua 0
-    # the tensor-core attention, its fused backward included (shared-memory dS^T, counters)
-    sanitize tests/specs/features/llama_tc_attention_bf16.lua 1
-    # cuDNN's attention at its site (RT_ATTENTION=cudnn on a GPU)
-    sanitize tests/cuda_step/llama_cudnn_bf16.lua 0
+    sanitize tests/specs/conformance/mlp_w2_sgd_prefetch.lua auto
+    # the tensor-core attention (shared-memory tiles, cp.async, ldmatrix)
+    sanitize tests/specs/features/llama_tc_attention_bf16.lua fsdpgen
+    # cuDNN's attention at its site
+    sanitize tests/cuda_step/llama_cudnn_bf16.lua cudnn
 else
     skipped+=("compute-sanitizer: SKIP not found")
 fi

@@ -19,11 +19,10 @@
 #   bench    bench/run.sh all, then 4 traced Llama 1B steps (trace_waits_llama_1b.txt)
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
-#   attention  bench/attention.sh (the flash kernels against PyTorch's SDPA on the bench
-#            shapes), then ncu's throughput, memory, warp-stall and occupancy sections for
-#            the three tensor-core attention kernels of one GPT-2 bench layer (ncu_attention.txt),
-#            and of the fused backward's dK/dV kernel (RT_ATTENTION_FUSED_DQ=1,
-#            ncu_attention_fused.txt)
+#   attention  bench/attention.sh (cuDNN and the flash kernels against PyTorch's SDPA on
+#            the bench shapes), then ncu's throughput, memory, warp-stall and occupancy
+#            sections for the three tensor-core attention kernels of one GPT-2 bench layer
+#            (RT_ATTENTION=fsdpgen; ncu_attention.txt)
 #   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against
 #            SDPA; not in the default set)
 # Ends with the summed `N passed, N failed` of the test stages.
@@ -117,14 +116,9 @@ for s in $stages; do
     attention)
         step "attention vs sdpa" attention.log 90 bench/attention.sh
         step "build bench_gpt2_124m" build.log 60 ./fsdpgen build bench/specs/gpt2_124m.lua --cuda
-        step "attention sections" profile.log 150 ncu -k regex:rtc_fa_tc --launch-count 3 \
-            --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-            --section Occupancy --log-file "$out/ncu_attention.txt" \
-            build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph
-        step "fused attention sections" profile.log 90 env RT_ATTENTION_FUSED_DQ=1 ncu \
-            -k regex:rtc_fa_tc_dkdv --launch-count 1 --section SpeedOfLight \
-            --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-            --log-file "$out/ncu_attention_fused.txt" \
+        step "attention sections" profile.log 150 env RT_ATTENTION=fsdpgen ncu -k regex:rtc_fa_tc \
+            --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section Occupancy --log-file "$out/ncu_attention.txt" \
             build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph ;;
     sweep)
         step "attention sweep" sweep.log 240 bench/attention_sweep.sh --iters 50 ;;

@@ -7,9 +7,7 @@
 // deterministic (no atomics). Two sets of kernels, chosen per call by prec and HD:
 //   * prec RT_BF16 / RT_F16 with HD a multiple of 16 up to 128: tensor cores
 //     (flash_attention_tc.cuh; 16-bit operands, fp32 accumulation, P and dS narrowed to
-//     the 16-bit type before their products as in FlashAttention-2; the backward with dQ
-//     in its dK/dV kernel when rt_cuda_set_attention_fused_dq says so, its dQ parts added
-//     in a fixed order through counters, still deterministic);
+//     the 16-bit type before their products as in FlashAttention-2);
 //   * otherwise (prec RT_F32, or other head dims up to 256): fp32 on CUDA cores
 //     (flash_attention.cuh), the reference path.
 // Both write the same stats (m, 1/l), so either backward accepts either forward's stats,
@@ -31,8 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <atomic>
 
 #include "../../common/attention_shape.h"
 #include "cuda_common.cuh"
@@ -185,8 +181,6 @@ void rtc_attention_init(void) {
     rtc_fa_each_kernel(set);
     rtc_fa_tc_each_kernel<__nv_bfloat16>(set);
     rtc_fa_tc_each_kernel<__half>(set);
-    rtc_fa_tc_each_fused_kernel<__nv_bfloat16>(set);
-    rtc_fa_tc_each_fused_kernel<__half>(set);
 }
 
 // Launches one flash kernel with `smem` bytes of dynamic shared memory on the thread's
@@ -203,46 +197,6 @@ struct rtc_fa_launcher {
         RTC_CHECK_LAUNCH(rtc_fa_kernel);
     }
 };
-
-// rt_cuda_set_attention_fused_dq's setting, for every thread; until it is called, the
-// environment's RT_ATTENTION_FUSED_DQ (0 or 1; unset or empty: 0), read on first use.
-static std::atomic<int> fused_dq_setting(-1);
-
-static bool fused_dq(void) {
-    int v = fused_dq_setting.load();
-    if (v >= 0) return v;
-    const char* env = getenv("RT_ATTENTION_FUSED_DQ");
-    if (env && *env && strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
-        fflush(stdout);
-        fprintf(stderr, "error: RT_ATTENTION_FUSED_DQ=%s: must be 0 (the backward's own dQ "
-                "kernel) or 1 (dQ in the dK/dV kernel)\n", env);
-        exit(2);
-    }
-    int unset = -1;
-    fused_dq_setting.compare_exchange_strong(unset, env && strcmp(env, "1") == 0);
-    return fused_dq_setting.load();
-}
-
-void rt_cuda_set_attention_fused_dq(int on) { fused_dq_setting.store(on != 0); }
-int rt_cuda_attention_fused_dq(void) { return fused_dq(); }
-
-// The tensor-core backward of element type E, fused (rtc_tc_fused) or not as set; with the
-// fused one and dq wanted, its dQ scratch from the context. dq sharing dk's or dv's buffer
-// (fp32 self-attention gradients) takes the unfused kernels: there dq's stores come after
-// dK/dV's, where in the fused kernel other blocks would add to the same rows meanwhile.
-template <class E>
-static void tc_backward(const rtc_fa_launcher& launch, rtc_fa_args a) {
-    typedef rtc_tc_fused<rtc_tc_cfg<64>> F64;
-    typedef rtc_tc_fused<rtc_tc_cfg<128>> F128;
-    if (!fused_dq() || (a.dq && (a.dq == a.dk || a.dq == a.dv))) {
-        rtc_fa_tc_backward<E>(launch, a);
-        return;
-    }
-    size_t acc_floats, counters;
-    rtc_fa_tc_dq_scratch_size<F64, F128>(a, &acc_floats, &counters);
-    if (acc_floats) rtc_dq_scratch(acc_floats, counters, &a.dq_acc, &a.dq_sem);
-    rtc_fa_tc_backward<E, F64, F128>(launch, a);
-}
 
 // The tensor-core kernels serve this call: 16-bit operands, a head dim they support, and
 // outputs rounded to the operands' type or not at all (rtc_tc_round).
@@ -377,8 +331,8 @@ static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const 
         a.out_in = po ? NULL : (const float*)out;
         a.out16_in = po ? out : NULL;
         operands16(a, q, k, v, dout, packed, prec);
-        if (prec == RT_BF16) tc_backward<__nv_bfloat16>(launch, a);
-        else tc_backward<__half>(launch, a);
+        if (prec == RT_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
+        else rtc_fa_tc_backward<__half>(launch, a);
         return;
     }
     const int rows = B * T, cq = NH * HD, ck = NKV * HD;

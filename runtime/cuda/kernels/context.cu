@@ -10,9 +10,9 @@
 // reported there, not inside the first GEMM); other threads create theirs lazily. A thread
 // must not change its current device afterwards: that is checked and reported. All device
 // and pinned memory a context uses is allocated here, at creation, so no kernel call
-// allocates (CUDA graph capture forbids it), except the 16-bit GEMM operand scratch and the
-// fused attention backward's dQ scratch: they grow to the largest calls seen, which the
-// first step (always eager) meets, and a capture that would need more stops with a message.
+// allocates (CUDA graph capture forbids it), except the 16-bit GEMM operand scratch: it
+// grows to the largest call seen, which the first step (always eager) meets, and a capture
+// that would need more stops with a message.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <pthread.h>
@@ -62,8 +62,6 @@ static void ctx_free(void* p) {
     (void)cudaFree(c->scratch);
     (void)cudaFree(c->colsum_partials);
     (void)cudaFree(c->operands);
-    (void)cudaFree(c->dq_acc);
-    (void)cudaFree(c->dq_sem);
     (void)cudaFreeHost(c->host_result);
     free(c);
 }
@@ -168,19 +166,6 @@ void* rtc_operand_scratch(size_t bytes) {
     rtc_ctx* ctx = rtc_get();
     scratch_grow(ctx, &ctx->operands, &ctx->operand_bytes, bytes, "16-bit operand scratch");
     return ctx->operands;
-}
-
-// The fused attention backward's dQ partial sums (floats) and counters (zeros: set so when
-// allocated, and every call leaves the ones it used at zero).
-void rtc_dq_scratch(size_t floats, size_t counters, float** acc, int** sem) {
-    rtc_ctx* ctx = rtc_get();
-    scratch_grow(ctx, (void**)&ctx->dq_acc, &ctx->dq_acc_bytes, floats * sizeof(float),
-                 "attention dQ scratch");
-    if (scratch_grow(ctx, (void**)&ctx->dq_sem, &ctx->dq_sem_bytes, counters * sizeof(int),
-                     "attention dQ counters"))
-        RT_CHECK_CUDA(cudaMemsetAsync(ctx->dq_sem, 0, ctx->dq_sem_bytes, ctx->stream));
-    *acc = ctx->dq_acc;
-    *sem = ctx->dq_sem;
 }
 
 // dst[r * ldp + c] = (16 bits) src[r * ld + c]: exact for bf16/fp16 values. Four columns

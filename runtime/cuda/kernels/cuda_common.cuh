@@ -162,10 +162,6 @@ typedef struct rtc_ctx {
                            // linear kernels), operand_bytes long; reused by every GEMM of
                            // the thread, ordered by its one stream
     size_t operand_bytes;
-    float* dq_acc;  // the fused attention backward's dQ scratch (rtc_dq_scratch)
-    size_t dq_acc_bytes;
-    int* dq_sem;
-    size_t dq_sem_bytes;
 } rtc_ctx;
 
 rtc_ctx* rtc_get(void);
@@ -417,9 +413,6 @@ static inline size_t rtc_elems16(int rows, int cols) { return (size_t)rows * rtc
 // The thread's operand scratch, at least `bytes` long: grown on an eager step, a capture
 // that needs more stops with a message. One per thread, reused by each GEMM in stream order.
 void* rtc_operand_scratch(size_t bytes);
-// The fused attention backward's scratch (rtc_fa_args dq_acc, dq_sem): at least `floats`
-// floats and `counters` zero ints, grown as the operand scratch.
-void rtc_dq_scratch(size_t floats, size_t counters, float** acc, int** sem);
 // Narrows src (row stride ld) into dst, which holds rtc_elems16(rows, cols) elements; the
 // padding columns are zeros.
 rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld, rt_dtype prec);

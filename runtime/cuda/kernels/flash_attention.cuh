@@ -69,11 +69,6 @@ typedef struct {
     // the same bits: the gradients the tensor-core backward reads and writes as packed
     // 16-bit storage of dt (dq, dk, dv then point at it); the fp32 kernels take none
     int grads16;
-    // the tensor-core dK/dV kernel's own dQ (rtc_tc_cfg KDQ): dQ's partial sums, fp32 in
-    // dq's layout [B,T,NH*HD], and one counter per (batch, head, query tile) [B,NH,
-    // ceil(T/KBR)], zeros before the call and after it (the kernel resets each)
-    float* dq_acc;
-    int* dq_sem;
 } rtc_fa_args;
 
 enum { RTC_FA_ASSIGN_DQ = 1, RTC_FA_ASSIGN_DK = 2, RTC_FA_ASSIGN_DV = 4 };

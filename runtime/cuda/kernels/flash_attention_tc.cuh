@@ -69,25 +69,6 @@
 //             no atomics, rounding and assigning free, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
 //             way; D is only computed when dq or dk is wanted).
-//   Fused dQ (rtc_tc_fused, chosen per call by rt_cuda_set_attention_fused_dq): no step 3.
-//             The dK/dV kernel, which has dS^T for dK, also stores it narrowed in shared
-//             memory and multiplies it by its K tile: the block's part of the query tile's
-//             dQ (five products in all, as FlashAttention-2, where step 3 recomputes S and
-//             dP: seven). FlashAttention-2 adds the parts with atomics, in whatever order the
-//             blocks come; here they are added in key-tile order, so the bits do not depend
-//             on timing: one counter per (batch, head, query tile) says how many key tiles
-//             have added theirs to fp32 partial sums (rtc_fa_args dq_acc, in dq's layout),
-//             key tile 0 assigns, the last one adds, scales and stores into dq as step 3
-//             does, and resets the counter to 0 for the next call. A block waits only for the
-//             block of the key tile before its own (dispatched earlier, so no deadlock), and
-//             each block walks its query tiles from the last down, the heads of the GQA
-//             group together, which is the order in which consecutive key tiles' blocks,
-//             started together, reach them: the previous block is one tile ahead, so waits
-//             are rare (a block-scheduling simulation of the Llama 1B shape gives the
-//             same span as unordered adds; walking up from the diagonal, as the unfused
-//             kernel does, makes every block wait for its predecessor's whole walk: 1.5x).
-//             dK and dV sum their query tiles in that order too: other bits than the unfused
-//             kernels', within the same bounds.
 //   Causal: key tiles past a query tile's last row are never loaded, a row tile whose 16
 //   rows see none of the current tile skips its products (its state cannot change), blocks
 //   run longest first: the forward and dQ grids map blockIdx.y to query tiles from the
@@ -106,9 +87,7 @@
 // without one moves by 40 registers across a blocks-per-SM boundary on unrelated edits.
 // ptxas (sm_90a, CUDA 13) gives the forward 126 registers (HDP 64) and 168 (HDP 128, 20
 // bytes spilled), dK/dV 128 (16 bytes spilled) and 224, dQ 128 and 216: an H100 SM runs 4
-// blocks of the HDP 64 dK/dV and dQ, 3 of the HDP 128 forward, 2 of the others. The fused
-// dK/dV kernels (rtc_tc_fused) take 128 registers unspilled (HDP 64) and 226 (HDP 128), and
-// BC x (BR + 8) more elements of shared memory for dS^T (5120 bytes at both). The HDP 64
+// blocks of the HDP 64 dK/dV and dQ, 3 of the HDP 128 forward, 2 of the others. The HDP 64
 // shapes are an H100 sweep's best (2026-11-23, bench/attention.sh's shapes, 12 tile / block
 // count combinations): the backward is fastest with the most resident warps, spills and
 // all (KBR, QBC 32 at 4 blocks: 1.63 ms on the Llama shape, against 1.84 with 64 at 3
@@ -140,8 +119,10 @@
 // each kernel since 2026-11-23, are slower: on an H100 (2026-11-24, bench/attention_sweep.sh,
 // forward plus backward over both bench shapes) the default took 3.07 ms, two row tiles in
 // dQ only 3.10, in dK/dV only 3.13, everywhere 3.31 to 3.50, because 225 to 255 registers
-// halve the resident warps. The fused dQ (above) is slower too: backward 2.11 ms against
-// 1.64 on the Llama 1B shape.
+// halve the resident warps. A fused dQ was slower too (H100, 2026-11-24): the dK/dV kernel
+// multiplying its dS^T by K (five products, as FlashAttention-2), the blocks' parts added
+// in key-tile order through counters, took 2.11 ms for the Llama 1B backward against 1.64;
+// it was removed after 11e65c6.
 //
 // Testing without a GPU. tests/cuda/cuda_emu.h emulates mma.sync and ldmatrix from the PTX
 // ISA's fragment tables alone (each lane publishes its registers or row address, every lane
@@ -531,56 +512,6 @@ __device__ __forceinline__ void rtc_tc_store2(E* p, float lo, float hi) {
     }
 }
 
-// dQ's partial sums between the blocks of the fused backward (rtc_fa_args dq_acc): two
-// floats through L2 (ld/st .cg: another SM wrote them, so this SM's L1 may hold old lines).
-__device__ __forceinline__ void rtc_tc_ld_l2(const float* p, float& x, float& y) {
-#ifdef __CUDACC__
-    const float2 v = __ldcg((const float2*)p);
-    x = v.x, y = v.y;
-#else
-    x = p[0], y = p[1];
-#endif
-}
-__device__ __forceinline__ void rtc_tc_st_l2(float* p, float x, float y) {
-#ifdef __CUDACC__
-    __stcg((float2*)p, make_float2(x, y));
-#else
-    p[0] = x, p[1] = y;
-#endif
-}
-
-// The fused backward's order of the dQ contributions of a query tile, one counter per tile
-// (rtc_fa_args dq_sem): the block of key tile j adds its part when the counter is j, then
-// sets it to j + 1 (the last contributor: back to 0). Thread 0 waits and posts; the block's
-// barriers order the other threads' loads and stores around it (CUTLASS's GenericBarrier
-// pattern: acquire load then bar.sync; bar.sync then fence and store). A block only waits for
-// a block of a lower linear index (already dispatched: it runs or has run), so this cannot
-// deadlock. The emulator runs blocks one at a time in that order, so a counter must already
-// hold the value: any other value is counted in rtc_tc_sem_errors, which the tests check.
-#ifndef __CUDACC__
-inline long rtc_tc_sem_errors = 0;
-#endif
-__device__ __forceinline__ void rtc_tc_sem_wait(const int* sem, int want) {
-    if (threadIdx.x != 0) return;
-#ifdef __CUDACC__
-    int v;
-    do {
-        asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-    } while (v != want);
-#else
-    if (*sem != want) rtc_tc_sem_errors++;
-#endif
-}
-__device__ __forceinline__ void rtc_tc_sem_post(int* sem, int value) {
-    if (threadIdx.x != 0) return;
-#ifdef __CUDACC__
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-    asm volatile("st.global.relaxed.gpu.b32 [%0], %1;\n" ::"l"(sem), "r"(value) : "memory");
-#else
-    *sem = value;
-#endif
-}
-
 // The max (or sum) of v over the 4 lanes of a group (the lanes sharing accumulator rows).
 __device__ __forceinline__ float rtc_tc_group_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(RTC_TC_FULL, v, 1));
@@ -598,18 +529,14 @@ __device__ __forceinline__ float rtc_tc_group_sum(float v) {
 // its row tiles of 16 per warp (1 or 2: FMT, KMT, QMT; the dK/dV kernel's rows are keys)
 // and the blocks per SM its __launch_bounds__ asks for. HDP: the padded head dim. Only FBC
 // (the online softmax's step) changes results: any other value gives the same bits
-// (tests/cuda/test_flash_tc_emu.cc runs other configurations against the default's), but
-// for KDQ 1: the dK/dV kernel also computes dQ (five products instead of seven, and a new
-// walk order; see "Fused dQ" at the top), which gives other bits within the same bounds.
+// (tests/cuda/test_flash_tc_emu.cc runs other configurations against the default's).
 template <int HDP_, int FBR_, int FBC_, int FMT_, int FMB_, int KBC_, int KBR_, int KMT_,
-          int KMB_, int QBR_, int QBC_, int QMT_, int QMB_, int KDQ_ = 0>
+          int KMB_, int QBR_, int QBC_, int QMT_, int QMB_>
 struct rtc_tc_tiles {
     enum { HDP = HDP_ };
     enum { FBR = FBR_, FBC = FBC_, FMT = FMT_, FMB = FMB_, FNT = FBR * 2 / FMT };  // forward
     enum { KBC = KBC_, KBR = KBR_, KMT = KMT_, KMB = KMB_, KNT = KBC * 2 / KMT };  // dK/dV
     enum { QBR = QBR_, QBC = QBC_, QMT = QMT_, QMB = QMB_, QNT = QBR * 2 / QMT };  // dQ
-    enum { KDQ = KDQ_ };  // dQ by the dK/dV kernel (the dQ kernel's tiles then unused)
-    enum { KNW = KNT / 32, KRT = KBR / 16 };  // its warps, and 16-row tiles of a query tile
     static_assert(HDP == 64 || HDP == 128, "padded head dim 64 or 128");
     static_assert((FMT == 1 || FMT == 2) && (KMT == 1 || KMT == 2) && (QMT == 1 || QMT == 2),
                   "1 or 2 row tiles per warp");
@@ -617,13 +544,6 @@ struct rtc_tc_tiles {
                   "whole warps");
     static_assert(FBC % 16 == 0 && KBR % 16 == 0 && QBC % 16 == 0, "16-column tiles");
     static_assert(FNT <= 1024 && KNT <= 1024 && QNT <= 1024, "at most 1024 threads");
-    static_assert(KDQ == 0 || KDQ == 1, "KDQ 0 or 1");
-    // KDQ: a query tile's dQ (KBR x HDP) is dealt to the dK/dV kernel's warps as whole row
-    // tiles, or as row tiles split into column ranges of an even number of 8-column blocks
-    static_assert(!KDQ || KRT % KNW == 0 ||
-                      (KNW % KRT == 0 && (HDP / 8) % (KNW / KRT) == 0 &&
-                       (HDP / 8 / (KNW / KRT)) % 2 == 0),
-                  "KDQ: dQ's row tiles and column blocks must divide among the warps");
 };
 
 // The configurations used (the table at the top). The HDP 64 one, the bench shapes', can be
@@ -674,12 +594,6 @@ struct rtc_tc_cfg<64>
 template <>
 struct rtc_tc_cfg<128> : rtc_tc_tiles<128, 64, 64, 1, 3, 64, 32, 1, 2, 64, 32, 1, 2> {};
 
-// Configuration C with the fused backward (KDQ 1): what rt_cuda_set_attention_fused_dq picks.
-template <class C>
-struct rtc_tc_fused
-    : rtc_tc_tiles<C::HDP, C::FBR, C::FBC, C::FMT, C::FMB, C::KBC, C::KBR, C::KMT, C::KMB, C::QBR,
-                   C::QBC, C::QMT, C::QMB, 1> {};
-
 constexpr size_t rtc_tc_al(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
 // Bytes of a tile of `rows` rows of HDP elements E, each row padded by 8 elements.
@@ -707,11 +621,10 @@ struct rtc_tc_fwd_layout {
 };
 
 // dK/dV: k, v [BC][LDE] (the block's keys), q, dout [2][BR][LDE] (the query tile), and its
-// m, inv, D [2][BR]; with KDQ, dS^T [BC][LDS] (the query tile's, narrowed: row = key)
+// m, inv, D [2][BR]
 template <class E, class C>
 struct rtc_tc_dkdv_layout {
     enum { HDP = C::HDP, BC = C::KBC, BR = C::KBR, MT = C::KMT, NT = C::KNT, LDE = HDP + 8 };
-    enum { LDS = BR + 8 };  // dS^T's row stride: 8 ldmatrix rows hit 8 distinct bank groups
     static constexpr size_t qd = rtc_tc_tile<E, HDP>(BR);  // one buffer of q or dout
     static constexpr size_t st = rtc_tc_floats(BR);        // one buffer of m, inv or D
     static constexpr size_t k = 0;
@@ -721,8 +634,7 @@ struct rtc_tc_dkdv_layout {
     static constexpr size_t m = dout + 2 * qd;
     static constexpr size_t inv = m + 2 * st;
     static constexpr size_t D = inv + 2 * st;
-    static constexpr size_t ds = D + 2 * st;
-    static constexpr size_t bytes = ds + (C::KDQ ? rtc_tc_al((size_t)BC * LDS * sizeof(E)) : 0);
+    static constexpr size_t bytes = D + 2 * st;
 };
 
 // dQ: q, dout [BR][LDE] (staging for the fragments), buffers 0 and 1 of k, v [BC][LDE] (as
@@ -984,73 +896,6 @@ __global__ void __launch_bounds__(C::FNT, C::FMB) rtc_fa_tc_forward_kernel(rtc_f
 }
 
 // ----------------------------------------------------------------------------
-// the fused backward's dQ (rtc_tc_fused: KDQ)
-
-// The dK/dV block of key tile kt, on the query tile of head h from query q0: its part of dQ,
-// dS K over the block's keys (dS^T narrowed in dss, K in ks, both complete in shared memory),
-// added to the tile's partial sums in dq_acc (the counter sem at kt: every lower key tile has
-// added its part), or assigned there by key tile 0, or, by the tile's last contributor
-// (key tile `last`), scaled and stored into dq as the dQ kernel stores its sum. Warp `warp`
-// takes its row tiles of the query tile (all columns), or a range of columns of one.
-template <class E, class C>
-__device__ __forceinline__ void rtc_tc_fused_dq(const rtc_fa_args& a, const E* dss, const E* ks,
-                                                int b, int h, int q0, int kt, int last,
-                                                int warp, int lane) {
-    typedef typename rtc_tc_reg<E>::type reg;
-    typedef rtc_tc_dkdv_layout<E, C> L;  // the strides dss and ks were stored with
-    enum { NW = C::KNW, RT = C::KRT, ND = C::HDP / 8, BC = L::BC, LDE = L::LDE, LDS = L::LDS };
-    enum { WR = NW >= RT ? NW / RT : 1, RW = NW >= RT ? 1 : RT / NW, NDW = ND / WR };
-    const int nd = a.HD / 8, nlo = NW >= RT ? warp / RT * NDW : 0;
-    const int g = lane >> 2, t = lane & 3;
-    int rt[RW];  // the warp's row tiles
-#pragma unroll
-    for (int w = 0; w < RW; w++) rt[w] = NW >= RT ? warp % RT : warp + w * NW;
-    float acc[RW][NDW][4];
-#pragma unroll
-    for (int w = 0; w < RW; w++) rtc_tc_zero<NDW>(acc[w]);
-    // dQ part = dS K (A: dS from dS^T, k = key; B: K, k = key down the tile)
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++) {
-        reg da[RW][4];
-#pragma unroll
-        for (int w = 0; w < RW; w++)
-            rtc_tc_lda_t<E>(da[w], dss + 16 * kk * LDS + 16 * rt[w], LDS, lane);
-        rtc_tc_mma_rows<E, NDW, false, RW, 0, RW>(acc, da, ks + 16 * kk * LDE + 8 * nlo, LDE,
-                                                  nd - nlo, lane);
-    }
-    const size_t ldq = (size_t)a.NH * a.HD, qoff = (size_t)b * a.T * ldq + (size_t)h * a.HD;
-    const bool rnd = a.dt != RT_F32;
-#pragma unroll
-    for (int w = 0; w < RW; w++) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int q = q0 + 16 * rt[w] + g + 8 * r;
-            if (q >= a.T) continue;
-            const size_t e = qoff + (size_t)q * ldq + 8 * nlo + 2 * t;  // column 8 nlo + 2 t
-            if (kt > 0) {
-#pragma unroll
-                for (int d = 0; d < NDW; d++) {
-                    if (nlo + d < nd) {
-                        float x, y;
-                        rtc_tc_ld_l2(a.dq_acc + e + 8 * d, x, y);
-                        acc[w][d][2 * r] += x, acc[w][d][2 * r + 1] += y;
-                    }
-                }
-            }
-            if (kt == last) {
-                rtc_tc_add_grad_row<E, NDW>(a.dq, a.grads16 & RTC_FA_ASSIGN_DQ, e, acc[w], r,
-                                            a.scale, nd - nlo, a.assign & RTC_FA_ASSIGN_DQ, rnd);
-            } else {
-#pragma unroll
-                for (int d = 0; d < NDW; d++)
-                    if (nlo + d < nd)
-                        rtc_tc_st_l2(a.dq_acc + e + 8 * d, acc[w][d][2 * r], acc[w][d][2 * r + 1]);
-            }
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------
 // backward 2: grid (B*NKV, ceil(T/KBC)), KBC/(16 KMT) warps of KMT key tiles; dK and dV of
 // the block's keys, summed over the query tiles of the NH/NKV query heads that share the
 // kv head
@@ -1076,25 +921,16 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
     const bool want_dk = a.dk != NULL, want_dv = a.dv != NULL;
-    const bool want_dq = C::KDQ && a.dq != NULL, want_ds = want_dk || want_dq;
     const float sl2 = a.scale * RTC_TC_LOG2E;  // unscaled score to base-2 exponent
     // query tiles: nq per head from qstart (earlier queries see none of these keys), for
     // the G heads of the group; tile n goes to buffer n % 2. In head order, each head's
-    // tiles in order; with KDQ from the last tile down, the G heads' n-th tiles together,
-    // so that the blocks of consecutive key tiles, which add to the same query tiles in
-    // key-tile order, meet each query tile in the order they must add to it.
+    // tiles in order.
     const int qstart = a.causal ? k0 / BR * BR : 0;
     const int nq = (T - qstart + BR - 1) / BR, ntiles = G * nq;
     struct tile_at {  // where tile n's rows come from
         int h, q0;
     };
-    auto tile = [&](int n) {
-        tile_at x = {hk * G + n / nq, qstart + n % nq * BR};
-        if (C::KDQ) x = {hk * G + n % G, qstart + (nq - 1 - n / G) * BR};
-        return x;
-    };
-    E* dss = (E*)(rtc_tc_smem + L::ds);  // KDQ: the query tile's dS^T, row = key
-    const int kt = (int)blockIdx.y, nkt = (int)gridDim.y;
+    auto tile = [&](int n) { return tile_at{hk * G + n / nq, qstart + n % nq * BR}; };
     auto issue = [&](int n) {  // tile n's copies (Q, dO, stats) into buffer n % 2
         const tile_at x = tile(n);
         const size_t qoff = (size_t)b * T * ldq + (size_t)x.h * HD, nb = (size_t)(n & 1);
@@ -1150,7 +986,7 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
                     for (int u = LO; u < HI; u++)
                         rtc_tc_lda<E>(xa[u], ks + r0 * LDE + 16 * u * LDE + 16 * kk, LDE, lane);
                     rtc_tc_mma_rows<E, NJ, true, MT, LO, HI>(st, xa, qs + 16 * kk, LDE, NJ, lane);
-                    if (want_ds) {
+                    if (want_dk) {
 #pragma unroll
                         for (int u = LO; u < HI; u++)
                             rtc_tc_lda<E>(xa[u], vs + r0 * LDE + 16 * u * LDE + 16 * kk, LDE, lane);
@@ -1183,7 +1019,7 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
                                     ? 0.0f
                                     : rtc_tc_exp2(fmaf(st[u][j][i], sl2, nb)) * inv;
                             st[u][j][i] = p;
-                            if (want_ds) dpt[u][j][i] = p * (dpt[u][j][i] - Ds[c]);
+                            if (want_dk) dpt[u][j][i] = p * (dpt[u][j][i] - Ds[c]);
                         }
                     }
                 }
@@ -1205,37 +1041,9 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
                                                               nd, lane);
                 }
             }
-            if (want_dq) {  // dS^T narrowed, as dK's products take it, for dQ += dS K
-#pragma unroll
-                for (int u = LO; u < HI; u++)
-#pragma unroll
-                    for (int j = 0; j < NJ; j++)
-#pragma unroll
-                        for (int r = 0; r < 2; r++)
-                            rtc_tc_store2<E>(dss + (r0 + 16 * u + g + 8 * r) * L::LDS + 8 * j + 2 * t,
-                                             dpt[u][j][2 * r], dpt[u][j][2 * r + 1]);
-            }
         };
         rtc_tc_on_tiles<MT, true>(act, tiles);
-        int* sem = NULL;
-        int last = 0;  // the query tile's last contributing key tile
-        if (want_dq) {
-#pragma unroll
-            for (int u = 0; u < MT; u++)  // the key rows without work: dS 0
-                if (!act[u])
-                    for (int i = lane; i < 16 * BR / 2; i += 32)
-                        rtc_tc_store2<E>(dss + (r0 + 16 * u + i / (BR / 2)) * L::LDS + i % (BR / 2) * 2,
-                                         0.0f, 0.0f);
-            const int qi = x.q0 / BR, nqt = (T + BR - 1) / BR;
-            sem = a.dq_sem + ((size_t)b * a.NH + x.h) * nqt + qi;
-            last = a.causal ? ((qi + 1) * BR - 1) / BC : nkt - 1;
-            if (last > nkt - 1) last = nkt - 1;
-            rtc_tc_sem_wait(sem, kt);
-            __syncthreads();  // dS^T complete; the lower key tiles' parts in dq_acc
-            rtc_tc_fused_dq<E, C>(a, dss, ks, b, x.h, x.q0, kt, last, warp, lane);
-        }
         __syncthreads();  // every reader of buffer n % 2 is done before tile n + 2 lands there
-        if (want_dq) rtc_tc_sem_post(sem, kt == last ? 0 : kt + 1);
     }
     const bool rnd = a.dt != RT_F32;
 #pragma unroll
@@ -1399,41 +1207,27 @@ template <class E, class C, class Launch>
 void rtc_fa_tc_backward_hd(Launch& launch, const rtc_fa_args& a) {
     typedef rtc_tc_dkdv_layout<E, C> K;
     typedef rtc_tc_dq_layout<E, C> Q;
-    if (a.dk || a.dv || (C::KDQ && a.dq))
+    if (a.dk || a.dv)
         launch(rtc_fa_tc_dkdv_kernel<E, C>,
                dim3((unsigned)(a.B * a.NKV), rtc_fa_tiles(a.T, K::BC)), (unsigned)K::NT, K::bytes,
                a);
-    if constexpr (!C::KDQ)
-        if (a.dq)
-            launch(rtc_fa_tc_dq_kernel<E, C>,
-                   dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, Q::BR)), (unsigned)Q::NT,
-                   Q::bytes, a);
+    if (a.dq)
+        launch(rtc_fa_tc_dq_kernel<E, C>, dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, Q::BR)),
+               (unsigned)Q::NT, Q::bytes, a);
 }
 
 // The entry points below take the configurations of HDP 64 and 128 as template arguments,
 // rtc_tc_cfg's by default (tests/cuda/test_flash_tc_emu.cc runs others against them).
 
-// Calls set(kernel, smem_bytes) for every tensor-core kernel of element type E (with fused
-// configurations, KDQ: the forward's and dK/dV's; no dQ kernel runs).
+// Calls set(kernel, smem_bytes) for every tensor-core kernel of element type E.
 template <class E, class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>, class Set>
 void rtc_fa_tc_each_kernel(Set& set) {
     set(rtc_fa_tc_forward_kernel<E, C64>, rtc_tc_fwd_layout<E, C64>::bytes);
     set(rtc_fa_tc_dkdv_kernel<E, C64>, rtc_tc_dkdv_layout<E, C64>::bytes);
-    if constexpr (!C64::KDQ) set(rtc_fa_tc_dq_kernel<E, C64>, rtc_tc_dq_layout<E, C64>::bytes);
+    set(rtc_fa_tc_dq_kernel<E, C64>, rtc_tc_dq_layout<E, C64>::bytes);
     set(rtc_fa_tc_forward_kernel<E, C128>, rtc_tc_fwd_layout<E, C128>::bytes);
     set(rtc_fa_tc_dkdv_kernel<E, C128>, rtc_tc_dkdv_layout<E, C128>::bytes);
-    if constexpr (!C128::KDQ)
-        set(rtc_fa_tc_dq_kernel<E, C128>, rtc_tc_dq_layout<E, C128>::bytes);
-}
-
-// The dK/dV kernels of the fused configurations of C64 and C128 (rtc_attention_init: their
-// forward kernels are C64's and C128's own).
-template <class E, class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>, class Set>
-void rtc_fa_tc_each_fused_kernel(Set& set) {
-    typedef rtc_tc_fused<C64> F64;
-    typedef rtc_tc_fused<C128> F128;
-    set(rtc_fa_tc_dkdv_kernel<E, F64>, rtc_tc_dkdv_layout<E, F64>::bytes);
-    set(rtc_fa_tc_dkdv_kernel<E, F128>, rtc_tc_dkdv_layout<E, F128>::bytes);
+    set(rtc_fa_tc_dq_kernel<E, C128>, rtc_tc_dq_layout<E, C128>::bytes);
 }
 
 // Forward: out and stats. B, T > 0 and rtc_fa_tc_hdp(HD) != 0 (the caller checks); a.q16,
@@ -1446,22 +1240,8 @@ void rtc_fa_tc_forward(Launch& launch, const rtc_fa_args& a) {
         rtc_fa_tc_forward_hd<E, C128>(launch, a);
 }
 
-// The dQ scratch a backward call needs (rtc_fa_args dq_acc: *floats, dq_sem: *counters):
-// none unless dq is wanted and its configuration is fused (KDQ).
-template <class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>>
-void rtc_fa_tc_dq_scratch_size(const rtc_fa_args& a, size_t* floats, size_t* counters) {
-    const bool hd64 = rtc_fa_tc_hdp(a.HD) == 64;
-    const int kdq = hd64 ? (int)C64::KDQ : (int)C128::KDQ;
-    const int kbr = hd64 ? (int)C64::KBR : (int)C128::KBR;
-    const bool need = a.dq && kdq;
-    *floats = need ? (size_t)a.B * a.T * a.NH * a.HD : 0;
-    *counters = need ? (size_t)a.B * a.NH * ((a.T + kbr - 1) / kbr) : 0;
-}
-
 // Backward: D into a.D (when dq or dk is wanted; a.D is the scratch), then dK/dV and dQ;
-// a.q16, a.k16, a.v16, a.dout16 hold q, k, v, dout narrowed to E; with a fused configuration
-// (KDQ) and dq wanted, a.dq_acc and a.dq_sem as rtc_fa_tc_dq_scratch_size says, and dq not
-// dk's or dv's buffer (its blocks store dK and dV while others add to dq).
+// a.q16, a.k16, a.v16, a.dout16 hold q, k, v, dout narrowed to E.
 template <class E, class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>, class Launch>
 void rtc_fa_tc_backward(Launch& launch, rtc_fa_args a) {
     if (!a.dq && !a.dk && !a.dv) return;

@@ -1,8 +1,6 @@
 -- Llama with head dim 16 in bf16 on 2 ranks: on the CUDA backend its attention runs on the
 -- tensor-core flash kernels (head dims that are multiples of 16), grouped-query, with a
--- sequence (72) that spans two key tiles and ends inside a query tile; tests/cuda_step/
--- run.sh also trains it with the fused attention backward (RT_ATTENTION_FUSED_DQ=1: each
--- query tile's dQ from two blocks, in order) against the CPU.
+-- sequence (72) that spans two key tiles and ends inside a query tile.
 local fsdp, models = require("fsdp"), require("models")
 local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
 local model = models.Llama{ n_layers = 2, dim = 64, n_heads = 4, n_kv_heads = 2, vocab_size = 64,
