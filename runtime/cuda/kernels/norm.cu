@@ -121,6 +121,22 @@ static inline bool rtc_wrow_ok(int C, std::initializer_list<const void*> ps) {
     return true;
 }
 
+// Stores a row of dinp, a warp per row: element (j, u) of the lane's is its value (0 when
+// assigning) + f(j, u, g), g = dout * weight (dout without a weight), rounded to dt.
+template <class G, class D, class F>
+__device__ __forceinline__ void rtc_wrow_store_dinp(G* dx, const rtc_wrow<D>& d,
+                                                    const float* weight, int V, int as,
+                                                    rt_dtype dt, F f) {
+    RTC_WROW_FOR(j, V) {
+        float w[RTC_VEC], base[RTC_VEC] = {}, r[RTC_VEC];
+        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+        if (!as) rtc_ldv<RTC_VEC>(dx, rtc_wcol(j), dt, base);  // not read when assigning
+        for (int u = 0; u < RTC_VEC; u++)
+            r[u] = base[u] + f(j, u, weight ? d.v[j][u] * w[u] : d.v[j][u]);
+        rtc_stv<RTC_VEC>(dx, rtc_wcol(j), r, dt);
+    }
+}
+
 // kernel over `rows` rows, a warp each, on the thread's stream.
 #define RTC_LAUNCH_WROWS(kernel, rows, ...)                                                   \
     do {                                                                                      \
@@ -301,18 +317,9 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     sg = rtc_warp_sum(sg);
     sgx = rtc_warp_sum(sgx);
     const float mg = (float)(sg / C), mgx = (float)(sgx / C);
-    G* dx = dinp + n * C;
-    RTC_WROW_FOR(j, V) {
-        float w[RTC_VEC], base[RTC_VEC] = {}, r[RTC_VEC];
-        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
-        if (!as) rtc_ldv<RTC_VEC>(dx, rtc_wcol(j), dt, base);  // not read when assigning
-        for (int u = 0; u < RTC_VEC; u++) {
-            const float xhat = (x.v[j][u] - mf) * rs;
-            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
-            r[u] = base[u] + rs * (g - mg - xhat * mgx);
-        }
-        rtc_stv<RTC_VEC>(dx, rtc_wcol(j), r, dt);
-    }
+    rtc_wrow_store_dinp(dinp + n * C, d, weight, V, as, dt, [&](int j, int u, float g) {
+        return rs * (g - mg - (x.v[j][u] - mf) * rs * mgx);
+    });
 }
 
 // dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
@@ -513,17 +520,9 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     }
     sgx = rtc_warp_sum(sgx);
     const float mgx = (float)(sgx / C);
-    G* dx = dinp + n * C;
-    RTC_WROW_FOR(j, V) {
-        float w[RTC_VEC], base[RTC_VEC] = {}, r[RTC_VEC];
-        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
-        if (!as) rtc_ldv<RTC_VEC>(dx, rtc_wcol(j), dt, base);  // not read when assigning
-        for (int u = 0; u < RTC_VEC; u++) {
-            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
-            r[u] = base[u] + rs * (g - (x.v[j][u] * rs) * mgx);
-        }
-        rtc_stv<RTC_VEC>(dx, rtc_wcol(j), r, dt);
-    }
+    rtc_wrow_store_dinp(dinp + n * C, d, weight, V, as, dt, [&](int j, int u, float g) {
+        return rs * (g - (x.v[j][u] * rs) * mgx);
+    });
 }
 
 // dweight += sum_rows(dout * inp * rstd)
