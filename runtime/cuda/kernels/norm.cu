@@ -12,8 +12,6 @@
 // warp" section).
 // TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
 // kernel, llm.c style).
-#include <type_traits>
-
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -77,7 +75,10 @@ struct rtc_row_vals {
 // starts 16-byte aligned, one warp takes a row instead: lane l keeps elements
 // 8 (32 j + l) .. 8 (32 j + l) + 7 of every step j < V in registers, loaded 16 bytes at a
 // time (rtc_ldv), and the row's sums go across the warp in double with no barrier. Their
-// order is fixed by C, so a row gives the same bits every run (not the block kernels').
+// order is fixed by C, so a row gives the same bits every run and in every storage (not
+// the block kernels'). The storage of each operand (fp32 or packed 16-bit) is a run-time
+// flag here, not a type as in the block kernels: one kernel per norm and pass instead of
+// one per combination, whose fully unrolled rows took nvcc 115 s for the 24.
 #define RTC_WROW (32 * RTC_VEC)  // a warp's elements per step: 256
 #define RTC_WROW_MAX 8           // steps a lane keeps: rows up to 2048
 #define RTC_WROW_WARPS 4         // rows (warps) per block
@@ -91,17 +92,36 @@ __device__ __forceinline__ size_t rtc_wcol(int j) {
 #define RTC_WROW_FOR(j, V) \
     _Pragma("unroll") for (int j = 0; j < RTC_WROW_MAX; j++) if (j < (V))
 
-// A lane's values of a row of S, every load issued before the first is used.
-template <class S>
+// Row n of C elements at p, fp32 or (p16) packed 16-bit storage.
+__device__ __forceinline__ const void* rtc_wrow_at(const void* p, bool p16, long n, int C) {
+    return (const char*)p + (size_t)n * C * (p16 ? 2 : 4);
+}
+__device__ __forceinline__ void* rtc_wrow_at(void* p, bool p16, long n, int C) {
+    return (char*)p + (size_t)n * C * (p16 ? 2 : 4);
+}
+
+// Elements i .. i + 7 of a row of either storage (rtc_ldv, rtc_stv).
+__device__ __forceinline__ void rtc_wld(const void* row, bool p16, size_t i, rt_dtype dt,
+                                        float (&v)[RTC_VEC]) {
+    if (p16) rtc_ldv<RTC_VEC>((const uint16_t*)row, i, dt, v);
+    else rtc_ldv<RTC_VEC>((const float*)row, i, dt, v);
+}
+__device__ __forceinline__ void rtc_wst(void* row, bool p16, size_t i, const float (&v)[RTC_VEC],
+                                        rt_dtype dt) {
+    if (p16) rtc_stv<RTC_VEC>((uint16_t*)row, i, v, dt);
+    else rtc_stv<RTC_VEC>((float*)row, i, v, dt);
+}
+
+// A lane's values of a row, every load issued before the first is used.
 struct rtc_wrow {
     float v[RTC_WROW_MAX][RTC_VEC];
-    __device__ rtc_wrow(const S* row, int V, rt_dtype dt) {
-        if constexpr (std::is_same<S, float>::value) {
-            RTC_WROW_FOR(j, V) rtc_ldv<RTC_VEC>(row, rtc_wcol(j), dt, v[j]);
-        } else {  // the 16-byte loads first, then the widening
+    __device__ rtc_wrow(const void* row, bool p16, int V, rt_dtype dt) {
+        if (p16) {  // the 16-byte loads first, then the widening
             rtc_u16x8 raw[RTC_WROW_MAX];
-            RTC_WROW_FOR(j, V) raw[j] = *(const rtc_u16x8*)(row + rtc_wcol(j));
+            RTC_WROW_FOR(j, V) raw[j] = *(const rtc_u16x8*)((const uint16_t*)row + rtc_wcol(j));
             RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) v[j][u] = rtc_val(raw[j].h[u], dt);
+        } else {
+            RTC_WROW_FOR(j, V) rtc_ldv<RTC_VEC>((const float*)row, rtc_wcol(j), dt, v[j]);
         }
     }
 };
@@ -123,17 +143,17 @@ static inline bool rtc_wrow_ok(int C, std::initializer_list<const void*> ps) {
 
 // Stores a row of dinp, a warp per row: element (j, u) of the lane's is its value (0 when
 // assigning) + f(j, u, g), g = dout * weight (dout without a weight), rounded to dt.
-template <class G, class D, class F>
-__device__ __forceinline__ void rtc_wrow_store_dinp(G* dx, const rtc_wrow<D>& d,
+template <class F>
+__device__ __forceinline__ void rtc_wrow_store_dinp(void* dx, bool p16, const rtc_wrow& d,
                                                     const float* weight, int V, int as,
                                                     rt_dtype dt, F f) {
     RTC_WROW_FOR(j, V) {
         float w[RTC_VEC], base[RTC_VEC] = {}, r[RTC_VEC];
         if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
-        if (!as) rtc_ldv<RTC_VEC>(dx, rtc_wcol(j), dt, base);  // not read when assigning
+        if (!as) rtc_wld(dx, p16, rtc_wcol(j), dt, base);  // not read when assigning
         for (int u = 0; u < RTC_VEC; u++)
             r[u] = base[u] + f(j, u, weight ? d.v[j][u] * w[u] : d.v[j][u]);
-        rtc_stv<RTC_VEC>(dx, rtc_wcol(j), r, dt);
+        rtc_wst(dx, p16, rtc_wcol(j), r, dt);
     }
 }
 
@@ -181,15 +201,16 @@ __global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const
     }
 }
 
-// The same, a warp per row (rtc_wrow_ok).
-template <class O, class I>
+// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
-    layernorm_forward_wkernel(O* out, float* mean, float* rstd, const I* inp, const float* weight,
-                              const float* bias, int N, int C, float eps, rt_dtype dt) {
+    layernorm_forward_wkernel(void* out, float* mean, float* rstd, const void* inp,
+                              const float* weight, const float* bias, int N, int C, float eps,
+                              int packed, rt_dtype dt) {
     const long n = rtc_wrow_index(N);
     if (n < 0) return;
     const int V = C / RTC_WROW;
-    const rtc_wrow<I> x(inp + n * C, V, dt);
+    const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
+    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
     double s = 0.0;
     RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) s += x.v[j][u];
     const double m = rtc_warp_sum(s) / C;
@@ -210,7 +231,7 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
             if (weight) y[u] *= w[u];
             if (bias) y[u] += b[u];
         }
-        rtc_stv<RTC_VEC>(out + n * C, rtc_wcol(j), y, dt);
+        rtc_wst(rtc_wrow_at(out, po, n, C), po, rtc_wcol(j), y, dt);
     }
     if ((threadIdx.x & 31) == 0) {
         if (mean) mean[n] = mf;
@@ -223,14 +244,15 @@ static void layernorm_forward(void* out, float* mean, float* rstd, const void* i
                               const float* weight, const float* bias, int N, int C, float eps,
                               int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
+    if (rtc_wrow_ok(C, {out, inp, weight, bias})) {
+        RTC_LAUNCH_WROWS(layernorm_forward_wkernel, N, out, mean, rstd, inp, weight, bias, N, C,
+                         eps, packed, dt);
+        return;
+    }
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            if (rtc_wrow_ok(C, {o, x, weight, bias}))
-                RTC_LAUNCH_WROWS(layernorm_forward_wkernel, N, o, mean, rstd, x, weight, bias, N,
-                                 C, eps, dt);
-            else
-                RTC_LAUNCH_ROWS(layernorm_forward_kernel, N, C, o, mean, rstd, x, weight, bias,
-                                C, eps, dt);
+            RTC_LAUNCH_ROWS(layernorm_forward_kernel, N, C, o, mean, rstd, x, weight, bias, C,
+                            eps, dt);
         });
     });
 }
@@ -289,20 +311,22 @@ __global__ void layernorm_backward_dinp_kernel(G* __restrict__ dinp,
     }
 }
 
-// The same, a warp per row (rtc_wrow_ok).
-template <class G, class I, class D>
+// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (dout), RT_PACKED_INP
+// (inp), RT_PACKED_DINP (dinp).
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
-    layernorm_backward_dinp_wkernel(G* __restrict__ dinp, const D* __restrict__ dout,
-                                    const I* __restrict__ inp, const float* __restrict__ weight,
+    layernorm_backward_dinp_wkernel(void* dinp, const void* dout, const void* inp,
+                                    const float* __restrict__ weight,
                                     const float* __restrict__ mean,
-                                    const float* __restrict__ rstd, int N, int C, rt_dtype dt,
-                                    int as) {
+                                    const float* __restrict__ rstd, int N, int C, int packed,
+                                    rt_dtype dt, int as) {
     const long n = rtc_wrow_index(N);
     if (n < 0) return;
     const int V = C / RTC_WROW;
+    const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
+               pg = packed & RT_PACKED_DINP;
     const float mf = mean[n], rs = rstd[n];
-    const rtc_wrow<D> d(dout + n * C, V, dt);
-    const rtc_wrow<I> x(inp + n * C, V, dt);
+    const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
+    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
     double sg = 0.0, sgx = 0.0;
     RTC_WROW_FOR(j, V) {
         float w[RTC_VEC];
@@ -317,9 +341,10 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     sg = rtc_warp_sum(sg);
     sgx = rtc_warp_sum(sgx);
     const float mg = (float)(sg / C), mgx = (float)(sgx / C);
-    rtc_wrow_store_dinp(dinp + n * C, d, weight, V, as, dt, [&](int j, int u, float g) {
-        return rs * (g - mg - (x.v[j][u] - mf) * rs * mgx);
-    });
+    rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
+                        [&](int j, int u, float g) {
+                            return rs * (g - mg - (x.v[j][u] - mf) * rs * mgx);
+                        });
 }
 
 // dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
@@ -342,10 +367,7 @@ template <class G, class I, class D>
 static void layernorm_backward_on(G* dinp, float* dweight, float* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, rt_dtype dt, int as) {
-    if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight}))
-        RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, mean, rstd,
-                         N, C, dt, as);
-    else if (dinp)
+    if (dinp)
         RTC_LAUNCH_ROWS(layernorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, mean, rstd,
                         C, dt, as);
     if (dweight || dbias)
@@ -359,6 +381,11 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
                                const float* rstd, int N, int C, int packed, rt_dtype dt,
                                int assign) {
     if (N <= 0 || C <= 0) return;
+    if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
+        RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, mean, rstd,
+                         N, C, packed, dt, assign & RT_ASSIGN_1);
+        dinp = NULL;
+    }
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
             rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
@@ -411,15 +438,15 @@ __global__ void rmsnorm_forward_kernel(O* out, float* rstd, const I* inp, const 
     if (threadIdx.x == 0 && rstd) rstd[n] = rs;
 }
 
-// The same, a warp per row (rtc_wrow_ok).
-template <class O, class I>
+// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
-    rmsnorm_forward_wkernel(O* out, float* rstd, const I* inp, const float* weight, int N, int C,
-                            float eps, rt_dtype dt) {
+    rmsnorm_forward_wkernel(void* out, float* rstd, const void* inp, const float* weight, int N,
+                            int C, float eps, int packed, rt_dtype dt) {
     const long n = rtc_wrow_index(N);
     if (n < 0) return;
     const int V = C / RTC_WROW;
-    const rtc_wrow<I> x(inp + n * C, V, dt);
+    const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
+    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
     double ss = 0.0;
     RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) ss += (double)x.v[j][u] * x.v[j][u];
     ss = rtc_warp_sum(ss);
@@ -431,7 +458,7 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
             y[u] = x.v[j][u] * rs;
             if (weight) y[u] *= w[u];
         }
-        rtc_stv<RTC_VEC>(out + n * C, rtc_wcol(j), y, dt);
+        rtc_wst(rtc_wrow_at(out, po, n, C), po, rtc_wcol(j), y, dt);
     }
     if ((threadIdx.x & 31) == 0 && rstd) rstd[n] = rs;
 }
@@ -440,12 +467,14 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
 static void rmsnorm_forward(void* out, float* rstd, const void* inp, const float* weight, int N,
                             int C, float eps, int packed, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
+    if (rtc_wrow_ok(C, {out, inp, weight})) {
+        RTC_LAUNCH_WROWS(rmsnorm_forward_wkernel, N, out, rstd, inp, weight, N, C, eps, packed,
+                         dt);
+        return;
+    }
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
         rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            if (rtc_wrow_ok(C, {o, x, weight}))
-                RTC_LAUNCH_WROWS(rmsnorm_forward_wkernel, N, o, rstd, x, weight, N, C, eps, dt);
-            else
-                RTC_LAUNCH_ROWS(rmsnorm_forward_kernel, N, C, o, rstd, x, weight, C, eps, dt);
+            RTC_LAUNCH_ROWS(rmsnorm_forward_kernel, N, C, o, rstd, x, weight, C, eps, dt);
         });
     });
 }
@@ -496,19 +525,21 @@ __global__ void rmsnorm_backward_dinp_kernel(G* __restrict__ dinp,
     }
 }
 
-// The same, a warp per row (rtc_wrow_ok).
-template <class G, class I, class D>
+// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (dout), RT_PACKED_INP
+// (inp), RT_PACKED_DINP (dinp).
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
-    rmsnorm_backward_dinp_wkernel(G* __restrict__ dinp, const D* __restrict__ dout,
-                                  const I* __restrict__ inp, const float* __restrict__ weight,
-                                  const float* __restrict__ rstd, int N, int C, rt_dtype dt,
-                                  int as) {
+    rmsnorm_backward_dinp_wkernel(void* dinp, const void* dout, const void* inp,
+                                  const float* __restrict__ weight,
+                                  const float* __restrict__ rstd, int N, int C, int packed,
+                                  rt_dtype dt, int as) {
     const long n = rtc_wrow_index(N);
     if (n < 0) return;
     const int V = C / RTC_WROW;
+    const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
+               pg = packed & RT_PACKED_DINP;
     const float rs = rstd[n];
-    const rtc_wrow<D> d(dout + n * C, V, dt);
-    const rtc_wrow<I> x(inp + n * C, V, dt);
+    const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
+    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
     double sgx = 0.0;
     RTC_WROW_FOR(j, V) {
         float w[RTC_VEC];
@@ -520,9 +551,8 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     }
     sgx = rtc_warp_sum(sgx);
     const float mgx = (float)(sgx / C);
-    rtc_wrow_store_dinp(dinp + n * C, d, weight, V, as, dt, [&](int j, int u, float g) {
-        return rs * (g - (x.v[j][u] * rs) * mgx);
-    });
+    rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
+                        [&](int j, int u, float g) { return rs * (g - (x.v[j][u] * rs) * mgx); });
 }
 
 // dweight += sum_rows(dout * inp * rstd)
@@ -543,10 +573,7 @@ template <class G, class I, class D>
 static void rmsnorm_backward_on(G* dinp, float* dweight, const D* dout, const I* inp,
                                 const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                                 int as) {
-    if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight}))
-        RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, rstd, N, C, dt,
-                         as);
-    else if (dinp)
+    if (dinp)
         RTC_LAUNCH_ROWS(rmsnorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, rstd, C, dt,
                         as);
     if (dweight)
@@ -559,6 +586,11 @@ static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const
                              const float* weight, const float* rstd, int N, int C, int packed,
                              rt_dtype dt, int assign) {
     if (N <= 0 || C <= 0) return;
+    if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
+        RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, rstd, N, C,
+                         packed, dt, assign & RT_ASSIGN_1);
+        dinp = NULL;
+    }
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
             rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
