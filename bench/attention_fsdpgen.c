@@ -7,7 +7,7 @@
 // `iters` calls after 3 warm-up calls, the device synchronized around the timed loop (each
 // call is one or a few kernel launches on the runtime's stream).
 // FLOPs count the causal half of each T x T product, as FlashAttention's benchmarks do:
-// forward 2 products, backward 5 (the unfused backward runs 7, recomputing S and dP in its
+// forward 2 products, backward 5 (fsdpgen's backward runs 7, recomputing S and dP in its
 // dQ pass).
 #include "attention_bench.h"  // first: it sets _POSIX_C_SOURCE
 
