@@ -9,7 +9,7 @@
 // `REFUSED impl=cudnn why=...` where cuDNN has no plan for the shape. FLOPs count the
 // causal half of each T x T product, as bench/attention_fsdpgen.c does: forward 2
 // products, backward 5.
-#include "attention_bench.h"  // first: it sets _POSIX_C_SOURCE
+#include "bench.h"  // first: it sets _POSIX_C_SOURCE
 
 #include <stdint.h>
 #include <stdio.h>
@@ -20,7 +20,7 @@
 #include "rt_check.h"
 #include "rt_cudnn.h"
 
-// n packed bf16 values on the device, of attention_bench.h's pattern.
+// n packed bf16 values on the device, of bench.h's pattern.
 static void* dev_random(size_t n, float scale, unsigned seed) {
     uint16_t* h = malloc(n * sizeof *h);
     if (!h) {

@@ -9,7 +9,7 @@
 // FLOPs count the causal half of each T x T product, as FlashAttention's benchmarks do:
 // forward 2 products, backward 5 (fsdpgen's backward runs 7, recomputing S and dP in its
 // dQ pass).
-#include "attention_bench.h"  // first: it sets _POSIX_C_SOURCE
+#include "bench.h"  // first: it sets _POSIX_C_SOURCE
 
 #include <stdio.h>
 #include <stdlib.h>

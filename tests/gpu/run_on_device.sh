@@ -20,7 +20,8 @@
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
 #   attention  bench/attention.sh (cuDNN and the flash kernels against PyTorch's SDPA on
-#            the bench shapes), then ncu's throughput, memory, warp-stall and occupancy
+#            the bench shapes), bench/norm.sh (the norms' row-per-warp kernels against the
+#            block-per-row ones), then ncu's throughput, memory, warp-stall and occupancy
 #            sections for the three tensor-core attention kernels of one GPT-2 bench layer
 #            (RT_ATTENTION=fsdpgen; ncu_attention.txt)
 #   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against
@@ -115,6 +116,7 @@ for s in $stages; do
         done ;;
     attention)
         step "attention vs sdpa" attention.log 90 bench/attention.sh
+        step "norms: a row per warp vs a block" attention.log 60 bench/norm.sh
         step "build bench_gpt2_124m" build.log 60 ./fsdpgen build bench/specs/gpt2_124m.lua --cuda
         step "attention sections" profile.log 150 env RT_ATTENTION=fsdpgen ncu -k regex:rtc_fa_tc \
             --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis \

@@ -1,8 +1,9 @@
-// What bench/attention_fsdpgen.c and bench/attention_cudnn.c share: their command line
-// (B T NH NKV HD [iters]), the GPU check, the clock, zeroed device buffers and the inputs'
-// pseudo-random bf16 values, so both time the same shapes on the same data.
-#ifndef ATTENTION_BENCH_H
-#define ATTENTION_BENCH_H
+// What the kernel benchmarks (bench/attention_fsdpgen.c, attention_cudnn.c, norm_rows.c)
+// share: the attention ones' command line (B T NH NKV HD [iters]), the GPU check, the clock,
+// zeroed device buffers and the inputs' pseudo-random bf16 values, so they time the same
+// shapes on the same data.
+#ifndef BENCH_H
+#define BENCH_H
 
 #define _POSIX_C_SOURCE 199309L  // clock_gettime
 #include <stdio.h>
@@ -13,14 +14,14 @@
 #include "../runtime/common/dtype_bits.h"
 #include "rt_check.h"
 
-static double bench_now_s(void) {
+static inline double bench_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // Parses `B T NH NKV HD [iters]` (iters default 20); 0, or 2 after printing prog's usage.
-static int bench_args(int argc, char** argv, const char* prog, int* B, int* T, int* NH,
+static inline int bench_args(int argc, char** argv, const char* prog, int* B, int* T, int* NH,
                       int* NKV, int* HD, int* iters) {
     *iters = 20;
     if ((argc != 6 && argc != 7) || sscanf(argv[1], "%d", B) != 1 ||
@@ -36,7 +37,7 @@ static int bench_args(int argc, char** argv, const char* prog, int* B, int* T, i
 }
 
 // 1 when a GPU is visible; else 0 after prog's "no GPU: nothing measured" line.
-static int bench_has_gpu(const char* prog) {
+static inline int bench_has_gpu(const char* prog) {
     int count = 0;
     if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return 1;
     printf("%s: no GPU: nothing measured\n", prog);
@@ -44,7 +45,7 @@ static int bench_has_gpu(const char* prog) {
 }
 
 // bytes of zeroed device memory (at least one).
-static void* bench_dev_zeros(size_t bytes) {
+static inline void* bench_dev_zeros(size_t bytes) {
     void* d;
     RT_CHECK_CUDA(cudaMalloc(&d, bytes ? bytes : 1));
     RT_CHECK_CUDA(cudaMemset(d, 0, bytes ? bytes : 1));
@@ -52,7 +53,7 @@ static void* bench_dev_zeros(size_t bytes) {
 }
 
 // The next value of the pattern with state *s, in [-scale, scale), rounded to bf16.
-static float bench_value(unsigned* s, float scale) {
+static inline float bench_value(unsigned* s, float scale) {
     *s = *s * 1664525u + 1013904223u;
     const float x = scale * ((float)(*s >> 8) / 8388608.0f - 1.0f);
     return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x));

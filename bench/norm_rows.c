@@ -1,0 +1,125 @@
+// Times fsdpgen's CUDA norms as the generated step calls them (packed bf16 rows, input
+// gradient assigned: rt_*norm_packed_forward / _backward) on the bench models' shapes, a
+// row per warp (every pointer 16-byte aligned) against a block per row (the same call with
+// the weight 4 bytes off alignment, which runtime/cuda/kernels/norm.cu's rtc_wrow_ok sends
+// to the block kernels), both in one run on the same data.
+//   norm_rows [iters]
+// Prints per shape and pass the mean ms of each over `iters` calls after 3 warm-up calls,
+// how many times faster the warp kernels are (x > 1: faster), their GB/s (each row read and
+// written once: forward 4 bytes an element, backward 6), and #wrong as nccl-tests does: the
+// elements where the two disagree by more than one bf16 ulp. The backward is the input
+// gradient alone (the weight's column sums are the same kernels either way).
+#include "bench.h"  // first: it sets _POSIX_C_SOURCE
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime.h>
+
+#include "rt_check.h"
+#include "rt_kernels.h"
+
+// The bench models' norms: GPT-2 124M's LayerNorm at 16 x 1024 tokens, Llama 1B's RMSNorm
+// at 4 x 2048.
+static const struct {
+    const char* name;
+    int layer, N, C;
+} shapes[] = {{"gpt2_124m", 1, 16 * 1024, 768}, {"llama_1b", 0, 4 * 2048, 2048}};
+
+// The forward (pass 0) or the input gradient (pass 1) of shape s into out, the weight w.
+static void call(int s, int pass, void* out, const void* x, const void* dout, const float* w,
+                 float* mean, float* rstd) {
+    const int N = shapes[s].N, C = shapes[s].C;
+    const int fwd = RT_PACKED_OUT | RT_PACKED_INP, bwd = fwd | RT_PACKED_DINP;
+    if (shapes[s].layer && pass == 0)
+        rt_layernorm_packed_forward(out, mean, rstd, x, w, w, N, C, 1e-5f, fwd, RT_BF16);
+    else if (shapes[s].layer)
+        rt_layernorm_packed_backward(out, NULL, NULL, dout, x, w, mean, rstd, N, C, bwd, RT_BF16,
+                                     RT_ASSIGN_1);
+    else if (pass == 0)
+        rt_rmsnorm_packed_forward(out, rstd, x, w, N, C, 1e-6f, fwd, RT_BF16);
+    else
+        rt_rmsnorm_packed_backward(out, NULL, dout, x, w, rstd, N, C, bwd, RT_BF16, RT_ASSIGN_1);
+}
+
+static double time_ms(int s, int pass, int iters, void* out, const void* x, const void* dout,
+                      const float* w, float* mean, float* rstd) {
+    double t0 = 0.0;
+    for (int i = 0; i < 3 + iters; i++) {
+        if (i == 3) {
+            RT_CHECK_CUDA(cudaDeviceSynchronize());
+            t0 = bench_now_s();
+        }
+        call(s, pass, out, x, dout, w, mean, rstd);
+    }
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+    return (bench_now_s() - t0) * 1e3 / iters;
+}
+
+// n packed bf16 values of the pattern with seed `seed`, on the device.
+static void* dev_values(size_t n, unsigned seed, float scale) {
+    uint16_t* h = malloc(n * sizeof(uint16_t));
+    if (!h) abort();
+    for (size_t i = 0; i < n; i++) h[i] = rt_bf16_from_f32_inl(bench_value(&seed, scale));
+    void* d = bench_dev_zeros(n * sizeof(uint16_t));
+    RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+// Elements of two packed bf16 buffers more than one ulp apart (or of another sign).
+static long wrong(const void* da, const void* db, size_t n) {
+    uint16_t *a = malloc(n * sizeof(uint16_t)), *b = malloc(n * sizeof(uint16_t));
+    if (!a || !b) abort();
+    RT_CHECK_CUDA(cudaMemcpy(a, da, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    RT_CHECK_CUDA(cudaMemcpy(b, db, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    long bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((a[i] ^ b[i]) & 0x8000 ? (a[i] | b[i]) & 0x7FFF : abs((int)a[i] - (int)b[i]) > 1)
+            bad++;
+    free(a), free(b);
+    return bad;
+}
+
+int main(int argc, char** argv) {
+    int iters = 50;
+    if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%d", &iters) != 1 || iters < 1))) {
+        fprintf(stderr, "usage: %s [iters] (a positive count, default 50)\n", argv[0]);
+        return 2;
+    }
+    if (!bench_has_gpu("norm_rows")) return 0;
+    rt_kernels_init();
+    printf("%-10s %-9s %-8s %10s %10s %8s %8s %7s\n", "shape", "norm", "pass", "block ms",
+           "warp ms", "warp x", "GB/s", "#wrong");
+    long total_wrong = 0;
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        const int N = shapes[s].N, C = shapes[s].C;
+        const size_t n = (size_t)N * C;
+        void *x = dev_values(n, 1, 2.0f), *dout = dev_values(n, 2, 1.0f);
+        void *warp = bench_dev_zeros(n * 2), *block = bench_dev_zeros(n * 2);
+        float* wa = bench_dev_zeros((size_t)C * sizeof(float));  // 16-byte aligned
+        float* wbuf = bench_dev_zeros((size_t)(C + 1) * sizeof(float));
+        float* wu = wbuf + 1;  // 4 bytes past 16-byte alignment
+        float w[2048];
+        for (int c = 0; c < C; c++) w[c] = 1.0f + (float)(c % 7) / 8.0f;
+        RT_CHECK_CUDA(cudaMemcpy(wa, w, (size_t)C * sizeof(float), cudaMemcpyHostToDevice));
+        RT_CHECK_CUDA(cudaMemcpy(wu, w, (size_t)C * sizeof(float), cudaMemcpyHostToDevice));
+        float *mean = bench_dev_zeros((size_t)N * 4), *rstd = bench_dev_zeros((size_t)N * 4);
+        for (int pass = 0; pass < 2; pass++) {
+            // the statistics the backward reads come from one forward, outside the timing
+            if (pass == 1) call(s, 0, block, x, dout, wa, mean, rstd);
+            const double bms = time_ms(s, pass, iters, block, x, dout, wu, mean, rstd);
+            const double wms = time_ms(s, pass, iters, warp, x, dout, wa, mean, rstd);
+            const long bad = wrong(warp, block, n);
+            total_wrong += bad;
+            const double bytes = (double)n * (pass ? 6 : 4);
+            printf("%-10s %-9s %-8s %10.4f %10.4f %7.2fx %8.0f %7ld\n", shapes[s].name,
+                   shapes[s].layer ? "layernorm" : "rmsnorm", pass ? "backward" : "forward", bms,
+                   wms, bms / wms, bytes / (wms * 1e-3) / 1e9, bad);
+        }
+        void* bufs[] = {x, dout, warp, block, wa, wbuf, mean, rstd};
+        for (int i = 0; i < 8; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));
+    }
+    return total_wrong ? 1 : 0;
+}
