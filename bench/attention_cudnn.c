@@ -20,23 +20,6 @@
 #include "rt_check.h"
 #include "rt_cudnn.h"
 
-// n packed bf16 values on the device, of bench.h's pattern.
-static void* dev_random(size_t n, float scale, unsigned seed) {
-    uint16_t* h = malloc(n * sizeof *h);
-    if (!h) {
-        fprintf(stderr, "attention_cudnn: out of host memory\n");
-        exit(1);
-    }
-    unsigned s = seed;
-    for (size_t i = 0; i < n; i++) h[i] = rt_bf16_from_f32_inl(bench_value(&s, scale));
-    void* d;
-    RT_CHECK_CUDA(cudaMalloc(&d, n * sizeof *h));
-    RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
-
 int main(int argc, char** argv) {
     int B, T, NH, NKV, HD, iters;
     if (bench_args(argc, argv, "attention_cudnn", &B, &T, &NH, &NKV, &HD, &iters)) return 2;
@@ -55,8 +38,9 @@ int main(int argc, char** argv) {
                            ? rt_cudnn_sdpa_workspace_bytes(s)
                            : rt_cudnn_sdpa_workspace_bytes(atomic);
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
-    void *q = dev_random(nq, 2.0f, 1), *k = dev_random(nk, 2.0f, 2), *v = dev_random(nk, 1.0f, 3);
-    void *dout = dev_random(nq, 1.0f, 4), *out = bench_dev_zeros(nq * 2);
+    void *q = bench_dev_bf16(nq, 2.0f, 1), *k = bench_dev_bf16(nk, 2.0f, 2);
+    void *v = bench_dev_bf16(nk, 1.0f, 3), *dout = bench_dev_bf16(nq, 1.0f, 4);
+    void* out = bench_dev_zeros(nq * 2);
     float* stats = bench_dev_zeros(rt_cudnn_sdpa_stats_floats(B, NH, T) * sizeof(float));
     void* ws = bench_dev_zeros(wsb);
     void *dq = bench_dev_zeros(nq * 2), *dk = bench_dev_zeros(nk * 2);

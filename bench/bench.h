@@ -6,7 +6,9 @@
 #define BENCH_H
 
 #define _POSIX_C_SOURCE 199309L  // clock_gettime
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <cuda_runtime.h>
@@ -57,6 +59,20 @@ static inline float bench_value(unsigned* s, float scale) {
     *s = *s * 1664525u + 1013904223u;
     const float x = scale * ((float)(*s >> 8) / 8388608.0f - 1.0f);
     return rt_bf16_to_f32_inl(rt_bf16_from_f32_inl(x));
+}
+
+// n packed bf16 values of the pattern from seed, on the device.
+static inline void* bench_dev_bf16(size_t n, float scale, unsigned seed) {
+    uint16_t* h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "bench: out of host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) h[i] = rt_bf16_from_f32_inl(bench_value(&seed, scale));
+    void* d = bench_dev_zeros(n * sizeof *h);
+    RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
 }
 
 #endif

@@ -57,17 +57,6 @@ static double time_ms(int s, int pass, int iters, void* out, const void* x, cons
     return (bench_now_s() - t0) * 1e3 / iters;
 }
 
-// n packed bf16 values of the pattern with seed `seed`, on the device.
-static void* dev_values(size_t n, unsigned seed, float scale) {
-    uint16_t* h = malloc(n * sizeof(uint16_t));
-    if (!h) abort();
-    for (size_t i = 0; i < n; i++) h[i] = rt_bf16_from_f32_inl(bench_value(&seed, scale));
-    void* d = bench_dev_zeros(n * sizeof(uint16_t));
-    RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
 // Elements of two packed bf16 buffers more than one ulp apart (or of another sign).
 static long wrong(const void* da, const void* db, size_t n) {
     uint16_t *a = malloc(n * sizeof(uint16_t)), *b = malloc(n * sizeof(uint16_t));
@@ -96,7 +85,7 @@ int main(int argc, char** argv) {
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         const int N = shapes[s].N, C = shapes[s].C;
         const size_t n = (size_t)N * C;
-        void *x = dev_values(n, 1, 2.0f), *dout = dev_values(n, 2, 1.0f);
+        void *x = bench_dev_bf16(n, 2.0f, 1), *dout = bench_dev_bf16(n, 1.0f, 2);
         void *warp = bench_dev_zeros(n * 2), *block = bench_dev_zeros(n * 2);
         float* wa = bench_dev_zeros((size_t)C * sizeof(float));  // 16-byte aligned
         float* wbuf = bench_dev_zeros((size_t)(C + 1) * sizeof(float));
