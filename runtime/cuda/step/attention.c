@@ -38,9 +38,8 @@ static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t wh
                              char* note, size_t note_len) {
     const rt_model_attention* a = &R->model->attention[i];
     note[0] = 0;
-    if (choice == RT_ATTENTION_FSDPGEN) {
-        snprintf(why, why_len, "%s", getenv("RT_ATTENTION") ? "RT_ATTENTION=fsdpgen"
-                                                             : "the spec's choice");
+    if (choice == RT_ATTENTION_FSDPGEN) {  // a spec that says so has no sites: the environment
+        snprintf(why, why_len, "RT_ATTENTION=fsdpgen");
         return NULL;
     }
     rt_cudnn_sdpa* plan = rt_cudnn_sdpa_create(a->B, a->T, a->NH, a->NKV, a->HD, a->causal,
