@@ -145,7 +145,7 @@ TARGETS = {
 def table(lines, peak):
     """The run.sh table; ratio = that row's ms/step over fsdpgen's (> 1: fsdpgen faster)."""
     rows = [r for r in (parse_result(x.strip()) for x in lines) if r]
-    out = [f"{'config':<10} {'impl':<14} {'ms/step':>9} {'tok/s':>10} {'fsdpgen x':>9} "
+    out = [f"{'config':<10} {'impl':<17} {'ms/step':>9} {'tok/s':>10} {'fsdpgen x':>9} "
            f"{'MFU':>6} {'peak mem GB':>11}"]
     verdicts = []
     for name in [c for c in CONFIGS if any(r.get("config") == c for r in rows)]:
@@ -154,12 +154,12 @@ def table(lines, peak):
         ours = next((r for r in mine if r.get("impl") == "fsdpgen" and r.get("ms_per_step")), None)
         for r in mine:
             if "ms_per_step" not in r:
-                out.append(f"{name:<10} {r.get('impl', '?'):<14} {'failed: ' + r.get('error', '?')}")
+                out.append(f"{name:<10} {r.get('impl', '?'):<17} {'failed: ' + r.get('error', '?')}")
                 continue
             ms, tps = float(r["ms_per_step"]), float(r["tokens_per_s"])
             ratio = f"{ms / float(ours['ms_per_step']):.2f}" if ours else "-"
             mem = r.get("peak_mem_gb", "-") + (" (plan)" if r.get("mem_source") == "plan" else "")
-            out.append(f"{name:<10} {r['impl']:<14} {ms:>9.2f} {tps:>10.0f} {ratio:>9} "
+            out.append(f"{name:<10} {r['impl']:<17} {ms:>9.2f} {tps:>10.0f} {ratio:>9} "
                        f"{100 * mfu(fpt, tps, peak):>5.1f}% {mem:>11}")
         if ours:
             base = float(ours["ms_per_step"])

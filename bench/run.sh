@@ -81,16 +81,20 @@ results=$work/results
 : >"$results"
 for c in "${configs[@]}"; do
   # fsdpgen: the spec's default (attention "auto": per shape the faster of cuDNN and
-  # fsdpgen's kernels, timed at start; the log's `fsdpgen: attention` lines say which), then
-  # each attention forced (RT_ATTENTION, rt_model.h): fsdpgen_cudnn and fsdpgen_kernels
-  for attn in auto cudnn fsdpgen; do
+  # fsdpgen's kernels, timed at start; the log's `fsdpgen: attention` lines say which; each
+  # group's optimizer step beside the backward), then each attention forced (RT_ATTENTION,
+  # rt_model.h): fsdpgen_cudnn and fsdpgen_kernels, then the optimizer after the backward
+  # (RT_OPTIMIZER_STREAM=compute, docs/cuda.md "Streams"): fsdpgen_opt_after
+  for variant in auto,side cudnn,side fsdpgen,side auto,compute; do
+    attn=${variant%,*} opt=${variant#*,}
     impl=fsdpgen
     [[ $attn == cudnn ]] && impl=fsdpgen_cudnn
     [[ $attn == fsdpgen ]] && impl=fsdpgen_kernels
+    [[ $opt == compute ]] && impl=fsdpgen_opt_after
     log=$work/$c.$impl.log
-    echo "== $c: $impl (RT_ATTENTION=$attn ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
+    echo "== $c: $impl (RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
     ms="" tok=""
-    if RT_ATTENTION=$attn ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
+    if RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
       --steps $((warmup + steps)) >"$log" 2>&1; then
       grep '^fsdpgen: attention' "$log" | sed "s/^/$impl: /"
       # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`

@@ -33,11 +33,15 @@ function M.rescale(spec, gpn, nodes, batch)
   return spec
 end
 
--- Runs the timeline. opts = { gpu (table), kernels (name), gpus_per_node, nodes, net_gbps }.
+-- Runs the timeline. opts = { gpu (table), kernels (name), gpus_per_node, nodes, net_gbps,
+-- optimizer_stream }: where the optimizer steps run, "side" (fsdpgen's default: each
+-- group's beside the backward, RT_OPTIMIZER_STREAM) or "compute" (after the backward, as
+-- PyTorch's, and so always with --kernels torch).
 function M.run(plan, opts)
   local gpu = opts.gpu
   local topo = { gpu = gpu, k = gpu.kernels[opts.kernels], gpus_per_node = opts.gpus_per_node,
-    net_gbps = opts.net_gbps }
+    net_gbps = opts.net_gbps,
+    optimizer_stream = opts.kernels == "torch" and "compute" or opts.optimizer_stream or "side" }
   local tl = timeline.run(plan, topo)
   local spec = plan.spec
   local fc = flops.count(plan)   -- model FLOPs (PaLM, bench/flops.py) and tokens, one rank
@@ -63,6 +67,10 @@ function M.run(plan, opts)
     end
   end
   if att.ops > 0 then r.attention = att end
+  -- the optimizer steps beside the backward: how much of them runs after it
+  if tl.optimizer then
+    r.optimizer = { total_s = tl.optimizer.total, after_s = tl.optimizer.after }
+  end
   -- phases by name, in order of first appearance (microbatches add up)
   local idx = {}
   for _, p in ipairs(tl.phases) do
@@ -113,6 +121,11 @@ function M.text(r)
   local a = r.attention
   if a and r.kernels ~= "torch" then
     line("  attention     cuDNN for %d of %d ops (the spec's \"%s\")", a.cudnn, a.ops, a.choice)
+  end
+  local o = r.optimizer
+  if o then
+    line("  optimizer     %s of %s beside the backward (each group's step after its reduction)",
+      ms(o.total_s - o.after_s), ms(o.total_s))
   end
   line("  MFU           %.1f%% (model FLOPs %.4g per GPU per step, PaLM convention; bf16 peak "
     .. "%g TFLOP/s)",

@@ -1,5 +1,5 @@
 -- `fsdpgen show`: the simulated step as one SVG picture. One lane per stream (compute, the
--- all-gather copy-in and collective, reduce-scatter, all-reduce); each schedule line is a
+-- all-gather copy-in and collective, reduce-scatter, all-reduce, optimizer); each schedule line is a
 -- box as wide as its simulated time, coloured by the FSDP group it belongs to (the same
 -- colour on every lane); compute's waits are red, FSDP events are ticks above compute.
 -- The whole step comes first, then one repeated block's forward and backward zoomed in,
@@ -20,6 +20,7 @@ local LANES = {
   { id = "ag", label = "all-gather" },
   { id = "rs", label = "reduce-scatter" },
   { id = "ar", label = "all-reduce" },
+  { id = "opt", label = "optimizer" },
 }
 -- Tableau's 10 colours: distinct, and readable with black text.
 local PALETTE = { "#4e79a7", "#f28e2b", "#59a14f", "#edc948", "#b07aa1", "#76b7b2", "#ff9da7",

@@ -9,8 +9,14 @@
 --     stream) follows, then the view-out; compute waits for the previous reduction's
 --     view-out at the end of the line; a direct (one-rank) reduction is one copy on the
 --     reduce-scatter stream;
---   * clipping waits for every reduction, a group's optimizer step for the reduction in
---     flight only where it reduces that group; the step ends when every stream is done.
+--   * without clipping, each group's optimizer step runs on the optimizer stream as soon as
+--     its group's last reduction is done, beside the backward of the groups after it;
+--     compute waits for that stream at the next all-gather sync or reduction;
+--   * with clipping (or topo.optimizer_stream == "compute": RT_OPTIMIZER_STREAM, and
+--     PyTorch's step after the backward), clipping waits for every reduction, a group's
+--     optimizer step on compute for the reduction in flight only where it reduces that
+--     group; the step ends when every stream is done.
+-- Kernels of different streams do not slow each other (docs/simulate.md).
 -- Returns the boxes of every line and the totals by phase.
 local cost = require("simulate.cost")
 local nccl = require("simulate.nccl")
@@ -42,13 +48,19 @@ local function collective(st, topo)
 end
 
 -- plan: the planner's plan; topo = { gpu, k (kernel efficiencies), gpus_per_node,
--- net_gbps }. Returns { lines = { {boxes = {{lane, s, e, part}}, wait, phase, st} },
+-- net_gbps, optimizer_stream ("side" or "compute") }. Returns { lines = { {boxes = {{lane, s, e, part}}, wait, phase, st} },
 -- phases = { {name, compute, exposed = {ag, rs, ar, tail}, start, finish} }, step,
 -- hw_flops (what the kernels execute, recomputation included) }.
 function M.run(plan, topo)
   local gpu, k = topo.gpu, topo.k
   local tc = 0                      -- compute stream's time
-  local free = { ag_copy = 0, ag = 0, rs = 0, ar = 0 }
+  local free = { ag_copy = 0, ag = 0, rs = 0, ar = 0, opt = 0 }
+  local side_optimizer = topo.optimizer_stream ~= "compute"
+  for _, st in ipairs(plan.steps) do
+    if st.op == "clip_grad_norm" then side_optimizer = false end
+  end
+  local reduced = {}                -- group -> when its last reduction is done
+  local opt_boxes = {}              -- the optimizer stream's
   -- The links a collective uses (NVLink, or the network once it spans nodes) are shared:
   -- collectives of different streams on one fabric take turns (each would get part of the
   -- bandwidth if they ran at once; taking turns ends them at about the same total time).
@@ -97,7 +109,18 @@ function M.run(plan, topo)
         tc = tc + d
       end
     end
+    -- compute waits for the optimizer stream (a second iteration's sync or reduction): the
+    -- time counts as this phase's compute
+    local function wait_optimizer()
+      if free.opt > tc then
+        p.compute = p.compute + (free.opt - tc)
+        tc = free.opt
+      end
+    end
     local op = st.op
+    if side_optimizer and (op == "all_gather_sync" or op == "reduce_scatter") then
+      wait_optimizer()
+    end
     if op == "all_gather_sync" then
       sync_t = tc
       rec.mark = { lane = "ag", t = tc }
@@ -131,6 +154,7 @@ function M.run(plan, topo)
         free.rs = s + c.copy_in
         rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = free.rs, part = "direct reduction" }
         rs_pending, post_pending, pending_group = free.rs, nil, st.group
+        reduced[st.group] = free.rs
       else
         wait_for(rs_pending, "rs")
         on_compute(c.compute, "copy-in")
@@ -161,10 +185,17 @@ function M.run(plan, topo)
         wait_for(post_pending, post_kind)
         rs_pending, post_pending, pending_group = done, post, st.group
         post_kind = rec.ar_box and "ar" or "rs"
+        reduced[st.group] = post
       end
     elseif op == "all_reduce" then
       local prev = lines[i - 1]
       if prev and prev.ar_box then rec.boxes[#rec.boxes + 1] = prev.ar_box; prev.ar_box = nil end
+    elseif op == "optimizer" and side_optimizer then
+      local s = math.max(free.opt, reduced[st.group] or tc)
+      free.opt = s + c.compute
+      rec.boxes[#rec.boxes + 1] = { lane = "opt", s = s, e = free.opt, part = "optimizer" }
+      opt_boxes[#opt_boxes + 1] = rec.boxes[#rec.boxes]
+      classes[c.class] = (classes[c.class] or 0) + c.compute
     elseif op == "clip_grad_norm" or op == "optimizer" then
       if op == "clip_grad_norm" or st.group == pending_group then
         wait_for(rs_pending, "rs")
@@ -184,15 +215,24 @@ function M.run(plan, topo)
   end
   -- the step ends when every stream is done: what is left after compute counts as the
   -- last phase's exposed communication
+  -- (the optimizer steps that end after compute count as the last phase's compute)
   local step = tc
   for _, t in pairs(free) do step = math.max(step, t) end
+  local after = 0
+  for _, b in ipairs(opt_boxes) do after = after + math.max(0, b.e - math.max(b.s, tc)) end
   if #phases > 0 then
     local last = phases[#phases]
-    last.exposed.tail = step - tc
+    last.compute = last.compute + after
+    last.exposed.tail = step - tc - after
     last.finish = step
   end
+  local optimizer
+  if #opt_boxes > 0 then
+    optimizer = { total = 0, after = after }
+    for _, b in ipairs(opt_boxes) do optimizer.total = optimizer.total + (b.e - b.s) end
+  end
   return { lines = lines, phases = phases, step = step, hw_flops = hw_flops,
-    classes = classes, compute_end = tc }
+    classes = classes, compute_end = tc, optimizer = optimizer }
 end
 
 return M

@@ -17,7 +17,9 @@
 //   * the captured step calls none of the synchronizing functions listed below.
 // The reduction scratch and the cuBLAS workspace belong to the thread, not to a stream:
 // after switching streams, order the new stream after the old one's outstanding kernel
-// work (an event) before issuing more.
+// work (an event) before issuing more. One exception: the graph-safe optimizer steps below
+// use a slot of the scratch that nothing else does, so they may run on a stream of their
+// own beside the thread's other kernels, provided they are ordered among themselves.
 //
 // Synchronizing functions (they return a host value, so they wait for the thread's stream
 // with cudaStreamSynchronize, never for the device; never call them inside a captured

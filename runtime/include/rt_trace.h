@@ -29,6 +29,7 @@ enum {
     RT_TRACE_ALL_GATHER = 2,      // "all_gather"
     RT_TRACE_REDUCE_SCATTER = 3,  // "reduce_scatter"
     RT_TRACE_ALL_REDUCE = 4,      // "all_reduce"
+    RT_TRACE_OPTIMIZER = 5,       // "optimizer" (the CUDA backend's optimizer stream)
     RT_TRACE_MAX_TIDS = 32        // tids must be in [0, RT_TRACE_MAX_TIDS)
 };
 

@@ -48,6 +48,7 @@ static const char *default_tid_names[] = {
     [RT_TRACE_ALL_GATHER] = "all_gather",
     [RT_TRACE_REDUCE_SCATTER] = "reduce_scatter",
     [RT_TRACE_ALL_REDUCE] = "all_reduce",
+    [RT_TRACE_OPTIMIZER] = "optimizer",
 };
 
 // ---- string interning (caller holds the rank mutex) ---------------------------------

@@ -11,7 +11,9 @@
 #     the emulator, the same bits in its three stream modes and without evals: in the fast
 #     tier on six specs that use every side stream, in the slow tier on all);
 #   - test_seg_copy: the copy kernel against its host reference on random plans;
-#   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error.
+#   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error;
+#   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
+#     on the emulator, and the variable's one-line error.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64) and its auto
 # timings; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
@@ -235,6 +237,27 @@ spec_checks() {
         else
             cat "$work/$name.badattn.log"
             fail "$name with RT_ATTENTION=flash: not the one-line error"
+        fi
+    fi
+    # where the optimizer steps run (RT_OPTIMIZER_STREAM): the same bits either way (on the
+    # emulator; a GPU's run-to-run bits are cuBLAS's business), and one line for a bad value
+    if [[ $name = llama_w1_bf16 ]]; then
+        if [ "$gpu" = 0 ]; then
+            if CUDA_EMU_LAZY=low RT_OPTIMIZER_STREAM=compute "$bin" "${steps[@]}" "${val[@]}" \
+                --save "$work/$name.optc.safetensors" >"$work/$name.optc.log" 2>&1 &&
+                cmp -s "$work/$name.cuda.safetensors" "$work/$name.optc.safetensors"; then
+                pass "$name (emulator): the optimizer beside the backward (default) and after it (RT_OPTIMIZER_STREAM=compute) save the same bits"
+            else
+                fail "$name (emulator): RT_OPTIMIZER_STREAM=compute saved other parameters than the default"
+            fi
+        fi
+        if RT_OPTIMIZER_STREAM=early "$bin" --steps 1 >"$work/$name.badopt.log" 2>&1; then
+            fail "$name with RT_OPTIMIZER_STREAM=early: ran (must stop: side or compute only)"
+        elif [ "$(cat "$work/$name.badopt.log")" = "fsdpgen: RT_OPTIMIZER_STREAM=early: must be side (each group's step beside the backward, after its reduction) or compute (after the backward)" ]; then
+            pass "$name with RT_OPTIMIZER_STREAM=early: stops with one line naming it"
+        else
+            cat "$work/$name.badopt.log"
+            fail "$name with RT_OPTIMIZER_STREAM=early: not the one-line error"
         fi
     fi
     [ "$gpu" = 1 ] && return

@@ -65,9 +65,10 @@ local function plan_of(path, gpn, nodes, batch, attention)
   return plans[key]
 end
 
-local function run(plan, gpu, kernels)
+local function run(plan, gpu, kernels, optimizer_stream)
   return sim.run(plan, { gpu = gpu, kernels = kernels or "fsdpgen",
-    gpus_per_node = math.min(8, plan.spec.world_size), nodes = 1, net_gbps = 400 })
+    gpus_per_node = math.min(8, plan.spec.world_size), nodes = 1, net_gbps = 400,
+    optimizer_stream = optimizer_stream })
 end
 
 local tiny = plan_of("examples/gpt_bytes.lua")
@@ -99,11 +100,12 @@ check(near(slow.step_s, slow.compute_s + slow.exposed_s, 1e-9),
   "step = compute + exposed communication")
 
 -- Calibration: the measured H100 steps (bench/RESULTS.md, 2026-11-24, f4f6038), within 15%;
--- fsdpgen's own attention kernels ran then (the spec's attention = "fsdpgen").
+-- fsdpgen's own attention kernels ran then (the spec's attention = "fsdpgen"), and its
+-- optimizer steps after the backward, on compute.
 for _, c in ipairs({ { "examples/gpt2_124m.lua", "fsdpgen", 44.63 },
   { "examples/llama_1b.lua", "fsdpgen", 163.09 }, { "examples/gpt2_124m.lua", "torch", 79.06 },
   { "examples/llama_1b.lua", "torch", 214.30 } }) do
-  local r = run(plan_of(c[1], nil, nil, nil, "fsdpgen"), h100, c[2])
+  local r = run(plan_of(c[1], nil, nil, nil, "fsdpgen"), h100, c[2], "compute")
   check(near(r.step_s * 1e3, c[3], 0.15), string.format("%s, %s kernels: %.2f ms against %.2f ms "
     .. "measured (%+.1f%%)", c[1], c[2], r.step_s * 1e3, c[3], 100 * (r.step_s * 1e3 / c[3] - 1)))
 end
@@ -139,9 +141,10 @@ check(fp32.attention.cudnn == 0 and tr.attention.cudnn == 0
   and sim.text(r1):find('attention     cuDNN for 16 of 16 ops (the spec\'s "auto")', 1, true),
   "no cuDNN for an fp32 spec nor with --kernels torch (SDPA's figures); the text says how many")
 
--- The optimizer steps the groups in the order they were reduced and waits for the last
--- reduction only at its group's step: on one H100 Llama 1B's root reduction (1 GB of
--- copies) hides behind the 16 blocks' AdamW; clipping still waits for every reduction.
+-- On compute (RT_OPTIMIZER_STREAM=compute), the optimizer steps the groups in the order
+-- they were reduced and waits for the last reduction only at its group's step: on one H100
+-- Llama 1B's root reduction (1 GB of copies) hides behind the 16 blocks' AdamW; clipping
+-- still waits for every reduction.
 local function optimizer_phase(r)
   for _, ph in ipairs(r.phases) do
     if ph.name == "optimizer" then return ph end
@@ -155,11 +158,34 @@ local clipped_spec = loader.load("examples/llama_1b.lua")
 clipped_spec.grad_clip = 1.0
 local clipped = run(loader.protect(clipped_spec.line,
   function(s) return memory.plan_all(planner.plan(s)) end, clipped_spec), h100)
-check(optimizer_phase(r1).rs_s == 0 and optimizer_phase(clipped).rs_s > 1e-3
+local serial = run(l1b, h100, nil, "compute")
+check(optimizer_phase(serial).rs_s == 0 and optimizer_phase(clipped).rs_s > 1e-3
   and opt_groups[1] == "layers.15" and opt_groups[#opt_groups] == "",
   string.format("Llama 1B: optimizer %s first, the root last; %.2f ms waiting for reductions, "
-    .. "%.2f ms with clipping", opt_groups[1], optimizer_phase(r1).rs_s * 1e3,
+    .. "%.2f ms with clipping", opt_groups[1], optimizer_phase(serial).rs_s * 1e3,
     optimizer_phase(clipped).rs_s * 1e3))
+
+-- Beside the backward (the default without clipping): each group's step starts when its
+-- reduction is done, so all but the root's (reduced last) run during the backward. The
+-- step is shorter by at most what ran beside it; the root's AdamW (embedding and output:
+-- 35% of the parameters) comes after the backward; clipping, and the torch kernels
+-- (PyTorch's step after the backward), keep the optimizer on compute.
+local o = r1.optimizer
+local root_numel, numel = 0, 0
+for _, g in ipairs(l1b.groups) do
+  numel = numel + g.layout.numel
+  if g.state.is_root then root_numel = g.layout.numel end
+end
+local root_share = root_numel / numel
+local saved = serial.step_s - r1.step_s
+check(o and saved > 0 and saved <= o.total_s - o.after_s + 1e-12
+  and o.after_s >= root_share * o.total_s * 0.99 and o.after_s < 0.5 * o.total_s
+  and not clipped.optimizer and not tr.optimizer
+  and sim.text(r1):find("optimizer     %d+%.%d+ ms of %d+%.%d+ ms beside the backward")
+  and not sim.text(clipped):find("beside the backward", 1, true),
+  string.format("Llama 1B: %.2f of %.2f ms of AdamW beside the backward (the root's share "
+    .. "%.0f%%), the step %.2f ms shorter; none with clipping or torch kernels",
+    (o.total_s - o.after_s) * 1e3, o.total_s * 1e3, 100 * root_share, saved * 1e3))
 
 -- Re-planned at 8 x 8 GPUs: shards of 1/64, NCCL collectives across nodes, world 64.
 local l64 = plan_of("examples/llama_1b.lua", 8, 8)
@@ -237,7 +263,7 @@ check(balanced and depth == 0, "the SVG's tags balance")
 local overview = text:match('<g id="overview".-\n</g>')
 local lanes = {}
 for l in overview:gmatch('data%-lane="([%w_]+)"') do lanes[#lanes + 1] = l end
-check(table.concat(lanes, ",") == "compute,ag_copy,ag,rs", "lanes: " .. table.concat(lanes, ","))
+check(table.concat(lanes, ",") == "compute,ag_copy,ag,rs,opt", "lanes: " .. table.concat(lanes, ","))
 local want = 0
 for _, rec in ipairs(r8.timeline.lines) do
   for _, b in ipairs(rec.boxes) do if b.lane == "compute" and b.e > b.s then want = want + 1 end end

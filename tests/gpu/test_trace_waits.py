@@ -74,6 +74,17 @@ rc, out = run(step(1, 0, 0, 0) + step(2, 5000, 0, 0) + [span("x", "reduce_scatte
 check(rc == 0 and "  outside any section     0.000 ms, compute waited 0.020 ms: reduce-scatters 0.020 ms "
       "in 1 waits" in out,
       "a wait outside the sections: its own row")
+# the optimizer on its own stream (tid 5): 300 us of steps a step, 200 us of them inside the
+# backward section (t0 + 1200 .. 3200): a step from t0 + 3000 (200 of its 250 us inside)
+# and one from t0 + 3250 (none); spans of other categories on tid 5 do not count
+opt = []
+for k, t0 in ((2, 5000), (3, 10000)):
+    opt += [span("layers.1", "optimizer", t0 + 3000, 250, tid=5), span("", "optimizer", t0 + 3250, 50, tid=5),
+            span("x", "compute", t0 + 1300, 999, tid=5)]
+rc, out = run(step(1, 0, 0, 0) + step(2, 5000, 10, 0) + step(3, 10000, 10, 0) + opt)
+check(rc == 0 and "  optimizer stream 0.300 ms, 0.200 ms of it during the backward" in out.splitlines(),
+      "the optimizer stream's time per step and its overlap with the backward")
+check("optimizer stream" not in run(events)[1], "no optimizer stream line without its spans")
 # a CPU trace: collectives but no waits
 rc, out = run([span("step 1", "step", 0, 100), span("forward", "compute", 0, 50),
                span("layers.0", "all_gather", 10, 5, tid=2)])

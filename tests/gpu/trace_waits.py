@@ -15,7 +15,10 @@ Prints, per rank and per section of the step (the compute stream's forward, back
 optimizer spans), the section's time and how long compute waited for each kind of
 collective, as means per step over the steps after the first N (default 1: the first step
 runs eagerly and pays for first touches). A step is the driver's `step` span; a span
-belongs to the step that contains its middle. Exit 1 if the trace has no wait spans (a
+belongs to the step that contains its middle. Where the optimizer steps ran on their own
+stream (the trace's `optimizer` thread, tid 5: each group's step beside the backward), one
+more line per rank: their time per step and how much of it overlapped the backward
+section. Exit 1 if the trace has no wait spans (a
 CPU binary's trace: its collectives block the rank thread, so their own spans are the
 exposed time).
 """
@@ -25,6 +28,7 @@ import sys
 
 KINDS = [("all_gather_wait", "all-gathers"), ("reduce_scatter_wait", "reduce-scatters"),
          ("all_reduce_wait", "all-reduces")]
+OPTIMIZER_TID = 5  # runtime/include/rt_trace.h RT_TRACE_OPTIMIZER
 WAIT_CATS = {cat for cat, _ in KINDS}
 
 
@@ -50,8 +54,9 @@ def step_of(span, steps):
 
 def summarize(spans, skip):
     """Per-step means for one rank: (steps used, first step number, [(section, ms,
-    {cat: (ms, count)})]) in the order the sections first appear, or None without steps
-    after the skipped ones."""
+    {cat: (ms, count)})] in the order the sections first appear, (ms of the optimizer
+    stream, ms of it during the backward) or None), or None without steps after the
+    skipped ones."""
     steps = sorted((s for s in spans if s["cat"] == "step"), key=lambda s: s["ts"])
     n = len(steps) - skip
     if n <= 0:
@@ -80,7 +85,14 @@ def summarize(spans, skip):
         per = {cat: (waited[(name, cat)][0] / n / 1e3, waited[(name, cat)][1] / n)
                for cat, _ in KINDS if (name, cat) in waited}
         rows.append((name, us / n / 1e3, per))
-    return n, skip + 1, rows
+    opt = [s for s in spans if s["tid"] == OPTIMIZER_TID and s["cat"] == "optimizer" and counted(s)]
+    beside = None
+    if opt:
+        backward = [s for s in sections if s["name"] == "backward"]
+        during = sum(max(0.0, min(o["ts"] + o["dur"], b["ts"] + b["dur"]) - max(o["ts"], b["ts"]))
+                     for o in opt for b in backward)
+        beside = (sum(o["dur"] for o in opt) / n / 1e3, during / n / 1e3)
+    return n, skip + 1, rows, beside
 
 
 def main(argv):
@@ -112,7 +124,7 @@ def main(argv):
         if got is None:
             print(f"rank {rank}: no traced step after the first {skip}")
             continue
-        n, first, rows = got
+        n, first, rows, beside = got
         print(f"rank {rank}: steps {first}..{first + n - 1} ({n}), mean per step:")
         for name, ms, per in rows:
             total = sum(w for w, _ in per.values())
@@ -121,6 +133,8 @@ def main(argv):
                               for cat, label in KINDS if cat in per)
             print(f"  {name:<10} {ms:9.3f} ms, compute waited {total:.3f} ms{share}"
                   + (f": {kinds}" if kinds else ""))
+        if beside:
+            print(f"  optimizer stream {beside[0]:.3f} ms, {beside[1]:.3f} ms of it during the backward")
     return 0
 
 

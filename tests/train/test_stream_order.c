@@ -31,7 +31,7 @@
 
 // ---- streams, events, accesses --------------------------------------------------------
 
-#define NS 8        // streams (compute, four side streams, spares)
+#define NS 8        // streams (compute, five side streams, spares)
 #define MAXACC 4096
 
 struct CUstream_st {
@@ -384,11 +384,12 @@ static void world_init(world* w, int hsdp) {
     cuda_rank* c = &w->c;
     c->groups = w->cg;
     cudaStreamCreateWithFlags(&c->compute, 0);
-    cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar};
+    cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar, &c->opt};
     for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaStreamCreateWithPriority(side[k], 0, -1);
     cudaEvent_t* evs[5] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done, &c->post_done};
     for (int k = 0; k < 5; k++) cudaEventCreateWithFlags(evs[k], 0);
     for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaEventCreateWithFlags(&c->join[k], 0);
+    for (int g = 0; g < NG; g++) cudaEventCreateWithFlags(&w->cg[g].reduced, 0);
     uint8_t* small = arena + off;  // the step scalars (clipping's sums)
     c->d_step = (int64_t*)small;
     c->d_sumsq = (double*)(small + 8);
@@ -401,6 +402,7 @@ static void world_free(world* w) {
     cudaEvent_t evs[5] = {c->fork, c->copied, c->forked_ar, c->rs_done, c->post_done};
     for (int k = 0; k < 5; k++) cudaEventDestroy(evs[k]);
     for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaEventDestroy(c->join[k]);
+    for (int g = 0; g < NG; g++) cudaEventDestroy(w->cg[g].reduced);
 }
 
 // Compute writes [off, off + bytes) of the arena (a kernel of the generated step).
@@ -570,6 +572,86 @@ static void test_direct_all_gather(int wait, int sync) {
     world_free(&w);
 }
 
+// No clipping: a backward over groups 2, 1, 0 with their reductions (reduce-scatters at
+// world 2, or direct at world 1), then the optimizer in the plan's order (as reduced) and
+// the step's end. Each group's step runs on the optimizer stream after its own reduction
+// only: group 2's overlaps group 0's backward and reduction, with no race. With
+// RT_OPTIMIZER_STREAM=compute the steps follow the whole backward on compute. Then either
+// the next step (compute writes the params: ordered by the step's end) or, in the same
+// step, a second iteration (an all-gather sync, a direct all-gather of the params, the
+// backward and a direct reduction into the sharded grads: ordered by the sync and the
+// reduction's wait). Control: compute writing the params right after the optimizer
+// lines, with no sync, is reported as a race.
+enum { NEXT_STEP, SECOND_ITERATION, CONTROL };  // what follows the optimizer lines
+
+static void test_optimizer_overlap(int direct, int on_compute, int then) {
+    world w;
+    world_init(&w, 0);
+    w.m.grad_clip = 0.0;
+    if (direct) {
+        w.m.world = w.R.world = 1;
+        w.shard.size = 1;
+        for (int g = 0; g < NG; g++) {
+            w.rg[g].layout.world = 1;
+            w.cg[g].rs.rs_direct.total = BLOCK;
+        }
+        w.cg[1].ag_direct[UN_F32].total = PADDED;
+        cudaEventCreateWithFlags(&w.cg[1].ag_done, 0);
+    }
+    if (on_compute) setenv("RT_OPTIMIZER_STREAM", "compute", 1);
+    int bw[NG], n = 0;
+    for (int g = NG - 1; g >= 0; g--, n++) {
+        bw[g] = nacc;
+        compute_writes(&w, w.ugrad[g], 4 * PADDED, "backward writes unsharded grads");
+        if (direct) {
+            rtb_reduce_direct(&w.R, g, 0, w.ugrad[g], RT_F32, 0);
+        } else {
+            rtb_reduce_scatter(&w.R, g, 0, w.ugrad[g], RT_F32, w.rs_in[n % 2], w.rs_out[n % 2], 0);
+            if (n > 0) {
+                compute_writes(&w, w.rs_out[(n - 1) % 2], 4 * BLOCK, "a later buffer on the previous output");
+                compute_writes(&w, w.rs_in[(n - 1) % 2], 4 * PADDED, "a later buffer on the previous input");
+            }
+        }
+    }
+    int opt = nacc;
+    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 0);
+    opt = find(opt, nacc, "optimizer");  // group 2's step
+    if (then == NEXT_STEP) {
+        rtb_step_end(&w.R);
+        compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");
+    } else if (then == SECOND_ITERATION) {
+        rtb_all_gather_sync(&w.R);
+        rtb_all_gather_direct(&w.R, 1, w.ugrad[0]);
+        rtb_all_gather_drop(&w.R, 1);
+        compute_writes(&w, w.ugrad[2], 4 * PADDED, "backward writes unsharded grads");
+        rtb_reduce_direct(&w.R, 2, 0, w.ugrad[2], RT_F32, 0);
+        rtb_step_end(&w.R);
+    } else {
+        compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "a write the optimizer overlaps");
+    }
+    const char* where = direct ? "one rank (direct reductions)" : "world 2 (reduce-scatters)";
+    const int last_bw = bw[0];  // group 0's backward, the last
+    if (then == CONTROL) {
+        CHECK(races > 0, "control, %s: compute writing the params right after the optimizer "
+              "lines, before any sync, is reported as a race (%d; first: %s)", where, races,
+              first_race);
+    } else if (on_compute) {
+        CHECK(races == 0 && opt >= 0 && acc[opt].s == w.c.compute->id && before(last_bw, opt),
+              "%s, RT_OPTIMIZER_STREAM=compute: every step runs on compute after the whole "
+              "backward, no race (%d accesses)%s%s", where, nacc, races ? "; first: " : "",
+              first_race);
+    } else {
+        CHECK(races == 0 && opt >= 0 && acc[opt].s == w.c.opt->id && !before(last_bw, opt),
+              "%s, %s: group 2's optimizer step runs on the optimizer stream beside group 0's "
+              "backward, after its own reduction, no race (%d accesses)%s%s", where,
+              then == NEXT_STEP ? "then the next step" : "then a second iteration", nacc,
+              races ? "; first: " : "", first_race);
+    }
+    unsetenv("RT_OPTIMIZER_STREAM");
+    if (direct) cudaEventDestroy(w.cg[1].ag_done);
+    world_free(&w);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_direct_all_gather(1, 1);
@@ -583,6 +665,12 @@ int main(void) {
     test_plan_reuse(0, 2);
     test_control(1);
     test_control(0);
+    for (int direct = 0; direct < 2; direct++) {
+        test_optimizer_overlap(direct, 0, NEXT_STEP);
+        test_optimizer_overlap(direct, 1, NEXT_STEP);
+        test_optimizer_overlap(direct, 0, CONTROL);
+    }
+    test_optimizer_overlap(1, 0, SECOND_ITERATION);
     free(arena);
     return check_summary();
 }

@@ -71,6 +71,16 @@ static void ctx_free(void* p) {
 static void blas_bind_stream(rtc_ctx* c) {
     RT_CHECK_CUBLAS(cublasSetStream(c->blas, c->stream));
     RT_CHECK_CUBLAS(cublasSetWorkspace(c->blas, c->blas_workspace, RTC_BLAS_WORKSPACE));
+    c->blas_stream = c->stream;
+}
+
+// The cuBLAS handle, bound to the current stream. Bound here, at a GEMM, rather than by
+// rt_cuda_set_stream: a switch to a stream that runs no GEMM (the step's optimizer stream,
+// inside the captured step) and back leaves cuBLAS alone.
+static cublasHandle_t blas(void) {
+    rtc_ctx* c = rtc_get();
+    if (c->blas_stream != c->stream) blas_bind_stream(c);
+    return c->blas;
 }
 
 static void ctx_key_make(void) {
@@ -132,7 +142,7 @@ void rt_cuda_set_stream(void* stream) {
     rtc_ctx* c = rtc_get();
     if (c->stream == (cudaStream_t)stream) return;
     c->stream = (cudaStream_t)stream;
-    blas_bind_stream(c);
+    if (!stream) blas_bind_stream(c);  // the streams may go now: cuBLAS lets go of them
 }
 
 void* rt_cuda_get_stream(void) { return (void*)rtc_get()->stream; }
@@ -289,7 +299,7 @@ static void gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand
               "rtc_gemm16 with prec %d", (int)prec);
     const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T (see rtc_gemm_rm).
-    RT_CHECK_CUBLAS(cublasGemmEx(rtc_get()->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    RT_CHECK_CUBLAS(cublasGemmEx(blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B.p, t16, B.ld,
                                  A.p, t16, A.ld, &beta, C, c16 ? t16 : CUDA_R_32F, ldc,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -365,7 +375,7 @@ void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* 
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
     // and the M/N roles; a row-major matrix with row stride ld is its column-major
     // transpose with leading dimension ld, so the op flags carry over unchanged.
-    RT_CHECK_CUBLAS(cublasGemmEx(rtc_get()->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    RT_CHECK_CUBLAS(cublasGemmEx(blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F, ldb,
                                  A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));

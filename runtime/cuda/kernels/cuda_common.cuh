@@ -154,6 +154,7 @@ typedef struct rtc_ctx {
     cublasLtHandle_t blas_lt;  // the bias epilogue (rtc_gemm16_rounded)
     int device;
     cudaStream_t stream;   // where this thread's work goes (0: the legacy default stream)
+    cudaStream_t blas_stream;  // the stream cuBLAS is bound to: `stream` from the next GEMM
     double* scratch;       // RTC_SCRATCH_DOUBLES on the device: reduction partials, results
     void* blas_workspace;  // RTC_BLAS_WORKSPACE bytes on the device, cuBLAS's own
     double* host_result;   // one pinned host double: a reduction's result copied back

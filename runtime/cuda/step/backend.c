@@ -32,9 +32,20 @@
 //                    (generator/memory/memory.lua) ends the reduce-scatter output's lifetime at the
 //                    next reduce-scatter step, and the all-reduce reads and writes that
 //                    output in place, so a buffer planned after that step may sit on it.
-//                    Clipping waits for both (FSDP2's finalize_backward); a group's
-//                    optimizer step only where they reduce that group, which the plan
-//                    steps last, so the other groups' steps overlap the last reduction.
+//                    Each reduction's end also records its group's `reduced` event.
+//   optimizer        each group's step runs on the optimizer stream (the lowest priority,
+//                    below compute: its blocks fill the SMs compute leaves free) after
+//                    waiting for its group's `reduced` only, so in the one graph a group's
+//                    AdamW runs beside the backward of the groups after it (the
+//                    last-reduced group, the root, steps after the backward). The update of
+//                    each parameter is the same as after the whole backward.
+//                    Compute waits for the optimizer stream at the next all-gather sync or
+//                    reduction (a step with a second iteration) and at the step's end.
+//                    After clipping (FSDP2's finalize_backward: it waits for every
+//                    reduction), and with RT_OPTIMIZER_STREAM=compute, the steps run on
+//                    compute after the backward instead, each waiting for its own group's
+//                    reduction only where that is the one in flight (the plan steps the
+//                    last-reduced group last, so the others overlap the last reduction).
 //   step end         compute joins every side stream, so nothing leaks into the next step.
 //
 // The host never waits inside a step. rt_step_run waits once per step (for the losses),
@@ -70,7 +81,7 @@ const char* rt_step_backend(void) { return "cuda"; }
 
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
     launch_opts = o ? *o : (rt_launch_opts){0};
-    if (cs_attention_check_env()) return 2;
+    if (cs_attention_check_env() || cs_optimizer_check_env()) return 2;
     if (rt_mpi_launched()) {
         if (launch_opts.local) {
             fprintf(stderr, "fsdpgen: --local runs every rank in this process; it cannot be "
@@ -228,7 +239,7 @@ void rtb_section(rt_rank* R, const char* phase) {
 
 void rtb_step_end(rt_rank* R) {
     cuda_rank* c = R->backend;
-    cudaStream_t side[CS_SIDE_STREAMS] = {c->ag_copy, c->ag, c->rs, c->ar};
+    cudaStream_t side[CS_SIDE_STREAMS] = {c->ag_copy, c->ag, c->rs, c->ar, c->opt};
     // Only the streams this step used: under capture they joined it (every use starts with
     // a wait on a captured event), while waiting on an event recorded outside the capture
     // would break it.
@@ -239,6 +250,7 @@ void rtb_step_end(rt_rank* R) {
         }
     c->used = 0;
     c->rs_pending = c->post_pending = 0;
+    c->clipped = c->opt_pending = 0;
     if (R->trace) cs_trace_section(R, NULL);
 }
 
@@ -282,10 +294,21 @@ static void wait_post_reduce(rt_rank* R) {
     c->post_pending = 0;
 }
 
+// Compute waits for the optimizer steps issued so far, if any: what follows in this step
+// (a second iteration's all-gathers and reductions) reads or writes their shards.
+static void wait_optimizer(rt_rank* R) {
+    cuda_rank* c = R->backend;
+    if (!c->opt_pending) return;
+    CS(R, cudaEventRecord(c->join[4], c->opt));
+    CS(R, cudaStreamWaitEvent(c->compute, c->join[4], 0));
+    c->opt_pending = 0;
+}
+
 // ---- all-gather -------------------------------------------------------------------------
 
 void rtb_all_gather_sync(rt_rank* R) {
     cuda_rank* c = R->backend;
+    wait_optimizer(R);
     after(R, 0, c->ag_copy, c->compute, c->fork);
 }
 
@@ -428,6 +451,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     const rt_model_group* mg = &R->model->groups[g];
     const rt_fsdp_layout* L = rt_step_reduction_layout(R, g, r);
     size_t es = rt_dtype_size(mg->reduce_dtype);
+    wait_optimizer(R);
     wait_reduce_scatter(R);
     float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
@@ -448,6 +472,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     // waited before post_done is recorded again.
     wait_post_reduce(R);
     CS(R, cudaEventRecord(c->post_done, done));
+    CS(R, cudaEventRecord(c->groups[g].reduced, done));
     c->post_pending = 1;
     c->post_g = g;
     c->post_wait = done == c->ar ? "all_reduce_wait" : "reduce_scatter_wait";
@@ -463,6 +488,7 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     // The plan frees the previous reduction's buffers at this step, as at a reduce-scatter.
+    wait_optimizer(R);
     wait_reduce_scatter(R);
     wait_post_reduce(R);
     after(R, 2, c->rs, c->compute, c->fork);
@@ -472,6 +498,7 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
                       rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->rs);
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
+    CS(R, cudaEventRecord(c->groups[g].reduced, c->rs));
     c->rs_pending = 1;
     c->rs_g = g;
 }
@@ -483,6 +510,7 @@ void rtb_clip_grad_norm(rt_rank* R) {
     const rt_model* m = R->model;
     wait_reduce_scatter(R);
     wait_post_reduce(R);
+    c->clipped = 1;
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, "clip_grad_norm", "optimizer");
     CS(R, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
     for (int g = 0; g < m->ngroups; g++)
@@ -502,18 +530,48 @@ void rtb_clip_grad_norm(rt_rank* R) {
     cs_trace_close(R, t, c->compute);
 }
 
+// RT_OPTIMIZER_STREAM: where the optimizer steps run when the step does not clip.
+static int env_optimizer_side(void) {
+    const char* v = getenv("RT_OPTIMIZER_STREAM");
+    if (!v || !*v || strcmp(v, "side") == 0) return 1;
+    return strcmp(v, "compute") == 0 ? 0 : -1;
+}
+
+int cs_optimizer_check_env(void) {
+    if (env_optimizer_side() >= 0) return 0;
+    fprintf(stderr, "fsdpgen: RT_OPTIMIZER_STREAM=%s: must be side (each group's step beside "
+                    "the backward, after its reduction) or compute (after the backward)\n",
+            getenv("RT_OPTIMIZER_STREAM"));
+    return 2;
+}
+
+// The stream group g's optimizer step runs on, after the waits it needs (top of the file).
+static cudaStream_t optimizer_stream(rt_rank* R, int g) {
+    cuda_rank* c = R->backend;
+    if (!c->clipped && env_optimizer_side() == 1) {
+        CS(R, cudaStreamWaitEvent(c->opt, c->groups[g].reduced, 0));
+        c->used |= 1u << 4;
+        c->opt_pending = 1;
+        return c->opt;
+    }
+    // Only this group's reduction, if it is the one in flight: the other groups step while
+    // it finishes (the plan steps the last-reduced group last; generator/plan/planner.lua).
+    if (c->rs_pending && c->rs_g == g) wait_reduce_scatter(R);
+    if (c->post_pending && c->post_g == g) wait_post_reduce(R);
+    return c->compute;
+}
+
 // The step count and lr come from the device (c->d_step, k and per; c->d_lr[item]) so
 // that the captured graph serves every step.
 void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
-    // Only this group's reduction, if it is the one in flight: the other groups step while
-    // it finishes (the plan steps the last-reduced group last; generator/plan/planner.lua).
-    if (c->rs_pending && c->rs_g == g) wait_reduce_scatter(R);
-    if (c->post_pending && c->post_g == g) wait_post_reduce(R);
+    const cudaStream_t s = optimizer_stream(R, g);
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
-    int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, mg->name, "optimizer");
+    int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
+                          "optimizer");
+    rt_cuda_set_stream(s);
     if (o->kind == RT_OPTIM_SGD)
         rt_cuda_sgd_step_dev(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
                              c->d_step, k, per, c->d_lr + item, o->momentum, o->dampening,
@@ -522,7 +580,8 @@ void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int
         rt_cuda_adam_step_dev(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, c->d_step,
                               k, per, c->d_lr + item, o->beta1, o->beta2, o->eps, o->weight_decay,
                               o->kind == RT_OPTIM_ADAMW);
-    cs_trace_close(R, t, c->compute);
+    rt_cuda_set_stream(c->compute);
+    cs_trace_close(R, t, s);
 }
 
 void rtb_loss(rt_rank* R, int k, const float* loss) {

@@ -53,6 +53,8 @@ typedef struct cuda_group {
     cuda_reduction rs;                // the whole group's reduction
     cuda_reduction* rs_some;          // reductions 1..nreductions (rt_model_reduction)
     cudaEvent_t ag_done;              // its last all-gather finished (all-gather stream)
+    cudaEvent_t reduced;              // its last reduction finished: the sharded gradients
+                                      // are complete (the optimizer stream waits for it)
 } cuda_group;
 
 typedef struct cs_span {
@@ -62,7 +64,7 @@ typedef struct cs_span {
     const char* cat;
 } cs_span;
 
-#define CS_SIDE_STREAMS 4
+#define CS_SIDE_STREAMS 5
 #define CS_MAX_SPANS 4096
 
 typedef struct cuda_rank {
@@ -70,6 +72,7 @@ typedef struct cuda_rank {
     cudaStream_t compute;             // the generated kernels (rt_cuda_set_stream)
     cudaStream_t ag_copy, ag, rs, ar; // FSDP2's all-gather copy-in, all-gather,
                                       // reduce-scatter and all-reduce streams
+    cudaStream_t opt;                 // the optimizer steps beside the backward
     cudaEvent_t fork, copied, forked_ar, join[CS_SIDE_STREAMS];
     cudaEvent_t rs_done;              // the last reduce-scatter collective finished
                                       // (reduce-scatter stream; FSDP2's reduce_scatter_event)
@@ -78,8 +81,11 @@ typedef struct cuda_rank {
     int rs_pending, post_pending;     // recorded, and compute has not waited for it yet
     int rs_g, post_g;                 // the groups they finish the reduction of
     const char* post_wait;            // --trace: the category of compute's wait for post_done
-    unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar order)
-                                      // this step issued work on
+    unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar, opt
+                                      // order) this step issued work on
+    int clipped;                      // this step clipped: the optimizer steps on compute
+    int opt_pending;                  // steps on the optimizer stream compute has not
+                                      // waited for
     cuda_group* groups;
     uint8_t* arena;                   // device, model->arena_bytes
     uint8_t* mirror;                  // pinned host copy of the persistent buffers
@@ -121,6 +127,11 @@ int cs_attention_check_env(void);
 // shape (attention_time.c; both < 0: not timed, no device memory for the tensors).
 void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
                        double* t_cudnn, double* t_ours);
+
+// ---- optimizer stream (backend.c) -----------------------------------------------------------
+
+// RT_OPTIMIZER_STREAM is unset, empty, side or compute: 0; else 2 after a one-line message.
+int cs_optimizer_check_env(void);
 
 // ---- trace (no-ops without R->trace) --------------------------------------------------------
 

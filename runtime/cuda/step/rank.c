@@ -1,7 +1,7 @@
 // Setup and teardown of one rank of the CUDA step backend: streams (FSDP2's all-gather
 // copy-in, all-gather and reduce-scatter streams at the highest priority, so a ready
-// collective is not queued behind compute; its all-reduce stream at the default priority,
-// as FSDP2's FSDPCommContext makes it),
+// collective is not queued behind compute; its all-reduce stream at compute's priority,
+// as FSDP2's FSDPCommContext makes it; the optimizer's at the lowest, below compute),
 // events, the device arena, the pinned staging of inputs, losses and the step count, the
 // host mirror of the persistent buffers, and every group's copy plans uploaded once.
 #include <stdio.h>
@@ -108,7 +108,8 @@ static int group_plans(rt_rank* R, int g) {
                               rt_copy_post_forward(&p, &rg->pf_layout, un[k], pf), &rg->pf_layout);
         }
     }
-    if (!rc && cudaEventCreateWithFlags(&cg->ag_done, cudaEventDisableTiming) != cudaSuccess) {
+    if (!rc && (cudaEventCreateWithFlags(&cg->ag_done, cudaEventDisableTiming) != cudaSuccess ||
+                cudaEventCreateWithFlags(&cg->reduced, cudaEventDisableTiming) != cudaSuccess)) {
         fprintf(stderr, "fsdpgen: rank %d: cudaEventCreate failed\n", R->rank);
         rc = 1;
     }
@@ -180,11 +181,17 @@ int rtb_rank_init(rt_rank* R) {
     ok(&s, cudaGetDevice(&c->device), "cudaGetDevice");
     int least = 0, greatest = 0;
     ok(&s, cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-    ok(&s, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "cudaStreamCreate (compute)");
-    cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar};
+    // Compute one step above the lowest, which the optimizer stream keeps: its blocks take
+    // the SMs compute's kernels leave free, not the other way round.
+    const int compute_priority = greatest < least ? least - 1 : least;
+    ok(&s, cudaStreamCreateWithPriority(&c->compute, cudaStreamNonBlocking, compute_priority),
+       "cudaStreamCreate (compute)");
+    cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar, &c->opt};
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
-        ok(&s, cudaStreamCreateWithPriority(side[k], cudaStreamNonBlocking, side[k] == &c->ar ? 0 : greatest),
-           "cudaStreamCreate (collectives)");
+        ok(&s, cudaStreamCreateWithPriority(side[k], cudaStreamNonBlocking,
+                                            side[k] == &c->ar ? compute_priority
+                                            : side[k] == &c->opt ? least : greatest),
+           "cudaStreamCreate (side streams)");
     cudaEvent_t* evs[5] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done, &c->post_done};
     for (int k = 0; k < 5 && !s.failed; k++) ok(&s, cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming), "cudaEventCreate");
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
@@ -292,6 +299,7 @@ void rtb_rank_free(rt_rank* R) {
             rtcs_plan_free(&cg->pf_shards[k]);
         }
         if (cg->ag_done) cudaEventDestroy(cg->ag_done);
+        if (cg->reduced) cudaEventDestroy(cg->reduced);
     }
     free(c->groups);
     // Every slot a step has used holds its events (made once, reused: cs_trace_open);
@@ -318,9 +326,9 @@ void rtb_rank_free(rt_rank* R) {
         if (evs[k]) cudaEventDestroy(evs[k]);
     for (int k = 0; k < CS_SIDE_STREAMS; k++)
         if (c->join[k]) cudaEventDestroy(c->join[k]);
-    cudaStream_t streams[5] = {c->compute, c->ag_copy, c->ag, c->rs, c->ar};
+    cudaStream_t streams[6] = {c->compute, c->ag_copy, c->ag, c->rs, c->ar, c->opt};
     if (c->compute) rt_cuda_set_stream(NULL);
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < 6; k++)
         if (streams[k]) cudaStreamDestroy(streams[k]);
     free(c);
     R->backend = NULL;

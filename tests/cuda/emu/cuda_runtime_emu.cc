@@ -54,9 +54,10 @@ namespace {
 pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;  // everything below
 pthread_cond_t ran = PTHREAD_COND_INITIALIZER;   // a lazy operation finished
 // CUDA_EMU_LAZY: 0 (or unset) runs everything at issue; 1 makes every created stream lazy;
-// low only the streams of the lowest priority (0; the step backend's compute stream), the
-// others running at issue, which shows the races where delaying every stream hides them (a
-// side stream that writes what compute still has to read).
+// low only the streams below the highest priority (-5: the step backend's collective
+// streams; compute, its all-reduce and optimizer streams are lower), the others running at
+// issue, which shows the races where delaying every stream hides them (a side stream that
+// writes what compute still has to read).
 enum lazy_mode_t { LAZY_OFF, LAZY_ALL, LAZY_LOW };
 lazy_mode_t lazy_mode_from_env(void) {
     const char* v = getenv("CUDA_EMU_LAZY");
@@ -412,7 +413,7 @@ cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, si
 // streams and graph capture
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
-    const bool lazy_stream = lazy_mode == LAZY_ALL || (lazy_mode == LAZY_LOW && priority >= 0);
+    const bool lazy_stream = lazy_mode == LAZY_ALL || (lazy_mode == LAZY_LOW && priority > -5);
     emu_stream* s = new emu_stream{NULL, !(flags & cudaStreamNonBlocking), lazy_stream, {}, 0, 0, false};
     lock l;
     streams.push_back(s);

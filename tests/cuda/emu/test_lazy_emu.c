@@ -14,8 +14,8 @@
 //   * a kernel given host memory as a pointer argument fails its launch, naming the
 //     argument, as it would fault on a GPU (device memory is host memory here, so it would
 //     otherwise run); given device memory it runs.
-// With CUDA_EMU_LAZY=low only streams of the lowest priority are lazy: a higher-priority
-// stream's work runs at issue, so its unordered write reaches a lazy stream's pending read.
+// With CUDA_EMU_LAZY=low only streams below the highest priority are lazy: a stream of the
+// highest priority runs its work at issue, so its unordered write reaches a lazy stream's pending read.
 // Run with CUDA_EMU_LAZY=1 and =low (tests/cuda/run.sh does); ends with `N passed, N failed`.
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -35,12 +35,13 @@ static unsigned char host_byte(const unsigned char* d) {
     return v;
 }
 
-// CUDA_EMU_LAZY=low: stream `hi` (priority -1) runs at issue, `lo` (priority 0) lazily.
+// CUDA_EMU_LAZY=low: stream `hi` (priority -5, the highest) runs at issue, `lo` (priority
+// -1) lazily.
 static int test_low(void) {
     cudaStream_t hi, lo;
     unsigned char *x, *y;
-    CHECK(cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, -1) == cudaSuccess &&
-              cudaStreamCreateWithPriority(&lo, cudaStreamNonBlocking, 0) == cudaSuccess &&
+    CHECK(cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, -5) == cudaSuccess &&
+              cudaStreamCreateWithPriority(&lo, cudaStreamNonBlocking, -1) == cudaSuccess &&
               cudaMalloc((void**)&x, N) == cudaSuccess && cudaMalloc((void**)&y, N) == cudaSuccess,
           "a high- and a low-priority stream, two buffers");
     cudaMemset(x, 3, N);
