@@ -1,7 +1,11 @@
 // Private inline bit-level conversions between fp32 and the 16-bit float formats, shared
 // by the scalar API (core/dtype.c), the hot reduction loops (comm/reduce.c) and, compiled
 // by nvcc as __host__ __device__ functions, the GPU kernels that must round exactly as the
-// host does (comm/cuda_reduce.cu, cuda/step/kernels.cu).
+// host does (comm/cuda_reduce.cu, cuda/step/kernels.cu). The *_sw functions define the
+// bits; on the GPU the *_inl ones give the same bits with one cvt instruction where the
+// integer sequence takes several (every 16-bit load, store and rounding of the element-wise
+// kernels goes through them); tests/cuda/test_dtype_bits.cu compares the two for every
+// input on the GPU.
 #ifndef RT_DTYPE_BITS_H
 #define RT_DTYPE_BITS_H
 
@@ -30,9 +34,11 @@ RT_BITS_FN float rt_f32_bits(uint32_t u) {
     return x;
 }
 
+RT_BITS_FN int rt_f32_is_nan(float x) { return (rt_bits_f32(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+
 // ---- bf16 -------------------------------------------------------------------------------
 
-RT_BITS_FN uint16_t rt_bf16_from_f32_inl(float x) {
+RT_BITS_FN uint16_t rt_bf16_from_f32_sw(float x) {
     uint32_t u = rt_bits_f32(x);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN: canonical quiet NaN
     // Round to nearest even: add 0x7FFF plus the lowest kept bit, then truncate. A carry
@@ -42,11 +48,23 @@ RT_BITS_FN uint16_t rt_bf16_from_f32_inl(float x) {
     return (uint16_t)(u >> 16);
 }
 
+// cvt.rn.bf16.f32 (sm_80 on): round to nearest even, subnormals kept; a NaN still becomes
+// 0x7FC0 (the instruction's is 0x7FFF).
+RT_BITS_FN uint16_t rt_bf16_from_f32_inl(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return rt_f32_is_nan(x) ? (uint16_t)0x7FC0 : h;
+#else
+    return rt_bf16_from_f32_sw(x);
+#endif
+}
+
 RT_BITS_FN float rt_bf16_to_f32_inl(uint16_t h) { return rt_f32_bits((uint32_t)h << 16); }
 
 // ---- fp16 -------------------------------------------------------------------------------
 
-RT_BITS_FN uint16_t rt_f16_from_f32_inl(float x) {
+RT_BITS_FN uint16_t rt_f16_from_f32_sw(float x) {
     uint32_t u = rt_bits_f32(x);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7FFFFFFFu;
@@ -71,7 +89,19 @@ RT_BITS_FN uint16_t rt_f16_from_f32_inl(float x) {
     return (uint16_t)(sign | q);
 }
 
-RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
+// cvt.rn.f16.f32: round to nearest even, subnormals kept, inf from 65520; a NaN still
+// becomes sign | 0x7E00.
+RT_BITS_FN uint16_t rt_f16_from_f32_inl(float x) {
+#if defined(__CUDA_ARCH__)
+    uint16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return rt_f32_is_nan(x) ? (uint16_t)(((rt_bits_f32(x) >> 16) & 0x8000u) | 0x7E00u) : h;
+#else
+    return rt_f16_from_f32_sw(x);
+#endif
+}
+
+RT_BITS_FN float rt_f16_to_f32_sw(uint16_t h) {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t e = ((uint32_t)h >> 10) & 0x1Fu;
     uint32_t m = (uint32_t)h & 0x3FFu;
@@ -85,6 +115,19 @@ RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
         shift++;
     }
     return rt_f32_bits(sign | ((113u - shift) << 23) | ((m & 0x3FFu) << 13));
+}
+
+// cvt.f32.f16: exact, subnormals too; inf and NaN (payload kept) by the bits, as _sw.
+RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    if ((h & 0x7C00u) == 0x7C00u)
+        return rt_f32_bits((((uint32_t)h & 0x8000u) << 16) | 0x7F800000u | (((uint32_t)h & 0x3FFu) << 13));
+    float x;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
+    return x;
+#else
+    return rt_f16_to_f32_sw(h);
+#endif
 }
 
 // ---- by dtype ---------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 # build needs nvcc and cuBLAS under /usr/local/cuda but no GPU, so CI compiles everything.
 # Tests needing a GPU skip cleanly (`SKIP ...: no GPU`, `0 passed, 0 failed`) where
 # cudaGetDeviceCount finds no device; where it does, test_cuda_kernels compares every CUDA
-# kernel with the CPU kernel and test_cuda_streams checks streams and CUDA-graph capture.
+# kernel with the CPU kernel, test_cuda_streams checks streams and CUDA-graph capture, and
+# test_dtype_bits the GPU's 16-bit conversions against the host's bits for every input.
 # test_optim_math, test_mma_layout_emu, test_flash_emu and test_flash_tc_emu (slow tier:
 # their _tsan builds and test_flash_tc_emu_others) run everywhere: the optimizer math
 # shared by host and device compiled for the host, the mma.sync fragment helpers on the
@@ -48,7 +49,7 @@ echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 # MODE:NAME runs NAME with the emulator's lazy mode CUDA_EMU_LAZY=MODE (1: each stream's work
 # delayed until something needs it; low: only the lowest-priority streams'), so a missing
 # stream dependency changes the results
-tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_tc_emu test_mma_layout
+tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_tc_emu test_mma_layout test_dtype_bits
 test_cuda_kernels test_cuda_streams test_cuda_kernels_emu test_cuda_streams_emu
 1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu test_cudnn_host test_cudnn_attention"
 [ "$slow" = 1 ] && tests="$tests test_flash_emu_tsan test_flash_tc_emu_tsan test_flash_tc_emu_others

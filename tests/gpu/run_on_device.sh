@@ -88,7 +88,7 @@ for s in $stages; do
         step "test test_cudnn_host" cudnn.log 60 build/cuda/test_cudnn_host
         step "test test_cudnn_attention" cudnn.log 180 build/cuda/test_cudnn_attention ;;
     tests)
-        for t in test_mma_layout test_cuda_kernels test_cuda_streams; do
+        for t in test_dtype_bits test_mma_layout test_cuda_kernels test_cuda_streams; do
             step "test $t" tests.log 120 build/cuda/$t
         done
         for t in test_nccl test_cuda_local; do step "test $t" tests.log 60 build/runtime/$t; done
