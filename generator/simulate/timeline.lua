@@ -48,8 +48,8 @@ local function collective(st, topo)
 end
 
 -- plan: the planner's plan; topo = { gpu, k (kernel efficiencies), gpus_per_node,
--- net_gbps, optimizer_stream ("side" or "compute") }. Returns { lines = { {boxes = {{lane, s, e, part}}, wait, phase, st} },
--- phases = { {name, compute, exposed = {ag, rs, ar, tail}, start, finish} }, step,
+-- net_gbps, optimizer_stream ("side" or "compute") }. Returns { lines = { {boxes = {{lane,
+-- s, e, part}}, wait, phase, st} }, phases = { {name, compute, exposed = {ag, rs, ar, tail}, start, finish} }, step,
 -- hw_flops (what the kernels execute, recomputation included) }.
 function M.run(plan, topo)
   local gpu, k = topo.gpu, topo.k

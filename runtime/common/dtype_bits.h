@@ -120,8 +120,7 @@ RT_BITS_FN float rt_f16_to_f32_sw(uint16_t h) {
 // cvt.f32.f16: exact, subnormals too; inf and NaN (payload kept) by the bits, as _sw.
 RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
 #if defined(__CUDA_ARCH__)
-    if ((h & 0x7C00u) == 0x7C00u)
-        return rt_f32_bits((((uint32_t)h & 0x8000u) << 16) | 0x7F800000u | (((uint32_t)h & 0x3FFu) << 13));
+    if ((h & 0x7C00u) == 0x7C00u) return rt_f16_to_f32_sw(h);  // inf, NaN
     float x;
     asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
     return x;

@@ -47,10 +47,10 @@ fi
 echo "tests/cuda: build up to date after $(( $(date +%s) - start ))s"
 
 # MODE:NAME runs NAME with the emulator's lazy mode CUDA_EMU_LAZY=MODE (1: each stream's work
-# delayed until something needs it; low: only the lowest-priority streams'), so a missing
+# delayed until something needs it; low: only those below the highest priority), so a missing
 # stream dependency changes the results
-tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_tc_emu test_mma_layout test_dtype_bits
-test_cuda_kernels test_cuda_streams test_cuda_kernels_emu test_cuda_streams_emu
+tests="test_optim_math test_mma_layout_emu test_flash_emu test_flash_tc_emu test_mma_layout
+test_dtype_bits test_cuda_kernels test_cuda_streams test_cuda_kernels_emu test_cuda_streams_emu
 1:test_cuda_streams_emu 1:test_lazy_emu low:test_lazy_emu test_cudnn_host test_cudnn_attention"
 [ "$slow" = 1 ] && tests="$tests test_flash_emu_tsan test_flash_tc_emu_tsan test_flash_tc_emu_others
 test_cuda_kernels_emu_san test_cuda_streams_emu_san 1:test_cuda_streams_emu_san 1:test_lazy_emu_san

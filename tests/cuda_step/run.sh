@@ -125,9 +125,9 @@ done
 # (tests/cuda/emu: runtime/cuda and runtime/cuda/step compiled for the host, one-rank NCCL;
 # in the slow tier built with ASan + UBSan), so the same checks run there, in the emulator's
 # lazy modes: the conformance tests with CUDA_EMU_LAZY=1 (each stream's work runs only when
-# something waits for it), CUDA vs CPU with CUDA_EMU_LAZY=low (only compute and the
-# all-reduce stream wait to be needed; the copy-in, all-gather and reduce-scatter streams
-# run at issue), so a missing wait between the step's streams changes the results either
+# something waits for it), CUDA vs CPU with CUDA_EMU_LAZY=low (only compute, the
+# all-reduce and the optimizer stream wait to be needed; the copy-in, all-gather and
+# reduce-scatter streams run at issue), so a missing wait between the step's streams changes the results either
 # way; compute-sanitizer needs the GPU.
 
 if [ "$gpu" = 0 ]; then
@@ -176,6 +176,18 @@ py=python3  # the comparisons and trace sums need no PyTorch
 # keep fsdpgen's kernels on these small shapes), so the checks below cover it; the emulator
 # has no cuDNN and runs fsdpgen's kernels there.
 [ "$gpu" = 1 ] && export RT_ATTENTION=cudnn
+# The binary run with VAR=VALUE must stop at start with exactly the one line WANT.
+env_error() {
+    local name=$1 var=$2 value=$3 want=$4 log=$work/$1.$2.log
+    if env "$var=$value" "$bin" --steps 1 >"$log" 2>&1; then
+        fail "$name with $var=$value: ran (must stop with: $want)"
+    elif [ "$(cat "$log")" = "$want" ]; then
+        pass "$name with $var=$value: stops with one line naming it"
+    else
+        cat "$log"
+        fail "$name with $var=$value: not the one-line error"
+    fi
+}
 # spec_checks SPEC RTOL [EMU_STEPS]: the checks of one spec's binaries (run in a subshell: its
 # counts go to the caller through files). On the GPU the conformance test runs its 10 steps
 # and the other runs 5 (evals after steps 2, 4 and 5). On the emulator, where a step of the
@@ -230,14 +242,8 @@ spec_checks() {
             grep '^fsdpgen: attention' "$work/$name.cuda.log"
             fail "$name: no line '$want'"
         fi
-        if RT_ATTENTION=flash "$bin" --steps 1 >"$work/$name.badattn.log" 2>&1; then
-            fail "$name with RT_ATTENTION=flash: ran (must stop: auto, cudnn or fsdpgen only)"
-        elif [ "$(cat "$work/$name.badattn.log")" = "fsdpgen: RT_ATTENTION=flash: must be auto (the faster per shape), cudnn or fsdpgen" ]; then
-            pass "$name with RT_ATTENTION=flash: stops with one line naming it"
-        else
-            cat "$work/$name.badattn.log"
-            fail "$name with RT_ATTENTION=flash: not the one-line error"
-        fi
+        env_error "$name" RT_ATTENTION flash \
+            "fsdpgen: RT_ATTENTION=flash: must be auto (the faster per shape), cudnn or fsdpgen"
     fi
     # where the optimizer steps run (RT_OPTIMIZER_STREAM): the same bits either way (on the
     # emulator; a GPU's run-to-run bits are cuBLAS's business), and one line for a bad value
@@ -251,14 +257,8 @@ spec_checks() {
                 fail "$name (emulator): RT_OPTIMIZER_STREAM=compute saved other parameters than the default"
             fi
         fi
-        if RT_OPTIMIZER_STREAM=early "$bin" --steps 1 >"$work/$name.badopt.log" 2>&1; then
-            fail "$name with RT_OPTIMIZER_STREAM=early: ran (must stop: side or compute only)"
-        elif [ "$(cat "$work/$name.badopt.log")" = "fsdpgen: RT_OPTIMIZER_STREAM=early: must be side (each group's step beside the backward, after its reduction) or compute (after the backward)" ]; then
-            pass "$name with RT_OPTIMIZER_STREAM=early: stops with one line naming it"
-        else
-            cat "$work/$name.badopt.log"
-            fail "$name with RT_OPTIMIZER_STREAM=early: not the one-line error"
-        fi
+        env_error "$name" RT_OPTIMIZER_STREAM early \
+            "fsdpgen: RT_OPTIMIZER_STREAM=early: must be side (each group's step beside the backward, after its reduction) or compute (after the backward)"
     fi
     [ "$gpu" = 1 ] && return
     [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || return

@@ -15,7 +15,8 @@
 //     argument, as it would fault on a GPU (device memory is host memory here, so it would
 //     otherwise run); given device memory it runs.
 // With CUDA_EMU_LAZY=low only streams below the highest priority are lazy: a stream of the
-// highest priority runs its work at issue, so its unordered write reaches a lazy stream's pending read.
+// highest priority runs its work at issue, so its unordered write reaches a lazy stream's
+// pending read.
 // Run with CUDA_EMU_LAZY=1 and =low (tests/cuda/run.sh does); ends with `N passed, N failed`.
 #include <cuda_runtime.h>
 #include <stdio.h>
