@@ -1,7 +1,8 @@
 -- `fsdpgen show`: the simulated step as one SVG picture. One lane per stream (compute, the
 -- all-gather copy-in and collective, reduce-scatter, all-reduce, optimizer); each schedule
 -- line is a box as wide as its simulated time, coloured by the FSDP group it belongs to
--- (the same colour on every lane); compute's waits are red, FSDP events are ticks above compute.
+-- (the same colour on every lane); compute's waits are red, FSDP events are ticks above
+-- compute.
 -- The whole step comes first, then one repeated block's forward and backward zoomed in,
 -- then the planned memory in use over the step with its peak and the largest buffers.
 -- Written by the generator: no script, no external file.

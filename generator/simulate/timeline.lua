@@ -49,8 +49,10 @@ end
 
 -- plan: the planner's plan; topo = { gpu, k (kernel efficiencies), gpus_per_node,
 -- net_gbps, optimizer_stream ("side" or "compute") }. Returns { lines = { {boxes = {{lane,
--- s, e, part}}, wait, phase, st} }, phases = { {name, compute, exposed = {ag, rs, ar, tail}, start, finish} }, step,
--- hw_flops (what the kernels execute, recomputation included) }.
+-- s, e, part}}, wait, phase, st} }, phases = { {name, compute, exposed = {ag, rs, ar,
+-- tail}, start, finish} }, step, hw_flops (what the kernels execute, recomputation
+-- included), optimizer ({total, after}: the optimizer stream's time, and how much of it
+-- ends after compute's; nil without that stream) }.
 function M.run(plan, topo)
   local gpu, k = topo.gpu, topo.k
   local tc = 0                      -- compute stream's time
@@ -218,21 +220,20 @@ function M.run(plan, topo)
   -- (the optimizer steps that end after compute count as the last phase's compute)
   local step = tc
   for _, t in pairs(free) do step = math.max(step, t) end
-  local after = 0
-  for _, b in ipairs(opt_boxes) do after = after + math.max(0, b.e - math.max(b.s, tc)) end
+  local after, opt_total = 0, 0
+  for _, b in ipairs(opt_boxes) do
+    after = after + math.max(0, b.e - math.max(b.s, tc))
+    opt_total = opt_total + (b.e - b.s)
+  end
   if #phases > 0 then
     local last = phases[#phases]
     last.compute = last.compute + after
     last.exposed.tail = step - tc - after
     last.finish = step
   end
-  local optimizer
-  if #opt_boxes > 0 then
-    optimizer = { total = 0, after = after }
-    for _, b in ipairs(opt_boxes) do optimizer.total = optimizer.total + (b.e - b.s) end
-  end
   return { lines = lines, phases = phases, step = step, hw_flops = hw_flops,
-    classes = classes, compute_end = tc, optimizer = optimizer }
+    classes = classes, compute_end = tc,
+    optimizer = #opt_boxes > 0 and { total = opt_total, after = after } or nil }
 end
 
 return M

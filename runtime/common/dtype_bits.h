@@ -39,8 +39,8 @@ RT_BITS_FN int rt_f32_is_nan(float x) { return (rt_bits_f32(x) & 0x7FFFFFFFu) > 
 // ---- bf16 -------------------------------------------------------------------------------
 
 RT_BITS_FN uint16_t rt_bf16_from_f32_sw(float x) {
+    if (rt_f32_is_nan(x)) return 0x7FC0;  // NaN: canonical quiet NaN
     uint32_t u = rt_bits_f32(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN: canonical quiet NaN
     // Round to nearest even: add 0x7FFF plus the lowest kept bit, then truncate. A carry
     // out of the mantissa bumps the exponent, which is exactly right (and gives inf past
     // the largest finite bf16).
@@ -48,13 +48,13 @@ RT_BITS_FN uint16_t rt_bf16_from_f32_sw(float x) {
     return (uint16_t)(u >> 16);
 }
 
-// cvt.rn.bf16.f32 (sm_80 on): round to nearest even, subnormals kept; a NaN still becomes
-// 0x7FC0 (the instruction's is 0x7FFF).
+// cvt.rn.bf16.f32 (sm_80 on): round to nearest even, subnormals kept; a NaN takes _sw's
+// bits (the instruction's is 0x7FFF).
 RT_BITS_FN uint16_t rt_bf16_from_f32_inl(float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     uint16_t h;
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return rt_f32_is_nan(x) ? (uint16_t)0x7FC0 : h;
+    return rt_f32_is_nan(x) ? rt_bf16_from_f32_sw(x) : h;
 #else
     return rt_bf16_from_f32_sw(x);
 #endif
@@ -89,13 +89,13 @@ RT_BITS_FN uint16_t rt_f16_from_f32_sw(float x) {
     return (uint16_t)(sign | q);
 }
 
-// cvt.rn.f16.f32: round to nearest even, subnormals kept, inf from 65520; a NaN still
-// becomes sign | 0x7E00.
+// cvt.rn.f16.f32: round to nearest even, subnormals kept, inf from 65520; a NaN takes
+// _sw's bits.
 RT_BITS_FN uint16_t rt_f16_from_f32_inl(float x) {
 #if defined(__CUDA_ARCH__)
     uint16_t h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return rt_f32_is_nan(x) ? (uint16_t)(((rt_bits_f32(x) >> 16) & 0x8000u) | 0x7E00u) : h;
+    return rt_f32_is_nan(x) ? rt_f16_from_f32_sw(x) : h;
 #else
     return rt_f16_from_f32_sw(x);
 #endif
@@ -117,10 +117,13 @@ RT_BITS_FN float rt_f16_to_f32_sw(uint16_t h) {
     return rt_f32_bits(sign | ((113u - shift) << 23) | ((m & 0x3FFu) << 13));
 }
 
-// cvt.f32.f16: exact, subnormals too; inf and NaN (payload kept) by the bits, as _sw.
+// cvt.f32.f16: exact, subnormals too; inf and NaN (payload kept) as _sw gives them.
 RT_BITS_FN float rt_f16_to_f32_inl(uint16_t h) {
 #if defined(__CUDA_ARCH__)
-    if ((h & 0x7C00u) == 0x7C00u) return rt_f16_to_f32_sw(h);  // inf, NaN
+    // inf, NaN: _sw's bits, spelled out (calling _sw here inlines its subnormal loop into
+    // every kernel: activation.cu's PTX grows by half)
+    const uint32_t sign = ((uint32_t)h & 0x8000u) << 16, m = (uint32_t)h & 0x3FFu;
+    if ((h & 0x7C00u) == 0x7C00u) return rt_f32_bits(sign | 0x7F800000u | (m << 13));
     float x;
     asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
     return x;

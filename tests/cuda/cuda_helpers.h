@@ -1,6 +1,7 @@
 // Helpers shared by the CUDA test programs (tests/cuda/test_*.c): random host data, device
 // copies, and comparisons that print the largest difference as |got - want| / max(1, |want|)
-// through check.h. Static functions, included by each test's single translation unit.
+// through check.h. Static functions, included by each test's single translation unit (C, or
+// C++ where nvcc builds the test: test_dtype_bits.cu).
 #ifndef FSDPGEN_TESTS_CUDA_HELPERS_H
 #define FSDPGEN_TESTS_CUDA_HELPERS_H
 
@@ -44,7 +45,7 @@ static inline void* dalloc(size_t bytes) {
 }
 
 static inline float* dup(const float* h, size_t n) {
-    float* d = dalloc(n * sizeof(float));
+    float* d = (float*)dalloc(n * sizeof(float));
     if (n) RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
     return d;
 }
@@ -53,13 +54,13 @@ static inline float* dup(const float* h, size_t n) {
 static inline float* dscalar(float v) { return dup(&v, 1); }
 
 static inline int32_t* dup_i32(const int32_t* h, size_t n) {
-    int32_t* d = dalloc(n * sizeof(int32_t));
+    int32_t* d = (int32_t*)dalloc(n * sizeof(int32_t));
     if (n) RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof(int32_t), cudaMemcpyHostToDevice));
     return d;
 }
 
 static inline float* down(const float* d, size_t n) {
-    float* h = malloc((n ? n : 1) * sizeof(float));
+    float* h = (float*)malloc((n ? n : 1) * sizeof(float));
     if (!h) abort();
     RT_CHECK_CUDA(cudaDeviceSynchronize());
     if (n) RT_CHECK_CUDA(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));

@@ -3,10 +3,7 @@
 // input: all 2^32 fp32 bit patterns narrowed to bf16 and to fp16, all 2^16 fp16 ones
 // widened. Each kernel counts the inputs whose bits differ and keeps the smallest. Built by
 // nvcc only (runtime/cuda.ninja; on the emulator *_inl is *_sw); skips without a GPU.
-#include <cuda_runtime.h>
-#include <stdio.h>
-
-#include "check.h"
+#include "cuda_helpers.h"
 #include "dtype_bits.h"
 
 struct mismatches {
@@ -19,12 +16,11 @@ __device__ void differs(mismatches* m, unsigned int in) {
     atomicMin(&m->first, in);
 }
 
-// which: 0 fp32 -> bf16, 1 fp32 -> fp16 (inputs lo .. lo + n - 1); 2 fp16 -> fp32
-__global__ void compare_kernel(mismatches* m, int which, unsigned long long lo,
-                               unsigned long long n) {
+// which: 0 fp32 -> bf16, 1 fp32 -> fp16 (inputs 0 .. n - 1); 2 fp16 -> fp32
+__global__ void compare_kernel(mismatches* m, int which, unsigned long long n) {
     for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < n;
          k += (unsigned long long)gridDim.x * blockDim.x) {
-        const unsigned int in = (unsigned int)(lo + k);
+        const unsigned int in = (unsigned int)k;
         if (which == 0) {
             const float x = rt_f32_bits(in);
             if (rt_bf16_from_f32_inl(x) != rt_bf16_from_f32_sw(x)) differs(m, in);
@@ -44,7 +40,7 @@ static void compare(mismatches* d, int which, const char* what) {
     const unsigned long long n = which == 2 ? 1ull << 16 : 1ull << 32;
     cudaError_t e = cudaMemcpy(d, &none, sizeof none, cudaMemcpyHostToDevice);
     if (e == cudaSuccess) {
-        compare_kernel<<<4096, 256>>>(d, which, 0, n);
+        compare_kernel<<<4096, 256>>>(d, which, n);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) e = cudaMemcpy(&got, d, sizeof got, cudaMemcpyDeviceToHost);
@@ -54,13 +50,7 @@ static void compare(mismatches* d, int which, const char* what) {
 }
 
 int main(void) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("SKIP dtype bits on the GPU: no GPU (cudaGetDeviceCount: %s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return check_summary();
-    }
+    if (skip_without_gpu("dtype bits on the GPU")) return 0;
     mismatches* d = NULL;
     CHECK(cudaMalloc((void**)&d, sizeof *d) == cudaSuccess, "device memory for the counts");
     if (!d) return check_summary();

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #ifdef __CUDACC__
-#include <cuda_runtime.h>
+#include "cuda_helpers.h"  // skip_without_gpu
 #else
 #include "cuda_emu.h"
 #endif
@@ -144,13 +144,7 @@ static void test(const char* name, unsigned seed) {
 
 int main(void) {
 #ifdef __CUDACC__
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("SKIP mma layout on the GPU: no GPU (cudaGetDeviceCount: %s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return check_summary();
-    }
+    if (skip_without_gpu("mma layout on the GPU")) return 0;
 #endif
     test<__nv_bfloat16>("bf16", 1);
     test<__half>("fp16", 2);

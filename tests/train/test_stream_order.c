@@ -403,6 +403,20 @@ static void world_free(world* w) {
     for (int k = 0; k < 5; k++) cudaEventDestroy(evs[k]);
     for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaEventDestroy(c->join[k]);
     for (int g = 0; g < NG; g++) cudaEventDestroy(w->cg[g].reduced);
+    if (w->cg[1].ag_done) cudaEventDestroy(w->cg[1].ag_done);
+}
+
+// The world as one rank: direct reductions of every group, and a direct all-gather of
+// group 1 (its copy plan and ag_done event).
+static void one_rank(world* w) {
+    w->m.world = w->R.world = 1;
+    w->shard.size = 1;
+    for (int g = 0; g < NG; g++) {
+        w->rg[g].layout.world = 1;
+        w->cg[g].rs.rs_direct.total = BLOCK;
+    }
+    w->cg[1].ag_direct[UN_F32].total = PADDED;
+    cudaEventCreateWithFlags(&w->cg[1].ag_done, 0);
 }
 
 // Compute writes [off, off + bytes) of the arena (a kernel of the generated step).
@@ -492,12 +506,7 @@ static void test_control(int hsdp) {
 static void test_direct_after_reduce_scatter(int reuse_early) {
     world w;
     world_init(&w, 0);
-    w.m.world = w.R.world = 1;
-    w.shard.size = 1;
-    for (int g = 0; g < NG; g++) {
-        w.rg[g].layout.world = 1;
-        w.cg[g].rs.rs_direct.total = BLOCK;
-    }
+    one_rank(&w);
     compute_writes(&w, w.ugrad[2], 4 * PADDED, "backward writes unsharded grads");
     rtb_reduce_scatter(&w.R, 2, 0, w.ugrad[2], RT_F32, w.rs_in[0], w.rs_out[0], 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "backward writes unsharded grads");
@@ -539,11 +548,7 @@ static void test_direct_after_reduce_scatter(int reuse_early) {
 static void test_direct_all_gather(int wait, int sync) {
     world w;
     world_init(&w, 0);
-    w.m.world = w.R.world = 1;
-    w.shard.size = 1;
-    for (int g = 0; g < NG; g++) w.rg[g].layout.world = 1;
-    w.cg[1].ag_direct[UN_F32].total = PADDED;
-    cudaEventCreateWithFlags(&w.cg[1].ag_done, 0);
+    one_rank(&w);
     size_t un = w.ugrad[0];  // the unsharded params' bytes
     compute_writes(&w, un, 4 * PADDED, "an earlier buffer on the same bytes");
     if (sync) rtb_all_gather_sync(&w.R);
@@ -568,7 +573,6 @@ static void test_direct_all_gather(int wait, int sync) {
               wait ? "without a sync after the earlier use of its bytes"
                    : "whose params are read without its wait",
               races, first_race);
-    cudaEventDestroy(w.cg[1].ag_done);
     world_free(&w);
 }
 
@@ -588,16 +592,7 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
     world w;
     world_init(&w, 0);
     w.m.grad_clip = 0.0;
-    if (direct) {
-        w.m.world = w.R.world = 1;
-        w.shard.size = 1;
-        for (int g = 0; g < NG; g++) {
-            w.rg[g].layout.world = 1;
-            w.cg[g].rs.rs_direct.total = BLOCK;
-        }
-        w.cg[1].ag_direct[UN_F32].total = PADDED;
-        cudaEventCreateWithFlags(&w.cg[1].ag_done, 0);
-    }
+    if (direct) one_rank(&w);
     if (on_compute) setenv("RT_OPTIMIZER_STREAM", "compute", 1);
     int bw[NG], n = 0;
     for (int g = NG - 1; g >= 0; g--, n++) {
@@ -648,7 +643,6 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
               races ? "; first: " : "", first_race);
     }
     unsetenv("RT_OPTIMIZER_STREAM");
-    if (direct) cudaEventDestroy(w.cg[1].ag_done);
     world_free(&w);
 }
 
