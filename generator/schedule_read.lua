@@ -109,11 +109,13 @@ end
 -- Collectives per phase of the step and the bytes each rank sends per step (ring
 -- algorithms: an all-gather or reduce-scatter over R ranks moves (R - 1)/R of the
 -- unsharded bytes through each rank, and receives as many; an all-reduce twice that; a
--- one-rank group's direct all-gather or reduce-scatter moves none).
+-- one-rank group's direct all-gather or reduce-scatter moves none, and a reduction in parts
+-- counts once, at its first part).
 function M.collectives(s)
   local count, order, bytes = {}, {}, 0
   for _, st in ipairs(s.steps) do
-    if st.op == "all_gather" or st.op == "reduce_scatter" or st.op == "all_reduce" then
+    local part = st.detail:match("; part (%d+) of %d+: ")
+    if (part or "1") == "1" and (st.op == "all_gather" or st.op == "reduce_scatter" or st.op == "all_reduce") then
       local key = st.phase .. " " .. st.op
       if not count[key] then order[#order + 1] = key end
       count[key] = (count[key] or 0) + 1

@@ -78,6 +78,7 @@ plan_lane() {
     "gradient dataflow:grad_flow" \
     "direct reductions:direct_reduction" \
     "reduce-scatters of the params with grads:reduce_subsets" \
+    "reductions in parts (one rank):reduce_parts" \
     "side-stream buffer lifetimes:stream_lifetimes" \
     "no host reads of the arena:device_pointers" \
     "microbatching counts (FSDP2's tests):microbatching" \

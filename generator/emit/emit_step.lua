@@ -197,15 +197,15 @@ local function emit_groups(b, plan, index, opt_states, names)
       for _, r in ipairs(g.reductions) do
         local ks, fqns = {}, {}
         for i, k in ipairs(r.params) do ks[i], fqns[i] = tostring(k - 1), g.params[k].fqn end
-        note(b, "reduction %d: %s", r.index, table.concat(fqns, ", "))
+        note(b, "reduction %d%s: %s", r.index, r.part and " (a part)" or "", table.concat(fqns, ", "))
         code(b, "static const int group%d_reduction%d[] = {%s};", gi, r.index,
           table.concat(ks, ", "))
       end
       b:line("static const rt_model_reduction group%d_reductions[] = {", gi)
       b:indent()
       for _, r in ipairs(g.reductions) do
-        code(b, "{.nparams = %d, .params = group%d_reduction%d, .block_numel = %d},", #r.params, gi,
-          r.index, r.layout.shard_numel)
+        code(b, "{.nparams = %d, .params = group%d_reduction%d, .block_numel = %d%s},", #r.params, gi,
+          r.index, r.layout.shard_numel, r.part and ", .part = 1" or "")
       end
       b:dedent()
       b:line("};")
@@ -331,9 +331,25 @@ local function param_assigns(plan)
   return by_step, by_buf
 end
 
+-- The unsharded gradient buffers that a part of a split reduction ends (planner.lua
+-- Sim:reduce_parts), each with the parameters it reads: only theirs need zeroing.
+local function part_reads(plan)
+  local reads = {}
+  for _, st in ipairs(plan.steps) do
+    local r = st.op == "reduce_scatter" and st.reduction
+    if r and r.part and st.bufs.ugrad and not st.bufs.acc then
+      local ps = {}
+      for i, k in ipairs(r.params) do ps[i] = st.group.params[k] end
+      reads[st.bufs.ugrad] = ps
+    end
+  end
+  return reads
+end
+
 function Walker.new(plan)
   local w = setmetatable({ plan = plan, unsharded = {}, loss = nil, nbackward = 0 }, Walker)
   w.assigns_by_step, w.assigns_by_buf = param_assigns(plan)
+  w.part_reads = part_reads(plan)
   return w
 end
 
@@ -429,14 +445,25 @@ end
 
 -- rt_zero of each buffer in bufs but those in `skip` (a set); of an unsharded gradient
 -- buffer, only the elements around the parameters `assigned[bf]` whose gradients are
--- assigned later (in order of offset: the gaps, padding included).
+-- assigned later (in order of offset: the gaps, padding included); of one that a part of a
+-- split reduction ends, only its parameters' elements that are not assigned.
 local function zero(calls, bufs, skip, assigned, w)
   local function emit(bf, elem, n)
     if n > 0 then calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf, elem, n), n) end
   end
   for _, bf in ipairs(bufs or {}) do
     local ps = assigned and assigned[bf]
-    if ps then
+    local reads = w and w.part_reads[bf]
+    if reads then
+      local set = {}
+      for _, p in ipairs(ps or {}) do set[p] = true end
+      for _, p in ipairs(skip and skip[bf] and {} or reads) do
+        if not set[p] then
+          local _, off = w:param_offset(p)
+          emit(bf, off, trace.numel(p.shape))
+        end
+      end
+    elseif ps then
       local ranges = {}
       for _, p in ipairs(ps) do
         local _, off = w:param_offset(p)
@@ -513,7 +540,8 @@ function Walker:step(st, index)
   elseif op == "clip_grad_norm" then
     calls[1] = "rt_step_clip_grad_norm(R);"
   elseif op == "optimizer" then
-    calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d, %d);", gi, st.opt_k, st.opt_per, st.opt_item)
+    calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d, %d, %d);", gi,
+      st.reduction and st.reduction.index or 0, st.opt_k, st.opt_per, st.opt_item)
   elseif op == "recompute_begin" then
     -- a marker: the recompute steps follow
   elseif op == "eval_loss" then

@@ -51,9 +51,18 @@ local function reduce_str(g)
   return s
 end
 
--- A reduction of some of g's parameters names the ones it leaves out (no gradient).
-local function without_grads(g, r)
+-- The parameters of a part of a split reduction (planner.lua Sim:reduce_parts).
+local function part_params(g, r)
+  local ps = {}
+  for i, k in ipairs(r.params) do ps[i] = g.params[k].fqn end
+  return table.concat(ps, ", ")
+end
+
+-- A reduction of some of g's parameters names the ones it leaves out (no gradient), part k
+-- of n of a split reduction (step st) the ones it reduces.
+local function without_grads(g, r, st)
   if r.index == 0 then return "" end
+  if r.part then return string.format("; part %d of %d: %s", st.part, st.parts, part_params(g, r)) end
   local left, k = {}, 1
   for i, p in ipairs(g.params) do
     if r.params[k] == i then k = k + 1 else left[#left + 1] = p.fqn end
@@ -134,7 +143,7 @@ function M.step_line(st, plan)
       detail = string.format("%d x %s -> %d per rank, %s", L.padded_numel, g.reduce_dtype,
         L.shard_numel, reduce_str(g))
     end
-    detail = detail .. without_grads(g, st.reduction)
+    detail = detail .. without_grads(g, st.reduction, st)
   elseif st.op == "all_reduce" then
     name = quoted(g.name)
     detail = string.format("%d x %s over %d replicas", st.reduction.layout.shard_numel, g.reduce_dtype,
@@ -146,7 +155,10 @@ function M.step_line(st, plan)
     name = quoted(g.name)
   elseif st.op == "optimizer" then
     name = quoted(g.name)
-    detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind, g.layout.shard_numel)
+    local r = st.reduction
+    detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind,
+      r and r.layout.shard_numel or g.layout.shard_numel)
+    if r then detail = detail .. " of " .. part_params(g, r) end
     if st.opt_per > 1 then detail = detail .. string.format(" (the group's optimizer step %d of %d)", st.opt_k, st.opt_per) end
     if plan.spec.lr_schedule then detail = detail .. string.format(", lr of item %d", st.opt_item) end
   elseif st.op == "all_gather_sync" then

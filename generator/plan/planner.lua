@@ -301,20 +301,89 @@ end
 -- What one reduce-scatter of g packs: foreach_reduce gets only the parameters that have a
 -- gradient (FSDPParamGroup.post_backward's fsdp_params_with_grad), laid out as a group of
 -- just those. `with` lists their indices in g.params. All of them: index 0, g's own layout;
--- fewer: one entry of g.reductions per distinct subset (index k >= 1, rt_model_reduction).
-local function reduction(g, with)
+-- fewer: one entry of g.reductions per distinct subset (index k >= 1, rt_model_reduction),
+-- a part (Sim:reduce_parts) an entry of its own.
+local function reduction(g, with, part)
   if #with == #g.params then return { index = 0, layout = g.layout, params = with } end
-  local key = table.concat(with, ",")
+  local key = (part and "part " or "") .. table.concat(with, ",")
   g.reductions = g.reductions or {}
   for _, r in ipairs(g.reductions) do
     if r.key == key then return r end
   end
   local ps = {}
   for i, k in ipairs(with) do ps[i] = g.params[k] end
-  local r = { index = #g.reductions + 1, key = key, params = with,
+  local r = { index = #g.reductions + 1, key = key, params = with, part = part,
     layout = layout.group(ps, g.shard, g.state.placement) }
   g.reductions[#g.reductions + 1] = r
   return r
+end
+
+-- Reduces the gradients of g's parameters `with` (indices into g.params), stored as
+-- grads_dtype values; `part` for a part of a split reduction (Sim:reduce_parts).
+function Sim:reduce(g, with, grads_dtype, part)
+  g.opt_grads = g.opt_grads or {}   -- the sharded grads the next optimizer step reads
+  for _, k in ipairs(with) do g.opt_grads[k] = true end
+  self.rs_seq = self.rs_seq + 1
+  g.reduced_seq = self.rs_seq
+  local r = reduction(g, with, part)
+  local st = { stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq, reduction = r,
+    direct = direct_reduction(g, grads_dtype) }
+  if part then
+    -- part k of n (n set by the last part, when g's post_backward reduces the rest)
+    g.opt_parts = g.opt_parts or {}
+    g.opt_parts[#g.opt_parts + 1] = { seq = self.rs_seq, reduction = r, step = st }
+    st.part = #g.opt_parts
+    for _, o in ipairs(g.opt_parts) do o.step.parts = #g.opt_parts end
+  end
+  self:emit(st)
+  -- foreach_reduce over one rank copies instead of reduce-scattering (FSDP2 2.11); the
+  -- HSDP all-reduce below still runs.
+  if g.shard > 1 then self:count("reduce_scatter") end
+  if g.replicate > 1 and g.state.all_reduce_grads then
+    self:emit({ stream = "ar", op = "all_reduce", group = g, rs = self.rs_seq, reduction = r })
+    self:count("all_reduce")
+  end
+end
+
+-- Whether this backward may reduce g in parts: one rank and a direct reduction (no
+-- collective, so nothing FSDP2 counts or orders moves), g's first reduction since the last
+-- optimizer step and the only one before the next (the parts then assign every sharded
+-- gradient, and each part's optimizer step reads its own), no clipping (which needs every
+-- gradient first), and a gradient for each of g's parameters in this backward.
+function Sim:splits(g, item, pending)
+  if not item.optimizer_next or self.spec.grad_clip or g.opt_grads or g.grads_accumulated
+    or not g.state.reduce_grads or g.replicate > 1 or not direct_reduction(g, g.param_dtype) then
+    return false
+  end
+  for _, p in ipairs(g.params) do
+    if not pending[p] then return false end
+  end
+  return true
+end
+
+-- At the first pre-backward of s (another group's modules follow): reduce the gradients of the
+-- splitting groups that are complete, so that at one rank a group whose backward spans
+-- others' (a root holding the embedding and the output head) reduces the head's gradient
+-- before the blocks' backward, and the CUDA backend's optimizer stream steps it beside
+-- them (runtime/cuda/step/backend.c). Each part assigns its parameters' sharded gradients;
+-- the group's post_backward reduces the rest as its last part. The bits are those of one
+-- reduction after the backward: each gradient is complete when reduced, and each
+-- parameter's update reads only its own.
+function Sim:reduce_parts(s)
+  for _, g in ipairs(self.groups) do
+    if g.split and g ~= s.group then
+      local with = {}
+      for k, p in ipairs(g.params) do
+        if p.grad_ready then with[#with + 1] = k end
+        p.grad_ready = nil
+      end
+      if #with > 0 then
+        local whole = #with == #g.params
+        g.split = not whole and g.split or nil
+        self:reduce(g, with, g.param_dtype, not whole)
+      end
+    end
+  end
 end
 
 -- FSDPParamGroup.post_backward: reshard, then reduce-scatter the gradients it has (those
@@ -341,22 +410,9 @@ function Sim:post_backward(g)
   local grads_dtype = g.grads_accumulated and g.reduce_dtype or g.param_dtype
   g.has_grad, g.grads_accumulated = false, false
   if s.reshard_after_backward then self:reshard(g) end
-  if #with > 0 then
-    g.opt_grads = g.opt_grads or {}   -- the sharded grads the next optimizer step reads
-    for _, k in ipairs(with) do g.opt_grads[k] = true end
-    self.rs_seq = self.rs_seq + 1
-    g.reduced_seq = self.rs_seq
-    local r = reduction(g, with)
-    self:emit({ stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq, reduction = r,
-      direct = direct_reduction(g, grads_dtype) })
-    -- foreach_reduce over one rank copies instead of reduce-scattering (FSDP2 2.11); the
-    -- HSDP all-reduce below still runs.
-    if g.shard > 1 then self:count("reduce_scatter") end
-    if g.replicate > 1 and s.all_reduce_grads then
-      self:emit({ stream = "ar", op = "all_reduce", group = g, rs = self.rs_seq, reduction = r })
-      self:count("all_reduce")
-    end
-  end
+  -- the rest of a split group's gradients is its last part
+  if #with > 0 then self:reduce(g, with, grads_dtype, g.split and #with < #g.params) end
+  g.split = nil
   self:emit({ stream = "compute", op = "post_backward", group = g })
   self:event("post_backward", g)
 end
@@ -467,6 +523,7 @@ function Sim:state_post_forward(s, outs)
 end
 
 function Sim:state_pre_backward(s)
+  if s.training ~= PRE_BACKWARD then self:reduce_parts(s) end
   s.training = PRE_BACKWARD
   self.final_queued = true
   local default = #s.bwd_prefetch == 0
@@ -684,6 +741,7 @@ function Sim:run_backward(item)
   -- As autograd's AccumulateGrad, a parameter's gradient exists once its last contribution
   -- of this backward is computed: a group's post_backward reduces only then (with several
   -- forwards before one backward, its earlier post_backwards only reshard).
+  for _, g in ipairs(self.groups) do g.split = self:splits(g, item, pending) or nil end
   local function contributed(op)
     for _, t in ipairs(op.ins) do
       if pending[t] then
@@ -810,24 +868,30 @@ function Sim:run_optimizer()
   if self.spec.grad_clip then
     self:emit({ stream = "compute", op = "clip_grad_norm" })
   end
+  -- A group reduced in parts steps each part on its own, in the order of the parts.
   local ready = {}
   for _, g in ipairs(self.groups) do
-    if g.opt_grads then ready[#ready + 1] = g end
+    if g.opt_grads then
+      if g.sharded ~= SHARDED or g.pending then
+        g.stale = { at = self.section, was = g.pending and "being all-gathered"
+          or g.sharded == UNSHARDED and "unsharded" or "sharded post-forward" }
+      end
+      g.opt_steps = (g.opt_steps or 0) + 1
+      for _, part in ipairs(g.opt_parts or { { seq = g.reduced_seq } }) do
+        ready[#ready + 1] = { g = g, seq = part.seq, reduction = part.reduction }
+      end
+    end
   end
   table.sort(ready, function(a, b)
-    if a.reduced_seq ~= b.reduced_seq then return a.reduced_seq < b.reduced_seq end
-    return a.index < b.index
+    if a.seq ~= b.seq then return a.seq < b.seq end
+    return a.g.index < b.g.index
   end)
-  for _, g in ipairs(ready) do
-    if g.sharded ~= SHARDED or g.pending then
-      g.stale = { at = self.section, was = g.pending and "being all-gathered"
-        or g.sharded == UNSHARDED and "unsharded" or "sharded post-forward" }
-    end
-    g.opt_steps = (g.opt_steps or 0) + 1
+  for _, o in ipairs(ready) do
+    local g = o.g
     self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps,
-      opt_item = self.n_optimizer - 1, grads = g.opt_grads })
-    g.opt_grads = nil
+      opt_item = self.n_optimizer - 1, grads = g.opt_grads, reduction = o.reduction })
   end
+  for _, g in ipairs(self.groups) do g.opt_grads, g.opt_parts = nil, nil end
 end
 
 -- The runtime skips the parameters that no backward of the step reaches (one grad_none
@@ -867,6 +931,17 @@ local PHASE_RUNNERS = {
   unshard = Sim.run_unshard, optimizer = Sim.run_optimizer,
 }
 
+-- Whether the step item after item i that reduces or steps (a backward or an optimizer) is
+-- an optimizer.
+function Sim:optimizer_next(i)
+  for j = i + 1, #self.spec.step do
+    local k = self.spec.step[j].kind
+    if k == "backward" then return false end
+    if k == "optimizer" then return true end
+  end
+  return false
+end
+
 -- Runs the whole step program; returns the plan.
 function Sim:run()
   local flags = {}
@@ -877,6 +952,7 @@ function Sim:run()
   trace.begin(self.graph, self:trace_hooks())
   for i, item in ipairs(self.spec.step) do
     self.section = i
+    if item.kind == "backward" then item.optimizer_next = self:optimizer_next(i) end
     local run = PHASE_RUNNERS[item.kind]
     if run then
       self.phase = item.kind
@@ -945,7 +1021,7 @@ local function step_key(st)
     st.why or false, st.label or false, st.grad_alias or false, st.opt_per or false,
     st.opt_k or false, st.opt_item or false, st.group and st.group.index or false,
     st.region and st.region.id or false, st.event and st.event.kind or false,
-    st.event and st.event.state or false }
+    st.event and st.event.state or false, st.part or false, st.parts or false }
   local r = st.reduction
   if r then
     k[#k + 1] = r.index

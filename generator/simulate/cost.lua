@@ -158,8 +158,10 @@ function M.step(st, plan, gpu, k)
   elseif st.op == "optimizer" then
     local o = plan.spec.optimizer
     local states = memory.optimizer_states(o)
-    -- parameters read and written, gradients read, each state read and written (fp32)
-    local bytes = g.layout.shard_numel * (12 + 8 * states)
+    -- parameters read and written, gradients read, each state read and written (fp32); a
+    -- part's (planner.lua Sim:reduce_parts) of its parameters only
+    local L = st.reduction and st.reduction.layout or g.layout
+    local bytes = L.shard_numel * (12 + 8 * states)
     c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, 1)
     c.class = "optimizer"
   end

@@ -70,7 +70,7 @@ function M.run(plan, topo)
   local sync_t = 0                  -- compute's time at the last all-gather sync
   local ag_done = {}
   local rs_pending, post_pending    -- done times of the reduction in flight
-  local pending_group               -- the group it reduces
+  local pending_group               -- the group it reduces (a part: its reduction)
   local post_kind = "rs"           -- the stream its view-out follows
   local lines, phases, by_name = {}, {}, {}
   local hw_flops = 0
@@ -155,8 +155,10 @@ function M.run(plan, topo)
         local s = math.max(free.rs, tc)
         free.rs = s + c.copy_in
         rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = free.rs, part = "direct reduction" }
-        rs_pending, post_pending, pending_group = free.rs, nil, st.group
+        local part = st.reduction.part and st.reduction
+        rs_pending, post_pending, pending_group = free.rs, nil, part or st.group
         reduced[st.group] = free.rs
+        if part then reduced[part] = free.rs end
       else
         wait_for(rs_pending, "rs")
         on_compute(c.compute, "copy-in")
@@ -193,13 +195,13 @@ function M.run(plan, topo)
       local prev = lines[i - 1]
       if prev and prev.ar_box then rec.boxes[#rec.boxes + 1] = prev.ar_box; prev.ar_box = nil end
     elseif op == "optimizer" and side_optimizer then
-      local s = math.max(free.opt, reduced[st.group] or tc)
+      local s = math.max(free.opt, reduced[st.reduction or st.group] or tc)
       free.opt = s + c.compute
       rec.boxes[#rec.boxes + 1] = { lane = "opt", s = s, e = free.opt, part = "optimizer" }
       opt_boxes[#opt_boxes + 1] = rec.boxes[#rec.boxes]
       classes[c.class] = (classes[c.class] or 0) + c.compute
     elseif op == "clip_grad_norm" or op == "optimizer" then
-      if op == "clip_grad_norm" or st.group == pending_group then
+      if op == "clip_grad_norm" or (st.reduction or st.group) == pending_group then
         wait_for(rs_pending, "rs")
         wait_for(post_pending, post_kind)
         rs_pending, post_pending, pending_group = nil, nil, nil

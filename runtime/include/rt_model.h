@@ -53,6 +53,10 @@ typedef struct rt_model_reduction {
     int nparams;                  // >= 1, fewer than the group's
     const int* params;            // indices into the group's params, increasing
     int64_t block_numel;          // one rank block of their layout (the reduce-scatter output)
+    int part;                     // a part of a split reduction (one rank, direct; generator/
+                                  // plan/planner.lua Sim:reduce_parts): it assigns its
+                                  // parameters' sharded grads and zeroes no others, and the
+                                  // optimizer steps it on its own (rt_step_optimizer r)
 } rt_model_reduction;
 
 typedef struct rt_model_group {

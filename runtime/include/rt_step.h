@@ -53,6 +53,7 @@ typedef struct rt_rank_group {
     size_t pending_out;          // its output's arena offset
     rt_fsdp_layout* reductions;  // the model group's nreductions: their layouts (shard world)
     int reduced;                 // reduce-scatters so far this step (first assigns, next add)
+    int parts;                   // ... of them parts (rt_model_reduction part) not yet stepped
     void** ptrs[2];              // nparams per-parameter pointers for the collective calls
                                  // (allocated once, so no step allocates)
     rt_dtype* unsharded_dtypes;  // per parameter: the storage of its unsharded values on the
@@ -241,11 +242,13 @@ void rt_step_clip_grad_norm(rt_rank* R);
 // "optimizer": the model's optimizer on group g's sharded params, the k-th of the `per`
 // optimizer steps that a training step gives the group (1-based; PyTorch's state["step"]
 // is then R->step * per + k), then zero_grad: the group's next reduce-scatter assigns.
+// r: 0 for the group, k for the parameters of rt_model_group.reductions[k - 1], a part
+// (the group's zero_grad then comes with its last part's step).
 // item: the step's optimizer item it belongs to (0-based, < model->n_optimizer), which
 // picks its learning rate (rt_step_lr). The generator emits it only after a
 // reduce-scatter of the group (a group without one has grad None, which torch.optim
 // skips); parameters that no backward reaches are skipped (rt_model_param grad_none).
-void rt_step_optimizer(rt_rank* R, int g, int k, int per, int item);
+void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item);
 // The learning rate of this step's optimizer item `item`: model->lr_schedule at
 // optimizer step R->step * model->n_optimizer + item of the run (every group gets it, as
 // an LR scheduler sets every param group's lr, whether or not the group has gradients).

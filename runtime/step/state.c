@@ -283,7 +283,7 @@ void rt_step_begin(rt_rank* R) {
         if (rg->state != RT_SHARDED || rg->pending)
             rt_rank_die(R, "step %lld begins with group '%s' %s", (long long)R->step + 1,
                         m->groups[g].name, state_name(rg->state));
-        rg->reduced = 0;
+        rg->reduced = rg->parts = 0;
     }
     for (int k = 0; k < m->n_backward; k++) R->losses[k] = 0;
     rtb_step_begin(R);
@@ -420,12 +420,17 @@ static const rt_model_group* reduction(rt_rank* R, int g, int r) {
     return mg;
 }
 
+static int is_part(const rt_model_group* mg, int r) { return r > 0 && mg->reductions[r - 1].part; }
+
 void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                             size_t rs_in_off, size_t rs_out_off) {
     const rt_model_group* mg = reduction(R, g, r);
     rt_rank_group* rg = &R->groups[g];
     if (mg->all_reduce && !R->mesh.replicate)
         rt_rank_die(R, "group '%s' all-reduces across replicas, but the mesh has none", mg->name);
+    if (is_part(mg, r))
+        rt_rank_die(R, "reduction %d of group '%s' is a part, which only a direct reduction makes", r,
+                    mg->name);
     rtb_reduce_scatter(R, g, r, grads_off, grads_dtype, rs_in_off, rs_out_off, rg->reduced > 0);
     rg->reduced++;
     // Over one rank FSDP2's foreach_reduce copies (no reduce-scatter); HSDP's all-reduce runs.
@@ -441,8 +446,11 @@ void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype 
                        "reduce dtype of fp32 or %s (have %d ranks, factor %g, reduce dtype %s)",
                     mg->name, rt_dtype_name(grads_dtype), R->world, mg->divide_factor,
                     rt_dtype_name(mg->reduce_dtype));
-    rtb_reduce_direct(R, g, r, grads_off, grads_dtype, rg->reduced > 0);
+    // A part assigns its parameters' sharded grads, whichever part came before it.
+    const int part = is_part(mg, r);
+    rtb_reduce_direct(R, g, r, grads_off, grads_dtype, !part && rg->reduced > 0);
     rg->reduced++;  // one rank: no collective to count
+    rg->parts += part;
 }
 
 void rt_step_all_reduce(rt_rank* R, int g) {
@@ -461,29 +469,46 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state) {
 
 void rt_step_clip_grad_norm(rt_rank* R) { rtb_clip_grad_norm(R); }
 
-void rt_step_optimizer(rt_rank* R, int g, int k, int per, int item) {
-    const rt_model_group* mg = G(R, g);
-    const rt_fsdp_layout* L = &R->groups[g].layout;
+// Whether optimizer step r of group mg steps its parameter i: one with a gradient (grad
+// None: torch.optim skips it), of reduction r's parameters if r > 0 (*at: the next of them).
+static int steps_param(const rt_rank* R, const rt_model_group* mg, int r, int i, int* at) {
+    if (r) {
+        const rt_model_reduction* mr = &mg->reductions[r - 1];
+        if (*at >= mr->nparams || mr->params[*at] != i) return 0;
+        ++*at;
+    }
+    return !R->model->params[mg->params[i]].grad_none;
+}
+
+void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item) {
+    const rt_model_group* mg = reduction(R, g, r);
+    rt_rank_group* rg = &R->groups[g];
+    const rt_fsdp_layout* L = &rg->layout;
+    const int part = is_part(mg, r);
     if (k < 1 || k > per) rt_rank_die(R, "optimizer step %d of %d for group '%s'", k, per, mg->name);
     if (item < 0 || item >= R->model->n_optimizer)
         rt_rank_die(R, "optimizer item %d of group '%s' out of range (the model has %d per step)",
                     item, mg->name, R->model->n_optimizer);
-    if (!R->groups[g].reduced)
+    if (!rg->reduced)
         rt_rank_die(R, "optimizer step of group '%s' without a reduce-scatter since the last one "
                        "(the plan gives it gradients)", mg->name);
-    // A parameter the step gives no gradient has grad None: torch.optim skips it. The
-    // others go in runs of adjacent parameters.
-    for (int i = 0; i < mg->nparams;) {
-        if (R->model->params[mg->params[i]].grad_none) {
+    if (r && !part)
+        rt_rank_die(R, "optimizer step of reduction %d of group '%s', which is not a part", r, mg->name);
+    if (part != (rg->parts > 0))
+        rt_rank_die(R, "optimizer step of %s of group '%s' with %d parts reduced and not stepped",
+                    part ? "a part" : "the whole", mg->name, rg->parts);
+    // The parameters it steps go in runs of adjacent ones.
+    for (int i = 0, at = 0; i < mg->nparams;) {
+        if (!steps_param(R, mg, r, i, &at)) {
             i++;
             continue;
         }
-        int64_t lo = L->params[i].offset, hi = lo;
-        for (; i < mg->nparams && !R->model->params[mg->params[i]].grad_none; i++)
+        int64_t lo = L->params[i].offset, hi = L->params[i].offset + L->params[i].in_numel;
+        for (i++; i < mg->nparams && steps_param(R, mg, r, i, &at); i++)
             hi = L->params[i].offset + L->params[i].in_numel;
-        rtb_optimizer(R, g, lo, hi - lo, k, per, item);
+        rtb_optimizer(R, g, r, lo, hi - lo, k, per, item);
     }
-    R->groups[g].reduced = 0;  // zero_grad
+    if (!part || --rg->parts == 0) rg->reduced = 0;  // zero_grad
 }
 
 double rt_step_lr(const rt_rank* R, int item) {

@@ -54,10 +54,10 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
 void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate);
 void rtb_clip_grad_norm(rt_rank* R);
 // The optimizer step over elements [lo, lo + n) of group g's rank block (its parameters
-// with a gradient: rt_step_optimizer), the group's k-th of `per` optimizer steps in a
-// training step: PyTorch's state["step"] is R->step * per + k; its learning rate is
-// rt_step_lr(R, item).
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item);
+// with a gradient: rt_step_optimizer; of reduction r's, a part, if r > 0), the group's k-th
+// of `per` optimizer steps in a training step: PyTorch's state["step"] is R->step * per + k;
+// its learning rate is rt_step_lr(R, item).
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item);
 void rtb_loss(rt_rank* R, int k, const float* loss);
 
 // ---- attention sites (runtime/step/attention.c) -------------------------------------------

@@ -13,7 +13,9 @@
 #   - test_seg_copy: the copy kernel against its host reference on random plans;
 #   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error;
 #   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
-#     on the emulator, and the variable's one-line error.
+#     on the emulator, and the variable's one-line error;
+#   - a root reduced in two parts (llama_w1_bf16) against its twin reduced whole
+#     (llama_w1_whole.lua): the same bits on the CPU and on the emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64) and its auto
 # timings; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
@@ -119,6 +121,11 @@ for entry in "${specs[@]}"; do
     fi
     ./fsdpgen build "$spec" >"$work/b.log" 2>&1 || { cat "$work/b.log"; fail "fsdpgen build $spec"; }
 done
+# llama_w1_bf16's twin whose root reduces whole (its checks below)
+for cuda in --cuda ""; do
+    ./fsdpgen build tests/cuda_step/llama_w1_whole.lua $cuda >"$work/b.log" 2>&1 ||
+        { cat "$work/b.log"; fail "fsdpgen build tests/cuda_step/llama_w1_whole.lua $cuda"; }
+done
 
 # ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
 # Without a GPU, each spec's --cuda objects are relinked against the emulated CUDA libraries
@@ -187,6 +194,45 @@ env_error() {
         cat "$log"
         fail "$name with $var=$value: not the one-line error"
     fi
+}
+# Whether two --save files hold the same tensors, bit for bit (their metadata names the spec).
+same_tensors() {
+    PYTHONPATH=tests/common "$py" -c 'import sys
+from safetensors_f32 import read_f32
+a, b = (read_f32(p)[0] for p in sys.argv[1:3])
+sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and
+                                           a[k][1].tobytes() == b[k][1].tobytes() for k in a)))' "$1" "$2"
+}
+# In llama_w1_bf16's spec_checks: its root is reduced in two parts (the output head's before
+# the blocks' backward, whose optimizer stream steps it beside them; the embedding's after),
+# its twin tests/cuda_step/llama_w1_whole.lua's in one reduce-scatter; the CPU binaries, and
+# on the emulator the CUDA ones, save the same bits.
+whole_checks() {
+    local whole=llama_w1_whole parts
+    parts=$(grep -c '^  rs .*; part: ' "build/$name/$name.schedule")
+    if [ "$parts" = 2 ] && ! grep -q '; part: ' "build/$whole/$whole.schedule"; then
+        pass "$name: its schedule reduces the root in 2 parts, $whole's in one"
+    else
+        fail "$name: $parts parts in its schedule (want 2), or parts in $whole's"
+    fi
+    "build/$whole/$whole" "${steps[@]}" "${val[@]}" --save "$work/$whole.cpu.safetensors" \
+        >"$work/$whole.cpu.log" 2>&1
+    if same_tensors "$work/$name.cpu.safetensors" "$work/$whole.cpu.safetensors"; then
+        pass "$name (CPU): the root reduced in parts saves the bits of $whole's one reduction"
+    else
+        fail "$name (CPU): the root reduced in parts saved other parameters than $whole"
+    fi
+    [ "$gpu" = 1 ] && return
+    local parts_bin=$bin
+    cuda_binary "$whole" main || return
+    CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" --save "$work/$whole.cuda.safetensors" \
+        >"$work/$whole.cuda.log" 2>&1
+    if same_tensors "$work/$name.cuda.safetensors" "$work/$whole.cuda.safetensors"; then
+        pass "$name (emulator): the root's parts stepped on the optimizer stream save the bits of $whole's one reduction"
+    else
+        fail "$name (emulator): the root reduced in parts saved other parameters than $whole"
+    fi
+    bin=$parts_bin
 }
 # spec_checks SPEC RTOL [EMU_STEPS]: the checks of one spec's binaries (run in a subshell: its
 # counts go to the caller through files). On the GPU the conformance test runs its 10 steps
@@ -259,6 +305,7 @@ spec_checks() {
         fi
         env_error "$name" RT_OPTIMIZER_STREAM early \
             "fsdpgen: RT_OPTIMIZER_STREAM=early: must be side (each group's step beside the backward, after its reduction) or compute (after the backward)"
+        whole_checks
     fi
     [ "$gpu" = 1 ] && return
     [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || return

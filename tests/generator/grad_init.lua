@@ -9,7 +9,9 @@
 --   * no call assigns an output that is also another gradient output of the call (x + x);
 -- and following each unsharded parameter-gradient buffer through its life:
 --   * its rt_zero ranges and the weights that linear backward assigns (RT_ASSIGN_DWEIGHT)
---     tile it exactly (no element twice, none left out, padding included);
+--     tile it exactly (no element twice, none left out, padding included), or where a
+--     part of a split reduction (one rank) ends it, tile that part's parameters (the
+--     part reads no other element);
 --   * a parameter's gradient is assigned only by its first contribution, and every other
 --     contribution lands on elements already zeroed or assigned.
 -- Run from the repository root: lua5.4 tests/generator/grad_init.lua
@@ -83,7 +85,7 @@ end
 -- each backward step and the memory plan's buffers.
 check_param_grads = function(name, plan, secs, bsteps)
   local inits, order, bad = {}, {}, {}
-  local nassign, nacc = 0, 0
+  local nassign, nacc, nparts = 0, 0, 0
   for k, st in ipairs(bsteps) do
     local calls = secs[k].calls
     local function fail(msg) bad[#bad + 1] = secs[k].head:match("^%s*(.-)%s*$") .. ": " .. msg end
@@ -131,14 +133,34 @@ check_param_grads = function(name, plan, secs, bsteps)
       end
     end
   end
+  -- A buffer that a part of a split reduction ends: that part's parameters' elements.
+  local part_of = {}
+  for _, st in ipairs(plan.steps) do
+    if st.op == "reduce_scatter" and st.reduction.part and st.bufs.ugrad then
+      part_of[st.bufs.ugrad] = st
+    end
+  end
   for _, bf in ipairs(order) do
-    if not covered(inits[bf], { bf.offset, bf.offset + bf.size }) then
+    local st = part_of[bf]
+    if st then
+      nparts = nparts + 1
+      for _, k in ipairs(st.reduction.params) do
+        local t, g = st.group.params[k], st.group
+        local off
+        for _, l in ipairs(g.layout.params) do
+          if l.param == t then off = l.offset * g.shard end
+        end
+        if not covered(inits[bf], { bf.offset + 4 * off, bf.offset + 4 * (off + trace.numel(t.shape)) }) then
+          bad[#bad + 1] = bf.name .. ": not every element of " .. t.fqn .. " (its part) zeroed or assigned"
+        end
+      end
+    elseif not covered(inits[bf], { bf.offset, bf.offset + bf.size }) then
       bad[#bad + 1] = bf.name .. ": not every element zeroed or assigned"
     end
   end
-  check(#bad == 0, string.format("%s: %d unsharded gradient buffers tiled by their zeros and assigned weights; "
-    .. "%d parameter contributions assign, %d accumulate%s", name, #order, nassign, nacc,
-    bad[1] and (" (" .. bad[1] .. ")") or ""))
+  check(#bad == 0, string.format("%s: %d unsharded gradient buffers tiled by their zeros and assigned weights "
+    .. "(%d of them only their part's parameters); %d parameter contributions assign, %d accumulate%s", name,
+    #order, nparts, nassign, nacc, bad[1] and (" (" .. bad[1] .. ")") or ""))
 end
 
 -- The C of one program of the file: the step's (up to the eval program's sections), or

@@ -175,8 +175,21 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
 
 // ---- the backend's kernels, rt_cuda, kernels, trace ----------------------------------------
 
+// Where a plan's elements start in its source and destination: a plan of some parameters (a
+// part's) copies their ranges only, not from the buffers' starts. Elements; 0 unless listed.
+static struct {
+    const rtcs_plan* p;
+    int64_t src, dst;
+} plan_at[4];
+static int nplan_at;
+
 void rtcs_copy(const rtcs_plan* p, void* dst, rt_dtype dst_dt, const void* src, rt_dtype src_dt,
                int accumulate, void* stream) {
+    for (int k = 0; k < nplan_at; k++)
+        if (plan_at[k].p == p) {
+            src = (const char*)src + plan_at[k].src * rt_dtype_size(src_dt);
+            dst = (char*)dst + plan_at[k].dst * rt_dtype_size(dst_dt);
+        }
     touch(stream, src, (size_t)p->total * rt_dtype_size(src_dt), 0, "copy read");
     if (accumulate) touch(stream, dst, (size_t)p->total * rt_dtype_size(dst_dt), 0, "copy read");
     touch(stream, dst, (size_t)p->total * rt_dtype_size(dst_dt), 1, "copy write");
@@ -449,7 +462,7 @@ static void test_plan_reuse(int hsdp, int passes) {
         }
     start[n] = nacc;
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 0);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
     compute_writes(&w, w.rs_out[(n - 1) % 2], 4 * BLOCK, "the next step");
     CHECK(races == 0, "%s, %d backward%s: no race over %d accesses (%d reduce-scatters, each "
@@ -518,7 +531,7 @@ static void test_direct_after_reduce_scatter(int reuse_early) {
     rtb_reduce_direct(&w.R, 0, 0, w.ugrad[0], RT_F32, 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "a later buffer on group 1's unsharded grads");
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 0);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
     // group 1's direct copy: the first copy after the second "backward writes" access
     int g1 = find(find(0, nacc, "backward writes unsharded grads") + 1, nacc,
@@ -609,7 +622,7 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
         }
     }
     int opt = nacc;
-    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, BLOCK, 1, 1, 0);
+    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
     opt = find(opt, nacc, "optimizer");  // group 2's step
     if (then == NEXT_STEP) {
         rtb_step_end(&w.R);
@@ -646,6 +659,79 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
     world_free(&w);
 }
 
+// One rank, no clipping, group 2 (a root holding an output head and an embedding) reduced
+// in two parts (rt_model_reduction part; generator/plan/planner.lua Sim:reduce_parts): the
+// head's half of its gradients right after the head's backward, then groups 1 and 0, then
+// the embedding's half; the optimizer in the plan's order (the head's part, groups 1 and
+// 0, the embedding's part) and the step's end. The head's step waits for its own part's
+// event, so it runs beside the backward of groups 1 and 0, with no race; with
+// RT_OPTIMIZER_STREAM=compute every step follows the backward on compute. Control
+// (group_event): the head's step waiting for the group's event, as a whole group's does,
+// orders it after the last part, and so after group 0's backward.
+static void test_optimizer_parts(int on_compute, int group_event) {
+    world w;
+    world_init(&w, 0);
+    w.m.grad_clip = 0.0;
+    one_rank(&w);
+    if (on_compute) setenv("RT_OPTIMIZER_STREAM", "compute", 1);
+    static const int head[] = {0}, embedding[] = {1};
+    const rt_model_reduction parts[2] = {{1, head, BLOCK / 2, 1}, {1, embedding, BLOCK / 2, 1}};
+    cuda_reduction some[2];
+    memset(some, 0, sizeof some);
+    w.groups[2].nreductions = 2;
+    w.groups[2].reductions = parts;
+    w.cg[2].rs_some = some;
+    nplan_at = 0;
+    for (int r = 0; r < 2; r++) {
+        some[r].rs_direct.total = BLOCK / 2;
+        if (group_event)
+            some[r].reduced = w.cg[2].reduced;  // as if each part recorded the group's event
+        else
+            cudaEventCreateWithFlags(&some[r].reduced, 0);
+        plan_at[nplan_at].p = &some[r].rs_direct;
+        plan_at[nplan_at].src = r * PADDED / 2, plan_at[nplan_at++].dst = r * BLOCK / 2;
+    }
+    compute_writes(&w, w.ugrad[2], 4 * PADDED / 2, "backward writes the head's grads");
+    rtb_reduce_direct(&w.R, 2, 1, w.ugrad[2], RT_F32, 0);
+    int bw0 = 0;
+    for (int g = 1; g >= 0; g--) {
+        bw0 = nacc;
+        compute_writes(&w, w.ugrad[g], 4 * PADDED, "backward writes unsharded grads");
+        rtb_reduce_direct(&w.R, g, 0, w.ugrad[g], RT_F32, 0);
+    }
+    compute_writes(&w, w.ugrad[2] + 4 * PADDED / 2, 4 * PADDED / 2, "backward writes the embedding's grads");
+    rtb_reduce_direct(&w.R, 2, 2, w.ugrad[2], RT_F32, 0);
+    const int opt = nacc;
+    rtb_optimizer(&w.R, 2, 1, 0, BLOCK / 2, 1, 1, 0);
+    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    rtb_optimizer(&w.R, 2, 2, BLOCK / 2, BLOCK / 2, 1, 1, 0);
+    rtb_step_end(&w.R);
+    compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");
+    const int head_step = find(opt, nacc, "optimizer");
+    if (group_event) {
+        CHECK(head_step >= 0 && before(bw0, head_step),
+              "control: the head's part waiting for its group's event steps after group 0's "
+              "backward (%d races)", races);
+    } else if (on_compute) {
+        CHECK(races == 0 && head_step >= 0 && acc[head_step].s == w.c.compute->id &&
+                  before(bw0, head_step),
+              "one rank, a root in two parts, RT_OPTIMIZER_STREAM=compute: every step on "
+              "compute after the backward, no race (%d accesses)%s%s", nacc,
+              races ? "; first: " : "", first_race);
+    } else {
+        CHECK(races == 0 && head_step >= 0 && acc[head_step].s == w.c.opt->id &&
+                  !before(bw0, head_step),
+              "one rank, a root in two parts: the head's part steps on the optimizer stream "
+              "beside group 0's backward, after its own part's reduction, the embedding's "
+              "after its own, no race (%d accesses)%s%s", nacc, races ? "; first: " : "",
+              first_race);
+    }
+    for (int r = 0; r < 2 && !group_event; r++) cudaEventDestroy(some[r].reduced);
+    nplan_at = 0;
+    unsetenv("RT_OPTIMIZER_STREAM");
+    world_free(&w);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_direct_all_gather(1, 1);
@@ -665,6 +751,9 @@ int main(void) {
         test_optimizer_overlap(direct, 0, CONTROL);
     }
     test_optimizer_overlap(1, 0, SECOND_ITERATION);
+    test_optimizer_parts(0, 0);
+    test_optimizer_parts(1, 0);
+    test_optimizer_parts(0, 1);
     free(arena);
     return check_summary();
 }

@@ -54,8 +54,8 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     if (o->hsdp) rt_step_all_reduce(R, 0);
     rt_step_post_backward(R, 0, "POST_BACKWARD");
     rt_step_section(R, "optimizer");
-    rt_step_optimizer(R, 0, 1, o->stale ? 2 : 1, 0);
-    if (o->stale) rt_step_optimizer(R, 0, 2, 2, 0);
+    rt_step_optimizer(R, 0, 0, 1, o->stale ? 2 : 1, 0);
+    if (o->stale) rt_step_optimizer(R, 0, 0, 2, 2, 0);
     rt_step_end(R);
 }
 
@@ -142,8 +142,8 @@ static const rt_model_group tiny_ref_groups[] = {TINY_GROUP(tiny_ref_plan, 25, 2
 // Reductions of the bias alone the runtime must reject: planned with a block of 4 elements
 // (its padded shard is 3), and listing a parameter index past the group's.
 static const int tiny_bias_only[] = {1}, tiny_no_such_param[] = {2};
-static const rt_model_reduction tiny_wrong_reductions[] = {{1, tiny_bias_only, 4}};
-static const rt_model_reduction tiny_bad_index_reductions[] = {{1, tiny_no_such_param, 3}};
+static const rt_model_reduction tiny_wrong_reductions[] = {{1, tiny_bias_only, 4, 0}};
+static const rt_model_reduction tiny_bad_index_reductions[] = {{1, tiny_no_such_param, 3, 0}};
 #define TINY_REDUCTION_GROUP(REDUCTIONS)                                                     \
     {.name = "lin", .nparams = 2, .params = tiny_group_params, .param_dtype = RT_F32,          \
      .reduce_dtype = RT_F32, .block_numel = 15, .padded_numel = 30, .plan = tiny_plan,        \
@@ -258,7 +258,7 @@ static void tok_step(rt_rank* R) {
         rt_step_post_backward(R, 0, "POST_BACKWARD");
     }
     rt_step_section(R, "optimizer");
-    rt_step_optimizer(R, 0, 1, 1, 0);
+    rt_step_optimizer(R, 0, 0, 1, 1, 0);
     rt_step_end(R);
 }
 

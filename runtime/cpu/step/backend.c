@@ -247,7 +247,8 @@ static int reference_reduce(rt_rank* R, const rt_model_group* mg, rt_fsdp_layout
 // per parameter of reduction r its unsharded grad (rg->ptrs[0]) and its sharded grad
 // (rg->ptrs[1]). Without accumulate, a reduction of some parameters zeroes the others'
 // sharded grads (their gradient is None: zero in a norm, and what a later reduce-scatter of
-// the step adds to). Returns the reduction's layout.
+// the step adds to), but for a part (the other parts assign theirs). Returns the
+// reduction's layout.
 static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                                       int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
@@ -265,7 +266,7 @@ static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off
             // increasing indices: entry k is never one a later k reads
             rg->ptrs[0][k] = rg->ptrs[0][i], rg->ptrs[1][k] = rg->ptrs[1][i];
             k++;
-        } else if (!accumulate) {
+        } else if (!accumulate && !mr->part) {
             memset(rg->ptrs[1][i], 0, (size_t)rg->layout.params[i].shard_numel * sizeof(float));
         }
     }
@@ -330,7 +331,8 @@ void rtb_clip_grad_norm(rt_rank* R) {
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item) {
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
+    (void)r;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     double t0 = now_s();

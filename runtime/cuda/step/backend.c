@@ -37,8 +37,11 @@
 //                    below compute: its blocks fill the SMs compute leaves free) after
 //                    waiting for its group's `reduced` only, so in the one graph a group's
 //                    AdamW runs beside the backward of the groups after it (the
-//                    last-reduced group, the root, steps after the backward). The update of
-//                    each parameter is the same as after the whole backward.
+//                    last-reduced group, the root, steps after the backward). A group
+//                    reduced in parts (one rank: the root's output head before the blocks'
+//                    backward, its embedding after it) steps each part after that part's
+//                    own event. The update of each parameter is the same as after the
+//                    whole backward.
 //                    Compute waits for the optimizer stream at the next all-gather sync or
 //                    reduction (a step with a second iteration) and at the step's end.
 //                    After clipping (FSDP2's finalize_backward: it waits for every
@@ -420,6 +423,7 @@ static cudaStream_t reduce(rt_rank* R, int g, const rt_fsdp_layout* L, void* in,
     CS(R, cudaEventRecord(c->rs_done, c->rs));
     c->rs_pending = 1;
     c->rs_g = g;
+    c->rs_part = 0;
     cudaStream_t done = c->rs;
     if (replicate && !R->model->reference) {
         cs_trace_close(R, *span, c->rs);
@@ -434,11 +438,12 @@ static cudaStream_t reduce(rt_rank* R, int g, const rt_fsdp_layout* L, void* in,
 }
 
 // Starts reduction r: returns its plans; without accumulate (the group's first reduction of
-// the step), zeroes the sharded grads of the parameters it leaves out, on stream.
+// the step), zeroes the sharded grads of the parameters it leaves out, on stream, unless it
+// is a part (the other parts assign theirs).
 static const cuda_reduction* begin_reduction(rt_rank* R, int g, int r, int accumulate, cudaStream_t stream) {
     cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
     const cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
-    if (r && !accumulate) {
+    if (r && !accumulate && !R->model->groups[g].reductions[r - 1].part) {
         float* sharded = rt_step_f32(R, R->model->groups[g].grads_off, 0, R->model->groups[g].block_numel);
         rtcs_copy(&cr->zero_rest, sharded, RT_F32, sharded, RT_F32, 0, stream);
     }
@@ -499,8 +504,10 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
     CS(R, cudaEventRecord(c->groups[g].reduced, c->rs));
+    if (cr->reduced) CS(R, cudaEventRecord(cr->reduced, c->rs));
     c->rs_pending = 1;
     c->rs_g = g;
+    c->rs_part = cr->reduced ? r : 0;
 }
 
 // ---- optimizer --------------------------------------------------------------------------
@@ -545,29 +552,30 @@ int cs_optimizer_check_env(void) {
     return 2;
 }
 
-// The stream group g's optimizer step runs on, after the waits it needs (top of the file).
-static cudaStream_t optimizer_stream(rt_rank* R, int g) {
+// The stream group g's optimizer step r runs on, after the waits it needs (top of the file).
+static cudaStream_t optimizer_stream(rt_rank* R, int g, int r) {
     cuda_rank* c = R->backend;
     if (!c->clipped && env_optimizer_side() == 1) {
-        CS(R, cudaStreamWaitEvent(c->opt, c->groups[g].reduced, 0));
+        const cuda_group* cg = &c->groups[g];
+        CS(R, cudaStreamWaitEvent(c->opt, r ? cg->rs_some[r - 1].reduced : cg->reduced, 0));
         c->used |= 1u << 4;
         c->opt_pending = 1;
         return c->opt;
     }
-    // Only this group's reduction, if it is the one in flight: the other groups step while
+    // Only this group's reduction (part), if it is the one in flight: the others step while
     // it finishes (the plan steps the last-reduced group last; generator/plan/planner.lua).
-    if (c->rs_pending && c->rs_g == g) wait_reduce_scatter(R);
+    if (c->rs_pending && c->rs_g == g && (!c->rs_part || c->rs_part == r)) wait_reduce_scatter(R);
     if (c->post_pending && c->post_g == g) wait_post_reduce(R);
     return c->compute;
 }
 
 // The step count and lr come from the device (c->d_step, k and per; c->d_lr[item]) so
 // that the captured graph serves every step.
-void rtb_optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item) {
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
-    const cudaStream_t s = optimizer_stream(R, g);
+    const cudaStream_t s = optimizer_stream(R, g, r);
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");

@@ -41,6 +41,8 @@ typedef struct cuda_reduction {
     rtcs_plan rs_in, view_out;        // reduce-scatter copy-in, view-out
     rtcs_plan rs_direct;              // one rank: both in one (rt_copy_reduce_direct)
     rtcs_plan zero_rest;
+    cudaEvent_t reduced;              // a part (rt_model_reduction part): it finished (its
+                                      // optimizer step waits for it, not for the group's)
 } cuda_reduction;
 
 typedef struct cuda_group {
@@ -80,6 +82,7 @@ typedef struct cuda_rank {
                                       // (FSDP2's post_reduce_event)
     int rs_pending, post_pending;     // recorded, and compute has not waited for it yet
     int rs_g, post_g;                 // the groups they finish the reduction of
+    int rs_part;                      // rs_done's reduction if a part (r), else 0
     const char* post_wait;            // --trace: the category of compute's wait for post_done
     unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar, opt
                                       // order) this step issued work on

@@ -63,6 +63,11 @@ static int reduction_plans(rt_rank* R, int g, int r, const int64_t* block, const
     }
     if (!rc && r) rc = upload_built(R, &cr->zero_rest, &zeros, zst, L);
     else rt_copy_plan_free(&zeros);
+    if (!rc && r && mg->reductions[r - 1].part &&
+        cudaEventCreateWithFlags(&cr->reduced, cudaEventDisableTiming) != cudaSuccess) {
+        fprintf(stderr, "fsdpgen: rank %d: cudaEventCreate failed\n", R->rank);
+        rc = 1;
+    }
     free(sub_block), free(sub_unsharded);
     return rc;
 }
@@ -290,6 +295,7 @@ void rtb_rank_free(rt_rank* R) {
             cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
             rtcs_plan* plans[] = {&cr->rs_in, &cr->view_out, &cr->rs_direct, &cr->zero_rest};
             for (int k = 0; k < 4; k++) rtcs_plan_free(plans[k]);
+            if (cr->reduced) cudaEventDestroy(cr->reduced);
         }
         free(cg->rs_some);
         for (int k = 0; k < UN_STORAGES; k++) {

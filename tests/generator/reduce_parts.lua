@@ -1,0 +1,123 @@
+-- Reductions in parts (generator/plan/planner.lua Sim:reduce_parts): at one rank, a group
+-- whose backward spans other groups' (a Llama root: the output head and the final norm
+-- first, the embedding last) reduces the gradients that are complete at the next group's
+-- first pre-backward as one part and the rest at its post-backward, and the optimizer
+-- steps each part on its own, in the order the parts were reduced. Checked on a small
+-- Llama at one rank: the parts' parameters and order, their schedule lines, the step C
+-- (`.part = 1` in the reductions table, rt_step_reduce_direct and rt_step_optimizer with
+-- the part's index) and the optimizer order; and that nothing is split where the bits
+-- could change or nothing is gained: clipping, two ranks, a divide factor (no direct
+-- reduction), a second backward before the optimizer, a group whose backward spans none.
+-- Run from the repository root: lua5.4 tests/generator/reduce_parts.lua
+package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
+local emit_step = require("emit.emit_step")
+local schedule = require("emit.schedule")
+
+local util = require("tests.generator.step_c")
+local check = util.check
+
+local tmp = os.tmpname()
+
+-- A 2-block Llama at `world` ranks, blocks and root sharded; `extra` is Lua run after the
+-- groups are made (the model is `model`), `opts` more spec fields.
+local function plan_llama(world, extra, opts)
+  local f = assert(io.open(tmp, "w"))
+  f:write(string.format([[
+local fsdp, models = require("fsdp"), require("models")
+local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
+local model = models.Llama{ n_layers = 2, dim = 16, n_heads = 2, n_kv_heads = 1, vocab_size = 32,
+                            max_seq_len = 8 }
+for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer, { mp_policy = mp }) end
+fsdp.fully_shard(model, { mp_policy = mp })
+%s
+return fsdp.spec{ name = "parts_probe", model = model, world_size = %d,
+  input = { batch = 2, seq_len = 8 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 }%s }
+]], extra or "", world, opts and (", " .. opts) or ""))
+  f:close()
+  local plan = util.plan(tmp)
+  return plan, util.flat(emit_step.render(plan, tmp, plan.spec.name))
+end
+
+-- The plan's reductions and optimizer steps of the root (group 1), as "rs a,b" / "opt a,b"
+-- (parameter FQNs; "all" for the whole group), in schedule order.
+local function root_lines(plan)
+  local out = {}
+  for _, st in ipairs(plan.steps) do
+    if (st.op == "reduce_scatter" or st.op == "optimizer") and st.group.index == 1 then
+      local names = {}
+      if st.reduction and st.reduction.index > 0 then
+        for i, k in ipairs(st.reduction.params) do names[i] = st.group.params[k].fqn end
+      else
+        names[1] = "all"
+      end
+      out[#out + 1] = (st.op == "optimizer" and "opt " or "rs ") .. table.concat(names, ",")
+    end
+  end
+  return table.concat(out, " | ")
+end
+
+local HEAD = "norm.weight,output.weight"
+local parts = "rs " .. HEAD .. " | rs tok_embeddings.weight | opt " .. HEAD .. " | opt tok_embeddings.weight"
+local whole = "rs all | opt all"
+
+-- One rank: the head's part before the blocks' backward, the embedding's after them.
+local plan, code = plan_llama(1)
+check(root_lines(plan) == parts, "one rank: the root reduced and stepped in two parts: " .. root_lines(plan))
+local order, lines = {}, {}
+for _, st in ipairs(plan.steps) do
+  if st.op == "optimizer" then order[#order + 1] = st.group.name .. (st.reduction and "#" .. st.reduction.index or "") end
+  if st.op == "reduce_scatter" and st.reduction.part then lines[#lines + 1] = schedule.step_line(st, plan) end
+end
+check(table.concat(order, " ") == "#1 layers.1 layers.0 #2",
+  "the optimizer steps the head's part, the blocks, then the embedding's part: " .. table.concat(order, " "))
+local first_block_rs
+for i, st in ipairs(plan.steps) do
+  if st.op == "reduce_scatter" and st.group.index ~= 1 then first_block_rs = first_block_rs or i end
+end
+local head_rs
+for i, st in ipairs(plan.steps) do
+  if st.op == "reduce_scatter" and st.reduction.part and st.part == 1 then head_rs = i end
+end
+check(head_rs and first_block_rs and head_rs < first_block_rs,
+  "the head's part is reduced before any block's reduction")
+check(#lines == 2 and lines[1]:find("; part 1 of 2: norm.weight, output.weight", 1, true)
+  and lines[2]:find("; part 2 of 2: tok_embeddings.weight", 1, true),
+  "the schedule says part 1 of 2 and part 2 of 2 with their parameters")
+check(code:find("%.part = 1}") and select(2, code:gsub("%.part = 1}", "")) == 2,
+  "the step C's reductions table marks both parts")
+check(code:find("rt_step_reduce_direct%(R, 0, 1,") and code:find("rt_step_reduce_direct%(R, 0, 2,")
+  and code:find("rt_step_optimizer%(R, 0, 1, 1, 1, 0%)") and code:find("rt_step_optimizer%(R, 0, 2, 1, 1, 0%)"),
+  "the step C reduces and steps the root's parts 1 and 2 by index")
+check(plan.counts["backward reduce_scatter"] == nil, "one rank: no reduce-scatter counted (FSDP2 2.11)")
+
+-- Nothing split where the bits could change or nothing is gained.
+local cases = {
+  { "clipping", 1, nil, "grad_clip = 1.0" },
+  { "two ranks", 2 },
+  { "a divide factor of 1 (a reduce-scatter, not direct)", 1, "model:set_gradient_divide_factor(1.0)" },
+  { "two backwards before the optimizer", 1, nil,
+    [[step = { "forward", { "backward", retain_graph = true }, "backward", "optimizer" }]] },
+}
+for _, c in ipairs(cases) do
+  local p = plan_llama(c[2], c[3], c[4])
+  local n = 0
+  for _, st in ipairs(p.steps) do
+    if st.reduction and st.reduction.part then n = n + 1 end
+  end
+  local want = c[1] == "two backwards before the optimizer" and "rs all | rs all | opt all" or whole
+  check(n == 0 and root_lines(p) == want, string.format("%s: no parts (%d): %s", c[1], n, root_lines(p)))
+end
+
+-- A group whose backward spans no other group's (a block) reduces whole at its post-backward.
+local blocks, whole_blocks = 0, 0
+for _, st in ipairs(plan.steps) do
+  if st.op == "reduce_scatter" and st.group.index ~= 1 then
+    blocks = blocks + 1
+    if st.reduction.index == 0 then whole_blocks = whole_blocks + 1 end
+  end
+end
+check(blocks == 2 and whole_blocks == 2,
+  string.format("each block reduced whole, once (%d of %d reductions)", whole_blocks, blocks))
+os.remove(tmp)
+
+util.finish()
