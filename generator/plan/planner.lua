@@ -155,6 +155,7 @@ function M.new(spec)
     ag_seq = 0, rs_seq = 0,
     label_counts = {}, forward_index = 0, recompute_ops = {},
     n_optimizer = 0,  -- "optimizer" items run so far
+    optimizer_next = false,  -- an optimizer item follows this one before any backward
     eval_records = 0,  -- post-forward records an eval left (Sim:after_eval)
   }, Sim)
   return sim
@@ -350,9 +351,9 @@ end
 -- optimizer step and the only one before the next (the parts then assign every sharded
 -- gradient, and each part's optimizer step reads its own), no clipping (which needs every
 -- gradient first), and a gradient for each of g's parameters in this backward.
-function Sim:splits(g, item, pending)
-  if not item.optimizer_next or self.spec.grad_clip or g.opt_grads or g.grads_accumulated
-    or not g.state.reduce_grads or g.replicate > 1 or not direct_reduction(g, g.param_dtype) then
+function Sim:splits(g, pending)
+  if not self.optimizer_next or self.spec.grad_clip or g.opt_grads or g.grads_accumulated
+    or not g.state.reduce_grads or not direct_reduction(g, g.param_dtype) then
     return false
   end
   for _, p in ipairs(g.params) do
@@ -410,8 +411,8 @@ function Sim:post_backward(g)
   local grads_dtype = g.grads_accumulated and g.reduce_dtype or g.param_dtype
   g.has_grad, g.grads_accumulated = false, false
   if s.reshard_after_backward then self:reshard(g) end
-  -- the rest of a split group's gradients is its last part
-  if #with > 0 then self:reduce(g, with, grads_dtype, g.split and #with < #g.params) end
+  -- the rest of a group reduced in parts is its last part
+  if #with > 0 then self:reduce(g, with, grads_dtype, g.split and g.opt_parts ~= nil) end
   g.split = nil
   self:emit({ stream = "compute", op = "post_backward", group = g })
   self:event("post_backward", g)
@@ -741,7 +742,7 @@ function Sim:run_backward(item)
   -- As autograd's AccumulateGrad, a parameter's gradient exists once its last contribution
   -- of this backward is computed: a group's post_backward reduces only then (with several
   -- forwards before one backward, its earlier post_backwards only reshard).
-  for _, g in ipairs(self.groups) do g.split = self:splits(g, item, pending) or nil end
+  for _, g in ipairs(self.groups) do g.split = self:splits(g, pending) or nil end
   local function contributed(op)
     for _, t in ipairs(op.ins) do
       if pending[t] then
@@ -933,7 +934,7 @@ local PHASE_RUNNERS = {
 
 -- Whether the step item after item i that reduces or steps (a backward or an optimizer) is
 -- an optimizer.
-function Sim:optimizer_next(i)
+function Sim:optimizer_follows(i)
   for j = i + 1, #self.spec.step do
     local k = self.spec.step[j].kind
     if k == "backward" then return false end
@@ -952,7 +953,7 @@ function Sim:run()
   trace.begin(self.graph, self:trace_hooks())
   for i, item in ipairs(self.spec.step) do
     self.section = i
-    if item.kind == "backward" then item.optimizer_next = self:optimizer_next(i) end
+    self.optimizer_next = self:optimizer_follows(i)
     local run = PHASE_RUNNERS[item.kind]
     if run then
       self.phase = item.kind
