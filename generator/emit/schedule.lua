@@ -136,7 +136,10 @@ function M.step_line(st, plan)
   elseif st.op == "reduce_scatter" then
     name = quoted(g.name)
     local L = st.reduction.layout
-    if st.direct then
+    if st.in_place then
+      detail = string.format("%d x %s in place: the backward wrote the sharded grads (one rank), "
+        .. "the optimizer reads them as %s", L.padded_numel, g.reduce_dtype, g.param_dtype)
+    elseif st.direct then
       detail = string.format("%d x %s straight into the sharded grads (one rank, values unchanged)",
         L.padded_numel, g.reduce_dtype)
     else

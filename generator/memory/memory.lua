@@ -415,14 +415,16 @@ end
 -- First fit: sets each buffer's offset, in the given order (by first step), to the lowest
 -- one where it overlaps no buffer placed before it whose step interval meets its own.
 -- `free` holds the maximal free intervals, in offset order, the last one unbounded; a
--- buffer's bytes are free again for buffers that start after its last step. Returns the
--- peak (the highest byte any buffer really uses) and the arena size (which also holds the
--- alignment padding of the top buffer).
+-- buffer's bytes are free again for buffers that start after its last step. A buffer with
+-- an alias (in place: in_place_groups) takes no bytes of its own and gets the alias's offset.
+-- Returns the peak (the highest byte any buffer really uses) and the arena size (which also
+-- holds the alignment padding of the top buffer).
 function M.place(order)
   local free = { { 0, math.huge } }
   local ending, freed_to = {}, -1 -- buffers placed, by last step; freed: last <= freed_to
   local peak, arena = 0, 0
   for _, b in ipairs(order) do
+    if b.alias then goto continue end
     while freed_to < b.first - 1 do
       freed_to = freed_to + 1
       for _, l in ipairs(ending[freed_to] or {}) do release(free, l.offset, l.offset + l.bytes) end
@@ -440,8 +442,43 @@ function M.place(order)
     table.insert(ending[b.last], b)
     peak = math.max(peak, b.offset + b.size)
     arena = math.max(arena, b.offset + b.bytes)
+    ::continue::
+  end
+  -- A buffer in place (in_place_groups) is its alias's bytes, which were placed before it
+  -- (they live from step 0).
+  for _, b in ipairs(order) do
+    if b.alias then b.offset = b.alias.offset end
   end
   return peak, arena
+end
+
+-- The groups whose unsharded gradients are their sharded ones (in place). At one rank the
+-- sharded layout is the unsharded one, so where each reduction of a group is direct and
+-- assigns (one per optimizer step, or the parts of one; no gradients kept across
+-- backwards) and nothing clips, the backward accumulates straight into the sharded
+-- gradients and the reduction's rounding to the gradients' dtype moves into the optimizer's
+-- reads (rt_cuda.h grad_dt; the CPU backend rounds in place at the reduction): no copy and
+-- no buffer of their own (FSDP2 copies them at one rank too). The bits are the same.
+local function in_place_groups(plan)
+  local ok = {}
+  if plan.spec.grad_clip then return ok end
+  for _, g in ipairs(plan.groups) do ok[g] = g.shard == 1 and g.replicate == 1 end
+  local since = {}  -- the group's reductions since its last optimizer step
+  for _, st in ipairs(plan.steps) do
+    local g = st.group
+    if st.op == "accumulate_unsharded_grads" then
+      ok[g] = false
+    elseif st.op == "reduce_scatter" then
+      local r = st.reduction
+      if not st.direct or (r.index > 0 and not r.part) or ((since[g] or 0) > 0 and not r.part) then
+        ok[g] = false
+      end
+      since[g] = (since[g] or 0) + 1
+    elseif st.op == "optimizer" then
+      since[g] = 0
+    end
+  end
+  return ok
 end
 
 -- Builds buffers with [first, last] step intervals, then assigns offsets.
@@ -464,6 +501,7 @@ function M.plan(plan)
   end
   local n = #steps
   local opt_states = M.optimizer_states(plan.spec.optimizer)
+  local in_place = in_place_groups(plan)
 
   -- Persistent per group: fp32 sharded params, their gradients, optimizer state.
   for _, g in ipairs(plan.groups) do
@@ -556,7 +594,10 @@ function M.plan(plan)
       for _, k in ipairs(keys) do stop(k, i) end
       u.ugrad = stop("ugrad " .. g.index, i)
       u.acc = stop("accgrad " .. g.index, i)
-      if st.direct then
+      st.in_place = in_place[g] or nil
+      if st.in_place then
+        -- nothing to keep: the optimizer reads the sharded gradients the backward wrote
+      elseif st.direct then
         -- Read on the reduce-scatter stream (CUDA): kept until the next reduction waits for it.
         open["rs " .. st.rs .. " src"] = u.acc or u.ugrad
       else
@@ -615,8 +656,10 @@ function M.plan(plan)
         if t.requires_grad and t.is_param then
           local pg = plan.owner[t]
           if pg then
-            local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads", "grads",
+            local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads"
+              .. (in_place[pg] and " (in place: its sharded grads)" or ""), "grads",
               compute_bytes(pg.layout.padded_numel), i)
+            if new and in_place[pg] then gb.alias, gb.bytes = pg.grads_buf, 0 end
             u.ugrad[pg.index] = gb
             if new then u.zero[#u.zero + 1] = gb end
           end

@@ -144,7 +144,9 @@ function M.step(st, plan, gpu, k)
     c.compute = copy_time(gpu, k, g.layout.padded_numel // g.post_forward_world * 8)
   elseif st.op == "reduce_scatter" then
     local L = st.reduction.layout
-    if st.direct then
+    if st.in_place then
+      -- nothing runs (memory.lua in_place_groups)
+    elseif st.direct then
       c.copy_in = copy_time(gpu, k, L.padded_numel * 8)
     else
       -- copy-in on compute (grads read, reduce_dtype written); view-out after the collective

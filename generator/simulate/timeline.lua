@@ -149,7 +149,11 @@ function M.run(plan, topo)
       on_compute(c.compute, "post-forward shard")
       sync_t = tc
     elseif op == "reduce_scatter" then
-      if st.direct then
+      if st.in_place then
+        -- the backward wrote the sharded grads on compute: its optimizer step waits for that
+        reduced[st.group] = tc
+        if st.reduction.part then reduced[st.reduction] = tc end
+      elseif st.direct then
         wait_for(rs_pending, "rs")
         wait_for(post_pending, "rs")
         local s = math.max(free.rs, tc)

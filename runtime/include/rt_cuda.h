@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rt_dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -58,13 +60,19 @@ void* rt_cuda_get_stream(void);
 // Adam's per-step scalars are computed on the device by a one-thread kernel (beta^step as
 // an exact integer power, on the host path too; their fp32 values equal the CPU backend's,
 // which uses glibc pow, for every step checked: tests/cuda/test_optim_math.cu).
+// grad_dt: the gradients are read rounded to it (bf16, fp16), the bits of rounding them
+// first; RT_F32 reads them as they are. In-place gradients (one rank: the backward
+// accumulated the sharded gradients themselves in fp32; generator/memory/memory.lua) get
+// the reduction's rounding here instead of in a pass of their own.
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
                            const int64_t* d_step, int k, int per, const double* d_lr,
-                           double beta1, double beta2, double eps, double weight_decay, int adamw);
+                           double beta1, double beta2, double eps, double weight_decay, int adamw,
+                           rt_dtype grad_dt);
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
                           const int64_t* d_step, int k, int per, const double* d_lr,
-                          double momentum, double dampening, double weight_decay, int nesterov);
+                          double momentum, double dampening, double weight_decay, int nesterov,
+                          rt_dtype grad_dt);
 
 // ----------------------------------------------------------------------------
 // graph-safe gradient clipping, the device-side form of what the CPU step does

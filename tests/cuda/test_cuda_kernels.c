@@ -1601,6 +1601,51 @@ static void set_dev_lr(double* d_lr, double lr) {
     RT_CHECK_CUDA(cudaMemcpy(d_lr, &lr, sizeof lr, cudaMemcpyHostToDevice));
 }
 
+// In-place gradients (rt_cuda.h grad_dt): the device steps read fp32 gradients rounded to
+// bf16 (AdamW) or fp16 (SGD with momentum) as they load them, the bits of the CPU steps on
+// gradients rounded first (three steps of each).
+static void test_optim_grad_round(void) {
+    const size_t n = 10007;
+    int64_t* d_step = dalloc(sizeof(int64_t));
+    double* d_lr = dalloc(sizeof(double));
+    set_dev_lr(d_lr, 1e-2);
+    for (int kind = 0; kind < 2; kind++) {
+        const rt_dtype dt = kind ? RT_F16 : RT_BF16;
+        float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.0f, 0.0f), *v = hrand(n, 0.0f, 0.0f);
+        float *d_p = dup(p, n), *d_m = dup(m, n), *d_v = dup(v, n);
+        int changed = 0;
+        for (int64_t step = 1; step <= 3; step++) {
+            float* g = hrand(n, 1.0f, 0.0f);
+            float* d_g = dup(g, n);  // unrounded
+            for (size_t i = 0; i < n; i++) {
+                const float r = rt_round_inl(g[i], dt);
+                changed += r != g[i];
+                g[i] = r;
+            }
+            set_dev_step(d_step, step);
+            if (kind) {
+                cpu_rt_sgd_step(p, g, m, n, step, 1e-2, 0.9, 0.1, 0.01, 0);
+                rt_cuda_sgd_step_dev(d_p, d_g, d_m, n, d_step, 1, 1, d_lr, 0.9, 0.1, 0.01, 0, dt);
+            } else {
+                cpu_rt_adamw_step(p, g, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
+                rt_cuda_adam_step_dev(d_p, d_g, d_m, d_v, n, d_step, 1, 1, d_lr, 0.9, 0.95, 1e-8,
+                                      0.1, 1, dt);
+            }
+            free(g), dfree(d_g);
+        }
+        char nm[128];
+        snprintf(nm, sizeof nm, "%s reading fp32 gradients rounded to %s: param after 3 steps",
+                 kind ? "sgd momentum" : "adamw", kind ? "fp16" : "bf16");
+        CHECK(changed > (int)n, "%s: %d of %zu gradients change when rounded", nm, changed, 3 * n);
+        cmp(nm, d_p, p, n, TOL_EXACT);
+        cmp("  ... exp_avg / momentum_buf", d_m, m, n, TOL_EXACT);
+        if (!kind) cmp("  ... exp_avg_sq", d_v, v, n, TOL_EXACT);
+        free(p), free(m), free(v);
+        dfree(d_p), dfree(d_m), dfree(d_v);
+    }
+    dfree(d_step), dfree(d_lr);
+}
+
 static void test_optim(void) {
     const size_t n = 10007;
     float* g[3] = {hrand(n, 1.0f, 0.0f), hrand(n, 0.1f, 0.0f), hrand(n, 3.0f, 0.0f)};
@@ -1628,29 +1673,29 @@ static void test_optim(void) {
                 case 0:
                     cpu_rt_sgd_step(p, gs, NULL, n, step, lr, 0.0, 0.0, 0.0, 0);
                     rt_sgd_step(d_p, d_gs, NULL, n, step, lr, 0.0, 0.0, 0.0, 0);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, NULL, n, d_step, k, 2, d_lr, 0.0, 0.0, 0.0, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, NULL, n, d_step, k, 2, d_lr, 0.0, 0.0, 0.0, 0, RT_F32);
                     break;
                 case 1:
                     cpu_rt_sgd_step(p, gs, m, n, step, lr, 0.9, 0.1, 0.01, 0);
                     rt_sgd_step(d_p, d_gs, d_m, n, step, lr, 0.9, 0.1, 0.01, 0);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, d_lr, 0.9, 0.1, 0.01, 0);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, d_lr, 0.9, 0.1, 0.01, 0, RT_F32);
                     break;
                 case 2:
                     cpu_rt_sgd_step(p, gs, m, n, step, lr, 0.9, 0.0, 0.01, 1);
                     rt_sgd_step(d_p, d_gs, d_m, n, step, lr, 0.9, 0.0, 0.01, 1);
-                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, d_lr, 0.9, 0.0, 0.01, 1);
+                    rt_cuda_sgd_step_dev(e_p, d_gs, e_m, n, d_step, k, 2, d_lr, 0.9, 0.0, 0.01, 1, RT_F32);
                     break;
                 case 3:
                     cpu_rt_adam_step(p, gs, m, v, n, step, lr, 0.9, 0.999, 1e-8, 0.01);
                     rt_adam_step(d_p, d_gs, d_m, d_v, n, step, lr, 0.9, 0.999, 1e-8, 0.01);
                     rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, d_lr, 0.9, 0.999, 1e-8,
-                                          0.01, 0);
+                                          0.01, 0, RT_F32);
                     break;
                 default:
                     cpu_rt_adamw_step(p, gs, m, v, n, step, lr, 0.9, 0.95, 1e-8, 0.1);
                     rt_adamw_step(d_p, d_gs, d_m, d_v, n, step, lr, 0.9, 0.95, 1e-8, 0.1);
                     rt_cuda_adam_step_dev(e_p, d_gs, e_m, e_v, n, d_step, k, 2, d_lr, 0.9, 0.95, 1e-8,
-                                          0.1, 1);
+                                          0.1, 1, RT_F32);
                     break;
             }
         }
@@ -1886,6 +1931,7 @@ int main(void) {
     test_assign(RT_F32);
     test_assign(RT_BF16);
     test_optim();
+    test_optim_grad_round();
     test_threads();
 
     RT_CHECK_CUDA(cudaDeviceSynchronize());

@@ -166,9 +166,9 @@ static void step_optimize_dev(step_bufs* s) {
     rt_cuda_clip_by_total(s->dw1, (size_t)H * C, s->sum, MAX_NORM);
     rt_cuda_clip_by_total(s->dw2, (size_t)V * H, s->sum, MAX_NORM);
     rt_cuda_adam_step_dev(s->w1, s->dw1, s->m1, s->v1, (size_t)H * C, s->step, 1, 1, s->lr, 0.9,
-                          0.95, 1e-8, 0.1, 1);
+                          0.95, 1e-8, 0.1, 1, RT_F32);
     rt_cuda_sgd_step_dev(s->w2, s->dw2, s->mom2, (size_t)V * H, s->step, 1, 1, s->lr, 0.9, 0.1,
-                         0.01, 1);
+                         0.01, 1, RT_F32);
 }
 
 static void set_step(step_bufs* s, int64_t step) {  // outside the graph, on the stream

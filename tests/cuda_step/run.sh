@@ -14,8 +14,9 @@
 #   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error;
 #   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
 #     on the emulator, and the variable's one-line error;
-#   - a root reduced in two parts (llama_w1_bf16) against its twin reduced whole
-#     (llama_w1_whole.lua): the same bits on the CPU and on the emulator.
+#   - a root reduced in two parts, every gradient in place (llama_w1_bf16), against its twin
+#     whose root reduce-scatters (llama_w1_whole.lua): the same bits on the CPU and on the
+#     emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64) and its auto
 # timings; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
@@ -204,21 +205,24 @@ sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and
                                            a[k][1].tobytes() == b[k][1].tobytes() for k in a)))' "$1" "$2"
 }
 # In llama_w1_bf16's spec_checks: its root is reduced in two parts (the output head's before
-# the blocks' backward, whose optimizer stream steps it beside them; the embedding's after),
-# its twin tests/cuda_step/llama_w1_whole.lua's in one reduce-scatter; the CPU binaries, and
+# the blocks' backward, whose optimizer stream steps it beside them; the embedding's after)
+# and every group's gradients in place (the optimizer rounds them as it reads them), its
+# twin tests/cuda_step/llama_w1_whole.lua's each in a reduce-scatter; the CPU binaries, and
 # on the emulator the CUDA ones, save the same bits.
 whole_checks() {
-    local whole=llama_w1_whole parts
+    local whole=llama_w1_whole parts in_place
     parts=$(grep -c '^  rs .*; part [12] of 2: ' "build/$name/$name.schedule")
-    if [ "$parts" = 2 ] && ! grep -q '; part [0-9]* of ' "build/$whole/$whole.schedule"; then
-        pass "$name: its schedule reduces the root in 2 parts, $whole's in one"
+    in_place=$(grep -c '^  rs .* in place: ' "build/$name/$name.schedule")
+    if [ "$parts" = 2 ] && [ "$in_place" = 4 ] &&
+        ! grep -qE '; part [0-9]+ of | in place: ' "build/$whole/$whole.schedule"; then
+        pass "$name: its schedule reduces the root in 2 parts and all 4 reductions in place, $whole's each in a reduce-scatter"
     else
-        fail "$name: $parts parts in its schedule (want 2), or parts in $whole's"
+        fail "$name: $parts parts (want 2) and $in_place reductions in place (want 4) in its schedule, or its twin's in parts or in place"
     fi
     "build/$whole/$whole" "${steps[@]}" "${val[@]}" --save "$work/$whole.cpu.safetensors" \
         >"$work/$whole.cpu.log" 2>&1
     if same_tensors "$work/$name.cpu.safetensors" "$work/$whole.cpu.safetensors"; then
-        pass "$name (CPU): the root reduced in parts saves the bits of $whole's one reduction"
+        pass "$name (CPU): the root reduced in parts, the gradients in place, save the bits of $whole's reduce-scatters"
     else
         fail "$name (CPU): the root reduced in parts saved other parameters than $whole"
     fi
@@ -228,7 +232,7 @@ whole_checks() {
     CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" --save "$work/$whole.cuda.safetensors" \
         >"$work/$whole.cuda.log" 2>&1
     if same_tensors "$work/$name.cuda.safetensors" "$work/$whole.cuda.safetensors"; then
-        pass "$name (emulator): the root's parts stepped on the optimizer stream save the bits of $whole's one reduction"
+        pass "$name (emulator): the root's parts stepped on the optimizer stream, the gradients rounded as it reads them, save the bits of $whole's reduce-scatters"
     else
         fail "$name (emulator): the root reduced in parts saved other parameters than $whole"
     fi

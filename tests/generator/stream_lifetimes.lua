@@ -8,7 +8,8 @@
 --   * a reduce-scatter's input and output, and the unsharded gradients a direct (one-rank)
 --     reduction reads: until the next reduce_scatter step, or to the end of the step
 --     program after the last one (compute waits for the reduction in flight at the next
---     one, and for all of them before clipping and the optimizer).
+--     one, and for all of them before clipping and the optimizer); an in-place one's
+--     unsharded gradients are the sharded ones, which live through the step program.
 -- And an all-gather's output starts no later than the all-gather streams' last wait for
 -- compute before it (all_gather_sync, all_gather_wait or reshard_post_forward; there must
 -- be one): the all-gather runs ahead of the compute issued since, so it must not sit on a
@@ -68,7 +69,14 @@ local function problems(plan)
       for j = i + 1, #steps do
         if steps[j].op == "reduce_scatter" then next_rs = j break end
       end
-      if st.direct then
+      if st.in_place then
+        -- the optimizer stream reads the sharded grads themselves, whenever it runs
+        local sharded = st.bufs.ugrad and st.bufs.ugrad.alias
+        if not (sharded and sharded.kind == "persistent") then
+          out[#out + 1] = string.format("the in-place reduction of %s reads no persistent sharded grads", name(plan, i))
+        end
+        need(sharded, #steps, "the sharded grads an in-place reduction leaves to the optimizer", i)
+      elseif st.direct then
         need(st.bufs.acc or st.bufs.ugrad, math.min(next_rs, #steps), "the unsharded grads read by the direct "
           .. "reduction", i)
       else

@@ -15,7 +15,9 @@
 // waits for the previous reduce-scatter collective before the next copy-in, and neither
 // that copy-in nor the next reduce-scatter waits for the previous all-reduce, so they
 // overlap); and, as a control that the checker sees the overlap, a write to the previous
-// reduce-scatter output while it is still planned live is reported as a race.
+// reduce-scatter output while it is still planned live is reported as a race. At one rank
+// also the optimizer beside the backward, a root reduced in parts, and gradients in place
+// (each with a control the checker must catch).
 //
 // Lives in tests/train (built by its run.sh) because it needs no GPU, only the CUDA
 // headers. usage: test_stream_order
@@ -210,8 +212,10 @@ void rt_cuda_set_stream(void* stream) { cur_stream = stream; }
 void* rt_cuda_get_stream(void) { return cur_stream; }
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
                            const int64_t* d_step, int k, int per, const double* d_lr,
-                           double beta1, double beta2, double eps, double weight_decay, int adamw) {
+                           double beta1, double beta2, double eps, double weight_decay, int adamw,
+                           rt_dtype grad_dt) {
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
+    (void)grad_dt;
     touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
     touch(cur_stream, p, n * 4, 1, "optimizer");
     touch(cur_stream, m, n * 4, 1, "optimizer");
@@ -219,7 +223,9 @@ void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t 
 }
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
                           const int64_t* d_step, int k, int per, const double* d_lr,
-                          double momentum, double dampening, double weight_decay, int nesterov) {
+                          double momentum, double dampening, double weight_decay, int nesterov,
+                          rt_dtype grad_dt) {
+    (void)grad_dt;
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
     touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
     touch(cur_stream, p, n * 4, 1, "optimizer");
@@ -732,6 +738,44 @@ static void test_optimizer_parts(int on_compute, int group_event) {
     world_free(&w);
 }
 
+// One rank, no clipping, gradients in place (generator/memory/memory.lua: the unsharded
+// gradients are the sharded ones): the backward over groups 2, 1, 0 writes each group's
+// sharded grads on compute, each in-place reduction only records events, the optimizer
+// steps run on the optimizer stream, then the step's end and the next step's backward
+// writes group 2's grads again. No race, and group 2's step overlaps group 0's backward.
+// Control: compute writing group 2's grads right after the optimizer lines, before the
+// step's end, is reported as a race.
+static void test_in_place(int control) {
+    world w;
+    world_init(&w, 0);
+    w.m.grad_clip = 0.0;
+    one_rank(&w);
+    int bw0 = 0;
+    for (int g = NG - 1; g >= 0; g--) {
+        bw0 = nacc;
+        compute_writes(&w, w.groups[g].grads_off, 4 * BLOCK, "backward writes the sharded grads");
+        rtb_reduce_direct(&w.R, g, 0, w.groups[g].grads_off, RT_BF16, 0);
+    }
+    const int opt = nacc;
+    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    const int step2 = find(opt, nacc, "optimizer");
+    const int copies = find(0, nacc, "copy write");
+    if (control) {
+        compute_writes(&w, w.groups[2].grads_off, 4 * BLOCK, "a write the optimizer overlaps");
+        CHECK(races > 0, "control, gradients in place: compute writing the grads right after the "
+              "optimizer lines is reported as a race (%d; first: %s)", races, first_race);
+    } else {
+        rtb_step_end(&w.R);
+        compute_writes(&w, w.groups[2].grads_off, 4 * BLOCK, "the next backward writes the grads");
+        CHECK(races == 0 && copies < 0 && step2 >= 0 && acc[step2].s == w.c.opt->id &&
+                  !before(bw0, step2) && w.cg[2].grads_round == RT_BF16,
+              "one rank, gradients in place: no copy, group 2's step on the optimizer stream "
+              "beside group 0's backward, rounding its grads to bf16 as it reads them, no race "
+              "(%d accesses)%s%s", nacc, races ? "; first: " : "", first_race);
+    }
+    world_free(&w);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_direct_all_gather(1, 1);
@@ -754,6 +798,8 @@ int main(void) {
     test_optimizer_parts(0, 0);
     test_optimizer_parts(1, 0);
     test_optimizer_parts(0, 1);
+    test_in_place(0);
+    test_in_place(1);
     free(arena);
     return check_summary();
 }

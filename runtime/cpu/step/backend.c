@@ -294,12 +294,19 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
 }
 
 // One rank, values unchanged: what copy-in, the identity reduction and view-out leave in
-// the sharded grads, in one pass per parameter.
+// the sharded grads, in one pass per parameter. In place (the unsharded grads are the
+// sharded ones: generator/memory/memory.lua), the rounding alone.
 void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
+    if (grads_off == mg->grads_off && accumulate)
+        rt_rank_die(R, "group '%s': in-place gradients that add to others", mg->name);
     rt_fsdp_layout* L = reduction_ptrs(R, g, r, grads_off, grads_dtype, accumulate);
+    if (grads_off == mg->grads_off) {
+        span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
+        return;
+    }
     rt_copy_plan p = {0};
     int st = rt_copy_reduce_direct(&p, L, NULL, NULL);
     apply_direct(R, L, &p, st, rt_copy_per_param((const void* const*)rg->ptrs[1], RT_F32, NULL),

@@ -26,14 +26,16 @@ __device__ __forceinline__ int64_t step_count(const int64_t* d_step, int k, int 
     return (*d_step - 1) * per + k;
 }
 
+// gdt: the gradients are read rounded to it (in-place gradients, rt_cuda.h; RT_F32: as
+// they are).
 __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ grad,
                            float* __restrict__ momentum_buf, size_t n, rtc_sgd_scalars s,
                            int first, const int64_t* __restrict__ d_step, int k, int per,
-                           const double* __restrict__ d_lr) {
+                           const double* __restrict__ d_lr, rt_dtype gdt) {
     if (d_step) first = step_count(d_step, k, per) <= 1;
     if (d_lr) s.neg_lr = (float)(-*d_lr);  // rtc_sgd_scalars_of's rounding
     RTC_GRID_STRIDE(i, n) {
-        param[i] = rtc_sgd_elem(s, first, param[i], grad[i],
+        param[i] = rtc_sgd_elem(s, first, param[i], rtc_round_to(grad[i], gdt),
                                 s.use_momentum ? momentum_buf + i : (float*)NULL);
     }
 }
@@ -41,28 +43,29 @@ __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ 
 static void sgd_launch(float* param, const float* grad, float* momentum_buf, size_t n,
                        int64_t step, const int64_t* d_step, int k, int per, double lr,
                        const double* d_lr, double momentum, double dampening,
-                       double weight_decay, int nesterov) {
+                       double weight_decay, int nesterov, rt_dtype gdt) {
     const rtc_sgd_scalars s = rtc_sgd_scalars_of(lr, momentum, dampening, weight_decay, nesterov);
     RTC_LAUNCH_FLAT(sgd_kernel, n, param, grad, momentum_buf, n, s, step <= 1, d_step, k, per,
-                    d_lr);
+                    d_lr, gdt);
 }
 
 void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n, int64_t step,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
     sgd_launch(param, grad, momentum_buf, n, step, NULL, 1, 1, lr, NULL, momentum, dampening,
-               weight_decay, nesterov);
+               weight_decay, nesterov, RT_F32);
 }
 
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
                           const int64_t* d_step, int k, int per, const double* d_lr,
-                          double momentum, double dampening, double weight_decay, int nesterov) {
+                          double momentum, double dampening, double weight_decay, int nesterov,
+                          rt_dtype grad_dt) {
     RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
               "rt_cuda_sgd_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_sgd_step_dev with k out of range");
     sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, 0.0, d_lr, momentum, dampening,
-               weight_decay, nesterov);
+               weight_decay, nesterov, grad_dt);
 }
 
 // ----------------------------------------------------------------------------
@@ -70,10 +73,12 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
 
 // W = RTC_VEC: 16-byte accesses, eight values of each of the four buffers in flight per
 // thread (a Llama 1B step's AdamW, 42 GB of traffic, ran at 2.8 TB/s with 4-byte ones).
+// gdt as for sgd_kernel.
 template <int W>
 __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
-                            rtc_adam_scalars s, const rtc_adam_scalars* __restrict__ d_s) {
+                            rtc_adam_scalars s, const rtc_adam_scalars* __restrict__ d_s,
+                            rt_dtype gdt) {
     const rtc_adam_scalars sc = d_s ? *d_s : s;
     rtc_flat<W>(n, [&](auto w, size_t i) {
         constexpr int K = decltype(w)::value;
@@ -82,7 +87,8 @@ __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__
         rtc_ldv(grad, i, RT_F32, g);
         rtc_ldv(exp_avg, i, RT_F32, m);
         rtc_ldv(exp_avg_sq, i, RT_F32, v);
-        for (int u = 0; u < K; u++) p[u] = rtc_adam_elem(sc, p[u], g[u], &m[u], &v[u]);
+        for (int u = 0; u < K; u++)
+            p[u] = rtc_adam_elem(sc, p[u], rtc_round_to(g[u], gdt), &m[u], &v[u]);
         rtc_stv(exp_avg, i, m, RT_F32);
         rtc_stv(exp_avg_sq, i, v, RT_F32);
         rtc_stv(param, i, p, RT_F32);
@@ -90,8 +96,8 @@ __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__
 }
 
 static void adam_launch(float* p, const float* g, float* m, float* v, size_t n,
-                        rtc_adam_scalars s, const rtc_adam_scalars* d_s) {
-    RTC_LAUNCH_VEC(adam_kernel, n, rtc_aligned16({p, g, m, v}), p, g, m, v, n, s, d_s);
+                        rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt) {
+    RTC_LAUNCH_VEC(adam_kernel, n, rtc_aligned16({p, g, m, v}), p, g, m, v, n, s, d_s, gdt);
 }
 
 // One thread: the step's scalars from the device step count and lr.
@@ -113,7 +119,7 @@ void rt_adam_step(float* param, const float* grad, float* exp_avg, float* exp_av
                   double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 0), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32);
 }
 
 void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
@@ -121,12 +127,13 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
                    double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 1), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32);
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
                            const int64_t* d_step, int k, int per, const double* d_lr,
-                           double beta1, double beta2, double eps, double weight_decay, int adamw) {
+                           double beta1, double beta2, double eps, double weight_decay, int adamw,
+                           rt_dtype grad_dt) {
     RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
               "rt_cuda_adam_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
@@ -138,7 +145,7 @@ void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t 
         d_s, adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k, per, d_lr);
     RTC_CHECK_LAUNCH(adam_scalars_kernel);
     const rtc_adam_scalars unused = {};
-    adam_launch(p, g, m, v, n, unused, d_s);
+    adam_launch(p, g, m, v, n, unused, d_s, grad_dt);
 }
 
 // ----------------------------------------------------------------------------

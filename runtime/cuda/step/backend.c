@@ -460,6 +460,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     wait_reduce_scatter(R);
     float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
+    c->groups[g].grads_round = RT_F32;
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
     const cuda_reduction* cr = begin_reduction(R, g, r, accumulate, c->compute);
     // the rounding to grads_dtype in the copy-in: no pass over the unsharded grads, which
@@ -492,10 +493,23 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
 void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
+    cuda_group* cg = &c->groups[g];
     // The plan frees the previous reduction's buffers at this step, as at a reduce-scatter.
     wait_optimizer(R);
     wait_reduce_scatter(R);
     wait_post_reduce(R);
+    if (grads_off == mg->grads_off) {
+        // In place (generator/memory/memory.lua): the backward accumulated the sharded grads
+        // themselves on compute; the optimizer rounds them to grads_dtype as it reads them,
+        // the bits of this copy's rounding, so nothing runs here but the events.
+        if (accumulate) rt_rank_die(R, "group '%s': in-place gradients that add to others", mg->name);
+        const cuda_reduction* cr = begin_reduction(R, g, r, 0, c->compute);
+        cg->grads_round = grads_dtype;
+        CS(R, cudaEventRecord(cg->reduced, c->compute));
+        if (cr->reduced) CS(R, cudaEventRecord(cr->reduced, c->compute));
+        return;
+    }
+    cg->grads_round = RT_F32;
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
     const cuda_reduction* cr = begin_reduction(R, g, r, accumulate, c->rs);
@@ -503,7 +517,7 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
                       rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->rs);
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
-    CS(R, cudaEventRecord(c->groups[g].reduced, c->rs));
+    CS(R, cudaEventRecord(cg->reduced, c->rs));
     if (cr->reduced) CS(R, cudaEventRecord(cr->reduced, c->rs));
     c->rs_pending = 1;
     c->rs_g = g;
@@ -517,6 +531,10 @@ void rtb_clip_grad_norm(rt_rank* R) {
     const rt_model* m = R->model;
     wait_reduce_scatter(R);
     wait_post_reduce(R);
+    for (int g = 0; g < m->ngroups; g++)
+        if (c->groups[g].grads_round != RT_F32)
+            rt_rank_die(R, "group '%s': in-place gradients with clipping (the plan makes none)",
+                        m->groups[g].name);
     c->clipped = 1;
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, "clip_grad_norm", "optimizer");
     CS(R, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
@@ -583,11 +601,11 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
     if (o->kind == RT_OPTIM_SGD)
         rt_cuda_sgd_step_dev(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
                              c->d_step, k, per, c->d_lr + item, o->momentum, o->dampening,
-                             o->weight_decay, o->nesterov);
+                             o->weight_decay, o->nesterov, c->groups[g].grads_round);
     else
         rt_cuda_adam_step_dev(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, c->d_step,
                               k, per, c->d_lr + item, o->beta1, o->beta2, o->eps, o->weight_decay,
-                              o->kind == RT_OPTIM_ADAMW);
+                              o->kind == RT_OPTIM_ADAMW, c->groups[g].grads_round);
     rt_cuda_set_stream(c->compute);
     cs_trace_close(R, t, s);
 }

@@ -57,6 +57,8 @@ typedef struct cuda_group {
     cudaEvent_t ag_done;              // its last all-gather finished (all-gather stream)
     cudaEvent_t reduced;              // its last reduction finished: the sharded gradients
                                       // are complete (the optimizer stream waits for it)
+    rt_dtype grads_round;             // in-place gradients (rtb_reduce_direct): the dtype the
+                                      // optimizer rounds them to as it reads them; else RT_F32
 } cuda_group;
 
 typedef struct cs_span {
