@@ -657,7 +657,7 @@ function M.plan(plan)
           local pg = plan.owner[t]
           if pg then
             local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads"
-              .. (in_place[pg] and " (in place: its sharded grads)" or ""), "grads",
+              .. (in_place[pg] and " (in place)" or ""), "grads",
               compute_bytes(pg.layout.padded_numel), i)
             if new and in_place[pg] then gb.alias, gb.bytes = pg.grads_buf, 0 end
             u.ugrad[pg.index] = gb
