@@ -457,8 +457,8 @@ local function zero(calls, bufs, skip, assigned, w)
     if reads then
       local set = {}
       for _, p in ipairs(ps or {}) do set[p] = true end
-      for _, p in ipairs(skip and skip[bf] and {} or reads) do
-        if not set[p] then
+      for _, p in ipairs(reads) do
+        if not set[p] and not (skip and skip[bf]) then
           local _, off = w:param_offset(p)
           emit(bf, off, trace.numel(p.shape))
         end
