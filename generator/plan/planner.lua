@@ -369,10 +369,19 @@ end
 -- them (runtime/cuda/step/backend.c). Each part assigns its parameters' sharded gradients;
 -- the group's post_backward reduces the rest as its last part. The bits are those of one
 -- reduction after the backward: each gradient is complete when reduced, and each
--- parameter's update reads only its own.
+-- parameter's update reads only its own. Not while a parameter of the group has some of
+-- its contributions and not all (a tied embedding's, from the output head): a part ends
+-- the group's unsharded gradient buffer, and the rest would start on a new one.
+local function partial(g)
+  for _, p in ipairs(g.params) do
+    if p.grad_partial then return true end
+  end
+  return false
+end
+
 function Sim:reduce_parts(s)
   for _, g in ipairs(self.groups) do
-    if g.split and g ~= s.group then
+    if g.split and g ~= s.group and not partial(g) then
       local with = {}
       for k, p in ipairs(g.params) do
         if p.grad_ready then with[#with + 1] = k end
@@ -749,7 +758,9 @@ function Sim:run_backward(item)
         pending[t] = pending[t] - 1
         if pending[t] == 0 then
           self.owner[t].has_grad = true
-          t.grad_ready = true
+          t.grad_ready, t.grad_partial = true, nil
+        else
+          t.grad_partial = true  -- some of its contributions are in, not all (Sim:reduce_parts)
         end
       end
     end

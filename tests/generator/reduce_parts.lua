@@ -118,6 +118,69 @@ for _, st in ipairs(plan.steps) do
 end
 check(blocks == 2 and whole_blocks == 2,
   string.format("each block reduced whole, once (%d of %d reductions)", whole_blocks, blocks))
+-- A tied embedding (the output head's weight): its gradient has the head's contribution
+-- before the blocks' backward and the embedding's after, so the root is not split (a part
+-- would end the buffer that holds the head's contribution).
+local tied
+do
+  local f = assert(io.open(tmp, "w"))
+  f:write([[
+local fsdp, models = require("fsdp"), require("models")
+local model = models.Transformer{ n_layers = 2, vocab_size = 10, max_seq_len = 8, dim = 8, n_heads = 2,
+  weight_tying = true }
+for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer) end
+fsdp.fully_shard(model)
+return fsdp.spec{ name = "tied_probe", model = model, world_size = 1,
+  input = { batch = 2, seq_len = 8 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
+]])
+  f:close()
+  tied = util.plan(tmp)
+end
+check(root_lines(tied) == whole, "a tied embedding: the root reduced whole: " .. root_lines(tied))
 os.remove(tmp)
+
+-- Every spec of the repository: each parameter's contributions since its last reduction
+-- are in the one unsharded gradient buffer that its next reduction reads (or accumulates
+-- from), and no reduction ends a buffer holding contributions of a parameter it does not
+-- reduce: a part never strands a gradient.
+for _, path in ipairs(util.all_specs()) do
+  local ok, plan = pcall(util.plan, path)
+  if not ok then
+    check(false, path .. ": plan failed")
+  else
+    local bad
+    local at = {}  -- parameter -> the buffers its contributions since its last reduction are in
+    for i, st in ipairs(plan.steps) do
+      if (st.op == "backward" or st.op == "loss_grad") and st.bufs.ugrad then
+        for _, t in ipairs(st.node.ins) do
+          local g = t.requires_grad and t.is_param and plan.owner[t]
+          local b = g and st.bufs.ugrad[g.index]
+          if b then
+            at[t] = at[t] or {}
+            at[t][b] = true
+          end
+        end
+      elseif st.op == "accumulate_unsharded_grads" then
+        for _, t in ipairs(st.group.params) do at[t] = nil end
+      elseif st.op == "reduce_scatter" and not st.bufs.acc then
+        local reduced = {}
+        for _, k in ipairs(st.reduction.params) do reduced[st.group.params[k]] = true end
+        for _, t in ipairs(st.group.params) do
+          local bs = at[t] or {}
+          if reduced[t] then
+            for b in pairs(bs) do
+              if b ~= st.bufs.ugrad then bad = bad or string.format("step %d: %s's gradient is in another buffer", i, t.fqn) end
+            end
+            at[t] = nil
+          elseif bs[st.bufs.ugrad] then
+            bad = bad or string.format("step %d ends the buffer of %s's contributions without reducing it", i, t.fqn)
+          end
+        end
+      end
+    end
+    check(not bad, string.format("%s: every gradient reduced from the buffer its contributions are in%s", path,
+      bad and (" (" .. bad .. ")") or ""))
+  end
+end
 
 util.finish()
