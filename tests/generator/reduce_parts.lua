@@ -10,19 +10,15 @@
 -- reduction), a second backward before the optimizer, a group whose backward spans none.
 -- Run from the repository root: lua5.4 tests/generator/reduce_parts.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit.emit_step")
 local schedule = require("emit.schedule")
 
 local util = require("tests.generator.step_c")
 local check = util.check
 
-local tmp = os.tmpname()
-
 -- A 2-block Llama at `world` ranks, blocks and root sharded; `extra` is Lua run after the
 -- groups are made (the model is `model`), `opts` more spec fields.
 local function plan_llama(world, extra, opts)
-  local f = assert(io.open(tmp, "w"))
-  f:write(string.format([[
+  return util.plan_source(string.format([[
 local fsdp, models = require("fsdp"), require("models")
 local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
 local model = models.Llama{ n_layers = 2, dim = 16, n_heads = 2, n_kv_heads = 1, vocab_size = 32,
@@ -33,9 +29,6 @@ fsdp.fully_shard(model, { mp_policy = mp })
 return fsdp.spec{ name = "parts_probe", model = model, world_size = %d,
   input = { batch = 2, seq_len = 8 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 }%s }
 ]], extra or "", world, opts and (", " .. opts) or ""))
-  f:close()
-  local plan = util.plan(tmp)
-  return plan, util.flat(emit_step.render(plan, tmp, plan.spec.name))
 end
 
 -- The plan's reductions and optimizer steps of the root (group 1), as "rs a,b" / "opt a,b"
@@ -118,13 +111,11 @@ for _, st in ipairs(plan.steps) do
 end
 check(blocks == 2 and whole_blocks == 2,
   string.format("each block reduced whole, once (%d of %d reductions)", whole_blocks, blocks))
+
 -- A tied embedding (the output head's weight): its gradient has the head's contribution
 -- before the blocks' backward and the embedding's after, so the root is not split (a part
 -- would end the buffer that holds the head's contribution).
-local tied
-do
-  local f = assert(io.open(tmp, "w"))
-  f:write([[
+local tied = util.plan_source([[
 local fsdp, models = require("fsdp"), require("models")
 local model = models.Transformer{ n_layers = 2, vocab_size = 10, max_seq_len = 8, dim = 8, n_heads = 2,
   weight_tying = true }
@@ -133,11 +124,7 @@ fsdp.fully_shard(model)
 return fsdp.spec{ name = "tied_probe", model = model, world_size = 1,
   input = { batch = 2, seq_len = 8 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
 ]])
-  f:close()
-  tied = util.plan(tmp)
-end
 check(root_lines(tied) == whole, "a tied embedding: the root reduced whole: " .. root_lines(tied))
-os.remove(tmp)
 
 -- Every spec of the repository: each parameter's contributions since its last reduction
 -- are in the one unsharded gradient buffer that its next reduction reads (or accumulates

@@ -8,18 +8,14 @@
 -- exactly when that is all of them). Run from the repository root:
 -- lua5.4 tests/generator/reduce_subsets.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit.emit_step")
 local layout = require("plan.layout")
 local schedule = require("emit.schedule")
 
 local util = require("tests.generator.step_c")
 local check = util.check
 
-local tmp = os.tmpname()
-
 local function plan_program(step, world)
-  local f = assert(io.open(tmp, "w"))
-  f:write(string.format([[
+  return util.plan_source(string.format([[
 local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
 local model = nn.Sequential{ nn.Linear(8, 8), models.DoubleLinear(8) }
 fsdp.fully_shard(model[2])
@@ -27,9 +23,6 @@ fsdp.fully_shard(model)
 return fsdp.spec{ name = "subset_probe", model = model, world_size = %d,
   input = { shape = { 4, 8 } }, loss = "sum", optimizer = { "sgd", lr = 0.1 }, step = %s }
 ]], world, step))
-  f:close()
-  local plan = util.plan(tmp)
-  return plan, util.flat(emit_step.render(plan, tmp, plan.spec.name))
 end
 
 -- The reduce-scatters of group "1": per step, the FQNs it carries.
@@ -101,7 +94,6 @@ for _, world in ipairs({ 2, 1 }) do
         tostring(table_line)))
   end
 end
-os.remove(tmp)
 
 -- Every spec: each reduction's layout is that of the parameters it lists.
 for _, path in ipairs(util.all_specs()) do

@@ -41,6 +41,20 @@ function M.plan(path, transform)
   return loader.protect(spec.line, plan_checked, spec)
 end
 
+-- The plan of a spec given as its Lua source (M.plan of a temporary file, removed after),
+-- and its step C (M.flat).
+function M.plan_source(src)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(src)
+  f:close()
+  local ok, plan = pcall(M.plan, path)
+  local code = ok and M.flat(require("emit.emit_step").render(plan, path, plan.spec.name))
+  os.remove(path)
+  if not ok then error(plan, 0) end
+  return plan, code
+end
+
 -- What `fsdpgen build` emits for the spec at `path`, planned as `plan`, short of compiling it:
 -- the step C of the plan and of its non-sharded reference (reference.lua; the rest of
 -- build's files are templates). Raises what planning the reference or emitting raises.
