@@ -447,8 +447,10 @@ void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype 
                     mg->name, rt_dtype_name(grads_dtype), R->world, mg->divide_factor,
                     rt_dtype_name(mg->reduce_dtype));
     // A part assigns its parameters' sharded grads, whichever part came before it.
-    const int part = is_part(mg, r);
-    rtb_reduce_direct(R, g, r, grads_off, grads_dtype, !part && rg->reduced > 0);
+    const int part = is_part(mg, r), accumulate = !part && rg->reduced > 0;
+    if (grads_off == mg->grads_off && accumulate)  // in place: generator/memory/memory.lua
+        rt_rank_die(R, "group '%s': in-place gradients that add to others", mg->name);
+    rtb_reduce_direct(R, g, r, grads_off, grads_dtype, accumulate);
     rg->reduced++;  // one rank: no collective to count
     rg->parts += part;
 }

@@ -300,17 +300,13 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
-    if (grads_off == mg->grads_off && accumulate)
-        rt_rank_die(R, "group '%s': in-place gradients that add to others", mg->name);
     rt_fsdp_layout* L = reduction_ptrs(R, g, r, grads_off, grads_dtype, accumulate);
-    if (grads_off == mg->grads_off) {
-        span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
-        return;
+    if (grads_off != mg->grads_off) {  // in place, reduction_ptrs' rounding is all there is
+        rt_copy_plan p = {0};
+        int st = rt_copy_reduce_direct(&p, L, NULL, NULL);
+        apply_direct(R, L, &p, st, rt_copy_per_param((const void* const*)rg->ptrs[1], RT_F32, NULL),
+                     rt_copy_per_param((const void* const*)rg->ptrs[0], RT_F32, NULL), accumulate);
     }
-    rt_copy_plan p = {0};
-    int st = rt_copy_reduce_direct(&p, L, NULL, NULL);
-    apply_direct(R, L, &p, st, rt_copy_per_param((const void* const*)rg->ptrs[1], RT_F32, NULL),
-                 rt_copy_per_param((const void* const*)rg->ptrs[0], RT_F32, NULL), accumulate);
     span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
 }
 

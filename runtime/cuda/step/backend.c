@@ -437,6 +437,13 @@ static cudaStream_t reduce(rt_rank* R, int g, const rt_fsdp_layout* L, void* in,
     return done;
 }
 
+// The end of reduction cr of group g, on stream s: the group's `reduced` event, and the
+// reduction's own if it is a part (what the optimizer stream waits for).
+static void record_reduced(rt_rank* R, int g, const cuda_reduction* cr, cudaStream_t s) {
+    CS(R, cudaEventRecord(((cuda_rank*)R->backend)->groups[g].reduced, s));
+    if (cr->reduced) CS(R, cudaEventRecord(cr->reduced, s));
+}
+
 // Starts reduction r: returns its plans; without accumulate (the group's first reduction of
 // the step), zeroes the sharded grads of the parameters it leaves out, on stream, unless it
 // is a part (the other parts assign theirs).
@@ -460,8 +467,8 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     wait_reduce_scatter(R);
     float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
-    c->groups[g].grads_round = RT_F32;
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
+    c->groups[g].grads_round = RT_F32;
     const cuda_reduction* cr = begin_reduction(R, g, r, accumulate, c->compute);
     // the rounding to grads_dtype in the copy-in: no pass over the unsharded grads, which
     // nothing reads after it (Llama 1B: 12 GB of traffic, about 4 ms on an H100)
@@ -478,7 +485,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     // waited before post_done is recorded again.
     wait_post_reduce(R);
     CS(R, cudaEventRecord(c->post_done, done));
-    CS(R, cudaEventRecord(c->groups[g].reduced, done));
+    record_reduced(R, g, cr, done);
     c->post_pending = 1;
     c->post_g = g;
     c->post_wait = done == c->ar ? "all_reduce_wait" : "reduce_scatter_wait";
@@ -502,11 +509,8 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
         // In place (generator/memory/memory.lua): the backward accumulated the sharded grads
         // themselves on compute; the optimizer rounds them to grads_dtype as it reads them,
         // the bits of this copy's rounding, so nothing runs here but the events.
-        if (accumulate) rt_rank_die(R, "group '%s': in-place gradients that add to others", mg->name);
-        const cuda_reduction* cr = begin_reduction(R, g, r, 0, c->compute);
         cg->grads_round = grads_dtype;
-        CS(R, cudaEventRecord(cg->reduced, c->compute));
-        if (cr->reduced) CS(R, cudaEventRecord(cr->reduced, c->compute));
+        record_reduced(R, g, begin_reduction(R, g, r, 0, c->compute), c->compute);
         return;
     }
     cg->grads_round = RT_F32;
@@ -517,8 +521,7 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
                       rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->rs);
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
-    CS(R, cudaEventRecord(cg->reduced, c->rs));
-    if (cr->reduced) CS(R, cudaEventRecord(cr->reduced, c->rs));
+    record_reduced(R, g, cr, c->rs);
     c->rs_pending = 1;
     c->rs_g = g;
     c->rs_part = cr->reduced ? r : 0;
