@@ -402,6 +402,7 @@ static void world_init(world* w, int hsdp) {
     w->rg[0].reduced = w->rg[1].reduced = w->rg[2].reduced = 1;
     cuda_rank* c = &w->c;
     c->groups = w->cg;
+    c->opt_side = 1;  // RT_OPTIMIZER_STREAM unset
     cudaStreamCreateWithFlags(&c->compute, 0);
     cudaStream_t* side[CS_SIDE_STREAMS] = {&c->ag_copy, &c->ag, &c->rs, &c->ar, &c->opt};
     for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaStreamCreateWithPriority(side[k], 0, -1);
@@ -612,7 +613,7 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
     world_init(&w, 0);
     w.m.grad_clip = 0.0;
     if (direct) one_rank(&w);
-    if (on_compute) setenv("RT_OPTIMIZER_STREAM", "compute", 1);
+    w.c.opt_side = !on_compute;  // RT_OPTIMIZER_STREAM=compute, as rtb_rank_init reads it
     int bw[NG], n = 0;
     for (int g = NG - 1; g >= 0; g--, n++) {
         bw[g] = nacc;
@@ -661,7 +662,6 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
               then == NEXT_STEP ? "then the next step" : "then a second iteration", nacc,
               races ? "; first: " : "", first_race);
     }
-    unsetenv("RT_OPTIMIZER_STREAM");
     world_free(&w);
 }
 
@@ -679,7 +679,7 @@ static void test_optimizer_parts(int on_compute, int group_event) {
     world_init(&w, 0);
     w.m.grad_clip = 0.0;
     one_rank(&w);
-    if (on_compute) setenv("RT_OPTIMIZER_STREAM", "compute", 1);
+    w.c.opt_side = !on_compute;  // RT_OPTIMIZER_STREAM=compute, as rtb_rank_init reads it
     static const int head[] = {0}, embedding[] = {1};
     const rt_model_reduction parts[2] = {{1, head, BLOCK / 2, 1}, {1, embedding, BLOCK / 2, 1}};
     cuda_reduction some[2];
@@ -734,7 +734,6 @@ static void test_optimizer_parts(int on_compute, int group_event) {
     }
     for (int r = 0; r < 2 && !group_event; r++) cudaEventDestroy(some[r].reduced);
     nplan_at = 0;
-    unsetenv("RT_OPTIMIZER_STREAM");
     world_free(&w);
 }
 

@@ -558,15 +558,16 @@ void rtb_clip_grad_norm(rt_rank* R) {
     cs_trace_close(R, t, c->compute);
 }
 
-// RT_OPTIMIZER_STREAM: where the optimizer steps run when the step does not clip.
-static int env_optimizer_side(void) {
+// RT_OPTIMIZER_STREAM: where the optimizer steps run when the step does not clip (1: on
+// the optimizer stream, 0: on compute, -1: neither).
+int cs_optimizer_side(void) {
     const char* v = getenv("RT_OPTIMIZER_STREAM");
     if (!v || !*v || strcmp(v, "side") == 0) return 1;
     return strcmp(v, "compute") == 0 ? 0 : -1;
 }
 
 int cs_optimizer_check_env(void) {
-    if (env_optimizer_side() >= 0) return 0;
+    if (cs_optimizer_side() >= 0) return 0;
     fprintf(stderr, "fsdpgen: RT_OPTIMIZER_STREAM=%s: must be side (each group's step beside "
                     "the backward, after its reduction) or compute (after the backward)\n",
             getenv("RT_OPTIMIZER_STREAM"));
@@ -576,7 +577,7 @@ int cs_optimizer_check_env(void) {
 // The stream group g's optimizer step r runs on, after the waits it needs (top of the file).
 static cudaStream_t optimizer_stream(rt_rank* R, int g, int r) {
     cuda_rank* c = R->backend;
-    if (!c->clipped && env_optimizer_side() == 1) {
+    if (!c->clipped && c->opt_side) {
         const cuda_group* cg = &c->groups[g];
         CS(R, cudaStreamWaitEvent(c->opt, r ? cg->rs_some[r - 1].reduced : cg->reduced, 0));
         c->used |= 1u << 4;

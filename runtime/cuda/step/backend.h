@@ -88,6 +88,8 @@ typedef struct cuda_rank {
     const char* post_wait;            // --trace: the category of compute's wait for post_done
     unsigned used;                    // side streams (bits in ag_copy, ag, rs, ar, opt
                                       // order) this step issued work on
+    int opt_side;                     // RT_OPTIMIZER_STREAM=side (cs_optimizer_side, at setup):
+                                      // without clipping the optimizer steps on its stream
     int clipped;                      // this step clipped: the optimizer steps on compute
     int opt_pending;                  // steps on the optimizer stream compute has not
                                       // waited for
@@ -137,6 +139,8 @@ void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_s
 
 // RT_OPTIMIZER_STREAM is unset, empty, side or compute: 0; else 2 after a one-line message.
 int cs_optimizer_check_env(void);
+// RT_OPTIMIZER_STREAM's choice: 1 side (also unset or empty), 0 compute, -1 anything else.
+int cs_optimizer_side(void);
 
 // ---- trace (no-ops without R->trace) --------------------------------------------------------
 

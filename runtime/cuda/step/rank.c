@@ -184,6 +184,7 @@ int rtb_rank_init(rt_rank* R) {
     c->section = -1;
     setup s = {R, 0};
     ok(&s, cudaGetDevice(&c->device), "cudaGetDevice");
+    c->opt_side = cs_optimizer_side() == 1;  // checked by rt_step_launch (cs_optimizer_check_env)
     int least = 0, greatest = 0;
     ok(&s, cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
     // Compute one step above the lowest, which the optimizer stream keeps: its blocks take
