@@ -61,7 +61,11 @@ function M.run(plan, topo)
   for _, st in ipairs(plan.steps) do
     if st.op == "clip_grad_norm" then side_optimizer = false end
   end
-  local reduced = {}                -- group -> when its last reduction is done
+  local reduced = {}                -- group -> when its last reduction is done; a part too
+  local function reduced_at(st, t)
+    reduced[st.group] = t
+    if st.reduction.part then reduced[st.reduction] = t end
+  end
   local opt_boxes = {}              -- the optimizer stream's
   -- The links a collective uses (NVLink, or the network once it spans nodes) are shared:
   -- collectives of different streams on one fabric take turns (each would get part of the
@@ -151,18 +155,16 @@ function M.run(plan, topo)
     elseif op == "reduce_scatter" then
       if st.in_place then
         -- the backward wrote the sharded grads on compute: its optimizer step waits for that
-        reduced[st.group] = tc
-        if st.reduction.part then reduced[st.reduction] = tc end
+        reduced_at(st, tc)
       elseif st.direct then
         wait_for(rs_pending, "rs")
         wait_for(post_pending, "rs")
         local s = math.max(free.rs, tc)
         free.rs = s + c.copy_in
         rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = free.rs, part = "direct reduction" }
-        local part = st.reduction.part and st.reduction
-        rs_pending, post_pending, pending_group = free.rs, nil, part or st.group
-        reduced[st.group] = free.rs
-        if part then reduced[part] = free.rs end
+        rs_pending, post_pending = free.rs, nil
+        pending_group = st.reduction.part and st.reduction or st.group
+        reduced_at(st, free.rs)
       else
         wait_for(rs_pending, "rs")
         on_compute(c.compute, "copy-in")
@@ -193,7 +195,7 @@ function M.run(plan, topo)
         wait_for(post_pending, post_kind)
         rs_pending, post_pending, pending_group = done, post, st.group
         post_kind = rec.ar_box and "ar" or "rs"
-        reduced[st.group] = post
+        reduced_at(st, post)
       end
     elseif op == "all_reduce" then
       local prev = lines[i - 1]
