@@ -60,11 +60,35 @@ local function first_list(s)
   end
 end
 
+-- Where a trailing `//` comment of the C line s starts (outside strings), or nil.
+local function comment_at(s)
+  local quote, i = false, 1
+  while i < #s do
+    local ch = s:sub(i, i)
+    if quote then
+      if ch == "\\" then i = i + 1 elseif ch == '"' then quote = false end
+    elseif ch == '"' then quote = true
+    elseif s:sub(i, i + 1) == "//" then return i
+    end
+    i = i + 1
+  end
+end
+
 -- The lines of one C line `s` at indentation `ind`: as it is when it fits in WIDTH columns,
 -- else its first call or initializer list wrapped at the commas (continuation lines 8
--- columns further in after a call, 1 after a leading brace, as in llm.c).
+-- columns further in after a call, 1 after a leading brace, as in llm.c). A trailing
+-- comment of a line too long goes on its own lines above the code (wrapped inside it, a
+-- comment would end at the first line break and leave the rest as code).
 function M.wrap(ind, s)
   if #ind + #s <= M.WIDTH then return { ind .. s } end
+  local at = comment_at(s)
+  if at then
+    local lines, code = M.comment(ind, s:sub(at + 2):match("^%s*(.-)%s*$")), s:sub(1, at - 1)
+    if code:find("%S") then
+      for _, l in ipairs(M.wrap(ind, code:match("^(.-)%s*$"))) do lines[#lines + 1] = l end
+    end
+    return lines
+  end
   local open, close = first_list(s)
   if not open or close - open < 2 then return { ind .. s } end
   local head, tail = s:sub(1, open), s:sub(close)

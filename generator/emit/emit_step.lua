@@ -682,9 +682,10 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line('#include "rt_step.h"')
   b:line("")
   b:line("// Views of this rank's arena: F(off, bytes) of fp32, I(off, bytes) of int32, at byte")
-  b:line("// offset off, which is a buffer's name below (B_x + k: k bytes into buffer x).")
-  b:line("#define F(off, bytes) RT_F32(R, (off), (bytes))")
-  b:line("#define I(off, bytes) RT_I32(R, (off), (bytes))")
+  b:line("// offset off, which is a buffer's name below (B_x + k: k bytes into buffer x), added")
+  b:line("// up in size_t (two int offsets can add up past INT_MAX).")
+  b:line("#define F(off, bytes) RT_F32(R, (size_t)0 + off, (bytes))")
+  b:line("#define I(off, bytes) RT_I32(R, (size_t)0 + off, (bytes))")
   local names = arena(b, plan.memory, "B_", "step memory", spec.name)
   local persistent = {}
   for _, bf in ipairs(plan.memory.buffers) do

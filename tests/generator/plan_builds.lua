@@ -77,6 +77,23 @@ for _, path in ipairs(specs) do
     ok and (bad and (": " .. bad) or "") or (": " .. message(err))))
 end
 
+-- A line too long with a trailing comment: the comment goes above the code, whole (wrapped
+-- into a continuation line of the code, its rest would become code: examples/llama_1b.lua's
+-- `.flops_per_step = ...,  // model FLOPs (67.3 TFLOP), all ranks` did), and `//` inside a
+-- string is no comment.
+do
+  local c_text = require("emit.c_text")
+  local long = string.rep("x", 60)
+  local code = ".a = f(" .. long .. ", " .. long .. ", 1), .b = 2,"
+  local lines = c_text.wrap("    ", code .. "  // why (see g(x, y)), more")
+  local rest = table.concat(lines, " ", 2):gsub("%s+", " "):gsub("%( ", "(")
+  check(#lines > 2 and lines[1] == "    // why (see g(x, y)), more" and rest == " " .. code,
+    "c_text.wrap: a trailing comment above its wrapped code: " .. table.concat(lines, " | "))
+  lines = c_text.wrap("", 'g("http://a/' .. long .. '", ' .. long .. ");")
+  check(#lines == 2 and lines[1] == 'g("http://a/' .. long .. '",', "c_text.wrap: `//` in a string is "
+    .. "no comment: " .. table.concat(lines, " | "))
+end
+
 -- The bad specs that only the check pass refuses (their second line says `-- check pass:`):
 -- the planner accepts them, check.lua refuses them, and the emitter asserts the same.
 local by_check = 0
