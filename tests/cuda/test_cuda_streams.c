@@ -280,6 +280,39 @@ static void test_steps_on_streams(cudaStream_t s) {
 }
 
 // ----------------------------------------------------------------------------
+// The kernels' operand scratch outlives a graph that captured it: the CUDA step backend
+// captures the step once, and an eval run eagerly between two replays may need a larger
+// scratch (Llama 1B's eval head: 2.1 GB of 16-bit logits), which must not free the one
+// the graph reads (the bf16 linears narrow their operands into it).
+
+static void test_scratch_outlives_graph(cudaStream_t s) {
+    enum { R1 = 16, R2 = 64 * R1, IN = 40, OUT = 24 };
+    float* hx = hrand((size_t)R2 * IN, 1.0f, 0.0f);
+    float* hw = hrand((size_t)OUT * IN, 1.0f, 0.0f);
+    float *x = dup(hx, (size_t)R2 * IN), *w = dup(hw, (size_t)OUT * IN);
+    float *y = (float*)dalloc((size_t)R2 * OUT * sizeof(float)), *want = (float*)dalloc(R1 * OUT * sizeof(float));
+    rt_cuda_set_stream(s);
+    rt_linear_forward(want, x, w, NULL, R1, IN, OUT, RT_BF16);  // eager: the scratch for R1 rows
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    RT_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    rt_linear_forward(y, x, w, NULL, R1, IN, OUT, RT_BF16);
+    RT_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+    RT_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    rt_linear_forward(y, x, w, NULL, R2, IN, OUT, RT_BF16);  // eager, 64 times the rows: it grows
+    RT_CHECK_CUDA(cudaMemsetAsync(y, 0, (size_t)R1 * OUT * sizeof(float), s));
+    RT_CHECK_CUDA(cudaGraphLaunch(exec, s));
+    RT_CHECK_CUDA(cudaStreamSynchronize(s));
+    cmp_dev("a bf16 linear's graph replayed after an eager call grew the operand scratch: the same "
+            "values as before", y, want, (size_t)R1 * OUT, TOL_EXACT);
+    RT_CHECK_CUDA(cudaGraphExecDestroy(exec));
+    RT_CHECK_CUDA(cudaGraphDestroy(graph));
+    rt_cuda_set_stream(NULL);
+    dfree(x), dfree(w), dfree(y), dfree(want);
+    free(hx), free(hw);
+}
+
+// ----------------------------------------------------------------------------
 
 int main(void) {
     if (skip_without_gpu("cuda streams")) return 0;
@@ -289,6 +322,7 @@ int main(void) {
     RT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     test_stream_setting(s);
     test_steps_on_streams(s);
+    test_scratch_outlives_graph(s);
     RT_CHECK_CUDA(cudaStreamDestroy(s));
     return check_summary();
 }

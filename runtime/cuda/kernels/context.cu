@@ -62,6 +62,8 @@ static void ctx_free(void* p) {
     (void)cudaFree(c->scratch);
     (void)cudaFree(c->colsum_partials);
     (void)cudaFree(c->operands);
+    for (int i = 0; i < c->nretired; i++) (void)cudaFree(c->retired[i]);
+    free(c->retired);
     (void)cudaFreeHost(c->host_result);
     free(c);
 }
@@ -153,7 +155,9 @@ void* rt_cuda_get_stream(void) { return (void*)rtc_get()->stream; }
 // ---- 16-bit operands -----------------------------------------------------------------
 
 // *p, *have bytes long, made at least `bytes` long (what: the scratch, for the message);
-// true when it was reallocated. Grows only outside a capture.
+// true when it was reallocated. Grows only outside a capture, and keeps the buffer it
+// replaces until the thread exits: a graph captured before (the CUDA step backend's step,
+// replayed after an eager eval that needed more) still reads it.
 static bool scratch_grow(rtc_ctx* ctx, void** p, size_t* have, size_t bytes, const char* what) {
     if (bytes <= *have) return false;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -163,7 +167,13 @@ static bool scratch_grow(rtc_ctx* ctx, void** p, size_t* have, size_t bytes, con
               "a kernel captured into a CUDA graph needs %zu bytes of %s, %zu allocated (rerun "
               "with --no-graph, and report the spec)",
               bytes, what, *have);
-    RT_CHECK_CUDA(cudaFree(*p));  // waits for the GPU: no kernel still reads it
+    if (*p) {
+        void** r = (void**)realloc(ctx->retired, (size_t)(ctx->nretired + 1) * sizeof *r);
+        RT_KCHECK(r != NULL, "host memory for the list of retired scratches",
+                  "out of host memory growing the %s", what);
+        ctx->retired = r;
+        r[ctx->nretired++] = *p;
+    }
     *p = NULL;
     *have = 0;
     RT_CHECK_CUDA(cudaMalloc(p, bytes));

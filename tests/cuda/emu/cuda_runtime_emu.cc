@@ -198,7 +198,8 @@ bool emu_device_accessible(const void* p) {
 
 void emu_host_pointer_argument(int index, const void* p) {
     fprintf(stderr, "cuda_emu: kernel argument %d is %p, which is neither cudaMalloc'ed nor pinned "
-            "memory: a GPU kernel cannot read it (a host variable passed to a kernel?)\n", index, p);
+            "memory: a GPU kernel cannot read it (a host variable passed to a kernel, or memory freed "
+            "since a graph captured the launch?)\n", index, p);
     emu_set_launch_error(cudaErrorIllegalAddress);
 }
 

@@ -158,6 +158,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 // ----------------------------------------------------------------------------
 // C++: the device side (tests/cuda/cuda_emu.h) and kernel launches
 
+#include <array>
 #include <functional>
 #include <tuple>
 #include <utility>
@@ -232,7 +233,16 @@ struct emu_launcher {
             }
         const auto body = make(args...);
         const emu_cfg c = cfg;
-        const cudaError_t e = emu_enqueue(c.stream, [c, body] {
+        // checked again when it runs: a captured launch replays with the pointers it was
+        // given, which may have been freed since (a GPU faults, or reads what is there now)
+        std::array<const void*, sizeof...(A) + 1> ps;
+        for (size_t i = 0; i < ps.size(); i++) ps[i] = pointers[i];
+        const cudaError_t e = emu_enqueue(c.stream, [c, body, ps] {
+            for (size_t i = 0; i + 1 < ps.size(); i++)
+                if (!emu_device_accessible(ps[i])) {
+                    emu_host_pointer_argument((int)i, ps[i]);
+                    return;
+                }
             if (!emu_launch_body(c.grid, c.block, c.smem, body))
                 emu_set_launch_error(cudaErrorInvalidConfiguration);
         });
