@@ -8,7 +8,7 @@
 -- the packed 16-bit ones: docs/cuda.md "Numbers"). One GPU as written: set world_size = N.
 -- Size: large (plans anywhere in a second; trains on GPUs with --cuda)
 -- Run:  ./fsdpgen plan examples/llama_1b.lua
---       ./fsdpgen run examples/llama_1b.lua --cuda -- --steps 100 --data TOKENS.u16
+--       ./fsdpgen run examples/llama_1b.lua --cuda -- --steps 100 --data TOKENS.u32
 local fsdp, models = require("fsdp"), require("models")
 
 local model = models.Llama{ preset = "1B" }

@@ -2,7 +2,8 @@
 // whose offset formula is part of the contract (a PyTorch reference run slices the
 // same file the same way, so both see identical batches).
 //
-// File format: a name ending in `.u16` holds little-endian uint16 tokens; any other
+// File format: a name ending in `.u16` holds little-endian uint16 tokens, one ending in
+// `.u32` little-endian uint32 tokens (a vocabulary above 65536, as Llama 3's); any other
 // file is raw bytes, each byte one token (0..255).
 //
 // Functions that can fail return 0 on success and -1 on failure, filling `err`
@@ -29,8 +30,8 @@ typedef struct {
 
 // Opens a token file for sequences of `seq_len` tokens from a vocabulary of
 // `vocab_size` tokens. Checks: the file exists and is a regular file (a FIFO, device or
-// directory is refused without blocking), is not empty, a `.u16` file has an even byte
-// length, the file has more than `seq_len` tokens (a sequence needs T + 1 for its shifted
+// directory is refused without blocking), is not empty, a `.u16` / `.u32` file's length is
+// a multiple of 2 / 4 bytes, a `.u16` file is not given a vocabulary above 65536, the file has more than `seq_len` tokens (a sequence needs T + 1 for its shifted
 // targets), and every token is < vocab_size (the first offender is reported with its
 // token offset).
 int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data **out,

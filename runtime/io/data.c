@@ -22,7 +22,7 @@
 struct rt_data {
     char *path;
     int fd;
-    int u16;                   // little-endian uint16 tokens, else one byte per token
+    int width;                 // bytes per token: 1, or little-endian 2 (.u16) or 4 (.u32)
     uint64_t size;             // bytes at open
     int64_t n;                 // tokens
     int64_t vocab_size;
@@ -38,7 +38,7 @@ static int ends_with(const char *s, const char *suffix) {
 // pread is safe from every rank thread at once (no shared file position).
 static int read_tokens(const rt_data *d, int64_t first, int64_t count, int32_t *out,
                        char *err, size_t errlen) {
-    const int w = d->u16 ? 2 : 1;
+    const int w = d->width;
     unsigned char buf[4096];
     int64_t done = 0;
     while (done < count) {
@@ -59,16 +59,17 @@ static int read_tokens(const rt_data *d, int64_t first, int64_t count, int32_t *
             got += (size_t)r;
         }
         for (int64_t i = 0; i < k; i++) {
-            int32_t t = d->u16 ? (int32_t)(buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8)
-                               : (int32_t)buf[i];
-            if (t >= d->vocab_size) {
+            uint32_t u = 0;
+            for (int j = w - 1; j >= 0; j--) u = u << 8 | buf[w * i + j];
+            if (u >= (uint64_t)d->vocab_size) {
+                const long long t = (long long)u;
                 int64_t at = first + done + i;
-                return io_errf(err, errlen, "token file '%s': token %d at token offset %lld (byte "
+                return io_errf(err, errlen, "token file '%s': token %lld at token offset %lld (byte "
                                "offset %lld) is out of range for vocab size %lld (expected "
                                "0..%lld)", d->path, t, (long long)at, (long long)at * w,
                                (long long)d->vocab_size, (long long)d->vocab_size - 1);
             }
-            out[done + i] = t;
+            out[done + i] = (int32_t)u;
         }
         done += k;
     }
@@ -86,9 +87,10 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
     if (seq_len <= 0)
         return io_errf(err, errlen, "token file '%s': sequence length must be > 0, got %lld",
                        path, (long long)seq_len);
-    int u16 = ends_with(path, ".u16");
-    const char *fmt = u16 ? "2-byte little-endian tokens, as the name ends in .u16"
-                          : "1-byte tokens, as the name does not end in .u16";
+    const int width = ends_with(path, ".u16") ? 2 : ends_with(path, ".u32") ? 4 : 1;
+    const char *fmt = width == 2   ? "2-byte little-endian tokens, as the name ends in .u16"
+                      : width == 4 ? "4-byte little-endian tokens, as the name ends in .u32"
+                                   : "1-byte tokens, as the name ends in neither .u16 nor .u32";
     // O_NONBLOCK: opening a FIFO without a writer would otherwise block forever; the
     // fstat below then refuses anything but a regular file.
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -111,12 +113,12 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
         close(fd);
         return io_errf(err, errlen, "token file '%s' is empty (expected %s)", path, fmt);
     }
-    if (u16 && size % 2 != 0) {
+    if (size % (uint64_t)width != 0) {
         close(fd);
-        return io_errf(err, errlen, "token file '%s' has an odd length of %llu bytes (expected %s; "
-                       "truncated?)", path, (unsigned long long)size, fmt);
+        return io_errf(err, errlen, "token file '%s' has a length of %llu bytes, not a multiple of %d "
+                       "(expected %s; truncated?)", path, (unsigned long long)size, width, fmt);
     }
-    int64_t n = (int64_t)(u16 ? size / 2 : size);
+    int64_t n = (int64_t)(size / (uint64_t)width);
     if (n <= seq_len) {
         close(fd);
         return io_errf(err, errlen, "token file '%s' has %lld tokens, but sequences of %lld "
@@ -133,7 +135,7 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
     }
     d->path = p;
     d->fd = fd;
-    d->u16 = u16;
+    d->width = width;
     d->size = size;
     d->n = n;
     d->vocab_size = vocab_size;
@@ -141,7 +143,16 @@ int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data 
 
     // ---- every token < vocab now, so a bad file is reported before training starts (a
     // token >= vocab would index outside the embedding table).
-    int64_t limit = u16 ? 65536 : 256;
+    // Where every value the width holds is a token, there is nothing to check. A .u16 file
+    // cannot hold a vocabulary above 65536 (Llama 3's 128256): refused, as a writer that
+    // narrowed its ids would have wrapped them into other, valid-looking tokens.
+    if (width == 2 && vocab_size > 65536) {
+        rt_data_close(d);
+        return io_errf(err, errlen, "token file '%s' holds 2-byte tokens (.u16), which cannot hold "
+                       "the vocabulary of %lld tokens (ids up to 65535): write the tokens as a .u32 "
+                       "file (4-byte little-endian)", path, (long long)vocab_size);
+    }
+    const int64_t limit = width == 1 ? 256 : width == 2 ? 65536 : INT32_MAX;
     if (vocab_size < limit) {
         enum { CHUNK = 1 << 16 };
         int32_t *tok = malloc(CHUNK * sizeof *tok);

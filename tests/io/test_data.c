@@ -118,6 +118,31 @@ static void test_u16(void) {
     rt_data_close(d);
 }
 
+// .u32: Llama 3's vocabulary (128256 > 65536), little-endian, every byte of a token used.
+static void test_u32(void) {
+    enum { N = 500, V = 128256 };
+    unsigned char bytes[4 * N];
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (int32_t)((i * 104729u + 11) % V);
+        for (int j = 0; j < 4; j++) bytes[4 * i + j] = (unsigned char)((uint32_t)tok[i] >> (8 * j));
+    }
+    write_bytes(tpath("tokens.u32"), bytes, sizeof bytes);
+    rt_data *d = NULL;
+    int rc = rt_data_open(tpath("tokens.u32"), V, 16, &d, err, sizeof err);
+    CHECK(rc == 0 && rt_data_n_tokens(d) == N, ".u32 file opens as %d uint32 tokens (%s)", N,
+          rc ? err : "ok");
+    if (rc) return;
+    int bad = 0, above = 0;
+    for (int i = 0; i < N; i++) {
+        bad += rt_data_token(d, i) != tok[i];
+        above += tok[i] > 65535;
+    }
+    CHECK(bad == 0 && above > 0, ".u32 tokens decode little-endian, %d of them above 65535 (%d wrong)",
+          above, bad);
+    rt_data_close(d);
+}
+
 static void test_offset_exact(void) {
     // Large values: computed exactly (here no 64-bit overflow, so equal to int64 math).
     rt_data_shape sh = {.world_size = 8, .n_micro = 4, .batch = 16, .seq_len = 2048};
@@ -155,7 +180,12 @@ static void test_errors(void) {
 
     write_bytes(tpath("odd.u16"), "abcde", 5);
     rc = rt_data_open(tpath("odd.u16"), 30000, 1, &d, err, sizeof err);
-    CHECK_ERR(rc, err, ".u16 with odd length", "odd length of 5 bytes", "2-byte little-endian tokens");
+    CHECK_ERR(rc, err, ".u16 with odd length", "length of 5 bytes, not a multiple of 2",
+              "2-byte little-endian tokens");
+    write_bytes(tpath("ragged.u32"), "abcdef", 6);
+    rc = rt_data_open(tpath("ragged.u32"), 30000, 1, &d, err, sizeof err);
+    CHECK_ERR(rc, err, ".u32 of 6 bytes", "length of 6 bytes, not a multiple of 4",
+              "4-byte little-endian tokens");
 
     write_bytes(tpath("short.bin"), "abcdefgh", 8);
     rc = rt_data_open(tpath("short.bin"), 256, 8, &d, err, sizeof err);
@@ -183,6 +213,21 @@ static void test_errors(void) {
     CHECK(rc == 0, "same file opens with vocab 10001 (largest token 10000)");
     rt_data_close(d);
     d = NULL;
+
+    rc = rt_data_open(tpath("badtok.u16"), 128256, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, ".u16 with Llama 3's vocabulary", "cannot hold the vocabulary of 128256 tokens",
+              "as a .u32 file");
+
+    unsigned char q[4 * 20] = {0};
+    q[4 * 11] = 0x00, q[4 * 11 + 1] = 0xF5, q[4 * 11 + 2] = 0x01;  // token 11 = 0x1F500 = 128256
+    write_bytes(tpath("badtok.u32"), q, sizeof q);
+    rc = rt_data_open(tpath("badtok.u32"), 128256, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "u32 token >= vocab", "token 128256", "token offset 11", "byte offset 44",
+              "vocab size 128256");
+    q[4 * 11 + 3] = 0x80;  // 2^31 + 128256: above INT32_MAX, still reported as the value it is
+    write_bytes(tpath("badtok.u32"), q, sizeof q);
+    rc = rt_data_open(tpath("badtok.u32"), 128256, 8, &d, err, sizeof err);
+    CHECK_ERR(rc, err, "u32 token >= 2^31", "token 2147611904", "token offset 11");
 
     rc = rt_data_open(tpath("badtok.u16"), 0, 8, &d, err, sizeof err);
     CHECK_ERR(rc, err, "vocab 0", "vocab size must be > 0");
@@ -258,6 +303,7 @@ int main(void) {
     printf("== token data ==\n");
     test_raw_bytes();
     test_u16();
+    test_u32();
     test_offset_exact();
     test_errors();
     test_not_regular();
