@@ -129,6 +129,7 @@ local function emit_params(b, plan, list)
     f[#f + 1] = ".init = " .. C_INIT[init.kind]
     if scale ~= 0 then f[#f + 1] = ".init_scale = " .. num(scale) end
     if p.packed then f[#f + 1] = ".packed = 1" end
+    if p.from_shard then f[#f + 1] = ".from_shard = 1" end
     if not with_grad[p] then f[#f + 1] = ".grad_none = 1" end
     code(b, "{%s},", table.concat(f, ", "))
   end
@@ -364,6 +365,8 @@ function Walker:val(t, saved_by)
     local g, off = self:param_offset(t)
     local un = self.unsharded[g.index]
     if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
+    -- one shard rank: the sharded layout is the unsharded one (memory.lua mark_shard_reads)
+    if t.from_shard then return F(g.params_buf, off, trace.numel(t.shape), false, false, t) end
     return F(un, off, trace.numel(t.shape), false, t.packed, t)
   end
   if t.is_input then

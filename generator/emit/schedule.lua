@@ -109,8 +109,13 @@ function M.step_line(st, plan)
   local name, detail = "", ""
   if st.op == "all_gather" and st.direct then
     name = quoted(g.name)
-    detail = string.format("%d x %s straight into the unsharded params (one rank: no collective)",
-      g.layout.shard_numel, g.param_dtype)
+    local from_shard = {}  -- memory.lua mark_shard_reads
+    for _, l in ipairs(g.layout.params) do
+      if l.param.from_shard then from_shard[#from_shard + 1] = l.param.fqn end
+    end
+    detail = string.format("%d x %s straight into the unsharded params (one rank: no collective%s)",
+      g.layout.shard_numel, g.param_dtype, #from_shard == 0 and ""
+        or "; not copied, as lookups read them from the shards: " .. table.concat(from_shard, ", "))
   elseif st.op == "all_gather" then
     local L = g.layout
     local ranks = st.from_post_forward and g.post_forward_world or g.shard

@@ -257,6 +257,24 @@ local function mark_packed_params(plan)
   end
 end
 
+--   * At one shard rank the sharded layout is the unsharded one, and the all-gather's copy
+--     rounds the fp32 shards to param_dtype. An embedding's output has its weight's dtype
+--     and is rounded to it after the lookup (kernels_c `rounded`), so a lookup of the
+--     unrounded fp32 value gives the same bits: a parameter that only lookups read is read
+--     from the sharded parameters (`from_shard`, rt_model.h), and the all-gather copies
+--     nothing for it (Llama's untied embedding: 2.1 GB of the copy at the step's start).
+local function mark_shard_reads(plan)
+  local readers = readers_of(plan.graph)
+  for _, g in ipairs(plan.groups) do
+    for _, l in ipairs(g.layout.params) do
+      local p, rs = l.param, readers[l.param] or {}
+      local ok = g.shard == 1 and #rs > 0
+      for _, r in ipairs(rs) do ok = ok and r.kind == "embedding" and r.ins[2] == p and r.ins[1] ~= p end
+      p.from_shard = ok or nil
+    end
+  end
+end
+
 -- Residual adds whose backward is no copy (`st.grad_alias` on the step): out = a + b gives
 -- da = db = dout, so a's and b's gradients can be the output's gradient buffer itself, as
 -- PyTorch's autograd hands AddBackward's gradient on to both inputs without a copy (on a
@@ -489,7 +507,10 @@ function M.plan(plan)
   mark_packed_activations(plan.graph)
   -- The eval program and the step after one read the parameters as the step's all-gathers
   -- store them (rt_model_param packed is the step's).
-  if not (plan.is_eval or plan.is_after_eval) then mark_packed_params(plan) end
+  if not (plan.is_eval or plan.is_after_eval) then
+    mark_packed_params(plan)
+    mark_shard_reads(plan)
+  end
   M.mark_grad_alias_adds(steps)
   attention.mark(plan, readers_of(plan.graph, true), M.base)
   local bufs = {}

@@ -116,6 +116,18 @@ end
 
 local function dbytes(dtype) return trace.dtype_bytes[dtype] or 4 end
 
+-- Bytes one rank's direct all-gather moves (rt_step_all_gather_direct): each parameter's
+-- fp32 shard read and written as param_dtype's bits (packed) or as fp32 values; nothing for
+-- one its readers take from the shards (memory.lua mark_shard_reads).
+local function direct_copy_bytes(g)
+  local n = 0
+  for _, l in ipairs(g.layout.params) do
+    local p = l.param
+    if not p.from_shard then n = n + trace.numel(p.shape) * (4 + (p.packed and dbytes(g.param_dtype) or 4)) end
+  end
+  return n
+end
+
 -- Shard elements of every group (clipping and the optimizer read them all).
 local function shard_total(plan)
   local n = 0
@@ -135,9 +147,8 @@ function M.step(st, plan, gpu, k)
   elseif st.op == "all_gather" then
     local L = g.layout
     local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel
-    -- copy-in: fp32 shards read, param_dtype written (direct: into the unsharded params,
-    -- which also keep an fp32 copy where a non-linear reads them: 6 bytes per element)
-    c.copy_in = copy_time(gpu, k, per * (st.direct and 6 or (4 + dbytes(g.param_dtype))))
+    -- copy-in: fp32 shards read, param_dtype written (direct: into the unsharded params)
+    c.copy_in = copy_time(gpu, k, st.direct and direct_copy_bytes(g) or per * (4 + dbytes(g.param_dtype)))
   elseif st.op == "all_gather_wait" and not st.direct then
     c.compute = copy_time(gpu, k, g.layout.padded_numel * (dbytes(g.param_dtype) + 4))
   elseif st.op == "reshard_post_forward" then

@@ -43,6 +43,9 @@ typedef struct rt_model_param {
                                   // multiples of 8, unsharded_offset a multiple of 4
     int grad_none;                // 1: the step program gives it no gradient (FSDP2 leaves its
                                   // grad None), so the optimizer leaves it and its state alone
+    int from_shard;               // 1: one shard rank, and only embedding lookups read it, whose
+                                  // output is rounded to param_dtype anyway: they read the fp32
+                                  // sharded parameter, and the all-gather copies nothing for it
 } rt_model_param;
 
 // ---- groups -----------------------------------------------------------------------------

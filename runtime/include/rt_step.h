@@ -58,6 +58,8 @@ typedef struct rt_rank_group {
                                  // (allocated once, so no step allocates)
     rt_dtype* unsharded_dtypes;  // per parameter: the storage of its unsharded values on the
                                  // CPU (param_dtype when packed, else RT_F32)
+    int64_t* direct_copied;      // per parameter: 0, or -1 where one rank's all-gather copies
+                                 // nothing (from_shard), as rt_copy_all_gather_direct takes it
 } rt_rank_group;
 
 typedef struct rt_rank {

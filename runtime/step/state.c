@@ -167,7 +167,8 @@ static int layouts_init(rt_rank* R, int g) {
     free(d);
     for (int k = 0; k < 2 && !st; k++) rg->ptrs[k] = calloc((size_t)mg->nparams + 1, sizeof *rg->ptrs[k]);
     if (!st) rg->unsharded_dtypes = calloc((size_t)mg->nparams + 1, sizeof *rg->unsharded_dtypes);
-    if (!st && (!rg->ptrs[0] || !rg->ptrs[1] || !rg->unsharded_dtypes)) {
+    if (!st) rg->direct_copied = calloc((size_t)mg->nparams + 1, sizeof *rg->direct_copied);
+    if (!st && (!rg->ptrs[0] || !rg->ptrs[1] || !rg->unsharded_dtypes || !rg->direct_copied)) {
         fprintf(stderr, "fsdpgen: rank %d: out of memory setting up group '%s'\n", R->rank, mg->name);
         st = RT_ERR_NOMEM;
     }
@@ -180,7 +181,14 @@ static int layouts_init(rt_rank* R, int g) {
                     R->rank, p->fqn, mg->name);
             st = RT_ERR_MISMATCH;
         }
+        if (p->from_shard && (p->packed || m->shard != 1)) {
+            fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s' is planned to be read "
+                    "from the sharded parameters, which needs one shard rank and no packed storage "
+                    "(a generator bug)\n", R->rank, p->fqn, mg->name);
+            st = RT_ERR_MISMATCH;
+        }
         rg->unsharded_dtypes[i] = p->packed ? mg->param_dtype : RT_F32;
+        rg->direct_copied[i] = p->from_shard ? -1 : 0;
     }
     return st;
 }
@@ -232,6 +240,7 @@ void rt_rank_free(rt_rank* R) {
         free(R->groups[g].ptrs[0]);
         free(R->groups[g].ptrs[1]);
         free(R->groups[g].unsharded_dtypes);
+        free(R->groups[g].direct_copied);
         if (R->groups[g].pf_comm) {
             rt_fsdp_layout_free(&R->groups[g].pf_layout);
             rt_comm_free(R->groups[g].pf_comm);

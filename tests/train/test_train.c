@@ -204,7 +204,7 @@ static void test_fnv_and_init(void) {
     CHECK(a[0] == (float)(-0.5 + 1.0 * u0), "UNIFORM element 0 = -s + 2 s u(seed, fnv(fqn), 0)");
 
     static float big[40000];
-    rt_model_param nrm = {"x.weight", NULL, 1, {40000}, 0, 0, 0, RT_INIT_NORMAL, 2.0, 0, 0};
+    rt_model_param nrm = {"x.weight", NULL, 1, {40000}, 0, 0, 0, RT_INIT_NORMAL, 2.0, 0, 0, 0};
     rt_train_init_param(&nrm, 7, big);
     double s = 0, ss = 0;
     for (int i = 0; i < 40000; i++) s += big[i], ss += (double)big[i] * big[i];
@@ -213,8 +213,8 @@ static void test_fnv_and_init(void) {
           mean, sd);
     // A range (threaded once long enough) equals that slice of the whole parameter.
     static float whole[700001], part[600001];
-    rt_model_param nrm2 = {"y.weight", NULL, 2, {7, 100000}, 0, 0, 0, RT_INIT_NORMAL, 0.02, 0, 0};
-    rt_model_param uni = {"u.weight", NULL, 1, {700001}, 0, 0, 0, RT_INIT_UNIFORM, 0.1, 0, 0};
+    rt_model_param nrm2 = {"y.weight", NULL, 2, {7, 100000}, 0, 0, 0, RT_INIT_NORMAL, 0.02, 0, 0, 0};
+    rt_model_param uni = {"u.weight", NULL, 1, {700001}, 0, 0, 0, RT_INIT_UNIFORM, 0.1, 0, 0, 0};
     int same = 1;
     rt_train_init_param(&uni, 3, whole);
     rt_train_init_range(&uni, 3, 99999, 600001, part);
@@ -224,8 +224,8 @@ static void test_fnv_and_init(void) {
     same &= !memcmp(whole + 12345, part, (600001 - 12346) * sizeof(float));
     CHECK(same, "rt_train_init_range: elements [e0, e0 + n) of UNIFORM and NORMAL parameters equal that "
           "slice of rt_train_init_param (ranges of 587655 and 600001 values, several threads)");
-    rt_model_param ones = {"n.weight", NULL, 1, {7}, 0, 0, 0, RT_INIT_ONES, 0.0, 0, 0};
-    rt_model_param zeros = {"n.bias", NULL, 1, {7}, 0, 0, 0, RT_INIT_ZEROS, 0.0, 0, 0};
+    rt_model_param ones = {"n.weight", NULL, 1, {7}, 0, 0, 0, RT_INIT_ONES, 0.0, 0, 0, 0};
+    rt_model_param zeros = {"n.bias", NULL, 1, {7}, 0, 0, 0, RT_INIT_ZEROS, 0.0, 0, 0, 0};
     float o[7], z[7];
     rt_train_init_param(&ones, 1, o);
     rt_train_init_param(&zeros, 1, z);
@@ -902,6 +902,9 @@ static void test_setup_failures(void) {
         {"tiny_packed", "packed.st", "'lin.weight' of group 'lin' is planned packed",
          "a packed parameter the runtime rejects (fp32 group, [5, 4]): exit 1 naming it, "
          "nothing saved"},
+        {"tiny_from_shard", "from_shard.st",
+         "'lin.bias' of group 'lin' is planned to be read from the sharded parameters",
+         "a parameter read from the shards at two shard ranks: exit 1 naming it, nothing saved"},
         {"tiny_unsynced", "unsynced.st",
          "all-gather of group 'lin' before the all-gather streams waited for compute",
          "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "

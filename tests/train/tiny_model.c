@@ -116,6 +116,12 @@ static const rt_model_param tiny_params_packed[] = {
      .packed = 1},
     PARAM("lin.bias", bias_aliases, 1, SHAPE1(5), 12, 20, RT_INIT_ZEROS, 0.0),
 };
+// The bias planned read from the shards (rt_model.h from_shard) at shard world 2: rejected.
+static const rt_model_param tiny_params_from_shard[] = {
+    PARAM("lin.weight", NULL, 2, SHAPE2(5, 4), 0, 0, RT_INIT_UNIFORM, 0.5),
+    {.fqn = "lin.bias", .aliases = bias_aliases, .ndim = 1, .shape = {5}, .block_offset = 12,
+     .unsharded_offset = 20, .init = RT_INIT_ZEROS, .from_shard = 1},
+};
 static const int tiny_group_params[] = {0, 1};
 
 // By shard rank, [nparams]: shard_dim, in_numel, offset, shard_numel.
@@ -213,6 +219,9 @@ const rt_model tiny_bad_index_model = TINY_MODEL("tiny_bad_index", 1, 2, tiny_pa
 const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_packed, tiny_groups,
                                               ADAMW, 1024, 1020, tiny_step, tiny_events, 3,
                                               tiny_counts, 2, NULL, 0);
+const rt_model tiny_from_shard_model = TINY_MODEL("tiny_from_shard", 1, 2, tiny_params_from_shard,
+                                                  tiny_groups, ADAMW, 1024, 1020, tiny_step,
+                                                  tiny_events, 3, tiny_counts, 2, NULL, 0);
 const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
                                                 tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
                                                 tiny_events, 3, tiny_counts, 2, NULL, 0);
@@ -301,6 +310,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_wrong_reduction")) return &tiny_wrong_reduction_model;
     if (!strcmp(name, "tiny_bad_index")) return &tiny_bad_index_model;
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
+    if (!strcmp(name, "tiny_from_shard")) return &tiny_from_shard_model;
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tiny_stale")) return &tiny_stale_model;
     if (!strcmp(name, "tiny_slow")) return &tiny_slow_model;

@@ -149,12 +149,12 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off) {
         shards[i] = rt_step_f32(R, mg->params_off, at, rg->layout.params[i].in_numel);
     }
     rt_copy_plan p = {0};
-    int st = rt_copy_all_gather_direct(&p, &rg->layout, NULL, NULL);
+    int st = rt_copy_all_gather_direct(&p, &rg->layout, NULL, rg->direct_copied);
     const void* const* unp = (const void* const*)un;
     apply_direct(R, &rg->layout, &p, st, rt_copy_per_param(unp, RT_F32, rg->unsharded_dtypes),
                  rt_copy_per_param((const void* const*)shards, RT_F32, NULL), 0);
     for (int i = 0; i < mg->nparams; i++)  // fp32 storage: the copy-in's rounding
-        if (rg->unsharded_dtypes[i] == RT_F32)
+        if (rg->unsharded_dtypes[i] == RT_F32 && rg->direct_copied[i] == 0)
             rt_step_round(un[i], (size_t)rg->layout.params[i].numel, mg->param_dtype);
     span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
 }
