@@ -36,8 +36,9 @@ const char* train_peak_list(void) {
     size_t n = 0;
     buf[0] = 0;
     for (size_t i = 0; i < sizeof peaks / sizeof peaks[0] && n < sizeof buf; i++)
-        if (peaks[i].tflops > 0 && !*peaks[i].with)
-            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s %g", n ? ", " : "", peaks[i].name,
+        if (peaks[i].tflops > 0)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s%s%s %g", n ? ", " : "",
+                                  peaks[i].name, *peaks[i].with ? " " : "", peaks[i].with,
                                   peaks[i].tflops);
     return buf;
 }

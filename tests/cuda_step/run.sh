@@ -109,6 +109,8 @@ if ! ninja -f runtime/cuda_step.ninja cuda_step >"$work/build.log" 2>&1; then
     exit 1
 fi
 
+# On a GPU also a spec at the bench models' head dim, whose attention cuDNN takes.
+[ "$gpu" = 1 ] && specs+=("tests/cuda_step/llama_cudnn_bf16.lua 3e-2")
 # Every build first, one at a time (ninja's build log is shared): the CUDA binaries, and the
 # CPU binaries the comparisons below run; the checks of the binaries then run two specs at
 # a time.
@@ -176,8 +178,6 @@ cuda_binary() {
     fi
 }
 
-# On a GPU also a spec at the bench models' head dim, whose attention cuDNN takes.
-[ "$gpu" = 1 ] && specs+=("tests/cuda_step/llama_cudnn_bf16.lua 3e-2")
 where=$([ "$gpu" = 1 ] && echo GPU || echo emulator)
 py=python3  # the comparisons and trace sums need no PyTorch
 # On a GPU the attention sites run cuDNN wherever it takes the shape (the spec's `auto` could

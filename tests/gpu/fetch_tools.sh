@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .devtools/debs
 cd .devtools/debs
-apt-get download lua5.4 liblua5.4-0 libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev \
-    libgfortran5 libquadmath0
+apt-get download lua5.4 liblua5.4-0 libreadline8 libopenblas0-pthread libopenblas-pthread-dev \
+    libopenblas-dev libgfortran5 libquadmath0
 cd ../..
 cp /usr/share/common-licenses/GPL-3 .devtools/GPL-3
 du -sh .devtools

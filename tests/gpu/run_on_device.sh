@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one device call (device time is scarce):
 #   tests/gpu/run_on_device.sh [STAGE...]     the stages below, run in the order given (default:
-#   cudnn tests bench attention profile example: the cuDNN attention first, the end-to-end
-#   figures before the profiles; on an H100 about as long as one call allows, so the last
-#   ones may be skipped)
+#   cudnn bench attention tests profile example: the cuDNN attention first, then the
+#   end-to-end figures the issue is judged by, the correctness suites after them; about
+#   twice as long as one call allows, so the last ones are skipped: a second call runs
+#   `tests profile example`)
 # Logs and a summary go to ./gpu_logs, or under $OUT (the device tool's folder) to
 # summary.txt and logs.tar.gz (the logs). Each step has a time limit, and the whole run
 # stops starting steps after $BUDGET seconds (default 540), so it ends inside one 10-minute
@@ -16,7 +17,8 @@
 #   example  the README's example on the GPU (300 steps), and 20 steps with --trace, whose
 #            compute-stream waits for collectives tests/gpu/trace_waits.py sums per step
 #            (trace_waits_gpt_bytes.txt: forward all-gather waits near zero = overlapped)
-#   bench    bench/run.sh all, then 4 traced Llama 1B steps (trace_waits_llama_1b.txt)
+#   bench    bench/run.sh for GPT-2 124M, then for Llama 1B, then 4 traced Llama 1B steps
+#            (trace_waits_llama_1b.txt)
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
 #   attention  bench/attention.sh (cuDNN and the flash kernels against PyTorch's SDPA on
@@ -31,7 +33,7 @@ set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu_logs}
 mkdir -p "$out"
-stages=${*:-cudnn tests bench attention profile example}
+stages=${*:-cudnn bench attention tests profile example}
 deadline=$(( $(date +%s) + ${BUDGET:-540} ))
 passed=0 failed=0
 
@@ -50,7 +52,8 @@ step() {
     timeout -k 5 "$max" "$@" >>"$log" 2>&1
     rc=$?
     tail -n +"$((from + 1))" "$log" | grep -E '^FAIL' | head -n 20 >>"$out/summary.txt"
-    last=$(tail -n 5 "$log" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    # this step's lines only: several steps share a log
+    last=$(tail -n +"$((from + 1))" "$log" | tail -n 5 | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
         passed=$((passed + BASH_REMATCH[1])) failed=$((failed + BASH_REMATCH[2]))
     fi
@@ -74,12 +77,18 @@ done
 [ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
 . tests/gpu/device_env.sh
 nvidia-smi -L >"$out/env.txt" 2>&1
+# where the build finds cuDNN's and NCCL's headers (device_env.sh), and the compilers
+{ ls /usr/local/cuda/include/cudnn.h /usr/include/cudnn.h /usr/local/cuda/include/nccl.h \
+    /usr/include/nccl.h; echo "C_INCLUDE_PATH=$C_INCLUDE_PATH"; gcc --version | head -n 1; \
+    /usr/local/cuda/bin/nvcc --version | tail -n 1; } >>"$out/env.txt" 2>&1
 echo "cuDNN: ${RT_CUDNN_SO:-libcudnn.so.9 through the rpath (/usr/local/cuda/lib64)}" | tee -a "$out/env.txt" \
     "$out/summary.txt"
 # what the stages run (not the emulator's slow-tier builds: ASan+UBSan, TSan, other tiles);
 # -k 0: a target that fails to build (e.g. no cuDNN headers) does not stop the others
 step "build" build.log 240 ninja -k 0 -j"$(nproc)" runtime_core runtime_core_tests kernels io_lib \
-    train_lib cuda cuda_tests
+    train_lib cuda build/cuda/test_cuda_kernels build/cuda/test_cuda_streams build/cuda/test_mma_layout \
+    build/cuda/test_dtype_bits build/cuda/test_cudnn_attention build/cuda/test_cudnn_host \
+    build/bench/attention_fsdpgen build/bench/attention_cudnn build/bench/norm_rows
 step "build cuda_step" build.log 120 ninja -j"$(nproc)" -f runtime/cuda_step.ninja cuda_step
 for s in $stages; do
     case $s in
@@ -101,7 +110,9 @@ for s in $stages; do
             --data .devtools/GPL-3 --steps 20 --trace "$out/gpt_bytes.trace.json"
         waits gpt_bytes ;;
     bench)
-        step "bench" bench.log 300 bench/run.sh all
+        # a config per step: a cut run keeps the other's table
+        step "bench gpt2_124m" bench.log 120 bench/run.sh gpt2_124m
+        step "bench llama_1b" bench.log 200 bench/run.sh llama_1b
         # how long compute waits for each collective in the bench step (bench/run.sh built it)
         step "bench llama_1b --trace" bench.log 60 build/bench_llama_1b/bench_llama_1b_cuda \
             --steps 4 --trace "$out/llama_1b.trace.json"
@@ -109,7 +120,9 @@ for s in $stages; do
     profile)
         for b in gpt2_124m llama_1b; do
             step "build bench_$b" build.log 60 ./fsdpgen build bench/specs/$b.lua --cuda
-            step "profile $b" profile.log 120 ncu --clock-control none --metrics gpu__time_duration.sum \
+            # the attention chosen (not `auto`: its start-up timing would run under ncu too)
+            step "profile $b" profile.log 120 env RT_ATTENTION=cudnn ncu --clock-control none \
+                --metrics gpu__time_duration.sum \
                 --csv --page raw --log-file "$out/ncu_$b.csv" build/bench_$b/bench_${b}_cuda --steps 2 --no-graph
             [ -s "$out/ncu_$b.csv" ] && python3 tests/gpu/kernel_times.py "$out/ncu_$b.csv" 2 25 \
                 >"$out/kernels_$b.txt" 2>&1
@@ -118,8 +131,9 @@ for s in $stages; do
         step "attention vs sdpa" attention.log 90 bench/attention.sh
         step "norms: a row per warp vs a block" attention.log 60 bench/norm.sh
         step "build bench_gpt2_124m" build.log 60 ./fsdpgen build bench/specs/gpt2_124m.lua --cuda
+        # the last layer's forward, then its dK/dV and dQ (the 12 forwards launch first)
         step "attention sections" profile.log 150 env RT_ATTENTION=fsdpgen ncu -k regex:rtc_fa_tc \
-            --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --launch-skip 11 --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section WarpStateStats --section Occupancy --log-file "$out/ncu_attention.txt" \
             build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph ;;
     sweep)

@@ -1039,12 +1039,13 @@ static void test_perf(void) {
               train_peak_tflops("NVIDIA A100-SXM4-80GB") == 312 &&
               train_peak_tflops("NVIDIA A100 80GB PCIe") == 312,
           "peaks: H100 SXM 989, H200 989, A100 (SXM and PCIe) 312 TFLOP/s");
-    CHECK(train_peak_tflops("NVIDIA H100 PCIe") == 0 && train_peak_tflops("NVIDIA H100 NVL") == 0 &&
-              train_peak_tflops("Tesla T4") == 0 && train_peak_tflops("") == 0 &&
-              train_peak_tflops(NULL) == 0,
-          "peaks: H100 PCIe / NVL, T4 and no name are not in the table");
+    CHECK(train_peak_tflops("NVIDIA H100 PCIe") == 756 && train_peak_tflops("NVIDIA H100 NVL") == 835 &&
+              train_peak_tflops("NVIDIA H200 NVL") == 835,
+          "peaks: H100 PCIe 756, H100 NVL and H200 NVL 835 TFLOP/s (not the SXM parts' 989)");
+    CHECK(train_peak_tflops("Tesla T4") == 0 && train_peak_tflops("") == 0 && train_peak_tflops(NULL) == 0,
+          "peaks: T4 and no name are not in the table");
     CHECK(has(train_peak_list(), "H100 989") && has(train_peak_list(), "A100 312") &&
-              !has(train_peak_list(), "PCIe"),
+              has(train_peak_list(), "H100 PCIe 756, H100 NVL 835, H200 NVL 835"),
           "the --help list of peaks: %s", train_peak_list());
     const struct { double s; const char* want; } etas[] = {
         {0.34, "0.3s"}, {9.94, "9.9s"}, {12.4, "12s"}, {59.4, "59s"}, {59.6, "1m00s"},
