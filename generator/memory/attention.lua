@@ -7,13 +7,18 @@
 -- kernels, with the reason in the .schedule.
 local M = {}
 
--- cuDNN's workspace as planned (scratch_floats): the backward's rowsum(dO * O), room for an
--- fp32 [B, NH, T, HD] dQ accumulator, and these bytes more for the engines' own use. An
--- engine that asks for more is declined at start (the CUDA backend prints why) and fsdpgen's
--- kernels run instead.
+-- cuDNN's workspace as planned (scratch_floats): the backward's rowsum(dO * O), then room
+-- for the larger of what its two forms keep (runtime/cuda/kernels/cudnn_attention.c): the
+-- deterministic one the runtime builds first, dQ straight from its matmul, has cuDNN keep
+-- dP, [B, NH, T, T] in 16 bits with T rounded up to 64, in its workspace (cudnn-frontend's
+-- "dP workspace" form, which it forces for a deterministic backward on Hopper: 1.1 GB for
+-- Llama 1B's bench shape); the other, an fp32 [B, NH, T, HD] dQ accumulator; and these
+-- bytes more for the engines' own use. An engine that asks for more is declined at start
+-- (the CUDA backend prints why) and fsdpgen's kernels run instead.
 local ENGINE_RESERVE = 1 << 20
 
 local function up256(n) return (n + 255) // 256 * 256 end
+local function up64(n) return (n + 63) // 64 * 64 end
 
 -- (B, T) of attention's [..., T, C] query.
 function M.dims(op)
@@ -32,7 +37,8 @@ function M.scratch_floats(op)
   local n = math.max(2 * T * T, B * nh * T)
   if op.attention and op.attention.cudnn then
     local rows = B * nh * T
-    n = math.max(n, (up256(rows * 4) + up256(rows * op.attrs.head_dim * 4) + ENGINE_RESERVE) // 4)
+    local dq_acc, dp = up256(rows * op.attrs.head_dim * 4), up256(B * nh * up64(T) * up64(T) * 2)
+    n = math.max(n, (up256(rows * 4) + math.max(dq_acc, dp) + ENGINE_RESERVE) // 4)
   end
   return n
 end

@@ -88,11 +88,13 @@ do
   check(count(c, "rt_step_attention_forward%(R, 0, ") == 2 and count(c, "rt_step_attention_backward%(R, 0, ") == 2
     and count(c, "rt_attention_lowmem_packed_[fb]") == 0,
     "bf16 block: the step calls site 0 for both forwards and backwards, no kernel directly")
-  -- rows = B*NH*T = 2*4*16; rowsum (256-aligned) + fp32 dQ (rows x HD 16) + 1 MiB
-  local want = 512 + 8192 + 1048576
+  -- rows = B*NH*T = 2*4*16; rowsum (256-aligned) + the larger of the fp32 dQ (rows x HD 16:
+  -- 8192 bytes) and the deterministic backward's 16-bit dP (B*NH x T x T, T rounded up to
+  -- 64: 65536 bytes) + 1 MiB
+  local want = 512 + 65536 + 1048576
   check(c:find("{.B = 2, .T = 16, .NH = 4, .NKV = 4, .HD = 16, .causal = 1, .dtype = RT_BF16, .scratch_bytes = "
     .. want .. "}", 1, true) ~= nil and count(c, "%.nattention = 1, %.attention = attention") == 1,
-    "bf16 block: one site, its scratch " .. want .. " bytes (rowsum, fp32 dQ, 1 MiB)")
+    "bf16 block: one site, its scratch " .. want .. " bytes (rowsum, dP, 1 MiB)")
   check(c:find(".attention_choice = RT_ATTENTION_AUTO,", 1, true) ~= nil, "the default choice is RT_ATTENTION_AUTO")
   check(lines[1] == "attention  auto: per shape, the faster of cuDNN and fsdpgen's kernels, measured at start "
     .. "(CUDA; the CPU runs fsdpgen's)" and lines[2] and lines[2]:match("^  step b{1..2}%.attention +"

@@ -28,8 +28,10 @@ static int buffers(site_buffers* b, const rt_model_attention* a) {
     const size_t nk = up256((size_t)a->B * a->T * a->NKV * a->HD * 2);
     const size_t ns = up256(rt_attention_stats_floats(a->B, a->NH, a->T) * 4);
     const size_t bytes = 4 * nq + 4 * nk + ns + up256(a->scratch_bytes);
-    if (cudaMalloc(&b->base, bytes) != cudaSuccess ||
-        cudaMemset(b->base, 0, bytes) != cudaSuccess) {
+    // the zeros are on the legacy stream, which the compute stream (non-blocking) does not
+    // wait for: the device is synchronized before the timed work reads them
+    if (cudaMalloc(&b->base, bytes) != cudaSuccess || cudaMemset(b->base, 0, bytes) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
         cudaGetLastError();
         if (b->base) cudaFree(b->base);
         b->base = NULL;

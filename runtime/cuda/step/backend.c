@@ -169,7 +169,10 @@ static void capture(rt_rank* R) {
     if (e != cudaSuccess)
         rt_rank_die(R, "capturing the step as a CUDA graph failed: %s (hint: rerun with --no-graph, "
                        "and report the spec)", cudaGetErrorString(e));
-    CS(R, cudaGraphInstantiate(&c->exec, c->graph, 0));
+    // the nodes keep their streams' priorities (the optimizer's lowest, beside the backward;
+    // the all-gather copies' highest): without the flag a graph runs every node at the
+    // priority of the stream it is launched into
+    CS(R, cudaGraphInstantiate(&c->exec, c->graph, cudaGraphInstantiateFlagUseNodePriority));
 }
 
 void rt_step_run(rt_rank* R) {

@@ -82,6 +82,8 @@ enum cudaStreamCaptureMode {
 };
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+// Accepted and ignored: the emulator runs a graph's work as its streams' own.
+enum cudaGraphInstantiateFlags { cudaGraphInstantiateFlagUseNodePriority = 8 };
 
 typedef enum cudaDataType_t {
     CUDA_R_32F = 0,
