@@ -58,6 +58,14 @@ void rt_cudnn_sdpa_backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv
                             const void* dout, const void* out, const void* q, const void* k,
                             const void* v, const float* stats, void* workspace,
                             rt_cudnn_stream stream);
+// The first run of a plan, before it is trusted (a plan that finalized may still fail to
+// run): the forward and the backward on the given tensors, then a synchronization of the
+// stream. 0; or -1 and a one-line reason in why where cuDNN refused a call or the GPU
+// reported an error, so that the caller keeps fsdpgen's kernels instead of stopping. Not
+// inside a capture.
+int rt_cudnn_sdpa_try(const rt_cudnn_sdpa* s, void* out, float* stats, void* dq, void* dk,
+                      void* dv, const void* dout, const void* q, const void* k, const void* v,
+                      void* workspace, rt_cudnn_stream stream, char* why, size_t why_len);
 
 // ---- host-only parts, usable without cuDNN or a GPU ---------------------------------------
 

@@ -133,21 +133,22 @@ static void set_stream(const rt_cudnn_sdpa* s, rt_cudnn_stream stream, int line)
     }
 }
 
-void rt_cudnn_sdpa_forward(const rt_cudnn_sdpa* s, void* out, float* stats, const void* q,
-                           const void* k, const void* v, void* workspace,
-                           rt_cudnn_stream stream) {
+// The forward and the backward, each with why: a failure is reported there (cg_execute).
+static int forward(const rt_cudnn_sdpa* s, void* out, float* stats, const void* q, const void* k,
+                   const void* v, void* workspace, rt_cudnn_stream stream, char* why,
+                   size_t why_len) {
     set_stream(s, stream, __LINE__);
     int64_t uids[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF};
     void* ptrs[7] = {(void*)q, (void*)k, (void*)v, out, stats, (void*)&s->scale,
                      (void*)&s->neg_inf};
-    cg_execute(s->handle, s->fwd_plan, s->causal ? 7 : 6, uids, ptrs, workspace,
-               "cudnnBackendExecute(SDPA forward)", __FILE__, __LINE__);
+    return cg_execute(s->handle, s->fwd_plan, s->causal ? 7 : 6, uids, ptrs, workspace,
+                      "cudnnBackendExecute(SDPA forward)", __FILE__, __LINE__, why, why_len);
 }
 
-void rt_cudnn_sdpa_backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv,
-                            const void* dout, const void* out, const void* q, const void* k,
-                            const void* v, const float* stats, void* workspace,
-                            rt_cudnn_stream stream) {
+static int backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv, const void* dout,
+                    const void* out, const void* q, const void* k, const void* v,
+                    const float* stats, void* workspace, rt_cudnn_stream stream, char* why,
+                    size_t why_len) {
     set_stream(s, stream, __LINE__);
     char* ws = workspace;
     int64_t uids[14] = {U_Q, U_K, U_V, U_O, U_DO, U_STATS, U_DQ, U_DK, U_DV, U_SCALE, U_ONE,
@@ -161,6 +162,33 @@ void rt_cudnn_sdpa_backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv
             RT_CHECK_CUDA(cudaMemsetAsync(ws, 0, s->sum_off, (cudaStream_t)stream));
     }
     if (s->causal) uids[n] = U_NEG_INF, ptrs[n++] = (void*)&s->neg_inf;
-    cg_execute(s->handle, s->bwd_plan, n, uids, ptrs, ws + s->bwd_own,
-               "cudnnBackendExecute(SDPA backward)", __FILE__, __LINE__);
+    return cg_execute(s->handle, s->bwd_plan, n, uids, ptrs, ws + s->bwd_own,
+                      "cudnnBackendExecute(SDPA backward)", __FILE__, __LINE__, why, why_len);
+}
+
+void rt_cudnn_sdpa_forward(const rt_cudnn_sdpa* s, void* out, float* stats, const void* q,
+                           const void* k, const void* v, void* workspace,
+                           rt_cudnn_stream stream) {
+    forward(s, out, stats, q, k, v, workspace, stream, NULL, 0);
+}
+
+void rt_cudnn_sdpa_backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv,
+                            const void* dout, const void* out, const void* q, const void* k,
+                            const void* v, const float* stats, void* workspace,
+                            rt_cudnn_stream stream) {
+    backward(s, dq, dk, dv, dout, out, q, k, v, stats, workspace, stream, NULL, 0);
+}
+
+int rt_cudnn_sdpa_try(const rt_cudnn_sdpa* s, void* out, float* stats, void* dq, void* dk,
+                      void* dv, const void* dout, const void* q, const void* k, const void* v,
+                      void* workspace, rt_cudnn_stream stream, char* why, size_t why_len) {
+    if (forward(s, out, stats, q, k, v, workspace, stream, why, why_len) ||
+        backward(s, dq, dk, dv, dout, out, q, k, v, stats, workspace, stream, why, why_len))
+        return -1;
+    const cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    snprintf(why, why_len, "the GPU reported %s after cuDNN's first forward and backward",
+             cudaGetErrorString(e));
+    return -1;
 }

@@ -267,8 +267,9 @@ cg_desc cg_finish(cg* g, const char* what, int64_t* ws) {
     return g->failed ? NULL : plan;
 }
 
-void cg_execute(cudnnHandle_t handle, cg_desc plan, int n, const int64_t* uids, void** ptrs,
-                void* workspace, const char* what, const char* file, int line) {
+int cg_execute(cudnnHandle_t handle, cg_desc plan, int n, const int64_t* uids, void** ptrs,
+               void* workspace, const char* what, const char* file, int line, char* why,
+               size_t why_len) {
     // A variant pack per call (as the frontend's execute): host memory only, so this runs
     // inside CUDA-graph capture; the pointers are read when cudnnBackendExecute enqueues.
     cg_desc vp = NULL;
@@ -290,11 +291,15 @@ void cg_execute(cudnnHandle_t handle, cg_desc plan, int n, const int64_t* uids, 
     if (st == CUDNN_STATUS_SUCCESS) call = what;
     if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(handle, plan, vp);
     if (vp) cudnnBackendDestroyDescriptor(vp);
-    if (st != CUDNN_STATUS_SUCCESS) {
-        char text[384];
-        cg_status_text(st, text, sizeof text);
-        rt_check_fail(file, line, call, text,
-                      "cuDNN refused the call at run time; rerun with CUDNN_LOGERR_DBG=1 "
-                      "CUDNN_LOGDEST_DBG=stderr for cuDNN's own log");
+    if (st == CUDNN_STATUS_SUCCESS) return 0;
+    char text[384];
+    cg_status_text(st, text, sizeof text);
+    if (why) {
+        snprintf(why, why_len, "%s failed: %s", call, text);
+        return -1;
     }
+    rt_check_fail(file, line, call, text,
+                  "cuDNN refused the call at run time; rerun with CUDNN_LOGERR_DBG=1 "
+                  "CUDNN_LOGDEST_DBG=stderr for cuDNN's own log");
+    return -1;
 }

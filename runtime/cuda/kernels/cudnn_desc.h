@@ -63,9 +63,11 @@ void cg_reshape(cg* g, cg_desc x, cg_desc y);
 // `what` names the graph in messages.
 cg_desc cg_finish(cg* g, const char* what, int64_t* ws);
 
-// Runs plan with the n (uid, pointer) pairs and workspace on the handle's stream; a
-// failure goes through rt_check_fail as one line naming the call and cuDNN's reasons.
-void cg_execute(cudnnHandle_t handle, cg_desc plan, int n, const int64_t* uids, void** ptrs,
-                void* workspace, const char* what, const char* file, int line);
+// Runs plan with the n (uid, pointer) pairs and workspace on the handle's stream: 0. A
+// failure is one line naming the call and cuDNN's reasons: in why (why_len bytes), and -1
+// returned, or without why through rt_check_fail.
+int cg_execute(cudnnHandle_t handle, cg_desc plan, int n, const int64_t* uids, void** ptrs,
+               void* workspace, const char* what, const char* file, int line, char* why,
+               size_t why_len);
 
 #endif

@@ -438,15 +438,11 @@ __global__ void rmsnorm_forward_kernel(O* out, float* rstd, const I* inp, const 
     if (threadIdx.x == 0 && rstd) rstd[n] = rs;
 }
 
-// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
-__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
-    rmsnorm_forward_wkernel(void* out, float* rstd, const void* inp, const float* weight, int N,
-                            int C, float eps, int packed, rt_dtype dt) {
-    const long n = rtc_wrow_index(N);
-    if (n < 0) return;
+// Row n of RMSNorm's output (po: packed) from the lane's values of the row, a warp per row.
+__device__ __forceinline__ void rtc_rmsnorm_wrow(void* out, bool po, float* rstd, const rtc_wrow& x,
+                                                 const float* weight, long n, int C, float eps,
+                                                 rt_dtype dt) {
     const int V = C / RTC_WROW;
-    const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
-    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
     double ss = 0.0;
     RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) ss += (double)x.v[j][u] * x.v[j][u];
     ss = rtc_warp_sum(ss);
@@ -461,6 +457,38 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
         rtc_wst(rtc_wrow_at(out, po, n, C), po, rtc_wcol(j), y, dt);
     }
     if ((threadIdx.x & 31) == 0 && rstd) rstd[n] = rs;
+}
+
+// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    rmsnorm_forward_wkernel(void* out, float* rstd, const void* inp, const float* weight, int N,
+                            int C, float eps, int packed, rt_dtype dt) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const bool pi = packed & RT_PACKED_INP;
+    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, C / RTC_WROW, dt);
+    rtc_rmsnorm_wrow(out, packed & RT_PACKED_OUT, rstd, x, weight, n, C, eps, dt);
+}
+
+// A residual add and the RMSNorm of its sum in one pass, a warp per row: the sum, rounded
+// to dt, is stored and normalised from the registers it is in (the bits of the two
+// kernels: the norm would read back exactly the rounded values).
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    residual_rmsnorm_forward_wkernel(void* sum, void* out, float* rstd, const void* a,
+                                     const void* b, const float* weight, int N, int C, float eps,
+                                     int packed_add, int packed_norm, rt_dtype dt) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const int V = C / RTC_WROW;
+    const bool ps = packed_add & RT_PACKED_OUT, pa = packed_add & RT_PACKED_INP,
+               pb = packed_add & RT_PACKED_INP2;
+    rtc_wrow x(rtc_wrow_at(a, pa, n, C), pa, V, dt);
+    const rtc_wrow y(rtc_wrow_at(b, pb, n, C), pb, V, dt);
+    RTC_WROW_FOR(j, V) {
+        for (int u = 0; u < RTC_VEC; u++) x.v[j][u] = rtc_round_to(x.v[j][u] + y.v[j][u], dt);
+        rtc_wst(rtc_wrow_at(sum, ps, n, C), ps, rtc_wcol(j), x.v[j], dt);
+    }
+    rtc_rmsnorm_wrow(out, packed_norm & RT_PACKED_OUT, rstd, x, weight, n, C, eps, dt);
 }
 
 // packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
@@ -490,6 +518,25 @@ void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const fl
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_forward");
     RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_forward");
     rmsnorm_forward(out, rstd, inp, weight, N, C, eps, packed, dt);
+}
+
+void rt_residual_rmsnorm_packed_forward(void* sum, void* out, float* rstd, const void* a,
+                                        const void* b, const float* weight, int N, int C,
+                                        float eps, int packed_add, int packed_norm, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_residual_rmsnorm_packed_forward");
+    RT_KCHECK_PACKED_ROWS(C, "rt_residual_rmsnorm_packed_forward");
+    RT_KCHECK(!(packed_add & RT_PACKED_OUT) == !(packed_norm & RT_PACKED_INP),
+              "the norm reads the sum in the storage the add writes it",
+              "rt_residual_rmsnorm_packed_forward: packed_add %d, packed_norm %d", packed_add,
+              packed_norm);
+    if (N <= 0 || C <= 0) return;
+    if (!rtc_wrow_ok(C, {sum, out, a, b, weight})) {  // the two kernels
+        rt_residual_packed_forward(sum, a, b, (size_t)N * C, packed_add, dt);
+        rmsnorm_forward(out, rstd, sum, weight, N, C, eps, packed_norm, dt);
+        return;
+    }
+    RTC_LAUNCH_WROWS(residual_rmsnorm_forward_wkernel, N, sum, out, rstd, a, b, weight, N, C, eps,
+                     packed_add, packed_norm, dt);
 }
 
 // ----------------------------------------------------------------------------

@@ -52,6 +52,12 @@ static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t wh
         rt_cudnn_sdpa_destroy(plan);
         return NULL;
     }
+    char failed[400];
+    if (!cs_attention_try(R, a, plan, failed, sizeof failed)) {
+        snprintf(why, why_len, "cuDNN's plan failed its first run: %s", failed);
+        rt_cudnn_sdpa_destroy(plan);
+        return NULL;
+    }
     if (choice == RT_ATTENTION_CUDNN) return plan;
     double t_cudnn, t_ours;
     cs_attention_time(R, a, plan, &t_cudnn, &t_ours);

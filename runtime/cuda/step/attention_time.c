@@ -1,4 +1,5 @@
-// The CUDA backend's timing of an attention site under the spec's `auto` (attention.c):
+// The CUDA backend's first run of cuDNN's plan for an attention site (cs_attention_try),
+// and its timing under the spec's `auto` (attention.c):
 // one forward + backward of cuDNN's plan and of fsdpgen's packed kernels on the site's shape,
 // on the rank's compute stream, the least of 3 after a warm-up, on zeroed tensors of its own
 // (allocated and freed here, before the arena exists). Once per shape and process: the first
@@ -112,6 +113,17 @@ static verdict* measure(rt_rank* R, const rt_model_attention* a, const rt_cudnn_
     v->t_ours = time_ms(R, a, NULL, &b);
     CS(R, cudaFree(b.base));
     return v;
+}
+
+int cs_attention_try(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan, char* why,
+                     size_t why_len) {
+    const cuda_rank* c = R->backend;
+    site_buffers b = {0};
+    if (buffers(&b, a)) return 1;  // no memory to try it on: the step will tell
+    const int rc = rt_cudnn_sdpa_try(plan, b.out, b.stats, b.dq, b.dk, b.dv, b.dout, b.q, b.k, b.v,
+                                     b.scratch, STREAM(c->compute), why, why_len);
+    CS(R, cudaFree(b.base));
+    return rc == 0;
 }
 
 void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,

@@ -130,6 +130,10 @@ int cs_attention_init(rt_rank* R);
 void cs_attention_free(rt_rank* R);
 // RT_ATTENTION is unset, empty, auto, cudnn or fsdpgen: 0; else 2 after a one-line message.
 int cs_attention_check_env(void);
+// cuDNN's plan for site a run once, forward and backward, on zeroed tensors of its own
+// (rt_cudnn_sdpa_try): 1 when it ran, or could not be tried for want of memory; 0 and why.
+int cs_attention_try(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan, char* why,
+                     size_t why_len);
 // Milliseconds of one forward + backward of cuDNN's plan and of fsdpgen's kernels on a's
 // shape (attention_time.c; both < 0: not timed, no device memory for the tensors).
 void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
