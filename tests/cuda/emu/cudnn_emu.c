@@ -40,3 +40,13 @@ void rt_cudnn_sdpa_backward(const rt_cudnn_sdpa* s, void* dq, void* dk, void* dv
     rt_check_fail(__FILE__, __LINE__, "rt_cudnn_sdpa_backward", "no plan on the emulator",
                   "a bug: create returned NULL");
 }
+
+int rt_cudnn_sdpa_try(const rt_cudnn_sdpa* s, void* out, float* stats, void* dq, void* dk,
+                      void* dv, const void* dout, const void* q, const void* k, const void* v,
+                      void* workspace, rt_cudnn_stream stream, char* why, size_t why_len) {
+    (void)s, (void)out, (void)stats, (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k;
+    (void)v, (void)workspace, (void)stream, (void)why, (void)why_len;
+    rt_check_fail(__FILE__, __LINE__, "rt_cudnn_sdpa_try", "no plan on the emulator",
+                  "a bug: create returned NULL");
+    return -1;
+}
