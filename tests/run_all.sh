@@ -80,6 +80,7 @@ plan_lane() {
     "reduce-scatters of the params with grads:reduce_subsets" \
     "reductions in parts (one rank):reduce_parts" \
     "parameters read from the shards (one rank):shard_reads" \
+    "a residual add and its norm in one call:fused_norms" \
     "side-stream buffer lifetimes:stream_lifetimes" \
     "no host reads of the arena:device_pointers" \
     "microbatching counts (FSDP2's tests):microbatching" \

@@ -187,6 +187,7 @@ function M.step_line(st, plan)
     detail = (st.op == "backward" and "grad of " or "") .. op.kind .. " " .. node_detail(op)
     if memory.is_view(op) then detail = detail .. " (view: same buffer)" end
     if st.grad_alias then detail = detail .. " (no copy: the inputs' gradients share its buffer)" end
+    if st.fused_add then detail = detail .. " (one kernel with the add above)" end
   end
   local ev = st.event and (st.event.kind .. " " .. st.event.state) or ""
   return string.format("  %-8s %-22s %-44s %s%s", st.stream, st.op, name, detail,

@@ -91,6 +91,25 @@ end
 
 local function sixteen(t) return t.dtype == "bf16" or t.dtype == "fp16" end
 
+-- Whether forward steps i and i + 1 are a residual add and the RMSNorm of its sum, all
+-- their tensors of one 16-bit dtype: the norm's step makes one call for both
+-- (rt_residual_rmsnorm_packed_forward: the sum is normalised as it is written, not read
+-- again), and the add's step none (planner.lua residual_before_norm issues such an add just
+-- before its norm). M.plan marks the pair (`fused_norm` on the add's step, `fused_add` on
+-- the norm's) for the emitter and the simulator.
+local function add_with_norm(steps, i)
+  local st, nxt = steps[i], steps[i + 1]
+  if not (nxt and st.op == "forward" and nxt.op == "forward") then return false end
+  local add, norm = st.node, nxt.node
+  if add.kind ~= "add" or norm.kind ~= "rms_norm" or unhooked(norm.ins[1]) ~= add.outs[1] then return false end
+  local y = add.outs[1]
+  if not sixteen(y) or trace.numel(add.ins[1].shape) ~= trace.numel(add.ins[2].shape) then return false end
+  for _, t in ipairs({ add.ins[1], add.ins[2], norm.ins[2], norm.outs[1] }) do
+    if t.dtype ~= y.dtype then return false end
+  end
+  return true
+end
+
 -- Whether every float input of op has y's dtype (so op's kernel `dt` is y's: kernels_c).
 local function inputs_have_dtype(op, y)
   for _, t in ipairs(op.ins) do
@@ -634,7 +653,12 @@ function M.plan(plan)
         compute_bytes(g.layout.padded_numel), i)
     elseif st.op == "forward" or st.op == "recompute" then
       local op = st.node
-      for _, t in ipairs(op.ins) do touch(M.base(t).buf, i) end
+      st.fused_norm = add_with_norm(steps, i) and steps[i + 1] or nil
+      if st.fused_norm then st.fused_norm.fused_add = st
+      elseif not (i > 1 and steps[i - 1].fused_norm == st) then st.fused_add = nil end
+      -- an add left to its norm's call is read there (add_with_norm)
+      local at = st.fused_norm and i + 1 or i
+      for _, t in ipairs(op.ins) do touch(M.base(t).buf, at) end
       for _, t in ipairs(M.is_view(op) and {} or op.outs) do
         t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation",
           tensor_bytes(t, t.packed), i, i)

@@ -954,6 +954,37 @@ function Sim:optimizer_follows(i)
   return false
 end
 
+-- A forward residual add is issued just before the RMSNorm that reads it, past the FSDP
+-- steps between them (a block's reshard after forward, the next block's all-gather and its
+-- wait: none reads or writes an activation, and the add reads no parameter), so that the
+-- two run as one kernel (memory.lua add_with_norm): the sum is normalised as it is
+-- written, not read again. Events, counts and values are the same; only the add's issue
+-- moves (Llama: each block's second add past the next block's all-gather wait).
+local PASSABLE = { reshard = true, all_gather = true, all_gather_wait = true }
+
+local function unhooked(t)
+  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
+  return t
+end
+
+local function residual_before_norm(steps)
+  for i = #steps, 1, -1 do
+    local st = steps[i]
+    local op = st.op == "forward" and st.node
+    if op and op.kind == "add" and not op.region and trace.numel(op.ins[1].shape) == trace.numel(op.ins[2].shape)
+        and not op.ins[1].is_param and not op.ins[2].is_param then
+      local j = i + 1
+      while steps[j] and PASSABLE[steps[j].op] do j = j + 1 end
+      local norm = steps[j] and steps[j].op == "forward" and steps[j].node
+      if j > i + 1 and norm and norm.kind == "rms_norm" and not norm.region and unhooked(norm.ins[1]) == op.outs[1]
+          and steps[j].section == st.section then
+        table.remove(steps, i)
+        table.insert(steps, j - 1, st)
+      end
+    end
+  end
+end
+
 -- Runs the whole step program; returns the plan.
 function Sim:run()
   local flags = {}
@@ -976,6 +1007,7 @@ function Sim:run()
     end
   end
   trace.begin(nil, nil)
+  residual_before_norm(self.steps)
   self:check_step_repeats(flags)
   self:check_optimizer_steps()
   return self
@@ -997,6 +1029,7 @@ function Sim:run_eval()
   self.section, self.phase = 2, "reshard"
   self:run_manual_reshard({ states = self.states })
   trace.begin(nil, nil)
+  residual_before_norm(self.steps)
   return self
 end
 

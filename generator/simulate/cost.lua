@@ -106,6 +106,10 @@ local function op_cost(st, spec, gpu, k)
   if kind == "embedding" and bwd then bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8 end
   bytes = bytes * (k.elementwise_passes or 1)
   local class = (kind == "cross_entropy") and "loss" or norms[kind] and "norm" or "elementwise"
+  -- a residual add and its norm in one call (memory.lua add_with_norm): one launch, and the
+  -- norm takes the sum from registers
+  if st.fused_norm then return roofline(gpu, k, 0, 1, bytes, k[class], 0), class, 0 end
+  if st.fused_add then bytes = bytes - tbytes(op.ins[1]) end
   return roofline(gpu, k, 0, 1, bytes, k[class], bwd and 2 or 1), class, 0
 end
 

@@ -3,7 +3,8 @@
 -- rt_step_round only where a 16-bit value is left unrounded. Checks, on the step C of every
 -- spec (tests/specs, examples):
 --   * every forward (and recomputed) output is rounded exactly once when its tensor is
---     bf16/fp16 (by the kernel's dt or by one rt_step_round) and never when it is fp32;
+--     bf16/fp16 (by the kernel's dt or by one rt_step_round) and never when it is fp32 (a
+--     residual add and its norm in one call, both by its dt);
 --   * no rt_step_round repeats the rounding of a buffer the backward kernel just rounded;
 -- and, on tests/specs/features/mixed_precision_odd_ops.lua and bench GPT-2, the cases the
 -- kernels cannot round themselves (parameter operands, tensors used twice, broadcast_add's
@@ -57,6 +58,12 @@ local function check_rules(text, name)
       local k = kernel_of(first)
       local rounds = 0
       if k and DT_FORWARD[k] and first:match("_forward%(") and SIXTEEN[a[#a]] then rounds = rounds + 1 end
+      -- a residual add and its norm in one call (the add's step has none): dt rounds both
+      -- the sum (argument 1, the add's output) and the norm's output (argument 2)
+      if k == "residual_rmsnorm_packed" then
+        out = a[2]
+        if SIXTEEN[a[#a]] then rounds, nfwd = rounds + 1, nfwd + 1 end
+      end
       -- an attention site (rt_step_attention_forward(R, site, out, ...)): 16-bit, rounded
       if first:match("^rt_step_attention_forward%(") then out, rounds = a[3], 1 end
       for i = 2, #st.calls do
@@ -341,18 +348,23 @@ for _, ckpt in ipairs({ false, true }) do
   local norm_in = "RT_PACKED_OUT | RT_PACKED_INP"
   local norm_bwd = norm_in .. " | RT_PACKED_DINP"
   local attn_bwd = all4 .. " | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3"
-  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT", "", "RT_PACKED_OUT" } or { all4:rep(2, "; "),
+  -- the norms after a residual add are computed with it (their add's bits first), the
+  -- embedding's only alone; checkpointed, the two in-block pairs, in fp32 storage
+  local add3 = "RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2"
+  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT", "", "RT_PACKED_OUT", "; " } or { all4:rep(2, "; "),
     attn_bwd:rep(2, "; "), ("RT_PACKED_OUT | RT_PACKED_INP"):rep(4, "; "), ("RT_PACKED_OUT | RT_PACKED_DINP"):rep(4, "; "),
-    "RT_PACKED_OUT; " .. norm_in:rep(4, "; "), "RT_PACKED_OUT | RT_PACKED_DINP2",
-    norm_bwd:rep(4, "; ") .. "; RT_PACKED_OUT" }
+    "RT_PACKED_OUT", "RT_PACKED_OUT | RT_PACKED_DINP2", norm_bwd:rep(4, "; ") .. "; RT_PACKED_OUT",
+    "RT_PACKED_OUT | RT_PACKED_INP2; " .. add3:rep(3, "; ") }
   local got = { bits_of("rt_attention_lowmem_packed_forward"), bits_of("rt_attention_lowmem_packed_backward"),
     bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward"), bits_of("rt_rmsnorm_packed_forward"),
-    bits_of("rt_residual_packed_backward"), bits_of("rt_rmsnorm_packed_backward") }
+    bits_of("rt_residual_packed_backward"), bits_of("rt_rmsnorm_packed_backward"),
+    bits_of("rt_residual_rmsnorm_packed_forward") }
   local same = ok
   for i = 1, #want do same = same and got[i] == want[i] end
   check(same, string.format("bf16 Llama, 2 blocks%s: attention packed (%s | %s), rope forward (%s), rope backward "
-    .. "(%s), rmsnorm forward (%s), residual backward (%s), rmsnorm backward (%s)%s", ckpt and ", checkpointed" or "",
-    got[1], got[2], got[3], got[4], got[5], got[6], got[7], ok and "" or " (" .. tostring(text) .. ")"))
+    .. "(%s), rmsnorm forward (%s), residual backward (%s), rmsnorm backward (%s), residual add + rmsnorm "
+    .. "forward (%s)%s", ckpt and ", checkpointed" or "", got[1], got[2], got[3], got[4], got[5], got[6], got[7],
+    got[8], ok and "" or " (" .. tostring(text) .. ")"))
 end
 do
   local ok, text = llama_step_c(false, "auto")

@@ -36,10 +36,12 @@ os.execute("mkdir -p " .. tmp)
 -- Changed .schedule lines allowed per kind: 25, or more where more lines change in
 -- meaning. Splitting a group adds the new group's header (its params move there) and its
 -- collective, wait, reshard, post-backward and optimizer lines in the step and the eval;
--- checkpointing adds one recompute line per op of the block, and splits the attention
--- lines' run of cuDNN ops around the block's (fsdpgen's: fp32 storage); mixed precision
--- changes the dtype of every op line of the group, in the step and in the eval.
-local LIMIT = { split = 60, checkpoint = 36, mixed_precision = 150 }
+-- checkpointing adds one recompute line per op of the block, splits the attention lines'
+-- run of cuDNN ops around the block's (fsdpgen's: fp32 storage), and leaves the block's
+-- last residual add where it ran and out of the next norm's call (planner.lua
+-- residual_before_norm); mixed precision changes the dtype of every op line of the group,
+-- in the step and in the eval, and takes its norms out of their adds' calls.
+local LIMIT = { split = 60, checkpoint = 56, mixed_precision = 160 }
 
 local function schedule_of(dir)
   return (io.popen("ls " .. dir .. "/*.schedule"):read("l"))

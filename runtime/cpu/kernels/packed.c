@@ -354,6 +354,18 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
     dense_store(out, z, n, dt);
 }
 
+// The two kernels, in order: the CPU has no second read of the sum to save.
+void rt_residual_rmsnorm_packed_forward(void* sum, void* out, float* rstd, const void* a,
+                                        const void* b, const float* weight, int N, int C,
+                                        float eps, int packed_add, int packed_norm, rt_dtype dt) {
+    RT_KCHECK(!(packed_add & RT_PACKED_OUT) == !(packed_norm & RT_PACKED_INP),
+              "the norm reads the sum in the storage the add writes it",
+              "rt_residual_rmsnorm_packed_forward: packed_add %d, packed_norm %d", packed_add,
+              packed_norm);
+    rt_residual_packed_forward(sum, a, b, row_elems(N, C), packed_add, dt);
+    rt_rmsnorm_packed_forward(out, rstd, sum, weight, N, C, eps, packed_norm, dt);
+}
+
 void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n, int packed,
                                  rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_residual_packed_backward");

@@ -1,0 +1,118 @@
+-- A residual add and the RMSNorm of its sum in one call (generator/plan/planner.lua
+-- residual_before_norm issues the add just before its norm; generator/memory/memory.lua
+-- marks the pair; the norm's step calls rt_residual_rmsnorm_packed_forward). Checked on
+-- Llama 1B (both norms of every block and the final one, past the FSDP steps between a
+-- block's last add and the next block's norm), on every repository spec (each pair adjacent,
+-- one 16-bit dtype, the add's step without a call, a call for each pair), a checkpointed
+-- block (its last add stays where it ran) and fp32 (no pair); and the simulator prices a
+-- pair as one launch.
+-- Run from the repository root: lua5.4 tests/generator/fused_norms.lua
+package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
+local emit_step = require("emit.emit_step")
+local cost = require("simulate.cost")
+local gpu = require("simulate.gpu")
+
+local util = require("tests.generator.step_c")
+local check = util.check
+
+local function count(text, pat) return select(2, text:gsub(pat, "")) end
+
+local function pairs_of(plan)
+  local n = 0
+  for i, st in ipairs(plan.steps) do
+    if st.fused_norm then
+      n = n + 1
+      assert(plan.steps[i + 1] == st.fused_norm and st.fused_norm.fused_add == st)
+    end
+  end
+  return n
+end
+
+-- Llama 1B: 16 blocks x 2 norms, each after an add (the first block's attention_norm reads
+-- the embedding: alone).
+local llama = util.plan("examples/llama_1b.lua")
+local c = util.flat(emit_step.render(llama, "llama_1b.lua", llama.spec.name), true)
+local step = c:match("^(.-)\n// %-%-%-%- eval_") or c
+check(pairs_of(llama) == 32 and count(step, "rt_residual_rmsnorm_packed_forward%(") == 32
+  and count(step, "rt_rmsnorm_packed_forward%(") == 1 and count(step, "rt_residual_packed_forward%(") == 0,
+  string.format("llama_1b: 32 adds computed with their norms (%d pairs, %d calls), the embedding's norm alone",
+    pairs_of(llama), count(step, "rt_residual_rmsnorm_packed_forward%(")))
+-- a block's last add runs after the next block's all-gather wait, just before its norm
+local moved
+for i, st in ipairs(llama.steps) do
+  if st.op == "forward" and st.node.label == "layers.3.add#2" then
+    moved = llama.steps[i - 1].op == "all_gather_wait" and llama.steps[i - 1].group.name == "layers.4"
+      and llama.steps[i + 1].node and llama.steps[i + 1].node.label == "layers.4.attention_norm.rms_norm"
+  end
+end
+check(moved, "llama_1b: layers.3.add#2 is issued after layers.4's all-gather wait, just before its norm")
+
+-- Every spec: the pairs as memory.lua marks them (one 16-bit dtype), and as many fused calls
+-- as adds left to them. (The FSDP steps keep their order: only compute steps move.)
+local total, specs = 0, 0
+for _, path in ipairs(util.all_specs()) do
+  local ok, plan = pcall(util.plan, path)
+  require("spec.errors").track_spec_lines(false)
+  if ok then
+    specs = specs + 1
+    local bad
+    local text = util.flat(emit_step.render(plan, path, plan.spec.name), true)
+    local n = pairs_of(plan)
+    total = total + n
+    for _, st in ipairs(plan.steps) do
+      if st.fused_norm then
+        local add, norm = st.node, st.fused_norm.node
+        if not (add.kind == "add" and norm.kind == "rms_norm" and add.outs[1].dtype ~= "fp32") then
+          bad = "a pair of " .. add.kind .. " and " .. norm.kind
+        end
+      end
+    end
+    if count(text, "rt_residual_rmsnorm_packed_forward%(") ~= count(text, "%(computed with the rms_norm below, in its call%)") then
+      bad = "as many fused calls as adds left to them"
+    end
+    check(not bad, string.format("%s: %d residual adds computed with their norms%s", path, n,
+      bad and (": " .. bad) or ""))
+  end
+end
+check(total >= 40, string.format("%d pairs in %d specs", total, specs))
+
+-- A checkpointed block: its last add stays where it ran (no reorder inside a region); fp32:
+-- no pair.
+local function llama_src(extra, dtype)
+  return string.format([[
+local fsdp, models, nn = require("fsdp"), require("models"), require("nn")
+local model = models.Llama{ n_layers = 2, dim = 64, n_heads = 4, n_kv_heads = 2, vocab_size = 64, max_seq_len = 16 }
+local mp = fsdp.MixedPrecisionPolicy{ param_dtype = %q, reduce_dtype = "fp32" }
+%s
+for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer, { mp_policy = mp }) end
+fsdp.fully_shard(model, { mp_policy = mp })
+return fsdp.spec{ name = "fused_norms_probe", model = model, world_size = 2,
+  input = { batch = 2, seq_len = 16 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
+]], dtype, extra)
+end
+local ck = util.plan_source(llama_src("nn.checkpoint_module(model.layers[1])", "bf16"))
+local last_add
+for i, st in ipairs(ck.steps) do
+  if st.op == "forward" and st.node.label == "layers.0.add#2" then last_add = ck.steps[i + 1] end
+end
+check(last_add and last_add.op == "reshard" and pairs_of(ck) == 3, string.format("a checkpointed first block: "
+  .. "its last add is followed by its reshard (%s), 3 pairs (%d)", last_add and last_add.op or "?", pairs_of(ck)))
+check(pairs_of(util.plan_source(llama_src("", "fp32"))) == 0, "fp32: no add computed with its norm")
+
+-- The simulator: a pair is one launch, and the norm reads no sum.
+local h100 = assert(gpu.load(".", "h100"))
+local k = h100.kernels.fsdpgen
+local fused, apart = 0, 0
+for _, st in ipairs(llama.steps) do
+  if st.fused_norm then
+    local nx = st.fused_norm
+    fused = fused + cost.step(st, llama, h100, k).compute + cost.step(nx, llama, h100, k).compute
+    st.fused_norm, nx.fused_add = nil, nil
+    apart = apart + cost.step(st, llama, h100, k).compute + cost.step(nx, llama, h100, k).compute
+    st.fused_norm, nx.fused_add = nx, st
+  end
+end
+local saved_launches = 32 * k.launch_us * 1e-6
+check(apart - fused > saved_launches, string.format("simulated: the 32 pairs %.3f ms in one call each, %.3f ms "
+  .. "apart (more than the %d launches, %.3f ms, saved)", fused * 1e3, apart * 1e3, 32, saved_launches * 1e3))
+util.finish()
