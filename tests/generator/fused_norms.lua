@@ -49,31 +49,25 @@ check(moved, "llama_1b: layers.3.add#2 is issued after layers.4's all-gather wai
 
 -- Every spec: the pairs as memory.lua marks them (one 16-bit dtype), and as many fused calls
 -- as adds left to them. (The FSDP steps keep their order: only compute steps move.)
-local total, specs = 0, 0
-for _, path in ipairs(util.all_specs()) do
-  local ok, plan = pcall(util.plan, path)
-  require("spec.errors").track_spec_lines(false)
-  if ok then
-    specs = specs + 1
-    local bad
-    local text = util.flat(emit_step.render(plan, path, plan.spec.name), true)
-    local n = pairs_of(plan)
-    total = total + n
-    for _, st in ipairs(plan.steps) do
-      if st.fused_norm then
-        local add, norm = st.node, st.fused_norm.node
-        if not (add.kind == "add" and norm.kind == "rms_norm" and add.outs[1].dtype ~= "fp32") then
-          bad = "a pair of " .. add.kind .. " and " .. norm.kind
-        end
+local total = 0
+local specs = util.each_planned(function(path, plan, text)
+  local bad
+  local n = pairs_of(plan)
+  total = total + n
+  for _, st in ipairs(plan.steps) do
+    if st.fused_norm then
+      local add, norm = st.node, st.fused_norm.node
+      if not (add.kind == "add" and norm.kind == "rms_norm" and add.outs[1].dtype ~= "fp32") then
+        bad = "a pair of " .. add.kind .. " and " .. norm.kind
       end
     end
-    if count(text, "rt_residual_rmsnorm_packed_forward%(") ~= count(text, "%(computed with the rms_norm below, in its call%)") then
-      bad = "as many fused calls as adds left to them"
-    end
-    check(not bad, string.format("%s: %d residual adds computed with their norms%s", path, n,
-      bad and (": " .. bad) or ""))
   end
-end
+  if count(text, "rt_residual_rmsnorm_packed_forward%(") ~= count(text, "%(computed with the rms_norm below, in its call%)") then
+    bad = "as many fused calls as adds left to them"
+  end
+  check(not bad, string.format("%s: %d residual adds computed with their norms%s", path, n,
+    bad and (": " .. bad) or ""))
+end)
 check(total >= 40, string.format("%d pairs in %d specs", total, specs))
 
 -- A checkpointed block: its last add stays where it ran (no reorder inside a region); fp32:

@@ -98,36 +98,30 @@ check(from_shard(w2) == "", "a Llama at two ranks reads nothing from the shards 
 
 -- Every repository spec: marked parameters are in one-rank groups, only lookups read them,
 -- and the C never reads their unsharded slot.
-local marked, specs = 0, 0
-for _, path in ipairs(util.all_specs()) do
-  local ok, plan = pcall(util.plan, path)
-  require("spec.errors").track_spec_lines(false)
-  if ok then
-    specs = specs + 1
-    local bad
-    local code = util.flat(emit_step.render(plan, path, plan.spec.name), true)
-    for _, g in ipairs(plan.groups) do
-      for _, l in ipairs(g.layout.params) do
-        local p = l.param
-        if p.from_shard then
-          marked = marked + 1
-          if g.shard ~= 1 then bad = p.fqn .. " in a group of " .. g.shard .. " shard ranks" end
-          for _, op in ipairs(plan.graph.ops) do
-            for j, t in ipairs(op.ins) do
-              if t == p and not (op.kind == "embedding" and j == 2) then
-                bad = p.fqn .. " read by " .. op.kind .. " at input " .. j
-              end
+local marked = 0
+local specs = util.each_planned(function(path, plan, code)
+  local bad
+  for _, g in ipairs(plan.groups) do
+    for _, l in ipairs(g.layout.params) do
+      local p = l.param
+      if p.from_shard then
+        marked = marked + 1
+        if g.shard ~= 1 then bad = p.fqn .. " in a group of " .. g.shard .. " shard ranks" end
+        for _, op in ipairs(plan.graph.ops) do
+          for j, t in ipairs(op.ins) do
+            if t == p and not (op.kind == "embedding" and j == 2) then
+              bad = p.fqn .. " read by " .. op.kind .. " at input " .. j
             end
           end
-          local name = "P_" .. p.fqn:gsub("[^%w]+", "_")
-          for at in code:gmatch("_unsharded_params[_%w]* %+ " .. name:gsub("%p", "%%%0") .. "%f[^%w_]") do
-            bad = p.fqn .. "'s unsharded slot read in the C"
-          end
+        end
+        local name = ("P_" .. p.fqn:gsub("[^%w]+", "_")):gsub("%p", "%%%0")
+        if code:find("_unsharded_params[_%w]* %+ " .. name .. "%f[^%w_]") then
+          bad = p.fqn .. "'s unsharded slot read in the C"
         end
       end
     end
-    check(not bad, path .. ": parameters read from the shards as planned" .. (bad and (": " .. bad) or ""))
   end
-end
+  check(not bad, path .. ": parameters read from the shards as planned" .. (bad and (": " .. bad) or ""))
+end)
 check(marked >= 4, string.format("%d parameters of %d specs read from the shards", marked, specs))
 util.finish()

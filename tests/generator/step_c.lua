@@ -28,6 +28,21 @@ function M.all_specs()
   return specs
 end
 
+-- f(path, plan, c) for every repository spec that plans (M.all_specs), c its step C (M.flat,
+-- names kept); returns how many.
+function M.each_planned(f)
+  local n = 0
+  for _, path in ipairs(M.all_specs()) do
+    local ok, plan = pcall(M.plan, path)
+    require("spec.errors").track_spec_lines(false)
+    if ok then
+      n = n + 1
+      f(path, plan, M.flat(require("emit.emit_step").render(plan, path, plan.spec.name), true))
+    end
+  end
+  return n
+end
+
 -- The plan of a spec file, as the generator makes it: planned and checked (check.lua; a
 -- spec error is raised as its table). `transform` adjusts the loaded spec (reference.lua).
 function M.plan(path, transform)
