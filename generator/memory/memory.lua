@@ -531,6 +531,10 @@ function M.plan(plan)
     mark_shard_reads(plan)
   end
   M.mark_grad_alias_adds(steps)
+  for _, st in ipairs(steps) do st.fused_norm, st.fused_add = nil, nil end
+  for i = 1, #steps - 1 do
+    if add_with_norm(steps, i) then steps[i].fused_norm, steps[i + 1].fused_add = steps[i + 1], steps[i] end
+  end
   attention.mark(plan, readers_of(plan.graph, true), M.base)
   local bufs = {}
   local function buf(name, kind, size, first, last)
@@ -653,9 +657,6 @@ function M.plan(plan)
         compute_bytes(g.layout.padded_numel), i)
     elseif st.op == "forward" or st.op == "recompute" then
       local op = st.node
-      st.fused_norm = add_with_norm(steps, i) and steps[i + 1] or nil
-      if st.fused_norm then st.fused_norm.fused_add = st
-      elseif not (i > 1 and steps[i - 1].fused_norm == st) then st.fused_add = nil end
       -- an add left to its norm's call is read there (add_with_norm)
       local at = st.fused_norm and i + 1 or i
       for _, t in ipairs(op.ins) do touch(M.base(t).buf, at) end

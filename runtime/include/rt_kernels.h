@@ -417,10 +417,10 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
 void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n, int packed,
                                  rt_dtype dt, int assign);
 // A residual add and the RMSNorm of its sum (a block's add and the next norm) in one call:
-// the bits of rt_residual_packed_forward(sum, a, b, N * C, packed_add, dt) and then
-// rt_residual_packed_forward's sum through rt_rmsnorm_packed_forward(out, rstd, sum,
-// weight, N, C, eps, packed_norm, dt); packed_norm's RT_PACKED_INP must say what
-// packed_add's RT_PACKED_OUT says. The GPU normalises the sum as it writes it.
+// the bits of rt_residual_packed_forward(sum, a, b, N * C, packed_add, dt) followed by
+// rt_rmsnorm_packed_forward(out, rstd, sum, weight, N, C, eps, packed_norm, dt);
+// packed_norm's RT_PACKED_INP must say what packed_add's RT_PACKED_OUT says. The GPU
+// normalises the sum as it writes it.
 void rt_residual_rmsnorm_packed_forward(void* sum, void* out, float* rstd, const void* a,
                                         const void* b, const float* weight, int N, int C,
                                         float eps, int packed_add, int packed_norm, rt_dtype dt);
