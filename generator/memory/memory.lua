@@ -42,12 +42,7 @@ end
 -- memory. A recomputed cast is a view when its original is.
 function M.is_view(op) return (op.original or op).view == true end
 
--- t before FSDP's post-backward hooks (identity ops over a block's inputs whose outputs
--- share their buffers, M.base): a block's output as the previous block wrote it.
-local function unhooked(t)
-  while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
-  return t
-end
+local unhooked = planner.unhooked  -- t before FSDP's post-backward hooks (see M.base)
 
 -- The ops that read each tensor, in graph order. through_hooks: the tensors before FSDP's
 -- post-backward hooks, which are not readers themselves (the next block's ops read a

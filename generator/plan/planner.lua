@@ -962,10 +962,13 @@ end
 -- moves (Llama: each block's second add past the next block's all-gather wait).
 local PASSABLE = { reshard = true, all_gather = true, all_gather_wait = true }
 
-local function unhooked(t)
+-- t before FSDP's post-backward hooks (identity ops over a block's inputs whose outputs
+-- share their buffers): a block's output as the previous block wrote it.
+function M.unhooked(t)
   while t.producer and t.producer.kind == "post_backward_hook" do t = t.producer.ins[t.out_index] end
   return t
 end
+local unhooked = M.unhooked
 
 local function residual_before_norm(steps)
   for i = #steps, 1, -1 do
