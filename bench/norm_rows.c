@@ -9,6 +9,10 @@
 // written once: forward 4 bytes an element, backward 6), and #wrong as nccl-tests does: the
 // elements where the two disagree by more than one bf16 ulp. The backward is the input
 // gradient alone (the weight's column sums are the same kernels either way).
+// A second table times a residual add and the norm of its sum as the generated step calls
+// them (rt_residual_*norm_packed_forward: one kernel, a warp per row) against the two calls
+// it replaces (rt_residual_packed_forward, then the warp norm), with #wrong over the sum and
+// the output (the bits must agree: any difference is wrong).
 #include "bench.h"  // first: it sets _POSIX_C_SOURCE
 
 #include <stdint.h>
@@ -43,29 +47,48 @@ static void call(int s, int pass, void* out, const void* x, const void* dout, co
         rt_rmsnorm_packed_backward(out, NULL, dout, x, w, rstd, N, C, bwd, RT_BF16, RT_ASSIGN_1);
 }
 
-static double time_ms(int s, int pass, int iters, void* out, const void* x, const void* dout,
-                      const float* w, float* mean, float* rstd) {
+// The residual add sum = a + b and the forward norm of the sum into out, in one call (one)
+// or in the two calls it replaces; every buffer packed bf16.
+static void call_add(int s, int one, void* sum, void* out, const void* a, const void* b,
+                     const float* w, float* mean, float* rstd) {
+    const int N = shapes[s].N, C = shapes[s].C;
+    const int add = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2, fwd = RT_PACKED_OUT | RT_PACKED_INP;
+    if (one && shapes[s].layer)
+        rt_residual_layernorm_packed_forward(sum, out, mean, rstd, a, b, w, w, N, C, 1e-5f, add,
+                                             fwd, RT_BF16);
+    else if (one)
+        rt_residual_rmsnorm_packed_forward(sum, out, rstd, a, b, w, N, C, 1e-6f, add, fwd, RT_BF16);
+    else {
+        rt_residual_packed_forward(sum, a, b, (size_t)N * C, add, RT_BF16);
+        call(s, 0, out, sum, NULL, w, mean, rstd);
+    }
+}
+
+// Mean ms of `iters` calls of call (add < 0) or call_add(add), after 3 warm-up calls.
+static double time_ms(int s, int pass, int add, int iters, void* sum, void* out, const void* x,
+                      const void* dout, const float* w, float* mean, float* rstd) {
     double t0 = 0.0;
     for (int i = 0; i < 3 + iters; i++) {
         if (i == 3) {
             RT_CHECK_CUDA(cudaDeviceSynchronize());
             t0 = bench_now_s();
         }
-        call(s, pass, out, x, dout, w, mean, rstd);
+        if (add < 0) call(s, pass, out, x, dout, w, mean, rstd);
+        else call_add(s, add, sum, out, x, dout, w, mean, rstd);
     }
     RT_CHECK_CUDA(cudaDeviceSynchronize());
     return (bench_now_s() - t0) * 1e3 / iters;
 }
 
-// Elements of two packed bf16 buffers more than one ulp apart (or of another sign).
-static long wrong(const void* da, const void* db, size_t n) {
+// Elements of two packed bf16 buffers more than `ulps` apart (or of another sign).
+static long wrong(const void* da, const void* db, size_t n, int ulps) {
     uint16_t *a = malloc(n * sizeof(uint16_t)), *b = malloc(n * sizeof(uint16_t));
     if (!a || !b) abort();
     RT_CHECK_CUDA(cudaMemcpy(a, da, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     RT_CHECK_CUDA(cudaMemcpy(b, db, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     long bad = 0;
     for (size_t i = 0; i < n; i++)
-        if ((a[i] ^ b[i]) & 0x8000 ? (a[i] | b[i]) & 0x7FFF : abs((int)a[i] - (int)b[i]) > 1)
+        if ((a[i] ^ b[i]) & 0x8000 ? (a[i] | b[i]) & 0x7FFF : abs((int)a[i] - (int)b[i]) > ulps)
             bad++;
     free(a), free(b);
     return bad;
@@ -82,7 +105,12 @@ int main(int argc, char** argv) {
     printf("%-10s %-9s %-8s %10s %10s %8s %8s %7s\n", "shape", "norm", "pass", "block ms",
            "warp ms", "warp x", "GB/s", "#wrong");
     long total_wrong = 0;
-    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+    enum { nshapes = sizeof shapes / sizeof shapes[0] };
+    struct {
+        double two, one;
+        long wrong;
+    } adds[nshapes];
+    for (int s = 0; s < nshapes; s++) {
         const int N = shapes[s].N, C = shapes[s].C;
         const size_t n = (size_t)N * C;
         void *x = bench_dev_bf16(n, 2.0f, 1), *dout = bench_dev_bf16(n, 1.0f, 2);
@@ -98,17 +126,31 @@ int main(int argc, char** argv) {
         for (int pass = 0; pass < 2; pass++) {
             // the statistics the backward reads come from one forward, outside the timing
             if (pass == 1) call(s, 0, block, x, dout, wa, mean, rstd);
-            const double bms = time_ms(s, pass, iters, block, x, dout, wu, mean, rstd);
-            const double wms = time_ms(s, pass, iters, warp, x, dout, wa, mean, rstd);
-            const long bad = wrong(warp, block, n);
+            const double bms = time_ms(s, pass, -1, iters, NULL, block, x, dout, wu, mean, rstd);
+            const double wms = time_ms(s, pass, -1, iters, NULL, warp, x, dout, wa, mean, rstd);
+            const long bad = wrong(warp, block, n, 1);
             total_wrong += bad;
             const double bytes = (double)n * (pass ? 6 : 4);
             printf("%-10s %-9s %-8s %10.4f %10.4f %7.2fx %8.0f %7ld\n", shapes[s].name,
                    shapes[s].layer ? "layernorm" : "rmsnorm", pass ? "backward" : "forward", bms,
                    wms, bms / wms, bytes / (wms * 1e-3) / 1e9, bad);
         }
-        void* bufs[] = {x, dout, warp, block, wa, wbuf, mean, rstd};
-        for (int i = 0; i < 8; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));
+        // the add and the norm: the two calls (sum into block, out into warp) against the one
+        void *sum1 = bench_dev_zeros(n * 2), *out1 = bench_dev_zeros(n * 2);
+        adds[s].two = time_ms(s, 0, 0, iters, block, warp, x, dout, wa, mean, rstd);
+        adds[s].one = time_ms(s, 0, 1, iters, sum1, out1, x, dout, wa, mean, rstd);
+        adds[s].wrong = wrong(sum1, block, n, 0) + wrong(out1, warp, n, 0);
+        total_wrong += adds[s].wrong;
+        void* bufs[] = {x, dout, warp, block, wa, wbuf, mean, rstd, sum1, out1};
+        for (int i = 0; i < 10; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));
+    }
+    printf("\n%-10s %-9s %-8s %10s %10s %8s %8s %7s\n", "shape", "norm", "pass", "2 calls ms",
+           "1 call ms", "1 call x", "GB/s", "#wrong");
+    for (int s = 0; s < nshapes; s++) {
+        const double bytes = (double)shapes[s].N * shapes[s].C * 8;  // a, b read; sum, out written
+        printf("%-10s %-9s %-8s %10.4f %10.4f %7.2fx %8.0f %7ld\n", shapes[s].name,
+               shapes[s].layer ? "layernorm" : "rmsnorm", "add+fwd", adds[s].two, adds[s].one,
+               adds[s].two / adds[s].one, bytes / (adds[s].one * 1e-3) / 1e9, adds[s].wrong);
     }
     return total_wrong ? 1 : 0;
 }

@@ -557,11 +557,11 @@ function Walker:step(st, index)
       self.loss_out = out  -- computed with its gradient, by the next step's one call
       calls[1] = "// (computed with its gradient below)"
     elseif st.fused_norm then
-      calls[1] = "// (computed with the rms_norm below, in its call)"
+      calls[1] = "// (computed with the " .. st.fused_norm.node.kind .. " below, in its call)"
     elseif st.fused_add then
       local add = st.fused_add.node
       local y = add.outs[1]
-      calls = kernels.residual_rms_norm(add, node, self:ctx(st, false),
+      calls = kernels.residual_norm(add, node, self:ctx(st, false),
         F(memory.base(y).buf, 0, trace.numel(y.shape)), out)
     else
       calls = kernels.forward(node, self:ctx(st, false), out)

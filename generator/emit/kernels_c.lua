@@ -267,14 +267,23 @@ function forward.cross_entropy(op, c, out)
     c.val(targets), rows(logits), last(logits)) }
 end
 
--- A residual add writing its sum to `sum` and the RMSNorm of that sum writing `out`, in one
--- call (memory.lua add_with_norm: one 16-bit dtype throughout, which both kernels round to).
-function M.residual_rms_norm(add, norm, c, sum, out)
-  local a, b, x = add.ins[1], add.ins[2], add.outs[1]
-  local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %s, %s, %s, %s", sum, out, c.stats(norm), c.val(a),
-    c.val(b), c.val(norm.ins[2]), rows(x), last(x), fmt_float(norm.attrs.eps or 1e-6), packed_bits(add) or "0",
-    packed_bits(norm) or "0", op_dtype(norm))
-  return { "rt_residual_rmsnorm_packed_forward(" .. args .. ");" }
+-- A residual add writing its sum to `sum` and the norm of that sum (RMSNorm, LayerNorm)
+-- writing `out`, in one call (memory.lua add_with_norm: one 16-bit dtype throughout, which
+-- both kernels round to).
+function M.residual_norm(add, norm, c, sum, out)
+  local a, b, x, w = add.ins[1], add.ins[2], add.outs[1], norm.ins[2]
+  local stats, params, eps
+  if norm.kind == "layer_norm" then
+    local mean, rstd = c.stats(norm)
+    stats, eps = mean .. ", " .. rstd, norm.attrs.eps or 1e-5
+    params = c.val(w) .. ", " .. (norm.ins[3] and c.val(norm.ins[3]) or "NULL")
+  else
+    stats, params, eps = c.stats(norm), c.val(w), norm.attrs.eps or 1e-6
+  end
+  local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %s, %s, %s, %s", sum, out, stats, c.val(a), c.val(b),
+    params, rows(x), last(x), fmt_float(eps), packed_bits(add) or "0", packed_bits(norm) or "0", op_dtype(norm))
+  local name = norm.kind == "layer_norm" and "layernorm" or "rmsnorm"
+  return { "rt_residual_" .. name .. "_packed_forward(" .. args .. ");" }
 end
 
 -- Forward calls of op writing its output to `out`: the kernel, then the rounding of a

@@ -86,20 +86,26 @@ end
 
 local function sixteen(t) return t.dtype == "bf16" or t.dtype == "fp16" end
 
--- Whether forward steps i and i + 1 are a residual add and the RMSNorm of its sum, all
--- their tensors of one 16-bit dtype: the norm's step makes one call for both
--- (rt_residual_rmsnorm_packed_forward: the sum is normalised as it is written, not read
--- again), and the add's step none (planner.lua residual_before_norm issues such an add just
--- before its norm). M.plan marks the pair (`fused_norm` on the add's step, `fused_add` on
+-- Whether forward steps i and i + 1 are a residual add and the norm of its sum (RMSNorm,
+-- LayerNorm: planner.NORMS), all their tensors of one 16-bit dtype: the norm's step makes
+-- one call for both (rt_residual_rmsnorm_packed_forward or
+-- rt_residual_layernorm_packed_forward: the sum is normalised as it is written, not read
+-- again), and the add's step none (planner.lua residual_before_norm issues such an add
+-- just before its norm). M.plan marks the pair (`fused_norm` on the add's step, `fused_add` on
 -- the norm's) for the emitter and the simulator.
 local function add_with_norm(steps, i)
   local st, nxt = steps[i], steps[i + 1]
   if not (nxt and st.op == "forward" and nxt.op == "forward") then return false end
   local add, norm = st.node, nxt.node
-  if add.kind ~= "add" or norm.kind ~= "rms_norm" or unhooked(norm.ins[1]) ~= add.outs[1] then return false end
+  if add.kind ~= "add" or not planner.NORMS[norm.kind] or unhooked(norm.ins[1]) ~= add.outs[1] then
+    return false
+  end
   local y = add.outs[1]
   if not sixteen(y) or trace.numel(add.ins[1].shape) ~= trace.numel(add.ins[2].shape) then return false end
-  for _, t in ipairs({ add.ins[1], add.ins[2], norm.ins[2], norm.outs[1] }) do
+  -- the call is the packed kernels' (kernels_c residual_norm), whose rows are whole 16-byte
+  -- groups (RT_KCHECK_PACKED_ROWS) even when nothing is packed
+  if y.shape[#y.shape] % 8 ~= 0 then return false end
+  for _, t in ipairs({ add.ins[1], add.ins[2], norm.outs[1], table.unpack(norm.ins, 2) }) do
     if t.dtype ~= y.dtype then return false end
   end
   return true

@@ -954,13 +954,15 @@ function Sim:optimizer_follows(i)
   return false
 end
 
--- A forward residual add is issued just before the RMSNorm that reads it, past the FSDP
--- steps between them (a block's reshard after forward, the next block's all-gather and its
--- wait: none reads or writes an activation, and the add reads no parameter), so that the
--- two run as one kernel (memory.lua add_with_norm): the sum is normalised as it is
--- written, not read again. Events, counts and values are the same; only the add's issue
--- moves (Llama: each block's second add past the next block's all-gather wait).
+-- A forward residual add is issued just before the norm (M.NORMS) that reads it, past the
+-- FSDP steps between them (a block's reshard after forward, the next block's all-gather
+-- and its wait: none reads or writes an activation, and the add reads no parameter), so
+-- that the two run as one kernel (memory.lua add_with_norm): the sum is normalised as it
+-- is written, not read again. Events, counts and values are the same; only the add's
+-- issue moves (Llama, GPT-2: each block's second add past the next block's all-gather
+-- wait).
 local PASSABLE = { reshard = true, all_gather = true, all_gather_wait = true }
+M.NORMS = { rms_norm = true, layer_norm = true }
 
 -- t before FSDP's post-backward hooks (identity ops over a block's inputs whose outputs
 -- share their buffers): a block's output as the previous block wrote it.
@@ -979,7 +981,7 @@ local function residual_before_norm(steps)
       local j = i + 1
       while steps[j] and PASSABLE[steps[j].op] do j = j + 1 end
       local norm = steps[j] and steps[j].op == "forward" and steps[j].node
-      if j > i + 1 and norm and norm.kind == "rms_norm" and not norm.region and unhooked(norm.ins[1]) == op.outs[1]
+      if j > i + 1 and norm and M.NORMS[norm.kind] and not norm.region and unhooked(norm.ins[1]) == op.outs[1]
           and steps[j].section == st.section then
         table.remove(steps, i)
         table.insert(steps, j - 1, st)

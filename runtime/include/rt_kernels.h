@@ -424,6 +424,13 @@ void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n,
 void rt_residual_rmsnorm_packed_forward(void* sum, void* out, float* rstd, const void* a,
                                         const void* b, const float* weight, int N, int C,
                                         float eps, int packed_add, int packed_norm, rt_dtype dt);
+// The same with LayerNorm (GPT-2's add and the next block's ln_1): the bits of the add and
+// then rt_layernorm_packed_forward(out, mean, rstd, sum, weight, bias, N, C, eps,
+// packed_norm, dt).
+void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const float* weight,
+                                          const float* bias, int N, int C, float eps,
+                                          int packed_add, int packed_norm, rt_dtype dt);
 // Rotary embeddings: the forward's out and inp, the backward's dout and dinp.
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
                             float theta, int packed, rt_dtype dt);

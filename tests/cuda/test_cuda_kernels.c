@@ -1238,21 +1238,23 @@ static void* dev_packed(const float* x, int rows, int cols, rt_dtype dt) {
     return d;
 }
 
-// A residual add and the RMSNorm of its sum in one call (rt_residual_rmsnorm_packed_forward)
-// == the two calls, bit for bit: the sum, the norm's output and rstd, with every storage of
-// a, b, the sum and the output; rows of 256 V elements (one kernel, a warp per row) and
-// rows of other lengths (the two kernels).
-static void test_residual_rmsnorm(rt_dtype dt, int N, int C) {
+// A residual add and the norm of its sum in one call (ln: rt_residual_layernorm_packed_forward
+// with a bias, else rt_residual_rmsnorm_packed_forward) == the two calls, bit for bit: the
+// sum, the norm's output, mean and rstd, with every storage of a, b, the sum and the output;
+// rows of 256 V elements (one kernel, a warp per row) and rows of other lengths (the two
+// kernels).
+static void test_residual_norm(int ln, rt_dtype dt, int N, int C) {
     const size_t n = (size_t)N * C;
-    float *a = hrand(n, 2.0f, 0.0f), *b = hrand(n, 1.0f, 0.5f), *w = hrand(C, 0.5f, 1.0f);
-    round_to(a, n, dt), round_to(b, n, dt), round_to(w, C, dt);
-    float *d_a = dup(a, n), *d_b = dup(b, n), *d_w = dup(w, C);
+    float *a = hrand(n, 2.0f, 0.0f), *b = hrand(n, 1.0f, 0.5f), *w = hrand(C, 0.5f, 1.0f),
+          *bias = hrand(C, 0.5f, 0.0f);
+    round_to(a, n, dt), round_to(b, n, dt), round_to(w, C, dt), round_to(bias, C, dt);
+    float *d_a = dup(a, n), *d_b = dup(b, n), *d_w = dup(w, C), *d_bias = dup(bias, C);
     void *d_a16 = dev_packed(a, N, C, dt), *d_b16 = dev_packed(b, N, C, dt);
     void *sum[2], *out[2];
-    float* rstd[2];
+    float *mean[2], *rstd[2];
     for (int k = 0; k < 2; k++) {
         sum[k] = dalloc(n * sizeof(float)), out[k] = dalloc(n * sizeof(float));
-        rstd[k] = dalloc(N * sizeof(float));
+        mean[k] = dalloc(N * sizeof(float)), rstd[k] = dalloc(N * sizeof(float));
     }
     int bad = 0;
     for (int bits = 0; bits < 16; bits++) {
@@ -1263,19 +1265,28 @@ static void test_residual_rmsnorm(rt_dtype dt, int N, int C) {
         for (int k = 0; k < 2; k++) {
             RT_CHECK_CUDA(cudaMemset(sum[k], 0xAB, n * sizeof(float)));
             RT_CHECK_CUDA(cudaMemset(out[k], 0xCD, n * sizeof(float)));
+            RT_CHECK_CUDA(cudaMemset(mean[k], 0xEF, N * sizeof(float)));
         }
         rt_residual_packed_forward(sum[0], x, y, n, add, dt);
-        rt_rmsnorm_packed_forward(out[0], rstd[0], sum[0], d_w, N, C, 1e-5f, norm, dt);
-        rt_residual_rmsnorm_packed_forward(sum[1], out[1], rstd[1], x, y, d_w, N, C, 1e-5f, add, norm, dt);
+        if (ln) {
+            rt_layernorm_packed_forward(out[0], mean[0], rstd[0], sum[0], d_w, d_bias, N, C, 1e-5f, norm, dt);
+            rt_residual_layernorm_packed_forward(sum[1], out[1], mean[1], rstd[1], x, y, d_w, d_bias, N, C,
+                                                 1e-5f, add, norm, dt);
+        } else {
+            rt_rmsnorm_packed_forward(out[0], rstd[0], sum[0], d_w, N, C, 1e-5f, norm, dt);
+            rt_residual_rmsnorm_packed_forward(sum[1], out[1], rstd[1], x, y, d_w, N, C, 1e-5f, add, norm,
+                                               dt);
+        }
         // packed buffers: compared whole (their bytes are half the floats')
-        bad += !dev_same(sum[0], sum[1], n) + !dev_same(out[0], out[1], n) + !dev_same(rstd[0], rstd[1], N);
+        bad += !dev_same(sum[0], sum[1], n) + !dev_same(out[0], out[1], n) + !dev_same(rstd[0], rstd[1], N) +
+               !dev_same(mean[0], mean[1], N);
     }
-    CHECK(bad == 0, "%s residual add + RMSNorm N=%d C=%d in one call == the two calls, bit for bit, for "
+    CHECK(bad == 0, "%s residual add + %s N=%d C=%d in one call == the two calls, bit for bit, for "
           "the 16 storages of a, b, the sum and the output (%d differ)", dt == RT_BF16 ? "bf16" : "fp16",
-          N, C, bad);
-    for (int k = 0; k < 2; k++) dfree(sum[k]), dfree(out[k]), dfree(rstd[k]);
-    dfree(d_a), dfree(d_b), dfree(d_w), dfree(d_a16), dfree(d_b16);
-    free(a), free(b), free(w);
+          ln ? "LayerNorm" : "RMSNorm", N, C, bad);
+    for (int k = 0; k < 2; k++) dfree(sum[k]), dfree(out[k]), dfree(mean[k]), dfree(rstd[k]);
+    dfree(d_a), dfree(d_b), dfree(d_w), dfree(d_bias), dfree(d_a16), dfree(d_b16);
+    free(a), free(b), free(w), free(bias);
 }
 
 // packed linear inputs (rt_kernels.h): a linear reading its input's packed rows (with a
@@ -1902,9 +1913,11 @@ int main(void) {
     test_rmsnorm(9, 256, 0, RT_F32);
     test_layernorm(5, 512, 0, RT_BF16);
     test_norm_paths(33, 512);
-    test_residual_rmsnorm(RT_BF16, 33, 2048);  // a warp per row (V = 8)
-    test_residual_rmsnorm(RT_F16, 5, 768);     // V = 3
-    test_residual_rmsnorm(RT_BF16, 7, 200);    // not 256 V: the two kernels
+    for (int ln = 0; ln < 2; ln++) {
+        test_residual_norm(ln, RT_BF16, 33, 2048);  // a warp per row (V = 8)
+        test_residual_norm(ln, RT_F16, 5, 768);     // V = 3
+        test_residual_norm(ln, RT_BF16, 7, 200);    // not 256 V: the two kernels
+    }
     // many rows: the weight/bias gradients are summed in row chunks (column_sums.cuh)
     test_layernorm(4100, 96, 1, RT_F32);
     test_rmsnorm(3000, 200, 1, RT_BF16);

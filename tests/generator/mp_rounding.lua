@@ -60,7 +60,7 @@ local function check_rules(text, name)
       if k and DT_FORWARD[k] and first:match("_forward%(") and SIXTEEN[a[#a]] then rounds = rounds + 1 end
       -- a residual add and its norm in one call (the add's step has none): dt rounds both
       -- the sum (argument 1, the add's output) and the norm's output (argument 2)
-      if k == "residual_rmsnorm_packed" then
+      if k == "residual_rmsnorm_packed" or k == "residual_layernorm_packed" then
         out = a[2]
         if SIXTEEN[a[#a]] then rounds, nfwd = rounds + 1, nfwd + 1 end
       end

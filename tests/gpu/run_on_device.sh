@@ -23,7 +23,7 @@
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
 #   attention  bench/attention.sh (cuDNN and the flash kernels against PyTorch's SDPA on
 #            the bench shapes), bench/norm.sh (the norms' row-per-warp kernels against the
-#            block-per-row ones), then ncu's throughput, memory, warp-stall and occupancy
+#            block-per-row ones, a residual add and its norm in one call against two), then ncu's throughput, memory, warp-stall and occupancy
 #            sections for the three tensor-core attention kernels of one GPT-2 bench layer
 #            (RT_ATTENTION=fsdpgen; ncu_attention.txt)
 #   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against

@@ -154,28 +154,37 @@ void* rt_cuda_get_stream(void) { return (void*)rtc_get()->stream; }
 
 // ---- 16-bit operands -----------------------------------------------------------------
 
-// *p, *have bytes long, made at least `bytes` long (what: the scratch, for the message);
-// true when it was reallocated. Grows only outside a capture, and keeps the buffer it
-// replaces until the thread exits: a graph captured before (the CUDA step backend's step,
-// replayed after an eager eval that needed more) still reads it.
-static bool scratch_grow(rtc_ctx* ctx, void** p, size_t* have, size_t bytes, const char* what) {
-    if (bytes <= *have) return false;
+// *p, *have bytes long, made at least `bytes` long (what: the scratch, for the message;
+// *captured: a capture has used *p); true when it was reallocated. Grows only outside a
+// capture. A buffer a capture used is kept until the thread exits: its graph (the CUDA step
+// backend's step, replayed after an eager eval that needed more) still reads it; any other
+// is freed first, so that the growths of the first, eager step hold one buffer at a time.
+static bool scratch_grow(rtc_ctx* ctx, void** p, size_t* have, bool* captured, size_t bytes,
+                         const char* what) {
+    if (bytes <= *have && *captured) return false;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     RT_CHECK_CUDA(cudaStreamIsCapturing(ctx->stream, &cap));
+    if (bytes <= *have) {
+        *captured = cap != cudaStreamCaptureStatusNone;
+        return false;
+    }
     RT_KCHECK(cap == cudaStreamCaptureStatusNone,
               "a kernel scratch grows on an eager step (the first step is one)",
               "a kernel captured into a CUDA graph needs %zu bytes of %s, %zu allocated (rerun "
               "with --no-graph, and report the spec)",
               bytes, what, *have);
-    if (*p) {
+    if (*p && *captured) {
         void** r = (void**)realloc(ctx->retired, (size_t)(ctx->nretired + 1) * sizeof *r);
         RT_KCHECK(r != NULL, "host memory for the list of retired scratches",
                   "out of host memory growing the %s", what);
         ctx->retired = r;
         r[ctx->nretired++] = *p;
+    } else if (*p) {
+        RT_CHECK_CUDA(cudaFree(*p));
     }
     *p = NULL;
     *have = 0;
+    *captured = false;
     RT_CHECK_CUDA(cudaMalloc(p, bytes));
     *have = bytes;
     return true;
@@ -184,7 +193,8 @@ static bool scratch_grow(rtc_ctx* ctx, void** p, size_t* have, size_t bytes, con
 // The context's operand scratch, at least `bytes` long.
 void* rtc_operand_scratch(size_t bytes) {
     rtc_ctx* ctx = rtc_get();
-    scratch_grow(ctx, &ctx->operands, &ctx->operand_bytes, bytes, "16-bit operand scratch");
+    scratch_grow(ctx, &ctx->operands, &ctx->operand_bytes, &ctx->operands_captured, bytes,
+                 "16-bit operand scratch");
     return ctx->operands;
 }
 

@@ -163,8 +163,9 @@ typedef struct rtc_ctx {
                            // linear kernels), operand_bytes long; reused by every GEMM of
                            // the thread, ordered by its one stream
     size_t operand_bytes;
-    void** retired;        // the operand scratches it replaced, nretired of them: a captured
-    int nretired;          // graph may still read one, so they are freed at thread exit
+    bool operands_captured;  // a capture has used `operands`: a graph may read it
+    void** retired;        // the captured operand scratches it replaced, nretired of them:
+    int nretired;          // a graph may still read one, so they are freed at thread exit
 } rtc_ctx;
 
 rtc_ctx* rtc_get(void);

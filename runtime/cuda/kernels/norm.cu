@@ -201,16 +201,12 @@ __global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const
     }
 }
 
-// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
-__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
-    layernorm_forward_wkernel(void* out, float* mean, float* rstd, const void* inp,
-                              const float* weight, const float* bias, int N, int C, float eps,
-                              int packed, rt_dtype dt) {
-    const long n = rtc_wrow_index(N);
-    if (n < 0) return;
+// Row n of LayerNorm's output (po: packed) from the lane's values of the row, a warp per row.
+__device__ __forceinline__ void rtc_layernorm_wrow(void* out, bool po, float* mean, float* rstd,
+                                                   const rtc_wrow& x, const float* weight,
+                                                   const float* bias, long n, int C, float eps,
+                                                   rt_dtype dt) {
     const int V = C / RTC_WROW;
-    const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP;
-    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
     double s = 0.0;
     RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) s += x.v[j][u];
     const double m = rtc_warp_sum(s) / C;
@@ -237,6 +233,18 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
         if (mean) mean[n] = mf;
         if (rstd) rstd[n] = rs;
     }
+}
+
+// The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    layernorm_forward_wkernel(void* out, float* mean, float* rstd, const void* inp,
+                              const float* weight, const float* bias, int N, int C, float eps,
+                              int packed, rt_dtype dt) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const bool pi = packed & RT_PACKED_INP;
+    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, C / RTC_WROW, dt);
+    rtc_layernorm_wrow(out, packed & RT_PACKED_OUT, mean, rstd, x, weight, bias, n, C, eps, dt);
 }
 
 // packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
@@ -470,27 +478,6 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     rtc_rmsnorm_wrow(out, packed & RT_PACKED_OUT, rstd, x, weight, n, C, eps, dt);
 }
 
-// A residual add and the RMSNorm of its sum in one pass, a warp per row: the sum, rounded
-// to dt, is stored and normalised from the registers it is in (the bits of the two
-// kernels: the norm would read back exactly the rounded values).
-__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
-    residual_rmsnorm_forward_wkernel(void* sum, void* out, float* rstd, const void* a,
-                                     const void* b, const float* weight, int N, int C, float eps,
-                                     int packed_add, int packed_norm, rt_dtype dt) {
-    const long n = rtc_wrow_index(N);
-    if (n < 0) return;
-    const int V = C / RTC_WROW;
-    const bool ps = packed_add & RT_PACKED_OUT, pa = packed_add & RT_PACKED_INP,
-               pb = packed_add & RT_PACKED_INP2;
-    rtc_wrow x(rtc_wrow_at(a, pa, n, C), pa, V, dt);
-    const rtc_wrow y(rtc_wrow_at(b, pb, n, C), pb, V, dt);
-    RTC_WROW_FOR(j, V) {
-        for (int u = 0; u < RTC_VEC; u++) x.v[j][u] = rtc_round_to(x.v[j][u] + y.v[j][u], dt);
-        rtc_wst(rtc_wrow_at(sum, ps, n, C), ps, rtc_wcol(j), x.v[j], dt);
-    }
-    rtc_rmsnorm_wrow(out, packed_norm & RT_PACKED_OUT, rstd, x, weight, n, C, eps, dt);
-}
-
 // packed: RT_PACKED_OUT (out), RT_PACKED_INP (inp).
 static void rmsnorm_forward(void* out, float* rstd, const void* inp, const float* weight, int N,
                             int C, float eps, int packed, rt_dtype dt) {
@@ -520,23 +507,68 @@ void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const fl
     rmsnorm_forward(out, rstd, inp, weight, N, C, eps, packed, dt);
 }
 
+// ----------------------------------------------------------------------------
+// A residual add and the norm of its sum (LN: LayerNorm, else RMSNorm) in one pass, a warp
+// per row: the sum, rounded to dt, is stored and normalised from the registers it is in
+// (the bits of the two kernels: the norm would read back exactly the rounded values).
+
+template <bool LN>
+__global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
+    residual_norm_forward_wkernel(void* sum, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const float* weight, const float* bias, int N,
+                                  int C, float eps, int packed_add, int packed_norm, rt_dtype dt) {
+    const long n = rtc_wrow_index(N);
+    if (n < 0) return;
+    const int V = C / RTC_WROW;
+    const bool ps = packed_add & RT_PACKED_OUT, pa = packed_add & RT_PACKED_INP,
+               pb = packed_add & RT_PACKED_INP2, po = packed_norm & RT_PACKED_OUT;
+    rtc_wrow x(rtc_wrow_at(a, pa, n, C), pa, V, dt);
+    const rtc_wrow y(rtc_wrow_at(b, pb, n, C), pb, V, dt);
+    RTC_WROW_FOR(j, V) {
+        for (int u = 0; u < RTC_VEC; u++) x.v[j][u] = rtc_round_to(x.v[j][u] + y.v[j][u], dt);
+        rtc_wst(rtc_wrow_at(sum, ps, n, C), ps, rtc_wcol(j), x.v[j], dt);
+    }
+    if (LN) rtc_layernorm_wrow(out, po, mean, rstd, x, weight, bias, n, C, eps, dt);
+    else rtc_rmsnorm_wrow(out, po, rstd, x, weight, n, C, eps, dt);
+}
+
+static void residual_norm_forward(bool ln, const char* name, void* sum, void* out, float* mean,
+                                  float* rstd, const void* a, const void* b, const float* weight,
+                                  const float* bias, int N, int C, float eps, int packed_add,
+                                  int packed_norm, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, name);
+    RT_KCHECK_PACKED_ROWS(C, name);
+    RT_KCHECK(!(packed_add & RT_PACKED_OUT) == !(packed_norm & RT_PACKED_INP),
+              "the norm reads the sum in the storage the add writes it",
+              "%s: packed_add %d, packed_norm %d", name, packed_add, packed_norm);
+    if (N <= 0 || C <= 0) return;
+    if (!rtc_wrow_ok(C, {sum, out, a, b, weight, bias})) {  // the two kernels
+        rt_residual_packed_forward(sum, a, b, (size_t)N * C, packed_add, dt);
+        if (ln) layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps, packed_norm, dt);
+        else rmsnorm_forward(out, rstd, sum, weight, N, C, eps, packed_norm, dt);
+        return;
+    }
+    if (ln)
+        RTC_LAUNCH_WROWS(residual_norm_forward_wkernel<true>, N, sum, out, mean, rstd, a, b,
+                         weight, bias, N, C, eps, packed_add, packed_norm, dt);
+    else
+        RTC_LAUNCH_WROWS(residual_norm_forward_wkernel<false>, N, sum, out, mean, rstd, a, b,
+                         weight, bias, N, C, eps, packed_add, packed_norm, dt);
+}
+
 void rt_residual_rmsnorm_packed_forward(void* sum, void* out, float* rstd, const void* a,
                                         const void* b, const float* weight, int N, int C,
                                         float eps, int packed_add, int packed_norm, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_residual_rmsnorm_packed_forward");
-    RT_KCHECK_PACKED_ROWS(C, "rt_residual_rmsnorm_packed_forward");
-    RT_KCHECK(!(packed_add & RT_PACKED_OUT) == !(packed_norm & RT_PACKED_INP),
-              "the norm reads the sum in the storage the add writes it",
-              "rt_residual_rmsnorm_packed_forward: packed_add %d, packed_norm %d", packed_add,
-              packed_norm);
-    if (N <= 0 || C <= 0) return;
-    if (!rtc_wrow_ok(C, {sum, out, a, b, weight})) {  // the two kernels
-        rt_residual_packed_forward(sum, a, b, (size_t)N * C, packed_add, dt);
-        rmsnorm_forward(out, rstd, sum, weight, N, C, eps, packed_norm, dt);
-        return;
-    }
-    RTC_LAUNCH_WROWS(residual_rmsnorm_forward_wkernel, N, sum, out, rstd, a, b, weight, N, C, eps,
-                     packed_add, packed_norm, dt);
+    residual_norm_forward(false, "rt_residual_rmsnorm_packed_forward", sum, out, NULL, rstd, a, b,
+                          weight, NULL, N, C, eps, packed_add, packed_norm, dt);
+}
+
+void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const float* weight,
+                                          const float* bias, int N, int C, float eps,
+                                          int packed_add, int packed_norm, rt_dtype dt) {
+    residual_norm_forward(true, "rt_residual_layernorm_packed_forward", sum, out, mean, rstd, a,
+                          b, weight, bias, N, C, eps, packed_add, packed_norm, dt);
 }
 
 // ----------------------------------------------------------------------------
