@@ -10,8 +10,8 @@ M.HELP = {
 usage: fsdpgen simulate SPEC --gpu h100|h200|a100 [--gpus-per-node G] [--nodes N]
                         [--inter-node-gbps B] [--batch B] [--kernels fsdpgen|torch] [--json]
 Predicts one training step of SPEC on that GPU: step time, compute time, exposed
-communication per phase (forward, backward, optimizer), MFU, tokens/s and the peak memory
-per GPU. Each op is priced from its FLOPs and bytes against the GPU's peaks (efficiencies
+communication per phase (forward, backward, optimizer), kernel time by kind, MFU, tokens/s
+and the peak memory per GPU. Each op is priced from its FLOPs and bytes against the GPU's peaks (efficiencies
 fitted to measured kernels), each collective by NCCL's ring cost, on the streams the
 schedule uses, with its waits. The figures are in generator/simulate/gpus/<gpu>.lua.
 options:

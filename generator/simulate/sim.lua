@@ -33,6 +33,9 @@ function M.rescale(spec, gpn, nodes, batch)
   return spec
 end
 
+-- cost.lua's class names as the kernel time line prints them
+local KIND_NAMES = { gemm = "GEMM", fsdp = "FSDP copies on compute", norm = "norms" }
+
 -- Runs the timeline. opts = { gpu (table), kernels (name), gpus_per_node, nodes, net_gbps,
 -- optimizer_stream }: where the optimizer steps run, "side" (fsdpgen's default: each
 -- group's beside the backward, RT_OPTIMIZER_STREAM) or "compute" (after the backward, as
@@ -67,6 +70,13 @@ function M.run(plan, opts)
     end
   end
   if att.ops > 0 then r.attention = att end
+  -- kernel time by kind (cost.lua's classes; the optimizer's wherever it runs), largest
+  -- first: what `tests/gpu/kernel_times.py` sums from ncu on a GPU
+  r.kinds = {}
+  for kind, s in pairs(tl.classes) do
+    if s > 0 then r.kinds[#r.kinds + 1] = { kind = KIND_NAMES[kind] or kind, time_s = s } end
+  end
+  table.sort(r.kinds, function(a, b) return a.time_s > b.time_s end)
   -- the optimizer steps beside the backward: how much of them runs after it
   if tl.optimizer then
     r.optimizer = { total_s = tl.optimizer.total, after_s = tl.optimizer.after }
@@ -122,6 +132,11 @@ function M.text(r)
   if a and r.kernels ~= "torch" then
     line("  attention     cuDNN for %d of %d ops (the spec's \"%s\")", a.cudnn, a.ops, a.choice)
   end
+  local kinds = {}
+  for i, k in ipairs(r.kinds) do
+    kinds[i] = string.format("%s %s", k.kind, i == 1 and ms(k.time_s) or string.format("%.2f", k.time_s * 1e3))
+  end
+  if #kinds > 0 then line("  kernels       %s", table.concat(kinds, ", ")) end
   local o = r.optimizer
   if o then
     line("  optimizer     %s of %s beside the backward (each group's step after its reduction)",

@@ -128,6 +128,21 @@ check(r1.attention.cudnn == 16 and r1.attention.ops == 16 and own.attention.cudn
   string.format("Llama 1B: cuDNN for %d of %d ops (\"auto\"), %d (\"fsdpgen\"); %.2f ms "
     .. "shorter, %.2f ms of attention", r1.attention.cudnn, r1.attention.ops,
     own.attention.cudnn, (own.step_s - r1.step_s) * 1e3, want * 1e3))
+
+-- The kernels line: the compute stream's time and the optimizer's beside it, by kind, largest
+-- first (Llama 1B: GEMMs), adding up to compute less the optimizer after the backward plus
+-- all of it.
+local ksum, sorted = 0, true
+for i, kd in ipairs(r1.kinds) do
+  ksum = ksum + kd.time_s
+  sorted = sorted and (i == 1 or r1.kinds[i - 1].time_s >= kd.time_s)
+end
+local o1 = r1.optimizer
+check(sorted and r1.kinds[1].kind == "GEMM" and #r1.kinds == 6
+  and near(ksum, r1.compute_s - o1.after_s + o1.total_s, 1e-9)
+  and sim.text(r1):find("\n  kernels       GEMM %d+%.%d%d ms, attention %d+%.%d%d, "),
+  string.format("Llama 1B by kind: %d kinds, %.2f ms, the compute stream's %.2f ms with all of the "
+    .. "optimizer's %.2f ms", #r1.kinds, ksum * 1e3, (r1.compute_s - o1.after_s) * 1e3, o1.total_s * 1e3))
 local slower = fake_gpu(360)
 slower.kernels.fsdpgen.cudnn_attention_bwd = 0.05
 local sr = run(l1b, slower)
@@ -137,7 +152,7 @@ check(sr.attention.cudnn == 0 and run(plan_of("examples/llama_1b.lua", nil, nil,
 local fp32 = run(tiny, h100)
 local tr = run(l1b, h100, "torch")
 check(fp32.attention.cudnn == 0 and tr.attention.cudnn == 0
-  and not sim.text(tr):find("attention", 1, true)
+  and not sim.text(tr):find("\n  attention ", 1, true)
   and sim.text(r1):find('attention     cuDNN for 16 of 16 ops (the spec\'s "auto")', 1, true),
   "no cuDNN for an fp32 spec nor with --kernels torch (SDPA's figures); the text says how many")
 
