@@ -20,7 +20,8 @@
 #   bench    bench/run.sh for GPT-2 124M, then for Llama 1B, then 4 traced Llama 1B steps
 #            (trace_waits_llama_1b.txt)
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
-#            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt
+#            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt,
+#            with `fsdpgen simulate`'s prediction (its `kernels` line) below
 #   attention  bench/attention.sh (cuDNN and the flash kernels against PyTorch's SDPA on
 #            the bench shapes), bench/norm.sh (the norms' row-per-warp kernels against the
 #            block-per-row ones, a residual add and its norm in one call against two), then ncu's throughput, memory, warp-stall and occupancy
@@ -126,6 +127,10 @@ for s in $stages; do
                 --csv --page raw --log-file "$out/ncu_$b.csv" build/bench_$b/bench_${b}_cuda --steps 2 --no-graph
             [ -s "$out/ncu_$b.csv" ] && python3 tests/gpu/kernel_times.py "$out/ncu_$b.csv" 2 25 \
                 >"$out/kernels_$b.txt" 2>&1
+            # the simulator's split by kind (its `kernels` line), to set beside the measured one
+            kind=h100
+            grep -q H200 "$out/env.txt" && kind=h200
+            ./fsdpgen simulate bench/specs/$b.lua --gpu $kind >>"$out/kernels_$b.txt" 2>&1
         done ;;
     attention)
         step "attention vs sdpa" attention.log 90 bench/attention.sh
