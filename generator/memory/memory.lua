@@ -91,8 +91,8 @@ local function sixteen(t) return t.dtype == "bf16" or t.dtype == "fp16" end
 -- one call for both (rt_residual_rmsnorm_packed_forward or
 -- rt_residual_layernorm_packed_forward: the sum is normalised as it is written, not read
 -- again), and the add's step none (planner.lua residual_before_norm issues such an add
--- just before its norm). M.plan marks the pair (`fused_norm` on the add's step, `fused_add` on
--- the norm's) for the emitter and the simulator.
+-- just before its norm). M.plan marks the pair (`fused_norm` on the add's step,
+-- `fused_add` on the norm's) for the emitter and the simulator.
 local function add_with_norm(steps, i)
   local st, nxt = steps[i], steps[i + 1]
   if not (nxt and st.op == "forward" and nxt.op == "forward") then return false end

@@ -11,9 +11,9 @@ usage: fsdpgen simulate SPEC --gpu h100|h200|a100 [--gpus-per-node G] [--nodes N
                         [--inter-node-gbps B] [--batch B] [--kernels fsdpgen|torch] [--json]
 Predicts one training step of SPEC on that GPU: step time, compute time, exposed
 communication per phase (forward, backward, optimizer), kernel time by kind, MFU, tokens/s
-and the peak memory per GPU. Each op is priced from its FLOPs and bytes against the GPU's peaks (efficiencies
-fitted to measured kernels), each collective by NCCL's ring cost, on the streams the
-schedule uses, with its waits. The figures are in generator/simulate/gpus/<gpu>.lua.
+and the peak memory per GPU. Each op is priced from its FLOPs and bytes against the GPU's
+peaks (efficiencies fitted to measured kernels), each collective by NCCL's ring cost, on
+the streams the schedule uses, with its waits. The figures are in generator/simulate/gpus/<gpu>.lua.
 options:
   --gpu G               the GPU table (generator/simulate/gpus/)
   --gpus-per-node G     re-plan SPEC at G x N GPUs (G: the spec's world size, at most 8, and

@@ -76,7 +76,10 @@ function M.run(plan, opts)
   for kind, s in pairs(tl.classes) do
     if s > 0 then r.kinds[#r.kinds + 1] = { kind = KIND_NAMES[kind] or kind, time_s = s } end
   end
-  table.sort(r.kinds, function(a, b) return a.time_s > b.time_s end)
+  table.sort(r.kinds, function(a, b)
+    if a.time_s ~= b.time_s then return a.time_s > b.time_s end
+    return a.kind < b.kind
+  end)
   -- the optimizer steps beside the backward: how much of them runs after it
   if tl.optimizer then
     r.optimizer = { total_s = tl.optimizer.total, after_s = tl.optimizer.after }

@@ -354,7 +354,8 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
     dense_store(out, z, n, dt);
 }
 
-// The two kernels, in order: the CPU has no second read of the sum to save.
+// A residual add and the norm of its sum: the two kernels, in order (the CPU has no second
+// read of the sum to save), the norm reading the sum in the storage the add writes.
 static void check_residual_norm(const char* name, int packed_add, int packed_norm) {
     RT_KCHECK(!(packed_add & RT_PACKED_OUT) == !(packed_norm & RT_PACKED_INP),
               "the norm reads the sum in the storage the add writes it",
