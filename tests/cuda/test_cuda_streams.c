@@ -312,6 +312,67 @@ static void test_scratch_outlives_graph(cudaStream_t s) {
     free(hx), free(hw);
 }
 
+// A capture whose origin stream does not wait for a forked stream's work is refused at its
+// end (cudaErrorStreamCaptureUnjoined); joined back through a third stream it is taken and
+// runs both forks' work. The step backend's capture joins every side stream it forks
+// (rtb_step_end); on the GPU this also checks that the emulator refuses what CUDA refuses.
+static void test_capture_joins(void) {
+    enum { BYTES = 64 };
+    cudaStream_t o, a, b;
+    cudaEvent_t ev[4];
+    RT_CHECK_CUDA(cudaStreamCreateWithFlags(&o, cudaStreamNonBlocking));
+    RT_CHECK_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    RT_CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    for (int i = 0; i < 4; i++) RT_CHECK_CUDA(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
+    unsigned char* d = (unsigned char*)dalloc(BYTES);
+    RT_CHECK_CUDA(cudaMemset(d, 0, BYTES));
+
+    // a forks from o and writes; o ends the capture without waiting for it
+    cudaGraph_t g = NULL;
+    RT_CHECK_CUDA(cudaStreamBeginCapture(o, cudaStreamCaptureModeGlobal));
+    RT_CHECK_CUDA(cudaEventRecord(ev[0], o));
+    RT_CHECK_CUDA(cudaStreamWaitEvent(a, ev[0], 0));
+    RT_CHECK_CUDA(cudaMemsetAsync(d, 1, BYTES, a));
+    const cudaError_t unjoined = cudaStreamEndCapture(o, &g);
+    (void)cudaGetLastError();
+    CHECK(unjoined == cudaErrorStreamCaptureUnjoined && g == NULL,
+          "a capture whose origin does not wait for a forked stream's write ends with "
+          "cudaErrorStreamCaptureUnjoined (%s)", cudaGetErrorName(unjoined));
+    RT_CHECK_CUDA(cudaStreamSynchronize(a));
+    RT_CHECK_CUDA(cudaStreamDestroy(a));  // left by a failed capture: not used again
+    RT_CHECK_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+
+    // o -> a (writes the first half) -> b (the second half) -> o
+    RT_CHECK_CUDA(cudaStreamBeginCapture(o, cudaStreamCaptureModeGlobal));
+    RT_CHECK_CUDA(cudaEventRecord(ev[1], o));
+    RT_CHECK_CUDA(cudaStreamWaitEvent(a, ev[1], 0));
+    RT_CHECK_CUDA(cudaMemsetAsync(d, 2, BYTES / 2, a));
+    RT_CHECK_CUDA(cudaEventRecord(ev[2], a));
+    RT_CHECK_CUDA(cudaStreamWaitEvent(b, ev[2], 0));
+    RT_CHECK_CUDA(cudaMemsetAsync(d + BYTES / 2, 3, BYTES / 2, b));
+    RT_CHECK_CUDA(cudaEventRecord(ev[3], b));
+    RT_CHECK_CUDA(cudaStreamWaitEvent(o, ev[3], 0));
+    const cudaError_t joined = cudaStreamEndCapture(o, &g);
+    unsigned char h[BYTES] = {0};
+    if (joined == cudaSuccess) {
+        cudaGraphExec_t exec;
+        RT_CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
+        RT_CHECK_CUDA(cudaGraphLaunch(exec, o));
+        RT_CHECK_CUDA(cudaStreamSynchronize(o));
+        RT_CHECK_CUDA(cudaMemcpy(h, d, BYTES, cudaMemcpyDeviceToHost));
+        RT_CHECK_CUDA(cudaGraphExecDestroy(exec));
+        RT_CHECK_CUDA(cudaGraphDestroy(g));
+    }
+    CHECK(joined == cudaSuccess && h[0] == 2 && h[BYTES - 1] == 3,
+          "a capture joined back through a third stream ends (%s) and its graph runs both "
+          "writes (%d, %d)", cudaGetErrorName(joined), h[0], h[BYTES - 1]);
+    dfree(d);
+    for (int i = 0; i < 4; i++) RT_CHECK_CUDA(cudaEventDestroy(ev[i]));
+    RT_CHECK_CUDA(cudaStreamDestroy(o));
+    RT_CHECK_CUDA(cudaStreamDestroy(a));
+    RT_CHECK_CUDA(cudaStreamDestroy(b));
+}
+
 // ----------------------------------------------------------------------------
 
 int main(void) {
@@ -323,6 +384,7 @@ int main(void) {
     test_stream_setting(s);
     test_steps_on_streams(s);
     test_scratch_outlives_graph(s);
+    test_capture_joins();
     RT_CHECK_CUDA(cudaStreamDestroy(s));
     return check_summary();
 }

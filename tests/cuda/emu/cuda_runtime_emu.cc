@@ -29,8 +29,19 @@ struct emu_graph {
 struct emu_graph_exec {
     std::vector<std::function<void()>> ops;
 };
+// Within a capture, how many operations of each stream are ordered before a point (a
+// stream's next operation, an event's record): cudaStreamEndCapture refuses a capture whose
+// origin has not waited, directly or through other streams, for every operation of every
+// stream that joined it (cudaErrorStreamCaptureUnjoined, as the GPU does).
+typedef std::map<const struct emu_stream*, uint64_t> emu_clock;
+static void emu_clock_merge(emu_clock* into, const emu_clock& from) {
+    for (const auto& e : from)
+        if ((*into)[e.first] < e.second) (*into)[e.first] = e.second;
+}
+
 struct emu_stream {
     emu_graph* capture;  // the graph this stream's work goes to, or NULL
+    emu_clock clock;     // in a capture: what precedes this stream's next operation
     bool blocking;       // synchronizes with the legacy stream (no cudaStreamNonBlocking)
     bool lazy;           // CUDA_EMU_LAZY chose this stream: its operations wait to be needed
     // lazy: operations issued and not run yet, how many were issued and run, and whether one
@@ -41,6 +52,7 @@ struct emu_stream {
 };
 struct emu_event {
     emu_graph* capture;  // recorded on a capturing stream: waiting on it joins the capture
+    emu_clock clock;     // recorded in a capture: its stream's clock then
     double recorded_ms;  // host time of the last record outside a capture
     emu_stream* stream;  // CUDA_EMU_LAZY: complete once `stream` has run `upto` operations
     uint64_t upto;
@@ -212,6 +224,7 @@ cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
         lock l;
         if (stream->capture) {
             stream->capture->ops.push_back(std::move(op));
+            stream->clock[stream]++;
             return cudaSuccess;
         }
         if (stream->lazy) {
@@ -260,6 +273,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     }
     return "cudaErrorUnknown";
@@ -284,6 +298,8 @@ const char* cudaGetErrorString(cudaError_t e) {
         return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureIsolation:
         return "operation would have resulted in a merge of two independent capture sequences";
+    case cudaErrorStreamCaptureUnjoined:
+        return "capture sequence contains a fork that was not joined to the primary stream";
     case cudaErrorStreamCaptureImplicit:
         return "operation would make the legacy stream depend on a capturing blocking stream";
     }
@@ -415,7 +431,7 @@ cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, si
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
     const bool lazy_stream = lazy_mode == LAZY_ALL || (lazy_mode == LAZY_LOW && priority > -5);
-    emu_stream* s = new emu_stream{NULL, !(flags & cudaStreamNonBlocking), lazy_stream, {}, 0, 0, false};
+    emu_stream* s = new emu_stream{NULL, {}, !(flags & cudaStreamNonBlocking), lazy_stream, {}, 0, 0, false};
     lock l;
     streams.push_back(s);
     *stream = s;
@@ -452,6 +468,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
     if (stream->capture) return record(cudaErrorIllegalState);
     emu_graph* g = new emu_graph;
     stream->capture = g;
+    stream->clock.clear();
     captures[g] = capture_info{stream, mode, pthread_self()};
     return cudaSuccess;
 }
@@ -463,8 +480,16 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     emu_graph* g = stream->capture;
     if (g == NULL || captures[g].origin != stream) return record(cudaErrorIllegalState);
     captures.erase(g);
+    bool joined = true;
     for (emu_stream* s : streams)
-        if (s->capture == g) s->capture = NULL;  // the origin and every joined stream
+        if (s->capture == g) {  // the origin and every joined stream
+            joined = joined && stream->clock[s] >= s->clock[s];
+            s->capture = NULL;
+        }
+    if (!joined) {  // the capture ends, without a graph
+        delete g;
+        return record(cudaErrorStreamCaptureUnjoined);
+    }
     *graph = g;
     return cudaSuccess;
 }
@@ -477,7 +502,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 // events: every operation before a record has run when it is recorded (outside a capture)
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-    *event = new emu_event{NULL, now_ms(), NULL, 0, false};
+    *event = new emu_event{NULL, {}, now_ms(), NULL, 0, false};
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
@@ -493,6 +518,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     lock l;
     event->capture = g;
     if (g == NULL) event->recorded_ms = now_ms();
+    if (g) event->clock = stream->clock;
     event->stream = g == NULL && !legacy && stream->lazy ? stream : NULL;  // other streams' work has run
     event->upto = event->stream ? stream->issued : 0;
     event->queried = false;
@@ -505,8 +531,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     {
         lock l;
         if (event->capture && !is_legacy(stream)) {
-            if (stream->capture == NULL) stream->capture = event->capture;  // joins the capture
-            else if (stream->capture != event->capture) return record(cudaErrorStreamCaptureIsolation);
+            if (stream->capture == NULL) {  // joins the capture
+                stream->capture = event->capture;
+                stream->clock.clear();
+            } else if (stream->capture != event->capture) {
+                return record(cudaErrorStreamCaptureIsolation);
+            }
+            emu_clock_merge(&stream->clock, event->clock);
         }
         on = event->stream;
         upto = event->upto;

@@ -18,7 +18,9 @@
 // of the lowest priority and runs the others at issue (see cuda_runtime_emu.cc). While a
 // stream is being captured, its operations (and those of streams joined to the capture
 // through an event) are recorded into the graph instead, and cudaGraphLaunch issues them
-// in the recorded order on its stream. Kernels run on the fibers or pthreads of
+// in the recorded order on its stream; as on a GPU, cudaStreamEndCapture refuses a capture
+// whose origin has not waited for every operation of the streams that joined it
+// (cudaErrorStreamCaptureUnjoined). Kernels run on the fibers or pthreads of
 // tests/cuda/cuda_emu.h (C++ only; C sees the host API).
 #ifndef FSDPGEN_CUDA_EMU_RUNTIME_H
 #define FSDPGEN_CUDA_EMU_RUNTIME_H
@@ -45,6 +47,7 @@ typedef enum cudaError {
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorStreamCaptureIsolation = 903,
+    cudaErrorStreamCaptureUnjoined = 904,
     cudaErrorStreamCaptureImplicit = 906,
 } cudaError_t;
 
