@@ -52,7 +52,7 @@ static void call(int s, int pass, void* out, const void* x, const void* dout, co
 static void call_add(int s, int one, void* sum, void* out, const void* a, const void* b,
                      const float* w, float* mean, float* rstd) {
     const int N = shapes[s].N, C = shapes[s].C;
-    const int add = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2, fwd = RT_PACKED_OUT | RT_PACKED_INP;
+    const int fwd = RT_PACKED_OUT | RT_PACKED_INP, add = fwd | RT_PACKED_INP2;
     if (one && shapes[s].layer)
         rt_residual_layernorm_packed_forward(sum, out, mean, rstd, a, b, w, w, N, C, 1e-5f, add,
                                              fwd, RT_BF16);
