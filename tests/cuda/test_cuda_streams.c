@@ -338,8 +338,9 @@ static void test_capture_joins(void) {
     CHECK(unjoined == cudaErrorStreamCaptureUnjoined && g == NULL,
           "a capture whose origin does not wait for a forked stream's write ends with "
           "cudaErrorStreamCaptureUnjoined (%s)", cudaGetErrorName(unjoined));
-    RT_CHECK_CUDA(cudaStreamSynchronize(a));
-    RT_CHECK_CUDA(cudaStreamDestroy(a));  // left by a failed capture: not used again
+    // a took part in the failed capture: whatever CUDA says of it now, it is not used again
+    (void)cudaStreamDestroy(a);
+    (void)cudaGetLastError();
     RT_CHECK_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
 
     // o -> a (writes the first half) -> b (the second half) -> o
