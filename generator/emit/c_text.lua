@@ -18,23 +18,32 @@ function M.num(x)
   return string.format("%.17g", x)
 end
 
+-- The characters of the C text s outside its string literals: an iterator of (i, ch).
+local function code_chars(s)
+  local i, quote = 0, false
+  return function()
+    while i < #s do
+      i = i + 1
+      local ch = s:sub(i, i)
+      if quote then
+        if ch == "\\" then i = i + 1 elseif ch == '"' then quote = false end
+      elseif ch == '"' then quote = true
+      else return i, ch end
+    end
+  end
+end
+
 -- The top-level pieces of a list "a, f(b, c), {d, e}, "x, y"" (commas outside brackets
 -- and strings).
 local function split(s)
-  local out, depth, start, quote = {}, 0, 1, false
-  local i = 1
-  while i <= #s do
-    local ch = s:sub(i, i)
-    if quote then
-      if ch == "\\" then i = i + 1 elseif ch == '"' then quote = false end
-    elseif ch == '"' then quote = true
-    elseif ch == "(" or ch == "{" or ch == "[" then depth = depth + 1
+  local out, depth, start = {}, 0, 1
+  for i, ch in code_chars(s) do
+    if ch == "(" or ch == "{" or ch == "[" then depth = depth + 1
     elseif ch == ")" or ch == "}" or ch == "]" then depth = depth - 1
     elseif ch == "," and depth == 0 then
       out[#out + 1] = s:sub(start, i - 1):match("^%s*(.-)%s*$")
       start = i + 1
     end
-    i = i + 1
   end
   out[#out + 1] = s:sub(start):match("^%s*(.-)%s*$")
   return out
@@ -42,35 +51,22 @@ end
 
 -- Where the first bracket of s opens and where it closes (outside strings), or nil.
 local function first_list(s)
-  local open, depth, quote = nil, 0, false
-  local i = 1
-  while i <= #s do
-    local ch = s:sub(i, i)
-    if quote then
-      if ch == "\\" then i = i + 1 elseif ch == '"' then quote = false end
-    elseif ch == '"' then quote = true
-    elseif ch == "(" or ch == "{" then
+  local open, depth = nil, 0
+  for i, ch in code_chars(s) do
+    if ch == "(" or ch == "{" then
       open = open or i
       depth = depth + 1
     elseif ch == ")" or ch == "}" then
       depth = depth - 1
       if open and depth == 0 then return open, i end
     end
-    i = i + 1
   end
 end
 
 -- Where a trailing `//` comment of the C line s starts (outside strings), or nil.
 local function comment_at(s)
-  local quote, i = false, 1
-  while i < #s do
-    local ch = s:sub(i, i)
-    if quote then
-      if ch == "\\" then i = i + 1 elseif ch == '"' then quote = false end
-    elseif ch == '"' then quote = true
-    elseif s:sub(i, i + 1) == "//" then return i
-    end
-    i = i + 1
+  for i, ch in code_chars(s) do
+    if ch == "/" and s:sub(i + 1, i + 1) == "/" then return i end
   end
 end
 

@@ -31,9 +31,9 @@ typedef struct {
 // Opens a token file for sequences of `seq_len` tokens from a vocabulary of
 // `vocab_size` tokens. Checks: the file exists and is a regular file (a FIFO, device or
 // directory is refused without blocking), is not empty, a `.u16` / `.u32` file's length is
-// a multiple of 2 / 4 bytes, a `.u16` file is not given a vocabulary above 65536, the file has more than `seq_len` tokens (a sequence needs T + 1 for its shifted
-// targets), and every token is < vocab_size (the first offender is reported with its
-// token offset).
+// a multiple of 2 / 4 bytes, a `.u16` file is not given a vocabulary above 65536, the file
+// has more than `seq_len` tokens (a sequence needs T + 1 for its shifted targets), and
+// every token is < vocab_size (the first offender is reported with its token offset).
 int rt_data_open(const char *path, int64_t vocab_size, int64_t seq_len, rt_data **out,
                  char *err, size_t errlen);
 void rt_data_close(rt_data *d);

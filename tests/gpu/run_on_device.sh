@@ -24,8 +24,9 @@
 #            with `fsdpgen simulate`'s prediction (its `kernels` line) below
 #   attention  bench/attention.sh (cuDNN and the flash kernels against PyTorch's SDPA on
 #            the bench shapes), bench/norm.sh (the norms' row-per-warp kernels against the
-#            block-per-row ones, a residual add and its norm in one call against two), then ncu's throughput, memory, warp-stall and occupancy
-#            sections for the three tensor-core attention kernels of one GPT-2 bench layer
+#            block-per-row ones, a residual add and its norm in one call against two),
+#            then ncu's throughput, memory, warp-stall and occupancy sections for the three
+#            tensor-core attention kernels of one GPT-2 bench layer
 #            (RT_ATTENTION=fsdpgen; ncu_attention.txt)
 #   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against
 #            SDPA; not in the default set)
