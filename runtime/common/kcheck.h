@@ -63,6 +63,14 @@
     RT_KCHECK((C) % 8 == 0, "a packed output's rows are dense: C a multiple of 8",        \
               "%s with C = %d", kernel, (int)(C))
 
+// A residual add and the norm of its sum in one call (rt_residual_*norm_packed_forward): the
+// norm reads the sum in the storage the add writes it.
+#define RT_KCHECK_RESIDUAL_NORM(packed_add, packed_norm, kernel)                          \
+    RT_KCHECK(!((packed_add) & RT_PACKED_OUT) == !((packed_norm) & RT_PACKED_INP),        \
+              "the norm reads the sum in the storage the add writes it",                  \
+              "%s: packed_add %d, packed_norm %d", kernel, (int)(packed_add),             \
+              (int)(packed_norm))
+
 // A linear's packed weight (RT_PACKED_INP2) is dense 16-bit rows that the GPU's GEMMs read
 // in place, without the zero rows a copy gets up to the next multiple of 8 (linear.cu).
 #define RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel)                                    \

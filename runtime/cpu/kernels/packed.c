@@ -355,17 +355,11 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
 }
 
 // A residual add and the norm of its sum: the two kernels, in order (the CPU has no second
-// read of the sum to save), the norm reading the sum in the storage the add writes.
-static void check_residual_norm(const char* name, int packed_add, int packed_norm) {
-    RT_KCHECK(!(packed_add & RT_PACKED_OUT) == !(packed_norm & RT_PACKED_INP),
-              "the norm reads the sum in the storage the add writes it",
-              "%s: packed_add %d, packed_norm %d", name, packed_add, packed_norm);
-}
-
+// read of the sum to save).
 void rt_residual_rmsnorm_packed_forward(void* sum, void* out, float* rstd, const void* a,
                                         const void* b, const float* weight, int N, int C,
                                         float eps, int packed_add, int packed_norm, rt_dtype dt) {
-    check_residual_norm("rt_residual_rmsnorm_packed_forward", packed_add, packed_norm);
+    RT_KCHECK_RESIDUAL_NORM(packed_add, packed_norm, "rt_residual_rmsnorm_packed_forward");
     rt_residual_packed_forward(sum, a, b, row_elems(N, C), packed_add, dt);
     rt_rmsnorm_packed_forward(out, rstd, sum, weight, N, C, eps, packed_norm, dt);
 }
@@ -374,7 +368,7 @@ void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, flo
                                           const void* a, const void* b, const float* weight,
                                           const float* bias, int N, int C, float eps,
                                           int packed_add, int packed_norm, rt_dtype dt) {
-    check_residual_norm("rt_residual_layernorm_packed_forward", packed_add, packed_norm);
+    RT_KCHECK_RESIDUAL_NORM(packed_add, packed_norm, "rt_residual_layernorm_packed_forward");
     rt_residual_packed_forward(sum, a, b, row_elems(N, C), packed_add, dt);
     rt_layernorm_packed_forward(out, mean, rstd, sum, weight, bias, N, C, eps, packed_norm, dt);
 }

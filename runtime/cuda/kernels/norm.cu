@@ -538,9 +538,7 @@ static void residual_norm_forward(bool ln, const char* name, void* sum, void* ou
                                   int packed_norm, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, name);
     RT_KCHECK_PACKED_ROWS(C, name);
-    RT_KCHECK(!(packed_add & RT_PACKED_OUT) == !(packed_norm & RT_PACKED_INP),
-              "the norm reads the sum in the storage the add writes it",
-              "%s: packed_add %d, packed_norm %d", name, packed_add, packed_norm);
+    RT_KCHECK_RESIDUAL_NORM(packed_add, packed_norm, name);
     if (N <= 0 || C <= 0) return;
     if (!rtc_wrow_ok(C, {sum, out, a, b, weight, bias})) {  // the two kernels
         rt_residual_packed_forward(sum, a, b, (size_t)N * C, packed_add, dt);
