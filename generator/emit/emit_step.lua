@@ -543,8 +543,15 @@ function Walker:step(st, index)
   elseif op == "clip_grad_norm" then
     calls[1] = "rt_step_clip_grad_norm(R);"
   elseif op == "optimizer" then
-    calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d, %d, %d);", gi,
-      st.reduction and st.reduction.index or 0, st.opt_k, st.opt_per, st.opt_item)
+    local r = st.reduction and st.reduction.index or 0
+    if st.rows then  -- planner.lua Sim:split_token_rows
+      calls[1] = string.format("rt_step_optimizer_rows(R, %d, %d, %d, %d, %d, %s);", gi, r,
+        st.opt_k, st.opt_per, st.opt_item,
+        st.rows == "looked_up" and "RT_ROWS_LOOKED_UP" or "RT_ROWS_UNUSED")
+    else
+      calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d, %d, %d);", gi, r, st.opt_k,
+        st.opt_per, st.opt_item)
+    end
   elseif op == "recompute_begin" then
     -- a marker: the recompute steps follow
   elseif op == "eval_loss" then
@@ -789,6 +796,12 @@ function M.render(plan, spec_file, prefix, is_reference)
       C_LR_DECAY[sched.decay], sched.warmup_steps, sched.total_steps, num(sched.min_lr))
   end
   b:line(".n_optimizer = %d,", plan.n_optimizer)
+  for _, st in ipairs(plan.steps) do
+    if st.rows then  -- planner.lua Sim:split_token_rows (the step after an eval splits alike)
+      b:line(".optimizer_rows = 1,")
+      break
+    end
+  end
   b:line(".grad_clip = %s,", num(spec.grad_clip or 0))
   b:line(".seed = %d,", spec.seed)
   local draws_rng = false

@@ -167,6 +167,12 @@ function M.step_line(st, plan)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind,
       r and r.layout.shard_numel or g.layout.shard_numel)
     if r then detail = detail .. " of " .. part_params(g, r) end
+    -- planner.lua Sim:split_token_rows
+    if st.rows == "unused" then
+      detail = detail .. ", the rows no token of the step looks up (gradient 0, stepped from the step's start)"
+    elseif st.rows == "looked_up" then
+      detail = detail .. ", the rows the step's tokens look up"
+    end
     if st.opt_per > 1 then detail = detail .. string.format(" (the group's optimizer step %d of %d)", st.opt_k, st.opt_per) end
     if plan.spec.lr_schedule then detail = detail .. string.format(", lr of item %d", st.opt_item) end
   elseif st.op == "all_gather_sync" then

@@ -937,6 +937,58 @@ function Sim:check_optimizer_steps()
   end
 end
 
+-- The parameters that only lookups of the step's input tokens read (an embedding not tied
+-- to an output head): their gradient is exactly zero in every row no token looks up.
+local function token_lookup_params(graph)
+  local ok = {}
+  for _, op in ipairs(graph.ops) do
+    for j, t in ipairs(op.ins) do
+      if t.is_param then
+        local lookup = op.kind == "embedding" and j == 2 and #t.shape == 2
+          and M.unhooked(op.ins[1]).is_input and op.ins[1] ~= t
+        ok[t] = lookup and ok[t] ~= false or false
+      end
+    end
+  end
+  return ok
+end
+
+-- At one rank, an optimizer step whose parameters all have a gradient only in the rows the
+-- step's tokens look up (token_lookup_params) is split in two (`rows`): the rows no token
+-- looks up ("unused") are stepped with a zero gradient (their moments decay, weight decay
+-- applies: the bits of stepping them after the backward) by a line of its own at the head
+-- of the optimizer section, which needs nothing of the backward, so the CUDA backend's
+-- optimizer stream runs it beside the forward and backward; the line in the step's place
+-- steps the rows looked up ("looked_up"). Only where the step steps the group once (one
+-- optimizer item, opt_per 1): that update of an unused row is then its only one in the
+-- step, and no lookup of the step reads the row. Llama 1B's untied embedding: 128256 rows,
+-- at most 8192 of them looked up by a step's tokens, so nearly all of its 7 GB of AdamW
+-- traffic leaves the end of the step.
+function Sim:split_token_rows()
+  if self.n_optimizer ~= 1 or not self.spec.input.tokens then return end
+  local lookups = token_lookup_params(self.graph)
+  local first, split = nil, {}   -- the optimizer section's first line; the lines split
+  for i, st in ipairs(self.steps) do
+    local g = st.group
+    if st.op == "optimizer" then
+      first = first or i
+      local ok = g.shard == 1 and g.replicate == 1 and st.opt_per == 1
+      local stepped = {}
+      for _, k in ipairs(st.reduction and st.reduction.params or {}) do stepped[k] = true end
+      for k, p in ipairs(g.params) do
+        if st.grads[k] and (not st.reduction or stepped[k]) then ok = ok and lookups[p] == true end
+      end
+      if ok then split[#split + 1] = st end
+    end
+  end
+  for j = #split, 1, -1 do
+    local st, early = split[j], {}
+    for k, v in pairs(st) do early[k] = v end
+    st.rows, early.rows = "looked_up", "unused"
+    table.insert(self.steps, first, early)
+  end
+end
+
 -- The step items that run a phase, by kind (the phase is named as the kind).
 local PHASE_RUNNERS = {
   forward = Sim.run_forward, backward = Sim.run_backward, reshard = Sim.run_manual_reshard,
@@ -1015,6 +1067,7 @@ function Sim:run()
   residual_before_norm(self.steps)
   self:check_step_repeats(flags)
   self:check_optimizer_steps()
+  self:split_token_rows()
   return self
 end
 
@@ -1071,7 +1124,8 @@ local function step_key(st)
     st.why or false, st.label or false, st.grad_alias or false, st.opt_per or false,
     st.opt_k or false, st.opt_item or false, st.group and st.group.index or false,
     st.region and st.region.id or false, st.event and st.event.kind or false,
-    st.event and st.event.state or false, st.part or false, st.parts or false }
+    st.event and st.event.state or false, st.part or false, st.parts or false,
+    st.rows or false }
   local r = st.reduction
   if r then
     k[#k + 1] = r.index

@@ -103,14 +103,24 @@ local function op_cost(st, spec, gpu, k)
   if kind == "cross_entropy" and st.op == "loss_grad" then bytes = 2 * tbytes(op.ins[1])
   elseif kind == "cross_entropy" then bytes = tbytes(op.ins[1])
   elseif bwd then bytes = 2 * bytes end
-  if kind == "embedding" and bwd then bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8 end
+  local launches = bwd and 2 or 1
+  if kind == "embedding" and bwd then
+    -- the output's gradient read, its rows added into the weight's (fp32); where this step
+    -- creates the weight's gradient (no tied head assigned it first), the whole table is
+    -- zeroed before (rt_zero): Llama 1B's 1 GB
+    bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8
+    if st.bufs and st.bufs.zero and #st.bufs.zero > 0 then
+      bytes = bytes + numel(op.ins[2].shape) * 4
+      launches = 3
+    end
+  end
   bytes = bytes * (k.elementwise_passes or 1)
   local class = (kind == "cross_entropy") and "loss" or norms[kind] and "norm" or "elementwise"
   -- a residual add and its norm in one call (memory.lua add_with_norm): one launch, and the
   -- norm takes the sum from registers
   if st.fused_norm then return roofline(gpu, k, 0, 1, bytes, k[class], 0), class, 0 end
   if st.fused_add then bytes = bytes - tbytes(op.ins[1]) end
-  return roofline(gpu, k, 0, 1, bytes, k[class], bwd and 2 or 1), class, 0
+  return roofline(gpu, k, 0, 1, bytes, k[class], launches), class, 0
 end
 
 local function copy_time(gpu, k, bytes)
@@ -137,6 +147,31 @@ local function shard_total(plan)
   local n = 0
   for _, g in ipairs(plan.groups) do n = n + g.layout.shard_numel end
   return n
+end
+
+-- An optimizer line split by rows (planner.lua Sim:split_token_rows; its parameters are
+-- [rows, row_len]): the rows a step's tokens look up are at most its tokens; the others
+-- are stepped without reading a gradient. per: bytes per element without the gradient.
+local function rows_bytes(st, plan, per)
+  local tokens = 0
+  for _, it in ipairs(plan.spec.step) do
+    if it.kind == "forward" then tokens = tokens + numel(plan.spec.input.shape) end
+  end
+  local stepped = {}
+  for _, k in ipairs(st.reduction and st.reduction.params or {}) do stepped[k] = true end
+  local bytes = 0
+  for k, p in ipairs(st.group.params) do
+    if st.grads[k] and (not st.reduction or stepped[k]) then
+      local rows, row_len = p.shape[1], p.shape[2]
+      local looked = math.min(rows, tokens)
+      if st.rows == "looked_up" then
+        bytes = bytes + looked * row_len * (per + 4)
+      else
+        bytes = bytes + (rows - looked) * row_len * per
+      end
+    end
+  end
+  return bytes
 end
 
 -- The compute-stream part of a line and the side-stream copies around its collective.
@@ -179,6 +214,7 @@ function M.step(st, plan, gpu, k)
     -- part's (planner.lua Sim:reduce_parts) of its parameters only
     local L = st.reduction and st.reduction.layout or g.layout
     local bytes = L.shard_numel * (12 + 8 * states)
+    if st.rows then bytes = rows_bytes(st, plan, 8 + 8 * states) end
     c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, 1)
     c.class = "optimizer"
   end

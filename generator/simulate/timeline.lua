@@ -10,7 +10,8 @@
 --     view-out at the end of the line; a direct (one-rank) reduction is one copy on the
 --     reduce-scatter stream;
 --   * without clipping, each group's optimizer step runs on the optimizer stream as soon as
---     its group's last reduction is done, beside the backward of the groups after it;
+--     its group's last reduction is done, beside the backward of the groups after it (the
+--     rows no token looks up, planner.lua Sim:split_token_rows, from the step's start);
 --     compute waits for that stream at the next all-gather sync or reduction;
 --   * with clipping (or topo.optimizer_stream == "compute": RT_OPTIMIZER_STREAM, and
 --     PyTorch's step after the backward), clipping waits for every reduction, a group's
@@ -201,13 +202,15 @@ function M.run(plan, topo)
       local prev = lines[i - 1]
       if prev and prev.ar_box then rec.boxes[#rec.boxes + 1] = prev.ar_box; prev.ar_box = nil end
     elseif op == "optimizer" and side_optimizer then
-      local s = math.max(free.opt, reduced[st.reduction or st.group] or tc)
+      -- the rows no token looks up need only the step's tokens: from the step's start
+      local ready = st.rows == "unused" and 0 or reduced[st.reduction or st.group] or tc
+      local s = math.max(free.opt, ready)
       free.opt = s + c.compute
       rec.boxes[#rec.boxes + 1] = { lane = "opt", s = s, e = free.opt, part = "optimizer" }
       opt_boxes[#opt_boxes + 1] = rec.boxes[#rec.boxes]
       classes[c.class] = (classes[c.class] or 0) + c.compute
     elseif op == "clip_grad_norm" or op == "optimizer" then
-      if op == "clip_grad_norm" or (st.reduction or st.group) == pending_group then
+      if op == "clip_grad_norm" or ((st.reduction or st.group) == pending_group and st.rows ~= "unused") then
         wait_for(rs_pending, "rs")
         wait_for(post_pending, post_kind)
         rs_pending, post_pending, pending_group = nil, nil, nil

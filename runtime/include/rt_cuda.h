@@ -74,6 +74,26 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
                           double momentum, double dampening, double weight_decay, int nesterov,
                           rt_dtype grad_dt);
 
+// The rows of a 2-D parameter that a step updates (rt_step.h rt_step_optimizer_rows): its n
+// elements are rows of row_len, and row i is stepped where (i < vocab && mask[i] != 0) equals
+// looked_up != 0. Pass g NULL for a zero gradient (the rows no token looked up).
+typedef struct rt_cuda_rows {
+    const uint8_t* mask;  // device; NULL: every element
+    int64_t vocab, row_len;
+    int looked_up;
+} rt_cuda_rows;
+void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
+                                const int64_t* d_step, int k, int per, const double* d_lr,
+                                double beta1, double beta2, double eps, double weight_decay,
+                                int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows);
+void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, size_t n,
+                               const int64_t* d_step, int k, int per, const double* d_lr,
+                               double momentum, double dampening, double weight_decay,
+                               int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows);
+// mask[t] = 1 for each of the n token ids t in [0, vocab) (device pointers; the mask zeroed
+// before: cudaMemsetAsync). Ids out of range are left to the lookups to refuse.
+void rt_cuda_rows_mark(uint8_t* mask, int64_t vocab, const int32_t* tokens, size_t n);
+
 // ----------------------------------------------------------------------------
 // graph-safe gradient clipping, the device-side form of what the CPU step does
 // (local = sum of rt_sumsq over the rank's shards in double; sum = (float)local, all-reduced

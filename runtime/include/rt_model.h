@@ -235,6 +235,8 @@ typedef struct rt_model {
                                   // PaLM's 6N + 12LTd per token), 0: unknown (no TFLOP/s)
     int64_t tokens_per_step;      // the items (tokens, or samples) per step, all ranks
     rt_model_optim optim;
+    int optimizer_rows;           // 1: the step calls rt_step_optimizer_rows (the backend keeps a
+                                  // mask of the vocab rows the step's tokens look up)
     rt_lr_schedule lr_schedule;   // all zero: optim.lr at every optimizer step
     int n_optimizer;              // "optimizer" items per step: the schedule advances by
                                   // this many per step (one per optimizer.step())

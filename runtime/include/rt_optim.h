@@ -13,7 +13,9 @@
 // bias corrections, lr / bias_correction1) in Python floats before it reaches the fp32
 // tensors; elementwise math is fp32 in the order of torch/optim's single-tensor
 // implementations (_single_tensor_sgd, _single_tensor_adam with decoupled weight decay
-// for AdamW). The grad buffer is only read.
+// for AdamW). The grad buffer is only read; NULL is a zero gradient (the bits of a zeroed
+// buffer: the rows of an embedding that no token of the step looks up, rt_step.h
+// rt_step_optimizer_rows).
 #ifndef FSDPGEN_RT_OPTIM_H
 #define FSDPGEN_RT_OPTIM_H
 

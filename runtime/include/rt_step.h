@@ -251,6 +251,15 @@ void rt_step_clip_grad_norm(rt_rank* R);
 // reduce-scatter of the group (a group without one has grad None, which torch.optim
 // skips); parameters that no backward reaches are skipped (rt_model_param grad_none).
 void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item);
+// The same optimizer step in two lines, by rows (generator/plan/planner.lua
+// Sim:split_token_rows): one rank, and each parameter it steps is 2-D with a gradient only
+// in the rows the step's tokens look up (token ids < model->vocab over every forward of the
+// step). RT_ROWS_UNUSED steps the other rows with a zero gradient (the grads are not read),
+// first in the optimizer section: it needs nothing of the backward, and the CUDA backend's
+// optimizer stream runs it from the step's start; RT_ROWS_LOOKED_UP steps the rest in the
+// step's place, as rt_step_optimizer (zero_grad included).
+enum { RT_ROWS_UNUSED = 1, RT_ROWS_LOOKED_UP = 2 };
+void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, int rows);
 // The learning rate of this step's optimizer item `item`: model->lr_schedule at
 // optimizer step R->step * model->n_optimizer + item of the run (every group gets it, as
 // an LR scheduler sets every param group's lr, whether or not the group has gradients).

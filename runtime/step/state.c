@@ -491,10 +491,10 @@ static int steps_param(const rt_rank* R, const rt_model_group* mg, int r, int i,
     return !R->model->params[mg->params[i]].grad_none;
 }
 
-void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item) {
+// The checks of an optimizer step of group g (reduction r) that the plan gives gradients.
+static const rt_model_group* optimizer_checks(rt_rank* R, int g, int r, int k, int per, int item) {
     const rt_model_group* mg = reduction(R, g, r);
-    rt_rank_group* rg = &R->groups[g];
-    const rt_fsdp_layout* L = &rg->layout;
+    const rt_rank_group* rg = &R->groups[g];
     const int part = is_part(mg, r);
     if (k < 1 || k > per) rt_rank_die(R, "optimizer step %d of %d for group '%s'", k, per, mg->name);
     if (item < 0 || item >= R->model->n_optimizer)
@@ -508,6 +508,18 @@ void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item) {
     if (part != (rg->parts > 0))
         rt_rank_die(R, "optimizer step of %s of group '%s' with %d parts reduced and not stepped",
                     part ? "a part" : "the whole", mg->name, rg->parts);
+    return mg;
+}
+
+// zero_grad after the step of group g (its last part's, if in parts).
+static void zero_grad(rt_rank* R, int g, int r) {
+    rt_rank_group* rg = &R->groups[g];
+    if (!is_part(reduction(R, g, r), r) || --rg->parts == 0) rg->reduced = 0;
+}
+
+void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item) {
+    const rt_model_group* mg = optimizer_checks(R, g, r, k, per, item);
+    const rt_fsdp_layout* L = &R->groups[g].layout;
     // The parameters it steps go in runs of adjacent ones.
     for (int i = 0, at = 0; i < mg->nparams;) {
         if (!steps_param(R, mg, r, i, &at)) {
@@ -519,7 +531,28 @@ void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item) {
             hi = L->params[i].offset + L->params[i].in_numel;
         rtb_optimizer(R, g, r, lo, hi - lo, k, per, item);
     }
-    if (!part || --rg->parts == 0) rg->reduced = 0;  // zero_grad
+    zero_grad(R, g, r);
+}
+
+void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, int rows) {
+    const rt_model* m = R->model;
+    const rt_model_group* mg = optimizer_checks(R, g, r, k, per, item);
+    const rt_fsdp_layout* L = &R->groups[g].layout;
+    if (rows != RT_ROWS_UNUSED && rows != RT_ROWS_LOOKED_UP)
+        rt_rank_die(R, "optimizer rows %d of group '%s' (allowed: RT_ROWS_UNUSED, RT_ROWS_LOOKED_UP)",
+                    rows, mg->name);
+    if (!m->tokens || R->world != 1)
+        rt_rank_die(R, "optimizer step by rows of group '%s' without token inputs or at %d ranks "
+                       "(the plan splits one only at one rank)", mg->name, R->world);
+    for (int i = 0, at = 0; i < mg->nparams; i++) {
+        if (!steps_param(R, mg, r, i, &at)) continue;
+        const rt_model_param* p = &m->params[mg->params[i]];
+        if (p->ndim != 2 || p->shape[0] * p->shape[1] != L->params[i].in_numel)
+            rt_rank_die(R, "optimizer step by rows of '%s', which is not a whole 2-D parameter", p->fqn);
+        rtb_optimizer_rows(R, g, r, L->params[i].offset, p->shape[0], p->shape[1], k, per, item,
+                           rows == RT_ROWS_LOOKED_UP);
+    }
+    if (rows == RT_ROWS_LOOKED_UP) zero_grad(R, g, r);
 }
 
 double rt_step_lr(const rt_rank* R, int item) {

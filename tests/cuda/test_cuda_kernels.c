@@ -1697,6 +1697,69 @@ static void test_optim_grad_round(void) {
     dfree(d_step), dfree(d_lr);
 }
 
+// An optimizer step by rows (rt_cuda_rows, rt_step_optimizer_rows): the rows no token looks
+// up stepped without gradients, then the looked-up rows with them, give the bits of the CPU
+// step over every row with the unused rows' gradients zero. Rows past the vocab are never
+// looked up; the tokens include ids out of range, which mark nothing; the unused rows'
+// device gradients are garbage (the first pass must not read them, the second must skip
+// them). Row lengths 16 (groups of RTC_VEC) and 6 (one element at a time), AdamW and SGD
+// with momentum, two steps.
+static void test_optim_rows(void) {
+    const int64_t rows = 37, vocab = 30, ntok = 12;
+    const int32_t tokens[12] = {3, 29, 3, 0, 17, -1, 30, 11, 17, 5, 64, 22};
+    int32_t* d_tokens = dup_i32(tokens, (size_t)ntok);
+    uint8_t* d_mask = (uint8_t*)dalloc((size_t)vocab);
+    int64_t* d_step = dalloc(sizeof(int64_t));
+    double* d_lr = dalloc(sizeof(double));
+    set_dev_lr(d_lr, 1e-2);
+    RT_CHECK_CUDA(cudaMemset(d_mask, 0, (size_t)vocab));
+    rt_cuda_rows_mark(d_mask, vocab, d_tokens, (size_t)ntok);
+    int looked[37] = {0};
+    for (int i = 0; i < ntok; i++)
+        if (tokens[i] >= 0 && tokens[i] < vocab) looked[tokens[i]] = 1;
+    for (int c = 0; c < 4; c++) {
+        const int64_t row_len = c % 2 ? 6 : 16;
+        const int sgd = c >= 2;
+        const size_t n = (size_t)(rows * row_len);
+        float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.1f, 0.0f), *v = hrand(n, 0.1f, 0.1f);
+        for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+        float *d_p = dup(p, n), *d_m = dup(m, n), *d_v = dup(v, n);
+        for (int64_t step = 1; step <= 2; step++) {
+            float* g = hrand(n, 1.0f, 0.0f);
+            float* d_g = dup(g, n);  // every row's gradient on the device: garbage where unused
+            for (size_t i = 0; i < n; i++)
+                if (!looked[i / (size_t)row_len]) g[i] = 0.0f;
+            set_dev_step(d_step, step);
+            for (int pass = 0; pass < 2; pass++) {
+                const rt_cuda_rows sel = {d_mask, vocab, row_len, pass};
+                const float* dg = pass ? d_g : NULL;
+                if (sgd)
+                    rt_cuda_sgd_step_rows_dev(d_p, dg, d_m, n, d_step, 1, 1, d_lr, 0.9, 0.1, 0.01, 0,
+                                              RT_BF16, &sel);
+                else
+                    rt_cuda_adam_step_rows_dev(d_p, dg, d_m, d_v, n, d_step, 1, 1, d_lr, 0.9, 0.95,
+                                               1e-8, 0.1, 1, RT_BF16, &sel);
+            }
+            for (size_t i = 0; i < n; i++) g[i] = rt_round_inl(g[i], RT_BF16);
+            if (sgd)
+                cpu_rt_sgd_step(p, g, m, n, step, 1e-2, 0.9, 0.1, 0.01, 0);
+            else
+                cpu_rt_adamw_step(p, g, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
+            free(g), dfree(d_g);
+        }
+        char nm[128];
+        snprintf(nm, sizeof nm, "%s by rows (%lld rows of %lld, vocab %lld; unused rows first, "
+                 "no gradient): param after 2 steps", sgd ? "sgd momentum" : "adamw",
+                 (long long)rows, (long long)row_len, (long long)vocab);
+        cmp(nm, d_p, p, n, TOL_EXACT);
+        cmp("  ... exp_avg / momentum_buf", d_m, m, n, TOL_EXACT);
+        if (!sgd) cmp("  ... exp_avg_sq", d_v, v, n, TOL_EXACT);
+        free(p), free(m), free(v);
+        dfree(d_p), dfree(d_m), dfree(d_v);
+    }
+    dfree(d_tokens), dfree(d_mask), dfree(d_step), dfree(d_lr);
+}
+
 static void test_optim(void) {
     const size_t n = 10007;
     float* g[3] = {hrand(n, 1.0f, 0.0f), hrand(n, 0.1f, 0.0f), hrand(n, 3.0f, 0.0f)};
@@ -1988,6 +2051,7 @@ int main(void) {
     test_assign(RT_BF16);
     test_optim();
     test_optim_grad_round();
+    test_optim_rows();
     test_threads();
 
     RT_CHECK_CUDA(cudaDeviceSynchronize());

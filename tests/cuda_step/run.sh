@@ -14,9 +14,9 @@
 #   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error;
 #   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
 #     on the emulator, and the variable's one-line error;
-#   - a root reduced in two parts, every gradient in place (llama_w1_bf16), against its twin
-#     whose root reduce-scatters (llama_w1_whole.lua): the same bits on the CPU and on the
-#     emulator.
+#   - a root reduced in two parts, the embedding stepped by rows, every gradient in place
+#     (llama_w1_bf16), against its twin whose root reduce-scatters (llama_w1_whole.lua):
+#     the same bits on the CPU and on the emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64) and its auto
 # timings; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
@@ -205,19 +205,23 @@ sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and
                                            a[k][1].tobytes() == b[k][1].tobytes() for k in a)))' "$1" "$2"
 }
 # In llama_w1_bf16's spec_checks: its root is reduced in two parts (the output head's before
-# the blocks' backward, whose optimizer stream steps it beside them; the embedding's after)
-# and every group's gradients in place (the optimizer rounds them as it reads them), its
-# twin tests/cuda_step/llama_w1_whole.lua's each in a reduce-scatter; the CPU binaries, and
-# on the emulator the CUDA ones, save the same bits.
+# the blocks' backward, whose optimizer stream steps it beside them; the embedding's after),
+# the embedding's step split by rows (those no token looks up stepped from the step's
+# start with a zero gradient) and every group's gradients in place (the optimizer rounds
+# them as it reads them), its twin tests/cuda_step/llama_w1_whole.lua's each in a
+# reduce-scatter and its root stepped whole; the CPU binaries, and on the emulator the CUDA
+# ones, save the same bits.
 whole_checks() {
-    local whole=llama_w1_whole parts in_place
+    local whole=llama_w1_whole parts in_place rows
     parts=$(grep -c '^  rs .*; part [12] of 2: ' "build/$name/$name.schedule")
     in_place=$(grep -c '^  rs .* in place: ' "build/$name/$name.schedule")
-    if [ "$parts" = 2 ] && [ "$in_place" = 4 ] &&
-        ! grep -qE '; part [0-9]+ of | in place: ' "build/$whole/$whole.schedule"; then
-        pass "$name: its schedule reduces the root in 2 parts and all 4 reductions in place, $whole's each in a reduce-scatter"
+    rows=$(grep -cE '^  compute  optimizer .*, the rows (no token of the step|the step.s tokens) look' \
+        "build/$name/$name.schedule")
+    if [ "$parts" = 2 ] && [ "$in_place" = 4 ] && [ "$rows" = 2 ] &&
+        ! grep -qE '; part [0-9]+ of | in place: |, the rows ' "build/$whole/$whole.schedule"; then
+        pass "$name: its schedule reduces the root in 2 parts and all 4 reductions in place, and steps the embedding's rows in 2 lines; $whole's each in a reduce-scatter"
     else
-        fail "$name: $parts parts (want 2) and $in_place reductions in place (want 4) in its schedule, or its twin's in parts or in place"
+        fail "$name: $parts parts (want 2), $in_place reductions in place (want 4) and $rows row lines (want 2) in its schedule, or its twin's in parts, in place or by rows"
     fi
     "build/$whole/$whole" "${steps[@]}" "${val[@]}" --save "$work/$whole.cpu.safetensors" \
         >"$work/$whole.cpu.log" 2>&1

@@ -44,13 +44,16 @@ local function root_lines(plan)
         names[1] = "all"
       end
       out[#out + 1] = (st.op == "optimizer" and "opt " or "rs ") .. table.concat(names, ",")
+        .. (st.rows and " (" .. st.rows .. ")" or "")
     end
   end
   return table.concat(out, " | ")
 end
 
 local HEAD = "norm.weight,output.weight"
-local parts = "rs " .. HEAD .. " | rs tok_embeddings.weight | opt " .. HEAD .. " | opt tok_embeddings.weight"
+-- (the embedding's part is also split by rows: tests/generator/token_rows.lua)
+local parts = "rs " .. HEAD .. " | rs tok_embeddings.weight | opt tok_embeddings.weight (unused) | opt "
+  .. HEAD .. " | opt tok_embeddings.weight (looked_up)"
 local whole = "rs all | opt all"
 
 -- One rank: the head's part before the blocks' backward, the embedding's after them.
@@ -58,7 +61,9 @@ local plan, code = plan_llama(1)
 check(root_lines(plan) == parts, "one rank: the root reduced and stepped in two parts: " .. root_lines(plan))
 local order, lines = {}, {}
 for _, st in ipairs(plan.steps) do
-  if st.op == "optimizer" then order[#order + 1] = st.group.name .. (st.reduction and "#" .. st.reduction.index or "") end
+  if st.op == "optimizer" and st.rows ~= "unused" then
+    order[#order + 1] = st.group.name .. (st.reduction and "#" .. st.reduction.index or "")
+  end
   if st.op == "reduce_scatter" and st.reduction.part then lines[#lines + 1] = schedule.step_line(st, plan) end
 end
 check(table.concat(order, " ") == "#1 layers.1 layers.0 #2",
@@ -79,7 +84,8 @@ check(#lines == 2 and lines[1]:find("; part 1 of 2: norm.weight, output.weight",
 check(code:find("%.part = 1}") and select(2, code:gsub("%.part = 1}", "")) == 2,
   "the step C's reductions table marks both parts")
 check(code:find("rt_step_reduce_direct%(R, 0, 1,") and code:find("rt_step_reduce_direct%(R, 0, 2,")
-  and code:find("rt_step_optimizer%(R, 0, 1, 1, 1, 0%)") and code:find("rt_step_optimizer%(R, 0, 2, 1, 1, 0%)"),
+  and code:find("rt_step_optimizer%(R, 0, 1, 1, 1, 0%)")
+  and code:find("rt_step_optimizer_rows%(R, 0, 2, 1, 1, 0, RT_ROWS_LOOKED_UP%)"),
   "the step C reduces and steps the root's parts 1 and 2 by index")
 check(plan.counts["backward reduce_scatter"] == nil, "one rank: no reduce-scatter counted (FSDP2 2.11)")
 

@@ -210,26 +210,34 @@ void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream) {
 }
 void rt_cuda_set_stream(void* stream) { cur_stream = stream; }
 void* rt_cuda_get_stream(void) { return cur_stream; }
-void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
-                           const int64_t* d_step, int k, int per, const double* d_lr,
-                           double beta1, double beta2, double eps, double weight_decay, int adamw,
-                           rt_dtype grad_dt) {
+// With rows, the whole span counts as touched (a superset of the rows stepped); without
+// grads (the rows no token looks up), none are read.
+void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
+                                const int64_t* d_step, int k, int per, const double* d_lr,
+                                double beta1, double beta2, double eps, double weight_decay,
+                                int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows) {
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
     (void)grad_dt;
-    touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
+    if (rows && rows->mask) touch(cur_stream, rows->mask, (size_t)rows->vocab, 0, "optimizer reads rows");
+    if (g) touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
     touch(cur_stream, p, n * 4, 1, "optimizer");
     touch(cur_stream, m, n * 4, 1, "optimizer");
     touch(cur_stream, v, n * 4, 1, "optimizer");
 }
-void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
-                          const int64_t* d_step, int k, int per, const double* d_lr,
-                          double momentum, double dampening, double weight_decay, int nesterov,
-                          rt_dtype grad_dt) {
+void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, size_t n,
+                               const int64_t* d_step, int k, int per, const double* d_lr,
+                               double momentum, double dampening, double weight_decay,
+                               int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows) {
     (void)grad_dt;
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
-    touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
+    if (rows && rows->mask) touch(cur_stream, rows->mask, (size_t)rows->vocab, 0, "optimizer reads rows");
+    if (g) touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
     touch(cur_stream, p, n * 4, 1, "optimizer");
     if (momentum_buf) touch(cur_stream, momentum_buf, n * 4, 1, "optimizer");
+}
+void rt_cuda_rows_mark(uint8_t* mask, int64_t vocab, const int32_t* tokens, size_t n) {
+    touch(cur_stream, tokens, n * 4, 0, "rows mark reads tokens");
+    touch(cur_stream, mask, (size_t)vocab, 1, "rows mark");
 }
 void rt_cuda_sumsq_accumulate(double* d_acc, const float* x, size_t n) {
     touch(cur_stream, x, n * 4, 0, "clip reads grads");

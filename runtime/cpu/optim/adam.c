@@ -24,7 +24,7 @@ static void adam_update_(float* param, const float* grad, float* exp_avg, float*
     const float epsf = (float)eps;
     const float wd = (float)l2_decay;
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
+        float g = grad ? grad[i] : 0.0f;
         if (l2_decay != 0.0) g = g + wd * param[i];  // grad.add(param, alpha=wd)
         // exp_avg.lerp_(grad, 1-beta1), ATen's two-sided lerp formula
         float m = exp_avg[i];

@@ -13,7 +13,7 @@ void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n,
     const float damp1 = (float)(1.0 - dampening);
     const float neg_lr = (float)(-lr);
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
+        float g = grad ? grad[i] : 0.0f;
         if (weight_decay != 0.0) g = g + wd * param[i];  // grad.add(param, alpha=wd)
         if (momentum != 0.0) {
             float buf;

@@ -5,6 +5,7 @@
 // and the optimizer is accumulated in R->t_comm / R->t_optim and traced as spans.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -79,18 +80,30 @@ int rt_rank_push(rt_rank* R) { return (void)R, 0; }
 
 // ---- rank lifetime ----------------------------------------------------------------------
 
+// R->backend: with model->optimizer_rows, the mask of the vocab's rows the step's tokens
+// look up (rtb_optimizer_rows), else NULL.
 int rtb_rank_init(rt_rank* R) {
+    const rt_model* m = R->model;
     char name[48];
     snprintf(name, sizeof name, "rank %d", R->rank);
-    if (rt_arena_init(&R->arena, R->model->arena_bytes, name)) {
-        fprintf(stderr, "fsdpgen: rank %d: arena of %zu bytes: %s\n", R->rank,
-                R->model->arena_bytes, R->arena.error);
+    if (rt_arena_init(&R->arena, m->arena_bytes, name)) {
+        fprintf(stderr, "fsdpgen: rank %d: arena of %zu bytes: %s\n", R->rank, m->arena_bytes,
+                R->arena.error);
+        return 1;
+    }
+    if (m->optimizer_rows && !(R->backend = calloc((size_t)m->vocab, 1))) {
+        fprintf(stderr, "fsdpgen: rank %d: no memory for the mask of %lld token rows\n", R->rank,
+                (long long)m->vocab);
         return 1;
     }
     return 0;
 }
 
-void rtb_rank_free(rt_rank* R) { rt_arena_free(&R->arena); }
+void rtb_rank_free(rt_rank* R) {
+    rt_arena_free(&R->arena);
+    free(R->backend);
+    R->backend = NULL;
+}
 
 // ---- step -------------------------------------------------------------------------------
 
@@ -334,29 +347,60 @@ void rtb_clip_grad_norm(rt_rank* R) {
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 
-void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
-    (void)r;
+// The optimizer over elements [lo, lo + n) of group g's rank block; without grads, a zero
+// gradient.
+static void optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item,
+                      int grads) {
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     double t0 = now_s();
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
+    const float* gr = grads ? sp.grads : NULL;
     int64_t step = R->step * per + k;
     const double lr = rt_step_lr(R, item);
     switch (o->kind) {
     case RT_OPTIM_SGD:
-        rt_sgd_step(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n, step,
-                    lr, o->momentum, o->dampening, o->weight_decay, o->nesterov);
+        rt_sgd_step(sp.params, gr, o->momentum > 0 ? sp.state1 : NULL, (size_t)n, step, lr,
+                    o->momentum, o->dampening, o->weight_decay, o->nesterov);
         break;
     case RT_OPTIM_ADAM:
-        rt_adam_step(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, step, lr, o->beta1,
+        rt_adam_step(sp.params, gr, sp.state1, sp.state2, (size_t)n, step, lr, o->beta1,
                      o->beta2, o->eps, o->weight_decay);
         break;
     case RT_OPTIM_ADAMW:
-        rt_adamw_step(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, step, lr, o->beta1,
+        rt_adamw_step(sp.params, gr, sp.state1, sp.state2, (size_t)n, step, lr, o->beta1,
                       o->beta2, o->eps, o->weight_decay);
         break;
     }
     span(R, t0, &R->t_optim, 0, mg->name, "optimizer");
+}
+
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
+    (void)r;
+    optimizer(R, g, lo, n, k, per, item, 1);
+}
+
+// The optimizer on the runs of rows whose mask entry (row < vocab and looked up by a token of
+// the step) equals looked_up; the unused rows with no gradient (rt_optim.h: grad NULL).
+void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
+                        int per, int item, int looked_up) {
+    (void)r;
+    const rt_model* m = R->model;
+    uint8_t* mask = R->backend;
+    const int64_t n_tokens = m->batch * m->seq_len;
+    memset(mask, 0, (size_t)m->vocab);
+    for (int a = 0; a < m->n_forward; a++)
+        for (int64_t i = 0; i < n_tokens; i++) {
+            const int32_t t = R->tokens[a][i];
+            if (t >= 0 && t < m->vocab) mask[t] = 1;
+        }
+    for (int64_t i = 0; i < rows;) {
+        const int in = i < m->vocab && mask[i];
+        int64_t j = i + 1;
+        while (j < rows && (j < m->vocab && mask[j]) == in) j++;
+        if (in == looked_up) optimizer(R, g, lo + i * row_len, (j - i) * row_len, k, per, item, in);
+        i = j;
+    }
 }
 
 void rtb_loss(rt_rank* R, int k, const float* loss) { R->losses[k] = loss[0]; }

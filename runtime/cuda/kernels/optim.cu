@@ -26,16 +26,30 @@ __device__ __forceinline__ int64_t step_count(const int64_t* d_step, int k, int 
     return (*d_step - 1) * per + k;
 }
 
+// Whether element i (of a group that lies in one row) is stepped: every element without a
+// mask, else the elements of the rows whose mask entry equals looked_up (rt_cuda_rows).
+__device__ __forceinline__ bool rtc_row_stepped(const rt_cuda_rows& r, size_t i) {
+    if (!r.mask) return true;
+    const int64_t row = (int64_t)(i / (size_t)r.row_len);
+    return (row < r.vocab && r.mask[row] != 0) == (r.looked_up != 0);
+}
+
+// A gradient value: the grad's rounded to gdt, or zero without grads (rt_cuda_rows).
+__device__ __forceinline__ float rtc_grad_at(const float* grad, size_t i, rt_dtype gdt) {
+    return grad ? rtc_round_to(grad[i], gdt) : 0.0f;
+}
+
 // gdt: the gradients are read rounded to it (in-place gradients, rt_cuda.h; RT_F32: as
 // they are).
 __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ grad,
                            float* __restrict__ momentum_buf, size_t n, rtc_sgd_scalars s,
                            int first, const int64_t* __restrict__ d_step, int k, int per,
-                           const double* __restrict__ d_lr, rt_dtype gdt) {
+                           const double* __restrict__ d_lr, rt_dtype gdt, rt_cuda_rows rows) {
     if (d_step) first = step_count(d_step, k, per) <= 1;
     if (d_lr) s.neg_lr = (float)(-*d_lr);  // rtc_sgd_scalars_of's rounding
     RTC_GRID_STRIDE(i, n) {
-        param[i] = rtc_sgd_elem(s, first, param[i], rtc_round_to(grad[i], gdt),
+        if (!rtc_row_stepped(rows, i)) continue;
+        param[i] = rtc_sgd_elem(s, first, param[i], rtc_grad_at(grad, i, gdt),
                                 s.use_momentum ? momentum_buf + i : (float*)NULL);
     }
 }
@@ -43,29 +57,38 @@ __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ 
 static void sgd_launch(float* param, const float* grad, float* momentum_buf, size_t n,
                        int64_t step, const int64_t* d_step, int k, int per, double lr,
                        const double* d_lr, double momentum, double dampening,
-                       double weight_decay, int nesterov, rt_dtype gdt) {
+                       double weight_decay, int nesterov, rt_dtype gdt, const rt_cuda_rows* rows) {
     const rtc_sgd_scalars s = rtc_sgd_scalars_of(lr, momentum, dampening, weight_decay, nesterov);
+    const rt_cuda_rows all = {};
     RTC_LAUNCH_FLAT(sgd_kernel, n, param, grad, momentum_buf, n, s, step <= 1, d_step, k, per,
-                    d_lr, gdt);
+                    d_lr, gdt, rows ? *rows : all);
 }
 
 void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n, int64_t step,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
     sgd_launch(param, grad, momentum_buf, n, step, NULL, 1, 1, lr, NULL, momentum, dampening,
-               weight_decay, nesterov, RT_F32);
+               weight_decay, nesterov, RT_F32, NULL);
+}
+
+void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, size_t n,
+                               const int64_t* d_step, int k, int per, const double* d_lr,
+                               double momentum, double dampening, double weight_decay,
+                               int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows) {
+    RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
+              "rt_cuda_sgd_step_dev without a step counter or lr");
+    RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
+              "rt_cuda_sgd_step_dev with k out of range");
+    sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, 0.0, d_lr, momentum, dampening,
+               weight_decay, nesterov, grad_dt, rows);
 }
 
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
                           const int64_t* d_step, int k, int per, const double* d_lr,
                           double momentum, double dampening, double weight_decay, int nesterov,
                           rt_dtype grad_dt) {
-    RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
-              "rt_cuda_sgd_step_dev without a step counter or lr");
-    RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
-              "rt_cuda_sgd_step_dev with k out of range");
-    sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, 0.0, d_lr, momentum, dampening,
-               weight_decay, nesterov, grad_dt);
+    rt_cuda_sgd_step_rows_dev(p, g, momentum_buf, n, d_step, k, per, d_lr, momentum, dampening,
+                              weight_decay, nesterov, grad_dt, NULL);
 }
 
 // ----------------------------------------------------------------------------
@@ -78,13 +101,14 @@ template <int W>
 __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
                             rtc_adam_scalars s, const rtc_adam_scalars* __restrict__ d_s,
-                            rt_dtype gdt) {
+                            rt_dtype gdt, rt_cuda_rows rows) {
     const rtc_adam_scalars sc = d_s ? *d_s : s;
     rtc_flat<W>(n, [&](auto w, size_t i) {
         constexpr int K = decltype(w)::value;
-        float p[K], g[K], m[K], v[K];
+        if (!rtc_row_stepped(rows, i)) return;  // a group lies in one row (adam_launch)
+        float p[K], g[K] = {}, m[K], v[K];
         rtc_ldv(param, i, RT_F32, p);
-        rtc_ldv(grad, i, RT_F32, g);
+        if (grad) rtc_ldv(grad, i, RT_F32, g);
         rtc_ldv(exp_avg, i, RT_F32, m);
         rtc_ldv(exp_avg_sq, i, RT_F32, v);
         for (int u = 0; u < K; u++)
@@ -95,9 +119,13 @@ __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__
     });
 }
 
+// With rows, groups of RTC_VEC only where they cannot straddle two rows.
 static void adam_launch(float* p, const float* g, float* m, float* v, size_t n,
-                        rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt) {
-    RTC_LAUNCH_VEC(adam_kernel, n, rtc_aligned16({p, g, m, v}), p, g, m, v, n, s, d_s, gdt);
+                        rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt,
+                        const rt_cuda_rows* rows) {
+    const rt_cuda_rows all = {};
+    const bool vec = rtc_aligned16({p, g, m, v}) && (!rows || rows->row_len % RTC_VEC == 0);
+    RTC_LAUNCH_VEC(adam_kernel, n, vec, p, g, m, v, n, s, d_s, gdt, rows ? *rows : all);
 }
 
 // One thread: the step's scalars from the device step count and lr.
@@ -119,7 +147,7 @@ void rt_adam_step(float* param, const float* grad, float* exp_avg, float* exp_av
                   double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 0), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, NULL);
 }
 
 void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
@@ -127,17 +155,19 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
                    double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 1), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, NULL);
 }
 
-void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
-                           const int64_t* d_step, int k, int per, const double* d_lr,
-                           double beta1, double beta2, double eps, double weight_decay, int adamw,
-                           rt_dtype grad_dt) {
+void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
+                                const int64_t* d_step, int k, int per, const double* d_lr,
+                                double beta1, double beta2, double eps, double weight_decay,
+                                int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows) {
     RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
               "rt_cuda_adam_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_adam_step_dev with k out of range");
+    RT_KCHECK(!rows || (rows->row_len > 0 && rows->vocab >= 0), "rows of at least one element",
+              "rt_cuda_adam_step_rows_dev with an empty row");
     if (n == 0) return;
     rtc_ctx* ctx = rtc_get();
     rtc_adam_scalars* d_s = (rtc_adam_scalars*)rtc_args(ctx);
@@ -145,7 +175,27 @@ void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t 
         d_s, adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k, per, d_lr);
     RTC_CHECK_LAUNCH(adam_scalars_kernel);
     const rtc_adam_scalars unused = {};
-    adam_launch(p, g, m, v, n, unused, d_s, grad_dt);
+    adam_launch(p, g, m, v, n, unused, d_s, grad_dt, rows);
+}
+
+void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
+                           const int64_t* d_step, int k, int per, const double* d_lr,
+                           double beta1, double beta2, double eps, double weight_decay, int adamw,
+                           rt_dtype grad_dt) {
+    rt_cuda_adam_step_rows_dev(p, g, m, v, n, d_step, k, per, d_lr, beta1, beta2, eps,
+                               weight_decay, adamw, grad_dt, NULL);
+}
+
+__global__ void rows_mark_kernel(uint8_t* __restrict__ mask, int64_t vocab,
+                                 const int32_t* __restrict__ tokens, size_t n) {
+    RTC_GRID_STRIDE(i, n) {
+        const int32_t t = tokens[i];
+        if (t >= 0 && t < vocab) mask[t] = 1;  // every writer stores the same byte
+    }
+}
+
+void rt_cuda_rows_mark(uint8_t* mask, int64_t vocab, const int32_t* tokens, size_t n) {
+    RTC_LAUNCH_FLAT(rows_mark_kernel, n, mask, vocab, tokens, n);
 }
 
 // ----------------------------------------------------------------------------

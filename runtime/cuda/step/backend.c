@@ -158,6 +158,10 @@ static const char* graph_off_reason(const rt_rank* R) {
     if (strcmp(rt_comm_backend(R->comm), "nccl") != 0)
         return "the local mode's communicators synchronize ranks across threads";
     if (R->model->draws_rng) return "dropout draws new masks every step";
+    // NCCL: capturing the collectives of several GPUs in one process may deadlock; one GPU
+    // a process (mpirun) is what it supports
+    if (!rt_mpi_launched() && launch_devices > 1)
+        return "the ranks are threads of one process on several GPUs (run under mpirun for graphs)";
     return NULL;
 }
 
@@ -237,6 +241,7 @@ void rtb_step_begin(rt_rank* R) {
             CS(R, cudaMemcpyAsync(c->d_inputs[a], R->inputs[a], c->input_bytes, cudaMemcpyHostToDevice, c->compute));
         }
     }
+    if (m->optimizer_rows) CS(R, cudaEventRecord(c->tokens_in, c->compute));
 }
 
 void rtb_section(rt_rank* R, const char* phase) {
@@ -595,26 +600,61 @@ static cudaStream_t optimizer_stream(rt_rank* R, int g, int r) {
 }
 
 // The step count and lr come from the device (c->d_step, k and per; c->d_lr[item]) so
-// that the captured graph serves every step.
-void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
+// that the captured graph serves every step. On stream s; rows: the rows it steps (NULL:
+// every element), without grads where rows->looked_up is 0.
+static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t n, int k,
+                         int per, int item, const rt_cuda_rows* rows) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
-    const cudaStream_t s = optimizer_stream(R, g, r);
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
+    const float* grads = rows && !rows->looked_up ? NULL : sp.grads;
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");
     rt_cuda_set_stream(s);
     if (o->kind == RT_OPTIM_SGD)
-        rt_cuda_sgd_step_dev(sp.params, sp.grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
-                             c->d_step, k, per, c->d_lr + item, o->momentum, o->dampening,
-                             o->weight_decay, o->nesterov, c->groups[g].grads_round);
+        rt_cuda_sgd_step_rows_dev(sp.params, grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
+                                  c->d_step, k, per, c->d_lr + item, o->momentum, o->dampening,
+                                  o->weight_decay, o->nesterov, c->groups[g].grads_round, rows);
     else
-        rt_cuda_adam_step_dev(sp.params, sp.grads, sp.state1, sp.state2, (size_t)n, c->d_step,
-                              k, per, c->d_lr + item, o->beta1, o->beta2, o->eps, o->weight_decay,
-                              o->kind == RT_OPTIM_ADAMW, c->groups[g].grads_round);
+        rt_cuda_adam_step_rows_dev(sp.params, grads, sp.state1, sp.state2, (size_t)n, c->d_step, k,
+                                   per, c->d_lr + item, o->beta1, o->beta2, o->eps,
+                                   o->weight_decay, o->kind == RT_OPTIM_ADAMW,
+                                   c->groups[g].grads_round, rows);
     rt_cuda_set_stream(c->compute);
     cs_trace_close(R, t, s);
+}
+
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
+    optimizer_on(R, optimizer_stream(R, g, r), g, lo, n, k, per, item, NULL);
+}
+
+// The rows no token looks up need only the step's tokens: on the optimizer stream they step
+// from the step's start (after rtb_step_begin's upload), and build the mask the looked-up
+// rows' step reads later on the same stream (every unused-rows line precedes every
+// looked-up one: generator/plan/planner.lua Sim:split_token_rows).
+void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
+                        int per, int item, int looked_up) {
+    cuda_rank* c = R->backend;
+    const rt_model* m = R->model;
+    cudaStream_t s = c->compute;
+    if (looked_up) {
+        s = optimizer_stream(R, g, r);
+    } else {
+        if (!c->clipped && c->opt_side) {
+            CS(R, cudaStreamWaitEvent(c->opt, c->tokens_in, 0));
+            c->used |= 1u << 4;
+            c->opt_pending = 1;
+            s = c->opt;
+        }
+        CS(R, cudaMemsetAsync(c->d_rows, 0, (size_t)m->vocab, s));
+        rt_cuda_set_stream(s);
+        for (int a = 0; a < m->n_forward; a++)
+            rt_cuda_rows_mark(c->d_rows, m->vocab, c->d_tokens[a], (size_t)(m->batch * m->seq_len));
+        rt_cuda_set_stream(c->compute);
+    }
+    const rt_cuda_rows sel = {c->d_rows, m->vocab, row_len, looked_up};
+    optimizer_on(R, s, g, lo, rows * row_len, k, per, item, &sel);
 }
 
 void rtb_loss(rt_rank* R, int k, const float* loss) {

@@ -109,6 +109,9 @@ typedef struct cuda_rank {
     double* d_sumsq;                  // clipping: sum of squares of every shard
     float* d_total;                   // ... as fp32, all-reduced over the shard group
     float* d_one;                     // 1.0f (rt_step_one)
+    uint8_t* d_rows;                  // model->optimizer_rows: the vocab rows the step's tokens
+                                      // look up (rtb_optimizer_rows), else NULL
+    cudaEvent_t tokens_in;            // the step's tokens are on the device (compute)
     rt_cudnn_sdpa** attention;        // per attention site: cuDNN's plans, or NULL where
                                       // fsdpgen's kernels run it (attention.c)
     // CUDA graph

@@ -198,8 +198,9 @@ int rtb_rank_init(rt_rank* R) {
                                             side[k] == &c->ar ? compute_priority
                                             : side[k] == &c->opt ? least : greatest),
            "cudaStreamCreate (side streams)");
-    cudaEvent_t* evs[5] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done, &c->post_done};
-    for (int k = 0; k < 5 && !s.failed; k++) ok(&s, cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming), "cudaEventCreate");
+    cudaEvent_t* evs[6] = {&c->fork, &c->copied, &c->forked_ar, &c->rs_done, &c->post_done,
+                           &c->tokens_in};
+    for (int k = 0; k < 6 && !s.failed; k++) ok(&s, cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming), "cudaEventCreate");
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
         ok(&s, cudaEventCreateWithFlags(&c->join[k], cudaEventDisableTiming), "cudaEventCreate");
     if (!s.failed) rt_cuda_set_stream(c->compute);
@@ -263,6 +264,7 @@ int rtb_rank_init(rt_rank* R) {
     c->d_total = (float*)(small + 16);
     c->d_one = (float*)(small + 20);
     c->d_lr = (double*)(small + 32);
+    if (m->optimizer_rows) c->d_rows = device(&s, (size_t)m->vocab, "cudaMalloc (token rows)");
     const float one = 1.0f;
     if (!s.failed)
         ok(&s, cudaMemcpy(c->d_one, &one, sizeof one, cudaMemcpyHostToDevice), "cudaMemcpy (one)");
@@ -284,9 +286,10 @@ void rtb_rank_free(rt_rank* R) {
     if (!c) return;
     const rt_model* m = R->model;
     if (c->compute) cudaStreamSynchronize(c->compute);
-    cs_attention_free(R);
+    // the graph first: its nodes hold cuDNN's kernels, which cs_attention_free releases
     if (c->exec) cudaGraphExecDestroy(c->exec);
     if (c->graph) cudaGraphDestroy(c->graph);
+    cs_attention_free(R);
     for (int g = 0; g < m->ngroups; g++) {
         cuda_group* cg = &c->groups[g];
         rtcs_plan_free(&cg->ag_in);
@@ -326,10 +329,11 @@ void rtb_rank_free(rt_rank* R) {
     free_arrays((void**)c->d_inputs, n, 0);
     cudaFreeHost(c->h_losses), cudaFreeHost(c->h_step), cudaFreeHost(c->mirror);
     cudaFree(c->d_step);
+    cudaFree(c->d_rows);
     cudaFree(c->arena);
     rt_arena_free(&R->arena);
-    cudaEvent_t evs[5] = {c->fork, c->copied, c->forked_ar, c->rs_done, c->post_done};
-    for (int k = 0; k < 5; k++)
+    cudaEvent_t evs[6] = {c->fork, c->copied, c->forked_ar, c->rs_done, c->post_done, c->tokens_in};
+    for (int k = 0; k < 6; k++)
         if (evs[k]) cudaEventDestroy(evs[k]);
     for (int k = 0; k < CS_SIDE_STREAMS; k++)
         if (c->join[k]) cudaEventDestroy(c->join[k]);

@@ -91,6 +91,7 @@ struct capture_info {
 };
 std::map<emu_graph*, capture_info> captures;     // active captures
 std::vector<emu_stream*> streams;                 // created, not destroyed
+std::set<emu_event*> events;                      // created, not destroyed
 // lazy: destroyed streams, kept as events recorded on them may still be waited for (on the
 // heap and never freed, so that they stay reachable until the leak check at exit)
 std::vector<emu_stream*>* destroyed = new std::vector<emu_stream*>;
@@ -486,6 +487,10 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
             joined = joined && stream->clock[s] >= s->clock[s];
             s->capture = NULL;
         }
+    // an event recorded in the capture no longer joins it: a later wait outside a capture
+    // must not append to the ended graph
+    for (emu_event* e : events)
+        if (e->capture == g) e->capture = NULL;
     if (!joined) {  // the capture ends, without a graph
         delete g;
         return record(cudaErrorStreamCaptureUnjoined);
@@ -503,10 +508,16 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
     *event = new emu_event{NULL, {}, now_ms(), NULL, 0, false};
+    lock l;
+    events.insert(*event);
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    {
+        lock l;
+        events.erase(event);
+    }
     delete event;
     return cudaSuccess;
 }

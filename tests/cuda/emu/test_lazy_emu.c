@@ -13,7 +13,8 @@
 //     would report a pending copy into freed memory);
 //   * a kernel given host memory as a pointer argument fails its launch, naming the
 //     argument, as it would fault on a GPU (device memory is host memory here, so it would
-//     otherwise run); given device memory it runs.
+//     otherwise run); given device memory it runs;
+//   * a wait outside a capture on an event recorded in an ended capture joins nothing.
 // With CUDA_EMU_LAZY=low only streams below the highest priority are lazy: a stream of the
 // highest priority runs its work at issue, so its unordered write reaches a lazy stream's
 // pending read.
@@ -98,6 +99,37 @@ static void test_host_pointer_argument(void) {
     if (!strstr(err, "cuda_emu: kernel argument 2 ")) fprintf(stderr, "%s", err);
     cudaFree(d);
     cudaFree(d_two);
+}
+
+// An event recorded in a capture that has ended: a wait on it outside a capture does not
+// join the ended capture (the stream's later work runs, as on a GPU).
+static void test_wait_after_capture(void) {
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaGraph_t g = NULL;
+    unsigned char* d = NULL;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    cudaMalloc((void**)&d, 1);
+    cudaMemset(d, 1, 1);
+    cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(e, a);
+    const cudaError_t end = cudaStreamEndCapture(a, &g);
+    const cudaError_t wait = cudaStreamWaitEvent(b, e, 0);
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusActive;
+    cudaStreamIsCapturing(b, &st);
+    cudaMemsetAsync(d, 0, 1, b);
+    cudaStreamSynchronize(b);
+    CHECK(end == cudaSuccess && wait == cudaSuccess && st == cudaStreamCaptureStatusNone &&
+              host_byte(d) == 0,
+          "a wait on an event of an ended capture joins nothing: the stream's memset runs (%d)",
+          host_byte(d));
+    cudaGraphDestroy(g);
+    cudaFree(d);
+    cudaEventDestroy(e);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
 }
 
 int main(void) {
@@ -192,5 +224,6 @@ int main(void) {
     cudaStreamDestroy(a);
     cudaStreamDestroy(b);
     test_host_pointer_argument();
+    test_wait_after_capture();
     return check_summary();
 }
