@@ -90,6 +90,12 @@ void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, si
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
                                int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows);
+// Frees the calling thread's GEMM operand scratch unless a capture used it (a graph may read
+// it): after start-up work that grew it (the attention timing of a shape fsdpgen's kernels
+// run in fp32), so that its memory is not held for the run; the next GEMM that needs one
+// allocates it again.
+void rt_cuda_release_scratch(void);
+
 // mask[t] = 1 for each of the n token ids t in [0, vocab) (device pointers; the mask zeroed
 // before: cudaMemsetAsync). Ids out of range are left to the lookups to refuse.
 void rt_cuda_rows_mark(uint8_t* mask, int64_t vocab, const int32_t* tokens, size_t n);

@@ -541,9 +541,10 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
     if (rows != RT_ROWS_UNUSED && rows != RT_ROWS_LOOKED_UP)
         rt_rank_die(R, "optimizer rows %d of group '%s' (allowed: RT_ROWS_UNUSED, RT_ROWS_LOOKED_UP)",
                     rows, mg->name);
-    if (!m->tokens || R->world != 1)
-        rt_rank_die(R, "optimizer step by rows of group '%s' without token inputs or at %d ranks "
-                       "(the plan splits one only at one rank)", mg->name, R->world);
+    if (!m->tokens || !m->optimizer_rows || R->world != 1)
+        rt_rank_die(R, "optimizer step by rows of group '%s' without token inputs, the model's "
+                       "optimizer_rows or at %d ranks (the plan splits one only at one rank)",
+                    mg->name, R->world);
     for (int i = 0, at = 0; i < mg->nparams; i++) {
         if (!steps_param(R, mg, r, i, &at)) continue;
         const rt_model_param* p = &m->params[mg->params[i]];

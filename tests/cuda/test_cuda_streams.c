@@ -300,11 +300,16 @@ static void test_scratch_outlives_graph(cudaStream_t s) {
     RT_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
     RT_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     rt_linear_forward(y, x, w, NULL, R2, IN, OUT, RT_BF16);  // eager, 64 times the rows: it grows
+    rt_cuda_release_scratch();  // frees the grown one only: the graph's is kept
     RT_CHECK_CUDA(cudaMemsetAsync(y, 0, (size_t)R1 * OUT * sizeof(float), s));
     RT_CHECK_CUDA(cudaGraphLaunch(exec, s));
     RT_CHECK_CUDA(cudaStreamSynchronize(s));
-    cmp_dev("a bf16 linear's graph replayed after an eager call grew the operand scratch: the same "
-            "values as before", y, want, (size_t)R1 * OUT, TOL_EXACT);
+    cmp_dev("a bf16 linear's graph replayed after an eager call grew the operand scratch, and "
+            "after the grown one was released: the same values as before", y, want,
+            (size_t)R1 * OUT, TOL_EXACT);
+    RT_CHECK_CUDA(cudaMemsetAsync(y, 0, (size_t)R1 * OUT * sizeof(float), s));
+    rt_linear_forward(y, x, w, NULL, R1, IN, OUT, RT_BF16);  // eager again: allocates anew
+    cmp_dev("  ... an eager call after the release", y, want, (size_t)R1 * OUT, TOL_EXACT);
     RT_CHECK_CUDA(cudaGraphExecDestroy(exec));
     RT_CHECK_CUDA(cudaGraphDestroy(graph));
     rt_cuda_set_stream(NULL);

@@ -351,9 +351,7 @@ void rtb_clip_grad_norm(rt_rank* R) {
 // gradient.
 static void optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item,
                       int grads) {
-    const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
-    double t0 = now_s();
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
     const float* gr = grads ? sp.grads : NULL;
     int64_t step = R->step * per + k;
@@ -372,12 +370,13 @@ static void optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, 
                       o->beta2, o->eps, o->weight_decay);
         break;
     }
-    span(R, t0, &R->t_optim, 0, mg->name, "optimizer");
 }
 
 void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
     (void)r;
+    double t0 = now_s();
     optimizer(R, g, lo, n, k, per, item, 1);
+    span(R, t0, &R->t_optim, 0, R->model->groups[g].name, "optimizer");
 }
 
 // The optimizer on the runs of rows whose mask entry (row < vocab and looked up by a token of
@@ -385,6 +384,7 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
                         int per, int item, int looked_up) {
     (void)r;
+    double t0 = now_s();
     const rt_model* m = R->model;
     uint8_t* mask = R->backend;
     const int64_t n_tokens = m->batch * m->seq_len;
@@ -401,6 +401,7 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
         if (in == looked_up) optimizer(R, g, lo + i * row_len, (j - i) * row_len, k, per, item, in);
         i = j;
     }
+    span(R, t0, &R->t_optim, 0, m->groups[g].name, "optimizer");
 }
 
 void rtb_loss(rt_rank* R, int k, const float* loss) { R->losses[k] = loss[0]; }

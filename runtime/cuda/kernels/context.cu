@@ -190,6 +190,14 @@ static bool scratch_grow(rtc_ctx* ctx, void** p, size_t* have, bool* captured, s
     return true;
 }
 
+void rt_cuda_release_scratch(void) {
+    rtc_ctx* ctx = rtc_get();
+    if (!ctx->operands || ctx->operands_captured) return;
+    RT_CHECK_CUDA(cudaFree(ctx->operands));
+    ctx->operands = NULL;
+    ctx->operand_bytes = 0;
+}
+
 // The context's operand scratch, at least `bytes` long.
 void* rtc_operand_scratch(size_t bytes) {
     rtc_ctx* ctx = rtc_get();

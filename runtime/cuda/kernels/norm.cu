@@ -169,9 +169,10 @@ __device__ __forceinline__ void rtc_wrow_store_dinp(void* dx, bool p16, const rt
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
 
 template <int R, class O, class I>
-__global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const I* inp,
-                                         const float* weight, const float* bias, int C,
-                                         float eps, rt_dtype dt) {
+__global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 threads
+    layernorm_forward_kernel(O* out, float* mean, float* rstd, const I* inp,
+                             const float* weight, const float* bias, int C,
+                             float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
     O* o = out + n * C;
@@ -286,13 +287,14 @@ void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void
 //   dweight += sum_rows(dout * xhat),  dbias += sum_rows(dout)
 
 template <int R, class G, class I, class D>
-__global__ void layernorm_backward_dinp_kernel(G* __restrict__ dinp,
-                                               const D* __restrict__ dout,
-                                               const I* __restrict__ inp,
-                                               const float* __restrict__ weight,
-                                               const float* __restrict__ mean,
-                                               const float* __restrict__ rstd, int C,
-                                               rt_dtype dt, int as) {
+__global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 threads
+    layernorm_backward_dinp_kernel(G* __restrict__ dinp,
+                                   const D* __restrict__ dout,
+                                   const I* __restrict__ inp,
+                                   const float* __restrict__ weight,
+                                   const float* __restrict__ mean,
+                                   const float* __restrict__ rstd, int C,
+                                   rt_dtype dt, int as) {
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
     const D* d = dout + n * C;
@@ -425,8 +427,9 @@ void rt_layernorm_packed_backward(void* dinp, float* dweight, float* dbias, cons
 // RMSNorm forward: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps)
 
 template <int R, class O, class I>
-__global__ void rmsnorm_forward_kernel(O* out, float* rstd, const I* inp, const float* weight,
-                                       int C, float eps, rt_dtype dt) {
+__global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 threads
+    rmsnorm_forward_kernel(O* out, float* rstd, const I* inp, const float* weight,
+                           int C, float eps, rt_dtype dt) {
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
     O* o = out + n * C;
@@ -574,12 +577,13 @@ void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, flo
 //   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
 
 template <int R, class G, class I, class D>
-__global__ void rmsnorm_backward_dinp_kernel(G* __restrict__ dinp,
-                                             const D* __restrict__ dout,
-                                             const I* __restrict__ inp,
-                                             const float* __restrict__ weight,
-                                             const float* __restrict__ rstd, int C, rt_dtype dt,
-                                             int as) {
+__global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 threads
+    rmsnorm_backward_dinp_kernel(G* __restrict__ dinp,
+                                 const D* __restrict__ dout,
+                                 const I* __restrict__ inp,
+                                 const float* __restrict__ weight,
+                                 const float* __restrict__ rstd, int C, rt_dtype dt,
+                                 int as) {
     const size_t n = blockIdx.x;
     const I* x = inp + n * C;
     const D* d = dout + n * C;
