@@ -169,7 +169,7 @@ function M.step_line(st, plan)
     if r then detail = detail .. " of " .. part_params(g, r) end
     -- planner.lua Sim:split_token_rows
     if st.rows == "unused" then
-      detail = detail .. ", the rows no token of the step looks up (gradient 0, stepped from the step's start)"
+      detail = detail .. ", the rows no token of the step looks up (gradient 0: nothing of the backward)"
     elseif st.rows == "looked_up" then
       detail = detail .. ", the rows the step's tokens look up"
     end

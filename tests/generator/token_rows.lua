@@ -6,7 +6,7 @@
 -- and the model's .optimizer_rows); and that nothing is split where a row's update could
 -- see another gradient or a second update: two ranks, replicas, a tied embedding, a
 -- position embedding (looked up by arange, not the tokens) in the same line, two optimizer
--- items a step. The bits are tests/cuda_step/run.sh's (llama_w1_bf16 against its twin
+-- items a step, clipping (a NaN norm makes the zero gradients NaN too). The bits are tests/cuda_step/run.sh's (llama_w1_bf16 against its twin
 -- without parts, on the CPU and the emulator).
 -- Run from the repository root: lua5.4 tests/generator/token_rows.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
@@ -67,12 +67,12 @@ check(last_rows == 5 and code:find("rt_step_optimizer_rows(R, 0, 2, 1, 1, 0, RT_
   string.format("the looked-up rows are stepped after the blocks (%d optimizer calls)", last_rows))
 check(code:find(".optimizer_rows = 1,", 1, true), "the model table asks the backend for the rows' mask")
 
--- The embedding a group of its own (as torchtitan shards it), with clipping: its whole
--- reduction's step is split (clipping scales a zero gradient to zero).
-local own = plan_model("Llama", 1, "fsdp.fully_shard(model.tok_embeddings)", "grad_clip = 1.0")
+-- The embedding a group of its own (as torchtitan shards it): its whole reduction's step is
+-- split.
+local own = plan_model("Llama", 1, "fsdp.fully_shard(model.tok_embeddings)")
 check(opt_lines(own):find("^tok_embeddings unused |") and opt_lines(own):find("| tok_embeddings looked_up")
   and select(2, opt_lines(own):gsub("unused", "")) == 1,
-  "the embedding's own group, with clipping: split: " .. opt_lines(own))
+  "the embedding's own group: split: " .. opt_lines(own))
 
 -- Nothing split where a row could see another gradient or a second update.
 local cases = {
@@ -82,6 +82,9 @@ local cases = {
   { "a position embedding in the same line", { "Transformer", 1, nil, nil, false } },
   { "two optimizer items a step", { "Llama", 1, nil,
     [[step = { "forward", "backward", "optimizer", "forward", "backward", "optimizer" }]] } },
+  -- a NaN norm makes every gradient NaN, the zero ones too
+  { "clipping (the embedding a group of its own)", { "Llama", 1, "fsdp.fully_shard(model.tok_embeddings)",
+    "grad_clip = 1.0" } },
 }
 for _, c in ipairs(cases) do
   local p, pc = plan_model(table.unpack(c[2], 1, 5))
