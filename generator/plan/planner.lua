@@ -937,6 +937,18 @@ function Sim:check_optimizer_steps()
   end
 end
 
+-- The parameters optimizer step st steps: its group's (its reduction's, if any) that have a
+-- gradient in the step.
+function M.stepped_params(st)
+  local in_reduction = {}
+  for _, k in ipairs(st.reduction and st.reduction.params or {}) do in_reduction[k] = true end
+  local ps = {}
+  for k, p in ipairs(st.group.params) do
+    if st.grads[k] and (not st.reduction or in_reduction[k]) then ps[#ps + 1] = p end
+  end
+  return ps
+end
+
 -- The parameters that only lookups of the step's input tokens read (an embedding not tied
 -- to an output head): their gradient is exactly zero in every row no token looks up.
 local function token_lookup_params(graph)
@@ -974,11 +986,7 @@ function Sim:split_token_rows()
     if st.op == "optimizer" then
       first = first or i
       local ok = g.shard == 1 and g.replicate == 1 and st.opt_per == 1
-      local stepped = {}
-      for _, k in ipairs(st.reduction and st.reduction.params or {}) do stepped[k] = true end
-      for k, p in ipairs(g.params) do
-        if st.grads[k] and (not st.reduction or stepped[k]) then ok = ok and lookups[p] == true end
-      end
+      for _, p in ipairs(M.stepped_params(st)) do ok = ok and lookups[p] == true end
       if ok then split[#split + 1] = st end
     end
   end

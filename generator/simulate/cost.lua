@@ -5,6 +5,7 @@
 -- them. Reads the plan's steps and tensors; changes nothing in them.
 local trace = require("spec.trace")
 local memory = require("memory.memory")
+local planner = require("plan.planner")
 
 local M = {}
 
@@ -157,18 +158,14 @@ local function rows_bytes(st, plan, per)
   for _, it in ipairs(plan.spec.step) do
     if it.kind == "forward" then tokens = tokens + numel(plan.spec.input.shape) end
   end
-  local stepped = {}
-  for _, k in ipairs(st.reduction and st.reduction.params or {}) do stepped[k] = true end
   local bytes = 0
-  for k, p in ipairs(st.group.params) do
-    if st.grads[k] and (not st.reduction or stepped[k]) then
-      local rows, row_len = p.shape[1], p.shape[2]
-      local looked = math.min(rows, tokens)
-      if st.rows == "looked_up" then
-        bytes = bytes + looked * row_len * (per + 4)
-      else
-        bytes = bytes + (rows - looked) * row_len * per
-      end
+  for _, p in ipairs(planner.stepped_params(st)) do
+    local rows, row_len = p.shape[1], p.shape[2]
+    local looked = math.min(rows, tokens)
+    if st.rows == "looked_up" then
+      bytes = bytes + looked * row_len * (per + 4)
+    else
+      bytes = bytes + (rows - looked) * row_len * per
     end
   end
   return bytes

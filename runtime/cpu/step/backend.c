@@ -380,7 +380,9 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 }
 
 // The optimizer on the runs of rows whose mask entry (row < vocab and looked up by a token of
-// the step) equals looked_up; the unused rows with no gradient (rt_optim.h: grad NULL).
+// the step) equals looked_up; the unused rows with no gradient (rt_optim.h: grad NULL). The
+// unused rows' step builds the mask, which the looked-up rows' step reads (every unused-rows
+// line precedes every looked-up one: generator/plan/planner.lua Sim:split_token_rows).
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
                         int per, int item, int looked_up) {
     (void)r;
@@ -388,12 +390,14 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
     const rt_model* m = R->model;
     uint8_t* mask = R->backend;
     const int64_t n_tokens = m->batch * m->seq_len;
-    memset(mask, 0, (size_t)m->vocab);
-    for (int a = 0; a < m->n_forward; a++)
-        for (int64_t i = 0; i < n_tokens; i++) {
-            const int32_t t = R->tokens[a][i];
-            if (t >= 0 && t < m->vocab) mask[t] = 1;
-        }
+    if (!looked_up) {
+        memset(mask, 0, (size_t)m->vocab);
+        for (int a = 0; a < m->n_forward; a++)
+            for (int64_t i = 0; i < n_tokens; i++) {
+                const int32_t t = R->tokens[a][i];
+                if (t >= 0 && t < m->vocab) mask[t] = 1;
+            }
+    }
     for (int64_t i = 0; i < rows;) {
         const int in = i < m->vocab && mask[i];
         int64_t j = i + 1;

@@ -34,6 +34,13 @@ __device__ __forceinline__ bool rtc_row_stepped(const rt_cuda_rows& r, size_t i)
     return (row < r.vocab && r.mask[row] != 0) == (r.looked_up != 0);
 }
 
+// The rows a launch steps, by value (no mask: every element), checked.
+static rt_cuda_rows rows_arg(const rt_cuda_rows* rows) {
+    RT_KCHECK(!rows || (rows->row_len > 0 && rows->vocab >= 0), "rows of at least one element",
+              "an optimizer step by rows with an empty row");
+    return rows ? *rows : rt_cuda_rows{};
+}
+
 // A gradient value: the grad's rounded to gdt, or zero without grads (rt_cuda_rows).
 __device__ __forceinline__ float rtc_grad_at(const float* grad, size_t i, rt_dtype gdt) {
     return grad ? rtc_round_to(grad[i], gdt) : 0.0f;
@@ -59,9 +66,8 @@ static void sgd_launch(float* param, const float* grad, float* momentum_buf, siz
                        const double* d_lr, double momentum, double dampening,
                        double weight_decay, int nesterov, rt_dtype gdt, const rt_cuda_rows* rows) {
     const rtc_sgd_scalars s = rtc_sgd_scalars_of(lr, momentum, dampening, weight_decay, nesterov);
-    const rt_cuda_rows all = {};
     RTC_LAUNCH_FLAT(sgd_kernel, n, param, grad, momentum_buf, n, s, step <= 1, d_step, k, per,
-                    d_lr, gdt, rows ? *rows : all);
+                    d_lr, gdt, rows_arg(rows));
 }
 
 void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n, int64_t step,
@@ -122,10 +128,9 @@ __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__
 // With rows, groups of RTC_VEC only where they cannot straddle two rows.
 static void adam_launch(float* p, const float* g, float* m, float* v, size_t n,
                         rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt,
-                        const rt_cuda_rows* rows) {
-    const rt_cuda_rows all = {};
-    const bool vec = rtc_aligned16({p, g, m, v}) && (!rows || rows->row_len % RTC_VEC == 0);
-    RTC_LAUNCH_VEC(adam_kernel, n, vec, p, g, m, v, n, s, d_s, gdt, rows ? *rows : all);
+                        rt_cuda_rows r) {
+    const bool vec = rtc_aligned16({p, g, m, v}) && (!r.mask || r.row_len % RTC_VEC == 0);
+    RTC_LAUNCH_VEC(adam_kernel, n, vec, p, g, m, v, n, s, d_s, gdt, r);
 }
 
 // One thread: the step's scalars from the device step count and lr.
@@ -147,7 +152,7 @@ void rt_adam_step(float* param, const float* grad, float* exp_avg, float* exp_av
                   double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 0), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, NULL);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
 }
 
 void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
@@ -155,7 +160,7 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
                    double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 1), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, NULL);
+    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
 }
 
 void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
@@ -166,8 +171,7 @@ void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, si
               "rt_cuda_adam_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_adam_step_dev with k out of range");
-    RT_KCHECK(!rows || (rows->row_len > 0 && rows->vocab >= 0), "rows of at least one element",
-              "rt_cuda_adam_step_rows_dev with an empty row");
+    const rt_cuda_rows r = rows_arg(rows);
     if (n == 0) return;
     rtc_ctx* ctx = rtc_get();
     rtc_adam_scalars* d_s = (rtc_adam_scalars*)rtc_args(ctx);
@@ -175,7 +179,7 @@ void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, si
         d_s, adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k, per, d_lr);
     RTC_CHECK_LAUNCH(adam_scalars_kernel);
     const rtc_adam_scalars unused = {};
-    adam_launch(p, g, m, v, n, unused, d_s, grad_dt, rows);
+    adam_launch(p, g, m, v, n, unused, d_s, grad_dt, r);
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,

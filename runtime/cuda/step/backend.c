@@ -582,15 +582,24 @@ int cs_optimizer_check_env(void) {
     return 2;
 }
 
+// Whether optimizer steps run on the optimizer stream (no clipping, RT_OPTIMIZER_STREAM=side).
+static int opt_beside(const cuda_rank* c) { return !c->clipped && c->opt_side; }
+
+// The optimizer stream, after it waited for `ready`; compute waits for it at the step's end.
+static cudaStream_t opt_after(rt_rank* R, cudaEvent_t ready) {
+    cuda_rank* c = R->backend;
+    CS(R, cudaStreamWaitEvent(c->opt, ready, 0));
+    c->used |= 1u << 4;
+    c->opt_pending = 1;
+    return c->opt;
+}
+
 // The stream group g's optimizer step r runs on, after the waits it needs (top of the file).
 static cudaStream_t optimizer_stream(rt_rank* R, int g, int r) {
     cuda_rank* c = R->backend;
-    if (!c->clipped && c->opt_side) {
+    if (opt_beside(c)) {
         const cuda_group* cg = &c->groups[g];
-        CS(R, cudaStreamWaitEvent(c->opt, r ? cg->rs_some[r - 1].reduced : cg->reduced, 0));
-        c->used |= 1u << 4;
-        c->opt_pending = 1;
-        return c->opt;
+        return opt_after(R, r ? cg->rs_some[r - 1].reduced : cg->reduced);
     }
     // Only this group's reduction (part), if it is the one in flight: the others step while
     // it finishes (the plan steps the last-reduced group last; generator/plan/planner.lua).
@@ -637,16 +646,11 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
                         int per, int item, int looked_up) {
     cuda_rank* c = R->backend;
     const rt_model* m = R->model;
-    cudaStream_t s = c->compute;
+    cudaStream_t s;
     if (looked_up) {
         s = optimizer_stream(R, g, r);
     } else {
-        if (!c->clipped && c->opt_side) {
-            CS(R, cudaStreamWaitEvent(c->opt, c->tokens_in, 0));
-            c->used |= 1u << 4;
-            c->opt_pending = 1;
-            s = c->opt;
-        }
+        s = opt_beside(c) ? opt_after(R, c->tokens_in) : c->compute;
         CS(R, cudaMemsetAsync(c->d_rows, 0, (size_t)m->vocab, s));
         rt_cuda_set_stream(s);
         for (int a = 0; a < m->n_forward; a++)
