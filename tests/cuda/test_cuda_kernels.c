@@ -571,9 +571,13 @@ static void test_swiglu(rt_dtype dt) {
 // rope
 
 // dt RT_BF16: out and dinp rounded to bf16 (one ulp on top of TOL_ELEM where the device's
-// double cos/sin differ from the host's in the last bit)
-static void test_rope(rt_dtype dt) {
-    const int B = 2, T = 45, NH = 3, HD = 16;
+// double cos/sin differ from the host's in the last bit). HD 16 takes the kernel's groups
+// of four pairs, HD 10 its pairs one at a time; the groups' operands one float off their
+// alignment take the pairs too, and must give the groups' bits.
+static void upload(float* d, const float* h, size_t n);
+static int dev_same(const float* da, const float* db, size_t n);
+
+static void test_rope_shape(rt_dtype dt, int B, int T, int NH, int HD) {
     const size_t n = (size_t)B * T * NH * HD;
     const char* P = dt == RT_BF16 ? "bf16" : "fp32";
     char nm[96];
@@ -581,19 +585,31 @@ static void test_rope(rt_dtype dt) {
     float *out = hrand(n, 1.0f, 0.0f), *dx = hrand(n, 1.0f, 0.0f);
     round_to(x, n, dt), round_to(dout, n, dt), round_to(dx, n, dt);
     float *d_x = dup(x, n), *d_dout = dup(dout, n), *d_out = dup(out, n), *d_dx = dup(dx, n);
+    float* d_odd = dalloc((2 * n + 1) * sizeof(float));  // two operands, one float off 16 bytes
     cpu_rt_rope_forward(out, x, B, T, NH, HD, RT_ROPE_THETA, dt);
     rt_rope_forward(d_out, d_x, B, T, NH, HD, RT_ROPE_THETA, dt);
-    snprintf(nm, sizeof nm, "rope %s forward B=2 T=45 NH=3 HD=16", P);
+    snprintf(nm, sizeof nm, "rope %s forward B=%d T=%d NH=%d HD=%d", P, B, T, NH, HD);
     cmp_dt(nm, d_out, out, n, TOL_ELEM, dt, 1);
+    upload(d_odd + 1, x, n);
+    rt_rope_forward(d_odd + 1 + n, d_odd + 1, B, T, NH, HD, RT_ROPE_THETA, dt);
+    CHECK(dev_same(d_odd + 1 + n, d_out, n), "rope %s forward HD=%d unaligned == aligned, bit for bit", P, HD);
     rt_rope_forward(d_x, d_x, B, T, NH, HD, RT_ROPE_THETA, dt);
-    snprintf(nm, sizeof nm, "rope %s forward in place", P);
+    snprintf(nm, sizeof nm, "rope %s forward in place HD=%d", P, HD);
     cmp_dt(nm, d_x, out, n, TOL_ELEM, dt, 1);
+    upload(d_odd + 1, dx, n), upload(d_odd + 1 + n, dout, n);
     cpu_rt_rope_backward(dx, dout, B, T, NH, HD, 500000.0f, dt, RT_ACCUMULATE);
     rt_rope_backward(d_dx, d_dout, B, T, NH, HD, 500000.0f, dt, RT_ACCUMULATE);
-    snprintf(nm, sizeof nm, "rope %s backward (+=) theta=5e5", P);
+    snprintf(nm, sizeof nm, "rope %s backward (+=) theta=5e5 HD=%d", P, HD);
     cmp_dt(nm, d_dx, dx, n, TOL_ELEM, dt, 1);
+    rt_rope_backward(d_odd + 1, d_odd + 1 + n, B, T, NH, HD, 500000.0f, dt, RT_ACCUMULATE);
+    CHECK(dev_same(d_odd + 1, d_dx, n), "rope %s backward HD=%d unaligned == aligned, bit for bit", P, HD);
     free(x), free(dout), free(out), free(dx);
-    dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx);
+    dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_dx), dfree(d_odd);
+}
+
+static void test_rope(rt_dtype dt) {
+    test_rope_shape(dt, 2, 45, 3, 16);
+    test_rope_shape(dt, 3, 7, 5, 10);
 }
 
 // ----------------------------------------------------------------------------

@@ -269,71 +269,99 @@ void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void*
 
 // ----------------------------------------------------------------------------
 // rotary position embeddings over [B,T,NH,HD]: pair (x[2i], x[2i+1]) at position t rotated
-// by t * theta^(-2i/HD). The angle is computed as the CPU kernel does
-// (float exponent, float frequency and angle, cos/sin in double rounded to float). powf
-// is taken through double pow rounded to float: the correctly rounded value, as glibc's
-// powf gives, where the device powf may be 2 ulp off.
+// by t * freq_i, freq_i = 1 / theta^(2i/HD). The frequencies are computed on the host as
+// the CPU kernel computes them (powf in float), the angle in float, its cos and sin in
+// double rounded to float: the CPU kernel's values.
+//
+// A block per position (and per batch slice where T is short) computes the position's
+// HD/2 cos and sin once into shared memory, then rotates the pairs of its batch rows:
+// with a block per (position, batch row), every angle was computed B times and Llama 1B's
+// k rotation (512 elements a row) waited mostly on that double-precision latency. Blocks
+// are as wide as a row's groups (32 to 256 threads), so a short row leaves no thread idle.
+// Pairs go four to a 16-byte access (RTC_VEC elements) where HD % RTC_VEC == 0 and the
+// pointers are 16-byte aligned, else one at a time; the arithmetic is the same.
 
-__device__ __forceinline__ void rtc_rope_cos_sin(int t, int i, int HD, float theta, float* cs,
-                                                 float* sn) {
-    const float e = (float)(2 * i) / (float)HD;
-    const float freq = 1.0f / (float)pow((double)theta, (double)e);
-    const float ang = (float)t * freq;
-    *cs = (float)cos((double)ang);
-    *sn = (float)sin((double)ang);
+struct rtc_rope_freqs {
+    float f[RT_ROPE_MAX_HD / 2];
+};
+
+static rtc_rope_freqs rope_freqs(int HD, float theta) {
+    rtc_rope_freqs fr;
+    for (int i = 0; i < HD / 2; i++) fr.f[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
+    return fr;
 }
 
-// Block (t, y): the cos and sin of position t's HD/2 angles, computed once into shared
-// memory, then the pairs at t of batches y, y + gridDim.y, ... (an angle per pair, in
-// double, made both kernels FP64-bound: 3.1 ms each per Llama 1B step on an H100, every
-// angle computed B * NH times). The pair arithmetic is unchanged: the same bits.
-__device__ __forceinline__ void rtc_rope_angles(int t, int HD, float theta, float* cs,
-                                                float* sn) {
-    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x)
-        rtc_rope_cos_sin(t, i, HD, theta, &cs[i], &sn[i]);
+// W elements of fp32 or packed storage at i (W = RTC_VEC: rtc_ldv's groups; W = 2: a pair)
+template <int W, class S>
+__device__ __forceinline__ void rtc_rope_ld(const S* p, size_t i, rt_dtype dt, float (&v)[W]) {
+    if constexpr (W == RTC_VEC) rtc_ldv(p, i, dt, v);
+    else for (int u = 0; u < W; u++) v[u] = rtc_ld(p, i + u, dt);
+}
+template <int W, class S>
+__device__ __forceinline__ void rtc_rope_st(S* p, size_t i, const float (&v)[W], rt_dtype dt) {
+    if constexpr (W == RTC_VEC) rtc_stv(p, i, v, dt);
+    else for (int u = 0; u < W; u++) rtc_st(p, i + u, v[u], dt);
+}
+
+// Block (t, y): cos (threads j < HD/2) and sin (the next HD/2) of position t's angles into
+// shared memory; then rows (b, t) for b = y, y + gridDim.y, ..., NH * HD elements each, in
+// groups of W (e % HD even). Forward: out = rotate(inp), out == inp allowed. Backward
+// (back): out is dinp, out (+)= inp (dout) rotated by -angle; as = RT_ASSIGN_1 assigns.
+template <int W, class O, class I>
+__global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
+                            rtc_rope_freqs fr, rt_dtype dt, int back, int as) {
+    const int t = blockIdx.x, half = HD / 2;
+    __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
+    for (int j = threadIdx.x; j < HD; j += blockDim.x) {
+        const int i = j < half ? j : j - half;
+        const double ang = (double)((float)t * fr.f[i]);
+        if (j < half) cs[i] = (float)cos(ang);
+        else sn[i] = (float)sin(ang);
+    }
     __syncthreads();
+    const int row = NH * HD;
+    for (int b = blockIdx.y; b < B; b += gridDim.y) {
+        const size_t base = ((size_t)b * T + t) * row;
+        for (int e = threadIdx.x * W; e < row; e += blockDim.x * W) {
+            float x[W], g[W] = {};
+            rtc_rope_ld(inp, base + e, dt, x);
+            if (back && !as) rtc_rope_ld(out, base + e, dt, g);
+            const int i0 = e % HD / 2;
+#pragma unroll
+            for (int u = 0; u < W / 2; u++) {
+                const float c = cs[i0 + u], s = sn[i0 + u], x0 = x[2 * u], x1 = x[2 * u + 1];
+                if (back) {
+                    x[2 * u] = RT_KBASE(g[2 * u], as) + (x0 * c + x1 * s);
+                    x[2 * u + 1] = RT_KBASE(g[2 * u + 1], as) + (-x0 * s + x1 * c);
+                } else {
+                    x[2 * u] = x0 * c - x1 * s;
+                    x[2 * u + 1] = x0 * s + x1 * c;
+                }
+            }
+            rtc_rope_st(out, base + e, x, dt);
+        }
+    }
 }
 
+// The launch: W = RTC_VEC where the groups of RTC_VEC fit the heads and the pointers are
+// aligned, else W = 2.
 template <class O, class I>
-__global__ void rope_forward_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
-                                    float theta, rt_dtype dt) {
-    const int t = blockIdx.x, half = HD / 2, per_t = NH * half;
-    __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
-    rtc_rope_angles(t, HD, theta, cs, sn);
-    for (int b = blockIdx.y; b < B; b += gridDim.y) {
-        const size_t p0 = ((size_t)b * T + t) * per_t;  // pair (b, t, 0, 0)
-        for (int q = threadIdx.x; q < per_t; q += blockDim.x) {
-            const int i = q % half;
-            const size_t p = p0 + q;
-            // read both first: out == inp ok
-            const float x0 = rtc_ld(inp, 2 * p, dt), x1 = rtc_ld(inp, 2 * p + 1, dt);
-            rtc_st(out, 2 * p, x0 * cs[i] - x1 * sn[i], dt);
-            rtc_st(out, 2 * p + 1, x0 * sn[i] + x1 * cs[i], dt);
-        }
-    }
+static void rope_launch(O* out, const I* inp, int B, int T, int NH, int HD, float theta,
+                        rt_dtype dt, int back, int as) {
+    const bool vec = HD % RTC_VEC == 0 && rtc_aligned16({out, inp});
+    const int w = vec ? RTC_VEC : 2;
+    const int groups = NH * HD / w;  // of a row
+    const int threads = groups >= RTC_THREADS ? RTC_THREADS : (groups + 31) / 32 * 32;
+    // about 1024 positions in flight or more: a block per position where T is long
+    const int per = T >= 1024 ? 1 : (1024 + T - 1) / T;
+    const dim3 grid((unsigned)T, (unsigned)(B < per ? B : per));
+    const rtc_rope_freqs fr = rope_freqs(HD, theta);
+    if (vec)
+        rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt, back, as);
+    else
+        rope_kernel<2><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt, back, as);
+    RTC_CHECK_LAUNCH(rope_kernel);
 }
-
-// backward (accumulating): rotation by -angle
-template <class G, class D>
-__global__ void rope_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout, int B,
-                                     int T, int NH, int HD, float theta, rt_dtype dt, int as) {
-    const int t = blockIdx.x, half = HD / 2, per_t = NH * half;
-    __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
-    rtc_rope_angles(t, HD, theta, cs, sn);
-    for (int b = blockIdx.y; b < B; b += gridDim.y) {
-        const size_t p0 = ((size_t)b * T + t) * per_t;
-        for (int q = threadIdx.x; q < per_t; q += blockDim.x) {
-            const int i = q % half;
-            const size_t p = p0 + q;
-            const float d0 = rtc_ld(dout, 2 * p, dt), d1 = rtc_ld(dout, 2 * p + 1, dt);
-            const float g0 = d0 * cs[i] + d1 * sn[i], g1 = -d0 * sn[i] + d1 * cs[i];
-            rtc_st(dinp, 2 * p, RT_KBASE(rtc_ld(dinp, 2 * p, dt), as) + g0, dt);
-            rtc_st(dinp, 2 * p + 1, RT_KBASE(rtc_ld(dinp, 2 * p + 1, dt), as) + g1, dt);
-        }
-    }
-}
-
-static dim3 rope_grid(int B, int T) { return dim3((unsigned)T, (unsigned)(B < 32 ? B : 32)); }
 
 // packed: RT_PACKED_OUT (out, dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
 static void rope_forward(void* out, const void* inp, int B, int T, int NH, int HD, float theta,
@@ -341,11 +369,8 @@ static void rope_forward(void* out, const void* inp, int B, int T, int NH, int H
     RT_KCHECK_ROPE_HD(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
-        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            rope_forward_kernel<<<rope_grid(B, T), RTC_THREADS, 0, rtc_stream()>>>(o, x, B, T, NH,
-                                                                                   HD, theta, dt);
-            RTC_CHECK_LAUNCH(rope_forward_kernel);
-        });
+        rtc_with_storage(packed & RT_PACKED_INP, inp,
+                         [&](auto x) { rope_launch(o, x, B, T, NH, HD, theta, dt, 0, 0); });
     });
 }
 
@@ -355,9 +380,7 @@ static void rope_backward(void* dinp, const void* dout, int B, int T, int NH, in
     if (B <= 0 || T <= 0 || NH <= 0) return;
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
-            rope_backward_kernel<<<rope_grid(B, T), RTC_THREADS, 0, rtc_stream()>>>(
-                g, d, B, T, NH, HD, theta, dt, assign & RT_ASSIGN_1);
-            RTC_CHECK_LAUNCH(rope_backward_kernel);
+            rope_launch(g, d, B, T, NH, HD, theta, dt, 1, assign & RT_ASSIGN_1);
         });
     });
 }
