@@ -363,10 +363,12 @@ end
 function Walker:val(t, saved_by)
   if t.is_param then
     local g, off = self:param_offset(t)
+    -- one shard rank: the sharded layout is the unsharded one (memory.lua mark_shard_reads);
+    -- read before the group's wait where that comes at its first unsharded reader
+    -- (late_waits.lua)
+    if t.from_shard then return F(g.params_buf, off, trace.numel(t.shape), false, false, t) end
     local un = self.unsharded[g.index]
     if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
-    -- one shard rank: the sharded layout is the unsharded one (memory.lua mark_shard_reads)
-    if t.from_shard then return F(g.params_buf, off, trace.numel(t.shape), false, false, t) end
     return F(un, off, trace.numel(t.shape), false, t.packed, t)
   end
   if t.is_input then
@@ -495,8 +497,8 @@ function Walker:step(st, index)
   local calls = {}
   local op = st.op
   if op == "all_gather" and st.direct then
-    calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %s);", gi, state,
-      at(u.unsharded))
+    calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %s, %s);", gi, state,
+      at(u.unsharded), st.beside and "RT_AG_BESIDE" or "RT_AG_IN_ORDER")
   elseif op == "all_gather" then
     calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %s, %s);", gi,
       st.from_post_forward and 1 or 0, state, at(u.out),

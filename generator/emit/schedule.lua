@@ -113,8 +113,10 @@ function M.step_line(st, plan)
     for _, l in ipairs(g.layout.params) do
       if l.param.from_shard then from_shard[#from_shard + 1] = l.param.fqn end
     end
-    detail = string.format("%d x %s straight into the unsharded params (one rank: no collective%s)",
-      g.layout.shard_numel, g.param_dtype, #from_shard == 0 and ""
+    detail = string.format("%d x %s straight into the unsharded params (one rank: no collective%s%s)",
+      g.layout.shard_numel, g.param_dtype,
+      st.beside and "; on a stream of its own, beside the next groups' copies" or "",
+      #from_shard == 0 and ""
         or "; not copied, as lookups read them from the shards: " .. table.concat(from_shard, ", "))
   elseif st.op == "all_gather" then
     local L = g.layout
@@ -125,7 +127,8 @@ function M.step_line(st, plan)
       per * ranks, st.from_post_forward and "post-forward group" or "shard group", ranks)
   elseif st.op == "all_gather_wait" then
     name = quoted(g.name)
-    detail = st.direct and "wait for the direct all-gather"
+    detail = st.late and "wait for the direct all-gather, at its first reader (FSDP2: at the pre-forward)"
+      or st.direct and "wait for the direct all-gather"
       or string.format("wait for the all-gather, copy-out %d params", #g.params)
   elseif st.op == "all_gather_drop" then
     name = quoted(g.name)

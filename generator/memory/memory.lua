@@ -12,6 +12,7 @@
 -- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
 -- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
 local attention = require("memory.attention")
+local late_waits = require("memory.late_waits")
 local planner = require("plan.planner")
 local trace = require("spec.trace")
 
@@ -536,6 +537,7 @@ function M.plan(plan)
   for i = 1, #steps - 1 do
     if add_with_norm(steps, i) then steps[i].fused_norm, steps[i + 1].fused_add = steps[i + 1], steps[i] end
   end
+  if not plan.is_eval then late_waits.mark(plan) end
   attention.mark(plan, readers_of(plan.graph, true), M.base)
   local bufs = {}
   local function buf(name, kind, size, first, last)

@@ -3,7 +3,9 @@
 -- waits the CUDA backend issues (runtime/cuda/step/backend.c, docs/cuda.md "Streams"):
 --   * the all-gather copy-in waits for compute only at the syncs: all_gather_sync lines,
 --     and after every all_gather_wait and reshard_post_forward; the collective follows
---     its copy-in; compute waits for it at its all_gather_wait (then copies out);
+--     its copy-in; compute waits for it at its all_gather_wait (then copies out); one
+--     rank's all-gather waited for at its first reader (memory/late_waits.lua, `beside`)
+--     copies on the collective stream instead;
 --   * a reduce-scatter's copy-in runs on compute after compute waited for the previous
 --     reduce-scatter's collective; the collective (and, with HSDP, the all-reduce on its
 --     stream) follows, then the view-out; compute waits for the previous reduction's
@@ -131,6 +133,13 @@ function M.run(plan, topo)
     if op == "all_gather_sync" then
       sync_t = tc
       rec.mark = { lane = "ag", t = tc }
+    elseif op == "all_gather" and st.beside then
+      -- one rank's copy on the collective stream (late_waits.lua): after the copy-in
+      -- stream's sync, beside the copy-ins issued after it
+      local s = math.max(free.ag, free.ag_copy, sync_t)
+      free.ag = s + c.copy_in
+      rec.boxes[#rec.boxes + 1] = { lane = "ag", s = s, e = free.ag, part = "copy-in" }
+      ag_done[st.ag] = free.ag
     elseif op == "all_gather" then
       local s = math.max(free.ag_copy, sync_t)
       local ce = s + c.copy_in

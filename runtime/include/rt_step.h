@@ -193,7 +193,12 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
 // into the unsharded parameters at unsharded_off (as the copy-out would store them), and
 // no collective runs (one rank's all-gather leaves its buffer as the copy-in wrote it).
 // The all_gather_wait that follows only waits. Dies if the shard group has more ranks.
-void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off);
+// beside: RT_AG_IN_ORDER, or RT_AG_BESIDE where compute waits for it at its first reader
+// (generator/memory/late_waits.lua), after other groups' all-gathers: the CUDA backend
+// copies on a stream of its own then, so that theirs do not queue behind it.
+enum { RT_AG_IN_ORDER = 0, RT_AG_BESIDE = 1 };
+void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off,
+                               int beside);
 // "all_gather_wait": copy-out into the unsharded parameters at unsharded_off, values in
 // param_dtype: fp32 storage, or param_dtype's bits for a packed parameter (rt_model.h);
 // then an all_gather_sync.

@@ -349,7 +349,8 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
 }
 
 // One rank's all-gather: no collective, so none counted (as FSDP2's world_size == 1 path).
-void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off) {
+void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off,
+                               int beside) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
     if (rg->pending || rg->state != RT_SHARDED)
@@ -359,7 +360,7 @@ void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsh
         rt_rank_die(R, "group '%s': direct all-gather planned, but its shard group has %d ranks "
                        "(it needs one)", mg->name, rg->layout.world);
     check_synced(R, mg);
-    rtb_all_gather_direct(R, g, unsharded_off);
+    rtb_all_gather_direct(R, g, unsharded_off, beside);
     rg->pending = rg->pending_direct = 1;
     rg->pending_sub = 0;
     rg->pending_out = unsharded_off;

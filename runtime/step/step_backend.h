@@ -37,7 +37,7 @@ void rtb_all_gather_sync(rt_rank* R);
 void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off);
 // One rank (rt_step_all_gather_direct): the shards, cast to param_dtype, into the
 // unsharded parameters at unsharded_off.
-void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off);
+void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside);
 // The issued all-gather is needed now: copy-out into the unsharded parameters.
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off);
 // Compute waits for the issued all-gather, and copies nothing: its result is not needed

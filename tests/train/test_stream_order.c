@@ -17,7 +17,8 @@
 // overlap); and, as a control that the checker sees the overlap, a write to the previous
 // reduce-scatter output while it is still planned live is reported as a race. At one rank
 // also the optimizer beside the backward, a root reduced in parts, and gradients in place
-// (each with a control the checker must catch).
+// (each with a control the checker must catch), and an all-gather's copy beside the next
+// groups' (waited for at its first reader).
 //
 // Lives in tests/train (built by its run.sh) because it needs no GPU, only the CUDA
 // headers. usage: test_stream_order
@@ -431,20 +432,21 @@ static void world_free(world* w) {
     for (int k = 0; k < 5; k++) cudaEventDestroy(evs[k]);
     for (int k = 0; k < CS_SIDE_STREAMS; k++) cudaEventDestroy(c->join[k]);
     for (int g = 0; g < NG; g++) cudaEventDestroy(w->cg[g].reduced);
-    if (w->cg[1].ag_done) cudaEventDestroy(w->cg[1].ag_done);
+    for (int g = 0; g < NG; g++)
+        if (w->cg[g].ag_done) cudaEventDestroy(w->cg[g].ag_done);
 }
 
-// The world as one rank: direct reductions of every group, and a direct all-gather of
-// group 1 (its copy plan and ag_done event).
+// The world as one rank: direct reductions and all-gathers of every group (their copy
+// plans and ag_done events).
 static void one_rank(world* w) {
     w->m.world = w->R.world = 1;
     w->shard.size = 1;
     for (int g = 0; g < NG; g++) {
         w->rg[g].layout.world = 1;
         w->cg[g].rs.rs_direct.total = BLOCK;
+        w->cg[g].ag_direct[UN_F32].total = PADDED;
+        cudaEventCreateWithFlags(&w->cg[g].ag_done, 0);
     }
-    w->cg[1].ag_direct[UN_F32].total = PADDED;
-    cudaEventCreateWithFlags(&w->cg[1].ag_done, 0);
 }
 
 // Compute writes [off, off + bytes) of the arena (a kernel of the generated step).
@@ -581,7 +583,7 @@ static void test_direct_all_gather(int wait, int sync) {
     compute_writes(&w, un, 4 * PADDED, "an earlier buffer on the same bytes");
     if (sync) rtb_all_gather_sync(&w.R);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "compute issued before the all-gather");
-    rtb_all_gather_direct(&w.R, 1, un);
+    rtb_all_gather_direct(&w.R, 1, un, RT_AG_IN_ORDER);
     compute_writes(&w, w.ugrad[2], 4 * PADDED, "compute the prefetch overlaps");
     if (wait) rtb_all_gather_drop(&w.R, 1);
     touch(w.c.compute, arena + un, 4 * PADDED, 0, "a kernel reads the unsharded params");
@@ -601,6 +603,45 @@ static void test_direct_all_gather(int wait, int sync) {
               wait ? "without a sync after the earlier use of its bytes"
                    : "whose params are read without its wait",
               races, first_race);
+    world_free(&w);
+}
+
+// One rank, a direct all-gather beside (RT_AG_BESIDE: waited for at its first reader,
+// generator/memory/late_waits.lua), as Llama's root at the forward's start: an earlier
+// buffer on its bytes ended, the streams synced, the root's copy (group 0) on the
+// all-gather stream, then group 1's copy-in on the copy-in stream, its wait and compute
+// reading group 1's params, then the root's wait and compute reading the root's params.
+// Checked: no race; the two copies run beside each other (neither ordered after the
+// other) and compute reads group 1's params without waiting for the root's copy. Control:
+// the root's params read without its wait are reported as a race.
+static void test_beside_all_gather(int wait) {
+    world w;
+    world_init(&w, 0);
+    one_rank(&w);
+    size_t root = w.ugrad[0], un1 = w.ugrad[1];
+    compute_writes(&w, root, 4 * PADDED, "an earlier buffer on the root's bytes");
+    rtb_all_gather_sync(&w.R);
+    const int a0 = nacc;
+    rtb_all_gather_direct(&w.R, 0, root, RT_AG_BESIDE);
+    const int a1 = nacc;
+    rtb_all_gather_direct(&w.R, 1, un1, RT_AG_IN_ORDER);
+    rtb_all_gather_drop(&w.R, 1);
+    touch(w.c.compute, arena + un1, 4 * PADDED, 0, "a kernel reads group 1's params");
+    const int read1 = nacc - 1;
+    if (wait) rtb_all_gather_drop(&w.R, 0);
+    touch(w.c.compute, arena + root, 4 * PADDED, 0, "the final norm reads the root's params");
+    rtb_step_end(&w.R);
+    const int copy0 = find(a0, a1, "copy write"), copy1 = find(a1, nacc, "copy write");
+    if (wait)
+        CHECK(races == 0 && copy0 >= 0 && copy1 >= 0 && acc[copy0].s != acc[copy1].s &&
+                  !before(copy0, copy1) && !before(copy1, copy0) && !before(copy0, read1),
+              "one rank: a direct all-gather beside copies on a stream of its own, beside the "
+              "next group's copy-in, and compute reads that group's params without waiting for "
+              "it; its own wait orders it before its reader (%d accesses)%s%s",
+              nacc, races ? "; first: " : "", first_race);
+    else
+        CHECK(races > 0, "control: the params of a direct all-gather beside read without its "
+              "wait are reported as a race (%d; first: %s)", races, first_race);
     world_free(&w);
 }
 
@@ -644,7 +685,7 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
         compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");
     } else if (then == SECOND_ITERATION) {
         rtb_all_gather_sync(&w.R);
-        rtb_all_gather_direct(&w.R, 1, w.ugrad[0]);
+        rtb_all_gather_direct(&w.R, 1, w.ugrad[0], RT_AG_IN_ORDER);
         rtb_all_gather_drop(&w.R, 1);
         compute_writes(&w, w.ugrad[2], 4 * PADDED, "backward writes unsharded grads");
         rtb_reduce_direct(&w.R, 2, 0, w.ugrad[2], RT_F32, 0);
@@ -788,6 +829,8 @@ int main(void) {
     test_direct_all_gather(1, 1);
     test_direct_all_gather(0, 1);
     test_direct_all_gather(1, 0);
+    test_beside_all_gather(1);
+    test_beside_all_gather(0);
     test_direct_after_reduce_scatter(0);
     test_direct_after_reduce_scatter(1);
     test_plan_reuse(1, 1);

@@ -149,7 +149,8 @@ static void apply_direct(rt_rank* R, const rt_fsdp_layout* L, rt_copy_plan* p, i
 
 // One rank's chunk of a parameter is all of it, in its order: the copy-in's cast, stored
 // as the copy-out stores it (fp32 values of param_dtype, or param_dtype's bits).
-void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off) {
+void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) {
+    (void)beside;  // one stream: the copy is done when the call returns
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();

@@ -344,17 +344,25 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
 }
 
 // On the copy-in stream, as the copy-in it replaces: the prefetch still overlaps compute.
-void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off) {
+// Beside (RT_AG_BESIDE): on the all-gather stream, which no collective uses at one rank,
+// after what the copy-in stream waits for (the shards are current), so the copy-ins
+// issued after it run beside it.
+void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     cuda_group* cg = &c->groups[g];
     const float* shards = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
     float* un = rt_step_f32(R, unsharded_off, 0, mg->padded_numel);
-    int t = cs_trace_open(R, c->ag_copy, RT_TRACE_ALL_GATHER_COPY, mg->name, "all_gather_copy_in");
-    rtcs_copy_rounded(&cg->ag_direct[UN_F32], un, RT_F32, shards, mg->param_dtype, 0, c->ag_copy);
-    rtcs_copy(&cg->ag_direct[UN_PACKED], un, mg->param_dtype, shards, RT_F32, 0, c->ag_copy);
-    cs_trace_close(R, t, c->ag_copy);
-    CS(R, cudaEventRecord(cg->ag_done, c->ag_copy));
+    cudaStream_t s = c->ag_copy;
+    if (beside) {
+        after(R, 1, c->ag, c->ag_copy, c->copied);
+        s = c->ag;
+    }
+    int t = cs_trace_open(R, s, RT_TRACE_ALL_GATHER_COPY, mg->name, "all_gather_copy_in");
+    rtcs_copy_rounded(&cg->ag_direct[UN_F32], un, RT_F32, shards, mg->param_dtype, 0, s);
+    rtcs_copy(&cg->ag_direct[UN_PACKED], un, mg->param_dtype, shards, RT_F32, 0, s);
+    cs_trace_close(R, t, s);
+    CS(R, cudaEventRecord(cg->ag_done, s));
 }
 
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off) {
