@@ -206,6 +206,27 @@ int rt_comm_barrier(rt_comm* comm, void* stream) {
     return comm->ops->barrier(comm, stream);
 }
 
+// A sum of 0s and 1s over the ranks in a buffer of the backend's, equal to the size only
+// where every rank said 1 (fp32 counts exactly up to 2^24 ranks).
+int rt_comm_all_true(rt_comm* comm, int* flags, int n, void* stream) {
+    if (!comm) return null_comm("all_true");
+    if (n < 0 || (n > 0 && !flags)) return bad_arg(comm, "all_true", "%d flags at %p", n, (void*)flags);
+    if (n == 0) return RT_OK;
+    float* host = malloc((size_t)n * sizeof *host);
+    float* buf = rt_comm_buffer_alloc(comm, (size_t)n * sizeof *buf);
+    // the peers are entering the all-reduce: fail it for them rather than let them wait
+    int st = host && buf ? RT_OK : rt_comm_abort(comm, "all_true: out of memory");
+    for (int i = 0; i < n && host; i++) host[i] = flags[i] != 0;
+    if (!st) st = rt_comm_buffer_write(comm, buf, host, (size_t)n * sizeof *host);
+    if (!st) st = rt_comm_all_reduce(comm, buf, buf, n, RT_F32, rt_red_sum(), stream);
+    if (!st) st = rt_comm_sync(comm, stream);
+    if (!st) st = rt_comm_buffer_read(comm, host, buf, (size_t)n * sizeof *host);
+    for (int i = 0; i < n && !st; i++) flags[i] = host[i] == (float)comm->size;
+    rt_comm_buffer_free(comm, buf);
+    free(host);
+    return st;
+}
+
 int rt_comm_split(rt_comm* parent, int color, int key, rt_comm** out) {
     const char* op = "split";
     if (out) *out = NULL;

@@ -149,6 +149,11 @@ int rt_comm_all_reduce(rt_comm* comm, const void* sendbuf, void* recvbuf, int64_
 int rt_comm_broadcast(rt_comm* comm, const void* sendbuf, void* recvbuf, int64_t count,
                       rt_dtype dtype, int root, void* stream);
 
+// flags[0..n) := whether every rank's flags[i] is non-zero (1 or 0 on every rank): a
+// decision each rank makes alone (which attention kernels run, timed on its own GPU) made
+// the same on all. Collective over comm; stream as rt_comm_sync's; n may be 0.
+int rt_comm_all_true(rt_comm* comm, int* flags, int n, void* stream);
+
 // Returns once every rank has entered (nccl: enqueues a tiny all-reduce on stream and
 // waits for it; cuda_local: also waits until every rank's work enqueued before it on the
 // GPU is done).

@@ -178,6 +178,27 @@ static void rank_misc(rt_comm* comm, void* arg) {
     rt_comm_free(comm);  // a world handle belongs to the launcher: this is a no-op
 }
 
+// ---- all_true ---------------------------------------------------------------------------
+
+// Of size + 2 flags, flag i < size is 0 on rank i only, flag size non-zero on every rank
+// (values other than 1 among them), flag size + 1 zero on every rank: only flag size comes
+// out 1, on every rank.
+static void rank_all_true(rt_comm* comm, void* arg) {
+    ctx* c = arg;
+    int r = rt_comm_rank(comm), n = rt_comm_size(comm);
+    const int nf = n + 2;
+    int* f = malloc((size_t)nf * sizeof *f);
+    for (int i = 0; i < nf; i++) f[i] = i == n + 1 ? 0 : i % (n + 1) != r ? 1 + i : 0;
+    note(c, rt_comm_all_true(comm, f, nf, NULL));
+    for (int i = 0; i < nf; i++) {
+        const int want = i == n;  // flag i < n is 0 on rank i; flag n on none
+        atomic_fetch_add(&c->bad, f[i] != want);
+        atomic_fetch_add(&c->checked, 1);
+    }
+    note(c, rt_comm_all_true(comm, NULL, 0, NULL));
+    free(f);
+}
+
 // ---- split ------------------------------------------------------------------------------
 
 static void rank_split(rt_comm* comm, void* arg) {
@@ -277,6 +298,7 @@ int main(void) {
         run("reduce_scatter + all_reduce sum/avg/premul_sum(0.3) fp32/bf16/fp16", worlds[w], 517, rank_reductions);
         run("broadcast, barrier, zero counts", worlds[w], 100, rank_misc);
         run("split (color r%3, key -r), nested split, SPLIT_NONE", worlds[w], 0, rank_split);
+        run("all_true: each flag 1 only where every rank's is non-zero", worlds[w], 0, rank_all_true);
     }
     run("all_gather fp32/bf16/fp16/int32/int64 (out-of-place + in-place)", 128, 33, rank_all_gather);
     run("reduce_scatter + all_reduce sum/avg/premul_sum(0.3) fp32/bf16/fp16", 128, 9, rank_reductions);

@@ -7,12 +7,14 @@
 //   cudnn    cuDNN wherever it takes the shape;
 //   fsdpgen  never.
 // cuDNN's workspace must fit the scratch the plan gives the site (else fsdpgen's kernels).
-// Rank 0 prints what each site runs, and why. The emulator has no cuDNN (its stub declines).
+// Every rank runs the same at each site (cuDNN only where every rank would). Rank 0 prints
+// what each site runs, and why. The emulator has no cuDNN (its stub declines).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "rt_comm.h"
 #include "rt_cuda.h"
 #include "rt_cudnn.h"
 
@@ -74,6 +76,39 @@ static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t wh
     return NULL;
 }
 
+// What a site runs, and why, as rank 0 prints it.
+typedef struct site_verdict {
+    char why[512], note[128];
+} site_verdict;
+
+// Every rank decides alone (under `auto`, timed on its own GPU; a process's ranks share one
+// timing per shape, attention_time.c), so processes could disagree: a site runs cuDNN
+// only where it does on every rank (rt_comm_all_true), so that the ranks compute alike.
+static int agree(rt_rank* R, site_verdict* v) {
+    cuda_rank* c = R->backend;
+    const int n = R->model->nattention;
+    int* on = malloc((size_t)n * sizeof *on);
+    if (!on) {
+        fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) on[i] = c->attention[i] != NULL;
+    const int st = rt_comm_all_true(R->comm, on, n, c->compute);
+    for (int i = 0; i < n && !st; i++)
+        if (c->attention[i] && !on[i]) {
+            rt_cudnn_sdpa_destroy(c->attention[i]);
+            c->attention[i] = NULL;
+            snprintf(v[i].why, sizeof v[i].why, "another rank runs them at this site, and every "
+                     "rank runs the same%s%s", v[i].note[0] ? "; on this rank cuDNN's " : "",
+                     v[i].note);
+        }
+    free(on);
+    if (st)
+        fprintf(stderr, "fsdpgen: rank %d: the ranks' attention choices: %s\n", R->rank,
+                rt_comm_last_error(R->comm)[0] ? rt_comm_last_error(R->comm) : rt_status_name(st));
+    return st != 0;
+}
+
 int cs_attention_init(rt_rank* R) {
     const rt_model* m = R->model;
     cuda_rank* c = R->backend;
@@ -81,24 +116,30 @@ int cs_attention_init(rt_rank* R) {
     const int env = env_choice();  // checked by rt_step_launch (cs_attention_check_env)
     const int choice = env >= 0 ? env : (int)m->attention_choice;
     c->attention = calloc((size_t)m->nattention, sizeof *c->attention);
-    if (!c->attention) {
+    site_verdict* v = calloc((size_t)m->nattention, sizeof *v);
+    if (!c->attention || !v) {
+        free(v);
         fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
         return 1;
     }
-    for (int i = 0; i < m->nattention; i++) {
-        char why[512] = "", note[128];
-        c->attention[i] = decide(R, i, choice, why, sizeof why, note, sizeof note);
-        if (R->rank != 0) continue;
+    for (int i = 0; i < m->nattention; i++)
+        c->attention[i] = decide(R, i, choice, v[i].why, sizeof v[i].why, v[i].note, sizeof v[i].note);
+    if (R->world > 1 && agree(R, v)) {
+        free(v);
+        return 1;
+    }
+    for (int i = 0; i < m->nattention && R->rank == 0; i++) {
         const rt_model_attention* a = &m->attention[i];
         printf("fsdpgen: attention %d [%d, %d] %d/%d heads x %d %s%s (%s): ", i, a->B, a->T,
                a->NH, a->NKV, a->HD, rt_dtype_name(a->dtype), a->causal ? " causal" : "",
                CHOICE[choice]);
         if (c->attention[i])
-            printf("cudnn%s%s%s\n", note[0] ? " (" : "", note, note[0] ? ")" : "");
+            printf("cudnn%s%s%s\n", v[i].note[0] ? " (" : "", v[i].note, v[i].note[0] ? ")" : "");
         else
-            printf("fsdpgen's kernels (%s)\n", why);
+            printf("fsdpgen's kernels (%s)\n", v[i].why);
     }
     fflush(stdout);
+    free(v);
     rt_cuda_release_scratch();  // what the timing of fsdpgen's kernels grew
     return 0;
 }
