@@ -27,7 +27,10 @@ __global__ void colsum_chunk_kernel(double* __restrict__ partial, float* out0, f
     const int r1 = min(N, r0 + rows_per_chunk);
     double acc[K];
     for (int k = 0; k < K; k++) acc[k] = 0.0;
+    // four rows' loads in flight per thread, not one (a block keeps too few bytes in flight
+    // for the memory bandwidth otherwise); the sum's order, and so its bits, are the loop's
     if (c < C)
+#pragma unroll 4
         for (int r = r0 + threadIdx.y; r < r1; r += RTC_COLSUM_Y) f(r, c, acc);
     for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = acc[k];
     __syncthreads();
