@@ -1,16 +1,17 @@
--- One rank's all-gathers waited for where compute first reads them. Over one rank an
--- all-gather is a copy of the shards (planner.lua direct_all_gather), and FSDP2's wait for
--- it in the group's pre-forward only orders compute after that copy. Where the group's
--- first reader comes later (Llama's root: its embedding is looked up in the fp32 shard,
--- memory.lua mark_shard_reads, so the final norm is the first to read the root's unsharded
--- parameters, the output head's 1.6 GB of copy), compute waits there instead (the wait
--- `late`), and the copy runs beside the blocks' forward rather than before it. Its
--- all-gather is marked `beside`: it runs on a stream of its own (CUDA: the all-gather
--- collective stream, idle at one rank), so that the blocks' copies issued after it do not
--- queue behind it. The events and counts are unchanged, and so are the unsharded
--- parameters' lifetimes (from the issue on, as every direct all-gather's); the next
--- groups' copies may start at the sync before the issue rather than at the moved wait
--- (memory.lua `synced`), at the step's start, where little is live.
+-- One shard rank's all-gathers waited for where compute first reads them. Over one shard
+-- rank (one GPU, or HSDP's replicas of one) an all-gather is a copy of the shards
+-- (planner.lua direct_all_gather), and FSDP2's wait for it in the group's pre-forward only
+-- orders compute after that copy. Where the group's first reader comes later (Llama's
+-- root: its embedding is looked up in the fp32 shard, memory.lua mark_shard_reads, so the
+-- final norm is the first to read the root's unsharded parameters, the output head's
+-- 1.6 GB of copy), compute waits there instead (the wait `late`), and the copy runs beside
+-- the blocks' forward rather than before it. Its all-gather is marked `beside`: it runs
+-- on a stream of its own (CUDA: the all-gather collective stream, idle over one shard
+-- rank), so that the blocks' copies issued after it do not queue behind it. The events
+-- and counts are unchanged, and so are the unsharded parameters' lifetimes (from the
+-- issue on, as every direct all-gather's); the next groups' copies may start at the sync
+-- before the issue rather than at the moved wait (memory.lua `synced`), at the step's
+-- start, where little is live.
 local M = {}
 
 -- Whether step st acts on group g, or reads one of its parameters from the unsharded ones

@@ -610,6 +610,9 @@ static void test_rope_shape(rt_dtype dt, int B, int T, int NH, int HD) {
 static void test_rope(rt_dtype dt) {
     test_rope_shape(dt, 2, 45, 3, 16);
     test_rope_shape(dt, 3, 7, 5, 10);
+    // HD 1024 (four passes of the angles), 384 groups a row (two passes of a block's 256
+    // threads), T 2048 (one block per position: each takes both batch rows in turn)
+    if (dt == RT_BF16) test_rope_shape(dt, 2, 2048, 3, 1024);
 }
 
 // ----------------------------------------------------------------------------

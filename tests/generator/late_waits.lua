@@ -1,14 +1,15 @@
--- One rank's all-gathers waited for at their first reader (generator/memory/late_waits.lua):
--- where a group's unsharded parameters are first read after other groups' all-gathers were
--- waited for (Llama's root, its embedding looked up in the shard), compute waits for it
--- there and its copy runs beside theirs. Checked on small specs: where the root's wait
--- goes (before the fused add and final norm, after the last block's wait), that its
--- all-gather alone is beside, in the schedule text and the step C (RT_AG_BESIDE); that
--- the memory plan's peak is the one without the move; and that nothing moves
--- at two ranks, with a tied embedding (the lookup reads the unsharded weight), in the
--- backward (the next group's prefetch is waited for after the group's first use) or in
--- the eval. The stream order is test_stream_order's (tests/train/run.sh), the bits
--- cuda_step's (llama_w1_bf16 on the CPU and the emulator).
+-- One shard rank's all-gathers waited for at their first reader
+-- (generator/memory/late_waits.lua): where a group's unsharded parameters are first read
+-- after other groups' all-gathers were waited for (Llama's root, its embedding looked up
+-- in the shard), compute waits for it there and its copy runs beside theirs. Checked on
+-- small specs: where the root's wait goes (before the fused add and final norm, after the
+-- last block's wait), that its all-gather alone is beside, in the schedule text and the
+-- step C (RT_AG_BESIDE); that the memory plan's peak is the one without the move; that
+-- HSDP over one shard rank moves it too; and that nothing moves at two ranks, with a tied
+-- embedding (the lookup reads the unsharded weight), in the backward (the next group's
+-- prefetch is waited for after the group's first use) or in the eval. The stream order is
+-- test_stream_order's (tests/train/run.sh), the bits cuda_step's (llama_w1_bf16 on the
+-- CPU and the emulator).
 -- Run from the repository root: lua5.4 tests/generator/late_waits.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local schedule = require("emit.schedule")
@@ -102,6 +103,21 @@ local own = plan_model("Llama", 1, "fsdp.fully_shard(model.tok_embeddings, { mp_
 late, beside = marks(own)
 check(late == "root@forward" and beside == "root@forward",
   string.format("the embedding a group of its own: the root's wait moved (%s; beside %s)", late, beside))
+
+-- HSDP over replicas of one shard rank: its all-gathers are copies too, and the root's
+-- wait moves as at one GPU.
+local hsdp = util.plan_source([[
+local fsdp, models = require("fsdp"), require("models")
+local model = models.Llama{ n_layers = 2, dim = 16, n_heads = 2, n_kv_heads = 1, vocab_size = 32, max_seq_len = 8 }
+local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
+for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer, { mp_policy = mp }) end
+fsdp.fully_shard(model, { mp_policy = mp })
+return fsdp.spec{ name = "late_probe", model = model, mesh = { replicate = 2, shard = 1 },
+  input = { batch = 2, seq_len = 8 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
+]])
+late, beside = marks(hsdp)
+check(late == "root@forward" and beside == "root@forward",
+  string.format("HSDP 2 x 1: the root's wait moved (%s; beside %s)", late, beside))
 
 -- Nothing moves where the first reader comes first, or where no other wait precedes it.
 local cases = {

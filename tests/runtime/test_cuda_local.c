@@ -247,6 +247,13 @@ static void rank_fn(rt_comm* comm, void* arg) {
         rt_dtype dts[3] = {RT_F32, RT_BF16, RT_F16};
         for (int d = 0; d < 3; d++) one_dtype(&io, dts[d]);
         splits(&io);
+        // rt_comm_all_true on the rank's stream: flag i < n is 0 on rank i only, flag n is
+        // non-zero everywhere
+        int f[MAXW + 1];
+        for (int i = 0; i <= io.n; i++) f[i] = i == io.r ? 0 : 2 + i;
+        CK_RT(c, comm, rt_comm_all_true(comm, f, io.n + 1, io.st));
+        for (int i = 0; i <= io.n; i++)
+            if (f[i] != (i == io.n)) error(c, "rt_comm_all_true", f[i], "wrong flag");
         CK_RT(c, comm, rt_comm_barrier(comm, io.st));
     }
     rt_comm_buffer_free(comm, io.send);

@@ -286,7 +286,7 @@ struct rtc_rope_freqs {
 };
 
 static rtc_rope_freqs rope_freqs(int HD, float theta) {
-    rtc_rope_freqs fr;
+    rtc_rope_freqs fr = {};  // the unused tail zero: the same parameter bytes every launch
     for (int i = 0; i < HD / 2; i++) fr.f[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
     return fr;
 }
@@ -311,7 +311,7 @@ template <int W, class O, class I>
 __global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
                             rtc_rope_freqs fr, rt_dtype dt, int back, int as) {
     const int t = blockIdx.x, half = HD / 2;
-    __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
+    __align__(16) __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
     for (int j = threadIdx.x; j < HD; j += blockDim.x) {
         const int i = j < half ? j : j - half;
         const double ang = (double)((float)t * fr.f[i]);
@@ -326,10 +326,17 @@ __global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
             float x[W], g[W] = {};
             rtc_rope_ld(inp, base + e, dt, x);
             if (back && !as) rtc_rope_ld(out, base + e, dt, g);
-            const int i0 = e % HD / 2;
+            const int i0 = e % HD / 2;  // a multiple of 4 in groups of RTC_VEC
+            float ca[W / 2], sa[W / 2];
+            if constexpr (W == RTC_VEC) {  // one 16-byte shared load each, not four
+                *(float4*)ca = *(const float4*)&cs[i0];
+                *(float4*)sa = *(const float4*)&sn[i0];
+            } else {
+                for (int u = 0; u < W / 2; u++) ca[u] = cs[i0 + u], sa[u] = sn[i0 + u];
+            }
 #pragma unroll
             for (int u = 0; u < W / 2; u++) {
-                const float c = cs[i0 + u], s = sn[i0 + u], x0 = x[2 * u], x1 = x[2 * u + 1];
+                const float c = ca[u], s = sa[u], x0 = x[2 * u], x1 = x[2 * u + 1];
                 if (back) {
                     x[2 * u] = RT_KBASE(g[2 * u], as) + (x0 * c + x1 * s);
                     x[2 * u + 1] = RT_KBASE(g[2 * u + 1], as) + (-x0 * s + x1 * c);
@@ -352,9 +359,13 @@ static void rope_launch(O* out, const I* inp, int B, int T, int NH, int HD, floa
     const int w = vec ? RTC_VEC : 2;
     const int groups = NH * HD / w;  // of a row
     const int threads = groups >= RTC_THREADS ? RTC_THREADS : (groups + 31) / 32 * 32;
-    // about 1024 positions in flight or more: a block per position where T is long
-    const int per = T >= 1024 ? 1 : (1024 + T - 1) / T;
-    const dim3 grid((unsigned)T, (unsigned)(B < per ? B : per));
+    // blocks per position: about 2^19 threads in all (two waves of an H100's 132 SMs at
+    // 2048 threads each) before a block takes several batch rows in turn (they cannot
+    // overlap: out may be inp); Llama 1B's q rotation, 256 threads a row, one block per
+    // position, its k rotation, 64, four
+    const long per_t = (long)threads * T, want = ((1L << 19) + per_t - 1) / per_t;
+    const int per = (int)(want < B ? want : B < 65535 ? B : 65535);  // gridDim.y <= 65535
+    const dim3 grid((unsigned)T, (unsigned)per);
     const rtc_rope_freqs fr = rope_freqs(HD, theta);
     if (vec)
         rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt, back, as);

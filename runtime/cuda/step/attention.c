@@ -84,24 +84,32 @@ typedef struct site_verdict {
 // Every rank decides alone (under `auto`, timed on its own GPU; a process's ranks share one
 // timing per shape, attention_time.c), so processes could disagree: a site runs cuDNN
 // only where it does on every rank (rt_comm_all_true), so that the ranks compute alike.
+// Rank 0 prints the sites; a rank whose own reason decided a site that some other rank
+// would have run on cuDNN prints that reason itself, since rank 0 cannot know it.
 static int agree(rt_rank* R, site_verdict* v) {
     cuda_rank* c = R->backend;
     const int n = R->model->nattention;
-    int* on = malloc((size_t)n * sizeof *on);
+    int* on = malloc(2 * (size_t)n * sizeof *on);
     if (!on) {
         fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
         return 1;
     }
-    for (int i = 0; i < n; i++) on[i] = c->attention[i] != NULL;
-    const int st = rt_comm_all_true(R->comm, on, n, c->compute);
-    for (int i = 0; i < n && !st; i++)
+    int* off = on + n;  // all ranks without cuDNN: no rank would have run it
+    for (int i = 0; i < n; i++) on[i] = c->attention[i] != NULL, off[i] = !on[i];
+    int st = rt_comm_all_true(R->comm, on, n, c->compute);
+    if (!st) st = rt_comm_all_true(R->comm, off, n, c->compute);
+    for (int i = 0; i < n && !st; i++) {
         if (c->attention[i] && !on[i]) {
             rt_cudnn_sdpa_destroy(c->attention[i]);
             c->attention[i] = NULL;
             snprintf(v[i].why, sizeof v[i].why, "another rank runs them at this site, and every "
-                     "rank runs the same%s%s", v[i].note[0] ? "; on this rank cuDNN's " : "",
+                     "rank runs the same%s%s", v[i].note[0] ? "; this rank's cuDNN: " : "",
                      v[i].note);
+        } else if (!c->attention[i] && !off[i] && R->rank != 0) {
+            printf("fsdpgen: rank %d: attention %d: fsdpgen's kernels on every rank, as here (%s)\n",
+                   R->rank, i, v[i].why);
         }
+    }
     free(on);
     if (st)
         fprintf(stderr, "fsdpgen: rank %d: the ranks' attention choices: %s\n", R->rank,

@@ -344,9 +344,9 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
 }
 
 // On the copy-in stream, as the copy-in it replaces: the prefetch still overlaps compute.
-// Beside (RT_AG_BESIDE): on the all-gather stream, which no collective uses at one rank,
-// after what the copy-in stream waits for (the shards are current), so the copy-ins
-// issued after it run beside it.
+// Beside (RT_AG_BESIDE): on the all-gather stream, which no collective uses over one shard
+// rank (a spec's groups share one mesh), after what the copy-in stream waits for (the
+// shards are current), so the copy-ins issued after it run beside it.
 void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
@@ -358,7 +358,8 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) 
         after(R, 1, c->ag, c->ag_copy, c->copied);
         s = c->ag;
     }
-    int t = cs_trace_open(R, s, RT_TRACE_ALL_GATHER_COPY, mg->name, "all_gather_copy_in");
+    int t = cs_trace_open(R, s, beside ? RT_TRACE_ALL_GATHER : RT_TRACE_ALL_GATHER_COPY, mg->name,
+                          "all_gather_copy_in");  // the trace's lane is the stream's
     rtcs_copy_rounded(&cg->ag_direct[UN_F32], un, RT_F32, shards, mg->param_dtype, 0, s);
     rtcs_copy(&cg->ag_direct[UN_PACKED], un, mg->param_dtype, shards, RT_F32, 0, s);
     cs_trace_close(R, t, s);
