@@ -8,7 +8,9 @@
 // how many times faster the warp kernels are (x > 1: faster), their GB/s (each row read and
 // written once: forward 4 bytes an element, backward 6), and #wrong as nccl-tests does: the
 // elements where the two disagree by more than one bf16 ulp. The backward is the input
-// gradient alone (the weight's column sums are the same kernels either way).
+// gradient and the weight's (and LayerNorm's bias's) gradient, as the step computes them:
+// the warp kernel adds the weight's terms from the rows it holds, the block path sums
+// columns after its kernel (#wrong compares the input gradients).
 // A second table times a residual add and the norm of its sum as the generated step calls
 // them (rt_residual_*norm_packed_forward: one kernel, a warp per row) against the two calls
 // it replaces (rt_residual_packed_forward, then the warp norm), with #wrong over the sum and
@@ -31,7 +33,9 @@ static const struct {
     int layer, N, C;
 } shapes[] = {{"gpt2_124m", 1, 16 * 1024, 768}, {"llama_1b", 0, 4 * 2048, 2048}};
 
-// The forward (pass 0) or the input gradient (pass 1) of shape s into out, the weight w.
+// The forward (pass 0) or the backward (pass 1) of shape s into out, the weight w; the
+// backward's weight (and bias) gradients accumulate into dw (2 C floats).
+static float* dw;
 static void call(int s, int pass, void* out, const void* x, const void* dout, const float* w,
                  float* mean, float* rstd) {
     const int N = shapes[s].N, C = shapes[s].C;
@@ -39,12 +43,12 @@ static void call(int s, int pass, void* out, const void* x, const void* dout, co
     if (shapes[s].layer && pass == 0)
         rt_layernorm_packed_forward(out, mean, rstd, x, w, w, N, C, 1e-5f, fwd, RT_BF16);
     else if (shapes[s].layer)
-        rt_layernorm_packed_backward(out, NULL, NULL, dout, x, w, mean, rstd, N, C, bwd, RT_BF16,
+        rt_layernorm_packed_backward(out, dw, dw + C, dout, x, w, mean, rstd, N, C, bwd, RT_BF16,
                                      RT_ASSIGN_1);
     else if (pass == 0)
         rt_rmsnorm_packed_forward(out, rstd, x, w, N, C, 1e-6f, fwd, RT_BF16);
     else
-        rt_rmsnorm_packed_backward(out, NULL, dout, x, w, rstd, N, C, bwd, RT_BF16, RT_ASSIGN_1);
+        rt_rmsnorm_packed_backward(out, dw, dout, x, w, rstd, N, C, bwd, RT_BF16, RT_ASSIGN_1);
 }
 
 // The residual add sum = a + b and the forward norm of the sum into out, in one call (one)
@@ -123,6 +127,7 @@ int main(int argc, char** argv) {
         RT_CHECK_CUDA(cudaMemcpy(wa, w, (size_t)C * sizeof(float), cudaMemcpyHostToDevice));
         RT_CHECK_CUDA(cudaMemcpy(wu, w, (size_t)C * sizeof(float), cudaMemcpyHostToDevice));
         float *mean = bench_dev_zeros((size_t)N * 4), *rstd = bench_dev_zeros((size_t)N * 4);
+        dw = bench_dev_zeros((size_t)2 * C * sizeof(float));
         for (int pass = 0; pass < 2; pass++) {
             // the statistics the backward reads come from one forward, outside the timing
             if (pass == 1) call(s, 0, block, x, dout, wa, mean, rstd);
@@ -141,8 +146,8 @@ int main(int argc, char** argv) {
         adds[s].one = time_ms(s, 0, 1, iters, sum1, out1, x, dout, wa, mean, rstd);
         adds[s].wrong = wrong(sum1, block, n, 0) + wrong(out1, warp, n, 0);
         total_wrong += adds[s].wrong;
-        void* bufs[] = {x, dout, warp, block, wa, wbuf, mean, rstd, sum1, out1};
-        for (int i = 0; i < 10; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));
+        void* bufs[] = {x, dout, warp, block, wa, wbuf, mean, rstd, sum1, out1, dw};
+        for (int i = 0; i < 11; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));
     }
     printf("\n%-10s %-9s %-8s %10s %10s %8s %8s %7s\n", "shape", "norm", "pass", "2 calls ms",
            "1 call ms", "1 call x", "GB/s", "#wrong");

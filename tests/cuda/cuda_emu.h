@@ -167,6 +167,7 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 3
 // the kernels' dynamic shared memory
 #define RTC_FA_SMEM(name) float* name = emu_smem
 #define RTC_TC_SMEM(name) unsigned char* name = (unsigned char*)emu_smem
+#define RTC_DW_SMEM_DECL(name) double* name = (double*)emu_smem
 
 // ----------------------------------------------------------------------------
 // 16-bit floats (cuda_bf16.h, cuda_fp16.h): the bits, converted from and to float

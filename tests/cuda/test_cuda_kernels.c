@@ -317,7 +317,10 @@ static void test_rmsnorm(int N, int C, int affine, rt_dtype dt) {  // dt: as tes
 
 // The norms' row-per-warp kernels (rows of 256 V elements, every row 16-byte aligned)
 // against their block-per-row kernels, which the same call takes when the weight is not
-// 16-byte aligned: forward and backward (dinp assigned) agree within fp32 round-off.
+// 16-byte aligned: forward and backward (dinp assigned) agree within fp32 round-off, and
+// so do the weight and bias gradients, which the row-per-warp kernel adds from its rows
+// (norm.cu "dw"; over 264 blocks, so N > 1056 gives a warp several rows) and the block
+// path by column sums.
 static void test_norm_paths(int N, int C) {
     char nm[128];
     const size_t nc = (size_t)N * C;
@@ -326,10 +329,12 @@ static void test_norm_paths(int N, int C) {
     float* d_wbuf = dalloc((C + 1) * sizeof(float));
     float* d_wu = d_wbuf + 1;  // 4 bytes past 16-byte alignment
     RT_CHECK_CUDA(cudaMemcpy(d_wu, w, C * sizeof(float), cudaMemcpyHostToDevice));
-    float *d_y[2], *d_m[2], *d_r[2], *d_dx[2];
+    float *d_y[2], *d_m[2], *d_r[2], *d_dx[2], *d_dw[2], *d_db[2];
+    float* half = hrand(C, 1.0f, 0.0f);  // what the gradients accumulate onto
     for (int k = 0; k < 2; k++) {
         d_y[k] = dalloc(nc * sizeof(float)), d_dx[k] = dalloc(nc * sizeof(float));
         d_m[k] = dalloc(N * sizeof(float)), d_r[k] = dalloc(N * sizeof(float));
+        d_dw[k] = dup(half, C), d_db[k] = dup(half, C);
     }
     for (int layer = 0; layer < 2; layer++) {
         const char* op = layer ? "layernorm" : "rmsnorm";
@@ -338,11 +343,11 @@ static void test_norm_paths(int N, int C) {
             if (layer) {
                 rt_layernorm_forward(d_y[k], d_m[k], d_r[k], d_x, wk, wk, N, C, RT_LAYERNORM_EPS,
                                      RT_F32);
-                rt_layernorm_backward(d_dx[k], NULL, NULL, d_dout, d_x, wk, d_m[0], d_r[0], N, C,
-                                      RT_F32, RT_ASSIGN_1);
+                rt_layernorm_backward(d_dx[k], d_dw[k], d_db[k], d_dout, d_x, wk, d_m[0], d_r[0], N,
+                                      C, RT_F32, RT_ASSIGN_1);
             } else {
                 rt_rmsnorm_forward(d_y[k], d_r[k], d_x, wk, N, C, 1e-6f, RT_F32);
-                rt_rmsnorm_backward(d_dx[k], NULL, d_dout, d_x, wk, d_r[0], N, C, RT_F32,
+                rt_rmsnorm_backward(d_dx[k], d_dw[k], d_dout, d_x, wk, d_r[0], N, C, RT_F32,
                                     RT_ASSIGN_1);
             }
         }
@@ -350,9 +355,14 @@ static void test_norm_paths(int N, int C) {
         cmp_dev(nm, d_y[0], d_y[1], nc, 1e-6);
         cmp_dev("  ... rstd", d_r[0], d_r[1], N, 1e-6);
         cmp_dev("  ... dinp (=)", d_dx[0], d_dx[1], nc, 1e-5);
+        cmp_dev("  ... dweight (+=)", d_dw[0], d_dw[1], C, 1e-5);
+        if (layer) cmp_dev("  ... dbias (+=)", d_db[0], d_db[1], C, 1e-5);
     }
-    for (int k = 0; k < 2; k++) dfree(d_y[k]), dfree(d_dx[k]), dfree(d_m[k]), dfree(d_r[k]);
-    free(x), free(w), free(dout);
+    for (int k = 0; k < 2; k++) {
+        dfree(d_y[k]), dfree(d_dx[k]), dfree(d_m[k]), dfree(d_r[k]);
+        dfree(d_dw[k]), dfree(d_db[k]);
+    }
+    free(x), free(w), free(dout), free(half);
     dfree(d_x), dfree(d_dout), dfree(d_wa), dfree(d_wbuf);
 }
 
@@ -1995,6 +2005,7 @@ int main(void) {
     test_rmsnorm(9, 256, 0, RT_F32);
     test_layernorm(5, 512, 0, RT_BF16);
     test_norm_paths(33, 512);
+    test_norm_paths(1300, 256);  // a warp takes one or two rows of the weight gradients
     for (int ln = 0; ln < 2; ln++) {
         test_residual_norm(ln, RT_BF16, 33, 2048);  // a warp per row (V = 8)
         test_residual_norm(ln, RT_F16, 5, 768);     // V = 3

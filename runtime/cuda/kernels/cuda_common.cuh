@@ -170,9 +170,10 @@ typedef struct rtc_ctx {
 
 rtc_ctx* rtc_get(void);
 
-// Per-device setup of the attention kernels (attention.cu), run by rtc_get when it creates
-// a thread's context.
+// Per-device setup of the attention and norm kernels (attention.cu, norm.cu: the dynamic
+// shared memory they may take), run by rtc_get when it creates a thread's context.
 void rtc_attention_init(void);
+void rtc_norm_init(void);
 
 // The calling thread's stream: pass it to every launch (<<<grid, block, smem,
 // rtc_stream()>>>), memset and copy.

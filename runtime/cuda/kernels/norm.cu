@@ -9,9 +9,9 @@
 // I, D and G below, the storage of out, inp, dout and dinp, are float or uint16_t (rtc_ld,
 // rtc_st).
 // Rows of 256 V elements (V <= 8) go one per warp with 16-byte loads instead (the "row per
-// warp" section).
-// TODO(issue 5): one-kernel backward (the chunk partials written by the input-gradient
-// kernel, llm.c style).
+// warp" section), and their backward adds the weight/bias gradients' terms from the rows
+// it holds, with no second read (the "dw" section: per-block partials, llm.c style, then
+// one short kernel).
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -82,6 +82,7 @@ struct rtc_row_vals {
 #define RTC_WROW (32 * RTC_VEC)  // a warp's elements per step: 256
 #define RTC_WROW_MAX 8           // steps a lane keeps: rows up to 2048
 #define RTC_WROW_WARPS 4         // rows (warps) per block
+#define RTC_WROW_THREADS (32 * RTC_WROW_WARPS)
 
 // The first of lane's 8 elements of step j.
 __device__ __forceinline__ size_t rtc_wcol(int j) {
@@ -164,6 +165,71 @@ __device__ __forceinline__ void rtc_wrow_store_dinp(void* dx, bool p16, const rt
         kernel<<<rtc_b_, 32 * RTC_WROW_WARPS, 0, rtc_stream()>>>(__VA_ARGS__);                \
         RTC_CHECK_LAUNCH(kernel);                                                             \
     } while (0)
+
+// ----------------------------------------------------------------------------
+// the weight (and bias) gradients from the registers of a row per warp
+//
+// The column sums (column_sums.cuh) after an input-gradient kernel read dout and inp a
+// second time: 67 MB for each of Llama 1B's 33 RMSNorms a step. Where rows go one per
+// warp, the input-gradient kernel adds those terms from the values it holds instead (dw):
+// a fixed grid of rtc_dw_blocks blocks, warp w of block b taking rows b W + w, then
+// b W + w + W B, ...; each row's terms go into the warp's own K rows of C doubles in
+// shared memory (a lane its own columns: no two threads add to one), then the block adds
+// its warps' rows, warp 0's first, into partial b (the context's column-sum buffer), and
+// colsum_finish_kernel adds the blocks' partials, block 0's first, into the outputs. The
+// order is fixed by N and C: the same bits every run (double sums in another order than
+// the column sums', so within about a float rounding of theirs).
+#define RTC_DW_BLOCKS 264            // two blocks per SM of an H100
+#define RTC_DW_SMEM (64 * 1024)      // the most shared memory a dw block takes
+#ifndef RTC_DW_SMEM_DECL             // the emulator's (tests/cuda/cuda_emu.h)
+#define RTC_DW_SMEM_DECL(name) extern __shared__ double name[]
+#endif
+
+// Blocks of a dw launch of K sums of C columns (N rows): RTC_DW_BLOCKS, fewer for few rows
+// or where the partials would not fit the column-sum buffer; 0 where a block's K x C
+// doubles per warp exceed RTC_DW_SMEM (the column sums then).
+static int rtc_dw_blocks(int K, int N, int C) {
+    if ((size_t)RTC_WROW_WARPS * K * C * sizeof(double) > RTC_DW_SMEM) return 0;
+    int b = (N + RTC_WROW_WARPS - 1) / RTC_WROW_WARPS;
+    if (b > RTC_DW_BLOCKS) b = RTC_DW_BLOCKS;
+    if ((size_t)b * K * C > RTC_COLSUM_PARTIAL_DOUBLES) b = (int)(RTC_COLSUM_PARTIAL_DOUBLES / ((size_t)K * C));
+    return b;
+}
+
+static size_t rtc_dw_smem(int K, int C) { return (size_t)RTC_WROW_WARPS * K * C * sizeof(double); }
+
+// The rows a warp takes: its one (no partials) or every gridDim.x W-th from its first.
+#define RTC_WROW_EACH(n, N, dw)                                                                \
+    for (long n = (long)blockIdx.x * RTC_WROW_WARPS + (long)(threadIdx.x >> 5); n < (N);       \
+         n = (dw) ? n + (long)gridDim.x * RTC_WROW_WARPS : (N))
+
+// This warp's K rows of C doubles in sh, the lane's columns zeroed.
+__device__ __forceinline__ double* rtc_dw_rows(double* sh, int K, int C, int V) {
+    double* dw = sh + (size_t)(threadIdx.x >> 5) * K * C;
+    for (int k = 0; k < K; k++)
+        RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) dw[(size_t)k * C + rtc_wcol(j) + u] = 0.0;
+    return dw;
+}
+
+// After the rows (every thread of the block): partial[blockIdx.x] = the warps' rows summed,
+// warp 0's first; K rows of C.
+__device__ __forceinline__ void rtc_dw_block(double* partial, const double* sh, int K, int C) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < K * C; i += blockDim.x) {
+        double s = 0.0;
+        for (int w = 0; w < RTC_WROW_WARPS; w++) s += sh[(size_t)w * K * C + i];
+        partial[(size_t)blockIdx.x * K * C + i] = s;
+    }
+}
+
+// The sums of the blocks' partials into out0 (and out1), blockIdx order.
+static void rtc_dw_finish(float* out0, float* out1, int K, int blocks, int C) {
+    const unsigned b = (unsigned)((C + 255) / 256);
+    double* partial = rtc_get()->colsum_partials;
+    if (K == 1) colsum_finish_kernel<1><<<b, 256, 0, rtc_stream()>>>(out0, NULL, partial, blocks, C);
+    else colsum_finish_kernel<2><<<b, 256, 0, rtc_stream()>>>(out0, out1, partial, blocks, C);
+    RTC_CHECK_LAUNCH(colsum_finish_kernel);
+}
 
 // ----------------------------------------------------------------------------
 // LayerNorm forward: out = (inp - mean) * rstd * weight + bias, one block per row
@@ -322,39 +388,49 @@ __global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 thread
 }
 
 // The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (dout), RT_PACKED_INP
-// (inp), RT_PACKED_DINP (dinp).
+// (inp), RT_PACKED_DINP (dinp). partial not NULL: also dweight's and dbias's terms (dw,
+// rtc_dw_blocks blocks, rtc_dw_smem(2, C) bytes of shared memory).
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     layernorm_backward_dinp_wkernel(void* dinp, const void* dout, const void* inp,
                                     const float* __restrict__ weight,
                                     const float* __restrict__ mean,
                                     const float* __restrict__ rstd, int N, int C, int packed,
-                                    rt_dtype dt, int as) {
-    const long n = rtc_wrow_index(N);
-    if (n < 0) return;
+                                    rt_dtype dt, int as, double* partial) {
+    RTC_DW_SMEM_DECL(rtc_dw_sh);
     const int V = C / RTC_WROW;
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
                pg = packed & RT_PACKED_DINP;
-    const float mf = mean[n], rs = rstd[n];
-    const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
-    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
-    double sg = 0.0, sgx = 0.0;
-    RTC_WROW_FOR(j, V) {
-        float w[RTC_VEC];
-        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
-        for (int u = 0; u < RTC_VEC; u++) {
-            const float xhat = (x.v[j][u] - mf) * rs;
-            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
-            sg += g;
-            sgx += (double)g * xhat;
+    double* dw = partial ? rtc_dw_rows(rtc_dw_sh, 2, C, V) : NULL;
+    RTC_WROW_EACH(n, N, dw) {
+        const float mf = mean[n], rs = rstd[n];
+        const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
+        const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
+        double sg = 0.0, sgx = 0.0;
+        RTC_WROW_FOR(j, V) {
+            float w[RTC_VEC];
+            if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+            for (int u = 0; u < RTC_VEC; u++) {
+                const float xhat = (x.v[j][u] - mf) * rs;
+                const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
+                sg += g;
+                sgx += (double)g * xhat;
+            }
         }
+        sg = rtc_warp_sum(sg);
+        sgx = rtc_warp_sum(sgx);
+        const float mg = (float)(sg / C), mgx = (float)(sgx / C);
+        rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
+                            [&](int j, int u, float g) {
+                                return rs * (g - mg - (x.v[j][u] - mf) * rs * mgx);
+                            });
+        if (dw)  // layernorm_dwb_term's: dweight's row, then dbias's
+            RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) {
+                const size_t c = rtc_wcol(j) + u;
+                dw[c] += (double)d.v[j][u] * ((x.v[j][u] - mf) * rs);
+                dw[C + c] += d.v[j][u];
+            }
     }
-    sg = rtc_warp_sum(sg);
-    sgx = rtc_warp_sum(sgx);
-    const float mg = (float)(sg / C), mgx = (float)(sgx / C);
-    rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
-                        [&](int j, int u, float g) {
-                            return rs * (g - mg - (x.v[j][u] - mf) * rs * mgx);
-                        });
+    if (partial) rtc_dw_block(partial, rtc_dw_sh, 2, C);
 }
 
 // dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
@@ -392,8 +468,18 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
                                int assign) {
     if (N <= 0 || C <= 0) return;
     if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
+        const int blocks = dweight || dbias ? rtc_dw_blocks(2, N, C) : 0;
+        if (blocks) {  // dweight's and dbias's terms too
+            const size_t sm = rtc_dw_smem(2, C);
+            double* part = rtc_get()->colsum_partials;
+            layernorm_backward_dinp_wkernel<<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
+                dinp, dout, inp, weight, mean, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
+            RTC_CHECK_LAUNCH(layernorm_backward_dinp_wkernel);
+            rtc_dw_finish(dweight, dbias, 2, blocks, C);
+            return;
+        }
         RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, mean, rstd,
-                         N, C, packed, dt, assign & RT_ASSIGN_1);
+                         N, C, packed, dt, assign & RT_ASSIGN_1, (double*)NULL);
         dinp = NULL;
     }
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
@@ -607,33 +693,40 @@ __global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 thread
 }
 
 // The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (dout), RT_PACKED_INP
-// (inp), RT_PACKED_DINP (dinp).
+// (inp), RT_PACKED_DINP (dinp). partial not NULL: also dweight's terms (dw, rtc_dw_blocks
+// blocks, rtc_dw_smem(1, C) bytes of shared memory).
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     rmsnorm_backward_dinp_wkernel(void* dinp, const void* dout, const void* inp,
                                   const float* __restrict__ weight,
                                   const float* __restrict__ rstd, int N, int C, int packed,
-                                  rt_dtype dt, int as) {
-    const long n = rtc_wrow_index(N);
-    if (n < 0) return;
+                                  rt_dtype dt, int as, double* partial) {
+    RTC_DW_SMEM_DECL(rtc_dw_sh);
     const int V = C / RTC_WROW;
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
                pg = packed & RT_PACKED_DINP;
-    const float rs = rstd[n];
-    const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
-    const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
-    double sgx = 0.0;
-    RTC_WROW_FOR(j, V) {
-        float w[RTC_VEC];
-        if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
-        for (int u = 0; u < RTC_VEC; u++) {
-            const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
-            sgx += (double)g * (x.v[j][u] * rs);
+    double* dw = partial ? rtc_dw_rows(rtc_dw_sh, 1, C, V) : NULL;
+    RTC_WROW_EACH(n, N, dw) {
+        const float rs = rstd[n];
+        const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
+        const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
+        double sgx = 0.0;
+        RTC_WROW_FOR(j, V) {
+            float w[RTC_VEC];
+            if (weight) rtc_ldv<RTC_VEC>(weight, rtc_wcol(j), dt, w);
+            for (int u = 0; u < RTC_VEC; u++) {
+                const float g = weight ? d.v[j][u] * w[u] : d.v[j][u];
+                sgx += (double)g * (x.v[j][u] * rs);
+            }
         }
+        sgx = rtc_warp_sum(sgx);
+        const float mgx = (float)(sgx / C);
+        rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
+                            [&](int j, int u, float g) { return rs * (g - (x.v[j][u] * rs) * mgx); });
+        if (dw)  // rmsnorm_dw_term's
+            RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++)
+                dw[rtc_wcol(j) + u] += (double)d.v[j][u] * (x.v[j][u] * rs);
     }
-    sgx = rtc_warp_sum(sgx);
-    const float mgx = (float)(sgx / C);
-    rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
-                        [&](int j, int u, float g) { return rs * (g - (x.v[j][u] * rs) * mgx); });
+    if (partial) rtc_dw_block(partial, rtc_dw_sh, 1, C);
 }
 
 // dweight += sum_rows(dout * inp * rstd)
@@ -668,8 +761,18 @@ static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const
                              rt_dtype dt, int assign) {
     if (N <= 0 || C <= 0) return;
     if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
+        const int blocks = dweight ? rtc_dw_blocks(1, N, C) : 0;
+        if (blocks) {  // dweight's terms too
+            const size_t sm = rtc_dw_smem(1, C);
+            double* part = rtc_get()->colsum_partials;
+            rmsnorm_backward_dinp_wkernel<<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
+                dinp, dout, inp, weight, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
+            RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_wkernel);
+            rtc_dw_finish(dweight, NULL, 1, blocks, C);
+            return;
+        }
         RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, rstd, N, C,
-                         packed, dt, assign & RT_ASSIGN_1);
+                         packed, dt, assign & RT_ASSIGN_1, (double*)NULL);
         dinp = NULL;
     }
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
@@ -695,4 +798,14 @@ void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, co
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_backward");
     rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, packed, dt, assign);
+}
+
+// Lets the row-per-warp backward kernels take RTC_DW_SMEM of dynamic shared memory (above
+// the default 48 KiB): a per-device function attribute, set when a thread's context is
+// created (rtc_get), so launches, captured ones included, set nothing.
+void rtc_norm_init(void) {
+    RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)rmsnorm_backward_dinp_wkernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, RTC_DW_SMEM));
+    RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)layernorm_backward_dinp_wkernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, RTC_DW_SMEM));
 }
