@@ -174,11 +174,11 @@ __device__ __forceinline__ void rtc_wrow_store_dinp(void* dx, bool p16, const rt
 // warp, the input-gradient kernel adds those terms from the values it holds instead (dw):
 // a fixed grid of rtc_dw_blocks blocks, warp w of block b taking rows b W + w, then
 // b W + w + W B, ...; each row's terms go into the warp's own K rows of C doubles in
-// shared memory (a lane its own columns: no two threads add to one), then the block adds
-// its warps' rows, warp 0's first, into partial b (the context's column-sum buffer), and
-// colsum_finish_kernel adds the blocks' partials, block 0's first, into the outputs. The
-// order is fixed by N and C: the same bits every run (double sums in another order than
-// the column sums', so within about a float rounding of theirs).
+// shared memory (a lane its own entries, rtc_dw_at: no two threads add to one), then the
+// block adds its warps' rows, warp 0's first, into partial b (the context's column-sum
+// buffer), and colsum_finish_kernel adds the blocks' partials, block 0's first, into the
+// outputs. The order is fixed by N and C: the same bits every run (double sums in another
+// order than the column sums', so within about a float rounding of theirs).
 #define RTC_DW_BLOCKS 264            // two blocks per SM of an H100
 #define RTC_DW_SMEM (64 * 1024)      // the most shared memory a dw block takes
 #ifndef RTC_DW_SMEM_DECL             // the emulator's (tests/cuda/cuda_emu.h)
@@ -203,22 +203,35 @@ static size_t rtc_dw_smem(int K, int C) { return (size_t)RTC_WROW_WARPS * K * C 
     for (long n = (long)blockIdx.x * RTC_WROW_WARPS + (long)(threadIdx.x >> 5); n < (N);       \
          n = (dw) ? n + (long)gridDim.x * RTC_WROW_WARPS : (N))
 
-// This warp's K rows of C doubles in sh, the lane's columns zeroed.
+// Where a warp's shared row keeps element (j, u) of the lane's (column rtc_wcol(j) + u):
+// lanes side by side, so that a warp's 32 doubles of one (j, u) are 256 contiguous bytes
+// (by column, lane l's 8 doubles of a step 64 bytes apart: 16 lanes to a bank).
+__device__ __forceinline__ int rtc_dw_at(int j, int u) {
+    return (j * RTC_VEC + u) * 32 + (int)(threadIdx.x & 31);
+}
+
+// The column of shared entry i (the inverse of rtc_dw_at).
+__device__ __forceinline__ int rtc_dw_col(int i) {
+    const int lane = i % 32, ju = i / 32;
+    return ((ju / RTC_VEC) * 32 + lane) * RTC_VEC + ju % RTC_VEC;
+}
+
+// This warp's K rows of C doubles in sh, the lane's entries zeroed.
 __device__ __forceinline__ double* rtc_dw_rows(double* sh, int K, int C, int V) {
     double* dw = sh + (size_t)(threadIdx.x >> 5) * K * C;
     for (int k = 0; k < K; k++)
-        RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) dw[(size_t)k * C + rtc_wcol(j) + u] = 0.0;
+        RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) dw[k * C + rtc_dw_at(j, u)] = 0.0;
     return dw;
 }
 
 // After the rows (every thread of the block): partial[blockIdx.x] = the warps' rows summed,
-// warp 0's first; K rows of C.
+// warp 0's first; K rows of C, by column.
 __device__ __forceinline__ void rtc_dw_block(double* partial, const double* sh, int K, int C) {
     __syncthreads();
     for (int i = threadIdx.x; i < K * C; i += blockDim.x) {
         double s = 0.0;
         for (int w = 0; w < RTC_WROW_WARPS; w++) s += sh[(size_t)w * K * C + i];
-        partial[(size_t)blockIdx.x * K * C + i] = s;
+        partial[(size_t)blockIdx.x * K * C + (size_t)(i / C) * C + rtc_dw_col(i % C)] = s;
     }
 }
 
@@ -425,9 +438,9 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
                             });
         if (dw)  // layernorm_dwb_term's: dweight's row, then dbias's
             RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) {
-                const size_t c = rtc_wcol(j) + u;
-                dw[c] += (double)d.v[j][u] * ((x.v[j][u] - mf) * rs);
-                dw[C + c] += d.v[j][u];
+                const int e = rtc_dw_at(j, u);
+                dw[e] += (double)d.v[j][u] * ((x.v[j][u] - mf) * rs);
+                dw[C + e] += d.v[j][u];
             }
     }
     if (partial) rtc_dw_block(partial, rtc_dw_sh, 2, C);
@@ -724,7 +737,7 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
                             [&](int j, int u, float g) { return rs * (g - (x.v[j][u] * rs) * mgx); });
         if (dw)  // rmsnorm_dw_term's
             RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++)
-                dw[rtc_wcol(j) + u] += (double)d.v[j][u] * (x.v[j][u] * rs);
+                dw[rtc_dw_at(j, u)] += (double)d.v[j][u] * (x.v[j][u] * rs);
     }
     if (partial) rtc_dw_block(partial, rtc_dw_sh, 1, C);
 }
