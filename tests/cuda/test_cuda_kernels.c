@@ -319,9 +319,10 @@ static void test_rmsnorm(int N, int C, int affine, rt_dtype dt) {  // dt: as tes
 // against their block-per-row kernels, which the same call takes when the weight is not
 // 16-byte aligned: forward and backward (dinp assigned) agree within fp32 round-off, and
 // so do the weight and bias gradients, which the row-per-warp kernel adds from its rows
-// (norm.cu "dw"; over 264 blocks, so N > 1056 gives a warp several rows) and the block
-// path by column sums.
-static void test_norm_paths(int N, int C) {
+// (norm.cu "dw"; over two blocks per SM, so a warp takes several rows on the emulator's
+// 4 SMs) and the block path by column sums (LayerNorm rows over 1024: both). bias_only:
+// LayerNorm's weight gradient not asked for (NULL).
+static void test_norm_paths(int N, int C, int bias_only) {
     char nm[128];
     const size_t nc = (size_t)N * C;
     float *x = hrand(nc, 2.0f, 0.5f), *w = hrand(C, 1.0f, 1.0f), *dout = hrand(nc, 1.0f, 0.0f);
@@ -343,15 +344,16 @@ static void test_norm_paths(int N, int C) {
             if (layer) {
                 rt_layernorm_forward(d_y[k], d_m[k], d_r[k], d_x, wk, wk, N, C, RT_LAYERNORM_EPS,
                                      RT_F32);
-                rt_layernorm_backward(d_dx[k], d_dw[k], d_db[k], d_dout, d_x, wk, d_m[0], d_r[0], N,
-                                      C, RT_F32, RT_ASSIGN_1);
+                rt_layernorm_backward(d_dx[k], bias_only ? NULL : d_dw[k], d_db[k], d_dout, d_x, wk,
+                                      d_m[0], d_r[0], N, C, RT_F32, RT_ASSIGN_1);
             } else {
                 rt_rmsnorm_forward(d_y[k], d_r[k], d_x, wk, N, C, 1e-6f, RT_F32);
                 rt_rmsnorm_backward(d_dx[k], d_dw[k], d_dout, d_x, wk, d_r[0], N, C, RT_F32,
                                     RT_ASSIGN_1);
             }
         }
-        snprintf(nm, sizeof nm, "%s N=%d C=%d, a warp per row == a block per row: out", op, N, C);
+        snprintf(nm, sizeof nm, "%s N=%d C=%d%s, a warp per row == a block per row: out", op, N, C,
+                 layer && bias_only ? " (no dweight)" : "");
         cmp_dev(nm, d_y[0], d_y[1], nc, 1e-6);
         cmp_dev("  ... rstd", d_r[0], d_r[1], N, 1e-6);
         cmp_dev("  ... dinp (=)", d_dx[0], d_dx[1], nc, 1e-5);
@@ -2004,8 +2006,10 @@ int main(void) {
     test_rmsnorm(67, 2048, 1, RT_BF16);
     test_rmsnorm(9, 256, 0, RT_F32);
     test_layernorm(5, 512, 0, RT_BF16);
-    test_norm_paths(33, 512);
-    test_norm_paths(1300, 256);  // a warp takes one or two rows of the weight gradients
+    test_norm_paths(33, 512, 0);
+    test_norm_paths(1300, 256, 0);  // a warp takes several rows of the weight gradients
+    test_norm_paths(70, 1024, 0);   // LayerNorm's two sums at the shared-memory limit
+    test_norm_paths(40, 2048, 1);   // LayerNorm's over it: the column sums; dbias alone
     for (int ln = 0; ln < 2; ln++) {
         test_residual_norm(ln, RT_BF16, 33, 2048);  // a warp per row (V = 8)
         test_residual_norm(ln, RT_F16, 5, 768);     // V = 3

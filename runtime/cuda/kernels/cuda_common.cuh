@@ -159,6 +159,7 @@ typedef struct rtc_ctx {
     void* blas_workspace;  // RTC_BLAS_WORKSPACE bytes on the device, cuBLAS's own
     double* host_result;   // one pinned host double: a reduction's result copied back
     double* colsum_partials;  // RTC_COLSUM_PARTIAL_DOUBLES: column-sum chunks (column_sums.cuh)
+    int dw_blocks;         // the norm backward's blocks with weight gradients (norm.cu)
     void* operands;        // 16-bit GEMM operands and rounded outputs (rtc_gemm_rm, the
                            // linear kernels), operand_bytes long; reused by every GEMM of
                            // the thread, ordered by its one stream
@@ -173,7 +174,7 @@ rtc_ctx* rtc_get(void);
 // Per-device setup of the attention and norm kernels (attention.cu, norm.cu: the dynamic
 // shared memory they may take), run by rtc_get when it creates a thread's context.
 void rtc_attention_init(void);
-void rtc_norm_init(void);
+void rtc_norm_init(rtc_ctx* c);
 
 // The calling thread's stream: pass it to every launch (<<<grid, block, smem,
 // rtc_stream()>>>), memset and copy.

@@ -172,36 +172,36 @@ __device__ __forceinline__ void rtc_wrow_store_dinp(void* dx, bool p16, const rt
 // The column sums (column_sums.cuh) after an input-gradient kernel read dout and inp a
 // second time: 67 MB for each of Llama 1B's 33 RMSNorms a step. Where rows go one per
 // warp, the input-gradient kernel adds those terms from the values it holds instead (dw):
-// a fixed grid of rtc_dw_blocks blocks, warp w of block b taking rows b W + w, then
+// a grid of rtc_dw_blocks blocks, B, warp w of block b taking rows b W + w, then
 // b W + w + W B, ...; each row's terms go into the warp's own K rows of C doubles in
 // shared memory (a lane its own entries, rtc_dw_at: no two threads add to one), then the
 // block adds its warps' rows, warp 0's first, into partial b (the context's column-sum
 // buffer), and colsum_finish_kernel adds the blocks' partials, block 0's first, into the
-// outputs. The order is fixed by N and C: the same bits every run (double sums in another
-// order than the column sums', so within about a float rounding of theirs).
-#define RTC_DW_BLOCKS 264            // two blocks per SM of an H100
+// outputs. The order is fixed by N, C and the GPU's SM count (B is two blocks per SM, as
+// many as registers let run at once: one wave): the same bits every run on a GPU (double
+// sums in another order than the column sums', so within about a float rounding of theirs).
 #define RTC_DW_SMEM (64 * 1024)      // the most shared memory a dw block takes
 #ifndef RTC_DW_SMEM_DECL             // the emulator's (tests/cuda/cuda_emu.h)
 #define RTC_DW_SMEM_DECL(name) extern __shared__ double name[]
 #endif
 
-// Blocks of a dw launch of K sums of C columns (N rows): RTC_DW_BLOCKS, fewer for few rows
-// or where the partials would not fit the column-sum buffer; 0 where a block's K x C
-// doubles per warp exceed RTC_DW_SMEM (the column sums then).
+// Blocks of a dw launch of K sums of C columns (N rows): the context's dw_blocks, fewer
+// for few rows or where the partials would not fit the column-sum buffer; 0 where a
+// block's K x C doubles per warp exceed RTC_DW_SMEM (the column sums then).
 static int rtc_dw_blocks(int K, int N, int C) {
     if ((size_t)RTC_WROW_WARPS * K * C * sizeof(double) > RTC_DW_SMEM) return 0;
     int b = (N + RTC_WROW_WARPS - 1) / RTC_WROW_WARPS;
-    if (b > RTC_DW_BLOCKS) b = RTC_DW_BLOCKS;
+    if (b > rtc_get()->dw_blocks) b = rtc_get()->dw_blocks;
     if ((size_t)b * K * C > RTC_COLSUM_PARTIAL_DOUBLES) b = (int)(RTC_COLSUM_PARTIAL_DOUBLES / ((size_t)K * C));
     return b;
 }
 
 static size_t rtc_dw_smem(int K, int C) { return (size_t)RTC_WROW_WARPS * K * C * sizeof(double); }
 
-// The rows a warp takes: its one (no partials) or every gridDim.x W-th from its first.
-#define RTC_WROW_EACH(n, N, dw)                                                                \
+// The rows a warp takes: its one, or (all) every gridDim.x W-th from its first.
+#define RTC_WROW_EACH(n, N, all)                                                               \
     for (long n = (long)blockIdx.x * RTC_WROW_WARPS + (long)(threadIdx.x >> 5); n < (N);       \
-         n = (dw) ? n + (long)gridDim.x * RTC_WROW_WARPS : (N))
+         n = (all) ? n + (long)gridDim.x * RTC_WROW_WARPS : (N))
 
 // Where a warp's shared row keeps element (j, u) of the lane's (column rtc_wcol(j) + u):
 // lanes side by side, so that a warp's 32 doubles of one (j, u) are 256 contiguous bytes
@@ -235,13 +235,33 @@ __device__ __forceinline__ void rtc_dw_block(double* partial, const double* sh, 
     }
 }
 
-// The sums of the blocks' partials into out0 (and out1), blockIdx order.
+// out_k[c] += the sum of the blocks' partials of column c, k = blockIdx.y: block (x, k)
+// takes 32 columns, thread (c, y) of them sums partials y, y + RTC_DW_FINISH_Y, ... in
+// order, then thread (c, 0) those RTC_DW_FINISH_Y sums in order (one thread per column
+// summed hundreds of partials one after the other, a few blocks for the whole row).
+#define RTC_DW_FINISH_Y 8
+__global__ void dw_finish_kernel(float* out0, float* out1, const double* __restrict__ partial,
+                                 int blocks, int K, int C) {
+    __shared__ double sh[RTC_DW_FINISH_Y][33];
+    const int c = blockIdx.x * 32 + threadIdx.x, k = blockIdx.y;
+    double s = 0.0;
+    if (c < C)
+        for (int b = threadIdx.y; b < blocks; b += RTC_DW_FINISH_Y)
+            s += partial[((size_t)b * K + k) * C + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    float* out = k == 0 ? out0 : out1;
+    if (threadIdx.y != 0 || c >= C || !out) return;
+    double t = 0.0;
+    for (int y = 0; y < RTC_DW_FINISH_Y; y++) t += sh[y][threadIdx.x];
+    out[c] += (float)t;
+}
+
 static void rtc_dw_finish(float* out0, float* out1, int K, int blocks, int C) {
-    const unsigned b = (unsigned)((C + 255) / 256);
+    const dim3 grid((unsigned)((C + 31) / 32), (unsigned)K), block(32, RTC_DW_FINISH_Y);
     double* partial = rtc_get()->colsum_partials;
-    if (K == 1) colsum_finish_kernel<1><<<b, 256, 0, rtc_stream()>>>(out0, NULL, partial, blocks, C);
-    else colsum_finish_kernel<2><<<b, 256, 0, rtc_stream()>>>(out0, out1, partial, blocks, C);
-    RTC_CHECK_LAUNCH(colsum_finish_kernel);
+    dw_finish_kernel<<<grid, block, 0, rtc_stream()>>>(out0, out1, partial, blocks, K, C);
+    RTC_CHECK_LAUNCH(dw_finish_kernel);
 }
 
 // ----------------------------------------------------------------------------
@@ -401,8 +421,9 @@ __global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 thread
 }
 
 // The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (dout), RT_PACKED_INP
-// (inp), RT_PACKED_DINP (dinp). partial not NULL: also dweight's and dbias's terms (dw,
-// rtc_dw_blocks blocks, rtc_dw_smem(2, C) bytes of shared memory).
+// (inp), RT_PACKED_DINP (dinp). DW: also dweight's and dbias's terms into partial
+// (rtc_dw_blocks blocks, rtc_dw_smem(2, C) bytes of shared memory).
+template <bool DW>
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     layernorm_backward_dinp_wkernel(void* dinp, const void* dout, const void* inp,
                                     const float* __restrict__ weight,
@@ -413,8 +434,8 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     const int V = C / RTC_WROW;
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
                pg = packed & RT_PACKED_DINP;
-    double* dw = partial ? rtc_dw_rows(rtc_dw_sh, 2, C, V) : NULL;
-    RTC_WROW_EACH(n, N, dw) {
+    double* dw = DW ? rtc_dw_rows(rtc_dw_sh, 2, C, V) : NULL;
+    RTC_WROW_EACH(n, N, DW) {
         const float mf = mean[n], rs = rstd[n];
         const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
         const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
@@ -436,14 +457,14 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
                             [&](int j, int u, float g) {
                                 return rs * (g - mg - (x.v[j][u] - mf) * rs * mgx);
                             });
-        if (dw)  // layernorm_dwb_term's: dweight's row, then dbias's
+        if (DW)  // layernorm_dwb_term's: dweight's row, then dbias's
             RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++) {
                 const int e = rtc_dw_at(j, u);
                 dw[e] += (double)d.v[j][u] * ((x.v[j][u] - mf) * rs);
                 dw[C + e] += d.v[j][u];
             }
     }
-    if (partial) rtc_dw_block(partial, rtc_dw_sh, 2, C);
+    if (DW) rtc_dw_block(partial, rtc_dw_sh, 2, C);
 }
 
 // dweight += sum_rows(dout * xhat), dbias += sum_rows(dout), xhat = (inp - mean) * rstd
@@ -485,14 +506,14 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
         if (blocks) {  // dweight's and dbias's terms too
             const size_t sm = rtc_dw_smem(2, C);
             double* part = rtc_get()->colsum_partials;
-            layernorm_backward_dinp_wkernel<<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
+            layernorm_backward_dinp_wkernel<true><<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
                 dinp, dout, inp, weight, mean, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
             RTC_CHECK_LAUNCH(layernorm_backward_dinp_wkernel);
             rtc_dw_finish(dweight, dbias, 2, blocks, C);
             return;
         }
-        RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, mean, rstd,
-                         N, C, packed, dt, assign & RT_ASSIGN_1, (double*)NULL);
+        RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel<false>, N, dinp, dout, inp, weight, mean,
+                         rstd, N, C, packed, dt, assign & RT_ASSIGN_1, (double*)NULL);
         dinp = NULL;
     }
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
@@ -706,8 +727,10 @@ __global__ void __launch_bounds__(1024)  // RTC_LAUNCH_ROWS: at most 1024 thread
 }
 
 // The same, a warp per row (rtc_wrow_ok); packed: RT_PACKED_OUT (dout), RT_PACKED_INP
-// (inp), RT_PACKED_DINP (dinp). partial not NULL: also dweight's terms (dw, rtc_dw_blocks
-// blocks, rtc_dw_smem(1, C) bytes of shared memory).
+// (inp), RT_PACKED_DINP (dinp). DW: also dweight's terms into partial (rtc_dw_blocks
+// blocks, rtc_dw_smem(1, C) bytes of shared memory); a kernel of its own, so that the
+// one-row kernel keeps its registers (168 against 255).
+template <bool DW>
 __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     rmsnorm_backward_dinp_wkernel(void* dinp, const void* dout, const void* inp,
                                   const float* __restrict__ weight,
@@ -717,8 +740,8 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
     const int V = C / RTC_WROW;
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
                pg = packed & RT_PACKED_DINP;
-    double* dw = partial ? rtc_dw_rows(rtc_dw_sh, 1, C, V) : NULL;
-    RTC_WROW_EACH(n, N, dw) {
+    double* dw = DW ? rtc_dw_rows(rtc_dw_sh, 1, C, V) : NULL;
+    RTC_WROW_EACH(n, N, DW) {
         const float rs = rstd[n];
         const rtc_wrow d(rtc_wrow_at(dout, pd, n, C), pd, V, dt);
         const rtc_wrow x(rtc_wrow_at(inp, pi, n, C), pi, V, dt);
@@ -735,11 +758,11 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
         const float mgx = (float)(sgx / C);
         rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
                             [&](int j, int u, float g) { return rs * (g - (x.v[j][u] * rs) * mgx); });
-        if (dw)  // rmsnorm_dw_term's
+        if (DW)  // rmsnorm_dw_term's
             RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++)
                 dw[rtc_dw_at(j, u)] += (double)d.v[j][u] * (x.v[j][u] * rs);
     }
-    if (partial) rtc_dw_block(partial, rtc_dw_sh, 1, C);
+    if (DW) rtc_dw_block(partial, rtc_dw_sh, 1, C);
 }
 
 // dweight += sum_rows(dout * inp * rstd)
@@ -778,14 +801,14 @@ static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const
         if (blocks) {  // dweight's terms too
             const size_t sm = rtc_dw_smem(1, C);
             double* part = rtc_get()->colsum_partials;
-            rmsnorm_backward_dinp_wkernel<<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
+            rmsnorm_backward_dinp_wkernel<true><<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
                 dinp, dout, inp, weight, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
             RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_wkernel);
             rtc_dw_finish(dweight, NULL, 1, blocks, C);
             return;
         }
-        RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel, N, dinp, dout, inp, weight, rstd, N, C,
-                         packed, dt, assign & RT_ASSIGN_1, (double*)NULL);
+        RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel<false>, N, dinp, dout, inp, weight, rstd, N,
+                         C, packed, dt, assign & RT_ASSIGN_1, (double*)NULL);
         dinp = NULL;
     }
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
@@ -813,12 +836,16 @@ void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, co
     rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, packed, dt, assign);
 }
 
-// Lets the row-per-warp backward kernels take RTC_DW_SMEM of dynamic shared memory (above
-// the default 48 KiB): a per-device function attribute, set when a thread's context is
-// created (rtc_get), so launches, captured ones included, set nothing.
-void rtc_norm_init(void) {
-    RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)rmsnorm_backward_dinp_wkernel,
+// Lets the backward kernels with weight gradients take RTC_DW_SMEM of dynamic shared
+// memory (above the default 48 KiB): a per-device function attribute, set when a thread's
+// context is created (rtc_get), so launches, captured ones included, set nothing; and
+// their grid, two blocks per SM.
+void rtc_norm_init(rtc_ctx* c) {
+    RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)rmsnorm_backward_dinp_wkernel<true>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, RTC_DW_SMEM));
-    RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)layernorm_backward_dinp_wkernel,
+    RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)layernorm_backward_dinp_wkernel<true>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, RTC_DW_SMEM));
+    cudaDeviceProp prop;
+    RT_CHECK_CUDA(cudaGetDeviceProperties(&prop, c->device));
+    c->dw_blocks = 2 * (prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1);
 }
