@@ -4,7 +4,7 @@
 --   * the all-gather copy-in waits for compute only at the syncs: all_gather_sync lines,
 --     and after every all_gather_wait and reshard_post_forward; the collective follows
 --     its copy-in; compute waits for it at its all_gather_wait (then copies out); one
---     rank's all-gather waited for at its first reader (memory/late_waits.lua, `beside`)
+--     shard rank's all-gather waited for at its first reader (memory/late_waits.lua, `beside`)
 --     copies on the collective stream instead;
 --   * a reduce-scatter's copy-in runs on compute after compute waited for the previous
 --     reduce-scatter's collective; the collective (and, with HSDP, the all-reduce on its
@@ -134,7 +134,7 @@ function M.run(plan, topo)
       sync_t = tc
       rec.mark = { lane = "ag", t = tc }
     elseif op == "all_gather" and st.beside then
-      -- one rank's copy on the collective stream (late_waits.lua): after the copy-in
+      -- one shard rank's copy on the collective stream (late_waits.lua): after the copy-in
       -- stream's sync, beside the copy-ins issued after it
       local s = math.max(free.ag, free.ag_copy, sync_t)
       free.ag = s + c.copy_in

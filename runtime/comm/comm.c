@@ -210,7 +210,8 @@ int rt_comm_barrier(rt_comm* comm, void* stream) {
 // where every rank said 1 (fp32 counts exactly up to 2^24 ranks).
 int rt_comm_all_true(rt_comm* comm, int* flags, int n, void* stream) {
     if (!comm) return null_comm("all_true");
-    if (n < 0 || (n > 0 && !flags)) return bad_arg(comm, "all_true", "%d flags at %p", n, (void*)flags);
+    if (n < 0 || (n > 0 && !flags))
+        return bad_arg(comm, "all_true", "%d flags at %p", n, (void*)flags);
     if (n == 0) return RT_OK;
     float* host = malloc((size_t)n * sizeof *host);
     float* buf = rt_comm_buffer_alloc(comm, (size_t)n * sizeof *buf);

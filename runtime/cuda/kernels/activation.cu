@@ -275,9 +275,10 @@ void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void*
 //
 // A block per position (and per batch slice where T is short) computes the position's
 // HD/2 cos and sin once into shared memory, then rotates the pairs of its batch rows:
-// with a block per (position, batch row), every angle was computed B times and Llama 1B's
-// k rotation (512 elements a row) waited mostly on that double-precision latency. Blocks
-// are as wide as a row's groups (32 to 256 threads), so a short row leaves no thread idle.
+// with a block per (position, batch row), every angle was computed B times, and a thread
+// of Llama 1B's k rotation (512 elements a row) had one pair to rotate after that
+// double-precision latency. Blocks are as wide as a row's groups (32 to 256 threads), so
+// a short row leaves few threads idle.
 // Pairs go four to a 16-byte access (RTC_VEC elements) where HD % RTC_VEC == 0 and the
 // pointers are 16-byte aligned, else one at a time; the arithmetic is the same.
 
@@ -368,9 +369,11 @@ static void rope_launch(O* out, const I* inp, int B, int T, int NH, int HD, floa
     const dim3 grid((unsigned)T, (unsigned)per);
     const rtc_rope_freqs fr = rope_freqs(HD, theta);
     if (vec)
-        rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt, back, as);
+        rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt,
+                                                                back, as);
     else
-        rope_kernel<2><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt, back, as);
+        rope_kernel<2><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt, back,
+                                                          as);
     RTC_CHECK_LAUNCH(rope_kernel);
 }
 

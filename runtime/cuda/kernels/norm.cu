@@ -192,7 +192,8 @@ static int rtc_dw_blocks(int K, int N, int C) {
     if ((size_t)RTC_WROW_WARPS * K * C * sizeof(double) > RTC_DW_SMEM) return 0;
     int b = (N + RTC_WROW_WARPS - 1) / RTC_WROW_WARPS;
     if (b > rtc_get()->dw_blocks) b = rtc_get()->dw_blocks;
-    if ((size_t)b * K * C > RTC_COLSUM_PARTIAL_DOUBLES) b = (int)(RTC_COLSUM_PARTIAL_DOUBLES / ((size_t)K * C));
+    if ((size_t)b * K * C > RTC_COLSUM_PARTIAL_DOUBLES)
+        b = (int)(RTC_COLSUM_PARTIAL_DOUBLES / ((size_t)K * C));
     return b;
 }
 
@@ -757,7 +758,9 @@ __global__ void __launch_bounds__(32 * RTC_WROW_WARPS)
         sgx = rtc_warp_sum(sgx);
         const float mgx = (float)(sgx / C);
         rtc_wrow_store_dinp(rtc_wrow_at(dinp, pg, n, C), pg, d, weight, V, as, dt,
-                            [&](int j, int u, float g) { return rs * (g - (x.v[j][u] * rs) * mgx); });
+                            [&](int j, int u, float g) {
+                                return rs * (g - (x.v[j][u] * rs) * mgx);
+                            });
         if (DW)  // rmsnorm_dw_term's
             RTC_WROW_FOR(j, V) for (int u = 0; u < RTC_VEC; u++)
                 dw[rtc_dw_at(j, u)] += (double)d.v[j][u] * (x.v[j][u] * rs);

@@ -106,8 +106,8 @@ static int agree(rt_rank* R, site_verdict* v) {
                      "rank runs the same%s%s", v[i].note[0] ? "; this rank's cuDNN: " : "",
                      v[i].note);
         } else if (!c->attention[i] && !off[i] && R->rank != 0) {
-            printf("fsdpgen: rank %d: attention %d: fsdpgen's kernels on every rank, as here (%s)\n",
-                   R->rank, i, v[i].why);
+            printf("fsdpgen: rank %d: attention %d: fsdpgen's kernels on every rank, as here "
+                   "(%s)\n", R->rank, i, v[i].why);
         }
     }
     free(on);
@@ -131,7 +131,8 @@ int cs_attention_init(rt_rank* R) {
         return 1;
     }
     for (int i = 0; i < m->nattention; i++)
-        c->attention[i] = decide(R, i, choice, v[i].why, sizeof v[i].why, v[i].note, sizeof v[i].note);
+        c->attention[i] =
+            decide(R, i, choice, v[i].why, sizeof v[i].why, v[i].note, sizeof v[i].note);
     if (R->world > 1 && agree(R, v)) {
         free(v);
         return 1;
