@@ -28,6 +28,15 @@ local function items_per_forward(spec)
   return s[1]
 end
 
+-- The items (tokens, or samples) one rank's step reads: its forwards' inputs.
+function M.rank_tokens(spec)
+  local n_forward = 0
+  for _, it in ipairs(spec.step) do
+    if it.kind == "forward" then n_forward = n_forward + 1 end
+  end
+  return n_forward * items_per_forward(spec)
+end
+
 -- The counts of one training step of `plan` (planner.plan's result):
 --   params         distinct parameters of the model (tied ones once)
 --   matmul_params  N: those read by an op other than an embedding lookup
@@ -60,12 +69,8 @@ function M.count(plan)
       end
     end
   end
-  local n_forward = 0
-  for _, it in ipairs(spec.step) do
-    if it.kind == "forward" then n_forward = n_forward + 1 end
-  end
   c.rank_flops = c.param_flops + c.attn_flops
-  c.rank_tokens = n_forward * items_per_forward(spec)
+  c.rank_tokens = M.rank_tokens(spec)
   c.step_flops = c.rank_flops * spec.world_size
   c.step_tokens = c.rank_tokens * spec.world_size
   if c.step_tokens > 0 and c.step_flops % c.step_tokens == 0 then

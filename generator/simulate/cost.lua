@@ -6,6 +6,7 @@
 local trace = require("spec.trace")
 local memory = require("memory.memory")
 local planner = require("plan.planner")
+local flops = require("plan.flops")
 
 local M = {}
 
@@ -151,13 +152,11 @@ local function shard_total(plan)
 end
 
 -- An optimizer line split by rows (planner.lua Sim:split_token_rows; its parameters are
--- [rows, row_len]): the rows a step's tokens look up are at most its tokens; the others
--- are stepped without reading a gradient. per: bytes per element without the gradient.
+-- [rows, row_len]): the rows a step's tokens look up are at most its tokens (a split needs
+-- token inputs); the others are stepped without reading a gradient. per: bytes per element
+-- without the gradient.
 local function rows_bytes(st, plan, per)
-  local tokens = 0
-  for _, it in ipairs(plan.spec.step) do
-    if it.kind == "forward" then tokens = tokens + numel(plan.spec.input.shape) end
-  end
+  local tokens = flops.rank_tokens(plan.spec)
   local bytes = 0
   for _, p in ipairs(planner.stepped_params(st)) do
     local rows, row_len = p.shape[1], p.shape[2]
