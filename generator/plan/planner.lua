@@ -974,9 +974,9 @@ end
 -- steps the rows looked up ("looked_up"). Only where the step steps the group once (one
 -- optimizer item, opt_per 1): that update of an unused row is then its only one in the
 -- step, and no lookup of the step reads the row; and without clipping, whose coefficient
--- from a NaN norm would make the zero gradients NaN too. Llama 1B's untied embedding: 128256 rows,
--- at most 8192 of them looked up by a step's tokens, so nearly all of its 7 GB of AdamW
--- traffic leaves the end of the step.
+-- from a NaN norm would make the zero gradients NaN too. Llama 1B's untied embedding:
+-- 128256 rows, at most 8192 of them looked up by a step's tokens, so nearly all of its
+-- 7 GB of AdamW traffic leaves the end of the step.
 function Sim:split_token_rows()
   if self.n_optimizer ~= 1 or not self.spec.input.tokens or self.spec.grad_clip then return end
   local lookups = token_lookup_params(self.graph)
