@@ -96,8 +96,7 @@ static int agree(rt_rank* R, site_verdict* v) {
     }
     int* off = on + n;  // all ranks without cuDNN: no rank would have run it
     for (int i = 0; i < n; i++) on[i] = c->attention[i] != NULL, off[i] = !on[i];
-    int st = rt_comm_all_true(R->comm, on, n, c->compute);
-    if (!st) st = rt_comm_all_true(R->comm, off, n, c->compute);
+    const int st = rt_comm_all_true(R->comm, on, 2 * n, c->compute);  // on and off at once
     for (int i = 0; i < n && !st; i++) {
         if (c->attention[i] && !on[i]) {
             rt_cudnn_sdpa_destroy(c->attention[i]);
