@@ -187,17 +187,21 @@ local function unique(used, base)
   return name
 end
 
--- The #define of each parameter's byte offset (`offset(p)`) in its group's unsharded
--- buffers, P_ and its name (layers.0.attention.wq.weight: P_layers_0_attention_wq_weight):
--- a map parameter -> name, and the lines.
-function M.param_names(list, offset)
+-- The #define of each parameter's byte offset `offset(p)` (none where it is nil) in a
+-- buffer of its group, `prefix` and its name (P_ and layers.0.attention.wq.weight:
+-- P_layers_0_attention_wq_weight): a map parameter -> name, and the lines.
+function M.param_names(list, prefix, offset)
   local names, used, lines, w = {}, {}, {}, 0
   for _, p in ipairs(list) do
-    names[p] = unique(used, "P_" .. base_name(p.fqn))
-    w = math.max(w, #names[p])
+    if offset(p) then
+      names[p] = unique(used, prefix .. base_name(p.fqn))
+      w = math.max(w, #names[p])
+    end
   end
   for _, p in ipairs(list) do
-    lines[#lines + 1] = string.format("#define %-" .. math.min(w, 60) .. "s %9d", names[p], offset(p))
+    if names[p] then
+      lines[#lines + 1] = string.format("#define %-" .. math.min(w, 60) .. "s %9d", names[p], offset(p))
+    end
   end
   return names, lines
 end

@@ -113,7 +113,8 @@ local function emit_params(b, plan, list)
   end
   b:line("")
   b:line("// Offsets in elements: in one rank's block of the group (sharded parameters and")
-  b:line("// gradients), and in the group's unsharded buffers.")
+  b:line("// gradients) and in the group's unsharded gradients; in 4-byte words in its unsharded")
+  b:line("// parameters.")
   b:line("static const rt_model_param params[] = {")
   b:indent()
   for i, p in ipairs(list) do
@@ -124,8 +125,8 @@ local function emit_params(b, plan, list)
     if #p.names > 1 then f[#f + 1] = ".aliases = param" .. (i - 1) .. "_aliases" end
     f[#f + 1] = string.format(".ndim = %d, .shape = %s, .group = %d", #p.shape, shape_init(p.shape),
       g.index - 1)
-    f[#f + 1] = string.format(".block_offset = %d, .unsharded_offset = %d", l.offset,
-      l.offset * g.shard)
+    f[#f + 1] = string.format(".block_offset = %d, .unsharded_offset = %d, .unsharded_word = %d",
+      l.offset, l.offset * g.shard, l.unsharded_word)
     f[#f + 1] = ".init = " .. C_INIT[init.kind]
     if scale ~= 0 then f[#f + 1] = ".init_scale = " .. num(scale) end
     if p.packed then f[#f + 1] = ".packed = 1" end
@@ -278,8 +279,9 @@ local Walker = {}
 Walker.__index = Walker
 
 -- The names of the buffers of the program being emitted (c_text.arena_names), and of the
--- parameters' byte offsets in their group's unsharded buffers (c_text.param_names).
-local current_step, current_index, current_names, param_names
+-- parameters' byte offsets in their group's unsharded parameters and unsharded gradients
+-- (c_text.param_names).
+local current_step, current_index, current_names, param_names, grad_names
 -- The file's attention sites (rt_model_attention), in order of first use, and their index
 -- by shape; filled while the programs are emitted.
 local attention_sites, site_index
@@ -289,17 +291,16 @@ local function at(bf) return current_names[bf] or internal("buffer '%s' has no n
 
 -- The view of buffer bf (elements [elem, elem + n)), checked against its planned
 -- lifetime: a buffer used outside it would be overwritten by another. packed16: n 16-bit
--- values (a packed parameter). p: the parameter at elem, whose offset is named.
-local function F(bf, elem, n, int, packed16, p)
+-- values (a packed parameter). name: the named byte offset to use for elem (a parameter's).
+local function F(bf, elem, n, int, packed16, name)
   if current_index and (current_index < bf.first or current_index > bf.last) then
     error(string.format("buffer '%s' (live %d..%d) used at step %d (%s)", bf.name, bf.first, bf.last,
       current_index, schedule.step_name(current_step)))
   end
-  -- a packed buffer (memory.lua) is passed whole: its bytes are not 4 per element; a
-  -- packed parameter has 2 bytes per element at the start of its fp32 slot
+  -- a packed buffer (memory.lua) is passed whole: its bytes are not 4 per element
   local bytes = packed16 and 2 * n or n and not bf.packed and 4 * n or bf.size
   local k = 4 * (elem or 0)
-  local from = p and (" + " .. param_names[p]) or k > 0 and (" + " .. k) or ""
+  local from = name and (" + " .. name) or k > 0 and (" + " .. k) or ""
   return string.format("%s(%s%s, %d)", int and "I" or "F", at(bf), from, bytes)
 end
 
@@ -354,22 +355,22 @@ function Walker.new(plan)
   return w
 end
 
--- A parameter's group and its offset in the group's unsharded buffers (elements).
-function Walker:param_offset(p)
+-- A parameter's group and its offset in the group's unsharded gradients (elements).
+function Walker:grad_offset(p)
   local g, l = param_layout(self.plan, p)
   return g, l.offset * g.shard
 end
 
 function Walker:val(t, saved_by)
   if t.is_param then
-    local g, off = self:param_offset(t)
+    local g, l = param_layout(self.plan, t)
     -- one shard rank: the sharded layout is the unsharded one (memory.lua mark_shard_reads);
     -- read before the group's wait where that comes at its first unsharded reader
     -- (late_waits.lua)
-    if t.from_shard then return F(g.params_buf, off, trace.numel(t.shape), false, false, t) end
+    if t.from_shard then return F(g.params_buf, l.offset, trace.numel(t.shape)) end
     local un = self.unsharded[g.index]
     if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
-    return F(un, off, trace.numel(t.shape), false, t.packed, t)
+    return F(un, nil, trace.numel(t.shape), false, t.packed, param_names[t])
   end
   if t.is_input then
     return string.format("rt_step_%s(R, %d)", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
@@ -383,10 +384,10 @@ end
 function Walker:grad(t, st)
   if not t.requires_grad or t.is_input or t.is_target then return "NULL" end
   if t.is_param then
-    local g, off = self:param_offset(t)
+    local g = param_layout(self.plan, t)
     local ug = st.bufs.ugrad[g.index]
     if not ug then error("no unsharded gradient buffer for " .. t.fqn) end
-    return F(ug, off, trace.numel(t.shape), false, false, t)
+    return F(ug, nil, trace.numel(t.shape), false, false, grad_names[t])
   end
   local b = memory.base(t)
   local gb = st.bufs.grads[b]
@@ -464,14 +465,14 @@ local function zero(calls, bufs, skip, assigned, w)
       for _, p in ipairs(ps or {}) do set[p] = true end
       for _, p in ipairs(reads) do
         if not set[p] and not (skip and skip[bf]) then
-          local _, off = w:param_offset(p)
+          local _, off = w:grad_offset(p)
           emit(bf, off, trace.numel(p.shape))
         end
       end
     elseif ps then
       local ranges = {}
       for _, p in ipairs(ps) do
-        local _, off = w:param_offset(p)
+        local _, off = w:grad_offset(p)
         ranges[#ranges + 1] = { off, trace.numel(p.shape) }
       end
       table.sort(ranges, function(a, b) return a[1] < b[1] end)
@@ -496,15 +497,17 @@ function Walker:step(st, index)
   local state = st.state and cstr(st.state) or "NULL"
   local calls = {}
   local op = st.op
+  -- no buffer where every parameter is read from the shards (memory.lua): none to write
+  local unsharded = u.unsharded and at(u.unsharded) or "0"
   if op == "all_gather" and st.direct then
     calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %s, %s);", gi, state,
-      at(u.unsharded), st.beside and "RT_AG_BESIDE" or "RT_AG_IN_ORDER")
+      unsharded, st.beside and "RT_AG_BESIDE" or "RT_AG_IN_ORDER")
   elseif op == "all_gather" then
     calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %s, %s);", gi,
       st.from_post_forward and 1 or 0, state, at(u.out),
       u.post_forward_shard and at(u.post_forward_shard) or "0")
   elseif op == "all_gather_wait" then
-    calls[1] = string.format("rt_step_all_gather_wait(R, %d, %s);", gi, at(u.unsharded))
+    calls[1] = string.format("rt_step_all_gather_wait(R, %d, %s);", gi, unsharded)
     self.unsharded[g.index] = u.unsharded
   elseif op == "all_gather_drop" then
     calls[1] = string.format("rt_step_all_gather_drop(R, %d);", gi)
@@ -513,7 +516,7 @@ function Walker:step(st, index)
     self.unsharded[g.index] = nil
   elseif op == "reshard_post_forward" then
     calls[1] = string.format("rt_step_reshard_post_forward(R, %d, %s, %s, %s);", gi, state,
-      at(u.unsharded), at(u.post_forward_shard))
+      unsharded, at(u.post_forward_shard))
     self.unsharded[g.index] = nil
   elseif op == "accumulate_unsharded_grads" then
     if u.acc_new then zero(calls, { u.acc }) end
@@ -715,14 +718,21 @@ function M.render(plan, spec_file, prefix, is_reference)
     spec.name, persistent)
   b:line("")
   b:line("// ---- parameters and groups")
-  local lines
-  param_names, lines = c_text.param_names(list, function(p)
+  local lines, grad_lines
+  param_names, lines = c_text.param_names(list, "P_", function(p)
+    local _, l = param_layout(plan, p)
+    return not p.from_shard and 4 * l.unsharded_word or nil
+  end)
+  grad_names, grad_lines = c_text.param_names(list, "G_", function(p)
     local g, l = param_layout(plan, p)
     return 4 * l.offset * g.shard
   end)
   b:line("")
-  b:line("// Each parameter's byte offset in its group's unsharded parameters and gradients.")
+  b:line("// Each parameter's byte offset in its group's unsharded parameters (none: read from")
+  b:line("// the shards), ...")
   for _, l in ipairs(lines) do b:line("%s", l) end
+  b:line("// ... and in its group's unsharded gradients.")
+  for _, l in ipairs(grad_lines) do b:line("%s", l) end
   emit_params(b, plan, list)
   emit_groups(b, plan, index, opt_states, names)
   b:line("")

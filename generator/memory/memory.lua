@@ -252,11 +252,10 @@ end
 
 --   * Unsharded parameters that only linears read, each as its weight (position 2) and in
 --     the parameter's 16-bit dtype (backward_in_dtype: no parameter input), 2-D with both
---     dims multiples of 8 (dense rows, and no zero rows for the GEMM to add) at an
---     unsharded offset that is a multiple of 4 elements (16-byte aligned): the all-gather's
---     copy-out writes param_dtype's bits into the first half of the parameter's fp32 slot
---     (rt_model.h `packed`) and the GEMMs read them in place instead of a copy narrowed in
---     every forward and backward (rt_kernels.h RT_PACKED_INP2). The slots and the
+--     dims multiples of 8 (dense rows, and no zero rows for the GEMM to add): the
+--     all-gather's copy-out writes param_dtype's bits into the unsharded parameters
+--     (rt_model.h `packed`; place_unsharded_params) and the GEMMs read them in place instead
+--     of a copy narrowed in every forward and backward (rt_kernels.h RT_PACKED_INP2). The
 --     unsharded gradients keep their fp32 layout.
 local function mark_packed_params(plan)
   local readers = readers_of(plan.graph)
@@ -264,8 +263,7 @@ local function mark_packed_params(plan)
     for _, l in ipairs(g.layout.params) do
       local p, rs = l.param, readers[l.param] or {}
       local s = p.shape
-      local ok = sixteen(p) and #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0 and l.offset * g.shard % 4 == 0
-        and #rs > 0
+      local ok = sixteen(p) and #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0 and #rs > 0
       for _, r in ipairs(rs) do
         ok = ok and r.kind == "linear" and inputs_have_dtype(r, p) and r.outs[1].dtype == p.dtype
           and backward_in_dtype(r)
@@ -293,6 +291,26 @@ local function mark_shard_reads(plan)
       for _, r in ipairs(rs) do ok = ok and r.kind == "embedding" and r.ins[2] == p and r.ins[1] ~= p end
       p.from_shard = ok or nil
     end
+  end
+end
+
+-- A group's unsharded parameters (the all-gathers' copy-outs write them, compute reads
+-- them), each from a 16-byte aligned offset in 4-byte words, l.unsharded_word, in group
+-- order: fp32 storage takes a word per element, packed storage (mark_packed_params) half a
+-- word, and a parameter read from the shards (mark_shard_reads) none; g.unsharded_words in
+-- all. Without the shards' padding, which the copy-outs drop. The unsharded gradients keep
+-- the padded fp32 layout of the reductions (l.offset * shard). runtime/step/state.c
+-- unsharded_layout computes the same.
+local function place_unsharded_params(plan)
+  for _, g in ipairs(plan.groups) do
+    local w = 0
+    for _, l in ipairs(g.layout.params) do
+      local p = l.param
+      l.unsharded_word = w
+      local words = p.from_shard and 0 or p.packed and l.numel // 2 or l.numel
+      w = w + (words + 3) // 4 * 4
+    end
+    g.unsharded_words = w
   end
 end
 
@@ -532,6 +550,7 @@ function M.plan(plan)
     mark_packed_params(plan)
     mark_shard_reads(plan)
   end
+  place_unsharded_params(plan)
   M.mark_grad_alias_adds(steps)
   for _, st in ipairs(steps) do st.fused_norm, st.fused_add = nil, nil end
   for i = 1, #steps - 1 do
@@ -599,7 +618,7 @@ function M.plan(plan)
     elseif st.op == "all_gather" and st.direct then
       -- One rank: the copy-in writes the unsharded parameters (on its own stream, CUDA).
       u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
-        compute_bytes(g.layout.padded_numel), synced)
+        4 * g.unsharded_words, synced)
     elseif st.op == "all_gather" then
       -- In place, as FSDP2: the all-gather input is this rank's block of the output.
       local ws = st.from_post_forward and g.post_forward_world or g.shard
@@ -620,7 +639,7 @@ function M.plan(plan)
       if st.op == "all_gather_wait" then
         synced = i
         u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
-          compute_bytes(g.layout.padded_numel), i)
+          4 * g.unsharded_words, i)
       elseif st.direct then
         stop("unsharded " .. g.index, i)
       end

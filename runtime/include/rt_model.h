@@ -34,13 +34,17 @@ typedef struct rt_model_param {
     int64_t shape[RT_MAX_DIMS];
     int group;                    // index into rt_model.groups
     int64_t block_offset;         // element offset inside one rank block (sharded params/grads)
-    int64_t unsharded_offset;     // element offset inside the group's unsharded buffers
+    int64_t unsharded_offset;     // element offset inside the group's unsharded gradients
+                                  // (fp32, the shards' padding included)
+    int64_t unsharded_word;       // offset in 4-byte words inside the group's unsharded
+                                  // parameters: one after another in group order, each from a
+                                  // multiple of 4 words, without padding; a word per element of
+                                  // fp32 storage, half of one packed, none from_shard
     rt_init_kind init;
     double init_scale;            // std (normal) or bound (uniform)
     int packed;                   // 1: the unsharded parameter is kept in its group's 16-bit
-                                  // param_dtype, in the first half of its fp32-sized slot
-                                  // (rt_kernels.h "packed 16-bit storage"): 2-D with both dims
-                                  // multiples of 8, unsharded_offset a multiple of 4
+                                  // param_dtype (rt_kernels.h "packed 16-bit storage"): 2-D
+                                  // with both dims multiples of 8
     int grad_none;                // 1: the step program gives it no gradient (FSDP2 leaves its
                                   // grad None), so the optimizer leaves it and its state alone
     int from_shard;               // 1: one shard rank, and only embedding lookups read it, whose

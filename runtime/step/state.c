@@ -73,13 +73,22 @@ rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
     return sp;
 }
 
-void rt_step_param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out) {
+void rt_step_param_ptrs(rt_rank* R, int g, size_t off, void** out) {
+    const rt_model_group* mg = G(R, g);
+    const rt_rank_group* rg = &R->groups[g];
+    for (int i = 0; i < mg->nparams; i++) {
+        const rt_model_param* p = &R->model->params[mg->params[i]];
+        size_t bytes = (size_t)rg->layout.params[i].numel * rt_dtype_size(rg->unsharded_dtypes[i]);
+        out[i] = p->from_shard ? NULL
+                               : rt_step_buffer(R, off + 4 * (size_t)p->unsharded_word, bytes, __FILE__, __LINE__);
+    }
+}
+
+void rt_step_grad_ptrs(rt_rank* R, int g, size_t off, void** out) {
     const rt_model_group* mg = G(R, g);
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
-        rt_fsdp_param_layout* l = &R->groups[g].layout.params[i];
-        if (unsharded) out[i] = rt_step_f32(R, off, p->unsharded_offset, l->numel);
-        else out[i] = rt_step_f32(R, off, p->block_offset, l->padded_shard_numel);
+        out[i] = rt_step_f32(R, off, p->unsharded_offset, R->groups[g].layout.params[i].numel);
     }
 }
 
@@ -93,7 +102,30 @@ static const char* state_name(rt_group_state s) {
 // The generator's packing of an unsharded parameter (rt_model.h `packed`) checked again.
 static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
     return (mg->param_dtype == RT_BF16 || mg->param_dtype == RT_F16) && p->ndim == 2 &&
-           p->shape[0] % 8 == 0 && p->shape[1] % 8 == 0 && p->unsharded_offset % 4 == 0;
+           p->shape[0] % 8 == 0 && p->shape[1] % 8 == 0;
+}
+
+// The unsharded parameters' layout (rt_model_param unsharded_word; generator/memory/
+// memory.lua place_unsharded_params) recomputed into rg->unsharded_words and compared with
+// the generator's offsets.
+static int unsharded_layout(rt_rank* R, int g) {
+    const rt_model_group* mg = &R->model->groups[g];
+    rt_rank_group* rg = &R->groups[g];
+    int64_t w = 0;
+    for (int i = 0; i < mg->nparams; i++) {
+        const rt_model_param* p = &R->model->params[mg->params[i]];
+        if (p->unsharded_word != w) {
+            fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s' is planned at word %lld "
+                    "of the unsharded parameters, the layout has it at %lld (a generator bug)\n",
+                    R->rank, p->fqn, mg->name, (long long)p->unsharded_word, (long long)w);
+            return RT_ERR_MISMATCH;
+        }
+        int64_t numel = rg->layout.params[i].numel;
+        int64_t words = p->from_shard ? 0 : p->packed ? numel / 2 : numel;
+        w += (words + 3) / 4 * 4;
+    }
+    rg->unsharded_words = w;
+    return 0;
 }
 
 // The layouts of the group's reductions of some parameters, from the group's parameter
@@ -190,7 +222,7 @@ static int layouts_init(rt_rank* R, int g) {
         rg->unsharded_dtypes[i] = p->packed ? mg->param_dtype : RT_F32;
         rg->direct_copied[i] = p->from_shard ? -1 : 0;
     }
-    return st;
+    return st ? st : unsharded_layout(R, g);
 }
 
 int rt_rank_init(rt_rank* R, const rt_model* model, rt_comm* comm) {

@@ -85,9 +85,12 @@ int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, f
 
 // ---- shared helpers (state.c) -------------------------------------------------------------
 
-// Per-parameter pointers into the arena at byte offset off: param i of group g at element
-// unsharded_offset (unsharded buffers) or block_offset (sharded ones).
-void rt_step_param_ptrs(rt_rank* R, int g, size_t off, int unsharded, void** out);
+// Per-parameter pointers of group g into the arena at byte offset off (checked): out[i] its
+// parameter i in the unsharded parameters there (rt_model_param unsharded_word, in its
+// storage, rt_rank_group unsharded_dtypes; NULL from_shard) ...
+void rt_step_param_ptrs(rt_rank* R, int g, size_t off, void** out);
+// ... or its fp32 gradient in the unsharded gradients there (unsharded_offset).
+void rt_step_grad_ptrs(rt_rank* R, int g, size_t off, void** out);
 // fp32 view [elem, elem + n) of the buffer at byte offset off (checked).
 float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n);
 // Group g's optimizer operands over rank-block elements [lo, lo + n): parameters, gradients

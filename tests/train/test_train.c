@@ -204,7 +204,8 @@ static void test_fnv_and_init(void) {
     CHECK(a[0] == (float)(-0.5 + 1.0 * u0), "UNIFORM element 0 = -s + 2 s u(seed, fnv(fqn), 0)");
 
     static float big[40000];
-    rt_model_param nrm = {"x.weight", NULL, 1, {40000}, 0, 0, 0, RT_INIT_NORMAL, 2.0, 0, 0, 0};
+    rt_model_param nrm = {.fqn = "x.weight", .ndim = 1, .shape = {40000}, .init = RT_INIT_NORMAL,
+                          .init_scale = 2.0};
     rt_train_init_param(&nrm, 7, big);
     double s = 0, ss = 0;
     for (int i = 0; i < 40000; i++) s += big[i], ss += (double)big[i] * big[i];
@@ -213,8 +214,10 @@ static void test_fnv_and_init(void) {
           mean, sd);
     // A range (threaded once long enough) equals that slice of the whole parameter.
     static float whole[700001], part[600001];
-    rt_model_param nrm2 = {"y.weight", NULL, 2, {7, 100000}, 0, 0, 0, RT_INIT_NORMAL, 0.02, 0, 0, 0};
-    rt_model_param uni = {"u.weight", NULL, 1, {700001}, 0, 0, 0, RT_INIT_UNIFORM, 0.1, 0, 0, 0};
+    rt_model_param nrm2 = {.fqn = "y.weight", .ndim = 2, .shape = {7, 100000}, .init = RT_INIT_NORMAL,
+                           .init_scale = 0.02};
+    rt_model_param uni = {.fqn = "u.weight", .ndim = 1, .shape = {700001}, .init = RT_INIT_UNIFORM,
+                          .init_scale = 0.1};
     int same = 1;
     rt_train_init_param(&uni, 3, whole);
     rt_train_init_range(&uni, 3, 99999, 600001, part);
@@ -224,8 +227,8 @@ static void test_fnv_and_init(void) {
     same &= !memcmp(whole + 12345, part, (600001 - 12346) * sizeof(float));
     CHECK(same, "rt_train_init_range: elements [e0, e0 + n) of UNIFORM and NORMAL parameters equal that "
           "slice of rt_train_init_param (ranges of 587655 and 600001 values, several threads)");
-    rt_model_param ones = {"n.weight", NULL, 1, {7}, 0, 0, 0, RT_INIT_ONES, 0.0, 0, 0, 0};
-    rt_model_param zeros = {"n.bias", NULL, 1, {7}, 0, 0, 0, RT_INIT_ZEROS, 0.0, 0, 0, 0};
+    rt_model_param ones = {.fqn = "n.weight", .ndim = 1, .shape = {7}, .init = RT_INIT_ONES};
+    rt_model_param zeros = {.fqn = "n.bias", .ndim = 1, .shape = {7}, .init = RT_INIT_ZEROS};
     float o[7], z[7];
     rt_train_init_param(&ones, 1, o);
     rt_train_init_param(&zeros, 1, z);
@@ -905,6 +908,11 @@ static void test_setup_failures(void) {
         {"tiny_from_shard", "from_shard.st",
          "'lin.bias' of group 'lin' is planned to be read from the sharded parameters",
          "a parameter read from the shards at two shard ranks: exit 1 naming it, nothing saved"},
+        {"tiny_word", "word.st",
+         "'lin.bias' of group 'lin' is planned at word 24 of the unsharded parameters, the "
+         "layout has it at 20",
+         "a parameter planned at a word of the unsharded parameters the runtime recomputes "
+         "otherwise: exit 1 naming it, nothing saved"},
         {"tiny_unsynced", "unsynced.st",
          "all-gather of group 'lin' before the all-gather streams waited for compute",
          "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "

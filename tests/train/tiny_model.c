@@ -94,10 +94,12 @@ static void tiny_slow_step(rt_rank* R) {
 
 static const char* const bias_aliases[] = {"head.bias", NULL};
 
-// Designated initializers throughout: rt_model.h may grow fields.
+// Designated initializers throughout: rt_model.h may grow fields. UNSH_OFF is the offset in
+// the unsharded gradients and parameters alike (20 weights, then the bias).
 #define PARAM(FQN, ALIASES, NDIM, SHAPE, BLOCK_OFF, UNSH_OFF, INIT, SCALE)                     \
     {.fqn = FQN, .aliases = ALIASES, .ndim = NDIM, .shape = SHAPE, .group = 0,                \
-     .block_offset = BLOCK_OFF, .unsharded_offset = UNSH_OFF, .init = INIT, .init_scale = SCALE}
+     .block_offset = BLOCK_OFF, .unsharded_offset = UNSH_OFF, .unsharded_word = UNSH_OFF,      \
+     .init = INIT, .init_scale = SCALE}
 #define SHAPE2(A, B) {A, B}
 #define SHAPE1(A) {A}
 
@@ -120,7 +122,14 @@ static const rt_model_param tiny_params_packed[] = {
 static const rt_model_param tiny_params_from_shard[] = {
     PARAM("lin.weight", NULL, 2, SHAPE2(5, 4), 0, 0, RT_INIT_UNIFORM, 0.5),
     {.fqn = "lin.bias", .aliases = bias_aliases, .ndim = 1, .shape = {5}, .block_offset = 12,
-     .unsharded_offset = 20, .init = RT_INIT_ZEROS, .from_shard = 1},
+     .unsharded_offset = 20, .unsharded_word = 20, .init = RT_INIT_ZEROS, .from_shard = 1},
+};
+// The bias planned at word 24 of the unsharded parameters, where the layout has it at 20:
+// rejected.
+static const rt_model_param tiny_params_word[] = {
+    PARAM("lin.weight", NULL, 2, SHAPE2(5, 4), 0, 0, RT_INIT_UNIFORM, 0.5),
+    {.fqn = "lin.bias", .aliases = bias_aliases, .ndim = 1, .shape = {5}, .block_offset = 12,
+     .unsharded_offset = 20, .unsharded_word = 24, .init = RT_INIT_ZEROS},
 };
 static const int tiny_group_params[] = {0, 1};
 
@@ -222,6 +231,9 @@ const rt_model tiny_packed_model = TINY_MODEL("tiny_packed", 1, 2, tiny_params_p
 const rt_model tiny_from_shard_model = TINY_MODEL("tiny_from_shard", 1, 2, tiny_params_from_shard,
                                                   tiny_groups, ADAMW, 1024, 1020, tiny_step,
                                                   tiny_events, 3, tiny_counts, 2, NULL, 0);
+const rt_model tiny_word_model = TINY_MODEL("tiny_word", 1, 2, tiny_params_word, tiny_groups, ADAMW,
+                                            1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2,
+                                            NULL, 0);
 const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
                                                 tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
                                                 tiny_events, 3, tiny_counts, 2, NULL, 0);
@@ -311,6 +323,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_bad_index")) return &tiny_bad_index_model;
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
     if (!strcmp(name, "tiny_from_shard")) return &tiny_from_shard_model;
+    if (!strcmp(name, "tiny_word")) return &tiny_word_model;
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tiny_stale")) return &tiny_stale_model;
     if (!strcmp(name, "tiny_slow")) return &tiny_slow_model;

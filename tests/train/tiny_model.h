@@ -9,6 +9,8 @@
 //   tiny_packed_model tiny with its [5,4] weight planned packed in an fp32 group (rejected too)
 //   tiny_from_shard_model tiny with its bias planned read from the shards at shard world 2
 //                    (rejected too)
+//   tiny_word_model  tiny with its bias planned at the wrong word of the unsharded
+//                    parameters (rejected too)
 //   tiny_unsynced_model tiny whose step all-gathers with no all_gather_sync before (dies)
 //   tiny_stale_model    tiny whose step has a second optimizer step with no reduce-scatter
 //                       since the first (dies)
@@ -28,6 +30,7 @@ extern const rt_model tiny_bad_model;
 extern const rt_model tiny_wrong_model;
 extern const rt_model tiny_packed_model;
 extern const rt_model tiny_from_shard_model;
+extern const rt_model tiny_word_model;
 extern const rt_model tiny_unsynced_model;
 extern const rt_model tiny_stale_model;
 extern const rt_model tiny_slow_model;

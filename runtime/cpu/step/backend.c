@@ -154,10 +154,10 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) 
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
-    RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
+    RT_BUF(R, unsharded_off, 4 * (size_t)rg->unsharded_words);
     void** un = rg->ptrs[0];
     void** shards = rg->ptrs[1];
-    rt_step_param_ptrs(R, g, unsharded_off, 1, un);
+    rt_step_param_ptrs(R, g, unsharded_off, un);
     for (int i = 0; i < mg->nparams; i++) {
         int64_t at = R->model->params[mg->params[i]].block_offset;
         shards[i] = rt_step_f32(R, mg->params_off, at, rg->layout.params[i].in_numel);
@@ -178,9 +178,9 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
     rt_rank_group* rg = &R->groups[g];
     rt_fsdp_layout* L = sub ? &rg->pf_layout : &rg->layout;
     void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
-    RT_BUF(R, unsharded_off, 4 * (size_t)mg->padded_numel);
+    RT_BUF(R, unsharded_off, 4 * (size_t)rg->unsharded_words);
     void** un = rg->ptrs[0];
-    rt_step_param_ptrs(R, g, unsharded_off, 1, un);
+    rt_step_param_ptrs(R, g, unsharded_off, un);
     int st = rt_fsdp_all_gather_copy_out_as(L, out, mg->param_dtype, un, rg->unsharded_dtypes);
     RTB_FSDP_CHECK(R, st, L);
 }
@@ -192,7 +192,7 @@ void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf
     rt_rank_group* rg = &R->groups[g];
     void** un = rg->ptrs[0];
     void** shards = rg->ptrs[1];
-    rt_step_param_ptrs(R, g, unsharded_off, 1, un);
+    rt_step_param_ptrs(R, g, unsharded_off, un);
     for (int i = 0; i < mg->nparams; i++) {
         rt_fsdp_param_layout* p = &rg->pf_layout.params[i];
         shards[i] = rt_step_f32(R, pf_off, p->offset, p->in_numel);
@@ -268,7 +268,7 @@ static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
-    rt_step_param_ptrs(R, g, grads_off, 1, rg->ptrs[0]);
+    rt_step_grad_ptrs(R, g, grads_off, rg->ptrs[0]);
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
         rg->ptrs[1][i] = rt_step_f32(R, mg->grads_off, p->block_offset, rg->layout.params[i].shard_numel);

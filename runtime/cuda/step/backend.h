@@ -30,8 +30,8 @@ int cs_launch_devices(void);
 // ---- one rank ---------------------------------------------------------------------------
 
 // The plans that read or write unsharded parameters come one per storage of theirs: fp32
-// slots (UN_F32) and param_dtype's bits (UN_PACKED: rt_model.h `packed`; offsets in 16-bit
-// elements, from the same base).
+// (UN_F32) and param_dtype's bits (UN_PACKED: rt_model.h `packed`; offsets in 16-bit
+// elements, from the same base: twice unsharded_word).
 enum { UN_F32, UN_PACKED, UN_STORAGES };
 
 // The copy plans of one reduction (rt_step_reduce_scatter r): of the whole group, or of the

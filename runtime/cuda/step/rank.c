@@ -87,8 +87,8 @@ static int group_plans(rt_rank* R, int g) {
         const rt_model_param* p = &m->params[mg->params[i]];
         block[i] = p->block_offset;
         unsharded[i] = p->unsharded_offset;  // the gradients' fp32 slots
-        un[UN_F32][i] = p->packed || p->from_shard ? -1 : p->unsharded_offset;
-        un[UN_PACKED][i] = p->packed ? 2 * p->unsharded_offset : -1;
+        un[UN_F32][i] = p->packed || p->from_shard ? -1 : p->unsharded_word;
+        un[UN_PACKED][i] = p->packed ? 2 * p->unsharded_word : -1;
         if (rg->pf_comm) pf[i] = rg->pf_layout.params[i].offset;
     }
     if (!rc) rc = upload(R, &cg->ag_in, rt_copy_all_gather_in, &rg->layout, block);
