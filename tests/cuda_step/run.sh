@@ -37,7 +37,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # steps of its runs on the emulator (spec_checks: default 3). Worlds 1, 2, 4 and an HSDP
 # 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
 # bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4), direct
-# (one-rank) all-gathers incl. a dropped one, attention on tensor cores (head dim 16; the
+# (one-rank) all-gathers incl. a dropped one and one of a group with no unsharded
+# parameters (its embedding read from the shards), attention on tensor cores (head dim 16; the
 # only one here: the other specs' head dims are not multiples of 16);
 # reduce-scatters of the parameters with gradients only (world 2, HSDP 2 x 2, and direct at
 # world 1); microbatching (explicit async unshards before the first forward; HSDP partial
@@ -57,6 +58,7 @@ specs=(
   "tests/specs/features/hsdp_int_reshard.lua 1e-3"
   "tests/specs/conformance/llama_w1_bf16.lua 3e-2"
   "tests/specs/features/w1_direct_all_gather.lua 3e-2"
+  "tests/specs/features/w1_embedding_group.lua 3e-2"
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
   "tests/specs/features/llama_tc_attention_bf16.lua 3e-2"
   "tests/specs/features/list_group_unused_module.lua 1e-3"
