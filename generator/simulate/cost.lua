@@ -132,17 +132,21 @@ end
 
 local function dbytes(dtype) return trace.dtype_bytes[dtype] or 4 end
 
--- Bytes one rank's direct all-gather moves (rt_step_all_gather_direct): each parameter's
--- fp32 shard read and written as param_dtype's bits (packed) or as fp32 values; nothing for
--- one its readers take from the shards (memory.lua mark_shard_reads).
-local function direct_copy_bytes(g)
+-- Bytes of group g's unsharded parameters as the copies write them: param_dtype's bits
+-- (packed) or fp32 values; none for one its readers take from the shards (memory.lua
+-- mark_shard_reads). With `read` bytes more per element read for each.
+local function unsharded_bytes(g, read)
   local n = 0
   for _, l in ipairs(g.layout.params) do
     local p = l.param
-    if not p.from_shard then n = n + trace.numel(p.shape) * (4 + (p.packed and dbytes(g.param_dtype) or 4)) end
+    if not p.from_shard then n = n + trace.numel(p.shape) * (read + (p.packed and dbytes(g.param_dtype) or 4)) end
   end
   return n
 end
+
+-- Bytes one rank's direct all-gather moves (rt_step_all_gather_direct): each parameter's
+-- fp32 shard read and written to the unsharded parameters.
+local function direct_copy_bytes(g) return unsharded_bytes(g, 4) end
 
 -- Shard elements of every group (clipping and the optimizer read them all).
 local function shard_total(plan)
@@ -185,7 +189,8 @@ function M.step(st, plan, gpu, k)
     -- copy-in: fp32 shards read, param_dtype written (direct: into the unsharded params)
     c.copy_in = copy_time(gpu, k, st.direct and direct_copy_bytes(g) or per * (4 + dbytes(g.param_dtype)))
   elseif st.op == "all_gather_wait" and not st.direct then
-    c.compute = copy_time(gpu, k, g.layout.padded_numel * (dbytes(g.param_dtype) + 4))
+    -- copy-out: the all-gather output read, the unsharded parameters written
+    c.compute = copy_time(gpu, k, g.layout.padded_numel * dbytes(g.param_dtype) + unsharded_bytes(g, 0))
   elseif st.op == "reshard_post_forward" then
     c.compute = copy_time(gpu, k, g.layout.padded_numel // g.post_forward_world * 8)
   elseif st.op == "reduce_scatter" then

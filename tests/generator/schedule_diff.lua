@@ -158,6 +158,9 @@ do
   for _, path in ipairs(specs) do
     local name = (read(path) or ""):match('name%s*=%s*"([%w_%-]+)"')
     local text = name and read("tests/golden/" .. name .. ".schedule")
+    -- At one rank the .schedule keeps FSDP2's all-gathers and reduce-scatters as direct
+    -- copies, which FSDP2 (and so `fsdpgen counts`) does not count as collectives.
+    if text and text:find("\nmesh       world 1 ", 1, true) then text = nil end
     if text then
       local s = schedule_read.parse(text)
       local counts = s and schedule_read.collectives(s)
