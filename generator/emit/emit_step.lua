@@ -230,8 +230,9 @@ local function emit_groups(b, plan, index, opt_states, names)
     if s.divide_factor then f[#f + 1] = ".divide_factor = " .. num(s.divide_factor) end
     if s.force_sum then f[#f + 1] = ".force_sum = 1" end
     if g.replicate > 1 and s.all_reduce_grads ~= false then f[#f + 1] = ".all_reduce = 1" end
-    f[#f + 1] = string.format(".block_numel = %d, .padded_numel = %d, .plan = group%d_plan",
-      g.layout.shard_numel, g.layout.padded_numel, gi)
+    f[#f + 1] = string.format(".block_numel = %d, .padded_numel = %d, .unsharded_words = %d",
+      g.layout.shard_numel, g.layout.padded_numel, g.unsharded_words)
+    f[#f + 1] = string.format(".plan = group%d_plan", gi)
     f[#f + 1] = string.format(".params_off = %s, .grads_off = %s", names[g.params_buf],
       names[g.grads_buf])
     if opt_states > 0 then f[#f + 1] = ".state_off = " .. names[g.state_buf] end
@@ -488,6 +489,15 @@ local function zero(calls, bufs, skip, assigned, w)
   end
 end
 
+-- The arena offset of a step's unsharded parameters: their buffer's, or 0 where every
+-- parameter of group g is read from the shards (memory.lua place_unsharded_params: no
+-- buffer, nothing to write).
+local function unsharded_at(u, g)
+  if u.unsharded then return at(u.unsharded) end
+  if g.unsharded_words == 0 then return "0" end
+  internal("group '%s' has unsharded parameters but no buffer for them", g.name)
+end
+
 -- C statements implementing one schedule step.
 function Walker:step(st, index)
   current_step, current_index = st, index
@@ -497,17 +507,15 @@ function Walker:step(st, index)
   local state = st.state and cstr(st.state) or "NULL"
   local calls = {}
   local op = st.op
-  -- no buffer where every parameter is read from the shards (memory.lua): none to write
-  local unsharded = u.unsharded and at(u.unsharded) or "0"
   if op == "all_gather" and st.direct then
     calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %s, %s);", gi, state,
-      unsharded, st.beside and "RT_AG_BESIDE" or "RT_AG_IN_ORDER")
+      unsharded_at(u, g), st.beside and "RT_AG_BESIDE" or "RT_AG_IN_ORDER")
   elseif op == "all_gather" then
     calls[1] = string.format("rt_step_all_gather(R, %d, %d, %s, %s, %s);", gi,
       st.from_post_forward and 1 or 0, state, at(u.out),
       u.post_forward_shard and at(u.post_forward_shard) or "0")
   elseif op == "all_gather_wait" then
-    calls[1] = string.format("rt_step_all_gather_wait(R, %d, %s);", gi, unsharded)
+    calls[1] = string.format("rt_step_all_gather_wait(R, %d, %s);", gi, unsharded_at(u, g))
     self.unsharded[g.index] = u.unsharded
   elseif op == "all_gather_drop" then
     calls[1] = string.format("rt_step_all_gather_drop(R, %d);", gi)
@@ -516,7 +524,7 @@ function Walker:step(st, index)
     self.unsharded[g.index] = nil
   elseif op == "reshard_post_forward" then
     calls[1] = string.format("rt_step_reshard_post_forward(R, %d, %s, %s, %s);", gi, state,
-      unsharded, at(u.post_forward_shard))
+      unsharded_at(u, g), at(u.post_forward_shard))
     self.unsharded[g.index] = nil
   elseif op == "accumulate_unsharded_grads" then
     if u.acc_new then zero(calls, { u.acc }) end

@@ -79,6 +79,8 @@ typedef struct rt_model_group {
     int all_reduce;               // HSDP: all-reduce across replicas after the reduce-scatter
     int64_t block_numel;          // one rank block (sharded params = all-gather input)
     int64_t padded_numel;         // block_numel * shard world (unsharded, padded)
+    int64_t unsharded_words;      // 4-byte words of the unsharded parameters (rt_model_param
+                                  // unsharded_word)
     // [shard rank] -> [nparams]: each rank's planned layout (ranks alike share one table)
     const rt_fsdp_param_plan* const* plan;
     size_t params_off;            // arena byte offsets of the persistent fp32 buffers

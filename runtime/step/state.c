@@ -107,7 +107,7 @@ static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
 
 // The unsharded parameters' layout (rt_model_param unsharded_word; generator/memory/
 // memory.lua place_unsharded_params) recomputed into rg->unsharded_words and compared with
-// the generator's offsets.
+// the generator's offsets and size (the size of the buffers it planned for them).
 static int unsharded_layout(rt_rank* R, int g) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
@@ -123,6 +123,12 @@ static int unsharded_layout(rt_rank* R, int g) {
         int64_t numel = rg->layout.params[i].numel;
         int64_t words = p->from_shard ? 0 : p->packed ? numel / 2 : numel;
         w += (words + 3) / 4 * 4;
+    }
+    if (mg->unsharded_words != w) {
+        fprintf(stderr, "fsdpgen: rank %d: group '%s' plans %lld words of unsharded parameters, "
+                "the layout has %lld (a generator bug)\n", R->rank, mg->name,
+                (long long)mg->unsharded_words, (long long)w);
+        return RT_ERR_MISMATCH;
     }
     rg->unsharded_words = w;
     return 0;

@@ -913,6 +913,10 @@ static void test_setup_failures(void) {
          "layout has it at 20",
          "a parameter planned at a word of the unsharded parameters the runtime recomputes "
          "otherwise: exit 1 naming it, nothing saved"},
+        {"tiny_words", "words.st",
+         "group 'lin' plans 30 words of unsharded parameters, the layout has 28",
+         "a group's unsharded parameters planned at a size the runtime recomputes otherwise: "
+         "exit 1 naming it, nothing saved"},
         {"tiny_unsynced", "unsynced.st",
          "all-gather of group 'lin' before the all-gather streams waited for compute",
          "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "

@@ -1,7 +1,7 @@
 // tiny_main.c — a generated training binary's main() over the hand-written test models:
 // TINY_MODEL (tiny, tiny_ref, tiny_nan, tiny_bad, tiny_wrong, tiny_wrong_reduction,
-// tiny_bad_index, tiny_packed, tiny_from_shard, tiny_word, tiny_unsynced, tiny_stale,
-// tiny_slow, tok; default tiny) picks the model.
+// tiny_bad_index, tiny_packed, tiny_from_shard, tiny_word, tiny_words, tiny_unsynced,
+// tiny_stale, tiny_slow, tok; default tiny) picks the model.
 #include <stdio.h>
 #include <stdlib.h>
 

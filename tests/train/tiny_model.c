@@ -143,16 +143,22 @@ static const rt_fsdp_param_plan* const tiny_ref_plan[] = {tiny_ref_rank};  // sh
 static const rt_fsdp_param_plan tiny_wrong_rank1[] = {{0, 12, 0, 12}, {0, 3, 12, 2}};
 static const rt_fsdp_param_plan* const tiny_wrong_plan[] = {tiny_rank0, tiny_wrong_rank1};
 
-#define GROUP(NAME, NPARAMS, PARAMS, PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)           \
+#define GROUP(NAME, NPARAMS, PARAMS, PLAN, BLOCK, PADDED, WORDS, ALLRED, POFF, GOFF, SOFF)    \
     {.name = NAME, .nparams = NPARAMS, .params = PARAMS, .placement = RT_SHARD_DIM0,         \
      .pf_world = 0, .param_dtype = RT_F32, .reduce_dtype = RT_F32, .divide_factor = 0.0,      \
      .force_sum = 0, .all_reduce = ALLRED, .block_numel = BLOCK, .padded_numel = PADDED,      \
-     .plan = PLAN, .params_off = POFF, .grads_off = GOFF, .state_off = SOFF}
+     .unsharded_words = WORDS, .plan = PLAN, .params_off = POFF, .grads_off = GOFF,           \
+     .state_off = SOFF}
+// tiny's unsharded parameters: 20 words of weights, the bias's 5 rounded up to 8
 #define TINY_GROUP(PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF) \
-    GROUP("lin", 2, tiny_group_params, PLAN, BLOCK, PADDED, ALLRED, POFF, GOFF, SOFF)
+    GROUP("lin", 2, tiny_group_params, PLAN, BLOCK, PADDED, 28, ALLRED, POFF, GOFF, SOFF)
 
 static const rt_model_group tiny_groups[] = {TINY_GROUP(tiny_plan, 15, 30, 0, 0, 64, 128)};
 static const rt_model_group tiny_wrong_groups[] = {TINY_GROUP(tiny_wrong_plan, 15, 30, 0, 0, 64, 128)};
+// The unsharded parameters planned at the padded size (30 words) where the layout has 28:
+// rejected.
+static const rt_model_group tiny_words_groups[] = {
+    GROUP("lin", 2, tiny_group_params, tiny_plan, 15, 30, 30, 0, 0, 64, 128)};
 static const rt_model_group tiny_ref_groups[] = {TINY_GROUP(tiny_ref_plan, 25, 25, 1, 0, 128, 256)};
 // Reductions of the bias alone the runtime must reject: planned with a block of 4 elements
 // (its padded shard is 3), and listing a parameter index past the group's.
@@ -161,7 +167,8 @@ static const rt_model_reduction tiny_wrong_reductions[] = {{1, tiny_bias_only, 4
 static const rt_model_reduction tiny_bad_index_reductions[] = {{1, tiny_no_such_param, 3, 0}};
 #define TINY_REDUCTION_GROUP(REDUCTIONS)                                                     \
     {.name = "lin", .nparams = 2, .params = tiny_group_params, .param_dtype = RT_F32,          \
-     .reduce_dtype = RT_F32, .block_numel = 15, .padded_numel = 30, .plan = tiny_plan,        \
+     .reduce_dtype = RT_F32, .block_numel = 15, .padded_numel = 30, .unsharded_words = 28,    \
+     .plan = tiny_plan,                                                                        \
      .grads_off = 64, .state_off = 128, .nreductions = 1, .reductions = REDUCTIONS}
 static const rt_model_group tiny_wrong_reduction_groups[] = {TINY_REDUCTION_GROUP(tiny_wrong_reductions)};
 static const rt_model_group tiny_bad_index_groups[] = {TINY_REDUCTION_GROUP(tiny_bad_index_reductions)};
@@ -234,6 +241,9 @@ const rt_model tiny_from_shard_model = TINY_MODEL("tiny_from_shard", 1, 2, tiny_
 const rt_model tiny_word_model = TINY_MODEL("tiny_word", 1, 2, tiny_params_word, tiny_groups, ADAMW,
                                             1024, 1020, tiny_step, tiny_events, 3, tiny_counts, 2,
                                             NULL, 0);
+const rt_model tiny_words_model = TINY_MODEL("tiny_words", 1, 2, tiny_params_sharded,
+                                             tiny_words_groups, ADAMW, 1024, 1020, tiny_step,
+                                             tiny_events, 3, tiny_counts, 2, NULL, 0);
 const rt_model tiny_unsynced_model = TINY_MODEL("tiny_unsynced", 1, 2, tiny_params_sharded,
                                                 tiny_groups, ADAMW, 1024, 1020, tiny_unsynced_step,
                                                 tiny_events, 3, tiny_counts, 2, NULL, 0);
@@ -290,7 +300,7 @@ static const int tok_group_params[] = {0};
 static const rt_fsdp_param_plan tok_rank[] = {{0, 128, 0, 128}};
 static const rt_fsdp_param_plan* const tok_plan[] = {tok_rank, tok_rank};
 static const rt_model_group tok_groups[] = {
-    GROUP("emb", 1, tok_group_params, tok_plan, 128, 256, 0, 0, 512, 1024),
+    GROUP("emb", 1, tok_group_params, tok_plan, 128, 256, 256, 0, 0, 512, 1024),
 };
 static const rt_model_event tok_events[] = {
     {"FORWARD", "unshard", "emb"}, {"POST_BACKWARD", "reshard", "emb"},
@@ -324,6 +334,7 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_packed")) return &tiny_packed_model;
     if (!strcmp(name, "tiny_from_shard")) return &tiny_from_shard_model;
     if (!strcmp(name, "tiny_word")) return &tiny_word_model;
+    if (!strcmp(name, "tiny_words")) return &tiny_words_model;
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tiny_stale")) return &tiny_stale_model;
     if (!strcmp(name, "tiny_slow")) return &tiny_slow_model;

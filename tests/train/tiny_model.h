@@ -11,6 +11,7 @@
 //                    (rejected too)
 //   tiny_word_model  tiny with its bias planned at the wrong word of the unsharded
 //                    parameters (rejected too)
+//   tiny_words_model tiny with its unsharded parameters planned at the wrong size (rejected)
 //   tiny_unsynced_model tiny whose step all-gathers with no all_gather_sync before (dies)
 //   tiny_stale_model    tiny whose step has a second optimizer step with no reduce-scatter
 //                       since the first (dies)
@@ -31,6 +32,7 @@ extern const rt_model tiny_wrong_model;
 extern const rt_model tiny_packed_model;
 extern const rt_model tiny_from_shard_model;
 extern const rt_model tiny_word_model;
+extern const rt_model tiny_words_model;
 extern const rt_model tiny_unsynced_model;
 extern const rt_model tiny_stale_model;
 extern const rt_model tiny_slow_model;
