@@ -37,40 +37,75 @@ void rt_sum_loss_backward(float* dlogits, size_t n, const float* dloss, int assi
 // overflow L2, so a second pass would read DRAM again): each thread keeps a running max m
 // and the sum of exp(x - m) (in double, rescaled when m grows); the block then rescales the
 // threads' sums to the row max. Agrees with the CPU's two passes within a few float
-// roundings of the sum (one per rescale). A thread loads RTC_LSE_U elements before using
-// any, so that many loads are in flight: with one per iteration (the running max a branch
-// on each value) the forward read GPT-2's logits at 1.7 TB/s on an H100.
-enum { RTC_LSE_U = 8 };
+// roundings of the sum (one per rescale).
+// Loads in flight: a 1024-thread block of these kernels fills an SM's registers alone (64
+// a thread at most, __launch_bounds__), so its own loads are all the SM has in flight. A
+// thread takes RTC_CE_GROUPS groups of RTC_VEC elements at a time, all loaded before any is
+// used: 16 bytes each where the row is 16-byte aligned (rtc_ce_aligned; 32 KB in flight
+// per SM of packed rows), else element by element. The elements' order is the same either
+// way, so packed and fp32 rows of the same values give the same bits. One element per
+// iteration read GPT-2's logits at 1.7 TB/s on an H100; eight 2-byte elements (f4f6038)
+// kept 16 KB in flight per SM. Four groups need 95 registers (ptxas, sm_90a), and spill at
+// 64.
+enum { RTC_CE_GROUPS = 2 };
+
+// Whether rows x (and dx) are read (and written) 16 bytes at a time.
+__device__ __forceinline__ bool rtc_ce_aligned(const void* x, const void* dx) {
+    return ((uintptr_t)x | (uintptr_t)dx) % 16 == 0;
+}
+
+// v = elements i .. i + RTC_VEC - 1 of row x, one 16-byte load or (vec false) one at a time.
+template <class S>
+__device__ __forceinline__ void rtc_ce_ld(const S* x, size_t i, rt_dtype dt, bool vec,
+                                          float (&v)[RTC_VEC]) {
+    if (vec) {
+        rtc_ldv(x, i, dt, v);
+    } else {
+        for (int e = 0; e < RTC_VEC; e++) v[e] = rtc_ld(x, i + e, dt);
+    }
+}
+
+// A thread's running (m, s) with N more values v (the padding -inf: exp gives 0 for it),
+// rescaled once when the max grows.
+template <int N>
+__device__ __forceinline__ void rtc_lse_add(float& m, double& s, const float* v) {
+    float mu = m;
+#pragma unroll
+    for (int u = 0; u < N; u++)
+        if (v[u] > mu) mu = v[u];
+    if (mu > m) {
+        s *= expf(m - mu);  // 0 while m is -inf: s is 0 then
+        m = mu;
+    }
+    if (m != -INFINITY)  // else every v is -inf too: exp gives 0
+#pragma unroll
+        for (int u = 0; u < N; u++) s += expf(v[u] - m);
+}
 
 // Logits and their gradients are fp32 values, or (S = uint16_t) packed 16-bit values of dt
-// (rt_kernels.h "packed 16-bit storage"), read and stored by rtc_ld / rtc_st.
+// (rt_kernels.h "packed 16-bit storage"), read and stored by rtc_ld(v) / rtc_st(v).
 template <class S>
 __device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, float* mx_out,
                                             double* sum_out) {
+    const bool vec = rtc_ce_aligned(x, NULL);
+    const int groups = V / RTC_VEC;
     float m = -INFINITY;
     double s = 0.0;
-    for (int j0 = threadIdx.x; j0 < V; j0 += RTC_LSE_U * blockDim.x) {
-        S raw[RTC_LSE_U];  // all loads issued before the first value is widened
-        float v[RTC_LSE_U];
+    for (int g0 = threadIdx.x; g0 < groups; g0 += RTC_CE_GROUPS * blockDim.x) {
+        float v[RTC_CE_GROUPS][RTC_VEC];
 #pragma unroll
-        for (int u = 0; u < RTC_LSE_U; u++) {
-            const int j = j0 + u * (int)blockDim.x;
-            raw[u] = j < V ? x[j] : S(0);
+        for (int u = 0; u < RTC_CE_GROUPS; u++) {
+            const int g = g0 + u * (int)blockDim.x;
+            if (g < groups)
+                rtc_ce_ld(x, (size_t)g * RTC_VEC, dt, vec, v[u]);
+            else
+                for (int e = 0; e < RTC_VEC; e++) v[u][e] = -INFINITY;
         }
-#pragma unroll
-        for (int u = 0; u < RTC_LSE_U; u++)  // exp gives 0 for the padding
-            v[u] = j0 + u * (int)blockDim.x < V ? rtc_val(raw[u], dt) : -INFINITY;
-        float mu = m;
-#pragma unroll
-        for (int u = 0; u < RTC_LSE_U; u++)
-            if (v[u] > mu) mu = v[u];
-        if (mu > m) {
-            s *= expf(m - mu);  // 0 while m is -inf: s is 0 then
-            m = mu;
-        }
-        if (m != -INFINITY)  // else every v is -inf too: exp gives 0
-#pragma unroll
-            for (int u = 0; u < RTC_LSE_U; u++) s += expf(v[u] - m);
+        rtc_lse_add<RTC_CE_GROUPS * RTC_VEC>(m, s, &v[0][0]);
+    }
+    for (int j = groups * RTC_VEC + threadIdx.x; j < V; j += blockDim.x) {
+        const float v = rtc_ld(x, j, dt);
+        rtc_lse_add<1>(m, s, &v);
     }
     const float mx = rtc_block_max(m);
     *mx_out = mx;
@@ -97,8 +132,9 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
 }
 
 // dlogits row n from the row's statistics (mx, s) (block-wide; count > 0, target t kept).
-// Each element alone: RTC_VEC of them per access where both rows are 16-byte aligned
-// (rtc_groups).
+// Each element alone, so its bits do not depend on the grouping: RTC_CE_GROUPS groups of
+// RTC_VEC elements at a time as rtc_row_lse, 16 bytes at a time where both rows are 16-byte
+// aligned.
 template <class S>
 __device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __restrict__ x, int V,
                                                 int32_t t, float mx, double s, double count,
@@ -106,21 +142,37 @@ __device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __r
     const double g = (double)*dloss / count;
     const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
     const float gf = (float)g;
-    auto grad = [&](auto w, size_t j) {
-        constexpr int K = decltype(w)::value;
-        float v[K], d[K] = {};
-        rtc_ldv(x, j, dt, v);
-        if (!as) rtc_ldv(dx, j, dt, d);
-        for (int u = 0; u < K; u++) {
-            d[u] = (as ? 0.0f : d[u]) + expf(v[u] - mx) * gs;
-            if (j + u == (size_t)t) d[u] -= gf;  // the CPU kernel's two steps, in its order
-        }
-        rtc_stv(dx, j, d, dt);
+    auto grad = [&](float v, float d, size_t j) {  // the CPU kernel's two steps, in its order
+        float r = (as ? 0.0f : d) + expf(v - mx) * gs;
+        if (j == (size_t)t) r -= gf;
+        return r;
     };
-    if (((uintptr_t)dx | (uintptr_t)x) % 16 == 0)
-        rtc_groups<RTC_VEC>(V, threadIdx.x, blockDim.x, grad);
-    else
-        rtc_groups<1>(V, threadIdx.x, blockDim.x, grad);
+    const bool vec = rtc_ce_aligned(x, dx);
+    const int groups = V / RTC_VEC;
+    for (int g0 = threadIdx.x; g0 < groups; g0 += RTC_CE_GROUPS * blockDim.x) {
+        float v[RTC_CE_GROUPS][RTC_VEC], d[RTC_CE_GROUPS][RTC_VEC] = {};
+#pragma unroll
+        for (int u = 0; u < RTC_CE_GROUPS; u++) {
+            const int gu = g0 + u * (int)blockDim.x;
+            if (gu < groups) {
+                rtc_ce_ld(x, (size_t)gu * RTC_VEC, dt, vec, v[u]);
+                if (!as) rtc_ce_ld(dx, (size_t)gu * RTC_VEC, dt, vec, d[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < RTC_CE_GROUPS; u++) {
+            const int gu = g0 + u * (int)blockDim.x;
+            if (gu >= groups) break;
+            const size_t i = (size_t)gu * RTC_VEC;
+            for (int e = 0; e < RTC_VEC; e++) d[u][e] = grad(v[u][e], d[u][e], i + e);
+            if (vec)
+                rtc_stv(dx, i, d[u], dt);
+            else
+                for (int e = 0; e < RTC_VEC; e++) rtc_st(dx, i + e, d[u][e], dt);
+        }
+    }
+    for (int j = groups * RTC_VEC + threadIdx.x; j < V; j += blockDim.x)
+        rtc_st(dx, j, grad(rtc_ld(x, j, dt), as ? 0.0f : rtc_ld(dx, j, dt), j), dt);
 }
 
 // A row without contribution (ignored, or every row ignored): assigned rows become zeros.
@@ -130,7 +182,8 @@ __device__ __forceinline__ void rtc_ce_no_grad_row(S* dx, int V, int as) {
         for (int j = threadIdx.x; j < V; j += blockDim.x) dx[j] = 0;
 }
 
-__global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
+__global__ void __launch_bounds__(1024)  // rtc_row_threads: at most 1024 threads
+ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
                                    const int32_t* __restrict__ targets,
                                    const double* __restrict__ count_in, int V, const float* dloss,
                                    rt_dtype dt, int as) {
@@ -159,7 +212,8 @@ __global__ void ce_backward_kernel(float* __restrict__ dlogits, const float* __r
 // backward kernel's function: the same bits), so the logits are read once less; a packed
 // row's padding columns [V, ld) are zeroed (the head's backward sums over them).
 template <class S>
-__global__ void ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
+__global__ void __launch_bounds__(1024)  // rtc_row_threads: at most 1024 threads
+ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
                                   S* __restrict__ dlogits, const S* __restrict__ logits, int ld,
                                   const int32_t* __restrict__ targets,
                                   const double* __restrict__ count_in, int N, int V, const float* dloss,
