@@ -36,7 +36,7 @@ fi
 # ThreadSanitizer, the tensor-core kernels' other tile configurations and the emulated
 # kernels under ASan+UBSan.
 slow=${FSDPGEN_SLOW:-0}
-targets="cuda cuda_tests"
+targets="cuda cuda_tests cuda_resources"
 [ "$slow" = 1 ] && targets="$targets cuda_tests_slow"
 start=$(date +%s)
 if ! ninja -f runtime/cuda.ninja $targets; then
@@ -78,9 +78,16 @@ for t in $order; do
 done
 wait
 
+# Every kernel launchable at its largest block (registers against an SM's register file,
+# from ptxas's report: tests/cuda/kernel_resources.py); no GPU needed.
+t0=$SECONDS
+python3 tests/cuda/kernel_resources.py --control build/cuda/res/resources_control.ptxas \
+    $(ls build/cuda/res/*.ptxas | grep -v /resources_control) >"$work/kernel_resources.out" 2>&1
+echo "$? $((SECONDS - t0))" >"$work/kernel_resources.rc"
+
 passed=0
 failed=0
-for t in $tests; do
+for t in $tests kernel_resources; do
     echo "== $t"
     read -r rc secs <"$work/$t.rc" || { rc=1 secs=0; }
     cat "$work/$t.out"
