@@ -306,28 +306,32 @@ local function F(bf, elem, n, int, packed16, name)
 end
 
 -- The parameter gradients whose first contribution in the life of their group's unsharded
--- gradient buffer assigns them (kernels_c.assigns_param: linear's dweight) instead of adding
--- onto the zeroed buffer: by backward step, the parameters it assigns; by buffer, the
--- parameters it need not zero.
+-- gradient buffer assigns them (kernels_c.assigns_param: linear's and the norms') instead of
+-- adding onto the zeroed buffer: by backward step, the parameters it assigns; by buffer,
+-- the parameters it need not zero. A call's one bit assigns all of its parameter
+-- gradients, so a step assigns them only where each is a first contribution.
 local function param_assigns(plan)
   local by_step, by_buf, seen = {}, {}, {}
   for _, st in ipairs(plan.steps) do
     if st.op == "backward" or st.op == "loss_grad" then
+      local firsts, all_first = {}, true
       for i, t in ipairs(st.node.ins) do
         local g = t.requires_grad and t.is_param and plan.owner[t]
         local ug = g and st.bufs.ugrad[g.index]
         if ug then
           seen[ug] = seen[ug] or {}
-          if not seen[ug][t] then
-            seen[ug][t] = true
-            if kernels.assigns_param(st.node, i) then
-              by_step[st] = by_step[st] or {}
-              by_step[st][t] = true
-              by_buf[ug] = by_buf[ug] or {}
-              by_buf[ug][#by_buf[ug] + 1] = t
-            end
+          if kernels.assigns_param(st.node, i) then
+            if seen[ug][t] then all_first = false else firsts[#firsts + 1] = { t, ug } end
           end
+          seen[ug][t] = true
         end
+      end
+      for _, f in ipairs(all_first and firsts or {}) do
+        local t, ug = f[1], f[2]
+        by_step[st] = by_step[st] or {}
+        by_step[st][t] = true
+        by_buf[ug] = by_buf[ug] or {}
+        by_buf[ug][#by_buf[ug] + 1] = t
       end
     end
   end

@@ -493,11 +493,17 @@ local ASSIGNS = {
   end,
 }
 
+-- The inputs whose gradients a backward kernel's RT_ASSIGN_DWEIGHT assigns (rt_kernels.h):
+-- the parameters' of linear and the norms.
+local PARAM_GRADS = { linear = { [2] = true, [3] = true }, layer_norm = { [2] = true, [3] = true },
+  rms_norm = { [2] = true } }
+
 -- Whether op's backward kernel can assign the gradient of its input i, a parameter
--- (rt_kernels.h RT_ASSIGN_DWEIGHT: linear's weight, unless another input is the same
--- tensor and adds to that gradient in the same call).
+-- (RT_ASSIGN_DWEIGHT), unless another input is the same tensor and adds to that gradient
+-- in the same call. The bit is one for all of the call's parameter gradients: the emitter
+-- sets it where each of them is a first contribution (emit_step.lua param_assigns).
 function M.assigns_param(op, i)
-  if op.kind ~= "linear" or i ~= 2 then return false end
+  if not (PARAM_GRADS[op.kind] or {})[i] then return false end
   for j, u in ipairs(op.ins) do
     if j ~= i and u == op.ins[i] then return false end
   end
@@ -507,7 +513,7 @@ end
 -- The `assign` argument of op's backward kernel and the gradient buffers it assigns: the
 -- fresh activation-gradient buffers (ctx.fresh) of the kernel's assignable outputs, each
 -- but one that is also another gradient output of the call (x + x accumulates both
--- contributions into one buffer); and linear's dweight where ctx.assign_param says.
+-- contributions into one buffer); and the parameters' where ctx.assign_param says.
 local function backward_assign(op, c)
   local a = ASSIGNS[op.kind]
   if type(a) == "function" then a = a(op) end
@@ -520,8 +526,11 @@ local function backward_assign(op, c)
       bufs[#bufs + 1] = fresh
     end
   end
-  if op.kind == "linear" and c.assign_param and c.assign_param(op.ins[2]) then
-    bits[#bits + 1] = "RT_ASSIGN_DWEIGHT"
+  for i, t in ipairs(op.ins) do
+    if M.assigns_param(op, i) and c.assign_param and c.assign_param(t) then
+      bits[#bits + 1] = "RT_ASSIGN_DWEIGHT"
+      break
+    end
   end
   return bits[1] and table.concat(bits, " | ") or "RT_ACCUMULATE", bufs
 end

@@ -50,9 +50,9 @@
 //     buffer (0 + x, rounded to dt as usual; only a zero's sign may differ, -0 where
 //     0 + -0 gives +0), so the generated code needs no rt_zero before a gradient's first
 //     contribution. RT_ACCUMULATE (0) accumulates every output. Parameter gradients
-//     (dweight, dbias, broadcast_add's db) accumulate and have no bit, but for linear's
-//     dweight: RT_ASSIGN_DWEIGHT (the largest parameter gradients; the generator zeroes
-//     the rest of a group's gradient buffer around the weights it assigns). Two
+//     have one bit for all of a call's: RT_ASSIGN_DWEIGHT, linear's dweight and dbias and
+//     the norms' (the generator zeroes the rest of a group's gradient buffer around the
+//     parameters it assigns); broadcast_add's db accumulates and has no bit. Two
 //     gradient outputs that are one buffer (da == db below) ignore their bits and
 //     accumulate. Each kernel names its bits.
 //   * A gradient output documented as "nullable" may be NULL: that gradient is then not
@@ -89,7 +89,7 @@ extern "C" {
 #define RT_ASSIGN_1 1
 #define RT_ASSIGN_2 2
 #define RT_ASSIGN_3 4
-#define RT_ASSIGN_DWEIGHT 8  // rt_linear_backward's dweight
+#define RT_ASSIGN_DWEIGHT 8  // the parameter gradients (linear's and the norms')
 
 // ----------------------------------------------------------------------------
 // setup
@@ -111,7 +111,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight,
                        const float* bias /*nullable*/, int N, int C, int OC, rt_dtype dt);
 // dinp[N,C] += dout·weight; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_rows(dout).
 // dinp, dweight, dbias are each nullable. RT_ASSIGN_1: dinp = (beta = 0 in the GEMM);
-// RT_ASSIGN_DWEIGHT: dweight = (beta = 0; zeros when N is 0).
+// RT_ASSIGN_DWEIGHT: dweight = (beta = 0; zeros when N is 0) and dbias =.
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign);
@@ -137,7 +137,8 @@ void rt_arange_i32(int32_t* ids, int n, int32_t start);
 void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                           const float* weight, const float* bias, int N, int C, float eps,
                           rt_dtype dt);
-// dinp, dweight, dbias nullable; mean, rstd are what forward saved. RT_ASSIGN_1: dinp.
+// dinp, dweight, dbias nullable; mean, rstd are what forward saved. RT_ASSIGN_1: dinp;
+// RT_ASSIGN_DWEIGHT: dweight and dbias.
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
                            const float* rstd, int N, int C, rt_dtype dt, int assign);
@@ -149,7 +150,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
 
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps, rt_dtype dt);
-// dinp, dweight nullable. RT_ASSIGN_1: dinp.
+// dinp, dweight nullable. RT_ASSIGN_1: dinp; RT_ASSIGN_DWEIGHT: dweight.
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                          int assign);

@@ -322,6 +322,8 @@ static void test_rmsnorm(int N, int C, int affine, rt_dtype dt) {  // dt: as tes
 // (norm.cu "dw"; over two blocks per SM, so a warp takes several rows on the emulator's
 // 4 SMs) and the block path by column sums (LayerNorm rows over 1024: both). bias_only:
 // LayerNorm's weight gradient not asked for (NULL).
+static int dev_same(const float* da, const float* db, size_t n);
+
 static void test_norm_paths(int N, int C, int bias_only) {
     char nm[128];
     const size_t nc = (size_t)N * C;
@@ -359,6 +361,31 @@ static void test_norm_paths(int N, int C, int bias_only) {
         cmp_dev("  ... dinp (=)", d_dx[0], d_dx[1], nc, 1e-5);
         cmp_dev("  ... dweight (+=)", d_dw[0], d_dw[1], C, 1e-5);
         if (layer) cmp_dev("  ... dbias (+=)", d_db[0], d_db[1], C, 1e-5);
+        // RT_ASSIGN_DWEIGHT: each path's weight gradients assigned into NaNs == the same path
+        // accumulating onto zeros, bit for bit
+        for (int k = 0; k < 2; k++) {
+            const float* wk = k ? d_wu : d_wa;
+            float* g[2][2];  // [assigned][dweight, dbias]
+            for (int a = 0; a < 2; a++)
+                for (int j = 0; j < 2; j++) {
+                    g[a][j] = dalloc(C * sizeof(float));
+                    RT_CHECK_CUDA(cudaMemset(g[a][j], a ? 0xFF : 0, C * sizeof(float)));  // NaN
+                }
+            for (int a = 0; a < 2; a++) {
+                const int bits = RT_ASSIGN_1 | (a ? RT_ASSIGN_DWEIGHT : 0);
+                if (layer)
+                    rt_layernorm_backward(d_dx[k], bias_only ? NULL : g[a][0], g[a][1], d_dout, d_x,
+                                          wk, d_m[0], d_r[0], N, C, RT_F32, bits);
+                else
+                    rt_rmsnorm_backward(d_dx[k], g[a][0], d_dout, d_x, wk, d_r[0], N, C, RT_F32,
+                                        bits);
+            }
+            const int same = (layer && bias_only) || dev_same(g[1][0], g[0][0], C);
+            CHECK(same && (!layer || dev_same(g[1][1], g[0][1], C)),
+                  "  ... %s: dweight%s assigned (=) == accumulated onto zeros, bit for bit",
+                  k ? "a block per row" : "a warp per row", layer ? " and dbias" : "");
+            for (int a = 0; a < 2; a++) dfree(g[a][0]), dfree(g[a][1]);
+        }
     }
     for (int k = 0; k < 2; k++) {
         dfree(d_y[k]), dfree(d_dx[k]), dfree(d_m[k]), dfree(d_r[k]);

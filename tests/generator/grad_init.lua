@@ -8,8 +8,8 @@
 --   * no later contribution assigns it or zeroes it;
 --   * no call assigns an output that is also another gradient output of the call (x + x);
 -- and following each unsharded parameter-gradient buffer through its life:
---   * its rt_zero ranges and the weights that linear backward assigns (RT_ASSIGN_DWEIGHT)
---     tile it exactly (no element twice, none left out, padding included), or where a
+--   * its rt_zero ranges and the parameters that linear and norm backward calls assign
+--     (RT_ASSIGN_DWEIGHT: their weights and biases) tile it exactly (no element twice, none left out, padding included), or where a
 --     part of a split reduction (one rank) ends it, tile that part's parameters (the
 --     part reads no other element);
 --   * a parameter's gradient is assigned only by its first contribution, and every other
@@ -31,6 +31,10 @@ local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu 
   cross_entropy_forward = 1, cross_entropy_packed_forward = 1, linear_packed = 1, attention_lowmem = 3,
   gelu_packed = 1, relu_packed = 1, silu_packed = 1, swiglu_packed = 2, rope_packed = 1, attention_lowmem_packed = 3,
   residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1 }
+
+-- The kernels whose RT_ASSIGN_DWEIGHT assigns their parameter gradients, arguments 2 (and 3).
+local PARAM_GRAD_KERNELS = { linear = true, linear_packed = true, layernorm = true,
+  layernorm_packed = true, rmsnorm = true, rmsnorm_packed = true }
 
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
 -- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three.
@@ -117,9 +121,12 @@ check_param_grads = function(name, plan, secs, bsteps)
         local r = { bf.offset + 4 * off, bf.offset + 4 * (off + trace.numel(t.shape)) }
         local e = string.format("F(%d, %d)", r[1], r[2] - r[1])
         local assigned = false
-        for _, call in ipairs(calls) do
-          local a = (call:match("^rt_linear_backward%(") or call:match("^rt_linear_packed_backward%(")) and args_of(call)
-          if a and a[2] == e and a[#a]:find("RT_ASSIGN_DWEIGHT", 1, true) then assigned = true end
+        for _, call in ipairs(calls) do  -- (dinp, dweight[, dbias], ...): arguments 2 and 3
+          local k = call:match("^rt_([%w_]+)_backward%(")
+          local a = PARAM_GRAD_KERNELS[k] and args_of(call)
+          if a and (a[2] == e or a[3] == e) and a[#a]:find("RT_ASSIGN_DWEIGHT", 1, true) then
+            assigned = true
+          end
         end
         inits[bf] = inits[bf] or {}
         if assigned then

@@ -135,9 +135,9 @@ static void c_attention(float* const* o, float* const* in, rt_dtype dt, int as) 
 #define ATT_IN 4, {ATT_Q, ATT_KV, ATT_KV, ATT_Q}, {-2, -2, -2, -1}, {2, 2, 2, 1}
 
 static const acase cases[] = {
-    {"linear backward", LIN_IN, 3, {N_ * C_, OC_ * C_, OC_}, {1, RT_ASSIGN_DWEIGHT, 0}, {"dinp", "dweight", "dbias"}, 1, c_linear},
-    {"layernorm backward", NORM_IN, 3, {RN * RC, RC, RC}, {1, 0, 0}, {"dinp", "dweight", "dbias"}, 1, c_layernorm},
-    {"rmsnorm backward", NORM_IN, 2, {RN * RC, RC}, {1, 0}, {"dinp", "dweight"}, 1, c_rmsnorm},
+    {"linear backward", LIN_IN, 3, {N_ * C_, OC_ * C_, OC_}, {1, RT_ASSIGN_DWEIGHT, RT_ASSIGN_DWEIGHT}, {"dinp", "dweight", "dbias"}, 1, c_linear},
+    {"layernorm backward", NORM_IN, 3, {RN * RC, RC, RC}, {1, RT_ASSIGN_DWEIGHT, RT_ASSIGN_DWEIGHT}, {"dinp", "dweight", "dbias"}, 1, c_layernorm},
+    {"rmsnorm backward", NORM_IN, 2, {RN * RC, RC}, {1, RT_ASSIGN_DWEIGHT}, {"dinp", "dweight"}, 1, c_rmsnorm},
     {"gelu backward", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_gelu},
     {"relu backward", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_relu},
     {"silu backward", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_silu},
@@ -263,18 +263,25 @@ static void test_attention_alias(void) {
           "equal to accumulating (bits ignored): %zu differ", N1, diff);
 }
 
-// No rows (N = 0): an assigned dinp has no elements, an assigned dweight is all zeros (the
-// empty sum), an accumulated one keeps its values.
+// No rows (N = 0): an assigned dinp has no elements, assigned parameter gradients are all
+// zeros (the empty sum), accumulated ones keep their values: linear's dweight and dbias,
+// LayerNorm's dweight and dbias, RMSNorm's dweight.
 static void test_no_rows(void) {
-    float dw[OC_ * C_], keep[OC_ * C_], dummy[1] = {0};
+    enum { NW = OC_ * C_ + OC_ + 2 * RC + RC };  // the five gradients, one after another
+    float g[NW], keep[NW], dummy[1] = {0};
+    float *dw = g, *db = dw + OC_ * C_, *lw = db + OC_, *lb = lw + RC, *rw = lb + RC;
     for (int as = 0; as < 2; as++) {
-        for (int i = 0; i < OC_ * C_; i++) dw[i] = keep[i] = as ? NAN : 0.25f * (float)(i % 7);
-        rt_linear_backward(dummy, dw, NULL, dummy, dummy, dummy, 0, C_, OC_, RT_BF16,
-                           as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE);
+        for (int i = 0; i < NW; i++) g[i] = keep[i] = as ? NAN : 0.25f * (float)(i % 7);
+        const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+        rt_linear_backward(dummy, dw, db, dummy, dummy, dummy, 0, C_, OC_, RT_BF16, bits);
+        rt_layernorm_backward(dummy, lw, lb, dummy, dummy, dummy, dummy, dummy, 0, RC, RT_BF16,
+                              bits);
+        rt_rmsnorm_backward(dummy, rw, dummy, dummy, dummy, dummy, 0, RC, RT_BF16, bits);
         size_t diff = 0;
-        for (int i = 0; i < OC_ * C_; i++) diff += !same(dw[i], as ? 0.0f : keep[i], 0);
-        CHECK(diff == 0, "linear backward N=0 dweight (%s): %d values %s: %zu differ",
-              as ? "assigned" : "accumulated", OC_ * C_, as ? "zero" : "unchanged", diff);
+        for (int i = 0; i < NW; i++) diff += !same(g[i], as ? 0.0f : keep[i], 0);
+        CHECK(diff == 0, "linear, layernorm and rmsnorm backward N=0: dweight and dbias (%s), %d "
+              "values %s: %zu differ", as ? "assigned" : "accumulated", NW,
+              as ? "zero" : "unchanged", diff);
     }
 }
 

@@ -45,12 +45,13 @@ void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp
 // backward (accumulating). With xhat = (x - mean) * rstd and g = dout * weight:
 //   dinp    += rstd * (g - mean(g) - xhat * mean(g * xhat))
 //   dweight += sum_rows(dout * xhat),  dbias += sum_rows(dout)
+// (RT_ASSIGN_1: dinp =, RT_ASSIGN_DWEIGHT: dweight and dbias =)
 
 void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, const float* mean,
                            const float* rstd, int N, int C, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_layernorm_backward");
-    const int as = assign & RT_ASSIGN_1;
+    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (dinp) {
         for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
@@ -87,8 +88,8 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
                 }
             }
             for (int c = 0; c < cn; c++) {
-                if (dweight) dweight[c0 + c] += (float)aw[c];
-                if (dbias) dbias[c0 + c] += (float)ab[c];
+                if (dweight) dweight[c0 + c] = RT_KBASE(dweight[c0 + c], as_w) + (float)aw[c];
+                if (dbias) dbias[c0 + c] = RT_KBASE(dbias[c0 + c], as_w) + (float)ab[c];
             }
         }
     }

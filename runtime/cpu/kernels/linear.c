@@ -36,6 +36,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 
 // ----------------------------------------------------------------------------
 // backward (accumulating): dinp += dout·W, dW += dout^T·inp, dbias += column sums of dout
+// (RT_ASSIGN_DWEIGHT: dW and dbias =)
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
@@ -46,6 +47,8 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
         for (size_t i = 0; i < (size_t)(N > 0 ? N : 0) * C; i++) dinp[i] = 0.0f;
     if (dweight && as_w && C > 0 && OC > 0 && N <= 0)
         for (size_t i = 0; i < (size_t)OC * C; i++) dweight[i] = 0.0f;
+    if (dbias && as_w && N <= 0)
+        for (int j = 0; j < OC; j++) dbias[j] = 0.0f;
     if (N <= 0 || OC <= 0) return;
     if (dinp && C > 0) {
         // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0, dinp not read)
@@ -69,7 +72,8 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
                 const float* d = dout + (size_t)n * OC + j0;
                 for (int j = 0; j < jn; j++) acc[j] += d[j];
             }
-            for (int j = 0; j < jn; j++) dbias[j0 + j] += (float)acc[j];
+            for (int j = 0; j < jn; j++)
+                dbias[j0 + j] = RT_KBASE(dbias[j0 + j], as_w) + (float)acc[j];
         }
     }
 }

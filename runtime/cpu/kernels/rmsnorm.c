@@ -29,12 +29,13 @@ void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* 
 // ----------------------------------------------------------------------------
 // backward (accumulating). With xhat = x * rstd and g = dout * weight:
 //   dinp += rstd * (g - xhat * mean(g * xhat)),  dweight += sum_rows(dout * xhat)
+// (RT_ASSIGN_1: dinp =, RT_ASSIGN_DWEIGHT: dweight =)
 
 void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, const float* rstd, int N, int C, rt_dtype dt,
                          int assign) {
     RT_KCHECK_DT(dt, "rt_rmsnorm_backward");
-    const int as = assign & RT_ASSIGN_1;
+    const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (dinp) {
         for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
@@ -63,7 +64,8 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
                 float rs = rstd[n];
                 for (int c = 0; c < cn; c++) aw[c] += (double)d[c] * (x[c] * rs);
             }
-            for (int c = 0; c < cn; c++) dweight[c0 + c] += (float)aw[c];
+            for (int c = 0; c < cn; c++)
+                dweight[c0 + c] = RT_KBASE(dweight[c0 + c], as_w) + (float)aw[c];
         }
     }
 }

@@ -1,6 +1,7 @@
 // Deterministic column sums on the GPU: out_k[c] += sum over rows r of f(r, c)_k, k < K
-// (K = 1 or 2 sums per column), in double. Used for the bias gradients (rtc_colsum_acc)
-// and the LayerNorm / RMSNorm weight gradients.
+// (K = 1 or 2 sums per column), in double; assigned (=, with the bits of += onto zeros:
+// 0 + s) where `as`. Used for the bias gradients (rtc_colsum_acc) and the LayerNorm /
+// RMSNorm weight gradients.
 //
 // A column of a long matrix (N = batch x seq rows, often 8k-16k) is too much for one
 // block: the old one-pass kernel, one block per 32 columns, ran on 24 blocks for C = 768
@@ -20,7 +21,7 @@
 // Sums chunk blockIdx.y (rows [r0, r1)) of 32 columns; with one chunk, adds into out.
 template <int K, class F>
 __global__ void colsum_chunk_kernel(double* __restrict__ partial, float* out0, float* out1, F f,
-                                    int N, int C, int rows_per_chunk) {
+                                    int N, int C, int rows_per_chunk, int as) {
     __shared__ double sh[K][RTC_COLSUM_Y][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int r0 = blockIdx.y * rows_per_chunk;
@@ -40,17 +41,17 @@ __global__ void colsum_chunk_kernel(double* __restrict__ partial, float* out0, f
         for (int y = 0; y < RTC_COLSUM_Y; y++) s += sh[k][y][threadIdx.x];
         float* out = k == 0 ? out0 : out1;
         if (gridDim.y == 1) {
-            if (out) out[c] += (float)s;
+            if (out) out[c] = RT_KBASE(out[c], as) + (float)s;
         } else {
             partial[((size_t)blockIdx.y * K + k) * C + c] = s;
         }
     }
 }
 
-// out_k[c] += sum of the chunks' partials, chunk 0 first.
+// out_k[c] (+)= sum of the chunks' partials, chunk 0 first.
 template <int K>
 __global__ void colsum_finish_kernel(float* out0, float* out1, const double* __restrict__ partial,
-                                     int chunks, int C) {
+                                     int chunks, int C, int as) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     for (int k = 0; k < K; k++) {
@@ -58,15 +59,21 @@ __global__ void colsum_finish_kernel(float* out0, float* out1, const double* __r
         if (!out) continue;
         double s = 0.0;
         for (int b = 0; b < chunks; b++) s += partial[((size_t)b * K + k) * C + c];
-        out[c] += (float)s;
+        out[c] = RT_KBASE(out[c], as) + (float)s;
     }
 }
 
 // Launches the column sums of f over an N x C matrix on the thread's stream. out0/out1
 // may be NULL (that sum is skipped); f(r, c, acc) adds row r's terms of column c to acc[k].
+// as: the sums are assigned (no rows: zeros).
 template <int K, class F>
-void rtc_column_sums(float* out0, float* out1, F f, int N, int C) {
-    if (N <= 0 || C <= 0) return;
+void rtc_column_sums(float* out0, float* out1, F f, int N, int C, int as) {
+    if (C <= 0) return;
+    if (N <= 0) {
+        if (as && out0) rt_zero(out0, (size_t)C);
+        if (as && out1) rt_zero(out1, (size_t)C);
+        return;
+    }
     rtc_ctx* ctx = rtc_get();
     const int bx = (C + 31) / 32;
     int chunks = (RTC_COLSUM_TARGET_BLOCKS + bx - 1) / bx;
@@ -78,11 +85,11 @@ void rtc_column_sums(float* out0, float* out1, F f, int N, int C) {
     const int rows_per_chunk = (N + chunks - 1) / chunks;
     chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
     colsum_chunk_kernel<K><<<dim3((unsigned)bx, (unsigned)chunks), dim3(32, RTC_COLSUM_Y), 0, ctx->stream>>>(
-        ctx->colsum_partials, out0, out1, f, N, C, rows_per_chunk);
+        ctx->colsum_partials, out0, out1, f, N, C, rows_per_chunk, as);
     RTC_CHECK_LAUNCH(colsum_chunk_kernel);
     if (chunks == 1) return;
     colsum_finish_kernel<K><<<(unsigned)((C + 255) / 256), 256, 0, ctx->stream>>>(
-        out0, out1, ctx->colsum_partials, chunks, C);
+        out0, out1, ctx->colsum_partials, chunks, C, as);
     RTC_CHECK_LAUNCH(colsum_finish_kernel);
 }
 

@@ -32,12 +32,12 @@ struct colsum_term {
 };
 
 template <class S>
-static void colsum_acc(float* db, const S* d, int rows, int cols, int ld, rt_dtype dt) {
-    rtc_column_sums<1>(db, (float*)NULL, colsum_term<S>{d, ld, dt}, rows, cols);
+static void colsum_acc(float* db, const S* d, int rows, int cols, int ld, rt_dtype dt, int as) {
+    rtc_column_sums<1>(db, (float*)NULL, colsum_term<S>{d, ld, dt}, rows, cols, as);
 }
 
 void rtc_colsum_acc(float* db, const float* d, int rows, int cols) {
-    colsum_acc(db, d, rows, cols, cols, RT_F32);
+    colsum_acc(db, d, rows, cols, cols, RT_F32, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -116,8 +116,8 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 }
 
 // ----------------------------------------------------------------------------
-// linear backward (accumulating, or assigning dinp and dweight by their bits): dinp += dout·W,
-// dW += dout^T·inp, dbias += colsum(dout)
+// linear backward (accumulating, or assigning dinp, and dweight with dbias, by their bits):
+// dinp += dout·W, dW += dout^T·inp, dbias += colsum(dout)
 
 // 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input
 // or weight) and of dinp's product: a 16-bit block when assigned, none when assigned packed,
@@ -209,9 +209,9 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
                pw = packed & RT_PACKED_INP2, pg = packed & RT_PACKED_DINP;
     const bool done = linear_backward_empty(dinp, pg, dweight, N, C, OC, as, as_w);
-    if (dbias && N > 0 && OC > 0)
+    if (dbias && (N > 0 || as_w) && OC > 0)  // assigned without rows: zeros
         rtc_with_storage(pd, dout, [&](auto d) {
-            colsum_acc(dbias, d, N, OC, pd ? rtc_ld16(OC) : OC, dt);
+            colsum_acc(dbias, d, N, OC, pd ? rtc_ld16(OC) : OC, dt, as_w);
         });
     if (done || (!dinp && !dweight)) return;
     if (dt == RT_F32) {

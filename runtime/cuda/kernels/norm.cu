@@ -236,13 +236,13 @@ __device__ __forceinline__ void rtc_dw_block(double* partial, const double* sh, 
     }
 }
 
-// out_k[c] += the sum of the blocks' partials of column c, k = blockIdx.y: block (x, k)
+// out_k[c] (+)= the sum of the blocks' partials of column c, k = blockIdx.y: block (x, k)
 // takes 32 columns, thread (c, y) of them sums partials y, y + RTC_DW_FINISH_Y, ... in
 // order, then thread (c, 0) those RTC_DW_FINISH_Y sums in order (one thread per column
 // summed hundreds of partials one after the other, a few blocks for the whole row).
 #define RTC_DW_FINISH_Y 8
 __global__ void dw_finish_kernel(float* out0, float* out1, const double* __restrict__ partial,
-                                 int blocks, int K, int C) {
+                                 int blocks, int K, int C, int as) {
     __shared__ double sh[RTC_DW_FINISH_Y][33];
     const int c = blockIdx.x * 32 + threadIdx.x, k = blockIdx.y;
     double s = 0.0;
@@ -255,13 +255,13 @@ __global__ void dw_finish_kernel(float* out0, float* out1, const double* __restr
     if (threadIdx.y != 0 || c >= C || !out) return;
     double t = 0.0;
     for (int y = 0; y < RTC_DW_FINISH_Y; y++) t += sh[y][threadIdx.x];
-    out[c] += (float)t;
+    out[c] = RT_KBASE(out[c], as) + (float)t;
 }
 
-static void rtc_dw_finish(float* out0, float* out1, int K, int blocks, int C) {
+static void rtc_dw_finish(float* out0, float* out1, int K, int blocks, int C, int as) {
     const dim3 grid((unsigned)((C + 31) / 32), (unsigned)K), block(32, RTC_DW_FINISH_Y);
     double* partial = rtc_get()->colsum_partials;
-    dw_finish_kernel<<<grid, block, 0, rtc_stream()>>>(out0, out1, partial, blocks, K, C);
+    dw_finish_kernel<<<grid, block, 0, rtc_stream()>>>(out0, out1, partial, blocks, K, C, as);
     RTC_CHECK_LAUNCH(dw_finish_kernel);
 }
 
@@ -487,13 +487,13 @@ struct layernorm_dwb_term {
 template <class G, class I, class D>
 static void layernorm_backward_on(G* dinp, float* dweight, float* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
-                                  const float* rstd, int N, int C, rt_dtype dt, int as) {
+                                  const float* rstd, int N, int C, rt_dtype dt, int assign) {
     if (dinp)
         RTC_LAUNCH_ROWS(layernorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, mean, rstd,
-                        C, dt, as);
+                        C, dt, assign & RT_ASSIGN_1);
     if (dweight || dbias)
         rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I, D>{dout, inp, mean, rstd, C, dt},
-                           N, C);
+                           N, C, assign & RT_ASSIGN_DWEIGHT);
 }
 
 // packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
@@ -501,7 +501,12 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
                                const void* inp, const float* weight, const float* mean,
                                const float* rstd, int N, int C, int packed, rt_dtype dt,
                                int assign) {
-    if (N <= 0 || C <= 0) return;
+    if (C <= 0) return;
+    if (N <= 0) {  // the assigned weight gradients are zeros
+        for (float* g : {dweight, dbias})
+            if (g && (assign & RT_ASSIGN_DWEIGHT)) rt_zero(g, (size_t)C);
+        return;
+    }
     if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
         const int blocks = dweight || dbias ? rtc_dw_blocks(2, N, C) : 0;
         if (blocks) {  // dweight's and dbias's terms too
@@ -510,7 +515,7 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
             layernorm_backward_dinp_wkernel<true><<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
                 dinp, dout, inp, weight, mean, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
             RTC_CHECK_LAUNCH(layernorm_backward_dinp_wkernel);
-            rtc_dw_finish(dweight, dbias, 2, blocks, C);
+            rtc_dw_finish(dweight, dbias, 2, blocks, C, assign & RT_ASSIGN_DWEIGHT);
             return;
         }
         RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel<false>, N, dinp, dout, inp, weight, mean,
@@ -521,7 +526,7 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
             rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
                 layernorm_backward_on(g, dweight, dbias, d, x, weight, mean, rstd, N, C, dt,
-                                      assign & RT_ASSIGN_1);
+                                      assign);
             });
         });
     });
@@ -785,20 +790,24 @@ struct rmsnorm_dw_term {
 template <class G, class I, class D>
 static void rmsnorm_backward_on(G* dinp, float* dweight, const D* dout, const I* inp,
                                 const float* weight, const float* rstd, int N, int C, rt_dtype dt,
-                                int as) {
+                                int assign) {
     if (dinp)
         RTC_LAUNCH_ROWS(rmsnorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, rstd, C, dt,
-                        as);
+                        assign & RT_ASSIGN_1);
     if (dweight)
         rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term<I, D>{dout, inp, rstd, C, dt}, N,
-                           C);
+                           C, assign & RT_ASSIGN_DWEIGHT);
 }
 
 // packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
 static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                              const float* weight, const float* rstd, int N, int C, int packed,
                              rt_dtype dt, int assign) {
-    if (N <= 0 || C <= 0) return;
+    if (C <= 0) return;
+    if (N <= 0) {  // the assigned weight gradient is zeros
+        if (dweight && (assign & RT_ASSIGN_DWEIGHT)) rt_zero(dweight, (size_t)C);
+        return;
+    }
     if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
         const int blocks = dweight ? rtc_dw_blocks(1, N, C) : 0;
         if (blocks) {  // dweight's terms too
@@ -807,7 +816,7 @@ static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const
             rmsnorm_backward_dinp_wkernel<true><<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
                 dinp, dout, inp, weight, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
             RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_wkernel);
-            rtc_dw_finish(dweight, NULL, 1, blocks, C);
+            rtc_dw_finish(dweight, NULL, 1, blocks, C, assign & RT_ASSIGN_DWEIGHT);
             return;
         }
         RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel<false>, N, dinp, dout, inp, weight, rstd, N,
@@ -817,8 +826,7 @@ static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
             rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-                rmsnorm_backward_on(g, dweight, d, x, weight, rstd, N, C, dt,
-                                    assign & RT_ASSIGN_1);
+                rmsnorm_backward_on(g, dweight, d, x, weight, rstd, N, C, dt, assign);
             });
         });
     });
