@@ -184,9 +184,8 @@ __device__ __forceinline__ void rtc_ce_no_grad_row(S* dx, int V, int as) {
 
 __global__ void __launch_bounds__(1024)  // rtc_row_threads: at most 1024 threads
 ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits,
-                                   const int32_t* __restrict__ targets,
-                                   const double* __restrict__ count_in, int V, const float* dloss,
-                                   rt_dtype dt, int as) {
+                   const int32_t* __restrict__ targets, const double* __restrict__ count_in,
+                   int V, const float* dloss, rt_dtype dt, int as) {
     const double count = count_in[0];
     const size_t n = blockIdx.x;
     const int32_t t = targets[n];
@@ -214,10 +213,9 @@ ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits
 template <class S>
 __global__ void __launch_bounds__(1024)  // rtc_row_threads: at most 1024 threads
 ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
-                                  S* __restrict__ dlogits, const S* __restrict__ logits, int ld,
-                                  const int32_t* __restrict__ targets,
-                                  const double* __restrict__ count_in, int N, int V, const float* dloss,
-                                  rt_dtype dt, int as) {
+                  S* __restrict__ dlogits, const S* __restrict__ logits, int ld,
+                  const int32_t* __restrict__ targets, const double* __restrict__ count_in, int N,
+                  int V, const float* dloss, rt_dtype dt, int as) {
     double total = 0.0, count = 0.0;
     for (int n = blockIdx.x; n < N; n += gridDim.x) {
         const int32_t t = targets[n];  // the same for the whole block: no divergence
