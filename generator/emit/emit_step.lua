@@ -308,8 +308,10 @@ end
 -- The parameter gradients whose first contribution in the life of their group's unsharded
 -- gradient buffer assigns them (kernels_c.assigns_param: linear's and the norms') instead of
 -- adding onto the zeroed buffer: by backward step, the parameters it assigns; by buffer,
--- the parameters it need not zero. A call's one bit assigns all of its parameter
--- gradients, so a step assigns them only where each is a first contribution.
+-- the parameters it need not zero. A call's one bit assigns all of its parameter-gradient
+-- outputs (kernels_c.param_grad_output), so a step assigns them only where each is a
+-- parameter's first contribution: not where one is an activation's gradient (a computed
+-- weight or bias), or the gradient of an input that is another of the call's inputs too.
 local function param_assigns(plan)
   local by_step, by_buf, seen = {}, {}, {}
   for _, st in ipairs(plan.steps) do
@@ -318,6 +320,10 @@ local function param_assigns(plan)
       for i, t in ipairs(st.node.ins) do
         local g = t.requires_grad and t.is_param and plan.owner[t]
         local ug = g and st.bufs.ugrad[g.index]
+        if t.requires_grad and kernels.param_grad_output(st.node, i)
+            and not (ug and kernels.assigns_param(st.node, i)) then
+          all_first = false
+        end
         if ug then
           seen[ug] = seen[ug] or {}
           if kernels.assigns_param(st.node, i) then

@@ -498,12 +498,17 @@ local ASSIGNS = {
 local PARAM_GRADS = { linear = { [2] = true, [3] = true }, layer_norm = { [2] = true, [3] = true },
   rms_norm = { [2] = true } }
 
+-- Whether the gradient of op's input i is one that its backward kernel's RT_ASSIGN_DWEIGHT
+-- assigns, whatever the input is (a parameter or not).
+function M.param_grad_output(op, i) return (PARAM_GRADS[op.kind] or {})[i] == true end
+
 -- Whether op's backward kernel can assign the gradient of its input i, a parameter
 -- (RT_ASSIGN_DWEIGHT), unless another input is the same tensor and adds to that gradient
--- in the same call. The bit is one for all of the call's parameter gradients: the emitter
--- sets it where each of them is a first contribution (emit_step.lua param_assigns).
+-- in the same call. The bit is one for all of the call's parameter-gradient outputs: the
+-- emitter sets it where each of them is a parameter's first contribution (emit_step.lua
+-- param_assigns).
 function M.assigns_param(op, i)
-  if not (PARAM_GRADS[op.kind] or {})[i] then return false end
+  if not M.param_grad_output(op, i) then return false end
   for j, u in ipairs(op.ins) do
     if j ~= i and u == op.ins[i] then return false end
   end

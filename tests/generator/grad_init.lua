@@ -32,9 +32,11 @@ local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu 
   gelu_packed = 1, relu_packed = 1, silu_packed = 1, swiglu_packed = 2, rope_packed = 1, attention_lowmem_packed = 3,
   residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1 }
 
--- The kernels whose RT_ASSIGN_DWEIGHT assigns their parameter gradients, arguments 2 (and 3).
-local PARAM_GRAD_KERNELS = { linear = true, linear_packed = true, layernorm = true,
-  layernorm_packed = true, rmsnorm = true, rmsnorm_packed = true }
+-- The kernels whose RT_ASSIGN_DWEIGHT assigns their parameter-gradient outputs, by argument
+-- position (whatever buffer they are: a parameter's gradient, or an activation's where the
+-- weight or bias is computed).
+local PARAM_GRAD_KERNELS = { linear = { 2, 3 }, linear_packed = { 2, 3 }, layernorm = { 2, 3 },
+  layernorm_packed = { 2, 3 }, rmsnorm = { 2 }, rmsnorm_packed = { 2 } }
 
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
 -- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three.
@@ -51,6 +53,9 @@ local function assigned_args(call)
   end
   for b in pairs(set) do
     if b > nbits then set[b] = nil; set.bad = true end
+  end
+  if bits:find("RT_ASSIGN_DWEIGHT", 1, true) then  -- one bit for all of them, NULL ones too
+    for _, i in ipairs(PARAM_GRAD_KERNELS[k] or {}) do set[i] = a[i] ~= "NULL" and "param" or nil end
   end
   return set
 end
@@ -124,8 +129,8 @@ check_param_grads = function(name, plan, secs, bsteps)
         for _, call in ipairs(calls) do  -- (dinp, dweight[, dbias], ...): arguments 2 and 3
           local k = call:match("^rt_([%w_]+)_backward%(")
           local a = PARAM_GRAD_KERNELS[k] and args_of(call)
-          if a and (a[2] == e or a[3] == e) and a[#a]:find("RT_ASSIGN_DWEIGHT", 1, true) then
-            assigned = true
+          for _, i in ipairs(a and PARAM_GRAD_KERNELS[k] or {}) do
+            if a[i] == e and a[#a]:find("RT_ASSIGN_DWEIGHT", 1, true) then assigned = true end
           end
         end
         inits[bf] = inits[bf] or {}
@@ -222,7 +227,7 @@ local function check_program(name, plan, text)
               if j ~= pos and x == e then fail(k, "assigns an output that is also argument " .. j .. ": " .. call) end
             end
             if e == "NULL" then fail(k, "assign bit on a NULL output: " .. call) end
-            assigned[e] = true
+            assigned[e] = set[pos]
           end
         end
       end
@@ -255,9 +260,10 @@ local function check_program(name, plan, text)
         end
       end
     end
-    -- only activation-gradient buffers are assigned (never a parameter's gradient)
-    for e in pairs(assigned) do
-      local isact = false
+    -- only activation-gradient buffers are assigned by the RT_ASSIGN_k bits (parameter
+    -- gradients by RT_ASSIGN_DWEIGHT, whose other outputs the loop above checked)
+    for e, how in pairs(assigned) do
+      local isact = how == "param"
       for b in pairs(seen) do if F(b) == e then isact = true end end
       if not isact then fail(k, e .. " assigned but not an activation gradient of the op") end
     end
