@@ -1183,6 +1183,28 @@ static void test_cross_entropy(int N, int V, int ignore_every, int all_ignored) 
     dfree(d_x), dfree(d_dx), dfree(d_losses), dfree(d_loss), dfree(d_t), dfree(d_two);
 }
 
+// A NaN logit makes the row's loss NaN, as on the CPU, also where it is all of what one
+// thread read first (elements 0..7 of a 1000-wide row: its first group, and its second
+// past the row's end), where the running max stays -inf.
+static void test_cross_entropy_nan(void) {
+    enum { N = 2, V = 1000 };
+    float *x = hrand((size_t)N * V, 5.0f, 0.0f), losses[N], loss = 0.0f;
+    for (int j = 0; j < 8; j++) x[j] = NAN;
+    const int32_t t[N] = {500, 7};
+    float *d_x = dup(x, (size_t)N * V), *d_losses = dalloc(N * sizeof(float)), *d_loss = dup(x, 1);
+    int32_t* d_t = dup_i32(t, N);
+    cpu_rt_cross_entropy_forward(&loss, losses, x, t, N, V);
+    rt_cross_entropy_forward(d_loss, d_losses, d_x, d_t, N, V);
+    float *g = down(d_losses, N), *gl = down(d_loss, 1);
+    CHECK(isnan(losses[0]) && isnan(g[0]) && isnan(loss) && isnan(gl[0]) && !isnan(g[1]) &&
+              fabsf(g[1] - losses[1]) <= 1e-5f * fabsf(losses[1]),
+          "cross-entropy forward, NaN in elements 0..7 of row 0: row 0's loss and the mean NaN "
+          "(CPU %g, %g; GPU %g, %g), row 1's finite (CPU %g, GPU %g)", (double)losses[0],
+          (double)loss, (double)g[0], (double)gl[0], (double)losses[1], (double)g[1]);
+    free(x), free(g), free(gl);
+    dfree(d_x), dfree(d_losses), dfree(d_loss), dfree(d_t);
+}
+
 // packed 16-bit logits (rt_kernels.h): the LM head's forward, the fused cross-entropy and
 // the head's backward on packed buffers give the fp32-storage calls' bits on the GPU (the
 // same products and kernels), with the padding columns zeros
@@ -2096,6 +2118,7 @@ int main(void) {
     test_cross_entropy(8, 50257, 0, 0);
     test_cross_entropy(1500, 64, 3, 0);  // more rows than reduction partials
     test_cross_entropy(4, 100, 0, 1);    // every target ignored: NaN loss, no gradient
+    test_cross_entropy_nan();
     test_packed(RT_BF16, 37, 24, 1027);  // odd vocabulary: padded rows
     test_packed(RT_F16, 16, 40, 64);
     test_packed_inputs(RT_BF16, 37, 24, 1027);  // OC odd: padded rows of a packed output

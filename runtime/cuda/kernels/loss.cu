@@ -66,7 +66,8 @@ __device__ __forceinline__ void rtc_ce_ld(const S* x, size_t i, rt_dtype dt, boo
 }
 
 // A thread's running (m, s) with N more values v (the padding -inf: exp gives 0 for it),
-// rescaled once when the max grows.
+// rescaled once when the max grows. While m is -inf, s is 0, or NaN once a NaN was seen
+// (the CPU's sum is NaN then too).
 template <int N>
 __device__ __forceinline__ void rtc_lse_add(float& m, double& s, const float* v) {
     float mu = m;
@@ -74,12 +75,16 @@ __device__ __forceinline__ void rtc_lse_add(float& m, double& s, const float* v)
     for (int u = 0; u < N; u++)
         if (v[u] > mu) mu = v[u];
     if (mu > m) {
-        s *= expf(m - mu);  // 0 while m is -inf: s is 0 then
+        s *= expf(m - mu);  // 0 while m is -inf (or NaN): s is 0 (or NaN) then
         m = mu;
     }
-    if (m != -INFINITY)  // else every v is -inf too: exp gives 0
+    if (m != -INFINITY) {
 #pragma unroll
         for (int u = 0; u < N; u++) s += expf(v[u] - m);
+    } else {  // every v is -inf (exp gives 0) or NaN
+        for (int u = 0; u < N; u++)
+            if (isnan(v[u])) s = NAN;
+    }
 }
 
 // Logits and their gradients are fp32 values, or (S = uint16_t) packed 16-bit values of dt
@@ -109,7 +114,7 @@ __device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, floa
     }
     const float mx = rtc_block_max(m);
     *mx_out = mx;
-    *sum_out = rtc_block_sum(m == -INFINITY ? 0.0 : s * expf(m - mx));
+    *sum_out = rtc_block_sum(m == -INFINITY ? s : s * expf(m - mx));  // s: 0, or NaN
 }
 
 // ----------------------------------------------------------------------------
