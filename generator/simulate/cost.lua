@@ -139,7 +139,9 @@ local function unsharded_bytes(g, read)
   local n = 0
   for _, l in ipairs(g.layout.params) do
     local p = l.param
-    if not p.from_shard then n = n + trace.numel(p.shape) * (read + (p.packed and dbytes(g.param_dtype) or 4)) end
+    if not p.from_shard then
+      n = n + trace.numel(p.shape) * (read + (p.packed and dbytes(g.param_dtype) or 4))
+    end
   end
   return n
 end

@@ -80,7 +80,8 @@ void rt_step_param_ptrs(rt_rank* R, int g, size_t off, void** out) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
         size_t bytes = (size_t)rg->layout.params[i].numel * rt_dtype_size(rg->unsharded_dtypes[i]);
         out[i] = p->from_shard ? NULL
-                               : rt_step_buffer(R, off + 4 * (size_t)p->unsharded_word, bytes, __FILE__, __LINE__);
+                               : rt_step_buffer(R, off + 4 * (size_t)p->unsharded_word, bytes,
+                                                __FILE__, __LINE__);
     }
 }
 

@@ -9,9 +9,9 @@
 --   * no call assigns an output that is also another gradient output of the call (x + x);
 -- and following each unsharded parameter-gradient buffer through its life:
 --   * its rt_zero ranges and the parameters that linear and norm backward calls assign
---     (RT_ASSIGN_DWEIGHT: their weights and biases) tile it exactly (no element twice, none left out, padding included), or where a
---     part of a split reduction (one rank) ends it, tile that part's parameters (the
---     part reads no other element);
+--     (RT_ASSIGN_DWEIGHT: their weights and biases) tile it exactly (no element twice,
+--     none left out, padding included), or where a part of a split reduction (one rank)
+--     ends it, tile that part's parameters (the part reads no other element);
 --   * a parameter's gradient is assigned only by its first contribution, and every other
 --     contribution lands on elements already zeroed or assigned.
 -- Run from the repository root: lua5.4 tests/generator/grad_init.lua

@@ -380,9 +380,10 @@ end
 -- linears' RT_PACKED_INP2 bit. Three bias-carrying linears 8 -> mid -> 8 -> 16: with mid 8 in
 -- bf16 every weight is packed; with mid 6 the first two are not ([6, 8] and [8, 6]: 6 rows or
 -- columns) but the third is, which follows 110 elements (each parameter's unsharded offset
--- is 16-byte aligned: memory.lua place_unsharded_params); in fp32 none is. In the benchmarks GPT-2's tied token
--- embedding (also read by the embedding) and Llama's are not, Llama's output head is; in
--- the odd ops, the weight of linear(parameter, weight) is not (its backward runs in fp32).
+-- is 16-byte aligned: memory.lua place_unsharded_params); in fp32 none is. In the
+-- benchmarks GPT-2's tied token embedding (also read by the embedding) and Llama's are
+-- not, Llama's output head is; in the odd ops, the weight of linear(parameter, weight) is
+-- not (its backward runs in fp32).
 local function packed_params(text)
   local got = {}
   for entry in util.flat(text):gmatch('\n%s*({%.fqn = "[^\n]*)') do

@@ -176,7 +176,7 @@ __device__ __forceinline__ void rtc_wrow_store_dinp(void* dx, bool p16, const rt
 // b W + w + W B, ...; each row's terms go into the warp's own K rows of C doubles in
 // shared memory (a lane its own entries, rtc_dw_at: no two threads add to one), then the
 // block adds its warps' rows, warp 0's first, into partial b (the context's column-sum
-// buffer), and colsum_finish_kernel adds the blocks' partials, block 0's first, into the
+// buffer), and dw_finish_kernel adds the blocks' partials, in a fixed order, into the
 // outputs. The order is fixed by N, C and the GPU's SM count (B is two blocks per SM, as
 // many as registers let run at once: one wave): the same bits every run on a GPU (double
 // sums in another order than the column sums', so within about a float rounding of theirs).
@@ -185,19 +185,21 @@ __device__ __forceinline__ void rtc_wrow_store_dinp(void* dx, bool p16, const rt
 #define RTC_DW_SMEM_DECL(name) extern __shared__ double name[]
 #endif
 
+// A dw block's shared memory: K rows of C doubles per warp.
+static size_t rtc_dw_smem(int K, int C) { return (size_t)RTC_WROW_WARPS * K * C * sizeof(double); }
+
 // Blocks of a dw launch of K sums of C columns (N rows): the context's dw_blocks, fewer
 // for few rows or where the partials would not fit the column-sum buffer; 0 where a
-// block's K x C doubles per warp exceed RTC_DW_SMEM (the column sums then).
+// block's shared memory would exceed RTC_DW_SMEM (the column sums then).
 static int rtc_dw_blocks(int K, int N, int C) {
-    if ((size_t)RTC_WROW_WARPS * K * C * sizeof(double) > RTC_DW_SMEM) return 0;
+    if (rtc_dw_smem(K, C) > RTC_DW_SMEM) return 0;
+    const int most = rtc_get()->dw_blocks;
     int b = (N + RTC_WROW_WARPS - 1) / RTC_WROW_WARPS;
-    if (b > rtc_get()->dw_blocks) b = rtc_get()->dw_blocks;
+    if (b > most) b = most;
     if ((size_t)b * K * C > RTC_COLSUM_PARTIAL_DOUBLES)
         b = (int)(RTC_COLSUM_PARTIAL_DOUBLES / ((size_t)K * C));
     return b;
 }
-
-static size_t rtc_dw_smem(int K, int C) { return (size_t)RTC_WROW_WARPS * K * C * sizeof(double); }
 
 // The rows a warp takes: its one, or (all) every gridDim.x W-th from its first.
 #define RTC_WROW_EACH(n, N, all)                                                               \
