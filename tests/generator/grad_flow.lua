@@ -50,15 +50,23 @@ local function simulate(steps)
   local content, shared = {}, {}  -- buffer -> tokens { step, targets }; buffer -> true
   local errs, nreads, nshared = {}, 0, 0
   local function err(i, msg) errs[#errs + 1] = string.format("step %d (%s): %s", i, steps[i].label or "?", msg) end
+  -- A token is one step's contribution in a buffer: targets maps each tensor it is a
+  -- contribution to onto the step it counts as, its own step or the no-copy add that passed
+  -- it on (that add's one contribution, however many tokens its output's gradient had).
   local function read(i, x, b)
     nreads = nreads + 1
     if shared[b] then nshared = nshared + 1 end
-    local got, w = {}, want[pass_of[i]][x] or {}
+    local got, passed, w = {}, {}, want[pass_of[i]][x] or {}
     for _, tok in ipairs(content[b] or {}) do
-      if not tok.targets[x] then
+      local s = tok.targets[x]
+      if not s then
         err(i, string.format("the gradient of %s holds step %d's contribution to another tensor", name(x), tok.step))
+      elseif s == tok.step then
+        got[s] = (got[s] or 0) + 1
+      elseif not passed[s] then
+        passed[s] = true
+        got[s] = (got[s] or 0) + 1
       end
-      got[tok.step] = (got[tok.step] or 0) + 1
     end
     for s, n in pairs(w) do
       if (got[s] or 0) ~= n then err(i, string.format("the gradient of %s lacks step %d's contribution", name(x), s)) end
@@ -82,13 +90,13 @@ local function simulate(steps)
       end
       if st.grad_alias then
         -- one contribution for both inputs, in place of the output's gradient
+        -- (the output's gradient, just read whole, is now also each input's: its
+        -- contributions count as this step's one for them)
         local b = grads[memory.base(op.outs[1])]
-        local targets = {}
         for _, x in ipairs(written(op)) do
-          targets[x] = true
           if grads[x] ~= b then err(i, "an input's gradient is not the output's buffer") end
+          for _, tok in ipairs(content[b] or {}) do tok.targets[x] = i end
         end
-        content[b] = { { step = i, targets = targets } }
         shared[b] = true
       else
         for _, x in ipairs(written(op)) do
@@ -98,7 +106,7 @@ local function simulate(steps)
           else
             if rbufs[b] then err(i, "reads and writes the buffer of " .. name(x)) end
             content[b] = content[b] or {}
-            table.insert(content[b], { step = i, targets = { [x] = true } })
+            table.insert(content[b], { step = i, targets = { [x] = i } })
           end
         end
       end
@@ -166,6 +174,42 @@ errs = simulate(control("b_of_a"))
 check(errs[1] ~= nil and errs[1]:find("reads and writes", 1, true) ~= nil,
   "control: b = pb(a), whose backward reads b's gradient and writes a's: reported (" .. tostring(errs[1]) .. ")")
 
+-- Nested: out = a2 + a4 and a4 = A + B, both adds passing one buffer on, and A read
+-- after a2 ("nested") or also written by its other reader r before a2 is read
+-- ("nested_early_write").
+local function nested(case)
+  local input = { label = "input", dtype = "bf16", shape = { 4, 8 } }
+  local function op(kind, label, ins)
+    local o = { kind = kind, label = label, ins = ins }
+    o.outs = { tensor(label .. "_out", o) }
+    return o
+  end
+  local pA, pB, p2 = op("linear", "pA", { input }), op("relu", "pB", { input }), op("relu", "p2", { input })
+  local A, B, a2 = pA.outs[1], pB.outs[1], p2.outs[1]
+  local add4 = op("add", "add4", { A, B })
+  local add5 = op("add", "add5", { a2, add4.outs[1] })
+  local r = op("relu", "r", { A })
+  local loss = op("sum", "loss", { add5.outs[1], r.outs[1] })
+  local order = case == "nested" and { p2, pB, r, pA } or { r, p2, pB, pA }
+  local steps = { { op = "loss_grad", node = loss, label = "loss" } }
+  for _, o in ipairs({ add5, add4, table.unpack(order) }) do
+    steps[#steps + 1] = { op = "backward", node = o, label = o.label }
+  end
+  local g, gr = { name = "out grad" }, { name = "r_out grad" }
+  local grads = { [r.outs[1]] = gr }
+  for _, t in ipairs({ add5.outs[1], add4.outs[1], a2, A, B }) do grads[t] = g end
+  for _, st in ipairs(steps) do st.bufs = { grads = grads, zero = {} } end
+  steps[1].bufs.zero = { g, gr }
+  steps[2].grad_alias, steps[3].grad_alias = true, true
+  return steps
+end
+errs = simulate(nested("nested"))
+check(#errs == 0, "control: nested adds, a2 read before r adds to A: whole and exclusive" ..
+  (errs[1] and (" (" .. errs[1] .. ")") or ""))
+errs = simulate(nested("nested_early_write"))
+check(errs[1] ~= nil and errs[1]:find("another tensor", 1, true) ~= nil,
+  "control: nested adds, r adds to A before a2 is read: reported (" .. tostring(errs[1]) .. ")")
+
 -- memory.lua's rule on the same plans: shares the first, refuses the other two.
 for _, case in ipairs({ "ok", "early_write", "b_of_a" }) do
   local steps = control(case)
@@ -174,6 +218,15 @@ for _, case in ipairs({ "ok", "early_write", "b_of_a" }) do
   local want = case == "ok"
   check((steps[2].grad_alias == true) == want, string.format("memory.lua %s the add's buffer in control '%s'",
     want and "shares" or "does not share", case))
+end
+for _, case in ipairs({ "nested", "nested_early_write" }) do
+  local steps = nested(case)
+  steps[2].grad_alias, steps[3].grad_alias = nil, nil
+  memory.mark_grad_alias_adds(steps)
+  local want = case == "nested"
+  check(steps[2].grad_alias == true and (steps[3].grad_alias == true) == want,
+    string.format("memory.lua shares the outer add's buffer and %s the inner's in control '%s'",
+      want and "shares" or "does not share", case))
 end
 
 util.finish()
