@@ -16,9 +16,9 @@
 // that copy-in nor the next reduce-scatter waits for the previous all-reduce, so they
 // overlap); and, as a control that the checker sees the overlap, a write to the previous
 // reduce-scatter output while it is still planned live is reported as a race. At one rank
-// also the optimizer beside the backward, a root reduced in parts, and gradients in place
-// (each with a control the checker must catch), and an all-gather's copy beside the next
-// groups' (waited for at its first reader).
+// also the optimizer beside the backward, a root reduced in parts, gradients in place and
+// an embedding's optimizer split by rows (each with a control the checker must catch), and
+// an all-gather's copy beside the next groups' (waited for at its first reader).
 //
 // Lives in tests/train (built by its run.sh) because it needs no GPU, only the CUDA
 // headers. usage: test_stream_order
@@ -154,8 +154,8 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKin
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {
-    (void)v;
     touch(st, p, n, 1, "memset");
+    memset(p, v, n);  // now: the row mask's stand-in kernels read it (rt_cuda_rows_mark)
     return cudaSuccess;
 }
 // Not reached by the scenarios (eager steps, no setup through rank.c).
@@ -211,19 +211,34 @@ void rtcs_round(float* x, size_t n, rt_dtype dt, void* stream) {
 }
 void rt_cuda_set_stream(void* stream) { cur_stream = stream; }
 void* rt_cuda_get_stream(void) { return cur_stream; }
-// With rows, the whole span counts as touched (a superset of the rows stepped); without
-// grads (the rows no token looks up), none are read.
+// The elements an optimizer step touches: every one without rows, else the runs of rows
+// whose mask entry (the stand-in rt_cuda_rows_mark writes it) says they are stepped, as
+// optim.cu's rtc_row_stepped; buffers bufs[0..n) of 4-byte elements, grads read (NULL
+// for the rows no token looks up: not read), the others written.
+static void touch_stepped(const rt_cuda_rows* rows, size_t n, const float* grads, float* const* bufs,
+                          int nbufs) {
+    size_t len = n;
+    if (rows && rows->mask) touch(cur_stream, rows->mask, (size_t)rows->vocab, 0, "optimizer reads rows");
+    for (size_t i = 0; i < n; i += len) {
+        if (rows && rows->mask) {
+            const size_t row = i / (size_t)rows->row_len;
+            const int looked_up = (int64_t)row < rows->vocab && rows->mask[row] != 0;
+            len = (size_t)rows->row_len;
+            if (looked_up != (rows->looked_up != 0)) continue;
+        }
+        if (grads) touch(cur_stream, grads + i, len * 4, 0, "optimizer reads grads");
+        for (int b = 0; b < nbufs; b++)
+            if (bufs[b]) touch(cur_stream, bufs[b] + i, len * 4, 1, "optimizer");
+    }
+}
 void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
                                 int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows) {
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
     (void)grad_dt;
-    if (rows && rows->mask) touch(cur_stream, rows->mask, (size_t)rows->vocab, 0, "optimizer reads rows");
-    if (g) touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
-    touch(cur_stream, p, n * 4, 1, "optimizer");
-    touch(cur_stream, m, n * 4, 1, "optimizer");
-    touch(cur_stream, v, n * 4, 1, "optimizer");
+    float* bufs[3] = {p, m, v};
+    touch_stepped(rows, n, g, bufs, 3);
 }
 void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
@@ -231,14 +246,16 @@ void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, si
                                int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows) {
     (void)grad_dt;
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
-    if (rows && rows->mask) touch(cur_stream, rows->mask, (size_t)rows->vocab, 0, "optimizer reads rows");
-    if (g) touch(cur_stream, g, n * 4, 0, "optimizer reads grads");
-    touch(cur_stream, p, n * 4, 1, "optimizer");
-    if (momentum_buf) touch(cur_stream, momentum_buf, n * 4, 1, "optimizer");
+    float* bufs[2] = {p, momentum_buf};
+    touch_stepped(rows, n, g, bufs, 2);
 }
+// Marks the rows as the kernel does (the mask is arena memory here), so that the steps
+// above touch the rows they step.
 void rt_cuda_rows_mark(uint8_t* mask, int64_t vocab, const int32_t* tokens, size_t n) {
     touch(cur_stream, tokens, n * 4, 0, "rows mark reads tokens");
     touch(cur_stream, mask, (size_t)vocab, 1, "rows mark");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] >= 0 && tokens[i] < vocab) mask[tokens[i]] = 1;
 }
 void rt_cuda_sumsq_accumulate(double* d_acc, const float* x, size_t n) {
     touch(cur_stream, x, n * 4, 0, "clip reads grads");
@@ -825,6 +842,79 @@ static void test_in_place(int control) {
     world_free(&w);
 }
 
+// One rank, no clipping, group 2 an embedding of VOCAB rows of ROW_LEN (its optimizer split
+// by rows, generator/plan/planner.lua Sim:split_token_rows): the step uploads its tokens,
+// the rows no token looks up step on the optimizer stream from there (building the mask of
+// the looked-up ones), the forward's lookup reads the looked-up rows on compute, the
+// backward writes the sharded grads of groups 2, 1, 0, and the looked-up rows step after
+// group 2's reduction; the step's end, and the next step's upload overwrites the tokens the
+// mark read. No race; the unused rows' step runs beside the lookup and the backward. With
+// RT_OPTIMIZER_STREAM=compute every step follows on compute. Control: the forward reading a
+// row no token looks up is reported as a race (the checker sees the rows apart).
+enum { VOCAB = 8, ROW_LEN = BLOCK / VOCAB, NTOK = 2 };
+
+static void test_optimizer_rows(int on_compute, int control) {
+    world w;
+    world_init(&w, 0);
+    w.m.grad_clip = 0.0;
+    one_rank(&w);
+    w.c.opt_side = !on_compute;
+    static const int32_t host_tokens[NTOK] = {1, 5};
+    int32_t* host[1] = {(int32_t*)host_tokens};
+    w.m.tokens = 1, w.m.n_forward = 1, w.m.batch = 1, w.m.seq_len = NTOK, w.m.vocab = VOCAB;
+    w.m.optimizer_rows = 1;
+    w.R.tokens = w.R.targets = host;
+    // the device tokens, targets and row mask after the step scalars (world_init)
+    int32_t* d_tokens = (int32_t*)((uint8_t*)w.c.d_step + 24);
+    int32_t* d_targets = d_tokens + NTOK;
+    memcpy(d_tokens, host_tokens, sizeof host_tokens);  // what the upload copies
+    w.c.d_tokens = &d_tokens, w.c.d_targets = &d_targets;
+    w.c.d_rows = (uint8_t*)(d_targets + NTOK);
+    w.c.input_bytes = sizeof host_tokens;
+    cudaEventCreateWithFlags(&w.c.tokens_in, 0);
+    float* emb = (float*)(arena + w.groups[2].params_off);
+    rtb_step_begin(&w.R);
+    const int unused = nacc;
+    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, 0);
+    const int unused_step = find(unused, nacc, "optimizer");
+    const int lookup = nacc;
+    for (int t = 0; t < NTOK; t++)
+        touch(w.c.compute, emb + (size_t)host_tokens[t] * ROW_LEN, 4 * ROW_LEN, 0, "the lookup reads a row");
+    if (control) touch(w.c.compute, emb + 2 * ROW_LEN, 4 * ROW_LEN, 0, "the lookup reads a row");
+    int bw[NG];
+    for (int g = NG - 1; g >= 0; g--) {
+        bw[g] = nacc;
+        compute_writes(&w, w.groups[g].grads_off, 4 * BLOCK, "backward writes the sharded grads");
+        rtb_reduce_direct(&w.R, g, 0, w.groups[g].grads_off, RT_F32, 0);
+    }
+    const int opt = nacc;
+    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, 1);
+    const int rows_step = find(opt, nacc, "optimizer");
+    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    rtb_step_end(&w.R);
+    rtb_step_begin(&w.R);  // the next step's upload, over the tokens the mark read
+    compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");
+    const int stepped = (w.c.d_rows[1] && w.c.d_rows[5] && !w.c.d_rows[0] && !w.c.d_rows[2]);
+    if (control) {
+        CHECK(races > 0, "control, the rows split: the lookup reading a row no token looks up is "
+              "reported as a race (%d; first: %s)", races, first_race);
+    } else if (on_compute) {
+        CHECK(races == 0 && stepped && unused_step >= 0 && acc[unused_step].s == w.c.compute->id &&
+                  rows_step >= 0 && before(bw[0], rows_step),
+              "one rank, the embedding's rows split, RT_OPTIMIZER_STREAM=compute: both steps on "
+              "compute, no race (%d accesses)%s%s", nacc, races ? "; first: " : "", first_race);
+    } else {
+        CHECK(races == 0 && stepped && unused_step >= 0 && acc[unused_step].s == w.c.opt->id &&
+                  !before(unused_step, lookup) && rows_step >= 0 && acc[rows_step].s == w.c.opt->id &&
+                  before(bw[2], rows_step) && !before(bw[0], rows_step),
+              "one rank, the embedding's rows split: the unused rows step on the optimizer stream "
+              "beside the lookup, the looked-up ones after group 2's reduction and beside group "
+              "0's backward, the next upload after both, no race (%d accesses)%s%s", nacc, races ? "; first: " : "", first_race);
+    }
+    cudaEventDestroy(w.c.tokens_in);
+    world_free(&w);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_direct_all_gather(1, 1);
@@ -851,6 +941,9 @@ int main(void) {
     test_optimizer_parts(0, 1);
     test_in_place(0);
     test_in_place(1);
+    test_optimizer_rows(0, 0);
+    test_optimizer_rows(1, 0);
+    test_optimizer_rows(0, 1);
     free(arena);
     return check_summary();
 }
