@@ -215,10 +215,11 @@ void* rt_cuda_get_stream(void) { return cur_stream; }
 // whose mask entry (the stand-in rt_cuda_rows_mark writes it) says they are stepped, as
 // optim.cu's rtc_row_stepped; buffers bufs[0..n) of 4-byte elements, grads read (NULL
 // for the rows no token looks up: not read), the others written.
-static void touch_stepped(const rt_cuda_rows* rows, size_t n, const float* grads, float* const* bufs,
-                          int nbufs) {
+static void touch_stepped(const rt_cuda_rows* rows, size_t n, const float* grads,
+                          float* const* bufs, int nbufs) {
     size_t len = n;
-    if (rows && rows->mask) touch(cur_stream, rows->mask, (size_t)rows->vocab, 0, "optimizer reads rows");
+    if (rows && rows->mask)
+        touch(cur_stream, rows->mask, (size_t)rows->vocab, 0, "optimizer reads rows");
     for (size_t i = 0; i < n; i += len) {
         if (rows && rows->mask) {
             const size_t row = i / (size_t)rows->row_len;
@@ -879,7 +880,8 @@ static void test_optimizer_rows(int on_compute, int control) {
     const int unused_step = find(unused, nacc, "optimizer");
     const int lookup = nacc;
     for (int t = 0; t < NTOK; t++)
-        touch(w.c.compute, emb + (size_t)host_tokens[t] * ROW_LEN, 4 * ROW_LEN, 0, "the lookup reads a row");
+        touch(w.c.compute, emb + (size_t)host_tokens[t] * ROW_LEN, 4 * ROW_LEN, 0,
+              "the lookup reads a row");
     if (control) touch(w.c.compute, emb + 2 * ROW_LEN, 4 * ROW_LEN, 0, "the lookup reads a row");
     int bw[NG];
     for (int g = NG - 1; g >= 0; g--) {
@@ -905,11 +907,13 @@ static void test_optimizer_rows(int on_compute, int control) {
               "compute, no race (%d accesses)%s%s", nacc, races ? "; first: " : "", first_race);
     } else {
         CHECK(races == 0 && stepped && unused_step >= 0 && acc[unused_step].s == w.c.opt->id &&
-                  !before(unused_step, lookup) && rows_step >= 0 && acc[rows_step].s == w.c.opt->id &&
-                  before(bw[2], rows_step) && !before(bw[0], rows_step),
+                  !before(unused_step, lookup) && rows_step >= 0 &&
+                  acc[rows_step].s == w.c.opt->id && before(bw[2], rows_step) &&
+                  !before(bw[0], rows_step),
               "one rank, the embedding's rows split: the unused rows step on the optimizer stream "
               "beside the lookup, the looked-up ones after group 2's reduction and beside group "
-              "0's backward, the next upload after both, no race (%d accesses)%s%s", nacc, races ? "; first: " : "", first_race);
+              "0's backward, the next upload after both, no race (%d accesses)%s%s", nacc,
+              races ? "; first: " : "", first_race);
     }
     cudaEventDestroy(w.c.tokens_in);
     world_free(&w);
