@@ -89,9 +89,8 @@ local function simulate(steps)
         end
       end
       if st.grad_alias then
-        -- one contribution for both inputs, in place of the output's gradient
-        -- (the output's gradient, just read whole, is now also each input's: its
-        -- contributions count as this step's one for them)
+        -- no kernel: the output's gradient, just read whole, is now each input's too,
+        -- its contributions counting as this step's one for them
         local b = grads[memory.base(op.outs[1])]
         for _, x in ipairs(written(op)) do
           if grads[x] ~= b then err(i, "an input's gradient is not the output's buffer") end
