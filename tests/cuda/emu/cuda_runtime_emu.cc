@@ -83,7 +83,9 @@ const lazy_mode_t lazy_mode = lazy_mode_from_env();
 const bool lazy = lazy_mode != LAZY_OFF;
 std::map<const void*, size_t> allocations;       // cudaMalloc'ed: start, bytes
 std::map<const void*, size_t> pinned;            // cudaMallocHost'ed: start, bytes
-int smem_attribute = 0;  // the largest cudaFuncAttributeMaxDynamicSharedMemorySize set
+// cudaFuncAttributeMaxDynamicSharedMemorySize per kernel, and the largest set for any
+std::map<const void*, int> smem_attributes;
+int smem_attribute = 0;
 struct capture_info {
     cudaStream_t origin;
     cudaStreamCaptureMode mode;
@@ -247,10 +249,12 @@ void emu_trap(void) {
     _exit(1);
 }
 
-bool emu_smem_allowed(size_t bytes) {
+bool emu_smem_allowed(const void* fn, size_t bytes) {
     if (bytes <= EMU_DEFAULT_SMEM) return true;
     lock l;
-    return (size_t)smem_attribute >= bytes;
+    if (!fn) return (size_t)smem_attribute >= bytes;
+    const auto a = smem_attributes.find(fn);
+    return a != smem_attributes.end() && (size_t)a->second >= bytes;
 }
 
 extern "C" {
@@ -629,6 +633,7 @@ cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, 
         (size_t)value > EMU_MAX_SMEM)
         return record(cudaErrorInvalidValue);
     lock l;
+    smem_attributes[func] = value;
     if (value > smem_attribute) smem_attribute = value;
     return cudaSuccess;
 }

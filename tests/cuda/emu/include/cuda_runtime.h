@@ -182,10 +182,26 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op);
 // The calling thread's last launch error (cudaGetLastError returns and clears it).
 void emu_set_launch_error(cudaError_t error);
-// Whether a launch may use `bytes` of dynamic shared memory: up to 48 KiB, or up to what
-// cudaFuncSetAttribute allowed (on the GPU, that kernel; here, any kernel: a launch names
-// no function the emulator could look up when it is a template).
-bool emu_smem_allowed(size_t bytes);
+// Whether a launch of kernel fn may use `bytes` of dynamic shared memory: up to 48 KiB, or
+// up to what cudaFuncSetAttribute allowed for fn, as on the GPU. fn is NULL where the launch
+// names a template whose arguments the call deduces (no address to look up without them):
+// then what it allowed any kernel.
+bool emu_smem_allowed(const void* fn, size_t bytes);
+
+// The address of the kernel a launch names (launch.sed): probe(emu_void_ptr{}) casts the
+// name to const void*, which works for a function, a fully specified template-id and a
+// function pointer, and fails (SFINAE: NULL here) for a template still to be deduced.
+struct emu_void_ptr {
+    using type = const void*;
+};
+template <class P>
+static inline auto emu_kernel_addr_(P probe, int) -> decltype(probe(emu_void_ptr{})) {
+    return probe(emu_void_ptr{});
+}
+template <class P>
+static inline const void* emu_kernel_addr_(P, long) { return nullptr; }
+template <class P>
+static inline const void* emu_kernel_addr(P probe) { return emu_kernel_addr_(probe, 0); }
 // Whether a kernel may be given pointer p: NULL, or in (or at the end of) cudaMalloc'ed or
 // pinned memory. Device memory being host memory here, a host variable passed to a kernel
 // would work in the emulator and fault on the GPU; each launch checks its pointer
@@ -206,9 +222,10 @@ static inline const void* emu_pointer_of(T* p) { return (const void*)p; }
 static inline void __trap(void) { emu_trap(); }
 
 // kernel<<<grid, block, smem, stream>>>(args) reads, after tests/cuda/emu/launch.sed,
-// emu_launch_at(emu_cfg(grid, block, smem, stream), make)(args):
-// make(args) returns the closure that calls the kernel with copies of the arguments (as a
-// launch copies them), which runs as every thread of the grid now or at the graph's launch.
+// emu_launch_at(emu_cfg(grid, block, smem, stream), fn, make)(args): fn the kernel's
+// address or NULL (emu_kernel_addr); make(args) returns the closure that calls the kernel
+// with copies of the arguments (as a launch copies them), which runs as every thread of
+// the grid now or at the graph's launch.
 struct emu_cfg {
     dim3 grid, block;
     size_t smem;
@@ -219,10 +236,11 @@ struct emu_cfg {
 template <class Make>
 struct emu_launcher {
     emu_cfg cfg;
+    const void* fn;
     Make make;
     template <class... A>
     void operator()(A... args) const {
-        if (!emu_smem_allowed(cfg.smem)) {
+        if (!emu_smem_allowed(fn, cfg.smem)) {
             emu_set_launch_error(cudaErrorInvalidValue);
             return;
         }
@@ -255,8 +273,8 @@ struct emu_launcher {
     }
 };
 template <class Make>
-emu_launcher<Make> emu_launch_at(const emu_cfg& cfg, Make make) {
-    return emu_launcher<Make>{cfg, make};
+emu_launcher<Make> emu_launch_at(const emu_cfg& cfg, const void* fn, Make make) {
+    return emu_launcher<Make>{cfg, fn, make};
 }
 
 // cudaLaunchKernel(kernel, grid, block, args, smem, stream), typed (cuda_runtime.h's C++
@@ -269,7 +287,7 @@ template <class... P>
 static inline cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block,
                                            void** args, size_t smem = 0, cudaStream_t stream = 0) {
     const auto params = emu_kernel_args<P...>(args, std::index_sequence_for<P...>());
-    emu_launch_at(emu_cfg(grid, block, smem, stream), [kernel, params] {
+    emu_launch_at(emu_cfg(grid, block, smem, stream), (const void*)kernel, [kernel, params] {
         return [kernel, params] { std::apply(kernel, params); };
     })();
     return cudaGetLastError();
