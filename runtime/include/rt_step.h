@@ -60,8 +60,6 @@ typedef struct rt_rank_group {
                                  // CPU (param_dtype when packed, else RT_F32)
     int64_t* direct_copied;      // per parameter: 0, or -1 where one rank's all-gather copies
                                  // nothing (from_shard), as rt_copy_all_gather_direct takes it
-    int64_t unsharded_words;     // 4-byte words of the unsharded parameters (rt_model_param
-                                 // unsharded_word)
 } rt_rank_group;
 
 typedef struct rt_rank {

@@ -107,11 +107,11 @@ static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
 }
 
 // The unsharded parameters' layout (rt_model_param unsharded_word; generator/memory/
-// memory.lua place_unsharded_params) recomputed into rg->unsharded_words and compared with
-// the generator's offsets and size (the size of the buffers it planned for them).
+// memory.lua place_unsharded_params) recomputed and compared with the generator's offsets
+// and size (rt_model_group unsharded_words, the size of the buffers it planned for them).
 static int unsharded_layout(rt_rank* R, int g) {
     const rt_model_group* mg = &R->model->groups[g];
-    rt_rank_group* rg = &R->groups[g];
+    const rt_rank_group* rg = &R->groups[g];
     int64_t w = 0;
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
@@ -131,7 +131,6 @@ static int unsharded_layout(rt_rank* R, int g) {
                 (long long)mg->unsharded_words, (long long)w);
         return RT_ERR_MISMATCH;
     }
-    rg->unsharded_words = w;
     return 0;
 }
 

@@ -463,7 +463,7 @@ static void one_rank(world* w) {
         w->rg[g].layout.world = 1;
         w->cg[g].rs.rs_direct.total = BLOCK;
         w->cg[g].ag_direct[UN_F32].total = PADDED;
-        w->rg[g].unsharded_words = PADDED;
+        w->groups[g].unsharded_words = PADDED;
         cudaEventCreateWithFlags(&w->cg[g].ag_done, 0);
     }
 }

@@ -154,7 +154,7 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) 
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
-    RT_BUF(R, unsharded_off, 4 * (size_t)rg->unsharded_words);
+    RT_BUF(R, unsharded_off, 4 * (size_t)mg->unsharded_words);
     void** un = rg->ptrs[0];
     void** shards = rg->ptrs[1];
     rt_step_param_ptrs(R, g, unsharded_off, un);
@@ -178,7 +178,7 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
     rt_rank_group* rg = &R->groups[g];
     rt_fsdp_layout* L = sub ? &rg->pf_layout : &rg->layout;
     void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
-    RT_BUF(R, unsharded_off, 4 * (size_t)rg->unsharded_words);
+    RT_BUF(R, unsharded_off, 4 * (size_t)mg->unsharded_words);
     void** un = rg->ptrs[0];
     rt_step_param_ptrs(R, g, unsharded_off, un);
     int st = rt_fsdp_all_gather_copy_out_as(L, out, mg->param_dtype, un, rg->unsharded_dtypes);

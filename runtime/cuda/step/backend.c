@@ -352,7 +352,7 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) 
     const rt_model_group* mg = &R->model->groups[g];
     cuda_group* cg = &c->groups[g];
     const float* shards = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
-    float* un = rt_step_f32(R, unsharded_off, 0, R->groups[g].unsharded_words);
+    float* un = rt_step_f32(R, unsharded_off, 0, mg->unsharded_words);
     cudaStream_t s = c->ag_copy;
     if (beside) {
         after(R, 1, c->ag, c->ag_copy, c->copied);
@@ -372,7 +372,7 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
     rt_fsdp_layout* L = sub ? &R->groups[g].pf_layout : &R->groups[g].layout;
     cuda_group* cg = &c->groups[g];
     const void* out = RT_BUF(R, out_off, (size_t)L->total_numel * rt_dtype_size(mg->param_dtype));
-    float* un = rt_step_f32(R, unsharded_off, 0, R->groups[g].unsharded_words);
+    float* un = rt_step_f32(R, unsharded_off, 0, mg->unsharded_words);
     compute_waits(R, cg->ag_done, mg->name, "all_gather_wait");
     for (int k = 0; k < UN_STORAGES; k++)
         rtcs_copy(sub ? &cg->pf_ag_out[k] : &cg->ag_out[k], un, k == UN_PACKED ? mg->param_dtype : RT_F32,
@@ -391,7 +391,7 @@ void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf
     const rt_fsdp_layout* pf = &R->groups[g].pf_layout;
     for (int k = 0; k < UN_STORAGES; k++)
         rtcs_copy(&c->groups[g].pf_shards[k], rt_step_f32(R, pf_off, 0, pf->block_numel), RT_F32,
-                  rt_step_f32(R, unsharded_off, 0, R->groups[g].unsharded_words),
+                  rt_step_f32(R, unsharded_off, 0, mg->unsharded_words),
                   k == UN_PACKED ? mg->param_dtype : RT_F32, 0, c->compute);
 }
 
