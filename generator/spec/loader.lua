@@ -209,8 +209,10 @@ function M.load(path)
   end
   errors.track_spec_lines(true)
   local spec = M.protect(nil, chunk)
-  if type(spec) == "table" and spec._spec then spec.line = spec.line or errors.last_spec_line end
-  if type(spec) ~= "table" or not spec._spec then
+  -- rawget: a table of the spec's own may have an __index that raises
+  local is_spec = type(spec) == "table" and rawget(spec, "_spec")
+  if is_spec then spec.line = spec.line or errors.last_spec_line end
+  if not is_spec then
     error(errors.new(spec == nil and "the spec returns nothing; it must end with `return fsdp.spec{ ... }`"
       or "the spec must return fsdp.spec{ ... }, got a " .. type(spec), errors.last_spec_line or M.last_line(path)), 0)
   end

@@ -858,7 +858,7 @@ void rtc_norm_init(rtc_ctx* c) {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, RTC_DW_SMEM));
     RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)layernorm_backward_dinp_wkernel<true>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, RTC_DW_SMEM));
-    cudaDeviceProp prop;
-    RT_CHECK_CUDA(cudaGetDeviceProperties(&prop, c->device));
-    c->dw_blocks = 2 * (prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1);
+    int sms = 0;   // one attribute: cudaGetDeviceProperties reads them all (milliseconds)
+    RT_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device));
+    c->dw_blocks = 2 * (sms > 0 ? sms : 1);
 }

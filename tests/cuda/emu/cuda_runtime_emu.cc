@@ -327,15 +327,26 @@ cudaError_t cudaGetDevice(int* device) {
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return record(device == 0 ? cudaSuccess : cudaErrorInvalidDevice); }
+// the emulated device's multiprocessors (few: grids sized by them stay small)
+enum { EMU_SMS = 4 };
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
     if (device != 0) return record(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "cuda_emu (CPU emulation, tests/cuda/emu)");
     prop->totalGlobalMem = (size_t)16 << 30;
-    prop->multiProcessorCount = 4;
+    prop->multiProcessorCount = EMU_SMS;
     prop->major = 9;
     prop->minor = 0;
     return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+    if (device != 0) return record(cudaErrorInvalidDevice);
+    switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = EMU_SMS; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    }
+    return record(cudaErrorInvalidValue);
 }
 cudaError_t cudaDeviceSynchronize(void) {
     if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);

@@ -102,6 +102,13 @@ struct cudaDeviceProp {
     int major, minor;
 };
 
+// the attributes the runtime reads (cudaDeviceGetAttribute)
+enum cudaDeviceAttr {
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+};
+
 const char* cudaGetErrorString(cudaError_t error);
 const char* cudaGetErrorName(cudaError_t error);
 cudaError_t cudaGetLastError(void);
@@ -111,6 +118,7 @@ cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
 
