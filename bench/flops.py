@@ -142,6 +142,10 @@ TARGETS = {
 }
 
 
+IMPLS = ["fsdpgen", "fsdpgen_cudnn", "fsdpgen_kernels", "fsdpgen_opt_after", "torch_eager",
+         "torch_compile"]
+
+
 def table(lines, peak):
     """The run.sh table; ratio = that row's ms/step over fsdpgen's (> 1: fsdpgen faster)."""
     rows = [r for r in (parse_result(x.strip()) for x in lines) if r]
@@ -150,7 +154,9 @@ def table(lines, peak):
     verdicts = []
     for name in [c for c in CONFIGS if any(r.get("config") == c for r in rows)]:
         fpt = config_flops_per_token(CONFIGS[name])
-        mine = [r for r in rows if r.get("config") == name]
+        # bench/run.sh's rows in one order, whatever order they ran in
+        mine = sorted((r for r in rows if r.get("config") == name),
+                      key=lambda r: IMPLS.index(r.get("impl")) if r.get("impl") in IMPLS else len(IMPLS))
         ours = next((r for r in mine if r.get("impl") == "fsdpgen" and r.get("ms_per_step")), None)
         for r in mine:
             if "ms_per_step" not in r:

@@ -79,51 +79,56 @@ echo "device: $name, bf16 dense peak $peak TFLOP/s; warmup $warmup steps, timed 
 
 results=$work/results
 : >"$results"
+# run_fsdpgen RT_ATTENTION RT_OPTIMIZER_STREAM IMPL: config $c's fsdpgen binary with those two
+# (rt_model.h, docs/cuda.md "Streams") as row IMPL
+run_fsdpgen() {
+  local attn=$1 opt=$2 impl=$3 log=$work/$c.$3.log ms="" tok=""
+  echo "== $c: $impl (RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
+  if RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
+    --steps $((warmup + steps)) >"$log" 2>&1; then
+    grep '^fsdpgen: attention' "$log" | sed "s/^/$impl: /"
+    # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
+    read -r ms tok < <(sed -n 's/^bench: .*: \([0-9.]*\) ms\/step, \([0-9.]*\) tok\/s.*/\1 \2/p' "$log")
+  fi
+  if [[ -n $ms && -n $tok ]]; then
+    grep -m 1 '^bench: ' "$log"
+    echo "RESULT impl=$impl config=$c ms_per_step=$ms tokens_per_s=$tok peak_mem_gb=${plan_gb[$c]} mem_source=plan" |
+      tee -a "$results"
+  else
+    tail -n 20 "$log"
+    echo "RESULT impl=$impl config=$c error=bench_train_failed" | tee -a "$results"
+    status=1
+  fi
+}
+
+# run_torch IMPL: config $c in PyTorch FSDP2, eager (torch_eager) or compiled (torch_compile)
+run_torch() {
+  local impl=$1 log=$work/$c.$1.log flag=() line
+  [[ $impl == torch_compile ]] && flag=(--compile)
+  echo "== $c: $impl (bench/torch_fsdp2.py --config $c ${flag[*]} --warmup $warmup --steps $steps)"
+  "$py" bench/torch_fsdp2.py --config "$c" "${flag[@]}" --warmup "$warmup" --steps "$steps" \
+    --schedule "$work/bench_$c.schedule" >"$log" 2>&1
+  if line=$(grep -m 1 '^RESULT ' "$log"); then
+    echo "$line" | tee -a "$results"
+  else
+    tail -n 20 "$log"
+    echo "RESULT impl=$impl config=$c error=torch_fsdp2_failed" | tee -a "$results"
+    status=1
+  fi
+}
+
+# The rows the targets compare first, so that a run cut short (a time limit) has them; each
+# RESULT line is printed as it comes, so its log can be tabled (bench/flops.py table). Then
+# fsdpgen with each attention forced (the spec's default `auto` takes per shape the faster of
+# cuDNN and fsdpgen's kernels, timed at start; the `fsdpgen: attention` lines say which) and
+# with the optimizer after the backward (the default steps each group beside the backward).
 for c in "${configs[@]}"; do
-  # fsdpgen: the spec's default (attention "auto": per shape the faster of cuDNN and
-  # fsdpgen's kernels, timed at start; the log's `fsdpgen: attention` lines say which; each
-  # group's optimizer step beside the backward), then each attention forced (RT_ATTENTION,
-  # rt_model.h): fsdpgen_cudnn and fsdpgen_kernels, then the optimizer after the backward
-  # (RT_OPTIMIZER_STREAM=compute, docs/cuda.md "Streams"): fsdpgen_opt_after
-  for variant in auto,side cudnn,side fsdpgen,side auto,compute; do
-    attn=${variant%,*} opt=${variant#*,}
-    impl=fsdpgen
-    [[ $attn == cudnn ]] && impl=fsdpgen_cudnn
-    [[ $attn == fsdpgen ]] && impl=fsdpgen_kernels
-    [[ $opt == compute ]] && impl=fsdpgen_opt_after
-    log=$work/$c.$impl.log
-    echo "== $c: $impl (RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
-    ms="" tok=""
-    if RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
-      --steps $((warmup + steps)) >"$log" 2>&1; then
-      grep '^fsdpgen: attention' "$log" | sed "s/^/$impl: /"
-      # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
-      read -r ms tok < <(sed -n 's/^bench: .*: \([0-9.]*\) ms\/step, \([0-9.]*\) tok\/s.*/\1 \2/p' "$log")
-    fi
-    if [[ -n $ms && -n $tok ]]; then
-      grep -m 1 '^bench: ' "$log"
-      echo "RESULT impl=$impl config=$c ms_per_step=$ms tokens_per_s=$tok peak_mem_gb=${plan_gb[$c]} mem_source=plan" >>"$results"
-    else
-      tail -n 20 "$log"
-      echo "RESULT impl=$impl config=$c error=bench_train_failed" >>"$results"
-      status=1
-    fi
-  done
-  for impl in torch_eager torch_compile; do
-    flag=()
-    [[ $impl == torch_compile ]] && flag=(--compile)
-    log=$work/$c.$impl.log
-    echo "== $c: $impl (bench/torch_fsdp2.py --config $c ${flag[*]} --warmup $warmup --steps $steps)"
-    "$py" bench/torch_fsdp2.py --config "$c" "${flag[@]}" --warmup "$warmup" --steps "$steps" \
-      --schedule "$work/bench_$c.schedule" >"$log" 2>&1
-    if line=$(grep -m 1 '^RESULT ' "$log"); then
-      echo "$line" | tee -a "$results"
-    else
-      tail -n 20 "$log"
-      echo "RESULT impl=$impl config=$c error=torch_fsdp2_failed" >>"$results"
-      status=1
-    fi
-  done
+  run_fsdpgen auto side fsdpgen
+  run_torch torch_eager
+  run_torch torch_compile
+  run_fsdpgen cudnn side fsdpgen_cudnn
+  run_fsdpgen fsdpgen side fsdpgen_kernels
+  run_fsdpgen auto compute fsdpgen_opt_after
 done
 
 echo

@@ -92,6 +92,20 @@ check "$(is "$("$plain" bench/flops.py peak 'NVIDIA H100 PCIe') $("$plain" bench
 rc2=$?
 check "$([ $rc2 = 2 ] && echo 1 || echo 0)" "an unknown GPU (Tesla T4) is refused with exit 2"
 
+# ---- the table from bench/run.sh's log, in its run order (the target rows first) -------------
+# noise lines ignored; rows in bench/run.sh's display order; a run cut after torch_eager still
+# gives that verdict. 40 ms against 80: 2.00x, met.
+printf '%s\n' "== gpt2_124m: fsdpgen" \
+  "RESULT impl=fsdpgen config=gpt2_124m ms_per_step=40 tokens_per_s=409600 peak_mem_gb=11.11 mem_source=plan" \
+  "RESULT impl=torch_eager config=gpt2_124m ms_per_step=80 tokens_per_s=204800 peak_mem_gb=19.72" \
+  "bench: 25 steps" \
+  "RESULT impl=fsdpgen_cudnn config=gpt2_124m error=bench_train_failed" >"$work/results"
+"$plain" bench/flops.py table --peak-tflops 989 <"$work/results" >"$work/table.txt"
+rows=$(awk '$1 == "gpt2_124m" { printf "%s ", $2 }' "$work/table.txt")
+check "$(is "$rows" "fsdpgen fsdpgen_cudnn torch_eager ")" "flops.py table: rows in display order, not run order: $rows"
+check "$(grep -qx 'gpt2_124m: speedup of fsdpgen over torch_eager: 2.00x (target >= 2.00x): met' "$work/table.txt" && echo 1 || echo 0)" \
+  "flops.py table: a run cut after torch_eager still gives its verdict"
+
 # ---- bench/run.sh without a GPU ------------------------------------------------------------
 CUDA_VISIBLE_DEVICES="" bench/run.sh all >"$work/run.log" 2>&1
 rc=$?
