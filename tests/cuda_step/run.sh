@@ -14,6 +14,8 @@
 #   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error;
 #   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
 #     on the emulator, and the variable's one-line error;
+#   - on the emulator, the kernels of a captured step of the bench models in small as
+#     tests/cuda_step/kernels/*.txt (FSDPGEN_UPDATE_GOLDEN=1 rewrites them);
 #   - a root reduced in two parts, the embedding stepped by rows, every gradient in place
 #     (llama_w1_bf16), against its twin whose root reduce-scatters (llama_w1_whole.lua):
 #     the same bits on the CPU and on the emulator.
@@ -411,7 +413,43 @@ if cuda_binary "$name" main; then
         fail "trace_waits.py on a CPU binary's trace: no 'no compute-stream wait spans' line"
     fi
 fi
+# The kernels of a captured step, on the emulator (CUDA_EMU_GRAPH_KERNELS: the graph's nodes
+# by name) for the bench models in small (their kernel choices at small shapes): the same
+# list as tests/cuda_step/kernels/NAME.txt, so a change that adds or removes launches shows
+# in review. FSDPGEN_UPDATE_GOLDEN=1 rewrites the lists.
 if [ "$gpu" = 0 ]; then
+    for spec in tests/cuda_step/llama_bench_shape.lua tests/cuda_step/gpt2_bench_shape.lua; do
+        name=$(basename "$spec" .lua)
+        golden=tests/cuda_step/kernels/$name.txt
+        ./fsdpgen build "$spec" --cuda >"$work/b.log" 2>&1 || { cat "$work/b.log"; fail "fsdpgen build $spec --cuda"; continue; }
+        cuda_binary "$name" main || continue
+        rm -f "$work/graph.txt"
+        # the first step runs eagerly, the second is captured
+        if ! CUDA_EMU_GRAPH_KERNELS=$work/graph.txt "$bin" --steps 2 >"$work/run.log" 2>&1 ||
+            [ ! -s "$work/graph.txt" ]; then
+            cat "$work/run.log"
+            fail "$name: two steps on the emulator, the second captured"
+            continue
+        fi
+        {
+            echo "# The kernels of one captured training step of $name on the CUDA backend,"
+            echo "# by name (cublas_gemm, memset, memcpy, nccl: those calls), as the CUDA emulator"
+            echo "# records the graph; tests/cuda_step/$name.lua says why this spec. Do not"
+            echo "# edit: FSDPGEN_UPDATE_GOLDEN=1 tests/cuda_step/run.sh rewrites it."
+            # the first graph: the step's
+            awk 'NR == 1 { print "total " $2; n = $2; next } NR > n + 1 { exit } { print }' "$work/graph.txt" |
+                { read -r total; echo "$total"; sort | uniq -c | sort -k1,1nr -k2; }
+        } >"$work/$name.kernels"
+        if [ "${FSDPGEN_UPDATE_GOLDEN:-0}" = 1 ]; then
+            cp "$work/$name.kernels" "$golden"
+            pass "$name: kernels of a step written to $golden ($(sed -n 's/^total //p' "$golden"))"
+        elif diff -u "$golden" "$work/$name.kernels" >"$work/kernels.diff" 2>&1; then
+            pass "$name: the kernels of a step as $golden ($(sed -n 's/^total //p' "$golden") launches)"
+        else
+            cat "$work/kernels.diff"
+            fail "$name: the kernels of a step differ from $golden (FSDPGEN_UPDATE_GOLDEN=1 rewrites it)"
+        fi
+    done
     suite_summary
     exit $?
 fi

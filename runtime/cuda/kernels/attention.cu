@@ -191,9 +191,9 @@ struct rtc_fa_launcher {
     void operator()(rtc_fa_kernel kernel, dim3 grid, size_t smem, const rtc_fa_args& a) const {
         (*this)(kernel, grid, (unsigned)RTC_FA_NT, smem, a);
     }
-    void operator()(rtc_fa_kernel kernel, dim3 grid, unsigned threads, size_t smem,
+    void operator()(rtc_fa_kernel flash_kernel, dim3 grid, unsigned threads, size_t smem,
                     const rtc_fa_args& a) const {
-        kernel<<<grid, threads, smem, stream>>>(a);
+        flash_kernel<<<grid, threads, smem, stream>>>(a);
         RTC_CHECK_LAUNCH(rtc_fa_kernel);
     }
 };

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <deque>
+#include <string>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,6 +26,9 @@
 
 struct emu_graph {
     std::vector<std::function<void()>> ops;  // in issue order
+    // the kernels among them by name (a launch's, cublas_gemm), memset and memcpy: the nodes
+    // a GPU's graph has, which CUDA_EMU_GRAPH_KERNELS lists
+    std::vector<std::string> kernels;
 };
 struct emu_graph_exec {
     std::vector<std::function<void()>> ops;
@@ -240,6 +244,12 @@ cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
     return cudaSuccess;
 }
 
+void emu_note_kernel(cudaStream_t stream, const char* name) {
+    if (is_legacy(stream)) return;
+    lock l;
+    if (stream->capture) stream->capture->kernels.push_back(name);
+}
+
 void emu_set_launch_error(cudaError_t error) { last_error = error; }
 
 void emu_trap(void) {
@@ -418,6 +428,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaM
         auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
         return record(emu_enqueue(stream, [=] { memmove(dst, staged->data(), bytes); }));
     }
+    emu_note_kernel(stream, "memcpy");
     const cudaError_t e = emu_enqueue(stream, [=] {
         if (bytes) memmove(dst, src, bytes);
     });
@@ -432,11 +443,13 @@ cudaError_t cudaMemset(void* p, int value, size_t bytes) {
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+    emu_note_kernel(stream, "memset");
     return record(emu_enqueue(stream, [=] { memset(p, value, bytes); }));
 }
 cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, size_t height,
                               cudaStream_t stream) {
     if (width > pitch && height > 1) return record(cudaErrorInvalidValue);
+    emu_note_kernel(stream, "memset");
     return record(emu_enqueue(stream, [=] {
         for (size_t r = 0; r < height; r++) memset((char*)p + r * pitch, value, width);
     }));
@@ -611,8 +624,20 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 // ----------------------------------------------------------------------------
 // graphs: the captured operations, run in capture order
 
+// CUDA_EMU_GRAPH_KERNELS=FILE: each instantiated graph's kernel nodes appended to FILE, a
+// line `graph N` and N lines of names in capture order (what ncu would count in a replay)
+static void list_graph_kernels(const emu_graph* g) {
+    const char* path = getenv("CUDA_EMU_GRAPH_KERNELS");
+    if (path == NULL || *path == 0) return;
+    FILE* f = fopen(path, "a");
+    if (f == NULL) return;
+    fprintf(f, "graph %zu\n", g->kernels.size());
+    for (const std::string& k : g->kernels) fprintf(f, "%s\n", k.c_str());
+    fclose(f);
+}
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
     if (graph == NULL) return record(cudaErrorInvalidValue);
+    list_graph_kernels(graph);
     *exec = new emu_graph_exec{graph->ops};
     return cudaSuccess;
 }
@@ -756,6 +781,7 @@ cublasStatus_t enqueue_gemm(cudaStream_t stream, const gemm_args& g) {
         g.ldb < ((g.tb ? g.n : g.k) > 1 ? (g.tb ? g.n : g.k) : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
+    emu_note_kernel(stream, "cublas_gemm");
     return emu_enqueue(stream, [g] { gemm(g); }) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
                                                                 : CUBLAS_STATUS_EXECUTION_FAILED;
 }

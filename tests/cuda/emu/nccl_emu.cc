@@ -84,6 +84,7 @@ ncclResult_t one_rank(ncclComm_t comm, const void* send, void* recv, size_t n, n
         return fail(comm, ncclInvalidArgument, "unknown reduction op");
     }
     const bool custom = op >= first_custom_op;
+    emu_note_kernel(stream, "nccl");
     const cudaError_t e = emu_enqueue(stream, [=] {
         if (send != recv && n) memmove(recv, send, n * bytes);
         if (custom) scale(recv, n, t, s);

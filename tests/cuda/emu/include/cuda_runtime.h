@@ -188,6 +188,8 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 // Host-side operation queueing (cuda_runtime_emu.cc): runs op now, or records it into the
 // graph when `stream` is being captured; cudaSuccess or the capture's error.
 cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op);
+// Names a kernel node of the graph `stream` is capturing, if any (CUDA_EMU_GRAPH_KERNELS).
+void emu_note_kernel(cudaStream_t stream, const char* name);
 // The calling thread's last launch error (cudaGetLastError returns and clears it).
 void emu_set_launch_error(cudaError_t error);
 // Whether a launch of kernel fn may use `bytes` of dynamic shared memory: up to 48 KiB, or
@@ -230,7 +232,7 @@ static inline const void* emu_pointer_of(T* p) { return (const void*)p; }
 static inline void __trap(void) { emu_trap(); }
 
 // kernel<<<grid, block, smem, stream>>>(args) reads, after tests/cuda/emu/launch.sed,
-// emu_launch_at(emu_cfg(grid, block, smem, stream), fn, make)(args): fn the kernel's
+// emu_launch_at(emu_cfg(grid, block, smem, stream), name, fn, make)(args): fn the kernel's
 // address or NULL (emu_kernel_addr); make(args) returns the closure that calls the kernel
 // with copies of the arguments (as a launch copies them), which runs as every thread of
 // the grid now or at the graph's launch.
@@ -244,6 +246,7 @@ struct emu_cfg {
 template <class Make>
 struct emu_launcher {
     emu_cfg cfg;
+    const char* name;
     const void* fn;
     Make make;
     template <class... A>
@@ -268,6 +271,7 @@ struct emu_launcher {
         // given, which may have been freed since (a GPU faults, or reads what is there now)
         std::array<const void*, sizeof...(A) + 1> ps;
         for (size_t i = 0; i < ps.size(); i++) ps[i] = pointers[i];
+        emu_note_kernel(c.stream, name);
         const cudaError_t e = emu_enqueue(c.stream, [c, body, ps] {
             for (size_t i = 0; i + 1 < ps.size(); i++)
                 if (!emu_device_accessible(ps[i])) {
@@ -281,8 +285,8 @@ struct emu_launcher {
     }
 };
 template <class Make>
-emu_launcher<Make> emu_launch_at(const emu_cfg& cfg, const void* fn, Make make) {
-    return emu_launcher<Make>{cfg, fn, make};
+emu_launcher<Make> emu_launch_at(const emu_cfg& cfg, const char* name, const void* fn, Make make) {
+    return emu_launcher<Make>{cfg, name, fn, make};
 }
 
 // cudaLaunchKernel(kernel, grid, block, args, smem, stream), typed (cuda_runtime.h's C++
@@ -295,7 +299,7 @@ template <class... P>
 static inline cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block,
                                            void** args, size_t smem = 0, cudaStream_t stream = 0) {
     const auto params = emu_kernel_args<P...>(args, std::index_sequence_for<P...>());
-    emu_launch_at(emu_cfg(grid, block, smem, stream), (const void*)kernel, [kernel, params] {
+    emu_launch_at(emu_cfg(grid, block, smem, stream), "cudaLaunchKernel", (const void*)kernel, [kernel, params] {
         return [kernel, params] { std::apply(kernel, params); };
     })();
     return cudaGetLastError();
