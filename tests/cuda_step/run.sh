@@ -433,9 +433,9 @@ if [ "$gpu" = 0 ]; then
         fi
         {
             echo "# The kernels of one captured training step of $name on the CUDA backend,"
-            echo "# by name (cublas_gemm, memset, memcpy, nccl: those calls), as the CUDA emulator"
-            echo "# records the graph; tests/cuda_step/$name.lua says why this spec. Do not"
-            echo "# edit: FSDPGEN_UPDATE_GOLDEN=1 tests/cuda_step/run.sh rewrites it."
+            echo "# by name (cublas_gemm, cub_radix_sort, memset, memcpy, nccl: those calls), as"
+            echo "# the CUDA emulator records the graph; tests/cuda_step/$name.lua says why this"
+            echo "# spec. Do not edit: FSDPGEN_UPDATE_GOLDEN=1 tests/cuda_step/run.sh rewrites it."
             # the first graph: the step's
             awk 'NR == 1 { print "total " $2; n = $2; next } NR > n + 1 { exit } { print }' "$work/graph.txt" |
                 { read -r total; echo "$total"; sort | uniq -c | sort -k1,1nr -k2; }

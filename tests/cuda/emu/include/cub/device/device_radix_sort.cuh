@@ -20,6 +20,7 @@ struct DeviceRadixSort {
             temp_bytes = 256;
             return cudaSuccess;
         }
+        emu_note_kernel(stream, "cub_radix_sort");
         return emu_enqueue(stream, [=] {
             const unsigned long long mask =
                 end_bit - begin_bit >= 64 ? ~0ull : ((1ull << (end_bit - begin_bit)) - 1);
