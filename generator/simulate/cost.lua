@@ -70,7 +70,76 @@ end
 
 local norms = { rms_norm = true, layer_norm = true }
 
--- A compute op (forward, recompute, backward, loss_grad of st.node).
+-- fsdpgen's backward kernels by kind (tests/cuda_step/kernels/*.txt list a step's
+-- launches): how many launches, and which inputs' values they read besides the output's
+-- gradient (the rest write the inputs' gradients): rotary none, the activations and the
+-- norms their inputs. A kind not here, and every kind of the other kernel sets (PyTorch's):
+-- two launches, twice the forward's bytes.
+local BACKWARD = {
+  rotary = { launches = 1, reads = {} },
+  swiglu = { launches = 1, reads = { 1, 2 } }, mul = { launches = 1, reads = { 1, 2 } },
+  gelu = { launches = 1, reads = { 1 } }, relu = { launches = 1, reads = { 1 } },
+  silu = { launches = 1, reads = { 1 } },
+  -- the row-per-warp kernel, then the weight gradients' finish
+  rms_norm = { launches = 2, reads = { 1 } }, layer_norm = { launches = 2, reads = { 1 } },
+  add = { launches = 1, reads = {} },
+}
+
+-- Input t's gradient buffer at backward step st if an earlier step of the backward created
+-- it (the kernel then adds to it; memory.lua lists a buffer a step creates in st.bufs.zero,
+-- and the kernel assigns those), else nil.
+local function accumulated_grad(st, t)
+  if not (t and t.requires_grad) or t.is_param or not st.bufs then return nil end
+  local b = st.bufs.grads and st.bufs.grads[memory.base(t)]
+  if not b then return nil end
+  for _, z in ipairs(st.bufs.zero or {}) do
+    if z == b then return nil end
+  end
+  return b
+end
+
+-- The kernels a 16-bit linear runs besides its GEMMs (linear.cu), and their bytes: a 16-bit
+-- copy of each operand not stored packed (rtc_narrow: the input and the weight, the bias in
+-- the forward, the output's gradient in the backward; 4 bytes read and 2 written an
+-- element), the bias gradient's column sums (two launches, the output's gradient read
+-- again) and, for an output width not a multiple of 8, the weight gradient's last rows as a
+-- second product.
+local function linear_extras(op, bwd)
+  local y = memory.base(op.outs[1])
+  if trace.dtype_bytes[y.dtype] == 4 then return 0, 0 end
+  local x, w, b = memory.base(op.ins[1]), op.ins[2], op.ins[3]
+  local launches, bytes = 0, 0
+  local function narrow(t, n)
+    if not t.packed then launches, bytes = launches + 1, bytes + n * 6 end
+  end
+  if not bwd then
+    narrow(x, numel(x.shape))
+    narrow(w, numel(w.shape))
+    if b then launches, bytes = launches + 1, bytes + numel(b.shape) * 6 end
+    return launches, bytes
+  end
+  if w.requires_grad then narrow(x, numel(x.shape)) end
+  if x.requires_grad and not x.is_input then narrow(w, numel(w.shape)) end
+  if not y.grad_packed then launches, bytes = launches + 1, bytes + numel(y.shape) * 6 end
+  if b and b.requires_grad then launches, bytes = launches + 2, bytes + tbytes(y) end
+  if w.requires_grad and w.shape[1] % 8 ~= 0 then launches = launches + 1 end
+  return launches, bytes
+end
+
+-- A linear's input gradient added to an earlier one (another reader of its input): a
+-- 16-bit product is added in a second kernel (linear.cu add_packed_kernel: the fp32 product
+-- written and read, the packed gradient read and written; an fp32 gradient: read by the
+-- GEMM, rounded after), an fp32 one by the GEMM. Returns the launches and bytes it adds.
+local function linear_accumulation(st, op)
+  local x = op.ins[1]
+  if not accumulated_grad(st, x) then return 0, 0 end
+  local n = numel(x.shape)
+  if trace.dtype_bytes[op.outs[1].dtype] == 4 then return 0, n * 4 end
+  return 1, n * 12
+end
+
+-- A compute op (forward, recompute, backward, loss_grad of st.node): its time, class, the
+-- FLOPs its kernels execute and its launches.
 local function op_cost(st, spec, gpu, k)
   local op = st.node
   local bwd = st.op == "backward"
@@ -81,48 +150,69 @@ local function op_cost(st, spec, gpu, k)
     local flops = (bwd and 4 or 2) * m * kk * n
     local eff = k.gemm
     local bytes = (m * kk + kk * n + m * n) * eb
+    local launches = bwd and 2 or 1
     if bwd then bytes = 2 * bytes + kk * n * 8 end   -- the fp32 weight gradient, read and written
-    return roofline(gpu, k, flops, eff, bytes, k.elementwise, bwd and 2 or 1), "gemm", flops
+    if k.name == "fsdpgen" then
+      local more, more_bytes = linear_extras(op, bwd)
+      if bwd then
+        local acc, acc_bytes = linear_accumulation(st, op)
+        more, more_bytes = more + acc, more_bytes + acc_bytes
+      end
+      launches, bytes = launches + more, bytes + more_bytes
+    end
+    return roofline(gpu, k, flops, eff, bytes, k.elementwise, launches), "gemm", flops, launches
   elseif kind == "attention" then
     local f = attention_flops(op) * (op.attrs.causal and 0.5 or 1)
     local cu = M.attention_cudnn(op, spec, k)
     if bwd then
       local eff = cu and k.cudnn_attention_bwd or k.attention_bwd
-      return roofline(gpu, k, 2.5 * f, eff, 0, 1, 3), "attention", 2.5 * f
+      return roofline(gpu, k, 2.5 * f, eff, 0, 1, 3), "attention", 2.5 * f, 3
     end
     local eff = cu and k.cudnn_attention_fwd or k.attention_fwd
-    return roofline(gpu, k, f, eff, 0, 1, 1), "attention", f
+    return roofline(gpu, k, f, eff, 0, 1, 1), "attention", f, 1
   elseif kind == "cast" and memory.is_view(op) then
-    return 0, "view", 0
+    return 0, "view", 0, 0
   elseif bwd and st.grad_alias then
-    return 0, "view", 0   -- an add whose inputs' gradients share its buffer: no kernel
+    return 0, "view", 0, 0   -- an add whose inputs' gradients share its buffer: no kernel
   elseif kind == "arange" then
-    return k.launch_us * 1e-6, "elementwise", 0
+    return k.launch_us * 1e-6, "elementwise", 0, 1
   end
-  -- Element-wise, norms, lookups and the loss: bandwidth. A backward reads the inputs and
-  -- the output's gradient and writes the inputs' gradients: about twice the forward's bytes.
+  -- Element-wise, norms, lookups and the loss: bandwidth. A backward reads the output's
+  -- gradient and the inputs its kernel needs (BACKWARD), and writes the inputs' gradients,
+  -- reading those it adds to.
   local bytes = io_bytes(op)
-  if kind == "cross_entropy" and st.op == "loss_grad" then bytes = 2 * tbytes(op.ins[1])
-  elseif kind == "cross_entropy" then bytes = tbytes(op.ins[1])
-  elseif bwd then bytes = 2 * bytes end
   local launches = bwd and 2 or 1
-  if kind == "embedding" and bwd then
-    -- the output's gradient read, its rows added into the weight's (fp32); where this step
-    -- creates the weight's gradient (no tied head assigned it first), the whole table is
-    -- zeroed before (rt_zero): Llama 1B's 1 GB
-    bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8
-    if st.bufs and st.bufs.zero and #st.bufs.zero > 0 then
-      bytes = bytes + numel(op.ins[2].shape) * 4
-      launches = 3
+  local b = bwd and k.name == "fsdpgen" and BACKWARD[kind]
+  if kind == "cross_entropy" and st.op == "loss_grad" then
+    -- loss and gradient in one call after the forward's line (loss.cu): the rows read again
+    -- and the gradient written; the valid targets counted, the partial losses summed
+    bytes, launches = 2 * tbytes(op.ins[1]), 2
+  elseif kind == "cross_entropy" then bytes = tbytes(op.ins[1])
+  elseif b then
+    launches = b.launches
+    for _, i in ipairs(b.reads) do bytes = bytes + tbytes(op.ins[i]) end
+    for _, t in ipairs(op.ins) do
+      if accumulated_grad(st, t) then bytes = bytes + tbytes(memory.base(t)) end
     end
+  elseif bwd then bytes = 2 * bytes end
+  if kind == "embedding" and bwd then
+    -- the token ids sorted with their row numbers (a fill and cub's sort), then the output
+    -- gradient's rows added into the weight's (fp32); where this step creates the weight's
+    -- gradient (no tied head assigned it first), the whole table is zeroed before (rt_zero,
+    -- a memset: no kernel): Llama 1B's 1 GB
+    bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8
+    launches = 3
+    if st.bufs and st.bufs.zero and #st.bufs.zero > 0 then bytes = bytes + numel(op.ins[2].shape) * 4 end
+  elseif kind == "add" and bwd and numel(op.ins[1].shape) ~= numel(op.ins[2].shape) then
+    launches = 2   -- the broadcast operand's gradient is a column sum (elementwise.cu)
   end
   bytes = bytes * (k.elementwise_passes or 1)
   local class = (kind == "cross_entropy") and "loss" or norms[kind] and "norm" or "elementwise"
   -- a residual add and its norm in one call (memory.lua add_with_norm): one launch, and the
   -- norm takes the sum from registers
-  if st.fused_norm then return roofline(gpu, k, 0, 1, bytes, k[class], 0), class, 0 end
+  if st.fused_norm then return roofline(gpu, k, 0, 1, bytes, k[class], 0), class, 0, 0 end
   if st.fused_add then bytes = bytes - tbytes(op.ins[1]) end
-  return roofline(gpu, k, 0, 1, bytes, k[class], launches), class, 0
+  return roofline(gpu, k, 0, 1, bytes, k[class], launches), class, 0, launches
 end
 
 local function copy_time(gpu, k, bytes)
@@ -178,13 +268,14 @@ end
 
 -- The compute-stream part of a line and the side-stream copies around its collective.
 -- Returns { compute = s, class = name, hw_flops = the FLOPs its kernels execute,
--- copy_in = s (side stream, before the collective), copy_out = s (after it) }.
+-- copy_in = s (side stream, before the collective), copy_out = s (after it), launches = the
+-- kernels of a compute op's line (tests/cuda_step/kernels/*.txt count them) }.
 function M.step(st, plan, gpu, k)
-  local c = { compute = 0, class = "fsdp", hw_flops = 0, copy_in = 0, copy_out = 0 }
+  local c = { compute = 0, class = "fsdp", hw_flops = 0, copy_in = 0, copy_out = 0, launches = 0 }
   local g = st.group
   if st.node and (st.op == "forward" or st.op == "backward" or st.op == "recompute"
       or st.op == "loss_grad" or st.op == "eval_loss") then
-    c.compute, c.class, c.hw_flops = op_cost(st, plan.spec, gpu, k)
+    c.compute, c.class, c.hw_flops, c.launches = op_cost(st, plan.spec, gpu, k)
   elseif st.op == "all_gather" then
     local L = g.layout
     local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel

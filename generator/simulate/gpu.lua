@@ -48,6 +48,7 @@ function M.load(root, name)
         return nil, path .. ": kernels." .. kname .. "." .. key .. " must be a number"
       end
     end
+    k.name = kname   -- cost.lua counts fsdpgen's kernels as its CUDA backend launches them
   end
   if not (t.kernels and t.kernels.fsdpgen) then
     return nil, path .. ": kernels.fsdpgen is missing"

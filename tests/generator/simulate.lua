@@ -326,6 +326,55 @@ for _, a in ipairs({ "--gpu ../gpus/h100", "--gpu h100 --nodes 0", "--gpu h100 -
     (o:match("^fsdpgen[^\n]*\nexit 2\n$") and "" or (": " .. o)))
 end
 
+-- Launches: per class, the kernels the simulator prices for the compute ops of a step are
+-- those the CUDA backend launches for them, as the CUDA emulator lists a captured step of
+-- the bench models in small (tests/cuda_step/kernels/*.txt, which tests/cuda_step/run.sh
+-- keeps equal to the binary's). Kernel names to classes; GEMMs and element-wise together,
+-- as the column sums serve both (the linears' bias gradients, a broadcast add's). Not
+-- compared: memsets (no kernel), the FSDP copies and the step's own kernels (priced by bytes
+-- on their streams), the optimizer's.
+local KERNEL_CLASSES = {
+  { "^cublas_gemm$", "gemm" }, { "^add_packed_kernel", "gemm" }, { "narrow_kernel", "gemm" },
+  { "^colsum_", "gemm" }, { "^flash_kernel$", "attention" }, { "norm", "norm" },
+  { "^dw_finish_kernel$", "norm" }, { "^ce_", "loss" }, { "^rope_kernel", "gemm" },
+  { "^swiglu_", "gemm" }, { "^gelu_", "gemm" }, { "^acc2_kernel", "gemm" },
+  { "^broadcast_add_kernel$", "gemm" }, { "^arange_kernel$", "gemm" },
+  { "^embedding_", "gemm" }, { "^rows_kernel$", "gemm" }, { "^cub_radix_sort$", "gemm" },
+  { "^memset$" }, { "^memcpy$" }, { "^seg_copy_kernel$" }, { "^round_kernel$" },
+  { "^adam_" }, { "^rows_mark_kernel$" },
+}
+local SIM_CLASSES = { gemm = "gemm", elementwise = "gemm", attention = "attention", norm = "norm",
+  loss = "loss" }
+local cost = require("simulate.cost")
+for _, name in ipairs({ "llama_bench_shape", "gpt2_bench_shape" }) do
+  local want, unknown = {}, {}
+  for line in io.lines("tests/cuda_step/kernels/" .. name .. ".txt") do
+    local n, kernel = line:match("^%s*(%d+) (.+)$")
+    if n then
+      local class
+      for _, c in ipairs(KERNEL_CLASSES) do
+        if kernel:find(c[1]) then class = c[2] or false break end
+      end
+      if class == nil then unknown[#unknown + 1] = kernel end
+      if class then want[class] = (want[class] or 0) + tonumber(n) end
+    end
+  end
+  check(#unknown == 0, name .. ": every kernel of the list has a class here (new: "
+    .. table.concat(unknown, ", ") .. ")")
+  local plan = plan_of("tests/cuda_step/" .. name .. ".lua")
+  local got = {}
+  for _, st in ipairs(plan.steps) do
+    local c = cost.step(st, plan, h100, h100.kernels.fsdpgen)
+    local class = SIM_CLASSES[c.class]
+    if class and c.launches > 0 then got[class] = (got[class] or 0) + c.launches end
+  end
+  for _, class in ipairs({ "gemm", "attention", "norm", "loss" }) do
+    check(got[class] == want[class], string.format("%s: the simulator's %s launches %s, the "
+      .. "binary's %s", name, class == "gemm" and "GEMM and element-wise" or class,
+      tostring(got[class]), tostring(want[class])))
+  end
+end
+
 -- `fsdpgen diff OLD NEW --gpu ...`: the simulated change of reshard_after_forward=False on
 -- every block (no backward all-gathers: a shorter step, backward exposes no more).
 local base = "tests/specs/review/llama_4l.lua"

@@ -53,7 +53,11 @@ return {
       optimizer = 0.89,       -- AdamW: 14.0 ms for 28 bytes x 1.50 G parameters
       launch_us = 24.0,       -- per kernel: ramp-up, tails and the gaps between kernels,
                               -- fitted to both steps (ncu: 154.6 ms of kernels in the
-                              -- 163 ms Llama step, 842 launches)
+                              -- 163 ms Llama step, 842 launches) when cost.lua counted
+                              -- fewer kernels than the binary launches (no operand
+                              -- copies, column sums or packed additions), so that small
+                              -- kernels are overpriced here; to be refitted to ncu's count
+                              -- of each kernel
     },
     -- PyTorch 2.11 FSDP2 eager: cuBLAS GEMMs as above, SDPA's flash attention
     -- (bench/attention.sh on Llama 1B's shapes: forward 0.18 ms, backward 0.66 ms per
