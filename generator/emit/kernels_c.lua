@@ -140,7 +140,9 @@ local function packed_bits(op, backward, no_values)
   if (backward and y.grad_packed) or (not backward and y.packed) then bits[#bits + 1] = "RT_PACKED_OUT" end
   for j, name in ipairs({ "INP", "INP2", "INP3" }) do
     local x = op.ins[j] and memory.base(op.ins[j])
-    if x and x.packed and not no_values then bits[#bits + 1] = "RT_PACKED_" .. name end
+    -- a linear's backward takes no bias value
+    local read = not (backward and op.kind == "linear" and j == 3)
+    if x and x.packed and not no_values and read then bits[#bits + 1] = "RT_PACKED_" .. name end
   end
   for j, name in ipairs({ "DINP", "DINP2", "DINP3" }) do
     local x = op.ins[j] and memory.base(op.ins[j])

@@ -250,25 +250,29 @@ local function mark_packed_activations(graph)
   end
 end
 
---   * Unsharded parameters that only linears read, each as its weight (position 2) and in
---     the parameter's 16-bit dtype (backward_in_dtype: no parameter input), 2-D with both
---     dims multiples of 8 (dense rows, and no zero rows for the GEMM to add): the
+--   * Unsharded parameters that only linears read, each as its weight (position 2: 2-D with
+--     both dims multiples of 8, dense rows and no zero rows for the GEMM to add) or as its
+--     bias (position 3: a multiple of 8 values, no padding for cuBLASLt's bias epilogue),
+--     in the parameter's 16-bit dtype (backward_in_dtype: no parameter input): the
 --     all-gather's copy-out writes param_dtype's bits into the unsharded parameters
 --     (rt_model.h `packed`; place_unsharded_params) and the GEMMs read them in place instead
---     of a copy narrowed in every forward and backward (rt_kernels.h RT_PACKED_INP2). The
---     unsharded gradients keep their fp32 layout.
+--     of a copy narrowed in every forward and backward (rt_kernels.h RT_PACKED_INP2 and
+--     RT_PACKED_INP3: GPT-2's biases, 24 copies a step). The unsharded gradients keep their
+--     fp32 layout.
 local function mark_packed_params(plan)
   local readers = readers_of(plan.graph)
   for _, g in ipairs(plan.groups) do
     for _, l in ipairs(g.layout.params) do
       local p, rs = l.param, readers[l.param] or {}
       local s = p.shape
-      local ok = sixteen(p) and #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0 and #rs > 0
+      local weight = #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0
+      local bias = #s == 1 and s[1] % 8 == 0
+      local ok = sixteen(p) and #rs > 0
       for _, r in ipairs(rs) do
         ok = ok and r.kind == "linear" and inputs_have_dtype(r, p) and r.outs[1].dtype == p.dtype
           and backward_in_dtype(r)
         for j, t in ipairs(r.ins) do
-          if t == p then ok = ok and j == 2 end
+          if t == p then ok = ok and ((j == 2 and weight) or (j == 3 and bias)) end
         end
       end
       p.packed = ok or nil

@@ -99,7 +99,7 @@ local function accumulated_grad(st, t)
 end
 
 -- The kernels a 16-bit linear runs besides its GEMMs (linear.cu), and their bytes: a 16-bit
--- copy of each operand not stored packed (rtc_narrow: the input and the weight, the bias in
+-- copy of each operand not stored packed (rtc_narrow: the input, the weight and the bias in
 -- the forward, the output's gradient in the backward; 4 bytes read and 2 written an
 -- element), the bias gradient's column sums (two launches, the output's gradient read
 -- again) and, for an output width not a multiple of 8, the weight gradient's last rows as a
@@ -115,7 +115,7 @@ local function linear_extras(op, bwd)
   if not bwd then
     narrow(x, numel(x.shape))
     narrow(w, numel(w.shape))
-    if b then launches, bytes = launches + 1, bytes + numel(b.shape) * 6 end
+    if b then narrow(b, numel(b.shape)) end
     return launches, bytes
   end
   if w.requires_grad then narrow(x, numel(x.shape)) end

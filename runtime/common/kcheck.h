@@ -78,6 +78,11 @@
               "a packed weight is [OC, C] with OC and C multiples of 8",                  \
               "%s with a packed [%d, %d] weight", kernel, (int)(OC), (int)(C))
 
+#define RT_KCHECK_PACKED_BIAS(OC, packed, kernel)                                         \
+    RT_KCHECK(!((packed) & RT_PACKED_INP3) || (OC) % 8 == 0,                               \
+              "a linear's packed bias has OC values, OC a multiple of 8",                 \
+              "%s with a packed bias of %d values", kernel, (int)(OC))
+
 // swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be
 // packed.
 #define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                    \

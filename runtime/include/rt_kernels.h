@@ -348,9 +348,10 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     adds read it, each once (their backwards write their contributions packed). An
 //     attention's output is packed only with its gradient.
 //   * unsharded parameters that only linears read, as their weight (RT_PACKED_INP2), with
-//     both dims multiples of 8: the all-gather's copy-out writes param_dtype's bits, which
-//     the GEMMs read in place instead of a copy narrowed in every forward and backward
-//     (rt_model.h `packed`).
+//     both dims multiples of 8, or as their bias (RT_PACKED_INP3), with a multiple of 8
+//     values: the all-gather's copy-out writes param_dtype's bits, which the GEMMs (and
+//     cuBLASLt's bias epilogue) read in place instead of a copy narrowed in every forward
+//     and backward (rt_model.h `packed`).
 // Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
 // the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
 // around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
@@ -362,7 +363,8 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //   RT_PACKED_OUT    the output (forward) or its gradient dout (backward)
 //   RT_PACKED_INP    the input's value (inp, swiglu's a, attention's q); RT_PACKED_INP2
 //                    swiglu's b, attention's k, a linear's weight (dense [OC, C], both
-//                    multiples of 8); RT_PACKED_INP3 attention's v
+//                    multiples of 8); RT_PACKED_INP3 attention's v, a linear's bias (OC
+//                    values, a multiple of 8; read by the forward only)
 //   RT_PACKED_DINP   the input's gradient (backward: dinp, swiglu's da, attention's dq);
 //                    RT_PACKED_DINP2 swiglu's db, attention's dk; RT_PACKED_DINP3
 //                    attention's dv: assigned or added to as the assign bits say, rounded
@@ -375,7 +377,7 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 #define RT_PACKED_INP3 32
 #define RT_PACKED_DINP3 64
 void rt_linear_packed_forward(void* out, const void* inp, const void* weight,
-                              const float* bias /*nullable*/, int N, int C, int OC, int packed,
+                              const void* bias /*nullable*/, int N, int C, int OC, int packed,
                               rt_dtype dt);
 void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,

@@ -44,7 +44,8 @@ typedef struct rt_model_param {
     double init_scale;            // std (normal) or bound (uniform)
     int packed;                   // 1: the unsharded parameter is kept in its group's 16-bit
                                   // param_dtype (rt_kernels.h "packed 16-bit storage"): 2-D
-                                  // with both dims multiples of 8
+                                  // with both dims multiples of 8 (a linear's weight), or 1-D
+                                  // of a multiple of 8 (a linear's bias)
     int grad_none;                // 1: the step program gives it no gradient (FSDP2 leaves its
                                   // grad None), so the optimizer leaves it and its state alone
     int from_shard;               // 1: one shard rank, and only embedding lookups read it, whose

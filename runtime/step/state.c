@@ -102,8 +102,9 @@ static const char* state_name(rt_group_state s) {
 
 // The generator's packing of an unsharded parameter (rt_model.h `packed`) checked again.
 static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
-    return (mg->param_dtype == RT_BF16 || mg->param_dtype == RT_F16) && p->ndim == 2 &&
-           p->shape[0] % 8 == 0 && p->shape[1] % 8 == 0;
+    return (mg->param_dtype == RT_BF16 || mg->param_dtype == RT_F16) &&
+           ((p->ndim == 2 && p->shape[0] % 8 == 0 && p->shape[1] % 8 == 0) ||
+            (p->ndim == 1 && p->shape[0] % 8 == 0));
 }
 
 // The unsharded parameters' layout (rt_model_param unsharded_word; generator/memory/
@@ -214,8 +215,8 @@ static int layouts_init(rt_rank* R, int g) {
         const rt_model_param* p = &m->params[mg->params[i]];
         if (p->packed && !packed_param_ok(p, mg)) {
             fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s' is planned packed, but "
-                    "packed parameters are 2-D with both dims multiples of 8 at an unsharded offset "
-                    "that is a multiple of 4, in a bf16/fp16 group (a generator bug)\n",
+                    "packed parameters are weights of 2-D with both dims multiples of 8 or biases of "
+                    "a multiple of 8 values, in a bf16/fp16 group (a generator bug)\n",
                     R->rank, p->fqn, mg->name);
             st = RT_ERR_MISMATCH;
         }

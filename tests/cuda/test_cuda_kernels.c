@@ -1593,6 +1593,16 @@ static void test_packed_weight(rt_dtype dt, int N, int C, int OC) {
     const int ok = packed_same(d_o16, d_out, N, OC, dt, &pad);
     CHECK(dev_same(d_out, d_out2, no) && ok, "%s linear forward N=%d C=%d OC=%d, packed weight "
           "(alone; with the input and output packed) == rt_linear_forward, bit for bit", nm, N, C, OC);
+    // the bias packed too (OC a multiple of 8: cuBLASLt's epilogue reads it in place)
+    void *d_b16 = dev_packed(b, 1, OC, dt), *d_o16b = dalloc(no * 2);
+    float* d_out3 = dalloc(no * sizeof(float));
+    rt_linear_packed_forward(d_out3, d_inp, d_w16, d_b16, N, C, OC, RT_PACKED_INP2 | RT_PACKED_INP3, dt);
+    rt_linear_packed_forward(d_o16b, d_i16, d_w16, d_b16, N, C, OC,
+                             RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3 | RT_PACKED_OUT, dt);
+    CHECK(dev_same(d_out, d_out3, no) && packed_same(d_o16b, d_out, N, OC, dt, &pad),
+          "%s linear forward N=%d C=%d OC=%d, packed weight and bias (alone; with the input and "
+          "output packed) == rt_linear_forward, bit for bit", nm, N, C, OC);
+    dfree(d_b16), dfree(d_o16b), dfree(d_out3);
     for (int as = 0; as < 2; as++) {
         const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
         float *d_dinp = dup(dinp0, ni), *d_dw = dup(dw0, nw), *d_db = dalloc(OC * sizeof(float));

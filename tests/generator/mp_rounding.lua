@@ -405,7 +405,11 @@ return fsdp.spec{ name = "mp_params", model = m, world_size = 1, input = { shape
   loss = "sum", optimizer = { "sgd", lr = 0.1 } }
 ]], mid, mid, dtype, dtype)
 end
-for _, c in ipairs({ { 8, "bf16", true, true, true }, { 6, "bf16", false, false, true }, { 8, "fp32", false, false, false } }) do
+-- c: mid, dtype, weights packed (a, b, c), biases packed (a, b, c): a bias of a multiple of
+-- 8 values is packed whatever its weight
+for _, c in ipairs({ { 8, "bf16", true, true, true, true, true, true },
+  { 6, "bf16", false, false, true, false, true, true },
+  { 8, "fp32", false, false, false, false, false, false } }) do
   local path = os.tmpname() .. ".lua"
   local h = assert(io.open(path, "w"))
   h:write(align_spec(c[1], c[2]))
@@ -413,16 +417,20 @@ for _, c in ipairs({ { 8, "bf16", true, true, true }, { 6, "bf16", false, false,
   local ok, text = pcall(step_c, path)
   os.remove(path)
   local got = ok and packed_params(text) or {}
-  local inp2 = 0  -- linear calls reading a packed weight
+  local inp2, inp3 = 0, 0  -- linear calls reading a packed weight, a packed bias
   for line in (ok and text or ""):gmatch("[^\n]+") do
     if line:find("rt_linear_packed_", 1, true) and line:find("RT_PACKED_INP2", 1, true) then inp2 = inp2 + 1 end
+    if line:find("rt_linear_packed_", 1, true) and line:find("RT_PACKED_INP3", 1, true) then inp3 = inp3 + 1 end
   end
-  local npacked = (c[3] and 1 or 0) + (c[4] and 1 or 0) + (c[5] and 1 or 0)
+  local function n(a, b, d) return (a and 1 or 0) + (b and 1 or 0) + (d and 1 or 0) end
   check(ok and got["a.weight"] == c[3] and got["b.weight"] == c[4] and got["c.weight"] == c[5]
-    and not got["a.bias"] and inp2 == 2 * npacked, string.format(
-    "%s linears 8 -> %d -> 8 -> 16: weights packed a %s, b %s, c %s; %d linear calls read a packed weight "
-    .. "(forward and backward of each)%s", c[2], c[1], tostring(got["a.weight"]), tostring(got["b.weight"]),
-    tostring(got["c.weight"]), inp2, ok and "" or " (" .. tostring(text) .. ")"))
+    and (got["a.bias"] or false) == c[6] and (got["b.bias"] or false) == c[7]
+    and (got["c.bias"] or false) == c[8] and inp2 == 2 * n(c[3], c[4], c[5]) and inp3 == n(c[6], c[7], c[8]),
+    string.format("%s linears 8 -> %d -> 8 -> 16: weights packed a %s, b %s, c %s, biases a %s, b %s, c %s; "
+    .. "%d linear calls read a packed weight (forward and backward of each), %d a packed bias (the forwards)%s",
+    c[2], c[1], tostring(got["a.weight"]), tostring(got["b.weight"]), tostring(got["c.weight"]),
+    tostring(got["a.bias"]), tostring(got["b.bias"]), tostring(got["c.bias"]), inp2, inp3,
+    ok and "" or " (" .. tostring(text) .. ")"))
 end
 local bench = { gpt2 = texts["bench_gpt2_124m"] and packed_params(texts["bench_gpt2_124m"]),
   llama = texts["bench_llama_1b"] and packed_params(texts["bench_llama_1b"]),

@@ -75,17 +75,19 @@ static const float* operand(float* x, const void* p, int N, int cols, int packed
     return x;
 }
 
-void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const float* bias,
+void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int N, int C, int OC, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
     RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_BIAS(OC, packed, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
-    const size_t ni = elems(N, C), nw = elems(OC, C);
-    float* s = scratch_floats(ni + nw + elems(N, OC));
+    const size_t ni = elems(N, C), nw = elems(OC, C), ny = elems(N, OC);
+    float* s = scratch_floats(ni + nw + ny + (size_t)OC);
     const float* x = operand(s, inp, N, C, packed & RT_PACKED_INP, dt);
     const float* w = operand(s + ni, weight, OC, C, packed & RT_PACKED_INP2, dt);
+    const float* b = bias ? operand(s + ni + nw + ny, bias, 1, OC, packed & RT_PACKED_INP3, dt) : NULL;
     float* y = packed & RT_PACKED_OUT ? s + ni + nw : out;
-    rt_linear_forward(y, x, w, bias, N, C, OC, dt);
+    rt_linear_forward(y, x, w, b, N, C, OC, dt);
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
 }
 

@@ -69,18 +69,19 @@ static rtc_operand16 weight16(char* s, const float* weight, const void* w16p, in
 // and sums over C rounded up to 8, the copies' zero padding (on an H100 the bias epilogue
 // with C = 65 and C = 17 gave values up to 11 times test_cuda_kernels' tolerance off).
 // Packed operands (rt_kernels.h) are used in place: x16p not NULL is the input's packed rows
-// (no copy of inp), w16p not NULL the weight's (weight16), out16 not NULL receives the
-// rounded product (out is not written).
+// (no copy of inp), w16p not NULL the weight's (weight16), b16p not NULL the bias's (OC a
+// multiple of 8: no padding to add), out16 not NULL receives the rounded product (out is
+// not written).
 static void linear_forward16(float* out, const float* inp, const void* x16p, const float* weight,
-                             const void* w16p, const float* bias, int N, int C, int OC,
-                             rt_dtype dt, void* out16) {
+                             const void* w16p, const float* bias, const void* b16p, int N, int C,
+                             int OC, rt_dtype dt, void* out16) {
     const int OCp = rtc_ld16(OC);
     const size_t nx = x16p ? 0 : rtc_elems16(N, C), nw = w16p ? 0 : rtc_elems16(OCp, C),
                  nb = bias ? (size_t)OCp : 0;
     char* s = (char*)rtc_operand_scratch((nx + nw + nb + (out16 ? 0 : rtc_elems16(N, OC))) * 2);
     const rtc_operand16 x16 = x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = weight16(s + nx * 2, weight, w16p, OC, C, dt);
-    const void* b16 = bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
+    const void* b16 = b16p ? b16p : bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
     char* t = out16 ? (char*)out16 : s + (nx + nw + nb) * 2;  // 16-byte aligned
     rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, b16, t, out, dt);
 }
@@ -102,7 +103,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
     RT_KCHECK_DT(dt, "rt_linear_forward");
     if (N <= 0 || OC <= 0) return;
     if (dt != RT_F32 && C > 0) {
-        linear_forward16(out, inp, NULL, weight, NULL, bias, N, C, OC, dt, NULL);
+        linear_forward16(out, inp, NULL, weight, NULL, bias, NULL, N, C, OC, dt, NULL);
         return;
     }
     const size_t n = (size_t)N * OC;
@@ -247,26 +248,31 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
 // packed 16-bit storage (rt_kernels.h): the 16-bit paths above, reading packed operands in
 // place and leaving a packed output in its buffer
 
-void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const float* bias,
+void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int N, int C, int OC, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
     RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_BIAS(OC, packed, "rt_linear_packed_forward");
     if (N <= 0 || OC <= 0) return;
     const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
-               pw = packed & RT_PACKED_INP2;
+               pw = packed & RT_PACKED_INP2, pb = bias && (packed & RT_PACKED_INP3);
     if (C <= 0) {  // no terms (and no weight values): the bias rows (or zeros), narrowed
                    // into a packed output
-        if (!po) {
-            rt_linear_forward((float*)out, NULL, NULL, bias, N, C, OC, dt);
-            return;
+        float* y = (float*)rtc_operand_scratch(((po ? (size_t)N * OC : 0) + (pb ? OC : 0)) *
+                                               sizeof(float));
+        const float* b = (const float*)bias;
+        if (pb) {
+            float* wide = y + (po ? (size_t)N * OC : 0);
+            rtc_widen(wide, bias, 1, OC, OC, dt);
+            b = wide;
         }
-        float* y = (float*)rtc_operand_scratch((size_t)N * OC * sizeof(float));
-        rt_linear_forward(y, NULL, NULL, bias, N, C, OC, dt);
-        rtc_narrow(out, y, N, OC, OC, dt);
+        rt_linear_forward(po ? y : (float*)out, NULL, NULL, b, N, C, OC, dt);
+        if (po) rtc_narrow(out, y, N, OC, OC, dt);
         return;
     }
     linear_forward16(po ? NULL : (float*)out, pi ? NULL : (const float*)inp, pi ? inp : NULL,
-                     pw ? NULL : (const float*)weight, pw ? weight : NULL, bias, N, C, OC, dt,
+                     pw ? NULL : (const float*)weight, pw ? weight : NULL,
+                     pb ? NULL : (const float*)bias, pb ? bias : NULL, N, C, OC, dt,
                      po ? out : NULL);
 }
 
