@@ -182,11 +182,13 @@ local function op_cost(st, spec, gpu, k)
   -- reading those it adds to.
   local bytes = io_bytes(op)
   local launches = bwd and 2 or 1
-  local b = bwd and k.name == "fsdpgen" and BACKWARD[kind]
+  local ours = k.name == "fsdpgen"
+  local b = bwd and ours and BACKWARD[kind]
   if kind == "cross_entropy" and st.op == "loss_grad" then
-    -- loss and gradient in one call after the forward's line (loss.cu): the rows read again
-    -- and the gradient written; the valid targets counted, the partial losses summed
-    bytes, launches = 2 * tbytes(op.ins[1]), 2
+    -- the rows read again and the gradient written; fsdpgen's loss and gradient are one
+    -- call after the forward's line (loss.cu), which also counts the valid targets and sums
+    -- the partial losses
+    bytes, launches = 2 * tbytes(op.ins[1]), ours and 2 or 1
   elseif kind == "cross_entropy" then bytes = tbytes(op.ins[1])
   elseif b then
     launches = b.launches
@@ -196,14 +198,15 @@ local function op_cost(st, spec, gpu, k)
     end
   elseif bwd then bytes = 2 * bytes end
   if kind == "embedding" and bwd then
-    -- the token ids sorted with their row numbers (a fill and cub's sort), then the output
-    -- gradient's rows added into the weight's (fp32); where this step creates the weight's
-    -- gradient (no tied head assigned it first), the whole table is zeroed before (rt_zero,
-    -- a memset: no kernel): Llama 1B's 1 GB
+    -- fsdpgen's: the token ids sorted with their row numbers (a fill and cub's sort), then
+    -- the output gradient's rows added into the weight's (fp32); where this step creates the
+    -- weight's gradient (no tied head assigned it first), the whole table is zeroed before
+    -- (rt_zero, a memset: no kernel): Llama 1B's 1 GB
     bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8
-    launches = 3
-    if st.bufs and st.bufs.zero and #st.bufs.zero > 0 then bytes = bytes + numel(op.ins[2].shape) * 4 end
-  elseif kind == "add" and bwd and numel(op.ins[1].shape) ~= numel(op.ins[2].shape) then
+    local zero = st.bufs and st.bufs.zero and #st.bufs.zero > 0
+    if zero then bytes = bytes + numel(op.ins[2].shape) * 4 end
+    launches = (ours or zero) and 3 or 2
+  elseif ours and kind == "add" and bwd and numel(op.ins[1].shape) ~= numel(op.ins[2].shape) then
     launches = 2   -- the broadcast operand's gradient is a column sum (elementwise.cu)
   end
   bytes = bytes * (k.elementwise_passes or 1)
