@@ -1632,6 +1632,25 @@ static void test_packed_weight(rt_dtype dt, int N, int C, int OC) {
     dfree(d_out), dfree(d_out2), dfree(d_o16);
 }
 
+// A linear with no input features (C = 0) and a packed bias: the bias rows, fp32 and packed
+// outputs, as rt_linear_forward with the fp32 bias gives them.
+static void test_packed_bias_no_terms(rt_dtype dt) {
+    const int N = 3, OC = 16;
+    const size_t no = (size_t)N * OC;
+    float* b = hrand((size_t)OC, 1.0f, 0.0f);
+    round_to(b, OC, dt);
+    float *d_b = dup(b, OC), *d_out = dalloc(no * sizeof(float)), *d_out2 = dalloc(no * sizeof(float));
+    void *d_b16 = dev_packed(b, 1, OC, dt), *d_o16 = dalloc(no * 2);
+    rt_linear_forward(d_out, NULL, NULL, d_b, N, 0, OC, dt);
+    rt_linear_packed_forward(d_out2, NULL, NULL, d_b16, N, 0, OC, RT_PACKED_INP3, dt);
+    rt_linear_packed_forward(d_o16, NULL, NULL, d_b16, N, 0, OC, RT_PACKED_INP3 | RT_PACKED_OUT, dt);
+    int pad;
+    CHECK(dev_same(d_out, d_out2, no) && packed_same(d_o16, d_out, N, OC, dt, &pad),
+          "%s linear forward with C = 0 and a packed bias: the bias rows (fp32 and packed output)",
+          dt == RT_BF16 ? "bf16" : "fp16");
+    free(b), dfree(d_b), dfree(d_out), dfree(d_out2), dfree(d_b16), dfree(d_o16);
+}
+
 // packed rope and attention (rt_kernels.h): every storage of q, k, v and out, forward and
 // backward, and of dq, dk, dv, against the fp32-storage calls, bit for bit; HD 64 runs the
 // tensor-core kernels, HD 136 the fp32 ones on widened operands.
@@ -2136,6 +2155,8 @@ int main(void) {
     test_packed_inputs(RT_BF16, 16, 256, 64);  // the norms' rows a warp each
     test_packed_weight(RT_F16, 64, 128, 96);
     test_packed_weight(RT_BF16, 40, 256, 512);
+    test_packed_bias_no_terms(RT_BF16);
+    test_packed_bias_no_terms(RT_F16);
     // tensor cores (T = 70: two query tiles, one partial; GQA); on the emulator one batch and
     // two heads, which keeps the GQA ratio and the tiles: its 31 storage combinations take
     // minutes there at B = 2, NH = 4

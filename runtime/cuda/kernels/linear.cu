@@ -258,11 +258,11 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
                pw = packed & RT_PACKED_INP2, pb = bias && (packed & RT_PACKED_INP3);
     if (C <= 0) {  // no terms (and no weight values): the bias rows (or zeros), narrowed
                    // into a packed output
-        float* y = (float*)rtc_operand_scratch(((po ? (size_t)N * OC : 0) + (pb ? OC : 0)) *
-                                               sizeof(float));
+        const size_t ny = po ? (size_t)N * OC : 0;
+        float* y = po || pb ? (float*)rtc_operand_scratch((ny + (pb ? OC : 0)) * sizeof(float)) : NULL;
         const float* b = (const float*)bias;
         if (pb) {
-            float* wide = y + (po ? (size_t)N * OC : 0);
+            float* wide = y + ny;
             rtc_widen(wide, bias, 1, OC, OC, dt);
             b = wide;
         }

@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include <deque>
-#include <string>
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "cublasLt.h"
@@ -26,8 +26,8 @@
 
 struct emu_graph {
     std::vector<std::function<void()>> ops;  // in issue order
-    // the kernels among them by name (a launch's, cublas_gemm), memset and memcpy: the nodes
-    // a GPU's graph has, which CUDA_EMU_GRAPH_KERNELS lists
+    // the kernel nodes among them by name (a launch's kernel, cublas_gemm, cub_radix_sort,
+    // memset, memcpy, nccl), which CUDA_EMU_GRAPH_KERNELS lists
     std::vector<std::string> kernels;
 };
 struct emu_graph_exec {
