@@ -1,7 +1,8 @@
 -- `fsdpgen simulate` and `show` (generator/simulate/): the NCCL cost against figures worked
 -- by hand, the stream timeline's waits on small plans with made-up GPUs whose answers are
--- known, the calibration against the measured H100 steps (bench/RESULTS.md), the re-plan
--- at another world size, every repository spec simulated and drawn, and the SVG's
+-- known, the calibration against the measured H100 steps (bench/RESULTS.md), the kernels
+-- counted against those the CUDA backend launches (tests/cuda_step/kernels/*.txt), the
+-- re-plan at another world size, every repository spec simulated and drawn, and the SVG's
 -- structure (lanes, boxes per line, waits, group colours, memory peak, largest buffers).
 -- Run from the repository root: lua5.4 tests/generator/simulate.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
