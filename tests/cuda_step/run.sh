@@ -421,7 +421,11 @@ if [ "$gpu" = 0 ]; then
     for spec in tests/cuda_step/llama_bench_shape.lua tests/cuda_step/gpt2_bench_shape.lua; do
         name=$(basename "$spec" .lua)
         golden=tests/cuda_step/kernels/$name.txt
-        ./fsdpgen build "$spec" --cuda >"$work/b.log" 2>&1 || { cat "$work/b.log"; fail "fsdpgen build $spec --cuda"; continue; }
+        if ! ./fsdpgen build "$spec" --cuda >"$work/b.log" 2>&1; then
+            cat "$work/b.log"
+            fail "fsdpgen build $spec --cuda"
+            continue
+        fi
         cuda_binary "$name" main || continue
         rm -f "$work/graph.txt"
         # the first step runs eagerly, the second is captured

@@ -85,7 +85,8 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
     float* s = scratch_floats(ni + nw + ny + (size_t)OC);
     const float* x = operand(s, inp, N, C, packed & RT_PACKED_INP, dt);
     const float* w = operand(s + ni, weight, OC, C, packed & RT_PACKED_INP2, dt);
-    const float* b = bias ? operand(s + ni + nw + ny, bias, 1, OC, packed & RT_PACKED_INP3, dt) : NULL;
+    const float* b =
+        bias ? operand(s + ni + nw + ny, bias, 1, OC, packed & RT_PACKED_INP3, dt) : NULL;
     float* y = packed & RT_PACKED_OUT ? s + ni + nw : out;
     rt_linear_forward(y, x, w, b, N, C, OC, dt);
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);

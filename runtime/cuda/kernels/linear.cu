@@ -81,7 +81,8 @@ static void linear_forward16(float* out, const float* inp, const void* x16p, con
     char* s = (char*)rtc_operand_scratch((nx + nw + nb + (out16 ? 0 : rtc_elems16(N, OC))) * 2);
     const rtc_operand16 x16 = x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = weight16(s + nx * 2, weight, w16p, OC, C, dt);
-    const void* b16 = b16p ? b16p : bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
+    const void* b16 =
+        b16p ? b16p : bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
     char* t = out16 ? (char*)out16 : s + (nx + nw + nb) * 2;  // 16-byte aligned
     rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, b16, t, out, dt);
 }
@@ -259,7 +260,8 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
     if (C <= 0) {  // no terms (and no weight values): the bias rows (or zeros), narrowed
                    // into a packed output
         const size_t ny = po ? (size_t)N * OC : 0;
-        float* y = po || pb ? (float*)rtc_operand_scratch((ny + (pb ? OC : 0)) * sizeof(float)) : NULL;
+        float* y =
+            po || pb ? (float*)rtc_operand_scratch((ny + (pb ? OC : 0)) * sizeof(float)) : NULL;
         const float* b = (const float*)bias;
         if (pb) {
             float* wide = y + ny;
