@@ -438,11 +438,8 @@ function Walker:ctx(st, saved)
     scratch = st.bufs.scratch and F(st.bufs.scratch) or "NULL",
     fresh = function(t)  -- t's gradient buffer if this backward step creates it (u.zero)
       local b = not t.is_param and st.bufs.grads[memory.base(t)]
-      if not b or b.kind ~= "activation_grad" then return nil end
-      for _, z in ipairs(st.bufs.zero or {}) do
-        if z == b then return b end
-      end
-      return nil
+      if not b or b.kind ~= "activation_grad" or not memory.creates(st, b) then return nil end
+      return b
     end,
     site = function(op) return (op.original or op).id end,
     attention_site = function(op)

@@ -36,6 +36,15 @@ function M.base(t)
   return t
 end
 
+-- Whether step st creates buffer b: a backward step lists the gradient buffers it creates
+-- in st.bufs.zero (its kernels assign them, or they are zeroed first); later steps add.
+function M.creates(st, b)
+  for _, z in ipairs(st.bufs and st.bufs.zero or {}) do
+    if z == b then return true end
+  end
+  return false
+end
+
 -- A cast to fp32 changes no stored value (compute buffers hold fp32 values rounded to
 -- their dtype). When it is the only reader of an activation it is a view: output and
 -- input share one buffer, and one gradient buffer (the input's gradient is the output's,

@@ -86,15 +86,11 @@ local BACKWARD = {
 }
 
 -- Input t's gradient buffer at backward step st if an earlier step of the backward created
--- it (the kernel then adds to it; memory.lua lists a buffer a step creates in st.bufs.zero,
--- and the kernel assigns those), else nil.
+-- it (the kernel then adds to it; it assigns one its step creates, memory.creates), else nil.
 local function accumulated_grad(st, t)
   if not (t and t.requires_grad) or t.is_param or not st.bufs then return nil end
   local b = st.bufs.grads and st.bufs.grads[memory.base(t)]
-  if not b then return nil end
-  for _, z in ipairs(st.bufs.zero or {}) do
-    if z == b then return nil end
-  end
+  if not b or memory.creates(st, b) then return nil end
   return b
 end
 

@@ -85,6 +85,11 @@ lazy_mode_t lazy_mode_from_env(void) {
 }
 const lazy_mode_t lazy_mode = lazy_mode_from_env();
 const bool lazy = lazy_mode != LAZY_OFF;
+// CUDA_EMU_GRAPH_KERNELS=FILE: where instantiated graphs' kernel nodes are listed, or NULL
+const char* const graph_kernels_path = [] {
+    const char* v = getenv("CUDA_EMU_GRAPH_KERNELS");
+    return v && *v ? v : NULL;
+}();
 std::map<const void*, size_t> allocations;       // cudaMalloc'ed: start, bytes
 std::map<const void*, size_t> pinned;            // cudaMallocHost'ed: start, bytes
 // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel, and the largest set for any
@@ -245,7 +250,7 @@ cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op) {
 }
 
 void emu_note_kernel(cudaStream_t stream, const char* name) {
-    if (is_legacy(stream)) return;
+    if (graph_kernels_path == NULL || is_legacy(stream)) return;
     lock l;
     if (stream->capture) stream->capture->kernels.push_back(name);
 }
@@ -351,12 +356,9 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
 }
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
     if (device != 0) return record(cudaErrorInvalidDevice);
-    switch (attr) {
-    case cudaDevAttrMultiProcessorCount: *value = EMU_SMS; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
-    }
-    return record(cudaErrorInvalidValue);
+    if (attr != cudaDevAttrMultiProcessorCount) return record(cudaErrorInvalidValue);
+    *value = EMU_SMS;
+    return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
     if (unsafe_during_capture()) return record(cudaErrorStreamCaptureUnsupported);
@@ -627,9 +629,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 // CUDA_EMU_GRAPH_KERNELS=FILE: each instantiated graph's kernel nodes appended to FILE, a
 // line `graph N` and N lines of names in capture order (what ncu would count in a replay)
 static void list_graph_kernels(const emu_graph* g) {
-    const char* path = getenv("CUDA_EMU_GRAPH_KERNELS");
-    if (path == NULL || *path == 0) return;
-    FILE* f = fopen(path, "a");
+    if (graph_kernels_path == NULL) return;
+    FILE* f = fopen(graph_kernels_path, "a");
     if (f == NULL) return;
     fprintf(f, "graph %zu\n", g->kernels.size());
     for (const std::string& k : g->kernels) fprintf(f, "%s\n", k.c_str());

@@ -8,9 +8,9 @@
 # kernel's address where the name has one (for its cudaFuncSetAttribute); "kernel", its
 # name as written, names the graph's kernel nodes (CUDA_EMU_GRAPH_KERNELS). One launch per
 # line, as runtime/cuda writes them.
+s/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\(/emu_launch_at(emu_cfg(\3), "\1", emu_kernel_addr([\&](auto emu_t) -> decltype(reinterpret_cast<typename decltype(emu_t)::type>(\1)) { return reinterpret_cast<typename decltype(emu_t)::type>(\1); }), [\&](auto... emu_a) { return [=] { \1(emu_a...); }; })(/
 # In a macro's body (a line that ends in a backslash) the kernel is a macro parameter: its
 # name is the argument's, stringized (#name "<targs>")
-s/(([A-Za-z_][A-Za-z_0-9]*)(<[^<>]*>)?)<<<(.*)>>>\((.*\\)$/emu_launch_at(emu_cfg(\4), #\2 "\3", emu_kernel_addr([\&](auto emu_t) -> decltype(reinterpret_cast<typename decltype(emu_t)::type>(\1)) { return reinterpret_cast<typename decltype(emu_t)::type>(\1); }), [\&](auto... emu_a) { return [=] { \1(emu_a...); }; })(\5/
-s/(([A-Za-z_][A-Za-z_0-9]*)(<[^<>]*>)?)<<<(.*)>>>\(/emu_launch_at(emu_cfg(\4), "\1", emu_kernel_addr([\&](auto emu_t) -> decltype(reinterpret_cast<typename decltype(emu_t)::type>(\1)) { return reinterpret_cast<typename decltype(emu_t)::type>(\1); }), [\&](auto... emu_a) { return [=] { \1(emu_a...); }; })(/
+/\\$/s/, "([A-Za-z_][A-Za-z_0-9]*)(<[^<>]*>)?", emu_kernel_addr\(/, #\1 "\2", emu_kernel_addr(/
 # NULL as nullptr: a kernel argument NULL would otherwise reach the kernel call as an integer
 s/\bNULL\b/nullptr/g

@@ -105,8 +105,6 @@ struct cudaDeviceProp {
 // the attributes the runtime reads (cudaDeviceGetAttribute)
 enum cudaDeviceAttr {
     cudaDevAttrMultiProcessorCount = 16,
-    cudaDevAttrComputeCapabilityMajor = 75,
-    cudaDevAttrComputeCapabilityMinor = 76,
 };
 
 const char* cudaGetErrorString(cudaError_t error);
@@ -188,7 +186,8 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 // Host-side operation queueing (cuda_runtime_emu.cc): runs op now, or records it into the
 // graph when `stream` is being captured; cudaSuccess or the capture's error.
 cudaError_t emu_enqueue(cudaStream_t stream, std::function<void()> op);
-// Names a kernel node of the graph `stream` is capturing, if any (CUDA_EMU_GRAPH_KERNELS).
+// Names a kernel node of the graph `stream` is capturing, if any, where
+// CUDA_EMU_GRAPH_KERNELS asks for the lists.
 void emu_note_kernel(cudaStream_t stream, const char* name);
 // The calling thread's last launch error (cudaGetLastError returns and clears it).
 void emu_set_launch_error(cudaError_t error);
