@@ -26,14 +26,16 @@ int main(int argc, char** argv) {
     if (!bench_has_gpu("attention_cudnn")) return 0;
     char why[512];
     const double t_plan = bench_now_s();
-    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, 1, why, sizeof why);
+    rt_cudnn_sdpa* s =
+        rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, 1, 0, 0, 0, why, sizeof why);
     if (!s) {
         printf("REFUSED impl=cudnn why=%s\n", why);
         return 0;
     }
     printf("# attention_cudnn: plans built in %.2f s, workspace %zu bytes\n",
            bench_now_s() - t_plan, rt_cudnn_sdpa_workspace_bytes(s));
-    rt_cudnn_sdpa* atomic = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, 0, why, sizeof why);
+    rt_cudnn_sdpa* atomic =
+        rt_cudnn_sdpa_create(B, T, NH, NKV, HD, 1, RT_BF16, 0, 0, 0, 0, why, sizeof why);
     const size_t wsb = rt_cudnn_sdpa_workspace_bytes(s) > rt_cudnn_sdpa_workspace_bytes(atomic)
                            ? rt_cudnn_sdpa_workspace_bytes(s)
                            : rt_cudnn_sdpa_workspace_bytes(atomic);

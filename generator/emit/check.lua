@@ -36,8 +36,9 @@ local function grad_key(plan, st, t)
       if l.param == t then return string.format("%d+%d", ug.offset, l.offset * g.shard * 4) end
     end
   end
-  local gb = st.bufs.grads[memory.base(t)]
-  return gb and string.format("%d+0", gb.offset) or "NULL"
+  local b = memory.base(t)
+  local gb = st.bufs.grads[b]
+  return gb and string.format("%d+%d", gb.offset, b.grad_slice and 2 * b.grad_slice.col or 0) or "NULL"
 end
 
 -- The kernels of every forward and backward step of one program (the step or the eval).
@@ -48,7 +49,7 @@ local function check_ops(plan)
     if (op == "forward" or op == "recompute") and not fused then
       local why = kernels.forward_refusal(st.node)
       if why then errors.raise(why, op_line(st.node)) end
-    elseif (op == "backward" or op == "loss_grad") and not st.grad_alias then
+    elseif (op == "backward" or op == "loss_grad") and not st.grad_alias and not st.stacked then
       local why = kernels.backward_refusal(st.node, function(t) return grad_key(plan, st, t) end)
       if why then errors.raise(why, op_line(st.node)) end
     end

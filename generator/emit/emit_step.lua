@@ -13,6 +13,7 @@ local hf = require("emit.hf")
 local kernels = require("emit.kernels_c")
 local memory = require("memory.memory")
 local schedule = require("emit.schedule")
+local stacked = require("memory.stacked_linears")
 local trace = require("spec.trace")
 
 local M = {}
@@ -284,7 +285,8 @@ Walker.__index = Walker
 -- (c_text.param_names).
 local current_step, current_index, current_names, param_names, grad_names
 -- The file's attention sites (rt_model_attention), in order of first use, and their index
--- by shape; filled while the programs are emitted.
+-- by shape and gradients' row lengths (and by shape alone: the first such); filled while
+-- the programs are emitted.
 local attention_sites, site_index
 
 -- A buffer's byte offset in the arena, by name.
@@ -317,19 +319,21 @@ local function param_assigns(plan)
   for _, st in ipairs(plan.steps) do
     if st.op == "backward" or st.op == "loss_grad" then
       local firsts, all_first = {}, true
-      for i, t in ipairs(st.node.ins) do
-        local g = t.requires_grad and t.is_param and plan.owner[t]
-        local ug = g and st.bufs.ugrad[g.index]
-        if t.requires_grad and kernels.param_grad_output(st.node, i)
-            and not (ug and kernels.assigns_param(st.node, i)) then
-          all_first = false
-        end
-        if ug then
-          seen[ug] = seen[ug] or {}
-          if kernels.assigns_param(st.node, i) then
-            if seen[ug][t] then all_first = false else firsts[#firsts + 1] = { t, ug } end
+      for _, op in ipairs(stacked.ops(st)) do  -- a stack's linears: one call, one bit
+        for i, t in ipairs(op.ins) do
+          local g = t.requires_grad and t.is_param and plan.owner[t]
+          local ug = g and st.bufs.ugrad[g.index]
+          if t.requires_grad and kernels.param_grad_output(op, i)
+              and not (ug and kernels.assigns_param(op, i)) then
+            all_first = false
           end
-          seen[ug][t] = true
+          if ug then
+            seen[ug] = seen[ug] or {}
+            if kernels.assigns_param(op, i) then
+              if seen[ug][t] then all_first = false else firsts[#firsts + 1] = { t, ug } end
+            end
+            seen[ug][t] = true
+          end
         end
       end
       for _, f in ipairs(all_first and firsts or {}) do
@@ -403,7 +407,18 @@ function Walker:grad(t, st)
   local b = memory.base(t)
   local gb = st.bufs.grads[b]
   if not gb then return "NULL" end
+  local sl = b.grad_slice
+  if sl then  -- columns of a stack's packed rows (stacked_linears): from its first to the end
+    return F(gb, sl.col // 2, gb.size // 2 - sl.col, false, true)
+  end
   return F(gb, 0, trace.numel(b.shape))
+end
+
+-- The row length of t's gradient where it is a slice of a stack's rows (stacked_linears),
+-- else 0 (dense rows): rt_kernels.h ld_dinp, ld_dq, ld_dk, ld_dv.
+local function grad_ld(t)
+  local sl = memory.base(t).grad_slice
+  return sl and sl.stack.ld or 0
 end
 
 -- The gradient buffer of a backward step's output t (n elements of it).
@@ -429,6 +444,17 @@ function Walker:ctx(st, saved)
   return {
     val = function(t) return w:val(t, node) end,
     grad = function(t) return w:grad(t, st) end,
+    grad_ld = grad_ld,
+    -- a stack's stacked operands (stacked_linears): its weights and their gradients from
+    -- the first one's, and its output gradients' rows
+    stack = function(s)
+      local p = s.ops[1].ins[2]
+      local g = param_layout(w.plan, p)
+      local n = s.ld * p.shape[2]
+      local gb = st.bufs.grads[memory.base(s.ops[1].outs[1])]
+      return F(w.unsharded[g.index], nil, n, false, true, param_names[p]),
+        F(st.bufs.ugrad[g.index], nil, n, false, false, grad_names[p]), F(gb, 0, s.rows * s.ld, false, true)
+    end,
     -- a device pointer: the gradient of a loss summed with others is computed on the GPU
     dout = function(t)
       if t == w.loss then return "rt_step_one(R)" end
@@ -445,12 +471,18 @@ function Walker:ctx(st, saved)
     attention_site = function(op)
       local B, T = attention.dims(op)
       local a = op.attrs
-      local site = string.format("{.B = %d, .T = %d, .NH = %d, .NKV = %d, .HD = %d, .causal = %d, .dtype = %s, "
-        .. ".scratch_bytes = %d}", B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0,
+      local q, k, v = table.unpack(op.ins)
+      local shape = string.format("{.B = %d, .T = %d, .NH = %d, .NKV = %d, .HD = %d, .causal = %d, .dtype = %s, "
+        .. ".scratch_bytes = %d", B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0,
         C_DTYPE[op.outs[1].dtype], st.bufs.scratch.size)
+      -- the eval runs no backward: any site of its shape serves (no plan built for it alone)
+      if w.eval and site_index[shape] then return site_index[shape] end
+      local site = string.format("%s, .ld_dq = %d, .ld_dk = %d, .ld_dv = %d}", shape, grad_ld(q), grad_ld(k),
+        grad_ld(v))
       if not site_index[site] then
         attention_sites[#attention_sites + 1] = site
         site_index[site] = #attention_sites - 1
+        site_index[shape] = site_index[shape] or site_index[site]
       end
       return site_index[site]
     end,
@@ -601,6 +633,8 @@ function Walker:step(st, index)
     end
   elseif st.grad_alias then
     -- nothing to run: the inputs' gradients are the output's buffer (the schedule says so)
+  elseif st.stacked then
+    calls[1] = "// (computed with " .. st.stacked.call.label .. " below, in its call)"
   elseif op == "loss_grad" or op == "backward" then
     local node = st.node
     if op == "loss_grad" then
@@ -614,9 +648,14 @@ function Walker:step(st, index)
     c.loss_out, self.loss_out = self.loss_out, nil
     local params = self.assigns_by_step[st] or {}
     c.assign_param = function(t) return params[t] == true end
-    local bcalls, assigned = kernels.backward(node, c)
+    local bcalls, assigned
+    if st.stack then bcalls, assigned = kernels.backward_stacked(st.stack, c)
+    else bcalls, assigned = kernels.backward(node, c) end
     local skip = {}
     for _, bf in ipairs(assigned) do skip[bf] = true end
+    for _, bf in ipairs(u.zero) do  -- a stack's slices are assigned, never zeroed (stacked_linears)
+      if bf.stack and not skip[bf] then internal("'%s' would zero the stacked gradients '%s'", st.label, bf.name) end
+    end
     zero(calls, u.zero, skip, self.assigns_by_buf, self)
     for _, c in ipairs(bcalls) do calls[#calls + 1] = c end
     if op == "loss_grad" then

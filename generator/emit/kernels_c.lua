@@ -3,6 +3,9 @@
 -- tensors at the current step:
 --   ctx.val(t)      the value (activation, parameter, input)
 --   ctx.grad(t)     the gradient buffer to accumulate into, or "NULL" (no grad needed)
+--   ctx.grad_ld(t)  its row length where it is a slice of a stack's rows, else 0
+--                   (memory/stacked_linears.lua)
+--   ctx.stack(s)    stack s's weights, their gradients and its output gradients' rows
 --   ctx.dout(t)     the gradient of an output (pointer expression; of the loss itself,
 --                   rt_step_one(R): like every gradient, in the backend's memory)
 --   ctx.stats(op)   the op's saved statistics: its start (attention softmax (max, 1/sum) rows,
@@ -151,9 +154,11 @@ local function packed_bits(op, backward, no_values)
   return #bits > 0 and table.concat(bits, " | ") or nil
 end
 
--- The call rt_<k>_<dir>(args, dt[, as]), or its packed twin's with the packed bits before dt.
-local function kcall(k, dir, args, packed, dt, as)
+-- The call rt_<k>_<dir>(args, dt[, as]), or its packed twin's with the packed bits before dt
+-- (and after as, `lds`: the row lengths of its gradients, where the packed twin takes them).
+local function kcall(k, dir, args, packed, dt, as, lds)
   local tail = (packed and packed .. ", " or "") .. dt .. (as and ", " .. as or "")
+    .. (packed and lds and ", " .. lds or "")
   return { string.format("rt_%s_%s%s(%s, %s);", k, packed and "packed_" or "", dir, args, tail) }
 end
 
@@ -386,7 +391,8 @@ function backward.attention(op, c, dt, as)
   local args = string.format("%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s", c.grad(q),
     c.grad(k), c.grad(v), c.scratch, c.dout(y), c.val(y), c.val(q), c.val(k), c.val(v), c.stats(op), B, T,
     a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v, y))
-  return kcall("attention_lowmem", "backward", args, packed_bits(op, true), dt, as)
+  local lds = string.format("%d, %d, %d", c.grad_ld(q), c.grad_ld(k), c.grad_ld(v))
+  return kcall("attention_lowmem", "backward", args, packed_bits(op, true), dt, as, lds)
 end
 
 function backward.rotary(op, c, dt, as)
@@ -395,7 +401,7 @@ function backward.rotary(op, c, dt, as)
   local a = op.attrs
   local args = string.format("%s, %s, %d, %d, %d, %d, %s", c.grad(x), c.dout(op.outs[1]), B, T, a.n_heads,
     a.head_dim, fmt_float(a.theta))
-  return kcall("rope", "backward", args, packed_bits(op, true, true), dt, as)
+  return kcall("rope", "backward", args, packed_bits(op, true, true), dt, as, tostring(c.grad_ld(x)))
 end
 
 -- Whether the gradient of t is rounded after each backward that writes it: activation
@@ -565,6 +571,23 @@ function M.backward(op, c)
     end
   end
   return calls, assigned
+end
+
+-- The one backward call of a stack's linears (memory/stacked_linears.lua): the first one's
+-- with the stack's operands, OC their rows' sum; dinp assigned or added to as the first
+-- linear's would be, rounded by the kernel, and one RT_ASSIGN_DWEIGHT bit for all weights.
+function M.backward_stacked(s, c)
+  local op = s.ops[1]
+  local x, w = op.ins[1], op.ins[2]
+  local dt, by_kernel = backward_rounding(op, c.grad)
+  if not by_kernel[1] or dt == "RT_F32" then
+    error(string.format("internal: stacked linears of '%s' with an unrounded input gradient", op.label or "?"))
+  end
+  local as, assigned = backward_assign(op, c)
+  local weight, dweight, dout = c.stack(s)
+  local args = string.format("%s, %s, NULL, %s, %s, %s, %d, %d, %d", c.grad(x), dweight, dout, c.val(x), weight,
+    s.rows, w.shape[2], s.ld)
+  return kcall("linear", "backward", args, packed_bits(op, true), dt, as), assigned
 end
 
 -- ---------------------------------------------------------------------------- refusals

@@ -9,6 +9,7 @@ local memory = require("memory.memory")
 local units = require("util.units")
 local arena_layout = require("memory.arena_layout")
 local attention = require("memory.attention")
+local stacked = require("memory.stacked_linears")
 
 local M = {}
 
@@ -197,6 +198,10 @@ function M.step_line(st, plan)
     if memory.is_view(op) then detail = detail .. " (view: same buffer)" end
     if st.grad_alias then detail = detail .. " (no copy: the inputs' gradients share its buffer)" end
     if st.fused_add then detail = detail .. " (one kernel with the add above)" end
+    if st.stacked then detail = detail .. " (stacked: in the call of " .. st.stacked.call.label .. ")" end
+    if st.stack then
+      detail = detail .. " (stacked: one call for " .. stacked.label(st.stack) .. ")"
+    end
   end
   local ev = st.event and (st.event.kind .. " " .. st.event.state) or ""
   return string.format("  %-8s %-22s %-44s %s%s", st.stream, st.op, name, detail,

@@ -13,6 +13,7 @@
 -- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
 local attention = require("memory.attention")
 local late_waits = require("memory.late_waits")
+local stacked = require("memory.stacked_linears")
 local planner = require("plan.planner")
 local trace = require("spec.trace")
 
@@ -564,6 +565,7 @@ function M.plan(plan)
     mark_shard_reads(plan)
   end
   place_unsharded_params(plan)
+  stacked.mark(plan, readers_of(plan.graph), M.base)
   M.mark_grad_alias_adds(steps)
   for _, st in ipairs(steps) do st.fused_norm, st.fused_add = nil, nil end
   for i = 1, #steps - 1 do
@@ -616,6 +618,7 @@ function M.plan(plan)
   -- ended before that point, whose last users compute has finished (or waited for).
   local synced = 1
   local grad_of = {}  -- the backward pass's activation-gradient buffers, by tensor (M.base)
+  local stack_grad = {}  -- stack (stacked_linears) -> its output gradients' buffer
   local function step_grads(op)  -- the gradient buffers of op's inputs and outputs
     local gs = {}
     for _, t in ipairs(op.ins) do gs[M.base(t)] = grad_of[M.base(t)] end
@@ -715,43 +718,52 @@ function M.plan(plan)
       for _, t in ipairs(st.node.ins) do grad_of[M.base(t)] = gb end
       u.grads = step_grads(st.node)
     elseif st.op == "backward" or st.op == "loss_grad" then
-      local op = st.node
       -- Each backward pass computes its own activation gradients (as autograd does when a
       -- retained graph is backpropagated again); only the parameters' accumulate.
-      if st.op == "loss_grad" then grad_of = {} end
+      if st.op == "loss_grad" then grad_of, stack_grad = {}, {} end
       -- Reads saved inputs and outputs and the output gradients; writes input gradients
       -- and (for parameters) the group's unsharded gradients.
-      u.zero, u.ugrad = {}, {}
-      for _, t in ipairs(op.ins) do touch(M.saved(t, op).buf, i) end
-      for _, t in ipairs(op.outs) do
-        touch(M.saved(t, op).buf, i)
-        touch(grad_of[M.base(t)], i)
-      end
-      touch((op.recomputed_op or op).scratch_buf, i)
-      if op.kind == "attention" then
-        u.scratch = buf(st.label .. " backward scratch", "activation_grad",
-          compute_bytes(attention.scratch_floats(op)), i, i)
-      end
-      for _, t in ipairs(op.ins) do
-        local b = M.base(t)
-        if t.requires_grad and t.is_param then
-          local pg = plan.owner[t]
-          if pg then
-            local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads"
-              .. (in_place[pg] and " (in place)" or ""), "grads",
-              compute_bytes(pg.layout.padded_numel), i)
-            if new and in_place[pg] then gb.alias, gb.bytes = pg.grads_buf, 0 end
-            u.ugrad[pg.index] = gb
-            if new then u.zero[#u.zero + 1] = gb end
-          end
-        elseif t.requires_grad and b.producer and not grad_of[b] then
-          local gb = buf("grad of " .. (b.label or "?"), "activation_grad", tensor_bytes(b, b.grad_packed), i, i)
-          gb.packed = b.grad_packed
-          grad_of[b] = gb
-          u.zero[#u.zero + 1] = gb
+      u.zero, u.ugrad, u.grads = {}, {}, {}
+      for _, op in ipairs(stacked.ops(st)) do
+        for _, t in ipairs(op.ins) do touch(M.saved(t, op).buf, i) end
+        for _, t in ipairs(op.outs) do
+          touch(M.saved(t, op).buf, i)
+          touch(grad_of[M.base(t)], i)
         end
+        touch((op.recomputed_op or op).scratch_buf, i)
+        if op.kind == "attention" then
+          u.scratch = buf(st.label .. " backward scratch", "activation_grad",
+            compute_bytes(attention.scratch_floats(op)), i, i)
+        end
+        for _, t in ipairs(op.ins) do
+          local b = M.base(t)
+          if t.requires_grad and t.is_param then
+            local pg = plan.owner[t]
+            if pg then
+              local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads"
+                .. (in_place[pg] and " (in place)" or ""), "grads",
+                compute_bytes(pg.layout.padded_numel), i)
+              if new and in_place[pg] then gb.alias, gb.bytes = pg.grads_buf, 0 end
+              u.ugrad[pg.index] = gb
+              if new then u.zero[#u.zero + 1] = gb end
+            end
+          elseif t.requires_grad and b.producer and not grad_of[b] then
+            local gb = b.grad_slice and stack_grad[b.grad_slice.stack]
+            if not gb then
+              local s = b.grad_slice and b.grad_slice.stack
+              local name, size = "grad of " .. (b.label or "?"), tensor_bytes(b, b.grad_packed)
+              if s then name, size = "stacked grads of " .. (s.ops[1].label or "?"), 2 * s.rows * s.ld end
+              gb = buf(name, "activation_grad", size, i, i)
+              gb.packed = b.grad_packed
+              if s then stack_grad[s], gb.stack = gb, s end
+            end
+            grad_of[b] = gb
+            -- a stack's slice is created by its one writer, which assigns it (stacked_linears)
+            if not M.creates(st, gb) then u.zero[#u.zero + 1] = gb end
+          end
+        end
+        for b, gb in pairs(step_grads(op)) do u.grads[b] = gb end
       end
-      u.grads = step_grads(op)
     end
   end
   local rest = {}

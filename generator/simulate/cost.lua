@@ -140,8 +140,13 @@ local function op_cost(st, spec, gpu, k)
   local op = st.node
   local bwd = st.op == "backward"
   local kind = op.kind
+  -- linears stacked in backward (memory/stacked_linears.lua): fsdpgen's one call on the
+  -- last one's step, as one linear of the stack's width
+  local stack = k.name == "fsdpgen" and bwd and st.stack
+  if k.name == "fsdpgen" and bwd and st.stacked then return 0, "gemm", 0, 0 end
   if kind == "linear" then
     local m, kk, n = gemm_dims(op)
+    if stack then n = stack.ld end
     local eb = trace.dtype_bytes[op.outs[1].dtype] or 4
     local flops = (bwd and 4 or 2) * m * kk * n
     local eff = k.gemm

@@ -71,6 +71,15 @@
               "%s: packed_add %d, packed_norm %d", kernel, (int)(packed_add),             \
               (int)(packed_norm))
 
+// A packed gradient's row length (rt_kernels.h "Gradient row lengths"): 0 (dense rows), or
+// where the gradient is packed a multiple of 8 (16-byte rows, as the GPU's GEMMs read them)
+// of at least its width W.
+#define RT_KCHECK_PACKED_LD(ld, W, is_packed, grad, kernel)                                 \
+    RT_KCHECK((ld) == 0 || ((is_packed) && (ld) >= (W) && (ld) % 8 == 0),                   \
+              "a gradient's row length is 0 (dense) or, packed, a multiple of 8 >= its width", \
+              "%s: %s with row length %d, width %d, %s", kernel, grad, (int)(ld), (int)(W),   \
+              (is_packed) ? "packed" : "fp32 storage")
+
 // A linear's packed weight (RT_PACKED_INP2) is dense 16-bit rows that the GPU's GEMMs read
 // in place, without the zero rows a copy gets up to the next multiple of 8 (linear.cu).
 #define RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel)                                    \

@@ -8,7 +8,9 @@
 //   * Tensors are packed 16-bit (bf16 or fp16 bits, uint16 storage) in the runtime's
 //     layout: q, out, dout, dq [B,T,NH*HD]; k, v, dk, dv [B,T,NKV*HD]. NH % NKV == 0;
 //     query head h uses kv head h / (NH/NKV); scale 1/sqrt(HD); causal masks keys after
-//     the query. stats: one fp32 logsumexp per (b, head, query row), [B,NH,T].
+//     the query. stats: one fp32 logsumexp per (b, head, query row), [B,NH,T]. dq, dk, dv
+//     may have rows of ld_dq, ld_dk, ld_dv elements instead (column slices of one wider
+//     matrix: rt_kernels.h "Gradient row lengths"; 0 dense), fixed when the plan is built.
 //   * forward/backward allocate nothing, never synchronize and read nothing back, so they
 //     run inside CUDA-graph capture; they need a workspace of
 //     rt_cudnn_sdpa_workspace_bytes (one buffer serves both). A cuDNN failure at run time
@@ -35,14 +37,15 @@ typedef struct CUstream_st* rt_cudnn_stream;  // cudaStream_t without cuda_runti
 int rt_cudnn_load(char* why, size_t why_len);
 
 // Builds and finalizes the forward and backward plans for one shape and precision
-// (RT_BF16 or RT_F16). deterministic: only the backward with dQ straight from its matmul
-// (the same bits every run, as fsdpgen's kernels); else the frontend's default first (dQ
-// accumulated in fp32 with atomics), then that one. NULL, with a one-line reason in why,
-// when the arguments are invalid, no GPU or cuDNN is usable, or cuDNN has no engine for the
-// shape.
+// (RT_BF16 or RT_F16), the backward writing dq, dk, dv in rows of ld_dq, ld_dk, ld_dv
+// elements (0: dense; else a multiple of 8 of at least NH*HD, NKV*HD). deterministic: only
+// the backward with dQ straight from its matmul (the same bits every run, as fsdpgen's
+// kernels); else the frontend's default first (dQ accumulated in fp32 with atomics), then
+// that one. NULL, with a one-line reason in why, when the arguments are invalid, no GPU or
+// cuDNN is usable, or cuDNN has no engine for the shape.
 rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int causal,
-                                    rt_dtype prec, int deterministic, char* why,
-                                    size_t why_len);
+                                    rt_dtype prec, int deterministic, int ld_dq, int ld_dk,
+                                    int ld_dv, char* why, size_t why_len);
 void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s);
 
 // Bytes of device workspace forward and backward need (the larger of the two).
@@ -70,20 +73,22 @@ int rt_cudnn_sdpa_try(const rt_cudnn_sdpa* s, void* out, float* stats, void* dq,
 // ---- host-only parts, usable without cuDNN or a GPU ---------------------------------------
 
 // 0 when the arguments are usable, else -1 and a one-line reason in why.
-int rt_cudnn_sdpa_check(int B, int T, int NH, int NKV, int HD, rt_dtype prec, char* why,
-                        size_t why_len);
-// cuDNN's view [B, heads, T, HD] of a packed [B,T,heads*HD] tensor: dims and strides
-// (elements). transpose != 0 swaps the last two (K^T as the SDPA graphs take it).
-void rt_cudnn_sdpa_layout(int B, int T, int heads, int HD, int transpose, int64_t dim[4],
-                          int64_t stride[4]);
+int rt_cudnn_sdpa_check(int B, int T, int NH, int NKV, int HD, rt_dtype prec, int ld_dq,
+                        int ld_dk, int ld_dv, char* why, size_t why_len);
+// cuDNN's view [B, heads, T, HD] of a packed [B,T,heads*HD] tensor whose rows hold ld
+// elements (0: heads*HD): dims and strides (elements). transpose != 0 swaps the last two
+// (K^T as the SDPA graphs take it).
+void rt_cudnn_sdpa_layout(int B, int T, int heads, int HD, int ld, int transpose,
+                          int64_t dim[4], int64_t stride[4]);
 
 // Builds and finalizes every tensor and operation descriptor of the graphs and their
 // operation graphs, without a cuDNN handle or a GPU (cuDNN checks each operation's shapes
 // and types and the graph's connections; engines are not consulted): the composite
 // forward, and without causal also the unified forward operation; the backward in the
-// form dq_acc picks (1: the default, dQ accumulated in fp32). 0, or -1 with the reason.
+// form dq_acc picks (1: the default, dQ accumulated in fp32), dq, dk, dv in rows of ld_dq,
+// ld_dk, ld_dv (0: dense). 0, or -1 with the reason.
 int rt_cudnn_sdpa_lower(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
-                        int dq_acc, char* why, size_t why_len);
+                        int dq_acc, int ld_dq, int ld_dk, int ld_dv, char* why, size_t why_len);
 
 #ifdef __cplusplus
 }

@@ -434,14 +434,21 @@ void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, flo
                                           const void* a, const void* b, const float* weight,
                                           const float* bias, int N, int C, float eps,
                                           int packed_add, int packed_norm, rt_dtype dt);
+// Gradient row lengths (rope's ld_dinp, attention's ld_dq, ld_dk, ld_dv): a packed
+// gradient of width W (NH*HD, or NKV*HD for dk, dv) may be a column slice of a wider 16-bit
+// matrix whose rows hold ld elements (ld >= W, a multiple of 8), so that linears sharing an
+// input (q, k and v's projections) compute its gradient in one GEMM over their gradients
+// side by side; the call reads and writes only the slice's W columns of each row. 0: dense
+// rows of W. Only a packed gradient (its RT_PACKED_DINP* bit set) takes a non-zero ld.
 // Rotary embeddings: the forward's out and inp, the backward's dout and dinp.
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
                             float theta, int packed, rt_dtype dt);
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
-                             float theta, int packed, rt_dtype dt, int assign);
+                             float theta, int packed, rt_dtype dt, int assign, int ld_dinp);
 // Lowmem attention with packed q, k, v and out (prec == dt; NH*HD and NKV*HD multiples of
 // 8). In backward RT_PACKED_OUT says that both out and dout are packed, and dq, dk, dv are
-// packed or not by their own bits (no two of them one buffer).
+// packed or not by their own bits (no two of them one buffer), in rows of ld_dq, ld_dk,
+// ld_dv (above).
 void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
                                         const void* k, const void* v, int B, int T, int NH,
                                         int NKV, int HD, int causal, rt_dtype prec, int packed,
@@ -450,7 +457,8 @@ void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* sc
                                          const void* dout, const void* out, const void* q,
                                          const void* k, const void* v, const float* stats, int B,
                                          int T, int NH, int NKV, int HD, int causal,
-                                         rt_dtype prec, int packed, rt_dtype dt, int assign);
+                                         rt_dtype prec, int packed, rt_dtype dt, int assign,
+                                         int ld_dq, int ld_dk, int ld_dv);
 
 #ifdef __cplusplus
 }

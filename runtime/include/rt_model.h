@@ -216,6 +216,10 @@ typedef struct rt_model_attention {
     rt_dtype dtype;               // RT_BF16 or RT_F16
     size_t scratch_bytes;         // each call's planned scratch: fsdpgen's kernels' scratch, or
                                   // cuDNN's workspace, which must fit (else fsdpgen's run)
+    int ld_dq, ld_dk, ld_dv;      // row lengths (elements) of the gradients of q, k and v: 0
+                                  // dense, else column slices of one wider matrix whose one
+                                  // GEMM computes the input gradient of their three linears
+                                  // (rt_kernels.h "Gradient row lengths")
 } rt_model_attention;
 
 typedef struct rt_model {

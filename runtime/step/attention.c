@@ -1,8 +1,9 @@
 // The attention sites of a generated step (rt_step.h rt_step_attention_*; rt_model.h
 // rt_model_attention), common to every backend: the site's shape, then the backend's cuDNN
 // where it chose cuDNN for the site at start, else fsdpgen's packed kernels with every tensor
-// packed in the site's dtype and dq, dk, dv assigned: the call the generator emits for any
-// other attention op of that form, so the CPU backend computes the same bits either way.
+// packed in the site's dtype and dq, dk, dv assigned, in rows of the site's row lengths: the
+// call the generator emits for any other attention op of that form, so the CPU backend
+// computes the same bits either way.
 #include "rt_kernels.h"
 #include "step_backend.h"
 
@@ -31,7 +32,7 @@ void rtb_attention_kernels_backward(const rt_model_attention* a, void* dq, void*
         a->causal, a->dtype,
         RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3 | RT_PACKED_DINP |
             RT_PACKED_DINP2 | RT_PACKED_DINP3,
-        a->dtype, RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3);
+        a->dtype, RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3, a->ld_dq, a->ld_dk, a->ld_dv);
 }
 
 void rt_step_attention_forward(rt_rank* R, int site, void* out, float* stats, float* scratch,

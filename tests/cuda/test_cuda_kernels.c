@@ -17,11 +17,14 @@
 // the fp32 values before the rounding agree exactly the rounded ones do too (tolerance 0);
 // where they may differ (expf/erff, reduction or GEMM order) a rounding may go the other
 // way, one bf16 ulp (two for SwiGLU, which rounds an intermediate too) on top.
+#define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "../../runtime/common/dtype_bits.h"
 #include "attention_tc_ref.h"
@@ -1683,7 +1686,7 @@ static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, in
         rt_rope_backward(d_g, d_dy, B, T, NH, HD, RT_ROPE_THETA, dt, as);
         rt_rope_packed_backward(pk & RT_PACKED_DINP ? g16 : (void*)d_g2,
                                 pk & RT_PACKED_OUT ? dy16 : (const void*)d_dy, B, T, NH, HD,
-                                RT_ROPE_THETA, pk, dt, as);
+                                RT_ROPE_THETA, pk, dt, as, 0);
         ok &= pk & RT_PACKED_DINP ? packed_same(g16, d_g, 1, (int)nq, dt, &pad) : dev_same(d_g, d_g2, nq);
     }
     CHECK(ok, "%s rope packed forward and backward (every storage) == the fp32-storage calls, "
@@ -1712,7 +1715,7 @@ static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, in
         rt_attention_lowmem_packed_backward(d_dq2, d_dk2, d_dv2, d_sc,
                                             pk & RT_PACKED_OUT ? dy16 : (const void*)d_dy,
                                             pk & RT_PACKED_OUT ? ya16 : (const void*)d_y, x, xk, xv,
-                                            d_st, B, T, NH, NKV, HD, 1, dt, pk, dt, as);
+                                            d_st, B, T, NH, NKV, HD, 1, dt, pk, dt, as, 0, 0, 0);
         ok &= dev_same(d_dq, d_dq2, nq) && dev_same(d_dk, d_dk2, nk) && dev_same(d_dv, d_dv2, nk);
     }
     CHECK(ok, "%s attention packed forward and backward (every storage of q, k, v, out) == the "
@@ -1733,7 +1736,8 @@ static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, in
                                      NKV, HD, 1, dt, dt, asg);
         rt_attention_lowmem_packed_backward(bits & 1 ? dq16 : (void*)d_dq2, bits & 2 ? dk16 : (void*)d_dk2,
                                             bits & 4 ? dv16 : (void*)d_dv2, d_sc, dy16, ya16, q16, k16,
-                                            v16, d_st, B, T, NH, NKV, HD, 1, dt, pk, dt, asg);
+                                            v16, d_st, B, T, NH, NKV, HD, 1, dt, pk, dt, asg, 0, 0,
+                                            0);
         ok &= (bits & 1 ? packed_same(dq16, d_dq, 1, (int)nq, dt, &pad) : dev_same(d_dq, d_dq2, nq)) &&
               (bits & 2 ? packed_same(dk16, d_dk, 1, (int)nk, dt, &pad) : dev_same(d_dk, d_dk2, nk)) &&
               (bits & 4 ? packed_same(dv16, d_dv, 1, (int)nk, dt, &pad) : dev_same(d_dv, d_dv2, nk));
@@ -1746,6 +1750,153 @@ static void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, in
     dfree(y16), dfree(g16), dfree(d_y), dfree(d_y2), dfree(d_g), dfree(d_g2), dfree(ya16);
     dfree(d_st), dfree(d_st2), dfree(d_sc), dfree(d_dq), dfree(d_dk), dfree(d_dv), dfree(d_dq2),
         dfree(d_dk2), dfree(d_dv2);
+}
+
+// n 16-bit values from the device.
+static uint16_t* down16(const void* d, size_t n) {
+    uint16_t* h = malloc(n * sizeof *h);
+    if (!h) abort();
+    RT_CHECK_CUDA(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// rows x ld 16-bit values on the host: `sentinel` everywhere but the n column slices (slice
+// i from column off[i], cols[i] wide), which hold the dense rows of src[i].
+static void wide_rows(uint16_t* w, int rows, int ld, int n, const int* off, const int* cols,
+                      uint16_t* const* src, uint16_t sentinel) {
+    for (size_t i = 0; i < (size_t)rows * ld; i++) w[i] = sentinel;
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < rows; r++)
+            memcpy(w + (size_t)r * ld + off[i], src[i] + (size_t)r * cols[i],
+                   (size_t)cols[i] * sizeof *w);
+}
+
+// Rope's and attention's packed gradients as column slices of one [B*T, ld] matrix (dq, dk,
+// dv side by side and 8 columns more, a sentinel where no slice is: rt_kernels.h "Gradient
+// row lengths"), assigned and added to: the dense calls' bits in the slices, the sentinel
+// elsewhere. HD a multiple of 16 up to 128 runs the tensor-core kernels, which write the
+// rows in place; other head dims the fp32 kernels, through dense copies.
+static void test_packed_grad_rows(rt_dtype dt, int B, int T, int NH, int NKV, int HD) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    const int rows = B * T, cq = NH * HD, ck = NKV * HD, ld = cq + 2 * ck + 8;
+    const size_t nq = (size_t)rows * cq, nk = (size_t)rows * ck, nw = (size_t)rows * ld;
+    const int off[3] = {0, cq, cq + ck}, cols[3] = {cq, ck, ck};
+    const size_t n[3] = {nq, nk, nk};
+    const uint16_t sentinel = 0x7E57;
+    float *q = hrand(nq, 1.0f, 0.0f), *k = hrand(nk, 1.0f, 0.0f), *v = hrand(nk, 1.0f, 0.0f),
+          *dy = hrand(nq, 1.0f, 0.0f), *g0 = hrand(nq, 1.0f, 0.0f);
+    round_to(q, nq, dt), round_to(k, nk, dt), round_to(v, nk, dt), round_to(dy, nq, dt);
+    round_to(g0, nq, dt);
+    void *q16 = dev_packed(q, 1, (int)nq, dt), *k16 = dev_packed(k, 1, (int)nk, dt),
+         *v16 = dev_packed(v, 1, (int)nk, dt), *dy16 = dev_packed(dy, 1, (int)nq, dt);
+    float* d_dy = dup(dy, nq);
+    void* y16 = dalloc(nq * 2);
+    float* d_st = dalloc(rt_attention_stats_floats(B, NH, T) * sizeof(float));
+    float* d_sc = dalloc(rt_attention_lowmem_scratch_floats(B, NH, T) * sizeof(float));
+    const int ops = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
+    const int pk = ops | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3;
+    rt_attention_lowmem_packed_forward(y16, d_st, d_sc, q16, k16, v16, B, T, NH, NKV, HD, 1, dt,
+                                       ops, dt);
+    void* d_g[3] = {dalloc(nq * 2), dalloc(nk * 2), dalloc(nk * 2)};
+    uint16_t* d_wide = dalloc(nw * 2);
+    uint16_t *start = malloc(nw * 2), *want = malloc(nw * 2), *got = NULL;
+    int ok_rope = 1, ok_attn = 1;
+    for (int a = 0; a < 2; a++) {
+        const int as = a ? RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3 : RT_ACCUMULATE;
+        for (int part = 0; part < 2; part++) {  // rope (dq, dk slices), then attention (all)
+            const int ns = part ? 3 : 2;
+            uint16_t* g[3];
+            for (int i = 0; i < ns; i++) {
+                dev_grad16(d_g[i], g0, n[i], as, dt);
+                g[i] = down16(d_g[i], n[i]);
+            }
+            wide_rows(start, rows, ld, ns, off, cols, g, sentinel);
+            RT_CHECK_CUDA(cudaMemcpy(d_wide, start, nw * 2, cudaMemcpyHostToDevice));
+            for (int i = 0; i < ns; i++) free(g[i]);
+            if (part == 0) {  // q's gradient from a packed dout, k's from an fp32 one
+                rt_rope_packed_backward(d_g[0], dy16, B, T, NH, HD, RT_ROPE_THETA,
+                                        RT_PACKED_OUT | RT_PACKED_DINP, dt, as, 0);
+                rt_rope_packed_backward(d_g[1], d_dy, B, T, NKV, HD, RT_ROPE_THETA,
+                                        RT_PACKED_DINP, dt, as, 0);
+                rt_rope_packed_backward(d_wide + off[0], dy16, B, T, NH, HD, RT_ROPE_THETA,
+                                        RT_PACKED_OUT | RT_PACKED_DINP, dt, as, ld);
+                rt_rope_packed_backward(d_wide + off[1], d_dy, B, T, NKV, HD, RT_ROPE_THETA,
+                                        RT_PACKED_DINP, dt, as, ld);
+            } else {
+                rt_attention_lowmem_packed_backward(d_g[0], d_g[1], d_g[2], d_sc, dy16, y16, q16,
+                                                    k16, v16, d_st, B, T, NH, NKV, HD, 1, dt, pk,
+                                                    dt, as, 0, 0, 0);
+                rt_attention_lowmem_packed_backward(d_wide + off[0], d_wide + off[1],
+                                                    d_wide + off[2], d_sc, dy16, y16, q16, k16,
+                                                    v16, d_st, B, T, NH, NKV, HD, 1, dt, pk, dt,
+                                                    as, ld, ld, ld);
+            }
+            for (int i = 0; i < ns; i++) g[i] = down16(d_g[i], n[i]);
+            wide_rows(want, rows, ld, ns, off, cols, g, sentinel);
+            for (int i = 0; i < ns; i++) free(g[i]);
+            got = down16(d_wide, nw);
+            const int same = memcmp(got, want, nw * 2) == 0 && memcmp(got, start, nw * 2) != 0;
+            if (part) ok_attn &= same;
+            else ok_rope &= same;
+            free(got);
+        }
+    }
+    CHECK(ok_rope, "%s rope packed backward into rows of %d (q's and k's gradients at columns 0 "
+          "and %d; assigned, accumulated) == the dense calls' bits, other columns untouched, "
+          "B=%d T=%d NH=%d NKV=%d HD=%d", nm, ld, cq, B, T, NH, NKV, HD);
+    CHECK(ok_attn, "%s attention packed backward into rows of %d (dq, dk, dv at columns 0, %d, "
+          "%d; assigned, accumulated) == the dense call's bits, other columns untouched, B=%d "
+          "T=%d NH=%d NKV=%d HD=%d (%s kernels)", nm, ld, cq, cq + ck, B, T, NH, NKV, HD,
+          HD % 16 == 0 && HD <= 128 ? "tensor-core" : "fp32");
+    free(q), free(k), free(v), free(dy), free(g0), free(start), free(want);
+    dfree(q16), dfree(k16), dfree(v16), dfree(dy16), dfree(d_dy), dfree(y16), dfree(d_st);
+    dfree(d_sc), dfree(d_g[0]), dfree(d_g[1]), dfree(d_g[2]), dfree(d_wide);
+}
+
+// This program's path (argv[0]), run again by aborts_with.
+static const char* self_path;
+
+// Runs this program again with --kcheck NAME (main), its stderr captured into out: 1 when it
+// aborted (SIGABRT) with one line that contains `want`. The shell execs it, so that the
+// status is the program's and the shell adds no line of its own.
+static int aborts_with(const char* name, const char* want, char* out, size_t cap) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "exec '%s' --kcheck %s 2>&1", self_path, name);
+    fflush(stdout);
+    FILE* f = popen(cmd, "r");
+    const size_t len = f ? fread(out, 1, cap - 1, f) : 0;
+    out[len] = 0;
+    const int st = f ? pclose(f) : -1;
+    const char* nl = strchr(out, '\n');
+    const int one_line = nl && nl[1] == 0;
+    if (one_line) out[len - 1] = 0;  // printed inline by the check
+    return st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(out, want) &&
+           one_line;
+}
+
+// Host pointers: the calls below stop at their argument checks, before any device work.
+static uint16_t bad_buf[3][64];
+
+static void rope_ld_short(void) {
+    rt_rope_packed_backward(bad_buf[0], bad_buf[1], 1, 1, 4, 8, RT_ROPE_THETA,
+                            RT_PACKED_OUT | RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 24);
+}
+
+static void attention_ld_odd(void) {
+    rt_attention_lowmem_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], NULL, bad_buf[0],
+                                        bad_buf[0], bad_buf[0], bad_buf[0], bad_buf[0], NULL, 1, 1,
+                                        4, 2, 16, 1, RT_F16, RT_PACKED_DINP | RT_PACKED_DINP2,
+                                        RT_F16, RT_ACCUMULATE, 0, 36, 0);
+}
+
+// Row lengths a packed gradient cannot take (too short, not a multiple of 8) stop the call
+// with one line naming it.
+static void test_grad_rows_checked(void) {
+    char out[1024];
+    int ok = aborts_with("rope", "dinp with row length 24, width 32, packed", out, sizeof out);
+    CHECK(ok, "rope backward with dinp in rows of 24 (width 32) stops: %s", out);
+    ok = aborts_with("attention", "dk with row length 36, width 32, packed", out, sizeof out);
+    CHECK(ok, "attention backward with dk in rows of 36 (not a multiple of 8) stops: %s", out);
 }
 
 // ----------------------------------------------------------------------------
@@ -2044,7 +2195,13 @@ static void test_threads(void) {
 
 // ----------------------------------------------------------------------------
 
-int main(void) {
+int main(int argc, char** argv) {
+    if (argc == 3 && !strcmp(argv[1], "--kcheck")) {  // one call its checks must stop
+        if (!strcmp(argv[2], "rope")) rope_ld_short();
+        else attention_ld_odd();
+        return 0;
+    }
+    self_path = argv[0];
     printf("linked: all %d functions of rt_kernels.h and rt_optim.h from the CUDA library\n",
            rt_all_symbols_count);
     if (skip_without_gpu("cuda kernels")) return 0;
@@ -2162,6 +2319,13 @@ int main(void) {
     // minutes there at B = 2, NH = 4
     test_packed_attention(RT_BF16, emulated ? 1 : 2, 70, emulated ? 2 : 4, emulated ? 1 : 2, 64);
     test_packed_attention(RT_F16, 1, 33, 2, 1, 136);   // the fp32 kernels, operands widened
+    // gradients in rows of a wider matrix: the tensor cores (HD 64, 16), the fp32 kernels
+    // (HD 20: rope a pair at a time; HD 136)
+    test_packed_grad_rows(RT_BF16, emulated ? 1 : 2, 70, emulated ? 2 : 4, emulated ? 1 : 2, 64);
+    test_packed_grad_rows(RT_F16, 1, 37, 2, 1, 16);
+    test_packed_grad_rows(RT_F16, 2, 33, 4, 2, 20);
+    test_packed_grad_rows(RT_BF16, 1, 33, 2, 1, 136);
+    test_grad_rows_checked();
     test_assign(RT_F32);
     test_assign(RT_BF16);
     test_optim();

@@ -6,7 +6,9 @@
 // destroy without leaking device memory, and forward + backward captured in a CUDA graph.
 // Each shape runs with the deterministic backward (the generated step's: a second backward
 // must give the same bits) and, in bf16, with the frontend's default (dQ accumulated with
-// atomics).
+// atomics). The deterministic backward writing dq, dk, dv as column slices of one wider
+// matrix (rt_cudnn_sdpa_create) gives the dense plan's bits and leaves the other columns
+// alone.
 // Without a GPU it prints a SKIP line and `0 passed, 0 failed`.
 //
 // Bounds (attention_tc_ref.h): cuDNN narrows P before P.V and P^T.dO and dS before dS.K
@@ -80,7 +82,7 @@ static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, in
                int required, int capture) {
     const char* P = p == RT_BF16 ? "bf16" : "fp16";
     char why[512];
-    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, causal, p, det, why, sizeof why);
+    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, causal, p, det, 0, 0, 0, why, sizeof why);
     char name[160];
     snprintf(name, sizeof name, "%s B=%d T=%d NH=%d NKV=%d HD=%d causal=%d%s", P, B, T, NH, NKV,
              HD, causal, det ? " deterministic" : "");
@@ -190,6 +192,58 @@ static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, in
     return 1;
 }
 
+// The deterministic backward with dq, dk, dv side by side in rows of cq + 2 ck + 8 elements
+// (rt_kernels.h "Gradient row lengths") against the dense plan's: the same bits in the
+// slices (only the stores' addresses differ), the sentinel bytes elsewhere.
+static void strided(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p) {
+    const int cq = NH * HD, ck = NKV * HD, ld = cq + 2 * ck + 8;
+    const size_t nq = (size_t)B * T * cq, nk = (size_t)B * T * ck, nw = (size_t)B * T * ld;
+    char why[512], name[160];
+    snprintf(name, sizeof name, "%s B=%d T=%d NH=%d NKV=%d HD=%d causal=%d, gradients in rows "
+             "of %d", p == RT_BF16 ? "bf16" : "fp16", B, T, NH, NKV, HD, causal, ld);
+    rt_cudnn_sdpa* s = rt_cudnn_sdpa_create(B, T, NH, NKV, HD, causal, p, 1, 0, 0, 0, why, sizeof why);
+    rt_cudnn_sdpa* w =
+        rt_cudnn_sdpa_create(B, T, NH, NKV, HD, causal, p, 1, ld, ld, ld, why, sizeof why);
+    CHECK(s && w, "%s: plans built%s%s", name, w ? "" : ": ", w ? "" : why);
+    if (!s || !w) {
+        rt_cudnn_sdpa_destroy(s), rt_cudnn_sdpa_destroy(w);
+        return;
+    }
+    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
+    float* dout = hrand(nq, 1.0f, 0.0f);
+    void *d_q = pack(q, nq, p), *d_k = pack(k, nk, p), *d_v = pack(v, nk, p);
+    void *d_do = pack(dout, nq, p), *d_o = dalloc(nq * 2), *d_dq = dalloc(nq * 2);
+    void *d_dk = dalloc(nk * 2), *d_dv = dalloc(nk * 2);
+    uint16_t* d_w = dalloc(nw * 2);
+    float* d_st = dalloc(rt_cudnn_sdpa_stats_floats(B, NH, T) * 4);
+    const size_t wa = rt_cudnn_sdpa_workspace_bytes(s), wb = rt_cudnn_sdpa_workspace_bytes(w);
+    void* ws = dalloc(wa > wb ? wa : wb);
+    RT_CHECK_CUDA(cudaMemset(d_w, 0x5A, nw * 2));
+    rt_cudnn_sdpa_forward(s, d_o, d_st, d_q, d_k, d_v, ws, 0);
+    rt_cudnn_sdpa_backward(s, d_dq, d_dk, d_dv, d_do, d_o, d_q, d_k, d_v, d_st, ws, 0);
+    rt_cudnn_sdpa_backward(w, d_w, d_w + cq, d_w + cq + ck, d_do, d_o, d_q, d_k, d_v, d_st, ws,
+                           0);
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+    uint16_t *h = malloc(nw * 2), *g[3] = {malloc(nq * 2), malloc(nk * 2), malloc(nk * 2)};
+    RT_CHECK_CUDA(cudaMemcpy(h, d_w, nw * 2, cudaMemcpyDeviceToHost));
+    RT_CHECK_CUDA(cudaMemcpy(g[0], d_dq, nq * 2, cudaMemcpyDeviceToHost));
+    RT_CHECK_CUDA(cudaMemcpy(g[1], d_dk, nk * 2, cudaMemcpyDeviceToHost));
+    RT_CHECK_CUDA(cudaMemcpy(g[2], d_dv, nk * 2, cudaMemcpyDeviceToHost));
+    const int off[3] = {0, cq, cq + ck}, cols[3] = {cq, ck, ck};
+    size_t differ = 0, touched = 0;
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+        for (int i = 0; i < 3; i++)
+            differ += memcmp(h + r * ld + off[i], g[i] + r * cols[i], (size_t)cols[i] * 2) != 0;
+        for (int j = cq + 2 * ck; j < ld; j++) touched += h[r * ld + j] != 0x5A5A;
+    }
+    CHECK(differ == 0 && touched == 0, "%s: dq, dk, dv the dense plan's bits (%zu slice rows "
+          "differ), the other columns untouched (%zu changed)", name, differ, touched);
+    free(q), free(k), free(v), free(dout), free(h), free(g[0]), free(g[1]), free(g[2]);
+    dfree(d_q), dfree(d_k), dfree(d_v), dfree(d_do), dfree(d_o), dfree(d_dq), dfree(d_dk);
+    dfree(d_dv), dfree(d_w), dfree(d_st), dfree(ws);
+    rt_cudnn_sdpa_destroy(s), rt_cudnn_sdpa_destroy(w);
+}
+
 int main(void) {
     if (skip_without_gpu("test_cudnn_attention")) return 0;
     struct cudaDeviceProp prop;
@@ -206,18 +260,21 @@ int main(void) {
             for (int pi = 0; pi < 3; pi++)  // bf16, fp16 deterministic; bf16 with atomics
                 run(2, 100, shapes[i][0], shapes[i][1], shapes[i][2], causal,
                     pi == 1 ? RT_F16 : RT_BF16, pi < 2, shapes[i][3], 0);
+    // the gradients as column slices of one matrix (Llama's GQA, GPT-2's MHA)
+    strided(2, 100, 32, 8, 64, 1, RT_BF16);
+    strided(2, 100, 12, 12, 64, 0, RT_F16);
     // a refused shape: NULL and a reason (HD 300 is past every engine's head size)
     char why[512] = "";
-    rt_cudnn_sdpa* bad = rt_cudnn_sdpa_create(2, 100, 4, 4, 300, 1, RT_BF16, 1, why, sizeof why);
+    rt_cudnn_sdpa* bad = rt_cudnn_sdpa_create(2, 100, 4, 4, 300, 1, RT_BF16, 1, 0, 0, 0, why, sizeof why);
     CHECK(bad == NULL && why[0], "HD=300 refused with a reason: %s", why);
     rt_cudnn_sdpa_destroy(bad);
     // create and destroy twice after a first (warm-up) pair: no device memory kept
     size_t f0, f1, total;
-    rt_cudnn_sdpa_destroy(rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, 1, why, sizeof why));
+    rt_cudnn_sdpa_destroy(rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, 1, 0, 0, 0, why, sizeof why));
     RT_CHECK_CUDA(cudaMemGetInfo(&f0, &total));
     for (int i = 0; i < 2; i++)
         rt_cudnn_sdpa_destroy(
-            rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, 1, why, sizeof why));
+            rt_cudnn_sdpa_create(2, 100, 8, 2, 128, 1, RT_BF16, 1, 0, 0, 0, why, sizeof why));
     RT_CHECK_CUDA(cudaMemGetInfo(&f1, &total));
     CHECK(f1 + (4u << 20) >= f0, "create/destroy twice: free device memory %zu -> %zu bytes", f0,
           f1);

@@ -93,13 +93,33 @@ do
   -- 64: 65536 bytes) + 1 MiB
   local want = 512 + 65536 + 1048576
   check(c:find("{.B = 2, .T = 16, .NH = 4, .NKV = 4, .HD = 16, .causal = 1, .dtype = RT_BF16, .scratch_bytes = "
-    .. want .. "}", 1, true) ~= nil and count(c, "%.nattention = 1, %.attention = attention") == 1,
+    .. want .. ", .ld_dq = 0, .ld_dk = 0, .ld_dv = 0}", 1, true) ~= nil
+    and count(c, "%.nattention = 1, %.attention = attention") == 1,
     "bf16 block: one site, its scratch " .. want .. " bytes (rowsum, dP, 1 MiB)")
   check(c:find(".attention_choice = RT_ATTENTION_AUTO,", 1, true) ~= nil, "the default choice is RT_ATTENTION_AUTO")
   check(lines[1] == "attention  auto: per shape, the faster of cuDNN and fsdpgen's kernels, measured at start "
     .. "(CUDA; the CPU runs fsdpgen's)" and lines[2] and lines[2]:match("^  step b{1..2}%.attention +"
     .. "%[2, 16%] 4/4 heads x 16 bf16 causal  cudnn$") ~= nil,
     ".schedule: the choice, then one line for the step's run of ops: " .. tostring(lines[2]))
+end
+
+-- Bias-free q, k and v linears are stacked in backward (memory/stacked_linears.lua) where
+-- their input needs a gradient (b2's; b1 reads the spec's input): b2's attention gradients
+-- are slices of one [32, 192] matrix, its site says so, and the eval's forwards use the
+-- step's sites.
+do
+  local text = spec(PLAIN, true):gsub("nn%.Linear%(64, 64%)", "nn.Linear(64, 64, { bias = false })")
+  local plan, c = plan_of(text)
+  local ops = plan and ops_of(plan) or {}
+  c = c or ""
+  check(#ops == 2 and ops[1].attention.cudnn and c:find(".ld_dq = 0, .ld_dk = 0, .ld_dv = 0}", 1, true) ~= nil
+    and c:find(".ld_dq = 192, .ld_dk = 192, .ld_dv = 192}", 1, true) ~= nil
+    and count(c, "%.nattention = 2, %.attention = attention") == 1
+    and count(c, "rt_step_attention_backward%(R, 1, F%(B_stacked_grads_of_b2_wv_linear %+ 256, ") == 1,
+    "stacked q, k, v: b2's site has its gradients' rows 192 long, b1's dense rows"
+      .. (plan and "" or " (" .. tostring(c) .. ")"))
+  check(plan and plan.eval_plan ~= nil and #ops_of(plan.eval_plan) == 2,
+    "stacked q, k, v: the eval's two forwards call the step's two sites")
 end
 
 -- The choice: "cudnn" says so; "fsdpgen" keeps every op on the kernels, one line.

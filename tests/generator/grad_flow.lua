@@ -30,6 +30,25 @@ end
 
 local function name(t) return t.label or (t.producer and t.producer.label) or "?" end
 
+-- The gradients a backward step writes: a stack's one call (stacked_linears.lua) writes its
+-- input's once, its other steps nothing.
+local function step_written(st)
+  if st.stacked then return {} end
+  return written(st.stack and st.stack.ops[1] or st.node)
+end
+
+-- Tensor x's gradient storage at a step: its buffer, or for a slice of a stack's rows one
+-- key per buffer and column (a slice is its own storage).
+local slices = setmetatable({}, { __mode = "k" })
+local function storage(grads, x)
+  local b = grads[x]
+  local sl = x.grad_slice
+  if not (b and sl) then return b end
+  slices[b] = slices[b] or {}
+  slices[b][sl.col] = slices[b][sl.col] or { slice_of = b }
+  return slices[b][sl.col]
+end
+
 -- Simulates steps; returns the errors (strings) and the number of reads checked and of
 -- those through a buffer shared by an add's inputs and output. A backward pass (from its
 -- loss_grad) computes its own activation gradients.
@@ -41,7 +60,7 @@ local function simulate(steps)
     pass_of[i] = #want
     if is_backward(st) and not memory.is_view(st.node) then
       local w = want[#want]
-      for _, x in ipairs(written(st.node)) do
+      for _, x in ipairs(step_written(st)) do
         w[x] = w[x] or {}
         w[x][i] = (w[x][i] or 0) + 1
       end
@@ -81,11 +100,15 @@ local function simulate(steps)
       local grads, rbufs = st.bufs.grads, {}
       -- the buffers this step begins: zeroed before the kernel, or assigned by it
       for _, z in ipairs(st.bufs.zero) do content[z] = {} end
-      for _, t in ipairs(op.outs) do
-        local x = memory.base(t)
-        if t.requires_grad and grads[x] then
-          read(i, x, grads[x])
-          rbufs[grads[x]] = true
+      for _, sop in ipairs(st.stack and st.stack.ops or { op }) do
+        for _, t in ipairs(st.stacked and {} or sop.outs) do
+          local x = memory.base(t)
+          local b = storage(grads, x)
+          if t.requires_grad and b then
+            read(i, x, b)
+            rbufs[b] = true
+            rbufs[b.slice_of or b] = true
+          end
         end
       end
       if st.grad_alias then
@@ -98,12 +121,12 @@ local function simulate(steps)
         end
         shared[b] = true
       else
-        for _, x in ipairs(written(op)) do
-          local b = grads[x]
+        for _, x in ipairs(step_written(st)) do
+          local b = storage(grads, x)
           if not b then
             err(i, "no gradient buffer for " .. name(x))
           else
-            if rbufs[b] then err(i, "reads and writes the buffer of " .. name(x)) end
+            if rbufs[b] or rbufs[b.slice_of] then err(i, "reads and writes the buffer of " .. name(x)) end
             content[b] = content[b] or {}
             table.insert(content[b], { step = i, targets = { [x] = i } })
           end

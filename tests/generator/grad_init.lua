@@ -38,6 +38,10 @@ local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu 
 local PARAM_GRAD_KERNELS = { linear = { 2, 3 }, linear_packed = { 2, 3 }, layernorm = { 2, 3 },
   layernorm_packed = { 2, 3 }, rmsnorm = { 2 }, rmsnorm_packed = { 2 } }
 
+-- The kernels whose assign argument is followed by their gradients' row lengths (rt_kernels.h
+-- "Gradient row lengths"), and how many.
+local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3 }
+
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
 -- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three.
 local function assigned_args(call)
@@ -46,7 +50,7 @@ local function assigned_args(call)
   local nbits = k and ASSIGN_KERNELS[k]
   if not nbits then return {} end
   local a = args_of(call)
-  local bits = a[#a]
+  local bits = a[#a - (LD_ARGS[k] or 0)]
   local set = {}
   if bits ~= "RT_ACCUMULATE" then
     for b in bits:gmatch("RT_ASSIGN_(%d)") do set[tonumber(b)] = true end
@@ -61,6 +65,19 @@ local function assigned_args(call)
 end
 
 local function F(bf) return string.format("F(%d, %d)", bf.offset, bf.size) end
+
+-- The storage of t's gradient at step st: its buffer, or where it is a slice of a stack's
+-- rows (stacked_linears.lua) one key per buffer and column, and the view the call gets.
+local slices = {}
+local function storage(st, t)
+  local x = memory.base(t)
+  local b = st.bufs.grads[x]
+  local sl = b and x.grad_slice
+  if not sl then return b, b and F(b) end
+  slices[b] = slices[b] or {}
+  slices[b][sl.col] = slices[b][sl.col] or { kind = b.kind }
+  return slices[b][sl.col], string.format("F(%d, %d)", b.offset + 2 * sl.col, b.size - 2 * sl.col)
+end
 
 -- Backward steps' sections of the step C, in order.
 local function backward_sections(text)
@@ -115,15 +132,19 @@ check_param_grads = function(name, plan, secs, bsteps)
         end
       end
     end
-    for _, t in ipairs(st.node.ins) do
+    for _, t in ipairs(st.stacked and {} or st.node.ins) do
       local g = t.requires_grad and t.is_param and plan.owner[t]
       local bf = g and st.bufs.ugrad[g.index]
+      -- a stack's call (stacked_linears.lua): all its weights' gradients, from the first one's
+      local s = st.stack
+      if s and t == st.node.ins[2] then t = s.ops[1].ins[2] end
       if bf then
         local off
         for _, l in ipairs(g.layout.params) do
           if l.param == t then off = l.offset * g.shard end
         end
-        local r = { bf.offset + 4 * off, bf.offset + 4 * (off + trace.numel(t.shape)) }
+        local n = s and s.ld * t.shape[2] or trace.numel(t.shape)
+        local r = { bf.offset + 4 * off, bf.offset + 4 * (off + n) }
         local e = string.format("F(%d, %d)", r[1], r[2] - r[1])
         local assigned = false
         for _, call in ipairs(calls) do  -- (dinp, dweight[, dbias], ...): arguments 2 and 3
@@ -209,6 +230,10 @@ local function check_program(name, plan, text)
       end
       goto continue
     end
+    if st.stacked then  -- computed by its stack's call, a later step
+      if calls[1] then fail(k, "calls in a step whose linear a later stacked call computes") end
+      goto continue
+    end
     -- rt_zero lines (before the kernel) and the gradient outputs each call assigns
     local zeroed, assigned, kernel_at = {}, {}, nil
     for ci, call in ipairs(calls) do
@@ -235,10 +260,10 @@ local function check_program(name, plan, text)
     -- every activation-gradient buffer this op's backward writes
     local seen = {}
     for _, t in ipairs(op.ins) do
-      local b = not t.is_param and st.bufs.grads[memory.base(t)]
+      local b, e = storage(st, t)
+      if t.is_param then b = nil end
       if b and b.kind == "activation_grad" and not seen[b] then
-        seen[b] = true
-        local e = F(b)
+        seen[b] = e
         local written = false
         for _, call in ipairs(calls) do
           if not call:match("^rt_zero%(") and call:find(e, 1, true) then written = true end
@@ -264,12 +289,12 @@ local function check_program(name, plan, text)
     -- gradients by RT_ASSIGN_DWEIGHT, whose other outputs the loop above checked)
     for e, how in pairs(assigned) do
       local isact = how == "param"
-      for b in pairs(seen) do if F(b) == e then isact = true end end
+      for _, f in pairs(seen) do if f == e then isact = true end end
       if not isact then fail(k, e .. " assigned but not an activation gradient of the op") end
     end
     for e in pairs(zeroed) do
       local isact = false
-      for b in pairs(seen) do if F(b) == e then isact = true end end
+      for _, f in pairs(seen) do if f == e then isact = true end end
       if not isact then npzero = npzero + 1 end
     end
     ::continue::

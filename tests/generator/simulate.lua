@@ -297,7 +297,7 @@ for _, rec in ipairs(r8.timeline.lines) do
   for _, b in ipairs(rec.boxes) do if b.lane == "compute" and b.e > b.s then want = want + 1 end end
 end
 local got = select(2, overview:gsub('class="box compute"', ""))
-check(got == want and want > 500,
+check(got == want and want > 400,
   string.format("one compute box per compute line with time (%d)", got))
 local colours, same = {}, true
 for group, fill in overview:gmatch('data%-group="([^"]*)" [^>]-fill="(#%x+)"') do

@@ -4,12 +4,19 @@
 // (odd C, padded; with a bias; with the output packed too; backward from a packed dout
 // with dbias, into a packed dinp) or a packed weight (an unsharded parameter), the norms',
 // activations', residual adds', rotary embeddings' and attention's packed operands, forward
-// and backward (every storage of each). The padding columns written are zeros.
+// and backward (every storage of each). The padding columns written are zeros. Rotary
+// embeddings' and attention's gradients in rows of a given length (column slices of one
+// wider matrix) hold the dense calls' bits and leave the other columns alone; row lengths
+// they cannot take stop the call with one line (in a child process).
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "gradcheck.h"
 #include "packed_activations.h"
@@ -423,7 +430,7 @@ static void test_packed_attention(rt_dtype dt) {
         rt_rope_backward(g, dy, B, T, NH, HD, RT_ROPE_THETA, dt, as);
         rt_rope_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
                                 pk & RT_PACKED_OUT ? (const void*)dy16 : dy, B, T, NH, HD,
-                                RT_ROPE_THETA, pk, dt, as);
+                                RT_ROPE_THETA, pk, dt, as, 0);
         ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NQ, dt, &pad) : same(g, g2, NQ);
     }
     CHECK(ok, "%s rope packed forward (out, inp, both) and backward (every storage of dout, "
@@ -458,7 +465,8 @@ static void test_packed_attention(rt_dtype dt) {
                                      RT_ASSIGN_1 | RT_ASSIGN_3);
         rt_attention_lowmem_packed_backward(dq2, dk2, dv2, sc, pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
                                             pk & RT_PACKED_OUT ? (const void*)ya16 : y, x, xk, xv, st,
-                                            B, T, NH, NKV, HD, 1, dt, pk, dt, RT_ASSIGN_1 | RT_ASSIGN_3);
+                                            B, T, NH, NKV, HD, 1, dt, pk, dt,
+                                            RT_ASSIGN_1 | RT_ASSIGN_3, 0, 0, 0);
         ok &= same(dq, dq2, NQ) && same(dk, dk2, NK) && same(dv, dv2, NK);
     }
     CHECK(ok, "%s attention packed forward (every storage of out, q, k, v) == "
@@ -478,7 +486,7 @@ static void test_packed_attention(rt_dtype dt) {
         rt_attention_lowmem_backward(dq, dk, dv, sc, dy, y, q, k, v, st, B, T, NH, NKV, HD, 1, dt, dt, as);
         rt_attention_lowmem_packed_backward(bits & 1 ? (void*)dq16 : (void*)dq2, bits & 2 ? (void*)dk16 : (void*)dk2,
                                             bits & 4 ? (void*)dv16 : (void*)dv2, sc, dy16, ya16, q16, k16, v16,
-                                            st, B, T, NH, NKV, HD, 1, dt, pk, dt, as);
+                                            st, B, T, NH, NKV, HD, 1, dt, pk, dt, as, 0, 0, 0);
         ok &= (bits & 1 ? packed_equals(dq16, dq, 1, NQ, dt, &pad) : same(dq, dq2, NQ)) &&
               (bits & 2 ? packed_equals(dk16, dk, 1, NK, dt, &pad) : same(dk, dk2, NK)) &&
               (bits & 4 ? packed_equals(dv16, dv, 1, NK, dt, &pad) : same(dv, dv2, NK));
@@ -491,6 +499,141 @@ static void test_packed_attention(rt_dtype dt) {
         free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(ya16);
 }
 
+// rows x ld 16-bit values: `sentinel` everywhere but the n column slices (slice i from
+// column off[i], cols[i] wide), which hold the dense rows of src[i].
+static void wide_rows(uint16_t* w, int rows, int ld, int n, const int* off, const int* cols,
+                      uint16_t* const* src, uint16_t sentinel) {
+    for (size_t i = 0; i < (size_t)rows * ld; i++) w[i] = sentinel;
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < rows; r++)
+            memcpy(w + (size_t)r * ld + off[i], src[i] + (size_t)r * cols[i],
+                   (size_t)cols[i] * sizeof *w);
+}
+
+// Rotary embeddings' and attention's packed gradients as column slices of one [B*T, LD]
+// matrix (dq, dk, dv side by side and 8 columns more, a sentinel where no slice is), each
+// assigned or added to: the dense calls' bits in the slices, the sentinel elsewhere.
+static void test_packed_grad_rows(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { B = 2, T = 5, NH = 4, NKV = 2, HD = 8, ROWS = B * T, CQ = NH * HD, CK = NKV * HD };
+    enum { LD = CQ + 2 * CK + 8, NQ = ROWS * CQ, NK = ROWS * CK };
+    const int off[3] = {0, CQ, CQ + CK}, cols[3] = {CQ, CK, CK};
+    const uint16_t sentinel = 0x7E57;
+    float *q = tk_alloc(NQ), *k = tk_alloc(NK), *v = tk_alloc(NK), *dy = tk_alloc(NQ);
+    float* g0 = tk_alloc(NQ);
+    tk_fill(q, NQ, -1.0f, 1.0f), tk_fill(k, NK, -1.0f, 1.0f), tk_fill(v, NK, -1.0f, 1.0f);
+    tk_fill(dy, NQ, -1.0f, 1.0f), tk_fill(g0, NQ, -1.0f, 1.0f);
+    tk_round_all(q, NQ, dt), tk_round_all(k, NK, dt), tk_round_all(v, NK, dt);
+    tk_round_all(dy, NQ, dt), tk_round_all(g0, NQ, dt);
+    uint16_t *q16 = packed_copy(q, 1, NQ, dt), *k16 = packed_copy(k, 1, NK, dt),
+             *v16 = packed_copy(v, 1, NK, dt), *dy16 = packed_copy(dy, 1, NQ, dt);
+    uint16_t* y16 = poisoned16(NQ);
+    const size_t ns = rt_attention_stats_floats(B, NH, T);
+    float *st = tk_alloc(ns), *sc = tk_alloc(rt_attention_lowmem_scratch_floats(B, NH, T));
+    const int ops = RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_INP3;
+    rt_attention_lowmem_packed_forward(y16, st, sc, q16, k16, v16, B, T, NH, NKV, HD, 1, dt, ops,
+                                       dt);
+    uint16_t* g16[3] = {poisoned16(NQ), poisoned16(NK), poisoned16(NK)};
+    uint16_t *wide = poisoned16((size_t)ROWS * LD), *want = poisoned16((size_t)ROWS * LD);
+    int ok_rope = 1, ok_attn = 1;
+    for (int a = 0; a < 2; a++) {
+        const int as = a ? RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3 : RT_ACCUMULATE;
+        // rope: q's gradient (dout packed) into slice 0, k's (dout fp32) into slice 1
+        grad16_start(g16[0], g0, NQ, as, dt), grad16_start(g16[1], g0, NK, as, dt);
+        wide_rows(wide, ROWS, LD, 2, off, cols, g16, sentinel);
+        rt_rope_packed_backward(g16[0], dy16, B, T, NH, HD, RT_ROPE_THETA,
+                                RT_PACKED_OUT | RT_PACKED_DINP, dt, as, 0);
+        rt_rope_packed_backward(g16[1], dy, B, T, NKV, HD, RT_ROPE_THETA, RT_PACKED_DINP, dt,
+                                as, 0);
+        rt_rope_packed_backward(wide + off[0], dy16, B, T, NH, HD, RT_ROPE_THETA,
+                                RT_PACKED_OUT | RT_PACKED_DINP, dt, as, LD);
+        rt_rope_packed_backward(wide + off[1], dy, B, T, NKV, HD, RT_ROPE_THETA, RT_PACKED_DINP,
+                                dt, as, LD);
+        wide_rows(want, ROWS, LD, 2, off, cols, g16, sentinel);
+        ok_rope &= memcmp(wide, want, sizeof(uint16_t) * ROWS * LD) == 0;
+        // attention: dq, dk, dv into the three slices
+        for (int i = 0; i < 3; i++) grad16_start(g16[i], g0, i ? NK : NQ, as, dt);
+        wide_rows(wide, ROWS, LD, 3, off, cols, g16, sentinel);
+        const int pk = ops | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3;
+        rt_attention_lowmem_packed_backward(g16[0], g16[1], g16[2], sc, dy16, y16, q16, k16, v16,
+                                            st, B, T, NH, NKV, HD, 1, dt, pk, dt, as, 0, 0, 0);
+        rt_attention_lowmem_packed_backward(wide + off[0], wide + off[1], wide + off[2], sc, dy16,
+                                            y16, q16, k16, v16, st, B, T, NH, NKV, HD, 1, dt, pk,
+                                            dt, as, LD, LD, LD);
+        wide_rows(want, ROWS, LD, 3, off, cols, g16, sentinel);
+        ok_attn &= memcmp(wide, want, sizeof(uint16_t) * ROWS * LD) == 0;
+    }
+    CHECK(ok_rope, "%s rope packed backward into rows of %d (q's and k's gradients at columns "
+          "0 and %d; assigned, accumulated) == the dense calls' bits, other columns untouched",
+          nm, LD, CQ);
+    CHECK(ok_attn, "%s attention packed backward into rows of %d (dq, dk, dv at columns 0, %d, "
+          "%d; assigned, accumulated) == the dense call's bits, other columns untouched", nm, LD,
+          CQ, CQ + CK);
+    free(q), free(k), free(v), free(dy), free(g0), free(q16), free(k16), free(v16), free(dy16);
+    free(y16), free(st), free(sc), free(g16[0]), free(g16[1]), free(g16[2]), free(wide);
+    free(want);
+}
+
+// Runs fn in a child with stderr captured into out: 1 when it aborted (SIGABRT) with one
+// line that contains `want`.
+static int aborts_with(void (*fn)(void), const char* want, char* out, size_t cap) {
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        fn();
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t n;
+    while (len + 1 < cap && (n = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)n;
+    out[len] = 0;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const char* nl = strchr(out, '\n');
+    const int one_line = nl && nl[1] == 0;
+    if (one_line) out[len - 1] = 0;  // printed inline by the check
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(out, want) && one_line;
+}
+
+static uint16_t bad_buf[3][64];
+
+static void rope_ld_short(void) {
+    rt_rope_packed_backward(bad_buf[0], bad_buf[1], 1, 1, 4, 8, RT_ROPE_THETA,
+                            RT_PACKED_OUT | RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 24);
+}
+
+static void rope_ld_fp32(void) {
+    rt_rope_packed_backward(bad_buf[0], bad_buf[1], 1, 1, 4, 8, RT_ROPE_THETA, RT_PACKED_OUT,
+                            RT_BF16, RT_ASSIGN_1, 32);
+}
+
+static void attention_ld_odd(void) {
+    rt_attention_lowmem_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], NULL, bad_buf[0],
+                                        bad_buf[0], bad_buf[0], bad_buf[0], bad_buf[0], NULL, 1, 1,
+                                        4, 2, 8, 1, RT_F16, RT_PACKED_DINP | RT_PACKED_DINP2,
+                                        RT_F16, RT_ACCUMULATE, 0, 20, 0);
+}
+
+// Row lengths a gradient cannot take (too short, not a multiple of 8, fp32 storage) stop the
+// call with one line naming it.
+static void test_grad_rows_checked(void) {
+    char out[1024];
+    int ok = aborts_with(rope_ld_short, "dinp with row length 24, width 32, packed", out,
+                         sizeof out);
+    CHECK(ok, "rope backward with dinp in rows of 24 (width 32) stops: %s", out);
+    ok = aborts_with(rope_ld_fp32, "dinp with row length 32, width 32, fp32 storage", out,
+                     sizeof out);
+    CHECK(ok, "rope backward with an fp32-storage dinp in rows of 32 stops: %s", out);
+    ok = aborts_with(attention_ld_odd, "dk with row length 20, width 16, packed", out, sizeof out);
+    CHECK(ok, "attention backward with dk in rows of 20 (not a multiple of 8) stops: %s", out);
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(11);
@@ -501,6 +644,8 @@ int main(void) {
         test_packed_weight(dt);
         test_packed_outputs(dt);
         test_packed_attention(dt);
+        test_packed_grad_rows(dt);
     }
+    test_grad_rows_checked();
     return tk_summary("test_packed");
 }

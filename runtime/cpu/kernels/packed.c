@@ -43,27 +43,36 @@ static float* scratch_floats(size_t n) {
     return s->p;
 }
 
-// x[N, cols] (fp32, values of dt) into dst's rows of RT_LD16(cols), padding zeroed.
-static void pack(void* dst, const float* x, int N, int cols, rt_dtype dt) {
+// x[N, cols] (fp32, values of dt) into dst's rows of ld elements, columns [cols, pad)
+// zeroed; the columns past pad are not touched.
+static void pack_rows(void* dst, const float* x, int N, int cols, int ld, int pad, rt_dtype dt) {
     uint16_t* d = dst;
-    const int ld = RT_LD16(cols);
     for (int n = 0; n < N; n++) {
         const float* xr = x + (size_t)n * cols;
         uint16_t* dr = d + (size_t)n * ld;
         for (int j = 0; j < cols; j++) dr[j] = rt_bits16_from_f32_inl(xr[j], dt);
-        for (int j = cols; j < ld; j++) dr[j] = 0;
+        for (int j = cols; j < pad; j++) dr[j] = 0;
     }
 }
 
-// The packed src[N, rows of RT_LD16(cols)] widened into x[N, cols].
-static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
+// The columns [0, cols) of the packed src's N rows of ld elements widened into x[N, cols].
+static void unpack_rows(float* x, const void* src, int N, int cols, int ld, rt_dtype dt) {
     const uint16_t* s = src;
-    const int ld = RT_LD16(cols);
     for (int n = 0; n < N; n++) {
         const uint16_t* sr = s + (size_t)n * ld;
         float* xr = x + (size_t)n * cols;
         for (int j = 0; j < cols; j++) xr[j] = rt_bits16_to_f32_inl(sr[j], dt);
     }
+}
+
+// x[N, cols] into dst's rows of RT_LD16(cols), padding zeroed.
+static void pack(void* dst, const float* x, int N, int cols, rt_dtype dt) {
+    pack_rows(dst, x, N, cols, RT_LD16(cols), RT_LD16(cols), dt);
+}
+
+// The packed src[N, rows of RT_LD16(cols)] widened into x[N, cols].
+static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
+    unpack_rows(x, src, N, cols, RT_LD16(cols), dt);
 }
 
 static size_t elems(int N, int cols) { return N > 0 && cols > 0 ? (size_t)N * cols : 1; }
@@ -235,15 +244,38 @@ void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, in
     dense_store(out, y, n, dt);
 }
 
+// A gradient of `heads` heads in rows of ld elements (rt_kernels.h "Gradient row lengths":
+// 0 is dense): dense_grad's fp32 buffer at s (its packed rows' values widened there unless
+// assigned), or p itself in fp32 storage.
+static float* head_grad(float* s, void* p, int B, int T, int heads, int HD, int ld, int packed,
+                        int assigned, rt_dtype dt) {
+    const size_t n = head_elems(B, T, heads, HD);
+    if (!ld || !n) return dense_grad(s, 0, p, n, packed, assigned, dt);
+    float* g = dense_target(s, 0, p, n, packed);
+    if (g != p && !assigned) unpack_rows(g, p, B * T, heads * HD, ld, dt);
+    return g;
+}
+
+// head_grad's buffer g narrowed into the gradient p, only its columns of each row.
+static void head_store(void* p, const float* g, int B, int T, int heads, int HD, int ld,
+                       rt_dtype dt) {
+    const size_t n = head_elems(B, T, heads, HD);
+    if (!ld || !n) dense_store(p, g, n, dt);
+    else if (g != p) pack_rows(p, g, B * T, heads * HD, ld, heads * HD, dt);
+}
+
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
-                             float theta, int packed, rt_dtype dt, int assign) {
+                             float theta, int packed, rt_dtype dt, int assign, int ld_dinp) {
     RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_backward");
+    RT_KCHECK_PACKED_LD(ld_dinp, NH * HD, packed & RT_PACKED_DINP, "dinp",
+                        "rt_rope_packed_backward");
     const size_t n = head_elems(B, T, NH, HD);
     float* s = scratch_floats(2 * n + 1);
     const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
-    float* g = dense_grad(s, 1, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    float* g = head_grad(s + n, dinp, B, T, NH, HD, ld_dinp, packed & RT_PACKED_DINP,
+                         assign & RT_ASSIGN_1, dt);
     rt_rope_backward(g, d, B, T, NH, HD, theta, dt, assign);
-    dense_store(dinp, g, n, dt);
+    head_store(dinp, g, B, T, NH, HD, ld_dinp, dt);
 }
 
 void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
@@ -265,9 +297,14 @@ void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* sc
                                          const void* dout, const void* out, const void* q,
                                          const void* k, const void* v, const float* stats, int B,
                                          int T, int NH, int NKV, int HD, int causal,
-                                         rt_dtype prec, int packed, rt_dtype dt, int assign) {
-    RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_backward");
+                                         rt_dtype prec, int packed, rt_dtype dt, int assign,
+                                         int ld_dq, int ld_dk, int ld_dv) {
+    static const char* kernel = "rt_attention_lowmem_packed_backward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
     RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
+    RT_KCHECK_PACKED_LD(ld_dq, NH * HD, packed & RT_PACKED_DINP, "dq", kernel);
+    RT_KCHECK_PACKED_LD(ld_dk, NKV * HD, packed & RT_PACKED_DINP2, "dk", kernel);
+    RT_KCHECK_PACKED_LD(ld_dv, NKV * HD, packed & RT_PACKED_DINP3, "dv", kernel);
     const size_t nq = head_elems(B, T, NH, HD), nk = head_elems(B, T, NKV, HD);
     float* s = scratch_floats(4 * nq + 4 * nk + 1);
     const float* d = dense_operand(s, 0, dout, nq, packed & RT_PACKED_OUT, dt);
@@ -276,15 +313,17 @@ void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* sc
     const float* xk = dense_operand(s + 3 * nq, 0, k, nk, packed & RT_PACKED_INP2, dt);
     const float* xv = dense_operand(s + 3 * nq + nk, 0, v, nk, packed & RT_PACKED_INP3, dt);
     float* g = s + 3 * nq + 2 * nk;
-    float* gq = dense_grad(g, 0, dq, nq, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
-    float* gk = dense_grad(g + nq, 0, dk, nk, packed & RT_PACKED_DINP2, assign & RT_ASSIGN_2, dt);
-    float* gv = dense_grad(g + nq + nk, 0, dv, nk, packed & RT_PACKED_DINP3, assign & RT_ASSIGN_3,
-                           dt);
+    float* gq = head_grad(g, dq, B, T, NH, HD, ld_dq, packed & RT_PACKED_DINP,
+                          assign & RT_ASSIGN_1, dt);
+    float* gk = head_grad(g + nq, dk, B, T, NKV, HD, ld_dk, packed & RT_PACKED_DINP2,
+                          assign & RT_ASSIGN_2, dt);
+    float* gv = head_grad(g + nq + nk, dv, B, T, NKV, HD, ld_dv, packed & RT_PACKED_DINP3,
+                          assign & RT_ASSIGN_3, dt);
     rt_attention_lowmem_backward(gq, gk, gv, scratch, d, y, x, xk, xv, stats, B, T, NH, NKV, HD,
                                  causal, prec, dt, assign);
-    dense_store(dq, gq, nq, dt);
-    dense_store(dk, gk, nk, dt);
-    dense_store(dv, gv, nk, dt);
+    head_store(dq, gq, B, T, NH, HD, ld_dq, dt);
+    head_store(dk, gk, B, T, NKV, HD, ld_dk, dt);
+    head_store(dv, gv, B, T, NKV, HD, ld_dv, dt);
 }
 
 // ---- norms and the residual add: the residual stream's packed values

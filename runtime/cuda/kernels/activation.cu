@@ -306,10 +306,11 @@ __device__ __forceinline__ void rtc_rope_st(S* p, size_t i, const float (&v)[W],
 
 // Block (t, y): cos (threads j < HD/2) and sin (the next HD/2) of position t's angles into
 // shared memory; then rows (b, t) for b = y, y + gridDim.y, ..., NH * HD elements each, in
-// groups of W (e % HD even). Forward: out = rotate(inp), out == inp allowed. Backward
-// (back): out is dinp, out (+)= inp (dout) rotated by -angle; as = RT_ASSIGN_1 assigns.
+// groups of W (e % HD even); out's rows are ldo elements apart (inp's dense). Forward:
+// out = rotate(inp), out == inp allowed. Backward (back): out is dinp, out (+)= inp (dout)
+// rotated by -angle; as = RT_ASSIGN_1 assigns.
 template <int W, class O, class I>
-__global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
+__global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD, int ldo,
                             rtc_rope_freqs fr, rt_dtype dt, int back, int as) {
     const int t = blockIdx.x, half = HD / 2;
     __align__(16) __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
@@ -322,11 +323,11 @@ __global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
     __syncthreads();
     const int row = NH * HD;
     for (int b = blockIdx.y; b < B; b += gridDim.y) {
-        const size_t base = ((size_t)b * T + t) * row;
+        const size_t base = ((size_t)b * T + t) * row, obase = ((size_t)b * T + t) * ldo;
         for (int e = threadIdx.x * W; e < row; e += blockDim.x * W) {
             float x[W], g[W] = {};
             rtc_rope_ld(inp, base + e, dt, x);
-            if (back && !as) rtc_rope_ld(out, base + e, dt, g);
+            if (back && !as) rtc_rope_ld(out, obase + e, dt, g);
             const int i0 = e % HD / 2;  // a multiple of 4 in groups of RTC_VEC
             float ca[W / 2], sa[W / 2];
             if constexpr (W == RTC_VEC) {  // one 16-byte shared load each, not four
@@ -346,15 +347,15 @@ __global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD,
                     x[2 * u + 1] = x0 * s + x1 * c;
                 }
             }
-            rtc_rope_st(out, base + e, x, dt);
+            rtc_rope_st(out, obase + e, x, dt);
         }
     }
 }
 
 // The launch: W = RTC_VEC where the groups of RTC_VEC fit the heads and the pointers are
-// aligned, else W = 2.
+// aligned (out's rows of ldo, a multiple of 8 where it is not NH * HD, stay so), else W = 2.
 template <class O, class I>
-static void rope_launch(O* out, const I* inp, int B, int T, int NH, int HD, float theta,
+static void rope_launch(O* out, const I* inp, int B, int T, int NH, int HD, int ldo, float theta,
                         rt_dtype dt, int back, int as) {
     const bool vec = HD % RTC_VEC == 0 && rtc_aligned16({out, inp});
     const int w = vec ? RTC_VEC : 2;
@@ -369,32 +370,35 @@ static void rope_launch(O* out, const I* inp, int B, int T, int NH, int HD, floa
     const dim3 grid((unsigned)T, (unsigned)per);
     const rtc_rope_freqs fr = rope_freqs(HD, theta);
     if (vec)
-        rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt,
-                                                                back, as);
+        rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, ldo,
+                                                                fr, dt, back, as);
     else
-        rope_kernel<2><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, fr, dt, back,
-                                                          as);
+        rope_kernel<2><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, ldo, fr, dt,
+                                                          back, as);
     RTC_CHECK_LAUNCH(rope_kernel);
 }
 
-// packed: RT_PACKED_OUT (out, dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
+// packed: RT_PACKED_OUT (out, dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp, in rows of
+// ld_dinp elements: rt_kernels.h "Gradient row lengths", checked by the caller).
 static void rope_forward(void* out, const void* inp, int B, int T, int NH, int HD, float theta,
                          int packed, rt_dtype dt) {
     RT_KCHECK_ROPE_HD(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
-        rtc_with_storage(packed & RT_PACKED_INP, inp,
-                         [&](auto x) { rope_launch(o, x, B, T, NH, HD, theta, dt, 0, 0); });
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+            rope_launch(o, x, B, T, NH, HD, NH * HD, theta, dt, 0, 0);
+        });
     });
 }
 
 static void rope_backward(void* dinp, const void* dout, int B, int T, int NH, int HD, float theta,
-                          int packed, rt_dtype dt, int assign) {
+                          int packed, rt_dtype dt, int assign, int ld_dinp) {
     RT_KCHECK_ROPE_HD(HD);
     if (B <= 0 || T <= 0 || NH <= 0) return;
+    const int ldo = ld_dinp ? ld_dinp : NH * HD;
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
-            rope_launch(g, d, B, T, NH, HD, theta, dt, 1, assign & RT_ASSIGN_1);
+            rope_launch(g, d, B, T, NH, HD, ldo, theta, dt, 1, assign & RT_ASSIGN_1);
         });
     });
 }
@@ -408,7 +412,7 @@ void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD,
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
                       float theta, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_rope_backward");
-    rope_backward(dinp, dout, B, T, NH, HD, theta, 0, dt, assign);
+    rope_backward(dinp, dout, B, T, NH, HD, theta, 0, dt, assign, 0);
 }
 
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
@@ -418,7 +422,9 @@ void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, in
 }
 
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
-                             float theta, int packed, rt_dtype dt, int assign) {
+                             float theta, int packed, rt_dtype dt, int assign, int ld_dinp) {
     RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_backward");
-    rope_backward(dinp, dout, B, T, NH, HD, theta, packed, dt, assign);
+    RT_KCHECK_PACKED_LD(ld_dinp, NH * HD, packed & RT_PACKED_DINP, "dinp",
+                        "rt_rope_packed_backward");
+    rope_backward(dinp, dout, B, T, NH, HD, theta, packed, dt, assign, ld_dinp);
 }

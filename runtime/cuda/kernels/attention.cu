@@ -305,14 +305,17 @@ static int attention_assign_bits(const void* dq, const void* dk, const void* dv,
 }
 
 // The backward of both entry points, as lowmem_forward; RT_PACKED_OUT: out and dout packed
-// (D reads them in place); RT_PACKED_DINP, _DINP2, _DINP3: dq, dk, dv packed (the
-// tensor-core kernels add to or assign them in place; for the fp32 kernels they are widened
-// into the operand scratch unless assigned, and narrowed back). The scratch holds D
-// [B,NH,T] (rt_attention_lowmem_scratch_floats >= B*NH*T).
+// (D reads them in place); RT_PACKED_DINP, _DINP2, _DINP3: dq, dk, dv packed, in rows of
+// ld_dq, ld_dk, ld_dv (0: dense; rt_kernels.h "Gradient row lengths", checked by the
+// caller), which the tensor-core kernels add to or assign in place; for the fp32 kernels
+// they are widened into dense copies in the operand scratch unless assigned, and narrowed
+// back into their columns. The scratch holds D [B,NH,T] (rt_attention_lowmem_scratch_floats
+// >= B*NH*T).
 static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const void* dout,
                             const void* out, const void* q, const void* k, const void* v,
                             const float* stats, int B, int T, int NH, int NKV, int HD, int causal,
-                            rt_dtype prec, int packed, rt_dtype dt, int assign) {
+                            rt_dtype prec, int packed, rt_dtype dt, int assign, int ld_dq,
+                            int ld_dk, int ld_dv) {
     RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
     rtc_fa_args a = flash_args(B, T, NH, NKV, HD, causal);
     const bool tc = use_tensor_cores(prec, dt, HD), po = packed & RT_PACKED_OUT;
@@ -330,6 +333,7 @@ static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const 
         a.dout = po ? NULL : (const float*)dout;
         a.out_in = po ? NULL : (const float*)out;
         a.out16_in = po ? out : NULL;
+        a.ld_dq = ld_dq, a.ld_dk = ld_dk, a.ld_dv = ld_dv;
         operands16(a, q, k, v, dout, packed, prec);
         if (prec == RT_BF16) rtc_fa_tc_backward<__nv_bfloat16>(launch, a);
         else rtc_fa_tc_backward<__half>(launch, a);
@@ -340,25 +344,26 @@ static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const 
     a.dout = widened(&s, dout, po, rows, cq, dt);
     a.out_in = widened(&s, out, po, rows, cq, dt);
     operands32(a, &s, q, k, v, packed, dt);
-    // packed gradients: fp32 copies (their values unless assigned) for the fp32 kernels
+    // packed gradients: dense fp32 copies (their values unless assigned) for the fp32 kernels
     struct {
         float** g;
-        int bit, cols;
-    } grads[3] = {{&a.dq, RTC_FA_ASSIGN_DQ, cq}, {&a.dk, RTC_FA_ASSIGN_DK, ck},
-                  {&a.dv, RTC_FA_ASSIGN_DV, ck}};
+        int bit, cols, ld;
+    } grads[3] = {{&a.dq, RTC_FA_ASSIGN_DQ, cq, ld_dq ? ld_dq : cq},
+                  {&a.dk, RTC_FA_ASSIGN_DK, ck, ld_dk ? ld_dk : ck},
+                  {&a.dv, RTC_FA_ASSIGN_DV, ck, ld_dv ? ld_dv : ck}};
     void* g16[3] = {dq, dk, dv};
     for (int i = 0; i < 3; i++) {
         if (!(a.grads16 & grads[i].bit)) continue;
         float* w = s;
         s += (size_t)rows * grads[i].cols;
         if (!(a.assign & grads[i].bit))
-            rtc_widen(w, g16[i], rows, grads[i].cols, grads[i].cols, dt);
+            rtc_widen(w, g16[i], rows, grads[i].cols, grads[i].ld, dt);
         *grads[i].g = w;
     }
     rtc_fa_backward(launch, a);  // the fp32 kernels ignore grads16
     for (int i = 0; i < 3; i++)
         if (a.grads16 & grads[i].bit)
-            rtc_narrow(g16[i], *grads[i].g, rows, grads[i].cols, grads[i].cols, dt);
+            rtc_narrow_into(g16[i], grads[i].ld, *grads[i].g, rows, grads[i].cols, dt);
 }
 
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
@@ -376,7 +381,7 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
                                   rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
     lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
-                    0, dt, assign);
+                    0, dt, assign, 0, 0, 0);
 }
 
 void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
@@ -392,8 +397,13 @@ void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* sc
                                          const void* dout, const void* out, const void* q,
                                          const void* k, const void* v, const float* stats, int B,
                                          int T, int NH, int NKV, int HD, int causal,
-                                         rt_dtype prec, int packed, rt_dtype dt, int assign) {
-    RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_backward");
+                                         rt_dtype prec, int packed, rt_dtype dt, int assign,
+                                         int ld_dq, int ld_dk, int ld_dv) {
+    static const char* kernel = "rt_attention_lowmem_packed_backward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_PACKED_LD(ld_dq, NH * HD, packed & RT_PACKED_DINP, "dq", kernel);
+    RT_KCHECK_PACKED_LD(ld_dk, NKV * HD, packed & RT_PACKED_DINP2, "dk", kernel);
+    RT_KCHECK_PACKED_LD(ld_dv, NKV * HD, packed & RT_PACKED_DINP3, "dv", kernel);
     lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
-                    packed, dt, assign);
+                    packed, dt, assign, ld_dq, ld_dk, ld_dv);
 }

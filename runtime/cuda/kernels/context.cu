@@ -267,6 +267,12 @@ rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld
     return o;
 }
 
+void rtc_narrow_into(void* dst, int ldd, const float* src, int rows, int cols, rt_dtype prec) {
+    if (rows <= 0 || cols <= 0) return;
+    if (prec == RT_BF16) narrow_rows((__nv_bfloat16*)dst, ldd, src, rows, cols, cols);
+    else narrow_rows((__half*)dst, ldd, src, rows, cols, cols);
+}
+
 void rtc_zero_rows16(rtc_operand16 o, int from, int to) {
     if (to > from)
         RT_CHECK_CUDA(cudaMemsetAsync((char*)o.p + (size_t)from * o.ld * 2, 0,

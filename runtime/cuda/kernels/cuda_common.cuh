@@ -422,6 +422,10 @@ void* rtc_operand_scratch(size_t bytes);
 // Narrows src (row stride ld) into dst, which holds rtc_elems16(rows, cols) elements; the
 // padding columns are zeros.
 rtc_operand16 rtc_narrow(void* dst, const float* src, int rows, int cols, int ld, rt_dtype prec);
+// Columns [0, cols) of dst's rows (stride ldd) of prec's 16-bit type = src[rows, cols]
+// (row stride cols) narrowed; the columns past cols are not touched (dst may be a column
+// slice of a wider matrix).
+void rtc_narrow_into(void* dst, int ldd, const float* src, int rows, int cols, rt_dtype prec);
 // dst[rows, cols] (row stride cols) = src's rows (stride lds) of prec's 16-bit type widened.
 void rtc_widen(float* dst, const void* src, int rows, int cols, int lds, rt_dtype prec);
 // Zeros rows [from, to) of o (rows a copy was allocated beyond those narrowed into it).

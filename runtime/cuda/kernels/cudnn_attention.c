@@ -61,12 +61,13 @@ static rt_cudnn_sdpa* give_up(rt_cudnn_sdpa* s) {
 }
 
 rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int causal,
-                                    rt_dtype prec, int deterministic, char* why,
-                                    size_t why_len) {
+                                       rt_dtype prec, int deterministic, int ld_dq, int ld_dk,
+                                       int ld_dv, char* why, size_t why_len) {
     char scratch[8];
     if (!why || !why_len) why = scratch, why_len = sizeof scratch;
     why[0] = 0;
-    if (rt_cudnn_sdpa_check(B, T, NH, NKV, HD, prec, why, why_len)) return NULL;
+    if (rt_cudnn_sdpa_check(B, T, NH, NKV, HD, prec, ld_dq, ld_dk, ld_dv, why, why_len))
+        return NULL;
     if (rt_cudnn_load(why, why_len)) return NULL;
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
@@ -81,6 +82,7 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
         return NULL;
     }
     s->B = B, s->T = T, s->NH = NH, s->NKV = NKV, s->HD = HD, s->causal = causal != 0;
+    s->ld_dq = ld_dq, s->ld_dk = ld_dk, s->ld_dv = ld_dv;
     s->scale = (float)(1.0 / sqrt((double)HD));
     // the frontend's mask value: -inf from cuDNN 9.10, the lowest float before
     const size_t version = cudnnGetVersion();
@@ -108,13 +110,15 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
 }
 
 int rt_cudnn_sdpa_lower(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
-                        int dq_acc, char* why, size_t why_len) {
+                        int dq_acc, int ld_dq, int ld_dk, int ld_dv, char* why, size_t why_len) {
     char scratch[8];
     if (!why || !why_len) why = scratch, why_len = sizeof scratch;
     why[0] = 0;
-    if (rt_cudnn_sdpa_check(B, T, NH, NKV, HD, prec, why, why_len)) return -1;
+    if (rt_cudnn_sdpa_check(B, T, NH, NKV, HD, prec, ld_dq, ld_dk, ld_dv, why, why_len))
+        return -1;
     if (rt_cudnn_load(why, why_len)) return -1;
-    rt_cudnn_sdpa s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .causal = causal != 0};
+    rt_cudnn_sdpa s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .causal = causal != 0,
+                       .ld_dq = ld_dq, .ld_dk = ld_dk, .ld_dv = ld_dv};
     const cudnnDataType_t io = prec == RT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     int ok = attempt(&s, NULL, 1, 0, io, why, why_len);
     if (ok && !s.causal) ok = attempt(&s, NULL, 1, 1, io, why, why_len);

@@ -11,6 +11,7 @@ enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV, U_SCALE, U_NEG_I
 
 struct rt_cudnn_sdpa {
     int B, T, NH, NKV, HD, causal;
+    int ld_dq, ld_dk, ld_dv;      // the gradients' row lengths (0: dense)
     cudnnHandle_t handle;
     cg fwd, bwd;                  // own every descriptor of the two plans
     cg_desc fwd_plan, bwd_plan;

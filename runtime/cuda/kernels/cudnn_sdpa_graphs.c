@@ -10,18 +10,23 @@
 // (UnifiedSDPANode), built here too. tests/cuda/cudnn_sdpa_graphs.txt holds the frontend's.
 #include "cudnn_sdpa.h"
 
-// The graphs' shapes: scores [B,NH,T,T] (and transposed), rows [B,NH,T,1], packed tensors.
+// The graphs' shapes: scores [B,NH,T,T] (and transposed), rows [B,NH,T,1], packed tensors,
+// the gradients dQ, dK, dV in rows of their own lengths.
 typedef struct {
     int64_t q[4], qs[4], kt[4], kts[4], k[4], ks[4], s[4], ss[4], st[4], sts[4], r[4], rs[4];
     int64_t f[4], fs[4], o[4], os[4];  // [B,NH,T,HD] fp32/16-bit, packed per head
+    int64_t dq[4], dqs[4], dk[4], dks[4], dv[4], dvs[4];
     cudnnDataType_t io;
 } shapes;
 
 static void get_shapes(const rt_cudnn_sdpa* s, cudnnDataType_t io, shapes* h) {
     const int64_t B = s->B, T = s->T, NH = s->NH, HD = s->HD;
-    rt_cudnn_sdpa_layout(s->B, s->T, s->NH, s->HD, 0, h->q, h->qs);
-    rt_cudnn_sdpa_layout(s->B, s->T, s->NKV, s->HD, 1, h->kt, h->kts);
-    rt_cudnn_sdpa_layout(s->B, s->T, s->NKV, s->HD, 0, h->k, h->ks);
+    rt_cudnn_sdpa_layout(s->B, s->T, s->NH, s->HD, 0, 0, h->q, h->qs);
+    rt_cudnn_sdpa_layout(s->B, s->T, s->NKV, s->HD, 0, 1, h->kt, h->kts);
+    rt_cudnn_sdpa_layout(s->B, s->T, s->NKV, s->HD, 0, 0, h->k, h->ks);
+    rt_cudnn_sdpa_layout(s->B, s->T, s->NH, s->HD, s->ld_dq, 0, h->dq, h->dqs);
+    rt_cudnn_sdpa_layout(s->B, s->T, s->NKV, s->HD, s->ld_dk, 0, h->dk, h->dks);
+    rt_cudnn_sdpa_layout(s->B, s->T, s->NKV, s->HD, s->ld_dv, 0, h->dv, h->dvs);
     const int64_t sc[4] = {B, NH, T, T}, scs[4] = {NH * T * T, T * T, T, 1};
     const int64_t sts[4] = {NH * T * T, T * T, 1, T};
     const int64_t r[4] = {B, NH, T, 1}, rs[4] = {NH * T, T, 1, 1};
@@ -101,10 +106,11 @@ void cudnn_sdpa_build_forward_unified(rt_cudnn_sdpa* s, cudnnDataType_t io) {
     s->fwd_plan = cg_finish(g, "unified SDPA forward", &s->fwd_ws);
 }
 
-// dst = a^T-side product into a gradient of kv shape; GQA sums the NH/NKV query heads.
+// dst = a^T-side product into a gradient of kv shape (dims, strides); GQA sums the NH/NKV
+// query heads.
 static void grad_kv(cg* g, const rt_cudnn_sdpa* s, const shapes* h, cg_desc a, cg_desc b,
-                    int64_t uid) {
-    cg_desc out = cg_tensor(g, h->io, h->k, h->ks, uid, 0);
+                    const int64_t* dim, const int64_t* stride, int64_t uid) {
+    cg_desc out = cg_tensor(g, h->io, dim, stride, uid, 0);
     if (s->NH == s->NKV) {
         cg_matmul(g, a, b, out);
         return;
@@ -144,7 +150,7 @@ void cudnn_sdpa_build_backward(rt_cudnn_sdpa* s, cudnnDataType_t io, int dq_acc)
     // dV = P^T dO (P in 16 bits)
     cg_desc pt = virt(g, h->io, h->st, h->sts);
     cg_reshape(g, e, pt);
-    grad_kv(g, s, h, pt, dout, U_DV);
+    grad_kv(g, s, h, pt, dout, h->dv, h->dvs, U_DV);
     // dS = P * (dO V^T - softmax_sum) * scale
     cg_desc dp = virt(g, F, h->s, h->ss);
     cg_matmul(g, dout, vt, dp);
@@ -154,11 +160,11 @@ void cudnn_sdpa_build_backward(rt_cudnn_sdpa* s, cudnnDataType_t io, int dq_acc)
     // dK = dS^T Q (dS in 16 bits)
     cg_desc dst = virt(g, h->io, h->st, h->sts);
     cg_reshape(g, ds, dst);
-    grad_kv(g, s, h, dst, q, U_DK);
+    grad_kv(g, s, h, dst, q, h->dk, h->dks, U_DK);
     // dQ = dS K
     cg_desc k = virt(g, F, h->k, h->ks);  // the frontend leaves this view fp32
     cg_reshape(g, kt, k);
-    cg_desc dq = cg_tensor(g, h->io, h->q, h->qs, U_DQ, 0);
+    cg_desc dq = cg_tensor(g, h->io, h->dq, h->dqs, U_DQ, 0);
     if (dq_acc) {
         cg_desc acc = cg_tensor(g, F, h->f, h->fs, U_DQ_ACC, 0);
         cg_matmul(g, ds, k, acc);

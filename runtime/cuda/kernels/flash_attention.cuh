@@ -69,6 +69,9 @@ typedef struct {
     // the same bits: the gradients the tensor-core backward reads and writes as packed
     // 16-bit storage of dt (dq, dk, dv then point at it); the fp32 kernels take none
     int grads16;
+    // row lengths (elements) of dq, dk, dv as the tensor-core backward reads and writes them,
+    // 0 dense (rt_kernels.h "Gradient row lengths"); the fp32 kernels write dense rows
+    int ld_dq, ld_dk, ld_dv;
 } rtc_fa_args;
 
 enum { RTC_FA_ASSIGN_DQ = 1, RTC_FA_ASSIGN_DK = 2, RTC_FA_ASSIGN_DV = 4 };

@@ -65,7 +65,8 @@
 //                (QBC keys; K and V double-buffered) S and dP, dS, dQ += dS K.
 //             Every gradient element has one owner block, which stores it once at the end
 //             (added to, or assigned, and rounded to dt: rtc_fa_store_grad; in fp32 storage
-//             or, rtc_fa_args grads16, packed 16-bit storage of E): deterministic,
+//             or, rtc_fa_args grads16, packed 16-bit storage of E, in rows of ld_dq, ld_dk,
+//             ld_dv elements where those are set): deterministic,
 //             no atomics, rounding and assigning free, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
 //             way; D is only computed when dq or dk is wanted).
@@ -920,6 +921,7 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
         tk[u][0] = k0 + r0 + 16 * u + g, tk[u][1] = k0 + r0 + 16 * u + g + 8;
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t kvoff = (size_t)b * T * ldk + (size_t)hk * HD;
+    const size_t lddk = a.ld_dk ? (size_t)a.ld_dk : ldk, lddv = a.ld_dv ? (size_t)a.ld_dv : ldk;
     const bool want_dk = a.dk != NULL, want_dv = a.dv != NULL;
     const float sl2 = a.scale * RTC_TC_LOG2E;  // unscaled score to base-2 exponent
     // query tiles: nq per head from qstart (earlier queries see none of these keys), for
@@ -1051,13 +1053,14 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             if (tk[u][r] >= T) continue;
-            const size_t row = kvoff + (size_t)tk[u][r] * ldk + 2 * t;
+            const size_t row = (size_t)b * T + tk[u][r], col = (size_t)hk * HD + 2 * t;
             if (want_dv)  // x * 1 is x, bit for bit
-                rtc_tc_add_grad_row<E, ND>(a.dv, a.grads16 & RTC_FA_ASSIGN_DV, row, dv[u], r,
-                                           1.0f, nd, a.assign & RTC_FA_ASSIGN_DV, rnd);
+                rtc_tc_add_grad_row<E, ND>(a.dv, a.grads16 & RTC_FA_ASSIGN_DV, row * lddv + col,
+                                           dv[u], r, 1.0f, nd, a.assign & RTC_FA_ASSIGN_DV, rnd);
             if (want_dk)
-                rtc_tc_add_grad_row<E, ND>(a.dk, a.grads16 & RTC_FA_ASSIGN_DK, row, dk[u], r,
-                                           a.scale, nd, a.assign & RTC_FA_ASSIGN_DK, rnd);
+                rtc_tc_add_grad_row<E, ND>(a.dk, a.grads16 & RTC_FA_ASSIGN_DK, row * lddk + col,
+                                           dk[u], r, a.scale, nd, a.assign & RTC_FA_ASSIGN_DK,
+                                           rnd);
         }
     }
 }
@@ -1090,6 +1093,7 @@ __global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_arg
         tq[u][0] = q0 + r0 + 16 * u + g, tq[u][1] = q0 + r0 + 16 * u + g + 8;
     const size_t ldq = (size_t)a.NH * HD, ldk = (size_t)a.NKV * HD;
     const size_t qoff = (size_t)b * T * ldq + (size_t)h * HD;
+    const size_t lddq = a.ld_dq ? (size_t)a.ld_dq : ldq;
     const E* kg = (const E*)a.k16 + (size_t)b * T * ldk + (size_t)hk * HD;
     const E* vg = (const E*)a.v16 + (size_t)b * T * ldk + (size_t)hk * HD;
     const int kend = a.causal ? (q0 + BR < T ? q0 + BR : T) : T;
@@ -1179,9 +1183,9 @@ __global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_arg
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             if (tq[u][r] >= T) continue;
-            rtc_tc_add_grad_row<E, ND>(a.dq, a.grads16 & RTC_FA_ASSIGN_DQ,
-                                       qoff + (size_t)tq[u][r] * ldq + 2 * t, dq[u], r, a.scale,
-                                       nd, a.assign & RTC_FA_ASSIGN_DQ, rnd);
+            const size_t row = (size_t)b * T + tq[u][r], col = (size_t)h * HD + 2 * t;
+            rtc_tc_add_grad_row<E, ND>(a.dq, a.grads16 & RTC_FA_ASSIGN_DQ, row * lddq + col,
+                                       dq[u], r, a.scale, nd, a.assign & RTC_FA_ASSIGN_DQ, rnd);
         }
     }
 }

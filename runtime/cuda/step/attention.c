@@ -1,7 +1,7 @@
 // The CUDA backend's attention sites (rt_model.h rt_model_attention; runtime/step/attention.c
 // calls rtb_attention_*): at rank start, before the arena and any capture, each site gets
-// cuDNN's plans (rt_cudnn.h, the deterministic backward) or none, as the spec's choice or
-// RT_ATTENTION says:
+// cuDNN's plans (rt_cudnn.h, the deterministic backward, writing the gradients in rows of
+// the site's row lengths) or none, as the spec's choice or RT_ATTENTION says:
 //   auto     cuDNN where it takes the shape and its forward + backward time less than
 //            fsdpgen's kernels' on the site's shape (attention_time.c);
 //   cudnn    cuDNN wherever it takes the shape;
@@ -46,7 +46,8 @@ static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t wh
         return NULL;
     }
     rt_cudnn_sdpa* plan = rt_cudnn_sdpa_create(a->B, a->T, a->NH, a->NKV, a->HD, a->causal,
-                                               a->dtype, 1, why, why_len);
+                                               a->dtype, 1, a->ld_dq, a->ld_dk, a->ld_dv, why,
+                                               why_len);
     if (!plan) return NULL;
     const size_t ws = rt_cudnn_sdpa_workspace_bytes(plan);
     if (ws > a->scratch_bytes) {

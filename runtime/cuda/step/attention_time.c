@@ -15,7 +15,7 @@
 #define STREAM(s) ((rt_cudnn_stream)(s))
 
 // The site's tensors for timing: q, k, v, out, dout, dq, dk, dv, stats and scratch in one
-// zeroed allocation.
+// zeroed allocation; dq, dk and dv in rows of the site's row lengths, as the step has them.
 typedef struct site_buffers {
     void* base;
     void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
@@ -24,11 +24,18 @@ typedef struct site_buffers {
 
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
+// Bytes of a [B, T] tensor of 16-bit rows of ld elements (0: width).
+static size_t rows16(const rt_model_attention* a, int ld, int width) {
+    return up256((size_t)a->B * a->T * (size_t)(ld ? ld : width) * 2);
+}
+
 static int buffers(site_buffers* b, const rt_model_attention* a) {
-    const size_t nq = up256((size_t)a->B * a->T * a->NH * a->HD * 2);
-    const size_t nk = up256((size_t)a->B * a->T * a->NKV * a->HD * 2);
+    const int cq = a->NH * a->HD, ck = a->NKV * a->HD;
+    const size_t nq = rows16(a, 0, cq), nk = rows16(a, 0, ck);
+    const size_t ndq = rows16(a, a->ld_dq, cq), ndk = rows16(a, a->ld_dk, ck);
+    const size_t ndv = rows16(a, a->ld_dv, ck);
     const size_t ns = up256(rt_attention_stats_floats(a->B, a->NH, a->T) * 4);
-    const size_t bytes = 4 * nq + 4 * nk + ns + up256(a->scratch_bytes);
+    const size_t bytes = 3 * nq + 2 * nk + ndq + ndk + ndv + ns + up256(a->scratch_bytes);
     // the zeros are on the legacy stream, which the compute stream (non-blocking) does not
     // wait for: the device is synchronized before the timed work reads them
     if (cudaMalloc(&b->base, bytes) != cudaSuccess || cudaMemset(b->base, 0, bytes) != cudaSuccess ||
@@ -39,10 +46,9 @@ static int buffers(site_buffers* b, const rt_model_attention* a) {
         return -1;
     }
     char* p = b->base;
-    void** q[4] = {&b->q, &b->out, &b->dout, &b->dq};
-    void** k[4] = {&b->k, &b->v, &b->dk, &b->dv};
-    for (int i = 0; i < 4; i++) *q[i] = p, p += nq;
-    for (int i = 0; i < 4; i++) *k[i] = p, p += nk;
+    void** at[8] = {&b->q, &b->out, &b->dout, &b->k, &b->v, &b->dq, &b->dk, &b->dv};
+    const size_t n[8] = {nq, nq, nq, nk, nk, ndq, ndk, ndv};
+    for (int i = 0; i < 8; i++) *at[i] = p, p += n[i];
     b->stats = (float*)p, p += ns;
     b->scratch = (float*)p;
     return 0;
@@ -98,7 +104,8 @@ static pthread_mutex_t verdicts_lock = PTHREAD_MUTEX_INITIALIZER;
 static int same_site(const rt_model_attention* x, const rt_model_attention* y) {
     return x->B == y->B && x->T == y->T && x->NH == y->NH && x->NKV == y->NKV &&
            x->HD == y->HD && x->causal == y->causal && x->dtype == y->dtype &&
-           x->scratch_bytes == y->scratch_bytes;
+           x->scratch_bytes == y->scratch_bytes && x->ld_dq == y->ld_dq &&
+           x->ld_dk == y->ld_dk && x->ld_dv == y->ld_dv;
 }
 
 // Times cuDNN (plan) and fsdpgen's kernels on a's shape and records it (under the lock).

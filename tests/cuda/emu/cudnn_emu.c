@@ -8,10 +8,10 @@
 #include "rt_cudnn.h"
 
 rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int causal,
-                                    rt_dtype prec, int deterministic, char* why,
-                                    size_t why_len) {
+                                    rt_dtype prec, int deterministic, int ld_dq, int ld_dk,
+                                    int ld_dv, char* why, size_t why_len) {
     (void)B, (void)T, (void)NH, (void)NKV, (void)HD, (void)causal, (void)prec;
-    (void)deterministic;
+    (void)deterministic, (void)ld_dq, (void)ld_dk, (void)ld_dv;
     if (why && why_len) snprintf(why, why_len, "cuDNN attention: not on the CUDA emulator");
     return NULL;
 }
