@@ -97,8 +97,8 @@ end
 -- The kernels a 16-bit linear runs besides its GEMMs (linear.cu), and their bytes: a 16-bit
 -- copy of each operand not stored packed (rtc_narrow: the input, the weight and the bias in
 -- the forward, the output's gradient in the backward; 4 bytes read and 2 written an
--- element), the bias gradient's column sums (two launches, the output's gradient read
--- again) and, for an output width not a multiple of 8, the weight gradient's last rows as a
+-- element), the bias gradient's column sums (one launch, column_sums.cuh: the output's
+-- gradient read again) and, for an output width not a multiple of 8, the weight gradient's last rows as a
 -- second product.
 local function linear_extras(op, bwd)
   local y = memory.base(op.outs[1])
@@ -117,7 +117,7 @@ local function linear_extras(op, bwd)
   if w.requires_grad then narrow(x, numel(x.shape)) end
   if x.requires_grad and not x.is_input then narrow(w, numel(w.shape)) end
   if not y.grad_packed then launches, bytes = launches + 1, bytes + numel(y.shape) * 6 end
-  if b and b.requires_grad then launches, bytes = launches + 2, bytes + tbytes(y) end
+  if b and b.requires_grad then launches, bytes = launches + 1, bytes + tbytes(y) end
   if w.requires_grad and w.shape[1] % 8 ~= 0 then launches = launches + 1 end
   return launches, bytes
 end

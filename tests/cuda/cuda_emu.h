@@ -164,6 +164,18 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 3
     return r;
 }
 
+// Device-memory atomics and fences (the "last block" count, column_sums.cuh): real ones, so
+// that they hold with a pthread per CUDA thread as with fibers; blocks run one after
+// another here, so the last block is always the grid's last.
+static inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <class T>
+static inline T __ldcg(const T* p) {  // a load that skips L1: a plain one here
+    return *p;
+}
+
 // the kernels' dynamic shared memory
 #define RTC_FA_SMEM(name) float* name = emu_smem
 #define RTC_TC_SMEM(name) unsigned char* name = (unsigned char*)emu_smem
@@ -365,6 +377,9 @@ static inline void rtc_tc_cp_wait(void) {
 inline size_t emu_smem_limit = EMU_MAX_SMEM;
 inline size_t emu_max_smem_seen = 0;
 inline long emu_blocks_run = 0;
+// Blocks run last to first (emu_set_block_order): a GPU runs them in any order, so a kernel
+// whose results depend on which block runs last (the "last block" sums) shows it.
+inline bool emu_blocks_reversed = false;
 
 template <class Body>
 struct emu_launch_state {
@@ -401,12 +416,15 @@ static void emu_thread_main(void* launch, unsigned tid) {
     threadIdx.y = tid / L->block.x % L->block.y;
     threadIdx.z = tid / (L->block.x * L->block.y);
     bool first = true;
+    const bool rev = emu_blocks_reversed;
+    const dim3 g = L->grid;
     for (unsigned z = 0; z < L->grid.z; z++)
         for (unsigned y = 0; y < L->grid.y; y++)
             for (unsigned x = 0; x < L->grid.x; x++) {
                 if (tid == 0) {
                     if (!first) emu_check_warps(L);
-                    blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
+                    blockIdx.x = rev ? g.x - 1 - x : x, blockIdx.y = rev ? g.y - 1 - y : y;
+                    blockIdx.z = rev ? g.z - 1 - z : z;
                     const uint32_t poison = 0x7FFF7FFFu;  // NaN as fp32, bf16 and fp16
                     for (size_t i = 0; i < L->smem_floats; i++)
                         memcpy(&L->smem[i], &poison, sizeof poison);

@@ -398,6 +398,89 @@ static void test_norm_paths(int N, int C, int bias_only) {
     dfree(d_x), dfree(d_dout), dfree(d_wa), dfree(d_wbuf);
 }
 
+// The sums of partials in a fixed order: a column sum in row chunks takes one launch, whose
+// last block of a stripe to finish adds the chunks' partials and sets its count back to 0
+// (column_sums.cuh rtc_last_block); the norms' weight gradients from a warp per row add
+// the blocks' partials in a second kernel (norm.cu dw_finish_kernel). Each case below runs 3 times, the cases
+// one after another (other shapes between two calls of one), then once more with the
+// emulator's blocks last to first (another block is the last one; skipped on a GPU, which
+// orders them as it likes every run): the same bits every time. Gradients are assigned
+// into NaNs, so a call whose sums were never added (a count not set back) shows. Row 0's
+// terms are 2^50 and row N - 1's their negatives, so that the double sums round, and a sum
+// in another order (one that starts from the last block's own partial) gives other bits
+// than the fixed order, chunk or block 0 first. Cases:
+// linear bias gradients (column sums of K = 1) over many chunks, over many 32-column
+// stripes, in one chunk; LayerNorm (K = 2, a warp per row: dweight and dbias from the
+// blocks' partials; rows over 1024: column sums; dbias alone) and RMSNorm (K = 1), over
+// several blocks and over one.
+extern void emu_set_block_order(int reversed) __attribute__((weak));  // the emulator's
+
+enum { LB_CASES = 10 };
+static const int lb_shape[LB_CASES][3] = {  // {kind: 0 bias, 1 LayerNorm, 2 bias-only, 3 RMS; N, C}
+    {0, 2050, 64}, {0, 300, 4000}, {0, 33, 17},  {1, 2000, 768}, {1, 3, 512},
+    {1, 4100, 96}, {2, 300, 512},  {3, 700, 2048}, {3, 2, 256},  {3, 9000, 256}};
+
+// Case i's gradients (C, or 2 C for LayerNorm's two), from inputs made once; copied to host.
+static float* lb_run(int i) {
+    const int kind = lb_shape[i][0], N = lb_shape[i][1], C = lb_shape[i][2];
+    const size_t nc = (size_t)N * C;
+    static float *d_x[LB_CASES], *d_dout[LB_CASES], *d_w[LB_CASES], *d_m[LB_CASES],
+        *d_r[LB_CASES], *d_dx[LB_CASES];
+    if (!d_x[i]) {  // made at the first call, kept (a leak the test does not mind)
+        float *x = hrand(nc, 2.0f, 0.5f), *dout = hrand(nc, 1.0f, 0.0f), *w = hrand(C, 1.0f, 1.0f);
+        float *m = hrand(N, 0.5f, 0.0f), *r = hrand(N, 0.5f, 1.0f);
+        for (int c = 0; c < C; c++) {  // the last row's terms the first's, negated
+            dout[c] = 0x1p50f, dout[nc - C + c] = -0x1p50f;
+            x[nc - C + c] = x[c];
+        }
+        m[N - 1] = m[0], r[N - 1] = r[0];
+        d_x[i] = dup(x, nc), d_dout[i] = dup(dout, nc), d_w[i] = dup(w, C);
+        d_m[i] = dup(m, N), d_r[i] = dup(r, N), d_dx[i] = dalloc(nc * sizeof(float));
+        free(x), free(dout), free(w), free(m), free(r);
+    }
+    float* g = dalloc(2 * C * sizeof(float));
+    RT_CHECK_CUDA(cudaMemset(g, 0xFF, 2 * C * sizeof(float)));  // NaN where nothing is stored
+    const int bits = RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT;
+    if (kind == 0)  // dbias = the column sums of dout (N x C, C outputs)
+        rt_linear_backward(NULL, NULL, g, d_dout[i], d_x[i], d_w[i], N, 1, C, RT_F32,
+                           RT_ASSIGN_DWEIGHT);
+    else if (kind == 1 || kind == 2)
+        rt_layernorm_backward(d_dx[i], kind == 1 ? g : NULL, g + C, d_dout[i], d_x[i], d_w[i],
+                              d_m[i], d_r[i], N, C, RT_F32, bits);
+    else
+        rt_rmsnorm_backward(d_dx[i], g, d_dout[i], d_x[i], d_w[i], d_r[i], N, C, RT_F32, bits);
+    float* h = down(g, 2 * (size_t)C);
+    dfree(g);
+    return h;
+}
+
+static void test_last_block_sums(void) {
+    float* first[LB_CASES];
+    int same[LB_CASES], nan[LB_CASES];
+    for (int i = 0; i < LB_CASES; i++) same[i] = 1, nan[i] = 0;
+    const int rounds = emu_set_block_order ? 4 : 3;
+    for (int round = 0; round < rounds; round++) {
+        if (round == 3) emu_set_block_order(1);
+        for (int i = 0; i < LB_CASES; i++) {
+            const int kind = lb_shape[i][0], C = lb_shape[i][2];
+            float* h = lb_run(i);
+            const int n = kind == 1 ? 2 * C : C, off = kind == 2 ? C : 0;  // the outputs given
+            for (int c = off; c < off + n; c++) nan[i] |= isnan(h[c]);
+            if (round == 0) first[i] = h;
+            else same[i] &= memcmp(h + off, first[i] + off, n * sizeof(float)) == 0, free(h);
+        }
+    }
+    if (emu_set_block_order) emu_set_block_order(0);
+    for (int i = 0; i < LB_CASES; i++) {
+        static const char* what[] = {"linear bias", "layernorm dweight, dbias",
+                                     "layernorm dbias alone", "rmsnorm dweight"};
+        CHECK(same[i] && !nan[i], "%s N=%d C=%d: the same bits in %d calls%s, no NaN",
+              what[lb_shape[i][0]], lb_shape[i][1], lb_shape[i][2], rounds,
+              rounds == 4 ? " (blocks reversed in the 4th)" : "");
+        free(first[i]);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // activations
 
@@ -2245,6 +2328,7 @@ int main(int argc, char** argv) {
     test_norm_paths(1300, 256, 0);  // a warp takes several rows of the weight gradients
     test_norm_paths(70, 1024, 0);   // LayerNorm's two sums at the shared-memory limit
     test_norm_paths(40, 2048, 1);   // LayerNorm's over it: the column sums; dbias alone
+    test_last_block_sums();
     for (int ln = 0; ln < 2; ln++) {
         test_residual_norm(ln, RT_BF16, 33, 2048);  // a warp per row (V = 8)
         test_residual_norm(ln, RT_F16, 5, 768);     // V = 3

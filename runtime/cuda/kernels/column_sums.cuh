@@ -7,8 +7,14 @@
 // block: the old one-pass kernel, one block per 32 columns, ran on 24 blocks for C = 768
 // and took 0.33 ms per LayerNorm on an H100 (8 ms of a GPT-2 124M step). So rows are
 // split into chunks: block (bx, by) sums chunk by of columns [32 bx, 32 bx + 32) into
-// partial[by], and a second kernel adds the chunks in order. The chunk count depends only
-// on N, C and K, so the sums are the same every run. A single chunk adds directly.
+// partial[by]. The chunk count depends only on N, C and K, so the sums are the same every
+// run. A single chunk adds directly.
+//
+// One launch, not a second kernel to add the chunks (a launch and its tail each, ~49 of
+// them in a GPT-2 step's graph): the last block of a column stripe to store its partial
+// (rtc_last_block: a count per stripe) adds the stripe's chunks, chunk 0 first, as the
+// second kernel did. Which block is last varies from run to run; the order of the sum
+// does not, so neither do its bits.
 #ifndef FSDPGEN_CUDA_COLUMN_SUMS_CUH
 #define FSDPGEN_CUDA_COLUMN_SUMS_CUH
 
@@ -18,10 +24,32 @@
 #define RTC_COLSUM_MAX_CHUNKS 128  // row chunks at most
 #define RTC_COLSUM_TARGET_BLOCKS 528  // 4 blocks per SM of an H100 (132 SMs)
 
-// Sums chunk blockIdx.y (rows [r0, r1)) of 32 columns; with one chunk, adds into out.
+// Called by every thread of a block of `blocks` sharing *count, after its stores of the
+// block's partials: whether this block is the last to get here. The last one sees every
+// block's stores (each thread fences before the count, the counting thread after it) and
+// sets *count back to 0, so that the next kernel (and a CUDA graph's next replay) counts
+// from 0 again: kernels on a stream run one after another, so one count serves every call
+// on it, as ctx->colsum_partials does. Partials are then read with __ldcg (from L2: this
+// SM's L1 may hold lines of them read before they were stored).
+__device__ __forceinline__ bool rtc_last_block(unsigned* count, unsigned blocks) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        last = atomicAdd(count, 1u) == blocks - 1;
+        if (last) *count = 0;
+        __threadfence();
+    }
+    __syncthreads();
+    return last;
+}
+
+// Sums chunk blockIdx.y (rows [r0, r1)) of 32 columns: with one chunk, into out; with
+// more, into partial[blockIdx.y], and the stripe's last block (count[blockIdx.x]) adds the
+// chunks' partials, chunk 0 first, into out.
 template <int K, class F>
-__global__ void colsum_chunk_kernel(double* __restrict__ partial, float* out0, float* out1, F f,
-                                    int N, int C, int rows_per_chunk, int as) {
+__global__ void colsum_chunk_kernel(double* partial, unsigned* count, float* out0, float* out1,
+                                    F f, int N, int C, int rows_per_chunk, int as) {
     __shared__ double sh[K][RTC_COLSUM_Y][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int r0 = blockIdx.y * rows_per_chunk;
@@ -35,32 +63,25 @@ __global__ void colsum_chunk_kernel(double* __restrict__ partial, float* out0, f
         for (int r = r0 + threadIdx.y; r < r1; r += RTC_COLSUM_Y) f(r, c, acc);
     for (int k = 0; k < K; k++) sh[k][threadIdx.y][threadIdx.x] = acc[k];
     __syncthreads();
-    if (threadIdx.y != 0 || c >= C) return;
-    for (int k = 0; k < K; k++) {
-        double s = 0.0;
-        for (int y = 0; y < RTC_COLSUM_Y; y++) s += sh[k][y][threadIdx.x];
-        float* out = k == 0 ? out0 : out1;
-        if (gridDim.y == 1) {
-            if (out) out[c] = RT_KBASE(out[c], as) + (float)s;
-        } else {
-            partial[((size_t)blockIdx.y * K + k) * C + c] = s;
+    if (threadIdx.y == 0 && c < C)
+        for (int k = 0; k < K; k++) {
+            double s = 0.0;
+            for (int y = 0; y < RTC_COLSUM_Y; y++) s += sh[k][y][threadIdx.x];
+            float* out = k == 0 ? out0 : out1;
+            if (gridDim.y == 1) {
+                if (out) out[c] = RT_KBASE(out[c], as) + (float)s;
+            } else {
+                partial[((size_t)blockIdx.y * K + k) * C + c] = s;
+            }
         }
-    }
-}
-
-// out_k[c] (+)= sum of the chunks' partials, chunk 0 first.
-template <int K>
-__global__ void colsum_finish_kernel(float* out0, float* out1, const double* __restrict__ partial,
-                                     int chunks, int C, int as) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int k = 0; k < K; k++) {
-        float* out = k == 0 ? out0 : out1;
-        if (!out) continue;
-        double s = 0.0;
-        for (int b = 0; b < chunks; b++) s += partial[((size_t)b * K + k) * C + c];
-        out[c] = RT_KBASE(out[c], as) + (float)s;
-    }
+    if (gridDim.y == 1 || !rtc_last_block(&count[blockIdx.x], gridDim.y)) return;
+    // the stripe's last block: thread (c, k) adds sum k of column c over the chunks
+    float* out = threadIdx.y == 0 ? out0 : out1;
+    if (threadIdx.y >= K || c >= C || !out) return;
+    double s = 0.0;
+    for (int b = 0; b < (int)gridDim.y; b++)
+        s += __ldcg(&partial[((size_t)b * K + threadIdx.y) * C + c]);
+    out[c] = RT_KBASE(out[c], as) + (float)s;
 }
 
 // Launches the column sums of f over an N x C matrix on the thread's stream. out0/out1
@@ -80,17 +101,19 @@ void rtc_column_sums(float* out0, float* out1, F f, int N, int C, int as) {
     const int max_by_rows = (N + 4 * RTC_COLSUM_Y - 1) / (4 * RTC_COLSUM_Y);  // >= 4 rows/thread
     if (chunks > max_by_rows) chunks = max_by_rows;
     if (chunks > RTC_COLSUM_MAX_CHUNKS) chunks = RTC_COLSUM_MAX_CHUNKS;
-    if ((size_t)chunks * K * C > RTC_COLSUM_PARTIAL_DOUBLES) chunks = (int)(RTC_COLSUM_PARTIAL_DOUBLES / ((size_t)K * C));
+    if ((size_t)chunks * K * C > RTC_COLSUM_PARTIAL_DOUBLES)
+        chunks = (int)(RTC_COLSUM_PARTIAL_DOUBLES / ((size_t)K * C));
     if (chunks < 1) chunks = 1;
     const int rows_per_chunk = (N + chunks - 1) / chunks;
     chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
-    colsum_chunk_kernel<K><<<dim3((unsigned)bx, (unsigned)chunks), dim3(32, RTC_COLSUM_Y), 0, ctx->stream>>>(
-        ctx->colsum_partials, out0, out1, f, N, C, rows_per_chunk, as);
+    // two chunks' partials fit only where bx <= RTC_COLSUM_COUNTS (cuda_common.cuh)
+    RT_KCHECK(chunks == 1 || bx <= RTC_COLSUM_COUNTS, "raise RTC_COLSUM_COUNTS",
+              "column sums of %d columns need %d stripe counts, the context has %d", C, bx,
+              RTC_COLSUM_COUNTS);
+    const dim3 grid((unsigned)bx, (unsigned)chunks), block(32, RTC_COLSUM_Y);
+    colsum_chunk_kernel<K><<<grid, block, 0, ctx->stream>>>(
+        ctx->colsum_partials, ctx->colsum_counts, out0, out1, f, N, C, rows_per_chunk, as);
     RTC_CHECK_LAUNCH(colsum_chunk_kernel);
-    if (chunks == 1) return;
-    colsum_finish_kernel<K><<<(unsigned)((C + 255) / 256), 256, 0, ctx->stream>>>(
-        out0, out1, ctx->colsum_partials, chunks, C, as);
-    RTC_CHECK_LAUNCH(colsum_finish_kernel);
 }
 
 #endif

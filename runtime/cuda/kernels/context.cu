@@ -61,6 +61,7 @@ static void ctx_free(void* p) {
     (void)cudaFree(c->blas_workspace);
     (void)cudaFree(c->scratch);
     (void)cudaFree(c->colsum_partials);
+    (void)cudaFree(c->colsum_counts);
     (void)cudaFree(c->operands);
     for (int i = 0; i < c->nretired; i++) (void)cudaFree(c->retired[i]);
     free(c->retired);
@@ -114,6 +115,9 @@ rtc_ctx* rtc_get(void) {
     RT_CHECK_CUDA(cudaMalloc((void**)&c->scratch, RTC_SCRATCH_DOUBLES * sizeof(double)));
     RT_CHECK_CUDA(cudaMalloc(&c->blas_workspace, RTC_BLAS_WORKSPACE));
     RT_CHECK_CUDA(cudaMalloc((void**)&c->colsum_partials, RTC_COLSUM_PARTIAL_DOUBLES * sizeof(double)));
+    // zeroed once: each kernel that counts on them sets them back to 0 (rtc_last_block)
+    RT_CHECK_CUDA(cudaMalloc((void**)&c->colsum_counts, RTC_COLSUM_COUNTS * sizeof(unsigned)));
+    RT_CHECK_CUDA(cudaMemset(c->colsum_counts, 0, RTC_COLSUM_COUNTS * sizeof(unsigned)));
     RT_CHECK_CUDA(cudaMallocHost((void**)&c->host_result, sizeof(double)));
     RT_CHECK_CUBLAS(cublasCreate(&c->blas));
     RT_CHECK_CUBLAS(cublasLtCreate(&c->blas_lt));

@@ -144,6 +144,10 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 #define RTC_BLAS_WORKSPACE ((size_t)32 << 20)
 // Doubles of per-chunk column sums (column_sums.cuh): 8 MiB, 64 chunks of 2 x 8192 columns.
 #define RTC_COLSUM_PARTIAL_DOUBLES ((size_t)1 << 20)
+// Counts of the blocks done (column_sums.cuh rtc_last_block), one per 32-column stripe of
+// a column sum in chunks: two chunks of K >= 1 sums fit the partials only up to
+// RTC_COLSUM_PARTIAL_DOUBLES / 2 columns, so this many stripes.
+#define RTC_COLSUM_COUNTS ((int)(RTC_COLSUM_PARTIAL_DOUBLES / 2 / 32))
 
 // One per host thread, created on the thread's first kernel call (or by rt_kernels_init /
 // rt_cuda_set_stream on the calling thread) for the device current on that thread, and
@@ -159,6 +163,7 @@ typedef struct rtc_ctx {
     void* blas_workspace;  // RTC_BLAS_WORKSPACE bytes on the device, cuBLAS's own
     double* host_result;   // one pinned host double: a reduction's result copied back
     double* colsum_partials;  // RTC_COLSUM_PARTIAL_DOUBLES: column-sum chunks (column_sums.cuh)
+    unsigned* colsum_counts;  // RTC_COLSUM_COUNTS, zeros between kernels (rtc_last_block)
     int dw_blocks;         // the norm backward's blocks with weight gradients (norm.cu)
     void* operands;        // 16-bit GEMM operands and rounded outputs (rtc_gemm_rm, the
                            // linear kernels), operand_bytes long; reused by every GEMM of

@@ -274,6 +274,15 @@ bool emu_smem_allowed(const void* fn, size_t bytes) {
 
 extern "C" {
 
+// Not CUDA: reversed != 0 runs every later launch's blocks last to first, 0 first to last
+// (cuda_emu.h emu_blocks_reversed). test_cuda_kernels declares it weak and calls it where
+// it is linked (the emulator), so that another block of a "last block" sum is the last.
+void emu_set_block_order(int reversed) {
+    pthread_mutex_lock(&emu_launch_mu);  // not while a launch reads it
+    emu_blocks_reversed = reversed != 0;
+    pthread_mutex_unlock(&emu_launch_mu);
+}
+
 // ----------------------------------------------------------------------------
 // errors, device
 
