@@ -75,7 +75,7 @@ plan_lane() {
     "mixed-precision rounding:mp_rounding" \
     "gradient initialisation:grad_init" \
     "attention sites (cuDNN or fsdpgen's kernels):attention_sites" \
-    "q, k and v stacked in backward:stacked_linears" \
+    "linears of one input stacked in backward:stacked_linears" \
     "gradient dataflow:grad_flow" \
     "direct reductions:direct_reduction" \
     "reduce-scatters of the params with grads:reduce_subsets" \

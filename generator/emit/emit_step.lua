@@ -445,15 +445,15 @@ function Walker:ctx(st, saved)
     val = function(t) return w:val(t, node) end,
     grad = function(t) return w:grad(t, st) end,
     grad_ld = grad_ld,
-    -- a stack's stacked operands (stacked_linears): its weights and their gradients from
-    -- the first one's, and its output gradients' rows
+    -- a stack's stacked operands (stacked_linears): its weights and (unless split) their
+    -- gradients from the first one's, and its output gradients' rows
     stack = function(s)
       local p = s.ops[1].ins[2]
       local g = param_layout(w.plan, p)
       local n = s.ld * p.shape[2]
       local gb = st.bufs.grads[memory.base(s.ops[1].outs[1])]
-      return F(w.unsharded[g.index], nil, n, false, true, param_names[p]),
-        F(st.bufs.ugrad[g.index], nil, n, false, false, grad_names[p]), F(gb, 0, s.rows * s.ld, false, true)
+      local dw = s.split and "NULL" or F(st.bufs.ugrad[g.index], nil, n, false, false, grad_names[p])
+      return F(w.unsharded[g.index], nil, n, false, true, param_names[p]), dw, F(gb, 0, s.rows * s.ld, false, true)
     end,
     -- a device pointer: the gradient of a loss summed with others is computed on the GPU
     dout = function(t)

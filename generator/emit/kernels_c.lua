@@ -314,7 +314,7 @@ function backward.linear(op, c, dt, as)
   local y = op.outs[1]
   local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d", c.grad(x), c.grad(w), b and c.grad(b) or "NULL",
     c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1])
-  return kcall("linear", "backward", args, packed_bits(op, true), dt, as)
+  return kcall("linear", "backward", args, packed_bits(op, true), dt, as, "0")  -- dense dout
 end
 
 function backward.embedding(op, c)
@@ -346,13 +346,15 @@ for _, k in ipairs({ "relu", "gelu", "silu" }) do
   end
 end
 
--- swiglu and mul: da, db, dout, a, b, n
+-- swiglu and mul: da, db, dout, a, b, n; packed (swiglu only: memory.lua), also the row
+-- length and da's and db's row lengths (slices of a stack: stacked_linears)
 for _, k in ipairs({ "swiglu", "mul" }) do
   backward[k] = function(op, c, dt, as)
     local a, b = op.ins[1], op.ins[2]
     local args = string.format("%s, %s, %s, %s, %s, %d", c.grad(a), c.grad(b), c.dout(op.outs[1]), c.val(a), c.val(b),
       numel(a))
-    return kcall(k, "backward", args, packed_bits(op, true), dt, as)  -- packed: swiglu only (memory.lua)
+    local lds = string.format("%d, %d, %d", last(a), c.grad_ld(a), c.grad_ld(b))
+    return kcall(k, "backward", args, packed_bits(op, true), dt, as, lds)
   end
 end
 
@@ -585,9 +587,21 @@ function M.backward_stacked(s, c)
   end
   local as, assigned = backward_assign(op, c)
   local weight, dweight, dout = c.stack(s)
-  local args = string.format("%s, %s, NULL, %s, %s, %s, %d, %d, %d", c.grad(x), dweight, dout, c.val(x), weight,
-    s.rows, w.shape[2], s.ld)
-  return kcall("linear", "backward", args, packed_bits(op, true), dt, as), assigned
+  local bits, C = packed_bits(op, true), w.shape[2]
+  local function call(dinp, dw, d, W, oc, a)
+    local args = string.format("%s, %s, NULL, %s, %s, %s, %d, %d, %d", dinp, dw, d, c.val(x), W, s.rows, C, oc)
+    return kcall("linear", "backward", args, bits, dt, a, tostring(s.ld))[1]
+  end
+  if not s.split then return { call(c.grad(x), dweight, dout, weight, s.ld, as) }, assigned end
+  -- the input gradient over the stacked weights, then each weight's gradient from its columns
+  local a1 = as:gsub(" | RT_ASSIGN_DWEIGHT", ""):gsub("RT_ASSIGN_DWEIGHT", "RT_ACCUMULATE")
+  local aw = as:find("RT_ASSIGN_DWEIGHT") and "RT_ASSIGN_DWEIGHT" or "RT_ACCUMULATE"
+  local calls = { call(c.grad(x), "NULL", dout, weight, s.ld, a1) }
+  for _, m in ipairs(s.ops) do
+    local y = m.outs[1]
+    calls[#calls + 1] = call("NULL", c.grad(m.ins[2]), c.grad(y), c.val(m.ins[2]), y.shape[#y.shape], aw)
+  end
+  return calls, assigned
 end
 
 -- ---------------------------------------------------------------------------- refusals

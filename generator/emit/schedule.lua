@@ -198,8 +198,14 @@ function M.step_line(st, plan)
     if memory.is_view(op) then detail = detail .. " (view: same buffer)" end
     if st.grad_alias then detail = detail .. " (no copy: the inputs' gradients share its buffer)" end
     if st.fused_add then detail = detail .. " (one kernel with the add above)" end
-    if st.stacked then detail = detail .. " (stacked: in the call of " .. st.stacked.call.label .. ")" end
-    if st.stack then
+    if st.stacked then
+      detail = detail .. " (stacked: in the call" .. (st.stacked.split and "s" or "") .. " of "
+        .. st.stacked.call.label .. ")"
+    end
+    if st.stack and st.stack.split then
+      detail = detail .. " (stacked: one input-gradient call for " .. stacked.label(st.stack)
+        .. ", one weight-gradient call each)"
+    elseif st.stack then
       detail = detail .. " (stacked: one call for " .. stacked.label(st.stack) .. ")"
     end
   end

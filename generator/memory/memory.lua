@@ -269,6 +269,37 @@ end
 --     of a copy narrowed in every forward and backward (rt_kernels.h RT_PACKED_INP2 and
 --     RT_PACKED_INP3: GPT-2's biases, 24 copies a step). The unsharded gradients keep their
 --     fp32 layout.
+-- The order of group g's unsharded parameters (place_unsharded_params), as
+-- `p.unsharded_pos`: the group's, except that the packed weights of linears that all read
+-- one input follow the first of them (Llama's w1 and w3, registered with w2 between them),
+-- so that stacked_linears can take them as one matrix. Kept on the parameters, as
+-- `packed`, for the eval program, which reads them where the step's all-gathers put them.
+local function unsharded_order(g, readers)
+  local input_of = {}  -- a packed weight -> the one input that its linears read
+  for _, l in ipairs(g.layout.params) do
+    local p, x = l.param, nil
+    for _, r in ipairs(p.packed and readers[p] or {}) do
+      if r.ins[2] ~= p or (x and r.ins[1] ~= x) then
+        x = false
+        break
+      end
+      x = r.ins[1]
+    end
+    input_of[p] = x or nil
+  end
+  local params, placed, pos = g.layout.params, {}, 0
+  for i, l in ipairs(params) do
+    local x = input_of[l.param]
+    for j = i, #params do
+      local q = params[j].param
+      if not placed[q] and (j == i or (x and input_of[q] == x)) then
+        pos = pos + 1
+        q.unsharded_pos, placed[q] = pos, true
+      end
+    end
+  end
+end
+
 local function mark_packed_params(plan)
   local readers = readers_of(plan.graph)
   for _, g in ipairs(plan.groups) do
@@ -287,6 +318,7 @@ local function mark_packed_params(plan)
       end
       p.packed = ok or nil
     end
+    unsharded_order(g, readers)
   end
 end
 
@@ -310,15 +342,19 @@ end
 
 -- A group's unsharded parameters (the all-gathers' copy-outs write them, compute reads
 -- them), each from a 16-byte aligned offset in 4-byte words, l.unsharded_word, in group
--- order: fp32 storage takes a word per element, packed storage (mark_packed_params) half a
--- word, and a parameter read from the shards (mark_shard_reads) none; g.unsharded_words in
--- all. Without the shards' padding, which the copy-outs drop. The unsharded gradients keep
--- the padded fp32 layout of the reductions (l.offset * shard). runtime/step/state.c
--- unsharded_layout computes the same.
+-- order but for the weights unsharded_order moves: fp32 storage takes a word per element,
+-- packed storage (mark_packed_params) half a word, and a parameter read from the shards
+-- (mark_shard_reads) none; g.unsharded_words in all. Without the shards' padding, which the
+-- copy-outs drop. The unsharded gradients keep the padded fp32 layout of the reductions
+-- (l.offset * shard), in group order. runtime/step/state.c unsharded_layout checks that
+-- the offsets pack the parameters tightly, in whatever order.
 local function place_unsharded_params(plan)
   for _, g in ipairs(plan.groups) do
-    local w = 0
-    for _, l in ipairs(g.layout.params) do
+    local w, order = 0, {}
+    for i, l in ipairs(g.layout.params) do order[i] = { l = l, pos = l.param.unsharded_pos or i } end
+    table.sort(order, function(a, b) return a.pos < b.pos end)
+    for _, o in ipairs(order) do
+      local l = o.l
       local p = l.param
       l.unsharded_word = w
       local words = p.from_shard and 0 or p.packed and l.numel // 2 or l.numel

@@ -1,31 +1,34 @@
--- Linears that read one input, stacked in backward: q, k and v of an attention. Each of
--- their backwards would compute a 16-bit input gradient, the second and third as an fp32
--- product added in a second kernel (linear.cu add_packed_kernel: 12 bytes an element
--- moved). Stacked, the gradients of their outputs are column slices of one packed
--- [N, OC_1 + ... + OC_n] matrix, which their readers' backwards (rotary embedding,
--- attention) write as rows of that length (rt_kernels.h ld_dinp, ld_dq, ...), and the last
--- of their backward steps makes one call for all: rt_linear_packed_backward on the stacked
--- weights [OC_1 + ... + OC_n, C], which is one GEMM for the input gradient (summed in fp32,
--- rounded once) and one for the weights' gradients, as llm.c computes q, k and v with one
--- weight. M.mark finds them after the packing marks (memory.lua):
+-- Linears that read one input, stacked in backward: q, k and v of an attention, w1 and w3
+-- of a SwiGLU feed-forward. Each of their backwards would compute a 16-bit input gradient,
+-- the second and later ones as an fp32 product added in a second kernel (linear.cu
+-- add_packed_kernel: 12 bytes an element moved). Stacked, the gradients of their outputs
+-- are column slices of one packed [N, OC_1 + ... + OC_n] matrix, which their readers'
+-- backwards (rotary embedding, attention, swiglu) write as rows of that length
+-- (rt_kernels.h "Gradient row lengths"), and the last of their backward steps makes the
+-- calls for all: rt_linear_packed_backward on the stacked weights [OC_1 + ... + OC_n, C],
+-- one GEMM for the input gradient (summed in fp32, rounded once), as llm.c computes q, k
+-- and v with one weight, and one for the weights' gradients where those lie one after
+-- another too (q, k, v), else one per linear on its columns (w1, w3: `split`). M.mark finds
+-- them after the packing marks (memory.lua):
 --   * bias-free linears of one input x, outside checkpointed regions, whose input gradient
 --     and output gradients are packed (x's is assigned by the stacked call);
---   * their weights packed, consecutive in one group's parameters, with the unsharded
---     parameters (place_unsharded_params) and the unsharded gradients (the reductions'
---     layout: no shard padding) one after another, so that each stacked matrix is the
---     first one's start and the sum of their rows;
---   * each output read once, by a rotary embedding or an attention, whose backward makes
---     its gradient and assigns it (the slice is never zeroed);
+--   * their weights packed, in one group, with the unsharded parameters one after another
+--     (place_unsharded_params puts them so), so that the stacked weights are the first
+--     one's start and the sum of their rows; where their unsharded gradients (the
+--     reductions' layout, group order) are also consecutive without shard padding, one
+--     weight-gradient GEMM, else `split`;
+--   * each output read once, by a rotary embedding, an attention or a swiglu, whose
+--     backward makes its gradient and assigns it (the slice is never zeroed);
 --   * between the first and the last of their backward steps, only other backward steps.
--- Marks: `st.stack` on the last backward step (the stack: its linears in parameter order,
--- `call` the one whose step makes the call, rows and ld), `st.stacked` on the others (no
--- call), and on each output (M.base) `grad_slice` = { stack, col }: its gradient's first
--- column in the stack's rows.
+-- Marks: `st.stack` on the last backward step (the stack: its linears in unsharded order,
+-- `call` the one whose step makes the calls, rows, ld and split), `st.stacked` on the
+-- others (no call), and on each output (M.base) `grad_slice` = { stack, col }: its
+-- gradient's first column in the stack's rows.
 local trace = require("spec.trace")
 
 local M = {}
 
-local WRITERS = { rotary = true, attention = true }
+local WRITERS = { rotary = true, attention = true, swiglu = true }
 
 local function sixteen(t) return t.dtype == "bf16" or t.dtype == "fp16" end
 
@@ -51,21 +54,20 @@ local function member_ok(op, x, readers, base)
   return n == 1
 end
 
--- Whether the linears ops (in parameter order) of group g lie one after another, packed
--- parameters and fp32 gradients alike.
+-- Whether the weights of linears ops (in unsharded order) of group g lie one after
+-- another in the unsharded parameters; and whether their gradients do in the unsharded
+-- gradients (group order, no shard padding), for one weight-gradient GEMM.
 local function adjacent(g, ops)
-  local i0 = layout_index(g, ops[1].ins[2])
-  if not i0 then return false end
-  for k = 1, #ops do
-    local l = g.layout.params[i0 + k - 1]
-    if not l or l.param ~= ops[k].ins[2] then return false end
-    if k < #ops then
-      local nxt = g.layout.params[i0 + k]
-      if l.padded_numel ~= l.numel or l.numel % 8 ~= 0 then return false end
-      if nxt.unsharded_word ~= l.unsharded_word + l.numel // 2 then return false end
+  local grads = true
+  for k = 1, #ops - 1 do
+    local i, j = layout_index(g, ops[k].ins[2]), layout_index(g, ops[k + 1].ins[2])
+    local l, nxt = g.layout.params[i], g.layout.params[j]
+    if l.numel % 8 ~= 0 or nxt.unsharded_word ~= l.unsharded_word + l.numel // 2 then
+      return false, false
     end
+    grads = grads and j == i + 1 and l.padded_numel == l.numel
   end
-  return true
+  return true, grads
 end
 
 local function clear(graph)
@@ -104,15 +106,17 @@ function M.mark(plan, readers, base)
     for _, op in ipairs(ok and ops or {}) do
       ok = ok and plan.owner[op.ins[2]] == g and op.outs[1].dtype == ops[1].outs[1].dtype
     end
+    local grads
     if ok then
-      table.sort(ops, function(a, b) return layout_index(g, a.ins[2]) < layout_index(g, b.ins[2]) end)
-      ok = adjacent(g, ops)
+      local function word(op) return g.layout.params[layout_index(g, op.ins[2])].unsharded_word end
+      table.sort(ops, function(a, b) return word(a) < word(b) end)
+      ok, grads = adjacent(g, ops)
     end
     for i = at[1] + 1, at[#at] - 1 do
       ok = ok and steps[i].op == "backward"
     end
     if ok then
-      local s = { ops = ops, ld = 0 }
+      local s = { ops = ops, ld = 0, split = not grads }
       for _, op in ipairs(ops) do
         local y = op.outs[1]
         y.grad_slice = { stack = s, col = s.ld }

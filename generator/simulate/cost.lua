@@ -140,8 +140,8 @@ local function op_cost(st, spec, gpu, k)
   local op = st.node
   local bwd = st.op == "backward"
   local kind = op.kind
-  -- linears stacked in backward (memory/stacked_linears.lua): fsdpgen's one call on the
-  -- last one's step, as one linear of the stack's width
+  -- linears stacked in backward (memory/stacked_linears.lua): fsdpgen's calls on the last
+  -- one's step, as one linear of the stack's width
   local stack = k.name == "fsdpgen" and bwd and st.stack
   if k.name == "fsdpgen" and bwd and st.stacked then return 0, "gemm", 0, 0 end
   if kind == "linear" then
@@ -152,6 +152,8 @@ local function op_cost(st, spec, gpu, k)
     local eff = k.gemm
     local bytes = (m * kk + kk * n + m * n) * eb
     local launches = bwd and 2 or 1
+    -- a split stack: the input gradient's GEMM, then each weight gradient's
+    if stack and stack.split then launches = 1 + #stack.ops end
     if bwd then bytes = 2 * bytes + kk * n * 8 end   -- the fp32 weight gradient, read and written
     if k.name == "fsdpgen" then
       local more, more_bytes = linear_extras(op, bwd)

@@ -80,6 +80,36 @@
               "%s: %s with row length %d, width %d, %s", kernel, grad, (int)(ld), (int)(W),   \
               (is_packed) ? "packed" : "fp32 storage")
 
+// A row length (rt_kernels.h "Gradient row lengths": rt_linear_packed_backward's ld_dout,
+// rt_swiglu_packed_backward's ld_da and ld_db, 0 already replaced by the dense one):
+// packed, a multiple of 8 of at least the width W (a column slice of a wider 16-bit matrix,
+// or the operand's own rows of RT_LD16(W)); in fp32 storage W itself (dense rows).
+#define RT_KCHECK_ROW_LD(ld, W, is_packed, what, kernel)                                      \
+    RT_KCHECK((is_packed) ? (ld) >= (W) && (ld) % 8 == 0 : (ld) == (W),                       \
+              "a row length is, packed, a multiple of 8 >= the width; in fp32 storage, the "  \
+              "width",                                                                        \
+              "%s: %s with row length %d, width %d, %s", kernel, what, (int)(ld), (int)(W),    \
+              (is_packed) ? "packed" : "fp32 storage")
+
+// A linear's dout in rows of ld_dout (RT_KCHECK_ROW_LD): packed with OC not a multiple of 8,
+// it is its own rows of RT_LD16(OC), zero padding, not a slice of a wider matrix: the GPU's
+// dinp GEMM sums over OC rounded up to 8 (linear.cu), which the padding's zeros keep exact.
+#define RT_KCHECK_LINEAR_DOUT_LD(ld, OC, packed, kernel)                                      \
+    do {                                                                                      \
+        RT_KCHECK_ROW_LD(ld, OC, (packed) & RT_PACKED_OUT, "dout", kernel);                    \
+        RT_KCHECK(!((packed) & RT_PACKED_OUT) || (OC) % 8 == 0 || (ld) == RT_LD16(OC),         \
+                  "a packed dout is a column slice only with OC a multiple of 8; else its "   \
+                  "rows are RT_LD16(OC)",                                                     \
+                  "%s: packed dout with row length %d, width %d", kernel, (int)(ld), (int)(OC)); \
+    } while (0)
+
+// swiglu's packed backward: n values in rows of C, whose gradients' rows have their own
+// lengths (rt_swiglu_packed_backward).
+#define RT_KCHECK_SWIGLU_ROWS(n, C, kernel)                                                \
+    RT_KCHECK((C) > 0 && (size_t)(n) % (size_t)(C) == 0,                                   \
+              "swiglu's n values are rows of C: C > 0 and n a multiple of C",              \
+              "%s with n = %zu, C = %d", kernel, (size_t)(n), (int)(C))
+
 // A linear's packed weight (RT_PACKED_INP2) is dense 16-bit rows that the GPU's GEMMs read
 // in place, without the zero rows a copy gets up to the next multiple of 8 (linear.cu).
 #define RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel)                                    \

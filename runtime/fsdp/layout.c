@@ -1,5 +1,6 @@
 // FSDP sharding layout: torch.chunk sizes, padding and per-rank block offsets of a
-// parameter group, and the check of the generator's planned numbers against them.
+// parameter group, and the check of the generator's planned numbers against them; and the
+// check of its placement of the group's unsharded parameters.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,59 @@ void rt_fsdp_layout_free(rt_fsdp_layout* l) {
     free(l->params);
     l->params = NULL;
     l->nparams = 0;
+}
+
+// ---- unsharded parameters ---------------------------------------------------------------
+
+typedef struct extent {
+    int64_t at, size;  // first word, words rounded up to 4
+    int i;             // the parameter
+} extent;
+
+// The planned order: by first word; at one word, a parameter without words first (the one
+// with words starts there too), then the group's order.
+static int extent_cmp(const void* a, const void* b) {
+    const extent *x = a, *y = b;
+    if (x->at != y->at) return x->at < y->at ? -1 : 1;
+    if ((x->size > 0) != (y->size > 0)) return x->size > 0 ? 1 : -1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+int rt_fsdp_unsharded_check(const char* group, const rt_fsdp_unsharded_param* params,
+                            int nparams, int64_t total, char* err, size_t cap) {
+    extent* e = malloc(((size_t)(nparams > 0 ? nparams : 0) + 1) * sizeof *e);
+    if (!e) {
+        snprintf(err, cap, "out of memory checking the unsharded parameters of group '%s'", group);
+        return RT_ERR_NOMEM;
+    }
+    for (int i = 0; i < nparams; i++)
+        e[i] = (extent){params[i].word, (params[i].words + 3) / 4 * 4, i};
+    if (nparams > 0) qsort(e, (size_t)nparams, sizeof *e, extent_cmp);
+    int64_t w = 0;  // where the packing puts the next one
+    int st = 0, prev = -1;  // the last one with words
+    for (int k = 0; k < nparams && !st; k++) {
+        const rt_fsdp_unsharded_param* p = &params[e[k].i];
+        if (e[k].at != w) {
+            char why[160];
+            if (e[k].at < 0) snprintf(why, sizeof why, "a negative word");
+            else if (e[k].at % 4) snprintf(why, sizeof why, "not a multiple of 4 words");
+            else if (e[k].at < w) snprintf(why, sizeof why, "overlapping '%s'", params[prev].name);
+            else snprintf(why, sizeof why, "words %lld to %lld unused", (long long)w, (long long)e[k].at);
+            snprintf(err, cap, "parameter '%s' of group '%s' is planned at word %lld of the unsharded "
+                     "parameters, the layout has it at %lld (%s: a generator bug)", p->name, group,
+                     (long long)e[k].at, (long long)w, why);
+            st = RT_ERR_MISMATCH;
+        }
+        w += e[k].size;
+        if (e[k].size > 0) prev = e[k].i;
+    }
+    if (!st && total != w) {
+        snprintf(err, cap, "group '%s' plans %lld words of unsharded parameters, the layout has %lld "
+                 "(a generator bug)", group, (long long)total, (long long)w);
+        st = RT_ERR_MISMATCH;
+    }
+    free(e);
+    return st;
 }
 
 // ---- plan check -------------------------------------------------------------------------

@@ -107,6 +107,28 @@ typedef struct rt_fsdp_plan {
 // naming the group, parameter, field and both values.
 int rt_fsdp_layout_check(rt_fsdp_layout* l, const rt_fsdp_plan* plan);
 
+// ---- unsharded parameters ---------------------------------------------------------------
+
+// One parameter of a group's unsharded parameters, a buffer of 4-byte words (rt_model.h
+// unsharded_word).
+typedef struct rt_fsdp_unsharded_param {
+    const char* name;  // FQN, for messages
+    int64_t word;      // its first word, as planned
+    int64_t words;     // the words it holds (0: none), before rounding up to 4
+} rt_fsdp_unsharded_param;
+
+// The generator's placement of them checked: each one's extent [word, word + words rounded
+// up to 4) is 4-word aligned, nonnegative and inside [0, total), no two overlap, and the
+// rounded sizes sum to total (the buffer's planned size, rt_model_group unsharded_words):
+// the extents packed tight, in whatever order the generator put them (stacked linears'
+// weights next to each other: not necessarily the group's). Checked as that packing: in
+// order of their first words, each starts where the one before ends, the first at 0 (a
+// parameter without words at such a boundary). Returns 0, RT_ERR_MISMATCH with a one-line
+// message in err (cap bytes) naming the group and the first parameter out of place with its
+// planned word and the packing's (or both sizes), or RT_ERR_NOMEM.
+int rt_fsdp_unsharded_check(const char* group, const rt_fsdp_unsharded_param* params,
+                            int nparams, int64_t total, char* err, size_t cap);
+
 // ---- sharding ---------------------------------------------------------------------------
 
 // This rank's padded shards from full parameters (the state after fully_shard):

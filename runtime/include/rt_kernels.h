@@ -379,9 +379,14 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 void rt_linear_packed_forward(void* out, const void* inp, const void* weight,
                               const void* bias /*nullable*/, int N, int C, int OC, int packed,
                               rt_dtype dt);
+// Backward: dout in rows of ld_dout elements ("Gradient row lengths" below), a packed dout
+// possibly a column slice of a wider matrix: stacked linears make one call for their input's
+// gradient (dweight and dbias NULL, OC the stack's width) and, where their weights'
+// gradients do not lie one after another, one per linear for its weight's (dinp NULL) on its
+// columns of the stack.
 void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
-                               int packed, rt_dtype dt, int assign);
+                               int packed, rt_dtype dt, int assign, int ld_dout);
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V,
                                               const float* dloss, rt_dtype dt, int assign);
@@ -411,8 +416,11 @@ void rt_silu_packed_backward(void* dinp, const void* dout, const void* inp, size
                              rt_dtype dt, int assign);
 void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
                               rt_dtype dt);
+// swiglu's backward: dout, a and b are n dense values in rows of C (n a multiple of C); da
+// and db are in rows of ld_da and ld_db ("Gradient row lengths" below).
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
-                               const void* b, size_t n, int packed, rt_dtype dt, int assign);
+                               const void* b, size_t n, int packed, rt_dtype dt, int assign,
+                               int C, int ld_da, int ld_db);
 // Residual add: the forward's out, a and b, the backward's dout, da and db; da == db only in
 // fp32 storage.
 void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
@@ -434,12 +442,18 @@ void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, flo
                                           const void* a, const void* b, const float* weight,
                                           const float* bias, int N, int C, float eps,
                                           int packed_add, int packed_norm, rt_dtype dt);
-// Gradient row lengths (rope's ld_dinp, attention's ld_dq, ld_dk, ld_dv): a packed
-// gradient of width W (NH*HD, or NKV*HD for dk, dv) may be a column slice of a wider 16-bit
-// matrix whose rows hold ld elements (ld >= W, a multiple of 8), so that linears sharing an
-// input (q, k and v's projections) compute its gradient in one GEMM over their gradients
-// side by side; the call reads and writes only the slice's W columns of each row. 0: dense
-// rows of W. Only a packed gradient (its RT_PACKED_DINP* bit set) takes a non-zero ld.
+// Gradient row lengths (rope's ld_dinp, attention's ld_dq, ld_dk, ld_dv, swiglu's ld_da,
+// ld_db, a linear's ld_dout): a packed gradient of width W (NH*HD, or NKV*HD for dk, dv;
+// swiglu's C; a linear's dout OC) may be a column slice of a wider 16-bit matrix whose rows
+// hold ld elements (ld >= W, a multiple of 8), so that linears sharing an input (q, k and
+// v's projections; w1 and w3 of a SwiGLU feed-forward) compute its gradient in one GEMM over
+// their gradients side by side; the call reads and writes only the slice's W columns of each
+// row, never the elements between them. 0: dense rows (W; a linear's packed dout
+// RT_LD16(OC)). Rope's and attention's take a non-zero ld only for a packed gradient (its
+// RT_PACKED_DINP* bit set); swiglu's and the linear's also take the dense one itself (W in
+// fp32 storage; packed, a multiple of 8 >= W: a slice, or the operand's own rows of
+// RT_LD16(W), the only choice for a packed dout of OC not a multiple of 8, whose zero
+// padding the GPU's dinp GEMM sums over).
 // Rotary embeddings: the forward's out and inp, the backward's dout and dinp.
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
                             float theta, int packed, rt_dtype dt);

@@ -37,8 +37,10 @@ typedef struct rt_model_param {
     int64_t unsharded_offset;     // element offset inside the group's unsharded gradients
                                   // (fp32, the shards' padding included)
     int64_t unsharded_word;       // offset in 4-byte words inside the group's unsharded
-                                  // parameters: one after another in group order, each from a
-                                  // multiple of 4 words, without padding; a word per element of
+                                  // parameters: one after another in the generator's order
+                                  // (group order, but the weights of stacked linears next to
+                                  // each other), each from a multiple of 4 words, without
+                                  // padding (rt_fsdp_unsharded_check); a word per element of
                                   // fp32 storage, half of one packed, none from_shard
     rt_init_kind init;
     double init_scale;            // std (normal) or bound (uniform)

@@ -108,31 +108,29 @@ static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
 }
 
 // The unsharded parameters' layout (rt_model_param unsharded_word; generator/memory/
-// memory.lua place_unsharded_params) recomputed and compared with the generator's offsets
-// and size (rt_model_group unsharded_words, the size of the buffers it planned for them).
+// memory.lua place_unsharded_params) checked against the generator's size of the buffers it
+// planned for them (rt_model_group unsharded_words): the parameters packed tight in an order
+// of the generator's (rt_fsdp_unsharded_check), which need not be the group's (stacked
+// linears' weights one after another).
 static int unsharded_layout(rt_rank* R, int g) {
     const rt_model_group* mg = &R->model->groups[g];
     const rt_rank_group* rg = &R->groups[g];
-    int64_t w = 0;
+    rt_fsdp_unsharded_param* u = calloc((size_t)mg->nparams + 1, sizeof *u);
+    if (!u) {
+        fprintf(stderr, "fsdpgen: rank %d: out of memory setting up group '%s'\n", R->rank, mg->name);
+        return RT_ERR_NOMEM;
+    }
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
-        if (p->unsharded_word != w) {
-            fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s' is planned at word %lld "
-                    "of the unsharded parameters, the layout has it at %lld (a generator bug)\n",
-                    R->rank, p->fqn, mg->name, (long long)p->unsharded_word, (long long)w);
-            return RT_ERR_MISMATCH;
-        }
         int64_t numel = rg->layout.params[i].numel;
-        int64_t words = p->from_shard ? 0 : p->packed ? numel / 2 : numel;
-        w += (words + 3) / 4 * 4;
+        u[i] = (rt_fsdp_unsharded_param){p->fqn, p->unsharded_word,
+                                         p->from_shard ? 0 : p->packed ? numel / 2 : numel};
     }
-    if (mg->unsharded_words != w) {
-        fprintf(stderr, "fsdpgen: rank %d: group '%s' plans %lld words of unsharded parameters, "
-                "the layout has %lld (a generator bug)\n", R->rank, mg->name,
-                (long long)mg->unsharded_words, (long long)w);
-        return RT_ERR_MISMATCH;
-    }
-    return 0;
+    char err[768];
+    int st = rt_fsdp_unsharded_check(mg->name, u, mg->nparams, mg->unsharded_words, err, sizeof err);
+    if (st) fprintf(stderr, "fsdpgen: rank %d: %s\n", R->rank, err);
+    free(u);
+    return st;
 }
 
 // The layouts of the group's reductions of some parameters, from the group's parameter

@@ -40,7 +40,7 @@ local PARAM_GRAD_KERNELS = { linear = { 2, 3 }, linear_packed = { 2, 3 }, layern
 
 -- The kernels whose assign argument is followed by their gradients' row lengths (rt_kernels.h
 -- "Gradient row lengths"), and how many.
-local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3 }
+local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3, linear_packed = 1, swiglu_packed = 3 }
 
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
 -- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three.
@@ -132,18 +132,29 @@ check_param_grads = function(name, plan, secs, bsteps)
         end
       end
     end
+    -- the parameter gradients the step's calls write, each with its elements: a stack's
+    -- (stacked_linears.lua) all its weights' from the first one's in one call, or (split)
+    -- each weight's in its own
+    local writes, s = {}, st.stack
     for _, t in ipairs(st.stacked and {} or st.node.ins) do
+      if s and t == st.node.ins[2] then
+        for _, op in ipairs(s.split and s.ops or { s.ops[1] }) do
+          local w = op.ins[2]
+          writes[#writes + 1] = { w, s.split and trace.numel(w.shape) or s.ld * w.shape[2] }
+        end
+      else
+        writes[#writes + 1] = { t, trace.numel(t.shape) }
+      end
+    end
+    for _, wr in ipairs(writes) do
+      local t, n = wr[1], wr[2]
       local g = t.requires_grad and t.is_param and plan.owner[t]
       local bf = g and st.bufs.ugrad[g.index]
-      -- a stack's call (stacked_linears.lua): all its weights' gradients, from the first one's
-      local s = st.stack
-      if s and t == st.node.ins[2] then t = s.ops[1].ins[2] end
       if bf then
         local off
         for _, l in ipairs(g.layout.params) do
           if l.param == t then off = l.offset * g.shard end
         end
-        local n = s and s.ld * t.shape[2] or trace.numel(t.shape)
         local r = { bf.offset + 4 * off, bf.offset + 4 * (off + n) }
         local e = string.format("F(%d, %d)", r[1], r[2] - r[1])
         local assigned = false
@@ -151,7 +162,7 @@ check_param_grads = function(name, plan, secs, bsteps)
           local k = call:match("^rt_([%w_]+)_backward%(")
           local a = PARAM_GRAD_KERNELS[k] and args_of(call)
           for _, i in ipairs(a and PARAM_GRAD_KERNELS[k] or {}) do
-            if a[i] == e and a[#a]:find("RT_ASSIGN_DWEIGHT", 1, true) then assigned = true end
+            if a[i] == e and a[#a - (LD_ARGS[k] or 0)]:find("RT_ASSIGN_DWEIGHT", 1, true) then assigned = true end
           end
         end
         inits[bf] = inits[bf] or {}

@@ -1,10 +1,11 @@
--- q, k and v stacked in backward (generator/memory/stacked_linears.lua): the marks on Llama
--- 1B and GPT-2 124M (one stack a block, its columns and row length; the step C's one linear
--- backward on the stacked weights, the rotary embeddings' and the attention site's row
--- lengths, no packed addition left for q, k, v), every repository spec (each stack's C as
--- its marks say), each rule that keeps linears apart on small Llama specs, and the
--- simulator (fsdpgen's one call prices the stack's FLOPs; PyTorch's kernel sets keep three).
--- Run from the repository root: lua5.4 tests/generator/stacked_linears.lua
+-- Linears stacked in backward (generator/memory/stacked_linears.lua): the marks on Llama 1B
+-- and GPT-2 124M (q, k and v one stack a block, and Llama's w1 and w3 another: their
+-- columns and row lengths; the step C's linear backwards on the stacked weights, one for
+-- q, k, v, three for w1, w3, whose weight gradients are not side by side; the rotary
+-- embeddings', the attention site's and swiglu's row lengths), every repository spec (each
+-- stack's C as its marks say), each rule that keeps linears apart or splits a stack on
+-- small Llama specs, and the simulator (fsdpgen's calls price the stack's FLOPs; PyTorch's
+-- kernel sets keep a linear each).
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local emit_step = require("emit.emit_step")
 local cost = require("simulate.cost")
@@ -15,10 +16,11 @@ local check, args_of = util.check, util.args_of
 
 local function count(text, pat) return select(2, text:gsub(pat, "")) end
 
-local function stacks_of(plan)
+-- The plan's stacks; of `kind` only ("attention": q, k, v; "feed_forward": w1, w3).
+local function stacks_of(plan, kind)
   local t = {}
   for _, st in ipairs(plan.steps) do
-    if st.stack then t[#t + 1] = st.stack end
+    if st.stack and (not kind or (st.stack.ops[1].label or ""):find(kind, 1, true)) then t[#t + 1] = st.stack end
   end
   return t
 end
@@ -29,17 +31,18 @@ local function step_c(plan, name)
   return c:match("^(.-)\n// %-%-%-%- eval_") or c, c
 end
 
--- Each stack's call in text: rt_linear_packed_backward with OC = ld, and its columns.
+-- Each q, k, v stack's call in text: rt_linear_packed_backward with OC = ld, and its
+-- columns.
 local function check_model(path, want_stacks, want_ld, want_cols, site_lds)
   local plan = util.plan(path)
-  local ss = stacks_of(plan)
+  local ss = stacks_of(plan, "attention")
   local cols_ok = #ss == want_stacks
   for _, s in ipairs(ss) do
     local cols = {}
     for i, op in ipairs(s.ops) do cols[i] = op.outs[1].grad_slice.col end
-    cols_ok = cols_ok and s.ld == want_ld and table.concat(cols, ",") == want_cols
+    cols_ok = cols_ok and s.ld == want_ld and table.concat(cols, ",") == want_cols and not s.split
   end
-  check(cols_ok, string.format("%s: %d stacks (want %d), rows of %d, columns %s", path, #ss, want_stacks,
+  check(cols_ok, string.format("%s: %d q, k, v stacks (want %d), rows of %d, columns %s", path, #ss, want_stacks,
     ss[1] and ss[1].ld or 0, want_cols))
   local step, full = step_c(plan, path)
   local stacked_calls = 0
@@ -62,7 +65,44 @@ for call in lstep:gmatch("rt_rope_packed_backward%b()") do
   if a[#a] == "3072" then ropes = ropes + 1 end
 end
 check(ropes == 32, string.format("llama_1b: 32 rotary backwards write rows of 3072 (%d)", ropes))
-check_model("examples/gpt2_124m.lua", 12, 2304, "0,768,1536", ".ld_dq = 2304, .ld_dk = 2304, .ld_dv = 2304}")
+local gpt2 = check_model("examples/gpt2_124m.lua", 12, 2304, "0,768,1536",
+  ".ld_dq = 2304, .ld_dk = 2304, .ld_dv = 2304}")
+check(#stacks_of(gpt2) == 12, "gpt2_124m: no other stack (c_fc is one linear)")
+
+-- Llama's w1 and w3: placed side by side in the unsharded parameters (w2 is registered
+-- between them), one stack a block, split (their gradients keep the group's order): the
+-- input gradient over both weights (OC 16384, no weight gradient), then each weight's
+-- gradient from its 8192 columns of the rows of 16384; swiglu writes da and db there.
+local ffn = stacks_of(llama, "feed_forward")
+local ffn_ok = #ffn == 16
+for _, s in ipairs(ffn) do
+  local w1, w3 = s.ops[1].ins[2], s.ops[2] and s.ops[2].ins[2]
+  local g = llama.owner[w1]
+  local words = {}
+  for _, l in ipairs(g.layout.params) do words[l.param] = l.unsharded_word end
+  ffn_ok = ffn_ok and s.split and s.ld == 16384 and #s.ops == 2 and w1.fqn:find("w1") and w3.fqn:find("w3")
+    and words[w3] == words[w1] + 8192 * 2048 // 2 and s.ops[2].outs[1].grad_slice.col == 8192
+end
+check(ffn_ok, string.format("llama_1b: %d w1 + w3 stacks (want 16), split, rows of 16384, w3's weight after w1's",
+  #ffn))
+local dx, dw, other = 0, 0, 0
+for call in lstep:gmatch("rt_linear_packed_backward%b()") do
+  local a = args_of(call .. ";")
+  if a[9] == "16384" and a[2] == "NULL" and a[#a] == "16384" and a[1] ~= "NULL" then dx = dx + 1
+  elseif a[9] == "8192" and a[1] == "NULL" and a[#a] == "16384" then dw = dw + 1
+  elseif a[9] == "8192" or a[9] == "16384" then other = other + 1 end
+end
+check(dx == 16 and dw == 32 and other == 0, string.format("llama_1b: the w1 + w3 backwards: %d input-gradient calls "
+  .. "over rows of 16384 (want 16), %d weight-gradient calls on 8192 of their columns (want 32), %d others", dx, dw,
+  other))
+local swiglus = 0
+for call in lstep:gmatch("rt_swiglu_packed_backward%b()") do
+  local a = args_of(call .. ";")
+  if table.concat(a, ",", #a - 2) == "8192,16384,16384" then swiglus = swiglus + 1 end
+end
+check(swiglus == 16, string.format("llama_1b: 16 swiglu backwards write da and db in rows of 16384 (%d)", swiglus))
+check(count(lstep, "in the calls of [%w%.#_]+%)") == 16 and not lstep:find("add_packed", 1, true),
+  "llama_1b: w3's step leaves its backward to w1's calls; no packed addition left")
 
 -- Every spec: a stack's linears read one input, their weights lie one after another, and its
 -- steps' C is one call (the others a comment).
@@ -101,32 +141,49 @@ return fsdp.spec{ name = "stack_probe", model = model, world_size = %d,
 ]], opts.dim or 64, opts.fp32 and "nil" or 'fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }',
     opts.extra or "", opts.world or 2)
 end
-local function nstacks(opts) return #stacks_of(util.plan_source(llama_src(opts))) end
-check(nstacks({}) == 2, "bf16 at 2 ranks: one stack a block")
-check(nstacks({ fp32 = true }) == 0, "fp32: no stack (fp32 gradients add in the GEMM)")
-check(nstacks({ world = 3 }) == 0, "3 ranks (64 rows: shard padding between the unsharded gradients): no stack")
-check(nstacks({ extra = "nn.checkpoint_module(model.layers[1])" }) == 1,
+-- The stacks of a probe: q, k, v ones and w1, w3 ones, and how many of them are split.
+local function nstacks(opts)
+  local plan = util.plan_source(llama_src(opts))
+  local split = 0
+  for _, s in ipairs(stacks_of(plan)) do split = split + (s.split and 1 or 0) end
+  return #stacks_of(plan, "attention"), #stacks_of(plan, "feed_forward"), split
+end
+local function probe(opts, want, what)
+  local a, f, sp = nstacks(opts)
+  check(a == want[1] and f == want[2] and sp == want[3], string.format("%s: %d q, k, v and %d w1, w3 stacks, %d "
+    .. "split (want %d, %d, %d)", what, a, f, sp, want[1], want[2], want[3]))
+end
+probe({}, { 2, 2, 2 }, "bf16 at 2 ranks: two stacks a block, w1 + w3 split")
+probe({ fp32 = true }, { 0, 0, 0 }, "fp32: no stack (fp32 gradients add in the GEMM)")
+probe({ world = 3 }, { 2, 2, 4 }, "3 ranks (64 rows: shard padding between the unsharded gradients): all split")
+probe({ extra = "nn.checkpoint_module(model.layers[1])" }, { 1, 1, 1 },
   "a checkpointed block (fp32 storage): its linears apart, the other block stacked")
-check(nstacks({ extra = "fsdp.fully_shard(model.layers[1].attention.wk, { mp_policy = mp })" }) == 1,
-  "wk in a group of its own: that block's linears apart")
+probe({ extra = "fsdp.fully_shard(model.layers[1].attention.wk, { mp_policy = mp })" }, { 1, 2, 2 },
+  "wk in a group of its own: that block's q, k, v apart")
+probe({ extra = "fsdp.fully_shard(model.layers[1].feed_forward.w3, { mp_policy = mp })" }, { 2, 1, 1 },
+  "w3 in a group of its own: that block's w1, w3 apart")
 
--- The simulator: fsdpgen's stack is one call with the stack's FLOPs, the others' steps free;
--- PyTorch's kernel sets price three linears.
+-- The simulator: fsdpgen's stack is priced on its last step with the stack's FLOPs (a split
+-- one's launches: the input gradient's GEMM and each weight's), the others' steps free;
+-- PyTorch's kernel sets price a linear each.
 local h100 = assert(gpu.load(".", "h100"))
-local function gemm(plan, k)
-  local flops, t, calls = 0, 0, 0
+local function gemm(plan, k, kind)
+  local flops, t, steps, launches = 0, 0, 0, 0
   for _, st in ipairs(plan.steps) do
-    if st.stack or st.stacked then
+    local s = st.stack or st.stacked
+    if s and s.ops[1].label:find(kind, 1, true) then
       local c = cost.step(st, plan, h100, k)
-      flops, t = flops + c.hw_flops, t + c.compute
-      if c.compute > 0 then calls = calls + 1 end
+      flops, t, launches = flops + c.hw_flops, t + c.compute, launches + c.launches
+      if c.compute > 0 then steps = steps + 1 end
     end
   end
-  return flops, t, calls
+  return flops, t, steps, launches
 end
-local ff, ft, fc = gemm(llama, h100.kernels.fsdpgen)
-local tf, tt, tc = gemm(llama, h100.kernels.torch)
-check(math.abs(ff - tf) < 1e-6 * tf and fc == 16 and tc == 48 and ft < tt, string.format("simulated q, k, v "
-  .. "backward of llama_1b: fsdpgen %d calls %.2f ms, torch eager %d calls %.2f ms, the same %.3g FLOPs",
-  fc, ft * 1e3, tc, tt * 1e3, ff))
+for _, case in ipairs({ { "attention", "q, k, v", 48, 32 }, { "feed_forward", "w1, w3", 32, 48 } }) do
+  local ff, ft, fs, fl = gemm(llama, h100.kernels.fsdpgen, case[1])
+  local tf, tt, ts = gemm(llama, h100.kernels.torch, case[1])
+  check(math.abs(ff - tf) < 1e-6 * tf and fs == 16 and ts == case[3] and fl == case[4] and ft < tt,
+    string.format("simulated %s backward of llama_1b: fsdpgen %d steps, %d launches, %.2f ms; torch eager %d steps "
+      .. "%.2f ms; the same %.3g FLOPs", case[2], fs, fl, ft * 1e3, ts, tt * 1e3, ff))
+end
 util.finish()

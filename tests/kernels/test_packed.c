@@ -6,8 +6,10 @@
 // activations', residual adds', rotary embeddings' and attention's packed operands, forward
 // and backward (every storage of each). The padding columns written are zeros. Rotary
 // embeddings' and attention's gradients in rows of a given length (column slices of one
-// wider matrix) hold the dense calls' bits and leave the other columns alone; row lengths
-// they cannot take stop the call with one line (in a child process).
+// wider matrix) hold the dense calls' bits and leave the other columns alone, as do swiglu's
+// da and db written as column slices and a linear's backward from a dout that is a column
+// slice (stacked linears: dinp alone, dweight and dbias alone, all three); row lengths they
+// cannot take stop the call with one line (in a child process).
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <signal.h>
@@ -109,7 +111,8 @@ static void test_dt(rt_dtype dt) {
         float *dinp2 = tk_dup(dinp, N * C), *dw2 = tk_dup(dw, V * C);
         const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
         rt_linear_backward(dinp, dw, NULL, g, inp, w, N, C, V, dt, bits);
-        rt_linear_packed_backward(dinp2, dw2, NULL, g16, inp, w, N, C, V, RT_PACKED_OUT, dt, bits);
+        rt_linear_packed_backward(dinp2, dw2, NULL, g16, inp, w, N, C, V, RT_PACKED_OUT, dt, bits,
+                                  ld);
         CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, V * C),
               "%s linear backward packed (%s) == rt_linear_backward: dinp and dweight, bit for bit",
               nm, as ? "assigned" : "accumulated");
@@ -152,9 +155,10 @@ static void test_packed_input(rt_dtype dt) {
         float *dinp2 = tk_dup(dinp, N * C), *dw2 = tk_dup(dw, OC * C), *db2 = tk_dup(db, OC);
         float *dinp3 = tk_dup(dinp, N * C), *dw3 = tk_dup(dw, OC * C), *db3 = tk_dup(db, OC);
         uint16_t* dinp16 = as ? poisoned16((size_t)N * RT_LD16(C)) : packed_copy(dinp, N, C, dt);
-        rt_linear_packed_backward(dinp2, dw2, db2, dout, inp16, w, N, C, OC, RT_PACKED_INP, dt, bits);
+        rt_linear_packed_backward(dinp2, dw2, db2, dout, inp16, w, N, C, OC, RT_PACKED_INP, dt, bits,
+                                  OC);
         rt_linear_packed_backward(dinp3, dw3, db3, dout16, inp16, w, N, C, OC,
-                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits);
+                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits, RT_LD16(OC));
         rt_linear_backward(dinp, dw, db, dout, inp, w, N, C, OC, dt, bits);
         CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, OC * C) && same(db, db2, OC),
               "%s linear backward, packed input (%s) == rt_linear_backward: dinp, dweight, dbias",
@@ -163,7 +167,8 @@ static void test_packed_input(rt_dtype dt) {
               "%s linear backward, packed input and dout (%s) == rt_linear_backward: dinp, "
               "dweight, dbias", nm, how);
         rt_linear_packed_backward(dinp16, NULL, NULL, dout16, inp16, w, N, C, OC,
-                                  RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits);
+                                  RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits,
+                                  RT_LD16(OC));
         const int ok16 = packed_equals(dinp16, dinp, N, C, dt, &pad);
         CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp (%s; C %d padded to %d) == "
               "rt_linear_backward's, %d non-zero padding values", nm, how, C, RT_LD16(C), pad);
@@ -207,10 +212,10 @@ static void test_packed_weight(rt_dtype dt) {
         float *dw3 = tk_dup(dw, OC * CW), *db3 = tk_dup(db, OC);
         uint16_t* dinp16 = as ? poisoned16((size_t)N * CW) : packed_copy(dinp, N, CW, dt);
         rt_linear_packed_backward(dinp2, dw2, db2, dout, inp, w16, N, CW, OC, RT_PACKED_INP2, dt,
-                                  bits);
+                                  bits, OC);
         rt_linear_packed_backward(dinp16, dw3, db3, dout16, inp16, w16, N, CW, OC,
                                   RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DINP,
-                                  dt, bits);
+                                  dt, bits, OC);
         rt_linear_backward(dinp, dw, db, dout, inp, w, N, CW, OC, dt, bits);
         CHECK(same(dinp, dinp2, N * CW) && same(dw, dw2, OC * CW) && same(db, db2, OC),
               "%s linear backward, packed weight (%s) == rt_linear_backward: dinp, dweight, dbias",
@@ -352,7 +357,8 @@ static void test_packed_outputs(rt_dtype dt) {
                                   pk & RT_PACKED_DINP2 ? (void*)h16 : (void*)h2,
                                   pk & RT_PACKED_OUT ? (const void*)dy16 : dy,
                                   pk & RT_PACKED_INP ? (const void*)x16 : x,
-                                  pk & RT_PACKED_INP2 ? (const void*)x216 : x2, NE, pk, dt, as);
+                                  pk & RT_PACKED_INP2 ? (const void*)x216 : x2, NE, pk, dt, as,
+                                  D, D, D);
         ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
         ok &= pk & RT_PACKED_DINP2 ? packed_equals(h16, h, 1, NE, dt, &pad) : same(h, h2, NE);
     }
@@ -574,6 +580,146 @@ static void test_packed_grad_rows(rt_dtype dt) {
     free(want);
 }
 
+// Stacked linears (rt_kernels.h "Gradient row lengths"): two linears of one input whose
+// output gradients are column slices of one packed [N, LD] matrix (at columns 8 and 8 + OC1,
+// a sentinel in the other columns), as Llama's w1 and w3: the stack's input gradient in one
+// call on both slices (dweight, dbias NULL), each linear's weight and bias gradients in one
+// call on its slice (dinp NULL), and all three from the second slice, each with the input and
+// weights in fp32 storage or packed, assigned and accumulated: the dense calls' bits, dinp
+// fp32 or packed; the matrix unchanged.
+static void test_linear_dout_slices(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { OC1 = 16, OC2 = 8, OCS = OC1 + OC2, CL = 24, LD = OCS + 16, COL = 8 };
+    const int off[2] = {COL, COL + OC1}, cols[2] = {OC1, OC2};
+    const uint16_t sentinel = 0x7E57;  // fp16 NaN, bf16 ~7e37: any read of it shows
+    float *inp = tk_alloc(N * CL), *w = tk_alloc(OCS * CL), *dS = tk_alloc(N * OCS);
+    float *dm[2] = {tk_alloc(N * OC1), tk_alloc(N * OC2)};
+    float *dinp0 = tk_alloc(N * CL), *dw0 = tk_alloc(OCS * CL), *db0 = tk_alloc(OCS);
+    tk_fill(inp, N * CL, -1.0f, 1.0f), tk_fill(w, OCS * CL, -1.0f, 1.0f);
+    tk_fill(dS, N * OCS, -1.0f, 1.0f), tk_fill(dinp0, N * CL, -1.0f, 1.0f);
+    tk_fill(dw0, OCS * CL, -1.0f, 1.0f), tk_fill(db0, OCS, -1.0f, 1.0f);
+    tk_round_all(inp, N * CL, dt), tk_round_all(w, OCS * CL, dt), tk_round_all(dS, N * OCS, dt);
+    tk_round_all(dinp0, N * CL, dt);
+    for (int n = 0; n < N; n++)  // the members' gradients: the stack's columns
+        for (int j = 0; j < OCS; j++) {
+            if (j < OC1) dm[0][n * OC1 + j] = dS[n * OCS + j];
+            else dm[1][n * OC2 + j - OC1] = dS[n * OCS + j];
+        }
+    uint16_t *inp16 = packed_copy(inp, N, CL, dt), *w16 = packed_copy(w, OCS, CL, dt);
+    uint16_t* d16[2] = {packed_copy(dm[0], N, OC1, dt), packed_copy(dm[1], N, OC2, dt)};
+    uint16_t *wide = poisoned16((size_t)N * LD), *wide0 = poisoned16((size_t)N * LD);
+    wide_rows(wide, N, LD, 2, off, cols, d16, sentinel);
+    memcpy(wide0, wide, sizeof(uint16_t) * N * LD);
+    const float* wm[2] = {w, w + OC1 * CL};
+    const uint16_t* wm16[2] = {w16, w16 + OC1 * CL};
+    int ok_in = 1, ok_w = 1, ok_all = 1, pad;
+    for (int k = 0; k < 4; k++) {
+        const int as = k & 1, ops = k & 2 ? RT_PACKED_INP | RT_PACKED_INP2 : 0;
+        const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+        const void* x = ops ? (const void*)inp16 : inp;
+        // the input's gradient over the stack: fp32 storage, then packed
+        float *g = tk_dup(dinp0, N * CL), *g2 = tk_dup(dinp0, N * CL);
+        uint16_t* g16 = as ? poisoned16(N * CL) : packed_copy(dinp0, N, CL, dt);
+        rt_linear_backward(g, NULL, NULL, dS, inp, w, N, CL, OCS, dt, bits);
+        rt_linear_packed_backward(g2, NULL, NULL, wide + COL, x, ops ? (const void*)w16 : w, N, CL,
+                                  OCS, ops | RT_PACKED_OUT, dt, bits, LD);
+        rt_linear_packed_backward(g16, NULL, NULL, wide + COL, x, ops ? (const void*)w16 : w, N,
+                                  CL, OCS, ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, LD);
+        ok_in &= same(g, g2, N * CL) && packed_equals(g16, g, N, CL, dt, &pad);
+        // each member's weight and bias gradients from its slice
+        for (int m = 0; m < 2; m++) {
+            const int oc = cols[m];
+            float *dw = tk_dup(dw0, oc * CL), *db = tk_dup(db0, oc);
+            float *dw2 = tk_dup(dw0, oc * CL), *db2 = tk_dup(db0, oc);
+            rt_linear_backward(NULL, dw, db, dm[m], inp, wm[m], N, CL, oc, dt, bits);
+            rt_linear_packed_backward(NULL, dw2, db2, wide + off[m], x,
+                                      ops ? (const void*)wm16[m] : wm[m], N, CL, oc,
+                                      ops | RT_PACKED_OUT, dt, bits, LD);
+            ok_w &= same(dw, dw2, oc * CL) && same(db, db2, oc);
+            free(dw), free(db), free(dw2), free(db2);
+        }
+        // all three from the second slice, dinp packed
+        float *gd = tk_dup(dinp0, N * CL), *dw = tk_dup(dw0, OC2 * CL), *db = tk_dup(db0, OC2);
+        float *dw2 = tk_dup(dw0, OC2 * CL), *db2 = tk_dup(db0, OC2);
+        uint16_t* gd16 = as ? poisoned16(N * CL) : packed_copy(dinp0, N, CL, dt);
+        rt_linear_backward(gd, dw, db, dm[1], inp, wm[1], N, CL, OC2, dt, bits);
+        rt_linear_packed_backward(gd16, dw2, db2, wide + off[1], x,
+                                  ops ? (const void*)wm16[1] : wm[1], N, CL, OC2,
+                                  ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, LD);
+        ok_all &= packed_equals(gd16, gd, N, CL, dt, &pad) && same(dw, dw2, OC2 * CL) &&
+                  same(db, db2, OC2);
+        free(g), free(g2), free(g16), free(gd), free(dw), free(db), free(dw2), free(db2), free(gd16);
+    }
+    const int untouched = memcmp(wide, wide0, sizeof(uint16_t) * N * LD) == 0;
+    CHECK(ok_in && untouched, "%s linear backward, dinp only, dout the columns %d..%d of rows of "
+          "%d (OC %d; input and weight fp32 or packed; dinp fp32 and packed; assigned, "
+          "accumulated) == rt_linear_backward on the dense dout, dout unchanged", nm, COL,
+          COL + OCS, LD, OCS);
+    CHECK(ok_w, "%s linear backward, dweight and dbias only, dout the column slices at %d (OC "
+          "%d) and %d (OC %d) of rows of %d == rt_linear_backward on each dense dout", nm, off[0],
+          OC1, off[1], OC2, LD);
+    CHECK(ok_all, "%s linear backward, dinp (packed), dweight and dbias from the column slice "
+          "at %d of rows of %d == rt_linear_backward", nm, off[1], LD);
+    free(inp), free(w), free(dS), free(dm[0]), free(dm[1]), free(dinp0), free(dw0), free(db0);
+    free(inp16), free(w16), free(d16[0]), free(d16[1]), free(wide), free(wide0);
+}
+
+// swiglu's backward writing da and db as column slices of one packed [R, LDW] matrix (at
+// columns 8 and 8 + D, as w1's and w3's output gradients in their stack, a sentinel in the
+// other columns), or one of them in fp32 storage (dense rows) or NULL, each assigned or
+// added to, dout, a and b fp32 or packed: the dense call's bits in the slices, the sentinel
+// untouched.
+static void test_swiglu_grad_slices(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { R = 5, D = 24, NE = R * D, LDW = 2 * D + 16, COL = 8 };
+    const int off[2] = {COL, COL + D}, cols[2] = {D, D};
+    const uint16_t sentinel = 0x7E57;
+    float *x = tk_alloc(NE), *z = tk_alloc(NE), *dy = tk_alloc(NE), *g0 = tk_alloc(NE),
+          *h0 = tk_alloc(NE);
+    tk_fill(x, NE, -3.0f, 3.0f), tk_fill(z, NE, -3.0f, 3.0f), tk_fill(dy, NE, -1.0f, 1.0f);
+    tk_fill(g0, NE, -1.0f, 1.0f), tk_fill(h0, NE, -1.0f, 1.0f);
+    tk_round_all(x, NE, dt), tk_round_all(z, NE, dt), tk_round_all(dy, NE, dt);
+    tk_round_all(g0, NE, dt), tk_round_all(h0, NE, dt);
+    uint16_t *x16 = packed_copy(x, R, D, dt), *z16 = packed_copy(z, R, D, dt),
+             *dy16 = packed_copy(dy, R, D, dt);
+    uint16_t *wide = poisoned16((size_t)R * LDW), *want = poisoned16((size_t)R * LDW);
+    int ok = 1, checked = 0;
+    // mode: da, db as slices (0); da a slice, db fp32 (1); da NULL, db a slice (2); da fp32,
+    // db a slice (3)
+    for (int k = 0; k < 32; k++) {
+        const int mode = k & 3, as = (k >> 2) & 3, inpk = k & 16;
+        const int assign = (as & 1 ? RT_ASSIGN_1 : 0) | (as & 2 ? RT_ASSIGN_2 : 0);
+        const int sa = mode == 0 || mode == 1, sb = mode != 1;  // slices
+        float *g = tk_dup(g0, NE), *h = tk_dup(h0, NE), *g2 = tk_dup(g0, NE), *h2 = tk_dup(h0, NE);
+        uint16_t* start[2] = {as & 1 ? poisoned16(NE) : packed_copy(g0, R, D, dt),
+                              as & 2 ? poisoned16(NE) : packed_copy(h0, R, D, dt)};
+        wide_rows(wide, R, LDW, 2, off, cols, start, sentinel);
+        rt_swiglu_backward(mode == 2 ? NULL : g, h, dy, x, z, NE, dt, assign);
+        const int pk = (inpk ? RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2 : 0) |
+                       (sa ? RT_PACKED_DINP : 0) | (sb ? RT_PACKED_DINP2 : 0);
+        rt_swiglu_packed_backward(mode == 2 ? NULL : sa ? (void*)(wide + off[0]) : (void*)g2,
+                                  sb ? (void*)(wide + off[1]) : (void*)h2,
+                                  inpk ? (const void*)dy16 : dy, inpk ? (const void*)x16 : x,
+                                  inpk ? (const void*)z16 : z, NE, pk, dt, assign, D,
+                                  sa ? LDW : D, sb ? LDW : D);
+        uint16_t* res[2] = {sa ? packed_copy(g, R, D, dt) : start[0],
+                            sb ? packed_copy(h, R, D, dt) : start[1]};
+        wide_rows(want, R, LDW, 2, off, cols, res, sentinel);
+        ok &= memcmp(wide, want, sizeof(uint16_t) * R * LDW) == 0;
+        ok &= (sa || mode == 2 || same(g, g2, NE)) && (sb || same(h, h2, NE));
+        checked++;
+        if (sa) free(res[0]);
+        if (sb) free(res[1]);
+        free(g), free(h), free(g2), free(h2), free(start[0]), free(start[1]);
+    }
+    CHECK(ok, "%s swiglu packed backward, da and db the columns at %d and %d of rows of %d (or "
+          "one fp32 storage or NULL; dout, a, b fp32 or packed; each assigned, accumulated; %d "
+          "calls) == rt_swiglu_backward's bits, other columns untouched", nm, off[0], off[1], LDW,
+          checked);
+    free(x), free(z), free(dy), free(g0), free(h0), free(x16), free(z16), free(dy16), free(wide);
+    free(want);
+}
+
 // Runs fn in a child with stderr captured into out: 1 when it aborted (SIGABRT) with one
 // line that contains `want`.
 static int aborts_with(void (*fn)(void), const char* want, char* out, size_t cap) {
@@ -620,6 +766,36 @@ static void attention_ld_odd(void) {
                                         RT_F16, RT_ACCUMULATE, 0, 20, 0);
 }
 
+static void linear_ld_fp32(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
+                              0, RT_BF16, RT_ASSIGN_1, 16);
+}
+
+static void linear_ld_short(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 16,
+                              RT_PACKED_OUT, RT_BF16, RT_ASSIGN_1, 8);
+}
+
+static void linear_ld_odd_oc(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 12,
+                              RT_PACKED_OUT, RT_F16, RT_ASSIGN_1, 24);
+}
+
+static void swiglu_rows_bad(void) {
+    rt_swiglu_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], bad_buf[2], 20,
+                              RT_PACKED_DINP | RT_PACKED_DINP2, RT_BF16, 0, 8, 8, 8);
+}
+
+static void swiglu_ld_fp32(void) {
+    rt_swiglu_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], bad_buf[2], 16,
+                              RT_PACKED_DINP2, RT_BF16, 0, 8, 16, 16);
+}
+
+static void swiglu_ld_odd(void) {
+    rt_swiglu_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], bad_buf[2], 16,
+                              RT_PACKED_DINP | RT_PACKED_DINP2, RT_F16, 0, 8, 16, 12);
+}
+
 // Row lengths a gradient cannot take (too short, not a multiple of 8, fp32 storage) stop the
 // call with one line naming it.
 static void test_grad_rows_checked(void) {
@@ -632,6 +808,23 @@ static void test_grad_rows_checked(void) {
     CHECK(ok, "rope backward with an fp32-storage dinp in rows of 32 stops: %s", out);
     ok = aborts_with(attention_ld_odd, "dk with row length 20, width 16, packed", out, sizeof out);
     CHECK(ok, "attention backward with dk in rows of 20 (not a multiple of 8) stops: %s", out);
+    ok = aborts_with(linear_ld_fp32, "dout with row length 16, width 8, fp32 storage", out,
+                     sizeof out);
+    CHECK(ok, "linear backward with an fp32-storage dout in rows of 16 (OC 8) stops: %s", out);
+    ok = aborts_with(linear_ld_short, "dout with row length 8, width 16, packed", out, sizeof out);
+    CHECK(ok, "linear backward with a packed dout in rows of 8 (OC 16) stops: %s", out);
+    ok = aborts_with(linear_ld_odd_oc, "packed dout with row length 24, width 12", out, sizeof out);
+    CHECK(ok, "linear backward with a packed dout of OC 12 in rows of 24 (a slice of OC not a "
+          "multiple of 8) stops: %s", out);
+    ok = aborts_with(swiglu_rows_bad, "rt_swiglu_packed_backward with n = 20, C = 8", out,
+                     sizeof out);
+    CHECK(ok, "swiglu backward with n = 20 in rows of 8 stops: %s", out);
+    ok = aborts_with(swiglu_ld_fp32, "da with row length 16, width 8, fp32 storage", out,
+                     sizeof out);
+    CHECK(ok, "swiglu backward with an fp32-storage da in rows of 16 (C 8) stops: %s", out);
+    ok = aborts_with(swiglu_ld_odd, "db with row length 12, width 8, packed", out, sizeof out);
+    CHECK(ok, "swiglu backward with a packed db in rows of 12 (not a multiple of 8) stops: %s",
+          out);
 }
 
 int main(void) {
@@ -645,6 +838,8 @@ int main(void) {
         test_packed_outputs(dt);
         test_packed_attention(dt);
         test_packed_grad_rows(dt);
+        test_linear_dout_slices(dt);
+        test_swiglu_grad_slices(dt);
     }
     test_grad_rows_checked();
     return tk_summary("test_packed");

@@ -1,6 +1,8 @@
 // Tests of the FSDP layout (torch.chunk sizes, padding, block offsets, largest-dim
 // sharding, post-forward slices, the generator-plan check), of sharding with zero padding,
-// and of the gradient divide factors against PyTorch's _get_gradient_divide_factors.
+// of the gradient divide factors against PyTorch's _get_gradient_divide_factors, and of the
+// check of a group's unsharded parameters' words (permuted orders accepted, overlaps, gaps,
+// misaligned or negative words and a wrong size refused).
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -246,6 +248,68 @@ static void test_world1(void) {
     rt_fsdp_layout_free(&l);
 }
 
+// ---- unsharded parameters ---------------------------------------------------------------
+
+// A Llama block's unsharded parameters (words: fp32 norms, packed weights, a from_shard
+// parameter with none), placed by the generator with w3 next to w1 (stacked in backward)
+// and the rest in group order.
+enum { U_NORM1, U_W1, U_W2, U_W3, U_EMB, U_NORM2, U_N };
+static const char* const u_names[U_N] = {"attention_norm.weight", "w1.weight", "w2.weight",
+                                         "w3.weight", "tok_embeddings.weight", "ffn_norm.weight"};
+static const int64_t u_words[U_N] = {5, 32, 32, 32, 0, 6};  // rounded: 8, 32, 32, 32, 0, 8
+
+// Runs rt_fsdp_unsharded_check on words at[] and total: 1 when its status is st and (st != 0)
+// its message contains want.
+static int unsharded_case(const int64_t* at, int64_t total, int st, const char* want, char* err,
+                          size_t cap) {
+    rt_fsdp_unsharded_param u[U_N];
+    for (int i = 0; i < U_N; i++) u[i] = (rt_fsdp_unsharded_param){u_names[i], at[i], u_words[i]};
+    err[0] = 0;
+    const int got = rt_fsdp_unsharded_check("layers.0", u, U_N, total, err, cap);
+    return got == st && (!st || (strstr(err, want) && !strchr(err, '\n')));
+}
+
+static void test_unsharded(void) {
+    char err[512];
+    static const struct {
+        const char* what;
+        int64_t at[U_N], total;
+        int st;
+        const char* want;
+    } cases[] = {
+        {"group order", {0, 8, 40, 72, 104, 104}, 112, 0, ""},
+        {"w3 next to w1 (stacked), w2 after them", {0, 8, 72, 40, 104, 104}, 112, 0, ""},
+        {"w1 and w3 first, the parameter without words at the end", {64, 32, 72, 0, 112, 104}, 112,
+         0, ""},
+        {"w2 overlapping w3", {0, 8, 64, 40, 96, 96}, 104, RT_ERR_MISMATCH,
+         "parameter 'w2.weight' of group 'layers.0' is planned at word 64 of the unsharded "
+         "parameters, the layout has it at 72 (overlapping 'w3.weight': a generator bug)"},
+        {"w1 and w3 at one word", {0, 8, 40, 8, 72, 72}, 80, RT_ERR_MISMATCH,
+         "'w3.weight' of group 'layers.0' is planned at word 8 of the unsharded parameters, the "
+         "layout has it at 40 (overlapping 'w1.weight'"},
+        {"w3 not at a multiple of 4 words", {0, 8, 76, 42, 108, 108}, 116, RT_ERR_MISMATCH,
+         "'w3.weight' of group 'layers.0' is planned at word 42 of the unsharded parameters, the "
+         "layout has it at 40 (not a multiple of 4 words"},
+        {"a gap before w2", {0, 8, 76, 40, 108, 108}, 116, RT_ERR_MISMATCH,
+         "'w2.weight' of group 'layers.0' is planned at word 76 of the unsharded parameters, the "
+         "layout has it at 72 (words 72 to 76 unused"},
+        {"a negative word", {-8, 8, 72, 40, 104, 104}, 112, RT_ERR_MISMATCH,
+         "'attention_norm.weight' of group 'layers.0' is planned at word -8 of the unsharded "
+         "parameters, the layout has it at 0 (a negative word"},
+        {"a parameter past the planned size", {0, 8, 72, 40, 104, 104}, 108, RT_ERR_MISMATCH,
+         "group 'layers.0' plans 108 words of unsharded parameters, the layout has 112 (a "
+         "generator bug)"},
+        {"the packed size planned with padding", {0, 8, 72, 40, 104, 104}, 120, RT_ERR_MISMATCH,
+         "group 'layers.0' plans 120 words of unsharded parameters, the layout has 112"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int ok = unsharded_case(cases[k].at, cases[k].total, cases[k].st, cases[k].want, err,
+                                      sizeof err);
+        CHECK(ok, "unsharded parameters, %s: %s%s", cases[k].what,
+              cases[k].st ? "refused: " : "accepted", err);
+    }
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_chunks();
@@ -255,5 +319,6 @@ int main(void) {
     test_padding();
     test_divide();
     test_world1();
+    test_unsharded();
     return check_summary();
 }

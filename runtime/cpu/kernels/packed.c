@@ -77,10 +77,12 @@ static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
 
 static size_t elems(int N, int cols) { return N > 0 && cols > 0 ? (size_t)N * cols : 1; }
 
-// The fp32 operand of a packed linear: p itself, or its packed rows widened into x.
-static const float* operand(float* x, const void* p, int N, int cols, int packed, rt_dtype dt) {
+// The fp32 operand of a packed linear: p itself, or its packed rows (ld elements: RT_LD16(cols),
+// or a column slice's) widened into x.
+static const float* operand(float* x, const void* p, int N, int cols, int ld, int packed,
+                            rt_dtype dt) {
     if (!packed) return p;
-    if (N > 0 && cols > 0) unpack(x, p, N, cols, dt);
+    if (N > 0 && cols > 0) unpack_rows(x, p, N, cols, ld, dt);
     return x;
 }
 
@@ -92,10 +94,11 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
     if (N <= 0 || OC <= 0) return;
     const size_t ni = elems(N, C), nw = elems(OC, C), ny = elems(N, OC);
     float* s = scratch_floats(ni + nw + ny + (size_t)OC);
-    const float* x = operand(s, inp, N, C, packed & RT_PACKED_INP, dt);
-    const float* w = operand(s + ni, weight, OC, C, packed & RT_PACKED_INP2, dt);
-    const float* b =
-        bias ? operand(s + ni + nw + ny, bias, 1, OC, packed & RT_PACKED_INP3, dt) : NULL;
+    const float* x = operand(s, inp, N, C, RT_LD16(C), packed & RT_PACKED_INP, dt);
+    const float* w = operand(s + ni, weight, OC, C, RT_LD16(C), packed & RT_PACKED_INP2, dt);
+    const float* b = bias ? operand(s + ni + nw + ny, bias, 1, OC, RT_LD16(OC),
+                                    packed & RT_PACKED_INP3, dt)
+                          : NULL;
     float* y = packed & RT_PACKED_OUT ? s + ni + nw : out;
     rt_linear_forward(y, x, w, b, N, C, OC, dt);
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
@@ -103,14 +106,17 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
 
 void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
-                               int packed, rt_dtype dt, int assign) {
+                               int packed, rt_dtype dt, int assign, int ld_dout) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
     RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
+    if (ld_dout == 0) ld_dout = packed & RT_PACKED_OUT ? RT_LD16(OC) : OC;  // dense rows
+    RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, "rt_linear_packed_backward");
     const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C);
     float* s = scratch_floats(nd + 2 * ni + nw);
-    const float* d = operand(s, dout, N, OC, packed & RT_PACKED_OUT, dt);
-    const float* x = operand(s + nd, inp, N, C, packed & RT_PACKED_INP, dt);
-    const float* w = operand(s + nd + ni, weight, OC, C, packed & RT_PACKED_INP2, dt);
+    // dout's OC columns of each row of ld_dout (a slice of a stack: the others are not read)
+    const float* d = operand(s, dout, N, OC, ld_dout, packed & RT_PACKED_OUT, dt);
+    const float* x = operand(s + nd, inp, N, C, RT_LD16(C), packed & RT_PACKED_INP, dt);
+    const float* w = operand(s + nd + ni, weight, OC, C, RT_LD16(C), packed & RT_PACKED_INP2, dt);
     float* g = dinp && (packed & RT_PACKED_DINP) ? s + nd + ni + nw : dinp;
     if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0) unpack(g, dinp, N, C, dt);
     rt_linear_backward(g, dweight, dbias, d, x, w, N, C, OC, dt, assign);
@@ -210,20 +216,47 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
     dense_store(out, y, n, dt);
 }
 
+// A gradient of rows x cols values in rows of ld elements (rt_kernels.h "Gradient row
+// lengths"): dense_grad's fp32 buffer, the k-th n-value slot of s (its packed rows' cols
+// columns widened there unless assigned), or p itself in fp32 storage (ld == cols).
+static float* rows_grad(float* s, int k, void* p, int rows, int cols, int ld, int packed,
+                        int assigned, rt_dtype dt) {
+    const size_t n = (size_t)rows * cols;
+    float* g = dense_target(s, k, p, n, packed);
+    if (g != p && !assigned) unpack_rows(g, p, rows, cols, ld, dt);
+    return g;
+}
+
+// rows_grad's buffer g narrowed into the gradient p: only its cols columns of each row (the
+// others belong to a wider matrix's other slices).
+static void rows_store(void* p, const float* g, int rows, int cols, int ld, rt_dtype dt) {
+    if (g != p) pack_rows(p, g, rows, cols, ld, cols, dt);
+}
+
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
-                               const void* b, size_t n, int packed, rt_dtype dt, int assign) {
-    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
-    RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_swiglu_packed_backward");
+                               const void* b, size_t n, int packed, rt_dtype dt, int assign,
+                               int C, int ld_da, int ld_db) {
+    static const char* kernel = "rt_swiglu_packed_backward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel);
+    RT_KCHECK_SWIGLU_ROWS(n, C, kernel);
+    if (ld_da == 0) ld_da = C;  // dense rows
+    if (ld_db == 0) ld_db = C;
+    if (da) RT_KCHECK_ROW_LD(ld_da, C, packed & RT_PACKED_DINP, "da", kernel);
+    if (db) RT_KCHECK_ROW_LD(ld_db, C, packed & RT_PACKED_DINP2, "db", kernel);
     if (n == 0) return;
+    const int rows = (int)(n / (size_t)C);
     float* s = scratch_floats(5 * n);
     const float* x = dense_operand(s, 0, a, n, packed & RT_PACKED_INP, dt);
     const float* z = dense_operand(s, 1, b, n, packed & RT_PACKED_INP2, dt);
     const float* d = dense_operand(s, 2, dout, n, packed & RT_PACKED_OUT, dt);
-    float* ga = dense_grad(s, 3, da, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
-    float* gb = dense_grad(s, 4, db, n, packed & RT_PACKED_DINP2, assign & RT_ASSIGN_2, dt);
+    float* ga = rows_grad(s, 3, da, rows, C, ld_da, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1,
+                          dt);
+    float* gb = rows_grad(s, 4, db, rows, C, ld_db, packed & RT_PACKED_DINP2,
+                          assign & RT_ASSIGN_2, dt);
     rt_swiglu_backward(ga, gb, d, x, z, n, dt, assign);
-    dense_store(da, ga, n, dt);
-    dense_store(db, gb, n, dt);
+    rows_store(da, ga, rows, C, ld_da, dt);
+    rows_store(db, gb, rows, C, ld_db, dt);
 }
 
 // ---- rotary embeddings and attention: packed operands widened, packed outputs narrowed
@@ -245,15 +278,12 @@ void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, in
 }
 
 // A gradient of `heads` heads in rows of ld elements (rt_kernels.h "Gradient row lengths":
-// 0 is dense): dense_grad's fp32 buffer at s (its packed rows' values widened there unless
-// assigned), or p itself in fp32 storage.
+// 0 is dense): rows_grad's fp32 buffer at s, or p itself in fp32 storage.
 static float* head_grad(float* s, void* p, int B, int T, int heads, int HD, int ld, int packed,
                         int assigned, rt_dtype dt) {
     const size_t n = head_elems(B, T, heads, HD);
     if (!ld || !n) return dense_grad(s, 0, p, n, packed, assigned, dt);
-    float* g = dense_target(s, 0, p, n, packed);
-    if (g != p && !assigned) unpack_rows(g, p, B * T, heads * HD, ld, dt);
-    return g;
+    return rows_grad(s, 0, p, B * T, heads * HD, ld, packed, assigned, dt);
 }
 
 // head_grad's buffer g narrowed into the gradient p, only its columns of each row.
@@ -261,7 +291,7 @@ static void head_store(void* p, const float* g, int B, int T, int heads, int HD,
                        rt_dtype dt) {
     const size_t n = head_elems(B, T, heads, HD);
     if (!ld || !n) dense_store(p, g, n, dt);
-    else if (g != p) pack_rows(p, g, B * T, heads * HD, ld, heads * HD, dt);
+    else rows_store(p, g, B * T, heads * HD, ld, dt);
 }
 
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,

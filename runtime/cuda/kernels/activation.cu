@@ -166,7 +166,9 @@ RTC_ACTIVATION(silu)
 // rounded to dt where separate silu and mul kernels would have rounded their outputs, and
 // out, da, db at their stores. da == db (swiglu(x, x); fp32 storage) gets both
 // contributions, da's first, and one rounding. Vectorised flat kernels (rtc_flat): W
-// elements per access, each computed alone as before.
+// elements per access, each computed alone as before. In backward da and db may be column
+// slices of wider matrices (rt_kernels.h "Gradient row lengths"): element i of the dense
+// rows of C is at rtc_slice_at(i, C, ld) of a gradient in rows of ld.
 
 template <int W, class O, class A, class B>
 __global__ void swiglu_forward_kernel(O* out, const A* a, const B* b, size_t n, rt_dtype dt) {
@@ -180,20 +182,28 @@ __global__ void swiglu_forward_kernel(O* out, const A* a, const B* b, size_t n, 
     });
 }
 
+// Element i of dense rows of C in rows of ld: i itself where ld == C (the division left
+// out), else its row's start plus its column. A group of RTC_VEC (i a multiple of RTC_VEC)
+// stays in one row, 16-byte aligned, where C and ld are multiples of RTC_VEC.
+__device__ __forceinline__ size_t rtc_slice_at(size_t i, int C, int ld) {
+    return ld == C ? i : i / (size_t)C * (size_t)ld + i % (size_t)C;
+}
+
 template <int W, class GA, class GB, class D, class A, class B>
 __global__ void swiglu_backward_kernel(GA* da, GB* db,  // may be one buffer
                                        const D* __restrict__ dout, const A* __restrict__ a,
-                                       const B* __restrict__ b, size_t n, rt_dtype dt, int as1,
-                                       int as2) {
-    const bool aliased = da && (const void*)da == (const void*)db;
+                                       const B* __restrict__ b, size_t n, int C, int lda,
+                                       int ldb, rt_dtype dt, int as1, int as2) {
+    const bool aliased = da && (const void*)da == (const void*)db;  // then lda == ldb == C
     rtc_flat<W>(n, [&](auto w, size_t i) {
         constexpr int K = decltype(w)::value;
         float x[K], y[K], d[K], g[K] = {}, h[K] = {};  // a, b, dout; da's and db's values
+        const size_t ia = rtc_slice_at(i, C, lda), ib = rtc_slice_at(i, C, ldb);
         rtc_ldv(a, i, dt, x);
         rtc_ldv(b, i, dt, y);
         rtc_ldv(dout, i, dt, d);
-        if (aliased || (da && !as1)) rtc_ldv(da, i, dt, g);
-        if (db && !aliased && !as2) rtc_ldv(db, i, dt, h);
+        if (aliased || (da && !as1)) rtc_ldv(da, ia, dt, g);
+        if (db && !aliased && !as2) rtc_ldv(db, ib, dt, h);
         for (int u = 0; u < K; u++) {
             const float s = rtc_sigmoidf(x[u]);
             const float silu = rtc_round_to(x[u] * s, dt);  // the forward's rounded silu(a)
@@ -206,8 +216,8 @@ __global__ void swiglu_backward_kernel(GA* da, GB* db,  // may be one buffer
             if (da) g[u] = RT_KBASE(g[u], as1) + ga;
             if (db) h[u] = RT_KBASE(h[u], as2) + d[u] * silu;
         }
-        if (da) rtc_stv(da, i, g, dt);
-        if (db && !aliased) rtc_stv(db, i, h, dt);
+        if (da) rtc_stv(da, ia, g, dt);
+        if (db && !aliased) rtc_stv(db, ib, h, dt);
     });
 }
 
@@ -225,17 +235,24 @@ static void swiglu_forward(void* out, const void* a, const void* b, size_t n, in
     });
 }
 
+// da and db in rows of lda and ldb, dout, a and b in rows of C (checked by the caller).
 static void swiglu_backward(void* da, void* db, const void* dout, const void* a, const void* b,
-                            size_t n, int packed, rt_dtype dt, int assign) {
+                            size_t n, int packed, rt_dtype dt, int assign, int C, int lda,
+                            int ldb) {
     if (!da && !db) return;
-    const bool aligned = rtc_aligned16({da, db, dout, a, b});
+    if (n == (size_t)C || !da) lda = C;  // one row: dense, whatever the ld; no da: unused
+    if (n == (size_t)C || !db) ldb = C;
+    // groups of RTC_VEC where each group's elements are consecutive in every gradient
+    const bool aligned = rtc_aligned16({da, db, dout, a, b}) &&
+                         (C % RTC_VEC == 0 || (lda == C && ldb == C));
     rtc_with_storage(packed & RT_PACKED_DINP, da, [&](auto ga) {
         rtc_with_storage(packed & RT_PACKED_DINP2, db, [&](auto gb) {
             rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
                 rtc_with_storage(packed & RT_PACKED_INP, a, [&](auto x) {
                     rtc_with_storage(packed & RT_PACKED_INP2, b, [&](auto y) {
-                        RTC_LAUNCH_VEC(swiglu_backward_kernel, n, aligned, ga, gb, d, x, y, n, dt,
-                                       assign & RT_ASSIGN_1, assign & RT_ASSIGN_2);
+                        RTC_LAUNCH_VEC(swiglu_backward_kernel, n, aligned, ga, gb, d, x, y, n, C,
+                                       lda, ldb, dt, assign & RT_ASSIGN_1,
+                                       assign & RT_ASSIGN_2);
                     });
                 });
             });
@@ -251,7 +268,7 @@ void rt_swiglu_forward(float* out, const float* a, const float* b, size_t n, rt_
 void rt_swiglu_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                         size_t n, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_swiglu_backward");
-    swiglu_backward(da, db, dout, a, b, n, 0, dt, assign);
+    swiglu_backward(da, db, dout, a, b, n, 0, dt, assign, 1, 1, 1);  // dense: rows of 1
 }
 
 void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,
@@ -261,10 +278,17 @@ void rt_swiglu_packed_forward(void* out, const void* a, const void* b, size_t n,
 }
 
 void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void* a,
-                               const void* b, size_t n, int packed, rt_dtype dt, int assign) {
-    RT_KCHECK_PACKED_DT(dt, "rt_swiglu_packed_backward");
-    RT_KCHECK_PACKED_ALIAS(da, db, packed, "rt_swiglu_packed_backward");
-    swiglu_backward(da, db, dout, a, b, n, packed, dt, assign);
+                               const void* b, size_t n, int packed, rt_dtype dt, int assign,
+                               int C, int ld_da, int ld_db) {
+    static const char* kernel = "rt_swiglu_packed_backward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel);
+    RT_KCHECK_SWIGLU_ROWS(n, C, kernel);
+    if (ld_da == 0) ld_da = C;  // dense rows
+    if (ld_db == 0) ld_db = C;
+    if (da) RT_KCHECK_ROW_LD(ld_da, C, packed & RT_PACKED_DINP, "da", kernel);
+    if (db) RT_KCHECK_ROW_LD(ld_db, C, packed & RT_PACKED_DINP2, "db", kernel);
+    swiglu_backward(da, db, dout, a, b, n, packed, dt, assign, C, ld_da, ld_db);
 }
 
 // ----------------------------------------------------------------------------

@@ -149,14 +149,15 @@ __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __res
     }
 }
 
-// The 16-bit products of the backward from dout's 16-bit rows d16 (rtc_ld16(OC) long, zero
-// padding: a copy or the packed dout), the input's (x16p: packed; NULL: a copy of inp) and
-// the weight's (weight16), the other copies at s (linear_backward16_elems of them, in the
-// operand scratch). dinp's sums run over OC rounded up to 8 (dout's zero padding times the weight copy's zero rows:
-// an odd OC sent cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an
-// assigned dinp is rounded in cuBLAS's epilogue and widened into place (as
-// linear_forward16's output), or left there when it is packed (pg); a packed dinp added to
-// gets the fp32 product, then one pass adding and rounding (add_packed_kernel).
+// The 16-bit products of the backward from dout's 16-bit rows d16 (a copy or the packed
+// dout: rtc_ld16(OC) long with zero padding, or a column slice of OC a multiple of 8), the
+// input's (x16p: packed; NULL: a copy of inp) and the weight's (weight16), the other copies
+// at s (linear_backward16_elems of them, in the operand scratch). dinp's sums run over OC
+// rounded up to 8 (dout's zero padding times the weight copy's zero rows: an odd OC sent
+// cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an assigned dinp is
+// rounded in cuBLAS's epilogue and widened into place (as linear_forward16's output), or
+// left there when it is packed (pg); a packed dinp added to gets the fp32 product, then one
+// pass adding and rounding (add_packed_kernel).
 static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16 d16, char* s,
                               const float* inp, const void* x16p, const float* weight,
                               const void* w16p, int N, int C, int OC, rt_dtype dt, int as,
@@ -202,10 +203,12 @@ static bool linear_backward_empty(void* dinp, bool pg, float* dweight, int N, in
 // The backward of both entry points (no checks here; packed is 0 for RT_F32): the
 // degenerate shapes and dbias, then fp32 GEMMs, or the 16-bit products with dout narrowed
 // once for both unless it is packed (as inp and dinp may be: rt_linear_packed_backward's
-// contract).
+// contract). dout's rows are ld_dout long: OC unless packed; packed, RT_LD16(OC) or a column
+// slice of a wider matrix (OC a multiple of 8, so that the dinp GEMM's sum over OC rounded
+// up to 8 reads no other slice's columns), read in place by the GEMMs and the bias sums.
 static void linear_backward_any(void* dinp, float* dweight, float* dbias, const void* dout,
                                 const void* inp, const void* weight, int N, int C, int OC,
-                                int packed, rt_dtype dt, int assign) {
+                                int packed, rt_dtype dt, int assign, int ld_dout) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
@@ -213,7 +216,7 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
     const bool done = linear_backward_empty(dinp, pg, dweight, N, C, OC, as, as_w);
     if (dbias && (N > 0 || as_w) && OC > 0)  // assigned without rows: zeros
         rtc_with_storage(pd, dout, [&](auto d) {
-            colsum_acc(dbias, d, N, OC, pd ? rtc_ld16(OC) : OC, dt, as_w);
+            colsum_acc(dbias, d, N, OC, ld_dout, dt, as_w);
         });
     if (done || (!dinp && !dweight)) return;
     if (dt == RT_F32) {
@@ -231,7 +234,7 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
     const size_t nd = pd ? 0 : rtc_elems16(N, OC);
     char* s = (char*)rtc_operand_scratch(
         (nd + linear_backward16_elems(dinp, dweight, pi, pw, pg, N, C, OC, as)) * 2);
-    const rtc_operand16 d16 = pd ? rtc_operand16{dout, rtc_ld16(OC)}
+    const rtc_operand16 d16 = pd ? rtc_operand16{dout, ld_dout}
                                  : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
     linear_backward16(dinp, pg, dweight, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL,
                       pw ? NULL : (const float*)weight, pw ? weight : NULL, N, C, OC, dt, as,
@@ -242,7 +245,7 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
-    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign);
+    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign, OC);
 }
 
 // ----------------------------------------------------------------------------
@@ -280,8 +283,11 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
 
 void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
-                               int packed, rt_dtype dt, int assign) {
+                               int packed, rt_dtype dt, int assign, int ld_dout) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
     RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
-    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign);
+    if (ld_dout == 0) ld_dout = packed & RT_PACKED_OUT ? RT_LD16(OC) : OC;  // dense rows
+    RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, "rt_linear_packed_backward");
+    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
+                        ld_dout);
 }
