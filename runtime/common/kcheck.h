@@ -91,11 +91,13 @@
               "%s: %s with row length %d, width %d, %s", kernel, what, (int)(ld), (int)(W),    \
               (is_packed) ? "packed" : "fp32 storage")
 
-// A linear's dout in rows of ld_dout (RT_KCHECK_ROW_LD): packed with OC not a multiple of 8,
-// it is its own rows of RT_LD16(OC), zero padding, not a slice of a wider matrix: the GPU's
-// dinp GEMM sums over OC rounded up to 8 (linear.cu), which the padding's zeros keep exact.
+// A linear's dout in rows of ld_dout (RT_KCHECK_ROW_LD; 0 becomes the dense rows' length,
+// in place): packed with OC not a multiple of 8, it is its own rows of RT_LD16(OC), zero
+// padding, not a slice of a wider matrix: the GPU's dinp GEMM sums over OC rounded up to 8
+// (linear.cu), which the padding's zeros keep exact.
 #define RT_KCHECK_LINEAR_DOUT_LD(ld, OC, packed, kernel)                                      \
     do {                                                                                      \
+        if ((ld) == 0) (ld) = (packed) & RT_PACKED_OUT ? RT_LD16(OC) : (OC);                  \
         RT_KCHECK_ROW_LD(ld, OC, (packed) & RT_PACKED_OUT, "dout", kernel);                    \
         RT_KCHECK(!((packed) & RT_PACKED_OUT) || (OC) % 8 == 0 || (ld) == RT_LD16(OC),         \
                   "a packed dout is a column slice only with OC a multiple of 8; else its "   \
@@ -103,12 +105,19 @@
                   "%s: packed dout with row length %d, width %d", kernel, (int)(ld), (int)(OC)); \
     } while (0)
 
-// swiglu's packed backward: n values in rows of C, whose gradients' rows have their own
-// lengths (rt_swiglu_packed_backward).
-#define RT_KCHECK_SWIGLU_ROWS(n, C, kernel)                                                \
-    RT_KCHECK((C) > 0 && (size_t)(n) % (size_t)(C) == 0,                                   \
-              "swiglu's n values are rows of C: C > 0 and n a multiple of C",              \
-              "%s with n = %zu, C = %d", kernel, (size_t)(n), (int)(C))
+// swiglu's packed backward (rt_swiglu_packed_backward): n values in rows of C, whose
+// gradients da and db have rows of ld_da and ld_db (RT_KCHECK_ROW_LD; 0 becomes C, in
+// place).
+#define RT_KCHECK_SWIGLU_ROWS(n, C, da, db, ld_da, ld_db, packed, kernel)                  \
+    do {                                                                                   \
+        RT_KCHECK((C) > 0 && (size_t)(n) % (size_t)(C) == 0,                               \
+                  "swiglu's n values are rows of C: C > 0 and n a multiple of C",          \
+                  "%s with n = %zu, C = %d", kernel, (size_t)(n), (int)(C));               \
+        if ((ld_da) == 0) (ld_da) = (C);                                                   \
+        if ((ld_db) == 0) (ld_db) = (C);                                                   \
+        if (da) RT_KCHECK_ROW_LD(ld_da, C, (packed) & RT_PACKED_DINP, "da", kernel);       \
+        if (db) RT_KCHECK_ROW_LD(ld_db, C, (packed) & RT_PACKED_DINP2, "db", kernel);      \
+    } while (0)
 
 // A linear's packed weight (RT_PACKED_INP2) is dense 16-bit rows that the GPU's GEMMs read
 // in place, without the zero rows a copy gets up to the next multiple of 8 (linear.cu).

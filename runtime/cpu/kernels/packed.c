@@ -109,7 +109,6 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
                                int packed, rt_dtype dt, int assign, int ld_dout) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
     RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
-    if (ld_dout == 0) ld_dout = packed & RT_PACKED_OUT ? RT_LD16(OC) : OC;  // dense rows
     RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, "rt_linear_packed_backward");
     const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C);
     float* s = scratch_floats(nd + 2 * ni + nw);
@@ -239,11 +238,7 @@ void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void*
     static const char* kernel = "rt_swiglu_packed_backward";
     RT_KCHECK_PACKED_DT(dt, kernel);
     RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel);
-    RT_KCHECK_SWIGLU_ROWS(n, C, kernel);
-    if (ld_da == 0) ld_da = C;  // dense rows
-    if (ld_db == 0) ld_db = C;
-    if (da) RT_KCHECK_ROW_LD(ld_da, C, packed & RT_PACKED_DINP, "da", kernel);
-    if (db) RT_KCHECK_ROW_LD(ld_db, C, packed & RT_PACKED_DINP2, "db", kernel);
+    RT_KCHECK_SWIGLU_ROWS(n, C, da, db, ld_da, ld_db, packed, kernel);
     if (n == 0) return;
     const int rows = (int)(n / (size_t)C);
     float* s = scratch_floats(5 * n);

@@ -283,11 +283,7 @@ void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void*
     static const char* kernel = "rt_swiglu_packed_backward";
     RT_KCHECK_PACKED_DT(dt, kernel);
     RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel);
-    RT_KCHECK_SWIGLU_ROWS(n, C, kernel);
-    if (ld_da == 0) ld_da = C;  // dense rows
-    if (ld_db == 0) ld_db = C;
-    if (da) RT_KCHECK_ROW_LD(ld_da, C, packed & RT_PACKED_DINP, "da", kernel);
-    if (db) RT_KCHECK_ROW_LD(ld_db, C, packed & RT_PACKED_DINP2, "db", kernel);
+    RT_KCHECK_SWIGLU_ROWS(n, C, da, db, ld_da, ld_db, packed, kernel);
     swiglu_backward(da, db, dout, a, b, n, packed, dt, assign, C, ld_da, ld_db);
 }
 

@@ -286,7 +286,6 @@ void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const v
                                int packed, rt_dtype dt, int assign, int ld_dout) {
     RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
     RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
-    if (ld_dout == 0) ld_dout = packed & RT_PACKED_OUT ? RT_LD16(OC) : OC;  // dense rows
     RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, "rt_linear_packed_backward");
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
                         ld_dout);
