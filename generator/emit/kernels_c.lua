@@ -593,13 +593,17 @@ function M.backward_stacked(s, c)
     return kcall("linear", "backward", args, bits, dt, a, tostring(s.ld))[1]
   end
   if not s.split then return { call(c.grad(x), dweight, dout, weight, s.ld, as) }, assigned end
-  -- the input gradient over the stacked weights, then each weight's gradient from its columns
-  local a1 = as:gsub(" | RT_ASSIGN_DWEIGHT", ""):gsub("RT_ASSIGN_DWEIGHT", "RT_ACCUMULATE")
-  local aw = as:find("RT_ASSIGN_DWEIGHT") and "RT_ASSIGN_DWEIGHT" or "RT_ACCUMULATE"
+  -- the input gradient over the stacked weights, then each weight's gradient from its
+  -- columns: as's input bits on the first call, its RT_ASSIGN_DWEIGHT on the others
+  local bits_in, dw = {}, "RT_ACCUMULATE"
+  for b in as:gmatch("RT_[%w_]+") do
+    if b == "RT_ASSIGN_DWEIGHT" then dw = b elseif b ~= "RT_ACCUMULATE" then bits_in[#bits_in + 1] = b end
+  end
+  local a1 = #bits_in > 0 and table.concat(bits_in, " | ") or "RT_ACCUMULATE"
   local calls = { call(c.grad(x), "NULL", dout, weight, s.ld, a1) }
   for _, m in ipairs(s.ops) do
     local y = m.outs[1]
-    calls[#calls + 1] = call("NULL", c.grad(m.ins[2]), c.grad(y), c.val(m.ins[2]), y.shape[#y.shape], aw)
+    calls[#calls + 1] = call("NULL", c.grad(m.ins[2]), c.grad(y), c.val(m.ins[2]), y.shape[#y.shape], dw)
   end
   return calls, assigned
 end

@@ -260,15 +260,6 @@ local function mark_packed_activations(graph)
   end
 end
 
---   * Unsharded parameters that only linears read, each as its weight (position 2: 2-D with
---     both dims multiples of 8, dense rows and no zero rows for the GEMM to add) or as its
---     bias (position 3: a multiple of 8 values, no padding for cuBLASLt's bias epilogue),
---     in the parameter's 16-bit dtype (backward_in_dtype: no parameter input): the
---     all-gather's copy-out writes param_dtype's bits into the unsharded parameters
---     (rt_model.h `packed`; place_unsharded_params) and the GEMMs read them in place instead
---     of a copy narrowed in every forward and backward (rt_kernels.h RT_PACKED_INP2 and
---     RT_PACKED_INP3: GPT-2's biases, 24 copies a step). The unsharded gradients keep their
---     fp32 layout.
 -- The order of group g's unsharded parameters (place_unsharded_params), as
 -- `p.unsharded_pos`: the group's, except that the packed weights of linears that all read
 -- one input follow the first of them (Llama's w1 and w3, registered with w2 between them),
@@ -300,6 +291,15 @@ local function unsharded_order(g, readers)
   end
 end
 
+--   * Unsharded parameters that only linears read, each as its weight (position 2: 2-D with
+--     both dims multiples of 8, dense rows and no zero rows for the GEMM to add) or as its
+--     bias (position 3: a multiple of 8 values, no padding for cuBLASLt's bias epilogue),
+--     in the parameter's 16-bit dtype (backward_in_dtype: no parameter input): the
+--     all-gather's copy-out writes param_dtype's bits into the unsharded parameters
+--     (rt_model.h `packed`; place_unsharded_params) and the GEMMs read them in place instead
+--     of a copy narrowed in every forward and backward (rt_kernels.h RT_PACKED_INP2 and
+--     RT_PACKED_INP3: GPT-2's biases, 24 copies a step). The unsharded gradients keep their
+--     fp32 layout.
 local function mark_packed_params(plan)
   local readers = readers_of(plan.graph)
   for _, g in ipairs(plan.groups) do

@@ -98,8 +98,8 @@ end
 -- copy of each operand not stored packed (rtc_narrow: the input, the weight and the bias in
 -- the forward, the output's gradient in the backward; 4 bytes read and 2 written an
 -- element), the bias gradient's column sums (one launch, column_sums.cuh: the output's
--- gradient read again) and, for an output width not a multiple of 8, the weight gradient's last rows as a
--- second product.
+-- gradient read again) and, for an output width not a multiple of 8, the weight
+-- gradient's last rows as a second product.
 local function linear_extras(op, bwd)
   local y = memory.base(op.outs[1])
   if trace.dtype_bytes[y.dtype] == 4 then return 0, 0 end
