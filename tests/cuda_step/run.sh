@@ -95,10 +95,12 @@ bit_specs+=" multi_forward_raf_true_ckpt_none offload_cpu "
 # unshards and reshards, setters per microbatch): the lazy stream modes below check the
 # events between the step's streams on programs nobody wrote by hand. Not on the GPU, whose
 # device time goes to what only it can show.
+# They are tests/conformance/run.sh's first four (the same seed), at its path: a spec name
+# has one build folder (build/fuzz_mbN/), which refuses a spec of that name from elsewhere.
 if [ "$gpu" = 0 ] && [ "$slow" = 1 ]; then
-    mkdir -p "$work/fuzz"
-    if lua5.4 tests/generator/step_fuzz.lua --write "$work/fuzz" 4; then
-        for f in "$work"/fuzz/*.lua; do specs+=("$f 1e-3"); done
+    mkdir -p build/fuzz_specs
+    if lua5.4 tests/generator/step_fuzz.lua --write build/fuzz_specs 4; then
+        for i in 1 2 3 4; do specs+=("build/fuzz_specs/fuzz_mb$i.lua 1e-3"); done
     else
         fail "tests/generator/step_fuzz.lua --write: no random programs"
     fi
