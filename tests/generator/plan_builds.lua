@@ -34,7 +34,8 @@ local OFFSETS = { all_gather = { 5, 6 }, all_gather_wait = { 3 }, all_gather_dir
   reduce_scatter = { 4, 6, 7 } }
 
 -- How the step C reads, or nil: no line over 100 columns, no view or offset argument by
--- a bare number (F(123, 4), rt_step_all_gather(R, 0, 0, "FORWARD", 123, 0)) but "0", none.
+-- a bare number (F(123, 4), rt_step_all_gather(R, 0, 0, "FORWARD", 123, 0)) but "0", none
+-- (a post-forward buffer, or a group's unsharded parameters where it has none).
 local function unreadable(c)
   local n = 0
   for line in c:gmatch("[^\n]+") do
@@ -47,8 +48,10 @@ local function unreadable(c)
     local bad = code:find("[FI]%(%d")
     for _, i in ipairs(k and OFFSETS[k] or {}) do
       local a = util.args_of(code:match("^%s*(.-)%s*$"))[i]
-      local pf_none = a == "0" and k == "all_gather" and i == 6  -- no post-forward buffer
-      if not (a and (a:match("^[%a_][%w_]*$") or pf_none)) then bad = true end
+      -- "0": no post-forward buffer; no unsharded parameters (all read from the shards)
+      local none = a == "0" and ((k == "all_gather" and i == 6)
+        or (k == "all_gather_direct" and i == 4) or (k == "all_gather_wait" and i == 3))
+      if not (a and (a:match("^[%a_][%w_]*$") or none)) then bad = true end
     end
     if bad then return "an arena offset by number: " .. line end
   end
