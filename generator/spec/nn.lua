@@ -32,6 +32,10 @@ function nn.Parameter(shape, init)
     errors.raise(string.format("the spec makes more than %d parameters, the most fsdpgen plans", nn.MAX_PARAMS))
   end
   trace.check_numel(shape, "parameter shape") -- positive integer sizes, at most 2^48 elements
+  if #shape == 0 then  -- FSDP2's FSDPParam refuses it: "Shard dim 0 is invalid for 0D tensor"
+    errors.raise("parameter shape {} has no dimension; fully_shard shards a parameter's dim 0 "
+      .. "(allowed: at least one size, e.g. { 1 })")
+  end
   return setmetatable({
     uid = next_param, shape = shape, dtype = "fp32", requires_grad = true,
     is_param = true, init = init or { kind = "normal", std = 1.0 }, id = -next_param,
