@@ -79,14 +79,16 @@ echo "device: $name, bf16 dense peak $peak TFLOP/s; warmup $warmup steps, timed 
 
 results=$work/results
 : >"$results"
-# run_fsdpgen RT_ATTENTION RT_OPTIMIZER_STREAM IMPL: config $c's fsdpgen binary with those two
-# (rt_model.h, docs/cuda.md "Streams") as row IMPL
+# run_fsdpgen IMPL [VAR=VALUE...]: config $c's fsdpgen binary as row IMPL, with those settings
+# of the binary's environment (docs/cli.md: RT_ATTENTION, RT_OPTIMIZER_STREAM, RT_SM_MARGIN),
+# the others at their defaults whatever the caller's environment says
 run_fsdpgen() {
-  local attn=$1 opt=$2 impl=$3 log=$work/$c.$3.log ms="" tok=""
-  echo "== $c: $impl (RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
-  if RT_ATTENTION=$attn RT_OPTIMIZER_STREAM=$opt ./fsdpgen bench train "bench/specs/$c.lua" --cuda \
-    --steps $((warmup + steps)) >"$log" 2>&1; then
-    grep '^fsdpgen: attention' "$log" | sed "s/^/$impl: /"
+  local impl=$1 log=$work/$c.$1.log ms="" tok=""
+  shift
+  echo "== $c: $impl (${*:+$* }./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
+  if env -u RT_ATTENTION -u RT_OPTIMIZER_STREAM -u RT_SM_MARGIN "$@" ./fsdpgen bench train \
+    "bench/specs/$c.lua" --cuda --steps $((warmup + steps)) >"$log" 2>&1; then
+    grep -E '^fsdpgen: (attention|RT_SM_MARGIN)' "$log" | sed "s/^/$impl: /"
     # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
     read -r ms tok < <(sed -n 's/^bench: .*: \([0-9.]*\) ms\/step, \([0-9.]*\) tok\/s.*/\1 \2/p' "$log")
   fi
@@ -120,15 +122,18 @@ run_torch() {
 # The rows the targets compare first, so that a run cut short (a time limit) has them; each
 # RESULT line is printed as it comes, so its log can be tabled (bench/flops.py table). Then
 # fsdpgen with each attention forced (the spec's default `auto` takes per shape the faster of
-# cuDNN and fsdpgen's kernels, timed at start; the `fsdpgen: attention` lines say which) and
-# with the optimizer after the backward (the default steps each group beside the backward).
+# cuDNN and fsdpgen's kernels, timed at start; the `fsdpgen: attention` lines say which), with
+# the optimizer after the backward (the default steps each group beside the backward), and
+# with 8 and 16 SMs that the GEMMs and cuDNN leave to the optimizer and copy streams.
 for c in "${configs[@]}"; do
-  run_fsdpgen auto side fsdpgen
+  run_fsdpgen fsdpgen
   run_torch torch_eager
   run_torch torch_compile
-  run_fsdpgen cudnn side fsdpgen_cudnn
-  run_fsdpgen fsdpgen side fsdpgen_kernels
-  run_fsdpgen auto compute fsdpgen_opt_after
+  run_fsdpgen fsdpgen_cudnn RT_ATTENTION=cudnn
+  run_fsdpgen fsdpgen_kernels RT_ATTENTION=fsdpgen
+  run_fsdpgen fsdpgen_opt_after RT_OPTIMIZER_STREAM=compute
+  run_fsdpgen fsdpgen_sm8 RT_SM_MARGIN=8
+  run_fsdpgen fsdpgen_sm16 RT_SM_MARGIN=16
 done
 
 echo

@@ -47,6 +47,13 @@ extern "C" {
 void rt_cuda_set_stream(void* stream);
 // This thread's current stream (NULL: the legacy default stream).
 void* rt_cuda_get_stream(void);
+// From now on this thread's GEMMs (cuBLAS and cuBLASLt) are planned for `sms` SMs, not the
+// device's count (0, the initial setting: the device's), so that the SMs left over run
+// other streams' kernels beside them, as TransformerEngine's GEMMs leave SMs to NCCL's
+// (cublasSetSmCountTarget, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET). cuBLAS chooses its
+// kernels for that count: the bits of a GEMM may change with it. Creates the thread's
+// context first if it has none.
+void rt_cuda_set_gemm_sms(int sms);
 
 // ----------------------------------------------------------------------------
 // graph-safe optimizer steps: rt_optim.h's steps with the 1-based step count and the

@@ -47,6 +47,10 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
                                     rt_dtype prec, int deterministic, int ld_dq, int ld_dk,
                                     int ld_dv, char* why, size_t why_len);
 void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s);
+// The plans this thread creates from now on are chosen for `sms` SMs (cuDNN's engine
+// heuristics, CUDNN_ATTR_ENGINEHEUR_SM_COUNT_TARGET; 0, the initial setting, or less: the
+// device's), as rt_cuda_set_gemm_sms (rt_cuda.h) plans the GEMMs.
+void rt_cudnn_set_sm_count(int sms);
 
 // Bytes of device workspace forward and backward need (the larger of the two).
 size_t rt_cudnn_sdpa_workspace_bytes(const rt_cudnn_sdpa* s);

@@ -329,6 +329,21 @@ spec_checks() {
         fi
         env_error "$name" RT_OPTIMIZER_STREAM early \
             "fsdpgen: RT_OPTIMIZER_STREAM=early: must be side (each group's step beside the backward, after its reduction) or compute (after the backward)"
+        # SMs left to the side streams (RT_SM_MARGIN): a bad value is one line; on a GPU,
+        # where cuBLAS and cuDNN choose their kernels for fewer SMs, the run stays within the
+        # CPU's tolerance (the emulator's GEMMs are the same loops either way: the list of a
+        # step's kernels below shows the count reaching every GEMM)
+        env_error "$name" RT_SM_MARGIN 8SMs \
+            "fsdpgen: RT_SM_MARGIN=8SMs: must be a whole number of SMs from 0 to 1023 (the SMs the GEMMs and cuDNN's attention leave to the optimizer and copy streams)"
+        [ "$gpu" = 0 ] && env_error "$name" RT_SM_MARGIN 4 \
+            "fsdpgen: RT_SM_MARGIN=4: must leave the GEMMs at least one of the GPU's 4 SMs (0 to 3)"
+        if [ "$gpu" = 1 ]; then
+            RT_SM_MARGIN=16 "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.margin.safetensors" \
+                >"$work/$name.margin.log" 2>&1
+            PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name with RT_SM_MARGIN=16 ($where)" "$py" \
+                tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.margin.log" \
+                "$work/$name.cpu.safetensors" "$work/$name.margin.safetensors" "$rtol" "$name"
+        fi
         whole_checks
     fi
     [ "$gpu" = 1 ] && return
@@ -446,6 +461,18 @@ if [ "$gpu" = 0 ]; then
             awk 'NR == 1 { print "total " $2; n = $2; next } NR > n + 1 { exit } { print }' "$work/graph.txt" |
                 { read -r total; echo "$total"; sort | uniq -c | sort -k1,1nr -k2; }
         } >"$work/$name.kernels"
+        # RT_SM_MARGIN=1: every GEMM of the step (cuBLAS and cuBLASLt's bias epilogue) is
+        # planned for 3 of the emulator's 4 SMs (its node cublas_gemm@3), nothing else changes
+        rm -f "$work/graph1.txt"
+        RT_SM_MARGIN=1 CUDA_EMU_GRAPH_KERNELS=$work/graph1.txt "$bin" --steps 2 >"$work/run1.log" 2>&1
+        if grep -q "^fsdpgen: RT_SM_MARGIN=1: GEMMs and cuDNN's attention planned for 3 of the GPU's 4 SMs" \
+            "$work/run1.log" && cmp -s <(sed 's/^cublas_gemm$/cublas_gemm@3/' "$work/graph.txt") \
+            "$work/graph1.txt"; then
+            pass "$name with RT_SM_MARGIN=1: rank 0 says so, and each GEMM of the step is planned for 3 of 4 SMs"
+        else
+            head -n 3 "$work/run1.log"
+            fail "$name with RT_SM_MARGIN=1: no line saying so, or the step's kernels are not the default's with every GEMM at 3 SMs"
+        fi
         if [ "${FSDPGEN_UPDATE_GOLDEN:-0}" = 1 ]; then
             cp "$work/$name.kernels" "$golden"
             pass "$name: kernels of a step written to $golden ($(sed -n 's/^total //p' "$golden"))"

@@ -116,7 +116,7 @@ for s in $stages; do
     bench)
         # a config per step: a cut run keeps the other's table
         step "bench gpt2_124m" bench.log 120 bench/run.sh gpt2_124m
-        step "bench llama_1b" bench.log 200 bench/run.sh llama_1b
+        step "bench llama_1b" bench.log 240 bench/run.sh llama_1b
         # how long compute waits for each collective in the bench step (bench/run.sh built it)
         step "bench llama_1b --trace" bench.log 60 build/bench_llama_1b/bench_llama_1b_cuda \
             --steps 4 --trace "$out/llama_1b.trace.json"

@@ -1,6 +1,7 @@
 // Setup of the CUDA kernels: the per-thread context (stream, cuBLAS handle and workspace,
-// reduction scratch), rt_kernels_init, rt_cuda_set_stream / rt_cuda_get_stream, the
-// row-major SGEMM wrapper and the deterministic flat reductions.
+// reduction scratch), rt_kernels_init, rt_cuda_set_stream / rt_cuda_get_stream, the SMs
+// its GEMMs plan for (rt_cuda_set_gemm_sms), the row-major SGEMM wrapper and the
+// deterministic flat reductions.
 //
 // One context per host thread. Ranks are threads of one process (one GPU per thread with
 // NCCL, or several ranks on one GPU in the local test mode), and a cuBLAS handle is neither
@@ -131,6 +132,14 @@ rtc_ctx* rtc_get(void) {
     int rc = pthread_setspecific(ctx_key, c);
     RT_CHECK_SYS(rc == 0, "pthread_setspecific (CUDA kernel context)");
     return c;
+}
+
+void rt_cuda_set_gemm_sms(int sms) {
+    RT_KCHECK(sms >= 0, "0 (the device's SMs) or a positive count", "rt_cuda_set_gemm_sms(%d)",
+              sms);
+    rtc_ctx* c = rtc_get();
+    RT_CHECK_CUBLAS(cublasSetSmCountTarget(c->blas, sms));
+    c->gemm_sms = sms;  // the bias epilogue's descriptors take it at each call
 }
 
 // ----------------------------------------------------------------------------
@@ -370,6 +379,9 @@ static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
                                                    sizeof epilogue));
     RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                    sizeof bias));
+    if (c->gemm_sms > 0)
+        RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                       &c->gemm_sms, sizeof c->gemm_sms));
     // Column-major, as gemm16: D^T[N, M] = op(B)^T op(A)^T, each matrix as stored.
     cublasLtMatrixLayout_t la, lb, ld;
     RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, t16, tb ? K : N, tb ? N : K, B.ld));

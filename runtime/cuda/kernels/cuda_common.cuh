@@ -156,6 +156,7 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 typedef struct rtc_ctx {
     cublasHandle_t blas;
     cublasLtHandle_t blas_lt;  // the bias epilogue (rtc_gemm16_rounded)
+    int gemm_sms;          // SMs both plan their GEMMs for; 0: the device's (rt_cuda_set_gemm_sms)
     int device;
     cudaStream_t stream;   // where this thread's work goes (0: the legacy default stream)
     cudaStream_t blas_stream;  // the stream cuBLAS is bound to: `stream` from the next GEMM

@@ -14,6 +14,10 @@ static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
 size_t rt_cudnn_sdpa_workspace_bytes(const rt_cudnn_sdpa* s) { return s ? s->ws : 0; }
 
+static _Thread_local int32_t sm_count;  // rt_cudnn_set_sm_count: this thread's plans'
+
+void rt_cudnn_set_sm_count(int sms) { sm_count = sms; }
+
 void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s) {
     if (!s) return;
     cg_free(&s->bwd);
@@ -30,6 +34,7 @@ static int attempt(rt_cudnn_sdpa* s, cudnnHandle_t handle, int fwd, int form,
     cg* g = fwd ? &s->fwd : &s->bwd;
     cg_free(g);
     cg_init(g, handle, why, why_len);
+    g->sm_count = sm_count;
     if (fwd && form) cudnn_sdpa_build_forward_unified(s, io);
     if (fwd && !form) cudnn_sdpa_build_forward(s, io);
     if (!fwd) cudnn_sdpa_build_backward(s, io, form);

@@ -199,6 +199,8 @@ static cg_desc plan_from(cg* g, cg_desc graph, cudnnBackendHeurMode_t mode, int6
     cg_desc heur = cg_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "CreateDescriptor(ENGINEHEUR)");
     SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
     SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (g->sm_count > 0)
+        SET(heur, CUDNN_ATTR_ENGINEHEUR_SM_COUNT_TARGET, CUDNN_TYPE_INT32, 1, &g->sm_count);
     if (g->failed) return NULL;
     cudnnStatus_t st = cudnnBackendFinalize(heur);
     int64_t count = 0;

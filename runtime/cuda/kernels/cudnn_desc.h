@@ -21,6 +21,7 @@ typedef struct cg {
     cg_desc ops[64];   // the operations of the graph being built
     int n_ops;
     int64_t next_uid;  // for virtual tensors
+    int32_t sm_count;  // SMs the engine heuristics plan for (0: the device's)
     char* why;         // the first failure, one line
     size_t why_len;
     int failed;

@@ -84,7 +84,7 @@ const char* rt_step_backend(void) { return "cuda"; }
 
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
     launch_opts = o ? *o : (rt_launch_opts){0};
-    if (cs_attention_check_env() || cs_optimizer_check_env()) return 2;
+    if (cs_attention_check_env() || cs_optimizer_check_env() || cs_sm_margin_check_env()) return 2;
     if (rt_mpi_launched()) {
         if (launch_opts.local) {
             fprintf(stderr, "fsdpgen: --local runs every rank in this process; it cannot be "
@@ -589,6 +589,37 @@ int cs_optimizer_check_env(void) {
                     "the backward, after its reduction) or compute (after the backward)\n",
             getenv("RT_OPTIMIZER_STREAM"));
     return 2;
+}
+
+int cs_sm_margin(void) {
+    const char* v = getenv("RT_SM_MARGIN");
+    if (!v || !*v) return 0;
+    int n = 0;
+    for (const char* p = v; *p; p++) {
+        if (*p < '0' || *p > '9' || n > 102) return -1;  // n > 102: past 1023 with this digit
+        n = n * 10 + (*p - '0');
+    }
+    return n <= 1023 ? n : -1;
+}
+
+int cs_sm_margin_check_env(void) {
+    const int margin = cs_sm_margin();
+    if (margin < 0) {
+        fprintf(stderr, "fsdpgen: RT_SM_MARGIN=%s: must be a whole number of SMs from 0 to 1023 "
+                        "(the SMs the GEMMs and cuDNN's attention leave to the optimizer and copy "
+                        "streams)\n", getenv("RT_SM_MARGIN"));
+        return 2;
+    }
+    // GPU 0's SMs, where one is visible (rank start checks each rank's own GPU again)
+    int sms = 0;
+    const int known = margin > 0 &&
+                      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess;
+    if (known && margin >= sms) {
+        fprintf(stderr, "fsdpgen: RT_SM_MARGIN=%d: must leave the GEMMs at least one of the "
+                        "GPU's %d SMs (0 to %d)\n", margin, sms, sms - 1);
+        return 2;
+    }
+    return 0;
 }
 
 // Whether optimizer steps run on the optimizer stream (no clipping, RT_OPTIMIZER_STREAM=side).

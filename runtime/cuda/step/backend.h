@@ -149,6 +149,15 @@ int cs_optimizer_check_env(void);
 // RT_OPTIMIZER_STREAM's choice: 1 side (also unset or empty), 0 compute, -1 anything else.
 int cs_optimizer_side(void);
 
+// ---- SMs left to the side streams (backend.c) -----------------------------------------------
+
+// RT_SM_MARGIN is unset, empty or a whole number of SMs from 0 to 1023 that leaves GPU 0 at
+// least one SM: 0; else 2 after a one-line message. Rank start checks each rank's GPU.
+int cs_sm_margin_check_env(void);
+// RT_SM_MARGIN's value: the SMs the GEMMs and cuDNN's attention leave to the other streams'
+// kernels (0 when unset or empty; -1 when not a number from 0 to 1023).
+int cs_sm_margin(void);
+
 // ---- trace (no-ops without R->trace) --------------------------------------------------------
 
 void cs_trace_begin(rt_rank* R);

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "rt_cuda.h"
+#include "rt_cudnn.h"
 #include "rt_units.h"
 #include "rt_fsdp_copy.h"
 
@@ -172,6 +173,31 @@ static void free_arrays(void** v, int n, int host) {
 
 // ---- rank lifetime ----------------------------------------------------------------------
 
+// RT_SM_MARGIN (rt_step_launch checked its form): the GEMMs and cuDNN's plans of this rank
+// are planned for that many SMs fewer than the device has, so that the optimizer stream's
+// AdamW and the FSDP copies run on the rest beside them, rather than only in the gaps
+// between compute's kernels (a cuBLAS GEMM on Hopper fills every SM it is planned for).
+static void sm_margin(setup* s, int device) {
+    const int margin = cs_sm_margin();
+    if (margin <= 0) return;
+    int sms = 0;
+    ok(s, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+       "cudaDeviceGetAttribute (SMs)");
+    if (s->failed) return;
+    if (margin >= sms) {
+        fprintf(stderr, "fsdpgen: RT_SM_MARGIN=%d: must leave the GEMMs at least one of the GPU's "
+                        "%d SMs (0 to %d)\n", margin, sms, sms - 1);
+        s->failed = 1;
+        return;
+    }
+    rt_cuda_set_gemm_sms(sms - margin);
+    rt_cudnn_set_sm_count(sms - margin);
+    if (s->R->rank == 0)
+        printf("fsdpgen: RT_SM_MARGIN=%d: GEMMs and cuDNN's attention planned for %d of the GPU's "
+               "%d SMs, the rest left to the optimizer and copy streams\n", margin, sms - margin,
+               sms);
+}
+
 int rtb_rank_init(rt_rank* R) {
     const rt_model* m = R->model;
     cuda_rank* c = calloc(1, sizeof *c);
@@ -204,6 +230,7 @@ int rtb_rank_init(rt_rank* R) {
     for (int k = 0; k < CS_SIDE_STREAMS && !s.failed; k++)
         ok(&s, cudaEventCreateWithFlags(&c->join[k], cudaEventDisableTiming), "cudaEventCreate");
     if (!s.failed) rt_cuda_set_stream(c->compute);
+    if (!s.failed) sm_margin(&s, c->device);
     // Attention sites: cuDNN's plans, timed under `auto` on tensors of their own, so first.
     if (!s.failed && cs_attention_init(R)) s.failed = 1;
 

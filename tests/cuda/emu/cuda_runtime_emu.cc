@@ -692,8 +692,11 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 // ----------------------------------------------------------------------------
 // cuBLAS and cuBLASLt: column-major D[m, n] = alpha op(A) op(B) + beta C (+ bias[i])
 
+// sms: the SM count GEMMs are planned for (cublasSetSmCountTarget; 0: the device's), which
+// names their graph nodes (cublas_gemm@N).
 struct emu_blas {
     cudaStream_t stream;
+    int sms;
 };
 struct emu_blas_lt {
     int unused;
@@ -702,6 +705,7 @@ struct emu_lt_desc {
     cublasOperation_t transa, transb;
     cublasLtEpilogue_t epilogue;
     const void* bias;
+    int sms;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, as emu_blas's
 };
 struct emu_lt_layout {
     cudaDataType_t type;
@@ -737,6 +741,7 @@ struct gemm_args {
     cudaDataType_t dt;
     int ldd;
     const void* bias;  // of type dt, one per row of D, or NULL
+    int sms;           // the SMs it is planned for (0: the device's)
 };
 
 // sum over l < k of a[l] b[l] in fp32, over eight interleaved partial sums (l % 8), added
@@ -791,14 +796,15 @@ cublasStatus_t enqueue_gemm(cudaStream_t stream, const gemm_args& g) {
         g.ldb < ((g.tb ? g.n : g.k) > 1 ? (g.tb ? g.n : g.k) : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
-    emu_note_kernel(stream, "cublas_gemm");
+    const std::string name = g.sms ? "cublas_gemm@" + std::to_string(g.sms) : "cublas_gemm";
+    emu_note_kernel(stream, name.c_str());
     return emu_enqueue(stream, [g] { gemm(g); }) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
                                                                 : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 }  // namespace
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
-    *handle = new emu_blas{NULL};
+    *handle = new emu_blas{NULL, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy(cublasHandle_t handle) {
@@ -812,6 +818,11 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
 cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetSmCountTarget(cublasHandle_t handle, int sms) {
+    if (sms < 0 || sms > EMU_SMS) return CUBLAS_STATUS_INVALID_VALUE;
+    handle->sms = sms;
+    return CUBLAS_STATUS_SUCCESS;
+}
 const char* cublasGetStatusString(cublasStatus_t status) {
     switch (status) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -841,7 +852,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     if (computeType != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     const gemm_args g = {transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k,
                          *(const float*)alpha, *(const float*)beta, A, Atype, lda, B, Btype, ldb,
-                         C, Ctype, ldc, C, Ctype, ldc, NULL};
+                         C, Ctype, ldc, C, Ctype, ldc, NULL, handle->sms};
     return enqueue_gemm(handle->stream, g);
 }
 
@@ -857,7 +868,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComput
                                         cudaDataType_t scaleType) {
     if (computeType != CUBLAS_COMPUTE_32F || scaleType != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    *desc = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL};
+    *desc = new emu_lt_desc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
@@ -889,6 +900,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
         if (bytes != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&desc->bias, buf, sizeof(void*));
         return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: {
+        int32_t sms;
+        if (bytes != sizeof sms) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&sms, buf, sizeof sms);
+        if (sms < 0 || sms > EMU_SMS) return CUBLAS_STATUS_INVALID_VALUE;
+        desc->sms = sms;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     }
     return CUBLAS_STATUS_NOT_SUPPORTED;
 }
@@ -917,7 +936,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     const gemm_args g = {ta, tb, m, n, k, *(const float*)alpha, *(const float*)beta, A,
                          Adesc->type, Adesc->ld, B, Bdesc->type, Bdesc->ld, C, Cdesc->type,
                          Cdesc->ld, D, Ddesc->type, Ddesc->ld,
-                         desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? desc->bias : NULL};
+                         desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? desc->bias : NULL, desc->sms};
     return enqueue_gemm(stream, g);
 }
 

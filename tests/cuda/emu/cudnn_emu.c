@@ -18,6 +18,8 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
 
 void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s) { (void)s; }
 
+void rt_cudnn_set_sm_count(int sms) { (void)sms; }
+
 size_t rt_cudnn_sdpa_workspace_bytes(const rt_cudnn_sdpa* s) {
     (void)s;
     return 0;

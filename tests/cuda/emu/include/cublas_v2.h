@@ -36,6 +36,7 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode);
+cublasStatus_t cublasSetSmCountTarget(cublasHandle_t handle, int smCountTarget);
 const char* cublasGetStatusString(cublasStatus_t status);
 
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
