@@ -160,6 +160,10 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {
 }
 // Not reached by the scenarios (eager steps, no setup through rank.c).
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { return (void)s, cudaSuccess; }
+// no device (rt_step_launch's RT_SM_MARGIN check asks for GPU 0's SMs)
+cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr a, int d) {
+    return (void)v, (void)a, (void)d, cudaErrorNoDevice;
+}
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) {
     return (void)d, (void)s, (void)n, (void)k, cudaErrorNotSupported;
 }
