@@ -18,7 +18,8 @@
 #            compute-stream waits for collectives tests/gpu/trace_waits.py sums per step
 #            (trace_waits_gpt_bytes.txt: forward all-gather waits near zero = overlapped)
 #   bench    bench/run.sh for GPT-2 124M, then for Llama 1B, then 4 traced Llama 1B steps
-#            (trace_waits_llama_1b.txt); the table of both (bench_table.txt, and in the summary)
+#            (trace_waits_llama_1b.txt), and 4 with RT_SM_MARGIN=16 (trace_waits_llama_1b_sm16.txt);
+#            the table of both configs (bench_table.txt, and in the summary)
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt,
 #            with `fsdpgen simulate`'s prediction (its `kernels` line) below; then ncu's
@@ -121,6 +122,11 @@ for s in $stages; do
         step "bench llama_1b --trace" bench.log 60 build/bench_llama_1b/bench_llama_1b_cuda \
             --steps 4 --trace "$out/llama_1b.trace.json"
         waits llama_1b
+        # ... and with 16 SMs left to the side streams: how much more of the optimizer
+        # overlaps the backward (trace_waits' optimizer line) against the run above
+        step "bench llama_1b --trace, RT_SM_MARGIN=16" bench.log 60 env RT_SM_MARGIN=16 \
+            build/bench_llama_1b/bench_llama_1b_cuda --steps 4 --trace "$out/llama_1b_sm16.trace.json"
+        waits llama_1b_sm16
         # both configs' rows in one table, in the summary too (also from a run cut short)
         peak=$(python3 bench/flops.py peak "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)")
         python3 bench/flops.py table --peak-tflops "${peak:-989}" <"$out/bench.log" >"$out/bench_table.txt" 2>&1

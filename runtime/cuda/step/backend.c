@@ -614,12 +614,14 @@ int cs_sm_margin_check_env(void) {
     int sms = 0;
     const int known = margin > 0 &&
                       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess;
-    if (known && margin >= sms) {
-        fprintf(stderr, "fsdpgen: RT_SM_MARGIN=%d: must leave the GEMMs at least one of the "
-                        "GPU's %d SMs (0 to %d)\n", margin, sms, sms - 1);
-        return 2;
-    }
-    return 0;
+    return known && cs_sm_margin_refused(margin, sms) ? 2 : 0;
+}
+
+int cs_sm_margin_refused(int margin, int sms) {
+    if (margin < sms) return 0;
+    fprintf(stderr, "fsdpgen: RT_SM_MARGIN=%d: must leave the GEMMs at least one of the GPU's %d "
+                    "SMs (0 to %d)\n", margin, sms, sms - 1);
+    return 1;
 }
 
 // Whether optimizer steps run on the optimizer stream (no clipping, RT_OPTIMIZER_STREAM=side).

@@ -157,6 +157,8 @@ int cs_sm_margin_check_env(void);
 // RT_SM_MARGIN's value: the SMs the GEMMs and cuDNN's attention leave to the other streams'
 // kernels (0 when unset or empty; -1 when not a number from 0 to 1023).
 int cs_sm_margin(void);
+// 1 after a one-line message where a margin leaves a GPU of `sms` SMs none; else 0.
+int cs_sm_margin_refused(int margin, int sms);
 
 // ---- trace (no-ops without R->trace) --------------------------------------------------------
 

@@ -183,13 +183,8 @@ static void sm_margin(setup* s, int device) {
     int sms = 0;
     ok(s, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
        "cudaDeviceGetAttribute (SMs)");
+    if (!s->failed && cs_sm_margin_refused(margin, sms)) s->failed = 1;
     if (s->failed) return;
-    if (margin >= sms) {
-        fprintf(stderr, "fsdpgen: RT_SM_MARGIN=%d: must leave the GEMMs at least one of the GPU's "
-                        "%d SMs (0 to %d)\n", margin, sms, sms - 1);
-        s->failed = 1;
-        return;
-    }
     rt_cuda_set_gemm_sms(sms - margin);
     rt_cudnn_set_sm_count(sms - margin);
     if (s->R->rank == 0)
