@@ -37,8 +37,10 @@ M.last_spec_line = nil
 
 -- Spec lines one spec may run. Real specs run far fewer (under 20,000; a loop making
 -- 10,000 layers, half the parameter limit, runs 20,000); more is an endless loop, e.g. a
--- forward that tail-calls itself (`return self:forward(x)`), stopped within a second.
-M.MAX_SPEC_LINES = 500000
+-- forward that tail-calls itself (`return self:forward(x)`), stopped within a second. Each
+-- spec line may run many of the generator's (a module list's lookup), every one through
+-- the line hook: a loop of lookups took 5 s of CPU to reach 500,000, 1.7 s to reach this.
+M.MAX_SPEC_LINES = 200000
 
 -- Seconds of CPU time one planning may take (`fsdpgen` arms it around loading, planning and
 -- emitting): a guard against any loop the line limit cannot see (planning a runaway size,

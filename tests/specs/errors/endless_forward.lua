@@ -1,4 +1,4 @@
--- expect: 6: error: the spec ran 500000 lines without finishing (an endless loop, or a forward that calls itself?)
+-- expect: 6: error: the spec ran 200000 lines without finishing (an endless loop, or a forward that calls itself?)
 local nn, fsdp = require("nn"), require("fsdp")
 local model = nn.Module{
   lin = nn.Linear(4, 4),
