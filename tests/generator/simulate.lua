@@ -211,8 +211,8 @@ check(o and saved > 0 and saved <= o.total_s - o.after_s + 1e-12
   and not clipped.optimizer and not tr.optimizer
   and sim.text(r1):find("optimizer     %d+%.%d+ ms of %d+%.%d+ ms beside the backward")
   and o.serial_step_s == serial.step_s
-  and sim.text(r1):find(string.format("with none of it beside: %.2f ms a step", serial.step_s * 1e3),
-    1, true)
+  and sim.text(r1):find(
+    string.format("with none of it beside: %.2f ms a step", serial.step_s * 1e3), 1, true)
   and not sim.text(clipped):find("beside the backward", 1, true),
   string.format("Llama 1B: %.2f of %.2f ms of AdamW beside the backward (the embedding's "
     .. "share %.1f%%), the step %.2f ms shorter (%.2f ms with none beside, as the summary says); "

@@ -612,9 +612,8 @@ int cs_sm_margin_check_env(void) {
     }
     // GPU 0's SMs, where one is visible (rank start checks each rank's own GPU again)
     int sms = 0;
-    const int known = margin > 0 &&
-                      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess;
-    return known && cs_sm_margin_refused(margin, sms) ? 2 : 0;
+    if (margin == 0 || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0)) return 0;
+    return cs_sm_margin_refused(margin, sms) ? 2 : 0;
 }
 
 int cs_sm_margin_refused(int margin, int sms) {

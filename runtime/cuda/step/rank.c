@@ -175,8 +175,8 @@ static void free_arrays(void** v, int n, int host) {
 
 // RT_SM_MARGIN (rt_step_launch checked its form): the GEMMs and cuDNN's plans of this rank
 // are planned for that many SMs fewer than the device has, so that the optimizer stream's
-// AdamW and the FSDP copies run on the rest beside them, rather than only in the gaps
-// between compute's kernels (a cuBLAS GEMM on Hopper fills every SM it is planned for).
+// AdamW and the FSDP copies run on the rest beside them, rather than only as a GEMM's
+// blocks finish (a cuBLAS GEMM on Hopper fills every SM it is planned for).
 static void sm_margin(setup* s, int device) {
     const int margin = cs_sm_margin();
     if (margin <= 0) return;
