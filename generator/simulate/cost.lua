@@ -190,8 +190,14 @@ local function op_cost(st, spec, gpu, k)
   if kind == "cross_entropy" and st.op == "loss_grad" then
     -- the rows read again and the gradient written; fsdpgen's loss and gradient are one
     -- call after the forward's line (loss.cu), which also counts the valid targets and sums
-    -- the partial losses
-    bytes, launches = 2 * tbytes(op.ins[1]), ours and 2 or 1
+    -- the partial losses, and reads again only what of a packed row its block could not
+    -- stage in shared memory (loss.cu rtc_ce_stage)
+    local x = memory.base(op.ins[1])
+    local again = 1
+    if ours and x.packed then
+      again = math.max(0, 1 - gpu.smem_block_kib * 1024 / (x.shape[#x.shape] * 2))
+    end
+    bytes, launches = (1 + again) * tbytes(op.ins[1]), ours and 2 or 1
   elseif kind == "cross_entropy" then bytes = tbytes(op.ins[1])
   elseif b then
     launches = b.launches

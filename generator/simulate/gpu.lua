@@ -2,8 +2,8 @@
 -- and checks that it has every figure the simulator needs.
 local M = {}
 
-local NUMBERS = { "bf16_tflops", "hbm_gbps", "memory_gb", "net_gbps", "net_efficiency",
-  "alpha_base_us", "alpha_nvlink_step_us", "alpha_net_step_us" }
+local NUMBERS = { "bf16_tflops", "hbm_gbps", "memory_gb", "smem_block_kib", "net_gbps",
+  "net_efficiency", "alpha_base_us", "alpha_nvlink_step_us", "alpha_net_step_us" }
 local KERNEL = { "gemm", "attention_fwd", "attention_bwd", "elementwise", "norm", "loss", "copy",
   "optimizer", "launch_us" }
 

@@ -54,6 +54,12 @@ void* rt_cuda_get_stream(void);
 // kernels for that count: the bits of a GEMM may change with it. Creates the thread's
 // context first if it has none.
 void rt_cuda_set_gemm_sms(int sms);
+// From now on this thread's fused cross-entropy (rt_cross_entropy_packed_forward_backward)
+// stages each row's first `bytes` (at most the device's opt-in shared memory per block, the
+// initial setting) in shared memory, so that its gradient pass reads them there rather than
+// from DRAM again; 0 reads every row twice. The bits do not change: bench/loss.sh times the
+// two. Creates the thread's context first if it has none.
+void rt_cuda_set_loss_stage(size_t bytes);
 
 // ----------------------------------------------------------------------------
 // graph-safe optimizer steps: rt_optim.h's steps with the 1-based step count and the

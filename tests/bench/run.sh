@@ -6,8 +6,9 @@
 #     skipped, with a SKIP line, where no python3 can import torch);
 #   - generator/plan/flops.lua's N and FLOPs per token (the binary's MFU) equal bench/flops.py's;
 #   - the FLOP formula and parameter split on tiny hand-counted configs, MFU, the GPU table;
-#   - bench/run.sh and bench/norm.sh with no GPU (CUDA_VISIBLE_DEVICES="") exit 0 with their
-#     no-GPU lines; norm_rows refuses a bad count with its usage line, exit 2.
+#   - bench/run.sh, bench/norm.sh and bench/loss.sh with no GPU (CUDA_VISIBLE_DEVICES="")
+#     exit 0 with their no-GPU lines; norm_rows and loss_rows refuse a bad count with their
+#     usage line, exit 2.
 # Ends with `N passed, N failed`.
 set -u
 cd "$(dirname "$0")/../.."
@@ -111,15 +112,17 @@ CUDA_VISIBLE_DEVICES="" bench/run.sh all >"$work/run.log" 2>&1
 rc=$?
 check "$([ $rc = 0 ] && grep -qx 'bench/run.sh: no GPU: nothing measured' "$work/run.log" && echo 1 || echo 0)" \
   "bench/run.sh with no GPU: exit $rc and 'bench/run.sh: no GPU: nothing measured'"
-CUDA_VISIBLE_DEVICES="" bench/norm.sh >"$work/norm.log" 2>&1
-rc=$?
-check "$([ $rc = 0 ] && grep -qx 'norm_rows: no GPU: nothing measured' "$work/norm.log" && echo 1 || echo 0)" \
-  "bench/norm.sh with no GPU: exit $rc and 'norm_rows: no GPU: nothing measured'"
-build/bench/norm_rows 0 >"$work/norm_bad.log" 2>&1
-rc=$?
-check "$([ $rc = 2 ] && [ "$(wc -l <"$work/norm_bad.log")" = 1 ] && grep -q '^usage: build/bench/norm_rows \[iters\]' "$work/norm_bad.log" && echo 1 || echo 0)" \
-  "norm_rows 0: exit $rc and one usage line"
 [ $rc = 0 ] || sed 's/^/    /' "$work/run.log"
+for kb in norm loss; do  # bench/KB.sh runs build/bench/KB_rows
+  CUDA_VISIBLE_DEVICES="" bench/$kb.sh >"$work/$kb.log" 2>&1
+  rc=$?
+  check "$([ $rc = 0 ] && grep -qx "${kb}_rows: no GPU: nothing measured" "$work/$kb.log" && echo 1 || echo 0)" \
+    "bench/$kb.sh with no GPU: exit $rc and '${kb}_rows: no GPU: nothing measured'"
+  build/bench/${kb}_rows 0 >"$work/${kb}_bad.log" 2>&1
+  rc=$?
+  check "$([ $rc = 2 ] && [ "$(wc -l <"$work/${kb}_bad.log")" = 1 ] && grep -q "^usage: build/bench/${kb}_rows \[iters\]" "$work/${kb}_bad.log" && echo 1 || echo 0)" \
+    "${kb}_rows 0: exit $rc and one usage line"
+done
 bench/run.sh bogus >/dev/null 2>&1
 check "$(is $? 2)" "bench/run.sh with an unknown config exits 2"
 

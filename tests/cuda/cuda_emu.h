@@ -36,7 +36,7 @@
 //     matrix load instruction: ldmatrix" layout (lane l: row l / 4, elements 2 (l % 4) and
 //     2 (l % 4) + 1; with .trans, element l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1), a warp
 //     barrier. Every row address must be 16-byte aligned and inside the shared memory.
-//   * cp.async (rtc_tc_cp8: 8 elements, rtc_tc_cp1f: one float; zero-fill when not valid),
+//   * cp.async (rtc_cp8: 8 elements, rtc_cp1f: one float; zero-fill when not valid),
 //     commit_group and wait_group N, per thread as on the GPU: an issued copy poisons its
 //     destination at once (so a read before the wait that covers it sees NaN, and
 //     ThreadSanitizer sees the write where it was issued) and copies its data when a
@@ -78,6 +78,9 @@ struct uint3 {
 };
 struct alignas(16) float4 {
     float x, y, z, w;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) {
     float4 v = {x, y, z, w};
@@ -180,6 +183,7 @@ static inline T __ldcg(const T* p) {  // a load that skips L1: a plain one here
 #define RTC_FA_SMEM(name) float* name = emu_smem
 #define RTC_TC_SMEM(name) unsigned char* name = (unsigned char*)emu_smem
 #define RTC_DW_SMEM_DECL(name) double* name = (double*)emu_smem
+#define RTC_CE_SMEM_DECL(name) unsigned char* name = (unsigned char*)emu_smem
 
 // ----------------------------------------------------------------------------
 // 16-bit floats (cuda_bf16.h, cuda_fp16.h): the bits, converted from and to float
@@ -342,15 +346,15 @@ static inline void emu_cp_issue(void* dst, const void* src, size_t bytes, bool v
     emu_cur->copies.push_back(c);
 }
 template <class E>
-static inline void rtc_tc_cp8(E* dst, const E* src, bool valid) {
+static inline void rtc_cp8(E* dst, const E* src, bool valid) {
     emu_cp_issue(dst, src, 8 * sizeof(E), valid);
 }
-static inline void rtc_tc_cp1f(float* dst, const float* src, bool valid) {
+static inline void rtc_cp1f(float* dst, const float* src, bool valid) {
     emu_cp_issue(dst, src, sizeof(float), valid);
 }
-static inline void rtc_tc_cp_commit(void) { emu_cur->groups.push_back(emu_cur->copies.size()); }
+static inline void rtc_cp_commit(void) { emu_cur->groups.push_back(emu_cur->copies.size()); }
 template <int N>
-static inline void rtc_tc_cp_wait(void) {
+static inline void rtc_cp_wait(void) {
     if (emu_cur->groups.size() <= (size_t)N) return;
     const size_t done = emu_cur->groups[emu_cur->groups.size() - 1 - N];  // copies of the retired groups
     for (size_t i = 0; i < done; i++) {

@@ -2598,6 +2598,14 @@ int main(int argc, char** argv) {
     test_cross_entropy_nan();
     test_packed(RT_BF16, 37, 24, 1027);  // odd vocabulary: padded rows
     test_packed(RT_F16, 16, 40, 64);
+    // The fused loss stages rows in shared memory (loss.cu rtc_ce_stage): rows longer than a
+    // block's (the emulator's 99 KiB, an H100's 227 KB), more rows than blocks, and 3
+    // groups of each row staged, the rest read twice.
+    test_packed(RT_BF16, 3, 8, 130001);
+    test_packed(RT_BF16, 1500, 8, 72);
+    rt_cuda_set_loss_stage(48);
+    test_packed(RT_BF16, 37, 24, 1027);
+    rt_cuda_set_loss_stage((size_t)-1);  // the device's opt-in maximum again
     test_packed_inputs(RT_BF16, 37, 24, 1027);  // OC odd: padded rows of a packed output
     test_packed_inputs(RT_F16, 64, 128, 96);
     test_packed_inputs(RT_BF16, 16, 256, 64);  // the norms' rows a warp each

@@ -30,7 +30,8 @@
 #   attention  bench/attention.sh (cuDNN and the flash kernels against PyTorch's SDPA on
 #            the bench shapes: the issue's attention target), bench/norm.sh (the norms'
 #            row-per-warp kernels against the block-per-row ones, a residual add and its
-#            norm in one call against two)
+#            norm in one call against two), bench/loss.sh (the fused cross-entropy's rows
+#            staged in shared memory against read twice)
 #   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against
 #            SDPA; not in the default set)
 # Ends with the summed `N passed, N failed` of the test stages.
@@ -93,7 +94,7 @@ echo "cuDNN: ${RT_CUDNN_SO:-libcudnn.so.9 through the rpath (/usr/local/cuda/lib
 step "build" build.log 240 ninja -k 0 -j"$(nproc)" runtime_core runtime_core_tests kernels io_lib \
     train_lib cuda build/cuda/test_cuda_kernels build/cuda/test_cuda_streams build/cuda/test_mma_layout \
     build/cuda/test_dtype_bits build/cuda/test_cudnn_attention build/cuda/test_cudnn_host \
-    build/bench/attention_fsdpgen build/bench/attention_cudnn build/bench/norm_rows
+    build/bench/attention_fsdpgen build/bench/attention_cudnn build/bench/norm_rows build/bench/loss_rows
 step "build cuda_step" build.log 120 ninja -j"$(nproc)" -f runtime/cuda_step.ninja cuda_step
 for s in $stages; do
     case $s in
@@ -159,7 +160,8 @@ for s in $stages; do
             build/bench_gpt2_124m/bench_gpt2_124m_cuda --steps 1 --no-graph ;;
     attention)
         step "attention vs sdpa" attention.log 90 bench/attention.sh
-        step "norms: a row per warp vs a block" attention.log 60 bench/norm.sh ;;
+        step "norms: a row per warp vs a block" attention.log 60 bench/norm.sh
+        step "loss: rows staged vs read twice" attention.log 60 bench/loss.sh ;;
     sweep)
         step "attention sweep" sweep.log 240 bench/attention_sweep.sh --iters 50 ;;
     esac

@@ -9,6 +9,9 @@ return {
   bf16_tflops = 312.0,
   hbm_gbps = 2039,
   memory_gb = 80,
+  -- Shared memory a thread block may have (opt-in; CUDA C++ Programming Guide, "Technical
+  -- Specifications per Compute Capability", 8.0): 163 KiB.
+  smem_block_kib = 163,
   nvlink = {
     -- assumption: ring all-gather and reduce-scatter at 80% of 300 GB/s per direction
     all_gather = 240, reduce_scatter = 240,

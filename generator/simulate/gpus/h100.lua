@@ -9,6 +9,9 @@ return {
   bf16_tflops = 989.4,
   hbm_gbps = 3350,
   memory_gb = 80,
+  -- Shared memory a thread block may have (opt-in; CUDA C++ Programming Guide, "Technical
+  -- Specifications per Compute Capability", 9.0): 227 KiB.
+  smem_block_kib = 227,
   -- Collective bus bandwidths (GB/s, nccl-tests' busbw: size x (n-1)/n / time for
   -- all-gather and reduce-scatter, 2 x that for all-reduce) at large sizes.
   nvlink = {

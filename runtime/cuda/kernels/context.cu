@@ -129,6 +129,7 @@ rtc_ctx* rtc_get(void) {
     blas_bind_stream(c);
     rtc_attention_init();
     rtc_norm_init(c);
+    rtc_loss_init(c);
     int rc = pthread_setspecific(ctx_key, c);
     RT_CHECK_SYS(rc == 0, "pthread_setspecific (CUDA kernel context)");
     return c;

@@ -166,6 +166,8 @@ typedef struct rtc_ctx {
     double* colsum_partials;  // RTC_COLSUM_PARTIAL_DOUBLES: column-sum chunks (column_sums.cuh)
     unsigned* colsum_counts;  // RTC_COLSUM_COUNTS, zeros between kernels (rtc_last_block)
     int dw_blocks;         // the norm backward's blocks with weight gradients (norm.cu)
+    size_t ce_stage;       // shared memory bytes the fused cross-entropy stages a row in
+    size_t ce_stage_max;   // (loss.cu rtc_ce_staged): at most this, the device's opt-in
     void* operands;        // 16-bit GEMM operands and rounded outputs (rtc_gemm_rm, the
                            // linear kernels), operand_bytes long; reused by every GEMM of
                            // the thread, ordered by its one stream
@@ -177,10 +179,11 @@ typedef struct rtc_ctx {
 
 rtc_ctx* rtc_get(void);
 
-// Per-device setup of the attention and norm kernels (attention.cu, norm.cu: the dynamic
-// shared memory they may take), run by rtc_get when it creates a thread's context.
+// Per-device setup of the attention, norm and loss kernels (attention.cu, norm.cu, loss.cu:
+// the dynamic shared memory they may take), run by rtc_get when it creates a thread's context.
 void rtc_attention_init(void);
 void rtc_norm_init(rtc_ctx* c);
+void rtc_loss_init(rtc_ctx* c);
 
 // The calling thread's stream: pass it to every launch (<<<grid, block, smem,
 // rtc_stream()>>>), memset and copy.

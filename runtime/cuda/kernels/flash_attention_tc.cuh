@@ -145,6 +145,7 @@
 #include <type_traits>
 
 #include "flash_attention.cuh"
+#include "cp_async.cuh"
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
@@ -270,10 +271,6 @@ __device__ __forceinline__ void rtc_tc_mma<__half>(float (&d)[4], const uint32_t
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ unsigned rtc_tc_smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: four 8x8 matrices of 16-bit elements;
 // lane l gives the address of row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned).
 // Register j of lane l: matrix j's row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (low
@@ -282,40 +279,17 @@ template <class E>
 __device__ __forceinline__ void rtc_tc_ldsm(uint32_t (&r)[4], const E* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(rtc_tc_smem_addr(row))
+                 : "r"(rtc_smem_addr(row))
                  : "memory");
 }
 template <class E>
 __device__ __forceinline__ void rtc_tc_ldsm_t(uint32_t (&r)[4], const E* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(rtc_tc_smem_addr(row))
+                 : "r"(rtc_smem_addr(row))
                  : "memory");
 }
 
-// cp.async: 8 elements (16 bytes, both addresses 16-byte aligned) from global src into
-// shared dst, or 8 zeros when !valid (src-size 0: nothing is read; src must still be a
-// valid address); and one float (4 bytes). They land by the wait that covers their group.
-template <class E>
-__device__ __forceinline__ void rtc_tc_cp8(E* dst, const E* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rtc_tc_smem_addr(dst)),
-                 "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void rtc_tc_cp1f(float* dst, const float* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(rtc_tc_smem_addr(dst)),
-                 "l"(src), "r"(valid ? 4 : 0)
-                 : "memory");
-}
-// Closes the group of this thread's copies issued since the last commit.
-__device__ __forceinline__ void rtc_tc_cp_commit(void) {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are in flight (the newest N).
-template <int N>
-__device__ __forceinline__ void rtc_tc_cp_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 #endif
 
 // 2^x for the softmax's exponentials: one ex2.approx.ftz (the multi-function unit; relative
@@ -671,7 +645,7 @@ __device__ __forceinline__ void rtc_tc_load(E* dst, const E* src, size_t ld, int
     for (int i0 = 0; i0 < N; i0 += NT) {
         const int i = i0 + (int)threadIdx.x, r = i / CPR, c = i % CPR * 8, t = t0 + r;
         if ((N % NT == 0 || i < N) && c < HD)
-            rtc_tc_cp8<E>(dst + r * LDE + c, src + (t < T ? (size_t)t * ld + c : 0), t < T);
+            rtc_cp8<E>(dst + r * LDE + c, src + (t < T ? (size_t)t * ld + c : 0), t < T);
     }
 }
 
@@ -685,9 +659,9 @@ __device__ __forceinline__ void rtc_tc_load_stats(float* ms, float* invs, float*
         const int t = q0 + i;
         const bool in = t < a.T;
         const size_t row = in ? ((size_t)b * a.NH + h) * a.T + t : 0;
-        rtc_tc_cp1f(ms + i, a.stats_in + 2 * row, in);
-        rtc_tc_cp1f(invs + i, a.stats_in + 2 * row + 1, in);
-        rtc_tc_cp1f(Ds + i, a.D ? a.D + row : a.stats_in, in && a.D);
+        rtc_cp1f(ms + i, a.stats_in + 2 * row, in);
+        rtc_cp1f(invs + i, a.stats_in + 2 * row + 1, in);
+        rtc_cp1f(Ds + i, a.D ? a.D + row : a.stats_in, in && a.D);
     }
 }
 
@@ -700,7 +674,7 @@ __device__ __forceinline__ void rtc_tc_kv_issue(unsigned char* smem, const E* kg
     const size_t at = (size_t)(j & 1) * L::buf;
     rtc_tc_load<E, NT, L::LDE, L::BC>((E*)(smem + L::k + at), kg, ldk, j * L::BC, T, HD);
     rtc_tc_load<E, NT, L::LDE, L::BC>((E*)(smem + L::v + at), vg, ldk, j * L::BC, T, HD);
-    rtc_tc_cp_commit();
+    rtc_cp_commit();
 }
 
 // At the top of iteration j of ntiles (tile j issued before) of the forward's and dQ's walk
@@ -713,9 +687,9 @@ __device__ __forceinline__ void rtc_tc_kv_next(unsigned char* smem, const E* kg,
                                                const E*& ks, const E*& vs) {
     if (j + 1 < ntiles) {
         rtc_tc_kv_issue<E, L, NT>(smem, kg, vg, ldk, j + 1, T, HD);
-        rtc_tc_cp_wait<1>();
+        rtc_cp_wait<1>();
     } else {
-        rtc_tc_cp_wait<0>();
+        rtc_cp_wait<0>();
     }
     __syncthreads();
     const size_t cb = (size_t)(j & 1) * L::buf;
@@ -780,9 +754,9 @@ __global__ void __launch_bounds__(C::FNT, C::FMB) rtc_fa_tc_forward_kernel(rtc_f
 
     rtc_tc_load<E, NT, LDE, BR>(qs, (const E*)a.q16 + (size_t)b * T * ldq + (size_t)h * HD, ldq,
                                 q0, T, HD);
-    rtc_tc_cp_commit();
+    rtc_cp_commit();
     rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, key tile 0
-    rtc_tc_cp_wait<1>();                                             // Q
+    rtc_cp_wait<1>();                                             // Q
     __syncthreads();
     reg qa[MT][NK][4];
 #pragma unroll
@@ -943,7 +917,7 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
         rtc_tc_load_stats<NT>((float*)(rtc_tc_smem + L::m + nb * L::st),
                               (float*)(rtc_tc_smem + L::inv + nb * L::st),
                               (float*)(rtc_tc_smem + L::D + nb * L::st), a, b, x.h, x.q0, BR);
-        rtc_tc_cp_commit();
+        rtc_cp_commit();
     };
 
     rtc_tc_load<E, NT, LDE, BC>((E*)(rtc_tc_smem + L::k), (const E*)a.k16 + kvoff, ldk, k0, T, HD);
@@ -955,9 +929,9 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
     for (int n = 0; n < ntiles; n++) {
         if (n + 1 < ntiles) {  // the buffer tile n - 1 used: its readers passed the barrier
             issue(n + 1);
-            rtc_tc_cp_wait<1>();  // tile n
+            rtc_cp_wait<1>();  // tile n
         } else {
-            rtc_tc_cp_wait<0>();
+            rtc_cp_wait<0>();
         }
         __syncthreads();
         const tile_at x = tile(n);
@@ -1102,9 +1076,9 @@ __global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_arg
     rtc_tc_load<E, NT, LDE, BR>(qs, (const E*)a.q16 + qoff, ldq, q0, T, HD);
     rtc_tc_load<E, NT, LDE, BR>(dos, (const E*)a.dout16 + qoff, ldq, q0, T, HD);
     rtc_tc_load_stats<NT>(ms, invs, Ds, a, b, h, q0, BR);
-    rtc_tc_cp_commit();
+    rtc_cp_commit();
     rtc_tc_kv_issue<E, L, NT>(rtc_tc_smem, kg, vg, ldk, 0, T, HD);  // groups: Q, dO, stats; tile 0
-    rtc_tc_cp_wait<1>();                                             // Q, dO, stats
+    rtc_cp_wait<1>();                                             // Q, dO, stats
     __syncthreads();
     reg qa[MT][NK][4], doa[MT][NK][4];
 #pragma unroll

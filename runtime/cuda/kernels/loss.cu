@@ -4,8 +4,10 @@
 // pointers. Means and sums are in double and deterministic: per-block partial results in
 // the thread's context scratch, added in a fixed order by a second kernel.
 // rt_cross_entropy_forward_backward fuses the two when the loss's backward follows its
-// forward (llm.c style): one row statistics pass serves both.
+// forward (llm.c style): one row statistics pass serves both, and a packed row is staged in
+// shared memory as far as it fits, so that the gradient pass does not read it from DRAM again.
 // TODO(issue 5): a vocabulary-parallel (chunked) variant for V >> 64k.
+#include "cp_async.cuh"
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
@@ -89,9 +91,11 @@ __device__ __forceinline__ void rtc_lse_add(float& m, double& s, const float* v)
 
 // Logits and their gradients are fp32 values, or (S = uint16_t) packed 16-bit values of dt
 // (rt_kernels.h "packed 16-bit storage"), read and stored by rtc_ld(v) / rtc_st(v).
+// Groups g < staged (rtc_ce_stage) are read from st, the shared memory copy of x's first
+// groups; the others from x.
 template <class S>
-__device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, float* mx_out,
-                                            double* sum_out) {
+__device__ __forceinline__ void rtc_row_lse(const S* x, const S* st, int staged, int V,
+                                            rt_dtype dt, float* mx_out, double* sum_out) {
     const bool vec = rtc_ce_aligned(x, NULL);
     const int groups = V / RTC_VEC;
     float m = -INFINITY;
@@ -102,7 +106,7 @@ __device__ __forceinline__ void rtc_row_lse(const S* x, int V, rt_dtype dt, floa
         for (int u = 0; u < RTC_CE_GROUPS; u++) {
             const int g = g0 + u * (int)blockDim.x;
             if (g < groups)
-                rtc_ce_ld(x, (size_t)g * RTC_VEC, dt, vec, v[u]);
+                rtc_ce_ld(g < staged ? st : x, (size_t)g * RTC_VEC, dt, vec, v[u]);
             else
                 for (int e = 0; e < RTC_VEC; e++) v[u][e] = -INFINITY;
         }
@@ -139,10 +143,11 @@ __global__ void ce_count_kernel(double* __restrict__ count_out,
 // dlogits row n from the row's statistics (mx, s) (block-wide; count > 0, target t kept).
 // Each element alone, so its bits do not depend on the grouping: RTC_CE_GROUPS groups of
 // RTC_VEC elements at a time as rtc_row_lse, 16 bytes at a time where both rows are 16-byte
-// aligned.
+// aligned; groups g < staged read from st, as rtc_row_lse.
 template <class S>
-__device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __restrict__ x, int V,
-                                                int32_t t, float mx, double s, double count,
+__device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __restrict__ x,
+                                                const S* st, int staged, int V, int32_t t,
+                                                float mx, double s, double count,
                                                 const float* dloss, rt_dtype dt, int as) {
     const double g = (double)*dloss / count;
     const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
@@ -160,7 +165,7 @@ __device__ __forceinline__ void rtc_ce_grad_row(S* __restrict__ dx, const S* __r
         for (int u = 0; u < RTC_CE_GROUPS; u++) {
             const int gu = g0 + u * (int)blockDim.x;
             if (gu < groups) {
-                rtc_ce_ld(x, (size_t)gu * RTC_VEC, dt, vec, v[u]);
+                rtc_ce_ld(gu < staged ? st : x, (size_t)gu * RTC_VEC, dt, vec, v[u]);
                 if (!as) rtc_ce_ld(dx, (size_t)gu * RTC_VEC, dt, vec, d[u]);
             }
         }
@@ -202,8 +207,41 @@ ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits
     const float* x = logits + n * V;
     float mx;
     double s;
-    rtc_row_lse(x, V, dt, &mx, &s);
-    rtc_ce_grad_row(dx, x, V, t, mx, s, count, dloss, dt, as);
+    rtc_row_lse(x, x, 0, V, dt, &mx, &s);
+    rtc_ce_grad_row(dx, x, x, 0, V, t, mx, s, count, dloss, dt, as);
+}
+
+// ----------------------------------------------------------------------------
+// staged rows: the fused kernel's packed row copied into shared memory (as much of it as
+// fits) before its statistics pass, which reads the copy, as does the gradient pass. The
+// logits are then read from DRAM once, not twice: on Llama 1B (8192 rows of 128256 bf16
+// logits, 256.5 KB each) an H100's 227 KB of shared memory per block holds 88% of a row, and
+// the rest, read twice, is 4 MB over the 132 rows in flight, which L2 holds between the
+// passes. The groups are read in the same order from either place: the same bits.
+
+// Dynamic shared memory of ce_forward_kernel (the emulator's: tests/cuda/cuda_emu.h).
+#ifndef RTC_CE_SMEM_DECL
+#define RTC_CE_SMEM_DECL(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+// Groups [0, staged) of packed row x (16 bytes each) into st by cp.async, every copy of the
+// thread in flight at once, then waited for. Thread i copies the groups g with
+// g % blockDim.x == i, the ones it reads in rtc_row_lse and rtc_ce_grad_row, so no barrier
+// is needed before those read them or before the next row overwrites them.
+__device__ __forceinline__ void rtc_ce_stage(uint16_t* st, const uint16_t* x, int staged) {
+    for (int g = threadIdx.x; g < staged; g += blockDim.x)
+        rtc_cp8(st + (size_t)g * RTC_VEC, x + (size_t)g * RTC_VEC, true);
+    rtc_cp_commit();
+    rtc_cp_wait<0>();
+}
+
+// The groups of each row that ce_forward_kernel stages for a launch with dlogits: packed
+// rows (16-byte aligned: rows of RT_LD16 elements) only, at most the context's ce_stage bytes.
+template <class S>
+static int rtc_ce_staged(const rtc_ctx* c, const S* dlogits, const S* logits, int V) {
+    if (sizeof(S) != 2 || !dlogits || ((uintptr_t)dlogits | (uintptr_t)logits) % 16) return 0;
+    const size_t fit = c->ce_stage / 16, groups = (size_t)(V / RTC_VEC);
+    return (int)(groups < fit ? groups : fit);
 }
 
 // ----------------------------------------------------------------------------
@@ -214,13 +252,16 @@ ce_backward_kernel(float* __restrict__ dlogits, const float* __restrict__ logits
 // when not NULL. With dlogits (rt_cross_entropy_(packed_)forward_backward; count_in from
 // ce_count_kernel) also each row's gradient, from the statistics its loss used (the
 // backward kernel's function: the same bits), so the logits are read once less; a packed
-// row's padding columns [V, ld) are zeroed (the head's backward sums over them).
+// row's padding columns [V, ld) are zeroed (the head's backward sums over them). Its first
+// `staged` groups are read from shared memory (rtc_ce_stage; 16 bytes of it each).
 template <class S>
 __global__ void __launch_bounds__(1024)  // rtc_row_threads: at most 1024 threads
 ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
                   S* __restrict__ dlogits, const S* __restrict__ logits, int ld,
                   const int32_t* __restrict__ targets, const double* __restrict__ count_in, int N,
-                  int V, const float* dloss, rt_dtype dt, int as) {
+                  int V, const float* dloss, rt_dtype dt, int as, int staged) {
+    RTC_CE_SMEM_DECL(rtc_ce_sh);
+    S* st = (S*)rtc_ce_sh;
     double total = 0.0, count = 0.0;
     for (int n = blockIdx.x; n < N; n += gridDim.x) {
         const int32_t t = targets[n];  // the same for the whole block: no divergence
@@ -239,16 +280,17 @@ ce_forward_kernel(double* __restrict__ partial, float* __restrict__ losses,
             continue;
         }
         const S* x = logits + (size_t)n * ld;
+        if constexpr (sizeof(S) == 2) rtc_ce_stage(st, x, staged);
         float mx;
         double s;
-        rtc_row_lse(x, V, dt, &mx, &s);
+        rtc_row_lse(x, st, staged, V, dt, &mx, &s);
         if (threadIdx.x == 0) {
             const double l = log(s) + (double)mx - (double)rtc_ld(x, t, dt);
             if (losses) losses[n] = (float)l;
             total += l;
             count += 1.0;
         }
-        if (dx) rtc_ce_grad_row(dx, x, V, t, mx, s, count_in[0], dloss, dt, as);
+        if (dx) rtc_ce_grad_row(dx, x, st, staged, V, t, mx, s, count_in[0], dloss, dt, as);
     }
     if (threadIdx.x == 0) {
         partial[blockIdx.x] = total;
@@ -284,8 +326,10 @@ static void ce_forward(float* loss, float* losses, S* dlogits, const S* logits, 
                        rt_dtype dt, int as) {
     rtc_ctx* ctx = rtc_get();
     const int parts = N < RTC_PARTIALS ? N : RTC_PARTIALS;
-    ce_forward_kernel<S><<<(unsigned)parts, rtc_row_threads(V), 0, rtc_stream()>>>(
-        ctx->scratch, losses, dlogits, logits, ld, targets, count, N, V, dloss, dt, as);
+    const int staged = rtc_ce_staged(ctx, dlogits, logits, V);
+    const size_t smem = (size_t)staged * 16;
+    ce_forward_kernel<S><<<(unsigned)parts, rtc_row_threads(V), smem, rtc_stream()>>>(
+        ctx->scratch, losses, dlogits, logits, ld, targets, count, N, V, dloss, dt, as, staged);
     RTC_CHECK_LAUNCH(ce_forward_kernel);
     ce_final_kernel<<<1, 1, 0, rtc_stream()>>>(loss, ctx->scratch, parts);
     RTC_CHECK_LAUNCH(ce_final_kernel);
@@ -343,4 +387,24 @@ void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, cons
     if (ce_no_rows(loss, N, V)) return;
     ce_forward_backward((uint16_t*)dlogits16, loss, (const uint16_t*)logits16, RT_LD16(V),
                         targets, N, V, dloss, dt, assign);
+}
+
+// Lets the packed fused kernel stage a row in all the shared memory a block may have (the
+// device's opt-in maximum less the kernel's static shared memory): a per-device function
+// attribute, set when a thread's context is created (rtc_get), as norm.cu's.
+void rtc_loss_init(rtc_ctx* c) {
+    int optin = 0;
+    RT_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                         c->device));
+    cudaFuncAttributes a;
+    RT_CHECK_CUDA(cudaFuncGetAttributes(&a, (const void*)ce_forward_kernel<uint16_t>));
+    const size_t stage = (size_t)optin > a.sharedSizeBytes ? (optin - a.sharedSizeBytes) & ~(size_t)15 : 0;
+    RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)ce_forward_kernel<uint16_t>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage));
+    c->ce_stage = c->ce_stage_max = stage;
+}
+
+void rt_cuda_set_loss_stage(size_t bytes) {
+    rtc_ctx* c = rtc_get();
+    c->ce_stage = (bytes < c->ce_stage_max ? bytes : c->ce_stage_max) & ~(size_t)15;
 }

@@ -365,6 +365,10 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
 }
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
     if (device != 0) return record(cudaErrorInvalidDevice);
+    if (attr == cudaDevAttrMaxSharedMemoryPerBlockOptin) {
+        *value = (int)EMU_MAX_SMEM;
+        return cudaSuccess;
+    }
     if (attr != cudaDevAttrMultiProcessorCount) return record(cudaErrorInvalidValue);
     *value = EMU_SMS;
     return cudaSuccess;
@@ -681,6 +685,12 @@ cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, 
     lock l;
     smem_attributes[func] = value;
     if (value > smem_attribute) smem_attribute = value;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) {
+    if (attr == NULL || func == NULL) return record(cudaErrorInvalidValue);
+    attr->sharedSizeBytes = 0;
     return cudaSuccess;
 }
 

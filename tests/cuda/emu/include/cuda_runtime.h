@@ -105,6 +105,7 @@ struct cudaDeviceProp {
 // the attributes the runtime reads (cudaDeviceGetAttribute)
 enum cudaDeviceAttr {
     cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
 };
 
 const char* cudaGetErrorString(cudaError_t error);
@@ -159,6 +160,12 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
 
 cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value);
+// what the runtime reads of a kernel's attributes: its static shared memory (0 here, where a
+// __shared__ variable is a static of the host program)
+struct cudaFuncAttributes {
+    size_t sharedSizeBytes;
+};
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func);
 
 typedef void (*cudaHostFn_t)(void* userData);
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData);

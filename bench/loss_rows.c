@@ -1,0 +1,98 @@
+// Times fsdpgen's fused cross-entropy as the generated step calls it (packed bf16 logits,
+// gradient assigned: rt_cross_entropy_packed_forward_backward) on the bench models' shapes,
+// each row staged in shared memory (the default: read from DRAM once) against read twice
+// (rt_cuda_set_loss_stage(0)), both in one run on the same data.
+//   loss_rows [iters]
+// Prints per shape the mean ms of each over `iters` calls after 3 warm-up calls, how many
+// times faster staging is (x > 1: faster), the staged call's GB/s (the logits read once and
+// the gradient written: 4 bytes an element), and #wrong as nccl-tests does: the gradient
+// elements where the two differ (the bits must agree; a loss that differs counts as one).
+#include "bench.h"  // first: it sets _POSIX_C_SOURCE
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "rt_check.h"
+#include "rt_cuda.h"
+#include "rt_kernels.h"
+
+// The bench models' output heads: GPT-2 124M's 16 x 1024 tokens over 50257 logits, Llama
+// 1B's 4 x 2048 over 128256.
+static const struct {
+    const char* name;
+    int N, V;
+} shapes[] = {{"gpt2_124m", 16 * 1024, 50257}, {"llama_1b", 4 * 2048, 128256}};
+
+// Mean ms of `iters` calls after 3 warm-up calls, rows staged in at most `stage` bytes.
+static double time_ms(size_t stage, int iters, void* dlogits, float* loss, const void* logits,
+                      const int32_t* targets, int N, int V, const float* dloss) {
+    rt_cuda_set_loss_stage(stage);
+    double t0 = 0.0;
+    for (int i = 0; i < 3 + iters; i++) {
+        if (i == 3) {
+            RT_CHECK_CUDA(cudaDeviceSynchronize());
+            t0 = bench_now_s();
+        }
+        rt_cross_entropy_packed_forward_backward(dlogits, loss, logits, targets, N, V, dloss,
+                                                 RT_BF16, RT_ASSIGN_1);
+    }
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+    return (bench_now_s() - t0) * 1e3 / iters;
+}
+
+// Elements of two device buffers of n 16-bit values that differ.
+static long differ(const void* da, const void* db, size_t n) {
+    uint16_t *a = malloc(n * sizeof(uint16_t)), *b = malloc(n * sizeof(uint16_t));
+    if (!a || !b) abort();
+    RT_CHECK_CUDA(cudaMemcpy(a, da, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    RT_CHECK_CUDA(cudaMemcpy(b, db, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    long bad = 0;
+    for (size_t i = 0; i < n; i++) bad += a[i] != b[i];
+    free(a), free(b);
+    return bad;
+}
+
+int main(int argc, char** argv) {
+    int iters = 20;
+    if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%d", &iters) != 1 || iters < 1))) {
+        fprintf(stderr, "usage: %s [iters] (a positive count, default 20)\n", argv[0]);
+        return 2;
+    }
+    if (!bench_has_gpu("loss_rows")) return 0;
+    rt_kernels_init();
+    int optin = 0;
+    RT_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    printf("shared memory a block may have: %d bytes\n", optin);
+    printf("%-10s %6s %7s %10s %10s %8s %8s %8s\n", "shape", "N", "V", "twice ms", "staged ms",
+           "staged x", "GB/s", "#wrong");
+    long total_wrong = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int N = shapes[s].N, V = shapes[s].V;
+        const size_t n = (size_t)N * RT_LD16(V);
+        void* logits = bench_dev_bf16(n, 8.0f, 1);
+        void *twice = bench_dev_zeros(n * 2), *staged = bench_dev_zeros(n * 2);
+        int32_t* t = malloc((size_t)N * sizeof *t);
+        if (!t) abort();
+        for (int i = 0; i < N; i++) t[i] = (int32_t)(((int64_t)i * 131) % V);
+        int32_t* targets = bench_dev_zeros((size_t)N * sizeof *t);
+        RT_CHECK_CUDA(cudaMemcpy(targets, t, (size_t)N * sizeof *t, cudaMemcpyHostToDevice));
+        float one = 1.0f, l2[2];
+        float *dloss = bench_dev_zeros(sizeof one), *loss = bench_dev_zeros(2 * sizeof(float));
+        RT_CHECK_CUDA(cudaMemcpy(dloss, &one, sizeof one, cudaMemcpyHostToDevice));
+        const double tms = time_ms(0, iters, twice, loss, logits, targets, N, V, dloss);
+        const double sms = time_ms((size_t)-1, iters, staged, loss + 1, logits, targets, N, V, dloss);
+        RT_CHECK_CUDA(cudaMemcpy(l2, loss, sizeof l2, cudaMemcpyDeviceToHost));
+        const long bad = differ(twice, staged, n) + (memcmp(&l2[0], &l2[1], sizeof(float)) != 0);
+        total_wrong += bad;
+        printf("%-10s %6d %7d %10.4f %10.4f %7.2fx %8.0f %8ld\n", shapes[s].name, N, V, tms, sms,
+               tms / sms, (double)n * 4 / (sms * 1e-3) / 1e9, bad);
+        void* bufs[] = {logits, twice, staged, targets, dloss, loss};
+        for (int i = 0; i < 6; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));
+        free(t);
+    }
+    return total_wrong ? 1 : 0;
+}
