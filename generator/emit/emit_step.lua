@@ -491,27 +491,31 @@ end
 
 -- rt_zero of each buffer in bufs but those in `skip` (a set); of an unsharded gradient
 -- buffer, only the elements around the parameters `assigned[bf]` whose gradients are
--- assigned later (in order of offset: the gaps, padding included); of one that a part of a
--- split reduction ends, only its parameters' elements that are not assigned.
+-- assigned later and those that an in-place buffer's optimizer left zero (memory.lua
+-- consumed_grads), in order of offset: the gaps, padding included; of one that a part of a
+-- split reduction ends, only its parameters' elements that are neither.
 local function zero(calls, bufs, skip, assigned, w)
   local function emit(bf, elem, n)
     if n > 0 then calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf, elem, n), n) end
   end
   for _, bf in ipairs(bufs or {}) do
-    local ps = assigned and assigned[bf]
+    local keep = {}
+    for _, p in ipairs(assigned and assigned[bf] or {}) do keep[#keep + 1] = p end
+    local consumed = w and bf.alias and w.plan.consumed_grads[bf.alias]
+    for _, p in ipairs(consumed or {}) do keep[#keep + 1] = p end
     local reads = w and w.part_reads[bf]
     if reads then
       local set = {}
-      for _, p in ipairs(ps or {}) do set[p] = true end
+      for _, p in ipairs(keep) do set[p] = true end
       for _, p in ipairs(reads) do
         if not set[p] and not (skip and skip[bf]) then
           local _, off = w:grad_offset(p)
           emit(bf, off, trace.numel(p.shape))
         end
       end
-    elseif ps then
+    elseif #keep > 0 then
       local ranges = {}
-      for _, p in ipairs(ps) do
+      for _, p in ipairs(keep) do
         local _, off = w:grad_offset(p)
         ranges[#ranges + 1] = { off, trace.numel(p.shape) }
       end

@@ -588,6 +588,24 @@ local function in_place_groups(plan)
   return ok
 end
 
+-- The parameters whose in-place gradients their looked-up rows' optimizer step leaves zero,
+-- as lists by their group's sharded gradient buffer: it sets each looked-up row's gradient
+-- to 0 as it reads it (rt_step.h rt_step_optimizer_rows), and no other row has one
+-- (planner.lua Sim:split_token_rows), so the next backward adds to zeros without zeroing
+-- them first (emit_step.lua; Llama 1B's embedding: 1 GB a step). The arena starts zeroed.
+local function consumed_grads(plan, in_place)
+  local by = {}
+  for _, st in ipairs(plan.steps) do
+    local g = st.group
+    if st.op == "optimizer" and st.rows == "looked_up" and in_place[g] then
+      local list = by[g.grads_buf] or {}
+      for _, p in ipairs(planner.stepped_params(st)) do list[#list + 1] = p end
+      by[g.grads_buf] = list
+    end
+  end
+  return by
+end
+
 -- Builds buffers with [first, last] step intervals, then assigns offsets.
 function M.plan(plan)
   mark_view_casts(plan.graph)
@@ -627,6 +645,7 @@ function M.plan(plan)
     g.grads_buf = buf(Q(g) .. " sharded grads", "persistent", sb, 0, n + 1)
     if opt_states > 0 then g.state_buf = buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
   end
+  plan.consumed_grads = consumed_grads(plan, in_place)
 
   -- Walk the steps: open/close transient buffers.
   local open = {}   -- key -> buffer

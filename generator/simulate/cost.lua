@@ -136,8 +136,8 @@ end
 
 -- A compute op (forward, recompute, backward, loss_grad of st.node): its time, class, the
 -- FLOPs its kernels execute and its launches.
-local function op_cost(st, spec, gpu, k)
-  local op = st.node
+local function op_cost(st, plan, gpu, k)
+  local op, spec = st.node, plan.spec
   local bwd = st.op == "backward"
   local kind = op.kind
   -- linears stacked in backward (memory/stacked_linears.lua): fsdpgen's calls on the last
@@ -210,9 +210,15 @@ local function op_cost(st, spec, gpu, k)
     -- fsdpgen's: the token ids sorted with their row numbers (a fill and cub's sort), then
     -- the output gradient's rows added into the weight's (fp32); where this step creates the
     -- weight's gradient (no tied head assigned it first), the whole table is zeroed before
-    -- (rt_zero, a memset: no kernel): Llama 1B's 1 GB
+    -- (rt_zero, a memset: no kernel; Llama 1B's 1 GB), unless the optimizer left it zero
+    -- (memory.lua consumed_grads)
     bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8
-    local zero = st.bufs and st.bufs.zero and #st.bufs.zero > 0
+    local zero = false
+    for _, bf in ipairs(st.bufs and st.bufs.zero or {}) do
+      local left = false
+      for _, p in ipairs(bf.alias and plan.consumed_grads[bf.alias] or {}) do left = left or p == op.ins[2] end
+      zero = zero or not left
+    end
     if zero then bytes = bytes + numel(op.ins[2].shape) * 4 end
     launches = (ours or zero) and 3 or 2
   elseif ours and kind == "add" and bwd and numel(op.ins[1].shape) ~= numel(op.ins[2].shape) then
@@ -287,7 +293,7 @@ function M.step(st, plan, gpu, k)
   local g = st.group
   if st.node and (st.op == "forward" or st.op == "backward" or st.op == "recompute"
       or st.op == "loss_grad" or st.op == "eval_loss") then
-    c.compute, c.class, c.hw_flops, c.launches = op_cost(st, plan.spec, gpu, k)
+    c.compute, c.class, c.hw_flops, c.launches = op_cost(st, plan, gpu, k)
   elseif st.op == "all_gather" then
     local L = g.layout
     local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel

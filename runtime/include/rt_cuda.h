@@ -89,17 +89,18 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
 
 // The rows of a 2-D parameter that a step updates (rt_step.h rt_step_optimizer_rows): its n
 // elements are rows of row_len, and row i is stepped where (i < vocab && mask[i] != 0) equals
-// looked_up != 0. Pass g NULL for a zero gradient (the rows no token looked up).
+// looked_up != 0. Pass g NULL for a zero gradient (the rows no token looked up); with
+// looked_up, each stepped row's gradient is set to 0 once read.
 typedef struct rt_cuda_rows {
     const uint8_t* mask;  // device; NULL: every element
     int64_t vocab, row_len;
     int looked_up;
 } rt_cuda_rows;
-void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
+void rt_cuda_adam_step_rows_dev(float* p, float* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
                                 int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows);
-void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, size_t n,
+void rt_cuda_sgd_step_rows_dev(float* p, float* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
                                int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows);

@@ -262,7 +262,9 @@ void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item);
 // step). RT_ROWS_UNUSED steps the other rows with a zero gradient (the grads are not read),
 // first in the optimizer section: it needs nothing of the backward, and the CUDA backend's
 // optimizer stream runs it from the step's start; RT_ROWS_LOOKED_UP steps the rest in the
-// step's place, as rt_step_optimizer (zero_grad included).
+// step's place, as rt_step_optimizer (zero_grad included), and sets their gradients to 0 as
+// it reads them: every row's gradient is then 0 for the next backward, which adds to the
+// in-place ones without zeroing the table first (generator/emit/emit_step.lua consumed_grads).
 enum { RT_ROWS_UNUSED = 1, RT_ROWS_LOOKED_UP = 2 };
 void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, int rows);
 // The learning rate of this step's optimizer item `item`: model->lr_schedule at

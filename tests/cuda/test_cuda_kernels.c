@@ -2245,11 +2245,12 @@ static void test_optim_grad_round(void) {
 
 // An optimizer step by rows (rt_cuda_rows, rt_step_optimizer_rows): the rows no token looks
 // up stepped without gradients, then the looked-up rows with them, give the bits of the CPU
-// step over every row with the unused rows' gradients zero. Rows past the vocab are never
-// looked up; the tokens include ids out of range, which mark nothing; the unused rows'
-// device gradients are garbage (the first pass must not read them, the second must skip
-// them). Row lengths 16 (groups of RTC_VEC) and 6 (one element at a time), AdamW and SGD
-// with momentum, two steps.
+// step over every row with the unused rows' gradients zero, and leave the looked-up rows'
+// gradients 0 and the others' as they were. Rows past the vocab are never looked up; the
+// tokens include ids out of range, which mark nothing; the unused rows' device gradients are
+// garbage (the first pass must not read them, the second must skip them). Row lengths 16
+// (groups of RTC_VEC) and 6 (one element at a time), AdamW and SGD with momentum, two
+// steps.
 static void test_optim_rows(void) {
     const int64_t rows = 37, vocab = 30, ntok = 12;
     const int32_t tokens[12] = {3, 29, 3, 0, 17, -1, 30, 11, 17, 5, 64, 22};
@@ -2270,15 +2271,17 @@ static void test_optim_rows(void) {
         float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.1f, 0.0f), *v = hrand(n, 0.1f, 0.1f);
         for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
         float *d_p = dup(p, n), *d_m = dup(m, n), *d_v = dup(v, n);
+        float* left = hrand(n, 0.0f, 0.0f);
         for (int64_t step = 1; step <= 2; step++) {
             float* g = hrand(n, 1.0f, 0.0f);
             float* d_g = dup(g, n);  // every row's gradient on the device: garbage where unused
-            for (size_t i = 0; i < n; i++)
-                if (!looked[i / (size_t)row_len]) g[i] = 0.0f;
+            for (size_t i = 0; i < n; i++)  // what the device's gradients become
+                if (looked[i / (size_t)row_len]) left[i] = 0.0f;
+                else left[i] = g[i], g[i] = 0.0f;
             set_dev_step(d_step, step);
             for (int pass = 0; pass < 2; pass++) {
                 const rt_cuda_rows sel = {d_mask, vocab, row_len, pass};
-                const float* dg = pass ? d_g : NULL;
+                float* dg = pass ? d_g : NULL;
                 if (sgd)
                     rt_cuda_sgd_step_rows_dev(d_p, dg, d_m, n, d_step, 1, 1, d_lr, 0.9, 0.1, 0.01, 0,
                                               RT_BF16, &sel);
@@ -2286,6 +2289,7 @@ static void test_optim_rows(void) {
                     rt_cuda_adam_step_rows_dev(d_p, dg, d_m, d_v, n, d_step, 1, 1, d_lr, 0.9, 0.95,
                                                1e-8, 0.1, 1, RT_BF16, &sel);
             }
+            cmp("  ... grads after the looked-up rows' step", d_g, left, n, TOL_EXACT);
             for (size_t i = 0; i < n; i++) g[i] = rt_round_inl(g[i], RT_BF16);
             if (sgd)
                 cpu_rt_sgd_step(p, g, m, n, step, 1e-2, 0.9, 0.1, 0.01, 0);
@@ -2300,7 +2304,7 @@ static void test_optim_rows(void) {
         cmp(nm, d_p, p, n, TOL_EXACT);
         cmp("  ... exp_avg / momentum_buf", d_m, m, n, TOL_EXACT);
         if (!sgd) cmp("  ... exp_avg_sq", d_v, v, n, TOL_EXACT);
-        free(p), free(m), free(v);
+        free(p), free(m), free(v), free(left);
         dfree(d_p), dfree(d_m), dfree(d_v);
     }
     dfree(d_tokens), dfree(d_mask), dfree(d_step), dfree(d_lr);

@@ -13,11 +13,15 @@
 --     none left out, padding included), or where a part of a split reduction (one rank)
 --     ends it, tile that part's parameters (the part reads no other element);
 --   * a parameter's gradient is assigned only by its first contribution, and every other
---     contribution lands on elements already zeroed or assigned.
+--     contribution lands on elements already zeroed or assigned;
+--   * an in-place buffer's (one rank) parameters whose looked-up rows' optimizer step
+--     (RT_ROWS_LOOKED_UP) leaves their gradients zero count as zeroed from the start, where
+--     the step C has that call for their group.
 -- Run from the repository root: lua5.4 tests/generator/grad_init.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local emit_step = require("emit.emit_step")
 local memory = require("memory.memory")
+local planner = require("plan.planner")
 local trace = require("spec.trace")
 
 local util = require("tests.generator.step_c")
@@ -109,9 +113,35 @@ end
 
 -- The unsharded parameter-gradient buffers (see the top of the file), from the calls of
 -- each backward step and the memory plan's buffers.
-check_param_grads = function(name, plan, secs, bsteps)
+check_param_grads = function(name, plan, secs, bsteps, text)
   local inits, order, bad = {}, {}, {}
   local nassign, nacc, nparts = 0, 0, 0
+  -- in-place gradients the last step's looked-up rows' optimizer left zero, by group buffer
+  local consumed = {}
+  for _, st in ipairs(plan.steps) do
+    local g = st.group
+    local call = g and string.format("rt_step_optimizer_rows(R, %d, ", g.index - 1)
+    if st.op == "optimizer" and st.rows == "looked_up" and text:find(call, 1, true)
+        and text:find("RT_ROWS_LOOKED_UP", 1, true) then
+      for _, p in ipairs(planner.stepped_params(st)) do
+        for _, l in ipairs(g.layout.params) do
+          if l.param == p then
+            consumed[g.grads_buf] = consumed[g.grads_buf] or {}
+            table.insert(consumed[g.grads_buf], { l.offset * g.shard, trace.numel(p.shape) })
+          end
+        end
+      end
+    end
+  end
+  local function init_of(bf)
+    if not inits[bf] then
+      inits[bf] = {}
+      for _, c in ipairs(bf.alias and consumed[bf.alias] or {}) do
+        table.insert(inits[bf], { bf.offset + 4 * c[1], bf.offset + 4 * (c[1] + c[2]) })
+      end
+    end
+    return inits[bf]
+  end
   for k, st in ipairs(bsteps) do
     local calls = secs[k].calls
     local function fail(msg) bad[#bad + 1] = secs[k].head:match("^%s*(.-)%s*$") .. ": " .. msg end
@@ -126,8 +156,8 @@ check_param_grads = function(name, plan, secs, bsteps)
         local r = { tonumber(off), tonumber(off) + tonumber(bytes) }
         local bf = buffer_of(r[1])
         if bf then
-          if not inits[bf] then inits[bf] = {}; order[#order + 1] = bf end
-          if overlaps(inits[bf], r) then fail("zeroes elements already zeroed or assigned: " .. call) end
+          if not inits[bf] then order[#order + 1] = bf end
+          if overlaps(init_of(bf), r) then fail("zeroes elements already zeroed or assigned: " .. call) end
           inits[bf][#inits[bf] + 1] = r
         end
       end
@@ -165,7 +195,8 @@ check_param_grads = function(name, plan, secs, bsteps)
             if a[i] == e and a[#a - (LD_ARGS[k] or 0)]:find("RT_ASSIGN_DWEIGHT", 1, true) then assigned = true end
           end
         end
-        inits[bf] = inits[bf] or {}
+        if not inits[bf] then order[#order + 1] = bf end
+        init_of(bf)
         if assigned then
           nassign = nassign + 1
           if overlaps(inits[bf], r) then fail(t.fqn .. "'s gradient assigned onto zeroed or written elements") end
@@ -313,7 +344,7 @@ local function check_program(name, plan, text)
   check(#bad == 0, string.format("%s: %d activation-gradient buffers, %d assigned and %d zeroed at their first "
     .. "contribution, %d later contributions accumulate; %d other buffers zeroed; %d adds pass the output's "
     .. "buffer on%s", name, nbuf, nassigned, nzeroed, nlater, npzero, nalias, bad[1] and (" (" .. bad[1] .. ")") or ""))
-  check_param_grads(name, plan, secs, bsteps)
+  check_param_grads(name, plan, secs, bsteps, text)
 end
 
 local function check_spec(path)

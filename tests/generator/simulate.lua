@@ -198,7 +198,9 @@ check(optimizer_phase(serial).rs_s == 0 and optimizer_phase(clipped).rs_s > 1e-3
 -- reduction is done, so all but the root's last part (its embedding, reduced last) run
 -- during the backward, and of the embedding's (17.5% of the parameters) only the rows a
 -- step's tokens look up (at most 8192 of 128256) follow it: the others are stepped from the
--- step's start (planner.lua Sim:split_token_rows). The step is shorter by at most what ran
+-- step's start (planner.lua Sim:split_token_rows); what follows the backward is well under
+-- half the embedding's share (the optimizer stream may still be finishing the blocks' steps
+-- when the backward ends). The step is shorter by at most what ran
 -- beside it; clipping, and the torch kernels (PyTorch's step after the backward), keep the
 -- optimizer on compute.
 local o = r1.optimizer
@@ -207,7 +209,7 @@ for _, g in ipairs(l1b.groups) do numel = numel + g.layout.numel end
 local root_share = last_opt.reduction.layout.numel / numel
 local saved = serial.step_s - r1.step_s
 check(o and saved > 0 and saved <= o.total_s - o.after_s + 1e-12
-  and unused_rows == 1 and o.after_s < 0.25 * root_share * o.total_s
+  and unused_rows == 1 and o.after_s < 0.5 * root_share * o.total_s
   and not clipped.optimizer and not tr.optimizer
   and sim.text(r1):find("optimizer     %d+%.%d+ ms of %d+%.%d+ ms beside the backward")
   and o.serial_step_s == serial.step_s

@@ -218,7 +218,8 @@ void* rt_cuda_get_stream(void) { return cur_stream; }
 // The elements an optimizer step touches: every one without rows, else the runs of rows
 // whose mask entry (the stand-in rt_cuda_rows_mark writes it) says they are stepped, as
 // optim.cu's rtc_row_stepped; buffers bufs[0..n) of 4-byte elements, grads read (NULL
-// for the rows no token looks up: not read), the others written.
+// for the rows no token looks up: not read; the looked-up rows' also written: set to 0), the
+// others written.
 static void touch_stepped(const rt_cuda_rows* rows, size_t n, const float* grads,
                           float* const* bufs, int nbufs) {
     size_t len = n;
@@ -231,12 +232,14 @@ static void touch_stepped(const rt_cuda_rows* rows, size_t n, const float* grads
             len = (size_t)rows->row_len;
             if (looked_up != (rows->looked_up != 0)) continue;
         }
-        if (grads) touch(cur_stream, grads + i, len * 4, 0, "optimizer reads grads");
+        if (grads)
+            touch(cur_stream, grads + i, len * 4, rows && rows->mask && rows->looked_up,
+                  "optimizer reads grads");
         for (int b = 0; b < nbufs; b++)
             if (bufs[b]) touch(cur_stream, bufs[b] + i, len * 4, 1, "optimizer");
     }
 }
-void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
+void rt_cuda_adam_step_rows_dev(float* p, float* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
                                 int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows) {
@@ -245,7 +248,7 @@ void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, si
     float* bufs[3] = {p, m, v};
     touch_stepped(rows, n, g, bufs, 3);
 }
-void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, size_t n,
+void rt_cuda_sgd_step_rows_dev(float* p, float* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
                                int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows) {

@@ -381,9 +381,10 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 }
 
 // The optimizer on the runs of rows whose mask entry (row < vocab and looked up by a token of
-// the step) equals looked_up; the unused rows with no gradient (rt_optim.h: grad NULL). The
-// unused rows' step builds the mask, which the looked-up rows' step reads (every unused-rows
-// line precedes every looked-up one: generator/plan/planner.lua Sim:split_token_rows).
+// the step) equals looked_up; the unused rows with no gradient (rt_optim.h: grad NULL), the
+// looked-up rows' gradients set to 0 once read (rt_step.h). The unused rows' step builds the
+// mask, which the looked-up rows' step reads (every unused-rows line precedes every
+// looked-up one: generator/plan/planner.lua Sim:split_token_rows).
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
                         int per, int item, int looked_up) {
     (void)r;
@@ -403,7 +404,11 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
         const int in = i < m->vocab && mask[i];
         int64_t j = i + 1;
         while (j < rows && (j < m->vocab && mask[j]) == in) j++;
-        if (in == looked_up) optimizer(R, g, lo + i * row_len, (j - i) * row_len, k, per, item, in);
+        if (in == looked_up) {
+            const int64_t at = lo + i * row_len, n = (j - i) * row_len;
+            optimizer(R, g, at, n, k, per, item, in);
+            if (in) memset(rt_step_optim_span(R, g, at, n).grads, 0, (size_t)n * sizeof(float));
+        }
         i = j;
     }
     span(R, t0, &R->t_optim, 0, m->groups[g].name, "optimizer");

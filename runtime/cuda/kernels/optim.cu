@@ -41,14 +41,19 @@ static rt_cuda_rows rows_arg(const rt_cuda_rows* rows) {
     return rows ? *rows : rt_cuda_rows{};
 }
 
-// A gradient value: the grad's rounded to gdt, or zero without grads (rt_cuda_rows).
-__device__ __forceinline__ float rtc_grad_at(const float* grad, size_t i, rt_dtype gdt) {
-    return grad ? rtc_round_to(grad[i], gdt) : 0.0f;
+// A gradient value: the grad's rounded to gdt, or zero without grads (rt_cuda_rows); a
+// looked-up row's gradient is set to 0 once read (rt_cuda.h rt_cuda_rows).
+__device__ __forceinline__ float rtc_grad_take(float* grad, size_t i, rt_dtype gdt,
+                                               const rt_cuda_rows& r) {
+    if (!grad) return 0.0f;
+    const float g = rtc_round_to(grad[i], gdt);
+    if (r.looked_up) grad[i] = 0.0f;
+    return g;
 }
 
 // gdt: the gradients are read rounded to it (in-place gradients, rt_cuda.h; RT_F32: as
 // they are).
-__global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ grad,
+__global__ void sgd_kernel(float* __restrict__ param, float* __restrict__ grad,
                            float* __restrict__ momentum_buf, size_t n, rtc_sgd_scalars s,
                            int first, const int64_t* __restrict__ d_step, int k, int per,
                            const double* __restrict__ d_lr, rt_dtype gdt, rt_cuda_rows rows) {
@@ -56,12 +61,12 @@ __global__ void sgd_kernel(float* __restrict__ param, const float* __restrict__ 
     if (d_lr) s.neg_lr = (float)(-*d_lr);  // rtc_sgd_scalars_of's rounding
     RTC_GRID_STRIDE(i, n) {
         if (!rtc_row_stepped(rows, i)) continue;
-        param[i] = rtc_sgd_elem(s, first, param[i], rtc_grad_at(grad, i, gdt),
+        param[i] = rtc_sgd_elem(s, first, param[i], rtc_grad_take(grad, i, gdt, rows),
                                 s.use_momentum ? momentum_buf + i : (float*)NULL);
     }
 }
 
-static void sgd_launch(float* param, const float* grad, float* momentum_buf, size_t n,
+static void sgd_launch(float* param, float* grad, float* momentum_buf, size_t n,
                        int64_t step, const int64_t* d_step, int k, int per, double lr,
                        const double* d_lr, double momentum, double dampening,
                        double weight_decay, int nesterov, rt_dtype gdt, const rt_cuda_rows* rows) {
@@ -73,11 +78,11 @@ static void sgd_launch(float* param, const float* grad, float* momentum_buf, siz
 void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n, int64_t step,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
-    sgd_launch(param, grad, momentum_buf, n, step, NULL, 1, 1, lr, NULL, momentum, dampening,
-               weight_decay, nesterov, RT_F32, NULL);
+    sgd_launch(param, (float*)grad, momentum_buf, n, step, NULL, 1, 1, lr, NULL, momentum,
+               dampening, weight_decay, nesterov, RT_F32, NULL);  // no rows: grad only read
 }
 
-void rt_cuda_sgd_step_rows_dev(float* p, const float* g, float* momentum_buf, size_t n,
+void rt_cuda_sgd_step_rows_dev(float* p, float* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
                                int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows) {
@@ -93,8 +98,8 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
                           const int64_t* d_step, int k, int per, const double* d_lr,
                           double momentum, double dampening, double weight_decay, int nesterov,
                           rt_dtype grad_dt) {
-    rt_cuda_sgd_step_rows_dev(p, g, momentum_buf, n, d_step, k, per, d_lr, momentum, dampening,
-                              weight_decay, nesterov, grad_dt, NULL);
+    rt_cuda_sgd_step_rows_dev(p, (float*)g, momentum_buf, n, d_step, k, per, d_lr, momentum,
+                              dampening, weight_decay, nesterov, grad_dt, NULL);  // g only read
 }
 
 // ----------------------------------------------------------------------------
@@ -104,7 +109,7 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
 // thread (a Llama 1B step's AdamW, 42 GB of traffic, ran at 2.8 TB/s with 4-byte ones).
 // gdt as for sgd_kernel.
 template <int W>
-__global__ void adam_kernel(float* __restrict__ param, const float* __restrict__ grad,
+__global__ void adam_kernel(float* __restrict__ param, float* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
                             rtc_adam_scalars s, const rtc_adam_scalars* __restrict__ d_s,
                             rt_dtype gdt, rt_cuda_rows rows) {
@@ -115,6 +120,10 @@ __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__
         float p[K], g[K] = {}, m[K], v[K];
         rtc_ldv(param, i, RT_F32, p);
         if (grad) rtc_ldv(grad, i, RT_F32, g);
+        if (grad && rows.looked_up) {  // its gradient set to 0 once read (rt_cuda_rows)
+            const float zero[K] = {};
+            rtc_stv(grad, i, zero, RT_F32);
+        }
         rtc_ldv(exp_avg, i, RT_F32, m);
         rtc_ldv(exp_avg_sq, i, RT_F32, v);
         for (int u = 0; u < K; u++)
@@ -126,7 +135,7 @@ __global__ void adam_kernel(float* __restrict__ param, const float* __restrict__
 }
 
 // With rows, groups of RTC_VEC only where they cannot straddle two rows.
-static void adam_launch(float* p, const float* g, float* m, float* v, size_t n,
+static void adam_launch(float* p, float* g, float* m, float* v, size_t n,
                         rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt,
                         rt_cuda_rows r) {
     const bool vec = rtc_aligned16({p, g, m, v}) && (!r.mask || r.row_len % RTC_VEC == 0);
@@ -152,7 +161,7 @@ void rt_adam_step(float* param, const float* grad, float* exp_avg, float* exp_av
                   double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 0), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
+    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
 }
 
 void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
@@ -160,10 +169,10 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
                    double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 1), step);
-    adam_launch(param, grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
+    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
 }
 
-void rt_cuda_adam_step_rows_dev(float* p, const float* g, float* m, float* v, size_t n,
+void rt_cuda_adam_step_rows_dev(float* p, float* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
                                 int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows) {
@@ -186,8 +195,8 @@ void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t 
                            const int64_t* d_step, int k, int per, const double* d_lr,
                            double beta1, double beta2, double eps, double weight_decay, int adamw,
                            rt_dtype grad_dt) {
-    rt_cuda_adam_step_rows_dev(p, g, m, v, n, d_step, k, per, d_lr, beta1, beta2, eps,
-                               weight_decay, adamw, grad_dt, NULL);
+    rt_cuda_adam_step_rows_dev(p, (float*)g, m, v, n, d_step, k, per, d_lr, beta1, beta2, eps,
+                               weight_decay, adamw, grad_dt, NULL);  // no rows: g only read
 }
 
 __global__ void rows_mark_kernel(uint8_t* __restrict__ mask, int64_t vocab,

@@ -658,7 +658,7 @@ static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t 
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
-    const float* grads = rows && !rows->looked_up ? NULL : sp.grads;
+    float* grads = rows && !rows->looked_up ? NULL : sp.grads;
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");
     rt_cuda_set_stream(s);
