@@ -2250,9 +2250,9 @@ static void test_optim_grad_round(void) {
 // tokens include ids out of range, which mark nothing; the unused rows' device gradients are
 // garbage (the first pass must not read them, the second must skip them). Row lengths 16
 // (groups of RTC_VEC) and 6 (one element at a time), AdamW and SGD with momentum, two
-// steps.
-static void test_optim_rows(void) {
-    const int64_t rows = 37, vocab = 30, ntok = 12;
+// steps; `rows` past optim.cu's RTC_ROWS_BLOCKS (4096) make a block take several rows.
+static void test_optim_rows(int64_t rows, int64_t vocab) {
+    const int64_t ntok = 12;
     const int32_t tokens[12] = {3, 29, 3, 0, 17, -1, 30, 11, 17, 5, 64, 22};
     int32_t* d_tokens = dup_i32(tokens, (size_t)ntok);
     uint8_t* d_mask = (uint8_t*)dalloc((size_t)vocab);
@@ -2261,7 +2261,8 @@ static void test_optim_rows(void) {
     set_dev_lr(d_lr, 1e-2);
     RT_CHECK_CUDA(cudaMemset(d_mask, 0, (size_t)vocab));
     rt_cuda_rows_mark(d_mask, vocab, d_tokens, (size_t)ntok);
-    int looked[37] = {0};
+    int* looked = calloc((size_t)rows, sizeof *looked);
+    if (!looked) abort();
     for (int i = 0; i < ntok; i++)
         if (tokens[i] >= 0 && tokens[i] < vocab) looked[tokens[i]] = 1;
     for (int c = 0; c < 4; c++) {
@@ -2308,6 +2309,7 @@ static void test_optim_rows(void) {
         dfree(d_p), dfree(d_m), dfree(d_v);
     }
     dfree(d_tokens), dfree(d_mask), dfree(d_step), dfree(d_lr);
+    free(looked);
 }
 
 static void test_optim(void) {
@@ -2639,7 +2641,8 @@ int main(int argc, char** argv) {
     test_assign(RT_BF16);
     test_optim();
     test_optim_grad_round();
-    test_optim_rows();
+    test_optim_rows(37, 30);
+    test_optim_rows(4103, 4100);
     test_threads();
 
     RT_CHECK_CUDA(cudaDeviceSynchronize());
