@@ -2,12 +2,13 @@
 -- whose backward spans other groups' (a Llama root: the output head and the final norm
 -- first, the embedding last) reduces the gradients that are complete at the next group's
 -- first pre-backward as one part and the rest at its post-backward, and the optimizer
--- steps each part on its own, in the order the parts were reduced. Checked on a small
--- Llama at one rank: the parts' parameters and order, their schedule lines, the step C
--- (`.part = 1` in the reductions table, rt_step_reduce_direct and rt_step_optimizer with
--- the part's index) and the optimizer order; and that nothing is split where the bits
+-- steps each part on its own, in the order the parts were reduced; the block reduced last
+-- (Sim:tail_group) reduces its MLP's gradients as a first part (Sim:reduce_tail). Checked
+-- on a small Llama at one rank: the parts' parameters and order, their schedule lines, the
+-- step C (`.part = 1` in the reductions table, rt_step_reduce_direct and rt_step_optimizer
+-- with the part's index) and the optimizer order; and that nothing is split where the bits
 -- could change or nothing is gained: clipping, two ranks, a divide factor (no direct
--- reduction), a second backward before the optimizer, a group whose backward spans none.
+-- reduction), a second backward before the optimizer, the other blocks.
 -- Run from the repository root: lua5.4 tests/generator/reduce_parts.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local schedule = require("emit.schedule")
@@ -64,25 +65,28 @@ for _, st in ipairs(plan.steps) do
   if st.op == "optimizer" and st.rows ~= "unused" then
     order[#order + 1] = st.group.name .. (st.reduction and "#" .. st.reduction.index or "")
   end
-  if st.op == "reduce_scatter" and st.reduction.part then lines[#lines + 1] = schedule.step_line(st, plan) end
+  if st.op == "reduce_scatter" and st.reduction.part and st.group.index == 1 then
+    lines[#lines + 1] = schedule.step_line(st, plan)
+  end
 end
-check(table.concat(order, " ") == "#1 layers.1 layers.0 #2",
-  "the optimizer steps the head's part, the blocks, then the embedding's part: " .. table.concat(order, " "))
+check(table.concat(order, " ") == "#1 layers.1 layers.0#1 layers.0#2 #2",
+  "the optimizer steps the head's part, the blocks (the last in two parts), then the embedding's part: "
+  .. table.concat(order, " "))
 local first_block_rs
 for i, st in ipairs(plan.steps) do
   if st.op == "reduce_scatter" and st.group.index ~= 1 then first_block_rs = first_block_rs or i end
 end
 local head_rs
 for i, st in ipairs(plan.steps) do
-  if st.op == "reduce_scatter" and st.reduction.part and st.part == 1 then head_rs = i end
+  if st.op == "reduce_scatter" and st.reduction.part and st.part == 1 and st.group.index == 1 then head_rs = i end
 end
 check(head_rs and first_block_rs and head_rs < first_block_rs,
   "the head's part is reduced before any block's reduction")
 check(#lines == 2 and lines[1]:find("; part 1 of 2: norm.weight, output.weight", 1, true)
   and lines[2]:find("; part 2 of 2: tok_embeddings.weight", 1, true),
   "the schedule says part 1 of 2 and part 2 of 2 with their parameters")
-check(code:find("%.part = 1}") and select(2, code:gsub("%.part = 1}", "")) == 2,
-  "the step C's reductions table marks both parts")
+check(select(2, code:gsub("%.part = 1}", "")) == 4,
+  "the step C's reductions table marks both parts of the root and of the last block")
 check(code:find("rt_step_reduce_direct%(R, 0, 1,") and code:find("rt_step_reduce_direct%(R, 0, 2,")
   and code:find("rt_step_optimizer%(R, 0, 1, 1, 1, 0%)")
   and code:find("rt_step_optimizer_rows%(R, 0, 2, 1, 1, 0, RT_ROWS_LOOKED_UP%)"),
@@ -101,22 +105,26 @@ for _, c in ipairs(cases) do
   local p = plan_llama(c[2], c[3], c[4])
   local n = 0
   for _, st in ipairs(p.steps) do
-    if st.reduction and st.reduction.part then n = n + 1 end
+    if st.reduction and st.reduction.part and st.group.index == 1 then n = n + 1 end
   end
   local want = c[1] == "two backwards before the optimizer" and "rs all | rs all | opt all" or whole
   check(n == 0 and root_lines(p) == want, string.format("%s: no parts (%d): %s", c[1], n, root_lines(p)))
 end
 
--- A group whose backward spans no other group's (a block) reduces whole at its post-backward.
-local blocks, whole_blocks = 0, 0
+-- A block reduces whole at its post-backward, but the last one (its step is what follows
+-- the backward): its MLP's gradients, complete first, as a part, then the rest.
+local blocks = {}
 for _, st in ipairs(plan.steps) do
   if st.op == "reduce_scatter" and st.group.index ~= 1 then
-    blocks = blocks + 1
-    if st.reduction.index == 0 then whole_blocks = whole_blocks + 1 end
+    local names = {}
+    for i, k in ipairs(st.reduction.params) do names[i] = st.group.params[k].fqn:match("[^.]+%.[^.]+$") end
+    blocks[#blocks + 1] = st.group.name .. (st.reduction.part and " " .. table.concat(names, ",") or "")
   end
 end
-check(blocks == 2 and whole_blocks == 2,
-  string.format("each block reduced whole, once (%d of %d reductions)", whole_blocks, blocks))
+local want_blocks = "layers.1 | layers.0 w1.weight,w2.weight,w3.weight"
+  .. " | layers.0 attention_norm.weight,wq.weight,wk.weight,wv.weight,wo.weight,ffn_norm.weight"
+check(table.concat(blocks, " | ") == want_blocks,
+  "the blocks reduced whole but the last, in two parts (its MLP's weights first): " .. table.concat(blocks, " | "))
 
 -- A tied embedding (the output head's weight): its gradient has the head's contribution
 -- before the blocks' backward and the embedding's after, so the root is not split (a part
@@ -131,6 +139,13 @@ return fsdp.spec{ name = "tied_probe", model = model, world_size = 1,
   input = { batch = 2, seq_len = 8 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
 ]])
 check(root_lines(tied) == whole, "a tied embedding: the root reduced whole: " .. root_lines(tied))
+-- and its last block whole too: the root's whole step follows the backward anyway
+-- (planner.lua Sim:tail_group)
+local tied_parts = 0
+for _, st in ipairs(tied.steps) do
+  if st.op == "reduce_scatter" and st.reduction.part then tied_parts = tied_parts + 1 end
+end
+check(tied_parts == 0, string.format("a tied embedding: no block reduced in parts (%d parts)", tied_parts))
 
 -- Every spec of the repository: each parameter's contributions since its last reduction
 -- are in the one unsharded gradient buffer that its next reduction reads (or accumulates
