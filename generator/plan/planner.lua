@@ -417,13 +417,13 @@ function Sim:tail_group(order, pending)
     end
   end
   local tail
-  for g, l in pairs(last) do
-    local between = false
-    for _, h in ipairs(hooks) do between = between or (h > first[g] and h < l) end
-    if g.split and #g.params >= 2 and not between and (not tail or l > last[tail]) then tail = g end
+  for _, g in ipairs(self.groups) do
+    local l, between = last[g], false
+    for _, h in ipairs(hooks) do between = between or (l and h > first[g] and h < l) end
+    if l and g.split and #g.params >= 2 and not between and (not tail or l > last[tail]) then tail = g end
   end
-  for g, l in pairs(last) do
-    if tail and l > last[tail] then
+  for _, g in ipairs(self.groups) do
+    if tail and last[g] and last[g] > last[tail] then
       local whole = not g.split
       for _, p in ipairs(g.params) do whole = whole or (pending[p] or 0) > 1 end
       if whole then return nil end
