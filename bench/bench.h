@@ -1,6 +1,7 @@
-// What the kernel benchmarks (bench/attention_fsdpgen.c, attention_cudnn.c, norm_rows.c)
-// share: the attention ones' command line (B T NH NKV HD [iters]), the GPU check, the clock,
-// zeroed device buffers and the inputs' pseudo-random bf16 values, so they time the same
+// What the kernel benchmarks (bench/attention_fsdpgen.c, attention_cudnn.c, norm_rows.c,
+// loss_rows.c) share: their command lines (B T NH NKV HD [iters], or [iters]), the GPU
+// check, the clock, zeroed device buffers, the inputs' pseudo-random bf16 values and the
+// count of elements that disagree (#wrong), so they time the same
 // shapes on the same data.
 #ifndef BENCH_H
 #define BENCH_H
@@ -73,6 +74,39 @@ static inline void* bench_dev_bf16(size_t n, float scale, unsigned seed) {
     RT_CHECK_CUDA(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice));
     free(h);
     return d;
+}
+
+// Parses `[iters]` (a positive count, default def): 0, or 2 after prog's usage line.
+static inline int bench_iters(int argc, char** argv, int def, int* iters) {
+    *iters = def;
+    if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%d", iters) != 1 || *iters < 1))) {
+        fprintf(stderr, "usage: %s [iters] (a positive count, default %d)\n", argv[0], def);
+        return 2;
+    }
+    return 0;
+}
+
+// n 16-bit values of device buffer d, copied to the host (the caller frees them).
+static inline uint16_t* bench_host_u16(const void* d, size_t n) {
+    uint16_t* h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "bench: out of host memory\n");
+        exit(1);
+    }
+    RT_CHECK_CUDA(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// #wrong as nccl-tests count it: the elements of two device buffers of n bf16 values more
+// than `ulps` apart or of other signs (0 and -0 agree).
+static inline long bench_wrong_bf16(const void* da, const void* db, size_t n, int ulps) {
+    uint16_t *a = bench_host_u16(da, n), *b = bench_host_u16(db, n);
+    long bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((a[i] ^ b[i]) & 0x8000 ? (a[i] | b[i]) & 0x7FFF : abs((int)a[i] - (int)b[i]) > ulps)
+            bad++;
+    free(a), free(b);
+    return bad;
 }
 
 #endif

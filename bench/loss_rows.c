@@ -6,7 +6,8 @@
 // Prints per shape the mean ms of each over `iters` calls after 3 warm-up calls, how many
 // times faster staging is (x > 1: faster), the staged call's GB/s (the logits read once and
 // the gradient written: 4 bytes an element), and #wrong as nccl-tests does: the gradient
-// elements where the two differ (the bits must agree; a loss that differs counts as one).
+// elements where the two differ (the bits must agree, 0 and -0 aside; a loss that differs
+// counts as one).
 #include "bench.h"  // first: it sets _POSIX_C_SOURCE
 
 #include <stdint.h>
@@ -44,24 +45,9 @@ static double time_ms(size_t stage, int iters, void* dlogits, float* loss, const
     return (bench_now_s() - t0) * 1e3 / iters;
 }
 
-// Elements of two device buffers of n 16-bit values that differ.
-static long differ(const void* da, const void* db, size_t n) {
-    uint16_t *a = malloc(n * sizeof(uint16_t)), *b = malloc(n * sizeof(uint16_t));
-    if (!a || !b) abort();
-    RT_CHECK_CUDA(cudaMemcpy(a, da, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    RT_CHECK_CUDA(cudaMemcpy(b, db, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    long bad = 0;
-    for (size_t i = 0; i < n; i++) bad += a[i] != b[i];
-    free(a), free(b);
-    return bad;
-}
-
 int main(int argc, char** argv) {
-    int iters = 20;
-    if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%d", &iters) != 1 || iters < 1))) {
-        fprintf(stderr, "usage: %s [iters] (a positive count, default 20)\n", argv[0]);
-        return 2;
-    }
+    int iters;
+    if (bench_iters(argc, argv, 20, &iters)) return 2;
     if (!bench_has_gpu("loss_rows")) return 0;
     rt_kernels_init();
     int optin = 0;
@@ -84,9 +70,11 @@ int main(int argc, char** argv) {
         float *dloss = bench_dev_zeros(sizeof one), *loss = bench_dev_zeros(2 * sizeof(float));
         RT_CHECK_CUDA(cudaMemcpy(dloss, &one, sizeof one, cudaMemcpyHostToDevice));
         const double tms = time_ms(0, iters, twice, loss, logits, targets, N, V, dloss);
-        const double sms = time_ms((size_t)-1, iters, staged, loss + 1, logits, targets, N, V, dloss);
+        const double sms =
+            time_ms((size_t)-1, iters, staged, loss + 1, logits, targets, N, V, dloss);
         RT_CHECK_CUDA(cudaMemcpy(l2, loss, sizeof l2, cudaMemcpyDeviceToHost));
-        const long bad = differ(twice, staged, n) + (memcmp(&l2[0], &l2[1], sizeof(float)) != 0);
+        const long bad =
+            bench_wrong_bf16(twice, staged, n, 0) + (memcmp(&l2[0], &l2[1], sizeof l2[0]) != 0);
         total_wrong += bad;
         printf("%-10s %6d %7d %10.4f %10.4f %7.2fx %8.0f %8ld\n", shapes[s].name, N, V, tms, sms,
                tms / sms, (double)n * 4 / (sms * 1e-3) / 1e9, bad);

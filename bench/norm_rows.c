@@ -84,26 +84,9 @@ static double time_ms(int s, int pass, int add, int iters, void* sum, void* out,
     return (bench_now_s() - t0) * 1e3 / iters;
 }
 
-// Elements of two packed bf16 buffers more than `ulps` apart (or of another sign).
-static long wrong(const void* da, const void* db, size_t n, int ulps) {
-    uint16_t *a = malloc(n * sizeof(uint16_t)), *b = malloc(n * sizeof(uint16_t));
-    if (!a || !b) abort();
-    RT_CHECK_CUDA(cudaMemcpy(a, da, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    RT_CHECK_CUDA(cudaMemcpy(b, db, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    long bad = 0;
-    for (size_t i = 0; i < n; i++)
-        if ((a[i] ^ b[i]) & 0x8000 ? (a[i] | b[i]) & 0x7FFF : abs((int)a[i] - (int)b[i]) > ulps)
-            bad++;
-    free(a), free(b);
-    return bad;
-}
-
 int main(int argc, char** argv) {
-    int iters = 50;
-    if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%d", &iters) != 1 || iters < 1))) {
-        fprintf(stderr, "usage: %s [iters] (a positive count, default 50)\n", argv[0]);
-        return 2;
-    }
+    int iters;
+    if (bench_iters(argc, argv, 50, &iters)) return 2;
     if (!bench_has_gpu("norm_rows")) return 0;
     rt_kernels_init();
     printf("%-10s %-9s %-8s %10s %10s %8s %8s %7s\n", "shape", "norm", "pass", "block ms",
@@ -133,7 +116,7 @@ int main(int argc, char** argv) {
             if (pass == 1) call(s, 0, block, x, dout, wa, mean, rstd);
             const double bms = time_ms(s, pass, -1, iters, NULL, block, x, dout, wu, mean, rstd);
             const double wms = time_ms(s, pass, -1, iters, NULL, warp, x, dout, wa, mean, rstd);
-            const long bad = wrong(warp, block, n, 1);
+            const long bad = bench_wrong_bf16(warp, block, n, 1);
             total_wrong += bad;
             const double bytes = (double)n * (pass ? 6 : 4);
             printf("%-10s %-9s %-8s %10.4f %10.4f %7.2fx %8.0f %7ld\n", shapes[s].name,
@@ -144,7 +127,7 @@ int main(int argc, char** argv) {
         void *sum1 = bench_dev_zeros(n * 2), *out1 = bench_dev_zeros(n * 2);
         adds[s].two = time_ms(s, 0, 0, iters, block, warp, x, dout, wa, mean, rstd);
         adds[s].one = time_ms(s, 0, 1, iters, sum1, out1, x, dout, wa, mean, rstd);
-        adds[s].wrong = wrong(sum1, block, n, 0) + wrong(out1, warp, n, 0);
+        adds[s].wrong = bench_wrong_bf16(sum1, block, n, 0) + bench_wrong_bf16(out1, warp, n, 0);
         total_wrong += adds[s].wrong;
         void* bufs[] = {x, dout, warp, block, wa, wbuf, mean, rstd, sum1, out1, dw};
         for (int i = 0; i < 11; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));

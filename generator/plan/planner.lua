@@ -420,7 +420,9 @@ function Sim:tail_group(order, pending)
   for _, g in ipairs(self.groups) do
     local l, between = last[g], false
     for _, h in ipairs(hooks) do between = between or (l and h > first[g] and h < l) end
-    if l and g.split and #g.params >= 2 and not between and (not tail or l > last[tail]) then tail = g end
+    if l and g.split and #g.params >= 2 and not between and (not tail or l > last[tail]) then
+      tail = g
+    end
   end
   for _, g in ipairs(self.groups) do
     if tail and last[g] and last[g] > last[tail] then

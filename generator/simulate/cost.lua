@@ -216,7 +216,9 @@ local function op_cost(st, plan, gpu, k)
     local zero = false
     for _, bf in ipairs(st.bufs and st.bufs.zero or {}) do
       local left = false
-      for _, p in ipairs(bf.alias and plan.consumed_grads[bf.alias] or {}) do left = left or p == op.ins[2] end
+      for _, p in ipairs(bf.alias and plan.consumed_grads[bf.alias] or {}) do
+        left = left or p == op.ins[2]
+      end
       zero = zero or not left
     end
     if zero then bytes = bytes + numel(op.ins[2].shape) * 4 end

@@ -398,7 +398,8 @@ void rtc_loss_init(rtc_ctx* c) {
                                          c->device));
     cudaFuncAttributes a;
     RT_CHECK_CUDA(cudaFuncGetAttributes(&a, (const void*)ce_forward_kernel<uint16_t>));
-    const size_t stage = (size_t)optin > a.sharedSizeBytes ? (optin - a.sharedSizeBytes) & ~(size_t)15 : 0;
+    const size_t stage =
+        (size_t)optin > a.sharedSizeBytes ? (optin - a.sharedSizeBytes) & ~(size_t)15 : 0;
     RT_CHECK_CUDA(cudaFuncSetAttribute((const void*)ce_forward_kernel<uint16_t>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage));
     c->ce_stage = c->ce_stage_max = stage;
