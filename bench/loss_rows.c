@@ -1,13 +1,14 @@
 // Times fsdpgen's fused cross-entropy as the generated step calls it (packed bf16 logits,
 // gradient assigned: rt_cross_entropy_packed_forward_backward) on the bench models' shapes,
 // each row staged in shared memory (the default: read from DRAM once) against read twice
-// (rt_cuda_set_loss_stage(0)), both in one run on the same data.
+// (rt_cuda_set_loss_stage(0)) and against a copy of half the shared memory (more L1 left,
+// more of a long row read twice), all in one run on the same data.
 //   loss_rows [iters]
 // Prints per shape the mean ms of each over `iters` calls after 3 warm-up calls, how many
-// times faster staging is (x > 1: faster), the staged call's GB/s (the logits read once and
-// the gradient written: 4 bytes an element), and #wrong as nccl-tests does: the gradient
-// elements where the two differ (the bits must agree, 0 and -0 aside; a loss that differs
-// counts as one).
+// times faster staging is than reading twice (x > 1: faster), the staged call's GB/s (the
+// logits read once and the gradient written: 4 bytes an element), and #wrong as nccl-tests
+// does: the gradient elements where a staged call differs from the one that reads twice
+// (the bits must agree, 0 and -0 aside; a loss that differs counts as one).
 #include "bench.h"  // first: it sets _POSIX_C_SOURCE
 
 #include <stdint.h>
@@ -53,8 +54,8 @@ int main(int argc, char** argv) {
     int optin = 0;
     RT_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
     printf("shared memory a block may have: %d bytes\n", optin);
-    printf("%-10s %6s %7s %10s %10s %8s %8s %8s\n", "shape", "N", "V", "twice ms", "staged ms",
-           "staged x", "GB/s", "#wrong");
+    printf("%-10s %6s %7s %10s %10s %10s %8s %8s %8s\n", "shape", "N", "V", "twice ms", "half ms",
+           "staged ms", "staged x", "GB/s", "#wrong");
     long total_wrong = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int N = shapes[s].N, V = shapes[s].V;
@@ -70,14 +71,18 @@ int main(int argc, char** argv) {
         float *dloss = bench_dev_zeros(sizeof one), *loss = bench_dev_zeros(2 * sizeof(float));
         RT_CHECK_CUDA(cudaMemcpy(dloss, &one, sizeof one, cudaMemcpyHostToDevice));
         const double tms = time_ms(0, iters, twice, loss, logits, targets, N, V, dloss);
-        const double sms =
-            time_ms((size_t)-1, iters, staged, loss + 1, logits, targets, N, V, dloss);
-        RT_CHECK_CUDA(cudaMemcpy(l2, loss, sizeof l2, cudaMemcpyDeviceToHost));
-        const long bad =
-            bench_wrong_bf16(twice, staged, n, 0) + (memcmp(&l2[0], &l2[1], sizeof l2[0]) != 0);
+        long bad = 0;
+        double ms[2];  // half the shared memory, then all of it
+        for (int h = 0; h < 2; h++) {
+            const size_t stage = h ? (size_t)-1 : (size_t)optin / 2;
+            ms[h] = time_ms(stage, iters, staged, loss + 1, logits, targets, N, V, dloss);
+            RT_CHECK_CUDA(cudaMemcpy(l2, loss, sizeof l2, cudaMemcpyDeviceToHost));
+            bad += bench_wrong_bf16(twice, staged, n, 0);
+            bad += memcmp(&l2[0], &l2[1], sizeof l2[0]) != 0;
+        }
         total_wrong += bad;
-        printf("%-10s %6d %7d %10.4f %10.4f %7.2fx %8.0f %8ld\n", shapes[s].name, N, V, tms, sms,
-               tms / sms, (double)n * 4 / (sms * 1e-3) / 1e9, bad);
+        printf("%-10s %6d %7d %10.4f %10.4f %10.4f %7.2fx %8.0f %8ld\n", shapes[s].name, N, V,
+               tms, ms[0], ms[1], tms / ms[1], (double)n * 4 / (ms[1] * 1e-3) / 1e9, bad);
         void* bufs[] = {logits, twice, staged, targets, dloss, loss};
         for (int i = 0; i < 6; i++) RT_CHECK_CUDA(cudaFree(bufs[i]));
         free(t);
