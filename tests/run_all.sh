@@ -81,6 +81,7 @@ plan_lane() {
     "reduce-scatters of the params with grads:reduce_subsets" \
     "reductions in parts (one rank):reduce_parts" \
     "optimizer steps by token rows (one rank):token_rows" \
+    "gradients stored in param_dtype (one rank):packed_grads" \
     "one rank's all-gathers waited for at their first reader:late_waits" \
     "parameters read from the shards (one rank):shard_reads" \
     "a residual add and its norm in one call:fused_norms" \

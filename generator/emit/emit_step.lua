@@ -241,6 +241,7 @@ local function emit_groups(b, plan, index, opt_states, names)
       f[#f + 1] = string.format(".nreductions = %d, .reductions = group%d_reductions",
         #g.reductions, gi)
     end
+    if g.packed_grads then f[#f + 1] = ".grads_packed = 1" end
     if s.offload then f[#f + 1] = ".offload = 1" end
     code(b, "{%s},", table.concat(f, ", "))
   end
@@ -307,45 +308,29 @@ local function F(bf, elem, n, int, packed16, name)
   return string.format("%s(%s%s, %d)", int and "I" or "F", at(bf), from, bytes)
 end
 
--- The parameter gradients whose first contribution in the life of their group's unsharded
--- gradient buffer assigns them (kernels_c.assigns_param: linear's and the norms') instead of
--- adding onto the zeroed buffer: by backward step, the parameters it assigns; by buffer,
--- the parameters it need not zero. A call's one bit assigns all of its parameter-gradient
--- outputs (kernels_c.param_grad_output), so a step assigns them only where each is a
--- parameter's first contribution: not where one is an activation's gradient (a computed
--- weight or bias), or the gradient of an input that is another of the call's inputs too.
-local function param_assigns(plan)
-  local by_step, by_buf, seen = {}, {}, {}
+-- The parameters whose gradients a backward step assigns (memory.lua's plan.grad_assigns,
+-- grad_assigns.by_step), by the gradient buffer they are assigned in: those it need not
+-- zero.
+local function assigns_by_buf(plan)
+  local by_buf = {}
   for _, st in ipairs(plan.steps) do
-    if st.op == "backward" or st.op == "loss_grad" then
-      local firsts, all_first = {}, true
-      for _, op in ipairs(stacked.ops(st)) do  -- a stack's linears: one call, one bit
-        for i, t in ipairs(op.ins) do
-          local g = t.requires_grad and t.is_param and plan.owner[t]
-          local ug = g and st.bufs.ugrad[g.index]
-          if t.requires_grad and kernels.param_grad_output(op, i)
-              and not (ug and kernels.assigns_param(op, i)) then
-            all_first = false
-          end
-          if ug then
-            seen[ug] = seen[ug] or {}
-            if kernels.assigns_param(op, i) then
-              if seen[ug][t] then all_first = false else firsts[#firsts + 1] = { t, ug } end
+    local set = plan.grad_assigns[st]
+    if set then
+      for _, op in ipairs(stacked.ops(st)) do  -- in order: the generated C is deterministic
+        for _, t in ipairs(op.ins) do
+          if set[t] then
+            local ug = st.bufs.ugrad[plan.owner[t].index]
+            by_buf[ug] = by_buf[ug] or {}
+            if not by_buf[ug][t] then
+              by_buf[ug][t] = true
+              by_buf[ug][#by_buf[ug] + 1] = t
             end
-            seen[ug][t] = true
           end
         end
       end
-      for _, f in ipairs(all_first and firsts or {}) do
-        local t, ug = f[1], f[2]
-        by_step[st] = by_step[st] or {}
-        by_step[st][t] = true
-        by_buf[ug] = by_buf[ug] or {}
-        by_buf[ug][#by_buf[ug] + 1] = t
-      end
     end
   end
-  return by_step, by_buf
+  return by_buf
 end
 
 -- The unsharded gradient buffers that a part of a split reduction ends (planner.lua
@@ -365,7 +350,7 @@ end
 
 function Walker.new(plan)
   local w = setmetatable({ plan = plan, unsharded = {}, loss = nil, nbackward = 0 }, Walker)
-  w.assigns_by_step, w.assigns_by_buf = param_assigns(plan)
+  w.assigns_by_buf = assigns_by_buf(plan)
   w.part_reads = part_reads(plan)
   return w
 end
@@ -402,7 +387,7 @@ function Walker:grad(t, st)
     local g = param_layout(self.plan, t)
     local ug = st.bufs.ugrad[g.index]
     if not ug then error("no unsharded gradient buffer for " .. t.fqn) end
-    return F(ug, nil, trace.numel(t.shape), false, false, grad_names[t])
+    return F(ug, nil, trace.numel(t.shape), false, t.packed_grad ~= nil, grad_names[t])
   end
   local b = memory.base(t)
   local gb = st.bufs.grads[b]
@@ -452,7 +437,8 @@ function Walker:ctx(st, saved)
       local g = param_layout(w.plan, p)
       local n = s.ld * p.shape[2]
       local gb = st.bufs.grads[memory.base(s.ops[1].outs[1])]
-      local dw = s.split and "NULL" or F(st.bufs.ugrad[g.index], nil, n, false, false, grad_names[p])
+      local dw = s.split and "NULL"
+        or F(st.bufs.ugrad[g.index], nil, n, false, p.packed_grad ~= nil, grad_names[p])
       return F(w.unsharded[g.index], nil, n, false, true, param_names[p]), dw, F(gb, 0, s.rows * s.ld, false, true)
     end,
     -- a device pointer: the gradient of a loss summed with others is computed on the GPU
@@ -493,9 +479,15 @@ end
 -- buffer, only the elements around the parameters `assigned[bf]` whose gradients are
 -- assigned later and those that an in-place buffer's optimizer left zero (memory.lua
 -- consumed_grads), in order of offset: the gaps, padding included; of one that a part of a
--- split reduction ends, only its parameters' elements that are neither.
+-- split reduction ends, only its parameters' elements that are neither. A packed group's
+-- gradients (grad_assigns.packed_groups) are 2-byte elements, zeroed as whole words: their
+-- parameters start and end on multiples of 8 elements.
 local function zero(calls, bufs, skip, assigned, w)
   local function emit(bf, elem, n)
+    if bf.packed_grads then
+      if elem % 2 ~= 0 or n % 2 ~= 0 then internal("odd range of packed gradients '%s'", bf.name) end
+      elem, n = elem // 2, n // 2
+    end
     if n > 0 then calls[#calls + 1] = string.format("rt_zero(%s, %d);", F(bf, elem, n), n) end
   end
   for _, bf in ipairs(bufs or {}) do
@@ -525,9 +517,9 @@ local function zero(calls, bufs, skip, assigned, w)
         emit(bf, at, r[1] - at)
         at = r[1] + r[2]
       end
-      emit(bf, at, bf.size // 4 - at)
+      emit(bf, at, bf.size // (bf.packed_grads and 2 or 4) - at)
     elseif not (skip and skip[bf]) then
-      emit(bf, 0, bf.size // 4)
+      emit(bf, 0, bf.size // (bf.packed_grads and 2 or 4))
     end
   end
 end
@@ -650,7 +642,7 @@ function Walker:step(st, index)
     -- contribution (here or later) assigns.
     local c = self:ctx(st, true)
     c.loss_out, self.loss_out = self.loss_out, nil
-    local params = self.assigns_by_step[st] or {}
+    local params = self.plan.grad_assigns[st] or {}
     c.assign_param = function(t) return params[t] == true end
     local bcalls, assigned
     if st.stack then bcalls, assigned = kernels.backward_stacked(st.stack, c)
@@ -783,7 +775,7 @@ function M.render(plan, spec_file, prefix, is_reference)
   end)
   grad_names, grad_lines = c_text.param_names(list, "G_", function(p)
     local g, l = param_layout(plan, p)
-    return 4 * l.offset * g.shard
+    return (p.packed_grad and 2 or 4) * l.offset * g.shard
   end)
   b:line("")
   b:line("// Each parameter's byte offset in its group's unsharded parameters (none: read from")

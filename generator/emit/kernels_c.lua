@@ -19,7 +19,7 @@
 --   ctx.loss_out    at a loss gradient whose forward the emitter left to it (memory.forward_with_loss_grad):
 --                   the forward's output, which the backward's call then computes too
 --   ctx.assign_param(t)  whether this step makes the first contribution to parameter t's
---                   gradient in its buffer's life, one the kernel assigns (M.assigns_param;
+--                   gradient in its buffer's life, one the kernel assigns (grad_assigns.lua;
 --                   the emitter leaves it out of the buffer's rt_zero)
 -- Backward kernels accumulate into gradients, so several consumers of one tensor add up;
 -- a fresh buffer's first contribution is assigned instead (rt_kernels.h "Assign": the
@@ -30,6 +30,7 @@
 -- the op's tensor dtype); `ROUNDS` says which of their outputs they round, and an
 -- explicit rt_step_round follows every call for any other 16-bit output (embedding, cast,
 -- and gradients a kernel leaves unrounded).
+local grad_assigns = require("memory.grad_assigns")
 local memory = require("memory.memory")
 local trace = require("spec.trace")
 
@@ -135,8 +136,9 @@ local forward = {}
 -- A packed call's `packed` argument (rt_kernels.h), nil when nothing is packed (memory.lua):
 -- its output (forward) or the output's gradient (backward) RT_PACKED_OUT, the values of its
 -- inputs at positions 1 to 3 (RT_PACKED_INP, RT_PACKED_INP2, RT_PACKED_INP3), and in
--- backward their gradients (RT_PACKED_DINP, RT_PACKED_DINP2, RT_PACKED_DINP3); a backward that
--- reads no input value (rope's) passes `no_values`.
+-- backward their gradients (RT_PACKED_DINP, RT_PACKED_DINP2, RT_PACKED_DINP3) and its
+-- parameters' (RT_PACKED_DWEIGHT: a packed group's, grad_assigns.packed_groups); a backward
+-- that reads no input value (rope's) passes `no_values`.
 local function packed_bits(op, backward, no_values)
   local y = memory.base(op.outs[1])
   local bits = {}
@@ -150,6 +152,12 @@ local function packed_bits(op, backward, no_values)
   for j, name in ipairs({ "DINP", "DINP2", "DINP3" }) do
     local x = op.ins[j] and memory.base(op.ins[j])
     if backward and x and x.grad_packed then bits[#bits + 1] = "RT_PACKED_" .. name end
+  end
+  for j, t in ipairs(op.ins) do  -- the parameters' gradients, one bit for all
+    if backward and t.packed_grad and grad_assigns.param_grad_output(op, j) then
+      bits[#bits + 1] = "RT_PACKED_DWEIGHT"
+      break
+    end
   end
   return #bits > 0 and table.concat(bits, " | ") or nil
 end
@@ -503,28 +511,6 @@ local ASSIGNS = {
   end,
 }
 
--- The inputs whose gradients a backward kernel's RT_ASSIGN_DWEIGHT assigns (rt_kernels.h):
--- the parameters' of linear and the norms.
-local PARAM_GRADS = { linear = { [2] = true, [3] = true }, layer_norm = { [2] = true, [3] = true },
-  rms_norm = { [2] = true } }
-
--- Whether the gradient of op's input i is one that its backward kernel's RT_ASSIGN_DWEIGHT
--- assigns, whatever the input is (a parameter or not).
-function M.param_grad_output(op, i) return (PARAM_GRADS[op.kind] or {})[i] == true end
-
--- Whether op's backward kernel can assign the gradient of its input i, a parameter
--- (RT_ASSIGN_DWEIGHT), unless another input is the same tensor and adds to that gradient
--- in the same call. The bit is one for all of the call's parameter-gradient outputs: the
--- emitter sets it where each of them is a parameter's first contribution (emit_step.lua
--- param_assigns).
-function M.assigns_param(op, i)
-  if not M.param_grad_output(op, i) then return false end
-  for j, u in ipairs(op.ins) do
-    if j ~= i and u == op.ins[i] then return false end
-  end
-  return true
-end
-
 -- The `assign` argument of op's backward kernel and the gradient buffers it assigns: the
 -- fresh activation-gradient buffers (ctx.fresh) of the kernel's assignable outputs, each
 -- but one that is also another gradient output of the call (x + x accumulates both
@@ -542,7 +528,7 @@ local function backward_assign(op, c)
     end
   end
   for i, t in ipairs(op.ins) do
-    if M.assigns_param(op, i) and c.assign_param and c.assign_param(t) then
+    if grad_assigns.assigns_param(op, i) and c.assign_param and c.assign_param(t) then
       bits[#bits + 1] = "RT_ASSIGN_DWEIGHT"
       break
     end
@@ -590,7 +576,11 @@ function M.backward_stacked(s, c)
   local bits, C = packed_bits(op, true), w.shape[2]
   local function call(dinp, dw, d, W, oc, a)
     local args = string.format("%s, %s, NULL, %s, %s, %s, %d, %d, %d", dinp, dw, d, c.val(x), W, s.rows, C, oc)
-    return kcall("linear", "backward", args, bits, dt, a, tostring(s.ld))[1]
+    -- the packed bit of the weights' gradients only on a call that writes them
+    local b = bits
+    if dw == "NULL" and b then b = b:gsub(" | RT_PACKED_DWEIGHT", ""):gsub("^RT_PACKED_DWEIGHT$", "") end
+    if b == "" then b = nil end
+    return kcall("linear", "backward", args, b, dt, a, tostring(s.ld))[1]
   end
   if not s.split then return { call(c.grad(x), dweight, dout, weight, s.ld, as) }, assigned end
   -- the input gradient over the stacked weights, then each weight's gradient from its

@@ -145,7 +145,10 @@ function M.step_line(st, plan)
   elseif st.op == "reduce_scatter" then
     name = quoted(g.name)
     local L = st.reduction.layout
-    if st.in_place then
+    if st.in_place and g.packed_grads then
+      detail = string.format("%d x %s in place: the backward wrote the sharded grads in %s (one rank)",
+        L.padded_numel, g.reduce_dtype, g.param_dtype)
+    elseif st.in_place then
       detail = string.format("%d x %s in place: the backward wrote the sharded grads (one rank), "
         .. "the optimizer reads them as %s", L.padded_numel, g.reduce_dtype, g.param_dtype)
     elseif st.direct then

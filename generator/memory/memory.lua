@@ -12,6 +12,7 @@
 -- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
 -- buffer (`t.buf`) and ops with their saved statistics (`op.scratch_buf`).
 local attention = require("memory.attention")
+local grad_assigns = require("memory.grad_assigns")
 local late_waits = require("memory.late_waits")
 local stacked = require("memory.stacked_linears")
 local planner = require("plan.planner")
@@ -606,8 +607,10 @@ local function consumed_grads(plan, in_place)
   return by
 end
 
--- Builds buffers with [first, last] step intervals, then assigns offsets.
-function M.plan(plan)
+-- The marks on the graph and the steps that the buffers follow; the groups with gradients in
+-- place (plan.in_place) and the parameter gradients each backward step assigns
+-- (plan.grad_assigns: grad_assigns.by_step).
+local function mark(plan)
   mark_view_casts(plan.graph)
   local steps = plan.steps
   mark_packed_logits(steps)
@@ -627,6 +630,14 @@ function M.plan(plan)
   end
   if not plan.is_eval then late_waits.mark(plan) end
   attention.mark(plan, readers_of(plan.graph, true), M.base)
+  plan.in_place = in_place_groups(plan)
+  plan.grad_assigns = grad_assigns.by_step(plan)
+end
+
+-- Builds buffers with [first, last] step intervals, then assigns offsets. packed: the groups
+-- (by index) whose gradients are 16-bit (grad_assigns.packed_groups).
+function M.plan(plan, packed)
+  local steps = plan.steps
   local bufs = {}
   local function buf(name, kind, size, first, last)
     if size <= 0 then return nil end
@@ -636,13 +647,17 @@ function M.plan(plan)
   end
   local n = #steps
   local opt_states = M.optimizer_states(plan.spec.optimizer)
-  local in_place = in_place_groups(plan)
+  local in_place = plan.in_place
 
-  -- Persistent per group: fp32 sharded params, their gradients, optimizer state.
+  -- Persistent per group: fp32 sharded params, their gradients (fp32, or param_dtype where
+  -- packed), optimizer state.
   for _, g in ipairs(plan.groups) do
     local sb = bytes(g.layout.shard_numel, "fp32")
     g.params_buf = buf(Q(g) .. " sharded params", "persistent", sb, 0, n + 1)
-    g.grads_buf = buf(Q(g) .. " sharded grads", "persistent", sb, 0, n + 1)
+    g.packed_grads = packed[g.index] or nil
+    local gname = Q(g) .. " sharded grads" .. (g.packed_grads and " (" .. g.param_dtype .. ")" or "")
+    g.grads_buf = buf(gname, "persistent", g.packed_grads and bytes(g.layout.shard_numel, g.param_dtype) or sb, 0, n + 1)
+    g.grads_buf.packed_grads = g.packed_grads
     if opt_states > 0 then g.state_buf = buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
   end
   plan.consumed_grads = consumed_grads(plan, in_place)
@@ -798,7 +813,10 @@ function M.plan(plan)
               local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads"
                 .. (in_place[pg] and " (in place)" or ""), "grads",
                 compute_bytes(pg.layout.padded_numel), i)
-              if new and in_place[pg] then gb.alias, gb.bytes = pg.grads_buf, 0 end
+              if new and in_place[pg] then
+                gb.alias, gb.bytes, gb.packed_grads = pg.grads_buf, 0, pg.packed_grads
+                if pg.packed_grads then gb.size = bytes(pg.layout.padded_numel, pg.param_dtype) end
+              end
               u.ugrad[pg.index] = gb
               if new then u.zero[#u.zero + 1] = gb end
             end
@@ -849,13 +867,27 @@ end
 -- persistent buffers and the parameters' storage are the step's). The step after an eval
 -- is kept as plan.after_eval_plan only where its steps differ from the step's, compared
 -- once both carry this stage's marks (view casts, gradient-aliasing adds).
+-- Gradients are packed where the step and the step after an eval both allow it: the
+-- programs share the persistent buffers, and the model's groups say how they are stored.
 function M.plan_all(plan)
-  plan.memory = M.plan(plan)
   local ev, after = plan.eval_plan, plan.after_eval
   plan.after_eval = nil
+  mark(plan)
+  local packed = grad_assigns.packed_groups(plan, plan.in_place, plan.grad_assigns)
   if ev then
-    ev.memory = M.plan(ev)
-    after.memory = M.plan(after)
+    mark(ev)
+    mark(after)
+    local also = grad_assigns.packed_groups(after, after.in_place, after.grad_assigns)
+    for k in pairs(packed) do packed[k] = also[k] end
+  end
+  -- on the spec's parameter tensors, which the programs share (kernels_c RT_PACKED_DWEIGHT)
+  for _, g in ipairs(plan.groups) do
+    for _, l in ipairs(g.layout.params) do l.param.packed_grad = packed[g.index] and g.param_dtype or nil end
+  end
+  plan.memory = M.plan(plan, packed)
+  if ev then
+    ev.memory = M.plan(ev, packed)
+    after.memory = M.plan(after, packed)
     if not planner.same_steps(after, plan) then plan.after_eval_plan = after end
   end
   return plan

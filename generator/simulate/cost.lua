@@ -324,10 +324,11 @@ function M.step(st, plan, gpu, k)
   elseif st.op == "optimizer" then
     local o = plan.spec.optimizer
     local states = memory.optimizer_states(o)
-    -- parameters read and written, gradients read, each state read and written (fp32); a
-    -- part's (planner.lua Sim:reduce_parts) of its parameters only
+    -- parameters read and written, gradients read (fp32, or 16-bit where packed:
+    -- grad_assigns.lua), each state read and written (fp32); a part's (planner.lua
+    -- Sim:reduce_parts) of its parameters only
     local L = st.reduction and st.reduction.layout or g.layout
-    local bytes = L.shard_numel * (12 + 8 * states)
+    local bytes = L.shard_numel * ((g.packed_grads and 10 or 12) + 8 * states)
     if st.rows then bytes = rows_bytes(st, plan, 8 + 8 * states) end
     c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, 1)
     c.class = "optimizer"

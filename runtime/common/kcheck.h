@@ -131,6 +131,18 @@
               "a linear's packed bias has OC values, OC a multiple of 8",                 \
               "%s with a packed bias of %d values", kernel, (int)(OC))
 
+// Packed parameter gradients (RT_PACKED_DWEIGHT) are assigned: adding to a 16-bit value
+// would round it twice. A linear's are dense [OC, C] rows and OC values (its GEMM writes
+// the rows in place).
+#define RT_KCHECK_PACKED_DWEIGHT(packed, assign, kernel)                                   \
+    RT_KCHECK(!((packed) & RT_PACKED_DWEIGHT) || ((assign) & RT_ASSIGN_DWEIGHT),           \
+              "packed parameter gradients are assigned: pass RT_ASSIGN_DWEIGHT",          \
+              "%s with RT_PACKED_DWEIGHT and assign %d", kernel, (int)(assign))
+#define RT_KCHECK_PACKED_DWEIGHT_LINEAR(OC, C, packed, kernel)                             \
+    RT_KCHECK(!((packed) & RT_PACKED_DWEIGHT) || ((OC) % 8 == 0 && (C) % 8 == 0),          \
+              "a packed dweight is [OC, C] with OC and C multiples of 8",                 \
+              "%s with a packed [%d, %d] dweight", kernel, (int)(OC), (int)(C))
+
 // swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be
 // packed.
 #define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                    \

@@ -77,6 +77,9 @@ void rt_cuda_set_loss_stage(size_t bytes);
 // first; RT_F32 reads them as they are. In-place gradients (one rank: the backward
 // accumulated the sharded gradients themselves in fp32; generator/memory/memory.lua) get
 // the reduction's rounding here instead of in a pass of their own.
+// packed_grads (the _rows_ variants): g holds n 16-bit values of grad_dt (RT_BF16 or
+// RT_F16; the backward wrote them rounded, rt_kernels.h RT_PACKED_DWEIGHT), read exactly:
+// the bits of fp32 gradients holding those values, at half the bytes read; 0: n floats.
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
                            const int64_t* d_step, int k, int per, const double* d_lr,
@@ -90,20 +93,22 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
 // The rows of a 2-D parameter that a step updates (rt_step.h rt_step_optimizer_rows): its n
 // elements are rows of row_len, and row i is stepped where (i < vocab && mask[i] != 0) equals
 // looked_up != 0. Pass g NULL for a zero gradient (the rows no token looked up); with
-// looked_up, each stepped row's gradient is set to 0 once read.
+// looked_up, each stepped row's gradient is set to 0 once read (packed: its 16-bit zeros).
 typedef struct rt_cuda_rows {
     const uint8_t* mask;  // device; NULL: every element
     int64_t vocab, row_len;
     int looked_up;
 } rt_cuda_rows;
-void rt_cuda_adam_step_rows_dev(float* p, float* g, float* m, float* v, size_t n,
+void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
-                                int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows);
-void rt_cuda_sgd_step_rows_dev(float* p, float* g, float* momentum_buf, size_t n,
+                                int adamw, rt_dtype grad_dt, int packed_grads,
+                                const rt_cuda_rows* rows);
+void rt_cuda_sgd_step_rows_dev(float* p, void* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
-                               int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows);
+                               int nesterov, rt_dtype grad_dt, int packed_grads,
+                               const rt_cuda_rows* rows);
 // Frees the calling thread's GEMM operand scratch unless a capture used it (a graph may read
 // it): after start-up work that grew it (the attention timing of a shape fsdpgen's kernels
 // run in fp32), so that its memory is not held for the run; the next GEMM that needs one

@@ -20,8 +20,9 @@
 //     rounds the accumulated value, dinp = round(dinp + ...));
 //   * parameter gradients (dweight, dbias, broadcast_add's db) and saved statistics (norm
 //     mean/rstd, attention stats) stay fp32: the generated code rounds parameter
-//     gradients once, before the reduce-scatter, and rounds the gradient of a
-//     non-parameter tensor that a kernel treats as a parameter gradient after the call.
+//     gradients once, before the reduce-scatter (or a packed call writes them rounded:
+//     RT_PACKED_DWEIGHT), and rounds the gradient of a non-parameter tensor that a kernel
+//     treats as a parameter gradient after the call.
 // Each kernel says which outputs it rounds. RT_F32: nothing is rounded. The kernels that
 // take no dt (embedding, the probs attention, losses, buffer helpers) round nothing; the
 // generated code rounds after them where their output is a 16-bit tensor.
@@ -352,6 +353,11 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     values: the all-gather's copy-out writes param_dtype's bits, which the GEMMs (and
 //     cuBLASLt's bias epilogue) read in place instead of a copy narrowed in every forward
 //     and backward (rt_model.h `packed`).
+//   * parameter gradients that one backward call assigns (RT_PACKED_DWEIGHT): a linear's
+//     dweight and dbias, a norm's dweight and dbias, written rounded where they are
+//     computed (the GPU's GEMM and column sums store 16-bit values) instead of fp32 values
+//     rounded in a pass of their own (rt_model.h grads_packed; the optimizer reads them
+//     packed: rt_cuda.h packed_grads).
 // Each call gives the bits of its fp32-storage twin (the same name without "packed_") on
 // the same values, every 16-bit value being exact in fp32. The CPU widens and narrows
 // around those twins, in a per-thread scratch outside the memory plan (as the GPU's GEMM
@@ -369,6 +375,11 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //                    RT_PACKED_DINP2 swiglu's db, attention's dk; RT_PACKED_DINP3
 //                    attention's dv: assigned or added to as the assign bits say, rounded
 //                    once.
+//   RT_PACKED_DWEIGHT the parameter gradients a linear's or a norm's backward writes
+//                    (dweight, dbias; a linear's dweight dense [OC, C], OC and C multiples
+//                    of 8): assigned only (RT_ASSIGN_DWEIGHT: an addition would round
+//                    twice), the twin's rounded to dt (on a GPU a linear's dweight within an
+//                    ulp: cuBLAS's kernel for a 16-bit output may sum in another order).
 #define RT_PACKED_OUT 1
 #define RT_PACKED_INP 2
 #define RT_PACKED_INP2 4
@@ -376,6 +387,7 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 #define RT_PACKED_DINP2 16
 #define RT_PACKED_INP3 32
 #define RT_PACKED_DINP3 64
+#define RT_PACKED_DWEIGHT 128
 void rt_linear_packed_forward(void* out, const void* inp, const void* weight,
                               const void* bias /*nullable*/, int N, int C, int OC, int packed,
                               rt_dtype dt);
@@ -384,7 +396,7 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight,
 // gradient (dweight and dbias NULL, OC the stack's width) and, where their weights'
 // gradients do not lie one after another, one per linear for its weight's (dinp NULL) on its
 // columns of the stack.
-void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign, int ld_dout);
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
@@ -395,13 +407,13 @@ void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, cons
 void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const float* weight, const float* bias, int N, int C, float eps,
                                  int packed, rt_dtype dt);
-void rt_layernorm_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+void rt_layernorm_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign);
 void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
                                int N, int C, float eps, int packed, rt_dtype dt);
-void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+void rt_rmsnorm_packed_backward(void* dinp, void* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign);
 // Activations over n dense values.

@@ -87,10 +87,13 @@ typedef struct rt_model_group {
     // [shard rank] -> [nparams]: each rank's planned layout (ranks alike share one table)
     const rt_fsdp_param_plan* const* plan;
     size_t params_off;            // arena byte offsets of the persistent fp32 buffers
-    size_t grads_off;
+    size_t grads_off;             // (the gradients are param_dtype's 16 bits where packed)
     size_t state_off;             // optimizer state (0..2 buffers of block_numel), if any
     int nreductions;              // reduce-scatters of fewer parameters, numbered 1..n in
     const rt_model_reduction* reductions;  // rt_step_reduce_scatter (0: the whole group)
+    int grads_packed;             // the sharded gradients are stored in param_dtype (bf16,
+                                  // fp16): in place, each assigned once by the backward
+                                  // (generator/memory/grad_assigns.lua packed_groups)
     int offload;                  // offload_policy (every group or none): the persistent
                                   // buffers live in pinned host memory (CUDA backend)
 } rt_model_group;

@@ -66,8 +66,11 @@ float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
 rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
     const rt_model_group* mg = G(R, g);
     int nstates = R->model->optim.nstates;
-    rt_optim_span sp = {rt_step_f32(R, mg->params_off, lo, n), rt_step_f32(R, mg->grads_off, lo, n),
-                        NULL, NULL};
+    rt_optim_span sp = {rt_step_f32(R, mg->params_off, lo, n), NULL, NULL, NULL, NULL};
+    if (mg->grads_packed)
+        sp.grads16 = rt_step_buffer(R, mg->grads_off + 2 * (size_t)lo, 2 * (size_t)n, __FILE__, __LINE__);
+    else
+        sp.grads = rt_step_f32(R, mg->grads_off, lo, n);
     if (nstates > 0) sp.state1 = rt_step_f32(R, mg->state_off, lo, n);
     if (nstates > 1) sp.state2 = rt_step_f32(R, mg->state_off, mg->block_numel + lo, n);
     return sp;
@@ -224,6 +227,13 @@ static int layouts_init(rt_rank* R, int g) {
                     "(a generator bug)\n", R->rank, p->fqn, mg->name);
             st = RT_ERR_MISMATCH;
         }
+        if (i == 0 && mg->grads_packed &&
+            (m->shard != 1 || (mg->param_dtype != RT_BF16 && mg->param_dtype != RT_F16))) {
+            fprintf(stderr, "fsdpgen: rank %d: group '%s' is planned with packed gradients, which "
+                    "need one shard rank and a bf16/fp16 param_dtype (a generator bug)\n", R->rank,
+                    mg->name);
+            st = RT_ERR_MISMATCH;
+        }
         rg->unsharded_dtypes[i] = p->packed ? mg->param_dtype : RT_F32;
         rg->direct_copied[i] = p->from_shard ? -1 : 0;
     }
@@ -308,8 +318,8 @@ size_t rt_step_persistent_end(const rt_model* m) {
     size_t end = 0, states = (size_t)m->optim.nstates;
     for (int g = 0; g < m->ngroups; g++) {
         const rt_model_group* mg = &m->groups[g];
-        size_t b = 4 * (size_t)mg->block_numel;
-        size_t e[3] = {mg->params_off + b, mg->grads_off + b, states ? mg->state_off + states * b : 0};
+        size_t b = 4 * (size_t)mg->block_numel, gb = mg->grads_packed ? b / 2 : b;
+        size_t e[3] = {mg->params_off + b, mg->grads_off + gb, states ? mg->state_off + states * b : 0};
         for (int k = 0; k < 3; k++)
             if (e[k] > end) end = e[k];
     }
@@ -478,6 +488,8 @@ void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype
     if (is_part(mg, r))
         rt_rank_die(R, "reduction %d of group '%s' is a part, which only a direct reduction makes", r,
                     mg->name);
+    if (mg->grads_packed)
+        rt_rank_die(R, "group '%s': packed gradients are reduced in place only", mg->name);
     rtb_reduce_scatter(R, g, r, grads_off, grads_dtype, rs_in_off, rs_out_off, rg->reduced > 0);
     rg->reduced++;
     // Over one rank FSDP2's foreach_reduce copies (no reduce-scatter); HSDP's all-reduce runs.
@@ -497,6 +509,8 @@ void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype 
     const int part = is_part(mg, r), accumulate = !part && rg->reduced > 0;
     if (grads_off == mg->grads_off && accumulate)  // in place: generator/memory/memory.lua
         rt_rank_die(R, "group '%s': in-place gradients that add to others", mg->name);
+    if (mg->grads_packed && (grads_off != mg->grads_off || grads_dtype != mg->param_dtype))
+        rt_rank_die(R, "group '%s': packed gradients are reduced in place, in param_dtype", mg->name);
     rtb_reduce_direct(R, g, r, grads_off, grads_dtype, accumulate);
     rg->reduced++;  // one rank: no collective to count
     rg->parts += part;
@@ -516,7 +530,13 @@ void rt_step_post_backward(rt_rank* R, int g, const char* state) {
 
 // ---- optimizer --------------------------------------------------------------------------
 
-void rt_step_clip_grad_norm(rt_rank* R) { rtb_clip_grad_norm(R); }
+void rt_step_clip_grad_norm(rt_rank* R) {
+    for (int g = 0; g < R->model->ngroups; g++)
+        if (R->model->groups[g].grads_packed)
+            rt_rank_die(R, "group '%s': packed gradients with clipping (the plan makes none)",
+                        R->model->groups[g].name);
+    rtb_clip_grad_norm(R);
+}
 
 // Whether optimizer step r of group mg steps its parameter i: one with a gradient (grad
 // None: torch.optim skips it), of reduction r's parameters if r > 0 (*at: the next of them).
@@ -579,9 +599,10 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
     if (rows != RT_ROWS_UNUSED && rows != RT_ROWS_LOOKED_UP)
         rt_rank_die(R, "optimizer rows %d of group '%s' (allowed: RT_ROWS_UNUSED, RT_ROWS_LOOKED_UP)",
                     rows, mg->name);
-    if (!m->tokens || !m->optimizer_rows || R->world != 1)
+    if (!m->tokens || !m->optimizer_rows || R->world != 1 || mg->grads_packed)
         rt_rank_die(R, "optimizer step by rows of group '%s' without token inputs, the model's "
-                       "optimizer_rows or at %d ranks (the plan splits one only at one rank)",
+                       "optimizer_rows, at %d ranks or with packed gradients (the plan splits one "
+                       "only at one rank, an embedding's fp32 gradients)",
                     mg->name, R->world);
     for (int i = 0, at = 0; i < mg->nparams; i++) {
         if (!steps_param(R, mg, r, i, &at)) continue;

@@ -95,9 +95,11 @@ void rt_step_grad_ptrs(rt_rank* R, int g, size_t off, void** out);
 float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n);
 // Group g's optimizer operands over rank-block elements [lo, lo + n): parameters, gradients
 // and the state, nstates blocks of block_numel (SGD's momentum; Adam's exp_avg, exp_avg_sq),
-// NULL where the optimizer keeps fewer.
+// NULL where the optimizer keeps fewer. Packed gradients (rt_model_group grads_packed) are
+// grads16's param_dtype values, and grads is NULL.
 typedef struct rt_optim_span {
     float *params, *grads, *state1, *state2;
+    uint16_t* grads16;
 } rt_optim_span;
 rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n);
 // Reduction r of group g (rt_step_reduce_scatter): its layout, the group's own for r = 0.

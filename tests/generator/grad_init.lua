@@ -13,7 +13,8 @@
 --     none left out, padding included), or where a part of a split reduction (one rank)
 --     ends it, tile that part's parameters (the part reads no other element);
 --   * a parameter's gradient is assigned only by its first contribution, and every other
---     contribution lands on elements already zeroed or assigned;
+--     contribution lands on elements already zeroed or assigned; a packed buffer's (16-bit
+--     elements: grad_assigns.packed_groups) are all assigned;
 --   * an in-place buffer's (one rank) parameters whose looked-up rows' optimizer step
 --     (RT_ROWS_LOOKED_UP) leaves their gradients zero count as zeroed from the start, where
 --     the step C has that call for their group.
@@ -111,6 +112,10 @@ local function covered(rs, r)
   return at >= r[2]
 end
 
+-- Bytes per element of an unsharded gradient buffer: 2 where its group's are packed
+-- (grad_assigns.packed_groups).
+local function es(bf) return bf.packed_grads and 2 or 4 end
+
 -- The unsharded parameter-gradient buffers (see the top of the file), from the calls of
 -- each backward step and the memory plan's buffers.
 check_param_grads = function(name, plan, secs, bsteps, text)
@@ -137,7 +142,7 @@ check_param_grads = function(name, plan, secs, bsteps, text)
     if not inits[bf] then
       inits[bf] = {}
       for _, c in ipairs(bf.alias and consumed[bf.alias] or {}) do
-        table.insert(inits[bf], { bf.offset + 4 * c[1], bf.offset + 4 * (c[1] + c[2]) })
+        table.insert(inits[bf], { bf.offset + es(bf) * c[1], bf.offset + es(bf) * (c[1] + c[2]) })
       end
     end
     return inits[bf]
@@ -185,7 +190,7 @@ check_param_grads = function(name, plan, secs, bsteps, text)
         for _, l in ipairs(g.layout.params) do
           if l.param == t then off = l.offset * g.shard end
         end
-        local r = { bf.offset + 4 * off, bf.offset + 4 * (off + n) }
+        local r = { bf.offset + es(bf) * off, bf.offset + es(bf) * (off + n) }
         local e = string.format("F(%d, %d)", r[1], r[2] - r[1])
         local assigned = false
         for _, call in ipairs(calls) do  -- (dinp, dweight[, dbias], ...): arguments 2 and 3
@@ -204,6 +209,8 @@ check_param_grads = function(name, plan, secs, bsteps, text)
         else
           nacc = nacc + 1
           if not covered(inits[bf], r) then fail(t.fqn .. "'s gradient accumulates onto elements never zeroed") end
+          -- a 16-bit sum would round at every contribution: packed ones are only assigned
+          if bf.packed_grads then fail(t.fqn .. "'s packed gradient accumulates") end
         end
       end
     end
@@ -225,7 +232,7 @@ check_param_grads = function(name, plan, secs, bsteps, text)
         for _, l in ipairs(g.layout.params) do
           if l.param == t then off = l.offset * g.shard end
         end
-        if not covered(inits[bf], { bf.offset + 4 * off, bf.offset + 4 * (off + trace.numel(t.shape)) }) then
+        if not covered(inits[bf], { bf.offset + es(bf) * off, bf.offset + es(bf) * (off + trace.numel(t.shape)) }) then
           bad[#bad + 1] = bf.name .. ": not every element of " .. t.fqn .. " (its part) zeroed or assigned"
         end
       end

@@ -349,11 +349,16 @@ for _, ckpt in ipairs({ false, true }) do
   local norm_bwd = norm_in .. " | RT_PACKED_DINP"
   local attn_bwd = all4 .. " | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3"
   -- the norms after a residual add are computed with it (their add's bits first), the
-  -- embedding's only alone; checkpointed, the two in-block pairs, in fp32 storage
+  -- embedding's only alone; checkpointed, the two in-block pairs, in fp32 storage. The
+  -- blocks' gradients are packed (grad_assigns.packed_groups), the root's (the final norm's
+  -- weight, with the embedding's) not.
   local add3 = "RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2"
-  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT", "", "RT_PACKED_OUT", "; " } or { all4:rep(2, "; "),
+  local dw = " | RT_PACKED_DWEIGHT"
+  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT", "", "RT_PACKED_OUT; " .. ("RT_PACKED_DWEIGHT"):rep(4, "; "),
+    "; " } or { all4:rep(2, "; "),
     attn_bwd:rep(2, "; "), ("RT_PACKED_OUT | RT_PACKED_INP"):rep(4, "; "), ("RT_PACKED_OUT | RT_PACKED_DINP"):rep(4, "; "),
-    "RT_PACKED_OUT", "RT_PACKED_OUT | RT_PACKED_DINP2", norm_bwd:rep(4, "; ") .. "; RT_PACKED_OUT",
+    "RT_PACKED_OUT", "RT_PACKED_OUT | RT_PACKED_DINP2",
+    norm_bwd .. "; " .. (norm_bwd .. dw):rep(3, "; ") .. "; RT_PACKED_OUT" .. dw,
     "RT_PACKED_OUT | RT_PACKED_INP2; " .. add3:rep(3, "; ") }
   local got = { bits_of("rt_attention_lowmem_packed_forward"), bits_of("rt_attention_lowmem_packed_backward"),
     bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward"), bits_of("rt_rmsnorm_packed_forward"),

@@ -9,7 +9,9 @@
 // wider matrix) hold the dense calls' bits and leave the other columns alone, as do swiglu's
 // da and db written as column slices and a linear's backward from a dout that is a column
 // slice (stacked linears: dinp alone, dweight and dbias alone, all three); row lengths they
-// cannot take stop the call with one line (in a child process).
+// cannot take stop the call with one line (in a child process). Packed parameter gradients
+// (RT_PACKED_DWEIGHT) are the twins' assigned ones rounded; unassigned, or a linear's of a
+// shape not a multiple of 8, they stop the call.
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <signal.h>
@@ -720,6 +722,178 @@ static void test_swiglu_grad_slices(rt_dtype dt) {
     free(want);
 }
 
+// Packed parameter gradients (RT_PACKED_DWEIGHT): n 16-bit values at got against the fp32
+// twin's want rounded to dt: the values whose bits differ (*maxd: the largest |got - want
+// rounded|; NaN where one is NaN).
+static size_t dweight_diffs(const uint16_t* got, const float* want, size_t n, rt_dtype dt,
+                            double* maxd) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t w = rt_bits16_from_f32_inl(want[i], dt);
+        if (got[i] == w) continue;
+        bad++;
+        const double d = fabs((double)rt_bits16_to_f32_inl(got[i], dt) -
+                              (double)rt_bits16_to_f32_inl(w, dt));
+        if (!(d <= *maxd)) *maxd = d;  // NaN-sticky
+    }
+    return bad;
+}
+
+// The linear's packed parameter gradients (assigned, RT_PACKED_DWEIGHT): dweight [OC, C]
+// and dbias 16-bit, the fp32 twin's assigned ones rounded bit for bit, with every storage of
+// the input, weight and dout, dinp fp32 or packed (assigned or accumulated: the twin's
+// bits, the bit changes nothing else), dbias NULL; a stack's weight gradients over two
+// linears in one call (dinp NULL, OC the stack's width, dout a column slice of rows of LD);
+// no rows (N = 0): zeros.
+static void test_packed_dweight_linear(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { OC = 16, CW = 24, OCS = 24, LD = OCS + 16, COL = 8 };
+    const size_t ni = N * CW, nw = OC * CW;
+    float *inp = tk_alloc(ni), *w = tk_alloc(nw), *dout = tk_alloc(N * OC), *g0 = tk_alloc(ni);
+    tk_fill(inp, ni, -1.0f, 1.0f), tk_fill(w, nw, -1.0f, 1.0f), tk_fill(dout, N * OC, -1.0f, 1.0f);
+    tk_fill(g0, ni, -1.0f, 1.0f);
+    tk_round_all(inp, ni, dt), tk_round_all(w, nw, dt), tk_round_all(dout, N * OC, dt);
+    tk_round_all(g0, ni, dt);
+    uint16_t *inp16 = packed_copy(inp, N, CW, dt), *w16 = packed_copy(w, OC, CW, dt),
+             *dout16 = packed_copy(dout, N, OC, dt), *g16 = poisoned16(ni);
+    uint16_t *dw16 = poisoned16(nw), *db16 = poisoned16(OC);
+    float *g = tk_alloc(ni), *g2 = tk_alloc(ni), *dw = tk_alloc(nw), *db = tk_alloc(OC);
+    size_t bad = 0, calls = 0;
+    double maxd = 0.0;
+    int ok_dinp = 1, pad;
+    for (int k = 0; k < 64; k++) {
+        const int pk = (k & 1 ? RT_PACKED_INP : 0) | (k & 2 ? RT_PACKED_INP2 : 0) |
+                       (k & 4 ? RT_PACKED_OUT : 0) | (k & 8 ? RT_PACKED_DINP : 0);
+        const int bits = RT_ASSIGN_DWEIGHT | (k & 16 ? RT_ASSIGN_1 : 0), no_bias = k & 32;
+        memcpy(g, g0, sizeof(float) * ni), memcpy(g2, g0, sizeof(float) * ni);
+        grad16_start(g16, g0, ni, bits & RT_ASSIGN_1, dt);
+        for (size_t i = 0; i < nw; i++) dw[i] = NAN;  // assigned: not read
+        for (int i = 0; i < OC; i++) db[i] = NAN;
+        memset(dw16, 0xAB, nw * 2), memset(db16, 0xAB, OC * 2);
+        rt_linear_backward(g, dw, no_bias ? NULL : db, dout, inp, w, N, CW, OC, dt, bits);
+        rt_linear_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2, dw16,
+                                  no_bias ? NULL : db16,
+                                  pk & RT_PACKED_OUT ? (const void*)dout16 : dout,
+                                  pk & RT_PACKED_INP ? (const void*)inp16 : inp,
+                                  pk & RT_PACKED_INP2 ? (const void*)w16 : w, N, CW, OC,
+                                  pk | RT_PACKED_DWEIGHT, dt, bits, 0);
+        bad += dweight_diffs(dw16, dw, nw, dt, &maxd);
+        if (!no_bias) bad += dweight_diffs(db16, db, OC, dt, &maxd);
+        else bad += db16[0] != 0xABAB;  // NULL: not written
+        ok_dinp &= pk & RT_PACKED_DINP ? packed_equals(g16, g, N, CW, dt, &pad) : same(g, g2, ni);
+        calls++;
+    }
+    CHECK(bad == 0 && ok_dinp, "%s linear backward, dweight [%d, %d] and dbias packed "
+          "(RT_PACKED_DWEIGHT; every storage of inp, weight, dout, dinp; dinp assigned and "
+          "accumulated; dbias NULL; %zu calls) == rt_linear_backward's assigned ones rounded: "
+          "%zu values differ, max diff %.3g; dinp %s", nm, OC, CW, calls, bad, maxd,
+          ok_dinp ? "the twin's" : "differs");
+
+    // a stack's weight gradients in one call: dout the columns COL.. of rows of LD
+    float *dS = tk_alloc(N * OCS), *ws = tk_alloc(OCS * CW), *dws = tk_alloc(OCS * CW);
+    float* dbs = tk_alloc(OCS);
+    tk_fill(dS, N * OCS, -1.0f, 1.0f), tk_fill(ws, OCS * CW, -1.0f, 1.0f);
+    tk_round_all(dS, N * OCS, dt), tk_round_all(ws, OCS * CW, dt);
+    uint16_t *dS16 = packed_copy(dS, N, OCS, dt), *wide = poisoned16((size_t)N * LD);
+    uint16_t *dws16 = poisoned16(OCS * CW), *dbs16 = poisoned16(OCS);
+    const int off[1] = {COL}, cols[1] = {OCS};
+    wide_rows(wide, N, LD, 1, off, cols, &dS16, 0x7E57);
+    bad = 0, maxd = 0.0;
+    for (int ops = 0; ops < 2; ops++) {
+        const int pk = ops ? RT_PACKED_INP : 0;
+        memset(dws16, 0xAB, OCS * CW * 2), memset(dbs16, 0xAB, OCS * 2);
+        rt_linear_backward(NULL, dws, dbs, dS, inp, ws, N, CW, OCS, dt, RT_ASSIGN_DWEIGHT);
+        rt_linear_packed_backward(NULL, dws16, dbs16, wide + COL, ops ? (const void*)inp16 : inp,
+                                  ws, N, CW, OCS, pk | RT_PACKED_OUT | RT_PACKED_DWEIGHT, dt,
+                                  RT_ASSIGN_DWEIGHT, LD);
+        bad += dweight_diffs(dws16, dws, OCS * CW, dt, &maxd);
+        bad += dweight_diffs(dbs16, dbs, OCS, dt, &maxd);
+    }
+    CHECK(bad == 0, "%s linear backward, a stack's weight gradients in one call (dinp NULL, OC "
+          "%d, dout the columns %d..%d of rows of %d; input fp32 and packed), dweight and dbias "
+          "packed == rt_linear_backward's rounded: %zu values differ, max diff %.3g", nm, OCS,
+          COL, COL + OCS, LD, bad, maxd);
+
+    // no rows: the assigned gradients are zeros
+    memset(dw16, 0xAB, nw * 2), memset(db16, 0xAB, OC * 2);
+    rt_linear_packed_backward(NULL, dw16, db16, dout16, inp16, w16, 0, CW, OC,
+                              RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DWEIGHT,
+                              dt, RT_ASSIGN_DWEIGHT, 0);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < nw; i++) nonzero += dw16[i] != 0;
+    for (int i = 0; i < OC; i++) nonzero += db16[i] != 0;
+    CHECK(nonzero == 0, "%s linear backward over no rows, dweight and dbias packed: zeros, %zu "
+          "values not", nm, nonzero);
+    free(inp), free(w), free(dout), free(g0), free(inp16), free(w16), free(dout16), free(g16);
+    free(dw16), free(db16), free(g), free(g2), free(dw), free(db);
+    free(dS), free(ws), free(dws), free(dbs), free(dS16), free(wide), free(dws16), free(dbs16);
+}
+
+// The norms' packed parameter gradients (assigned, RT_PACKED_DWEIGHT): LayerNorm's dweight
+// and dbias (or one of them NULL) and RMSNorm's dweight, 16-bit, the fp32 twin's assigned
+// ones rounded bit for bit, with every storage of dout, inp and dinp (dinp assigned,
+// accumulated or NULL; the twin's bits).
+static void test_packed_dweight_norms(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { R = 5, D = 24, NE = R * D };
+    float *x = tk_alloc(NE), *dy = tk_alloc(NE), *w = tk_alloc(D), *b = tk_alloc(D),
+          *g0 = tk_alloc(NE);
+    tk_fill(x, NE, -3.0f, 3.0f), tk_fill(dy, NE, -1.0f, 1.0f), tk_fill(w, D, 0.5f, 1.5f);
+    tk_fill(b, D, -1.0f, 1.0f), tk_fill(g0, NE, -1.0f, 1.0f);
+    tk_round_all(x, NE, dt), tk_round_all(dy, NE, dt), tk_round_all(w, D, dt);
+    tk_round_all(b, D, dt), tk_round_all(g0, NE, dt);
+    float *y = tk_alloc(NE), *mean = tk_alloc(R), *rstd = tk_alloc(R);
+    uint16_t *x16 = packed_copy(x, R, D, dt), *dy16 = packed_copy(dy, R, D, dt),
+             *g16 = poisoned16(NE), *dw16 = poisoned16(D), *db16 = poisoned16(D);
+    float *g = tk_alloc(NE), *g2 = tk_alloc(NE), *dw = tk_alloc(D), *db = tk_alloc(D);
+    int ok_dinp = 1, pad;
+    for (int ln = 1; ln >= 0; ln--) {
+        size_t bad = 0, calls = 0;
+        double maxd = 0.0;
+        if (ln) rt_layernorm_forward(y, mean, rstd, x, w, b, R, D, RT_LAYERNORM_EPS, dt);
+        else rt_rmsnorm_forward(y, rstd, x, w, R, D, 1e-6f, dt);
+        for (int k = 0; k < (ln ? 48 : 16); k++) {
+            const int pk = (k & 1 ? RT_PACKED_OUT : 0) | (k & 2 ? RT_PACKED_INP : 0) |
+                           (k & 4 ? RT_PACKED_DINP : 0);
+            const int no_dinp = (k & 12) == 12, which = k >> 4;  // which: both, dweight, dbias
+            const int bits = RT_ASSIGN_DWEIGHT | (k & 8 ? RT_ASSIGN_1 : 0);
+            void* wg = which == 2 ? NULL : dw16;
+            void* bg = which == 1 ? NULL : db16;
+            memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
+            grad16_start(g16, g0, NE, bits & RT_ASSIGN_1, dt);
+            for (int i = 0; i < D; i++) dw[i] = db[i] = NAN;
+            memset(dw16, 0xAB, D * 2), memset(db16, 0xAB, D * 2);
+            void* gp = no_dinp ? NULL : pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2;
+            const void* dp = pk & RT_PACKED_OUT ? (const void*)dy16 : dy;
+            const void* xp = pk & RT_PACKED_INP ? (const void*)x16 : x;
+            if (ln) {
+                rt_layernorm_backward(no_dinp ? NULL : g, wg ? dw : NULL, bg ? db : NULL, dy, x,
+                                      w, mean, rstd, R, D, dt, bits);
+                rt_layernorm_packed_backward(gp, wg, bg, dp, xp, w, mean, rstd, R, D,
+                                             pk | RT_PACKED_DWEIGHT, dt, bits);
+            } else {
+                rt_rmsnorm_backward(no_dinp ? NULL : g, dw, dy, x, w, rstd, R, D, dt, bits);
+                rt_rmsnorm_packed_backward(gp, dw16, dp, xp, w, rstd, R, D,
+                                           pk | RT_PACKED_DWEIGHT, dt, bits);
+            }
+            bad += wg || !ln ? dweight_diffs(dw16, dw, D, dt, &maxd) : dw16[0] != 0xABAB;
+            if (ln) bad += bg ? dweight_diffs(db16, db, D, dt, &maxd) : db16[0] != 0xABAB;
+            if (!no_dinp)
+                ok_dinp &= pk & RT_PACKED_DINP ? packed_equals(g16, g, R, D, dt, &pad)
+                                               : same(g, g2, NE);
+            calls++;
+        }
+        CHECK(bad == 0 && ok_dinp, "%s %s backward, %s packed (RT_PACKED_DWEIGHT; every storage "
+              "of dout, inp, dinp; dinp assigned, accumulated, NULL%s; %zu calls) == the fp32 "
+              "call's assigned ones rounded: %zu values differ, max diff %.3g; dinp %s", nm,
+              ln ? "layernorm" : "rmsnorm", ln ? "dweight and dbias" : "dweight",
+              ln ? "; one of them NULL" : "", calls, bad, maxd,
+              ok_dinp ? "the twin's" : "differs");
+    }
+    free(x), free(dy), free(w), free(b), free(g0), free(y), free(mean), free(rstd), free(x16);
+    free(dy16), free(g16), free(dw16), free(db16), free(g), free(g2), free(dw), free(db);
+}
+
 // Runs fn in a child with stderr captured into out: 1 when it aborted (SIGABRT) with one
 // line that contains `want`.
 static int aborts_with(void (*fn)(void), const char* want, char* out, size_t cap) {
@@ -796,6 +970,26 @@ static void swiglu_ld_odd(void) {
                               RT_PACKED_DINP | RT_PACKED_DINP2, RT_F16, 0, 8, 16, 12);
 }
 
+static void linear_dweight_accumulated(void) {
+    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
+                              RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0);
+}
+
+static void linear_dweight_odd_oc(void) {
+    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 12,
+                              RT_PACKED_DWEIGHT, RT_BF16, RT_ASSIGN_DWEIGHT, 0);
+}
+
+static void rmsnorm_dweight_accumulated(void) {
+    rt_rmsnorm_packed_backward(NULL, bad_buf[0], bad_buf[1], bad_buf[2], NULL, NULL, 1, 8,
+                               RT_PACKED_DWEIGHT, RT_F16, RT_ASSIGN_1);
+}
+
+static void layernorm_dweight_accumulated(void) {
+    rt_layernorm_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], NULL, NULL, NULL,
+                                 1, 8, RT_PACKED_DWEIGHT, RT_F16, RT_ACCUMULATE);
+}
+
 // Row lengths a gradient cannot take (too short, not a multiple of 8, fp32 storage) stop the
 // call with one line naming it.
 static void test_grad_rows_checked(void) {
@@ -825,6 +1019,21 @@ static void test_grad_rows_checked(void) {
     ok = aborts_with(swiglu_ld_odd, "db with row length 12, width 8, packed", out, sizeof out);
     CHECK(ok, "swiglu backward with a packed db in rows of 12 (not a multiple of 8) stops: %s",
           out);
+    ok = aborts_with(linear_dweight_accumulated,
+                     "rt_linear_packed_backward with RT_PACKED_DWEIGHT and assign 0", out,
+                     sizeof out);
+    CHECK(ok, "linear backward adding to a packed dweight (no RT_ASSIGN_DWEIGHT) stops: %s", out);
+    ok = aborts_with(linear_dweight_odd_oc, "with a packed [12, 8] dweight", out, sizeof out);
+    CHECK(ok, "linear backward with a packed [12, 8] dweight (OC not a multiple of 8) stops: %s",
+          out);
+    ok = aborts_with(rmsnorm_dweight_accumulated,
+                     "rt_rmsnorm_packed_backward with RT_PACKED_DWEIGHT and assign 1", out,
+                     sizeof out);
+    CHECK(ok, "rmsnorm backward adding to a packed dweight stops: %s", out);
+    ok = aborts_with(layernorm_dweight_accumulated,
+                     "rt_layernorm_packed_backward with RT_PACKED_DWEIGHT and assign 0", out,
+                     sizeof out);
+    CHECK(ok, "layernorm backward adding to a packed dweight stops: %s", out);
 }
 
 int main(void) {
@@ -840,6 +1049,8 @@ int main(void) {
         test_packed_grad_rows(dt);
         test_linear_dout_slices(dt);
         test_swiglu_grad_slices(dt);
+        test_packed_dweight_linear(dt);
+        test_packed_dweight_norms(dt);
     }
     test_grad_rows_checked();
     return tk_summary("test_packed");

@@ -217,10 +217,10 @@ void rt_cuda_set_stream(void* stream) { cur_stream = stream; }
 void* rt_cuda_get_stream(void) { return cur_stream; }
 // The elements an optimizer step touches: every one without rows, else the runs of rows
 // whose mask entry (the stand-in rt_cuda_rows_mark writes it) says they are stepped, as
-// optim.cu's rtc_row_stepped; buffers bufs[0..n) of 4-byte elements, grads read (NULL
-// for the rows no token looks up: not read; the looked-up rows' also written: set to 0), the
-// others written.
-static void touch_stepped(const rt_cuda_rows* rows, size_t n, const float* grads,
+// optim.cu's rtc_row_stepped; buffers bufs[0..n) of 4-byte elements, grads (of gsize-byte
+// elements: packed, 2) read (NULL for the rows no token looks up: not read; the looked-up
+// rows' also written: set to 0), the others written.
+static void touch_stepped(const rt_cuda_rows* rows, size_t n, const void* grads, size_t gsize,
                           float* const* bufs, int nbufs) {
     size_t len = n;
     if (rows && rows->mask)
@@ -233,29 +233,31 @@ static void touch_stepped(const rt_cuda_rows* rows, size_t n, const float* grads
             if (looked_up != (rows->looked_up != 0)) continue;
         }
         if (grads)
-            touch(cur_stream, grads + i, len * 4, rows && rows->mask && rows->looked_up,
-                  "optimizer reads grads");
+            touch(cur_stream, (const char*)grads + i * gsize, len * gsize,
+                  rows && rows->mask && rows->looked_up, "optimizer reads grads");
         for (int b = 0; b < nbufs; b++)
             if (bufs[b]) touch(cur_stream, bufs[b] + i, len * 4, 1, "optimizer");
     }
 }
-void rt_cuda_adam_step_rows_dev(float* p, float* g, float* m, float* v, size_t n,
+void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
-                                int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows) {
+                                int adamw, rt_dtype grad_dt, int packed_grads,
+                                const rt_cuda_rows* rows) {
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
     (void)grad_dt;
     float* bufs[3] = {p, m, v};
-    touch_stepped(rows, n, g, bufs, 3);
+    touch_stepped(rows, n, g, packed_grads ? 2 : 4, bufs, 3);
 }
-void rt_cuda_sgd_step_rows_dev(float* p, float* g, float* momentum_buf, size_t n,
+void rt_cuda_sgd_step_rows_dev(float* p, void* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
-                               int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows) {
+                               int nesterov, rt_dtype grad_dt, int packed_grads,
+                               const rt_cuda_rows* rows) {
     (void)grad_dt;
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
     float* bufs[2] = {p, momentum_buf};
-    touch_stepped(rows, n, g, bufs, 2);
+    touch_stepped(rows, n, g, packed_grads ? 2 : 4, bufs, 2);
 }
 // Marks the rows as the kernel does (the mask is arena memory here), so that the steps
 // above touch the rows they step.
@@ -347,9 +349,14 @@ float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
 rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
     const rt_model_group* mg = &R->model->groups[g];
     int k = R->model->optim.nstates;
-    return (rt_optim_span){rt_step_f32(R, mg->params_off, lo, n), rt_step_f32(R, mg->grads_off, lo, n),
-                           k > 0 ? rt_step_f32(R, mg->state_off, lo, n) : NULL,
-                           k > 1 ? rt_step_f32(R, mg->state_off, mg->block_numel + lo, n) : NULL};
+    return (rt_optim_span){
+        rt_step_f32(R, mg->params_off, lo, n),
+        mg->grads_packed ? NULL : rt_step_f32(R, mg->grads_off, lo, n),
+        k > 0 ? rt_step_f32(R, mg->state_off, lo, n) : NULL,
+        k > 1 ? rt_step_f32(R, mg->state_off, mg->block_numel + lo, n) : NULL,
+        mg->grads_packed ? rt_step_buffer(R, mg->grads_off + 2 * (size_t)lo, 2 * (size_t)n, __FILE__,
+                                          __LINE__)
+                         : NULL};
 }
 double rt_step_lr(const rt_rank* R, int item) { return (void)item, R->model->optim.lr; }
 rt_step_fn rt_step_next(rt_rank* R) { return R->model->step; }  // no eval runs here

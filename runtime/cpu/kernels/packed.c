@@ -1,6 +1,7 @@
 // Packed 16-bit storage on the CPU (rt_kernels.h "packed 16-bit storage"): each call widens
 // what it reads into fp32, runs its fp32-storage twin and narrows what it writes (exact:
-// the twins round to dt). The fp32 copies live in a per-thread scratch that grows to the
+// the twins round to dt; packed parameter gradients, which the twins leave fp32, are
+// rounded there). The fp32 copies live in a per-thread scratch that grows to the
 // largest call and is freed when the thread exits; the CPU saves nothing by packing, the
 // GPU does, and both run the same generated step.
 #include <pthread.h>
@@ -75,7 +76,29 @@ static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
     unpack_rows(x, src, N, cols, RT_LD16(cols), dt);
 }
 
+// n dense values widened into x, and x's narrowed into dst.
+static void unpack_dense(float* x, const void* src, size_t n, rt_dtype dt) {
+    const uint16_t* s = src;
+    for (size_t i = 0; i < n; i++) x[i] = rt_bits16_to_f32_inl(s[i], dt);
+}
+
+static void pack_dense(void* dst, const float* x, size_t n, rt_dtype dt) {
+    uint16_t* d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = rt_bits16_from_f32_inl(x[i], dt);
+}
+
 static size_t elems(int N, int cols) { return N > 0 && cols > 0 ? (size_t)N * cols : 1; }
+
+// The fp32 buffer the twin assigns a parameter gradient p in: p itself, or (RT_PACKED_DWEIGHT)
+// the scratch at s, which param_grad_store then narrows into p's 16-bit values.
+static float* param_grad(float* s, void* p, int packed) {
+    return p && (packed & RT_PACKED_DWEIGHT) ? s : p;
+}
+
+// n values of param_grad's buffer g rounded into the gradient p (nothing where g is p).
+static void param_grad_store(void* p, const float* g, size_t n, rt_dtype dt) {
+    if (g != p) pack_dense(p, g, n, dt);
+}
 
 // The fp32 operand of a packed linear: p itself, or its packed rows (ld elements: RT_LD16(cols),
 // or a column slice's) widened into x.
@@ -104,22 +127,31 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
 }
 
-void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign, int ld_dout) {
-    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
-    RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, "rt_linear_packed_backward");
-    const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C);
-    float* s = scratch_floats(nd + 2 * ni + nw);
+    static const char* kernel = "rt_linear_packed_backward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel);
+    RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, kernel);
+    RT_KCHECK_PACKED_DWEIGHT(packed, assign, kernel);
+    RT_KCHECK_PACKED_DWEIGHT_LINEAR(OC, C, packed, kernel);
+    const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C), nb = elems(1, OC);
+    float* s = scratch_floats(nd + 2 * ni + 2 * nw + nb);
     // dout's OC columns of each row of ld_dout (a slice of a stack: the others are not read)
     const float* d = operand(s, dout, N, OC, ld_dout, packed & RT_PACKED_OUT, dt);
     const float* x = operand(s + nd, inp, N, C, RT_LD16(C), packed & RT_PACKED_INP, dt);
     const float* w = operand(s + nd + ni, weight, OC, C, RT_LD16(C), packed & RT_PACKED_INP2, dt);
     float* g = dinp && (packed & RT_PACKED_DINP) ? s + nd + ni + nw : dinp;
     if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0) unpack(g, dinp, N, C, dt);
-    rt_linear_backward(g, dweight, dbias, d, x, w, N, C, OC, dt, assign);
+    float* gw = param_grad(s + nd + 2 * ni + nw, dweight, packed);
+    float* gb = param_grad(s + nd + 2 * ni + 2 * nw, dbias, packed);
+    rt_linear_backward(g, gw, gb, d, x, w, N, C, OC, dt, assign);
     if (g != dinp && N > 0 && C > 0) pack(dinp, g, N, C, dt);
+    if (OC > 0) {
+        param_grad_store(dweight, gw, C > 0 ? (size_t)OC * C : 0, dt);
+        param_grad_store(dbias, gb, (size_t)OC, dt);
+    }
 }
 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
@@ -138,16 +170,6 @@ void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, cons
 }
 
 // ---- activations: n dense values, packed ones widened into the scratch around the twins
-
-static void unpack_dense(float* x, const void* src, size_t n, rt_dtype dt) {
-    const uint16_t* s = src;
-    for (size_t i = 0; i < n; i++) x[i] = rt_bits16_to_f32_inl(s[i], dt);
-}
-
-static void pack_dense(void* dst, const float* x, size_t n, rt_dtype dt) {
-    uint16_t* d = dst;
-    for (size_t i = 0; i < n; i++) d[i] = rt_bits16_from_f32_inl(x[i], dt);
-}
 
 // The fp32 view of the k-th n-value slot of the scratch s: p itself, or p widened there.
 static const float* dense_operand(float* s, int k, const void* p, size_t n, int packed, rt_dtype dt) {
@@ -369,19 +391,24 @@ void rt_layernorm_packed_forward(void* out, float* mean, float* rstd, const void
     dense_store(out, y, n, dt);
 }
 
-void rt_layernorm_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+void rt_layernorm_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_backward");
-    const size_t n = row_elems(N, C);
-    float* s = scratch_floats(3 * n + 1);
+    RT_KCHECK_PACKED_DWEIGHT(packed, assign, "rt_layernorm_packed_backward");
+    const size_t n = row_elems(N, C), nc = C > 0 ? (size_t)C : 0;
+    float* s = scratch_floats(3 * n + 2 * nc + 1);
     const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
     const float* x = dense_operand(s + n, 0, inp, n, packed & RT_PACKED_INP, dt);
     float* g = dense_grad(s + 2 * n, 0, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
-    rt_layernorm_backward(g, dweight, dbias, d, x, weight, mean, rstd, N, C, dt, assign);
+    float* gw = param_grad(s + 3 * n, dweight, packed);
+    float* gb = param_grad(s + 3 * n + nc, dbias, packed);
+    rt_layernorm_backward(g, gw, gb, d, x, weight, mean, rstd, N, C, dt, assign);
     dense_store(dinp, g, n, dt);
+    param_grad_store(dweight, gw, nc, dt);
+    param_grad_store(dbias, gb, nc, dt);
 }
 
 void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const float* weight,
@@ -396,18 +423,21 @@ void rt_rmsnorm_packed_forward(void* out, float* rstd, const void* inp, const fl
     dense_store(out, y, n, dt);
 }
 
-void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+void rt_rmsnorm_packed_backward(void* dinp, void* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_backward");
-    const size_t n = row_elems(N, C);
-    float* s = scratch_floats(3 * n + 1);
+    RT_KCHECK_PACKED_DWEIGHT(packed, assign, "rt_rmsnorm_packed_backward");
+    const size_t n = row_elems(N, C), nc = C > 0 ? (size_t)C : 0;
+    float* s = scratch_floats(3 * n + nc + 1);
     const float* d = dense_operand(s, 0, dout, n, packed & RT_PACKED_OUT, dt);
     const float* x = dense_operand(s + n, 0, inp, n, packed & RT_PACKED_INP, dt);
     float* g = dense_grad(s + 2 * n, 0, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
-    rt_rmsnorm_backward(g, dweight, d, x, weight, rstd, N, C, dt, assign);
+    float* gw = param_grad(s + 3 * n, dweight, packed);
+    rt_rmsnorm_backward(g, gw, d, x, weight, rstd, N, C, dt, assign);
     dense_store(dinp, g, n, dt);
+    param_grad_store(dweight, gw, nc, dt);
 }
 
 void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t n, int packed,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../../common/dtype_bits.h"
 #include "rt_fsdp_copy.h"
 #include "rt_kernels.h"
 #include "rt_optim.h"
@@ -309,11 +310,16 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
 
 // One rank, values unchanged: what copy-in, the identity reduction and view-out leave in
 // the sharded grads, in one pass per parameter. In place (the unsharded grads are the
-// sharded ones: generator/memory/memory.lua), the rounding alone.
+// sharded ones: generator/memory/memory.lua), the rounding alone, which packed gradients had
+// at their store.
 void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
     double t0 = now_s();
+    if (mg->grads_packed) {
+        span(R, t0, &R->t_comm, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
+        return;
+    }
     rt_fsdp_layout* L = reduction_ptrs(R, g, r, grads_off, grads_dtype, accumulate);
     if (grads_off != mg->grads_off) {  // in place, reduction_ptrs' rounding is all there is
         rt_copy_plan p = {0};
@@ -348,12 +354,28 @@ void rtb_clip_grad_norm(rt_rank* R) {
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 
+// Packed gradients are widened a chunk at a time: the step is element-wise, so its bits do
+// not depend on the chunks.
+enum { PACKED_GRADS_CHUNK = 4096 };
+
 // The optimizer over elements [lo, lo + n) of group g's rank block; without grads, a zero
 // gradient.
 static void optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item,
                       int grads) {
+    const rt_model_group* mg = &R->model->groups[g];
+    if (grads && mg->grads_packed && n > PACKED_GRADS_CHUNK) {
+        for (int64_t at = 0; at < n; at += PACKED_GRADS_CHUNK)
+            optimizer(R, g, lo + at, n - at < PACKED_GRADS_CHUNK ? n - at : PACKED_GRADS_CHUNK, k,
+                      per, item, grads);
+        return;
+    }
     const rt_model_optim* o = &R->model->optim;
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
+    float wide[PACKED_GRADS_CHUNK];
+    if (grads && mg->grads_packed) {
+        for (int64_t i = 0; i < n; i++) wide[i] = rt_bits16_to_f32_inl(sp.grads16[i], mg->param_dtype);
+        sp.grads = wide;
+    }
     const float* gr = grads ? sp.grads : NULL;
     int64_t step = R->step * per + k;
     const double lr = rt_step_lr(R, item);

@@ -1,6 +1,8 @@
 // Deterministic column sums on the GPU: out_k[c] += sum over rows r of f(r, c)_k, k < K
 // (K = 1 or 2 sums per column), in double; assigned (=, with the bits of += onto zeros:
-// 0 + s) where `as`. Used for the bias gradients (rtc_colsum_acc) and the LayerNorm /
+// 0 + s) where `as`. The outputs are fp32 (gdt RT_F32) or, packed parameter gradients
+// (rt_kernels.h RT_PACKED_DWEIGHT), 16-bit values of gdt, rounded at the store
+// (rtc_colsum_store). Used for the bias gradients (rtc_colsum_acc) and the LayerNorm /
 // RMSNorm weight gradients.
 //
 // A column of a long matrix (N = batch x seq rows, often 8k-16k) is too much for one
@@ -44,12 +46,28 @@ __device__ __forceinline__ bool rtc_last_block(unsigned* count, unsigned blocks)
     return last;
 }
 
+// out[c] (+)= s, the float of a column's double sum: fp32 storage (gdt RT_F32), or 16-bit
+// values of gdt (packed parameter gradients, assigned: round(0 + s)). Also the norms' dw
+// sums (norm.cu).
+__device__ __forceinline__ void rtc_colsum_store(void* out, int c, double s, int as,
+                                                 rt_dtype gdt) {
+    if (gdt == RT_F32) {
+        float* o = (float*)out;
+        o[c] = RT_KBASE(o[c], as) + (float)s;
+    } else {
+        uint16_t* o = (uint16_t*)out;
+        o[c] = rt_bits16_from_f32_inl(RT_KBASE(rt_bits16_to_f32_inl(o[c], gdt), as) + (float)s,
+                                      gdt);
+    }
+}
+
 // Sums chunk blockIdx.y (rows [r0, r1)) of 32 columns: with one chunk, into out; with
 // more, into partial[blockIdx.y], and the stripe's last block (count[blockIdx.x]) adds the
-// chunks' partials, chunk 0 first, into out.
+// chunks' partials, chunk 0 first, into out. gdt: the outputs' storage (rtc_colsum_store).
 template <int K, class F>
-__global__ void colsum_chunk_kernel(double* partial, unsigned* count, float* out0, float* out1,
-                                    F f, int N, int C, int rows_per_chunk, int as) {
+__global__ void colsum_chunk_kernel(double* partial, unsigned* count, void* out0, void* out1,
+                                    F f, int N, int C, int rows_per_chunk, int as,
+                                    rt_dtype gdt) {
     __shared__ double sh[K][RTC_COLSUM_Y][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int r0 = blockIdx.y * rows_per_chunk;
@@ -67,32 +85,38 @@ __global__ void colsum_chunk_kernel(double* partial, unsigned* count, float* out
         for (int k = 0; k < K; k++) {
             double s = 0.0;
             for (int y = 0; y < RTC_COLSUM_Y; y++) s += sh[k][y][threadIdx.x];
-            float* out = k == 0 ? out0 : out1;
+            void* out = k == 0 ? out0 : out1;
             if (gridDim.y == 1) {
-                if (out) out[c] = RT_KBASE(out[c], as) + (float)s;
+                if (out) rtc_colsum_store(out, c, s, as, gdt);
             } else {
                 partial[((size_t)blockIdx.y * K + k) * C + c] = s;
             }
         }
     if (gridDim.y == 1 || !rtc_last_block(&count[blockIdx.x], gridDim.y)) return;
     // the stripe's last block: thread (c, k) adds sum k of column c over the chunks
-    float* out = threadIdx.y == 0 ? out0 : out1;
+    void* out = threadIdx.y == 0 ? out0 : out1;
     if (threadIdx.y >= K || c >= C || !out) return;
     double s = 0.0;
     for (int b = 0; b < (int)gridDim.y; b++)
         s += __ldcg(&partial[((size_t)b * K + threadIdx.y) * C + c]);
-    out[c] = RT_KBASE(out[c], as) + (float)s;
+    rtc_colsum_store(out, c, s, as, gdt);
+}
+
+// Zeros C outputs of gdt's storage (rtc_colsum_store): an assigned sum over no rows.
+static inline void rtc_colsum_zero(void* out, int C, rt_dtype gdt) {
+    const size_t bytes = (size_t)C * (gdt == RT_F32 ? sizeof(float) : sizeof(uint16_t));
+    if (out && C > 0) RT_CHECK_CUDA(cudaMemsetAsync(out, 0, bytes, rtc_stream()));
 }
 
 // Launches the column sums of f over an N x C matrix on the thread's stream. out0/out1
 // may be NULL (that sum is skipped); f(r, c, acc) adds row r's terms of column c to acc[k].
-// as: the sums are assigned (no rows: zeros).
+// as: the sums are assigned (no rows: zeros). gdt: the outputs' storage (rtc_colsum_store).
 template <int K, class F>
-void rtc_column_sums(float* out0, float* out1, F f, int N, int C, int as) {
+void rtc_column_sums(void* out0, void* out1, F f, int N, int C, int as, rt_dtype gdt) {
     if (C <= 0) return;
     if (N <= 0) {
-        if (as && out0) rt_zero(out0, (size_t)C);
-        if (as && out1) rt_zero(out1, (size_t)C);
+        if (as) rtc_colsum_zero(out0, C, gdt);
+        if (as) rtc_colsum_zero(out1, C, gdt);
         return;
     }
     rtc_ctx* ctx = rtc_get();
@@ -112,7 +136,7 @@ void rtc_column_sums(float* out0, float* out1, F f, int N, int C, int as) {
               RTC_COLSUM_COUNTS);
     const dim3 grid((unsigned)bx, (unsigned)chunks), block(32, RTC_COLSUM_Y);
     colsum_chunk_kernel<K><<<grid, block, 0, ctx->stream>>>(
-        ctx->colsum_partials, ctx->colsum_counts, out0, out1, f, N, C, rows_per_chunk, as);
+        ctx->colsum_partials, ctx->colsum_counts, out0, out1, f, N, C, rows_per_chunk, as, gdt);
     RTC_CHECK_LAUNCH(colsum_chunk_kernel);
 }
 

@@ -2,7 +2,9 @@
 // Same contracts as runtime/cpu/kernels/linear.c: forward overwrites, backward accumulates,
 // NULL gradients are skipped. out and dinp are rounded to dt: by cuBLAS's epilogue into a
 // 16-bit copy that is widened into place (forward, assigned dinp), or by a pass after an
-// fp32 GEMM (rtc_round_buf: a dinp accumulated onto).
+// fp32 GEMM (rtc_round_buf: a dinp accumulated onto). Packed parameter gradients
+// (RT_PACKED_DWEIGHT) are written 16-bit where they are computed: dweight by cuBLAS's
+// epilogue, dbias by the column sums.
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -19,7 +21,8 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt) {
 
 // ----------------------------------------------------------------------------
 // column sums: db[c] += sum over rows of d[r, c], in double (as the CPU kernels), in row
-// chunks (column_sums.cuh); d's rows are ld long, float or packed (uint16_t) storage
+// chunks (column_sums.cuh); d's rows are ld long, float or packed (uint16_t) storage, db's
+// values fp32 or (gdt 16-bit) packed
 
 template <class S>
 struct colsum_term {
@@ -32,12 +35,13 @@ struct colsum_term {
 };
 
 template <class S>
-static void colsum_acc(float* db, const S* d, int rows, int cols, int ld, rt_dtype dt, int as) {
-    rtc_column_sums<1>(db, (float*)NULL, colsum_term<S>{d, ld, dt}, rows, cols, as);
+static void colsum_acc(void* db, const S* d, int rows, int cols, int ld, rt_dtype dt, int as,
+                       rt_dtype gdt) {
+    rtc_column_sums<1>(db, NULL, colsum_term<S>{d, ld, dt}, rows, cols, as, gdt);
 }
 
 void rtc_colsum_acc(float* db, const float* d, int rows, int cols) {
-    colsum_acc(db, d, rows, cols, cols, RT_F32, 0);
+    colsum_acc(db, d, rows, cols, cols, RT_F32, 0, RT_F32);
 }
 
 // ----------------------------------------------------------------------------
@@ -90,13 +94,20 @@ static void linear_forward16(float* out, const float* inp, const void* x16p, con
 // dweight[OC, C] (+)= dout16^T · inp16 (beta 0 or 1). OC is the product's row count here
 // and the contiguous one of dout's copy: not a multiple of 8, it sends cuBLAS to an align1
 // kernel (GPT-2's LM head: 2.3 ms, against 1.4 ms for 50264 rows), so the last OC % 8 rows
-// are a second, small product.
-static void dweight16(float* dweight, rtc_operand16 d16, rtc_operand16 i16, int N, int C, int OC,
-                      float beta, rt_dtype dt) {
+// are a second, small product. A packed dweight (pdw: assigned, OC and C multiples of 8,
+// RT_KCHECK_PACKED_DWEIGHT_LINEAR) is cuBLAS's output rounded to dt in its epilogue, its
+// rows written in place: no fp32 product and no rounding pass.
+static void dweight16(void* dweight, bool pdw, rtc_operand16 d16, rtc_operand16 i16, int N,
+                      int C, int OC, float beta, rt_dtype dt) {
+    if (pdw) {
+        rtc_gemm16_rounded(1, 0, OC, C, N, d16, i16, NULL, dweight, NULL, dt);
+        return;
+    }
     const int bulk = OC & ~7;
-    rtc_gemm16(1, 0, bulk, C, N, 1.0f, d16, i16, beta, dweight, C, dt);
+    float* dw = (float*)dweight;
+    rtc_gemm16(1, 0, bulk, C, N, 1.0f, d16, i16, beta, dw, C, dt);
     const rtc_operand16 tail = {(const char*)d16.p + (size_t)bulk * 2, d16.ld};
-    rtc_gemm16(1, 0, OC - bulk, C, N, 1.0f, tail, i16, beta, dweight + (size_t)bulk * C, C, dt);
+    rtc_gemm16(1, 0, OC - bulk, C, N, 1.0f, tail, i16, beta, dw + (size_t)bulk * C, C, dt);
 }
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -124,7 +135,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 // 16-bit elements of the copies linear_backward16 makes (dout's aside; none of a packed input
 // or weight) and of dinp's product: a 16-bit block when assigned, none when assigned packed,
 // fp32 values when added to a packed dinp.
-static size_t linear_backward16_elems(const void* dinp, const float* dweight, bool packed_inp,
+static size_t linear_backward16_elems(const void* dinp, const void* dweight, bool packed_inp,
                                       bool packed_w, bool packed_dinp, int N, int C, int OC,
                                       int as) {
     const size_t product = !dinp ? 0 : as ? (packed_dinp ? 0 : rtc_elems16(N, C))
@@ -157,9 +168,9 @@ __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __res
 // cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an assigned dinp is
 // rounded in cuBLAS's epilogue and widened into place (as linear_forward16's output), or
 // left there when it is packed (pg); a packed dinp added to gets the fp32 product, then one
-// pass adding and rounding (add_packed_kernel).
-static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16 d16, char* s,
-                              const float* inp, const void* x16p, const float* weight,
+// pass adding and rounding (add_packed_kernel). pdw: dweight is packed (dweight16).
+static void linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, rtc_operand16 d16,
+                              char* s, const float* inp, const void* x16p, const float* weight,
                               const void* w16p, int N, int C, int OC, rt_dtype dt, int as,
                               float beta_w) {
     const int OCp = rtc_ld16(OC);
@@ -186,17 +197,18 @@ static void linear_backward16(void* dinp, bool pg, float* dweight, rtc_operand16
     if (dweight) {
         const rtc_operand16 i16 =
             x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s + nw * 2, inp, N, C, C, dt);
-        dweight16(dweight, d16, i16, N, C, OC, beta_w, dt);
+        dweight16(dweight, pdw, d16, i16, N, C, OC, beta_w, dt);
     }
 }
 
 // The degenerate shapes' gradients (no terms); returns whether there is nothing more to do.
-// A packed dinp (pg) is zeroed as its rows' bytes: the 16-bit zeros.
-static bool linear_backward_empty(void* dinp, bool pg, float* dweight, int N, int C, int OC,
-                                  int as, int as_w) {
+// A packed dinp (pg) or dweight (pdw) is zeroed as its rows' bytes: the 16-bit zeros.
+static bool linear_backward_empty(void* dinp, bool pg, void* dweight, bool pdw, int N, int C,
+                                  int OC, int as, int as_w) {
     if (dinp && as && N > 0 && C > 0 && OC <= 0)
         rt_zero((float*)dinp, pg ? rtc_elems16(N, C) / 2 : (size_t)N * C);
-    if (dweight && as_w && N <= 0 && C > 0 && OC > 0) rt_zero(dweight, (size_t)OC * C);
+    if (dweight && as_w && N <= 0 && C > 0 && OC > 0)
+        rt_zero((float*)dweight, (size_t)OC * C / (pdw ? 2 : 1));  // OC * C even when packed
     return N <= 0 || OC <= 0 || C <= 0;
 }
 
@@ -206,17 +218,19 @@ static bool linear_backward_empty(void* dinp, bool pg, float* dweight, int N, in
 // contract). dout's rows are ld_dout long: OC unless packed; packed, RT_LD16(OC) or a column
 // slice of a wider matrix (OC a multiple of 8, so that the dinp GEMM's sum over OC rounded
 // up to 8 reads no other slice's columns), read in place by the GEMMs and the bias sums.
-static void linear_backward_any(void* dinp, float* dweight, float* dbias, const void* dout,
+// dweight and dbias are packed with RT_PACKED_DWEIGHT (assigned: the entry point checks).
+static void linear_backward_any(void* dinp, void* dweight, void* dbias, const void* dout,
                                 const void* inp, const void* weight, int N, int C, int OC,
                                 int packed, rt_dtype dt, int assign, int ld_dout) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
-               pw = packed & RT_PACKED_INP2, pg = packed & RT_PACKED_DINP;
-    const bool done = linear_backward_empty(dinp, pg, dweight, N, C, OC, as, as_w);
+               pw = packed & RT_PACKED_INP2, pg = packed & RT_PACKED_DINP,
+               pdw = packed & RT_PACKED_DWEIGHT;
+    const bool done = linear_backward_empty(dinp, pg, dweight, pdw, N, C, OC, as, as_w);
     if (dbias && (N > 0 || as_w) && OC > 0)  // assigned without rows: zeros
         rtc_with_storage(pd, dout, [&](auto d) {
-            colsum_acc(dbias, d, N, OC, ld_dout, dt, as_w);
+            colsum_acc(dbias, d, N, OC, ld_dout, dt, as_w, pdw ? dt : RT_F32);
         });
     if (done || (!dinp && !dweight)) return;
     if (dt == RT_F32) {
@@ -228,7 +242,7 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
             rtc_round_buf(g, (size_t)N * C, dt);
         }
         if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, d, OC, x, C, beta_w, dweight, C, dt);
+            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, d, OC, x, C, beta_w, (float*)dweight, C, dt);
         return;
     }
     const size_t nd = pd ? 0 : rtc_elems16(N, OC);
@@ -236,7 +250,7 @@ static void linear_backward_any(void* dinp, float* dweight, float* dbias, const 
         (nd + linear_backward16_elems(dinp, dweight, pi, pw, pg, N, C, OC, as)) * 2);
     const rtc_operand16 d16 = pd ? rtc_operand16{dout, ld_dout}
                                  : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
-    linear_backward16(dinp, pg, dweight, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL,
+    linear_backward16(dinp, pg, dweight, pdw, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL,
                       pw ? NULL : (const float*)weight, pw ? weight : NULL, N, C, OC, dt, as,
                       beta_w);
 }
@@ -281,12 +295,15 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
                      po ? out : NULL);
 }
 
-void rt_linear_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign, int ld_dout) {
-    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_backward");
-    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_backward");
-    RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, "rt_linear_packed_backward");
+    static const char* kernel = "rt_linear_packed_backward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel);
+    RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, kernel);
+    RT_KCHECK_PACKED_DWEIGHT(packed, assign, kernel);
+    RT_KCHECK_PACKED_DWEIGHT_LINEAR(OC, C, packed, kernel);
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
                         ld_dout);
 }

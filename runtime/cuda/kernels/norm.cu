@@ -4,7 +4,8 @@
 // the same kernel; backward computes a row's input gradient in one kernel and the
 // weight/bias gradients (column reductions over rows, in double, in row chunks:
 // column_sums.cuh) in one or two more.
-// out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32. The
+// out and dinp are rounded to dt at their stores; mean, rstd, dweight, dbias stay fp32
+// (16-bit with RT_PACKED_DWEIGHT: the sums' stores round them, rtc_colsum_store). The
 // kernels also read and write packed 16-bit rows (rt_kernels.h "packed 16-bit storage"): O,
 // I, D and G below, the storage of out, inp, dout and dinp, are float or uint16_t (rtc_ld,
 // rtc_st).
@@ -241,10 +242,11 @@ __device__ __forceinline__ void rtc_dw_block(double* partial, const double* sh, 
 // out_k[c] (+)= the sum of the blocks' partials of column c, k = blockIdx.y: block (x, k)
 // takes 32 columns, thread (c, y) of them sums partials y, y + RTC_DW_FINISH_Y, ... in
 // order, then thread (c, 0) those RTC_DW_FINISH_Y sums in order (one thread per column
-// summed hundreds of partials one after the other, a few blocks for the whole row).
+// summed hundreds of partials one after the other, a few blocks for the whole row). gdt:
+// the outputs' storage (column_sums.cuh rtc_colsum_store).
 #define RTC_DW_FINISH_Y 8
-__global__ void dw_finish_kernel(float* out0, float* out1, const double* __restrict__ partial,
-                                 int blocks, int K, int C, int as) {
+__global__ void dw_finish_kernel(void* out0, void* out1, const double* __restrict__ partial,
+                                 int blocks, int K, int C, int as, rt_dtype gdt) {
     __shared__ double sh[RTC_DW_FINISH_Y][33];
     const int c = blockIdx.x * 32 + threadIdx.x, k = blockIdx.y;
     double s = 0.0;
@@ -253,17 +255,19 @@ __global__ void dw_finish_kernel(float* out0, float* out1, const double* __restr
             s += partial[((size_t)b * K + k) * C + c];
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
-    float* out = k == 0 ? out0 : out1;
+    void* out = k == 0 ? out0 : out1;
     if (threadIdx.y != 0 || c >= C || !out) return;
     double t = 0.0;
     for (int y = 0; y < RTC_DW_FINISH_Y; y++) t += sh[y][threadIdx.x];
-    out[c] = RT_KBASE(out[c], as) + (float)t;
+    rtc_colsum_store(out, c, t, as, gdt);
 }
 
-static void rtc_dw_finish(float* out0, float* out1, int K, int blocks, int C, int as) {
+static void rtc_dw_finish(void* out0, void* out1, int K, int blocks, int C, int as,
+                          rt_dtype gdt) {
     const dim3 grid((unsigned)((C + 31) / 32), (unsigned)K), block(32, RTC_DW_FINISH_Y);
     double* partial = rtc_get()->colsum_partials;
-    dw_finish_kernel<<<grid, block, 0, rtc_stream()>>>(out0, out1, partial, blocks, K, C, as);
+    dw_finish_kernel<<<grid, block, 0, rtc_stream()>>>(out0, out1, partial, blocks, K, C, as,
+                                                       gdt);
     RTC_CHECK_LAUNCH(dw_finish_kernel);
 }
 
@@ -486,27 +490,31 @@ struct layernorm_dwb_term {
     }
 };
 
+// gdt: the storage of dweight and dbias (rtc_colsum_store).
 template <class G, class I, class D>
-static void layernorm_backward_on(G* dinp, float* dweight, float* dbias, const D* dout,
+static void layernorm_backward_on(G* dinp, void* dweight, void* dbias, const D* dout,
                                   const I* inp, const float* weight, const float* mean,
-                                  const float* rstd, int N, int C, rt_dtype dt, int assign) {
+                                  const float* rstd, int N, int C, rt_dtype dt, int assign,
+                                  rt_dtype gdt) {
     if (dinp)
         RTC_LAUNCH_ROWS(layernorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, mean, rstd,
                         C, dt, assign & RT_ASSIGN_1);
     if (dweight || dbias)
         rtc_column_sums<2>(dweight, dbias, layernorm_dwb_term<I, D>{dout, inp, mean, rstd, C, dt},
-                           N, C, assign & RT_ASSIGN_DWEIGHT);
+                           N, C, assign & RT_ASSIGN_DWEIGHT, gdt);
 }
 
-// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
-static void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp), RT_PACKED_DWEIGHT
+// (dweight and dbias).
+static void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const float* weight, const float* mean,
                                const float* rstd, int N, int C, int packed, rt_dtype dt,
                                int assign) {
+    const rt_dtype gdt = packed & RT_PACKED_DWEIGHT ? dt : RT_F32;
     if (C <= 0) return;
     if (N <= 0) {  // the assigned weight gradients are zeros
-        for (float* g : {dweight, dbias})
-            if (g && (assign & RT_ASSIGN_DWEIGHT)) rt_zero(g, (size_t)C);
+        for (void* g : {dweight, dbias})
+            if (assign & RT_ASSIGN_DWEIGHT) rtc_colsum_zero(g, C, gdt);
         return;
     }
     if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
@@ -517,7 +525,7 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
             layernorm_backward_dinp_wkernel<true><<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
                 dinp, dout, inp, weight, mean, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
             RTC_CHECK_LAUNCH(layernorm_backward_dinp_wkernel);
-            rtc_dw_finish(dweight, dbias, 2, blocks, C, assign & RT_ASSIGN_DWEIGHT);
+            rtc_dw_finish(dweight, dbias, 2, blocks, C, assign & RT_ASSIGN_DWEIGHT, gdt);
             return;
         }
         RTC_LAUNCH_WROWS(layernorm_backward_dinp_wkernel<false>, N, dinp, dout, inp, weight, mean,
@@ -528,7 +536,7 @@ static void layernorm_backward(void* dinp, float* dweight, float* dbias, const v
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
             rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
                 layernorm_backward_on(g, dweight, dbias, d, x, weight, mean, rstd, N, C, dt,
-                                      assign);
+                                      assign, gdt);
             });
         });
     });
@@ -541,12 +549,13 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, 0, dt, assign);
 }
 
-void rt_layernorm_packed_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+void rt_layernorm_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                   const void* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, int packed, rt_dtype dt,
                                   int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_layernorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_layernorm_packed_backward");
+    RT_KCHECK_PACKED_DWEIGHT(packed, assign, "rt_layernorm_packed_backward");
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, packed, dt,
                        assign);
 }
@@ -789,25 +798,28 @@ struct rmsnorm_dw_term {
     }
 };
 
+// gdt: the storage of dweight (rtc_colsum_store).
 template <class G, class I, class D>
-static void rmsnorm_backward_on(G* dinp, float* dweight, const D* dout, const I* inp,
+static void rmsnorm_backward_on(G* dinp, void* dweight, const D* dout, const I* inp,
                                 const float* weight, const float* rstd, int N, int C, rt_dtype dt,
-                                int assign) {
+                                int assign, rt_dtype gdt) {
     if (dinp)
         RTC_LAUNCH_ROWS(rmsnorm_backward_dinp_kernel, N, C, dinp, dout, inp, weight, rstd, C, dt,
                         assign & RT_ASSIGN_1);
     if (dweight)
-        rtc_column_sums<1>(dweight, (float*)NULL, rmsnorm_dw_term<I, D>{dout, inp, rstd, C, dt}, N,
-                           C, assign & RT_ASSIGN_DWEIGHT);
+        rtc_column_sums<1>(dweight, NULL, rmsnorm_dw_term<I, D>{dout, inp, rstd, C, dt}, N, C,
+                           assign & RT_ASSIGN_DWEIGHT, gdt);
 }
 
-// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
-static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+// packed: RT_PACKED_OUT (dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp), RT_PACKED_DWEIGHT
+// (dweight).
+static void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
                              const float* weight, const float* rstd, int N, int C, int packed,
                              rt_dtype dt, int assign) {
+    const rt_dtype gdt = packed & RT_PACKED_DWEIGHT ? dt : RT_F32;
     if (C <= 0) return;
     if (N <= 0) {  // the assigned weight gradient is zeros
-        if (dweight && (assign & RT_ASSIGN_DWEIGHT)) rt_zero(dweight, (size_t)C);
+        if (assign & RT_ASSIGN_DWEIGHT) rtc_colsum_zero(dweight, C, gdt);
         return;
     }
     if (dinp && rtc_wrow_ok(C, {dinp, dout, inp, weight})) {  // then only the column sums below
@@ -818,7 +830,7 @@ static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const
             rmsnorm_backward_dinp_wkernel<true><<<blocks, RTC_WROW_THREADS, sm, rtc_stream()>>>(
                 dinp, dout, inp, weight, rstd, N, C, packed, dt, assign & RT_ASSIGN_1, part);
             RTC_CHECK_LAUNCH(rmsnorm_backward_dinp_wkernel);
-            rtc_dw_finish(dweight, NULL, 1, blocks, C, assign & RT_ASSIGN_DWEIGHT);
+            rtc_dw_finish(dweight, NULL, 1, blocks, C, assign & RT_ASSIGN_DWEIGHT, gdt);
             return;
         }
         RTC_LAUNCH_WROWS(rmsnorm_backward_dinp_wkernel<false>, N, dinp, dout, inp, weight, rstd, N,
@@ -828,7 +840,7 @@ static void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const
     rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
         rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
             rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-                rmsnorm_backward_on(g, dweight, d, x, weight, rstd, N, C, dt, assign);
+                rmsnorm_backward_on(g, dweight, d, x, weight, rstd, N, C, dt, assign, gdt);
             });
         });
     });
@@ -841,11 +853,12 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
     rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, 0, dt, assign);
 }
 
-void rt_rmsnorm_packed_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+void rt_rmsnorm_packed_backward(void* dinp, void* dweight, const void* dout, const void* inp,
                                 const float* weight, const float* rstd, int N, int C, int packed,
                                 rt_dtype dt, int assign) {
     RT_KCHECK_PACKED_DT(dt, "rt_rmsnorm_packed_backward");
     RT_KCHECK_PACKED_ROWS(C, "rt_rmsnorm_packed_backward");
+    RT_KCHECK_PACKED_DWEIGHT(packed, assign, "rt_rmsnorm_packed_backward");
     rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, packed, dt, assign);
 }
 

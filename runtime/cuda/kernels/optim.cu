@@ -62,19 +62,22 @@ static rt_cuda_rows rows_arg(const rt_cuda_rows* rows) {
     return rows ? *rows : rt_cuda_rows{};
 }
 
-// A gradient value: the grad's rounded to gdt, or zero without grads (rt_cuda_rows); a
-// looked-up row's gradient is set to 0 once read (rt_cuda.h rt_cuda_rows).
-__device__ __forceinline__ float rtc_grad_take(float* grad, size_t i, rt_dtype gdt,
+// A gradient value: the grad's rounded to gdt (G float), or a packed one's (G uint16_t,
+// 16-bit values of gdt: exact), or zero without grads (rt_cuda_rows); a looked-up row's
+// gradient is set to 0 once read (rt_cuda.h rt_cuda_rows).
+template <class G>
+__device__ __forceinline__ float rtc_grad_take(G* grad, size_t i, rt_dtype gdt,
                                                const rt_cuda_rows& r) {
     if (!grad) return 0.0f;
-    const float g = rtc_round_to(grad[i], gdt);
-    if (r.looked_up) grad[i] = 0.0f;
+    const float g = rtc_round_to(rtc_ld(grad, i, gdt), gdt);
+    if (r.looked_up) grad[i] = G(0);
     return g;
 }
 
 // gdt: the gradients are read rounded to it (in-place gradients, rt_cuda.h; RT_F32: as
-// they are).
-__global__ void sgd_kernel(float* __restrict__ param, float* __restrict__ grad,
+// they are). G: their storage, float or packed 16-bit (uint16_t).
+template <class G>
+__global__ void sgd_kernel(float* __restrict__ param, G* __restrict__ grad,
                            float* __restrict__ momentum_buf, size_t n, rtc_sgd_scalars s,
                            int first, const int64_t* __restrict__ d_step, int k, int per,
                            const double* __restrict__ d_lr, rt_dtype gdt, rt_cuda_rows rows) {
@@ -86,35 +89,47 @@ __global__ void sgd_kernel(float* __restrict__ param, float* __restrict__ grad,
     });
 }
 
-static void sgd_launch(float* param, float* grad, float* momentum_buf, size_t n,
+// packed: grad holds 16-bit values of gdt (rt_cuda.h packed_grads).
+static void sgd_launch(float* param, void* grad, float* momentum_buf, size_t n,
                        int64_t step, const int64_t* d_step, int k, int per, double lr,
                        const double* d_lr, double momentum, double dampening,
-                       double weight_decay, int nesterov, rt_dtype gdt, const rt_cuda_rows* rows) {
+                       double weight_decay, int nesterov, rt_dtype gdt, int packed,
+                       const rt_cuda_rows* rows) {
     const rtc_sgd_scalars s = rtc_sgd_scalars_of(lr, momentum, dampening, weight_decay, nesterov);
     const rt_cuda_rows r = rows_arg(rows);
     if (n == 0) return;
-    sgd_kernel<<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
-        param, grad, momentum_buf, n, s, step <= 1, d_step, k, per, d_lr, gdt, r);
-    RTC_CHECK_LAUNCH(sgd_kernel);
+    rtc_with_storage(packed, grad, [&](auto g) {
+        sgd_kernel<<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
+            param, g, momentum_buf, n, s, step <= 1, d_step, k, per, d_lr, gdt, r);
+        RTC_CHECK_LAUNCH(sgd_kernel);
+    });
 }
 
 void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n, int64_t step,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
     sgd_launch(param, (float*)grad, momentum_buf, n, step, NULL, 1, 1, lr, NULL, momentum,
-               dampening, weight_decay, nesterov, RT_F32, NULL);  // no rows: grad only read
+               dampening, weight_decay, nesterov, RT_F32, 0, NULL);  // no rows: grad only read
 }
 
-void rt_cuda_sgd_step_rows_dev(float* p, float* g, float* momentum_buf, size_t n,
+// Packed gradients (rt_cuda.h packed_grads) are 16-bit values of grad_dt.
+#define RTC_KCHECK_PACKED_GRADS(packed_grads, grad_dt, kernel)                              \
+    RT_KCHECK(!(packed_grads) || (grad_dt) == RT_BF16 || (grad_dt) == RT_F16,               \
+              "packed gradients are 16-bit: grad_dt RT_BF16 or RT_F16",                     \
+              "%s with packed gradients of dtype %d", kernel, (int)(grad_dt))
+
+void rt_cuda_sgd_step_rows_dev(float* p, void* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
-                               int nesterov, rt_dtype grad_dt, const rt_cuda_rows* rows) {
+                               int nesterov, rt_dtype grad_dt, int packed_grads,
+                               const rt_cuda_rows* rows) {
     RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
               "rt_cuda_sgd_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_sgd_step_dev with k out of range");
+    RTC_KCHECK_PACKED_GRADS(packed_grads, grad_dt, "rt_cuda_sgd_step_rows_dev");
     sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, 0.0, d_lr, momentum, dampening,
-               weight_decay, nesterov, grad_dt, rows);
+               weight_decay, nesterov, grad_dt, packed_grads, rows);
 }
 
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
@@ -122,17 +137,17 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
                           double momentum, double dampening, double weight_decay, int nesterov,
                           rt_dtype grad_dt) {
     rt_cuda_sgd_step_rows_dev(p, (float*)g, momentum_buf, n, d_step, k, per, d_lr, momentum,
-                              dampening, weight_decay, nesterov, grad_dt, NULL);  // g only read
+                              dampening, weight_decay, nesterov, grad_dt, 0, NULL);  // g only read
 }
 
 // ----------------------------------------------------------------------------
 // Adam / AdamW (scalars by value, or from d_s in device memory when it is not NULL)
 
 // W = RTC_VEC: 16-byte accesses, eight values of each of the four buffers in flight per
-// thread (a Llama 1B step's AdamW, 42 GB of traffic, ran at 2.8 TB/s with 4-byte ones).
-// gdt as for sgd_kernel.
-template <int W>
-__global__ void adam_kernel(float* __restrict__ param, float* __restrict__ grad,
+// thread (a Llama 1B step's AdamW, 42 GB of traffic, ran at 2.8 TB/s with 4-byte ones; a
+// packed gradient's eight values are one 16-byte access). gdt and G as for sgd_kernel.
+template <int W, class G>
+__global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
                             rtc_adam_scalars s, const rtc_adam_scalars* __restrict__ d_s,
                             rt_dtype gdt, rt_cuda_rows rows) {
@@ -141,10 +156,10 @@ __global__ void adam_kernel(float* __restrict__ param, float* __restrict__ grad,
         constexpr int K = decltype(w)::value;
         float p[K], g[K] = {}, m[K], v[K];
         rtc_ldv(param, i, RT_F32, p);
-        if (grad) rtc_ldv(grad, i, RT_F32, g);
+        if (grad) rtc_ldv(grad, i, gdt, g);  // fp32 storage: as stored (gdt rounds below)
         if (grad && rows.looked_up) {  // its gradient set to 0 once read (rt_cuda_rows)
             const float zero[K] = {};
-            rtc_stv(grad, i, zero, RT_F32);
+            rtc_stv(grad, i, zero, gdt);
         }
         rtc_ldv(exp_avg, i, RT_F32, m);
         rtc_ldv(exp_avg_sq, i, RT_F32, v);
@@ -156,18 +171,22 @@ __global__ void adam_kernel(float* __restrict__ param, float* __restrict__ grad,
     });
 }
 
-// With rows, groups of RTC_VEC only where they cannot straddle two rows.
-static void adam_launch(float* p, float* g, float* m, float* v, size_t n,
-                        rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt,
+// With rows, groups of RTC_VEC only where they cannot straddle two rows. packed: g holds
+// 16-bit values of gdt (rt_cuda.h packed_grads).
+static void adam_launch(float* p, void* g, float* m, float* v, size_t n,
+                        rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt, int packed,
                         rt_cuda_rows r) {
     if (n == 0) return;
-    if (rtc_aligned16({p, g, m, v}) && (!r.mask || r.row_len % RTC_VEC == 0))
-        adam_kernel<RTC_VEC><<<stepped_blocks(r, n, RTC_VEC), RTC_THREADS, 0, rtc_stream()>>>(
-            p, g, m, v, n, s, d_s, gdt, r);
-    else
-        adam_kernel<1><<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
-            p, g, m, v, n, s, d_s, gdt, r);
-    RTC_CHECK_LAUNCH(adam_kernel);
+    const bool vec = rtc_aligned16({p, g, m, v}) && (!r.mask || r.row_len % RTC_VEC == 0);
+    rtc_with_storage(packed, g, [&](auto gs) {
+        if (vec)
+            adam_kernel<RTC_VEC><<<stepped_blocks(r, n, RTC_VEC), RTC_THREADS, 0, rtc_stream()>>>(
+                p, gs, m, v, n, s, d_s, gdt, r);
+        else
+            adam_kernel<1><<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
+                p, gs, m, v, n, s, d_s, gdt, r);
+        RTC_CHECK_LAUNCH(adam_kernel);
+    });
 }
 
 // One thread: the step's scalars from the device step count and lr.
@@ -189,7 +208,7 @@ void rt_adam_step(float* param, const float* grad, float* exp_avg, float* exp_av
                   double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 0), step);
-    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
+    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, 0, rows_arg(NULL));
 }
 
 void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
@@ -197,17 +216,19 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
                    double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 1), step);
-    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, rows_arg(NULL));
+    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, 0, rows_arg(NULL));
 }
 
-void rt_cuda_adam_step_rows_dev(float* p, float* g, float* m, float* v, size_t n,
+void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
-                                int adamw, rt_dtype grad_dt, const rt_cuda_rows* rows) {
+                                int adamw, rt_dtype grad_dt, int packed_grads,
+                                const rt_cuda_rows* rows) {
     RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
               "rt_cuda_adam_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_adam_step_dev with k out of range");
+    RTC_KCHECK_PACKED_GRADS(packed_grads, grad_dt, "rt_cuda_adam_step_rows_dev");
     const rt_cuda_rows r = rows_arg(rows);
     if (n == 0) return;
     rtc_ctx* ctx = rtc_get();
@@ -216,7 +237,7 @@ void rt_cuda_adam_step_rows_dev(float* p, float* g, float* m, float* v, size_t n
         d_s, adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k, per, d_lr);
     RTC_CHECK_LAUNCH(adam_scalars_kernel);
     const rtc_adam_scalars unused = {};
-    adam_launch(p, g, m, v, n, unused, d_s, grad_dt, r);
+    adam_launch(p, g, m, v, n, unused, d_s, grad_dt, packed_grads, r);
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
@@ -224,7 +245,7 @@ void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t 
                            double beta1, double beta2, double eps, double weight_decay, int adamw,
                            rt_dtype grad_dt) {
     rt_cuda_adam_step_rows_dev(p, (float*)g, m, v, n, d_step, k, per, d_lr, beta1, beta2, eps,
-                               weight_decay, adamw, grad_dt, NULL);  // no rows: g only read
+                               weight_decay, adamw, grad_dt, 0, NULL);  // no rows: g only read
 }
 
 __global__ void rows_mark_kernel(uint8_t* __restrict__ mask, int64_t vocab,

@@ -525,7 +525,8 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     if (grads_off == mg->grads_off) {
         // In place (generator/memory/memory.lua): the backward accumulated the sharded grads
         // themselves on compute; the optimizer rounds them to grads_dtype as it reads them,
-        // the bits of this copy's rounding, so nothing runs here but the events.
+        // the bits of this copy's rounding (packed, rt_model_group grads_packed: the backward
+        // stored them rounded), so nothing runs here but the events.
         cg->grads_round = grads_dtype;
         record_reduced(R, g, begin_reduction(R, g, r, 0, c->compute), c->compute);
         return;
@@ -658,19 +659,22 @@ static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t 
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
-    float* grads = rows && !rows->looked_up ? NULL : sp.grads;
+    void* grads = rows && !rows->looked_up ? NULL
+                  : mg->grads_packed  ? (void*)sp.grads16
+                                      : (void*)sp.grads;
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");
     rt_cuda_set_stream(s);
     if (o->kind == RT_OPTIM_SGD)
         rt_cuda_sgd_step_rows_dev(sp.params, grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
                                   c->d_step, k, per, c->d_lr + item, o->momentum, o->dampening,
-                                  o->weight_decay, o->nesterov, c->groups[g].grads_round, rows);
+                                  o->weight_decay, o->nesterov, c->groups[g].grads_round,
+                                  mg->grads_packed, rows);
     else
         rt_cuda_adam_step_rows_dev(sp.params, grads, sp.state1, sp.state2, (size_t)n, c->d_step, k,
                                    per, c->d_lr + item, o->beta1, o->beta2, o->eps,
                                    o->weight_decay, o->kind == RT_OPTIM_ADAMW,
-                                   c->groups[g].grads_round, rows);
+                                   c->groups[g].grads_round, mg->grads_packed, rows);
     rt_cuda_set_stream(c->compute);
     cs_trace_close(R, t, s);
 }
