@@ -6,7 +6,9 @@
 -- Storage: collective buffers hold their dtype (param_dtype all-gathers, reduce_dtype
 -- reduce-scatters); compute buffers (activations, their gradients, unsharded parameters
 -- and gradients, post-forward shards) hold fp32 values rounded to the tensor's dtype,
--- which is what the CPU kernels compute on; integer tensors are int32.
+-- which is what the CPU kernels compute on, but where marked packed: 16-bit values (the
+-- mark_packed_* functions below; a packed group's gradients, grad_assigns.lua); integer
+-- tensors are int32.
 --
 -- Each step is annotated for the emitter with the buffers it uses (`st.bufs`; a backward
 -- step's activation gradients in `st.bufs.grads`, by tensor: M.base), tensors with their
@@ -656,7 +658,8 @@ function M.plan(plan, packed)
     g.params_buf = buf(Q(g) .. " sharded params", "persistent", sb, 0, n + 1)
     g.packed_grads = packed[g.index] or nil
     local gname = Q(g) .. " sharded grads" .. (g.packed_grads and " (" .. g.param_dtype .. ")" or "")
-    g.grads_buf = buf(gname, "persistent", g.packed_grads and bytes(g.layout.shard_numel, g.param_dtype) or sb, 0, n + 1)
+    local gb = g.packed_grads and bytes(g.layout.shard_numel, g.param_dtype) or sb
+    g.grads_buf = buf(gname, "persistent", gb, 0, n + 1)
     g.grads_buf.packed_grads = g.packed_grads
     if opt_states > 0 then g.state_buf = buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
   end
@@ -882,7 +885,9 @@ function M.plan_all(plan)
   end
   -- on the spec's parameter tensors, which the programs share (kernels_c RT_PACKED_DWEIGHT)
   for _, g in ipairs(plan.groups) do
-    for _, l in ipairs(g.layout.params) do l.param.packed_grad = packed[g.index] and g.param_dtype or nil end
+    for _, l in ipairs(g.layout.params) do
+      l.param.packed_grad = packed[g.index] and g.param_dtype or nil
+    end
   end
   plan.memory = M.plan(plan, packed)
   if ev then

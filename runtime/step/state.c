@@ -68,7 +68,8 @@ rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
     int nstates = R->model->optim.nstates;
     rt_optim_span sp = {rt_step_f32(R, mg->params_off, lo, n), NULL, NULL, NULL, NULL};
     if (mg->grads_packed)
-        sp.grads16 = rt_step_buffer(R, mg->grads_off + 2 * (size_t)lo, 2 * (size_t)n, __FILE__, __LINE__);
+        sp.grads16 = rt_step_buffer(R, mg->grads_off + 2 * (size_t)lo, 2 * (size_t)n, __FILE__,
+                                    __LINE__);
     else
         sp.grads = rt_step_f32(R, mg->grads_off, lo, n);
     if (nstates > 0) sp.state1 = rt_step_f32(R, mg->state_off, lo, n);
@@ -212,6 +213,13 @@ static int layouts_init(rt_rank* R, int g) {
         fprintf(stderr, "fsdpgen: rank %d: out of memory setting up group '%s'\n", R->rank, mg->name);
         st = RT_ERR_NOMEM;
     }
+    if (!st && mg->grads_packed &&
+        (m->shard != 1 || (mg->param_dtype != RT_BF16 && mg->param_dtype != RT_F16))) {
+        fprintf(stderr, "fsdpgen: rank %d: group '%s' is planned with packed gradients, which "
+                "need one shard rank and a bf16/fp16 param_dtype (a generator bug)\n", R->rank,
+                mg->name);
+        st = RT_ERR_MISMATCH;
+    }
     for (int i = 0; i < mg->nparams && !st; i++) {
         const rt_model_param* p = &m->params[mg->params[i]];
         if (p->packed && !packed_param_ok(p, mg)) {
@@ -225,13 +233,6 @@ static int layouts_init(rt_rank* R, int g) {
             fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s' is planned to be read "
                     "from the sharded parameters, which needs one shard rank and no packed storage "
                     "(a generator bug)\n", R->rank, p->fqn, mg->name);
-            st = RT_ERR_MISMATCH;
-        }
-        if (i == 0 && mg->grads_packed &&
-            (m->shard != 1 || (mg->param_dtype != RT_BF16 && mg->param_dtype != RT_F16))) {
-            fprintf(stderr, "fsdpgen: rank %d: group '%s' is planned with packed gradients, which "
-                    "need one shard rank and a bf16/fp16 param_dtype (a generator bug)\n", R->rank,
-                    mg->name);
             st = RT_ERR_MISMATCH;
         }
         rg->unsharded_dtypes[i] = p->packed ? mg->param_dtype : RT_F32;

@@ -373,7 +373,8 @@ static void optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, 
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
     float wide[PACKED_GRADS_CHUNK];
     if (grads && mg->grads_packed) {
-        for (int64_t i = 0; i < n; i++) wide[i] = rt_bits16_to_f32_inl(sp.grads16[i], mg->param_dtype);
+        for (int64_t i = 0; i < n; i++)
+            wide[i] = rt_bits16_to_f32_inl(sp.grads16[i], mg->param_dtype);
         sp.grads = wide;
     }
     const float* gr = grads ? sp.grads : NULL;
