@@ -2548,6 +2548,29 @@ static void test_optim_grad_round(void) {
     dfree(d_step), dfree(d_lr);
 }
 
+// The device side of the row tests below: twelve tokens (ids out of range included, which
+// mark nothing) marked into a mask of vocab rows, a step counter and an lr of 1e-2.
+static const int32_t rows_tokens[12] = {3, 29, 3, 0, 17, -1, 30, 11, 17, 5, 64, 22};
+typedef struct {
+    int32_t* d_tokens;
+    uint8_t* d_mask;
+    int64_t* d_step;
+    double* d_lr;
+} rows_dev;
+
+static rows_dev rows_dev_make(int64_t vocab) {
+    rows_dev r = {dup_i32(rows_tokens, 12), (uint8_t*)dalloc((size_t)vocab),
+                  dalloc(sizeof(int64_t)), dalloc(sizeof(double))};
+    set_dev_lr(r.d_lr, 1e-2);
+    RT_CHECK_CUDA(cudaMemset(r.d_mask, 0, (size_t)vocab));
+    rt_cuda_rows_mark(r.d_mask, vocab, r.d_tokens, 12);
+    return r;
+}
+
+static void rows_dev_free(rows_dev r) {
+    dfree(r.d_tokens), dfree(r.d_mask), dfree(r.d_step), dfree(r.d_lr);
+}
+
 // An optimizer step by rows (rt_cuda_rows, rt_step_optimizer_rows): the rows no token looks
 // up stepped without gradients, then the looked-up rows with them, give the bits of the CPU
 // step over every row with the unused rows' gradients zero, and leave the looked-up rows'
@@ -2558,14 +2581,11 @@ static void test_optim_grad_round(void) {
 // steps; `rows` past optim.cu's RTC_ROWS_BLOCKS (4096) make a block take several rows.
 static void test_optim_rows(int64_t rows, int64_t vocab) {
     const int64_t ntok = 12;
-    const int32_t tokens[12] = {3, 29, 3, 0, 17, -1, 30, 11, 17, 5, 64, 22};
-    int32_t* d_tokens = dup_i32(tokens, (size_t)ntok);
-    uint8_t* d_mask = (uint8_t*)dalloc((size_t)vocab);
-    int64_t* d_step = dalloc(sizeof(int64_t));
-    double* d_lr = dalloc(sizeof(double));
-    set_dev_lr(d_lr, 1e-2);
-    RT_CHECK_CUDA(cudaMemset(d_mask, 0, (size_t)vocab));
-    rt_cuda_rows_mark(d_mask, vocab, d_tokens, (size_t)ntok);
+    const int32_t* tokens = rows_tokens;
+    const rows_dev dev = rows_dev_make(vocab);
+    uint8_t* d_mask = dev.d_mask;
+    int64_t* d_step = dev.d_step;
+    double* d_lr = dev.d_lr;
     int* looked = calloc((size_t)rows, sizeof *looked);
     if (!looked) abort();
     for (int i = 0; i < ntok; i++)
@@ -2613,7 +2633,7 @@ static void test_optim_rows(int64_t rows, int64_t vocab) {
         free(p), free(m), free(v), free(left);
         dfree(d_p), dfree(d_m), dfree(d_v);
     }
-    dfree(d_tokens), dfree(d_mask), dfree(d_step), dfree(d_lr);
+    rows_dev_free(dev);
     free(looked);
 }
 
@@ -2643,14 +2663,11 @@ static void cmp_dev_bits(const char* name, const float* da, const float* db, siz
 // stay as they were (all of them without rows).
 static void test_optim_packed_grads(void) {
     const int64_t rows = 37, vocab = 30, ntok = 12;
-    const int32_t tokens[12] = {3, 29, 3, 0, 17, -1, 30, 11, 17, 5, 64, 22};
-    int32_t* d_tokens = dup_i32(tokens, (size_t)ntok);
-    uint8_t* d_mask = (uint8_t*)dalloc((size_t)vocab);
-    int64_t* d_step = dalloc(sizeof(int64_t));
-    double* d_lr = dalloc(sizeof(double));
-    set_dev_lr(d_lr, 1e-2);
-    RT_CHECK_CUDA(cudaMemset(d_mask, 0, (size_t)vocab));
-    rt_cuda_rows_mark(d_mask, vocab, d_tokens, (size_t)ntok);
+    const int32_t* tokens = rows_tokens;
+    const rows_dev dev = rows_dev_make(vocab);
+    uint8_t* d_mask = dev.d_mask;
+    int64_t* d_step = dev.d_step;
+    double* d_lr = dev.d_lr;
     int looked[37] = {0};
     for (int i = 0; i < ntok; i++)
         if (tokens[i] >= 0 && tokens[i] < vocab) looked[tokens[i]] = 1;
@@ -2712,7 +2729,7 @@ static void test_optim_packed_grads(void) {
         free(p), free(m), free(v);
         dfree(d_p), dfree(d_m), dfree(d_v), dfree(e_p), dfree(e_m), dfree(e_v);
     }
-    dfree(d_tokens), dfree(d_mask), dfree(d_step), dfree(d_lr);
+    rows_dev_free(dev);
 }
 
 static void test_optim(void) {
