@@ -143,6 +143,17 @@
               "a packed dweight is [OC, C] with OC and C multiples of 8",                 \
               "%s with a packed [%d, %d] dweight", kernel, (int)(OC), (int)(C))
 
+// Every check of rt_linear_packed_backward's arguments, one list for both backends.
+#define RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign)              \
+    do {                                                                                   \
+        static const char* kernel_ = "rt_linear_packed_backward";                          \
+        RT_KCHECK_PACKED_DT(dt, kernel_);                                                  \
+        RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel_);                                   \
+        RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, kernel_);                            \
+        RT_KCHECK_PACKED_DWEIGHT(packed, assign, kernel_);                                 \
+        RT_KCHECK_PACKED_DWEIGHT_LINEAR(OC, C, packed, kernel_);                           \
+    } while (0)
+
 // swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be
 // packed.
 #define RT_KCHECK_PACKED_ALIAS(da, db, packed, kernel)                                    \

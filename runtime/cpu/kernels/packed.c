@@ -130,12 +130,7 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
 void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign, int ld_dout) {
-    static const char* kernel = "rt_linear_packed_backward";
-    RT_KCHECK_PACKED_DT(dt, kernel);
-    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel);
-    RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, kernel);
-    RT_KCHECK_PACKED_DWEIGHT(packed, assign, kernel);
-    RT_KCHECK_PACKED_DWEIGHT_LINEAR(OC, C, packed, kernel);
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign);
     const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C), nb = elems(1, OC);
     float* s = scratch_floats(nd + 2 * ni + 2 * nw + nb);
     // dout's OC columns of each row of ld_dout (a slice of a stack: the others are not read)
