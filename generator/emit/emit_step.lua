@@ -333,7 +333,7 @@ local function assigns_by_buf(plan)
   return by_buf
 end
 
--- The unsharded gradient buffers that a part of a split reduction ends (planner.lua
+-- The unsharded gradient buffers that a part of a split reduction ends (reductions.lua
 -- Sim:reduce_parts), each with the parameters it reads: only theirs need zeroing.
 local function part_reads(plan)
   local reads = {}
@@ -592,7 +592,7 @@ function Walker:step(st, index)
     calls[1] = "rt_step_clip_grad_norm(R);"
   elseif op == "optimizer" then
     local r = st.reduction and st.reduction.index or 0
-    if st.rows then  -- planner.lua Sim:split_token_rows
+    if st.rows then  -- optimizer.lua Sim:split_token_rows
       calls[1] = string.format("rt_step_optimizer_rows(R, %d, %d, %d, %d, %d, %s);", gi, r,
         st.opt_k, st.opt_per, st.opt_item,
         st.rows == "looked_up" and "RT_ROWS_LOOKED_UP" or "RT_ROWS_UNUSED")
@@ -859,7 +859,7 @@ function M.render(plan, spec_file, prefix, is_reference)
   end
   b:line(".n_optimizer = %d,", plan.n_optimizer)
   for _, st in ipairs(plan.steps) do
-    if st.rows then  -- planner.lua Sim:split_token_rows (the step after an eval splits alike)
+    if st.rows then  -- optimizer.lua Sim:split_token_rows (the step after an eval splits alike)
       b:line(".optimizer_rows = 1,")
       break
     end

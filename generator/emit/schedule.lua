@@ -52,7 +52,7 @@ local function reduce_str(g)
   return s
 end
 
--- The parameters of a part of a split reduction (planner.lua Sim:reduce_parts).
+-- The parameters of a part of a split reduction (reductions.lua Sim:reduce_parts).
 local function part_params(g, r)
   local ps = {}
   for i, k in ipairs(r.params) do ps[i] = g.params[k].fqn end
@@ -174,7 +174,7 @@ function M.step_line(st, plan)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind,
       r and r.layout.shard_numel or g.layout.shard_numel)
     if r then detail = detail .. " of " .. part_params(g, r) end
-    -- planner.lua Sim:split_token_rows
+    -- optimizer.lua Sim:split_token_rows
     if st.rows == "unused" then
       detail = detail .. ", the rows no token of the step looks up (gradient 0: nothing of the backward)"
     elseif st.rows == "looked_up" then

@@ -18,6 +18,8 @@ local grad_assigns = require("memory.grad_assigns")
 local late_waits = require("memory.late_waits")
 local stacked = require("memory.stacked_linears")
 local planner = require("plan.planner")
+local hooks = require("plan.hooks")
+local optimizer = require("plan.optimizer")
 local trace = require("spec.trace")
 
 local M = {}
@@ -56,7 +58,7 @@ end
 -- memory. A recomputed cast is a view when its original is.
 function M.is_view(op) return (op.original or op).view == true end
 
-local unhooked = planner.unhooked  -- t before FSDP's post-backward hooks (see M.base)
+local unhooked = hooks.unhooked  -- t before FSDP's post-backward hooks (see M.base)
 
 -- The ops that read each tensor, in graph order. through_hooks: the tensors before FSDP's
 -- post-backward hooks, which are not readers themselves (the next block's ops read a
@@ -594,7 +596,7 @@ end
 -- The parameters whose in-place gradients their looked-up rows' optimizer step leaves zero,
 -- as lists by their group's sharded gradient buffer: it sets each looked-up row's gradient
 -- to 0 as it reads it (rt_step.h rt_step_optimizer_rows), and no other row has one
--- (planner.lua Sim:split_token_rows), so the next backward adds to zeros without zeroing
+-- (optimizer.lua Sim:split_token_rows), so the next backward adds to zeros without zeroing
 -- them first (emit_step.lua; Llama 1B's embedding: 1 GB a step). The arena starts zeroed.
 local function consumed_grads(plan, in_place)
   local by = {}
@@ -602,7 +604,7 @@ local function consumed_grads(plan, in_place)
     local g = st.group
     if st.op == "optimizer" and st.rows == "looked_up" and in_place[g] then
       local list = by[g.grads_buf] or {}
-      for _, p in ipairs(planner.stepped_params(st)) do list[#list + 1] = p end
+      for _, p in ipairs(optimizer.stepped_params(st)) do list[#list + 1] = p end
       by[g.grads_buf] = list
     end
   end

@@ -5,7 +5,7 @@
 -- them. Reads the plan's steps and tensors; changes nothing in them.
 local trace = require("spec.trace")
 local memory = require("memory.memory")
-local planner = require("plan.planner")
+local optimizer = require("plan.optimizer")
 local flops = require("plan.flops")
 
 local M = {}
@@ -267,14 +267,14 @@ local function shard_total(plan)
   return n
 end
 
--- An optimizer line split by rows (planner.lua Sim:split_token_rows; its parameters are
+-- An optimizer line split by rows (optimizer.lua Sim:split_token_rows; its parameters are
 -- [rows, row_len]): the rows a step's tokens look up are at most its tokens (a split needs
 -- token inputs); the others are stepped without reading a gradient. per: bytes per element
 -- without the gradient.
 local function rows_bytes(st, plan, per)
   local tokens = flops.rank_tokens(plan.spec)
   local bytes = 0
-  for _, p in ipairs(planner.stepped_params(st)) do
+  for _, p in ipairs(optimizer.stepped_params(st)) do
     local rows, row_len = p.shape[1], p.shape[2]
     local looked = math.min(rows, tokens)
     if st.rows == "looked_up" then
@@ -325,7 +325,7 @@ function M.step(st, plan, gpu, k)
     local o = plan.spec.optimizer
     local states = memory.optimizer_states(o)
     -- parameters read and written, gradients read (fp32, or 16-bit where packed:
-    -- grad_assigns.lua), each state read and written (fp32); a part's (planner.lua
+    -- grad_assigns.lua), each state read and written (fp32); a part's (reductions.lua
     -- Sim:reduce_parts) of its parameters only
     local L = st.reduction and st.reduction.layout or g.layout
     local bytes = L.shard_numel * ((g.packed_grads and 10 or 12) + 8 * states)

@@ -13,7 +13,7 @@
 --     reduce-scatter stream;
 --   * without clipping, each group's optimizer step runs on the optimizer stream as soon as
 --     its group's last reduction is done, beside the backward of the groups after it (the
---     rows no token looks up, planner.lua Sim:split_token_rows, from the step's start);
+--     rows no token looks up, optimizer.lua Sim:split_token_rows, from the step's start);
 --     compute waits for that stream at the next all-gather sync or reduction;
 --   * with clipping (or topo.optimizer_stream == "compute": RT_OPTIMIZER_STREAM, and
 --     PyTorch's step after the backward), clipping waits for every reduction, a group's

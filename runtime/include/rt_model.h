@@ -64,7 +64,7 @@ typedef struct rt_model_reduction {
     const int* params;            // indices into the group's params, increasing
     int64_t block_numel;          // one rank block of their layout (the reduce-scatter output)
     int part;                     // a part of a split reduction (one rank, direct; generator/
-                                  // plan/planner.lua Sim:reduce_parts): it assigns its
+                                  // plan/reductions.lua Sim:reduce_parts): it assigns its
                                   // parameters' sharded grads and zeroes no others, and the
                                   // optimizer steps it on its own (rt_step_optimizer r)
 } rt_model_reduction;

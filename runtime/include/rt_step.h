@@ -232,7 +232,7 @@ void rt_step_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_of
 // then zeroes the others' sharded grads, which later ones add to).
 void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                             size_t rs_in_off, size_t rs_out_off);
-// "reduce_scatter" that the generator planned direct (generator/plan/planner.lua
+// "reduce_scatter" that the generator planned direct (generator/plan/reductions.lua
 // direct_reduction: one rank, no division, a reduce dtype that holds grads_dtype values):
 // the unsharded grads rounded to grads_dtype, assigned or added to the sharded grads in one
 // pass, with the same bits as copy-in, reduction and view-out. Dies if the group's reduction
@@ -256,7 +256,7 @@ void rt_step_clip_grad_norm(rt_rank* R);
 // reduce-scatter of the group (a group without one has grad None, which torch.optim
 // skips); parameters that no backward reaches are skipped (rt_model_param grad_none).
 void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item);
-// The same optimizer step in two lines, by rows (generator/plan/planner.lua
+// The same optimizer step in two lines, by rows (generator/plan/optimizer.lua
 // Sim:split_token_rows): one rank, and each parameter it steps is 2-D with a gradient only
 // in the rows the step's tokens look up (token ids < model->vocab over every forward of the
 // step). RT_ROWS_UNUSED steps the other rows with a zero gradient (the grads are not read),

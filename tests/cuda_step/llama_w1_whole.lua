@@ -1,6 +1,6 @@
 -- tests/specs/conformance/llama_w1_bf16.lua with every group's gradient divide factor set
 -- to 1.0, which changes no value but makes each reduction a reduce-scatter over one rank
--- (not direct), so the root is not split into parts (generator/plan/planner.lua
+-- (not direct), so the root is not split into parts (generator/plan/reductions.lua
 -- Sim:reduce_parts) and no gradients are in place (generator/memory/memory.lua
 -- in_place_groups).
 -- tests/cuda_step/run.sh trains both and wants the same bits: the output head's part

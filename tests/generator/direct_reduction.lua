@@ -1,4 +1,4 @@
--- Direct reductions (generator/plan/planner.lua direct_reduction): at one rank, a reduction
+-- Direct reductions (generator/plan/reductions.lua direct_reduction): at one rank, a reduction
 -- that changes no value (no divide factor, a reduce dtype that holds the gradients' values)
 -- is planned direct: its schedule line says so, the memory plan has no reduce-scatter input
 -- or output for it, and the step C calls rt_step_reduce_direct instead of

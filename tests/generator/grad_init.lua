@@ -22,7 +22,7 @@
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local emit_step = require("emit.emit_step")
 local memory = require("memory.memory")
-local planner = require("plan.planner")
+local optimizer = require("plan.optimizer")
 local trace = require("spec.trace")
 
 local util = require("tests.generator.step_c")
@@ -128,7 +128,7 @@ check_param_grads = function(name, plan, secs, bsteps, text)
     local call = g and string.format("rt_step_optimizer_rows(R, %d, ", g.index - 1)
     if st.op == "optimizer" and st.rows == "looked_up" and text:find(call, 1, true)
         and text:find("RT_ROWS_LOOKED_UP", 1, true) then
-      for _, p in ipairs(planner.stepped_params(st)) do
+      for _, p in ipairs(optimizer.stepped_params(st)) do
         for _, l in ipairs(g.layout.params) do
           if l.param == p then
             consumed[g.grads_buf] = consumed[g.grads_buf] or {}

@@ -1,4 +1,4 @@
--- Reductions in parts (generator/plan/planner.lua Sim:reduce_parts): at one rank, a group
+-- Reductions in parts (generator/plan/reductions.lua Sim:reduce_parts): at one rank, a group
 -- whose backward spans other groups' (a Llama root: the output head and the final norm
 -- first, the embedding last) reduces the gradients that are complete at the next group's
 -- first pre-backward as one part and the rest at its post-backward, and the optimizer
@@ -140,7 +140,7 @@ return fsdp.spec{ name = "tied_probe", model = model, world_size = 1,
 ]])
 check(root_lines(tied) == whole, "a tied embedding: the root reduced whole: " .. root_lines(tied))
 -- and its last block whole too: the root's whole step follows the backward anyway
--- (planner.lua Sim:tail_group)
+-- (reductions.lua Sim:tail_group)
 local tied_parts = 0
 for _, st in ipairs(tied.steps) do
   if st.op == "reduce_scatter" and st.reduction.part then tied_parts = tied_parts + 1 end

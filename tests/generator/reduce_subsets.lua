@@ -1,5 +1,6 @@
--- Reduce-scatters of the parameters with gradients (generator/plan/planner.lua reduction): FSDP2's
--- post-backward reduces only the gradients that exist, packed as a group of just those.
+-- Reduce-scatters of the parameters with gradients (generator/plan/reductions.lua
+-- reduction): FSDP2's post-backward reduces only the gradients that exist, packed as a
+-- group of just those.
 -- On small step programs over Linear(8, 8) then DoubleLinear(8) with the DoubleLinear in
 -- one group "1" (lin1 and lin2), checks each reduce-scatter of group "1": which
 -- parameters it carries, its sizes in the plan, its buffers and its schedule line, and

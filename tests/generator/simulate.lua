@@ -159,7 +159,7 @@ check(fp32.attention.cudnn == 0 and tr.attention.cudnn == 0
 
 -- On compute (RT_OPTIMIZER_STREAM=compute), the optimizer steps the groups in the order
 -- they were reduced and waits for the last reduction only at its step: on one H100 Llama
--- 1B's root, reduced in two parts (planner.lua Sim:reduce_parts), steps its output head's
+-- 1B's root, reduced in two parts (reductions.lua Sim:reduce_parts), steps its output head's
 -- part first and its embedding's last, whose reduction (1 GB of copies) hides behind the
 -- 16 blocks' AdamW (the last block's in two parts: Sim:reduce_tail); clipping (no parts)
 -- still waits for every reduction.
@@ -199,7 +199,7 @@ check(optimizer_phase(serial).rs_s == 0 and optimizer_phase(clipped).rs_s > 1e-3
 -- reduction is done, so all but the root's last part (its embedding, reduced last) run
 -- during the backward, and of the embedding's (17.5% of the parameters) only the rows a
 -- step's tokens look up (at most 8192 of 128256) follow it: the others are stepped from the
--- step's start (planner.lua Sim:split_token_rows); what follows the backward is well under
+-- step's start (optimizer.lua Sim:split_token_rows); what follows the backward is well under
 -- half the embedding's share (the optimizer stream may still be finishing the blocks' steps
 -- when the backward ends). The step is shorter by at most what ran
 -- beside it; clipping, and the torch kernels (PyTorch's step after the backward), keep the

@@ -1,4 +1,4 @@
--- Optimizer steps split by rows (generator/plan/planner.lua Sim:split_token_rows): at one
+-- Optimizer steps split by rows (generator/plan/optimizer.lua Sim:split_token_rows): at one
 -- rank, the step of parameters that only lookups of the input tokens read (an untied
 -- embedding) is two lines, the rows no token looks up first in the optimizer section (they
 -- need nothing of the backward) and the rows looked up in the step's own place. Checked on

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch FSDP2 itself (2.x; one GPU, world 1) against the rule the planner's eval program
-rests on (generator/plan/planner.lua eval_neutral): a no-grad forward is recorded in FSDP2's
+rests on (generator/plan/planner.lua after_eval): a no-grad forward is recorded in FSDP2's
 post-forward order, which only a last backward clears, so in the next training step the
 backward prefetch of the group with the step's first post-forward targets the eval's last
 post-forward group.

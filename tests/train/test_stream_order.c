@@ -748,7 +748,7 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
 }
 
 // One rank, no clipping, group 2 (a root holding an output head and an embedding) reduced
-// in two parts (rt_model_reduction part; generator/plan/planner.lua Sim:reduce_parts): the
+// in two parts (rt_model_reduction part; generator/plan/reductions.lua Sim:reduce_parts): the
 // head's half of its gradients right after the head's backward, then groups 1 and 0, then
 // the embedding's half; the optimizer in the plan's order (the head's part, groups 1 and
 // 0, the embedding's part) and the step's end. The head's step waits for its own part's
@@ -858,7 +858,7 @@ static void test_in_place(int control) {
 }
 
 // One rank, no clipping, group 2 an embedding of VOCAB rows of ROW_LEN (its optimizer split
-// by rows, generator/plan/planner.lua Sim:split_token_rows): the step uploads its tokens,
+// by rows, generator/plan/optimizer.lua Sim:split_token_rows): the step uploads its tokens,
 // the rows no token looks up step on the optimizer stream from there (building the mask of
 // the looked-up ones), the forward's lookup reads the looked-up rows on compute, the
 // backward writes the sharded grads of groups 2, 1, 0, and the looked-up rows step after

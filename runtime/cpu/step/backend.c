@@ -407,7 +407,7 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 // the step) equals looked_up; the unused rows with no gradient (rt_optim.h: grad NULL), the
 // looked-up rows' gradients set to 0 once read (rt_step.h). The unused rows' step builds the
 // mask, which the looked-up rows' step reads (every unused-rows line precedes every
-// looked-up one: generator/plan/planner.lua Sim:split_token_rows).
+// looked-up one: generator/plan/optimizer.lua Sim:split_token_rows).
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
                         int per, int item, int looked_up) {
     (void)r;

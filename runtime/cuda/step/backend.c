@@ -644,7 +644,7 @@ static cudaStream_t optimizer_stream(rt_rank* R, int g, int r) {
         return opt_after(R, r ? cg->rs_some[r - 1].reduced : cg->reduced);
     }
     // Only this group's reduction (part), if it is the one in flight: the others step while
-    // it finishes (the plan steps the last-reduced group last; generator/plan/planner.lua).
+    // it finishes (the plan steps the last-reduced group last; generator/plan/optimizer.lua).
     if (c->rs_pending && c->rs_g == g && (!c->rs_part || c->rs_part == r)) wait_reduce_scatter(R);
     if (c->post_pending && c->post_g == g) wait_post_reduce(R);
     return c->compute;
@@ -686,7 +686,7 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 // The rows no token looks up need only the step's tokens: on the optimizer stream they step
 // from the step's start (after rtb_step_begin's upload), and build the mask the looked-up
 // rows' step reads later on the same stream (every unused-rows line precedes every
-// looked-up one: generator/plan/planner.lua Sim:split_token_rows).
+// looked-up one: generator/plan/optimizer.lua Sim:split_token_rows).
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
                         int per, int item, int looked_up) {
     cuda_rank* c = R->backend;

@@ -1,6 +1,6 @@
 -- World size 1, Llama-style with bf16 parameters and fp32 reduction, AdamW: the direct
 -- reduction (the gradients straight into the sharded fp32 gradients, no collective and no
--- reduce-scatter buffers; generator/plan/planner.lua direct_reduction, rt_step_reduce_direct)
+-- reduce-scatter buffers; generator/plan/reductions.lua direct_reduction, rt_step_reduce_direct)
 -- with packed 16-bit unsharded weights and activations, as the benchmark's Llama runs.
 local fsdp, models = require("fsdp"), require("models")
 local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }

@@ -1,5 +1,5 @@
 -- retain_graph_one_group.lua on one rank: each pass's reduction of half the group is
--- direct (generator/plan/planner.lua direct_reduction), its other half's sharded gradients
+-- direct (generator/plan/reductions.lua direct_reduction), its other half's sharded gradients
 -- zeroed by the first. tests/torch/step_programs/check.py checks the numbers.
 local nn, fsdp, models = require("nn"), require("fsdp"), require("models")
 local dim = 8
