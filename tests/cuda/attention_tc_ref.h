@@ -1,6 +1,6 @@
 // Error bounds for the tensor-core flash attention (runtime/cuda/kernels/flash_attention_tc.cuh)
 // against the CPU attention kernel, per output element, shared by test_flash_tc_emu.cc
-// (emulated kernels) and test_cuda_kernels.c (on a GPU). C11 and C++.
+// (emulated kernels) and test_cuda_kernels' kernels_attention.c (on a GPU). C11 and C++.
 //
 // Derivation. The operands q, k, v, dout hold 16-bit values, so every product the kernels
 // form on tensor cores is exact and their sums are fp32: apart from fp32 round-off, the

@@ -1,7 +1,7 @@
 // Helpers shared by the CUDA test programs (tests/cuda/test_*.c): random host data, device
 // copies, and comparisons that print the largest difference as |got - want| / max(1, |want|)
-// through check.h. Static functions, included by each test's single translation unit (C, or
-// C++ where nvcc builds the test: test_dtype_bits.cu).
+// through check.h. Static functions, included by each translation unit of a test (C, or
+// C++ where nvcc builds the test: test_dtype_bits.cu; test_cuda_kernels: kernel_tests.h).
 #ifndef FSDPGEN_TESTS_CUDA_HELPERS_H
 #define FSDPGEN_TESTS_CUDA_HELPERS_H
 

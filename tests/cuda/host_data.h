@@ -1,7 +1,9 @@
 // Random and copied host buffers for the CUDA test programs (C and C++, with or without
 // the CUDA runtime): cuda_helpers.h builds on it, and the emulated kernel tests
 // (test_flash*_emu.cc) use it alone. Static functions, one translation unit per test;
-// a test that wants its own data sets rng_state first.
+// a test that wants its own data sets rng_state first. A test of several translation units
+// defines HOST_DATA_SHARED_RNG before including this, and one of its files defines
+// rng_state (from HOST_DATA_SEED): its files then draw one stream, as one file would.
 #ifndef FSDPGEN_TESTS_CUDA_HOST_DATA_H
 #define FSDPGEN_TESTS_CUDA_HOST_DATA_H
 
@@ -9,7 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+#define HOST_DATA_SEED 0x9E3779B97F4A7C15ull
+#ifdef HOST_DATA_SHARED_RNG
+extern uint64_t rng_state;
+#else
+static uint64_t rng_state = HOST_DATA_SEED;
+#endif
 
 static inline float frand(void) {  // uniform in [-1, 1)
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;

@@ -1,0 +1,141 @@
+// test_cuda_kernels: the argument checks that stop a call, each run in a child process (--kcheck).
+#include "kernel_tests.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+// This program's path (argv[0]), run again by aborts_with.
+const char* self_path;
+
+// Runs this program again with --kcheck NAME (main), its stderr captured into out: 1 when it
+// aborted (SIGABRT) with one line that contains `want`. The shell execs it, so that the
+// status is the program's and the shell adds no line of its own.
+static int aborts_with(const char* name, const char* want, char* out, size_t cap) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "exec '%s' --kcheck %s 2>&1", self_path, name);
+    fflush(stdout);
+    FILE* f = popen(cmd, "r");
+    const size_t len = f ? fread(out, 1, cap - 1, f) : 0;
+    out[len] = 0;
+    const int st = f ? pclose(f) : -1;
+    const char* nl = strchr(out, '\n');
+    const int one_line = nl && nl[1] == 0;
+    if (one_line) out[len - 1] = 0;  // printed inline by the check
+    return st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(out, want) &&
+           one_line;
+}
+
+// Host pointers: the calls below stop at their argument checks, before any device work.
+static uint16_t bad_buf[3][64];
+
+static void rope_ld_short(void) {
+    rt_rope_packed_backward(bad_buf[0], bad_buf[1], 1, 1, 4, 8, RT_ROPE_THETA,
+                            RT_PACKED_OUT | RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 24);
+}
+
+static void linear_ld_fp32(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
+                              0, RT_BF16, RT_ASSIGN_1, 16);
+}
+
+static void linear_ld_odd_oc(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 12,
+                              RT_PACKED_OUT, RT_F16, RT_ASSIGN_1, 24);
+}
+
+static void swiglu_ld_short(void) {
+    rt_swiglu_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], bad_buf[2], 32,
+                              RT_PACKED_DINP | RT_PACKED_DINP2, RT_BF16, 0, 16, 16, 8);
+}
+
+static void swiglu_rows_bad(void) {
+    rt_swiglu_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], bad_buf[2], 20,
+                              RT_PACKED_DINP | RT_PACKED_DINP2, RT_BF16, 0, 8, 8, 8);
+}
+
+static void attention_ld_odd(void) {
+    rt_attention_lowmem_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], NULL, bad_buf[0],
+                                        bad_buf[0], bad_buf[0], bad_buf[0], bad_buf[0], NULL, 1, 1,
+                                        4, 2, 16, 1, RT_F16, RT_PACKED_DINP | RT_PACKED_DINP2,
+                                        RT_F16, RT_ACCUMULATE, 0, 36, 0);
+}
+
+static void linear_dweight_accumulated(void) {
+    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
+                              RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0);
+}
+
+static void linear_dweight_odd(void) {
+    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 12, 8,
+                              RT_PACKED_DWEIGHT, RT_F16, RT_ASSIGN_DWEIGHT, 0);
+}
+
+static void norm_dweight_accumulated(void) {
+    rt_layernorm_packed_backward(NULL, bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], NULL, NULL,
+                                 NULL, 1, 8, RT_PACKED_DWEIGHT, RT_BF16, RT_ASSIGN_1);
+}
+
+static void adam_packed_fp32(void) {
+    rt_cuda_adam_step_rows_dev((float*)bad_buf[0], bad_buf[1], (float*)bad_buf[2],
+                               (float*)bad_buf[2], 8, (const int64_t*)bad_buf[0], 1, 1,
+                               (const double*)bad_buf[0], 0.9, 0.95, 1e-8, 0.0, 1, RT_F32, 1,
+                               NULL);
+}
+
+static void sgd_packed_fp32(void) {
+    rt_cuda_sgd_step_rows_dev((float*)bad_buf[0], bad_buf[1], NULL, 8, (const int64_t*)bad_buf[0],
+                              1, 1, (const double*)bad_buf[0], 0.0, 0.0, 0.0, 0, RT_F32, 1, NULL);
+}
+
+// Row lengths a packed gradient cannot take (too short, not a multiple of 8) stop the call
+// with one line naming it.
+void test_grad_rows_checked(void) {
+    char out[1024];
+    int ok = aborts_with("rope", "dinp with row length 24, width 32, packed", out, sizeof out);
+    CHECK(ok, "rope backward with dinp in rows of 24 (width 32) stops: %s", out);
+    ok = aborts_with("attention", "dk with row length 36, width 32, packed", out, sizeof out);
+    CHECK(ok, "attention backward with dk in rows of 36 (not a multiple of 8) stops: %s", out);
+    ok = aborts_with("linear_fp32", "dout with row length 16, width 8, fp32 storage", out,
+                     sizeof out);
+    CHECK(ok, "linear backward with an fp32-storage dout in rows of 16 (OC 8) stops: %s", out);
+    ok = aborts_with("linear_odd_oc", "packed dout with row length 24, width 12", out, sizeof out);
+    CHECK(ok, "linear backward with a packed dout of OC 12 in rows of 24 (a slice of OC not a "
+          "multiple of 8) stops: %s", out);
+    ok = aborts_with("swiglu_short", "db with row length 8, width 16, packed", out, sizeof out);
+    CHECK(ok, "swiglu backward with a packed db in rows of 8 (C 16) stops: %s", out);
+    ok = aborts_with("swiglu_rows", "rt_swiglu_packed_backward with n = 20, C = 8", out,
+                     sizeof out);
+    CHECK(ok, "swiglu backward with n = 20 in rows of 8 stops: %s", out);
+    ok = aborts_with("linear_dweight_acc",
+                     "rt_linear_packed_backward with RT_PACKED_DWEIGHT and assign 0", out,
+                     sizeof out);
+    CHECK(ok, "linear backward adding to a packed dweight (no RT_ASSIGN_DWEIGHT) stops: %s", out);
+    ok = aborts_with("linear_dweight_odd", "with a packed [8, 12] dweight", out, sizeof out);
+    CHECK(ok, "linear backward with a packed [8, 12] dweight (C not a multiple of 8) stops: %s",
+          out);
+    ok = aborts_with("norm_dweight_acc",
+                     "rt_layernorm_packed_backward with RT_PACKED_DWEIGHT and assign 1", out,
+                     sizeof out);
+    CHECK(ok, "layernorm backward adding to packed parameter gradients stops: %s", out);
+    ok = aborts_with("adam_packed_fp32", "rt_cuda_adam_step_rows_dev with packed gradients of "
+                     "dtype 0", out, sizeof out);
+    CHECK(ok, "adam step on packed gradients of dtype RT_F32 stops: %s", out);
+    ok = aborts_with("sgd_packed_fp32", "rt_cuda_sgd_step_rows_dev with packed gradients of "
+                     "dtype 0", out, sizeof out);
+    CHECK(ok, "sgd step on packed gradients of dtype RT_F32 stops: %s", out);
+}
+
+// The call `test_cuda_kernels --kcheck NAME` makes (main): one whose checks must stop it.
+void arg_check_call(const char* name) {
+    if (!strcmp(name, "rope")) rope_ld_short();
+    else if (!strcmp(name, "linear_fp32")) linear_ld_fp32();
+    else if (!strcmp(name, "linear_odd_oc")) linear_ld_odd_oc();
+    else if (!strcmp(name, "swiglu_short")) swiglu_ld_short();
+    else if (!strcmp(name, "swiglu_rows")) swiglu_rows_bad();
+    else if (!strcmp(name, "linear_dweight_acc")) linear_dweight_accumulated();
+    else if (!strcmp(name, "linear_dweight_odd")) linear_dweight_odd();
+    else if (!strcmp(name, "norm_dweight_acc")) norm_dweight_accumulated();
+    else if (!strcmp(name, "adam_packed_fp32")) adam_packed_fp32();
+    else if (!strcmp(name, "sgd_packed_fp32")) sgd_packed_fp32();
+    else attention_ld_odd();
+}
