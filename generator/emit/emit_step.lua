@@ -28,6 +28,7 @@ local C_INIT = { zeros = "RT_INIT_ZEROS", ones = "RT_INIT_ONES", normal = "RT_IN
 local C_OPTIM = { sgd = "RT_OPTIM_SGD", adam = "RT_OPTIM_ADAM", adamw = "RT_OPTIM_ADAMW" }
 local C_ATTENTION = { auto = "RT_ATTENTION_AUTO", cudnn = "RT_ATTENTION_CUDNN", fsdpgen = "RT_ATTENTION_FSDPGEN" }
 local C_LR_DECAY = { constant = "RT_LR_CONSTANT", linear = "RT_LR_LINEAR", cosine = "RT_LR_COSINE" }
+local C_ROWS = { unused = "RT_ROWS_UNUSED", final = "RT_ROWS_FINAL", looked_up = "RT_ROWS_LOOKED_UP" }
 
 -- A C identifier from a spec name.
 function M.ident(name)
@@ -207,8 +208,9 @@ local function emit_groups(b, plan, index, opt_states, names)
       b:line("static const rt_model_reduction group%d_reductions[] = {", gi)
       b:indent()
       for _, r in ipairs(g.reductions) do
-        code(b, "{.nparams = %d, .params = group%d_reduction%d, .block_numel = %d%s},", #r.params, gi,
-          r.index, r.layout.shard_numel, r.part and ", .part = 1" or "")
+        local rows = r.rows and ", .rows = " .. C_ROWS[r.rows] or ""
+        code(b, "{.nparams = %d, .params = group%d_reduction%d, .block_numel = %d%s%s},", #r.params,
+          gi, r.index, r.layout.shard_numel, r.part and ", .part = 1" or "", rows)
       end
       b:dedent()
       b:line("};")
@@ -333,25 +335,9 @@ local function assigns_by_buf(plan)
   return by_buf
 end
 
--- The unsharded gradient buffers that a part of a split reduction ends (reductions.lua
--- Sim:reduce_parts), each with the parameters it reads: only theirs need zeroing.
-local function part_reads(plan)
-  local reads = {}
-  for _, st in ipairs(plan.steps) do
-    local r = st.op == "reduce_scatter" and st.reduction
-    if r and r.part and st.bufs.ugrad and not st.bufs.acc then
-      local ps = {}
-      for i, k in ipairs(r.params) do ps[i] = st.group.params[k] end
-      reads[st.bufs.ugrad] = ps
-    end
-  end
-  return reads
-end
-
 function Walker.new(plan)
   local w = setmetatable({ plan = plan, unsharded = {}, loss = nil, nbackward = 0 }, Walker)
   w.assigns_by_buf = assigns_by_buf(plan)
-  w.part_reads = part_reads(plan)
   return w
 end
 
@@ -495,7 +481,7 @@ local function zero(calls, bufs, skip, assigned, w)
     for _, p in ipairs(assigned and assigned[bf] or {}) do keep[#keep + 1] = p end
     local consumed = w and bf.alias and w.plan.consumed_grads[bf.alias]
     for _, p in ipairs(consumed or {}) do keep[#keep + 1] = p end
-    local reads = w and w.part_reads[bf]
+    local reads = w and w.plan.part_reads[bf]
     if reads then
       local set = {}
       for _, p in ipairs(keep) do set[p] = true end
@@ -592,10 +578,9 @@ function Walker:step(st, index)
     calls[1] = "rt_step_clip_grad_norm(R);"
   elseif op == "optimizer" then
     local r = st.reduction and st.reduction.index or 0
-    if st.rows then  -- optimizer.lua Sim:split_token_rows
+    if st.rows then  -- optimizer.lua Sim:split_token_rows, reductions.lua Sim:reduce_parts
       calls[1] = string.format("rt_step_optimizer_rows(R, %d, %d, %d, %d, %d, %s);", gi, r,
-        st.opt_k, st.opt_per, st.opt_item,
-        st.rows == "looked_up" and "RT_ROWS_LOOKED_UP" or "RT_ROWS_UNUSED")
+        st.opt_k, st.opt_per, st.opt_item, C_ROWS[st.rows])
     else
       calls[1] = string.format("rt_step_optimizer(R, %d, %d, %d, %d, %d);", gi, r, st.opt_k,
         st.opt_per, st.opt_item)

@@ -63,7 +63,11 @@ end
 -- of n of a split reduction (step st) the ones it reduces.
 local function without_grads(g, r, st)
   if r.index == 0 then return "" end
-  if r.part then return string.format("; part %d of %d: %s", st.part, st.parts, part_params(g, r)) end
+  if r.part then
+    local rows = r.rows == "final" and " (its rows no token of the step looks up: their gradient is final)"
+      or r.rows == "looked_up" and " (its rows the step's tokens look up)" or ""
+    return string.format("; part %d of %d: %s%s", st.part, st.parts, part_params(g, r), rows)
+  end
   local left, k = {}, 1
   for i, p in ipairs(g.params) do
     if r.params[k] == i then k = k + 1 else left[#left + 1] = p.fqn end
@@ -174,9 +178,11 @@ function M.step_line(st, plan)
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind,
       r and r.layout.shard_numel or g.layout.shard_numel)
     if r then detail = detail .. " of " .. part_params(g, r) end
-    -- optimizer.lua Sim:split_token_rows
+    -- optimizer.lua Sim:split_token_rows; reductions.lua Sim:reduce_parts ("final")
     if st.rows == "unused" then
       detail = detail .. ", the rows no token of the step looks up (gradient 0: nothing of the backward)"
+    elseif st.rows == "final" then
+      detail = detail .. ", the rows no token of the step looks up (their gradient final: no lookup adds to it)"
     elseif st.rows == "looked_up" then
       detail = detail .. ", the rows the step's tokens look up"
     end

@@ -595,20 +595,49 @@ end
 
 -- The parameters whose in-place gradients their looked-up rows' optimizer step leaves zero,
 -- as lists by their group's sharded gradient buffer: it sets each looked-up row's gradient
--- to 0 as it reads it (rt_step.h rt_step_optimizer_rows), and no other row has one
--- (optimizer.lua Sim:split_token_rows), so the next backward adds to zeros without zeroing
--- them first (emit_step.lua; Llama 1B's embedding: 1 GB a step). The arena starts zeroed.
+-- to 0 as it reads it (rt_step.h rt_step_optimizer_rows), and no other row has one (the
+-- step's other line for them steps the unused rows with gradient 0: optimizer.lua
+-- Sim:split_token_rows), so the next backward adds to zeros without zeroing them first
+-- (emit_step.lua; Llama 1B's embedding: 1 GB a step). The arena starts zeroed. Not a tied
+-- embedding's (reductions.lua Sim:reduce_parts): its unused rows keep the output head's.
 local function consumed_grads(plan, in_place)
-  local by = {}
+  local by, unused = {}, {}
+  for _, st in ipairs(plan.steps) do
+    if st.op == "optimizer" and st.rows == "unused" then
+      for _, p in ipairs(optimizer.stepped_params(st)) do unused[p] = true end
+    end
+  end
   for _, st in ipairs(plan.steps) do
     local g = st.group
     if st.op == "optimizer" and st.rows == "looked_up" and in_place[g] then
       local list = by[g.grads_buf] or {}
-      for _, p in ipairs(optimizer.stepped_params(st)) do list[#list + 1] = p end
+      for _, p in ipairs(optimizer.stepped_params(st)) do
+        if unused[p] then list[#list + 1] = p end
+      end
       by[g.grads_buf] = list
     end
   end
   return by
+end
+
+-- The unsharded gradient buffers that parts of a split reduction end (reductions.lua
+-- Sim:reduce_parts), each with the parameters they read: only theirs need zeroing
+-- (emit_step.lua zero). Parts reduced one after another read one buffer. The part of a
+-- parameter's looked-up rows reads what its "final" part's buffer began (the lookups add
+-- to the output head's gradient), so the buffer that part ends does not zero it again.
+local function part_reads(steps)
+  local reads = {}
+  for _, st in ipairs(steps) do
+    local r = st.op == "reduce_scatter" and st.reduction
+    if r and r.part and st.bufs.ugrad and not st.bufs.acc then
+      local ps = reads[st.bufs.ugrad] or {}
+      if r.rows ~= "looked_up" then
+        for _, k in ipairs(r.params) do ps[#ps + 1] = st.group.params[k] end
+      end
+      reads[st.bufs.ugrad] = ps
+    end
+  end
+  return reads
 end
 
 -- The marks on the graph and the steps that the buffers follow; the groups with gradients in
@@ -750,6 +779,13 @@ function M.plan(plan, packed)
       end
       for _, k in ipairs(keys) do stop(k, i) end
       u.ugrad = stop("ugrad " .. g.index, i)
+      -- a part right after another of its group reads the buffer that one ended (a tied
+      -- embedding's rows part after the norm's: reductions.lua Sim:reduce_parts)
+      local prev = steps[i - 1]
+      if not u.ugrad and st.reduction.part and prev.op == "reduce_scatter" and prev.group == g then
+        u.ugrad = prev.bufs.ugrad
+        touch(u.ugrad, i)
+      end
       u.acc = stop("accgrad " .. g.index, i)
       st.in_place = in_place[g] or nil
       if st.in_place then
@@ -847,6 +883,8 @@ function M.plan(plan, packed)
   local rest = {}
   for k in pairs(open) do rest[#rest + 1] = k end
   for _, k in ipairs(rest) do stop(k, n) end
+
+  plan.part_reads = part_reads(steps)
 
   -- First-fit offsets in order of allocation (activations of recomputed regions end at
   -- their last forward use; backward reads the recomputed copies).

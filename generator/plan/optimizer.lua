@@ -44,8 +44,10 @@ function Sim:run_optimizer()
   end)
   for _, o in ipairs(ready) do
     local g = o.g
+    -- a part of one parameter stepped by rows (reductions.lua Sim:reduce_parts)
     self:emit({ stream = "compute", op = "optimizer", group = g, opt_k = g.opt_steps,
-      opt_item = self.n_optimizer - 1, grads = g.opt_grads, reduction = o.reduction })
+      opt_item = self.n_optimizer - 1, grads = g.opt_grads, reduction = o.reduction,
+      rows = o.reduction and o.reduction.rows })
   end
   for _, g in ipairs(self.groups) do g.opt_grads, g.opt_parts = nil, nil end
 end

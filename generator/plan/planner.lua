@@ -342,6 +342,7 @@ function Sim:run_backward(item)
     end
   end
   table.sort(order, function(a, b) return a.id > b.id end)
+  self:mark_final_rows(order)
   local tail = self:tail_group(order, pending)
   self:emit({ stream = "compute", op = "loss_grad", node = loss.producer, label = loss.label })
   contributed(loss.producer)

@@ -4,6 +4,7 @@
 -- group's larger part before the rest of its backward), so that the CUDA backend's
 -- optimizer stream steps each part beside the backward.
 local groups_of = require("plan.groups")
+local hooks = require("plan.hooks")
 local layout = require("plan.layout")
 local trace = require("spec.trace")
 
@@ -26,30 +27,32 @@ end
 -- gradient (FSDPParamGroup.post_backward's fsdp_params_with_grad), laid out as a group of
 -- just those. `with` lists their indices in g.params. All of them: index 0, g's own layout;
 -- fewer: one entry of g.reductions per distinct subset (index k >= 1, rt_model_reduction),
--- a part (Sim:reduce_parts) an entry of its own.
-local function reduction(g, with, part)
+-- a part (Sim:reduce_parts) an entry of its own, and a part of one parameter stepped by
+-- rows (`rows`: "final" or "looked_up", Sim:reduce_parts) one more.
+local function reduction(g, with, part, rows)
   if #with == #g.params then return { index = 0, layout = g.layout, params = with } end
-  local key = (part and "part " or "") .. table.concat(with, ",")
+  local key = (part and "part " or "") .. (rows and rows .. " " or "") .. table.concat(with, ",")
   g.reductions = g.reductions or {}
   for _, r in ipairs(g.reductions) do
     if r.key == key then return r end
   end
   local ps = {}
   for i, k in ipairs(with) do ps[i] = g.params[k] end
-  local r = { index = #g.reductions + 1, key = key, params = with, part = part,
+  local r = { index = #g.reductions + 1, key = key, params = with, part = part, rows = rows,
     layout = layout.group(ps, g.shard, g.state.placement) }
   g.reductions[#g.reductions + 1] = r
   return r
 end
 
 -- Reduces the gradients of g's parameters `with` (indices into g.params), stored as
--- grads_dtype values; `part` for a part of a split reduction (Sim:reduce_parts).
-function Sim:reduce(g, with, grads_dtype, part)
+-- grads_dtype values; `part` for a part of a split reduction (Sim:reduce_parts), `rows` for
+-- one stepped by rows.
+function Sim:reduce(g, with, grads_dtype, part, rows)
   g.opt_grads = g.opt_grads or {}   -- the sharded grads the next optimizer step reads
   for _, k in ipairs(with) do g.opt_grads[k] = true end
   self.rs_seq = self.rs_seq + 1
   g.reduced_seq = self.rs_seq
-  local r = reduction(g, with, part)
+  local r = reduction(g, with, part, rows)
   local st = { stream = "rs", op = "reduce_scatter", group = g, rs = self.rs_seq, reduction = r,
     direct = direct_reduction(g, grads_dtype) }
   if part then
@@ -85,6 +88,35 @@ function Sim:splits(g, pending)
   return true
 end
 
+-- The parameters whose contributions after the first are all lookups of the step's tokens
+-- (a tied embedding: the output head's product, then the embedding's lookups), marked
+-- p.final_rows: once the first is in, the gradient of every row no token of the step looks
+-- up is final. Only where the step's rows can be told apart as the optimizer steps them
+-- (optimizer.lua Sim:split_token_rows): token inputs, one optimizer item, no clipping.
+function Sim:mark_final_rows(order)
+  local n_optimizer = 0
+  for _, item in ipairs(self.spec.step) do n_optimizer = n_optimizer + (item.kind == "optimizer" and 1 or 0) end
+  local ok = self.spec.input.tokens and n_optimizer == 1 and not self.spec.grad_clip
+  local seen = {}   -- parameter -> its contributions so far, in backward order
+  for _, p in ipairs(self.params) do p[2].final_rows = nil end
+  for _, op in ipairs(order) do
+    for j, t in ipairs(op.ins) do
+      if t.is_param and t.requires_grad and self.owner[t] then
+        local lookup = op.kind == "embedding" and j == 2 and hooks.unhooked(op.ins[1]).is_input
+        seen[t] = (seen[t] or 0) + 1
+        if seen[t] == 1 then
+          t.final_rows = ok and #t.shape == 2 and not lookup or nil
+        elseif not lookup then
+          t.final_rows = nil
+        end
+      end
+    end
+  end
+  for t, n in pairs(seen) do
+    if n < 2 then t.final_rows = nil end
+  end
+end
+
 -- At the first pre-backward of s (another group's modules follow): reduce the gradients of the
 -- splitting groups that are complete, so that at one rank a group whose backward spans
 -- others' (a root holding the embedding and the output head) reduces the head's gradient
@@ -93,18 +125,22 @@ end
 -- the group's post_backward reduces the rest as its last part. The bits are those of one
 -- reduction after the backward: each gradient is complete when reduced, and each
 -- parameter's update reads only its own. Not while a parameter of the group has some of
--- its contributions and not all (a tied embedding's, from the output head): a part ends
--- the group's unsharded gradient buffer, and the rest would start on a new one.
-local function partial(g)
+-- its contributions and not all (a part ends the group's unsharded gradient buffer, and
+-- the rest would start on a new one), unless the rest are lookups of the step's tokens
+-- (Sim:mark_final_rows: GPT-2's tied embedding after the output head's backward): that
+-- parameter is then a part of its own whose optimizer step takes the rows no token looks
+-- up ("final"; the gradients stay in place, so the lookups add to the head's), and its
+-- post_backward part the rows looked up ("looked_up").
+local function partial(g, rows_ok)
   for _, p in ipairs(g.params) do
-    if p.grad_partial then return true end
+    if p.grad_partial and not (rows_ok and p.final_rows) then return true end
   end
   return false
 end
 
 function Sim:reduce_parts(s)
   for _, g in ipairs(self.groups) do
-    if g.split and g ~= s.group and not partial(g) then
+    if g.split and g ~= s.group and not partial(g, true) then
       local with = {}
       for k, p in ipairs(g.params) do
         if p.grad_ready then with[#with + 1] = k end
@@ -115,6 +151,12 @@ function Sim:reduce_parts(s)
         g.split = not whole and g.split or nil
         self:reduce(g, with, g.param_dtype, not whole)
       end
+      for k, p in ipairs(g.params) do
+        if g.split and p.grad_partial and p.final_rows == true then
+          p.final_rows = "reduced"
+          self:reduce(g, { k }, g.param_dtype, true, "final")
+        end
+      end
     end
   end
 end
@@ -124,9 +166,9 @@ end
 -- post-backward hooks and that have two parameters or more: at one rank its optimizer step
 -- is what the optimizer stream still runs after the backward (Llama 1B's first block: 0.6 ms
 -- of AdamW), so Sim:reduce_tail reduces it in two parts. The root, whose head and embedding
--- come first and last, is not one; and there is none where a group reduced after it is
--- stepped whole after the backward anyway (GPT-2's root, whose tied embedding has two
--- contributions, is not split).
+-- come first and last, is not one; and there is none where a parameter of a group reduced
+-- after it has two contributions (GPT-2's tied embedding: its looked-up rows, and the
+-- position embedding, are stepped after the backward anyway).
 function Sim:tail_group(order, pending)
   local first, last, hooks = {}, {}, {}
   for i, op in ipairs(order) do
@@ -163,7 +205,7 @@ end
 -- rest of its backward; its post_backward reduces the rest as the last part. The bits are
 -- those of one reduction (Sim:reduce_parts).
 function Sim:reduce_tail(g)
-  if not g.split or g.opt_parts or partial(g) then return end
+  if not g.split or g.opt_parts or partial(g, false) then return end
   local with, ready, total = {}, 0, 0
   for k, p in ipairs(g.params) do
     local n = trace.numel(p.shape)
@@ -199,8 +241,16 @@ function Sim:post_backward(g)
   local grads_dtype = g.grads_accumulated and g.reduce_dtype or g.param_dtype
   g.has_grad, g.grads_accumulated = false, false
   if s.reshard_after_backward then self:reshard(g) end
-  -- the rest of a group reduced in parts is its last part
-  if #with > 0 then self:reduce(g, with, grads_dtype, g.split and g.opt_parts ~= nil) end
+  -- the rest of a group reduced in parts is its last part; a parameter whose rows no token
+  -- looks up a part stepped already, its looked-up rows (Sim:reduce_parts)
+  local part, rest = g.split and g.opt_parts ~= nil, {}
+  for _, k in ipairs(with) do
+    if not (part and g.params[k].final_rows == "reduced") then rest[#rest + 1] = k end
+  end
+  if #rest > 0 then self:reduce(g, rest, grads_dtype, part) end
+  for _, k in ipairs(with) do
+    if part and g.params[k].final_rows == "reduced" then self:reduce(g, { k }, grads_dtype, true, "looked_up") end
+  end
   g.split = nil
   self:emit({ stream = "compute", op = "post_backward", group = g })
   self:event("post_backward", g)

@@ -211,13 +211,19 @@ local function op_cost(st, plan, gpu, k)
     -- the output gradient's rows added into the weight's (fp32); where this step creates the
     -- weight's gradient (no tied head assigned it first), the whole table is zeroed before
     -- (rt_zero, a memset: no kernel; Llama 1B's 1 GB), unless the optimizer left it zero
-    -- (memory.lua consumed_grads)
+    -- (memory.lua consumed_grads) or a buffer after a part zeroes only others (a tied
+    -- embedding's gradient after its rows' part: memory.lua part_reads)
     bytes = tbytes(op.outs[1]) + numel(op.outs[1].shape) * 8
     local zero = false
     for _, bf in ipairs(st.bufs and st.bufs.zero or {}) do
-      local left = false
+      local left, reads = false, plan.part_reads and plan.part_reads[bf]
       for _, p in ipairs(bf.alias and plan.consumed_grads[bf.alias] or {}) do
         left = left or p == op.ins[2]
+      end
+      if reads then
+        local read = false
+        for _, p in ipairs(reads) do read = read or p == op.ins[2] end
+        left = left or not read
       end
       zero = zero or not left
     end
@@ -267,10 +273,11 @@ local function shard_total(plan)
   return n
 end
 
--- An optimizer line split by rows (optimizer.lua Sim:split_token_rows; its parameters are
--- [rows, row_len]): the rows a step's tokens look up are at most its tokens (a split needs
--- token inputs); the others are stepped without reading a gradient. per: bytes per element
--- without the gradient.
+-- An optimizer line split by rows (optimizer.lua Sim:split_token_rows, reductions.lua
+-- Sim:reduce_parts; its parameters are [rows, row_len]): the rows a step's tokens look up
+-- are at most its tokens (a split needs token inputs); the others are stepped without
+-- reading a gradient ("unused") or with theirs ("final"). per: bytes per element without
+-- the gradient.
 local function rows_bytes(st, plan, per)
   local tokens = flops.rank_tokens(plan.spec)
   local bytes = 0
@@ -280,7 +287,7 @@ local function rows_bytes(st, plan, per)
     if st.rows == "looked_up" then
       bytes = bytes + looked * row_len * (per + 4)
     else
-      bytes = bytes + (rows - looked) * row_len * per
+      bytes = bytes + (rows - looked) * row_len * (per + (st.rows == "final" and 4 or 0))
     end
   end
   return bytes

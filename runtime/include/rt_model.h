@@ -67,6 +67,11 @@ typedef struct rt_model_reduction {
                                   // plan/reductions.lua Sim:reduce_parts): it assigns its
                                   // parameters' sharded grads and zeroes no others, and the
                                   // optimizer steps it on its own (rt_step_optimizer r)
+    int rows;                     // 0, or a part of one 2-D parameter (a tied embedding) that
+                                  // rt_step_optimizer_rows steps by rows: RT_ROWS_FINAL (the
+                                  // rows no token looks up, whose gradient the output head
+                                  // finished; in place, the lookups add to it after this
+                                  // part) or RT_ROWS_LOOKED_UP (the others, at the end)
 } rt_model_reduction;
 
 typedef struct rt_model_group {

@@ -265,7 +265,12 @@ void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item);
 // step's place, as rt_step_optimizer (zero_grad included), and sets their gradients to 0 as
 // it reads them: every row's gradient is then 0 for the next backward, which adds to the
 // in-place ones without zeroing the table first (generator/emit/emit_step.lua consumed_grads).
-enum { RT_ROWS_UNUSED = 1, RT_ROWS_LOOKED_UP = 2 };
+// RT_ROWS_FINAL, for a parameter that the step's lookups are not alone to add to (a tied
+// embedding, generator/plan/reductions.lua Sim:reduce_parts), steps the rows no token looks
+// up with their gradient (the output head's, final), after its part r of the group's
+// reduction and before the lookups' backward; the parameter's RT_ROWS_LOOKED_UP part steps
+// the rest. Either steps its part (zero_grad once every part is stepped).
+enum { RT_ROWS_UNUSED = 1, RT_ROWS_LOOKED_UP = 2, RT_ROWS_FINAL = 3 };
 void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, int rows);
 // The learning rate of this step's optimizer item `item`: model->lr_schedule at
 // optimizer step R->step * model->n_optimizer + item of the run (every group gets it, as

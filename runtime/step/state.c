@@ -512,6 +512,9 @@ void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype 
         rt_rank_die(R, "group '%s': in-place gradients that add to others", mg->name);
     if (mg->grads_packed && (grads_off != mg->grads_off || grads_dtype != mg->param_dtype))
         rt_rank_die(R, "group '%s': packed gradients are reduced in place, in param_dtype", mg->name);
+    // the lookups add to a part by rows after it: only in place (rt_model_reduction rows)
+    if (r && mg->reductions[r - 1].rows && (grads_off != mg->grads_off || grads_dtype != mg->param_dtype))
+        rt_rank_die(R, "group '%s': a part by rows is reduced in place, in param_dtype", mg->name);
     rtb_reduce_direct(R, g, r, grads_off, grads_dtype, accumulate);
     rg->reduced++;  // one rank: no collective to count
     rg->parts += part;
@@ -597,9 +600,14 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
     const rt_model* m = R->model;
     const rt_model_group* mg = optimizer_checks(R, g, r, k, per, item);
     const rt_fsdp_layout* L = &R->groups[g].layout;
-    if (rows != RT_ROWS_UNUSED && rows != RT_ROWS_LOOKED_UP)
-        rt_rank_die(R, "optimizer rows %d of group '%s' (allowed: RT_ROWS_UNUSED, RT_ROWS_LOOKED_UP)",
-                    rows, mg->name);
+    if (rows != RT_ROWS_UNUSED && rows != RT_ROWS_LOOKED_UP && rows != RT_ROWS_FINAL)
+        rt_rank_die(R, "optimizer rows %d of group '%s' (allowed: RT_ROWS_UNUSED, RT_ROWS_LOOKED_UP, "
+                       "RT_ROWS_FINAL)", rows, mg->name);
+    // a part by rows (a tied embedding's) is stepped by the rows it names, and only it is FINAL
+    const int part_rows = r ? mg->reductions[r - 1].rows : 0;
+    if ((part_rows && rows != part_rows) || (rows == RT_ROWS_FINAL && !part_rows))
+        rt_rank_die(R, "optimizer rows %d of reduction %d of group '%s', whose rows are %d (the plan "
+                       "steps a part by rows by its own)", rows, r, mg->name, part_rows);
     if (!m->tokens || !m->optimizer_rows || R->world != 1 || mg->grads_packed)
         rt_rank_die(R, "optimizer step by rows of group '%s' without token inputs, the model's "
                        "optimizer_rows, at %d ranks or with packed gradients (the plan splits one "
@@ -610,10 +618,9 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
         const rt_model_param* p = &m->params[mg->params[i]];
         if (p->ndim != 2 || p->shape[0] * p->shape[1] != L->params[i].in_numel)
             rt_rank_die(R, "optimizer step by rows of '%s', which is not a whole 2-D parameter", p->fqn);
-        rtb_optimizer_rows(R, g, r, L->params[i].offset, p->shape[0], p->shape[1], k, per, item,
-                           rows == RT_ROWS_LOOKED_UP);
+        rtb_optimizer_rows(R, g, r, L->params[i].offset, p->shape[0], p->shape[1], k, per, item, rows);
     }
-    if (rows == RT_ROWS_LOOKED_UP) zero_grad(R, g, r);
+    if (rows != RT_ROWS_UNUSED) zero_grad(R, g, r);
 }
 
 double rt_step_lr(const rt_rank* R, int item) {

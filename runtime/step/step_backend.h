@@ -58,11 +58,12 @@ void rtb_clip_grad_norm(rt_rank* R);
 // of `per` optimizer steps in a training step: PyTorch's state["step"] is R->step * per + k;
 // its learning rate is rt_step_lr(R, item).
 void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item);
-// The same over a 2-D parameter's rows x row_len elements at lo (rt_step_optimizer_rows):
-// looked_up 1, the rows the step's tokens look up (ids < model->vocab over its forwards);
-// 0, the others, with a zero gradient (their grads are not read).
+// The same over a 2-D parameter's rows x row_len elements at lo (rt_step_optimizer_rows),
+// by `mode`: RT_ROWS_LOOKED_UP, the rows the step's tokens look up (ids < model->vocab over
+// its forwards); RT_ROWS_UNUSED, the others, with a zero gradient (their grads are not
+// read); RT_ROWS_FINAL, the others, with their gradients.
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
-                        int per, int item, int looked_up);
+                        int per, int item, int mode);
 void rtb_loss(rt_rank* R, int k, const float* loss);
 
 // ---- attention sites (runtime/step/attention.c) -------------------------------------------

@@ -17,8 +17,10 @@
 #   - on the emulator, the kernels of a captured step of the bench models in small as
 #     tests/cuda_step/kernels/*.txt (FSDPGEN_UPDATE_GOLDEN=1 rewrites them);
 #   - a root reduced in two parts, the embedding stepped by rows, every gradient in place
-#     (llama_w1_bf16), against its twin whose root reduce-scatters (llama_w1_whole.lua):
-#     the same bits on the CPU and on the emulator.
+#     (llama_w1_bf16), against its twin whose root reduce-scatters (llama_w1_whole.lua),
+#     and a tied embedding's rows no token looks up stepped beside the blocks' backward
+#     (gpt2_w1_tied_rows, against gpt2_w1_whole.lua): the same bits on the CPU and on the
+#     emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64) and its auto
 # timings; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
@@ -61,6 +63,7 @@ specs=(
   "tests/specs/conformance/llama_w1_bf16.lua 3e-2"
   "tests/specs/features/w1_direct_all_gather.lua 3e-2"
   "tests/specs/features/w1_embedding_group.lua 3e-2"
+  "tests/specs/features/gpt2_w1_tied_rows.lua 3e-2"
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
   "tests/specs/features/llama_tc_attention_bf16.lua 3e-2"
   "tests/specs/features/list_group_unused_module.lua 1e-3"
@@ -88,7 +91,7 @@ slow=${FSDPGEN_SLOW:-0}
 emu="" emu_san=""
 [ "$slow" = 1 ] && emu=_san emu_san="-fsanitize=address,undefined"
 bit_specs=" mlp_w2_sgd_prefetch llama_w4_bf16_int_raf hsdp_int_reshard microbatch_1f1b"
-bit_specs+=" multi_forward_raf_true_ckpt_none offload_cpu "
+bit_specs+=" multi_forward_raf_true_ckpt_none offload_cpu gpt2_w1_tied_rows "
 
 # On the emulator's slow tier, also four of tests/generator/step_fuzz.lua's random
 # microbatch programs (fp32; world 1, 2, 4 or HSDP 2 x 2; checkpointing, prefetch, explicit
@@ -130,10 +133,12 @@ for entry in "${specs[@]}"; do
     fi
     ./fsdpgen build "$spec" >"$work/b.log" 2>&1 || { cat "$work/b.log"; fail "fsdpgen build $spec"; }
 done
-# llama_w1_bf16's twin whose root reduces whole (its checks below)
-for cuda in --cuda ""; do
-    ./fsdpgen build tests/cuda_step/llama_w1_whole.lua $cuda >"$work/b.log" 2>&1 ||
-        { cat "$work/b.log"; fail "fsdpgen build tests/cuda_step/llama_w1_whole.lua $cuda"; }
+# llama_w1_bf16's and gpt2_w1_tied_rows' twins whose roots reduce whole (whole_checks)
+for twin in llama_w1_whole gpt2_w1_whole; do
+    for cuda in --cuda ""; do
+        ./fsdpgen build "tests/cuda_step/$twin.lua" $cuda >"$work/b.log" 2>&1 ||
+            { cat "$work/b.log"; fail "fsdpgen build tests/cuda_step/$twin.lua $cuda"; }
+    done
 done
 
 # ---- the generated binaries: on the GPU, or on the emulator ---------------------------------
@@ -216,19 +221,24 @@ sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and
 # the embedding's step split by rows (those no token looks up stepped from the step's
 # start with a zero gradient) and every group's gradients in place (the optimizer rounds
 # them as it reads them), its twin tests/cuda_step/llama_w1_whole.lua's each in a
-# reduce-scatter and its root stepped whole; the CPU binaries, and on the emulator the CUDA
-# ones, save the same bits.
+# reduce-scatter and its root stepped whole. In gpt2_w1_tied_rows' the root is reduced in
+# four parts: the final norm's and the tied embedding's rows no token looks up before the
+# blocks' backward (RT_ROWS_FINAL, beside it), the position embedding's and the rows looked
+# up after it; its twin is tests/cuda_step/gpt2_w1_whole.lua. The CPU binaries, and on the
+# emulator the CUDA ones, save the same bits.
+# whole_checks TWIN PARTS IN_PLACE ROWS: the schedule's parts, reductions in place and
+# optimizer lines by rows, the twin's none; the same bits.
 whole_checks() {
-    local whole=llama_w1_whole parts in_place rows
-    parts=$(grep -c '^  rs .*; part [12] of 2: ' "build/$name/$name.schedule")
+    local whole=$1 want_parts=$2 want_in_place=$3 want_rows=$4 parts in_place rows
+    parts=$(grep -cE '^  rs .*; part [0-9]+ of [0-9]+: ' "build/$name/$name.schedule")
     in_place=$(grep -c '^  rs .* in place: ' "build/$name/$name.schedule")
     rows=$(grep -cE '^  compute  optimizer .*, the rows (no token of the step|the step.s tokens) look' \
         "build/$name/$name.schedule")
-    if [ "$parts" = 4 ] && [ "$in_place" = 5 ] && [ "$rows" = 2 ] &&
+    if [ "$parts" = "$want_parts" ] && [ "$in_place" = "$want_in_place" ] && [ "$rows" = "$want_rows" ] &&
         ! grep -qE '; part [0-9]+ of | in place: |, the rows ' "build/$whole/$whole.schedule"; then
-        pass "$name: its schedule reduces the root and the last block in 2 parts each and all 5 reductions in place, and steps the embedding's rows in 2 lines; $whole's each in a reduce-scatter"
+        pass "$name: its schedule has $parts parts, $in_place reductions in place and $rows optimizer lines by rows; $whole's each reduction a reduce-scatter"
     else
-        fail "$name: $parts parts (want 4), $in_place reductions in place (want 5) and $rows row lines (want 2) in its schedule, or its twin's in parts, in place or by rows"
+        fail "$name: $parts parts (want $want_parts), $in_place reductions in place (want $want_in_place) and $rows row lines (want $want_rows) in its schedule, or its twin's in parts, in place or by rows"
     fi
     "build/$whole/$whole" "${steps[@]}" "${val[@]}" --save "$work/$whole.cpu.safetensors" \
         >"$work/$whole.cpu.log" 2>&1
@@ -312,7 +322,7 @@ spec_checks() {
     # backward reading a gradient before its last write (the root's head part steps beside
     # the blocks' backward). Every kernel of this spec is deterministic on one GPU (cuBLAS
     # on one stream with a fixed workspace, the embedding's sorted backward, no atomics).
-    if [[ $name = llama_w1_bf16 ]]; then
+    if [[ $name = llama_w1_bf16 || $name = gpt2_w1_tied_rows ]]; then
         local where=emulator label="RT_OPTIMIZER_STREAM=compute" same=1
         CUDA_EMU_LAZY=low RT_OPTIMIZER_STREAM=compute "$bin" "${steps[@]}" "${val[@]}" \
             --save "$work/$name.optc.safetensors" >"$work/$name.optc.log" 2>&1 &&
@@ -328,24 +338,28 @@ spec_checks() {
         else
             fail "$name ($where): $label saved other parameters than the default (a race between the optimizer stream and the backward?)"
         fi
-        env_error "$name" RT_OPTIMIZER_STREAM early \
-            "fsdpgen: RT_OPTIMIZER_STREAM=early: must be side (each group's step beside the backward, after its reduction) or compute (after the backward)"
-        # SMs left to the side streams (RT_SM_MARGIN): a bad value is one line; on a GPU,
-        # where cuBLAS and cuDNN choose their kernels for fewer SMs, the run stays within the
-        # CPU's tolerance (the emulator's GEMMs are the same loops either way: the list of a
-        # step's kernels below shows the count reaching every GEMM)
-        env_error "$name" RT_SM_MARGIN 8SMs \
-            "fsdpgen: RT_SM_MARGIN=8SMs: must be a whole number of SMs from 0 to 1023 (the SMs the GEMMs and cuDNN's attention leave to the optimizer and copy streams)"
-        [ "$gpu" = 0 ] && env_error "$name" RT_SM_MARGIN 4 \
-            "fsdpgen: RT_SM_MARGIN=4: must leave the GEMMs at least one of the GPU's 4 SMs (0 to 3)"
-        if [ "$gpu" = 1 ]; then
-            RT_SM_MARGIN=16 "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.margin.safetensors" \
-                >"$work/$name.margin.log" 2>&1
-            PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name with RT_SM_MARGIN=16 ($where)" "$py" \
-                tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.margin.log" \
-                "$work/$name.cpu.safetensors" "$work/$name.margin.safetensors" "$rtol" "$name"
+        if [[ $name = gpt2_w1_tied_rows ]]; then
+            whole_checks gpt2_w1_whole 4 6 2
+        else
+            env_error "$name" RT_OPTIMIZER_STREAM early \
+                "fsdpgen: RT_OPTIMIZER_STREAM=early: must be side (each group's step beside the backward, after its reduction) or compute (after the backward)"
+            # SMs left to the side streams (RT_SM_MARGIN): a bad value is one line; on a GPU,
+            # where cuBLAS and cuDNN choose their kernels for fewer SMs, the run stays within the
+            # CPU's tolerance (the emulator's GEMMs are the same loops either way: the list of a
+            # step's kernels below shows the count reaching every GEMM)
+            env_error "$name" RT_SM_MARGIN 8SMs \
+                "fsdpgen: RT_SM_MARGIN=8SMs: must be a whole number of SMs from 0 to 1023 (the SMs the GEMMs and cuDNN's attention leave to the optimizer and copy streams)"
+            [ "$gpu" = 0 ] && env_error "$name" RT_SM_MARGIN 4 \
+                "fsdpgen: RT_SM_MARGIN=4: must leave the GEMMs at least one of the GPU's 4 SMs (0 to 3)"
+            if [ "$gpu" = 1 ]; then
+                RT_SM_MARGIN=16 "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.margin.safetensors" \
+                    >"$work/$name.margin.log" 2>&1
+                PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name with RT_SM_MARGIN=16 ($where)" "$py" \
+                    tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.margin.log" \
+                    "$work/$name.cpu.safetensors" "$work/$name.margin.safetensors" "$rtol" "$name"
+            fi
+            whole_checks llama_w1_whole 4 5 2
         fi
-        whole_checks
     fi
     [ "$gpu" = 1 ] && return
     [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || return

@@ -52,7 +52,7 @@ BF16_RTOL = 2e-2
 ADAM_ATOL, ADAM_RARE = 1e-2, 1e-3
 # The default tier's numeric comparisons (every eligible spec with --all).
 NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch_1f1b", "lr_schedule_warmup_cosine",
-                   "hsdp_int_reshard", "transformer_w2_bf16", "gpt_bytes", "assign_param_grads"]
+                   "hsdp_int_reshard", "transformer_w2_bf16", "gpt_bytes", "assign_param_grads", "gpt2_w1_tied_rows"]
 DEFAULT_RANDOM = 100
 
 

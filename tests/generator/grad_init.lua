@@ -121,28 +121,51 @@ local function es(bf) return bf.packed_grads and 2 or 4 end
 check_param_grads = function(name, plan, secs, bsteps, text)
   local inits, order, bad = {}, {}, {}
   local nassign, nacc, nparts = 0, 0, 0
-  -- in-place gradients the last step's looked-up rows' optimizer left zero, by group buffer
-  local consumed = {}
+  local function param_range(g, p)
+    for _, l in ipairs(g.layout.params) do
+      if l.param == p then return { l.offset * g.shard, trace.numel(p.shape) } end
+    end
+  end
+  -- in-place gradients the last step's looked-up rows' optimizer left zero, by group buffer:
+  -- of the parameters whose unused rows are stepped with a zero gradient (not a tied
+  -- embedding's, whose unused rows keep the output head's)
+  local consumed, unused = {}, {}
+  for _, st in ipairs(plan.steps) do
+    if st.op == "optimizer" and st.rows == "unused" then
+      for _, p in ipairs(optimizer.stepped_params(st)) do unused[p] = true end
+    end
+  end
   for _, st in ipairs(plan.steps) do
     local g = st.group
     local call = g and string.format("rt_step_optimizer_rows(R, %d, ", g.index - 1)
     if st.op == "optimizer" and st.rows == "looked_up" and text:find(call, 1, true)
         and text:find("RT_ROWS_LOOKED_UP", 1, true) then
       for _, p in ipairs(optimizer.stepped_params(st)) do
-        for _, l in ipairs(g.layout.params) do
-          if l.param == p then
-            consumed[g.grads_buf] = consumed[g.grads_buf] or {}
-            table.insert(consumed[g.grads_buf], { l.offset * g.shard, trace.numel(p.shape) })
-          end
+        if unused[p] then
+          consumed[g.grads_buf] = consumed[g.grads_buf] or {}
+          table.insert(consumed[g.grads_buf], param_range(g, p))
         end
+      end
+    end
+  end
+  -- in place, a tied embedding's gradient that its "final" part leaves for the lookups to
+  -- add to: the buffer its "looked_up" part ends starts with it (memory.lua part_reads)
+  local continued = {}
+  for _, st in ipairs(plan.steps) do
+    if st.op == "reduce_scatter" and st.reduction.rows == "looked_up" and st.bufs.ugrad then
+      for _, k in ipairs(st.reduction.params) do
+        continued[st.bufs.ugrad] = continued[st.bufs.ugrad] or {}
+        table.insert(continued[st.bufs.ugrad], param_range(st.group, st.group.params[k]))
       end
     end
   end
   local function init_of(bf)
     if not inits[bf] then
       inits[bf] = {}
-      for _, c in ipairs(bf.alias and consumed[bf.alias] or {}) do
-        table.insert(inits[bf], { bf.offset + es(bf) * c[1], bf.offset + es(bf) * (c[1] + c[2]) })
+      for _, from in ipairs({ bf.alias and consumed[bf.alias] or {}, continued[bf] or {} }) do
+        for _, c in ipairs(from) do
+          table.insert(inits[bf], { bf.offset + es(bf) * c[1], bf.offset + es(bf) * (c[1] + c[2]) })
+        end
       end
     end
     return inits[bf]
@@ -215,25 +238,25 @@ check_param_grads = function(name, plan, secs, bsteps, text)
       end
     end
   end
-  -- A buffer that a part of a split reduction ends: that part's parameters' elements.
-  local part_of = {}
+  -- A buffer that parts of a split reduction end (one, or several one after another): their
+  -- parameters' elements.
+  local parts_of = {}
   for _, st in ipairs(plan.steps) do
     if st.op == "reduce_scatter" and st.reduction.part and st.bufs.ugrad then
-      part_of[st.bufs.ugrad] = st
+      parts_of[st.bufs.ugrad] = parts_of[st.bufs.ugrad] or {}
+      table.insert(parts_of[st.bufs.ugrad], st)
     end
   end
   for _, bf in ipairs(order) do
-    local st = part_of[bf]
-    if st then
+    if parts_of[bf] then
       nparts = nparts + 1
-      for _, k in ipairs(st.reduction.params) do
-        local t, g = st.group.params[k], st.group
-        local off
-        for _, l in ipairs(g.layout.params) do
-          if l.param == t then off = l.offset * g.shard end
-        end
-        if not covered(inits[bf], { bf.offset + es(bf) * off, bf.offset + es(bf) * (off + trace.numel(t.shape)) }) then
-          bad[#bad + 1] = bf.name .. ": not every element of " .. t.fqn .. " (its part) zeroed or assigned"
+      for _, st in ipairs(parts_of[bf]) do
+        for _, k in ipairs(st.reduction.params) do
+          local t = st.group.params[k]
+          local r = param_range(st.group, t)
+          if not covered(inits[bf], { bf.offset + es(bf) * r[1], bf.offset + es(bf) * (r[1] + r[2]) }) then
+            bad[#bad + 1] = bf.name .. ": not every element of " .. t.fqn .. " (its part) zeroed or assigned"
+          end
         end
       end
     elseif not covered(inits[bf], { bf.offset, bf.offset + bf.size }) then

@@ -1,12 +1,16 @@
 -- Optimizer steps split by rows (generator/plan/optimizer.lua Sim:split_token_rows): at one
 -- rank, the step of parameters that only lookups of the input tokens read (an untied
 -- embedding) is two lines, the rows no token looks up first in the optimizer section (they
--- need nothing of the backward) and the rows looked up in the step's own place. Checked on
--- small specs: the lines, their order and schedule text, the step C (rt_step_optimizer_rows
--- and the model's .optimizer_rows); and that nothing is split where a row's update could
--- see another gradient or a second update: two ranks, replicas, a tied embedding, a
--- position embedding (looked up by arange, not the tokens) in the same line, two optimizer
--- items a step, clipping (a NaN norm makes the zero gradients NaN too). The bits are tests/cuda_step/run.sh's (llama_w1_bf16 against its twin
+-- need nothing of the backward) and the rows looked up in the step's own place. A tied
+-- embedding (generator/plan/reductions.lua Sim:reduce_parts) is two parts of the root's
+-- reduction: the rows no token looks up after the output head's backward ("final"), the
+-- rows looked up after the lookups ("looked_up"). Checked on small specs: the lines, their
+-- order and schedule text, the step C (rt_step_optimizer_rows, the model's .optimizer_rows
+-- and its reductions' .rows), the gradient buffers' zeroing; and that nothing is split
+-- where a row's update could see another gradient or a second update: two ranks, replicas,
+-- a position embedding (looked up by arange, not the tokens) in the same line, two
+-- optimizer items a step, clipping (a NaN norm makes the zero gradients NaN too). The bits
+-- are tests/cuda_step/run.sh's (llama_w1_bf16 and gpt2_w1_tied_rows against their twins
 -- without parts, on the CPU and the emulator).
 -- Run from the repository root: lua5.4 tests/generator/token_rows.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
@@ -79,7 +83,10 @@ check(opt_lines(own):find("^tok_embeddings unused |") and opt_lines(own):find("|
 local cases = {
   { "two ranks", { "Llama", 2 } },
   { "two replicas (HSDP, one shard rank)", { "Llama", "mesh = { replicate = 2, shard = 1 }" } },
-  { "a tied embedding (the output head's weight)", { "Transformer", 1, nil, nil, true } },
+  { "a tied embedding at two ranks", { "Transformer", 2, nil, nil, true } },
+  { "a tied embedding with clipping", { "Transformer", 1, nil, "grad_clip = 1.0", true } },
+  { "a tied embedding, two optimizer items a step", { "Transformer", 1, nil,
+    [[step = { "forward", "backward", "optimizer", "forward", "backward", "optimizer" }]], true } },
   { "a position embedding in the same line", { "Transformer", 1, nil, nil, false } },
   { "two optimizer items a step", { "Llama", 1, nil,
     [[step = { "forward", "backward", "optimizer", "forward", "backward", "optimizer" }]] } },
@@ -105,5 +112,41 @@ local lines = opt_lines(split_tok)
 check(lines:find("tok_embeddings unused", 1, true) and lines:find("tok_embeddings looked_up", 1, true)
   and not lines:find("pos_embeddings unused", 1, true),
   "an untied Transformer: its token embedding split, its position embedding not: " .. lines)
+
+-- A tied embedding at one rank: the root in four parts, the embedding's rows no token looks
+-- up stepped after the output head's backward, its rows looked up at the end.
+local tied, tc = plan_model("Transformer", 1, nil, nil, true)
+check(opt_lines(tied) == "root#1 | root#2 final | layers.1 | layers.0 | root#3 | root#4 looked_up",
+  "a tied embedding: the root's norm and the embedding's unused rows before the blocks: " .. opt_lines(tied))
+local parts, texts2 = {}, {}
+for _, st in ipairs(tied.steps) do
+  if st.op == "reduce_scatter" and st.group.name == "" then
+    local ps = {}
+    for i, k in ipairs(st.reduction.params) do ps[i] = st.group.params[k].fqn end
+    parts[#parts + 1] = table.concat(ps, ",") .. (st.reduction.rows and " " .. st.reduction.rows or "")
+  end
+  if st.rows then texts2[#texts2 + 1] = schedule.step_line(st, tied) end
+end
+check(table.concat(parts, " | ") == "norm.weight,norm.bias | tok_embeddings.weight final | "
+  .. "pos_embeddings.weight | tok_embeddings.weight looked_up",
+  "the root's parts: " .. table.concat(parts, " | "))
+check(#texts2 == 2 and texts2[1]:find("the rows no token of the step looks up (their gradient final", 1, true)
+  and texts2[2]:find("the rows the step's tokens look up", 1, true), "the schedule says which rows each part steps")
+check(tc:find("rt_step_optimizer_rows(R, 0, 2, 1, 1, 0, RT_ROWS_FINAL);", 1, true)
+  and tc:find("rt_step_optimizer_rows(R, 0, 4, 1, 1, 0, RT_ROWS_LOOKED_UP);", 1, true)
+  and tc:find(".rows = RT_ROWS_FINAL", 1, true) and tc:find(".rows = RT_ROWS_LOOKED_UP", 1, true)
+  and tc:find(".optimizer_rows = 1,", 1, true), "the step C steps both parts by rows and the model's reductions say so")
+-- The gradient buffer the first two parts end zeroes the embedding (unless the head assigns
+-- it); the one the last two end does not: the lookups add to the head's gradient.
+local ended = {}
+for bf, ps in pairs(tied.part_reads) do
+  local names = {}
+  for i, p in ipairs(ps) do names[i] = p.fqn end
+  ended[#ended + 1] = table.concat(names, ",")
+end
+table.sort(ended)
+check(#ended == 2 and ended[1] == "norm.weight,norm.bias,tok_embeddings.weight" and ended[2] == "pos_embeddings.weight",
+  "the parts' gradient buffers zero what they read, not the embedding after its final rows: "
+  .. table.concat(ended, " | "))
 
 util.finish()

@@ -763,7 +763,7 @@ static void test_optimizer_parts(int on_compute, int group_event) {
     one_rank(&w);
     w.c.opt_side = !on_compute;  // RT_OPTIMIZER_STREAM=compute, as rtb_rank_init reads it
     static const int head[] = {0}, embedding[] = {1};
-    const rt_model_reduction parts[2] = {{1, head, BLOCK / 2, 1}, {1, embedding, BLOCK / 2, 1}};
+    const rt_model_reduction parts[2] = {{1, head, BLOCK / 2, 1, 0}, {1, embedding, BLOCK / 2, 1, 0}};
     cuda_reduction some[2];
     memset(some, 0, sizeof some);
     w.groups[2].nreductions = 2;
@@ -890,7 +890,7 @@ static void test_optimizer_rows(int on_compute, int control) {
     float* emb = (float*)(arena + w.groups[2].params_off);
     rtb_step_begin(&w.R);
     const int unused = nacc;
-    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, 0);
+    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_UNUSED);
     const int unused_step = find(unused, nacc, "optimizer");
     const int lookup = nacc;
     for (int t = 0; t < NTOK; t++)
@@ -904,7 +904,7 @@ static void test_optimizer_rows(int on_compute, int control) {
         rtb_reduce_direct(&w.R, g, 0, w.groups[g].grads_off, RT_F32, 0);
     }
     const int opt = nacc;
-    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, 1);
+    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_LOOKED_UP);
     const int rows_step = find(opt, nacc, "optimizer");
     for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
@@ -929,6 +929,91 @@ static void test_optimizer_rows(int on_compute, int control) {
               "0's backward, the next upload after both, no race (%d accesses)%s%s", nacc,
               races ? "; first: " : "", first_race);
     }
+    cudaEventDestroy(w.c.tokens_in);
+    world_free(&w);
+}
+
+// One rank, no clipping, gradients in place, group 2 a tied embedding of VOCAB rows of
+// ROW_LEN in two parts (generator/plan/reductions.lua Sim:reduce_parts): the output head's
+// backward writes every row's gradient, part 1 (RT_ROWS_FINAL) is reduced, groups 1 and 0's
+// backward follows, then the lookups add to the rows the step's tokens look up and part 2
+// (RT_ROWS_LOOKED_UP) is reduced; the optimizer lines in the plan's order and the step's
+// end. The unused rows' step waits for the tokens and its part only, so it runs beside
+// group 0's backward and the lookups, reading rows they do not write: no race. With
+// RT_OPTIMIZER_STREAM=compute every step follows on compute. Control: a lookup adding to a
+// row no token looks up is reported as a race.
+static void test_optimizer_rows_final(int on_compute, int control) {
+    world w;
+    world_init(&w, 0);
+    w.m.grad_clip = 0.0;
+    one_rank(&w);
+    w.c.opt_side = !on_compute;
+    static const int32_t host_tokens[NTOK] = {1, 5};
+    int32_t* host[1] = {(int32_t*)host_tokens};
+    w.m.tokens = 1, w.m.n_forward = 1, w.m.batch = 1, w.m.seq_len = NTOK, w.m.vocab = VOCAB;
+    w.m.optimizer_rows = 1;
+    w.R.tokens = w.R.targets = host;
+    int32_t* d_tokens = (int32_t*)((uint8_t*)w.c.d_step + 24);
+    int32_t* d_targets = d_tokens + NTOK;
+    memcpy(d_tokens, host_tokens, sizeof host_tokens);
+    w.c.d_tokens = &d_tokens, w.c.d_targets = &d_targets;
+    w.c.d_rows = (uint8_t*)(d_targets + NTOK);
+    w.c.input_bytes = sizeof host_tokens;
+    cudaEventCreateWithFlags(&w.c.tokens_in, 0);
+    static const int all[] = {0};
+    const rt_model_reduction parts[2] = {{1, all, BLOCK, 1, RT_ROWS_FINAL},
+                                         {1, all, BLOCK, 1, RT_ROWS_LOOKED_UP}};
+    cuda_reduction some[2];
+    memset(some, 0, sizeof some);
+    w.groups[2].nreductions = 2;
+    w.groups[2].reductions = parts;
+    w.cg[2].rs_some = some;
+    for (int r = 0; r < 2; r++) cudaEventCreateWithFlags(&some[r].reduced, 0);
+    char* grads = (char*)arena + w.groups[2].grads_off;
+    rtb_step_begin(&w.R);
+    compute_writes(&w, w.groups[2].grads_off, 4 * BLOCK, "the head's backward writes every row's grads");
+    rtb_reduce_direct(&w.R, 2, 1, w.groups[2].grads_off, RT_F32, 0);
+    int bw0 = 0;
+    for (int g = 1; g >= 0; g--) {
+        bw0 = nacc;
+        compute_writes(&w, w.groups[g].grads_off, 4 * BLOCK, "backward writes the sharded grads");
+        rtb_reduce_direct(&w.R, g, 0, w.groups[g].grads_off, RT_F32, 0);
+    }
+    const int lookup = nacc;
+    for (int t = 0; t < NTOK; t++)
+        touch(w.c.compute, grads + 4 * (size_t)host_tokens[t] * ROW_LEN, 4 * ROW_LEN, 1,
+              "a lookup adds to a row's grads");
+    if (control) touch(w.c.compute, grads + 4 * 2 * ROW_LEN, 4 * ROW_LEN, 1, "a lookup adds to a row's grads");
+    rtb_reduce_direct(&w.R, 2, 2, w.groups[2].grads_off, RT_F32, 0);
+    const int opt = nacc;
+    rtb_optimizer_rows(&w.R, 2, 1, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_FINAL);
+    const int final_step = find(opt, nacc, "optimizer");
+    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    const int looked = nacc;
+    rtb_optimizer_rows(&w.R, 2, 2, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_LOOKED_UP);
+    const int looked_step = find(looked, nacc, "optimizer");
+    rtb_step_end(&w.R);
+    compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");
+    const int stepped = (w.c.d_rows[1] && w.c.d_rows[5] && !w.c.d_rows[0] && !w.c.d_rows[2]);
+    if (control) {
+        CHECK(races > 0, "control, a tied embedding's rows: a lookup adding to a row no token looks "
+              "up is reported as a race (%d; first: %s)", races, first_race);
+    } else if (on_compute) {
+        CHECK(races == 0 && stepped && final_step >= 0 && acc[final_step].s == w.c.compute->id &&
+                  before(lookup, final_step),
+              "one rank, a tied embedding's rows, RT_OPTIMIZER_STREAM=compute: both steps on "
+              "compute after the backward, no race (%d accesses)%s%s", nacc, races ? "; first: " : "",
+              first_race);
+    } else {
+        CHECK(races == 0 && stepped && final_step >= 0 && acc[final_step].s == w.c.opt->id &&
+                  !before(bw0, final_step) && !before(lookup, final_step) && looked_step >= 0 &&
+                  acc[looked_step].s == w.c.opt->id && before(lookup, looked_step),
+              "one rank, a tied embedding's rows: the unused rows step on the optimizer stream "
+              "after their part, beside group 0's backward and the lookups, the looked-up ones "
+              "after the lookups, no race (%d accesses)%s%s", nacc, races ? "; first: " : "",
+              first_race);
+    }
+    for (int r = 0; r < 2; r++) cudaEventDestroy(some[r].reduced);
     cudaEventDestroy(w.c.tokens_in);
     world_free(&w);
 }
@@ -962,6 +1047,9 @@ int main(void) {
     test_optimizer_rows(0, 0);
     test_optimizer_rows(1, 0);
     test_optimizer_rows(0, 1);
+    test_optimizer_rows_final(0, 0);
+    test_optimizer_rows_final(1, 0);
+    test_optimizer_rows_final(0, 1);
     free(arena);
     return check_summary();
 }

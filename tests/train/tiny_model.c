@@ -163,8 +163,8 @@ static const rt_model_group tiny_ref_groups[] = {TINY_GROUP(tiny_ref_plan, 25, 2
 // Reductions of the bias alone the runtime must reject: planned with a block of 4 elements
 // (its padded shard is 3), and listing a parameter index past the group's.
 static const int tiny_bias_only[] = {1}, tiny_no_such_param[] = {2};
-static const rt_model_reduction tiny_wrong_reductions[] = {{1, tiny_bias_only, 4, 0}};
-static const rt_model_reduction tiny_bad_index_reductions[] = {{1, tiny_no_such_param, 3, 0}};
+static const rt_model_reduction tiny_wrong_reductions[] = {{1, tiny_bias_only, 4, 0, 0}};
+static const rt_model_reduction tiny_bad_index_reductions[] = {{1, tiny_no_such_param, 3, 0, 0}};
 #define TINY_REDUCTION_GROUP(REDUCTIONS)                                                     \
     {.name = "lin", .nparams = 2, .params = tiny_group_params, .param_dtype = RT_F32,          \
      .reduce_dtype = RT_F32, .block_numel = 15, .padded_numel = 30, .unsharded_words = 28,    \

@@ -268,14 +268,25 @@ static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off
                                       int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
-    rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
+    const rt_model_reduction* mr = r ? &mg->reductions[r - 1] : NULL;
     rt_step_grad_ptrs(R, g, grads_off, rg->ptrs[0]);
+    if (!mr || !mr->part) {
+        rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
+    } else if (mr->rows != RT_ROWS_FINAL) {
+        // A part rounds only its own parameters' gradients: another's may still be added to
+        // (a tied embedding's, by its lookups). A FINAL part's parameter is rounded whole by
+        // its LOOKED_UP part, before any optimizer step reads it (this backend runs the
+        // step's calls in order; the CUDA one rounds as the optimizer reads).
+        for (int k = 0; k < mr->nparams; k++) {
+            const int i = mr->params[k];
+            rt_step_round(rg->ptrs[0][i], (size_t)rg->layout.params[i].numel, grads_dtype);
+        }
+    }
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
         rg->ptrs[1][i] = rt_step_f32(R, mg->grads_off, p->block_offset, rg->layout.params[i].shard_numel);
     }
     if (!r) return &rg->layout;
-    const rt_model_reduction* mr = &mg->reductions[r - 1];
     for (int i = 0, k = 0; i < mg->nparams; i++) {
         if (k < mr->nparams && mr->params[k] == i) {
             // increasing indices: entry k is never one a later k reads
@@ -404,17 +415,19 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 }
 
 // The optimizer on the runs of rows whose mask entry (row < vocab and looked up by a token of
-// the step) equals looked_up; the unused rows with no gradient (rt_optim.h: grad NULL), the
-// looked-up rows' gradients set to 0 once read (rt_step.h). The unused rows' step builds the
-// mask, which the looked-up rows' step reads (every unused-rows line precedes every
-// looked-up one: generator/plan/optimizer.lua Sim:split_token_rows).
+// the step) is set for RT_ROWS_LOOKED_UP, clear for the others; RT_ROWS_UNUSED's rows with no
+// gradient (rt_optim.h: grad NULL), RT_ROWS_FINAL's with theirs, the looked-up rows'
+// gradients set to 0 once read (rt_step.h). The unused rows' step builds the mask,
+// which the looked-up rows' step reads (every unused-rows line precedes every looked-up
+// one: generator/plan/optimizer.lua Sim:split_token_rows, reductions.lua Sim:reduce_parts).
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
-                        int per, int item, int looked_up) {
+                        int per, int item, int mode) {
     (void)r;
     double t0 = now_s();
     const rt_model* m = R->model;
     uint8_t* mask = R->backend;
     const int64_t n_tokens = m->batch * m->seq_len;
+    const int looked_up = mode == RT_ROWS_LOOKED_UP;
     if (!looked_up) {
         memset(mask, 0, (size_t)m->vocab);
         for (int a = 0; a < m->n_forward; a++)
@@ -429,7 +442,7 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
         while (j < rows && (j < m->vocab && mask[j]) == in) j++;
         if (in == looked_up) {
             const int64_t at = lo + i * row_len, n = (j - i) * row_len;
-            optimizer(R, g, at, n, k, per, item, in);
+            optimizer(R, g, at, n, k, per, item, mode != RT_ROWS_UNUSED);
             if (in) memset(rt_step_optim_span(R, g, at, n).grads, 0, (size_t)n * sizeof(float));
         }
         i = j;

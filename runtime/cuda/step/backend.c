@@ -652,16 +652,14 @@ static cudaStream_t optimizer_stream(rt_rank* R, int g, int r) {
 
 // The step count and lr come from the device (c->d_step, k and per; c->d_lr[item]) so
 // that the captured graph serves every step. On stream s; rows: the rows it steps (NULL:
-// every element), without grads where rows->looked_up is 0.
+// every element); no_grads: a zero gradient (RT_ROWS_UNUSED).
 static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t n, int k,
-                         int per, int item, const rt_cuda_rows* rows) {
+                         int per, int item, const rt_cuda_rows* rows, int no_grads) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
     rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
-    void* grads = rows && !rows->looked_up ? NULL
-                  : mg->grads_packed  ? (void*)sp.grads16
-                                      : (void*)sp.grads;
+    void* grads = no_grads ? NULL : mg->grads_packed ? (void*)sp.grads16 : (void*)sp.grads;
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");
     rt_cuda_set_stream(s);
@@ -680,22 +678,25 @@ static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t 
 }
 
 void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
-    optimizer_on(R, optimizer_stream(R, g, r), g, lo, n, k, per, item, NULL);
+    optimizer_on(R, optimizer_stream(R, g, r), g, lo, n, k, per, item, NULL, 0);
 }
 
 // The rows no token looks up need only the step's tokens: on the optimizer stream they step
-// from the step's start (after rtb_step_begin's upload), and build the mask the looked-up
-// rows' step reads later on the same stream (every unused-rows line precedes every
-// looked-up one: generator/plan/optimizer.lua Sim:split_token_rows).
+// from the step's start (after rtb_step_begin's upload), or with RT_ROWS_FINAL after their
+// part's reduction too, and build the mask the looked-up rows' step reads later on the same
+// stream (every unused-rows line precedes every looked-up one: generator/plan/optimizer.lua
+// Sim:split_token_rows, reductions.lua Sim:reduce_parts).
 void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
-                        int per, int item, int looked_up) {
+                        int per, int item, int mode) {
     cuda_rank* c = R->backend;
     const rt_model* m = R->model;
+    const int looked_up = mode == RT_ROWS_LOOKED_UP;
     cudaStream_t s;
     if (looked_up) {
         s = optimizer_stream(R, g, r);
     } else {
         s = opt_beside(c) ? opt_after(R, c->tokens_in) : c->compute;
+        if (mode == RT_ROWS_FINAL) s = optimizer_stream(R, g, r);  // and after its part
         CS(R, cudaMemsetAsync(c->d_rows, 0, (size_t)m->vocab, s));
         rt_cuda_set_stream(s);
         for (int a = 0; a < m->n_forward; a++)
@@ -703,7 +704,7 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
         rt_cuda_set_stream(c->compute);
     }
     const rt_cuda_rows sel = {c->d_rows, m->vocab, row_len, looked_up};
-    optimizer_on(R, s, g, lo, rows * row_len, k, per, item, &sel);
+    optimizer_on(R, s, g, lo, rows * row_len, k, per, item, &sel, mode == RT_ROWS_UNUSED);
 }
 
 void rtb_loss(rt_rank* R, int k, const float* loss) {
