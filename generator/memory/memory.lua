@@ -782,7 +782,7 @@ function M.plan(plan, packed)
       -- a part right after another of its group reads the buffer that one ended (a tied
       -- embedding's rows part after the norm's: reductions.lua Sim:reduce_parts)
       local prev = steps[i - 1]
-      if not u.ugrad and st.reduction.part and prev.op == "reduce_scatter" and prev.group == g then
+      if not u.ugrad and st.reduction.part and prev and prev.op == "reduce_scatter" and prev.group == g then
         u.ugrad = prev.bufs.ugrad
         touch(u.ugrad, i)
       end
