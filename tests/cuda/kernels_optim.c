@@ -87,8 +87,10 @@ static void rows_dev_free(rows_dev r) {
 // step over every row with the unused rows' gradients zero, and leave the looked-up rows'
 // gradients 0 and the others' as they were. Rows past the vocab are never looked up; the
 // tokens include ids out of range, which mark nothing; the unused rows' device gradients are
-// garbage (the first pass must not read them, the second must skip them). Row lengths 16
-// (groups of RTC_VEC) and 6 (one element at a time), AdamW and SGD with momentum, two
+// garbage (the first pass must not read them, the second must skip them). Also with the
+// unused rows stepped with their gradients (RT_ROWS_FINAL: a tied embedding's, which the
+// output head gave them), which the looked-up rows' pass must not read again. Row lengths
+// 16 (groups of RTC_VEC) and 6 (one element at a time), AdamW and SGD with momentum, two
 // steps; `rows` past optim.cu's RTC_ROWS_BLOCKS (4096) make a block take several rows.
 void test_optim_rows(int64_t rows, int64_t vocab) {
     const int64_t ntok = 12;
@@ -101,9 +103,9 @@ void test_optim_rows(int64_t rows, int64_t vocab) {
     if (!looked) abort();
     for (int i = 0; i < ntok; i++)
         if (tokens[i] >= 0 && tokens[i] < vocab) looked[tokens[i]] = 1;
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 8; c++) {
         const int64_t row_len = c % 2 ? 6 : 16;
-        const int sgd = c >= 2;
+        const int sgd = c / 2 % 2, final = c >= 4;
         const size_t n = (size_t)(rows * row_len);
         float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.1f, 0.0f), *v = hrand(n, 0.1f, 0.1f);
         for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
@@ -114,11 +116,11 @@ void test_optim_rows(int64_t rows, int64_t vocab) {
             float* d_g = dup(g, n);  // every row's gradient on the device: garbage where unused
             for (size_t i = 0; i < n; i++)  // what the device's gradients become
                 if (looked[i / (size_t)row_len]) left[i] = 0.0f;
-                else left[i] = g[i], g[i] = 0.0f;
+                else left[i] = g[i], g[i] = final ? g[i] : 0.0f;
             set_dev_step(d_step, step);
             for (int pass = 0; pass < 2; pass++) {
                 const rt_cuda_rows sel = {d_mask, vocab, row_len, pass};
-                float* dg = pass ? d_g : NULL;
+                float* dg = pass || final ? d_g : NULL;
                 if (sgd)
                     rt_cuda_sgd_step_rows_dev(d_p, dg, d_m, n, d_step, 1, 1, d_lr, 0.9, 0.1, 0.01, 0,
                                               RT_BF16, 0, &sel);
@@ -136,8 +138,8 @@ void test_optim_rows(int64_t rows, int64_t vocab) {
         }
         char nm[128];
         snprintf(nm, sizeof nm, "%s by rows (%lld rows of %lld, vocab %lld; unused rows first, "
-                 "no gradient): param after 2 steps", sgd ? "sgd momentum" : "adamw",
-                 (long long)rows, (long long)row_len, (long long)vocab);
+                 "%s): param after 2 steps", sgd ? "sgd momentum" : "adamw", (long long)rows,
+                 (long long)row_len, (long long)vocab, final ? "with their gradients" : "no gradient");
         cmp(nm, d_p, p, n, TOL_EXACT);
         cmp("  ... exp_avg / momentum_buf", d_m, m, n, TOL_EXACT);
         if (!sgd) cmp("  ... exp_avg_sq", d_v, v, n, TOL_EXACT);
