@@ -350,7 +350,7 @@ end
 function Walker:val(t, saved_by)
   if t.is_param then
     local g, l = param_layout(self.plan, t)
-    -- one shard rank: the sharded layout is the unsharded one (memory.lua mark_shard_reads);
+    -- one shard rank: the sharded layout is the unsharded one (packing.lua mark_shard_reads);
     -- read before the group's wait where that comes at its first unsharded reader
     -- (late_waits.lua)
     if t.from_shard then return F(g.params_buf, l.offset, trace.numel(t.shape)) end
@@ -511,7 +511,7 @@ local function zero(calls, bufs, skip, assigned, w)
 end
 
 -- The arena offset of a step's unsharded parameters: their buffer's, or 0 where every
--- parameter of group g is read from the shards (memory.lua place_unsharded_params: no
+-- parameter of group g is read from the shards (packing.lua place_unsharded_params: no
 -- buffer, nothing to write).
 local function unsharded_at(u, g)
   if u.unsharded then return at(u.unsharded) end

@@ -114,7 +114,7 @@ function M.step_line(st, plan)
   local name, detail = "", ""
   if st.op == "all_gather" and st.direct then
     name = quoted(g.name)
-    local from_shard = {}  -- memory.lua mark_shard_reads
+    local from_shard = {}  -- packing.lua mark_shard_reads
     for _, l in ipairs(g.layout.params) do
       if l.param.from_shard then from_shard[#from_shard + 1] = l.param.fqn end
     end

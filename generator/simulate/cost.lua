@@ -249,7 +249,7 @@ end
 local function dbytes(dtype) return trace.dtype_bytes[dtype] or 4 end
 
 -- Bytes of group g's unsharded parameters as the copies write them: param_dtype's bits
--- (packed) or fp32 values; none for one its readers take from the shards (memory.lua
+-- (packed) or fp32 values; none for one its readers take from the shards (packing.lua
 -- mark_shard_reads). With `read` bytes more per element read for each.
 local function unsharded_bytes(g, read)
   local n = 0

@@ -112,7 +112,7 @@ static int packed_param_ok(const rt_model_param* p, const rt_model_group* mg) {
 }
 
 // The unsharded parameters' layout (rt_model_param unsharded_word; generator/memory/
-// memory.lua place_unsharded_params) checked against the generator's size of the buffers it
+// packing.lua place_unsharded_params) checked against the generator's size of the buffers it
 // planned for them (rt_model_group unsharded_words): the parameters packed tight in an order
 // of the generator's (rt_fsdp_unsharded_check), which need not be the group's (stacked
 // linears' weights one after another).

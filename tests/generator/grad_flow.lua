@@ -13,6 +13,7 @@
 -- Run from the repository root: lua5.4 tests/generator/grad_flow.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local memory = require("memory.memory")
+local grad_alias = require("memory.grad_alias")
 
 local util = require("tests.generator.step_c")
 local check = util.check
@@ -236,7 +237,7 @@ check(errs[1] ~= nil and errs[1]:find("another tensor", 1, true) ~= nil,
 for _, case in ipairs({ "ok", "early_write", "b_of_a" }) do
   local steps = control(case)
   steps[2].grad_alias = nil
-  memory.mark_grad_alias_adds(steps)
+  grad_alias.mark(steps)
   local want = case == "ok"
   check((steps[2].grad_alias == true) == want, string.format("memory.lua %s the add's buffer in control '%s'",
     want and "shares" or "does not share", case))
@@ -244,7 +245,7 @@ end
 for _, case in ipairs({ "nested", "nested_early_write" }) do
   local steps = nested(case)
   steps[2].grad_alias, steps[3].grad_alias = nil, nil
-  memory.mark_grad_alias_adds(steps)
+  grad_alias.mark(steps)
   local want = case == "nested"
   check(steps[2].grad_alias == true and (steps[3].grad_alias == true) == want,
     string.format("memory.lua shares the outer add's buffer and %s the inner's in control '%s'",

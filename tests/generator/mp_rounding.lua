@@ -217,7 +217,7 @@ check(not ok and require("spec.errors").is_spec_error(err) and not err.internal
   "swiglu with a bf16 parameter operand is refused when planning (check.lua: its dt would round "
   .. "the parameter's gradient): " .. msg)
 
--- Packed logits (memory.lua mark_packed_logits) only for a bias-free head: the same small token
+-- Packed logits (packing.lua mark_packed_logits) only for a bias-free head: the same small token
 -- model with and without the head's bias.
 for _, bias in ipairs({ false, true }) do
   local path = os.tmpname() .. ".lua"
@@ -247,7 +247,7 @@ return fsdp.spec{ name = "mp_head", model = m, world_size = 1, input = { batch =
         or "packed (rt_linear_packed_forward, rt_cross_entropy_packed_forward_backward, rt_linear_packed_backward)"))
 end
 
--- Packed activations (memory.lua mark_packed_activations): an activation's bf16 output that only
+-- Packed activations (packing.lua mark_packed_activations): an activation's bf16 output that only
 -- linears and residual adds read is packed (as is the linear output it reads); read by a
 -- product too, or 12 wide (not a multiple of 8), or in fp32, it is not. Its gradient is
 -- packed with it (the relu's backward then reads a packed dout, the readers' backwards
@@ -307,7 +307,7 @@ end
 -- the attention's output; the residual adds write packed outputs that the norms read, the second block's
 -- first norm through FSDP's post-backward hook, and the residual stream's gradient is packed
 -- too (the norms' backwards write it; the adds pass their output's gradient buffer on to
--- both inputs, memory.lua mark_grad_alias_adds) but for the embedding's output (its
+-- both inputs, grad_alias.lua) but for the embedding's output (its
 -- gradient fp32: the first block's first norm and add write it, the add from a packed dout).
 -- Checkpointed, none of the blocks' tensors are (the final norm's output still is). With
 -- `attention = "fsdpgen"` the attention calls are fsdpgen's packed kernels; by default
@@ -381,11 +381,11 @@ do
     .. "attention at site 0 (forward %d, backward %d calls), no direct kernel call (%d)", fwd, bwd, kernels))
 end
 
--- Packed parameters (memory.lua mark_packed_params): the params table's packed column and the
+-- Packed parameters (packing.lua mark_packed_params): the params table's packed column and the
 -- linears' RT_PACKED_INP2 bit. Three bias-carrying linears 8 -> mid -> 8 -> 16: with mid 8 in
 -- bf16 every weight is packed; with mid 6 the first two are not ([6, 8] and [8, 6]: 6 rows or
 -- columns) but the third is, which follows 110 elements (each parameter's unsharded offset
--- is 16-byte aligned: memory.lua place_unsharded_params); in fp32 none is. In the
+-- is 16-byte aligned: packing.lua place_unsharded_params); in fp32 none is. In the
 -- benchmarks GPT-2's tied token embedding (also read by the embedding) and Llama's are
 -- not, Llama's output head is; in the odd ops, the weight of linear(parameter, weight) is
 -- not (its backward runs in fp32).

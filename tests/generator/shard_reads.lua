@@ -1,4 +1,4 @@
--- Parameters read from the shards (generator/memory/memory.lua mark_shard_reads): at one
+-- Parameters read from the shards (generator/memory/packing.lua mark_shard_reads): at one
 -- shard rank, a parameter that only embedding lookups read is looked up in the fp32
 -- sharded parameters (the lookup's output is rounded to its dtype anyway), its all-gather
 -- copies nothing for it (rt_model.h from_shard) and the schedule line names it. Checked on

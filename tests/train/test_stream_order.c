@@ -868,25 +868,32 @@ static void test_in_place(int control) {
 // row no token looks up is reported as a race (the checker sees the rows apart).
 enum { VOCAB = 8, ROW_LEN = BLOCK / VOCAB, NTOK = 2 };
 
+// The step's tokens (one forward of NTOK, ids 1 and 5 of VOCAB), their device copies and the
+// row mask after the step scalars (world_init), as rtb_step_begin's upload and the rows'
+// steps use them.
+static const int32_t host_tokens[NTOK] = {1, 5};
+static int32_t* host_inputs[1] = {(int32_t*)host_tokens};
+static int32_t *d_tokens, *d_targets;
+static void tokens_init(world* w) {
+    w->m.tokens = 1, w->m.n_forward = 1, w->m.batch = 1, w->m.seq_len = NTOK, w->m.vocab = VOCAB;
+    w->m.optimizer_rows = 1;
+    w->R.tokens = w->R.targets = host_inputs;
+    d_tokens = (int32_t*)((uint8_t*)w->c.d_step + 24);
+    d_targets = d_tokens + NTOK;
+    memcpy(d_tokens, host_tokens, sizeof host_tokens);  // what the upload copies
+    w->c.d_tokens = &d_tokens, w->c.d_targets = &d_targets;
+    w->c.d_rows = (uint8_t*)(d_targets + NTOK);
+    w->c.input_bytes = sizeof host_tokens;
+    cudaEventCreateWithFlags(&w->c.tokens_in, 0);
+}
+
 static void test_optimizer_rows(int on_compute, int control) {
     world w;
     world_init(&w, 0);
     w.m.grad_clip = 0.0;
     one_rank(&w);
     w.c.opt_side = !on_compute;
-    static const int32_t host_tokens[NTOK] = {1, 5};
-    int32_t* host[1] = {(int32_t*)host_tokens};
-    w.m.tokens = 1, w.m.n_forward = 1, w.m.batch = 1, w.m.seq_len = NTOK, w.m.vocab = VOCAB;
-    w.m.optimizer_rows = 1;
-    w.R.tokens = w.R.targets = host;
-    // the device tokens, targets and row mask after the step scalars (world_init)
-    int32_t* d_tokens = (int32_t*)((uint8_t*)w.c.d_step + 24);
-    int32_t* d_targets = d_tokens + NTOK;
-    memcpy(d_tokens, host_tokens, sizeof host_tokens);  // what the upload copies
-    w.c.d_tokens = &d_tokens, w.c.d_targets = &d_targets;
-    w.c.d_rows = (uint8_t*)(d_targets + NTOK);
-    w.c.input_bytes = sizeof host_tokens;
-    cudaEventCreateWithFlags(&w.c.tokens_in, 0);
+    tokens_init(&w);
     float* emb = (float*)(arena + w.groups[2].params_off);
     rtb_step_begin(&w.R);
     const int unused = nacc;
@@ -948,18 +955,7 @@ static void test_optimizer_rows_final(int on_compute, int control) {
     w.m.grad_clip = 0.0;
     one_rank(&w);
     w.c.opt_side = !on_compute;
-    static const int32_t host_tokens[NTOK] = {1, 5};
-    int32_t* host[1] = {(int32_t*)host_tokens};
-    w.m.tokens = 1, w.m.n_forward = 1, w.m.batch = 1, w.m.seq_len = NTOK, w.m.vocab = VOCAB;
-    w.m.optimizer_rows = 1;
-    w.R.tokens = w.R.targets = host;
-    int32_t* d_tokens = (int32_t*)((uint8_t*)w.c.d_step + 24);
-    int32_t* d_targets = d_tokens + NTOK;
-    memcpy(d_tokens, host_tokens, sizeof host_tokens);
-    w.c.d_tokens = &d_tokens, w.c.d_targets = &d_targets;
-    w.c.d_rows = (uint8_t*)(d_targets + NTOK);
-    w.c.input_bytes = sizeof host_tokens;
-    cudaEventCreateWithFlags(&w.c.tokens_in, 0);
+    tokens_init(&w);
     static const int all[] = {0};
     const rt_model_reduction parts[2] = {{1, all, BLOCK, 1, RT_ROWS_FINAL},
                                          {1, all, BLOCK, 1, RT_ROWS_LOOKED_UP}};
