@@ -6,8 +6,15 @@
 #include <math.h>
 #include <stdio.h>
 
+// A test of several translation units defines CHECK_SHARED_COUNTS before including this,
+// and one of its files defines check_passed_ and check_failed_: its checks then count
+// together, as one file's would.
+#ifdef CHECK_SHARED_COUNTS
+extern int check_passed_, check_failed_;
+#else
 static int check_passed_ = 0;
 static int check_failed_ = 0;
+#endif
 
 // CHECK(cond, "what was compared: %d", ...) prints one PASS/FAIL line per check.
 #define CHECK(cond, ...)                                              \

@@ -12,14 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-// One count of checks and one random stream for the whole program: check.h's counters and
-// host_data.h's state are static, a pair and a state per translation unit; here they are
-// kernels_common.c's, so that the data and the closing count are those of a single file.
-#include "check.h"
-extern int kernel_tests_passed, kernel_tests_failed;
-#define check_passed_ kernel_tests_passed
-#define check_failed_ kernel_tests_failed
+// One count of checks and one random stream for the whole program (check.h's and
+// host_data.h's opt-ins; kernels_common.c defines them), so that the data and the closing
+// count are those of a single file.
+#define CHECK_SHARED_COUNTS
 #define HOST_DATA_SHARED_RNG
+#include "check.h"
 
 #include "../../runtime/common/dtype_bits.h"
 #include "attention_tc_ref.h"
@@ -40,9 +38,8 @@ extern int kernel_tests_passed, kernel_tests_failed;
 #include "cpu_unrename.h"
 
 // ----------------------------------------------------------------------------
-// kernels_common.c: check.h's closing line for the shared count, and the shared helpers
+// kernels_common.c: the shared helpers
 
-int kernel_tests_summary(void);
 void round_to(float* x, size_t n, rt_dtype prec);
 double ulp_in(double x, rt_dtype dt);
 void cmp_dt(const char* name, const float* dgot, const float* want, size_t n, double tol,

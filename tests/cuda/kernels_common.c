@@ -1,13 +1,8 @@
 // test_cuda_kernels: the helpers several of its files use, and their shared count and random stream.
 #include "kernel_tests.h"
 
-int kernel_tests_passed = 0, kernel_tests_failed = 0;
+int check_passed_ = 0, check_failed_ = 0;
 uint64_t rng_state = HOST_DATA_SEED;
-
-int kernel_tests_summary(void) {
-    printf("%d passed, %d failed\n", check_passed_, check_failed_);
-    return check_failed_ == 0 ? 0 : 1;
-}
 
 // x[i] rounded to prec's 16-bit format (unchanged for RT_F32): the values a tensor of that
 // dtype holds under mixed precision.

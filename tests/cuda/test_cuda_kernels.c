@@ -189,5 +189,5 @@ int main(int argc, char** argv) {
     test_threads();
 
     RT_CHECK_CUDA(cudaDeviceSynchronize());
-    return kernel_tests_summary();
+    return check_summary();
 }
