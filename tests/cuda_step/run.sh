@@ -9,7 +9,7 @@
 #     of four random microbatch programs (tests/generator/step_fuzz.lua --write);
 #   - CUDA vs CPU: losses and saved parameters of the same run within a tolerance (and on
 #     the emulator, the same bits in its three stream modes and without evals: in the fast
-#     tier on six specs that use every side stream, in the slow tier on all);
+#     tier on seven specs that use every side stream, in the slow tier on all);
 #   - test_seg_copy: the copy kernel against its host reference on random plans;
 #   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error;
 #   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
