@@ -245,4 +245,35 @@ function M.arena_names(mem, prefix, shared)
   return names, lines
 end
 
+-- The runtime's enum names of a dtype and of an optimizer step's rows (rt_step.h).
+M.DTYPE = { fp32 = "RT_F32", bf16 = "RT_BF16", fp16 = "RT_F16" }
+M.ROWS = { unused = "RT_ROWS_UNUSED", final = "RT_ROWS_FINAL", looked_up = "RT_ROWS_LOOKED_UP" }
+
+-- s as a C string literal.
+function M.cstr(s) return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
+
+-- Writes `.field =` and the string s into b as adjacent literals that fit in WIDTH columns.
+function M.string_field(b, field, s)
+  b:line(".%s =", field)
+  b:indent()
+  local width = M.WIDTH - 4 * b.depth - 3  -- the quotes and the comma
+  for _, l in ipairs(M.string_lines(s, width)) do b:line("%s", M.cstr(l)) end
+  b.lines[#b.lines] = b.lines[#b.lines] .. ","
+  b:dedent()
+end
+
+-- Writes a comment into b, wrapped at WIDTH columns (M.comment).
+function M.note(b, fmt, ...)
+  local s = select("#", ...) > 0 and string.format(fmt, ...) or fmt
+  local ind = string.rep(b.unit, b.depth)
+  for _, l in ipairs(M.comment(ind, s)) do b.lines[#b.lines + 1] = l end
+end
+
+-- A shape as a C initializer list.
+function M.shape_init(shape)
+  local t = {}
+  for i, d in ipairs(shape) do t[i] = tostring(d) end
+  return "{" .. table.concat(t, ", ") .. "}"
+end
+
 return M

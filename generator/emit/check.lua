@@ -10,6 +10,12 @@ local trace = require("spec.trace")
 
 local M = {}
 
+-- A condition this pass refuses, reached in an emitter: a bug (an internal error, never a
+-- spec error).
+function M.internal(fmt, ...)
+  error("internal: the check pass let through: " .. string.format(fmt, ...))
+end
+
 -- The rows of the embeddings the token input feeds (the smallest), or nil if none does.
 function M.vocab(plan)
   local v

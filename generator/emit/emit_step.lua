@@ -1,5 +1,5 @@
--- Emits `<name>_step.c`: the model description (parameters, groups with their planned
--- layouts and persistent buffers, expected events and counts) and the training step as
+-- Emits `<name>_step.c`: the model description (model_c.lua: parameters, groups with their
+-- planned layouts and persistent buffers, expected events and counts) and the training step as
 -- straight-line C, one runtime call per schedule line, each under a comment with the line
 -- it implements. The walk over the schedule tracks which buffer holds each group's
 -- unsharded parameters and gradients at every step; the memory plan gives the offsets.
@@ -11,6 +11,7 @@ local check = require("emit.check")
 local flops = require("plan.flops")
 local hf = require("emit.hf")
 local kernels = require("emit.kernels_c")
+local model_c = require("emit.model_c")
 local memory = require("memory.memory")
 local schedule = require("emit.schedule")
 local stacked = require("memory.stacked_linears")
@@ -18,17 +19,13 @@ local trace = require("spec.trace")
 
 local M = {}
 
--- A condition check.lua refuses (a bug if reached: an internal error, never a spec error).
-local function internal(fmt, ...)
-  error("internal: the check pass let through: " .. string.format(fmt, ...))
-end
+local internal = check.internal
 
-local C_DTYPE = { fp32 = "RT_F32", bf16 = "RT_BF16", fp16 = "RT_F16" }
-local C_INIT = { zeros = "RT_INIT_ZEROS", ones = "RT_INIT_ONES", normal = "RT_INIT_NORMAL", uniform = "RT_INIT_UNIFORM" }
+local C_DTYPE = c_text.DTYPE
 local C_OPTIM = { sgd = "RT_OPTIM_SGD", adam = "RT_OPTIM_ADAM", adamw = "RT_OPTIM_ADAMW" }
 local C_ATTENTION = { auto = "RT_ATTENTION_AUTO", cudnn = "RT_ATTENTION_CUDNN", fsdpgen = "RT_ATTENTION_FSDPGEN" }
 local C_LR_DECAY = { constant = "RT_LR_CONSTANT", linear = "RT_LR_LINEAR", cosine = "RT_LR_COSINE" }
-local C_ROWS = { unused = "RT_ROWS_UNUSED", final = "RT_ROWS_FINAL", looked_up = "RT_ROWS_LOOKED_UP" }
+local C_ROWS = c_text.ROWS
 
 -- A C identifier from a spec name.
 function M.ident(name)
@@ -37,245 +34,8 @@ function M.ident(name)
   return s
 end
 
-local function cstr(s) return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
-
-local num = c_text.num
-
-local code = c_text.code
-
--- Writes `.field =` and the string s as adjacent literals that fit in WIDTH columns.
-local function string_field(b, field, s)
-  b:line(".%s =", field)
-  b:indent()
-  local width = c_text.WIDTH - 4 * b.depth - 3  -- the quotes and the comma
-  for _, l in ipairs(c_text.string_lines(s, width)) do b:line("%s", cstr(l)) end
-  b.lines[#b.lines] = b.lines[#b.lines] .. ","
-  b:dedent()
-end
-
--- Writes a comment into b, wrapped at WIDTH columns (c_text.comment).
-local function note(b, fmt, ...)
-  local s = select("#", ...) > 0 and string.format(fmt, ...) or fmt
-  local ind = string.rep(b.unit, b.depth)
-  for _, l in ipairs(c_text.comment(ind, s)) do b.lines[#b.lines + 1] = l end
-end
-
-local function shape_init(shape)
-  local t = {}
-  for i, d in ipairs(shape) do t[i] = tostring(d) end
-  return "{" .. table.concat(t, ", ") .. "}"
-end
-
--- ---------------------------------------------------------------------------- description
-
--- A parameter's group and its layout in that group.
-local function param_layout(plan, p)
-  local g = plan.owner[p]
-  for _, l in ipairs(g.layout.params) do
-    if l.param == p then return g, l end
-  end
-end
-
--- Parameter table: every parameter owned by a group, in named_parameters order.
-local function param_table(plan)
-  local list, index = {}, {}
-  for _, e in ipairs(plan.params) do
-    local p = e[2]
-    local g = plan.owner[p]
-    if not g then internal("parameter '%s' in no fully_shard group", e[1]) end
-    list[#list + 1] = p
-    index[p] = #list - 1
-  end
-  return list, index
-end
-
--- The parameters that some backward of the step gives a gradient; the others keep grad
--- None in FSDP2, which the optimizer skips (rt_model_param grad_none).
-local function params_with_grad(plan)
-  local with = {}
-  for _, st in ipairs(plan.steps) do
-    if st.op == "backward" or st.op == "loss_grad" then
-      for _, t in ipairs(st.node.ins) do
-        if t.is_param and t.requires_grad then with[t] = true end
-      end
-    end
-  end
-  return with
-end
-
-local function emit_params(b, plan, list)
-  local with_grad = params_with_grad(plan)
-  for i, p in ipairs(list) do
-    if #p.names > 1 then
-      local names = {}
-      for k = 2, #p.names do names[#names + 1] = cstr(p.names[k]) end
-      code(b, "static const char* const param%d_aliases[] = {%s, NULL};", i - 1,
-        table.concat(names, ", "))
-    end
-  end
-  b:line("")
-  b:line("// Offsets in elements: in one rank's block of the group (sharded parameters and")
-  b:line("// gradients) and in the group's unsharded gradients; in 4-byte words in its unsharded")
-  b:line("// parameters.")
-  b:line("static const rt_model_param params[] = {")
-  b:indent()
-  for i, p in ipairs(list) do
-    local g, l = param_layout(plan, p)
-    local init = p.init or { kind = "normal", std = 1 }
-    local scale = init.std or init.bound or 0
-    local f = { ".fqn = " .. cstr(p.fqn) }
-    if #p.names > 1 then f[#f + 1] = ".aliases = param" .. (i - 1) .. "_aliases" end
-    f[#f + 1] = string.format(".ndim = %d, .shape = %s, .group = %d", #p.shape, shape_init(p.shape),
-      g.index - 1)
-    f[#f + 1] = string.format(".block_offset = %d, .unsharded_offset = %d, .unsharded_word = %d",
-      l.offset, l.offset * g.shard, l.unsharded_word)
-    f[#f + 1] = ".init = " .. C_INIT[init.kind]
-    if scale ~= 0 then f[#f + 1] = ".init_scale = " .. num(scale) end
-    if p.packed then f[#f + 1] = ".packed = 1" end
-    if p.from_shard then f[#f + 1] = ".from_shard = 1" end
-    if not with_grad[p] then f[#f + 1] = ".grad_none = 1" end
-    code(b, "{%s},", table.concat(f, ", "))
-  end
-  b:dedent()
-  b:line("};")
-end
-
--- A group's planned layout per shard rank: a table of its parameters' rows for each
--- distinct layout (ranks alike share one; they differ only where torch.chunk gives a
--- rank fewer rows), and `group<i>_plan`, the table of each rank.
-local function emit_group_plan(b, g)
-  local gi = g.index - 1
-  local tables, by_rank = {}, {}
-  for r = 1, g.shard do
-    local rows = {}
-    for k, l in ipairs(g.layout.params) do
-      local shard = l.rows[r] * l.inner
-      rows[k] = string.format("{%d, %d, %d, %d}", l.dim, l.shard_numel, l.offset, shard)
-    end
-    local key = table.concat(rows, ",")
-    if not tables[key] then
-      tables[key] = string.format("group%d_rank%d", gi, r - 1)
-      b:line("static const rt_fsdp_param_plan %s[] = {", tables[key])
-      b:indent()
-      for k, row in ipairs(rows) do
-        local line = row .. ","
-        local fqn = "  // " .. g.params[k].fqn
-        if #line + #fqn + 4 * b.depth <= c_text.WIDTH then code(b, "%s%s", line, fqn)
-        else
-          note(b, "%s", g.params[k].fqn)
-          code(b, "%s", line)
-        end
-      end
-      b:dedent()
-      b:line("};")
-    end
-    by_rank[r] = tables[key]
-  end
-  local distinct = {}
-  for _, t in pairs(tables) do distinct[#distinct + 1] = t end
-  if #distinct == 1 and g.shard > 1 then
-    b:line("// %s on every one of the %d shard ranks", by_rank[1], g.shard)
-  end
-  code(b, "static const rt_fsdp_param_plan* const group%d_plan[] = {%s};", gi,
-    table.concat(by_rank, ", "))
-end
-
--- The groups table; `names` maps the step's buffers to their names (c_text.arena_names).
-local function emit_groups(b, plan, index, opt_states, names)
-  for _, g in ipairs(plan.groups) do
-    if g.shard ~= plan.spec.mesh.shard or g.replicate ~= plan.spec.mesh.replicate then
-      internal("group '%s' with its own mesh", g.name)
-    end
-  end
-  for _, g in ipairs(plan.groups) do
-    local gi = g.index - 1
-    local ids = {}
-    for k, p in ipairs(g.params) do ids[k] = tostring(index[p]) end
-    b:line("")
-    note(b, "group %d %s: its parameters (indices into params), and where each lies in a rank's "
-      .. "block: dim, block numel, offset in the block, the rank's shard numel", g.index,
-      cstr(g.name))
-    code(b, "static const int group%d_params[] = {%s};", gi, table.concat(ids, ", "))
-    emit_group_plan(b, g)
-    if g.reductions then
-      for _, r in ipairs(g.reductions) do
-        local ks, fqns = {}, {}
-        for i, k in ipairs(r.params) do ks[i], fqns[i] = tostring(k - 1), g.params[k].fqn end
-        note(b, "reduction %d%s: %s", r.index, r.part and " (a part)" or "", table.concat(fqns, ", "))
-        code(b, "static const int group%d_reduction%d[] = {%s};", gi, r.index,
-          table.concat(ks, ", "))
-      end
-      b:line("static const rt_model_reduction group%d_reductions[] = {", gi)
-      b:indent()
-      for _, r in ipairs(g.reductions) do
-        local rows = r.rows and ", .rows = " .. C_ROWS[r.rows] or ""
-        code(b, "{.nparams = %d, .params = group%d_reduction%d, .block_numel = %d%s%s},", #r.params,
-          gi, r.index, r.layout.shard_numel, r.part and ", .part = 1" or "", rows)
-      end
-      b:dedent()
-      b:line("};")
-    end
-  end
-  b:line("")
-  b:line("static const rt_model_group groups[] = {")
-  b:indent()
-  for _, g in ipairs(plan.groups) do
-    local gi = g.index - 1
-    local s = g.state
-    local pf_world = g.post_forward_world ~= g.shard and g.post_forward_world or 0
-    local f = { string.format(".name = %s, .nparams = %d, .params = group%d_params", cstr(g.name),
-      #g.params, gi) }
-    local placement = s.placement == "largest_dim" and "RT_SHARD_LARGEST_DIM" or "RT_SHARD_DIM0"
-    f[#f + 1] = ".placement = " .. placement
-    if pf_world > 0 then f[#f + 1] = ".pf_world = " .. pf_world end
-    f[#f + 1] = string.format(".param_dtype = %s, .reduce_dtype = %s", C_DTYPE[g.param_dtype],
-      C_DTYPE[g.reduce_dtype])
-    if s.divide_factor then f[#f + 1] = ".divide_factor = " .. num(s.divide_factor) end
-    if s.force_sum then f[#f + 1] = ".force_sum = 1" end
-    if g.replicate > 1 and s.all_reduce_grads ~= false then f[#f + 1] = ".all_reduce = 1" end
-    f[#f + 1] = string.format(".block_numel = %d, .padded_numel = %d, .unsharded_words = %d",
-      g.layout.shard_numel, g.layout.padded_numel, g.unsharded_words)
-    f[#f + 1] = string.format(".plan = group%d_plan", gi)
-    f[#f + 1] = string.format(".params_off = %s, .grads_off = %s", names[g.params_buf],
-      names[g.grads_buf])
-    if opt_states > 0 then f[#f + 1] = ".state_off = " .. names[g.state_buf] end
-    if g.reductions then
-      f[#f + 1] = string.format(".nreductions = %d, .reductions = group%d_reductions",
-        #g.reductions, gi)
-    end
-    if g.packed_grads then f[#f + 1] = ".grads_packed = 1" end
-    if s.offload then f[#f + 1] = ".offload = 1" end
-    code(b, "{%s},", table.concat(f, ", "))
-  end
-  b:dedent()
-  b:line("};")
-end
-
--- The events and collective counts plan expects, as C arrays `<prefix>events` and
--- `<prefix>counts`; returns the program's rt_model_expect initializer (with its peak).
-local function emit_expectations(b, plan, prefix)
-  b:line("")
-  b:line("static const rt_model_event %sevents[] = {", prefix)
-  b:indent()
-  for _, e in ipairs(plan.events) do
-    b:line("{%s, %s, %s},", cstr(e.state), cstr(e.kind), cstr(e.group))
-  end
-  if #plan.events == 0 then b:line("{NULL, NULL, NULL},") end
-  b:dedent()
-  b:line("};")
-  local keys = {}
-  for k in pairs(plan.counts) do keys[#keys + 1] = k end
-  table.sort(keys)
-  b:line("")
-  b:line("static const rt_model_count %scounts[] = {", prefix)
-  b:indent()
-  for _, k in ipairs(keys) do b:line("{%s, %d},", cstr(k), plan.counts[k]) end
-  if #keys == 0 then b:line("{NULL, 0},") end
-  b:dedent()
-  b:line("};")
-  return string.format("{.peak = %d, .nevents = %d, .events = %sevents, .ncounts = %d, "
-    .. ".counts = %scounts}", plan.memory.peak, #plan.events, prefix, #keys, prefix)
-end
+local cstr, note, string_field, shape_init = c_text.cstr, c_text.note, c_text.string_field, c_text.shape_init
+local num, code = c_text.num, c_text.code
 
 -- ---------------------------------------------------------------------------- the step
 
@@ -343,13 +103,13 @@ end
 
 -- A parameter's group and its offset in the group's unsharded gradients (elements).
 function Walker:grad_offset(p)
-  local g, l = param_layout(self.plan, p)
+  local g, l = model_c.param_layout(self.plan, p)
   return g, l.offset * g.shard
 end
 
 function Walker:val(t, saved_by)
   if t.is_param then
-    local g, l = param_layout(self.plan, t)
+    local g, l = model_c.param_layout(self.plan, t)
     -- one shard rank: the sharded layout is the unsharded one (packing.lua mark_shard_reads);
     -- read before the group's wait where that comes at its first unsharded reader
     -- (late_waits.lua)
@@ -370,7 +130,7 @@ end
 function Walker:grad(t, st)
   if not t.requires_grad or t.is_input or t.is_target then return "NULL" end
   if t.is_param then
-    local g = param_layout(self.plan, t)
+    local g = model_c.param_layout(self.plan, t)
     local ug = st.bufs.ugrad[g.index]
     if not ug then error("no unsharded gradient buffer for " .. t.fqn) end
     return F(ug, nil, trace.numel(t.shape), false, t.packed_grad ~= nil, grad_names[t])
@@ -420,7 +180,7 @@ function Walker:ctx(st, saved)
     -- gradients from the first one's, and its output gradients' rows
     stack = function(s)
       local p = s.ops[1].ins[2]
-      local g = param_layout(w.plan, p)
+      local g = model_c.param_layout(w.plan, p)
       local n = s.ld * p.shape[2]
       local gb = st.bufs.grads[memory.base(s.ops[1].outs[1])]
       local dw = s.split and "NULL"
@@ -727,7 +487,7 @@ function M.render(plan, spec_file, prefix, is_reference)
   local after = plan.after_eval_plan
   local b = buffer.new("    ")
   local opt_states = memory.optimizer_states(spec.optimizer)
-  local list, index = param_table(plan)
+  local list, index = model_c.param_table(plan)
   b:line("// %s_step.c: generated by %s from %s; do not edit.", prefix, schedule.VERSION, spec_file)
   note(b, "The model description, the training step and the eval program of spec '%s' (%d ranks "
     .. "= replicate %d x shard %d), one runtime call per line of %s.schedule.", spec.name,
@@ -755,11 +515,11 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line("// ---- parameters and groups")
   local lines, grad_lines
   param_names, lines = c_text.param_names(list, "P_", function(p)
-    local _, l = param_layout(plan, p)
+    local _, l = model_c.param_layout(plan, p)
     return not p.from_shard and 4 * l.unsharded_word or nil
   end)
   grad_names, grad_lines = c_text.param_names(list, "G_", function(p)
-    local g, l = param_layout(plan, p)
+    local g, l = model_c.param_layout(plan, p)
     return (p.packed_grad and 2 or 4) * l.offset * g.shard
   end)
   b:line("")
@@ -768,13 +528,13 @@ function M.render(plan, spec_file, prefix, is_reference)
   for _, l in ipairs(lines) do b:line("%s", l) end
   b:line("// ... and in its group's unsharded gradients.")
   for _, l in ipairs(grad_lines) do b:line("%s", l) end
-  emit_params(b, plan, list)
-  emit_groups(b, plan, index, opt_states, names)
+  model_c.params(b, plan, list)
+  model_c.groups(b, plan, index, opt_states, names)
   b:line("")
   b:line("// ---- what the planner expects (checked by %s_test)", prefix)
-  local expect = emit_expectations(b, plan, "")
-  local eval_expect = ev and emit_expectations(b, ev, "eval_")
-  local after_expect = after and emit_expectations(b, after, "after_eval_")
+  local expect = model_c.expectations(b, plan, "")
+  local eval_expect = ev and model_c.expectations(b, ev, "eval_")
+  local after_expect = after and model_c.expectations(b, after, "after_eval_")
   local hf_field, hf_unavailable
   if not is_reference then
     local index_of = {}
