@@ -100,6 +100,7 @@ plan_lane() {
   run_suite g98 "generator: mutated specs never crash or hang" lua5.4 tests/generator/spec_fuzz.lua \
     $([[ $slow = 1 ]] && echo --count 10000)
   run_suite g99 "bench: checks without a GPU" tests/bench/run.sh
+  run_suite g96 "gpu: the device script's steps without a GPU (DRY_RUN)" tests/gpu/test_run_on_device.sh
   # SKIP without chromium (CI does not install it)
   run_suite g97 "show: the SVG in a headless browser" tests/show/run.sh
 }

@@ -35,12 +35,15 @@
 #   sweep    bench/attention_sweep.sh --iters 50 (the tile-configuration variants against
 #            SDPA; not in the default set)
 # Ends with the summed `N passed, N failed` of the test stages.
+# DRY_RUN=1 runs nothing of it: each step prints `DRY NAME: COMMAND` instead, with no tools
+# unpacked (tests/gpu/test_run_on_device.sh checks, without a GPU, what the steps would run).
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu_logs}
 mkdir -p "$out"
 stages=${*:-cudnn bench attention tests profile example}
 deadline=$(( $(date +%s) + ${BUDGET:-540} ))
+dry=${DRY_RUN:-0}
 passed=0 failed=0
 
 # step NAME LOG LIMIT CMD...: runs CMD with LIMIT seconds (less if the budget is nearly
@@ -48,6 +51,7 @@ passed=0 failed=0
 step() {
     local name=$1 log=$out/$2 max=$3
     shift 3
+    if [ "$dry" = 1 ]; then echo "DRY $name: $*" | tee -a "$out/summary.txt"; return; fi
     local left=$(( deadline - $(date +%s) ))
     [ "$max" -gt "$left" ] && max=$left
     if [ "$max" -lt 15 ]; then echo "SKIPPED $name: no time left" | tee -a "$out/summary.txt"; return; fi
@@ -80,12 +84,14 @@ for s in $stages; do
     *) echo "run_on_device.sh: unknown stage '$s' (stages: cudnn tests example bench profile attention sweep)"; exit 2 ;;
     esac
 done
-[ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
-. tests/gpu/device_env.sh
+if [ "$dry" != 1 ]; then
+    [ -d .devtools/debs ] || { echo "run_on_device.sh: no .devtools/debs: run tests/gpu/fetch_tools.sh here and carry .devtools"; exit 2; }
+    . tests/gpu/device_env.sh
+fi
 nvidia-smi -L >"$out/env.txt" 2>&1
 # where the build finds cuDNN's and NCCL's headers (device_env.sh), and the compilers
 { ls /usr/local/cuda/include/cudnn.h /usr/include/cudnn.h /usr/local/cuda/include/nccl.h \
-    /usr/include/nccl.h; echo "C_INCLUDE_PATH=$C_INCLUDE_PATH"; gcc --version | head -n 1; \
+    /usr/include/nccl.h; echo "C_INCLUDE_PATH=${C_INCLUDE_PATH:-}"; gcc --version | head -n 1; \
     /usr/local/cuda/bin/nvcc --version | tail -n 1; } >>"$out/env.txt" 2>&1
 echo "cuDNN: ${RT_CUDNN_SO:-libcudnn.so.9 through the rpath (/usr/local/cuda/lib64)}" | tee -a "$out/env.txt" \
     "$out/summary.txt"
@@ -129,12 +135,13 @@ for s in $stages; do
             build/bench_llama_1b/bench_llama_1b_cuda --steps 4 --trace "$out/llama_1b_sm16.trace.json"
         waits llama_1b_sm16
         # both configs' rows in one table, in the summary too (also from a run cut short)
+        [ "$dry" = 1 ] && continue
         peak=$(python3 bench/flops.py peak "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)")
         python3 bench/flops.py table --peak-tflops "${peak:-989}" <"$out/bench.log" >"$out/bench_table.txt" 2>&1
         tee -a "$out/summary.txt" <"$out/bench_table.txt" ;;
     profile)
         # ncu's counters at all (a run that cannot read them fails with this in its output)
-        if timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum \
+        if [ "$dry" != 1 ] && timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum \
             build/cuda/test_dtype_bits 2>&1 | grep -q LibraryNotLoaded; then
             echo "SKIPPED profile: ncu cannot read the GPU's counters on this machine (LibraryNotLoaded)" |
                 tee -a "$out/summary.txt"
@@ -168,9 +175,11 @@ for s in $stages; do
 done
 echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
 # The device tool brings back at most 8 files of $OUT (a full run writes about 20): all but
-# the summary go into one archive.
+# the summary go into one archive, written outside $OUT first (tar fails, "file changed as
+# we read it", on a folder its own archive grows in) and moved in once the rest is gone.
 if [ -n "${OUT:-}" ]; then
-    tar -C "$out" -czf "$out/logs.tar.gz" --exclude=./summary.txt --exclude=./logs.tar.gz . &&
-        find "$out" -mindepth 1 ! -name summary.txt ! -name logs.tar.gz -delete
+    logs=$(mktemp "${TMPDIR:-/tmp}/fsdpgen_logs.XXXXXX")
+    tar -C "$out" -czf "$logs" --exclude=./summary.txt . &&
+        find "$out" -mindepth 1 ! -name summary.txt -delete && chmod 644 "$logs" && mv "$logs" "$out/logs.tar.gz"
 fi
 [ "$failed" -eq 0 ]
