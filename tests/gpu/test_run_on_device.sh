@@ -2,8 +2,8 @@
 # tests/gpu/run_on_device.sh without a GPU, so that the one device call a session may get
 # does not fail on the script itself. With DRY_RUN=1 each step prints `DRY NAME: COMMAND`
 # instead of running; checked: the script parses; every stage prints its steps and the
-# closing `0 passed, 0 failed`; ninja knows every target of the build steps; each
-# repository script or spec a step runs exists (scripts run directly are executable); $OUT
+# closing `0 passed, 0 failed`; ninja knows every target of the build steps, and they build
+# every program a step runs from build/; each repository script or spec a step runs exists (scripts run directly are executable); $OUT
 # is left as the device tool brings it back (summary.txt and logs.tar.gz, the other logs
 # inside); an unknown stage is refused with one line and exit 2.
 # Ends with `N passed, N failed`.
@@ -39,6 +39,29 @@ while IFS= read -r line; do
   $cmd >"$work/ninja.txt" 2>&1
   check "$([ $? = 0 ] && echo 1 || echo 0)" "ninja knows the targets of '${line%%: *}' ($(grep -m 1 -E 'unknown target|error' "$work/ninja.txt"))"
 done < <(grep -E '^DRY build( cuda_step)?: ninja ' "$work/dry.txt")
+
+# the programs the steps run from build/ are built by a build step (its targets, or those of
+# its phony targets); the benchmark's (build/bench_*) come from bench/run.sh and fsdpgen build
+built=" "
+while IFS= read -r line; do
+  cmd=${line#DRY *: }
+  file=build.ninja
+  [[ $cmd == *"-f runtime/cuda_step.ninja"* ]] && file=runtime/cuda_step.ninja
+  for t in $cmd; do
+    [[ $t == ninja || $t == -* || $t == runtime/cuda_step.ninja ]] && continue
+    built+="$t "
+    built+="$(ninja -f "$file" -t query "$t" 2>/dev/null | awk '/^  input: phony/ { p = 1; next } /^  [a-z]/ { p = 0 } p { printf "%s ", $1 }')"
+  done
+done < <(grep -E '^DRY build( cuda_step)?: ninja ' "$work/dry.txt")
+unbuilt=()
+while IFS= read -r line; do
+  for w in ${line#DRY *: }; do
+    [[ $w == env || $w == *=* ]] && continue
+    [[ $w == build/* && $w != build/bench_* && $built != *" $w "* ]] && unbuilt+=("$w")
+    break
+  done
+done < <(grep '^DRY ' "$work/dry.txt")
+check "$([ ${#unbuilt[@]} = 0 ] && echo 1 || echo 0)" "every program a step runs from build/ is built by a build step (not: ${unbuilt[*]:-none})"
 
 # the repository's scripts, specs and programs the steps name
 missing=() notexec=()
