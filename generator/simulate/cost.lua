@@ -334,11 +334,14 @@ function M.step(st, plan, gpu, k)
     -- parameters read and written, gradients read (fp32, or 16-bit where packed:
     -- grad_assigns.lua), each state read and written (fp32); a part's (reductions.lua
     -- Sim:reduce_parts) of its parameters only
+    -- Kernels: the step (optim.cu: one); a line by rows that builds the looked-up rows' mask
+    -- (the first, "unused" or "final"), a memset and the marking kernel before it.
     local L = st.reduction and st.reduction.layout or g.layout
     local bytes = L.shard_numel * ((g.packed_grads and 10 or 12) + 8 * states)
     if st.rows then bytes = rows_bytes(st, plan, 8 + 8 * states) end
-    c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, 1)
-    c.class = "optimizer"
+    local launches = 1 + ((st.rows == "unused" or st.rows == "final") and 2 or 0)
+    c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, launches)
+    c.class, c.launches = "optimizer", launches
   end
   return c
 end

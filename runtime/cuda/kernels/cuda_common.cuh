@@ -129,14 +129,11 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 // per-thread context
 
 // Number of per-block partial results a deterministic two-pass reduction may use; the
-// scratch holds 2 * RTC_PARTIALS doubles, a few result slots and RTC_ARGS_DOUBLES of
-// kernel arguments computed on the device (rtc_args).
+// scratch holds 2 * RTC_PARTIALS doubles and a few result slots.
 #define RTC_PARTIALS 1024
-#define RTC_ARGS_DOUBLES 8
-#define RTC_SCRATCH_DOUBLES (2 * RTC_PARTIALS + 8 + RTC_ARGS_DOUBLES)
+#define RTC_SCRATCH_DOUBLES (2 * RTC_PARTIALS + 8)
 // Slot of ctx->scratch that receives a reduction's double result (a few more follow it).
 #define RTC_RESULT_SLOT (2 * RTC_PARTIALS)
-#define RTC_ARGS_SLOT (2 * RTC_PARTIALS + 8)
 
 // cuBLAS workspace per handle, allocated with the context and set after every stream
 // change (cublasSetStream resets it): with a workspace of its own cuBLAS never allocates
@@ -188,10 +185,6 @@ void rtc_loss_init(rtc_ctx* c);
 // The calling thread's stream: pass it to every launch (<<<grid, block, smem,
 // rtc_stream()>>>), memset and copy.
 static inline cudaStream_t rtc_stream(void) { return rtc_get()->stream; }
-
-// Device memory for a few kernel arguments computed on the device (the optimizers' step
-// scalars): stream-ordered, reused by the next call on the same stream.
-static inline void* rtc_args(rtc_ctx* ctx) { return ctx->scratch + RTC_ARGS_SLOT; }
 
 // ----------------------------------------------------------------------------
 // launch helpers

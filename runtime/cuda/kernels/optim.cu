@@ -7,15 +7,12 @@
 // Two entry points per step, one kernel behind both: rt_optim.h's (step count and norm are
 // host arguments, their scalars computed on the host) and rt_cuda.h's graph-safe variants
 // (step count, lr and norm read from device memory when the kernel runs, so a captured
-// graph replays correctly at every step). Adam's per-step scalars are computed once per launch by
-// a one-thread kernel into the context's argument slot (rtc_args), not per thread.
+// graph replays correctly at every step). Adam's per-step scalars are computed once per block,
+// by its first thread, in the step's one kernel.
 // TODO(issue 5): bf16/fp16 params with an fp32 master copy, and multi-shard (foreach)
 // launches over several buffers at once, once the step backend has them.
 #include "cuda_common.cuh"
 #include "optim_math.cuh"
-
-static_assert(sizeof(rtc_adam_scalars) <= RTC_ARGS_DOUBLES * sizeof(double),
-              "the Adam step scalars must fit the context's argument slot");
 
 // ----------------------------------------------------------------------------
 // SGD (first: the step is the first one, momentum_buf is born from the gradient; read from
@@ -141,17 +138,30 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
 }
 
 // ----------------------------------------------------------------------------
-// Adam / AdamW (scalars by value, or from d_s in device memory when it is not NULL)
+// Adam / AdamW (scalars by value, or, with d_step, from the device step count and lr)
 
 // W = RTC_VEC: 16-byte accesses, eight values of each of the four buffers in flight per
 // thread (a Llama 1B step's AdamW, 42 GB of traffic, ran at 2.8 TB/s with 4-byte ones; a
 // packed gradient's eight values are one 16-byte access). gdt and G as for sgd_kernel.
+// With d_step, each block's first thread computes the step's scalars (a few double
+// operations: the same function, so the same bits, as the host's) for the block, so the
+// step is one launch and the captured graph serves every step.
 template <int W, class G>
 __global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
-                            rtc_adam_scalars s, const rtc_adam_scalars* __restrict__ d_s,
-                            rt_dtype gdt, rt_cuda_rows rows) {
-    const rtc_adam_scalars sc = d_s ? *d_s : s;
+                            rtc_adam_scalars s, rtc_adam_hyper h, const int64_t* __restrict__ d_step,
+                            int k, int per, const double* __restrict__ d_lr, rt_dtype gdt,
+                            rt_cuda_rows rows) {
+    __shared__ rtc_adam_scalars block_sc;
+    rtc_adam_scalars sc = s;
+    if (d_step) {
+        if (threadIdx.x == 0) {
+            h.lr = *d_lr;
+            block_sc = rtc_adam_scalars_at(h, step_count(d_step, k, per));
+        }
+        __syncthreads();
+        sc = block_sc;
+    }
     rtc_stepped<W>(rows, n, [&](auto w, size_t i) {
         constexpr int K = decltype(w)::value;
         float p[K], g[K] = {}, m[K], v[K];
@@ -171,29 +181,30 @@ __global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
     });
 }
 
+// The device step count, for adam_launch: d_step NULL for scalars by value.
+typedef struct {
+    rtc_adam_hyper h;
+    const int64_t* d_step;
+    int k, per;
+    const double* d_lr;
+} adam_dev_step;
+
 // With rows, groups of RTC_VEC only where they cannot straddle two rows. packed: g holds
 // 16-bit values of gdt (rt_cuda.h packed_grads).
 static void adam_launch(float* p, void* g, float* m, float* v, size_t n,
-                        rtc_adam_scalars s, const rtc_adam_scalars* d_s, rt_dtype gdt, int packed,
+                        rtc_adam_scalars s, adam_dev_step d, rt_dtype gdt, int packed,
                         rt_cuda_rows r) {
     if (n == 0) return;
     const bool vec = rtc_aligned16({p, g, m, v}) && (!r.mask || r.row_len % RTC_VEC == 0);
     rtc_with_storage(packed, g, [&](auto gs) {
         if (vec)
             adam_kernel<RTC_VEC><<<stepped_blocks(r, n, RTC_VEC), RTC_THREADS, 0, rtc_stream()>>>(
-                p, gs, m, v, n, s, d_s, gdt, r);
+                p, gs, m, v, n, s, d.h, d.d_step, d.k, d.per, d.d_lr, gdt, r);
         else
             adam_kernel<1><<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
-                p, gs, m, v, n, s, d_s, gdt, r);
+                p, gs, m, v, n, s, d.h, d.d_step, d.k, d.per, d.d_lr, gdt, r);
         RTC_CHECK_LAUNCH(adam_kernel);
     });
-}
-
-// One thread: the step's scalars from the device step count and lr.
-__global__ void adam_scalars_kernel(rtc_adam_scalars* out, rtc_adam_hyper h,
-                                    const int64_t* d_step, int k, int per, const double* d_lr) {
-    h.lr = *d_lr;
-    *out = rtc_adam_scalars_at(h, step_count(d_step, k, per));
 }
 
 static rtc_adam_hyper adam_hyper(double lr, double beta1, double beta2, double eps,
@@ -208,7 +219,8 @@ void rt_adam_step(float* param, const float* grad, float* exp_avg, float* exp_av
                   double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 0), step);
-    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, 0, rows_arg(NULL));
+    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, adam_dev_step{}, RT_F32, 0,
+                rows_arg(NULL));
 }
 
 void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, size_t n,
@@ -216,7 +228,8 @@ void rt_adamw_step(float* param, const float* grad, float* exp_avg, float* exp_a
                    double weight_decay) {
     const rtc_adam_scalars s =
         rtc_adam_scalars_at(adam_hyper(lr, beta1, beta2, eps, weight_decay, 1), step);
-    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, NULL, RT_F32, 0, rows_arg(NULL));
+    adam_launch(param, (float*)grad, exp_avg, exp_avg_sq, n, s, adam_dev_step{}, RT_F32, 0,
+                rows_arg(NULL));
 }
 
 void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
@@ -231,13 +244,9 @@ void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
     RTC_KCHECK_PACKED_GRADS(packed_grads, grad_dt, "rt_cuda_adam_step_rows_dev");
     const rt_cuda_rows r = rows_arg(rows);
     if (n == 0) return;
-    rtc_ctx* ctx = rtc_get();
-    rtc_adam_scalars* d_s = (rtc_adam_scalars*)rtc_args(ctx);
-    adam_scalars_kernel<<<1, 1, 0, ctx->stream>>>(
-        d_s, adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k, per, d_lr);
-    RTC_CHECK_LAUNCH(adam_scalars_kernel);
-    const rtc_adam_scalars unused = {};
-    adam_launch(p, g, m, v, n, unused, d_s, grad_dt, packed_grads, r);
+    const adam_dev_step d = {adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k,
+                             per, d_lr};
+    adam_launch(p, g, m, v, n, rtc_adam_scalars{}, d, grad_dt, packed_grads, r);
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
