@@ -95,6 +95,25 @@ function M.stepped_params(st)
   return ps
 end
 
+-- Whether op reads its j-th input as a table whose rows the step's input tokens look up.
+function M.token_lookup(op, j)
+  local t = op.ins[j]
+  return op.kind == "embedding" and j == 2 and #t.shape == 2 and hooks.unhooked(op.ins[1]).is_input
+    and op.ins[1] ~= t
+end
+
+-- Whether an optimizer step can take the rows a step's tokens look up apart from the others:
+-- token inputs, one optimizer item a step (a row's only update in it), no clipping (whose
+-- coefficient from a NaN norm would make a zero gradient NaN). Sim:split_token_rows,
+-- reductions.lua Sim:mark_final_rows.
+function M.rows_apart(spec)
+  local n = 0
+  for _, item in ipairs(spec.step) do
+    if item.kind == "optimizer" then n = n + 1 end
+  end
+  return spec.input.tokens and n == 1 and not spec.grad_clip
+end
+
 -- The parameters that only lookups of the step's input tokens read (an embedding not tied
 -- to an output head): their gradient is exactly zero in every row no token looks up.
 local function token_lookup_params(graph)
@@ -102,9 +121,7 @@ local function token_lookup_params(graph)
   for _, op in ipairs(graph.ops) do
     for j, t in ipairs(op.ins) do
       if t.is_param then
-        local lookup = op.kind == "embedding" and j == 2 and #t.shape == 2
-          and hooks.unhooked(op.ins[1]).is_input and op.ins[1] ~= t
-        ok[t] = lookup and ok[t] ~= false or false
+        ok[t] = M.token_lookup(op, j) and ok[t] ~= false or false
       end
     end
   end
@@ -124,7 +141,7 @@ end
 -- 128256 rows, at most 8192 of them looked up by a step's tokens, so nearly all of its
 -- 7 GB of AdamW traffic leaves the end of the step.
 function Sim:split_token_rows()
-  if self.n_optimizer ~= 1 or not self.spec.input.tokens or self.spec.grad_clip then return end
+  if not M.rows_apart(self.spec) then return end
   local lookups = token_lookup_params(self.graph)
   local first, split = nil, {}   -- the optimizer section's first line; the lines split
   for i, st in ipairs(self.steps) do

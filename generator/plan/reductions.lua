@@ -4,8 +4,8 @@
 -- group's larger part before the rest of its backward), so that the CUDA backend's
 -- optimizer stream steps each part beside the backward.
 local groups_of = require("plan.groups")
-local hooks = require("plan.hooks")
 local layout = require("plan.layout")
+local optimizer = require("plan.optimizer")
 local trace = require("spec.trace")
 
 local POST_BACKWARD = groups_of.POST_BACKWARD
@@ -92,17 +92,15 @@ end
 -- (a tied embedding: the output head's product, then the embedding's lookups), marked
 -- p.final_rows: once the first is in, the gradient of every row no token of the step looks
 -- up is final. Only where the step's rows can be told apart as the optimizer steps them
--- (optimizer.lua Sim:split_token_rows): token inputs, one optimizer item, no clipping.
+-- (optimizer.lua rows_apart).
 function Sim:mark_final_rows(order)
-  local n_optimizer = 0
-  for _, item in ipairs(self.spec.step) do n_optimizer = n_optimizer + (item.kind == "optimizer" and 1 or 0) end
-  local ok = self.spec.input.tokens and n_optimizer == 1 and not self.spec.grad_clip
+  local ok = optimizer.rows_apart(self.spec)
   local seen = {}   -- parameter -> its contributions so far, in backward order
   for _, p in ipairs(self.params) do p[2].final_rows = nil end
   for _, op in ipairs(order) do
     for j, t in ipairs(op.ins) do
       if t.is_param and t.requires_grad and self.owner[t] then
-        local lookup = op.kind == "embedding" and j == 2 and hooks.unhooked(op.ins[1]).is_input
+        local lookup = optimizer.token_lookup(op, j)
         seen[t] = (seen[t] or 0) + 1
         if seen[t] == 1 then
           t.final_rows = ok and #t.shape == 2 and not lookup or nil
@@ -243,14 +241,13 @@ function Sim:post_backward(g)
   if s.reshard_after_backward then self:reshard(g) end
   -- the rest of a group reduced in parts is its last part; a parameter whose rows no token
   -- looks up a part stepped already, its looked-up rows (Sim:reduce_parts)
-  local part, rest = g.split and g.opt_parts ~= nil, {}
+  local part, rest, rows = g.split and g.opt_parts ~= nil, {}, {}
   for _, k in ipairs(with) do
-    if not (part and g.params[k].final_rows == "reduced") then rest[#rest + 1] = k end
+    local list = part and g.params[k].final_rows == "reduced" and rows or rest
+    list[#list + 1] = k
   end
   if #rest > 0 then self:reduce(g, rest, grads_dtype, part) end
-  for _, k in ipairs(with) do
-    if part and g.params[k].final_rows == "reduced" then self:reduce(g, { k }, grads_dtype, true, "looked_up") end
-  end
+  for _, k in ipairs(rows) do self:reduce(g, { k }, grads_dtype, true, "looked_up") end
   g.split = nil
   self:emit({ stream = "compute", op = "post_backward", group = g })
   self:event("post_backward", g)

@@ -32,51 +32,42 @@ for want in "DRY build: ninja" "DRY build cuda_step: ninja" "DRY test test_cudnn
   check "$(grep -qF "$want" "$work/dry.txt" && echo 1 || echo 0)" "a step of each stage: '$want'"
 done
 
-# the build steps' targets, as ninja reads them (-n: nothing runs)
-while IFS= read -r line; do
-  cmd=${line#DRY *: }
-  cmd=${cmd/ninja /ninja -n }
-  $cmd >"$work/ninja.txt" 2>&1
-  check "$([ $? = 0 ] && echo 1 || echo 0)" "ninja knows the targets of '${line%%: *}' ($(grep -m 1 -E 'unknown target|error' "$work/ninja.txt"))"
-done < <(grep -E '^DRY build( cuda_step)?: ninja ' "$work/dry.txt")
-
-# the programs the steps run from build/ are built by a build step (its targets, or those of
-# its phony targets); the benchmark's (build/bench_*) come from bench/run.sh and fsdpgen build
+# the build steps' targets, as ninja reads them (-n: nothing runs), and what they build:
+# their targets and those of their phony targets
 built=" "
 while IFS= read -r line; do
   cmd=${line#DRY *: }
   file=build.ninja
   [[ $cmd == *"-f runtime/cuda_step.ninja"* ]] && file=runtime/cuda_step.ninja
+  ${cmd/ninja /ninja -n } >"$work/ninja.txt" 2>&1
+  check "$([ $? = 0 ] && echo 1 || echo 0)" "ninja knows the targets of '${line%%: *}' ($(grep -m 1 -E 'unknown target|error' "$work/ninja.txt"))"
   for t in $cmd; do
     [[ $t == ninja || $t == -* || $t == runtime/cuda_step.ninja ]] && continue
     built+="$t "
     built+="$(ninja -f "$file" -t query "$t" 2>/dev/null | awk '/^  input: phony/ { p = 1; next } /^  [a-z]/ { p = 0 } p { printf "%s ", $1 }')"
   done
 done < <(grep -E '^DRY build( cuda_step)?: ninja ' "$work/dry.txt")
-unbuilt=()
+
+# what each step runs (its first word but env's) and the repository's scripts, specs and
+# programs it names: a program from build/ is built by a build step (the benchmark's,
+# build/bench_*, come from bench/run.sh and fsdpgen build); a script or spec exists, and
+# one run directly is executable
+unbuilt=() missing=() notexec=()
 while IFS= read -r line; do
+  first=""
   for w in ${line#DRY *: }; do
     [[ $w == env || $w == *=* ]] && continue
-    [[ $w == build/* && $w != build/bench_* && $built != *" $w "* ]] && unbuilt+=("$w")
-    break
-  done
-done < <(grep '^DRY ' "$work/dry.txt")
-check "$([ ${#unbuilt[@]} = 0 ] && echo 1 || echo 0)" "every program a step runs from build/ is built by a build step (not: ${unbuilt[*]:-none})"
-
-# the repository's scripts, specs and programs the steps name
-missing=() notexec=()
-while IFS= read -r line; do
-  cmd=${line#DRY *: }
-  first=""
-  for w in $cmd; do
-    [[ $w == env || $w == *=* ]] && continue
-    [ -z "$first" ] && first=$w
+    if [ -z "$first" ]; then
+      first=$w
+      [[ $w == build/* && $w != build/bench_* && $built != *" $w "* ]] && unbuilt+=("$w")
+    fi
     if [[ $w =~ ^(\./fsdpgen|(tests|bench)/[A-Za-z0-9_/.-]+\.(sh|py)|(examples|bench/specs)/[A-Za-z0-9_.-]+\.lua)$ ]]; then
       [ -e "$w" ] || missing+=("$w")
       [[ $w == "$first" && ! -x $w ]] && notexec+=("$w")
     fi
   done
 done < <(grep '^DRY ' "$work/dry.txt")
+check "$([ ${#unbuilt[@]} = 0 ] && echo 1 || echo 0)" "every program a step runs from build/ is built by a build step (not: ${unbuilt[*]:-none})"
 check "$([ ${#missing[@]} = 0 ] && echo 1 || echo 0)" "every repository script or spec a step names exists (missing: ${missing[*]:-none})"
 check "$([ ${#notexec[@]} = 0 ] && echo 1 || echo 0)" "every script a step runs directly is executable (not: ${notexec[*]:-none})"
 
