@@ -140,24 +140,30 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
 // ----------------------------------------------------------------------------
 // Adam / AdamW (scalars by value, or, with d_step, from the device step count and lr)
 
+// The device step count, for adam_kernel: d_step NULL for scalars by value.
+typedef struct {
+    rtc_adam_hyper h;
+    const int64_t* d_step;
+    int k, per;
+    const double* d_lr;
+} adam_dev_step;
+
 // W = RTC_VEC: 16-byte accesses, eight values of each of the four buffers in flight per
 // thread (a Llama 1B step's AdamW, 42 GB of traffic, ran at 2.8 TB/s with 4-byte ones; a
 // packed gradient's eight values are one 16-byte access). gdt and G as for sgd_kernel.
-// With d_step, each block's first thread computes the step's scalars (a few double
+// With d.d_step, each block's first thread computes the step's scalars (a few double
 // operations: the same function, so the same bits, as the host's) for the block, so the
 // step is one launch and the captured graph serves every step.
 template <int W, class G>
 __global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
-                            rtc_adam_scalars s, rtc_adam_hyper h, const int64_t* __restrict__ d_step,
-                            int k, int per, const double* __restrict__ d_lr, rt_dtype gdt,
-                            rt_cuda_rows rows) {
+                            rtc_adam_scalars s, adam_dev_step d, rt_dtype gdt, rt_cuda_rows rows) {
     __shared__ rtc_adam_scalars block_sc;
     rtc_adam_scalars sc = s;
-    if (d_step) {
+    if (d.d_step) {
         if (threadIdx.x == 0) {
-            h.lr = *d_lr;
-            block_sc = rtc_adam_scalars_at(h, step_count(d_step, k, per));
+            d.h.lr = *d.d_lr;
+            block_sc = rtc_adam_scalars_at(d.h, step_count(d.d_step, d.k, d.per));
         }
         __syncthreads();
         sc = block_sc;
@@ -181,14 +187,6 @@ __global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
     });
 }
 
-// The device step count, for adam_launch: d_step NULL for scalars by value.
-typedef struct {
-    rtc_adam_hyper h;
-    const int64_t* d_step;
-    int k, per;
-    const double* d_lr;
-} adam_dev_step;
-
 // With rows, groups of RTC_VEC only where they cannot straddle two rows. packed: g holds
 // 16-bit values of gdt (rt_cuda.h packed_grads).
 static void adam_launch(float* p, void* g, float* m, float* v, size_t n,
@@ -199,10 +197,10 @@ static void adam_launch(float* p, void* g, float* m, float* v, size_t n,
     rtc_with_storage(packed, g, [&](auto gs) {
         if (vec)
             adam_kernel<RTC_VEC><<<stepped_blocks(r, n, RTC_VEC), RTC_THREADS, 0, rtc_stream()>>>(
-                p, gs, m, v, n, s, d.h, d.d_step, d.k, d.per, d.d_lr, gdt, r);
+                p, gs, m, v, n, s, d, gdt, r);
         else
             adam_kernel<1><<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
-                p, gs, m, v, n, s, d.h, d.d_step, d.k, d.per, d.d_lr, gdt, r);
+                p, gs, m, v, n, s, d, gdt, r);
         RTC_CHECK_LAUNCH(adam_kernel);
     });
 }
