@@ -85,6 +85,7 @@ plan_lane() {
     "one rank's all-gathers waited for at their first reader:late_waits" \
     "parameters read from the shards (one rank):shard_reads" \
     "a residual add and its norm in one call:fused_norms" \
+    "an attention's q and k rotations in one call:rope_pairs" \
     "side-stream buffer lifetimes:stream_lifetimes" \
     "no host reads of the arena:device_pointers" \
     "microbatching counts (FSDP2's tests):microbatching" \

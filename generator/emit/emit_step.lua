@@ -14,7 +14,7 @@ local kernels = require("emit.kernels_c")
 local model_c = require("emit.model_c")
 local memory = require("memory.memory")
 local schedule = require("emit.schedule")
-local stacked = require("memory.stacked_linears")
+local step_ops = require("memory.step_ops")
 local trace = require("spec.trace")
 
 local M = {}
@@ -78,7 +78,7 @@ local function assigns_by_buf(plan)
   for _, st in ipairs(plan.steps) do
     local set = plan.grad_assigns[st]
     if set then
-      for _, op in ipairs(stacked.ops(st)) do  -- in order: the generated C is deterministic
+      for _, op in ipairs(step_ops.ops(st)) do  -- in order: the generated C is deterministic
         for _, t in ipairs(op.ins) do
           if set[t] then
             local ug = st.bufs.ugrad[plan.owner[t].index]
@@ -363,6 +363,12 @@ function Walker:step(st, index)
       local y = add.outs[1]
       calls = kernels.residual_norm(add, node, self:ctx(st, false),
         F(memory.base(y).buf, 0, trace.numel(y.shape)), out)
+    elseif st.rope_pair and st ~= st.rope_pair.call then
+      calls[1] = "// (computed with " .. st.rope_pair.b.label .. " below, in its call)"
+    elseif st.rope_pair then
+      local a = st.rope_pair.a.outs[1]
+      calls = kernels.rope_pair_forward(st.rope_pair, self:ctx(st, false),
+        F(memory.base(a).buf, 0, trace.numel(a.shape)), out)
     else
       calls = kernels.forward(node, self:ctx(st, false), out)
     end
@@ -376,6 +382,8 @@ function Walker:step(st, index)
     -- nothing to run: the inputs' gradients are the output's buffer (the schedule says so)
   elseif st.stacked then
     calls[1] = "// (computed with " .. st.stacked.call.label .. " below, in its call)"
+  elseif st.rope_pair and st ~= st.rope_pair.call then
+    calls[1] = "// (computed with " .. st.rope_pair.b.label .. " below, in its call)"
   elseif op == "loss_grad" or op == "backward" then
     local node = st.node
     if op == "loss_grad" then
@@ -391,6 +399,7 @@ function Walker:step(st, index)
     c.assign_param = function(t) return params[t] == true end
     local bcalls, assigned
     if st.stack then bcalls, assigned = kernels.backward_stacked(st.stack, c)
+    elseif st.rope_pair then bcalls, assigned = kernels.rope_pair_backward(st.rope_pair, c)
     else bcalls, assigned = kernels.backward(node, c) end
     local skip = {}
     for _, bf in ipairs(assigned) do skip[bf] = true end

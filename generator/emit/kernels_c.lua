@@ -301,6 +301,17 @@ function M.residual_norm(add, norm, c, sum, out)
   return { "rt_residual_" .. name .. "_packed_forward(" .. args .. ");" }
 end
 
+-- Two rotary embeddings in one call (memory/rope_pairs.lua: one 16-bit dtype, which the
+-- kernel rounds to), writing the earlier one's output to out_a, the later one's to out_b.
+function M.rope_pair_forward(pair, c, out_a, out_b)
+  local a, b = pair.a, pair.b
+  local B, T = batch_seq(a.ins[1])
+  local args = string.format("%s, %s, %d, %s, %s, %s, %d, %s, %d, %d, %d, %s, %s", out_a, c.val(a.ins[1]),
+    a.attrs.n_heads, packed_bits(a) or "0", out_b, c.val(b.ins[1]), b.attrs.n_heads, packed_bits(b) or "0", B, T,
+    a.attrs.head_dim, fmt_float(a.attrs.theta), op_dtype(a))
+  return { "rt_rope_pair_packed_forward(" .. args .. ");" }
+end
+
 -- Forward calls of op writing its output to `out`: the kernel, then the rounding of a
 -- 16-bit output it does not round itself.
 function M.forward(op, c, out)
@@ -596,6 +607,28 @@ function M.backward_stacked(s, c)
     calls[#calls + 1] = call("NULL", c.grad(m.ins[2]), c.grad(y), c.val(m.ins[2]), y.shape[#y.shape], dw)
   end
   return calls, assigned
+end
+
+-- The one backward call of a pair of rotary embeddings (memory/rope_pairs.lua): each one's
+-- input gradient assigned or added to as its own call would, rounded by the kernel. Returns
+-- the call and the buffers it assigns.
+function M.rope_pair_backward(pair, c)
+  local parts, assigned = {}, {}
+  for k, op in ipairs({ pair.a, pair.b }) do
+    local x = op.ins[1]
+    local dt, by_kernel = backward_rounding(op, c.grad)
+    if not by_kernel[1] or dt == "RT_F32" then
+      error(string.format("internal: rotary pair with '%s' leaving its input gradient unrounded", op.label or "?"))
+    end
+    local as, bufs = backward_assign(op, c)
+    for _, bf in ipairs(bufs) do assigned[#assigned + 1] = bf end
+    parts[k] = string.format("%s, %s, %d, %s, %s, %d", c.grad(x), c.dout(op.outs[1]), op.attrs.n_heads,
+      packed_bits(op, true, true) or "0", as, c.grad_ld(x))
+  end
+  local a = pair.a
+  local B, T = batch_seq(a.ins[1])
+  return { string.format("rt_rope_pair_packed_backward(%s, %s, %d, %d, %d, %s, %s);", parts[1], parts[2], B, T,
+    a.attrs.head_dim, fmt_float(a.attrs.theta), op_dtype(a)) }, assigned
 end
 
 -- ---------------------------------------------------------------------------- refusals

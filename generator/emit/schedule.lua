@@ -9,6 +9,7 @@ local memory = require("memory.memory")
 local units = require("util.units")
 local arena_layout = require("memory.arena_layout")
 local attention = require("memory.attention")
+local rope_pairs = require("memory.rope_pairs")
 local stacked = require("memory.stacked_linears")
 
 local M = {}
@@ -210,6 +211,12 @@ function M.step_line(st, plan)
     if st.stacked then
       detail = detail .. " (stacked: in the call" .. (st.stacked.split and "s" or "") .. " of "
         .. st.stacked.call.label .. ")"
+    end
+    local pair = st.rope_pair
+    if pair and st == pair.call then
+      detail = detail .. " (rotary pair: one call for " .. rope_pairs.label(pair) .. ")"
+    elseif pair then
+      detail = detail .. " (rotary pair: in the call of " .. (pair.b.label or "?") .. ")"
     end
     if st.stack and st.stack.split then
       detail = detail .. " (stacked: one input-gradient call for " .. stacked.label(st.stack)

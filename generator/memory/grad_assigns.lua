@@ -3,7 +3,7 @@
 -- packing changes the gradients' bytes, so it is decided before buffers are placed, and
 -- the emitter only reads the result (emit_step.lua zero, kernels_c.lua RT_ASSIGN_DWEIGHT
 -- and RT_PACKED_DWEIGHT).
-local stacked = require("memory.stacked_linears")
+local step_ops = require("memory.step_ops")
 
 local M = {}
 
@@ -43,7 +43,7 @@ function M.by_step(plan)
       seen[st.group] = nil
     elseif st.op == "backward" or st.op == "loss_grad" then
       local firsts, all_first = {}, true
-      for _, op in ipairs(stacked.ops(st)) do  -- a stack's linears: one call, one bit
+      for _, op in ipairs(step_ops.ops(st)) do  -- a stack's linears: one call, one bit
         for i, t in ipairs(op.ins) do
           local g = t.requires_grad and t.is_param and plan.owner[t]
           if t.requires_grad and M.param_grad_output(op, i) and not (g and M.assigns_param(op, i)) then
@@ -91,7 +91,7 @@ function M.packed_groups(plan, in_place, by_step)
   local contributions, assigned = {}, {}
   for _, st in ipairs(plan.steps) do
     if st.op == "backward" or st.op == "loss_grad" then
-      for _, op in ipairs(stacked.ops(st)) do
+      for _, op in ipairs(step_ops.ops(st)) do
         for _, t in ipairs(op.ins) do
           if t.is_param and t.requires_grad then contributions[t] = (contributions[t] or 0) + 1 end
         end

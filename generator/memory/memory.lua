@@ -18,7 +18,9 @@ local grad_alias = require("memory.grad_alias")
 local grad_assigns = require("memory.grad_assigns")
 local late_waits = require("memory.late_waits")
 local packing = require("memory.packing")
+local rope_pairs = require("memory.rope_pairs")
 local stacked = require("memory.stacked_linears")
+local step_ops = require("memory.step_ops")
 local views = require("memory.views")
 local planner = require("plan.planner")
 local hooks = require("plan.hooks")
@@ -271,6 +273,7 @@ local function mark(plan)
     if add_with_norm(steps, i) then steps[i].fused_norm, steps[i + 1].fused_add = steps[i + 1], steps[i] end
   end
   if not plan.is_eval then late_waits.mark(plan) end
+  rope_pairs.mark(plan, M.base)  -- after the waits move: its marks hold step indices
   attention.mark(plan, views.readers_of(plan.graph, true), M.base)
   plan.in_place = in_place_groups(plan)
   plan.grad_assigns = grad_assigns.by_step(plan)
@@ -415,8 +418,11 @@ function M.plan(plan, packed)
         compute_bytes(g.layout.padded_numel), i)
     elseif st.op == "forward" or st.op == "recompute" then
       local op = st.node
-      -- an add left to its norm's call is read there (add_with_norm)
-      local at = st.fused_norm and i + 1 or i
+      -- an add left to its norm's call is read there (add_with_norm), a rotation to its
+      -- pair's call (rope_pairs.lua)
+      local pair = st.rope_pair
+      if pair and steps[pair.at] ~= pair.call then error("internal: a rotary pair's call moved from its step") end
+      local at = st.fused_norm and i + 1 or pair and pair.at or i
       for _, t in ipairs(op.ins) do touch(M.base(t).buf, at) end
       for _, t in ipairs(M.is_view(op) and {} or op.outs) do
         t.buf = buf((st.op == "recompute" and "recomputed " or "") .. st.label, "activation",
@@ -444,7 +450,7 @@ function M.plan(plan, packed)
       -- Reads saved inputs and outputs and the output gradients; writes input gradients
       -- and (for parameters) the group's unsharded gradients.
       u.zero, u.ugrad, u.grads = {}, {}, {}
-      for _, op in ipairs(stacked.ops(st)) do
+      for _, op in ipairs(step_ops.ops(st)) do
         for _, t in ipairs(op.ins) do touch(M.saved(t, op).buf, i) end
         for _, t in ipairs(op.outs) do
           touch(M.saved(t, op).buf, i)

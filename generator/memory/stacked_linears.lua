@@ -138,11 +138,4 @@ function M.label(s)
   return table.concat(ls, " + ")
 end
 
--- The ops a backward step computes: a stack's linears on its last step, none on the others.
-function M.ops(st)
-  if st.stack then return st.stack.ops end
-  if st.stacked then return {} end
-  return { st.node }
-end
-
 return M

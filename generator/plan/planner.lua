@@ -575,7 +575,8 @@ local function step_key(st)
     st.opt_k or false, st.opt_item or false, st.group and st.group.index or false,
     st.region and st.region.id or false, st.event and st.event.kind or false,
     st.event and st.event.state or false, st.part or false, st.parts or false,
-    st.rows or false, st.stack and "stack" or st.stacked and "stacked" or false }
+    st.rows or false, st.stack and "stack" or st.stacked and "stacked" or false,
+    st.rope_pair and (st == st.rope_pair.call and "pair call" or "pair") or false }
   local r = st.reduction
   if r then
     k[#k + 1] = r.index

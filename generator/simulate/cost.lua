@@ -238,6 +238,8 @@ local function op_cost(st, plan, gpu, k)
   -- norm takes the sum from registers
   if st.fused_norm then return roofline(gpu, k, 0, 1, bytes, k[class], 0), class, 0, 0 end
   if st.fused_add then bytes = bytes - tbytes(op.ins[1]) end
+  -- a pair of rotary embeddings in one call (memory/rope_pairs.lua): one launch, the call's
+  if ours and st.rope_pair and st ~= st.rope_pair.call then launches = 0 end
   return roofline(gpu, k, 0, 1, bytes, k[class], launches), class, 0, launches
 end
 

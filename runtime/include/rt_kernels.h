@@ -471,6 +471,20 @@ void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, in
                             float theta, int packed, rt_dtype dt);
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
                              float theta, int packed, rt_dtype dt, int assign, int ld_dinp);
+// Two rotations at the same positions in one call (an attention's q and k:
+// generator/memory/rope_pairs.lua): the bits of rt_rope_packed_forward(out_a, inp_a, B, T,
+// NH_a, HD, theta, packed_a, dt) and of the same call for b. The GPU computes each
+// position's angles once for both, in one launch (two where their storages differ). No
+// buffer of one rotation is one of the other's (out_a == inp_a is allowed, as alone).
+void rt_rope_pair_packed_forward(void* out_a, const void* inp_a, int NH_a, int packed_a,
+                                 void* out_b, const void* inp_b, int NH_b, int packed_b, int B,
+                                 int T, int HD, float theta, rt_dtype dt);
+// The backwards: the bits of rt_rope_packed_backward(dinp_a, dout_a, B, T, NH_a, HD, theta,
+// packed_a, dt, assign_a, ld_a) and of the same call for b.
+void rt_rope_pair_packed_backward(void* dinp_a, const void* dout_a, int NH_a, int packed_a,
+                                  int assign_a, int ld_a, void* dinp_b, const void* dout_b,
+                                  int NH_b, int packed_b, int assign_b, int ld_b, int B, int T,
+                                  int HD, float theta, rt_dtype dt);
 // Lowmem attention with packed q, k, v and out (prec == dt; NH*HD and NKV*HD multiples of
 // 8). In backward RT_PACKED_OUT says that both out and dout are packed, and dq, dk, dv are
 // packed or not by their own bits (no two of them one buffer), in rows of ld_dq, ld_dk,

@@ -111,6 +111,9 @@ void test_packed_grad_rows(rt_dtype dt, int B, int T, int NH, int NKV, int HD);
 void test_linear_dout_slices(rt_dtype dt, int N, int C, int OC1, int OC2);
 void test_swiglu_grad_slices(rt_dtype dt, int R, int D);
 
+// kernels_rope_pair.c
+void test_rope_pair(rt_dtype dt, int B, int T, int NHa, int NHb, int HD);
+
 // kernels_packed_dweight.c; on_emulator: set by main
 extern int on_emulator;
 void test_packed_dweight_linear(rt_dtype dt, int N, int C, int OC);

@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
     test_packed_grad_rows(RT_F16, 1, 37, 2, 1, 16);
     test_packed_grad_rows(RT_F16, 2, 33, 4, 2, 20);
     test_packed_grad_rows(RT_BF16, 1, 33, 2, 1, 136);
+    // q's and k's rotations in one call: groups of four pairs (HD 16, 64), pairs (HD 10)
+    test_rope_pair(RT_BF16, 2, 37, 4, 1, 64);
+    test_rope_pair(RT_F16, 3, 7, 3, 2, 16);
+    test_rope_pair(RT_BF16, 1, 9, 2, 1, 10);
     // stacked linears (w1, w3): dout a column slice; swiglu's gradients column slices (groups
     // of 8, and one element at a time for C = 20)
     test_linear_dout_slices(RT_BF16, 37, 64, 48, 32);

@@ -14,6 +14,7 @@
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local memory = require("memory.memory")
 local grad_alias = require("memory.grad_alias")
+local step_ops = require("memory.step_ops")
 
 local util = require("tests.generator.step_c")
 local check = util.check
@@ -31,11 +32,15 @@ end
 
 local function name(t) return t.label or (t.producer and t.producer.label) or "?" end
 
--- The gradients a backward step writes: a stack's one call (stacked_linears.lua) writes its
--- input's once, its other steps nothing.
+-- The gradients a backward step writes: its call's ops' (step_ops.lua), but a stack's one
+-- call (stacked_linears.lua) writes its input's once.
 local function step_written(st)
-  if st.stacked then return {} end
-  return written(st.stack and st.stack.ops[1] or st.node)
+  if st.stack then return written(st.stack.ops[1]) end
+  local ws = {}
+  for _, op in ipairs(step_ops.ops(st)) do
+    for _, x in ipairs(written(op)) do ws[#ws + 1] = x end
+  end
+  return ws
 end
 
 -- Tensor x's gradient storage at a step: its buffer, or for a slice of a stack's rows one
@@ -101,8 +106,8 @@ local function simulate(steps)
       local grads, rbufs = st.bufs.grads, {}
       -- the buffers this step begins: zeroed before the kernel, or assigned by it
       for _, z in ipairs(st.bufs.zero) do content[z] = {} end
-      for _, sop in ipairs(st.stack and st.stack.ops or { op }) do
-        for _, t in ipairs(st.stacked and {} or sop.outs) do
+      for _, sop in ipairs(step_ops.ops(st)) do
+        for _, t in ipairs(sop.outs) do
           local x = memory.base(t)
           local b = storage(grads, x)
           if t.requires_grad and b then

@@ -22,6 +22,7 @@
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local emit_step = require("emit.emit_step")
 local memory = require("memory.memory")
+local step_ops = require("memory.step_ops")
 local optimizer = require("plan.optimizer")
 local trace = require("spec.trace")
 
@@ -48,9 +49,18 @@ local PARAM_GRAD_KERNELS = { linear = { 2, 3 }, linear_packed = { 2, 3 }, layern
 local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3, linear_packed = 1, swiglu_packed = 3 }
 
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
--- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three.
+-- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three; a rotary pair's
+-- (dinp_a, dout_a, NH_a, packed_a, assign_a, ld_a, dinp_b, ...) each dinp by its own bit.
 local function assigned_args(call)
   if call:match("^rt_step_attention_backward%(") then return { [3] = true, [4] = true, [5] = true } end
+  if call:match("^rt_rope_pair_packed_backward%(") then
+    local a, set = args_of(call), {}
+    for _, at in ipairs({ 1, 7 }) do
+      local bits = a[at + 4]
+      if bits == "RT_ASSIGN_1" then set[at] = true elseif bits ~= "RT_ACCUMULATE" then set.bad = true end
+    end
+    return set
+  end
   local k = call:match("^rt_([%w_]+)_backward%(")
   local nbits = k and ASSIGN_KERNELS[k]
   if not nbits then return {} end
@@ -82,6 +92,15 @@ local function storage(st, t)
   slices[b] = slices[b] or {}
   slices[b][sl.col] = slices[b][sl.col] or { kind = b.kind }
   return slices[b][sl.col], string.format("F(%d, %d)", b.offset + 2 * sl.col, b.size - 2 * sl.col)
+end
+
+-- The inputs of the ops a backward step's call computes (step_ops.lua).
+local function step_inputs(st)
+  local ins = {}
+  for _, op in ipairs(step_ops.ops(st)) do
+    for _, t in ipairs(op.ins) do ins[#ins + 1] = t end
+  end
+  return ins
 end
 
 -- Backward steps' sections of the step C, in order.
@@ -302,8 +321,8 @@ local function check_program(name, plan, text)
       end
       goto continue
     end
-    if st.stacked then  -- computed by its stack's call, a later step
-      if calls[1] then fail(k, "calls in a step whose linear a later stacked call computes") end
+    if #step_ops.ops(st) == 0 then  -- computed by a later step's call (a stack's, a pair's)
+      if calls[1] then fail(k, "calls in a step whose op a later step's call computes") end
       goto continue
     end
     -- rt_zero lines (before the kernel) and the gradient outputs each call assigns
@@ -329,9 +348,9 @@ local function check_program(name, plan, text)
         end
       end
     end
-    -- every activation-gradient buffer this op's backward writes
+    -- every activation-gradient buffer the call's ops' backwards write
     local seen = {}
-    for _, t in ipairs(op.ins) do
+    for _, t in ipairs(step_inputs(st)) do
       local b, e = storage(st, t)
       if t.is_param then b = nil end
       if b and b.kind == "activation_grad" and not seen[b] then

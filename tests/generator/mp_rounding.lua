@@ -64,6 +64,12 @@ local function check_rules(text, name)
         out = a[2]
         if SIXTEEN[a[#a]] then rounds, nfwd = rounds + 1, nfwd + 1 end
       end
+      -- two rotary embeddings in one call (the earlier one's step has none): dt rounds both
+      -- outputs, the earlier one's (argument 1) and this step's (argument 5)
+      if k == "rope_pair_packed" then
+        out = a[5]
+        if SIXTEEN[a[#a]] then rounds, nfwd = rounds + 1, nfwd + 1 end
+      end
       -- an attention site (rt_step_attention_forward(R, site, out, ...)): 16-bit, rounded
       if first:match("^rt_step_attention_forward%(") then out, rounds = a[3], 1 end
       for i = 2, #st.calls do
@@ -83,6 +89,10 @@ local function check_rules(text, name)
           nbwd = nbwd + 1
           local a = args_of(call)
           for i = 3, 5 do rounded[a[i]] = true end
+        elseif k == "rope_pair_packed" and dir == "backward" then  -- dinp_a (1), dinp_b (7); dt last
+          nbwd = nbwd + 1
+          local a = args_of(call)
+          if SIXTEEN[a[#a]] then rounded[a[1]], rounded[a[7]] = true, true end
         elseif k and dir == "backward" and DT_BACKWARD_ROUNDS[k] then
           nbwd = nbwd + 1
           local a = args_of(call)
@@ -349,19 +359,20 @@ for _, ckpt in ipairs({ false, true }) do
   local norm_bwd = norm_in .. " | RT_PACKED_DINP"
   local attn_bwd = all4 .. " | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3"
   -- the norms after a residual add are computed with it (their add's bits first), the
-  -- embedding's only alone; checkpointed, the two in-block pairs, in fp32 storage. The
+  -- embedding's only alone; checkpointed, the two in-block pairs, in fp32 storage, and so
+  -- are the q and k rotations' pairs (forward and recomputed: 4; the backward's apart). The
   -- blocks' gradients are packed (grad_assigns.packed_groups), the root's (the final norm's
   -- weight, with the embedding's) not.
   local add3 = "RT_PACKED_OUT | RT_PACKED_INP | RT_PACKED_INP2"
   local dw = " | RT_PACKED_DWEIGHT"
-  local want = ckpt and { "", "", "", "", "RT_PACKED_OUT", "", "RT_PACKED_OUT; " .. ("RT_PACKED_DWEIGHT"):rep(4, "; "),
-    "; " } or { all4:rep(2, "; "),
-    attn_bwd:rep(2, "; "), ("RT_PACKED_OUT | RT_PACKED_INP"):rep(4, "; "), ("RT_PACKED_OUT | RT_PACKED_DINP"):rep(4, "; "),
+  local want = ckpt and { "", "", string.rep("", 4, "; "), "", "RT_PACKED_OUT", "",
+    "RT_PACKED_OUT; " .. ("RT_PACKED_DWEIGHT"):rep(4, "; "), "; " } or { all4:rep(2, "; "),
+    attn_bwd:rep(2, "; "), ("RT_PACKED_OUT | RT_PACKED_INP"):rep(2, "; "), ("RT_PACKED_OUT | RT_PACKED_DINP"):rep(2, "; "),
     "RT_PACKED_OUT", "RT_PACKED_OUT | RT_PACKED_DINP2",
     norm_bwd .. "; " .. (norm_bwd .. dw):rep(3, "; ") .. "; RT_PACKED_OUT" .. dw,
     "RT_PACKED_OUT | RT_PACKED_INP2; " .. add3:rep(3, "; ") }
   local got = { bits_of("rt_attention_lowmem_packed_forward"), bits_of("rt_attention_lowmem_packed_backward"),
-    bits_of("rt_rope_packed_forward"), bits_of("rt_rope_packed_backward"), bits_of("rt_rmsnorm_packed_forward"),
+    bits_of("rt_rope_pair_packed_forward"), bits_of("rt_rope_pair_packed_backward"), bits_of("rt_rmsnorm_packed_forward"),
     bits_of("rt_residual_packed_backward"), bits_of("rt_rmsnorm_packed_backward"),
     bits_of("rt_residual_rmsnorm_packed_forward") }
   local same = ok

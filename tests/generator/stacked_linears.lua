@@ -50,19 +50,21 @@ local function check_model(path, want_stacks, want_ld, want_cols, site_lds)
     local a = args_of(call .. ";")
     if tonumber(a[9]) == want_ld then stacked_calls = stacked_calls + 1 end
   end
-  check(stacked_calls == want_stacks and count(step, "in the call of [%w%.#_]+%)") == 2 * want_stacks,
+  check(stacked_calls == want_stacks and count(step, "stacked: in the call of [%w%.#_]+%)") == 2 * want_stacks,
     string.format("%s: %d linear backwards of OC %d, and %d steps that leave theirs to them", path, stacked_calls,
-      want_ld, count(step, "in the call of [%w%.#_]+%)")))
+      want_ld, count(step, "stacked: in the call of [%w%.#_]+%)")))
   check(full:find(site_lds, 1, true) ~= nil, path .. ": the attention site's gradient rows: " .. site_lds)
   return plan, step
 end
 
 local llama, lstep = check_model("examples/llama_1b.lua", 16, 3072, "0,2048,2560",
   ".ld_dq = 0, .ld_dk = 0, .ld_dv = 3072}")
+-- the rotations' backwards, a pair a call (rope_pairs.lua): k's row length, then q's
 local ropes = 0
-for call in lstep:gmatch("rt_rope_packed_backward%b()") do
+for call in lstep:gmatch("rt_rope_pair_packed_backward%b()") do
   local a = args_of(call .. ";")
-  if a[#a] == "3072" then ropes = ropes + 1 end
+  if a[6] == "3072" then ropes = ropes + 1 end
+  if a[12] == "3072" then ropes = ropes + 1 end
 end
 check(ropes == 32, string.format("llama_1b: 32 rotary backwards write rows of 3072 (%d)", ropes))
 local gpt2 = check_model("examples/gpt2_124m.lua", 12, 2304, "0,768,1536",

@@ -320,6 +320,22 @@ void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH,
     head_store(dinp, g, B, T, NH, HD, ld_dinp, dt);
 }
 
+// The CPU has no launch to save: the two calls, a's then b's.
+void rt_rope_pair_packed_forward(void* out_a, const void* inp_a, int NH_a, int packed_a,
+                                 void* out_b, const void* inp_b, int NH_b, int packed_b, int B,
+                                 int T, int HD, float theta, rt_dtype dt) {
+    rt_rope_packed_forward(out_a, inp_a, B, T, NH_a, HD, theta, packed_a, dt);
+    rt_rope_packed_forward(out_b, inp_b, B, T, NH_b, HD, theta, packed_b, dt);
+}
+
+void rt_rope_pair_packed_backward(void* dinp_a, const void* dout_a, int NH_a, int packed_a,
+                                  int assign_a, int ld_a, void* dinp_b, const void* dout_b,
+                                  int NH_b, int packed_b, int assign_b, int ld_b, int B, int T,
+                                  int HD, float theta, rt_dtype dt) {
+    rt_rope_packed_backward(dinp_a, dout_a, B, T, NH_a, HD, theta, packed_a, dt, assign_a, ld_a);
+    rt_rope_packed_backward(dinp_b, dout_b, B, T, NH_b, HD, theta, packed_b, dt, assign_b, ld_b);
+}
+
 void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
                                         const void* k, const void* v, int B, int T, int NH,
                                         int NKV, int HD, int causal, rt_dtype prec, int packed,

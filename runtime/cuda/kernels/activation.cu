@@ -6,6 +6,8 @@
 // packed 16-bit storage (rt_kernels.h "packed 16-bit storage").
 #include "cuda_common.cuh"
 
+#include <type_traits>
+
 #define RTC_SQRT1_2 0.70710678118654752440f       // 1/sqrt(2)
 #define RTC_INV_SQRT_2PI 0.39894228040143267794f  // 1/sqrt(2*pi)
 
@@ -324,14 +326,23 @@ __device__ __forceinline__ void rtc_rope_st(S* p, size_t i, const float (&v)[W],
     else for (int u = 0; u < W; u++) rtc_st(p, i + u, v[u], dt);
 }
 
+// One rotation's operands in a launch: out's rows of ldo elements, inp's of `row` (NH * HD,
+// dense); as (backward) RT_ASSIGN_1 assigns out. A launch takes one or two (a pair: an
+// attention's q and k, rotated at the same positions), side by side in each row's groups.
+template <class O, class I>
+struct rtc_rope_part {
+    O* out;
+    const I* inp;
+    int row, ldo, as;
+};
+
 // Block (t, y): cos (threads j < HD/2) and sin (the next HD/2) of position t's angles into
-// shared memory; then rows (b, t) for b = y, y + gridDim.y, ..., NH * HD elements each, in
-// groups of W (e % HD even); out's rows are ldo elements apart (inp's dense). Forward:
-// out = rotate(inp), out == inp allowed. Backward (back): out is dinp, out (+)= inp (dout)
-// rotated by -angle; as = RT_ASSIGN_1 assigns.
+// shared memory; then rows (b, t) for b = y, y + gridDim.y, ..., a.row + b.row elements each
+// (a's, then b's), in groups of W (e % HD even). Forward: out = rotate(inp), out == inp
+// allowed. Backward (back): out is dinp, out (+)= inp (dout) rotated by -angle.
 template <int W, class O, class I>
-__global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD, int ldo,
-                            rtc_rope_freqs fr, rt_dtype dt, int back, int as) {
+__global__ void rope_kernel(rtc_rope_part<O, I> a, rtc_rope_part<O, I> b, int B, int T, int HD,
+                            rtc_rope_freqs fr, rt_dtype dt, int back) {
     const int t = blockIdx.x, half = HD / 2;
     __align__(16) __shared__ float cs[RT_ROPE_MAX_HD / 2], sn[RT_ROPE_MAX_HD / 2];
     for (int j = threadIdx.x; j < HD; j += blockDim.x) {
@@ -341,14 +352,22 @@ __global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD, 
         else sn[i] = (float)sin(ang);
     }
     __syncthreads();
-    const int row = NH * HD;
-    for (int b = blockIdx.y; b < B; b += gridDim.y) {
-        const size_t base = ((size_t)b * T + t) * row, obase = ((size_t)b * T + t) * ldo;
+    const int row = a.row + b.row;
+    for (int r = blockIdx.y; r < B; r += gridDim.y) {
+        const size_t bt = (size_t)r * T + t;
         for (int e = threadIdx.x * W; e < row; e += blockDim.x * W) {
+            // a's or b's, field by field: selects in registers (a reference to either
+            // parameter struct would copy both to local memory)
+            const bool in_a = e < a.row;  // a.row is whole heads: no group straddles it
+            O* out = in_a ? a.out : b.out;
+            const I* inp = in_a ? a.inp : b.inp;
+            const int as = in_a ? a.as : b.as, c = in_a ? e : e - a.row;
+            const size_t base = bt * (in_a ? a.row : b.row) + c;
+            const size_t obase = bt * (in_a ? a.ldo : b.ldo) + c;
             float x[W], g[W] = {};
-            rtc_rope_ld(inp, base + e, dt, x);
-            if (back && !as) rtc_rope_ld(out, obase + e, dt, g);
-            const int i0 = e % HD / 2;  // a multiple of 4 in groups of RTC_VEC
+            rtc_rope_ld(inp, base, dt, x);
+            if (back && !as) rtc_rope_ld(out, obase, dt, g);
+            const int i0 = c % HD / 2;  // a multiple of 4 in groups of RTC_VEC
             float ca[W / 2], sa[W / 2];
             if constexpr (W == RTC_VEC) {  // one 16-byte shared load each, not four
                 *(float4*)ca = *(const float4*)&cs[i0];
@@ -358,87 +377,109 @@ __global__ void rope_kernel(O* out, const I* inp, int B, int T, int NH, int HD, 
             }
 #pragma unroll
             for (int u = 0; u < W / 2; u++) {
-                const float c = ca[u], s = sa[u], x0 = x[2 * u], x1 = x[2 * u + 1];
+                const float cu = ca[u], s = sa[u], x0 = x[2 * u], x1 = x[2 * u + 1];
                 if (back) {
-                    x[2 * u] = RT_KBASE(g[2 * u], as) + (x0 * c + x1 * s);
-                    x[2 * u + 1] = RT_KBASE(g[2 * u + 1], as) + (-x0 * s + x1 * c);
+                    x[2 * u] = RT_KBASE(g[2 * u], as) + (x0 * cu + x1 * s);
+                    x[2 * u + 1] = RT_KBASE(g[2 * u + 1], as) + (-x0 * s + x1 * cu);
                 } else {
-                    x[2 * u] = x0 * c - x1 * s;
-                    x[2 * u + 1] = x0 * s + x1 * c;
+                    x[2 * u] = x0 * cu - x1 * s;
+                    x[2 * u + 1] = x0 * s + x1 * cu;
                 }
             }
-            rtc_rope_st(out, obase + e, x, dt);
+            rtc_rope_st(out, obase, x, dt);
         }
     }
 }
 
 // The launch: W = RTC_VEC where the groups of RTC_VEC fit the heads and the pointers are
 // aligned (out's rows of ldo, a multiple of 8 where it is not NH * HD, stay so), else W = 2.
+// b.row == 0: a alone.
 template <class O, class I>
-static void rope_launch(O* out, const I* inp, int B, int T, int NH, int HD, int ldo, float theta,
-                        rt_dtype dt, int back, int as) {
-    const bool vec = HD % RTC_VEC == 0 && rtc_aligned16({out, inp});
+static void rope_launch(rtc_rope_part<O, I> a, rtc_rope_part<O, I> b, int B, int T, int HD,
+                        float theta, rt_dtype dt, int back) {
+    const bool vec = HD % RTC_VEC == 0 && rtc_aligned16({a.out, a.inp, b.out, b.inp});
     const int w = vec ? RTC_VEC : 2;
-    const int groups = NH * HD / w;  // of a row
+    const int groups = (a.row + b.row) / w;  // of a row
     const int threads = groups >= RTC_THREADS ? RTC_THREADS : (groups + 31) / 32 * 32;
     // blocks per position: about 2^19 threads in all (two waves of an H100's 132 SMs at
     // 2048 threads each) before a block takes several batch rows in turn (they cannot
-    // overlap: out may be inp); Llama 1B's q rotation, 256 threads a row, one block per
-    // position, its k rotation, 64, four
+    // overlap: out may be inp); Llama 1B's q and k rotations, 320 groups a row, 256
+    // threads, one block per position
     const long per_t = (long)threads * T, want = ((1L << 19) + per_t - 1) / per_t;
     const int per = (int)(want < B ? want : B < 65535 ? B : 65535);  // gridDim.y <= 65535
     const dim3 grid((unsigned)T, (unsigned)per);
     const rtc_rope_freqs fr = rope_freqs(HD, theta);
     if (vec)
-        rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, ldo,
-                                                                fr, dt, back, as);
+        rope_kernel<RTC_VEC><<<grid, threads, 0, rtc_stream()>>>(a, b, B, T, HD, fr, dt, back);
     else
-        rope_kernel<2><<<grid, threads, 0, rtc_stream()>>>(out, inp, B, T, NH, HD, ldo, fr, dt,
-                                                          back, as);
+        rope_kernel<2><<<grid, threads, 0, rtc_stream()>>>(a, b, B, T, HD, fr, dt, back);
     RTC_CHECK_LAUNCH(rope_kernel);
 }
 
-// packed: RT_PACKED_OUT (out, dout), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp, in rows of
-// ld_dinp elements: rt_kernels.h "Gradient row lengths", checked by the caller).
-static void rope_forward(void* out, const void* inp, int B, int T, int NH, int HD, float theta,
-                         int packed, rt_dtype dt) {
+// One rotation's pointers and storage (packed: its RT_PACKED_OUT for out, RT_PACKED_INP for
+// inp; the backward's RT_PACKED_DINP for out, RT_PACKED_OUT for inp, its dout), row lengths
+// and assign bit.
+struct rope_operand {
+    void* out;
+    const void* inp;
+    int NH, out_packed, inp_packed, ldo, as;
+};
+
+// The rotations of a and b (NH 0: none) in one launch where both storages agree, else one
+// launch each.
+static void rope_run(rope_operand a, rope_operand b, int B, int T, int HD, float theta,
+                     rt_dtype dt, int back) {
     RT_KCHECK_ROPE_HD(HD);
-    if (B <= 0 || T <= 0 || NH <= 0) return;
-    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
-        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
-            rope_launch(o, x, B, T, NH, HD, NH * HD, theta, dt, 0, 0);
+    if (B <= 0 || T <= 0) return;
+    if (a.NH <= 0) {  // b alone
+        a = b;
+        b.NH = 0;
+    }
+    if (a.NH <= 0) return;
+    if (b.NH > 0 && (b.out_packed != a.out_packed || b.inp_packed != a.inp_packed)) {
+        rope_run(a, rope_operand{}, B, T, HD, theta, dt, back);
+        rope_run(b, rope_operand{}, B, T, HD, theta, dt, back);
+        return;
+    }
+    rtc_with_storage(a.out_packed, a.out, [&](auto o) {
+        rtc_with_storage(a.inp_packed, a.inp, [&](auto x) {
+            using O = std::remove_pointer_t<decltype(o)>;
+            using I = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
+            const rtc_rope_part<O, I> pa{o, x, a.NH * HD, a.ldo ? a.ldo : a.NH * HD, a.as};
+            rtc_rope_part<O, I> pb{(O*)b.out, (const I*)b.inp, 0, 0, 0};
+            if (b.NH > 0) pb = {(O*)b.out, (const I*)b.inp, b.NH * HD, b.ldo ? b.ldo : b.NH * HD, b.as};
+            rope_launch(pa, pb, B, T, HD, theta, dt, back);
         });
     });
 }
 
-static void rope_backward(void* dinp, const void* dout, int B, int T, int NH, int HD, float theta,
-                          int packed, rt_dtype dt, int assign, int ld_dinp) {
-    RT_KCHECK_ROPE_HD(HD);
-    if (B <= 0 || T <= 0 || NH <= 0) return;
-    const int ldo = ld_dinp ? ld_dinp : NH * HD;
-    rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
-        rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
-            rope_launch(g, d, B, T, NH, HD, ldo, theta, dt, 1, assign & RT_ASSIGN_1);
-        });
-    });
+static rope_operand rope_fwd_operand(void* out, const void* inp, int NH, int packed) {
+    return {out, inp, NH, !!(packed & RT_PACKED_OUT), !!(packed & RT_PACKED_INP), 0, 0};
+}
+
+static rope_operand rope_bwd_operand(void* dinp, const void* dout, int NH, int packed,
+                                     int assign, int ld_dinp) {
+    return {dinp, dout, NH, !!(packed & RT_PACKED_DINP), !!(packed & RT_PACKED_OUT), ld_dinp,
+            assign & RT_ASSIGN_1};
 }
 
 void rt_rope_forward(float* out, const float* inp, int B, int T, int NH, int HD, float theta,
                      rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_rope_forward");
-    rope_forward(out, inp, B, T, NH, HD, theta, 0, dt);
+    rope_run(rope_fwd_operand(out, inp, NH, 0), rope_operand{}, B, T, HD, theta, dt, 0);
 }
 
 void rt_rope_backward(float* dinp, const float* dout, int B, int T, int NH, int HD,
                       float theta, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_rope_backward");
-    rope_backward(dinp, dout, B, T, NH, HD, theta, 0, dt, assign, 0);
+    rope_run(rope_bwd_operand(dinp, dout, NH, 0, assign, 0), rope_operand{}, B, T, HD, theta, dt,
+             1);
 }
 
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
                             float theta, int packed, rt_dtype dt) {
     RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_forward");
-    rope_forward(out, inp, B, T, NH, HD, theta, packed, dt);
+    rope_run(rope_fwd_operand(out, inp, NH, packed), rope_operand{}, B, T, HD, theta, dt, 0);
 }
 
 void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH, int HD,
@@ -446,5 +487,27 @@ void rt_rope_packed_backward(void* dinp, const void* dout, int B, int T, int NH,
     RT_KCHECK_PACKED_DT(dt, "rt_rope_packed_backward");
     RT_KCHECK_PACKED_LD(ld_dinp, NH * HD, packed & RT_PACKED_DINP, "dinp",
                         "rt_rope_packed_backward");
-    rope_backward(dinp, dout, B, T, NH, HD, theta, packed, dt, assign, ld_dinp);
+    rope_run(rope_bwd_operand(dinp, dout, NH, packed, assign, ld_dinp), rope_operand{}, B, T, HD,
+             theta, dt, 1);
+}
+
+void rt_rope_pair_packed_forward(void* out_a, const void* inp_a, int NH_a, int packed_a,
+                                 void* out_b, const void* inp_b, int NH_b, int packed_b, int B,
+                                 int T, int HD, float theta, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_rope_pair_packed_forward");
+    rope_run(rope_fwd_operand(out_a, inp_a, NH_a, packed_a),
+             rope_fwd_operand(out_b, inp_b, NH_b, packed_b), B, T, HD, theta, dt, 0);
+}
+
+void rt_rope_pair_packed_backward(void* dinp_a, const void* dout_a, int NH_a, int packed_a,
+                                  int assign_a, int ld_a, void* dinp_b, const void* dout_b,
+                                  int NH_b, int packed_b, int assign_b, int ld_b, int B, int T,
+                                  int HD, float theta, rt_dtype dt) {
+    static const char* kernel = "rt_rope_pair_packed_backward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_PACKED_LD(ld_a, NH_a * HD, packed_a & RT_PACKED_DINP, "dinp_a", kernel);
+    RT_KCHECK_PACKED_LD(ld_b, NH_b * HD, packed_b & RT_PACKED_DINP, "dinp_b", kernel);
+    rope_run(rope_bwd_operand(dinp_a, dout_a, NH_a, packed_a, assign_a, ld_a),
+             rope_bwd_operand(dinp_b, dout_b, NH_b, packed_b, assign_b, ld_b), B, T, HD, theta,
+             dt, 1);
 }
