@@ -56,7 +56,7 @@ local function plan_of(text)
   end
   local c = util.flat((util.emit_c(path, plan)), true)
   os.remove(path)
-  c = (c:match("^(.-)\n// %-%-%-%- eval_") or c) .. (c:match("\nstatic const rt_model_attention.*$") or
+  c = util.step_part(c) .. (c:match("\nstatic const rt_model_attention.*$") or
     c:match("\nconst rt_model .*$"))
   local lines = {}
   for l in schedule.render(plan, "spec.lua"):gmatch("[^\n]+") do

@@ -8,7 +8,6 @@
 -- stays where it ran) and fp32 (no pair); and the simulator prices a pair as one launch.
 -- Run from the repository root: lua5.4 tests/generator/fused_norms.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit.emit_step")
 local cost = require("simulate.cost")
 local gpu = require("simulate.gpu")
 
@@ -31,8 +30,7 @@ end
 -- Llama 1B: 16 blocks x 2 norms, each after an add (the first block's attention_norm reads
 -- the embedding: alone).
 local llama = util.plan("examples/llama_1b.lua")
-local c = util.flat(emit_step.render(llama, "llama_1b.lua", llama.spec.name), true)
-local step = c:match("^(.-)\n// %-%-%-%- eval_") or c
+local step = util.step_c(llama, true)
 check(pairs_of(llama) == 32 and count(step, "rt_residual_rmsnorm_packed_forward%(") == 32
   and count(step, "rt_rmsnorm_packed_forward%(") == 1 and count(step, "rt_residual_packed_forward%(") == 0,
   string.format("llama_1b: 32 adds computed with their norms (%d pairs, %d calls), the embedding's norm alone",
@@ -50,8 +48,7 @@ check(moved, "llama_1b: layers.3.add#2 is issued after layers.4's all-gather wai
 -- GPT-2 124M: LayerNorm with a bias, 12 blocks x 2 norms and ln_f, each after an add but
 -- the first block's ln_1 (it reads the embeddings' sum, a broadcast add: alone).
 local gpt2 = util.plan("examples/gpt2_124m.lua")
-c = util.flat(emit_step.render(gpt2, "gpt2_124m.lua", gpt2.spec.name), true)
-step = c:match("^(.-)\n// %-%-%-%- eval_") or c
+step = util.step_c(gpt2, true)
 local call = step:match("rt_residual_layernorm_packed_forward%(([^;]*)%);") or ""
 local nargs = select(2, call:gsub("%b()", ""):gsub(",", "")) + 1   -- top-level commas
 check(pairs_of(gpt2) == 24 and count(step, "rt_residual_layernorm_packed_forward%(") == 24

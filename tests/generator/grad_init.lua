@@ -291,7 +291,7 @@ end
 -- the step after an eval's (from its sections on).
 local function program_text(text, after_eval)
   if after_eval then return text:match("\n(// %-%-%-%- after_eval_.*)$") or "" end
-  return text:match("^(.-)\n// %-%-%-%- eval_") or text
+  return util.step_part(text)
 end
 
 local function check_program(name, plan, text)

@@ -13,7 +13,6 @@
 -- linears, attention's operands, and some of their gradients).
 -- Run from the repository root: lua5.4 tests/generator/mp_rounding.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit.emit_step")
 
 local util = require("tests.generator.step_c")
 local check, args_of, compute_steps = util.check, util.args_of, util.compute_steps
@@ -22,8 +21,7 @@ local check, args_of, compute_steps = util.check, util.args_of, util.compute_ste
 -- the counts below are the step's).
 local function step_c(path)
   local plan = util.plan(path)
-  local c = util.flat(emit_step.render(plan, path, plan.spec.name))  -- one line per call
-  return c:match("^(.-)\n// %-%-%-%- eval_") or c, plan.spec.name
+  return (util.step_c(plan)), plan.spec.name  -- one line per call
 end
 
 -- The kernels with a dt (their last argument; a backward kernel's next to last, before its

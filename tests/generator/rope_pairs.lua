@@ -8,7 +8,6 @@
 -- thetas), and the simulator (a pair is one launch).
 -- Run from the repository root: lua5.4 tests/generator/rope_pairs.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit.emit_step")
 local cost = require("simulate.cost")
 local gpu = require("simulate.gpu")
 
@@ -33,8 +32,7 @@ end
 -- Llama 1B: q (32 heads) and k (8) of every block; backward k's rotation first, both into
 -- the q, k, v stack's gradient rows of 3072.
 local llama = util.plan("examples/llama_1b.lua")
-local c = util.flat(emit_step.render(llama, "llama_1b.lua", llama.spec.name), true)
-local step = c:match("^(.-)\n// %-%-%-%- eval_") or c
+local step, c = util.step_c(llama, true)
 local n = pairs_of(llama)
 check(n.forward == 16 and n.backward == 16 and count(step, "rt_rope_pair_packed_forward%(") == 16
   and count(step, "rt_rope_pair_packed_backward%(") == 16 and count(c, "rt_rope_packed_") == 0,

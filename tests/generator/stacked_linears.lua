@@ -7,7 +7,6 @@
 -- small Llama specs, and the simulator (fsdpgen's calls price the stack's FLOPs; PyTorch's
 -- kernel sets keep a linear each).
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
-local emit_step = require("emit.emit_step")
 local cost = require("simulate.cost")
 local gpu = require("simulate.gpu")
 
@@ -25,11 +24,6 @@ local function stacks_of(plan, kind)
   return t
 end
 
--- The step C (without the eval's and the step-after-an-eval's programs), flat.
-local function step_c(plan, name)
-  local c = util.flat(emit_step.render(plan, name, plan.spec.name), true)
-  return c:match("^(.-)\n// %-%-%-%- eval_") or c, c
-end
 
 -- Each q, k, v stack's call in text: rt_linear_packed_backward with OC = ld, and its
 -- columns.
@@ -44,7 +38,7 @@ local function check_model(path, want_stacks, want_ld, want_cols, site_lds)
   end
   check(cols_ok, string.format("%s: %d q, k, v stacks (want %d), rows of %d, columns %s", path, #ss, want_stacks,
     ss[1] and ss[1].ld or 0, want_cols))
-  local step, full = step_c(plan, path)
+  local step, full = util.step_c(plan, true)
   local stacked_calls = 0
   for call in step:gmatch("rt_linear_packed_backward%b()") do
     local a = args_of(call .. ";")

@@ -1,7 +1,7 @@
 -- Shared by the generator tests: the pass/fail count (unit tests too) and, for the tests
 -- that plan specs or read the emitted step C (mp_rounding.lua, grad_init.lua,
 -- direct_reduction.lua, stream_lifetimes.lua, ...), the list of every spec, a spec's plan,
--- the step C's compute sections and a C call's arguments.
+-- its step C (the training step's part), the compute sections and a C call's arguments.
 local M = {}
 
 local passed, failed = 0, 0
@@ -79,6 +79,17 @@ function M.emit_c(path, plan)
   require("spec.errors").track_spec_lines(false)
   return emit_step.render(plan, "spec.lua", "spec"),
     emit_step.render(ref, "spec.lua", "spec_reference", true)
+end
+
+-- The training step's part of a step C text: up to the eval program's sections (the eval
+-- and the step after one follow it, where the spec has them).
+function M.step_part(c) return c:match("^(.-)\n// %-%-%-%- eval_") or c end
+
+-- The step C of plan, flat (M.flat: keep_names keeps the arena's names): the training
+-- step's part (M.step_part), and the whole text.
+function M.step_c(plan, keep_names)
+  local c = M.flat(require("emit.emit_step").render(plan, plan.spec.name .. ".lua", plan.spec.name), keep_names)
+  return M.step_part(c), c
 end
 
 -- Brackets a line of C opens and does not close (outside strings).
