@@ -1,7 +1,8 @@
 -- Rotary embeddings in pairs: two rotations at the same positions (an attention's q and k)
 -- computed in one call on the later of their steps (rt_rope_pair_packed_forward and
 -- _backward: on the GPU one launch, each position's angles computed once for both, where
--- each rotation was a launch). M.mark finds them after the stacks (memory.lua):
+-- each rotation was a launch). M.mark finds them after the stacks and the moved waits
+-- (memory.lua; its marks hold step indices):
 --   * two rotary ops of one 16-bit dtype (inputs and outputs), one batch, sequence, head
 --     dim and theta, whose four tensors are four buffers (a rotation of the other's output,
 --     or two of one input, stay apart);
