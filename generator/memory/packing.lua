@@ -54,7 +54,8 @@ local function residual(op)
   return { same, same }
 end
 local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true,
-  swiglu = true, rotary = true, attention = true, add = function(op) return residual(op)[1] end }
+  swiglu = true, rotary = true, attention = true, add = function(op) return residual(op)[1] end,
+  embedding = true }
 local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
   rotary = { true }, attention = { true, true, true }, add = residual, layer_norm = { true }, rms_norm = { true } }
 local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
@@ -114,15 +115,16 @@ local function grad_packable(op, y, rs)
 end
 
 --   * Activations: a linear's, a norm's, an activation's, a rotary embedding's, an
---     attention's or a residual add's 16-bit output read only where the packed kernels
---     take it (a linear's input, a norm's, an activation's inputs, a rotary embedding's,
---     attention's q, k, v, a residual add's; through FSDP's post-backward hooks), by ops
---     of its dtype: the residual stream, a block's attention and MLP inputs, q, k, v and
---     the attention's output, the MLP's hidden activations, the attention's and MLP's
---     outputs, the head's input. The GEMMs read its rows in place instead of a copy
---     narrowed in every forward and backward, and a linear's output is not widened. Its
---     last dimension is a multiple of 8 (dense rows). Checkpointed regions keep fp32
---     storage.
+--     attention's, a residual add's or an embedding lookup's 16-bit output read only where
+--     the packed kernels take it (a linear's input, a norm's, an activation's inputs, a
+--     rotary embedding's, attention's q, k, v, a residual add's; through FSDP's
+--     post-backward hooks), by ops of its dtype: the residual stream, a block's attention
+--     and MLP inputs, q, k, v and the attention's output, the MLP's hidden activations,
+--     the attention's and MLP's outputs, the head's input, Llama's token embeddings. The
+--     GEMMs read its rows in place instead of a copy narrowed in every forward and
+--     backward, a linear's output is not widened, and a lookup's not rounded in a pass of
+--     its own. Its last dimension is a multiple of 8 (dense rows). Checkpointed regions
+--     keep fp32 storage.
 --   * Their gradients, where grad_packable: the readers' backwards write their
 --     contributions packed (rt_kernels.h RT_PACKED_DINP: the first assigned, the others
 --     added, each rounded once to the dtype), and the producer's backward reads the sum in

@@ -466,6 +466,11 @@ void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, flo
 // fp32 storage; packed, a multiple of 8 >= W: a slice, or the operand's own rows of
 // RT_LD16(W), the only choice for a packed dout of OC not a multiple of 8, whose zero
 // padding the GPU's dinp GEMM sums over).
+// Embedding lookup with a 16-bit output (the weight in fp32 storage, as the shard it is read
+// from): out[N,C] = weight[ids[n], :] rounded to dt, packed where RT_PACKED_OUT (C a multiple
+// of 8: dense rows), else in fp32 storage; the bits of rt_embedding_forward and a rounding.
+void rt_embedding_packed_forward(void* out, const int32_t* ids, const float* weight, int N, int C,
+                                 int V, int packed, rt_dtype dt);
 // Rotary embeddings: the forward's out and inp, the backward's dout and dinp.
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,
                             float theta, int packed, rt_dtype dt);

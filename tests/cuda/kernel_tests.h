@@ -76,6 +76,7 @@ void test_residual_norm(int ln, rt_dtype dt, int N, int C);
 
 // kernels_elementwise.c
 void test_embedding(int N, int C, int V, int pattern);
+void test_embedding_packed(rt_dtype dt, int N, int C, int V);
 void test_arange(void);
 void test_rope(rt_dtype dt);
 void test_elementwise(rt_dtype dt);

@@ -35,6 +35,40 @@ void test_embedding(int N, int C, int V, int pattern) {
     dfree(d_ids), dfree(d_w), dfree(d_dout), dfree(d_dw), dfree(d_out);
 }
 
+// The lookup into a 16-bit output (rt_embedding_packed_forward): the weight's rows rounded to
+// dt, bit for bit, packed and in fp32 storage (the CPU's: tests/kernels/test_packed.c); C 64
+// takes the kernel's groups of 8, C 20 (fp32 storage only: packed rows are groups of 8) one
+// at a time.
+void test_embedding_packed(rt_dtype dt, int N, int C, int V) {
+    const char* P = dt == RT_BF16 ? "bf16" : "fp16";
+    const size_t n = (size_t)N * C;
+    int32_t* ids = (int32_t*)malloc((size_t)N * sizeof *ids);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7 + 3) % V);
+    float* w = hrand((size_t)V * C, 1.0f, 0.0f);
+    float* want = malloc(n * sizeof(float));
+    for (int i = 0; i < N; i++) memcpy(want + (size_t)i * C, w + (size_t)ids[i] * C, (size_t)C * 4);
+    round_to(want, n, dt);
+    uint16_t* want16 = bits16(want, n, dt);
+    int32_t* d_ids = dup_i32(ids, N);
+    float *d_w = dup(w, (size_t)V * C), *d_out = dalloc(n * sizeof(float));
+    int ok = 1;
+    rt_embedding_packed_forward(d_out, d_ids, d_w, N, C, V, 0, dt);
+    float* got = down(d_out, n);
+    ok &= memcmp(got, want, n * 4) == 0;
+    if (C % 8 == 0) {
+        void* d16 = dalloc(n * 2);
+        rt_embedding_packed_forward(d16, d_ids, d_w, N, C, V, RT_PACKED_OUT, dt);
+        uint16_t* g16 = down16(d16, n);
+        ok &= memcmp(g16, want16, n * 2) == 0;
+        free(g16), dfree(d16);
+    }
+    CHECK(ok, "%s embedding lookup into a 16-bit output (%s) == the weight's rows rounded, bit for "
+          "bit, N=%d C=%d V=%d", P, C % 8 == 0 ? "packed and fp32 storage" : "fp32 storage",
+          N, C, V);
+    free(ids), free(w), free(want), free(want16), free(got);
+    dfree(d_ids), dfree(d_w), dfree(d_out);
+}
+
 void test_arange(void) {
     int32_t got[37] = {0}, want[37];
     int32_t* d = dup_i32(got, 37);

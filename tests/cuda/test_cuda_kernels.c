@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
     test_linear(40, 48, 1027, 1, RT_BF16);  // rows of 1027: per-row narrowing and widening
     test_embedding(300, 70, 50, 0);
     test_embedding(5000, 300, 1000, 1);  // a 2500-row run, the rest 1-3 rows per id
+    test_embedding_packed(RT_BF16, 37, 64, 50);
+    test_embedding_packed(RT_F16, 9, 20, 11);
     test_arange();
     test_layernorm(67, 768, 1, RT_F32);
     test_layernorm(5, 33, 0, RT_F32);

@@ -36,7 +36,7 @@ local function count(text, pat) return select(2, text:gsub(pat, "")) end
 local function lookups(c, fqn)
   local name = "P_" .. fqn:gsub("[^%w]+", "_")
   local sharded, other = 0, 0
-  for args in c:gmatch("rt_embedding_forward(%b())") do
+  for args in c:gmatch("rt_embedding_[%w_]*forward(%b())") do  -- into fp32 or 16-bit storage
     if args:find("_sharded_params", 1, true) then sharded = sharded + 1 end
     if args:find(name, 1, true) then other = other + 1 end
   end

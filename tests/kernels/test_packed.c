@@ -4,7 +4,7 @@
 // (odd C, padded; with a bias; with the output packed too; backward from a packed dout
 // with dbias, into a packed dinp) or a packed weight (an unsharded parameter), the norms',
 // activations', residual adds', rotary embeddings' and attention's packed operands, forward
-// and backward (every storage of each). The padding columns written are zeros. Rotary
+// and backward (every storage of each), and an embedding lookup's output. The padding columns written are zeros. Rotary
 // embeddings' and attention's gradients in rows of a given length (column slices of one
 // wider matrix) hold the dense calls' bits and leave the other columns alone, as do swiglu's
 // da and db written as column slices and a linear's backward from a dout that is a column
@@ -1036,6 +1036,26 @@ static void test_grad_rows_checked(void) {
     CHECK(ok, "layernorm backward adding to a packed dweight stops: %s", out);
 }
 
+// The embedding lookup into a 16-bit output: rt_embedding_forward's rows rounded to dt, bit
+// for bit, packed (padding none: rows of a multiple of 8) and in fp32 storage.
+static void test_packed_embedding(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { R = 7, D = 16, NV = 5 };
+    const int32_t ids[R] = {4, 0, 4, 2, 1, 3, 0};
+    float *w = tk_alloc(NV * D), *y = tk_alloc(R * D), *y2 = tk_alloc(R * D);
+    tk_fill(w, NV * D, -3.0f, 3.0f);  // not rounded: the lookup rounds
+    rt_embedding_forward(y, ids, w, R, D, NV);
+    tk_round_all(y, R * D, dt);
+    uint16_t* y16 = poisoned16(R * D);
+    int pad;
+    rt_embedding_packed_forward(y16, ids, w, R, D, NV, RT_PACKED_OUT, dt);
+    rt_embedding_packed_forward(y2, ids, w, R, D, NV, 0, dt);
+    CHECK(packed_equals(y16, y, R, D, dt, &pad) && pad == 0 && same(y2, y, R * D),
+          "%s embedding lookup into a packed output and into fp32 storage == rt_embedding_forward "
+          "rounded", nm);
+    free(w), free(y), free(y2), free(y16);
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(11);
@@ -1051,6 +1071,7 @@ int main(void) {
         test_swiglu_grad_slices(dt);
         test_packed_dweight_linear(dt);
         test_packed_dweight_norms(dt);
+        test_packed_embedding(dt);
     }
     test_grad_rows_checked();
     return tk_summary("test_packed");

@@ -10,6 +10,7 @@
 
 #include "../../common/dtype_bits.h"
 #include "kcheck.h"
+#include "kround.h"
 #include "rt_kernels.h"
 
 static pthread_key_t scratch_key;
@@ -276,6 +277,20 @@ void rt_swiglu_packed_backward(void* da, void* db, const void* dout, const void*
 // Values of a [B, T, heads * HD] tensor, 0 for an empty shape (the twins check the rest).
 static size_t head_elems(int B, int T, int heads, int HD) {
     return B > 0 && T > 0 && heads > 0 && HD > 0 ? (size_t)B * T * heads * HD : 0;
+}
+
+void rt_embedding_packed_forward(void* out, const int32_t* ids, const float* weight, int N, int C,
+                                 int V, int packed, rt_dtype dt) {
+    static const char* kernel = "rt_embedding_packed_forward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    if (packed & RT_PACKED_OUT) RT_KCHECK_PACKED_ROWS(C, kernel);
+    if (N <= 0 || C <= 0) return;
+    const size_t n = (size_t)N * C;
+    float* y = dense_target(scratch_floats(n + 1), 0, out, n, packed & RT_PACKED_OUT);
+    rt_embedding_forward(y, ids, weight, N, C, V);
+    if (y == out)
+        for (size_t i = 0; i < n; i++) y[i] = rt_kround(y[i], dt);
+    dense_store(out, y, n, dt);
 }
 
 void rt_rope_packed_forward(void* out, const void* inp, int B, int T, int NH, int HD,

@@ -33,6 +33,50 @@ void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, i
     RTC_CHECK_LAUNCH(embedding_forward_kernel);
 }
 
+// The lookup into a 16-bit output (rt_kernels.h rt_embedding_packed_forward): W columns a
+// thread, each value rounded to dt at its store (rtc_stv); W = RTC_VEC (two 16-byte loads,
+// one store) where the rows are groups of RTC_VEC and the pointers 16-byte aligned, else 1.
+template <int W, class O>
+__global__ void embedding_packed_forward_kernel(O* __restrict__ out,
+                                                const int32_t* __restrict__ ids,
+                                                const float* __restrict__ weight, int N, int C,
+                                                int V, rt_dtype dt) {
+    const int per = C / W;
+    const size_t total = (size_t)N * per;
+    RTC_GRID_STRIDE(g, total) {
+        const int n = (int)(g / (size_t)per), c = (int)(g % (size_t)per) * W;
+        const int32_t id = ids[n];
+        if (id < 0 || id >= V) {
+            if (c == 0)
+                RTC_DEVICE_FAIL(RT_KHINT_EMBEDDING_ID, RT_KMSG_EMBEDDING_ID,
+                                (int)id, n, V);
+            return;
+        }
+        float x[W];
+        rtc_ldv(weight, (size_t)id * C + c, dt, x);
+        rtc_stv(out, (size_t)n * C + c, x, dt);
+    }
+}
+
+void rt_embedding_packed_forward(void* out, const int32_t* ids, const float* weight, int N, int C,
+                                 int V, int packed, rt_dtype dt) {
+    static const char* kernel = "rt_embedding_packed_forward";
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    if (packed & RT_PACKED_OUT) RT_KCHECK_PACKED_ROWS(C, kernel);
+    if (N <= 0 || C <= 0) return;
+    const bool vec = C % RTC_VEC == 0 && rtc_aligned16({out, weight});
+    const unsigned blocks = rtc_blocks((size_t)N * (vec ? C / RTC_VEC : C), RTC_THREADS);
+    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+        if (vec)
+            embedding_packed_forward_kernel<RTC_VEC><<<blocks, RTC_THREADS, 0, rtc_stream()>>>(
+                o, ids, weight, N, C, V, dt);
+        else
+            embedding_packed_forward_kernel<1><<<blocks, RTC_THREADS, 0, rtc_stream()>>>(
+                o, ids, weight, N, C, V, dt);
+        RTC_CHECK_LAUNCH(embedding_packed_forward_kernel);
+    });
+}
+
 // ----------------------------------------------------------------------------
 // embedding backward (accumulating): dweight[ids[n], :] += dout[n, :] for n = 0..N-1, a
 // repeated id summing its rows in row order, as the CPU kernel (no atomics). The row numbers
