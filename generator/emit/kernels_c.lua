@@ -93,9 +93,7 @@ local ROUNDS = {
     return { grads = { 1 } }
   end,
   attention = { grads = { 1, 2, 3 } },  -- rt_attention_lowmem_*: dt after prec
-  -- rt_embedding_packed_forward, for a packed output (forward.embedding); its backward
-  -- writes only the weight's gradient
-  embedding = function(op) if memory.base(op.outs[1]).packed then return { grads = {} } end end,
+  embedding = { grads = {} },  -- rt_embedding_packed_forward; the backward writes a parameter's
 }
 
 local function rounds_of(op)
@@ -180,13 +178,15 @@ function forward.linear(op, c, out, dt)
   return kcall("linear", "forward", args, packed_bits(op), dt)
 end
 
--- A packed output (packing.lua) is rounded by the packed call's stores; the weight is read
--- in fp32 storage (its shard, or the unsharded parameters).
+-- A 16-bit lookup is rounded at its stores by the packed call, its output packed or not
+-- (packing.lua); the weight is read in fp32 storage (its shard, or the unsharded parameters).
 function forward.embedding(op, c, out, dt)
   local idx, w = op.ins[1], op.ins[2]
   local args = string.format("%s, %s, %s, %d, %d, %d", out, c.val(idx), c.val(w), numel(idx), w.shape[2],
     w.shape[1])
-  if dt then return { string.format("rt_embedding_packed_forward(%s, RT_PACKED_OUT, %s);", args, dt) } end
+  if dt ~= "RT_F32" then
+    return { string.format("rt_embedding_packed_forward(%s, %s, %s);", args, packed_bits(op) or "0", dt) }
+  end
   return { string.format("rt_embedding_forward(%s);", args) }
 end
 

@@ -219,7 +219,7 @@ end
 
 --   * At one shard rank the sharded layout is the unsharded one, and the all-gather's copy
 --     rounds the fp32 shards to param_dtype. An embedding's output has its weight's dtype
---     and is rounded to it after the lookup (kernels_c `rounded`), so a lookup of the
+--     and the lookup rounds to it (kernels_c forward.embedding), so a lookup of the
 --     unrounded fp32 value gives the same bits: a parameter that only lookups read is read
 --     from the sharded parameters (`from_shard`, rt_model.h), and the all-gather copies
 --     nothing for it (Llama's untied embedding: 2.1 GB of the copy at the step's start).
