@@ -98,9 +98,11 @@ end
 -- copy of each operand not stored packed (rtc_narrow: the input, the weight and the bias in
 -- the forward, the output's gradient in the backward; 4 bytes read and 2 written an
 -- element), the bias gradient's column sums (one launch, column_sums.cuh: the output's
--- gradient read again) and, for an output width not a multiple of 8, the weight
--- gradient's last rows as a second product.
-local function linear_extras(op, bwd)
+-- gradient read again; none where the weight's and the bias's gradients are assigned and
+-- the output width is a multiple of 8: cuBLASLt's epilogue, linear.cu dweight16) and, for an
+-- output width not a multiple of 8, the weight gradient's last rows as a second product.
+-- assigned: the step's call assigns the parameters' gradients (RT_ASSIGN_DWEIGHT).
+local function linear_extras(op, bwd, assigned)
   local y = memory.base(op.outs[1])
   if trace.dtype_bytes[y.dtype] == 4 then return 0, 0 end
   local x, w, b = memory.base(op.ins[1]), op.ins[2], op.ins[3]
@@ -117,7 +119,8 @@ local function linear_extras(op, bwd)
   if w.requires_grad then narrow(x, numel(x.shape)) end
   if x.requires_grad and not x.is_input then narrow(w, numel(w.shape)) end
   if not y.grad_packed then launches, bytes = launches + 1, bytes + numel(y.shape) * 6 end
-  if b and b.requires_grad then launches, bytes = launches + 1, bytes + tbytes(y) end
+  local with_dw = assigned and w.requires_grad and w.shape[1] % 8 == 0
+  if b and b.requires_grad and not with_dw then launches, bytes = launches + 1, bytes + tbytes(y) end
   if w.requires_grad and w.shape[1] % 8 ~= 0 then launches = launches + 1 end
   return launches, bytes
 end
@@ -156,7 +159,8 @@ local function op_cost(st, plan, gpu, k)
     if stack and stack.split then launches = 1 + #stack.ops end
     if bwd then bytes = 2 * bytes + kk * n * 8 end   -- the fp32 weight gradient, read and written
     if k.name == "fsdpgen" then
-      local more, more_bytes = linear_extras(op, bwd)
+      local more, more_bytes = linear_extras(op, bwd, bwd and plan.grad_assigns
+        and plan.grad_assigns[st] and plan.grad_assigns[st][op.ins[2]])
       if bwd then
         local acc, acc_bytes = linear_accumulation(st, op)
         more, more_bytes = more + acc, more_bytes + acc_bytes

@@ -68,6 +68,20 @@ void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec) {
     snprintf(nm, sizeof nm, "linear backward %s dweight (=) N=%d C=%d OC=%d", P, N, C, OC);
     cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
 
+    // dweight and dbias assigned over NaN: 16-bit with OC a multiple of 8, dbias in the weight
+    // gradient's product (cuBLASLt's epilogue: rtc_gemm16_bgrad); else, and with
+    // EMU_CUBLASLT_NO_BGRAD=1 (tests/cuda/run.sh), the column sums
+    if (use_bias) {
+        reset_out(dw, d_dw, NULL, (size_t)OC * C, 1);
+        reset_out(db, d_db, NULL, (size_t)OC, 1);
+        cpu_rt_linear_backward(NULL, dw, db, dout, inp, w, N, C, OC, prec, RT_ASSIGN_DWEIGHT);
+        rt_linear_backward(NULL, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, prec, RT_ASSIGN_DWEIGHT);
+        snprintf(nm, sizeof nm, "linear backward %s dweight and dbias (=) N=%d C=%d OC=%d", P, N,
+                 C, OC);
+        cmp(nm, d_dw, dw, (size_t)OC * C, TOL_GEMM);
+        cmp("  ... dbias (=)", d_db, db, OC, TOL_GEMM);
+    }
+
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
     dfree(d_inp), dfree(d_w), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_dinp),
         dfree(d_dw), dfree(d_db);

@@ -2,8 +2,9 @@
 #include "kernel_tests.h"
 
 // On the CPU emulator (main: the device's name), where a 16-bit GEMM output is the fp32
-// product rounded, so a packed dweight has the fp32 call's bits rounded; on a GPU cuBLAS may
-// pick another kernel for a 16-bit output, which may sum in another order.
+// product rounded, so a packed dweight (and a dbias computed with it) has the fp32 call's
+// bits rounded; on a GPU cuBLAS may pick another kernel for a 16-bit output, which may sum
+// in another order.
 int on_emulator;
 
 // Packed parameter gradients (RT_PACKED_DWEIGHT): n 16-bit values at d16 against the device
@@ -93,7 +94,7 @@ void test_packed_dweight_linear(rt_dtype dt, int N, int C, int OC) {
                                   wt, N, C, OC, pk | RT_PACKED_DWEIGHT, dt, bits, ld);
         over_w += packed_grad_over(d_dw16, d_dw, nw, dt, tol, ulps, &differ_w, &worst_w);
         if (!no_bias) {
-            over_b += packed_grad_over(d_db16, d_db, OC, dt, 0.0, 0, &differ_b, &worst_b);
+            over_b += packed_grad_over(d_db16, d_db, OC, dt, tol, ulps, &differ_b, &worst_b);
         } else {
             uint16_t* h = down16(d_db16, OC);
             for (int i = 0; i < OC; i++) untouched += h[i] == 0xABAB;
@@ -106,8 +107,8 @@ void test_packed_dweight_linear(rt_dtype dt, int N, int C, int OC) {
              "storage of inp, weight, dout, dinp; dinp assigned and accumulated) == the "
              "fp32-storage call's rounded", nm, N, C, OC);
     check_packed_grad(nmk, over_w, differ_w, worst_w, 64, nw, dt, tol, ulps);
-    check_packed_grad("  ... dbias packed (the column sums' store)", over_b, differ_b, worst_b, 32,
-                      OC, dt, 0.0, 0);
+    check_packed_grad("  ... dbias packed (in the weight gradient's product, or the column sums'"
+                      " store)", over_b, differ_b, worst_b, 32, OC, dt, tol, ulps);
     CHECK(untouched == 32 * (size_t)OC, "  ... dbias NULL: its buffer untouched (%zu of %zu "
           "values)", untouched, 32 * (size_t)OC);
     CHECK(ok_dinp, "  ... dinp (fp32 and packed; assigned and accumulated) the fp32-storage "
@@ -132,13 +133,13 @@ void test_packed_dweight_linear(rt_dtype dt, int N, int C, int OC) {
                                   dt, RT_ASSIGN_DWEIGHT, ldw);
         over_w = differ_w = over_b = differ_b = 0, worst_w = worst_b = 0.0;
         over_w += packed_grad_over(d_dw16, d_dw, nw, dt, tol, ulps, &differ_w, &worst_w);
-        over_b += packed_grad_over(d_db16, d_db, OC, dt, 0.0, 0, &differ_b, &worst_b);
+        over_b += packed_grad_over(d_db16, d_db, OC, dt, tol, ulps, &differ_b, &worst_b);
         snprintf(nmk, sizeof nmk, "%s linear backward N=%d C=%d, a stack's weight gradients in "
                  "one call (dinp NULL, OC %d, dout the columns %d.. of rows of %d; input %s), "
                  "dweight packed == the fp32-storage call's rounded", nm, N, C, OC, col, ldw,
                  ops ? "packed" : "fp32");
         check_packed_grad(nmk, over_w, differ_w, worst_w, 1, nw, dt, tol, ulps);
-        check_packed_grad("  ... dbias packed", over_b, differ_b, worst_b, 1, OC, dt, 0.0, 0);
+        check_packed_grad("  ... dbias packed", over_b, differ_b, worst_b, 1, OC, dt, tol, ulps);
     }
     uint16_t* got = down16(d_wide, (size_t)N * ldw);
     CHECK(memcmp(got, start, (size_t)N * ldw * 2) == 0, "  ... the stack's dout unchanged");

@@ -398,6 +398,60 @@ static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
     (void)cublasLtMatmulDescDestroy(op);
 }
 
+bool rtc_gemm16_bgrad(int M, int N, int K, rtc_operand16 A, rtc_operand16 B, void* C, int c16,
+                      int ldc, void* bgrad, rt_dtype prec) {
+    rtc_ctx* c = rtc_get();
+    const int declined = c16 ? 2 : 1;
+    if (c->bgrad_declined & declined) return false;
+    // 16-byte operands and rows, as cuBLASLt's fast kernels want (else the column sums)
+    if (!rtc_aligned16({A.p, B.p, C, bgrad}) || A.ld % 8 || B.ld % 8 || ldc % 8) return false;
+    const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t tc = c16 ? t16 : CUDA_R_32F;
+    // Column-major, as gemm16: C^T[N, M] = B^T · A, A transposed (op T): the epilogue's
+    // "B" is our A, reduced over the product's K (cuBLASLt BGRADB: one value per column of
+    // the column-major D, i.e. per row of our C, of D's type)
+    const cublasOperation_t opa = CUBLAS_OP_N, opb = CUBLAS_OP_T;
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    cublasLtMatmulDesc_t op;
+    RT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    RT_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    RT_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                   sizeof epilogue));
+    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bgrad,
+                                                   sizeof bgrad));
+    if (c->gemm_sms > 0)
+        RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                       &c->gemm_sms, sizeof c->gemm_sms));
+    cublasLtMatrixLayout_t la, lb, ld;
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, t16, N, K, B.ld));  // B[K, N] as stored
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, t16, M, K, A.ld));  // A[K, M] as stored
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, tc, N, M, ldc));
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t st =
+        cublasLtMatmul(c->blas_lt, op, &one, B.p, la, A.p, lb, &zero, C, ld, C, ld, NULL,
+                       c->blas_workspace, RTC_BLAS_WORKSPACE, c->stream);
+    (void)cublasLtMatrixLayoutDestroy(la);
+    (void)cublasLtMatrixLayoutDestroy(lb);
+    (void)cublasLtMatrixLayoutDestroy(ld);
+    (void)cublasLtMatmulDescDestroy(op);
+    // no kernel for it, or (said once) operands it refuses: nothing was launched. The
+    // layouts are those the emulator checks (tests/cuda/emu), so the column sums are the
+    // safe answer on a GPU either way.
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+        if (st == CUBLAS_STATUS_INVALID_VALUE)
+            fprintf(stderr, "fsdpgen: note: cuBLASLt refused the bias-gradient epilogue (%s); "
+                    "the linear backward sums dbias's columns instead\n",
+                    cublasGetStatusString(st));
+        c->bgrad_declined |= declined;
+        return false;
+    }
+    RT_CHECK_CUBLAS(st);
+    return true;
+}
+
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
                         const void* bias16, void* T, float* C, rt_dtype prec) {
     if (M <= 0 || N <= 0) return;

@@ -152,7 +152,8 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 // (checked on every call): cuBLAS handles and device memory belong to one device.
 typedef struct rtc_ctx {
     cublasHandle_t blas;
-    cublasLtHandle_t blas_lt;  // the bias epilogue (rtc_gemm16_rounded)
+    cublasLtHandle_t blas_lt;  // the bias epilogues (rtc_gemm16_rounded, rtc_gemm16_bgrad)
+    int bgrad_declined;    // the output types cuBLASLt declined rtc_gemm16_bgrad for (bits)
     int gemm_sms;          // SMs both plan their GEMMs for; 0: the device's (rt_cuda_set_gemm_sms)
     int device;
     cudaStream_t stream;   // where this thread's work goes (0: the legacy default stream)
@@ -447,6 +448,16 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
 // result stays in T (a packed output, rt_kernels.h "packed 16-bit storage").
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
                         const void* bias16, void* T, float* C, rt_dtype prec);
+
+// A weight gradient with its bias gradient (rt_kernels.h RT_ASSIGN_DWEIGHT: both assigned):
+// C[M,N] (row-major, row stride ldc) = op(A) op(B) with ta = 1 (A is dout[K, M] as stored,
+// the bias's gradient reduced over its K rows) and bgrad[M] = sum over k of A[k, m], by
+// cuBLASLt's BGRADB epilogue, both in C's type: fp32 (c16 0) or prec's 16-bit type rounded in
+// the epilogue (c16 1, M and N multiples of 8). Returns false, having written nothing, where
+// an operand or row is not 16-byte aligned or cuBLASLt declines the epilogue for that output
+// type (then, for the thread, at once): the caller adds the column sums itself.
+bool rtc_gemm16_bgrad(int M, int N, int K, rtc_operand16 A, rtc_operand16 B, void* C, int c16,
+                      int ldc, void* bgrad, rt_dtype prec);
 
 // ----------------------------------------------------------------------------
 // column sums (linear.cu): db[c] += sum over rows of d[r, c] for d[rows, cols], in double,

@@ -4,7 +4,7 @@
 // 16-bit copy that is widened into place (forward, assigned dinp), or by a pass after an
 // fp32 GEMM (rtc_round_buf: a dinp accumulated onto). Packed parameter gradients
 // (RT_PACKED_DWEIGHT) are written 16-bit where they are computed: dweight by cuBLAS's
-// epilogue, dbias by the column sums.
+// epilogue, dbias by the column sums or, assigned with dweight, by cuBLASLt's epilogue.
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -96,18 +96,23 @@ static void linear_forward16(float* out, const float* inp, const void* x16p, con
 // kernel (GPT-2's LM head: 2.3 ms, against 1.4 ms for 50264 rows), so the last OC % 8 rows
 // are a second, small product. A packed dweight (pdw: assigned, OC and C multiples of 8,
 // RT_KCHECK_PACKED_DWEIGHT_LINEAR) is cuBLAS's output rounded to dt in its epilogue, its
-// rows written in place: no fp32 product and no rounding pass.
-static void dweight16(void* dweight, bool pdw, rtc_operand16 d16, rtc_operand16 i16, int N,
-                      int C, int OC, float beta, rt_dtype dt) {
+// rows written in place: no fp32 product and no rounding pass. dbias not NULL (both
+// assigned, OC a multiple of 8): the bias gradient in the same product's epilogue
+// (rtc_gemm16_bgrad), dout not read again by the column sums; returns whether cuBLASLt took
+// it (else the caller sums the columns).
+static bool dweight16(void* dweight, bool pdw, void* dbias, rtc_operand16 d16, rtc_operand16 i16,
+                      int N, int C, int OC, float beta, rt_dtype dt) {
+    if (dbias && rtc_gemm16_bgrad(OC, C, N, d16, i16, dweight, pdw, C, dbias, dt)) return true;
     if (pdw) {
         rtc_gemm16_rounded(1, 0, OC, C, N, d16, i16, NULL, dweight, NULL, dt);
-        return;
+        return false;
     }
     const int bulk = OC & ~7;
     float* dw = (float*)dweight;
     rtc_gemm16(1, 0, bulk, C, N, 1.0f, d16, i16, beta, dw, C, dt);
     const rtc_operand16 tail = {(const char*)d16.p + (size_t)bulk * 2, d16.ld};
     rtc_gemm16(1, 0, OC - bulk, C, N, 1.0f, tail, i16, beta, dw + (size_t)bulk * C, C, dt);
+    return false;
 }
 
 void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -168,11 +173,12 @@ __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __res
 // cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an assigned dinp is
 // rounded in cuBLAS's epilogue and widened into place (as linear_forward16's output), or
 // left there when it is packed (pg); a packed dinp added to gets the fp32 product, then one
-// pass adding and rounding (add_packed_kernel). pdw: dweight is packed (dweight16).
-static void linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, rtc_operand16 d16,
-                              char* s, const float* inp, const void* x16p, const float* weight,
-                              const void* w16p, int N, int C, int OC, rt_dtype dt, int as,
-                              float beta_w) {
+// pass adding and rounding (add_packed_kernel). pdw: dweight is packed; dbias: computed
+// with it where cuBLASLt can (dweight16, whose answer this returns).
+static bool linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, void* dbias,
+                              rtc_operand16 d16, char* s, const float* inp, const void* x16p,
+                              const float* weight, const void* w16p, int N, int C, int OC,
+                              rt_dtype dt, int as, float beta_w) {
     const int OCp = rtc_ld16(OC);
     const size_t nw = dinp && !w16p ? rtc_elems16(OCp, C) : 0,
                  ni = dweight && !x16p ? rtc_elems16(N, C) : 0;
@@ -194,11 +200,10 @@ static void linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, rtc_
             rtc_round_buf((float*)dinp, (size_t)N * C, dt);
         }
     }
-    if (dweight) {
-        const rtc_operand16 i16 =
-            x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s + nw * 2, inp, N, C, C, dt);
-        dweight16(dweight, pdw, d16, i16, N, C, OC, beta_w, dt);
-    }
+    if (!dweight) return false;
+    const rtc_operand16 i16 =
+        x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s + nw * 2, inp, N, C, C, dt);
+    return dweight16(dweight, pdw, dbias, d16, i16, N, C, OC, beta_w, dt);
 }
 
 // The degenerate shapes' gradients (no terms); returns whether there is nothing more to do.
@@ -228,10 +233,15 @@ static void linear_backward_any(void* dinp, void* dweight, void* dbias, const vo
                pw = packed & RT_PACKED_INP2, pg = packed & RT_PACKED_DINP,
                pdw = packed & RT_PACKED_DWEIGHT;
     const bool done = linear_backward_empty(dinp, pg, dweight, pdw, N, C, OC, as, as_w);
-    if (dbias && (N > 0 || as_w) && OC > 0)  // assigned without rows: zeros
-        rtc_with_storage(pd, dout, [&](auto d) {
-            colsum_acc(dbias, d, N, OC, ld_dout, dt, as_w, pdw ? dt : RT_F32);
-        });
+    auto column_sums = [&] {
+        if (dbias && (N > 0 || as_w) && OC > 0)  // assigned without rows: zeros
+            rtc_with_storage(pd, dout, [&](auto d) {
+                colsum_acc(dbias, d, N, OC, ld_dout, dt, as_w, pdw ? dt : RT_F32);
+            });
+    };
+    // the bias gradient in the weight gradient's product (dweight16), both assigned
+    const bool with_dw = dbias && dweight && as_w && dt != RT_F32 && !done && OC % 8 == 0;
+    if (!with_dw) column_sums();
     if (done || (!dinp && !dweight)) return;
     if (dt == RT_F32) {
         const float *d = (const float*)dout, *x = (const float*)inp;
@@ -250,9 +260,11 @@ static void linear_backward_any(void* dinp, void* dweight, void* dbias, const vo
         (nd + linear_backward16_elems(dinp, dweight, pi, pw, pg, N, C, OC, as)) * 2);
     const rtc_operand16 d16 = pd ? rtc_operand16{dout, ld_dout}
                                  : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
-    linear_backward16(dinp, pg, dweight, pdw, d16, s + nd * 2, (const float*)inp, pi ? inp : NULL,
-                      pw ? NULL : (const float*)weight, pw ? weight : NULL, N, C, OC, dt, as,
-                      beta_w);
+    const bool db_done =
+        linear_backward16(dinp, pg, dweight, pdw, with_dw ? dbias : NULL, d16, s + nd * 2,
+                          (const float*)inp, pi ? inp : NULL, pw ? NULL : (const float*)weight,
+                          pw ? weight : NULL, N, C, OC, dt, as, beta_w);
+    if (with_dw && !db_done) column_sums();
 }
 
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

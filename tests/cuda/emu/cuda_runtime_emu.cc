@@ -752,6 +752,7 @@ struct gemm_args {
     int ldd;
     const void* bias;  // of type dt, one per row of D, or NULL
     int sms;           // the SMs it is planned for (0: the device's)
+    void* bgrad;       // of type dt, one per column of D: the sums of op(B)'s columns, or NULL
 };
 
 // sum over l < k of a[l] b[l] in fp32, over eight interleaved partial sums (l % 8), added
@@ -797,6 +798,11 @@ void gemm(const gemm_args& g) {
     }
     for (int j = 0; j < g.n; j++)
         for (int i = 0; i < g.m; i++) store(g.D, (size_t)j * g.ldd + i, out[(size_t)j * g.m + i], g.dt);
+    for (int j = 0; g.bgrad && j < g.n; j++) {
+        float sum = 0.0f;
+        for (int l = 0; l < g.k; l++) sum += brows[(size_t)j][(size_t)l];
+        store(g.bgrad, (size_t)j, sum, g.dt);
+    }
 }
 
 cublasStatus_t enqueue_gemm(cudaStream_t stream, const gemm_args& g) {
@@ -862,7 +868,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     if (computeType != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     const gemm_args g = {transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k,
                          *(const float*)alpha, *(const float*)beta, A, Atype, lda, B, Btype, ldb,
-                         C, Ctype, ldc, C, Ctype, ldc, NULL, handle->sms};
+                         C, Ctype, ldc, C, Ctype, ldc, NULL, handle->sms, NULL};
     return enqueue_gemm(handle->stream, g);
 }
 
@@ -901,7 +907,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
         uint32_t e;
         if (bytes != sizeof e) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&e, buf, sizeof e);
-        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS)
+        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS &&
+            e != CUBLASLT_EPILOGUE_BGRADB)
             return CUBLAS_STATUS_NOT_SUPPORTED;
         desc->epilogue = (cublasLtEpilogue_t)e;
         return CUBLAS_STATUS_SUCCESS;
@@ -939,14 +946,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
     const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
     const int m = Ddesc->rows, n = Ddesc->cols, k = ta ? Adesc->rows : Adesc->cols;
+    const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS,
+               bgrad = desc->epilogue == CUBLASLT_EPILOGUE_BGRADB;
     if ((ta ? Adesc->cols : Adesc->rows) != m || (tb ? Bdesc->cols : Bdesc->rows) != k ||
         (tb ? Bdesc->rows : Bdesc->cols) != n || Cdesc->rows != m || Cdesc->cols != n ||
-        (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias == NULL))
+        ((bias || bgrad) && desc->bias == NULL))
         return CUBLAS_STATUS_INVALID_VALUE;
+    // EMU_CUBLASLT_NO_BGRAD=1: no kernel for the bias gradient, as a cuBLASLt without one
+    // for the types answers (the runtime's column sums then: tests/cuda/run.sh)
+    const char* no_bgrad = getenv("EMU_CUBLASLT_NO_BGRAD");
+    if (bgrad && no_bgrad && !strcmp(no_bgrad, "1")) return CUBLAS_STATUS_NOT_SUPPORTED;
     const gemm_args g = {ta, tb, m, n, k, *(const float*)alpha, *(const float*)beta, A,
                          Adesc->type, Adesc->ld, B, Bdesc->type, Bdesc->ld, C, Cdesc->type,
-                         Cdesc->ld, D, Ddesc->type, Ddesc->ld,
-                         desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? desc->bias : NULL, desc->sms};
+                         Cdesc->ld, D, Ddesc->type, Ddesc->ld, bias ? desc->bias : NULL,
+                         desc->sms, bgrad ? (void*)desc->bias : NULL};
     return enqueue_gemm(stream, g);
 }
 

@@ -1,6 +1,8 @@
-// cublasLt.h of the CUDA emulator (tests/cuda/emu): the cuBLASLt matmul with the bias
-// epilogue that runtime/cuda's gemm16_bias uses (D = op(A) op(B) + bias per row of the
-// column-major D, summed in fp32, rounded once), on the host (cuda_runtime_emu.cc).
+// cublasLt.h of the CUDA emulator (tests/cuda/emu): the cuBLASLt matmul with the epilogues
+// runtime/cuda uses: gemm16_bias's bias (D = op(A) op(B) + bias per row of the column-major
+// D, summed in fp32, rounded once) and rtc_gemm16_bgrad's bias gradient (BGRADB: the sums of
+// op(B)'s columns over k, one per column of D, in D's type), on the host
+// (cuda_runtime_emu.cc).
 #ifndef FSDPGEN_CUDA_EMU_CUBLASLT_H
 #define FSDPGEN_CUDA_EMU_CUBLASLT_H
 
@@ -23,7 +25,11 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET = 15,
 } cublasLtMatmulDescAttributes_t;
 
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_BGRADB = 512,
+} cublasLtEpilogue_t;
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
