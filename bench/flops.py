@@ -143,7 +143,7 @@ TARGETS = {
 
 
 IMPLS = ["fsdpgen", "fsdpgen_sm8", "fsdpgen_sm16", "fsdpgen_opt_after", "fsdpgen_cudnn",
-         "fsdpgen_kernels", "torch_eager", "torch_compile"]
+         "fsdpgen_kernels", "fsdpgen_sums", "torch_eager", "torch_compile"]
 
 
 def table(lines, peak):

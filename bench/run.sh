@@ -80,13 +80,14 @@ echo "device: $name, bf16 dense peak $peak TFLOP/s; warmup $warmup steps, timed 
 results=$work/results
 : >"$results"
 # run_fsdpgen IMPL [VAR=VALUE...]: config $c's fsdpgen binary as row IMPL, with those settings
-# of the binary's environment (docs/cli.md: RT_ATTENTION, RT_OPTIMIZER_STREAM, RT_SM_MARGIN),
+# of the binary's environment (docs/cli.md: RT_ATTENTION, RT_OPTIMIZER_STREAM, RT_SM_MARGIN,
+# RT_BIAS_GRAD),
 # the others at their defaults whatever the caller's environment says
 run_fsdpgen() {
   local impl=$1 log=$work/$c.$1.log ms="" tok=""
   shift
   echo "== $c: $impl (${*:+$* }./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
-  if env -u RT_ATTENTION -u RT_OPTIMIZER_STREAM -u RT_SM_MARGIN "$@" ./fsdpgen bench train \
+  if env -u RT_ATTENTION -u RT_OPTIMIZER_STREAM -u RT_SM_MARGIN -u RT_BIAS_GRAD "$@" ./fsdpgen bench train \
     "bench/specs/$c.lua" --cuda --steps $((warmup + steps)) >"$log" 2>&1; then
     grep -E '^fsdpgen: (attention|RT_SM_MARGIN)' "$log" | sed "s/^/$impl: /"
     # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
@@ -126,7 +127,7 @@ run_torch() {
 # optimizer after the backward (the default steps each group beside it); last, each
 # attention forced (the spec's default `auto` takes per shape the faster of cuDNN and
 # fsdpgen's kernels, timed at start, and the `fsdpgen: attention` lines say which;
-# bench/attention.sh times the two apart).
+# bench/attention.sh times the two apart), and GPT-2's bias gradients by column sums.
 for c in "${configs[@]}"; do
   run_fsdpgen fsdpgen
   run_torch torch_eager
@@ -136,6 +137,9 @@ for c in "${configs[@]}"; do
   run_fsdpgen fsdpgen_opt_after RT_OPTIMIZER_STREAM=compute
   run_fsdpgen fsdpgen_cudnn RT_ATTENTION=cudnn
   run_fsdpgen fsdpgen_kernels RT_ATTENTION=fsdpgen
+  # the bias gradients by column sums, not in the weight gradients' products (GPT-2's
+  # feed-forwards; Llama's linears have no bias)
+  if [[ $c == gpt2_124m ]]; then run_fsdpgen fsdpgen_sums RT_BIAS_GRAD=sums; fi
 done
 
 echo

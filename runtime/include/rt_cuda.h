@@ -60,6 +60,12 @@ void rt_cuda_set_gemm_sms(int sms);
 // from DRAM again; 0 reads every row twice. The bits do not change: bench/loss.sh times the
 // two. Creates the thread's context first if it has none.
 void rt_cuda_set_loss_stage(size_t bytes);
+// From now on this thread's linear backward computes a bias gradient it assigns with its
+// weight's in the weight gradient's product (epilogue 1, the initial setting: cuBLASLt's
+// bias-gradient epilogue, where cuBLASLt takes it) or by column sums reading dout again
+// (0). The sums differ within a float rounding: bench/run.sh times the two. Creates the
+// thread's context first if it has none.
+void rt_cuda_set_bias_grad_epilogue(int epilogue);
 
 // ----------------------------------------------------------------------------
 // graph-safe optimizer steps: rt_optim.h's steps with the 1-based step count and the

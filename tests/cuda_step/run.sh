@@ -339,6 +339,16 @@ spec_checks() {
             fail "$name ($where): $label saved other parameters than the default (a race between the optimizer stream and the backward?)"
         fi
         if [[ $name = gpt2_w1_tied_rows ]]; then
+            # the feed-forwards' bias gradients by column sums (RT_BIAS_GRAD=sums), not in
+            # their weight gradients' products: within the CPU's tolerance too; a bad value
+            # is one line
+            RT_BIAS_GRAD=sums "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.sums.safetensors" \
+                >"$work/$name.sums.log" 2>&1
+            PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name with RT_BIAS_GRAD=sums ($where)" "$py" \
+                tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.sums.log" \
+                "$work/$name.cpu.safetensors" "$work/$name.sums.safetensors" "$rtol" "$name"
+            env_error "$name" RT_BIAS_GRAD colsum \
+                "fsdpgen: RT_BIAS_GRAD=colsum: must be epilogue (a linear's assigned bias gradient in its weight gradient's product) or sums (column sums)"
             whole_checks gpt2_w1_whole 4 6 2
         else
             env_error "$name" RT_OPTIMIZER_STREAM early \
@@ -487,6 +497,20 @@ if [ "$gpu" = 0 ]; then
         else
             head -n 3 "$work/run1.log"
             fail "$name with RT_SM_MARGIN=1: no line saying so, or the step's kernels are not the default's with every GEMM at 3 SMs"
+        fi
+        # RT_BIAS_GRAD=sums: the step's kernels and, for each bias gradient the weight
+        # gradient's product computed (GPT-2's feed-forwards), a column sum more
+        rm -f "$work/graph2.txt"
+        RT_BIAS_GRAD=sums CUDA_EMU_GRAPH_KERNELS=$work/graph2.txt "$bin" --steps 2 >"$work/run2.log" 2>&1
+        more=$(diff <(sort "$work/graph.txt") <(sort "$work/graph2.txt") | grep -c '^> colsum_chunk_kernel')
+        other=$(diff <(sort "$work/graph.txt") <(sort "$work/graph2.txt") |
+            grep -v -e '^> colsum_chunk_kernel' -e '^[<>] graph ' | grep -c '^[<>]')
+        want=0
+        [[ $name = gpt2_bench_shape ]] && want=4
+        if [ "$more" = "$want" ] && [ "$other" = 0 ]; then
+            pass "$name with RT_BIAS_GRAD=sums: the step's kernels and $want column sums more"
+        else
+            fail "$name with RT_BIAS_GRAD=sums: $more column sums more (want $want), $other other kernels differ"
         fi
         if [ "${FSDPGEN_UPDATE_GOLDEN:-0}" = 1 ]; then
             cp "$work/$name.kernels" "$golden"

@@ -143,6 +143,10 @@ void rt_cuda_set_gemm_sms(int sms) {
     c->gemm_sms = sms;  // the bias epilogue's descriptors take it at each call
 }
 
+void rt_cuda_set_bias_grad_epilogue(int epilogue) {
+    rtc_get()->bgrad_declined = epilogue ? 0 : 3;  // 3: for both output types
+}
+
 // ----------------------------------------------------------------------------
 // init
 

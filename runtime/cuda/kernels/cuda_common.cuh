@@ -153,7 +153,8 @@ void rtc_round_buf(float* x, size_t n, rt_dtype dt);
 typedef struct rtc_ctx {
     cublasHandle_t blas;
     cublasLtHandle_t blas_lt;  // the bias epilogues (rtc_gemm16_rounded, rtc_gemm16_bgrad)
-    int bgrad_declined;    // the output types cuBLASLt declined rtc_gemm16_bgrad for (bits)
+    int bgrad_declined;    // the output types (bits) rtc_gemm16_bgrad leaves to the column
+                           // sums: cuBLASLt declined it, or rt_cuda_set_bias_grad_epilogue(0)
     int gemm_sms;          // SMs both plan their GEMMs for; 0: the device's (rt_cuda_set_gemm_sms)
     int device;
     cudaStream_t stream;   // where this thread's work goes (0: the legacy default stream)

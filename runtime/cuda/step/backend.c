@@ -84,7 +84,9 @@ const char* rt_step_backend(void) { return "cuda"; }
 
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
     launch_opts = o ? *o : (rt_launch_opts){0};
-    if (cs_attention_check_env() || cs_optimizer_check_env() || cs_sm_margin_check_env()) return 2;
+    if (cs_attention_check_env() || cs_optimizer_check_env() || cs_sm_margin_check_env() ||
+        cs_bias_grad_check_env())
+        return 2;
     if (rt_mpi_launched()) {
         if (launch_opts.local) {
             fprintf(stderr, "fsdpgen: --local runs every rank in this process; it cannot be "
@@ -589,6 +591,22 @@ int cs_optimizer_check_env(void) {
     fprintf(stderr, "fsdpgen: RT_OPTIMIZER_STREAM=%s: must be side (each group's step beside "
                     "the backward, after its reduction) or compute (after the backward)\n",
             getenv("RT_OPTIMIZER_STREAM"));
+    return 2;
+}
+
+// RT_BIAS_GRAD: how the linear backward computes the bias gradients it assigns
+// (rt_cuda_set_bias_grad_epilogue).
+int cs_bias_grad_epilogue(void) {
+    const char* v = getenv("RT_BIAS_GRAD");
+    if (!v || !*v || strcmp(v, "epilogue") == 0) return 1;
+    return strcmp(v, "sums") == 0 ? 0 : -1;
+}
+
+int cs_bias_grad_check_env(void) {
+    if (cs_bias_grad_epilogue() >= 0) return 0;
+    fprintf(stderr, "fsdpgen: RT_BIAS_GRAD=%s: must be epilogue (a linear's assigned bias "
+                    "gradient in its weight gradient's product) or sums (column sums)\n",
+            getenv("RT_BIAS_GRAD"));
     return 2;
 }
 

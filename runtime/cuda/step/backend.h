@@ -149,6 +149,13 @@ int cs_optimizer_check_env(void);
 // RT_OPTIMIZER_STREAM's choice: 1 side (also unset or empty), 0 compute, -1 anything else.
 int cs_optimizer_side(void);
 
+// ---- bias gradients (backend.c) --------------------------------------------------------------
+
+// RT_BIAS_GRAD is unset, empty, epilogue or sums: 0; else 2 after a one-line message.
+int cs_bias_grad_check_env(void);
+// RT_BIAS_GRAD's choice: 1 epilogue (also unset or empty), 0 sums, -1 anything else.
+int cs_bias_grad_epilogue(void);
+
 // ---- SMs left to the side streams (backend.c) -----------------------------------------------
 
 // RT_SM_MARGIN is unset, empty or a whole number of SMs from 0 to 1023 that leaves GPU 0 at
