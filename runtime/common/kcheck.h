@@ -71,6 +71,14 @@
               "%s: packed_add %d, packed_norm %d", kernel, (int)(packed_add),             \
               (int)(packed_norm))
 
+// rt_embedding_packed_forward: a 16-bit dt; packed output rows dense.
+#define RT_KCHECK_EMBEDDING_PACKED(C, packed, dt)                                         \
+    do {                                                                                  \
+        RT_KCHECK_PACKED_DT(dt, "rt_embedding_packed_forward");                          \
+        if ((packed) & RT_PACKED_OUT)                                                     \
+            RT_KCHECK_PACKED_ROWS(C, "rt_embedding_packed_forward");                      \
+    } while (0)
+
 // A packed gradient's row length (rt_kernels.h "Gradient row lengths"): 0 (dense rows), or
 // where the gradient is packed a multiple of 8 (16-byte rows, as the GPU's GEMMs read them)
 // of at least its width W.

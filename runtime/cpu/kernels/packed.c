@@ -281,9 +281,7 @@ static size_t head_elems(int B, int T, int heads, int HD) {
 
 void rt_embedding_packed_forward(void* out, const int32_t* ids, const float* weight, int N, int C,
                                  int V, int packed, rt_dtype dt) {
-    static const char* kernel = "rt_embedding_packed_forward";
-    RT_KCHECK_PACKED_DT(dt, kernel);
-    if (packed & RT_PACKED_OUT) RT_KCHECK_PACKED_ROWS(C, kernel);
+    RT_KCHECK_EMBEDDING_PACKED(C, packed, dt);
     if (N <= 0 || C <= 0) return;
     const size_t n = (size_t)N * C;
     float* y = dense_target(scratch_floats(n + 1), 0, out, n, packed & RT_PACKED_OUT);

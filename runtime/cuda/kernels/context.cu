@@ -363,17 +363,17 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
     gemm16(ta, tb, M, N, K, alpha, A, B, beta, C, 0, ldc, prec);
 }
 
-// cuBLASLt's bias epilogue: D = op(A) op(B) + bias (per column of the row-major D, row
-// stride N), summed in fp32 and rounded once to prec. Not cublasGemmEx with the bias rows
-// as a 16-bit C and beta = 1: on an H100 (cuBLAS 13) that gave results up to 255 bf16 ulps
-// off in place.
-static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                        const void* bias, void* D, rt_dtype prec) {
+// One cuBLASLt matmul of 16-bit operands, row-major D[M, N] (type td, row stride ldd) =
+// op(A) op(B) (column-major, as gemm16: D^T = op(B)^T op(A)^T, each matrix as stored) with
+// `epilogue` and its vector `vec` (a bias, or a bias gradient), summed in fp32, planned for
+// the context's SMs. Returns cuBLASLt's status.
+static cublasStatus_t lt_matmul16(int ta, int tb, int M, int N, int K, rtc_operand16 A,
+                                  rtc_operand16 B, cublasLtEpilogue_t epilogue, const void* vec,
+                                  void* D, cudaDataType_t td, int ldd, rt_dtype prec) {
     rtc_ctx* c = rtc_get();
     const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cublasLtMatmulDesc_t op;
     RT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     RT_CHECK_CUBLAS(
@@ -382,24 +382,35 @@ static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rt
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                    sizeof epilogue));
-    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof bias));
+    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
+                                                   sizeof vec));
     if (c->gemm_sms > 0)
         RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
                                                        &c->gemm_sms, sizeof c->gemm_sms));
-    // Column-major, as gemm16: D^T[N, M] = op(B)^T op(A)^T, each matrix as stored.
     cublasLtMatrixLayout_t la, lb, ld;
     RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, t16, tb ? K : N, tb ? N : K, B.ld));
     RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, t16, ta ? M : K, ta ? K : M, A.ld));
-    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, t16, N, M, N));
+    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, td, N, M, ldd));
     const float one = 1.0f, zero = 0.0f;
-    RT_CHECK_CUBLAS(cublasLtMatmul(c->blas_lt, op, &one, B.p, la, A.p, lb, &zero,
-                                   D, ld, D, ld, NULL, c->blas_workspace, RTC_BLAS_WORKSPACE,
-                                   c->stream));
+    const cublasStatus_t st =
+        cublasLtMatmul(c->blas_lt, op, &one, B.p, la, A.p, lb, &zero, D, ld, D, ld, NULL,
+                       c->blas_workspace, RTC_BLAS_WORKSPACE, c->stream);
     (void)cublasLtMatrixLayoutDestroy(la);
     (void)cublasLtMatrixLayoutDestroy(lb);
     (void)cublasLtMatrixLayoutDestroy(ld);
     (void)cublasLtMatmulDescDestroy(op);
+    return st;
+}
+
+// cuBLASLt's bias epilogue: D = op(A) op(B) + bias (per column of the row-major D, row
+// stride N), summed in fp32 and rounded once to prec. Not cublasGemmEx with the bias rows
+// as a 16-bit C and beta = 1: on an H100 (cuBLAS 13) that gave results up to 255 bf16 ulps
+// off in place.
+static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
+                        const void* bias, void* D, rt_dtype prec) {
+    const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    RT_CHECK_CUBLAS(lt_matmul16(ta, tb, M, N, K, A, B, CUBLASLT_EPILOGUE_BIAS, bias, D, t16, N,
+                                prec));
 }
 
 bool rtc_gemm16_bgrad(int M, int N, int K, rtc_operand16 A, rtc_operand16 B, void* C, int c16,
@@ -409,38 +420,12 @@ bool rtc_gemm16_bgrad(int M, int N, int K, rtc_operand16 A, rtc_operand16 B, voi
     if (c->bgrad_declined & declined) return false;
     // 16-byte operands and rows, as cuBLASLt's fast kernels want (else the column sums)
     if (!rtc_aligned16({A.p, B.p, C, bgrad}) || A.ld % 8 || B.ld % 8 || ldc % 8) return false;
-    const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    const cudaDataType_t tc = c16 ? t16 : CUDA_R_32F;
-    // Column-major, as gemm16: C^T[N, M] = B^T · A, A transposed (op T): the epilogue's
-    // "B" is our A, reduced over the product's K (cuBLASLt BGRADB: one value per column of
-    // the column-major D, i.e. per row of our C, of D's type)
-    const cublasOperation_t opa = CUBLAS_OP_N, opb = CUBLAS_OP_T;
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BGRADB;
-    cublasLtMatmulDesc_t op;
-    RT_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    RT_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    RT_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                   sizeof epilogue));
-    RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bgrad,
-                                                   sizeof bgrad));
-    if (c->gemm_sms > 0)
-        RT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-                                                       &c->gemm_sms, sizeof c->gemm_sms));
-    cublasLtMatrixLayout_t la, lb, ld;
-    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, t16, N, K, B.ld));  // B[K, N] as stored
-    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, t16, M, K, A.ld));  // A[K, M] as stored
-    RT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, tc, N, M, ldc));
-    const float one = 1.0f, zero = 0.0f;
+    // A transposed (op T): the epilogue's "B" is our A, reduced over the product's K
+    // (cuBLASLt BGRADB: one value per column of the column-major D, i.e. per row of our C,
+    // of D's type)
+    const cudaDataType_t tc = c16 ? (prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F) : CUDA_R_32F;
     const cublasStatus_t st =
-        cublasLtMatmul(c->blas_lt, op, &one, B.p, la, A.p, lb, &zero, C, ld, C, ld, NULL,
-                       c->blas_workspace, RTC_BLAS_WORKSPACE, c->stream);
-    (void)cublasLtMatrixLayoutDestroy(la);
-    (void)cublasLtMatrixLayoutDestroy(lb);
-    (void)cublasLtMatrixLayoutDestroy(ld);
-    (void)cublasLtMatmulDescDestroy(op);
+        lt_matmul16(1, 0, M, N, K, A, B, CUBLASLT_EPILOGUE_BGRADB, bgrad, C, tc, ldc, prec);
     // no kernel for it, or (said once) operands it refuses: nothing was launched. The
     // layouts are those the emulator checks (tests/cuda/emu), so the column sums are the
     // safe answer on a GPU either way.

@@ -6,41 +6,15 @@
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
-// embedding forward: out[N,C] = weight[ids[n], :]
+// embedding forward: out[N,C] = weight[ids[n], :], each value rounded to dt at its store
+// (rtc_stv; RT_F32: a copy), into fp32 or packed 16-bit storage (O). W columns a thread:
+// W = RTC_VEC (two 16-byte loads, one or two stores) where the rows are groups of RTC_VEC
+// and the pointers 16-byte aligned, else 1.
 
-__global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ ids,
-                                         const float* __restrict__ weight, int N, int C, int V) {
-    const size_t total = (size_t)N * C;
-    RTC_GRID_STRIDE(i, total) {
-        const int n = (int)(i / (size_t)C), c = (int)(i % (size_t)C);
-        const int32_t id = ids[n];
-        if (id < 0 || id >= V) {
-            if (c == 0)
-                RTC_DEVICE_FAIL(RT_KHINT_EMBEDDING_ID, RT_KMSG_EMBEDDING_ID,
-                                (int)id, n, V);
-            return;
-        }
-        out[i] = weight[(size_t)id * C + c];
-    }
-}
-
-void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, int N, int C,
-                          int V) {
-    if (N <= 0 || C <= 0) return;
-    const size_t total = (size_t)N * C;
-    embedding_forward_kernel<<<rtc_blocks(total, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
-        out, ids, weight, N, C, V);
-    RTC_CHECK_LAUNCH(embedding_forward_kernel);
-}
-
-// The lookup into a 16-bit output (rt_kernels.h rt_embedding_packed_forward): W columns a
-// thread, each value rounded to dt at its store (rtc_stv); W = RTC_VEC (two 16-byte loads,
-// one store) where the rows are groups of RTC_VEC and the pointers 16-byte aligned, else 1.
 template <int W, class O>
-__global__ void embedding_packed_forward_kernel(O* __restrict__ out,
-                                                const int32_t* __restrict__ ids,
-                                                const float* __restrict__ weight, int N, int C,
-                                                int V, rt_dtype dt) {
+__global__ void embedding_forward_kernel(O* __restrict__ out, const int32_t* __restrict__ ids,
+                                         const float* __restrict__ weight, int N, int C, int V,
+                                         rt_dtype dt) {
     const int per = C / W;
     const size_t total = (size_t)N * per;
     RTC_GRID_STRIDE(g, total) {
@@ -58,23 +32,31 @@ __global__ void embedding_packed_forward_kernel(O* __restrict__ out,
     }
 }
 
-void rt_embedding_packed_forward(void* out, const int32_t* ids, const float* weight, int N, int C,
-                                 int V, int packed, rt_dtype dt) {
-    static const char* kernel = "rt_embedding_packed_forward";
-    RT_KCHECK_PACKED_DT(dt, kernel);
-    if (packed & RT_PACKED_OUT) RT_KCHECK_PACKED_ROWS(C, kernel);
+static void embedding_forward(void* out, bool packed, const int32_t* ids, const float* weight,
+                              int N, int C, int V, rt_dtype dt) {
     if (N <= 0 || C <= 0) return;
     const bool vec = C % RTC_VEC == 0 && rtc_aligned16({out, weight});
     const unsigned blocks = rtc_blocks((size_t)N * (vec ? C / RTC_VEC : C), RTC_THREADS);
-    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+    rtc_with_storage(packed, out, [&](auto o) {
         if (vec)
-            embedding_packed_forward_kernel<RTC_VEC><<<blocks, RTC_THREADS, 0, rtc_stream()>>>(
+            embedding_forward_kernel<RTC_VEC><<<blocks, RTC_THREADS, 0, rtc_stream()>>>(
                 o, ids, weight, N, C, V, dt);
         else
-            embedding_packed_forward_kernel<1><<<blocks, RTC_THREADS, 0, rtc_stream()>>>(
+            embedding_forward_kernel<1><<<blocks, RTC_THREADS, 0, rtc_stream()>>>(
                 o, ids, weight, N, C, V, dt);
-        RTC_CHECK_LAUNCH(embedding_packed_forward_kernel);
+        RTC_CHECK_LAUNCH(embedding_forward_kernel);
     });
+}
+
+void rt_embedding_forward(float* out, const int32_t* ids, const float* weight, int N, int C,
+                          int V) {
+    embedding_forward(out, false, ids, weight, N, C, V, RT_F32);
+}
+
+void rt_embedding_packed_forward(void* out, const int32_t* ids, const float* weight, int N, int C,
+                                 int V, int packed, rt_dtype dt) {
+    RT_KCHECK_EMBEDDING_PACKED(C, packed, dt);
+    embedding_forward(out, packed & RT_PACKED_OUT, ids, weight, N, C, V, dt);
 }
 
 // ----------------------------------------------------------------------------
