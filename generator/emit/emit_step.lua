@@ -349,6 +349,8 @@ function Walker:step(st, index)
     -- a marker: the recompute steps follow
   elseif op == "eval_loss" then
     calls[1] = string.format("rt_step_eval_loss(R, %s);", F(memory.base(st.node.outs[1]).buf, 0, 1))
+  elseif st.rope_pair and st ~= st.rope_pair.call then  -- forward or backward
+    calls[1] = "// (computed with " .. st.rope_pair.b.label .. " below, in its call)"
   elseif op == "forward" or op == "recompute" then
     local node = st.node
     local o = node.outs[1]
@@ -363,8 +365,6 @@ function Walker:step(st, index)
       local y = add.outs[1]
       calls = kernels.residual_norm(add, node, self:ctx(st, false),
         F(memory.base(y).buf, 0, trace.numel(y.shape)), out)
-    elseif st.rope_pair and st ~= st.rope_pair.call then
-      calls[1] = "// (computed with " .. st.rope_pair.b.label .. " below, in its call)"
     elseif st.rope_pair then
       local a = st.rope_pair.a.outs[1]
       calls = kernels.rope_pair_forward(st.rope_pair, self:ctx(st, false),
@@ -382,8 +382,6 @@ function Walker:step(st, index)
     -- nothing to run: the inputs' gradients are the output's buffer (the schedule says so)
   elseif st.stacked then
     calls[1] = "// (computed with " .. st.stacked.call.label .. " below, in its call)"
-  elseif st.rope_pair and st ~= st.rope_pair.call then
-    calls[1] = "// (computed with " .. st.rope_pair.b.label .. " below, in its call)"
   elseif op == "loss_grad" or op == "backward" then
     local node = st.node
     if op == "loss_grad" then

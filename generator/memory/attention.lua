@@ -5,6 +5,8 @@
 -- the step then calls rt_step_attention_* on the op's site (rt_model.h), and the CUDA backend
 -- picks cuDNN or fsdpgen's kernels at start (rt_step.h). Every other op keeps fsdpgen's
 -- kernels, with the reason in the .schedule.
+local packing = require("memory.packing")
+
 local M = {}
 
 -- cuDNN's workspace as planned (scratch_floats): the backward's rowsum(dO * O), then room
@@ -43,8 +45,6 @@ function M.scratch_floats(op)
   return n
 end
 
-local function sixteen(t) return t.dtype == "bf16" or t.dtype == "fp16" end
-
 local NAMES = { "q", "k", "v" }
 
 -- Why op cannot run on cuDNN (a few words for the .schedule's line), or nil. readers: tensor
@@ -53,7 +53,7 @@ local NAMES = { "q", "k", "v" }
 -- gradients of q, k and v whole, so each must be a distinct tensor read by this op alone.
 local function refusal(op, readers, base)
   local y = op.outs[1]
-  if not sixteen(y) then
+  if not packing.sixteen(y) then
     return y.dtype .. " (cuDNN's is bf16 or fp16)"
   end
   for j, t in ipairs(op.ins) do

@@ -17,16 +17,16 @@
 -- at = its index } as `st.rope_pair` on both steps. memory.lua keeps a forward's input to
 -- the call and moves a backward's buffers to it (step_ops.lua); the emitter writes one call
 -- on `call` and a comment on the other step; the simulator prices one launch.
-local M = {}
+local packing = require("memory.packing")
 
-local SIXTEEN = { bf16 = true, fp16 = true }
+local M = {}
 
 -- The most steps a pair's two may be apart (Llama's: 2).
 local WINDOW = 4
 
 local function rotary_ok(op, dtype)
   local x, y = op.ins[1], op.outs[1]
-  return op.kind == "rotary" and SIXTEEN[x.dtype] == true and x.dtype == (dtype or x.dtype)
+  return op.kind == "rotary" and packing.sixteen(x) and x.dtype == (dtype or x.dtype)
     and y.dtype == x.dtype
 end
 

@@ -24,13 +24,12 @@
 -- `call` the one whose step makes the calls, rows, ld and split), `st.stacked` on the
 -- others (no call), and on each output (M.base) `grad_slice` = { stack, col }: its
 -- gradient's first column in the stack's rows.
+local packing = require("memory.packing")
 local trace = require("spec.trace")
 
 local M = {}
 
 local WRITERS = { rotary = true, attention = true, swiglu = true }
-
-local function sixteen(t) return t.dtype == "bf16" or t.dtype == "fp16" end
 
 -- The position of parameter p in group g's layout, or nil.
 local function layout_index(g, p)
@@ -44,7 +43,7 @@ local function member_ok(op, x, readers, base)
   if op.region or op.ins[3] or op.ins[1] ~= x then return false end
   local w, y = op.ins[2], op.outs[1]
   if not (w.is_param and w.requires_grad and w.packed) then return false end
-  if base(y) ~= y or not y.grad_packed or not sixteen(y) then return false end
+  if base(y) ~= y or not y.grad_packed or not packing.sixteen(y) then return false end
   local rs = readers[y] or {}
   if #rs ~= 1 or not WRITERS[rs[1].kind] or rs[1].region then return false end
   local n = 0

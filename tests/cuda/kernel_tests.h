@@ -47,6 +47,7 @@ void cmp_dt(const char* name, const float* dgot, const float* want, size_t n, do
 void reset_out(float* h, float* d, const float* init, size_t n, int assigned);
 void upload(float* d, const float* h, size_t n);
 int dev_same(const float* da, const float* db, size_t n);
+int dev_same16(const void* da, const void* db, size_t n);  // n 16-bit values, bit for bit
 void put_vals(void* d, const float* h, size_t n, int es, rt_dtype dt);
 int packed_same(const void* d16, const float* dx, int rows, int cols, rt_dtype dt, int* pad);
 void* dev_packed(const float* x, int rows, int cols, rt_dtype dt);

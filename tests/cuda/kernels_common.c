@@ -77,6 +77,13 @@ int dev_same(const float* da, const float* db, size_t n) {
     return same;
 }
 
+int dev_same16(const void* da, const void* db, size_t n) {
+    uint16_t *a = down16(da, n), *b = down16(db, n);
+    const int same = memcmp(a, b, n * 2) == 0;
+    free(a), free(b);
+    return same;
+}
+
 // n values of h into device storage d: fp32 (es 4) or dt's 16-bit bits (es 2).
 void put_vals(void* d, const float* h, size_t n, int es, rt_dtype dt) {
     if (es == 4) {

@@ -39,18 +39,11 @@ static void check_packed_grad(const char* name, size_t over, size_t differ, doub
           "tol %.3g + %d %s ulp), %zu over", name, calls, n, differ, worst, P, tol, ulps, P, over);
 }
 
-// Two device buffers of n 16-bit values, bit for bit.
-static int dev_same16(const void* da, const void* db, size_t n) {
-    uint16_t *a = down16(da, n), *b = down16(db, n);
-    const int same = memcmp(a, b, n * 2) == 0;
-    free(a), free(b);
-    return same;
-}
-
 // The linear's packed parameter gradients (RT_PACKED_DWEIGHT, assigned) against the same call
 // with them in fp32 storage, rounded: dweight [OC, C] (cuBLAS's 16-bit output: bits on the
 // emulator; on a GPU, whose cuBLAS may sum it in another order, within TOL_GEMM and an ulp
-// of dt, as cmp_dt), dbias (the column sums, N over one chunk of them or not: bits), with
+// of dt, as cmp_dt), dbias (in the same product or by the column sums, N over one chunk of
+// them or not: the same), with
 // every storage of inp, weight, dout and dinp (dinp assigned and accumulated: the fp32
 // call's bits) and dbias NULL; a stack's weight gradients in one call (dinp NULL, dout a
 // column slice of wider rows); no rows: zeros.

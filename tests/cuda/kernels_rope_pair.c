@@ -9,11 +9,7 @@ static void* dev_operand(const float* h, size_t n, int packed, rt_dtype dt) {
 
 // Whether two device buffers of n values in one storage hold the same bits.
 static int same_bits(const void* x, const void* y, size_t n, int packed) {
-    if (!packed) return dev_same(x, y, n);
-    uint16_t *a = down16(x, n), *b = down16(y, n);
-    const int same = memcmp(a, b, n * 2) == 0;
-    free(a), free(b);
-    return same;
+    return packed ? dev_same16(x, y, n) : dev_same(x, y, n);
 }
 
 // Forward: every storage of each rotation's operands (both packed, both fp32, mixed: the

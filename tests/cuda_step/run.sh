@@ -207,6 +207,15 @@ env_error() {
         fail "$name with $var=$value: not the one-line error"
     fi
 }
+# vs_cpu_with VAR=VALUE TAG: the spec's CUDA run with that setting against its CPU run,
+# within its tolerance (run_spec's name, bin, steps, val, where and rtol).
+vs_cpu_with() {
+    env "$1" "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.$2.safetensors" \
+        >"$work/$name.$2.log" 2>&1
+    PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name with $1 ($where)" "$py" \
+        tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.$2.log" \
+        "$work/$name.cpu.safetensors" "$work/$name.$2.safetensors" "$rtol" "$name"
+}
 # Whether two --save files hold the same tensors, bit for bit (their metadata names the spec).
 same_tensors() {
     PYTHONPATH=tests/common "$py" -c 'import sys
@@ -342,11 +351,7 @@ spec_checks() {
             # the feed-forwards' bias gradients by column sums (RT_BIAS_GRAD=sums), not in
             # their weight gradients' products: within the CPU's tolerance too; a bad value
             # is one line
-            RT_BIAS_GRAD=sums "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.sums.safetensors" \
-                >"$work/$name.sums.log" 2>&1
-            PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name with RT_BIAS_GRAD=sums ($where)" "$py" \
-                tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.sums.log" \
-                "$work/$name.cpu.safetensors" "$work/$name.sums.safetensors" "$rtol" "$name"
+            vs_cpu_with RT_BIAS_GRAD=sums sums
             env_error "$name" RT_BIAS_GRAD colsum \
                 "fsdpgen: RT_BIAS_GRAD=colsum: must be epilogue (a linear's assigned bias gradient in its weight gradient's product) or sums (column sums)"
             whole_checks gpt2_w1_whole 4 6 2
@@ -361,13 +366,7 @@ spec_checks() {
                 "fsdpgen: RT_SM_MARGIN=8SMs: must be a whole number of SMs from 0 to 1023 (the SMs the GEMMs and cuDNN's attention leave to the optimizer and copy streams)"
             [ "$gpu" = 0 ] && env_error "$name" RT_SM_MARGIN 4 \
                 "fsdpgen: RT_SM_MARGIN=4: must leave the GEMMs at least one of the GPU's 4 SMs (0 to 3)"
-            if [ "$gpu" = 1 ]; then
-                RT_SM_MARGIN=16 "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.margin.safetensors" \
-                    >"$work/$name.margin.log" 2>&1
-                PYTHONPATH=tests/common run_suite "cuda_vs_cpu/$name with RT_SM_MARGIN=16 ($where)" "$py" \
-                    tests/cuda_step/compare_runs.py "$work/$name.cpu.log" "$work/$name.margin.log" \
-                    "$work/$name.cpu.safetensors" "$work/$name.margin.safetensors" "$rtol" "$name"
-            fi
+            [ "$gpu" = 1 ] && vs_cpu_with RT_SM_MARGIN=16 margin
             whole_checks llama_w1_whole 4 5 2
         fi
     fi
