@@ -80,14 +80,15 @@ echo "device: $name, bf16 dense peak $peak TFLOP/s; warmup $warmup steps, timed 
 results=$work/results
 : >"$results"
 # run_fsdpgen IMPL [VAR=VALUE...]: config $c's fsdpgen binary as row IMPL, with those settings
-# of the binary's environment (docs/cli.md: RT_ATTENTION, RT_OPTIMIZER_STREAM, RT_SM_MARGIN,
-# RT_BIAS_GRAD),
+# of the binary's environment (docs/cli.md: RT_ATTENTION, RT_ATTENTION_BACKWARD,
+# RT_OPTIMIZER_STREAM, RT_SM_MARGIN, RT_BIAS_GRAD),
 # the others at their defaults whatever the caller's environment says
 run_fsdpgen() {
   local impl=$1 log=$work/$c.$1.log ms="" tok=""
   shift
   echo "== $c: $impl (${*:+$* }./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
-  if env -u RT_ATTENTION -u RT_OPTIMIZER_STREAM -u RT_SM_MARGIN -u RT_BIAS_GRAD "$@" ./fsdpgen bench train \
+  if env -u RT_ATTENTION -u RT_ATTENTION_BACKWARD -u RT_OPTIMIZER_STREAM -u RT_SM_MARGIN \
+    -u RT_BIAS_GRAD "$@" ./fsdpgen bench train \
     "bench/specs/$c.lua" --cuda --steps $((warmup + steps)) >"$log" 2>&1; then
     grep -E '^fsdpgen: (attention|RT_SM_MARGIN)' "$log" | sed "s/^/$impl: /"
     # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
@@ -122,7 +123,9 @@ run_torch() {
 
 # The rows the targets compare first, so that a run cut short (a time limit) has them; each
 # RESULT line is printed as it comes, so its log can be tabled (bench/flops.py table). Then
-# what decides how much of the optimizer hides beside the backward: fsdpgen with 8 and 16
+# cuDNN's attention with its atomic backward (dQ summed with atomics, as PyTorch's SDPA
+# backward: the attention target's comparison; the default is deterministic), then what
+# decides how much of the optimizer hides beside the backward: fsdpgen with 8 and 16
 # SMs that the GEMMs and cuDNN leave to the optimizer and copy streams, and with the
 # optimizer after the backward (the default steps each group beside it); last, each
 # attention forced (the spec's default `auto` takes per shape the faster of cuDNN and
@@ -132,6 +135,7 @@ for c in "${configs[@]}"; do
   run_fsdpgen fsdpgen
   run_torch torch_eager
   run_torch torch_compile
+  run_fsdpgen fsdpgen_atomic RT_ATTENTION_BACKWARD=atomic
   run_fsdpgen fsdpgen_sm8 RT_SM_MARGIN=8
   run_fsdpgen fsdpgen_sm16 RT_SM_MARGIN=16
   run_fsdpgen fsdpgen_opt_after RT_OPTIMIZER_STREAM=compute

@@ -47,6 +47,9 @@ rt_cudnn_sdpa* rt_cudnn_sdpa_create(int B, int T, int NH, int NKV, int HD, int c
                                     rt_dtype prec, int deterministic, int ld_dq, int ld_dk,
                                     int ld_dv, char* why, size_t why_len);
 void rt_cudnn_sdpa_destroy(rt_cudnn_sdpa* s);
+// 1 when s's backward is the deterministic form (dQ straight from its matmul), 0 when dQ is
+// accumulated with atomics.
+int rt_cudnn_sdpa_deterministic(const rt_cudnn_sdpa* s);
 // The plans this thread creates from now on are chosen for `sms` SMs (cuDNN's engine
 // heuristics, CUDNN_ATTR_ENGINEHEUR_SM_COUNT_TARGET; 0, the initial setting, or less: the
 // device's), as rt_cuda_set_gemm_sms (rt_cuda.h) plans the GEMMs.

@@ -92,6 +92,14 @@ static int run(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype p, in
     }
     CHECK(s != NULL, "%s: plans built%s%s", name, s ? "" : ": ", s ? "" : why);
     if (!s) return 0;
+    // deterministic: only that form; else the atomic one where cuDNN has it (said, not
+    // required: the deterministic form is the fallback)
+    if (det)
+        CHECK(rt_cudnn_sdpa_deterministic(s), "%s: the backward is the deterministic form", name);
+    else
+        printf("# %s: cuDNN's backward form: %s\n", name,
+               rt_cudnn_sdpa_deterministic(s) ? "deterministic (no atomic one for the shape)"
+                                              : "atomic");
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     const size_t ns = rt_cudnn_sdpa_stats_floats(B, NH, T);
     float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);

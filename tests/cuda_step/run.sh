@@ -11,7 +11,8 @@
 #     the emulator, the same bits in its three stream modes and without evals: in the fast
 #     tier on seven specs that use every side stream, in the slow tier on all);
 #   - test_seg_copy: the copy kernel against its host reference on random plans;
-#   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's one-line error;
+#   - the attention sites: what rank 0 says runs them, and RT_ATTENTION's and
+#     RT_ATTENTION_BACKWARD's one-line errors;
 #   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
 #     on the emulator, and the variable's one-line error;
 #   - on the emulator, the kernels of a captured step of the bench models in small as
@@ -22,8 +23,8 @@
 #     (gpt2_w1_tied_rows, against gpt2_w1_whole.lua): the same bits on the CPU and on the
 #     emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
-# that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64) and its auto
-# timings; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
+# that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64), its auto
+# timings and its run with cuDNN's atomic backward against the CPU; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
 # without one it prints a SKIP line, and the emulator runs test_cuda_local (the local mode's
 # communicators). Ends with `N passed, N failed`.
 set -u
@@ -324,6 +325,30 @@ spec_checks() {
         fi
         env_error "$name" RT_ATTENTION flash \
             "fsdpgen: RT_ATTENTION=flash: must be auto (the faster per shape), cudnn or fsdpgen"
+        # a good value runs, and the site line says the backward's form only with cuDNN
+        if [ "$gpu" = 0 ]; then
+            RT_ATTENTION_BACKWARD=atomic "$bin" --steps 1 >"$work/$name.atomic1.log" 2>&1
+            if grep -qxF "$want" "$work/$name.atomic1.log"; then
+                pass "$name with RT_ATTENTION_BACKWARD=atomic: runs, the same site line"
+            else
+                tail -n 3 "$work/$name.atomic1.log"
+                fail "$name with RT_ATTENTION_BACKWARD=atomic: no line '$want'"
+            fi
+        fi
+        env_error "$name" RT_ATTENTION_BACKWARD fast \
+            "fsdpgen: RT_ATTENTION_BACKWARD=fast: must be deterministic (cuDNN's backward with the same bits every run) or atomic (dQ summed with atomics)"
+    fi
+    # cuDNN's backward with dQ summed by atomics (RT_ATTENTION_BACKWARD=atomic): said at
+    # start, and within the CPU's tolerance
+    if [[ $name = llama_cudnn_bf16 ]]; then
+        vs_cpu_with RT_ATTENTION_BACKWARD=atomic atomic
+        local line="fsdpgen: attention 0 [2, 128] 4/2 heads x 64 bf16 causal (cudnn): cudnn, atomic backward"
+        if grep -qxF "$line" "$work/$name.atomic.log"; then
+            pass "$name with RT_ATTENTION_BACKWARD=atomic: rank 0 says ${line#fsdpgen: }"
+        else
+            grep '^fsdpgen: attention' "$work/$name.atomic.log"
+            fail "$name with RT_ATTENTION_BACKWARD=atomic: no line '$line'"
+        fi
     fi
     # where the optimizer steps run (RT_OPTIMIZER_STREAM): the same bits either way, and one
     # line for a bad value. On a GPU also without the CUDA graph: the emulator runs a side

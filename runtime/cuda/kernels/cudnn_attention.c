@@ -14,6 +14,8 @@ static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
 size_t rt_cudnn_sdpa_workspace_bytes(const rt_cudnn_sdpa* s) { return s ? s->ws : 0; }
 
+int rt_cudnn_sdpa_deterministic(const rt_cudnn_sdpa* s) { return !s->dq_acc; }
+
 static _Thread_local int32_t sm_count;  // rt_cudnn_set_sm_count: this thread's plans'
 
 void rt_cudnn_set_sm_count(int sms) { sm_count = sms; }

@@ -1,12 +1,16 @@
 // The CUDA backend's attention sites (rt_model.h rt_model_attention; runtime/step/attention.c
 // calls rtb_attention_*): at rank start, before the arena and any capture, each site gets
-// cuDNN's plans (rt_cudnn.h, the deterministic backward, writing the gradients in rows of
-// the site's row lengths) or none, as the spec's choice or RT_ATTENTION says:
+// cuDNN's plans (rt_cudnn.h, writing the gradients in rows of the site's row lengths) or
+// none, as the spec's choice or RT_ATTENTION says:
 //   auto     cuDNN where it takes the shape and its forward + backward time less than
 //            fsdpgen's kernels' on the site's shape (attention_time.c);
 //   cudnn    cuDNN wherever it takes the shape;
 //   fsdpgen  never.
-// cuDNN's workspace must fit the scratch the plan gives the site (else fsdpgen's kernels).
+// cuDNN's backward is its deterministic form (dQ straight from its matmul: the same bits every
+// run), or with RT_ATTENTION_BACKWARD=atomic the frontend's default (dQ accumulated in fp32
+// with atomics, as PyTorch's SDPA backward; the bits may differ between runs) where cuDNN has
+// it for the shape. cuDNN's workspace must fit the scratch the plan gives the site (the
+// memory plan sizes it for either form; else fsdpgen's kernels).
 // Every rank runs the same at each site (cuDNN only where every rank would). Rank 0 prints
 // what each site runs, and why. The emulator has no cuDNN (its stub declines).
 #include <stdio.h>
@@ -29,16 +33,29 @@ static int env_choice(void) {
     return -2;
 }
 
-int cs_attention_check_env(void) {
-    if (env_choice() != -2) return 0;
-    fprintf(stderr, "fsdpgen: RT_ATTENTION=%s: must be auto (the faster per shape), cudnn or "
-            "fsdpgen\n", getenv("RT_ATTENTION"));
-    return 2;
+int cs_attention_deterministic(void) {
+    return cs_env_choice("RT_ATTENTION_BACKWARD", "deterministic", "atomic");
 }
 
-// Site i's plans, or NULL with why filled (and what in `note`: auto's timings).
-static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t why_len,
-                             char* note, size_t note_len) {
+int cs_attention_check_env(void) {
+    if (env_choice() == -2) {
+        fprintf(stderr, "fsdpgen: RT_ATTENTION=%s: must be auto (the faster per shape), cudnn "
+                "or fsdpgen\n", getenv("RT_ATTENTION"));
+        return 2;
+    }
+    if (cs_attention_deterministic() < 0) {
+        fprintf(stderr, "fsdpgen: RT_ATTENTION_BACKWARD=%s: must be deterministic (cuDNN's "
+                "backward with the same bits every run) or atomic (dQ summed with atomics)\n",
+                getenv("RT_ATTENTION_BACKWARD"));
+        return 2;
+    }
+    return 0;
+}
+
+// Site i's plans (the deterministic backward, or where cuDNN has it the atomic one), or NULL
+// with why filled (and what in `note`: auto's timings).
+static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, int deterministic, char* why,
+                             size_t why_len, char* note, size_t note_len) {
     const rt_model_attention* a = &R->model->attention[i];
     note[0] = 0;
     if (choice == RT_ATTENTION_FSDPGEN) {  // a spec that says so has no sites: the environment
@@ -46,8 +63,8 @@ static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, char* why, size_t wh
         return NULL;
     }
     rt_cudnn_sdpa* plan = rt_cudnn_sdpa_create(a->B, a->T, a->NH, a->NKV, a->HD, a->causal,
-                                               a->dtype, 1, a->ld_dq, a->ld_dk, a->ld_dv, why,
-                                               why_len);
+                                               a->dtype, deterministic, a->ld_dq, a->ld_dk,
+                                               a->ld_dv, why, why_len);
     if (!plan) return NULL;
     const size_t ws = rt_cudnn_sdpa_workspace_bytes(plan);
     if (ws > a->scratch_bytes) {
@@ -123,6 +140,7 @@ int cs_attention_init(rt_rank* R) {
     if (m->nattention == 0) return 0;
     const int env = env_choice();  // checked by rt_step_launch (cs_attention_check_env)
     const int choice = env >= 0 ? env : (int)m->attention_choice;
+    const int deterministic = cs_attention_deterministic() != 0;  // checked with RT_ATTENTION
     c->attention = calloc((size_t)m->nattention, sizeof *c->attention);
     site_verdict* v = calloc((size_t)m->nattention, sizeof *v);
     if (!c->attention || !v) {
@@ -132,7 +150,8 @@ int cs_attention_init(rt_rank* R) {
     }
     for (int i = 0; i < m->nattention; i++)
         c->attention[i] =
-            decide(R, i, choice, v[i].why, sizeof v[i].why, v[i].note, sizeof v[i].note);
+            decide(R, i, choice, deterministic, v[i].why, sizeof v[i].why, v[i].note,
+                   sizeof v[i].note);
     if (R->world > 1 && agree(R, v)) {
         free(v);
         return 1;
@@ -142,8 +161,15 @@ int cs_attention_init(rt_rank* R) {
         printf("fsdpgen: attention %d [%d, %d] %d/%d heads x %d %s%s (%s): ", i, a->B, a->T,
                a->NH, a->NKV, a->HD, rt_dtype_name(a->dtype), a->causal ? " causal" : "",
                CHOICE[choice]);
+        // the backward's form where RT_ATTENTION_BACKWARD asked for the atomic one
+        const char* form = "";
+        if (c->attention[i] && !deterministic)
+            form = rt_cudnn_sdpa_deterministic(c->attention[i])
+                       ? ", deterministic backward (cuDNN has no atomic one for the shape)"
+                       : ", atomic backward";
         if (c->attention[i])
-            printf("cudnn%s%s%s\n", v[i].note[0] ? " (" : "", v[i].note, v[i].note[0] ? ")" : "");
+            printf("cudnn%s%s%s%s\n", form, v[i].note[0] ? " (" : "", v[i].note,
+                   v[i].note[0] ? ")" : "");
         else
             printf("fsdpgen's kernels (%s)\n", v[i].why);
     }

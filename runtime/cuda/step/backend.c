@@ -578,9 +578,7 @@ void rtb_clip_grad_norm(rt_rank* R) {
     cs_trace_close(R, t, c->compute);
 }
 
-// A two-way setting in the environment: 1 for `yes` (also unset or empty), 0 for `no`, -1
-// for anything else.
-static int env_choice(const char* var, const char* yes, const char* no) {
+int cs_env_choice(const char* var, const char* yes, const char* no) {
     const char* v = getenv(var);
     if (!v || !*v || strcmp(v, yes) == 0) return 1;
     return strcmp(v, no) == 0 ? 0 : -1;
@@ -588,7 +586,7 @@ static int env_choice(const char* var, const char* yes, const char* no) {
 
 // RT_OPTIMIZER_STREAM: where the optimizer steps run when the step does not clip (1: on
 // the optimizer stream, 0: on compute, -1: neither).
-int cs_optimizer_side(void) { return env_choice("RT_OPTIMIZER_STREAM", "side", "compute"); }
+int cs_optimizer_side(void) { return cs_env_choice("RT_OPTIMIZER_STREAM", "side", "compute"); }
 
 int cs_optimizer_check_env(void) {
     if (cs_optimizer_side() >= 0) return 0;
@@ -600,7 +598,7 @@ int cs_optimizer_check_env(void) {
 
 // RT_BIAS_GRAD: how the linear backward computes the bias gradients it assigns
 // (rt_cuda_set_bias_grad_epilogue).
-int cs_bias_grad_epilogue(void) { return env_choice("RT_BIAS_GRAD", "epilogue", "sums"); }
+int cs_bias_grad_epilogue(void) { return cs_env_choice("RT_BIAS_GRAD", "epilogue", "sums"); }
 
 int cs_bias_grad_check_env(void) {
     if (cs_bias_grad_epilogue() >= 0) return 0;

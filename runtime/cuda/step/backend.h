@@ -131,8 +131,12 @@ typedef struct cuda_rank {
 // by rank 0 before the arena exists; 0, or 1 after a message.
 int cs_attention_init(rt_rank* R);
 void cs_attention_free(rt_rank* R);
-// RT_ATTENTION is unset, empty, auto, cudnn or fsdpgen: 0; else 2 after a one-line message.
+// RT_ATTENTION is unset, empty, auto, cudnn or fsdpgen, and RT_ATTENTION_BACKWARD unset,
+// empty, deterministic or atomic: 0; else 2 after a one-line message.
 int cs_attention_check_env(void);
+// RT_ATTENTION_BACKWARD's choice of cuDNN's backward: 1 deterministic (also unset or empty),
+// 0 atomic, -1 anything else.
+int cs_attention_deterministic(void);
 // cuDNN's plan for site a run once, forward and backward, on zeroed tensors of its own
 // (rt_cudnn_sdpa_try): 1 when it ran, or could not be tried for want of memory; 0 and why.
 int cs_attention_try(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan, char* why,
@@ -141,6 +145,11 @@ int cs_attention_try(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdp
 // shape (attention_time.c; both < 0: not timed, no device memory for the tensors).
 void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_sdpa* plan,
                        double* t_cudnn, double* t_ours);
+
+// ---- settings in the environment (backend.c) ----------------------------------------------
+
+// A two-way setting: 1 for `yes` (also unset or empty), 0 for `no`, -1 for anything else.
+int cs_env_choice(const char* var, const char* yes, const char* no);
 
 // ---- optimizer stream (backend.c) -----------------------------------------------------------
 

@@ -25,6 +25,13 @@ size_t rt_cudnn_sdpa_workspace_bytes(const rt_cudnn_sdpa* s) {
     return 0;
 }
 
+int rt_cudnn_sdpa_deterministic(const rt_cudnn_sdpa* s) {
+    (void)s;
+    rt_check_fail(__FILE__, __LINE__, "rt_cudnn_sdpa_deterministic", "no plan on the emulator",
+                  "a bug: create returned NULL");
+    return 1;
+}
+
 void rt_cudnn_sdpa_forward(const rt_cudnn_sdpa* s, void* out, float* stats, const void* q,
                            const void* k, const void* v, void* workspace,
                            rt_cudnn_stream stream) {
