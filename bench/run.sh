@@ -124,7 +124,7 @@ run_torch() {
 # The rows the targets compare first, so that a run cut short (a time limit) has them; each
 # RESULT line is printed as it comes, so its log can be tabled (bench/flops.py table). Then
 # cuDNN's attention with its atomic backward (dQ summed with atomics, as PyTorch's SDPA
-# backward: the attention target's comparison; the default is deterministic), then what
+# backward; the default is deterministic, dP kept in cuDNN's workspace), then what
 # decides how much of the optimizer hides beside the backward: fsdpgen with 8 and 16
 # SMs that the GEMMs and cuDNN leave to the optimizer and copy streams, and with the
 # optimizer after the backward (the default steps each group beside it); last, each
