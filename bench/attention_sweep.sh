@@ -55,13 +55,14 @@ for i in "${!pids[@]}"; do
     { echo "$name: build failed (build/bench/sweep/$name/ptxas.txt)"; status=1; }
 done
 [[ $status -eq 0 ]] || exit 1
-# registers and spill bytes (stores/loads) of the bf16 HDP 64 kernels, from ptxas -v
+# registers and spill bytes (stores/loads) of the bf16 HDP 64 kernels without dropout (their
+# bool template argument false: Lb0E; the dropout instantiations are Lb1E), from ptxas -v
 echo "ptxas (sm_90a), bf16 kernels of HD <= 64: registers, spill stores/loads in bytes"
 for v in "${variants[@]}"; do
   name=${v%%:*}
   printf '%-10s %s\n' "$name" "$(awk '
     /Compiling entry function/ { k = "" }
-    /Compiling entry function .*rtc_fa_tc_.*bfloat16.*rtc_tc_cfgILi64E/ {
+    /Compiling entry function .*rtc_fa_tc_.*bfloat16.*rtc_tc_cfgILi64E/ && !/Lb1E/ {
       if ($0 ~ /forward/) k = "forward"; else if ($0 ~ /dkdv/) k = "dK/dV"; else k = "dQ" }
     k != "" && /spill stores/ { st = $5; ld = $9 }
     k != "" && /Used [0-9]+ registers/ {

@@ -26,7 +26,7 @@ end
 local Attention = {}
 function Attention.forward(self, x)
   local q, k, v = self.wq(x), self.wk(x), self.wv(x)
-  local o = nn.attention(q, k, v, { causal = self.causal, n_heads = self.n_heads })
+  local o = nn.attention(q, k, v, { causal = self.causal, n_heads = self.n_heads, dropout_p = self.dropout_p })
   return self.resid_dropout(self.wo(o))
 end
 
@@ -38,6 +38,7 @@ local function attention(a)
   m.wo = nn.Linear(a.dim, a.dim, { bias = false })
   m.resid_dropout = nn.Dropout(a.dropout_p)
   rawset(m, "n_heads", a.n_heads)
+  rawset(m, "dropout_p", a.dropout_p)  -- also inside attention, as PyTorch's test Transformer
   rawset(m, "causal", a.use_attn_mask)
   return m
 end

@@ -29,15 +29,17 @@ from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
 # ---- model helpers ------------------------------------------------------------------------
 
-def attention(q, k, v, n_heads, n_kv_heads, causal):
+def attention(q, k, v, n_heads, n_kv_heads, causal, dropout_p=0.0):
     """fsdpgen's nn.attention: q [..., T, NH*HD], k and v [..., T, NKV*HD]; query head h
-    reads kv head h // (NH / NKV); scale 1/sqrt(HD)."""
+    reads kv head h // (NH / NKV); scale 1/sqrt(HD); dropout_p as SDPA's (PyTorch's RNG
+    draws its masks, so a twin with dropout is compared by its events and counts)."""
     *lead, T, C = q.shape
     hd = C // n_heads
     q = q.reshape(-1, T, n_heads, hd).transpose(1, 2)
     k = k.reshape(-1, T, n_kv_heads, hd).transpose(1, 2)
     v = v.reshape(-1, T, n_kv_heads, hd).transpose(1, 2)
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=n_kv_heads != n_heads)
+    o = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal,
+                                       enable_gqa=n_kv_heads != n_heads)
     return o.transpose(1, 2).reshape(*lead, T, C)
 
 

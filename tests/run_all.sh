@@ -75,6 +75,7 @@ plan_lane() {
     "mixed-precision rounding:mp_rounding" \
     "gradient initialisation:grad_init" \
     "attention sites (cuDNN or fsdpgen's kernels):attention_sites" \
+    "attention dropout (its kernels, sites and twin):attention_dropout" \
     "linears of one input stacked in backward:stacked_linears" \
     "gradient dataflow:grad_flow" \
     "direct reductions:direct_reduction" \

@@ -620,7 +620,7 @@ function M.render(plan, spec_file, prefix, is_reference)
   b:line(".seed = %d,", spec.seed)
   local draws_rng = false
   for _, op in ipairs(plan.graph.ops) do
-    if op.kind == "dropout" and op.attrs.p > 0 then draws_rng = true end
+    if (op.kind == "dropout" and op.attrs.p > 0) or op.attrs.dropout_p then draws_rng = true end
   end
   b:line(".draws_rng = %d,", draws_rng and 1 or 0)
   if #attention_sites > 0 then

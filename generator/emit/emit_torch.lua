@@ -222,8 +222,9 @@ local function gen_body(node, ctx)
     elseif k == "swiglu" then return string.format("F.silu(%s) * %s", i[1], i[2])
     elseif k == "dropout" then return string.format("F.dropout(%s, %s, self.training)", i[1], pynum(a.p))
     elseif k == "attention" then
-      return string.format("attention(%s, %s, %s, n_heads=%d, n_kv_heads=%d, causal=%s)", i[1], i[2], i[3], a.n_heads,
-        a.n_kv_heads, pybool(a.causal))
+      local drop = a.dropout_p and string.format(", dropout_p=%s if self.training else 0.0", pynum(a.dropout_p)) or ""
+      return string.format("attention(%s, %s, %s, n_heads=%d, n_kv_heads=%d, causal=%s%s)", i[1], i[2], i[3],
+        a.n_heads, a.n_kv_heads, pybool(a.causal), drop)
     elseif k == "rotary" then return string.format("rotary(%s, n_heads=%d, theta=%s)", i[1], a.n_heads, pynum(a.theta))
     elseif k == "cast" then return string.format("%s.to(%s)", i[1], TORCH_DTYPE[a.to])
     elseif k == "sum" then return string.format("%s.sum()", i[1])
@@ -380,7 +381,7 @@ function M.text(plan, spec_path, root)
       bodies[node.module] = { params = p, lines = lines, text = text }
       for _, it in ipairs(node.items) do
         if it.call then walk(it.call) end
-        if it.op and it.op.kind == "dropout" then any_dropout = true end
+        if it.op and (it.op.kind == "dropout" or it.op.attrs.dropout_p) then any_dropout = true end
       end
     end
     for _, r in ipairs(call_tree(events)) do walk(r) end

@@ -127,7 +127,7 @@ local function gpt2(a)
     -- fsdpgen's GELU is the exact (erf) one: HF's "gelu", not GPT-2's tanh "gelu_new"
     { "activation_function", "gelu", "eq", "gelu_new" },
     { "layer_norm_epsilon", 1e-5, "eq", 1e-5 }, { "resid_pdrop", a.dropout_p },
-    { "embd_pdrop", a.dropout_p }, { "attn_pdrop", 0.0 },
+    { "embd_pdrop", a.dropout_p }, { "attn_pdrop", a.dropout_p },
     { "scale_attn_weights", true, "eq", true },
     { "scale_attn_by_inverse_layer_idx", false, "eq", false },
     { "add_cross_attention", false, "eq", false },

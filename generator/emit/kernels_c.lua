@@ -165,9 +165,9 @@ end
 
 -- The call rt_<k>_<dir>(args, dt[, as]), or its packed twin's with the packed bits before dt
 -- (and after as, `lds`: the row lengths of its gradients, where the packed twin takes them).
-local function kcall(k, dir, args, packed, dt, as, lds)
+local function kcall(k, dir, args, packed, dt, as, lds, more)
   local tail = (packed and packed .. ", " or "") .. dt .. (as and ", " .. as or "")
-    .. (packed and lds and ", " .. lds or "")
+    .. (packed and lds and ", " .. lds or "") .. (more and ", " .. more or "")
   return { string.format("rt_%s_%s%s(%s, %s);", k, packed and "packed_" or "", dir, args, tail) }
 end
 
@@ -251,6 +251,15 @@ end
 -- ctx.attention_site), which runs the same packed kernels or cuDNN.
 local function on_site(op) return (op.original or op).attention and (op.original or op).attention.cudnn end
 
+-- The call's direction and its dropout arguments: with the spec's dropout_p, the
+-- rt_attention_lowmem_*dropout_* calls, drawing from the op's RNG site as F.dropout does (a
+-- recomputed op draws the original's masks).
+local function attention_dropout(op, c, dir)
+  local p = op.attrs.dropout_p
+  if not p then return dir, nil end
+  return "dropout_" .. dir, string.format("%s, R->seed, rt_step_rng_stream(R, %d)", fmt_float(p), c.site(op))
+end
+
 function forward.attention(op, c, out, dt)
   local q, k, v = op.ins[1], op.ins[2], op.ins[3]
   if on_site(op) then
@@ -261,7 +270,8 @@ function forward.attention(op, c, out, dt)
   local a = op.attrs
   local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %s", out, c.stats(op), c.scratch,
     c.val(q), c.val(k), c.val(v), B, T, a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v))
-  return kcall("attention_lowmem", "forward", args, packed_bits(op), dt)
+  local dir, drop = attention_dropout(op, c, "forward")
+  return kcall("attention_lowmem", dir, args, packed_bits(op), dt, nil, nil, drop)
 end
 
 function forward.rotary(op, c, out, dt)
@@ -420,7 +430,8 @@ function backward.attention(op, c, dt, as)
     c.grad(k), c.grad(v), c.scratch, c.dout(y), c.val(y), c.val(q), c.val(k), c.val(v), c.stats(op), B, T,
     a.n_heads, a.n_kv_heads, a.head_dim, a.causal and 1 or 0, dtype_of(q, k, v, y))
   local lds = string.format("%d, %d, %d", c.grad_ld(q), c.grad_ld(k), c.grad_ld(v))
-  return kcall("attention_lowmem", "backward", args, packed_bits(op, true), dt, as, lds)
+  local dir, drop = attention_dropout(op, c, "backward")
+  return kcall("attention_lowmem", dir, args, packed_bits(op, true), dt, as, lds, drop)
 end
 
 function backward.rotary(op, c, dt, as)

@@ -61,6 +61,9 @@ local function refusal(op, readers, base)
       return string.format("%s is %s, the output %s", NAMES[j], t.dtype, y.dtype)
     end
   end
+  if op.attrs.dropout_p then
+    return "dropout (cuDNN would draw its own masks, not the step's)"
+  end
   if op.region then
     return "checkpointed (fp32 storage)"
   end
@@ -108,8 +111,8 @@ end
 function M.shape_str(op)
   local B, T = M.dims(op)
   local a = op.attrs
-  return string.format("[%d, %d] %d/%d heads x %d %s%s", B, T, a.n_heads, a.n_kv_heads, a.head_dim,
-    op.outs[1].dtype, a.causal and " causal" or "")
+  return string.format("[%d, %d] %d/%d heads x %d %s%s%s", B, T, a.n_heads, a.n_kv_heads, a.head_dim,
+    op.outs[1].dtype, a.causal and " causal" or "", a.dropout_p and string.format(" dropout %g", a.dropout_p) or "")
 end
 
 return M

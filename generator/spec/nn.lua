@@ -363,12 +363,19 @@ function F.dropout(x, p)
 end
 
 -- Scaled dot-product attention over heads. q: [B, T, NH*HD]; k, v: [B, T, NKV*HD].
+-- dropout_p (scaled_dot_product_attention's, default 0) drops attention probabilities in
+-- training, drawn as F.dropout draws (keyed by the op's site); model.eval() turns it off.
 function F.attention(q, k, v, opts)
   check_tensor(q, "attention (query)")
   check_tensor(k, "attention (key)")
   check_tensor(v, "attention (value)")
   opts = check_opts(opts, "attention")
-  errors.check_keys(opts, { "causal", "n_heads", "n_kv_heads" }, "attention option")
+  errors.check_keys(opts, { "causal", "n_heads", "n_kv_heads", "dropout_p" }, "attention option")
+  local drop = opts.dropout_p or 0
+  if type(drop) ~= "number" or not (drop >= 0 and drop < 1) then
+    errors.raise("attention: dropout_p must be a number in [0, 1), got " .. tostring(drop))
+  end
+  if not trace.training() then drop = 0 end
   local nh = opts.n_heads
   if math.type(nh) ~= "integer" or nh < 1 then
     errors.raise("attention needs n_heads (a positive integer)")
@@ -390,7 +397,8 @@ function F.attention(q, k, v, opts)
   end
   local d = float_dtype("attention", q, k, v)
   return trace.record("attention", { q, k, v }, { { shape = copy(q.shape), dtype = d } },
-    { causal = opts.causal ~= false, n_heads = nh, n_kv_heads = nkv, head_dim = hd })
+    { causal = opts.causal ~= false, n_heads = nh, n_kv_heads = nkv, head_dim = hd,
+      dropout_p = drop > 0 and drop or nil })
 end
 
 -- Rotary position embeddings over heads of x: [B, T, NH*HD] (consecutive pairs rotated).

@@ -38,6 +38,11 @@
         RT_KCHECK((HD) > 0, "head dim must be positive", "attention head dim %d", (int)(HD)); \
     } while (0)
 
+// Attention's dropout probability: in [0, 1) (p >= 1 would scale by infinity; NaN fails).
+#define RT_KCHECK_ATTENTION_DROPOUT(p, kernel)                                             \
+    RT_KCHECK((p) >= 0.0f && (p) < 1.0f, "attention dropout p is in [0, 1)",               \
+              "%s with dropout p %g", kernel, (double)(p))
+
 // Data checks: token ids and targets out of range. The CPU kernels check them with
 // RT_KCHECK, the CUDA kernels on the device (cuda_common.cuh, RTC_DEVICE_FAIL), with the
 // same hint and message (a format string literal: "embedding id %d at row %d ...").

@@ -245,6 +245,24 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
                                   const float* k, const float* v, const float* stats, int B,
                                   int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
                                   rt_dtype dt, int assign);
+// Attention dropout (scaled_dot_product_attention's dropout_p): the lowmem calls above with
+// each probability P[b,h,i,j] (query head h, query row i, key j) kept iff
+// rt_dropout_uniform(seed, stream, ((b*NH + h)*T + i)*T + j) >= p, as rt_dropout_forward
+// decides an element, and kept ones scaled by 1/(1-p) (the float of the double) before the
+// product with v: out = (P * Z) v. stats stay the undropped softmax's; backward draws the
+// same Z again (no mask buffer): dv += (P * Z)^T dout, dS = P * (Z * (dout v^T) -
+// rowsum(dout * out)). p in [0, 1); p == 0 is the call above, bit for bit.
+void rt_attention_lowmem_dropout_forward(float* out, float* stats, float* scratch,
+                                         const float* q, const float* k, const float* v, int B,
+                                         int T, int NH, int NKV, int HD, int causal,
+                                         rt_dtype prec, rt_dtype dt, float p, uint64_t seed,
+                                         uint64_t stream);
+void rt_attention_lowmem_dropout_backward(float* dq, float* dk, float* dv, float* scratch,
+                                          const float* dout, const float* out, const float* q,
+                                          const float* k, const float* v, const float* stats,
+                                          int B, int T, int NH, int NKV, int HD, int causal,
+                                          rt_dtype prec, rt_dtype dt, int assign, float p,
+                                          uint64_t seed, uint64_t stream);
 
 // ----------------------------------------------------------------------------
 // binary elementwise ops (residual add, product, broadcast add)
@@ -504,6 +522,21 @@ void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* sc
                                          int T, int NH, int NKV, int HD, int causal,
                                          rt_dtype prec, int packed, rt_dtype dt, int assign,
                                          int ld_dq, int ld_dk, int ld_dv);
+// The same with attention dropout (rt_attention_lowmem_dropout_forward above).
+void rt_attention_lowmem_packed_dropout_forward(void* out, float* stats, float* scratch,
+                                                const void* q, const void* k, const void* v,
+                                                int B, int T, int NH, int NKV, int HD,
+                                                int causal, rt_dtype prec, int packed,
+                                                rt_dtype dt, float p, uint64_t seed,
+                                                uint64_t stream);
+void rt_attention_lowmem_packed_dropout_backward(void* dq, void* dk, void* dv, float* scratch,
+                                                 const void* dout, const void* out,
+                                                 const void* q, const void* k, const void* v,
+                                                 const float* stats, int B, int T, int NH,
+                                                 int NKV, int HD, int causal, rt_dtype prec,
+                                                 int packed, rt_dtype dt, int assign,
+                                                 int ld_dq, int ld_dk, int ld_dv, float p,
+                                                 uint64_t seed, uint64_t stream);
 
 #ifdef __cplusplus
 }

@@ -97,6 +97,12 @@ void test_attention(int B, int T, int NH, int NKV, int HD, int causal);
 void test_attention_tc(int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec);
 void test_packed_attention(rt_dtype dt, int B, int T, int NH, int NKV, int HD);
 
+// kernels_attention_dropout.c
+void test_attention_dropout(rt_dtype prec, int packed, int B, int T, int NH, int NKV, int HD,
+                            int causal, float p);
+void test_attention_dropout_zero(rt_dtype prec, int packed, int B, int T, int NH, int NKV,
+                                 int HD, int causal);
+
 // kernels_loss.c
 void test_sum_loss(void);
 void test_cross_entropy(int N, int V, int ignore_every, int all_ignored);

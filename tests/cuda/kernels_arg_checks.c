@@ -60,6 +60,34 @@ static void attention_ld_odd(void) {
                                         RT_F16, RT_ACCUMULATE, 0, 36, 0);
 }
 
+// Attention dropout with p outside [0, 1): the CUDA forward and packed backward, and the CPU
+// kernels (cpu_*), stop before touching a buffer.
+static void attention_dropout_p1(void) {
+    float* f = (float*)bad_buf[0];
+    rt_attention_lowmem_dropout_forward(f, f, NULL, f, f, f, 1, 1, 2, 1, 16, 1, RT_F32, RT_F32,
+                                        1.0f, 1, 0);
+}
+
+static void attention_dropout_negative(void) {
+    rt_attention_lowmem_packed_dropout_backward(bad_buf[0], bad_buf[1], bad_buf[2], NULL,
+                                                bad_buf[0], bad_buf[0], bad_buf[0], bad_buf[0],
+                                                bad_buf[0], NULL, 1, 1, 2, 1, 16, 1, RT_BF16,
+                                                RT_PACKED_OUT, RT_BF16, RT_ACCUMULATE, 0, 0, 0,
+                                                -0.5f, 1, 0);
+}
+
+static void cpu_attention_dropout_p1(void) {
+    float* f = (float*)bad_buf[0];
+    cpu_rt_attention_lowmem_dropout_forward(f, f, NULL, f, f, f, 1, 1, 2, 1, 16, 1, RT_F32,
+                                            RT_F32, 1.0f, 1, 0);
+}
+
+static void cpu_attention_dropout_negative(void) {
+    float* f = (float*)bad_buf[0];
+    cpu_rt_attention_lowmem_dropout_backward(f, NULL, NULL, NULL, f, f, f, f, f, f, 1, 1, 2, 1,
+                                             16, 1, RT_F32, RT_F32, RT_ACCUMULATE, -0.5f, 1, 0);
+}
+
 static void linear_dweight_accumulated(void) {
     rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
                               RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0);
@@ -123,6 +151,19 @@ void test_grad_rows_checked(void) {
     ok = aborts_with("sgd_packed_fp32", "rt_cuda_sgd_step_rows_dev with packed gradients of "
                      "dtype 0", out, sizeof out);
     CHECK(ok, "sgd step on packed gradients of dtype RT_F32 stops: %s", out);
+    // attention dropout's p, on both backends: the same line (RT_KCHECK_ATTENTION_DROPOUT)
+    const char* hint = "(hint: attention dropout p is in [0, 1))";
+    const char* drop[4][2] = {
+        {"attention_dropout_p1", "rt_attention_lowmem_dropout_forward with dropout p 1"},
+        {"attention_dropout_negative",
+         "rt_attention_lowmem_packed_dropout_backward with dropout p -0.5"},
+        {"cpu_attention_dropout_p1", "rt_attention_lowmem_dropout_forward with dropout p 1"},
+        {"cpu_attention_dropout_negative",
+         "rt_attention_lowmem_dropout_backward with dropout p -0.5"}};
+    for (int i = 0; i < 4; i++) {
+        ok = aborts_with(drop[i][0], drop[i][1], out, sizeof out) && strstr(out, hint);
+        CHECK(ok, "attention dropout p outside [0, 1) stops (%s): %s", drop[i][0], out);
+    }
 }
 
 // The call `test_cuda_kernels --kcheck NAME` makes (main): one whose checks must stop it.
@@ -137,5 +178,9 @@ void arg_check_call(const char* name) {
     else if (!strcmp(name, "norm_dweight_acc")) norm_dweight_accumulated();
     else if (!strcmp(name, "adam_packed_fp32")) adam_packed_fp32();
     else if (!strcmp(name, "sgd_packed_fp32")) sgd_packed_fp32();
+    else if (!strcmp(name, "attention_dropout_p1")) attention_dropout_p1();
+    else if (!strcmp(name, "attention_dropout_negative")) attention_dropout_negative();
+    else if (!strcmp(name, "cpu_attention_dropout_p1")) cpu_attention_dropout_p1();
+    else if (!strcmp(name, "cpu_attention_dropout_negative")) cpu_attention_dropout_negative();
     else attention_ld_odd();
 }

@@ -126,6 +126,24 @@ int main(int argc, char** argv) {
     // causal diagonal, in seconds instead of minutes
     test_attention_tc(1, emulated ? 256 : 1024, 4 / h, 4 / h, 64, 1, RT_BF16);
     test_attention_tc(1, emulated ? 192 : 512, 8 / h, 2 / h, 64, 1, RT_BF16);
+    // attention dropout against the CPU's masks: the fp32 kernels (prec RT_F32; HD 12 and 40
+    // with 16-bit operands), the tensor cores (HD 16, 64, 128) in fp32 storage and packed; T
+    // 1, 17 (odd: the pairs of a row straddle Philox blocks) and 100, causal or not, GQA or not
+    test_attention_dropout(RT_F32, 0, 2, 17, 4, 2, 12, 1, 0.1f);
+    test_attention_dropout(RT_F32, 0, 1, 100, 2, 2, 40, 0, 0.5f);
+    test_attention_dropout(RT_F32, 0, 1, 1, 2, 1, 64, 1, 0.5f);
+    test_attention_dropout(RT_BF16, 0, 2, 17, 4, 2, 16, 1, 0.1f);
+    test_attention_dropout(RT_F16, 0, 1, 100, 2, 1, 64, 0, 0.5f);
+    test_attention_dropout(RT_BF16, 0, 1, 100, 2, 2, 128, 1, 0.1f);
+    test_attention_dropout(RT_BF16, 0, 1, 1, 2, 2, 64, 0, 0.5f);
+    test_attention_dropout(RT_BF16, 1, 1, 100, 4, 2, 64, 1, 0.1f);
+    test_attention_dropout(RT_F16, 1, 2, 17, 2, 2, 128, 0, 0.5f);
+    test_attention_dropout(RT_BF16, 1, 1, 17, 2, 1, 40, 1, 0.5f);
+    test_attention_dropout(RT_F16, 1, 1, 100, 4, 2, 12, 1, 0.1f);
+    test_attention_dropout(RT_F16, 1, 1, 1, 2, 2, 16, 1, 0.5f);
+    test_attention_dropout_zero(RT_F32, 0, 1, 37, 2, 1, 40, 1);
+    test_attention_dropout_zero(RT_BF16, 0, 1, 37, 2, 1, 64, 1);
+    test_attention_dropout_zero(RT_F16, 1, 1, 37, 2, 2, 16, 0);
     test_elementwise(RT_F32);
     test_elementwise(RT_BF16);
     test_vec_offsets(RT_F32);

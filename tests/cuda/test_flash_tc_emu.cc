@@ -27,9 +27,14 @@
 //   float (an emulator-only instantiation, nothing narrowed): forward and backward within
 //     the fp32 flash kernels' tolerances (test_flash_emu.cc), which checks tiling,
 //     masking, the online softmax and the GQA walk tightly.
+// Then attention dropout (the kernels' DROP instantiations) in the float mode against the
+// CPU's dropout calls with the same seed and stream, within the fp32 tolerances: each mask
+// factor at its element in the forward, dK/dV and dQ kernels (the 16-bit types are checked
+// against the CPU by test_cuda_kernels on the emulated library).
 // Then other tile configurations than rtc_tc_cfg's (two row tiles of 16 per warp, blocks of
 // 1 to 8 warps: bench/attention_sweep.sh's variants) against the default's bits, forward
-// and backward, on a few shapes; every configuration's shared memory within 99 KiB.
+// and backward, on a few shapes, with dropout and without; every configuration's shared
+// memory within 99 KiB.
 //
 // FLASH_TC_PART picks what one build runs: 1 the configurations the runtime launches
 // (rtc_tc_cfg), 2 the others (bench/attention_sweep.sh's tile variants), 3 (the default) both.
@@ -342,6 +347,66 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     attn_tc_bound_free(&bd);
 }
 
+#if RUNTIME_CONFIGS
+// ----------------------------------------------------------------------------
+// attention dropout, float mode: forward out and stats, and backward from the CPU's out and
+// stats (accumulated), against the CPU drawing the same masks
+
+static void test_dropout(int B, int T, int NH, int NKV, int HD, int causal, float p) {
+    const uint64_t seed = 0x5DEECE66Dull, stream = 11;
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
+    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
+    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
+    float *dout = hrand(nq, 1.0f, 0.0f), *dq0 = hrand(nq, 1.0f, 0.0f);
+    float *out = hrand(nq, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f);
+    float *scratch = hrand(nsc, 1.0f, 0.0f), *escratch = hrand(nsc, 1.0f, 0.0f);
+    float *eout = hrand(nq, 1.0f, 0.0f), *estats = hrand(ns, 1.0f, 0.0f);
+    char nm[200];
+    snprintf(nm, sizeof nm, "%s p=%g B=%d T=%d NH=%d NKV=%d HD=%d (HD %d) %s",
+             elem_name(EL_F32), p, B, T, NH, NKV, HD, rtc_fa_tc_hdp(HD),
+             causal ? "causal" : "full");
+    emu_smem_limit = 227 * 1024;  // float tiles are twice as large; never on a GPU
+
+    cpu_rt_attention_lowmem_dropout_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD,
+                                            causal, RT_F32, RT_F32, p, seed, stream);
+    rtc_fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.k = k, a.v = v;
+    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
+    a.scale = (float)(1.0 / sqrt((double)HD));
+    a.drop_p = p, a.drop_scale = (float)(1.0 / (1.0 - (double)p));
+    a.drop_seed = seed, a.drop_stream = stream;
+    rtc_fa_args fa = a;
+    fa.out = eout, fa.stats = estats;
+    tc_forward<>(EL_F32, fa);
+    const double e_out = maxdiff(eout, out, nq, 0, 1), e_st = maxdiff(estats, stats, ns, 0, 1);
+    CHECK(e_out <= TOL_FWD && e_st <= TOL_FWD,
+          "tc dropout forward %s: out max diff %.3g, stats %.3g (tol %.3g)", nm, e_out, e_st,
+          TOL_FWD);
+
+    float *dq = hcopy(dq0, nq), *dk = hcopy(dq0, nk), *dv = hcopy(dq0, nk);
+    float *edq = hcopy(dq0, nq), *edk = hcopy(dq0, nk), *edv = hcopy(dq0, nk);
+    cpu_rt_attention_lowmem_dropout_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T,
+                                             NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE,
+                                             p, seed, stream);
+    rtc_fa_args ba = a;
+    ba.dout = dout, ba.out_in = out, ba.stats_in = stats, ba.D = escratch;
+    ba.dq = edq, ba.dk = edk, ba.dv = edv;
+    tc_backward<>(EL_F32, ba);
+    const double e_dq = maxdiff(edq, dq, nq, 0, 1), e_dk = maxdiff(edk, dk, nk, 0, 1),
+                 e_dv = maxdiff(edv, dv, nk, 0, 1);
+    CHECK(e_dq <= TOL_BWD && e_dk <= TOL_BWD && e_dv <= TOL_BWD,
+          "tc dropout backward %s (+=): dq max diff %.3g, dk %.3g, dv %.3g (tol %.3g)", nm, e_dq,
+          e_dk, e_dv, TOL_BWD);
+
+    emu_smem_limit = EMU_MAX_SMEM;
+    free(q), free(k), free(v), free(dout), free(dq0), free(out), free(stats), free(scratch);
+    free(escratch), free(eout), free(estats);
+    free(dq), free(dk), free(dv), free(edq), free(edk), free(edv);
+}
+#endif  // RUNTIME_CONFIGS
+
 #if OTHER_CONFIGS
 // ----------------------------------------------------------------------------
 // other tile configurations (rtc_tc_tiles: HDP, then per kernel tile rows and columns, row
@@ -375,8 +440,9 @@ static const int n_alt = (int)(sizeof alt_cfgs / sizeof alt_cfgs[0]);
 
 // Forward, then backward of all three gradients (accumulated, fp32), of dq and dk, and of
 // dv alone (assigned, rounded to E), with the default configuration and with every alt_cfgs
-// entry: bit for bit the same out, stats, dq, dk, dv.
-static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem e) {
+// entry: bit for bit the same out, stats, dq, dk, dv. p > 0: with attention dropout.
+static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem e,
+                         float p = 0.0f) {
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     const size_t ns = (size_t)B * NH * T * 2, nsc = (size_t)B * NH * T;
     float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
@@ -389,6 +455,10 @@ static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.D = scratch;
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
     a.scale = (float)(1.0 / sqrt((double)HD));
+    if (p > 0.0f) {
+        a.drop_p = p, a.drop_scale = (float)(1.0 / (1.0 - (double)p));
+        a.drop_seed = 0x5DEECE66Dull, a.drop_stream = 11;
+    }
     const rt_dtype dt = e == EL_BF16 ? RT_BF16 : e == EL_F16 ? RT_F16 : RT_F32;
     if (e == EL_F32) emu_smem_limit = 227 * 1024;  // float tiles are twice as large
     // results [cfg][out, stats, dq, dk, dv, dq and dk, dv alone]; out and stats start
@@ -421,11 +491,11 @@ static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem
         int differ = 0;
         for (int i = 0; i < 8; i++) differ += !same_bits(r[c][i], r[0][i], len[i]);
         CHECK(differ == 0,
-              "tc %s B=%d T=%d NH=%d NKV=%d HD=%d %s, %s: forward (out, stats), backward (dq, dk, "
-              "dv accumulated; dq and dk, dv alone, assigned and rounded) == the default "
-              "configuration's, bit for bit (%d of 8 differ)",
-              elem_name(e), B, T, NH, NKV, HD, causal ? "causal" : "full", alt_cfgs[c - 1].name,
-              differ);
+              "tc %s B=%d T=%d NH=%d NKV=%d HD=%d %s, dropout p=%g, %s: forward (out, stats), "
+              "backward (dq, dk, dv accumulated; dq and dk, dv alone, assigned and rounded) == "
+              "the default configuration's, bit for bit (%d of 8 differ)",
+              elem_name(e), B, T, NH, NKV, HD, causal ? "causal" : "full", p,
+              alt_cfgs[c - 1].name, differ);
     }
     for (int c = 0; c <= n_alt; c++)
         for (int i = 0; i < 8; i++) free(r[c][i]);
@@ -457,6 +527,12 @@ int main(void) {
         for (int e = EL_BF16; e <= EL_F32; e++)
             test_shape(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, (elem)e);
     }
+    // dropout: both tile configurations, the causal diagonal, partial tiles (odd T: a row's
+    // pairs of keys straddle Philox blocks), GQA
+    test_dropout(2, 37, 4, 2, 16, 1, 0.1f);
+    test_dropout(1, 70, 2, 2, 64, 0, 0.5f);
+    test_dropout(1, 33, 3, 1, 48, 0, 0.3f);
+    test_dropout(1, 97, 2, 1, 128, 1, 0.5f);
 #endif
 #if OTHER_CONFIGS
     // the other configurations against the default, bit for bit: HD 16..128, T below one row
@@ -478,6 +554,9 @@ int main(void) {
         if (cfg_second[i] != EL_BF16)
             test_configs(s.B, s.T, s.NH, s.NKV, s.HD, s.causal, cfg_second[i]);
     }
+    // with dropout: the mask factors drawn where each row tile's accumulators hold them
+    test_configs(2, 45, 4, 2, 32, 1, EL_BF16, 0.2f);
+    test_configs(1, 97, 2, 1, 128, 1, EL_F16, 0.5f);
 #endif
 
     // every kernel configuration, launched above or not, fits the smallest opt-in limit

@@ -106,7 +106,7 @@ end
 -- Backward steps' sections of the step C, in order.
 local function backward_sections(text)
   local secs = {}
-  for _, st in ipairs(util.compute_steps(text)) do
+  for _, st in ipairs(util.compute_steps(text, true)) do
     if st.kind == "backward" or st.kind == "loss_grad" then secs[#secs + 1] = st end
   end
   return secs

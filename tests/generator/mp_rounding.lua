@@ -48,7 +48,7 @@ end
 -- Checks the two rules on one spec's step C; returns counts for the summary line.
 local function check_rules(text, name)
   local bad_fwd, bad_bwd, nfwd, nbwd = {}, {}, 0, 0
-  for _, st in ipairs(compute_steps(text)) do
+  for _, st in ipairs(compute_steps(text, true)) do
     if (st.kind == "forward" or st.kind == "recompute") and st.calls[1] then
       local first = st.calls[1]
       local a = args_of(first)
@@ -128,7 +128,7 @@ end
 -- The calls of the backward step of the op labelled `label`, without the zeroing of new
 -- gradient buffers.
 local function backward_calls(text, label)
-  for _, st in ipairs(compute_steps(text)) do
+  for _, st in ipairs(compute_steps(text, true)) do
     if st.kind == "backward" and st.head:match("^%s*// compute%s+%a+%s+(%S+)") == label then
       local calls = {}
       for _, c in ipairs(st.calls) do
@@ -188,7 +188,7 @@ end
 local llama = texts["bench_llama_1b"]
 if llama then
   local ce, fwd
-  for _, st in ipairs(compute_steps(llama)) do
+  for _, st in ipairs(compute_steps(llama, true)) do
     if st.kind == "loss_grad" then ce = st.calls[1] end
     if st.kind == "forward" and st.head:match("cross_entropy") then fwd = st.calls end
   end

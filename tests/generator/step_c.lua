@@ -137,9 +137,21 @@ function M.flat(text, keep_names)
   return table.concat(out, "\n") .. "\n"
 end
 
+-- An attention dropout call as its plain call, the RNG arguments dropped
+-- (rt_attention_lowmem_[packed_]dropout_X(..., p, seed, stream) is
+-- rt_attention_lowmem_[packed_]X(...)); any other call as it is.
+function M.without_dropout(call)
+  local head, dir = call:match("^(rt_attention_lowmem_[%w_]-)dropout_(%a+)%(")
+  if not head then return call end
+  local a = M.args_of(call)
+  return string.format("%s%s(%s);", head, dir, table.concat(a, ", ", 1, #a - 3))
+end
+
 -- The compute steps of a step C, in order: { kind (forward, backward, loss_grad, ...),
 -- head (the schedule comment), dtype (the output's, when the line names one), calls }.
-function M.compute_steps(text)
+-- plain: attention dropout calls as their plain calls (M.without_dropout), for the suites
+-- that read buffers, dtypes and assign bits by argument position.
+function M.compute_steps(text, plain)
   text = M.flat(text)
   local steps, cur = {}, nil
   for line in text:gmatch("[^\n]+") do
@@ -152,7 +164,7 @@ function M.compute_steps(text)
       cur = nil
     elseif cur then
       local call = line:match("^%s*(rt_[%w_]+%(.*%);)$")
-      if call then cur.calls[#cur.calls + 1] = call end
+      if call then cur.calls[#cur.calls + 1] = plain and M.without_dropout(call) or call end
     end
   end
   return steps

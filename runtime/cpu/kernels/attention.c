@@ -45,11 +45,36 @@ static inline void scores_(float* S, const float* q, const float* k, rt_head_vie
 }
 
 // ----------------------------------------------------------------------------
+// attention dropout (rt_kernels.h rt_attention_lowmem_dropout_*): one head's mask factors,
+// drawn per element from its index ((b*NH + h)*T + i)*T + j
+
+typedef struct drop_ {
+    float p, scale;         // p > 0
+    uint64_t seed, stream;  // rt_dropout_uniform's
+    uint64_t head;          // (b*NH + h)*T*T: the head's first index
+} drop_;
+
+static drop_ drop_head_(float p, uint64_t seed, uint64_t stream, int b, int h, int NH, int T) {
+    const drop_ d = {p, (float)(1.0 / (1.0 - (double)p)), seed, stream,
+                     ((uint64_t)b * NH + h) * T * T};
+    return d;
+}
+
+// Z[i,j]: scale where P[i,j] is kept, else 0.
+static inline float keep_(const drop_* d, int T, int i, int j) {
+    return rt_dropout_uniform(d->seed, d->stream, d->head + (uint64_t)i * T + j) >= d->p
+               ? d->scale
+               : 0.0f;
+}
+
+// ----------------------------------------------------------------------------
 // forward core: P (probs slice or scratch) gets the probabilities; stats (nullable)
-// gets each row's (max, 1/sum)
+// gets each row's (max, 1/sum); with drop (nullable) P * Z is what multiplies v (and what P
+// holds after the call)
 
 static void forward_head_(float* out, float* P, float* stats, const float* q, const float* k,
-                          const float* v, rt_head_view hv, int T, int HD, int causal) {
+                          const float* v, rt_head_view hv, int T, int HD, int causal,
+                          const drop_* drop) {
     scores_(P, q, k, hv, T, HD);
     for (int t = 0; t < T; t++) {
         float* row = P + (size_t)t * T;
@@ -69,6 +94,8 @@ static void forward_head_(float* out, float* P, float* stats, const float* q, co
             stats[2 * t] = mx;
             stats[2 * t + 1] = inv;
         }
+        if (drop)
+            for (int s = 0; s < len; s++) row[s] *= keep_(drop, T, t, s);
     }
     // O[T,HD] = P[T,T] V[T,HD]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, v + hv.koff,
@@ -97,6 +124,20 @@ static void recompute_probs_(float* P, const float* stats, const float* q, const
 //   dQ += scale * dS K;  dK += scale * dS^T Q
 // Query heads sharing a kv head accumulate into the same dK/dV slice (GQA).
 
+// dQ += scale * dS K;  dK += scale * dS^T Q (each where not NULL)
+static void dq_dk_(float* dq, float* dk, const float* dS, const float* q, const float* k,
+                   rt_head_view hv, int T, int HD) {
+    const float scale = rt_attention_scale(HD);
+    if (dq) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dS, T,
+                    k + hv.koff, hv.ldk, 1.0f, dq + hv.qoff, hv.ldq);
+    }
+    if (dk) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dS, T, q + hv.qoff,
+                    hv.ldq, 1.0f, dk + hv.koff, hv.ldk);
+    }
+}
+
 static void backward_head_(float* dq, float* dk, float* dv, float* dS, const float* P,
                            const float* dout, const float* q, const float* k, const float* v,
                            rt_head_view hv, int T, int HD, int causal) {
@@ -119,15 +160,42 @@ static void backward_head_(float* dq, float* dk, float* dv, float* dS, const flo
         for (int s = 0; s < len; s++) d[s] = p[s] * (d[s] - df);
         for (int s = len; s < T; s++) d[s] = 0.0f;  // masked keys: no probability, no gradient
     }
-    const float scale = rt_attention_scale(HD);
-    if (dq) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dS, T,
-                    k + hv.koff, hv.ldk, 1.0f, dq + hv.qoff, hv.ldq);
+    dq_dk_(dq, dk, dS, q, k, hv, T, HD);
+}
+
+// The backward core with dropout, P the undropped probabilities (overwritten): per row,
+// dP = Z * (dO V^T) and D = rowsum(dP * P), then dS = P * (dP - D) and P * Z in place of P;
+// then dV += (P * Z)^T dO and dQ, dK as backward_head_. Z is drawn twice per element (the
+// first pass needs D before the second can write dS).
+static void backward_head_drop_(float* dq, float* dk, float* dv, float* dS, float* P,
+                                const float* dout, const float* q, const float* k,
+                                const float* v, rt_head_view hv, int T, int HD, int causal,
+                                const drop_* drop) {
+    const float* dop = dout + hv.qoff;
+    // dP[T,T] = dO[T,HD] V[T,HD]^T, then masked by Z
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dop, hv.ldq, v + hv.koff,
+                hv.ldk, 0.0f, dS, T);
+    for (int t = 0; t < T; t++) {
+        float* p = P + (size_t)t * T;
+        float* d = dS + (size_t)t * T;
+        const int len = causal ? t + 1 : T;
+        double dot = 0.0;
+        for (int s = 0; s < len; s++) {
+            d[s] *= keep_(drop, T, t, s);
+            dot += (double)d[s] * p[s];
+        }
+        const float df = (float)dot;
+        for (int s = 0; s < len; s++) {
+            d[s] = p[s] * (d[s] - df);
+            p[s] *= keep_(drop, T, t, s);
+        }
+        for (int s = len; s < T; s++) d[s] = 0.0f;
     }
-    if (dk) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dS, T, q + hv.qoff,
-                    hv.ldq, 1.0f, dk + hv.koff, hv.ldk);
+    if (dv) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, dop, hv.ldq,
+                    1.0f, dv + hv.koff, hv.ldk);
     }
+    dq_dk_(dq, dk, dS, q, k, hv, T, HD);
 }
 
 // ----------------------------------------------------------------------------
@@ -139,7 +207,7 @@ void rt_attention_forward(float* out, float* probs, const float* q, const float*
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head_(out, probs + ((size_t)b * NH + h) * T * T, NULL, q, k, v,
-                          rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
+                          rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal, NULL);
 }
 
 void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout,
@@ -155,17 +223,39 @@ void rt_attention_backward(float* dq, float* dk, float* dv, float* scratch, cons
 // ----------------------------------------------------------------------------
 // lowmem variant
 
+// The forward of both entry points; kernel: the name the argument checks give.
+static void lowmem_forward_(const char* kernel, float* out, float* stats, float* scratch,
+                            const float* q, const float* k, const float* v, int B, int T,
+                            int NH, int NKV, int HD, int causal, rt_dtype prec, rt_dtype dt,
+                            float p, uint64_t seed, uint64_t stream) {
+    RT_KCHECK_DT(prec, kernel);
+    RT_KCHECK_DT(dt, kernel);
+    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_DROPOUT(p, kernel);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const drop_ d = drop_head_(p, seed, stream, b, h, NH, T);
+            forward_head_(out, scratch, stats + ((size_t)b * NH + h) * T * 2, q, k, v,
+                          rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal,
+                          p > 0.0f ? &d : NULL);
+        }
+    if (B > 0 && T > 0) rt_kround_buf(out, (size_t)B * T * NH * HD, dt);
+}
+
 void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const float* q,
                                  const float* k, const float* v, int B, int T, int NH, int NKV,
                                  int HD, int causal, rt_dtype prec, rt_dtype dt) {
-    RT_KCHECK_DT(prec, "rt_attention_lowmem_forward");
-    RT_KCHECK_DT(dt, "rt_attention_lowmem_forward");
-    RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            forward_head_(out, scratch, stats + ((size_t)b * NH + h) * T * 2, q, k, v,
-                          rt_head_view_of(b, h, T, NH, NKV, HD), T, HD, causal);
-    if (B > 0 && T > 0) rt_kround_buf(out, (size_t)B * T * NH * HD, dt);
+    lowmem_forward_("rt_attention_lowmem_forward", out, stats, scratch, q, k, v, B, T, NH, NKV,
+                    HD, causal, prec, dt, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_dropout_forward(float* out, float* stats, float* scratch,
+                                         const float* q, const float* k, const float* v, int B,
+                                         int T, int NH, int NKV, int HD, int causal,
+                                         rt_dtype prec, rt_dtype dt, float p, uint64_t seed,
+                                         uint64_t stream) {
+    lowmem_forward_("rt_attention_lowmem_dropout_forward", out, stats, scratch, q, k, v, B, T,
+                    NH, NKV, HD, causal, prec, dt, p, seed, stream);
 }
 
 // An assigned gradient output of lowmem backward, zeroed (its contributions then add
@@ -176,18 +266,18 @@ static void zero_assigned_(float* x, const float* o1, const float* o2, int assig
     for (size_t i = 0; i < n; i++) x[i] = 0.0f;
 }
 
-// out is not read: backward_head_ takes rowsum(dP * P) from whole rows of the scratch,
-// which keeps the result bit-identical to the probs variant.
-void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
-                                  const float* dout, const float* out, const float* q,
-                                  const float* k, const float* v, const float* stats, int B,
-                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
-                                  rt_dtype dt, int assign) {
-    (void)out;
-    RT_KCHECK_DT(prec, "rt_attention_lowmem_backward");
-    RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
+// out is not read: the backward cores take rowsum(dP * P) from whole rows of the scratch,
+// which keeps the result bit-identical to the probs variant (without dropout).
+static void lowmem_backward_(const char* kernel, float* dq, float* dk, float* dv,
+                             float* scratch, const float* dout, const float* q, const float* k,
+                             const float* v, const float* stats, int B, int T, int NH, int NKV,
+                             int HD, int causal, rt_dtype prec, rt_dtype dt, int assign, float p,
+                             uint64_t seed, uint64_t stream) {
+    RT_KCHECK_DT(prec, kernel);
+    RT_KCHECK_DT(dt, kernel);
     RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
     RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
+    RT_KCHECK_ATTENTION_DROPOUT(p, kernel);
     if (B <= 0 || T <= 0) return;
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     zero_assigned_(dq, dk, dv, assign & RT_ASSIGN_1, nq);
@@ -199,9 +289,35 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
         for (int h = 0; h < NH; h++) {
             const rt_head_view hv = rt_head_view_of(b, h, T, NH, NKV, HD);
             recompute_probs_(P, stats + ((size_t)b * NH + h) * T * 2, q, k, hv, T, HD, causal);
-            backward_head_(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal);
+            if (p > 0.0f) {
+                const drop_ d = drop_head_(p, seed, stream, b, h, NH, T);
+                backward_head_drop_(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal, &d);
+            } else {
+                backward_head_(dq, dk, dv, dS, P, dout, q, k, v, hv, T, HD, causal);
+            }
         }
     if (dq) rt_kround_buf(dq, nq, dt);
     if (dk) rt_kround_buf(dk, nk, dt);
     if (dv) rt_kround_buf(dv, nk, dt);
+}
+
+void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
+                                  const float* dout, const float* out, const float* q,
+                                  const float* k, const float* v, const float* stats, int B,
+                                  int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
+                                  rt_dtype dt, int assign) {
+    (void)out;
+    lowmem_backward_("rt_attention_lowmem_backward", dq, dk, dv, scratch, dout, q, k, v, stats,
+                     B, T, NH, NKV, HD, causal, prec, dt, assign, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_dropout_backward(float* dq, float* dk, float* dv, float* scratch,
+                                          const float* dout, const float* out, const float* q,
+                                          const float* k, const float* v, const float* stats,
+                                          int B, int T, int NH, int NKV, int HD, int causal,
+                                          rt_dtype prec, rt_dtype dt, int assign, float p,
+                                          uint64_t seed, uint64_t stream) {
+    (void)out;
+    lowmem_backward_("rt_attention_lowmem_dropout_backward", dq, dk, dv, scratch, dout, q, k, v,
+                     stats, B, T, NH, NKV, HD, causal, prec, dt, assign, p, seed, stream);
 }

@@ -349,28 +349,48 @@ void rt_rope_pair_packed_backward(void* dinp_a, const void* dout_a, int NH_a, in
     rt_rope_packed_backward(dinp_b, dout_b, B, T, NH_b, HD, theta, packed_b, dt, assign_b, ld_b);
 }
 
-void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
-                                        const void* k, const void* v, int B, int T, int NH,
-                                        int NKV, int HD, int causal, rt_dtype prec, int packed,
-                                        rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_forward");
+// The forward of both entry points; kernel: the name the argument checks give.
+static void packed_forward_(const char* kernel, void* out, float* stats, float* scratch,
+                            const void* q, const void* k, const void* v, int B, int T, int NH,
+                            int NKV, int HD, int causal, rt_dtype prec, int packed, rt_dtype dt,
+                            float p, uint64_t seed, uint64_t stream) {
+    RT_KCHECK_PACKED_DT(dt, kernel);
     const size_t nq = head_elems(B, T, NH, HD), nk = head_elems(B, T, NKV, HD);
     float* s = scratch_floats(2 * nq + 2 * nk + 1);
     const float* x = dense_operand(s, 0, q, nq, packed & RT_PACKED_INP, dt);
     const float* xk = dense_operand(s + nq, 0, k, nk, packed & RT_PACKED_INP2, dt);
     const float* xv = dense_operand(s + nq + nk, 0, v, nk, packed & RT_PACKED_INP3, dt);
     float* y = dense_target(s + nq + 2 * nk, 0, out, nq, packed & RT_PACKED_OUT);
-    rt_attention_lowmem_forward(y, stats, scratch, x, xk, xv, B, T, NH, NKV, HD, causal, prec, dt);
+    rt_attention_lowmem_dropout_forward(y, stats, scratch, x, xk, xv, B, T, NH, NKV, HD, causal,
+                                        prec, dt, p, seed, stream);
     dense_store(out, y, nq, dt);
 }
 
-void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* scratch,
-                                         const void* dout, const void* out, const void* q,
-                                         const void* k, const void* v, const float* stats, int B,
-                                         int T, int NH, int NKV, int HD, int causal,
-                                         rt_dtype prec, int packed, rt_dtype dt, int assign,
-                                         int ld_dq, int ld_dk, int ld_dv) {
-    static const char* kernel = "rt_attention_lowmem_packed_backward";
+void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
+                                        const void* k, const void* v, int B, int T, int NH,
+                                        int NKV, int HD, int causal, rt_dtype prec, int packed,
+                                        rt_dtype dt) {
+    packed_forward_("rt_attention_lowmem_packed_forward", out, stats, scratch, q, k, v, B, T, NH,
+                    NKV, HD, causal, prec, packed, dt, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_packed_dropout_forward(void* out, float* stats, float* scratch,
+                                                const void* q, const void* k, const void* v,
+                                                int B, int T, int NH, int NKV, int HD,
+                                                int causal, rt_dtype prec, int packed,
+                                                rt_dtype dt, float p, uint64_t seed,
+                                                uint64_t stream) {
+    packed_forward_("rt_attention_lowmem_packed_dropout_forward", out, stats, scratch, q, k, v, B,
+                    T, NH, NKV, HD, causal, prec, packed, dt, p, seed, stream);
+}
+
+// The backward of both entry points; kernel: the name the argument checks give.
+static void packed_backward_(const char* kernel, void* dq, void* dk, void* dv, float* scratch,
+                             const void* dout, const void* out, const void* q, const void* k,
+                             const void* v, const float* stats, int B, int T, int NH, int NKV,
+                             int HD, int causal, rt_dtype prec, int packed, rt_dtype dt,
+                             int assign, int ld_dq, int ld_dk, int ld_dv, float p, uint64_t seed,
+                             uint64_t stream) {
     RT_KCHECK_PACKED_DT(dt, kernel);
     RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
     RT_KCHECK_PACKED_LD(ld_dq, NH * HD, packed & RT_PACKED_DINP, "dq", kernel);
@@ -390,11 +410,35 @@ void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* sc
                           assign & RT_ASSIGN_2, dt);
     float* gv = head_grad(g + nq + nk, dv, B, T, NKV, HD, ld_dv, packed & RT_PACKED_DINP3,
                           assign & RT_ASSIGN_3, dt);
-    rt_attention_lowmem_backward(gq, gk, gv, scratch, d, y, x, xk, xv, stats, B, T, NH, NKV, HD,
-                                 causal, prec, dt, assign);
+    rt_attention_lowmem_dropout_backward(gq, gk, gv, scratch, d, y, x, xk, xv, stats, B, T, NH,
+                                         NKV, HD, causal, prec, dt, assign, p, seed, stream);
     head_store(dq, gq, B, T, NH, HD, ld_dq, dt);
     head_store(dk, gk, B, T, NKV, HD, ld_dk, dt);
     head_store(dv, gv, B, T, NKV, HD, ld_dv, dt);
+}
+
+void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* scratch,
+                                         const void* dout, const void* out, const void* q,
+                                         const void* k, const void* v, const float* stats, int B,
+                                         int T, int NH, int NKV, int HD, int causal,
+                                         rt_dtype prec, int packed, rt_dtype dt, int assign,
+                                         int ld_dq, int ld_dk, int ld_dv) {
+    packed_backward_("rt_attention_lowmem_packed_backward", dq, dk, dv, scratch, dout, out, q, k,
+                     v, stats, B, T, NH, NKV, HD, causal, prec, packed, dt, assign, ld_dq, ld_dk,
+                     ld_dv, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_packed_dropout_backward(void* dq, void* dk, void* dv, float* scratch,
+                                                 const void* dout, const void* out,
+                                                 const void* q, const void* k, const void* v,
+                                                 const float* stats, int B, int T, int NH,
+                                                 int NKV, int HD, int causal, rt_dtype prec,
+                                                 int packed, rt_dtype dt, int assign,
+                                                 int ld_dq, int ld_dk, int ld_dv, float p,
+                                                 uint64_t seed, uint64_t stream) {
+    packed_backward_("rt_attention_lowmem_packed_dropout_backward", dq, dk, dv, scratch, dout,
+                     out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec, packed, dt, assign,
+                     ld_dq, ld_dk, ld_dv, p, seed, stream);
 }
 
 // ---- norms and the residual add: the residual stream's packed values

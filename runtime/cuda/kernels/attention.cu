@@ -14,7 +14,9 @@
 // and both store each element of out, dq, dk and dv once, rounded to dt there (and dq, dk,
 // dv added to or assigned), so rounding and assigning cost no pass of their own. The
 // packed entry points (rt_kernels.h "packed 16-bit storage") hand the tensor-core kernels
-// packed q, k, v, out and dout in place of 16-bit copies.
+// packed q, k, v, out and dout in place of 16-bit copies. The dropout entry points run the
+// kernels' dropout instantiations (each probability's mask drawn in the kernel from its
+// index, rtc_fa_args drop_*); p = 0 runs the same kernels as the plain calls.
 //
 // probs variant: the straightforward algorithm of runtime/cpu/kernels/attention.c, one
 // (batch, head) at a time. Per head: S = scale * Q K^T (cuBLAS SGEMM), a row-softmax
@@ -207,7 +209,9 @@ static bool use_tensor_cores(rt_dtype prec, rt_dtype dt, int HD) {
     return prec != RT_F32 && rtc_fa_tc_hdp(HD) != 0 && (dt == RT_F32 || dt == prec);
 }
 
-static rtc_fa_args flash_args(int B, int T, int NH, int NKV, int HD, int causal) {
+// p: the dropout probability (0: none; the entry points check [0, 1)).
+static rtc_fa_args flash_args(int B, int T, int NH, int NKV, int HD, int causal, float p,
+                              uint64_t seed, uint64_t stream) {
     RT_KCHECK_ATTENTION_HEADS(NH, NKV, HD);
     RT_KCHECK(rtc_fa_hdp(HD) != 0, "use the probs variant (rt_attention_forward) for larger heads",
               "CUDA flash attention supports head dims up to %d, got %d", RTC_FA_MAX_HD, HD);
@@ -217,6 +221,11 @@ static rtc_fa_args flash_args(int B, int T, int NH, int NKV, int HD, int causal)
     memset(&a, 0, sizeof a);
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
     a.scale = rt_attention_scale(HD);
+    if (p > 0.0f) {
+        a.drop_p = p;
+        a.drop_scale = (float)(1.0 / (1.0 - (double)p));  // rt_dropout_forward's
+        a.drop_seed = seed, a.drop_stream = stream;
+    }
     return a;
 }
 
@@ -266,14 +275,14 @@ static void operands32(rtc_fa_args& a, float** s, const void* q, const void* k, 
 }
 
 // The forward of both entry points (packed 0: fp32 storage; rt_kernels.h "packed 16-bit
-// storage"). The tensor-core kernels read packed q, k, v in place of their narrowed copies
-// and write a packed out in place of out's rounded floats; the fp32 kernels (head dims the
-// tensor cores do not take) run on packed operands widened into the operand scratch. The
-// scratch is not used: tiles live in shared memory.
+// storage"), with dropout p (0: none). The tensor-core kernels read packed q, k, v in place
+// of their narrowed copies and write a packed out in place of out's rounded floats; the fp32
+// kernels (head dims the tensor cores do not take) run on packed operands widened into the
+// operand scratch. The scratch is not used: tiles live in shared memory.
 static void lowmem_forward(void* out, float* stats, const void* q, const void* k, const void* v,
                            int B, int T, int NH, int NKV, int HD, int causal, rt_dtype prec,
-                           int packed, rt_dtype dt) {
-    rtc_fa_args a = flash_args(B, T, NH, NKV, HD, causal);
+                           int packed, rt_dtype dt, float p, uint64_t seed, uint64_t stream) {
+    rtc_fa_args a = flash_args(B, T, NH, NKV, HD, causal, p, seed, stream);
     const bool tc = use_tensor_cores(prec, dt, HD), po = packed & RT_PACKED_OUT;
     if (B <= 0 || T <= 0) return;
     a.dt = dt;
@@ -315,9 +324,9 @@ static void lowmem_backward(void* dq, void* dk, void* dv, float* scratch, const 
                             const void* out, const void* q, const void* k, const void* v,
                             const float* stats, int B, int T, int NH, int NKV, int HD, int causal,
                             rt_dtype prec, int packed, rt_dtype dt, int assign, int ld_dq,
-                            int ld_dk, int ld_dv) {
+                            int ld_dk, int ld_dv, float p, uint64_t seed, uint64_t stream) {
     RT_KCHECK_ATTENTION_ALIAS(dq, dk, dv, dt);
-    rtc_fa_args a = flash_args(B, T, NH, NKV, HD, causal);
+    rtc_fa_args a = flash_args(B, T, NH, NKV, HD, causal, p, seed, stream);
     const bool tc = use_tensor_cores(prec, dt, HD), po = packed & RT_PACKED_OUT;
     if (B <= 0 || T <= 0 || (!dq && !dk && !dv)) return;
     a.dt = dt;
@@ -371,7 +380,19 @@ void rt_attention_lowmem_forward(float* out, float* stats, float* scratch, const
                                  int HD, int causal, rt_dtype prec, rt_dtype dt) {
     (void)scratch;
     RT_KCHECK_DT(dt, "rt_attention_lowmem_forward");
-    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, 0, dt);
+    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, 0, dt, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_dropout_forward(float* out, float* stats, float* scratch,
+                                         const float* q, const float* k, const float* v, int B,
+                                         int T, int NH, int NKV, int HD, int causal,
+                                         rt_dtype prec, rt_dtype dt, float p, uint64_t seed,
+                                         uint64_t stream) {
+    static const char* kernel = "rt_attention_lowmem_dropout_forward";
+    (void)scratch;
+    RT_KCHECK_DT(dt, kernel);
+    RT_KCHECK_ATTENTION_DROPOUT(p, kernel);
+    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, 0, dt, p, seed, stream);
 }
 
 void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratch,
@@ -381,7 +402,20 @@ void rt_attention_lowmem_backward(float* dq, float* dk, float* dv, float* scratc
                                   rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_attention_lowmem_backward");
     lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
-                    0, dt, assign, 0, 0, 0);
+                    0, dt, assign, 0, 0, 0, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_dropout_backward(float* dq, float* dk, float* dv, float* scratch,
+                                          const float* dout, const float* out, const float* q,
+                                          const float* k, const float* v, const float* stats,
+                                          int B, int T, int NH, int NKV, int HD, int causal,
+                                          rt_dtype prec, rt_dtype dt, int assign, float p,
+                                          uint64_t seed, uint64_t stream) {
+    static const char* kernel = "rt_attention_lowmem_dropout_backward";
+    RT_KCHECK_DT(dt, kernel);
+    RT_KCHECK_ATTENTION_DROPOUT(p, kernel);
+    lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
+                    0, dt, assign, 0, 0, 0, p, seed, stream);
 }
 
 void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch, const void* q,
@@ -390,7 +424,30 @@ void rt_attention_lowmem_packed_forward(void* out, float* stats, float* scratch,
                                         rt_dtype dt) {
     (void)scratch;
     RT_KCHECK_PACKED_DT(dt, "rt_attention_lowmem_packed_forward");
-    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, packed, dt);
+    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, packed, dt, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_packed_dropout_forward(void* out, float* stats, float* scratch,
+                                                const void* q, const void* k, const void* v,
+                                                int B, int T, int NH, int NKV, int HD,
+                                                int causal, rt_dtype prec, int packed,
+                                                rt_dtype dt, float p, uint64_t seed,
+                                                uint64_t stream) {
+    static const char* kernel = "rt_attention_lowmem_packed_dropout_forward";
+    (void)scratch;
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_ATTENTION_DROPOUT(p, kernel);
+    lowmem_forward(out, stats, q, k, v, B, T, NH, NKV, HD, causal, prec, packed, dt, p, seed,
+                   stream);
+}
+
+// The packed backward's argument checks (kernel: the entry point's name).
+static void packed_backward_checks(const char* kernel, int NH, int NKV, int HD, int packed,
+                                   rt_dtype dt, int ld_dq, int ld_dk, int ld_dv) {
+    RT_KCHECK_PACKED_DT(dt, kernel);
+    RT_KCHECK_PACKED_LD(ld_dq, NH * HD, packed & RT_PACKED_DINP, "dq", kernel);
+    RT_KCHECK_PACKED_LD(ld_dk, NKV * HD, packed & RT_PACKED_DINP2, "dk", kernel);
+    RT_KCHECK_PACKED_LD(ld_dv, NKV * HD, packed & RT_PACKED_DINP3, "dv", kernel);
 }
 
 void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* scratch,
@@ -399,11 +456,23 @@ void rt_attention_lowmem_packed_backward(void* dq, void* dk, void* dv, float* sc
                                          int T, int NH, int NKV, int HD, int causal,
                                          rt_dtype prec, int packed, rt_dtype dt, int assign,
                                          int ld_dq, int ld_dk, int ld_dv) {
-    static const char* kernel = "rt_attention_lowmem_packed_backward";
-    RT_KCHECK_PACKED_DT(dt, kernel);
-    RT_KCHECK_PACKED_LD(ld_dq, NH * HD, packed & RT_PACKED_DINP, "dq", kernel);
-    RT_KCHECK_PACKED_LD(ld_dk, NKV * HD, packed & RT_PACKED_DINP2, "dk", kernel);
-    RT_KCHECK_PACKED_LD(ld_dv, NKV * HD, packed & RT_PACKED_DINP3, "dv", kernel);
+    packed_backward_checks("rt_attention_lowmem_packed_backward", NH, NKV, HD, packed, dt, ld_dq,
+                           ld_dk, ld_dv);
     lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
-                    packed, dt, assign, ld_dq, ld_dk, ld_dv);
+                    packed, dt, assign, ld_dq, ld_dk, ld_dv, 0.0f, 0, 0);
+}
+
+void rt_attention_lowmem_packed_dropout_backward(void* dq, void* dk, void* dv, float* scratch,
+                                                 const void* dout, const void* out,
+                                                 const void* q, const void* k, const void* v,
+                                                 const float* stats, int B, int T, int NH,
+                                                 int NKV, int HD, int causal, rt_dtype prec,
+                                                 int packed, rt_dtype dt, int assign,
+                                                 int ld_dq, int ld_dk, int ld_dv, float p,
+                                                 uint64_t seed, uint64_t stream) {
+    static const char* kernel = "rt_attention_lowmem_packed_dropout_backward";
+    packed_backward_checks(kernel, NH, NKV, HD, packed, dt, ld_dq, ld_dk, ld_dv);
+    RT_KCHECK_ATTENTION_DROPOUT(p, kernel);
+    lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV, HD, causal, prec,
+                    packed, dt, assign, ld_dq, ld_dk, ld_dv, p, seed, stream);
 }

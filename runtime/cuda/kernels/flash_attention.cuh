@@ -15,6 +15,11 @@
 //                tiles, recomputing the same P and dS (same float operations, same bits
 //                as in 2), and owns its dQ rows.
 //             The price of no atomics is computing P and dP twice (in 2 and 3).
+// Attention dropout (rt_kernels.h rt_attention_lowmem_dropout_forward): the kernels' DROP
+// instantiations multiply each visible probability by its mask factor Z (rtc_fa_drop, one
+// Philox draw per element, the same in forward, dK/dV and dQ): O sums (P Z) V while m and l
+// stay the undropped softmax's; dV sums (P Z)^T dO and dS = P (Z dP - D), D = rowsum(dO O)
+// being rowsum(P Z dP) still. The other instantiations (a.drop_p 0) have no dropout code.
 //
 // Threads: RTC_FA_NT per block; a block's rows (queries, or keys in the dK/dV kernel) get
 // TPR = RTC_FA_NT / rows threads each. Thread j of a row computes the dot products with
@@ -37,6 +42,7 @@
 #include <stddef.h>
 
 #include "../../common/dtype_bits.h"  // rt_round_inl
+#include "../../common/philox.h"      // rt_philox_block_inl, rt_philox_u01_inl
 
 // Dynamic shared memory of a kernel (the emulator supplies its own).
 #ifndef RTC_FA_SMEM
@@ -72,6 +78,11 @@ typedef struct {
     // row lengths (elements) of dq, dk, dv as the tensor-core backward reads and writes them,
     // 0 dense (rt_kernels.h "Gradient row lengths"); the fp32 kernels write dense rows
     int ld_dq, ld_dk, ld_dv;
+    // attention dropout: probability (b, h, i, j) kept iff rt_dropout_uniform(drop_seed,
+    // drop_stream, ((b NH + h) T + i) T + j) >= drop_p, kept ones times drop_scale (1/(1-p));
+    // drop_p 0: no dropout (the kernels without it run)
+    float drop_p, drop_scale;
+    uint64_t drop_seed, drop_stream;
 } rtc_fa_args;
 
 enum { RTC_FA_ASSIGN_DQ = 1, RTC_FA_ASSIGN_DK = 2, RTC_FA_ASSIGN_DV = 4 };
@@ -151,6 +162,14 @@ __device__ __forceinline__ void rtc_fa_store_grad(float* g, float v, bool assign
     *g = rt_round_inl((assign ? 0.0f : *g) + v, dt);
 }
 
+// The dropout mask factor Z of probability (query tq, key tk) of head bh = b NH + h: drop_scale
+// when its draw keeps it, else 0 (rt_dropout_uniform's draw of element (bh T + tq) T + tk).
+__device__ __forceinline__ float rtc_fa_drop(const rtc_fa_args& a, size_t bh, int tq, int tk) {
+    const uint64_t e = ((uint64_t)bh * a.T + tq) * a.T + tk;
+    return rt_philox_uniform_inl(a.drop_seed, a.drop_stream, e) >= a.drop_p ? a.drop_scale
+                                                                              : 0.0f;
+}
+
 // Key tk visible from query tq (both inside the sequence, causal mask).
 __device__ __forceinline__ bool rtc_fa_visible(int tq, int tk, int T, int causal) {
     return tq < T && tk < T && !(causal && tk > tq);
@@ -159,7 +178,7 @@ __device__ __forceinline__ bool rtc_fa_visible(int tq, int tk, int T, int causal
 // ----------------------------------------------------------------------------
 // forward: grid (B*NH, ceil(T/FBR)); out and stats of the block's FBR queries
 
-template <int HDP>
+template <int HDP, bool DROP>
 __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_forward_kernel(rtc_fa_args a) {
     typedef rtc_fa_cfg<HDP> cfg;
     enum { BR = cfg::FBR, BC = cfg::FBC, TPR = RTC_FA_NT / BR, KPT = BC / TPR };
@@ -214,6 +233,16 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_forward_kernel(rtc_fa_args a
         for (int c = 0; c < BC; c++) lt += ss[r * LDS + c];
         l = l * alpha + lt;
         m = mnew;
+        if constexpr (DROP) {  // l summed the undropped exponentials; P Z multiplies V
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < KPT; i++) {
+                const int c = j + i * TPR;
+                if (rtc_fa_visible(tq, k0 + c, T, a.causal))
+                    ss[r * LDS + c] *= rtc_fa_drop(a, blockIdx.x, tq, k0 + c);
+            }
+            __syncthreads();
+        }
 #pragma unroll
         for (int i = 0; i < DPT; i++) o[i] *= alpha;
         for (int c = 0; c < BC; c++) {
@@ -312,7 +341,7 @@ __device__ __forceinline__ void rtc_fa_load_stats(float* ms, float* invs, float*
 // backward 2: grid (B*NKV, ceil(T/KBC)); dK and dV of the block's KBC keys, summed over
 // the query tiles of the NH/NKV query heads that share the kv head
 
-template <int HDP>
+template <int HDP, bool DROP>
 __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dkdv_kernel(rtc_fa_args a) {
     typedef rtc_fa_cfg<HDP> cfg;
     enum { BC = cfg::KBC, BR = cfg::KBR, TPR = RTC_FA_NT / BC, QPT = BR / TPR };
@@ -361,11 +390,17 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dkdv_kernel(rtc_fa_args a) {
 #pragma unroll
             for (int i = 0; i < QPT; i++) {
                 const int r = j + i * TPR;
-                const float p = rtc_fa_visible(q0 + r, tk, T, a.causal)
-                                    ? expf(a.scale * s[i] - ms[r]) * invs[r]
-                                    : 0.0f;
-                ps[c * LDP + r] = p;
-                dss[c * LDP + r] = p * (dp[i] - Ds[r]);
+                const bool vis = rtc_fa_visible(q0 + r, tk, T, a.causal);
+                const float p = vis ? expf(a.scale * s[i] - ms[r]) * invs[r] : 0.0f;
+                if constexpr (DROP) {
+                    const float z =
+                        vis ? rtc_fa_drop(a, (size_t)b * a.NH + h, q0 + r, tk) : 0.0f;
+                    ps[c * LDP + r] = p * z;
+                    dss[c * LDP + r] = p * (z * dp[i] - Ds[r]);
+                } else {
+                    ps[c * LDP + r] = p;
+                    dss[c * LDP + r] = p * (dp[i] - Ds[r]);
+                }
             }
             __syncthreads();
             for (int r = 0; r < BR; r++) {
@@ -400,7 +435,7 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dkdv_kernel(rtc_fa_args a) {
 // ----------------------------------------------------------------------------
 // backward 3: grid (B*NH, ceil(T/QBR)); dQ of the block's QBR queries
 
-template <int HDP>
+template <int HDP, bool DROP>
 __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dq_kernel(rtc_fa_args a) {
     typedef rtc_fa_cfg<HDP> cfg;
     enum { BR = cfg::QBR, BC = cfg::QBC, TPR = RTC_FA_NT / BR, KPT = BC / TPR };
@@ -440,10 +475,14 @@ __global__ void __launch_bounds__(RTC_FA_NT) rtc_fa_dq_kernel(rtc_fa_args a) {
 #pragma unroll
         for (int i = 0; i < KPT; i++) {
             const int c = j + i * TPR;
-            const float p = rtc_fa_visible(tq, k0 + c, T, a.causal)
-                                ? expf(a.scale * s[i] - ms[r]) * invs[r]
-                                : 0.0f;
-            dss[r * LDS + c] = p * (dp[i] - Ds[r]);
+            const bool vis = rtc_fa_visible(tq, k0 + c, T, a.causal);
+            const float p = vis ? expf(a.scale * s[i] - ms[r]) * invs[r] : 0.0f;
+            if constexpr (DROP) {
+                const float z = vis ? rtc_fa_drop(a, blockIdx.x, tq, k0 + c) : 0.0f;
+                dss[r * LDS + c] = p * (z * dp[i] - Ds[r]);
+            } else {
+                dss[r * LDS + c] = p * (dp[i] - Ds[r]);
+            }
         }
         __syncthreads();
         for (int c = 0; c < BC; c++) {
@@ -480,21 +519,24 @@ static inline int rtc_fa_hdp(int HD) {
 
 static inline unsigned rtc_fa_tiles(int T, int rows) { return (unsigned)((T + rows - 1) / rows); }
 
-template <int HDP, class Launch>
+template <int HDP, bool DROP, class Launch>
 void rtc_fa_forward_hd(Launch& launch, const rtc_fa_args& a) {
     typedef rtc_fa_cfg<HDP> c;
-    launch(rtc_fa_forward_kernel<HDP>, dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, c::FBR)),
+    launch(rtc_fa_forward_kernel<HDP, DROP>,
+           dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, c::FBR)),
            rtc_fa_fwd_smem<HDP>() * sizeof(float), a);
 }
 
-template <int HDP, class Launch>
+template <int HDP, bool DROP, class Launch>
 void rtc_fa_backward_hd(Launch& launch, const rtc_fa_args& a) {
     typedef rtc_fa_cfg<HDP> c;
     if (a.dk || a.dv)
-        launch(rtc_fa_dkdv_kernel<HDP>, dim3((unsigned)(a.B * a.NKV), rtc_fa_tiles(a.T, c::KBC)),
+        launch(rtc_fa_dkdv_kernel<HDP, DROP>,
+               dim3((unsigned)(a.B * a.NKV), rtc_fa_tiles(a.T, c::KBC)),
                rtc_fa_dkdv_smem<HDP>() * sizeof(float), a);
     if (a.dq)
-        launch(rtc_fa_dq_kernel<HDP>, dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, c::QBR)),
+        launch(rtc_fa_dq_kernel<HDP, DROP>,
+               dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, c::QBR)),
                rtc_fa_dq_smem<HDP>() * sizeof(float), a);
 }
 
@@ -502,9 +544,12 @@ void rtc_fa_backward_hd(Launch& launch, const rtc_fa_args& a) {
 // most it uses (what cudaFuncAttributeMaxDynamicSharedMemorySize must allow).
 template <int HDP, class Set>
 void rtc_fa_each_kernel_hd(Set& set) {
-    set(rtc_fa_forward_kernel<HDP>, rtc_fa_fwd_smem<HDP>() * sizeof(float));
-    set(rtc_fa_dkdv_kernel<HDP>, rtc_fa_dkdv_smem<HDP>() * sizeof(float));
-    set(rtc_fa_dq_kernel<HDP>, rtc_fa_dq_smem<HDP>() * sizeof(float));
+    set(rtc_fa_forward_kernel<HDP, false>, rtc_fa_fwd_smem<HDP>() * sizeof(float));
+    set(rtc_fa_dkdv_kernel<HDP, false>, rtc_fa_dkdv_smem<HDP>() * sizeof(float));
+    set(rtc_fa_dq_kernel<HDP, false>, rtc_fa_dq_smem<HDP>() * sizeof(float));
+    set(rtc_fa_forward_kernel<HDP, true>, rtc_fa_fwd_smem<HDP>() * sizeof(float));
+    set(rtc_fa_dkdv_kernel<HDP, true>, rtc_fa_dkdv_smem<HDP>() * sizeof(float));
+    set(rtc_fa_dq_kernel<HDP, true>, rtc_fa_dq_smem<HDP>() * sizeof(float));
 }
 
 template <class Set>
@@ -515,14 +560,34 @@ void rtc_fa_each_kernel(Set& set) {
     rtc_fa_each_kernel_hd<256>(set);
 }
 
+// The forward's kernels with dropout or without (DROP), for the call's padded head dim.
+template <bool DROP, class Launch>
+void rtc_fa_forward_drop(Launch& launch, const rtc_fa_args& a) {
+    switch (rtc_fa_hdp(a.HD)) {
+        case 32: rtc_fa_forward_hd<32, DROP>(launch, a); break;
+        case 64: rtc_fa_forward_hd<64, DROP>(launch, a); break;
+        case 128: rtc_fa_forward_hd<128, DROP>(launch, a); break;
+        default: rtc_fa_forward_hd<256, DROP>(launch, a); break;
+    }
+}
+
 // Forward: out and stats. B, T > 0 and rtc_fa_hdp(HD) != 0 (the caller checks).
 template <class Launch>
 void rtc_fa_forward(Launch& launch, const rtc_fa_args& a) {
+    if (a.drop_p > 0.0f)
+        rtc_fa_forward_drop<true>(launch, a);
+    else
+        rtc_fa_forward_drop<false>(launch, a);
+}
+
+// The backward's dK/dV and dQ kernels, as rtc_fa_forward_drop.
+template <bool DROP, class Launch>
+void rtc_fa_backward_drop(Launch& launch, const rtc_fa_args& a) {
     switch (rtc_fa_hdp(a.HD)) {
-        case 32: rtc_fa_forward_hd<32>(launch, a); break;
-        case 64: rtc_fa_forward_hd<64>(launch, a); break;
-        case 128: rtc_fa_forward_hd<128>(launch, a); break;
-        default: rtc_fa_forward_hd<256>(launch, a); break;
+        case 32: rtc_fa_backward_hd<32, DROP>(launch, a); break;
+        case 64: rtc_fa_backward_hd<64, DROP>(launch, a); break;
+        case 128: rtc_fa_backward_hd<128, DROP>(launch, a); break;
+        default: rtc_fa_backward_hd<256, DROP>(launch, a); break;
     }
 }
 
@@ -535,12 +600,10 @@ void rtc_fa_backward(Launch& launch, rtc_fa_args a) {
     } else {
         a.D = NULL;  // dV alone needs no dS
     }
-    switch (rtc_fa_hdp(a.HD)) {
-        case 32: rtc_fa_backward_hd<32>(launch, a); break;
-        case 64: rtc_fa_backward_hd<64>(launch, a); break;
-        case 128: rtc_fa_backward_hd<128>(launch, a); break;
-        default: rtc_fa_backward_hd<256>(launch, a); break;
-    }
+    if (a.drop_p > 0.0f)
+        rtc_fa_backward_drop<true>(launch, a);
+    else
+        rtc_fa_backward_drop<false>(launch, a);
 }
 
 #endif

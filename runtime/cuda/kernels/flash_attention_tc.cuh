@@ -70,6 +70,16 @@
 //             no atomics, rounding and assigning free, and dq, dk, dv requested alone
 //             give the joint call's bits (each is computed by the same operations either
 //             way; D is only computed when dq or dk is wanted).
+//   Dropout (rtc_fa_args drop_p > 0; the DROP instantiations, the others have no dropout
+//   code): as the fp32 kernels, each probability's mask factor Z is drawn from the element's
+//   index where the accumulators hold it (rtc_fa_drop); m and l stay the undropped softmax's.
+//   The forward narrows P Z for O += (P Z) V; dK/dV narrow P Z for dV and the dQ kernel and
+//   dK/dV take dS = P (Z dP - D). Where a lane's pair of elements are consecutive keys of one
+//   query (the forward's and dQ's accumulators) one Philox call draws both (rtc_tc_drop_rows);
+//   dK/dV's pairs are two queries of one key, T indices apart, one call each. Same
+//   __launch_bounds__ as without dropout; ptxas (sm_90a, CUDA 13) gives the DROP forward 128
+//   registers (HDP 64, 24 bytes spilled) and 168 (152 spilled), dK/dV 128 (32 spilled) and
+//   232, dQ 128 (60 spilled) and 241.
 //   Causal: key tiles past a query tile's last row are never loaded, a row tile whose 16
 //   rows see none of the current tile skips its products (its state cannot change), blocks
 //   run longest first: the forward and dQ grids map blockIdx.y to query tiles from the
@@ -724,11 +734,48 @@ __device__ __forceinline__ void rtc_tc_mask_rows(float (&s)[NJ][4], const int (&
             if (8 * j + (i & 1) > last[i >> 1]) s[j][i] = -INFINITY;
 }
 
+// The mask factors (rtc_fa_drop's) of elements e and e + 1: one Philox block, or two when e
+// is its block's last lane.
+__device__ __forceinline__ void rtc_tc_drop2(const rtc_fa_args& a, uint64_t e, float (&z)[2]) {
+    uint32_t o[4];
+    rt_philox_block_inl(a.drop_seed, a.drop_stream, e >> 2, o);
+    const unsigned l = (unsigned)e & 3;
+    const uint32_t x0 = l == 0 ? o[0] : l == 1 ? o[1] : l == 2 ? o[2] : o[3];
+    uint32_t x1;
+    if (l == 3) {
+        rt_philox_block_inl(a.drop_seed, a.drop_stream, (e >> 2) + 1, o);
+        x1 = o[0];
+    } else {
+        x1 = l == 0 ? o[1] : l == 1 ? o[2] : o[3];
+    }
+    z[0] = rt_philox_u01_inl(x0) >= a.drop_p ? a.drop_scale : 0.0f;
+    z[1] = rt_philox_u01_inl(x1) >= a.drop_p ? a.drop_scale : 0.0f;
+}
+
+// Accumulators of query rows times their mask factors: element i of acc[j] is query
+// tq[i / 2] of head bh = b NH + h, key kc + 8 j + i % 2 (kc: the tile's first key plus 2 t),
+// so elements 2 r and 2 r + 1 are consecutive indices, drawn together.
+template <int NJ>
+__device__ __forceinline__ void rtc_tc_drop_rows(float (&acc)[NJ][4], const rtc_fa_args& a,
+                                                 size_t bh, const int (&tq)[2], int kc) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint64_t e0 = ((uint64_t)bh * a.T + tq[r]) * a.T + kc;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            float z[2];
+            rtc_tc_drop2(a, e0 + 8 * j, z);
+            acc[j][2 * r] *= z[0];
+            acc[j][2 * r + 1] *= z[1];
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // forward: grid (B*NH, ceil(T/FBR)), FBR/(16 FMT) warps of FMT row tiles; out and stats of
 // the block's queries
 
-template <class E, class C>
+template <class E, class C, bool DROP>
 __global__ void __launch_bounds__(C::FNT, C::FMB) rtc_fa_tc_forward_kernel(rtc_fa_args a) {
     typedef rtc_tc_fwd_layout<E, C> L;
     typedef typename rtc_tc_reg<E>::type reg;
@@ -819,6 +866,8 @@ __global__ void __launch_bounds__(C::FNT, C::FMB) rtc_fa_tc_forward_kernel(rtc_f
                         l[u][i >> 1] += s[u][jj][i];
                     }
                 }
+                if constexpr (DROP)  // l summed the undropped P; P Z multiplies V
+                    rtc_tc_drop_rows<NJ>(s[u], a, blockIdx.x, tq[u], k0 + 2 * t);
 #pragma unroll
                 for (int d = 0; d < ND; d++) {
                     o[u][d][0] *= alpha[0], o[u][d][1] *= alpha[0];
@@ -875,7 +924,7 @@ __global__ void __launch_bounds__(C::FNT, C::FMB) rtc_fa_tc_forward_kernel(rtc_f
 // the block's keys, summed over the query tiles of the NH/NKV query heads that share the
 // kv head
 
-template <class E, class C>
+template <class E, class C, bool DROP>
 __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_args a) {
     typedef rtc_tc_dkdv_layout<E, C> L;
     typedef typename rtc_tc_reg<E>::type reg;
@@ -994,8 +1043,15 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
                                 mask[u] && !rtc_fa_visible(x.q0 + c, tk[u][i >> 1], T, a.causal)
                                     ? 0.0f
                                     : rtc_tc_exp2(fmaf(st[u][j][i], sl2, nb)) * inv;
-                            st[u][j][i] = p;
-                            if (want_dk) dpt[u][j][i] = p * (dpt[u][j][i] - Ds[c]);
+                            if constexpr (DROP) {
+                                const float z = rtc_fa_drop(a, (size_t)b * a.NH + x.h, x.q0 + c,
+                                                            tk[u][i >> 1]);
+                                st[u][j][i] = p * z;
+                                if (want_dk) dpt[u][j][i] = p * (z * dpt[u][j][i] - Ds[c]);
+                            } else {
+                                st[u][j][i] = p;
+                                if (want_dk) dpt[u][j][i] = p * (dpt[u][j][i] - Ds[c]);
+                            }
                         }
                     }
                 }
@@ -1043,7 +1099,7 @@ __global__ void __launch_bounds__(C::KNT, C::KMB) rtc_fa_tc_dkdv_kernel(rtc_fa_a
 // backward 3: grid (B*NH, ceil(T/QBR)), QBR/(16 QMT) warps of QMT row tiles; dQ of the
 // block's queries
 
-template <class E, class C>
+template <class E, class C, bool DROP>
 __global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_args a) {
     typedef rtc_tc_dq_layout<E, C> L;
     typedef typename rtc_tc_reg<E>::type reg;
@@ -1127,6 +1183,8 @@ __global__ void __launch_bounds__(C::QNT, C::QMB) rtc_fa_tc_dq_kernel(rtc_fa_arg
                 // k0 + 8 jj + 2 t + i % 2; hidden keys as the forward's (-inf: P and dS 0)
                 if (k0 + BC > T || (a.causal && k0 + BC - 1 > q0 + r0 + 16 * u))
                     rtc_tc_mask_rows<NJ>(s[u], tq[u], k0 + 2 * t, T, a.causal);
+                if constexpr (DROP)  // Z dP: then dS = P (Z dP - D)
+                    rtc_tc_drop_rows<NJ>(dp[u], a, blockIdx.x, tq[u], k0 + 2 * t);
 #pragma unroll
                 for (int jj = 0; jj < NJ; jj++) {
 #pragma unroll
@@ -1177,35 +1235,52 @@ static inline int rtc_fa_tc_hdp(int HD) {
 template <class E, class C, class Launch>
 void rtc_fa_tc_forward_hd(Launch& launch, const rtc_fa_args& a) {
     typedef rtc_tc_fwd_layout<E, C> L;
-    launch(rtc_fa_tc_forward_kernel<E, C>, dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, L::BR)),
-           (unsigned)L::NT, L::bytes, a);
+    const dim3 grid((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, L::BR));
+    if (a.drop_p > 0.0f)
+        launch(rtc_fa_tc_forward_kernel<E, C, true>, grid, (unsigned)L::NT, L::bytes, a);
+    else
+        launch(rtc_fa_tc_forward_kernel<E, C, false>, grid, (unsigned)L::NT, L::bytes, a);
 }
 
 template <class E, class C, class Launch>
 void rtc_fa_tc_backward_hd(Launch& launch, const rtc_fa_args& a) {
     typedef rtc_tc_dkdv_layout<E, C> K;
     typedef rtc_tc_dq_layout<E, C> Q;
-    if (a.dk || a.dv)
-        launch(rtc_fa_tc_dkdv_kernel<E, C>,
-               dim3((unsigned)(a.B * a.NKV), rtc_fa_tiles(a.T, K::BC)), (unsigned)K::NT, K::bytes,
-               a);
-    if (a.dq)
-        launch(rtc_fa_tc_dq_kernel<E, C>, dim3((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, Q::BR)),
-               (unsigned)Q::NT, Q::bytes, a);
+    const bool drop = a.drop_p > 0.0f;
+    if (a.dk || a.dv) {
+        const dim3 grid((unsigned)(a.B * a.NKV), rtc_fa_tiles(a.T, K::BC));
+        if (drop)
+            launch(rtc_fa_tc_dkdv_kernel<E, C, true>, grid, (unsigned)K::NT, K::bytes, a);
+        else
+            launch(rtc_fa_tc_dkdv_kernel<E, C, false>, grid, (unsigned)K::NT, K::bytes, a);
+    }
+    if (a.dq) {
+        const dim3 grid((unsigned)(a.B * a.NH), rtc_fa_tiles(a.T, Q::BR));
+        if (drop)
+            launch(rtc_fa_tc_dq_kernel<E, C, true>, grid, (unsigned)Q::NT, Q::bytes, a);
+        else
+            launch(rtc_fa_tc_dq_kernel<E, C, false>, grid, (unsigned)Q::NT, Q::bytes, a);
+    }
 }
 
 // The entry points below take the configurations of HDP 64 and 128 as template arguments,
 // rtc_tc_cfg's by default (tests/cuda/test_flash_tc_emu.cc runs others against them).
 
+// Calls set(kernel, smem_bytes) for the kernels of configuration C, with dropout or not.
+template <class E, class C, bool DROP, class Set>
+void rtc_fa_tc_each_kernel_cfg(Set& set) {
+    set(rtc_fa_tc_forward_kernel<E, C, DROP>, rtc_tc_fwd_layout<E, C>::bytes);
+    set(rtc_fa_tc_dkdv_kernel<E, C, DROP>, rtc_tc_dkdv_layout<E, C>::bytes);
+    set(rtc_fa_tc_dq_kernel<E, C, DROP>, rtc_tc_dq_layout<E, C>::bytes);
+}
+
 // Calls set(kernel, smem_bytes) for every tensor-core kernel of element type E.
 template <class E, class C64 = rtc_tc_cfg<64>, class C128 = rtc_tc_cfg<128>, class Set>
 void rtc_fa_tc_each_kernel(Set& set) {
-    set(rtc_fa_tc_forward_kernel<E, C64>, rtc_tc_fwd_layout<E, C64>::bytes);
-    set(rtc_fa_tc_dkdv_kernel<E, C64>, rtc_tc_dkdv_layout<E, C64>::bytes);
-    set(rtc_fa_tc_dq_kernel<E, C64>, rtc_tc_dq_layout<E, C64>::bytes);
-    set(rtc_fa_tc_forward_kernel<E, C128>, rtc_tc_fwd_layout<E, C128>::bytes);
-    set(rtc_fa_tc_dkdv_kernel<E, C128>, rtc_tc_dkdv_layout<E, C128>::bytes);
-    set(rtc_fa_tc_dq_kernel<E, C128>, rtc_tc_dq_layout<E, C128>::bytes);
+    rtc_fa_tc_each_kernel_cfg<E, C64, false>(set);
+    rtc_fa_tc_each_kernel_cfg<E, C128, false>(set);
+    rtc_fa_tc_each_kernel_cfg<E, C64, true>(set);
+    rtc_fa_tc_each_kernel_cfg<E, C128, true>(set);
 }
 
 // Forward: out and stats. B, T > 0 and rtc_fa_tc_hdp(HD) != 0 (the caller checks); a.q16,
