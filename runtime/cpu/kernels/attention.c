@@ -10,6 +10,8 @@
 //     with the same sgemm call and rebuilds P with the same float operations, so P is
 //     bit-identical to the stored one, for O(T) instead of O(T^2) memory per head. The
 //     scratch holds S/P and dS, [T,T] each (the size also covers the CUDA kernel's D).
+// The lowmem variant's dropout entry points draw each probability's mask from its index
+// (rt_dropout_uniform) in forward and again in backward, so no mask is stored either.
 #include "rt_kernels.h"
 
 #include <cblas.h>
