@@ -51,6 +51,13 @@ RT_PHILOX_FN void rt_philox_block_inl(uint64_t seed, uint64_t stream, uint64_t b
 // Top 24 bits: every value is exactly representable in float and u < 1.
 RT_PHILOX_FN float rt_philox_u01_inl(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
+// Dropout with probability p: a kept value's scale, 1/(1-p) rounded once to float, and the
+// factor of an element whose draw is u: kept iff u >= p (every dropout kernel's rule).
+RT_PHILOX_FN float rt_dropout_scale_inl(float p) { return (float)(1.0 / (1.0 - (double)p)); }
+RT_PHILOX_FN float rt_dropout_factor_inl(float u, float p, float scale) {
+    return u >= p ? scale : 0.0f;
+}
+
 // Element `index`'s uniform draw in [0, 1) (rt_dropout_uniform on both backends).
 RT_PHILOX_FN float rt_philox_uniform_inl(uint64_t seed, uint64_t stream, uint64_t index) {
     uint32_t o[4];

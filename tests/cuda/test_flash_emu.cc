@@ -16,8 +16,8 @@
 //   dq, dk, dv each requested alone: the same bits as the joint call;
 //   dt bf16 and the assign bits: the unrounded, accumulating call's values rounded, bit
 //   for bit (flash_store_check.h).
-// Then attention dropout (the kernels' DROP instantiations) against the CPU's dropout calls
-// with the same seed and stream, within the same tolerances.
+// Then the same with attention dropout (the kernels' DROP instantiations) against the CPU's
+// dropout calls with the same seed and stream, within the same tolerances.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,9 +73,11 @@ static int same_bits(const float* a, const float* b, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
-// one shape
+// one shape, with attention dropout p (0: none; the kernels' DROP instantiations and the
+// CPU's dropout calls drawing the same masks)
 
-static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
+static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, float p = 0.0f) {
+    const uint64_t seed = 0x5DEECE66Dull, stream = 11;
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
     const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
@@ -88,17 +90,19 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
           *escratch = hrand(nsc, 1.0f, 0.0f);
     emu_launcher launch;
     char nm[200];
-    snprintf(nm, sizeof nm, "B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s", B, T, NH, NKV, HD,
-             rtc_fa_hdp(HD), causal ? "causal" : "full");
+    int at = p > 0.0f ? snprintf(nm, sizeof nm, "dropout p=%g ", p) : 0;
+    snprintf(nm + at, sizeof nm - at, "B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s", B, T,
+             NH, NKV, HD, rtc_fa_hdp(HD), causal ? "causal" : "full");
 
     // forward
-    cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
-                                    RT_F32, RT_F32);
+    cpu_rt_attention_lowmem_dropout_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD,
+                                            causal, RT_F32, RT_F32, p, seed, stream);
     rtc_fa_args a;
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v;
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
     a.scale = (float)(1.0 / sqrt((double)HD));
+    rtc_fa_set_dropout(a, p, seed, stream);
     rtc_fa_args fa = a;
     fa.out = eout;
     fa.stats = estats;
@@ -113,8 +117,9 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
     // backward, all three gradients, accumulated onto dq0/dk0/dv0
     float *dq = hcopy(dq0, nq), *dk = hcopy(dk0, nk), *dv = hcopy(dv0, nk);
     float *edq = hcopy(dq0, nq), *edk = hcopy(dk0, nk), *edv = hcopy(dv0, nk);
-    cpu_rt_attention_lowmem_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T, NH, NKV,
-                                     HD, causal, RT_F32, RT_F32, RT_ACCUMULATE);
+    cpu_rt_attention_lowmem_dropout_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T,
+                                             NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE,
+                                             p, seed, stream);
     rtc_fa_args ba = a;
     ba.dout = dout, ba.out_in = eout, ba.stats_in = estats, ba.D = escratch;
     ba.dq = edq, ba.dk = edk, ba.dv = edv;
@@ -153,62 +158,6 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal) {
 }
 
 // ----------------------------------------------------------------------------
-// attention dropout: forward out and stats, and backward from the CPU's out and stats
-// (accumulated), against the CPU drawing the same masks
-
-static void test_dropout(int B, int T, int NH, int NKV, int HD, int causal, float p) {
-    const uint64_t seed = 0x5DEECE66Dull, stream = 11;
-    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
-    const size_t ns = cpu_rt_attention_stats_floats(B, NH, T);
-    const size_t nsc = cpu_rt_attention_lowmem_scratch_floats(B, NH, T);
-    float *q = hrand(nq, 1.5f, 0.0f), *k = hrand(nk, 1.5f, 0.0f), *v = hrand(nk, 1.0f, 0.0f);
-    float *dout = hrand(nq, 1.0f, 0.0f), *dq0 = hrand(nq, 1.0f, 0.0f);
-    float *out = hrand(nq, 1.0f, 0.0f), *stats = hrand(ns, 1.0f, 0.0f);
-    float *scratch = hrand(nsc, 1.0f, 0.0f), *escratch = hrand(nsc, 1.0f, 0.0f);
-    float *eout = hrand(nq, 1.0f, 0.0f), *estats = hrand(ns, 1.0f, 0.0f);
-    emu_launcher launch;
-    char nm[200];
-    snprintf(nm, sizeof nm, "p=%g B=%d T=%d NH=%d NKV=%d HD=%d (tiles of HD %d) %s", p, B, T, NH,
-             NKV, HD, rtc_fa_hdp(HD), causal ? "causal" : "full");
-
-    cpu_rt_attention_lowmem_dropout_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD,
-                                            causal, RT_F32, RT_F32, p, seed, stream);
-    rtc_fa_args a;
-    memset(&a, 0, sizeof a);
-    a.q = q, a.k = k, a.v = v;
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
-    a.scale = (float)(1.0 / sqrt((double)HD));
-    a.drop_p = p, a.drop_scale = (float)(1.0 / (1.0 - (double)p));
-    a.drop_seed = seed, a.drop_stream = stream;
-    rtc_fa_args fa = a;
-    fa.out = eout, fa.stats = estats;
-    rtc_fa_forward(launch, fa);
-    const double e_out = maxdiff(eout, out, nq), e_st = maxdiff(estats, stats, ns);
-    CHECK(e_out <= TOL_FWD && e_st <= TOL_FWD,
-          "flash dropout forward %s: out max diff %.3g, stats %.3g (tol %.3g)", nm, e_out, e_st,
-          TOL_FWD);
-
-    float *dq = hcopy(dq0, nq), *dk = hcopy(dq0, nk), *dv = hcopy(dq0, nk);
-    float *edq = hcopy(dq0, nq), *edk = hcopy(dq0, nk), *edv = hcopy(dq0, nk);
-    cpu_rt_attention_lowmem_dropout_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, B, T,
-                                             NH, NKV, HD, causal, RT_F32, RT_F32, RT_ACCUMULATE,
-                                             p, seed, stream);
-    rtc_fa_args ba = a;
-    ba.dout = dout, ba.out_in = out, ba.stats_in = stats, ba.D = escratch;
-    ba.dq = edq, ba.dk = edk, ba.dv = edv;
-    rtc_fa_backward(launch, ba);
-    const double e_dq = maxdiff(edq, dq, nq), e_dk = maxdiff(edk, dk, nk),
-                 e_dv = maxdiff(edv, dv, nk);
-    CHECK(e_dq <= TOL_BWD && e_dk <= TOL_BWD && e_dv <= TOL_BWD,
-          "flash dropout backward %s (+=): dq max diff %.3g, dk %.3g, dv %.3g (tol %.3g)", nm,
-          e_dq, e_dk, e_dv, TOL_BWD);
-
-    free(q), free(k), free(v), free(dout), free(dq0), free(out), free(stats), free(scratch);
-    free(escratch), free(eout), free(estats);
-    free(dq), free(dk), free(dv), free(edq), free(edk), free(edv);
-}
-
-// ----------------------------------------------------------------------------
 
 int main(void) {
     rng_state = 0x853C49E6748FEA9Bull;  // this test's own random stream
@@ -225,10 +174,10 @@ int main(void) {
     test_shape(1, 37, 2, 1, 200, 1);
     test_shape(1, 20, 1, 1, 256, 0);
     // dropout: each padded head dim, the causal diagonal and partial tiles, GQA
-    test_dropout(2, 37, 4, 2, 16, 1, 0.1f);
-    test_dropout(1, 70, 2, 2, 64, 0, 0.5f);
-    test_dropout(1, 45, 2, 1, 100, 1, 0.3f);
-    test_dropout(1, 20, 1, 1, 256, 0, 0.5f);
+    test_shape(2, 37, 4, 2, 16, 1, 0.1f);
+    test_shape(1, 70, 2, 2, 64, 0, 0.5f);
+    test_shape(1, 45, 2, 1, 100, 1, 0.3f);
+    test_shape(1, 20, 1, 1, 256, 0, 0.5f);
     // every kernel configuration, launched above or not, fits the smallest opt-in limit
     struct smem_check {
         size_t worst = 0;

@@ -375,8 +375,7 @@ static void test_dropout(int B, int T, int NH, int NKV, int HD, int causal, floa
     a.q = q, a.k = k, a.v = v;
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
     a.scale = (float)(1.0 / sqrt((double)HD));
-    a.drop_p = p, a.drop_scale = (float)(1.0 / (1.0 - (double)p));
-    a.drop_seed = seed, a.drop_stream = stream;
+    rtc_fa_set_dropout(a, p, seed, stream);
     rtc_fa_args fa = a;
     fa.out = eout, fa.stats = estats;
     tc_forward<>(EL_F32, fa);
@@ -455,10 +454,7 @@ static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.D = scratch;
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
     a.scale = (float)(1.0 / sqrt((double)HD));
-    if (p > 0.0f) {
-        a.drop_p = p, a.drop_scale = (float)(1.0 / (1.0 - (double)p));
-        a.drop_seed = 0x5DEECE66Dull, a.drop_stream = 11;
-    }
+    rtc_fa_set_dropout(a, p, 0x5DEECE66Dull, 11);
     const rt_dtype dt = e == EL_BF16 ? RT_BF16 : e == EL_F16 ? RT_F16 : RT_F32;
     if (e == EL_F32) emu_smem_limit = 227 * 1024;  // float tiles are twice as large
     // results [cfg][out, stats, dq, dk, dv, dq and dk, dv alone]; out and stats start

@@ -18,6 +18,7 @@
 #include <math.h>
 
 #include "../../common/attention_shape.h"
+#include "../../common/philox.h"
 #include "kcheck.h"
 #include "kround.h"
 
@@ -57,16 +58,14 @@ typedef struct drop_ {
 } drop_;
 
 static drop_ drop_head_(float p, uint64_t seed, uint64_t stream, int b, int h, int NH, int T) {
-    const drop_ d = {p, (float)(1.0 / (1.0 - (double)p)), seed, stream,
-                     ((uint64_t)b * NH + h) * T * T};
+    const drop_ d = {p, rt_dropout_scale_inl(p), seed, stream, ((uint64_t)b * NH + h) * T * T};
     return d;
 }
 
 // Z[i,j]: scale where P[i,j] is kept, else 0.
 static inline float keep_(const drop_* d, int T, int i, int j) {
-    return rt_dropout_uniform(d->seed, d->stream, d->head + (uint64_t)i * T + j) >= d->p
-               ? d->scale
-               : 0.0f;
+    const float u = rt_philox_uniform_inl(d->seed, d->stream, d->head + (uint64_t)i * T + j);
+    return rt_dropout_factor_inl(u, d->p, d->scale);
 }
 
 // ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ float rt_dropout_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 // assigning as accumulating onto zeros (acc = 2), and rounds to dt.
 static void dropout_apply_(float* dst, const float* src, size_t n, float p, uint64_t seed,
                            uint64_t stream, uint64_t offset, int acc, rt_dtype dt) {
-    const float scale = (float)(1.0 / (1.0 - (double)p));
+    const float scale = rt_dropout_scale_inl(p);
     size_t i = 0;
     while (i < n) {
         const uint64_t e = offset + i;

@@ -221,11 +221,7 @@ static rtc_fa_args flash_args(int B, int T, int NH, int NKV, int HD, int causal,
     memset(&a, 0, sizeof a);
     a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
     a.scale = rt_attention_scale(HD);
-    if (p > 0.0f) {
-        a.drop_p = p;
-        a.drop_scale = (float)(1.0 / (1.0 - (double)p));  // rt_dropout_forward's
-        a.drop_seed = seed, a.drop_stream = stream;
-    }
+    rtc_fa_set_dropout(a, p, seed, stream);
     return a;
 }
 

@@ -57,7 +57,7 @@ __global__ void dropout_fill_kernel(float* dst, const float* src, size_t n, int 
 
 static void dropout_apply(float* dst, const float* src, size_t n, float p, uint64_t seed,
                           uint64_t stream, uint64_t offset, int acc, rt_dtype dt) {
-    const float scale = (float)(1.0 / (1.0 - (double)p));
+    const float scale = rt_dropout_scale_inl(p);
     const uint64_t nblocks = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
     dropout_kernel<<<rtc_blocks((size_t)nblocks, RTC_THREADS), RTC_THREADS, 0, rtc_stream()>>>(
         dst, src, n, p, scale, seed, stream, offset, acc, dt);

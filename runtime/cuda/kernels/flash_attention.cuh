@@ -162,12 +162,20 @@ __device__ __forceinline__ void rtc_fa_store_grad(float* g, float v, bool assign
     *g = rt_round_inl((assign ? 0.0f : *g) + v, dt);
 }
 
+// Sets a's dropout: probability p in [0, 1) (0: none), drawn from seed and stream.
+static inline void rtc_fa_set_dropout(rtc_fa_args& a, float p, uint64_t seed, uint64_t stream) {
+    if (p > 0.0f) {
+        a.drop_p = p, a.drop_scale = rt_dropout_scale_inl(p);
+        a.drop_seed = seed, a.drop_stream = stream;
+    }
+}
+
 // The dropout mask factor Z of probability (query tq, key tk) of head bh = b NH + h: drop_scale
 // when its draw keeps it, else 0 (rt_dropout_uniform's draw of element (bh T + tq) T + tk).
 __device__ __forceinline__ float rtc_fa_drop(const rtc_fa_args& a, size_t bh, int tq, int tk) {
     const uint64_t e = ((uint64_t)bh * a.T + tq) * a.T + tk;
-    return rt_philox_uniform_inl(a.drop_seed, a.drop_stream, e) >= a.drop_p ? a.drop_scale
-                                                                              : 0.0f;
+    return rt_dropout_factor_inl(rt_philox_uniform_inl(a.drop_seed, a.drop_stream, e), a.drop_p,
+                                 a.drop_scale);
 }
 
 // Key tk visible from query tq (both inside the sequence, causal mask).

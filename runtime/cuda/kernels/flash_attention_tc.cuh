@@ -748,8 +748,8 @@ __device__ __forceinline__ void rtc_tc_drop2(const rtc_fa_args& a, uint64_t e, f
     } else {
         x1 = l == 0 ? o[1] : l == 1 ? o[2] : o[3];
     }
-    z[0] = rt_philox_u01_inl(x0) >= a.drop_p ? a.drop_scale : 0.0f;
-    z[1] = rt_philox_u01_inl(x1) >= a.drop_p ? a.drop_scale : 0.0f;
+    z[0] = rt_dropout_factor_inl(rt_philox_u01_inl(x0), a.drop_p, a.drop_scale);
+    z[1] = rt_dropout_factor_inl(rt_philox_u01_inl(x1), a.drop_p, a.drop_scale);
 }
 
 // Accumulators of query rows times their mask factors: element i of acc[j] is query
