@@ -371,10 +371,7 @@ function F.attention(q, k, v, opts)
   check_tensor(v, "attention (value)")
   opts = check_opts(opts, "attention")
   errors.check_keys(opts, { "causal", "n_heads", "n_kv_heads", "dropout_p" }, "attention option")
-  local drop = opts.dropout_p or 0
-  if type(drop) ~= "number" or not (drop >= 0 and drop < 1) then
-    errors.raise("attention: dropout_p must be a number in [0, 1), got " .. tostring(drop))
-  end
+  local drop = dropout_p(opts.dropout_p or 0)
   if not trace.training() then drop = 0 end
   local nh = opts.n_heads
   if math.type(nh) ~= "integer" or nh < 1 then

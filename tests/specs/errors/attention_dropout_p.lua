@@ -1,4 +1,4 @@
--- expect: 7: error: attention: dropout_p must be a number in [0, 1), got 1
+-- expect: 7: error: dropout probability must be in [0, 1), got 1
 local nn, fsdp = require("nn"), require("fsdp")
 local m = nn.Module{ wq = nn.Linear(16, 16) }
 function m.forward(self, x)
