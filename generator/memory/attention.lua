@@ -30,6 +30,12 @@ function M.dims(op)
   return B, T
 end
 
+-- Bytes of dP as cuDNN's deterministic backward keeps it in its workspace (above).
+function M.dp_bytes(op)
+  local B, T = M.dims(op)
+  return B * op.attrs.n_heads * up64(T) * up64(T) * 2
+end
+
 -- Floats of the scratch of one call, forward or backward: fsdpgen's kernels need
 -- rt_attention_lowmem_scratch_floats, max(2*T*T, B*NH*T); cuDNN's workspace is planned in
 -- the same buffer where the op may run on cuDNN.
@@ -39,7 +45,7 @@ function M.scratch_floats(op)
   local n = math.max(2 * T * T, B * nh * T)
   if op.attention and op.attention.cudnn then
     local rows = B * nh * T
-    local dq_acc, dp = up256(rows * op.attrs.head_dim * 4), up256(B * nh * up64(T) * up64(T) * 2)
+    local dq_acc, dp = up256(rows * op.attrs.head_dim * 4), up256(M.dp_bytes(op))
     n = math.max(n, (up256(rows * 4) + math.max(dq_acc, dp) + ENGINE_RESERVE) // 4)
   end
   return n

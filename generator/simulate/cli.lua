@@ -8,7 +8,8 @@ local M = {}
 M.HELP = {
   simulate = [[
 usage: fsdpgen simulate SPEC --gpu h100|h200|a100 [--gpus-per-node G] [--nodes N]
-                        [--inter-node-gbps B] [--batch B] [--kernels fsdpgen|torch] [--json]
+                        [--inter-node-gbps B] [--batch B] [--kernels fsdpgen|torch]
+                        [--attention-backward deterministic|atomic] [--json]
 Predicts one training step of SPEC on that GPU: step time, compute time, exposed
 communication per phase (forward, backward, optimizer), kernel time by kind, MFU, tokens/s
 and the peak memory per GPU. Each op is priced from its FLOPs and bytes against the GPU's
@@ -21,6 +22,10 @@ options:
   --inter-node-gbps B   network bandwidth per GPU in Gb/s (default: the table's, 400)
   --batch B             the input's batch size per GPU
   --kernels K           fsdpgen (default) or torch: PyTorch FSDP2 eager's kernels
+  --attention-backward F
+                        cuDNN's attention backward, as the binary's RT_ATTENTION_BACKWARD:
+                        deterministic (default; dP written and read in its workspace) or
+                        atomic (dQ summed in fp32, no dP)
   --json                one JSON object instead of the table
 example:
   ./fsdpgen simulate examples/llama_1b.lua --gpu h100 --gpus-per-node 8 --nodes 8
@@ -38,7 +43,10 @@ example:
 }
 
 M.USAGE_OPTS = "--gpu h100|h200|a100 [--gpus-per-node G] [--nodes N] [--inter-node-gbps B] "
-  .. "[--batch B] [--kernels fsdpgen|torch]"
+  .. "[--batch B] [--kernels fsdpgen|torch] [--attention-backward deterministic|atomic]"
+
+-- cuDNN's attention backward forms (the binary's RT_ATTENTION_BACKWARD, docs/cuda.md)
+local ATTENTION_BACKWARDS = { deterministic = true, atomic = true }
 
 local function posint(v)
   return v and v:match("^%d+$") and tonumber(v) >= 1 and tonumber(v) or nil
@@ -46,7 +54,8 @@ end
 
 -- Parses the options both commands share (and -o / --json). Returns spec path and opts.
 local function parse(args, cmd, ctx, no_spec)
-  local o = { nodes = nil, gpus_per_node = nil, kernels = "fsdpgen" }
+  local o = { nodes = nil, gpus_per_node = nil, kernels = "fsdpgen",
+    attention_backward = "deterministic" }
   local spec
   local i = 1
   local function value(name)
@@ -72,6 +81,8 @@ local function parse(args, cmd, ctx, no_spec)
       o.net_gbps = v
     elseif a == "--kernels" then
       o.kernels = value(a)
+    elseif a == "--attention-backward" then
+      o.attention_backward = value(a)
     elseif a == "--json" and cmd == "simulate" then o.json = true; i = i + 1
     elseif a == "-o" and cmd == "show" then o.out = value(a)
     elseif a:sub(1, 1) == "-" then
@@ -97,6 +108,10 @@ local function parse(args, cmd, ctx, no_spec)
     table.sort(ks)
     ctx.die(2, string.format("fsdpgen %s: --kernels %s: no such kernel set for %s (allowed: %s)",
       cmd, o.kernels, g.kind, table.concat(ks, ", ")))
+  end
+  if not ATTENTION_BACKWARDS[o.attention_backward] then
+    ctx.die(2, string.format("fsdpgen %s: --attention-backward %s: no such form of cuDNN's "
+      .. "backward (allowed: deterministic, atomic)", cmd, o.attention_backward))
   end
   o.net_gbps = o.net_gbps or g.net_gbps
   return spec, o

@@ -7,6 +7,7 @@ local trace = require("spec.trace")
 local memory = require("memory.memory")
 local optimizer = require("plan.optimizer")
 local flops = require("plan.flops")
+local attention = require("memory.attention")
 
 local M = {}
 
@@ -49,23 +50,47 @@ local function attention_flops(op)
   return 4 * b * t * t * d
 end
 
--- Whether the binary runs attention op on cuDNN with kernel set k: where the memory stage
--- let the op use it (op.attention) and k has cuDNN's figures; under the spec's "auto" only
--- where cuDNN's forward and backward together are predicted faster, as the CUDA backend
--- keeps the faster it measures at start.
-function M.attention_cudnn(op, spec, k)
-  if not (op.attention and op.attention.cudnn and k.cudnn_attention_fwd) then return false end
-  if spec.attention == "cudnn" then return true end
-  return 1 / k.cudnn_attention_fwd + 2.5 / k.cudnn_attention_bwd
-    < 1 / k.attention_fwd + 2.5 / k.attention_bwd
-end
-
 -- The time of `flops` at efficiency eff of the bf16 peak and `bytes` at eff_bw of the
 -- memory bandwidth, whichever is slower, plus `kernels` launch gaps.
 local function roofline(gpu, k, flops, eff, bytes, eff_bw, kernels)
   local tf = flops > 0 and flops / (gpu.bf16_tflops * 1e12 * eff) or 0
   local tb = bytes > 0 and bytes / (gpu.hbm_gbps * 1e9 * eff_bw) or 0
   return math.max(tf, tb) + kernels * k.launch_us * 1e-6
+end
+
+-- Bytes of cuDNN's backward of attention op beyond its operands under `form` (the
+-- binary's RT_ATTENTION_BACKWARD): the deterministic form (its default) writes dP to its
+-- workspace and reads it again for dQ (memory/attention.lua); a causal kernel computes
+-- only the tiles on and below the diagonal and is taken to write and read only those,
+-- half, as its FLOPs. The atomic form keeps an fp32 dQ instead, as PyTorch's SDPA backward
+-- does, whose measured speed the cuDNN figures are: its traffic is in them already.
+local function dp_traffic(op, form)
+  if form == "atomic" then return 0 end
+  return 2 * attention.dp_bytes(op) * (op.attrs.causal and 0.5 or 1)
+end
+
+-- Attention op's forward and backward seconds (no launch gaps) on cuDNN (cu) or fsdpgen's
+-- kernels, and its forward's FLOPs. dP's bytes go at the element-wise efficiency, as a
+-- linear's extra bytes: the backward kernel stores and loads its tiles between its
+-- products, not in the long contiguous runs of the FSDP copies that k.copy is fitted to.
+local function attention_times(op, gpu, k, cu, form)
+  local f = attention_flops(op) * (op.attrs.causal and 0.5 or 1)
+  local fwd = roofline(gpu, k, f, cu and k.cudnn_attention_fwd or k.attention_fwd, 0, 1, 0)
+  local bwd = roofline(gpu, k, 2.5 * f, cu and k.cudnn_attention_bwd or k.attention_bwd,
+    cu and dp_traffic(op, form) or 0, k.elementwise, 0)
+  return fwd, bwd, f
+end
+
+-- Whether the binary runs attention op on cuDNN with kernel set k and backward form `form`:
+-- where the memory stage let the op use it (op.attention) and k has cuDNN's figures; under
+-- the spec's "auto" only where cuDNN's forward and backward together are predicted faster,
+-- as the CUDA backend keeps the faster it measures at start.
+function M.attention_cudnn(op, spec, gpu, k, form)
+  if not (op.attention and op.attention.cudnn and k.cudnn_attention_fwd) then return false end
+  if spec.attention == "cudnn" then return true end
+  local cf, cb = attention_times(op, gpu, k, true, form)
+  local ff, fb = attention_times(op, gpu, k, false, form)
+  return cf + cb < ff + fb
 end
 
 local norms = { rms_norm = true, layer_norm = true }
@@ -138,8 +163,8 @@ local function linear_accumulation(st, op)
 end
 
 -- A compute op (forward, recompute, backward, loss_grad of st.node): its time, class, the
--- FLOPs its kernels execute and its launches.
-local function op_cost(st, plan, gpu, k)
+-- FLOPs its kernels execute and its launches. form: cuDNN's attention backward.
+local function op_cost(st, plan, gpu, k, form)
   local op, spec = st.node, plan.spec
   local bwd = st.op == "backward"
   local kind = op.kind
@@ -169,14 +194,10 @@ local function op_cost(st, plan, gpu, k)
     end
     return roofline(gpu, k, flops, eff, bytes, k.elementwise, launches), "gemm", flops, launches
   elseif kind == "attention" then
-    local f = attention_flops(op) * (op.attrs.causal and 0.5 or 1)
-    local cu = M.attention_cudnn(op, spec, k)
-    if bwd then
-      local eff = cu and k.cudnn_attention_bwd or k.attention_bwd
-      return roofline(gpu, k, 2.5 * f, eff, 0, 1, 3), "attention", 2.5 * f, 3
-    end
-    local eff = cu and k.cudnn_attention_fwd or k.attention_fwd
-    return roofline(gpu, k, f, eff, 0, 1, 1), "attention", f, 1
+    local cu = M.attention_cudnn(op, spec, gpu, k, form)
+    local fwd, back, f = attention_times(op, gpu, k, cu, form)
+    if bwd then return back + 3 * k.launch_us * 1e-6, "attention", 2.5 * f, 3 end
+    return fwd + k.launch_us * 1e-6, "attention", f, 1
   elseif kind == "cast" and memory.is_view(op) then
     return 0, "view", 0, 0
   elseif bwd and st.grad_alias then
@@ -303,12 +324,14 @@ end
 -- Returns { compute = s, class = name, hw_flops = the FLOPs its kernels execute,
 -- copy_in = s (side stream, before the collective), copy_out = s (after it), launches = the
 -- kernels of a compute op's line (tests/cuda_step/kernels/*.txt count them) }.
-function M.step(st, plan, gpu, k)
+-- attention_backward: cuDNN's, "deterministic" (also when nil: the binary's default) or
+-- "atomic".
+function M.step(st, plan, gpu, k, attention_backward)
   local c = { compute = 0, class = "fsdp", hw_flops = 0, copy_in = 0, copy_out = 0, launches = 0 }
   local g = st.group
   if st.node and (st.op == "forward" or st.op == "backward" or st.op == "recompute"
       or st.op == "loss_grad" or st.op == "eval_loss") then
-    c.compute, c.class, c.hw_flops, c.launches = op_cost(st, plan, gpu, k)
+    c.compute, c.class, c.hw_flops, c.launches = op_cost(st, plan, gpu, k, attention_backward)
   elseif st.op == "all_gather" then
     local L = g.layout
     local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel

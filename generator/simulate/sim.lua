@@ -37,14 +37,16 @@ end
 local KIND_NAMES = { gemm = "GEMM", fsdp = "FSDP copies on compute", norm = "norms" }
 
 -- Runs the timeline. opts = { gpu (table), kernels (name), gpus_per_node, nodes, net_gbps,
--- optimizer_stream }: where the optimizer steps run, "side" (fsdpgen's default: each
--- group's beside the backward, RT_OPTIMIZER_STREAM) or "compute" (after the backward, as
--- PyTorch's, and so always with --kernels torch).
+-- optimizer_stream, attention_backward }: where the optimizer steps run, "side" (fsdpgen's
+-- default: each group's beside the backward, RT_OPTIMIZER_STREAM) or "compute" (after the
+-- backward, as PyTorch's, and so always with --kernels torch); cuDNN's attention backward,
+-- "deterministic" (the binary's default, RT_ATTENTION_BACKWARD) or "atomic".
 function M.run(plan, opts)
   local gpu = opts.gpu
   local topo = { gpu = gpu, k = gpu.kernels[opts.kernels], gpus_per_node = opts.gpus_per_node,
     net_gbps = opts.net_gbps,
-    optimizer_stream = opts.kernels == "torch" and "compute" or opts.optimizer_stream or "side" }
+    optimizer_stream = opts.kernels == "torch" and "compute" or opts.optimizer_stream or "side",
+    attention_backward = opts.attention_backward or "deterministic" }
   local tl = timeline.run(plan, topo)
   local spec = plan.spec
   local fc = flops.count(plan)   -- model FLOPs (PaLM, bench/flops.py) and tokens, one rank
@@ -61,12 +63,16 @@ function M.run(plan, opts)
     peak_bytes = plan.memory.peak, memory_gb = gpu.memory_gb, peak_tflops = gpu.bf16_tflops,
     timeline = tl,
   }
-  -- the attention ops of the step, and how many the binary would run on cuDNN
-  local att = { choice = spec.attention, ops = 0, cudnn = 0 }
+  -- the attention ops of the step, how many the binary would run on cuDNN, and the form of
+  -- cuDNN's backward priced
+  local att = { choice = spec.attention, ops = 0, cudnn = 0,
+    backward = topo.attention_backward }
   for _, op in ipairs(plan.graph.ops) do
     if op.kind == "attention" then
       att.ops = att.ops + 1
-      if cost.attention_cudnn(op, spec, topo.k) then att.cudnn = att.cudnn + 1 end
+      if cost.attention_cudnn(op, spec, gpu, topo.k, topo.attention_backward) then
+        att.cudnn = att.cudnn + 1
+      end
     end
   end
   if att.ops > 0 then r.attention = att end
@@ -137,7 +143,8 @@ function M.text(r)
   end
   local a = r.attention
   if a and r.kernels ~= "torch" then
-    line("  attention     cuDNN for %d of %d ops (the spec's \"%s\")", a.cudnn, a.ops, a.choice)
+    line("  attention     cuDNN for %d of %d ops (the spec's \"%s\")%s", a.cudnn, a.ops, a.choice,
+      a.cudnn > 0 and ", " .. a.backward .. " backward" or "")
   end
   local kinds = {}
   for i, k in ipairs(r.kinds) do

@@ -51,11 +51,12 @@ local function collective(st, topo)
 end
 
 -- plan: the planner's plan; topo = { gpu, k (kernel efficiencies), gpus_per_node,
--- net_gbps, optimizer_stream ("side" or "compute") }. Returns { lines = { {boxes = {{lane,
--- s, e, part}}, wait, phase, st} }, phases = { {name, compute, exposed = {ag, rs, ar,
--- tail}, start, finish} }, step, hw_flops (what the kernels execute, recomputation
--- included), optimizer ({total, after}: the optimizer stream's time, and how much of it
--- ends after compute's; nil without that stream) }.
+-- net_gbps, optimizer_stream ("side" or "compute"), attention_backward (cuDNN's:
+-- "deterministic" or "atomic") }. Returns { lines = { {boxes = {{lane, s, e, part}}, wait,
+-- phase, st} }, phases = { {name, compute, exposed = {ag, rs, ar, tail}, start, finish} },
+-- step, hw_flops (what the kernels execute, recomputation included), optimizer ({total,
+-- after}: the optimizer stream's time, and how much of it ends after compute's; nil without
+-- that stream) }.
 function M.run(plan, topo)
   local gpu, k = topo.gpu, topo.k
   local tc = 0                      -- compute stream's time
@@ -97,7 +98,7 @@ function M.run(plan, topo)
 
   for i, st in ipairs(plan.steps) do
     local p = phase_of(st)
-    local c = cost.step(st, plan, gpu, k)
+    local c = cost.step(st, plan, gpu, k, topo.attention_backward)
     hw_flops = hw_flops + c.hw_flops
     local rec = { st = st, boxes = {}, wait = 0, phase = p, class = c.class, issue = tc }
     lines[i] = rec

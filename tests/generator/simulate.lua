@@ -1,9 +1,10 @@
 -- `fsdpgen simulate` and `show` (generator/simulate/): the NCCL cost against figures worked
 -- by hand, the stream timeline's waits on small plans with made-up GPUs whose answers are
--- known, the calibration against the measured H100 steps (bench/RESULTS.md), the kernels
--- counted against those the CUDA backend launches (tests/cuda_step/kernels/*.txt), the
--- re-plan at another world size, every repository spec simulated and drawn, and the SVG's
--- structure (lanes, boxes per line, waits, group colours, memory peak, largest buffers).
+-- known, the calibration against the measured H100 steps (bench/RESULTS.md), cuDNN's
+-- attention and its two backward forms (dP's bytes or none), the kernels counted against
+-- those the CUDA backend launches (tests/cuda_step/kernels/*.txt), the re-plan at another
+-- world size, every repository spec simulated and drawn, and the SVG's structure (lanes,
+-- boxes per line, waits, group colours, memory peak, largest buffers).
 -- Run from the repository root: lua5.4 tests/generator/simulate.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
@@ -66,10 +67,10 @@ local function plan_of(path, gpn, nodes, batch, attention)
   return plans[key]
 end
 
-local function run(plan, gpu, kernels, optimizer_stream)
+local function run(plan, gpu, kernels, optimizer_stream, attention_backward)
   return sim.run(plan, { gpu = gpu, kernels = kernels or "fsdpgen",
     gpus_per_node = math.min(8, plan.spec.world_size), nodes = 1, net_gbps = 400,
-    optimizer_stream = optimizer_stream })
+    optimizer_stream = optimizer_stream, attention_backward = attention_backward })
 end
 
 local tiny = plan_of("examples/gpt_bytes.lua")
@@ -156,6 +157,56 @@ check(fp32.attention.cudnn == 0 and tr.attention.cudnn == 0
   and not sim.text(tr):find("\n  attention ", 1, true)
   and sim.text(r1):find('attention     cuDNN for 16 of 16 ops (the spec\'s "auto")', 1, true),
   "no cuDNN for an fp32 spec nor with --kernels torch (SDPA's figures); the text says how many")
+
+-- cuDNN's backward forms (RT_ATTENTION_BACKWARD): the deterministic one (the default) writes
+-- dP, [B, NH, T, T] 16-bit values with T rounded up to 64, and reads it again, the causal half
+-- of it; those bytes cost only past the backward's FLOP time. The atomic one keeps no dP: its
+-- price is the FLOPs' alone. On synthetic ops at T = 1000 (dP's T 1024), one causal with 8
+-- heads of 16 (dP's bytes past the FLOPs) and one not with 8 of 128 (within them):
+local cost = require("simulate.cost")
+local function attention_op(heads, hd, causal)
+  local q = { shape = { 2, 1000, heads * hd }, dtype = "bfloat16" }
+  return { kind = "attention", ins = { q, q, q }, outs = { q }, attention = { cudnn = true },
+    attrs = { n_heads = heads, n_kv_heads = heads, head_dim = hd, causal = causal } }
+end
+local on_cudnn = { spec = { attention = "cudnn" } }
+local function backward_s(op, form)
+  return cost.step({ node = op, op = "backward" }, on_cudnn, h100, k, form).compute
+end
+local launches = 3 * k.launch_us * 1e-6
+for _, c in ipairs({ { 16, true }, { 128, false } }) do
+  local op = attention_op(8, c[1], c[2])
+  local half = c[2] and 0.5 or 1
+  local flop_s = 2.5 * half * 4 * 2 * 1000 * 1000 * 8 * c[1]
+    / (h100.bf16_tflops * 1e12 * k.cudnn_attention_bwd)
+  local byte_s = 2 * half * 2 * 8 * 1024 * 1024 * 2 / (h100.hbm_gbps * 1e9 * k.elementwise)
+  local det, atomic = backward_s(op, "deterministic"), backward_s(op, "atomic")
+  check(near(atomic, flop_s + launches, 1e-12)
+    and near(det, math.max(flop_s, byte_s) + launches, 1e-12)
+    and backward_s(op) == det and (c[2] and det > atomic or det == atomic),
+    string.format("cuDNN backward, 8 heads of %d%s: FLOPs %.4f ms, dP's bytes %.4f ms; "
+      .. "deterministic %.4f ms, atomic %.4f ms with the launches", c[1], c[2] and ", causal" or "",
+      flop_s * 1e3, byte_s * 1e3, det * 1e3, atomic * 1e3))
+end
+-- Under "auto" the binary keeps the faster it times at start: at head dim 8 dP's bytes make
+-- the deterministic cuDNN slower than fsdpgen's kernels, the atomic one still faster.
+local tiny_heads = attention_op(4, 8, true)
+check(not cost.attention_cudnn(tiny_heads, {}, h100, k, "deterministic")
+  and cost.attention_cudnn(tiny_heads, {}, h100, k, "atomic")
+  and cost.attention_cudnn(tiny_heads, on_cudnn.spec, h100, k, "deterministic"),
+  "\"auto\" at head dim 8: fsdpgen's kernels beside the deterministic backward, cuDNN's atomic "
+    .. "one; \"cudnn\" takes cuDNN")
+-- Llama 1B (head dim 64): dP's bytes (1.07 GB a layer, 0.45 ms) stay under the backward's
+-- FLOP time (0.66 ms), so the step is the atomic form's; the text and the JSON say which.
+local atomic1 = run(l1b, h100, nil, nil, "atomic")
+check(r1.step_s >= atomic1.step_s and near(own.step_s - atomic1.step_s, want, 1e-6)
+  and r1.attention.backward == "deterministic" and atomic1.attention.backward == "atomic"
+  and sim.text(r1):find('16 of 16 ops (the spec\'s "auto"), deterministic backward', 1, true)
+  and sim.text(atomic1):find("), atomic backward", 1, true)
+  and sim.json(atomic1):find('"backward":"atomic"', 1, true)
+  and sim.text(own):find('(the spec\'s "fsdpgen")\n', 1, true),
+  string.format("Llama 1B: %.2f ms with the deterministic backward, %.2f ms with the atomic one",
+    r1.step_s * 1e3, atomic1.step_s * 1e3))
 
 -- On compute (RT_OPTIMIZER_STREAM=compute), the optimizer steps the groups in the order
 -- they were reduced and waits for the last reduction only at its step: on one H100 Llama
@@ -327,13 +378,25 @@ check(waits == want_waits and waits > 0,
 
 -- Bad options: one line, exit 2.
 for _, a in ipairs({ "--gpu ../gpus/h100", "--gpu h100 --nodes 0", "--gpu h100 --kernels x",
-  "--gpu h100 --gpus-per-node 65536 --nodes 2", "--gpu h100 --inter-node-gbps nan", "" }) do
+  "--gpu h100 --gpus-per-node 65536 --nodes 2", "--gpu h100 --inter-node-gbps nan", "",
+  "--gpu h100 --attention-backward x", "--gpu h100 --attention-backward" }) do
   local pp = io.popen("./fsdpgen simulate examples/tiny.lua " .. a .. " 2>&1; echo \"exit $?\"")
   local o = pp:read("a")
   pp:close()
   check(o:match("^fsdpgen[^\n]*\nexit 2\n$") ~= nil, "simulate " .. a .. ": one line, exit 2" ..
     (o:match("^fsdpgen[^\n]*\nexit 2\n$") and "" or (": " .. o)))
 end
+local pp = io.popen("./fsdpgen simulate examples/tiny.lua --gpu h100 --attention-backward fast 2>&1")
+local bad_form = pp:read("a")
+pp:close()
+pp = io.popen("./fsdpgen simulate --help")
+local help = pp:read("a")
+pp:close()
+check(bad_form:find("--attention-backward fast", 1, true)
+  and bad_form:find("(allowed: deterministic, atomic)", 1, true)
+  and help:find("[--attention-backward deterministic|atomic]", 1, true)
+  and help:find("\n  --attention-backward F\n", 1, true),
+  "--attention-backward: a bad form named with the allowed ones; the help lists the option")
 
 -- Launches: per class, the kernels the simulator prices for the compute ops of a step are
 -- those the CUDA backend launches for them, as the CUDA emulator lists a captured step of
@@ -354,7 +417,6 @@ local KERNEL_CLASSES = {
 }
 local SIM_CLASSES = { gemm = "gemm", elementwise = "gemm", attention = "attention", norm = "norm",
   loss = "loss" }
-local cost = require("simulate.cost")
 for _, name in ipairs({ "llama_bench_shape", "gpt2_bench_shape" }) do
   local want, unknown = {}, {}
   for line in io.lines("tests/cuda_step/kernels/" .. name .. ".txt") do
