@@ -31,16 +31,44 @@ from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
 def attention(q, k, v, n_heads, n_kv_heads, causal, dropout_p=0.0):
     """fsdpgen's nn.attention: q [..., T, NH*HD], k and v [..., T, NKV*HD]; query head h
-    reads kv head h // (NH / NKV); scale 1/sqrt(HD); dropout_p as SDPA's (PyTorch's RNG
-    draws its masks, so a twin with dropout is compared by its events and counts)."""
+    reads kv head h // (NH / NKV); scale 1/sqrt(HD). With dropout_p, written out in fp32
+    (softmax, the binary's mask on the probabilities, then times v) so that the mask is the
+    binary's: probability (b, h, i, j) is element ((b*NH + h)*T + i)*T + j of its draw."""
     *lead, T, C = q.shape
     hd = C // n_heads
     q = q.reshape(-1, T, n_heads, hd).transpose(1, 2)
     k = k.reshape(-1, T, n_kv_heads, hd).transpose(1, 2)
     v = v.reshape(-1, T, n_kv_heads, hd).transpose(1, 2)
-    o = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal,
-                                       enable_gqa=n_kv_heads != n_heads)
+    if dropout_p > 0:
+        rep = n_heads // n_kv_heads
+        kf, vf = k.float().repeat_interleave(rep, 1), v.float().repeat_interleave(rep, 1)
+        s = q.float() @ kf.transpose(-2, -1) / math.sqrt(hd)
+        if causal:
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        p = torch.softmax(s, -1)
+        o = ((p * dropout_mask(dropout_p, p.shape)) @ vf).to(q.dtype)
+    else:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=n_kv_heads != n_heads)
     return o.transpose(1, 2).reshape(*lead, T, C)
+
+
+def dropout(x, p, training):
+    """F.dropout with the binary's mask: element e of x (row-major) kept times
+    float(1 / (1 - p)) iff its draw is >= p, the product rounded once to x's dtype."""
+    if not training or p == 0:
+        return x
+    return (x.float() * dropout_mask(p, x.shape)).to(x.dtype)
+
+
+class Dropout(nn.Module):
+    """nn.Dropout drawing the binary's masks (dropout above)."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
 
 
 def rotary(x, n_heads, theta):
@@ -108,6 +136,72 @@ def fnv1a(data, h=0xCBF29CE484222325):
 
 def data_stream(step, micro, rank):
     return fnv1a(b"data" + b"".join((v & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little") for v in (step, micro, rank)))
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+class DropoutSites:
+    """Which of the binary's RNG sites each dropout of a training step draws from. The
+    binary draws op o's mask from stream rt_step_rng_stream(step, rank, o's site): its
+    dropouts in the forwards' order are SPEC["dropout_sites"], (site, elements) each, and a
+    recomputed forward draws its original's mask. The twin finds its place in that list by
+    the position of torch's default generator, one draw per dropout, because checkpointing
+    (torch.utils.checkpoint and checkpoint(module)) restores that generator before it
+    recomputes, as it does for PyTorch's own masks: so a recomputed dropout and a module
+    called twice each find their own site."""
+
+    def __init__(self):
+        self.seed = self.step = self.rank = 0
+        self.marks = {}
+
+    def begin(self, seed, step, rank):
+        self.seed, self.step, self.rank = seed, step, rank
+        n = len(SPEC["dropout_sites"])
+        torch.default_generator.manual_seed(step)
+        marks = [int(torch.randint(0, 1 << 62, ())) for _ in range(n + 1)]
+        if len(set(marks)) != n + 1:
+            raise SystemExit("twin: two dropout position marks are equal; change DropoutSites.begin's seed")
+        self.marks = {v: i for i, v in enumerate(marks)}
+        torch.default_generator.manual_seed(step)
+
+    def next(self, numel):
+        """The stream of the next dropout of numel elements."""
+        i = self.marks.get(int(torch.randint(0, 1 << 62, ())))
+        sites = SPEC["dropout_sites"]
+        if i is None or i >= len(sites):
+            raise SystemExit(f"twin: {SPEC['name']}: more dropouts in step {self.step + 1} than the binary's "
+                             f"{len(sites)}")
+        site, n = sites[i]
+        if n != numel:
+            raise SystemExit(f"twin: {SPEC['name']}: dropout {i + 1} of step {self.step + 1} has {numel} "
+                             f"elements, the binary's (site {site}) {n}")
+        return splitmix64(splitmix64(splitmix64(self.step) ^ self.rank) ^ site)
+
+    def end(self):
+        """Checks that the step drew every site."""
+        i = self.marks.get(int(torch.randint(0, 1 << 62, ())))
+        if i != len(SPEC["dropout_sites"]):
+            raise SystemExit(f"twin: {SPEC['name']}: step {self.step + 1} ran {i} of the binary's "
+                             f"{len(SPEC['dropout_sites'])} dropouts")
+
+
+DROPOUT_SITES = DropoutSites()
+
+
+def dropout_mask(p, shape):
+    """The binary's dropout factors (0 or float(1 / (1 - p))) for a tensor of `shape`,
+    drawn from the next site (rt_dropout_uniform: element e's draw >= float(p) keeps it)."""
+    n = int(np.prod(shape))
+    stream = DROPOUT_SITES.next(n)
+    u = philox_uniform(DROPOUT_SITES.seed, stream, np.arange(n, dtype=np.uint64))
+    pf = float(np.float32(p))
+    scale = float(np.float32(1.0 / (1.0 - pf)))
+    return torch.from_numpy(np.where(u >= pf, scale, 0.0).astype(np.float32)).reshape(shape)
 
 
 def init_value(fqn, shape, kind, scale, seed):
@@ -451,7 +545,9 @@ def run_rank(rank, world, opts):
     for s in range(opts.steps):
         run.step, run.losses = s, []
         rec.events, rec.counts = [], {}
+        DROPOUT_SITES.begin(seed, s, rank)
         train_step(model, run)
+        DROPOUT_SITES.end()
         loss = torch.stack(run.losses).mean()
         dist.all_reduce(loss)
         report["events"].append([f'{st} {kind} "{g}"' for st, kind, g in rec.events])

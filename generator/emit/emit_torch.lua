@@ -6,6 +6,7 @@
 -- dtypes are the planned ones), recording module calls; it changes nothing it is given.
 -- The runtime part of the twin (data, init, event and collective recording, the ranks)
 -- is templates/torch_twin.py, copied in after the spec's part.
+local attention = require("memory.attention")
 local buffer = require("util.buffer")
 local emit_step = require("emit.emit_step")
 local errors = require("spec.errors")
@@ -137,7 +138,8 @@ local function path_expr(base, rel, m)
   return e
 end
 
--- Leaf layers that map to torch.nn layers, with the one op their forward records.
+-- Leaf layers that map to torch.nn layers (Dropout to the twin's, which draws the binary's
+-- masks), with the one op their forward records.
 local LEAF = {
   Linear = function(m)
     return string.format("nn.Linear(%d, %d, bias=%s)", rawget(m, "in_features"), rawget(m, "out_features"),
@@ -153,7 +155,7 @@ local LEAF = {
   RMSNorm = function(m)
     return string.format("nn.RMSNorm(%d, eps=%s)", rawget(m, "_params_by_name").weight.shape[1], pynum(rawget(m, "eps")))
   end,
-  Dropout = function(m) return string.format("nn.Dropout(%s)", pynum(rawget(m, "p"))) end,
+  Dropout = function(m) return string.format("Dropout(%s)", pynum(rawget(m, "p"))) end,
   ReLU = function() return "nn.ReLU()" end,
   GELU = function() return "nn.GELU()" end,
   SiLU = function() return "nn.SiLU()" end,
@@ -220,7 +222,7 @@ local function gen_body(node, ctx)
     elseif k == "add" then return string.format("%s + %s", i[1], i[2])
     elseif k == "mul" then return string.format("%s * %s", i[1], i[2])
     elseif k == "swiglu" then return string.format("F.silu(%s) * %s", i[1], i[2])
-    elseif k == "dropout" then return string.format("F.dropout(%s, %s, self.training)", i[1], pynum(a.p))
+    elseif k == "dropout" then return string.format("dropout(%s, %s, self.training)", i[1], pynum(a.p))
     elseif k == "attention" then
       local drop = a.dropout_p and string.format(", dropout_p=%s if self.training else 0.0", pynum(a.dropout_p)) or ""
       return string.format("attention(%s, %s, %s, n_heads=%d, n_kv_heads=%d, causal=%s%s)", i[1], i[2], i[3],
@@ -345,6 +347,24 @@ end
 
 -- ---------------------------------------------------------------------------- the twin
 
+-- The step's dropouts in the order its forwards trace them, as "(site, elements)": the
+-- binary draws each from its RNG site (the op's id; a recomputed forward its original's),
+-- and the twin's DropoutSites hands them out in this order.
+local function dropout_sites(plan)
+  local out = {}
+  for _, op in ipairs(plan.graph.ops) do
+    local n
+    if op.original then n = nil
+    elseif op.kind == "dropout" and op.attrs.p > 0 then n = trace.numel(op.ins[1].shape)
+    elseif op.attrs.dropout_p then
+      local B, T = attention.dims(op)
+      n = B * op.attrs.n_heads * T * T
+    end
+    if n then out[#out + 1] = string.format("(%d, %d)", op.id, n) end
+  end
+  return out
+end
+
 -- Returns the twin's text.
 function M.text(plan, spec_path, root)
   local spec = plan.spec
@@ -367,7 +387,6 @@ function M.text(plan, spec_path, root)
     end
   end
   local bodies = {}   -- module -> { params, lines, text }
-  local any_dropout = false
   for _, target in ipairs(targets) do
     local events, alias = trace_forward(spec, target)
     for k, v in pairs(alias) do ctx.alias[k] = v end
@@ -381,7 +400,6 @@ function M.text(plan, spec_path, root)
       bodies[node.module] = { params = p, lines = lines, text = text }
       for _, it in ipairs(node.items) do
         if it.call then walk(it.call) end
-        if it.op and (it.op.kind == "dropout" or it.op.attrs.dropout_p) then any_dropout = true end
       end
     end
     for _, r in ipairs(call_tree(events)) do walk(r) end
@@ -444,8 +462,14 @@ function M.text(plan, spec_path, root)
   else
     b:line("lr_schedule=None,")
   end
-  b:line("replicate=%s, dropout=%s, low_precision=%s,", pybool(spec.mesh.replicate > 1), pybool(any_dropout),
-    pybool(any_bf16))
+  b:line("replicate=%s, low_precision=%s,", pybool(spec.mesh.replicate > 1), pybool(any_bf16))
+  -- eight to a line, so that a deep model's list stays readable
+  local sites = dropout_sites(plan)
+  if #sites == 0 then b:line("dropout_sites=[],") else
+    b:line("dropout_sites=[")
+    for i = 1, #sites, 8 do b:line("    %s,", table.concat(sites, ", ", i, math.min(i + 7, #sites))) end
+    b:line("],")
+  end
   b:dedent()
   b:line(")")
   b:line("")
@@ -512,7 +536,7 @@ function M.text(plan, spec_path, root)
         Embedding = "^h1 = F%.embedding%(x0, self%.weight%)\nreturn h1$",
         LayerNorm = "^h1 = F%.layer_norm%(x0, %(%d+,%), self%.weight, self%.bias, [^\n]*%)\nreturn h1$",
         RMSNorm = "^h1 = F%.rms_norm%(x0, %(%d+,%), self%.weight, [^\n]*%)\nreturn h1$",
-        Dropout = "^h1 = F%.dropout%(x0, [^\n]*%)\nreturn h1$",
+        Dropout = "^h1 = dropout%(x0, [^\n]*%)\nreturn h1$",
         ReLU = "^h1 = F%.relu%(x0%)\nreturn h1$", GELU = "^h1 = F%.gelu%(x0%)\nreturn h1$",
         SiLU = "^h1 = F%.silu%(x0%)\nreturn h1$",
       }

@@ -3,8 +3,9 @@
 
 Usage: random_specs.py OUT_DIR --seed S --count N
 
-Each spec: a Transformer (1-6 blocks; tied or untied output; the model's own checkpointing,
-composable checkpoint(module) on some blocks, or none) or a Sequential of MLPs; blocks
+Each spec: a Transformer (1-6 blocks; tied or untied output; dropout 0 or 0.1; the model's
+own checkpointing, composable checkpoint(module) on some blocks, or none) or a Sequential of
+MLPs; blocks
 sharded one by one, in list groups, or left to the root; embedding and head groups; every
 reshard_after_forward kind (true, false, default, an integer divisor of the shard size);
 forward and backward prefetch lists; a bf16 MixedPrecisionPolicy; uneven shards (sizes
@@ -63,9 +64,10 @@ def transformer(rng, i, world, hsdp):
     tie = rng.random() < 0.4
     ckpt = rng.choice(["none", "none", "model", "composable"])
     mp = rng.random() < 0.2
+    drop = rng.choice([0, 0, 0.1])   # the model's dropouts and attention's: the binary's masks
     lines = [HEADER]
     lines.append(f"local model = models.Transformer{{ n_layers = {n}, vocab_size = {vocab}, max_seq_len = 16, dim = {dim}, "
-                 f"n_heads = {heads}, dropout_p = 0, weight_tying = {str(tie).lower()}, "
+                 f"n_heads = {heads}, dropout_p = {drop}, weight_tying = {str(tie).lower()}, "
                  f"checkpoint_activations = {str(ckpt == 'model').lower()} }}")
     if ckpt == "composable":
         for b in range(n):

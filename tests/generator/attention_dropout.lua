@@ -3,8 +3,8 @@
 -- rt_attention_lowmem_*dropout_* kernels with the op's RNG site, forward and backward of one
 -- op on one site and a recomputed forward on its original's; the eval program and p = 0 call
 -- the plain kernels; .draws_rng is set by attention dropout alone; cuDNN is refused with the
--- reason in the .schedule; the PyTorch twin passes dropout_p to SDPA in training and is
--- compared by its events only.
+-- reason in the .schedule; the PyTorch twin draws the binary's masks: its dropout_sites
+-- are the forwards' dropout sites in the step's order, with their element counts.
 -- Run from the repository root: lua5.4 tests/generator/attention_dropout.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
@@ -57,8 +57,24 @@ local sched = require("emit.schedule").render(plan, "spec.lua")
 check(sched:find("causal dropout 0.1  fsdpgen: dropout (cuDNN would draw its own masks, not the step's)",
   1, true) ~= nil, "the .schedule's attention line gives p and why cuDNN is refused")
 local twin = require("emit.emit_torch").text(plan, "spec.lua", ".")
-check(count(twin, "dropout_p=0%.1 if self%.training else 0%.0%)") == 1 and twin:find("dropout=True", 1, true),
-  "the PyTorch twin: SDPA's dropout_p in training (one Attention forward), flagged as drawing with dropout")
+check(count(twin, "dropout_p=0%.1 if self%.training else 0%.0%)") == 1,
+  "the PyTorch twin: attention's dropout_p in training (one Attention forward)")
+
+-- The twin's dropout_sites: { site, elements } each, in its order.
+local function twin_sites(text)
+  local out = {}
+  for site, n in text:match("dropout_sites=%[(.-)%],"):gmatch("%((%d+), (%d+)%)") do
+    out[#out + 1] = { site = tonumber(site), n = tonumber(n) }
+  end
+  return out
+end
+local attn
+for _, op in ipairs(plan.graph.ops) do if op.kind == "attention" then attn = op end end
+local B, T = require("memory.attention").dims(attn)
+local probs, found = B * attn.attrs.n_heads * T * T, {}
+for _, k in ipairs(twin_sites(twin)) do if k.n == probs then found[#found + 1] = k.site end end
+check(#found == 2 and found[1] == fwd[1].site and found[2] == fwd[2].site,
+  string.format("the twin's dropout_sites: the attention forwards' sites with B*NH*T*T = %d elements", probs))
 
 -- checkpointed blocks (the seed spec's Transformer, default p 0.1): the recomputed forward
 -- draws the original's masks
@@ -80,6 +96,20 @@ for _, s in ipairs(util.compute_steps(step)) do
 end
 check(recomputed == 4 and ok, string.format("set_backward_prefetch_1: %d recomputed attention forwards, each on "
   .. "the site of a forward", recomputed))
+-- the twin lists every dropout of the forward (F.dropout's and attention's) in the order the
+-- step calls them, recomputes not again
+local order = {}
+for _, s in ipairs(util.compute_steps(step)) do
+  for _, call in ipairs(s.calls) do
+    local site = call:match("^rt_[%w_]*dropout_forward%(.*rt_step_rng_stream%(R, (%d+)%)")
+    if site and s.kind ~= "recompute" then order[#order + 1] = site end
+  end
+end
+local listed = {}
+for i, k in ipairs(twin_sites(require("emit.emit_torch").text(plan, "spec.lua", "."))) do listed[i] = k.site end
+check(#order == 13 and table.concat(order, " ") == table.concat(listed, " "),
+  string.format("set_backward_prefetch_1's twin: the %d forward dropout sites in the step's order (%s)", #order,
+  table.concat(listed, " ")))
 
 -- p = 0: no dropout anywhere, so the ops qualify for cuDNN (their sites' calls), no RNG
 plan = util.plan("tests/specs/conformance/transformer_w2_bf16.lua")
