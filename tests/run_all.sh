@@ -76,6 +76,7 @@ plan_lane() {
     "gradient initialisation:grad_init" \
     "attention sites (cuDNN or fsdpgen's kernels):attention_sites" \
     "attention dropout (its kernels, sites and twin):attention_dropout" \
+    "frozen parameters (requires_grad_(false)):frozen_params" \
     "linears of one input stacked in backward:stacked_linears" \
     "gradient dataflow:grad_flow" \
     "direct reductions:direct_reduction" \

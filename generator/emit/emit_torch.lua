@@ -569,7 +569,8 @@ function M.text(plan, spec_path, root)
 
   -- build_model(): the module tree in the spec's registration order.
   b:line("def build_model():")
-  b:line('    """The spec\'s model: every module, parameter (tied ones shared) and checkpoint(module)."""')
+  b:line('    """The spec\'s model: every module, parameter (tied ones shared), checkpoint(module) and')
+  b:line('    requires_grad_(False) on its frozen parameters."""')
   local var_of, nvar = {}, 0
   local first_param = {}
   local function build(m, var)
@@ -608,6 +609,9 @@ function M.text(plan, spec_path, root)
   var_of[model] = "model"
   build(model, "model")
   if rawget(model, "_checkpoint") then b:line("    checkpoint_module(model)") end
+  for _, e in ipairs(params) do   -- frozen parameters (tied ones once)
+    if not e[2].requires_grad then b:line('    model.get_parameter("%s").requires_grad_(False)', e[1]) end
+  end
   b:line("    return model")
   b:line("")
   b:line("")

@@ -180,9 +180,13 @@ function M.groups(b, plan, index, opt_states, names)
     f[#f + 1] = string.format(".block_numel = %d, .padded_numel = %d, .unsharded_words = %d",
       g.layout.shard_numel, g.layout.padded_numel, g.unsharded_words)
     f[#f + 1] = string.format(".plan = group%d_plan", gi)
-    f[#f + 1] = string.format(".params_off = %s, .grads_off = %s", names[g.params_buf],
-      names[g.grads_buf])
-    if opt_states > 0 then f[#f + 1] = ".state_off = " .. names[g.state_buf] end
+    if g.frozen then
+      f[#f + 1] = string.format(".params_off = %s, .frozen = 1", names[g.params_buf])
+    else
+      f[#f + 1] = string.format(".params_off = %s, .grads_off = %s", names[g.params_buf],
+        names[g.grads_buf])
+      if opt_states > 0 then f[#f + 1] = ".state_off = " .. names[g.state_buf] end
+    end
     if g.reductions then
       f[#f + 1] = string.format(".nreductions = %d, .reductions = group%d_reductions",
         #g.reductions, gi)

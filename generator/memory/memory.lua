@@ -295,16 +295,21 @@ function M.plan(plan, packed)
   local in_place = plan.in_place
 
   -- Persistent per group: fp32 sharded params, their gradients (fp32, or param_dtype where
-  -- packed), optimizer state.
+  -- packed), optimizer state; a frozen group (plan/groups.lua) the params alone, as
+  -- torch.optim keeps no state for parameters that never have a gradient.
   for _, g in ipairs(plan.groups) do
     local sb = bytes(g.layout.shard_numel, "fp32")
     g.params_buf = buf(Q(g) .. " sharded params", "persistent", sb, 0, n + 1)
-    g.packed_grads = packed[g.index] or nil
-    local gname = Q(g) .. " sharded grads" .. (g.packed_grads and " (" .. g.param_dtype .. ")" or "")
-    local gb = g.packed_grads and bytes(g.layout.shard_numel, g.param_dtype) or sb
-    g.grads_buf = buf(gname, "persistent", gb, 0, n + 1)
-    g.grads_buf.packed_grads = g.packed_grads
-    if opt_states > 0 then g.state_buf = buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1) end
+    if not g.frozen then
+      g.packed_grads = packed[g.index] or nil
+      local gname = Q(g) .. " sharded grads" .. (g.packed_grads and " (" .. g.param_dtype .. ")" or "")
+      local gb = g.packed_grads and bytes(g.layout.shard_numel, g.param_dtype) or sb
+      g.grads_buf = buf(gname, "persistent", gb, 0, n + 1)
+      g.grads_buf.packed_grads = g.packed_grads
+      if opt_states > 0 then
+        g.state_buf = buf(Q(g) .. " optimizer state", "persistent", sb * opt_states, 0, n + 1)
+      end
+    end
   end
   plan.consumed_grads = consumed_grads(plan, in_place)
 

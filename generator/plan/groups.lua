@@ -81,6 +81,12 @@ function M.build(spec)
         grads_accumulated = false,
       }
       g.layout = layout.group(s.params, mesh.shard, s.placement)
+      -- no parameter requires grad (requires_grad_(false)): the group is never reduced or
+      -- stepped, so it has no sharded gradients or optimizer state (memory.lua)
+      g.frozen = true
+      for _, p in ipairs(s.params) do
+        if p.requires_grad then g.frozen = false end
+      end
       g.factors = layout.divide_factors(mesh.shard, mesh.shard * mesh.replicate, g.reduce_dtype,
         s.divide_factor, s.force_sum)
       for _, p in ipairs(s.params) do

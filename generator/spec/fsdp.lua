@@ -588,6 +588,14 @@ function fsdp.spec(t)
     errors.raise(string.format("attention must be \"auto\", \"cudnn\" or \"fsdpgen\", got %s",
       type(attention) == "string" and string.format("%q", attention) or tostring(attention)))
   end
+  -- p.requires_grad set by assignment (p.requires_grad = false, as in PyTorch)
+  for _, e in ipairs(t.model:named_parameters()) do
+    local v = e[2].requires_grad
+    if type(v) ~= "boolean" then
+      errors.raise(string.format("parameter '%s': requires_grad must be true or false, got %s", e[1],
+        type(v) == "string" and string.format("%q", v) or tostring(v)))
+    end
+  end
   local root_state = rawget(t.model, "_fsdp_state")
   if not root_state then
     errors.raise("the model itself is not sharded; call fsdp.fully_shard(model) last, on the root")

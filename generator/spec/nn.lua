@@ -44,6 +44,23 @@ end
 nn.Parameter_mt = Parameter
 function nn.is_parameter(x) return getmetatable(x) == Parameter end
 
+-- A parameter's requires_grad: true, or false for a frozen one (PyTorch's p.requires_grad =
+-- False, or p.requires_grad_(False)): no gradient, so FSDP2 leaves it out of the group's
+-- reduce-scatter and the optimizer skips it (grad None); it is still sharded and gathered.
+local function check_requires_grad(v, what)
+  if v == nil then return true end
+  if type(v) ~= "boolean" then
+    errors.raise(string.format("%s expects true or false, got %s", what,
+      type(v) == "string" and string.format("%q", v) or tostring(v)))
+  end
+  return v
+end
+
+function Parameter:requires_grad_(v)
+  self.requires_grad = check_requires_grad(v, "requires_grad_")
+  return self
+end
+
 -- ---------------------------------------------------------------------------- modules
 
 local Module = {}
@@ -183,6 +200,13 @@ function Module:parameters()
   local out = {}
   for _, e in ipairs(self:named_parameters()) do out[#out + 1] = e[2] end
   return out
+end
+
+-- PyTorch's Module.requires_grad_: every parameter below the module (tied ones once).
+function Module:requires_grad_(v)
+  v = check_requires_grad(v, "requires_grad_")
+  for _, p in ipairs(self:parameters()) do p.requires_grad = v end
+  return self
 end
 
 function Module:get(path)

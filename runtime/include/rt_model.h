@@ -101,6 +101,8 @@ typedef struct rt_model_group {
                                   // (generator/memory/grad_assigns.lua packed_groups)
     int offload;                  // offload_policy (every group or none): the persistent
                                   // buffers live in pinned host memory (CUDA backend)
+    int frozen;                   // no parameter requires grad: never reduced or stepped, no
+                                  // gradients or optimizer state (grads_off, state_off unused)
 } rt_model_group;
 
 // ---- expectations -----------------------------------------------------------------------

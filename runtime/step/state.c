@@ -320,7 +320,8 @@ size_t rt_step_persistent_end(const rt_model* m) {
     for (int g = 0; g < m->ngroups; g++) {
         const rt_model_group* mg = &m->groups[g];
         size_t b = 4 * (size_t)mg->block_numel, gb = mg->grads_packed ? b / 2 : b;
-        size_t e[3] = {mg->params_off + b, mg->grads_off + gb, states ? mg->state_off + states * b : 0};
+        size_t e[3] = {mg->params_off + b, mg->frozen ? 0 : mg->grads_off + gb,
+                       states && !mg->frozen ? mg->state_off + states * b : 0};
         for (int k = 0; k < 3; k++)
             if (e[k] > end) end = e[k];
     }

@@ -35,7 +35,8 @@ static uint64_t mix_str(uint64_t h, const char* s) {
 }
 
 // What a checkpoint's shards depend on: the names, shapes and layout of the parameters,
-// the mesh and the optimizer's state buffers (not the hyperparameters).
+// the mesh and the optimizer's state buffers (not the hyperparameters; a frozen group has
+// none).
 static int64_t model_fingerprint(const rt_model* m) {
     uint64_t h = mix_str(0xcbf29ce484222325ull, m->name);
     h = mix(mix(mix(h, (uint64_t)m->world), (uint64_t)m->replicate), (uint64_t)m->shard);
@@ -45,7 +46,10 @@ static int64_t model_fingerprint(const rt_model* m) {
         h = mix(mix(mix_str(h, P->fqn), (uint64_t)P->group), (uint64_t)P->block_offset);
         for (int d = 0; d < P->ndim; d++) h = mix(h, (uint64_t)P->shape[d]);
     }
-    for (int g = 0; g < m->ngroups; g++) h = mix(h, (uint64_t)m->groups[g].block_numel);
+    for (int g = 0; g < m->ngroups; g++) {
+        h = mix(h, (uint64_t)m->groups[g].block_numel);
+        if (m->groups[g].frozen) h = mix(h, 1);  // (models without frozen groups keep theirs)
+    }
     return (int64_t)h;
 }
 
@@ -64,12 +68,13 @@ static void blobs_free(ckpt_blobs* b) {
 }
 
 // The blob list of this rank: "model" (fingerprint), then per group g "gG.params" and
-// "gG.stateK" pointing into the arena.
+// "gG.stateK" (none for a frozen group) pointing into the arena.
 static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
     const rt_model* m = run->m;
     int nstates = m->optim.nstates > 0 ? m->optim.nstates : 0;
     memset(b, 0, sizeof *b);
-    b->n = 1 + m->ngroups * (1 + nstates);
+    b->n = 1;
+    for (int g = 0; g < m->ngroups; g++) b->n += 1 + (m->groups[g].frozen ? 0 : nstates);
     b->names = calloc((size_t)b->n, sizeof *b->names);
     b->slots = calloc((size_t)b->n, sizeof *b->slots);
     if (!b->names || !b->slots) {
@@ -84,8 +89,9 @@ static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
     for (int g = 0; g < m->ngroups; g++) {
         const rt_model_group* G = &m->groups[g];
         uint64_t n = (uint64_t)G->block_numel;
+        const int states = G->frozen ? 0 : nstates;
         float* params = train_arena_f32(R, G->params_off, G->block_numel);
-        float* state = train_arena_f32(R, G->state_off, G->block_numel * nstates);
+        float* state = train_arena_f32(R, G->state_off, G->block_numel * states);
         if (!params || !state) {
             blobs_free(b);
             train_fail(run, "rank %d: the persistent buffers of group '%s' lie outside the arena",
@@ -95,7 +101,7 @@ static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
         snprintf(b->names[k], sizeof b->names[k], "g%d.params", g);
         b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, n, params};
         k++;
-        for (int s = 0; s < nstates; s++) {
+        for (int s = 0; s < states; s++) {
             snprintf(b->names[k], sizeof b->names[k], "g%d.state%d", g, s);
             b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, n, state + (int64_t)s * G->block_numel};
             k++;

@@ -52,7 +52,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # forwards before one backward (each loss's gradient, of their sum, is read on the device);
 # learning-rate schedules (AdamW and SGD: each optimizer item's lr read on the device, so
 # the one captured graph follows the warmup and the decay); CPU offload (the persistent
-# buffers in pinned host memory, read and written by the kernels).
+# buffers in pinned host memory, read and written by the kernels); frozen parameters (a
+# frozen group with no gradients or optimizer state, a block's frozen attention).
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -78,6 +79,7 @@ specs=(
   "tests/specs/features/lr_schedule_warmup_cosine.lua 1e-3 10"
   "tests/torch/step_programs/lr_schedule_linear.lua 1e-3 5"
   "tests/specs/features/offload_cpu.lua 3e-2"
+  "tests/specs/features/frozen_llama_w1_bf16.lua 3e-2"
 )
 
 gpu=1

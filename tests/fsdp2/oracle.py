@@ -55,7 +55,9 @@ NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch
                    "hsdp_int_reshard", "transformer_w2_bf16", "gpt_bytes", "assign_param_grads", "gpt2_w1_tied_rows",
                    # dropout: recomputed by checkpoint(module) / torch.utils.checkpoint, two forwards, attention's
                    "bwd_prefetch_raf_2_ckpt_composable", "multi_forward_raf_true_ckpt_utils",
-                   "transformer_attn_dropout_bf16"]
+                   "transformer_attn_dropout_bf16",
+                   # frozen parameters: frozen groups and frozen parts, at world 2 and (bf16, in place) 1
+                   "frozen_params", "frozen_llama_w1_bf16"]
 DEFAULT_RANDOM = 100
 
 

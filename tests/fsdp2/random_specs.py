@@ -4,8 +4,8 @@
 Usage: random_specs.py OUT_DIR --seed S --count N
 
 Each spec: a Transformer (1-6 blocks; tied or untied output; dropout 0 or 0.1; the model's
-own checkpointing, composable checkpoint(module) on some blocks, or none) or a Sequential of
-MLPs; blocks
+own checkpointing, composable checkpoint(module) on some blocks, or none; the embedding, a
+block or a block's attention frozen) or a Sequential of MLPs (a block frozen); blocks
 sharded one by one, in list groups, or left to the root; embedding and head groups; every
 reshard_after_forward kind (true, false, default, an integer divisor of the shard size);
 forward and backward prefetch lists; a bf16 MixedPrecisionPolicy; uneven shards (sizes
@@ -69,6 +69,14 @@ def transformer(rng, i, world, hsdp):
     lines.append(f"local model = models.Transformer{{ n_layers = {n}, vocab_size = {vocab}, max_seq_len = 16, dim = {dim}, "
                  f"n_heads = {heads}, dropout_p = {drop}, weight_tying = {str(tie).lower()}, "
                  f"checkpoint_activations = {str(ckpt == 'model').lower()} }}")
+    # frozen parameters (fine-tuning): the embedding, a block, or a block's attention
+    r = rng.random()
+    if r < 0.1:
+        lines.append("model.tok_embeddings:requires_grad_(false)")
+    elif r < 0.2:
+        lines.append(f"model.layers[{rng.randint(1, n)}]:requires_grad_(false)")
+    elif r < 0.3:
+        lines.append(f"model.layers[{rng.randint(1, n)}].attention:requires_grad_(false)")
     if ckpt == "composable":
         for b in range(n):
             if rng.random() < 0.5:
@@ -115,6 +123,8 @@ def mlps(rng, i, world, hsdp):
     lines = [HEADER]
     blocks = ", ".join(f"models.MLP({dim})" for _ in range(n))
     lines.append(f"local model = nn.Sequential{{ nn.Linear({dim}, {dim}), {blocks} }}")
+    if rng.random() < 0.2:   # a frozen block
+        lines.append(f"model[{rng.randint(1, n + 1)}]:requires_grad_(false)")
     for b in range(n):
         if rng.random() < 0.8:
             lines.append(f"fsdp.fully_shard(model[{b + 2}], {opts(raf_value(rng, shard), mp, hsdp)})")

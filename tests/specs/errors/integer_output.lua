@@ -1,4 +1,4 @@
--- expect: 7: error: the loss does not require a gradient (no parameter was used)
+-- expect: 7: error: the loss does not require a gradient (it uses no parameter with requires_grad = true)
 -- (As in PyTorch, a cast to an integer dtype has no gradient.)
 local nn, fsdp = require("nn"), require("fsdp")
 local model = nn.Module{ lin = nn.Linear(4, 4) }
