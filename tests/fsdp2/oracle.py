@@ -4,7 +4,8 @@ has torch >= 2.11).
 
 Usage: oracle.py ROOT WORK [--all] [--seed S] [--count N] [--numeric-all]
 
-For every spec of tests/specs/{seed,features,conformance} and examples/, and for random
+For every spec of tests/specs/{seed,features,conformance}, tests/torch/{specs,step_programs}
+and examples/, and for random
 specs (random_specs.py: `--count` of them with `--seed`, 100 by default), writes the twin
 (`fsdpgen torch`), runs the twins in real FSDP2 (batch.py: one set of gloo CPU ranks per
 world size, 2 steps) and checks, per spec:
@@ -76,7 +77,10 @@ def planned_of(text):
 def prepare(root, work, spec, random_dir):
     """Writes the twin (one `fsdpgen torch`: the twin carries fsdpgen's events and counts);
     returns (job, None), (None, note) for a random spec fsdpgen rejects, or ({error}, None)."""
-    name = os.path.splitext(os.path.basename(spec))[0]
+    # the work files' stem: the spec's path under root, unique where two folders have a
+    # file of one name (tests/specs/features and tests/torch/step_programs)
+    rel = os.path.relpath(spec, root)
+    name = os.path.splitext(os.path.basename(spec) if rel.startswith("..") else rel.replace(os.sep, "__"))[0]
     twin = os.path.join(work, "twins", name + "_twin.py")
     rc, _, err = sh([os.path.join(root, "fsdpgen"), "torch", spec, "-o", twin])
     if rc == 2 and spec.startswith(random_dir):
@@ -255,7 +259,8 @@ def main():
     os.makedirs(os.path.join(work, "twins"), exist_ok=True)
     t0 = time.time()
     specs = []
-    for d in ("tests/specs/seed", "tests/specs/features", "tests/specs/conformance", "examples"):
+    for d in ("tests/specs/seed", "tests/specs/features", "tests/specs/conformance", "tests/torch/specs",
+              "tests/torch/step_programs", "examples"):
         specs += sorted(p for p in glob.glob(os.path.join(root, d, "*.lua")) if not p.endswith("/make.lua"))
     large = [s for s in specs if is_large(s)]
     specs = [s for s in specs if s not in large]
