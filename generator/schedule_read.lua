@@ -69,9 +69,13 @@ function M.parse(text)
           end
         elseif line:match("^    forward prefetch ") then g.opts["forward prefetch"] = line:sub(22)
         elseif line:match("^    backward prefetch ") then g.opts["backward prefetch"] = line:sub(23)
+        elseif line:match("^    frozen: every parameter") then g.frozen_all = true
         else
           local p = line:match("^    (%S+)%s+%[")
-          if p then g.params[#g.params + 1] = p end
+          if p then
+            g.params[#g.params + 1] = p
+            if line:match("  frozen$") then g.n_frozen = (g.n_frozen or 0) + 1 end
+          end
         end
       end
     elseif (part == "step" or part == "eval" or part == "after_eval") and line:match("^  %S") then
@@ -102,6 +106,9 @@ function M.parse(text)
   end
   for _, grp in ipairs(s.group_list) do
     if not grp.n then return nil, "group " .. grp.name .. " has no 'params N, numel N, ...' line (an edited .schedule?)" end
+    -- requires_grad_(false): none, all, or some of the group's parameters
+    grp.opts.frozen = grp.frozen_all and "all" or grp.n_frozen and string.format("%d of %d params", grp.n_frozen, grp.n)
+      or "none"
   end
   return s
 end

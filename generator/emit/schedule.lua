@@ -356,11 +356,13 @@ function M.render(plan, spec_file)
     for _, t in ipairs(g.state.bwd_prefetch) do bp[#bp + 1] = quoted(t.name) end
     if #fp > 0 then b:line("  forward prefetch %s", table.concat(fp, ", ")) end
     if #bp > 0 then b:line("  backward prefetch %s", table.concat(bp, ", ")) end
+    if g.frozen then b:line("  frozen: every parameter (requires_grad false): no gradients, no optimizer state") end
     b:line("  %-44s %-14s %4s %6s %8s %8s  %s", "param", "shape", "dim", "chunk", "offset", "shard", "rows per rank (pad)")
     for _, p in ipairs(L.params) do
       local names = #p.param.names > 1 and (" (tied: " .. table.concat(p.param.names, ", ", 2) .. ")") or ""
-      b:line("  %-44s %-14s %4d %6d %8d %8d  %s (%d)%s", p.fqn, shape_str(p.shape), p.dim, p.chunk, p.offset,
-        p.shard_numel, runs(p.rows), p.pad_rank0, names)
+      local frozen = p.param.requires_grad == false and not g.frozen and "  frozen" or ""
+      b:line("  %-44s %-14s %4d %6d %8d %8d  %s (%d)%s%s", p.fqn, shape_str(p.shape), p.dim, p.chunk, p.offset,
+        p.shard_numel, runs(p.rows), p.pad_rank0, names, frozen)
     end
     b:dedent()
   end

@@ -103,8 +103,9 @@ function M.packed_groups(plan, in_place, by_step)
   for _, g in ipairs(plan.groups) do
     local ok = in_place[g] and sixteen[g.param_dtype] or false
     for _, l in ipairs(g.layout.params) do
-      local p = l.param
-      ok = ok and packable(p, l, g) and (contributions[p] or 0) > 0 and assigned[p] == contributions[p]
+      local p = l.param   -- a frozen parameter has no gradient to store
+      ok = ok and (not p.requires_grad
+        or packable(p, l, g) and (contributions[p] or 0) > 0 and assigned[p] == contributions[p])
     end
     if ok then packed[g.index] = true end
   end

@@ -181,7 +181,18 @@ end
 -- backwards) and nothing clips, the backward accumulates straight into the sharded
 -- gradients and the reduction's rounding to the gradients' dtype moves into the optimizer's
 -- reads (rt_cuda.h grad_dt; the CPU backend rounds in place at the reduction): no copy and
--- no buffer of their own (FSDP2 copies them at one rank too). The bits are the same.
+-- no buffer of their own (FSDP2 copies them at one rank too). The bits are the same. A
+-- reduction of fewer parameters qualifies where those it leaves out are frozen: their
+-- gradients are never written, and the optimizer steps the reduction's alone.
+local function leaves_only_frozen(g, r)
+  local with = {}
+  for _, k in ipairs(r.params) do with[k] = true end
+  for k, p in ipairs(g.params) do
+    if not with[k] and p.requires_grad then return false end
+  end
+  return true
+end
+
 local function in_place_groups(plan)
   local ok = {}
   if plan.spec.grad_clip then return ok end
@@ -193,7 +204,8 @@ local function in_place_groups(plan)
       ok[g] = false
     elseif st.op == "reduce_scatter" then
       local r = st.reduction
-      if not st.direct or (r.index > 0 and not r.part) or ((since[g] or 0) > 0 and not r.part) then
+      local some = r.index > 0 and not r.part and not leaves_only_frozen(g, r)
+      if not st.direct or some or ((since[g] or 0) > 0 and not r.part) then
         ok[g] = false
       end
       since[g] = (since[g] or 0) + 1
@@ -543,10 +555,11 @@ function M.plan_all(plan)
     local also = grad_assigns.packed_groups(after, after.in_place, after.grad_assigns)
     for k in pairs(packed) do packed[k] = also[k] end
   end
-  -- on the spec's parameter tensors, which the programs share (kernels_c RT_PACKED_DWEIGHT)
+  -- on the spec's parameter tensors, which the programs share (kernels_c RT_PACKED_DWEIGHT);
+  -- a frozen one has no gradient
   for _, g in ipairs(plan.groups) do
     for _, l in ipairs(g.layout.params) do
-      l.param.packed_grad = packed[g.index] and g.param_dtype or nil
+      l.param.packed_grad = packed[g.index] and l.param.requires_grad and g.param_dtype or nil
     end
   end
   plan.memory = M.plan(plan, packed)

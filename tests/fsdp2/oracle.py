@@ -4,8 +4,8 @@ has torch >= 2.11).
 
 Usage: oracle.py ROOT WORK [--all] [--seed S] [--count N] [--numeric-all]
 
-For every spec of tests/specs/{seed,features,conformance}, tests/torch/{specs,step_programs}
-and examples/, and for random
+For every spec of tests/specs/{seed,features,conformance,review},
+tests/torch/{specs,step_programs}, tests/cuda_step, tests/hf and examples/, and for random
 specs (random_specs.py: `--count` of them with `--seed`, 100 by default), writes the twin
 (`fsdpgen torch`), runs the twins in real FSDP2 (batch.py: one set of gloo CPU ranks per
 world size, 2 steps) and checks, per spec:
@@ -58,8 +58,12 @@ NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch
                    "bwd_prefetch_raf_2_ckpt_composable", "multi_forward_raf_true_ckpt_utils",
                    "transformer_attn_dropout_bf16",
                    # frozen parameters: frozen groups and frozen parts, at world 2 and (bf16, in place) 1
-                   "frozen_params", "frozen_llama_w1_bf16"]
+                   "frozen_params", "frozen_llama_w1_bf16",
+                   # the bench configs in small (tests/cuda_step): one rank, bf16, every fused path
+                   "llama_bench_shape", "gpt2_bench_shape"]
 DEFAULT_RANDOM = 100
+# Lua files beside the specs that are not specs (they write them).
+NOT_SPECS = ("make.lua", "map.lua")
 
 
 def sh(cmd, cwd=None):
@@ -259,9 +263,10 @@ def main():
     os.makedirs(os.path.join(work, "twins"), exist_ok=True)
     t0 = time.time()
     specs = []
-    for d in ("tests/specs/seed", "tests/specs/features", "tests/specs/conformance", "tests/torch/specs",
-              "tests/torch/step_programs", "examples"):
-        specs += sorted(p for p in glob.glob(os.path.join(root, d, "*.lua")) if not p.endswith("/make.lua"))
+    for d in ("tests/specs/seed", "tests/specs/features", "tests/specs/conformance", "tests/specs/review",
+              "tests/torch/specs", "tests/torch/step_programs", "tests/cuda_step", "tests/hf", "examples"):
+        specs += sorted(p for p in glob.glob(os.path.join(root, d, "*.lua"))
+                        if os.path.basename(p) not in NOT_SPECS)
     large = [s for s in specs if is_large(s)]
     specs = [s for s in specs if s not in large]
     count = a.count if a.count is not None else (100 if a.all else DEFAULT_RANDOM)

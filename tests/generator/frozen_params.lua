@@ -2,7 +2,8 @@
 -- requires_grad_, assignment, tied parameters, one-line errors); the plan of
 -- tests/specs/features/frozen_params.lua: which groups are frozen, which reduce-scatter
 -- leaves which parameters out, no sharded gradients or optimizer state for a frozen group;
--- its rt_model (.frozen, no optimizer call) and the PyTorch twin's requires_grad_(False).
+-- its rt_model (.frozen, no optimizer call) and the PyTorch twin's requires_grad_(False);
+-- at one rank, in-place packed gradients for a group with frozen parameters.
 -- Run from the repository root: lua5.4 tests/generator/frozen_params.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
@@ -118,5 +119,14 @@ end
 check(#listed == 18 and listed[1] == "tok_embeddings.weight" and listed[2] == "pos_embeddings.weight",
   string.format("the twin freezes the same 18 parameters before fully_shard (%d: %s, ...)", #listed,
     table.concat(listed, ", ", 1, math.min(3, #listed))))
+
+-- one rank, bf16: a reduction that leaves out only frozen parameters stays in place and
+-- packed (memory.lua in_place_groups, grad_assigns.packed_groups), as without them
+plan = util.plan("tests/specs/features/frozen_llama_w1_bf16.lua")
+sched = require("emit.schedule").render(plan, "frozen_llama_w1_bf16.lua")
+local line = sched:match('\n  rs       reduce_scatter%s+"layers%.0"%s+([^\n]*)') or ""
+check(line:find("in place: the backward wrote the sharded grads in bf16", 1, true) ~= nil
+  and line:find("no grad: layers.0.attention.wq.weight", 1, true) ~= nil,
+  "frozen_llama_w1_bf16: the block with a frozen attention reduces in place, packed: " .. line)
 
 util.finish()

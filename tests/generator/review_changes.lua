@@ -59,6 +59,8 @@ M.kinds = {
     end },
   { kind = "checkpoint", what = "activation checkpointing on one block",
     edit = function() return { before = LOOP, line = 'require("nn").checkpoint_module(model.layers[2])' } end },
+  { kind = "freeze", what = "one block's attention frozen",
+    edit = function() return { before = RET, line = "model.layers[2].attention:requires_grad_(false)" } end },
   { kind = "mixed_precision", what = "mixed precision on one group",
     edit = function(s)
       if s == "llama_1b" then -- every group is bf16 already: one in fp32

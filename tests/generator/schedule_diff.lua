@@ -96,6 +96,7 @@ local SAYS = {
   split = { '+ "layers.1.feed_forward": 3 params', '(params from "layers.1")', "forward    all_gather       5 -> 6" },
   checkpoint = { "recompute 0 -> 15", "FSDP events in the step: the same, in the same order" },
   mixed_precision = { '"layers.1": param_dtype fp32 -> bf16' },
+  freeze = { '"layers.1": frozen none -> 4 of 9 params' },
 }
 
 local pairs_dir = tmp .. "/pairs"
