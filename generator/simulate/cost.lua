@@ -176,13 +176,20 @@ local function op_cost(st, plan, gpu, k, form)
     local m, kk, n = gemm_dims(op)
     if stack then n = stack.ld end
     local eb = trace.dtype_bytes[op.outs[1].dtype] or 4
-    local flops = (bwd and 4 or 2) * m * kk * n
+    -- backward: the input's gradient and the weight's, each where it requires grad (a
+    -- frozen weight's product, or one of an input without a gradient, is not computed;
+    -- stacked weights are never frozen: memory/stacked_linears.lua)
+    local dw = op.ins[2].requires_grad
+    local products = bwd and ((op.ins[1].requires_grad and 1 or 0) + (dw and 1 or 0)) or 1
+    local flops = 2 * products * m * kk * n
     local eff = k.gemm
     local bytes = (m * kk + kk * n + m * n) * eb
-    local launches = bwd and 2 or 1
+    local launches = products
     -- a split stack: the input gradient's GEMM, then each weight gradient's
     if stack and stack.split then launches = 1 + #stack.ops end
-    if bwd then bytes = 2 * bytes + kk * n * 8 end   -- the fp32 weight gradient, read and written
+    if bwd then   -- the fp32 weight gradient, read and written
+      bytes = products * bytes + (dw and kk * n * 8 or 0)
+    end
     if k.name == "fsdpgen" then
       local more, more_bytes = linear_extras(op, bwd, bwd and plan.grad_assigns
         and plan.grad_assigns[st] and plan.grad_assigns[st][op.ins[2]])

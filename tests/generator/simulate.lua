@@ -473,4 +473,29 @@ check(one_line, "diff --gpu of a .schedule: one line, exit 2" .. (one_line and "
 os.remove(variant)
 os.remove(variant:sub(1, -5))
 
+-- A linear's backward GEMMs: the input's gradient and the weight's, each only where it is
+-- wanted. Linear(16, 8) on a float input (no input gradient) then Linear(8, 8), 4 rows:
+-- forward 2*4*16*8 + 2*4*8*8 = 1536 FLOPs; backward the first's weight gradient (1024), the
+-- second's input and weight gradients (512 + 512), or with its weight frozen the input's alone.
+local function linear_flops(freeze)
+  local path = os.tmpname() .. ".lua"
+  local sf = assert(io.open(path, "w"))
+  sf:write([[
+local nn, fsdp = require("nn"), require("fsdp")
+local model = nn.Sequential{ nn.Linear(16, 8, { bias = false }), nn.Linear(8, 8, { bias = false }) }
+]] .. (freeze and "model[2].weight.requires_grad = false\n" or "") .. [[
+fsdp.fully_shard(model)
+return fsdp.spec{ name = "two_linears", model = model, world_size = 1, input = { shape = { 4, 16 } },
+  loss = "sum" }
+]])
+  sf:close()
+  local r = run(plan_of(path), h100)
+  os.remove(path)
+  os.remove(path:sub(1, -5))
+  return r.hw_flops
+end
+local trained, frozen2 = linear_flops(false), linear_flops(true)
+check(trained == 1536 + 2048 and frozen2 == 1536 + 1536, string.format("linear backward GEMMs: no input "
+  .. "gradient for a float input, no weight gradient for a frozen weight (%d, %d FLOPs)", trained, frozen2))
+
 util.finish()
