@@ -354,13 +354,12 @@ local function dropout_sites(plan)
   local out = {}
   for _, op in ipairs(plan.graph.ops) do
     local n
-    if op.original then n = nil
-    elseif op.kind == "dropout" and op.attrs.p > 0 then n = trace.numel(op.ins[1].shape)
+    if op.kind == "dropout" and op.attrs.p > 0 then n = trace.numel(op.ins[1].shape)
     elseif op.attrs.dropout_p then
       local B, T = attention.dims(op)
       n = B * op.attrs.n_heads * T * T
     end
-    if n then out[#out + 1] = string.format("(%d, %d)", op.id, n) end
+    if n and not op.original then out[#out + 1] = string.format("(%d, %d)", op.id, n) end
   end
   return out
 end

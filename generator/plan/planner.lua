@@ -292,7 +292,8 @@ function Sim:build_loss(item)
     end
   end
   if not loss.requires_grad and not self.is_eval then
-    errors.raise("the loss does not require a gradient (it uses no parameter with requires_grad = true)", self.spec.line)
+    errors.raise("the loss does not require a gradient (it uses no parameter with requires_grad = true)",
+      self.spec.line)
   end
   return loss
 end

@@ -529,9 +529,9 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
         // themselves on compute; the optimizer rounds them to grads_dtype as it reads them,
         // the bits of this copy's rounding (packed, rt_model_group grads_packed: the backward
         // stored them rounded), so nothing runs here but the events.
-        // A reduction of fewer parameters in place leaves out frozen ones only, whose
-        // gradients are never written: nothing to zero (accumulate), and packed gradients
-        // are no fp32 rows to zero anyway.
+        // In place, a reduction of fewer parameters leaves out frozen ones only (memory.lua),
+        // whose gradients are never written: nothing to zero (accumulate = 1; packed
+        // gradients could not be zeroed as fp32 rows either).
         cg->grads_round = grads_dtype;
         record_reduced(R, g, begin_reduction(R, g, r, 1, c->compute), c->compute);
         return;
