@@ -97,12 +97,8 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, float 
     // forward
     cpu_rt_attention_lowmem_dropout_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD,
                                             causal, RT_F32, RT_F32, p, seed, stream);
-    rtc_fa_args a;
-    memset(&a, 0, sizeof a);
+    rtc_fa_args a = rtc_fa_make_args(B, T, NH, NKV, HD, causal, p, seed, stream);
     a.q = q, a.k = k, a.v = v;
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
-    a.scale = (float)(1.0 / sqrt((double)HD));
-    rtc_fa_set_dropout(a, p, seed, stream);
     rtc_fa_args fa = a;
     fa.out = eout;
     fa.stats = estats;

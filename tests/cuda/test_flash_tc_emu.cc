@@ -239,11 +239,8 @@ static void test_shape(int B, int T, int NH, int NKV, int HD, int causal, elem e
     // forward
     cpu_rt_attention_lowmem_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD, causal,
                                     RT_F32, RT_F32);
-    rtc_fa_args a;
-    memset(&a, 0, sizeof a);
+    rtc_fa_args a = rtc_fa_make_args(B, T, NH, NKV, HD, causal, 0.0f, 0, 0);
     a.q = q, a.k = k, a.v = v;
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
-    a.scale = (float)(1.0 / sqrt((double)HD));
     rtc_fa_args fa = a;
     fa.out = eout;
     fa.stats = estats;
@@ -370,12 +367,8 @@ static void test_dropout(int B, int T, int NH, int NKV, int HD, int causal, floa
 
     cpu_rt_attention_lowmem_dropout_forward(out, stats, scratch, q, k, v, B, T, NH, NKV, HD,
                                             causal, RT_F32, RT_F32, p, seed, stream);
-    rtc_fa_args a;
-    memset(&a, 0, sizeof a);
+    rtc_fa_args a = rtc_fa_make_args(B, T, NH, NKV, HD, causal, p, seed, stream);
     a.q = q, a.k = k, a.v = v;
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
-    a.scale = (float)(1.0 / sqrt((double)HD));
-    rtc_fa_set_dropout(a, p, seed, stream);
     rtc_fa_args fa = a;
     fa.out = eout, fa.stats = estats;
     tc_forward<>(EL_F32, fa);
@@ -449,12 +442,8 @@ static void test_configs(int B, int T, int NH, int NKV, int HD, int causal, elem
     round_to(q, nq, e), round_to(k, nk, e), round_to(v, nk, e), round_to(dout, nq, e);
     float *dq0 = hrand(nq, 1.0f, 0.0f), *dk0 = hrand(nk, 1.0f, 0.0f), *dv0 = hrand(nk, 1.0f, 0.0f);
     float* scratch = hrand(nsc, 1.0f, 0.0f);
-    rtc_fa_args a;
-    memset(&a, 0, sizeof a);
+    rtc_fa_args a = rtc_fa_make_args(B, T, NH, NKV, HD, causal, p, 0x5DEECE66Dull, 11);
     a.q = q, a.k = k, a.v = v, a.dout = dout, a.D = scratch;
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
-    a.scale = (float)(1.0 / sqrt((double)HD));
-    rtc_fa_set_dropout(a, p, 0x5DEECE66Dull, 11);
     const rt_dtype dt = e == EL_BF16 ? RT_BF16 : e == EL_F16 ? RT_F16 : RT_F32;
     if (e == EL_F32) emu_smem_limit = 227 * 1024;  // float tiles are twice as large
     // results [cfg][out, stats, dq, dk, dv, dq and dk, dv alone]; out and stats start

@@ -217,12 +217,7 @@ static rtc_fa_args flash_args(int B, int T, int NH, int NKV, int HD, int causal,
               "CUDA flash attention supports head dims up to %d, got %d", RTC_FA_MAX_HD, HD);
     RT_KCHECK(T <= 65535 * 16, "sequence too long for the flash kernels' grid",
               "CUDA flash attention with T = %d", T);
-    rtc_fa_args a;
-    memset(&a, 0, sizeof a);
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
-    a.scale = rt_attention_scale(HD);
-    rtc_fa_set_dropout(a, p, seed, stream);
-    return a;
+    return rtc_fa_make_args(B, T, NH, NKV, HD, causal, p, seed, stream);
 }
 
 // The tensor-core kernels' 16-bit operands: q, k, v (and dout when it is not NULL) as they

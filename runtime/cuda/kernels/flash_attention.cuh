@@ -40,7 +40,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
+#include "../../common/attention_shape.h"  // rt_attention_scale
 #include "../../common/dtype_bits.h"  // rt_round_inl
 #include "../../common/philox.h"      // rt_philox_block_inl, rt_philox_u01_inl
 
@@ -162,12 +164,20 @@ __device__ __forceinline__ void rtc_fa_store_grad(float* g, float v, bool assign
     *g = rt_round_inl((assign ? 0.0f : *g) + v, dt);
 }
 
-// Sets a's dropout: probability p in [0, 1) (0: none), drawn from seed and stream.
-static inline void rtc_fa_set_dropout(rtc_fa_args& a, float p, uint64_t seed, uint64_t stream) {
+// The arguments of a call of shape (B, T, NH, NKV, HD), causal or not, scale 1/sqrt(HD),
+// with dropout of probability p in [0, 1) (0: none) drawn from seed and stream; every
+// pointer NULL, for the caller to set.
+static inline rtc_fa_args rtc_fa_make_args(int B, int T, int NH, int NKV, int HD, int causal,
+                                           float p, uint64_t seed, uint64_t stream) {
+    rtc_fa_args a;
+    memset(&a, 0, sizeof a);
+    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HD = HD, a.causal = causal;
+    a.scale = rt_attention_scale(HD);
     if (p > 0.0f) {
         a.drop_p = p, a.drop_scale = rt_dropout_scale_inl(p);
         a.drop_seed = seed, a.drop_stream = stream;
     }
+    return a;
 }
 
 // The dropout mask factor Z of probability (query tq, key tk) of head bh = b NH + h: drop_scale
