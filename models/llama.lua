@@ -1,5 +1,6 @@
 -- Llama-style decoder: RMSNorm, rotary position embeddings, grouped-query attention and a
--- SwiGLU feed-forward; no biases, untied output. Presets for common sizes.
+-- SwiGLU feed-forward; no biases, untied output. Presets for common sizes; LoRA adapters on
+-- the chosen linears (torchtune's lora_llama3 builders: lora_modules, lora_rank, ...).
 local nn = require("spec.nn")
 local errors = require("spec.errors")
 local args = require("models.args")
@@ -13,7 +14,32 @@ local schema = {
   ffn_dim = { nil, "posint", optional = true }, multiple_of = { 32, "posint" },
   norm_eps = { 1e-5, "number" }, rope_theta = { 10000.0, "number" },
   checkpoint_activations = { false, "bool" }, preset = { nil, "preset", optional = true },
+  lora_modules = { nil, "list", optional = true }, lora_rank = { 8, "posint" },
+  lora_alpha = { 16.0, "number" }, lora_dropout = { 0.0, "prob" },
 }
+
+-- The linears LoRA may adapt, by their attribute names (torchtune's q_proj, k_proj, v_proj,
+-- output_proj, w1, w2, w3 and the output head).
+local LORA_TARGETS = { "wq", "wk", "wv", "wo", "w1", "w2", "w3", "output" }
+
+-- lora_modules: a list of LORA_TARGETS names, each at most once; returns them as a set.
+local function lora_set(list)
+  if list == nil then return {} end
+  local allowed, set, n = {}, {}, 0
+  for _, name in ipairs(LORA_TARGETS) do allowed[name] = true end
+  local want = "a non-empty list of " .. table.concat(LORA_TARGETS, ", ")
+  if type(list) ~= "table" then errors.raise("Llama: lora_modules must be " .. want) end
+  for _ in pairs(list) do n = n + 1 end
+  if n == 0 or n ~= #list then errors.raise("Llama: lora_modules must be " .. want) end
+  for i, name in ipairs(list) do
+    if not allowed[name] or set[name] then
+      errors.raise(string.format("Llama: lora_modules[%d] %s %s (allowed: %s)", i, tostring(name),
+        set[name] and "is given twice" or "is not one of its linears", want))
+    end
+    set[name] = true
+  end
+  return set
+end
 
 local presets = {
   ["1B"] = { n_layers = 16, dim = 2048, n_heads = 32, n_kv_heads = 8, ffn_dim = 8192,
@@ -80,20 +106,27 @@ function Block.forward(self, x)
   return h + self.feed_forward(self.ffn_norm(h))
 end
 
-local function block(a)
+-- A bias-free linear, a LoRALinear where lora_modules names it.
+local function linear(a, lora, name, in_f, out_f)
+  if not lora[name] then return nn.Linear(in_f, out_f, { bias = false }) end
+  return nn.LoRALinear(in_f, out_f, { bias = false, rank = a.lora_rank, alpha = a.lora_alpha,
+    dropout = a.lora_dropout })
+end
+
+local function block(a, lora)
   local hd = a.dim // a.n_heads
   local attn = nn.new_module("Attention", Attention)
-  attn.wq = nn.Linear(a.dim, a.n_heads * hd, { bias = false })
-  attn.wk = nn.Linear(a.dim, a.n_kv_heads * hd, { bias = false })
-  attn.wv = nn.Linear(a.dim, a.n_kv_heads * hd, { bias = false })
-  attn.wo = nn.Linear(a.n_heads * hd, a.dim, { bias = false })
+  attn.wq = linear(a, lora, "wq", a.dim, a.n_heads * hd)
+  attn.wk = linear(a, lora, "wk", a.dim, a.n_kv_heads * hd)
+  attn.wv = linear(a, lora, "wv", a.dim, a.n_kv_heads * hd)
+  attn.wo = linear(a, lora, "wo", a.n_heads * hd, a.dim)
   rawset(attn, "n_heads", a.n_heads)
   rawset(attn, "n_kv_heads", a.n_kv_heads)
   rawset(attn, "theta", a.rope_theta)
   local ff = nn.new_module("FeedForward", FeedForward)
-  ff.w1 = nn.Linear(a.dim, a.ffn_dim, { bias = false })
-  ff.w2 = nn.Linear(a.ffn_dim, a.dim, { bias = false })
-  ff.w3 = nn.Linear(a.dim, a.ffn_dim, { bias = false })
+  ff.w1 = linear(a, lora, "w1", a.dim, a.ffn_dim)
+  ff.w2 = linear(a, lora, "w2", a.ffn_dim, a.dim)
+  ff.w3 = linear(a, lora, "w3", a.dim, a.ffn_dim)
   local m = nn.new_module("TransformerBlock", Block)
   m.attention_norm = nn.RMSNorm(a.dim, { eps = a.norm_eps })
   m.attention = attn
@@ -117,10 +150,11 @@ function M.Llama(given)
   rawset(m, "checkpoint_activations", a.checkpoint_activations)
   m.tok_embeddings = nn.Embedding(a.vocab_size, a.dim)
   local layers = nn.ModuleList()
-  for _ = 1, a.n_layers do layers:append(block(a)) end
+  local lora = lora_set(a.lora_modules)
+  for _ = 1, a.n_layers do layers:append(block(a, lora)) end
   m.layers = layers
   m.norm = nn.RMSNorm(a.dim, { eps = a.norm_eps })
-  m.output = nn.Linear(a.dim, a.vocab_size, { bias = false })
+  m.output = linear(a, lora, "output", a.dim, a.vocab_size)
   return m
 end
 

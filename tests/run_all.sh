@@ -77,6 +77,8 @@ plan_lane() {
     "attention sites (cuDNN or fsdpgen's kernels):attention_sites" \
     "attention dropout (its kernels, sites and twin):attention_dropout" \
     "frozen parameters (requires_grad_(false)):frozen_params" \
+    "a tensor times a number (x * 0.37):scale_op" \
+    "LoRA (nn.LoRALinear, lora_modules, nn.init):lora" \
     "linears of one input stacked in backward:stacked_linears" \
     "gradient dataflow:grad_flow" \
     "direct reductions:direct_reduction" \

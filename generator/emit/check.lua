@@ -39,7 +39,7 @@ local function grad_key(plan, st, t)
     local ug = g and st.bufs.ugrad[g.index]
     if not ug then return "missing " .. tostring(t.fqn) end  -- an emitter bug, not the spec's
     for _, l in ipairs(g.layout.params) do
-      if l.param == t then return string.format("%d+%d", ug.offset, l.offset * g.shard * 4) end
+      if l.param == t then return string.format("%d+%d", ug.offset, l.grad_offset * g.shard * 4) end
     end
   end
   local b = memory.base(t)

@@ -104,7 +104,8 @@ end
 -- A parameter's group and its offset in the group's unsharded gradients (elements).
 function Walker:grad_offset(p)
   local g, l = model_c.param_layout(self.plan, p)
-  return g, l.offset * g.shard
+  if not l.grad_offset then internal("frozen parameter '%s' given a gradient", p.fqn) end
+  return g, l.grad_offset * g.shard
 end
 
 function Walker:val(t, saved_by)
@@ -527,7 +528,7 @@ function M.render(plan, spec_file, prefix, is_reference)
   end)
   grad_names, grad_lines = c_text.param_names(list, "G_", function(p)
     local g, l = model_c.param_layout(plan, p)
-    return (p.packed_grad and 2 or 4) * l.offset * g.shard
+    return l.grad_offset and (p.packed_grad and 2 or 4) * l.grad_offset * g.shard
   end)
   b:line("")
   b:line("// Each parameter's byte offset in its group's unsharded parameters (none: read from")

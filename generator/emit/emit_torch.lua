@@ -221,6 +221,7 @@ local function gen_body(node, ctx)
     elseif k == "relu" or k == "gelu" or k == "silu" then return string.format("F.%s(%s)", k, i[1])
     elseif k == "add" then return string.format("%s + %s", i[1], i[2])
     elseif k == "mul" then return string.format("%s * %s", i[1], i[2])
+    elseif k == "scale" then return string.format("%s * %s", i[1], pynum(a.scale))
     elseif k == "swiglu" then return string.format("F.silu(%s) * %s", i[1], i[2])
     elseif k == "dropout" then return string.format("dropout(%s, %s, self.training)", i[1], pynum(a.p))
     elseif k == "attention" then

@@ -189,6 +189,15 @@ function M.map(plan)
   end
   local arch, config, tensors = build(a)
   if not arch then return nil, config end
+  for _, e in ipairs(tensors) do
+    -- a LoRALinear's weight: saved merged with its adapters (torchtune's merged checkpoint);
+    -- on load the adapters keep their initialization (lora_b zeros: the loaded model exactly)
+    local owner = #e.src == 1 and not e.tied and model:get(e.src[1]:match("^(.*)%.weight$") or "")
+    if owner and rawget(owner, "_type") == "LoRALinear" then
+      local f = e.src[1]:match("^(.*)%.weight$")
+      e.lora = { f .. ".lora_a.weight", f .. ".lora_b.weight", scale = owner.alpha / owner.rank }
+    end
+  end
   return { arch = arch, config = config, tensors = tensors }
 end
 
@@ -229,16 +238,22 @@ function M.emit(b, plan, index_of)
       if fqn and not index_of[fqn] then error("hf map: no parameter " .. fqn) end
       src[i] = fqn and tostring(index_of[fqn]) or "-1"
     end
+    local lora = ""
+    if e.lora then
+      lora = string.format(", .lora = {%d, %d}, .lora_scale = %s", index_of[e.lora[1]],
+        index_of[e.lora[2]], c_text.num(e.lora.scale))
+    end
     c_text.code(b, "{.name = %s, .alt = %s, .op = %s, .src = {%s}, .heads = %d, .ndim = %d, "
-      .. ".shape = {%s}, .tied = %d},", cstr(e.name), e.alt and cstr(e.alt) or "NULL", OPS[e.op],
+      .. ".shape = {%s}, .tied = %d%s},", cstr(e.name), e.alt and cstr(e.alt) or "NULL", OPS[e.op],
       table.concat(src, ", "), e.heads or 0, #e.shape, table.concat(e.shape, ", "),
-      e.tied and 1 or 0)
+      e.tied and 1 or 0, lora)
   end
   b:dedent()
   b:line("};")
   local covered = {}
   for _, e in ipairs(map.tensors) do
     for _, fqn in ipairs(e.tied and {} or e.src) do covered[fqn] = (covered[fqn] or 0) + 1 end
+    for _, fqn in ipairs(e.lora or {}) do covered[fqn] = (covered[fqn] or 0) + 1 end
   end
   for fqn in pairs(index_of) do
     if covered[fqn] ~= 1 then

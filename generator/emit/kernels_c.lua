@@ -87,6 +87,7 @@ local ROUNDS = {
   swiglu = { grads = { 1, 2 }, alias_ok = true, fixed_dt = true },
   rotary = { grads = { 1 } },
   mul = { grads = { 1, 2 }, alias_ok = true },
+  scale = { grads = { 1 } },
   dropout = { grads = { 1 } },
   add = function(op)  -- rt_residual_* or rt_broadcast_add_*
     if numel(op.ins[1]) == numel(op.ins[2]) then return { grads = { 1, 2 }, alias_ok = true } end
@@ -237,6 +238,20 @@ function forward.mul(op, c, out, dt)
   local a, b = op.ins[1], op.ins[2]
   if numel(a) ~= numel(b) then unsupported(op, "broadcasting") end  -- M.forward_refusal
   return { string.format("rt_mul_forward(%s, %s, %s, %d, %s);", out, c.val(a), c.val(b), numel(a), dt) }
+end
+
+-- The number of a scale (tensor * number) as the kernel multiplies by it: rounded to fp32
+-- here, as PyTorch rounds a Python float to the fp32 of its opmath (x * 0.37 on a bf16
+-- tensor is bf16(float(x) * 0.37f)); %.9g reads back as that float.
+local function scale_arg(op)
+  return fmt_float((string.unpack("f", string.pack("f", op.attrs.scale))))
+end
+
+-- fp32 storage only: packing.lua packs no scale's input, output or their gradients
+function forward.scale(op, c, out, dt)
+  local x = op.ins[1]
+  if packed_bits(op) then unsupported(op, "packed storage") end
+  return { string.format("rt_scale_forward(%s, %s, %d, %s, %s);", out, c.val(x), numel(x), scale_arg(op), dt) }
 end
 
 function forward.dropout(op, c, out, dt)
@@ -404,6 +419,13 @@ function backward.add(op, c, dt, as)
     c.dout(op.outs[1]), numel(a) // numel(b), numel(b), dt, as) }
 end
 
+function backward.scale(op, c, dt, as)
+  local x = op.ins[1]
+  if packed_bits(op, true) then unsupported(op, "packed storage") end
+  return { string.format("rt_scale_backward(%s, %s, %d, %s, %s, %s);", c.grad(x), c.dout(op.outs[1]), numel(x),
+    scale_arg(op), dt, as) }
+end
+
 function backward.dropout(op, c, dt, as)
   local x = op.ins[1]
   return { string.format("rt_dropout_backward(%s, %s, %d, %s, R->seed, rt_step_rng_stream(R, %d), 0, %s, %s);",
@@ -531,7 +553,7 @@ end
 -- (weights, biases, broadcast_add's db) have no bit.
 local ASSIGNS = {
   linear = { 1 }, layer_norm = { 1 }, rms_norm = { 1 }, relu = { 1 }, gelu = { 1 }, silu = { 1 },
-  swiglu = { 1, 2 }, mul = { 1, 2 }, dropout = { 1 }, sum = { 1 }, cross_entropy = { 1 },
+  swiglu = { 1, 2 }, mul = { 1, 2 }, scale = { 1 }, dropout = { 1 }, sum = { 1 }, cross_entropy = { 1 },
   attention = { 1, 2, 3 },
   add = function(op) return numel(op.ins[1]) == numel(op.ins[2]) and { 1, 2 } or { 1 } end,
   rotary = function(op)  -- the kernel writes B*T*NH*HD values: all of the buffer

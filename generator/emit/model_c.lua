@@ -71,8 +71,16 @@ function M.params(b, plan, list)
     if #p.names > 1 then f[#f + 1] = ".aliases = param" .. (i - 1) .. "_aliases" end
     f[#f + 1] = string.format(".ndim = %d, .shape = %s, .group = %d", #p.shape, shape_init(p.shape),
       g.index - 1)
-    f[#f + 1] = string.format(".block_offset = %d, .unsharded_offset = %d, .unsharded_word = %d",
-      l.offset, l.offset * g.shard, l.unsharded_word)
+    -- in a group with frozen parameters a frozen one has no gradient, and the others' are
+    -- the trainable parameters' alone (layout.lua grad_offset)
+    if l.grad_offset then
+      f[#f + 1] = string.format(".block_offset = %d, .unsharded_offset = %d, .unsharded_word = %d",
+        l.offset, l.grad_offset * g.shard, l.unsharded_word)
+      if l.grad_offset ~= l.offset then f[#f + 1] = ".frozen_before = " .. (l.offset - l.grad_offset) end
+    else
+      f[#f + 1] = string.format(".block_offset = %d, .unsharded_word = %d, .frozen = 1", l.offset,
+        l.unsharded_word)
+    end
     f[#f + 1] = ".init = " .. C_INIT[init.kind]
     if scale ~= 0 then f[#f + 1] = ".init_scale = " .. num(scale) end
     if p.packed then f[#f + 1] = ".packed = 1" end
@@ -179,6 +187,9 @@ function M.groups(b, plan, index, opt_states, names)
     if g.replicate > 1 and s.all_reduce_grads ~= false then f[#f + 1] = ".all_reduce = 1" end
     f[#f + 1] = string.format(".block_numel = %d, .padded_numel = %d, .unsharded_words = %d",
       g.layout.shard_numel, g.layout.padded_numel, g.unsharded_words)
+    if g.layout.grad_numel ~= g.layout.shard_numel then
+      f[#f + 1] = ".frozen_numel = " .. (g.layout.shard_numel - g.layout.grad_numel)
+    end
     f[#f + 1] = string.format(".plan = group%d_plan", gi)
     if g.frozen then
       f[#f + 1] = string.format(".params_off = %s, .frozen = 1", names[g.params_buf])

@@ -93,6 +93,7 @@ local function node_detail(op)
   local o = op.outs[1]
   local s = (o and (shape_str(o.shape) .. " " .. o.dtype) or "")
   if #ins > 0 then s = s .. " <- " .. table.concat(ins, ", ") end
+  if op.kind == "scale" then s = s .. " times " .. num(op.attrs.scale) end  -- a review sees it change
   return s
 end
 
@@ -177,7 +178,7 @@ function M.step_line(st, plan)
     name = quoted(g.name)
     local r = st.reduction
     detail = string.format("%s on %d fp32 shard elements", plan.spec.optimizer.kind,
-      r and r.layout.shard_numel or g.layout.shard_numel)
+      r and r.layout.shard_numel or g.layout.grad_numel)  -- a frozen parameter's none
     if r then detail = detail .. " of " .. part_params(g, r) end
     -- optimizer.lua Sim:split_token_rows; reductions.lua Sim:reduce_parts ("final")
     if st.rows == "unused" then
@@ -356,7 +357,13 @@ function M.render(plan, spec_file)
     for _, t in ipairs(g.state.bwd_prefetch) do bp[#bp + 1] = quoted(t.name) end
     if #fp > 0 then b:line("  forward prefetch %s", table.concat(fp, ", ")) end
     if #bp > 0 then b:line("  backward prefetch %s", table.concat(bp, ", ")) end
-    if g.frozen then b:line("  frozen: every parameter (requires_grad false): no gradients, no optimizer state") end
+    if g.frozen then b:line("  frozen: every parameter (requires_grad false): no gradients, no optimizer state")
+    elseif L.grad_numel < L.shard_numel then
+      local n = 0
+      for _, p in ipairs(L.params) do n = n + (p.grad_offset and 0 or 1) end
+      b:line("  frozen: %d of %d params (marked below): gradients and optimizer state for the others alone, %d of %d"
+        .. " per rank", n, #L.params, L.grad_numel, L.shard_numel)
+    end
     b:line("  %-44s %-14s %4s %6s %8s %8s  %s", "param", "shape", "dim", "chunk", "offset", "shard", "rows per rank (pad)")
     for _, p in ipairs(L.params) do
       local names = #p.param.names > 1 and (" (tied: " .. table.concat(p.param.names, ", ", 2) .. ")") or ""

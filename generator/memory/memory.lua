@@ -92,6 +92,22 @@ function M.saved(t, op)
   return t
 end
 
+-- What an op's backward kernel reads of its forward (kernels_c.lua's backward calls), so that
+-- an activation lives until the last backward that reads it, as autograd frees what no
+-- node saved: the gradients of an add, a scale, a rotation, a dropout (its mask drawn
+-- again) and a cast come from the output's gradient alone; attention also reads its
+-- output (rowsum(dO * O)), the loss its buffer; the others their inputs. A kind not listed
+-- reads both.
+local BACKWARD_READS = {
+  add = {}, scale = {}, rotary = {}, dropout = {}, cast = {},
+  attention = { ins = true, outs = true },
+  linear = { ins = true }, embedding = { ins = true }, layer_norm = { ins = true },
+  rms_norm = { ins = true }, relu = { ins = true }, gelu = { ins = true }, silu = { ins = true },
+  swiglu = { ins = true }, mul = { ins = true },
+}
+local READS_BOTH = { ins = true, outs = true }
+function M.backward_reads(op) return BACKWARD_READS[op.kind] or READS_BOTH end
+
 -- Statistics an op saves for its backward besides its inputs and outputs, in floats:
 -- attention softmax rows' (max, 1/sum) [B, NH, T, 2] (rt_attention_stats_floats; cuDNN's
 -- logsumexp [B, NH, T] fits in them); norm mean and rstd [N] each.
@@ -113,6 +129,12 @@ function M.optimizer_states(o)
   if o.kind == "sgd" then return (o.momentum or 0) > 0 and 1 or 0 end
   return 2
 end
+
+-- Elements of group g's unsharded gradients: the padded parameters that require grad, in
+-- group order (layout.lua grad_numel, times the shard world), as FSDP2 gives a frozen
+-- parameter no gradient. At one rank that is the sharded gradients' layout, so they can be
+-- one buffer (in_place_groups).
+function M.unsharded_grad_numel(g) return g.layout.grad_numel * g.shard end
 
 -- Returns [lo, hi) to `free` (sorted disjoint intervals, the last one unbounded above
 -- every buffer), merged with the free intervals it touches.
@@ -182,8 +204,9 @@ end
 -- gradients and the reduction's rounding to the gradients' dtype moves into the optimizer's
 -- reads (rt_cuda.h grad_dt; the CPU backend rounds in place at the reduction): no copy and
 -- no buffer of their own (FSDP2 copies them at one rank too). The bits are the same. A
--- reduction of fewer parameters qualifies where those it leaves out are frozen: their
--- gradients are never written, and the optimizer steps the reduction's alone.
+-- reduction of fewer parameters qualifies where those it leaves out are frozen: they have
+-- no gradients (no room in either: layout.lua grad_offset), and the optimizer steps the
+-- reduction's alone.
 local function leaves_only_frozen(g, r)
   local with = {}
   for _, k in ipairs(r.params) do with[k] = true end
@@ -308,14 +331,15 @@ function M.plan(plan, packed)
 
   -- Persistent per group: fp32 sharded params, their gradients (fp32, or param_dtype where
   -- packed), optimizer state; a frozen group (plan/groups.lua) the params alone, as
-  -- torch.optim keeps no state for parameters that never have a gradient.
+  -- torch.optim keeps no state for parameters that never have a gradient, and a group with
+  -- frozen parameters gradients and state for the others alone (layout.lua grad_numel).
   for _, g in ipairs(plan.groups) do
-    local sb = bytes(g.layout.shard_numel, "fp32")
-    g.params_buf = buf(Q(g) .. " sharded params", "persistent", sb, 0, n + 1)
+    g.params_buf = buf(Q(g) .. " sharded params", "persistent", bytes(g.layout.shard_numel, "fp32"), 0, n + 1)
     if not g.frozen then
       g.packed_grads = packed[g.index] or nil
       local gname = Q(g) .. " sharded grads" .. (g.packed_grads and " (" .. g.param_dtype .. ")" or "")
-      local gb = g.packed_grads and bytes(g.layout.shard_numel, g.param_dtype) or sb
+      local sb = bytes(g.layout.grad_numel, "fp32")
+      local gb = g.packed_grads and bytes(g.layout.grad_numel, g.param_dtype) or sb
       g.grads_buf = buf(gname, "persistent", gb, 0, n + 1)
       g.grads_buf.packed_grads = g.packed_grads
       if opt_states > 0 then
@@ -432,7 +456,7 @@ function M.plan(plan, packed)
     elseif st.op == "accumulate_unsharded_grads" then
       u.ugrad = stop("ugrad " .. g.index, i)
       u.acc, u.acc_new = start("accgrad " .. g.index, Q(g) .. " accumulated unsharded grads", "grads",
-        compute_bytes(g.layout.padded_numel), i)
+        compute_bytes(M.unsharded_grad_numel(g)), i)
     elseif st.op == "forward" or st.op == "recompute" then
       local op = st.node
       -- an add left to its norm's call is read there (add_with_norm), a rotation to its
@@ -468,9 +492,12 @@ function M.plan(plan, packed)
       -- and (for parameters) the group's unsharded gradients.
       u.zero, u.ugrad, u.grads = {}, {}, {}
       for _, op in ipairs(step_ops.ops(st)) do
-        for _, t in ipairs(op.ins) do touch(M.saved(t, op).buf, i) end
+        local reads = st.op == "loss_grad" and READS_BOTH or M.backward_reads(op)  -- the loss is read
+        for _, t in ipairs(op.ins) do
+          if reads.ins then touch(M.saved(t, op).buf, i) end
+        end
         for _, t in ipairs(op.outs) do
-          touch(M.saved(t, op).buf, i)
+          if reads.outs then touch(M.saved(t, op).buf, i) end
           touch(grad_of[M.base(t)], i)
         end
         touch((op.recomputed_op or op).scratch_buf, i)
@@ -483,12 +510,12 @@ function M.plan(plan, packed)
           if t.requires_grad and t.is_param then
             local pg = plan.owner[t]
             if pg then
+              local numel = M.unsharded_grad_numel(pg)
               local gb, new = start("ugrad " .. pg.index, Q(pg) .. " unsharded grads"
-                .. (in_place[pg] and " (in place)" or ""), "grads",
-                compute_bytes(pg.layout.padded_numel), i)
+                .. (in_place[pg] and " (in place)" or ""), "grads", compute_bytes(numel), i)
               if new and in_place[pg] then
                 gb.alias, gb.bytes, gb.packed_grads = pg.grads_buf, 0, pg.packed_grads
-                if pg.packed_grads then gb.size = bytes(pg.layout.padded_numel, pg.param_dtype) end
+                if pg.packed_grads then gb.size = bytes(numel, pg.param_dtype) end
               end
               u.ugrad[pg.index] = gb
               if new then u.zero[#u.zero + 1] = gb end

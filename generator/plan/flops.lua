@@ -4,7 +4,8 @@
 --   - an op that reads parameters (linear, norms, ...) costs 6 * rows * numel(params), rows
 --     being its input's elements over the last dim (2 forward, 4 backward per weight); an
 --     embedding's table is only looked up and costs nothing (a table tied to an output
---     linear is counted there);
+--     linear is counted there), nor does a parameter times a number (tensor * number, an
+--     element-wise scale);
 --   - an attention op costs 12 * rows(q) * keys * width(q): Q K^T and A V, forward and
 --     backward, over the full T x T product (no causal halving, as PaLM counts).
 -- Activation recompute is not model work and is not counted (replayed ops are not in the
@@ -59,7 +60,7 @@ function M.count(plan)
     for i, t in ipairs(op.ins) do
       if t.is_param then
         if not seen[t] then seen[t] = true; c.params = c.params + trace.numel(t.shape) end
-        if not (op.kind == "embedding" and i == 2) then
+        if not (op.kind == "embedding" and i == 2) and op.kind ~= "scale" then
           if not used[t] then
             used[t] = true
             c.matmul_params = c.matmul_params + trace.numel(t.shape)

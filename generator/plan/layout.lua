@@ -40,15 +40,28 @@ function M.param(p, ws, placement)
 end
 
 -- Layout of a group: its params in order with offsets inside one rank's all-gather input.
+-- Its gradients (sharded: grad_numel per rank, each parameter's at grad_offset; unsharded:
+-- ws times that) and optimizer state hold the parameters that require grad alone, in the
+-- same order, as torch.optim keeps state only for parameters with a gradient: a frozen
+-- one has no grad_offset. A group whose parameters are all frozen has no gradients at all
+-- (memory.lua), and its offsets stay the parameters'.
 function M.group(params, ws, placement)
-  local g = { params = {}, shard_numel = 0, numel = 0, padded_numel = 0 }
+  local g = { params = {}, shard_numel = 0, numel = 0, padded_numel = 0, grad_numel = 0 }
   for i, p in ipairs(params) do
     local l = M.param(p, ws, placement)
     l.offset = g.shard_numel
+    if p.requires_grad ~= false then
+      l.grad_offset = g.grad_numel
+      g.grad_numel = g.grad_numel + l.shard_numel
+    end
     g.params[i] = l
     g.shard_numel = g.shard_numel + l.shard_numel
     g.numel = g.numel + l.numel
     g.padded_numel = g.padded_numel + l.padded_numel
+  end
+  if g.grad_numel == 0 then
+    for _, l in ipairs(g.params) do l.grad_offset = l.offset end
+    g.grad_numel = g.shard_numel
   end
   g.ag_out_numel = g.shard_numel * ws
   return g

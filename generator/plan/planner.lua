@@ -46,7 +46,8 @@ local SHARDED, SHARDED_POST_FORWARD, UNSHARDED = groups_of.SHARDED, groups_of.SH
 
 -- Ops whose backward needs no saved activation (a checkpointed region is recomputed at
 -- the first node that unpacks one).
-local saves_nothing = { add = true, sum = true, cast = true, post_backward_hook = true, arange = true }
+local saves_nothing = { add = true, sum = true, cast = true, post_backward_hook = true, arange = true,
+  scale = true }  -- a tensor times a number: MulBackward0 keeps the number alone
 
 -- ---------------------------------------------------------------------------- simulation
 

@@ -97,9 +97,9 @@ local norms = { rms_norm = true, layer_norm = true }
 
 -- fsdpgen's backward kernels by kind (tests/cuda_step/kernels/*.txt list a step's
 -- launches): how many launches, and which inputs' values they read besides the output's
--- gradient (the rest write the inputs' gradients): rotary none, the activations and the
--- norms their inputs. A kind not here, and every kind of the other kernel sets (PyTorch's):
--- two launches, twice the forward's bytes.
+-- gradient (the rest write the inputs' gradients): rotary and a scale none, the activations
+-- and the norms their inputs. A kind not here, and every kind of the other kernel sets
+-- (PyTorch's): two launches, twice the forward's bytes.
 local BACKWARD = {
   rotary = { launches = 1, reads = {} },
   swiglu = { launches = 1, reads = { 1, 2 } }, mul = { launches = 1, reads = { 1, 2 } },
@@ -107,7 +107,7 @@ local BACKWARD = {
   silu = { launches = 1, reads = { 1 } },
   -- the row-per-warp kernel, then the weight gradients' finish
   rms_norm = { launches = 2, reads = { 1 } }, layer_norm = { launches = 2, reads = { 1 } },
-  add = { launches = 1, reads = {} },
+  add = { launches = 1, reads = {} }, scale = { launches = 1, reads = {} },
 }
 
 -- Input t's gradient buffer at backward step st if an earlier step of the backward created
@@ -300,10 +300,22 @@ end
 -- fp32 shard read and written to the unsharded parameters.
 local function direct_copy_bytes(g) return unsharded_bytes(g, 4) end
 
--- Shard elements of every group (clipping and the optimizer read them all).
-local function shard_total(plan)
+-- Sharded gradient elements of every group (clipping reads and scales them all): a frozen
+-- group has none, a group with frozen parameters its trainable ones' (layout.lua grad_numel).
+local function grads_total(plan)
   local n = 0
-  for _, g in ipairs(plan.groups) do n = n + g.layout.shard_numel end
+  for _, g in ipairs(plan.groups) do
+    if not g.frozen then n = n + g.layout.grad_numel end
+  end
+  return n
+end
+
+-- Shard elements an optimizer line steps: its parameters with a gradient in the step (the
+-- runtime skips the others, frozen ones among them).
+local function stepped_numel(st)
+  local of, n = {}, 0
+  for _, l in ipairs(st.group.layout.params) do of[l.param] = l.shard_numel end
+  for _, p in ipairs(optimizer.stepped_params(st)) do n = n + of[p] end
   return n
 end
 
@@ -361,19 +373,18 @@ function M.step(st, plan, gpu, k, attention_backward)
       c.copy_out = copy_time(gpu, k, L.shard_numel * (dbytes(g.reduce_dtype) + 8))
     end
   elseif st.op == "accumulate_unsharded_grads" then
-    c.compute = copy_time(gpu, k, g.layout.padded_numel * 12)
+    c.compute = copy_time(gpu, k, memory.unsharded_grad_numel(g) * 12)
   elseif st.op == "clip_grad_norm" then
-    c.compute = copy_time(gpu, k, shard_total(plan) * 12)
+    c.compute = copy_time(gpu, k, grads_total(plan) * 12)
   elseif st.op == "optimizer" then
     local o = plan.spec.optimizer
     local states = memory.optimizer_states(o)
     -- parameters read and written, gradients read (fp32, or 16-bit where packed:
     -- grad_assigns.lua), each state read and written (fp32); a part's (reductions.lua
-    -- Sim:reduce_parts) of its parameters only
+    -- Sim:reduce_parts) of its parameters only, of those with a gradient only
     -- Kernels: the step (optim.cu: one); a line by rows that builds the looked-up rows' mask
     -- (the first, "unused" or "final"), a memset and the marking kernel before it.
-    local L = st.reduction and st.reduction.layout or g.layout
-    local bytes = L.shard_numel * ((g.packed_grads and 10 or 12) + 8 * states)
+    local bytes = stepped_numel(st) * ((g.packed_grads and 10 or 12) + 8 * states)
     if st.rows then bytes = rows_bytes(st, plan, 8 + 8 * states) end
     local launches = 1 + ((st.rows == "unused" or st.rows == "final") and 2 or 0)
     c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, launches)

@@ -44,6 +44,42 @@ end
 nn.Parameter_mt = Parameter
 function nn.is_parameter(x) return getmetatable(x) == Parameter end
 
+-- torch.nn.init's in-place initializers, for the kinds the training binary draws
+-- (rt_train_init_param): constants, and zero-mean normal and symmetric uniform draws.
+nn.init = {}
+local function init_param(p, what)
+  if not nn.is_parameter(p) then errors.raise("nn.init." .. what .. " expects a parameter") end
+  return p
+end
+local function init_number(v, what, arg)
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+    errors.raise(string.format("nn.init.%s: %s must be a finite number, got %s", what, arg, tostring(v)))
+  end
+  return v
+end
+function nn.init.zeros_(p) init_param(p, "zeros_").init = { kind = "zeros" }; return p end
+function nn.init.ones_(p) init_param(p, "ones_").init = { kind = "ones" }; return p end
+function nn.init.normal_(p, mean, std)
+  init_param(p, "normal_")
+  mean, std = init_number(mean or 0, "normal_", "mean"), init_number(std or 1, "normal_", "std")
+  if mean ~= 0 or std < 0 then
+    errors.raise(string.format("nn.init.normal_: mean %s, std %s: fsdpgen draws mean 0 and std >= 0",
+      tostring(mean), tostring(std)))
+  end
+  p.init = { kind = "normal", std = std }
+  return p
+end
+function nn.init.uniform_(p, a, b)
+  init_param(p, "uniform_")
+  a, b = init_number(a or 0, "uniform_", "a"), init_number(b or 1, "uniform_", "b")
+  if a ~= -b or b < 0 then
+    errors.raise(string.format("nn.init.uniform_: [%s, %s]: fsdpgen draws symmetric bounds [-b, b]",
+      tostring(a), tostring(b)))
+  end
+  p.init = { kind = "uniform", bound = b }
+  return p
+end
+
 -- A parameter's requires_grad: true, or false for a frozen one (PyTorch's p.requires_grad =
 -- False, or p.requires_grad_(False)): no gradient, so FSDP2 leaves it out of the group's
 -- reduce-scatter and the optimizer skips it (grad None); it is still sharded and gathered.
@@ -485,9 +521,30 @@ function nn.checkpoint_module(m)
   return m
 end
 
+-- A tensor times a number (PyTorch's x * 2.0 or 2 * x): the op "scale", the number as a
+-- float in attrs.scale. PyTorch multiplies by it rounded to fp32 (kernels_c), so it must be
+-- finite there; the output has the tensor's dtype.
+local FP32_MAX = 3.4028234663852886e38
+local function scale(x, s)
+  if type(s) ~= "number" or s ~= s or math.abs(s) > FP32_MAX then
+    local got = type(s) ~= "number" and type(s) or s ~= s and "nan" or tostring(s)
+    errors.raise("tensor * x: x must be a tensor or a finite number within fp32's range "
+      .. "(|x| <= 3.4028235e38), got " .. got)
+  end
+  local d = float_dtype("tensor * number", x)
+  return trace.record("scale", { x }, { { shape = copy(x.shape), dtype = d } }, { scale = s + 0.0 })
+end
+
+local function is_tensor(x) return trace.is_tensor(x) or nn.is_parameter(x) end
+
 -- Tensor methods and operators.
 Tensor.__add = function(a, b) return F.add(a, b) end
-Tensor.__mul = function(a, b) return F.mul(a, b) end
+Tensor.__mul = function(a, b)
+  -- a module stays mul's operand, whose error says to call it
+  if is_tensor(a) and not is_tensor(b) and not nn.is_module(b) then return scale(a, b) end
+  if is_tensor(b) and not is_tensor(a) and not nn.is_module(a) then return scale(b, a) end
+  return F.mul(a, b)
+end
 Tensor.__len = function(t) return t.shape[1] end
 function Tensor:float() return F.cast(self, "fp32") end
 function Tensor:to(dtype) return F.cast(self, dtype) end
@@ -534,6 +591,53 @@ function nn.Linear(in_f, out_f, opts)
   m.weight = nn.Parameter({ out_f, in_f }, { kind = "uniform", bound = bound })
   if opts.bias ~= false then m.bias = nn.Parameter({ out_f }, { kind = "uniform", bound = bound }) end
   return m
+end
+
+-- LoRA (torchtune's LoRALinear, Hu et al. 2021): a linear plus a low-rank update,
+-- out = x W^T + b + (alpha / rank) * lora_b(lora_a(dropout(x))). lora_a is initialized as a
+-- Linear's weight (kaiming uniform), lora_b with zeros, so the update starts at zero.
+-- Freezing the base weights is the spec's (nn.adapter_params).
+local LoRALinear = {}
+function LoRALinear.forward(self, x)
+  local out = F.linear(x, self.weight, self.bias)
+  local a_in = self.dropout and self.dropout(x) or x
+  return out + (self.alpha / self.rank) * self.lora_b(self.lora_a(a_in))
+end
+function nn.LoRALinear(in_f, out_f, opts)
+  opts = opts_of(opts, { "bias", "rank", "alpha", "dropout" }, "LoRALinear")
+  local rank = posint(opts.rank, "rank", "LoRALinear")
+  local alpha = opts.alpha
+  if type(alpha) ~= "number" or not (alpha > 0 and alpha < math.huge) then
+    errors.raise("LoRALinear: alpha must be a positive number, got " .. tostring(alpha))
+  end
+  local base = nn.Linear(in_f, out_f, { bias = opts.bias })
+  local m = new_module("LoRALinear", LoRALinear)
+  rawset(m, "in_features", in_f)
+  rawset(m, "out_features", out_f)
+  rawset(m, "rank", rank)
+  rawset(m, "alpha", alpha)
+  m.weight = base.weight
+  if base.bias then m.bias = base.bias end
+  m.lora_a = nn.Linear(in_f, rank, { bias = false })
+  m.lora_b = nn.Linear(rank, out_f, { bias = false })
+  nn.init.zeros_(m.lora_b.weight)
+  local p = opts.dropout == nil and 0 or dropout_p(opts.dropout)
+  if p > 0 then m.dropout = nn.Dropout(p) end  -- torchtune's Identity otherwise
+  return m
+end
+
+-- The LoRA parameters below module m (torchtune's get_adapter_params), in named_parameters
+-- order: a fine-tuning spec freezes the model and makes these trainable.
+function nn.adapter_params(m)
+  if not nn.is_module(m) then errors.raise("adapter_params expects a module") end
+  local ps = {}
+  for _, e in ipairs(m:named_modules()) do
+    if rawget(e[2], "_type") == "LoRALinear" then
+      ps[#ps + 1] = e[2].lora_a.weight
+      ps[#ps + 1] = e[2].lora_b.weight
+    end
+  end
+  return ps
 end
 
 local Embedding = {}

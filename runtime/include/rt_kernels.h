@@ -8,7 +8,7 @@
 //
 // Mixed precision (`dt`, the last argument (before `assign`) of every kernel that writes
 // activations or activation gradients: linear, layernorm, rmsnorm, gelu, relu, silu,
-// swiglu, rope, residual, mul, broadcast_add, dropout, lowmem attention; cross-entropy
+// swiglu, rope, residual, mul, scale, broadcast_add, dropout, lowmem attention; cross-entropy
 // backward has its own, see there): the dtype of the op's activation tensors, i.e. the
 // tensors' dtype under a bf16/fp16 MixedPrecisionPolicy (RT_BF16, RT_F16), else RT_F32.
 // Compute buffers hold fp32 values; with a 16-bit dt
@@ -43,7 +43,7 @@
 //     forwards before one backward) without extra copies.
 //   * Assign (`assign`, the last argument of the backward kernels that write activation
 //     gradients: linear, layernorm, rmsnorm, gelu, relu, silu, swiglu, rope, residual,
-//     mul, broadcast_add, dropout, lowmem attention, sum loss, cross_entropy): a bitmask
+//     mul, scale, broadcast_add, dropout, lowmem attention, sum loss, cross_entropy): a bitmask
 //     naming the gradient outputs, counted in parameter order among the kernel's
 //     ACTIVATION-gradient outputs (RT_ASSIGN_1 the first, RT_ASSIGN_2, RT_ASSIGN_3),
 //     that the call ASSIGNS (=) instead of accumulating into: the output is written in
@@ -265,7 +265,7 @@ void rt_attention_lowmem_dropout_backward(float* dq, float* dk, float* dv, float
                                           uint64_t seed, uint64_t stream);
 
 // ----------------------------------------------------------------------------
-// binary elementwise ops (residual add, product, broadcast add)
+// binary elementwise ops (residual add, product, broadcast add) and a product by a number
 
 // out = a + b. Backward: da += dout, db += dout (each nullable; may be one buffer).
 // Rounds out, da and db to dt. RT_ASSIGN_1: da, RT_ASSIGN_2: db.
@@ -277,6 +277,14 @@ void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_
 void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt);
 void rt_mul_backward(float* da, float* db, const float* dout, const float* a, const float* b,
                      size_t n, rt_dtype dt, int assign);
+// out = inp * s, a tensor times a number (PyTorch's x * 2.0). Backward: dinp += dout * s
+// (nullable). Rounds out and dinp to dt. s is the number rounded to fp32 first: PyTorch
+// multiplies a bf16/fp16/fp32 tensor by a Python float in fp32 (opmath), the scalar rounded
+// to float, and rounds the product to the tensor's dtype, the gradient too (MulBackward0).
+// RT_ASSIGN_1: dinp.
+void rt_scale_forward(float* out, const float* inp, size_t n, float s, rt_dtype dt);
+void rt_scale_backward(float* dinp, const float* dout, size_t n, float s, rt_dtype dt,
+                       int assign);
 // out[r,c] = a[r,c] + b[c] over a[rows,cols], b[cols] (e.g. positional embedding [T*C]
 // added to every batch row, rows = B). Backward: da += dout, db += sum over rows of dout.
 // Rounds out and da to dt; db, a reduction over rows like a bias gradient, is treated as

@@ -33,9 +33,11 @@ typedef struct rt_model_param {
     int ndim;
     int64_t shape[RT_MAX_DIMS];
     int group;                    // index into rt_model.groups
-    int64_t block_offset;         // element offset inside one rank block (sharded params/grads)
+    int64_t block_offset;         // element offset inside one rank block (sharded params; and
+                                  // grads and optimizer state, less frozen_before)
     int64_t unsharded_offset;     // element offset inside the group's unsharded gradients
-                                  // (fp32, the shards' padding included)
+                                  // (fp32, the shards' padding included; the trainable
+                                  // parameters' alone: rt_model_group frozen_numel)
     int64_t unsharded_word;       // offset in 4-byte words inside the group's unsharded
                                   // parameters: one after another in the generator's order
                                   // (group order, but the weights of stacked linears next to
@@ -53,6 +55,14 @@ typedef struct rt_model_param {
     int from_shard;               // 1: one shard rank, and only embedding lookups read it, whose
                                   // output is rounded to param_dtype anyway: they read the fp32
                                   // sharded parameter, and the all-gather copies nothing for it
+    int frozen;                   // 1: requires_grad false in a group with trainable parameters:
+                                  // no gradient and no room in its group's gradients or
+                                  // optimizer state (unsharded_offset unused); a frozen
+                                  // group's parameters leave it 0 (rt_model_group frozen)
+    int64_t frozen_before;        // elements of the padded shards of the frozen parameters
+                                  // before it in its group's block: its sharded gradient and
+                                  // optimizer state are at block_offset - frozen_before
+                                  // (rt_model_grad_offset)
 } rt_model_param;
 
 // ---- groups -----------------------------------------------------------------------------
@@ -93,7 +103,7 @@ typedef struct rt_model_group {
     const rt_fsdp_param_plan* const* plan;
     size_t params_off;            // arena byte offsets of the persistent fp32 buffers
     size_t grads_off;             // (the gradients are param_dtype's 16 bits where packed)
-    size_t state_off;             // optimizer state (0..2 buffers of block_numel), if any
+    size_t state_off;             // optimizer state (0..2 buffers of rt_model_grad_numel), if any
     int nreductions;              // reduce-scatters of fewer parameters, numbered 1..n in
     const rt_model_reduction* reductions;  // rt_step_reduce_scatter (0: the whole group)
     int grads_packed;             // the sharded gradients are stored in param_dtype (bf16,
@@ -103,7 +113,25 @@ typedef struct rt_model_group {
                                   // buffers live in pinned host memory (CUDA backend)
     int frozen;                   // no parameter requires grad: never reduced or stepped, no
                                   // gradients or optimizer state (grads_off, state_off unused)
+    int64_t frozen_numel;         // elements of the frozen parameters' padded shards in one rank
+                                  // block (rt_model_param frozen), which have no gradients: the
+                                  // sharded gradients and each optimizer state buffer hold the
+                                  // others' alone, in group order, block_numel - frozen_numel
+                                  // elements (rt_model_grad_numel), as torch.optim keeps state
+                                  // only for parameters with a gradient; the unsharded
+                                  // gradients that times the shard world
 } rt_model_group;
+
+// Elements of one rank block of group g's sharded gradients and of each of its optimizer
+// state buffers.
+static inline int64_t rt_model_grad_numel(const rt_model_group* g) {
+    return g->block_numel - g->frozen_numel;
+}
+
+// Element offset of parameter p's sharded gradient and optimizer state in its group's.
+static inline int64_t rt_model_grad_offset(const rt_model_param* p) {
+    return p->block_offset - p->frozen_before;
+}
 
 // ---- expectations -----------------------------------------------------------------------
 
@@ -153,6 +181,10 @@ typedef struct rt_hf_tensor {
     int64_t shape[2];             // HF shape
     int tied;                     // 1: HF ties it to another tensor: not written; on load,
                                   // where present, it must hold its parameter's values
+    int lora[2];                  // where lora_scale != 0, src[0] is a LoRALinear's weight W
+    double lora_scale;            // and these its lora_a (A) and lora_b (B): saved merged,
+                                  // W + lora_scale * B A (alpha / rank); on load W alone, the
+                                  // adapters keep their initialization
 } rt_hf_tensor;
 
 // A config.json field: `value` is written under `key` (when `written`) and, with a check,

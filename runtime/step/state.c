@@ -63,18 +63,22 @@ float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
     return (float*)rt_step_buffer(R, off + 4 * (size_t)elem, 4 * (size_t)n, __FILE__, __LINE__);
 }
 
-rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
+rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t glo, int64_t n) {
     const rt_model_group* mg = G(R, g);
     int nstates = R->model->optim.nstates;
     rt_optim_span sp = {rt_step_f32(R, mg->params_off, lo, n), NULL, NULL, NULL, NULL};
     if (mg->grads_packed)
-        sp.grads16 = rt_step_buffer(R, mg->grads_off + 2 * (size_t)lo, 2 * (size_t)n, __FILE__,
+        sp.grads16 = rt_step_buffer(R, mg->grads_off + 2 * (size_t)glo, 2 * (size_t)n, __FILE__,
                                     __LINE__);
     else
-        sp.grads = rt_step_f32(R, mg->grads_off, lo, n);
-    if (nstates > 0) sp.state1 = rt_step_f32(R, mg->state_off, lo, n);
-    if (nstates > 1) sp.state2 = rt_step_f32(R, mg->state_off, mg->block_numel + lo, n);
+        sp.grads = rt_step_f32(R, mg->grads_off, glo, n);
+    if (nstates > 0) sp.state1 = rt_step_f32(R, mg->state_off, glo, n);
+    if (nstates > 1) sp.state2 = rt_step_f32(R, mg->state_off, rt_model_grad_numel(mg) + glo, n);
     return sp;
+}
+
+int64_t rt_step_ugrad_numel(rt_rank* R, int g) {
+    return rt_model_grad_numel(G(R, g)) * R->groups[g].layout.world;
 }
 
 void rt_step_param_ptrs(rt_rank* R, int g, size_t off, void** out) {
@@ -93,7 +97,8 @@ void rt_step_grad_ptrs(rt_rank* R, int g, size_t off, void** out) {
     const rt_model_group* mg = G(R, g);
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
-        out[i] = rt_step_f32(R, off, p->unsharded_offset, R->groups[g].layout.params[i].numel);
+        const int64_t n = R->groups[g].layout.params[i].numel;
+        out[i] = p->frozen ? NULL : rt_step_f32(R, off, p->unsharded_offset, n);
     }
 }
 
@@ -135,6 +140,39 @@ static int unsharded_layout(rt_rank* R, int g) {
     if (st) fprintf(stderr, "fsdpgen: rank %d: %s\n", R->rank, err);
     free(u);
     return st;
+}
+
+// The room for gradients and optimizer state (rt_model_param frozen, frozen_before;
+// rt_model_group frozen_numel) checked against the layout: the padded shards of the
+// parameters with requires_grad one after another, in group order; a frozen one has no
+// gradient.
+static int grads_layout(rt_rank* R, int g) {
+    const rt_model_group* mg = &R->model->groups[g];
+    const rt_fsdp_layout* L = &R->groups[g].layout;
+    int64_t frozen = 0;
+    for (int i = 0; i < mg->nparams; i++) {
+        const rt_model_param* p = &R->model->params[mg->params[i]];
+        if (p->frozen && (mg->frozen || !p->grad_none)) {
+            fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s' is planned frozen, which "
+                    "needs trainable parameters beside it and no gradient (a generator bug)\n",
+                    R->rank, p->fqn, mg->name);
+            return RT_ERR_MISMATCH;
+        }
+        if (!p->frozen && p->frozen_before != frozen) {
+            fprintf(stderr, "fsdpgen: rank %d: parameter '%s' of group '%s': planned %lld elements "
+                    "of frozen shards before its gradient, the layout has %lld\n", R->rank, p->fqn,
+                    mg->name, (long long)p->frozen_before, (long long)frozen);
+            return RT_ERR_MISMATCH;
+        }
+        if (p->frozen) frozen += L->params[i].in_numel;
+    }
+    if (mg->frozen_numel != frozen) {
+        fprintf(stderr, "fsdpgen: rank %d: group '%s': planned %lld elements of frozen shards in a "
+                "block, the layout has %lld\n", R->rank, mg->name, (long long)mg->frozen_numel,
+                (long long)frozen);
+        return RT_ERR_MISMATCH;
+    }
+    return 0;
 }
 
 // The layouts of the group's reductions of some parameters, from the group's parameter
@@ -238,6 +276,7 @@ static int layouts_init(rt_rank* R, int g) {
         rg->unsharded_dtypes[i] = p->packed ? mg->param_dtype : RT_F32;
         rg->direct_copied[i] = p->from_shard ? -1 : 0;
     }
+    if (!st) st = grads_layout(R, g);
     return st ? st : unsharded_layout(R, g);
 }
 
@@ -319,8 +358,10 @@ size_t rt_step_persistent_end(const rt_model* m) {
     size_t end = 0, states = (size_t)m->optim.nstates;
     for (int g = 0; g < m->ngroups; g++) {
         const rt_model_group* mg = &m->groups[g];
-        size_t b = 4 * (size_t)mg->block_numel, gb = mg->grads_packed ? b / 2 : b;
-        size_t e[3] = {mg->params_off + b, mg->frozen ? 0 : mg->grads_off + gb,
+        // the gradients and state hold the trainable parameters' alone (rt_model_grad_numel)
+        size_t pb = 4 * (size_t)mg->block_numel, b = 4 * (size_t)rt_model_grad_numel(mg);
+        size_t gb = mg->grads_packed ? b / 2 : b;
+        size_t e[3] = {mg->params_off + pb, mg->frozen ? 0 : mg->grads_off + gb,
                        states && !mg->frozen ? mg->state_off + states * b : 0};
         for (int k = 0; k < 3; k++)
             if (e[k] > end) end = e[k];
@@ -481,6 +522,13 @@ static const rt_model_group* reduction(rt_rank* R, int g, int r) {
 
 static int is_part(const rt_model_group* mg, int r) { return r > 0 && mg->reductions[r - 1].part; }
 
+// FSDP2 reduces the parameters with a gradient alone, so never all of a group with frozen ones.
+static void check_not_frozen(rt_rank* R, const rt_model_group* mg, int r) {
+    if (mg->frozen || (!r && mg->frozen_numel))
+        rt_rank_die(R, "reduction %d of group '%s', which has frozen parameters (the plan reduces "
+                       "the others alone)", r, mg->name);
+}
+
 void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                             size_t rs_in_off, size_t rs_out_off) {
     const rt_model_group* mg = reduction(R, g, r);
@@ -490,6 +538,7 @@ void rt_step_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype
     if (is_part(mg, r))
         rt_rank_die(R, "reduction %d of group '%s' is a part, which only a direct reduction makes", r,
                     mg->name);
+    check_not_frozen(R, mg, r);
     if (mg->grads_packed)
         rt_rank_die(R, "group '%s': packed gradients are reduced in place only", mg->name);
     rtb_reduce_scatter(R, g, r, grads_off, grads_dtype, rs_in_off, rs_out_off, rg->reduced > 0);
@@ -507,6 +556,7 @@ void rt_step_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype 
                        "reduce dtype of fp32 or %s (have %d ranks, factor %g, reduce dtype %s)",
                     mg->name, rt_dtype_name(grads_dtype), R->world, mg->divide_factor,
                     rt_dtype_name(mg->reduce_dtype));
+    check_not_frozen(R, mg, r);
     // A part assigns its parameters' sharded grads, whichever part came before it.
     const int part = is_part(mg, r), accumulate = !part && rg->reduced > 0;
     if (grads_off == mg->grads_off && accumulate)  // in place: generator/memory/memory.lua
@@ -583,16 +633,20 @@ static void zero_grad(rt_rank* R, int g, int r) {
 void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item) {
     const rt_model_group* mg = optimizer_checks(R, g, r, k, per, item);
     const rt_fsdp_layout* L = &R->groups[g].layout;
-    // The parameters it steps go in runs of adjacent ones.
+    // The parameters it steps go in runs of adjacent ones, in the parameters and in the
+    // gradients (no frozen shard between them: frozen_before).
     for (int i = 0, at = 0; i < mg->nparams;) {
         if (!steps_param(R, mg, r, i, &at)) {
             i++;
             continue;
         }
+        const int64_t shift = R->model->params[mg->params[i]].frozen_before;
         int64_t lo = L->params[i].offset, hi = L->params[i].offset + L->params[i].in_numel;
-        for (i++; i < mg->nparams && steps_param(R, mg, r, i, &at); i++)
+        for (i++; i < mg->nparams && R->model->params[mg->params[i]].frozen_before == shift &&
+                  steps_param(R, mg, r, i, &at);
+             i++)
             hi = L->params[i].offset + L->params[i].in_numel;
-        rtb_optimizer(R, g, r, lo, hi - lo, k, per, item);
+        rtb_optimizer(R, g, r, lo, lo - shift, hi - lo, k, per, item);
     }
     zero_grad(R, g, r);
 }
@@ -619,7 +673,8 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
         const rt_model_param* p = &m->params[mg->params[i]];
         if (p->ndim != 2 || p->shape[0] * p->shape[1] != L->params[i].in_numel)
             rt_rank_die(R, "optimizer step by rows of '%s', which is not a whole 2-D parameter", p->fqn);
-        rtb_optimizer_rows(R, g, r, L->params[i].offset, p->shape[0], p->shape[1], k, per, item, rows);
+        rtb_optimizer_rows(R, g, r, L->params[i].offset, L->params[i].offset - p->frozen_before,
+                           p->shape[0], p->shape[1], k, per, item, rows);
     }
     if (rows != RT_ROWS_UNUSED) zero_grad(R, g, r);
 }

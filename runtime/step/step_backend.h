@@ -54,16 +54,18 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
 void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype, int accumulate);
 void rtb_clip_grad_norm(rt_rank* R);
 // The optimizer step over elements [lo, lo + n) of group g's rank block (its parameters
-// with a gradient: rt_step_optimizer; of reduction r's, a part, if r > 0), the group's k-th
-// of `per` optimizer steps in a training step: PyTorch's state["step"] is R->step * per + k;
-// its learning rate is rt_step_lr(R, item).
-void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item);
-// The same over a 2-D parameter's rows x row_len elements at lo (rt_step_optimizer_rows),
-// by `mode`: RT_ROWS_LOOKED_UP, the rows the step's tokens look up (ids < model->vocab over
-// its forwards); RT_ROWS_UNUSED, the others, with a zero gradient (their grads are not
-// read); RT_ROWS_FINAL, the others, with their gradients.
-void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
-                        int per, int item, int mode);
+// with a gradient: rt_step_optimizer; of reduction r's, a part, if r > 0), whose gradients
+// and state are elements [glo, glo + n) of the group's (rt_step_optim_span), the group's
+// k-th of `per` optimizer steps in a training step: PyTorch's state["step"] is
+// R->step * per + k; its learning rate is rt_step_lr(R, item).
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t glo, int64_t n, int k, int per,
+                   int item);
+// The same over a 2-D parameter's rows x row_len elements at lo (glo in the gradients;
+// rt_step_optimizer_rows), by `mode`: RT_ROWS_LOOKED_UP, the rows the step's tokens look up
+// (ids < model->vocab over its forwards); RT_ROWS_UNUSED, the others, with a zero gradient
+// (their grads are not read); RT_ROWS_FINAL, the others, with their gradients.
+void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t glo, int64_t rows,
+                        int64_t row_len, int k, int per, int item, int mode);
 void rtb_loss(rt_rank* R, int k, const float* loss);
 
 // ---- attention sites (runtime/step/attention.c) -------------------------------------------
@@ -90,19 +92,24 @@ int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, f
 // parameter i in the unsharded parameters there (rt_model_param unsharded_word, in its
 // storage, rt_rank_group unsharded_dtypes; NULL from_shard) ...
 void rt_step_param_ptrs(rt_rank* R, int g, size_t off, void** out);
-// ... or its fp32 gradient in the unsharded gradients there (unsharded_offset).
+// ... or its fp32 gradient in the unsharded gradients there (unsharded_offset; NULL frozen).
 void rt_step_grad_ptrs(rt_rank* R, int g, size_t off, void** out);
+// Elements of group g's unsharded gradients: its trainable parameters' padded shards
+// (rt_model_grad_numel) times the shard world.
+int64_t rt_step_ugrad_numel(rt_rank* R, int g);
 // fp32 view [elem, elem + n) of the buffer at byte offset off (checked).
 float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n);
-// Group g's optimizer operands over rank-block elements [lo, lo + n): parameters, gradients
-// and the state, nstates blocks of block_numel (SGD's momentum; Adam's exp_avg, exp_avg_sq),
-// NULL where the optimizer keeps fewer. Packed gradients (rt_model_group grads_packed) are
-// grads16's param_dtype values, and grads is NULL.
+// Group g's optimizer operands over rank-block elements [lo, lo + n) of the parameters:
+// their gradients and state at elements [glo, glo + n) of the group's (the trainable
+// parameters' alone: rt_model_grad_offset), the state nstates blocks of rt_model_grad_numel
+// (SGD's momentum; Adam's exp_avg, exp_avg_sq), NULL where the optimizer keeps fewer.
+// Packed gradients (rt_model_group grads_packed) are grads16's param_dtype values, and
+// grads is NULL.
 typedef struct rt_optim_span {
     float *params, *grads, *state1, *state2;
     uint16_t* grads16;
 } rt_optim_span;
-rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n);
+rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t glo, int64_t n);
 // Reduction r of group g (rt_step_reduce_scatter): its layout, the group's own for r = 0.
 static inline rt_fsdp_layout* rt_step_reduction_layout(rt_rank* R, int g, int r) {
     return r ? &R->groups[g].reductions[r - 1] : &R->groups[g].layout;

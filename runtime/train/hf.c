@@ -1,6 +1,7 @@
 // hf.c — Hugging Face directories: the transforms of rt_hf_map (both ways), the checks of
 // DIR, and --save-hf DIR: after training, DIR/model.safetensors (HF's names and layouts,
-// fp32) and DIR/config.json. Reading them back is hf_load.c.
+// fp32; LoRA adapters merged into their weights) and DIR/config.json. Reading them back is
+// hf_load.c.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,22 @@ int train_hf_prepare_dir(const char* opt, const char* dir, int create) {
 
 // ---- save -------------------------------------------------------------------------------
 
+// A LoRALinear's weight as a model without adapters holds it: W + scale * B A (torchtune's
+// merged checkpoint), the product summed in double. NULL when out of memory.
+static float* lora_merged(const rt_model* m, const rt_hf_tensor* e, float* const* full) {
+    const rt_model_param* w = &m->params[e->src[0]];
+    const int64_t out = w->shape[0], in = w->shape[1], rank = m->params[e->lora[0]].shape[0];
+    const float *W = full[e->src[0]], *A = full[e->lora[0]], *B = full[e->lora[1]];
+    float* merged = malloc((size_t)(out * in) * sizeof(float));
+    for (int64_t r = 0; merged && r < out; r++)
+        for (int64_t c = 0; c < in; c++) {
+            double s = 0;
+            for (int64_t k = 0; k < rank; k++) s += (double)B[r * rank + k] * A[k * in + c];
+            merged[r * in + c] = (float)(W[r * in + c] + e->lora_scale * s);
+        }
+    return merged;
+}
+
 static int write_hf(train_run* run, float* const* full, const char* dir) {
     const rt_model* m = run->m;
     const rt_hf_map* h = m->hf;
@@ -97,15 +114,19 @@ static int write_hf(train_run* run, float* const* full, const char* dir) {
     for (int i = 0; i < h->ntensors && !rc; i++) {
         const rt_hf_tensor* e = &h->tensors[i];
         if (e->tied) continue;
-        if (!(bufs[n] = malloc((size_t)train_hf_numel(e) * sizeof(float))))
+        float* merged = e->lora_scale != 0 ? lora_merged(m, e, full) : NULL;
+        if ((e->lora_scale != 0 && !merged) ||
+            !(bufs[n] = malloc((size_t)train_hf_numel(e) * sizeof(float))))
             rc = 1;
         else {
             float* p[3] = {NULL, NULL, NULL};
             for (int k = 0; k < 3; k++) p[k] = e->src[k] >= 0 ? full[e->src[k]] : NULL;
+            if (merged) p[0] = merged;
             train_hf_move(m, e, p, bufs[n], 1);
             t[n] = (rt_st_tensor){e->name, RT_ST_F32, e->ndim, e->shape, bufs[n]};
             n++;
         }
+        free(merged);
     }
     if (rc) train_fail(run, "--save-hf %s: out of memory", dir);
     rt_st_meta meta[] = {{"format", "pt"}};
@@ -132,7 +153,12 @@ int train_save_hf(train_run* run, rt_rank* R, const char* dir) {
     int rc = train_gather_full(run, R, what, &full);
     if (!rc && R->rank == 0) {
         rc = write_hf(run, full, dir);
-        if (!rc)
+        int merged = 0;
+        for (int i = 0; i < m->hf->ntensors; i++) merged += m->hf->tensors[i].lora_scale != 0;
+        if (!rc && merged)
+            printf("saved %d parameters as Hugging Face %s to %s (%d weights with their LoRA "
+                   "adapters merged in)\n", m->nparams, m->hf->arch, dir, merged);
+        else if (!rc)
             printf("saved %d parameters as Hugging Face %s to %s\n", m->nparams, m->hf->arch, dir);
     }
     train_free_full(m, full);

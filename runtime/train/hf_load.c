@@ -212,7 +212,11 @@ int train_load_hf(train_run* run, rt_rank* R, const char* dir) {
         train_fail(run, "--load-hf %s: %s", dir, err);
         return 1;
     }
-    int rc = 0;
+    // LoRA adapters are in no Hugging Face file: they start from their initialization
+    // (lora_b zeros), as a fresh run draws it, and the file gives the rest.
+    int rc = 0, adapters = 0;
+    for (int i = 0; i < h->ntensors; i++) adapters |= h->tensors[i].lora_scale != 0;
+    if (adapters) rc = train_init_params(run, R);
     // Every tensor there (HF omits a tied one), then nothing else, as from_pretrained's
     // missing and unexpected keys.
     for (int i = 0; i < h->ntensors && !rc; i++) {

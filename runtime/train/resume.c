@@ -36,8 +36,9 @@ static uint64_t mix_str(uint64_t h, const char* s) {
 
 // What a checkpoint's shards depend on: the names, shapes and layout of the parameters,
 // the mesh and the optimizer's state buffers (not the hyperparameters; a frozen group has
-// none).
-static int64_t model_fingerprint(const rt_model* m) {
+// none, a group with frozen parameters the others' alone). whole_state: as it was when such
+// a group kept state for all of its parameters (legacy_state).
+static int64_t model_fingerprint(const rt_model* m, int whole_state) {
     uint64_t h = mix_str(0xcbf29ce484222325ull, m->name);
     h = mix(mix(mix(h, (uint64_t)m->world), (uint64_t)m->replicate), (uint64_t)m->shard);
     h = mix(mix(h, (uint64_t)m->optim.kind), (uint64_t)m->optim.nstates);
@@ -49,6 +50,8 @@ static int64_t model_fingerprint(const rt_model* m) {
     for (int g = 0; g < m->ngroups; g++) {
         h = mix(h, (uint64_t)m->groups[g].block_numel);
         if (m->groups[g].frozen) h = mix(h, 1);  // (models without frozen groups keep theirs)
+        if (m->groups[g].frozen_numel && m->optim.nstates > 0 && !whole_state)
+            h = mix(mix(h, 2), (uint64_t)m->groups[g].frozen_numel);
     }
     return (int64_t)h;
 }
@@ -68,7 +71,8 @@ static void blobs_free(ckpt_blobs* b) {
 }
 
 // The blob list of this rank: "model" (fingerprint), then per group g "gG.params" and
-// "gG.stateK" (none for a frozen group) pointing into the arena.
+// "gG.stateK" (none for a frozen group; the trainable parameters' alone, rt_model_grad_numel)
+// pointing into the arena.
 static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
     const rt_model* m = run->m;
     int nstates = m->optim.nstates > 0 ? m->optim.nstates : 0;
@@ -88,10 +92,10 @@ static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
     k++;
     for (int g = 0; g < m->ngroups; g++) {
         const rt_model_group* G = &m->groups[g];
-        uint64_t n = (uint64_t)G->block_numel;
+        const int64_t sn = rt_model_grad_numel(G);
         const int states = G->frozen ? 0 : nstates;
         float* params = train_arena_f32(R, G->params_off, G->block_numel);
-        float* state = train_arena_f32(R, G->state_off, G->block_numel * states);
+        float* state = train_arena_f32(R, G->state_off, sn * states);
         if (!params || !state) {
             blobs_free(b);
             train_fail(run, "rank %d: the persistent buffers of group '%s' lie outside the arena",
@@ -99,11 +103,11 @@ static int blobs_init(train_run* run, rt_rank* R, ckpt_blobs* b) {
             return 1;
         }
         snprintf(b->names[k], sizeof b->names[k], "g%d.params", g);
-        b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, n, params};
+        b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, (uint64_t)G->block_numel, params};
         k++;
         for (int s = 0; s < states; s++) {
             snprintf(b->names[k], sizeof b->names[k], "g%d.state%d", g, s);
-            b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, n, state + (int64_t)s * G->block_numel};
+            b->slots[k] = (rt_ckpt_slot){b->names[k], RT_ST_F32, (uint64_t)sn, state + s * sn};
             k++;
         }
     }
@@ -127,7 +131,7 @@ int train_checkpoint_save(train_run* run, rt_rank* R, const char* root, int64_t 
     if (train_agree(run, R)) goto failed;
     ckpt_blobs b;
     if (blobs_init(run, R, &b) == 0) {
-        b.fingerprint = model_fingerprint(m);
+        b.fingerprint = model_fingerprint(m, 0);
         rt_ckpt_blob* blobs = malloc((size_t)b.n * sizeof *blobs);
         if (!blobs) {
             train_fail(run, "rank %d: out of memory for the checkpoint table", R->rank);
@@ -229,6 +233,39 @@ int train_checkpoint_prepare(train_run* run) {
     return 0;
 }
 
+// Whether this rank's file in dir is this model's checkpoint as written when a group with
+// frozen parameters kept optimizer state for all of them (block_numel per buffer), which
+// this binary cannot continue: loaded into scratch, to say so rather than that a blob's size
+// differs.
+static int legacy_state(train_run* run, rt_rank* R, const char* dir) {
+    const rt_model* m = run->m;
+    int mixed = 0;
+    for (int g = 0; g < m->ngroups; g++) mixed |= m->groups[g].frozen_numel > 0;
+    if (!mixed || m->optim.nstates <= 0) return 0;
+    ckpt_blobs b;
+    if (blobs_init(run, R, &b) != 0) return 0;
+    int64_t scratch_n = 1;  // each state blob in turn
+    for (int g = 0; g < m->ngroups; g++)
+        if (m->groups[g].block_numel > scratch_n) scratch_n = m->groups[g].block_numel;
+    float* scratch = malloc((size_t)scratch_n * sizeof *scratch);
+    int found = 0;
+    if (scratch) {
+        // the slots of blobs_init: "model", then per group its params and (not frozen) states
+        for (int g = 0, k = 1; g < m->ngroups; g++) {
+            k++;
+            for (int s = 0; s < (m->groups[g].frozen ? 0 : m->optim.nstates); s++, k++)
+                b.slots[k].count = (uint64_t)m->groups[g].block_numel, b.slots[k].data = scratch;
+        }
+        char err[512];
+        found = rt_ckpt_load_rank(dir, m->world, R->rank, NULL, b.slots, (size_t)b.n, err,
+                                  sizeof err) == 0 &&
+                b.fingerprint == model_fingerprint(m, 1);
+    }
+    free(scratch);
+    blobs_free(&b);
+    return found;
+}
+
 int train_checkpoint_load(train_run* run, rt_rank* R) {
     const char* dir = run->resume_dir;
     const rt_model* m = run->m;
@@ -238,10 +275,16 @@ int train_checkpoint_load(train_run* run, rt_rank* R) {
     rt_ckpt_state st;
     int rc = 0;
     if (rt_ckpt_load_rank(dir, m->world, R->rank, &st, b.slots, (size_t)b.n, err, sizeof err) != 0) {
-        train_fail(run, "--resume %s: rank %d: %s (was it written by this model's binary?)", dir,
-                   R->rank, err);
+        if (legacy_state(run, R, dir))
+            train_fail(run, "--resume %s: the checkpoint holds optimizer state for %s's frozen "
+                            "parameters too, as fsdpgen wrote it before a group with frozen "
+                            "parameters kept state for its trainable ones alone; this binary "
+                            "cannot continue it", dir, m->name);
+        else
+            train_fail(run, "--resume %s: rank %d: %s (was it written by this model's binary?)",
+                       dir, R->rank, err);
         rc = 1;
-    } else if (b.fingerprint != model_fingerprint(m)) {
+    } else if (b.fingerprint != model_fingerprint(m, 0)) {
         train_fail(run, "--resume %s: the checkpoint was saved by a different model or plan "
                         "(parameter names, shapes or sharding differ from %s's)", dir, m->name);
         rc = 1;

@@ -6,7 +6,7 @@
 # `fsdpgen test SPEC` emits the C, builds the binary and its test, and runs the test
 # (events, counts, parity with a non-sharded reference over 10 steps, arena peak); then a
 # second `fsdpgen build` of the unchanged spec must rewrite none of the generated files;
-# then a checkpoint of a spec with frozen groups resumes bit-identically.
+# then checkpoints of the specs with frozen parameters resume bit-identically.
 # Counts every check of every spec's test (a spec that does not build counts as one
 # failure); ends with `N passed, N failed`.
 set -u
@@ -55,22 +55,25 @@ for spec in "${specs[@]}"; do
   fi
 done
 
-# A checkpoint of frozen groups (no optimizer state saved for them): 4 steps, then 4 more
-# resumed, equal an uninterrupted run of 8 byte for byte.
-bin=build/frozen_params/frozen_params
-if [[ -z ${SPECS:-} || " ${SPECS} " == *frozen_params.lua* ]] && [[ -x $bin ]]; then
-  ck=$(mktemp -d)
-  "$bin" --steps 8 --save "$ck/full.st" >/dev/null 2>&1 &&
-    "$bin" --steps 4 --checkpoint "$ck/ck" >/dev/null 2>&1 &&
-    "$bin" --resume "$ck/ck" --steps 4 --save "$ck/resumed.st" >/dev/null 2>&1
-  if [[ $? -eq 0 ]] && cmp -s "$ck/full.st" "$ck/resumed.st"; then
-    pass=$((pass + 1))
-    echo "PASS frozen_params: resumed from a checkpoint at step 4, step 8's weights equal an uninterrupted run's"
-  else
-    fail=$((fail + 1))
-    echo "FAIL frozen_params: a run resumed at step 4 differs from an uninterrupted one (or failed)"
+# A checkpoint of frozen parameters (no optimizer state saved for a frozen group; a group
+# with trainable ones too saves theirs alone): 4 steps, then 4 more resumed, equal an
+# uninterrupted run of 8 byte for byte.
+for name in frozen_params frozen_between; do
+  bin=build/$name/$name
+  if [[ -z ${SPECS:-} || " ${SPECS} " == *$name.lua* ]] && [[ -x $bin ]]; then
+    ck=$(mktemp -d)
+    "$bin" --steps 8 --save "$ck/full.st" >/dev/null 2>&1 &&
+      "$bin" --steps 4 --checkpoint "$ck/ck" >/dev/null 2>&1 &&
+      "$bin" --resume "$ck/ck" --steps 4 --save "$ck/resumed.st" >/dev/null 2>&1
+    if [[ $? -eq 0 ]] && cmp -s "$ck/full.st" "$ck/resumed.st"; then
+      pass=$((pass + 1))
+      echo "PASS $name: resumed from a checkpoint at step 4, step 8's weights equal an uninterrupted run's"
+    else
+      fail=$((fail + 1))
+      echo "FAIL $name: a run resumed at step 4 differs from an uninterrupted one (or failed)"
+    fi
+    rm -rf "$ck"
   fi
-  rm -rf "$ck"
-fi
+done
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -81,6 +81,7 @@ void test_embedding_packed(rt_dtype dt, int N, int C, int V);
 void test_arange(void);
 void test_rope(rt_dtype dt);
 void test_elementwise(rt_dtype dt);
+void test_scale_op(rt_dtype dt);
 void test_dropout(void);
 
 // kernels_activation.c

@@ -1,4 +1,5 @@
-// test_cuda_kernels: embedding, arange, rope, the binary elementwise ops and buffer helpers, dropout.
+// test_cuda_kernels: embedding, arange, rope, the binary elementwise ops, the product by a
+// number, buffer helpers, dropout.
 #include "kernel_tests.h"
 
 // ----------------------------------------------------------------------------
@@ -223,6 +224,44 @@ void test_elementwise(rt_dtype dt) {
 
     free(a), free(b), free(dout), free(out), free(da), free(db), free(big);
     dfree(d_a), dfree(d_b), dfree(d_dout), dfree(d_out), dfree(d_da), dfree(d_db), dfree(d_big);
+}
+
+// ----------------------------------------------------------------------------
+// product by a number (x * s): the CPU's float operations, so its bits for any dt; the
+// gradient accumulated, assigned (NaN before on both sides) and NULL, the forward in place
+
+void test_scale_op(rt_dtype dt) {
+    const size_t n = 10007;
+    const char* P = dt == RT_BF16 ? "bf16" : dt == RT_F16 ? "fp16" : "fp32";
+    const float ss[2] = {0.37f, -3.0f};
+    char nm[96];
+    float *x = hrand(n, 4.0f, 0.0f), *dout = hrand(n, 2.0f, 0.0f), *init = hrand(n, 1.0f, 0.0f);
+    float *out = hrand(n, 1.0f, 0.0f), *g = hrand(n, 1.0f, 0.0f);
+    round_to(x, n, dt), round_to(dout, n, dt), round_to(init, n, dt);
+    float *d_x = dup(x, n), *d_dout = dup(dout, n), *d_out = dup(out, n), *d_g = dup(g, n);
+    for (int k = 0; k < 2; k++) {
+        const float s = ss[k];
+        cpu_rt_scale_forward(out, x, n, s, dt);
+        rt_scale_forward(d_out, d_x, n, s, dt);
+        snprintf(nm, sizeof nm, "scale %s forward s=%g n=10007", P, (double)s);
+        cmp_dt(nm, d_out, out, n, TOL_EXACT, dt, 0);
+        rt_scale_forward(d_out, d_out, n, s, dt);  // in place: out == inp
+        cpu_rt_scale_forward(out, out, n, s, dt);
+        snprintf(nm, sizeof nm, "scale %s forward s=%g in place", P, (double)s);
+        cmp_dt(nm, d_out, out, n, TOL_EXACT, dt, 0);
+        for (int as = 0; as < 2; as++) {
+            reset_out(g, d_g, init, n, as);
+            cpu_rt_scale_backward(g, dout, n, s, dt, as ? RT_ASSIGN_1 : RT_ACCUMULATE);
+            rt_scale_backward(d_g, d_dout, n, s, dt, as ? RT_ASSIGN_1 : RT_ACCUMULATE);
+            snprintf(nm, sizeof nm, "scale %s backward s=%g dinp (%s)", P, (double)s,
+                     as ? "=" : "+=");
+            cmp_dt(nm, d_g, g, n, TOL_EXACT, dt, 0);
+        }
+    }
+    rt_scale_backward(NULL, d_dout, n, 0.37f, dt, RT_ASSIGN_1);  // nullable: no launch
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+    free(x), free(dout), free(init), free(out), free(g);
+    dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_g);
 }
 
 // ----------------------------------------------------------------------------

@@ -146,6 +146,9 @@ int main(int argc, char** argv) {
     test_attention_dropout_zero(RT_F16, 1, 1, 37, 2, 2, 16, 0);
     test_elementwise(RT_F32);
     test_elementwise(RT_BF16);
+    test_scale_op(RT_F32);
+    test_scale_op(RT_BF16);
+    test_scale_op(RT_F16);
     test_vec_offsets(RT_F32);
     test_vec_offsets(RT_BF16);
     test_vec_offsets(RT_F16);

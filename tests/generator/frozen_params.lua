@@ -3,7 +3,10 @@
 -- tests/specs/features/frozen_params.lua: which groups are frozen, which reduce-scatter
 -- leaves which parameters out, no sharded gradients or optimizer state for a frozen group;
 -- its rt_model (.frozen, no optimizer call) and the PyTorch twin's requires_grad_(False);
--- at one rank, in-place packed gradients for a group with frozen parameters.
+-- at one rank, in-place packed gradients for a group with frozen parameters; in a group with
+-- frozen parameters (frozen_params, frozen_between: first, middle and last, padded shards;
+-- frozen_llama_w1_bf16: packed, in place), gradients and optimizer state for the others
+-- alone: the buffers' bytes, the rt_model numbers, no gradient for a frozen one.
 -- Run from the repository root: lua5.4 tests/generator/frozen_params.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
@@ -104,7 +107,7 @@ end
 check(ok, "the memory plan: a frozen group's sharded params alone; a group with a frozen part keeps "
   .. "its gradients and optimizer state")
 local step, c = util.step_c(plan, true)
-check(count(c, "%.frozen = 1") == 2 and count(c, "%.grads_off = ") == 3,
+check(count(c, "%.params_off = [%w_]+, %.frozen = 1") == 2 and count(c, "%.grads_off = ") == 3,
   "rt_model: the 2 frozen groups say so and have no gradients' offset, the other 3 do")
 local stepped = {}
 for g in step:gmatch("rt_step_optimizer%(R, (%d+),") do stepped[#stepped + 1] = g end
@@ -128,5 +131,87 @@ local line = sched:match('\n  rs       reduce_scatter%s+"layers%.0"%s+([^\n]*)')
 check(line:find("in place: the backward wrote the sharded grads in bf16", 1, true) ~= nil
   and line:find("no grad: layers.0.attention.wq.weight", 1, true) ~= nil,
   "frozen_llama_w1_bf16: the block with a frozen attention reduces in place, packed: " .. line)
+
+-- A group with frozen parameters: its sharded gradients (fp32, or param_dtype packed), its
+-- optimizer state (AdamW: 2 buffers) and its unsharded gradients (times the shard world)
+-- hold the padded shards of its trainable parameters alone, one after another in group
+-- order; rt_model says where (frozen_numel; frozen, frozen_before per parameter, the
+-- unsharded_offset of a trainable one), and no frozen parameter has a gradient's name (G_)
+-- or a gradient view in the step C.
+local function mixed_groups(path, want)
+  local p = util.plan(path)
+  local bufs = {}
+  for _, b in ipairs(p.memory.buffers) do bufs[b.name] = b end
+  local _, c = util.step_c(p, true)
+  local seen = {}
+  for _, g in ipairs(p.groups) do
+    local frozen, trainable, before, entries_ok = 0, 0, {}, true
+    for _, l in ipairs(g.layout.params) do
+      if l.param.requires_grad then
+        before[l.param] = frozen
+        trainable = trainable + l.shard_numel
+      else
+        frozen = frozen + l.shard_numel
+      end
+    end
+    if frozen > 0 and not g.frozen then
+      seen[#seen + 1] = '"' .. g.name .. '"'
+      local q = '"' .. g.name .. '"'
+      local eb = g.packed_grads and 2 or 4
+      local grads, state = bufs[q .. " sharded grads" .. (g.packed_grads and " (bf16)" or "")],
+        bufs[q .. " optimizer state"]
+      local ugrads = bufs[q .. " unsharded grads"] or bufs[q .. " unsharded grads (in place)"]
+      local ok = grads and grads.size == eb * trainable and state and state.size == 8 * trainable
+        and ugrads and ugrads.size == eb * trainable * g.shard
+      check(ok, string.format("%s group %s: sharded grads %s, optimizer state %s, unsharded grads %s bytes = "
+        .. "%d trainable elements of %d per rank (x %d bytes, x 2 states; x %d ranks)", path:match("[^/]+$"), q,
+        grads and grads.size, state and state.size, ugrads and ugrads.size, trainable, g.layout.shard_numel, eb,
+        g.shard))
+      local gline = c:match("{%.name = " .. q:gsub("%p", "%%%0") .. ", [^\n]*")
+      local lines = {}
+      for k, l in ipairs(g.layout.params) do
+        local fqn = l.param.fqn
+        local e = c:match('{%.fqn = "' .. fqn:gsub("%p", "%%%0") .. '"[^\n]*') or ""
+        local off = e:match("%.unsharded_offset = (%d+)")
+        local fb = tonumber(e:match("%.frozen_before = (%d+)") or "0")
+        local named = c:find("G_" .. fqn:gsub("[^%w_]", "_") .. "%f[^%w_]") ~= nil
+        if l.param.requires_grad then
+          entries_ok = entries_ok and not e:find("%.frozen = 1") and fb == before[l.param]
+            and tonumber(off) == (l.offset - before[l.param]) * g.shard and named
+        else
+          entries_ok = entries_ok and e:find("%.frozen = 1") ~= nil and not off and not named
+        end
+        lines[k] = fqn .. (l.param.requires_grad and "" or " (frozen)")
+      end
+      check(entries_ok and gline and gline:find("%.frozen_numel = " .. frozen .. ",") ~= nil,
+        string.format("%s group %s: .frozen_numel = %d; each frozen parameter .frozen = 1, no unsharded "
+          .. "offset nor G_ name; each other its frozen_before and its offset less it (x %d ranks): %s",
+          path:match("[^/]+$"), q, frozen, g.shard, table.concat(lines, ", ")))
+    end
+  end
+  check(table.concat(seen, " ") == want, string.format("%s: the groups with frozen parameters beside "
+    .. "trainable ones are %s (%s)", path:match("[^/]+$"), want, table.concat(seen, " ")))
+end
+mixed_groups("tests/specs/features/frozen_params.lua", '"" "layers.1"')
+mixed_groups("tests/specs/features/frozen_between.lua", '"0" "1"')
+mixed_groups("tests/specs/features/frozen_llama_w1_bf16.lua", '"layers.0"')
+
+-- frozen_between: frozen first, in the middle and last, shards padded (7 and 5 rows on 2
+-- ranks): the group's gradients are a.bias, b.bias and c.weight's padded shards, 4 + 4 + 21
+plan = util.plan("tests/specs/features/frozen_between.lua")
+local g0 = plan.groups[2]
+local got = {}
+for _, l in ipairs(g0.layout.params) do got[#got + 1] = tostring(l.grad_offset) end
+check(g0.name == "0" and g0.layout.grad_numel == 29 and table.concat(got, " ") == "nil 0 nil 4 8 nil",
+  string.format("frozen_between group \"0\": 29 elements of gradients, a.bias at 0, b.bias at 4, c.weight at 8, "
+    .. "the frozen a.weight, b.weight and c.bias none (%s: %s)", g0.layout.grad_numel, table.concat(got, " ")))
+
+-- a group all frozen, or none: as before (no frozen_numel, frozen_before or per-parameter frozen)
+for _, path in ipairs({ "examples/llama_finetune.lua", "examples/tiny.lua" }) do
+  local _, text = util.step_c(util.plan(path), true)
+  check(not text:find("frozen_numel", 1, true) and not text:find("frozen_before", 1, true)
+    and not text:find("%.frozen = 1, %.init"), path .. ": no group with frozen and trainable parameters, "
+    .. "none of their numbers")
+end
 
 util.finish()

@@ -33,7 +33,7 @@ local check_param_grads
 -- The kernels with an `assign` argument (their last) and, by bit, the argument position of
 -- the gradient output it names (RT_ASSIGN_k is the k-th argument for all of them).
 local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu = 1, silu = 1, swiglu = 2,
-  rope = 1, residual = 2, mul = 2, broadcast_add = 1, dropout = 1, sum_loss = 1, cross_entropy = 1,
+  rope = 1, residual = 2, mul = 2, scale = 1, broadcast_add = 1, dropout = 1, sum_loss = 1, cross_entropy = 1,
   cross_entropy_forward = 1, cross_entropy_packed_forward = 1, linear_packed = 1, attention_lowmem = 3,
   gelu_packed = 1, relu_packed = 1, silu_packed = 1, swiglu_packed = 2, rope_packed = 1, attention_lowmem_packed = 3,
   residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1 }
@@ -142,7 +142,7 @@ check_param_grads = function(name, plan, secs, bsteps, text)
   local nassign, nacc, nparts = 0, 0, 0
   local function param_range(g, p)
     for _, l in ipairs(g.layout.params) do
-      if l.param == p then return { l.offset * g.shard, trace.numel(p.shape) } end
+      if l.param == p then return { l.grad_offset * g.shard, trace.numel(p.shape) } end
     end
   end
   -- in-place gradients the last step's looked-up rows' optimizer left zero, by group buffer:
@@ -230,7 +230,7 @@ check_param_grads = function(name, plan, secs, bsteps, text)
       if bf then
         local off
         for _, l in ipairs(g.layout.params) do
-          if l.param == t then off = l.offset * g.shard end
+          if l.param == t then off = l.grad_offset * g.shard end  -- layout.lua grad_offset
         end
         local r = { bf.offset + es(bf) * off, bf.offset + es(bf) * (off + n) }
         local e = string.format("F(%d, %d)", r[1], r[2] - r[1])

@@ -3,7 +3,8 @@
 -- a linear or norm kernel assigns keeps its sharded gradients in 16 bits. Checked on small
 -- specs that each vary one thing, and on every spec of the repository:
 --   * packed only where allowed: in place, bf16/fp16 parameters, every contribution assigned;
---   * the sharded gradients buffer holds 2 bytes per element, the schedule line says bf16;
+--   * the sharded gradients buffer holds 2 bytes per element of the parameters that
+--     require grad (layout.lua grad_numel), the schedule line says bf16;
 --   * the step C marks exactly those groups (.grads_packed = 1), and every backward call that
 --     writes one of their gradients has RT_PACKED_DWEIGHT and RT_ASSIGN_DWEIGHT; no other
 --     call has RT_PACKED_DWEIGHT.
@@ -37,7 +38,7 @@ local function invariants(r)
       npacked = npacked + 1
       if not plan.in_place[g] then return g.name .. ": packed but not in place" end
       if g.param_dtype ~= "bf16" and g.param_dtype ~= "fp16" then return g.name .. ": packed " .. g.param_dtype end
-      local want = g.layout.shard_numel * 2
+      local want = g.layout.grad_numel * 2
       if g.grads_buf.size ~= want then
         return string.format("%s: sharded grads of %d bytes, want %d", g.name, g.grads_buf.size, want)
       end

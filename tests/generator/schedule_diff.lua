@@ -43,8 +43,12 @@ os.execute("mkdir -p " .. tmp)
 -- the step and five in the step after an eval) and the backward of its q and k rotations
 -- out of their pair (memory/rope_pairs.lua: the k linear between them is no longer
 -- stacked); mixed precision changes the dtype of every op line of the group, in the step
--- and in the eval, and takes its norms out of their adds' calls.
-local LIMIT = { split = 60, checkpoint = 70, mixed_precision = 160 }
+-- and in the eval, and takes its norms out of their adds' calls; freezing a block's
+-- attention marks its weights, adds the group's frozen line, takes the q, k, v backward out
+-- of their stack and the q and k rotations out of their pair, and changes the optimizer
+-- line's elements and the memory lines its smaller gradients and optimizer state move
+-- (the peaks, the persistent bytes).
+local LIMIT = { split = 60, checkpoint = 70, mixed_precision = 160, freeze = 35 }
 
 local function schedule_of(dir)
   return (io.popen("ls " .. dir .. "/*.schedule"):read("l"))

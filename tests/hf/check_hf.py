@@ -13,6 +13,8 @@ the binary's --logits file:
     (GPT-2): named as the hub's GPT-2 files are (no "transformer.", the attn.bias
     buffers, lm_head.weight beside wte); DIR_untied (lm_head.weight not wte's) and
     DIR_bias (an attention bias not zero), which are other models.
+Pairs after the word `logits` get the first check alone (a LoRA model's merged directory
+against the binary's logits with its adapters).
 Prints PASS/FAIL lines; the caller counts them.
 """
 import json
@@ -144,8 +146,14 @@ def prepare(d, logits_path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and len(sys.argv) % 2 == 0 and sys.argv[1] == "prepare":
-        for i in range(2, len(sys.argv), 2):
-            prepare(sys.argv[i], sys.argv[i + 1])
-    else:
-        sys.exit("usage: check_hf.py prepare DIR LOGITS [DIR LOGITS ...]")
+    # pairs to prepare, then after the word "logits" pairs whose logits alone are checked
+    args = sys.argv[2:]
+    cut = args.index("logits") if "logits" in args else len(args)
+    pairs, only = args[:cut], args[cut + 1:]
+    if (len(sys.argv) < 2 or sys.argv[1] != "prepare" or not pairs or len(pairs) % 2
+            or len(only) % 2):
+        sys.exit("usage: check_hf.py prepare DIR LOGITS [DIR LOGITS ...] [logits DIR LOGITS ...]")
+    for i in range(0, len(pairs), 2):
+        prepare(pairs[i], pairs[i + 1])
+    for i in range(0, len(only), 2):
+        logits(only[i], only[i + 1])

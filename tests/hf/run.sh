@@ -10,6 +10,9 @@
 #   - BF16 and F16 directories written by transformers, a sharded one (an index and
 #     several files) and GPT-2 named as on the hub load, and train as the same F32
 #     values do (the --save files are equal);
+#   - LoRA (tests/hf/hf_llama_lora.lua): --load-hf of hf_llama's directory gives hf_llama's
+#     first loss (the adapters start at zero), and after training --save-hf merges the
+#     adapters: transformers' logits from that directory equal the binary's with them;
 #   - errors, each one line and exit 1: a config.json field that differs (or is absent
 #     with another default), a missing tensor, an unexpected one, a wrong shape, GPT-2's
 #     lm_head not its wte or an attention bias not zero, a symlinked DIR, a DIR that is a
@@ -101,11 +104,39 @@ for name in hf_llama hf_gpt2; do
   built+=("$name")
 done
 
-# The checks in transformers, both models in one Python process.
+# LoRA (tests/hf/hf_llama_lora.lua: hf_llama's model, adapters on every linear): --load-hf
+# of hf_llama's directory loads the base weights and leaves the adapters at their
+# initialization (lora_b zeros), so the first step's loss is hf_llama's from the same
+# directory, bit for bit; --save-hf after training merges the adapters (W + alpha/rank B A),
+# which transformers' logits below check against the binary's with its adapters.
+lora_args=()
+w=$work/hf_llama_lora
+mkdir -p "$w"
+if [[ -d $work/hf_llama/hf ]] &&
+   ./fsdpgen build tests/hf/hf_llama_lora.lua -o build/hf >"$work/build.log" 2>&1; then
+  build/hf/hf_llama_lora --steps 3 --load-hf "$work/hf_llama/hf" --save-hf "$w/hf" \
+    --logits "$w/logits.safetensors" >"$w/a.log" 2>&1
+  check '[[ $? -eq 0 && -s $w/hf/model.safetensors ]]' \
+    "hf_llama_lora: 3 steps from hf_llama's --save-hf directory, --save-hf wrote it merged"
+  build/hf/hf_llama --steps 1 --load-hf "$work/hf_llama/hf" >"$w/base.log" 2>&1
+  l1=$(sed -n 's/^step 1 loss \([^ ]*\).*/\1/p' "$w/a.log")
+  l0=$(sed -n 's/^step 1 loss \([^ ]*\).*/\1/p' "$w/base.log")
+  check '[[ -n $l1 && $l1 == "$l0" ]]' \
+    "hf_llama_lora: after --load-hf its first loss is hf_llama's ($l1 and $l0): adapters at zero"
+  check '! cmp -s "$w/hf/model.safetensors" "$work/hf_llama/hf/model.safetensors" &&
+         cmp -s "$w/hf/config.json" "$work/hf_llama/hf/config.json"' \
+    "hf_llama_lora: the merged weights differ from the loaded ones, config.json is the same"
+  lora_args=(logits "$w/hf" "$w/logits.safetensors")
+else
+  [[ -d $work/hf_llama/hf ]] && cat "$work/build.log"
+  bad "hf_llama_lora builds (and hf_llama's directory is there)"
+fi
+
+# The checks in transformers, all models in one Python process.
 if [[ -n $py && ${#built[@]} -gt 0 ]]; then
   args=()
   for name in "${built[@]}"; do args+=("$work/$name/hf" "$work/$name/logits.safetensors"); done
-  py_check prepare "${args[@]}"
+  py_check prepare "${args[@]}" "${lora_args[@]}"
 fi
 
 for name in "${built[@]}"; do

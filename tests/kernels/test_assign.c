@@ -85,6 +85,9 @@ static void c_residual(float* const* o, float* const* in, rt_dtype dt, int as) {
 static void c_mul(float* const* o, float* const* in, rt_dtype dt, int as) {
     rt_mul_backward(o[0], o[1], in[2], in[0], in[1], EN, dt, as);
 }
+static void c_scale(float* const* o, float* const* in, rt_dtype dt, int as) {
+    rt_scale_backward(o[0], in[2], EN, 0.37f, dt, as);
+}
 static void c_dropout(float* const* o, float* const* in, rt_dtype dt, int as) {
     rt_dropout_backward(o[0], in[2], EN, 0.3f, 11, 3, 5, dt, as);
 }
@@ -144,6 +147,7 @@ static const acase cases[] = {
     {"swiglu backward", EW_IN, 2, {EN, EN}, {1, 2}, {"da", "db"}, 1, c_swiglu},
     {"residual backward", EW_IN, 2, {EN, EN}, {1, 2}, {"da", "db"}, 1, c_residual},
     {"mul backward", EW_IN, 2, {EN, EN}, {1, 2}, {"da", "db"}, 1, c_mul},
+    {"scale backward", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_scale},
     {"dropout backward p=0.3", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_dropout},
     {"dropout backward p=0", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_dropout_p0},
     {"dropout backward p=1", EW_IN, 1, {EN}, {1}, {"dinp"}, 1, c_dropout_p1},

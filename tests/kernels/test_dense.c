@@ -1,6 +1,7 @@
 // Tests of the dense and elementwise kernels: linear (GEMM vs triple loop, gradcheck with
 // and without bias, nullable grads), embedding (gather, scatter-add with repeated ids),
-// residual / product / broadcast add, buffer helpers and the sum of squares.
+// residual / product / broadcast add, the product by a number, buffer helpers and the sum of
+// squares.
 #include "gradcheck.h"
 
 // ----------------------------------------------------------------------------
@@ -258,6 +259,83 @@ static void test_scale_grad(void) {
     free(c.out), free(c.inp), free(c.proj);
 }
 
+// ----------------------------------------------------------------------------
+// product by a number (rt_scale_forward / rt_scale_backward): PyTorch's x * s for a float
+// s, the scalar already fp32: out = round(x * s), dinp = round(dinp + dout * s) to dt. The
+// reference multiplies in double (exact for two floats), rounds to float, then to dt.
+
+typedef struct {
+    float *out, *inp, *proj;
+    size_t n;
+    float s;
+} scale_op_ctx;
+
+static double scale_op_loss(void* p) {
+    scale_op_ctx* c = (scale_op_ctx*)p;
+    rt_scale_forward(c->out, c->inp, c->n, c->s, RT_F32);
+    return tk_dot(c->out, c->proj, c->n);
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static float prod_f(float x, float s) { return (float)((double)x * (double)s); }
+
+static void test_scale_op(void) {
+    const rt_dtype dts[3] = {RT_F32, RT_BF16, RT_F16};
+    const char* dn[3] = {"fp32", "bf16", "fp16"};
+    const float ss[3] = {0.37f, 2.0f, -1.0f / 3.0f};
+    const size_t n = 4099;
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 3; k++) {
+            const rt_dtype dt = dts[d];
+            const float s = ss[k];
+            float *x = tk_alloc(n), *dout = tk_alloc(n), *init = tk_alloc(n), *out = tk_alloc(n);
+            tk_fill(x, n, -6, 6), tk_fill(dout, n, -3, 3), tk_fill(init, n, -1, 1);
+            tk_round_all(x, n, dt), tk_round_all(dout, n, dt), tk_round_all(init, n, dt);
+            x[0] = 0.0f, x[1] = -0.0f;
+            rt_scale_forward(out, x, n, s, dt);
+            size_t diff = 0, changed = 0;
+            for (size_t i = 0; i < n; i++) {
+                const float p = prod_f(x[i], s);
+                diff += !same_bits(out[i], tk_round(p, dt));
+                changed += !same_bits(p, tk_round(p, dt));
+            }
+            // x * 2 is exact in any dtype; another s must leave values for dt to round
+            const int rounds = dt == RT_F32 || s == 2.0f || changed > 0;
+            CHECK(diff == 0 && rounds, "scale %s forward s=%.9g: %zu values = round(x * s) bit "
+                  "for bit: %zu differ (%zu changed by the rounding)", dn[d], (double)s, n, diff,
+                  changed);
+            float* g = tk_dup(init, n);
+            rt_scale_backward(g, dout, n, s, dt, RT_ACCUMULATE);
+            diff = 0;
+            for (size_t i = 0; i < n; i++)
+                diff += !same_bits(g[i], tk_round(init[i] + prod_f(dout[i], s), dt));
+            CHECK(diff == 0, "scale %s backward s=%.9g dinp (+=): %zu values = round(dinp + dout "
+                  "* s): %zu differ", dn[d], (double)s, n, diff);
+            for (size_t i = 0; i < n; i++) g[i] = NAN;
+            rt_scale_backward(g, dout, n, s, dt, RT_ASSIGN_1);
+            diff = 0;
+            for (size_t i = 0; i < n; i++)
+                diff += !same_bits(g[i], tk_round(0.0f + prod_f(dout[i], s), dt));
+            CHECK(diff == 0, "scale %s backward s=%.9g dinp (=, RT_ASSIGN_1, NaN before): %zu "
+                  "values = round(dout * s): %zu differ", dn[d], (double)s, n, diff);
+            rt_scale_backward(NULL, dout, n, s, dt, RT_ASSIGN_1);  // nullable: nothing written
+            memcpy(g, x, n * sizeof(float));
+            rt_scale_forward(g, g, n, s, dt);
+            CHECK(memcmp(g, out, n * sizeof(float)) == 0, "scale %s forward in place (out == inp) "
+                  "s=%.9g: the same bits", dn[d], (double)s);
+            free(x), free(dout), free(init), free(out), free(g);
+        }
+    scale_op_ctx c = {tk_alloc(20), tk_alloc(20), tk_alloc(20), 20, 0.37f};
+    tk_fill(c.inp, 20, -1, 1), tk_fill(c.proj, 20, -1, 1);
+    tk_grad di = tk_grad_new(20);
+    rt_scale_backward(di.buf, c.proj, 20, c.s, RT_F32, RT_ACCUMULATE);
+    tk_gradcheck("scale op (s=0.37) dinp", c.inp, tk_grad_delta(&di), 20, scale_op_loss, &c, 1e-2f,
+                 1e-2, 1e-3);
+    tk_grad_free(&di);
+    free(c.out), free(c.inp), free(c.proj);
+}
+
 int main(void) {
     rt_kernels_init();
     tk_seed(1);
@@ -268,5 +346,6 @@ int main(void) {
     test_binary();
     test_helpers();
     test_scale_grad();
+    test_scale_op();
     return tk_summary("test_dense");
 }

@@ -121,6 +121,8 @@ static void c_mul_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_mul_b
 static void c_mul_bwd_alias(float* const* o, float* const* in, rt_dtype dt) {
     rt_mul_backward(o[0], o[0], in[2], in[0], in[0], EN, dt, RT_ACCUMULATE);  // x * x
 }
+static void c_scale_fwd(float* const* o, float* const* in, rt_dtype dt) { rt_scale_forward(o[0], in[0], EN, 0.37f, dt); }
+static void c_scale_bwd(float* const* o, float* const* in, rt_dtype dt) { rt_scale_backward(o[0], in[2], EN, 0.37f, dt, RT_ACCUMULATE); }
 static void c_dropout_fwd(float* const* o, float* const* in, rt_dtype dt) {
     rt_dropout_forward(o[0], in[0], EN, 0.3f, 11, 3, 5, dt);
 }
@@ -207,6 +209,8 @@ static const rcase cases[] = {
     {"mul forward", EW_IN, 1, {EN}, {1}, {"out"}, 0, c_mul_fwd, 0, NULL},
     {"mul backward", EW_IN, 2, {EN, EN}, {1, 1}, {"da", "db"}, 0, c_mul_bwd, 0, NULL},
     {"mul backward da == db", EW_IN, 1, {EN}, {1}, {"da=db"}, 0, c_mul_bwd_alias, 0, NULL},
+    {"scale forward", EW_IN, 1, {EN}, {1}, {"out"}, 0, c_scale_fwd, 0, NULL},
+    {"scale backward", EW_IN, 1, {EN}, {1}, {"dinp"}, 0, c_scale_bwd, 0, NULL},
     {"broadcast_add forward", BC_IN, 1, {RN * RC}, {1}, {"out"}, 0, c_bcast_fwd, 0, NULL},
     {"broadcast_add backward", BC_IN, 2, {RN * RC, RC}, {1, 0}, {"da", "db"}, 0, c_bcast_bwd, 0, NULL},
     {"dropout forward p=0.3", EW_IN, 1, {EN}, {1}, {"out"}, 0, c_dropout_fwd, 0, NULL},

@@ -346,17 +346,20 @@ void* rt_step_buffer(rt_rank* R, size_t off, size_t bytes, const char* file, int
 float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n) {
     return (float*)rt_step_buffer(R, off + 4 * (size_t)elem, 4 * (size_t)n, __FILE__, __LINE__);
 }
-rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t n) {
+rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t glo, int64_t n) {
     const rt_model_group* mg = &R->model->groups[g];
     int k = R->model->optim.nstates;
     return (rt_optim_span){
         rt_step_f32(R, mg->params_off, lo, n),
-        mg->grads_packed ? NULL : rt_step_f32(R, mg->grads_off, lo, n),
-        k > 0 ? rt_step_f32(R, mg->state_off, lo, n) : NULL,
-        k > 1 ? rt_step_f32(R, mg->state_off, mg->block_numel + lo, n) : NULL,
-        mg->grads_packed ? rt_step_buffer(R, mg->grads_off + 2 * (size_t)lo, 2 * (size_t)n, __FILE__,
+        mg->grads_packed ? NULL : rt_step_f32(R, mg->grads_off, glo, n),
+        k > 0 ? rt_step_f32(R, mg->state_off, glo, n) : NULL,
+        k > 1 ? rt_step_f32(R, mg->state_off, rt_model_grad_numel(mg) + glo, n) : NULL,
+        mg->grads_packed ? rt_step_buffer(R, mg->grads_off + 2 * (size_t)glo, 2 * (size_t)n, __FILE__,
                                           __LINE__)
                          : NULL};
+}
+int64_t rt_step_ugrad_numel(rt_rank* R, int g) {
+    return rt_model_grad_numel(&R->model->groups[g]) * R->groups[g].layout.world;
 }
 double rt_step_lr(const rt_rank* R, int item) { return (void)item, R->model->optim.lr; }
 rt_step_fn rt_step_next(rt_rank* R) { return R->model->step; }  // no eval runs here
@@ -512,7 +515,7 @@ static void test_plan_reuse(int hsdp, int passes) {
         }
     start[n] = nacc;
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
     compute_writes(&w, w.rs_out[(n - 1) % 2], 4 * BLOCK, "the next step");
     CHECK(races == 0, "%s, %d backward%s: no race over %d accesses (%d reduce-scatters, each "
@@ -581,7 +584,7 @@ static void test_direct_after_reduce_scatter(int reuse_early) {
     rtb_reduce_direct(&w.R, 0, 0, w.ugrad[0], RT_F32, 0);
     compute_writes(&w, w.ugrad[1], 4 * PADDED, "a later buffer on group 1's unsharded grads");
     rtb_clip_grad_norm(&w.R);
-    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    for (int g = 0; g < NG; g++) rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
     // group 1's direct copy: the first copy after the second "backward writes" access
     int g1 = find(find(0, nacc, "backward writes unsharded grads") + 1, nacc,
@@ -711,7 +714,7 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
         }
     }
     int opt = nacc;
-    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
     opt = find(opt, nacc, "optimizer");  // group 2's step
     if (then == NEXT_STEP) {
         rtb_step_end(&w.R);
@@ -790,9 +793,9 @@ static void test_optimizer_parts(int on_compute, int group_event) {
     compute_writes(&w, w.ugrad[2] + 4 * PADDED / 2, 4 * PADDED / 2, "backward writes the embedding's grads");
     rtb_reduce_direct(&w.R, 2, 2, w.ugrad[2], RT_F32, 0);
     const int opt = nacc;
-    rtb_optimizer(&w.R, 2, 1, 0, BLOCK / 2, 1, 1, 0);
-    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
-    rtb_optimizer(&w.R, 2, 2, BLOCK / 2, BLOCK / 2, 1, 1, 0);
+    rtb_optimizer(&w.R, 2, 1, 0, 0, BLOCK / 2, 1, 1, 0);
+    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
+    rtb_optimizer(&w.R, 2, 2, BLOCK / 2, BLOCK / 2, BLOCK / 2, 1, 1, 0);
     rtb_step_end(&w.R);
     compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");
     const int head_step = find(opt, nacc, "optimizer");
@@ -838,7 +841,7 @@ static void test_in_place(int control) {
         rtb_reduce_direct(&w.R, g, 0, w.groups[g].grads_off, RT_BF16, 0);
     }
     const int opt = nacc;
-    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    for (int g = NG - 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
     const int step2 = find(opt, nacc, "optimizer");
     const int copies = find(0, nacc, "copy write");
     if (control) {
@@ -897,7 +900,7 @@ static void test_optimizer_rows(int on_compute, int control) {
     float* emb = (float*)(arena + w.groups[2].params_off);
     rtb_step_begin(&w.R);
     const int unused = nacc;
-    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_UNUSED);
+    rtb_optimizer_rows(&w.R, 2, 0, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_UNUSED);
     const int unused_step = find(unused, nacc, "optimizer");
     const int lookup = nacc;
     for (int t = 0; t < NTOK; t++)
@@ -911,9 +914,9 @@ static void test_optimizer_rows(int on_compute, int control) {
         rtb_reduce_direct(&w.R, g, 0, w.groups[g].grads_off, RT_F32, 0);
     }
     const int opt = nacc;
-    rtb_optimizer_rows(&w.R, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_LOOKED_UP);
+    rtb_optimizer_rows(&w.R, 2, 0, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_LOOKED_UP);
     const int rows_step = find(opt, nacc, "optimizer");
-    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
     rtb_step_end(&w.R);
     rtb_step_begin(&w.R);  // the next step's upload, over the tokens the mark read
     compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");
@@ -982,11 +985,11 @@ static void test_optimizer_rows_final(int on_compute, int control) {
     if (control) touch(w.c.compute, grads + 4 * 2 * ROW_LEN, 4 * ROW_LEN, 1, "a lookup adds to a row's grads");
     rtb_reduce_direct(&w.R, 2, 2, w.groups[2].grads_off, RT_F32, 0);
     const int opt = nacc;
-    rtb_optimizer_rows(&w.R, 2, 1, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_FINAL);
+    rtb_optimizer_rows(&w.R, 2, 1, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_FINAL);
     const int final_step = find(opt, nacc, "optimizer");
-    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, BLOCK, 1, 1, 0);
+    for (int g = 1; g >= 0; g--) rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
     const int looked = nacc;
-    rtb_optimizer_rows(&w.R, 2, 2, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_LOOKED_UP);
+    rtb_optimizer_rows(&w.R, 2, 2, 0, 0, VOCAB, ROW_LEN, 1, 1, 0, RT_ROWS_LOOKED_UP);
     const int looked_step = find(looked, nacc, "optimizer");
     rtb_step_end(&w.R);
     compute_writes(&w, w.groups[2].params_off, 4 * BLOCK, "the next step writes the params");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rt_checkpoint.h"
 #include "rt_comm.h"
 #include "rt_kernels.h"
 #include "rt_safetensors.h"
@@ -780,6 +781,49 @@ static void test_resume(void) {
     proc_free(&a);
 }
 
+// A group with a frozen parameter (tiny_frozen: its bias): a checkpoint holds optimizer
+// state for the weight alone and resumes bit-identically; one written with state for the
+// bias too (tiny's, which tiny_frozen's binary wrote before) is refused with one line saying
+// so, and tiny refuses tiny_frozen's with the usual line.
+static void test_frozen(void) {
+    proc a = run(g_train, "tiny_frozen", "--steps", "5", "--checkpoint", P("fzA"), "--save", P("fa.st"), NULL);
+    proc b = run(g_train, "tiny_frozen", "--steps", "3", "--checkpoint", P("fzB"), NULL);
+    proc c = run(g_train, "tiny_frozen", "--resume", P("fzB"), "--steps", "2", "--checkpoint", P("fzC"),
+                 "--save", P("fc.st"), NULL);
+    CHECK_PROC(c, a.rc == 0 && b.rc == 0 && c.rc == 0 && has(c.out, "steps 4..5") &&
+                      same_file(P("fzA/step_00000005/rank00000.ckpt"), P("fzC/step_00000005/rank00000.ckpt")) &&
+                      same_file(P("fzA/step_00000005/rank00001.ckpt"), P("fzC/step_00000005/rank00001.ckpt")) &&
+                      same_file(P("fa.st"), P("fc.st")),
+               "a frozen bias: 3 steps, then 2 resumed, equal 5 uninterrupted ones byte for byte");
+    int64_t fingerprint = 0;
+    float params[15], state0[12], state1[12];
+    const rt_ckpt_slot slots[] = {{"model", RT_ST_I64, 1, &fingerprint},
+                                  {"g0.params", RT_ST_F32, 15, params},
+                                  {"g0.state0", RT_ST_F32, 12, state0},
+                                  {"g0.state1", RT_ST_F32, 12, state1}};
+    char err[512] = "";
+    for (int r = 0; r < 2; r++)
+        CHECK(rt_ckpt_load_rank(P("fzA/step_00000005"), 2, r, NULL, slots, 4, err, sizeof err) == 0,
+              "rank %d's checkpoint: the 15 parameters, and AdamW's 2 states of the weight's 12 "
+              "elements alone (%s)", r, err);
+    proc_free(&a);
+    proc_free(&b);
+    proc_free(&c);
+    a = run(g_train, "tiny", "--steps", "3", "--checkpoint", P("fzOld"), NULL);
+    b = run(g_train, "tiny_frozen", "--resume", P("fzOld"), "--steps", "1", "--save", P("fz_old.st"), NULL);
+    CHECK_PROC(b, a.rc == 0 && b.rc == 1 &&
+                      has(b.err, "holds optimizer state for tiny's frozen parameters too") &&
+                      count_lines(b.err) == 1 && !has(b.out, "step 4 loss") && !exists(P("fz_old.st")),
+               "a checkpoint with optimizer state for the frozen bias too: exit 1, one line saying so");
+    c = run(g_train, "tiny", "--resume", P("fzB"), "--steps", "1", NULL);
+    CHECK_PROC(c, c.rc == 1 && has(c.err, "blob 'g0.state0' has 12 F32 elements, expected 15 F32") &&
+                      !has(c.err, "frozen") && count_lines(c.err) == 1,
+               "tiny resuming tiny_frozen's checkpoint: exit 1, the blob's size, nothing of frozen state");
+    proc_free(&a);
+    proc_free(&b);
+    proc_free(&c);
+}
+
 static void test_bad_weights(void) {
     proc a = run(g_train, "tiny", "--steps", "2", "--save", P("w.st"), NULL);
     CHECK_PROC(a, a.rc == 0, "--save w.st");
@@ -921,6 +965,10 @@ static void test_setup_failures(void) {
          "all-gather of group 'lin' before the all-gather streams waited for compute",
          "a step that all-gathers before any all_gather_sync: exit 1 naming the group, "
          "nothing saved"},
+        {"tiny_frozen_wrong", "frozen_wrong.st",
+         "group 'lin': planned 2 elements of frozen shards in a block, the layout has 3",
+         "a group planned with another count of frozen elements than the layout's: exit 1 "
+         "naming it, nothing saved"},
         {"tiny_stale", "stale.st",
          "optimizer step of group 'lin' without a reduce-scatter since the last one",
          "a second optimizer step with no gradients since the first: exit 1 naming the "
@@ -1139,6 +1187,7 @@ int main(int argc, char** argv) {
     test_basic_run();
     test_eval();
     test_resume();
+    test_frozen();
     test_bad_weights();
     test_data();
     test_divergence();

@@ -19,14 +19,17 @@ typedef struct tiny_offsets {
     int hsdp;
     int unsynced;    // no all_gather_sync before the all-gather (the runtime must die)
     int stale;       // a second optimizer step with no reduce-scatter since the first (dies)
+    int frozen;      // the bias frozen: no gradient, the weight's reduction (1) alone
 } tiny_offsets;
 
 // shard 2: block 15 (weight 12 + bias 3), padded 30; peak = end of rs_out = 960 + 60.
-static const tiny_offsets tiny_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0, 0};
+static const tiny_offsets tiny_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0, 0, 0};
 // shard 1: block 25 (weight 20 + bias 5), padded 25; peak = 1216 + 100.
-static const tiny_offsets ref_off = {512, 640, 768, 832, 896, 960, 1088, 1216, 25, 1, 0, 0};
-static const tiny_offsets unsynced_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 1, 0};
-static const tiny_offsets stale_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0, 1};
+static const tiny_offsets ref_off = {512, 640, 768, 832, 896, 960, 1088, 1216, 25, 1, 0, 0, 0};
+static const tiny_offsets unsynced_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 1, 0, 0};
+static const tiny_offsets stale_off = {256, 384, 512, 576, 640, 704, 832, 960, 30, 0, 0, 1, 0};
+// the bias frozen: unsharded grads of the weight alone (24); peak = 960 + 48.
+static const tiny_offsets frozen_off = {256, 384, 512, 576, 640, 704, 832, 960, 24, 0, 0, 0, 1};
 
 static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     const int N = 3, C = 4, OC = 5;
@@ -48,9 +51,10 @@ static void tiny_step_with(rt_rank* R, const tiny_offsets* o) {
     rt_sum_loss_backward(dout, 15, rt_step_one(R), RT_ACCUMULATE);
     float* ug = RT_F32(R, o->ugrad, 4 * (size_t)o->padded);
     rt_zero(ug, (size_t)o->padded);
-    rt_linear_backward(NULL, ug, ug + 20, dout, R->inputs[0], w, N, C, OC, RT_F32, RT_ACCUMULATE);
+    rt_linear_backward(NULL, ug, o->frozen ? NULL : ug + 20, dout, R->inputs[0], w, N, C, OC,
+                       RT_F32, RT_ACCUMULATE);
     rt_step_reshard(R, 0, "POST_BACKWARD");
-    rt_step_reduce_scatter(R, 0, 0, o->ugrad, RT_F32, o->rs_in, o->rs_out);
+    rt_step_reduce_scatter(R, 0, o->frozen, o->ugrad, RT_F32, o->rs_in, o->rs_out);
     if (o->hsdp) rt_step_all_reduce(R, 0);
     rt_step_post_backward(R, 0, "POST_BACKWARD");
     rt_step_section(R, "optimizer");
@@ -85,6 +89,7 @@ static void tiny_eval(rt_rank* R) { tiny_eval_with(R, &tiny_off); }
 static void tiny_ref_eval(rt_rank* R) { tiny_eval_with(R, &ref_off); }
 static void tiny_unsynced_step(rt_rank* R) { tiny_step_with(R, &unsynced_off); }
 static void tiny_stale_step(rt_rank* R) { tiny_step_with(R, &stale_off); }
+static void tiny_frozen_step(rt_rank* R) { tiny_step_with(R, &frozen_off); }
 // tiny_slow: the tiny step, then 100 ms on every rank (step times the ETA can resolve).
 static void tiny_slow_step(rt_rank* R) {
     tiny_step_with(R, &tiny_off);
@@ -131,6 +136,13 @@ static const rt_model_param tiny_params_word[] = {
     {.fqn = "lin.bias", .aliases = bias_aliases, .ndim = 1, .shape = {5}, .block_offset = 12,
      .unsharded_offset = 20, .unsharded_word = 24, .init = RT_INIT_ZEROS},
 };
+// The bias frozen (requires_grad false): no gradient, no room in the group's gradients or
+// optimizer state, which hold the weight's 12 elements alone.
+static const rt_model_param tiny_params_frozen[] = {
+    PARAM("lin.weight", NULL, 2, SHAPE2(5, 4), 0, 0, RT_INIT_UNIFORM, 0.5),
+    {.fqn = "lin.bias", .aliases = bias_aliases, .ndim = 1, .shape = {5}, .block_offset = 12,
+     .unsharded_word = 20, .init = RT_INIT_ZEROS, .grad_none = 1, .frozen = 1},
+};
 static const int tiny_group_params[] = {0, 1};
 
 // By shard rank, [nparams]: shard_dim, in_numel, offset, shard_numel.
@@ -171,6 +183,17 @@ static const rt_model_reduction tiny_bad_index_reductions[] = {{1, tiny_no_such_
      .plan = tiny_plan,                                                                        \
      .grads_off = 64, .state_off = 128, .nreductions = 1, .reductions = REDUCTIONS}
 static const rt_model_group tiny_wrong_reduction_groups[] = {TINY_REDUCTION_GROUP(tiny_wrong_reductions)};
+// tiny_frozen's group: the weight's reduction, gradients and state (12 elements a block; the
+// bias's padded shard of 3 is frozen); and one planned with 2 frozen elements (rejected).
+static const int tiny_weight_only[] = {0};
+static const rt_model_reduction tiny_weight_reductions[] = {{1, tiny_weight_only, 12, 0, 0}};
+#define TINY_FROZEN_GROUP(FROZEN_NUMEL)                                                      \
+    {.name = "lin", .nparams = 2, .params = tiny_group_params, .param_dtype = RT_F32,          \
+     .reduce_dtype = RT_F32, .block_numel = 15, .padded_numel = 30, .unsharded_words = 28,    \
+     .plan = tiny_plan, .grads_off = 64, .state_off = 128, .nreductions = 1,                   \
+     .reductions = tiny_weight_reductions, .frozen_numel = FROZEN_NUMEL}
+static const rt_model_group tiny_frozen_groups[] = {TINY_FROZEN_GROUP(3)};
+static const rt_model_group tiny_frozen_wrong_groups[] = {TINY_FROZEN_GROUP(2)};
 static const rt_model_group tiny_bad_index_groups[] = {TINY_REDUCTION_GROUP(tiny_bad_index_reductions)};
 
 static const rt_model_event tiny_events[] = {
@@ -253,6 +276,15 @@ const rt_model tiny_slow_model = TINY_MODEL("tiny_slow", 1, 2, tiny_params_shard
 const rt_model tiny_stale_model = TINY_MODEL("tiny_stale", 1, 2, tiny_params_sharded, tiny_groups,
                                              ADAMW, 1024, 1020, tiny_stale_step, tiny_events, 3,
                                              tiny_counts, 2, NULL, 0);
+// Named "tiny": a checkpoint of tiny is what tiny_frozen's binary wrote when a group with
+// frozen parameters kept optimizer state for all of them.
+const rt_model tiny_frozen_model = TINY_MODEL("tiny", 1, 2, tiny_params_frozen, tiny_frozen_groups,
+                                              ADAMW, 1024, 1008, tiny_frozen_step, tiny_events, 3,
+                                              tiny_counts, 2, NULL, 0);
+const rt_model tiny_frozen_wrong_model = TINY_MODEL("tiny_frozen_wrong", 1, 2, tiny_params_frozen,
+                                                    tiny_frozen_wrong_groups, ADAMW, 1024, 1008,
+                                                    tiny_frozen_step, tiny_events, 3, tiny_counts,
+                                                    2, NULL, 0);
 
 // ---- tok: Embedding [16,16] as logits, cross-entropy, 2 microbatches --------------------
 
@@ -338,6 +370,8 @@ const rt_model* tiny_model_by_name(const char* name) {
     if (!strcmp(name, "tiny_unsynced")) return &tiny_unsynced_model;
     if (!strcmp(name, "tiny_stale")) return &tiny_stale_model;
     if (!strcmp(name, "tiny_slow")) return &tiny_slow_model;
+    if (!strcmp(name, "tiny_frozen")) return &tiny_frozen_model;
+    if (!strcmp(name, "tiny_frozen_wrong")) return &tiny_frozen_wrong_model;
     if (!strcmp(name, "tok")) return &tok_model;
     return NULL;
 }

@@ -16,6 +16,9 @@
 //   tiny_stale_model    tiny whose step has a second optimizer step with no reduce-scatter
 //                       since the first (dies)
 //   tiny_slow_model  tiny whose step sleeps 100 ms (for the ETA)
+//   tiny_frozen_model tiny with its bias frozen (named "tiny": tiny's checkpoints are its
+//                    checkpoints as written with optimizer state for the bias too)
+//   tiny_frozen_wrong_model tiny_frozen with its frozen elements planned at 2, not 3 (rejected)
 //   tok_model        Embedding [16,16] read as logits, cross-entropy over tokens [2,3],
 //                    2 microbatches (gradient accumulation), Adam; world 2, shard 2; no
 //                    model FLOPs (an embedding lookup only)
@@ -36,6 +39,8 @@ extern const rt_model tiny_words_model;
 extern const rt_model tiny_unsynced_model;
 extern const rt_model tiny_stale_model;
 extern const rt_model tiny_slow_model;
+extern const rt_model tiny_frozen_model;
+extern const rt_model tiny_frozen_wrong_model;
 extern const rt_model tok_model;
 
 // The model named by TINY_MODEL ("tiny" when unset), or NULL for an unknown name.

@@ -1,6 +1,6 @@
-// Binary elementwise ops (residual add, product, broadcast add), which round what they
-// write to dt (rt_kernels.h "Mixed precision"), and the flat buffer helpers (zero, copy,
-// scale, accumulate, axpy, sum of squares).
+// Binary elementwise ops (residual add, product, broadcast add) and the product by a number,
+// which round what they write to dt (rt_kernels.h "Mixed precision"), and the flat buffer
+// helpers (zero, copy, scale, accumulate, axpy, sum of squares).
 #include "rt_kernels.h"
 
 #include <string.h>
@@ -52,6 +52,22 @@ void rt_mul_backward(float* da, float* db, const float* dout, const float* a, co
         for (size_t i = 0; i < n; i++) da[i] = rt_kround(RT_KBASE(da[i], as1) + dout[i] * b[i], dt);
     if (db)
         for (size_t i = 0; i < n; i++) db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i] * a[i], dt);
+}
+
+// ----------------------------------------------------------------------------
+// product by a number: out = inp * s (s already fp32, as PyTorch's opmath scalar)
+
+void rt_scale_forward(float* out, const float* inp, size_t n, float s, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_scale_forward");
+    for (size_t i = 0; i < n; i++) out[i] = rt_kround(inp[i] * s, dt);
+}
+
+void rt_scale_backward(float* dinp, const float* dout, size_t n, float s, rt_dtype dt,
+                       int assign) {
+    RT_KCHECK_DT(dt, "rt_scale_backward");
+    const int as = assign & RT_ASSIGN_1;
+    if (dinp)
+        for (size_t i = 0; i < n; i++) dinp[i] = rt_kround(RT_KBASE(dinp[i], as) + dout[i] * s, dt);
 }
 
 // ----------------------------------------------------------------------------

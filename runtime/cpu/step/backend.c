@@ -235,9 +235,10 @@ void rt_step_round(float* x, size_t n, rt_dtype dtype) {
 
 void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
     const rt_model_group* mg = &R->model->groups[g];
-    float* u = rt_step_f32(R, ugrad_off, 0, mg->padded_numel);
-    rt_step_round(u, (size_t)mg->padded_numel, mg->param_dtype);
-    rt_accumulate(rt_step_f32(R, acc_off, 0, mg->padded_numel), u, (size_t)mg->padded_numel);
+    const int64_t n = rt_step_ugrad_numel(R, g);
+    float* u = rt_step_f32(R, ugrad_off, 0, n);
+    rt_step_round(u, (size_t)n, mg->param_dtype);
+    rt_accumulate(rt_step_f32(R, acc_off, 0, n), u, (size_t)n);
 }
 
 // The reference's reduction: what the sharded model computes (pre-divide, reduce with
@@ -260,10 +261,10 @@ static int reference_reduce(rt_rank* R, const rt_model_group* mg, rt_fsdp_layout
 
 // Both reductions start here: the unsharded grads at grads_off rounded to grads_dtype, and
 // per parameter of reduction r its unsharded grad (rg->ptrs[0]) and its sharded grad
-// (rg->ptrs[1]). Without accumulate, a reduction of some parameters zeroes the others'
-// sharded grads (their gradient is None: zero in a norm, and what a later reduce-scatter of
-// the step adds to), but for a part (the other parts assign theirs). Returns the
-// reduction's layout.
+// (rg->ptrs[1]; a frozen one has neither). Without accumulate, a reduction of some
+// parameters zeroes the others' sharded grads (their gradient is None: zero in a norm, and
+// what a later reduce-scatter of the step adds to), but for a part (the other parts assign
+// theirs). Returns the reduction's layout.
 static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grads_dtype,
                                       int accumulate) {
     const rt_model_group* mg = &R->model->groups[g];
@@ -271,7 +272,8 @@ static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off
     const rt_model_reduction* mr = r ? &mg->reductions[r - 1] : NULL;
     rt_step_grad_ptrs(R, g, grads_off, rg->ptrs[0]);
     if (!mr || !mr->part) {
-        rt_step_round(rt_step_f32(R, grads_off, 0, mg->padded_numel), (size_t)mg->padded_numel, grads_dtype);
+        const int64_t n = rt_step_ugrad_numel(R, g);
+        rt_step_round(rt_step_f32(R, grads_off, 0, n), (size_t)n, grads_dtype);
     } else if (mr->rows != RT_ROWS_FINAL) {
         // A part rounds only its own parameters' gradients: another's may still be added to
         // (a tied embedding's, by its lookups). A FINAL part's parameter is rounded whole by
@@ -284,7 +286,9 @@ static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off
     }
     for (int i = 0; i < mg->nparams; i++) {
         const rt_model_param* p = &R->model->params[mg->params[i]];
-        rg->ptrs[1][i] = rt_step_f32(R, mg->grads_off, p->block_offset, rg->layout.params[i].shard_numel);
+        rg->ptrs[1][i] = p->frozen ? NULL
+                                   : rt_step_f32(R, mg->grads_off, rt_model_grad_offset(p),
+                                                 rg->layout.params[i].shard_numel);
     }
     if (!r) return &rg->layout;
     for (int i = 0, k = 0; i < mg->nparams; i++) {
@@ -292,7 +296,7 @@ static rt_fsdp_layout* reduction_ptrs(rt_rank* R, int g, int r, size_t grads_off
             // increasing indices: entry k is never one a later k reads
             rg->ptrs[0][k] = rg->ptrs[0][i], rg->ptrs[1][k] = rg->ptrs[1][i];
             k++;
-        } else if (!accumulate && !mr->part) {
+        } else if (!accumulate && !mr->part && rg->ptrs[1][i]) {
             memset(rg->ptrs[1][i], 0, (size_t)rg->layout.params[i].shard_numel * sizeof(float));
         }
     }
@@ -348,9 +352,10 @@ void rtb_clip_grad_norm(rt_rank* R) {
     double t0 = now_s();
     double local = 0;
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced)  // the others have no gradient this step (rt_step_begin)
-            local += rt_sumsq(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                              (size_t)m->groups[g].block_numel);
+        if (R->groups[g].reduced) {  // the others have no gradient this step (rt_step_begin)
+            const int64_t n = rt_model_grad_numel(&m->groups[g]);
+            local += rt_sumsq(rt_step_f32(R, m->groups[g].grads_off, 0, n), (size_t)n);
+        }
     // Replicas hold identical shards: the norm sums over one shard group.
     float sum = (float)local;
     if (rt_comm_size(R->mesh.shard) > 1) {
@@ -359,9 +364,11 @@ void rtb_clip_grad_norm(rt_rank* R) {
     }
     double total = sqrt((double)sum);
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced)
-            rt_clip_grad_norm(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                              (size_t)m->groups[g].block_numel, total, m->grad_clip);
+        if (R->groups[g].reduced) {
+            const int64_t n = rt_model_grad_numel(&m->groups[g]);
+            rt_clip_grad_norm(rt_step_f32(R, m->groups[g].grads_off, 0, n), (size_t)n, total,
+                              m->grad_clip);
+        }
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 
@@ -369,19 +376,20 @@ void rtb_clip_grad_norm(rt_rank* R) {
 // not depend on the chunks.
 enum { PACKED_GRADS_CHUNK = 4096 };
 
-// The optimizer over elements [lo, lo + n) of group g's rank block; without grads, a zero
-// gradient.
-static void optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, int item,
-                      int grads) {
+// The optimizer over elements [lo, lo + n) of group g's rank block, [glo, glo + n) of its
+// gradients and state; without grads, a zero gradient.
+static void optimizer(rt_rank* R, int g, int64_t lo, int64_t glo, int64_t n, int k, int per,
+                      int item, int grads) {
     const rt_model_group* mg = &R->model->groups[g];
     if (grads && mg->grads_packed && n > PACKED_GRADS_CHUNK) {
         for (int64_t at = 0; at < n; at += PACKED_GRADS_CHUNK)
-            optimizer(R, g, lo + at, n - at < PACKED_GRADS_CHUNK ? n - at : PACKED_GRADS_CHUNK, k,
-                      per, item, grads);
+            optimizer(R, g, lo + at, glo + at,
+                      n - at < PACKED_GRADS_CHUNK ? n - at : PACKED_GRADS_CHUNK, k, per, item,
+                      grads);
         return;
     }
     const rt_model_optim* o = &R->model->optim;
-    rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
+    rt_optim_span sp = rt_step_optim_span(R, g, lo, glo, n);
     float wide[PACKED_GRADS_CHUNK];
     if (grads && mg->grads_packed) {
         for (int64_t i = 0; i < n; i++)
@@ -407,10 +415,11 @@ static void optimizer(rt_rank* R, int g, int64_t lo, int64_t n, int k, int per, 
     }
 }
 
-void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t glo, int64_t n, int k, int per,
+                   int item) {
     (void)r;
     double t0 = now_s();
-    optimizer(R, g, lo, n, k, per, item, 1);
+    optimizer(R, g, lo, glo, n, k, per, item, 1);
     span(R, t0, &R->t_optim, 0, R->model->groups[g].name, "optimizer");
 }
 
@@ -420,8 +429,8 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 // gradients set to 0 once read (rt_step.h). The unused rows' step builds the mask,
 // which the looked-up rows' step reads (every unused-rows line precedes every looked-up
 // one: generator/plan/optimizer.lua Sim:split_token_rows, reductions.lua Sim:reduce_parts).
-void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
-                        int per, int item, int mode) {
+void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t glo, int64_t rows,
+                        int64_t row_len, int k, int per, int item, int mode) {
     (void)r;
     double t0 = now_s();
     const rt_model* m = R->model;
@@ -441,9 +450,11 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
         int64_t j = i + 1;
         while (j < rows && (j < m->vocab && mask[j]) == in) j++;
         if (in == looked_up) {
-            const int64_t at = lo + i * row_len, n = (j - i) * row_len;
-            optimizer(R, g, at, n, k, per, item, mode != RT_ROWS_UNUSED);
-            if (in) memset(rt_step_optim_span(R, g, at, n).grads, 0, (size_t)n * sizeof(float));
+            const int64_t at = i * row_len, n = (j - i) * row_len;
+            optimizer(R, g, lo + at, glo + at, n, k, per, item, mode != RT_ROWS_UNUSED);
+            if (in)
+                memset(rt_step_optim_span(R, g, lo + at, glo + at, n).grads, 0,
+                       (size_t)n * sizeof(float));
         }
         i = j;
     }

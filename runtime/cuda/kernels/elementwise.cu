@@ -1,7 +1,8 @@
-// Binary elementwise ops (residual add, product, broadcast add) and the flat buffer
-// helpers (zero, copy, scale, accumulate, axpy, sum of squares) on the GPU; same contracts
-// as runtime/cpu/kernels/elementwise.c. Forward kernels allow out == a or out == b. The
-// ops round what they write to dt at the store (rtc_round_to); the buffer helpers do not.
+// Binary elementwise ops (residual add, product, broadcast add), the product by a number
+// and the flat buffer helpers (zero, copy, scale, accumulate, axpy, sum of squares) on the
+// GPU; same contracts as runtime/cpu/kernels/elementwise.c. Forward kernels allow out == a
+// or out == b. The ops round what they write to dt at the store (rtc_round_to); the buffer
+// helpers do not.
 #include "cuda_common.cuh"
 
 // ----------------------------------------------------------------------------
@@ -130,6 +131,31 @@ void rt_mul_backward(float* da, float* db, const float* dout, const float* a, co
     if (!da && !db) return;
     RTC_LAUNCH_FLAT(mul_backward_kernel, n, da, db, dout, a, b, n, dt, assign & RT_ASSIGN_1,
                     assign & RT_ASSIGN_2);
+}
+
+// ----------------------------------------------------------------------------
+// product by a number: out = inp * s; backward dinp += dout * s (s already fp32)
+
+__global__ void scale_forward_kernel(float* out, const float* inp, size_t n, float s,
+                                     rt_dtype dt) {
+    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(inp[i] * s, dt);
+}
+
+__global__ void scale_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
+                                      size_t n, float s, rt_dtype dt, int as) {
+    RTC_GRID_STRIDE(i, n) dinp[i] = rtc_round_to(RT_KBASE(dinp[i], as) + dout[i] * s, dt);
+}
+
+void rt_scale_forward(float* out, const float* inp, size_t n, float s, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_scale_forward");
+    RTC_LAUNCH_FLAT(scale_forward_kernel, n, out, inp, n, s, dt);
+}
+
+void rt_scale_backward(float* dinp, const float* dout, size_t n, float s, rt_dtype dt,
+                       int assign) {
+    RT_KCHECK_DT(dt, "rt_scale_backward");
+    if (!dinp) return;
+    RTC_LAUNCH_FLAT(scale_backward_kernel, n, dinp, dout, n, s, dt, assign & RT_ASSIGN_1);
 }
 
 // ----------------------------------------------------------------------------

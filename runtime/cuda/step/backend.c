@@ -405,9 +405,10 @@ void rt_step_round(float* x, size_t n, rt_dtype dtype) { rtcs_round(x, n, dtype,
 
 void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
     const rt_model_group* mg = &R->model->groups[g];
-    float* u = rt_step_f32(R, ugrad_off, 0, mg->padded_numel);
-    rt_step_round(u, (size_t)mg->padded_numel, mg->param_dtype);
-    rt_accumulate(rt_step_f32(R, acc_off, 0, mg->padded_numel), u, (size_t)mg->padded_numel);
+    const int64_t n = rt_step_ugrad_numel(R, g);
+    float* u = rt_step_f32(R, ugrad_off, 0, n);
+    rt_step_round(u, (size_t)n, mg->param_dtype);
+    rt_accumulate(rt_step_f32(R, acc_off, 0, n), u, (size_t)n);
 }
 
 // The reduction as rt_fsdp_reduce_scatter does it on the host (pre-divide, reduce-scatter
@@ -469,8 +470,9 @@ static void record_reduced(rt_rank* R, int g, const cuda_reduction* cr, cudaStre
 static const cuda_reduction* begin_reduction(rt_rank* R, int g, int r, int accumulate, cudaStream_t stream) {
     cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
     const cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
-    if (r && !accumulate && !R->model->groups[g].reductions[r - 1].part) {
-        float* sharded = rt_step_f32(R, R->model->groups[g].grads_off, 0, R->model->groups[g].block_numel);
+    const rt_model_group* mg = &R->model->groups[g];
+    if (r && !accumulate && !mg->reductions[r - 1].part) {
+        float* sharded = rt_step_f32(R, mg->grads_off, 0, rt_model_grad_numel(mg));
         rtcs_copy(&cr->zero_rest, sharded, RT_F32, sharded, RT_F32, 0, stream);
     }
     return cr;
@@ -484,7 +486,7 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     size_t es = rt_dtype_size(mg->reduce_dtype);
     wait_optimizer(R);
     wait_reduce_scatter(R);
-    float* grads = rt_step_f32(R, grads_off, 0, mg->padded_numel);
+    float* grads = rt_step_f32(R, grads_off, 0, rt_step_ugrad_numel(R, g));
     void* in = RT_BUF(R, rs_in_off, (size_t)L->total_numel * es);
     void* out = RT_BUF(R, rs_out_off, (size_t)L->block_numel * es);
     c->groups[g].grads_round = RT_F32;
@@ -497,8 +499,8 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
     cudaStream_t done = reduce(R, g, L, in, out, &t);
-    rtcs_copy(&cr->view_out, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32, out,
-              mg->reduce_dtype, accumulate, done);
+    rtcs_copy(&cr->view_out, rt_step_f32(R, mg->grads_off, 0, rt_model_grad_numel(mg)), RT_F32,
+              out, mg->reduce_dtype, accumulate, done);
     cs_trace_close(R, t, done);
     // The plan frees the previous reduction's output at this step (see the top of the file);
     // waited before post_done is recorded again.
@@ -530,8 +532,8 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
         // the bits of this copy's rounding (packed, rt_model_group grads_packed: the backward
         // stored them rounded), so nothing runs here but the events.
         // In place, a reduction of fewer parameters leaves out frozen ones only (memory.lua),
-        // whose gradients are never written: nothing to zero (accumulate = 1; packed
-        // gradients could not be zeroed as fp32 rows either).
+        // which have no gradients: nothing to zero (accumulate = 1; packed gradients could not
+        // be zeroed as fp32 rows either).
         cg->grads_round = grads_dtype;
         record_reduced(R, g, begin_reduction(R, g, r, 1, c->compute), c->compute);
         return;
@@ -540,8 +542,9 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
     const cuda_reduction* cr = begin_reduction(R, g, r, accumulate, c->rs);
-    rtcs_copy_rounded(&cr->rs_direct, rt_step_f32(R, mg->grads_off, 0, mg->block_numel), RT_F32,
-                      rt_step_f32(R, grads_off, 0, mg->padded_numel), grads_dtype, accumulate, c->rs);
+    rtcs_copy_rounded(&cr->rs_direct, rt_step_f32(R, mg->grads_off, 0, rt_model_grad_numel(mg)),
+                      RT_F32, rt_step_f32(R, grads_off, 0, rt_step_ugrad_numel(R, g)), grads_dtype,
+                      accumulate, c->rs);
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
     record_reduced(R, g, cr, c->rs);
@@ -565,9 +568,11 @@ void rtb_clip_grad_norm(rt_rank* R) {
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, "clip_grad_norm", "optimizer");
     CS(R, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced)  // the others have no gradient this step (rt_step_begin)
-            rt_cuda_sumsq_accumulate(c->d_sumsq, rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                                     (size_t)m->groups[g].block_numel);
+        if (R->groups[g].reduced) {  // the others have no gradient this step (rt_step_begin)
+            const int64_t n = rt_model_grad_numel(&m->groups[g]);
+            float* grads = rt_step_f32(R, m->groups[g].grads_off, 0, n);
+            rt_cuda_sumsq_accumulate(c->d_sumsq, grads, (size_t)n);
+        }
     rt_cuda_sumsq_to_float(c->d_total, c->d_sumsq);
     // Replicas hold identical shards: the norm sums over one shard group.
     if (rt_comm_size(R->mesh.shard) > 1) {
@@ -575,9 +580,11 @@ void rtb_clip_grad_norm(rt_rank* R) {
         if (st) rt_rank_die(R, "clip_grad_norm all-reduce: %s", rt_comm_last_error(R->mesh.shard));
     }
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced)
-            rt_cuda_clip_by_total(rt_step_f32(R, m->groups[g].grads_off, 0, m->groups[g].block_numel),
-                                  (size_t)m->groups[g].block_numel, c->d_total, m->grad_clip);
+        if (R->groups[g].reduced) {
+            const int64_t n = rt_model_grad_numel(&m->groups[g]);
+            float* grads = rt_step_f32(R, m->groups[g].grads_off, 0, n);
+            rt_cuda_clip_by_total(grads, (size_t)n, c->d_total, m->grad_clip);
+        }
     cs_trace_close(R, t, c->compute);
 }
 
@@ -670,14 +677,15 @@ static cudaStream_t optimizer_stream(rt_rank* R, int g, int r) {
 }
 
 // The step count and lr come from the device (c->d_step, k and per; c->d_lr[item]) so
-// that the captured graph serves every step. On stream s; rows: the rows it steps (NULL:
-// every element); no_grads: a zero gradient (RT_ROWS_UNUSED).
-static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t n, int k,
-                         int per, int item, const rt_cuda_rows* rows, int no_grads) {
+// that the captured graph serves every step. On stream s; glo: the gradients' and state's
+// offset (rt_step_optim_span); rows: the rows it steps (NULL: every element); no_grads: a
+// zero gradient (RT_ROWS_UNUSED).
+static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t glo, int64_t n,
+                         int k, int per, int item, const rt_cuda_rows* rows, int no_grads) {
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     const rt_model_optim* o = &R->model->optim;
-    rt_optim_span sp = rt_step_optim_span(R, g, lo, n);
+    rt_optim_span sp = rt_step_optim_span(R, g, lo, glo, n);
     void* grads = no_grads ? NULL : mg->grads_packed ? (void*)sp.grads16 : (void*)sp.grads;
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");
@@ -696,8 +704,9 @@ static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t 
     cs_trace_close(R, t, s);
 }
 
-void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int per, int item) {
-    optimizer_on(R, optimizer_stream(R, g, r), g, lo, n, k, per, item, NULL, 0);
+void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t glo, int64_t n, int k, int per,
+                   int item) {
+    optimizer_on(R, optimizer_stream(R, g, r), g, lo, glo, n, k, per, item, NULL, 0);
 }
 
 // The rows no token looks up need only the step's tokens: on the optimizer stream they step
@@ -705,8 +714,8 @@ void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t n, int k, int p
 // part's reduction too, and build the mask the looked-up rows' step reads later on the same
 // stream (every unused-rows line precedes every looked-up one: generator/plan/optimizer.lua
 // Sim:split_token_rows, reductions.lua Sim:reduce_parts).
-void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int64_t row_len, int k,
-                        int per, int item, int mode) {
+void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t glo, int64_t rows,
+                        int64_t row_len, int k, int per, int item, int mode) {
     cuda_rank* c = R->backend;
     const rt_model* m = R->model;
     const int looked_up = mode == RT_ROWS_LOOKED_UP;
@@ -723,7 +732,7 @@ void rtb_optimizer_rows(rt_rank* R, int g, int r, int64_t lo, int64_t rows, int6
         rt_cuda_set_stream(c->compute);
     }
     const rt_cuda_rows sel = {c->d_rows, m->vocab, row_len, looked_up};
-    optimizer_on(R, s, g, lo, rows * row_len, k, per, item, &sel, mode == RT_ROWS_UNUSED);
+    optimizer_on(R, s, g, lo, glo, rows * row_len, k, per, item, &sel, mode == RT_ROWS_UNUSED);
 }
 
 void rtb_loss(rt_rank* R, int k, const float* loss) {

@@ -36,7 +36,7 @@ static int upload(rt_rank* R, rtcs_plan* out, plan_fn build, const rt_fsdp_layou
 }
 
 // The plans of reduction r of group g: block[i] and unsharded[i] are the offsets of the
-// group's parameter i in the sharded and the unsharded gradients.
+// group's parameter i in the sharded and the unsharded gradients (-1: frozen, none).
 static int reduction_plans(rt_rank* R, int g, int r, const int64_t* block, const int64_t* unsharded) {
     const rt_model_group* mg = &R->model->groups[g];
     cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
@@ -52,7 +52,7 @@ static int reduction_plans(rt_rank* R, int g, int r, const int64_t* block, const
         if (!r || (k < L->nparams && mg->reductions[r - 1].params[k] == i)) {
             sub_block[k] = block[i], sub_unsharded[k] = unsharded[i];
             k++;
-        } else if (!zst) {
+        } else if (!zst && block[i] >= 0) {
             zst = rt_copy_zeros(&zeros, block[i], R->groups[g].layout.params[i].shard_numel);
         }
     }
@@ -82,12 +82,14 @@ static int group_plans(rt_rank* R, int g) {
     const size_t n = (size_t)mg->nparams + 1;
     int64_t *block = calloc(n, sizeof *block), *unsharded = calloc(n, sizeof *unsharded);
     int64_t *pf = calloc(n, sizeof *pf), *un[UN_STORAGES] = {calloc(n, sizeof(int64_t)), calloc(n, sizeof(int64_t))};
-    int rc = !block || !unsharded || !pf || !un[UN_F32] || !un[UN_PACKED];
+    int64_t* gblock = calloc(n, sizeof *gblock);
+    int rc = !block || !unsharded || !pf || !un[UN_F32] || !un[UN_PACKED] || !gblock;
     if (rc) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
     for (int i = 0; !rc && i < mg->nparams; i++) {
         const rt_model_param* p = &m->params[mg->params[i]];
         block[i] = p->block_offset;
-        unsharded[i] = p->unsharded_offset;  // the gradients' fp32 slots
+        gblock[i] = p->frozen ? -1 : rt_model_grad_offset(p);  // the sharded gradients'
+        unsharded[i] = p->frozen ? -1 : p->unsharded_offset;  // the gradients' fp32 slots
         un[UN_F32][i] = p->packed || p->from_shard ? -1 : p->unsharded_word;
         un[UN_PACKED][i] = p->packed ? 2 * p->unsharded_word : -1;
         if (rg->pf_comm) pf[i] = rg->pf_layout.params[i].offset;
@@ -98,7 +100,9 @@ static int group_plans(rt_rank* R, int g) {
         if (!cg->rs_some) fprintf(stderr, "fsdpgen: rank %d: out of host memory\n", R->rank);
         rc = !cg->rs_some;
     }
-    for (int r = 0; !rc && r <= mg->nreductions; r++) rc = reduction_plans(R, g, r, block, unsharded);
+    // none of the whole of a group with frozen parameters (rt_step_reduce_scatter refuses it)
+    for (int r = mg->frozen_numel ? 1 : 0; !rc && r <= mg->nreductions; r++)
+        rc = reduction_plans(R, g, r, gblock, unsharded);
     if (!rc && rg->pf_comm) rc = upload(R, &cg->pf_ag_in, rt_copy_all_gather_in, &rg->pf_layout, pf);
     for (int k = 0; k < UN_STORAGES && !rc; k++) {
         rc = upload(R, &cg->ag_out[k], rt_copy_all_gather_out, &rg->layout, un[k]);
@@ -119,7 +123,7 @@ static int group_plans(rt_rank* R, int g) {
         fprintf(stderr, "fsdpgen: rank %d: cudaEventCreate failed\n", R->rank);
         rc = 1;
     }
-    free(block), free(unsharded), free(pf), free(un[UN_F32]), free(un[UN_PACKED]);
+    free(block), free(gblock), free(unsharded), free(pf), free(un[UN_F32]), free(un[UN_PACKED]);
     return rc;
 }
 
