@@ -79,6 +79,7 @@ plan_lane() {
     "frozen parameters (requires_grad_(false)):frozen_params" \
     "a tensor times a number (x * 0.37):scale_op" \
     "LoRA (nn.LoRALinear, lora_modules, nn.init):lora" \
+    "forward tensors kept for the backward:saved_activations" \
     "linears of one input stacked in backward:stacked_linears" \
     "gradient dataflow:grad_flow" \
     "direct reductions:direct_reduction" \
