@@ -56,9 +56,9 @@ for spec in "${specs[@]}"; do
 done
 
 # A checkpoint of frozen parameters (no optimizer state saved for a frozen group; a group
-# with trainable ones too saves theirs alone): 4 steps, then 4 more resumed, equal an
-# uninterrupted run of 8 byte for byte.
-for name in frozen_params frozen_between; do
+# with trainable ones too saves theirs alone; LoRA: the adapters' alone, their dropout masks
+# drawn again): 4 steps, then 4 more resumed, equal an uninterrupted run of 8 byte for byte.
+for name in frozen_params frozen_between lora_llama_bf16; do
   bin=build/$name/$name
   if [[ -z ${SPECS:-} || " ${SPECS} " == *$name.lua* ]] && [[ -x $bin ]]; then
     ck=$(mktemp -d)
