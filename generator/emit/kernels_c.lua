@@ -247,11 +247,10 @@ local function scale_arg(op)
   return fmt_float((string.unpack("f", string.pack("f", op.attrs.scale))))
 end
 
--- fp32 storage only: packing.lua packs no scale's input, output or their gradients
 function forward.scale(op, c, out, dt)
   local x = op.ins[1]
-  if packed_bits(op) then unsupported(op, "packed storage") end
-  return { string.format("rt_scale_forward(%s, %s, %d, %s, %s);", out, c.val(x), numel(x), scale_arg(op), dt) }
+  return kcall("scale", "forward", string.format("%s, %s, %d, %s", out, c.val(x), numel(x), scale_arg(op)),
+    packed_bits(op), dt)
 end
 
 function forward.dropout(op, c, out, dt)
@@ -419,11 +418,11 @@ function backward.add(op, c, dt, as)
     c.dout(op.outs[1]), numel(a) // numel(b), numel(b), dt, as) }
 end
 
+-- reads no input value: the number is the whole derivative
 function backward.scale(op, c, dt, as)
   local x = op.ins[1]
-  if packed_bits(op, true) then unsupported(op, "packed storage") end
-  return { string.format("rt_scale_backward(%s, %s, %d, %s, %s, %s);", c.grad(x), c.dout(op.outs[1]), numel(x),
-    scale_arg(op), dt, as) }
+  local args = string.format("%s, %s, %d, %s", c.grad(x), c.dout(op.outs[1]), numel(x), scale_arg(op))
+  return kcall("scale", "backward", args, packed_bits(op, true, true), dt, as)
 end
 
 function backward.dropout(op, c, dt, as)

@@ -55,13 +55,14 @@ local function residual(op)
 end
 local PACKED_OUT = { linear = true, layer_norm = true, rms_norm = true, gelu = true, relu = true, silu = true,
   swiglu = true, rotary = true, attention = true, add = function(op) return residual(op)[1] end,
-  embedding = true }
+  embedding = true, scale = true }
 local PACKED_IN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
-  rotary = { true }, attention = { true, true, true }, add = residual, layer_norm = { true }, rms_norm = { true } }
+  rotary = { true }, attention = { true, true, true }, add = residual, layer_norm = { true }, rms_norm = { true },
+  scale = { true } }
 local PACKED_DOUT = { linear = true, gelu = true, relu = true, silu = true, swiglu = true, rotary = true,
-  attention = true, layer_norm = true, rms_norm = true, add = PACKED_OUT.add }
+  attention = true, layer_norm = true, rms_norm = true, add = PACKED_OUT.add, scale = true }
 local PACKED_DIN = { linear = { true }, gelu = { true }, relu = { true }, silu = { true }, swiglu = { true, true },
-  add = residual, layer_norm = { true }, rms_norm = { true }, attention = { true, true, true },
+  add = residual, layer_norm = { true }, rms_norm = { true }, attention = { true, true, true }, scale = { true },
   rotary = function(op)
     local x = op.ins[1]
     return { x.shape[#x.shape] == op.attrs.n_heads * op.attrs.head_dim }
@@ -115,12 +116,13 @@ local function grad_packable(op, y, rs)
 end
 
 --   * Activations: a linear's, a norm's, an activation's, a rotary embedding's, an
---     attention's, a residual add's or an embedding lookup's 16-bit output read only where
---     the packed kernels take it (a linear's input, a norm's, an activation's inputs, a
---     rotary embedding's, attention's q, k, v, a residual add's; through FSDP's
---     post-backward hooks), by ops of its dtype: the residual stream, a block's attention
---     and MLP inputs, q, k, v and the attention's output, the MLP's hidden activations,
---     the attention's and MLP's outputs, the head's input, Llama's token embeddings. The
+--     attention's, a residual add's, a scale's or an embedding lookup's 16-bit output read
+--     only where the packed kernels take it (a linear's input, a norm's, an activation's
+--     inputs, a rotary embedding's, attention's q, k, v, a residual add's, a scale's;
+--     through FSDP's post-backward hooks), by ops of its dtype: the residual stream, a
+--     block's attention and MLP inputs, q, k, v and the attention's output, the MLP's
+--     hidden activations, the attention's and MLP's outputs, the head's input, Llama's
+--     token embeddings, LoRA's adapter path (lora_b's output, its scale, their sum). The
 --     GEMMs read its rows in place instead of a copy narrowed in every forward and
 --     backward, a linear's output is not widened, and a lookup's not rounded in a pass of
 --     its own. Its last dimension is a multiple of 8 (dense rows). Checkpointed regions

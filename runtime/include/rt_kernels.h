@@ -366,14 +366,15 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 //     its fp32 view) computed with its gradient, i.e. a language model's head; the value
 //     and its gradient are packed.
 //   * activations between kernels that read and write them packed: a linear's, a norm's,
-//     an activation's, a rotary embedding's, an attention's or a residual add's 16-bit
-//     output that only linears (as their input), norms, activations, rotary embeddings,
-//     attention (q, k, v) and residual adds read, with a last dimension that is a multiple
-//     of 8 (dense rows); the value is packed, and its gradient too when a linear, a norm,
-//     an activation, an attention or a residual add made it (its backward reads a packed
-//     dout) and only linears, norms, activations, rotary embeddings, attention and residual
-//     adds read it, each once (their backwards write their contributions packed). An
-//     attention's output is packed only with its gradient.
+//     an activation's, a rotary embedding's, an attention's, a residual add's or a
+//     scale's (a tensor times a number) 16-bit output that only linears (as their input),
+//     norms, activations, rotary embeddings, attention (q, k, v), residual adds and scales
+//     read, with a last dimension that is a multiple of 8 (dense rows); the value is
+//     packed, and its gradient too when a linear, a norm, an activation, an attention, a
+//     residual add or a scale made it (its backward reads a packed dout) and only linears,
+//     norms, activations, rotary embeddings, attention, residual adds and scales read it,
+//     each once (their backwards write their contributions packed). An attention's output
+//     is packed only with its gradient.
 //   * unsharded parameters that only linears read, as their weight (RT_PACKED_INP2), with
 //     both dims multiples of 8, or as their bias (RT_PACKED_INP3), with a multiple of 8
 //     values: the all-gather's copy-out writes param_dtype's bits, which the GEMMs (and
@@ -465,6 +466,11 @@ void rt_residual_packed_forward(void* out, const void* a, const void* b, size_t 
                                 rt_dtype dt);
 void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n, int packed,
                                  rt_dtype dt, int assign);
+// A tensor times a number: the forward's out and inp, the backward's dout and dinp.
+void rt_scale_packed_forward(void* out, const void* inp, size_t n, float s, int packed,
+                             rt_dtype dt);
+void rt_scale_packed_backward(void* dinp, const void* dout, size_t n, float s, int packed,
+                              rt_dtype dt, int assign);
 // A residual add and the RMSNorm of its sum (a block's add and the next norm) in one call:
 // the bits of rt_residual_packed_forward(sum, a, b, N * C, packed_add, dt) followed by
 // rt_rmsnorm_packed_forward(out, rstd, sum, weight, N, C, eps, packed_norm, dt);

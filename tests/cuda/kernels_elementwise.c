@@ -228,7 +228,71 @@ void test_elementwise(rt_dtype dt) {
 
 // ----------------------------------------------------------------------------
 // product by a number (x * s): the CPU's float operations, so its bits for any dt; the
-// gradient accumulated, assigned (NaN before on both sides) and NULL, the forward in place
+// gradient accumulated, assigned (NaN before on both sides) and NULL, the forward in place;
+// with a 16-bit dt, packed storage too
+
+// n values of x in storage of es bytes (fp32, or dt's 16-bit bits) at h, and at d (device)
+// unless NULL; poisoned (NaN, 0xABAB) where x is NULL: what an assigning call must overwrite.
+static void scale_vals(void* h, void* d, const float* x, size_t n, int es, rt_dtype dt) {
+    for (size_t i = 0; i < n; i++) {
+        if (es == 4) ((float*)h)[i] = x ? x[i] : NAN;
+        else ((uint16_t*)h)[i] = x ? rt_bits16_from_f32_inl(x[i], dt) : 0xABAB;
+    }
+    if (d) RT_CHECK_CUDA(cudaMemcpy(d, h, n * es, cudaMemcpyHostToDevice));
+}
+
+// The packed calls against the CPU's fp32-storage ones (whose bits the packed calls give,
+// rt_kernels.h), bit for bit: every storage of out and inp (and both packed in place), of
+// dout and dinp (dinp assigned and accumulated), at a 16-byte-aligned address and one
+// element further (the vectorised kernel and the one-at-a-time one).
+static void test_scale_packed(rt_dtype dt, const float* x, const float* dout, const float* init,
+                              size_t n) {
+    const char* P = dt == RT_BF16 ? "bf16" : "fp16";
+    const float ss[2] = {0.37f, -3.0f};
+    void *d_a = dalloc((n + 1) * 4), *d_b = dalloc((n + 1) * 4);
+    void *h = malloc(n * 4), *want = malloc(n * 4), *got = malloc(n * 4);
+    float* ref = malloc(n * sizeof(float));
+    if (!h || !want || !got || !ref) abort();
+    int same = 1, calls = 0;
+    for (int k = 0; k < 2; k++) {
+        for (int off = 0; off < 2; off++) {
+            cpu_rt_scale_forward(ref, x, n, ss[k], dt);
+            for (int bits = 1; bits < 5; bits++) {  // 4: out == inp, both packed
+                const int pk = bits == 4 ? RT_PACKED_OUT | RT_PACKED_INP : bits;
+                const int eo = pk & RT_PACKED_OUT ? 2 : 4, ei = pk & RT_PACKED_INP ? 2 : 4;
+                void *po = (char*)d_a + off * eo, *pi = bits == 4 ? po : (char*)d_b + off * ei;
+                scale_vals(h, pi, x, n, ei, dt);
+                rt_scale_packed_forward(po, pi, n, ss[k], pk, dt);
+                scale_vals(want, NULL, ref, n, eo, dt);
+                RT_CHECK_CUDA(cudaMemcpy(got, po, n * eo, cudaMemcpyDeviceToHost));
+                same &= memcmp(got, want, n * eo) == 0;
+                calls++;
+            }
+            for (int bits = 0; bits < 8; bits++) {
+                const int pk = (bits & 1 ? RT_PACKED_OUT : 0) | (bits & 2 ? RT_PACKED_DINP : 0);
+                const int as = bits & 4 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+                const int eg = pk & RT_PACKED_DINP ? 2 : 4, ed = pk & RT_PACKED_OUT ? 2 : 4;
+                void *pg = (char*)d_a + off * eg, *pd = (char*)d_b + off * ed;
+                scale_vals(h, pg, as ? NULL : init, n, eg, dt);
+                scale_vals(h, pd, dout, n, ed, dt);
+                rt_scale_packed_backward(pg, pd, n, ss[k], pk, dt, as);
+                for (size_t i = 0; i < n; i++) ref[i] = as ? NAN : init[i];
+                cpu_rt_scale_backward(ref, dout, n, ss[k], dt, as);
+                scale_vals(want, NULL, ref, n, eg, dt);
+                RT_CHECK_CUDA(cudaMemcpy(got, pg, n * eg, cudaMemcpyDeviceToHost));
+                same &= memcmp(got, want, n * eg) == 0;
+                calls++;
+            }
+        }
+    }
+    rt_scale_packed_backward(NULL, d_b, n, 0.37f, RT_PACKED_OUT | RT_PACKED_DINP, dt,
+                             RT_ASSIGN_1);  // nullable: no launch
+    RT_CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK(same, "scale %s packed n=%zu, s=0.37 and -3: %d calls (every storage of out, inp, in "
+          "place; of dout, dinp, assigned and accumulated; aligned and one element further) == "
+          "the CPU's rt_scale_forward, rt_scale_backward, bit for bit", P, n, calls);
+    free(h), free(want), free(got), free(ref), dfree(d_a), dfree(d_b);
+}
 
 void test_scale_op(rt_dtype dt) {
     const size_t n = 10007;
@@ -260,6 +324,7 @@ void test_scale_op(rt_dtype dt) {
     }
     rt_scale_backward(NULL, d_dout, n, 0.37f, dt, RT_ASSIGN_1);  // nullable: no launch
     RT_CHECK_CUDA(cudaDeviceSynchronize());
+    if (dt != RT_F32) test_scale_packed(dt, x, dout, init, n);
     free(x), free(dout), free(init), free(out), free(g);
     dfree(d_x), dfree(d_dout), dfree(d_out), dfree(d_g);
 }

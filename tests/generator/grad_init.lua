@@ -36,7 +36,7 @@ local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu 
   rope = 1, residual = 2, mul = 2, scale = 1, broadcast_add = 1, dropout = 1, sum_loss = 1, cross_entropy = 1,
   cross_entropy_forward = 1, cross_entropy_packed_forward = 1, linear_packed = 1, attention_lowmem = 3,
   gelu_packed = 1, relu_packed = 1, silu_packed = 1, swiglu_packed = 2, rope_packed = 1, attention_lowmem_packed = 3,
-  residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1 }
+  residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1, scale_packed = 1 }
 
 -- The kernels whose RT_ASSIGN_DWEIGHT assigns their parameter-gradient outputs, by argument
 -- position (whatever buffer they are: a parameter's gradient, or an activation's where the

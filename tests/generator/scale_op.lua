@@ -1,11 +1,13 @@
 -- A tensor times a number (PyTorch's x * 0.37, 2 * x): nn's `*` with one number operand
 -- traces the op "scale" (the number as a float in attrs.scale, the tensor's dtype, a
 -- parameter operand too), never "mul"; a NaN, an infinity, a number past fp32's range or a
--- non-number is one spec error at its line; the step C calls rt_scale_forward /
--- rt_scale_backward with the op's dt and the number rounded to fp32 (as PyTorch's opmath
--- does), assigning or adding to the input's gradient; no model FLOPs; the simulator prices
--- one element-wise launch each way; the PyTorch twin writes `x * s` with s reading back as
--- the spec's double.
+-- non-number is one spec error at its line; the step C calls rt_scale_packed_forward /
+-- rt_scale_packed_backward where packing.lua packs its operands (LoRA's lora_b -> scale -> add
+-- in bf16 end to end), rt_scale_forward / rt_scale_backward where not (a checkpointed
+-- block), with the op's dt and the number rounded to fp32 (as PyTorch's opmath does),
+-- assigning or adding to the input's gradient; no model FLOPs; the simulator prices
+-- one element-wise launch each way, and no copy of lora_b's packed output gradient; the
+-- PyTorch twin writes `x * s` with s reading back as the spec's double.
 -- Run from the repository root: lua5.4 tests/generator/scale_op.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
@@ -84,53 +86,63 @@ check(e ~= nil and e.msg:find("mul expects a tensor, got the module", 1, true) ~
 
 -- ---------------------------------------------------------------------------- the step C
 
--- The scale calls of a step C text: { dir, args } each, in order.
+-- The scale calls of a step C text: { name (forward, backward, packed_forward,
+-- packed_backward), args } each, in order.
 local function scale_calls(text)
   local out = {}
-  for call, dir in text:gmatch("(rt_scale_(%a+)ward%b();)") do out[#out + 1] = { dir = dir, a = args_of(call) } end
+  for call, name in text:gmatch("(rt_scale_([%a_]+)%b();)") do out[#out + 1] = { name = name, a = args_of(call) } end
   return out
+end
+
+local memory = require("memory.memory")
+local function packed_chain(plan, op)
+  local x, y = memory.base(op.ins[1]), memory.base(op.outs[1])
+  return x.packed, x.grad_packed, y.packed, y.grad_packed
 end
 
 local feature = util.plan("tests/specs/features/scale_bf16.lua")
 local step = util.step_c(feature, true)
-local fwd, bwd = {}, {}
-for _, k in ipairs(scale_calls(step)) do
-  local list = k.dir == "for" and fwd or bwd
-  list[#list + 1] = k
-end
-local nums, packed = {}, 0
-local memory = require("memory.memory")
+local calls = { forward = {}, backward = {}, packed_forward = {}, packed_backward = {} }
+for _, k in ipairs(scale_calls(step)) do table.insert(calls[k.name], k) end
+local fwd, bwd = calls.packed_forward, calls.packed_backward
+local nums, values, grads = {}, 0, 0
 for _, op in ipairs(ops_of(feature, "scale")) do
   nums[#nums + 1] = op.attrs.scale
-  for _, t in ipairs({ op.ins[1], op.outs[1] }) do
-    local b = memory.base(t)
-    if b.packed or b.grad_packed then packed = packed + 1 end
-  end
+  local xv, xg, yv, yg = packed_chain(feature, op)
+  values = values + (xv and 1 or 0) + (yv and 1 or 0)
+  grads = grads + (xg and 1 or 0) + (yg and 1 or 0)
 end
-check(#nums == 5 and packed == 0, string.format("scale_bf16: no scale's input or output (nor their gradients) "
-  .. "stored packed, the kernels' fp32 storage (%d packed)", packed))
-check(#nums == 5 and #fwd == 5 and #bwd == 5, string.format("scale_bf16: %d scale ops, %d rt_scale_forward and %d "
-  .. "rt_scale_backward calls in the step (5 each: two blocks' 0.37 and 2, the head's 0.5)", #nums, #fwd, #bwd))
+check(#nums == 5 and values == 10 and grads == 9, string.format("scale_bf16: every scale's input and output "
+  .. "stored packed (%d of 10), their gradients too (%d of 10) but the lookup's output's, whose backward reads "
+  .. "fp32 storage", values, grads))
+check(#nums == 5 and #fwd == 5 and #bwd == 5 and #calls.forward == 0 and #calls.backward == 0,
+  string.format("scale_bf16: %d scale ops, %d rt_scale_packed_forward and %d rt_scale_packed_backward calls in "
+  .. "the step (5 each: two blocks' 0.37 and 2, the head's 0.5), %d rt_scale_forward and %d rt_scale_backward",
+  #nums, #fwd, #bwd, #calls.forward, #calls.backward))
 -- the number each call passes: a float literal that C reads as the spec's number rounded to fp32
 local function lit(s) return tonumber((s:gsub("f$", ""))) end
 ok = #fwd == #nums
 for i, k in ipairs(fwd) do
-  ok = ok and #k.a == 5 and k.a[3] == "256" and k.a[5] == "RT_BF16" and k.a[4]:match("f$")
-    and f32(lit(k.a[4])) == f32(nums[i])
+  ok = ok and #k.a == 6 and k.a[3] == "256" and k.a[5] == "RT_PACKED_OUT | RT_PACKED_INP" and k.a[6] == "RT_BF16"
+    and k.a[4]:match("f$") and f32(lit(k.a[4])) == f32(nums[i])
 end
-check(ok, "each rt_scale_forward(out, x, 256, s, RT_BF16): s a float literal of the op's number rounded to "
-  .. "fp32 (0.37 as " .. (fwd[2] and fwd[2].a[4] or "?") .. ")")
+check(ok, "each rt_scale_packed_forward(out, x, 256, s, RT_PACKED_OUT | RT_PACKED_INP, RT_BF16): s a float "
+  .. "literal of the op's number rounded to fp32 (0.37 as " .. (fwd[2] and fwd[2].a[4] or "?") .. ")")
 local f32s = {}
 for _, v in ipairs(nums) do f32s[f32(v)] = true end
-local assigned, added = 0, 0
+local assigned, added, dinp16 = 0, 0, 0
 ok = true
 for _, k in ipairs(bwd) do
-  ok = ok and #k.a == 6 and k.a[3] == "256" and k.a[5] == "RT_BF16" and f32s[f32(lit(k.a[4]))] ~= nil
-  if k.a[6] == "RT_ASSIGN_1" then assigned = assigned + 1 elseif k.a[6] == "RT_ACCUMULATE" then added = added + 1 end
+  -- dout packed, never an input value (the number is the whole derivative)
+  ok = ok and #k.a == 7 and k.a[3] == "256" and k.a[6] == "RT_BF16" and f32s[f32(lit(k.a[4]))] ~= nil
+    and (k.a[5] == "RT_PACKED_OUT" or k.a[5] == "RT_PACKED_OUT | RT_PACKED_DINP")
+  if k.a[5]:find("RT_PACKED_DINP", 1, true) then dinp16 = dinp16 + 1 end
+  if k.a[7] == "RT_ASSIGN_1" then assigned = assigned + 1 elseif k.a[7] == "RT_ACCUMULATE" then added = added + 1 end
 end
-check(ok and assigned == 3 and added == 2, string.format("each rt_scale_backward(dx, dout, 256, s, RT_BF16, "
-  .. "assign), s as the forward's: %d assign x's gradient (its first contribution), %d add to it (2 * x, "
-  .. "traced before the linears that read x)", assigned, added))
+check(ok and assigned == 3 and added == 2 and dinp16 == 4, string.format("each rt_scale_packed_backward(dx, "
+  .. "dout, 256, s, RT_PACKED_OUT[ | RT_PACKED_DINP], RT_BF16, assign), s as the forward's: %d write a packed "
+  .. "dx (4: all but the lookup's output's), %d assign x's gradient (its first contribution), %d add to it "
+  .. "(2 * x, traced before the linears that read x)", dinp16, assigned, added))
 local steps, rounds = 0, 0
 for _, st in ipairs(util.compute_steps(step)) do
   if st.calls[1] and st.calls[1]:match("^rt_scale_") then
@@ -142,6 +154,64 @@ for _, st in ipairs(util.compute_steps(step)) do
 end
 check(steps == 10 and rounds == 0, string.format("the %d scale steps have no rt_step_round (%d): the kernel rounds "
   .. "its bf16 output and gradient", steps, rounds))
+
+-- LoRA's branch, lora_b -> scale -> add, packed end to end: lora_b writes its output packed
+-- and its backward reads a packed dout, the add's backward shares its gradient's buffer (no
+-- kernel), and the step calls the packed scale kernels (bf16, two ranks)
+local lora = util.plan("tests/specs/features/lora_llama_bf16.lua")
+local lstep = util.step_c(lora, true)
+local chains, whole, aliased = 0, 0, 0
+for _, op in ipairs(ops_of(lora, "scale")) do
+  local lb, add = op.ins[1].producer, nil
+  for _, r in ipairs(lora.graph.ops) do
+    if r.kind == "add" and (r.ins[1] == op.outs[1] or r.ins[2] == op.outs[1]) then add = r end
+  end
+  chains = chains + 1
+  local xv, xg, yv, yg = packed_chain(lora, op)
+  if lb and lb.kind == "linear" and lb.label:find("lora_b", 1, true) and xv and xg and yv and yg then
+    whole = whole + 1
+  end
+  for _, st in ipairs(lora.steps) do
+    if add and st.node == add and st.op == "backward" and st.grad_alias then aliased = aliased + 1 end
+  end
+end
+local lcalls = { forward = {}, backward = {}, packed_forward = {}, packed_backward = {} }
+for _, k in ipairs(scale_calls(lstep)) do table.insert(lcalls[k.name], k) end
+local lb_out, lb_dout = 0, 0
+for _, st in ipairs(util.compute_steps(lstep)) do
+  if st.head:find("lora_b.linear", 1, true) then
+    local a = st.calls[1] and args_of(st.calls[1])
+    local fw = st.calls[1] and st.calls[1]:match("^rt_linear_packed_forward%(")
+    local bw = st.calls[1] and st.calls[1]:match("^rt_linear_packed_backward%(")
+    if fw and a[8]:find("RT_PACKED_OUT", 1, true) then lb_out = lb_out + 1 end
+    if bw and a[10]:find("RT_PACKED_OUT", 1, true) then lb_dout = lb_dout + 1 end
+  end
+end
+check(chains == 9 and whole == 9 and aliased == 6 and lb_out == 9 and lb_dout == 9
+  and #lcalls.packed_forward == 9 and #lcalls.packed_backward == 9 and #lcalls.forward == 0
+  and #lcalls.backward == 0, string.format("lora_llama_bf16: %d of %d scales packed with their input (lora_b's "
+  .. "output) and both gradients, lora_b's calls write a packed output (%d) and read a packed dout (%d), %d of "
+  .. "the adds after them share their gradient's buffer (6: not the head's, whose sum is the logits, nor the "
+  .. "first block's q and v, whose frozen linears' outputs need no gradient), "
+  .. "%d + %d packed scale calls, %d + %d fp32-storage ones", whole, chains, lb_out, lb_dout, aliased,
+  #lcalls.packed_forward, #lcalls.packed_backward, #lcalls.forward, #lcalls.backward))
+
+-- the control: a checkpointed block keeps fp32 storage (packing.lua), its scales the
+-- fp32-storage calls with the bf16 dt, recomputed in backward
+local ckpt = util.plan("tests/specs/features/lora_llama_w1_ckpt_bf16.lua")
+local ccalls = { forward = {}, backward = {}, packed_forward = {}, packed_backward = {} }
+for _, k in ipairs(scale_calls(util.step_c(ckpt, true))) do table.insert(ccalls[k.name], k) end
+local cpacked = 0
+for _, op in ipairs(ops_of(ckpt, "scale")) do
+  local xv, xg, yv, yg = packed_chain(ckpt, op)
+  if xv or xg or yv or yg then cpacked = cpacked + 1 end
+end
+ok = #ccalls.forward == 20 and #ccalls.backward == 10 and #ccalls.packed_forward == 0
+  and #ccalls.packed_backward == 0 and cpacked == 0
+for _, k in ipairs(ccalls.forward) do ok = ok and k.a[5] == "RT_BF16" end
+check(ok, string.format("lora_llama_w1_ckpt_bf16 (every block checkpointed): no scale operand packed (%d), %d "
+  .. "rt_scale_forward (10 and their 10 recomputations) and %d rt_scale_backward calls with RT_BF16, %d packed",
+  cpacked, #ccalls.forward, #ccalls.backward, #ccalls.packed_forward + #ccalls.packed_backward))
 
 -- PyTorch multiplies by the number rounded to fp32 (checked in torch 2.11: an fp32 1.0 times
 -- 1 + 13 * 2^-24 + 2^-45, just above the midpoint of two floats, gives the upper float
@@ -186,6 +256,18 @@ end
 check(n == 5 and one and same == 3 and more == 2, string.format("the simulator: each scale one element-wise "
   .. "launch each way (%d ops), the backward's bytes the forward's where it assigns (%d), more where it adds (%d)",
   n, same, more))
+
+-- LoRA's lora_b reads its packed output gradient in place: its backward is its two GEMMs and
+-- the 16-bit copies of its input and weight (rank 6: not packed), no copy of dout
+local lb, lb4 = 0, 0
+for _, st in ipairs(lora.steps) do
+  if st.node and st.op == "backward" and st.node.label:find("lora_b", 1, true) then
+    lb = lb + 1
+    if cost.step(st, lora, h100, k).launches == 4 then lb4 = lb4 + 1 end
+  end
+end
+check(lb == 9 and lb4 == 9, string.format("the simulator: lora_llama_bf16's lora_b backwards %d of %d with 4 "
+  .. "launches (2 GEMMs, copies of the rank-6 input and weight; none of the packed dout)", lb4, lb))
 
 -- ---------------------------------------------------------------------------- the twin
 

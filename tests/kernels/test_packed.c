@@ -3,8 +3,9 @@
 // padded to 16; an ignored row; accumulated and assigned), linears with a packed input
 // (odd C, padded; with a bias; with the output packed too; backward from a packed dout
 // with dbias, into a packed dinp) or a packed weight (an unsharded parameter), the norms',
-// activations', residual adds', rotary embeddings' and attention's packed operands, forward
-// and backward (every storage of each), and an embedding lookup's output. The padding columns written are zeros. Rotary
+// activations', residual adds', scales', rotary embeddings' and attention's packed
+// operands, forward and backward (every storage of each), and an embedding lookup's
+// output. The padding columns written are zeros. Rotary
 // embeddings' and attention's gradients in rows of a given length (column slices of one
 // wider matrix) hold the dense calls' bits and leave the other columns alone, as do swiglu's
 // da and db written as column slices and a linear's backward from a dout that is a column
@@ -400,6 +401,37 @@ static void test_packed_outputs(rt_dtype dt) {
     }
     CHECK(ok, "%s residual packed forward (every storage of out, a, b) == rt_residual_forward, and "
           "backward (every storage of dout, da, db) == rt_residual_backward", nm);
+    // a tensor times a number: out and inp each fp32 or packed (in place too); dout and dinp
+    // likewise, dinp assigned or accumulated; a NULL dinp writes nothing
+    ok = 1;
+    const float ss[2] = {0.37f, -3.0f};
+    for (int k = 0; k < 2; k++) {
+        rt_scale_forward(y, x, NE, ss[k], dt);
+        for (int bits = 1; bits < 4; bits++) {
+            memset(y16, 0xAB, NE * sizeof *y16);
+            rt_scale_packed_forward(bits & RT_PACKED_OUT ? (void*)y16 : (void*)y2,
+                                    bits & RT_PACKED_INP ? (const void*)x16 : x, NE, ss[k], bits, dt);
+            ok &= bits & RT_PACKED_OUT ? packed_equals(y16, y, 1, NE, dt, &pad) : same(y, y2, NE);
+        }
+        memcpy(y16, x16, NE * sizeof *y16);
+        rt_scale_packed_forward(y16, y16, NE, ss[k], RT_PACKED_OUT | RT_PACKED_INP, dt);
+        ok &= packed_equals(y16, y, 1, NE, dt, &pad);
+        for (int bits = 0; bits < 8; bits++) {
+            const int pk = (bits & 1 ? RT_PACKED_OUT : 0) | (bits & 2 ? RT_PACKED_DINP : 0);
+            const int as = bits & 4 ? RT_ASSIGN_1 : RT_ACCUMULATE;
+            memcpy(g, g0, sizeof(float) * NE), memcpy(g2, g0, sizeof(float) * NE);
+            grad16_start(g16, g0, NE, as, dt);
+            rt_scale_backward(g, dy, NE, ss[k], dt, as);
+            rt_scale_packed_backward(pk & RT_PACKED_DINP ? (void*)g16 : (void*)g2,
+                                     pk & RT_PACKED_OUT ? (const void*)dy16 : dy, NE, ss[k], pk, dt,
+                                     as);
+            ok &= pk & RT_PACKED_DINP ? packed_equals(g16, g, 1, NE, dt, &pad) : same(g, g2, NE);
+        }
+        rt_scale_packed_backward(NULL, dy16, NE, ss[k], RT_PACKED_OUT | RT_PACKED_DINP, dt,
+                                 RT_ASSIGN_1);
+    }
+    CHECK(ok, "%s scale packed forward (every storage of out, inp; in place) == rt_scale_forward, and "
+          "backward (every storage of dout, dinp) == rt_scale_backward, s = 0.37 and -3", nm);
     free(x16), free(x216), free(dy), free(g0), free(g), free(g2), free(h), free(h2), free(y2);
     free(dy16), free(g16), free(h16);
     free(x), free(x2), free(w), free(b), free(y), free(s1), free(s2), free(t1), free(t2), free(y16);

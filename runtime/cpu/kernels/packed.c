@@ -550,3 +550,27 @@ void rt_residual_packed_backward(void* da, void* db, const void* dout, size_t n,
     dense_store(da, ga, n, dt);
     dense_store(db, gb, n, dt);
 }
+
+// ---- a tensor times a number
+
+void rt_scale_packed_forward(void* out, const void* inp, size_t n, float s, int packed,
+                             rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_scale_packed_forward");
+    if (n == 0) return;
+    float* w = scratch_floats(2 * n);
+    const float* x = dense_operand(w, 0, inp, n, packed & RT_PACKED_INP, dt);
+    float* y = dense_target(w, 1, out, n, packed & RT_PACKED_OUT);
+    rt_scale_forward(y, x, n, s, dt);
+    dense_store(out, y, n, dt);
+}
+
+void rt_scale_packed_backward(void* dinp, const void* dout, size_t n, float s, int packed,
+                              rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_scale_packed_backward");
+    if (n == 0) return;
+    float* w = scratch_floats(2 * n);
+    const float* d = dense_operand(w, 0, dout, n, packed & RT_PACKED_OUT, dt);
+    float* g = dense_grad(w, 1, dinp, n, packed & RT_PACKED_DINP, assign & RT_ASSIGN_1, dt);
+    rt_scale_backward(g, d, n, s, dt, assign);
+    dense_store(dinp, g, n, dt);
+}

@@ -134,28 +134,76 @@ void rt_mul_backward(float* da, float* db, const float* dout, const float* a, co
 }
 
 // ----------------------------------------------------------------------------
-// product by a number: out = inp * s; backward dinp += dout * s (s already fp32)
+// product by a number: out = inp * s; backward dinp += dout * s (s already fp32). O and I,
+// G (dinp) and D (dout): fp32 or packed 16-bit storage, as the residual add's.
 
-__global__ void scale_forward_kernel(float* out, const float* inp, size_t n, float s,
-                                     rt_dtype dt) {
-    RTC_GRID_STRIDE(i, n) out[i] = rtc_round_to(inp[i] * s, dt);
+template <int W, class O, class I>
+__global__ void scale_forward_kernel(O* out, const I* inp, size_t n, float s, rt_dtype dt) {
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float x[K];
+        rtc_ldv(inp, i, dt, x);
+        for (int u = 0; u < K; u++) x[u] = x[u] * s;
+        rtc_stv(out, i, x, dt);
+    });
 }
 
-__global__ void scale_backward_kernel(float* __restrict__ dinp, const float* __restrict__ dout,
-                                      size_t n, float s, rt_dtype dt, int as) {
-    RTC_GRID_STRIDE(i, n) dinp[i] = rtc_round_to(RT_KBASE(dinp[i], as) + dout[i] * s, dt);
+template <int W, class G, class D>
+__global__ void scale_backward_kernel(G* __restrict__ dinp, const D* __restrict__ dout, size_t n,
+                                      float s, rt_dtype dt, int as) {
+    rtc_flat<W>(n, [&](auto w, size_t i) {
+        constexpr int K = decltype(w)::value;
+        float d[K], g[K] = {};
+        rtc_ldv(dout, i, dt, d);
+        if (!as) rtc_ldv(dinp, i, dt, g);
+        for (int u = 0; u < K; u++) g[u] = RT_KBASE(g[u], as) + d[u] * s;
+        rtc_stv(dinp, i, g, dt);
+    });
+}
+
+// packed: RT_PACKED_OUT (out; dout in backward), RT_PACKED_INP (inp), RT_PACKED_DINP (dinp).
+static void scale_forward(void* out, const void* inp, size_t n, float s, int packed,
+                          rt_dtype dt) {
+    const bool aligned = rtc_aligned16({out, inp});
+    rtc_with_storage(packed & RT_PACKED_OUT, out, [&](auto o) {
+        rtc_with_storage(packed & RT_PACKED_INP, inp, [&](auto x) {
+            RTC_LAUNCH_VEC(scale_forward_kernel, n, aligned, o, x, n, s, dt);
+        });
+    });
+}
+
+static void scale_backward(void* dinp, const void* dout, size_t n, float s, int packed,
+                           rt_dtype dt, int assign) {
+    if (!dinp) return;
+    const bool aligned = rtc_aligned16({dinp, dout});
+    rtc_with_storage(packed & RT_PACKED_DINP, dinp, [&](auto g) {
+        rtc_with_storage(packed & RT_PACKED_OUT, dout, [&](auto d) {
+            RTC_LAUNCH_VEC(scale_backward_kernel, n, aligned, g, d, n, s, dt, assign & RT_ASSIGN_1);
+        });
+    });
 }
 
 void rt_scale_forward(float* out, const float* inp, size_t n, float s, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_scale_forward");
-    RTC_LAUNCH_FLAT(scale_forward_kernel, n, out, inp, n, s, dt);
+    scale_forward(out, inp, n, s, 0, dt);
 }
 
 void rt_scale_backward(float* dinp, const float* dout, size_t n, float s, rt_dtype dt,
                        int assign) {
     RT_KCHECK_DT(dt, "rt_scale_backward");
-    if (!dinp) return;
-    RTC_LAUNCH_FLAT(scale_backward_kernel, n, dinp, dout, n, s, dt, assign & RT_ASSIGN_1);
+    scale_backward(dinp, dout, n, s, 0, dt, assign);
+}
+
+void rt_scale_packed_forward(void* out, const void* inp, size_t n, float s, int packed,
+                             rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_scale_packed_forward");
+    scale_forward(out, inp, n, s, packed, dt);
+}
+
+void rt_scale_packed_backward(void* dinp, const void* dout, size_t n, float s, int packed,
+                              rt_dtype dt, int assign) {
+    RT_KCHECK_PACKED_DT(dt, "rt_scale_packed_backward");
+    scale_backward(dinp, dout, n, s, packed, dt, assign);
 }
 
 // ----------------------------------------------------------------------------

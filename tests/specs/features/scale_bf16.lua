@@ -2,7 +2,8 @@
 -- reduction, two ranks: in each block a low-rank branch scaled as LoRA scales it
 -- (lora_b(lora_a(x)) * 0.37, a number fp32 rounds), and 2 * x on the residual path, whose
 -- gradient adds to the linears' in x's (the other scales assign theirs); the head reads a
--- scaled activation (fp32 storage: no packed scale kernel). Token input, cross-entropy loss.
+-- scaled activation. Every scale's operands are packed (the embedding's gradient excepted).
+-- Token input, cross-entropy loss.
 local nn, fsdp = require("nn"), require("fsdp")
 local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32" }
 
