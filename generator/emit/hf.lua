@@ -189,6 +189,7 @@ function M.map(plan)
   end
   local arch, config, tensors = build(a)
   if not arch then return nil, config end
+  local targets, seen = {}, {}
   for _, e in ipairs(tensors) do
     -- a LoRALinear's weight: saved merged with its adapters (torchtune's merged checkpoint);
     -- on load the adapters keep their initialization (lora_b zeros: the loaded model exactly)
@@ -196,9 +197,19 @@ function M.map(plan)
     if owner and rawget(owner, "_type") == "LoRALinear" then
       local f = e.src[1]:match("^(.*)%.weight$")
       e.lora = { f .. ".lora_a.weight", f .. ".lora_b.weight", scale = owner.alpha / owner.rank }
+      local module = e.name:match("([^.]+)%.weight$")
+      if not seen[module] then seen[module] = true; targets[#targets + 1] = module end
     end
   end
-  return { arch = arch, config = config, tensors = tensors }
+  -- The adapters alone as PEFT saves them (--save-peft): its LoRA config, in PEFT's names
+  -- (alpha / r scales B A, as LoraConfig's lora_alpha / r; dropout off in inference).
+  local peft = #targets > 0 and {
+    peft_type = "LORA", task_type = "CAUSAL_LM", r = a.lora_rank, lora_alpha = a.lora_alpha + 0.0,
+    lora_dropout = a.lora_dropout + 0.0, target_modules = targets, bias = "none",
+    fan_in_fan_out = false, inference_mode = true, base_model_name_or_path = NULL,
+    modules_to_save = NULL, use_rslora = false, use_dora = false,
+  } or nil
+  return { arch = arch, config = config, tensors = tensors, peft = peft }
 end
 
 -- ---------------------------------------------------------------------------- C
@@ -260,8 +271,20 @@ function M.emit(b, plan, index_of)
       error("hf map: parameter " .. fqn .. " is mapped " .. (covered[fqn] or 0) .. " times")
     end
   end
+  local peft = ""
+  if map.peft then
+    -- adapter_config.json's text, in string literals of at most 80 columns
+    b:line("static const char hf_peft_config[] =")
+    b:indent()
+    local text, parts = json(map.peft), {}
+    for i = 1, #text, 60 do parts[#parts + 1] = text:sub(i, i + 59) end
+    for i, part in ipairs(parts) do b:line("%s%s", cstr(part), i == #parts and ";" or "") end
+    b:dedent()
+    peft = ", .peft_config = hf_peft_config"
+  end
   c_text.code(b, "static const rt_hf_map hf_map = {.arch = %s, .nconfig = %d, "
-    .. ".config = hf_config, .ntensors = %d, .tensors = hf_tensors};", cstr(map.arch), #map.config, #map.tensors)
+    .. ".config = hf_config, .ntensors = %d, .tensors = hf_tensors%s};",
+    cstr(map.arch), #map.config, #map.tensors, peft)
   return ".hf = &hf_map,"
 end
 

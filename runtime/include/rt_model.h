@@ -203,6 +203,8 @@ typedef struct rt_hf_config {
 
 typedef struct rt_hf_map {
     const char* arch;             // "llama", "gpt2"
+    const char* peft_config;      // where the model has LoRA adapters: PEFT's adapter_config.json
+                                  // (--save-peft), else NULL
     int nconfig;
     const rt_hf_config* config;
     int ntensors;

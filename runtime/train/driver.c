@@ -479,6 +479,7 @@ static void rank_main(rt_comm* comm, void* arg) {
     if (rank_steps(run, &R)) goto out;
     if (o->save && train_save(run, &R, o->save, run->start_step + run->nsteps)) goto out;
     if (o->save_hf && train_save_hf(run, &R, o->save_hf)) goto out;
+    if (o->save_peft && train_save_peft(run, &R, o->save_peft)) goto out;
     if (o->checkpoint && train_checkpoint_save(run, &R, o->checkpoint, run->start_step + run->nsteps))
         goto out;
     if (o->logits && train_write_logits(run, &R, o->logits)) goto out;
@@ -590,6 +591,7 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     if (!rc && o.trace && check_output("--trace", o.trace)) rc = 1;
     if (!rc && o.logits && check_output("--logits", o.logits)) rc = 1;
     if (!rc && o.save_hf && train_hf_prepare_dir("--save-hf", o.save_hf, 1)) rc = 1;
+    if (!rc && o.save_peft && train_hf_prepare_dir("--save-peft", o.save_peft, 1)) rc = 1;
     if (!rc && o.load_hf && train_hf_prepare_dir("--load-hf", o.load_hf, 0)) rc = 1;
     if (!rc && o.data && open_data(&run, "--data", o.data, m->n_forward, &run.data)) rc = 1;
     if (!rc && o.val_data && open_data(&run, "--val-data", o.val_data, 1, &run.val_data)) rc = 1;

@@ -34,6 +34,7 @@ typedef struct train_opts {
     const char* save;
     const char* load;
     const char* save_hf;       // --save-hf DIR (Hugging Face directory), or NULL
+    const char* save_peft;     // --save-peft DIR (a LoRA model's adapters as PEFT saves them), or NULL
     const char* load_hf;       // --load-hf DIR, or NULL
     const char* logits;        // --logits FILE: the eval's logits of validation batch 0, or NULL
     const char* checkpoint;
@@ -172,6 +173,7 @@ void train_free_full(const rt_model* m, float** full);
 // writable); returns 0, or 1 after printing why. Save and load are collective, as above.
 int train_hf_prepare_dir(const char* opt, const char* dir, int create);
 int train_save_hf(train_run* run, rt_rank* R, const char* dir);
+int train_save_peft(train_run* run, rt_rank* R, const char* dir);
 int train_load_hf(train_run* run, rt_rank* R, const char* dir);
 // DIR/config.json written from m->hf, or checked against it (err: the first field that
 // differs). Return 0, or -1 with one line in err.

@@ -4,7 +4,7 @@
 -- errors; nn.init's kinds and errors; the plan of tests/specs/features/lora_llama_bf16.lua
 -- (the base frozen, the adapters reduced and stepped alone); the PyTorch twin's scaling;
 -- the Hugging Face map (each adapted weight saved merged with its adapters' indices and
--- alpha/rank; a model without adapters as before).
+-- alpha/rank; --save-peft's adapter_config.json; a model without adapters as before).
 -- Run from the repository root: lua5.4 tests/generator/lora.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
@@ -152,7 +152,16 @@ check(#merged == 2 * 4 + 1 and merged[1] == "model.layers.0.self_attn.q_proj.wei
 local _, c = util.step_c(plan, true)
 check(count(c, "%.lora = {%d+, %d+}, %.lora_scale = 2%.6666666666666665") == 9,
   "the model C gives those 9 entries their adapters' indices and alpha/rank")
+local peft = require("util.json").encode(map.peft, { float = tostring, sep = ",", colon = ":", empty = "{}" })
+check(peft == '{"base_model_name_or_path":null,"bias":"none","fan_in_fan_out":false,"inference_mode":true,'
+  .. '"lora_alpha":16.0,"lora_dropout":0.1,"modules_to_save":null,"peft_type":"LORA","r":6,'
+  .. '"target_modules":["q_proj","v_proj","o_proj","down_proj","lm_head"],"task_type":"CAUSAL_LM",'
+  .. '"use_dora":false,"use_rslora":false}', "--save-peft's adapter_config.json: PEFT's LoRA config with "
+  .. "r, lora_alpha, lora_dropout and the HF modules adapted: " .. peft)
+check(c:find("static const char hf_peft_config[] =", 1, true) and c:find(".peft_config = hf_peft_config", 1, true),
+  "the model C holds that text for --save-peft")
 _, c = util.step_c(util.plan("tests/hf/hf_llama.lua"), true)
-check(not c:find(".lora", 1, true), "a Llama without adapters: no .lora in its HF map")
+check(not c:find(".lora", 1, true) and not c:find("peft", 1, true),
+  "a Llama without adapters: no .lora and no PEFT config in its HF map")
 
 util.finish()

@@ -14,7 +14,9 @@ the binary's --logits file:
     buffers, lm_head.weight beside wte); DIR_untied (lm_head.weight not wte's) and
     DIR_bias (an attention bias not zero), which are other models.
 Pairs after the word `logits` get the first check alone (a LoRA model's merged directory
-against the binary's logits with its adapters).
+against the binary's logits with its adapters); triples after the word `peft` (BASE
+ADAPTERS LOGITS: a --save-peft directory) are loaded with PEFT onto BASE and compared the
+same way, with the base alone as the control.
 Prints PASS/FAIL lines; the caller counts them.
 """
 import json
@@ -145,15 +147,56 @@ def prepare(d, logits_path):
     variants(d)
 
 
+def peft(base, adapters, path):
+    """PeftModel.from_pretrained(base, adapters): its logits equal the binary's with its
+    adapters; the base model's alone do not (the control)."""
+    try:
+        import peft as peft_lib  # noqa: F401
+    except ImportError:
+        print("SKIP %s: no peft (pip install peft into $FSDPGEN_TORCH_PYTHON's environment)" % adapters)
+        return
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    name = os.path.basename(os.path.dirname(os.path.abspath(adapters)))
+    m = AutoModelForCausalLM.from_pretrained(base)
+    m.eval()
+    t = load_file(path)
+    tokens, ref = t["tokens"].long(), t["logits"]
+    tol = 1e-4 * ref.abs().max().item()
+    with torch.no_grad():
+        bare = (m(tokens).logits - ref).abs().max().item()
+        pm = PeftModel.from_pretrained(m, adapters)
+        pm.eval()
+        out = pm(tokens).logits
+    diff = (out - ref).abs().max().item()
+    check(out.shape == ref.shape and diff <= tol, "%s: PeftModel.from_pretrained(base, --save-peft "
+          "directory) (r %d, lora_alpha %g): logits equal the binary's: max |diff| %.3g <= %.3g"
+          % (name, pm.peft_config["default"].r, pm.peft_config["default"].lora_alpha, diff, tol))
+    check(bare > tol, "%s control: the base model without the adapters differs (max |diff| %.3g > %.3g)"
+          % (name, bare, tol))
+
+
 if __name__ == "__main__":
-    # pairs to prepare, then after the word "logits" pairs whose logits alone are checked
+    # pairs to prepare, then after the word "logits" pairs whose logits alone are checked,
+    # after the word "peft" triples BASE ADAPTERS LOGITS
     args = sys.argv[2:]
-    cut = args.index("logits") if "logits" in args else len(args)
-    pairs, only = args[:cut], args[cut + 1:]
+    sections = {"prepare": [], "logits": [], "peft": []}
+    at = "prepare"
+    for a in args:
+        if a in ("logits", "peft"):
+            at = a
+        else:
+            sections[at].append(a)
+    pairs, only, triples = sections["prepare"], sections["logits"], sections["peft"]
     if (len(sys.argv) < 2 or sys.argv[1] != "prepare" or not pairs or len(pairs) % 2
-            or len(only) % 2):
-        sys.exit("usage: check_hf.py prepare DIR LOGITS [DIR LOGITS ...] [logits DIR LOGITS ...]")
+            or len(only) % 2 or len(triples) % 3):
+        sys.exit("usage: check_hf.py prepare DIR LOGITS [DIR LOGITS ...] [logits DIR LOGITS ...] "
+                 "[peft BASE ADAPTERS LOGITS ...]")
     for i in range(0, len(pairs), 2):
         prepare(pairs[i], pairs[i + 1])
     for i in range(0, len(only), 2):
         logits(only[i], only[i + 1])
+    for i in range(0, len(triples), 3):
+        peft(triples[i], triples[i + 1], triples[i + 2])

@@ -12,7 +12,8 @@
 #     values do (the --save files are equal);
 #   - LoRA (tests/hf/hf_llama_lora.lua): --load-hf of hf_llama's directory gives hf_llama's
 #     first loss (the adapters start at zero), and after training --save-hf merges the
-#     adapters: transformers' logits from that directory equal the binary's with them;
+#     adapters: transformers' logits from that directory equal the binary's with them, as do
+#     PEFT's from --save-peft's adapters on hf_llama's directory (with peft installed);
 #   - errors, each one line and exit 1: a config.json field that differs (or is absent
 #     with another default), a missing tensor, an unexpected one, a wrong shape, GPT-2's
 #     lm_head not its wte or an attention bias not zero, a symlinked DIR, a DIR that is a
@@ -115,9 +116,10 @@ mkdir -p "$w"
 if [[ -d $work/hf_llama/hf ]] &&
    ./fsdpgen build tests/hf/hf_llama_lora.lua -o build/hf >"$work/build.log" 2>&1; then
   build/hf/hf_llama_lora --steps 3 --load-hf "$work/hf_llama/hf" --save-hf "$w/hf" \
-    --logits "$w/logits.safetensors" >"$w/a.log" 2>&1
-  check '[[ $? -eq 0 && -s $w/hf/model.safetensors ]]' \
-    "hf_llama_lora: 3 steps from hf_llama's --save-hf directory, --save-hf wrote it merged"
+    --save-peft "$w/peft" --logits "$w/logits.safetensors" >"$w/a.log" 2>&1
+  check '[[ $? -eq 0 && -s $w/hf/model.safetensors && -s $w/peft/adapter_model.safetensors &&
+           -s $w/peft/adapter_config.json ]]' \
+    "hf_llama_lora: 3 steps from hf_llama's directory; --save-hf wrote it merged, --save-peft the adapters"
   build/hf/hf_llama --steps 1 --load-hf "$work/hf_llama/hf" >"$w/base.log" 2>&1
   l1=$(sed -n 's/^step 1 loss \([^ ]*\).*/\1/p' "$w/a.log")
   l0=$(sed -n 's/^step 1 loss \([^ ]*\).*/\1/p' "$w/base.log")
@@ -126,7 +128,10 @@ if [[ -d $work/hf_llama/hf ]] &&
   check '! cmp -s "$w/hf/model.safetensors" "$work/hf_llama/hf/model.safetensors" &&
          cmp -s "$w/hf/config.json" "$work/hf_llama/hf/config.json"' \
     "hf_llama_lora: the merged weights differ from the loaded ones, config.json is the same"
-  lora_args=(logits "$w/hf" "$w/logits.safetensors")
+  lora_args=(logits "$w/hf" "$w/logits.safetensors" peft "$work/hf_llama/hf" "$w/peft"
+    "$w/logits.safetensors")
+  one_line_exit 2 "hf_llama's --save-peft (no adapters)" "has no LoRA adapters" \
+    build/hf/hf_llama --steps 1 --save-peft "$work/x"
 else
   [[ -d $work/hf_llama/hf ]] && cat "$work/build.log"
   bad "hf_llama_lora builds (and hf_llama's directory is there)"
