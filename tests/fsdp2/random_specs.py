@@ -5,7 +5,8 @@ Usage: random_specs.py OUT_DIR --seed S --count N
 
 Each spec: a Transformer (1-6 blocks; tied or untied output; dropout 0 or 0.1; the model's
 own checkpointing, composable checkpoint(module) on some blocks, or none; the embedding, a
-block or a block's attention frozen) or a Sequential of MLPs (a block frozen); blocks
+block or a block's attention frozen, or LoRA adapters on every block's q, v and w2 with the
+rest frozen) or a Sequential of MLPs (a block frozen); blocks
 sharded one by one, in list groups, or left to the root; embedding and head groups; every
 reshard_after_forward kind (true, false, default, an integer divisor of the shard size);
 forward and backward prefetch lists; a bf16 MixedPrecisionPolicy; uneven shards (sizes
@@ -77,6 +78,16 @@ def transformer(rng, i, world, hsdp):
         lines.append(f"model.layers[{rng.randint(1, n)}]:requires_grad_(false)")
     elif r < 0.3:
         lines.append(f"model.layers[{rng.randint(1, n)}].attention:requires_grad_(false)")
+    elif r < 0.4:
+        # LoRA as torchtune: adapters on q, v and the feed-forward's w2, the rest frozen
+        rank, alpha, ldrop = rng.choice([2, 4]), rng.choice([4, 6, 16]), rng.choice([0, 0.1])
+        for b in range(1, n + 1):
+            for path, fan_in, bias in (("attention.wq", dim, "false"), ("attention.wv", dim, "false"),
+                                       ("feed_forward.w2", 4 * dim, "true")):
+                lines.append(f"model.layers[{b}].{path} = nn.LoRALinear({fan_in}, {dim}, {{ rank = {rank}, "
+                             f"alpha = {alpha}, dropout = {ldrop}, bias = {bias} }})")
+        lines.append("model:requires_grad_(false)")
+        lines.append("for _, p in ipairs(nn.adapter_params(model)) do p:requires_grad_(true) end")
     if ckpt == "composable":
         for b in range(n):
             if rng.random() < 0.5:
