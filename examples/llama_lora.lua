@@ -10,7 +10,8 @@
 -- Start from trained weights with --load-hf DIR (a LlamaForCausalLM directory of this size;
 -- the adapters keep their initialization, lora_b zeros, so the first step is the loaded
 -- model's); --save-hf DIR writes the weights with the adapters merged in (W + alpha/rank B A),
--- --save-peft DIR the adapters alone for PEFT (PeftModel.from_pretrained(base, DIR)).
+-- --save-peft DIR the adapters alone for PEFT (PeftModel.from_pretrained(base, DIR)), which
+-- --load-peft DIR reads back onto a --load-hf base.
 -- Size: small (trains on a CPU in seconds; tests/examples/run.sh trains it)
 -- Run:  ./fsdpgen run examples/llama_lora.lua -- --steps 30 --log-every 10
 --       ./fsdpgen plan examples/llama_lora.lua   (frozen rows, adapters' gradients and state)

@@ -51,6 +51,8 @@ static void print_train_help(const rt_model* m, const char* prog) {
            "  --save-peft DIR       after training, write a LoRA model's adapters as PEFT\n"
            "                        saves them: DIR/adapter_config.json and\n"
            "                        DIR/adapter_model.safetensors (PeftModel.from_pretrained)\n"
+           "  --load-peft DIR       with --load-hf: then read a PEFT LoRA directory\n"
+           "                        (adapter_config.json checked) onto the model's adapters\n"
            "  --load-hf DIR         before step 1, read a Hugging Face directory (config.json\n"
            "                        checked; F32, BF16 or F16 tensors)\n"
            "  --logits FILE         after training, the eval program on validation batch 0:\n"
@@ -166,7 +168,7 @@ static int parse_path(const char* opt, const char* s, const char** out) {
 #define MAX_VAL_BATCHES ((int64_t)1 << 20)
 
 enum { O_STEPS, O_SEED, O_LOG, O_DATA, O_VAL_DATA, O_VAL_EVERY, O_VAL_BATCHES, O_SAVE, O_LOAD,
-       O_SAVE_HF, O_SAVE_PEFT, O_LOAD_HF, O_LOGITS, O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE,
+       O_SAVE_HF, O_SAVE_PEFT, O_LOAD_PEFT, O_LOAD_HF, O_LOGITS, O_CKPT, O_CKPT_EVERY, O_KEEP_CKPT, O_RESUME, O_TRACE,
        O_BENCH, O_PEAK, O_VERBOSE, O_LOCAL, O_NO_GRAPH, O_HELP };
 
 typedef struct opt_def {
@@ -188,6 +190,7 @@ static const opt_def opts[] = {
     {"--load", O_LOAD, "FILE", 1, 0},
     {"--save-hf", O_SAVE_HF, "DIR", 1, 0},
     {"--save-peft", O_SAVE_PEFT, "DIR", 1, 0},
+    {"--load-peft", O_LOAD_PEFT, "DIR", 1, 0},
     {"--load-hf", O_LOAD_HF, "DIR", 1, 0},
     {"--logits", O_LOGITS, "FILE", 1, 0},
     {"--checkpoint", O_CKPT, "DIR", 1, 0},
@@ -271,6 +274,7 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
         case O_LOAD: rc = parse_path(d->name, val, &o->load); break;
         case O_SAVE_HF: rc = parse_path(d->name, val, &o->save_hf); break;
         case O_SAVE_PEFT: rc = parse_path(d->name, val, &o->save_peft); break;
+        case O_LOAD_PEFT: rc = parse_path(d->name, val, &o->load_peft); break;
         case O_LOAD_HF: rc = parse_path(d->name, val, &o->load_hf); break;
         case O_LOGITS: rc = parse_path(d->name, val, &o->logits); break;
         case O_CKPT: rc = parse_path(d->name, val, &o->checkpoint); break;
@@ -302,6 +306,7 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
                                             "the parameters); use one of them");
     const char* hf_opt = o->save_hf     ? "--save-hf"
                          : o->save_peft ? "--save-peft"
+                         : o->load_peft ? "--load-peft"
                          : o->load_hf   ? "--load-hf"
                                         : NULL;
     if (hf_opt && !m->hf) {
@@ -310,9 +315,13 @@ int train_parse_args(const rt_model* m, int conformance, int argc, char** argv, 
                  m->hf_unavailable ? m->hf_unavailable : "(no reason given)");
         return bad(hf_opt, NULL, why);
     }
-    if (o->save_peft && !m->hf->peft_config)
-        return bad("--save-peft", NULL, "this spec's model has no LoRA adapters (models.Llama's "
-                                        "lora_modules makes them)");
+    const char* peft_opt = o->save_peft ? "--save-peft" : o->load_peft ? "--load-peft" : NULL;
+    if (peft_opt && !m->hf->peft_config)
+        return bad(peft_opt, NULL, "this spec's model has no LoRA adapters (models.Llama's "
+                                   "lora_modules makes them)");
+    if (o->load_peft && !o->load_hf)
+        return bad("--load-peft", o->load_peft, "needs --load-hf DIR, the base model the adapters "
+                                                "go on");
     if (o->logits && (!m->tokens || !m->eval || m->loss != RT_LOSS_CROSS_ENTROPY || cuda()))
         return bad("--logits", o->logits, cuda() ? "CPU binaries only (build without --cuda)"
                    : !m->eval ? "the eval program is not available for this spec"

@@ -469,7 +469,10 @@ static void rank_main(rt_comm* comm, void* arg) {
     if (!rc) {
         if (o->resume) rc = train_checkpoint_load(run, &R);
         else if (o->load) rc = train_load(run, &R, o->load);
-        else if (o->load_hf) rc = train_load_hf(run, &R, o->load_hf);
+        else if (o->load_hf) {
+            rc = train_load_hf(run, &R, o->load_hf);
+            if (!rc && o->load_peft) rc = train_load_peft(run, &R, o->load_peft);
+        }
         else rc = train_init_params(run, &R);
         if (rc) train_fail(run, "rank %d: parameter setup failed", R.rank);  // first message wins
         else if (rt_rank_push(&R)) train_fail(run, "rank %d: copying the parameters to the device failed", R.rank);
@@ -593,6 +596,7 @@ int rt_train_main(const rt_model* m, int argc, char** argv) {
     if (!rc && o.save_hf && train_hf_prepare_dir("--save-hf", o.save_hf, 1)) rc = 1;
     if (!rc && o.save_peft && train_hf_prepare_dir("--save-peft", o.save_peft, 1)) rc = 1;
     if (!rc && o.load_hf && train_hf_prepare_dir("--load-hf", o.load_hf, 0)) rc = 1;
+    if (!rc && o.load_peft && train_hf_prepare_dir("--load-peft", o.load_peft, 0)) rc = 1;
     if (!rc && o.data && open_data(&run, "--data", o.data, m->n_forward, &run.data)) rc = 1;
     if (!rc && o.val_data && open_data(&run, "--val-data", o.val_data, 1, &run.val_data)) rc = 1;
     if (!rc && train_checkpoint_prepare(&run)) rc = 1;

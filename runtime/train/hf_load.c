@@ -2,6 +2,7 @@
 // DIR/model.safetensors, or of the files DIR/model.safetensors.index.json lists, read as
 // F32, BF16 or F16, strictly (nothing missing, nothing unexpected, every shape), turned
 // back into the model's parameters (hf.c's transforms) and sharded, as --load does.
+// --load-peft DIR: a PEFT LoRA directory's adapters the same way (peft.c writes them).
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,8 +109,8 @@ static int ignorable(const char* name) {
 
 // HF tensor e (its name or alt) as fp32 into out (train_hf_numel(e) floats); 0, or 1 after
 // train_fail.
-static int read_tensor(train_run* run, const hf_files* fs, const char* dir, const rt_hf_tensor* e,
-                       float* out) {
+static int read_tensor(train_run* run, const char* opt, const hf_files* fs, const char* dir,
+                       const rt_hf_tensor* e, float* out) {
     rt_st_file* f = NULL;
     const rt_st_info* info = find(fs, e->name, &f);
     const char* name = e->name;
@@ -117,7 +118,7 @@ static int read_tensor(train_run* run, const hf_files* fs, const char* dir, cons
     char shape[96], have[96], err[512];
     rt_shape_str(e->ndim, e->shape, shape, sizeof shape);
     if (!info) {
-        train_fail(run, "--load-hf %s: tensor '%s' is missing (expected %s, F32, BF16 or F16)", dir,
+        train_fail(run, "%s %s: tensor '%s' is missing (expected %s, F32, BF16 or F16)", opt, dir,
                    e->name, shape);
         return 1;
     }
@@ -125,13 +126,13 @@ static int read_tensor(train_run* run, const hf_files* fs, const char* dir, cons
     for (int d = 0; same && d < e->ndim; d++) same = info->shape[d] == e->shape[d];
     if (!same) {
         rt_shape_str(info->ndim, info->shape, have, sizeof have);
-        train_fail(run, "--load-hf %s: tensor '%s' has shape %s, the spec's model needs %s", dir,
+        train_fail(run, "%s %s: tensor '%s' has shape %s, the spec's model needs %s", opt, dir,
                    name, have, shape);
         return 1;
     }
     rt_dtype dt = info->dtype == RT_ST_F32 ? RT_F32 : info->dtype == RT_ST_BF16 ? RT_BF16 : RT_F16;
     if (info->dtype != RT_ST_F32 && info->dtype != RT_ST_BF16 && info->dtype != RT_ST_F16) {
-        train_fail(run, "--load-hf %s: tensor '%s' is %s (allowed: F32, BF16, F16)", dir, name,
+        train_fail(run, "%s %s: tensor '%s' is %s (allowed: F32, BF16, F16)", opt, dir, name,
                    rt_st_dtype_name(info->dtype));
         return 1;
     }
@@ -142,7 +143,7 @@ static int read_tensor(train_run* run, const hf_files* fs, const char* dir, cons
                  : rt_st_load(f, name, info->dtype, e->ndim, e->shape, raw, bytes, err, sizeof err);
     if (!rc && dt != RT_F32) rc = rt_convert(out, RT_F32, raw, dt, n);
     if (raw != out) free(raw);
-    if (rc) train_fail(run, "--load-hf %s: %s", dir, raw ? err : "out of memory");
+    if (rc) train_fail(run, "%s %s: %s", opt, dir, raw ? err : "out of memory");
     return rc != 0;
 }
 
@@ -165,7 +166,7 @@ static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char
             rc = !(p[k] = malloc((size_t)pn * sizeof(float)));
         }
     if (rc) train_fail(run, "--load-hf %s: out of memory for '%s'", dir, e->name);
-    if (!rc) rc = read_tensor(run, fs, dir, e, hf);
+    if (!rc) rc = read_tensor(run, "--load-hf", fs, dir, e, hf);
     if (!rc && e->op == RT_HF_ZEROS) {
         for (size_t i = 0; i < n && !rc; i++) rc = hf[i] != 0.0f;
         if (rc)
@@ -180,7 +181,7 @@ static int load_entry(train_run* run, rt_rank* R, const hf_files* fs, const char
             if (!h->tensors[i].tied && h->tensors[i].src[0] == e->src[0]) t = &h->tensors[i];
         rc = !t || !(twin = malloc(n * sizeof(float)));
         if (rc) train_fail(run, "--load-hf %s: out of memory for '%s'", dir, e->name);
-        if (!rc) rc = read_tensor(run, fs, dir, t, twin);
+        if (!rc) rc = read_tensor(run, "--load-hf", fs, dir, t, twin);
         if (!rc && memcmp(twin, hf, n * sizeof(float)) != 0) {
             train_fail(run,
                        "--load-hf %s: '%s' differs from '%s', which it is tied to "
@@ -246,6 +247,125 @@ int train_load_hf(train_run* run, rt_rank* R, const char* dir) {
             }
         }
     for (int i = 0; i < h->ntensors && !rc; i++) rc = load_entry(run, R, &fs, dir, &h->tensors[i]);
+    close_files(&fs);
+    return rc;
+}
+
+// ---- --load-peft ------------------------------------------------------------------------
+
+// DIR/adapter_config.json against the spec's (the map's peft_config): LoRA, the same r and
+// lora_alpha, and none of PEFT's variants whose math differs (rsLoRA's alpha / sqrt(r),
+// DoRA, fan_in_fan_out's transposed weights). 0, or -1 with why in err.
+static int check_peft_config(const rt_hf_map* h, const char* dir, char* err, size_t errlen) {
+    char path[4200], e[256];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    FILE* fp = fopen(path, "rb");
+    if (!fp) return snprintf(err, errlen, "no adapter_config.json: %s", strerror(errno)), -1;
+    char* text = malloc(1 << 20);
+    size_t len = text ? fread(text, 1, (1 << 20) - 1, fp) : 0;
+    fclose(fp);
+    io_json_doc *doc = NULL, *want = NULL;
+    int rc = -1;
+    if (!text)
+        snprintf(err, errlen, "out of memory");
+    else if (io_json_parse(text, len, &doc, e, sizeof e) != 0)
+        snprintf(err, errlen, "adapter_config.json: %s", e);
+    else if (io_json_parse(h->peft_config, strlen(h->peft_config), &want, e, sizeof e) != 0)
+        snprintf(err, errlen, "the spec's PEFT config: %s", e);  // a generator bug
+    else {
+        const io_json *got = io_json_root(doc), *spec = io_json_root(want);
+        const io_json* type = io_json_get(got, "peft_type");
+        rc = 0;
+        if (!type || type->type != IO_JSON_STRING || strcmp(type->str, "LORA") != 0) {
+            snprintf(err, errlen, "adapter_config.json's peft_type is not \"LORA\"");
+            rc = -1;
+        }
+        static const char* numbers[] = {"r", "lora_alpha"};
+        for (int k = 0; k < 2 && !rc; k++) {
+            const io_json *a = io_json_get(got, numbers[k]), *b = io_json_get(spec, numbers[k]);
+            if (!a || a->type != IO_JSON_NUMBER || a->num != b->num) {
+                snprintf(err, errlen, "adapter_config.json's %s is %s, the spec's adapters have %g",
+                         numbers[k], a && a->type == IO_JSON_NUMBER ? a->str : "not a number",
+                         b->num);
+                rc = -1;
+            }
+        }
+        static const char* variants[] = {"use_rslora", "use_dora", "fan_in_fan_out"};
+        for (int k = 0; k < 3 && !rc; k++) {
+            const io_json* a = io_json_get(got, variants[k]);
+            if (a && a->type != IO_JSON_FALSE && a->type != IO_JSON_NULL) {
+                snprintf(err, errlen, "adapter_config.json sets %s, which fsdpgen's LoRA does not "
+                         "compute (allowed: false or absent)", variants[k]);
+                rc = -1;
+            }
+        }
+    }
+    if (doc) io_json_free(doc);
+    if (want) io_json_free(want);
+    free(text);
+    return rc;
+}
+
+int train_load_peft(train_run* run, rt_rank* R, const char* dir) {
+    const rt_model* m = run->m;
+    const rt_hf_map* h = m->hf;
+    char err[512], path[4200];
+    if (check_peft_config(h, dir, err, sizeof err) != 0) {
+        train_fail(run, "--load-peft %s: %s", dir, err);
+        return 1;
+    }
+    hf_files fs = {.n = 0};
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (rt_st_open(path, &fs.f[0], err, sizeof err) != 0) {
+        train_fail(run, "--load-peft %s: %s", dir, err);
+        return 1;
+    }
+    fs.n = 1;
+    int rc = 0, expected = 0;
+    for (int i = 0; i < h->ntensors && !rc; i++) {
+        const rt_hf_tensor* e = &h->tensors[i];
+        if (e->lora_scale == 0) continue;
+        for (int k = 0; k < 2 && !rc; k++) {  // lora_A as it is; lora_B's rows as its weight's
+            const rt_model_param* p = &m->params[e->lora[k]];
+            rt_hf_tensor t = {.op = k && e->op == RT_HF_ROPE ? RT_HF_ROPE : RT_HF_COPY,
+                              .heads = e->heads, .ndim = 2, .shape = {p->shape[0], p->shape[1]}};
+            char* name = train_peft_name(e->name, k ? "lora_B.weight" : "lora_A.weight");
+            size_t n = (size_t)(p->shape[0] * p->shape[1]);
+            float *hf = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float));
+            t.name = name;
+            rc = !name || !hf || !w;
+            if (rc) train_fail(run, "--load-peft %s: out of memory", dir);
+            if (!rc) rc = read_tensor(run, "--load-peft", &fs, dir, &t, hf);
+            if (!rc) {
+                float* dst[3] = {w, NULL, NULL};
+                train_hf_move(m, &t, dst, hf, 0);
+                rc = train_shard_param(run, R, e->lora[k], w, "--load-peft");
+            }
+            expected++;
+            free(name), free(hf), free(w);
+        }
+    }
+    // Nothing else: an adapter of a module the spec does not adapt is another model. PEFT
+    // also saves the output head's base weight ("lm_head.base_layer.weight"), which the
+    // base model gives here.
+    int found = 0;
+    for (size_t i = 0; i < rt_st_count(fs.f[0]) && !rc; i++) {
+        const char* name = rt_st_at(fs.f[0], i)->name;
+        size_t n = strlen(name), s = strlen(".base_layer.weight");
+        if (n > s && strcmp(name + n - s, ".base_layer.weight") == 0) continue;
+        int lora = strstr(name, ".lora_A.weight") || strstr(name, ".lora_B.weight");
+        found += lora;
+        if (!lora) {
+            train_fail(run, "--load-peft %s: unexpected tensor '%s' (allowed: LoRA's lora_A and "
+                       "lora_B of the spec's adapted modules)", dir, name);
+            rc = 1;
+        }
+    }
+    if (!rc && found != expected) {
+        train_fail(run, "--load-peft %s: adapter_model.safetensors holds %d adapters' tensors, the "
+                   "spec's are %d (its target_modules differ)", dir, found, expected);
+        rc = 1;
+    }
     close_files(&fs);
     return rc;
 }

@@ -2,7 +2,7 @@
 // them, for PeftModel.from_pretrained(base, DIR): DIR/adapter_model.safetensors (each
 // adapted weight's lora_A [r, in] and lora_B [out, r], fp32, under PEFT's names, lora_B's
 // rows in the base weight's Hugging Face order) and DIR/adapter_config.json (the map's
-// peft_config, written by the generator).
+// peft_config, written by the generator). Reading them back (--load-peft) is hf_load.c.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 #include "train_internal.h"
 
 // "base_model.model." + the weight's HF module (its name less ".weight") + "." + which.
-static char* peft_name(const char* hf_name, const char* which) {
+char* train_peft_name(const char* hf_name, const char* which) {
     size_t n = strlen(hf_name) - strlen(".weight");
     size_t cap = n + strlen(which) + 32;
     char* s = malloc(cap);
@@ -48,8 +48,8 @@ static int write_peft(train_run* run, float* const* full, const char* dir) {
         if (e->lora_scale == 0) continue;
         const rt_model_param* a = &m->params[e->lora[0]];
         const rt_model_param* b = &m->params[e->lora[1]];
-        names[n] = peft_name(e->name, "lora_A.weight");
-        names[n + 1] = peft_name(e->name, "lora_B.weight");
+        names[n] = train_peft_name(e->name, "lora_A.weight");
+        names[n + 1] = train_peft_name(e->name, "lora_B.weight");
         bufs[nb] = malloc((size_t)(b->shape[0] * b->shape[1]) * sizeof(float));
         if (!names[n] || !names[n + 1] || !bufs[nb]) {
             rc = 1;

@@ -35,6 +35,7 @@ typedef struct train_opts {
     const char* load;
     const char* save_hf;       // --save-hf DIR (Hugging Face directory), or NULL
     const char* save_peft;     // --save-peft DIR (a LoRA model's adapters as PEFT saves them), or NULL
+    const char* load_peft;     // --load-peft DIR (such adapters, onto --load-hf's model), or NULL
     const char* load_hf;       // --load-hf DIR, or NULL
     const char* logits;        // --logits FILE: the eval's logits of validation batch 0, or NULL
     const char* checkpoint;
@@ -174,6 +175,11 @@ void train_free_full(const rt_model* m, float** full);
 int train_hf_prepare_dir(const char* opt, const char* dir, int create);
 int train_save_hf(train_run* run, rt_rank* R, const char* dir);
 int train_save_peft(train_run* run, rt_rank* R, const char* dir);
+// --load-peft DIR, after --load-hf: the adapters of a PEFT LoRA directory onto the model's.
+int train_load_peft(train_run* run, rt_rank* R, const char* dir);
+// PEFT's name of an adapted weight's adapter: "base_model.model." + the HF module + "." +
+// which ("lora_A.weight"); malloc'd, NULL when out of memory.
+char* train_peft_name(const char* hf_name, const char* which);
 int train_load_hf(train_run* run, rt_rank* R, const char* dir);
 // DIR/config.json written from m->hf, or checked against it (err: the first field that
 // differs). Return 0, or -1 with one line in err.

@@ -16,7 +16,7 @@ the binary's --logits file:
 Pairs after the word `logits` get the first check alone (a LoRA model's merged directory
 against the binary's logits with its adapters); triples after the word `peft` (BASE
 ADAPTERS LOGITS: a --save-peft directory) are loaded with PEFT onto BASE and compared the
-same way, with the base alone as the control.
+same way, with the base alone as the control, and saved again by PEFT as ADAPTERS_peft.
 Prints PASS/FAIL lines; the caller counts them.
 """
 import json
@@ -176,6 +176,8 @@ def peft(base, adapters, path):
           % (name, pm.peft_config["default"].r, pm.peft_config["default"].lora_alpha, diff, tol))
     check(bare > tol, "%s control: the base model without the adapters differs (max |diff| %.3g > %.3g)"
           % (name, bare, tol))
+    # PEFT's own directory of them (its adapter_config.json has every field), for --load-peft
+    pm.save_pretrained(adapters + "_peft")
 
 
 if __name__ == "__main__":

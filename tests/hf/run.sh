@@ -14,6 +14,7 @@
 #     first loss (the adapters start at zero), and after training --save-hf merges the
 #     adapters: transformers' logits from that directory equal the binary's with them, as do
 #     PEFT's from --save-peft's adapters on hf_llama's directory (with peft installed);
+#     --load-peft of those adapters, and of PEFT's own save of them, gives the run's bits;
 #   - errors, each one line and exit 1: a config.json field that differs (or is absent
 #     with another default), a missing tensor, an unexpected one, a wrong shape, GPT-2's
 #     lm_head not its wte or an attention bias not zero, a symlinked DIR, a DIR that is a
@@ -116,7 +117,7 @@ mkdir -p "$w"
 if [[ -d $work/hf_llama/hf ]] &&
    ./fsdpgen build tests/hf/hf_llama_lora.lua -o build/hf >"$work/build.log" 2>&1; then
   build/hf/hf_llama_lora --steps 3 --load-hf "$work/hf_llama/hf" --save-hf "$w/hf" \
-    --save-peft "$w/peft" --logits "$w/logits.safetensors" >"$w/a.log" 2>&1
+    --save-peft "$w/peft" --logits "$w/logits.safetensors" --save "$w/a.safetensors" >"$w/a.log" 2>&1
   check '[[ $? -eq 0 && -s $w/hf/model.safetensors && -s $w/peft/adapter_model.safetensors &&
            -s $w/peft/adapter_config.json ]]' \
     "hf_llama_lora: 3 steps from hf_llama's directory; --save-hf wrote it merged, --save-peft the adapters"
@@ -142,6 +143,30 @@ if [[ -n $py && ${#built[@]} -gt 0 ]]; then
   args=()
   for name in "${built[@]}"; do args+=("$work/$name/hf" "$work/$name/logits.safetensors"); done
   py_check prepare "${args[@]}" "${lora_args[@]}"
+fi
+
+# --load-peft: the adapters of --save-peft, and of PEFT's own save of them, onto hf_llama's
+# directory, then a step, save the bits of --load of the run's --save then a step.
+w=$work/hf_llama_lora
+if [[ -s $w/peft/adapter_model.safetensors ]]; then
+  bin=build/hf/hf_llama_lora
+  "$bin" --steps 1 --load "$w/a.safetensors" --save "$w/b_load.safetensors" >/dev/null 2>&1
+  "$bin" --steps 1 --load-hf "$work/hf_llama/hf" --load-peft "$w/peft" \
+    --save "$w/b_peft.safetensors" >"$w/b_peft.log" 2>&1
+  check 'cmp -s "$w/b_load.safetensors" "$w/b_peft.safetensors" && [[ -s $w/b_peft.safetensors ]]' \
+    "hf_llama_lora: --load-hf and --load-peft of its adapters, then a step, save --load's bits"
+  if [[ -d $w/peft_peft ]]; then
+    "$bin" --steps 1 --load-hf "$work/hf_llama/hf" --load-peft "$w/peft_peft" \
+      --save "$w/b_peft2.safetensors" >"$w/b_peft2.log" 2>&1
+    check 'cmp -s "$w/b_load.safetensors" "$w/b_peft2.safetensors"' \
+      "hf_llama_lora: a directory PEFT's save_pretrained wrote loads to the same bits"
+  fi
+  one_line_exit 2 "hf_llama_lora: --load-peft without --load-hf" "needs --load-hf DIR" \
+    "$bin" --steps 1 --load-peft "$w/peft"
+  cp -r "$w/peft" "$w/peft_r"
+  sed -i 's/"r": 4/"r": 8/' "$w/peft_r/adapter_config.json"
+  one_line_exit 1 "hf_llama_lora: adapters of another rank" "adapter_config.json's r is 8" \
+    "$bin" --steps 1 --load-hf "$work/hf_llama/hf" --load-peft "$w/peft_r"
 fi
 
 for name in "${built[@]}"; do
