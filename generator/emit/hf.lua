@@ -273,7 +273,7 @@ function M.emit(b, plan, index_of)
   end
   local peft = ""
   if map.peft then
-    -- adapter_config.json's text, in string literals of at most 80 columns
+    -- adapter_config.json's text, 60 characters of it a string literal (lines under 100 columns)
     b:line("static const char hf_peft_config[] =")
     b:indent()
     local text, parts = json(map.peft), {}
