@@ -69,6 +69,21 @@ function nn.init.normal_(p, mean, std)
   p.init = { kind = "normal", std = std }
   return p
 end
+-- kaiming_uniform_(p, a): uniform in gain * sqrt(3 / fan_in), gain = sqrt(2 / (1 + a^2))
+-- (PyTorch's leaky_relu default; fan_in: the product of the dims after the first), as
+-- torchtune initializes lora_a with a = sqrt(5), which is a Linear's own initialization.
+function nn.init.kaiming_uniform_(p, a)
+  init_param(p, "kaiming_uniform_")
+  a = init_number(a or 0, "kaiming_uniform_", "a")
+  if #p.shape < 2 then
+    errors.raise("nn.init.kaiming_uniform_: fan in cannot be computed for a tensor with fewer "
+      .. "than 2 dimensions (PyTorch's error)")
+  end
+  local fan_in = 1
+  for i = 2, #p.shape do fan_in = fan_in * p.shape[i] end
+  p.init = { kind = "uniform", bound = math.sqrt(2 / (1 + a * a)) * math.sqrt(3 / fan_in) }
+  return p
+end
 function nn.init.uniform_(p, a, b)
   init_param(p, "uniform_")
   a, b = init_number(a or 0, "uniform_", "a"), init_number(b or 1, "uniform_", "b")

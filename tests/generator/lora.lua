@@ -113,6 +113,16 @@ check(m.norm.weight.init.kind == "zeros" and m.output.weight.init.kind == "ones"
   and m.tok_embeddings.weight.init.kind == "normal" and m.tok_embeddings.weight.init.std == 0.02
   and m.layers[1].attention.wq.weight.init.kind == "uniform" and m.layers[1].attention.wq.weight.init.bound == 0.1,
   "nn.init.zeros_, ones_, normal_(0, std), uniform_(-b, b) set the kind the binary draws and return the parameter")
+local p2 = util.plan_source(source("", [[
+nn.init.kaiming_uniform_(model.output.weight, math.sqrt(5))
+nn.init.kaiming_uniform_(model.layers[1].feed_forward.w2.weight)]]))
+local kb = p2.spec.model.output.weight.init.bound
+local kb2 = p2.spec.model.layers[1].feed_forward.w2.weight.init.bound
+check(math.abs(kb - 1 / math.sqrt(32)) < 1e-15 and math.abs(kb2 - math.sqrt(6 / 48)) < 1e-15,
+  string.format("nn.init.kaiming_uniform_: a = sqrt(5) is a Linear's 1/sqrt(fan_in) (%.6g), a = 0 "
+    .. "sqrt(6/fan_in) (%.6g)", kb, kb2))
+msg = spec_error("", "nn.init.kaiming_uniform_(model.norm.weight)")
+check(msg:find("^nn.init.kaiming_uniform_: fan in cannot be computed") ~= nil, "kaiming_uniform_ of a 1-D: " .. msg)
 msg = spec_error("", "nn.init.normal_(model.norm.weight, 1, 0.02)")
 check(msg == "nn.init.normal_: mean 1, std 0.02: fsdpgen draws mean 0 and std >= 0", "normal_ mean 1: " .. msg)
 msg = spec_error("", "nn.init.uniform_(model.norm.weight, 0, 1)")
