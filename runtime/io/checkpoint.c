@@ -416,13 +416,7 @@ int rt_ckpt_finish(const char *dir, int world_size, uint64_t step, char *err,
         return io_errf(err, errlen, "checkpoint directory path too long: '%s'", dir);
     int n = snprintf(text, sizeof text, "fsdpgen checkpoint %d\nworld_size %d\nstep %llu\n",
                      RT_CKPT_VERSION, world_size, (unsigned long long)step);
-    io_atomic a;
-    if (io_atomic_open(&a, mp, err, errlen) != 0) return -1;
-    if (io_atomic_write(&a, text, (size_t)n, err, errlen) != 0) {
-        io_atomic_abort(&a);
-        return -1;
-    }
-    return io_atomic_commit(&a, err, errlen);
+    return io_atomic_write_file(mp, text, (size_t)n, err, errlen);
 }
 
 int rt_ckpt_probe(const char *dir, int *world_size, uint64_t *step, char *err,

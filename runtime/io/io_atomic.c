@@ -166,3 +166,13 @@ void io_atomic_abort(io_atomic *a) {
     }
     a->failed = 1;
 }
+
+int io_atomic_write_file(const char *path, const void *buf, size_t n, char *err, size_t errlen) {
+    io_atomic a;
+    if (io_atomic_open(&a, path, err, errlen) != 0) return -1;
+    if (io_atomic_write(&a, buf, n, err, errlen) != 0) {
+        io_atomic_abort(&a);
+        return -1;
+    }
+    return io_atomic_commit(&a, err, errlen);
+}

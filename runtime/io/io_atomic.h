@@ -27,6 +27,8 @@ int io_atomic_pwrite(io_atomic *a, long long offset, const void *buf, size_t n,
 int io_atomic_commit(io_atomic *a, char *err, size_t errlen);
 // Closes and removes the temp file (safe to call after a failed open/commit).
 void io_atomic_abort(io_atomic *a);
+// The whole file at once: open, write n bytes, commit (or abort).
+int io_atomic_write_file(const char *path, const void *buf, size_t n, char *err, size_t errlen);
 
 // fsyncs the directory that holds `path` so a rename/unlink in it is durable.
 int io_fsync_parent_dir(const char *path, char *err, size_t errlen);

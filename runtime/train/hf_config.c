@@ -37,13 +37,7 @@ int train_hf_write_config(const rt_model* m, const char* dir, char* err, size_t 
     n += (size_t)snprintf(text + n, cap - n, "\n}\n");
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    io_atomic a;
-    int rc = io_atomic_open(&a, path, err, errlen);
-    if (!rc) rc = io_atomic_write(&a, text, n, err, errlen);
-    if (!rc)
-        rc = io_atomic_commit(&a, err, errlen);
-    else
-        io_atomic_abort(&a);
+    int rc = io_atomic_write_file(path, text, n, err, errlen);
     free(text);
     return rc;
 }
