@@ -325,24 +325,20 @@ int train_load_peft(train_run* run, rt_rank* R, const char* dir) {
     for (int i = 0; i < h->ntensors && !rc; i++) {
         const rt_hf_tensor* e = &h->tensors[i];
         if (e->lora_scale == 0) continue;
-        for (int k = 0; k < 2 && !rc; k++) {  // lora_A as it is; lora_B's rows as its weight's
-            const rt_model_param* p = &m->params[e->lora[k]];
-            rt_hf_tensor t = {.op = k && e->op == RT_HF_ROPE ? RT_HF_ROPE : RT_HF_COPY,
-                              .heads = e->heads, .ndim = 2, .shape = {p->shape[0], p->shape[1]}};
-            char* name = train_peft_name(e->name, k ? "lora_B.weight" : "lora_A.weight");
-            size_t n = (size_t)(p->shape[0] * p->shape[1]);
+        for (int k = 0; k < 2 && !rc; k++) {
+            rt_hf_tensor t = train_peft_tensor(m, e, k);
+            size_t n = (size_t)train_hf_numel(&t);
             float *hf = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float));
-            t.name = name;
-            rc = !name || !hf || !w;
+            rc = !t.name || !hf || !w;
             if (rc) train_fail(run, "--load-peft %s: out of memory", dir);
             if (!rc) rc = read_tensor(run, "--load-peft", &fs, dir, &t, hf);
             if (!rc) {
                 float* dst[3] = {w, NULL, NULL};
                 train_hf_move(m, &t, dst, hf, 0);
-                rc = train_shard_param(run, R, e->lora[k], w, "--load-peft");
+                rc = train_shard_param(run, R, t.src[0], w, "--load-peft");
             }
             expected++;
-            free(name), free(hf), free(w);
+            free((char*)t.name), free(hf), free(w);
         }
     }
     // Nothing else: an adapter of a module the spec does not adapt is another model. PEFT

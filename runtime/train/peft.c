@@ -11,60 +11,61 @@
 #include "rt_safetensors.h"
 #include "train_internal.h"
 
-// "base_model.model." + the weight's HF module (its name less ".weight") + "." + which.
-char* train_peft_name(const char* hf_name, const char* which) {
-    size_t n = strlen(hf_name) - strlen(".weight");
-    size_t cap = n + strlen(which) + 32;
-    char* s = malloc(cap);
-    if (s) snprintf(s, cap, "base_model.model.%.*s.%s", (int)n, hf_name, which);
-    return s;
+// Adapter k (0: lora_A [r, in], 1: lora_B [out, r]) of adapted weight e as PEFT stores it:
+// "base_model.model." + the weight's HF module (its name less ".weight") + ".lora_A.weight"
+// or ".lora_B.weight"; lora_B's rows in the weight's HF order (q and k: the rotary pairs
+// reordered), lora_A as it is. The name is malloc'd (NULL when out of memory).
+rt_hf_tensor train_peft_tensor(const rt_model* m, const rt_hf_tensor* e, int k) {
+    const rt_model_param* p = &m->params[e->lora[k]];
+    rt_hf_tensor t = {.op = k && e->op == RT_HF_ROPE ? RT_HF_ROPE : RT_HF_COPY,
+                      .src = {e->lora[k], -1, -1}, .heads = e->heads, .ndim = 2,
+                      .shape = {p->shape[0], p->shape[1]}};
+    size_t n = strlen(e->name) - strlen(".weight"), cap = n + 64;
+    char* name = malloc(cap);
+    if (name)
+        snprintf(name, cap, "base_model.model.%.*s.%s", (int)n, e->name,
+                 k ? "lora_B.weight" : "lora_A.weight");
+    t.name = name;
+    return t;
 }
 
-static int write_config(const rt_hf_map* h, const char* dir, char* err, size_t errlen) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    io_atomic a;
-    int rc = io_atomic_open(&a, path, err, errlen);
-    if (!rc) rc = io_atomic_write(&a, h->peft_config, strlen(h->peft_config), err, errlen);
-    if (!rc) rc = io_atomic_write(&a, "\n", 1, err, errlen);
-    if (!rc)
-        rc = io_atomic_commit(&a, err, errlen);
-    else
-        io_atomic_abort(&a);
-    return rc;
+// DIR/adapter_config.json: the map's config text and a newline. 0, or 1 after train_fail.
+static int write_config(train_run* run, const char* config, const char* dir) {
+    char err[512], path[4200];
+    size_t n = strlen(config);
+    char* text = malloc(n + 1);
+    int rc = !text;
+    if (text) {
+        memcpy(text, config, n);
+        text[n] = '\n';
+        snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+        rc = io_atomic_write_file(path, text, n + 1, err, sizeof err);
+    }
+    if (rc)
+        train_fail(run, "--save-peft %s: adapter_config.json: %s", dir, text ? err : "out of memory");
+    free(text);
+    return rc != 0;
 }
 
 static int write_peft(train_run* run, float* const* full, const char* dir) {
     const rt_model* m = run->m;
     const rt_hf_map* h = m->hf;
+    rt_hf_tensor* e = calloc(2 * (size_t)h->ntensors, sizeof *e);   // the adapters, as PEFT's
     rt_st_tensor* t = calloc(2 * (size_t)h->ntensors, sizeof *t);
-    float** bufs = calloc((size_t)h->ntensors, sizeof *bufs);
-    char** names = calloc(2 * (size_t)h->ntensors, sizeof *names);
-    int64_t(*shapes)[2] = calloc(2 * (size_t)h->ntensors, sizeof *shapes);
+    float** bufs = calloc(2 * (size_t)h->ntensors, sizeof *bufs);
     char err[512], path[4200];
-    int rc = !t || !bufs || !names || !shapes, n = 0, nb = 0;
+    int rc = !e || !t || !bufs, n = 0;
     for (int i = 0; i < h->ntensors && !rc; i++) {
-        const rt_hf_tensor* e = &h->tensors[i];
-        if (e->lora_scale == 0) continue;
-        const rt_model_param* a = &m->params[e->lora[0]];
-        const rt_model_param* b = &m->params[e->lora[1]];
-        names[n] = train_peft_name(e->name, "lora_A.weight");
-        names[n + 1] = train_peft_name(e->name, "lora_B.weight");
-        bufs[nb] = malloc((size_t)(b->shape[0] * b->shape[1]) * sizeof(float));
-        if (!names[n] || !names[n + 1] || !bufs[nb]) {
-            rc = 1;
-            break;
+        if (h->tensors[i].lora_scale == 0) continue;
+        for (int k = 0; k < 2 && !rc; k++, n++) {
+            e[n] = train_peft_tensor(m, &h->tensors[i], k);
+            bufs[n] = malloc((size_t)train_hf_numel(&e[n]) * sizeof(float));
+            rc = !e[n].name || !bufs[n];
+            if (rc) break;
+            float* src[3] = {full[e[n].src[0]], NULL, NULL};
+            train_hf_move(m, &e[n], src, bufs[n], 1);
+            t[n] = (rt_st_tensor){e[n].name, RT_ST_F32, 2, e[n].shape, bufs[n]};
         }
-        // lora_B's rows as the base weight's: HF's q and k rows are the rotary pairs reordered
-        rt_hf_tensor rows = {.op = e->op == RT_HF_ROPE ? RT_HF_ROPE : RT_HF_COPY,
-                             .heads = e->heads, .ndim = 2, .shape = {b->shape[0], b->shape[1]}};
-        float* src[3] = {full[e->lora[1]], NULL, NULL};
-        train_hf_move(m, &rows, src, bufs[nb], 1);
-        shapes[n][0] = a->shape[0], shapes[n][1] = a->shape[1];
-        shapes[n + 1][0] = b->shape[0], shapes[n + 1][1] = b->shape[1];
-        t[n] = (rt_st_tensor){names[n], RT_ST_F32, 2, shapes[n], full[e->lora[0]]};
-        t[n + 1] = (rt_st_tensor){names[n + 1], RT_ST_F32, 2, shapes[n + 1], bufs[nb]};
-        n += 2, nb++;
     }
     if (rc) train_fail(run, "--save-peft %s: out of memory", dir);
     rt_st_meta meta[] = {{"format", "pt"}};
@@ -73,14 +74,10 @@ static int write_peft(train_run* run, float* const* full, const char* dir) {
         train_fail(run, "--save-peft %s: %s", dir, err);
         rc = 1;
     }
-    if (!rc && write_config(h, dir, err, sizeof err) != 0) {
-        train_fail(run, "--save-peft %s: adapter_config.json: %s", dir, err);
-        rc = 1;
-    }
+    if (!rc) rc = write_config(run, h->peft_config, dir);
     if (!rc) printf("saved %d LoRA adapters as PEFT's to %s\n", n / 2, dir);
-    for (int i = 0; names && i < 2 * h->ntensors; i++) free(names[i]);
-    for (int i = 0; bufs && i < h->ntensors; i++) free(bufs[i]);
-    free(names), free(bufs), free(shapes), free(t);
+    for (int i = 0; e && bufs && i < 2 * h->ntensors; i++) free((char*)e[i].name), free(bufs[i]);
+    free(e), free(bufs), free(t);
     return rc;
 }
 

@@ -177,9 +177,9 @@ int train_save_hf(train_run* run, rt_rank* R, const char* dir);
 int train_save_peft(train_run* run, rt_rank* R, const char* dir);
 // --load-peft DIR, after --load-hf: the adapters of a PEFT LoRA directory onto the model's.
 int train_load_peft(train_run* run, rt_rank* R, const char* dir);
-// PEFT's name of an adapted weight's adapter: "base_model.model." + the HF module + "." +
-// which ("lora_A.weight"); malloc'd, NULL when out of memory.
-char* train_peft_name(const char* hf_name, const char* which);
+// Adapter k (0: lora_A, 1: lora_B; src[0] its parameter) of adapted weight e as PEFT
+// stores it: its name (malloc'd; NULL when out of memory), shape and row order.
+rt_hf_tensor train_peft_tensor(const rt_model* m, const rt_hf_tensor* e, int k);
 int train_load_hf(train_run* run, rt_rank* R, const char* dir);
 // DIR/config.json written from m->hf, or checked against it (err: the first field that
 // differs). Return 0, or -1 with one line in err.
