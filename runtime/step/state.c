@@ -81,6 +81,10 @@ int64_t rt_step_ugrad_numel(rt_rank* R, int g) {
     return rt_model_grad_numel(G(R, g)) * R->groups[g].layout.world;
 }
 
+float* rt_step_sharded_grads(rt_rank* R, int g) {
+    return rt_step_f32(R, G(R, g)->grads_off, 0, rt_model_grad_numel(G(R, g)));
+}
+
 void rt_step_param_ptrs(rt_rank* R, int g, size_t off, void** out) {
     const rt_model_group* mg = G(R, g);
     const rt_rank_group* rg = &R->groups[g];

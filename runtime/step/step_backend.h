@@ -97,6 +97,9 @@ void rt_step_grad_ptrs(rt_rank* R, int g, size_t off, void** out);
 // Elements of group g's unsharded gradients: its trainable parameters' padded shards
 // (rt_model_grad_numel) times the shard world.
 int64_t rt_step_ugrad_numel(rt_rank* R, int g);
+// Group g's fp32 sharded gradients, the whole rank block of them (rt_model_grad_numel
+// elements: the trainable parameters' alone).
+float* rt_step_sharded_grads(rt_rank* R, int g);
 // fp32 view [elem, elem + n) of the buffer at byte offset off (checked).
 float* rt_step_f32(rt_rank* R, size_t off, int64_t elem, int64_t n);
 // Group g's optimizer operands over rank-block elements [lo, lo + n) of the parameters:

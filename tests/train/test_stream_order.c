@@ -361,6 +361,10 @@ rt_optim_span rt_step_optim_span(rt_rank* R, int g, int64_t lo, int64_t glo, int
 int64_t rt_step_ugrad_numel(rt_rank* R, int g) {
     return rt_model_grad_numel(&R->model->groups[g]) * R->groups[g].layout.world;
 }
+float* rt_step_sharded_grads(rt_rank* R, int g) {
+    const rt_model_group* mg = &R->model->groups[g];
+    return rt_step_f32(R, mg->grads_off, 0, rt_model_grad_numel(mg));
+}
 double rt_step_lr(const rt_rank* R, int item) { return (void)item, R->model->optim.lr; }
 rt_step_fn rt_step_next(rt_rank* R) { return R->model->step; }  // no eval runs here
 void rt_rank_die(rt_rank* R, const char* fmt, ...) {

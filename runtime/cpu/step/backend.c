@@ -352,10 +352,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
     double t0 = now_s();
     double local = 0;
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced) {  // the others have no gradient this step (rt_step_begin)
-            const int64_t n = rt_model_grad_numel(&m->groups[g]);
-            local += rt_sumsq(rt_step_f32(R, m->groups[g].grads_off, 0, n), (size_t)n);
-        }
+        if (R->groups[g].reduced)  // the others have no gradient this step (rt_step_begin)
+            local += rt_sumsq(rt_step_sharded_grads(R, g),
+                              (size_t)rt_model_grad_numel(&m->groups[g]));
     // Replicas hold identical shards: the norm sums over one shard group.
     float sum = (float)local;
     if (rt_comm_size(R->mesh.shard) > 1) {
@@ -364,11 +363,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
     }
     double total = sqrt((double)sum);
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced) {
-            const int64_t n = rt_model_grad_numel(&m->groups[g]);
-            rt_clip_grad_norm(rt_step_f32(R, m->groups[g].grads_off, 0, n), (size_t)n, total,
-                              m->grad_clip);
-        }
+        if (R->groups[g].reduced)
+            rt_clip_grad_norm(rt_step_sharded_grads(R, g),
+                              (size_t)rt_model_grad_numel(&m->groups[g]), total, m->grad_clip);
     span(R, t0, &R->t_optim, 0, "clip_grad_norm", "optimizer");
 }
 

@@ -472,7 +472,7 @@ static const cuda_reduction* begin_reduction(rt_rank* R, int g, int r, int accum
     const cuda_reduction* cr = r ? &cg->rs_some[r - 1] : &cg->rs;
     const rt_model_group* mg = &R->model->groups[g];
     if (r && !accumulate && !mg->reductions[r - 1].part) {
-        float* sharded = rt_step_f32(R, mg->grads_off, 0, rt_model_grad_numel(mg));
+        float* sharded = rt_step_sharded_grads(R, g);
         rtcs_copy(&cr->zero_rest, sharded, RT_F32, sharded, RT_F32, 0, stream);
     }
     return cr;
@@ -499,8 +499,8 @@ void rtb_reduce_scatter(rt_rank* R, int g, int r, size_t grads_off, rt_dtype gra
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
     cudaStream_t done = reduce(R, g, L, in, out, &t);
-    rtcs_copy(&cr->view_out, rt_step_f32(R, mg->grads_off, 0, rt_model_grad_numel(mg)), RT_F32,
-              out, mg->reduce_dtype, accumulate, done);
+    rtcs_copy(&cr->view_out, rt_step_sharded_grads(R, g), RT_F32, out, mg->reduce_dtype,
+              accumulate, done);
     cs_trace_close(R, t, done);
     // The plan frees the previous reduction's output at this step (see the top of the file);
     // waited before post_done is recorded again.
@@ -542,8 +542,8 @@ void rtb_reduce_direct(rt_rank* R, int g, int r, size_t grads_off, rt_dtype grad
     after(R, 2, c->rs, c->compute, c->fork);
     int t = cs_trace_open(R, c->rs, RT_TRACE_REDUCE_SCATTER, mg->name, "reduce_scatter");
     const cuda_reduction* cr = begin_reduction(R, g, r, accumulate, c->rs);
-    rtcs_copy_rounded(&cr->rs_direct, rt_step_f32(R, mg->grads_off, 0, rt_model_grad_numel(mg)),
-                      RT_F32, rt_step_f32(R, grads_off, 0, rt_step_ugrad_numel(R, g)), grads_dtype,
+    rtcs_copy_rounded(&cr->rs_direct, rt_step_sharded_grads(R, g), RT_F32,
+                      rt_step_f32(R, grads_off, 0, rt_step_ugrad_numel(R, g)), grads_dtype,
                       accumulate, c->rs);
     cs_trace_close(R, t, c->rs);
     CS(R, cudaEventRecord(c->rs_done, c->rs));
@@ -568,11 +568,9 @@ void rtb_clip_grad_norm(rt_rank* R) {
     int t = cs_trace_open(R, c->compute, RT_TRACE_COMPUTE, "clip_grad_norm", "optimizer");
     CS(R, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced) {  // the others have no gradient this step (rt_step_begin)
-            const int64_t n = rt_model_grad_numel(&m->groups[g]);
-            float* grads = rt_step_f32(R, m->groups[g].grads_off, 0, n);
-            rt_cuda_sumsq_accumulate(c->d_sumsq, grads, (size_t)n);
-        }
+        if (R->groups[g].reduced)  // the others have no gradient this step (rt_step_begin)
+            rt_cuda_sumsq_accumulate(c->d_sumsq, rt_step_sharded_grads(R, g),
+                                     (size_t)rt_model_grad_numel(&m->groups[g]));
     rt_cuda_sumsq_to_float(c->d_total, c->d_sumsq);
     // Replicas hold identical shards: the norm sums over one shard group.
     if (rt_comm_size(R->mesh.shard) > 1) {
@@ -580,11 +578,10 @@ void rtb_clip_grad_norm(rt_rank* R) {
         if (st) rt_rank_die(R, "clip_grad_norm all-reduce: %s", rt_comm_last_error(R->mesh.shard));
     }
     for (int g = 0; g < m->ngroups; g++)
-        if (R->groups[g].reduced) {
-            const int64_t n = rt_model_grad_numel(&m->groups[g]);
-            float* grads = rt_step_f32(R, m->groups[g].grads_off, 0, n);
-            rt_cuda_clip_by_total(grads, (size_t)n, c->d_total, m->grad_clip);
-        }
+        if (R->groups[g].reduced)
+            rt_cuda_clip_by_total(rt_step_sharded_grads(R, g),
+                                  (size_t)rt_model_grad_numel(&m->groups[g]), c->d_total,
+                                  m->grad_clip);
     cs_trace_close(R, t, c->compute);
 }
 
