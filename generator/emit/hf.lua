@@ -193,9 +193,9 @@ function M.map(plan)
   for _, e in ipairs(tensors) do
     -- a LoRALinear's weight: saved merged with its adapters (torchtune's merged checkpoint);
     -- on load the adapters keep their initialization (lora_b zeros: the loaded model exactly)
-    local owner = #e.src == 1 and not e.tied and model:get(e.src[1]:match("^(.*)%.weight$") or "")
+    local f = #e.src == 1 and not e.tied and e.src[1]:match("^(.*)%.weight$")
+    local owner = f and model:get(f)
     if owner and rawget(owner, "_type") == "LoRALinear" then
-      local f = e.src[1]:match("^(.*)%.weight$")
       e.lora = { f .. ".lora_a.weight", f .. ".lora_b.weight", scale = owner.alpha / owner.rank }
       local module = e.name:match("([^.]+)%.weight$")
       if not seen[module] then seen[module] = true; targets[#targets + 1] = module end
