@@ -7,6 +7,7 @@
 #ifndef FSDPGEN_COMMON_KCHECK_H
 #define FSDPGEN_COMMON_KCHECK_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -165,6 +166,20 @@
         RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, kernel_);                            \
         RT_KCHECK_PACKED_DWEIGHT(packed, assign, kernel_);                                 \
         RT_KCHECK_PACKED_DWEIGHT_LINEAR(OC, C, packed, kernel_);                           \
+    } while (0)
+
+// A scaled linear's alpha (rt_kernels.h rt_linear_scaled_forward): a power of two, which
+// scales exactly (or its negative), and dt fp32 or bf16, whose subnormals begin where
+// fp32's do.
+#define RT_KCHECK_LINEAR_ALPHA(alpha, dt, kernel)                                      \
+    do {                                                                               \
+        int e_;                                                                        \
+        RT_KCHECK(fabsf(frexpf(alpha, &e_)) == 0.5f,                                   \
+                  "a scaled linear's alpha is a power of two or its negative",         \
+                  "%s with alpha %g", kernel, (double)(alpha));                        \
+        RT_KCHECK((dt) == RT_F32 || (dt) == RT_BF16,                                   \
+                  "a scaled linear's dt is RT_F32 or RT_BF16", "%s with dtype %d",     \
+                  kernel, (int)(dt));                                                  \
     } while (0)
 
 // swiglu(x, x)'s or x + x's one gradient buffer adds both contributions: it cannot be

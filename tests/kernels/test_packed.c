@@ -12,7 +12,8 @@
 // slice (stacked linears: dinp alone, dweight and dbias alone, all three); row lengths they
 // cannot take stop the call with one line (in a child process). Packed parameter gradients
 // (RT_PACKED_DWEIGHT) are the twins' assigned ones rounded; unassigned, or a linear's of a
-// shape not a multiple of 8, they stop the call.
+// shape not a multiple of 8, they stop the call, as a scaled linear's alpha that is not a
+// power of two and an fp16 one do (their bits: test_scaled_linear.c).
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <signal.h>
@@ -1024,6 +1025,17 @@ static void layernorm_dweight_accumulated(void) {
 
 // Row lengths a gradient cannot take (too short, not a multiple of 8, fp32 storage) stop the
 // call with one line naming it.
+static void linear_alpha_three(void) {
+    rt_linear_scaled_packed_forward(bad_buf[0], bad_buf[1], bad_buf[2], 2, 8, 8,
+                                    RT_PACKED_OUT | RT_PACKED_INP, RT_BF16, 3.0f);
+}
+
+static void linear_alpha_fp16(void) {
+    rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 2, 8,
+                                     8, RT_PACKED_OUT | RT_PACKED_DINP, RT_F16, RT_ASSIGN_1, 8,
+                                     2.0f);
+}
+
 static void test_grad_rows_checked(void) {
     char out[1024];
     int ok = aborts_with(rope_ld_short, "dinp with row length 24, width 32, packed", out,
@@ -1058,6 +1070,12 @@ static void test_grad_rows_checked(void) {
     ok = aborts_with(linear_dweight_odd_oc, "with a packed [12, 8] dweight", out, sizeof out);
     CHECK(ok, "linear backward with a packed [12, 8] dweight (OC not a multiple of 8) stops: %s",
           out);
+    ok = aborts_with(linear_alpha_three, "rt_linear_scaled_packed_forward with alpha 3", out,
+                     sizeof out);
+    CHECK(ok, "a scaled linear with alpha 3 (not a power of two) stops: %s", out);
+    ok = aborts_with(linear_alpha_fp16, "rt_linear_scaled_packed_backward with dtype", out,
+                     sizeof out);
+    CHECK(ok, "a scaled fp16 linear (its subnormals would not scale exactly) stops: %s", out);
     ok = aborts_with(rmsnorm_dweight_accumulated,
                      "rt_rmsnorm_packed_backward with RT_PACKED_DWEIGHT and assign 1", out,
                      sizeof out);

@@ -110,11 +110,11 @@ static const float* operand(float* x, const void* p, int N, int cols, int ld, in
     return x;
 }
 
-void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const void* bias,
-                              int N, int C, int OC, int packed, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
-    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
-    RT_KCHECK_PACKED_BIAS(OC, packed, "rt_linear_packed_forward");
+// The linear's fp32 twin on widened operands: alpha 1 (a bias or none), or a scaled linear's
+// (no bias).
+static void linear_packed_forward(void* out, const void* inp, const void* weight,
+                                  const void* bias, int N, int C, int OC, int packed,
+                                  rt_dtype dt, float alpha) {
     if (N <= 0 || OC <= 0) return;
     const size_t ni = elems(N, C), nw = elems(OC, C), ny = elems(N, OC);
     float* s = scratch_floats(ni + nw + ny + (size_t)OC);
@@ -124,14 +124,32 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
                                     packed & RT_PACKED_INP3, dt)
                           : NULL;
     float* y = packed & RT_PACKED_OUT ? s + ni + nw : out;
-    rt_linear_forward(y, x, w, b, N, C, OC, dt);
+    if (alpha != 1.0f) rt_linear_scaled_forward(y, x, w, N, C, OC, dt, alpha);
+    else rt_linear_forward(y, x, w, b, N, C, OC, dt);
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
 }
 
-void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
-                               const void* inp, const void* weight, int N, int C, int OC,
-                               int packed, rt_dtype dt, int assign, int ld_dout) {
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign);
+void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const void* bias,
+                              int N, int C, int OC, int packed, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_BIAS(OC, packed, "rt_linear_packed_forward");
+    linear_packed_forward(out, inp, weight, bias, N, C, OC, packed, dt, 1.0f);
+}
+
+void rt_linear_scaled_packed_forward(void* out, const void* inp, const void* weight, int N,
+                                     int C, int OC, int packed, rt_dtype dt, float alpha) {
+    RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_forward");
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_scaled_packed_forward");
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_scaled_packed_forward");
+    linear_packed_forward(out, inp, weight, NULL, N, C, OC, packed, dt, alpha);
+}
+
+// The backward's fp32 twin on widened operands, alpha as linear_packed_forward's.
+static void linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                   const void* inp, const void* weight, int N, int C, int OC,
+                                   int packed, rt_dtype dt, int assign, int ld_dout,
+                                   float alpha) {
     const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C), nb = elems(1, OC);
     float* s = scratch_floats(nd + 2 * ni + 2 * nw + nb);
     // dout's OC columns of each row of ld_dout (a slice of a stack: the others are not read)
@@ -142,12 +160,31 @@ void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const voi
     if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0) unpack(g, dinp, N, C, dt);
     float* gw = param_grad(s + nd + 2 * ni + nw, dweight, packed);
     float* gb = param_grad(s + nd + 2 * ni + 2 * nw, dbias, packed);
-    rt_linear_backward(g, gw, gb, d, x, w, N, C, OC, dt, assign);
+    if (alpha != 1.0f) rt_linear_scaled_backward(g, gw, d, x, w, N, C, OC, dt, assign, alpha);
+    else rt_linear_backward(g, gw, gb, d, x, w, N, C, OC, dt, assign);
     if (g != dinp && N > 0 && C > 0) pack(dinp, g, N, C, dt);
     if (OC > 0) {
         param_grad_store(dweight, gw, C > 0 ? (size_t)OC * C : 0, dt);
         param_grad_store(dbias, gb, (size_t)OC, dt);
     }
+}
+
+void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                               const void* inp, const void* weight, int N, int C, int OC,
+                               int packed, rt_dtype dt, int assign, int ld_dout) {
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign);
+    linear_packed_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
+                           ld_dout, 1.0f);
+}
+
+void rt_linear_scaled_packed_backward(void* dinp, void* dweight, const void* dout,
+                                      const void* inp, const void* weight, int N, int C, int OC,
+                                      int packed, rt_dtype dt, int assign, int ld_dout,
+                                      float alpha) {
+    RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_backward");
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign);
+    linear_packed_backward(dinp, dweight, NULL, dout, inp, weight, N, C, OC, packed, dt, assign,
+                           ld_dout, alpha);
 }
 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
