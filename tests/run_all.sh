@@ -78,6 +78,7 @@ plan_lane() {
     "attention dropout (its kernels, sites and twin):attention_dropout" \
     "frozen parameters (requires_grad_(false)):frozen_params" \
     "a tensor times a number (x * 0.37):scale_op" \
+    "scales folded into their linear (x * 2):scaled_linears" \
     "LoRA (nn.LoRALinear, lora_modules, nn.init):lora" \
     "forward tensors kept for the backward:saved_activations" \
     "linears of one input stacked in backward:stacked_linears" \

@@ -172,8 +172,17 @@ local function kcall(k, dir, args, packed, dt, as, lds, more)
   return { string.format("rt_%s_%s%s(%s, %s);", k, packed and "packed_" or "", dir, args, tail) }
 end
 
+-- A linear whose only reader, a scale by a power of two, is folded into it
+-- (memory/scaled_linears.lua): the number is the GEMM's alpha, forward and backward.
+local function out_scale(op) return (op.original or op).out_scale end
+
 function forward.linear(op, c, out, dt)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
+  if out_scale(op) then
+    local args = string.format("%s, %s, %s, %d, %d, %d, %s", out, c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1],
+      fmt_float(out_scale(op)))
+    return kcall("linear_scaled", "forward", args, packed_bits(op), dt)
+  end
   local args = string.format("%s, %s, %s, %s, %d, %d, %d", out, c.val(x), c.val(w), b and c.val(b) or "NULL", rows(x),
     w.shape[2], w.shape[1])
   return kcall("linear", "forward", args, packed_bits(op), dt)
@@ -248,6 +257,7 @@ local function scale_arg(op)
 end
 
 function forward.scale(op, c, out, dt)
+  if memory.is_view(op) then return {} end  -- folded into its linear
   local x = op.ins[1]
   return kcall("scale", "forward", string.format("%s, %s, %d, %s", out, c.val(x), numel(x), scale_arg(op)),
     packed_bits(op), dt)
@@ -362,6 +372,11 @@ local backward = {}
 function backward.linear(op, c, dt, as)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local y = op.outs[1]
+  if out_scale(op) then
+    local args = string.format("%s, %s, %s, %s, %s, %d, %d, %d, %s", c.grad(x), c.grad(w), c.dout(y), c.val(x),
+      c.val(w), rows(x), w.shape[2], w.shape[1], fmt_float(out_scale(op)))
+    return kcall("linear_scaled", "backward", args, packed_bits(op, true), dt, as, "0")  -- dense dout
+  end
   local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d", c.grad(x), c.grad(w), b and c.grad(b) or "NULL",
     c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1])
   return kcall("linear", "backward", args, packed_bits(op, true), dt, as, "0")  -- dense dout
@@ -420,6 +435,7 @@ end
 
 -- reads no input value: the number is the whole derivative
 function backward.scale(op, c, dt, as)
+  if memory.is_view(op) then return {} end  -- the linear's backward scales (forward.linear)
   local x = op.ins[1]
   local args = string.format("%s, %s, %d, %s", c.grad(x), c.dout(op.outs[1]), numel(x), scale_arg(op))
   return kcall("scale", "backward", args, packed_bits(op, true, true), dt, as)
@@ -598,6 +614,7 @@ function M.backward(op, c)
   local as, assigned = backward_assign(op, c)
   local calls = f(op, c, dt, as)
   if op.kind == "cast" and cast_rounded_by_loss(op) then by_kernel[1] = true end
+  if op.kind == "scale" and memory.is_view(op) then by_kernel[1] = true end  -- one dtype: nothing to round
   for i, t in ipairs(op.ins) do
     if grad_rounded(t) and not by_kernel[i] then
       local g = c.grad(t)

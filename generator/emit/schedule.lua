@@ -94,6 +94,8 @@ local function node_detail(op)
   local s = (o and (shape_str(o.shape) .. " " .. o.dtype) or "")
   if #ins > 0 then s = s .. " <- " .. table.concat(ins, ", ") end
   if op.kind == "scale" then s = s .. " times " .. num(op.attrs.scale) end  -- a review sees it change
+  local alpha = (op.original or op).out_scale  -- a scale folded in (scaled_linears.lua)
+  if alpha then s = s .. " times " .. num(alpha) end
   return s
 end
 
@@ -206,7 +208,11 @@ function M.step_line(st, plan)
     local op = st.node
     name = st.label or op.label or op.kind
     detail = (st.op == "backward" and "grad of " or "") .. op.kind .. " " .. node_detail(op)
-    if memory.is_view(op) then detail = detail .. " (view: same buffer)" end
+    if (op.original or op).folded then
+      detail = detail .. " (folded into the linear: same buffer)"
+    elseif memory.is_view(op) then
+      detail = detail .. " (view: same buffer)"
+    end
     if st.grad_alias then detail = detail .. " (no copy: the inputs' gradients share its buffer)" end
     if st.fused_add then detail = detail .. " (one kernel with the add above)" end
     if st.stacked then

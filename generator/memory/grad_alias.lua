@@ -19,7 +19,8 @@ local base = views.base
 --     as when its kernel assigned them);
 --   * each tensor sharing the buffer is read (its producer's backward) before any other
 --     gets a further contribution: the buffer holds one gradient for all of them until then.
--- A view cast's backward rounds the shared buffer in place, so it counts as a contribution.
+-- A view cast's backward rounds the shared buffer in place, so it counts as a contribution;
+-- a folded scale's (scaled_linears.lua) does nothing, and is not one.
 local function grad_alias_candidate(op)
   if op.kind ~= "add" or not op.outs[1].requires_grad then return nil end
   local o, a, b = op.outs[1], op.ins[1], op.ins[2]
@@ -46,7 +47,7 @@ local function mark_grad_alias_adds_in(steps, lo, hi)
   end
   for i = lo, hi do
     local st = steps[i]
-    if st.op == "backward" or st.op == "loss_grad" then
+    if (st.op == "backward" or st.op == "loss_grad") and not (st.node.original or st.node).folded then
       for _, t in ipairs(st.node.outs) do note(reads, base(t), i) end
       for _, t in ipairs(st.node.ins) do
         if t.requires_grad and not t.is_param then note(writes, base(t), i) end

@@ -19,6 +19,7 @@ local grad_assigns = require("memory.grad_assigns")
 local late_waits = require("memory.late_waits")
 local packing = require("memory.packing")
 local rope_pairs = require("memory.rope_pairs")
+local scaled = require("memory.scaled_linears")
 local stacked = require("memory.stacked_linears")
 local step_ops = require("memory.step_ops")
 local views = require("memory.views")
@@ -38,8 +39,8 @@ local function Q(g) return '"' .. g.name .. '"' end
 local function bytes(numel, dtype) return numel * trace.dtype_bytes[dtype] end
 local function compute_bytes(numel) return numel * 4 end
 
--- Which buffer holds a tensor's value, view casts, the cross-entropy left to its loss
--- gradient: views.lua, handed on to the later stages by these names.
+-- Which buffer holds a tensor's value, views (casts, folded scales), the cross-entropy left
+-- to its loss gradient: views.lua, handed on to the later stages by these names.
 M.base, M.is_view, M.forward_with_loss_grad = views.base, views.is_view, views.forward_with_loss_grad
 
 -- Whether step st creates buffer b: a backward step lists the gradient buffers it creates
@@ -294,6 +295,7 @@ local function mark(plan)
   local steps = plan.steps
   packing.mark_packed_logits(steps)
   packing.mark_packed_activations(plan.graph)
+  scaled.mark(plan.graph, views.readers_of(plan.graph))  -- after the packing marks it compares
   -- The eval program and the step after one read the parameters as the step's all-gathers
   -- store them (rt_model_param packed is the step's).
   if not (plan.is_eval or plan.is_after_eval) then

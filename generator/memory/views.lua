@@ -1,13 +1,14 @@
--- Which buffer holds a tensor's value: FSDP's post-backward hooks and view casts pass their
--- input through (M.base); the ops that read each tensor; the cross-entropy whose forward its
--- loss gradient computes. Shared by the memory stage's marks (memory.lua, packing.lua,
--- grad_alias.lua); memory.lua hands base, is_view and forward_with_loss_grad on.
+-- Which buffer holds a tensor's value: FSDP's post-backward hooks and views (view casts,
+-- scales folded into their linear) pass their input through (M.base); the ops that read each
+-- tensor; the cross-entropy whose forward its loss gradient computes. Shared by the memory
+-- stage's marks (memory.lua, packing.lua, grad_alias.lua, scaled_linears.lua); memory.lua
+-- hands base, is_view and forward_with_loss_grad on.
 local hooks = require("plan.hooks")
 
 local M = {}
 
 -- The tensor whose buffer holds t's value: FSDP's post-backward hook passes its inputs
--- through unchanged, and so does a view cast (M.plan marks them).
+-- through unchanged, and so does a view (mark_view_casts, scaled_linears.lua mark them).
 function M.base(t)
   while t.producer and (t.producer.kind == "post_backward_hook" or M.is_view(t.producer)) do
     t = t.producer.ins[t.out_index]
@@ -19,7 +20,10 @@ end
 -- their dtype). When it is the only reader of an activation it is a view: output and
 -- input share one buffer, and one gradient buffer (the input's gradient is the output's,
 -- rounded to the input's dtype), so the fp32 logits of a bf16 model cost no copy and no
--- memory. A recomputed cast is a view when its original is.
+-- memory. A recomputed cast is a view when its original is. A scale folded into the linear
+-- it reads is a view too (scaled_linears.lua): the linear writes the scaled values, and its
+-- backward reads the scale's output gradient as its own; the dtype is the same, so the view
+-- has nothing to round.
 function M.is_view(op) return (op.original or op).view == true end
 
 local unhooked = hooks.unhooked  -- t before FSDP's post-backward hooks (see M.base)

@@ -205,8 +205,8 @@ local function op_cost(st, plan, gpu, k, form)
     local fwd, back, f = attention_times(op, gpu, k, cu, form)
     if bwd then return back + 3 * k.launch_us * 1e-6, "attention", 2.5 * f, 3 end
     return fwd + k.launch_us * 1e-6, "attention", f, 1
-  elseif kind == "cast" and memory.is_view(op) then
-    return 0, "view", 0, 0
+  elseif memory.is_view(op) then
+    return 0, "view", 0, 0   -- a view cast, or a scale folded into its linear
   elseif bwd and st.grad_alias then
     return 0, "view", 0, 0   -- an add whose inputs' gradients share its buffer: no kernel
   elseif kind == "arange" then

@@ -157,10 +157,11 @@
               "a packed dweight is [OC, C] with OC and C multiples of 8",                 \
               "%s with a packed [%d, %d] dweight", kernel, (int)(OC), (int)(C))
 
-// Every check of rt_linear_packed_backward's arguments, one list for both backends.
-#define RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign)              \
+// Every check of rt_linear_packed_backward's (and rt_linear_scaled_packed_backward's)
+// arguments, one list for both backends; kernel names the caller.
+#define RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign, kernel)      \
     do {                                                                                   \
-        static const char* kernel_ = "rt_linear_packed_backward";                          \
+        const char* kernel_ = kernel;                                                      \
         RT_KCHECK_PACKED_DT(dt, kernel_);                                                  \
         RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel_);                                   \
         RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, kernel_);                            \
@@ -169,13 +170,13 @@
     } while (0)
 
 // A scaled linear's alpha (rt_kernels.h rt_linear_scaled_forward): a power of two, which
-// scales exactly (or its negative), and dt fp32 or bf16, whose subnormals begin where
-// fp32's do.
+// scales exactly (and keeps the sign of a zero, which a negative one would flip where the
+// scale's kernel does not), and dt fp32 or bf16, whose subnormals begin where fp32's do.
 #define RT_KCHECK_LINEAR_ALPHA(alpha, dt, kernel)                                      \
     do {                                                                               \
         int e_;                                                                        \
-        RT_KCHECK(fabsf(frexpf(alpha, &e_)) == 0.5f,                                   \
-                  "a scaled linear's alpha is a power of two or its negative",         \
+        RT_KCHECK((alpha) > 0.0f && frexpf(alpha, &e_) == 0.5f,                       \
+                  "a scaled linear's alpha is a power of two",                         \
                   "%s with alpha %g", kernel, (double)(alpha));                        \
         RT_KCHECK((dt) == RT_F32 || (dt) == RT_BF16,                                   \
                   "a scaled linear's dt is RT_F32 or RT_BF16", "%s with dtype %d",     \

@@ -116,18 +116,18 @@ void rt_linear_forward(float* out, const float* inp, const float* weight,
 void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign);
-// A linear times alpha, a power of two or its negative (a scale op folded into the linear
-// whose output only it reads: generator/memory/scaled_linears.lua): out = alpha *
-// inp·weight^T, no bias; its backward dinp (+)= alpha * dout·weight, dweight (+)= alpha *
-// dout^T·inp (the products as alpha * dout would give them). Scaling by a power of two is
-// exact, so the bits are those of the linear and then rt_scale_forward (and of
-// rt_scale_backward, then the linear's backward) unless a value falls below 2^-126 or
-// overflows; dt is RT_F32 or RT_BF16 (fp16's subnormals begin at 2^-14).
+// A linear times alpha, a power of two (a scale op folded into the linear whose output only
+// it reads: generator/memory/scaled_linears.lua): out = alpha * inp·weight^T, no bias; its
+// backward dinp (+)= alpha * dout·weight, dweight (+)= alpha * dout^T·inp (the products as
+// alpha * dout would give them). Scaling by a power of two is exact, so the bits are those
+// of the linear and then rt_scale_forward (and of rt_scale_backward, then the linear's
+// backward) unless a value falls below 2^-126 or overflows; dt is RT_F32 or RT_BF16 (fp16's
+// subnormals begin at 2^-14).
 void rt_linear_scaled_forward(float* out, const float* inp, const float* weight, int N, int C,
-                              int OC, rt_dtype dt, float alpha);
+                              int OC, float alpha, rt_dtype dt);
 void rt_linear_scaled_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                               const float* weight, int N, int C, int OC, rt_dtype dt,
-                               int assign, float alpha);
+                               const float* weight, int N, int C, int OC, float alpha,
+                               rt_dtype dt, int assign);
 
 // ----------------------------------------------------------------------------
 // embedding: out[N,C] = weight[ids[n], :], weight [V,C]; ids are int32 in [0, V).
@@ -440,11 +440,11 @@ void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const voi
                                int packed, rt_dtype dt, int assign, int ld_dout);
 // rt_linear_scaled_forward and _backward (above) on packed storage.
 void rt_linear_scaled_packed_forward(void* out, const void* inp, const void* weight, int N,
-                                     int C, int OC, int packed, rt_dtype dt, float alpha);
+                                     int C, int OC, float alpha, int packed, rt_dtype dt);
 void rt_linear_scaled_packed_backward(void* dinp, void* dweight, const void* dout,
                                       const void* inp, const void* weight, int N, int C, int OC,
-                                      int packed, rt_dtype dt, int assign, int ld_dout,
-                                      float alpha);
+                                      float alpha, int packed, rt_dtype dt, int assign,
+                                      int ld_dout);
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V,
                                               const float* dloss, rt_dtype dt, int assign);

@@ -67,6 +67,11 @@ typedef void (*act_bwd)(float*, const float*, const float*, size_t, rt_dtype, in
 // kernels_linear.c
 void test_linear(int N, int C, int OC, int use_bias, rt_dtype prec);
 void test_threads(void);
+// the scaled linear's alphas (powers of two and 1) and its tests' bit comparison
+extern const float linear_alphas[4];
+size_t bits_differ(const void* dgot, const void* dwant, size_t n, int es, rt_dtype dt,
+                   double* maxdiff);
+void test_linear_scaled(int N, int C, int OC, rt_dtype dt);
 
 // kernels_norms.c
 void test_layernorm(int N, int C, int affine, rt_dtype dt);
@@ -114,6 +119,7 @@ void test_packed(rt_dtype dt, int N, int C, int V);
 void test_packed_inputs(rt_dtype dt, int N, int C, int OC);
 void test_packed_weight(rt_dtype dt, int N, int C, int OC);
 void test_packed_bias_no_terms(rt_dtype dt);
+void test_packed_linear_scaled(rt_dtype dt, int N, int C, int OC, int off, int ld);
 
 // kernels_packed_slices.c
 void test_packed_grad_rows(rt_dtype dt, int B, int T, int NH, int NKV, int HD);

@@ -115,6 +115,39 @@ static void sgd_packed_fp32(void) {
                               1, 1, (const double*)bad_buf[0], 0.0, 0.0, 0.0, 0, RT_F32, 1, NULL);
 }
 
+// A scaled linear's alpha not a power of two, or dt RT_F16 (RT_KCHECK_LINEAR_ALPHA): each
+// CUDA entry point, and the CPU's fp32-storage ones, stop before touching a buffer.
+static void linear_scaled_alpha3(void) {
+    float* f = (float*)bad_buf[0];
+    rt_linear_scaled_forward(f, f, f, 1, 8, 8, 3.0f, RT_F32);
+}
+
+static void linear_scaled_f16(void) {
+    float* f = (float*)bad_buf[0];
+    rt_linear_scaled_backward(f, f, f, f, f, 1, 8, 8, 2.0f, RT_F16, RT_ASSIGN_1);
+}
+
+static void linear_scaled_packed_f16(void) {
+    rt_linear_scaled_packed_forward(bad_buf[0], bad_buf[1], bad_buf[2], 1, 8, 8, 0.5f,
+                                    RT_PACKED_OUT, RT_F16);
+}
+
+static void linear_scaled_packed_negative(void) {
+    rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8,
+                                     8, -2.0f, RT_PACKED_OUT | RT_PACKED_DINP, RT_BF16,
+                                     RT_ASSIGN_1, 0);
+}
+
+static void cpu_linear_scaled_alpha3(void) {
+    float* f = (float*)bad_buf[0];
+    cpu_rt_linear_scaled_forward(f, f, f, 1, 8, 8, 3.0f, RT_BF16);
+}
+
+static void cpu_linear_scaled_f16(void) {
+    float* f = (float*)bad_buf[0];
+    cpu_rt_linear_scaled_backward(f, f, f, f, f, 1, 8, 8, 0.25f, RT_F16, RT_ACCUMULATE);
+}
+
 // Row lengths a packed gradient cannot take (too short, not a multiple of 8) stop the call
 // with one line naming it.
 void test_grad_rows_checked(void) {
@@ -164,6 +197,22 @@ void test_grad_rows_checked(void) {
         ok = aborts_with(drop[i][0], drop[i][1], out, sizeof out) && strstr(out, hint);
         CHECK(ok, "attention dropout p outside [0, 1) stops (%s): %s", drop[i][0], out);
     }
+    // a scaled linear's alpha and dt, on both backends (RT_KCHECK_LINEAR_ALPHA)
+    const char* alpha_hint = "(hint: a scaled linear's alpha is a power of two)";
+    const char* dt_hint = "(hint: a scaled linear's dt is RT_F32 or RT_BF16)";
+    const char* scaled[6][3] = {
+        {"linear_scaled_alpha3", "rt_linear_scaled_forward with alpha 3", alpha_hint},
+        {"linear_scaled_f16", "rt_linear_scaled_backward with dtype 2", dt_hint},
+        {"linear_scaled_packed_f16", "rt_linear_scaled_packed_forward with dtype 2", dt_hint},
+        {"linear_scaled_packed_negative", "rt_linear_scaled_packed_backward with alpha -2",
+         alpha_hint},
+        {"cpu_linear_scaled_alpha3", "rt_linear_scaled_forward with alpha 3", alpha_hint},
+        {"cpu_linear_scaled_f16", "rt_linear_scaled_backward with dtype 2", dt_hint}};
+    for (int i = 0; i < 6; i++) {
+        ok = aborts_with(scaled[i][0], scaled[i][1], out, sizeof out) && strstr(out, scaled[i][2]);
+        CHECK(ok, "a scaled linear with alpha 3 (or -2) or dt RT_F16 stops (%s): %s", scaled[i][0],
+              out);
+    }
 }
 
 // The call `test_cuda_kernels --kcheck NAME` makes (main): one whose checks must stop it.
@@ -182,5 +231,11 @@ void arg_check_call(const char* name) {
     else if (!strcmp(name, "attention_dropout_negative")) attention_dropout_negative();
     else if (!strcmp(name, "cpu_attention_dropout_p1")) cpu_attention_dropout_p1();
     else if (!strcmp(name, "cpu_attention_dropout_negative")) cpu_attention_dropout_negative();
+    else if (!strcmp(name, "linear_scaled_alpha3")) linear_scaled_alpha3();
+    else if (!strcmp(name, "linear_scaled_f16")) linear_scaled_f16();
+    else if (!strcmp(name, "linear_scaled_packed_f16")) linear_scaled_packed_f16();
+    else if (!strcmp(name, "linear_scaled_packed_negative")) linear_scaled_packed_negative();
+    else if (!strcmp(name, "cpu_linear_scaled_alpha3")) cpu_linear_scaled_alpha3();
+    else if (!strcmp(name, "cpu_linear_scaled_f16")) cpu_linear_scaled_f16();
     else attention_ld_odd();
 }

@@ -1,4 +1,5 @@
-// test_cuda_kernels: the linear layer against the CPU's, and linears from several host threads.
+// test_cuda_kernels: the linear layer against the CPU's, the scaled linear against the linear and
+// the scale op, and linears from several host threads.
 #include "kernel_tests.h"
 
 #include <pthread.h>
@@ -137,4 +138,92 @@ void test_threads(void) {
     CHECK(worst <= TOL_GEMM, "%d threads, one cuBLAS handle each: linear forward max diff %.3g",
           NT, worst);
     free(inp), free(w), free(want);
+}
+
+// ----------------------------------------------------------------------------
+// scaled linear (rt_linear_scaled_*): alpha, a power of two, in the GEMMs
+
+const float linear_alphas[4] = {2.0f, 0.5f, 4.0f, 1.0f};
+
+// How many of n device values got and want, fp32 (es 4) or dt's 16-bit bits (es 2), differ
+// bit for bit, a NaN in got counted too (an assigned output read before it was written);
+// *maxdiff: the largest |got - want| / max(1, |want|).
+size_t bits_differ(const void* dgot, const void* dwant, size_t n, int es, rt_dtype dt,
+                   double* maxdiff) {
+    float *got = malloc((n ? n : 1) * sizeof(float)), *want = malloc((n ? n : 1) * sizeof(float));
+    if (!got || !want) abort();
+    if (es == 2) {
+        uint16_t *g = down16(dgot, n), *w = down16(dwant, n);
+        for (size_t i = 0; i < n; i++)
+            got[i] = rt_bits16_to_f32_inl(g[i], dt), want[i] = rt_bits16_to_f32_inl(w[i], dt);
+        free(g), free(w);
+    } else {
+        float *g = down(dgot, n), *w = down(dwant, n);
+        memcpy(got, g, n * sizeof(float)), memcpy(want, w, n * sizeof(float));
+        free(g), free(w);
+    }
+    size_t differ = 0;
+    *maxdiff = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&got[i], &want[i], sizeof(float)) == 0 && !isnan(got[i])) continue;
+        differ++;
+        const double d = fabs((double)got[i] - want[i]) / (fabs(want[i]) > 1 ? fabs(want[i]) : 1);
+        if (!(d <= *maxdiff)) *maxdiff = d;  // NaN: NaN
+    }
+    free(got), free(want);
+    return differ;
+}
+
+// device d (n floats) = init's values, or NaN where the call assigns it
+static void fill_grad(float* d, const float* init, size_t n, int assigned) {
+    float* h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) abort();
+    reset_out(h, d, init, n, assigned);
+    free(h);
+}
+
+// rt_linear_scaled_forward against rt_linear_forward then rt_scale_forward, and
+// rt_linear_scaled_backward (accumulated; dinp and dweight assigned over NaN) against
+// rt_scale_backward of dout into a temporary then rt_linear_backward, bit for bit, for each
+// of linear_alphas: a power of two scales exactly, in the GEMMs' epilogues as in the scale.
+void test_linear_scaled(int N, int C, int OC, rt_dtype dt) {
+    const char* P = dt == RT_BF16 ? "bf16" : "fp32";
+    const size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    float *inp = hrand(ni, 1.0f, 0.0f), *w = hrand(nw, 0.5f, 0.0f), *dout = hrand(no, 1.0f, 0.0f);
+    float *dinp0 = hrand(ni, 1.0f, 0.0f), *dw0 = hrand(nw, 1.0f, 0.0f);
+    round_to(inp, ni, dt), round_to(w, nw, dt), round_to(dout, no, dt), round_to(dinp0, ni, dt);
+    float *d_inp = dup(inp, ni), *d_w = dup(w, nw), *d_dout = dup(dout, no);
+    float *d_lin = dalloc(no * sizeof(float)), *d_want = dalloc(no * sizeof(float)),
+          *d_got = dalloc(no * sizeof(float)), *d_ds = dalloc(no * sizeof(float));
+    float *d_g = dalloc(ni * sizeof(float)), *d_g2 = dalloc(ni * sizeof(float)),
+          *d_dw = dalloc(nw * sizeof(float)), *d_dw2 = dalloc(nw * sizeof(float));
+    for (int a = 0; a < 4; a++) {
+        const float alpha = linear_alphas[a];
+        double m, m2;
+        rt_linear_forward(d_lin, d_inp, d_w, NULL, N, C, OC, dt);
+        rt_scale_forward(d_want, d_lin, no, alpha, dt);
+        rt_linear_scaled_forward(d_got, d_inp, d_w, N, C, OC, alpha, dt);
+        size_t nd = bits_differ(d_got, d_want, no, 4, dt, &m);
+        CHECK(nd == 0, "%s linear scaled forward alpha %g N=%d C=%d OC=%d == rt_linear_forward "
+              "then rt_scale_forward, bit for bit: %zu of %zu differ, max diff %.3g", P,
+              (double)alpha, N, C, OC, nd, no, m);
+        rt_scale_backward(d_ds, d_dout, no, alpha, dt, RT_ASSIGN_1);
+        for (int as = 0; as < 2; as++) {
+            const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+            fill_grad(d_g, dinp0, ni, as), fill_grad(d_g2, dinp0, ni, as);
+            fill_grad(d_dw, dw0, nw, as), fill_grad(d_dw2, dw0, nw, as);
+            rt_linear_backward(d_g, d_dw, NULL, d_ds, d_inp, d_w, N, C, OC, dt, bits);
+            rt_linear_scaled_backward(d_g2, d_dw2, d_dout, d_inp, d_w, N, C, OC, alpha, dt, bits);
+            nd = bits_differ(d_g2, d_g, ni, 4, dt, &m);
+            const size_t nd2 = bits_differ(d_dw2, d_dw, nw, 4, dt, &m2);
+            CHECK(nd == 0 && nd2 == 0, "%s linear scaled backward (%s) alpha %g N=%d C=%d OC=%d "
+                  "== rt_scale_backward then rt_linear_backward, bit for bit: dinp %zu of %zu "
+                  "differ (max diff %.3g), dweight %zu of %zu (max diff %.3g)", P,
+                  as ? "assigned" : "accumulated", (double)alpha, N, C, OC, nd, ni, m, nd2, nw,
+                  m2);
+        }
+    }
+    free(inp), free(w), free(dout), free(dinp0), free(dw0);
+    dfree(d_inp), dfree(d_w), dfree(d_dout), dfree(d_lin), dfree(d_want), dfree(d_got);
+    dfree(d_ds), dfree(d_g), dfree(d_g2), dfree(d_dw), dfree(d_dw2);
 }

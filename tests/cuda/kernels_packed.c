@@ -287,3 +287,121 @@ void test_packed_bias_no_terms(rt_dtype dt) {
           dt == RT_BF16 ? "bf16" : "fp16");
     free(b), dfree(d_b), dfree(d_out), dfree(d_out2), dfree(d_b16), dfree(d_o16);
 }
+
+// The scaled linear on packed storage (rt_linear_scaled_packed_*; dt bf16, C and OC multiples
+// of 8), for each of linear_alphas, bit for bit: the forward with every storage of out, inp
+// and weight against rt_linear_packed_forward then rt_scale_packed_forward; the backward with
+// every storage of dout, inp, weight, dinp and dweight (packed only assigned), accumulated or
+// assigned, and a packed dout as columns [off, off + OC) of rows of ld (ld > OC), against
+// rt_scale_packed_backward (or rt_scale_backward) of dout into a temporary then
+// rt_linear_packed_backward. A failing storage prints its line before the check's.
+void test_packed_linear_scaled(rt_dtype dt, int N, int C, int OC, int off, int ld) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    const size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C,
+                 nwide = (size_t)N * ld;
+    float *inp = hrand(ni, 1.0f, 0.0f), *w = hrand(nw, 0.2f, 0.0f),
+          *wide = hrand(nwide, 1.0f, 0.0f), *dout = malloc(no * sizeof(float)),
+          *dinp0 = hrand(ni, 1.0f, 0.0f), *dw0 = hrand(nw, 1.0f, 0.0f);
+    if (!dout) abort();
+    round_to(inp, ni, dt), round_to(w, nw, dt), round_to(wide, nwide, dt), round_to(dinp0, ni, dt);
+    for (int n = 0; n < N; n++)  // dout: the slice's columns
+        memcpy(dout + (size_t)n * OC, wide + (size_t)n * ld + off, (size_t)OC * sizeof(float));
+    float *d_inp = dup(inp, ni), *d_w = dup(w, nw), *d_dout = dup(dout, no);
+    void *d_i16 = dev_packed(inp, N, C, dt), *d_w16 = dev_packed(w, OC, C, dt),
+         *d_d16 = dev_packed(dout, N, OC, dt), *d_wide16 = dev_packed(wide, N, ld, dt);
+    // forward outputs (fp32 or packed) and the backward's scaled douts, gradients
+    float *d_lin = dalloc(no * sizeof(float)), *d_want = dalloc(no * sizeof(float)),
+          *d_got = dalloc(no * sizeof(float)), *d_ds = dalloc(no * sizeof(float));
+    void *d_lin16 = dalloc(no * 2), *d_want16 = dalloc(no * 2), *d_got16 = dalloc(no * 2),
+         *d_ds16 = dalloc(no * 2), *d_dswide16 = dalloc(nwide * 2);
+    float *d_g = dalloc(ni * sizeof(float)), *d_g2 = dalloc(ni * sizeof(float)),
+          *d_dw = dalloc(nw * sizeof(float)), *d_dw2 = dalloc(nw * sizeof(float));
+    void *d_g16 = dalloc(ni * 2), *d_g16b = dalloc(ni * 2), *d_dw16 = dalloc(nw * 2),
+         *d_dw16b = dalloc(nw * 2);
+    float* nan = malloc((ni > nw ? ni : nw) * sizeof(float));
+    if (!nan) abort();
+    for (size_t i = 0; i < (ni > nw ? ni : nw); i++) nan[i] = NAN;
+    for (int a = 0; a < 4; a++) {
+        const float alpha = linear_alphas[a];
+        double m, m2;
+        int fails = 0, combos = 0;
+        for (int pk = 0; pk < 8; pk++) {  // RT_PACKED_OUT, _INP, _INP2
+            const int po = pk & RT_PACKED_OUT;
+            const void* x = pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp;
+            const void* wt = pk & RT_PACKED_INP2 ? d_w16 : (const void*)d_w;
+            void *lin = po ? d_lin16 : (void*)d_lin, *want = po ? d_want16 : (void*)d_want,
+                 *got = po ? d_got16 : (void*)d_got;
+            rt_linear_packed_forward(lin, x, wt, NULL, N, C, OC, pk, dt);
+            rt_scale_packed_forward(want, lin, no, alpha, po ? RT_PACKED_OUT | RT_PACKED_INP : 0,
+                                    dt);
+            rt_linear_scaled_packed_forward(got, x, wt, N, C, OC, alpha, pk, dt);
+            const size_t nd = bits_differ(got, want, no, po ? 2 : 4, dt, &m);
+            combos++;
+            if (nd) {
+                fails++;
+                printf("  packed %d: out %zu of %zu differ, max diff %.3g\n", pk, nd, no, m);
+            }
+        }
+        CHECK(fails == 0, "%s linear scaled packed forward alpha %g N=%d C=%d OC=%d (every "
+              "storage of out, inp, weight) == rt_linear_packed_forward then "
+              "rt_scale_packed_forward, bit for bit: %d of %d storages differ", nm,
+              (double)alpha, N, C, OC, fails, combos);
+        // the scaled douts: fp32, packed, and the wide packed rows (the slice's temporary)
+        rt_scale_backward(d_ds, d_dout, no, alpha, dt, RT_ASSIGN_1);
+        rt_scale_packed_backward(d_ds16, d_d16, no, alpha, RT_PACKED_OUT | RT_PACKED_DINP, dt,
+                                 RT_ASSIGN_1);
+        rt_scale_packed_backward(d_dswide16, d_wide16, nwide, alpha,
+                                 RT_PACKED_OUT | RT_PACKED_DINP, dt, RT_ASSIGN_1);
+        fails = combos = 0;
+        for (int bits = 0; bits < 128; bits++) {
+            // dout, inp, weight, dinp, dweight packed; assigned; dout a slice
+            const int pk = (bits & 15) | (bits & 16 ? RT_PACKED_DWEIGHT : 0);
+            const int as = bits & 32, slice = bits & 64;
+            const int pd = pk & RT_PACKED_OUT, pg = pk & RT_PACKED_DINP,
+                      pdw = pk & RT_PACKED_DWEIGHT;
+            if ((pdw && !as) || (slice && !pd)) continue;
+            const int assign = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
+            const void* x = pk & RT_PACKED_INP ? d_i16 : (const void*)d_inp;
+            const void* wt = pk & RT_PACKED_INP2 ? d_w16 : (const void*)d_w;
+            const uint16_t *wide16 = d_wide16, *dswide16 = d_dswide16;
+            const void* d = slice ? (const void*)(wide16 + off) : pd ? d_d16 : (const void*)d_dout;
+            const void* ds =
+                slice ? (const void*)(dswide16 + off) : pd ? d_ds16 : (const void*)d_ds;
+            const int ldd = slice ? ld : pd ? RT_LD16(OC) : OC;
+            void *g = pg ? d_g16 : (void*)d_g, *g2 = pg ? d_g16b : (void*)d_g2;
+            void *dwt = pdw ? d_dw16 : (void*)d_dw, *dwt2 = pdw ? d_dw16b : (void*)d_dw2;
+            if (pg) {
+                dev_grad16(g, dinp0, ni, as, dt), dev_grad16(g2, dinp0, ni, as, dt);
+            } else {
+                upload(g, as ? nan : dinp0, ni), upload(g2, as ? nan : dinp0, ni);
+            }
+            if (pdw) {
+                dev_grad16(dwt, dw0, nw, 1, dt), dev_grad16(dwt2, dw0, nw, 1, dt);
+            } else {
+                upload(dwt, as ? nan : dw0, nw), upload(dwt2, as ? nan : dw0, nw);
+            }
+            rt_linear_packed_backward(g, dwt, NULL, ds, x, wt, N, C, OC, pk, dt, assign, ldd);
+            rt_linear_scaled_packed_backward(g2, dwt2, d, x, wt, N, C, OC,
+                                             alpha, pk, dt, assign, ldd);
+            const size_t nd = bits_differ(g2, g, ni, pg ? 2 : 4, dt, &m),
+                         nd2 = bits_differ(dwt2, dwt, nw, pdw ? 2 : 4, dt, &m2);
+            combos++;
+            if (nd || nd2) {
+                fails++;
+                printf("  packed %d, %s%s: dinp %zu of %zu differ (max diff %.3g), dweight %zu "
+                       "of %zu (max diff %.3g)\n", pk, as ? "assigned" : "accumulated",
+                       slice ? ", dout a slice" : "", nd, ni, m, nd2, nw, m2);
+            }
+        }
+        CHECK(fails == 0, "%s linear scaled packed backward alpha %g N=%d C=%d OC=%d (every "
+              "storage of dout, inp, weight, dinp, dweight; accumulated and assigned; dout "
+              "columns [%d, %d) of rows of %d) == rt_scale_packed_backward then "
+              "rt_linear_packed_backward: dinp, dweight bit for bit; %d of %d differ", nm,
+              (double)alpha, N, C, OC, off, off + OC, ld, fails, combos);
+    }
+    free(inp), free(w), free(wide), free(dout), free(dinp0), free(dw0), free(nan);
+    dfree(d_inp), dfree(d_w), dfree(d_dout), dfree(d_i16), dfree(d_w16), dfree(d_d16);
+    dfree(d_wide16), dfree(d_lin), dfree(d_want), dfree(d_got), dfree(d_ds), dfree(d_lin16);
+    dfree(d_want16), dfree(d_got16), dfree(d_ds16), dfree(d_dswide16), dfree(d_g), dfree(d_g2);
+    dfree(d_dw), dfree(d_dw2), dfree(d_g16), dfree(d_g16b), dfree(d_dw16), dfree(d_dw16b);
+}

@@ -56,6 +56,14 @@ int main(int argc, char** argv) {
     test_linear(33, 17, 9, 0, RT_F16);     // output stride not a multiple of 8: padded product
     test_linear(33, 17, 9, 1, RT_BF16);    // the same with a bias (cuBLASLt's epilogue)
     test_linear(40, 48, 1027, 1, RT_BF16);  // rows of 1027: per-row narrowing and widening
+    // the scaled linear (alpha in the GEMMs) against the linear and the scale op, bit for bit:
+    // C and OC not multiples of 8 (padded copies, dweight's tail rows), and larger
+    for (int di = 0; di < 2; di++) {
+        const rt_dtype dt = di ? RT_BF16 : RT_F32;
+        test_linear_scaled(33, 5, 13, dt);
+        test_linear_scaled(37, 64, 48, dt);
+        test_linear_scaled(256, 384, 512, dt);
+    }
     test_embedding(300, 70, 50, 0);
     test_embedding(5000, 300, 1000, 1);  // a 2500-row run, the rest 1-3 rows per id
     test_embedding_packed(RT_BF16, 37, 64, 50);
@@ -176,6 +184,9 @@ int main(int argc, char** argv) {
     test_packed_weight(RT_BF16, 40, 256, 512);
     test_packed_bias_no_terms(RT_BF16);
     test_packed_bias_no_terms(RT_F16);
+    // the scaled linear on packed storage: dout also a slice of rows of 88 (and of 640)
+    test_packed_linear_scaled(RT_BF16, 37, 64, 48, 16, 88);
+    test_packed_linear_scaled(RT_BF16, 128, 256, 512, 64, 640);
     // tensor cores (T = 70: two query tiles, one partial; GQA); on the emulator one batch and
     // two heads, which keeps the GQA ratio and the tiles: its 31 storage combinations take
     // minutes there at B = 2, NH = 4

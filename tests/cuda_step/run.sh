@@ -20,8 +20,9 @@
 #   - a root reduced in two parts, the embedding stepped by rows, every gradient in place
 #     (llama_w1_bf16), against its twin whose root reduce-scatters (llama_w1_whole.lua),
 #     and a tied embedding's rows no token looks up stepped beside the blocks' backward
-#     (gpt2_w1_tied_rows, against gpt2_w1_whole.lua): the same bits on the CPU and on the
-#     emulator.
+#     (gpt2_w1_tied_rows, against gpt2_w1_whole.lua), and scales folded into their linears'
+#     GEMMs (scale_fold_bf16, against a twin whose scales stay kernels): the same bits on the
+#     CPU and on the emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64), its auto
 # timings and its run with cuDNN's atomic backward against the CPU; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
@@ -55,7 +56,7 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # buffers in pinned host memory, read and written by the kernels); frozen parameters (a
 # frozen group with no gradients or optimizer state, a block's frozen attention, frozen
 # parameters between trainable ones with clipping at world 2); a tensor times a number
-# (bf16).
+# (bf16), and by powers of two folded into the linears they read.
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -84,6 +85,7 @@ specs=(
   "tests/specs/features/frozen_llama_w1_bf16.lua 3e-2"
   "tests/specs/features/frozen_between.lua 1e-3"
   "tests/specs/features/scale_bf16.lua 3e-2"
+  "tests/specs/features/scale_fold_bf16.lua 3e-2"
   # lora_b starts at zeros, so after 3 AdamW steps each element is a few lr-sized moves and
   # the tensor's norm is small: the 2 or 3 elements whose bf16 gradient is near zero and takes
   # another sign on the GPU (another summation order) move it by about 4%
@@ -145,11 +147,16 @@ for entry in "${specs[@]}"; do
     fi
     ./fsdpgen build "$spec" >"$work/b.log" 2>&1 || { cat "$work/b.log"; fail "fsdpgen build $spec"; }
 done
-# llama_w1_bf16's and gpt2_w1_tied_rows' twins whose roots reduce whole (whole_checks)
-for twin in llama_w1_whole gpt2_w1_whole; do
+# llama_w1_bf16's and gpt2_w1_tied_rows' twins whose roots reduce whole (whole_checks), and
+# scale_fold_bf16's whose scales stay kernels (fold_checks; a spec's build folder takes it
+# from one path)
+mkdir -p build/fold_specs
+sed -e 's/self\.lora_b(h) \* self\.s/self.lora_b(h) * 1 * self.s/' -e 's/"scale_fold_bf16"/"scale_fold_twin"/' \
+    tests/specs/features/scale_fold_bf16.lua >build/fold_specs/scale_fold_twin.lua
+for twin in tests/cuda_step/llama_w1_whole.lua tests/cuda_step/gpt2_w1_whole.lua build/fold_specs/scale_fold_twin.lua; do
     for cuda in --cuda ""; do
-        ./fsdpgen build "tests/cuda_step/$twin.lua" $cuda >"$work/b.log" 2>&1 ||
-            { cat "$work/b.log"; fail "fsdpgen build tests/cuda_step/$twin.lua $cuda"; }
+        ./fsdpgen build "$twin" $cuda >"$work/b.log" 2>&1 ||
+            { cat "$work/b.log"; fail "fsdpgen build $twin $cuda"; }
     done
 done
 
@@ -261,24 +268,50 @@ whole_checks() {
     else
         fail "$name: $parts parts (want $want_parts), $in_place reductions in place (want $want_in_place) and $rows row lines (want $want_rows) in its schedule, or its twin's in parts, in place or by rows"
     fi
-    "build/$whole/$whole" "${steps[@]}" "${val[@]}" --save "$work/$whole.cpu.safetensors" \
-        >"$work/$whole.cpu.log" 2>&1
-    if same_tensors "$work/$name.cpu.safetensors" "$work/$whole.cpu.safetensors"; then
-        pass "$name (CPU): the root reduced in parts, the gradients in place, save the bits of $whole's reduce-scatters"
+    same_as_twin "$whole" "the root reduced in parts, the gradients in place," \
+        "the root's parts stepped on the optimizer stream, the gradients rounded as it reads them," \
+        "$whole's reduce-scatters"
+}
+# scale_fold_bf16's twin (build/fold_specs/scale_fold_twin.lua: each folded scale after a scale
+# by 1, which alone folds): 4 scales folded in both schedules, the twin's 4 others and the
+# head's kept as kernels; the same bits.
+fold_checks() {
+    local twin=scale_fold_twin folded=() kept=()
+    for s in "$name" "$twin"; do  # the step's forward lines (the eval's follow them)
+        awk '/^eval /{exit} /^  compute  forward .* scale \[/' "build/$s/$s.schedule" >"$work/$s.scales"
+        folded+=("$(grep -c '(folded into the linear: same buffer)' "$work/$s.scales")")
+        kept+=("$(grep -vc 'folded into' "$work/$s.scales")")
+    done
+    if [ "${folded[*]} ${kept[*]}" = "4 4 1 5" ]; then
+        pass "$name: 4 scales folded into their linears, the head's kept; $twin's 4 by 1 folded, the 5 others kept"
     else
-        fail "$name (CPU): the root reduced in parts saved other parameters than $whole"
+        fail "$name: scales folded ${folded[0]} (want 4) and kept ${kept[0]} (want 1); $twin's folded ${folded[1]} (want 4), kept ${kept[1]} (want 5)"
+    fi
+    same_as_twin "$twin" "the scales folded into the GEMMs' alpha" "the scales folded into cuBLAS's alpha" \
+        "$twin's scale kernels"
+}
+# same_as_twin TWIN CPU_WHAT EMU_WHAT TWIN_WHAT: the twin's CPU binary, and on the emulator
+# its CUDA one, run as this spec's did and save the same bits.
+same_as_twin() {
+    local twin=$1
+    "build/$twin/$twin" "${steps[@]}" "${val[@]}" --save "$work/$twin.cpu.safetensors" \
+        >"$work/$twin.cpu.log" 2>&1
+    if same_tensors "$work/$name.cpu.safetensors" "$work/$twin.cpu.safetensors"; then
+        pass "$name (CPU): $2 save the bits of $4"
+    else
+        fail "$name (CPU): saved other parameters than $twin"
     fi
     [ "$gpu" = 1 ] && return
-    local parts_bin=$bin
-    cuda_binary "$whole" main || return
-    CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" --save "$work/$whole.cuda.safetensors" \
-        >"$work/$whole.cuda.log" 2>&1
-    if same_tensors "$work/$name.cuda.safetensors" "$work/$whole.cuda.safetensors"; then
-        pass "$name (emulator): the root's parts stepped on the optimizer stream, the gradients rounded as it reads them, save the bits of $whole's reduce-scatters"
+    local own_bin=$bin
+    cuda_binary "$twin" main || return
+    CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" --save "$work/$twin.cuda.safetensors" \
+        >"$work/$twin.cuda.log" 2>&1
+    if same_tensors "$work/$name.cuda.safetensors" "$work/$twin.cuda.safetensors"; then
+        pass "$name (emulator): $3 save the bits of $4"
     else
-        fail "$name (emulator): the root reduced in parts saved other parameters than $whole"
+        fail "$name (emulator): saved other parameters than $twin"
     fi
-    bin=$parts_bin
+    bin=$own_bin
 }
 # spec_checks SPEC RTOL [EMU_STEPS]: the checks of one spec's binaries (run in a subshell: its
 # counts go to the caller through files). On the GPU the conformance test runs its 10 steps
@@ -406,6 +439,7 @@ spec_checks() {
             whole_checks llama_w1_whole 4 5 2
         fi
     fi
+    [[ $name = scale_fold_bf16 ]] && fold_checks
     [ "$gpu" = 1 ] && return
     [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || return
     # The emulator's arithmetic is the same in any order, so the run with every stream at

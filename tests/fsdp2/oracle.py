@@ -59,8 +59,8 @@ NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch
                    "transformer_attn_dropout_bf16",
                    # frozen parameters: frozen groups and frozen parts, at world 2 and (bf16, in place) 1
                    "frozen_params", "frozen_llama_w1_bf16", "frozen_between",
-                   # a tensor times a number (LoRA's scaling), bf16
-                   "scale_bf16",
+                   # a tensor times a number (LoRA's scaling), bf16; powers of two folded into the linears
+                   "scale_bf16", "scale_fold_bf16",
                    # LoRA: frozen base, trainable adapters in every block's group (world 2; one rank,
                    # checkpointed, in place)
                    "lora_llama_bf16", "lora_llama_w1_ckpt_bf16",

@@ -30,12 +30,14 @@ local DT_FORWARD = { linear = true, layernorm = true, rmsnorm = true, gelu = tru
   swiglu = true, rope = true, residual = true, mul = true, scale = true, broadcast_add = true, dropout = true,
   attention_lowmem = true, linear_packed = true, layernorm_packed = true, rmsnorm_packed = true, gelu_packed = true,
   relu_packed = true, silu_packed = true, swiglu_packed = true, rope_packed = true, attention_lowmem_packed = true,
-  residual_packed = true, embedding_packed = true, scale_packed = true }
+  residual_packed = true, embedding_packed = true, scale_packed = true, linear_scaled = true,
+  linear_scaled_packed = true }
 local DT_BACKWARD_ROUNDS = { linear = { 1 }, linear_packed = { 1 }, layernorm = { 1 }, rmsnorm = { 1 }, gelu = { 1 }, relu = { 1 },
   silu = { 1 }, rope = { 1 }, dropout = { 1 }, swiglu = { 1, 2 }, residual = { 1, 2 }, mul = { 1, 2 }, scale = { 1 },
   broadcast_add = { 1 }, attention_lowmem = { 1, 2, 3 }, cross_entropy = { 1 }, gelu_packed = { 1 }, relu_packed = { 1 },
   silu_packed = { 1 }, swiglu_packed = { 1, 2 }, rope_packed = { 1 }, attention_lowmem_packed = { 1, 2, 3 },
-  residual_packed = { 1, 2 }, layernorm_packed = { 1 }, rmsnorm_packed = { 1 }, scale_packed = { 1 } }
+  residual_packed = { 1, 2 }, layernorm_packed = { 1 }, rmsnorm_packed = { 1 }, scale_packed = { 1 },
+  linear_scaled = { 1 }, linear_scaled_packed = { 1 } }
 
 
 local SIXTEEN = { RT_BF16 = true, RT_F16 = true }

@@ -1026,14 +1026,14 @@ static void layernorm_dweight_accumulated(void) {
 // Row lengths a gradient cannot take (too short, not a multiple of 8, fp32 storage) stop the
 // call with one line naming it.
 static void linear_alpha_three(void) {
-    rt_linear_scaled_packed_forward(bad_buf[0], bad_buf[1], bad_buf[2], 2, 8, 8,
-                                    RT_PACKED_OUT | RT_PACKED_INP, RT_BF16, 3.0f);
+    rt_linear_scaled_packed_forward(bad_buf[0], bad_buf[1], bad_buf[2], 2, 8, 8, 3.0f,
+                                    RT_PACKED_OUT | RT_PACKED_INP, RT_BF16);
 }
 
 static void linear_alpha_fp16(void) {
     rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 2, 8,
-                                     8, RT_PACKED_OUT | RT_PACKED_DINP, RT_F16, RT_ASSIGN_1, 8,
-                                     2.0f);
+                                     8,
+                                     2.0f, RT_PACKED_OUT | RT_PACKED_DINP, RT_F16, RT_ASSIGN_1, 8);
 }
 
 static void test_grad_rows_checked(void) {

@@ -2,7 +2,7 @@
 // storage): a power of two folded into the GEMM's alpha gives the bits of the linear and
 // then the scale's kernel, forward, and of the scale's backward and then the linear's,
 // backward (dinp and dweight assigned and added to; a packed dinp, a packed dweight, a dout
-// that is a column slice of wider rows), for alphas 2, 0.5, -4 and 1 in fp32 and bf16; shapes
+// that is a column slice of wider rows), for alphas 2, 0.5, 4 and 1 in fp32 and bf16; shapes
 // not multiples of 8 in fp32 storage. The arguments it refuses are in test_packed.c.
 #include <stdint.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include "gradcheck.h"
 #include "rt_kernels.h"
 
-static const float ALPHAS[] = {2.0f, 0.5f, -4.0f, 1.0f};
+static const float ALPHAS[] = {2.0f, 0.5f, 4.0f, 1.0f};
 
 static int same(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
@@ -37,9 +37,10 @@ static void test_fp32_storage(rt_dtype dt, float alpha, int N, int C, int OC) {
     float* y2 = tk_alloc((size_t)N * OC);
     rt_linear_forward(y, x, w, NULL, N, C, OC, dt);
     rt_scale_forward(y, y, (size_t)N * OC, alpha, dt);
-    rt_linear_scaled_forward(y2, x, w, N, C, OC, dt, alpha);
-    CHECK(same(y, y2, (size_t)N * OC * 4), "%s scaled linear forward, alpha %g, [%d, %d] x [%d, %d]^T "
-          "== linear then scale, bit for bit", nm, alpha, N, C, OC, C);
+    rt_linear_scaled_forward(y2, x, w, N, C, OC, alpha, dt);
+    CHECK(same(y, y2, (size_t)N * OC * 4),
+          "%s scaled linear forward, alpha %g, [%d, %d] x [%d, %d]^T == linear then scale, bit for "
+          "bit", nm, alpha, N, C, OC, C);
     float* ds = tk_alloc((size_t)N * OC);
     rt_scale_backward(ds, d, (size_t)N * OC, alpha, dt, RT_ASSIGN_1);
     for (int k = 0; k < 2; k++) {
@@ -47,7 +48,7 @@ static void test_fp32_storage(rt_dtype dt, float alpha, int N, int C, int OC) {
         float *gi = random_values((size_t)N * C, dt), *gw = random_values((size_t)OC * C, RT_F32);
         float *gi2 = tk_dup(gi, (size_t)N * C), *gw2 = tk_dup(gw, (size_t)OC * C);
         rt_linear_backward(gi, gw, NULL, ds, x, w, N, C, OC, dt, as);
-        rt_linear_scaled_backward(gi2, gw2, d, x, w, N, C, OC, dt, as, alpha);
+        rt_linear_scaled_backward(gi2, gw2, d, x, w, N, C, OC, alpha, dt, as);
         CHECK(same(gi, gi2, (size_t)N * C * 4) && same(gw, gw2, (size_t)OC * C * 4),
               "%s scaled linear backward (%s), alpha %g == scale's backward then the linear's: "
               "dinp and dweight, bit for bit", nm, k ? "added to" : "assigned", alpha);
@@ -69,7 +70,7 @@ static void test_packed_storage(float alpha) {
     uint16_t y16[PN * POC], y16b[PN * POC];
     rt_linear_packed_forward(y16, x16, w16, NULL, PN, PC, POC, io, dt);
     rt_scale_packed_forward(y16, y16, PN * POC, alpha, RT_PACKED_OUT | RT_PACKED_INP, dt);
-    rt_linear_scaled_packed_forward(y16b, x16, w16, PN, PC, POC, io, dt, alpha);
+    rt_linear_scaled_packed_forward(y16b, x16, w16, PN, PC, POC, alpha, io, dt);
     CHECK(same(y16, y16b, sizeof y16), "bf16 scaled linear forward, alpha %g, input, weight and "
           "output packed == linear then scale, bit for bit", alpha);
 
@@ -87,12 +88,12 @@ static void test_packed_storage(float alpha) {
         uint16_t *gi = packed_values(g0, PN * PC, dt), *gi2 = packed_values(g0, PN * PC, dt);
         uint16_t gw[POC * PC], gw2[POC * PC];
         rt_linear_packed_backward(gi, gw, NULL, ds16, x16, w16, PN, PC, POC, bits, dt, as, POC);
-        rt_linear_scaled_packed_backward(gi2, gw2, wide16 + OFF, x16, w16, PN, PC, POC, bits, dt,
-                                         as, LD, alpha);
+        rt_linear_scaled_packed_backward(gi2, gw2, wide16 + OFF, x16, w16, PN, PC, POC, alpha,
+                                         bits, dt, as, LD);
         CHECK(same(gi, gi2, PN * PC * 2) && same(gw, gw2, sizeof gw),
-              "bf16 scaled linear backward, alpha %g, dout the columns %d..%d of rows of %d, into a "
-              "packed dinp (%s) and a packed dweight == scale's backward then the linear's, bit "
-              "for bit", alpha, OFF, OFF + POC - 1, LD, k ? "added to" : "assigned");
+              "bf16 scaled linear backward, alpha %g, dout the columns %d..%d of rows of %d, into "
+              "a packed dinp (%s) and a packed dweight == scale's backward then the linear's, "
+              "bit for bit", alpha, OFF, OFF + POC - 1, LD, k ? "added to" : "assigned");
         free(g0), free(gi), free(gi2);
     }
     free(x), free(w), free(x16), free(w16), free(wide), free(wide16);

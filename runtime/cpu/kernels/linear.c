@@ -42,7 +42,7 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
 }
 
 void rt_linear_scaled_forward(float* out, const float* inp, const float* weight, int N, int C,
-                              int OC, rt_dtype dt, float alpha) {
+                              int OC, float alpha, rt_dtype dt) {
     RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_forward");
     linear_forward(out, inp, weight, NULL, N, C, OC, dt, alpha);
 }
@@ -99,8 +99,8 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 void rt_linear_scaled_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                               const float* weight, int N, int C, int OC, rt_dtype dt,
-                               int assign, float alpha) {
+                               const float* weight, int N, int C, int OC, float alpha,
+                               rt_dtype dt, int assign) {
     RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_backward");
     linear_backward(dinp, dweight, NULL, dout, inp, weight, N, C, OC, dt, assign, alpha);
 }

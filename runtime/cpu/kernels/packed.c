@@ -124,7 +124,7 @@ static void linear_packed_forward(void* out, const void* inp, const void* weight
                                     packed & RT_PACKED_INP3, dt)
                           : NULL;
     float* y = packed & RT_PACKED_OUT ? s + ni + nw : out;
-    if (alpha != 1.0f) rt_linear_scaled_forward(y, x, w, N, C, OC, dt, alpha);
+    if (alpha != 1.0f) rt_linear_scaled_forward(y, x, w, N, C, OC, alpha, dt);
     else rt_linear_forward(y, x, w, b, N, C, OC, dt);
     if (packed & RT_PACKED_OUT) pack(out, y, N, OC, dt);
 }
@@ -138,7 +138,7 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
 }
 
 void rt_linear_scaled_packed_forward(void* out, const void* inp, const void* weight, int N,
-                                     int C, int OC, int packed, rt_dtype dt, float alpha) {
+                                     int C, int OC, float alpha, int packed, rt_dtype dt) {
     RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_forward");
     RT_KCHECK_PACKED_DT(dt, "rt_linear_scaled_packed_forward");
     RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_scaled_packed_forward");
@@ -160,7 +160,7 @@ static void linear_packed_backward(void* dinp, void* dweight, void* dbias, const
     if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0) unpack(g, dinp, N, C, dt);
     float* gw = param_grad(s + nd + 2 * ni + nw, dweight, packed);
     float* gb = param_grad(s + nd + 2 * ni + 2 * nw, dbias, packed);
-    if (alpha != 1.0f) rt_linear_scaled_backward(g, gw, d, x, w, N, C, OC, dt, assign, alpha);
+    if (alpha != 1.0f) rt_linear_scaled_backward(g, gw, d, x, w, N, C, OC, alpha, dt, assign);
     else rt_linear_backward(g, gw, gb, d, x, w, N, C, OC, dt, assign);
     if (g != dinp && N > 0 && C > 0) pack(dinp, g, N, C, dt);
     if (OC > 0) {
@@ -172,17 +172,19 @@ static void linear_packed_backward(void* dinp, void* dweight, void* dbias, const
 void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign, int ld_dout) {
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign);
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+                                     "rt_linear_packed_backward");
     linear_packed_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
                            ld_dout, 1.0f);
 }
 
 void rt_linear_scaled_packed_backward(void* dinp, void* dweight, const void* dout,
                                       const void* inp, const void* weight, int N, int C, int OC,
-                                      int packed, rt_dtype dt, int assign, int ld_dout,
-                                      float alpha) {
+                                      float alpha, int packed, rt_dtype dt, int assign,
+                                      int ld_dout) {
     RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_backward");
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign);
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+                                     "rt_linear_scaled_packed_backward");
     linear_packed_backward(dinp, dweight, NULL, dout, inp, weight, N, C, OC, packed, dt, assign,
                            ld_dout, alpha);
 }

@@ -441,12 +441,14 @@ bool rtc_gemm16_bgrad(int M, int N, int K, rtc_operand16 A, rtc_operand16 B, voi
     return true;
 }
 
-void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                        const void* bias16, void* T, float* C, rt_dtype prec) {
+void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A,
+                        rtc_operand16 B, const void* bias16, void* T, float* C, rt_dtype prec) {
+    RT_KCHECK(!bias16 || alpha == 1.0f, "the bias epilogue's product is not scaled",
+              "rtc_gemm16_rounded with a bias and alpha %g", (double)alpha);
     if (M <= 0 || N <= 0) return;
     const int ldt = rtc_ld16(N);
     if (bias16) gemm16_bias(ta, tb, M, ldt, K, A, B, bias16, T, prec);
-    else gemm16(ta, tb, M, ldt, K, 1.0f, A, B, 0.0f, T, 1, ldt, prec);
+    else gemm16(ta, tb, M, ldt, K, alpha, A, B, 0.0f, T, 1, ldt, prec);
     if (C) rtc_widen(C, T, M, N, ldt, prec);
 }
 

@@ -4,7 +4,9 @@
 // 16-bit copy that is widened into place (forward, assigned dinp), or by a pass after an
 // fp32 GEMM (rtc_round_buf: a dinp accumulated onto). Packed parameter gradients
 // (RT_PACKED_DWEIGHT) are written 16-bit where they are computed: dweight by cuBLAS's
-// epilogue, dbias by the column sums or, assigned with dweight, by cuBLASLt's epilogue.
+// epilogue, dbias by the column sums or, assigned with dweight, by cuBLASLt's epilogue. The
+// scaled linear (rt_linear_scaled_*: no bias, alpha a power of two) is the same code with
+// its alpha in the GEMMs', whose epilogues scale the fp32 sums before rounding them.
 #include "column_sums.cuh"
 
 // ----------------------------------------------------------------------------
@@ -75,52 +77,54 @@ static rtc_operand16 weight16(char* s, const float* weight, const void* w16p, in
 // Packed operands (rt_kernels.h) are used in place: x16p not NULL is the input's packed rows
 // (no copy of inp), w16p not NULL the weight's (weight16), b16p not NULL the bias's (OC a
 // multiple of 8: no padding to add), out16 not NULL receives the rounded product (out is
-// not written).
+// not written). alpha scales the product (1 with a bias: rtc_gemm16_rounded).
 static void linear_forward16(float* out, const float* inp, const void* x16p, const float* weight,
                              const void* w16p, const float* bias, const void* b16p, int N, int C,
-                             int OC, rt_dtype dt, void* out16) {
+                             int OC, rt_dtype dt, void* out16, float alpha) {
     const int OCp = rtc_ld16(OC);
     const size_t nx = x16p ? 0 : rtc_elems16(N, C), nw = w16p ? 0 : rtc_elems16(OCp, C),
                  nb = bias ? (size_t)OCp : 0;
     char* s = (char*)rtc_operand_scratch((nx + nw + nb + (out16 ? 0 : rtc_elems16(N, OC))) * 2);
-    const rtc_operand16 x16 = x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s, inp, N, C, C, dt);
+    const rtc_operand16 x16 =
+        x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s, inp, N, C, C, dt);
     const rtc_operand16 w16 = weight16(s + nx * 2, weight, w16p, OC, C, dt);
     const void* b16 =
         b16p ? b16p : bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
     char* t = out16 ? (char*)out16 : s + (nx + nw + nb) * 2;  // 16-byte aligned
-    rtc_gemm16_rounded(0, 1, N, OC, x16.ld, x16, w16, b16, t, out, dt);
+    rtc_gemm16_rounded(0, 1, N, OC, x16.ld, alpha, x16, w16, b16, t, out, dt);
 }
 
-// dweight[OC, C] (+)= dout16^T · inp16 (beta 0 or 1). OC is the product's row count here
+// dweight[OC, C] (+)= alpha dout16^T · inp16 (beta 0 or 1). OC is the product's row count here
 // and the contiguous one of dout's copy: not a multiple of 8, it sends cuBLAS to an align1
 // kernel (GPT-2's LM head: 2.3 ms, against 1.4 ms for 50264 rows), so the last OC % 8 rows
 // are a second, small product. A packed dweight (pdw: assigned, OC and C multiples of 8,
 // RT_KCHECK_PACKED_DWEIGHT_LINEAR) is cuBLAS's output rounded to dt in its epilogue, its
 // rows written in place: no fp32 product and no rounding pass. dbias not NULL (both
 // assigned, OC a multiple of 8): the bias gradient in the same product's epilogue
-// (rtc_gemm16_bgrad), dout not read again by the column sums; returns whether cuBLASLt took
-// it (else the caller sums the columns).
+// (rtc_gemm16_bgrad, alpha 1: a scaled linear has no bias), dout not read again by the
+// column sums; returns whether cuBLASLt took it (else the caller sums the columns).
 static bool dweight16(void* dweight, bool pdw, void* dbias, rtc_operand16 d16, rtc_operand16 i16,
-                      int N, int C, int OC, float beta, rt_dtype dt) {
+                      int N, int C, int OC, float beta, rt_dtype dt, float alpha) {
     if (dbias && rtc_gemm16_bgrad(OC, C, N, d16, i16, dweight, pdw, C, dbias, dt)) return true;
     if (pdw) {
-        rtc_gemm16_rounded(1, 0, OC, C, N, d16, i16, NULL, dweight, NULL, dt);
+        rtc_gemm16_rounded(1, 0, OC, C, N, alpha, d16, i16, NULL, dweight, NULL, dt);
         return false;
     }
     const int bulk = OC & ~7;
     float* dw = (float*)dweight;
-    rtc_gemm16(1, 0, bulk, C, N, 1.0f, d16, i16, beta, dw, C, dt);
+    rtc_gemm16(1, 0, bulk, C, N, alpha, d16, i16, beta, dw, C, dt);
     const rtc_operand16 tail = {(const char*)d16.p + (size_t)bulk * 2, d16.ld};
-    rtc_gemm16(1, 0, OC - bulk, C, N, 1.0f, tail, i16, beta, dw + (size_t)bulk * C, C, dt);
+    rtc_gemm16(1, 0, OC - bulk, C, N, alpha, tail, i16, beta, dw + (size_t)bulk * C, C, dt);
     return false;
 }
 
-void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                       int N, int C, int OC, rt_dtype dt) {
-    RT_KCHECK_DT(dt, "rt_linear_forward");
+// The fp32-storage forward of rt_linear_forward (alpha 1) and rt_linear_scaled_forward (no
+// bias): the 16-bit path, or an fp32 GEMM onto the bias rows.
+static void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                           int N, int C, int OC, rt_dtype dt, float alpha) {
     if (N <= 0 || OC <= 0) return;
     if (dt != RT_F32 && C > 0) {
-        linear_forward16(out, inp, NULL, weight, NULL, bias, NULL, N, C, OC, dt, NULL);
+        linear_forward16(out, inp, NULL, weight, NULL, bias, NULL, N, C, OC, dt, NULL, alpha);
         return;
     }
     const size_t n = (size_t)N * OC;
@@ -130,7 +134,19 @@ void rt_linear_forward(float* out, const float* inp, const float* weight, const 
         RTC_CHECK_LAUNCH(rows_fill_kernel);
     }
     if (C <= 0) return;  // bias values are exact in dt
-    rtc_gemm_rm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, RT_F32);
+    rtc_gemm_rm(0, 1, N, OC, C, alpha, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, RT_F32);
+}
+
+void rt_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                       int N, int C, int OC, rt_dtype dt) {
+    RT_KCHECK_DT(dt, "rt_linear_forward");
+    linear_forward(out, inp, weight, bias, N, C, OC, dt, 1.0f);
+}
+
+void rt_linear_scaled_forward(float* out, const float* inp, const float* weight, int N, int C,
+                              int OC, float alpha, rt_dtype dt) {
+    RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_forward");
+    linear_forward(out, inp, weight, NULL, N, C, OC, dt, alpha);
 }
 
 // ----------------------------------------------------------------------------
@@ -174,36 +190,37 @@ __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __res
 // rounded in cuBLAS's epilogue and widened into place (as linear_forward16's output), or
 // left there when it is packed (pg); a packed dinp added to gets the fp32 product, then one
 // pass adding and rounding (add_packed_kernel). pdw: dweight is packed; dbias: computed
-// with it where cuBLASLt can (dweight16, whose answer this returns).
+// with it where cuBLASLt can (dweight16, whose answer this returns). alpha scales every
+// product (the fp32 one added to a packed dinp too).
 static bool linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, void* dbias,
                               rtc_operand16 d16, char* s, const float* inp, const void* x16p,
                               const float* weight, const void* w16p, int N, int C, int OC,
-                              rt_dtype dt, int as, float beta_w) {
+                              rt_dtype dt, int as, float beta_w, float alpha) {
     const int OCp = rtc_ld16(OC);
     const size_t nw = dinp && !w16p ? rtc_elems16(OCp, C) : 0,
                  ni = dweight && !x16p ? rtc_elems16(N, C) : 0;
     if (dinp) {
         const rtc_operand16 w16 = weight16(s, weight, w16p, OC, C, dt);
         if (pg && as) {
-            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, dinp, NULL, dt);
+            rtc_gemm16_rounded(0, 0, N, C, OCp, alpha, d16, w16, NULL, dinp, NULL, dt);
         } else if (pg) {
             float* product = (float*)(s + (nw + ni) * 2);
             const size_t n = (size_t)N * C;
-            rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 0.0f, product, C, dt);
+            rtc_gemm16(0, 0, N, C, OCp, alpha, d16, w16, 0.0f, product, C, dt);
             RTC_LAUNCH_VEC(add_packed_kernel, n, C % 8 == 0 && rtc_aligned16({dinp, product}),
                            (uint16_t*)dinp, product, C, n, dt);
         } else if (as) {
-            rtc_gemm16_rounded(0, 0, N, C, OCp, d16, w16, NULL, s + (nw + ni) * 2, (float*)dinp,
-                               dt);
+            rtc_gemm16_rounded(0, 0, N, C, OCp, alpha, d16, w16, NULL, s + (nw + ni) * 2,
+                               (float*)dinp, dt);
         } else {
-            rtc_gemm16(0, 0, N, C, OCp, 1.0f, d16, w16, 1.0f, (float*)dinp, C, dt);
+            rtc_gemm16(0, 0, N, C, OCp, alpha, d16, w16, 1.0f, (float*)dinp, C, dt);
             rtc_round_buf((float*)dinp, (size_t)N * C, dt);
         }
     }
     if (!dweight) return false;
     const rtc_operand16 i16 =
         x16p ? rtc_operand16{x16p, rtc_ld16(C)} : rtc_narrow(s + nw * 2, inp, N, C, C, dt);
-    return dweight16(dweight, pdw, dbias, d16, i16, N, C, OC, beta_w, dt);
+    return dweight16(dweight, pdw, dbias, d16, i16, N, C, OC, beta_w, dt, alpha);
 }
 
 // The degenerate shapes' gradients (no terms); returns whether there is nothing more to do.
@@ -224,9 +241,10 @@ static bool linear_backward_empty(void* dinp, bool pg, void* dweight, bool pdw, 
 // slice of a wider matrix (OC a multiple of 8, so that the dinp GEMM's sum over OC rounded
 // up to 8 reads no other slice's columns), read in place by the GEMMs and the bias sums.
 // dweight and dbias are packed with RT_PACKED_DWEIGHT (assigned: the entry point checks).
+// alpha scales the GEMMs' products: 1, or a scaled linear's (dbias NULL).
 static void linear_backward_any(void* dinp, void* dweight, void* dbias, const void* dout,
                                 const void* inp, const void* weight, int N, int C, int OC,
-                                int packed, rt_dtype dt, int assign, int ld_dout) {
+                                int packed, rt_dtype dt, int assign, int ld_dout, float alpha) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
@@ -247,12 +265,12 @@ static void linear_backward_any(void* dinp, void* dweight, void* dbias, const vo
         const float *d = (const float*)dout, *x = (const float*)inp;
         float* g = (float*)dinp;
         if (g) {  // dinp[N,C] += dout[N,OC] · weight[OC,C] (assigned: beta = 0)
-            rtc_gemm_rm(0, 0, N, C, OC, 1.0f, d, OC, (const float*)weight, C, as ? 0.0f : 1.0f,
+            rtc_gemm_rm(0, 0, N, C, OC, alpha, d, OC, (const float*)weight, C, as ? 0.0f : 1.0f,
                         g, C, dt);
             rtc_round_buf(g, (size_t)N * C, dt);
         }
         if (dweight)  // dweight[OC,C] += dout^T[OC,N] · inp[N,C]
-            rtc_gemm_rm(1, 0, OC, C, N, 1.0f, d, OC, x, C, beta_w, (float*)dweight, C, dt);
+            rtc_gemm_rm(1, 0, OC, C, N, alpha, d, OC, x, C, beta_w, (float*)dweight, C, dt);
         return;
     }
     const size_t nd = pd ? 0 : rtc_elems16(N, OC);
@@ -263,7 +281,7 @@ static void linear_backward_any(void* dinp, void* dweight, void* dbias, const vo
     const bool db_done =
         linear_backward16(dinp, pg, dweight, pdw, with_dw ? dbias : NULL, d16, s + nd * 2,
                           (const float*)inp, pi ? inp : NULL, pw ? NULL : (const float*)weight,
-                          pw ? weight : NULL, N, C, OC, dt, as, beta_w);
+                          pw ? weight : NULL, N, C, OC, dt, as, beta_w, alpha);
     if (with_dw && !db_done) column_sums();
 }
 
@@ -271,18 +289,27 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
-    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign, OC);
+    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign, OC,
+                        1.0f);
+}
+
+void rt_linear_scaled_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC, float alpha,
+                               rt_dtype dt, int assign) {
+    RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_backward");
+    linear_backward_any(dinp, dweight, NULL, dout, inp, weight, N, C, OC, 0, dt, assign, OC,
+                        alpha);
 }
 
 // ----------------------------------------------------------------------------
 // packed 16-bit storage (rt_kernels.h): the 16-bit paths above, reading packed operands in
 // place and leaving a packed output in its buffer
 
-void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const void* bias,
-                              int N, int C, int OC, int packed, rt_dtype dt) {
-    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
-    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
-    RT_KCHECK_PACKED_BIAS(OC, packed, "rt_linear_packed_forward");
+// The packed forward of rt_linear_packed_forward (alpha 1) and rt_linear_scaled_packed_forward
+// (no bias; no terms: zeros, which alpha leaves alone).
+static void linear_packed_forward(void* out, const void* inp, const void* weight,
+                                  const void* bias, int N, int C, int OC, int packed, rt_dtype dt,
+                                  float alpha) {
     if (N <= 0 || OC <= 0) return;
     const bool po = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
                pw = packed & RT_PACKED_INP2, pb = bias && (packed & RT_PACKED_INP3);
@@ -304,13 +331,41 @@ void rt_linear_packed_forward(void* out, const void* inp, const void* weight, co
     linear_forward16(po ? NULL : (float*)out, pi ? NULL : (const float*)inp, pi ? inp : NULL,
                      pw ? NULL : (const float*)weight, pw ? weight : NULL,
                      pb ? NULL : (const float*)bias, pb ? bias : NULL, N, C, OC, dt,
-                     po ? out : NULL);
+                     po ? out : NULL, alpha);
+}
+
+void rt_linear_packed_forward(void* out, const void* inp, const void* weight, const void* bias,
+                              int N, int C, int OC, int packed, rt_dtype dt) {
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_packed_forward");
+    RT_KCHECK_PACKED_BIAS(OC, packed, "rt_linear_packed_forward");
+    linear_packed_forward(out, inp, weight, bias, N, C, OC, packed, dt, 1.0f);
+}
+
+void rt_linear_scaled_packed_forward(void* out, const void* inp, const void* weight, int N,
+                                     int C, int OC, float alpha, int packed, rt_dtype dt) {
+    RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_forward");
+    RT_KCHECK_PACKED_DT(dt, "rt_linear_scaled_packed_forward");
+    RT_KCHECK_PACKED_WEIGHT(OC, C, packed, "rt_linear_scaled_packed_forward");
+    linear_packed_forward(out, inp, weight, NULL, N, C, OC, packed, dt, alpha);
 }
 
 void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
                                int packed, rt_dtype dt, int assign, int ld_dout) {
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign);
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+                                     "rt_linear_packed_backward");
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
-                        ld_dout);
+                        ld_dout, 1.0f);
+}
+
+void rt_linear_scaled_packed_backward(void* dinp, void* dweight, const void* dout,
+                                      const void* inp, const void* weight, int N, int C, int OC,
+                                      float alpha, int packed, rt_dtype dt, int assign,
+                                      int ld_dout) {
+    RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_backward");
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+                                     "rt_linear_scaled_packed_backward");
+    linear_backward_any(dinp, dweight, NULL, dout, inp, weight, N, C, OC, packed, dt, assign,
+                        ld_dout, alpha);
 }
