@@ -156,9 +156,11 @@ function M.diff_lines(old_path, new_path, args, ctx)
   end
   local a, b = simulate(old_path, copy(), ctx), simulate(new_path, copy(), ctx)
   local function ms(x) return string.format("%.2f ms", x * 1e3) end
+  -- a difference as printed: rounded to its digits first, so that noise is +0.00, not -0.00
+  local function shown(v, fmt) return tonumber(string.format(fmt, v)) + 0.0 end
   local function change(x, y)
-    return string.format("%s -> %s (%+.2f ms, %+.1f%%)", ms(x), ms(y), (y - x) * 1e3,
-      x > 0 and 100 * (y / x - 1) or 0)
+    return string.format("%s -> %s (%+.2f ms, %+.1f%%)", ms(x), ms(y), shown((y - x) * 1e3, "%.2f"),
+      shown(x > 0 and 100 * (y / x - 1) or 0, "%.1f"))
   end
   local units = require("util.units")
   local out = {}

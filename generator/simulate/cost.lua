@@ -96,18 +96,14 @@ end
 local norms = { rms_norm = true, layer_norm = true }
 
 -- fsdpgen's backward kernels by kind (tests/cuda_step/kernels/*.txt list a step's
--- launches): how many launches, and which inputs' values they read besides the output's
--- gradient (the rest write the inputs' gradients): rotary and a scale none, the activations
--- and the norms their inputs. A kind not here, and every kind of the other kernel sets
--- (PyTorch's): two launches, twice the forward's bytes.
-local BACKWARD = {
-  rotary = { launches = 1, reads = {} },
-  swiglu = { launches = 1, reads = { 1, 2 } }, mul = { launches = 1, reads = { 1, 2 } },
-  gelu = { launches = 1, reads = { 1 } }, relu = { launches = 1, reads = { 1 } },
-  silu = { launches = 1, reads = { 1 } },
-  -- the row-per-warp kernel, then the weight gradients' finish
-  rms_norm = { launches = 2, reads = { 1 } }, layer_norm = { launches = 2, reads = { 1 } },
-  add = { launches = 1, reads = {} }, scale = { launches = 1, reads = {} },
+-- launches): how many launches. Besides the output's gradient they read what the memory plan
+-- keeps for them (memory.lua backward_reads: rotary, an add and a scale nothing, the
+-- activations and the norms their inputs) and write the inputs' gradients. A kind not here,
+-- and every kind of the other kernel sets (PyTorch's): two launches, twice the forward's
+-- bytes.
+local BACKWARD_LAUNCHES = {
+  rotary = 1, swiglu = 1, mul = 1, gelu = 1, relu = 1, silu = 1, add = 1, scale = 1,
+  rms_norm = 2, layer_norm = 2,  -- the row-per-warp kernel, then the weight gradients' finish
 }
 
 -- Input t's gradient buffer at backward step st if an earlier step of the backward created
@@ -213,12 +209,12 @@ local function op_cost(st, plan, gpu, k, form)
     return k.launch_us * 1e-6, "elementwise", 0, 1
   end
   -- Element-wise, norms, lookups and the loss: bandwidth. A backward reads the output's
-  -- gradient and the inputs its kernel needs (BACKWARD), and writes the inputs' gradients,
+  -- gradient and the inputs its kernel needs (BACKWARD_LAUNCHES), and writes the inputs' gradients,
   -- reading those it adds to.
   local bytes = io_bytes(op)
   local launches = bwd and 2 or 1
   local ours = k.name == "fsdpgen"
-  local b = bwd and ours and BACKWARD[kind]
+  local b = bwd and ours and BACKWARD_LAUNCHES[kind]
   if kind == "cross_entropy" and st.op == "loss_grad" then
     -- the rows read again and the gradient written; fsdpgen's loss and gradient are one
     -- call after the forward's line (loss.cu), which also counts the valid targets and sums
@@ -232,8 +228,10 @@ local function op_cost(st, plan, gpu, k, form)
     bytes, launches = (1 + again) * tbytes(op.ins[1]), ours and 2 or 1
   elseif kind == "cross_entropy" then bytes = tbytes(op.ins[1])
   elseif b then
-    launches = b.launches
-    for _, i in ipairs(b.reads) do bytes = bytes + tbytes(op.ins[i]) end
+    launches = b
+    local reads = memory.backward_reads(op)
+    for _, t in ipairs(reads.ins and op.ins or {}) do bytes = bytes + tbytes(t) end
+    for _, t in ipairs(reads.outs and op.outs or {}) do bytes = bytes + tbytes(t) end
     for _, t in ipairs(op.ins) do
       if accumulated_grad(st, t) then bytes = bytes + tbytes(memory.base(t)) end
     end

@@ -473,6 +473,24 @@ check(one_line, "diff --gpu of a .schedule: one line, exit 2" .. (one_line and "
 os.remove(variant)
 os.remove(variant:sub(1, -5))
 
+-- README's "What does reshard_after_forward=False ... cost" example: its commands (the sh block
+-- after the question, /tmp paths moved to a temporary folder) print the block it shows.
+local readme = assert(io.open("README.md")):read("a")
+local q = readme:find("**What does `reshard_after_forward=False`", 1, true)
+local cmds = q and readme:match("```sh\n(.-)```", q)
+local shown = q and readme:match("ends with the simulated change:\n\n```\n(.-)```", q)
+local dir = os.tmpname()
+os.remove(dir)
+local printed
+if cmds and shown then
+  pipe = io.popen("mkdir -p " .. dir .. " && " .. cmds:gsub("/tmp/", dir .. "/") .. " 2>&1")
+  printed = pipe:read("a"):match("\n(simulated step .*)$")
+  pipe:close()
+end
+os.execute("rm -rf " .. dir)
+check(printed ~= nil and printed == shown, "README's reshard_after_forward example prints what README shows"
+  .. (printed and printed ~= shown and (":\n" .. printed) or ""))
+
 -- A linear's backward GEMMs: the input's gradient and the weight's, each only where it is
 -- wanted. Linear(16, 8) on a float input (no input gradient) then Linear(8, 8), 4 rows:
 -- forward 2*4*16*8 + 2*4*8*8 = 1536 FLOPs; backward the first's weight gradient (1024), the
