@@ -36,17 +36,20 @@ local ASSIGN_KERNELS = { linear = 1, layernorm = 1, rmsnorm = 1, gelu = 1, relu 
   rope = 1, residual = 2, mul = 2, scale = 1, broadcast_add = 1, dropout = 1, sum_loss = 1, cross_entropy = 1,
   cross_entropy_forward = 1, cross_entropy_packed_forward = 1, linear_packed = 1, attention_lowmem = 3,
   gelu_packed = 1, relu_packed = 1, silu_packed = 1, swiglu_packed = 2, rope_packed = 1, attention_lowmem_packed = 3,
-  residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1, scale_packed = 1 }
+  residual_packed = 2, layernorm_packed = 1, rmsnorm_packed = 1, scale_packed = 1, linear_scaled = 1,
+  linear_scaled_packed = 1 }
 
 -- The kernels whose RT_ASSIGN_DWEIGHT assigns their parameter-gradient outputs, by argument
 -- position (whatever buffer they are: a parameter's gradient, or an activation's where the
 -- weight or bias is computed).
 local PARAM_GRAD_KERNELS = { linear = { 2, 3 }, linear_packed = { 2, 3 }, layernorm = { 2, 3 },
-  layernorm_packed = { 2, 3 }, rmsnorm = { 2 }, rmsnorm_packed = { 2 } }
+  layernorm_packed = { 2, 3 }, rmsnorm = { 2 }, rmsnorm_packed = { 2 }, linear_scaled = { 2 },
+  linear_scaled_packed = { 2 } }
 
 -- The kernels whose assign argument is followed by their gradients' row lengths (rt_kernels.h
 -- "Gradient row lengths"), and how many.
-local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3, linear_packed = 1, swiglu_packed = 3 }
+local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3, linear_packed = 1, swiglu_packed = 3,
+  linear_scaled_packed = 1 }
 
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
 -- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three; a rotary pair's
