@@ -18,7 +18,7 @@
 local M = {}
 
 -- s as fp32 holds it (the scale kernel's and the GEMM's alpha).
-function M.fp32(s) return (string.unpack("f", string.pack("f", s))) end
+local function fp32(s) return (string.unpack("f", string.pack("f", s))) end
 
 -- Whether fp32 number s is a normal power of two.
 local function power_of_two(s)
@@ -35,7 +35,7 @@ local function foldable(op, readers)
   local x, y = op.ins[1], op.outs[1]
   local lin, rs = x.producer, readers[x] or {}
   if not (lin and lin.kind == "linear" and not lin.ins[3] and lin.region == op.region) then return false end
-  if #rs ~= 1 or rs[1] ~= op or not power_of_two(M.fp32(op.attrs.scale)) then return false end
+  if #rs ~= 1 or rs[1] ~= op or not power_of_two(fp32(op.attrs.scale)) then return false end
   return FOLDABLE[x.dtype] and y.dtype == x.dtype and (x.packed or false) == (y.packed or false)
     and (x.grad_packed or false) == (y.grad_packed or false)
 end
@@ -45,7 +45,7 @@ function M.mark(graph, readers)
   for _, op in ipairs(graph.ops) do
     if op.kind == "scale" and foldable(op, readers) then
       local lin = op.ins[1].producer
-      op.view, op.folded, lin.out_scale = true, lin, M.fp32(op.attrs.scale)
+      op.view, op.folded, lin.out_scale = true, lin, fp32(op.attrs.scale)
     end
   end
 end
