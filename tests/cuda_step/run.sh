@@ -21,8 +21,8 @@
 #     (llama_w1_bf16), against its twin whose root reduce-scatters (llama_w1_whole.lua),
 #     and a tied embedding's rows no token looks up stepped beside the blocks' backward
 #     (gpt2_w1_tied_rows, against gpt2_w1_whole.lua), and scales folded into their linears'
-#     GEMMs (scale_fold_bf16, against a twin whose scales stay kernels): the same bits on the
-#     CPU and on the emulator.
+#     GEMMs (scale_fold_bf16, against a twin whose scales stay kernels; on a GPU too): the
+#     same bits on the CPU and on the emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64), its auto
 # timings and its run with cuDNN's atomic backward against the CPU; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
@@ -288,10 +288,11 @@ fold_checks() {
         fail "$name: scales folded ${folded[0]} (want 4) and kept ${kept[0]} (want 1); $twin's folded ${folded[1]} (want 4), kept ${kept[1]} (want 5)"
     fi
     same_as_twin "$twin" "the scales folded into the GEMMs' alpha" "the scales folded into cuBLAS's alpha" \
-        "$twin's scale kernels"
+        "$twin's scale kernels" 1
 }
-# same_as_twin TWIN CPU_WHAT EMU_WHAT TWIN_WHAT: the twin's CPU binary, and on the emulator
-# its CUDA one, run as this spec's did and save the same bits.
+# same_as_twin TWIN CPU_WHAT CUDA_WHAT TWIN_WHAT [ON_GPU]: the twin's CPU binary, and on the
+# emulator (with ON_GPU 1 on a GPU too: cuBLAS picks its kernels by shape, not by alpha) its
+# CUDA one, run as this spec's did and save the same bits.
 same_as_twin() {
     local twin=$1
     "build/$twin/$twin" "${steps[@]}" "${val[@]}" --save "$work/$twin.cpu.safetensors" \
@@ -301,15 +302,15 @@ same_as_twin() {
     else
         fail "$name (CPU): saved other parameters than $twin"
     fi
-    [ "$gpu" = 1 ] && return
+    [ "$gpu" = 1 ] && [ "${5:-0}" != 1 ] && return
     local own_bin=$bin
     cuda_binary "$twin" main || return
     CUDA_EMU_LAZY=low "$bin" "${steps[@]}" "${val[@]}" --save "$work/$twin.cuda.safetensors" \
         >"$work/$twin.cuda.log" 2>&1
     if same_tensors "$work/$name.cuda.safetensors" "$work/$twin.cuda.safetensors"; then
-        pass "$name (emulator): $3 save the bits of $4"
+        pass "$name ($where): $3 save the bits of $4"
     else
-        fail "$name (emulator): saved other parameters than $twin"
+        fail "$name ($where): saved other parameters than $twin"
     fi
     bin=$own_bin
 }
