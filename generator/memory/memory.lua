@@ -295,7 +295,8 @@ local function mark(plan)
   local steps = plan.steps
   packing.mark_packed_logits(steps)
   packing.mark_packed_activations(plan.graph)
-  scaled.mark(plan.graph, views.readers_of(plan.graph))  -- after the packing marks it compares
+  local readers = views.readers_of(plan.graph)  -- the marks below add no op and no input
+  scaled.mark(plan.graph, readers)  -- after the packing marks it compares
   -- The eval program and the step after one read the parameters as the step's all-gathers
   -- store them (rt_model_param packed is the step's).
   if not (plan.is_eval or plan.is_after_eval) then
@@ -303,7 +304,7 @@ local function mark(plan)
     packing.mark_shard_reads(plan)
   end
   packing.place_unsharded_params(plan)
-  stacked.mark(plan, views.readers_of(plan.graph), M.base)
+  stacked.mark(plan, readers, M.base)
   grad_alias.mark(steps)
   for _, st in ipairs(steps) do st.fused_norm, st.fused_add = nil, nil end
   for i = 1, #steps - 1 do
