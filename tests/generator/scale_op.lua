@@ -19,21 +19,8 @@ local function f32(x) return (string.unpack("f", string.pack("f", x))) end
 -- A one-module spec whose forward is `body` (x: its [4, 16] input; self.lin, self.p),
 -- under `mp` ("bf16" or nil).
 local function spec_src(body, mp)
-  local policy = mp and string.format(
-    ", { mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = %q, reduce_dtype = \"fp32\" } }", mp) or ""
-  return table.concat({
-    'local nn, fsdp = require("nn"), require("fsdp")',
-    "local M = {}",
-    "function M.forward(self, x)",
-    "  " .. body,
-    "end",
-    'local m = nn.new_module("M", M)',
-    "m.lin = nn.Linear(16, 16)",
-    'm.p = nn.Parameter({ 4, 16 }, { kind = "normal", std = 1.0 })',
-    "fsdp.fully_shard(m" .. policy .. ")",
-    'return fsdp.spec{ name = "scale_op", model = m, world_size = 2, input = { shape = { 4, 16 } },',
-    '  loss = "sum", optimizer = { "sgd", lr = 1e-2 } }',
-  }, "\n") .. "\n"
+  return util.module_spec("scale_op", { "m.lin = nn.Linear(16, 16)",
+    'm.p = nn.Parameter({ 4, 16 }, { kind = "normal", std = 1.0 })' }, { body }, mp)
 end
 
 local function ops_of(plan, kind)

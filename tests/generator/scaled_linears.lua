@@ -15,22 +15,10 @@ local check = util.check
 -- group's dtype; the add, like LoRA's, reads the scale's output packed), with linears lin
 -- (bias-free) and lin_b (with a bias), under param dtype `mp` (nil: fp32).
 local function spec_src(expr, mp)
-  local policy = mp and string.format(
-    ", { mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = %q, reduce_dtype = \"fp32\" } }", mp) or ""
-  return table.concat({
-    'local nn, fsdp = require("nn"), require("fsdp")',
-    "local M = {}",
-    "function M.forward(self, x)",
-    mp and string.format("  x = x:to(%q)", mp) or "",
-    "  return " .. expr .. " + x",
-    "end",
-    'local m = nn.new_module("M", M)',
-    "m.lin = nn.Linear(16, 16, { bias = false })",
-    "m.lin_b = nn.Linear(16, 16)",
-    "fsdp.fully_shard(m" .. policy .. ")",
-    'return fsdp.spec{ name = "scaled_linears", model = m, world_size = 2, input = { shape = { 4, 16 } },',
-    '  loss = "sum", optimizer = { "sgd", lr = 1e-2 } }',
-  }, "\n") .. "\n"
+  local body = { "return " .. expr .. " + x" }
+  if mp then table.insert(body, 1, string.format("x = x:to(%q)", mp)) end
+  return util.module_spec("scaled_linears", { "m.lin = nn.Linear(16, 16, { bias = false })",
+    "m.lin_b = nn.Linear(16, 16)" }, body, mp)
 end
 
 -- The scale ops of plan's graph, as "number:folded" or "number:kernel".

@@ -70,6 +70,24 @@ function M.plan_source(src)
   return plan, code
 end
 
+-- The Lua source of a one-module spec `name` (for M.plan_source): module m with the `members`
+-- (lines such as "m.lin = nn.Linear(16, 16)") and forward(self, x) the `body` lines, sharded
+-- under param dtype `mp` with fp32 reduction (nil: no policy), world 2, a [4, 16] input, a sum
+-- loss and SGD.
+function M.module_spec(name, members, body, mp)
+  local policy = mp and string.format(
+    ", { mp_policy = fsdp.MixedPrecisionPolicy{ param_dtype = %q, reduce_dtype = \"fp32\" } }", mp) or ""
+  local lines = { 'local nn, fsdp = require("nn"), require("fsdp")', "local M = {}", "function M.forward(self, x)" }
+  for _, l in ipairs(body) do lines[#lines + 1] = "  " .. l end
+  lines[#lines + 1] = "end"
+  lines[#lines + 1] = 'local m = nn.new_module("M", M)'
+  for _, l in ipairs(members) do lines[#lines + 1] = l end
+  lines[#lines + 1] = "fsdp.fully_shard(m" .. policy .. ")"
+  lines[#lines + 1] = string.format('return fsdp.spec{ name = %q, model = m, world_size = 2, input = { shape = { 4, 16 } },', name)
+  lines[#lines + 1] = '  loss = "sum", optimizer = { "sgd", lr = 1e-2 } }'
+  return table.concat(lines, "\n") .. "\n"
+end
+
 -- What `fsdpgen build` emits for the spec at `path`, planned as `plan`, short of compiling it:
 -- the step C of the plan and of its non-sharded reference (reference.lua; the rest of
 -- build's files are templates). Raises what planning the reference or emitting raises.
