@@ -128,6 +128,14 @@ function Walker:val(t, saved_by)
   return F(s.buf, 0, trace.numel(s.shape), not trace.is_float(s.dtype))
 end
 
+-- Tensor b's gradient in buffer gb: all of it, or where it is a slice of a stack's packed
+-- rows (stacked_linears), the buffer from the slice's first column to its end.
+local function grad_view(gb, b)
+  local sl = b.grad_slice
+  if sl then return F(gb, sl.col // 2, gb.size // 2 - sl.col, false, true) end
+  return F(gb, 0, trace.numel(b.shape))
+end
+
 function Walker:grad(t, st)
   if not t.requires_grad or t.is_input or t.is_target then return "NULL" end
   if t.is_param then
@@ -139,11 +147,7 @@ function Walker:grad(t, st)
   local b = memory.base(t)
   local gb = st.bufs.grads[b]
   if not gb then return "NULL" end
-  local sl = b.grad_slice
-  if sl then  -- columns of a stack's packed rows (stacked_linears): from its first to the end
-    return F(gb, sl.col // 2, gb.size // 2 - sl.col, false, true)
-  end
-  return F(gb, 0, trace.numel(b.shape))
+  return grad_view(gb, b)
 end
 
 -- The row length of t's gradient where it is a slice of a stack's rows (stacked_linears),
@@ -153,12 +157,12 @@ local function grad_ld(t)
   return sl and sl.stack.ld or 0
 end
 
--- The gradient buffer of a backward step's output t (n elements of it).
+-- The gradient buffer of a backward step's output t (n elements of it, or its slice).
 local function output_grad(st, t, n)
   local b = memory.base(t)
   local gb = st.bufs.grads[b]
   if not gb then error("no gradient for output " .. tostring(b.label)) end
-  return F(gb, 0, n)
+  return b.grad_slice and grad_view(gb, b) or F(gb, 0, n)
 end
 
 function Walker:ctx(st, saved)

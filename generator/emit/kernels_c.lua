@@ -369,17 +369,23 @@ end
 
 local backward = {}
 
+-- A linear's dout and dinp row lengths: slices of stacks' rows (memory/stacked_linears.lua:
+-- lora_b's output's gradient, lora_a's output's), else 0 (dense).
+local function linear_lds(op, c)
+  return string.format("%d, %d", c.grad_ld(op.outs[1]), c.grad_ld(op.ins[1]))
+end
+
 function backward.linear(op, c, dt, as)
   local x, w, b = op.ins[1], op.ins[2], op.ins[3]
   local y = op.outs[1]
   if out_scale(op) then
     local args = string.format("%s, %s, %s, %s, %s, %d, %d, %d, %s", c.grad(x), c.grad(w), c.dout(y), c.val(x),
       c.val(w), rows(x), w.shape[2], w.shape[1], fmt_float(out_scale(op)))
-    return kcall("linear_scaled", "backward", args, packed_bits(op, true), dt, as, "0")  -- dense dout
+    return kcall("linear_scaled", "backward", args, packed_bits(op, true), dt, as, linear_lds(op, c))
   end
   local args = string.format("%s, %s, %s, %s, %s, %s, %d, %d, %d", c.grad(x), c.grad(w), b and c.grad(b) or "NULL",
     c.dout(y), c.val(x), c.val(w), rows(x), w.shape[2], w.shape[1])
-  return kcall("linear", "backward", args, packed_bits(op, true), dt, as, "0")  -- dense dout
+  return kcall("linear", "backward", args, packed_bits(op, true), dt, as, linear_lds(op, c))
 end
 
 function backward.embedding(op, c)
@@ -631,6 +637,8 @@ end
 -- The one backward call of a stack's linears (memory/stacked_linears.lua): the first one's
 -- with the stack's operands, OC their rows' sum; dinp assigned or added to as the first
 -- linear's would be, rounded by the kernel, and one RT_ASSIGN_DWEIGHT bit for all weights.
+-- A split stack: the input gradient's call, then one per trainable linear for its weight's
+-- gradient from its columns, with its own packed and assign bits.
 function M.backward_stacked(s, c)
   local op = s.ops[1]
   local x, w = op.ins[1], op.ins[2]
@@ -640,27 +648,27 @@ function M.backward_stacked(s, c)
   end
   local as, assigned = backward_assign(op, c)
   local weight, dweight, dout = c.stack(s)
-  local bits, C = packed_bits(op, true), w.shape[2]
-  local function call(dinp, dw, d, W, oc, a)
+  local C = w.shape[2]
+  local lds = string.format("%d, %d", s.ld, c.grad_ld(x))
+  local function call(dinp, dw, d, W, oc, a, bits)
     local args = string.format("%s, %s, NULL, %s, %s, %s, %d, %d, %d", dinp, dw, d, c.val(x), W, s.rows, C, oc)
-    -- the packed bit of the weights' gradients only on a call that writes them
-    local b = bits
-    if dw == "NULL" and b then b = b:gsub(" | RT_PACKED_DWEIGHT", ""):gsub("^RT_PACKED_DWEIGHT$", "") end
-    if b == "" then b = nil end
-    return kcall("linear", "backward", args, b, dt, a, tostring(s.ld))[1]
+    return kcall("linear", "backward", args, bits, dt, a, lds)[1]
   end
-  if not s.split then return { call(c.grad(x), dweight, dout, weight, s.ld, as) }, assigned end
-  -- the input gradient over the stacked weights, then each weight's gradient from its
-  -- columns: as's input bits on the first call, its RT_ASSIGN_DWEIGHT on the others
-  local bits_in, dw = {}, "RT_ACCUMULATE"
+  if not s.split then return { call(c.grad(x), dweight, dout, weight, s.ld, as, packed_bits(op, true)) }, assigned end
+  -- the packed bits without the weight gradient's, the assign bits without its
+  local bits_in = packed_bits(op, true):gsub(" | RT_PACKED_DWEIGHT$", "")
+  local as_in = {}
   for b in as:gmatch("RT_[%w_]+") do
-    if b == "RT_ASSIGN_DWEIGHT" then dw = b elseif b ~= "RT_ACCUMULATE" then bits_in[#bits_in + 1] = b end
+    if b ~= "RT_ASSIGN_DWEIGHT" and b ~= "RT_ACCUMULATE" then as_in[#as_in + 1] = b end
   end
-  local a1 = #bits_in > 0 and table.concat(bits_in, " | ") or "RT_ACCUMULATE"
-  local calls = { call(c.grad(x), "NULL", dout, weight, s.ld, a1) }
+  local calls = { call(c.grad(x), "NULL", dout, weight, s.ld, as_in[1] and table.concat(as_in, " | ")
+    or "RT_ACCUMULATE", bits_in) }
   for _, m in ipairs(s.ops) do
-    local y = m.outs[1]
-    calls[#calls + 1] = call("NULL", c.grad(m.ins[2]), c.grad(y), c.val(m.ins[2]), y.shape[#y.shape], dw)
+    local y, wm = m.outs[1], m.ins[2]
+    if wm.requires_grad then
+      local dw = grad_assigns.assigns_param(m, 2) and c.assign_param(wm) and "RT_ASSIGN_DWEIGHT" or "RT_ACCUMULATE"
+      calls[#calls + 1] = call("NULL", c.grad(wm), c.grad(y), c.val(wm), y.shape[#y.shape], dw, packed_bits(m, true))
+    end
   end
   return calls, assigned
 end

@@ -226,8 +226,12 @@ function M.step_line(st, plan)
       detail = detail .. " (rotary pair: in the call of " .. (pair.b.label or "?") .. ")"
     end
     if st.stack and st.stack.split then
+      local frozen = 0
+      for _, m in ipairs(st.stack.ops) do frozen = frozen + (m.ins[2].requires_grad and 0 or 1) end
       detail = detail .. " (stacked: one input-gradient call for " .. stacked.label(st.stack)
-        .. ", one weight-gradient call each)"
+        .. (frozen == 0 and ", one weight-gradient call each)"
+          or frozen == #st.stack.ops and "; frozen: no weight gradient)"
+          or ", one weight-gradient call for each trainable one)")
     elseif st.stack then
       detail = detail .. " (stacked: one call for " .. stacked.label(st.stack) .. ")"
     end

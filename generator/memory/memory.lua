@@ -304,8 +304,8 @@ local function mark(plan)
     packing.mark_shard_reads(plan)
   end
   packing.place_unsharded_params(plan)
-  stacked.mark(plan, readers, M.base)
   grad_alias.mark(steps)
+  stacked.mark(plan, readers, M.base)  -- reaches through the adds grad_alias marks
   for _, st in ipairs(steps) do st.fused_norm, st.fused_add = nil, nil end
   for i = 1, #steps - 1 do
     if add_with_norm(steps, i) then steps[i].fused_norm, steps[i + 1].fused_add = steps[i + 1], steps[i] end

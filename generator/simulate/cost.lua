@@ -170,22 +170,26 @@ local function op_cost(st, plan, gpu, k, form)
   if k.name == "fsdpgen" and bwd and st.stacked then return 0, "gemm", 0, 0 end
   if kind == "linear" then
     local m, kk, n = gemm_dims(op)
-    if stack then n = stack.ld end
     local eb = trace.dtype_bytes[op.outs[1].dtype] or 4
     -- backward: the input's gradient and the weight's, each where it requires grad (a
-    -- frozen weight's product, or one of an input without a gradient, is not computed;
-    -- stacked weights are never frozen: memory/stacked_linears.lua)
-    local dw = op.ins[2].requires_grad
-    local products = bwd and ((op.ins[1].requires_grad and 1 or 0) + (dw and 1 or 0)) or 1
-    local flops = 2 * products * m * kk * n
-    local eff = k.gemm
-    local bytes = (m * kk + kk * n + m * n) * eb
-    local launches = products
-    -- a split stack: the input gradient's GEMM, then each weight gradient's
-    if stack and stack.split then launches = 1 + #stack.ops end
-    if bwd then   -- the fp32 weight gradient, read and written
-      bytes = products * bytes + (dw and kk * n * 8 or 0)
+    -- frozen weight's product, or one of an input without a gradient, is not computed); a
+    -- stack's input gradient over its width, its weights' over the trainable ones' rows
+    local dw = op.ins[2].requires_grad and n or 0
+    local dx = op.ins[1].requires_grad and n or 0
+    local launches = bwd and ((dx > 0 and 1 or 0) + (dw > 0 and 1 or 0)) or 1
+    if stack then
+      dx, dw, launches = stack.ld, 0, 1
+      for _, s_op in ipairs(stack.ops) do
+        local w = s_op.ins[2]
+        if w.requires_grad then dw, launches = dw + w.shape[1], launches + (stack.split and 1 or 0) end
+      end
+      if not stack.split then launches = 2 end
     end
+    local flops = bwd and 2 * m * kk * (dx + dw) or 2 * m * kk * n
+    local eff = k.gemm
+    local function gemm_bytes(cols) return (m * kk + kk * cols + m * cols) * eb end
+    local bytes = bwd and (dx > 0 and gemm_bytes(dx) or 0) + (dw > 0 and gemm_bytes(dw) or 0)
+      + kk * dw * 8 or gemm_bytes(n)   -- backward: the fp32 weight gradient read and written
     if k.name == "fsdpgen" then
       local more, more_bytes = linear_extras(op, bwd, bwd and plan.grad_assigns
         and plan.grad_assigns[st] and plan.grad_assigns[st][op.ins[2]])

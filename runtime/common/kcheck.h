@@ -119,6 +119,24 @@
                   "%s: packed dout with row length %d, width %d", kernel, (int)(ld), (int)(OC)); \
     } while (0)
 
+// A linear's dinp in rows of ld_dinp (rt_kernels.h "Gradient row lengths"; 0 becomes the
+// dense rows' length, in place): a column slice (not 0) is written, not added to (an
+// addition reads dense rows), packed in rows of a multiple of 8 >= C (RT_KCHECK_PACKED_LD),
+// and C a multiple of 8: the GPU's GEMM writes C rounded up to 8 columns of each row.
+#define RT_KCHECK_LINEAR_DINP_LD(ld, C, dinp, packed, assign, kernel)                      \
+    do {                                                                                   \
+        RT_KCHECK((ld) == 0 || ((dinp) && ((assign) & RT_ASSIGN_1)),                       \
+                  "ld_dinp is 0 unless dinp is given and assigned (RT_ASSIGN_1)",          \
+                  "%s: dinp %swith row length %d and assign %d", kernel,                   \
+                  (dinp) ? "" : "NULL ", (int)(ld), (int)(assign));                        \
+        RT_KCHECK_PACKED_LD(ld, C, (packed) & RT_PACKED_DINP, "dinp", kernel);             \
+        RT_KCHECK((ld) == 0 || (C) % 8 == 0,                                               \
+                  "a packed dinp is a column slice only with C a multiple of 8; else "     \
+                  "ld_dinp is 0",                                                          \
+                  "%s: packed dinp with row length %d, width %d", kernel, (int)(ld), (int)(C)); \
+        if ((ld) == 0) (ld) = (packed) & RT_PACKED_DINP ? RT_LD16(C) : (C);                \
+    } while (0)
+
 // swiglu's packed backward (rt_swiglu_packed_backward): n values in rows of C, whose
 // gradients da and db have rows of ld_da and ld_db (RT_KCHECK_ROW_LD; 0 becomes C, in
 // place).
@@ -159,12 +177,14 @@
 
 // Every check of rt_linear_packed_backward's (and rt_linear_scaled_packed_backward's)
 // arguments, one list for both backends; kernel names the caller.
-#define RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign, kernel)      \
+#define RT_KCHECK_LINEAR_PACKED_BACKWARD(dinp, OC, C, ld_dout, ld_dinp, packed, dt, assign, \
+                                         kernel)                                           \
     do {                                                                                   \
         const char* kernel_ = kernel;                                                      \
         RT_KCHECK_PACKED_DT(dt, kernel_);                                                  \
         RT_KCHECK_PACKED_WEIGHT(OC, C, packed, kernel_);                                   \
         RT_KCHECK_LINEAR_DOUT_LD(ld_dout, OC, packed, kernel_);                            \
+        RT_KCHECK_LINEAR_DINP_LD(ld_dinp, C, dinp, packed, assign, kernel_);               \
         RT_KCHECK_PACKED_DWEIGHT(packed, assign, kernel_);                                 \
         RT_KCHECK_PACKED_DWEIGHT_LINEAR(OC, C, packed, kernel_);                           \
     } while (0)

@@ -430,21 +430,23 @@ void rt_cross_entropy_forward_backward(float* dlogits, float* loss, const float*
 void rt_linear_packed_forward(void* out, const void* inp, const void* weight,
                               const void* bias /*nullable*/, int N, int C, int OC, int packed,
                               rt_dtype dt);
-// Backward: dout in rows of ld_dout elements ("Gradient row lengths" below), a packed dout
-// possibly a column slice of a wider matrix: stacked linears make one call for their input's
-// gradient (dweight and dbias NULL, OC the stack's width) and, where their weights'
-// gradients do not lie one after another, one per linear for its weight's (dinp NULL) on its
-// columns of the stack.
+// Backward: dout in rows of ld_dout elements and dinp in rows of ld_dinp ("Gradient row
+// lengths" below), a packed dout possibly a column slice of a wider matrix: stacked linears
+// make one call for their input's gradient (dweight and dbias NULL, OC the stack's width)
+// and, where their weights' gradients do not lie one after another, one per linear for its
+// weight's (dinp NULL) on its columns of the stack; an assigned packed dinp possibly a
+// column slice too, so that a linear's input gradient is written into its place in a wider
+// gradient.
 void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
-                               int packed, rt_dtype dt, int assign, int ld_dout);
+                               int packed, rt_dtype dt, int assign, int ld_dout, int ld_dinp);
 // rt_linear_scaled_forward and _backward (above) on packed storage.
 void rt_linear_scaled_packed_forward(void* out, const void* inp, const void* weight, int N,
                                      int C, int OC, float alpha, int packed, rt_dtype dt);
 void rt_linear_scaled_packed_backward(void* dinp, void* dweight, const void* dout,
                                       const void* inp, const void* weight, int N, int C, int OC,
                                       float alpha, int packed, rt_dtype dt, int assign,
-                                      int ld_dout);
+                                      int ld_dout, int ld_dinp);
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,
                                               const int32_t* targets, int N, int V,
                                               const float* dloss, rt_dtype dt, int assign);
@@ -506,14 +508,16 @@ void rt_residual_layernorm_packed_forward(void* sum, void* out, float* mean, flo
                                           const float* bias, int N, int C, float eps,
                                           int packed_add, int packed_norm, rt_dtype dt);
 // Gradient row lengths (rope's ld_dinp, attention's ld_dq, ld_dk, ld_dv, swiglu's ld_da,
-// ld_db, a linear's ld_dout): a packed gradient of width W (NH*HD, or NKV*HD for dk, dv;
-// swiglu's C; a linear's dout OC) may be a column slice of a wider 16-bit matrix whose rows
-// hold ld elements (ld >= W, a multiple of 8), so that linears sharing an input (q, k and
-// v's projections; w1 and w3 of a SwiGLU feed-forward) compute its gradient in one GEMM over
-// their gradients side by side; the call reads and writes only the slice's W columns of each
-// row, never the elements between them. 0: dense rows (W; a linear's packed dout
-// RT_LD16(OC)). Rope's and attention's take a non-zero ld only for a packed gradient (its
-// RT_PACKED_DINP* bit set); swiglu's and the linear's also take the dense one itself (W in
+// ld_db, a linear's ld_dout and ld_dinp): a packed gradient of width W (NH*HD, or NKV*HD for
+// dk, dv; swiglu's C; a linear's dout OC, its dinp C) may be a column slice of a wider
+// 16-bit matrix whose rows hold ld elements (ld >= W, a multiple of 8), so that linears
+// sharing an input (q, k and v's projections; w1 and w3 of a SwiGLU feed-forward) compute
+// its gradient in one GEMM over their gradients side by side; the call reads and writes only
+// the slice's W columns of each row, never the elements between them. 0: dense rows (W; a
+// linear's packed dout RT_LD16(OC), packed dinp RT_LD16(C)). Rope's and attention's take a
+// non-zero ld only for a packed gradient (its RT_PACKED_DINP* bit set), the linear's ld_dinp
+// only for a packed dinp it assigns (RT_ASSIGN_1) of C a multiple of 8 (its bits those of
+// the dense call); swiglu's and the linear's ld_dout also take the dense one itself (W in
 // fp32 storage; packed, a multiple of 8 >= W: a slice, or the operand's own rows of
 // RT_LD16(W), the only choice for a packed dout of OC not a multiple of 8, whose zero
 // padding the GPU's dinp GEMM sums over).

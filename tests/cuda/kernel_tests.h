@@ -124,6 +124,7 @@ void test_packed_linear_scaled(rt_dtype dt, int N, int C, int OC, int off, int l
 // kernels_packed_slices.c
 void test_packed_grad_rows(rt_dtype dt, int B, int T, int NH, int NKV, int HD);
 void test_linear_dout_slices(rt_dtype dt, int N, int C, int OC1, int OC2);
+void test_linear_dinp_slices(rt_dtype dt, int N, int C, int OC);
 void test_swiglu_grad_slices(rt_dtype dt, int R, int D);
 
 // kernels_rope_pair.c

@@ -35,12 +35,44 @@ static void rope_ld_short(void) {
 
 static void linear_ld_fp32(void) {
     rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
-                              0, RT_BF16, RT_ASSIGN_1, 16);
+                              0, RT_BF16, RT_ASSIGN_1, 16, 0);
 }
 
 static void linear_ld_odd_oc(void) {
     rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 12,
-                              RT_PACKED_OUT, RT_F16, RT_ASSIGN_1, 24);
+                              RT_PACKED_OUT, RT_F16, RT_ASSIGN_1, 24, 0);
+}
+
+// A linear's ld_dinp where dinp cannot be a slice: not a multiple of 8, shorter than C, dinp
+// in fp32 storage, added to (the scaled entry point), NULL, or C not a multiple of 8.
+static void linear_dinp_ld_odd(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 0, 20);
+}
+
+static void linear_dinp_ld_short(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              RT_PACKED_DINP, RT_F16, RT_ASSIGN_1, 0, 8);
+}
+
+static void linear_dinp_ld_fp32(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              0, RT_BF16, RT_ASSIGN_1, 0, 16);
+}
+
+static void linear_dinp_ld_added(void) {
+    rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16,
+                                     8, 2.0f, RT_PACKED_DINP, RT_BF16, RT_ACCUMULATE, 0, 16);
+}
+
+static void linear_dinp_ld_null(void) {
+    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT, 0, 16);
+}
+
+static void linear_dinp_ld_odd_c(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 12, 8,
+                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 0, 16);
 }
 
 static void swiglu_ld_short(void) {
@@ -90,12 +122,12 @@ static void cpu_attention_dropout_negative(void) {
 
 static void linear_dweight_accumulated(void) {
     rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
-                              RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0);
+                              RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0, 0);
 }
 
 static void linear_dweight_odd(void) {
     rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 12, 8,
-                              RT_PACKED_DWEIGHT, RT_F16, RT_ASSIGN_DWEIGHT, 0);
+                              RT_PACKED_DWEIGHT, RT_F16, RT_ASSIGN_DWEIGHT, 0, 0);
 }
 
 static void norm_dweight_accumulated(void) {
@@ -135,7 +167,7 @@ static void linear_scaled_packed_f16(void) {
 static void linear_scaled_packed_negative(void) {
     rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8,
                                      8, -2.0f, RT_PACKED_OUT | RT_PACKED_DINP, RT_BF16,
-                                     RT_ASSIGN_1, 0);
+                                     RT_ASSIGN_1, 0, 0);
 }
 
 static void cpu_linear_scaled_alpha3(void) {
@@ -162,6 +194,25 @@ void test_grad_rows_checked(void) {
     ok = aborts_with("linear_odd_oc", "packed dout with row length 24, width 12", out, sizeof out);
     CHECK(ok, "linear backward with a packed dout of OC 12 in rows of 24 (a slice of OC not a "
           "multiple of 8) stops: %s", out);
+    const char* dinp_ld[6][3] = {
+        {"linear_dinp_odd", "rt_linear_packed_backward: dinp with row length 20, width 16, packed",
+         "packed, in rows of 20 (not a multiple of 8)"},
+        {"linear_dinp_short", "rt_linear_packed_backward: dinp with row length 8, width 16, packed",
+         "packed, in rows of 8 (C 16)"},
+        {"linear_dinp_fp32",
+         "rt_linear_packed_backward: dinp with row length 16, width 16, fp32 storage",
+         "in fp32 storage, in rows of 16"},
+        {"linear_dinp_added",
+         "rt_linear_scaled_packed_backward: dinp with row length 16 and assign 0",
+         "packed and added to (a scaled linear's), in rows of 16"},
+        {"linear_dinp_null", "rt_linear_packed_backward: dinp NULL with row length 16 and assign 9",
+         "NULL, in rows of 16"},
+        {"linear_dinp_odd_c", "rt_linear_packed_backward: packed dinp with row length 16, width 12",
+         "packed of C 12, in rows of 16 (a slice of C not a multiple of 8)"}};
+    for (int i = 0; i < 6; i++) {
+        ok = aborts_with(dinp_ld[i][0], dinp_ld[i][1], out, sizeof out);
+        CHECK(ok, "linear backward with ld_dinp for a dinp %s stops: %s", dinp_ld[i][2], out);
+    }
     ok = aborts_with("swiglu_short", "db with row length 8, width 16, packed", out, sizeof out);
     CHECK(ok, "swiglu backward with a packed db in rows of 8 (C 16) stops: %s", out);
     ok = aborts_with("swiglu_rows", "rt_swiglu_packed_backward with n = 20, C = 8", out,
@@ -220,6 +271,12 @@ void arg_check_call(const char* name) {
     if (!strcmp(name, "rope")) rope_ld_short();
     else if (!strcmp(name, "linear_fp32")) linear_ld_fp32();
     else if (!strcmp(name, "linear_odd_oc")) linear_ld_odd_oc();
+    else if (!strcmp(name, "linear_dinp_odd")) linear_dinp_ld_odd();
+    else if (!strcmp(name, "linear_dinp_short")) linear_dinp_ld_short();
+    else if (!strcmp(name, "linear_dinp_fp32")) linear_dinp_ld_fp32();
+    else if (!strcmp(name, "linear_dinp_added")) linear_dinp_ld_added();
+    else if (!strcmp(name, "linear_dinp_null")) linear_dinp_ld_null();
+    else if (!strcmp(name, "linear_dinp_odd_c")) linear_dinp_ld_odd_c();
     else if (!strcmp(name, "swiglu_short")) swiglu_ld_short();
     else if (!strcmp(name, "swiglu_rows")) swiglu_rows_bad();
     else if (!strcmp(name, "linear_dweight_acc")) linear_dweight_accumulated();

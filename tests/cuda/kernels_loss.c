@@ -116,7 +116,7 @@ void test_packed(rt_dtype dt, int N, int C, int V) {
         float *d_dinp2 = dup(dinp0, (size_t)N * C), *d_dw2 = dup(dw0, (size_t)V * C);
         rt_linear_backward(d_dinp, d_dw, NULL, d_g, d_inp, d_w, N, C, V, dt, bits);
         rt_linear_packed_backward(d_dinp2, d_dw2, NULL, d_g16, d_inp, d_w, N, C, V, RT_PACKED_OUT, dt,
-                                  bits, RT_LD16(V));
+                                  bits, RT_LD16(V), 0);
         CHECK(dev_same(d_dinp, d_dinp2, (size_t)N * C) && dev_same(d_dw, d_dw2, (size_t)V * C),
               "%s packed linear backward (%s) == rt_linear_backward: dinp, dweight bit for bit", nm,
               as ? "assigned" : "accumulated");

@@ -36,9 +36,9 @@ void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
         float *d_dinp3 = dup(dinp0, ni), *d_dw3 = dup(dw0, (size_t)OC * C), *d_db3 = dup(db0, OC);
         rt_linear_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, dt, bits);
         rt_linear_packed_backward(d_dinp2, d_dw2, d_db2, d_dout, d_i16, d_w, N, C, OC, RT_PACKED_INP,
-                                  dt, bits, OC);
+                                  dt, bits, OC, 0);
         rt_linear_packed_backward(d_dinp3, d_dw3, d_db3, d_d16, d_i16, d_w, N, C, OC,
-                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits, RT_LD16(OC));
+                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits, RT_LD16(OC), 0);
         CHECK(dev_same(d_dinp, d_dinp2, ni) && dev_same(d_dw, d_dw2, (size_t)OC * C) &&
                   dev_same(d_db, d_db2, OC) && dev_same(d_dinp, d_dinp3, ni) &&
                   dev_same(d_dw, d_dw3, (size_t)OC * C) && dev_same(d_db, d_db3, OC),
@@ -49,7 +49,7 @@ void test_packed_inputs(rt_dtype dt, int N, int C, int OC) {
             dev_grad16(d_p16, dinp0, ni, as, dt);
             rt_linear_packed_backward(d_p16, NULL, NULL, d_d16, d_i16, d_w, N, C, OC,
                                       RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits,
-                                      RT_LD16(OC));
+                                      RT_LD16(OC), 0);
             const int ok16 = packed_same(d_p16, d_dinp, N, C, dt, &pad);
             CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp (%s) == "
                   "rt_linear_backward's, %d non-zero padding", nm, as ? "assigned" : "accumulated", pad);
@@ -252,10 +252,10 @@ void test_packed_weight(rt_dtype dt, int N, int C, int OC) {
         dev_grad16(d_p16, dinp0, ni, as, dt);
         rt_linear_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, dt, bits);
         rt_linear_packed_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w16, N, C, OC,
-                                  RT_PACKED_INP2, dt, bits, OC);
+                                  RT_PACKED_INP2, dt, bits, OC, 0);
         rt_linear_packed_backward(d_p16, d_dw3, d_db3, d_d16, d_i16, d_w16, N, C, OC,
                                   RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DINP,
-                                  dt, bits, OC);
+                                  dt, bits, OC, 0);
         const int ok16 = packed_same(d_p16, d_dinp, N, C, dt, &pad);
         CHECK(dev_same(d_dinp, d_dinp2, ni) && dev_same(d_dw, d_dw2, nw) && dev_same(d_db, d_db2, OC) &&
                   ok16 && dev_same(d_dw, d_dw3, nw) && dev_same(d_db, d_db3, OC),
@@ -380,9 +380,9 @@ void test_packed_linear_scaled(rt_dtype dt, int N, int C, int OC, int off, int l
             } else {
                 upload(dwt, as ? nan : dw0, nw), upload(dwt2, as ? nan : dw0, nw);
             }
-            rt_linear_packed_backward(g, dwt, NULL, ds, x, wt, N, C, OC, pk, dt, assign, ldd);
+            rt_linear_packed_backward(g, dwt, NULL, ds, x, wt, N, C, OC, pk, dt, assign, ldd, 0);
             rt_linear_scaled_packed_backward(g2, dwt2, d, x, wt, N, C, OC,
-                                             alpha, pk, dt, assign, ldd);
+                                             alpha, pk, dt, assign, ldd, 0);
             const size_t nd = bits_differ(g2, g, ni, pg ? 2 : 4, dt, &m),
                          nd2 = bits_differ(dwt2, dwt, nw, pdw ? 2 : 4, dt, &m2);
             combos++;

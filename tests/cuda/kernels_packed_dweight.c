@@ -82,9 +82,9 @@ void test_packed_dweight_linear(rt_dtype dt, int N, int C, int OC) {
         RT_CHECK_CUDA(cudaMemset(d_dw16, 0xAB, nw * 2));
         RT_CHECK_CUDA(cudaMemset(d_db16, 0xAB, (size_t)OC * 2));
         rt_linear_packed_backward(pg ? d_p16 : (void*)d_g, d_dw, no_bias ? NULL : d_db, d, x, wt,
-                                  N, C, OC, pk, dt, bits, ld);
+                                  N, C, OC, pk, dt, bits, ld, 0);
         rt_linear_packed_backward(pg ? d_q16 : (void*)d_g2, d_dw16, no_bias ? NULL : d_db16, d, x,
-                                  wt, N, C, OC, pk | RT_PACKED_DWEIGHT, dt, bits, ld);
+                                  wt, N, C, OC, pk | RT_PACKED_DWEIGHT, dt, bits, ld, 0);
         over_w += packed_grad_over(d_dw16, d_dw, nw, dt, tol, ulps, &differ_w, &worst_w);
         if (!no_bias) {
             over_b += packed_grad_over(d_db16, d_db, OC, dt, tol, ulps, &differ_b, &worst_b);
@@ -120,10 +120,10 @@ void test_packed_dweight_linear(rt_dtype dt, int N, int C, int OC) {
         RT_CHECK_CUDA(cudaMemset(d_db16, 0xAB, (size_t)OC * 2));
         rt_linear_packed_backward(NULL, d_dw, d_db, d_wide + col, x, d_w, N, C, OC,
                                   (ops ? RT_PACKED_INP : 0) | RT_PACKED_OUT, dt, RT_ASSIGN_DWEIGHT,
-                                  ldw);
+                                  ldw, 0);
         rt_linear_packed_backward(NULL, d_dw16, d_db16, d_wide + col, x, d_w, N, C, OC,
                                   (ops ? RT_PACKED_INP : 0) | RT_PACKED_OUT | RT_PACKED_DWEIGHT,
-                                  dt, RT_ASSIGN_DWEIGHT, ldw);
+                                  dt, RT_ASSIGN_DWEIGHT, ldw, 0);
         over_w = differ_w = over_b = differ_b = 0, worst_w = worst_b = 0.0;
         over_w += packed_grad_over(d_dw16, d_dw, nw, dt, tol, ulps, &differ_w, &worst_w);
         over_b += packed_grad_over(d_db16, d_db, OC, dt, tol, ulps, &differ_b, &worst_b);
@@ -142,7 +142,7 @@ void test_packed_dweight_linear(rt_dtype dt, int N, int C, int OC) {
     RT_CHECK_CUDA(cudaMemset(d_db16, 0xAB, (size_t)OC * 2));
     rt_linear_packed_backward(NULL, d_dw16, d_db16, d_d16, d_i16, d_w16, 0, C, OC,
                               RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DWEIGHT,
-                              dt, RT_ASSIGN_DWEIGHT, 0);
+                              dt, RT_ASSIGN_DWEIGHT, 0, 0);
     uint16_t *zw = down16(d_dw16, nw), *zb = down16(d_db16, OC);
     size_t nonzero = 0;
     for (size_t i = 0; i < nw; i++) nonzero += zw[i] != 0;

@@ -1,4 +1,5 @@
-// test_cuda_kernels: packed gradients as column slices of wider rows (rope, attention, linear, swiglu).
+// test_cuda_kernels: packed gradients as column slices of wider rows (rope, attention, linear's
+// dout and dinp, swiglu).
 #include "kernel_tests.h"
 
 // Rope's and attention's packed gradients as column slices of one [B*T, ld] matrix (dq, dk,
@@ -128,9 +129,9 @@ void test_linear_dout_slices(rt_dtype dt, int N, int C, int OC1, int OC2) {
         upload(d_g, dinp0, ni), upload(d_g2, dinp0, ni), dev_grad16(d_p16, dinp0, ni, as, dt);
         rt_linear_backward(d_g, NULL, NULL, d_dS, d_inp, d_w, N, C, OCS, dt, bits);
         rt_linear_packed_backward(d_g2, NULL, NULL, d_wide + col, x, ops ? d_w16 : (const void*)d_w,
-                                  N, C, OCS, ops | RT_PACKED_OUT, dt, bits, ld);
+                                  N, C, OCS, ops | RT_PACKED_OUT, dt, bits, ld, 0);
         rt_linear_packed_backward(d_p16, NULL, NULL, d_wide + col, x, ops ? d_w16 : (const void*)d_w,
-                                  N, C, OCS, ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, ld);
+                                  N, C, OCS, ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, ld, 0);
         ok_in &= dev_same(d_g, d_g2, ni) && packed_same(d_p16, d_g, N, C, dt, &pad);
         // each member's weight and bias gradients from its slice
         for (int m = 0; m < 2; m++) {
@@ -142,7 +143,7 @@ void test_linear_dout_slices(rt_dtype dt, int N, int C, int OC1, int OC2) {
             rt_linear_packed_backward(NULL, d_dw2, d_db2, d_wide + off[m], x,
                                       ops ? (const void*)((uint16_t*)d_w16 + wo)
                                           : (const void*)(d_w + wo),
-                                      N, C, oc, ops | RT_PACKED_OUT, dt, bits, ld);
+                                      N, C, oc, ops | RT_PACKED_OUT, dt, bits, ld, 0);
             ok_w &= dev_same(d_dw, d_dw2, (size_t)oc * C) && dev_same(d_db, d_db2, oc);
         }
         // all three from the second slice, dinp packed
@@ -153,7 +154,7 @@ void test_linear_dout_slices(rt_dtype dt, int N, int C, int OC1, int OC2) {
         rt_linear_backward(d_g, d_dw, d_db, d_dm[1], d_inp, d_w + wo, N, C, OC2, dt, bits);
         rt_linear_packed_backward(d_p16, d_dw2, d_db2, d_wide + off[1], x,
                                   ops ? (const void*)((uint16_t*)d_w16 + wo) : (const void*)(d_w + wo),
-                                  N, C, OC2, ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, ld);
+                                  N, C, OC2, ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, ld, 0);
         ok_all &= packed_same(d_p16, d_g, N, C, dt, &pad) && dev_same(d_dw, d_dw2, (size_t)OC2 * C) &&
                   dev_same(d_db, d_db2, OC2);
     }
@@ -173,6 +174,69 @@ void test_linear_dout_slices(rt_dtype dt, int N, int C, int OC1, int OC2) {
     dfree(d_inp), dfree(d_w), dfree(d_dS), dfree(d_dm[0]), dfree(d_dm[1]), dfree(d_i16), dfree(d_w16);
     dfree(d_wide), dfree(d_g), dfree(d_g2), dfree(d_dw), dfree(d_dw2), dfree(d_db), dfree(d_db2);
     dfree(d_p16);
+}
+
+// A linear's packed input gradient written as a column slice of a packed [N, ld] matrix (C
+// columns at column 8, a sentinel in the others: rt_kernels.h "Gradient row lengths",
+// ld_dinp), assigned, with dweight and dbias, dout, input and weight fp32 or packed, OC and 0
+// (no terms: the slice's columns zeroed, not whole rows); rt_linear_packed_backward and
+// (bf16, a scaled linear's dt) rt_linear_scaled_packed_backward with alpha 2: the slice
+// holds the dense call's dinp bit for bit (its GEMM's rounded rows written in place), the
+// sentinel is left elsewhere, dweight and dbias are the dense call's.
+void test_linear_dinp_slices(rt_dtype dt, int N, int C, int OC) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    const int ld = C + 24, col = 8;
+    const int off[1] = {col}, cols[1] = {C};
+    const size_t ni = (size_t)N * C, nw = (size_t)OC * C, nd = (size_t)N * OC;
+    const size_t nwide = (size_t)N * ld;
+    const uint16_t sentinel = 0x7E57;
+    float *inp = hrand(ni, 1.0f, 0.0f), *w = hrand(nw, 0.2f, 0.0f), *dy = hrand(nd, 1.0f, 0.0f);
+    float *dw0 = hrand(nw, 1.0f, 0.0f), *db0 = hrand(OC, 1.0f, 0.0f);
+    round_to(inp, ni, dt), round_to(w, nw, dt), round_to(dy, nd, dt);
+    float *d_inp = dup(inp, ni), *d_w = dup(w, nw), *d_dy = dup(dy, nd);
+    void *d_i16 = dev_packed(inp, N, C, dt), *d_w16 = dev_packed(w, OC, C, dt),
+         *d_dy16 = dev_packed(dy, N, OC, dt), *d_g16 = dalloc(ni * 2);
+    float *d_dw[2] = {dup(dw0, nw), dup(dw0, nw)}, *d_db[2] = {dup(db0, OC), dup(db0, OC)};
+    uint16_t* d_wide = dalloc(nwide * 2);
+    uint16_t *start = malloc(nwide * 2), *want = malloc(nwide * 2);
+    if (!start || !want) abort();
+    wide_rows(start, N, ld, 0, off, cols, NULL, sentinel);
+    int ok = 1, zeros = 1, calls = 0;
+    for (int k = 0; k < 12; k++) {
+        const int ops = k & 1 ? RT_PACKED_INP | RT_PACKED_INP2 : 0;
+        const int pk = ops | (k & 2 ? RT_PACKED_OUT : 0) | RT_PACKED_DINP;
+        const int scaled = k >> 2 == 1, oc = k >> 2 == 2 ? 0 : OC;
+        if (scaled && dt != RT_BF16) continue;
+        const void *x = ops ? d_i16 : (const void*)d_inp, *wt = ops ? d_w16 : (const void*)d_w;
+        const void* d = pk & RT_PACKED_OUT ? d_dy16 : (const void*)d_dy;
+        const int bits = RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT;
+        dev_grad16(d_g16, NULL, ni, 1, dt);
+        RT_CHECK_CUDA(cudaMemcpy(d_wide, start, nwide * 2, cudaMemcpyHostToDevice));
+        for (int sl = 0; sl < 2; sl++) {  // dense rows, then the slice
+            void* g = sl ? (void*)(d_wide + col) : d_g16;
+            if (scaled)
+                rt_linear_scaled_packed_backward(g, d_dw[sl], d, x, wt, N, C, oc, 2.0f, pk, dt,
+                                                 bits, 0, sl ? ld : 0);
+            else
+                rt_linear_packed_backward(g, d_dw[sl], d_db[sl], d, x, wt, N, C, oc, pk, dt, bits,
+                                          0, sl ? ld : 0);
+        }
+        uint16_t *g = down16(d_g16, ni), *got = down16(d_wide, nwide);
+        wide_rows(want, N, ld, 1, off, cols, &g, sentinel);
+        ok &= memcmp(got, want, nwide * 2) == 0 && dev_same(d_dw[0], d_dw[1], nw) &&
+              dev_same(d_db[0], d_db[1], OC);
+        for (size_t i = 0; i < ni && !oc; i++) zeros &= g[i] == 0;
+        calls++;
+        free(g), free(got);
+    }
+    CHECK(ok && zeros, "%s linear backward%s N=%d C=%d OC=%d, dinp packed and assigned into the "
+          "columns %d..%d of rows of %d (dout, input and weight fp32 or packed; OC 0 too: %s; "
+          "%d calls) == the dense call's dinp bit for bit, other columns untouched; dweight, "
+          "dbias the dense call's", nm, dt == RT_BF16 ? " and scaled backward (alpha 2)" : "",
+          N, C, OC, col, col + C - 1, ld, zeros ? "zeros" : "not zeros", calls);
+    free(inp), free(w), free(dy), free(dw0), free(db0), free(start), free(want);
+    dfree(d_inp), dfree(d_w), dfree(d_dy), dfree(d_i16), dfree(d_w16), dfree(d_dy16);
+    dfree(d_g16), dfree(d_dw[0]), dfree(d_dw[1]), dfree(d_db[0]), dfree(d_db[1]), dfree(d_wide);
 }
 
 // swiglu's backward writing da and db as column slices of one packed [R, ld] matrix (at

@@ -202,10 +202,12 @@ int main(int argc, char** argv) {
     test_rope_pair(RT_BF16, 2, 37, 4, 1, 64);
     test_rope_pair(RT_F16, 3, 7, 3, 2, 16);
     test_rope_pair(RT_BF16, 1, 9, 2, 1, 10);
-    // stacked linears (w1, w3): dout a column slice; swiglu's gradients column slices (groups
-    // of 8, and one element at a time for C = 20)
+    // stacked linears (w1, w3): dout a column slice; a linear's packed dinp a column slice;
+    // swiglu's gradients column slices (groups of 8, and one element at a time for C = 20)
     test_linear_dout_slices(RT_BF16, 37, 64, 48, 32);
     test_linear_dout_slices(RT_F16, 64, 128, 96, 64);
+    test_linear_dinp_slices(RT_BF16, 37, 64, 48);
+    test_linear_dinp_slices(RT_F16, 64, 128, 96);
     test_swiglu_grad_slices(RT_BF16, 33, 256);
     test_swiglu_grad_slices(RT_F16, 7, 20);
     // packed parameter gradients: the bias sums over several row chunks (N 300) and in one

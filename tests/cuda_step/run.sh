@@ -56,7 +56,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # buffers in pinned host memory, read and written by the kernels); frozen parameters (a
 # frozen group with no gradients or optimizer state, a block's frozen attention, frozen
 # parameters between trainable ones with clipping at world 2); a tensor times a number
-# (bf16), and by powers of two folded into the linears they read.
+# (bf16), and by powers of two folded into the linears they read; LoRA with the base's and
+# lora_a's input gradients stacked.
 specs=(
   "tests/specs/conformance/transformer_w1_ckpt.lua 1e-3"
   "tests/specs/conformance/mlp_w2_sgd_prefetch.lua 1e-3"
@@ -90,6 +91,7 @@ specs=(
   # the tensor's norm is small: the 2 or 3 elements whose bf16 gradient is near zero and takes
   # another sign on the GPU (another summation order) move it by about 4%
   "tests/specs/features/lora_llama_w1_ckpt_bf16.lua 8e-2"
+  "tests/specs/features/lora_llama_stacked_bf16.lua 8e-2"
 )
 
 gpu=1

@@ -48,8 +48,8 @@ local PARAM_GRAD_KERNELS = { linear = { 2, 3 }, linear_packed = { 2, 3 }, layern
 
 -- The kernels whose assign argument is followed by their gradients' row lengths (rt_kernels.h
 -- "Gradient row lengths"), and how many.
-local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3, linear_packed = 1, swiglu_packed = 3,
-  linear_scaled_packed = 1 }
+local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3, linear_packed = 2, swiglu_packed = 3,
+  linear_scaled_packed = 2 }
 
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
 -- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three; a rotary pair's
@@ -316,11 +316,11 @@ local function check_program(name, plan, text)
     if st.grad_alias then
       -- no call: the inputs' gradients are the output's buffer, begun by its readers
       nalias = nalias + 1
-      local b = st.bufs.grads[memory.base(op.outs[1])]
+      local b = storage(st, op.outs[1])  -- a slice's too: LoRA's add (stacked_linears.lua)
       if calls[1] then fail(k, "calls in a step whose gradients share the output's buffer") end
       if not (b and state[b]) then fail(k, "the output's gradient buffer was never begun") end
       for _, t in ipairs(op.ins) do
-        if st.bufs.grads[memory.base(t)] ~= b then fail(k, "an input's gradient is not the output's buffer") end
+        if storage(st, t) ~= b then fail(k, "an input's gradient is not the output's buffer") end
       end
       goto continue
     end

@@ -4,8 +4,10 @@
 -- q, k, v, three for w1, w3, whose weight gradients are not side by side; the rotary
 -- embeddings', the attention site's and swiglu's row lengths), every repository spec (each
 -- stack's C as its marks say), each rule that keeps linears apart or splits a stack on
--- small Llama specs, and the simulator (fsdpgen's calls price the stack's FLOPs; PyTorch's
--- kernel sets keep a linear each).
+-- small Llama specs, LoRA's stacks (the frozen base with lora_a, through LoRA's adds: their
+-- columns, lora_b's row lengths, weight gradients for the adapters alone; frozen linears
+-- alone), and the simulator (fsdpgen's calls price the stack's FLOPs; PyTorch's kernel sets
+-- keep a linear each).
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local cost = require("simulate.cost")
 local gpu = require("simulate.gpu")
@@ -84,8 +86,8 @@ check(ffn_ok, string.format("llama_1b: %d w1 + w3 stacks (want 16), split, rows 
 local dx, dw, other = 0, 0, 0
 for call in lstep:gmatch("rt_linear_packed_backward%b()") do
   local a = args_of(call .. ";")
-  if a[9] == "16384" and a[2] == "NULL" and a[#a] == "16384" and a[1] ~= "NULL" then dx = dx + 1
-  elseif a[9] == "8192" and a[1] == "NULL" and a[#a] == "16384" then dw = dw + 1
+  if a[9] == "16384" and a[2] == "NULL" and a[#a - 1] == "16384" and a[1] ~= "NULL" then dx = dx + 1
+  elseif a[9] == "8192" and a[1] == "NULL" and a[#a - 1] == "16384" then dw = dw + 1
   elseif a[9] == "8192" or a[9] == "16384" then other = other + 1 end
 end
 check(dx == 16 and dw == 32 and other == 0, string.format("llama_1b: the w1 + w3 backwards: %d input-gradient calls "
@@ -159,6 +161,81 @@ probe({ extra = "fsdp.fully_shard(model.layers[1].attention.wk, { mp_policy = mp
 probe({ extra = "fsdp.fully_shard(model.layers[1].feed_forward.w3, { mp_policy = mp })" }, { 2, 1, 1 },
   "w3 in a group of its own: that block's w1, w3 apart")
 
+-- LoRA (torchtune's adapters, the base frozen): Llama 1B's 1B LoRA config stacks wq, wq's
+-- lora_a, wk, wv and wv's lora_a (through LoRA's adds of q and v) and w1, w1's lora_a, w3 and
+-- w3's lora_a, split (frozen weights have no gradient); the first block's attention input
+-- needs no gradient (the embedding and its norm frozen), so 31 stacks.
+local lora = util.plan("examples/llama_1b_lora.lua")
+local want_cols = { attention = "0,2048,2112,2624,3136", feed_forward = "0,8192,8256,16448" }
+local lora_ok, nlora = true, { attention = 0, feed_forward = 0 }
+for kind, cols in pairs(want_cols) do
+  for _, s in ipairs(stacks_of(lora, kind)) do
+    local c, trainable = {}, 0
+    for i, op in ipairs(s.ops) do
+      c[i] = op.outs[1].grad_slice.col
+      trainable = trainable + (op.ins[2].requires_grad and 1 or 0)
+    end
+    nlora[kind] = nlora[kind] + 1
+    lora_ok = lora_ok and s.split and table.concat(c, ",") == cols and trainable == 2
+  end
+end
+check(lora_ok and nlora.attention == 15 and nlora.feed_forward == 16, string.format("llama_1b_lora: %d attention "
+  .. "stacks (want 15), %d feed-forward stacks (want 16), split, columns %s and %s, two trainable linears each",
+  nlora.attention, nlora.feed_forward, want_cols.attention, want_cols.feed_forward))
+-- the slices through LoRA's add: q's sum, the base's output and lora_b's output share q's columns
+local through = 0
+for _, s in ipairs(stacks_of(lora, "attention")) do
+  local y = s.ops[1].outs[1]
+  for _, op in ipairs(lora.graph.ops) do
+    if op.kind == "add" and op.ins[1] == y then
+      local l = require("memory.memory").base(op.ins[2])
+      if op.outs[1].grad_slice and op.outs[1].grad_slice.col == 0 and l.grad_slice and l.grad_slice.col == 0 then
+        through = through + 1
+      end
+    end
+  end
+end
+check(through == 15, string.format("llama_1b_lora: %d of 15 q sums share the base's and lora_b's columns", through))
+
+-- The step C of the small LoRA spec: per stack one input-gradient call over its width (144:
+-- 64 + 8 + 32 + 32 + 8; 400: 192 + 8 + 192 + 8) and one weight-gradient call for each of its two
+-- lora_a's (rows of the stack's width, none for a frozen weight); lora_b's backward reads its
+-- columns (ld_dout) and, in a stack, writes lora_a's output's (ld_dinp), wo's and w2's
+-- lora_b dense (0, 0).
+local lstack = util.plan("tests/specs/features/lora_llama_stacked_bf16.lua")
+local ltext = util.step_c(lstack, true)
+local din, dwc, lb_in, lb_dense = 0, 0, 0, 0
+for call in ltext:gmatch("rt_linear_packed_backward%b()") do
+  local a = args_of(call .. ";")
+  local ld = a[#a - 1]
+  if a[1] ~= "NULL" and a[2] == "NULL" and a[9] == ld and (ld == "144" or ld == "400") and a[#a] == "0" then
+    din = din + 1
+  elseif a[1] == "NULL" and a[9] == "8" and (ld == "144" or ld == "400") then
+    dwc = dwc + 1
+  end
+end
+for call in ltext:gmatch("rt_linear_scaled_packed_backward%b()") do
+  local a = args_of(call .. ";")
+  if (a[#a] == "144" or a[#a] == "400") and a[#a - 1] == a[#a] then lb_in = lb_in + 1
+  elseif a[#a] == "0" and a[#a - 1] == "0" then lb_dense = lb_dense + 1 end
+end
+check(din == 4 and dwc == 8 and lb_in == 8 and lb_dense == 4, string.format("lora_llama_stacked_bf16: %d stacked "
+  .. "input-gradient calls (want 4), %d lora_a weight-gradient calls on their columns (want 8), %d lora_b backwards "
+  .. "in rows of a stack (want 8), %d dense (want 4)", din, dwc, lb_in, lb_dense))
+-- a stack of frozen linears alone (lora_llama_bf16's w1 and w3): no weight-gradient call; its
+-- adapters' dropout and unfolded scale (16 / 6) keep q and v apart
+local frozen = util.plan("tests/specs/features/lora_llama_bf16.lua")
+local ftext = util.step_c(frozen, true)
+local fcalls = 0
+for call in ftext:gmatch("rt_linear_packed_backward%b()") do
+  local a = args_of(call .. ";")
+  if a[#a - 1] == "384" then fcalls = fcalls + 1 end
+end
+check(#stacks_of(frozen, "feed_forward") == 2 and #stacks_of(frozen, "attention") == 0 and fcalls == 2
+  and ftext:find("frozen: no weight gradient", 1, true) ~= nil, string.format("lora_llama_bf16: %d w1 + w3 stacks "
+  .. "(want 2), %d q, k, v stacks (want 0), %d calls in rows of 384 (want 2: the input gradients alone)",
+  #stacks_of(frozen, "feed_forward"), #stacks_of(frozen, "attention"), fcalls))
+
 -- The simulator: fsdpgen's stack is priced on its last step with the stack's FLOPs (a split
 -- one's launches: the input gradient's GEMM and each weight's), the others' steps free;
 -- PyTorch's kernel sets price a linear each.
@@ -181,5 +258,15 @@ for _, case in ipairs({ { "attention", "q, k, v", 48, 32 }, { "feed_forward", "w
   check(math.abs(ff - tf) < 1e-6 * tf and fs == 16 and ts == case[3] and fl == case[4] and ft < tt,
     string.format("simulated %s backward of llama_1b: fsdpgen %d steps, %d launches, %.2f ms; torch eager %d steps "
       .. "%.2f ms; the same %.3g FLOPs", case[2], fs, fl, ft * 1e3, ts, tt * 1e3, ff))
+end
+-- LoRA's stacks: the input gradient over the stack's width and the two lora_a's weight
+-- gradients, the FLOPs of PyTorch's five (four) products, in three launches
+local lora_cases = { { "attention", "wq ... wv's lora_a", 15, 75 }, { "feed_forward", "w1 ... w3's lora_a", 16, 64 } }
+for _, case in ipairs(lora_cases) do
+  local ff, ft, fs, fl = gemm(lora, h100.kernels.fsdpgen, case[1])
+  local tf, tt, ts = gemm(lora, h100.kernels.torch, case[1])
+  check(math.abs(ff - tf) < 1e-6 * tf and fs == case[3] and ts == case[4] and fl == 3 * case[3] and ft < tt,
+    string.format("simulated %s backward of llama_1b_lora: fsdpgen %d steps, %d launches, %.2f ms; torch eager %d "
+      .. "steps %.2f ms; the same %.3g FLOPs", case[2], fs, fl, ft * 1e3, ts, tt * 1e3, ff))
 end
 util.finish()

@@ -8,9 +8,10 @@
 // output. The padding columns written are zeros. Rotary
 // embeddings' and attention's gradients in rows of a given length (column slices of one
 // wider matrix) hold the dense calls' bits and leave the other columns alone, as do swiglu's
-// da and db written as column slices and a linear's backward from a dout that is a column
-// slice (stacked linears: dinp alone, dweight and dbias alone, all three); row lengths they
-// cannot take stop the call with one line (in a child process). Packed parameter gradients
+// da and db written as column slices, a linear's backward from a dout that is a column
+// slice (stacked linears: dinp alone, dweight and dbias alone, all three) and a linear's
+// packed dinp written as a column slice (plain and scaled); row lengths they cannot take
+// stop the call with one line (in a child process). Packed parameter gradients
 // (RT_PACKED_DWEIGHT) are the twins' assigned ones rounded; unassigned, or a linear's of a
 // shape not a multiple of 8, they stop the call, as a scaled linear's alpha that is not a
 // power of two and an fp16 one do (their bits: test_scaled_linear.c).
@@ -116,7 +117,7 @@ static void test_dt(rt_dtype dt) {
         const int bits = as ? RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT : RT_ACCUMULATE;
         rt_linear_backward(dinp, dw, NULL, g, inp, w, N, C, V, dt, bits);
         rt_linear_packed_backward(dinp2, dw2, NULL, g16, inp, w, N, C, V, RT_PACKED_OUT, dt, bits,
-                                  ld);
+                                  ld, 0);
         CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, V * C),
               "%s linear backward packed (%s) == rt_linear_backward: dinp and dweight, bit for bit",
               nm, as ? "assigned" : "accumulated");
@@ -160,9 +161,9 @@ static void test_packed_input(rt_dtype dt) {
         float *dinp3 = tk_dup(dinp, N * C), *dw3 = tk_dup(dw, OC * C), *db3 = tk_dup(db, OC);
         uint16_t* dinp16 = as ? poisoned16((size_t)N * RT_LD16(C)) : packed_copy(dinp, N, C, dt);
         rt_linear_packed_backward(dinp2, dw2, db2, dout, inp16, w, N, C, OC, RT_PACKED_INP, dt, bits,
-                                  OC);
+                                  OC, 0);
         rt_linear_packed_backward(dinp3, dw3, db3, dout16, inp16, w, N, C, OC,
-                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits, RT_LD16(OC));
+                                  RT_PACKED_INP | RT_PACKED_OUT, dt, bits, RT_LD16(OC), 0);
         rt_linear_backward(dinp, dw, db, dout, inp, w, N, C, OC, dt, bits);
         CHECK(same(dinp, dinp2, N * C) && same(dw, dw2, OC * C) && same(db, db2, OC),
               "%s linear backward, packed input (%s) == rt_linear_backward: dinp, dweight, dbias",
@@ -172,7 +173,7 @@ static void test_packed_input(rt_dtype dt) {
               "dweight, dbias", nm, how);
         rt_linear_packed_backward(dinp16, NULL, NULL, dout16, inp16, w, N, C, OC,
                                   RT_PACKED_INP | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits,
-                                  RT_LD16(OC));
+                                  RT_LD16(OC), 0);
         const int ok16 = packed_equals(dinp16, dinp, N, C, dt, &pad);
         CHECK(ok16 && pad == 0, "%s linear backward into a packed dinp (%s; C %d padded to %d) == "
               "rt_linear_backward's, %d non-zero padding values", nm, how, C, RT_LD16(C), pad);
@@ -216,10 +217,10 @@ static void test_packed_weight(rt_dtype dt) {
         float *dw3 = tk_dup(dw, OC * CW), *db3 = tk_dup(db, OC);
         uint16_t* dinp16 = as ? poisoned16((size_t)N * CW) : packed_copy(dinp, N, CW, dt);
         rt_linear_packed_backward(dinp2, dw2, db2, dout, inp, w16, N, CW, OC, RT_PACKED_INP2, dt,
-                                  bits, OC);
+                                  bits, OC, 0);
         rt_linear_packed_backward(dinp16, dw3, db3, dout16, inp16, w16, N, CW, OC,
                                   RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DINP,
-                                  dt, bits, OC);
+                                  dt, bits, OC, 0);
         rt_linear_backward(dinp, dw, db, dout, inp, w, N, CW, OC, dt, bits);
         CHECK(same(dinp, dinp2, N * CW) && same(dw, dw2, OC * CW) && same(db, db2, OC),
               "%s linear backward, packed weight (%s) == rt_linear_backward: dinp, dweight, dbias",
@@ -657,9 +658,9 @@ static void test_linear_dout_slices(rt_dtype dt) {
         uint16_t* g16 = as ? poisoned16(N * CL) : packed_copy(dinp0, N, CL, dt);
         rt_linear_backward(g, NULL, NULL, dS, inp, w, N, CL, OCS, dt, bits);
         rt_linear_packed_backward(g2, NULL, NULL, wide + COL, x, ops ? (const void*)w16 : w, N, CL,
-                                  OCS, ops | RT_PACKED_OUT, dt, bits, LD);
+                                  OCS, ops | RT_PACKED_OUT, dt, bits, LD, 0);
         rt_linear_packed_backward(g16, NULL, NULL, wide + COL, x, ops ? (const void*)w16 : w, N,
-                                  CL, OCS, ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, LD);
+                                  CL, OCS, ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, LD, 0);
         ok_in &= same(g, g2, N * CL) && packed_equals(g16, g, N, CL, dt, &pad);
         // each member's weight and bias gradients from its slice
         for (int m = 0; m < 2; m++) {
@@ -669,7 +670,7 @@ static void test_linear_dout_slices(rt_dtype dt) {
             rt_linear_backward(NULL, dw, db, dm[m], inp, wm[m], N, CL, oc, dt, bits);
             rt_linear_packed_backward(NULL, dw2, db2, wide + off[m], x,
                                       ops ? (const void*)wm16[m] : wm[m], N, CL, oc,
-                                      ops | RT_PACKED_OUT, dt, bits, LD);
+                                      ops | RT_PACKED_OUT, dt, bits, LD, 0);
             ok_w &= same(dw, dw2, oc * CL) && same(db, db2, oc);
             free(dw), free(db), free(dw2), free(db2);
         }
@@ -680,7 +681,7 @@ static void test_linear_dout_slices(rt_dtype dt) {
         rt_linear_backward(gd, dw, db, dm[1], inp, wm[1], N, CL, OC2, dt, bits);
         rt_linear_packed_backward(gd16, dw2, db2, wide + off[1], x,
                                   ops ? (const void*)wm16[1] : wm[1], N, CL, OC2,
-                                  ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, LD);
+                                  ops | RT_PACKED_OUT | RT_PACKED_DINP, dt, bits, LD, 0);
         ok_all &= packed_equals(gd16, gd, N, CL, dt, &pad) && same(dw, dw2, OC2 * CL) &&
                   same(db, db2, OC2);
         free(g), free(g2), free(g16), free(gd), free(dw), free(db), free(dw2), free(db2), free(gd16);
@@ -697,6 +698,61 @@ static void test_linear_dout_slices(rt_dtype dt) {
           "at %d of rows of %d == rt_linear_backward", nm, off[1], LD);
     free(inp), free(w), free(dS), free(dm[0]), free(dm[1]), free(dinp0), free(dw0), free(db0);
     free(inp16), free(w16), free(d16[0]), free(d16[1]), free(wide), free(wide0);
+}
+
+// A linear's packed input gradient written as a column slice of a packed [N, LD] matrix (C
+// columns at column 8, a sentinel in the others: rt_kernels.h "Gradient row lengths",
+// ld_dinp), assigned, with dweight and dbias, dout fp32 or packed, the input and weight fp32
+// or packed, OC 24 and 0 (no terms: zeros); rt_linear_packed_backward and (bf16, a scaled
+// linear's dt) rt_linear_scaled_packed_backward with alpha 2: the slice holds the dense
+// call's dinp bit for bit, the sentinel is left elsewhere, dweight and dbias are the dense
+// call's.
+static void test_linear_dinp_slices(rt_dtype dt) {
+    const char* nm = dt == RT_BF16 ? "bf16" : "fp16";
+    enum { CS = 16, OCS = 24, LD = 40, COL = 8, NW = N * LD };
+    const int off[1] = {COL}, cols[1] = {CS};
+    const uint16_t sentinel = 0x7E57;
+    float *inp = tk_alloc(N * CS), *w = tk_alloc(OCS * CS), *dy = tk_alloc(N * OCS);
+    tk_fill(inp, N * CS, -1.0f, 1.0f), tk_fill(w, OCS * CS, -1.0f, 1.0f);
+    tk_fill(dy, N * OCS, -1.0f, 1.0f);
+    tk_round_all(inp, N * CS, dt), tk_round_all(w, OCS * CS, dt), tk_round_all(dy, N * OCS, dt);
+    uint16_t *inp16 = packed_copy(inp, N, CS, dt), *w16 = packed_copy(w, OCS, CS, dt),
+             *dy16 = packed_copy(dy, N, OCS, dt);
+    uint16_t *g16 = poisoned16(N * CS), *wide = poisoned16(NW), *want = poisoned16(NW);
+    int ok = 1, calls = 0;
+    for (int k = 0; k < 12; k++) {
+        const int ops = k & 1 ? RT_PACKED_INP | RT_PACKED_INP2 : 0;
+        const int pk = ops | (k & 2 ? RT_PACKED_OUT : 0) | RT_PACKED_DINP;
+        const int scaled = k >> 2 == 1, oc = k >> 2 == 2 ? 0 : OCS;
+        if (scaled && dt != RT_BF16) continue;
+        const void *x = ops ? (const void*)inp16 : inp, *wt = ops ? (const void*)w16 : w;
+        const void* d = pk & RT_PACKED_OUT ? (const void*)dy16 : dy;
+        const int bits = RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT;
+        float *dw[2] = {tk_alloc(OCS * CS), tk_alloc(OCS * CS)}, *db[2] = {tk_alloc(OCS),
+                                                                           tk_alloc(OCS)};
+        wide_rows(wide, N, LD, 0, off, cols, NULL, sentinel);
+        for (int sl = 0; sl < 2; sl++) {  // dense rows, then the slice
+            void* g = sl ? (void*)(wide + COL) : (void*)g16;
+            if (scaled)
+                rt_linear_scaled_packed_backward(g, dw[sl], d, x, wt, N, CS, oc, 2.0f, pk, dt,
+                                                 bits, 0, sl ? LD : 0);
+            else
+                rt_linear_packed_backward(g, dw[sl], db[sl], d, x, wt, N, CS, oc, pk, dt, bits, 0,
+                                          sl ? LD : 0);
+        }
+        wide_rows(want, N, LD, 1, off, cols, &g16, sentinel);
+        ok &= memcmp(wide, want, sizeof(uint16_t) * NW) == 0 && same(dw[0], dw[1], OCS * CS) &&
+              same(db[0], db[1], OCS);
+        calls++;
+        free(dw[0]), free(dw[1]), free(db[0]), free(db[1]);
+    }
+    CHECK(ok, "%s linear backward%s, dinp packed and assigned into the columns %d..%d of rows of "
+          "%d (dout, input and weight fp32 or packed; OC %d and 0; %d calls) == the dense "
+          "call's dinp bit for bit, other columns untouched; dweight, dbias the dense call's",
+          nm, dt == RT_BF16 ? " and scaled backward (alpha 2)" : "", COL, COL + CS - 1, LD, OCS,
+          calls);
+    free(inp), free(w), free(dy), free(inp16), free(w16), free(dy16), free(g16), free(wide);
+    free(want);
 }
 
 // swiglu's backward writing da and db as column slices of one packed [R, LDW] matrix (at
@@ -809,7 +865,7 @@ static void test_packed_dweight_linear(rt_dtype dt) {
                                   pk & RT_PACKED_OUT ? (const void*)dout16 : dout,
                                   pk & RT_PACKED_INP ? (const void*)inp16 : inp,
                                   pk & RT_PACKED_INP2 ? (const void*)w16 : w, N, CW, OC,
-                                  pk | RT_PACKED_DWEIGHT, dt, bits, 0);
+                                  pk | RT_PACKED_DWEIGHT, dt, bits, 0, 0);
         bad += dweight_diffs(dw16, dw, nw, dt, &maxd);
         if (!no_bias) bad += dweight_diffs(db16, db, OC, dt, &maxd);
         else bad += db16[0] != 0xABAB;  // NULL: not written
@@ -838,7 +894,7 @@ static void test_packed_dweight_linear(rt_dtype dt) {
         rt_linear_backward(NULL, dws, dbs, dS, inp, ws, N, CW, OCS, dt, RT_ASSIGN_DWEIGHT);
         rt_linear_packed_backward(NULL, dws16, dbs16, wide + COL, ops ? (const void*)inp16 : inp,
                                   ws, N, CW, OCS, pk | RT_PACKED_OUT | RT_PACKED_DWEIGHT, dt,
-                                  RT_ASSIGN_DWEIGHT, LD);
+                                  RT_ASSIGN_DWEIGHT, LD, 0);
         bad += dweight_diffs(dws16, dws, OCS * CW, dt, &maxd);
         bad += dweight_diffs(dbs16, dbs, OCS, dt, &maxd);
     }
@@ -851,7 +907,7 @@ static void test_packed_dweight_linear(rt_dtype dt) {
     memset(dw16, 0xAB, nw * 2), memset(db16, 0xAB, OC * 2);
     rt_linear_packed_backward(NULL, dw16, db16, dout16, inp16, w16, 0, CW, OC,
                               RT_PACKED_INP | RT_PACKED_INP2 | RT_PACKED_OUT | RT_PACKED_DWEIGHT,
-                              dt, RT_ASSIGN_DWEIGHT, 0);
+                              dt, RT_ASSIGN_DWEIGHT, 0, 0);
     size_t nonzero = 0;
     for (size_t i = 0; i < nw; i++) nonzero += dw16[i] != 0;
     for (int i = 0; i < OC; i++) nonzero += db16[i] != 0;
@@ -975,17 +1031,49 @@ static void attention_ld_odd(void) {
 
 static void linear_ld_fp32(void) {
     rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
-                              0, RT_BF16, RT_ASSIGN_1, 16);
+                              0, RT_BF16, RT_ASSIGN_1, 16, 0);
 }
 
 static void linear_ld_short(void) {
     rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 16,
-                              RT_PACKED_OUT, RT_BF16, RT_ASSIGN_1, 8);
+                              RT_PACKED_OUT, RT_BF16, RT_ASSIGN_1, 8, 0);
 }
 
 static void linear_ld_odd_oc(void) {
     rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 12,
-                              RT_PACKED_OUT, RT_F16, RT_ASSIGN_1, 24);
+                              RT_PACKED_OUT, RT_F16, RT_ASSIGN_1, 24, 0);
+}
+
+// A linear's ld_dinp where dinp cannot be a slice: not a multiple of 8, shorter than C, dinp
+// in fp32 storage, added to (the scaled entry point), NULL, or C not a multiple of 8.
+static void linear_dinp_ld_odd(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 0, 20);
+}
+
+static void linear_dinp_ld_short(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              RT_PACKED_DINP, RT_F16, RT_ASSIGN_1, 0, 8);
+}
+
+static void linear_dinp_ld_fp32(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              0, RT_BF16, RT_ASSIGN_1, 0, 16);
+}
+
+static void linear_dinp_ld_added(void) {
+    rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16,
+                                     8, 2.0f, RT_PACKED_DINP, RT_BF16, RT_ACCUMULATE, 0, 16);
+}
+
+static void linear_dinp_ld_null(void) {
+    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
+                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT, 0, 16);
+}
+
+static void linear_dinp_ld_odd_c(void) {
+    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 12, 8,
+                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 0, 16);
 }
 
 static void swiglu_rows_bad(void) {
@@ -1005,12 +1093,12 @@ static void swiglu_ld_odd(void) {
 
 static void linear_dweight_accumulated(void) {
     rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
-                              RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0);
+                              RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0, 0);
 }
 
 static void linear_dweight_odd_oc(void) {
     rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 12,
-                              RT_PACKED_DWEIGHT, RT_BF16, RT_ASSIGN_DWEIGHT, 0);
+                              RT_PACKED_DWEIGHT, RT_BF16, RT_ASSIGN_DWEIGHT, 0, 0);
 }
 
 static void rmsnorm_dweight_accumulated(void) {
@@ -1032,8 +1120,8 @@ static void linear_alpha_three(void) {
 
 static void linear_alpha_fp16(void) {
     rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 2, 8,
-                                     8,
-                                     2.0f, RT_PACKED_OUT | RT_PACKED_DINP, RT_F16, RT_ASSIGN_1, 8);
+                                     8, 2.0f, RT_PACKED_OUT | RT_PACKED_DINP, RT_F16, RT_ASSIGN_1,
+                                     8, 0);
 }
 
 static void test_grad_rows_checked(void) {
@@ -1054,6 +1142,26 @@ static void test_grad_rows_checked(void) {
     ok = aborts_with(linear_ld_odd_oc, "packed dout with row length 24, width 12", out, sizeof out);
     CHECK(ok, "linear backward with a packed dout of OC 12 in rows of 24 (a slice of OC not a "
           "multiple of 8) stops: %s", out);
+    void (*dinp_ld_call[6])(void) = {linear_dinp_ld_odd,  linear_dinp_ld_short,
+                                     linear_dinp_ld_fp32, linear_dinp_ld_added,
+                                     linear_dinp_ld_null, linear_dinp_ld_odd_c};
+    const char* dinp_ld[6][2] = {
+        {"rt_linear_packed_backward: dinp with row length 20, width 16, packed",
+         "packed, in rows of 20 (not a multiple of 8)"},
+        {"rt_linear_packed_backward: dinp with row length 8, width 16, packed",
+         "packed, in rows of 8 (C 16)"},
+        {"rt_linear_packed_backward: dinp with row length 16, width 16, fp32 storage",
+         "in fp32 storage, in rows of 16"},
+        {"rt_linear_scaled_packed_backward: dinp with row length 16 and assign 0",
+         "packed and added to (a scaled linear's), in rows of 16"},
+        {"rt_linear_packed_backward: dinp NULL with row length 16 and assign 9",
+         "NULL, in rows of 16"},
+        {"rt_linear_packed_backward: packed dinp with row length 16, width 12",
+         "packed of C 12, in rows of 16 (a slice of C not a multiple of 8)"}};
+    for (int i = 0; i < 6; i++) {
+        ok = aborts_with(dinp_ld_call[i], dinp_ld[i][0], out, sizeof out);
+        CHECK(ok, "linear backward with ld_dinp for a dinp %s stops: %s", dinp_ld[i][1], out);
+    }
     ok = aborts_with(swiglu_rows_bad, "rt_swiglu_packed_backward with n = 20, C = 8", out,
                      sizeof out);
     CHECK(ok, "swiglu backward with n = 20 in rows of 8 stops: %s", out);
@@ -1118,6 +1226,7 @@ int main(void) {
         test_packed_attention(dt);
         test_packed_grad_rows(dt);
         test_linear_dout_slices(dt);
+        test_linear_dinp_slices(dt);
         test_swiglu_grad_slices(dt);
         test_packed_dweight_linear(dt);
         test_packed_dweight_norms(dt);

@@ -87,9 +87,9 @@ static void test_packed_storage(float alpha) {
         float* g0 = random_values(PN * PC, dt);
         uint16_t *gi = packed_values(g0, PN * PC, dt), *gi2 = packed_values(g0, PN * PC, dt);
         uint16_t gw[POC * PC], gw2[POC * PC];
-        rt_linear_packed_backward(gi, gw, NULL, ds16, x16, w16, PN, PC, POC, bits, dt, as, POC);
+        rt_linear_packed_backward(gi, gw, NULL, ds16, x16, w16, PN, PC, POC, bits, dt, as, POC, 0);
         rt_linear_scaled_packed_backward(gi2, gw2, wide16 + OFF, x16, w16, PN, PC, POC, alpha,
-                                         bits, dt, as, LD);
+                                         bits, dt, as, LD, 0);
         CHECK(same(gi, gi2, PN * PC * 2) && same(gw, gw2, sizeof gw),
               "bf16 scaled linear backward, alpha %g, dout the columns %d..%d of rows of %d, into "
               "a packed dinp (%s) and a packed dweight == scale's backward then the linear's, "

@@ -145,11 +145,13 @@ void rt_linear_scaled_packed_forward(void* out, const void* inp, const void* wei
     linear_packed_forward(out, inp, weight, NULL, N, C, OC, packed, dt, alpha);
 }
 
-// The backward's fp32 twin on widened operands, alpha as linear_packed_forward's.
+// The backward's fp32 twin on widened operands, alpha as linear_packed_forward's. A packed
+// dinp is in rows of ld_dinp: RT_LD16(C), or a column slice's (assigned, C a multiple of 8:
+// no padding columns, and the other columns of the wider rows are not touched).
 static void linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                    const void* inp, const void* weight, int N, int C, int OC,
                                    int packed, rt_dtype dt, int assign, int ld_dout,
-                                   float alpha) {
+                                   int ld_dinp, float alpha) {
     const size_t nd = elems(N, OC), ni = elems(N, C), nw = elems(OC, C), nb = elems(1, OC);
     float* s = scratch_floats(nd + 2 * ni + 2 * nw + nb);
     // dout's OC columns of each row of ld_dout (a slice of a stack: the others are not read)
@@ -157,12 +159,13 @@ static void linear_packed_backward(void* dinp, void* dweight, void* dbias, const
     const float* x = operand(s + nd, inp, N, C, RT_LD16(C), packed & RT_PACKED_INP, dt);
     const float* w = operand(s + nd + ni, weight, OC, C, RT_LD16(C), packed & RT_PACKED_INP2, dt);
     float* g = dinp && (packed & RT_PACKED_DINP) ? s + nd + ni + nw : dinp;
-    if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0) unpack(g, dinp, N, C, dt);
+    if (g != dinp && !(assign & RT_ASSIGN_1) && N > 0 && C > 0)
+        unpack_rows(g, dinp, N, C, ld_dinp, dt);
     float* gw = param_grad(s + nd + 2 * ni + nw, dweight, packed);
     float* gb = param_grad(s + nd + 2 * ni + 2 * nw, dbias, packed);
     if (alpha != 1.0f) rt_linear_scaled_backward(g, gw, d, x, w, N, C, OC, alpha, dt, assign);
     else rt_linear_backward(g, gw, gb, d, x, w, N, C, OC, dt, assign);
-    if (g != dinp && N > 0 && C > 0) pack(dinp, g, N, C, dt);
+    if (g != dinp && N > 0 && C > 0) pack_rows(dinp, g, N, C, ld_dinp, RT_LD16(C), dt);
     if (OC > 0) {
         param_grad_store(dweight, gw, C > 0 ? (size_t)OC * C : 0, dt);
         param_grad_store(dbias, gb, (size_t)OC, dt);
@@ -171,22 +174,22 @@ static void linear_packed_backward(void* dinp, void* dweight, void* dbias, const
 
 void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
-                               int packed, rt_dtype dt, int assign, int ld_dout) {
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+                               int packed, rt_dtype dt, int assign, int ld_dout, int ld_dinp) {
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(dinp, OC, C, ld_dout, ld_dinp, packed, dt, assign,
                                      "rt_linear_packed_backward");
     linear_packed_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
-                           ld_dout, 1.0f);
+                           ld_dout, ld_dinp, 1.0f);
 }
 
 void rt_linear_scaled_packed_backward(void* dinp, void* dweight, const void* dout,
                                       const void* inp, const void* weight, int N, int C, int OC,
                                       float alpha, int packed, rt_dtype dt, int assign,
-                                      int ld_dout) {
+                                      int ld_dout, int ld_dinp) {
     RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_backward");
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(dinp, OC, C, ld_dout, ld_dinp, packed, dt, assign,
                                      "rt_linear_scaled_packed_backward");
     linear_packed_backward(dinp, dweight, NULL, dout, inp, weight, N, C, OC, packed, dt, assign,
-                           ld_dout, alpha);
+                           ld_dout, ld_dinp, alpha);
 }
 
 void rt_cross_entropy_packed_forward_backward(void* dlogits16, float* loss, const void* logits16,

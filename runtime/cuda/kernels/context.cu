@@ -403,13 +403,13 @@ static cublasStatus_t lt_matmul16(int ta, int tb, int M, int N, int K, rtc_opera
 }
 
 // cuBLASLt's bias epilogue: D = op(A) op(B) + bias (per column of the row-major D, row
-// stride N), summed in fp32 and rounded once to prec. Not cublasGemmEx with the bias rows
+// stride ldd), summed in fp32 and rounded once to prec. Not cublasGemmEx with the bias rows
 // as a 16-bit C and beta = 1: on an H100 (cuBLAS 13) that gave results up to 255 bf16 ulps
 // off in place.
 static void gemm16_bias(int ta, int tb, int M, int N, int K, rtc_operand16 A, rtc_operand16 B,
-                        const void* bias, void* D, rt_dtype prec) {
+                        const void* bias, void* D, int ldd, rt_dtype prec) {
     const cudaDataType_t t16 = prec == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    RT_CHECK_CUBLAS(lt_matmul16(ta, tb, M, N, K, A, B, CUBLASLT_EPILOGUE_BIAS, bias, D, t16, N,
+    RT_CHECK_CUBLAS(lt_matmul16(ta, tb, M, N, K, A, B, CUBLASLT_EPILOGUE_BIAS, bias, D, t16, ldd,
                                 prec));
 }
 
@@ -442,13 +442,14 @@ bool rtc_gemm16_bgrad(int M, int N, int K, rtc_operand16 A, rtc_operand16 B, voi
 }
 
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A,
-                        rtc_operand16 B, const void* bias16, void* T, float* C, rt_dtype prec) {
+                        rtc_operand16 B, const void* bias16, void* T, int ldt, float* C,
+                        rt_dtype prec) {
     RT_KCHECK(!bias16 || alpha == 1.0f, "the bias epilogue's product is not scaled",
               "rtc_gemm16_rounded with a bias and alpha %g", (double)alpha);
     if (M <= 0 || N <= 0) return;
-    const int ldt = rtc_ld16(N);
-    if (bias16) gemm16_bias(ta, tb, M, ldt, K, A, B, bias16, T, prec);
-    else gemm16(ta, tb, M, ldt, K, alpha, A, B, 0.0f, T, 1, ldt, prec);
+    const int np = rtc_ld16(N);  // the product's columns
+    if (bias16) gemm16_bias(ta, tb, M, np, K, A, B, bias16, T, ldt, prec);
+    else gemm16(ta, tb, M, np, K, alpha, A, B, 0.0f, T, 1, ldt, prec);
     if (C) rtc_widen(C, T, M, N, ldt, prec);
 }
 

@@ -440,16 +440,19 @@ void rtc_gemm16(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 
 // C[M,N] (row-major, fp32, row stride N) = alpha op(A) op(B), or op(A) op(B) plus bias16[j]
 // on column j when bias16 is not NULL (cuBLASLt's bias epilogue, alpha 1: a scaled linear
 // has no bias; rtc_ld16(N) values of prec's type), rounded to prec without a rounding
-// pass: cuBLAS writes the result into T, a 16-bit block of prec's type of rtc_elems16(M, N)
-// elements, rounding the fp32 sum (times alpha) to nearest even in its epilogue as
-// rtc_round_to does, and one pass widens T into C. The product spans rtc_ld16(N) columns
-// (an output row length that is not a multiple of 8 sends cuBLAS to align1 kernels: GPT-2's
-// LM head, vocabulary 50257, took 13.2 ms on an H100 against 1.8 ms padded to 50264), so
-// op(B) must have that many columns, the extra ones zeros: a narrowed B's padding (op N) or
-// rows zeroed with rtc_zero_rows16 (op T). C NULL: the result stays in T (a packed output,
-// rt_kernels.h "packed 16-bit storage").
+// pass: cuBLAS writes the result into T, M rows of ldt 16-bit values of prec's type,
+// rounding the fp32 sum (times alpha) to nearest even in its epilogue as rtc_round_to does,
+// and one pass widens T into C. The product spans rtc_ld16(N) columns (an output row length
+// that is not a multiple of 8 sends cuBLAS to align1 kernels: GPT-2's LM head, vocabulary
+// 50257, took 13.2 ms on an H100 against 1.8 ms padded to 50264), so op(B) must have that
+// many columns, the extra ones zeros: a narrowed B's padding (op N) or rows zeroed with
+// rtc_zero_rows16 (op T). ldt: rtc_ld16(N) (a block of rtc_elems16(M, N) elements), or a
+// longer row, a multiple of 8, whose columns past the product's are not touched (a column
+// slice of a wider matrix). C NULL: the result stays in T (a packed output, rt_kernels.h
+// "packed 16-bit storage").
 void rtc_gemm16_rounded(int ta, int tb, int M, int N, int K, float alpha, rtc_operand16 A,
-                        rtc_operand16 B, const void* bias16, void* T, float* C, rt_dtype prec);
+                        rtc_operand16 B, const void* bias16, void* T, int ldt, float* C,
+                        rt_dtype prec);
 
 // A weight gradient with its bias gradient (rt_kernels.h RT_ASSIGN_DWEIGHT: both assigned):
 // C[M,N] (row-major, row stride ldc) = op(A) op(B) with ta = 1 (A is dout[K, M] as stored,

@@ -91,7 +91,7 @@ static void linear_forward16(float* out, const float* inp, const void* x16p, con
     const void* b16 =
         b16p ? b16p : bias ? rtc_narrow(s + (nx + nw) * 2, bias, 1, OC, OC, dt).p : NULL;
     char* t = out16 ? (char*)out16 : s + (nx + nw + nb) * 2;  // 16-byte aligned
-    rtc_gemm16_rounded(0, 1, N, OC, x16.ld, alpha, x16, w16, b16, t, out, dt);
+    rtc_gemm16_rounded(0, 1, N, OC, x16.ld, alpha, x16, w16, b16, t, OCp, out, dt);
 }
 
 // dweight[OC, C] (+)= alpha dout16^T · inp16 (beta 0 or 1). OC is the product's row count here
@@ -107,7 +107,7 @@ static bool dweight16(void* dweight, bool pdw, void* dbias, rtc_operand16 d16, r
                       int N, int C, int OC, float beta, rt_dtype dt, float alpha) {
     if (dbias && rtc_gemm16_bgrad(OC, C, N, d16, i16, dweight, pdw, C, dbias, dt)) return true;
     if (pdw) {
-        rtc_gemm16_rounded(1, 0, OC, C, N, alpha, d16, i16, NULL, dweight, NULL, dt);
+        rtc_gemm16_rounded(1, 0, OC, C, N, alpha, d16, i16, NULL, dweight, C, NULL, dt);
         return false;
     }
     const int bulk = OC & ~7;
@@ -188,21 +188,23 @@ __global__ void add_packed_kernel(uint16_t* __restrict__ d16, const float* __res
 // rounded up to 8 (dout's zero padding times the weight copy's zero rows: an odd OC sent
 // cuBLAS to an align1 kernel, 9.4 ms for GPT-2's LM head against 1.4); an assigned dinp is
 // rounded in cuBLAS's epilogue and widened into place (as linear_forward16's output), or
-// left there when it is packed (pg); a packed dinp added to gets the fp32 product, then one
-// pass adding and rounding (add_packed_kernel). pdw: dweight is packed; dbias: computed
-// with it where cuBLASLt can (dweight16, whose answer this returns). alpha scales every
-// product (the fp32 one added to a packed dinp too).
-static bool linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, void* dbias,
-                              rtc_operand16 d16, char* s, const float* inp, const void* x16p,
-                              const float* weight, const void* w16p, int N, int C, int OC,
-                              rt_dtype dt, int as, float beta_w, float alpha) {
+// left there when it is packed (pg), in its rows of ld_dinp (RT_LD16(C), or a column
+// slice's: C a multiple of 8, so the product writes no other columns); a packed dinp added
+// to (rows of RT_LD16(C)) gets the fp32 product, then one pass adding and rounding
+// (add_packed_kernel). pdw: dweight is packed; dbias: computed with it where cuBLASLt can
+// (dweight16, whose answer this returns). alpha scales every product (the fp32 one added to
+// a packed dinp too).
+static bool linear_backward16(void* dinp, bool pg, int ld_dinp, void* dweight, bool pdw,
+                              void* dbias, rtc_operand16 d16, char* s, const float* inp,
+                              const void* x16p, const float* weight, const void* w16p, int N,
+                              int C, int OC, rt_dtype dt, int as, float beta_w, float alpha) {
     const int OCp = rtc_ld16(OC);
     const size_t nw = dinp && !w16p ? rtc_elems16(OCp, C) : 0,
                  ni = dweight && !x16p ? rtc_elems16(N, C) : 0;
     if (dinp) {
         const rtc_operand16 w16 = weight16(s, weight, w16p, OC, C, dt);
         if (pg && as) {
-            rtc_gemm16_rounded(0, 0, N, C, OCp, alpha, d16, w16, NULL, dinp, NULL, dt);
+            rtc_gemm16_rounded(0, 0, N, C, OCp, alpha, d16, w16, NULL, dinp, ld_dinp, NULL, dt);
         } else if (pg) {
             float* product = (float*)(s + (nw + ni) * 2);
             const size_t n = (size_t)N * C;
@@ -211,7 +213,7 @@ static bool linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, void
                            (uint16_t*)dinp, product, C, n, dt);
         } else if (as) {
             rtc_gemm16_rounded(0, 0, N, C, OCp, alpha, d16, w16, NULL, s + (nw + ni) * 2,
-                               (float*)dinp, dt);
+                               rtc_ld16(C), (float*)dinp, dt);
         } else {
             rtc_gemm16(0, 0, N, C, OCp, alpha, d16, w16, 1.0f, (float*)dinp, C, dt);
             rtc_round_buf((float*)dinp, (size_t)N * C, dt);
@@ -224,11 +226,17 @@ static bool linear_backward16(void* dinp, bool pg, void* dweight, bool pdw, void
 }
 
 // The degenerate shapes' gradients (no terms); returns whether there is nothing more to do.
-// A packed dinp (pg) or dweight (pdw) is zeroed as its rows' bytes: the 16-bit zeros.
-static bool linear_backward_empty(void* dinp, bool pg, void* dweight, bool pdw, int N, int C,
-                                  int OC, int as, int as_w) {
-    if (dinp && as && N > 0 && C > 0 && OC <= 0)
-        rt_zero((float*)dinp, pg ? rtc_elems16(N, C) / 2 : (size_t)N * C);
+// A packed dinp (pg) or dweight (pdw) is zeroed as its rows' bytes: the 16-bit zeros, a
+// packed dinp's RT_LD16(C) of each row of ld_dinp (a column slice's C: not the other
+// columns).
+static bool linear_backward_empty(void* dinp, bool pg, int ld_dinp, void* dweight, bool pdw,
+                                  int N, int C, int OC, int as, int as_w) {
+    if (dinp && as && N > 0 && C > 0 && OC <= 0) {
+        if (pg)
+            RT_CHECK_CUDA(cudaMemset2DAsync(dinp, (size_t)ld_dinp * 2, 0,
+                                            (size_t)rtc_ld16(C) * 2, (size_t)N, rtc_stream()));
+        else rt_zero((float*)dinp, (size_t)N * C);
+    }
     if (dweight && as_w && N <= 0 && C > 0 && OC > 0)
         rt_zero((float*)dweight, (size_t)OC * C / (pdw ? 2 : 1));  // OC * C even when packed
     return N <= 0 || OC <= 0 || C <= 0;
@@ -240,17 +248,21 @@ static bool linear_backward_empty(void* dinp, bool pg, void* dweight, bool pdw, 
 // contract). dout's rows are ld_dout long: OC unless packed; packed, RT_LD16(OC) or a column
 // slice of a wider matrix (OC a multiple of 8, so that the dinp GEMM's sum over OC rounded
 // up to 8 reads no other slice's columns), read in place by the GEMMs and the bias sums.
-// dweight and dbias are packed with RT_PACKED_DWEIGHT (assigned: the entry point checks).
-// alpha scales the GEMMs' products: 1, or a scaled linear's (dbias NULL).
+// dinp's rows are ld_dinp long: C in fp32 storage; packed, RT_LD16(C) or (assigned, C a
+// multiple of 8) a column slice of a wider matrix, written in place by its GEMM. dweight
+// and dbias are packed with RT_PACKED_DWEIGHT (assigned: the entry point checks). alpha
+// scales the GEMMs' products: 1, or a scaled linear's (dbias NULL).
 static void linear_backward_any(void* dinp, void* dweight, void* dbias, const void* dout,
                                 const void* inp, const void* weight, int N, int C, int OC,
-                                int packed, rt_dtype dt, int assign, int ld_dout, float alpha) {
+                                int packed, rt_dtype dt, int assign, int ld_dout, int ld_dinp,
+                                float alpha) {
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     const float beta_w = as_w ? 0.0f : 1.0f;  // an assigned dweight is not read
     const bool pd = packed & RT_PACKED_OUT, pi = packed & RT_PACKED_INP,
                pw = packed & RT_PACKED_INP2, pg = packed & RT_PACKED_DINP,
                pdw = packed & RT_PACKED_DWEIGHT;
-    const bool done = linear_backward_empty(dinp, pg, dweight, pdw, N, C, OC, as, as_w);
+    const bool done =
+        linear_backward_empty(dinp, pg, ld_dinp, dweight, pdw, N, C, OC, as, as_w);
     auto column_sums = [&] {
         if (dbias && (N > 0 || as_w) && OC > 0)  // assigned without rows: zeros
             rtc_with_storage(pd, dout, [&](auto d) {
@@ -279,9 +291,10 @@ static void linear_backward_any(void* dinp, void* dweight, void* dbias, const vo
     const rtc_operand16 d16 = pd ? rtc_operand16{dout, ld_dout}
                                  : rtc_narrow(s, (const float*)dout, N, OC, OC, dt);
     const bool db_done =
-        linear_backward16(dinp, pg, dweight, pdw, with_dw ? dbias : NULL, d16, s + nd * 2,
-                          (const float*)inp, pi ? inp : NULL, pw ? NULL : (const float*)weight,
-                          pw ? weight : NULL, N, C, OC, dt, as, beta_w, alpha);
+        linear_backward16(dinp, pg, ld_dinp, dweight, pdw, with_dw ? dbias : NULL, d16,
+                          s + nd * 2, (const float*)inp, pi ? inp : NULL,
+                          pw ? NULL : (const float*)weight, pw ? weight : NULL, N, C, OC, dt, as,
+                          beta_w, alpha);
     if (with_dw && !db_done) column_sums();
 }
 
@@ -289,7 +302,7 @@ void rt_linear_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, int N, int C, int OC,
                         rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_linear_backward");
-    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign, OC,
+    linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, dt, assign, OC, C,
                         1.0f);
 }
 
@@ -297,7 +310,7 @@ void rt_linear_scaled_backward(float* dinp, float* dweight, const float* dout, c
                                const float* weight, int N, int C, int OC, float alpha,
                                rt_dtype dt, int assign) {
     RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_backward");
-    linear_backward_any(dinp, dweight, NULL, dout, inp, weight, N, C, OC, 0, dt, assign, OC,
+    linear_backward_any(dinp, dweight, NULL, dout, inp, weight, N, C, OC, 0, dt, assign, OC, C,
                         alpha);
 }
 
@@ -352,20 +365,20 @@ void rt_linear_scaled_packed_forward(void* out, const void* inp, const void* wei
 
 void rt_linear_packed_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
-                               int packed, rt_dtype dt, int assign, int ld_dout) {
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+                               int packed, rt_dtype dt, int assign, int ld_dout, int ld_dinp) {
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(dinp, OC, C, ld_dout, ld_dinp, packed, dt, assign,
                                      "rt_linear_packed_backward");
     linear_backward_any(dinp, dweight, dbias, dout, inp, weight, N, C, OC, packed, dt, assign,
-                        ld_dout, 1.0f);
+                        ld_dout, ld_dinp, 1.0f);
 }
 
 void rt_linear_scaled_packed_backward(void* dinp, void* dweight, const void* dout,
                                       const void* inp, const void* weight, int N, int C, int OC,
                                       float alpha, int packed, rt_dtype dt, int assign,
-                                      int ld_dout) {
+                                      int ld_dout, int ld_dinp) {
     RT_KCHECK_LINEAR_ALPHA(alpha, dt, "rt_linear_scaled_packed_backward");
-    RT_KCHECK_LINEAR_PACKED_BACKWARD(OC, C, ld_dout, packed, dt, assign,
+    RT_KCHECK_LINEAR_PACKED_BACKWARD(dinp, OC, C, ld_dout, ld_dinp, packed, dt, assign,
                                      "rt_linear_scaled_packed_backward");
     linear_backward_any(dinp, dweight, NULL, dout, inp, weight, N, C, OC, packed, dt, assign,
-                        ld_dout, alpha);
+                        ld_dout, ld_dinp, alpha);
 }
