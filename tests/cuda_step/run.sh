@@ -92,6 +92,7 @@ specs=(
   # another sign on the GPU (another summation order) move it by about 4%
   "tests/specs/features/lora_llama_w1_ckpt_bf16.lua 8e-2"
   "tests/specs/features/lora_llama_stacked_bf16.lua 8e-2"
+  "tests/specs/features/lora_llama_stacked_w1_bf16.lua 8e-2"
 )
 
 gpu=1

@@ -64,6 +64,7 @@ NUMERIC_DEFAULT = ["w1_direct_all_gather", "transformer_w4_int_raf", "microbatch
                    # LoRA: frozen base, trainable adapters in every block's group (world 2; one rank,
                    # checkpointed, in place; the base's and lora_a's input gradients stacked)
                    "lora_llama_bf16", "lora_llama_w1_ckpt_bf16", "lora_llama_stacked_bf16",
+                   "lora_llama_stacked_w1_bf16",
                    # the bench configs in small (tests/cuda_step): one rank, bf16, every fused path
                    "llama_bench_shape", "gpt2_bench_shape"]
 DEFAULT_RANDOM = 100
