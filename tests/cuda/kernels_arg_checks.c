@@ -1,6 +1,8 @@
 // test_cuda_kernels: the argument checks that stop a call, each run in a child process (--kcheck).
 #include "kernel_tests.h"
 
+#include "bad_calls.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -25,64 +27,9 @@ static int aborts_with(const char* name, const char* want, char* out, size_t cap
            one_line;
 }
 
-// Host pointers: the calls below stop at their argument checks, before any device work.
-static uint16_t bad_buf[3][64];
-
-static void rope_ld_short(void) {
-    rt_rope_packed_backward(bad_buf[0], bad_buf[1], 1, 1, 4, 8, RT_ROPE_THETA,
-                            RT_PACKED_OUT | RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 24);
-}
-
-static void linear_ld_fp32(void) {
-    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
-                              0, RT_BF16, RT_ASSIGN_1, 16, 0);
-}
-
-static void linear_ld_odd_oc(void) {
-    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 12,
-                              RT_PACKED_OUT, RT_F16, RT_ASSIGN_1, 24, 0);
-}
-
-// A linear's ld_dinp where dinp cannot be a slice: not a multiple of 8, shorter than C, dinp
-// in fp32 storage, added to (the scaled entry point), NULL, or C not a multiple of 8.
-static void linear_dinp_ld_odd(void) {
-    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
-                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 0, 20);
-}
-
-static void linear_dinp_ld_short(void) {
-    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
-                              RT_PACKED_DINP, RT_F16, RT_ASSIGN_1, 0, 8);
-}
-
-static void linear_dinp_ld_fp32(void) {
-    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
-                              0, RT_BF16, RT_ASSIGN_1, 0, 16);
-}
-
-static void linear_dinp_ld_added(void) {
-    rt_linear_scaled_packed_backward(bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16,
-                                     8, 2.0f, RT_PACKED_DINP, RT_BF16, RT_ACCUMULATE, 0, 16);
-}
-
-static void linear_dinp_ld_null(void) {
-    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 16, 8,
-                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1 | RT_ASSIGN_DWEIGHT, 0, 16);
-}
-
-static void linear_dinp_ld_odd_c(void) {
-    rt_linear_packed_backward(bad_buf[0], NULL, NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 12, 8,
-                              RT_PACKED_DINP, RT_BF16, RT_ASSIGN_1, 0, 16);
-}
-
 static void swiglu_ld_short(void) {
     rt_swiglu_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], bad_buf[2], 32,
                               RT_PACKED_DINP | RT_PACKED_DINP2, RT_BF16, 0, 16, 16, 8);
-}
-
-static void swiglu_rows_bad(void) {
-    rt_swiglu_packed_backward(bad_buf[0], bad_buf[1], bad_buf[2], bad_buf[2], bad_buf[2], 20,
-                              RT_PACKED_DINP | RT_PACKED_DINP2, RT_BF16, 0, 8, 8, 8);
 }
 
 static void attention_ld_odd(void) {
@@ -118,11 +65,6 @@ static void cpu_attention_dropout_negative(void) {
     float* f = (float*)bad_buf[0];
     cpu_rt_attention_lowmem_dropout_backward(f, NULL, NULL, NULL, f, f, f, f, f, f, 1, 1, 2, 1,
                                              16, 1, RT_F32, RT_F32, RT_ACCUMULATE, -0.5f, 1, 0);
-}
-
-static void linear_dweight_accumulated(void) {
-    rt_linear_packed_backward(NULL, bad_buf[0], NULL, bad_buf[1], bad_buf[2], bad_buf[2], 1, 8, 8,
-                              RT_PACKED_OUT | RT_PACKED_DWEIGHT, RT_BF16, RT_ACCUMULATE, 0, 0);
 }
 
 static void linear_dweight_odd(void) {
