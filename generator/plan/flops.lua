@@ -2,15 +2,19 @@
 -- convention (PaLM, appendix B): 6 * N + 12 * L * T * d per token. Counted per op, so that
 -- it holds for any spec, not only the benchmark's two configs:
 --   - an op that reads parameters (linear, norms, ...) costs 6 * rows * numel(params), rows
---     being its input's elements over the last dim (2 forward, 4 backward per weight); an
---     embedding's table is only looked up and costs nothing (a table tied to an output
---     linear is counted there), nor does a parameter times a number (tensor * number, an
+--     being its input's elements over the last dim (2 forward, 4 backward per weight); a
+--     frozen one (requires_grad false: fine-tuning, LoRA's base) 4, its weight gradient
+--     not being the model's work (2 forward, 2 for its input's gradient, counted as PaLM
+--     counts it for a first layer, whether or not the input needs one); an embedding's
+--     table is only looked up and costs nothing (a table tied to an output linear is
+--     counted there), nor does a parameter times a number (tensor * number, an
 --     element-wise scale);
 --   - an attention op costs 12 * rows(q) * keys * width(q): Q K^T and A V, forward and
 --     backward, over the full T x T product (no causal halving, as PaLM counts).
 -- Activation recompute is not model work and is not counted (replayed ops are not in the
--- graph). For a Transformer whose every op sees all B * T tokens this is exactly
--- 6 * N * B * T + 12 * L * T * d * B * T, N the parameters outside lookup-only embeddings.
+-- graph). For a Transformer whose every op sees all B * T tokens, every parameter trained,
+-- this is exactly 6 * N * B * T + 12 * L * T * d * B * T, N the parameters outside
+-- lookup-only embeddings.
 local trace = require("spec.trace")
 
 local M = {}
@@ -65,7 +69,7 @@ function M.count(plan)
             used[t] = true
             c.matmul_params = c.matmul_params + trace.numel(t.shape)
           end
-          c.param_flops = c.param_flops + 6 * rows(op.ins[1]) * trace.numel(t.shape)
+          c.param_flops = c.param_flops + (t.requires_grad and 6 or 4) * rows(op.ins[1]) * trace.numel(t.shape)
         end
       end
     end

@@ -1,6 +1,6 @@
 -- Unit tests of model FLOPs per step (generator/plan/flops.lua) on tiny specs counted by hand:
 -- PaLM's 6 * N + 12 * L * T * d per token (N without lookup-only embeddings, tied tables
--- counted once), per-op rows for float models, microbatches and world size multiply,
+-- counted once), 4 per frozen weight, per-op rows for float models, microbatches and world size multiply,
 -- activation checkpointing adds nothing. The benchmark configs against bench/flops.py:
 -- tests/bench/run.sh. Run from the repository root: lua5.4 tests/generator/unit_flops.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
@@ -66,6 +66,15 @@ local l = count(spec("models.Llama{ n_layers = 1, dim = 4, n_heads = 2, n_kv_hea
 check(l.params == 236 and l.matmul_params == 196 and l.flops_per_token == 1560,
   string.format("tiny Llama (GQA, untied): 236 parameters, N 196, 1560 FLOPs/token "
     .. "(got %d, %d, %s)", l.params, l.matmul_params, tostring(l.flops_per_token)))
+
+-- The same Llama with its attention frozen (wq 16, wk 8, wv 8, wo 16: 48 parameters): a frozen
+-- weight costs 4 a row, not 6 (no weight gradient), 1560 - 2 * 48 = 1464; N unchanged.
+local lf = count(spec("models.Llama{ n_layers = 1, dim = 4, n_heads = 2, n_kv_heads = 1, "
+  .. "ffn_dim = 8, vocab_size = 10, max_seq_len = 8 }\nmodel.layers[1].attention:requires_grad_(false)",
+  per_layer, tokens))
+check(lf.matmul_params == 196 and lf.flops_per_token == 1464,
+  string.format("tiny Llama, attention frozen: N 196, 1464 FLOPs/token (got %d, %s)", lf.matmul_params,
+    tostring(lf.flops_per_token)))
 
 -- A float model: MLP(3) is in_proj 3 -> 12 (+12 bias) and out_proj 12 -> 3 (+3 bias) = 87
 -- parameters, on 5 samples per rank: 6 * 5 * 87 per rank, no attention.
