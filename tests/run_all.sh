@@ -108,6 +108,7 @@ plan_lane() {
     $([[ $slow = 1 ]] && echo --count 10000)
   run_suite g99 "bench: checks without a GPU" tests/bench/run.sh
   run_suite g96 "gpu: the device script's steps without a GPU (DRY_RUN)" tests/gpu/test_run_on_device.sh
+  run_suite g95 "gpu: the simulator's figures refitted to made-up measurements" python3 tests/gpu/test_refit.py
   # SKIP without chromium (CI does not install it)
   run_suite g97 "show: the SVG in a headless browser" tests/show/run.sh
 }

@@ -77,11 +77,15 @@ function M.run(plan, opts)
   end
   if att.ops > 0 then r.attention = att end
   -- kernel time by kind (cost.lua's classes; the optimizer's wherever it runs), largest
-  -- first: what `tests/gpu/kernel_times.py` sums from ncu on a GPU
+  -- first, with the launches priced in it (launch_us each): what `tests/gpu/kernel_times.py`
+  -- sums from ncu on a GPU, and `tests/gpu/refit.py` holds against it
   r.kinds = {}
   for kind, s in pairs(tl.classes) do
-    if s > 0 then r.kinds[#r.kinds + 1] = { kind = KIND_NAMES[kind] or kind, time_s = s } end
+    if s > 0 then
+      r.kinds[#r.kinds + 1] = { kind = KIND_NAMES[kind] or kind, time_s = s, launches = tl.launches[kind] or 0 }
+    end
   end
+  r.kernel_figures = topo.k  -- the table's figures that priced them (gpus/<gpu>.lua)
   table.sort(r.kinds, function(a, b)
     if a.time_s ~= b.time_s then return a.time_s > b.time_s end
     return a.kind < b.kind

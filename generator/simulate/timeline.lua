@@ -82,7 +82,7 @@ function M.run(plan, topo)
   local post_kind = "rs"           -- the stream its view-out follows
   local lines, phases, by_name = {}, {}, {}
   local hw_flops = 0
-  local classes = {}
+  local classes, launches = {}, {}  -- kernel time and launches by cost.lua's class
 
   local function phase_of(st)
     local key = st.section .. " " .. st.phase
@@ -100,6 +100,7 @@ function M.run(plan, topo)
     local p = phase_of(st)
     local c = cost.step(st, plan, gpu, k, topo.attention_backward)
     hw_flops = hw_flops + c.hw_flops
+    if (c.launches or 0) > 0 then launches[c.class] = (launches[c.class] or 0) + c.launches end
     local rec = { st = st, boxes = {}, wait = 0, phase = p, class = c.class, issue = tc }
     lines[i] = rec
     -- compute waits until `t` (a side stream's event), the wait charged to `what`
@@ -253,7 +254,7 @@ function M.run(plan, topo)
     last.finish = step
   end
   return { lines = lines, phases = phases, step = step, hw_flops = hw_flops,
-    classes = classes, compute_end = tc,
+    classes = classes, launches = launches, compute_end = tc,
     optimizer = #opt_boxes > 0 and { total = opt_total, after = after } or nil }
 end
 

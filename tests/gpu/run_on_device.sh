@@ -22,7 +22,8 @@
 #            the table of both configs (bench_table.txt, and in the summary)
 #   profile  GPU time per kernel (ncu, one metric, 2 steps of each bench binary, no graph),
 #            summed per category and kernel by tests/gpu/kernel_times.py into kernels_<config>.txt,
-#            with `fsdpgen simulate`'s prediction (its `kernels` line) below; then ncu's
+#            with `fsdpgen simulate`'s prediction (its `kernels` line) below, and the
+#            simulator's figures refitted to both (tests/gpu/refit.py: refit.txt); then ncu's
 #            throughput, memory, warp-stall and occupancy sections for the three tensor-core
 #            attention kernels of one GPT-2 bench layer (RT_ATTENTION=fsdpgen;
 #            ncu_attention.txt). Skipped, not failed, where ncu cannot read the counters (as
@@ -159,7 +160,17 @@ for s in $stages; do
             kind=h100
             grep -q H200 "$out/env.txt" && kind=h200
             ./fsdpgen simulate bench/specs/$b.lua --gpu $kind >>"$out/kernels_$b.txt" 2>&1
+            ./fsdpgen simulate bench/specs/$b.lua --gpu $kind --json >"$out/sim_$b.json" 2>&1
         done
+        # the simulator's kernel figures refitted to both configs' kernels (and, after the
+        # bench stage, their steps): proposals for generator/simulate/gpus/<gpu>.lua
+        if [ -s "$out/kernels_gpt2_124m.txt" ] && [ -s "$out/kernels_llama_1b.txt" ]; then
+            python3 tests/gpu/refit.py "$out/kernels_gpt2_124m.txt" "$out/sim_gpt2_124m.json" \
+                "$out/kernels_llama_1b.txt" "$out/sim_llama_1b.json" \
+                $([ -s "$out/bench_table.txt" ] && echo --bench-table "$out/bench_table.txt") \
+                >"$out/refit.txt" 2>&1
+            tee -a "$out/summary.txt" <"$out/refit.txt"
+        fi
         # the last layer's forward, then its dK/dV and dQ (the 12 forwards launch first)
         step "attention sections" profile.log 150 env RT_ATTENTION=fsdpgen ncu -k regex:rtc_fa_tc \
             --launch-skip 11 --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis \
