@@ -214,8 +214,9 @@ function Walker:ctx(st, saved)
         C_DTYPE[op.outs[1].dtype], st.bufs.scratch.size)
       -- the eval runs no backward: any site of its shape serves (no plan built for it alone)
       if w.eval and site_index[shape] then return site_index[shape] end
-      local site = string.format("%s, .ld_dq = %d, .ld_dk = %d, .ld_dv = %d}", shape, grad_ld(q), grad_ld(k),
-        grad_ld(v))
+      local spare = attention.spare_bytes(op)  -- where cuDNN writes the gradients none needs
+      local site = string.format("%s, .ld_dq = %d, .ld_dk = %d, .ld_dv = %d%s}", shape, grad_ld(q), grad_ld(k),
+        grad_ld(v), spare > 0 and string.format(", .spare_bytes = %d", spare) or "")
       if not site_index[site] then
         attention_sites[#attention_sites + 1] = site
         site_index[site] = #attention_sites - 1

@@ -459,9 +459,17 @@ function backward.attention(op, c, dt, as)
   local a = op.attrs
   local y = op.outs[1]
   if on_site(op) then
-    -- the site's kernels assign all three packed gradients (memory/attention.lua's rule)
-    if as ~= "RT_ASSIGN_1 | RT_ASSIGN_2 | RT_ASSIGN_3" or packed_bits(op, true) ~= "RT_PACKED_OUT | RT_PACKED_INP | "
-      .. "RT_PACKED_INP2 | RT_PACKED_INP3 | RT_PACKED_DINP | RT_PACKED_DINP2 | RT_PACKED_DINP3" then
+    -- the site's kernels assign the packed gradients the step wants, the others NULL
+    -- (memory/attention.lua's rule)
+    local assigns, dinps = {}, {}
+    for j, t in ipairs({ q, k, v }) do
+      if c.grad(t) ~= "NULL" then
+        assigns[#assigns + 1] = "RT_ASSIGN_" .. j
+        dinps[#dinps + 1] = " | RT_PACKED_DINP" .. (j > 1 and j or "")
+      end
+    end
+    if as ~= table.concat(assigns, " | ") or packed_bits(op, true) ~= "RT_PACKED_OUT | RT_PACKED_INP | "
+      .. "RT_PACKED_INP2 | RT_PACKED_INP3" .. table.concat(dinps) then
       error(string.format("internal: attention '%s' on a cuDNN site, but its backward is %s, %s", op.label or "?",
         as, tostring(packed_bits(op, true))))
     end

@@ -6,6 +6,7 @@
 -- picks cuDNN or fsdpgen's kernels at start (rt_step.h). Every other op keeps fsdpgen's
 -- kernels, with the reason in the .schedule.
 local packing = require("memory.packing")
+local trace = require("spec.trace")
 
 local M = {}
 
@@ -36,9 +37,21 @@ function M.dp_bytes(op)
   return B * op.attrs.n_heads * up64(T) * up64(T) * 2
 end
 
+-- Bytes at the end of a cuDNN op's scratch where its backward writes the gradients that no
+-- tensor needs (rt_model.h spare_bytes): cuDNN writes dQ, dK and dV whole, and LoRA's frozen
+-- k in a block whose input needs no gradient has none. Each 256-byte aligned, in q, k, v order.
+function M.spare_bytes(op)
+  if not (op.attention and op.attention.cudnn and op.outs[1].requires_grad) then return 0 end
+  local n = 0
+  for _, t in ipairs(op.ins) do
+    if not t.requires_grad then n = n + up256(trace.numel(t.shape) * 2) end
+  end
+  return n
+end
+
 -- Floats of the scratch of one call, forward or backward: fsdpgen's kernels need
 -- rt_attention_lowmem_scratch_floats, max(2*T*T, B*NH*T); cuDNN's workspace is planned in
--- the same buffer where the op may run on cuDNN.
+-- the same buffer where the op may run on cuDNN, and after it the spare gradients' bytes.
 function M.scratch_floats(op)
   local B, T = M.dims(op)
   local nh = op.attrs.n_heads
@@ -46,7 +59,7 @@ function M.scratch_floats(op)
   if op.attention and op.attention.cudnn then
     local rows = B * nh * T
     local dq_acc, dp = up256(rows * op.attrs.head_dim * 4), up256(M.dp_bytes(op))
-    n = math.max(n, (up256(rows * 4) + math.max(dq_acc, dp) + ENGINE_RESERVE) // 4)
+    n = math.max(n, (up256(rows * 4) + math.max(dq_acc, dp) + ENGINE_RESERVE) // 4) + M.spare_bytes(op) // 4
   end
   return n
 end
@@ -56,7 +69,8 @@ local NAMES = { "q", "k", "v" }
 -- Why op cannot run on cuDNN (a few words for the .schedule's line), or nil. readers: tensor
 -- -> the ops that read it (through FSDP's post-backward hooks); base: memory.base. cuDNN
 -- reads and writes packed 16-bit tensors of one dtype (memory.lua's packing) and writes the
--- gradients of q, k and v whole, so each must be a distinct tensor read by this op alone.
+-- gradients of q, k and v whole, so each that needs one must be a distinct tensor read by
+-- this op alone (one that needs none goes to the scratch's spare bytes).
 local function refusal(op, readers, base)
   local y = op.outs[1]
   if not packing.sixteen(y) then
@@ -87,10 +101,7 @@ local function refusal(op, readers, base)
       return string.format("%s is %s (their gradients add)", name, seen[b])
     end
     seen[b] = name
-    if grads then
-      if not t.requires_grad then
-        return name .. " needs no gradient"
-      end
+    if grads and t.requires_grad then
       if not b.grad_packed then return name .. "'s gradient not packed 16-bit" end
       local rs = readers[b] or {}
       if #rs ~= 1 then

@@ -266,6 +266,10 @@ typedef struct rt_model_attention {
                                   // dense, else column slices of one wider matrix whose one
                                   // GEMM computes the input gradient of their three linears
                                   // (rt_kernels.h "Gradient row lengths")
+    size_t spare_bytes;           // the scratch's last bytes, beyond cuDNN's workspace, where
+                                  // cuDNN's backward writes the gradients the step passes as
+                                  // NULL (no tensor needs them), dense, each 256-byte aligned
+                                  // in q, k, v order; 0 where every one is needed
 } rt_model_attention;
 
 typedef struct rt_model {

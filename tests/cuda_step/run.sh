@@ -25,7 +25,8 @@
 #     same bits on the CPU and on the emulator.
 # On the GPU only: every CUDA run with RT_ATTENTION=cudnn (cuDNN at every attention site
 # that cuDNN takes), plus tests/cuda_step/llama_cudnn_bf16.lua (head dim 64), its auto
-# timings and its run with cuDNN's atomic backward against the CPU; compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
+# timings and its run with cuDNN's atomic backward against the CPU, and
+# tests/cuda_step/llama_lora_cudnn_bf16.lua (a dK no tensor needs, in the spare scratch); compute-sanitizer (memcheck, racecheck) on a small spec reports no error;
 # without one it prints a SKIP line, and the emulator runs test_cuda_local (the local mode's
 # communicators). Ends with `N passed, N failed`.
 set -u
@@ -137,6 +138,9 @@ fi
 
 # On a GPU also a spec at the bench models' head dim, whose attention cuDNN takes.
 [ "$gpu" = 1 ] && specs+=("tests/cuda_step/llama_cudnn_bf16.lua 3e-2")
+# ... and LoRA there, its first block's dK (no tensor needs it) in the site's spare scratch;
+# lora_b starts at zeros (lora_llama_w1_ckpt_bf16's tolerance, above)
+[ "$gpu" = 1 ] && specs+=("tests/cuda_step/llama_lora_cudnn_bf16.lua 8e-2")
 # Every build first, one at a time (ninja's build log is shared): the CUDA binaries, and the
 # CPU binaries the comparisons below run; the checks of the binaries then run two specs at
 # a time.

@@ -2,7 +2,8 @@
 -- calls for them: on small specs of one bf16 self-attention block (or fp32, or two blocks of
 -- different head counts), every reason an op keeps fsdpgen's kernels, the sites (one per
 -- shape, rt_step_attention_* with their index) and the scratch planned for cuDNN's
--- workspace, and the spec's `attention` choice in the .schedule.
+-- workspace (and its spare bytes for a gradient no tensor needs), and the spec's
+-- `attention` choice in the .schedule.
 -- Run from the repository root: lua5.4 tests/generator/attention_sites.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local schedule = require("emit.schedule")
@@ -151,6 +152,23 @@ for _, r in ipairs(REASONS) do
   check(ops[1] and ops[1].attention.why == r[4] and count(c, "rt_step_attention_") == 0,
     string.format("%s: fsdpgen's kernels, because \"%s\" (got %s)", r[1], r[4],
       tostring(ops[1] and ops[1].attention.why or c)))
+end
+
+-- A k that needs no gradient (its linear frozen, its block's input needing none: b1's, as
+-- LoRA's frozen wk in a first block): cuDNN still runs the op, its backward gets NULL for dk
+-- and the site's scratch ends in spare bytes for the dK cuDNN writes (B*T*NKV*HD*2: 4096).
+do
+  local text = spec(PLAIN, true):gsub("local mp = ", "root.b1.wk:requires_grad_(false)\nlocal mp = ")
+  local plan, c = plan_of(text)
+  local ops = plan and ops_of(plan) or {}
+  c = c or ""
+  local want = 512 + 65536 + 1048576
+  check(ops[1] and ops[1].attention.cudnn and ops[2].attention.cudnn
+    and count(c, "rt_step_attention_backward%(R, %d, F%([%w_]+, %d+%), NULL, F%(") == 1
+    and c:find(".scratch_bytes = " .. (want + 4096) .. ", .ld_dq = 0, .ld_dk = 0, .ld_dv = 0, .spare_bytes = 4096}",
+      1, true) ~= nil and c:find(".scratch_bytes = " .. want .. ", .ld_dq = 0, .ld_dk = 0, .ld_dv = 0}", 1, true),
+    "b1's k without a gradient: cuDNN's site with 4096 spare bytes after the workspace, dk NULL in its backward"
+      .. (plan and "" or " (" .. tostring(c) .. ")"))
 end
 
 -- Activation checkpointing keeps fp32 storage: the reason, on the attention line itself.

@@ -52,10 +52,15 @@ local LD_ARGS = { rope_packed = 1, attention_lowmem_packed = 3, linear_packed = 
   linear_scaled_packed = 2 }
 
 -- Argument positions (1-based) whose assign bit the call sets. An attention site's backward
--- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns all three; a rotary pair's
+-- (rt_step_attention_backward(R, site, dq, dk, dv, ...)) assigns those of the three it is
+-- given (a NULL one cuDNN writes to the site's spare scratch); a rotary pair's
 -- (dinp_a, dout_a, NH_a, packed_a, assign_a, ld_a, dinp_b, ...) each dinp by its own bit.
 local function assigned_args(call)
-  if call:match("^rt_step_attention_backward%(") then return { [3] = true, [4] = true, [5] = true } end
+  if call:match("^rt_step_attention_backward%(") then
+    local a, set = args_of(call), {}
+    for at = 3, 5 do set[at] = a[at] ~= "NULL" or nil end
+    return set
+  end
   if call:match("^rt_rope_pair_packed_backward%(") then
     local a, set = args_of(call), {}
     for _, at in ipairs({ 1, 7 }) do

@@ -67,9 +67,9 @@ static rt_cudnn_sdpa* decide(rt_rank* R, int i, int choice, int deterministic, c
                                                a->ld_dv, why, why_len);
     if (!plan) return NULL;
     const size_t ws = rt_cudnn_sdpa_workspace_bytes(plan);
-    if (ws > a->scratch_bytes) {
+    if (ws + a->spare_bytes > a->scratch_bytes) {
         snprintf(why, why_len, "cuDNN asks for %zu bytes of workspace, the memory plan has %zu",
-                 ws, a->scratch_bytes);
+                 ws, a->scratch_bytes - a->spare_bytes);
         rt_cudnn_sdpa_destroy(plan);
         return NULL;
     }
@@ -201,6 +201,23 @@ int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, f
                            const void* v, const float* stats) {
     const cuda_rank* c = R->backend;
     if (!c->attention || !c->attention[site]) return 0;
+    // cuDNN writes all three gradients: one the step does not want (NULL) goes to the
+    // scratch's spare bytes, after cuDNN's workspace (rt_model.h spare_bytes)
+    const rt_model_attention* a = &R->model->attention[site];
+    char* spare = (char*)scratch + a->scratch_bytes - a->spare_bytes;
+    void** grads[3] = {&dq, &dk, &dv};
+    const int heads[3] = {a->NH, a->NKV, a->NKV};
+    for (int j = 0; j < 3; j++) {
+        if (*grads[j]) continue;
+        *grads[j] = spare;
+        spare += ((size_t)a->B * a->T * heads[j] * a->HD * 2 + 255) / 256 * 256;
+    }
+    if (spare > (char*)scratch + a->scratch_bytes) {
+        fprintf(stderr, "fsdpgen: attention site %d: a gradient passed as NULL with %zu spare "
+                "bytes in its scratch (the generated step and its model disagree)\n", site,
+                a->spare_bytes);
+        abort();
+    }
     rt_cudnn_sdpa_backward(c->attention[site], dq, dk, dv, dout, out, q, k, v, stats, scratch,
                            (rt_cudnn_stream)c->compute);
     return 1;
