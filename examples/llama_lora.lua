@@ -6,7 +6,7 @@
 -- forward and the backward, but reduce-scatters the adapters' gradients alone, and only
 -- they have sharded gradients and AdamW state (`./fsdpgen plan` shows how small those are).
 -- On Llama 1B with torchtune's 1B LoRA (examples/llama_1b_lora.lua: rank 64 on wq, wv, wo
--- and the MLP) one GPU's plan is 20.3 GiB where the full fine-tune's is 34.5.
+-- and the MLP) one GPU's plan is 20.2 GiB where the full fine-tune's is 34.5.
 -- Start from trained weights with --load-hf DIR (a LlamaForCausalLM directory of this size;
 -- the adapters keep their initialization, lora_b zeros, so the first step is the loaded
 -- model's); --save-hf DIR writes the weights with the adapters merged in (W + alpha/rank B A),
