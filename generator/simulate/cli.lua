@@ -9,7 +9,7 @@ M.HELP = {
   simulate = [[
 usage: fsdpgen simulate SPEC --gpu h100|h200|a100 [--gpus-per-node G] [--nodes N]
                         [--inter-node-gbps B] [--batch B] [--kernels fsdpgen|torch]
-                        [--attention-backward deterministic|atomic] [--json]
+                        [--attention-backward deterministic|atomic] [--ops N] [--json]
 Predicts one training step of SPEC on that GPU: step time, compute time, exposed
 communication per phase (forward, backward, optimizer), kernel time by kind, MFU, tokens/s
 and the peak memory per GPU. Each op is priced from its FLOPs and bytes against the GPU's
@@ -26,6 +26,8 @@ options:
                         cuDNN's attention backward, as the binary's RT_ATTENTION_BACKWARD:
                         deterministic (default; dP written and read in its workspace) or
                         atomic (dQ summed in fp32, no dP)
+  --ops N               also the N costliest ops, by name (a layer's index as *) and
+                        phase: calls, kernel time, launches
   --json                one JSON object instead of the table
 example:
   ./fsdpgen simulate examples/llama_1b.lua --gpu h100 --gpus-per-node 8 --nodes 8
@@ -84,10 +86,13 @@ local function parse(args, cmd, ctx, no_spec)
     elseif a == "--attention-backward" then
       o.attention_backward = value(a)
     elseif a == "--json" and cmd == "simulate" then o.json = true; i = i + 1
+    elseif a == "--ops" and cmd == "simulate" then
+      o.ops = posint(value(a))
+      if not o.ops or o.ops > 1000 then ctx.usage_error("simulate --ops needs an integer from 1 to 1000") end
     elseif a == "-o" and cmd == "show" then o.out = value(a)
     elseif a:sub(1, 1) == "-" then
       ctx.usage_error(string.format("unknown %s option '%s' (allowed: %s%s)", cmd, a, M.USAGE_OPTS,
-        cmd == "simulate" and " [--json]" or cmd == "show" and " -o FILE.svg|FILE.html" or ""))
+        cmd == "simulate" and " [--ops N] [--json]" or cmd == "show" and " -o FILE.svg|FILE.html" or ""))
     elseif spec or no_spec then ctx.usage_error("unexpected argument '" .. a .. "'")
     else spec = a; i = i + 1 end
   end

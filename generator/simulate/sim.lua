@@ -36,6 +36,34 @@ end
 -- cost.lua's class names as the kernel time line prints them
 local KIND_NAMES = { gemm = "GEMM", fsdp = "FSDP copies on compute", norm = "norms" }
 
+-- The step's ops by name, a layer's index as * (layers.*.attention.wq.linear; an
+-- optimizer step by its group), and phase, each with its calls, kernel time and launches,
+-- costliest first: the first n.
+local function op_costs(tl, n)
+  local by, list = {}, {}
+  for _, rec in ipairs(tl.lines) do
+    local st, c = rec.st, rec.cost
+    local name = st.node and st.node.label or st.op == "optimizer" and st.group
+      and "optimizer of " .. (st.group.name ~= "" and st.group.name or "the root")
+    if name and c.compute > 0 then
+      name = name:gsub("%.%d+%.", ".*."):gsub("%.%d+$", ".*")
+      local key = name .. "\0" .. st.op
+      local e = by[key]
+      if not e then
+        e = { op = name, phase = st.op, calls = 0, time_s = 0, launches = 0 }
+        by[key], list[#list + 1] = e, e
+      end
+      e.calls, e.time_s, e.launches = e.calls + 1, e.time_s + c.compute, e.launches + (c.launches or 0)
+    end
+  end
+  table.sort(list, function(a, b)
+    if a.time_s ~= b.time_s then return a.time_s > b.time_s end
+    return a.op .. a.phase < b.op .. b.phase
+  end)
+  for i = #list, n + 1, -1 do list[i] = nil end
+  return list
+end
+
 -- Runs the timeline. opts = { gpu (table), kernels (name), gpus_per_node, nodes, net_gbps,
 -- optimizer_stream, attention_backward }: where the optimizer steps run, "side" (fsdpgen's
 -- default: each group's beside the backward, RT_OPTIMIZER_STREAM) or "compute" (after the
@@ -86,6 +114,7 @@ function M.run(plan, opts)
     end
   end
   r.kernel_figures = topo.k  -- the table's figures that priced them (gpus/<gpu>.lua)
+  if opts.ops then r.ops = op_costs(tl, opts.ops) end
   table.sort(r.kinds, function(a, b)
     if a.time_s ~= b.time_s then return a.time_s > b.time_s end
     return a.kind < b.kind
@@ -155,6 +184,13 @@ function M.text(r)
     kinds[i] = string.format("%s %s", k.kind, i == 1 and ms(k.time_s) or string.format("%.2f", k.time_s * 1e3))
   end
   if #kinds > 0 then line("  kernels       %s", table.concat(kinds, ", ")) end
+  if r.ops then
+    line("  ops           the %d costliest, by name (a layer's index as *) and phase: calls, time, launches",
+      #r.ops)
+    for _, e in ipairs(r.ops) do
+      line("    %-46s %-9s %4d %10s %5d", e.op, e.phase, e.calls, ms(e.time_s), e.launches)
+    end
+  end
   local o = r.optimizer
   if o then
     line("  optimizer     %s of %s beside the backward (each group's step after its reduction)",

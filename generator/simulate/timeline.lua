@@ -101,7 +101,7 @@ function M.run(plan, topo)
     local c = cost.step(st, plan, gpu, k, topo.attention_backward)
     hw_flops = hw_flops + c.hw_flops
     if (c.launches or 0) > 0 then launches[c.class] = (launches[c.class] or 0) + c.launches end
-    local rec = { st = st, boxes = {}, wait = 0, phase = p, class = c.class, issue = tc }
+    local rec = { st = st, boxes = {}, wait = 0, phase = p, class = c.class, issue = tc, cost = c }
     lines[i] = rec
     -- compute waits until `t` (a side stream's event), the wait charged to `what`
     local function wait_for(t, what)

@@ -379,7 +379,8 @@ check(waits == want_waits and waits > 0,
 -- Bad options: one line, exit 2.
 for _, a in ipairs({ "--gpu ../gpus/h100", "--gpu h100 --nodes 0", "--gpu h100 --kernels x",
   "--gpu h100 --gpus-per-node 65536 --nodes 2", "--gpu h100 --inter-node-gbps nan", "",
-  "--gpu h100 --attention-backward x", "--gpu h100 --attention-backward" }) do
+  "--gpu h100 --attention-backward x", "--gpu h100 --attention-backward", "--gpu h100 --ops 0",
+  "--gpu h100 --ops many" }) do
   local pp = io.popen("./fsdpgen simulate examples/tiny.lua " .. a .. " 2>&1; echo \"exit $?\"")
   local o = pp:read("a")
   pp:close()
@@ -490,6 +491,32 @@ end
 os.execute("rm -rf " .. dir)
 check(printed ~= nil and printed == shown, "README's reshard_after_forward example prints what README shows"
   .. (printed and printed ~= shown and (":\n" .. printed) or ""))
+
+-- --ops N: the N costliest ops by name and phase, a layer's index folded; every op's time
+-- is the kinds' time (one rank: no FSDP copies on compute), and their launches too.
+do
+  local function out_of(a)
+    local f = io.popen("./fsdpgen simulate bench/specs/llama_1b.lua --gpu h100 " .. a)
+    local o = f:read("a")
+    f:close()
+    return o
+  end
+  local text = out_of("--ops 3")
+  local rows = {}
+  for l in text:gmatch("\n    (%S[^\n]*)") do rows[#rows + 1] = l end
+  check(#rows == 3 and rows[1]:match("^layers%.%*%.feed_forward%.w1%.linear +backward +16 +[%d.]+ ms +48$") ~= nil
+    and text:find("  ops           the 3 costliest, by name (a layer's index as *) and phase", 1, true) ~= nil,
+    "--ops 3: three rows, the first Llama's w1 + w3 stack's backward, 16 calls, 48 launches: " .. tostring(rows[1]))
+  local llama = plan_of("bench/specs/llama_1b.lua")
+  local r = sim.run(llama, { gpu = h100, kernels = "fsdpgen", gpus_per_node = 1, nodes = 1, net_gbps = 400,
+    ops = 1000 })
+  local t_ops, l_ops, t_kinds, l_kinds = 0, 0, 0, 0
+  for _, e in ipairs(r.ops) do t_ops, l_ops = t_ops + e.time_s, l_ops + e.launches end
+  for _, k in ipairs(r.kinds) do t_kinds, l_kinds = t_kinds + k.time_s, l_kinds + k.launches end
+  check(math.abs(t_ops - t_kinds) <= 1e-9 * t_kinds and l_ops == l_kinds and not out_of("--json"):find('"ops":[', 1, true),
+    string.format("every op: %.4f ms and %d launches, the kinds' %.4f ms and %d; the JSON has ops only with --ops",
+      t_ops * 1e3, l_ops, t_kinds * 1e3, l_kinds))
+end
 
 -- A linear's backward GEMMs: the input's gradient and the weight's, each only where it is
 -- wanted. Linear(16, 8) on a float input (no input gradient) then Linear(8, 8), 4 rows:
