@@ -35,12 +35,20 @@ FIGURES = {"GEMM": ["gemm"], "elementwise": ["elementwise"], "norms": ["norm"], 
 ATTENTION = {True: ["cudnn_attention_fwd", "cudnn_attention_bwd"], False: ["attention_fwd", "attention_bwd"]}
 
 
+def read_text(path):
+    """path's text, or one line and exit 1."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        sys.exit(f"refit.py: {path}: {e.strerror}")
+
+
 def read_kernels(path):
     """ms per step by kernel_times.py category: its table's lines `   12.34 ms  5.6%  label`
     after the first line, up to the blank line before the kernels."""
     ms = {}
-    with open(path) as f:
-        lines = f.read().splitlines()
+    lines = read_text(path).splitlines()
     for line in lines[1:]:
         if not line.strip():
             break
@@ -55,14 +63,13 @@ def read_kernels(path):
 def read_bench(path):
     """The fsdpgen rows' ms/step by config, from bench/flops.py's table."""
     steps = {}
-    with open(path) as f:
-        for line in f:
-            cols = line.split()
-            if len(cols) > 2 and cols[1] == "fsdpgen":
-                try:
-                    steps[cols[0]] = float(cols[2])
-                except ValueError:
-                    pass
+    for line in read_text(path).splitlines():
+        cols = line.split()
+        if len(cols) > 2 and cols[1] == "fsdpgen":
+            try:
+                steps[cols[0]] = float(cols[2])
+            except ValueError:
+                pass
     return steps
 
 
@@ -81,9 +88,11 @@ def main(argv):
     pred, meas, launches, figures, cudnn = {}, {}, {}, None, None
     unexplained, compute_launches, fitted_configs = 0.0, 0, []
     for kpath, spath in zip(args[::2], args[1::2]):
-        with open(spath) as f:
-            sim = json.load(f)
-        figs = sim["kernel_figures"]
+        try:
+            sim = json.loads(read_text(spath))
+            figs = sim["kernel_figures"]
+        except (ValueError, KeyError, TypeError):
+            sys.exit(f"refit.py: {spath}: not `fsdpgen simulate --json`'s output")
         if figures is not None and figs != figures:
             sys.exit(f"refit.py: {spath}: another GPU table than the first SIM's")
         figures = figs

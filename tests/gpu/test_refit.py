@@ -3,12 +3,14 @@
 prediction for both bench configs (`fsdpgen simulate --json`), each kind's kernels slower or
 faster by a known factor and each step longer by what its kernels on the compute stream
 added. The refit must give back each figure over its factor, launch_us within 5% of the
-table's, flag an efficiency above the peak, and leave out a category it does not know.
+table's, flag an efficiency above the peak, leave out a category it does not know, and say
+in one line that an input is missing.
 Run from the repository root; prints `N passed, N failed`.
 """
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,6 +76,11 @@ def main():
           "FSDP copies left out (both configs), the kernels' lines not read as categories")
     bad = subprocess.run([sys.executable, "tests/gpu/refit.py", args[0]], capture_output=True, text=True)
     check(bad.returncode != 0 and "KERNELS SIM" in bad.stderr, "an unpaired argument: the usage")
+    gone = subprocess.run([sys.executable, "tests/gpu/refit.py", args[0], os.path.join(work, "none.json")],
+                          capture_output=True, text=True)
+    check(gone.returncode == 1 and gone.stderr.count("\n") == 1 and "none.json: No such file" in gone.stderr,
+          f"a missing SIM: one line, exit 1 ({gone.stderr.strip()})")
+    shutil.rmtree(work)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
