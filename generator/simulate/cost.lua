@@ -178,12 +178,14 @@ local function op_cost(st, plan, gpu, k, form)
     local dx = op.ins[1].requires_grad and n or 0
     local launches = bwd and ((dx > 0 and 1 or 0) + (dw > 0 and 1 or 0)) or 1
     if stack then
-      dx, dw, launches = stack.ld, 0, 1
+      local trainable = 0
+      dx, dw = stack.ld, 0
       for _, s_op in ipairs(stack.ops) do
         local w = s_op.ins[2]
-        if w.requires_grad then dw, launches = dw + w.shape[1], launches + (stack.split and 1 or 0) end
+        if w.requires_grad then dw, trainable = dw + w.shape[1], trainable + 1 end
       end
-      if not stack.split then launches = 2 end
+      -- the input gradient's GEMM, then the weights' in one or (split) one each
+      launches = stack.split and 1 + trainable or 2
     end
     local flops = bwd and 2 * m * kk * (dx + dw) or 2 * m * kk * n
     local eff = k.gemm
