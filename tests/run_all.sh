@@ -90,6 +90,7 @@ plan_lane() {
     "gradients stored in param_dtype (one rank):packed_grads" \
     "one rank's all-gathers waited for at their first reader:late_waits" \
     "parameters read from the shards (one rank):shard_reads" \
+    "unsharded parameters kept for the next all-gather (one rank):keep_unsharded" \
     "a residual add and its norm in one call:fused_norms" \
     "an attention's q and k rotations in one call:rope_pairs" \
     "side-stream buffer lifetimes:stream_lifetimes" \

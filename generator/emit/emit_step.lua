@@ -294,7 +294,9 @@ function Walker:step(st, index)
   local state = st.state and cstr(st.state) or "NULL"
   local calls = {}
   local op = st.op
-  if op == "all_gather" and st.direct then
+  if op == "all_gather" and st.kept then
+    calls[1] = string.format("rt_step_all_gather_kept(R, %d, %s, %s);", gi, state, unsharded_at(u, g))
+  elseif op == "all_gather" and st.direct then
     calls[1] = string.format("rt_step_all_gather_direct(R, %d, %s, %s, %s);", gi, state,
       unsharded_at(u, g), st.beside and "RT_AG_BESIDE" or "RT_AG_IN_ORDER")
   elseif op == "all_gather" then
@@ -306,6 +308,9 @@ function Walker:step(st, index)
     self.unsharded[g.index] = u.unsharded
   elseif op == "all_gather_drop" then
     calls[1] = string.format("rt_step_all_gather_drop(R, %d);", gi)
+  elseif op == "reshard" and st.keep then
+    calls[1] = string.format("rt_step_reshard_keep(R, %d, %s, %s);", gi, state, unsharded_at(u, g))
+    self.unsharded[g.index] = nil
   elseif op == "reshard" then
     calls[1] = string.format("rt_step_reshard(R, %d, %s);", gi, state)
     self.unsharded[g.index] = nil

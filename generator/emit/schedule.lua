@@ -116,7 +116,10 @@ end
 function M.step_line(st, plan)
   local g = st.group
   local name, detail = "", ""
-  if st.op == "all_gather" and st.direct then
+  if st.op == "all_gather" and st.kept then
+    name = quoted(g.name)
+    detail = "nothing to copy: its reshard kept the unsharded params (one rank)"
+  elseif st.op == "all_gather" and st.direct then
     name = quoted(g.name)
     local from_shard = {}  -- packing.lua mark_shard_reads
     for _, l in ipairs(g.layout.params) do
@@ -136,17 +139,19 @@ function M.step_line(st, plan)
       per * ranks, st.from_post_forward and "post-forward group" or "shard group", ranks)
   elseif st.op == "all_gather_wait" then
     name = quoted(g.name)
-    detail = st.late and "wait for the direct all-gather, at its first reader (FSDP2: at the pre-forward)"
+    detail = st.kept and "nothing to wait for (kept)"
+      or st.late and "wait for the direct all-gather, at its first reader (FSDP2: at the pre-forward)"
       or st.direct and "wait for the direct all-gather"
       or string.format("wait for the all-gather, copy-out %d params", #g.params)
   elseif st.op == "all_gather_drop" then
     name = quoted(g.name)
-    detail = st.direct
-      and "wait for the direct all-gather, drop the unsharded params (mistargeted prefetch)"
+    detail = st.kept and "drop the kept unsharded params (mistargeted prefetch)"
+      or st.direct and "wait for the direct all-gather, drop the unsharded params (mistargeted prefetch)"
       or "wait for the all-gather, drop it (mistargeted prefetch)"
   elseif st.op == "reshard" then
     name = quoted(g.name)
-    detail = st.from == "unsharded" and "free unsharded params" or "free post-forward shard"
+    detail = st.keep and "keep unsharded params for the next all-gather (one rank)"
+      or st.from == "unsharded" and "free unsharded params" or "free post-forward shard"
   elseif st.op == "reshard_post_forward" then
     name = quoted(g.name)
     detail = string.format("keep 1/%d of the unsharded params, free the rest", g.post_forward_world)

@@ -391,6 +391,9 @@ function M.plan(plan, packed)
     st.bufs = u
     if st.op == "all_gather_sync" then
       synced = i
+    elseif st.op == "all_gather" and st.kept then
+      -- One rank, the shards unchanged since a reshard kept the buffer (plan/keep.lua).
+      u.unsharded = open["unsharded " .. g.index]
     elseif st.op == "all_gather" and st.direct then
       -- One rank: the copy-in writes the unsharded parameters (on its own stream, CUDA).
       u.unsharded = start("unsharded " .. g.index, Q(g) .. " unsharded params", "unsharded",
@@ -419,6 +422,9 @@ function M.plan(plan, packed)
       elseif st.direct then
         stop("unsharded " .. g.index, i)
       end
+    elseif st.op == "reshard" and st.keep then
+      u.unsharded = open["unsharded " .. g.index]
+      touch(u.unsharded, i)
     elseif st.op == "reshard" then
       stop("unsharded " .. g.index, i)
       stop("post_forward_shard " .. g.index, i)

@@ -16,7 +16,8 @@
 --   params      the model's named parameters; owner: parameter -> group
 --   graph       the traced op graph (trace.new_graph) the steps' nodes belong to
 --   steps       the ordered program: { stream, op, section, phase, state, group?, node?,
---               label?, region?, reduction?, event?, direct?, from_post_forward?, from?, ... }
+--               label?, region?, reduction?, event?, direct?, from_post_forward?, from?, keep?,
+--               kept?, ... }
 --   events      FSDP events { state, kind, group, section }; counts: "PHASE OP" -> n
 --   eval_plan   the eval program, a plan of the same shape (is_eval), where available;
 --               eval_unavailable, a reason, where not
@@ -31,12 +32,14 @@
 -- The Sim's methods are in four files: this one (the simulation, FSDPParamGroup's unshard
 -- and reshard, the step items), hooks.lua (FSDPState's hooks), reductions.lua
 -- (post_backward and its reductions, in parts at one rank) and optimizer.lua (the
--- optimizer steps); groups.lua finds the model's states and groups.
+-- optimizer steps); groups.lua finds the model's states and groups; keep.lua marks one
+-- rank's reshards that keep the unsharded parameters for the next all-gather.
 local errors = require("spec.errors")
 local fsdp = require("spec.fsdp")
 local trace = require("spec.trace")
 local groups_of = require("plan.groups")
 local hooks = require("plan.hooks")
+local keep = require("plan.keep")
 
 local M = {}
 
@@ -520,6 +523,7 @@ function Sim:run()
   self:check_step_repeats(flags)
   self:check_optimizer_steps()
   self:split_token_rows()
+  keep.mark(self)
   return self
 end
 
@@ -572,7 +576,8 @@ local function tensor_key(t)
 end
 
 local function step_key(st)
-  local k = { st.stream, st.op, st.direct or false, st.from_post_forward or false, st.from or false,
+  local k = { st.stream, st.op, st.direct or false, st.keep or false, st.kept or false,
+    st.from_post_forward or false, st.from or false,
     st.why or false, st.label or false, st.grad_alias or false, st.opt_per or false,
     st.opt_k or false, st.opt_item or false, st.group and st.group.index or false,
     st.region and st.region.id or false, st.event and st.event.kind or false,

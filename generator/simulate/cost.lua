@@ -355,7 +355,7 @@ function M.step(st, plan, gpu, k, attention_backward)
   if st.node and (st.op == "forward" or st.op == "backward" or st.op == "recompute"
       or st.op == "loss_grad" or st.op == "eval_loss") then
     c.compute, c.class, c.hw_flops, c.launches = op_cost(st, plan, gpu, k, attention_backward)
-  elseif st.op == "all_gather" then
+  elseif st.op == "all_gather" and not st.kept then  -- a kept one copies nothing (plan/keep.lua)
     local L = g.layout
     local per = st.from_post_forward and (L.padded_numel // g.post_forward_world) or L.shard_numel
     -- copy-in: fp32 shards read, param_dtype written (direct: into the unsharded params)

@@ -113,6 +113,9 @@ function M.run(plan, opts)
       r.kinds[#r.kinds + 1] = { kind = KIND_NAMES[kind] or kind, time_s = s, launches = tl.launches[kind] or 0 }
     end
   end
+  -- the copies beside compute: they take memory bandwidth from it on a GPU, which the
+  -- timeline does not price
+  r.copies_s = tl.copies
   r.kernel_figures = topo.k  -- the table's figures that priced them (gpus/<gpu>.lua)
   if opts.ops then r.ops = op_costs(tl, opts.ops) end
   table.sort(r.kinds, function(a, b)
@@ -190,6 +193,10 @@ function M.text(r)
     for _, e in ipairs(r.ops) do
       line("    %-46s %-9s %4d %10s %5d", e.op, e.phase, e.calls, ms(e.time_s), e.launches)
     end
+  end
+  if r.copies_s > 0 then
+    line("  copies        %s of FSDP copies on the collectives' streams, beside compute (not priced "
+      .. "as slowing it)", ms(r.copies_s))
   end
   local o = r.optimizer
   if o then

@@ -264,8 +264,8 @@ end
 
 -- ---------------------------------------------------------------------------- spec
 
-local spec_keys = { "attention", "grad_clip", "input", "loss", "lr_schedule", "mesh", "model", "name", "optimizer",
-  "seed", "step", "world_size" }
+local spec_keys = { "attention", "grad_clip", "input", "keep_unsharded", "loss", "lr_schedule", "mesh", "model",
+  "name", "optimizer", "seed", "step", "world_size" }
 
 local optimizer_defaults = {
   sgd = { lr = 1e-3, momentum = 0.0, dampening = 0.0, weight_decay = 0.0, nesterov = false },
@@ -588,6 +588,12 @@ function fsdp.spec(t)
     errors.raise(string.format("attention must be \"auto\", \"cudnn\" or \"fsdpgen\", got %s",
       type(attention) == "string" and string.format("%q", attention) or tostring(attention)))
   end
+  local keep_unsharded = t.keep_unsharded
+  if keep_unsharded == nil then keep_unsharded = true end
+  if type(keep_unsharded) ~= "boolean" then
+    errors.raise(string.format("keep_unsharded must be true or false, got %s",
+      type(keep_unsharded) == "string" and string.format("%q", keep_unsharded) or tostring(keep_unsharded)))
+  end
   -- p.requires_grad set by assignment (p.requires_grad = false, as in PyTorch)
   for _, e in ipairs(t.model:named_parameters()) do
     local v = e[2].requires_grad
@@ -604,7 +610,8 @@ function fsdp.spec(t)
     _spec = true, line = line, name = t.name, model = t.model, mesh = mesh,
     world_size = mesh.replicate * mesh.shard, input = input, loss = loss,
     optimizer = check_optimizer(t.optimizer), step = check_step(t.step, t.model),
-    grad_clip = t.grad_clip, seed = t.seed or 42, attention = attention, states = {},
+    grad_clip = t.grad_clip, seed = t.seed or 42, attention = attention,
+    keep_unsharded = keep_unsharded, states = {},
   }
   spec.lr_schedule = check_lr_schedule(t.lr_schedule, spec.optimizer)
   -- Validate every group against the mesh (integer reshard_after_forward must divide

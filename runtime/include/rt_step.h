@@ -50,7 +50,10 @@ typedef struct rt_rank_group {
     int pending;                 // an all-gather was issued and not yet waited for
     int pending_sub;             // ... from the post-forward shards
     int pending_direct;          // ... straight into the unsharded params (one rank)
+    int pending_kept;            // ... or none: a reshard kept them (rt_step_all_gather_kept)
     size_t pending_out;          // its output's arena offset
+    int kept;                    // a reshard kept the unsharded params (one rank) ...
+    size_t kept_at;              // ... at this arena offset, for the next all_gather_kept
     rt_fsdp_layout* reductions;  // the model group's nreductions: their layouts (shard world)
     int reduced;                 // reduce-scatters so far this step (first assigns, next add)
     int parts;                   // ... of them parts (rt_model_reduction part) not yet stepped
@@ -199,6 +202,11 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
 enum { RT_AG_IN_ORDER = 0, RT_AG_BESIDE = 1 };
 void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off,
                                int beside);
+// "all_gather" kept (generator/plan/keep.lua): one rank, after rt_step_reshard_keep with no
+// optimizer step between, the unsharded parameters at unsharded_off already hold the
+// shards' values; the unshard event only, nothing copied. Dies unless a reshard kept them
+// there.
+void rt_step_all_gather_kept(rt_rank* R, int g, const char* state, size_t unsharded_off);
 // "all_gather_wait": copy-out into the unsharded parameters at unsharded_off, values in
 // param_dtype: fp32 storage, or param_dtype's bits for a packed parameter (rt_model.h);
 // then an all_gather_sync.
@@ -210,6 +218,9 @@ void rt_step_all_gather_drop(rt_rank* R, int g);
 // over the full shard group). Always an event; dies if the group is already sharded (the
 // planner emits no step for such a no-op reshard).
 void rt_step_reshard(rt_rank* R, int g, const char* state);
+// "reshard" keep (one rank): as rt_step_reshard, but the unsharded parameters at
+// unsharded_off stay for the group's next all-gather, an rt_step_all_gather_kept.
+void rt_step_reshard_keep(rt_rank* R, int g, const char* state, size_t unsharded_off);
 // "reshard_post_forward": keep this rank's slice of the unsharded parameters in the
 // post-forward shards at pf_off (fp32 storage), free the unsharded ones.
 void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t unsharded_off,

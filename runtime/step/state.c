@@ -400,10 +400,11 @@ void rt_step_section(rt_rank* R, const char* phase) {
 void rt_step_end(rt_rank* R) {
     for (int g = 0; g < R->model->ngroups; g++) {
         rt_rank_group* rg = &R->groups[g];
-        if (rg->state != RT_SHARDED || rg->pending)
+        if (rg->state != RT_SHARDED || rg->pending || rg->kept)
             rt_rank_die(R, "step ends with group '%s' %s%s (the next step's plan assumes every "
                         "group sharded)", R->model->groups[g].name, state_name(rg->state),
-                        rg->pending ? " and an all-gather in flight" : "");
+                        rg->pending ? " and an all-gather in flight"
+                        : rg->kept ? " and its unsharded params kept" : "");
     }
     rtb_step_end(R);
 }
@@ -461,19 +462,36 @@ void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsh
     event(R, state, "unshard", g);
 }
 
+void rt_step_all_gather_kept(rt_rank* R, int g, const char* state, size_t unsharded_off) {
+    const rt_model_group* mg = G(R, g);
+    rt_rank_group* rg = &R->groups[g];
+    if (rg->pending || rg->state != RT_SHARDED)
+        rt_rank_die(R, "kept all-gather of group '%s' while it is %s%s", mg->name,
+                    state_name(rg->state), rg->pending ? " with an all-gather in flight" : "");
+    if (!rg->kept || rg->kept_at != unsharded_off)
+        rt_rank_die(R, "kept all-gather of group '%s' at %zu, but no reshard kept its unsharded "
+                       "params there (generated plan is inconsistent)", mg->name, unsharded_off);
+    check_synced(R, mg);
+    rg->kept = 0;
+    rg->pending = rg->pending_direct = rg->pending_kept = 1;
+    rg->pending_sub = 0;
+    rg->pending_out = unsharded_off;
+    event(R, state, "unshard", g);
+}
+
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
     if (!rg->pending) rt_rank_die(R, "wait for an all-gather of group '%s' that was not issued", mg->name);
-    if (!rg->pending_direct)
-        rtb_all_gather_wait(R, g, rg->pending_sub, rg->pending_out, unsharded_off);
-    else if (unsharded_off == rg->pending_out)
-        rtb_all_gather_drop(R, g);
-    else
+    if (rg->pending_direct && unsharded_off != rg->pending_out)
         rt_rank_die(R, "wait for the direct all-gather of group '%s' into the unsharded params at "
                        "%zu, but it wrote them at %zu (generated plan is inconsistent)", mg->name,
                     unsharded_off, rg->pending_out);
-    rg->pending = rg->pending_direct = 0;
+    if (!rg->pending_direct)
+        rtb_all_gather_wait(R, g, rg->pending_sub, rg->pending_out, unsharded_off);
+    else if (!rg->pending_kept)  // a kept one copied nothing: nothing to wait for
+        rtb_all_gather_drop(R, g);
+    rg->pending = rg->pending_direct = rg->pending_kept = 0;
     rg->state = RT_UNSHARDED;
     rt_step_all_gather_sync(R);
 }
@@ -481,8 +499,8 @@ void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {
 void rt_step_all_gather_drop(rt_rank* R, int g) {
     rt_rank_group* rg = &R->groups[g];
     if (!rg->pending) rt_rank_die(R, "drop of an all-gather of group '%s' that was not issued", G(R, g)->name);
-    rtb_all_gather_drop(R, g);
-    rg->pending = rg->pending_direct = 0;
+    if (!rg->pending_kept) rtb_all_gather_drop(R, g);
+    rg->pending = rg->pending_direct = rg->pending_kept = 0;
 }
 
 // ---- reshard ----------------------------------------------------------------------------
@@ -495,6 +513,16 @@ void rt_step_reshard(rt_rank* R, int g, const char* state) {
     // the full shard group's, and its recording lists the call.
     event(R, state, "reshard", g);
     rg->state = RT_SHARDED;
+}
+
+void rt_step_reshard_keep(rt_rank* R, int g, const char* state, size_t unsharded_off) {
+    rt_rank_group* rg = &R->groups[g];
+    if (rg->state != RT_UNSHARDED || rg->layout.world != 1)
+        rt_rank_die(R, "keeping reshard of group '%s', which is %s over %d ranks (it needs one rank, "
+                       "unsharded)", G(R, g)->name, state_name(rg->state), rg->layout.world);
+    rt_step_reshard(R, g, state);
+    rg->kept = 1;
+    rg->kept_at = unsharded_off;
 }
 
 void rt_step_reshard_post_forward(rt_rank* R, int g, const char* state, size_t unsharded_off,
@@ -620,6 +648,10 @@ static const rt_model_group* optimizer_checks(rt_rank* R, int g, int r, int k, i
     if (!rg->reduced)
         rt_rank_die(R, "optimizer step of group '%s' without a reduce-scatter since the last one "
                        "(the plan gives it gradients)", mg->name);
+    if (rg->kept)
+        rt_rank_die(R, "optimizer step of group '%s' while a reshard keeps its unsharded params for "
+                       "the next all-gather, which would then miss the step (generated plan is "
+                       "inconsistent)", mg->name);
     if (r && !part)
         rt_rank_die(R, "optimizer step of reduction %d of group '%s', which is not a part", r, mg->name);
     if (part != (rg->parts > 0))

@@ -6,7 +6,8 @@
 # `fsdpgen test SPEC` emits the C, builds the binary and its test, and runs the test
 # (events, counts, parity with a non-sharded reference over 10 steps, arena peak); then a
 # second `fsdpgen build` of the unchanged spec must rewrite none of the generated files;
-# then checkpoints of the specs with frozen parameters resume bit-identically.
+# then checkpoints of the specs with frozen parameters resume bit-identically, and one
+# rank's kept unsharded parameters change no weight.
 # Counts every check of every spec's test (a spec that does not build counts as one
 # failure); ends with `N passed, N failed`.
 set -u
@@ -75,5 +76,25 @@ for name in frozen_params frozen_between lora_llama_bf16; do
     rm -rf "$ck"
   fi
 done
+# One rank's kept unsharded parameters (generator/plan/keep.lua) change no bit: 8 steps with
+# an eval every 3 give w1_keep_microbatch the weights of w1_keep_off, which frees them.
+keep=build/w1_keep_microbatch/w1_keep_microbatch off=build/w1_keep_off/w1_keep_off
+if [[ -x $keep && -x $off ]]; then
+  ck=$(mktemp -d)
+  "$keep" --steps 8 --val-every 3 --save "$ck/keep.st" >/dev/null 2>&1 &&
+    "$off" --steps 8 --val-every 3 --save "$ck/off.st" >/dev/null 2>&1 &&
+    python3 -c 'import struct, sys
+data = [open(f, "rb").read() for f in sys.argv[1:]]
+data = [d[8 + struct.unpack("<Q", d[:8])[0]:] for d in data]  # the tensors, past the header
+sys.exit(data[0] != data[1] or not data[0])' "$ck/keep.st" "$ck/off.st"
+  if [[ $? -eq 0 ]]; then
+    pass=$((pass + 1))
+    echo "PASS w1_keep_microbatch: 8 steps give the weights of w1_keep_off (unsharded params freed) bit for bit"
+  else
+    fail=$((fail + 1))
+    echo "FAIL w1_keep_microbatch: its weights after 8 steps differ from w1_keep_off's (or a run failed)"
+  fi
+  rm -rf "$ck"
+fi
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -69,6 +69,7 @@ specs=(
   "tests/specs/features/hsdp_int_reshard.lua 1e-3"
   "tests/specs/conformance/llama_w1_bf16.lua 3e-2"
   "tests/specs/features/w1_direct_all_gather.lua 3e-2"
+  "tests/specs/features/w1_keep_microbatch.lua 3e-2"
   "tests/specs/features/w1_embedding_group.lua 3e-2"
   "tests/specs/features/gpt2_w1_tied_rows.lua 3e-2"
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"

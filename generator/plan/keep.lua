@@ -1,0 +1,51 @@
+-- generator/plan/keep.lua: at one rank, reshards that keep the unsharded parameters for
+-- the group's next all-gather, which then copies nothing.
+--
+-- Over a shard group of one rank an all-gather is a copy of the rank's own shards into the
+-- unsharded parameters (planner.lua direct_all_gather): FSDP2 frees them at the reshard and
+-- copies the same values again at the next unshard unless an optimizer step changed the
+-- shards between. Where it did not, the reshard keeps the buffer (st.keep) and that
+-- all-gather copies nothing (st.kept): Llama's blocks are copied once a step, not twice
+-- (once for the forward, once for the backward). The events, counts and values are
+-- FSDP2's; the memory is not: the buffer lives from the reshard to the all-gather
+-- (memory.lua), as if the group were not resharded. The spec's keep_unsharded = false
+-- frees it as FSDP2 does.
+local M = {}
+
+-- The index of the step after i that copies group g's shards again (a direct all-gather)
+-- with no optimizer step of g before it, or nil.
+local function next_copy(steps, i, g)
+  for j = i + 1, #steps do
+    local st = steps[j]
+    if st.group == g then
+      if st.op == "optimizer" then return nil end
+      if st.op == "all_gather" then return st.direct and j or nil end
+    end
+  end
+  return nil
+end
+
+-- Marks the plan's keeping reshards, and the all-gathers they serve with their waits. Only a reshard from
+-- unsharded keeps: at one rank no other kind (post-forward) happens.
+function M.mark(plan)
+  if not plan.spec.keep_unsharded then return end
+  local steps = plan.steps
+  for i, st in ipairs(steps) do
+    if st.op == "reshard" and st.group.shard == 1 then
+      local j = next_copy(steps, i, st.group)
+      if j then
+        st.keep = true
+        steps[j].kept = true
+        for k = j + 1, #steps do  -- its wait or drop
+          local w = steps[k]
+          if w.ag == steps[j].ag and (w.op == "all_gather_wait" or w.op == "all_gather_drop") then
+            w.kept = true
+            break
+          end
+        end
+      end
+    end
+  end
+end
+
+return M
