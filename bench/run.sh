@@ -81,14 +81,14 @@ results=$work/results
 : >"$results"
 # run_fsdpgen IMPL [VAR=VALUE...]: config $c's fsdpgen binary as row IMPL, with those settings
 # of the binary's environment (docs/cli.md: RT_ATTENTION, RT_ATTENTION_BACKWARD,
-# RT_OPTIMIZER_STREAM, RT_SM_MARGIN, RT_BIAS_GRAD),
+# RT_OPTIMIZER_STREAM, RT_SM_MARGIN, RT_BIAS_GRAD, RT_KEEP_UNSHARDED),
 # the others at their defaults whatever the caller's environment says
 run_fsdpgen() {
   local impl=$1 log=$work/$c.$1.log ms="" tok=""
   shift
   echo "== $c: $impl (${*:+$* }./fsdpgen bench train bench/specs/$c.lua --cuda --steps $((warmup + steps)))"
   if env -u RT_ATTENTION -u RT_ATTENTION_BACKWARD -u RT_OPTIMIZER_STREAM -u RT_SM_MARGIN \
-    -u RT_BIAS_GRAD "$@" ./fsdpgen bench train \
+    -u RT_BIAS_GRAD -u RT_KEEP_UNSHARDED "$@" ./fsdpgen bench train \
     "bench/specs/$c.lua" --cuda --steps $((warmup + steps)) >"$log" 2>&1; then
     grep -E '^fsdpgen: (attention|RT_SM_MARGIN)' "$log" | sed "s/^/$impl: /"
     # runtime/train/bench.c: `bench: N steps (median over steps 2..N): M ms/step, T tok/s`
@@ -130,7 +130,8 @@ run_torch() {
 # optimizer after the backward (the default steps each group beside it); last, each
 # attention forced (the spec's default `auto` takes per shape the faster of cuDNN and
 # fsdpgen's kernels, timed at start, and the `fsdpgen: attention` lines say which;
-# bench/attention.sh times the two apart), and GPT-2's bias gradients by column sums.
+# bench/attention.sh times the two apart), GPT-2's bias gradients by column sums, and the
+# kept parameters copied again.
 for c in "${configs[@]}"; do
   run_fsdpgen fsdpgen
   run_torch torch_eager
@@ -144,6 +145,9 @@ for c in "${configs[@]}"; do
   # the bias gradients by column sums, not in the weight gradients' products (GPT-2's
   # feed-forwards; Llama's linears have no bias)
   if [[ $c == gpt2_124m ]]; then run_fsdpgen fsdpgen_sums RT_BIAS_GRAD=sums; fi
+  # the blocks' parameters, kept from their forward for their backward at one rank, copied
+  # again there as FSDP2 would (the same memory plan): what those copies cost beside compute
+  run_fsdpgen fsdpgen_copy_kept RT_KEEP_UNSHARDED=copy
 done
 
 echo

@@ -204,8 +204,9 @@ void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsh
                                int beside);
 // "all_gather" kept (generator/plan/keep.lua): one rank, after rt_step_reshard_keep with no
 // optimizer step between, the unsharded parameters at unsharded_off already hold the
-// shards' values; the unshard event only, nothing copied. Dies unless a reshard kept them
-// there.
+// shards' values; the unshard event only, nothing copied (the CUDA backend's
+// RT_KEEP_UNSHARDED=copy copies them again, to measure the copies). Dies unless a reshard
+// kept them there.
 void rt_step_all_gather_kept(rt_rank* R, int g, const char* state, size_t unsharded_off);
 // "all_gather_wait": copy-out into the unsharded parameters at unsharded_off, values in
 // param_dtype: fp32 storage, or param_dtype's bits for a packed parameter (rt_model.h);

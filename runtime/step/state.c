@@ -473,7 +473,8 @@ void rt_step_all_gather_kept(rt_rank* R, int g, const char* state, size_t unshar
                        "params there (generated plan is inconsistent)", mg->name, unsharded_off);
     check_synced(R, mg);
     rg->kept = 0;
-    rg->pending = rg->pending_direct = rg->pending_kept = 1;
+    rg->pending = rg->pending_direct = 1;
+    rg->pending_kept = !rtb_all_gather_kept(R, g, unsharded_off);
     rg->pending_sub = 0;
     rg->pending_out = unsharded_off;
     event(R, state, "unshard", g);

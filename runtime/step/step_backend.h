@@ -38,6 +38,10 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off);
 // One rank (rt_step_all_gather_direct): the shards, cast to param_dtype, into the
 // unsharded parameters at unsharded_off.
 void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside);
+// One rank, the unsharded parameters at unsharded_off kept by a reshard
+// (rt_step_all_gather_kept): 0, nothing to do; or 1 where the backend copied the shards
+// again as rtb_all_gather_direct (CUDA's RT_KEEP_UNSHARDED=copy), to be waited for as one.
+int rtb_all_gather_kept(rt_rank* R, int g, size_t unsharded_off);
 // The issued all-gather is needed now: copy-out into the unsharded parameters.
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off);
 // Compute waits for the issued all-gather, and copies nothing: its result is not needed

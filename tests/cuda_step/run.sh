@@ -15,6 +15,8 @@
 #     RT_ATTENTION_BACKWARD's one-line errors;
 #   - the optimizer beside the backward and after it (RT_OPTIMIZER_STREAM): the same bits
 #     on the emulator, and the variable's one-line error;
+#   - one rank's kept parameters copied again (RT_KEEP_UNSHARDED=copy): the same bits, the
+#     variable's one-line error, and on the emulator the step's kernels plus those copies;
 #   - on the emulator, the kernels of a captured step of the bench models in small as
 #     tests/cuda_step/kernels/*.txt (FSDPGEN_UPDATE_GOLDEN=1 rewrites them);
 #   - a root reduced in two parts, the embedding stepped by rows, every gradient in place
@@ -448,6 +450,18 @@ spec_checks() {
             whole_checks llama_w1_whole 4 5 2
         fi
     fi
+    # the parameters a reshard kept copied again at their next all-gather (RT_KEEP_UNSHARDED,
+    # bench/run.sh's fsdpgen_copy_kept row): the same bits, and one line for a bad value
+    if [[ $name = w1_keep_microbatch ]]; then
+        if CUDA_EMU_LAZY=low RT_KEEP_UNSHARDED=copy "$bin" "${steps[@]}" "${val[@]}" --save "$work/$name.copy.safetensors" \
+            >"$work/$name.copy.log" 2>&1 && cmp -s "$work/$name.cuda.safetensors" "$work/$name.copy.safetensors"; then
+            pass "$name ($where): RT_KEEP_UNSHARDED=copy (the kept parameters copied again) saves the default's bits"
+        else
+            fail "$name ($where): RT_KEEP_UNSHARDED=copy saved other parameters than the default (or failed)"
+        fi
+        env_error "$name" RT_KEEP_UNSHARDED again \
+            "fsdpgen: RT_KEEP_UNSHARDED=again: must be keep (an all-gather of parameters a reshard kept copies nothing) or copy (it copies the shards again)"
+    fi
     [[ $name = scale_fold_bf16 ]] && fold_checks
     [ "$gpu" = 1 ] && return
     [ "$slow" = 1 ] || [[ $bit_specs == *" $name "* ]] || return
@@ -589,6 +603,18 @@ if [ "$gpu" = 0 ]; then
             pass "$name with RT_BIAS_GRAD=sums: the step's kernels and $want column sums more"
         else
             fail "$name with RT_BIAS_GRAD=sums: $more column sums more (want $want), $other other kernels differ"
+        fi
+        # RT_KEEP_UNSHARDED=copy: the step's kernels and each block's kept parameters copied
+        # again for its backward (two segment copies: fp32 and packed 16-bit storage)
+        rm -f "$work/graph3.txt"
+        RT_KEEP_UNSHARDED=copy CUDA_EMU_GRAPH_KERNELS=$work/graph3.txt "$bin" --steps 2 >"$work/run3.log" 2>&1
+        more=$(diff <(sort "$work/graph.txt") <(sort "$work/graph3.txt") | grep -c '^> seg_copy_kernel')
+        other=$(diff <(sort "$work/graph.txt") <(sort "$work/graph3.txt") |
+            grep -v -e '^> seg_copy_kernel' -e '^[<>] graph ' | grep -c '^[<>]')
+        if [ "$more" = 4 ] && [ "$other" = 0 ]; then
+            pass "$name with RT_KEEP_UNSHARDED=copy: the step's kernels and 4 segment copies more (2 blocks' kept parameters)"
+        else
+            fail "$name with RT_KEEP_UNSHARDED=copy: $more segment copies more (want 4), $other other kernels differ"
         fi
         if [ "${FSDPGEN_UPDATE_GOLDEN:-0}" = 1 ]; then
             cp "$work/$name.kernels" "$golden"

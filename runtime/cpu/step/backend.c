@@ -188,6 +188,11 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
 
 void rtb_all_gather_drop(rt_rank* R, int g) { (void)R, (void)g; }
 
+int rtb_all_gather_kept(rt_rank* R, int g, size_t unsharded_off) {
+    (void)R, (void)g, (void)unsharded_off;
+    return 0;
+}
+
 void rtb_reshard_post_forward(rt_rank* R, int g, size_t unsharded_off, size_t pf_off) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];

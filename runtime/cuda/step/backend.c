@@ -85,7 +85,7 @@ const char* rt_step_backend(void) { return "cuda"; }
 int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg) {
     launch_opts = o ? *o : (rt_launch_opts){0};
     if (cs_attention_check_env() || cs_optimizer_check_env() || cs_sm_margin_check_env() ||
-        cs_bias_grad_check_env())
+        cs_bias_grad_check_env() || cs_keep_unsharded_check_env())
         return 2;
     if (rt_mpi_launched()) {
         if (launch_opts.local) {
@@ -381,6 +381,15 @@ void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsh
                   out, mg->param_dtype, 0, c->compute);
 }
 
+// RT_KEEP_UNSHARDED=copy copies the kept parameters again, as FSDP2 would, into the
+// buffer the plan kept: what the copies beside compute cost, measured in one binary.
+int rtb_all_gather_kept(rt_rank* R, int g, size_t unsharded_off) {
+    const cuda_rank* c = R->backend;
+    if (!c->copy_kept) return 0;
+    rtb_all_gather_direct(R, g, unsharded_off, RT_AG_IN_ORDER);
+    return 1;
+}
+
 // Nobody copies the result out, but the plan reuses its buffer after this line.
 void rtb_all_gather_drop(rt_rank* R, int g) {
     const cuda_rank* c = R->backend;
@@ -612,6 +621,18 @@ int cs_bias_grad_check_env(void) {
     fprintf(stderr, "fsdpgen: RT_BIAS_GRAD=%s: must be epilogue (a linear's assigned bias "
                     "gradient in its weight gradient's product) or sums (column sums)\n",
             getenv("RT_BIAS_GRAD"));
+    return 2;
+}
+
+// RT_KEEP_UNSHARDED: what an all-gather of parameters a reshard kept does (1 keep: nothing;
+// 0 copy: the shards again).
+int cs_keep_unsharded(void) { return cs_env_choice("RT_KEEP_UNSHARDED", "keep", "copy"); }
+
+int cs_keep_unsharded_check_env(void) {
+    if (cs_keep_unsharded() >= 0) return 0;
+    fprintf(stderr, "fsdpgen: RT_KEEP_UNSHARDED=%s: must be keep (an all-gather of parameters "
+                    "a reshard kept copies nothing) or copy (it copies the shards again)\n",
+            getenv("RT_KEEP_UNSHARDED"));
     return 2;
 }
 

@@ -90,6 +90,8 @@ typedef struct cuda_rank {
                                       // order) this step issued work on
     int opt_side;                     // RT_OPTIMIZER_STREAM=side (cs_optimizer_side, at setup):
                                       // without clipping the optimizer steps on its stream
+    int copy_kept;                    // RT_KEEP_UNSHARDED=copy (cs_keep_unsharded, at setup):
+                                      // a kept all-gather copies the shards again
     int clipped;                      // this step clipped: the optimizer steps on compute
     int opt_pending;                  // steps on the optimizer stream compute has not
                                       // waited for
@@ -164,6 +166,13 @@ int cs_optimizer_side(void);
 int cs_bias_grad_check_env(void);
 // RT_BIAS_GRAD's choice: 1 epilogue (also unset or empty), 0 sums, -1 anything else.
 int cs_bias_grad_epilogue(void);
+
+// ---- parameters kept by a reshard (backend.c) ----------------------------------------------
+
+// RT_KEEP_UNSHARDED is unset, empty, keep or copy: 0; else 2 after a one-line message.
+int cs_keep_unsharded_check_env(void);
+// RT_KEEP_UNSHARDED's choice: 1 keep (also unset or empty), 0 copy, -1 anything else.
+int cs_keep_unsharded(void);
 
 // ---- SMs left to the side streams (backend.c) -----------------------------------------------
 

@@ -210,6 +210,7 @@ int rtb_rank_init(rt_rank* R) {
     setup s = {R, 0};
     ok(&s, cudaGetDevice(&c->device), "cudaGetDevice");
     c->opt_side = cs_optimizer_side() == 1;  // checked by rt_step_launch (cs_optimizer_check_env)
+    c->copy_kept = cs_keep_unsharded() == 0;  // ... (cs_keep_unsharded_check_env)
     // RT_BIAS_GRAD=sums (checked by rt_step_launch: cs_bias_grad_check_env)
     if (cs_bias_grad_epilogue() == 0) rt_cuda_set_bias_grad_epilogue(0);
     int least = 0, greatest = 0;
