@@ -143,7 +143,8 @@ TARGETS = {
 
 
 IMPLS = ["fsdpgen", "fsdpgen_atomic", "fsdpgen_sm8", "fsdpgen_sm16", "fsdpgen_opt_after",
-         "fsdpgen_cudnn", "fsdpgen_kernels", "fsdpgen_sums", "torch_eager", "torch_compile"]
+         "fsdpgen_cudnn", "fsdpgen_kernels", "fsdpgen_sums", "fsdpgen_copy_kept", "torch_eager",
+         "torch_compile"]
 
 
 def table(lines, peak):
