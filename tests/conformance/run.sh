@@ -56,44 +56,45 @@ for spec in "${specs[@]}"; do
   fi
 done
 
+# verdict OK PASS_LINE FAIL_LINE: counts and prints one check of the runs below (OK: exit 0)
+verdict() {
+  if [[ $1 -eq 0 ]]; then
+    pass=$((pass + 1))
+    echo "PASS $2"
+  else
+    fail=$((fail + 1))
+    echo "FAIL $3"
+  fi
+}
+# ran NAME: the spec NAME was in this run and its binary is there
+ran() { [[ -z ${SPECS:-} || " ${SPECS} " == *$1.lua* ]] && [[ -x build/$1/$1 ]]; }
+
 # A checkpoint of frozen parameters (no optimizer state saved for a frozen group; a group
 # with trainable ones too saves theirs alone; LoRA: the adapters' alone, their dropout masks
 # drawn again): 4 steps, then 4 more resumed, equal an uninterrupted run of 8 byte for byte.
 for name in frozen_params frozen_between lora_llama_bf16; do
-  bin=build/$name/$name
-  if [[ -z ${SPECS:-} || " ${SPECS} " == *$name.lua* ]] && [[ -x $bin ]]; then
-    ck=$(mktemp -d)
-    "$bin" --steps 8 --save "$ck/full.st" >/dev/null 2>&1 &&
-      "$bin" --steps 4 --checkpoint "$ck/ck" >/dev/null 2>&1 &&
-      "$bin" --resume "$ck/ck" --steps 4 --save "$ck/resumed.st" >/dev/null 2>&1
-    if [[ $? -eq 0 ]] && cmp -s "$ck/full.st" "$ck/resumed.st"; then
-      pass=$((pass + 1))
-      echo "PASS $name: resumed from a checkpoint at step 4, step 8's weights equal an uninterrupted run's"
-    else
-      fail=$((fail + 1))
-      echo "FAIL $name: a run resumed at step 4 differs from an uninterrupted one (or failed)"
-    fi
-    rm -rf "$ck"
-  fi
+  ran "$name" || continue
+  bin=build/$name/$name ck=$(mktemp -d)
+  "$bin" --steps 8 --save "$ck/full.st" >/dev/null 2>&1 &&
+    "$bin" --steps 4 --checkpoint "$ck/ck" >/dev/null 2>&1 &&
+    "$bin" --resume "$ck/ck" --steps 4 --save "$ck/resumed.st" >/dev/null 2>&1 &&
+    cmp -s "$ck/full.st" "$ck/resumed.st"
+  verdict $? "$name: resumed from a checkpoint at step 4, step 8's weights equal an uninterrupted run's" \
+    "$name: a run resumed at step 4 differs from an uninterrupted one (or failed)"
+  rm -rf "$ck"
 done
 # One rank's kept unsharded parameters (generator/plan/keep.lua) change no bit: 8 steps with
 # an eval every 3 give w1_keep_microbatch the weights of w1_keep_off, which frees them.
-keep=build/w1_keep_microbatch/w1_keep_microbatch off=build/w1_keep_off/w1_keep_off
-if [[ -x $keep && -x $off ]]; then
+if ran w1_keep_microbatch && ran w1_keep_off; then
   ck=$(mktemp -d)
-  "$keep" --steps 8 --val-every 3 --save "$ck/keep.st" >/dev/null 2>&1 &&
-    "$off" --steps 8 --val-every 3 --save "$ck/off.st" >/dev/null 2>&1 &&
+  build/w1_keep_microbatch/w1_keep_microbatch --steps 8 --val-every 3 --save "$ck/keep.st" >/dev/null 2>&1 &&
+    build/w1_keep_off/w1_keep_off --steps 8 --val-every 3 --save "$ck/off.st" >/dev/null 2>&1 &&
     python3 -c 'import struct, sys
 data = [open(f, "rb").read() for f in sys.argv[1:]]
 data = [d[8 + struct.unpack("<Q", d[:8])[0]:] for d in data]  # the tensors, past the header
 sys.exit(data[0] != data[1] or not data[0])' "$ck/keep.st" "$ck/off.st"
-  if [[ $? -eq 0 ]]; then
-    pass=$((pass + 1))
-    echo "PASS w1_keep_microbatch: 8 steps give the weights of w1_keep_off (unsharded params freed) bit for bit"
-  else
-    fail=$((fail + 1))
-    echo "FAIL w1_keep_microbatch: its weights after 8 steps differ from w1_keep_off's (or a run failed)"
-  fi
+  verdict $? "w1_keep_microbatch: 8 steps give the weights of w1_keep_off (unsharded params freed) bit for bit" \
+    "w1_keep_microbatch: its weights after 8 steps differ from w1_keep_off's (or a run failed)"
   rm -rf "$ck"
 fi
 echo "$pass passed, $fail failed"

@@ -43,13 +43,9 @@ int cs_attention_check_env(void) {
                 "or fsdpgen\n", getenv("RT_ATTENTION"));
         return 2;
     }
-    if (cs_attention_deterministic() < 0) {
-        fprintf(stderr, "fsdpgen: RT_ATTENTION_BACKWARD=%s: must be deterministic (cuDNN's "
-                "backward with the same bits every run) or atomic (dQ summed with atomics)\n",
-                getenv("RT_ATTENTION_BACKWARD"));
-        return 2;
-    }
-    return 0;
+    return cs_env_check("RT_ATTENTION_BACKWARD", "deterministic", "atomic", "deterministic "
+                        "(cuDNN's backward with the same bits every run) or atomic (dQ summed "
+                        "with atomics)");
 }
 
 // Site i's plans (the deterministic backward, or where cuDNN has it the atomic one), or NULL

@@ -604,12 +604,15 @@ int cs_env_choice(const char* var, const char* yes, const char* no) {
 // the optimizer stream, 0: on compute, -1: neither).
 int cs_optimizer_side(void) { return cs_env_choice("RT_OPTIMIZER_STREAM", "side", "compute"); }
 
-int cs_optimizer_check_env(void) {
-    if (cs_optimizer_side() >= 0) return 0;
-    fprintf(stderr, "fsdpgen: RT_OPTIMIZER_STREAM=%s: must be side (each group's step beside "
-                    "the backward, after its reduction) or compute (after the backward)\n",
-            getenv("RT_OPTIMIZER_STREAM"));
+int cs_env_check(const char* var, const char* yes, const char* no, const char* allowed) {
+    if (cs_env_choice(var, yes, no) >= 0) return 0;
+    fprintf(stderr, "fsdpgen: %s=%s: must be %s\n", var, getenv(var), allowed);
     return 2;
+}
+
+int cs_optimizer_check_env(void) {
+    return cs_env_check("RT_OPTIMIZER_STREAM", "side", "compute", "side (each group's step beside "
+                        "the backward, after its reduction) or compute (after the backward)");
 }
 
 // RT_BIAS_GRAD: how the linear backward computes the bias gradients it assigns
@@ -617,11 +620,8 @@ int cs_optimizer_check_env(void) {
 int cs_bias_grad_epilogue(void) { return cs_env_choice("RT_BIAS_GRAD", "epilogue", "sums"); }
 
 int cs_bias_grad_check_env(void) {
-    if (cs_bias_grad_epilogue() >= 0) return 0;
-    fprintf(stderr, "fsdpgen: RT_BIAS_GRAD=%s: must be epilogue (a linear's assigned bias "
-                    "gradient in its weight gradient's product) or sums (column sums)\n",
-            getenv("RT_BIAS_GRAD"));
-    return 2;
+    return cs_env_check("RT_BIAS_GRAD", "epilogue", "sums", "epilogue (a linear's assigned bias "
+                        "gradient in its weight gradient's product) or sums (column sums)");
 }
 
 // RT_KEEP_UNSHARDED: what an all-gather of parameters a reshard kept does (1 keep: nothing;
@@ -629,11 +629,8 @@ int cs_bias_grad_check_env(void) {
 int cs_keep_unsharded(void) { return cs_env_choice("RT_KEEP_UNSHARDED", "keep", "copy"); }
 
 int cs_keep_unsharded_check_env(void) {
-    if (cs_keep_unsharded() >= 0) return 0;
-    fprintf(stderr, "fsdpgen: RT_KEEP_UNSHARDED=%s: must be keep (an all-gather of parameters "
-                    "a reshard kept copies nothing) or copy (it copies the shards again)\n",
-            getenv("RT_KEEP_UNSHARDED"));
-    return 2;
+    return cs_env_check("RT_KEEP_UNSHARDED", "keep", "copy", "keep (an all-gather of parameters "
+                        "a reshard kept copies nothing) or copy (it copies the shards again)");
 }
 
 int cs_sm_margin(void) {

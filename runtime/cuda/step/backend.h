@@ -152,6 +152,9 @@ void cs_attention_time(rt_rank* R, const rt_model_attention* a, const rt_cudnn_s
 
 // A two-way setting: 1 for `yes` (also unset or empty), 0 for `no`, -1 for anything else.
 int cs_env_choice(const char* var, const char* yes, const char* no);
+// 0 where var is a two-way setting (cs_env_choice); else 2 after the line
+// "fsdpgen: VAR=VALUE: must be ALLOWED".
+int cs_env_check(const char* var, const char* yes, const char* no, const char* allowed);
 
 // ---- optimizer stream (backend.c) -----------------------------------------------------------
 
