@@ -115,7 +115,7 @@ function M.run(plan, opts)
   end
   -- the copies beside compute: they take memory bandwidth from it on a GPU, which the
   -- timeline does not price
-  r.copies_s = tl.copies
+  r.copies_s, r.copy_launches = tl.copies, tl.copy_launches
   r.kernel_figures = topo.k  -- the table's figures that priced them (gpus/<gpu>.lua)
   if opts.ops then r.ops = op_costs(tl, opts.ops) end
   table.sort(r.kinds, function(a, b)

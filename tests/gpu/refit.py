@@ -7,9 +7,9 @@
 KERNELS is tests/gpu/kernel_times.py's output for one bench config (ncu's time per step by
 category), SIM `fsdpgen simulate SPEC --gpu G --json` for the same spec on that GPU, and
 FILE bench/flops.py's table of the run (the fsdpgen rows' ms/step). For each kind of the
-simulator's `kernels` line it sets the measured time beside the predicted one without its
-launches (launch_us each), over all configs given, and proposes the efficiency that would
-have predicted the measurement (the figure now x predicted / measured; attention's forward
+simulator's `kernels` line, and for its `copies` (the FSDP copies beside compute), it sets
+the measured time beside the predicted one without its launches (launch_us each), over
+all configs given, and proposes the efficiency that would have predicted the measurement (the figure now x predicted / measured; attention's forward
 and backward figures alike). With the table, it proposes launch_us too: the step's time
 that the measured kernels on the compute stream leave unexplained, over their launches
 (the optimizer's kernels, beside the backward, count only for what the simulator puts
@@ -21,17 +21,18 @@ import re
 import sys
 
 # kernel_times.py's categories -> the simulator's kinds (cost.lua's classes as `simulate`
-# names them). The 16-bit operand copies are priced with their linears; FSDP copies run on
-# the collectives' streams, which the kinds leave out, as "other".
+# names them). The 16-bit operand copies are priced with their linears; the FSDP copies,
+# on the collectives' streams, which the kinds leave out, are `simulate`'s copies.
 KIND_OF = {
     "GEMM (cuBLAS)": "GEMM", "16-bit operand copies": "GEMM", "attention": "attention",
     "optimizer": "optimizer", "loss": "loss", "norms": "norms", "activations": "elementwise",
     "adds and accumulation": "elementwise", "embedding and rotary": "elementwise",
+    "FSDP copies": "copies",
 }
 # each kind's figures in the GPU table (attention's: cuDNN's where the simulator ran it, or
 # fsdpgen's kernels')
 FIGURES = {"GEMM": ["gemm"], "elementwise": ["elementwise"], "norms": ["norm"], "loss": ["loss"],
-           "optimizer": ["optimizer"]}
+           "optimizer": ["optimizer"], "copies": ["copy"]}
 ATTENTION = {True: ["cudnn_attention_fwd", "cudnn_attention_bwd"], False: ["attention_fwd", "attention_bwd"]}
 
 
@@ -108,7 +109,8 @@ def main(argv):
         if cudnn is not None and on_cudnn != cudnn:
             sys.exit(f"refit.py: {spath}: attention on cuDNN in one SIM and not in another")
         cudnn = on_cudnn
-        for k in sim["kinds"]:
+        copies = {"kind": "copies", "time_s": sim.get("copies_s", 0.0), "launches": sim.get("copy_launches", 0)}
+        for k in sim["kinds"] + [copies]:
             kind, n = k["kind"], k["launches"]
             p = k["time_s"] * 1e3 - n * us * 1e-3
             pred[kind] = pred.get(kind, 0.0) + p
