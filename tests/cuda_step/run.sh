@@ -43,11 +43,11 @@ pass() { passed=$((passed + 1)); echo "PASS $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 
 # spec, its CPU-vs-CUDA rtol (fp32 specs 1e-3; mixed precision 3e-2) and, optionally, the
-# steps of its runs on the emulator (spec_checks: default 3). Worlds 1, 2, 4 and an HSDP
-# 2 x 4 mesh; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
+# steps of its runs on the emulator (spec_checks: default 3). Worlds 1, 2, 4 and HSDP 2 x 1
+# and 2 x 4 meshes; checkpointing, int reshard_after_forward, prefetch, SGD, Adam,
 # bf16 and fp16 mixed precision, GQA, packed 16-bit weights (world 1 and 4), direct
 # (one-rank) all-gathers incl. a dropped one and one of a group with no unsharded
-# parameters (its embedding read from the shards), attention on tensor cores (head dim 16; the
+# parameters (its embedding read from the shards), and ones a reshard kept (copying nothing), attention on tensor cores (head dim 16; the
 # only one here: the other specs' head dims are not multiples of 16);
 # reduce-scatters of the parameters with gradients only (world 2, HSDP 2 x 2, and direct at
 # world 1); microbatching (explicit async unshards before the first forward; HSDP partial
@@ -72,6 +72,7 @@ specs=(
   "tests/specs/conformance/llama_w1_bf16.lua 3e-2"
   "tests/specs/features/w1_direct_all_gather.lua 3e-2"
   "tests/specs/features/w1_keep_microbatch.lua 3e-2"
+  "tests/specs/features/hsdp_shard1_keep.lua 3e-2"
   "tests/specs/features/w1_embedding_group.lua 3e-2"
   "tests/specs/features/gpt2_w1_tied_rows.lua 3e-2"
   "tests/specs/conformance/llama_w4_bf16_int_raf.lua 3e-2"
