@@ -136,6 +136,9 @@ function M.run(plan, topo)
     if op == "all_gather_sync" then
       sync_t = tc
       rec.mark = { lane = "ag", t = tc }
+    elseif op == "all_gather" and st.kept then
+      -- its reshard kept the parameters (plan/keep.lua): nothing to copy or wait for
+      ag_done[st.ag] = 0
     elseif op == "all_gather" and st.beside then
       -- one shard rank's copy on the collective stream (late_waits.lua): after the copy-in
       -- stream's sync, beside the copy-ins issued after it
