@@ -25,8 +25,8 @@ local function next_copy(steps, i, g)
   return nil
 end
 
--- Marks the plan's keeping reshards, and the all-gathers they serve with their waits. Only a reshard from
--- unsharded keeps: at one rank no other kind (post-forward) happens.
+-- Marks the plan's keeping reshards, and the all-gathers they serve with their waits (at
+-- one rank every reshard is from unsharded: no post-forward shard group has one rank).
 function M.mark(plan)
   if not plan.spec.keep_unsharded then return end
   local steps = plan.steps
