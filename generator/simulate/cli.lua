@@ -183,6 +183,9 @@ function M.diff_lines(old_path, new_path, args, ctx)
     local x, y = pa[n] and pa[n].exposed_s or 0, pb[n] and pb[n].exposed_s or 0
     out[#out + 1] = string.format("    %-12s %s", n, change(x, y))
   end
+  if a.copies_s > 0 or b.copies_s > 0 then
+    out[#out + 1] = "  FSDP copies    " .. change(a.copies_s, b.copies_s) .. " beside compute"
+  end
   out[#out + 1] = string.format("  MFU            %.1f%% -> %.1f%%", 100 * a.mfu, 100 * b.mfu)
   out[#out + 1] = string.format("  peak memory    %s -> %s per GPU (at the simulated world)",
     units.bytes(a.peak_bytes), units.bytes(b.peak_bytes))

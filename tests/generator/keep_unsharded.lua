@@ -69,6 +69,23 @@ check(c_on > 0 and c_on < c_off,
   string.format("Llama 1B simulated: %.2f ms of FSDP copies beside compute, %.2f ms without keeping",
     c_on * 1e3, c_off * 1e3))
 
+-- `fsdpgen diff --gpu` of the change from keep_unsharded = false: fewer copies beside compute.
+local freed = os.tmpname() .. ".lua"
+local f = assert(io.open(freed, "w"))
+f:write((assert(io.open("examples/llama_1b.lua")):read("a"):gsub("world_size = 1,",
+  "world_size = 1, keep_unsharded = false,")))
+f:close()
+local pipe = io.popen("./fsdpgen diff " .. freed .. " examples/llama_1b.lua --gpu h100 2>&1")
+local out = pipe:read("a")
+pipe:close()
+os.remove(freed)
+os.remove(freed:sub(1, -5))
+local c0, c1 = out:match("\n  FSDP copies%s+([%d.]+) ms %-> ([%d.]+) ms")
+local s0, s1 = out:match("simulated step%s+([%d.]+) ms %-> ([%d.]+) ms")
+check(c0 and s0 and tonumber(c1) < tonumber(c0) and s0 == s1,
+  string.format("diff --gpu from keep_unsharded = false: FSDP copies %s -> %s ms beside compute, the step the same",
+    tostring(c0), tostring(c1)))
+
 -- The step C: a keeping reshard and a kept all-gather name the same buffer.
 local c = util.step_c(llama)
 local kept_at = c:match("rt_step_reshard_keep%(R, 1, \"FORWARD\", ([^)]+)%);")
