@@ -30,20 +30,16 @@ end
 function M.mark(plan)
   if not plan.spec.keep_unsharded then return end
   local steps = plan.steps
+  local kept = {}  -- the kept all-gathers, by their sequence number (st.ag)
   for i, st in ipairs(steps) do
     if st.op == "reshard" and st.group.shard == 1 then
       local j = next_copy(steps, i, st.group)
       if j then
-        st.keep = true
-        steps[j].kept = true
-        for k = j + 1, #steps do  -- its wait or drop
-          local w = steps[k]
-          if w.ag == steps[j].ag and (w.op == "all_gather_wait" or w.op == "all_gather_drop") then
-            w.kept = true
-            break
-          end
-        end
+        st.keep, steps[j].kept = true, true
+        kept[steps[j].ag] = true
       end
+    elseif (st.op == "all_gather_wait" or st.op == "all_gather_drop") and kept[st.ag] then
+      st.kept = true
     end
   end
 end

@@ -443,41 +443,48 @@ void rt_step_all_gather(rt_rank* R, int g, int sub, const char* state, size_t ou
     if (sub || rg->layout.world > 1) count(R, "all_gather");
 }
 
+// Before a one-rank all-gather (what: "direct" or "kept"): the group sharded, none in flight.
+static void one_rank_check(rt_rank* R, int g, const char* what) {
+    const rt_rank_group* rg = &R->groups[g];
+    if (rg->pending || rg->state != RT_SHARDED)
+        rt_rank_die(R, "%s all-gather of group '%s' while it is %s%s", what, G(R, g)->name,
+                    state_name(rg->state), rg->pending ? " with an all-gather in flight" : "");
+}
+
+// After it: in flight into the unsharded params at off (kept: nothing copied), and its event.
+static void one_rank_issued(rt_rank* R, int g, const char* state, size_t off, int kept) {
+    rt_rank_group* rg = &R->groups[g];
+    rg->pending = rg->pending_direct = 1;
+    rg->pending_kept = kept;
+    rg->pending_sub = 0;
+    rg->pending_out = off;
+    event(R, state, "unshard", g);
+}
+
 // One rank's all-gather: no collective, so none counted (as FSDP2's world_size == 1 path).
 void rt_step_all_gather_direct(rt_rank* R, int g, const char* state, size_t unsharded_off,
                                int beside) {
     const rt_model_group* mg = G(R, g);
-    rt_rank_group* rg = &R->groups[g];
-    if (rg->pending || rg->state != RT_SHARDED)
-        rt_rank_die(R, "direct all-gather of group '%s' while it is %s%s", mg->name,
-                    state_name(rg->state), rg->pending ? " with an all-gather in flight" : "");
+    const rt_rank_group* rg = &R->groups[g];
+    one_rank_check(R, g, "direct");
     if (rg->layout.world != 1)
         rt_rank_die(R, "group '%s': direct all-gather planned, but its shard group has %d ranks "
                        "(it needs one)", mg->name, rg->layout.world);
     check_synced(R, mg);
     rtb_all_gather_direct(R, g, unsharded_off, beside);
-    rg->pending = rg->pending_direct = 1;
-    rg->pending_sub = 0;
-    rg->pending_out = unsharded_off;
-    event(R, state, "unshard", g);
+    one_rank_issued(R, g, state, unsharded_off, 0);
 }
 
 void rt_step_all_gather_kept(rt_rank* R, int g, const char* state, size_t unsharded_off) {
     const rt_model_group* mg = G(R, g);
     rt_rank_group* rg = &R->groups[g];
-    if (rg->pending || rg->state != RT_SHARDED)
-        rt_rank_die(R, "kept all-gather of group '%s' while it is %s%s", mg->name,
-                    state_name(rg->state), rg->pending ? " with an all-gather in flight" : "");
+    one_rank_check(R, g, "kept");
     if (!rg->kept || rg->kept_at != unsharded_off)
         rt_rank_die(R, "kept all-gather of group '%s' at %zu, but no reshard kept its unsharded "
                        "params there (generated plan is inconsistent)", mg->name, unsharded_off);
     check_synced(R, mg);
     rg->kept = 0;
-    rg->pending = rg->pending_direct = 1;
-    rg->pending_kept = !rtb_all_gather_kept(R, g, unsharded_off);
-    rg->pending_sub = 0;
-    rg->pending_out = unsharded_off;
-    event(R, state, "unshard", g);
+    one_rank_issued(R, g, state, unsharded_off, !rtb_all_gather_kept(R, g, unsharded_off));
 }
 
 void rt_step_all_gather_wait(rt_rank* R, int g, size_t unsharded_off) {

@@ -89,10 +89,7 @@ if ran w1_keep_microbatch && ran w1_keep_off; then
   ck=$(mktemp -d)
   build/w1_keep_microbatch/w1_keep_microbatch --steps 8 --val-every 3 --save "$ck/keep.st" >/dev/null 2>&1 &&
     build/w1_keep_off/w1_keep_off --steps 8 --val-every 3 --save "$ck/off.st" >/dev/null 2>&1 &&
-    python3 -c 'import struct, sys
-data = [open(f, "rb").read() for f in sys.argv[1:]]
-data = [d[8 + struct.unpack("<Q", d[:8])[0]:] for d in data]  # the tensors, past the header
-sys.exit(data[0] != data[1] or not data[0])' "$ck/keep.st" "$ck/off.st"
+    python3 tests/common/same_tensors.py "$ck/keep.st" "$ck/off.st"
   verdict $? "w1_keep_microbatch: 8 steps give the weights of w1_keep_off (unsharded params freed) bit for bit" \
     "w1_keep_microbatch: its weights after 8 steps differ from w1_keep_off's (or a run failed)"
   rm -rf "$ck"

@@ -247,13 +247,7 @@ vs_cpu_with() {
         "$work/$name.cpu.safetensors" "$work/$name.$2.safetensors" "$rtol" "$name"
 }
 # Whether two --save files hold the same tensors, bit for bit (their metadata names the spec).
-same_tensors() {
-    PYTHONPATH=tests/common "$py" -c 'import sys
-from safetensors_f32 import read_f32
-a, b = (read_f32(p)[0] for p in sys.argv[1:3])
-sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and
-                                           a[k][1].tobytes() == b[k][1].tobytes() for k in a)))' "$1" "$2"
-}
+same_tensors() { "$py" tests/common/same_tensors.py "$1" "$2"; }
 # In llama_w1_bf16's spec_checks: its root is reduced in two parts (the output head's before
 # the blocks' backward, whose optimizer stream steps it beside them; the embedding's after),
 # and so is its last block (its MLP's before its attention's backward),
