@@ -84,6 +84,7 @@ function M.run(plan, topo)
   local hw_flops = 0
   local classes, launches = {}, {}  -- kernel time and launches by cost.lua's class
   local copies, copy_launches = 0, 0  -- the FSDP copies' time and calls on the collectives' streams
+  local function copy_beside(d) copies, copy_launches = copies + d, copy_launches + (d > 0 and 1 or 0) end
 
   local function phase_of(st)
     local key = st.section .. " " .. st.phase
@@ -144,14 +145,14 @@ function M.run(plan, topo)
       -- stream's sync, beside the copy-ins issued after it
       local s = math.max(free.ag, free.ag_copy, sync_t)
       free.ag = s + c.copy_in
-      copies, copy_launches = copies + c.copy_in, copy_launches + (c.copy_in > 0 and 1 or 0)
+      copy_beside(c.copy_in)
       rec.boxes[#rec.boxes + 1] = { lane = "ag", s = s, e = free.ag, part = "copy-in" }
       ag_done[st.ag] = free.ag
     elseif op == "all_gather" then
       local s = math.max(free.ag_copy, sync_t)
       local ce = s + c.copy_in
       free.ag_copy = ce
-      copies, copy_launches = copies + c.copy_in, copy_launches + (c.copy_in > 0 and 1 or 0)
+      copy_beside(c.copy_in)
       rec.boxes[#rec.boxes + 1] = { lane = "ag", s = s, e = ce, part = "copy-in" }
       local done = ce
       local coll, where = collective(st, topo)
@@ -179,7 +180,7 @@ function M.run(plan, topo)
         wait_for(post_pending, "rs")
         local s = math.max(free.rs, tc)
         free.rs = s + c.copy_in
-        copies, copy_launches = copies + c.copy_in, copy_launches + (c.copy_in > 0 and 1 or 0)
+        copy_beside(c.copy_in)
         rec.boxes[#rec.boxes + 1] = { lane = "rs", s = s, e = free.rs, part = "direct reduction" }
         rs_pending, post_pending = free.rs, nil
         pending_group = st.reduction.part and st.reduction or st.group
