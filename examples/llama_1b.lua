@@ -4,9 +4,9 @@
 -- gradient reduction, AdamW; seq 2048, batch 4. It is also the benchmark's config
 -- (bench/specs/llama_1b.lua links to this file, hence its name; bench/torch_fsdp2.py
 -- builds the same model with `--config llama_1b`). The memory plan, which sizes the CUDA
--- arena, predicts 38.8 GB per GPU at batch 4 (it stores compute buffers as fp32, but for
--- the packed 16-bit ones: docs/cuda.md "Numbers"), 1.8 GB of it the blocks' unsharded
--- parameters, kept from their forward to their backward at one rank (docs/spec.md
+-- arena, predicts 39.3 GB per GPU at batch 4 (it stores compute buffers as fp32, but for
+-- the packed 16-bit ones: docs/cuda.md "Numbers"), 1.9 GB of it the blocks' unsharded
+-- parameters, kept across steps at one rank and written by AdamW (docs/spec.md
 -- keep_unsharded). One GPU as written: set world_size = N.
 -- Size: large (plans anywhere in a second; trains on GPUs with --cuda)
 -- Run:  ./fsdpgen plan examples/llama_1b.lua

@@ -6,8 +6,9 @@
 -- forward and the backward, but reduce-scatters the adapters' gradients alone, and only
 -- they have sharded gradients and AdamW state (`./fsdpgen plan` shows how small those are).
 -- On Llama 1B with torchtune's 1B LoRA (examples/llama_1b_lora.lua: rank 64 on wq, wv, wo
--- and the MLP) one GPU's plan is 22.0 GiB where the full fine-tune's is 36.2 (20.2 and 34.5
--- with keep_unsharded = false: the blocks' unsharded weights freed after their forward).
+-- and the MLP) one GPU's plan is 21.9 GiB where the full fine-tune's is 36.6 (20.2 and 34.5
+-- with keep_unsharded = false: the blocks' unsharded weights freed after their forward and
+-- cast again, the frozen ones too, at every all-gather).
 -- Start from trained weights with --load-hf DIR (a LlamaForCausalLM directory of this size;
 -- the adapters keep their initialization, lora_b zeros, so the first step is the loaded
 -- model's); --save-hf DIR writes the weights with the adapters merged in (W + alpha/rank B A),

@@ -203,6 +203,9 @@ function M.groups(b, plan, index, opt_states, names)
         #g.reductions, gi)
     end
     if g.packed_grads then f[#f + 1] = ".grads_packed = 1" end
+    if plan.kept_across[g.index] then  -- plan/keep.lua persist
+      f[#f + 1] = ".kept_across = 1" .. (g.kept_buf and ", .kept_off = " .. names[g.kept_buf] or "")
+    end
     if s.offload then f[#f + 1] = ".offload = 1" end
     code(b, "{%s},", table.concat(f, ", "))
   end

@@ -118,7 +118,8 @@ function M.step_line(st, plan)
   local name, detail = "", ""
   if st.op == "all_gather" and st.kept then
     name = quoted(g.name)
-    detail = "nothing to copy: its reshard kept the unsharded params (one rank)"
+    detail = st.across and "nothing to copy: the unsharded params are kept across steps (one rank)"
+      or "nothing to copy: its reshard kept the unsharded params (one rank)"
   elseif st.op == "all_gather" and st.direct then
     name = quoted(g.name)
     local from_shard = {}  -- packing.lua mark_shard_reads
@@ -150,7 +151,8 @@ function M.step_line(st, plan)
       or "wait for the all-gather, drop it (mistargeted prefetch)"
   elseif st.op == "reshard" then
     name = quoted(g.name)
-    detail = st.keep and "keep unsharded params for the next all-gather (one rank)"
+    detail = st.across and "keep unsharded params (kept across steps, one rank)"
+      or st.keep and "keep unsharded params for the next all-gather (one rank)"
       or st.from == "unsharded" and "free unsharded params" or "free post-forward shard"
   elseif st.op == "reshard_post_forward" then
     name = quoted(g.name)
@@ -197,6 +199,7 @@ function M.step_line(st, plan)
     end
     if st.opt_per > 1 then detail = detail .. string.format(" (the group's optimizer step %d of %d)", st.opt_k, st.opt_per) end
     if plan.spec.lr_schedule then detail = detail .. string.format(", lr of item %d", st.opt_item) end
+    if st.across then detail = detail .. ", then cast into the unsharded params kept across steps" end
   elseif st.op == "all_gather_sync" then
     name = "all groups"
     detail = "all-gather streams wait for compute (" .. st.why .. ")"

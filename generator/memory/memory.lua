@@ -352,8 +352,18 @@ function M.plan(plan, packed)
   end
   plan.consumed_grads = consumed_grads(plan, in_place)
 
-  -- Walk the steps: open/close transient buffers.
+  -- One rank's unsharded parameters kept across steps (plan/keep.lua persist): persistent,
+  -- so the eval programs find them where the step left them.
   local open = {}   -- key -> buffer
+  for _, g in ipairs(plan.groups) do
+    if (plan.kept_across or {})[g.index] then
+      g.kept_buf = buf(Q(g) .. " unsharded params (kept across steps)", "persistent",
+        4 * g.unsharded_words, 0, n + 1)
+      open["unsharded " .. g.index] = g.kept_buf
+    end
+  end
+
+  -- Walk the steps: open/close transient buffers.
   local function start(key, name, kind, size, i)
     if open[key] then return open[key], false end
     local b = buf(name, kind, size, i, i)
@@ -362,7 +372,7 @@ function M.plan(plan, packed)
   end
   local function stop(key, i)
     local b = open[key]
-    if b then
+    if b and b.kind ~= "persistent" then  -- kept across steps: never closed
       if i > b.last then b.last = i end
       open[key] = nil
     end

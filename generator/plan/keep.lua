@@ -10,6 +10,14 @@
 -- FSDP2's; the memory is not: the buffer lives from the reshard to the all-gather
 -- (memory.lua), as if the group were not resharded. The spec's keep_unsharded = false
 -- frees it as FSDP2 does.
+--
+-- Across steps (M.persist): a group at one rank that is stepped while resharded, and never
+-- by token rows, keeps its unsharded parameters for good. Its optimizer step writes each
+-- new value into them too (st.across), as llm.c's AdamW writes its bf16 copy (on the GPU in
+-- the optimizer's kernel, beside the backward), so no all-gather of it in any program (step,
+-- eval, step after an eval) copies anything. The buffer is a persistent one of the memory
+-- plan (memory.lua), which the runtime fills before the first step and after anything
+-- writes the parameters (rt_step_refresh_kept).
 local M = {}
 
 -- The index of the step after i that copies group g's shards again (a direct all-gather)
@@ -40,6 +48,57 @@ function M.mark(plan)
       end
     elseif (st.op == "all_gather_wait" or st.op == "all_gather_drop") and kept[st.ag] then
       st.kept = true
+    end
+  end
+end
+
+-- Whether group g of a training program can keep its unsharded parameters across steps:
+-- one rank, no offload (persistent buffers there live in host memory), and every optimizer
+-- step of it taken while it is resharded (an unsharded group computes with the values of
+-- its last all-gather until its reshard, as in FSDP2) and none by rows (the rows no token
+-- looks up are stepped from the step's start, before the forward reads the parameters:
+-- optimizer.lua Sim:split_token_rows).
+local function persists(plan, g)
+  if g.shard ~= 1 or g.state.offload then return false end
+  local unsharded = false
+  for _, st in ipairs(plan.steps) do
+    if st.group == g then
+      if st.op == "all_gather" then unsharded = true
+      elseif st.op == "reshard" or st.op == "all_gather_drop" then unsharded = false
+      elseif st.op == "optimizer" and (st.rows or unsharded) then return false end
+    end
+  end
+  return true
+end
+
+-- Marks the groups that keep their unsharded parameters across steps (plan.kept_across,
+-- by group index, in every program) and, in each program, their steps (st.across): the
+-- all-gathers kept, the reshards keeping, the optimizer steps casting into them.
+function M.persist(plan)
+  -- rawget: a plan's after_eval is also the planner's method (Sim:after_eval)
+  local ev, after = rawget(plan, "eval_plan"), rawget(plan, "after_eval")
+  local across = {}
+  if plan.spec.keep_unsharded then
+    for _, g in ipairs(plan.groups) do
+      local ok = persists(plan, g)
+      if ok and after then ok = persists(after, after.groups[g.index]) end
+      across[g.index] = ok or nil
+    end
+  end
+  for _, p in ipairs({ plan, ev or false, after or false }) do
+    if p then
+      p.kept_across = across
+      for _, st in ipairs(p.steps) do
+        if st.group and across[st.group.index] then
+          local op = st.op
+          st.across = true
+          if op == "all_gather" or op == "all_gather_wait" or op == "all_gather_drop" then
+            st.kept = true
+          elseif op == "reshard" then
+            st.keep = true
+          end
+        end
+      end
     end
   end
 end

@@ -576,7 +576,7 @@ local function tensor_key(t)
 end
 
 local function step_key(st)
-  local k = { st.stream, st.op, st.direct or false, st.keep or false, st.kept or false,
+  local k = { st.stream, st.op, st.direct or false, st.keep or false, st.kept or false, st.across or false,
     st.from_post_forward or false, st.from or false,
     st.why or false, st.label or false, st.grad_alias or false, st.opt_per or false,
     st.opt_k or false, st.opt_item or false, st.group and st.group.index or false,
@@ -700,6 +700,7 @@ function M.plan(spec)
   errors.track_spec_lines(false)
   -- The eval program and the step after one, planned the same way (their own traces).
   plan_eval(spec, sim)
+  keep.persist(sim)
   return sim
 end
 

@@ -323,6 +323,16 @@ local function stepped_numel(st)
   return n
 end
 
+-- Bytes an optimizer line casting into the unsharded params kept across steps writes there:
+-- its stepped parameters' that have an unsharded copy, as the copies store them.
+local function cast_bytes(st)
+  local g, n = st.group, 0
+  for _, p in ipairs(optimizer.stepped_params(st)) do
+    if not p.from_shard then n = n + trace.numel(p.shape) * (p.packed and dbytes(g.param_dtype) or 4) end
+  end
+  return n
+end
+
 -- An optimizer line split by rows (optimizer.lua Sim:split_token_rows, reductions.lua
 -- Sim:reduce_parts; its parameters are [rows, row_len]): the rows a step's tokens look up
 -- are at most its tokens (a split needs token inputs); the others are stepped without
@@ -391,6 +401,9 @@ function M.step(st, plan, gpu, k, attention_backward)
     local bytes = stepped_numel(st) * ((g.packed_grads and 10 or 12) + 8 * states)
     if st.rows then bytes = rows_bytes(st, plan, 8 + 8 * states) end
     local launches = 1 + ((st.rows == "unused" or st.rows == "final") and 2 or 0)
+    -- kept across steps (plan/keep.lua persist): the step also writes the new values to the
+    -- unsharded params, in its one kernel (optim.cu rt_cuda_cast)
+    if st.across then bytes = bytes + cast_bytes(st) end
     c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, launches)
     c.class, c.launches = "optimizer", launches
   end

@@ -105,16 +105,34 @@ typedef struct rt_cuda_rows {
     int64_t vocab, row_len;
     int looked_up;
 } rt_cuda_rows;
+// With cast (NULL: none), each new parameter value is also written, rounded to cast->dt,
+// into one rank's unsharded parameters kept across steps (rt_model_group kept_across), as
+// the all-gather's copy would write it: llm.c's AdamW writing its bf16 copy, which saves
+// that copy's fp32 read. Element i of p is shard element cast->base + i; a run (sorted by
+// src, disjoint) maps shard elements [src, src + n) to elements dst.. of cast->un, 16-bit
+// values of dt where packed (rt_model_param packed), else fp32 values rounded to dt.
+// Elements in no run (a parameter the lookups read from the shards) are not written.
+typedef struct rt_cuda_cast_run {
+    int64_t src, n, dst;
+    int packed;
+} rt_cuda_cast_run;
+typedef struct rt_cuda_cast {
+    const rt_cuda_cast_run* runs;  // device
+    int nruns;
+    void* un;                      // device
+    rt_dtype dt;
+    int64_t base;
+} rt_cuda_cast;
 void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
                                 int adamw, rt_dtype grad_dt, int packed_grads,
-                                const rt_cuda_rows* rows);
+                                const rt_cuda_rows* rows, const rt_cuda_cast* cast);
 void rt_cuda_sgd_step_rows_dev(float* p, void* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
                                int nesterov, rt_dtype grad_dt, int packed_grads,
-                               const rt_cuda_rows* rows);
+                               const rt_cuda_rows* rows, const rt_cuda_cast* cast);
 // Frees the calling thread's GEMM operand scratch unless a capture used it (a graph may read
 // it): after start-up work that grew it (the attention timing of a shape fsdpgen's kernels
 // run in fp32), so that its memory is not held for the run; the next GEMM that needs one

@@ -120,6 +120,10 @@ typedef struct rt_model_group {
                                   // elements (rt_model_grad_numel), as torch.optim keeps state
                                   // only for parameters with a gradient; the unsharded
                                   // gradients that times the shard world
+    int kept_across;              // one rank: the unsharded params are kept across steps at
+    size_t kept_off;              // kept_off (a persistent buffer, unsharded_words words);
+                                  // every all-gather is kept, every optimizer step casts into
+                                  // them (generator/plan/keep.lua persist)
 } rt_model_group;
 
 // Elements of one rank block of group g's sharded gradients and of each of its optimizer

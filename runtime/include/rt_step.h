@@ -96,6 +96,9 @@ typedef struct rt_rank {
     // their own streams; --trace shows them).
     double t_comm, t_optim, t_total;
     int after_eval;              // an eval ran since the last step (rt_step_next)
+    int kept_stale;              // the parameters may have changed outside a step (setup,
+                                 // rt_rank_host, rt_rank_push): the unsharded params kept
+                                 // across steps are cast again first (rt_step_refresh_kept)
     float* logits_out;           // where rt_step_eval_logits copies the eval's logits, or NULL
     void* backend;               // the backend's own state of this rank
 } rt_rank;
@@ -146,6 +149,10 @@ const float* rt_step_inputs(rt_rank* R, int item);
 void* rt_rank_host(rt_rank* R, size_t off, size_t bytes);
 int rt_rank_pull(rt_rank* R);
 int rt_rank_push(rt_rank* R);
+// Where R->kept_stale: casts the shards into every group's unsharded params kept across
+// steps (rt_model_group kept_across), as the group's all-gathers would, and clears it. The
+// backends' rt_step_run and rt_step_eval call it first (outside any captured graph).
+void rt_step_refresh_kept(rt_rank* R);
 
 // ---- setup ------------------------------------------------------------------------------
 

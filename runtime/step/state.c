@@ -317,7 +317,28 @@ int rt_rank_init(rt_rank* R, const rt_model* model, rt_comm* comm) {
         rt_comm_abort(comm, "backend setup failed");
         return 1;
     }
+    // Kept across steps: kept from the start, cast before the first step reads them.
+    for (int g = 0; g < model->ngroups; g++)
+        if (model->groups[g].kept_across) {
+            if (R->groups[g].layout.world != 1) {
+                fprintf(stderr, "fsdpgen: rank %d: group '%s' keeps its unsharded params across "
+                                "steps over %d ranks (generated plan is inconsistent: it needs one)\n",
+                        R->rank, model->groups[g].name, R->groups[g].layout.world);
+                rt_comm_abort(comm, "layout check failed");
+                return 1;
+            }
+            R->groups[g].kept = 1;
+            R->groups[g].kept_at = model->groups[g].kept_off;
+        }
+    R->kept_stale = 1;
     return 0;
+}
+
+void rt_step_refresh_kept(rt_rank* R) {
+    if (!R->kept_stale) return;
+    for (int g = 0; g < R->model->ngroups; g++)
+        if (R->model->groups[g].kept_across) rtb_refresh_kept(R, g, R->model->groups[g].kept_off);
+    R->kept_stale = 0;
 }
 
 void rt_rank_free(rt_rank* R) {
@@ -399,12 +420,17 @@ void rt_step_section(rt_rank* R, const char* phase) {
 
 void rt_step_end(rt_rank* R) {
     for (int g = 0; g < R->model->ngroups; g++) {
+        const rt_model_group* mg = &R->model->groups[g];
         rt_rank_group* rg = &R->groups[g];
-        if (rg->state != RT_SHARDED || rg->pending || rg->kept)
+        // kept across steps: still kept where they always are; else not kept
+        const int kept_wrong = mg->kept_across ? !rg->kept || rg->kept_at != mg->kept_off : rg->kept;
+        if (rg->state != RT_SHARDED || rg->pending || kept_wrong)
             rt_rank_die(R, "step ends with group '%s' %s%s (the next step's plan assumes every "
-                        "group sharded)", R->model->groups[g].name, state_name(rg->state),
+                        "group sharded%s)", mg->name, state_name(rg->state),
                         rg->pending ? " and an all-gather in flight"
-                        : rg->kept ? " and its unsharded params kept" : "");
+                        : !kept_wrong ? ""
+                        : rg->kept ? " and its unsharded params kept" : " and its unsharded params not kept",
+                        mg->kept_across ? ", its unsharded params kept across steps" : "");
     }
     rtb_step_end(R);
 }
@@ -483,7 +509,7 @@ void rt_step_all_gather_kept(rt_rank* R, int g, const char* state, size_t unshar
         rt_rank_die(R, "kept all-gather of group '%s' at %zu, but no reshard kept its unsharded "
                        "params there (generated plan is inconsistent)", mg->name, unsharded_off);
     check_synced(R, mg);
-    rg->kept = 0;
+    rg->kept = mg->kept_across;  // across steps: they stay the shards' values
     one_rank_issued(R, g, state, unsharded_off, !rtb_all_gather_kept(R, g, unsharded_off));
 }
 
@@ -656,10 +682,15 @@ static const rt_model_group* optimizer_checks(rt_rank* R, int g, int r, int k, i
     if (!rg->reduced)
         rt_rank_die(R, "optimizer step of group '%s' without a reduce-scatter since the last one "
                        "(the plan gives it gradients)", mg->name);
-    if (rg->kept)
+    if (rg->kept && !mg->kept_across)
         rt_rank_die(R, "optimizer step of group '%s' while a reshard keeps its unsharded params for "
                        "the next all-gather, which would then miss the step (generated plan is "
                        "inconsistent)", mg->name);
+    if (mg->kept_across && (rg->state != RT_SHARDED || rg->pending))
+        rt_rank_die(R, "optimizer step of group '%s', whose unsharded params are kept across steps, "
+                       "while it is %s%s (generated plan is inconsistent: the step casts into them, "
+                       "which compute reads until the reshard)", mg->name, state_name(rg->state),
+                    rg->pending ? " with an all-gather in flight" : "");
     if (r && !part)
         rt_rank_die(R, "optimizer step of reduction %d of group '%s', which is not a part", r, mg->name);
     if (part != (rg->parts > 0))
@@ -692,6 +723,7 @@ void rt_step_optimizer(rt_rank* R, int g, int r, int k, int per, int item) {
             hi = L->params[i].offset + L->params[i].in_numel;
         rtb_optimizer(R, g, r, lo, lo - shift, hi - lo, k, per, item);
     }
+    if (mg->kept_across) rtb_optimizer_cast_kept(R, g, mg->kept_off);
     zero_grad(R, g, r);
 }
 
@@ -707,6 +739,10 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
     if ((part_rows && rows != part_rows) || (rows == RT_ROWS_FINAL && !part_rows))
         rt_rank_die(R, "optimizer rows %d of reduction %d of group '%s', whose rows are %d (the plan "
                        "steps a part by rows by its own)", rows, r, mg->name, part_rows);
+    if (mg->kept_across)
+        rt_rank_die(R, "optimizer step by rows of group '%s', whose unsharded params are kept "
+                       "across steps (generated plan is inconsistent: they need a whole step)",
+                    mg->name);
     if (!m->tokens || !m->optimizer_rows || R->world != 1 || mg->grads_packed)
         rt_rank_die(R, "optimizer step by rows of group '%s' without token inputs, the model's "
                        "optimizer_rows, at %d ranks or with packed gradients (the plan splits one "

@@ -42,6 +42,12 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside);
 // (rt_step_all_gather_kept): 0, nothing to do; or 1 where the backend copied the shards
 // again as rtb_all_gather_direct (CUDA's RT_KEEP_UNSHARDED=copy), to be waited for as one.
 int rtb_all_gather_kept(rt_rank* R, int g, size_t unsharded_off);
+// One rank, the unsharded parameters at unsharded_off kept across steps (rt_model_group
+// kept_across): the shards cast into them as rtb_all_gather_direct would. After the
+// group's optimizer step (ordered after it, beside what follows where the backend can);
+// and outside a step, for rt_step_refresh_kept (done when the next step starts).
+void rtb_optimizer_cast_kept(rt_rank* R, int g, size_t unsharded_off);
+void rtb_refresh_kept(rt_rank* R, int g, size_t unsharded_off);
 // The issued all-gather is needed now: copy-out into the unsharded parameters.
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off);
 // Compute waits for the issued all-gather, and copies nothing: its result is not needed

@@ -145,5 +145,6 @@ void test_optim(void);
 void test_optim_grad_round(void);
 void test_optim_rows(int64_t rows, int64_t vocab);
 void test_optim_packed_grads(void);
+void test_optim_cast(void);
 
 #endif

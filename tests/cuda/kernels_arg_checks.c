@@ -81,12 +81,12 @@ static void adam_packed_fp32(void) {
     rt_cuda_adam_step_rows_dev((float*)bad_buf[0], bad_buf[1], (float*)bad_buf[2],
                                (float*)bad_buf[2], 8, (const int64_t*)bad_buf[0], 1, 1,
                                (const double*)bad_buf[0], 0.9, 0.95, 1e-8, 0.0, 1, RT_F32, 1,
-                               NULL);
+                               NULL, NULL);
 }
 
 static void sgd_packed_fp32(void) {
     rt_cuda_sgd_step_rows_dev((float*)bad_buf[0], bad_buf[1], NULL, 8, (const int64_t*)bad_buf[0],
-                              1, 1, (const double*)bad_buf[0], 0.0, 0.0, 0.0, 0, RT_F32, 1, NULL);
+                              1, 1, (const double*)bad_buf[0], 0.0, 0.0, 0.0, 0, RT_F32, 1, NULL, NULL);
 }
 
 // A scaled linear's alpha not a power of two, or dt RT_F16 (RT_KCHECK_LINEAR_ALPHA): each

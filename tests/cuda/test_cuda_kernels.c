@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
     test_optim_rows(37, 30);
     test_optim_rows(4103, 4100);
     test_optim_packed_grads();
+    test_optim_cast();
     test_threads();
 
     RT_CHECK_CUDA(cudaDeviceSynchronize());

@@ -16,7 +16,8 @@
 // that copy-in nor the next reduce-scatter waits for the previous all-reduce, so they
 // overlap); and, as a control that the checker sees the overlap, a write to the previous
 // reduce-scatter output while it is still planned live is reported as a race. At one rank
-// also the optimizer beside the backward, a root reduced in parts, gradients in place and
+// also the optimizer beside the backward (writing the unsharded params kept across steps),
+// a root reduced in parts, gradients in place and
 // an embedding's optimizer split by rows (each with a control the checker must catch), and
 // an all-gather's copy beside the next groups' (waited for at its first reader).
 //
@@ -239,25 +240,40 @@ static void touch_stepped(const rt_cuda_rows* rows, size_t n, const void* grads,
             if (bufs[b]) touch(cur_stream, bufs[b] + i, len * 4, 1, "optimizer");
     }
 }
+// The unsharded params an optimizer step casts into (rt_cuda_cast: its runs are host
+// memory here), written; the runs' elements past the step's n are not.
+static void touch_cast(const rt_cuda_cast* cast, size_t n) {
+    for (int r = 0; cast && r < cast->nruns; r++) {
+        const rt_cuda_cast_run* q = &cast->runs[r];
+        const int64_t lo = q->src > cast->base ? q->src : cast->base;
+        const int64_t hi = q->src + q->n < cast->base + (int64_t)n ? q->src + q->n : cast->base + (int64_t)n;
+        const size_t size = q->packed ? 2 : 4;
+        if (lo < hi)
+            touch(cur_stream, (char*)cast->un + (size_t)(q->dst + lo - q->src) * size,
+                  (size_t)(hi - lo) * size, 1, "optimizer casts");
+    }
+}
 void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
                                 int adamw, rt_dtype grad_dt, int packed_grads,
-                                const rt_cuda_rows* rows) {
+                                const rt_cuda_rows* rows, const rt_cuda_cast* cast) {
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay, (void)adamw;
     (void)grad_dt;
     float* bufs[3] = {p, m, v};
     touch_stepped(rows, n, g, packed_grads ? 2 : 4, bufs, 3);
+    touch_cast(cast, n);
 }
 void rt_cuda_sgd_step_rows_dev(float* p, void* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
                                int nesterov, rt_dtype grad_dt, int packed_grads,
-                               const rt_cuda_rows* rows) {
+                               const rt_cuda_rows* rows, const rt_cuda_cast* cast) {
     (void)grad_dt;
     (void)d_step, (void)k, (void)per, (void)d_lr, (void)momentum, (void)dampening, (void)weight_decay, (void)nesterov;
     float* bufs[2] = {p, momentum_buf};
     touch_stepped(rows, n, g, packed_grads ? 2 : 4, bufs, 2);
+    touch_cast(cast, n);
 }
 // Marks the rows as the kernel does (the mask is arena memory here), so that the steps
 // above touch the rows they step.
@@ -367,6 +383,7 @@ float* rt_step_sharded_grads(rt_rank* R, int g) {
 }
 double rt_step_lr(const rt_rank* R, int item) { return (void)item, R->model->optim.lr; }
 rt_step_fn rt_step_next(rt_rank* R) { return R->model->step; }  // no eval runs here
+void rt_step_refresh_kept(rt_rank* R) { (void)R; }  // no group is kept across steps here
 void rt_rank_die(rt_rank* R, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -395,6 +412,8 @@ typedef struct world {
     rt_comm shard, replicate;
     size_t ugrad[NG];
     size_t rs_in[2], rs_out[2];  // reduce-scatter n uses region n % 2
+    size_t kept[NG];             // unsharded params kept across steps (test_cast_kept)
+    rt_cuda_cast_run cast_run;   // their one run (host memory: the stand-in's device)
 } world;
 
 static void world_init(world* w, int hsdp) {
@@ -426,6 +445,7 @@ static void world_init(world* w, int hsdp) {
         w->rs_in[k] = off, off += 4 * PADDED;
         w->rs_out[k] = off, off += 4 * BLOCK;
     }
+    for (int g = 0; g < NG; g++) w->kept[g] = off, off += 4 * BLOCK;
     arena_bytes = off + 64;
     free(arena);
     arena = calloc(1, arena_bytes);
@@ -754,6 +774,52 @@ static void test_optimizer_overlap(int direct, int on_compute, int then) {
     world_free(&w);
 }
 
+// One rank, no clipping, every group's unsharded params kept across steps (rt_model_group
+// kept_across): the backward over groups 2, 1, 0 reads each group's kept params, then its
+// direct reduction; the optimizer steps (group 2's on the optimizer stream, beside group
+// 0's backward) write the new values into them (rt_cuda_cast). No race: a group's step
+// follows its reduction, which follows its backward's reads; the next step's forward reads
+// them after the step's end. Control: compute reading group 2's kept params right after the
+// optimizer lines, in the same step, is reported as a race.
+static void test_cast_kept(int control) {
+    world w;
+    world_init(&w, 0);
+    w.m.grad_clip = 0.0;
+    one_rank(&w);
+    w.cast_run = (rt_cuda_cast_run){0, BLOCK, 0, 0};
+    for (int g = 0; g < NG; g++) {
+        w.groups[g].kept_across = 1;
+        w.groups[g].kept_off = w.kept[g];
+        w.groups[g].unsharded_words = BLOCK;
+        w.cg[g].cast_runs = &w.cast_run;
+        w.cg[g].ncast_runs = 1;
+    }
+    for (int g = NG - 1; g >= 0; g--) {
+        touch(w.c.compute, arena + w.kept[g], 4 * BLOCK, 0, "backward reads the kept params");
+        compute_writes(&w, w.ugrad[g], 4 * PADDED, "backward writes unsharded grads");
+        rtb_reduce_direct(&w.R, g, 0, w.ugrad[g], RT_F32, 0);
+    }
+    int opt = nacc;
+    for (int g = NG - 1; g >= 0; g--) {
+        rtb_optimizer(&w.R, g, 0, 0, 0, BLOCK, 1, 1, 0);
+        rtb_optimizer_cast_kept(&w.R, g, w.kept[g]);
+    }
+    const int cast = find(opt, nacc, "optimizer casts");  // group 2's
+    if (!control) rtb_step_end(&w.R);
+    touch(w.c.compute, arena + w.kept[2], 4 * BLOCK, 0,
+          control ? "a read the optimizer overlaps" : "the next step's forward reads the kept params");
+    if (control)
+        CHECK(races > 0, "control: compute reading the kept params right after the optimizer "
+              "lines, before the step's end, is reported as a race (%d; first: %s)", races,
+              first_race);
+    else
+        CHECK(races == 0 && cast >= 0 && acc[cast].s == w.c.opt->id,
+              "one rank, kept across steps: group 2's optimizer step writes its kept params on "
+              "the optimizer stream, beside the backward, no race (%d accesses)%s%s", nacc,
+              races ? "; first: " : "", first_race);
+    world_free(&w);
+}
+
 // One rank, no clipping, group 2 (a root holding an output head and an embedding) reduced
 // in two parts (rt_model_reduction part; generator/plan/reductions.lua Sim:reduce_parts): the
 // head's half of its gradients right after the head's backward, then groups 1 and 0, then
@@ -1042,6 +1108,8 @@ int main(void) {
         test_optimizer_overlap(direct, 0, CONTROL);
     }
     test_optimizer_overlap(1, 0, SECOND_ITERATION);
+    test_cast_kept(0);
+    test_cast_kept(1);
     test_optimizer_parts(0, 0);
     test_optimizer_parts(1, 0);
     test_optimizer_parts(0, 1);

@@ -54,9 +54,13 @@ int rt_step_launch(int world, const rt_launch_opts* o, rt_rank_fn fn, void* arg)
     return rt_threads_run(world, fn, arg);
 }
 
-void rt_step_run(rt_rank* R) { rt_step_next(R)(R); }
+void rt_step_run(rt_rank* R) {
+    rt_step_refresh_kept(R);
+    rt_step_next(R)(R);
+}
 
 double rt_step_eval(rt_rank* R) {
+    rt_step_refresh_kept(R);
     R->model->eval(R);
     R->after_eval = 1;
     return R->losses[0];
@@ -73,6 +77,7 @@ void* rt_rank_host(rt_rank* R, size_t off, size_t bytes) {
                 R->rank, off, bytes, R->arena.capacity);
         return NULL;
     }
+    R->kept_stale = 1;  // the caller may write the parameters
     return R->arena.base + off;
 }
 
@@ -150,11 +155,9 @@ static void apply_direct(rt_rank* R, const rt_fsdp_layout* L, rt_copy_plan* p, i
 
 // One rank's chunk of a parameter is all of it, in its order: the copy-in's cast, stored
 // as the copy-out stores it (fp32 values of param_dtype, or param_dtype's bits).
-void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) {
-    (void)beside;  // one stream: the copy is done when the call returns
+static void direct_copy(rt_rank* R, int g, size_t unsharded_off) {
     const rt_model_group* mg = &R->model->groups[g];
     rt_rank_group* rg = &R->groups[g];
-    double t0 = now_s();
     RT_BUF(R, unsharded_off, 4 * (size_t)mg->unsharded_words);
     void** un = rg->ptrs[0];
     void** shards = rg->ptrs[1];
@@ -171,8 +174,23 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) 
     for (int i = 0; i < mg->nparams; i++)  // fp32 storage: the copy-in's rounding
         if (rg->unsharded_dtypes[i] == RT_F32 && rg->direct_copied[i] == 0)
             rt_step_round(un[i], (size_t)rg->layout.params[i].numel, mg->param_dtype);
-    span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, mg->name, "all_gather");
 }
+
+void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) {
+    (void)beside;  // one stream: the copy is done when the call returns
+    double t0 = now_s();
+    direct_copy(R, g, unsharded_off);
+    span(R, t0, &R->t_comm, RT_TRACE_ALL_GATHER, R->model->groups[g].name, "all_gather");
+}
+
+// The direct all-gather's copy, timed as the optimizer's.
+void rtb_optimizer_cast_kept(rt_rank* R, int g, size_t unsharded_off) {
+    double t0 = now_s();
+    direct_copy(R, g, unsharded_off);
+    span(R, t0, &R->t_optim, 0, R->model->groups[g].name, "optimizer");
+}
+
+void rtb_refresh_kept(rt_rank* R, int g, size_t unsharded_off) { direct_copy(R, g, unsharded_off); }
 
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off) {
     const rt_model_group* mg = &R->model->groups[g];

@@ -9,8 +9,10 @@
 // (step count, lr and norm read from device memory when the kernel runs, so a captured
 // graph replays correctly at every step). Adam's per-step scalars are computed once per block,
 // by its first thread, in the step's one kernel.
-// TODO(issue 5): bf16/fp16 params with an fp32 master copy, and multi-shard (foreach)
-// launches over several buffers at once, once the step backend has them.
+// A step may also write its new values, rounded, into one rank's unsharded parameters kept
+// across steps (rt_cuda_cast): the bf16/fp16 copy of the fp32 master parameters.
+// TODO(issue 5): multi-shard (foreach) launches over several buffers at once, once the step
+// backend has them.
 #include "cuda_common.cuh"
 #include "optim_math.cuh"
 
@@ -59,6 +61,35 @@ static rt_cuda_rows rows_arg(const rt_cuda_rows* rows) {
     return rows ? *rows : rt_cuda_rows{};
 }
 
+// The cast of a launch by value (none: no runs), checked.
+static rt_cuda_cast cast_arg(const rt_cuda_cast* cast) {
+    RT_KCHECK(!cast || (cast->un && (cast->runs || cast->nruns == 0) && cast->nruns >= 0 &&
+                        cast->base >= 0),
+              "a cast with its unsharded params and runs", "an optimizer step with a bad cast");
+    return cast && cast->nruns ? *cast : rt_cuda_cast{};
+}
+
+// Values v of shard elements i.. (K of them) into the unsharded params (rt_cuda_cast): the
+// run at or before the first by bisection, the next ones by stepping.
+template <int K>
+__device__ __forceinline__ void rtc_cast_store(const rt_cuda_cast& c, size_t i, const float (&v)[K]) {
+    if (!c.runs) return;
+    int64_t e = c.base + (int64_t)i;
+    int r = -1;
+    for (int lo = 0, hi = c.nruns - 1; lo <= hi;) {
+        const int mid = (lo + hi) / 2;
+        if (c.runs[mid].src <= e) r = mid, lo = mid + 1;
+        else hi = mid - 1;
+    }
+    for (int u = 0; u < K; u++, e++) {
+        while (r + 1 < c.nruns && c.runs[r + 1].src <= e) r++;
+        if (r < 0 || e >= c.runs[r].src + c.runs[r].n) continue;
+        const int64_t j = c.runs[r].dst + (e - c.runs[r].src);
+        if (c.runs[r].packed) rtc_st((uint16_t*)c.un, (size_t)j, v[u], c.dt);
+        else rtc_st((float*)c.un, (size_t)j, v[u], c.dt);
+    }
+}
+
 // A gradient value: the grad's rounded to gdt (G float), or a packed one's (G uint16_t,
 // 16-bit values of gdt: exact), or zero without grads (rt_cuda_rows); a looked-up row's
 // gradient is set to 0 once read (rt_cuda.h rt_cuda_rows).
@@ -77,12 +108,15 @@ template <class G>
 __global__ void sgd_kernel(float* __restrict__ param, G* __restrict__ grad,
                            float* __restrict__ momentum_buf, size_t n, rtc_sgd_scalars s,
                            int first, const int64_t* __restrict__ d_step, int k, int per,
-                           const double* __restrict__ d_lr, rt_dtype gdt, rt_cuda_rows rows) {
+                           const double* __restrict__ d_lr, rt_dtype gdt, rt_cuda_rows rows,
+                           rt_cuda_cast cast) {
     if (d_step) first = step_count(d_step, k, per) <= 1;
     if (d_lr) s.neg_lr = (float)(-*d_lr);  // rtc_sgd_scalars_of's rounding
     rtc_stepped<1>(rows, n, [&](auto, size_t i) {
-        param[i] = rtc_sgd_elem(s, first, param[i], rtc_grad_take(grad, i, gdt, rows),
-                                s.use_momentum ? momentum_buf + i : (float*)NULL);
+        const float p[1] = {rtc_sgd_elem(s, first, param[i], rtc_grad_take(grad, i, gdt, rows),
+                                         s.use_momentum ? momentum_buf + i : (float*)NULL)};
+        param[i] = p[0];
+        rtc_cast_store(cast, i, p);
     });
 }
 
@@ -91,13 +125,14 @@ static void sgd_launch(float* param, void* grad, float* momentum_buf, size_t n,
                        int64_t step, const int64_t* d_step, int k, int per, double lr,
                        const double* d_lr, double momentum, double dampening,
                        double weight_decay, int nesterov, rt_dtype gdt, int packed,
-                       const rt_cuda_rows* rows) {
+                       const rt_cuda_rows* rows, const rt_cuda_cast* cast) {
     const rtc_sgd_scalars s = rtc_sgd_scalars_of(lr, momentum, dampening, weight_decay, nesterov);
     const rt_cuda_rows r = rows_arg(rows);
+    const rt_cuda_cast c = cast_arg(cast);
     if (n == 0) return;
     rtc_with_storage(packed, grad, [&](auto g) {
         sgd_kernel<<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
-            param, g, momentum_buf, n, s, step <= 1, d_step, k, per, d_lr, gdt, r);
+            param, g, momentum_buf, n, s, step <= 1, d_step, k, per, d_lr, gdt, r, c);
         RTC_CHECK_LAUNCH(sgd_kernel);
     });
 }
@@ -106,7 +141,7 @@ void rt_sgd_step(float* param, const float* grad, float* momentum_buf, size_t n,
                  double lr, double momentum, double dampening, double weight_decay,
                  int nesterov) {
     sgd_launch(param, (float*)grad, momentum_buf, n, step, NULL, 1, 1, lr, NULL, momentum,
-               dampening, weight_decay, nesterov, RT_F32, 0, NULL);  // no rows: grad only read
+               dampening, weight_decay, nesterov, RT_F32, 0, NULL, NULL);  // no rows: grad only read
 }
 
 // Packed gradients (rt_cuda.h packed_grads) are 16-bit values of grad_dt.
@@ -119,14 +154,14 @@ void rt_cuda_sgd_step_rows_dev(float* p, void* g, float* momentum_buf, size_t n,
                                const int64_t* d_step, int k, int per, const double* d_lr,
                                double momentum, double dampening, double weight_decay,
                                int nesterov, rt_dtype grad_dt, int packed_grads,
-                               const rt_cuda_rows* rows) {
+                               const rt_cuda_rows* rows, const rt_cuda_cast* cast) {
     RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
               "rt_cuda_sgd_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_sgd_step_dev with k out of range");
     RTC_KCHECK_PACKED_GRADS(packed_grads, grad_dt, "rt_cuda_sgd_step_rows_dev");
     sgd_launch(p, g, momentum_buf, n, 0, d_step, k, per, 0.0, d_lr, momentum, dampening,
-               weight_decay, nesterov, grad_dt, packed_grads, rows);
+               weight_decay, nesterov, grad_dt, packed_grads, rows, cast);
 }
 
 void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t n,
@@ -134,7 +169,7 @@ void rt_cuda_sgd_step_dev(float* p, const float* g, float* momentum_buf, size_t 
                           double momentum, double dampening, double weight_decay, int nesterov,
                           rt_dtype grad_dt) {
     rt_cuda_sgd_step_rows_dev(p, (float*)g, momentum_buf, n, d_step, k, per, d_lr, momentum,
-                              dampening, weight_decay, nesterov, grad_dt, 0, NULL);  // g only read
+                              dampening, weight_decay, nesterov, grad_dt, 0, NULL, NULL);  // g only read
 }
 
 // ----------------------------------------------------------------------------
@@ -157,7 +192,8 @@ typedef struct {
 template <int W, class G>
 __global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, size_t n,
-                            rtc_adam_scalars s, adam_dev_step d, rt_dtype gdt, rt_cuda_rows rows) {
+                            rtc_adam_scalars s, adam_dev_step d, rt_dtype gdt, rt_cuda_rows rows,
+                            rt_cuda_cast cast) {
     __shared__ rtc_adam_scalars block_sc;
     rtc_adam_scalars sc = s;
     if (d.d_step) {
@@ -184,6 +220,7 @@ __global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
         rtc_stv(exp_avg, i, m, RT_F32);
         rtc_stv(exp_avg_sq, i, v, RT_F32);
         rtc_stv(param, i, p, RT_F32);
+        rtc_cast_store(cast, i, p);
     });
 }
 
@@ -191,16 +228,16 @@ __global__ void adam_kernel(float* __restrict__ param, G* __restrict__ grad,
 // 16-bit values of gdt (rt_cuda.h packed_grads).
 static void adam_launch(float* p, void* g, float* m, float* v, size_t n,
                         rtc_adam_scalars s, adam_dev_step d, rt_dtype gdt, int packed,
-                        rt_cuda_rows r) {
+                        rt_cuda_rows r, rt_cuda_cast c = rt_cuda_cast{}) {
     if (n == 0) return;
     const bool vec = rtc_aligned16({p, g, m, v}) && (!r.mask || r.row_len % RTC_VEC == 0);
     rtc_with_storage(packed, g, [&](auto gs) {
         if (vec)
             adam_kernel<RTC_VEC><<<stepped_blocks(r, n, RTC_VEC), RTC_THREADS, 0, rtc_stream()>>>(
-                p, gs, m, v, n, s, d, gdt, r);
+                p, gs, m, v, n, s, d, gdt, r, c);
         else
             adam_kernel<1><<<stepped_blocks(r, n, 1), RTC_THREADS, 0, rtc_stream()>>>(
-                p, gs, m, v, n, s, d, gdt, r);
+                p, gs, m, v, n, s, d, gdt, r, c);
         RTC_CHECK_LAUNCH(adam_kernel);
     });
 }
@@ -234,17 +271,18 @@ void rt_cuda_adam_step_rows_dev(float* p, void* g, float* m, float* v, size_t n,
                                 const int64_t* d_step, int k, int per, const double* d_lr,
                                 double beta1, double beta2, double eps, double weight_decay,
                                 int adamw, rt_dtype grad_dt, int packed_grads,
-                                const rt_cuda_rows* rows) {
+                                const rt_cuda_rows* rows, const rt_cuda_cast* cast) {
     RT_KCHECK(d_step != NULL && d_lr != NULL, "pass the step counter's and the lr's device addresses",
               "rt_cuda_adam_step_dev without a step counter or lr");
     RT_KCHECK(k >= 1 && k <= per, "k in 1..per (the k-th of per optimizer steps)",
               "rt_cuda_adam_step_dev with k out of range");
     RTC_KCHECK_PACKED_GRADS(packed_grads, grad_dt, "rt_cuda_adam_step_rows_dev");
     const rt_cuda_rows r = rows_arg(rows);
+    const rt_cuda_cast c = cast_arg(cast);
     if (n == 0) return;
     const adam_dev_step d = {adam_hyper(0.0, beta1, beta2, eps, weight_decay, adamw), d_step, k,
                              per, d_lr};
-    adam_launch(p, g, m, v, n, rtc_adam_scalars{}, d, grad_dt, packed_grads, r);
+    adam_launch(p, g, m, v, n, rtc_adam_scalars{}, d, grad_dt, packed_grads, r, c);
 }
 
 void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t n,
@@ -252,7 +290,7 @@ void rt_cuda_adam_step_dev(float* p, const float* g, float* m, float* v, size_t 
                            double beta1, double beta2, double eps, double weight_decay, int adamw,
                            rt_dtype grad_dt) {
     rt_cuda_adam_step_rows_dev(p, (float*)g, m, v, n, d_step, k, per, d_lr, beta1, beta2, eps,
-                               weight_decay, adamw, grad_dt, 0, NULL);  // no rows: g only read
+                               weight_decay, adamw, grad_dt, 0, NULL, NULL);  // no rows: g only read
 }
 
 __global__ void rows_mark_kernel(uint8_t* __restrict__ mask, int64_t vocab,

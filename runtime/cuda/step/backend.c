@@ -145,7 +145,10 @@ static int copy_persistent(rt_rank* R, int to_device) {
 }
 
 int rt_rank_pull(rt_rank* R) { return copy_persistent(R, 0); }
-int rt_rank_push(rt_rank* R) { return copy_persistent(R, 1); }
+int rt_rank_push(rt_rank* R) {
+    R->kept_stale = 1;  // the parameters on the device may have changed
+    return copy_persistent(R, 1);
+}
 
 const int32_t* rt_step_tokens(rt_rank* R, int item) { return ((cuda_rank*)R->backend)->d_tokens[item]; }
 const int32_t* rt_step_targets(rt_rank* R, int item) { return ((cuda_rank*)R->backend)->d_targets[item]; }
@@ -189,6 +192,7 @@ void rt_step_run(rt_rank* R) {
         if (why && R->rank == 0) printf("fsdpgen: CUDA graphs off: %s\n", why);
         c->decided = 1;
     }
+    rt_step_refresh_kept(R);  // eagerly: a graph replays every step
     c->h_step[0] = R->step + 1;
     for (int j = 0; j < R->model->n_optimizer; j++) c->h_lr[j] = rt_step_lr(R, j);
     const rt_step_fn fn = rt_step_next(R);
@@ -217,6 +221,7 @@ void rt_step_run(rt_rank* R) {
 // carries its loss.
 double rt_step_eval(rt_rank* R) {
     cuda_rank* c = R->backend;
+    rt_step_refresh_kept(R);
     R->model->eval(R);
     R->after_eval = 1;
     cudaError_t e = cudaStreamSynchronize(c->compute);
@@ -345,6 +350,16 @@ void rtb_all_gather(rt_rank* R, int g, int sub, size_t out_off, size_t pf_off) {
     CS(R, cudaEventRecord(cg->ag_done, c->ag));
 }
 
+// One rank: the shards cast into the unsharded params at unsharded_off, on stream s.
+static void direct_copy(rt_rank* R, int g, size_t unsharded_off, cudaStream_t s) {
+    const rt_model_group* mg = &R->model->groups[g];
+    const cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
+    const float* shards = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
+    float* un = rt_step_f32(R, unsharded_off, 0, mg->unsharded_words);
+    rtcs_copy_rounded(&cg->ag_direct[UN_F32], un, RT_F32, shards, mg->param_dtype, 0, s);
+    rtcs_copy(&cg->ag_direct[UN_PACKED], un, mg->param_dtype, shards, RT_F32, 0, s);
+}
+
 // On the copy-in stream, as the copy-in it replaces: the prefetch still overlaps compute.
 // Beside (RT_AG_BESIDE): on the all-gather stream, which no collective uses over one shard
 // rank (a spec's groups share one mesh), after what the copy-in stream waits for (the
@@ -353,8 +368,6 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) 
     cuda_rank* c = R->backend;
     const rt_model_group* mg = &R->model->groups[g];
     cuda_group* cg = &c->groups[g];
-    const float* shards = rt_step_f32(R, mg->params_off, 0, mg->block_numel);
-    float* un = rt_step_f32(R, unsharded_off, 0, mg->unsharded_words);
     cudaStream_t s = c->ag_copy;
     if (beside) {
         after(R, 1, c->ag, c->ag_copy, c->copied);
@@ -362,10 +375,14 @@ void rtb_all_gather_direct(rt_rank* R, int g, size_t unsharded_off, int beside) 
     }
     int t = cs_trace_open(R, s, beside ? RT_TRACE_ALL_GATHER : RT_TRACE_ALL_GATHER_COPY, mg->name,
                           "all_gather_copy_in");  // the trace's lane is the stream's
-    rtcs_copy_rounded(&cg->ag_direct[UN_F32], un, RT_F32, shards, mg->param_dtype, 0, s);
-    rtcs_copy(&cg->ag_direct[UN_PACKED], un, mg->param_dtype, shards, RT_F32, 0, s);
+    direct_copy(R, g, unsharded_off, s);
     cs_trace_close(R, t, s);
     CS(R, cudaEventRecord(cg->ag_done, s));
+}
+
+// Before a step or an eval: on compute, which they follow.
+void rtb_refresh_kept(rt_rank* R, int g, size_t unsharded_off) {
+    direct_copy(R, g, unsharded_off, ((cuda_rank*)R->backend)->compute);
 }
 
 void rtb_all_gather_wait(rt_rank* R, int g, int sub, size_t out_off, size_t unsharded_off) {
@@ -702,19 +719,25 @@ static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t 
     const rt_model_optim* o = &R->model->optim;
     rt_optim_span sp = rt_step_optim_span(R, g, lo, glo, n);
     void* grads = no_grads ? NULL : mg->grads_packed ? (void*)sp.grads16 : (void*)sp.grads;
+    // kept across steps: the step writes them too (rtb_optimizer_cast_kept), unless
+    // RT_KEEP_UNSHARDED=copy copies them at every all-gather instead
+    const cuda_group* cg = &c->groups[g];
+    rt_cuda_cast cast = {cg->cast_runs, cg->ncast_runs, NULL, mg->param_dtype, lo};
+    const int casts = mg->kept_across && !c->copy_kept && cg->ncast_runs > 0;
+    if (casts) cast.un = rt_step_f32(R, mg->kept_off, 0, mg->unsharded_words);
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");
     rt_cuda_set_stream(s);
     if (o->kind == RT_OPTIM_SGD)
         rt_cuda_sgd_step_rows_dev(sp.params, grads, o->momentum > 0 ? sp.state1 : NULL, (size_t)n,
                                   c->d_step, k, per, c->d_lr + item, o->momentum, o->dampening,
-                                  o->weight_decay, o->nesterov, c->groups[g].grads_round,
-                                  mg->grads_packed, rows);
+                                  o->weight_decay, o->nesterov, cg->grads_round,
+                                  mg->grads_packed, rows, casts ? &cast : NULL);
     else
         rt_cuda_adam_step_rows_dev(sp.params, grads, sp.state1, sp.state2, (size_t)n, c->d_step, k,
                                    per, c->d_lr + item, o->beta1, o->beta2, o->eps,
                                    o->weight_decay, o->kind == RT_OPTIM_ADAMW,
-                                   c->groups[g].grads_round, mg->grads_packed, rows);
+                                   cg->grads_round, mg->grads_packed, rows, casts ? &cast : NULL);
     rt_cuda_set_stream(c->compute);
     cs_trace_close(R, t, s);
 }
@@ -722,6 +745,12 @@ static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t 
 void rtb_optimizer(rt_rank* R, int g, int r, int64_t lo, int64_t glo, int64_t n, int k, int per,
                    int item) {
     optimizer_on(R, optimizer_stream(R, g, r), g, lo, glo, n, k, per, item, NULL, 0);
+}
+
+// Done: the optimizer's kernels wrote them as they stepped (optimizer_on). Under
+// RT_KEEP_UNSHARDED=copy every kept all-gather copies them instead, as FSDP2 would.
+void rtb_optimizer_cast_kept(rt_rank* R, int g, size_t unsharded_off) {
+    (void)R, (void)g, (void)unsharded_off;
 }
 
 // The rows no token looks up need only the step's tokens: on the optimizer stream they step

@@ -15,6 +15,7 @@
 
 #include "kernels.h"
 #include "rt_check.h"
+#include "rt_cuda.h"
 #include "rt_cudnn.h"
 #include "rt_trace.h"
 #include "step_backend.h"
@@ -59,6 +60,8 @@ typedef struct cuda_group {
                                       // are complete (the optimizer stream waits for it)
     rt_dtype grads_round;             // in-place gradients (rtb_reduce_direct): the dtype the
                                       // optimizer rounds them to as it reads them; else RT_F32
+    rt_cuda_cast_run* cast_runs;      // kept across steps (rt_model_group kept_across): where
+    int ncast_runs;                   // the optimizer step writes the new values (device)
 } cuda_group;
 
 typedef struct cs_span {

@@ -73,6 +73,47 @@ static int reduction_plans(rt_rank* R, int g, int r, const int64_t* block, const
     return rc;
 }
 
+static int by_src(const void* a, const void* b) {
+    const int64_t x = ((const rt_cuda_cast_run*)a)->src, y = ((const rt_cuda_cast_run*)b)->src;
+    return (x > y) - (x < y);
+}
+
+// Kept across steps: the direct all-gather's runs of both storages (block: the shard
+// offsets, un[k]: storage k's), by shard offset, for the optimizer to write (rt_cuda_cast).
+static int cast_plan(rt_rank* R, int g, const int64_t* block, int64_t* const* un) {
+    cuda_group* cg = &((cuda_rank*)R->backend)->groups[g];
+    const rt_fsdp_layout* L = &R->groups[g].layout;
+    rt_copy_plan p[UN_STORAGES] = {{0}};
+    int st = 0, n = 0;
+    for (int k = 0; k < UN_STORAGES && !st; k++) {
+        st = rt_copy_all_gather_direct(&p[k], L, block, un[k]);
+        n += p[k].nruns;
+    }
+    rt_cuda_cast_run* runs = st ? NULL : calloc((size_t)n + 1, sizeof *runs);
+    int m = 0;
+    for (int k = 0; k < UN_STORAGES && runs; k++)
+        for (int i = 0; i < p[k].nruns; i++)
+            if (p[k].runs[i].src >= 0 && p[k].runs[i].n > 0)
+                runs[m++] = (rt_cuda_cast_run){p[k].runs[i].src, p[k].runs[i].n, p[k].runs[i].dst,
+                                               k == UN_PACKED};
+    for (int k = 0; k < UN_STORAGES; k++) rt_copy_plan_free(&p[k]);
+    cudaError_t e = cudaSuccess;
+    if (runs && m) {
+        qsort(runs, (size_t)m, sizeof *runs, by_src);
+        e = cudaMalloc((void**)&cg->cast_runs, (size_t)m * sizeof *runs);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(cg->cast_runs, runs, (size_t)m * sizeof *runs, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) cg->ncast_runs = m;
+    }
+    free(runs);
+    if (!runs || e != cudaSuccess) {
+        fprintf(stderr, "fsdpgen: rank %d: the optimizer's cast plan of group '%s': %s\n", R->rank,
+                L->name, !runs ? "out of host memory" : cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+
 static int group_plans(rt_rank* R, int g) {
     cuda_rank* c = R->backend;
     const rt_model* m = R->model;
@@ -118,6 +159,7 @@ static int group_plans(rt_rank* R, int g) {
                               rt_copy_post_forward(&p, &rg->pf_layout, un[k], pf), &rg->pf_layout);
         }
     }
+    if (!rc && mg->kept_across) rc = cast_plan(R, g, block, un);
     if (!rc && (cudaEventCreateWithFlags(&cg->ag_done, cudaEventDisableTiming) != cudaSuccess ||
                 cudaEventCreateWithFlags(&cg->reduced, cudaEventDisableTiming) != cudaSuccess)) {
         fprintf(stderr, "fsdpgen: rank %d: cudaEventCreate failed\n", R->rank);
@@ -337,6 +379,7 @@ void rtb_rank_free(rt_rank* R) {
             rtcs_plan_free(&cg->pf_ag_out[k]);
             rtcs_plan_free(&cg->pf_shards[k]);
         }
+        if (cg->cast_runs) cudaFree(cg->cast_runs);
         if (cg->ag_done) cudaEventDestroy(cg->ag_done);
         if (cg->reduced) cudaEventDestroy(cg->reduced);
     }
