@@ -359,6 +359,7 @@ function M.plan(plan, packed)
     if (plan.kept_across or {})[g.index] then
       g.kept_buf = buf(Q(g) .. " unsharded params (kept across steps)", "persistent",
         4 * g.unsharded_words, 0, n + 1)
+      if g.kept_buf then g.kept_buf.kept_across = true end  -- none: nothing unsharded to keep
       open["unsharded " .. g.index] = g.kept_buf
     end
   end
@@ -571,8 +572,11 @@ function M.plan(plan, packed)
     b.seq = k
     order[k] = b
   end
+  -- Buffers kept across steps after the other persistent ones: the CUDA backend's host
+  -- mirror of the sharded state (rt_step_persistent_end) then leaves them out.
   table.sort(order, function(a, b)
     if a.first ~= b.first then return a.first < b.first end
+    if (a.kept_across or false) ~= (b.kept_across or false) then return not a.kept_across end
     if a.bytes ~= b.bytes then return a.bytes > b.bytes end
     if a.name ~= b.name then return a.name < b.name end
     return a.seq < b.seq

@@ -92,6 +92,14 @@ if ran w1_keep_microbatch && ran w1_keep_off; then
     python3 tests/common/same_tensors.py "$ck/keep.st" "$ck/off.st"
   verdict $? "w1_keep_microbatch: 8 steps give the weights of w1_keep_off (unsharded params freed) bit for bit" \
     "w1_keep_microbatch: its weights after 8 steps differ from w1_keep_off's (or a run failed)"
+  # kept across steps: a resumed run casts the loaded shards into them before its first step
+  build/w1_keep_microbatch/w1_keep_microbatch --steps 4 --checkpoint "$ck/ck" >/dev/null 2>&1 &&
+    build/w1_keep_microbatch/w1_keep_microbatch --resume "$ck/ck" --steps 4 --val-every 3 \
+      --save "$ck/resumed.st" >/dev/null 2>&1 &&
+    build/w1_keep_microbatch/w1_keep_microbatch --steps 8 --val-every 3 --save "$ck/full.st" >/dev/null 2>&1 &&
+    cmp -s "$ck/full.st" "$ck/resumed.st"
+  verdict $? "w1_keep_microbatch: resumed from a checkpoint at step 4, step 8's weights equal an uninterrupted run's" \
+    "w1_keep_microbatch: a run resumed at step 4 differs from an uninterrupted one (or failed)"
   rm -rf "$ck"
 fi
 echo "$pass passed, $fail failed"
