@@ -5,7 +5,7 @@
 -- (bench/specs/llama_1b.lua links to this file, hence its name; bench/torch_fsdp2.py
 -- builds the same model with `--config llama_1b`). The memory plan, which sizes the CUDA
 -- arena, predicts 39.3 GB per GPU at batch 4 (it stores compute buffers as fp32, but for
--- the packed 16-bit ones: docs/cuda.md "Numbers"), 1.9 GB of it the blocks' unsharded
+-- the packed 16-bit ones: docs/cuda.md "Numbers"), 2.5 GB of it the unsharded bf16
 -- parameters, kept across steps at one rank and written by AdamW (docs/spec.md
 -- keep_unsharded). One GPU as written: set world_size = N.
 -- Size: large (plans anywhere in a second; trains on GPUs with --cuda)

@@ -199,7 +199,8 @@ function M.step_line(st, plan)
     end
     if st.opt_per > 1 then detail = detail .. string.format(" (the group's optimizer step %d of %d)", st.opt_k, st.opt_per) end
     if plan.spec.lr_schedule then detail = detail .. string.format(", lr of item %d", st.opt_item) end
-    if st.across then detail = detail .. ", then cast into the unsharded params kept across steps" end
+    -- (by rows: a parameter read from the shards, with nothing to cast; plan/keep.lua)
+    if st.across and not st.rows then detail = detail .. ", then cast into the unsharded params kept across steps" end
   elseif st.op == "all_gather_sync" then
     name = "all groups"
     detail = "all-gather streams wait for compute (" .. st.why .. ")"

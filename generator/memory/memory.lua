@@ -25,6 +25,7 @@ local step_ops = require("memory.step_ops")
 local views = require("memory.views")
 local planner = require("plan.planner")
 local hooks = require("plan.hooks")
+local keep = require("plan.keep")
 local optimizer = require("plan.optimizer")
 local trace = require("spec.trace")
 
@@ -602,6 +603,9 @@ function M.plan_all(plan)
   if ev then
     mark(ev)
     mark(after)
+  end
+  keep.persist(plan, ev, ev and after)  -- after mark: it reads which parameters the shards serve
+  if ev then
     local also = grad_assigns.packed_groups(after, after.in_place, after.grad_assigns)
     for k in pairs(packed) do packed[k] = also[k] end
   end

@@ -11,13 +11,16 @@
 -- (memory.lua), as if the group were not resharded. The spec's keep_unsharded = false
 -- frees it as FSDP2 does.
 --
--- Across steps (M.persist): a group at one rank that is stepped while resharded, and never
--- by token rows, keeps its unsharded parameters for good. Its optimizer step writes each
--- new value into them too (st.across), as llm.c's AdamW writes its bf16 copy (on the GPU in
--- the optimizer's kernel, beside the backward), so no all-gather of it in any program (step,
--- eval, step after an eval) copies anything. The buffer is a persistent one of the memory
--- plan (memory.lua), which the runtime fills before the first step and after anything
--- writes the parameters (rt_step_refresh_kept).
+-- Across steps (M.persist): a group at one rank that is stepped while resharded, and by
+-- token rows only where lookups read the parameter from the shards, keeps its unsharded
+-- parameters for good. Its optimizer step writes each new value into them too (st.across),
+-- as llm.c's AdamW writes its bf16 copy (on the GPU in the optimizer's kernel, beside the
+-- backward), so no all-gather of it in any program (step, eval, step after an eval) copies
+-- anything. The buffer is a persistent one of the memory plan (memory.lua), which the
+-- runtime fills before the first step and after anything writes the parameters
+-- (rt_step_refresh_kept).
+local optimizer = require("plan.optimizer")
+
 local M = {}
 
 -- The index of the step after i that copies group g's shards again (a direct all-gather)
@@ -52,12 +55,22 @@ function M.mark(plan)
   end
 end
 
+-- Whether optimizer step st steps only parameters that no all-gather copies (read from
+-- the shards: memory/packing.lua mark_shard_reads, `from_shard`).
+local function steps_shard_reads(st)
+  for _, p in ipairs(optimizer.stepped_params(st)) do
+    if not p.from_shard then return false end
+  end
+  return true
+end
+
 -- Whether group g of a training program can keep its unsharded parameters across steps:
 -- one rank, no offload (persistent buffers there live in host memory), and every optimizer
 -- step of it taken while it is resharded (an unsharded group computes with the values of
--- its last all-gather until its reshard, as in FSDP2) and none by rows (the rows no token
--- looks up are stepped from the step's start, before the forward reads the parameters:
--- optimizer.lua Sim:split_token_rows).
+-- its last all-gather until its reshard, as in FSDP2), none by rows of a parameter that
+-- the all-gathers copy (the rows no token looks up are stepped from the step's start,
+-- before the forward reads the parameters: optimizer.lua Sim:split_token_rows; Llama's
+-- untied embedding is read from the shards, GPT-2's tied one is not).
 local function persists(plan, g)
   if g.shard ~= 1 or g.state.offload then return false end
   local unsharded = false
@@ -65,18 +78,20 @@ local function persists(plan, g)
     if st.group == g then
       if st.op == "all_gather" then unsharded = true
       elseif st.op == "reshard" or st.op == "all_gather_drop" then unsharded = false
-      elseif st.op == "optimizer" and (st.rows or unsharded) then return false end
+      elseif st.op == "optimizer" and (unsharded or st.rows and not steps_shard_reads(st)) then
+        return false
+      end
     end
   end
   return true
 end
 
--- Marks the groups that keep their unsharded parameters across steps (plan.kept_across,
--- by group index, in every program) and, in each program, their steps (st.across): the
--- all-gathers kept, the reshards keeping, the optimizer steps casting into them.
-function M.persist(plan)
-  -- rawget: a plan's after_eval is also the planner's method (Sim:after_eval)
-  local ev, after = rawget(plan, "eval_plan"), rawget(plan, "after_eval")
+-- Marks the groups that keep their unsharded parameters across steps (kept_across, by
+-- group index, on the step program and on its eval and step after an eval where given)
+-- and, in each program, their steps (st.across): the all-gathers kept, the reshards
+-- keeping, the optimizer steps casting into them. The memory stage calls it, once it knows
+-- which parameters are read from the shards.
+function M.persist(plan, ev, after)
   local across = {}
   if plan.spec.keep_unsharded then
     for _, g in ipairs(plan.groups) do

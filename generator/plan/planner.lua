@@ -700,7 +700,6 @@ function M.plan(spec)
   errors.track_spec_lines(false)
   -- The eval program and the step after one, planned the same way (their own traces).
   plan_eval(spec, sim)
-  keep.persist(sim)
   return sim
 end
 

@@ -739,10 +739,6 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
     if ((part_rows && rows != part_rows) || (rows == RT_ROWS_FINAL && !part_rows))
         rt_rank_die(R, "optimizer rows %d of reduction %d of group '%s', whose rows are %d (the plan "
                        "steps a part by rows by its own)", rows, r, mg->name, part_rows);
-    if (mg->kept_across)
-        rt_rank_die(R, "optimizer step by rows of group '%s', whose unsharded params are kept "
-                       "across steps (generated plan is inconsistent: they need a whole step)",
-                    mg->name);
     if (!m->tokens || !m->optimizer_rows || R->world != 1 || mg->grads_packed)
         rt_rank_die(R, "optimizer step by rows of group '%s' without token inputs, the model's "
                        "optimizer_rows, at %d ranks or with packed gradients (the plan splits one "
@@ -753,6 +749,11 @@ void rt_step_optimizer_rows(rt_rank* R, int g, int r, int k, int per, int item, 
         const rt_model_param* p = &m->params[mg->params[i]];
         if (p->ndim != 2 || p->shape[0] * p->shape[1] != L->params[i].in_numel)
             rt_rank_die(R, "optimizer step by rows of '%s', which is not a whole 2-D parameter", p->fqn);
+        // the unused rows step from the step's start: nothing kept may hold them
+        if (mg->kept_across && R->groups[g].direct_copied[i] != -1)
+            rt_rank_die(R, "optimizer step by rows of '%s', whose unsharded copy is kept across "
+                           "steps (generated plan is inconsistent: only a parameter read from the "
+                           "shards is stepped by rows there)", p->fqn);
         rtb_optimizer_rows(R, g, r, L->params[i].offset, L->params[i].offset - p->frozen_before,
                            p->shape[0], p->shape[1], k, per, item, rows);
     }

@@ -52,7 +52,7 @@ RTOL, ATOL = 1e-5, 1e-6
 BF16_RTOL = 2e-2
 ADAM_ATOL, ADAM_RARE = 1e-2, 1e-3
 # The default tier's numeric comparisons (every eligible spec with --all).
-NUMERIC_DEFAULT = ["w1_direct_all_gather", "w1_keep_microbatch", "hsdp_shard1_keep", "transformer_w4_int_raf", "microbatch_1f1b", "lr_schedule_warmup_cosine",
+NUMERIC_DEFAULT = ["w1_direct_all_gather", "w1_keep_microbatch", "hsdp_shard1_keep", "w1_offload_keep", "transformer_w4_int_raf", "microbatch_1f1b", "lr_schedule_warmup_cosine",
                    "hsdp_int_reshard", "transformer_w2_bf16", "gpt_bytes", "assign_param_grads", "gpt2_w1_tied_rows",
                    # dropout: recomputed by checkpoint(module) / torch.utils.checkpoint, two forwards, attention's
                    "bwd_prefetch_raf_2_ckpt_composable", "multi_forward_raf_true_ckpt_utils",

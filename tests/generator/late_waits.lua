@@ -20,7 +20,8 @@ local check = util.check
 
 -- A 2-block model `kind` ("Llama", or "Transformer" with weight_tying = `tied`) at `world`
 -- ranks, blocks and root sharded with bf16 parameters (so that residual adds and norms
--- fuse); `extra` is Lua run before the root's fully_shard.
+-- fuse); `extra` is Lua run before the root's fully_shard. keep_unsharded = false: every
+-- all-gather copies, as FSDP2's (kept ones copy nothing to wait for: plan/keep.lua).
 local function plan_model(kind, world, extra, tied)
   local args = kind == "Llama" and "n_layers = 2, dim = 16, n_heads = 2, n_kv_heads = 1, vocab_size = 32, max_seq_len = 8"
     or string.format("n_layers = 2, dim = 8, n_heads = 2, vocab_size = 32, max_seq_len = 8, weight_tying = %s",
@@ -32,7 +33,7 @@ local mp = fsdp.MixedPrecisionPolicy{ param_dtype = "bf16", reduce_dtype = "fp32
 for _, layer in ipairs(model.layers) do fsdp.fully_shard(layer, { mp_policy = mp }) end
 %s
 fsdp.fully_shard(model, { mp_policy = mp })
-return fsdp.spec{ name = "late_probe", model = model, world_size = %d,
+return fsdp.spec{ name = "late_probe", model = model, world_size = %d, keep_unsharded = false,
   input = { batch = 2, seq_len = 8 }, loss = "cross_entropy", optimizer = { "adamw", lr = 1e-3 } }
 ]], kind, args, extra or "", world))
 end

@@ -720,10 +720,11 @@ static void optimizer_on(rt_rank* R, cudaStream_t s, int g, int64_t lo, int64_t 
     rt_optim_span sp = rt_step_optim_span(R, g, lo, glo, n);
     void* grads = no_grads ? NULL : mg->grads_packed ? (void*)sp.grads16 : (void*)sp.grads;
     // kept across steps: the step writes them too (rtb_optimizer_cast_kept), unless
-    // RT_KEEP_UNSHARDED=copy copies them at every all-gather instead
+    // RT_KEEP_UNSHARDED=copy copies them at every all-gather instead; a step by rows steps
+    // a parameter read from the shards, which has no copy (rt_step_optimizer_rows)
     const cuda_group* cg = &c->groups[g];
     rt_cuda_cast cast = {cg->cast_runs, cg->ncast_runs, NULL, mg->param_dtype, lo};
-    const int casts = mg->kept_across && !c->copy_kept && cg->ncast_runs > 0;
+    const int casts = mg->kept_across && !c->copy_kept && !rows && cg->ncast_runs > 0;
     if (casts) cast.un = rt_step_f32(R, mg->kept_off, 0, mg->unsharded_words);
     int t = cs_trace_open(R, s, s == c->opt ? RT_TRACE_OPTIMIZER : RT_TRACE_COMPUTE, mg->name,
                           "optimizer");
