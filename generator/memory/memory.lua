@@ -357,7 +357,7 @@ function M.plan(plan, packed)
   -- so the eval programs find them where the step left them.
   local open = {}   -- key -> buffer
   for _, g in ipairs(plan.groups) do
-    if (plan.kept_across or {})[g.index] then
+    if plan.kept_across[g.index] then
       g.kept_buf = buf(Q(g) .. " unsharded params (kept across steps)", "persistent",
         4 * g.unsharded_words, 0, n + 1)
       if g.kept_buf then g.kept_buf.kept_across = true end  -- none: nothing unsharded to keep

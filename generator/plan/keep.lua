@@ -5,11 +5,11 @@
 -- unsharded parameters (planner.lua direct_all_gather): FSDP2 frees them at the reshard and
 -- copies the same values again at the next unshard unless an optimizer step changed the
 -- shards between. Where it did not, the reshard keeps the buffer (st.keep) and that
--- all-gather copies nothing (st.kept): Llama's blocks are copied once a step, not twice
--- (once for the forward, once for the backward). The events, counts and values are
--- FSDP2's; the memory is not: the buffer lives from the reshard to the all-gather
--- (memory.lua), as if the group were not resharded. The spec's keep_unsharded = false
--- frees it as FSDP2 does.
+-- all-gather copies nothing (st.kept): a block is copied once a step, not twice (once for
+-- the forward, once for the backward), where it is not kept across steps (below; in the
+-- repository, w1_offload_keep's blocks). The events, counts and values are FSDP2's; the
+-- memory is not: the buffer lives from the reshard to the all-gather (memory.lua), as if
+-- the group were not resharded. The spec's keep_unsharded = false frees it as FSDP2 does.
 --
 -- Across steps (M.persist): a group at one rank that is stepped while resharded, and by
 -- token rows only where lookups read the parameter from the shards, keeps its unsharded

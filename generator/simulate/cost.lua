@@ -286,13 +286,17 @@ end
 
 local function dbytes(dtype) return trace.dtype_bytes[dtype] or 4 end
 
--- Bytes of group g's unsharded parameters as the copies write them: param_dtype's bits
--- (packed) or fp32 values; none for one its readers take from the shards (packing.lua
--- mark_shard_reads). With `read` bytes more per element read for each.
-local function unsharded_bytes(g, read)
+-- Bytes of parameters `params` of group g (default: all of them) as the copies write them
+-- to the unsharded parameters: param_dtype's bits (packed) or fp32 values; none for one its
+-- readers take from the shards (packing.lua mark_shard_reads). With `read` bytes more per
+-- element read for each.
+local function unsharded_bytes(g, read, params)
   local n = 0
-  for _, l in ipairs(g.layout.params) do
-    local p = l.param
+  if not params then
+    params = {}
+    for i, l in ipairs(g.layout.params) do params[i] = l.param end
+  end
+  for _, p in ipairs(params) do
     if not p.from_shard then
       n = n + trace.numel(p.shape) * (read + (p.packed and dbytes(g.param_dtype) or 4))
     end
@@ -320,16 +324,6 @@ local function stepped_numel(st)
   local of, n = {}, 0
   for _, l in ipairs(st.group.layout.params) do of[l.param] = l.shard_numel end
   for _, p in ipairs(optimizer.stepped_params(st)) do n = n + of[p] end
-  return n
-end
-
--- Bytes an optimizer line casting into the unsharded params kept across steps writes there:
--- its stepped parameters' that have an unsharded copy, as the copies store them.
-local function cast_bytes(st)
-  local g, n = st.group, 0
-  for _, p in ipairs(optimizer.stepped_params(st)) do
-    if not p.from_shard then n = n + trace.numel(p.shape) * (p.packed and dbytes(g.param_dtype) or 4) end
-  end
   return n
 end
 
@@ -403,7 +397,7 @@ function M.step(st, plan, gpu, k, attention_backward)
     local launches = 1 + ((st.rows == "unused" or st.rows == "final") and 2 or 0)
     -- kept across steps (plan/keep.lua persist): the step also writes the new values to the
     -- unsharded params, in its one kernel (optim.cu rt_cuda_cast)
-    if st.across then bytes = bytes + cast_bytes(st) end
+    if st.across then bytes = bytes + unsharded_bytes(g, 0, optimizer.stepped_params(st)) end
     c.compute = roofline(gpu, k, 0, 1, bytes, k.optimizer, launches)
     c.class, c.launches = "optimizer", launches
   end
