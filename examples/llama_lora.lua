@@ -6,7 +6,7 @@
 -- forward and the backward, but reduce-scatters the adapters' gradients alone, and only
 -- they have sharded gradients and AdamW state (`./fsdpgen plan` shows how small those are).
 -- On Llama 1B with torchtune's 1B LoRA (examples/llama_1b_lora.lua: rank 64 on wq, wv, wo
--- and the MLP) one GPU's plan is 21.9 GiB where the full fine-tune's is 36.6 (20.2 and 34.5
+-- and the MLP) one GPU's plan is 21.8 GiB where the full fine-tune's is 36.1 (20.1 and 34.4
 -- with keep_unsharded = false: the blocks' unsharded weights freed after their forward and
 -- cast again, the frozen ones too, at every all-gather).
 -- Start from trained weights with --load-hf DIR (a LlamaForCausalLM directory of this size;

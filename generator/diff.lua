@@ -220,7 +220,9 @@ function M.summary(old, new, old_label, new_label)
     old.live ~= new.live and old.live and new.live and (" (" .. units.delta(new.live - old.live) .. ")") or "")
   put("  at               %s", arrow(old.live_at, new.live_at))
   if old.live and new.live then
-    put("  first-fit gaps   %s (the predicted peak less the most live)", arrow(old.peak - old.live, new.peak - new.live, size))
+    -- the peak is the top buffer's last byte, the most live whole aligned buffers
+    local function gaps(s) return math.max(0, s.peak - s.live) end
+    put("  placement gaps   %s (the predicted peak less the most live)", arrow(gaps(old), gaps(new), size))
   end
   local kinds, ks = {}, {}
   for k in pairs(old.kinds) do ks[k] = true end

@@ -13,6 +13,7 @@ local hf = require("emit.hf")
 local kernels = require("emit.kernels_c")
 local model_c = require("emit.model_c")
 local memory = require("memory.memory")
+local packing = require("memory.packing")
 local schedule = require("emit.schedule")
 local step_ops = require("memory.step_ops")
 local trace = require("spec.trace")
@@ -108,13 +109,16 @@ function Walker:grad_offset(p)
   return g, l.grad_offset * g.shard
 end
 
-function Walker:val(t, saved_by)
+-- t's value as op `reader` reads it (saved_by: the op whose backward reads it).
+function Walker:val(t, saved_by, reader)
   if t.is_param then
     local g, l = model_c.param_layout(self.plan, t)
-    -- one shard rank: the sharded layout is the unsharded one (packing.lua mark_shard_reads);
-    -- read before the group's wait where that comes at its first unsharded reader
-    -- (late_waits.lua)
-    if t.from_shard then return F(g.params_buf, l.offset, trace.numel(t.shape)) end
+    -- one shard rank: the sharded layout is the unsharded one, and lookups read the shards
+    -- (packing.lua mark_shard_reads), before the group's wait where that comes at its
+    -- first unsharded reader (late_waits.lua)
+    if t.from_shard or (reader and packing.reads_shard(reader, t)) then
+      return F(g.params_buf, l.offset, trace.numel(t.shape))
+    end
     local un = self.unsharded[g.index]
     if not un then error("parameter " .. t.fqn .. " read while its group is not unsharded") end
     return F(un, nil, trace.numel(t.shape), false, t.packed, param_names[t])
@@ -178,7 +182,7 @@ function Walker:ctx(st, saved)
     return F(sb, 0, floats), F(sb, n, floats - n)
   end
   return {
-    val = function(t) return w:val(t, node) end,
+    val = function(t) return w:val(t, node, st.node) end,
     grad = function(t) return w:grad(t, st) end,
     grad_ld = grad_ld,
     -- a stack's stacked operands (stacked_linears): its weights and (unless split) their

@@ -11,7 +11,7 @@ local M = {}
 M.TOP = 5 -- largest buffers named in the .schedule's memory section
 
 -- The step where the most bytes are live at once (the first such; the predicted peak, the
--- arena's top byte, is at least that: first fit leaves gaps), and those buffers. Returns
+-- arena's top byte, is at least that: the placement may leave gaps), and those buffers. Returns
 -- { step = index, bytes = live bytes, count, by_kind = { {kind, bytes} }, top = the TOP
 -- largest (ties by name) }.
 function M.most_live(mem)

@@ -4,14 +4,17 @@
 -- orders compute after that copy. Where the group's first reader comes later (Llama's
 -- root: its embedding is looked up in the fp32 shard, packing.lua mark_shard_reads, so the
 -- final norm is the first to read the root's unsharded parameters, the output head's
--- 1.6 GB of copy), compute waits there instead (the wait `late`), and the copy runs beside
--- the blocks' forward rather than before it. Its all-gather is marked `beside`: it runs
--- on a stream of its own (CUDA: the all-gather collective stream, idle over one shard
--- rank), so that the blocks' copies issued after it do not queue behind it. The events
+-- 1.6 GB of copy; GPT-2's, whose tied embedding is copied for the head alone, likewise),
+-- compute waits there instead (the wait `late`), and the copy runs beside the blocks'
+-- forward rather than before it. Its all-gather is marked `beside`: it runs on a stream
+-- of its own (CUDA: the all-gather collective stream, idle over one shard rank), so that
+-- the blocks' copies issued after it do not queue behind it. The events
 -- and counts are unchanged, and so are the unsharded parameters' lifetimes (from the
 -- issue on, as every direct all-gather's); the next groups' copies may start at the sync
 -- before the issue rather than at the moved wait (memory.lua `synced`), at the step's
 -- start, where little is live.
+local packing = require("memory.packing")
+
 local M = {}
 
 -- Whether step st acts on group g, or reads one of its parameters from the unsharded ones
@@ -21,7 +24,7 @@ local function uses(st, g, params)
   local op = st.node
   if not op then return false end
   for _, t in ipairs(op.ins) do
-    if params[t] and not t.from_shard then return true end
+    if params[t] and not packing.reads_shard(op, t) then return true end
   end
   return false
 end

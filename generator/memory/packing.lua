@@ -188,20 +188,37 @@ local function unsharded_order(g, readers)
   end
 end
 
---   * Unsharded parameters that only linears read, each as its weight (position 2: 2-D with
---     both dims multiples of 8, dense rows and no zero rows for the GEMM to add) or as its
---     bias (position 3: a multiple of 8 values, no padding for cuBLASLt's bias epilogue),
---     in the parameter's 16-bit dtype (backward_in_dtype: no parameter input): the
---     all-gather's copy-out writes param_dtype's bits into the unsharded parameters
---     (rt_model.h `packed`; place_unsharded_params) and the GEMMs read them in place instead
---     of a copy narrowed in every forward and backward (rt_kernels.h RT_PACKED_INP2 and
---     RT_PACKED_INP3: GPT-2's biases, 24 copies a step). The unsharded gradients keep their
---     fp32 layout.
+-- Whether op reads parameter p from the sharded parameters, not the unsharded ones: a
+-- lookup in p at one shard rank (mark_shard_reads).
+function M.reads_shard(op, p)
+  return p.lookup_shard and op.kind == "embedding" and op.ins[2] == p and op.ins[1] ~= p or false
+end
+
+-- The readers of group g's parameter p that read its unsharded copy (all but the lookups
+-- that read its shard). Marks lookup_shard first: the programs share the parameters.
+local function unsharded_readers(g, p, readers)
+  p.lookup_shard = g.shard == 1 or nil
+  local rs = {}
+  for _, r in ipairs(readers[p] or {}) do
+    if not M.reads_shard(r, p) then rs[#rs + 1] = r end
+  end
+  return rs
+end
+
+--   * Unsharded parameters that only linears read (lookups may read their shards), each as
+--     its weight (position 2: 2-D with both dims multiples of 8, dense rows and no zero rows
+--     for the GEMM to add) or as its bias (position 3: a multiple of 8 values, no padding
+--     for cuBLASLt's bias epilogue), in the parameter's 16-bit dtype (backward_in_dtype: no
+--     parameter input): the all-gather's copy-out writes param_dtype's bits into the
+--     unsharded parameters (rt_model.h `packed`; place_unsharded_params) and the GEMMs read
+--     them in place instead of a copy narrowed in every forward and backward (rt_kernels.h
+--     RT_PACKED_INP2 and RT_PACKED_INP3: GPT-2's biases, 24 copies a step). The unsharded
+--     gradients keep their fp32 layout.
 function M.mark_packed_params(plan)
   local readers = readers_of(plan.graph)
   for _, g in ipairs(plan.groups) do
     for _, l in ipairs(g.layout.params) do
-      local p, rs = l.param, readers[l.param] or {}
+      local p, rs = l.param, unsharded_readers(g, l.param, readers)
       local s = p.shape
       local weight = #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0
       local bias = #s == 1 and s[1] % 8 == 0
@@ -222,17 +239,19 @@ end
 --   * At one shard rank the sharded layout is the unsharded one, and the all-gather's copy
 --     rounds the fp32 shards to param_dtype. An embedding's output has its weight's dtype
 --     and the lookup rounds to it (kernels_c forward.embedding), so a lookup of the
---     unrounded fp32 value gives the same bits: a parameter that only lookups read is read
---     from the sharded parameters (`from_shard`, rt_model.h), and the all-gather copies
---     nothing for it (Llama's untied embedding: 2.1 GB of the copy at the step's start).
+--     unrounded fp32 value gives the same bits: there every lookup reads its weight from
+--     the sharded parameters (`p.lookup_shard`, M.reads_shard), and a parameter that only
+--     lookups read is not copied at all (`from_shard`, rt_model.h; Llama's untied
+--     embedding: 2.1 GB of the copy at the step's start). A tied one (GPT-2's) is copied
+--     for the output head alone, its first reader then (late_waits.lua).
 function M.mark_shard_reads(plan)
   local readers = readers_of(plan.graph)
   for _, g in ipairs(plan.groups) do
     for _, l in ipairs(g.layout.params) do
-      local p, rs = l.param, readers[l.param] or {}
-      local ok = g.shard == 1 and #rs > 0
-      for _, r in ipairs(rs) do ok = ok and r.kind == "embedding" and r.ins[2] == p and r.ins[1] ~= p end
-      p.from_shard = ok or nil
+      local p = l.param
+      local all, copied = #(readers[p] or {}), #unsharded_readers(g, p, readers)
+      p.from_shard = (all > 0 and copied == 0) or nil
+      p.lookups_copied = (all > copied and copied > 0) or nil  -- for the .schedule
     end
   end
 end

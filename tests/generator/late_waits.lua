@@ -5,9 +5,9 @@
 -- small specs: where the root's wait goes (before the fused add and final norm, after the
 -- last block's wait), that its all-gather alone is beside, in the schedule text and the
 -- step C (RT_AG_BESIDE); that the memory plan's peak is the one without the move; that
--- HSDP over one shard rank moves it too; and that nothing moves at two ranks, with a tied
--- embedding (the lookup reads the unsharded weight), in the backward (the next group's
--- prefetch is waited for after the group's first use) or in the eval. The stream order is
+-- HSDP over one shard rank moves it too, as does a tied embedding (the lookup reads the
+-- shards, the head the copy); and that nothing moves at two ranks, in the backward (the
+-- next group's prefetch is waited for after the group's first use) or in the eval. The stream order is
 -- test_stream_order's (tests/train/run.sh), the bits cuda_step's (llama_w1_bf16 on the
 -- CPU and the emulator).
 -- Run from the repository root: lua5.4 tests/generator/late_waits.lua
@@ -105,6 +105,18 @@ late, beside = marks(own)
 check(late == "root@forward" and beside == "root@forward",
   string.format("the embedding a group of its own: the root's wait moved (%s; beside %s)", late, beside))
 
+-- A tied embedding (GPT-2's): the lookup reads the shards, so the root's wait moves down
+-- to the final norm, its first reader of the copy (the output head's weight).
+local tied = plan_model("Transformer", 1, nil, true)
+late, beside = marks(tied)
+local tw = index(tied, function(st) return st.late end)
+local lookup = index(tied, function(st) return st.node and st.node.kind == "embedding" and st.phase == "forward" end)
+local norm_at = tw and tied.steps[tw + 2]
+check(late == "root@forward" and beside == "root@forward" and lookup and lookup < tw
+  and norm_at and norm_at.node.kind == "layer_norm",
+  string.format("a tied embedding: the root's wait moved after the lookup to the final norm (%s; beside %s)",
+    late, beside))
+
 -- HSDP over replicas of one shard rank: its all-gathers are copies too, and the root's
 -- wait moves as at one GPU.
 local hsdp = util.plan_source([[
@@ -123,7 +135,6 @@ check(late == "root@forward" and beside == "root@forward",
 -- Nothing moves where the first reader comes first, or where no other wait precedes it.
 local cases = {
   { "two ranks (all-gathers are collectives)", { "Llama", 2 } },
-  { "a tied embedding (the lookup reads the unsharded weight)", { "Transformer", 1, nil, true } },
 }
 for _, c in ipairs(cases) do
   local p = plan_model(table.unpack(c[2], 1, 4))

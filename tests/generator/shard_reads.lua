@@ -1,11 +1,12 @@
 -- Parameters read from the shards (generator/memory/packing.lua mark_shard_reads): at one
--- shard rank, a parameter that only embedding lookups read is looked up in the fp32
--- sharded parameters (the lookup's output is rounded to its dtype anyway), its all-gather
--- copies nothing for it (rt_model.h from_shard) and the schedule line names it. Checked on
--- Llama 1B (its untied embedding), GPT-2 124M (the tied embedding stays copied: the head
--- reads it too), the same Llama at two ranks (nothing), and on every repository spec: a
--- parameter marked so is only in a group of one shard rank, only lookups read it, and no
--- line of the step C reads its unsharded slot.
+-- shard rank, every embedding lookup reads the fp32 sharded parameters (the lookup's
+-- output is rounded to its dtype anyway); a parameter that only lookups read is not
+-- copied by its all-gather (rt_model.h from_shard), and the schedule line names it.
+-- Checked on Llama 1B (its untied embedding), GPT-2 124M (the tied embedding is looked up
+-- in the shards and copied for the head), the same Llama at two ranks (nothing), and on
+-- every repository spec: a parameter marked so is only in a group of one shard rank, only
+-- lookups read it, and no line of the step C reads its unsharded slot; every lookup in a
+-- group of one shard rank reads the shards, and no other.
 -- Run from the repository root: lua5.4 tests/generator/shard_reads.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local emit_step = require("emit.emit_step")
@@ -83,11 +84,25 @@ for _, st in ipairs(llama_copied.steps) do
   end
 end
 
--- GPT-2 124M: the tied embedding is the head's weight too: copied. The position
--- embedding only lookups read.
+-- GPT-2 124M: the tied embedding is the head's weight too: copied, for the head. The
+-- position embedding only lookups read. Both lookups read the shards, so the root's copy
+-- is waited for at the final norm (late_waits.lua).
 local gpt2 = util.plan("examples/gpt2_124m.lua")
 check(from_shard(gpt2) == "pos_embeddings.weight", "gpt2_124m: the position embedding only (the tied "
   .. "token embedding is the head's weight too): " .. from_shard(gpt2))
+local gc = emit_step.render(gpt2, "gpt2_124m.lua", gpt2.spec.name)
+sharded, other = lookups(gc, "tok_embeddings.weight")
+check(sharded == 4 and other == 0, string.format("gpt2_124m: the step's and the eval's four lookups read "
+  .. "B_root_sharded_params (%d), none P_tok_embeddings_weight (%d)", sharded, other))
+check(count(gc, "#define P_tok_embeddings_weight ") == 1 and count(gc, "P_tok_embeddings_weight") >= 3,
+  "gpt2_124m: the tied weight keeps its unsharded offset, which the head reads")
+line = nil
+for _, st in ipairs(gpt2.steps) do
+  if st.op == "all_gather" and st.group.name == "" then line = line or schedule.step_line(st, gpt2) end
+end
+check(line and line:find("lookups read tok_embeddings.weight from the shards too", 1, true)
+  and line:find("beside the next groups' copies", 1, true),
+  "gpt2_124m: the root's all-gather line says the lookups read the tied weight's shards: " .. tostring(line))
 
 -- Llama at two ranks: its shards are not its layout.
 local w2 = util.plan_source([[
@@ -126,6 +141,19 @@ local specs = util.each_planned(function(path, plan, code)
       end
     end
   end
+  -- each lookup in the shards exactly where its weight's group has one shard rank
+  local want = 0
+  for _, prog in ipairs({ plan, plan.eval_plan or false, plan.after_eval_plan or false }) do
+    for _, st in ipairs(prog and prog.steps or {}) do
+      local op = st.node
+      if st.op == "forward" and op.kind == "embedding" and op.ins[2].lookup_shard then want = want + 1 end
+    end
+  end
+  local got = 0
+  for args in code:gmatch("rt_embedding_[%w_]*forward(%b())") do
+    if args:find("_sharded_params", 1, true) then got = got + 1 end
+  end
+  if got ~= want then bad = string.format("%d lookups read the shards, %d planned to", got, want) end
   check(not bad, path .. ": parameters read from the shards as planned" .. (bad and (": " .. bad) or ""))
 end)
 check(marked >= 4, string.format("%d parameters of %d specs read from the shards", marked, specs))

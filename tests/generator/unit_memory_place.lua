@@ -1,6 +1,9 @@
--- Unit tests of the memory plan's first fit (generator/memory/memory.lua M.place): on random
--- buffer sets it gives the offsets, peak and arena of a plain first fit that scans every
--- buffer still alive, and no two buffers alive at one step overlap.
+-- Unit tests of the memory plan's placements (generator/memory/memory.lua): on random
+-- buffer sets, first fit (M.place) gives the offsets, peak and arena of a plain first fit
+-- that scans every buffer still alive, and no two buffers alive at one step overlap;
+-- largest first (M.place_by_size) leaves the persistent buffers where first fit put them,
+-- overlaps nothing either, and reaches the most bytes live at once where first fit's gaps
+-- do not.
 -- Run from the repository root: lua5.4 tests/generator/unit_memory_place.lua
 package.path = "generator/?.lua;./?.lua;" .. package.path
 local memory = require("memory.memory")
@@ -92,5 +95,54 @@ for i, b in ipairs(bufs) do offs[i] = b.offset // 256 end
 check(table.concat(offs, ",") == "0,1,3,4,5,1",
   "buffers ending at step 1 free units 1..3 as one hole: 4 units go on top, 3 into the hole (got "
   .. table.concat(offs, ",") .. ")")
+
+-- Largest first, after first fit: persistent buffers (step 0 to the end) stay, no overlap,
+-- the peak at least the most live at once and the arena's top byte.
+local function most_live(bufs)
+  local most = 0
+  for _, a in ipairs(bufs) do
+    local live = 0
+    for _, b in ipairs(bufs) do
+      if b.first <= a.first and a.first <= b.last then live = live + b.bytes end
+    end
+    most = math.max(most, live)
+  end
+  return most
+end
+local better = 0
+for trial = 1, 40 do
+  local bufs = random_buffers(math.random(5, 200), math.random(2, 60), trial % 2 == 0 and 1 or 64)
+  local steps = 0
+  for _, b in ipairs(bufs) do steps = math.max(steps, b.last) end
+  for i = 1, math.random(0, 4) do
+    bufs[#bufs + 1] = { first = 0, last = steps, bytes = 256 * i, size = 256 * i, kind = "persistent" }
+  end
+  table.sort(bufs, function(a, b)
+    if a.first ~= b.first then return a.first < b.first end
+    return (a.kind and 0 or 1) < (b.kind and 0 or 1)
+  end)
+  local fpeak = memory.place(bufs)
+  local kept = {}
+  for i, b in ipairs(bufs) do kept[i] = b.kind and b.offset end
+  local peak, arena = memory.place_by_size(bufs)
+  local stay, top = true, 0
+  for i, b in ipairs(bufs) do
+    stay = stay and (not b.kind or b.offset == kept[i])
+    top = math.max(top, b.offset + b.bytes)
+  end
+  local most = most_live(bufs)
+  if peak < fpeak then better = better + 1 end
+  check(stay and not overlaps(bufs) and arena == top and peak <= arena and arena >= most, string.format(
+    "largest first, trial %d: %d buffers, persistent ones unmoved, no overlap, arena %d (most live %d)",
+    trial, #bufs, arena, most))
+end
+check(better >= 5, string.format("largest first has the lower peak in %d of 40 random sets", better))
+
+-- First fit's gap: a unit freed at step 1 leaves a hole that the 2 units from step 2 on
+-- do not fit (4 units in all); largest first puts those 2 at the bottom, the first unit
+-- under them and the other above (3 units).
+bufs = { B(0, 1, 1), B(0, 3, 1), B(2, 3, 2) }
+check(memory.place(bufs) == 256 * 4 and memory.place_by_size(bufs) == 256 * 3,
+  "a hole first fit cannot use: 4 units by first fit, 3 largest first")
 
 checks.finish()
