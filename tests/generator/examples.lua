@@ -2,7 +2,8 @@
 -- what it shows, its size (`-- Size: small` ones are trained by tests/examples/run.sh and
 -- tested by tests/conformance) and a `-- Run:` command naming its own file, and no two
 -- share a spec name (they would share build/<name>/). The benchmark's configs
--- (bench/specs/*.lua) are links to examples, so the two never drift apart.
+-- (bench/specs/*.lua) are links to examples, so the two never drift apart. The README's
+-- tour quotes lines of examples/tiny.lua's .schedule: each is one of its lines.
 -- Run from the repository root: lua5.4 tests/generator/examples.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local errors = require("spec.errors")
@@ -45,6 +46,31 @@ for _, path in ipairs(files) do
   end
 end
 check(small >= 3, string.format("%d examples are small enough to train in CI (at least 3)", small))
+
+-- The README's excerpt of tiny.schedule: each line (its columns' spaces squeezed, "..."
+-- standing for any text) is a line of the schedule `fsdpgen plan` writes.
+local schedule = require("emit.schedule")
+local function squeeze(l) return (l:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")) end
+local tiny = util.plan("examples/tiny.lua")
+local lines = {}
+for l in (schedule.render(tiny, "tiny.lua") .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = squeeze(l) end
+local readme = io.open("README.md"):read("a")
+local excerpt = readme:match("%*%*3%. The `%.schedule`%.%*%*.-```\n(.-)```")
+local quoted, missing = 0, {}
+for l in (excerpt or ""):gmatch("([^\n]*)\n") do
+  local want = squeeze(l)
+  if want ~= "..." and want ~= "" then
+    quoted = quoted + 1
+    local pat = "^" .. want:gsub("%p", "%%%0"):gsub("%%%.%%%.%%%.", ".-") .. "$"
+    local found = false
+    for _, have in ipairs(lines) do
+      if have:find(pat) then found = true break end
+    end
+    if not found then missing[#missing + 1] = l end
+  end
+end
+check(quoted >= 5 and #missing == 0, string.format("README's tour quotes %d lines of tiny.schedule, each "
+  .. "as fsdpgen writes it%s", quoted, #missing > 0 and (": not so: " .. table.concat(missing, " | ")) or ""))
 
 -- The benchmark configs are the examples, not copies.
 for _, b in ipairs({ "gpt2_124m", "llama_1b" }) do
