@@ -222,7 +222,8 @@ function M.summary(old, new, old_label, new_label)
   if old.live and new.live then
     -- the peak is the top buffer's last byte, the most live whole aligned buffers
     local function gaps(s) return math.max(0, s.peak - s.live) end
-    put("  placement gaps   %s (the predicted peak less the most live)", arrow(gaps(old), gaps(new), size))
+    put("  placement gaps   %s (the predicted peak less the most live)",
+      arrow(gaps(old), gaps(new), size))
   end
   local kinds, ks = {}, {}
   for k in pairs(old.kinds) do ks[k] = true end

@@ -125,10 +125,10 @@ function M.step_line(st, plan)
     local from_shard, also = {}, {}  -- packing.lua mark_shard_reads
     for _, l in ipairs(g.layout.params) do
       if l.param.from_shard then from_shard[#from_shard + 1] = l.param.fqn end
-      if l.param.lookups_copied then also[#also + 1] = l.param.fqn end
+      if l.param.shard_lookups then also[#also + 1] = l.param.fqn end
     end
-    detail = string.format("%d x %s straight into the unsharded params (one rank: no collective%s%s%s)",
-      g.layout.shard_numel, g.param_dtype,
+    detail = string.format("%d x %s straight into the unsharded params (one rank: no "
+      .. "collective%s%s%s)", g.layout.shard_numel, g.param_dtype,
       st.beside and "; on a stream of its own, beside the next groups' copies" or "",
       #from_shard == 0 and ""
         or "; not copied, as lookups read them from the shards: " .. table.concat(from_shard, ", "),

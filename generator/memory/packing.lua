@@ -251,7 +251,8 @@ function M.mark_shard_reads(plan)
       local p = l.param
       local all, copied = #(readers[p] or {}), #unsharded_readers(g, p, readers)
       p.from_shard = (all > 0 and copied == 0) or nil
-      p.lookups_copied = (all > copied and copied > 0) or nil  -- for the .schedule
+      -- copied, and looked up in the shards too (the .schedule says so)
+      p.shard_lookups = (all > copied and copied > 0) or nil
     end
   end
 end

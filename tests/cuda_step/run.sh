@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA step backend (runtime/cuda/step) and `fsdpgen build --cuda`.
-# Everywhere (CI has nvcc, cuBLAS and NCCL but no GPU): every spec below builds with --cuda
-# (the generated C links against the CUDA backend). The copy plans its kernel runs are
-# checked by tests/runtime (test_fsdp_copy).
+# Everywhere (CI has nvcc, cuBLAS and NCCL but no GPU): every spec below, and the
+# benchmark's two, builds with --cuda (the generated C links against the CUDA backend). The
+# copy plans its kernel runs are checked by tests/runtime (test_fsdp_copy).
 # On the GPU (nvidia-smi lists one), or without one on the CPU emulator (tests/cuda/emu):
 #   - the generated conformance test of each spec on the CUDA backend (world 2 and 4 run
 #     every rank on the one GPU: --local); on the emulator's slow tier (FSDPGEN_SLOW=1) also
@@ -146,6 +146,17 @@ fi
 # ... and LoRA there, its first block's dK (no tensor needs it) in the site's spare scratch;
 # lora_b starts at zeros (lora_llama_w1_ckpt_bf16's tolerance, above)
 [ "$gpu" = 1 ] && specs+=("tests/cuda_step/llama_lora_cudnn_bf16.lua 8e-2")
+# The benchmark's own binaries (bench/run.sh runs them on a GPU; 2 s each here): their
+# step C at the full sizes compiles and links, so a GPU run does not find it broken.
+for spec in bench/specs/gpt2_124m.lua bench/specs/llama_1b.lua; do
+    if ./fsdpgen build "$spec" --cuda -o "$work/bench_build" >"$work/b.log" 2>&1; then
+        pass "fsdpgen build $spec --cuda (the benchmark's binary): $(tail -n 1 "$work/b.log")"
+    else
+        cat "$work/b.log"
+        fail "fsdpgen build $spec --cuda (the benchmark's binary)"
+    fi
+done
+rm -rf "$work/bench_build"
 # Every build first, one at a time (ninja's build log is shared): the CUDA binaries, and the
 # CPU binaries the comparisons below run; the checks of the binaries then run two specs at
 # a time.
