@@ -631,6 +631,18 @@ function M.plan(plan, packed)
   else
     for k, b in ipairs(order) do b.offset = first_fit[k] end
   end
+  -- the persistent buffers are the arena's bottom, nothing else among them: the CUDA
+  -- backend mirrors [0, their end) on the host, and offload keeps it there
+  local persistent_end = 0
+  for _, b in ipairs(order) do
+    if b.kind == "persistent" then persistent_end = math.max(persistent_end, b.offset + b.bytes) end
+  end
+  for _, b in ipairs(order) do
+    if b.kind ~= "persistent" and not b.alias and b.bytes > 0 and b.offset < persistent_end then
+      error(string.format("internal: buffer '%s' placed at %d, below the persistent buffers' end %d",
+        b.name, b.offset, persistent_end))
+    end
+  end
   local totals = {}
   for _, b in ipairs(order) do totals[b.kind] = (totals[b.kind] or 0) + b.bytes end
   return { buffers = order, peak = peak, arena = arena, totals = totals }
