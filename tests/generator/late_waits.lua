@@ -7,9 +7,9 @@
 -- step C (RT_AG_BESIDE); that the memory plan's peak is the one without the move; that
 -- HSDP over one shard rank moves it too, as does a tied embedding (the lookup reads the
 -- shards, the head the copy); and that nothing moves at two ranks, in the backward (the
--- next group's prefetch is waited for after the group's first use) or in the eval. The stream order is
--- test_stream_order's (tests/train/run.sh), the bits cuda_step's (llama_w1_bf16 on the
--- CPU and the emulator).
+-- next group's prefetch is waited for after the group's first use) or in the eval. The
+-- stream order is test_stream_order's (tests/train/run.sh), the bits cuda_step's
+-- (llama_w1_bf16 on the CPU and the emulator).
 -- Run from the repository root: lua5.4 tests/generator/late_waits.lua
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 local schedule = require("emit.schedule")

@@ -2,8 +2,8 @@
 -- buffer sets, first fit (M.place) gives the offsets, peak and arena of a plain first fit
 -- that scans every buffer still alive, and no two buffers alive at one step overlap;
 -- largest first (M.place_by_size) leaves the persistent buffers where first fit put them,
--- overlaps nothing either, and reaches the most bytes live at once where first fit's gaps
--- do not.
+-- overlaps nothing either, and peaks lower on some sets (and on a hole first fit cannot
+-- use, by hand).
 -- Run from the repository root: lua5.4 tests/generator/unit_memory_place.lua
 package.path = "generator/?.lua;./?.lua;" .. package.path
 local memory = require("memory.memory")
