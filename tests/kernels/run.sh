@@ -26,7 +26,7 @@ if ! ninja -f runtime/kernels.ninja kernels_tests kernels_asan_tests; then
     exit 1
 fi
 
-suites="test_dense test_norm test_activation test_round test_assign test_rope test_attention test_dropout test_attention_dropout test_loss test_packed test_scaled_linear test_optim test_threads"
+suites="test_dense test_norm test_activation test_round test_assign test_rope test_attention test_dropout test_attention_dropout test_loss test_packed test_scaled_linear test_optim test_threads test_vmath"
 passed=0
 failed=0
 # halt_on_error + no recovery: a sanitizer report fails the suite

@@ -21,6 +21,7 @@
 #include "../../common/philox.h"
 #include "kcheck.h"
 #include "kround.h"
+#include "vmath.h"
 
 // ----------------------------------------------------------------------------
 // sizes
@@ -68,6 +69,13 @@ static inline float keep_(const drop_* d, int T, int i, int j) {
     return rt_dropout_factor_inl(u, d->p, d->scale);
 }
 
+// row[s] = exp(row[s] - mx) * scale for s < len: its own loop, which vectorises (vmath.h);
+// the sums over it stay in order, so the bits do not depend on the vector width.
+RT_VEC_CLONES
+static void exp_row_(float* row, int len, float mx, float scale) {
+    for (int s = 0; s < len; s++) row[s] = rt_vexpf(row[s] - mx) * scale;
+}
+
 // ----------------------------------------------------------------------------
 // forward core: P (probs slice or scratch) gets the probabilities; stats (nullable)
 // gets each row's (max, 1/sum); with drop (nullable) P * Z is what multiplies v (and what P
@@ -82,12 +90,9 @@ static void forward_head_(float* out, float* P, float* stats, const float* q, co
         const int len = causal ? t + 1 : T;  // keys visible to query t
         float mx = row[0];
         for (int s = 1; s < len; s++) mx = row[s] > mx ? row[s] : mx;
+        exp_row_(row, len, mx, 1.0f);
         double sum = 0.0;
-        for (int s = 0; s < len; s++) {
-            float e = expf(row[s] - mx);
-            row[s] = e;
-            sum += e;
-        }
+        for (int s = 0; s < len; s++) sum += row[s];
         const float inv = (float)(1.0 / sum);
         for (int s = 0; s < len; s++) row[s] *= inv;
         for (int s = len; s < T; s++) row[s] = 0.0f;
@@ -111,10 +116,7 @@ static void recompute_probs_(float* P, const float* stats, const float* q, const
         float* row = P + (size_t)t * T;
         const int len = causal ? t + 1 : T;
         const float mx = stats[2 * t], inv = stats[2 * t + 1];
-        for (int s = 0; s < len; s++) {
-            float e = expf(row[s] - mx);
-            row[s] = e * inv;
-        }
+        exp_row_(row, len, mx, inv);
         for (int s = len; s < T; s++) row[s] = 0.0f;
     }
 }

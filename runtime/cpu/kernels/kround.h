@@ -14,6 +14,17 @@
 // v rounded to dt (RT_F32: v).
 static inline float rt_kround(float v, rt_dtype dt) { return rt_round_inl(v, dt); }
 
+// A kernel's loop as a function of the dtype it rounds to, inlined where RT_KBY_DT calls it.
+#define RT_KLOOP static inline __attribute__((always_inline))
+
+// loop(args..., dt) with dt the constant RT_F32 or RT_BF16 where it is one: the rounding's
+// branch on the dtype folds away in each copy, so that the fp32 and bf16 loops vectorise
+// (fp16's rounding has a loop of its own).
+#define RT_KBY_DT(dt, loop, ...)                                                                \
+    ((dt) == RT_F32    ? loop(__VA_ARGS__, RT_F32)                                              \
+     : (dt) == RT_BF16 ? loop(__VA_ARGS__, RT_BF16)                                             \
+                       : loop(__VA_ARGS__, (dt)))
+
 // x[0..n) rounded to dt in place: for outputs an external routine (OpenBLAS) wrote.
 static inline void rt_kround_buf(float* x, size_t n, rt_dtype dt) {
     if (dt == RT_BF16)

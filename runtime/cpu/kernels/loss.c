@@ -6,6 +6,7 @@
 
 #include "kcheck.h"
 #include "kround.h"
+#include "vmath.h"
 
 // ----------------------------------------------------------------------------
 // sum loss: loss = sum(logits)
@@ -32,12 +33,25 @@ static void ce_check_target_(int32_t t, int n, int V) {
               n, V);
 }
 
-// max and sum(exp(x - max)) of one row; the max shift keeps exp from overflowing.
+// y[j] = RT_KBASE(y[j], assign) + exp(x[j] - mx) * scale for j < n, in a loop that
+// vectorises (vmath.h).
+RT_VEC_CLONES
+static void exp_shifted_(float* y, const float* x, int n, float mx, float scale, int assign) {
+    for (int j = 0; j < n; j++) y[j] = RT_KBASE(y[j], assign) + rt_vexpf(x[j] - mx) * scale;
+}
+
+// max and sum(exp(x - max)) of one row; the max shift keeps exp from overflowing. The
+// exps a chunk at a time, then summed in order.
 static void row_lse_(const float* x, int V, float* mx_out, double* sum_out) {
     float mx = x[0];
     for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
     double s = 0.0;
-    for (int j = 0; j < V; j++) s += expf(x[j] - mx);
+    float e[256];
+    for (int j0 = 0; j0 < V; j0 += 256) {
+        const int n = V - j0 < 256 ? V - j0 : 256;
+        exp_shifted_(e, x + j0, n, mx, 1.0f, 1);
+        for (int j = 0; j < n; j++) s += e[j];
+    }
     *mx_out = mx;
     *sum_out = s;
 }
@@ -94,7 +108,7 @@ void rt_cross_entropy_backward(float* dlogits, const float* logits, const int32_
         double s;
         row_lse_(x, V, &mx, &s);
         const float gs = (float)(g / s);  // softmax_j * g = exp(x_j - mx) * (g / s)
-        for (int j = 0; j < V; j++) dx[j] = RT_KBASE(dx[j], as) + expf(x[j] - mx) * gs;
+        exp_shifted_(dx, x, V, mx, gs, as);
         dx[t] -= (float)g;
         rt_kround_buf(dx, (size_t)V, dt);
     }
