@@ -14,6 +14,15 @@
 // v rounded to dt (RT_F32: v).
 static inline float rt_kround(float v, rt_dtype dt) { return rt_round_inl(v, dt); }
 
+// A loop function compiled for the x86-64 baseline, AVX2 and AVX-512, the one for the
+// machine chosen at load time (GCC's ifunc clones).
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
+    __GNUC__ >= 12
+#define RT_VEC_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define RT_VEC_CLONES
+#endif
+
 // A kernel's loop as a function of the dtype it rounds to, inlined where RT_KBY_DT calls it.
 #define RT_KLOOP static inline __attribute__((always_inline))
 

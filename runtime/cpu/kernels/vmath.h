@@ -1,27 +1,18 @@
 // Internal to the CPU kernels: exp and erf of a float without a branch or a call, so that
 // the compiler vectorises the loops that use them (libm's expf and erff are calls it
-// cannot; erff took 15 ns an element here, a quarter of a GPT step on the CPU). Each is
-// computed in double and rounded once: within 0.5001 ulp of the exact value over every
-// float (tests/kernels/test_vmath.c; libm's erff is 0.9 ulp off at worst), NaN in, NaN out.
-// Only IEEE additions, multiplications, comparisons and conversions: with the kernels'
-// -ffp-contract=off the same bits at every x86-64 level RT_VEC_CLONES compiles for.
-// -fno-trapping-math (runtime/kernels.ninja) lets the compiler turn the selects below into
-// blends; it changes no value.
+// cannot; erff took 15 ns an element on an x86-64 VM, a quarter of a GPT step on the CPU).
+// Each is computed in double and rounded once: within 0.5001 ulp of the exact value over
+// every float (tests/kernels/test_vmath.c; libm's erff is 0.9 ulp off at worst), NaN in,
+// NaN out. Only IEEE additions, multiplications, comparisons and conversions: with the
+// kernels' -ffp-contract=off the same bits at every x86-64 level RT_VEC_CLONES (kround.h)
+// compiles for. -fno-trapping-math (runtime/kernels.ninja) lets the compiler turn the
+// selects below into blends; it changes no value.
 #ifndef FSDPGEN_KERNELS_CPU_VMATH_H
 #define FSDPGEN_KERNELS_CPU_VMATH_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-// A loop function compiled for the x86-64 baseline, AVX2 and AVX-512, the one for the
-// machine chosen at load time (GCC's ifunc clones).
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
-    __GNUC__ >= 12
-#define RT_VEC_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define RT_VEC_CLONES
-#endif
 
 // Coefficients: vmath_fit.py's output (Chebyshev interpolants within 1e-12, as monomials).
 // erf(x) / x in t = x * x, |x| <= 1.5

@@ -4,11 +4,14 @@
 
 #include <math.h>
 
+#include "../kernels/kround.h"  // RT_VEC_CLONES
+
 // ----------------------------------------------------------------------------
 // shared update. Scalars follow PyTorch: computed in double (Python floats), converted
 // to fp32 where they meet the fp32 tensors; tensor ops in fp32, left to right as ATen's
 // CPU kernels evaluate them (addcmul: self + value*t1*t2; addcdiv: self + value*t1/t2).
 
+RT_VEC_CLONES
 static void adam_update_(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                          size_t n, int64_t step, double lr, double beta1, double beta2,
                          double eps, double l2_decay) {
