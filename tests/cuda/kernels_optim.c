@@ -370,72 +370,81 @@ void test_optim(void) {
 // or fp16 (SGD with momentum), into the unsharded params of runs of both storages, as the
 // all-gather's copy writes them: the 16-bit bits of the step's own fp32 results (packed
 // runs) and fp32 values holding them (the others). Four runs, sorted by src as the backend
-// sorts them, over elements 3 .. n - 6 of a step whose first element is shard element 101;
-// elements in no run (the gaps: a parameter the lookups read from the shards) and the
-// unsharded bytes no run names are not written. Groups of RTC_VEC straddle the runs' ends.
-// Two steps each.
-void test_optim_cast(void) {
+// sorts them, over elements 3 .. n - 6 of a step whose first element is shard element 101
+// (groups of RTC_VEC straddle the runs' ends, and no packed group is 16-byte aligned in
+// the unsharded params), then with the first element shard element 0 and the packed runs'
+// offsets agreeing mod RTC_VEC (their interior groups stored 16 bytes at a time, as at one
+// rank); elements in no run (the gaps: a parameter the lookups read from the shards) and
+// the unsharded bytes no run names are not written. Two steps each.
+static void optim_cast_case(int sgd, int aligned, int64_t* d_step, double* d_lr) {
     const size_t n = 1003;
-    const int64_t base = 101;
+    const int64_t base = aligned ? 0 : 101;
     // src (shard element), n, dst (in its storage's elements), packed
-    const rt_cuda_cast_run runs[4] = {{base + 3, 250, 0, 1},     {base + 253, 7, 430, 0},
-                                      {base + 300, 601, 250, 1}, {base + 901, 97, 437, 0}};
-    const size_t un_bytes = 4096;  // 851 16-bit values from 0, 104 fp32 values from word 430
+    const rt_cuda_cast_run runs[4] = {{base + 3, 250, aligned ? 3 : 0, 1},
+                                      {base + 253, 7, 440, 0},
+                                      {base + 300, 601, aligned ? 260 : 250, 1},
+                                      {base + 901, 97, 447, 0}};
+    const size_t un_bytes = 4096;  // up to 861 16-bit values from 0, 104 fp32 from word 440
+    rt_cuda_cast_run* d_runs = dalloc(sizeof runs);
+    RT_CHECK_CUDA(cudaMemcpy(d_runs, runs, sizeof runs, cudaMemcpyHostToDevice));
+    const rt_dtype dt = sgd ? RT_F16 : RT_BF16;
+    float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.1f, 0.0f), *v = hrand(n, 0.1f, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    float *d_p = dup(p, n), *d_m = dup(m, n), *d_v = dup(v, n);
+    unsigned char* d_un = dalloc(un_bytes);
+    RT_CHECK_CUDA(cudaMemset(d_un, 0xA5, un_bytes));
+    const rt_cuda_cast cast = {d_runs, 4, d_un, dt, base};
+    for (int64_t step = 1; step <= 2; step++) {
+        float* g = hrand(n, 1.0f, 0.0f);
+        float* d_g = dup(g, n);
+        set_dev_step(d_step, step);
+        if (sgd) {
+            cpu_rt_sgd_step(p, g, m, n, step, 1e-2, 0.9, 0.1, 0.01, 0);
+            rt_cuda_sgd_step_rows_dev(d_p, d_g, d_m, n, d_step, 1, 1, d_lr, 0.9, 0.1, 0.01, 0,
+                                      RT_F32, 0, NULL, &cast);
+        } else {
+            cpu_rt_adamw_step(p, g, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
+            rt_cuda_adam_step_rows_dev(d_p, d_g, d_m, d_v, n, d_step, 1, 1, d_lr, 0.9, 0.95,
+                                       1e-8, 0.1, 1, RT_F32, 0, NULL, &cast);
+        }
+        free(g), dfree(d_g);
+    }
+    // what the unsharded bytes should hold: 0xA5 where no run writes
+    unsigned char* want = malloc(un_bytes);
+    unsigned char* got = malloc(un_bytes);
+    if (!want || !got) abort();
+    memset(want, 0xA5, un_bytes);
+    for (int r = 0; r < 4; r++)
+        for (int64_t e = 0; e < runs[r].n; e++) {
+            const float x = p[runs[r].src - base + e];
+            if (runs[r].packed) {
+                const uint16_t h = rt_bits16_from_f32_inl(x, dt);
+                memcpy(want + 2 * (runs[r].dst + e), &h, 2);
+            } else {
+                const float f = rt_round_inl(x, dt);
+                memcpy(want + 4 * (runs[r].dst + e), &f, 4);
+            }
+        }
+    RT_CHECK_CUDA(cudaMemcpy(got, d_un, un_bytes, cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < un_bytes; i++) wrong += got[i] != want[i];
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s casting into the unsharded params (4 runs, packed and fp32, "
+             "%s%s): param after 2 steps", sgd ? "sgd momentum" : "adamw", sgd ? "fp16" : "bf16",
+             aligned ? ", packed groups 16-byte aligned" : "");
+    cmp(nm, d_p, p, n, TOL_EXACT);
+    CHECK(wrong == 0, "  ... the unsharded params: the step's values rounded, bit for bit, "
+          "and nothing else written (%zu of %zu bytes wrong)", wrong, un_bytes);
+    free(p), free(m), free(v), free(want), free(got);
+    dfree(d_p), dfree(d_m), dfree(d_v), dfree(d_un);
+    dfree(d_runs);
+}
+
+void test_optim_cast(void) {
     int64_t* d_step = dalloc(sizeof(int64_t));
     double* d_lr = dalloc(sizeof(double));
     set_dev_lr(d_lr, 1e-2);
-    rt_cuda_cast_run* d_runs = dalloc(sizeof runs);
-    RT_CHECK_CUDA(cudaMemcpy(d_runs, runs, sizeof runs, cudaMemcpyHostToDevice));
-    for (int sgd = 0; sgd < 2; sgd++) {
-        const rt_dtype dt = sgd ? RT_F16 : RT_BF16;
-        float *p = hrand(n, 1.0f, 0.0f), *m = hrand(n, 0.1f, 0.0f), *v = hrand(n, 0.1f, 0.1f);
-        for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
-        float *d_p = dup(p, n), *d_m = dup(m, n), *d_v = dup(v, n);
-        unsigned char* d_un = dalloc(un_bytes);
-        RT_CHECK_CUDA(cudaMemset(d_un, 0xA5, un_bytes));
-        const rt_cuda_cast cast = {d_runs, 4, d_un, dt, base};
-        for (int64_t step = 1; step <= 2; step++) {
-            float* g = hrand(n, 1.0f, 0.0f);
-            float* d_g = dup(g, n);
-            set_dev_step(d_step, step);
-            if (sgd) {
-                cpu_rt_sgd_step(p, g, m, n, step, 1e-2, 0.9, 0.1, 0.01, 0);
-                rt_cuda_sgd_step_rows_dev(d_p, d_g, d_m, n, d_step, 1, 1, d_lr, 0.9, 0.1, 0.01, 0,
-                                          RT_F32, 0, NULL, &cast);
-            } else {
-                cpu_rt_adamw_step(p, g, m, v, n, step, 1e-2, 0.9, 0.95, 1e-8, 0.1);
-                rt_cuda_adam_step_rows_dev(d_p, d_g, d_m, d_v, n, d_step, 1, 1, d_lr, 0.9, 0.95,
-                                           1e-8, 0.1, 1, RT_F32, 0, NULL, &cast);
-            }
-            free(g), dfree(d_g);
-        }
-        // what the unsharded bytes should hold: 0xA5 where no run writes
-        unsigned char* want = malloc(un_bytes);
-        unsigned char* got = malloc(un_bytes);
-        if (!want || !got) abort();
-        memset(want, 0xA5, un_bytes);
-        for (int r = 0; r < 4; r++)
-            for (int64_t e = 0; e < runs[r].n; e++) {
-                const float x = p[runs[r].src - base + e];
-                if (runs[r].packed) {
-                    const uint16_t h = rt_bits16_from_f32_inl(x, dt);
-                    memcpy(want + 2 * (runs[r].dst + e), &h, 2);
-                } else {
-                    const float f = rt_round_inl(x, dt);
-                    memcpy(want + 4 * (runs[r].dst + e), &f, 4);
-                }
-            }
-        RT_CHECK_CUDA(cudaMemcpy(got, d_un, un_bytes, cudaMemcpyDeviceToHost));
-        size_t wrong = 0;
-        for (size_t i = 0; i < un_bytes; i++) wrong += got[i] != want[i];
-        char nm[160];
-        snprintf(nm, sizeof nm, "%s casting into the unsharded params (4 runs, packed and fp32, "
-                 "%s): param after 2 steps", sgd ? "sgd momentum" : "adamw", sgd ? "fp16" : "bf16");
-        cmp(nm, d_p, p, n, TOL_EXACT);
-        CHECK(wrong == 0, "  ... the unsharded params: the step's values rounded, bit for bit, "
-              "and nothing else written (%zu of %zu bytes wrong)", wrong, un_bytes);
-        free(p), free(m), free(v), free(want), free(got);
-        dfree(d_p), dfree(d_m), dfree(d_v), dfree(d_un);
-    }
-    dfree(d_runs), dfree(d_step), dfree(d_lr);
+    for (int aligned = 0; aligned < 2; aligned++)
+        for (int sgd = 0; sgd < 2; sgd++) optim_cast_case(sgd, aligned, d_step, d_lr);
+    dfree(d_step), dfree(d_lr);
 }

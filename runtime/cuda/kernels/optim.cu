@@ -70,7 +70,10 @@ static rt_cuda_cast cast_arg(const rt_cuda_cast* cast) {
 }
 
 // Values v of shard elements i.. (K of them) into the unsharded params (rt_cuda_cast): the
-// run at or before the first by bisection, the next ones by stepping.
+// run at or before the first by bisection, the next ones by stepping. A group inside one
+// packed run at a 16-byte boundary of the unsharded params (a parameter's interior, where
+// shard and unsharded offsets agree mod K, as at one rank) is one 16-byte store, not K
+// 2-byte ones.
 template <int K>
 __device__ __forceinline__ void rtc_cast_store(const rt_cuda_cast& c, size_t i, const float (&v)[K]) {
     if (!c.runs) return;
@@ -80,6 +83,15 @@ __device__ __forceinline__ void rtc_cast_store(const rt_cuda_cast& c, size_t i, 
         const int mid = (lo + hi) / 2;
         if (c.runs[mid].src <= e) r = mid, lo = mid + 1;
         else hi = mid - 1;
+    }
+    if constexpr (K > 1) {
+        if (r >= 0 && c.runs[r].packed && e + K <= c.runs[r].src + c.runs[r].n) {
+            const int64_t j = c.runs[r].dst + (e - c.runs[r].src);
+            if (j % K == 0 && (uintptr_t)c.un % 16 == 0) {
+                rtc_stv((uint16_t*)c.un, (size_t)j, v, c.dt);
+                return;
+            }
+        }
     }
     for (int u = 0; u < K; u++, e++) {
         while (r + 1 < c.nruns && c.runs[r + 1].src <= e) r++;
