@@ -39,8 +39,9 @@ moved, then the changed .schedule lines. Exit 0 when it compared, 2 on bad input
 `fsdpgen diff --git` is git's external diff driver (docs/reviewing.md).
 With --gpu G and simulate's options after OLD and NEW (two specs), it adds the simulated
 step-time and exposed-communication change (fsdpgen help simulate).
-example:
-  ./fsdpgen diff examples/tiny.lua examples/gpt_bytes.lua
+example (the review of an edit: the schedule planned before it against the spec after it):
+  ./fsdpgen plan examples/tiny.lua     # then edit examples/tiny.lua
+  ./fsdpgen diff build/tiny/tiny.schedule examples/tiny.lua
 ]],
   torch = [[
 usage: fsdpgen torch SPEC [-o FILE]

@@ -1,4 +1,5 @@
--- The command line a new user meets: help (`help`, `help CMD`, `CMD --help`, `--version`),
+-- The command line a new user meets: help (`help`, `help CMD`, `CMD --help`, `--version`;
+-- the planning commands' examples run as printed),
 -- one-line usage errors (options of the training binary before `--`, a directory as the
 -- spec), where output goes (`plan -o`, `build -o`, paths printed relative to the current
 -- directory, two spec files with the same name refused instead of overwriting each
@@ -50,6 +51,19 @@ for _, cmd in ipairs({ "plan", "events", "counts", "build", "test", "run", "benc
     and a_out:find("./fsdpgen " .. cmd, 1, true) and b_rc == 0 and b_out == a_out,
     string.format("./fsdpgen %s --help and ./fsdpgen help %s: its usage, options and an example (exit %d, %d lines)",
       cmd, cmd, a_rc, lines(a_out)))
+end
+-- the examples of the commands that only plan run as printed (comments dropped), in order
+for _, cmd in ipairs({ "plan", "events", "counts", "diff" }) do
+  local _, help = run("./fsdpgen " .. cmd .. " --help")
+  local ran, ok = 0, true
+  for line in help:match("\nexample[^\n]*\n(.*)$"):gmatch("[^\n]+") do
+    local c = line:match("^  (%./fsdpgen .-)%s*$")
+    if not c then break end
+    c = c:gsub("%s*#.*$", "")
+    ran = ran + 1
+    ok = ok and run(c) == 0
+  end
+  check(ran > 0 and ok, string.format("./fsdpgen %s --help: its example's %d command(s) exit 0", cmd, ran))
 end
 rc, out, err = run("./fsdpgen run --help")
 check(not err:find("unknown build option", 1, true), "./fsdpgen run --help is help, not 'unknown build option'")
