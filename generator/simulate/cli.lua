@@ -16,7 +16,8 @@ and the peak memory per GPU. Each op is priced from its FLOPs and bytes against 
 peaks (efficiencies fitted to measured kernels), each collective by NCCL's ring cost, on
 the streams the schedule uses, with its waits. The figures are in generator/simulate/gpus/<gpu>.lua.
 options:
-  --gpu G               the GPU table (generator/simulate/gpus/)
+  --gpu G               the GPU table (generator/simulate/gpus/): h100, h200, a100, or
+                        h100_hbm2e (the 500 W HBM2e H100s of torchtitan's published runs)
   --gpus-per-node G     re-plan SPEC at G x N GPUs (G: the spec's world size, at most 8, and
   --nodes N             N: 1 unless given); HSDP specs shard within a node, replicate across
   --inter-node-gbps B   network bandwidth per GPU in Gb/s (default: the table's, 400)
