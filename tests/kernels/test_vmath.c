@@ -13,18 +13,6 @@
 #include "../../runtime/cpu/kernels/kround.h"
 #include "../../runtime/cpu/kernels/vmath.h"
 
-static float from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t to_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 // |got - want| in ulps of the float grid at want (want in double, rounded once from the
 // exact value); an infinity counts 0 where want rounds to it, else 1e9.
 static double ulps(float got, double want) {
@@ -54,9 +42,9 @@ static void measure(accuracy* a, float x) {
 
 // Every float of [lo, hi] and of [-hi, -lo] (0 <= lo < hi, finite).
 static void window(accuracy* a, float lo, float hi) {
-    for (uint32_t u = to_bits(lo); u <= to_bits(hi); u++) {
-        measure(a, from_bits(u));
-        measure(a, from_bits(u | 0x80000000u));
+    for (uint32_t u = rt_bits_f32(lo); u <= rt_bits_f32(hi); u++) {
+        measure(a, rt_f32_bits(u));
+        measure(a, rt_f32_bits(u | 0x80000000u));
     }
 }
 
@@ -70,7 +58,7 @@ static void test_accuracy(void) {
     accuracy fs[2] = {{"rt_vexpf", vexp, exp, 0, 0}, {"rt_verff", verf, erf, 0, 0}};
     for (int k = 0; k < 2; k++) {
         accuracy* a = &fs[k];
-        for (uint64_t u = 0; u < 0x100000000ull; u += stride) measure(a, from_bits((uint32_t)u));
+        for (uint64_t u = 0; u < 0x100000000ull; u += stride) measure(a, rt_f32_bits((uint32_t)u));
         if (k == 0) {
             window(a, 0.34f, 0.35f);         // |r| up to ln(2)/2: n steps by one
             window(a, 87.3f, 87.4f);         // exp(-x): the smallest normal floats
@@ -98,7 +86,7 @@ static void test_specials(void) {
     CHECK(rt_verff(inf) == 1.0f && rt_verff(-inf) == -1.0f && rt_verff(5.0f) == 1.0f &&
               rt_verff(-5.0f) == -1.0f,
           "erf(+-inf) = erf(+-5) = +-1");
-    CHECK(to_bits(rt_verff(-0.0f)) == 0x80000000u && to_bits(rt_verff(0.0f)) == 0,
+    CHECK(rt_bits_f32(rt_verff(-0.0f)) == 0x80000000u && rt_bits_f32(rt_verff(0.0f)) == 0,
           "erf keeps the sign of zero");
     CHECK(rt_verff(1.0f) == 0.842700793f && rt_verff(-0.5f) == -0.520499878f,
           "erf(1) = 0.842700793, erf(-0.5) = -0.520499878");
@@ -108,7 +96,7 @@ static void test_specials(void) {
 // payload depend on the instructions that made it).
 static int same(const float* a, const float* b, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (to_bits(a[i]) != to_bits(b[i]) && !(isnan(a[i]) && isnan(b[i]))) return 0;
+        if (rt_bits_f32(a[i]) != rt_bits_f32(b[i]) && !(isnan(a[i]) && isnan(b[i]))) return 0;
     return 1;
 }
 
@@ -130,7 +118,7 @@ static float* inputs(size_t n) {
     uint64_t s = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < n; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        x[i] = from_bits((uint32_t)(s >> 32));
+        x[i] = rt_f32_bits((uint32_t)(s >> 32));
     }
     const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.5f, 4.0f, 89.0f, -150.0f};
     memcpy(x, specials, sizeof specials);
