@@ -1,6 +1,7 @@
 // Binary elementwise ops (residual add, product, broadcast add) and the product by a number,
 // which round what they write to dt (rt_kernels.h "Mixed precision"), and the flat buffer
-// helpers (zero, copy, scale, accumulate, axpy, sum of squares).
+// helpers (zero, copy, scale, accumulate, axpy, sum of squares). The rounding loops are
+// compiled per dtype (RT_KBY_DT), so that they vectorise.
 #include "rt_kernels.h"
 
 #include <string.h>
@@ -12,7 +13,7 @@
 
 void rt_residual_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_residual_forward");
-    for (size_t i = 0; i < n; i++) out[i] = rt_kround(a[i] + b[i], dt);
+    RT_KBY_DT(for (size_t i = 0; i < n; i++) out[i] = rt_kround(a[i] + b[i], dt););
 }
 
 // da == db (x + x): (da + dout) + dout, rounded once.
@@ -20,14 +21,16 @@ void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_
                           int assign) {
     RT_KCHECK_DT(dt, "rt_residual_backward");
     const int as1 = assign & RT_ASSIGN_1, as2 = assign & RT_ASSIGN_2;
-    if (da && da == db) {
-        for (size_t i = 0; i < n; i++) da[i] = rt_kround((da[i] + dout[i]) + dout[i], dt);
-        return;
-    }
-    if (da)
-        for (size_t i = 0; i < n; i++) da[i] = rt_kround(RT_KBASE(da[i], as1) + dout[i], dt);
-    if (db)
-        for (size_t i = 0; i < n; i++) db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i], dt);
+    RT_KBY_DT({
+        if (da && da == db) {
+            for (size_t i = 0; i < n; i++) da[i] = rt_kround((da[i] + dout[i]) + dout[i], dt);
+            return;
+        }
+        if (da)
+            for (size_t i = 0; i < n; i++) da[i] = rt_kround(RT_KBASE(da[i], as1) + dout[i], dt);
+        if (db)
+            for (size_t i = 0; i < n; i++) db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i], dt);
+    });
 }
 
 // ----------------------------------------------------------------------------
@@ -35,7 +38,7 @@ void rt_residual_backward(float* da, float* db, const float* dout, size_t n, rt_
 
 void rt_mul_forward(float* out, const float* a, const float* b, size_t n, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_mul_forward");
-    for (size_t i = 0; i < n; i++) out[i] = rt_kround(a[i] * b[i], dt);
+    RT_KBY_DT(for (size_t i = 0; i < n; i++) out[i] = rt_kround(a[i] * b[i], dt););
 }
 
 // da == db (x * x): (da + dout * b) + dout * a, rounded once.
@@ -43,15 +46,19 @@ void rt_mul_backward(float* da, float* db, const float* dout, const float* a, co
                      size_t n, rt_dtype dt, int assign) {
     RT_KCHECK_DT(dt, "rt_mul_backward");
     const int as1 = assign & RT_ASSIGN_1, as2 = assign & RT_ASSIGN_2;
-    if (da && da == db) {
-        for (size_t i = 0; i < n; i++)
-            da[i] = rt_kround((da[i] + dout[i] * b[i]) + dout[i] * a[i], dt);
-        return;
-    }
-    if (da)
-        for (size_t i = 0; i < n; i++) da[i] = rt_kround(RT_KBASE(da[i], as1) + dout[i] * b[i], dt);
-    if (db)
-        for (size_t i = 0; i < n; i++) db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i] * a[i], dt);
+    RT_KBY_DT({
+        if (da && da == db) {
+            for (size_t i = 0; i < n; i++)
+                da[i] = rt_kround((da[i] + dout[i] * b[i]) + dout[i] * a[i], dt);
+            return;
+        }
+        if (da)
+            for (size_t i = 0; i < n; i++)
+                da[i] = rt_kround(RT_KBASE(da[i], as1) + dout[i] * b[i], dt);
+        if (db)
+            for (size_t i = 0; i < n; i++)
+                db[i] = rt_kround(RT_KBASE(db[i], as2) + dout[i] * a[i], dt);
+    });
 }
 
 // ----------------------------------------------------------------------------
@@ -59,7 +66,7 @@ void rt_mul_backward(float* da, float* db, const float* dout, const float* a, co
 
 void rt_scale_forward(float* out, const float* inp, size_t n, float s, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_scale_forward");
-    for (size_t i = 0; i < n; i++) out[i] = rt_kround(inp[i] * s, dt);
+    RT_KBY_DT(for (size_t i = 0; i < n; i++) out[i] = rt_kround(inp[i] * s, dt););
 }
 
 void rt_scale_backward(float* dinp, const float* dout, size_t n, float s, rt_dtype dt,
@@ -67,7 +74,8 @@ void rt_scale_backward(float* dinp, const float* dout, size_t n, float s, rt_dty
     RT_KCHECK_DT(dt, "rt_scale_backward");
     const int as = assign & RT_ASSIGN_1;
     if (dinp)
-        for (size_t i = 0; i < n; i++) dinp[i] = rt_kround(RT_KBASE(dinp[i], as) + dout[i] * s, dt);
+        RT_KBY_DT(for (size_t i = 0; i < n; i++) dinp[i] =
+                      rt_kround(RT_KBASE(dinp[i], as) + dout[i] * s, dt););
 }
 
 // ----------------------------------------------------------------------------
@@ -76,11 +84,11 @@ void rt_scale_backward(float* dinp, const float* dout, size_t n, float s, rt_dty
 void rt_broadcast_add_forward(float* out, const float* a, const float* b, int rows, int cols,
                               rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_broadcast_add_forward");
-    for (int r = 0; r < rows; r++) {
+    RT_KBY_DT(for (int r = 0; r < rows; r++) {
         const float* ar = a + (size_t)r * cols;
         float* o = out + (size_t)r * cols;
         for (int c = 0; c < cols; c++) o[c] = rt_kround(ar[c] + b[c], dt);
-    }
+    });
 }
 
 // db (a reduction over rows, like a bias gradient) is not rounded.
@@ -89,8 +97,8 @@ void rt_broadcast_add_backward(float* da, float* db, const float* dout, int rows
     RT_KCHECK_DT(dt, "rt_broadcast_add_backward");
     const int as = assign & RT_ASSIGN_1;
     if (da)
-        for (size_t i = 0; i < (size_t)rows * cols; i++)
-            da[i] = rt_kround(RT_KBASE(da[i], as) + dout[i], dt);
+        RT_KBY_DT(for (size_t i = 0; i < (size_t)rows * cols; i++)
+                      da[i] = rt_kround(RT_KBASE(da[i], as) + dout[i], dt););
     if (db) {
         // Column sums in double, a block of columns at a time (see linear.c).
         for (int c0 = 0; c0 < cols; c0 += RT_COLBLOCK) {

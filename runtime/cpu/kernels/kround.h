@@ -23,16 +23,22 @@ static inline float rt_kround(float v, rt_dtype dt) { return rt_round_inl(v, dt)
 #define RT_VEC_CLONES
 #endif
 
-// A kernel's loop as a function of the dtype it rounds to, inlined where RT_KBY_DT calls it.
-#define RT_KLOOP static inline __attribute__((always_inline))
-
-// loop(args..., dt) with dt the constant RT_F32 or RT_BF16 where it is one: the rounding's
-// branch on the dtype folds away in each copy, so that the fp32 and bf16 loops vectorise
-// (fp16's rounding has a loop of its own).
-#define RT_KBY_DT(dt, loop, ...)                                                                \
-    ((dt) == RT_F32    ? loop(__VA_ARGS__, RT_F32)                                              \
-     : (dt) == RT_BF16 ? loop(__VA_ARGS__, RT_BF16)                                             \
-                       : loop(__VA_ARGS__, (dt)))
+// The statements given (a loop that rounds to the enclosing function's `dt`) three times
+// over: with dt the constant RT_F32, the constant RT_BF16, or as passed. In each constant
+// copy the rounding's branch on the dtype folds away, so that its loop vectorises (fp16's
+// rounding has a loop of its own). The copies shadow `dt` on purpose.
+#define RT_KBY_DT(...)                    \
+    do {                                  \
+        if (dt == RT_F32) {               \
+            const rt_dtype dt = RT_F32;   \
+            __VA_ARGS__                   \
+        } else if (dt == RT_BF16) {       \
+            const rt_dtype dt = RT_BF16;  \
+            __VA_ARGS__                   \
+        } else {                          \
+            __VA_ARGS__                   \
+        }                                 \
+    } while (0)
 
 // x[0..n) rounded to dt in place: for outputs an external routine (OpenBLAS) wrote.
 static inline void rt_kround_buf(float* x, size_t n, rt_dtype dt) {

@@ -1,6 +1,7 @@
 // LayerNorm over the last dimension (nn.LayerNorm): forward saves mean and rstd per row,
 // backward uses them instead of recomputing the statistics. out and dinp are rounded to
-// dt at their stores; mean, rstd, dweight and dbias stay fp32.
+// dt at their stores (each loop compiled per dtype: RT_KBY_DT); mean, rstd, dweight and
+// dbias stay fp32.
 #include "rt_kernels.h"
 
 #include <math.h>
@@ -14,7 +15,7 @@ void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp
                           const float* weight, const float* bias, int N, int C, float eps,
                           rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_layernorm_forward");
-    for (int n = 0; n < N; n++) {
+    RT_KBY_DT(for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
         float* o = out + (size_t)n * C;
         // Two passes in double: exact enough that the statistics do not depend on C or
@@ -38,7 +39,7 @@ void rt_layernorm_forward(float* out, float* mean, float* rstd, const float* inp
         }
         if (mean) mean[n] = mf;
         if (rstd) rstd[n] = rs;
-    }
+    });
 }
 
 // ----------------------------------------------------------------------------
@@ -53,7 +54,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
     RT_KCHECK_DT(dt, "rt_layernorm_backward");
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (dinp) {
-        for (int n = 0; n < N; n++) {
+        RT_KBY_DT(for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
             const float* d = dout + (size_t)n * C;
             float* dx = dinp + (size_t)n * C;
@@ -71,7 +72,7 @@ void rt_layernorm_backward(float* dinp, float* dweight, float* dbias, const floa
                 float g = weight ? d[c] * weight[c] : d[c];
                 dx[c] = rt_kround(RT_KBASE(dx[c], as) + rs * (g - mg - xhat * mgx), dt);
             }
-        }
+        });
     }
     if (dweight || dbias) {
         // Column reductions over rows, in double, one block of columns at a time.

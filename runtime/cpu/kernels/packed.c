@@ -45,38 +45,31 @@ static float* scratch_floats(size_t n) {
     return s->p;
 }
 
-// The conversions below are a loop each for one 16-bit dtype (RT_KBY_DT): bf16's
-// vectorises, fp16's rounding has branches and a loop.
+// The conversions below are compiled per 16-bit dtype (RT_KBY_DT; bf16's vectorise, fp16's
+// rounding has branches and a loop) and per x86-64 level (RT_VEC_CLONES).
 
 // x[N, cols] (fp32, values of dt) into dst's rows of ld elements, columns [cols, pad)
 // zeroed; the columns past pad are not touched.
-RT_KLOOP void pack_rows_(uint16_t* d, const float* x, int N, int cols, int ld, int pad,
-                         rt_dtype dt) {
-    for (int n = 0; n < N; n++) {
+RT_VEC_CLONES
+static void pack_rows(void* dst, const float* x, int N, int cols, int ld, int pad, rt_dtype dt) {
+    uint16_t* d = dst;
+    RT_KBY_DT(for (int n = 0; n < N; n++) {
         const float* xr = x + (size_t)n * cols;
         uint16_t* dr = d + (size_t)n * ld;
         for (int j = 0; j < cols; j++) dr[j] = rt_bits16_from_f32_inl(xr[j], dt);
         for (int j = cols; j < pad; j++) dr[j] = 0;
-    }
-}
-
-RT_VEC_CLONES
-static void pack_rows(void* dst, const float* x, int N, int cols, int ld, int pad, rt_dtype dt) {
-    RT_KBY_DT(dt, pack_rows_, (uint16_t*)dst, x, N, cols, ld, pad);
+    });
 }
 
 // The columns [0, cols) of the packed src's N rows of ld elements widened into x[N, cols].
-RT_KLOOP void unpack_rows_(float* x, const uint16_t* s, int N, int cols, int ld, rt_dtype dt) {
-    for (int n = 0; n < N; n++) {
+RT_VEC_CLONES
+static void unpack_rows(float* x, const void* src, int N, int cols, int ld, rt_dtype dt) {
+    const uint16_t* s = src;
+    RT_KBY_DT(for (int n = 0; n < N; n++) {
         const uint16_t* sr = s + (size_t)n * ld;
         float* xr = x + (size_t)n * cols;
         for (int j = 0; j < cols; j++) xr[j] = rt_bits16_to_f32_inl(sr[j], dt);
-    }
-}
-
-RT_VEC_CLONES
-static void unpack_rows(float* x, const void* src, int N, int cols, int ld, rt_dtype dt) {
-    RT_KBY_DT(dt, unpack_rows_, x, (const uint16_t*)src, N, cols, ld);
+    });
 }
 
 // x[N, cols] into dst's rows of RT_LD16(cols), padding zeroed.
@@ -90,22 +83,16 @@ static void unpack(float* x, const void* src, int N, int cols, rt_dtype dt) {
 }
 
 // n dense values widened into x, and x's narrowed into dst.
-RT_KLOOP void unpack_dense_(float* x, const uint16_t* s, size_t n, rt_dtype dt) {
-    for (size_t i = 0; i < n; i++) x[i] = rt_bits16_to_f32_inl(s[i], dt);
-}
-
 RT_VEC_CLONES
 static void unpack_dense(float* x, const void* src, size_t n, rt_dtype dt) {
-    RT_KBY_DT(dt, unpack_dense_, x, (const uint16_t*)src, n);
-}
-
-RT_KLOOP void pack_dense_(uint16_t* d, const float* x, size_t n, rt_dtype dt) {
-    for (size_t i = 0; i < n; i++) d[i] = rt_bits16_from_f32_inl(x[i], dt);
+    const uint16_t* s = src;
+    RT_KBY_DT(for (size_t i = 0; i < n; i++) x[i] = rt_bits16_to_f32_inl(s[i], dt););
 }
 
 RT_VEC_CLONES
 static void pack_dense(void* dst, const float* x, size_t n, rt_dtype dt) {
-    RT_KBY_DT(dt, pack_dense_, (uint16_t*)dst, x, n);
+    uint16_t* d = dst;
+    RT_KBY_DT(for (size_t i = 0; i < n; i++) d[i] = rt_bits16_from_f32_inl(x[i], dt););
 }
 
 static size_t elems(int N, int cols) { return N > 0 && cols > 0 ? (size_t)N * cols : 1; }

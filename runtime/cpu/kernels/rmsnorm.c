@@ -1,5 +1,6 @@
 // RMSNorm over the last dimension (nn.RMSNorm / Llama): forward saves rstd per row. out
-// and dinp are rounded to dt at their stores; rstd and dweight stay fp32.
+// and dinp are rounded to dt at their stores (each loop compiled per dtype: RT_KBY_DT);
+// rstd and dweight stay fp32.
 #include "rt_kernels.h"
 
 #include <math.h>
@@ -12,7 +13,7 @@
 void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps, rt_dtype dt) {
     RT_KCHECK_DT(dt, "rt_rmsnorm_forward");
-    for (int n = 0; n < N; n++) {
+    RT_KBY_DT(for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
         float* o = out + (size_t)n * C;
         double ss = 0.0;
@@ -23,7 +24,7 @@ void rt_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* 
             o[c] = rt_kround(weight ? y * weight[c] : y, dt);
         }
         if (rstd) rstd[n] = rs;
-    }
+    });
 }
 
 // ----------------------------------------------------------------------------
@@ -37,7 +38,7 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
     RT_KCHECK_DT(dt, "rt_rmsnorm_backward");
     const int as = assign & RT_ASSIGN_1, as_w = assign & RT_ASSIGN_DWEIGHT;
     if (dinp) {
-        for (int n = 0; n < N; n++) {
+        RT_KBY_DT(for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;
             const float* d = dout + (size_t)n * C;
             float* dx = dinp + (size_t)n * C;
@@ -52,7 +53,7 @@ void rt_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const f
                 float g = weight ? d[c] * weight[c] : d[c];
                 dx[c] = rt_kround(RT_KBASE(dx[c], as) + rs * (g - (x[c] * rs) * mgx), dt);
             }
-        }
+        });
     }
     if (dweight) {
         for (int c0 = 0; c0 < C; c0 += RT_COLBLOCK) {
