@@ -52,14 +52,15 @@ for _, cmd in ipairs({ "plan", "events", "counts", "build", "test", "run", "benc
     string.format("./fsdpgen %s --help and ./fsdpgen help %s: its usage, options and an example (exit %d, %d lines)",
       cmd, cmd, a_rc, lines(a_out)))
 end
--- the examples of the commands that only plan run as printed (comments dropped), in order
+-- the examples of the commands that only plan run as printed (comments dropped; /tmp/ is
+-- this test's folder, so that another checkout's output there is not in the way), in order
 for _, cmd in ipairs({ "plan", "events", "counts", "diff" }) do
   local _, help = run("./fsdpgen " .. cmd .. " --help")
   local ran, ok = 0, true
   for line in help:match("\nexample[^\n]*\n(.*)$"):gmatch("[^\n]+") do
     local c = line:match("^  (%./fsdpgen .-)%s*$")
     if not c then break end
-    c = c:gsub("%s*#.*$", "")
+    c = c:gsub("%s*#.*$", ""):gsub("/tmp/", work .. "/")
     ran = ran + 1
     ok = ok and run(c) == 0
   end
