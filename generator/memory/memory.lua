@@ -159,6 +159,14 @@ local function release(free, lo, hi)
   end
 end
 
+-- A buffer in place (in_place_groups) is its alias's bytes, which were placed before it
+-- (they live from step 0).
+local function place_aliases(order)
+  for _, b in ipairs(order) do
+    if b.alias then b.offset = b.alias.offset end
+  end
+end
+
 -- First fit: sets each buffer's offset, in the given order (by first step), to the lowest
 -- one where it overlaps no buffer placed before it whose step interval meets its own.
 -- `free` holds the maximal free intervals, in offset order, the last one unbounded; a
@@ -191,11 +199,7 @@ function M.place(order)
     arena = math.max(arena, b.offset + b.bytes)
     ::continue::
   end
-  -- A buffer in place (in_place_groups) is its alias's bytes, which were placed before it
-  -- (they live from step 0).
-  for _, b in ipairs(order) do
-    if b.alias then b.offset = b.alias.offset end
-  end
+  place_aliases(order)
   return peak, arena
 end
 
@@ -235,6 +239,7 @@ function M.place_by_size(order)
     b.offset = off
     put(b)
   end
+  place_aliases(order)
   return peak, arena
 end
 
