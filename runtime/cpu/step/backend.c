@@ -15,6 +15,7 @@
 #include "rt_optim.h"
 #include "rt_trace.h"
 #include "../../step/step_backend.h"
+#include "../kernels/kround.h"
 
 // ---- helpers ----------------------------------------------------------------------------
 
@@ -249,13 +250,8 @@ int rtb_attention_backward(rt_rank* R, int site, void* dq, void* dk, void* dv, f
 
 // ---- gradients --------------------------------------------------------------------------
 
-// A loop per dtype, the conversions inlined (bf16's vectorises: runtime/step.ninja's -O3).
-void rt_step_round(float* x, size_t n, rt_dtype dtype) {
-    if (dtype == RT_BF16)
-        for (size_t i = 0; i < n; i++) x[i] = rt_round_inl(x[i], RT_BF16);
-    else if (dtype == RT_F16)
-        for (size_t i = 0; i < n; i++) x[i] = rt_round_inl(x[i], RT_F16);
-}
+// The kernels' rounding pass (bf16's loop vectorises: runtime/step.ninja's -O3).
+void rt_step_round(float* x, size_t n, rt_dtype dtype) { rt_kround_buf(x, n, dtype); }
 
 void rtb_accumulate_grads(rt_rank* R, int g, size_t ugrad_off, size_t acc_off) {
     const rt_model_group* mg = &R->model->groups[g];
