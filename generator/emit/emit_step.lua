@@ -114,7 +114,7 @@ function Walker:val(t, saved_by, reader)
   if t.is_param then
     local g, l = model_c.param_layout(self.plan, t)
     -- one shard rank: the sharded layout is the unsharded one, and lookups read the shards
-    -- (packing.lua mark_shard_reads), before the group's wait where that comes at its
+    -- (packing.lua mark_params), before the group's wait where that comes at its
     -- first unsharded reader (late_waits.lua)
     if t.from_shard or (reader and packing.reads_shard(reader, t)) then
       return F(g.params_buf, l.offset, trace.numel(t.shape))

@@ -122,7 +122,7 @@ function M.step_line(st, plan)
       or "nothing to copy: its reshard kept the unsharded params (one rank)"
   elseif st.op == "all_gather" and st.direct then
     name = quoted(g.name)
-    local from_shard, also = {}, {}  -- packing.lua mark_shard_reads
+    local from_shard, also = {}, {}  -- packing.lua mark_params
     for _, l in ipairs(g.layout.params) do
       if l.param.from_shard then from_shard[#from_shard + 1] = l.param.fqn end
       if l.param.shard_lookups then also[#also + 1] = l.param.fqn end

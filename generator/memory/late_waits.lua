@@ -2,7 +2,7 @@
 -- rank (one GPU, or HSDP's replicas of one) an all-gather is a copy of the shards
 -- (planner.lua direct_all_gather), and FSDP2's wait for it in the group's pre-forward only
 -- orders compute after that copy. Where the group's first reader comes later (Llama's
--- root: its embedding is looked up in the fp32 shard, packing.lua mark_shard_reads, so the
+-- root: its embedding is looked up in the fp32 shard, packing.lua mark_params, so the
 -- final norm is the first to read the root's unsharded parameters, the output head's
 -- 1.6 GB of copy; GPT-2's, whose tied embedding is copied for the head alone, likewise),
 -- compute waits there instead (the wait `late`), and the copy runs beside the blocks'

@@ -345,8 +345,7 @@ local function mark(plan)
   -- The eval program and the step after one read the parameters as the step's all-gathers
   -- store them (rt_model_param packed is the step's).
   if not (plan.is_eval or plan.is_after_eval) then
-    packing.mark_packed_params(plan)
-    packing.mark_shard_reads(plan)
+    packing.mark_params(plan, readers)
   end
   packing.place_unsharded_params(plan)
   grad_alias.mark(steps)

@@ -189,15 +189,14 @@ local function unsharded_order(g, readers)
 end
 
 -- Whether op reads parameter p from the sharded parameters, not the unsharded ones: a
--- lookup in p at one shard rank (mark_shard_reads).
+-- lookup in p at one shard rank (mark_params).
 function M.reads_shard(op, p)
   return p.lookup_shard and op.kind == "embedding" and op.ins[2] == p and op.ins[1] ~= p or false
 end
 
--- The readers of group g's parameter p that read its unsharded copy (all but the lookups
--- that read its shard). Marks lookup_shard first: the programs share the parameters.
-local function unsharded_readers(g, p, readers)
-  p.lookup_shard = g.shard == 1 or nil
+-- The readers of parameter p that read its unsharded copy (all but the lookups that read
+-- its shard: p.lookup_shard set first).
+local function unsharded_readers(p, readers)
   local rs = {}
   for _, r in ipairs(readers[p] or {}) do
     if not M.reads_shard(r, p) then rs[#rs + 1] = r end
@@ -205,6 +204,7 @@ local function unsharded_readers(g, p, readers)
   return rs
 end
 
+-- Whether p's unsharded copy can be packed, rs its readers there:
 --   * Unsharded parameters that only linears read (lookups may read their shards), each as
 --     its weight (position 2: 2-D with both dims multiples of 8, dense rows and no zero rows
 --     for the GEMM to add) or as its bias (position 3: a multiple of 8 values, no padding
@@ -214,28 +214,24 @@ end
 --     them in place instead of a copy narrowed in every forward and backward (rt_kernels.h
 --     RT_PACKED_INP2 and RT_PACKED_INP3: GPT-2's biases, 24 copies a step). The unsharded
 --     gradients keep their fp32 layout.
-function M.mark_packed_params(plan)
-  local readers = readers_of(plan.graph)
-  for _, g in ipairs(plan.groups) do
-    for _, l in ipairs(g.layout.params) do
-      local p, rs = l.param, unsharded_readers(g, l.param, readers)
-      local s = p.shape
-      local weight = #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0
-      local bias = #s == 1 and s[1] % 8 == 0
-      local ok = M.sixteen(p) and #rs > 0
-      for _, r in ipairs(rs) do
-        ok = ok and r.kind == "linear" and inputs_have_dtype(r, p) and r.outs[1].dtype == p.dtype
-          and backward_in_dtype(r)
-        for j, t in ipairs(r.ins) do
-          if t == p then ok = ok and ((j == 2 and weight) or (j == 3 and bias)) end
-        end
-      end
-      p.packed = ok or nil
+local function packable(p, rs)
+  local s = p.shape
+  local weight = #s == 2 and s[1] % 8 == 0 and s[2] % 8 == 0
+  local bias = #s == 1 and s[1] % 8 == 0
+  local ok = M.sixteen(p) and #rs > 0
+  for _, r in ipairs(rs) do
+    ok = ok and r.kind == "linear" and inputs_have_dtype(r, p) and r.outs[1].dtype == p.dtype
+      and backward_in_dtype(r)
+    for j, t in ipairs(r.ins) do
+      if t == p then ok = ok and ((j == 2 and weight) or (j == 3 and bias)) end
     end
-    unsharded_order(g, readers)
   end
+  return ok
 end
 
+-- How the step's all-gathers store each parameter and where its readers read it, readers
+-- the graph's (views.readers_of): `p.packed` (packable), `p.unsharded_pos`
+-- (unsharded_order) and the reads from the shards:
 --   * At one shard rank the sharded layout is the unsharded one, and the all-gather's copy
 --     rounds the fp32 shards to param_dtype. An embedding's output has its weight's dtype
 --     and the lookup rounds to it (kernels_c forward.embedding), so a lookup of the
@@ -244,24 +240,26 @@ end
 --     lookups read is not copied at all (`from_shard`, rt_model.h; Llama's untied
 --     embedding: 2.1 GB of the copy at the step's start). A tied one (GPT-2's) is copied
 --     for the output head alone, its first reader then (late_waits.lua).
-function M.mark_shard_reads(plan)
-  local readers = readers_of(plan.graph)
+function M.mark_params(plan, readers)
   for _, g in ipairs(plan.groups) do
     for _, l in ipairs(g.layout.params) do
       local p = l.param
-      local all, copied = #(readers[p] or {}), #unsharded_readers(g, p, readers)
-      p.from_shard = (all > 0 and copied == 0) or nil
+      p.lookup_shard = g.shard == 1 or nil
+      local all, rs = #(readers[p] or {}), unsharded_readers(p, readers)
+      p.packed = packable(p, rs) or nil
+      p.from_shard = (all > 0 and #rs == 0) or nil
       -- copied, and looked up in the shards too (the .schedule says so)
-      p.shard_lookups = (all > copied and copied > 0) or nil
+      p.shard_lookups = (all > #rs and #rs > 0) or nil
     end
+    unsharded_order(g, readers)
   end
 end
 
 -- A group's unsharded parameters (the all-gathers' copy-outs write them, compute reads
 -- them), each from a 16-byte aligned offset in 4-byte words, l.unsharded_word, in group
 -- order but for the weights unsharded_order moves: fp32 storage takes a word per element,
--- packed storage (mark_packed_params) half a word, and a parameter read from the shards
--- (mark_shard_reads) none; g.unsharded_words in all. Without the shards' padding, which the
+-- packed storage (mark_params) half a word, and a parameter read from the shards
+-- (mark_params) none; g.unsharded_words in all. Without the shards' padding, which the
 -- copy-outs drop. The unsharded gradients keep the padded fp32 layout of the reductions
 -- (l.offset * shard), in group order. runtime/step/state.c unsharded_layout checks that
 -- the offsets pack the parameters tightly, in whatever order.

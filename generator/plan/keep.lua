@@ -56,7 +56,7 @@ function M.mark(plan)
 end
 
 -- Whether optimizer step st steps only parameters that no all-gather copies (read from
--- the shards: memory/packing.lua mark_shard_reads, `from_shard`).
+-- the shards: memory/packing.lua mark_params, `from_shard`).
 local function steps_shard_reads(st)
   for _, p in ipairs(optimizer.stepped_params(st)) do
     if not p.from_shard then return false end

@@ -288,7 +288,7 @@ local function dbytes(dtype) return trace.dtype_bytes[dtype] or 4 end
 
 -- Bytes of parameters `params` of group g (default: all of them) as the copies write them
 -- to the unsharded parameters: param_dtype's bits (packed) or fp32 values; none for one its
--- readers take from the shards (packing.lua mark_shard_reads). With `read` bytes more per
+-- readers take from the shards (packing.lua mark_params). With `read` bytes more per
 -- element read for each.
 local function unsharded_bytes(g, read, params)
   local n = 0

@@ -393,7 +393,7 @@ do
     .. "attention at site 0 (forward %d, backward %d calls), no direct kernel call (%d)", fwd, bwd, kernels))
 end
 
--- Packed parameters (packing.lua mark_packed_params): the params table's packed column and the
+-- Packed parameters (packing.lua mark_params): the params table's packed column and the
 -- linears' RT_PACKED_INP2 bit. Three bias-carrying linears 8 -> mid -> 8 -> 16: with mid 8 in
 -- bf16 every weight is packed; with mid 6 the first two are not ([6, 8] and [8, 6]: 6 rows or
 -- columns) but the third is, which follows 110 elements (each parameter's unsharded offset

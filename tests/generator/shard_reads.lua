@@ -1,4 +1,4 @@
--- Parameters read from the shards (generator/memory/packing.lua mark_shard_reads): at one
+-- Parameters read from the shards (generator/memory/packing.lua mark_params): at one
 -- shard rank, every embedding lookup reads the fp32 sharded parameters (the lookup's
 -- output is rounded to its dtype anyway); a parameter that only lookups read is not
 -- copied by its all-gather (rt_model.h from_shard), and the schedule line names it.

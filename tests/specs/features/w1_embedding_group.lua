@@ -1,6 +1,6 @@
 -- One rank, the embedding a group of its own as torchtitan shards Llama (then each block,
 -- then [norm, output] with the root): only the lookup reads the embedding, which reads it
--- from the shards (packing.lua mark_shard_reads), so its group has no unsharded parameters
+-- from the shards (packing.lua mark_params), so its group has no unsharded parameters
 -- at all (place_unsharded_params: no buffer; the all-gather copies nothing). bf16 params,
 -- so the head is packed beside the fp32 norm in the root's unsharded parameters.
 local fsdp, models = require("fsdp"), require("models")
