@@ -404,9 +404,9 @@ __device__ __forceinline__ float rtc_block_max(float v) {
 // cuBLAS picked TF32 kernels (sm90_xmma_gemm_f32f32_tf32f32, cutlass s1688gemm); GPT-2's
 // LM head (16384 x 768 x 50257) ran at about 120 TFLOP/s. C is not rounded (the linear
 // kernels round it after, or use rtc_gemm16_rounded).
-// TODO(issue 5): 16-bit storage of the compute buffers not yet packed (rt_kernels.h "packed
-// 16-bit storage": the residual stream, most gradients, the unsharded parameters) would
-// drop the other narrowing copies and the widening of rounded outputs.
+// The buffers stored packed (rt_kernels.h "packed 16-bit storage") reach cuBLAS without
+// these copies (rtc_gemm16); the ones the generator leaves in fp32 storage
+// (generator/memory/packing.lua says which) are narrowed here at every call.
 void rtc_gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc, rt_dtype prec);
 

@@ -6,7 +6,8 @@
 // rt_cross_entropy_forward_backward fuses the two when the loss's backward follows its
 // forward (llm.c style): one row statistics pass serves both, and a packed row is staged in
 // shared memory as far as it fits, so that the gradient pass does not read it from DRAM again.
-// TODO(issue 5): a vocabulary-parallel (chunked) variant for V >> 64k.
+// A block per row, however long the row (Llama's 128256 logits too): with thousands of rows
+// a step the grid fills the GPU; splitting rows over blocks would pay with few rows only.
 #include "cp_async.cuh"
 #include "cuda_common.cuh"
 

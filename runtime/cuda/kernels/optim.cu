@@ -11,8 +11,8 @@
 // by its first thread, in the step's one kernel.
 // A step may also write its new values, rounded, into one rank's unsharded parameters kept
 // across steps (rt_cuda_cast): the bf16/fp16 copy of the fp32 master parameters.
-// TODO(issue 5): multi-shard (foreach) launches over several buffers at once, once the step
-// backend has them.
+// One launch per group's sharded buffer, not one over several groups' (a foreach): at one
+// rank each group steps beside the backward as soon as its gradients are reduced.
 #include "cuda_common.cuh"
 #include "optim_math.cuh"
 
