@@ -25,6 +25,41 @@ nn.MAX_PARAMS = 20000
 -- A new spec's parameters are counted from here (uids stay unique).
 function nn._reset() first_param = next_param + 1 end
 
+-- A parameter's init, as the training binary draws it (rt_train_init_param): each kind
+-- with the one number it takes (std defaults to 1, as torch.nn.init.normal_'s).
+local INIT_KINDS = { zeros = {}, ones = {}, normal = { std = 1.0 }, uniform = { bound = false } }
+local INIT_ALLOWED = 'allowed: { kind = "zeros" }, { kind = "ones" }, { kind = "normal", std = S }, '
+  .. '{ kind = "uniform", bound = B }, S and B finite and >= 0'
+
+-- A value as an error shows it: a string quoted, a number (nan as such), else its type.
+local function shown(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  if type(v) == "number" then return v ~= v and "nan" or tostring(v) end
+  return type(v)
+end
+
+-- init, checked; a table of its own (the spec's table is not kept).
+local function check_init(init)
+  if init == nil then return { kind = "normal", std = 1.0 } end
+  local function bad(what) errors.raise("nn.Parameter's init: " .. what .. " (" .. INIT_ALLOWED .. ")") end
+  if type(init) ~= "table" then bad(shown(init) .. " is not an initialization fsdpgen draws") end
+  local takes = INIT_KINDS[init.kind]
+  if not takes then bad("kind " .. shown(init.kind) .. " is not one fsdpgen draws") end
+  for k in pairs(init) do
+    if k ~= "kind" and takes[k] == nil then bad(string.format("kind %q takes no %s", init.kind, shown(k))) end
+  end
+  local out = { kind = init.kind }
+  for k, default in pairs(takes) do
+    local v = init[k]
+    if v == nil then v = default or nil end
+    if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
+      bad(string.format("kind %q needs %s, a finite number >= 0, got %s", init.kind, k, shown(v)))
+    end
+    out[k] = v
+  end
+  return out
+end
+
 -- `init` records how PyTorch initializes it (the training binary reproduces the kind).
 function nn.Parameter(shape, init)
   next_param = next_param + 1
@@ -38,7 +73,7 @@ function nn.Parameter(shape, init)
   end
   return setmetatable({
     uid = next_param, shape = shape, dtype = "fp32", requires_grad = true,
-    is_param = true, init = init or { kind = "normal", std = 1.0 }, id = -next_param,
+    is_param = true, init = check_init(init), id = -next_param,
   }, Parameter)
 end
 nn.Parameter_mt = Parameter

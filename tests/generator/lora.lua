@@ -132,6 +132,30 @@ check(msg == "nn.init.zeros_ expects a parameter", "zeros_ of a module: " .. msg
 msg = spec_error("", "nn.init.normal_(model.norm.weight, 0, 0/0)")
 check(msg:find("^nn.init.normal_: std must be a finite number") ~= nil, "normal_ std NaN: " .. msg)
 
+-- nn.Parameter(shape, init): the same kinds, checked where the parameter is made (a bad one
+-- reached the C emitter as a Lua error: spec_fuzz --seed 1204)
+local ok, err = pcall(util.plan_source, source("", [[
+local p, q = nn.Parameter({ 8 }, { kind = "normal" }), nn.Parameter({ 8 }, { kind = "uniform", bound = 0.5 })
+assert(p.init.kind == "normal" and p.init.std == 1 and q.init.bound == 0.5 and nn.Parameter({ 8 }).init.std == 1)]]))
+check(ok, "nn.Parameter's init: normal's std defaults to 1 (torch.nn.init.normal_'s), uniform takes its bound "
+  .. tostring(err))
+local allowed = ' (allowed: { kind = "zeros" }, { kind = "ones" }, { kind = "normal", std = S }, '
+  .. '{ kind = "uniform", bound = B }, S and B finite and >= 0)'
+for _, c in ipairs({
+  { "function() end", "function is not an initialization fsdpgen draws" },
+  { '"normal"', '"normal" is not an initialization fsdpgen draws' },
+  { "{ nil }", "kind nil is not one fsdpgen draws" },
+  { '{ kind = "xavier" }', 'kind "xavier" is not one fsdpgen draws' },
+  { '{ kind = "zeros", std = 1 }', 'kind "zeros" takes no "std"' },
+  { '{ kind = "uniform" }', 'kind "uniform" needs bound, a finite number >= 0, got nil' },
+  { '{ kind = "normal", std = -0.02 }', 'kind "normal" needs std, a finite number >= 0, got -0.02' },
+  { '{ kind = "normal", std = 0/0 }', 'kind "normal" needs std, a finite number >= 0, got nan' },
+  { '{ kind = "uniform", bound = "1" }', 'kind "uniform" needs bound, a finite number >= 0, got "1"' },
+}) do
+  msg = spec_error("", "local p = nn.Parameter({ 8 }, " .. c[1] .. ")")
+  check(msg == "nn.Parameter's init: " .. c[2] .. allowed, "nn.Parameter init " .. c[1] .. ": " .. msg)
+end
+
 -- the feature spec: the blocks' groups reduce and step their adapters alone
 plan = util.plan("tests/specs/features/lora_llama_bf16.lua")
 local sched = require("emit.schedule").render(plan, "lora_llama_bf16.lua")
