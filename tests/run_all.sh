@@ -104,9 +104,9 @@ plan_lane() {
     i=$((i + 1))
     run_suite "$(printf 'g%02d' $i)" "generator: ${s%%:*}" lua5.4 "tests/generator/${s#*:}.lua"
   done
-  # 1,000 mutated specs (the slow tier: 10,000)
+  # 1,000 mutated specs (the slow tier: 10,000, and those that plan emitted)
   run_suite g98 "generator: mutated specs never crash or hang" lua5.4 tests/generator/spec_fuzz.lua \
-    $([[ $slow = 1 ]] && echo --count 10000)
+    $([[ $slow = 1 ]] && echo --count 10000 --emit)
   run_suite g99 "bench: checks without a GPU" tests/bench/run.sh
   run_suite g96 "gpu: the device script's steps without a GPU (DRY_RUN)" tests/gpu/test_run_on_device.sh
   run_suite g95 "gpu: the simulator's figures refitted to made-up measurements" python3 tests/gpu/test_refit.py

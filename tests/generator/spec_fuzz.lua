@@ -11,8 +11,9 @@
 --     budget is armed at BUDGET seconds as a backstop and counts as a failure).
 -- A few erroring mutants also run through ./fsdpgen events: exit 2 and one line on stderr.
 -- Seeded: every run makes the same mutants.
--- --emit: a mutant that plans must also emit its step C and its reference's, as `fsdpgen
--- build` does short of compiling (plan == build, generator/emit/check.lua).
+-- --emit (the slow tier): a mutant that plans must also emit its step C and its reference's,
+-- as `fsdpgen build` does short of compiling (plan == build, generator/emit/check.lua), and
+-- its PyTorch twin, as `fsdpgen torch` does, or refuse it with a spec error.
 -- Run from the repository root:
 --   lua5.4 tests/generator/spec_fuzz.lua [--count N] [--seed S] [--verbose] [--emit]
 -- (default 1000 mutants; 10000 and more on demand).
@@ -287,6 +288,11 @@ while made < count do
       if not ok then
         local why = type(err) == "table" and (err.internal or err.msg) or err
         fail = "planned but did not emit: " .. tostring(why)
+      else  -- the twin may refuse what PyTorch cannot express, with a spec error
+        ok, err = pcall(require("emit.emit_torch").text, msg, path, ".")
+        if not ok and not (errors.is_spec_error(err) and not err.internal) then
+          fail = "planned but its PyTorch twin did not emit: " .. tostring(type(err) == "table" and err.msg or err)
+        end
       end
     end
     if kind == "internal" then
