@@ -109,8 +109,8 @@ function Walker:grad_offset(p)
   return g, l.grad_offset * g.shard
 end
 
--- t's value as op `reader` reads it (saved_by: the op whose backward reads it).
-function Walker:val(t, saved_by, reader)
+-- t's value as op `reader` reads it (saved_by: the op whose backward, at step st, reads it).
+function Walker:val(t, saved_by, reader, st)
   if t.is_param then
     local g, l = model_c.param_layout(self.plan, t)
     -- one shard rank: the sharded layout is the unsharded one, and lookups read the shards
@@ -127,7 +127,7 @@ function Walker:val(t, saved_by, reader)
     return string.format("rt_step_%s(R, %d)", t.dtype:match("^int") and "tokens" or "inputs", t.forward_index - 1)
   end
   if t.is_target then return string.format("rt_step_targets(R, %d)", t.forward_index - 1) end
-  local s = saved_by and memory.saved(t, saved_by) or memory.base(t)
+  local s = saved_by and memory.saved(t, saved_by, st) or memory.base(t)
   if not s.buf then error("no buffer for " .. tostring(s.label)) end
   return F(s.buf, 0, trace.numel(s.shape), not trace.is_float(s.dtype))
 end
@@ -173,7 +173,7 @@ function Walker:ctx(st, saved)
   local w = self
   local node = saved and st.node
   local function stats(op)
-    local sop = saved and (op.recomputed_op or op) or op
+    local sop = saved and memory.saved_op(op, st) or op
     local sb = sop.scratch_buf
     if not sb then error("no saved statistics for " .. tostring(op.label)) end
     local s = op.ins[1].shape
@@ -182,7 +182,7 @@ function Walker:ctx(st, saved)
     return F(sb, 0, floats), F(sb, n, floats - n)
   end
   return {
-    val = function(t) return w:val(t, node, st.node) end,
+    val = function(t) return w:val(t, node, st.node, st) end,
     grad = function(t) return w:grad(t, st) end,
     grad_ld = grad_ld,
     -- a stack's stacked operands (stacked_linears): its weights and (unless split) their

@@ -85,14 +85,20 @@ local function tensor_bytes(t, packed)
   return trace.numel(t.shape) // cols * ((cols + 7) // 8 * 8) * 2
 end
 
--- What op's backward reads for its input or output t: inside a checkpointed region the
--- recomputed copy; a region's outputs read from outside it are saved as usual.
-function M.saved(t, op)
+-- What op's backward, at backward step st, reads for its input or output t: inside a
+-- checkpointed region the copy st's backward recomputed (st.replayed: the planner's
+-- pair_recomputed); a region's outputs read from outside it are saved as usual.
+function M.saved(t, op, st)
   t = M.base(t)
-  local r = t.recomputed and op.region and t.producer.region
-  if r and trace.outermost(op.region) == trace.outermost(r) then return t.recomputed end
+  local copy = st.replayed and st.replayed[t]
+  local r = copy and op.region and t.producer.region
+  if r and trace.outermost(op.region) == trace.outermost(r) then return copy end
   return t
 end
+
+-- The op whose saved statistics op's backward at step st reads: its replay, if st's
+-- backward recomputed it.
+function M.saved_op(op, st) return st.replayed and st.replayed[op] or op end
 
 -- What an op's backward kernel reads of its forward (kernels_c.lua's backward calls), so that
 -- an activation lives until the last backward that reads it, as autograd frees what no
@@ -558,13 +564,13 @@ function M.plan(plan, packed)
       for _, op in ipairs(step_ops.ops(st)) do
         local reads = st.op == "loss_grad" and READS_BOTH or M.backward_reads(op)  -- the loss is read
         for _, t in ipairs(op.ins) do
-          if reads.ins then touch(M.saved(t, op).buf, i) end
+          if reads.ins then touch(M.saved(t, op, st).buf, i) end
         end
         for _, t in ipairs(op.outs) do
-          if reads.outs then touch(M.saved(t, op).buf, i) end
+          if reads.outs then touch(M.saved(t, op, st).buf, i) end
           touch(grad_of[M.base(t)], i)
         end
-        touch((op.recomputed_op or op).scratch_buf, i)
+        touch(M.saved_op(op, st).scratch_buf, i)
         if op.kind == "attention" then
           u.scratch = buf(st.label .. " backward scratch", "activation_grad",
             compute_bytes(attention.scratch_floats(op)), i, i)

@@ -351,7 +351,9 @@ function Sim:run_backward(item)
   local tail = self:tail_group(order, pending)
   self:emit({ stream = "compute", op = "loss_grad", node = loss.producer, label = loss.label })
   contributed(loss.producer)
-  local recomputed = {}
+  -- This backward's replays of checkpointed regions (pair_recomputed); a retained graph's
+  -- region backpropagated again is replayed again, into other buffers.
+  local recomputed, replayed = {}, {}
   for _, op in ipairs(order) do
     for _, t in ipairs(op.outs) do
       for _, s in ipairs(t.pre_backward_hooks or {}) do self:state_pre_backward(s) end
@@ -362,13 +364,13 @@ function Sim:run_backward(item)
       self:emit({ stream = "compute", op = "recompute_begin", region = region })
       self.recompute_ops = {}
       trace.replay(region)
-      self:pair_recomputed(region)
+      self:pair_recomputed(region, replayed)
     end
     if op.kind == "post_backward_hook" then
       local g = op.attrs.state.group
       if g then self:post_backward(g) end
     elseif op ~= loss.producer then
-      self:emit({ stream = "compute", op = "backward", node = op, label = op.label })
+      self:emit({ stream = "compute", op = "backward", node = op, label = op.label, replayed = replayed })
       contributed(op)
       if tail then self:reduce_tail(tail) end
     end
@@ -380,8 +382,9 @@ end
 
 -- Backward reads the recomputed copies of a checkpointed region's activations: pair the
 -- region's original ops with the replayed ones (same order; FSDP's post-backward hook
--- nodes are only created in the original forward).
-function Sim:pair_recomputed(region)
+-- nodes are only created in the original forward), in `replayed`, the backward steps'
+-- (memory.saved): each original op and output to its replay.
+function Sim:pair_recomputed(region, replayed)
   local orig = {}
   for id = region.first, region.last do
     local op = self.graph.ops[id]
@@ -392,8 +395,8 @@ function Sim:pair_recomputed(region)
     if not r or r.kind ~= op.kind then
       error("recomputed region does not replay the same ops (forward is not deterministic)")
     end
-    for i, t in ipairs(op.outs) do t.recomputed = r.outs[i] end
-    op.recomputed_op, r.original = r, op
+    for i, t in ipairs(op.outs) do replayed[t] = r.outs[i] end
+    replayed[op], r.original = r, op
   end
 end
 

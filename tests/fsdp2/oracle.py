@@ -67,7 +67,9 @@ NUMERIC_DEFAULT = ["w1_direct_all_gather", "w1_keep_microbatch", "hsdp_shard1_ke
                    "lora_llama_bf16", "lora_llama_w1_ckpt_bf16", "lora_llama_stacked_bf16",
                    "lora_llama_stacked_w1_bf16",
                    # the bench configs in small (tests/cuda_step): one rank, bf16, every fused path
-                   "llama_bench_shape", "gpt2_bench_shape"]
+                   "llama_bench_shape", "gpt2_bench_shape",
+                   # a checkpointed region recomputed by two backwards (a retained graph)
+                   "retain_graph_ckpt"]
 DEFAULT_RANDOM = 100
 # Lua files beside the specs that are not specs (they write them).
 NOT_SPECS = ("make.lua", "map.lua")
