@@ -6,7 +6,9 @@ Usage: random_specs.py OUT_DIR --seed S --count N
 Each spec: a Transformer (1-6 blocks; tied or untied output; dropout 0 or 0.1; the model's
 own checkpointing, composable checkpoint(module) on some blocks, or none; the embedding, a
 block or a block's attention frozen, or LoRA adapters on every block's q, v and w2 with the
-rest frozen) or a Sequential of MLPs (a block frozen); blocks
+rest frozen), a Llama (1-4 blocks; head dims 4, 8, 16; grouped-query attention; its ffn
+sizes; checkpointing; LoRA on a random set of its linears, the embedding or an attention
+frozen) or a Sequential of MLPs (a block frozen); blocks
 sharded one by one, in list groups, or left to the root; embedding and head groups; every
 reshard_after_forward kind (true, false, default, an integer divisor of the shard size);
 forward and backward prefetch lists; a bf16 MixedPrecisionPolicy; uneven shards (sizes
@@ -55,6 +57,39 @@ def step_program(rng, kind):
     return '{ "forward", "reshard", "backward", "optimizer" }'
 
 
+def shard_blocks(rng, lines, n, shard, mp, hsdp, tie):
+    """fully_shard calls for a decoder's n blocks (one by one, in pairs, or left to the root),
+    its embedding and head groups (untied), the root, and prefetch lists between blocks."""
+    sharded = []
+    b = 0
+    while b < n:
+        r = rng.random()
+        if r < 0.15:
+            b += 1  # left to the root
+            continue
+        if r < 0.35 and b + 1 < n:
+            lines.append(f"fsdp.fully_shard({{ model.layers[{b + 1}], model.layers[{b + 2}] }}, "
+                         f"{opts(raf_value(rng, shard), mp, hsdp)})")
+            sharded.append(b)
+            b += 2
+            continue
+        lines.append(f"fsdp.fully_shard(model.layers[{b + 1}], {opts(raf_value(rng, shard), mp, hsdp)})")
+        sharded.append(b)
+        b += 1
+    if not tie and rng.random() < 0.3:
+        lines.append(f"fsdp.fully_shard(model.tok_embeddings, {opts(raf_value(rng, shard), mp, hsdp)})")
+    if not tie and rng.random() < 0.3:
+        lines.append(f"fsdp.fully_shard({{ model.norm, model.output }}, {opts(raf_value(rng, shard), mp, hsdp)})")
+    lines.append(f"fsdp.fully_shard(model, {opts(raf_value(rng, shard, root=True), mp, hsdp)})")
+    singles = [s for s in sharded if f"fully_shard(model.layers[{s + 1}]," in "\n".join(lines)]
+    if len(singles) >= 2 and rng.random() < 0.4:
+        for a, c in zip(singles, singles[1:]):
+            lines.append(f"model.layers[{a + 1}]:set_modules_to_forward_prefetch({{ model.layers[{c + 1}] }})")
+    if len(singles) >= 2 and rng.random() < 0.3:
+        for a, c in zip(singles, singles[1:]):
+            lines.append(f"model.layers[{c + 1}]:set_modules_to_backward_prefetch({{ model.layers[{a + 1}] }})")
+
+
 def transformer(rng, i, world, hsdp):
     shard = hsdp[1] if hsdp else world
     n = rng.randint(1, 6)
@@ -92,37 +127,48 @@ def transformer(rng, i, world, hsdp):
         for b in range(n):
             if rng.random() < 0.5:
                 lines.append(f"nn.checkpoint_module(model.layers[{b + 1}])")
-    sharded = []
-    b = 0
-    while b < n:
-        r = rng.random()
-        if r < 0.15:
-            b += 1  # left to the root
-            continue
-        if r < 0.35 and b + 1 < n:
-            lines.append(f"fsdp.fully_shard({{ model.layers[{b + 1}], model.layers[{b + 2}] }}, "
-                         f"{opts(raf_value(rng, shard), mp, hsdp)})")
-            sharded.append(b)
-            b += 2
-            continue
-        lines.append(f"fsdp.fully_shard(model.layers[{b + 1}], {opts(raf_value(rng, shard), mp, hsdp)})")
-        sharded.append(b)
-        b += 1
-    if not tie and rng.random() < 0.3:
-        lines.append(f"fsdp.fully_shard(model.tok_embeddings, {opts(raf_value(rng, shard), mp, hsdp)})")
-    if not tie and rng.random() < 0.3:
-        lines.append(f"fsdp.fully_shard({{ model.norm, model.output }}, {opts(raf_value(rng, shard), mp, hsdp)})")
-    lines.append(f"fsdp.fully_shard(model, {opts(raf_value(rng, shard, root=True), mp, hsdp)})")
-    singles = [s for s in sharded if f"fully_shard(model.layers[{s + 1}]," in "\n".join(lines)]
-    if len(singles) >= 2 and rng.random() < 0.4:
-        for a, c in zip(singles, singles[1:]):
-            lines.append(f"model.layers[{a + 1}]:set_modules_to_forward_prefetch({{ model.layers[{c + 1}] }})")
-    if len(singles) >= 2 and rng.random() < 0.3:
-        for a, c in zip(singles, singles[1:]):
-            lines.append(f"model.layers[{c + 1}]:set_modules_to_backward_prefetch({{ model.layers[{a + 1}] }})")
+    shard_blocks(rng, lines, n, shard, mp, hsdp, tie)
     # Cross-entropy, bounded below: a sum of logits falls without bound under training,
     # and 5 steps of that (SGD with momentum above all) amplify rounding differences
     # between two correct implementations past any tolerance.
+    return lines, "{ batch = 2, seq_len = 16 }", "cross_entropy", dim
+
+
+def llama(rng, i, world, hsdp):
+    """models.Llama: RMSNorm, rotary, grouped-query attention, SwiGLU, untied output. In bf16
+    at one rank this is where the one-rank plans live (parameters kept across steps, the
+    embedding read from its shard, q/k/v and w1/w3 stacked in backward, rotary pairs, a
+    residual add and its norm in one call), and dims that are not multiples of 8 keep some
+    tensors out of the 16-bit storage."""
+    shard = hsdp[1] if hsdp else world
+    n = rng.randint(1, 4)
+    heads = rng.choice([2, 4])
+    head_dim = rng.choice([4, 8, 16])
+    dim = heads * head_dim
+    kv = rng.choice([d for d in (1, 2, 4) if heads % d == 0])
+    vocab = rng.choice([16, 24, 37])
+    ffn = rng.choice(["", f", ffn_dim = {rng.choice([20, 24, 48])}", ", multiple_of = 16"])
+    ckpt = rng.random() < 0.25
+    mp = rng.random() < 0.5
+    lines = [HEADER]
+    r = rng.random()
+    lora = ""
+    if r < 0.15:
+        targets = [t for t in ("wq", "wk", "wv", "wo", "w1", "w2", "w3", "output") if rng.random() < 0.4] or ["wq"]
+        names = ", ".join('"' + t + '"' for t in targets)
+        lora = (f", lora_modules = {{ {names} }}, "
+                f"lora_rank = {rng.choice([2, 4])}, lora_alpha = {rng.choice([4, 8, 16])}, "
+                f"lora_dropout = {rng.choice([0, 0.1])}")
+    lines.append(f"local model = models.Llama{{ n_layers = {n}, dim = {dim}, n_heads = {heads}, n_kv_heads = {kv}, "
+                 f"vocab_size = {vocab}, max_seq_len = 16{ffn}, checkpoint_activations = {str(ckpt).lower()}{lora} }}")
+    if lora:
+        lines.append("model:requires_grad_(false)")
+        lines.append("for _, p in ipairs(nn.adapter_params(model)) do p:requires_grad_(true) end")
+    elif r < 0.25:
+        lines.append("model.tok_embeddings:requires_grad_(false)")
+    elif r < 0.35:
+        lines.append(f"model.layers[{rng.randint(1, n)}].attention:requires_grad_(false)")
+    shard_blocks(rng, lines, n, shard, mp, hsdp, False)
     return lines, "{ batch = 2, seq_len = 16 }", "cross_entropy", dim
 
 
@@ -152,7 +198,8 @@ def make(rng, seed, i):
         hsdp = (2, 2)
     elif world == 2 and rng.random() < 0.2:
         hsdp = (2, 1)
-    lines, inp, loss, _ = (transformer if rng.random() < 0.7 else mlps)(rng, i, world, hsdp)
+    r = rng.random()
+    lines, inp, loss, _ = (transformer if r < 0.5 else llama if r < 0.75 else mlps)(rng, i, world, hsdp)
     program = step_program(rng, rng.choice(["plain", "plain", "plain", "accumulate", "1f1b", "two_forwards",
                                             "reshard"]))
     opt = rng.choice(['{ "adam", lr = 1e-2 }', '{ "sgd", lr = 1e-2, momentum = 0.9 }', '{ "adamw", lr = 1e-2 }'])
