@@ -130,6 +130,22 @@ if [ "$gpu" = 0 ] && [ "$slow" = 1 ]; then
     else
         fail "tests/generator/step_fuzz.lua --write: no random programs"
     fi
+    # And eight of the FSDP2 oracle's random specs (tests/fsdp2/random_specs.py, seed 77):
+    # Llamas in bf16 at one rank (the one-rank plans), at 4 and 8 ranks and on an HSDP
+    # 2 x 1 mesh, checkpointed or with frozen parts, and a Transformer on HSDP 2 x 2 with
+    # dropout. Not every random spec keeps CUDA vs CPU within rtol: Adam moves an element
+    # whose gradient is near zero by lr either way, so one element of a zero-initialized
+    # bias may end 2 lr apart (rand_77_9's; with SGD it agrees).
+    mkdir -p build/random_specs
+    if python3 tests/fsdp2/random_specs.py build/random_specs --seed 77 --count 157 >/dev/null; then
+        for i in 3 5 8 26 28 32 44 156; do
+            r=1e-3
+            grep -q bf16 "build/random_specs/rand_77_$i.lua" && r=3e-2
+            specs+=("build/random_specs/rand_77_$i.lua $r")
+        done
+    else
+        fail "tests/fsdp2/random_specs.py: no random specs"
+    fi
 fi
 
 # ---- build (no GPU needed) ----------------------------------------------------------------
