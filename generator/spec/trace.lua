@@ -174,7 +174,20 @@ function M.call_module(module, args)
   return call_hooked(module, args)
 end
 
+-- More arguments than module's forward takes is an error, as Python's TypeError (a Lua
+-- function drops the extra ones, and the PyTorch twin could not call it so).
+local function check_arity(module, args)
+  local f = module.forward
+  local info = type(f) == "function" and debug.getinfo(f, "u")
+  local n = args.n or #args
+  if info and not info.isvararg and n > info.nparams - 1 then
+    errors.raise(string.format("%s called with %d arguments; its forward takes %d", tostring(module), n,
+      info.nparams - 1))
+  end
+end
+
 call_hooked = function(module, args)
+  check_arity(module, args)
   local hooks = state.hooks
   if hooks and hooks.pre_forward then args = hooks.pre_forward(module, args) end
   state.scope[#state.scope + 1] = module
