@@ -258,7 +258,7 @@ do
 end
 
 local stats = { ok = 0, spec = 0, internal = 0 }
-local bad, slow, no_line, multi, budget = 0, 0, 0, 0, 0
+local bad, slow, no_line, multi, budget, kept = 0, 0, 0, 0, 0, 0  -- kept: failing mutants written out
 local slowest, slowest_what = 0, ""
 local cli = {}
 local t_all = os.clock()
@@ -313,6 +313,7 @@ while made < count do
       g:write(m)
       g:close()
       print("  kept as " .. keep)
+      kept = kept + 1
     elseif verbose then
       print(string.format("     %s: %s %.2f s %s", what, kind, dt, kind == "spec" and msg or ""))
     end
@@ -344,5 +345,5 @@ for k, c in ipairs(cli) do
     c.what, tostring(rc), msg:gsub("\n", "\\n")))
 end
 -- The failing mutants stay for a look.
-if bad + multi + no_line + slow + budget == 0 then os.execute("rm -rf " .. dir) end
+if kept == 0 then os.execute("rm -rf " .. dir) end
 util.finish()
