@@ -361,6 +361,7 @@ function Sim:run_backward(item)
     local region = op.region and trace.outermost(op.region)
     if region and not recomputed[region] and not saves_nothing[op.kind] then
       recomputed[region] = true
+      self:recompute_again(region)
       self:emit({ stream = "compute", op = "recompute_begin", region = region })
       self.recompute_ops = {}
       trace.replay(region)
@@ -378,6 +379,21 @@ function Sim:run_backward(item)
   if self.final_queued then self:final_callback() end
   -- Without retain_graph, autograd frees the graphs this backward ran through.
   if not item.retain_graph then self.pending = {} end
+end
+
+-- A region a backward recomputes; one that an earlier backward of its retained graph
+-- recomputed already is refused where PyTorch 2.11 fails: composable checkpoint(module)
+-- enters its recompute context, a generator's, once per forward (AttributeError at the
+-- second), where torch.utils.checkpoint recomputes at every backward.
+function Sim:recompute_again(region)
+  self.recomputed_regions = self.recomputed_regions or {}
+  if self.recomputed_regions[region] and region.module then
+    errors.raise(string.format("step[%d] backpropagates again through '%s', checkpointed by nn.checkpoint_module, "
+      .. "whose graph an earlier backward retained: PyTorch 2.11's composable checkpoint(module) recomputes a "
+      .. "forward once and fails at the second (allowed: nn.checkpoint or checkpoint_activations, which recompute "
+      .. "at every backward, or no retain_graph)", self.section, rawget(region.module, "_fqn") or "?"), self.spec.line)
+  end
+  self.recomputed_regions[region] = true
 end
 
 -- Backward reads the recomputed copies of a checkpointed region's activations: pair the

@@ -166,10 +166,10 @@ end
 -- Calls `module.forward` with FSDP-style hooks around it. A module marked with
 -- nn.checkpoint_module (composable `checkpoint(module)`) runs as a checkpointed region.
 local call_hooked
+local region_call
 function M.call_module(module, args)
   if rawget(module, "_checkpoint") and state.graph and not state.recompute then
-    return M.checkpoint(function(...) return call_hooked(module, table.pack(...)) end,
-      table.unpack(args, 1, args.n or #args))
+    return region_call(function(...) return call_hooked(module, table.pack(...)) end, args, module)
   end
   return call_hooked(module, args)
 end
@@ -204,12 +204,19 @@ function M.checkpoint(fn, ...)
     errors.raise("checkpoint expects a function or a module (checkpoint(fn, ...)), got " .. type(fn))
   end
   if state.recompute or not state.graph then return fn(...) end
+  return region_call(fn, table.pack(...))
+end
+
+-- fn(args) as a checkpointed region; module: the module nn.checkpoint_module marked
+-- (composable checkpoint(module)), whose region the planner recomputes once at most.
+region_call = function(fn, args, module)
   local g = state.graph
-  local region = { id = #g.regions + 1, fn = fn, args = table.pack(...), first = #g.ops + 1, parent = state.ckpt }
+  local region = { id = #g.regions + 1, fn = fn, args = args, first = #g.ops + 1, parent = state.ckpt,
+    module = module }
   g.regions[region.id] = region
   local outer = state.ckpt
   state.ckpt = region
-  local outs = table.pack(fn(...))
+  local outs = table.pack(fn(table.unpack(args, 1, args.n or #args)))
   state.ckpt = outer
   region.last = #g.ops
   return table.unpack(outs, 1, outs.n)
