@@ -14,7 +14,8 @@ reshard_after_forward kind (true, false, default, an integer divisor of the shar
 forward and backward prefetch lists; a bf16 MixedPrecisionPolicy; uneven shards (sizes
 the world does not divide); HSDP 2 x 2 and 2 x 1; microbatch programs (gradient accumulation,
 1F1B with explicit unshards, two forwards before one backward, a manual reshard); world
-sizes 1, 2, 4 and 8. Writes OUT_DIR/rand_<seed>_<i>.lua and prints their paths. Specs
+sizes 1, 2, 4 and 8; SGD (momentum, nesterov, dampening, weight decay), Adam and AdamW (betas;
+AdamW's weight decay), lr schedules. Writes OUT_DIR/rand_<seed>_<i>.lua and prints their paths. Specs
 fsdpgen rejects are part of the space too: the caller drops those (`fsdpgen events` exit 2).
 """
 import argparse
@@ -189,6 +190,43 @@ def mlps(rng, i, world, hsdp):
     return lines, f"{{ shape = {{ 4, {dim} }} }}", "sum", dim
 
 
+def optimizer_options(rng, opt):
+    """opt with some of torch.optim's options: SGD's nesterov, dampening and weight decay,
+    AdamW's decoupled weight decay, and Adam's and AdamW's betas. Not Adam's L2 decay: its
+    gradient plus wd * p cancels to Adam's eps now and then (rand_1207_66: one element of
+    30760 at 3e-8 against 2.5e-3 terms), where the step divides a rounding difference by
+    eps: 0.12 lr apart after one step, the losses 3e-5 apart after five, a case for a
+    written spec (tests/torch/step_programs/adam_l2.lua) rather than a random one."""
+    extra = []
+    if '"sgd"' in opt:
+        r = rng.random()
+        if r < 0.25:
+            extra.append("nesterov = true")
+        elif r < 0.4:
+            extra.append("dampening = 0.1")
+        if rng.random() < 0.3:
+            extra.append("weight_decay = 0.01")
+    else:
+        if rng.random() < 0.4 and '"adamw"' in opt:
+            extra.append(f"weight_decay = {rng.choice([0.01, 0.1])}")
+        if rng.random() < 0.3:
+            extra.append("betas = { 0.8, 0.95 }")
+    return opt[:-2] + "".join(", " + e for e in extra) + " }"
+
+
+def lr_schedule(rng):
+    """An lr schedule in a quarter of the specs (docs/spec.md `lr_schedule`), short enough
+    that the oracle's 5 steps reach its decay and its end."""
+    r = rng.random()
+    if r < 0.1:
+        return '{ "cosine", warmup_steps = 2, total_steps = 4, min_lr = 1e-3 }'
+    if r < 0.2:
+        return '{ "linear", warmup_steps = 1, total_steps = 3 }'
+    if r < 0.25:
+        return '{ "constant", warmup_steps = 3 }'
+    return None
+
+
 def make(rng, seed, i):
     world = rng.choice([1, 2, 4, 4, 8])
     # HSDP: 2 x 2, or 2 x 1 (a shard group of one rank: FSDP2 issues no all-gather and no
@@ -203,11 +241,17 @@ def make(rng, seed, i):
     program = step_program(rng, rng.choice(["plain", "plain", "plain", "accumulate", "1f1b", "two_forwards",
                                             "reshard"]))
     opt = rng.choice(['{ "adam", lr = 1e-2 }', '{ "sgd", lr = 1e-2, momentum = 0.9 }', '{ "adamw", lr = 1e-2 }'])
+    # The optimizer's other options and an lr schedule, from a generator of their own, so
+    # that the rest of each spec is what it was before they came (seeds keep their models).
+    orng = random.Random(f"{seed}/{i}/optimizer")
+    opt, schedule = optimizer_options(orng, opt), lr_schedule(orng)
     where = f"mesh = {{ replicate = {hsdp[0]}, shard = {hsdp[1]} }}" if hsdp else f"world_size = {world}"
     body = [f'  name = "rand_{seed}_{i}", model = model, {where},',
             f'  input = {inp}, loss = "{loss}", optimizer = {opt},']
     if rng.random() < 0.2:
         body.append("  grad_clip = 1.0,")
+    if schedule:
+        body.append(f"  lr_schedule = {schedule},")
     if program:
         body.append(f"  step = {program},")
     lines.append("return fsdp.spec{\n" + "\n".join(body) + "\n}")
