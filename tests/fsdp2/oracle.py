@@ -264,7 +264,7 @@ def compare_numbers(job, report, got_bin, twin_save):
         ok = False
     rare = f", {outliers} of {total} elements by up to 2 lr x steps" if outliers else ""
     check(ok, f"{name}: {len(twin)} parameters after {STEPS_NUMERIC} steps match FSDP2's within rtol {rtol:g} "
-          f"(max abs diff {worst:.2e}, in {worst_name}{rare})")
+          f"({f'max abs diff {worst:.2e}, in {worst_name}' if worst_name else 'every one equal'}{rare})")
 
 
 def main():
