@@ -6,7 +6,8 @@ Usage: oracle.py ROOT WORK [--all] [--seed S] [--count N] [--numeric-all]
 
 For every spec of tests/specs/{seed,features,conformance,review},
 tests/torch/{specs,step_programs}, tests/cuda_step, tests/hf and examples/, and for random
-specs (random_specs.py: `--count` of them with `--seed`, 100 by default), writes the twin
+specs (random_specs.py: `--count` of them with `--seed`, 100 by default; with --all also 30
+programs of arbitrary step items that plan, step_fuzz.lua --write-any), writes the twin
 (`fsdpgen torch`), runs the twins in real FSDP2 (batch.py: one set of gloo CPU ranks per
 world size, 2 steps) and checks, per spec:
 - events: every step's FSDP events, as FSDP2's group hooks report them, equal
@@ -292,6 +293,11 @@ def main():
     out = subprocess.run([sys.executable, os.path.join(HERE, "random_specs.py"), rand_dir, "--seed", str(a.seed),
                           "--count", str(count)], capture_output=True, text=True, check=True).stdout
     specs += out.split()
+    if a.all:  # and 30 of step_fuzz's programs of arbitrary items (retained graphs, setters, ...)
+        any_dir = os.path.join(work, "any")
+        os.makedirs(any_dir, exist_ok=True)
+        subprocess.run(["lua5.4", "tests/generator/step_fuzz.lua", "--write-any", any_dir, "30"], cwd=root, check=True)
+        specs += sorted(glob.glob(os.path.join(any_dir, "*.lua")))
     if a.only:
         specs = [s for s in specs if re.search(a.only, os.path.basename(s))]
     numeric_all = a.all or a.numeric_all

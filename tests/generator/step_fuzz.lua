@@ -14,7 +14,9 @@
 --     compiling (plan == build; tests/generator/plan_builds.lua).
 -- Run from the repository root: lua5.4 tests/generator/step_fuzz.lua
 -- `--write DIR N` writes the first N microbatch programs into DIR as spec files instead
--- (tests/conformance/run.sh builds and runs their conformance tests).
+-- (tests/conformance/run.sh builds and runs their conformance tests); `--write-any DIR N`
+-- the first N programs of arbitrary items that plan (fuzz_any1.lua ...: about one in 125
+-- plans; the FSDP2 oracle's --all runs them in FSDP2).
 package.path = "generator/?.lua;./?.lua;./?/init.lua;" .. package.path
 
 local util = require("tests.generator.step_c")
@@ -132,6 +134,23 @@ if arg[1] == "--write" then
     f:close()
   end
   os.exit(0)
+end
+
+if arg[1] == "--write-any" then
+  local want, n, tries = tonumber(arg[3]), 0, 0
+  while n < want and tries < 200 * want do
+    tries = tries + 1
+    local text = spec_text("fuzz_any" .. (n + 1), any_program())
+    local ok, plan = pcall(plan_text, text)
+    if ok and plan then
+      n = n + 1
+      local f = assert(io.open(string.format("%s/fuzz_any%d.lua", arg[2], n), "w"))
+      f:write("-- Written by tests/generator/step_fuzz.lua --write-any.\n", text)
+      f:close()
+    end
+  end
+  os.remove(tmp)
+  os.exit(n == want and 0 or 1)
 end
 
 local planned, refused, internal = 0, 0, {}
