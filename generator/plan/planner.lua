@@ -77,6 +77,7 @@ function M.new(spec)
     graph = trace.new_graph(), steps = {}, events = {},
     counts = {}, phase = nil, section = 0,
     post_forward_order = {}, final_queued = false,
+    recomputed_regions = {},        -- the regions a backward has recomputed (recompute_again)
     is_last_backward = true,        -- this backward's (the final callback reads it)
     last_backward_flag = true,      -- set_is_last_backward's, kept across backwards
     pending = {},     -- forward results awaiting backward: { outs = {...}, targets = t }
@@ -386,7 +387,6 @@ end
 -- enters its recompute context, a generator's, once per forward (AttributeError at the
 -- second), where torch.utils.checkpoint recomputes at every backward.
 function Sim:recompute_again(region)
-  self.recomputed_regions = self.recomputed_regions or {}
   if self.recomputed_regions[region] and region.module then
     errors.raise(string.format("step[%d] backpropagates again through '%s', checkpointed by nn.checkpoint_module, "
       .. "whose graph an earlier backward retained: PyTorch 2.11's composable checkpoint(module) recomputes a "
