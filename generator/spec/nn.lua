@@ -190,7 +190,16 @@ module_mt.__tostring = function(self)
   return fqn and string.format("%s(%s)", rawget(self, "_type"), fqn) or rawget(self, "_type")
 end
 
+-- A module of class `class` (its methods: forward(self, ...) and others), named type_name
+-- as its Python class is (the twin's class name: emit_torch.lua).
 local function new_module(type_name, class)
+  if type(type_name) ~= "string" then
+    errors.raise("nn.new_module(name, class): name must be a string (the module's class name), got " .. type(type_name))
+  end
+  if class ~= nil and type(class) ~= "table" then
+    errors.raise("nn.new_module(name, class): class must be a table of its methods ({ forward = function(self, x) "
+      .. "... end }), got " .. type(class))
+  end
   local m = {
     _type = type_name, _class = class,
     _modules = {}, _modules_by_name = {},
@@ -315,7 +324,7 @@ end
 
 function Module:fqn() return rawget(self, "_fqn") or "?" end
 
-function Module:forward()
+function Module:forward(...)  -- any arguments: this error, not an arity error (trace.lua)
   errors.raise(string.format("module %s has no forward function", rawget(self, "_type")))
 end
 
@@ -780,6 +789,9 @@ end
 -- table has no order); assign them afterwards (m.a = ...; m.b = ...) for a chosen order.
 function nn.Module(def)
   if type(def) ~= "table" then errors.raise("nn.Module expects a table { ..., forward = function(self, ...) end }") end
+  if def.name ~= nil and type(def.name) ~= "string" then
+    errors.raise("nn.Module: name must be a string (the module's class name), got " .. type(def.name))
+  end
   local cls = { forward = def.forward }
   local m = new_module(def.name or "Module", cls)
   local keys = {}
