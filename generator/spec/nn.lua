@@ -45,9 +45,10 @@ local function check_init(init)
   if type(init) ~= "table" then bad(shown(init) .. " is not an initialization fsdpgen draws") end
   local takes = INIT_KINDS[init.kind]
   if not takes then bad("kind " .. shown(init.kind) .. " is not one fsdpgen draws") end
-  for k in pairs(init) do
-    if k ~= "kind" and takes[k] == nil then bad(string.format("kind %q takes no %s", init.kind, shown(k))) end
-  end
+  local keys = { "kind" }
+  for k in pairs(takes) do keys[#keys + 1] = k end
+  table.sort(keys)
+  errors.check_keys(init, keys, "nn.Parameter init key")  -- the kind's keys
   local out = { kind = init.kind }
   for k, default in pairs(takes) do
     local v = init[k]

@@ -146,7 +146,6 @@ for _, c in ipairs({
   { '"normal"', '"normal" is not an initialization fsdpgen draws' },
   { "{ nil }", "kind nil is not one fsdpgen draws" },
   { '{ kind = "xavier" }', 'kind "xavier" is not one fsdpgen draws' },
-  { '{ kind = "zeros", std = 1 }', 'kind "zeros" takes no "std"' },
   { '{ kind = "uniform" }', 'kind "uniform" needs bound, a finite number >= 0, got nil' },
   { '{ kind = "normal", std = -0.02 }', 'kind "normal" needs std, a finite number >= 0, got -0.02' },
   { '{ kind = "normal", std = 0/0 }', 'kind "normal" needs std, a finite number >= 0, got nan' },
@@ -155,6 +154,11 @@ for _, c in ipairs({
   msg = spec_error("", "local p = nn.Parameter({ 8 }, " .. c[1] .. ")")
   check(msg == "nn.Parameter's init: " .. c[2] .. allowed, "nn.Parameter init " .. c[1] .. ": " .. msg)
 end
+msg = spec_error("", 'local p = nn.Parameter({ 8 }, { kind = "zeros", std = 1 })')
+check(msg == "unknown nn.Parameter init key 'std'; allowed: kind", "nn.Parameter init of kind zeros with a std: " .. msg)
+msg = spec_error("", 'local p = nn.Parameter({ 8 }, { kind = "normal", sdt = 1 })')
+check(msg == "unknown nn.Parameter init key 'sdt' (did you mean 'std'?); allowed: kind, std",
+  "nn.Parameter init with a misspelt std: " .. msg)
 
 -- the feature spec: the blocks' groups reduce and step their adapters alone
 plan = util.plan("tests/specs/features/lora_llama_bf16.lua")
